@@ -1,0 +1,62 @@
+"""The `crow` command: a typer app that registers one module per subcommand.
+
+Exit codes: 0 success, 1 runtime or API error, 2 usage or configuration error, 130 interrupted.
+Nothing heavy is imported here: `crow --version` and `crow tools` must start fast.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from . import __version__
+from .commands.run import run
+from .commands.tools import tools
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="crow",
+    help="A react-loop agent for any OpenAI-compatible Chat Completions server.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"crow {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """crow: stream answers, run tools concurrently, loop until done."""
+
+
+app.command()(run)
+app.command()(tools)
+
+
+def main() -> None:
+    """Console entry point."""
+    try:
+        app()
+    except KeyboardInterrupt:
+        print("\ncrow: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as exc:  # a bug: one line, the traceback only with --debug
+        print(f"crow: internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback; "
+              "please report it)", file=sys.stderr)
+        if "--debug" in sys.argv:
+            import traceback
+
+            traceback.print_exception(exc, file=sys.stderr)
+        sys.exit(1)

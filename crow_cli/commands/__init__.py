@@ -1,0 +1,1 @@
+"""One module per `crow` subcommand; each defines a function that `crow_cli.cli` registers."""

@@ -1,0 +1,57 @@
+"""`crow run [PROMPT]`."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Annotated
+
+import typer
+
+from ..errors import ConfigError, CrowError
+from .options import ApiKeyOpt, BaseUrlOpt, ConfigOpt, DebugOpt, ModelOpt, ProfileOpt, SystemOpt, ToolsDirOpt, fail
+
+__all__ = ["run"]
+
+
+def _read_prompt(prompt: str | None) -> str:
+    if prompt is None or prompt == "-":
+        if sys.stdin is None or sys.stdin.isatty():
+            raise ConfigError("no prompt: pass it as an argument or on standard input")
+        prompt = sys.stdin.read()
+    if not prompt.strip():
+        raise ConfigError("the prompt is empty")
+    return prompt
+
+
+def run(
+    prompt: Annotated[str | None, typer.Argument(help="The prompt; read from stdin when omitted or '-'.")] = None,
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    api_key: ApiKeyOpt = None,
+    system: SystemOpt = None,
+    max_turns: Annotated[int | None, typer.Option("--max-turns", help="Stop after this many model turns "
+                                                  "[default: 25].")] = None,
+    tools_dir: ToolsDirOpt = None,
+    no_tools: Annotated[bool, typer.Option("--no-tools", help="Offer the model no tools.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Approve every tool call without asking.")] = False,
+    profile: ProfileOpt = None,
+    config: ConfigOpt = None,
+    debug: DebugOpt = False,
+) -> None:
+    """Run one prompt: stream the answer to stdout, tool activity to stderr."""
+    from ..config import load_settings
+    from ..surfaces.run import RunOptions, run_prompt
+
+    try:
+        text = _read_prompt(prompt)
+        settings = load_settings(
+            {"model": model, "base_url": base_url, "api_key": api_key, "system": system, "max_turns": max_turns},
+            config_path=config, profile=profile,
+        )
+        options = RunOptions(prompt=text, tools_dirs=tuple(tools_dir or ()), no_tools=no_tools, yes=yes,
+                             debug=debug)
+        code = asyncio.run(run_prompt(settings, options))
+    except CrowError as exc:
+        raise fail(exc, debug=debug) from None
+    raise typer.Exit(code)

@@ -1,0 +1,29 @@
+"""`crow tools`: what the model would be offered, and from where."""
+
+from __future__ import annotations
+
+import sys
+
+from ..errors import CrowError
+from .options import ConfigOpt, ProfileOpt, ToolsDirOpt, fail
+
+__all__ = ["tools"]
+
+
+def tools(tools_dir: ToolsDirOpt = None, profile: ProfileOpt = None, config: ConfigOpt = None) -> None:
+    """List every tool the model would be offered, with where it comes from."""
+    from ..config import load_settings
+    from ..surfaces.common import build_registry
+
+    try:
+        settings = load_settings({}, config_path=config, profile=profile)
+    except CrowError as exc:
+        raise fail(exc) from None
+    registry = build_registry(settings, extra_dirs=tools_dir or ())
+    width = max((len(t.name) for t in registry), default=4)
+    for t in registry:
+        flags = " [needs approval]" if t.needs_approval else ""
+        summary = t.description.strip().splitlines()[0] if t.description.strip() else ""
+        print(f"{t.name:<{width}}  {summary}\n{'':<{width}}  source: {t.source}{flags}")
+    for problem in registry.errors:
+        print(f"crow: warning: {problem}", file=sys.stderr)

@@ -1,0 +1,122 @@
+"""The error tree. Every expected failure is a `CrowError` with a one-line message.
+
+    CrowError              .exit_code; one-line message for users
+    ├─ ConfigError         bad flags, config file or missing model (exit 2)
+    ├─ ProviderError       .status, .code, .retry_after (exit 1)
+    │  ├─ AuthError        401/403: final, never retried
+    │  ├─ RateLimited      429
+    │  ├─ ServerError      5xx, or an error object inside the stream
+    │  └─ StreamCut        the stream broke or went idle mid-way
+    ├─ MaxTurnsExceeded    the loop hit --max-turns (exit 1)
+    ├─ ToolError           raised by tools; dispatch turns it into a tool result
+    │  └─ UnknownTool  ToolDenied  ToolTimeout  OutsideWorkspace
+    └─ SessionError        the session store could not be read or written
+
+Foreign exceptions (openai, httpx) are mapped once, in `crow_cli.wire.client`.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AuthError",
+    "ConfigError",
+    "CrowError",
+    "MaxTurnsExceeded",
+    "OutsideWorkspace",
+    "ProviderError",
+    "RateLimited",
+    "ServerError",
+    "SessionError",
+    "StreamCut",
+    "ToolDenied",
+    "ToolError",
+    "ToolTimeout",
+    "UnknownTool",
+]
+
+
+class CrowError(Exception):
+    """Base of every expected failure; `str(err)` is the one line shown to users."""
+
+    exit_code: int = 1
+
+
+class ConfigError(CrowError):
+    """A usage or configuration problem (bad flag value, unreadable config, no model)."""
+
+    exit_code = 2
+
+
+class ProviderError(CrowError):
+    """The server refused or failed a request.
+
+    Attributes:
+        status: HTTP status, or None for transport errors and in-stream errors without one.
+        code: the provider's error code (string or int) when it sent one.
+        retry_after: seconds the server asked us to wait, when it said so.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        code: str | int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.retry_after = retry_after
+
+
+class AuthError(ProviderError):
+    """401/403: the API key is missing, wrong or lacks access. Never retried."""
+
+
+class RateLimited(ProviderError):
+    """429 after the client's own retries were spent."""
+
+
+class ServerError(ProviderError):
+    """5xx, or an `{"error": …}` object sent inside a 200 stream."""
+
+
+class StreamCut(ProviderError):
+    """The stream broke (connection reset, incomplete body) or went idle mid-turn."""
+
+
+class MaxTurnsExceeded(CrowError):
+    """The react loop reached its turn limit before a non-tool turn.
+
+    Attributes:
+        max_turns: the limit that was hit.
+    """
+
+    def __init__(self, max_turns: int) -> None:
+        super().__init__(f"stopped after {max_turns} turns (--max-turns {max_turns}); the model kept calling tools")
+        self.max_turns = max_turns
+
+
+class ToolError(CrowError):
+    """A tool failed in a way the model should be told about; never leaves dispatch."""
+
+
+class UnknownTool(ToolError):
+    """The model called a tool name the registry does not hold."""
+
+
+class ToolDenied(ToolError):
+    """Approval was refused (by policy, by the user, or because nobody could be asked)."""
+
+
+class ToolTimeout(ToolError):
+    """The tool ran past its timeout and was cancelled."""
+
+
+class OutsideWorkspace(ToolError):
+    """A path resolved outside the workspace root (`..`, absolute path or symlink escape)."""
+
+
+class SessionError(CrowError):
+    """The session store could not be opened, read or written."""

@@ -1,0 +1,149 @@
+"""Typed events: the only thing the loop tells surfaces (run, chat, JSONL).
+
+Every event is a frozen slotted dataclass with a `type` string; `dataclasses.asdict(event)` is the
+JSONL shape, so fields are added, never renamed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .history import Message, ToolCall, ToolResult
+
+__all__ = [
+    "Event",
+    "MessageAppended",
+    "Notice",
+    "ReasoningDelta",
+    "RunFinished",
+    "RunStatus",
+    "TextDelta",
+    "ToolCallDelta",
+    "ToolCallStarted",
+    "ToolResultReady",
+    "ToolRunStarted",
+    "TurnFinished",
+    "WarningEvent",
+]
+
+RunStatus = Literal["completed", "max_turns", "error", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """A piece of visible answer text, in arrival order."""
+
+    text: str
+    type: Literal["text"] = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    """A piece of `reasoning_content` / `reasoning` text (never part of the answer)."""
+
+    text: str
+    type: Literal["reasoning"] = "reasoning"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallStarted:
+    """The stream opened a tool call (its name is known); arguments are still arriving."""
+
+    index: int
+    """Position in call order within the turn."""
+    call_id: str
+    name: str
+    type: Literal["tool_call_started"] = "tool_call_started"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """One raw tool-call delta as received (for `--debug` traces): the wire `index` and fields."""
+
+    index: int | None
+    call_id: str | None
+    name: str | None
+    arguments: str | None
+    type: Literal["tool_call_delta"] = "tool_call_delta"
+
+
+@dataclass(frozen=True, slots=True)
+class WarningEvent:
+    """Something was off but the run goes on (repaired arguments, a `length` finish …)."""
+
+    message: str
+    call_id: str | None = None
+    type: Literal["warning"] = "warning"
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """Progress a user may want to know about (a retry, a resumed stream)."""
+
+    message: str
+    type: Literal["notice"] = "notice"
+
+
+@dataclass(frozen=True, slots=True)
+class TurnFinished:
+    """A model turn ended; `tool_calls` are what the loop will run next (in call order)."""
+
+    turn: int
+    """1-based turn number within the run."""
+    finish_reason: str
+    usage: dict[str, Any] | None
+    content: str | None
+    tool_calls: tuple[ToolCall, ...] = ()
+    type: Literal["turn_finished"] = "turn_finished"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRunStarted:
+    """Dispatch started running a tool call (after approval)."""
+
+    call: ToolCall
+    type: Literal["tool_call"] = "tool_call"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResultReady:
+    """A tool call finished (or failed, was denied, timed out or was cancelled)."""
+
+    result: ToolResult
+    type: Literal["tool_result"] = "tool_result"
+
+
+@dataclass(frozen=True, slots=True)
+class MessageAppended:
+    """The loop appended a message to the history (what a session store persists)."""
+
+    message: Message
+    type: Literal["message"] = "message"
+
+
+@dataclass(frozen=True, slots=True)
+class RunFinished:
+    """The last event of a run: how it ended and the final answer text."""
+
+    status: RunStatus
+    final_text: str
+    turns: int
+    error: str | None = None
+    exit_code: int = 0
+    type: Literal["run_finished"] = "run_finished"
+
+
+Event = (
+    TextDelta
+    | ReasoningDelta
+    | ToolCallStarted
+    | ToolCallDelta
+    | WarningEvent
+    | Notice
+    | TurnFinished
+    | ToolRunStarted
+    | ToolResultReady
+    | MessageAppended
+    | RunFinished
+)

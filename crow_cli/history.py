@@ -1,0 +1,139 @@
+"""Conversation history in the Chat Completions wire shape, and the types that fill it.
+
+History is a plain `list[dict]` of wire messages, so what is persisted is exactly what is sent:
+
+    [system?, user, assistant(tool_calls), tool × N (call order), assistant, user, …]
+
+Tool-call ids are carried exactly as the model sent them (`""` when it sent none): see
+`../shared/reference/streaming-tool-calls.md` §0 and §3.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "AssistantTurn",
+    "Message",
+    "ToolCall",
+    "ToolResult",
+    "assistant_message",
+    "pending_tool_calls",
+    "repair_history",
+    "tool_message",
+    "user_message",
+]
+
+Message = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One assembled tool call, as the model asked for it."""
+
+    id: str
+    """The model's id, unchanged; `""` when the provider sent none. Never invented."""
+    name: str
+    """The function name (`""` when the provider sent none: dispatch reports an unknown tool)."""
+    arguments: str
+    """A JSON text, already repaired when the stream truncated it (`"{}"` when nothing usable came)."""
+    index: int = 0
+    """Position in call order within its turn (0-based)."""
+
+    def to_wire(self) -> Message:
+        """The `tool_calls[]` entry of the assistant message (OpenAI Chat Completions shape)."""
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+    def parsed_arguments(self) -> Any:
+        """`json.loads(arguments)`; raises `ValueError` when it is not JSON."""
+        return json.loads(self.arguments)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """The outcome of one tool call; exactly one exists for every `ToolCall`."""
+
+    call_id: str
+    """Equal to `ToolCall.id`, so the wire `tool_call_id` links back to the call."""
+    name: str
+    output: str
+    """What the model sees: the tool's text, or a sentence saying what went wrong."""
+    ok: bool = True
+    duration_s: float = 0.0
+    """Wall-clock seconds the tool ran (0 when it never started)."""
+    index: int = 0
+    """The call's position in its turn (`ToolCall.index`): ids may repeat or be `""`."""
+
+    def to_message(self) -> Message:
+        """The `role: "tool"` wire message."""
+        return tool_message(self.call_id, self.output)
+
+
+@dataclass(slots=True)
+class AssistantTurn:
+    """One streamed model turn, assembled."""
+
+    content: str | None = None
+    """The visible text, or None when the model sent none."""
+    reasoning: str | None = None
+    """`reasoning_content` / `reasoning` text; kept apart from content and not sent back."""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    finish_reason: str = "stop"
+    """The server's finish_reason; `tool_calls` whenever calls were assembled, whatever it said."""
+    usage: dict[str, Any] | None = None
+    """The last `usage` object the server sent (token counts), when it sent one."""
+    truncated: bool = False
+    """True when the stream ended without a finish_reason (EOF or a bare `[DONE]`)."""
+
+    @property
+    def is_tool_turn(self) -> bool:
+        return bool(self.tool_calls)
+
+    def to_message(self) -> Message:
+        """The assistant wire message: content (or None) plus `tool_calls` when there are any."""
+        return assistant_message(self.content, self.tool_calls)
+
+
+def user_message(text: str) -> Message:
+    return {"role": "user", "content": text}
+
+
+def assistant_message(content: str | None, tool_calls: list[ToolCall] | None = None) -> Message:
+    msg: Message = {"role": "assistant", "content": content}
+    if tool_calls:
+        msg["tool_calls"] = [c.to_wire() for c in tool_calls]
+    return msg
+
+
+def tool_message(tool_call_id: str, content: str) -> Message:
+    return {"role": "tool", "tool_call_id": tool_call_id, "content": content}
+
+
+def pending_tool_calls(messages: list[Message]) -> list[Message]:
+    """The `tool_calls[]` entries of the last assistant message that have no tool result after it.
+
+    Results are matched by position (call order), since `""` ids may repeat.
+    """
+    for i in range(len(messages) - 1, -1, -1):
+        msg = messages[i]
+        if msg.get("role") == "assistant":
+            calls = msg.get("tool_calls") or []
+            answered = sum(1 for m in messages[i + 1 :] if m.get("role") == "tool")
+            return list(calls[answered:])
+        if msg.get("role") == "user":
+            return []
+    return []
+
+
+def repair_history(messages: list[Message], reason: str = "interrupted") -> list[Message]:
+    """Append a tool result for every tool call of the last assistant turn that lacks one.
+
+    Mutates `messages` in place and returns the appended messages, so a history cut by a crash,
+    Ctrl-C or a broken stream is valid again before it is sent anywhere.
+    """
+    added = [tool_message(call.get("id") or "", f"Error: the tool call was {reason}; no result.")
+             for call in pending_tool_calls(messages)]
+    messages.extend(added)
+    return added

@@ -1,0 +1,101 @@
+"""The react loop: stream a turn, run its tool calls concurrently, answer them, repeat.
+
+    history ──► model turn ──► text?      ──► done (completed)
+                    │
+                    └─► tool calls ──► dispatch (concurrent) ──► tool results ──► next turn
+
+The loop appends to the caller's history list in place and reports everything as typed events;
+its last event is always `RunFinished`. Cancelling the consumer stops the stream and the running
+tools: the caller then closes the history with `history.repair_history`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .errors import CrowError, MaxTurnsExceeded
+from .events import Event, MessageAppended, RunFinished, ToolResultReady, TurnFinished
+from .history import AssistantTurn, Message, ToolResult
+from .tools.dispatch import Approver, dispatch
+from .tools.registry import ToolRegistry
+from .wire.accumulate import StreamAccumulator
+
+__all__ = ["ChatStream", "LoopSettings", "react"]
+
+
+class ChatStream(Protocol):
+    """What the loop needs of a model client (`wire.client.ChatClient` is one)."""
+
+    def stream(self, messages: list[Message], tools: list[dict[str, Any]] | None = None
+               ) -> AsyncIterator[dict[str, Any]]: ...
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    max_turns: int = 25
+    """Model turns per run before stopping with `max_turns`."""
+    tool_timeout_s: float = 120.0
+    """Default per-call tool timeout, seconds."""
+    max_output_chars: int = 50_000
+    """Tool output beyond this is cut, with a marker the model sees."""
+    trace: bool = False
+    """Emit a `ToolCallDelta` per raw tool-call delta (for `--debug`)."""
+
+
+async def react(
+    history: list[Message],
+    client: ChatStream,
+    registry: ToolRegistry | None = None,
+    settings: LoopSettings = LoopSettings(),
+    approve: Approver | None = None,
+) -> AsyncIterator[Event]:
+    """Run turns until the model answers without tool calls; yield events as they happen.
+
+    Args:
+        history: the messages so far (ends with the user's message); appended to in place.
+        client: streams chunk dicts for a history.
+        registry: the tools offered to the model (None or empty: no tools).
+        settings: limits.
+        approve: asked before tools that need approval; None denies them.
+    """
+    tools = registry.schemas() if registry else None
+    for turn_no in range(1, settings.max_turns + 1):
+        accumulator = StreamAccumulator(trace=settings.trace)
+        try:
+            async for chunk in client.stream(history, tools):
+                for event in accumulator.feed(chunk):
+                    yield event
+        except CrowError as exc:
+            yield RunFinished("error", "", turn_no - 1, str(exc), exc.exit_code)
+            return
+        turn, events = accumulator.finish()
+        for event in events:
+            yield event
+        yield _append(history, turn.to_message())
+        yield TurnFinished(turn_no, turn.finish_reason, turn.usage, turn.content, tuple(turn.tool_calls))
+        if not turn.is_tool_turn:
+            yield RunFinished("completed", turn.content or "", turn_no)
+            return
+        async for event in _run_tools(turn, history, registry, settings, approve):
+            yield event
+    error = MaxTurnsExceeded(settings.max_turns)
+    yield RunFinished("max_turns", "", settings.max_turns, str(error), error.exit_code)
+
+
+async def _run_tools(turn: AssistantTurn, history: list[Message], registry: ToolRegistry | None,
+                     settings: LoopSettings, approve: Approver | None) -> AsyncIterator[Event]:
+    results: dict[int, ToolResult] = {}
+    async for event in dispatch(turn.tool_calls, registry or ToolRegistry(), approve=approve,
+                                timeout_s=settings.tool_timeout_s, max_output_chars=settings.max_output_chars):
+        if isinstance(event, ToolResultReady):
+            results[event.result.index] = event.result  # by position: ids may repeat or be ""
+        yield event
+    for call in turn.tool_calls:
+        yield _append(history, results[call.index].to_message())
+
+
+def _append(history: list[Message], message: Message) -> MessageAppended:
+    history.append(message)
+    return MessageAppended(message)

@@ -1,0 +1,105 @@
+"""Concurrent tool dispatch: one `ToolResult` for every call, whatever happens to it.
+
+Unknown tools, arguments that fail the schema, denied approvals, exceptions and timeouts all become
+results whose text tells the model what went wrong; nothing escapes as an exception. Calls run
+concurrently in a task group; tools marked `parallel=False` hold a lock so they never overlap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
+
+from ..errors import ToolDenied, ToolError
+from ..events import Event, ToolResultReady, ToolRunStarted
+from ..history import ToolCall, ToolResult
+from .registry import Tool, ToolRegistry
+
+__all__ = ["Approver", "dispatch", "truncate_output"]
+
+Approver = Callable[[ToolCall, Tool], Awaitable[bool]]
+"""Asked before a tool with `needs_approval` runs; True lets it run. Supplied by the surface."""
+
+
+def truncate_output(text: str, limit: int) -> str:
+    """Cap `text` at `limit` characters, with a marker telling the model it was cut."""
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n[output truncated: {len(text) - limit} of {len(text)} characters not shown]"
+
+
+async def dispatch(
+    calls: list[ToolCall],
+    registry: ToolRegistry,
+    *,
+    approve: Approver | None = None,
+    timeout_s: float = 120.0,
+    max_output_chars: int = 50_000,
+) -> AsyncIterator[Event]:
+    """Run `calls` concurrently; yield `ToolRunStarted` and `ToolResultReady` as they happen.
+
+    Exactly one `ToolResultReady` is yielded per call (in completion order; `result.call_id` and the
+    call's position link them back). Cancelling the consumer cancels the running tools.
+    """
+    queue: asyncio.Queue[Event] = asyncio.Queue()
+    exclusive = asyncio.Lock()
+
+    async def run(call: ToolCall) -> None:
+        await queue.put(ToolRunStarted(call))
+        result = await _run_one(call, registry, approve, exclusive, timeout_s)
+        if len(result.output) > max_output_chars:
+            result = replace(result, output=truncate_output(result.output, max_output_chars))
+        await queue.put(ToolResultReady(result))
+
+    async with asyncio.TaskGroup() as group:
+        for call in calls:
+            group.create_task(run(call))
+        remaining = len(calls)
+        while remaining:
+            event = await queue.get()
+            if isinstance(event, ToolResultReady):
+                remaining -= 1
+            yield event
+
+
+async def _run_one(
+    call: ToolCall, registry: ToolRegistry, approve: Approver | None, exclusive: asyncio.Lock, default_timeout: float
+) -> ToolResult:
+    started = time.perf_counter()
+
+    def fail(message: str) -> ToolResult:
+        return ToolResult(call.id, call.name, f"Error: {message}", ok=False,
+                          duration_s=time.perf_counter() - started, index=call.index)
+
+    t = registry.get(call.name)
+    if t is None:
+        known = ", ".join(sorted(x.name for x in registry)) or "none"
+        return fail(f"unknown tool {call.name!r}; available tools: {known}")
+    try:
+        arguments = t.validate(json.loads(call.arguments))
+        if t.needs_approval:
+            if approve is None:
+                raise ToolDenied(f"{call.name} needs approval and nobody could approve it (run with --yes to allow)")
+            if not await approve(call, t):
+                raise ToolDenied(f"the user denied {call.name}; do not retry it unchanged")
+        started = time.perf_counter()
+        timeout = t.timeout_s or default_timeout
+        async with asyncio.timeout(timeout):
+            if t.parallel:
+                output = await t.invoke(arguments)
+            else:
+                async with exclusive:
+                    output = await t.invoke(arguments)
+    except TimeoutError:
+        return fail(f"{call.name} timed out after {t.timeout_s or default_timeout:g} s and was cancelled")
+    except ToolError as exc:
+        return fail(str(exc))
+    except json.JSONDecodeError as exc:  # the accumulator guarantees JSON; a stored history may not
+        return fail(f"arguments are not valid JSON ({exc.msg})")
+    except Exception as exc:
+        return fail(f"{call.name} raised {type(exc).__name__}: {exc}")
+    return ToolResult(call.id, call.name, output, ok=True, duration_s=time.perf_counter() - started,
+                      index=call.index)

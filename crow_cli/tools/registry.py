@@ -1,0 +1,246 @@
+"""The tool registry: `Tool`, the `@tool` decorator, and loading from built-ins, entry points and folders.
+
+Schemas come from the function's type hints and its Google-style docstring (`Args:` section), through
+pydantic, so a plain typed function is a tool. Duplicate names get a `_2`, `_3` … suffix and every tool
+keeps its source (`builtin`, `entry point NAME`, a file path, `mcp:SERVER`), as `crow tools` shows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib.util
+import inspect
+import json
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from ..errors import ToolError
+
+__all__ = ["ENTRY_POINT_GROUP", "Tool", "ToolRegistry", "tool"]
+
+ENTRY_POINT_GROUP = "crow_cli.tools"
+
+
+@dataclass
+class Tool:
+    """A callable the model may use, with its JSON schema and scheduling facts."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    """JSON Schema (`type: object`) of the keyword arguments."""
+    fn: Callable[..., Any]
+    """Sync (run in a worker thread) or async; called with the validated keyword arguments."""
+    source: str = "builtin"
+    needs_approval: bool = False
+    """True for tools that change things (write files, run commands): approval decides."""
+    parallel: bool = True
+    """True when safe to run alongside other calls; False tools run exclusively."""
+    timeout_s: float | None = None
+    """Per-tool timeout in seconds; None means the loop's default."""
+    validator: Any = field(default=None, repr=False)
+    """A pydantic model validating the arguments; None to pass arguments through unchecked."""
+
+    def schema(self) -> dict[str, Any]:
+        """The request's `tools[]` entry (OpenAI Chat Completions function tool)."""
+        return {"type": "function",
+                "function": {"name": self.name, "description": self.description, "parameters": self.parameters}}
+
+    def validate(self, arguments: Any) -> dict[str, Any]:
+        """Check `arguments` (parsed JSON) against the schema.
+
+        Raises:
+            ToolError: not an object, or a field is missing or of the wrong type (message names it).
+        """
+        if not isinstance(arguments, dict):
+            raise ToolError(f"arguments must be a JSON object, got {type(arguments).__name__}")
+        if self.validator is None:
+            return arguments
+        from pydantic import ValidationError
+
+        try:
+            model = self.validator.model_validate(arguments)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or '(arguments)'}: {e['msg']}" for e in exc.errors()
+            )
+            raise ToolError(f"invalid arguments for {self.name}: {problems}") from exc
+        return {k: getattr(model, k) for k in model.model_fields_set | _required(self.validator)}
+
+    async def invoke(self, arguments: dict[str, Any]) -> str:
+        """Run the tool with validated arguments and return its output as text."""
+        if inspect.iscoroutinefunction(self.fn):
+            value = await self.fn(**arguments)
+        else:
+            value = await asyncio.to_thread(self.fn, **arguments)
+            if inspect.isawaitable(value):
+                value = await value
+        return _as_text(value)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+
+def _required(model: Any) -> set[str]:
+    return {name for name, f in model.model_fields.items() if f.is_required()}
+
+
+def _as_text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _schema_from_function(fn: Callable[..., Any], name: str) -> tuple[str, dict[str, Any], Any]:
+    import docstring_parser
+    from pydantic import Field, create_model
+
+    doc = docstring_parser.parse(inspect.getdoc(fn) or "")
+    described = {p.arg_name: p.description for p in doc.params}
+    hints = _type_hints(fn)
+    fields: dict[str, Any] = {}
+    for pname, param in inspect.signature(fn).parameters.items():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        annotation = hints.get(pname, Any)
+        default = ... if param.default is param.empty else param.default
+        fields[pname] = (annotation, Field(default, description=described.get(pname)))
+    model = create_model(f"{name}_arguments", **fields)
+    schema = model.model_json_schema()
+    schema.pop("title", None)
+    for prop in schema.get("properties", {}).values():
+        prop.pop("title", None)
+    schema.setdefault("properties", {})
+    description = "\n\n".join(x for x in (doc.short_description, doc.long_description) if x)
+    return description or name, schema, model
+
+
+def _type_hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    import typing
+
+    try:
+        return typing.get_type_hints(fn)
+    except Exception:  # unresolvable forward references: fall back to Any for those
+        return {}
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    needs_approval: bool = False,
+    parallel: bool = True,
+    timeout_s: float | None = None,
+) -> Any:
+    """Make a `Tool` of a typed function; use bare (`@tool`) or with options (`@tool(name=…)`).
+
+    The schema comes from the type hints, the description from the docstring's summary, and each
+    parameter's description from its `Args:` entry. The result is still callable like the function.
+    """
+
+    def wrap(f: Callable[..., Any]) -> Tool:
+        tool_name = name or f.__name__
+        summary, schema, model = _schema_from_function(f, tool_name)
+        return Tool(tool_name, description or summary, schema, f, needs_approval=needs_approval,
+                    parallel=parallel, timeout_s=timeout_s, validator=model)
+
+    return wrap(fn) if fn is not None else wrap
+
+
+class ToolRegistry:
+    """Tools by name, in registration order. Loading problems are kept in `errors`, one line each."""
+
+    def __init__(self) -> None:
+        self._tools: dict[str, Tool] = {}
+        self.errors: list[str] = []
+
+    def register(self, item: Tool | Callable[..., Any], *, source: str | None = None) -> Tool:
+        """Add a `Tool` (or a plain function, wrapped with `tool`); a taken name gets a `_2` … suffix."""
+        t = item if isinstance(item, Tool) else tool(item)
+        if source is not None:
+            t.source = source
+        base, n = t.name, 1
+        while t.name in self._tools:
+            n += 1
+            t.name = f"{base}_{n}"
+        self._tools[t.name] = t
+        return t
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def schemas(self) -> list[dict[str, Any]]:
+        return [t.schema() for t in self._tools.values()]
+
+    def load_builtins(self) -> None:
+        from .builtin import BUILTIN_TOOLS
+
+        for t in BUILTIN_TOOLS:
+            self.register(Tool(**{**t.__dict__}), source="builtin")
+
+    def load_entry_points(self) -> None:
+        """Load every `crow_cli.tools` entry point: a Tool, a module of Tools, or `register_tools(register)`."""
+        from importlib.metadata import entry_points
+
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            try:
+                self._collect(ep.load(), f"entry point {ep.name}")
+            except Exception as exc:
+                self.errors.append(f"tool plugin {ep.name!r} failed to load: {type(exc).__name__}: {exc}")
+
+    def load_folder(self, folder: str | Path) -> None:
+        """Load every `*.py` file (not starting with `_`) of `folder` as a module of tools."""
+        path = Path(folder).expanduser()
+        if not path.is_dir():
+            self.errors.append(f"tools folder {str(path)!r} does not exist")
+            return
+        for file in sorted(path.glob("*.py")):
+            if file.name.startswith("_"):
+                continue
+            try:
+                self._collect(_import_file(file), str(file))
+            except Exception as exc:
+                self.errors.append(f"tool file {str(file)!r} failed to load: {type(exc).__name__}: {exc}")
+
+    def _collect(self, obj: Any, source: str) -> None:
+        if isinstance(obj, Tool):
+            self.register(obj, source=source)
+        elif isinstance(obj, ModuleType):
+            for value in list(vars(obj).values()):
+                if isinstance(value, Tool):
+                    self.register(value, source=source)
+            hook = getattr(obj, "register_tools", None)
+            if callable(hook):
+                hook(lambda t: self.register(t, source=source))
+        elif callable(obj):
+            obj(lambda t: self.register(t, source=source))
+
+
+def _import_file(file: Path) -> ModuleType:
+    digest = hashlib.sha1(str(file.resolve()).encode()).hexdigest()[:10]
+    module_name = f"crow_cli_plugin_{digest}_{file.stem}"
+    spec = importlib.util.spec_from_file_location(module_name, file)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {file}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+

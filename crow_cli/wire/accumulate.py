@@ -1,0 +1,237 @@
+"""The streamed tool-call accumulator: chunk dicts in, typed events and one `AssistantTurn` out.
+
+Pure: no I/O, no printing, no clock. Rules (reference: `shared/reference/streaming-tool-calls.md`,
+cases: `tests/cases/*.json`, each a shape a real server sent):
+
+* Calls are keyed by the delta's `index`. A missing `index` means "the position in the array" when
+  one delta carries several calls (Gemini), else "the latest call".
+* `id`, `type` and `function.name` are taken from the first non-empty value; a later `""` or null
+  never overwrites one (DashScope), an identical repeat is ignored (vLLM GLM). A name may arrive in
+  pieces before the arguments do.
+* A delta with a new non-empty id *and* a name starts a new call even at a used index (Ollama sends
+  every call at index 0); so does a name arriving for a call whose arguments are already complete JSON.
+  A fresh id without a name, or no id, continues the open call (its first id stays).
+* `arguments` fragments are collected in a list and joined once at the end: linear in bytes received.
+  An object-valued `arguments` (MiniMax) is serialised; a fragment that repeats the complete
+  arguments so far (final-chunk flush) is not appended.
+* A turn is a tool turn whenever calls were assembled, whatever `finish_reason` said.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ServerError
+from ..events import Event, ReasoningDelta, TextDelta, ToolCallDelta, ToolCallStarted, WarningEvent
+from ..history import AssistantTurn, ToolCall
+from .repair import fix_surrogates, has_surrogates, repair_arguments
+
+__all__ = ["StreamAccumulator", "stream_error"]
+
+_HIGH_SURROGATES = ("\ud800", "\udbff")
+
+
+def stream_error(error: Any) -> ServerError:
+    """The `ServerError` for an `{"error": …}` object a server sent inside a stream (vLLM, LiteLLM)."""
+    if isinstance(error, Mapping):
+        message = str(error.get("message") or "the server reported an error in the stream")
+        code = error.get("code")
+    else:
+        message, code = str(error), None
+    status = code if isinstance(code, int) and 400 <= code < 600 else None
+    suffix = f" (code {code})" if code is not None else ""
+    return ServerError(f"server error: {message}{suffix}", status=status, code=code)
+
+
+@dataclass(slots=True)
+class _PartialCall:
+    seq: int
+    id: str = ""
+    name: str = ""
+    fragments: list[str] = field(default_factory=list)
+    length: int = 0
+    announced: bool = False
+
+    def joined(self) -> str:
+        return "".join(self.fragments)
+
+    def arguments_complete(self) -> bool:
+        try:
+            json.loads(self.joined())
+        except ValueError:
+            return False
+        return True
+
+
+class _TextBuffer:
+    """Collects text deltas; holds back a trailing high surrogate until its low half arrives."""
+
+    __slots__ = ("_held", "parts")
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self._held = ""
+
+    def add(self, text: str) -> str:
+        """Append `text`; return what may be shown now (surrogates paired)."""
+        if self._held:
+            text, self._held = self._held + text, ""
+        if has_surrogates(text):
+            if _HIGH_SURROGATES[0] <= text[-1] <= _HIGH_SURROGATES[1]:
+                text, self._held = text[:-1], text[-1]
+            text = fix_surrogates(text)
+        if text:
+            self.parts.append(text)
+        return text
+
+    def flush(self) -> str:
+        """The held-back half, if any, as U+FFFD (it will never be paired now)."""
+        tail, self._held = fix_surrogates(self._held), ""
+        if tail:
+            self.parts.append(tail)
+        return tail
+
+    def value(self) -> str | None:
+        return "".join(self.parts) or None
+
+
+class StreamAccumulator:
+    """Assembles one streamed Chat Completions turn.
+
+    Feed it every chunk (the decoded JSON of each SSE `data:` line, as a dict) with `feed`, which
+    returns the events that chunk produced; then call `finish` once for the assembled turn.
+
+    Args:
+        trace: also emit a `ToolCallDelta` for every raw tool-call delta (for `--debug`).
+
+    Raises:
+        ServerError: from `feed`, for a chunk carrying an `error` object instead of choices.
+    """
+
+    def __init__(self, *, trace: bool = False) -> None:
+        self._trace = trace
+        self._calls: list[_PartialCall] = []
+        self._by_key: dict[int, _PartialCall] = {}
+        self._latest_key: int | None = None
+        self._text = _TextBuffer()
+        self._reasoning = _TextBuffer()
+        self._finish_reason: str | None = None
+        self._usage: dict[str, Any] | None = None
+
+    def feed(self, chunk: Mapping[str, Any]) -> list[Event]:
+        """Take one chunk; return the events it produced (text, reasoning, tool calls opened)."""
+        events: list[Event] = []
+        if not isinstance(chunk, Mapping):
+            return events
+        if chunk.get("error"):
+            raise stream_error(chunk["error"])
+        usage = chunk.get("usage")
+        if isinstance(usage, Mapping):
+            self._usage = dict(usage)
+        for choice in chunk.get("choices") or ():  # [] on usage-only and content-filter chunks
+            if not isinstance(choice, Mapping) or choice.get("index") not in (0, None):
+                continue  # we request n=1; other choices are not ours
+            delta = choice.get("delta") or {}
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if isinstance(reasoning, str) and (shown := self._reasoning.add(reasoning)):
+                events.append(ReasoningDelta(shown))
+            content = delta.get("content")
+            if isinstance(content, list):  # content parts
+                content = "".join(p.get("text") or "" for p in content if isinstance(p, Mapping))
+            if isinstance(content, str) and content and (shown := self._text.add(content)):
+                events.append(TextDelta(shown))
+            tool_calls = delta.get("tool_calls")
+            if tool_calls:
+                for position, tc in enumerate(tool_calls):
+                    if isinstance(tc, Mapping):
+                        self._tool_delta(tc, position, len(tool_calls), events)
+            if choice.get("finish_reason"):
+                self._finish_reason = str(choice["finish_reason"])
+        return events
+
+    def _tool_delta(self, tc: Mapping[str, Any], position: int, count: int, events: list[Event]) -> None:
+        fn = tc.get("function") or {}
+        raw_index = tc.get("index")
+        call_id = tc.get("id") if isinstance(tc.get("id"), str) else ""
+        name = fn.get("name") if isinstance(fn.get("name"), str) else ""
+        args = fn.get("arguments")
+        if self._trace:
+            events.append(ToolCallDelta(raw_index, tc.get("id"), fn.get("name"),
+                                        args if args is None or isinstance(args, str) else json.dumps(args)))
+        if isinstance(raw_index, int):
+            key = raw_index
+        elif count > 1:
+            key = position
+        else:
+            key = self._latest_key if self._latest_key is not None else 0
+        self._latest_key = key
+        call = self._by_key.get(key)
+        if call is None or (name and self._starts_new_call(call, call_id, name)):
+            call = _PartialCall(seq=len(self._calls))
+            self._calls.append(call)
+            self._by_key[key] = call
+        if call_id and not call.id:
+            call.id = call_id
+        if name and name != call.name:
+            call.name = name if not call.name else call.name + name  # a name sent in pieces
+        if args is not None:
+            if not isinstance(args, str):
+                args = json.dumps(args, ensure_ascii=False)
+            if args and not self._repeats_whole(call, args):
+                call.fragments.append(args)
+                call.length += len(args)
+        if call.name and not call.announced:
+            call.announced = True
+            events.append(ToolCallStarted(call.seq, call.id, call.name))
+
+    @staticmethod
+    def _starts_new_call(call: _PartialCall, call_id: str, name: str) -> bool:
+        if not (call.id or call.name):
+            return False
+        if call_id and call.id and call_id != call.id:
+            return True  # Ollama: every call at index 0, each with its own id
+        if call_id and call_id == call.id:
+            return False  # vLLM GLM re-sends id/name with the last fragment
+        return bool(call.length) and call.name != "" and call.arguments_complete()
+
+    @staticmethod
+    def _repeats_whole(call: _PartialCall, args: str) -> bool:
+        # Joining only when the lengths match keeps this linear: the join costs no more than `args`.
+        return call.length == len(args) and call.joined() == args and call.arguments_complete()
+
+    def finish(self) -> tuple[AssistantTurn, list[Event]]:
+        """The assembled turn, plus any final events (flushed text, repair warnings).
+
+        Calls are in call order (the order the stream opened them); each `arguments` is valid JSON
+        text. Deltas that carried neither id, name nor arguments leave no call behind.
+        """
+        events: list[Event] = []
+        if tail := self._reasoning.flush():
+            events.append(ReasoningDelta(tail))
+        if tail := self._text.flush():
+            events.append(TextDelta(tail))
+        calls: list[ToolCall] = []
+        for partial in self._calls:
+            if not (partial.id or partial.name or partial.length):
+                continue
+            arguments, problem = repair_arguments(partial.joined())
+            if problem:
+                label = partial.name or "(no name)"
+                events.append(WarningEvent(f"tool call {label} [{partial.id or 'no id'}]: {problem}", partial.id))
+            calls.append(ToolCall(id=partial.id, name=partial.name, arguments=arguments, index=len(calls)))
+        reason = self._finish_reason
+        turn = AssistantTurn(
+            content=self._text.value(),
+            reasoning=self._reasoning.value(),
+            tool_calls=calls,
+            finish_reason="tool_calls" if calls else (reason or "stop"),
+            usage=self._usage,
+            truncated=reason is None,
+        )
+        if reason == "length":
+            what = "tool call arguments may be incomplete" if calls else "the answer is incomplete"
+            events.append(WarningEvent(f"the model hit its token limit (finish_reason: length); {what}"))
+        return turn, events

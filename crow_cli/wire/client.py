@@ -1,0 +1,206 @@
+"""The streaming Chat Completions client: request body in, raw chunk dicts out.
+
+Built on the openai SDK (imported lazily: it costs ~0.7 s) for transport, SSE parsing and retries:
+the SDK retries 408/409/429/5xx and connection errors before a stream starts, with exponential
+backoff, jitter and `Retry-After`. We ask it for raw dicts (`cast_to=object`) so that provider
+quirks reach the accumulator untouched. Every SDK/httpx error is mapped here, once, to a
+`ProviderError` subclass.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import AuthError, ProviderError, RateLimited, ServerError, StreamCut
+from .accumulate import stream_error
+
+__all__ = ["ChatClient", "ClientSettings", "map_error"]
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """Where and how to reach the model."""
+
+    base_url: str
+    model: str
+    api_key: str | None = field(default=None, repr=False)
+    """Secret: never printed, logged or stored; `repr` hides it."""
+    headers: dict[str, str] = field(default_factory=dict)
+    max_retries: int = 3
+    """SDK retries for 408/409/429/5xx and connection errors before any output."""
+    connect_timeout_s: float = 15.0
+    idle_timeout_s: float = 300.0
+    """Longest silence (seconds) between two reads of a response before the turn fails."""
+    params: dict[str, Any] = field(default_factory=dict)
+    """Extra request fields (temperature, max_tokens …) merged into every request body."""
+    record_dir: str | None = None
+    """When set, every request body and raw SSE response is written there (see `wire.record`)."""
+
+
+class ChatClient:
+    """Streams turns from an OpenAI-compatible `/chat/completions` endpoint (`stream: true`).
+
+    Args:
+        settings: connection settings; `api_key` may be None for servers that need none.
+    """
+
+    def __init__(self, settings: ClientSettings) -> None:
+        self.settings = settings
+        self._sdk: Any = None
+        self._usage_option = True  # stream_options.include_usage, dropped if the server rejects it
+
+    def _client(self) -> Any:
+        if self._sdk is None:
+            import httpx
+            import openai
+
+            s = self.settings
+            timeout = httpx.Timeout(connect=s.connect_timeout_s, read=s.idle_timeout_s, write=60.0, pool=30.0)
+            http_client = None
+            if s.record_dir:
+                from .record import recording_http_client
+
+                http_client = recording_http_client(s.record_dir, timeout=timeout)
+            self._sdk = openai.AsyncOpenAI(
+                base_url=s.base_url,
+                api_key=s.api_key or "",
+                default_headers=s.headers or None,
+                max_retries=s.max_retries,
+                timeout=timeout,
+                http_client=http_client,
+                _enforce_credentials=False,
+            )
+        return self._sdk
+
+    def request_body(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> dict[str, Any]:
+        """The JSON body of one streamed turn (OpenAI Chat Completions `create` with `stream: true`)."""
+        body: dict[str, Any] = {**self.settings.params, "model": self.settings.model, "messages": messages,
+                                "stream": True}
+        if tools:
+            body["tools"] = tools
+        if self._usage_option:
+            body["stream_options"] = {"include_usage": True}
+        return body
+
+    async def stream(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Yield each chunk of one turn as the decoded JSON of its SSE `data:` line.
+
+        Raises:
+            AuthError: 401/403.
+            RateLimited: 429 after retries.
+            ServerError: 5xx after retries, or an error object inside the stream.
+            StreamCut: the connection broke or went idle after the stream started.
+            ProviderError: any other refusal (400, 404 …) or an unreachable server.
+        """
+        import openai
+
+        client = self._client()
+        try:
+            try:
+                response = await self._open(client, messages, tools)
+            except openai.BadRequestError as exc:
+                if not (self._usage_option and "stream_options" in str(exc.body or exc.message)):
+                    raise
+                self._usage_option = False  # servers that reject include_usage just get no usage
+                response = await self._open(client, messages, tools)
+            async with response:
+                async for chunk in response:
+                    yield chunk
+        except Exception as exc:
+            mapped = map_error(exc, self.settings.base_url)
+            if mapped is None:
+                raise
+            raise mapped from exc
+
+    async def _open(self, client: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> Any:
+        from openai import AsyncStream, Omit
+
+        # Local servers need no key: then no Authorization header is sent at all.
+        options: dict[str, Any] = {} if self.settings.api_key else {"headers": {"Authorization": Omit()}}
+        return await client.post(
+            "/chat/completions",
+            body=self.request_body(messages, tools),
+            cast_to=object,
+            options=options,
+            stream=True,
+            stream_cls=AsyncStream[object],
+        )
+
+    async def aclose(self) -> None:
+        if self._sdk is not None:
+            await self._sdk.close()
+
+
+def _short(text: str, limit: int = 200) -> str:
+    text = re.sub(r"<[^>]+>", " ", text)  # an HTML error page from a proxy
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _body_message(body: Any, fallback: str) -> tuple[str, Any]:
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict):
+            return _short(str(err.get("message") or fallback)), err.get("code")
+        if isinstance(err, str):
+            return _short(err), None
+    if isinstance(body, str) and body.strip():
+        return _short(body), None
+    return _short(fallback), None
+
+
+def _retry_after(headers: Any) -> float | None:
+    try:
+        value = headers.get("retry-after")
+        return float(value) if value is not None else None
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+def map_error(exc: BaseException, base_url: str) -> ProviderError | None:
+    """The `ProviderError` for an SDK or httpx exception, or None when `exc` is not one of theirs."""
+    import httpx
+    import openai
+
+    if isinstance(exc, ProviderError):
+        return exc
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        message, code = _body_message(exc.body, exc.message)
+        retry_after = _retry_after(exc.response.headers)
+        if status in (401, 403):
+            hint = "check the API key (--api-key, CROW_API_KEY or OPENAI_API_KEY)" if status == 401 else \
+                "the API key has no access to this model or endpoint"
+            return AuthError(f"authentication failed ({status} {'unauthorized' if status == 401 else 'forbidden'}): "
+                             f"{message}; {hint}", status=status, code=code)
+        if status == 429:
+            return RateLimited(f"rate limited (429): {message}", status=status, code=code, retry_after=retry_after)
+        if status == 404:
+            return ProviderError(f"not found (404): {message}; check --base-url ({base_url}) and --model",
+                                 status=status, code=code)
+        if status >= 500:
+            return ServerError(f"server error ({status}): {message}", status=status, code=code,
+                               retry_after=retry_after)
+        return ProviderError(f"request rejected ({status}): {message}", status=status, code=code)
+    if isinstance(exc, openai.APITimeoutError):
+        return StreamCut(f"no answer from {base_url} within the timeout")
+    if isinstance(exc, openai.APIConnectionError):
+        cause = exc.__cause__ or exc
+        return ProviderError(f"cannot reach {base_url}: {_short(str(cause) or type(cause).__name__)}")
+    if isinstance(exc, openai.APIError):  # an {"error": …} object inside the stream
+        return stream_error(exc.body if exc.body is not None else exc.message)
+    if isinstance(exc, httpx.TimeoutException):
+        return StreamCut("the stream went idle past the timeout")
+    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.NetworkError)):
+        return StreamCut(f"the stream broke mid-way ({_short(str(exc) or type(exc).__name__, 120)})")
+    if isinstance(exc, json.JSONDecodeError):
+        return ServerError(f"the server sent a chunk that is not JSON ({exc.msg} at {exc.pos})")
+    if isinstance(exc, UnicodeDecodeError):
+        return ServerError("the server sent a chunk that is not UTF-8")
+    return None
