@@ -16,9 +16,9 @@ __all__ = ["run"]
 
 def _read_prompt(prompt: str | None) -> str:
     if prompt is None or prompt == "-":
-        if sys.stdin is None or sys.stdin.isatty():
+        prompt = "" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.read()
+        if not prompt.strip():
             raise ConfigError("no prompt: pass it as an argument or on standard input")
-        prompt = sys.stdin.read()
     if not prompt.strip():
         raise ConfigError("the prompt is empty")
     return prompt

@@ -13,13 +13,13 @@ __all__ = ["tools"]
 def tools(tools_dir: ToolsDirOpt = None, profile: ProfileOpt = None, config: ConfigOpt = None) -> None:
     """List every tool the model would be offered, with where it comes from."""
     from ..config import load_settings
-    from ..surfaces.common import build_registry
+    from ..tools.registry import default_registry
 
     try:
         settings = load_settings({}, config_path=config, profile=profile)
     except CrowError as exc:
         raise fail(exc) from None
-    registry = build_registry(settings, extra_dirs=tools_dir or ())
+    registry = default_registry((*settings.tool_paths, *(tools_dir or ())))
     width = max((len(t.name) for t in registry), default=4)
     for t in registry:
         flags = " [needs approval]" if t.needs_approval else ""

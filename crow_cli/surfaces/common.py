@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from ..config import Settings
 from ..loop import LoopSettings
-from ..tools.registry import ToolRegistry
+from ..tools.registry import ToolRegistry, default_registry
 from ..wire.client import ChatClient, ClientSettings
 
 __all__ = ["build_client", "build_registry", "loop_settings", "short_json"]
@@ -22,13 +22,7 @@ def build_client(settings: Settings, record_dir: str | None = None) -> ChatClien
 
 def build_registry(settings: Settings, *, extra_dirs: Iterable[str] = (), builtins: bool = True) -> ToolRegistry:
     """Built-ins, then entry-point plugins, then tool folders (config `tool_paths`, then `--tools-dir`)."""
-    registry = ToolRegistry()
-    if builtins:
-        registry.load_builtins()
-    registry.load_entry_points()
-    for folder in (*settings.tool_paths, *extra_dirs):
-        registry.load_folder(folder)
-    return registry
+    return default_registry((*settings.tool_paths, *extra_dirs), builtins=builtins)
 
 
 def loop_settings(settings: Settings, *, trace: bool = False) -> LoopSettings:

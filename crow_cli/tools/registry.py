@@ -12,16 +12,17 @@ import hashlib
 import importlib.util
 import inspect
 import json
+import re
 import sys
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from ..errors import ToolError
 
-__all__ = ["ENTRY_POINT_GROUP", "Tool", "ToolRegistry", "tool"]
+__all__ = ["ENTRY_POINT_GROUP", "Tool", "ToolRegistry", "default_registry", "tool"]
 
 ENTRY_POINT_GROUP = "crow_cli.tools"
 
@@ -32,10 +33,11 @@ class Tool:
 
     name: str
     description: str
-    parameters: dict[str, Any]
-    """JSON Schema (`type: object`) of the keyword arguments."""
     fn: Callable[..., Any]
     """Sync (run in a worker thread) or async; called with the validated keyword arguments."""
+    parameters: dict[str, Any] | None = None
+    """JSON Schema (`type: object`) of the keyword arguments; None: derived from `fn` on first use
+    (pydantic is slow to import, and `crow tools` needs no schema)."""
     source: str = "builtin"
     needs_approval: bool = False
     """True for tools that change things (write files, run commands): approval decides."""
@@ -44,10 +46,15 @@ class Tool:
     timeout_s: float | None = None
     """Per-tool timeout in seconds; None means the loop's default."""
     validator: Any = field(default=None, repr=False)
-    """A pydantic model validating the arguments; None to pass arguments through unchecked."""
+    """A pydantic model validating the arguments; None (with explicit `parameters`) passes them through."""
+
+    def _derive(self) -> None:
+        if self.parameters is None:
+            self.parameters, self.validator = _schema_from_function(self.fn, self.name)
 
     def schema(self) -> dict[str, Any]:
         """The request's `tools[]` entry (OpenAI Chat Completions function tool)."""
+        self._derive()
         return {"type": "function",
                 "function": {"name": self.name, "description": self.description, "parameters": self.parameters}}
 
@@ -59,6 +66,7 @@ class Tool:
         """
         if not isinstance(arguments, dict):
             raise ToolError(f"arguments must be a JSON object, got {type(arguments).__name__}")
+        self._derive()
         if self.validator is None:
             return arguments
         from pydantic import ValidationError
@@ -101,12 +109,11 @@ def _as_text(value: Any) -> str:
         return str(value)
 
 
-def _schema_from_function(fn: Callable[..., Any], name: str) -> tuple[str, dict[str, Any], Any]:
+def _schema_from_function(fn: Callable[..., Any], name: str) -> tuple[dict[str, Any], Any]:
     import docstring_parser
     from pydantic import Field, create_model
 
-    doc = docstring_parser.parse(inspect.getdoc(fn) or "")
-    described = {p.arg_name: p.description for p in doc.params}
+    described = {p.arg_name: p.description for p in docstring_parser.parse(inspect.getdoc(fn) or "").params}
     hints = _type_hints(fn)
     fields: dict[str, Any] = {}
     for pname, param in inspect.signature(fn).parameters.items():
@@ -121,8 +128,17 @@ def _schema_from_function(fn: Callable[..., Any], name: str) -> tuple[str, dict[
     for prop in schema.get("properties", {}).values():
         prop.pop("title", None)
     schema.setdefault("properties", {})
-    description = "\n\n".join(x for x in (doc.short_description, doc.long_description) if x)
-    return description or name, schema, model
+    return schema, model
+
+
+_SECTION = re.compile(r"^\s*(Args|Arguments|Parameters|Returns|Yields|Raises|Examples?):\s*$", re.MULTILINE)
+
+
+def _summary(fn: Callable[..., Any]) -> str:
+    """The docstring up to its first Google-style section (`Args:`, `Returns:` …)."""
+    doc = inspect.getdoc(fn) or ""
+    match = _SECTION.search(doc)
+    return (doc[: match.start()] if match else doc).strip()
 
 
 def _type_hints(fn: Callable[..., Any]) -> dict[str, Any]:
@@ -145,15 +161,15 @@ def tool(
 ) -> Any:
     """Make a `Tool` of a typed function; use bare (`@tool`) or with options (`@tool(name=…)`).
 
-    The schema comes from the type hints, the description from the docstring's summary, and each
-    parameter's description from its `Args:` entry. The result is still callable like the function.
+    The schema comes from the type hints, the description from the docstring before its `Args:`
+    section, and each parameter's description from its `Args:` entry (derived on first use). The
+    result is still callable like the function.
     """
 
     def wrap(f: Callable[..., Any]) -> Tool:
         tool_name = name or f.__name__
-        summary, schema, model = _schema_from_function(f, tool_name)
-        return Tool(tool_name, description or summary, schema, f, needs_approval=needs_approval,
-                    parallel=parallel, timeout_s=timeout_s, validator=model)
+        return Tool(tool_name, description or _summary(f) or tool_name, f, needs_approval=needs_approval,
+                    parallel=parallel, timeout_s=timeout_s)
 
     return wrap(fn) if fn is not None else wrap
 
@@ -193,7 +209,7 @@ class ToolRegistry:
         from .builtin import BUILTIN_TOOLS
 
         for t in BUILTIN_TOOLS:
-            self.register(Tool(**{**t.__dict__}), source="builtin")
+            self.register(replace(t), source="builtin")
 
     def load_entry_points(self) -> None:
         """Load every `crow_cli.tools` entry point: a Tool, a module of Tools, or `register_tools(register)`."""
@@ -231,6 +247,17 @@ class ToolRegistry:
                 hook(lambda t: self.register(t, source=source))
         elif callable(obj):
             obj(lambda t: self.register(t, source=source))
+
+
+def default_registry(tool_paths: Iterable[str] = (), *, builtins: bool = True) -> ToolRegistry:
+    """Built-ins, then entry-point plugins, then each tool folder in order."""
+    registry = ToolRegistry()
+    if builtins:
+        registry.load_builtins()
+    registry.load_entry_points()
+    for folder in tool_paths:
+        registry.load_folder(folder)
+    return registry
 
 
 def _import_file(file: Path) -> ModuleType:

@@ -1,0 +1,5 @@
+"""`python -m crow_cli` is `crow`."""
+
+from .cli import main
+
+main()

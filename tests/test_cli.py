@@ -1,0 +1,122 @@
+"""`crow` as a user runs it: a subprocess against a local scripted server over real sockets."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, chunk, sse, text_sse, tool_delta
+from tests.replay_server import ReplayServer
+
+CROW = Path(sys.executable).parent / "crow"
+SECRET = "sk-test-SECRET-123"
+
+
+def crow(*args: str, input: str | None = None, cwd: Path | None = None, env: dict | None = None):
+    full_env = {**os.environ, "NO_COLOR": "1", "TERM": "dumb", **(env or {})}
+    return subprocess.run([str(CROW), *args], input=input, capture_output=True, text=True, timeout=60,
+                          cwd=cwd, env=full_env, stdin=None if input is not None else subprocess.DEVNULL)
+
+
+def run_against(script: list[dict], *args: str, **kw):
+    with ReplayServer(script) as srv:
+        proc = crow("run", "--base-url", srv.base_url, "--api-key", SECRET, "--model", "m", *args, **kw)
+    return proc, srv.requests
+
+
+def dice_call(cid: str = "call_d1") -> str:
+    return sse(chunk({"tool_calls": [tool_delta(0, cid, "roll_dice", '{"sides": 6, ')]}),
+               chunk({"tool_calls": [tool_delta(0, arguments='"count": 2}')]}), chunk({}, "tool_calls"))
+
+
+def test_run_streams_answer_runs_plugin_tool_and_sends_result_back(tmp_path):
+    proc, requests = run_against([{"sse": dice_call()}, {"sse": text_sse("You rolled.")}],
+                                 "--tools-dir", str(ROOT / "tools"), "roll two dice", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "You rolled.\n"
+    assert "roll_dice" in proc.stderr and "✓" in proc.stderr
+    first, second = requests
+    assert {t["function"]["name"] for t in first["tools"]} >= {"read_file", "list_directory", "roll_dice"}
+    assistant, result = second["messages"][1], second["messages"][2]
+    assert assistant["tool_calls"][0]["id"] == "call_d1"
+    assert result["tool_call_id"] == "call_d1" and result["content"].startswith("rolls: [")
+    assert SECRET not in proc.stdout + proc.stderr
+
+
+def test_prompt_from_stdin_and_system_prompt():
+    proc, requests = run_against([{"sse": text_sse("hi")}], "--system", "Be brief.", "--no-tools", input="hello\n")
+    assert proc.returncode == 0, proc.stderr
+    assert requests[0]["messages"] == [{"role": "system", "content": "Be brief."},
+                                       {"role": "user", "content": "hello\n"}]
+    assert "tools" not in requests[0]
+
+
+def test_no_prompt_is_a_usage_error():
+    proc = crow("run", "--base-url", "http://127.0.0.1:9/v1")
+    assert proc.returncode == 2 and proc.stderr.strip() == "crow: error: no prompt: pass it as an argument or on " \
+        "standard input"
+
+
+def test_bad_config_is_one_line_exit_2(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("model = [")
+    proc = crow("run", "--config", str(cfg), "hi")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "not valid TOML" in proc.stderr
+
+
+def test_auth_error_is_one_line_exit_1_without_the_key():
+    body = json.dumps({"error": {"message": "Incorrect API key provided.", "code": "invalid_api_key"}})
+    proc, requests = run_against([{"status": 401, "body": body}] * 3, "hi")
+    assert proc.returncode == 1 and len(requests) == 1
+    assert proc.stderr.strip().startswith("crow: error: authentication failed (401")
+    assert "Traceback" not in proc.stderr and SECRET not in proc.stderr + proc.stdout
+
+
+def test_max_turns_exit_1_names_the_limit(tmp_path):
+    proc, requests = run_against([{"sse": dice_call("a")}, {"sse": dice_call("b")}], "--tools-dir",
+                                 str(ROOT / "tools"), "--max-turns", "2", "go", cwd=tmp_path)
+    assert proc.returncode == 1 and "--max-turns 2" in proc.stderr and len(requests) == 2
+
+
+def test_debug_traces_deltas_and_never_the_key(tmp_path):
+    proc, _ = run_against([{"sse": dice_call()}, {"sse": text_sse("ok")}], "--debug", "--tools-dir",
+                          str(ROOT / "tools"), "go", cwd=tmp_path)
+    assert proc.returncode == 0
+    assert "[delta] index=0 id='call_d1' name='roll_dice'" in proc.stderr
+    assert SECRET not in proc.stderr + proc.stdout
+
+
+def test_unreachable_server_is_one_line(tmp_path):
+    proc = crow("run", "--base-url", "http://127.0.0.1:9/v1", "--config", str(_config(tmp_path, "max_retries = 0")),
+                "hi")
+    assert proc.returncode == 1 and proc.stderr.strip().startswith("crow: error: cannot reach http://127.0.0.1:9/v1")
+
+
+def _config(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(text + "\n")
+    return path
+
+
+def test_tools_lists_builtins_and_plugins_with_source():
+    proc = crow("tools", "--tools-dir", str(ROOT / "tools"))
+    assert proc.returncode == 0
+    assert "read_file" in proc.stdout and "source: builtin" in proc.stdout
+    assert "roll_dice" in proc.stdout and f"source: {ROOT / 'tools' / 'dice.py'}" in proc.stdout
+
+
+def test_version():
+    from crow_cli import __version__
+
+    proc = crow("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"crow {__version__}"
+
+
+@pytest.mark.parametrize("args", [["run", "--max-turns", "x", "hi"], ["nosuch"]])
+def test_usage_errors_exit_2(args):
+    assert crow(*args).returncode == 2

@@ -1,0 +1,76 @@
+"""Imports point one way: leaves ← wire ← loop ← surfaces ← commands/cli; tools and sessions use leaves only."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parent.parent / "crow_cli"
+LEAVES = {"crow_cli.errors", "crow_cli.events", "crow_cli.history"}
+# module prefix -> crow_cli modules it may import (prefixes)
+ALLOWED = {
+    "crow_cli.errors": set(),
+    "crow_cli.history": set(),
+    "crow_cli.events": {"crow_cli.history"},
+    "crow_cli.wire": LEAVES | {"crow_cli.wire"},
+    "crow_cli.tools": LEAVES | {"crow_cli.tools"},
+    "crow_cli.loop": LEAVES | {"crow_cli.wire", "crow_cli.tools"},
+}
+FORBIDDEN_THIRD_PARTY = {
+    "crow_cli.wire": {"rich", "typer", "prompt_toolkit", "sqlite3"},
+    "crow_cli.loop": {"rich", "typer", "prompt_toolkit", "sqlite3"},
+    "crow_cli.tools": {"rich", "typer", "prompt_toolkit"},
+    "crow_cli.events": {"openai", "httpx", "rich", "typer"},
+}
+
+
+def modules():
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG.parent).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        yield ".".join(parts), path
+
+
+def imports_of(name: str, path: Path) -> set[str]:
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                found.add(".".join([*base, node.module] if node.module else base))
+            else:
+                found.add(node.module or "")
+    return found
+
+
+def rule_for(name: str, table: dict) -> str | None:
+    return max((p for p in table if name == p or name.startswith(p + ".")), key=len, default=None)
+
+
+@pytest.mark.parametrize(("name", "path"), list(modules()), ids=lambda x: str(x))
+def test_imports_point_down_the_layers(name, path):
+    imported = imports_of(name, path)
+    rule = rule_for(name, ALLOWED)
+    if rule is not None:
+        ours = {i for i in imported if i.startswith("crow_cli.") or i == "crow_cli"}
+        bad = {i for i in ours if not any(i == a or i.startswith(a + ".") for a in ALLOWED[rule])}
+        assert not bad, f"{name} imports {bad} (up the layers)"
+    banned = FORBIDDEN_THIRD_PARTY.get(rule_for(name, FORBIDDEN_THIRD_PARTY) or "", set())
+    assert not {i.split(".")[0] for i in imported} & banned, f"{name} imports one of {banned}"
+
+
+def test_package_import_is_cheap():
+    import subprocess
+    import sys
+
+    code = "import sys, crow_cli.cli; print(sorted(m for m in ('openai', 'httpx', 'rich') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

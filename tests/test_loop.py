@@ -1,0 +1,198 @@
+"""The react loop through the real client (respx on the wire) with real tools."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import httpx
+import pytest
+import respx
+
+from crow_cli.events import MessageAppended, RunFinished, ToolResultReady, ToolRunStarted, TurnFinished
+from crow_cli.history import user_message
+from crow_cli.loop import LoopSettings, react
+from crow_cli.tools.registry import ToolRegistry, tool
+from crow_cli.wire.client import ChatClient, ClientSettings
+from tests.conftest import chunk, sse, text_sse, tool_delta
+
+URL = "http://llm.test/v1/chat/completions"
+STAMPS: list[float] = []
+
+
+def calls_sse(*calls: tuple[str, str, dict]) -> str:
+    """A turn calling each (id, name, arguments) in parallel, arguments split in two fragments."""
+    chunks = []
+    for i, (cid, name, _) in enumerate(calls):
+        chunks.append(chunk({"tool_calls": [tool_delta(i, cid, name, "")]}))
+    for i, (_, _, args) in enumerate(calls):
+        text = json.dumps(args)
+        chunks.append(chunk({"tool_calls": [tool_delta(i, arguments=text[:3])]}))
+        chunks.append(chunk({"tool_calls": [tool_delta(i, arguments=text[3:])]}))
+    return sse(*chunks, chunk({}, "tool_calls"))
+
+
+def stream(body: str) -> httpx.Response:
+    return httpx.Response(200, content=body.encode(), headers={"content-type": "text/event-stream"})
+
+
+async def drive(registry: ToolRegistry, responses: list[str], **settings):
+    history = [user_message("go")]
+    c = ChatClient(ClientSettings(base_url="http://llm.test/v1", model="m", api_key="k", max_retries=0))
+    with respx.mock(assert_all_called=True) as mock:
+        route = mock.post(URL).mock(side_effect=[stream(b) for b in responses])
+        events = []
+        STAMPS.clear()
+        async for e in react(history, c, registry, LoopSettings(**settings)):
+            events.append(e)
+            if isinstance(e, ToolRunStarted | ToolResultReady):
+                STAMPS.append(time.perf_counter())
+    await c.aclose()
+    return history, events, [json.loads(call.request.content) for call in route.calls]
+
+
+@tool
+async def nap(seconds: float) -> str:
+    """Sleep.
+
+    Args:
+        seconds: how long.
+    """
+    await asyncio.sleep(seconds)
+    return f"slept {seconds}"
+
+
+@tool
+def sync_nap(seconds: float) -> str:
+    """Sleep in a worker thread."""
+    time.sleep(seconds)
+    return "done"
+
+
+async def test_three_tools_sleeping_half_a_second_run_concurrently():
+    registry = ToolRegistry()
+    registry.register(nap)
+    registry.register(sync_nap)
+    _, events, bodies = await drive(registry, [
+        calls_sse(("a", "nap", {"seconds": 0.5}), ("b", "sync_nap", {"seconds": 0.5}), ("c", "nap", {"seconds": 0.5})),
+        text_sse("ok"),
+    ])
+    durations = [e.result.duration_s for e in events if isinstance(e, ToolResultReady)]
+    assert len(durations) == 3 and all(d >= 0.5 for d in durations)
+    elapsed = STAMPS[-1] - STAMPS[0]  # first ToolRunStarted to last ToolResultReady
+    assert elapsed < 1.2, f"tools ran one after another ({elapsed:.2f}s)"
+    assert [m.get("tool_call_id") for m in bodies[1]["messages"][2:]] == ["a", "b", "c"]
+    assert events[-1] == RunFinished("completed", "ok", 2)
+
+
+async def test_results_are_in_call_order_even_when_finishing_out_of_order():
+    registry = ToolRegistry()
+    registry.register(nap)
+    history, _, _ = await drive(registry, [
+        calls_sse(("slow", "nap", {"seconds": 0.3}), ("fast", "nap", {"seconds": 0.0})), text_sse("ok")])
+    assert [(m["tool_call_id"], m["content"]) for m in history[2:4]] == [("slow", "slept 0.3"), ("fast", "slept 0.0")]
+
+
+async def test_every_failure_becomes_a_tool_result():
+    @tool
+    def boom() -> str:
+        """Raise."""
+        raise RuntimeError("kaput")
+
+    @tool(timeout_s=0.1)
+    async def hang() -> str:
+        """Hang."""
+        await asyncio.sleep(10)
+        return "never"
+
+    @tool(needs_approval=True)
+    def guarded() -> str:
+        """Needs approval."""
+        return "ran"
+
+    registry = ToolRegistry()
+    for t in (nap, boom, hang, guarded):
+        registry.register(t)
+    history, events, _ = await drive(registry, [
+        calls_sse(("1", "missing", {}), ("2", "nap", {"seconds": "soon"}), ("3", "boom", {}), ("4", "hang", {}),
+                  ("5", "guarded", {}), ("6", "nap", {})),
+        text_sse("handled"),
+    ])
+    results = {m["tool_call_id"]: m["content"] for m in history if m["role"] == "tool"}
+    assert "unknown tool 'missing'" in results["1"] and "nap" in results["1"]
+    assert "invalid arguments for nap: seconds" in results["2"]
+    assert "RuntimeError: kaput" in results["3"]
+    assert "timed out after 0.1 s" in results["4"]
+    assert "needs approval" in results["5"]
+    assert "seconds: Field required" in results["6"]
+    assert all(v.startswith("Error: ") for v in results.values())
+    oks = [e.result.ok for e in events if isinstance(e, ToolResultReady)]
+    assert oks == [False] * 6
+    assert events[-1].status == "completed"
+
+
+async def test_approver_is_asked_and_can_allow():
+    @tool(needs_approval=True)
+    def guarded() -> str:
+        """Needs approval."""
+        return "ran"
+
+    asked = []
+
+    async def approve(call, t):
+        asked.append((call.id, t.name))
+        return True
+
+    registry = ToolRegistry()
+    registry.register(guarded)
+    history = [user_message("go")]
+    c = ChatClient(ClientSettings(base_url="http://llm.test/v1", model="m", api_key="k", max_retries=0))
+    with respx.mock() as mock:
+        mock.post(URL).mock(side_effect=[stream(calls_sse(("g1", "guarded", {}))), stream(text_sse("ok"))])
+        async for _ in react(history, c, registry, approve=approve):
+            pass
+    assert asked == [("g1", "guarded")] and history[2]["content"] == "ran"
+
+
+async def test_max_turns_stops_with_error_status():
+    registry = ToolRegistry()
+    registry.register(nap)
+    turn = calls_sse(("x", "nap", {"seconds": 0}))
+    history, events, _ = await drive(registry, [turn, turn], max_turns=2)
+    assert events[-1].status == "max_turns" and "--max-turns 2" in events[-1].error and events[-1].exit_code == 1
+    assert [m["role"] for m in history] == ["user", "assistant", "tool", "assistant", "tool"]
+
+
+async def test_history_events_and_order():
+    registry = ToolRegistry()
+    registry.register(nap)
+    history, events, _ = await drive(registry, [calls_sse(("a", "nap", {"seconds": 0})), text_sse("fin")])
+    appended = [e.message for e in events if isinstance(e, MessageAppended)]
+    assert appended == history[1:]
+    kinds = [type(e).__name__ for e in events if not isinstance(e, MessageAppended)]
+    assert kinds.index("TurnFinished") < kinds.index("ToolRunStarted") < kinds.index("ToolResultReady")
+    first = next(e for e in events if isinstance(e, TurnFinished))
+    assert first.finish_reason == "tool_calls" and first.tool_calls[0].id == "a"
+    assert next(e for e in events if isinstance(e, ToolRunStarted)).call.id == "a"
+
+
+async def test_long_tool_output_is_cut_with_a_marker():
+    @tool
+    def flood() -> str:
+        """Lots of output."""
+        return "y" * 5000
+
+    registry = ToolRegistry()
+    registry.register(flood)
+    history, _, _ = await drive(registry, [calls_sse(("f", "flood", {})), text_sse("ok")], max_output_chars=100)
+    assert history[2]["content"].startswith("y" * 100) and "output truncated" in history[2]["content"]
+
+
+@pytest.mark.parametrize("n", [0])
+async def test_no_tools_means_no_tools_field(n):
+    c = ChatClient(ClientSettings(base_url="http://llm.test/v1", model="m", api_key="k", max_retries=0))
+    with respx.mock() as mock:
+        route = mock.post(URL).mock(return_value=stream(text_sse("hi")))
+        events = [e async for e in react([user_message("x")], c, None)]
+    assert "tools" not in json.loads(route.calls[0].request.content) and events[-1].final_text == "hi"

@@ -1,0 +1,235 @@
+"""The pure accumulator: every conformance case, then one test per rule."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from crow_cli.errors import ServerError
+from crow_cli.events import ReasoningDelta, TextDelta, ToolCallDelta, ToolCallStarted, WarningEvent
+from crow_cli.wire.accumulate import StreamAccumulator
+from tests.conftest import chunk, first_sse, load_cases, sse_chunks, tool_delta
+
+CASES = load_cases()
+
+
+def assemble(*chunks, trace: bool = False):
+    acc = StreamAccumulator(trace=trace)
+    events = []
+    for c in chunks:
+        events += acc.feed(c)
+    turn, tail = acc.finish()
+    return turn, events + tail
+
+
+STREAM_CASES = [c for c in CASES if c["expected"].get("finish_reason") != "error"]
+
+
+@pytest.mark.parametrize("case", STREAM_CASES, ids=lambda c: c["id"])
+def test_conformance_case_assembles_expected_calls(case):
+    turn, _ = assemble(*sse_chunks(first_sse(case)))
+    expected = case["expected"]
+    got = [(c.id, c.name, json.loads(c.arguments)) for c in turn.tool_calls]
+    want = [(c["id"], c["function"]["name"], json.loads(c["function"]["arguments"]))
+            for c in expected.get("tool_calls") or []]
+    assert got == want
+    assert (turn.content or "").strip() == (expected.get("content") or "").strip()
+    assert turn.finish_reason == expected["finish_reason"]
+    for call in turn.tool_calls:
+        call.arguments.encode("utf-8")  # no lone surrogates survive
+
+
+def test_inband_error_case_raises_with_server_message_and_code():
+    case = next(c for c in CASES if c["id"] == "vllm-inband-error-event")
+    acc = StreamAccumulator()
+    with pytest.raises(ServerError) as info:
+        for c in sse_chunks(first_sse(case)):
+            acc.feed(c)
+    assert "overloaded" in str(info.value) and info.value.code == 503 and info.value.status == 503
+
+
+def test_empty_string_id_and_name_never_overwrite():
+    turn, _ = assemble(
+        chunk({"tool_calls": [tool_delta(0, "call_1", "run", '{"a"')]}),
+        chunk({"tool_calls": [{"index": 0, "id": "", "type": "", "function": {"name": "", "arguments": ": 1}"}}]}),
+        chunk({}, "tool_calls"),
+    )
+    assert [(c.id, c.name, c.arguments) for c in turn.tool_calls] == [("call_1", "run", '{"a": 1}')]
+
+
+def test_identical_repeat_of_id_and_name_is_ignored():
+    turn, _ = assemble(
+        chunk({"tool_calls": [tool_delta(0, "c1", "get_weather", '{"city": "Par')]}),
+        chunk({"tool_calls": [tool_delta(0, "c1", "get_weather", 'is"}')]}, "tool_calls"),
+    )
+    assert [(c.id, c.name, c.arguments) for c in turn.tool_calls] == [("c1", "get_weather", '{"city": "Paris"}')]
+
+
+def test_name_may_arrive_in_pieces():
+    turn, _ = assemble(
+        chunk({"tool_calls": [tool_delta(0, "c1", "get_")]}),
+        chunk({"tool_calls": [tool_delta(0, name="weather")]}),
+        chunk({"tool_calls": [tool_delta(0, arguments="{}")]}),
+    )
+    assert turn.tool_calls[0].name == "get_weather"
+
+
+def test_object_arguments_are_serialised():
+    turn, _ = assemble(chunk({"tool_calls": [tool_delta(0, "c1", "f", {"x": [1, "é"]})]}))
+    assert json.loads(turn.tool_calls[0].arguments) == {"x": [1, "é"]}
+
+
+def test_final_chunk_repeating_complete_arguments_is_not_appended():
+    turn, _ = assemble(
+        chunk({"tool_calls": [tool_delta(0, "c1", "f", '{"a": ')]}),
+        chunk({"tool_calls": [tool_delta(0, arguments="1}")]}),
+        chunk({"tool_calls": [tool_delta(0, arguments='{"a": 1}')]}, "tool_calls"),
+    )
+    assert turn.tool_calls[0].arguments == '{"a": 1}'
+
+
+def test_missing_index_continues_the_latest_call():
+    turn, _ = assemble(
+        chunk({"tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a"'}}]}),
+        chunk({"tool_calls": [{"function": {"arguments": ": 2}"}}]}),
+    )
+    assert [(c.id, c.arguments) for c in turn.tool_calls] == [("c1", '{"a": 2}')]
+
+
+def test_index_reused_with_new_id_and_name_starts_a_new_call():
+    turn, _ = assemble(
+        chunk({"tool_calls": [tool_delta(0, "c1", "f", '{"n": 1}')]}),
+        chunk({"tool_calls": [tool_delta(0, "c2", "f", '{"n": 2}')]}),
+    )
+    assert [(c.id, c.index, c.arguments) for c in turn.tool_calls] == [("c1", 0, '{"n": 1}'), ("c2", 1, '{"n": 2}')]
+
+
+def test_fresh_id_without_name_continues_the_open_call_and_keeps_first_id():
+    turn, _ = assemble(
+        chunk({"tool_calls": [tool_delta(0, "c1", "f", '{"n": ')]}),
+        chunk({"tool_calls": [tool_delta(0, "c9", None, "1}")]}),
+    )
+    assert [(c.id, c.arguments) for c in turn.tool_calls] == [("c1", '{"n": 1}')]
+
+
+def test_same_name_without_ids_after_complete_arguments_starts_a_new_call():
+    turn, _ = assemble(
+        chunk({"tool_calls": [tool_delta(0, None, "f", '{"n": 1}')]}),
+        chunk({"tool_calls": [tool_delta(0, None, "f", '{"n": 2}')]}),
+    )
+    assert [(c.id, c.arguments) for c in turn.tool_calls] == [("", '{"n": 1}'), ("", '{"n": 2}')]
+
+
+def test_index_starting_at_one_leaves_no_placeholder():
+    turn, _ = assemble(chunk({"tool_calls": [tool_delta(1, "c1", "f", "{}")]}), chunk({"tool_calls": [{"index": 0}]}))
+    assert [(c.id, c.index) for c in turn.tool_calls] == [("c1", 0)]
+
+
+def test_empty_choices_tool_calls_list_and_extra_fields_are_harmless():
+    turn, events = assemble(
+        {"choices": [], "prompt_filter_results": [{}]},
+        chunk({"content": "Hi", "tool_calls": []}, extra_field=1),
+        {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}},
+        chunk({}, "stop"),
+    )
+    assert turn.content == "Hi" and turn.tool_calls == [] and turn.finish_reason == "stop"
+    assert turn.usage == {"prompt_tokens": 3, "completion_tokens": 1}
+    assert [e for e in events if isinstance(e, TextDelta)] == [TextDelta("Hi")]
+
+
+def test_usage_after_finish_does_not_change_finish_reason():
+    turn, _ = assemble(chunk({"content": "x"}, "length"), {"choices": [], "usage": {"total_tokens": 9}})
+    assert turn.finish_reason == "length" and turn.usage == {"total_tokens": 9}
+
+
+def test_reasoning_is_kept_apart_from_content():
+    turn, events = assemble(
+        chunk({"reasoning_content": "think "}), chunk({"reasoning": "more"}), chunk({"content": "answer"}, "stop"),
+    )
+    assert turn.reasoning == "think more" and turn.content == "answer"
+    assert [e.text for e in events if isinstance(e, ReasoningDelta)] == ["think ", "more"]
+
+
+def test_text_before_between_and_after_tool_calls_is_kept():
+    turn, _ = assemble(
+        chunk({"content": "a"}), chunk({"tool_calls": [tool_delta(0, "c1", "f", "{}")]}), chunk({"content": "b"}),
+        chunk({"tool_calls": [tool_delta(1, "c2", "g", "{}")]}), chunk({"content": "c"}, "tool_calls"),
+    )
+    assert turn.content == "abc" and [c.name for c in turn.tool_calls] == ["f", "g"]
+
+
+def test_surrogate_halves_split_across_text_deltas_are_paired_before_display():
+    turn, events = assemble(chunk({"content": "party \ud83c"}), chunk({"content": "\udf89!"}), chunk({}, "stop"))
+    shown = "".join(e.text for e in events if isinstance(e, TextDelta))
+    assert shown == turn.content == "party 🎉!"
+    shown.encode("utf-8")
+
+
+def test_lone_surrogate_at_end_becomes_replacement_character():
+    turn, _ = assemble(chunk({"content": "x\ud83c"}))
+    assert turn.content == "x\ufffd"
+
+
+def test_truncated_arguments_are_repaired_with_a_warning_naming_the_call():
+    turn, events = assemble(chunk({"tool_calls": [tool_delta(0, "c1", "save", '{"path": "a.txt", "text": "hel')]}))
+    assert json.loads(turn.tool_calls[0].arguments) == {"path": "a.txt", "text": "hel"}
+    warnings = [e for e in events if isinstance(e, WarningEvent)]
+    assert len(warnings) == 1 and warnings[0].call_id == "c1" and "save" in warnings[0].message
+
+
+def test_unrepairable_arguments_become_empty_object_with_a_warning():
+    turn, events = assemble(chunk({"tool_calls": [tool_delta(0, "c1", "f", "not json at all")]}))
+    assert turn.tool_calls[0].arguments == "{}"
+    assert any(isinstance(e, WarningEvent) and e.call_id == "c1" for e in events)
+
+
+def test_empty_arguments_become_empty_object_without_warning():
+    turn, events = assemble(chunk({"tool_calls": [tool_delta(0, "c1", "f", "")]}))
+    assert turn.tool_calls[0].arguments == "{}"
+    assert not [e for e in events if isinstance(e, WarningEvent)]
+
+
+@pytest.mark.parametrize("reason", ["stop", None, "length"])
+def test_tool_turn_whatever_finish_reason_says(reason):
+    turn, _ = assemble(chunk({"tool_calls": [tool_delta(0, "c1", "f", "{}")]}, reason))
+    assert turn.is_tool_turn and turn.finish_reason == "tool_calls"
+    assert turn.truncated is (reason is None)
+
+
+def test_text_turn_ending_in_length_warns():
+    turn, events = assemble(chunk({"content": "cut"}, "length"))
+    assert turn.finish_reason == "length" and turn.content == "cut"
+    assert any(isinstance(e, WarningEvent) and "length" in e.message for e in events)
+
+
+def test_tool_call_started_once_per_call_with_id_and_name():
+    _, events = assemble(
+        chunk({"tool_calls": [tool_delta(0, "c1", "f", "")]}), chunk({"tool_calls": [tool_delta(0, arguments="{}")]}),
+        chunk({"tool_calls": [tool_delta(1, "c2", "g", "{}")]}),
+    )
+    assert [e for e in events if isinstance(e, ToolCallStarted)] == [ToolCallStarted(0, "c1", "f"),
+                                                                    ToolCallStarted(1, "c2", "g")]
+
+
+def test_trace_emits_one_event_per_raw_delta():
+    _, events = assemble(chunk({"tool_calls": [tool_delta(0, "c1", "f", "{")]}),
+                         chunk({"tool_calls": [tool_delta(0, arguments="}")]}), trace=True)
+    assert [e for e in events if isinstance(e, ToolCallDelta)] == [ToolCallDelta(0, "c1", "f", "{"),
+                                                                  ToolCallDelta(0, None, None, "}")]
+
+
+def test_other_choices_are_ignored():
+    turn, _ = assemble({"choices": [{"index": 1, "delta": {"content": "other"}},
+                                    {"index": 0, "delta": {"content": "me"}}]})
+    assert turn.content == "me"
+
+
+def test_megabyte_of_one_byte_fragments_assembles_exactly():
+    payload = json.dumps({"blob": "x" * 1_000_000})
+    acc = StreamAccumulator()
+    acc.feed(chunk({"tool_calls": [tool_delta(0, "c1", "f", "")]}))
+    for ch in payload:
+        acc.feed({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": ch}}]}}]})
+    turn, _ = acc.finish()
+    assert turn.tool_calls[0].arguments == payload
