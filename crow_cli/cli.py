@@ -6,6 +6,7 @@ Nothing heavy is imported here: `crow --version` and `crow tools` must start fas
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Annotated
 
@@ -52,6 +53,9 @@ def main() -> None:
     except KeyboardInterrupt:
         print("\ncrow: interrupted", file=sys.stderr)
         sys.exit(130)
+    except BrokenPipeError:  # `crow run … | head`: the reader left; say nothing more on stdout
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
     except Exception as exc:  # a bug: one line, the traceback only with --debug
         print(f"crow: internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback; "
               "please report it)", file=sys.stderr)

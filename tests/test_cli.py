@@ -120,3 +120,13 @@ def test_version():
 @pytest.mark.parametrize("args", [["run", "--max-turns", "x", "hi"], ["nosuch"]])
 def test_usage_errors_exit_2(args):
     assert crow(*args).returncode == 2
+
+
+def test_output_piped_into_a_reader_that_leaves_early(tmp_path):
+    long_text = "line\n" * 20000
+    with ReplayServer([{"sse": text_sse(long_text)}]) as srv:
+        shell = f"'{CROW}' run --base-url {srv.base_url} --no-tools hi | head -1"
+        proc = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "NO_COLOR": "1"})
+    assert proc.stdout == "line\n"
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
