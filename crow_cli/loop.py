@@ -11,7 +11,8 @@ tools: the caller then closes the history with `history.repair_history`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -29,7 +30,7 @@ class ChatStream(Protocol):
     """What the loop needs of a model client (`wire.client.ChatClient` is one)."""
 
     def stream(self, messages: list[Message], tools: list[dict[str, Any]] | None = None
-               ) -> AsyncIterator[dict[str, Any]]: ...
+               ) -> AsyncGenerator[dict[str, Any], None]: ...
 
 
 @dataclass(frozen=True)
@@ -64,9 +65,10 @@ async def react(
     for turn_no in range(1, settings.max_turns + 1):
         accumulator = StreamAccumulator(trace=settings.trace)
         try:
-            async for chunk in client.stream(history, tools):
-                for event in accumulator.feed(chunk):
-                    yield event
+            async with aclosing(client.stream(history, tools)) as chunks:  # closes the response on cancel
+                async for chunk in chunks:
+                    for event in accumulator.feed(chunk):
+                        yield event
         except CrowError as exc:
             yield RunFinished("error", "", turn_no - 1, str(exc), exc.exit_code)
             return
