@@ -12,11 +12,13 @@ from typing import Any, Literal
 from .history import Message, ToolCall, ToolResult
 
 __all__ = [
+    "SCHEMA_VERSION",
     "Event",
     "MessageAppended",
     "Notice",
     "ReasoningDelta",
     "RunFinished",
+    "RunStarted",
     "RunStatus",
     "TextDelta",
     "ToolCallDelta",
@@ -28,6 +30,20 @@ __all__ = [
 ]
 
 RunStatus = Literal["completed", "max_turns", "error", "cancelled"]
+
+SCHEMA_VERSION = 1
+"""Version of the JSONL event schema (`crow_cli/schemas/events.schema.json`); bumped only on a breaking change."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunStarted:
+    """The first event of a run, sent by the surface (the loop does not know the model or session)."""
+
+    model: str
+    session_id: str | None = None
+    """The session the run is stored in; None when it is not stored."""
+    schema_version: int = SCHEMA_VERSION
+    type: Literal["run_started"] = "run_started"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +98,9 @@ class Notice:
     """Progress a user may want to know about (a retry, a resumed stream)."""
 
     message: str
+    code: str | None = None
+    """A stable tag for scripts. `"turn_restarted"`: the stream of this turn broke and is being
+    requested again from the same history; drop the text, reasoning and tool calls of the turn seen so far."""
     type: Literal["notice"] = "notice"
 
 
@@ -135,7 +154,8 @@ class RunFinished:
 
 
 Event = (
-    TextDelta
+    RunStarted
+    | TextDelta
     | ReasoningDelta
     | ToolCallStarted
     | ToolCallDelta

@@ -5,8 +5,9 @@
                     └─► tool calls ──► dispatch (concurrent) ──► tool results ──► next turn
 
 The loop appends to the caller's history list in place and reports everything as typed events;
-its last event is always `RunFinished`. Cancelling the consumer stops the stream and the running
-tools: the caller then closes the history with `history.repair_history`.
+its last event is always `RunFinished`. A turn whose stream breaks or goes idle mid-way is asked
+for once more from the same history (no tool of it has run yet). Cancelling the consumer stops the
+stream and the running tools: the caller then closes the history with `history.repair_history`.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .errors import CrowError, MaxTurnsExceeded
-from .events import Event, MessageAppended, RunFinished, ToolResultReady, TurnFinished
+from .errors import CrowError, MaxTurnsExceeded, StreamCut
+from .events import Event, MessageAppended, Notice, RunFinished, ToolResultReady, TurnFinished
 from .history import AssistantTurn, Message, ToolResult
 from .tools.dispatch import Approver, dispatch
 from .tools.registry import ToolRegistry
@@ -43,6 +44,8 @@ class LoopSettings:
     """Tool output beyond this is cut, with a marker the model sees."""
     trace: bool = False
     """Emit a `ToolCallDelta` per raw tool-call delta (for `--debug`)."""
+    stream_attempts: int = 2
+    """Requests per turn when the stream breaks or goes idle mid-way (`StreamCut`): 2 = one retry."""
 
 
 async def react(
@@ -63,18 +66,15 @@ async def react(
     """
     tools = registry.schemas() if registry else None
     for turn_no in range(1, settings.max_turns + 1):
-        accumulator = StreamAccumulator(trace=settings.trace)
+        streamed: list[AssistantTurn] = []
         try:
-            async with aclosing(client.stream(history, tools)) as chunks:  # closes the response on cancel
-                async for chunk in chunks:
-                    for event in accumulator.feed(chunk):
-                        yield event
+            async with aclosing(_stream_turn(history, client, tools, settings, streamed)) as turn_events:
+                async for event in turn_events:
+                    yield event
         except CrowError as exc:
             yield RunFinished("error", "", turn_no - 1, str(exc), exc.exit_code)
             return
-        turn, events = accumulator.finish()
-        for event in events:
-            yield event
+        turn = streamed[0]
         yield _append(history, turn.to_message())
         yield TurnFinished(turn_no, turn.finish_reason, turn.usage, turn.content, tuple(turn.tool_calls))
         if not turn.is_tool_turn:
@@ -84,6 +84,33 @@ async def react(
             yield event
     error = MaxTurnsExceeded(settings.max_turns)
     yield RunFinished("max_turns", "", settings.max_turns, str(error), error.exit_code)
+
+
+async def _stream_turn(history: list[Message], client: ChatStream, tools: list[dict[str, Any]] | None,
+                       settings: LoopSettings, out: list[AssistantTurn]) -> AsyncGenerator[Event, None]:
+    """Stream one turn into `out`; a stream that breaks or goes idle is requested once more.
+
+    Tools only run after a turn's stream has ended, so a cut stream never has a tool of its turn
+    behind it: asking again from the same history is safe. The retry is announced with a
+    `Notice(code="turn_restarted")`: what the cut attempt streamed is superseded, not continued.
+    """
+    for attempt in range(1, settings.stream_attempts + 1):
+        accumulator = StreamAccumulator(trace=settings.trace)
+        try:
+            async with aclosing(client.stream(history, tools)) as chunks:  # closes the response on cancel
+                async for chunk in chunks:
+                    for event in accumulator.feed(chunk):
+                        yield event
+        except StreamCut as exc:
+            if attempt == settings.stream_attempts:
+                raise StreamCut(f"{exc} (after {attempt} attempts)", status=exc.status) from exc
+            yield Notice(f"crow: {exc}; asking again, the answer restarts", code="turn_restarted")
+            continue
+        turn, events = accumulator.finish()
+        for event in events:
+            yield event
+        out.append(turn)
+        return
 
 
 async def _run_tools(turn: AssistantTurn, history: list[Message], registry: ToolRegistry | None,

@@ -13,6 +13,9 @@ from .options import ApiKeyOpt, BaseUrlOpt, ConfigOpt, DebugOpt, ModelOpt, Profi
 
 __all__ = ["run"]
 
+_EXIT_GRACE_S = 3.0
+"""After SIGINT/SIGTERM, seconds given to a tool thread that cannot be interrupted before exiting anyway."""
+
 
 def _read_prompt(prompt: str | None) -> str:
     if prompt is None or prompt == "-":
@@ -35,11 +38,15 @@ def run(
     tools_dir: ToolsDirOpt = None,
     no_tools: Annotated[bool, typer.Option("--no-tools", help="Offer the model no tools.")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Approve every tool call without asking.")] = False,
+    json_events: Annotated[bool, typer.Option("--json", help="Write JSONL events to stdout instead of the answer "
+                                              "(schema: crow_cli/schemas/events.schema.json).")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No tool activity on stderr (errors and warnings "
+                                        "still show).")] = False,
     profile: ProfileOpt = None,
     config: ConfigOpt = None,
     debug: DebugOpt = False,
 ) -> None:
-    """Run one prompt: stream the answer to stdout, tool activity to stderr."""
+    """Run one prompt: stream the answer to stdout, tool activity to stderr (or JSONL events with --json)."""
     from ..config import load_settings
     from ..surfaces.run import RunOptions, run_prompt
 
@@ -50,7 +57,7 @@ def run(
             config_path=config, profile=profile,
         )
         options = RunOptions(prompt=text, tools_dirs=tuple(tools_dir or ()), no_tools=no_tools, yes=yes,
-                             debug=debug)
+                             debug=debug, json=json_events, quiet=quiet, exit_grace_s=_EXIT_GRACE_S)
         code = asyncio.run(run_prompt(settings, options))
     except CrowError as exc:
         raise fail(exc, debug=debug) from None

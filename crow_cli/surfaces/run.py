@@ -1,7 +1,15 @@
-"""`crow run`: one prompt, the answer streamed to stdout, tool activity on stderr."""
+"""`crow run`: one prompt, the answer streamed to stdout, tool activity on stderr (or JSONL events with --json).
+
+SIGINT / SIGTERM cancel the stream and the running tools; the history is closed with a result for
+every unanswered call and the run ends `cancelled` with exit code 130 / 143 (`surfaces.interrupt`).
+A turn whose stream was cut and is asked for again (a `turn_restarted` notice) restarts its answer on
+a new line: the text of the cut attempt stays on stdout, so scripts wanting the exact answer use
+`--json` (`run_finished.final_text`).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from dataclasses import dataclass
 from typing import TextIO
@@ -12,16 +20,20 @@ from ..events import (
     Notice,
     ReasoningDelta,
     RunFinished,
+    RunStarted,
     TextDelta,
     ToolCallDelta,
     ToolResultReady,
     ToolRunStarted,
+    TurnFinished,
     WarningEvent,
 )
-from ..history import Message, ToolCall, user_message
+from ..history import Message, ToolCall, ToolResult, pending_tool_calls, repair_history, user_message
 from ..loop import react
 from ..tools.registry import Tool
 from .common import build_client, build_registry, loop_settings, short_json
+from .interrupt import SignalCancel
+from .jsonl import JsonlWriter
 
 __all__ = ["RunOptions", "run_prompt"]
 
@@ -34,17 +46,24 @@ class RunOptions:
     yes: bool = False
     debug: bool = False
     record_dir: str | None = None
+    json: bool = False
+    """Write JSONL events to stdout instead of the answer (`surfaces.jsonl`)."""
+    quiet: bool = False
+    """Plain mode: no tool activity, reasoning or notices on stderr (warnings and errors stay)."""
+    exit_grace_s: float | None = None
+    """After a signal, exit this many seconds after cleanup even if a tool thread still runs."""
 
 
 class _Printer:
     """Answer text to stdout as it arrives; everything else to stderr, one line per fact."""
 
-    def __init__(self, out: TextIO, err: TextIO, *, debug: bool) -> None:
+    def __init__(self, out: TextIO, err: TextIO, *, debug: bool, quiet: bool = False) -> None:
         from rich.console import Console
 
         self.out = out
         self.err = Console(file=err, highlight=False, soft_wrap=True)
         self.debug = debug
+        self.quiet = quiet
         self.at_line_start = True
         self.reasoning_open = False
 
@@ -55,6 +74,10 @@ class _Printer:
             self.at_line_start = True
 
     def handle(self, event: Event) -> None:
+        if self.quiet and isinstance(event, ReasoningDelta | ToolRunStarted | ToolResultReady | Notice):
+            if isinstance(event, Notice) and event.code == "turn_restarted":
+                self._new_line()
+            return
         match event:
             case TextDelta(text=text):
                 self.out.write(text)
@@ -78,14 +101,28 @@ class _Printer:
                 self._break_line()
                 self.err.print(f"crow: warning: {message}", style="yellow", markup=False)
             case Notice(message=message):
+                self._close_reasoning()
+                if event.code == "turn_restarted":
+                    self._new_line()
+                else:
+                    self._break_line()
                 self.err.print(message, style="dim", markup=False)
             case RunFinished():
                 self._close_reasoning()
                 if not self.at_line_start:
                     self.out.write("\n")
                     self.out.flush()
-                if event.error:
+                if event.error and event.status == "cancelled":
+                    self.err.print(f"crow: {event.error}", style="bold red", markup=False)
+                elif event.error:
                     self.err.print(f"crow: error: {event.error}", style="bold red", markup=False)
+
+    def _new_line(self) -> None:
+        """End a partial answer line on stdout whatever it is (the answer restarts below it)."""
+        if not self.at_line_start:
+            self.out.write("\n")
+            self.out.flush()
+            self.at_line_start = True
 
     def _close_reasoning(self) -> None:
         if self.reasoning_open:
@@ -93,10 +130,44 @@ class _Printer:
             self.reasoning_open = False
 
 
+class _Progress:
+    """What a cancelled run reports: turns finished and the text of the turn in progress."""
+
+    def __init__(self) -> None:
+        self.turns = 0
+        self.text: list[str] = []
+        self.running: set[int] = set()
+
+    def track(self, event: Event) -> None:
+        match event:
+            case TextDelta(text=text):
+                self.text.append(text)
+            case Notice(code="turn_restarted"):
+                self.text.clear()
+            case TurnFinished():
+                self.turns, self.text = event.turn, []
+            case ToolRunStarted(call=call):
+                self.running.add(call.index)
+            case ToolResultReady(result=result):
+                self.running.discard(result.index)
+
+
+def _close_history(history: list[Message]) -> list[ToolResult]:
+    """Answer every unanswered call of the last assistant turn (`repair_history`); the results added."""
+    pending = pending_tool_calls(history)
+    calls = next((m.get("tool_calls") or [] for m in reversed(history) if m.get("role") == "assistant"), [])
+    first = len(calls) - len(pending)
+    added = repair_history(history, "cancelled")
+    return [ToolResult(msg["tool_call_id"], (call.get("function") or {}).get("name") or "", msg["content"], ok=False,
+                       index=first + i) for i, (call, msg) in enumerate(zip(pending, added, strict=True))]
+
+
 async def run_prompt(settings: Settings, options: RunOptions, out: TextIO = sys.stdout,
                      err: TextIO = sys.stderr) -> int:
-    """Run one prompt to completion; return the process exit code (0, 1, 2)."""
-    printer = _Printer(out, err, debug=options.debug)
+    """Run one prompt to completion; return the process exit code (0, 1, 2, 130, 143)."""
+    printer: _Printer | JsonlWriter = (JsonlWriter(out, err, debug=options.debug) if options.json
+                                       else _Printer(out, err, debug=options.debug, quiet=options.quiet))
+    printer.handle(RunStarted(model=settings.model))
     registry = None if options.no_tools else build_registry(settings, extra_dirs=options.tools_dirs)
     if registry is not None:
         for problem in registry.errors:
@@ -110,13 +181,32 @@ async def run_prompt(settings: Settings, options: RunOptions, out: TextIO = sys.
         return True
 
     client = build_client(settings, options.record_dir)
-    code = 1
-    try:
+    progress = _Progress()
+
+    async def drive() -> int:
+        code = 1
         async for event in react(history, client, registry, loop_settings(settings, trace=options.debug),
                                  approve_all if options.yes else None):
+            progress.track(event)
             printer.handle(event)
             if isinstance(event, RunFinished):
                 code = event.exit_code
+        return code
+
+    task = asyncio.ensure_future(drive())
+    try:
+        with SignalCancel(task, exit_grace_s=options.exit_grace_s) as signals:
+            try:
+                return await task
+            except asyncio.CancelledError:
+                if signals.signum is None:
+                    raise
+        for result in _close_history(history):
+            printer.handle(ToolResultReady(result))
+        printer.handle(RunFinished("cancelled", "".join(progress.text), progress.turns,
+                                   f"interrupted ({signals.name})", signals.exit_code))
+        if progress.running:
+            signals.exit_soon()  # a tool in a worker thread may not stop; do not wait for it
+        return signals.exit_code
     finally:
         await client.aclose()
-    return code

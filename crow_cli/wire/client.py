@@ -9,6 +9,7 @@ quirks reach the accumulator untouched. Every SDK/httpx error is mapped here, on
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from collections.abc import AsyncIterator
@@ -138,7 +139,11 @@ class ChatClient:
 
 
 def _short(text: str, limit: int = 200) -> str:
-    text = re.sub(r"<[^>]+>", " ", text)  # an HTML error page from a proxy
+    if re.search(r"<(!doctype|html|head|body|title|h1)\b", text, re.IGNORECASE):  # a proxy's HTML error page
+        title = re.search(r"<(title|h1)[^>]*>(.*?)</\1>", text, re.IGNORECASE | re.DOTALL)
+        text = title.group(2) if title else re.sub(r"<(script|style)\b.*?</\1>", " ", text,
+                                                   flags=re.IGNORECASE | re.DOTALL)
+        text = "HTML error page: " + html.unescape(re.sub(r"<[^>]+>", " ", text))
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -188,8 +193,8 @@ def map_error(exc: BaseException, base_url: str) -> ProviderError | None:
             return ServerError(f"server error ({status}): {message}", status=status, code=code,
                                retry_after=retry_after)
         return ProviderError(f"request rejected ({status}): {message}", status=status, code=code)
-    if isinstance(exc, openai.APITimeoutError):
-        return StreamCut(f"no answer from {base_url} within the timeout")
+    if isinstance(exc, openai.APITimeoutError):  # before the stream started: the SDK has retried it already
+        return ProviderError(f"no answer from {base_url} within the timeout (idle_timeout), after retries")
     if isinstance(exc, openai.APIConnectionError):
         cause = exc.__cause__ or exc
         return ProviderError(f"cannot reach {base_url}: {_short(str(cause) or type(cause).__name__)}")

@@ -1,0 +1,133 @@
+"""`crow run --json` end to end: every stdout line is a schema-valid event; plain mode and --quiet."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from pathlib import Path
+
+import pytest
+from conftest import text_sse
+from scripting_support import ROOT, TOOLS, assert_contract, run_crow, schema_validator, tool_turn, write_config
+
+from crow_cli import events as ev
+from crow_cli.history import ToolCall, ToolResult
+from crow_cli.surfaces.jsonl import event_schema, event_to_json
+
+USAGE = {"id": "chatcmpl-t", "object": "chat.completion.chunk", "created": 1, "model": "test-model", "choices": [],
+         "usage": {"prompt_tokens": 42, "completion_tokens": 17, "total_tokens": 59}}
+
+
+def parallel_script() -> list[dict]:
+    first = tool_turn(("call_dice_1", "roll_dice", '{"sides": 6, "count": 2}'),
+                      ("call_time_2", "current_time", '{"timezone": "UTC"}'))
+    return [{"sse": first.replace("data: [DONE]", f"data: {json.dumps(USAGE)}\n\ndata: [DONE]")},
+            {"sse": text_sse("Rolled and timed.")}]
+
+
+def test_two_parallel_tool_calls_as_schema_valid_events(tmp_path: Path) -> None:
+    ran = run_crow(parallel_script(), "--json", "--tools-dir", str(TOOLS), "Roll two dice, tell the time",
+                   cwd=tmp_path)
+    assert ran.code == 0, ran.stderr
+    assert ran.stderr == ""
+    events = ran.events()
+    types = [e["type"] for e in events]
+    assert types[0] == "run_started" and events[0]["schema_version"] == event_schema()["version"]
+    assert events[0]["model"] == "test-model" and events[0]["session_id"] is None
+    assert types[-1] == "run_finished" and types.count("run_finished") == 1
+    assert events[-1] == {"type": "run_finished", "status": "completed", "final_text": "Rolled and timed.",
+                          "turns": 2, "error": None, "exit_code": 0}
+    calls = [e["call"] for e in events if e["type"] == "tool_call"]
+    results = {e["result"]["call_id"]: e["result"] for e in events if e["type"] == "tool_result"}
+    assert [(c["id"], c["name"]) for c in calls] == [("call_dice_1", "roll_dice"), ("call_time_2", "current_time")]
+    assert json.loads(calls[0]["arguments"]) == {"sides": 6, "count": 2}
+    assert set(results) == {"call_dice_1", "call_time_2"} and all(r["ok"] for r in results.values())
+    assert results["call_dice_1"]["output"].startswith("rolls: [")
+    position = {(e["type"], (e.get("call") or e.get("result") or {}).get("id") or e.get("result", {}).get("call_id")): i
+                for i, e in enumerate(events)}
+    for call in calls:  # each result comes after its call
+        assert position[("tool_call", call["id"])] < position[("tool_result", call["id"])]
+    first_turn = next(e for e in events if e["type"] == "turn_finished")
+    assert first_turn["finish_reason"] == "tool_calls" and first_turn["usage"]["total_tokens"] == 59
+    assert "".join(e["text"] for e in events if e["type"] == "text") == "Rolled and timed."
+    assert_contract(ran.requests[1]["messages"])
+
+
+def test_plain_mode_stdout_is_the_answer_and_quiet_hides_tool_activity(tmp_path: Path) -> None:
+    loud = run_crow(parallel_script(), "--tools-dir", str(TOOLS), "Roll", cwd=tmp_path)
+    quiet = run_crow(parallel_script(), "--quiet", "--tools-dir", str(TOOLS), "Roll", cwd=tmp_path)
+    for ran in (loud, quiet):
+        assert ran.code == 0, ran.stderr
+        assert ran.stdout == "Rolled and timed.\n"
+    assert "→ roll_dice(" in loud.stderr and "current_time" in loud.stderr
+    assert quiet.stderr == ""
+
+
+def test_oversized_tool_output_is_capped_with_a_marker(tmp_path: Path) -> None:
+    tools = tmp_path / "bigtools"
+    tools.mkdir()
+    (tools / "big.py").write_text(
+        "from crow_cli.tools import tool\n\n\n@tool\ndef big(n: int) -> str:\n"
+        '    """Return n characters."""\n    return "x" * n\n')
+    config = write_config(tmp_path, max_output_chars=100, max_retries=0)
+    ran = run_crow([{"sse": tool_turn(("call_big", "big", '{"n": 5000}'))}, {"sse": text_sse("ok")}],
+                   "--json", "--tools-dir", str(tools), "big", cwd=tmp_path, config=config)
+    assert ran.code == 0, ran.stderr
+    sent = [m for m in ran.requests[1]["messages"] if m["role"] == "tool"]
+    assert len(sent) == 1 and sent[0]["tool_call_id"] == "call_big"
+    assert sent[0]["content"].startswith("x" * 100 + "\n[output truncated: 4900 of 5000 characters")
+    assert "x" * 101 not in sent[0]["content"]
+    result = next(e["result"] for e in ran.events() if e["type"] == "tool_result")
+    assert result["output"] == sent[0]["content"]
+
+
+WRITTEN = [ev.RunStarted, ev.TextDelta, ev.ReasoningDelta, ev.ToolCallStarted, ev.ToolCallDelta, ev.WarningEvent,
+           ev.Notice, ev.TurnFinished, ev.ToolRunStarted, ev.ToolResultReady, ev.RunFinished]
+
+
+def test_every_event_written_is_in_the_union_and_the_schema() -> None:
+    written = {cls for cls in typing.get_args(ev.Event)} - {ev.MessageAppended}
+    assert written == set(WRITTEN)
+    defs = event_schema()["$defs"]
+    for cls in WRITTEN:
+        kind = cls.__dataclass_fields__["type"].default
+        props = defs[kind]["properties"]
+        assert set(props) == {f.name for f in dataclasses.fields(cls)}, kind  # schema drift guard
+        assert set(defs[kind]["required"]) == set(props)
+
+
+@pytest.mark.parametrize("event", [
+    ev.RunStarted("m"), ev.TextDelta("h\u00e9 \U0001f600"), ev.ReasoningDelta("r"), ev.ToolCallStarted(0, "", "x"),
+    ev.ToolCallDelta(None, None, "x", '{"a'), ev.WarningEvent("w", "c"), ev.Notice("n", "turn_restarted"),
+    ev.TurnFinished(1, "tool_calls", None, None, (ToolCall("", "x", "{}"),)),
+    ev.ToolRunStarted(ToolCall("id", "x", "{}", 1)), ev.ToolResultReady(ToolResult("id", "x", "out", False, 0.5, 1)),
+    ev.RunFinished("cancelled", "", 0, "interrupted (SIGINT)", 130),
+])
+def test_each_event_line_is_ascii_json_valid_against_the_schema(event: ev.Event) -> None:
+    line = event_to_json(event)
+    assert line.isascii() and "\n" not in line
+    decoded = json.loads(line)
+    assert next(iter(decoded)) == "type"
+    schema_validator().validate(decoded)
+    assert decoded == json.loads(json.dumps(dataclasses.asdict(event)))
+
+
+def test_schema_rejects_a_renamed_field() -> None:
+    from jsonschema import ValidationError
+
+    with pytest.raises(ValidationError):
+        schema_validator().validate({"type": "tool_call", "tool_call": {"id": "a", "name": "b", "arguments": "{}"}})
+
+
+def test_the_built_wheel_ships_the_schema(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import zipfile
+
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w",
+                    str(tmp_path), str(ROOT)], check=True, capture_output=True)
+    (wheel,) = tmp_path.glob("crow_cli-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        shipped = json.loads(zf.read("crow_cli/schemas/events.schema.json"))
+    assert shipped == event_schema()
