@@ -131,12 +131,13 @@ class _Printer:
 
 
 class _Progress:
-    """What a cancelled run reports: turns finished and the text of the turn in progress."""
+    """What a cancelled run reports: turns finished, the text of the turn in progress, calls unanswered."""
 
     def __init__(self) -> None:
         self.turns = 0
         self.text: list[str] = []
         self.running: set[int] = set()
+        self.finished: RunFinished | None = None
 
     def track(self, event: Event) -> None:
         match event:
@@ -146,10 +147,11 @@ class _Progress:
                 self.text.clear()
             case TurnFinished():
                 self.turns, self.text = event.turn, []
-            case ToolRunStarted(call=call):
-                self.running.add(call.index)
+                self.running = {call.index for call in event.tool_calls}  # dispatch starts them all at once
             case ToolResultReady(result=result):
                 self.running.discard(result.index)
+            case RunFinished():
+                self.finished = event
 
 
 def _close_history(history: list[Message]) -> list[ToolResult]:
@@ -201,6 +203,8 @@ async def run_prompt(settings: Settings, options: RunOptions, out: TextIO = sys.
             except asyncio.CancelledError:
                 if signals.signum is None:
                     raise
+                if progress.finished is not None:  # the signal came after the run's last event
+                    return progress.finished.exit_code
         for result in _close_history(history):
             printer.handle(ToolResultReady(result))
         printer.handle(RunFinished("cancelled", "".join(progress.text), progress.turns,

@@ -1,0 +1,147 @@
+"""Fault injection through the CLI: retries, final errors, cut and stalled streams, bad bodies.
+
+Every run is a `crow run --json` subprocess against the replay server; each stdout line is
+validated against the shipped schema. Retries and timeouts are made small through the config file.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from conftest import chunk, sse, text_sse
+from scripting_support import TOOLS, Ran, assert_contract, run_crow, tool_turn, write_config
+
+ERROR_500 = {"status": 500, "body": json.dumps({"error": {"message": "internal error", "type": "server_error"}})}
+LONG = "The quick brown fox jumps over the lazy dog. " * 4
+HTML_502 = ("<!DOCTYPE html>\n<html><head><title>502 Bad Gateway</title><style>body { font: 12px monospace; }"
+            "</style></head>\n<body><center><h1>502 Bad Gateway</h1></center><hr><center>nginx/1.25.3</center>"
+            "</body></html>\n")
+
+
+def fails_in_one_line(ran: Ran, *needles: str) -> str:
+    """The run failed with exit 1, one `crow: error:` line on stderr, and a final `error` event."""
+    assert ran.code == 1, (ran.stdout, ran.stderr)
+    assert "Traceback" not in ran.stderr + ran.stdout
+    lines = ran.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("crow: error: "), ran.stderr
+    for needle in needles:
+        assert needle in lines[0]
+    events = ran.events()
+    assert events[0]["type"] == "run_started"
+    assert events[-1]["type"] == "run_finished" and events[-1]["status"] == "error"
+    assert events[-1]["error"] == lines[0].removeprefix("crow: error: ")
+    return lines[0]
+
+
+def completes(ran: Ran, answer: str) -> list[dict]:
+    assert ran.code == 0, ran.stderr
+    events = ran.events()
+    assert events[-1]["status"] == "completed" and events[-1]["final_text"] == answer
+    return events
+
+
+def test_500_then_success_is_retried(tmp_path: Path) -> None:
+    config = write_config(tmp_path, max_retries=2)
+    ran = run_crow([ERROR_500, {"sse": text_sse("recovered")}], "--json", "hi", cwd=tmp_path, config=config)
+    completes(ran, "recovered")
+    assert len(ran.requests) == 2 and ran.requests[0] == ran.requests[1]
+
+
+def test_429_waits_for_retry_after(tmp_path: Path) -> None:
+    config = write_config(tmp_path, max_retries=2)
+    limited = {"status": 429, "headers": {"retry-after": "2"},
+               "body": json.dumps({"error": {"message": "slow down", "type": "rate_limit"}})}
+    started = time.monotonic()
+    ran = run_crow([limited, {"sse": text_sse("after the wait")}], "--json", "hi", cwd=tmp_path, config=config)
+    elapsed = time.monotonic() - started
+    completes(ran, "after the wait")
+    assert len(ran.requests) == 2
+    assert elapsed >= 1.9  # the SDK's own first backoff is at most 0.5 s: this is the server's 2 s
+
+
+def test_429_past_the_retries_is_one_line(tmp_path: Path) -> None:
+    config = write_config(tmp_path, max_retries=0)
+    limited = {"status": 429, "headers": {"retry-after": "0"},
+               "body": json.dumps({"error": {"message": "quota exceeded", "type": "rate_limit"}})}
+    line = fails_in_one_line(run_crow([limited], "--json", "hi", cwd=tmp_path, config=config),
+                             "rate limited (429)", "quota exceeded")
+    assert "sk-test" not in line
+
+
+def test_401_is_final_and_one_line(tmp_path: Path) -> None:
+    config = write_config(tmp_path, max_retries=3)
+    denied = {"status": 401, "body": json.dumps({"error": {"message": "Incorrect API key provided.",
+                                                           "code": "invalid_api_key"}})}
+    ran = run_crow([denied] * 4, "--json", "hi", cwd=tmp_path, config=config)
+    fails_in_one_line(ran, "authentication failed (401", "Incorrect API key provided.", "API key")
+    assert len(ran.requests) == 1
+
+
+def test_html_502_is_one_line_without_markup(tmp_path: Path) -> None:
+    config = write_config(tmp_path, max_retries=1)
+    page = {"status": 502, "body": HTML_502, "headers": {"content-type": "text/html"}}
+    ran = run_crow([page, page], "--json", "hi", cwd=tmp_path, config=config)
+    line = fails_in_one_line(ran, "server error (502)", "502 Bad Gateway")
+    assert "<" not in line and "font" not in line and "nginx" not in line
+    assert len(ran.requests) == 2
+
+
+def test_a_chunk_that_is_not_json_is_a_clear_error(tmp_path: Path) -> None:
+    config = write_config(tmp_path, max_retries=0)
+    body = sse(chunk({"content": "Hel"}), done=False) + "data: {\"choices\": [{\"delta\": {\"content\": \"lo\n\n"
+    ran = run_crow([{"sse": body}], "--json", "hi", cwd=tmp_path, config=config)
+    fails_in_one_line(ran, "not JSON")
+    assert len(ran.requests) == 1
+
+
+def test_stream_cut_mid_answer_is_asked_again_once(tmp_path: Path) -> None:
+    config = write_config(tmp_path, max_retries=0)
+    ran = run_crow([{"sse": text_sse(LONG), "cut_after_events": 3}, {"sse": text_sse("Second try.")}],
+                   "--json", "hi", cwd=tmp_path, config=config)
+    events = completes(ran, "Second try.")
+    notice = next(i for i, e in enumerate(events) if e["type"] == "notice")
+    assert events[notice]["code"] == "turn_restarted" and "broke" in events[notice]["message"]
+    assert "".join(e["text"] for e in events[:notice] if e["type"] == "text") == LONG[:15]  # three 5-char deltas
+    assert "".join(e["text"] for e in events[notice:] if e["type"] == "text") == "Second try."
+    assert len(ran.requests) == 2 and ran.requests[0]["messages"] == ran.requests[1]["messages"]
+
+
+def test_plain_mode_restarts_the_answer_on_a_new_line_with_a_notice(tmp_path: Path) -> None:
+    config = write_config(tmp_path, max_retries=0)
+    ran = run_crow([{"sse": text_sse(LONG), "cut_after_events": 3}, {"sse": text_sse("Second try.")}],
+                   "hi", cwd=tmp_path, config=config)
+    assert ran.code == 0, ran.stderr
+    assert ran.stdout == LONG[:15] + "\nSecond try.\n"
+    assert "the stream broke mid-way" in ran.stderr and "the answer restarts" in ran.stderr
+
+
+def test_a_stream_cut_twice_fails_with_a_valid_history(tmp_path: Path) -> None:
+    config = write_config(tmp_path, max_retries=0)
+    first = {"sse": tool_turn(("call_d", "roll_dice", '{"sides": 6}'))}
+    cut = {"sse": text_sse(LONG), "cut_after_events": 2}
+    ran = run_crow([first, cut, cut, {"sse": text_sse("never")}], "--json", "--tools-dir", str(TOOLS), "hi",
+                   cwd=tmp_path, config=config)
+    fails_in_one_line(ran, "the stream broke mid-way", "after 2 attempts")
+    assert len(ran.requests) == 3
+    assert ran.requests[1]["messages"] == ran.requests[2]["messages"]  # asked again from the same history
+    assert_contract(ran.requests[2]["messages"])
+    assert ran.requests[2]["messages"][-1]["tool_call_id"] == "call_d"
+
+
+def test_a_stalled_stream_past_idle_timeout_is_asked_again(tmp_path: Path) -> None:
+    config = write_config(tmp_path, max_retries=0, idle_timeout=0.5)
+    stalled = {"sse": text_sse("Stalled answer that never ends"), "delay_ms": 3000}
+    ran = run_crow([stalled, {"sse": text_sse("Fresh.")}], "--json", "hi", cwd=tmp_path, config=config)
+    events = completes(ran, "Fresh.")
+    notice = next(e for e in events if e["type"] == "notice")
+    assert notice["code"] == "turn_restarted" and "idle" in notice["message"]
+    assert len(ran.requests) == 2
+
+
+def test_a_server_that_never_answers_fails_after_retries(tmp_path: Path) -> None:
+    config = write_config(tmp_path, max_retries=0, idle_timeout=0.5)
+    stalled = {"sse": text_sse("late"), "delay_ms": 3000}
+    ran = run_crow([stalled, stalled], "--json", "hi", cwd=tmp_path, config=config)
+    fails_in_one_line(ran, "idle", "after 2 attempts")

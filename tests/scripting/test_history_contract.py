@@ -1,0 +1,122 @@
+"""Property: after any sequence of faults and cancellations the history satisfies the contract.
+
+Several runs share one history (as a chat session does). Each model turn is scripted: text, tool
+calls (ids repeated or `""`, tools that fail, time out or are unknown), a stream cut mid-way, or a
+server error; the run may be cancelled after any event. After each run the caller closes the
+history with `repair_history`, and every assistant tool call must then be followed by exactly one
+tool result per id, in call order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scripting_support import assert_contract
+
+from crow_cli.errors import ServerError, StreamCut
+from crow_cli.history import Message, repair_history, user_message
+from crow_cli.loop import LoopSettings, react
+from crow_cli.tools import tool
+from crow_cli.tools.registry import ToolRegistry
+
+
+@tool
+async def ok(x: int = 0) -> str:
+    """Answer at once."""
+    return f"ok {x}"
+
+
+@tool
+async def boom() -> str:
+    """Always fails."""
+    raise RuntimeError("boom")
+
+
+@tool
+async def slow() -> str:
+    """Runs past its timeout."""
+    await asyncio.sleep(5)
+    return "late"
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+def _tool_chunks(calls: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    return [_chunk({"tool_calls": [{"index": i, "id": cid, "function": {"name": name, "arguments": "{}"}}]})
+            for i, (cid, name) in enumerate(calls)] + [_chunk({}, "tool_calls")]
+
+
+class ScriptedStream:
+    """A `loop.ChatStream` that plays one scripted step per request (then plain text answers)."""
+
+    def __init__(self, steps: list[tuple[Any, ...]]) -> None:
+        self.steps = list(steps)
+
+    async def stream(self, messages: list[Message], tools: list[dict[str, Any]] | None = None
+                     ) -> AsyncIterator[dict[str, Any]]:
+        assert_contract(messages)  # never is an invalid history sent
+        kind, *rest = self.steps.pop(0) if self.steps else ("text",)
+        await asyncio.sleep(0)
+        if kind == "error":
+            raise ServerError("server error (500): scripted")
+        if kind == "text":
+            yield _chunk({"content": "done"})
+            yield _chunk({}, "stop")
+        elif kind == "tools":
+            for chunk in _tool_chunks(rest[0]):
+                yield chunk
+                await asyncio.sleep(0)
+        elif kind == "cut":
+            for chunk in _tool_chunks(rest[0])[:-1]:
+                yield chunk
+            raise StreamCut("the stream broke mid-way (scripted)")
+
+
+call_ids = st.sampled_from(["call_a", "call_b", "", "call_a"])
+tool_names = st.sampled_from(["ok", "boom", "slow", "missing"])
+calls = st.lists(st.tuples(call_ids, tool_names), min_size=1, max_size=3)
+steps = st.one_of(st.just(("text",)), st.just(("error",)), st.tuples(st.just("tools"), calls),
+                  st.tuples(st.just("cut"), calls))
+runs = st.lists(st.tuples(st.lists(steps, max_size=4), st.none() | st.integers(1, 25)), min_size=1, max_size=4)
+
+
+async def _play(plan: list[tuple[list[tuple[Any, ...]], int | None]]) -> list[Message]:
+    registry = ToolRegistry()
+    for t in (ok, boom, slow):
+        registry.register(t)
+    history: list[Message] = []
+    loop_settings = LoopSettings(max_turns=3, tool_timeout_s=0.01)
+    for n, (script, cancel_after) in enumerate(plan):
+        history.append(user_message(f"request {n}"))
+
+        async def consume(script: list[tuple[Any, ...]] = script, cancel_after: int | None = cancel_after) -> None:
+            seen = 0
+            async for _event in react(history, ScriptedStream(script), registry, loop_settings):
+                seen += 1
+                if seen == cancel_after:  # a signal lands here; it is delivered at the loop's next await
+                    task = asyncio.current_task()
+                    assert task is not None
+                    task.cancel()
+
+        task = asyncio.create_task(consume())
+        with contextlib.suppress(asyncio.CancelledError):  # cancelled mid-run, or just after its last event
+            await task
+        repair_history(history, "cancelled")
+        assert_contract(history)
+    return history
+
+
+@settings(max_examples=150, deadline=None)
+@given(runs)
+def test_history_contract_holds_after_faults_and_cancellations(plan: list[tuple[list[tuple[Any, ...]], int | None]]
+                                                               ) -> None:
+    history = asyncio.run(_play(plan))
+    assert_contract(history)
+    assert [m["content"] for m in history if m["role"] == "user"] == [f"request {n}" for n in range(len(plan))]

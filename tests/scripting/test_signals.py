@@ -1,0 +1,80 @@
+"""SIGINT / SIGTERM through the CLI: the stream or the tools are cancelled, every call still gets a
+result, the last JSONL event says `cancelled`, and the exit code is 130 / 143."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from pathlib import Path
+
+from conftest import text_sse
+from replay_server import ReplayServer
+from scripting_support import argv, schema_validator, tool_turn, write_config
+
+SLOW_TOOLS = '''
+import asyncio
+import time
+
+from crow_cli.tools import tool
+
+
+@tool
+async def nap(seconds: float) -> str:
+    """Sleep on the event loop."""
+    await asyncio.sleep(seconds)
+    return "rested"
+
+
+@tool
+def block(seconds: float) -> str:
+    """Sleep in a worker thread (cannot be interrupted)."""
+    time.sleep(seconds)
+    return "done"
+'''
+
+
+def run_until(script: list[dict], args: list[str], cwd: Path, wait_for: str, sig: int) -> tuple[int, list[dict], str]:
+    """Start `crow run --json`, send `sig` once an event of type `wait_for` is out, collect the rest."""
+    config = write_config(cwd, max_retries=0, idle_timeout=60)
+    with ReplayServer(script) as server:
+        proc = subprocess.Popen(argv(server.base_url, "--json", *args, config=config), cwd=cwd, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        events = []
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            events.append(json.loads(line))
+            if events[-1]["type"] == wait_for:
+                proc.send_signal(sig)
+                break
+        try:
+            rest, err = proc.communicate(timeout=30)  # the stalled stream and the tools run far longer
+        finally:
+            proc.kill()
+    events += [json.loads(line) for line in rest.splitlines()]
+    for event in events:
+        schema_validator().validate(event)
+    return proc.returncode, events, err
+
+
+def test_sigint_during_a_stalled_stream(tmp_path: Path) -> None:
+    stalled = {"sse": text_sse("Partial answer that stalls"), "delay_ms": 20_000}
+    code, events, err = run_until([stalled], ["hi"], tmp_path, "text", signal.SIGINT)
+    assert code == 130
+    assert events[-1] == {"type": "run_finished", "status": "cancelled", "final_text": "Parti", "turns": 0,
+                          "error": "interrupted (SIGINT)", "exit_code": 130}
+    assert err.strip() == "crow: interrupted (SIGINT)"
+
+
+def test_sigterm_during_parallel_tools_answers_every_call(tmp_path: Path) -> None:
+    (tmp_path / "slow").mkdir()
+    (tmp_path / "slow" / "slow.py").write_text(SLOW_TOOLS)
+    turn = tool_turn(("call_a", "nap", '{"seconds": 60}'), ("", "block", '{"seconds": 60}'))
+    code, events, err = run_until([{"sse": turn}, {"sse": text_sse("never")}],
+                                  ["--tools-dir", str(tmp_path / "slow"), "nap"], tmp_path, "tool_call", signal.SIGTERM)
+    assert code == 143, err
+    assert "Traceback" not in err
+    results = [e["result"] for e in events if e["type"] == "tool_result"]
+    assert [(r["call_id"], r["index"], r["ok"]) for r in results] == [("call_a", 0, False), ("", 1, False)]
+    assert all("cancelled" in r["output"] for r in results)
+    assert events[-1]["status"] == "cancelled" and events[-1]["exit_code"] == 143 and events[-1]["turns"] == 1
