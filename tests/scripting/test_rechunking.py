@@ -88,7 +88,7 @@ def rechunked(draw: st.DrawFn) -> tuple[list[tuple[str, str, str]], list[dict[st
     return calls, chunks
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(rechunked())
 def test_any_rechunking_assembles_the_same_calls(case: tuple[list[tuple[str, str, str]], list[dict[str, Any]]]) -> None:
     calls, chunks = case
