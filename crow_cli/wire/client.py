@@ -143,7 +143,7 @@ def _short(text: str, limit: int = 200) -> str:
         title = re.search(r"<(title|h1)[^>]*>(.*?)</\1>", text, re.IGNORECASE | re.DOTALL)
         text = title.group(2) if title else re.sub(r"<(script|style)\b.*?</\1>", " ", text,
                                                    flags=re.IGNORECASE | re.DOTALL)
-        text = "HTML error page: " + html.unescape(re.sub(r"<[^>]+>", " ", text))
+        text = html.unescape(re.sub(r"<[^>]+>", " ", text))
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 

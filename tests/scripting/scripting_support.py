@@ -10,8 +10,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from conftest import chunk, sse, tool_delta
-from replay_server import ReplayServer
+from tests.conftest import chunk, sse, tool_delta
+from tests.replay_server import ReplayServer
 
 CROW = str(Path(sys.executable).with_name("crow"))
 ROOT = Path(__file__).resolve().parents[2]

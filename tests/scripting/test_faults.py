@@ -10,8 +10,8 @@ import json
 import time
 from pathlib import Path
 
-from conftest import chunk, sse, text_sse
-from scripting_support import TOOLS, Ran, assert_contract, run_crow, tool_turn, write_config
+from tests.conftest import chunk, sse, text_sse
+from tests.scripting.scripting_support import TOOLS, Ran, assert_contract, run_crow, tool_turn, write_config
 
 ERROR_500 = {"status": 500, "body": json.dumps({"error": {"message": "internal error", "type": "server_error"}})}
 LONG = "The quick brown fox jumps over the lazy dog. " * 4

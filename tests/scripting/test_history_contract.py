@@ -16,13 +16,13 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scripting_support import assert_contract
 
 from crow_cli.errors import ServerError, StreamCut
 from crow_cli.history import Message, repair_history, user_message
 from crow_cli.loop import LoopSettings, react
 from crow_cli.tools import tool
 from crow_cli.tools.registry import ToolRegistry
+from tests.scripting.scripting_support import assert_contract
 
 
 @tool

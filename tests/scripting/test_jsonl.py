@@ -8,12 +8,20 @@ import typing
 from pathlib import Path
 
 import pytest
-from conftest import text_sse
-from scripting_support import ROOT, TOOLS, assert_contract, run_crow, schema_validator, tool_turn, write_config
 
 from crow_cli import events as ev
 from crow_cli.history import ToolCall, ToolResult
 from crow_cli.surfaces.jsonl import event_schema, event_to_json
+from tests.conftest import text_sse
+from tests.scripting.scripting_support import (
+    ROOT,
+    TOOLS,
+    assert_contract,
+    run_crow,
+    schema_validator,
+    tool_turn,
+    write_config,
+)
 
 USAGE = {"id": "chatcmpl-t", "object": "chat.completion.chunk", "created": 1, "model": "test-model", "choices": [],
          "usage": {"prompt_tokens": 42, "completion_tokens": 17, "total_tokens": 59}}

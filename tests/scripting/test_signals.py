@@ -8,9 +8,9 @@ import signal
 import subprocess
 from pathlib import Path
 
-from conftest import text_sse
-from replay_server import ReplayServer
-from scripting_support import argv, schema_validator, tool_turn, write_config
+from tests.conftest import text_sse
+from tests.replay_server import ReplayServer
+from tests.scripting.scripting_support import argv, schema_validator, tool_turn, write_config
 
 SLOW_TOOLS = '''
 import asyncio
