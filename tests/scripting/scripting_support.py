@@ -1,15 +1,21 @@
-"""Helpers for the scripting-surface tests: run `crow` as a subprocess against the replay server."""
+"""Helpers for the scripting-surface tests: `crow` as a subprocess against the replay server, and a
+scripted `loop.ChatStream` with a few tools for in-process loop properties."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+from crow_cli.errors import ServerError, StreamCut
+from crow_cli.history import Message
+from crow_cli.tools import tool
 from tests.conftest import chunk, sse, tool_delta
 from tests.replay_server import ReplayServer
 
@@ -92,3 +98,57 @@ def assert_contract(messages: list[dict[str, Any]]) -> None:
             assert result is not None and result.get("role") == "tool", f"call {call['id']!r} has no result"
             assert result["tool_call_id"] == call["id"], (result, call)
         i += 1 + len(calls)
+
+
+@tool
+async def ok(x: int = 0) -> str:
+    """Answer at once."""
+    return f"ok {x}"
+
+
+@tool
+async def boom() -> str:
+    """Always fails."""
+    raise RuntimeError("boom")
+
+
+@tool
+async def slow() -> str:
+    """Runs past its timeout."""
+    await asyncio.sleep(5)
+    return "late"
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+def _tool_chunks(calls: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    return [_chunk({"tool_calls": [{"index": i, "id": cid, "function": {"name": name, "arguments": "{}"}}]})
+            for i, (cid, name) in enumerate(calls)] + [_chunk({}, "tool_calls")]
+
+
+class ScriptedStream:
+    """A `loop.ChatStream` that plays one scripted step per request (then plain text answers)."""
+
+    def __init__(self, steps: list[tuple[Any, ...]]) -> None:
+        self.steps = list(steps)
+
+    async def stream(self, messages: list[Message], tools: list[dict[str, Any]] | None = None
+                     ) -> AsyncIterator[dict[str, Any]]:
+        assert_contract(messages)  # never is an invalid history sent
+        kind, *rest = self.steps.pop(0) if self.steps else ("text",)
+        await asyncio.sleep(0)
+        if kind == "error":
+            raise ServerError("server error (500): scripted")
+        if kind == "text":
+            yield _chunk({"content": "done"})
+            yield _chunk({}, "stop")
+        elif kind == "tools":
+            for chunk in _tool_chunks(rest[0]):
+                yield chunk
+                await asyncio.sleep(0)
+        elif kind == "cut":
+            for chunk in _tool_chunks(rest[0])[:-1]:
+                yield chunk
+            raise StreamCut("the stream broke mid-way (scripted)")

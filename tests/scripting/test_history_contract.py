@@ -11,73 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crow_cli.errors import ServerError, StreamCut
 from crow_cli.history import Message, repair_history, user_message
 from crow_cli.loop import LoopSettings, react
-from crow_cli.tools import tool
 from crow_cli.tools.registry import ToolRegistry
-from tests.scripting.scripting_support import assert_contract
-
-
-@tool
-async def ok(x: int = 0) -> str:
-    """Answer at once."""
-    return f"ok {x}"
-
-
-@tool
-async def boom() -> str:
-    """Always fails."""
-    raise RuntimeError("boom")
-
-
-@tool
-async def slow() -> str:
-    """Runs past its timeout."""
-    await asyncio.sleep(5)
-    return "late"
-
-
-def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-    return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-
-
-def _tool_chunks(calls: list[tuple[str, str]]) -> list[dict[str, Any]]:
-    return [_chunk({"tool_calls": [{"index": i, "id": cid, "function": {"name": name, "arguments": "{}"}}]})
-            for i, (cid, name) in enumerate(calls)] + [_chunk({}, "tool_calls")]
-
-
-class ScriptedStream:
-    """A `loop.ChatStream` that plays one scripted step per request (then plain text answers)."""
-
-    def __init__(self, steps: list[tuple[Any, ...]]) -> None:
-        self.steps = list(steps)
-
-    async def stream(self, messages: list[Message], tools: list[dict[str, Any]] | None = None
-                     ) -> AsyncIterator[dict[str, Any]]:
-        assert_contract(messages)  # never is an invalid history sent
-        kind, *rest = self.steps.pop(0) if self.steps else ("text",)
-        await asyncio.sleep(0)
-        if kind == "error":
-            raise ServerError("server error (500): scripted")
-        if kind == "text":
-            yield _chunk({"content": "done"})
-            yield _chunk({}, "stop")
-        elif kind == "tools":
-            for chunk in _tool_chunks(rest[0]):
-                yield chunk
-                await asyncio.sleep(0)
-        elif kind == "cut":
-            for chunk in _tool_chunks(rest[0])[:-1]:
-                yield chunk
-            raise StreamCut("the stream broke mid-way (scripted)")
-
+from tests.scripting.scripting_support import ScriptedStream, assert_contract, boom, ok, slow
 
 call_ids = st.sampled_from(["call_a", "call_b", "", "call_a"])
 tool_names = st.sampled_from(["ok", "boom", "slow", "missing"])
