@@ -18,9 +18,12 @@ from ..events import (
     ToolRunStarted,
     WarningEvent,
 )
-from ..history import Message, ToolCall, user_message
+from ..history import Message, user_message
 from ..loop import react
-from ..tools.registry import Tool
+from ..tools.approval import make_approver
+from ..tools.mcp import McpServers
+from ..tools.workspace import use_workspace
+from .approve import terminal_ask
 from .common import build_client, build_registry, loop_settings, short_json
 
 __all__ = ["RunOptions", "run_prompt"]
@@ -97,26 +100,29 @@ async def run_prompt(settings: Settings, options: RunOptions, out: TextIO = sys.
                      err: TextIO = sys.stderr) -> int:
     """Run one prompt to completion; return the process exit code (0, 1, 2)."""
     printer = _Printer(out, err, debug=options.debug)
+    use_workspace(settings.workspace)
+    approve = make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=options.yes,
+                            ask=None if options.yes else terminal_ask())
     registry = None if options.no_tools else build_registry(settings, extra_dirs=options.tools_dirs)
-    if registry is not None:
-        for problem in registry.errors:
-            printer.handle(WarningEvent(problem))
     history: list[Message] = []
     if settings.system:
         history.append({"role": "system", "content": settings.system})
     history.append(user_message(options.prompt))
 
-    async def approve_all(call: ToolCall, tool: Tool) -> bool:
-        return True
-
-    client = build_client(settings, options.record_dir)
-    code = 1
-    try:
-        async for event in react(history, client, registry, loop_settings(settings, trace=options.debug),
-                                 approve_all if options.yes else None):
-            printer.handle(event)
-            if isinstance(event, RunFinished):
-                code = event.exit_code
-    finally:
-        await client.aclose()
+    async with McpServers({} if registry is None else settings.mcp_servers,
+                          errlog=sys.stderr if options.debug else None) as mcp_servers:
+        if registry is not None:
+            await mcp_servers.register_tools(registry)
+            for problem in registry.errors:
+                printer.handle(WarningEvent(problem))
+        client = build_client(settings, options.record_dir)
+        code = 1
+        try:
+            async for event in react(history, client, registry, loop_settings(settings, trace=options.debug),
+                                     approve):
+                printer.handle(event)
+                if isinstance(event, RunFinished):
+                    code = event.exit_code
+        finally:
+            await client.aclose()
     return code
