@@ -41,6 +41,7 @@ _EDIT_TOOLS = frozenset({"write_file", "edit_file"})
 _SHELL_TOOL = "run_shell"
 _SHELL_PREFIX = "run_shell:"
 _SPLIT = re.compile(r"&&|\|\||[;&|\n()`]|\$\(")
+_FD_DUP = re.compile(r"[0-9]*>&[0-9]+")
 _REDIRECT = re.compile(r"(?<![0-9&])>|[0-9]>(?!&)")
 
 
@@ -52,6 +53,7 @@ def _words(segment: str) -> list[str]:
 
 
 def _segments(command: str) -> list[list[str]]:
+    command = _FD_DUP.sub(" ", command)  # `2>&1` joins streams; its `&` separates nothing
     return [w for w in (_words(part) for part in _SPLIT.split(command)) if w]
 
 
