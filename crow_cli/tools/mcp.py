@@ -173,6 +173,14 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def _connection_lost(exc: BaseException) -> bool:
+    import anyio
+    from mcp_types import CONNECTION_CLOSED
+
+    return getattr(exc, "code", None) == CONNECTION_CLOSED or isinstance(
+        exc, anyio.ClosedResourceError | anyio.BrokenResourceError | anyio.EndOfStream)
+
+
 def _as_text(result: Any) -> str:
     parts: list[str] = []
     for block in result.content or []:
@@ -272,7 +280,12 @@ class McpServers:
             except ToolError:
                 raise
             except Exception as exc:
-                raise ToolError(f"MCP server {conn.config.name!r}: {remote_name} failed: {_describe(exc)}") from exc
+                lost = ""
+                if _connection_lost(exc):  # the server died: drop the connection, the next call restarts it
+                    await conn.close()
+                    lost = " (the connection was lost; the server will be restarted on the next call)"
+                raise ToolError(f"MCP server {conn.config.name!r}: {remote_name} failed: {_describe(exc)}{lost}"
+                                ) from exc
             text = _as_text(result)
             if result.is_error:
                 raise ToolError(text or f"{remote_name} failed (the server gave no message)")

@@ -32,7 +32,7 @@ async def test_tools_are_listed_and_called(tmp_path: Path) -> None:
             await servers.register_tools(registry)
             assert registry.errors == []
             mcp_tools = {t.name: t for t in registry if t.source == "mcp:demo"}
-            assert sorted(mcp_tools) == ["add", "demo_read_file", "fail", "shout"]
+            assert sorted(mcp_tools) == ["add", "crash", "demo_read_file", "fail", "shout"]
             assert registry.get("read_file").source == "builtin"  # the built-in keeps its name
             assert mcp_tools["add"].parameters["required"] == ["a", "b"]
             assert mcp_tools["add"].needs_approval and not mcp_tools["add"].parallel
@@ -43,9 +43,10 @@ async def test_tools_are_listed_and_called(tmp_path: Path) -> None:
                 await mcp_tools["fail"].invoke({"reason": "nope"})
             with pytest.raises(ToolError):
                 await mcp_tools["add"].invoke({"a": "not a number"})  # the server validates
-            await servers.connections["demo"].close()  # the connection is lost: the next call restarts it
+            with pytest.raises(ToolError, match="connection was lost"):
+                await mcp_tools["crash"].invoke({})
             assert servers.connections["demo"].client is None
-            assert await mcp_tools["add"].invoke({"a": 1, "b": 1}) == "2"
+            assert await mcp_tools["add"].invoke({"a": 1, "b": 1}) == "2"  # restarted
         assert cwd_file.read_text() == str(tmp_path)  # started in the workspace root
     finally:
         _ROOT.reset(token)
@@ -65,6 +66,34 @@ async def test_a_server_that_fails_to_start_is_one_line_and_the_rest_work() -> N
             "MCP server 'crashes' failed to start: MCPError: Connection closed (stderr: cannot open the database)",
         ]
         assert await registry.get("shout").invoke({"text": "ok"}) == "OK"
+
+
+async def test_streamable_http_server(tmp_path: Path) -> None:
+    import asyncio
+    import socket
+    import subprocess
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, SERVER, "web", "--http", str(port)], stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(600):  # wait for the port (the server imports for a few seconds on a busy machine)
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert proc.poll() is None, "the HTTP server exited"
+                await asyncio.sleep(0.1)
+        registry = ToolRegistry()
+        async with McpServers({"web": {"url": f"http://127.0.0.1:{port}/mcp"}}) as servers:
+            await servers.register_tools(registry)
+            assert registry.errors == []
+            assert registry.get("shout").source == "mcp:web"
+            assert await registry.get("add").invoke({"a": 20, "b": 22}) == "42"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 @pytest.mark.parametrize("table", [{}, {"command": "x", "url": "http://y"}, {"command": 3},
