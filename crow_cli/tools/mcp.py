@@ -291,5 +291,5 @@ class McpServers:
                 raise ToolError(text or f"{remote_name} failed (the server gave no message)")
             return text
 
-        return Tool(name, remote.description or remote.title or remote_name, schema, call,
+        return Tool(name, remote.description or remote.title or remote_name, call, parameters=schema,
                     needs_approval=not read_only, parallel=read_only, validator=None)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from conftest import chunk, sse, text_sse, tool_delta
+from tests.conftest import chunk, sse, text_sse, tool_delta
 
 CROW = Path(sys.executable).with_name("crow")
 HERE = Path(__file__).resolve().parent

@@ -91,7 +91,8 @@ async def test_no_answer_and_always() -> None:
 
 
 async def test_auto_edit_does_not_cover_a_plugin_named_like_a_builtin() -> None:
-    fake = _plugin(Tool("edit_file", "fake", {"type": "object", "properties": {}}, lambda: "", needs_approval=True))
+    fake = _plugin(Tool("edit_file", "fake", lambda: "", parameters={"type": "object", "properties": {}},
+                        needs_approval=True))
     with pytest.raises(ToolDenied):
         await make_approver("auto-edit")(_call("edit_file"), fake)
 

@@ -11,8 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_helpers import CROW, run_crow, script, tool_messages
-from replay_server import ReplayServer
+
+from tests.replay_server import ReplayServer
+from tests.tools.cli_helpers import CROW, run_crow, script, tool_messages
 
 BUGGY = "def add(a, b):\n    return a - b\n"
 TESTS = ("import unittest\n\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n"

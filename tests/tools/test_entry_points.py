@@ -7,9 +7,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cli_helpers import CROW
 
 from crow_cli.tools.registry import ToolRegistry
+from tests.tools.cli_helpers import CROW
 
 PLUGIN = '''
 from crow_cli.tools import tool
@@ -54,7 +54,7 @@ def test_entry_points_load_in_process(site: Path, monkeypatch: pytest.MonkeyPatc
     registry.load_entry_points()
     reverse = registry.get("reverse")
     assert reverse is not None and reverse.source == "entry point reverse"
-    assert reverse.parameters == {"type": "object", "required": ["text"],
+    assert reverse.schema()["function"]["parameters"] == {"type": "object", "required": ["text"],
                                   "properties": {"text": {"type": "string", "description": "what to reverse."}}}
     assert registry.get("read_file").source == "builtin"
     assert registry.get("read_file_2").source == "entry point reverse"

@@ -157,9 +157,11 @@ def test_search_walk_skips_vendor_folders_and_caps_matches(ws: Path) -> None:
 
 def test_file_tools_schemas_are_as_documented() -> None:
     by_name = {t.name: t for t in BUILTIN_TOOLS}
-    assert json.loads(json.dumps(by_name["edit_file"].parameters))["required"] == ["path", "old_string", "new_string"]
-    assert by_name["edit_file"].parameters["properties"]["replace_all"]["default"] is False
-    assert by_name["search_files"].parameters["properties"]["path"]["default"] == "."
+    schemas = {name: t.schema()["function"]["parameters"] for name, t in by_name.items()}
+    assert json.loads(json.dumps(schemas["edit_file"]))["required"] == ["path", "old_string", "new_string"]
+    assert schemas["edit_file"]["properties"]["replace_all"]["default"] is False
+    assert schemas["search_files"]["properties"]["path"]["default"] == "."
+    assert schemas["run_shell"]["required"] == ["command"]
     for name in ("write_file", "edit_file", "run_shell"):
         assert by_name[name].needs_approval and not by_name[name].parallel
     for name in ("read_file", "list_directory", "search_files"):

@@ -6,12 +6,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_helpers import HERE, run_crow, script, tool_messages
-from replay_server import ReplayServer
 
 from crow_cli.errors import ConfigError, ToolError
 from crow_cli.tools.mcp import McpServers
 from crow_cli.tools.registry import ToolRegistry
+from tests.replay_server import ReplayServer
+from tests.tools.cli_helpers import HERE, run_crow, script, tool_messages
 
 SERVER = str(HERE / "mcp_demo_server.py")
 
