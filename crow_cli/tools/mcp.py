@@ -78,9 +78,11 @@ def parse_mcp_servers(tables: Mapping[str, Mapping[str, Any]]) -> list[McpServer
 class _Connection:
     """One server: a task that holds the `mcp.Client` context open until told to stop."""
 
-    def __init__(self, config: McpServerConfig, errlog: IO[str]) -> None:
+    def __init__(self, config: McpServerConfig, errlog: IO[str], *, quote_stderr: bool = False) -> None:
         self.config = config
         self.errlog = errlog
+        self.quote_stderr = quote_stderr
+        """True when `errlog` is this connection's own temporary file, whose last line a failure quotes."""
         self.client: Any = None
         self.error: str | None = None
         self._task: asyncio.Task[None] | None = None
@@ -140,6 +142,8 @@ class _Connection:
             return self.client
 
     def _stderr_tail(self) -> str:
+        if not self.quote_stderr:
+            return ""
         try:
             self.errlog.flush()
             self.errlog.seek(0)
@@ -219,11 +223,12 @@ class McpServers:
 
     async def __aenter__(self) -> McpServers:
         for c in self.configs:
-            errlog = self._errlog
-            if errlog is None:  # one file per server, so a failure quotes its own stderr
-                errlog = self._exit.enter_context(
-                    tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace"))  # noqa: SIM115
-            self.connections[c.name] = _Connection(c, errlog)
+            if self._errlog is not None:
+                self.connections[c.name] = _Connection(c, self._errlog)
+                continue
+            errlog = self._exit.enter_context(  # one file per server, so a failure quotes its own stderr
+                tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace"))  # noqa: SIM115
+            self.connections[c.name] = _Connection(c, errlog, quote_stderr=True)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
