@@ -24,7 +24,8 @@ from .registry import Tool, ToolRegistry
 __all__ = ["Approver", "dispatch", "truncate_output"]
 
 Approver = Callable[[ToolCall, Tool], Awaitable[bool]]
-"""Asked before a tool with `needs_approval` runs; True lets it run. Supplied by the surface."""
+"""Asked before a tool with `needs_approval` runs; True lets it run, False or `ToolDenied(reason)` refuses it.
+Supplied by the surface; `tools.approval.make_approver` builds one from a policy, rules and an ask callback."""
 
 
 def truncate_output(text: str, limit: int) -> str:
