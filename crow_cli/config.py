@@ -30,7 +30,7 @@ DEFAULT_MODEL = "gpt-4o-mini"
 _KEYS = {
     "model": str, "base_url": str, "api_key_env": str, "system": str, "max_turns": int, "tool_timeout": (int, float),
     "idle_timeout": (int, float), "max_retries": int, "tool_paths": list, "headers": dict, "params": dict,
-    "max_output_chars": int, "approval": str, "workspace": str,
+    "max_output_chars": int, "approval": str, "workspace": str, "allow": list, "deny": list, "mcp_servers": dict,
 }
 
 
@@ -52,7 +52,14 @@ class Settings:
     max_output_chars: int = 50_000
     tool_paths: tuple[str, ...] = ()
     approval: str | None = None
+    """Approval policy: `ask`, `auto-edit` or `yolo` (None: the surface's default)."""
+    allow: tuple[str, ...] = ()
+    """Approval rules that approve without asking (tool names or `run_shell:PREFIX`): config, then flags."""
+    deny: tuple[str, ...] = ()
+    """Approval rules that refuse, whatever the policy: config, then flags."""
     workspace: str | None = None
+    mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """`[mcp_servers.NAME]` tables: `command`/`args`/`env`/`cwd` (stdio) or `url` (streamable HTTP)."""
     profile: str | None = None
     config_path: str | None = None
 
@@ -133,6 +140,11 @@ def load_settings(
     if max_turns < 1:
         raise ConfigError("--max-turns must be at least 1")
     tool_paths = tuple(str(p) for p in file.get("tool_paths", [])) + tuple(flags.get("tool_paths", ()))
+    rules = {key: tuple(str(r) for r in file.get(key, [])) + tuple(flags.get(key, ())) for key in ("allow", "deny")}
+    mcp_servers = file.get("mcp_servers", {})
+    for name, table in mcp_servers.items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: [mcp_servers.{name}] must be a table")
     return Settings(
         model=str(pick("model", "CROW_MODEL", "model", None, DEFAULT_MODEL)),
         base_url=str(pick("base_url", "CROW_BASE_URL", "base_url", "OPENAI_BASE_URL", DEFAULT_BASE_URL)).rstrip("/"),
@@ -147,7 +159,10 @@ def load_settings(
         max_output_chars=int(pick("max_output_chars", None, "max_output_chars", None, 50_000)),
         tool_paths=tool_paths,
         approval=pick("approval", None, "approval", None, None),
+        allow=rules["allow"],
+        deny=rules["deny"],
         workspace=pick("workspace", None, "workspace", None, None),
+        mcp_servers=dict(mcp_servers),
         profile=chosen,
         config_path=str(path) if path.exists() else None,
     )

@@ -37,7 +37,16 @@ def run(
                                                   "[default: 25].")] = None,
     tools_dir: ToolsDirOpt = None,
     no_tools: Annotated[bool, typer.Option("--no-tools", help="Offer the model no tools.")] = False,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Approve every tool call without asking.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Approve every tool call without asking "
+                                      "(policy yolo; deny rules still apply).")] = False,
+    approval: Annotated[str | None, typer.Option("--approval", metavar="POLICY", help="ask (default), auto-edit "
+                                                 "(file edits approved) or yolo.")] = None,
+    allow: Annotated[list[str] | None, typer.Option("--allow", metavar="RULE", help="Approve without asking: a "
+                                                    "tool name or 'run_shell:COMMAND PREFIX' (repeatable).")] = None,
+    deny: Annotated[list[str] | None, typer.Option("--deny", metavar="RULE", help="Always refuse: a tool name or "
+                                                   "'run_shell:COMMAND PREFIX' (repeatable).")] = None,
+    workspace: Annotated[str | None, typer.Option("--workspace", help="Root folder file tools and commands are "
+                                                  "confined to (default: the working directory).")] = None,
     json_events: Annotated[bool, typer.Option("--json", help="Write JSONL events to stdout instead of the answer "
                                               "(schema: crow_cli/schemas/events.schema.json).")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No tool activity on stderr (errors and warnings "
@@ -53,7 +62,8 @@ def run(
     try:
         text = _read_prompt(prompt)
         settings = load_settings(
-            {"model": model, "base_url": base_url, "api_key": api_key, "system": system, "max_turns": max_turns},
+            {"model": model, "base_url": base_url, "api_key": api_key, "system": system, "max_turns": max_turns,
+             "approval": approval, "allow": allow, "deny": deny, "workspace": workspace},
             config_path=config, profile=profile,
         )
         options = RunOptions(prompt=text, tools_dirs=tuple(tools_dir or ()), no_tools=no_tools, yes=yes,

@@ -20,6 +20,19 @@ def tools(tools_dir: ToolsDirOpt = None, profile: ProfileOpt = None, config: Con
     except CrowError as exc:
         raise fail(exc) from None
     registry = default_registry((*settings.tool_paths, *(tools_dir or ())))
+    if settings.mcp_servers:  # listing needs the servers: start them, list, stop them
+        import asyncio
+
+        from ..tools.mcp import McpServers
+
+        async def add_mcp_tools() -> None:
+            async with McpServers(settings.mcp_servers) as servers:
+                await servers.register_tools(registry)
+
+        try:
+            asyncio.run(add_mcp_tools())
+        except CrowError as exc:
+            raise fail(exc) from None
     width = max((len(t.name) for t in registry), default=4)
     for t in registry:
         flags = " [needs approval]" if t.needs_approval else ""

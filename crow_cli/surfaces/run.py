@@ -28,9 +28,15 @@ from ..events import (
     TurnFinished,
     WarningEvent,
 )
-from ..history import Message, ToolCall, ToolResult, pending_tool_calls, repair_history, user_message
-from ..loop import react
-from ..tools.registry import Tool
+from ..history import Message, ToolResult, pending_tool_calls, repair_history, user_message
+from ..loop import LoopSettings, react
+from ..tools.approval import make_approver
+from ..tools.dispatch import Approver
+from ..tools.mcp import McpServers
+from ..tools.registry import ToolRegistry
+from ..tools.workspace import use_workspace
+from ..wire.client import ChatClient
+from .approve import terminal_ask
 from .common import build_client, build_registry, loop_settings, short_json
 from .interrupt import SignalCancel
 from .jsonl import JsonlWriter
@@ -170,47 +176,56 @@ async def run_prompt(settings: Settings, options: RunOptions, out: TextIO = sys.
     printer: _Printer | JsonlWriter = (JsonlWriter(out, err, debug=options.debug) if options.json
                                        else _Printer(out, err, debug=options.debug, quiet=options.quiet))
     printer.handle(RunStarted(model=settings.model))
+    use_workspace(settings.workspace)
+    approve = make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=options.yes,
+                            ask=None if options.yes else terminal_ask())
     registry = None if options.no_tools else build_registry(settings, extra_dirs=options.tools_dirs)
-    if registry is not None:
-        for problem in registry.errors:
-            printer.handle(WarningEvent(problem))
     history: list[Message] = []
     if settings.system:
         history.append({"role": "system", "content": settings.system})
     history.append(user_message(options.prompt))
 
-    async def approve_all(call: ToolCall, tool: Tool) -> bool:
-        return True
+    async with McpServers({} if registry is None else settings.mcp_servers,
+                          errlog=sys.stderr if options.debug else None) as mcp_servers:
+        if registry is not None:
+            await mcp_servers.register_tools(registry)
+            for problem in registry.errors:
+                printer.handle(WarningEvent(problem))
+        client = build_client(settings, options.record_dir)
+        try:
+            return await _drive(history, client, registry, loop_settings(settings, trace=options.debug), approve,
+                                printer, options)
+        finally:
+            await client.aclose()
 
-    client = build_client(settings, options.record_dir)
+
+async def _drive(history: list[Message], client: ChatClient, registry: ToolRegistry | None, settings: LoopSettings,
+                 approve: Approver, printer: _Printer | JsonlWriter, options: RunOptions) -> int:
+    """Run the loop under SIGINT/SIGTERM handlers; a signal cancels it and closes the history."""
     progress = _Progress()
 
-    async def drive() -> int:
+    async def loop() -> int:
         code = 1
-        async for event in react(history, client, registry, loop_settings(settings, trace=options.debug),
-                                 approve_all if options.yes else None):
+        async for event in react(history, client, registry, settings, approve):
             progress.track(event)
             printer.handle(event)
             if isinstance(event, RunFinished):
                 code = event.exit_code
         return code
 
-    task = asyncio.ensure_future(drive())
-    try:
-        with SignalCancel(task, exit_grace_s=options.exit_grace_s) as signals:
-            try:
-                return await task
-            except asyncio.CancelledError:
-                if signals.signum is None:
-                    raise
-                if progress.finished is not None:  # the signal came after the run's last event
-                    return progress.finished.exit_code
-        for result in _close_history(history):
-            printer.handle(ToolResultReady(result))
-        printer.handle(RunFinished("cancelled", "".join(progress.text), progress.turns,
-                                   f"interrupted ({signals.name})", signals.exit_code))
-        if progress.running:
-            signals.exit_soon()  # a tool in a worker thread may not stop; do not wait for it
-        return signals.exit_code
-    finally:
-        await client.aclose()
+    task = asyncio.ensure_future(loop())
+    with SignalCancel(task, exit_grace_s=options.exit_grace_s) as signals:
+        try:
+            return await task
+        except asyncio.CancelledError:
+            if signals.signum is None:
+                raise
+            if progress.finished is not None:  # the signal came after the run's last event
+                return progress.finished.exit_code
+    for result in _close_history(history):
+        printer.handle(ToolResultReady(result))
+    printer.handle(RunFinished("cancelled", "".join(progress.text), progress.turns,
+                               f"interrupted ({signals.name})", signals.exit_code))
+    if progress.running:
+        signals.exit_soon()  # a tool in a worker thread may not stop; do not wait for it
+    return signals.exit_code

@@ -2,12 +2,15 @@
 
 Unknown tools, arguments that fail the schema, denied approvals, exceptions and timeouts all become
 results whose text tells the model what went wrong; nothing escapes as an exception. Calls run
-concurrently in a task group; tools marked `parallel=False` hold a lock so they never overlap.
+concurrently in a task group. Scheduling is a readers-writer lock: parallel-safe tools share it, tools
+marked `parallel=False` hold it alone, so they overlap neither each other nor anything else. Approval
+is asked before the lock is taken, so parallel-safe calls keep running while a prompt waits.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -21,7 +24,8 @@ from .registry import Tool, ToolRegistry
 __all__ = ["Approver", "dispatch", "truncate_output"]
 
 Approver = Callable[[ToolCall, Tool], Awaitable[bool]]
-"""Asked before a tool with `needs_approval` runs; True lets it run. Supplied by the surface."""
+"""Asked before a tool with `needs_approval` runs; True lets it run, False or `ToolDenied(reason)` refuses it.
+Supplied by the surface; `tools.approval.make_approver` builds one from a policy, rules and an ask callback."""
 
 
 def truncate_output(text: str, limit: int) -> str:
@@ -45,7 +49,7 @@ async def dispatch(
     call's position link them back). Cancelling the consumer cancels the running tools.
     """
     queue: asyncio.Queue[Event] = asyncio.Queue()
-    exclusive = asyncio.Lock()
+    exclusive = _ReadWriteLock()
 
     async def run(call: ToolCall) -> None:
         await queue.put(ToolRunStarted(call))
@@ -65,8 +69,42 @@ async def dispatch(
             yield event
 
 
+class _ReadWriteLock:
+    """Shared holds for parallel-safe calls, an exclusive hold for the others; a waiting writer goes first."""
+
+    def __init__(self) -> None:
+        self._cond = asyncio.Condition()
+        self._readers = 0
+        self._writer = False
+        self._writers_waiting = 0
+
+    @contextlib.asynccontextmanager
+    async def hold(self, exclusive: bool) -> AsyncIterator[None]:
+        async with self._cond:
+            if exclusive:
+                self._writers_waiting += 1
+                try:
+                    await self._cond.wait_for(lambda: not self._writer and self._readers == 0)
+                finally:
+                    self._writers_waiting -= 1
+                self._writer = True
+            else:
+                await self._cond.wait_for(lambda: not self._writer and self._writers_waiting == 0)
+                self._readers += 1
+        try:
+            yield
+        finally:
+            async with self._cond:
+                if exclusive:
+                    self._writer = False
+                else:
+                    self._readers -= 1
+                self._cond.notify_all()
+
+
 async def _run_one(
-    call: ToolCall, registry: ToolRegistry, approve: Approver | None, exclusive: asyncio.Lock, default_timeout: float
+    call: ToolCall, registry: ToolRegistry, approve: Approver | None, exclusive: _ReadWriteLock,
+    default_timeout: float,
 ) -> ToolResult:
     started = time.perf_counter()
 
@@ -85,14 +123,10 @@ async def _run_one(
                 raise ToolDenied(f"{call.name} needs approval and nobody could approve it (run with --yes to allow)")
             if not await approve(call, t):
                 raise ToolDenied(f"the user denied {call.name}; do not retry it unchanged")
-        started = time.perf_counter()
-        timeout = t.timeout_s or default_timeout
-        async with asyncio.timeout(timeout):
-            if t.parallel:
+        async with exclusive.hold(not t.parallel):
+            started = time.perf_counter()
+            async with asyncio.timeout(t.timeout_s or default_timeout):
                 output = await t.invoke(arguments)
-            else:
-                async with exclusive:
-                    output = await t.invoke(arguments)
     except TimeoutError:
         return fail(f"{call.name} timed out after {t.timeout_s or default_timeout:g} s and was cancelled")
     except ToolError as exc:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..errors import OutsideWorkspace
 
-__all__ = ["resolve_in_workspace", "set_workspace", "workspace_root"]
+__all__ = ["resolve_in_workspace", "set_workspace", "use_workspace", "workspace_root"]
 
 _ROOT: contextvars.ContextVar[Path | None] = contextvars.ContextVar("crow_workspace_root", default=None)
 
@@ -42,3 +42,21 @@ def resolve_in_workspace(path: str | os.PathLike[str]) -> Path:
     if candidate != root and root not in candidate.parents:
         raise OutsideWorkspace(f"{os.fspath(path)!r} is outside the workspace {str(root)!r}; refused")
     return candidate
+
+
+def use_workspace(path: str | os.PathLike[str] | None) -> Path:
+    """Check `path` (None: the working directory) is an existing folder and confine file tools to it.
+
+    Returns the resolved root. Raises:
+        ConfigError: `path` does not exist or is not a folder.
+    """
+    from ..errors import ConfigError
+
+    if path is None:
+        root = Path.cwd().resolve()
+    else:
+        root = Path(path).expanduser().resolve()
+        if not root.is_dir():
+            raise ConfigError(f"workspace {os.fspath(path)!r} is not an existing folder")
+    set_workspace(root)
+    return root

@@ -1,10 +1,17 @@
-"""Built-in tools. Read-only ones here; each module adds its tools to `BUILTIN_TOOLS`."""
+"""Built-in tools, confined to the workspace: read-only ones run in parallel without approval; those that
+change files or run commands need approval and run exclusively."""
 
 from __future__ import annotations
 
 from ..registry import Tool
+from .edits import edit_file, write_file
 from .files import list_directory, read_file
+from .search import search_files
+from .shell import run_shell
 
-__all__ = ["BUILTIN_TOOLS"]
+__all__ = ["BUILTIN_TOOLS", "EDIT_TOOLS"]
 
-BUILTIN_TOOLS: list[Tool] = [read_file, list_directory]
+BUILTIN_TOOLS: list[Tool] = [read_file, list_directory, search_files, write_file, edit_file, run_shell]
+
+EDIT_TOOLS = frozenset({"write_file", "edit_file"})
+"""Built-in tools that only change files in the workspace (what the `auto-edit` policy approves)."""

@@ -1,0 +1,58 @@
+"""Asking a person on the terminal whether a tool call may run (yes / no / always for this tool)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from typing import TextIO
+
+from ..history import ToolCall
+from ..tools.approval import Answer, AskFn, describe_call
+from ..tools.registry import Tool
+
+__all__ = ["terminal_ask"]
+
+_ANSWERS: dict[str, Answer] = {"y": "yes", "yes": "yes", "n": "no", "no": "no", "a": "always", "always": "always"}
+
+
+def terminal_ask(stdin: TextIO | None = None, err: TextIO | None = None) -> AskFn | None:
+    """An `AskFn` prompting on `err` and reading a line from `stdin`, or None when either is not a terminal.
+
+    The line is read without a thread (the event loop watches stdin), so Ctrl-C and cancellation never
+    leave a blocked reader behind. End of input answers "no".
+    """
+    stdin = stdin or sys.stdin
+    err = err or sys.stderr
+    if stdin is None or err is None or not stdin.isatty() or not err.isatty():
+        return None
+    fd = stdin.fileno()
+
+    async def read_line() -> str:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[str] = loop.create_future()
+
+        def readable() -> None:
+            if not done.done():
+                done.set_result(os.read(fd, 4096).decode("utf-8", "replace"))
+
+        loop.add_reader(fd, readable)
+        try:
+            return await done
+        finally:
+            loop.remove_reader(fd)
+
+    async def ask(call: ToolCall, tool: Tool) -> Answer:
+        err.write(f"\n{describe_call(call)}\n")
+        while True:
+            err.write(f"Allow {tool.name}? [y]es / [n]o / [a]lways for {tool.name}: ")
+            err.flush()
+            line = await read_line()
+            if line == "":
+                err.write("\n")
+                return "no"
+            answer = _ANSWERS.get(line.strip().lower())
+            if answer is not None:
+                return answer
+
+    return ask

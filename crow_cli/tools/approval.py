@@ -1,0 +1,200 @@
+"""Approval of tool calls: a policy, allow/deny rules, and a surface-supplied `ask` callback.
+
+Only tools with `needs_approval` are checked (dispatch runs the others straight away). For such a call:
+
+1. a **deny** rule that matches refuses it (whatever the policy, even `yolo`);
+2. an **allow** rule that matches, an earlier "always" answer for the tool, the `yolo` policy, or the
+   `auto-edit` policy for a built-in file edit (`write_file`, `edit_file`) approves it;
+3. otherwise the surface's `ask(call, tool)` is awaited ("yes", "no" or "always" for this tool; one
+   prompt at a time); with no `ask` (nobody can answer: `crow run` without a terminal) it is denied.
+
+A refused call is not run; the model gets a tool result saying why (dispatch turns `ToolDenied`
+into it). Rules are strings: a tool name (`"write_file"`, `"docs_search"`) or `run_shell:PREFIX`, a
+shell command prefix compared word by word (`"run_shell:git status"` matches `git status -s`, not
+`git statusx`). A deny prefix matches any part of a compound command (`cd x && rm -rf y`); an allow
+prefix approves a command only when every part matches an allow rule and it has no command
+substitution or output redirection. Rules are guard rails, not a sandbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shlex
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..errors import ConfigError, ToolDenied
+from ..history import ToolCall
+from .registry import Tool
+
+__all__ = ["POLICIES", "Answer", "ApprovalPolicy", "Approvals", "AskFn", "describe_call", "make_approver"]
+
+POLICIES = ("ask", "auto-edit", "yolo")
+Answer = Literal["yes", "no", "always"]
+AskFn = Callable[[ToolCall, Tool], Awaitable[Answer]]
+"""A surface's prompt: shown a call that needs approval, returns the person's answer."""
+
+_EDIT_TOOLS = frozenset({"write_file", "edit_file"})
+_SHELL_TOOL = "run_shell"
+_SHELL_PREFIX = "run_shell:"
+_SPLIT = re.compile(r"&&|\|\||[;&|\n()`]|\$\(")
+_FD_DUP = re.compile(r"[0-9]*>&[0-9]+")
+_REDIRECT = re.compile(r"(?<![0-9&])>|[0-9]>(?!&)")
+
+
+def _words(segment: str) -> list[str]:
+    try:
+        return shlex.split(segment)
+    except ValueError:  # unbalanced quotes: compare plain words
+        return segment.split()
+
+
+def _segments(command: str) -> list[list[str]]:
+    command = _FD_DUP.sub(" ", command)  # `2>&1` joins streams; its `&` separates nothing
+    return [w for w in (_words(part) for part in _SPLIT.split(command)) if w]
+
+
+def _starts_with(words: list[str], prefix: list[str]) -> bool:
+    return bool(prefix) and words[: len(prefix)] == prefix
+
+
+@dataclass(frozen=True)
+class ApprovalPolicy:
+    """What to do with calls that need approval, before anyone is asked."""
+
+    mode: str = "ask"
+    """`ask`, `auto-edit` (built-in file edits approved; shell and others ask) or `yolo` (all approved)."""
+    allow: tuple[str, ...] = ()
+    """Rules that approve without asking: tool names or `run_shell:PREFIX`."""
+    deny: tuple[str, ...] = ()
+    """Rules that refuse, whatever the mode: tool names or `run_shell:PREFIX`."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in POLICIES:
+            raise ConfigError(f"unknown approval policy {self.mode!r} (choose from {', '.join(POLICIES)})")
+        for rule in (*self.allow, *self.deny):
+            if not isinstance(rule, str) or not rule.strip() or (
+                    rule.startswith(_SHELL_PREFIX) and not _words(rule[len(_SHELL_PREFIX):])):
+                raise ConfigError(f"invalid approval rule {rule!r}: a tool name or 'run_shell:COMMAND PREFIX'")
+
+    def denied_by(self, call: ToolCall, tool: Tool) -> str | None:
+        """The deny rule matching `call`, or None."""
+        command = _command(call) if tool.name == _SHELL_TOOL else None
+        for rule in self.deny:
+            if rule == tool.name:
+                return rule
+            if command is not None and rule.startswith(_SHELL_PREFIX):
+                prefix = _words(rule[len(_SHELL_PREFIX):])
+                if any(_starts_with(seg, prefix) for seg in _segments(command)):
+                    return rule
+        return None
+
+    def allowed_by(self, call: ToolCall, tool: Tool) -> str | None:
+        """The allow rule (or policy) approving `call` without asking, or None."""
+        if self.mode == "yolo":
+            return "policy yolo"
+        if self.mode == "auto-edit" and tool.name in _EDIT_TOOLS and tool.source == "builtin":
+            return "policy auto-edit"
+        if tool.name in self.allow:
+            return tool.name
+        command = _command(call) if tool.name == _SHELL_TOOL else None
+        if command is None or "$(" in command or "`" in command or _REDIRECT.search(command):
+            return None
+        prefixes = [_words(r[len(_SHELL_PREFIX):]) for r in self.allow if r.startswith(_SHELL_PREFIX)]
+        segments = _segments(command)
+        if prefixes and segments and all(any(_starts_with(s, p) for p in prefixes) for s in segments):
+            return "allow rules"
+        return None
+
+
+def _command(call: ToolCall) -> str | None:
+    try:
+        value = json.loads(call.arguments).get("command")
+    except (ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+@dataclass
+class Approvals:
+    """An `Approver` (see `tools.dispatch`): the policy, plus `ask` for what the policy leaves open.
+
+    Call it as `await approvals(call, tool)`: True to run; raises `ToolDenied` (with the reason the
+    model will read) to refuse. Answers of "always" are remembered per tool name for this object's life.
+    """
+
+    policy: ApprovalPolicy = field(default_factory=ApprovalPolicy)
+    ask: AskFn | None = None
+    """The surface's prompt; None when nobody can answer (then calls that would ask are denied)."""
+    always: set[str] = field(default_factory=set)
+    """Tool names the person approved for the rest of the session."""
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
+
+    async def __call__(self, call: ToolCall, tool: Tool) -> bool:
+        rule = self.policy.denied_by(call, tool)
+        if rule is not None:
+            raise ToolDenied(f"{tool.name} was denied by the rule {rule!r}; it was not run. Do not retry it; "
+                             "find another way or ask the user")
+        if self.policy.allowed_by(call, tool) is not None or tool.name in self.always:
+            return True
+        if self.ask is None:
+            raise ToolDenied(f"{tool.name} needs approval and nobody can approve it here (no terminal); it was "
+                             "not run. The user can allow it with --yes, --approval auto-edit or --allow")
+        async with self._lock:  # one prompt at a time
+            if tool.name in self.always:
+                return True
+            answer = await self.ask(call, tool)
+        if answer == "always":
+            self.always.add(tool.name)
+            return True
+        if answer == "yes":
+            return True
+        raise ToolDenied(f"the user declined {tool.name}; it was not run. Do not retry it unchanged")
+
+
+def make_approver(mode: str | None = None, *, allow: Iterable[str] = (), deny: Iterable[str] = (),
+                  ask: AskFn | None = None, yes: bool = False) -> Approvals:
+    """The `Approver` for a surface: `mode` (default `ask`; `yes=True` means `yolo`), rules, and `ask`.
+
+    Typical use: `make_approver(settings.approval, allow=settings.allow, deny=settings.deny, ask=prompt)`.
+
+    Raises:
+        ConfigError: an unknown policy or an empty/invalid rule.
+    """
+    policy = ApprovalPolicy("yolo" if yes else (mode or "ask"), tuple(allow), tuple(deny))
+    return Approvals(policy, ask)
+
+
+def describe_call(call: ToolCall, limit: int = 4000) -> str:
+    """What a prompt should show about a call: the shell command, a diff preview of an edit, or the arguments.
+
+    Reads the file for `edit_file` previews (within the workspace); never raises.
+    """
+    try:
+        args: Any = json.loads(call.arguments)
+    except ValueError:
+        args = None
+    if not isinstance(args, dict):
+        return call.arguments[:limit]
+    if call.name == _SHELL_TOOL and isinstance(args.get("command"), str):
+        return f"$ {args['command']}"[:limit]
+    if call.name == "write_file" and isinstance(args.get("content"), str):
+        content = args["content"]
+        head = "\n".join(content.splitlines()[:20])
+        return f"write {args.get('path')!s} ({len(content.encode())} bytes):\n{head}"[:limit]
+    if call.name == "edit_file":
+        try:
+            from .builtin.edits import unified_diff
+            from .workspace import resolve_in_workspace
+
+            file = resolve_in_workspace(str(args["path"]))
+            before = file.read_text("utf-8")
+            old, new = str(args["old_string"]), str(args["new_string"])
+            after = before.replace(old, new) if args.get("replace_all") else before.replace(old, new, 1)
+            return unified_diff(before, after, str(args["path"]))[:limit]
+        except Exception:
+            pass
+    return json.dumps(args, ensure_ascii=False)[:limit]
