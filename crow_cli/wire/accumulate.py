@@ -8,9 +8,10 @@ cases: `tests/cases/*.json`, each a shape a real server sent):
 * `id`, `type` and `function.name` are taken from the first non-empty value; a later `""` or null
   never overwrites one (DashScope), an identical repeat is ignored (vLLM GLM). A name may arrive in
   pieces before the arguments do.
-* A delta with a new non-empty id *and* a name starts a new call even at a used index (Ollama sends
-  every call at index 0); so does a name arriving for a call whose arguments are already complete JSON.
-  A fresh id without a name, or no id, continues the open call (its first id stays).
+* A delta with a new non-empty id *and* a name starts a new call even at a used index, once the open
+  call's arguments are complete JSON (Ollama sends every whole call at index 0). A fresh id without a
+  name, a fresh id in the middle of the arguments, or no id, continues the open call (its first id
+  stays): that one stays linear, since the parse runs only when the last fragment ends with `}`.
 * `arguments` fragments are collected in a list and joined once at the end: linear in bytes received.
   An object-valued `arguments` (MiniMax) is serialised; a fragment that repeats the complete
   arguments so far (final-chunk flush) is not appended.
@@ -144,6 +145,8 @@ class StreamAccumulator:
             if isinstance(content, str) and content and (shown := self._text.add(content)):
                 events.append(TextDelta(shown))
             tool_calls = delta.get("tool_calls")
+            if isinstance(tool_calls, Mapping):  # one call sent bare instead of in a list
+                tool_calls = [tool_calls]
             if tool_calls:
                 for position, tc in enumerate(tool_calls):
                     if isinstance(tc, Mapping):
@@ -189,13 +192,12 @@ class StreamAccumulator:
 
     @staticmethod
     def _starts_new_call(call: _PartialCall, call_id: str, name: str) -> bool:
-        if not (call.id or call.name):
-            return False
-        if call_id and call.id and call_id != call.id:
-            return True  # Ollama: every call at index 0, each with its own id
-        if call_id and call_id == call.id:
-            return False  # vLLM GLM re-sends id/name with the last fragment
-        return bool(call.length) and call.name != "" and call.arguments_complete()
+        if not (call_id and call.id and call_id != call.id):
+            return False  # no id, or the same one re-sent (vLLM GLM): the open call goes on
+        if not call.length:
+            return True
+        # Ollama: every whole call at index 0, each with its own id
+        return call.fragments[-1].rstrip().endswith("}") and call.arguments_complete()
 
     @staticmethod
     def _repeats_whole(call: _PartialCall, args: str) -> bool:
@@ -231,7 +233,11 @@ class StreamAccumulator:
             usage=self._usage,
             truncated=reason is None,
         )
+        what = "tool call arguments may be incomplete" if calls else "the answer may be incomplete"
         if reason == "length":
-            what = "tool call arguments may be incomplete" if calls else "the answer is incomplete"
             events.append(WarningEvent(f"the model hit its token limit (finish_reason: length); {what}"))
+        elif reason == "content_filter":
+            events.append(WarningEvent(f"the server's content filter stopped the answer; {what}"))
+        elif reason is None and not calls:
+            events.append(WarningEvent(f"the stream ended without a finish_reason; {what}"))
         return turn, events

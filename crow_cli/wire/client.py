@@ -66,10 +66,13 @@ class ChatClient:
                 from .record import recording_http_client
 
                 http_client = recording_http_client(s.record_dir, timeout=timeout)
+            headers = dict(s.headers)
+            if s.api_key:  # --api-key and the env beat an Authorization header from the config file
+                headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
             self._sdk = openai.AsyncOpenAI(
                 base_url=s.base_url,
                 api_key=s.api_key or "",
-                default_headers=s.headers or None,
+                default_headers=headers or None,
                 max_retries=s.max_retries,
                 timeout=timeout,
                 http_client=http_client,
@@ -120,17 +123,20 @@ class ChatClient:
             raise mapped from exc
 
     async def _open(self, client: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> Any:
-        from openai import AsyncStream, Omit
+        from openai import Omit
 
-        # Local servers need no key: then no Authorization header is sent at all.
-        options: dict[str, Any] = {} if self.settings.api_key else {"headers": {"Authorization": Omit()}}
+        from .stream import ChunkStream
+
+        # Local servers need no key: then no Authorization header is sent, unless the config sets one.
+        own_auth = any(k.lower() == "authorization" for k in self.settings.headers)
+        options: dict[str, Any] = {} if self.settings.api_key or own_auth else {"headers": {"Authorization": Omit()}}
         return await client.post(
             "/chat/completions",
             body=self.request_body(messages, tools),
             cast_to=object,
             options=options,
             stream=True,
-            stream_cls=AsyncStream[object],
+            stream_cls=ChunkStream,
         )
 
     async def aclose(self) -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from crow_cli.errors import ServerError
 from crow_cli.events import ReasoningDelta, TextDelta, ToolCallDelta, ToolCallStarted, WarningEvent
-from crow_cli.wire.accumulate import StreamAccumulator
+from crow_cli.wire.accumulate import StreamAccumulator, _PartialCall
 from tests.conftest import chunk, first_sse, load_cases, sse_chunks, tool_delta
 
 CASES = load_cases()
@@ -113,12 +113,14 @@ def test_fresh_id_without_name_continues_the_open_call_and_keeps_first_id():
     assert [(c.id, c.arguments) for c in turn.tool_calls] == [("c1", '{"n": 1}')]
 
 
-def test_same_name_without_ids_after_complete_arguments_starts_a_new_call():
-    turn, _ = assemble(
+def test_without_ids_a_reused_index_continues_the_call_and_bad_json_is_flagged():
+    """Per the contract only a new id (with a name) starts a call; two objects glued are not valid arguments."""
+    turn, events = assemble(
         chunk({"tool_calls": [tool_delta(0, None, "f", '{"n": 1}')]}),
         chunk({"tool_calls": [tool_delta(0, None, "f", '{"n": 2}')]}),
     )
-    assert [(c.id, c.arguments) for c in turn.tool_calls] == [("", '{"n": 1}'), ("", '{"n": 2}')]
+    assert [c.id for c in turn.tool_calls] == [""]
+    assert any(isinstance(e, WarningEvent) and "repaired" in e.message for e in events)
 
 
 def test_index_starting_at_one_leaves_no_placeholder():
@@ -233,3 +235,55 @@ def test_megabyte_of_one_byte_fragments_assembles_exactly():
         acc.feed({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": ch}}]}}]})
     turn, _ = acc.finish()
     assert turn.tool_calls[0].arguments == payload
+
+
+def test_name_resent_without_id_after_complete_arguments_is_the_same_call():
+    turn, _ = assemble(
+        chunk({"tool_calls": [tool_delta(0, "c1", "list_directory", '{"path": "."}')]}),
+        chunk({"tool_calls": [tool_delta(0, None, "list_directory", "")]}, "tool_calls"),
+    )
+    assert [(c.id, c.name, c.arguments) for c in turn.tool_calls] == [("c1", "list_directory", '{"path": "."}')]
+
+
+def test_new_id_on_every_delta_mid_arguments_is_one_call():
+    turn, _ = assemble(
+        chunk({"tool_calls": [tool_delta(0, "id1", "f", '{"pa')]}),
+        chunk({"tool_calls": [tool_delta(0, "id2", "f", 'th":')]}),
+        chunk({"tool_calls": [tool_delta(0, "id3", "f", '"."}')]}),
+    )
+    assert [(c.id, c.arguments) for c in turn.tool_calls] == [("id1", '{"path":"."}')]
+
+
+def test_tool_calls_sent_as_an_object_instead_of_a_list():
+    turn, _ = assemble(chunk({"tool_calls": tool_delta(0, "c1", "f", "{}")}))
+    assert [c.id for c in turn.tool_calls] == ["c1"]
+
+
+@pytest.mark.parametrize(("reason", "needle"),
+                         [("content_filter", "content filter"), (None, "without a finish_reason")])
+def test_text_turn_cut_by_filter_or_missing_finish_warns(reason, needle):
+    _, events = assemble(chunk({"content": "x"}, reason))
+    assert any(isinstance(e, WarningEvent) and needle in e.message for e in events)
+
+
+def test_repeated_names_without_ids_stay_linear():
+    """Every delta re-sends the name (no id): no re-join of the arguments per delta."""
+    acc = StreamAccumulator()
+    acc.feed(chunk({"tool_calls": [tool_delta(0, "c1", "f", "")]}))
+    payload = json.dumps({"blob": "y" * 200_000})
+    joins = 0
+    original = _PartialCall.joined
+
+    def counting(self):
+        nonlocal joins
+        joins += 1
+        return original(self)
+
+    _PartialCall.joined = counting
+    try:
+        for i in range(0, len(payload), 4):
+            acc.feed(chunk({"tool_calls": [tool_delta(0, None, "f", payload[i : i + 4])]}))
+    finally:
+        _PartialCall.joined = original
+    assert joins <= 2  # was one join per delta (50,000 here) before
+    assert acc.finish()[0].tool_calls[0].arguments == payload

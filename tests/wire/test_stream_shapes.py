@@ -1,0 +1,95 @@
+"""Response shapes beyond the corpus: SSE events without data, other error shapes, non-SSE 200s."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+import respx
+
+from crow_cli.errors import ServerError
+from crow_cli.history import user_message
+from crow_cli.wire.accumulate import StreamAccumulator
+from crow_cli.wire.client import ChatClient, ClientSettings
+from tests.conftest import chunk, sse, text_sse, tool_delta
+
+BASE = "http://llm.test/v1"
+URL = f"{BASE}/chat/completions"
+
+
+async def assemble(response: httpx.Response, **settings):
+    c = ChatClient(ClientSettings(base_url=BASE, model="m", api_key="k", max_retries=0, **settings))
+    acc = StreamAccumulator()
+    with respx.mock() as mock:
+        route = mock.post(URL).mock(return_value=response)
+        try:
+            async for ch in c.stream([user_message("x")]):
+                acc.feed(ch)
+        finally:
+            await c.aclose()
+    return acc.finish()[0], route
+
+
+def event_stream(body: str) -> httpx.Response:
+    return httpx.Response(200, content=body.encode(), headers={"content-type": "text/event-stream"})
+
+
+@pytest.mark.parametrize("noise", ["event: ping\n\n", "data:\n\n", "data: \n\n", "retry: 1000\n\n", ": comment\n\n",
+                                   "id: 7\n\n"])
+async def test_events_without_data_are_skipped(noise):
+    body = noise + text_sse("hello").replace("data: [DONE]", noise + "data:  [DONE] ")
+    turn, _ = await assemble(event_stream(body))
+    assert turn.content == "hello"
+
+
+@pytest.mark.parametrize("error_event", [
+    'data: {"object": "error", "message": "upstream overloaded", "code": 500}\n\n',
+    'event: error\ndata: {"message": "upstream overloaded", "code": 500}\n\n',
+    'data: {"error": {"message": "upstream overloaded", "code": 500}}\n\n',
+])
+async def test_every_error_shape_in_a_stream_fails_the_turn(error_event):
+    body = sse(chunk({"content": "Partial"}), done=False) + error_event + "data: [DONE]\n\n"
+    with pytest.raises(ServerError, match="upstream overloaded"):
+        await assemble(event_stream(body))
+
+
+async def test_non_streamed_json_completion_is_used_as_one_chunk():
+    completion = {"id": "x", "object": "chat.completion", "choices": [{"index": 0, "finish_reason": "tool_calls",
+                  "message": {"role": "assistant", "content": "Let me look.", "tool_calls": [
+                      {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}]}}],
+                  "usage": {"total_tokens": 5}}
+    turn, _ = await assemble(httpx.Response(200, json=completion))
+    assert turn.content == "Let me look." and turn.usage == {"total_tokens": 5}
+    assert [(c.id, c.name, c.arguments) for c in turn.tool_calls] == [("call_1", "f", '{"a": 1}')]
+
+
+@pytest.mark.parametrize(("response", "message"), [
+    (httpx.Response(200, json={"error": {"message": "model 'foo' not found"}}), "model 'foo' not found"),
+    (httpx.Response(200, html="<html>Please log in</html>"), "text/html, not an event stream"),
+    (httpx.Response(200, json={"hello": "world"}), "neither a stream nor a completion"),
+    (event_stream("data: [DONE]\n\n"), "without sending a single chunk"),
+    (event_stream(""), "without sending a single chunk"),
+    (event_stream("data: {not json\n\n"), "not JSON"),
+])
+async def test_a_200_without_an_answer_is_an_error(response, message):
+    with pytest.raises(ServerError, match=message):
+        await assemble(response)
+
+
+async def test_api_key_beats_a_configured_authorization_header():
+    _, route = await assemble(event_stream(text_sse("ok")), headers={"Authorization": "Basic abc"})
+    assert route.calls[0].request.headers["authorization"] == "Bearer k"
+
+
+async def test_configured_authorization_header_is_sent_without_a_key():
+    c = ChatClient(ClientSettings(base_url=BASE, model="m", max_retries=0, headers={"Authorization": "Basic abc"}))
+    with respx.mock() as mock:
+        route = mock.post(URL).mock(return_value=event_stream(text_sse("ok")))
+        [_ async for _ in c.stream([user_message("x")])]
+    assert route.calls[0].request.headers["authorization"] == "Basic abc"
+
+
+async def test_tool_calls_in_one_chunk_with_the_finish():
+    turn, _ = await assemble(event_stream(sse(chunk({"tool_calls": [tool_delta(0, "c", "f", "{}")]}, "tool_calls"))))
+    assert json.loads(turn.tool_calls[0].arguments) == {}
