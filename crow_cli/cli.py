@@ -48,6 +48,9 @@ app.command()(tools)
 
 def main() -> None:
     """Console entry point."""
+    for stream in (sys.stdout, sys.stderr):  # a latin-1 or cp1252 console still gets the answer
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="replace")
     try:
         app()
     except KeyboardInterrupt:

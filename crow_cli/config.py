@@ -95,6 +95,19 @@ def _check(table: Mapping[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
+def _checked_key(key: str | None) -> str | None:
+    """The key without surrounding whitespace (a key file's newline); never echoed in errors."""
+    if key is None:
+        return None
+    key = key.strip()
+    if not key:
+        return None
+    if not key.isascii() or not key.isprintable() or any(c.isspace() for c in key):
+        raise ConfigError("the API key holds characters an HTTP header cannot carry (spaces, control or "
+                          "non-ASCII characters); check how it was set")
+    return key
+
+
 def load_settings(
     flags: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
@@ -117,7 +130,9 @@ def load_settings(
     path = Path(config_path).expanduser() if config_path else default_config_path()
     data = _read_config(path, explicit=bool(config_path))
     profiles = data.pop("profiles", {}) or {}
-    chosen = profile or data.pop("profile", None) or env.get("CROW_PROFILE") or None
+    if not isinstance(profiles, dict) or not all(isinstance(t, dict) for t in profiles.values()):
+        raise ConfigError(f"{path}: 'profiles' must hold tables, like [profiles.NAME]")
+    chosen = profile or env.get("CROW_PROFILE") or data.pop("profile", None) or None
     data.pop("profile", None)
     file = _check(data, str(path))
     if chosen:
@@ -136,9 +151,27 @@ def load_settings(
     key_env = file.get("api_key_env")
     api_key = pick("api_key", "CROW_API_KEY", "__none__", None, None) or (env.get(key_env) if key_env else None) \
         or env.get("OPENAI_API_KEY") or None
+    api_key = _checked_key(api_key)
     max_turns = int(pick("max_turns", None, "max_turns", None, 25))
     if max_turns < 1:
         raise ConfigError("--max-turns must be at least 1")
+    base_url = str(pick("base_url", "CROW_BASE_URL", "base_url", "OPENAI_BASE_URL", DEFAULT_BASE_URL)).rstrip("/")
+    if not base_url.startswith(("http://", "https://")):
+        raise ConfigError(f"base URL {base_url!r} must start with http:// or https://")
+    try:
+        numbers = {
+            "tool_timeout": float(pick("tool_timeout_s", None, "tool_timeout", None, 120.0)),
+            "idle_timeout": float(pick("idle_timeout_s", "CROW_IDLE_TIMEOUT", "idle_timeout", None, 300.0)),
+            "max_output_chars": int(pick("max_output_chars", None, "max_output_chars", None, 50_000)),
+        }
+    except ValueError as exc:
+        raise ConfigError(f"a timeout or size is not a number ({exc})") from None
+    for name, value in numbers.items():
+        if value <= 0:
+            raise ConfigError(f"{name} must be greater than 0 (got {value:g})")
+    max_retries = int(pick("max_retries", None, "max_retries", None, 3))
+    if max_retries < 0:
+        raise ConfigError(f"max_retries must be 0 or more (got {max_retries})")
     tool_paths = tuple(str(p) for p in file.get("tool_paths", [])) + tuple(flags.get("tool_paths", ()))
     rules = {key: tuple(str(r) for r in file.get(key, [])) + tuple(flags.get(key, ())) for key in ("allow", "deny")}
     mcp_servers = file.get("mcp_servers", {})
@@ -147,16 +180,16 @@ def load_settings(
             raise ConfigError(f"{path}: [mcp_servers.{name}] must be a table")
     return Settings(
         model=str(pick("model", "CROW_MODEL", "model", None, DEFAULT_MODEL)),
-        base_url=str(pick("base_url", "CROW_BASE_URL", "base_url", "OPENAI_BASE_URL", DEFAULT_BASE_URL)).rstrip("/"),
+        base_url=base_url,
         api_key=api_key,
         headers={str(k): str(v) for k, v in file.get("headers", {}).items()},
         params=dict(file.get("params", {})),
         system=pick("system", None, "system", None, None),
         max_turns=max_turns,
-        tool_timeout_s=float(pick("tool_timeout_s", None, "tool_timeout", None, 120.0)),
-        idle_timeout_s=float(pick("idle_timeout_s", "CROW_IDLE_TIMEOUT", "idle_timeout", None, 300.0)),
-        max_retries=int(pick("max_retries", None, "max_retries", None, 3)),
-        max_output_chars=int(pick("max_output_chars", None, "max_output_chars", None, 50_000)),
+        tool_timeout_s=numbers["tool_timeout"],
+        idle_timeout_s=numbers["idle_timeout"],
+        max_retries=max_retries,
+        max_output_chars=int(numbers["max_output_chars"]),
         tool_paths=tool_paths,
         approval=pick("approval", None, "approval", None, None),
         allow=rules["allow"],

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import stat
 import sys
 from typing import Annotated
 
 import typer
 
 from ..errors import ConfigError, CrowError
+from ..text import clean_text
 from .options import ApiKeyOpt, BaseUrlOpt, ConfigOpt, DebugOpt, ModelOpt, ProfileOpt, SystemOpt, ToolsDirOpt, fail
 
 __all__ = ["run"]
@@ -17,14 +20,29 @@ _EXIT_GRACE_S = 3.0
 """After SIGINT/SIGTERM, seconds given to a tool thread that cannot be interrupted before exiting anyway."""
 
 
+def _piped_stdin() -> str | None:
+    """Standard input when it is a pipe or a file (never a terminal, never waited on otherwise)."""
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (AttributeError, OSError, ValueError):
+        return None
+    if not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode)):
+        return None
+    return sys.stdin.buffer.read().decode("utf-8", "replace")
+
+
 def _read_prompt(prompt: str | None) -> str:
+    """The argument, with piped stdin after it (`git diff | crow run "Review this"`), or stdin alone."""
+    piped = _piped_stdin()
     if prompt is None or prompt == "-":
-        prompt = "" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.read()
+        prompt = piped or ""
         if not prompt.strip():
             raise ConfigError("no prompt: pass it as an argument or on standard input")
+    elif piped and piped.strip():
+        prompt = f"{prompt}\n\n{piped}"
     if not prompt.strip():
         raise ConfigError("the prompt is empty")
-    return prompt
+    return clean_text(prompt)  # argv bytes that did not decode arrive as lone surrogates
 
 
 def run(

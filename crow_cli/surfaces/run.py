@@ -86,12 +86,15 @@ class _Printer:
             return
         match event:
             case TextDelta(text=text):
+                self._close_reasoning()
                 self.out.write(text)
                 self.out.flush()
                 self.at_line_start = text.endswith("\n")
             case ReasoningDelta(text=text) if self.err.is_terminal or self.debug:
                 self.err.print(text, style="dim", end="")
                 self.reasoning_open = True
+            case TurnFinished(tool_calls=calls) if calls:
+                self._new_line()  # the next turn's text starts on its own line, in a pipe too
             case ToolCallDelta() if self.debug:
                 self.err.print(f"[delta] index={event.index!r} id={event.call_id!r} name={event.name!r} "
                                f"args={event.arguments!r}", style="dim", markup=False)
@@ -189,6 +192,7 @@ async def run_prompt(settings: Settings, options: RunOptions, out: TextIO = sys.
                           errlog=sys.stderr if options.debug else None) as mcp_servers:
         if registry is not None:
             await mcp_servers.register_tools(registry)
+            registry.schemas()  # derive every schema now: a tool that cannot be described is reported here
             for problem in registry.errors:
                 printer.handle(WarningEvent(problem))
         client = build_client(settings, options.record_dir)

@@ -19,6 +19,7 @@ from dataclasses import replace
 from ..errors import ToolDenied, ToolError
 from ..events import Event, ToolResultReady, ToolRunStarted
 from ..history import ToolCall, ToolResult
+from ..text import clean_text
 from .registry import Tool, ToolRegistry
 
 __all__ = ["Approver", "dispatch", "truncate_output"]
@@ -112,6 +113,7 @@ async def _run_one(
         return ToolResult(call.id, call.name, f"Error: {message}", ok=False,
                           duration_s=time.perf_counter() - started, index=call.index)
 
+    deadline: asyncio.Timeout | None = None
     t = registry.get(call.name)
     if t is None:
         known = ", ".join(sorted(x.name for x in registry)) or "none"
@@ -125,15 +127,22 @@ async def _run_one(
                 raise ToolDenied(f"the user denied {call.name}; do not retry it unchanged")
         async with exclusive.hold(not t.parallel):
             started = time.perf_counter()
-            async with asyncio.timeout(t.timeout_s or default_timeout):
+            async with asyncio.timeout(t.timeout_s or default_timeout) as deadline:
                 output = await t.invoke(arguments)
-    except TimeoutError:
+    except TimeoutError as exc:
+        if deadline is None or not deadline.expired():  # the tool's own TimeoutError, not ours
+            return fail(f"{call.name} raised TimeoutError: {exc}")
         return fail(f"{call.name} timed out after {t.timeout_s or default_timeout:g} s and was cancelled")
     except ToolError as exc:
         return fail(str(exc))
     except json.JSONDecodeError as exc:  # the accumulator guarantees JSON; a stored history may not
         return fail(f"arguments are not valid JSON ({exc.msg})")
-    except Exception as exc:
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise  # the run is being cancelled: dispatch's caller answers the call
+        return fail(f"{call.name} raised CancelledError")
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # a plugin's sys.exit() must not end the run
         return fail(f"{call.name} raised {type(exc).__name__}: {exc}")
-    return ToolResult(call.id, call.name, output, ok=True, duration_s=time.perf_counter() - started,
+    return ToolResult(call.id, call.name, clean_text(output), ok=True, duration_s=time.perf_counter() - started,
                       index=call.index)

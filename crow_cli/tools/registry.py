@@ -8,12 +8,14 @@ keeps its source (`builtin`, `entry point NAME`, a file path, `mcp:SERVER`), as 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hashlib
 import importlib.util
 import inspect
 import json
 import re
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -85,13 +87,39 @@ class Tool:
         if inspect.iscoroutinefunction(self.fn):
             value = await self.fn(**arguments)
         else:
-            value = await asyncio.to_thread(self.fn, **arguments)
+            value = await run_in_daemon_thread(self.fn, arguments, name=self.name)
             if inspect.isawaitable(value):
                 value = await value
         return _as_text(value)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
+
+
+async def run_in_daemon_thread(fn: Callable[..., Any], kwargs: dict[str, Any], *, name: str = "tool") -> Any:
+    """Run a sync function in a daemon thread (with this context's variables) and await its result.
+
+    Unlike `asyncio.to_thread`, a call that timed out or was cancelled is abandoned for good: the
+    process can exit without waiting for a function that never returns.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def settle(ok: bool, value: Any) -> None:
+        if not future.done():
+            future.set_result(value) if ok else future.set_exception(value)
+
+    def target() -> None:
+        try:
+            value = context.run(fn, **kwargs)
+        except BaseException as exc:  # delivered to the awaiting task, whatever it is
+            loop.call_soon_threadsafe(settle, False, exc)
+        else:
+            loop.call_soon_threadsafe(settle, True, value)
+
+    threading.Thread(target=target, name=f"crow-tool-{name}", daemon=True).start()
+    return await future
 
 
 def _required(model: Any) -> set[str]:
@@ -179,6 +207,7 @@ class ToolRegistry:
 
     def __init__(self) -> None:
         self._tools: dict[str, Tool] = {}
+        self._folders: set[Path] = set()
         self.errors: list[str] = []
 
     def register(self, item: Tool | Callable[..., Any], *, source: str | None = None) -> Tool:
@@ -190,6 +219,9 @@ class ToolRegistry:
         while t.name in self._tools:
             n += 1
             t.name = f"{base}_{n}"
+        if n > 1:
+            taken = self._tools[base].source
+            self.errors.append(f"tool {base!r} from {t.source} is named {t.name!r}: {base!r} is taken ({taken})")
         self._tools[t.name] = t
         return t
 
@@ -203,7 +235,17 @@ class ToolRegistry:
         return len(self._tools)
 
     def schemas(self) -> list[dict[str, Any]]:
-        return [t.schema() for t in self._tools.values()]
+        """The request's `tools` list. A tool whose schema cannot be derived (a type pydantic cannot
+        describe) is dropped with a line in `errors`, so one bad plugin does not stop every run."""
+        out = []
+        for t in list(self._tools.values()):
+            try:
+                out.append(t.schema())
+            except Exception as exc:
+                del self._tools[t.name]
+                self.errors.append(f"tool {t.name!r} from {t.source} dropped: its schema cannot be derived "
+                                   f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
+        return out
 
     def load_builtins(self) -> None:
         from .builtin import BUILTIN_TOOLS
@@ -218,21 +260,25 @@ class ToolRegistry:
         for ep in entry_points(group=ENTRY_POINT_GROUP):
             try:
                 self._collect(ep.load(), f"entry point {ep.name}")
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:
                 self.errors.append(f"tool plugin {ep.name!r} failed to load: {type(exc).__name__}: {exc}")
 
     def load_folder(self, folder: str | Path) -> None:
         """Load every `*.py` file (not starting with `_`) of `folder` as a module of tools."""
         path = Path(folder).expanduser()
         if not path.is_dir():
-            self.errors.append(f"tools folder {str(path)!r} does not exist")
+            what = "is not a folder" if path.exists() else "does not exist"
+            self.errors.append(f"tools folder {str(path)!r} {what}")
             return
+        if path.resolve() in self._folders:
+            return  # listed twice (config tool_paths and --tools-dir)
+        self._folders.add(path.resolve())
         for file in sorted(path.glob("*.py")):
             if file.name.startswith("_"):
                 continue
             try:
                 self._collect(_import_file(file), str(file))
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:  # a plugin's sys.exit() at import must not end crow
                 self.errors.append(f"tool file {str(file)!r} failed to load: {type(exc).__name__}: {exc}")
 
     def _collect(self, obj: Any, source: str) -> None:

@@ -28,7 +28,8 @@ from typing import Any
 from ..errors import ServerError
 from ..events import Event, ReasoningDelta, TextDelta, ToolCallDelta, ToolCallStarted, WarningEvent
 from ..history import AssistantTurn, ToolCall
-from .repair import fix_surrogates, has_surrogates, repair_arguments
+from ..text import clean_text, has_surrogates
+from .repair import repair_arguments
 
 __all__ = ["StreamAccumulator", "stream_error"]
 
@@ -83,14 +84,14 @@ class _TextBuffer:
         if has_surrogates(text):
             if _HIGH_SURROGATES[0] <= text[-1] <= _HIGH_SURROGATES[1]:
                 text, self._held = text[:-1], text[-1]
-            text = fix_surrogates(text)
+            text = clean_text(text)
         if text:
             self.parts.append(text)
         return text
 
     def flush(self) -> str:
         """The held-back half, if any, as U+FFFD (it will never be paired now)."""
-        tail, self._held = fix_surrogates(self._held), ""
+        tail, self._held = clean_text(self._held), ""
         if tail:
             self.parts.append(tail)
         return tail

@@ -1,30 +1,12 @@
-"""Text repairs for streamed fragments: re-pairing split UTF-16 surrogates, closing truncated JSON."""
+"""Repairs for streamed tool-call arguments: split surrogates re-paired, truncated JSON closed."""
 
 from __future__ import annotations
 
 import json
-import re
 
-__all__ = ["fix_surrogates", "has_surrogates", "repair_arguments"]
+from ..text import clean_text
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def has_surrogates(text: str) -> bool:
-    """True when `text` holds any UTF-16 surrogate code point (C-speed scan)."""
-    return _SURROGATE.search(text) is not None
-
-
-def fix_surrogates(text: str) -> str:
-    """Re-pair surrogate halves into real code points; a lone half becomes U+FFFD.
-
-    Gateways that slice JSON strings by UTF-16 code units send an emoji as `\\ud83c` at the end of one
-    fragment and `\\udf89` at the start of the next (conformance case `openclaw-surrogate-split`).
-    """
-    if not has_surrogates(text):
-        return text
-    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-
+__all__ = ["repair_arguments"]
 
 def repair_arguments(raw: str) -> tuple[str, str | None]:
     """Make streamed tool-call arguments valid JSON text.
@@ -37,7 +19,7 @@ def repair_arguments(raw: str) -> tuple[str, str | None]:
         arguments (problem None: tools without parameters often send nothing); the json-repair
         result when the text was truncated; else `"{}"`. `problem` says what was done.
     """
-    text = fix_surrogates(raw)
+    text = clean_text(raw)
     if not text.strip():
         return "{}", None
     try:

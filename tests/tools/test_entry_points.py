@@ -58,7 +58,10 @@ def test_entry_points_load_in_process(site: Path, monkeypatch: pytest.MonkeyPatc
                                   "properties": {"text": {"type": "string", "description": "what to reverse."}}}
     assert registry.get("read_file").source == "builtin"
     assert registry.get("read_file_2").source == "entry point reverse"
-    assert registry.errors == ["tool plugin 'broken' failed to load: ImportError: the plugin needs numpy"]
+    assert sorted(registry.errors) == [
+        "tool 'read_file' from entry point reverse is named 'read_file_2': 'read_file' is taken (builtin)",
+        "tool plugin 'broken' failed to load: ImportError: the plugin needs numpy",
+    ]
 
 
 def test_crow_tools_lists_entry_point_tools(site: Path, tmp_path: Path) -> None:
@@ -67,4 +70,5 @@ def test_crow_tools_lists_entry_point_tools(site: Path, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "reverse         Reverse some text.\n                source: entry point reverse\n" in proc.stdout
     assert "read_file_2" in proc.stdout
-    assert proc.stderr == "crow: warning: tool plugin 'broken' failed to load: ImportError: the plugin needs numpy\n"
+    assert "crow: warning: tool plugin 'broken' failed to load: ImportError: the plugin needs numpy\n" in proc.stderr
+    assert "crow: warning: tool 'read_file' from entry point reverse is named 'read_file_2'" in proc.stderr
