@@ -13,7 +13,9 @@ from typing import Annotated
 import typer
 
 from . import __version__
+from .commands.chat import chat
 from .commands.run import run
+from .commands.sessions import sessions_app
 from .commands.tools import tools
 
 __all__ = ["app", "main"]
@@ -43,7 +45,9 @@ def _root(
 
 
 app.command()(run)
+app.command()(chat)
 app.command()(tools)
+app.add_typer(sessions_app)
 
 
 def main() -> None:

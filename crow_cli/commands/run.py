@@ -72,12 +72,20 @@ def run(
     profile: ProfileOpt = None,
     config: ConfigOpt = None,
     debug: DebugOpt = False,
+    no_session: Annotated[bool, typer.Option("--no-session", help="Do not record this run in the session "
+                                             "store.")] = False,
+    continue_last: Annotated[bool, typer.Option("--continue", "-c", help="Continue the most recent "
+                                                "session.")] = False,
+    session: Annotated[str | None, typer.Option("--session", help="Continue the session with this id "
+                                                "(crow sessions list).")] = None,
 ) -> None:
     """Run one prompt: stream the answer to stdout, tool activity to stderr (or JSONL events with --json)."""
     from ..config import load_settings
     from ..surfaces.run import RunOptions, run_prompt
 
     try:
+        if no_session and (continue_last or session):
+            raise ConfigError("--no-session cannot be combined with --continue or --session")
         text = _read_prompt(prompt)
         settings = load_settings(
             {"model": model, "base_url": base_url, "api_key": api_key, "system": system, "max_turns": max_turns,
@@ -85,7 +93,8 @@ def run(
             config_path=config, profile=profile,
         )
         options = RunOptions(prompt=text, tools_dirs=tuple(tools_dir or ()), no_tools=no_tools, yes=yes,
-                             debug=debug, json=json_events, quiet=quiet, exit_grace_s=_EXIT_GRACE_S)
+                             debug=debug, json=json_events, quiet=quiet, exit_grace_s=_EXIT_GRACE_S,
+                             session=not no_session, session_id=session, continue_last=continue_last)
         code = asyncio.run(run_prompt(settings, options))
     except CrowError as exc:
         raise fail(exc, debug=debug) from None

@@ -12,11 +12,13 @@ from __future__ import annotations
 import asyncio
 import sys
 from dataclasses import dataclass
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from ..config import Settings
+from ..errors import SessionError
 from ..events import (
     Event,
+    MessageAppended,
     Notice,
     ReasoningDelta,
     RunFinished,
@@ -41,6 +43,9 @@ from .common import build_client, build_registry, loop_settings, short_json
 from .interrupt import SignalCancel
 from .jsonl import JsonlWriter
 
+if TYPE_CHECKING:
+    from .persist import SessionRecorder
+
 __all__ = ["RunOptions", "run_prompt"]
 
 
@@ -58,6 +63,12 @@ class RunOptions:
     """Plain mode: no tool activity, reasoning or notices on stderr (warnings and errors stay)."""
     exit_grace_s: float | None = None
     """After a signal, exit this many seconds after cleanup even if a tool thread still runs."""
+    session: bool = True
+    """Record the run in the session store (`--no-session` turns it off)."""
+    session_id: str | None = None
+    """Continue this stored session (`--session ID`)."""
+    continue_last: bool = False
+    """Continue the most recent session (`--continue`)."""
 
 
 class _Printer:
@@ -173,20 +184,46 @@ def _close_history(history: list[Message]) -> list[ToolResult]:
                        index=first + i) for i, (call, msg) in enumerate(zip(pending, added, strict=True))]
 
 
+def _start_history(settings: Settings, options: RunOptions
+                   ) -> tuple[list[Message], SessionRecorder | None, WarningEvent | None]:
+    """The history to run (a continued session's, or new) ending with the prompt, already stored.
+
+    Returns the history, the recorder (None when not recording) and a warning when the store could
+    not be used for a new session (the run goes on unrecorded).
+    """
+    recorder: SessionRecorder | None = None
+    history: list[Message] = []
+    warning = None
+    if options.session or options.session_id or options.continue_last:
+        from .persist import open_session
+
+        try:
+            recorder, history = open_session(settings, session_id=options.session_id, latest=options.continue_last)
+        except SessionError as exc:
+            if options.session_id or options.continue_last:
+                raise
+            warning = WarningEvent(f"{exc}; this run is not recorded")
+    if settings.system and not history:
+        history.append({"role": "system", "content": settings.system})
+    history.append(user_message(options.prompt))
+    if recorder is not None:
+        recorder.sync(history)
+    return history, recorder, warning
+
+
 async def run_prompt(settings: Settings, options: RunOptions, out: TextIO = sys.stdout,
                      err: TextIO = sys.stderr) -> int:
     """Run one prompt to completion; return the process exit code (0, 1, 2, 130, 143)."""
     printer: _Printer | JsonlWriter = (JsonlWriter(out, err, debug=options.debug) if options.json
                                        else _Printer(out, err, debug=options.debug, quiet=options.quiet))
-    printer.handle(RunStarted(model=settings.model))
+    history, recorder, warning = _start_history(settings, options)
+    printer.handle(RunStarted(model=settings.model, session_id=recorder.session_id if recorder else None))
+    if warning is not None:
+        printer.handle(warning)
     use_workspace(settings.workspace)
     approve = make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=options.yes,
                             ask=None if options.yes else terminal_ask())
     registry = None if options.no_tools else build_registry(settings, extra_dirs=options.tools_dirs)
-    history: list[Message] = []
-    if settings.system:
-        history.append({"role": "system", "content": settings.system})
-    history.append(user_message(options.prompt))
 
     async with McpServers({} if registry is None else settings.mcp_servers,
                           errlog=sys.stderr if options.debug else None) as mcp_servers:
@@ -198,13 +235,14 @@ async def run_prompt(settings: Settings, options: RunOptions, out: TextIO = sys.
         client = build_client(settings, options.record_dir)
         try:
             return await _drive(history, client, registry, loop_settings(settings, trace=options.debug), approve,
-                                printer, options)
+                                printer, options, recorder)
         finally:
             await client.aclose()
 
 
 async def _drive(history: list[Message], client: ChatClient, registry: ToolRegistry | None, settings: LoopSettings,
-                 approve: Approver, printer: _Printer | JsonlWriter, options: RunOptions) -> int:
+                 approve: Approver, printer: _Printer | JsonlWriter, options: RunOptions,
+                 recorder: SessionRecorder | None = None) -> int:
     """Run the loop under SIGINT/SIGTERM handlers; a signal cancels it and closes the history."""
     progress = _Progress()
 
@@ -213,7 +251,9 @@ async def _drive(history: list[Message], client: ChatClient, registry: ToolRegis
         async for event in react(history, client, registry, settings, approve):
             progress.track(event)
             printer.handle(event)
-            if isinstance(event, RunFinished):
+            if isinstance(event, MessageAppended) and recorder is not None:
+                recorder.sync(history)
+            elif isinstance(event, RunFinished):
                 code = event.exit_code
         return code
 
@@ -228,6 +268,11 @@ async def _drive(history: list[Message], client: ChatClient, registry: ToolRegis
                 return progress.finished.exit_code
     for result in _close_history(history):
         printer.handle(ToolResultReady(result))
+    if recorder is not None:  # keep the partial answer too, and store the closed history
+        from .persist import close_interrupted
+
+        close_interrupted(history, "".join(progress.text))
+        recorder.sync(history)
     printer.handle(RunFinished("cancelled", "".join(progress.text), progress.turns,
                                f"interrupted ({signals.name})", signals.exit_code))
     if progress.running:

@@ -1,0 +1,97 @@
+"""`crow sessions list | show ID | export ID --format md|json|jsonl | delete ID`.
+
+Starts fast: only the stdlib session store is imported (no openai, no rich).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Annotated
+
+import typer
+
+from ..errors import ConfigError, CrowError
+from .options import fail
+
+__all__ = ["sessions_app"]
+
+sessions_app = typer.Typer(name="sessions", help="List, show, export and delete stored sessions.",
+                           no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                           rich_markup_mode=None)
+
+IdArg = Annotated[str, typer.Argument(help="A session id (a unique prefix is enough).", show_default=False)]
+
+
+def _store():  # type: ignore[no-untyped-def]
+    from ..sessions import SessionStore
+
+    return SessionStore()
+
+
+@sessions_app.command("list")
+def list_sessions(
+    limit: Annotated[int, typer.Option("--limit", "-n", help="Show at most this many (0: all).")] = 20,
+) -> None:
+    """Stored sessions, most recent first: id, last update, messages, model, title."""
+    try:
+        with _store() as store:
+            found = store.recent(limit or None)
+    except CrowError as exc:
+        raise fail(exc) from None
+    if not found:
+        print("no sessions yet (crow chat or crow run start one)", file=sys.stderr)
+        return
+    for s in found:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.updated_at))
+        print(f"{s.id}  {when}  {s.messages:>4} msgs  {s.model}  {s.title or '(untitled)'}")
+
+
+@sessions_app.command("show")
+def show(session_id: IdArg) -> None:
+    """Print a session as a readable transcript (Markdown)."""
+    _export(session_id, "md", None)
+
+
+@sessions_app.command("export")
+def export(
+    session_id: IdArg,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="md, json or jsonl.")] = "md",
+    output: Annotated[str | None, typer.Option("--output", "-o", help="Write to this file instead of "
+                                               "standard output.")] = None,
+) -> None:
+    """Export a session: a Markdown transcript, one JSON object, or one JSON message per line."""
+    _export(session_id, fmt, output)
+
+
+def _export(session_id: str, fmt: str, output: str | None) -> None:
+    from ..sessions import EXPORT_FORMATS, export_session
+
+    try:
+        if fmt not in EXPORT_FORMATS:
+            raise ConfigError(f"unknown format {fmt!r} (use one of: {', '.join(EXPORT_FORMATS)})")
+        with _store() as store:
+            info = store.get(session_id)
+            text = export_session(info, store.messages(info.id), fmt)
+        if output:
+            try:
+                with open(output, "w", encoding="utf-8") as fh:
+                    fh.write(text)
+            except OSError as exc:
+                raise ConfigError(f"cannot write {output!r}: {exc.strerror}") from exc
+            print(f"wrote {output}", file=sys.stderr)
+        else:
+            sys.stdout.write(text)
+    except CrowError as exc:
+        raise fail(exc) from None
+
+
+@sessions_app.command("delete")
+def delete(session_id: IdArg) -> None:
+    """Delete a session and its messages."""
+    try:
+        with _store() as store:
+            info = store.delete(session_id)
+    except CrowError as exc:
+        raise fail(exc) from None
+    print(f"deleted {info.id} ({info.title or 'untitled'})", file=sys.stderr)

@@ -1,0 +1,290 @@
+"""The session store: conversations kept in SQLite so they survive crashes and can be resumed.
+
+One file, `crow/sessions.db` in the platformdirs user data dir (`~/.local/share/crow/sessions.db` on
+Linux), opened in WAL mode. Two tables:
+
+    sessions(id, title, created_at, updated_at, model, base_url, cwd)
+    messages(session_id, position, message)     -- one wire message per row, as JSON
+
+Each message is committed as it is appended, so a crash loses at most the turn in flight; `load`
+closes a history cut mid-turn (tool calls without results) with "interrupted" results, and stores
+them, before anyone sends it anywhere. API keys are never stored: nothing here accepts one.
+
+Schema changes are numbered migrations, each applied once and recorded in `_migrations`.
+Standard library only (plus platformdirs, imported when the default path is needed).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import SessionError
+from .history import Message, repair_history
+
+__all__ = ["EXPORT_FORMATS", "SessionInfo", "SessionStore", "default_db_path", "export_session"]
+
+EXPORT_FORMATS = ("md", "json", "jsonl")
+_ID_ALPHABET = "23456789abcdefghjkmnpqrstuvwxyz"  # no 0/o, 1/l/i: ids are read aloud and typed
+_ID_LENGTH = 6
+_TITLE_CHARS = 60
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """One session's row (without its messages)."""
+
+    id: str
+    """Six lowercase letters and digits, e.g. `k3fq7x`; unique prefixes are accepted on lookup."""
+    title: str
+    """The first user message, on one line, cut to 60 characters (`""` until there is one)."""
+    created_at: float
+    """Unix time, seconds."""
+    updated_at: float
+    """Unix time of the last appended message, seconds."""
+    model: str
+    base_url: str
+    cwd: str
+    messages: int = 0
+    """How many messages the session holds."""
+
+
+def default_db_path() -> Path:
+    """`crow/sessions.db` in the platformdirs user data dir."""
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("crow", appauthor=False)) / "sessions.db"
+
+
+def _m1_initial(db: sqlite3.Connection) -> None:
+    db.execute("""CREATE TABLE sessions (
+        id TEXT PRIMARY KEY, title TEXT NOT NULL DEFAULT '', created_at REAL NOT NULL, updated_at REAL NOT NULL,
+        model TEXT NOT NULL DEFAULT '', base_url TEXT NOT NULL DEFAULT '', cwd TEXT NOT NULL DEFAULT '')""")
+    db.execute("""CREATE TABLE messages (
+        session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE, position INTEGER NOT NULL,
+        message TEXT NOT NULL, PRIMARY KEY (session_id, position))""")
+    db.execute("CREATE INDEX sessions_updated ON sessions(updated_at)")
+
+
+_MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
+    ("m001_initial", _m1_initial),
+]
+"""Applied in order, each once; append new ones, never edit or reorder applied ones."""
+
+
+class SessionStore:
+    """Sessions and their messages in one SQLite file.
+
+    Args:
+        path: the database file (created with its folder); default `default_db_path()`.
+
+    Raises:
+        SessionError: the file cannot be opened, is not a database, or a migration fails.
+    """
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = Path(path) if path is not None else default_db_path()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._migrate()
+        except (OSError, sqlite3.Error) as exc:
+            raise SessionError(f"cannot open the session store {str(self.path)!r}: {exc}") from exc
+
+    def _migrate(self) -> None:
+        self._db.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
+        done = {row[0] for row in self._db.execute("SELECT name FROM _migrations")}
+        for name, migration in _MIGRATIONS:
+            if name in done:
+                continue
+            with self._transaction():
+                migration(self._db)
+                self._db.execute("INSERT INTO _migrations VALUES (?, ?)", (name, time.time()))
+
+    def migrations(self) -> list[str]:
+        """Names of the applied migrations, in the order they were applied."""
+        return [r[0] for r in self._db.execute("SELECT name FROM _migrations ORDER BY applied_at, name")]
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise SessionError(f"session store {str(self.path)!r}: {exc}") from exc
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> SessionStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # sessions
+
+    def create(self, *, model: str = "", base_url: str = "", cwd: str = "") -> SessionInfo:
+        """Start an empty session with a fresh short id."""
+        now = time.time()
+        with self._transaction():
+            while True:
+                sid = "".join(secrets.choice(_ID_ALPHABET) for _ in range(_ID_LENGTH))
+                if self._db.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone() is None:
+                    break
+            self._db.execute("INSERT INTO sessions (id, created_at, updated_at, model, base_url, cwd) "
+                             "VALUES (?, ?, ?, ?, ?, ?)", (sid, now, now, model, base_url, cwd))
+        return SessionInfo(sid, "", now, now, model, base_url, cwd)
+
+    def recent(self, limit: int | None = None) -> list[SessionInfo]:
+        """Sessions, most recently updated first."""
+        sql = _SELECT + " ORDER BY s.updated_at DESC, s.rowid DESC"
+        rows = self._db.execute(sql + (" LIMIT ?" if limit else ""), (limit,) if limit else ())
+        return [SessionInfo(*row) for row in rows]
+
+    def latest(self) -> SessionInfo | None:
+        """The most recently updated session, or None when there is none."""
+        found = self.recent(limit=1)
+        return found[0] if found else None
+
+    def get(self, session_id: str) -> SessionInfo:
+        """The session whose id is `session_id` or starts with it.
+
+        Raises:
+            SessionError: no session, or an ambiguous prefix.
+        """
+        key = session_id.strip().lower()
+        rows = self._db.execute(_SELECT + " WHERE s.id = ? OR s.id LIKE ? ESCAPE '\\' ORDER BY s.id",
+                                (key, key.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%")
+                                ).fetchall() if key else []
+        exact = [r for r in rows if r[0] == key]
+        if exact:
+            return SessionInfo(*exact[0])
+        if len(rows) == 1:
+            return SessionInfo(*rows[0])
+        if not rows:
+            raise SessionError(f"no session {session_id!r} (crow sessions list shows them)")
+        raise SessionError(f"session id {session_id!r} is ambiguous: {', '.join(r[0] for r in rows[:5])}")
+
+    def set_model(self, session_id: str, model: str, base_url: str | None = None) -> None:
+        """Record the model (and server) the session now talks to."""
+        with self._transaction():
+            self._db.execute("UPDATE sessions SET model = ?, base_url = COALESCE(?, base_url) WHERE id = ?",
+                             (model, base_url, session_id))
+
+    def delete(self, session_id: str) -> SessionInfo:
+        """Delete a session and its messages; returns what was deleted.
+
+        Raises:
+            SessionError: no such session.
+        """
+        info = self.get(session_id)
+        with self._transaction():
+            self._db.execute("DELETE FROM messages WHERE session_id = ?", (info.id,))
+            self._db.execute("DELETE FROM sessions WHERE id = ?", (info.id,))
+        return info
+
+    # messages
+
+    def append(self, session_id: str, message: Message) -> int:
+        """Store `message` after the session's last one and commit; returns its 0-based position.
+
+        The first user message also becomes the session's title.
+        """
+        data = json.dumps(message, ensure_ascii=False)
+        now = time.time()
+        with self._transaction():
+            (position,) = self._db.execute("SELECT COALESCE(MAX(position) + 1, 0) FROM messages WHERE session_id = ?",
+                                           (session_id,)).fetchone()
+            self._db.execute("INSERT INTO messages VALUES (?, ?, ?)", (session_id, position, data))
+            self._db.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, session_id))
+            if message.get("role") == "user":
+                self._db.execute("UPDATE sessions SET title = ? WHERE id = ? AND title = ''",
+                                 (_title(message.get("content")), session_id))
+        return int(position)
+
+    def messages(self, session_id: str) -> list[Message]:
+        """The stored messages in order, exactly as appended (no repair)."""
+        rows = self._db.execute("SELECT message FROM messages WHERE session_id = ? ORDER BY position", (session_id,))
+        return [json.loads(r[0]) for r in rows]
+
+    def load(self, session_id: str) -> list[Message]:
+        """The history of a session, ready to send: a turn cut by a crash or Ctrl-C is closed first.
+
+        Tool calls of the last assistant message that have no result get an "interrupted" result,
+        which is also stored, so the session stays valid on disk.
+        """
+        history = self.messages(session_id)
+        for message in repair_history(history, "interrupted"):
+            self.append(session_id, message)
+        return history
+
+    def truncate(self, session_id: str, keep: int) -> None:
+        """Drop every message from position `keep` on (used by `/retry`)."""
+        with self._transaction():
+            self._db.execute("DELETE FROM messages WHERE session_id = ? AND position >= ?", (session_id, keep))
+
+
+_SELECT = ("SELECT s.id, s.title, s.created_at, s.updated_at, s.model, s.base_url, s.cwd, "
+           "(SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id) FROM sessions s")
+
+
+def _title(content: Any) -> str:
+    if isinstance(content, list):  # content parts
+        content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+    line = " ".join(str(content or "").split())
+    return line if len(line) <= _TITLE_CHARS else line[: _TITLE_CHARS - 1] + "…"
+
+
+def export_session(info: SessionInfo, messages: list[Message], fmt: str) -> str:
+    """The session as text: `md` (a readable transcript), `json` (one object) or `jsonl` (a line per message).
+
+    Raises:
+        SessionError: unknown format.
+    """
+    if fmt == "json":
+        return json.dumps({"session": _info_dict(info), "messages": messages}, ensure_ascii=False, indent=2) + "\n"
+    if fmt == "jsonl":
+        return "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in messages)
+    if fmt == "md":
+        return _markdown(info, messages)
+    raise SessionError(f"unknown export format {fmt!r} (use one of: {', '.join(EXPORT_FORMATS)})")
+
+
+def _info_dict(info: SessionInfo) -> dict[str, Any]:
+    return {"id": info.id, "title": info.title, "created_at": info.created_at, "updated_at": info.updated_at,
+            "model": info.model, "base_url": info.base_url, "cwd": info.cwd}
+
+
+def _markdown(info: SessionInfo, messages: list[Message]) -> str:
+    stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.created_at))
+    out = [f"# {info.title or 'Untitled session'}\n",
+           f"Session `{info.id}` · {stamp} · model `{info.model}` · {info.cwd}\n"]
+    for m in messages:
+        role = m.get("role")
+        content = m.get("content")
+        if role == "tool":
+            out.append(f"**Tool result** (`{m.get('tool_call_id', '')}`):\n\n```\n{content}\n```\n")
+            continue
+        heading = {"user": "## You", "assistant": "## Assistant", "system": "## System"}.get(str(role), f"## {role}")
+        body = [content] if isinstance(content, str) and content else []
+        for call in m.get("tool_calls") or []:
+            fn = call.get("function", {})
+            body.append(f"→ `{fn.get('name', '')}({fn.get('arguments', '')})`")
+        out.append(heading + "\n\n" + "\n\n".join(body) + "\n")
+    return "\n".join(out)

@@ -1,0 +1,453 @@
+"""`crow chat`: an interactive terminal chat over the react loop, recorded in the session store.
+
+Input is a prompt-toolkit prompt (history file in the user state dir; Enter sends, Alt-Enter /
+Esc Enter / Ctrl-J insert a newline; pasted text keeps its newlines). Output is drawn by
+`render.TurnView`. Every message the loop appends is committed to the session as it arrives.
+
+Ctrl-C during a turn cancels the stream and the running tools; the partial answer is kept and every
+tool call of the turn gets a "cancelled by the user" result, so the history stays valid. At the
+prompt, a second Ctrl-C in a row (or Ctrl-D, or /exit) leaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..config import Settings
+from ..errors import CrowError, SessionError
+from ..events import (
+    MessageAppended,
+    Notice,
+    ReasoningDelta,
+    RunFinished,
+    TextDelta,
+    ToolResultReady,
+    ToolRunStarted,
+    TurnFinished,
+    WarningEvent,
+)
+from ..history import Message, ToolCall, ToolResult, user_message
+from ..loop import react
+from ..sessions import EXPORT_FORMATS, SessionStore, export_session
+from ..tools.registry import Tool, ToolRegistry
+from .ask import ask_approval
+from .common import build_client, build_registry, loop_settings
+from .persist import SessionRecorder, close_interrupted, open_session
+from .render import TurnView
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+__all__ = ["ChatApp", "ChatOptions", "run_chat"]
+
+HELP = """\
+Enter sends · Alt-Enter, Esc Enter or Ctrl-J inserts a newline · Ctrl-C stops a turn · Ctrl-D quits
+/help               this list
+/exit               leave (Ctrl-D, or Ctrl-C twice, too)
+/new                start a new session
+/model [NAME]       show or switch the model
+/tools              the tools the model is offered
+/sessions           recent sessions
+/resume [ID]        continue a session (the most recent when no id)
+/export [md|json]   write this session to a file in the current folder
+/usage              token usage of the last turn and of this session
+/reasoning          show or hide the model's reasoning
+/retry              run your last message again"""
+
+_COMMAND = re.compile(r"^/([a-z]+)(?:\s+(.*))?$", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class ChatOptions:
+    tools_dirs: tuple[str, ...] = ()
+    no_tools: bool = False
+    yes: bool = False
+    """Approve every tool call without asking."""
+    debug: bool = False
+    record_dir: str | None = None
+    resume: str | None = None
+    """Continue this session id; `""` continues the most recent one; None starts a new session."""
+    session: bool = True
+    """Record the chat in the session store."""
+
+
+@dataclass
+class _Usage:
+    prompt: int = 0
+    completion: int = 0
+    reported: bool = False
+
+    def add(self, usage: dict[str, Any] | None) -> None:
+        if not usage:
+            return
+        self.reported = True
+        self.prompt += int(usage.get("prompt_tokens") or 0)
+        self.completion += int(usage.get("completion_tokens") or 0)
+
+    def text(self) -> str:
+        return f"{self.prompt:,} in · {self.completion:,} out" if self.reported else "not reported by the server"
+
+
+class _Exit(Exception):
+    """Raised by /exit."""
+
+
+class ChatApp:
+    """The chat REPL. Construct it, then `await run()`.
+
+    Args:
+        settings: connection and loop settings (the model can change with /model).
+        options: chat options.
+        console: where output goes (default: a rich Console on stdout).
+        pt_input, pt_output: prompt-toolkit input and output (default: the terminal); tests pass a
+            pipe input and `DummyOutput`.
+        store: the session store (default: the one in the user data dir).
+    """
+
+    def __init__(self, settings: Settings, options: ChatOptions, *, console: Console | None = None,
+                 pt_input: Any = None, pt_output: Any = None, store: SessionStore | None = None) -> None:
+        from rich.console import Console
+
+        self.settings = settings
+        self.options = options
+        self.console = console or Console(highlight=False)
+        plain = bool(os.environ.get("NO_COLOR")) or os.environ.get("TERM") == "dumb" or not self.console.is_terminal
+        self.view = TurnView(self.console, plain=plain)
+        self.pt_input, self.pt_output = pt_input, pt_output
+        self._store = store
+        self.registry: ToolRegistry | None = None
+        self.client: Any = None
+        self.recorder: SessionRecorder | None = None
+        self.history: list[Message] = []
+        self.usage = _Usage()
+        self.last_usage = _Usage()
+        self._always: set[str] = set()
+        self._turn: asyncio.Task[None] | None = None
+        self._approval_lock = asyncio.Lock()
+        self._commands: dict[str, Callable[[str], Awaitable[None]]] = {
+            "help": self._help, "exit": self._exit, "quit": self._exit, "new": self._new, "model": self._model,
+            "tools": self._tools, "sessions": self._sessions, "resume": self._resume, "export": self._export,
+            "usage": self._usage, "reasoning": self._reasoning, "retry": self._retry,
+        }
+
+    # set-up
+
+    @property
+    def store(self) -> SessionStore:
+        if self._store is None:
+            self._store = SessionStore()
+        return self._store
+
+    def _start(self) -> None:
+        self.registry = None if self.options.no_tools else build_registry(self.settings,
+                                                                          extra_dirs=self.options.tools_dirs)
+        for problem in (self.registry.errors if self.registry else []):
+            self.view.line(f"crow: warning: {problem}", "yellow")
+        self.client = build_client(self.settings, self.options.record_dir)
+        if self.options.resume is not None:
+            self._open(self.options.resume or None, latest=not self.options.resume)
+        else:
+            self._fresh()
+
+    def _fresh(self) -> None:
+        self.recorder = SessionRecorder(self.store, self.settings) if self.options.session else None
+        self.history = [{"role": "system", "content": self.settings.system}] if self.settings.system else []
+        self.usage = _Usage()
+        self.last_usage = _Usage()
+
+    def _open(self, session_id: str | None, *, latest: bool) -> None:
+        recorder, history = open_session(self.settings, session_id=session_id, latest=latest, store=self.store)
+        if recorder.info is None:
+            self.view.line("no session to resume yet: starting a new one", "dim")
+            self._fresh()
+            return
+        self.recorder, self.history = recorder, history
+        if not self.options.session:  # --no-session: read the old one, record nothing new
+            self.recorder = None
+        self.usage, self.last_usage = _Usage(), _Usage()
+        info = recorder.info
+        self.view.line(f"resumed session {info.id} “{info.title}” ({len(history)} messages)", "bold")
+        self._show_last_exchange()
+
+    def _show_last_exchange(self) -> None:
+        last_user = next((i for i in range(len(self.history) - 1, -1, -1)
+                          if self.history[i].get("role") == "user"), None)
+        if last_user is None:
+            return
+        self.view.line(f"› {self.history[last_user].get('content')}", "dim")
+        for message in self.history[last_user + 1:]:
+            if message.get("role") == "assistant" and message.get("content"):
+                self.view.text(str(message["content"]))
+                self.view.end_answer()
+        self.view.stop()
+
+    # the REPL
+
+    async def run(self) -> int:
+        """Chat until /exit, Ctrl-D or a second Ctrl-C; returns the exit code (0).
+
+        Raises:
+            CrowError: the session store could not be opened, or `--resume ID` matched nothing.
+        """
+        from prompt_toolkit import PromptSession
+        from prompt_toolkit.history import FileHistory
+
+        self._start()
+        session: PromptSession[str] = PromptSession(
+            history=FileHistory(str(_history_path())), input=self.pt_input, output=self.pt_output,
+            key_bindings=_key_bindings(), enable_history_search=False,
+        )
+        self.view.line(f"crow chat · {self.settings.model} · /help for commands · Ctrl-D to quit", "dim")
+        loop = asyncio.get_running_loop()
+        sigint = _install_sigint(loop, self._interrupt)
+        armed = False
+        try:
+            while True:
+                try:
+                    text = await session.prompt_async("› ", handle_sigint=False)
+                except KeyboardInterrupt:
+                    if armed:
+                        break
+                    armed = True
+                    self.view.line("(press Ctrl-C again, or Ctrl-D, to quit)", "dim")
+                    continue
+                except EOFError:
+                    break
+                armed = False
+                if not text.strip():
+                    continue
+                command = _COMMAND.match(text.strip())
+                if command:
+                    try:
+                        await self._command(command.group(1), (command.group(2) or "").strip())
+                    except _Exit:
+                        break
+                    continue
+                self.history.append(user_message(text))
+                self._sync()
+                await self._run_turn()
+        finally:
+            if sigint:
+                loop.remove_signal_handler(signal.SIGINT)
+            self.view.stop()
+            if self.client is not None:
+                await self.client.aclose()
+        return 0
+
+    async def _command(self, name: str, arg: str) -> None:
+        handler = self._commands.get(name)
+        if handler is None:
+            self.view.line(f"unknown command /{name}; /help lists the commands", "yellow")
+            return
+        try:
+            await handler(arg)
+        except CrowError as exc:
+            self.view.line(f"crow: error: {exc}", "red")
+
+    def _interrupt(self) -> None:
+        if self._turn is not None and not self._turn.done():
+            self._turn.cancel()
+
+    async def _run_turn(self) -> None:
+        """Run the loop on the history as it is (it ends with a user message)."""
+        partial: list[str] = []
+        finished: dict[int, ToolResult] = {}
+        self.last_usage = _Usage()
+        self._turn = asyncio.create_task(self._consume(partial, finished))
+        try:
+            await self._turn
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+            self.view.cancel_tools()
+            self.view.end_answer()
+            close_interrupted(self.history, "".join(partial), finished)
+            self._sync()
+            self.view.line("interrupted: the partial answer is kept; tool calls were cancelled", "yellow")
+        finally:
+            self._turn = None
+            self.view.stop()
+        self.view.line(self._footer(), "dim")
+
+    async def _consume(self, partial: list[str], finished: dict[int, ToolResult]) -> None:
+        calls: dict[int, ToolCall] = {}
+        async for event in react(self.history, self.client, self.registry,
+                                 loop_settings(self.settings, trace=self.options.debug), self._approve):
+            match event:
+                case TextDelta(text=text):
+                    partial.append(text)
+                    self.view.text(text)
+                case ReasoningDelta(text=text):
+                    self.view.reasoning(text)
+                case TurnFinished():
+                    partial.clear()
+                    finished.clear()
+                    self.view.end_answer()
+                    self.usage.add(event.usage)
+                    self.last_usage.add(event.usage)
+                    calls = {c.index: c for c in event.tool_calls}
+                case ToolRunStarted(call=call):
+                    self.view.tool_started(call)
+                case ToolResultReady(result=result):
+                    finished[result.index] = result
+                    self.view.tool_finished(result, calls.get(result.index))
+                case MessageAppended():
+                    self._sync()
+                case WarningEvent(message=message):
+                    self.view.line(f"crow: warning: {message}", "yellow")
+                case Notice(message=message):
+                    self.view.line(message, "dim")
+                case RunFinished(error=error) if error:
+                    self.view.end_answer()
+                    self.view.line(f"crow: error: {error}", "bold red")
+
+    async def _approve(self, call: ToolCall, tool: Tool) -> bool:
+        if self.options.yes or tool.name in self._always:
+            return True
+        async with self._approval_lock:
+            if tool.name in self._always:
+                return True
+            with self.view.suspended():
+                answer = await ask_approval(call, pt_input=self.pt_input, pt_output=self.pt_output)
+        if answer == "always":
+            self._always.add(tool.name)
+        return answer != "no"
+
+    def _sync(self) -> None:
+        if self.recorder is None:
+            return
+        try:
+            self.recorder.sync(self.history)
+        except SessionError as exc:  # keep chatting; say once that recording stopped
+            self.view.line(f"crow: warning: {exc}; this chat is no longer recorded", "yellow")
+            self.recorder = None
+
+    def _footer(self) -> str:
+        sid = self.recorder.session_id if self.recorder else None
+        where = f" · session {sid}" if sid else ""
+        return f"── {self.last_usage.text()} (session total: {self.usage.text()}) · {self.settings.model}{where}"
+
+    # slash commands
+
+    async def _help(self, arg: str) -> None:
+        self.view.line(HELP)
+
+    async def _exit(self, arg: str) -> None:
+        raise _Exit
+
+    async def _new(self, arg: str) -> None:
+        self._fresh()
+        self.view.line("new session started", "bold")
+
+    async def _model(self, arg: str) -> None:
+        if not arg:
+            self.view.line(f"model: {self.settings.model} at {self.settings.base_url}")
+            return
+        self.settings = replace(self.settings, model=arg)
+        old, self.client = self.client, build_client(self.settings, self.options.record_dir)
+        if old is not None:
+            await old.aclose()
+        if self.recorder is not None:
+            self.recorder.set_model(self.settings)
+        self.view.line(f"model: {arg}")
+
+    async def _tools(self, arg: str) -> None:
+        if not self.registry or not len(list(self.registry)):
+            self.view.line("no tools are offered (--no-tools, or none loaded)")
+            return
+        for t in self.registry:
+            summary = t.description.strip().splitlines()[0] if t.description.strip() else ""
+            flag = " [needs approval]" if t.needs_approval else ""
+            self.view.line(f"{t.name}  {summary}{flag}")
+
+    async def _sessions(self, arg: str) -> None:
+        import time
+
+        current = self.recorder.session_id if self.recorder else None
+        found = self.store.recent(10)
+        if not found:
+            self.view.line("no sessions yet")
+        for s in found:
+            mark = "*" if s.id == current else " "
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.updated_at))
+            self.view.line(f"{mark} {s.id}  {when}  {s.messages:>3} msgs  {s.title or '(untitled)'}")
+
+    async def _resume(self, arg: str) -> None:
+        self._open(arg or None, latest=not arg)
+
+    async def _export(self, arg: str) -> None:
+        fmt = arg or "md"
+        if fmt not in EXPORT_FORMATS:
+            self.view.line(f"unknown format {fmt!r}: use md or json", "yellow")
+            return
+        info = self.recorder.info if self.recorder else None
+        if info is None:
+            self.view.line("nothing to export yet", "yellow")
+            return
+        path = Path(f"crow-session-{info.id}.{fmt}")
+        path.write_text(export_session(self.store.get(info.id), self.store.messages(info.id), fmt), encoding="utf-8")
+        self.view.line(f"wrote {path}")
+
+    async def _usage(self, arg: str) -> None:
+        self.view.line(f"last turn: {self.last_usage.text()}")
+        self.view.line(f"this session (since started or resumed here): {self.usage.text()}")
+
+    async def _reasoning(self, arg: str) -> None:
+        self.view.show_reasoning = not self.view.show_reasoning
+        self.view.line(f"reasoning is now {'shown' if self.view.show_reasoning else 'hidden'}")
+
+    async def _retry(self, arg: str) -> None:
+        last_user = next((i for i in range(len(self.history) - 1, -1, -1)
+                          if self.history[i].get("role") == "user"), None)
+        if last_user is None:
+            self.view.line("nothing to retry yet", "yellow")
+            return
+        if self.recorder is not None:
+            self.recorder.truncate(self.history, last_user + 1)
+        else:
+            del self.history[last_user + 1:]
+        self.view.line(f"› {self.history[last_user].get('content')}", "dim")
+        await self._run_turn()
+
+
+def _history_path() -> Path:
+    import platformdirs
+
+    folder = Path(platformdirs.user_state_dir("crow", appauthor=False))
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / "chat_history"
+
+
+def _key_bindings() -> Any:
+    from prompt_toolkit.key_binding import KeyBindings
+
+    bindings = KeyBindings()
+
+    @bindings.add("escape", "enter")
+    @bindings.add("c-j")
+    def _newline(event: Any) -> None:
+        event.current_buffer.insert_text("\n")
+
+    return bindings
+
+
+def _install_sigint(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> bool:
+    """Ctrl-C during a turn (the terminal is not in raw mode then) cancels the turn, not the chat."""
+    try:
+        loop.add_signal_handler(signal.SIGINT, callback)
+    except (NotImplementedError, RuntimeError, ValueError):  # Windows, or not the main thread
+        return False
+    return True
+
+
+async def run_chat(settings: Settings, options: ChatOptions) -> int:
+    """Run the chat on the terminal; returns the exit code."""
+    return await ChatApp(settings, options).run()

@@ -1,0 +1,290 @@
+"""Rendering a streamed answer in the terminal at a cost linear in its length.
+
+`MarkdownBlocks` splits streamed Markdown into finished blocks (frozen: rendered once, printed
+above the live area, never touched again) and a small live tail (re-rendered as it grows). A block
+ends at a blank line outside a code fence, or at a fence's closing line; a tail that grows past
+`max_tail` characters without ending (a long code block, a huge paragraph) is cut at a line end,
+re-opening the fence in the tail. So each refresh costs O(max_tail), not O(answer).
+
+`TurnView` draws one chat turn with rich: the Markdown tail and a spinner per running tool in one
+`Live`; reasoning dimmed; a line per finished tool call (ok/error and duration). With `plain=True`
+(NO_COLOR, a dumb terminal, not a terminal) text is written as it arrives, without Markdown,
+colour or cursor movement.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from ..history import ToolCall, ToolResult
+from .common import short_json
+
+if TYPE_CHECKING:
+    from rich.console import Console, ConsoleOptions, RenderResult
+    from rich.live import Live
+
+__all__ = ["MarkdownBlocks", "TurnView"]
+
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
+
+
+class MarkdownBlocks:
+    """Streamed Markdown in, finished blocks out; the unfinished rest stays in `tail`.
+
+    Args:
+        max_tail: the live tail is cut at a line end once it is longer than this (characters).
+    """
+
+    def __init__(self, max_tail: int = 2000) -> None:
+        self.max_tail = max_tail
+        self.tail = ""
+        """The unfinished part: what the live area shows."""
+        self._scan = 0  # tail[:_scan] holds only complete lines already classified
+        self._fence: str | None = None  # the opening fence line while inside a code block
+        self._marker = "```"  # its backticks or tildes
+
+    def feed(self, text: str) -> list[str]:
+        """Add streamed text; returns the blocks it finished (possibly none), in order."""
+        self.tail += text
+        blocks: list[str] = []
+        while True:
+            end = self.tail.find("\n", self._scan)
+            if end < 0:
+                break
+            line = self.tail[self._scan : end]
+            self._scan = end + 1
+            if self._fence is not None:
+                closing = line.strip()
+                if len(closing) >= len(self._marker) and closing == closing[0] * len(closing) \
+                        and closing[0] == self._marker[0]:
+                    self._fence = None
+                    self._cut(self._scan, blocks)
+                continue
+            match = _FENCE.match(line)
+            if match:
+                self._fence, self._marker = line.strip(), match.group(1)
+            elif not line.strip() and self.tail[: self._scan - 1].strip():
+                self._cut(self._scan, blocks)
+        if len(self.tail) > self.max_tail:
+            self._cut_long(blocks)
+        return blocks
+
+    def finish(self) -> str:
+        """The remaining tail (the last block); the splitter is empty afterwards."""
+        rest, self.tail, self._scan, self._fence = self.tail, "", 0, None
+        return rest
+
+    def _cut(self, at: int, blocks: list[str]) -> None:
+        block = self.tail[:at]
+        if block.strip():
+            blocks.append(block)
+        self.tail = self.tail[at:]
+        self._scan -= at
+
+    def _cut_long(self, blocks: list[str]) -> None:
+        if self._fence is not None:  # close the code block here, re-open it in the tail
+            if self._scan <= len(self._fence) + 1:
+                return
+            fence = self._fence
+            block = self.tail[: self._scan] + self._marker + "\n"
+            blocks.append(block)
+            self.tail = fence + "\n" + self.tail[self._scan :]
+            self._scan = len(fence) + 1
+            return
+        at = self.tail.rfind("\n", 0, self._scan) + 1 or self.tail.rfind(" ") + 1
+        if at > 0:
+            self._cut(at, blocks)
+
+
+class _LiveArea:
+    """What the `Live` shows: the Markdown tail, the reasoning line, a spinner per running tool."""
+
+    def __init__(self, view: TurnView) -> None:
+        self.view = view
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        from rich.markdown import Markdown
+        from rich.text import Text
+
+        v = self.view
+        if v.reasoning_line and v.show_reasoning:
+            yield Text(v.reasoning_line, style="dim italic")
+        if v.blocks.tail.strip():
+            yield Markdown(v.blocks.tail, code_theme=v.code_theme)
+        for _call, spinner in v.spinners.values():
+            yield spinner
+
+
+class TurnView:
+    """Draws the events of chat turns on a rich `Console`.
+
+    Args:
+        console: where to draw.
+        plain: no Markdown, colour, spinners or cursor movement; text written as it arrives.
+        show_reasoning: show `reasoning_content` (dimmed); `/reasoning` toggles it.
+        auto_refresh: let the `Live` redraw itself (spinners move); False redraws on every delta
+            (the benchmark's worst case).
+    """
+
+    code_theme = "ansi_dark"
+
+    def __init__(self, console: Console, *, plain: bool, show_reasoning: bool = True,
+                 auto_refresh: bool = True) -> None:
+        self.console = console
+        self.plain = plain
+        self.show_reasoning = show_reasoning
+        self.auto_refresh = auto_refresh
+        self.blocks = MarkdownBlocks()
+        self.reasoning_line = ""
+        self.spinners: dict[int, tuple[ToolCall, Any]] = {}
+        self._live: Live | None = None
+        self._at_line_start = True
+        self._in_reasoning = False
+
+    # live area
+
+    def _ensure_live(self) -> None:
+        if self.plain or self._live is not None:
+            return
+        from rich.live import Live
+
+        self._live = Live(_LiveArea(self), console=self.console, auto_refresh=self.auto_refresh,
+                          refresh_per_second=10, transient=True, redirect_stdout=False, redirect_stderr=False)
+        self._live.start()
+
+    def _refresh(self) -> None:
+        if self._live is not None and not self.auto_refresh:
+            self._live.refresh()
+
+    def stop(self) -> None:
+        """Stop the live area (between turns, before prompting)."""
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    @contextmanager
+    def suspended(self) -> Iterator[None]:
+        """Pause the live area, e.g. while asking the user something; it resumes on demand."""
+        self.stop()
+        self._end_plain_line()
+        try:
+            yield
+        finally:
+            if self.spinners or self.blocks.tail:
+                self._ensure_live()
+
+    # answer text
+
+    def text(self, delta: str) -> None:
+        """A piece of the visible answer."""
+        self._close_reasoning()
+        if self.plain:
+            self._write(delta)
+            return
+        self._ensure_live()
+        for block in self.blocks.feed(delta):
+            self._print_markdown(block)
+        self._refresh()
+
+    def end_answer(self) -> None:
+        """The model turn ended: print what is left of the answer for good."""
+        self._close_reasoning()
+        rest = self.blocks.finish()
+        if self.plain:
+            self._end_plain_line()
+        elif rest.strip():
+            self._print_markdown(rest)
+        self._refresh()
+
+    def _print_markdown(self, block: str) -> None:
+        from rich.markdown import Markdown
+
+        self.console.print(Markdown(block, code_theme=self.code_theme))
+
+    # reasoning
+
+    def reasoning(self, delta: str) -> None:
+        """A piece of reasoning text: dimmed, shown only while `show_reasoning` is on."""
+        if not self.show_reasoning:
+            return
+        if self.plain:
+            if not self._in_reasoning:
+                self._end_plain_line()
+                self._write("(thinking) ")
+            self._in_reasoning = True
+            self._write(delta)
+            return
+        self._in_reasoning = True
+        self._ensure_live()
+        self.reasoning_line += delta
+        if "\n" in self.reasoning_line:
+            done, self.reasoning_line = self.reasoning_line.rsplit("\n", 1)
+            self.console.print(done, style="dim italic", markup=False, highlight=False)
+        self._refresh()
+
+    def _close_reasoning(self) -> None:
+        if not self._in_reasoning:
+            return
+        self._in_reasoning = False
+        if self.plain:
+            self._end_plain_line()
+        elif self.reasoning_line:
+            self.console.print(self.reasoning_line, style="dim italic", markup=False, highlight=False)
+        self.reasoning_line = ""
+
+    # tools
+
+    def tool_started(self, call: ToolCall) -> None:
+        """A tool call began running: a spinner (or a plain line) with its name and arguments."""
+        label = f"{call.name}({short_json(call.arguments, 60)})"
+        if self.plain:
+            self._end_plain_line()
+            self._write(f"→ {label}\n")
+            return
+        from rich.spinner import Spinner
+
+        self.spinners[call.index] = (call, Spinner("dots", text=label, style="cyan"))
+        self._ensure_live()
+        self._refresh()
+
+    def tool_finished(self, result: ToolResult, call: ToolCall | None) -> None:
+        """A tool call ended: its spinner becomes an ok/error line with the duration."""
+        self.spinners.pop(result.index, None)
+        args = f"({short_json(call.arguments, 60)})" if call else ""
+        status = "ok" if result.ok else "error"
+        detail = "" if result.ok else f": {short_json(result.output, 120)}"
+        if self.plain:
+            self._write(f"  {status} {result.name} {result.duration_s:.2f}s{detail}\n")
+            return
+        mark, style = ("✓", "green") if result.ok else ("✗", "red")
+        self.console.print(f"{mark} {result.name}{args} {status} {result.duration_s:.2f}s{detail}", style=style,
+                           markup=False, highlight=False)
+        self._refresh()
+
+    def cancel_tools(self) -> None:
+        """Ctrl-C: drop the spinners of tools that will not finish."""
+        self.spinners.clear()
+
+    # lines
+
+    def line(self, text: str, style: str = "") -> None:
+        """A whole line of status text (notices, warnings, the usage footer)."""
+        self._close_reasoning()
+        if self.plain:
+            self._end_plain_line()
+            self._write(text + "\n")
+            return
+        self.console.print(text, style=style or None, markup=False, highlight=False)
+
+    def _write(self, text: str) -> None:
+        self.console.file.write(text)
+        self.console.file.flush()
+        if text:
+            self._at_line_start = text.endswith("\n")
+
+    def _end_plain_line(self) -> None:
+        if self.plain and not self._at_line_start:
+            self._write("\n")

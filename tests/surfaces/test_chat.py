@@ -1,0 +1,268 @@
+"""`crow chat` driven in-process: prompt-toolkit pipe input, DummyOutput, a replay server on a real socket."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import chunk, sse, tool_delta
+from prompt_toolkit.input import create_pipe_input
+from prompt_toolkit.output import DummyOutput
+from replay_server import ReplayServer, text_stream
+from rich.console import Console
+
+from crow_cli.config import Settings
+from crow_cli.history import pending_tool_calls
+from crow_cli.sessions import SessionStore
+from crow_cli.surfaces.chat import ChatApp, ChatOptions
+
+SLOW_TOOLS = '''
+import asyncio, os, signal
+from crow_cli.tools import tool
+
+@tool
+async def slow(seconds: float = 30) -> str:
+    """Press Ctrl-C (a real SIGINT to this process) once the other calls are done, then sleep.
+
+    Args:
+        seconds: how long to sleep.
+    """
+    await asyncio.sleep(0.3)
+    os.kill(os.getpid(), signal.SIGINT)
+    await asyncio.sleep(seconds)
+    return "finished"
+
+@tool
+async def quick(text: str) -> str:
+    """Echo text.
+
+    Args:
+        text: what to echo.
+    """
+    return "echo: " + text
+
+@tool(needs_approval=True)
+def guarded(text: str) -> str:
+    """Needs approval.
+
+    Args:
+        text: anything.
+    """
+    return "guarded ran: " + text
+'''
+
+
+def tool_calls_sse(*calls: tuple[str, str, dict[str, Any]], usage: dict[str, Any] | None = None) -> str:
+    """One turn asking for `calls` (id, name, arguments), arguments streamed in two pieces."""
+    chunks = [chunk({"role": "assistant", "content": None})]
+    for i, (call_id, name, args) in enumerate(calls):
+        text = json.dumps(args)
+        chunks.append(chunk({"tool_calls": [tool_delta(i, call_id, name, text[:3])]}))
+        chunks.append(chunk({"tool_calls": [tool_delta(i, arguments=text[3:])]}))
+    chunks.append(chunk({}, "tool_calls"))
+    if usage:
+        chunks.append({"id": "chatcmpl-t", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                       "choices": [], "usage": usage})
+    return sse(*chunks)
+
+
+@pytest.fixture
+def tools_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "tools"
+    folder.mkdir()
+    (folder / "testtools.py").write_text(SLOW_TOOLS)
+    return folder
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> SessionStore:
+    with SessionStore(tmp_path / "sessions.db") as s:
+        yield s
+
+
+async def chat(script: list[dict[str, Any]], keys: str, store: SessionStore, *, options: ChatOptions | None = None,
+               settings: Settings | None = None) -> tuple[str, ReplayServer, ChatApp]:
+    """Run the chat on `keys` (Enter is \\r) against a replay server; returns plain output, server, app."""
+    out = io.StringIO()
+    with ReplayServer(script) as server, create_pipe_input() as pipe:
+        pipe.send_text(keys)
+        app = ChatApp(settings or Settings(model="test-model", base_url=server.base_url, api_key="sk-test"),
+                      options or ChatOptions(), console=Console(file=out, width=100), pt_input=pipe,
+                      pt_output=DummyOutput(), store=store)
+        code = await asyncio.wait_for(app.run(), 30)
+    assert code == 0
+    return out.getvalue(), server, app
+
+
+def assert_valid(history: list[dict[str, Any]]) -> None:
+    """Every assistant tool call is answered, by position, right after its assistant message."""
+    for i, message in enumerate(history):
+        calls = message.get("tool_calls") or []
+        if message["role"] == "assistant" and calls:
+            answers = history[i + 1 : i + 1 + len(calls)]
+            assert [m["role"] for m in answers] == ["tool"] * len(calls), history
+            assert [m["tool_call_id"] for m in answers] == [c["id"] for c in calls]
+    assert pending_tool_calls(history) == []
+
+
+async def test_turn_with_tool_calls(store: SessionStore, tools_dir: Path) -> None:
+    usage = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
+    script = [
+        {"sse": tool_calls_sse(("call_a", "quick", {"text": "one"}), ("call_b", "guarded", {"text": "two"}),
+                               usage=usage)},
+        {"sse": text_stream("Both tools ran.")},
+    ]
+    keys = "use the tools\ra\r/usage\r/exit\r"  # `a`: always allow `guarded`
+    output, server, app = await chat(script, keys, store, options=ChatOptions(tools_dirs=(str(tools_dir),)))
+
+    sent = server.requests[1]["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool", "tool"]
+    assert [c["id"] for c in sent[1]["tool_calls"]] == ["call_a", "call_b"]
+    assert sent[2] == {"role": "tool", "tool_call_id": "call_a", "content": "echo: one"}
+    assert sent[3] == {"role": "tool", "tool_call_id": "call_b", "content": "guarded ran: two"}
+    assert server.requests[0]["stream_options"] == {"include_usage": True}
+    assert "→ quick({\"text\": \"one\"})" in output
+    assert "ok quick" in output and "ok guarded" in output
+    assert "Both tools ran." in output
+    assert "last turn: 11 in · 7 out" in output
+    assert "guarded" in app._always
+    stored = store.messages(app.recorder.session_id)
+    assert stored == [*sent, {"role": "assistant", "content": "Both tools ran."}]
+    assert store.get(app.recorder.session_id).title == "use the tools"
+
+
+async def test_denied_tool_gets_a_result(store: SessionStore, tools_dir: Path) -> None:
+    script = [{"sse": tool_calls_sse(("call_g", "guarded", {"text": "x"}))}, {"sse": text_stream("OK, not run.")}]
+    _, server, _ = await chat(script, "go\rn\r/exit\r", store, options=ChatOptions(tools_dirs=(str(tools_dir),)))
+    tool_msg = server.requests[1]["messages"][2]
+    assert tool_msg["tool_call_id"] == "call_g" and "denied" in tool_msg["content"]
+
+
+async def test_ctrl_c_in_the_middle_of_a_tool_leaves_a_valid_history(store: SessionStore, tools_dir: Path) -> None:
+    script = [
+        {"sse": tool_calls_sse(("call_q", "quick", {"text": "a"}), ("call_s", "slow", {"seconds": 30}))},
+        {"sse": text_stream("Fine, stopped.")},
+    ]
+    keys = "run the slow tool\rwhat happened?\r/exit\r"
+    started = time.monotonic()
+    output, server, app = await chat(script, keys, store, options=ChatOptions(tools_dirs=(str(tools_dir),)))
+    assert time.monotonic() - started < 25  # the 30 s tool was cancelled, not waited for
+    assert "interrupted" in output
+
+    stored = store.messages(app.recorder.session_id)
+    assert_valid(stored)
+    assert stored[1]["tool_calls"][1]["id"] == "call_s"
+    assert {m["tool_call_id"]: m["content"] for m in stored[2:4]} == {
+        "call_q": "echo: a", "call_s": "Error: the tool call was cancelled by the user; no result."}
+    # the next message goes out on the repaired history
+    sent = server.requests[1]["messages"]
+    assert_valid(sent)
+    assert sent[-1] == {"role": "user", "content": "what happened?"}
+    assert len(server.requests) == 2
+
+
+async def test_ctrl_c_while_streaming_keeps_the_partial_answer(store: SessionStore) -> None:
+    import os
+    import signal
+
+    words = "".join(f"word{i} " for i in range(40))
+    script = [{"sse": text_stream(words), "delay_ms": 100}, {"sse": text_stream("Short answer.")}]
+
+    def press_ctrl_c(server: ReplayServer) -> None:
+        while not server.requests:
+            time.sleep(0.02)
+        time.sleep(0.6)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    out = io.StringIO()
+    with ReplayServer(script) as server, create_pipe_input() as pipe:
+        pipe.send_text("talk a lot\ragain\r/exit\r")
+        app = ChatApp(Settings(model="test-model", base_url=server.base_url), ChatOptions(),
+                      console=Console(file=out, width=100), pt_input=pipe, pt_output=DummyOutput(), store=store)
+        threading.Thread(target=press_ctrl_c, args=(server,), daemon=True).start()
+        await asyncio.wait_for(app.run(), 30)
+    stored = store.messages(app.recorder.session_id)
+    assert [m["role"] for m in stored] == ["user", "assistant", "user", "assistant"]
+    partial = stored[1]["content"]
+    assert partial.startswith("word0") and partial.endswith("[interrupted by the user]")
+    assert words.strip() not in partial
+    assert server.requests[1]["messages"][1] == stored[1]
+
+
+async def test_resume_continues_a_stored_session(store: SessionStore) -> None:
+    old = store.create(model="test-model", base_url="http://x/v1", cwd="/tmp")
+    for m in ({"role": "user", "content": "remember ZEBRA-42"}, {"role": "assistant", "content": "Noted: ZEBRA-42."}):
+        store.append(old.id, m)
+    other = store.create(model="test-model")
+    store.append(other.id, {"role": "user", "content": "unrelated"})
+
+    output, server, app = await chat([{"sse": text_stream("It was ZEBRA-42.")}],
+                                     f"/resume {old.id[:4]}\rwhat was it?\r/exit\r", store)
+    assert f"resumed session {old.id}" in output
+    assert "Noted: ZEBRA-42." in output  # the last exchange is shown again
+    assert server.requests[0]["messages"] == [
+        {"role": "user", "content": "remember ZEBRA-42"}, {"role": "assistant", "content": "Noted: ZEBRA-42."},
+        {"role": "user", "content": "what was it?"}]
+    assert app.recorder.session_id == old.id
+    assert len(store.messages(old.id)) == 4
+
+
+async def test_resume_latest_repairs_a_crashed_turn(store: SessionStore) -> None:
+    info = store.create(model="test-model")
+    store.append(info.id, {"role": "user", "content": "list files"})
+    store.append(info.id, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "list_directory", "arguments": "{}"}}]})
+    _, server, _ = await chat([{"sse": text_stream("Sorry, try again?")}], "go on\r/exit\r", store,
+                              options=ChatOptions(resume=""))
+    sent = server.requests[0]["messages"]
+    assert_valid(sent)
+    assert sent[2] == {"role": "tool", "tool_call_id": "call_1",
+                       "content": "Error: the tool call was interrupted; no result."}
+    assert store.messages(info.id)[2] == sent[2]
+
+
+async def test_slash_commands(store: SessionStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    script = [{"sse": text_stream("First.")}, {"sse": text_stream("Retried.")}, {"sse": text_stream("New one.")}]
+    keys = ("/help\rhello\r/retry\r/model other-model\r/export md\r/export json\r/reasoning\r/bogus\r/tools\r"
+            "/sessions\r/new\rfresh start\r/exit\r")
+    output, server, app = await chat(script, keys, store)
+    assert "/resume [ID]" in output
+    assert server.requests[1]["messages"] == [{"role": "user", "content": "hello"}]  # /retry resent it
+    assert server.requests[2]["model"] == "other-model"
+    assert server.requests[2]["messages"] == [{"role": "user", "content": "fresh start"}]  # /new
+    assert "unknown command /bogus; /help lists the commands" in output
+    assert "reasoning is now hidden" in output
+    first = next(s for s in store.recent() if s.title == "hello")
+    assert store.messages(first.id) == [{"role": "user", "content": "hello"},
+                                        {"role": "assistant", "content": "Retried."}]
+    assert first.model == "other-model"
+    assert "Retried." in (tmp_path / f"crow-session-{first.id}.md").read_text()
+    assert json.loads((tmp_path / f"crow-session-{first.id}.json").read_text())["session"]["id"] == first.id
+    assert app.recorder.session_id != first.id
+
+
+async def test_ctrl_d_and_double_ctrl_c_leave(store: SessionStore) -> None:
+    output, _, _ = await chat([], "\x04", store)  # Ctrl-D
+    output, _, _ = await chat([], "\x03\x03", store)  # Ctrl-C twice
+    assert "press Ctrl-C again" in output
+    assert store.recent() == []  # nothing said, nothing stored
+
+
+async def test_input_history_is_kept_in_the_state_dir(store: SessionStore) -> None:
+    import platformdirs
+
+    await chat([{"sse": text_stream("Hi.")}], "hello there\r/exit\r", store)
+    history = Path(platformdirs.user_state_dir("crow", appauthor=False)) / "chat_history"
+    assert "+hello there" in history.read_text()
+
+
+async def test_no_session_records_nothing(store: SessionStore) -> None:
+    await chat([{"sse": text_stream("Hi.")}], "hello\r/exit\r", store, options=ChatOptions(session=False))
+    assert store.recent() == []
