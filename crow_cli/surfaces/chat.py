@@ -15,6 +15,7 @@ import asyncio
 import os
 import re
 import signal
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -200,10 +201,21 @@ class ChatApp:
         from prompt_toolkit.history import FileHistory
 
         self._start()
-        session: PromptSession[str] = PromptSession(
-            history=FileHistory(str(_history_path())), input=self.pt_input, output=self.pt_output,
-            key_bindings=_key_bindings(), enable_history_search=False,
-        )
+        read: Callable[[], Awaitable[str]]
+        if self.pt_input is None and not sys.stdin.isatty():  # piped: one message or command per line
+            async def read() -> str:
+                line = await asyncio.to_thread(sys.stdin.readline)
+                if not line:
+                    raise EOFError
+                return line.rstrip("\n")
+        else:
+            session: PromptSession[str] = PromptSession(
+                history=FileHistory(str(_history_path())), input=self.pt_input, output=self.pt_output,
+                key_bindings=_key_bindings(), enable_history_search=False,
+            )
+
+            async def read() -> str:
+                return await session.prompt_async("› ", handle_sigint=False)
         self.view.line(f"crow chat · {self.settings.model} · /help for commands · Ctrl-D to quit", "dim")
         loop = asyncio.get_running_loop()
         sigint = _install_sigint(loop, self._interrupt)
@@ -211,7 +223,7 @@ class ChatApp:
         try:
             while True:
                 try:
-                    text = await session.prompt_async("› ", handle_sigint=False)
+                    text = await read()
                 except KeyboardInterrupt:
                     if armed:
                         break
@@ -332,8 +344,11 @@ class ChatApp:
 
     def _footer(self) -> str:
         sid = self.recorder.session_id if self.recorder else None
-        where = f" · session {sid}" if sid else ""
-        return f"── {self.last_usage.text()} (session total: {self.usage.text()}) · {self.settings.model}{where}"
+        parts = [f"{self.last_usage.text()} this turn, {self.usage.text()} this session" if self.usage.reported
+                 else "no token usage reported", self.settings.model]
+        if sid:
+            parts.append(f"session {sid}")
+        return "── " + " · ".join(parts)
 
     # slash commands
 

@@ -1,0 +1,108 @@
+"""Streamed Markdown rendering: block splitting (pure) and the rich view at a fixed width, no colour."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from rich.console import Console
+
+from crow_cli.history import ToolCall, ToolResult
+from crow_cli.surfaces.render import MarkdownBlocks, TurnView
+
+DOC = ("# Title\n\nFirst paragraph\nstill first.\n\n```python\nx = 1\n\ny = 2\n```\nAfter the code.\n\n"
+       "- item one\n- item two\n\n~~~~\ncode ``` not closing\n~~~~\n\nLast words")
+
+
+def split(text: str, sizes: list[int], max_tail: int = 10_000) -> tuple[list[str], str]:
+    blocks = MarkdownBlocks(max_tail=max_tail)
+    done: list[str] = []
+    i = 0
+    for n in sizes or [len(text)]:
+        done += blocks.feed(text[i : i + n])
+        i += n
+    done += blocks.feed(text[i:])
+    return done, blocks.finish()
+
+
+def test_blocks_end_at_blank_lines_outside_fences() -> None:
+    done, rest = split(DOC, [1] * len(DOC))
+    assert done == ["# Title\n\n", "First paragraph\nstill first.\n\n", "```python\nx = 1\n\ny = 2\n```\n",
+                    "After the code.\n\n", "- item one\n- item two\n\n", "~~~~\ncode ``` not closing\n~~~~\n"]
+    assert rest == "\nLast words"
+
+
+@given(st.lists(st.integers(min_value=1, max_value=15), max_size=40))
+def test_any_chunking_gives_the_same_blocks(sizes: list[int]) -> None:
+    done, rest = split(DOC, sizes)
+    assert "".join(done) + rest == DOC
+    assert split(DOC, [])[0] == done
+
+
+def test_a_long_code_block_is_cut_and_reopened() -> None:
+    code = "```sh\n" + "".join(f"echo {i}\n" for i in range(200)) + "```\n"
+    done, rest = split(code, [7] * 400, max_tail=300)
+    assert len(done) > 3
+    assert all(b.startswith("```sh\n") and b.endswith("```\n") for b in done)
+    assert all(len(b) < 400 for b in done)
+    body = "".join(b.removeprefix("```sh\n").removesuffix("```\n") for b in done)
+    assert body == "".join(f"echo {i}\n" for i in range(200))
+    assert rest == ""
+
+
+def test_a_huge_paragraph_keeps_the_tail_small() -> None:
+    text = "word " * 5000
+    blocks = MarkdownBlocks(max_tail=500)
+    longest = 0
+    out = []
+    for i in range(0, len(text), 3):
+        out += blocks.feed(text[i : i + 3])
+        longest = max(longest, len(blocks.tail))
+    assert longest <= 503
+    assert "".join(out) + blocks.finish() == text
+
+
+def capture(plain: bool) -> tuple[TurnView, io.StringIO]:
+    out = io.StringIO()
+    console = Console(file=out, width=60, force_terminal=not plain, color_system=None, highlight=False)
+    return TurnView(console, plain=plain, auto_refresh=False), out
+
+
+@pytest.mark.parametrize("plain", [False, True])
+def test_view_renders_a_turn(plain: bool) -> None:
+    view, out = capture(plain)
+    view.reasoning("thinking it over\n")
+    view.reasoning("done")
+    for piece in ["# Result\n\nThe **answer** is ", "42.\n\n", "Bye."]:
+        view.text(piece)
+    view.end_answer()
+    call = ToolCall("c1", "read_file", '{"path": "README.md"}', 0)
+    view.tool_started(call)
+    view.tool_finished(ToolResult("c1", "read_file", "contents", ok=True, duration_s=0.25, index=0), call)
+    bad = ToolCall("c2", "shell", '{"cmd": "false"}', 1)
+    view.tool_started(bad)
+    view.tool_finished(ToolResult("c2", "shell", "Error: exit 1", ok=False, duration_s=1.5, index=1), bad)
+    view.stop()
+    text = out.getvalue()
+    assert "thinking it over" in text
+    if plain:
+        assert "The **answer** is 42." in text  # no Markdown, exactly as streamed
+        assert "→ read_file({\"path\": \"README.md\"})" in text
+        assert "  ok read_file 0.25s" in text and "  error shell 1.50s: Error: exit 1" in text
+        assert "\x1b" not in text
+    else:
+        assert "The answer is 42." in text  # rendered: no asterisks
+        assert "**" not in text
+        assert "✓ read_file({\"path\": \"README.md\"}) ok 0.25s" in text
+        assert "✗ shell({\"cmd\": \"false\"}) error 1.50s: Error: exit 1" in text
+
+
+def test_hidden_reasoning_is_not_shown() -> None:
+    view, out = capture(True)
+    view.show_reasoning = False
+    view.reasoning("secret thoughts")
+    view.text("answer")
+    view.end_answer()
+    assert out.getvalue() == "answer\n"

@@ -1,0 +1,330 @@
+"""The session store on a real SQLite file, and `crow run` / `crow sessions` as subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ROOT, chunk, sse, tool_delta
+from replay_server import ReplayServer, text_stream
+
+from crow_cli.errors import SessionError
+from crow_cli.sessions import SessionStore, default_db_path, export_session
+
+CROW = str(ROOT / ".venv" / "bin" / "crow")
+if not Path(CROW).exists():  # CI and README both install into .venv; fall back to the running interpreter's
+    CROW = str(Path(sys.executable).with_name("crow"))
+
+SLOW_TOOL = '''
+import time
+from crow_cli.tools import tool
+
+@tool
+def slow(seconds: float = 60) -> str:
+    """Sleep for a while.
+
+    Args:
+        seconds: how long.
+    """
+    time.sleep(seconds)
+    return "slept"
+'''
+
+
+def tool_call_sse(call_id: str, name: str, arguments: str) -> str:
+    return sse(chunk({"role": "assistant", "tool_calls": [tool_delta(0, call_id, name, arguments)]}),
+               chunk({}, "tool_calls"))
+
+
+def crow(*args: str, timeout: float = 60, **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([CROW, *args], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                          **kw)
+
+
+def run_args(server: ReplayServer, *args: str, key: str = "sk-test") -> list[str]:
+    return ["run", "--base-url", server.base_url, "--api-key", key, "--model", "test-model", *args]
+
+
+def wait_for(predicate: Any, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.05)
+
+
+# the store
+
+
+def test_messages_round_trip_in_order(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    with SessionStore(db) as store:
+        info = store.create(model="m", base_url="http://h/v1", cwd="/w")
+        msgs = [{"role": "user", "content": "Héllo\nthere, please summarise the whole repository for me in detail"},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "", "content": "ok"}]
+        assert [store.append(info.id, m) for m in msgs] == [0, 1, 2]
+    with SessionStore(db) as store:  # a fresh connection sees exactly what was committed
+        assert store.messages(info.id) == msgs
+        got = store.get(info.id)
+        assert got.title == "Héllo there, please summarise the whole repository for me i…"
+        assert len(got.title) == 60
+        assert (got.model, got.base_url, got.cwd, got.messages) == ("m", "http://h/v1", "/w", 3)
+
+
+def test_ids_are_short_and_prefixes_resolve(tmp_path: Path) -> None:
+    with SessionStore(tmp_path / "s.db") as store:
+        ids = {store.create().id for _ in range(50)}
+        assert len(ids) == 50
+        assert all(len(i) == 6 and i.isalnum() and i.islower() for i in ids)
+        some = sorted(ids)[0]
+        unique = next(p for n in range(1, 7) if len([i for i in ids if i.startswith(p := some[:n])]) == 1)
+        assert store.get(unique.upper()).id == some
+        with pytest.raises(SessionError, match="no session"):
+            store.get("zzzzzzz")
+        with pytest.raises(SessionError, match="no session"):
+            store.get("%")  # LIKE wildcards are literal
+        shared = next(c for c in "23456789abcdefghjkmnpqrstuvwxyz" if sum(i.startswith(c) for i in ids) > 1)
+        with pytest.raises(SessionError, match="ambiguous"):
+            store.get(shared)
+
+
+def test_recent_latest_delete_truncate(tmp_path: Path) -> None:
+    with SessionStore(tmp_path / "s.db") as store:
+        assert store.latest() is None
+        a, b = store.create(), store.create()
+        store.append(b.id, {"role": "user", "content": "b"})
+        store.append(a.id, {"role": "user", "content": "a"})
+        store.append(a.id, {"role": "assistant", "content": "x"})
+        assert [s.id for s in store.recent()] == [a.id, b.id]
+        assert store.latest().id == a.id
+        store.truncate(a.id, 1)
+        assert store.messages(a.id) == [{"role": "user", "content": "a"}]
+        assert store.append(a.id, {"role": "assistant", "content": "y"}) == 1
+        assert store.delete(a.id[:5]).id == a.id
+        assert [s.id for s in store.recent()] == [b.id]
+        assert store._db.execute("SELECT COUNT(*) FROM messages WHERE session_id = ?", (a.id,)).fetchone() == (0,)
+
+
+def test_migrations_are_recorded_once_and_wal_is_on(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    with SessionStore(db) as store:
+        assert store.migrations() == ["m001_initial"]
+    with SessionStore(db) as store:  # reopening applies nothing twice
+        assert store.migrations() == ["m001_initial"]
+    con = sqlite3.connect(db)
+    assert con.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    assert con.execute("SELECT COUNT(*) FROM _migrations").fetchone() == (1,)
+
+
+def test_load_repairs_a_turn_cut_mid_way_and_stores_the_repair(tmp_path: Path) -> None:
+    with SessionStore(tmp_path / "s.db") as store:
+        info = store.create()
+        store.append(info.id, {"role": "user", "content": "go"})
+        store.append(info.id, {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+            {"id": "b", "type": "function", "function": {"name": "g", "arguments": "{}"}}]})
+        store.append(info.id, {"role": "tool", "tool_call_id": "a", "content": "done"})
+        history = store.load(info.id)
+        assert history[3] == {"role": "tool", "tool_call_id": "b",
+                              "content": "Error: the tool call was interrupted; no result."}
+        assert store.messages(info.id) == history
+        assert store.load(info.id) == history  # already valid: nothing more added
+
+
+def test_unreadable_store_is_one_clear_error(tmp_path: Path) -> None:
+    bad = tmp_path / "s.db"
+    bad.write_text("this is not a database" * 100)
+    with pytest.raises(SessionError, match="cannot open the session store"):
+        SessionStore(bad)
+
+
+def test_exports(tmp_path: Path) -> None:
+    with SessionStore(tmp_path / "s.db") as store:
+        info = store.create(model="m")
+        msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "**hello**"}]
+        for m in msgs:
+            store.append(info.id, m)
+        info = store.get(info.id)
+    assert [json.loads(line) for line in export_session(info, msgs, "jsonl").splitlines()] == msgs
+    assert json.loads(export_session(info, msgs, "json"))["messages"] == msgs
+    md = export_session(info, msgs, "md")
+    assert md.startswith("# hi\n") and "## You\n\nhi" in md and "## Assistant\n\n**hello**" in md
+    with pytest.raises(SessionError, match="unknown export format"):
+        export_session(info, msgs, "xml")
+
+
+# crow run records sessions
+
+
+def test_run_records_and_continues_and_never_stores_the_key(_isolated_home: Path) -> None:
+    secret = "sk-VERY-SECRET-0123456789"
+    script = [{"sse": text_stream("First answer.")}, {"sse": text_stream("Second answer.")},
+              {"sse": text_stream("Third answer.")}, {"sse": text_stream("Unrecorded.")}]
+    with ReplayServer(script) as server:
+        assert crow(*run_args(server, "--system", "be brief", "first question", key=secret)).returncode == 0
+        assert crow(*run_args(server, "-c", "second question", key=secret)).returncode == 0
+        with SessionStore() as store:
+            first = store.latest()
+        assert crow(*run_args(server, "--session", first.id[:4], "third question", key=secret)).returncode == 0
+        assert crow(*run_args(server, "--no-session", "not kept", key=secret)).returncode == 0
+        sent = server.requests[2]["messages"]
+    assert [m["role"] for m in sent] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert sent[-1]["content"] == "third question"
+    with SessionStore() as store:
+        assert [s.id for s in store.recent()] == [first.id]
+        assert store.messages(first.id) == [*sent, {"role": "assistant", "content": "Third answer."}]
+        assert store.get(first.id).title == "first question"
+    assert default_db_path().is_relative_to(_isolated_home)
+    for path in _isolated_home.rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), path
+
+
+def test_run_session_errors(_isolated_home: Path) -> None:
+    with ReplayServer([]) as server:
+        result = crow(*run_args(server, "--session", "nosuch", "hi"))
+        assert result.returncode == 1
+        assert result.stderr.strip() == "crow: error: no session 'nosuch' (crow sessions list shows them)"
+        result = crow(*run_args(server, "--no-session", "-c", "hi"))
+        assert result.returncode == 2 and "cannot be combined" in result.stderr
+        assert server.requests == []
+
+
+def test_crash_mid_turn_loses_only_the_turn_in_flight_and_resumes(_isolated_home: Path, tmp_path: Path) -> None:
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "slow.py").write_text(SLOW_TOOL)
+    script = [{"sse": tool_call_sse("call_1", "slow", '{"seconds": 60}')}]
+    with ReplayServer(script) as server:
+        proc = subprocess.Popen([CROW, *run_args(server, "--tools-dir", str(tools), "please wait")],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        try:
+            def tool_started() -> bool:
+                if not default_db_path().exists():
+                    return False
+                with SessionStore() as store:
+                    latest = store.latest()
+                    return latest is not None and len(store.messages(latest.id)) == 2
+            wait_for(tool_started)
+            proc.kill()  # a crash: no handler runs
+            proc.wait(10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    with SessionStore() as store:
+        info = store.latest()
+        stored = store.messages(info.id)
+    assert [m["role"] for m in stored] == ["user", "assistant"]
+    assert stored[1]["tool_calls"][0]["id"] == "call_1"
+
+    with ReplayServer([{"sse": text_stream("Sorry, that was cut off.")}]) as server:
+        result = crow(*run_args(server, "-c", "are you there?"))
+        assert result.returncode == 0, result.stderr
+        sent = server.requests[0]["messages"]
+    assert sent == [*stored, {"role": "tool", "tool_call_id": "call_1",
+                              "content": "Error: the tool call was interrupted; no result."},
+                    {"role": "user", "content": "are you there?"}]
+
+
+def test_crash_while_streaming_keeps_the_finished_turns(_isolated_home: Path) -> None:
+    slow_text = text_stream("This answer streams very slowly and is never finished by the server at all.")
+    script = [{"sse": tool_call_sse("call_1", "list_directory", "{}")}, {"sse": slow_text, "delay_ms": 1000}]
+    with ReplayServer(script) as server:
+        proc = subprocess.Popen([CROW, *run_args(server, "look around")], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        try:
+            wait_for(lambda: len(server.requests) == 2)
+            proc.kill()
+            proc.wait(10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    with SessionStore() as store:
+        stored = store.messages(store.latest().id)
+    assert [m["role"] for m in stored] == ["user", "assistant", "tool"]
+    assert stored[2]["tool_call_id"] == "call_1"
+
+
+def test_sigint_during_a_tool_stores_cancelled_results(_isolated_home: Path, tmp_path: Path) -> None:
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "slow.py").write_text(SLOW_TOOL.replace("def slow", "async def slow").replace(
+        "time.sleep(seconds)", "import asyncio; await asyncio.sleep(seconds)"))
+    script = [{"sse": tool_call_sse("call_9", "slow", '{"seconds": 60}')}]
+    with ReplayServer(script) as server:
+        proc = subprocess.Popen([CROW, *run_args(server, "--tools-dir", str(tools), "wait")],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+        try:
+            wait_for(lambda: proc.poll() is not None or "slow" in _peek_latest_roles())
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=20)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 130, err
+    with SessionStore() as store:
+        stored = store.messages(store.latest().id)
+    assert stored[-1] == {"role": "tool", "tool_call_id": "call_9",
+                          "content": "Error: the tool call was cancelled by the user; no result."}
+
+
+def _peek_latest_roles() -> str:
+    if not default_db_path().exists():
+        return ""
+    with SessionStore() as store:
+        latest = store.latest()
+        return json.dumps(store.messages(latest.id)) if latest else ""
+
+
+# crow sessions
+
+
+def test_sessions_commands(_isolated_home: Path, tmp_path: Path) -> None:
+    result = crow("sessions", "list")
+    assert result.returncode == 0 and "no sessions yet" in result.stderr
+    with SessionStore() as store:
+        info = store.create(model="test-model")
+        store.append(info.id, {"role": "user", "content": "what is ZEBRA?"})
+        store.append(info.id, {"role": "assistant", "content": "A **striped** animal."})
+    listed = crow("sessions", "list")
+    assert listed.returncode == 0
+    assert listed.stdout.startswith(info.id) and "2 msgs  test-model  what is ZEBRA?" in listed.stdout
+    shown = crow("sessions", "show", info.id[:3])
+    assert "## You\n\nwhat is ZEBRA?" in shown.stdout
+    as_jsonl = crow("sessions", "export", info.id, "--format", "jsonl")
+    assert [json.loads(x)["role"] for x in as_jsonl.stdout.splitlines()] == ["user", "assistant"]
+    out = tmp_path / "s.json"
+    assert crow("sessions", "export", info.id, "-f", "json", "-o", str(out)).returncode == 0
+    assert json.loads(out.read_text())["session"]["id"] == info.id
+    bad = crow("sessions", "export", info.id, "--format", "xml")
+    assert bad.returncode == 2 and bad.stderr.startswith("crow: error: unknown format 'xml'")
+    assert "Traceback" not in bad.stderr
+    deleted = crow("sessions", "delete", info.id)
+    assert deleted.returncode == 0 and f"deleted {info.id}" in deleted.stderr
+    missing = crow("sessions", "show", info.id)
+    assert missing.returncode == 1 and missing.stderr.startswith("crow: error: no session")
+
+
+def test_sessions_list_imports_neither_openai_nor_rich(_isolated_home: Path) -> None:
+    code = ("import sys\nsys.argv = ['crow', 'sessions', 'list']\nfrom crow_cli.cli import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('openai', 'rich', 'prompt_toolkit', 'httpx') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                            env={**os.environ})
+    assert result.stdout.strip().splitlines()[-1] == "[]", result.stderr
+
+
+def test_chat_resume_of_an_unknown_session_is_one_line(_isolated_home: Path) -> None:
+    with ReplayServer([]) as server:
+        result = crow("chat", "--base-url", server.base_url, "--resume", "nosuch")
+    assert result.returncode == 1
+    assert result.stderr == "crow: error: no session 'nosuch' (crow sessions list shows them)\n"
