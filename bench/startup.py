@@ -21,6 +21,7 @@ COMMANDS = {
     "python -c 'import openai'": [sys.executable, "-c", "import openai"],
     "crow --version": [CROW, "--version"],
     "crow tools": [CROW, "tools"],
+    "crow sessions list": [CROW, "sessions", "list"],
     "crow run --help": [CROW, "run", "--help"],
 }
 

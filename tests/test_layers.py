@@ -18,11 +18,13 @@ ALLOWED = {
     "crow_cli.wire": LEAVES | {"crow_cli.wire"},
     "crow_cli.tools": LEAVES | {"crow_cli.tools"},
     "crow_cli.loop": LEAVES | {"crow_cli.wire", "crow_cli.tools"},
+    "crow_cli.sessions": LEAVES,
 }
 FORBIDDEN_THIRD_PARTY = {
     "crow_cli.wire": {"rich", "typer", "prompt_toolkit", "sqlite3"},
     "crow_cli.loop": {"rich", "typer", "prompt_toolkit", "sqlite3"},
     "crow_cli.tools": {"rich", "typer", "prompt_toolkit"},
+    "crow_cli.sessions": {"openai", "httpx", "rich", "typer", "prompt_toolkit"},
     "crow_cli.events": {"openai", "httpx", "rich", "typer"},
 }
 

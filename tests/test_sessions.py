@@ -13,15 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, chunk, sse, tool_delta
-from replay_server import ReplayServer, text_stream
 
 from crow_cli.errors import SessionError
 from crow_cli.sessions import SessionStore, default_db_path, export_session
+from tests.conftest import chunk, sse, tool_delta
+from tests.replay_server import ReplayServer, text_stream
 
-CROW = str(ROOT / ".venv" / "bin" / "crow")
-if not Path(CROW).exists():  # CI and README both install into .venv; fall back to the running interpreter's
-    CROW = str(Path(sys.executable).with_name("crow"))
+CROW = str(Path(sys.executable).parent / "crow")
 
 SLOW_TOOL = '''
 import time
@@ -325,6 +323,10 @@ def test_sessions_list_imports_neither_openai_nor_rich(_isolated_home: Path) -> 
 
 def test_chat_resume_of_an_unknown_session_is_one_line(_isolated_home: Path) -> None:
     with ReplayServer([]) as server:
-        result = crow("chat", "--base-url", server.base_url, "--resume", "nosuch")
-    assert result.returncode == 1
-    assert result.stderr == "crow: error: no session 'nosuch' (crow sessions list shows them)\n"
+        result = crow("chat", "--resume", "nosuch", "--base-url", server.base_url)
+        assert result.returncode == 1
+        assert result.stderr == "crow: error: no session 'nosuch' (crow sessions list shows them)\n"
+        result = crow("chat", "nosuch", "--base-url", server.base_url)
+        assert result.returncode == 2
+        assert result.stderr.startswith("crow: error: unexpected argument 'nosuch'")
+        assert server.requests == []

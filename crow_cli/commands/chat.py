@@ -7,16 +7,17 @@ from typing import Annotated
 
 import typer
 
-from ..errors import CrowError
+from ..errors import ConfigError, CrowError
 from .options import ApiKeyOpt, BaseUrlOpt, ConfigOpt, DebugOpt, ModelOpt, ProfileOpt, SystemOpt, ToolsDirOpt, fail
 
 __all__ = ["chat"]
 
 
 def chat(
-    resume: Annotated[str | None, typer.Option(
-        "--resume", "-r", is_flag=False, flag_value="", metavar="[ID]",
-        help="Continue a session: the most recent one, or the one with this id.")] = None,
+    session_id: Annotated[str | None, typer.Argument(metavar="ID", show_default=False,
+                                                     help="With --resume: the session to continue.")] = None,
+    resume: Annotated[bool, typer.Option("--resume", "-r", help="Continue a session: the one with id ID, or "
+                                         "the most recent one.")] = False,
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
     api_key: ApiKeyOpt = None,
@@ -36,12 +37,14 @@ def chat(
     from ..surfaces.chat import ChatOptions, run_chat
 
     try:
+        if session_id is not None and not resume:
+            raise ConfigError(f"unexpected argument {session_id!r}: to continue a session, use --resume {session_id}")
         settings = load_settings(
             {"model": model, "base_url": base_url, "api_key": api_key, "system": system, "max_turns": max_turns},
             config_path=config, profile=profile,
         )
         options = ChatOptions(tools_dirs=tuple(tools_dir or ()), no_tools=no_tools, yes=yes, debug=debug,
-                              resume=resume, session=not no_session)
+                              resume=(session_id or "") if resume else None, session=not no_session)
         code = asyncio.run(run_chat(settings, options))
     except CrowError as exc:
         raise fail(exc, debug=debug) from None

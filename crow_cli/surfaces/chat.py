@@ -1,7 +1,7 @@
 """`crow chat`: an interactive terminal chat over the react loop, recorded in the session store.
 
-Input is a prompt-toolkit prompt (history file in the user state dir; Enter sends, Alt-Enter /
-Esc Enter / Ctrl-J insert a newline; pasted text keeps its newlines). Output is drawn by
+Input is a prompt-toolkit prompt (history file in the user state dir; Enter sends, Alt-Enter (or
+Esc Enter) inserts a newline; pasted text keeps its newlines). Output is drawn by
 `render.TurnView`. Every message the loop appends is committed to the session as it arrives.
 
 Ctrl-C during a turn cancels the stream and the running tools; the partial answer is kept and every
@@ -16,7 +16,8 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
 __all__ = ["ChatApp", "ChatOptions", "run_chat"]
 
 HELP = """\
-Enter sends · Alt-Enter, Esc Enter or Ctrl-J inserts a newline · Ctrl-C stops a turn · Ctrl-D quits
+Enter sends · Alt-Enter (or Esc Enter) inserts a newline · Ctrl-C stops a turn · Ctrl-D quits
 /help               this list
 /exit               leave (Ctrl-D, or Ctrl-C twice, too)
 /new                start a new session
@@ -200,6 +201,7 @@ class ChatApp:
         from prompt_toolkit import PromptSession
         from prompt_toolkit.history import FileHistory
 
+        self.view.line(f"crow chat · {self.settings.model} · /help for commands · Ctrl-D to quit", "dim")
         self._start()
         read: Callable[[], Awaitable[str]]
         if self.pt_input is None and not sys.stdin.isatty():  # piped: one message or command per line
@@ -216,7 +218,6 @@ class ChatApp:
 
             async def read() -> str:
                 return await session.prompt_async("› ", handle_sigint=False)
-        self.view.line(f"crow chat · {self.settings.model} · /help for commands · Ctrl-D to quit", "dim")
         loop = asyncio.get_running_loop()
         sigint = _install_sigint(loop, self._interrupt)
         armed = False
@@ -273,21 +274,31 @@ class ChatApp:
         finished: dict[int, ToolResult] = {}
         self.last_usage = _Usage()
         self._turn = asyncio.create_task(self._consume(partial, finished))
+        ticker = asyncio.create_task(self._tick())
         try:
-            await self._turn
+            with _no_echo(self.pt_input is None):
+                await self._turn
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if current is not None and current.cancelling():
                 raise
             self.view.cancel_tools()
             self.view.end_answer()
-            close_interrupted(self.history, "".join(partial), finished)
+            added = close_interrupted(self.history, "".join(partial), finished)
             self._sync()
-            self.view.line("interrupted: the partial answer is kept; tool calls were cancelled", "yellow")
+            what = "unfinished tool calls were cancelled" if any(m["role"] == "tool" for m in added) \
+                else "the partial answer is kept"
+            self.view.line(f"interrupted: {what}", "yellow")
         finally:
+            ticker.cancel()
             self._turn = None
             self.view.stop()
         self.view.line(self._footer(), "dim")
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(0.1)
+            self.view.tick()
 
     async def _consume(self, partial: list[str], finished: dict[int, ToolResult]) -> None:
         calls: dict[int, ToolCall] = {}
@@ -446,12 +457,37 @@ def _key_bindings() -> Any:
 
     bindings = KeyBindings()
 
-    @bindings.add("escape", "enter")
-    @bindings.add("c-j")
+    @bindings.add("escape", "enter")  # Alt-Enter; plain \n stays Enter (typed-ahead lines arrive as \n)
     def _newline(event: Any) -> None:
         event.current_buffer.insert_text("\n")
 
     return bindings
+
+
+@contextmanager
+def _no_echo(enabled: bool) -> Iterator[None]:
+    """While a turn runs, keys typed ahead are not echoed (they are read at the next prompt).
+
+    An echoed `^C` or typed-ahead text would also shift the live area and leave stray lines.
+    """
+    if not enabled or not sys.stdin.isatty():
+        yield
+        return
+    import termios
+
+    fd = sys.stdin.fileno()
+    try:
+        saved = termios.tcgetattr(fd)
+    except termios.error:
+        yield
+        return
+    quiet = list(saved)
+    quiet[3] &= ~(termios.ECHO | getattr(termios, "ECHOCTL", 0))
+    termios.tcsetattr(fd, termios.TCSANOW, quiet)
+    try:
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSANOW, saved)
 
 
 def _install_sigint(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> bool:

@@ -15,6 +15,7 @@ colour or cursor movement.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -121,22 +122,26 @@ class _LiveArea:
 class TurnView:
     """Draws the events of chat turns on a rich `Console`.
 
+    All drawing happens on the caller's thread (no refresh thread: a redraw racing a print leaves
+    stray lines): deltas redraw at most every `min_interval_s`, and the owner calls `tick()`
+    periodically so spinners move and throttled text shows.
+
     Args:
         console: where to draw.
         plain: no Markdown, colour, spinners or cursor movement; text written as it arrives.
         show_reasoning: show `reasoning_content` (dimmed); `/reasoning` toggles it.
-        auto_refresh: let the `Live` redraw itself (spinners move); False redraws on every delta
-            (the benchmark's worst case).
+        min_interval_s: shortest time between two redraws caused by deltas (0: every delta).
     """
 
     code_theme = "ansi_dark"
 
     def __init__(self, console: Console, *, plain: bool, show_reasoning: bool = True,
-                 auto_refresh: bool = True) -> None:
+                 min_interval_s: float = 0.05) -> None:
         self.console = console
         self.plain = plain
         self.show_reasoning = show_reasoning
-        self.auto_refresh = auto_refresh
+        self.min_interval_s = min_interval_s
+        self._last_refresh = 0.0
         self.blocks = MarkdownBlocks()
         self.reasoning_line = ""
         self.spinners: dict[int, tuple[ToolCall, Any]] = {}
@@ -151,12 +156,20 @@ class TurnView:
             return
         from rich.live import Live
 
-        self._live = Live(_LiveArea(self), console=self.console, auto_refresh=self.auto_refresh,
-                          refresh_per_second=10, transient=True, redirect_stdout=False, redirect_stderr=False)
+        self._live = Live(_LiveArea(self), console=self.console, auto_refresh=False, transient=True,
+                          redirect_stdout=False, redirect_stderr=False)
         self._live.start()
 
     def _refresh(self) -> None:
-        if self._live is not None and not self.auto_refresh:
+        now = time.monotonic()
+        if self._live is not None and now - self._last_refresh >= self.min_interval_s:
+            self._last_refresh = now
+            self._live.refresh()
+
+    def tick(self) -> None:
+        """Redraw the live area now (spinners move, throttled text appears); call ~10 times a second."""
+        if self._live is not None:
+            self._last_refresh = time.monotonic()
             self._live.refresh()
 
     def stop(self) -> None:

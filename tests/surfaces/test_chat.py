@@ -11,16 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import chunk, sse, tool_delta
 from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
-from replay_server import ReplayServer, text_stream
 from rich.console import Console
 
 from crow_cli.config import Settings
 from crow_cli.history import pending_tool_calls
 from crow_cli.sessions import SessionStore
 from crow_cli.surfaces.chat import ChatApp, ChatOptions
+from tests.conftest import chunk, sse, tool_delta
+from tests.replay_server import ReplayServer, text_stream
 
 SLOW_TOOLS = '''
 import asyncio, os, signal
@@ -266,3 +266,13 @@ async def test_input_history_is_kept_in_the_state_dir(store: SessionStore) -> No
 async def test_no_session_records_nothing(store: SessionStore) -> None:
     await chat([{"sse": text_stream("Hi.")}], "hello\r/exit\r", store, options=ChatOptions(session=False))
     assert store.recent() == []
+
+
+async def test_alt_enter_inserts_a_newline_and_enter_sends(store: SessionStore) -> None:
+    _, server, _ = await chat([{"sse": text_stream("Two lines.")}], "line one\x1b\rline two\r/exit\r", store)
+    assert server.requests[0]["messages"] == [{"role": "user", "content": "line one\nline two"}]
+
+
+async def test_a_path_is_a_message_not_a_command(store: SessionStore) -> None:
+    _, server, _ = await chat([{"sse": text_stream("A file.")}], "/etc/hosts is what?\r/exit\r", store)
+    assert server.requests[0]["messages"] == [{"role": "user", "content": "/etc/hosts is what?"}]

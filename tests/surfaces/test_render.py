@@ -67,7 +67,7 @@ def test_a_huge_paragraph_keeps_the_tail_small() -> None:
 def capture(plain: bool) -> tuple[TurnView, io.StringIO]:
     out = io.StringIO()
     console = Console(file=out, width=60, force_terminal=not plain, color_system=None, highlight=False)
-    return TurnView(console, plain=plain, auto_refresh=False), out
+    return TurnView(console, plain=plain, min_interval_s=0), out
 
 
 @pytest.mark.parametrize("plain", [False, True])
