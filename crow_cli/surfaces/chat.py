@@ -289,6 +289,12 @@ class ChatApp:
             what = "unfinished tool calls were cancelled" if any(m["role"] == "tool" for m in added) \
                 else "the partial answer is kept"
             self.view.line(f"interrupted: {what}", "yellow")
+        except Exception as exc:  # a bug: say so in one line, keep the chat and a valid session
+            self.view.cancel_tools()
+            self.view.end_answer()
+            close_interrupted(self.history, "".join(partial), finished)
+            self._sync()
+            self.view.line(f"crow: internal error: {type(exc).__name__}: {exc} (please report it)", "bold red")
         finally:
             ticker.cancel()
             self._turn = None

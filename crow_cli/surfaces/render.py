@@ -146,13 +146,14 @@ class TurnView:
         self.reasoning_line = ""
         self.spinners: dict[int, tuple[ToolCall, Any]] = {}
         self._live: Live | None = None
+        self._paused = 0  # > 0 while the user is being asked something: no live area
         self._at_line_start = True
         self._in_reasoning = False
 
     # live area
 
     def _ensure_live(self) -> None:
-        if self.plain or self._live is not None:
+        if self.plain or self._live is not None or self._paused:
             return
         from rich.live import Live
 
@@ -183,9 +184,11 @@ class TurnView:
         """Pause the live area, e.g. while asking the user something; it resumes on demand."""
         self.stop()
         self._end_plain_line()
+        self._paused += 1
         try:
             yield
         finally:
+            self._paused -= 1
             if self.spinners or self.blocks.tail:
                 self._ensure_live()
 
