@@ -172,12 +172,12 @@ async def test_ctrl_c_while_streaming_keeps_the_partial_answer(store: SessionSto
     import signal
 
     words = "".join(f"word{i} " for i in range(40))
-    script = [{"sse": text_stream(words), "delay_ms": 100}, {"sse": text_stream("Short answer.")}]
+    script = [{"sse": text_stream(words), "delay_ms": 150}, {"sse": text_stream("Short answer.")}]
 
     def press_ctrl_c(server: ReplayServer) -> None:
         while not server.requests:
             time.sleep(0.02)
-        time.sleep(0.6)
+        time.sleep(1.0)
         os.kill(os.getpid(), signal.SIGINT)
 
     out = io.StringIO()
