@@ -276,3 +276,21 @@ async def test_alt_enter_inserts_a_newline_and_enter_sends(store: SessionStore) 
 async def test_a_path_is_a_message_not_a_command(store: SessionStore) -> None:
     _, server, _ = await chat([{"sse": text_stream("A file.")}], "/etc/hosts is what?\r/exit\r", store)
     assert server.requests[0]["messages"] == [{"role": "user", "content": "/etc/hosts is what?"}]
+
+
+async def test_a_tool_turn_in_a_colour_terminal(store: SessionStore, tools_dir: Path) -> None:
+    script = [{"sse": tool_calls_sse(("call_g", "guarded", {"text": "x"}))},
+              {"sse": text_stream("# Done\n\nThe **tool** ran.\n")}]
+    out = io.StringIO()
+    with ReplayServer(script) as server, create_pipe_input() as pipe:
+        pipe.send_text("go\ry\r/exit\r")
+        console = Console(file=out, width=80, force_terminal=True, color_system=None)
+        app = ChatApp(Settings(model="test-model", base_url=server.base_url), ChatOptions(tools_dirs=(str(tools_dir),)),
+                      console=console, pt_input=pipe, pt_output=DummyOutput(), store=store)
+        assert not app.view.plain
+        await asyncio.wait_for(app.run(), 30)
+    text = out.getvalue()
+    assert '✓ guarded({"text": "x"}) ok' in text
+    assert "The tool ran." in text  # rendered Markdown (live frames in between are erased on a terminal)
+    assert text.rstrip().endswith(f"session {app.recorder.session_id}")
+    assert server.requests[1]["messages"][2]["content"] == "guarded ran: x"
