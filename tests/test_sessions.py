@@ -272,7 +272,7 @@ def test_sigint_during_a_tool_stores_cancelled_results(_isolated_home: Path, tmp
     with SessionStore() as store:
         stored = store.messages(store.latest().id)
     assert stored[-1] == {"role": "tool", "tool_call_id": "call_9",
-                          "content": "Error: the tool call was cancelled by the user; no result."}
+                          "content": "Error: the tool call was cancelled; no result."}
 
 
 def _peek_latest_roles() -> str:
@@ -330,3 +330,13 @@ def test_chat_resume_of_an_unknown_session_is_one_line(_isolated_home: Path) -> 
         assert result.returncode == 2
         assert result.stderr.startswith("crow: error: unexpected argument 'nosuch'")
         assert server.requests == []
+
+
+def test_run_started_names_the_session(_isolated_home: Path) -> None:
+    with ReplayServer([{"sse": text_stream("One.")}, {"sse": text_stream("Two.")}]) as server:
+        first = crow(*run_args(server, "--json", "hello"))
+        second = crow(*run_args(server, "--json", "--no-session", "hello"))
+    started = json.loads(first.stdout.splitlines()[0])
+    with SessionStore() as store:
+        assert started["session_id"] == store.latest().id
+    assert json.loads(second.stdout.splitlines()[0])["session_id"] is None

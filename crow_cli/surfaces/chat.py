@@ -332,6 +332,11 @@ class ChatApp:
                     self._sync()
                 case WarningEvent(message=message):
                     self.view.line(f"crow: warning: {message}", "yellow")
+                case Notice(code="turn_restarted"):  # the stream broke; the turn is asked for again
+                    partial.clear()
+                    finished.clear()
+                    self.view.end_answer()
+                    self.view.line(event.message, "dim")
                 case Notice(message=message):
                     self.view.line(message, "dim")
                 case RunFinished(error=error) if error:

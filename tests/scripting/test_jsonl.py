@@ -42,7 +42,7 @@ def test_two_parallel_tool_calls_as_schema_valid_events(tmp_path: Path) -> None:
     events = ran.events()
     types = [e["type"] for e in events]
     assert types[0] == "run_started" and events[0]["schema_version"] == event_schema()["version"]
-    assert events[0]["model"] == "test-model" and events[0]["session_id"] is None
+    assert events[0]["model"] == "test-model" and len(events[0]["session_id"]) == 6  # recorded (crow sessions)
     assert types[-1] == "run_finished" and types.count("run_finished") == 1
     assert events[-1] == {"type": "run_finished", "status": "completed", "final_text": "Rolled and timed.",
                           "turns": 2, "error": None, "exit_code": 0}
