@@ -39,7 +39,7 @@ from ..history import Message, ToolCall, ToolResult, user_message
 from ..loop import react
 from ..sessions import EXPORT_FORMATS, SessionStore, export_session
 from ..tools.registry import Tool, ToolRegistry
-from .ask import ask_approval
+from .ask import Answer, ask_approval
 from .common import build_client, build_registry, loop_settings
 from .persist import SessionRecorder, close_interrupted, open_session
 from .render import TurnView
@@ -344,16 +344,24 @@ class ChatApp:
                     self.view.line(f"crow: error: {error}", "bold red")
 
     async def _approve(self, call: ToolCall, tool: Tool) -> bool:
+        """The loop's approver: --yes, or "always" said earlier for this tool, or ask."""
         if self.options.yes or tool.name in self._always:
             return True
-        async with self._approval_lock:
-            if tool.name in self._always:
-                return True
-            with self.view.suspended():
-                answer = await ask_approval(call, pt_input=self.pt_input, pt_output=self.pt_output)
+        answer = await self.ask(call, tool)
         if answer == "always":
             self._always.add(tool.name)
         return answer != "no"
+
+    async def ask(self, call: ToolCall, tool: Tool) -> Answer:
+        """Ask the user about one call (an ask callback: an approval policy can call it for "ask").
+
+        One question at a time (calls run concurrently); the live area is paused meanwhile.
+        """
+        async with self._approval_lock:
+            if tool.name in self._always:
+                return "always"
+            with self.view.suspended():
+                return await ask_approval(call, tool, pt_input=self.pt_input, pt_output=self.pt_output)
 
     def _sync(self) -> None:
         if self.recorder is None:
