@@ -8,7 +8,25 @@ from typing import Annotated
 import typer
 
 from ..errors import ConfigError, CrowError
-from .options import ApiKeyOpt, BaseUrlOpt, ConfigOpt, DebugOpt, ModelOpt, ProfileOpt, SystemOpt, ToolsDirOpt, fail
+from .options import (
+    AllowOpt,
+    ApiKeyOpt,
+    ApprovalOpt,
+    BaseUrlOpt,
+    ConfigOpt,
+    DebugOpt,
+    DenyOpt,
+    MaxTurnsOpt,
+    ModelOpt,
+    NoSessionOpt,
+    NoToolsOpt,
+    ProfileOpt,
+    SystemOpt,
+    ToolsDirOpt,
+    WorkspaceOpt,
+    YesOpt,
+    fail,
+)
 
 __all__ = ["chat"]
 
@@ -22,12 +40,15 @@ def chat(
     base_url: BaseUrlOpt = None,
     api_key: ApiKeyOpt = None,
     system: SystemOpt = None,
-    max_turns: Annotated[int | None, typer.Option("--max-turns", help="Model turns per message before stopping "
-                                                  "[default: 25].")] = None,
+    max_turns: MaxTurnsOpt = None,
     tools_dir: ToolsDirOpt = None,
-    no_tools: Annotated[bool, typer.Option("--no-tools", help="Offer the model no tools.")] = False,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Approve every tool call without asking.")] = False,
-    no_session: Annotated[bool, typer.Option("--no-session", help="Do not record this chat.")] = False,
+    no_tools: NoToolsOpt = False,
+    yes: YesOpt = False,
+    approval: ApprovalOpt = None,
+    allow: AllowOpt = None,
+    deny: DenyOpt = None,
+    workspace: WorkspaceOpt = None,
+    no_session: NoSessionOpt = False,
     profile: ProfileOpt = None,
     config: ConfigOpt = None,
     debug: DebugOpt = False,
@@ -40,7 +61,8 @@ def chat(
         if session_id is not None and not resume:
             raise ConfigError(f"unexpected argument {session_id!r}: to continue a session, use --resume {session_id}")
         settings = load_settings(
-            {"model": model, "base_url": base_url, "api_key": api_key, "system": system, "max_turns": max_turns},
+            {"model": model, "base_url": base_url, "api_key": api_key, "system": system, "max_turns": max_turns,
+             "approval": approval, "allow": allow, "deny": deny, "workspace": workspace},
             config_path=config, profile=profile,
         )
         options = ChatOptions(tools_dirs=tuple(tools_dir or ()), no_tools=no_tools, yes=yes, debug=debug,

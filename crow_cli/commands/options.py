@@ -10,7 +10,8 @@ import typer
 from ..errors import CrowError
 
 __all__ = [
-    "ApiKeyOpt", "BaseUrlOpt", "ConfigOpt", "DebugOpt", "ModelOpt", "ProfileOpt", "SystemOpt", "ToolsDirOpt",
+    "AllowOpt", "ApiKeyOpt", "ApprovalOpt", "BaseUrlOpt", "ConfigOpt", "DebugOpt", "DenyOpt", "MaxTurnsOpt",
+    "ModelOpt", "NoSessionOpt", "NoToolsOpt", "ProfileOpt", "SystemOpt", "ToolsDirOpt", "WorkspaceOpt", "YesOpt",
     "fail",
 ]
 
@@ -24,6 +25,20 @@ ProfileOpt = Annotated[str | None, typer.Option("--profile", help="A [profiles.N
 ConfigOpt = Annotated[str | None, typer.Option("--config", help="Config file (default: the user config dir).")]
 ToolsDirOpt = Annotated[list[str] | None, typer.Option("--tools-dir", help="A folder of plugin tools (repeatable).")]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Trace every tool-call delta; show tracebacks.")]
+MaxTurnsOpt = Annotated[int | None, typer.Option("--max-turns", help="Stop after this many model turns "
+                                                 "[default: 25].")]
+NoToolsOpt = Annotated[bool, typer.Option("--no-tools", help="Offer the model no tools.")]
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Approve every tool call without asking "
+                                      "(policy yolo; deny rules still apply).")]
+ApprovalOpt = Annotated[str | None, typer.Option("--approval", metavar="POLICY", help="ask (default), auto-edit "
+                                                 "(file edits approved) or yolo.")]
+AllowOpt = Annotated[list[str] | None, typer.Option("--allow", metavar="RULE", help="Approve without asking: a "
+                                                    "tool name or 'run_shell:COMMAND PREFIX' (repeatable).")]
+DenyOpt = Annotated[list[str] | None, typer.Option("--deny", metavar="RULE", help="Always refuse: a tool name or "
+                                                   "'run_shell:COMMAND PREFIX' (repeatable).")]
+WorkspaceOpt = Annotated[str | None, typer.Option("--workspace", help="Root folder file tools and commands are "
+                                                  "confined to (default: the working directory).")]
+NoSessionOpt = Annotated[bool, typer.Option("--no-session", help="Do not record this in the session store.")]
 
 
 def fail(exc: CrowError, *, debug: bool = False) -> typer.Exit:

@@ -12,7 +12,25 @@ import typer
 
 from ..errors import ConfigError, CrowError
 from ..text import clean_text
-from .options import ApiKeyOpt, BaseUrlOpt, ConfigOpt, DebugOpt, ModelOpt, ProfileOpt, SystemOpt, ToolsDirOpt, fail
+from .options import (
+    AllowOpt,
+    ApiKeyOpt,
+    ApprovalOpt,
+    BaseUrlOpt,
+    ConfigOpt,
+    DebugOpt,
+    DenyOpt,
+    MaxTurnsOpt,
+    ModelOpt,
+    NoSessionOpt,
+    NoToolsOpt,
+    ProfileOpt,
+    SystemOpt,
+    ToolsDirOpt,
+    WorkspaceOpt,
+    YesOpt,
+    fail,
+)
 
 __all__ = ["run"]
 
@@ -51,20 +69,14 @@ def run(
     base_url: BaseUrlOpt = None,
     api_key: ApiKeyOpt = None,
     system: SystemOpt = None,
-    max_turns: Annotated[int | None, typer.Option("--max-turns", help="Stop after this many model turns "
-                                                  "[default: 25].")] = None,
+    max_turns: MaxTurnsOpt = None,
     tools_dir: ToolsDirOpt = None,
-    no_tools: Annotated[bool, typer.Option("--no-tools", help="Offer the model no tools.")] = False,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Approve every tool call without asking "
-                                      "(policy yolo; deny rules still apply).")] = False,
-    approval: Annotated[str | None, typer.Option("--approval", metavar="POLICY", help="ask (default), auto-edit "
-                                                 "(file edits approved) or yolo.")] = None,
-    allow: Annotated[list[str] | None, typer.Option("--allow", metavar="RULE", help="Approve without asking: a "
-                                                    "tool name or 'run_shell:COMMAND PREFIX' (repeatable).")] = None,
-    deny: Annotated[list[str] | None, typer.Option("--deny", metavar="RULE", help="Always refuse: a tool name or "
-                                                   "'run_shell:COMMAND PREFIX' (repeatable).")] = None,
-    workspace: Annotated[str | None, typer.Option("--workspace", help="Root folder file tools and commands are "
-                                                  "confined to (default: the working directory).")] = None,
+    no_tools: NoToolsOpt = False,
+    yes: YesOpt = False,
+    approval: ApprovalOpt = None,
+    allow: AllowOpt = None,
+    deny: DenyOpt = None,
+    workspace: WorkspaceOpt = None,
     json_events: Annotated[bool, typer.Option("--json", help="Write JSONL events to stdout instead of the answer "
                                               "(schema: crow_cli/schemas/events.schema.json).")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No tool activity on stderr (errors and warnings "
@@ -72,8 +84,7 @@ def run(
     profile: ProfileOpt = None,
     config: ConfigOpt = None,
     debug: DebugOpt = False,
-    no_session: Annotated[bool, typer.Option("--no-session", help="Do not record this run in the session "
-                                             "store.")] = False,
+    no_session: NoSessionOpt = False,
     continue_last: Annotated[bool, typer.Option("--continue", "-c", help="Continue the most recent "
                                                 "session.")] = False,
     session: Annotated[str | None, typer.Option("--session", help="Continue the session with this id "

@@ -38,7 +38,9 @@ from ..events import (
 from ..history import Message, ToolCall, ToolResult, user_message
 from ..loop import react
 from ..sessions import EXPORT_FORMATS, SessionStore, export_session
+from ..tools.approval import make_approver
 from ..tools.registry import Tool, ToolRegistry
+from ..tools.workspace import use_workspace
 from .ask import Answer, ask_approval
 from .common import build_client, build_registry, loop_settings
 from .persist import SessionRecorder, close_interrupted, open_session
@@ -46,6 +48,8 @@ from .render import TurnView
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from ..tools.mcp import McpServers
 
 __all__ = ["ChatApp", "ChatOptions", "run_chat"]
 
@@ -130,9 +134,10 @@ class ChatApp:
         self.history: list[Message] = []
         self.usage = _Usage()
         self.last_usage = _Usage()
-        self._always: set[str] = set()
+        self.approver = make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=options.yes,
+                                      ask=self.ask)
+        """The approval policy (--approval, --allow, --deny, --yes); "always" answers last for this chat."""
         self._turn: asyncio.Task[None] | None = None
-        self._approval_lock = asyncio.Lock()
         self._commands: dict[str, Callable[[str], Awaitable[None]]] = {
             "help": self._help, "exit": self._exit, "quit": self._exit, "new": self._new, "model": self._model,
             "tools": self._tools, "sessions": self._sessions, "resume": self._resume, "export": self._export,
@@ -147,9 +152,12 @@ class ChatApp:
             self._store = SessionStore()
         return self._store
 
-    def _start(self) -> None:
+    async def _start(self, mcp_servers: McpServers) -> None:
+        use_workspace(self.settings.workspace)
         self.registry = None if self.options.no_tools else build_registry(self.settings,
                                                                           extra_dirs=self.options.tools_dirs)
+        if self.registry is not None:
+            await mcp_servers.register_tools(self.registry)
         for problem in (self.registry.errors if self.registry else []):
             self.view.line(f"crow: warning: {problem}", "yellow")
         self.client = build_client(self.settings, self.options.record_dir)
@@ -196,13 +204,21 @@ class ChatApp:
         """Chat until /exit, Ctrl-D or a second Ctrl-C; returns the exit code (0).
 
         Raises:
-            CrowError: the session store could not be opened, or `--resume ID` matched nothing.
+            CrowError: the session store could not be opened, `--resume ID` matched nothing, or the
+                workspace or an MCP server table is invalid.
         """
+        from ..tools.mcp import McpServers
+
+        self.view.line(f"crow chat · {self.settings.model} · /help for commands · Ctrl-D to quit", "dim")
+        async with McpServers({} if self.options.no_tools else self.settings.mcp_servers,
+                              errlog=sys.stderr if self.options.debug else None) as mcp_servers:
+            await self._start(mcp_servers)
+            return await self._repl()
+
+    async def _repl(self) -> int:
         from prompt_toolkit import PromptSession
         from prompt_toolkit.history import FileHistory
 
-        self.view.line(f"crow chat · {self.settings.model} · /help for commands · Ctrl-D to quit", "dim")
-        self._start()
         read: Callable[[], Awaitable[str]]
         if self.pt_input is None and not sys.stdin.isatty():  # piped: one message or command per line
             async def read() -> str:
@@ -309,7 +325,7 @@ class ChatApp:
     async def _consume(self, partial: list[str], finished: dict[int, ToolResult]) -> None:
         calls: dict[int, ToolCall] = {}
         async for event in react(self.history, self.client, self.registry,
-                                 loop_settings(self.settings, trace=self.options.debug), self._approve):
+                                 loop_settings(self.settings, trace=self.options.debug), self.approver):
             match event:
                 case TextDelta(text=text):
                     partial.append(text)
@@ -343,25 +359,13 @@ class ChatApp:
                     self.view.end_answer()
                     self.view.line(f"crow: error: {error}", "bold red")
 
-    async def _approve(self, call: ToolCall, tool: Tool) -> bool:
-        """The loop's approver: --yes, or "always" said earlier for this tool, or ask."""
-        if self.options.yes or tool.name in self._always:
-            return True
-        answer = await self.ask(call, tool)
-        if answer == "always":
-            self._always.add(tool.name)
-        return answer != "no"
-
     async def ask(self, call: ToolCall, tool: Tool) -> Answer:
-        """Ask the user about one call (an ask callback: an approval policy can call it for "ask").
+        """Ask the user about one call: the approval policy's ask callback (it asks one at a time).
 
-        One question at a time (calls run concurrently); the live area is paused meanwhile.
+        The live area is paused meanwhile.
         """
-        async with self._approval_lock:
-            if tool.name in self._always:
-                return "always"
-            with self.view.suspended():
-                return await ask_approval(call, tool, pt_input=self.pt_input, pt_output=self.pt_output)
+        with self.view.suspended():
+            return await ask_approval(call, tool, pt_input=self.pt_input, pt_output=self.pt_output)
 
     def _sync(self) -> None:
         if self.recorder is None:

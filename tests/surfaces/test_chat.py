@@ -7,6 +7,7 @@ import io
 import json
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +93,7 @@ async def chat(script: list[dict[str, Any]], keys: str, store: SessionStore, *, 
     out = io.StringIO()
     with ReplayServer(script) as server, create_pipe_input() as pipe:
         pipe.send_text(keys)
-        app = ChatApp(settings or Settings(model="test-model", base_url=server.base_url, api_key="sk-test"),
+        app = ChatApp(replace(settings or Settings(model="test-model", api_key="sk-test"), base_url=server.base_url),
                       options or ChatOptions(), console=Console(file=out, width=100), pt_input=pipe,
                       pt_output=DummyOutput(), store=store)
         code = await asyncio.wait_for(app.run(), 30)
@@ -131,7 +132,7 @@ async def test_turn_with_tool_calls(store: SessionStore, tools_dir: Path) -> Non
     assert "ok quick" in output and "ok guarded" in output
     assert "Both tools ran." in output
     assert "last turn: 11 in · 7 out" in output
-    assert "guarded" in app._always
+    assert "guarded" in app.approver.always
     stored = store.messages(app.recorder.session_id)
     assert stored == [*sent, {"role": "assistant", "content": "Both tools ran."}]
     assert store.get(app.recorder.session_id).title == "use the tools"
@@ -141,7 +142,16 @@ async def test_denied_tool_gets_a_result(store: SessionStore, tools_dir: Path) -
     script = [{"sse": tool_calls_sse(("call_g", "guarded", {"text": "x"}))}, {"sse": text_stream("OK, not run.")}]
     _, server, _ = await chat(script, "go\rn\r/exit\r", store, options=ChatOptions(tools_dirs=(str(tools_dir),)))
     tool_msg = server.requests[1]["messages"][2]
-    assert tool_msg["tool_call_id"] == "call_g" and "denied" in tool_msg["content"]
+    assert tool_msg["tool_call_id"] == "call_g" and "the user declined guarded" in tool_msg["content"]
+
+
+async def test_approval_policy_rules_apply_in_chat(store: SessionStore, tools_dir: Path) -> None:
+    script = [{"sse": tool_calls_sse(("call_g", "guarded", {"text": "x"}))}, {"sse": text_stream("Refused.")}]
+    settings = Settings(model="test-model", deny=("guarded",))  # deny rules hold even with --yes
+    _, server, _ = await chat(script, "go\r/exit\r", store, settings=settings,  # nothing typed for a question
+                              options=ChatOptions(tools_dirs=(str(tools_dir),), yes=True))
+    tool_msg = server.requests[1]["messages"][2]
+    assert "denied by the rule 'guarded'" in tool_msg["content"]
 
 
 async def test_ctrl_c_in_the_middle_of_a_tool_leaves_a_valid_history(store: SessionStore, tools_dir: Path) -> None:
