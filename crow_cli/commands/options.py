@@ -15,17 +15,23 @@ __all__ = [
     "fail",
 ]
 
-ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="Model name (env CROW_MODEL).")]
-BaseUrlOpt = Annotated[str | None, typer.Option("--base-url", help="Server URL, e.g. http://127.0.0.1:8080/v1 "
+ModelOpt = Annotated[str | None, typer.Option("--model", "-m", metavar="NAME", help="Model name (env CROW_MODEL).")]
+BaseUrlOpt = Annotated[str | None, typer.Option("--base-url", metavar="URL",
+                                                help="Server URL, e.g. http://127.0.0.1:8080/v1 "
                                                 "(env CROW_BASE_URL, OPENAI_BASE_URL).")]
-ApiKeyOpt = Annotated[str | None, typer.Option("--api-key", help="API key (env CROW_API_KEY, OPENAI_API_KEY). "
+ApiKeyOpt = Annotated[str | None, typer.Option("--api-key", metavar="KEY",
+                                               help="API key (env CROW_API_KEY, OPENAI_API_KEY). "
                                                "Never printed or stored.", show_default=False)]
-SystemOpt = Annotated[str | None, typer.Option("--system", help="System prompt.")]
-ProfileOpt = Annotated[str | None, typer.Option("--profile", help="A [profiles.NAME] table of the config file.")]
-ConfigOpt = Annotated[str | None, typer.Option("--config", help="Config file (default: the user config dir).")]
-ToolsDirOpt = Annotated[list[str] | None, typer.Option("--tools-dir", help="A folder of plugin tools (repeatable).")]
-DebugOpt = Annotated[bool, typer.Option("--debug", help="Trace every tool-call delta; show tracebacks.")]
-MaxTurnsOpt = Annotated[int | None, typer.Option("--max-turns", help="Stop after this many model turns "
+SystemOpt = Annotated[str | None, typer.Option("--system", metavar="TEXT", help="System prompt.")]
+ProfileOpt = Annotated[str | None, typer.Option("--profile", metavar="NAME",
+                                                help="A [profiles.NAME] table of the config file.")]
+ConfigOpt = Annotated[str | None, typer.Option("--config", metavar="FILE",
+                                               help="Config file (default: the user config dir).")]
+ToolsDirOpt = Annotated[list[str] | None, typer.Option("--tools-dir", metavar="DIR",
+                                                      help="A folder of plugin tools (repeatable).")]
+DebugOpt = Annotated[bool, typer.Option("--debug", help="Trace every tool-call delta; tracebacks for internal "
+                                                   "errors. Never shows the API key.")]
+MaxTurnsOpt = Annotated[int | None, typer.Option("--max-turns", metavar="N", help="Stop after this many model turns "
                                                  "[default: 25].")]
 NoToolsOpt = Annotated[bool, typer.Option("--no-tools", help="Offer the model no tools.")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Approve every tool call without asking "
@@ -36,7 +42,8 @@ AllowOpt = Annotated[list[str] | None, typer.Option("--allow", metavar="RULE", h
                                                     "tool name or 'run_shell:COMMAND PREFIX' (repeatable).")]
 DenyOpt = Annotated[list[str] | None, typer.Option("--deny", metavar="RULE", help="Always refuse: a tool name or "
                                                    "'run_shell:COMMAND PREFIX' (repeatable).")]
-WorkspaceOpt = Annotated[str | None, typer.Option("--workspace", help="Root folder file tools and commands are "
+WorkspaceOpt = Annotated[str | None, typer.Option("--workspace", metavar="DIR",
+                                                  help="Root folder file tools and commands are "
                                                   "confined to (default: the working directory).")]
 NoSessionOpt = Annotated[bool, typer.Option("--no-session", help="Do not record this in the session store.")]
 
