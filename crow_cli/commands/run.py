@@ -83,6 +83,9 @@ def run(
                                         "still show).")] = False,
     profile: ProfileOpt = None,
     config: ConfigOpt = None,
+    record: Annotated[str | None, typer.Option("--record", metavar="DIR", help="Write every request body and "
+                                               "raw response stream to numbered files in DIR (API key and auth "
+                                               "headers removed).")] = None,
     debug: DebugOpt = False,
     no_session: NoSessionOpt = False,
     continue_last: Annotated[bool, typer.Option("--continue", "-c", help="Continue the most recent "
@@ -103,9 +106,14 @@ def run(
              "approval": approval, "allow": allow, "deny": deny, "workspace": workspace},
             config_path=config, profile=profile,
         )
+        if record is not None:
+            from ..wire.record import prepare_record_dir
+
+            prepare_record_dir(record)
         options = RunOptions(prompt=text, tools_dirs=tuple(tools_dir or ()), no_tools=no_tools, yes=yes,
                              debug=debug, json=json_events, quiet=quiet, exit_grace_s=_EXIT_GRACE_S,
-                             session=not no_session, session_id=session, continue_last=continue_last)
+                             session=not no_session, session_id=session, continue_last=continue_last,
+                             record_dir=record)
         code = asyncio.run(run_prompt(settings, options))
     except CrowError as exc:
         raise fail(exc, debug=debug) from None

@@ -65,7 +65,7 @@ class ChatClient:
             if s.record_dir:
                 from .record import recording_http_client
 
-                http_client = recording_http_client(s.record_dir, timeout=timeout)
+                http_client = recording_http_client(s.record_dir, timeout=timeout, secrets=(s.api_key,))
             headers = dict(s.headers)
             if s.api_key:  # --api-key and the env beat an Authorization header from the config file
                 headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}

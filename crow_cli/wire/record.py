@@ -1,0 +1,196 @@
+"""Raw stream recording (`crow run --record DIR`): what was sent and what came back, byte for byte.
+
+An `httpx.AsyncClient` whose transport wraps `httpx.AsyncHTTPTransport` and tees every exchange into
+numbered files in DIR (numbering continues after the highest number already there, so runs never
+overwrite each other; a retry is an exchange of its own):
+
+    0001-request.json   the request body (JSON, indented; the raw text when it is not JSON)
+    0001-response.sse   the response body exactly as streamed (`.json`/`.txt` for other content types),
+                        written chunk by chunk as it arrives, so a cut or interrupted stream stays on disk
+    0001-meta.json      method, URL, status, request and response headers, the response file's name,
+                        and `error` when the transport failed
+
+Secrets never reach the files: headers whose name says auth/key/token/cookie/secret are dropped, and
+their values (the bare token of `Bearer …`) plus any secret handed in are replaced by `[REDACTED]`
+wherever they appear in the URL, the request body or the response. This is what users attach to
+bug reports, and what the llama.cpp smoke test reads.
+
+Because the wrapped transport is the stock `AsyncHTTPTransport` (httpcore underneath), respx still
+intercepts recorded clients in tests.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zlib
+from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ..errors import ConfigError
+
+__all__ = ["REDACTED", "RecordingTransport", "prepare_record_dir", "recording_http_client"]
+
+REDACTED = "[REDACTED]"
+_SECRET_HEADER = re.compile(r"auth|key|token|cookie|secret|session", re.IGNORECASE)
+_NUMBERED = re.compile(r"^(\d{4,})-")
+
+
+def prepare_record_dir(path: str | Path) -> Path:
+    """Create the recording folder (and parents) if needed and return it.
+
+    Raises:
+        ConfigError: the folder cannot be created or is not a writable directory.
+    """
+    folder = Path(path).expanduser()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / ".crow-record-probe"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"cannot record into {str(path)!r}: {exc.strerror or exc}") from None
+    return folder
+
+
+class RecordingTransport(httpx.AsyncBaseTransport):
+    """An `httpx.AsyncBaseTransport` that records every exchange it forwards to `inner` (see module doc).
+
+    Args:
+        folder: an existing, writable directory (see `prepare_record_dir`).
+        inner: the transport that really sends; `httpx.AsyncHTTPTransport()` when None.
+        secrets: extra values to redact (the API key), besides those found in auth headers.
+    """
+
+    def __init__(self, folder: Path, inner: httpx.AsyncBaseTransport | None = None,
+                 secrets: Iterable[str | None] = ()) -> None:
+        self.folder = folder
+        self.inner = inner or httpx.AsyncHTTPTransport()
+        self._secrets = {s for s in secrets if s}
+        self._number = max((int(m.group(1)) for f in folder.iterdir() if (m := _NUMBERED.match(f.name))),
+                           default=0)
+
+    def _scrub(self, data: bytes, secrets: set[str]) -> bytes:
+        for secret in sorted(secrets, key=len, reverse=True):
+            data = data.replace(secret.encode(), REDACTED.encode())
+        return data
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self._number += 1
+        prefix = f"{self._number:04d}"
+        secrets = self._secrets | _header_secrets(request.headers)
+        body = self._scrub(await request.aread(), secrets)
+        (self.folder / f"{prefix}-request.json").write_bytes(_pretty_json(body))
+        meta: dict[str, Any] = {
+            "method": request.method,
+            "url": self._scrub(str(request.url).encode(), secrets).decode(),
+            "request_headers": _safe_headers(request.headers),
+        }
+        meta_path = self.folder / f"{prefix}-meta.json"
+        try:
+            response = await self.inner.handle_async_request(request)
+        except Exception as exc:
+            meta["error"] = f"{type(exc).__name__}: {exc}"
+            _write_json(meta_path, meta)
+            raise
+        content_type = response.headers.get("content-type", "")
+        suffix = "sse" if "event-stream" in content_type else "json" if "json" in content_type else "txt"
+        response_path = self.folder / f"{prefix}-response.{suffix}"
+        meta.update(status=response.status_code, response_headers=_safe_headers(response.headers),
+                    response_file=response_path.name)
+        _write_json(meta_path, meta)
+        tee = _TeeStream(response.stream, response_path, response.headers.get("content-encoding", ""),
+                         lambda data: self._scrub(data, secrets))
+        return httpx.Response(response.status_code, headers=response.headers, stream=tee,
+                              extensions=response.extensions)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class _TeeStream(httpx.AsyncByteStream):
+    """Passes the raw (still content-encoded) bytes on untouched and appends their decoded form to a file."""
+
+    def __init__(self, inner: Any, path: Path, encoding: str, scrub: Any) -> None:
+        self.inner = inner
+        self.file = path.open("wb")
+        self.scrub = scrub
+        enc = encoding.strip().lower()
+        # gzip/deflate are decoded for the file; other encodings (br, zstd) are written as received.
+        self.decoder = zlib.decompressobj(zlib.MAX_WBITS | 32) if enc in ("gzip", "deflate") else None
+        self.pending = b""
+
+    def _write(self, data: bytes, final: bool = False) -> None:
+        if self.decoder is not None:
+            data = self.decoder.decompress(data) + (self.decoder.flush() if final else b"")
+        # Hold back a tail shorter than any secret could straddle, so a split secret is still redacted.
+        data = self.pending + data
+        keep = 0 if final else min(len(data), 256)
+        cut = len(data) - keep
+        self.pending = data[cut:]
+        if cut:
+            self.file.write(self.scrub(data[:cut]))
+        if final and self.pending:
+            self.file.write(self.scrub(self.pending))
+            self.pending = b""
+        self.file.flush()
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for part in self.inner:
+            self._write(part)
+            yield part
+
+    async def aclose(self) -> None:
+        try:
+            if not self.file.closed:
+                self._write(b"", final=True)
+                self.file.close()
+        finally:
+            await self.inner.aclose()
+
+
+def _header_secrets(headers: httpx.Headers) -> set[str]:
+    found = set()
+    for name, value in headers.items():
+        if _SECRET_HEADER.search(name) and value:
+            found.add(value)
+            scheme, _, token = value.partition(" ")
+            if token and scheme.lower() in ("bearer", "basic", "token"):
+                found.add(token.strip())
+    return {s for s in found if len(s) >= 4}
+
+
+def _safe_headers(headers: httpx.Headers) -> dict[str, str]:
+    return {name: value for name, value in headers.items() if not _SECRET_HEADER.search(name)}
+
+
+def _pretty_json(body: bytes) -> bytes:
+    try:
+        return (json.dumps(json.loads(body), indent=2, ensure_ascii=False) + "\n").encode()
+    except ValueError:
+        return body
+
+
+def _write_json(path: Path, value: Any) -> None:
+    path.write_text(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+
+
+def recording_http_client(record_dir: str | Path, *, timeout: httpx.Timeout,
+                          secrets: Iterable[str | None] = ()) -> httpx.AsyncClient:
+    """An `httpx.AsyncClient` (for `openai.AsyncOpenAI(http_client=…)`) that records into `record_dir`.
+
+    Args:
+        record_dir: the folder; created if missing.
+        timeout: the client's timeouts (the SDK passes its own per request as well).
+        secrets: values to redact wherever they appear (the API key), besides auth header values.
+
+    Raises:
+        ConfigError: the folder cannot be created or written.
+    """
+    folder = prepare_record_dir(record_dir)
+    transport = RecordingTransport(folder, httpx.AsyncHTTPTransport(
+        limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100)), secrets=secrets)
+    return httpx.AsyncClient(transport=transport, timeout=timeout, follow_redirects=True)

@@ -1,0 +1,147 @@
+"""`wire/record.py` and `crow run --record`: raw exchanges on disk, secrets never."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+import respx
+from conftest import ROOT, chunk, sse, text_sse, tool_delta
+from replay_server import ReplayServer
+
+from crow_cli.errors import ConfigError, ProviderError
+from crow_cli.wire.client import ChatClient, ClientSettings
+from crow_cli.wire.record import REDACTED, prepare_record_dir, recording_http_client
+
+BASE = "http://llm.test/v1"
+KEY = "sk-very-secret-key-123"
+CROW = str(ROOT / ".venv" / "bin" / "crow")
+
+
+def _client(folder: Path, api_key: str | None = KEY) -> ChatClient:
+    return ChatClient(ClientSettings(base_url=BASE, model="m", api_key=api_key, record_dir=str(folder),
+                                     max_retries=0))
+
+
+async def _drain(client: ChatClient, messages: list[dict]) -> list[dict]:
+    try:
+        return [c async for c in client.stream(messages)]
+    finally:
+        await client.aclose()
+
+
+def _all_text(folder: Path) -> str:
+    return "".join(f.read_text(errors="replace") for f in sorted(folder.iterdir()))
+
+
+async def test_respx_intercepts_and_every_byte_is_recorded(tmp_path: Path) -> None:
+    body = sse(chunk({"role": "assistant", "tool_calls": [tool_delta(0, "call_A", "roll_dice", '{"sides"')]}),
+               chunk({"tool_calls": [tool_delta(0, arguments=": 20}")]}), chunk({}, "tool_calls"))
+    with respx.mock(assert_all_called=True) as router:
+        route = router.post(f"{BASE}/chat/completions").respond(
+            200, headers={"content-type": "text/event-stream", "set-cookie": "sid=abc123456"}, text=body)
+        chunks = await _drain(_client(tmp_path), [{"role": "user", "content": f"my key is {KEY}, roll"}])
+
+    assert route.call_count == 1
+    assert [c["choices"][0]["finish_reason"] for c in chunks][-1] == "tool_calls"
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["0001-meta.json", "0001-request.json", "0001-response.sse"]
+    assert (tmp_path / "0001-response.sse").read_text() == body  # byte for byte, as streamed
+    sent = json.loads(route.calls[0].request.content)
+    recorded = json.loads((tmp_path / "0001-request.json").read_text())
+    assert recorded["messages"][0]["content"] == f"my key is {REDACTED}, roll"
+    assert {k: v for k, v in recorded.items() if k != "messages"} == {k: v for k, v in sent.items() if k != "messages"}
+    assert route.calls[0].request.headers["authorization"] == f"Bearer {KEY}"  # the server still got it
+    meta = json.loads((tmp_path / "0001-meta.json").read_text())
+    assert meta["status"] == 200 and meta["method"] == "POST" and meta["url"] == f"{BASE}/chat/completions"
+    assert meta["response_file"] == "0001-response.sse"
+    assert "authorization" not in meta["request_headers"] and "set-cookie" not in meta["response_headers"]
+    assert meta["request_headers"]["content-type"] == "application/json"
+    text = _all_text(tmp_path)
+    assert KEY not in text and "abc123456" not in text
+
+
+@respx.mock
+async def test_numbering_continues_and_errors_are_recorded(tmp_path: Path) -> None:
+    (tmp_path / "0007-request.json").write_text("{}")
+    respx.post(f"{BASE}/chat/completions").mock(side_effect=[
+        httpx.Response(400, json={"error": {"message": f"bad key {KEY}"}}),
+        httpx.ConnectError("refused"),
+    ])
+    with pytest.raises(ProviderError):
+        await _drain(_client(tmp_path), [{"role": "user", "content": "hi"}])
+    assert json.loads((tmp_path / "0008-meta.json").read_text())["status"] == 400
+    assert json.loads((tmp_path / "0008-response.json").read_text()) == {"error": {"message": f"bad key {REDACTED}"}}
+    with pytest.raises(ProviderError, match="cannot reach"):
+        await _drain(_client(tmp_path), [{"role": "user", "content": "hi"}])
+    assert "ConnectError: refused" in json.loads((tmp_path / "0009-meta.json").read_text())["error"]
+    assert not (tmp_path / "0009-response.sse").exists()
+
+
+async def test_secret_split_across_chunks_and_gzip_are_handled(tmp_path: Path) -> None:
+    text = sse(chunk({"content": f"the key {KEY} leaked"}), chunk({}, "stop"))
+    raw = text.encode()
+    half = raw.index(KEY.encode()) + 5
+
+    async def parts():
+        yield raw[:half]
+        yield raw[half:]
+
+    async with respx.mock:
+        respx.post(f"{BASE}/chat/completions").mock(side_effect=[
+            httpx.Response(200, headers={"content-type": "text/event-stream"}, content=parts()),
+            httpx.Response(200, headers={"content-type": "text/event-stream", "content-encoding": "gzip"},
+                           content=gzip.compress(raw)),
+        ])
+        for _ in range(2):
+            chunks = await _drain(_client(tmp_path), [{"role": "user", "content": "hi"}])
+            assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == f"the key {KEY} leaked"
+    expected = text.replace(KEY, REDACTED)
+    assert (tmp_path / "0001-response.sse").read_text() == expected
+    assert (tmp_path / "0002-response.sse").read_text() == expected  # decoded for the reader
+
+
+def test_recording_client_wraps_the_stock_transport(tmp_path: Path) -> None:
+    client = recording_http_client(tmp_path / "new" / "dir", timeout=httpx.Timeout(5.0))
+    assert (tmp_path / "new" / "dir").is_dir()
+    assert isinstance(client._transport.inner, httpx.AsyncHTTPTransport)  # what respx patches underneath
+
+
+def test_unusable_record_dir_is_a_config_error(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match="cannot record into"):
+        prepare_record_dir(tmp_path / "file")
+
+
+def _crow(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([CROW, "run", *args], cwd=cwd, capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX paths")
+def test_crow_run_record_writes_both_turns(tmp_path: Path) -> None:
+    first = sse(chunk({"role": "assistant", "tool_calls": [tool_delta(0, "call_7", "roll_dice", '{"sides": 6}')]}),
+                chunk({}, "tool_calls"))
+    rec = tmp_path / "rec"
+    with ReplayServer([{"sse": first}, {"sse": text_sse("You rolled.")}]) as server:
+        proc = _crow("--base-url", server.base_url, "--api-key", KEY, "--model", "m", "--yes",
+                     "--tools-dir", str(ROOT / "tools"), "--record", str(rec), "Roll a die.", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (rec / "0001-response.sse").read_text() == first
+    second = json.loads((rec / "0002-request.json").read_text())
+    assert second == server.requests[1]
+    assert second["messages"][-1]["role"] == "tool" and second["messages"][-1]["tool_call_id"] == "call_7"
+    assert (rec / "0002-response.sse").read_text() == text_sse("You rolled.")
+    assert KEY not in _all_text(rec)
+
+
+def test_crow_run_record_into_a_file_fails_cleanly(tmp_path: Path) -> None:
+    (tmp_path / "taken").write_text("x")
+    proc = _crow("--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--record", str(tmp_path / "taken"), "hi",
+                 cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("crow: error: cannot record into") and "Traceback" not in proc.stderr
