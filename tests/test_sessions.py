@@ -272,7 +272,7 @@ def test_sigint_during_a_tool_stores_cancelled_results(_isolated_home: Path, tmp
     with SessionStore() as store:
         stored = store.messages(store.latest().id)
     assert stored[-1] == {"role": "tool", "tool_call_id": "call_9",
-                          "content": "Error: the tool call was cancelled; no result."}
+                          "content": "Error: the tool call was cancelled by the user; no result."}
 
 
 def _peek_latest_roles() -> str:

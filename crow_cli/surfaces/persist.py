@@ -79,18 +79,8 @@ def close_interrupted(history: list[Message], partial_text: str,
     "cancelled by the user" result otherwise, in call order. Else the answer text streamed so far
     (if any) is kept as an assistant message, so the model and the transcript see what the user saw.
     """
-    pending = pending_tool_calls(history)
-    if pending:
-        finished = finished or {}
-        first = next(len(m.get("tool_calls") or []) for m in reversed(history) if m.get("role") == "assistant") \
-            - len(pending)
-        added = []
-        for position in range(first, first + len(pending)):
-            if position not in finished:
-                break
-            added.append(finished[position].to_message())
-        history.extend(added)
-        return added + repair_history(history, CANCELLED)
+    if pending_tool_calls(history):
+        return repair_history(history, CANCELLED, finished)
     if partial_text.strip() and history and history[-1].get("role") in ("user", "tool"):
         message = assistant_message(partial_text + "\n\n[interrupted by the user]")
         history.append(message)

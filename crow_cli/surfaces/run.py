@@ -30,7 +30,7 @@ from ..events import (
     TurnFinished,
     WarningEvent,
 )
-from ..history import Message, ToolResult, pending_tool_calls, repair_history, user_message
+from ..history import Message, ToolResult, pending_tool_calls, user_message
 from ..loop import LoopSettings, react
 from ..tools.approval import make_approver
 from ..tools.dispatch import Approver
@@ -157,6 +157,7 @@ class _Progress:
         self.turns = 0
         self.text: list[str] = []
         self.running: set[int] = set()
+        self.results: dict[int, ToolResult] = {}
         self.finished: RunFinished | None = None
 
     def track(self, event: Event) -> None:
@@ -168,20 +169,29 @@ class _Progress:
             case TurnFinished():
                 self.turns, self.text = event.turn, []
                 self.running = {call.index for call in event.tool_calls}  # dispatch starts them all at once
+                self.results = {}
             case ToolResultReady(result=result):
                 self.running.discard(result.index)
+                self.results[result.index] = result
             case RunFinished():
                 self.finished = event
 
 
-def _close_history(history: list[Message]) -> list[ToolResult]:
-    """Answer every unanswered call of the last assistant turn (`repair_history`); the results added."""
+def _close_history(history: list[Message], progress: _Progress) -> list[ToolResult]:
+    """Close a history cut by a signal (`close_interrupted`: finished calls keep their results, the
+    others are cancelled, a partial answer is kept); the cancelled results, to report."""
+    from .persist import close_interrupted
+
     pending = pending_tool_calls(history)
-    calls = next((m.get("tool_calls") or [] for m in reversed(history) if m.get("role") == "assistant"), [])
-    first = len(calls) - len(pending)
-    added = repair_history(history, "cancelled")
+    first = len(next((m.get("tool_calls") or [] for m in reversed(history) if m.get("role") == "assistant"), [])) \
+        - len(pending)
+    added = close_interrupted(history, "".join(progress.text), progress.results)
+    if not pending:
+        return []  # no call was open: at most the partial answer was kept
     return [ToolResult(msg["tool_call_id"], (call.get("function") or {}).get("name") or "", msg["content"], ok=False,
-                       index=first + i) for i, (call, msg) in enumerate(zip(pending, added, strict=True))]
+                       index=position)
+            for position, (call, msg) in enumerate(zip(pending, added, strict=True), start=first)
+            if position not in progress.results]
 
 
 def _start_history(settings: Settings, options: RunOptions
@@ -266,12 +276,9 @@ async def _drive(history: list[Message], client: ChatClient, registry: ToolRegis
                 raise
             if progress.finished is not None:  # the signal came after the run's last event
                 return progress.finished.exit_code
-    for result in _close_history(history):
+    for result in _close_history(history, progress):
         printer.handle(ToolResultReady(result))
-    if recorder is not None:  # keep the partial answer too, and store the closed history
-        from .persist import close_interrupted
-
-        close_interrupted(history, "".join(progress.text))
+    if recorder is not None:  # the closed history, with the partial answer
         recorder.sync(history)
     printer.handle(RunFinished("cancelled", "".join(progress.text), progress.turns,
                                f"interrupted ({signals.name})", signals.exit_code))

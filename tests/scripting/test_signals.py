@@ -78,3 +78,30 @@ def test_sigterm_during_parallel_tools_answers_every_call(tmp_path: Path) -> Non
     assert [(r["call_id"], r["index"], r["ok"]) for r in results] == [("call_a", 0, False), ("", 1, False)]
     assert all("cancelled" in r["output"] for r in results)
     assert events[-1]["status"] == "cancelled" and events[-1]["exit_code"] == 143 and events[-1]["turns"] == 1
+
+
+def test_sigint_after_one_tool_finished_keeps_its_result_and_answers_each_call_once(tmp_path: Path) -> None:
+    """Found by a tester: the finished call was reported and stored a second time, as cancelled."""
+    (tmp_path / "slow").mkdir()
+    (tmp_path / "slow" / "slow.py").write_text(SLOW_TOOLS)
+    turn = tool_turn(("call_quick", "nap", '{"seconds": 0}'), ("call_slow", "nap", '{"seconds": 60}'))
+    with ReplayServer([{"sse": turn}, {"sse": text_sse("never")}]) as server:
+        config = write_config(tmp_path, max_retries=0, idle_timeout=60)
+        proc = subprocess.Popen(argv(server.base_url, "--json", "--tools-dir", str(tmp_path / "slow"), "go",
+                                     config=config), cwd=tmp_path, text=True, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        events = []
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            events.append(json.loads(line))
+            if events[-1]["type"] == "tool_result":  # the quick one is done, the slow one runs
+                proc.send_signal(signal.SIGINT)
+                break
+        try:
+            rest, _ = proc.communicate(timeout=30)
+        finally:
+            proc.kill()
+    events += [json.loads(line) for line in rest.splitlines()]
+    results = [(e["result"]["call_id"], e["result"]["ok"]) for e in events if e["type"] == "tool_result"]
+    assert results == [("call_quick", True), ("call_slow", False)]
+    assert proc.returncode == 130

@@ -18,7 +18,8 @@ def test_finished_results_are_kept_and_the_rest_cancelled_in_call_order() -> Non
     done = {0: ToolResult("a", "f", "A", index=0), 2: ToolResult("c", "h", "C", index=2)}
     added = close_interrupted(history, "ignored", done)
     assert added == history[2:]
-    assert [(m["tool_call_id"], m["content"]) for m in added] == [("a", "A"), ("", CANCELLED), ("c", CANCELLED)]
+    # every finished call keeps its real result, wherever it stands; only the unfinished one is cancelled
+    assert [(m["tool_call_id"], m["content"]) for m in added] == [("a", "A"), ("", CANCELLED), ("c", "C")]
 
 
 def test_partial_text_is_kept_when_no_call_is_pending() -> None:
