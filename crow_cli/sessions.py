@@ -28,6 +28,7 @@ from typing import Any
 
 from .errors import SessionError
 from .history import Message, repair_history
+from .text import public_url
 
 __all__ = ["EXPORT_FORMATS", "SessionInfo", "SessionStore", "default_db_path", "export_session"]
 
@@ -141,6 +142,7 @@ class SessionStore:
 
     def create(self, *, model: str = "", base_url: str = "", cwd: str = "") -> SessionInfo:
         """Start an empty session with a fresh short id."""
+        base_url = public_url(base_url)  # never credentials, even in a URL
         now = time.time()
         with self._transaction():
             while True:
@@ -183,6 +185,7 @@ class SessionStore:
 
     def set_model(self, session_id: str, model: str, base_url: str | None = None) -> None:
         """Record the model (and server) the session now talks to."""
+        base_url = public_url(base_url) if base_url is not None else None
         with self._transaction():
             self._db.execute("UPDATE sessions SET model = ?, base_url = COALESCE(?, base_url) WHERE id = ?",
                              (model, base_url, session_id))

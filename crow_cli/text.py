@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["clean_text", "has_surrogates"]
+__all__ = ["clean_text", "has_surrogates", "public_url", "strip_controls"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# C0 controls but tab and newline, DEL, C1 controls: what can move a cursor, retitle or clear a terminal
+_CONTROLS = re.compile("\r(?!\n)|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def has_surrogates(text: str) -> bool:
@@ -24,3 +26,27 @@ def clean_text(text: str) -> str:
     if not has_surrogates(text):
         return text
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def strip_controls(text: str) -> str:
+    """`text` without terminal control characters (escape sequences lose their ESC), for display.
+
+    Model output is untrusted: `ESC[2J` would clear the screen and `ESC]0;…BEL` retitle the window.
+    A `\\r\\n` line end keeps its newline.
+    """
+    return _CONTROLS.sub("", text.replace("\r\n", "\n")) if _CONTROLS.search(text) else text
+
+
+def public_url(url: str) -> str:
+    """`url` without credentials: no `user:password@`, no query string (keys hide in both)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url.split("?", 1)[0].rsplit("@", 1)[-1]
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"  # an IPv6 address
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))

@@ -38,6 +38,7 @@ from ..events import (
 from ..history import Message, ToolCall, ToolResult, user_message
 from ..loop import react
 from ..sessions import EXPORT_FORMATS, SessionStore, export_session
+from ..text import public_url, strip_controls
 from ..tools.approval import make_approver
 from ..tools.registry import Tool, ToolRegistry
 from ..tools.workspace import use_workspace
@@ -329,9 +330,9 @@ class ChatApp:
             match event:
                 case TextDelta(text=text):
                     partial.append(text)
-                    self.view.text(text)
+                    self.view.text(strip_controls(text))  # model output must not drive the terminal
                 case ReasoningDelta(text=text):
-                    self.view.reasoning(text)
+                    self.view.reasoning(strip_controls(text))
                 case TurnFinished():
                     partial.clear()
                     finished.clear()
@@ -398,7 +399,7 @@ class ChatApp:
 
     async def _model(self, arg: str) -> None:
         if not arg:
-            self.view.line(f"model: {self.settings.model} at {self.settings.base_url}")
+            self.view.line(f"model: {self.settings.model} at {public_url(self.settings.base_url)}")
             return
         self.settings = replace(self.settings, model=arg)
         old, self.client = self.client, build_client(self.settings, self.options.record_dir)

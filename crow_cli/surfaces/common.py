@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 from ..config import Settings
 from ..loop import LoopSettings
+from ..text import strip_controls
 from ..tools.registry import ToolRegistry, default_registry
 from ..wire.client import ChatClient, ClientSettings
 
@@ -32,5 +33,5 @@ def loop_settings(settings: Settings, *, trace: bool = False) -> LoopSettings:
 
 def short_json(text: str, limit: int = 80) -> str:
     """One line of at most `limit` characters, for showing tool arguments."""
-    line = " ".join(text.split())
+    line = " ".join(strip_controls(text).split())
     return line if len(line) <= limit else line[: limit - 1] + "…"

@@ -1,7 +1,8 @@
-"""SIGINT / SIGTERM → cancel the running task, so a run ends cleanly instead of being killed.
+"""SIGINT / SIGTERM / SIGHUP → cancel the running task, so a run ends cleanly instead of being killed.
 
 The first signal cancels the task (the stream is closed, running tools are cancelled) and the
-surface closes the history and reports `cancelled`; exit code 128 + signal (130 SIGINT, 143 SIGTERM).
+surface closes the history and reports `cancelled`; exit code 128 + signal (130 SIGINT, 143 SIGTERM,
+129 SIGHUP).
 A second signal exits at once. A tool running in a worker thread cannot be interrupted: with
 `exit_grace_s` set, the process exits that many seconds after cleanup instead of waiting for it.
 """
@@ -19,7 +20,7 @@ from typing import Any
 
 __all__ = ["SignalCancel"]
 
-_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal was closed
 
 
 class SignalCancel:

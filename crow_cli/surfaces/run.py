@@ -32,6 +32,7 @@ from ..events import (
 )
 from ..history import Message, ToolResult, pending_tool_calls, user_message
 from ..loop import LoopSettings, react
+from ..text import strip_controls
 from ..tools.approval import make_approver
 from ..tools.dispatch import Approver
 from ..tools.mcp import McpServers
@@ -83,6 +84,7 @@ class _Printer:
         self.quiet = quiet
         self.at_line_start = True
         self.reasoning_open = False
+        self.out_is_terminal = out.isatty()  # model text reaching a terminal loses its control characters
 
     def _break_line(self) -> None:
         if not self.at_line_start and self.out.isatty():
@@ -98,11 +100,11 @@ class _Printer:
         match event:
             case TextDelta(text=text):
                 self._close_reasoning()
-                self.out.write(text)
+                self.out.write(strip_controls(text) if self.out_is_terminal else text)
                 self.out.flush()
                 self.at_line_start = text.endswith("\n")
             case ReasoningDelta(text=text) if self.err.is_terminal or self.debug:
-                self.err.print(text, style="dim", end="")
+                self.err.print(strip_controls(text), style="dim", end="", markup=False)
                 self.reasoning_open = True
             case TurnFinished(tool_calls=calls) if calls:
                 self._new_line()  # the next turn's text starts on its own line, in a pipe too
@@ -112,7 +114,8 @@ class _Printer:
             case ToolRunStarted(call=call):
                 self._close_reasoning()
                 self._break_line()
-                self.err.print(f"→ {call.name}({short_json(call.arguments)})", style="cyan", markup=False)
+                self.err.print(f"→ {strip_controls(call.name)}({short_json(call.arguments)})", style="cyan",
+                               markup=False)
             case ToolResultReady(result=r):
                 mark, style = ("✓", "green") if r.ok else ("✗", "red")
                 detail = "" if r.ok else f": {short_json(r.output, 160)}"
@@ -224,21 +227,32 @@ def _start_history(settings: Settings, options: RunOptions
 async def run_prompt(settings: Settings, options: RunOptions, out: TextIO = sys.stdout,
                      err: TextIO = sys.stderr) -> int:
     """Run one prompt to completion; return the process exit code (0, 1, 2, 130, 143)."""
+    # Usage errors (ConfigError, exit 2) come before any event and before a session is stored.
+    use_workspace(settings.workspace)
+    approve = make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=options.yes,
+                            ask=None if options.yes else terminal_ask())
+    registry = None if options.no_tools else build_registry(settings, extra_dirs=options.tools_dirs)
+    mcp = McpServers({} if registry is None else settings.mcp_servers, errlog=sys.stderr if options.debug else None)
+
     printer: _Printer | JsonlWriter = (JsonlWriter(out, err, debug=options.debug) if options.json
                                        else _Printer(out, err, debug=options.debug, quiet=options.quiet))
     history, recorder, warning = _start_history(settings, options)
     printer.handle(RunStarted(model=settings.model, session_id=recorder.session_id if recorder else None))
     if warning is not None:
         printer.handle(warning)
-    use_workspace(settings.workspace)
-    approve = make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=options.yes,
-                            ask=None if options.yes else terminal_ask())
-    registry = None if options.no_tools else build_registry(settings, extra_dirs=options.tools_dirs)
 
-    async with McpServers({} if registry is None else settings.mcp_servers,
-                          errlog=sys.stderr if options.debug else None) as mcp_servers:
+    async with mcp as mcp_servers:
         if registry is not None:
-            await mcp_servers.register_tools(registry)
+            with SignalCancel(asyncio.current_task()) as signals:  # servers can be slow to start
+                try:
+                    await mcp_servers.register_tools(registry)
+                except asyncio.CancelledError:
+                    if signals.signum is None:
+                        raise
+                    asyncio.current_task().uncancel()
+                    printer.handle(RunFinished("cancelled", "", 0, f"interrupted ({signals.name})",
+                                               signals.exit_code))
+                    return signals.exit_code
             registry.schemas()  # derive every schema now: a tool that cannot be described is reported here
             for problem in registry.errors:
                 printer.handle(WarningEvent(problem))

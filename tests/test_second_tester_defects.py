@@ -1,0 +1,78 @@
+"""Defects a second tester found in the surfaces; each failing input kept as a test."""
+
+from __future__ import annotations
+
+import io
+import json
+import signal
+import sqlite3
+import subprocess
+import time
+
+from crow_cli.events import TextDelta
+from crow_cli.surfaces.run import _Printer
+from crow_cli.text import public_url, strip_controls
+from tests.conftest import text_sse
+from tests.replay_server import ReplayServer
+from tests.test_cli import CROW, crow
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_model_text_cannot_drive_the_terminal():
+    hostile = "ok\x1b[2J\x1b[H\x1b]0;PWNED\x07 done\r\n"
+    assert strip_controls(hostile) == "ok[2J[H]0;PWNED done\n"
+    out, err = _Terminal(), io.StringIO()
+    _Printer(out, err, debug=False).handle(TextDelta(hostile))
+    assert "\x1b" not in out.getvalue() and "\x07" not in out.getvalue()
+    piped = io.StringIO()
+    _Printer(piped, err, debug=False).handle(TextDelta(hostile))
+    assert piped.getvalue() == hostile  # a pipe gets the text as the model sent it
+
+
+def test_usage_errors_with_json_print_no_event_and_store_no_session(tmp_path, _isolated_home):
+    for args in (["--approval", "bogus"], ["--workspace", str(tmp_path / "nope")]):
+        proc = crow("run", "--json", "--base-url", "http://127.0.0.1:9/v1", *args, "hi")
+        assert proc.returncode == 2 and proc.stdout == "", proc.stdout
+    assert all(not _stored_sessions(db) for db in _isolated_home.rglob("sessions.db"))
+
+
+def _stored_sessions(db):
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT id FROM sessions").fetchall()
+
+
+def test_credentials_in_the_base_url_are_never_stored(_isolated_home):
+    assert public_url("http://user:sk-URLSECRET2@127.0.0.1:8080/v1?key=sk-Q") == "http://127.0.0.1:8080/v1"
+    with ReplayServer([{"sse": text_sse("ok")}]) as srv:
+        url = srv.base_url.replace("http://", "http://user:sk-URLSECRET2@")
+        proc = crow("run", "--base-url", url, "--no-tools", "hi")
+    assert proc.returncode == 0, proc.stderr
+    for path in _isolated_home.rglob("*"):
+        if path.is_file():
+            assert b"sk-URLSECRET2" not in path.read_bytes(), path
+
+
+def test_sigint_while_an_mcp_server_starts_ends_the_run_promptly(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text('[mcp_servers.mute]\ncommand = "sleep"\nargs = ["60"]\nstartup_timeout = 30\n')
+    with ReplayServer([{"sse": text_sse("never")}]) as srv:
+        proc = subprocess.Popen([str(CROW), "run", "--json", "--config", str(config), "--base-url", srv.base_url,
+                                 "hi"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, cwd=tmp_path)
+        assert proc.stdout is not None
+        first = json.loads(proc.stdout.readline())  # run_started: now the servers are starting
+        assert first["type"] == "run_started"
+        time.sleep(0.5)
+        started = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        elapsed = time.monotonic() - started
+    last = json.loads(out.splitlines()[-1])
+    assert proc.returncode == 130, err
+    assert last["type"] == "run_finished" and last["status"] == "cancelled"
+    assert elapsed < 20  # it used to run on until the server's startup timeout and then exit 0
+    assert "Traceback" not in err
