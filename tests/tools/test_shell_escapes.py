@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -108,3 +111,16 @@ def test_a_setsid_escapee_is_killed_and_no_traceback_is_printed(ws: Path, timeou
             break
         time.sleep(0.05)
     assert not _alive(pid)
+
+
+def test_an_escapee_that_clears_its_environment_delays_nothing_and_prints_no_traceback(ws: Path) -> None:
+    pidfile = ws / "escaped.pid"
+    command = f"setsid env -i sleep 94 & echo $! > {pidfile}; echo started"
+    try:
+        done = subprocess.run([sys.executable, "-c", SETSID_SCRIPT, str(ws), command, "30"],
+                              capture_output=True, text=True, timeout=25)  # would wait 30 s if it hung
+        assert done.stderr == ""
+        assert done.stdout.startswith("[exit code 0]\nstarted")
+    finally:
+        with contextlib.suppress(ProcessLookupError, ValueError, FileNotFoundError):
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)  # this one escapes run_shell (documented)
