@@ -11,9 +11,14 @@ Only tools with `needs_approval` are checked (dispatch runs the others straight 
 A refused call is not run; the model gets a tool result saying why (dispatch turns `ToolDenied`
 into it). Rules are strings: a tool name (`"write_file"`, `"docs_search"`) or `run_shell:PREFIX`, a
 shell command prefix compared word by word (`"run_shell:git status"` matches `git status -s`, not
-`git statusx`). A deny prefix matches any part of a compound command (`cd x && rm -rf y`); an allow
-prefix approves a command only when every part matches an allow rule and it has no command
-substitution or output redirection. Rules are guard rails, not a sandbox.
+`git statusx`). A deny prefix matches any part of a compound command (`cd x && rm -rf y`), and leans
+towards matching: it skips leading `VAR=value` words and shell keywords (`if`, `then`, `do`, `{`, `!`,
+...), looks past wrappers (`env`, `sudo`, `xargs`, `nice`, `time`, `exec`, `command`, `nohup`, ...
+with their flags), compares the command word by basename (`/bin/rm`) and looks inside scripts given
+to a shell (`sh -c '...'`, `bash -c`, `eval`). An allow prefix approves a command only when every
+part starts with an allow rule word for word (no wrapper, assignment or `sh -c` unless the rule says
+so) and it has no command substitution or output redirection. Rules are guard rails, not a sandbox:
+a command spelled through variables or unusual flag orders (`rm -fr`) is not recognised.
 """
 
 from __future__ import annotations
@@ -61,6 +66,56 @@ def _starts_with(words: list[str], prefix: list[str]) -> bool:
     return bool(prefix) and words[: len(prefix)] == prefix
 
 
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+_KEYWORDS = frozenset({"{", "}", "(", ")", "!", "if", "then", "else", "elif", "fi", "do", "done", "while",
+                       "until", "for", "in", "case", "esac", "select"})
+# words that run the rest of their arguments as a command (after flags and their values)
+_WRAPPERS = frozenset({"time", "exec", "command", "builtin", "env", "nohup", "nice", "ionice", "sudo", "doas",
+                       "xargs", "timeout", "setsid", "stdbuf", "chrt", "taskset", "flock", "watch", "strace",
+                       "unbuffer", "chroot", "runuser", "su", "parallel", "function"})
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox", "fish", "eval"})
+_MAX_NESTING = 4
+
+
+def _basename(word: str) -> str:
+    return word.rstrip("/").rsplit("/", 1)[-1] or word
+
+
+def _prefix_at(words: list[str], i: int, prefix: list[str]) -> bool:
+    """`prefix` at `words[i:]`, the command word compared by basename (`/bin/rm` is `rm`)."""
+    head = words[i: i + len(prefix)]
+    return (len(head) == len(prefix) and _basename(head[0]) == _basename(prefix[0])
+            and head[1:] == prefix[1:])
+
+
+def _deny_matches(command: str, prefix: list[str], depth: int = 0) -> bool:
+    """Whether a deny `prefix` matches any simple command in `command`; when unsure, it does.
+
+    Per part: leading `VAR=value` words and shell keywords are skipped; after a wrapper (`env`, `sudo`,
+    `xargs`, `nice`, ...) the prefix may start at any later word; a shell (`sh -c`, `bash`, `eval`)
+    has each later word matched as a script of its own.
+    """
+    if depth > _MAX_NESTING:
+        return True
+    for words in _segments(command):
+        loose = False  # after a wrapper: any later word may be the command
+        for i, word in enumerate(words):
+            if _prefix_at(words, i, prefix):
+                return True
+            base = _basename(word)
+            scripts = words[i + 1:] if base in _SHELLS else []  # we only get here at a command position
+            if any(_deny_matches(s, prefix, depth + 1) for s in scripts) or (
+                    base == "eval" and _deny_matches(" ".join(scripts), prefix, depth + 1)):
+                return True
+            if loose or _ASSIGNMENT.match(word) or word in _KEYWORDS:
+                continue
+            if base in _WRAPPERS:
+                loose = True
+                continue
+            break
+    return False
+
+
 @dataclass(frozen=True)
 class ApprovalPolicy:
     """What to do with calls that need approval, before anyone is asked."""
@@ -86,10 +141,9 @@ class ApprovalPolicy:
         for rule in self.deny:
             if rule == tool.name:
                 return rule
-            if command is not None and rule.startswith(_SHELL_PREFIX):
-                prefix = _words(rule[len(_SHELL_PREFIX):])
-                if any(_starts_with(seg, prefix) for seg in _segments(command)):
-                    return rule
+            if (command is not None and rule.startswith(_SHELL_PREFIX)
+                    and _deny_matches(command, _words(rule[len(_SHELL_PREFIX):]))):
+                return rule
         return None
 
     def allowed_by(self, call: ToolCall, tool: Tool) -> str | None:

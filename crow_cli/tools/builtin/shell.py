@@ -1,9 +1,18 @@
 """`run_shell`: a shell command in the workspace, in its own process group.
 
 The command runs under `/bin/sh -c` with the workspace root as working directory, stdin from /dev/null
-and stdout+stderr merged. It gets its own session (`start_new_session`), so on timeout, on cancellation
-(Ctrl-C, the run's own timeout) and when the command itself ends, the whole process group is killed:
-no background process outlives the call.
+and stdout+stderr merged into one pipe that this module reads itself. It gets its own session
+(`start_new_session`), so on timeout, on cancellation (Ctrl-C, the run's own timeout) and as soon as
+the shell itself exits, the whole process group is killed. The call returns when the shell exits, even
+if a background process still holds the output open (its output after that is not read).
+
+A process that leaves the group (`setsid`, a double-forking daemon) is found on Linux by a marker
+variable in its environment (`CROW_SHELL_RUN`) and killed too; one that also clears its environment
+(`env -i`) on a system without `/proc` can outlive the call. This is a guard rail, not a sandbox.
+
+Secrets: the API key variables (`CROW_API_KEY`, `OPENAI_API_KEY`) and every variable whose value
+contains a value recorded with `hide_secret` are removed from the command's environment, and a
+recorded value that still shows up in the output is replaced by `[secret hidden]`.
 """
 
 from __future__ import annotations
@@ -11,17 +20,54 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import signal
+from pathlib import Path
 
 from ..registry import tool
 from ..workspace import workspace_root
 
-__all__ = ["run_shell"]
+__all__ = ["hide_secret", "run_shell"]
 
 DEFAULT_TIMEOUT_S = 120.0
 MAX_TIMEOUT_S = 600.0
 MAX_OUTPUT_BYTES = 30_000
 _HIDDEN_ENV = ("CROW_API_KEY", "OPENAI_API_KEY")  # secrets stay out of commands' reach (and so of the model)
+_SECRETS: set[str] = set()
+_MIN_SUBSTRING_SECRET = 6  # shorter values (dummy keys like "x") hide a variable only when equal to it
+_MARKER = "CROW_SHELL_RUN"
+_EXIT_GRACE_S = 1.0  # after the shell exits (group killed): how long a straggler may keep the pipe open
+_MASK = "[secret hidden]"
+
+
+def hide_secret(value: str | None) -> None:
+    """Record a secret (an API key) so that `run_shell` commands never see it.
+
+    From then on, for the life of the process, every environment variable whose value contains
+    `value` is left out of the commands' environment (whatever its name), and `value` is masked as
+    `[secret hidden]` in their output. Values shorter than 6 characters (dummy keys such as `"x"`)
+    hide only variables whose whole value equals them. None, empty or blank values are ignored.
+    Never raises.
+    """
+    if isinstance(value, str) and value.strip():
+        _SECRETS.add(value)
+
+
+def _is_secret(value: str) -> bool:
+    return any(s in value if len(s) >= _MIN_SUBSTRING_SECRET else s == value for s in _SECRETS)
+
+
+def _command_env(token: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _HIDDEN_ENV and not _is_secret(v)}
+    env[_MARKER] = token
+    return env
+
+
+def _mask(output: str) -> str:
+    for value in sorted(_SECRETS, key=len, reverse=True):
+        if len(value) >= _MIN_SUBSTRING_SECRET:
+            output = output.replace(value, _MASK)
+    return output
 
 
 def _kill_group(pgid: int) -> None:
@@ -29,34 +75,83 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-async def _read_capped(stream: asyncio.StreamReader, buffer: bytearray, total: list[int]) -> None:
-    while chunk := await stream.read(65536):
-        total[0] += len(chunk)
-        room = MAX_OUTPUT_BYTES - len(buffer)
-        if room > 0:
-            buffer.extend(chunk[:room])
+def _kill_marked(token: str) -> None:
+    """SIGKILL every process (of ours) whose environment carries this call's marker (Linux /proc)."""
+    marker = f"{_MARKER}={token}".encode()
+    proc_dir = Path("/proc")
+    if not proc_dir.is_dir():
+        return
+    for entry in proc_dir.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:  # gone, or not ours
+            continue
+        if marker in environ.split(b"\0"):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGKILL)
+
+
+class _PipeReader:
+    """Reads the command's output pipe on the event loop (no transport left behind), capped."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.buffer, self.total = fd, bytearray(), 0
+        self.loop = asyncio.get_running_loop()
+        self.eof = self.loop.create_future()
+        os.set_blocking(fd, False)
+        self.loop.add_reader(fd, self.read)
+
+    def read(self) -> None:
+        while not self.eof.done():
+            try:
+                chunk = os.read(self.fd, 65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self.eof.set_result(None)
+                self.loop.remove_reader(self.fd)
+                return
+            self.total += len(chunk)
+            room = MAX_OUTPUT_BYTES - len(self.buffer)
+            if room > 0:
+                self.buffer.extend(chunk[:room])
+
+    def close(self) -> None:
+        self.read()  # whatever is already in the pipe
+        self.loop.remove_reader(self.fd)
+        os.close(self.fd)
 
 
 @tool(needs_approval=True, parallel=False, timeout_s=MAX_TIMEOUT_S + 30)
 async def run_shell(command: str, timeout_s: float | None = None) -> str:
     """Run a shell command in the workspace root and return its exit code and output (stdout and stderr merged).
 
-    The command gets no input (stdin is empty). Background processes it starts are stopped when it ends.
+    The command gets no input (stdin is empty). It is over when the shell exits: background processes
+    it started are stopped then, and their later output is not returned.
 
     Args:
         command: the command line, run with /bin/sh -c.
         timeout_s: seconds before the command and everything it started are killed (default 120, at most 600).
     """
     limit = min(max(float(timeout_s or DEFAULT_TIMEOUT_S), 0.1), MAX_TIMEOUT_S)
-    env = {k: v for k, v in os.environ.items() if k not in _HIDDEN_ENV}
-    proc = await asyncio.create_subprocess_shell(
-        command, cwd=workspace_root(), env=env, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, start_new_session=True,
-    )
+    token = secrets.token_hex(8)
+    read_fd, write_fd = os.pipe()
+    try:
+        proc = await asyncio.create_subprocess_shell(
+            command, cwd=workspace_root(), env=_command_env(token), stdin=asyncio.subprocess.DEVNULL,
+            stdout=write_fd, stderr=asyncio.subprocess.STDOUT, start_new_session=True,
+        )
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)  # only the command's processes hold the write end: EOF when they are all gone
     pgid = proc.pid  # start_new_session: the shell leads a new session and process group
-    buffer, total = bytearray(), [0]
-    assert proc.stdout is not None
-    reader = asyncio.ensure_future(_read_capped(proc.stdout, buffer, total))
+    reader = _PipeReader(read_fd)
     timed_out = False
     try:
         try:
@@ -65,18 +160,20 @@ async def run_shell(command: str, timeout_s: float | None = None) -> str:
             timed_out = True
     finally:
         _kill_group(pgid)  # stragglers, the timed-out command, or everything on cancellation
-        if proc.returncode is None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(proc.wait())
-        # The pipe closes once every process holding it is dead; a process that left the group
-        # (setsid) may keep it open: stop reading after a grace period.
+        _kill_marked(token)  # those that left the group (setsid)
         try:
-            await asyncio.wait_for(asyncio.shield(reader), 2.0)
-        except (TimeoutError, asyncio.CancelledError):
-            reader.cancel()
-    output = buffer.decode("utf-8", "replace")
-    if total[0] > MAX_OUTPUT_BYTES:
-        output += f"\n[output truncated: {total[0] - MAX_OUTPUT_BYTES} of {total[0]} bytes not shown]"
+            if proc.returncode is None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(proc.wait())
+            # The pipe closes once every process holding it is dead; one that escaped both the group
+            # and the marker may keep it open: stop reading after a grace period.
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(reader.eof), _EXIT_GRACE_S)
+        finally:
+            reader.close()
+    output = _mask(reader.buffer.decode("utf-8", "replace"))
+    if reader.total > MAX_OUTPUT_BYTES:
+        output += f"\n[output truncated: {reader.total - MAX_OUTPUT_BYTES} of {reader.total} bytes not shown]"
     if timed_out:
         status = f"timed out after {limit:g} s; the command and its process group were killed"
     else:
