@@ -76,3 +76,20 @@ def test_sigint_while_an_mcp_server_starts_ends_the_run_promptly(tmp_path):
     assert last["type"] == "run_finished" and last["status"] == "cancelled"
     assert elapsed < 20  # it used to run on until the server's startup timeout and then exit 0
     assert "Traceback" not in err
+
+
+def test_a_key_from_a_custom_variable_never_reaches_the_model_through_run_shell(tmp_path, _isolated_home):
+    from tests.conftest import chunk, sse, tool_delta
+
+    config = tmp_path / "c.toml"
+    config.write_text('api_key_env = "MY_LLM_KEY"\n')
+    call = sse(chunk({"tool_calls": [tool_delta(0, "s1", "run_shell", '{"command": "env; echo $MY_LLM_KEY"}')]}),
+               chunk({}, "tool_calls"))
+    with ReplayServer([{"sse": call}, {"sse": text_sse("ok")}]) as srv:
+        proc = crow("run", "--config", str(config), "--base-url", srv.base_url, "--yes", "go", cwd=tmp_path,
+                    env={"MY_LLM_KEY": "sk-CUSTOMVARSECRET"})
+        requests = srv.requests
+    assert proc.returncode == 0, proc.stderr
+    result = requests[1]["messages"][-1]
+    assert result["tool_call_id"] == "s1" and "[exit code 0]" in result["content"]
+    assert "sk-CUSTOMVARSECRET" not in json.dumps(requests)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated
 
 import typer
@@ -67,6 +66,8 @@ def chat(
         )
         options = ChatOptions(tools_dirs=tuple(tools_dir or ()), no_tools=no_tools, yes=yes, debug=debug,
                               resume=(session_id or "") if resume else None, session=not no_session)
+        import asyncio  # not at import time: `crow tools` and `--help` do without it
+
         code = asyncio.run(run_chat(settings, options))
     except CrowError as exc:
         raise fail(exc, debug=debug) from None

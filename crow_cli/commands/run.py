@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import stat
 import sys
@@ -114,6 +113,8 @@ def run(
                              debug=debug, json=json_events, quiet=quiet, exit_grace_s=_EXIT_GRACE_S,
                              session=not no_session, session_id=session, continue_last=continue_last,
                              record_dir=record)
+        import asyncio  # not at import time: `crow tools` and `--help` do without it
+
         code = asyncio.run(run_prompt(settings, options))
     except CrowError as exc:
         raise fail(exc, debug=debug) from None

@@ -40,6 +40,7 @@ from ..loop import react
 from ..sessions import EXPORT_FORMATS, SessionStore, export_session
 from ..text import public_url, strip_controls
 from ..tools.approval import make_approver
+from ..tools.builtin.shell import hide_secret
 from ..tools.registry import Tool, ToolRegistry
 from ..tools.workspace import use_workspace
 from .ask import Answer, ask_approval
@@ -138,6 +139,7 @@ class ChatApp:
         self.approver = make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=options.yes,
                                       ask=self.ask)
         """The approval policy (--approval, --allow, --deny, --yes); "always" answers last for this chat."""
+        hide_secret(settings.api_key)  # run_shell never hands the key to a command, nor its output to the model
         self._turn: asyncio.Task[None] | None = None
         self._commands: dict[str, Callable[[str], Awaitable[None]]] = {
             "help": self._help, "exit": self._exit, "quit": self._exit, "new": self._new, "model": self._model,

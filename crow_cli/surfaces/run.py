@@ -34,6 +34,7 @@ from ..history import Message, ToolResult, pending_tool_calls, user_message
 from ..loop import LoopSettings, react
 from ..text import strip_controls
 from ..tools.approval import make_approver
+from ..tools.builtin.shell import hide_secret
 from ..tools.dispatch import Approver
 from ..tools.mcp import McpServers
 from ..tools.registry import ToolRegistry
@@ -233,6 +234,7 @@ async def run_prompt(settings: Settings, options: RunOptions, out: TextIO = sys.
                             ask=None if options.yes else terminal_ask())
     registry = None if options.no_tools else build_registry(settings, extra_dirs=options.tools_dirs)
     mcp = McpServers({} if registry is None else settings.mcp_servers, errlog=sys.stderr if options.debug else None)
+    hide_secret(settings.api_key)  # run_shell never hands the key to a command, nor its output to the model
 
     printer: _Printer | JsonlWriter = (JsonlWriter(out, err, debug=options.debug) if options.json
                                        else _Printer(out, err, debug=options.debug, quiet=options.quiet))

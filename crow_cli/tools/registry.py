@@ -7,7 +7,6 @@ keeps its source (`builtin`, `entry point NAME`, a file path, `mcp:SERVER`), as 
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import hashlib
 import importlib.util
@@ -102,6 +101,8 @@ async def run_in_daemon_thread(fn: Callable[..., Any], kwargs: dict[str, Any], *
     Unlike `asyncio.to_thread`, a call that timed out or was cancelled is abandoned for good: the
     process can exit without waiting for a function that never returns.
     """
+    import asyncio
+
     loop = asyncio.get_running_loop()
     future: asyncio.Future[Any] = loop.create_future()
     context = contextvars.copy_context()

@@ -17,7 +17,6 @@ recorded value that still shows up in the output is replaced by `[secret hidden]
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import secrets
@@ -97,6 +96,8 @@ class _PipeReader:
     """Reads the command's output pipe on the event loop (no transport left behind), capped."""
 
     def __init__(self, fd: int) -> None:
+        import asyncio
+
         self.fd, self.buffer, self.total = fd, bytearray(), 0
         self.loop = asyncio.get_running_loop()
         self.eof = self.loop.create_future()
@@ -137,6 +138,8 @@ async def run_shell(command: str, timeout_s: float | None = None) -> str:
         command: the command line, run with /bin/sh -c.
         timeout_s: seconds before the command and everything it started are killed (default 120, at most 600).
     """
+    import asyncio
+
     limit = min(max(float(timeout_s or DEFAULT_TIMEOUT_S), 0.1), MAX_TIMEOUT_S)
     token = secrets.token_hex(8)
     read_fd, write_fd = os.pipe()
