@@ -94,7 +94,8 @@ class MaxTurnsExceeded(CrowError):
     """
 
     def __init__(self, max_turns: int) -> None:
-        super().__init__(f"stopped after {max_turns} turns (--max-turns {max_turns}); the model kept calling tools")
+        turns = f"{max_turns} turn" + ("s" if max_turns != 1 else "")
+        super().__init__(f"stopped after {turns} (--max-turns {max_turns}); the model kept calling tools")
         self.max_turns = max_turns
 
 
