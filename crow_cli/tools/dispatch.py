@@ -55,8 +55,10 @@ async def dispatch(
     async def run(call: ToolCall) -> None:
         await queue.put(ToolRunStarted(call))
         result = await _run_one(call, registry, approve, exclusive, timeout_s)
-        if len(result.output) > max_output_chars:
-            result = replace(result, output=truncate_output(result.output, max_output_chars))
+        # sendable (error texts too can carry undecodable file names) and capped
+        output = truncate_output(clean_text(result.output), max_output_chars)
+        if output != result.output:
+            result = replace(result, output=output)
         await queue.put(ToolResultReady(result))
 
     async with asyncio.TaskGroup() as group:
@@ -144,5 +146,5 @@ async def _run_one(
         return fail(f"{call.name} raised CancelledError")
     except (Exception, SystemExit, KeyboardInterrupt) as exc:  # a plugin's sys.exit() must not end the run
         return fail(f"{call.name} raised {type(exc).__name__}: {exc}")
-    return ToolResult(call.id, call.name, clean_text(output), ok=True, duration_s=time.perf_counter() - started,
+    return ToolResult(call.id, call.name, output, ok=True, duration_s=time.perf_counter() - started,
                       index=call.index)
