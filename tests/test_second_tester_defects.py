@@ -93,3 +93,14 @@ def test_a_key_from_a_custom_variable_never_reaches_the_model_through_run_shell(
     result = requests[1]["messages"][-1]
     assert result["tool_call_id"] == "s1" and "[exit code 0]" in result["content"]
     assert "sk-CUSTOMVARSECRET" not in json.dumps(requests)
+
+
+def test_mcp_startup_timeout_is_honoured(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text('[mcp_servers.mute]\ncommand = "sleep"\nargs = ["60"]\nstartup_timeout = 2\n')
+    started = time.monotonic()
+    proc = crow("tools", "--config", str(config), cwd=tmp_path)
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 0 and "read_file" in proc.stdout
+    assert "did not start within 2 s" in proc.stderr and "Traceback" not in proc.stderr
+    assert elapsed < 9, elapsed  # it used to spend another 10 s waiting for a clean stop

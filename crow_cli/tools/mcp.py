@@ -134,7 +134,7 @@ class _Connection:
             try:
                 await asyncio.wait_for(self._ready.wait(), self.config.startup_timeout_s)
             except TimeoutError:
-                await self.close()
+                await self._finish_task(graceful=False)  # it never answered: no point waiting for a clean stop
                 self.error = f"did not start within {self.config.startup_timeout_s:g} s"
             if self.client is None:
                 raise ToolError(f"MCP server {self.config.name!r} failed to start: {self.error or 'it exited'}"
@@ -152,13 +152,13 @@ class _Connection:
             return ""
         return f" (stderr: {lines[-1][:200]})" if lines else ""
 
-    async def _finish_task(self) -> None:
+    async def _finish_task(self, *, graceful: bool = True) -> None:
         task, self._task = self._task, None
         if task is None:
             return
         self._stop.set()
         try:
-            await asyncio.wait_for(asyncio.shield(task), _STOP_TIMEOUT_S)
+            await asyncio.wait_for(asyncio.shield(task), _STOP_TIMEOUT_S if graceful else 0)
         except TimeoutError:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
