@@ -104,3 +104,16 @@ def test_mcp_startup_timeout_is_honoured(tmp_path):
     assert proc.returncode == 0 and "read_file" in proc.stdout
     assert "did not start within 2 s" in proc.stderr and "Traceback" not in proc.stderr
     assert elapsed < 9, elapsed  # it used to spend another 10 s waiting for a clean stop
+
+
+def test_sessions_list_says_when_older_sessions_are_not_shown(_isolated_home):
+    from crow_cli.sessions import SessionStore, default_db_path
+
+    with SessionStore(default_db_path()) as store:
+        for n in range(3):
+            store.append(store.create(model="m").id, {"role": "user", "content": f"hi {n}"})
+    proc = crow("sessions", "list", "--limit", "2")
+    assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 2
+    assert "--limit 0" in proc.stderr
+    proc = crow("sessions", "list", "--limit", "0")
+    assert len(proc.stdout.splitlines()) == 3 and proc.stderr == ""

@@ -36,15 +36,18 @@ def list_sessions(
     """Stored sessions, most recent first: id, last update, messages, model, title."""
     try:
         with _store() as store:
-            found = store.recent(limit or None)
+            found = store.recent(limit + 1 if limit else None)  # one more: to tell that there are more
     except CrowError as exc:
         raise fail(exc) from None
     if not found:
         print("no sessions yet (crow chat or crow run start one)", file=sys.stderr)
         return
-    for s in found:
+    more = bool(limit) and len(found) > limit
+    for s in found[:limit] if limit else found:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.updated_at))
         print(f"{s.id}  {when}  {s.messages:>4} msgs  {s.model}  {s.title or '(untitled)'}")
+    if more:
+        print(f"(the {limit} most recent; older ones with --limit 0)", file=sys.stderr)
 
 
 @sessions_app.command("show")
