@@ -95,12 +95,25 @@ class SessionStore:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
+            self._wal()
             self._db.execute("PRAGMA foreign_keys=ON")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._migrate()
         except (OSError, sqlite3.Error) as exc:
             raise SessionError(f"cannot open the session store {str(self.path)!r}: {exc}") from exc
+
+    def _wal(self) -> None:
+        # Switching a new file to WAL needs it alone, and SQLite answers "locked" at once rather than
+        # waiting for the busy timeout: another crow opening the same new store just retries.
+        for attempt in range(100):
+            try:
+                if self._db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                    self._db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or attempt == 99:
+                    raise
+                time.sleep(0.05)
 
     def _migrate(self) -> None:
         self._db.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
@@ -108,7 +121,9 @@ class SessionStore:
         for name, migration in _MIGRATIONS:
             if name in done:
                 continue
-            with self._transaction():
+            with self._transaction():  # BEGIN IMMEDIATE: one process migrates, a concurrent one waits
+                if self._db.execute("SELECT 1 FROM _migrations WHERE name = ?", (name,)).fetchone():
+                    continue  # ... and then finds it done
                 migration(self._db)
                 self._db.execute("INSERT INTO _migrations VALUES (?, ?)", (name, time.time()))
 

@@ -340,3 +340,28 @@ def test_run_started_names_the_session(_isolated_home: Path) -> None:
     with SessionStore() as store:
         assert started["session_id"] == store.latest().id
     assert json.loads(second.stdout.splitlines()[0])["session_id"] is None
+
+
+def test_stores_opened_at_once_on_a_new_file_do_not_collide(tmp_path: Path) -> None:
+    """Found in CI: `crow run` and a reader created the store together; one died on 'table sessions
+    already exists'. Threads (each its own connection) released by one barrier, many rounds."""
+    import threading
+
+    errors: list[BaseException] = []
+    for round_no in range(40):
+        db = tmp_path / f"race{round_no}" / "sessions.db"
+        barrier = threading.Barrier(4)
+
+        def open_store(path: Path = db, gate: threading.Barrier = barrier) -> None:
+            gate.wait()
+            try:
+                SessionStore(path).close()
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=open_store) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    assert errors == []
