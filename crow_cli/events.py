@@ -119,7 +119,7 @@ class TurnFinished:
 
 @dataclass(frozen=True, slots=True)
 class ToolRunStarted:
-    """Dispatch started running a tool call (after approval)."""
+    """Dispatch took up a tool call, before any approval: a denied call is followed by its error result."""
 
     call: ToolCall
     type: Literal["tool_call"] = "tool_call"
