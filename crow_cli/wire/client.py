@@ -204,7 +204,7 @@ def map_error(exc: BaseException, base_url: str) -> ProviderError | None:
     if isinstance(exc, openai.APIConnectionError):
         cause = exc.__cause__ or exc
         return ProviderError(f"cannot reach {base_url}: {_short(str(cause) or type(cause).__name__)}")
-    if isinstance(exc, openai.APIError):  # an {"error": …} object inside the stream
+    if isinstance(exc, openai.APIError):  # any other SDK error that carries a body (ChunkStream raises its own)
         return stream_error(exc.body if exc.body is not None else exc.message)
     if isinstance(exc, httpx.TimeoutException):
         return StreamCut("the stream went idle past the timeout")

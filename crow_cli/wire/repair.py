@@ -8,6 +8,7 @@ from ..text import clean_text
 
 __all__ = ["repair_arguments"]
 
+
 def repair_arguments(raw: str) -> tuple[str, str | None]:
     """Make streamed tool-call arguments valid JSON text.
 
