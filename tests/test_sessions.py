@@ -82,7 +82,7 @@ def test_ids_are_short_and_prefixes_resolve(tmp_path: Path) -> None:
     with SessionStore(tmp_path / "s.db") as store:
         ids = {store.create().id for _ in range(50)}
         assert len(ids) == 50
-        assert all(len(i) == 6 and i.isalnum() and i.islower() for i in ids)
+        assert all(len(i) == 6 and i.isalnum() and i == i.lower() for i in ids)  # "234567" is not islower()
         some = sorted(ids)[0]
         unique = next(p for n in range(1, 7) if len([i for i in ids if i.startswith(p := some[:n])]) == 1)
         assert store.get(unique.upper()).id == some

@@ -35,7 +35,9 @@ _HIDDEN_ENV = ("CROW_API_KEY", "OPENAI_API_KEY")  # secrets stay out of commands
 _SECRETS: set[str] = set()
 _MIN_SUBSTRING_SECRET = 6  # shorter values (dummy keys like "x") hide a variable only when equal to it
 _MARKER = "CROW_SHELL_RUN"
-_EXIT_GRACE_S = 1.0  # after the shell exits (group killed): how long a straggler may keep the pipe open
+# After the shell exits (group killed): the waits for the pipe's end between marker sweeps. Their sum
+# (1 s) is how long a straggler that escaped the sweeps may keep the pipe open.
+_SWEEP_WAITS_S = (0.02, 0.05, 0.13, 0.3, 0.5)
 _MASK = "[secret hidden]"
 
 
@@ -168,10 +170,15 @@ async def run_shell(command: str, timeout_s: float | None = None) -> str:
             if proc.returncode is None:
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.shield(proc.wait())
-            # The pipe closes once every process holding it is dead; one that escaped both the group
-            # and the marker may keep it open: stop reading after a grace period.
-            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(asyncio.shield(reader.eof), _EXIT_GRACE_S)
+            # Sweep again: a process caught mid-exec or mid-fork by the last sweep showed no environment
+            # (or was not listed yet). The pipe closes once every process holding it is dead; one that
+            # escaped both the group and the marker may keep it open: stop reading after the grace period.
+            for wait_s in _SWEEP_WAITS_S:
+                with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                    await asyncio.wait_for(asyncio.shield(reader.eof), wait_s)
+                _kill_marked(token)
+                if reader.eof.done():
+                    break
         finally:
             reader.close()
     output = _mask(reader.buffer.decode("utf-8", "replace"))
