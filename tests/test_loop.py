@@ -70,18 +70,18 @@ def sync_nap(seconds: float) -> str:
     return "done"
 
 
-async def test_three_tools_sleeping_half_a_second_run_concurrently():
+async def test_three_tools_sleeping_one_second_run_concurrently():
     registry = ToolRegistry()
     registry.register(nap)
     registry.register(sync_nap)
     _, events, bodies = await drive(registry, [
-        calls_sse(("a", "nap", {"seconds": 0.5}), ("b", "sync_nap", {"seconds": 0.5}), ("c", "nap", {"seconds": 0.5})),
+        calls_sse(("a", "nap", {"seconds": 1}), ("b", "sync_nap", {"seconds": 1}), ("c", "nap", {"seconds": 1})),
         text_sse("ok"),
     ])
     durations = [e.result.duration_s for e in events if isinstance(e, ToolResultReady)]
-    assert len(durations) == 3 and all(d >= 0.5 for d in durations)
+    assert len(durations) == 3 and all(d >= 1 for d in durations)
     elapsed = STAMPS[-1] - STAMPS[0]  # first ToolRunStarted to last ToolResultReady
-    assert elapsed < 1.2, f"tools ran one after another ({elapsed:.2f}s)"
+    assert elapsed < 2.4, f"tools ran one after another ({elapsed:.2f}s)"  # 3 s in a row; slack for a loaded CI
     assert [m.get("tool_call_id") for m in bodies[1]["messages"][2:]] == ["a", "b", "c"]
     assert events[-1] == RunFinished("completed", "ok", 2)
 
