@@ -5,9 +5,11 @@
                     └─► tool calls ──► dispatch (concurrent) ──► tool results ──► next turn
 
 The loop appends to the caller's history list in place and reports everything as typed events;
-its last event is always `RunFinished`. A turn whose stream breaks or goes idle mid-way is asked
-for once more from the same history (no tool of it has run yet). Cancelling the consumer stops the
-stream and the running tools: the caller then closes the history with `history.repair_history`.
+its last event is always `RunFinished`. Each tool result is appended (`MessageAppended`) as soon as
+every call before it has one, so a surface that stores appended messages keeps finished results.
+A turn whose stream breaks or goes idle mid-way is asked for once more from the same history (no
+tool of it has run yet). Cancelling the consumer stops the stream and the running tools: the caller
+then closes the history with `history.repair_history`.
 """
 
 from __future__ import annotations
@@ -115,14 +117,18 @@ async def _stream_turn(history: list[Message], client: ChatStream, tools: list[d
 
 async def _run_tools(turn: AssistantTurn, history: list[Message], registry: ToolRegistry | None,
                      settings: LoopSettings, approve: Approver | None) -> AsyncIterator[Event]:
+    # A result joins the history as soon as every call before it has one: call order is kept, and a
+    # surface that stores each appended message loses no finished result if the process dies.
     results: dict[int, ToolResult] = {}
-    async for event in dispatch(turn.tool_calls, registry or ToolRegistry(), approve=approve,
+    calls, answered = turn.tool_calls, 0
+    async for event in dispatch(calls, registry or ToolRegistry(), approve=approve,
                                 timeout_s=settings.tool_timeout_s, max_output_chars=settings.max_output_chars):
+        yield event
         if isinstance(event, ToolResultReady):
             results[event.result.index] = event.result  # by position: ids may repeat or be ""
-        yield event
-    for call in turn.tool_calls:
-        yield _append(history, results[call.index].to_message())
+            while answered < len(calls) and calls[answered].index in results:
+                yield _append(history, results[calls[answered].index].to_message())
+                answered += 1
 
 
 def _append(history: list[Message], message: Message) -> MessageAppended:

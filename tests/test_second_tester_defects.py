@@ -103,7 +103,7 @@ def test_mcp_startup_timeout_is_honoured(tmp_path):
     elapsed = time.monotonic() - started
     assert proc.returncode == 0 and "read_file" in proc.stdout
     assert "did not start within 2 s" in proc.stderr and "Traceback" not in proc.stderr
-    assert elapsed < 11, elapsed  # 2 s + start-up on a loaded CI; it used to spend another 10 s waiting for a clean stop
+    assert elapsed < 11, elapsed  # 2 s + start-up on a loaded CI; it used to wait another 10 s for a clean stop
 
 
 def test_sessions_list_says_when_older_sessions_are_not_shown(_isolated_home):

@@ -105,3 +105,39 @@ def test_sigint_after_one_tool_finished_keeps_its_result_and_answers_each_call_o
     results = [(e["result"]["call_id"], e["result"]["ok"]) for e in events if e["type"] == "tool_result"]
     assert results == [("call_quick", True), ("call_slow", False)]
     assert proc.returncode == 130
+
+
+def test_sigkill_keeps_the_results_of_tools_that_had_finished(tmp_path: Path) -> None:
+    # The results of a turn used to be stored only when its whole batch had finished: after SIGKILL a
+    # finished call was stored as "interrupted". Now each result is stored once the calls before it are.
+    import sqlite3
+    import time
+
+    from crow_cli.sessions import SessionStore, default_db_path
+
+    (tmp_path / "slow").mkdir()
+    (tmp_path / "slow" / "slow.py").write_text(SLOW_TOOLS)
+    turn = tool_turn(("call_quick", "nap", '{"seconds": 0}'), ("call_slow", "nap", '{"seconds": 60}'))
+    config = write_config(tmp_path, max_retries=0, idle_timeout=60)
+    with ReplayServer([{"sse": turn}, {"sse": text_sse("never")}]) as server:
+        proc = subprocess.Popen(argv(server.base_url, "--json", "--tools-dir", str(tmp_path / "slow"), "go",
+                                     config=config), cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 15
+            stored = 0
+            while time.monotonic() < deadline and stored < 3:  # user, assistant, the quick call's result
+                time.sleep(0.1)
+                if default_db_path().exists():
+                    with sqlite3.connect(default_db_path()) as db:
+                        stored = db.execute("SELECT COUNT(*) FROM messages").fetchone()[0]
+            assert proc.poll() is None
+        finally:
+            proc.kill()
+            proc.wait()
+    assert stored == 3
+    with SessionStore() as store:
+        session = store.latest()
+        assert session is not None
+        messages = store.load(session.id)
+    assert [(m.get("tool_call_id"), m["content"]) for m in messages[2:]] == [
+        ("call_quick", "rested"), ("call_slow", "Error: the tool call was interrupted; no result.")]
