@@ -110,6 +110,7 @@ def test_sigint_after_one_tool_finished_keeps_its_result_and_answers_each_call_o
 def test_sigkill_keeps_the_results_of_tools_that_had_finished(tmp_path: Path) -> None:
     # The results of a turn used to be stored only when its whole batch had finished: after SIGKILL a
     # finished call was stored as "interrupted". Now each result is stored once the calls before it are.
+    import contextlib
     import sqlite3
     import time
 
@@ -127,9 +128,10 @@ def test_sigkill_keeps_the_results_of_tools_that_had_finished(tmp_path: Path) ->
             stored = 0
             while time.monotonic() < deadline and stored < 3:  # user, assistant, the quick call's result
                 time.sleep(0.1)
-                if default_db_path().exists():
-                    with sqlite3.connect(default_db_path()) as db:
-                        stored = db.execute("SELECT COUNT(*) FROM messages").fetchone()[0]
+                uri = f"file:{default_db_path()}?mode=ro"
+                with contextlib.suppress(sqlite3.OperationalError), \
+                        contextlib.closing(sqlite3.connect(uri, uri=True)) as db:  # may not exist yet
+                    stored = db.execute("SELECT COUNT(*) FROM messages").fetchone()[0]
             assert proc.poll() is None
         finally:
             proc.kill()
