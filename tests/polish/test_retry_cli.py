@@ -37,3 +37,34 @@ def test_plain_mode_prints_one_line_on_stderr_and_quiet_hides_it(tmp_path: Path)
         assert ran.stdout == "after the wait\n"
     assert loud.stderr == "crow: rate limited (429); retrying in 0.05 s (attempt 2 of 3)\n"
     assert quiet.stderr == ""
+
+
+def test_sigint_during_a_retry_wait_ends_the_run_cancelled(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+
+    from tests.replay_server import ReplayServer
+    from tests.scripting.scripting_support import argv, schema_validator
+
+    config = write_config(tmp_path, max_retries=2)
+    with ReplayServer(script(**{"retry-after": "50"})) as server:
+        proc = subprocess.Popen(argv(server.base_url, "--json", "hi", config=config), cwd=tmp_path, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout is not None
+        events = []
+        for line in proc.stdout:
+            events.append(json.loads(line))
+            if events[-1]["type"] == "notice":
+                proc.send_signal(signal.SIGINT)
+                break
+        try:
+            rest, err = proc.communicate(timeout=30)  # far less than the 50 s wait
+        finally:
+            proc.kill()
+    events += [json.loads(line) for line in rest.splitlines()]
+    for event in events:
+        schema_validator().validate(event)
+    assert events[1]["code"] == "retrying" and events[1]["wait_s"] == 50
+    assert proc.returncode == 130, err
+    assert events[-1]["type"] == "run_finished" and events[-1]["status"] == "cancelled"
+    assert err == "crow: interrupted (SIGINT)\n" and len(server.requests) == 1
