@@ -118,7 +118,8 @@ class ChatClient:
                     yield notice
             except BaseException:  # cancelled or closed while the request is being made or retried
                 if not opening.done():
-                    opening.cancel()
+                    opening.cancel()  # its outcome is of no interest any more, whatever it is
+                    opening.add_done_callback(lambda task: task.cancelled() or task.exception())
                 elif not opening.cancelled() and opening.exception() is None:
                     await opening.result().close()
                 raise
