@@ -7,7 +7,7 @@ with `_calculate_retry_timeout(…)` (`Retry-After-Ms`, `Retry-After`, else expo
 jitter) and sleeps. `ReportingOpenAI` wraps those two hooks: it notes the failed attempt, lets the SDK
 compute the wait, reports a `Notice(code="retrying")` to the sink of the current context, and lets
 the SDK sleep. Nothing about when or how long to retry changes. (Both hooks are private SDK methods,
-read in openai 2.54; `tests/polish/test_retry_notice.py` fails if a release stops calling them. The
+read in openai 2.54; `tests/wire/test_retry_notice.py` fails if a release stops calling them. The
 alternatives observe less: the SDK's INFO log line has the wait but not the status, an httpx response
 hook has the status but not the SDK's decision or wait.)
 
