@@ -19,8 +19,8 @@ FORCING = ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "CLICOLOR_FORCE",
 
 
 def _script() -> list[dict]:
-    """A retry notice and a restart notice (dim), two tool lines (cyan, green / red), an answer, then an
-    error on the next run is not needed: a failing tool and the notices cover each style."""
+    """Every style `crow run` uses on stderr: a retry and a restart notice (dim), a tool call (cyan), a
+    finished call (green) and a failed one (red); then the answer."""
     limited = {"status": 429, "headers": {"retry-after-ms": "10"},
                "body": json.dumps({"error": {"message": "slow down"}})}
     cut = {"sse": text_sse("partial answer here"), "cut_after_events": 2}
