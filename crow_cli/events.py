@@ -95,12 +95,20 @@ class WarningEvent:
 
 @dataclass(frozen=True, slots=True)
 class Notice:
-    """Progress a user may want to know about (a retry, a resumed stream)."""
+    """Progress a user may want to know about (a retry, a restarted stream); never part of the history."""
 
     message: str
     code: str | None = None
     """A stable tag for scripts. `"turn_restarted"`: the stream of this turn broke and is being
-    requested again from the same history; drop the text, reasoning and tool calls of the turn seen so far."""
+    requested again from the same history; drop the text, reasoning and tool calls of the turn seen so far.
+    `"retrying"`: the request failed before its stream started (429, 5xx, a connection error) and the
+    client retries it after `wait_s`; nothing of the turn was streamed."""
+    attempt: int | None = None
+    """`retrying`: the number of the request about to be sent (2 = the first retry)."""
+    wait_s: float | None = None
+    """`retrying`: seconds waited before it (the server's Retry-After, else backoff with jitter)."""
+    status: int | None = None
+    """`retrying`: the HTTP status of the failed request; None for a connection error or timeout."""
     type: Literal["notice"] = "notice"
 
 

@@ -33,7 +33,9 @@ class ChatStream(Protocol):
     """What the loop needs of a model client (`wire.client.ChatClient` is one)."""
 
     def stream(self, messages: list[Message], tools: list[dict[str, Any]] | None = None
-               ) -> AsyncGenerator[dict[str, Any], None]: ...
+               ) -> AsyncGenerator[dict[str, Any] | Notice, None]:
+        """Chunk dicts of one turn; a `Notice` (a retry before the stream started) is passed on as is."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,9 @@ async def _stream_turn(history: list[Message], client: ChatStream, tools: list[d
         try:
             async with aclosing(client.stream(history, tools)) as chunks:  # closes the response on cancel
                 async for chunk in chunks:
+                    if isinstance(chunk, Notice):  # the client retried before the stream started
+                        yield chunk
+                        continue
                     for event in accumulator.feed(chunk):
                         yield event
         except StreamCut as exc:

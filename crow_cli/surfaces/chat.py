@@ -12,7 +12,6 @@ prompt, a second Ctrl-C in a row (or Ctrl-D, or /exit) leaves.
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import signal
 import sys
@@ -44,7 +43,7 @@ from ..tools.builtin.shell import hide_secret
 from ..tools.registry import Tool, ToolRegistry
 from ..tools.workspace import use_workspace
 from .ask import Answer, ask_approval
-from .common import build_client, build_registry, loop_settings
+from .common import build_client, build_registry, loop_settings, make_console, plain_terminal
 from .persist import SessionRecorder, close_interrupted, open_session
 from .render import TurnView
 
@@ -121,12 +120,10 @@ class ChatApp:
 
     def __init__(self, settings: Settings, options: ChatOptions, *, console: Console | None = None,
                  pt_input: Any = None, pt_output: Any = None, store: SessionStore | None = None) -> None:
-        from rich.console import Console
-
         self.settings = settings
         self.options = options
-        self.console = console or Console(highlight=False)
-        plain = bool(os.environ.get("NO_COLOR")) or os.environ.get("TERM") == "dumb" or not self.console.is_terminal
+        self.console = console or make_console(highlight=False)
+        plain = plain_terminal() or not self.console.is_terminal
         self.view = TurnView(self.console, plain=plain)
         self.pt_input, self.pt_output = pt_input, pt_output
         self._store = store

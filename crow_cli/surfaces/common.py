@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ..config import Settings
 from ..loop import LoopSettings
@@ -10,7 +12,10 @@ from ..text import strip_controls
 from ..tools.registry import ToolRegistry, default_registry
 from ..wire.client import ChatClient, ClientSettings
 
-__all__ = ["build_client", "build_registry", "loop_settings", "short_json"]
+if TYPE_CHECKING:
+    from rich.console import Console
+
+__all__ = ["build_client", "build_registry", "loop_settings", "make_console", "plain_terminal", "short_json"]
 
 
 def build_client(settings: Settings, record_dir: str | None = None) -> ChatClient:
@@ -35,3 +40,23 @@ def short_json(text: str, limit: int = 80) -> str:
     """One line of at most `limit` characters, for showing tool arguments."""
     line = " ".join(strip_controls(text).split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def plain_terminal() -> bool:
+    """Whether output must carry no escape sequence at all: `NO_COLOR` set to anything non-empty
+    (https://no-color.org) or `TERM=dumb`."""
+    return bool(os.environ.get("NO_COLOR")) or os.environ.get("TERM") == "dumb"
+
+
+def make_console(file: TextIO | None = None, **options: Any) -> Console:
+    """A rich `Console` on `file` (default stdout) for the surfaces' styled lines.
+
+    Under `plain_terminal()` it has no colour system, so it writes no escape sequence at all (rich's
+    own NO_COLOR handling drops colours but keeps `dim` and `bold`). Output that is not a terminal
+    gets none either (rich's default, unless FORCE_COLOR asks for them). `options` go to `Console`.
+    """
+    from rich.console import Console
+
+    if plain_terminal():
+        options["color_system"] = None
+    return Console(file=file, **options)

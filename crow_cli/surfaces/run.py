@@ -41,7 +41,7 @@ from ..tools.registry import ToolRegistry
 from ..tools.workspace import use_workspace
 from ..wire.client import ChatClient
 from .approve import terminal_ask
-from .common import build_client, build_registry, loop_settings, short_json
+from .common import build_client, build_registry, loop_settings, make_console, short_json
 from .interrupt import SignalCancel
 from .jsonl import JsonlWriter
 
@@ -77,10 +77,8 @@ class _Printer:
     """Answer text to stdout as it arrives; everything else to stderr, one line per fact."""
 
     def __init__(self, out: TextIO, err: TextIO, *, debug: bool, quiet: bool = False) -> None:
-        from rich.console import Console
-
         self.out = out
-        self.err = Console(file=err, highlight=False, soft_wrap=True)
+        self.err = make_console(err, highlight=False, soft_wrap=True)  # no escapes under NO_COLOR
         self.debug = debug
         self.quiet = quiet
         self.at_line_start = True

@@ -15,10 +15,16 @@ shell command prefix compared word by word (`"run_shell:git status"` matches `gi
 towards matching: it skips leading `VAR=value` words and shell keywords (`if`, `then`, `do`, `{`, `!`,
 ...), looks past wrappers (`env`, `sudo`, `xargs`, `nice`, `time`, `exec`, `command`, `nohup`, ...
 with their flags), compares the command word by basename (`/bin/rm`) and looks inside scripts given
-to a shell (`sh -c '...'`, `bash -c`, `eval`). An allow prefix approves a command only when every
-part starts with an allow rule word for word (no wrapper, assignment or `sh -c` unless the rule says
-so) and it has no command substitution or output redirection. Rules are guard rails, not a sandbox:
-a command spelled through variables or unusual flag orders (`rm -fr`) is not recognised.
+to a shell (`sh -c '...'`, `bash -c`, `eval`). A deny rule also matches when, after the command
+word, its options are among the command's and its other words appear in the command in order:
+options are compared as flags, so combined, split, reordered or trailing short flags (`rm -fr`,
+`rm -r -f`, `rm x -rf`) and common long spellings (`--recursive`, `--force`; `-R` is `-r` for `rm`
+and `cp`, `--recursive` is `-R` for `chmod`/`chown`/`chgrp`) match `rm -rf`; words after `--` are not
+options. An allow prefix approves a command only when every part starts with an allow rule word for
+word (no wrapper, assignment or `sh -c` unless the rule says so; `ls -al` is not `ls -la`) and it has
+no command substitution or output redirection. Rules are guard rails, not a sandbox: a command
+spelled through variables, aliases or functions, or the same effect by another program (`find
+-delete`, `python -c`), is not recognised.
 """
 
 from __future__ import annotations
@@ -88,10 +94,57 @@ def _prefix_at(words: list[str], i: int, prefix: list[str]) -> bool:
             and head[1:] == prefix[1:])
 
 
+# Long options with a short spelling, for deny matching ("": any command), and short flags that are
+# the same option (GNU coreutils and git).
+_LONG_FLAGS: dict[str, dict[str, str]] = {
+    "": {"--recursive": "-r", "--force": "-f"},
+    **{cmd: {"--recursive": "-R"} for cmd in ("chmod", "chown", "chgrp")},
+}
+_SAME_FLAGS: dict[str, dict[str, str]] = {"rm": {"-R": "-r"}, "cp": {"-R": "-r"}}
+
+
+def _options(words: list[str], command: str) -> tuple[set[str], list[str]]:
+    """The words after `command`, split into normalised flags (`-rf` → `-r`, `-f`; `--force` → `-f`)
+    and the other words in order (everything after `--` is one of those)."""
+    longs = {**_LONG_FLAGS[""], **_LONG_FLAGS.get(command, {})}
+    same = _SAME_FLAGS.get(command, {})
+    flags: set[str] = set()
+    others: list[str] = []
+    for n, word in enumerate(words):
+        if word == "--":
+            others += words[n + 1:]
+            break
+        if word.startswith("--"):
+            name = word.split("=", 1)[0]
+            flags.add(longs.get(name, name))
+        elif word.startswith("-") and len(word) > 1:
+            flags.update(same.get(f"-{c}", f"-{c}") for c in word[1:])
+        else:
+            others.append(word)
+    return flags, others
+
+
+def _in_order(needles: list[str], words: list[str]) -> bool:
+    rest = iter(words)
+    return all(any(w == n for w in rest) for n in needles)
+
+
+def _flags_at(words: list[str], i: int, prefix: list[str]) -> bool:
+    """`prefix` at `words[i:]` with options compared as flags: the rule's flags are among the command's
+    and its other words appear in the command in order."""
+    command = _basename(prefix[0])
+    if _basename(words[i]) != command:
+        return False
+    rule_flags, rule_words = _options(prefix[1:], command)
+    flags, others = _options(words[i + 1:], command)
+    return rule_flags <= flags and _in_order(rule_words, others)
+
+
 def _deny_matches(command: str, prefix: list[str], depth: int = 0) -> bool:
     """Whether a deny `prefix` matches any simple command in `command`; when unsure, it does.
 
-    Per part: leading `VAR=value` words and shell keywords are skipped; after a wrapper (`env`, `sudo`,
+    Per part: the prefix matches word for word or with options compared as flags (`_flags_at`);
+    leading `VAR=value` words and shell keywords are skipped; after a wrapper (`env`, `sudo`,
     `xargs`, `nice`, ...) the prefix may start at any later word; a shell (`sh -c`, `bash`, `eval`)
     has each later word matched as a script of its own.
     """
@@ -100,7 +153,7 @@ def _deny_matches(command: str, prefix: list[str], depth: int = 0) -> bool:
     for words in _segments(command):
         loose = False  # after a wrapper: any later word may be the command
         for i, word in enumerate(words):
-            if _prefix_at(words, i, prefix):
+            if _prefix_at(words, i, prefix) or _flags_at(words, i, prefix):
                 return True
             base = _basename(word)
             scripts = words[i + 1:] if base in _SHELLS else []  # we only get here at a command position

@@ -31,16 +31,21 @@ def set_workspace(root: str | os.PathLike[str]) -> contextvars.Token[Path | None
 def resolve_in_workspace(path: str | os.PathLike[str]) -> Path:
     """Resolve `path` (relative to the root, or absolute) and check it stays inside the root.
 
-    Symlinks are followed before the check, so a link that leads out is refused too.
+    A leading `~` is the home folder (expanded first, as a shell would); symlinks are followed
+    before the check, so a link that leads out is refused too. The refusal names the resolved path
+    when it differs from the one given.
 
     Raises:
         OutsideWorkspace: the resolved path is not the root or below it.
     """
     root = workspace_root()
-    raw = Path(os.fspath(path)).expanduser()
+    given = os.fspath(path)
+    raw = Path(given).expanduser()
     candidate = (raw if raw.is_absolute() else root / raw).resolve()
     if candidate != root and root not in candidate.parents:
-        raise OutsideWorkspace(f"{os.fspath(path)!r} is outside the workspace {str(root)!r}; refused")
+        tilde = " (~ is the home folder)" if given.startswith("~") else ""
+        where = " is" if str(candidate) == given else f" is {str(candidate)!r}{tilde},"
+        raise OutsideWorkspace(f"{given!r}{where} outside the workspace {str(root)!r}; refused")
     return candidate
 
 

@@ -2,21 +2,23 @@
 
 Built on the openai SDK (imported lazily: it costs ~0.7 s) for transport, SSE parsing and retries:
 the SDK retries 408/409/429/5xx and connection errors before a stream starts, with exponential
-backoff, jitter and `Retry-After`. We ask it for raw dicts (`cast_to=object`) so that provider
-quirks reach the accumulator untouched. Every SDK/httpx error is mapped here, once, to a
-`ProviderError` subclass.
+backoff, jitter and `Retry-After`; each retry is yielded as a `Notice` (`wire.retries`). We ask it
+for raw dicts (`cast_to=object`) so that provider quirks reach the accumulator untouched. Every
+SDK/httpx error is mapped here, once, to a `ProviderError` subclass.
 """
 
 from __future__ import annotations
 
+import asyncio
 import html
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import AuthError, ProviderError, RateLimited, ServerError, StreamCut
+from ..events import Notice
 from .accumulate import stream_error
 
 __all__ = ["ChatClient", "ClientSettings", "map_error"]
@@ -57,7 +59,8 @@ class ChatClient:
     def _client(self) -> Any:
         if self._sdk is None:
             import httpx
-            import openai
+
+            from .retries import ReportingOpenAI
 
             s = self.settings
             timeout = httpx.Timeout(connect=s.connect_timeout_s, read=s.idle_timeout_s, write=60.0, pool=30.0)
@@ -69,7 +72,7 @@ class ChatClient:
             headers = dict(s.headers)
             if s.api_key:  # --api-key and the env beat an Authorization header from the config file
                 headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
-            self._sdk = openai.AsyncOpenAI(
+            self._sdk = ReportingOpenAI(
                 base_url=s.base_url,
                 api_key=s.api_key or "",
                 default_headers=headers or None,
@@ -92,8 +95,11 @@ class ChatClient:
 
     async def stream(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
-    ) -> AsyncIterator[dict[str, Any]]:
+    ) -> AsyncIterator[dict[str, Any] | Notice]:
         """Yield each chunk of one turn as the decoded JSON of its SSE `data:` line.
+
+        Before the first chunk, each retry the SDK makes (429, 5xx, a connection error) is yielded as a
+        `Notice(code="retrying")` when it is decided, before its wait (`wire.retries`).
 
         Raises:
             AuthError: 401/403.
@@ -102,17 +108,22 @@ class ChatClient:
             StreamCut: the connection broke or went idle after the stream started.
             ProviderError: any other refusal (400, 404 …) or an unreachable server.
         """
-        import openai
-
         client = self._client()
         try:
+            notices: asyncio.Queue[Notice | None] = asyncio.Queue()
+            opening = asyncio.ensure_future(self._open_reporting(notices.put_nowait, client, messages, tools))
+            opening.add_done_callback(lambda _: notices.put_nowait(None))  # after every notice it sent
             try:
-                response = await self._open(client, messages, tools)
-            except openai.BadRequestError as exc:
-                if not (self._usage_option and "stream_options" in str(exc.body or exc.message)):
-                    raise
-                self._usage_option = False  # servers that reject include_usage just get no usage
-                response = await self._open(client, messages, tools)
+                while (notice := await notices.get()) is not None:
+                    yield notice
+            except BaseException:  # cancelled or closed while the request is being made or retried
+                if not opening.done():
+                    opening.cancel()  # its outcome is of no interest any more, whatever it is
+                    opening.add_done_callback(lambda task: task.cancelled() or task.exception())
+                elif not opening.cancelled() and opening.exception() is None:
+                    await opening.result().close()
+                raise
+            response = opening.result()
             async with response:
                 async for chunk in response:
                     yield chunk
@@ -121,6 +132,22 @@ class ChatClient:
             if mapped is None:
                 raise
             raise mapped from exc
+
+    async def _open_reporting(self, sink: Callable[[Notice], None], client: Any, messages: list[dict[str, Any]],
+                              tools: list[dict[str, Any]] | None) -> Any:
+        """Open the response (a task of its own, so that retry notices reach `sink` during the SDK's waits)."""
+        import openai
+
+        from .retries import retry_sink
+
+        retry_sink.set(sink)  # this task's context only
+        try:
+            return await self._open(client, messages, tools)
+        except openai.BadRequestError as exc:
+            if not (self._usage_option and "stream_options" in str(exc.body or exc.message)):
+                raise
+            self._usage_option = False  # servers that reject include_usage just get no usage
+            return await self._open(client, messages, tools)
 
     async def _open(self, client: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> Any:
         from openai import Omit

@@ -108,6 +108,8 @@ def test_every_event_written_is_in_the_union_and_the_schema() -> None:
 @pytest.mark.parametrize("event", [
     ev.RunStarted("m"), ev.TextDelta("h\u00e9 \U0001f600"), ev.ReasoningDelta("r"), ev.ToolCallStarted(0, "", "x"),
     ev.ToolCallDelta(None, None, "x", '{"a'), ev.WarningEvent("w", "c"), ev.Notice("n", "turn_restarted"),
+    ev.Notice("crow: rate limited (429); retrying in 2 s (attempt 2 of 3)", "retrying", attempt=2, wait_s=2.0,
+              status=429),
     ev.TurnFinished(1, "tool_calls", None, None, (ToolCall("", "x", "{}"),)),
     ev.ToolRunStarted(ToolCall("id", "x", "{}", 1)), ev.ToolResultReady(ToolResult("id", "x", "out", False, 0.5, 1)),
     ev.RunFinished("cancelled", "", 0, "interrupted (SIGINT)", 130),

@@ -1,0 +1,58 @@
+"""A refused path says where it resolved to: `~` is expanded first (HOME), then confined like any path."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from crow_cli.errors import OutsideWorkspace
+from crow_cli.tools.builtin.files import read_file
+from crow_cli.tools.workspace import _ROOT, resolve_in_workspace, set_workspace
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "home"
+    (home / "proj").mkdir(parents=True)
+    (home / "proj" / "a.txt").write_text("inside\n")
+    (home / "notes.txt").write_text("private\n")
+    monkeypatch.setenv("HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def ws(home: Path) -> Iterator[Path]:
+    token = set_workspace(home / "proj")
+    yield home / "proj"
+    _ROOT.reset(token)
+
+
+def test_tilde_outside_names_the_expanded_path(home: Path, ws: Path) -> None:
+    with pytest.raises(OutsideWorkspace) as caught:
+        read_file(path="~/notes.txt")
+    assert str(caught.value) == (f"'~/notes.txt' is {str(home / 'notes.txt')!r} (~ is the home folder), "
+                                 f"outside the workspace {str(ws)!r}; refused")
+
+
+def test_tilde_inside_the_workspace_is_read(home: Path, ws: Path) -> None:
+    assert read_file(path="~/proj/a.txt") == "inside\n"
+
+
+@pytest.mark.parametrize(("given", "shown"), [("../notes.txt", "notes.txt"), ("/nonexistent-crow/x", None)])
+def test_other_refusals_say_where_the_path_leads(home: Path, ws: Path, given: str, shown: str | None) -> None:
+    with pytest.raises(OutsideWorkspace) as caught:
+        resolve_in_workspace(given)
+    message = str(caught.value)
+    assert message.endswith(f"outside the workspace {str(ws)!r}; refused")
+    if shown is None:  # an absolute path that resolves to itself is not repeated
+        assert message.startswith(f"{given!r} is outside")
+    else:
+        assert message.startswith(f"{given!r} is {str(home / shown)!r}, outside")
+
+
+def test_a_symlink_out_names_its_target(home: Path, ws: Path) -> None:
+    (ws / "link").symlink_to(home / "notes.txt")
+    with pytest.raises(OutsideWorkspace, match=r"^'link' is '.*/home/notes.txt', outside the workspace"):
+        read_file(path="link")
