@@ -81,12 +81,6 @@ def tools_dir(tmp_path: Path) -> Path:
     return folder
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> SessionStore:
-    with SessionStore(tmp_path / "sessions.db") as s:
-        yield s
-
-
 async def chat(script: list[dict[str, Any]], keys: str, store: SessionStore, *, options: ChatOptions | None = None,
                settings: Settings | None = None) -> tuple[str, ReplayServer, ChatApp]:
     """Run the chat on `keys` (Enter is \\r) against a replay server; returns plain output, server, app."""

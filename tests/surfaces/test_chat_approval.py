@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import threading
 import time
 from pathlib import Path
@@ -22,50 +23,12 @@ from crow_cli.surfaces.chat import ChatApp, ChatOptions
 from crow_cli.tools.approval import describe_call
 from crow_cli.tools.workspace import use_workspace
 from tests.replay_server import ReplayServer, text_stream
+from tests.surfaces.conftest import CANCELLED
 from tests.surfaces.test_chat import assert_valid, chat, tool_calls_sse
 
-TOOLS = '''
-import asyncio
-from crow_cli.tools import tool
 
-@tool
-async def nap(seconds: float = 0.2) -> str:
-    """Sleep, then say so.
-
-    Args:
-        seconds: how long.
-    """
-    await asyncio.sleep(seconds)
-    return "rested"
-
-@tool(needs_approval=True)
-def guarded(text: str) -> str:
-    """Needs approval.
-
-    Args:
-        text: anything.
-    """
-    return "guarded ran: " + text
-'''
-
-CANCELLED = "Error: the tool call was cancelled by the user; no result."
-
-
-@pytest.fixture
-def tools_dir(tmp_path: Path) -> Path:
-    folder = tmp_path / "tools"
-    folder.mkdir()
-    (folder / "approvaltools.py").write_text(TOOLS)
-    return folder
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> SessionStore:
-    with SessionStore(tmp_path / "sessions.db") as s:
-        yield s
-
-
-async def test_ctrl_c_at_the_approval_prompt_cancels_the_whole_turn(store: SessionStore, tools_dir: Path) -> None:
+async def test_ctrl_c_at_the_approval_prompt_cancels_the_whole_turn(store: SessionStore,
+                                                                   approval_tools: Path) -> None:
     script = [
         {"sse": tool_calls_sse(("call_n", "nap", {"seconds": 30}), ("call_g1", "guarded", {"text": "one"}),
                                ("call_g2", "guarded", {"text": "two"}))},
@@ -74,10 +37,11 @@ async def test_ctrl_c_at_the_approval_prompt_cancels_the_whole_turn(store: Sessi
     started = time.monotonic()
     # Ctrl-C at the first approval prompt; the next line is a new message, not an answer to a prompt
     output, server, app = await chat(script, "go\r\x03what now?\r/exit\r", store,
-                                     options=ChatOptions(tools_dirs=(str(tools_dir),)))
+                                     options=ChatOptions(tools_dirs=(str(approval_tools),)))
     assert time.monotonic() - started < 25  # the 30 s nap was cancelled with the turn
     assert "interrupted: unfinished tool calls were cancelled" in output
-    assert output.count("guarded") == 3  # two spinner lines and ONE preview: the second call was never asked
+    assert output.count('{"text": "one"}') == 2  # its → line and its preview
+    assert output.count('{"text": "two"}') == 1  # its → line only: the second call was never asked about
 
     stored = store.messages(app.recorder.session_id)
     assert_valid(stored)
@@ -89,18 +53,18 @@ async def test_ctrl_c_at_the_approval_prompt_cancels_the_whole_turn(store: Sessi
 
 
 async def test_after_ctrl_c_at_the_approval_prompt_the_chat_prompt_behaves_as_after_a_stream(
-        store: SessionStore, tools_dir: Path) -> None:
+        store: SessionStore, approval_tools: Path) -> None:
     script = [{"sse": tool_calls_sse(("call_g", "guarded", {"text": "x"}))}]
     # Ctrl-C at the approval prompt stops the turn; at the chat prompt, Ctrl-C twice leaves
     output, server, app = await chat(script, "go\r\x03\x03\x03", store,
-                                     options=ChatOptions(tools_dirs=(str(tools_dir),)))
+                                     options=ChatOptions(tools_dirs=(str(approval_tools),)))
     assert output.count("press Ctrl-C again") == 1
     assert len(server.requests) == 1
     stored = store.messages(app.recorder.session_id)
     assert_valid(stored)
     assert stored[-1] == {"role": "tool", "tool_call_id": "call_g", "content": CANCELLED}
     # and Ctrl-D leaves at once
-    _, server, app = await chat(script, "go\r\x03\x04", store, options=ChatOptions(tools_dirs=(str(tools_dir),)))
+    _, server, app = await chat(script, "go\r\x03\x04", store, options=ChatOptions(tools_dirs=(str(approval_tools),)))
     assert_valid(store.messages(app.recorder.session_id))
 
 
@@ -117,16 +81,16 @@ async def test_the_approval_prompt_previews_the_call_as_crow_run_does(store: Ses
     output, _, _ = await chat(script, "edit it\rn\rn\r/exit\r", store, settings=settings)
 
     use_workspace(str(work))
-    edit_preview = describe_call(ToolCall("call_e", "edit_file", __import__("json").dumps(edit), 0))
+    edit_preview = describe_call(ToolCall("call_e", "edit_file", json.dumps(edit), 0))
     assert "-two\n+2\n" in edit_preview
     assert edit_preview in output  # the diff, line for line, as `crow run` shows it
     assert "$ ls -la && echo done" in output
-    assert '"old_string"' not in output.split("edit it", 1)[-1].split("→", 2)[-1]  # no raw JSON at the prompt
+    assert output.count('"old_string"') == 1  # in its → line only: the question shows the diff, not the JSON
     assert (work / "notes.txt").read_text() == "one\ntwo\nthree\n"
 
 
 @pytest.mark.parametrize("terminal", [False, True])
-async def test_a_tool_line_never_lands_on_the_approval_prompt_line(store: SessionStore, tools_dir: Path,
+async def test_a_tool_line_never_lands_on_the_approval_prompt_line(store: SessionStore, approval_tools: Path,
                                                                    terminal: bool) -> None:
     """`nap` finishes while the approval prompt for `guarded` waits: its ✓ line must not join the prompt."""
     script = [{"sse": tool_calls_sse(("call_n", "nap", {"seconds": 0.1}), ("call_g", "guarded", {"text": "x"}))},
@@ -143,8 +107,9 @@ async def test_a_tool_line_never_lands_on_the_approval_prompt_line(store: Sessio
     with ReplayServer(script) as server, create_pipe_input() as pipe:
         pipe.send_text("go\r")
         console = Console(file=screen, width=100, force_terminal=terminal, color_system=None)
-        app = ChatApp(Settings(model="test-model", base_url=server.base_url), ChatOptions(tools_dirs=(str(tools_dir),)),
-                      console=console, pt_input=pipe, pt_output=PlainTextOutput(screen), store=store)
+        app = ChatApp(Settings(model="test-model", base_url=server.base_url),
+                      ChatOptions(tools_dirs=(str(approval_tools),)), console=console, pt_input=pipe,
+                      pt_output=PlainTextOutput(screen), store=store)
         threading.Thread(target=answer_late, args=(pipe,), daemon=True).start()
         await asyncio.wait_for(app.run(), 30)
     text = screen.getvalue()

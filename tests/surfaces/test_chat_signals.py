@@ -11,41 +11,8 @@ import pytest
 from crow_cli.sessions import SessionStore
 from tests.replay_server import ReplayServer, text_stream
 from tests.surfaces.chat_terminal import ChatTerminal
+from tests.surfaces.conftest import CANCELLED
 from tests.surfaces.test_chat import assert_valid, tool_calls_sse
-
-TOOLS = '''
-import asyncio
-from crow_cli.tools import tool
-
-@tool
-async def nap(seconds: float) -> str:
-    """Sleep on the event loop.
-
-    Args:
-        seconds: how long.
-    """
-    await asyncio.sleep(seconds)
-    return "rested"
-
-@tool(needs_approval=True)
-def guarded(text: str) -> str:
-    """Needs approval.
-
-    Args:
-        text: anything.
-    """
-    return "guarded ran: " + text
-'''
-
-CANCELLED = "Error: the tool call was cancelled by the user; no result."
-
-
-@pytest.fixture
-def tools_dir(tmp_path: Path) -> Path:
-    folder = tmp_path / "tools"
-    folder.mkdir()
-    (folder / "termtools.py").write_text(TOOLS)
-    return folder
 
 
 def chat_args(base_url: str, tools_dir: Path) -> list[str]:
@@ -59,10 +26,11 @@ def stored_session() -> list[dict]:
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
-def test_a_signal_during_a_turn_saves_a_valid_session(tmp_path: Path, tools_dir: Path, sig: int, code: int) -> None:
+def test_a_signal_during_a_turn_saves_a_valid_session(tmp_path: Path, approval_tools: Path, sig: int,
+                                                      code: int) -> None:
     script = [{"sse": tool_calls_sse(("call_q", "nap", {"seconds": 0}), ("call_s", "nap", {"seconds": 60}))},
               {"sse": text_stream("never sent")}]
-    with ReplayServer(script) as server, ChatTerminal(chat_args(server.base_url, tools_dir), cwd=tmp_path) as term:
+    with ReplayServer(script) as server, ChatTerminal(chat_args(server.base_url, approval_tools), cwd=tmp_path) as term:
         term.expect("›")
         term.send("take a nap\r")
         term.expect('nap({"seconds": 60})')  # its spinner: the long nap runs
@@ -79,9 +47,28 @@ def test_a_signal_during_a_turn_saves_a_valid_session(tmp_path: Path, tools_dir:
     assert len(server.requests) == 1
 
 
-def test_sigterm_at_the_prompt_exits_143(tmp_path: Path, tools_dir: Path) -> None:
+def test_closing_the_terminal_at_an_approval_question_saves_a_valid_session(tmp_path: Path,
+                                                                            approval_tools: Path) -> None:
+    script = [{"sse": tool_calls_sse(("call_n", "nap", {"seconds": 0}), ("call_g", "guarded", {"text": "x"}))},
+              {"sse": text_stream("never sent")}]
+    with ReplayServer(script) as server, \
+            ChatTerminal(chat_args(server.base_url, approval_tools), cwd=tmp_path) as term:
+        term.expect("›")
+        term.send("go\r")
+        term.expect("Allow guarded")
+        term.hang_up()
+        assert term.wait() == 129
+        err = term.stderr()
+    assert err == "crow: interrupted (SIGHUP)\n", err
+    stored = stored_session()
+    assert_valid(stored)
+    assert stored[-1] == {"role": "tool", "tool_call_id": "call_g", "content": CANCELLED}
+    assert len(server.requests) == 1
+
+
+def test_sigterm_at_the_prompt_exits_143(tmp_path: Path, approval_tools: Path) -> None:
     with ReplayServer([{"sse": text_stream("Hello there.")}]) as server, \
-            ChatTerminal(chat_args(server.base_url, tools_dir), cwd=tmp_path) as term:
+            ChatTerminal(chat_args(server.base_url, approval_tools), cwd=tmp_path) as term:
         term.expect("›")
         term.send("hi\r")
         term.expect("Hello there.")
@@ -93,10 +80,10 @@ def test_sigterm_at_the_prompt_exits_143(tmp_path: Path, tools_dir: Path) -> Non
     assert stored_session() == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello there."}]
 
 
-def test_ctrl_c_at_an_approval_prompt_on_a_terminal_stops_the_turn(tmp_path: Path, tools_dir: Path) -> None:
+def test_ctrl_c_at_an_approval_prompt_on_a_terminal_stops_the_turn(tmp_path: Path, approval_tools: Path) -> None:
     script = [{"sse": tool_calls_sse(("call_g1", "guarded", {"text": "one"}), ("call_g2", "guarded", {"text": "two"}))},
               {"sse": text_stream("Fine.")}]
-    with ReplayServer(script) as server, ChatTerminal(chat_args(server.base_url, tools_dir), cwd=tmp_path) as term:
+    with ReplayServer(script) as server, ChatTerminal(chat_args(server.base_url, approval_tools), cwd=tmp_path) as term:
         term.expect("›")
         term.send("go\r")
         term.expect("Allow guarded")
@@ -119,12 +106,12 @@ def test_ctrl_c_at_an_approval_prompt_on_a_terminal_stops_the_turn(tmp_path: Pat
     assert len(server.requests) == 2
 
 
-def test_a_tool_line_does_not_join_the_approval_question_on_a_terminal(tmp_path: Path, tools_dir: Path) -> None:
+def test_a_tool_line_does_not_join_the_approval_question_on_a_terminal(tmp_path: Path, approval_tools: Path) -> None:
     import time
 
     script = [{"sse": tool_calls_sse(("call_n", "nap", {"seconds": 0.1}), ("call_g", "guarded", {"text": "x"}))},
               {"sse": text_stream("Both done.")}]
-    with ReplayServer(script) as server, ChatTerminal(chat_args(server.base_url, tools_dir), cwd=tmp_path) as term:
+    with ReplayServer(script) as server, ChatTerminal(chat_args(server.base_url, approval_tools), cwd=tmp_path) as term:
         term.expect("›")
         term.send("go\r")
         term.expect("Allow guarded")
