@@ -39,7 +39,7 @@ from ..history import Message, ToolCall, ToolResult, user_message
 from ..loop import react
 from ..sessions import EXPORT_FORMATS, SessionStore, export_session
 from ..text import public_url, strip_controls
-from ..tools.approval import make_approver
+from ..tools.approval import describe_call, make_approver
 from ..tools.builtin.shell import hide_secret
 from ..tools.registry import Tool, ToolRegistry
 from ..tools.workspace import use_workspace
@@ -283,9 +283,12 @@ class ChatApp:
         except CrowError as exc:
             self.view.line(f"crow: error: {exc}", "red")
 
-    def _interrupt(self) -> None:
+    def _interrupt(self) -> bool:
+        """Cancel the running turn; False when none runs."""
         if self._turn is not None and not self._turn.done():
             self._turn.cancel()
+            return True
+        return False
 
     async def _run_turn(self) -> None:
         """Run the loop on the history as it is (it ends with a user message)."""
@@ -365,10 +368,20 @@ class ChatApp:
     async def ask(self, call: ToolCall, tool: Tool) -> Answer:
         """Ask the user about one call: the approval policy's ask callback (it asks one at a time).
 
-        The live area is paused meanwhile.
+        Shows the call's preview (`describe_call`, as `crow run` does) above the question. The live area
+        is paused meanwhile and other output held back until the answer. Ctrl-C at the question stops
+        the whole turn, as Ctrl-C while streaming does (this call is cancelled with the others).
         """
+        await asyncio.sleep(0)  # the turn first draws what is already queued (the lines of calls started)
         with self.view.suspended():
-            return await ask_approval(call, tool, pt_input=self.pt_input, pt_output=self.pt_output)
+            self.view.call_preview(describe_call(call))
+            try:
+                return await ask_approval(call, tool, pt_input=self.pt_input, pt_output=self.pt_output)
+            except KeyboardInterrupt:
+                if not self._interrupt():
+                    return "no"
+        await asyncio.Event().wait()  # cancelled with the turn: dispatch cancels every call still open
+        return "no"  # not reached
 
     def _sync(self) -> None:
         if self.recorder is None:

@@ -13,14 +13,15 @@ brings its own spacing, which a plain extra blank line would double).
 `TurnView` draws one chat turn with rich: the Markdown tail and a spinner per running tool in one
 `Live`; reasoning dimmed; a line per finished tool call (ok/error and duration). With `plain=True`
 (NO_COLOR, a dumb terminal, not a terminal) text is written as it arrives, without Markdown,
-colour or cursor movement.
+colour or cursor movement. While the user is asked something (`suspended`), lines are held back
+and shown once the question is answered, so none lands on the question's line.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -168,6 +169,7 @@ class TurnView:
         self._at_line_start = True
         self._in_reasoning = False
         self._blocks_shown = 0  # Markdown blocks of this answer printed so far
+        self._held: list[Callable[[], None]] = []  # lines waiting for the question to be answered
 
     # live area
 
@@ -208,8 +210,19 @@ class TurnView:
             yield
         finally:
             self._paused -= 1
+            if not self._paused:
+                held, self._held = self._held, []
+                for draw in held:
+                    draw()
             if self.spinners or self.blocks.tail:
                 self._ensure_live()
+
+    def _show(self, draw: Callable[[], None]) -> None:
+        """Draw a line now, or once the user has answered (while `suspended`)."""
+        if self._paused:
+            self._held.append(draw)
+        else:
+            draw()
 
     # answer text
 
@@ -286,7 +299,7 @@ class TurnView:
         label = f"{call.name}({short_json(call.arguments, 60)})"
         if self.plain:
             self._end_plain_line()
-            self._write(f"→ {label}\n")
+            self._show(lambda: self._write(f"→ {label}\n"))
             return
         from rich.spinner import Spinner
 
@@ -301,11 +314,11 @@ class TurnView:
         status = "ok" if result.ok else "error"
         detail = "" if result.ok else f": {short_json(result.output, 120)}"
         if self.plain:
-            self._write(f"  {status} {result.name} {result.duration_s:.2f}s{detail}\n")
+            self._show(lambda: self._write(f"  {status} {result.name} {result.duration_s:.2f}s{detail}\n"))
             return
         mark, style = ("✓", "green") if result.ok else ("✗", "red")
-        self.console.print(f"{mark} {result.name}{args} {status} {result.duration_s:.2f}s{detail}", style=style,
-                           markup=False, highlight=False)
+        self._show(lambda: self.console.print(f"{mark} {result.name}{args} {status} {result.duration_s:.2f}s{detail}",
+                                              style=style, markup=False, highlight=False))
         self._refresh()
 
     def cancel_tools(self) -> None:
@@ -319,9 +332,29 @@ class TurnView:
         self._close_reasoning()
         if self.plain:
             self._end_plain_line()
-            self._write(text + "\n")
+            self._show(lambda: self._write(text + "\n"))
             return
-        self.console.print(text, style=style or None, markup=False, highlight=False)
+        self._show(lambda: self.console.print(text, style=style or None, markup=False, highlight=False))
+
+    def call_preview(self, preview: str) -> None:
+        """What a call waiting for approval would do (`tools.approval.describe_call`), shown at once.
+
+        A unified diff has its added and removed lines coloured.
+        """
+        if self.plain:
+            self._end_plain_line()
+            self._write(preview.rstrip("\n") + "\n")
+            return
+        from rich.text import Text
+
+        shown = Text()
+        is_diff = preview.startswith("--- ")
+        for line in preview.rstrip("\n").split("\n"):
+            style = ""
+            if is_diff and not line.startswith(("---", "+++")):
+                style = {"+": "green", "-": "red", "@": "cyan"}.get(line[:1], "")
+            shown.append(line + "\n", style=style)
+        self.console.print(shown, end="", highlight=False)
 
     def _write(self, text: str) -> None:
         self.console.file.write(text)
