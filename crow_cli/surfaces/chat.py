@@ -4,14 +4,17 @@ Input is a prompt-toolkit prompt (history file in the user state dir; Enter send
 Esc Enter) inserts a newline; pasted text keeps its newlines). Output is drawn by
 `render.TurnView`. Every message the loop appends is committed to the session as it arrives.
 
-Ctrl-C during a turn cancels the stream and the running tools; the partial answer is kept and every
-tool call of the turn gets a "cancelled by the user" result, so the history stays valid. At the
-prompt, a second Ctrl-C in a row (or Ctrl-D, or /exit) leaves.
+Ctrl-C during a turn, at a tool approval question too, cancels the stream and the running tools; the
+partial answer is kept and every tool call of the turn without a result gets a "cancelled by the
+user" one, so the history stays valid. At the prompt, a second Ctrl-C in a row (or Ctrl-D, or /exit)
+leaves. SIGTERM and SIGHUP end the chat the same way: the turn is cancelled, the session closed and
+stored, and the exit code is 143 / 129 (`surfaces.interrupt`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -45,6 +48,7 @@ from ..tools.registry import Tool, ToolRegistry
 from ..tools.workspace import use_workspace
 from .ask import Answer, ask_approval
 from .common import build_client, build_registry, loop_settings
+from .interrupt import SignalCancel
 from .persist import SessionRecorder, close_interrupted, open_session
 from .render import TurnView
 
@@ -268,7 +272,8 @@ class ChatApp:
         finally:
             if sigint:
                 loop.remove_signal_handler(signal.SIGINT)
-            self.view.stop()
+            with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
+                self.view.stop()
             if self.client is not None:
                 await self.client.aclose()
         return 0
@@ -301,13 +306,13 @@ class ChatApp:
             with _no_echo(self.pt_input is None):
                 await self._turn
         except asyncio.CancelledError:
+            added = close_interrupted(self.history, "".join(partial), finished)
+            self._sync()
             current = asyncio.current_task()
-            if current is not None and current.cancelling():
+            if current is not None and current.cancelling():  # SIGTERM / SIGHUP: the chat ends (run_chat)
                 raise
             self.view.cancel_tools()
             self.view.end_answer()
-            added = close_interrupted(self.history, "".join(partial), finished)
-            self._sync()
             what = "unfinished tool calls were cancelled" if any(m["role"] == "tool" for m in added) \
                 else "the partial answer is kept"
             self.view.line(f"interrupted: {what}", "yellow")
@@ -526,7 +531,8 @@ def _no_echo(enabled: bool) -> Iterator[None]:
     try:
         yield
     finally:
-        termios.tcsetattr(fd, termios.TCSANOW, saved)
+        with contextlib.suppress(termios.error):  # the terminal is gone (SIGHUP)
+            termios.tcsetattr(fd, termios.TCSANOW, saved)
 
 
 def _install_sigint(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> bool:
@@ -539,5 +545,20 @@ def _install_sigint(loop: asyncio.AbstractEventLoop, callback: Callable[[], None
 
 
 async def run_chat(settings: Settings, options: ChatOptions) -> int:
-    """Run the chat on the terminal; returns the exit code."""
-    return await ChatApp(settings, options).run()
+    """Run the chat on the terminal; returns the exit code (0; 143 / 129 after SIGTERM / SIGHUP).
+
+    SIGTERM or SIGHUP cancels the chat: a turn in progress is closed as after Ctrl-C (every call
+    answered) and stored before the process ends; a second signal exits at once.
+    """
+    app = ChatApp(settings, options)
+    task = asyncio.ensure_future(app.run())
+    with SignalCancel(task, signals=(signal.SIGTERM, signal.SIGHUP)) as signals:
+        try:
+            return await task
+        except asyncio.CancelledError:
+            if signals.signum is None:
+                raise
+    with contextlib.suppress(OSError, ValueError):  # stderr may be the closed terminal
+        sys.stderr.write(f"crow: interrupted ({signals.name})\n")
+        sys.stderr.flush()
+    return signals.exit_code
