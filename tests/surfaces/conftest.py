@@ -43,10 +43,14 @@ def store(tmp_path: Path) -> Iterator[SessionStore]:
         yield s
 
 
+def tools_folder(folder: Path, source: str) -> Path:
+    """`folder`, created, holding one tools module with `source` (for `--tools-dir`)."""
+    folder.mkdir()
+    (folder / f"{folder.name.replace('-', '_')}.py").write_text(source)
+    return folder
+
+
 @pytest.fixture
 def approval_tools(tmp_path: Path) -> Path:
     """A tools folder: `nap(seconds)` (async) and `guarded(text)` (needs approval)."""
-    folder = tmp_path / "approval-tools"
-    folder.mkdir()
-    (folder / "approvaltools.py").write_text(APPROVAL_TOOLS)
-    return folder
+    return tools_folder(tmp_path / "approval-tools", APPROVAL_TOOLS)
