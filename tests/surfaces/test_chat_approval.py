@@ -34,11 +34,9 @@ async def test_ctrl_c_at_the_approval_prompt_cancels_the_whole_turn(store: Sessi
                                ("call_g2", "guarded", {"text": "two"}))},
         {"sse": text_stream("Stopped, then.")},
     ]
-    started = time.monotonic()
     # Ctrl-C at the first approval prompt; the next line is a new message, not an answer to a prompt
     output, server, app = await chat(script, "go\r\x03what now?\r/exit\r", store,
                                      options=ChatOptions(tools_dirs=(str(approval_tools),)))
-    assert time.monotonic() - started < 25  # the 30 s nap was cancelled with the turn
     assert "interrupted: unfinished tool calls were cancelled" in output
     assert output.count('{"text": "one"}') == 2  # its → line and its preview
     assert output.count('{"text": "two"}') == 1  # its → line only: the second call was never asked about
@@ -123,3 +121,9 @@ async def test_a_tool_line_never_lands_on_the_approval_prompt_line(store: Sessio
     assert mark not in text[asked:answered] and "→" not in text[asked:answered], text
     assert text.index(mark) > answered  # the line comes once the question is answered
     assert server.requests[1]["messages"][3]["content"] == "guarded ran: x"
+
+
+def test_the_preview_cannot_drive_the_terminal() -> None:
+    """The model writes the command; its escape sequences must not reach either approval prompt."""
+    shown = describe_call(ToolCall("c", "run_shell", json.dumps({"command": "ls\x1b[2J\x1b]0;owned\x07 -l"}), 0))
+    assert shown == "$ ls[2J]0;owned -l"
