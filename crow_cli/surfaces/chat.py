@@ -4,14 +4,17 @@ Input is a prompt-toolkit prompt (history file in the user state dir; Enter send
 Esc Enter) inserts a newline; pasted text keeps its newlines). Output is drawn by
 `render.TurnView`. Every message the loop appends is committed to the session as it arrives.
 
-Ctrl-C during a turn cancels the stream and the running tools; the partial answer is kept and every
-tool call of the turn gets a "cancelled by the user" result, so the history stays valid. At the
-prompt, a second Ctrl-C in a row (or Ctrl-D, or /exit) leaves.
+Ctrl-C during a turn, at a tool approval question too, cancels the stream and the running tools; the
+partial answer is kept and every tool call of the turn without a result gets a "cancelled by the
+user" one, so the history stays valid. At the prompt, a second Ctrl-C in a row (or Ctrl-D, or /exit)
+leaves. SIGTERM and SIGHUP end the chat the same way: the turn is cancelled, the session closed and
+stored, and the exit code is 143 / 129 (`surfaces.interrupt`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import signal
 import sys
@@ -38,12 +41,13 @@ from ..history import Message, ToolCall, ToolResult, user_message
 from ..loop import react
 from ..sessions import EXPORT_FORMATS, SessionStore, export_session
 from ..text import public_url, strip_controls
-from ..tools.approval import make_approver
+from ..tools.approval import describe_call, make_approver
 from ..tools.builtin.shell import hide_secret
 from ..tools.registry import Tool, ToolRegistry
 from ..tools.workspace import use_workspace
 from .ask import Answer, ask_approval
 from .common import build_client, build_registry, loop_settings, make_console, plain_terminal
+from .interrupt import SignalCancel
 from .persist import SessionRecorder, close_interrupted, open_session
 from .render import TurnView
 
@@ -265,7 +269,8 @@ class ChatApp:
         finally:
             if sigint:
                 loop.remove_signal_handler(signal.SIGINT)
-            self.view.stop()
+            with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
+                self.view.stop()
             if self.client is not None:
                 await self.client.aclose()
         return 0
@@ -280,9 +285,12 @@ class ChatApp:
         except CrowError as exc:
             self.view.line(f"crow: error: {exc}", "red")
 
-    def _interrupt(self) -> None:
+    def _interrupt(self) -> bool:
+        """Cancel the running turn; False when none runs."""
         if self._turn is not None and not self._turn.done():
             self._turn.cancel()
+            return True
+        return False
 
     async def _run_turn(self) -> None:
         """Run the loop on the history as it is (it ends with a user message)."""
@@ -295,13 +303,13 @@ class ChatApp:
             with _no_echo(self.pt_input is None):
                 await self._turn
         except asyncio.CancelledError:
+            added = close_interrupted(self.history, "".join(partial), finished)
+            self._sync()
             current = asyncio.current_task()
-            if current is not None and current.cancelling():
+            if current is not None and current.cancelling():  # SIGTERM / SIGHUP: the chat ends (run_chat)
                 raise
             self.view.cancel_tools()
             self.view.end_answer()
-            added = close_interrupted(self.history, "".join(partial), finished)
-            self._sync()
             what = "unfinished tool calls were cancelled" if any(m["role"] == "tool" for m in added) \
                 else "the partial answer is kept"
             self.view.line(f"interrupted: {what}", "yellow")
@@ -362,10 +370,20 @@ class ChatApp:
     async def ask(self, call: ToolCall, tool: Tool) -> Answer:
         """Ask the user about one call: the approval policy's ask callback (it asks one at a time).
 
-        The live area is paused meanwhile.
+        Shows the call's preview (`describe_call`, as `crow run` does) above the question. The live area
+        is paused meanwhile and other output held back until the answer. Ctrl-C at the question stops
+        the whole turn, as Ctrl-C while streaming does (this call is cancelled with the others).
         """
+        await asyncio.sleep(0)  # the turn first draws what is already queued (the lines of calls started)
         with self.view.suspended():
-            return await ask_approval(call, tool, pt_input=self.pt_input, pt_output=self.pt_output)
+            self.view.call_preview(describe_call(call))
+            try:
+                return await ask_approval(call, tool, pt_input=self.pt_input, pt_output=self.pt_output)
+            except KeyboardInterrupt:
+                if not self._interrupt():
+                    return "no"
+        await asyncio.Event().wait()  # cancelled with the turn: dispatch cancels every call still open
+        return "no"  # not reached
 
     def _sync(self) -> None:
         if self.recorder is None:
@@ -510,7 +528,8 @@ def _no_echo(enabled: bool) -> Iterator[None]:
     try:
         yield
     finally:
-        termios.tcsetattr(fd, termios.TCSANOW, saved)
+        with contextlib.suppress(termios.error):  # the terminal is gone (SIGHUP)
+            termios.tcsetattr(fd, termios.TCSANOW, saved)
 
 
 def _install_sigint(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> bool:
@@ -523,5 +542,20 @@ def _install_sigint(loop: asyncio.AbstractEventLoop, callback: Callable[[], None
 
 
 async def run_chat(settings: Settings, options: ChatOptions) -> int:
-    """Run the chat on the terminal; returns the exit code."""
-    return await ChatApp(settings, options).run()
+    """Run the chat on the terminal; returns the exit code (0; 143 / 129 after SIGTERM / SIGHUP).
+
+    SIGTERM or SIGHUP cancels the chat: a turn in progress is closed as after Ctrl-C (every call
+    answered) and stored before the process ends; a second signal exits at once.
+    """
+    app = ChatApp(settings, options)
+    task = asyncio.ensure_future(app.run())
+    with SignalCancel(task, signals=(signal.SIGTERM, signal.SIGHUP)) as signals:
+        try:
+            return await task
+        except asyncio.CancelledError:
+            if signals.signum is None:
+                raise
+    with contextlib.suppress(OSError, ValueError):  # stderr may be the closed terminal
+        sys.stderr.write(f"crow: interrupted ({signals.name})\n")
+        sys.stderr.flush()
+    return signals.exit_code

@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
 
@@ -24,19 +25,22 @@ _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the termina
 
 
 class SignalCancel:
-    """While entered, SIGINT and SIGTERM cancel `task` (asyncio signal handlers, main thread only).
+    """While entered, SIGINT, SIGTERM and SIGHUP cancel `task` (asyncio signal handlers, main thread only).
 
     Args:
         task: the task to cancel on the first signal.
         exit_grace_s: for `exit_soon`; None never forces an exit (in-process callers, tests).
+        signals: the signals to handle (`crow chat` leaves SIGINT to its own handler).
 
     Attributes:
         signum: the first signal received, or None.
     """
 
-    def __init__(self, task: asyncio.Future[Any], *, exit_grace_s: float | None = None) -> None:
+    def __init__(self, task: asyncio.Future[Any], *, exit_grace_s: float | None = None,
+                 signals: Iterable[int] = _SIGNALS) -> None:
         self.task = task
         self.exit_grace_s = exit_grace_s
+        self.signals = tuple(signals)
         self.signum: int | None = None
         self._installed: list[int] = []
 
@@ -51,7 +55,7 @@ class SignalCancel:
 
     def __enter__(self) -> SignalCancel:
         loop = asyncio.get_running_loop()
-        for sig in _SIGNALS:
+        for sig in self.signals:
             try:
                 loop.add_signal_handler(sig, self._on_signal, sig)
             except (NotImplementedError, RuntimeError, ValueError):  # Windows, or not the main thread

@@ -5,18 +5,23 @@ above the live area, never touched again) and a small live tail (re-rendered as 
 ends at a blank line outside a code fence, or at a fence's closing line; a tail that grows past
 `max_tail` characters without ending (a long code block, a huge paragraph) is cut at a line end,
 re-opening the fence in the tail. So each refresh costs O(max_tail), not O(answer).
+Blocks are rendered one by one, yet spaced as the answer rendered whole would be: a block that
+follows another one is rendered after an empty HTML comment (`_AFTER_BLOCK`), which draws nothing
+but makes rich put its usual blank line between two top-level blocks (a list or a code block
+brings its own spacing, which a plain extra blank line would double).
 
 `TurnView` draws one chat turn with rich: the Markdown tail and a spinner per running tool in one
 `Live`; reasoning dimmed; a line per finished tool call (ok/error and duration). With `plain=True`
 (NO_COLOR, a dumb terminal, not a terminal) text is written as it arrives, without Markdown,
-colour or cursor movement.
+colour or cursor movement. While the user is asked something (`suspended`), lines are held back
+and shown once the question is answered, so none lands on the question's line.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["MarkdownBlocks", "TurnView"]
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
+_AFTER_BLOCK = "<!-- -->\n\n"  # renders as nothing; what follows is spaced as a block after a block
 
 
 class MarkdownBlocks:
@@ -46,9 +52,15 @@ class MarkdownBlocks:
         self._scan = 0  # tail[:_scan] holds only complete lines already classified
         self._fence: str | None = None  # the opening fence line while inside a code block
         self._marker = "```"  # its backticks or tildes
+        self.continues = False
+        """Whether the tail continues a block cut for length (not a new block): no blank line before it."""
 
     def feed(self, text: str) -> list[str]:
-        """Add streamed text; returns the blocks it finished (possibly none), in order."""
+        """Add streamed text; returns the blocks it finished (possibly none), in order.
+
+        Only the last block returned can have been cut for length (then `continues` is True); the
+        first one continues the previous block when `continues` was True before the call.
+        """
         self.tail += text
         blocks: list[str] = []
         while True:
@@ -67,8 +79,11 @@ class MarkdownBlocks:
             match = _FENCE.match(line)
             if match:
                 self._fence, self._marker = line.strip(), match.group(1)
-            elif not line.strip() and self.tail[: self._scan - 1].strip():
-                self._cut(self._scan, blocks)
+            elif not line.strip():
+                if self.tail[: self._scan - 1].strip():
+                    self._cut(self._scan, blocks)
+                else:  # a blank line right after a cut for length: the block did end there
+                    self.continues = False
         if len(self.tail) > self.max_tail:
             self._cut_long(blocks)
         return blocks
@@ -76,12 +91,14 @@ class MarkdownBlocks:
     def finish(self) -> str:
         """The remaining tail (the last block); the splitter is empty afterwards."""
         rest, self.tail, self._scan, self._fence = self.tail, "", 0, None
+        self.continues = False
         return rest
 
     def _cut(self, at: int, blocks: list[str]) -> None:
         block = self.tail[:at]
         if block.strip():
             blocks.append(block)
+            self.continues = False
         self.tail = self.tail[at:]
         self._scan -= at
 
@@ -94,10 +111,12 @@ class MarkdownBlocks:
             blocks.append(block)
             self.tail = fence + "\n" + self.tail[self._scan :]
             self._scan = len(fence) + 1
+            self.continues = True
             return
         at = self.tail.rfind("\n", 0, self._scan) + 1 or self.tail.rfind(" ") + 1
         if at > 0:
             self._cut(at, blocks)
+            self.continues = True
 
 
 class _LiveArea:
@@ -114,7 +133,7 @@ class _LiveArea:
         if v.reasoning_line and v.show_reasoning:
             yield Text(v.reasoning_line, style="dim italic")
         if v.blocks.tail.strip():
-            yield Markdown(v.blocks.tail, code_theme=v.code_theme)
+            yield Markdown(v.markdown_source(v.blocks.tail, continues=v.blocks.continues), code_theme=v.code_theme)
         for _call, spinner in v.spinners.values():
             yield spinner
 
@@ -149,6 +168,8 @@ class TurnView:
         self._paused = 0  # > 0 while the user is being asked something: no live area
         self._at_line_start = True
         self._in_reasoning = False
+        self._blocks_shown = 0  # Markdown blocks of this answer printed so far
+        self._held: list[Callable[[], None]] = []  # lines waiting for the question to be answered
 
     # live area
 
@@ -189,8 +210,19 @@ class TurnView:
             yield
         finally:
             self._paused -= 1
+            if not self._paused:
+                held, self._held = self._held, []
+                for draw in held:
+                    draw()
             if self.spinners or self.blocks.tail:
                 self._ensure_live()
+
+    def _show(self, draw: Callable[[], None]) -> None:
+        """Draw a line now, or once the user has answered (while `suspended`)."""
+        if self._paused:
+            self._held.append(draw)
+        else:
+            draw()
 
     # answer text
 
@@ -201,24 +233,33 @@ class TurnView:
             self._write(delta)
             return
         self._ensure_live()
+        continues = self.blocks.continues
         for block in self.blocks.feed(delta):
-            self._print_markdown(block)
+            self._print_markdown(block, continues=continues)
+            continues = False  # a block after the first in one feed starts a new block
         self._refresh()
 
     def end_answer(self) -> None:
         """The model turn ended: print what is left of the answer for good."""
         self._close_reasoning()
+        continues = self.blocks.continues
         rest = self.blocks.finish()
         if self.plain:
             self._end_plain_line()
         elif rest.strip():
-            self._print_markdown(rest)
+            self._print_markdown(rest, continues=continues)
+        self._blocks_shown = 0
         self._refresh()
 
-    def _print_markdown(self, block: str) -> None:
+    def markdown_source(self, block: str, *, continues: bool) -> str:
+        """The Markdown to render for `block`: after an earlier block of this answer, spaced as one."""
+        return block if continues or not self._blocks_shown else _AFTER_BLOCK + block
+
+    def _print_markdown(self, block: str, *, continues: bool) -> None:
         from rich.markdown import Markdown
 
-        self.console.print(Markdown(block, code_theme=self.code_theme))
+        self.console.print(Markdown(self.markdown_source(block, continues=continues), code_theme=self.code_theme))
+        self._blocks_shown += 1
 
     # reasoning
 
@@ -258,7 +299,7 @@ class TurnView:
         label = f"{call.name}({short_json(call.arguments, 60)})"
         if self.plain:
             self._end_plain_line()
-            self._write(f"→ {label}\n")
+            self._show(lambda: self._write(f"→ {label}\n"))
             return
         from rich.spinner import Spinner
 
@@ -273,11 +314,11 @@ class TurnView:
         status = "ok" if result.ok else "error"
         detail = "" if result.ok else f": {short_json(result.output, 120)}"
         if self.plain:
-            self._write(f"  {status} {result.name} {result.duration_s:.2f}s{detail}\n")
+            self._show(lambda: self._write(f"  {status} {result.name} {result.duration_s:.2f}s{detail}\n"))
             return
         mark, style = ("✓", "green") if result.ok else ("✗", "red")
-        self.console.print(f"{mark} {result.name}{args} {status} {result.duration_s:.2f}s{detail}", style=style,
-                           markup=False, highlight=False)
+        self._show(lambda: self.console.print(f"{mark} {result.name}{args} {status} {result.duration_s:.2f}s{detail}",
+                                              style=style, markup=False, highlight=False))
         self._refresh()
 
     def cancel_tools(self) -> None:
@@ -291,9 +332,29 @@ class TurnView:
         self._close_reasoning()
         if self.plain:
             self._end_plain_line()
-            self._write(text + "\n")
+            self._show(lambda: self._write(text + "\n"))
             return
-        self.console.print(text, style=style or None, markup=False, highlight=False)
+        self._show(lambda: self.console.print(text, style=style or None, markup=False, highlight=False))
+
+    def call_preview(self, preview: str) -> None:
+        """What a call waiting for approval would do (`tools.approval.describe_call`), shown at once.
+
+        A unified diff has its added and removed lines coloured.
+        """
+        if self.plain:
+            self._end_plain_line()
+            self._write(preview.rstrip("\n") + "\n")
+            return
+        from rich.text import Text
+
+        shown = Text()
+        is_diff = preview.startswith("--- ")
+        for line in preview.rstrip("\n").split("\n"):
+            style = ""
+            if is_diff and not line.startswith(("---", "+++")):
+                style = {"+": "green", "-": "red", "@": "cyan"}.get(line[:1], "")
+            shown.append(line + "\n", style=style)
+        self.console.print(shown, end="", highlight=False)
 
     def _write(self, text: str) -> None:
         self.console.file.write(text)

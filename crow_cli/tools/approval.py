@@ -39,6 +39,7 @@ from typing import Any, Literal
 
 from ..errors import ConfigError, ToolDenied
 from ..history import ToolCall
+from ..text import strip_controls
 from .registry import Tool
 
 __all__ = ["POLICIES", "Answer", "ApprovalPolicy", "Approvals", "AskFn", "describe_call", "make_approver"]
@@ -278,8 +279,14 @@ def make_approver(mode: str | None = None, *, allow: Iterable[str] = (), deny: I
 def describe_call(call: ToolCall, limit: int = 4000) -> str:
     """What a prompt should show about a call: the shell command, a diff preview of an edit, or the arguments.
 
-    Reads the file for `edit_file` previews (within the workspace); never raises.
+    The one preview of both approval prompts (`crow run`, `crow chat`). At most `limit` characters, without
+    terminal control characters (the model wrote them). Reads the file for `edit_file` previews (within the
+    workspace); never raises.
     """
+    return strip_controls(_describe(call, limit))
+
+
+def _describe(call: ToolCall, limit: int) -> str:
     try:
         args: Any = json.loads(call.arguments)
     except ValueError:

@@ -22,6 +22,7 @@ from crow_cli.sessions import SessionStore
 from crow_cli.surfaces.chat import ChatApp, ChatOptions
 from tests.conftest import chunk, sse, tool_delta
 from tests.replay_server import ReplayServer, text_stream
+from tests.surfaces.conftest import tools_folder
 
 SLOW_TOOLS = '''
 import asyncio, os, signal
@@ -75,16 +76,7 @@ def tool_calls_sse(*calls: tuple[str, str, dict[str, Any]], usage: dict[str, Any
 
 @pytest.fixture
 def tools_dir(tmp_path: Path) -> Path:
-    folder = tmp_path / "tools"
-    folder.mkdir()
-    (folder / "testtools.py").write_text(SLOW_TOOLS)
-    return folder
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> SessionStore:
-    with SessionStore(tmp_path / "sessions.db") as s:
-        yield s
+    return tools_folder(tmp_path / "testtools", SLOW_TOOLS)
 
 
 async def chat(script: list[dict[str, Any]], keys: str, store: SessionStore, *, options: ChatOptions | None = None,

@@ -106,3 +106,48 @@ def test_hidden_reasoning_is_not_shown() -> None:
     view.text("answer")
     view.end_answer()
     assert out.getvalue() == "answer\n"
+
+
+def render_whole(text: str, width: int = 60) -> str:
+    from rich.markdown import Markdown
+
+    out = io.StringIO()
+    Console(file=out, width=width, color_system=None).print(Markdown(text, code_theme=TurnView.code_theme))
+    return out.getvalue()
+
+
+def render_streamed(text: str, sizes: list[int], width: int = 60) -> str:
+    """The frozen output of a streamed answer (a console that is not a terminal shows no live frames)."""
+    out = io.StringIO()
+    view = TurnView(Console(file=out, width=width, color_system=None), plain=False, min_interval_s=0)
+    i = 0
+    for n in sizes:
+        view.text(text[i : i + n])
+        i += n
+    view.text(text[i:])
+    view.end_answer()
+    view.stop()
+    return out.getvalue()
+
+
+@given(st.lists(st.integers(min_value=1, max_value=15), max_size=40))
+def test_streamed_markdown_keeps_the_blank_lines_between_blocks(sizes: list[int]) -> None:
+    """Paragraphs, code blocks and lists stay apart as in the answer rendered whole."""
+    assert render_streamed(DOC, sizes) == render_whole(DOC)
+
+
+def test_two_paragraphs_stay_apart() -> None:
+    shown = render_streamed("First paragraph.\n\nSecond paragraph.\n", [1] * 40)
+    assert [line.rstrip() for line in shown.splitlines()] == ["First paragraph.", "", "Second paragraph."]
+
+
+def test_the_live_tail_starts_where_its_frozen_block_will_be() -> None:
+    """The growing paragraph does not jump down a line when its block is frozen."""
+    from crow_cli.surfaces.render import _LiveArea
+
+    view, _frozen = capture(plain=False)
+    view.text("First.\n\nSecond, still growing")
+    live = io.StringIO()
+    Console(file=live, width=60, color_system=None).print(_LiveArea(view))
+    view.stop()
+    assert [line.rstrip() for line in live.getvalue().splitlines()] == ["", "Second, still growing"]

@@ -1,0 +1,56 @@
+"""Fixtures of the chat tests: a session store in tmp_path, a folder of tools that nap or need approval."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from crow_cli.sessions import SessionStore
+
+APPROVAL_TOOLS = '''
+import asyncio
+from crow_cli.tools import tool
+
+@tool
+async def nap(seconds: float = 0.2) -> str:
+    """Sleep on the event loop, then say so.
+
+    Args:
+        seconds: how long.
+    """
+    await asyncio.sleep(seconds)
+    return "rested"
+
+@tool(needs_approval=True)
+def guarded(text: str) -> str:
+    """Needs approval.
+
+    Args:
+        text: anything.
+    """
+    return "guarded ran: " + text
+'''
+
+CANCELLED = "Error: the tool call was cancelled by the user; no result."
+"""The result of a call the user's Ctrl-C (or a signal) cancelled."""
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SessionStore]:
+    with SessionStore(tmp_path / "sessions.db") as s:
+        yield s
+
+
+def tools_folder(folder: Path, source: str) -> Path:
+    """`folder`, created, holding one tools module with `source` (for `--tools-dir`)."""
+    folder.mkdir()
+    (folder / f"{folder.name.replace('-', '_')}.py").write_text(source)
+    return folder
+
+
+@pytest.fixture
+def approval_tools(tmp_path: Path) -> Path:
+    """A tools folder: `nap(seconds)` (async) and `guarded(text)` (needs approval)."""
+    return tools_folder(tmp_path / "approval-tools", APPROVAL_TOOLS)

@@ -1,0 +1,129 @@
+"""`crow chat` at a tool approval prompt: Ctrl-C stops the turn, the prompt shows `crow run`'s preview
+of the call, and no output line lands on the prompt's line. In-process: prompt-toolkit pipe input, a
+replay server on a real socket."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from prompt_toolkit.input import create_pipe_input
+from prompt_toolkit.output.plain_text import PlainTextOutput
+from rich.console import Console
+
+from crow_cli.config import Settings
+from crow_cli.history import ToolCall
+from crow_cli.sessions import SessionStore
+from crow_cli.surfaces.chat import ChatApp, ChatOptions
+from crow_cli.tools.approval import describe_call
+from crow_cli.tools.workspace import use_workspace
+from tests.replay_server import ReplayServer, text_stream
+from tests.surfaces.conftest import CANCELLED
+from tests.surfaces.test_chat import assert_valid, chat, tool_calls_sse
+
+
+async def test_ctrl_c_at_the_approval_prompt_cancels_the_whole_turn(store: SessionStore,
+                                                                   approval_tools: Path) -> None:
+    script = [
+        {"sse": tool_calls_sse(("call_n", "nap", {"seconds": 30}), ("call_g1", "guarded", {"text": "one"}),
+                               ("call_g2", "guarded", {"text": "two"}))},
+        {"sse": text_stream("Stopped, then.")},
+    ]
+    # Ctrl-C at the first approval prompt; the next line is a new message, not an answer to a prompt
+    output, server, app = await chat(script, "go\r\x03what now?\r/exit\r", store,
+                                     options=ChatOptions(tools_dirs=(str(approval_tools),)))
+    assert "interrupted: unfinished tool calls were cancelled" in output
+    assert output.count('{"text": "one"}') == 2  # its → line and its preview
+    assert output.count('{"text": "two"}') == 1  # its → line only: the second call was never asked about
+
+    stored = store.messages(app.recorder.session_id)
+    assert_valid(stored)
+    assert [(m["tool_call_id"], m["content"]) for m in stored[2:5]] == [
+        ("call_n", CANCELLED), ("call_g1", CANCELLED), ("call_g2", CANCELLED)]
+    assert len(server.requests) == 2  # the turn was not continued with the results
+    assert server.requests[1]["messages"] == [*stored[:5], {"role": "user", "content": "what now?"}]
+    assert stored[5:] == [{"role": "user", "content": "what now?"}, {"role": "assistant", "content": "Stopped, then."}]
+
+
+async def test_after_ctrl_c_at_the_approval_prompt_the_chat_prompt_behaves_as_after_a_stream(
+        store: SessionStore, approval_tools: Path) -> None:
+    script = [{"sse": tool_calls_sse(("call_g", "guarded", {"text": "x"}))}]
+    # Ctrl-C at the approval prompt stops the turn; at the chat prompt, Ctrl-C twice leaves
+    output, server, app = await chat(script, "go\r\x03\x03\x03", store,
+                                     options=ChatOptions(tools_dirs=(str(approval_tools),)))
+    assert output.count("press Ctrl-C again") == 1
+    assert len(server.requests) == 1
+    stored = store.messages(app.recorder.session_id)
+    assert_valid(stored)
+    assert stored[-1] == {"role": "tool", "tool_call_id": "call_g", "content": CANCELLED}
+    # and Ctrl-D leaves at once
+    _, server, app = await chat(script, "go\r\x03\x04", store, options=ChatOptions(tools_dirs=(str(approval_tools),)))
+    assert_valid(store.messages(app.recorder.session_id))
+
+
+async def test_the_approval_prompt_previews_the_call_as_crow_run_does(store: SessionStore, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "notes.txt").write_text("one\ntwo\nthree\n")
+    edit = {"path": "notes.txt", "old_string": "two", "new_string": "2"}
+    shell = {"command": "ls -la && echo done"}
+    script = [{"sse": tool_calls_sse(("call_e", "edit_file", edit), ("call_s", "run_shell", shell))},
+              {"sse": text_stream("Left alone.")}]
+    settings = Settings(model="test-model", workspace=str(work))
+    output, _, _ = await chat(script, "edit it\rn\rn\r/exit\r", store, settings=settings)
+
+    use_workspace(str(work))
+    edit_preview = describe_call(ToolCall("call_e", "edit_file", json.dumps(edit), 0))
+    assert "-two\n+2\n" in edit_preview
+    assert edit_preview in output  # the diff, line for line, as `crow run` shows it
+    assert "$ ls -la && echo done" in output
+    assert output.count('"old_string"') == 1  # in its → line only: the question shows the diff, not the JSON
+    assert (work / "notes.txt").read_text() == "one\ntwo\nthree\n"
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+async def test_a_tool_line_never_lands_on_the_approval_prompt_line(store: SessionStore, approval_tools: Path,
+                                                                   terminal: bool) -> None:
+    """`nap` finishes while the approval prompt for `guarded` waits: its ✓ line must not join the prompt."""
+    script = [{"sse": tool_calls_sse(("call_n", "nap", {"seconds": 0.1}), ("call_g", "guarded", {"text": "x"}))},
+              {"sse": text_stream("Both done.")}]
+    screen = io.StringIO()  # what the terminal shows: the chat's console and prompt-toolkit write to one stream
+
+    def answer_late(pipe: object) -> None:
+        deadline = time.monotonic() + 20
+        while "Allow guarded" not in screen.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(1.0)  # nap (0.1 s) ends while the question waits
+        pipe.send_text("y\r/exit\r")  # type: ignore[attr-defined]
+
+    with ReplayServer(script) as server, create_pipe_input() as pipe:
+        pipe.send_text("go\r")
+        console = Console(file=screen, width=100, force_terminal=terminal, color_system=None)
+        app = ChatApp(Settings(model="test-model", base_url=server.base_url),
+                      ChatOptions(tools_dirs=(str(approval_tools),)), console=console, pt_input=pipe,
+                      pt_output=PlainTextOutput(screen), store=store)
+        threading.Thread(target=answer_late, args=(pipe,), daemon=True).start()
+        await asyncio.wait_for(app.run(), 30)
+    text = screen.getvalue()
+    lines = [line for raw in text.split("\n") for line in raw.split("\r")]
+    mark = "✓ nap" if terminal else "ok nap"
+    assert any(mark in line for line in lines), text
+    assert not [line for line in lines if "Allow guarded" in line and mark in line], text
+    # while the question waits nothing else is written: on a terminal it would land on the question's line
+    asked = text.index("Allow guarded")
+    answered = text.index(": y", asked)
+    assert mark not in text[asked:answered] and "→" not in text[asked:answered], text
+    assert text.index(mark) > answered  # the line comes once the question is answered
+    assert server.requests[1]["messages"][3]["content"] == "guarded ran: x"
+
+
+def test_the_preview_cannot_drive_the_terminal() -> None:
+    """The model writes the command; its escape sequences must not reach either approval prompt."""
+    shown = describe_call(ToolCall("c", "run_shell", json.dumps({"command": "ls\x1b[2J\x1b]0;owned\x07 -l"}), 0))
+    assert shown == "$ ls[2J]0;owned -l"

@@ -1,0 +1,127 @@
+"""`crow chat` on a real terminal (a pty) against the replay server: SIGTERM / SIGHUP end it cleanly,
+with a valid stored session and exit code 143 / 129; Ctrl-C at an approval prompt stops the turn."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from crow_cli.sessions import SessionStore
+from tests.replay_server import ReplayServer, text_stream
+from tests.surfaces.chat_terminal import ChatTerminal
+from tests.surfaces.conftest import CANCELLED
+from tests.surfaces.test_chat import assert_valid, tool_calls_sse
+
+
+def chat_args(base_url: str, tools_dir: Path) -> list[str]:
+    return ["--base-url", base_url, "--api-key", "sk-test", "--model", "test-model", "--tools-dir", str(tools_dir)]
+
+
+def stored_session() -> list[dict]:
+    with SessionStore() as store:
+        (info,) = store.recent()
+        return store.messages(info.id)
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_a_signal_during_a_turn_saves_a_valid_session(tmp_path: Path, approval_tools: Path, sig: int,
+                                                      code: int) -> None:
+    script = [{"sse": tool_calls_sse(("call_q", "nap", {"seconds": 0}), ("call_s", "nap", {"seconds": 60}))},
+              {"sse": text_stream("never sent")}]
+    with ReplayServer(script) as server, ChatTerminal(chat_args(server.base_url, approval_tools), cwd=tmp_path) as term:
+        term.expect("›")
+        term.send("take a nap\r")
+        term.expect('nap({"seconds": 60})')  # its spinner: the long nap runs
+        if sig == signal.SIGHUP:
+            term.hang_up()  # the terminal window was closed
+        else:
+            term.signal(sig)
+        assert term.wait() == code
+        err = term.stderr()
+    assert "Traceback" not in err and "Exception" not in err, err
+    stored = stored_session()
+    assert_valid(stored)
+    assert [(m["tool_call_id"], m["content"]) for m in stored[2:]] == [("call_q", "rested"), ("call_s", CANCELLED)]
+    assert len(server.requests) == 1
+
+
+def test_closing_the_terminal_at_an_approval_question_saves_a_valid_session(tmp_path: Path,
+                                                                            approval_tools: Path) -> None:
+    script = [{"sse": tool_calls_sse(("call_n", "nap", {"seconds": 0}), ("call_g", "guarded", {"text": "x"}))},
+              {"sse": text_stream("never sent")}]
+    with ReplayServer(script) as server, \
+            ChatTerminal(chat_args(server.base_url, approval_tools), cwd=tmp_path) as term:
+        term.expect("›")
+        term.send("go\r")
+        term.expect("Allow guarded")
+        term.hang_up()
+        assert term.wait() == 129
+        err = term.stderr()
+    assert err == "crow: interrupted (SIGHUP)\n", err
+    stored = stored_session()
+    assert_valid(stored)
+    assert stored[-1] == {"role": "tool", "tool_call_id": "call_g", "content": CANCELLED}
+    assert len(server.requests) == 1
+
+
+def test_sigterm_at_the_prompt_exits_143(tmp_path: Path, approval_tools: Path) -> None:
+    with ReplayServer([{"sse": text_stream("Hello there.")}]) as server, \
+            ChatTerminal(chat_args(server.base_url, approval_tools), cwd=tmp_path) as term:
+        term.expect("›")
+        term.send("hi\r")
+        term.expect("Hello there.")
+        term.expect("›")
+        term.signal(signal.SIGTERM)
+        assert term.wait() == 143
+        err = term.stderr()
+    assert "Traceback" not in err, err
+    assert stored_session() == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello there."}]
+
+
+def test_ctrl_c_at_an_approval_prompt_on_a_terminal_stops_the_turn(tmp_path: Path, approval_tools: Path) -> None:
+    script = [{"sse": tool_calls_sse(("call_g1", "guarded", {"text": "one"}), ("call_g2", "guarded", {"text": "two"}))},
+              {"sse": text_stream("Fine.")}]
+    with ReplayServer(script) as server, ChatTerminal(chat_args(server.base_url, approval_tools), cwd=tmp_path) as term:
+        term.expect("›")
+        term.send("go\r")
+        term.expect("Allow guarded")
+        term.send("\x03")  # Ctrl-C: the terminal is in raw mode, so it arrives as a key
+        term.expect("interrupted")
+        term.expect("›")
+        term.send("and now?\r")
+        term.expect("Fine.")
+        term.expect("›")
+        term.send("\x04")  # Ctrl-D leaves
+        assert term.wait() == 0
+        screen = term.screen()
+        err = term.stderr()
+    assert "Traceback" not in err, err
+    assert screen.count("Allow guarded") >= 1 and "two" not in screen.split("interrupted")[0].split("Allow")[-1]
+    stored = stored_session()
+    assert_valid(stored)
+    assert [(m["tool_call_id"], m["content"]) for m in stored[2:4]] == [("call_g1", CANCELLED), ("call_g2", CANCELLED)]
+    assert server.requests[1]["messages"][-1] == {"role": "user", "content": "and now?"}
+    assert len(server.requests) == 2
+
+
+def test_a_tool_line_does_not_join_the_approval_question_on_a_terminal(tmp_path: Path, approval_tools: Path) -> None:
+    import time
+
+    script = [{"sse": tool_calls_sse(("call_n", "nap", {"seconds": 0.1}), ("call_g", "guarded", {"text": "x"}))},
+              {"sse": text_stream("Both done.")}]
+    with ReplayServer(script) as server, ChatTerminal(chat_args(server.base_url, approval_tools), cwd=tmp_path) as term:
+        term.expect("›")
+        term.send("go\r")
+        term.expect("Allow guarded")
+        time.sleep(1.0)  # nap (0.1 s) ends while the question waits
+        term.send("y\r")
+        term.expect("Both done.")
+        term.expect("›")
+        term.send("\x04")
+        assert term.wait() == 0
+        screen = term.screen()
+    assert "✓ nap" in screen
+    joined = [line for line in screen.splitlines() if "Allow guarded" in line and ("✓" in line or "⠋" in line)]
+    assert not joined, screen
