@@ -108,6 +108,9 @@ class ChatClient:
             StreamCut: the connection broke or went idle after the stream started.
             ProviderError: any other refusal (400, 404 …) or an unreachable server.
         """
+        if not self.settings.api_key and _needs_key(self.settings.base_url):  # it would only answer 401
+            raise AuthError(f"no API key for {self.settings.base_url}: set OPENAI_API_KEY or CROW_API_KEY (or "
+                            "--api-key), or point --base-url at a server that needs none")
         client = self._client()
         try:
             notices: asyncio.Queue[Notice | None] = asyncio.Queue()
@@ -199,6 +202,17 @@ def _retry_after(headers: Any) -> float | None:
         return float(value) if value is not None else None
     except (TypeError, ValueError, AttributeError):
         return None
+
+
+_KEYED_HOSTS = ("api.openai.com", "openrouter.ai", "dashscope.aliyuncs.com", "dashscope-intl.aliyuncs.com")
+
+
+def _needs_key(base_url: str) -> bool:
+    """Hosted APIs that always refuse a request without a key (local servers often need none)."""
+    import urllib.parse
+
+    host = (urllib.parse.urlsplit(base_url).hostname or "").lower()
+    return host in _KEYED_HOSTS
 
 
 def map_error(exc: BaseException, base_url: str) -> ProviderError | None:

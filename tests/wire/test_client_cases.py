@@ -149,3 +149,14 @@ async def test_server_rejecting_stream_options_is_retried_without_it(respx_mock)
     c = client(max_retries=0)
     chunks = [ch async for ch in c.stream([user_message("x")])]
     assert chunks and "stream_options" not in json.loads(route.calls[1].request.content)
+
+
+@respx.mock
+async def test_openai_without_a_key_fails_at_once_without_a_request(respx_mock):
+    # A new user with no key used to wait ~5 s for "cannot reach api.openai.com" (or a bare 401).
+    route = respx_mock.post("https://api.openai.com/v1/chat/completions").mock(
+        return_value=httpx.Response(401, json={"error": {"message": "no key"}}))
+    c = ChatClient(ClientSettings(base_url="https://api.openai.com/v1", model="m"))
+    with pytest.raises(AuthError, match=r"no API key for https://api\.openai\.com/v1: set OPENAI_API_KEY"):
+        [ch async for ch in c.stream([user_message("x")])]
+    assert not route.called
