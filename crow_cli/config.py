@@ -91,6 +91,8 @@ def _check(table: Mapping[str, Any], where: str) -> dict[str, Any]:
             raise ConfigError(f"unknown key {key!r} in {where}; see config.example.toml for the keys")
         if not isinstance(value, _KEYS[key]) or isinstance(value, bool):
             raise ConfigError(f"{where}: {key!r} has the wrong type ({type(value).__name__})")
+        if isinstance(value, list) and not all(isinstance(item, str) for item in value):
+            raise ConfigError(f"{where}: {key!r} must be a list of strings")
         out[key] = value
     return out
 
@@ -158,14 +160,20 @@ def load_settings(
     base_url = str(pick("base_url", "CROW_BASE_URL", "base_url", "OPENAI_BASE_URL", DEFAULT_BASE_URL)).rstrip("/")
     if not base_url.startswith(("http://", "https://")):
         raise ConfigError(f"base URL {base_url!r} must start with http:// or https://")
-    try:
-        numbers = {
-            "tool_timeout": float(pick("tool_timeout_s", None, "tool_timeout", None, 120.0)),
-            "idle_timeout": float(pick("idle_timeout_s", "CROW_IDLE_TIMEOUT", "idle_timeout", None, 300.0)),
-            "max_output_chars": int(pick("max_output_chars", None, "max_output_chars", None, 50_000)),
-        }
-    except ValueError as exc:
-        raise ConfigError(f"a timeout or size is not a number ({exc})") from None
+    def number(kind: type[float] | type[int], flag: str, env_name: str | None, key: str, default: float) -> float:
+        raw = pick(flag, env_name, key, None, default)
+        try:
+            return kind(raw)
+        except (TypeError, ValueError):
+            source = ("the command line" if flags.get(flag) not in (None, "") else
+                      env_name if env_name and env.get(env_name) not in (None, "") else str(path))
+            raise ConfigError(f"{key} is not a number: {str(raw)!r} (from {source})") from None
+
+    numbers = {
+        "tool_timeout": number(float, "tool_timeout_s", None, "tool_timeout", 120.0),
+        "idle_timeout": number(float, "idle_timeout_s", "CROW_IDLE_TIMEOUT", "idle_timeout", 300.0),
+        "max_output_chars": number(int, "max_output_chars", None, "max_output_chars", 50_000),
+    }
     for name, value in numbers.items():
         if value <= 0:
             raise ConfigError(f"{name} must be greater than 0 (got {value:g})")

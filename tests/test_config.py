@@ -55,6 +55,8 @@ def test_profiles_override_top_level_and_unknown_profile_fails():
     ("colour = 1\n", "unknown key 'colour'"),
     ("max_turns = 'many'\n", "'max_turns' has the wrong type"),
     ("max_turns = 0\n", "at least 1"),
+    ("allow = [42]\n", "'allow' must be a list of strings"),  # was accepted as the rule "42"
+    ("tool_paths = ['a', 1]\n", "'tool_paths' must be a list of strings"),
 ])
 def test_bad_config_is_a_config_error(text, message):
     write_config(text)
@@ -73,3 +75,8 @@ def test_example_config_is_valid(tmp_path):
     example = Path(__file__).resolve().parent.parent / "config.example.toml"
     s = load_settings({}, env={"OPENAI_API_KEY": "k"}, config_path=str(example), profile="openrouter")
     assert s.base_url == "https://openrouter.ai/api/v1" and s.headers == {"X-Title": "crow"}
+
+
+def test_a_bad_number_from_the_environment_names_the_variable():
+    with pytest.raises(ConfigError, match=r"^idle_timeout is not a number: 'abc' \(from CROW_IDLE_TIMEOUT\)$"):
+        load_settings({}, env={"CROW_IDLE_TIMEOUT": "abc"})
