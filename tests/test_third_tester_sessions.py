@@ -123,6 +123,7 @@ def test_a_session_in_use_is_refused_and_its_history_stays_valid(tmp_path: Path,
         assert code == 0, err
     finally:
         holder.close()
+    assert not any(default_db_path().with_name("sessions.db.locks").iterdir())  # its lock file is gone too
     with SessionStore() as store:
         stored = store.messages(sid)
     assert [m["role"] for m in stored] == ["user", "assistant", "tool", "assistant"]
@@ -159,6 +160,36 @@ def test_the_store_grants_one_writer_per_session(tmp_path: Path) -> None:
         first.release(info.id)
         assert second.load(info.id) == []
         assert second.messages(info.id) == [] and first.recent()[0].id == info.id  # reading is never refused
+
+
+async def test_chat_holds_only_the_session_it_is_in(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.output import DummyOutput
+    from rich.console import Console
+
+    from crow_cli.config import Settings
+    from crow_cli.surfaces.chat import ChatApp, ChatOptions
+
+    db = tmp_path / "s.db"
+    store = SessionStore(db)
+    old = store.create(model="test-model")
+    store.append(old.id, {"role": "user", "content": "before"})
+    store.release()
+    script = [{"sse": text_stream("one")}, {"sse": text_stream("two")}]
+    with ReplayServer(script) as server, create_pipe_input() as pipe, SessionStore(db) as other:
+        pipe.send_text(f"/resume {old.id}\rhello\r/new\rsecond\r/exit\r")
+        app = ChatApp(replace(Settings(model="test-model", api_key="sk-test"), base_url=server.base_url),
+                      ChatOptions(), console=Console(file=open(os.devnull, "w"), width=100),  # noqa: SIM115
+                      pt_input=pipe, pt_output=DummyOutput(), store=store)
+        assert await app.run() == 0
+        new = app.recorder.session_id
+        assert new and new != old.id
+        with pytest.raises(SessionError, match="in use by another crow"):
+            other.load(new)  # the chat is in it
+        assert [m["content"] for m in other.load(old.id)] == ["before", "hello", "one"]  # /new let it go
+    store.close()
 
 
 # 2. stored text cannot drive the terminal
