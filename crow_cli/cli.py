@@ -50,8 +50,23 @@ app.command()(tools)
 app.add_typer(sessions_app)
 
 
+def _reopen_closed_std_streams() -> None:
+    """A closed stdin, stdout or stderr (`crow run hi >&-`) becomes /dev/null: crow runs without that
+    output, and no file it opens later (the session store) can take descriptor 0, 1 or 2."""
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)  # the lowest free descriptor: `fd` itself
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            setattr(sys, name, open(fd, "r" if fd == 0 else "w", encoding="utf-8", closefd=False))  # noqa: SIM115
+
+
 def main() -> None:
     """Console entry point."""
+    _reopen_closed_std_streams()
     for stream in (sys.stdout, sys.stderr):  # a latin-1 or cp1252 console still gets the answer
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="replace")

@@ -10,6 +10,11 @@ Each message is committed as it is appended, so a crash loses at most the turn i
 closes a history cut mid-turn (tool calls without results) with "interrupted" results, and stores
 them, before anyone sends it anywhere. API keys are never stored: nothing here accepts one.
 
+A session is written by one process at a time: `create` and `load` take the session's lock (a
+`lockfile.FileLock` in `sessions.db.locks/`, dropped by the kernel if the process dies) and keep it
+until `release` or `close`; a second process gets `SessionInUse`. Reading (`get`, `recent`,
+`messages`) never needs the lock. The folder crow creates is 0700, the database 0600 (`private`).
+
 Schema changes are numbered migrations, each applied once and recorded in `_migrations`.
 Standard library only (plus platformdirs, imported when the default path is needed).
 """
@@ -28,14 +33,31 @@ from typing import Any
 
 from .errors import SessionError
 from .history import Message, repair_history
+from .lockfile import FileLock, LockHeld
+from .private import private_dir, private_file
 from .text import public_url
 
-__all__ = ["EXPORT_FORMATS", "SessionInfo", "SessionStore", "default_db_path", "export_session"]
+__all__ = ["EXPORT_FORMATS", "SessionInUse", "SessionInfo", "SessionStore", "default_db_path", "export_session"]
 
 EXPORT_FORMATS = ("md", "json", "jsonl")
 _ID_ALPHABET = "23456789abcdefghjkmnpqrstuvwxyz"  # no 0/o, 1/l/i: ids are read aloud and typed
 _ID_LENGTH = 6
 _TITLE_CHARS = 60
+
+
+class SessionInUse(SessionError):
+    """Another process holds the session (it is running a turn in it); exit code 1.
+
+    Attributes:
+        session_id: the session's full id.
+        pid: the holder's process id, None when unknown.
+    """
+
+    def __init__(self, session_id: str, pid: int | None) -> None:
+        holder = f" (pid {pid})" if pid else ""
+        super().__init__(f"session {session_id} is in use by another crow{holder}")
+        self.session_id = session_id
+        self.pid = pid
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +106,7 @@ class SessionStore:
     """Sessions and their messages in one SQLite file.
 
     Args:
-        path: the database file (created with its folder); default `default_db_path()`.
+        path: the database file (created 0600 with its missing folders 0700); default `default_db_path()`.
 
     Raises:
         SessionError: the file cannot be opened, is not a database, or a migration fails.
@@ -92,8 +114,13 @@ class SessionStore:
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path) if path is not None else default_db_path()
+        self._locks: dict[str, FileLock] = {}
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(self.path.parent)
+            for suffix in ("", "-wal", "-shm", "-journal"):  # SQLite gives its side files the database's mode
+                side = self.path.with_name(self.path.name + suffix)
+                if not suffix or side.exists():
+                    private_file(side)
             self._db = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
             self._wal()
             self._db.execute("PRAGMA foreign_keys=ON")
@@ -145,7 +172,36 @@ class SessionStore:
             raise SessionError(f"session store {str(self.path)!r}: {exc}") from exc
 
     def close(self) -> None:
+        """Close the database and release every session lock this store holds."""
+        self.release()
         self._db.close()
+
+    # one writer per session
+
+    def lock(self, session_id: str) -> None:
+        """Hold `session_id` (a full id) for this store until `release` / `close` / process exit.
+
+        Holding it already does nothing.
+
+        Raises:
+            SessionInUse: another store (in this or another process) holds it.
+            SessionError: the lock file cannot be created.
+        """
+        lock = self._locks.get(session_id) or FileLock(
+            self.path.with_name(self.path.name + ".locks") / f"{session_id}.lock")
+        try:
+            lock.acquire()
+        except LockHeld as exc:
+            raise SessionInUse(session_id, exc.pid) from None
+        except OSError as exc:
+            raise SessionError(f"cannot lock session {session_id}: {exc}") from exc
+        self._locks[session_id] = lock
+
+    def release(self, session_id: str | None = None, *, keep: str | None = None) -> None:
+        """Let other processes write `session_id` again; None: every session held but `keep`."""
+        for sid in [session_id] if session_id is not None else list(self._locks):
+            if sid != keep and sid in self._locks:
+                self._locks.pop(sid).release()
 
     def __enter__(self) -> SessionStore:
         return self
@@ -156,7 +212,7 @@ class SessionStore:
     # sessions
 
     def create(self, *, model: str = "", base_url: str = "", cwd: str = "") -> SessionInfo:
-        """Start an empty session with a fresh short id."""
+        """Start an empty session with a fresh short id, held by this store (`lock`)."""
         base_url = public_url(base_url)  # never credentials, even in a URL
         now = time.time()
         with self._transaction():
@@ -164,6 +220,7 @@ class SessionStore:
                 sid = "".join(secrets.choice(_ID_ALPHABET) for _ in range(_ID_LENGTH))
                 if self._db.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone() is None:
                     break
+            self.lock(sid)  # before anyone can see it: `crow run -c` elsewhere must not take it
             self._db.execute("INSERT INTO sessions (id, created_at, updated_at, model, base_url, cwd) "
                              "VALUES (?, ?, ?, ?, ?, ?)", (sid, now, now, model, base_url, cwd))
         return SessionInfo(sid, "", now, now, model, base_url, cwd)
@@ -209,12 +266,17 @@ class SessionStore:
         """Delete a session and its messages; returns what was deleted.
 
         Raises:
+            SessionInUse: another process is writing it.
             SessionError: no such session.
         """
         info = self.get(session_id)
-        with self._transaction():
-            self._db.execute("DELETE FROM messages WHERE session_id = ?", (info.id,))
-            self._db.execute("DELETE FROM sessions WHERE id = ?", (info.id,))
+        self.lock(info.id)
+        try:
+            with self._transaction():
+                self._db.execute("DELETE FROM messages WHERE session_id = ?", (info.id,))
+                self._db.execute("DELETE FROM sessions WHERE id = ?", (info.id,))
+        finally:
+            self.release(info.id)
         return info
 
     # messages
@@ -245,8 +307,13 @@ class SessionStore:
         """The history of a session, ready to send: a turn cut by a crash or Ctrl-C is closed first.
 
         Tool calls of the last assistant message that have no result get an "interrupted" result,
-        which is also stored, so the session stays valid on disk.
+        which is also stored, so the session stays valid on disk. The session is held by this store
+        from now on (`lock`): only a crashed or finished process's turn is ever repaired.
+
+        Raises:
+            SessionInUse: another process is writing it (its turn in flight is not cut).
         """
+        self.lock(session_id)
         history = self.messages(session_id)
         for message in repair_history(history, "interrupted"):
             self.append(session_id, message)

@@ -8,11 +8,14 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parent.parent / "crow_cli"
-LEAVES = {"crow_cli.errors", "crow_cli.events", "crow_cli.history", "crow_cli.text"}
+LEAVES = {"crow_cli.errors", "crow_cli.events", "crow_cli.history", "crow_cli.text", "crow_cli.private",
+          "crow_cli.lockfile"}
 # module prefix -> crow_cli modules it may import (prefixes)
 ALLOWED = {
     "crow_cli.errors": set(),
     "crow_cli.text": set(),
+    "crow_cli.private": set(),
+    "crow_cli.lockfile": {"crow_cli.private"},
     "crow_cli.history": set(),
     "crow_cli.events": {"crow_cli.history"},
     "crow_cli.wire": LEAVES | {"crow_cli.wire"},

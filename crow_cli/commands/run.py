@@ -99,6 +99,8 @@ def run(
     try:
         if no_session and (continue_last or session):
             raise ConfigError("--no-session cannot be combined with --continue or --session")
+        if continue_last and session:
+            raise ConfigError("--continue and --session cannot be combined")
         text = _read_prompt(prompt)
         settings = load_settings(
             {"model": model, "base_url": base_url, "api_key": api_key, "system": system, "max_turns": max_turns,

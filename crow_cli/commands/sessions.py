@@ -1,10 +1,14 @@
 """`crow sessions list | show ID | export ID --format md|json|jsonl | delete ID`.
 
-Starts fast: only the stdlib session store is imported (no openai, no rich).
+Starts fast: only the stdlib session store is imported (no openai, no rich). Reading never waits
+for, nor disturbs, a crow writing the session. Stored text is untrusted (model output, tool output):
+on a terminal its control characters are removed (`text.strip_controls`), and JSON there has them
+`\\u` escaped, so it cannot retitle, clear or write the clipboard; pipes and files get it exact.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from typing import Annotated
@@ -12,6 +16,7 @@ from typing import Annotated
 import typer
 
 from ..errors import ConfigError, CrowError
+from ..text import strip_controls
 from .options import fail
 
 __all__ = ["sessions_app"]
@@ -21,6 +26,19 @@ sessions_app = typer.Typer(name="sessions", help="List, show, export and delete 
                            rich_markup_mode=None)
 
 IdArg = Annotated[str, typer.Argument(help="A session id (a unique prefix is enough).", show_default=False)]
+
+
+_JSON_CONTROLS = re.compile("[\x7f-\x9f]")  # json.dumps escapes C0 controls itself, never DEL or C1
+
+
+def _for_terminal(text: str, fmt: str = "md") -> str:
+    """`text` as standard output may show it: without control characters on a terminal (JSON with
+    them escaped, so it parses to the same data), exact elsewhere."""
+    if not sys.stdout.isatty():
+        return text
+    if fmt in ("json", "jsonl"):  # they only occur inside JSON strings
+        return _JSON_CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return strip_controls(text)
 
 
 def _store():  # type: ignore[no-untyped-def]
@@ -45,7 +63,7 @@ def list_sessions(
     more = bool(limit) and len(found) > limit
     for s in found[:limit] if limit else found:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.updated_at))
-        print(f"{s.id}  {when}  {s.messages:>4} msgs  {s.model}  {s.title or '(untitled)'}")
+        print(_for_terminal(f"{s.id}  {when}  {s.messages:>4} msgs  {s.model}  {s.title or '(untitled)'}"))
     if more:
         print(f"(the {limit} most recent; older ones with --limit 0)", file=sys.stderr)
 
@@ -84,7 +102,7 @@ def _export(session_id: str, fmt: str, output: str | None) -> None:
                 raise ConfigError(f"cannot write {output!r}: {exc.strerror}") from exc
             print(f"wrote {output}", file=sys.stderr)
         else:
-            sys.stdout.write(text)
+            sys.stdout.write(_for_terminal(text, fmt))
     except CrowError as exc:
         raise fail(exc) from None
 
@@ -97,4 +115,4 @@ def delete(session_id: IdArg) -> None:
             info = store.delete(session_id)
     except CrowError as exc:
         raise fail(exc) from None
-    print(f"deleted {info.id} ({info.title or 'untitled'})", file=sys.stderr)
+    print(f"deleted {info.id} ({strip_controls(info.title) or 'untitled'})", file=sys.stderr)

@@ -171,6 +171,8 @@ class ChatApp:
             self._fresh()
 
     def _fresh(self) -> None:
+        if self._store is not None:
+            self._store.release()  # the session left behind may be continued elsewhere now
         self.recorder = SessionRecorder(self.store, self.settings) if self.options.session else None
         self.history = [{"role": "system", "content": self.settings.system}] if self.settings.system else []
         self.usage = _Usage()
@@ -182,12 +184,13 @@ class ChatApp:
             self.view.line("no session to resume yet: starting a new one", "dim")
             self._fresh()
             return
+        self.store.release(keep=recorder.info.id)
         self.recorder, self.history = recorder, history
         if not self.options.session:  # --no-session: read the old one, record nothing new
             self.recorder = None
         self.usage, self.last_usage = _Usage(), _Usage()
         info = recorder.info
-        self.view.line(f"resumed session {info.id} “{info.title}” ({len(history)} messages)", "bold")
+        self.view.line(f"resumed session {info.id} “{strip_controls(info.title)}” ({len(history)} messages)", "bold")
         self._show_last_exchange()
 
     def _show_last_exchange(self) -> None:
@@ -195,10 +198,10 @@ class ChatApp:
                           if self.history[i].get("role") == "user"), None)
         if last_user is None:
             return
-        self.view.line(f"› {self.history[last_user].get('content')}", "dim")
+        self.view.line(f"› {strip_controls(str(self.history[last_user].get('content')))}", "dim")
         for message in self.history[last_user + 1:]:
             if message.get("role") == "assistant" and message.get("content"):
-                self.view.text(str(message["content"]))
+                self.view.text(strip_controls(str(message["content"])))
                 self.view.end_answer()
         self.view.stop()
 
@@ -445,7 +448,7 @@ class ChatApp:
         for s in found:
             mark = "*" if s.id == current else " "
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.updated_at))
-            self.view.line(f"{mark} {s.id}  {when}  {s.messages:>3} msgs  {s.title or '(untitled)'}")
+            self.view.line(f"{mark} {s.id}  {when}  {s.messages:>3} msgs  {strip_controls(s.title) or '(untitled)'}")
 
     async def _resume(self, arg: str) -> None:
         self._open(arg or None, latest=not arg)
@@ -481,16 +484,16 @@ class ChatApp:
             self.recorder.truncate(self.history, last_user + 1)
         else:
             del self.history[last_user + 1:]
-        self.view.line(f"› {self.history[last_user].get('content')}", "dim")
+        self.view.line(f"› {strip_controls(str(self.history[last_user].get('content')))}", "dim")
         await self._run_turn()
 
 
 def _history_path() -> Path:
     import platformdirs
 
-    folder = Path(platformdirs.user_state_dir("crow", appauthor=False))
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder / "chat_history"
+    from ..private import private_dir, private_file
+
+    return private_file(private_dir(Path(platformdirs.user_state_dir("crow", appauthor=False))) / "chat_history")
 
 
 def _key_bindings() -> Any:

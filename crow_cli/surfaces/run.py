@@ -236,7 +236,12 @@ async def run_prompt(settings: Settings, options: RunOptions, out: TextIO = sys.
 
     printer: _Printer | JsonlWriter = (JsonlWriter(out, err, debug=options.debug) if options.json
                                        else _Printer(out, err, debug=options.debug, quiet=options.quiet))
-    history, recorder, warning = _start_history(settings, options)
+    try:
+        history, recorder, warning = _start_history(settings, options)
+    except SessionError as exc:  # no such session, or one in use: a run that starts and fails (exit 1)
+        printer.handle(RunStarted(model=settings.model))
+        printer.handle(RunFinished("error", "", 0, str(exc), exc.exit_code))
+        return exc.exit_code
     printer.handle(RunStarted(model=settings.model, session_id=recorder.session_id if recorder else None))
     if warning is not None:
         printer.handle(warning)
