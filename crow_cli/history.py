@@ -42,6 +42,9 @@ class ToolCall:
     """A JSON text, already repaired when the stream truncated it (`"{}"` when nothing usable came)."""
     index: int = 0
     """Position in call order within its turn (0-based)."""
+    cut_off: bool = False
+    """The stream cut the arguments off mid-value and the repair had to guess (`wire.repair`): dispatch
+    does not run the call, its result asks for it again. Never sent on the wire (`to_wire`)."""
 
     def to_wire(self) -> Message:
         """The `tool_calls[]` entry of the assistant message (OpenAI Chat Completions shape)."""

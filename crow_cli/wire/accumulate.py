@@ -209,7 +209,9 @@ class StreamAccumulator:
         """The assembled turn, plus any final events (flushed text, repair warnings).
 
         Calls are in call order (the order the stream opened them); each `arguments` is valid JSON
-        text. Deltas that carried neither id, name nor arguments leave no call behind.
+        text, repaired when the stream cut it (`ToolCall.cut_off` when the repair had to guess, so
+        the call is not run; only missing closing brackets leave it runnable). Deltas that carried
+        neither id, name nor arguments leave no call behind.
         """
         events: list[Event] = []
         if tail := self._reasoning.flush():
@@ -220,11 +222,12 @@ class StreamAccumulator:
         for partial in self._calls:
             if not (partial.id or partial.name or partial.length):
                 continue
-            arguments, problem = repair_arguments(partial.joined())
+            arguments, problem, cut_off = repair_arguments(partial.joined())
             if problem:
                 label = partial.name or "(no name)"
                 events.append(WarningEvent(f"tool call {label} [{partial.id or 'no id'}]: {problem}", partial.id))
-            calls.append(ToolCall(id=partial.id, name=partial.name, arguments=arguments, index=len(calls)))
+            calls.append(ToolCall(id=partial.id, name=partial.name, arguments=arguments, index=len(calls),
+                                  cut_off=cut_off))
         reason = self._finish_reason
         turn = AssistantTurn(
             content=self._text.value(),
