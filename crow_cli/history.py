@@ -42,6 +42,9 @@ class ToolCall:
     """A JSON text, already repaired when the stream truncated it (`"{}"` when nothing usable came)."""
     index: int = 0
     """Position in call order within its turn (0-based)."""
+    cut_off: bool = False
+    """The stream cut the arguments off mid-value and the repair had to guess (`wire.repair`): dispatch
+    does not run the call, its result asks for it again. Never sent on the wire (`to_wire`)."""
 
     def to_wire(self) -> Message:
         """The `tool_calls[]` entry of the assistant message (OpenAI Chat Completions shape)."""
@@ -87,22 +90,32 @@ class AssistantTurn:
     """The last `usage` object the server sent (token counts), when it sent one."""
     truncated: bool = False
     """True when the stream ended without a finish_reason (EOF or a bare `[DONE]`)."""
+    refusal: str | None = None
+    """The model's refusal text (OpenAI `delta.refusal`), or None when it did not refuse."""
 
     @property
     def is_tool_turn(self) -> bool:
         return bool(self.tool_calls)
 
     def to_message(self) -> Message:
-        """The assistant wire message: content (or None) plus `tool_calls` when there are any."""
-        return assistant_message(self.content, self.tool_calls)
+        """The assistant wire message: content (or None) plus `tool_calls` when there are any.
+
+        A refusal is kept as OpenAI's assistant-message `refusal` field, and stands in as `content`
+        when there is none (content is required without tool_calls; other servers ignore `refusal`).
+        """
+        return assistant_message(self.content, self.tool_calls, refusal=self.refusal)
 
 
 def user_message(text: str) -> Message:
     return {"role": "user", "content": text}
 
 
-def assistant_message(content: str | None, tool_calls: list[ToolCall] | None = None) -> Message:
-    msg: Message = {"role": "assistant", "content": content}
+def assistant_message(content: str | None, tool_calls: list[ToolCall] | None = None, *,
+                      refusal: str | None = None) -> Message:
+    """An assistant wire message; a `refusal` (OpenAI) is kept in its own field and as content when there is none."""
+    msg: Message = {"role": "assistant", "content": content if content or not refusal else refusal}
+    if refusal:
+        msg["refusal"] = refusal
     if tool_calls:
         msg["tool_calls"] = [c.to_wire() for c in tool_calls]
     return msg

@@ -10,6 +10,7 @@ a new line: the text of the cut attempt stays on stdout, so scripts wanting the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
@@ -225,7 +226,17 @@ def _start_history(settings: Settings, options: RunOptions
 
 async def run_prompt(settings: Settings, options: RunOptions, out: TextIO = sys.stdout,
                      err: TextIO = sys.stderr) -> int:
-    """Run one prompt to completion; return the process exit code (0, 1, 2, 130, 143)."""
+    """Run one prompt to completion; return the process exit code (0, 1, 2, 130, 143).
+
+    The answer (or the JSONL events) goes to `out`, everything else to `err`. For the whole run,
+    plugin imports included, `sys.stdout` is `err`: what a tool prints (on the loop or in its worker
+    thread) lands on stderr and never mixes into the answer or breaks the event stream.
+    """
+    with contextlib.redirect_stdout(err):
+        return await _run_prompt(settings, options, out, err)
+
+
+async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err: TextIO) -> int:
     # Usage errors (ConfigError, exit 2) come before any event and before a session is stored.
     use_workspace(settings.workspace)
     approve = make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=options.yes,

@@ -200,6 +200,16 @@ class ApprovalPolicy:
                 return rule
         return None
 
+    def ways_to_allow(self, tool: Tool) -> str:
+        """The `crow run` options that would approve `tool`, for the hint of a denied call (no other)."""
+        ways = ["--yes"]
+        if self.mode == "ask" and tool.name in _EDIT_TOOLS and tool.source == "builtin":
+            ways.append("--approval auto-edit")
+        ways.append(f"--allow {tool.name}")
+        if tool.name == _SHELL_TOOL:
+            ways.append("--allow 'run_shell:COMMAND PREFIX'")
+        return ", ".join(ways[:-1]) + " or " + ways[-1]
+
     def allowed_by(self, call: ToolCall, tool: Tool) -> str | None:
         """The allow rule (or policy) approving `call` without asking, or None."""
         if self.mode == "yolo":
@@ -250,7 +260,7 @@ class Approvals:
             return True
         if self.ask is None:
             raise ToolDenied(f"{tool.name} needs approval and nobody can approve it here (no terminal); it was "
-                             "not run. The user can allow it with --yes, --approval auto-edit or --allow")
+                             f"not run. The user can allow it with {self.policy.ways_to_allow(tool)}")
         async with self._lock:  # one prompt at a time
             if tool.name in self.always:
                 return True

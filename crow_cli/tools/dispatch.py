@@ -1,7 +1,8 @@
 """Concurrent tool dispatch: one `ToolResult` for every call, whatever happens to it.
 
-Unknown tools, arguments that fail the schema, denied approvals, exceptions and timeouts all become
-results whose text tells the model what went wrong; nothing escapes as an exception. Calls run
+Unknown tools, arguments the stream cut off (`ToolCall.cut_off`: never run), arguments that fail the
+schema, denied approvals, exceptions and timeouts all become results whose text tells the model what
+went wrong; nothing escapes as an exception. Calls run
 concurrently in a task group. Scheduling is a readers-writer lock: parallel-safe tools share it, tools
 marked `parallel=False` hold it alone, so they overlap neither each other nor anything else. Approval
 is asked before the lock is taken, so parallel-safe calls keep running while a prompt waits.
@@ -120,6 +121,9 @@ async def _run_one(
     if t is None:
         known = ", ".join(sorted(x.name for x in registry)) or "none"
         return fail(f"unknown tool {call.name!r}; available tools: {known}")
+    if call.cut_off:  # repaired for the history, but the values are guesses: never run them
+        return fail("the arguments of this call were cut off (the turn ended mid-arguments); it was not run. "
+                    "Send the complete call again.")
     try:
         arguments = t.validate(json.loads(call.arguments))
         if t.needs_approval:

@@ -16,6 +16,8 @@ cases: `tests/cases/*.json`, each a shape a real server sent):
   An object-valued `arguments` (MiniMax) is serialised; a fragment that repeats the complete
   arguments so far (final-chunk flush) is not appended.
 * A turn is a tool turn whenever calls were assembled, whatever `finish_reason` said.
+* `delta.refusal` (OpenAI) is collected apart from content and reported once whole as a warning
+  (`the model refused: …`); a turn with no text, no calls and no refusal warns that it is empty.
 """
 
 from __future__ import annotations
@@ -120,6 +122,7 @@ class StreamAccumulator:
         self._latest_key: int | None = None
         self._text = _TextBuffer()
         self._reasoning = _TextBuffer()
+        self._refusal = _TextBuffer()
         self._finish_reason: str | None = None
         self._usage: dict[str, Any] | None = None
 
@@ -145,6 +148,9 @@ class StreamAccumulator:
                 content = "".join(p.get("text") or "" for p in content if isinstance(p, Mapping))
             if isinstance(content, str) and content and (shown := self._text.add(content)):
                 events.append(TextDelta(shown))
+            refusal = delta.get("refusal")  # OpenAI: streamed in pieces like content, shown once whole
+            if isinstance(refusal, str) and refusal:
+                self._refusal.add(refusal)
             tool_calls = delta.get("tool_calls")
             if isinstance(tool_calls, Mapping):  # one call sent bare instead of in a list
                 tool_calls = [tool_calls]
@@ -209,22 +215,26 @@ class StreamAccumulator:
         """The assembled turn, plus any final events (flushed text, repair warnings).
 
         Calls are in call order (the order the stream opened them); each `arguments` is valid JSON
-        text. Deltas that carried neither id, name nor arguments leave no call behind.
+        text, repaired when the stream cut it (`ToolCall.cut_off` when the repair had to guess, so
+        the call is not run; only missing closing brackets leave it runnable). Deltas that carried
+        neither id, name nor arguments leave no call behind.
         """
         events: list[Event] = []
         if tail := self._reasoning.flush():
             events.append(ReasoningDelta(tail))
         if tail := self._text.flush():
             events.append(TextDelta(tail))
+        self._refusal.flush()
         calls: list[ToolCall] = []
         for partial in self._calls:
             if not (partial.id or partial.name or partial.length):
                 continue
-            arguments, problem = repair_arguments(partial.joined())
+            arguments, problem, cut_off = repair_arguments(partial.joined())
             if problem:
                 label = partial.name or "(no name)"
                 events.append(WarningEvent(f"tool call {label} [{partial.id or 'no id'}]: {problem}", partial.id))
-            calls.append(ToolCall(id=partial.id, name=partial.name, arguments=arguments, index=len(calls)))
+            calls.append(ToolCall(id=partial.id, name=partial.name, arguments=arguments, index=len(calls),
+                                  cut_off=cut_off))
         reason = self._finish_reason
         turn = AssistantTurn(
             content=self._text.value(),
@@ -233,7 +243,12 @@ class StreamAccumulator:
             finish_reason="tool_calls" if calls else (reason or "stop"),
             usage=self._usage,
             truncated=reason is None,
+            refusal=self._refusal.value(),
         )
+        if turn.refusal:
+            events.append(WarningEvent(f"the model refused: {turn.refusal}"))
+        elif not (turn.content or calls):
+            events.append(WarningEvent("the model returned an empty answer"))
         what = "tool call arguments may be incomplete" if calls else "the answer may be incomplete"
         if reason == "length":
             events.append(WarningEvent(f"the model hit its token limit (finish_reason: length); {what}"))

@@ -21,7 +21,7 @@ from ..errors import AuthError, ProviderError, RateLimited, ServerError, StreamC
 from ..events import Notice
 from .accumulate import stream_error
 
-__all__ = ["ChatClient", "ClientSettings", "map_error"]
+__all__ = ["ChatClient", "ClientSettings", "map_error", "redact"]
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,7 @@ class ChatClient:
                 async for chunk in response:
                     yield chunk
         except Exception as exc:
-            mapped = map_error(exc, self.settings.base_url)
+            mapped = map_error(exc, self.settings.base_url, secret=self.settings.api_key)
             if mapped is None:
                 raise
             raise mapped from exc
@@ -215,8 +215,42 @@ def _needs_key(base_url: str) -> bool:
     return host in _KEYED_HOSTS
 
 
-def map_error(exc: BaseException, base_url: str) -> ProviderError | None:
-    """The `ProviderError` for an SDK or httpx exception, or None when `exc` is not one of theirs."""
+_REDACTED = "[REDACTED]"
+_MIN_SECRET = 6
+"""Shorter keys (dummies such as `x` for local servers) are not searched for: they would mangle messages."""
+
+
+def redact(text: str, secret: str | None) -> str:
+    """`text` with `secret` replaced by `[REDACTED]`, also a start of it cut off by a trailing `…`.
+
+    Keys shorter than 6 characters are left alone (a dummy key is no secret, and would match anywhere).
+    """
+    if not secret or len(secret) < _MIN_SECRET:
+        return text
+    text = text.replace(secret, _REDACTED)
+    if text.endswith("…"):  # `_short` may have cut the key: its first characters are still a leak
+        body = text[:-1]
+        for size in range(min(len(secret) - 1, len(body)), 2, -1):
+            if body.endswith(secret[:size]):
+                return body[:-size] + _REDACTED + "…"
+    return text
+
+
+def map_error(exc: BaseException, base_url: str, secret: str | None = None) -> ProviderError | None:
+    """The `ProviderError` for an SDK or httpx exception, or None when `exc` is not one of theirs.
+
+    `secret` (the API key) is replaced by `[REDACTED]` in the message: providers echo a wrong key in
+    their 401 bodies, and the message is printed, sent in `run_finished.error` and may be stored.
+    """
+    mapped = _map_error(exc, base_url)
+    if mapped is not None and secret and len(secret) >= _MIN_SECRET and mapped.args:
+        message = str(mapped.args[0])
+        if (clean := redact(message, secret)) != message:
+            mapped.args = (clean, *mapped.args[1:])
+    return mapped
+
+
+def _map_error(exc: BaseException, base_url: str) -> ProviderError | None:
     import httpx
     import openai
 

@@ -1,0 +1,53 @@
+"""The hint of a call denied for want of a person to approve it names only options that would allow it."""
+
+from __future__ import annotations
+
+import pytest
+
+from crow_cli.errors import ToolDenied
+from crow_cli.history import ToolCall
+from crow_cli.tools.approval import make_approver
+from crow_cli.tools.registry import ToolRegistry, default_registry, tool
+from tests.replay_server import ReplayServer
+from tests.tools.cli_helpers import run_crow, script, tool_messages
+
+
+async def _denial(mode: str, name: str, arguments: str = "{}", registry: ToolRegistry | None = None) -> str:
+    t = (registry or default_registry(())).get(name)
+    assert t is not None
+    with pytest.raises(ToolDenied) as info:
+        await make_approver(mode)(ToolCall("c1", name, arguments), t)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("mode", ["ask", "auto-edit"])
+async def test_run_shell_hint_never_offers_auto_edit(mode):
+    message = await _denial(mode, "run_shell", '{"command": "ls"}')
+    assert "auto-edit" not in message
+    assert "--yes" in message and "--allow run_shell" in message and "run_shell:" in message
+
+
+async def test_a_file_edit_under_ask_is_offered_auto_edit():
+    message = await _denial("ask", "write_file", '{"path": "a", "content": "b"}')
+    assert "--approval auto-edit" in message and "--allow write_file" in message and "--yes" in message
+
+
+async def test_a_plugin_tool_is_offered_yes_or_its_allow_rule_only():
+    @tool(needs_approval=True)
+    def deploy() -> str:
+        """Deploy."""
+        return "done"
+
+    registry = ToolRegistry()
+    registry.register(deploy)
+    message = await _denial("auto-edit", "deploy", registry=registry)
+    assert "auto-edit" not in message and "--allow deploy" in message and "--yes" in message
+
+
+def test_cli_auto_edit_denial_of_run_shell_names_what_would_allow_it(tmp_path):
+    with ReplayServer(script([("c1", "run_shell", {"command": "echo hi"})])) as srv:
+        proc = run_crow(["run", "--base-url", srv.base_url, "--model", "m", "--no-session", "--approval", "auto-edit",
+                         "go"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    [result] = tool_messages(srv.requests[1])
+    assert "needs approval" in result["content"] and "auto-edit" not in result["content"]

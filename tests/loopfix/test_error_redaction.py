@@ -1,0 +1,53 @@
+"""An API key a provider echoes in its error body never reaches what crow prints or stores."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import openai
+
+from crow_cli.errors import AuthError, ServerError
+from crow_cli.wire.client import map_error
+from tests.replay_server import ReplayServer
+from tests.tools.cli_helpers import run_crow
+
+KEY = "sk-SECRET-abc123"
+
+
+def _status_error(status: int, message: str) -> openai.APIStatusError:
+    request = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
+    body = {"error": {"message": message, "code": "invalid_api_key"}}
+    response = httpx.Response(status, json=body, request=request)
+    return openai.APIStatusError(message, response=response, body=body)
+
+
+def test_map_error_replaces_the_key_in_the_message():
+    mapped = map_error(_status_error(401, f"Incorrect API key provided: {KEY}."), "http://x/v1", secret=KEY)
+    assert isinstance(mapped, AuthError) and mapped.status == 401
+    assert KEY not in str(mapped) and "Incorrect API key provided: [REDACTED]." in str(mapped)
+
+
+def test_a_key_cut_by_the_message_limit_is_redacted_too():
+    mapped = map_error(_status_error(400, "x" * 190 + " key " + KEY), "http://x/v1", secret=KEY)
+    assert "sk-S" not in str(mapped) and str(mapped).endswith("[REDACTED]…")
+
+
+def test_errors_raised_inside_the_stream_are_redacted_and_short_keys_left_alone():
+    mapped = map_error(ServerError(f"server error: bad key {KEY}", status=500), "http://x/v1", secret=KEY)
+    assert isinstance(mapped, ServerError) and mapped.status == 500
+    assert str(mapped) == "server error: bad key [REDACTED]"
+    assert str(map_error(ServerError("an answer"), "u", secret="a")) == "an answer"
+
+
+def test_cli_error_line_and_json_event_carry_no_key(tmp_path):
+    body = json.dumps({"error": {"message": f"Incorrect API key provided: {KEY}", "code": "invalid_api_key"}})
+    for mode in ([], ["--json"]):
+        with ReplayServer([{"status": 401, "body": body}]) as srv:
+            proc = run_crow(["run", "--base-url", srv.base_url, "--api-key", KEY, "--model", "m", "--no-tools",
+                             *mode, "hi"], tmp_path)
+        assert proc.returncode == 1
+        assert KEY not in proc.stdout + proc.stderr and "[REDACTED]" in proc.stderr
+        if mode:
+            finished = json.loads(proc.stdout.splitlines()[-1])
+            assert finished["type"] == "run_finished" and "[REDACTED]" in finished["error"]

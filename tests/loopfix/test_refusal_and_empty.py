@@ -1,0 +1,66 @@
+"""`delta.refusal` is shown and kept; an answer with nothing in it says so."""
+
+from __future__ import annotations
+
+import json
+
+from crow_cli.events import TextDelta, WarningEvent
+from crow_cli.wire.accumulate import StreamAccumulator
+from tests.conftest import chunk, sse
+from tests.replay_server import ReplayServer
+from tests.tools.cli_helpers import run_crow
+
+REFUSAL = "I can't help with that."
+
+
+def _assemble(*chunks):
+    acc = StreamAccumulator()
+    events = []
+    for c in chunks:
+        events += acc.feed(c)
+    turn, tail = acc.finish()
+    return turn, events + tail
+
+
+def test_streamed_refusal_is_assembled_warned_and_sent_back_in_an_accepted_shape():
+    turn, events = _assemble(chunk({"role": "assistant", "content": None, "refusal": "I can't "}),
+                             chunk({"refusal": "help with that."}), chunk({}, "stop"))
+    assert turn.refusal == REFUSAL and turn.content is None
+    assert not [e for e in events if isinstance(e, TextDelta)]
+    warnings = [e.message for e in events if isinstance(e, WarningEvent)]
+    assert warnings == [f"the model refused: {REFUSAL}"]
+    # OpenAI: assistant `content` is required without tool_calls; `refusal` is a field it accepts.
+    assert turn.to_message() == {"role": "assistant", "content": REFUSAL, "refusal": REFUSAL}
+
+
+def test_no_text_no_calls_no_refusal_is_an_empty_answer_warning():
+    _, events = _assemble(chunk({"role": "assistant", "content": ""}), chunk({}, "stop"))
+    assert [e.message for e in events if isinstance(e, WarningEvent)] == ["the model returned an empty answer"]
+    _, events = _assemble(chunk({"content": "hi"}, "stop"))
+    assert not [e for e in events if isinstance(e, WarningEvent)]
+
+
+def test_cli_shows_a_refusal_and_stores_it(tmp_path):
+    body = sse(chunk({"role": "assistant", "content": None, "refusal": REFUSAL}), chunk({}, "stop"))
+    with ReplayServer([{"sse": body}]) as srv:
+        proc = run_crow(["run", "--base-url", srv.base_url, "--model", "m", "--no-tools", "--json", "hi"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert {"type": "warning", "message": f"the model refused: {REFUSAL}", "call_id": None} in events
+    with ReplayServer([{"sse": body}]) as srv:
+        proc = run_crow(["run", "--base-url", srv.base_url, "--model", "m", "--no-tools", "hi"], tmp_path)
+    assert proc.returncode == 0 and f"crow: warning: the model refused: {REFUSAL}" in proc.stderr
+    with ReplayServer([{"sse": sse(chunk({"content": "ok"}, "stop"))}]) as srv:  # the stored session goes back
+        proc = run_crow(["run", "--base-url", srv.base_url, "--model", "m", "--no-tools", "--continue", "next"],
+                        tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    sent = [m for m in srv.requests[0]["messages"] if m["role"] == "assistant"]
+    assert sent == [{"role": "assistant", "content": REFUSAL, "refusal": REFUSAL}]
+
+
+def test_cli_warns_about_an_empty_answer(tmp_path):
+    body = sse(chunk({"role": "assistant", "content": ""}), chunk({}, "stop"))
+    with ReplayServer([{"sse": body}]) as srv:
+        proc = run_crow(["run", "--base-url", srv.base_url, "--model", "m", "--no-tools", "hi"], tmp_path)
+    assert proc.returncode == 0 and proc.stdout == ""
+    assert "crow: warning: the model returned an empty answer" in proc.stderr
