@@ -89,7 +89,7 @@ def test_the_search_budget_stops_the_search_with_a_clear_error(ws: Path, monkeyp
         search_files(pattern=SLOW)
     assert time.monotonic() - started < 30  # generous: the budget is half a second
     assert str(caught.value) == (
-        "search stopped after 0.5 s at evil.txt:2: the pattern '^(a|aa)+$' backtracks too much (nested or "
+        "search stopped after 0.5 s at evil.txt: the pattern '^(a|aa)+$' backtracks too much (nested or "
         "overlapping repeats such as (a+)+ or (a|aa)+); simplify it or narrow the path")
 
 
@@ -99,7 +99,7 @@ def test_matches_found_before_the_budget_ran_out_are_returned_under_a_note(
     monkeypatch.setattr(search, "SEARCH_BUDGET_S", 0.5)
     out = search_files(pattern=SLOW)
     assert out.splitlines() == [
-        "[search stopped after 0.5 s at evil.txt:2: the pattern '^(a|aa)+$' backtracks too much (nested or "
+        "[search stopped after 0.5 s at evil.txt: the pattern '^(a|aa)+$' backtracks too much (nested or "
         "overlapping repeats such as (a+)+ or (a|aa)+); the matches found before are shown]",
         "a.txt:1: aa",
     ]
@@ -112,3 +112,26 @@ def test_python_re_syntax_still_works(ws: Path) -> None:
     assert search_files(pattern=r"(?i)DONE$", path="code.py") == "code.py:2:     return x  # done"
     with pytest.raises(ToolError, match=r"^invalid regular expression '\(unclosed': "):
         search_files(pattern="(unclosed")
+
+
+TRICKY = ("foo bar\r\n\r\nfoo\r\nbar baz;\n  \nx foo\u2028foo x\n\u00e9t\u00e9 foo\rend\nab\nyz\nfoo;\n\n")
+PATTERNS = [r"foo$", r"^foo", r"^$", r"^\s*$", r"\bfoo\b", r"foo\s+bar", r"\Afoo", r"foo\Z", r"(?<!x )foo",
+            r"foo(?!\n)", r"foo(?= x)", r"[^;]*;$", r"(?s).*end", r"(?i)FOO$", r"^\S+$", r"\Bo", r"(?m)^x",
+            r"b(?>[^y]*)$", r"a[^y]*+$", r"(?-i:foo)$", r"\w+;$", r"t\u00e9\s", r"^(?:ab|yz)$", r"", r"z\n?$"]
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_matches_are_those_of_re_line_by_line(ws: Path, pattern: str) -> None:
+    """The whole-file pre-search only skips files: every line re finds is still found, and no other."""
+    import re
+
+    (ws / "evil.txt").unlink()
+    (ws / "t.txt").write_text(TRICKY, newline="")
+    expected = [f"t.txt:{n}: {line}" for n, line in enumerate(TRICKY.splitlines(), 1) if re.search(pattern, line)]
+    assert search_files(pattern=pattern) == ("\n".join(expected) if expected else f"no matches for {pattern!r}")
+
+
+def test_lines_bound_constructs_skip_the_whole_file_search() -> None:
+    unsafe = [p for p in PATTERNS if not search._whole_file_safe(p)]
+    assert unsafe == [r"\Afoo", r"foo\Z", r"(?<!x )foo", r"foo(?!\n)", r"foo(?= x)", r"b(?>[^y]*)$", r"a[^y]*+$",
+                      r"(?-i:foo)$"]

@@ -9,12 +9,15 @@ the event loop, nor the tool timeout, nor Ctrl-C ran again; now the search gives
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import os
 import shutil
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from ...errors import ToolError
 from ..registry import tool
@@ -53,6 +56,50 @@ def _walk(base: Path) -> Iterator[Path]:
             yield Path(folder) / name
 
 
+# Constructs whose per-line meaning a match in the whole file can miss: \A \Z \z \G and lookarounds see
+# past a line's ends; atomic groups and possessive repeats may swallow a newline and not give it back;
+# "(?-" could turn MULTILINE off. A pattern with none of them that matches some line matches the file's
+# lines joined by "\n" (MULTILINE: ^ and $ at each line's ends); the converse need not hold (\s, [^x]
+# can cross lines), so the whole-file search only skips files, and lines are still matched one by one.
+_LINE_BOUND = ("\\A", "\\Z", "\\z", "\\G", "(?=", "(?!", "(?<=", "(?<!", "(?>", "*+", "++", "?+", "}+", "(?-")
+
+
+def _whole_file_safe(pattern: str) -> bool:
+    """True when no match of `pattern` on a line can be missed by a MULTILINE search of the joined lines."""
+    return not any(construct in pattern for construct in _LINE_BOUND)
+
+
+def _candidates(lines: list[str], whole: Any, deadline: float) -> Iterator[int]:
+    """The 1-based numbers of the lines that may match: all of them without a whole-file pattern; else
+    those where a MULTILINE search of the joined lines, restarted at the line after each hit, finds one
+    starting (any line matching on its own holds the leftmost hit from its start or lies after it).
+    Raises TimeoutError when the deadline passes."""
+    if whole is None or not lines:
+        yield from range(1, len(lines) + 1)
+        return
+    text = "\n".join(lines)
+    starts = list(itertools.accumulate((len(line) + 1 for line in lines[:-1]), initial=0))
+    pos = 0
+    while pos <= len(text):
+        hit = whole.search(text, pos, concurrent=True, timeout=_left(deadline))
+        if hit is None:
+            return
+        index = bisect.bisect_right(starts, hit.start()) - 1
+        yield index + 1
+        if index + 1 >= len(starts):
+            return
+        pos = starts[index + 1]
+
+
+def _left(deadline: float) -> float:
+    return max(deadline - time.monotonic(), 0.001)
+
+
+def _stopped(pattern: str, where: str) -> str:
+    return (f"search stopped after {SEARCH_BUDGET_S:g} s at {where}: the pattern {pattern!r} backtracks too much "
+            "(nested or overlapping repeats such as (a+)+ or (a|aa)+)")
+
+
 @tool
 def search_files(pattern: str, path: str = ".") -> str:
     """Search the workspace's text files for a regular expression (Python syntax); one `file:line: text` per match.
@@ -69,6 +116,7 @@ def search_files(pattern: str, path: str = ".") -> str:
 
     try:
         compiled = regex.compile(pattern)
+        whole = regex.compile(pattern, regex.MULTILINE) if _whole_file_safe(pattern) else None
     except (regex.error, OverflowError) as exc:
         raise ToolError(f"invalid regular expression {pattern!r}: {exc}") from exc
     root = workspace_root()
@@ -96,21 +144,24 @@ def search_files(pattern: str, path: str = ".") -> str:
         if b"\0" in data[:8192]:
             continue
         shown = file.relative_to(root).as_posix() if file.is_relative_to(root) else str(file)
-        for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
-            try:
-                found = compiled.search(line, concurrent=True, timeout=max(deadline - time.monotonic(), 0.001))
-            except TimeoutError:
-                stopped = (f"search stopped after {SEARCH_BUDGET_S:g} s at {shown}:{number}: the pattern "
-                           f"{pattern!r} backtracks too much (nested or overlapping repeats such as (a+)+ or "
-                           "(a|aa)+)")
-                break
-            if found:
+        lines = data.decode("utf-8", "replace").splitlines()
+        try:
+            for number in _candidates(lines, whole, deadline):
+                line = lines[number - 1]
+                try:
+                    if not compiled.search(line, concurrent=True, timeout=_left(deadline)):
+                        continue
+                except TimeoutError:
+                    stopped = _stopped(pattern, f"{shown}:{number}")
+                    break
                 if len(matches) >= MAX_MATCHES:
                     more += 1
                     continue
                 if len(line) > MAX_LINE_CHARS:
                     line = line[:MAX_LINE_CHARS] + "…"
                 matches.append(f"{shown}:{number}: {line}")
+        except TimeoutError:  # in the whole-file search
+            stopped = _stopped(pattern, shown)
         if stopped:
             break
     if stopped and not matches:
