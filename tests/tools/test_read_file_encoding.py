@@ -62,7 +62,7 @@ def test_utf8_cut_inside_a_character_at_the_sniff_cap_is_still_utf8(ws: Path) ->
     out = read_file(path="big.txt")
     assert "\ufffd" not in out and "decoded as" not in out
     note, body = out.split("\n", 1)
-    assert note.startswith("[read_file: big.txt has 1 lines") and body == text[:MAX_RETURN_CHARS]
+    assert note.startswith("[read_file: big.txt has 1 line (") and body == text[:MAX_RETURN_CHARS]
 
 
 def test_plain_utf8_has_no_note(ws: Path) -> None:

@@ -111,15 +111,16 @@ def read_file(path: str, start_line: int | None = None, end_line: int | None = N
             picked.append(line)
             used += len(line)
             last_shown = total
+    counted = f"{total} line" if total == 1 else f"{total} lines"
     if first > total and (start_line is not None or end_line is not None):
-        raise ToolError(f"{path!r} has {total} lines; start_line {first} is past the end")
+        raise ToolError(f"{path!r} has {counted}; start_line {first} is past the end")
     notes = [note] if note else []
     if long_line is not None:
         number, length = long_line
-        notes.append(f"[read_file: {shown} has {total} lines ({size} bytes); line {number} is {length} characters "
+        notes.append(f"[read_file: {shown} has {counted} ({size} bytes); line {number} is {length} characters "
                      f"long: only its first {MAX_RETURN_CHARS} are shown; read on with start_line={number + 1}]")
     elif not full:
-        notes.append(f"[read_file: {shown} has {total} lines ({size} bytes); showing lines {first}–{last_shown} "
+        notes.append(f"[read_file: {shown} has {counted} ({size} bytes); showing lines {first}–{last_shown} "
                      f"(at most {MAX_RETURN_CHARS} characters per call); read on with start_line={last_shown + 1}]")
     body = "".join(picked)
     return "\n".join([*notes, body]) if notes else body
