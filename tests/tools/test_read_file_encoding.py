@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from crow_cli.errors import ToolError
-from crow_cli.tools.builtin.files import MAX_READ_BYTES, read_file
+from crow_cli.tools.builtin.files import MAX_RETURN_CHARS, SNIFF_BYTES, read_file
 from crow_cli.tools.workspace import _ROOT, set_workspace
 
 
@@ -56,14 +56,13 @@ def test_a_file_with_nul_bytes_is_refused_as_binary(ws: Path, data: bytes) -> No
         read_file(path="blob.bin")
 
 
-def test_utf8_cut_inside_a_character_at_the_size_cap_is_still_utf8(ws: Path) -> None:
-    text = "a" + "é" * (MAX_READ_BYTES // 2 + 10)  # the cap falls inside a 2-byte character
+def test_utf8_cut_inside_a_character_at_the_sniff_cap_is_still_utf8(ws: Path) -> None:
+    text = "a" + "é" * (SNIFF_BYTES // 2 + 10)  # the sniffed bytes end inside a 2-byte character
     (ws / "big.txt").write_text(text, encoding="utf-8")
     out = read_file(path="big.txt")
-    assert "\ufffd" not in out and not out.startswith("[read_file:")
-    body, marker = out.rsplit("\n", 1)
-    assert body == text[: len(body)] and len(body.encode()) == MAX_READ_BYTES - 1
-    assert marker.startswith("[… file is ")
+    assert "\ufffd" not in out and "decoded as" not in out
+    note, body = out.split("\n", 1)
+    assert note.startswith("[read_file: big.txt has 1 line (") and body == text[:MAX_RETURN_CHARS]
 
 
 def test_plain_utf8_has_no_note(ws: Path) -> None:

@@ -43,6 +43,17 @@ def _read_text(file: Path, path: str) -> str:
         raise ToolError(f"{path!r} is not UTF-8 text ({exc.reason} at byte {exc.start}); not edited") from exc
 
 
+def _uses_crlf(text: str) -> bool:
+    """True when most of `text`'s line breaks are CRLF."""
+    crlf = text.count("\r\n")
+    return crlf > 0 and crlf * 2 >= text.count("\n")
+
+
+def _to_crlf(text: str) -> str:
+    """`text` with every line break (LF or CRLF) written as CRLF."""
+    return text.replace("\r\n", "\n").replace("\n", "\r\n")
+
+
 @tool(needs_approval=True, parallel=False)
 def write_file(path: str, content: str) -> str:
     """Create or overwrite a text file in the workspace (missing parent folders are created).
@@ -66,7 +77,8 @@ def edit_file(path: str, old_string: str, new_string: str, replace_all: bool = F
     """Replace exact text in a file of the workspace; returns a unified diff of the change.
 
     `old_string` must occur exactly once (include surrounding lines to make it unique) unless
-    `replace_all` is true. Whitespace and indentation must match the file exactly.
+    `replace_all` is true. Whitespace and indentation must match the file exactly. In a file with
+    CRLF line endings, line breaks in `old_string` and `new_string` match and are written as CRLF.
 
     Args:
         path: file path, relative to the workspace root.
@@ -80,6 +92,10 @@ def edit_file(path: str, old_string: str, new_string: str, replace_all: bool = F
     if old_string == new_string:
         raise ToolError("old_string and new_string are the same; nothing to change")
     before = _read_text(file, path)
+    if _uses_crlf(before):  # models send "\n": match and write in the file's own line endings
+        crlf_old, crlf_new = _to_crlf(old_string), _to_crlf(new_string)
+        if before.count(crlf_old) or not before.count(old_string):  # an exact match of mixed endings wins
+            old_string, new_string = crlf_old, crlf_new
     count = before.count(old_string)
     if count == 0:
         raise ToolError(f"old_string was not found in {path!r}; read the file and copy the text exactly")

@@ -8,9 +8,13 @@ from ...errors import ToolError
 from ..registry import tool
 from ..workspace import resolve_in_workspace, workspace_root
 
-__all__ = ["list_directory", "read_file"]
+__all__ = ["MAX_RETURN_CHARS", "SNIFF_BYTES", "list_directory", "read_file"]
 
-MAX_READ_BYTES = 512 * 1024
+SNIFF_BYTES = 512 * 1024
+"""How much of a file's start is examined to tell text from binary and choose the encoding."""
+MAX_RETURN_CHARS = 40_000
+"""Characters of file text one read_file call returns at most: under the default dispatch cap
+(`max_output_chars`, 50 000) so the whole answer, notes included, reaches the model."""
 MAX_ENTRIES = 1000
 
 
@@ -18,69 +22,108 @@ _BOMS = ((codecs.BOM_UTF32_LE, "utf-32", "UTF-32"), (codecs.BOM_UTF32_BE, "utf-3
          (codecs.BOM_UTF16_LE, "utf-16", "UTF-16"), (codecs.BOM_UTF16_BE, "utf-16", "UTF-16"))
 
 
-def _decode(data: bytes, cut: bool, shown: str) -> tuple[str, str | None] | None:
-    """The text of `data` (the first bytes of a file when `cut`) and a note when it was not UTF-8;
-    None for a binary file (a NUL byte and no UTF-16/32 byte-order mark)."""
+def _sniff(data: bytes, cut: bool, shown: str) -> tuple[str, str | None] | None:
+    """The codec for a file whose first bytes are `data` (all of it unless `cut`) and a note when it is
+    not UTF-8; None for a binary file (a NUL byte and no UTF-16/32 byte-order mark)."""
     for bom, codec, name in _BOMS:  # checked before NULs: UTF-16/32 text is full of them
         if data.startswith(bom):
             try:
-                text = codecs.getincrementaldecoder(codec)().decode(data, final=not cut)
+                codecs.getincrementaldecoder(codec)().decode(data, final=not cut)
             except UnicodeDecodeError:
                 break
-            return text, f"[read_file: {shown} decoded as {name} (byte-order mark). {_EDIT_NOTE}]"
+            return codec, f"[read_file: {shown} decoded as {name} (byte-order mark). {_EDIT_NOTE}]"
     if b"\0" in data:
         return None
     try:  # incremental: a cap that falls inside a character is not an error
-        return codecs.getincrementaldecoder("utf-8")().decode(data, final=not cut), None
+        codecs.getincrementaldecoder("utf-8")().decode(data, final=not cut)
+        return "utf-8", None
     except UnicodeDecodeError as exc:
         where = f"byte 0x{data[exc.start]:02x} at offset {exc.start}"
     try:
-        text, codec = data.decode("cp1252"), "cp1252"
+        data.decode("cp1252")
+        codec = "cp1252"
     except UnicodeDecodeError:  # 0x81 0x8d 0x8f 0x90 0x9d are undefined in cp1252
-        text, codec = data.decode("latin-1"), "latin-1"
-    return text, f"[read_file: {shown} is not UTF-8 ({where}); decoded as {codec}, a guess. {_EDIT_NOTE}]"
+        codec = "latin-1"
+    return codec, f"[read_file: {shown} is not UTF-8 ({where}); decoded as {codec}, a guess. {_EDIT_NOTE}]"
 
 
 _EDIT_NOTE = "edit_file refuses it: it only edits UTF-8 files"
 
 
+def _check_range(start_line: int | None, end_line: int | None) -> None:
+    """Refuse line numbers below 1 and an end before the start, as codex's read_file refuses an offset
+    below 1 (`codex-rs/core/src/tools/handlers/read_file.rs`): such a range is a mistake, not a request."""
+    for name, value in (("start_line", start_line), ("end_line", end_line)):
+        if value is not None and value < 1:
+            raise ToolError(f"{name} must be 1 or more (lines are numbered from 1); got {value}")
+    if start_line is not None and end_line is not None and end_line < start_line:
+        raise ToolError(f"end_line {end_line} is before start_line {start_line}")
+
+
 @tool
 def read_file(path: str, start_line: int | None = None, end_line: int | None = None) -> str:
-    """Read a text file from the workspace.
+    """Read a text file from the workspace, or a range of its lines.
 
     Text is decoded as UTF-8. A file with a UTF-16/32 byte-order mark is decoded as such; any other
-    file that is not valid UTF-8 is decoded as cp1252 (latin-1 if cp1252 cannot) rather than shown
-    with replacement characters, and the result then starts with one `[read_file: … decoded as …]`
-    line saying so. A file with NUL bytes is binary and not read. At most 512 KiB are read.
+    file that is not valid UTF-8 (in its first 512 KiB) is decoded as cp1252 (latin-1 if cp1252
+    cannot) rather than shown with replacement characters, and the result then starts with one
+    `[read_file: … decoded as …]` line saying so. A file with NUL bytes is binary and not read.
+    Lines end at `\n`, `\r\n` or `\r`, and are returned with their line endings.
+
+    Any line of any size of file can be asked for; one call returns at most 40 000 characters of
+    text, in whole lines: when the range holds more, the result starts with a `[read_file: …]` line
+    giving the file's line count, the lines shown and the `start_line` to read on from.
 
     Args:
         path: file path, relative to the workspace root.
         start_line: first line to return (1-based, inclusive); default the first.
-        end_line: last line to return (1-based, inclusive); default the last.
+        end_line: last line to return (1-based, inclusive; past the end means the end); default the last.
     """
     file = resolve_in_workspace(path)
     if not file.is_file():
         raise ToolError(f"{path!r} is not a file")
+    _check_range(start_line, end_line)
+    shown = file.relative_to(workspace_root()).as_posix()
     size = file.stat().st_size
     with file.open("rb") as fh:
-        data = fh.read(MAX_READ_BYTES + 1)
-    cut = len(data) > MAX_READ_BYTES
-    decoded = _decode(data[:MAX_READ_BYTES], cut, file.relative_to(workspace_root()).as_posix())
-    if decoded is None:
+        head = fh.read(SNIFF_BYTES + 1)
+    sniffed = _sniff(head[:SNIFF_BYTES], len(head) > SNIFF_BYTES, shown)
+    if sniffed is None:
         raise ToolError(f"{path!r} is a binary file ({size} bytes); not read")
-    text, note = decoded
-    if start_line is None and end_line is None:
-        body = text
-    else:
-        lines = text.splitlines(keepends=True)
-        first = max(1, start_line or 1)
-        last = min(len(lines), end_line or len(lines))
-        if first > len(lines):
-            raise ToolError(f"{path!r} has {len(lines)} lines; start_line {first} is past the end")
-        body = "".join(lines[first - 1 : last])
-    if cut:
-        body += f"\n[… file is {size} bytes; only the first {MAX_READ_BYTES} were read]"
-    return body if note is None else f"{note}\n{body}"
+    codec, note = sniffed
+    first = start_line or 1
+    picked: list[str] = []
+    used = total = 0
+    last_shown = 0  # the last line returned whole
+    long_line: tuple[int, int] | None = None  # (number, length) of a first line cut at the cap
+    full = True
+    # streamed: the cap limits what is returned, not which lines can be reached or counted
+    with file.open("r", encoding=codec, errors="replace", newline="") as fh:
+        for total, line in enumerate(fh, 1):
+            if total < first or (end_line is not None and total > end_line) or not full:
+                continue
+            if used + len(line) > MAX_RETURN_CHARS:
+                full = False
+                if not picked:  # a single line longer than the cap: its start
+                    picked.append(line[:MAX_RETURN_CHARS])
+                    long_line = (total, len(line))
+                continue
+            picked.append(line)
+            used += len(line)
+            last_shown = total
+    counted = f"{total} line" if total == 1 else f"{total} lines"
+    if first > total and (start_line is not None or end_line is not None):
+        raise ToolError(f"{path!r} has {counted}; start_line {first} is past the end")
+    notes = [note] if note else []
+    if long_line is not None:
+        number, length = long_line
+        notes.append(f"[read_file: {shown} has {counted} ({size} bytes); line {number} is {length} characters "
+                     f"long: only its first {MAX_RETURN_CHARS} are shown; read on with start_line={number + 1}]")
+    elif not full:
+        notes.append(f"[read_file: {shown} has {counted} ({size} bytes); showing lines {first}–{last_shown} "
+                     f"(at most {MAX_RETURN_CHARS} characters per call); read on with start_line={last_shown + 1}]")
+    body = "".join(picked)
+    return "\n".join([*notes, body]) if notes else body
 
 
 @tool

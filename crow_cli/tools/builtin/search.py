@@ -1,13 +1,23 @@
-"""`search_files`: a regular-expression search over the workspace's text files."""
+"""`search_files`: a regular-expression search over the workspace's text files.
+
+Lines are matched with the `regex` package (mrab-regex), not `re`: its default syntax (`VERSION0`)
+is that of `re`, but a match can release the GIL (`concurrent=True`) and be given a `timeout=`. A
+pattern that backtracks catastrophically (`^(a|aa)+$`) under `re` held the GIL for good, so neither
+the event loop, nor the tool timeout, nor Ctrl-C ran again; now the search gives up after
+`SEARCH_BUDGET_S` seconds, and the loop keeps running meanwhile.
+"""
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import os
-import re
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from ...errors import ToolError
 from ..registry import tool
@@ -18,6 +28,8 @@ __all__ = ["search_files"]
 MAX_MATCHES = 200
 MAX_LINE_CHARS = 300
 MAX_FILE_BYTES = 1024 * 1024
+SEARCH_BUDGET_S = 30.0
+"""Seconds one search may spend matching, in all (below the default tool timeout of 120 s)."""
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", "node_modules", ".venv", "venv", "__pycache__", ".mypy_cache",
                        ".pytest_cache", ".ruff_cache", ".tox", "dist", "build"})
 
@@ -44,20 +56,68 @@ def _walk(base: Path) -> Iterator[Path]:
             yield Path(folder) / name
 
 
+# Constructs whose per-line meaning a match in the whole file can miss: \A \Z \z \G and lookarounds see
+# past a line's ends; atomic groups and possessive repeats may swallow a newline and not give it back;
+# "(?-" could turn MULTILINE off. A pattern with none of them that matches some line matches the file's
+# lines joined by "\n" (MULTILINE: ^ and $ at each line's ends); the converse need not hold (\s, [^x]
+# can cross lines), so the whole-file search only skips files, and lines are still matched one by one.
+_LINE_BOUND = ("\\A", "\\Z", "\\z", "\\G", "(?=", "(?!", "(?<=", "(?<!", "(?>", "*+", "++", "?+", "}+", "(?-")
+
+
+def _whole_file_safe(pattern: str) -> bool:
+    """True when no match of `pattern` on a line can be missed by a MULTILINE search of the joined lines."""
+    return not any(construct in pattern for construct in _LINE_BOUND)
+
+
+def _candidates(lines: list[str], whole: Any, deadline: float) -> Iterator[int]:
+    """The 1-based numbers of the lines that may match: all of them without a whole-file pattern; else
+    those where a MULTILINE search of the joined lines, restarted at the line after each hit, finds one
+    starting (any line matching on its own holds the leftmost hit from its start or lies after it).
+    Raises TimeoutError when the deadline passes."""
+    if whole is None or not lines:
+        yield from range(1, len(lines) + 1)
+        return
+    text = "\n".join(lines)
+    starts = list(itertools.accumulate((len(line) + 1 for line in lines[:-1]), initial=0))
+    pos = 0
+    while pos <= len(text):
+        hit = whole.search(text, pos, concurrent=True, timeout=_left(deadline))
+        if hit is None:
+            return
+        index = bisect.bisect_right(starts, hit.start()) - 1
+        yield index + 1
+        if index + 1 >= len(starts):
+            return
+        pos = starts[index + 1]
+
+
+def _left(deadline: float) -> float:
+    return max(deadline - time.monotonic(), 0.001)
+
+
+def _stopped(pattern: str, where: str) -> str:
+    return (f"search stopped after {SEARCH_BUDGET_S:g} s at {where}: the pattern {pattern!r} backtracks too much "
+            "(nested or overlapping repeats such as (a+)+ or (a|aa)+)")
+
+
 @tool
 def search_files(pattern: str, path: str = ".") -> str:
     """Search the workspace's text files for a regular expression (Python syntax); one `file:line: text` per match.
 
     Files ignored by git (.gitignore) are skipped in a git repository; elsewhere .git, node_modules, .venv
-    and similar folders are. At most 200 matches are shown.
+    and similar folders are. At most 200 matches are shown. A search stops after 30 s of matching (a
+    pattern that backtracks catastrophically): an error, or the matches found so far under a note.
 
     Args:
         pattern: a Python regular expression, matched against each line.
         path: a file or folder to search, relative to the workspace root.
     """
+    import regex  # ~20 ms: imported when a search runs, not at start-up
+
     try:
-        regex = re.compile(pattern)
-    except re.error as exc:
+        compiled = regex.compile(pattern)
+        whole = regex.compile(pattern, regex.MULTILINE) if _whole_file_safe(pattern) else None
+    except (regex.error, OverflowError) as exc:
         raise ToolError(f"invalid regular expression {pattern!r}: {exc}") from exc
     root = workspace_root()
     base = resolve_in_workspace(path)
@@ -67,8 +127,10 @@ def search_files(pattern: str, path: str = ".") -> str:
         files = _git_files(base) or list(_walk(base))
     else:
         raise ToolError(f"{path!r} does not exist")
+    deadline = time.monotonic() + SEARCH_BUDGET_S
     matches: list[str] = []
     more = 0
+    stopped = ""
     for file in files:
         try:
             real = file.resolve()
@@ -82,16 +144,32 @@ def search_files(pattern: str, path: str = ".") -> str:
         if b"\0" in data[:8192]:
             continue
         shown = file.relative_to(root).as_posix() if file.is_relative_to(root) else str(file)
-        for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
-            if regex.search(line):
+        lines = data.decode("utf-8", "replace").splitlines()
+        try:
+            for number in _candidates(lines, whole, deadline):
+                line = lines[number - 1]
+                try:
+                    if not compiled.search(line, concurrent=True, timeout=_left(deadline)):
+                        continue
+                except TimeoutError:
+                    stopped = _stopped(pattern, f"{shown}:{number}")
+                    break
                 if len(matches) >= MAX_MATCHES:
                     more += 1
                     continue
                 if len(line) > MAX_LINE_CHARS:
                     line = line[:MAX_LINE_CHARS] + "…"
                 matches.append(f"{shown}:{number}: {line}")
+        except TimeoutError:  # in the whole-file search
+            stopped = _stopped(pattern, shown)
+        if stopped:
+            break
+    if stopped and not matches:
+        raise ToolError(f"{stopped}; simplify it or narrow the path")
     if not matches:
         return f"no matches for {pattern!r}"
     if more:
         matches.append(f"[… {more} more matches not shown; narrow the pattern or the path]")
+    if stopped:
+        matches.insert(0, f"[{stopped}; the matches found before are shown]")
     return "\n".join(matches)

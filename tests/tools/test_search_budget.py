@@ -1,0 +1,137 @@
+"""search_files with a catastrophic-backtracking regular expression: the match releases the GIL and has
+a time budget, so the run ends, the tool timeout works and Ctrl-C / SIGTERM still stop crow.
+
+With `re` (which holds the GIL for the whole match) each of these runs hung until SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from crow_cli.errors import ToolError
+from crow_cli.tools.builtin import search
+from crow_cli.tools.builtin.search import search_files
+from crow_cli.tools.workspace import _ROOT, set_workspace
+from tests.conftest import text_sse
+from tests.replay_server import ReplayServer
+from tests.scripting.scripting_support import argv, run_crow, tool_turn, write_config
+
+NESTED = "^(a+)+$"  # the tester's pattern: exponential in `re`, linear in `regex`
+SLOW = "^(a|aa)+$"  # exponential in both: only a budget or a timeout stops it
+CRASH_LINE = "a" * 60 + "b\n"
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Iterator[Path]:
+    (tmp_path / "evil.txt").write_text("ok line\n" + CRASH_LINE + "aaaa\n")
+    token = set_workspace(tmp_path)
+    yield tmp_path
+    _ROOT.reset(token)
+
+
+def _search_run(cwd: Path, pattern: str, **config: object) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
+    turn = tool_turn(("call_s", "search_files", json.dumps({"pattern": pattern})))
+    cfg = write_config(cwd, max_retries=0, **config)
+    ran = run_crow([{"sse": turn}, {"sse": text_sse("searched")}], "--json", "--yes", "search", cwd=cwd,
+                   config=cfg, timeout=90)
+    results = [e["result"] for e in ran.events() if e["type"] == "tool_result"]
+    return ran, results
+
+
+def test_the_testers_nested_pattern_answers(ws: Path) -> None:
+    ran, results = _search_run(ws, NESTED)
+    assert ran.code == 0, ran.stderr
+    assert [(r["call_id"], r["ok"], r["output"]) for r in results] == [("call_s", True, "evil.txt:3: aaaa")]
+
+
+def test_an_endless_search_is_stopped_by_the_tool_timeout(ws: Path) -> None:
+    ran, results = _search_run(ws, SLOW, tool_timeout=2)  # well below the search's own budget
+    assert ran.code == 0, ran.stderr
+    assert [(r["call_id"], r["ok"]) for r in results] == [("call_s", False)]
+    assert results[0]["output"] == "Error: search_files timed out after 2 s and was cancelled"
+    assert ran.events()[-1]["final_text"] == "searched"
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_during_an_endless_search_stops_crow(ws: Path, sig: int, code: int) -> None:
+    turn = tool_turn(("call_s", "search_files", json.dumps({"pattern": SLOW})))
+    cfg = write_config(ws, max_retries=0)
+    with ReplayServer([{"sse": turn}, {"sse": text_sse("never")}]) as server:
+        proc = subprocess.Popen(argv(server.base_url, "--json", "--yes", "search", config=cfg), cwd=ws, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout is not None
+        try:
+            for line in proc.stdout:
+                if json.loads(line)["type"] == "tool_call":
+                    break
+            time.sleep(0.5)  # the search is under way
+            proc.send_signal(sig)
+            rest, err = proc.communicate(timeout=30)  # the search alone would run for its whole budget
+        finally:
+            proc.kill()
+    assert proc.returncode == code, err
+    events = [json.loads(line) for line in rest.splitlines()]
+    results = [e["result"] for e in events if e["type"] == "tool_result"]
+    assert [(r["call_id"], r["ok"]) for r in results] == [("call_s", False)]
+    assert events[-1]["status"] == "cancelled"
+
+
+def test_the_search_budget_stops_the_search_with_a_clear_error(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(search, "SEARCH_BUDGET_S", 0.5)
+    started = time.monotonic()
+    with pytest.raises(ToolError) as caught:
+        search_files(pattern=SLOW)
+    assert time.monotonic() - started < 30  # generous: the budget is half a second
+    assert str(caught.value) == (
+        "search stopped after 0.5 s at evil.txt: the pattern '^(a|aa)+$' backtracks too much (nested or "
+        "overlapping repeats such as (a+)+ or (a|aa)+); simplify it or narrow the path")
+
+
+def test_matches_found_before_the_budget_ran_out_are_returned_under_a_note(
+        ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (ws / "a.txt").write_text("aa\n")  # searched before evil.txt
+    monkeypatch.setattr(search, "SEARCH_BUDGET_S", 0.5)
+    out = search_files(pattern=SLOW)
+    assert out.splitlines() == [
+        "[search stopped after 0.5 s at evil.txt: the pattern '^(a|aa)+$' backtracks too much (nested or "
+        "overlapping repeats such as (a+)+ or (a|aa)+); the matches found before are shown]",
+        "a.txt:1: aa",
+    ]
+
+
+def test_python_re_syntax_still_works(ws: Path) -> None:
+    (ws / "code.py").write_text("def f(x):\n    return x  # done\n")
+    assert search_files(pattern=r"(?P<kw>def|return)\s+\w+", path="code.py") == (
+        "code.py:1: def f(x):\ncode.py:2:     return x  # done")
+    assert search_files(pattern=r"(?i)DONE$", path="code.py") == "code.py:2:     return x  # done"
+    with pytest.raises(ToolError, match=r"^invalid regular expression '\(unclosed': "):
+        search_files(pattern="(unclosed")
+
+
+TRICKY = ("foo bar\r\n\r\nfoo\r\nbar baz;\n  \nx foo\u2028foo x\n\u00e9t\u00e9 foo\rend\nab\nyz\nfoo;\n\n")
+PATTERNS = [r"foo$", r"^foo", r"^$", r"^\s*$", r"\bfoo\b", r"foo\s+bar", r"\Afoo", r"foo\Z", r"(?<!x )foo",
+            r"foo(?!\n)", r"foo(?= x)", r"[^;]*;$", r"(?s).*end", r"(?i)FOO$", r"^\S+$", r"\Bo", r"(?m)^x",
+            r"b(?>[^y]*)$", r"a[^y]*+$", r"(?-i:foo)$", r"\w+;$", r"t\u00e9\s", r"^(?:ab|yz)$", r"", r"z\n?$"]
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_matches_are_those_of_re_line_by_line(ws: Path, pattern: str) -> None:
+    """The whole-file pre-search only skips files: every line re finds is still found, and no other."""
+    import re
+
+    (ws / "evil.txt").unlink()
+    (ws / "t.txt").write_text(TRICKY, newline="")
+    expected = [f"t.txt:{n}: {line}" for n, line in enumerate(TRICKY.splitlines(), 1) if re.search(pattern, line)]
+    assert search_files(pattern=pattern) == ("\n".join(expected) if expected else f"no matches for {pattern!r}")
+
+
+def test_lines_bound_constructs_skip_the_whole_file_search() -> None:
+    unsafe = [p for p in PATTERNS if not search._whole_file_safe(p)]
+    assert unsafe == [r"\Afoo", r"foo\Z", r"(?<!x )foo", r"foo(?!\n)", r"foo(?= x)", r"b(?>[^y]*)$", r"a[^y]*+$",
+                      r"(?-i:foo)$"]
