@@ -98,7 +98,7 @@ class AssistantTurn:
         return bool(self.tool_calls)
 
     def to_message(self) -> Message:
-        """The assistant wire message: content (or None) plus `tool_calls` when there are any.
+        """The assistant wire message: content (None only beside tool calls) plus `tool_calls` when any.
 
         A refusal is kept as OpenAI's assistant-message `refusal` field, and stands in as `content`
         when there is none (content is required without tool_calls; other servers ignore `refusal`).
@@ -112,8 +112,11 @@ def user_message(text: str) -> Message:
 
 def assistant_message(content: str | None, tool_calls: list[ToolCall] | None = None, *,
                       refusal: str | None = None) -> Message:
-    """An assistant wire message; a `refusal` (OpenAI) is kept in its own field and as content when there is none."""
-    msg: Message = {"role": "assistant", "content": content if content or not refusal else refusal}
+    """An assistant wire message; a `refusal` (OpenAI) is kept in its own field and as content when there is none.
+
+    `content` is None only beside tool calls: without them it is required, so an empty answer is `""`.
+    """
+    msg: Message = {"role": "assistant", "content": content or refusal or (None if tool_calls else "")}
     if refusal:
         msg["refusal"] = refusal
     if tool_calls:

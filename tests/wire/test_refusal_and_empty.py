@@ -64,3 +64,14 @@ def test_cli_warns_about_an_empty_answer(tmp_path):
         proc = run_crow(["run", "--base-url", srv.base_url, "--model", "m", "--no-tools", "hi"], tmp_path)
     assert proc.returncode == 0 and proc.stdout == ""
     assert "crow: warning: the model returned an empty answer" in proc.stderr
+
+
+def test_an_empty_text_turn_is_stored_with_empty_content_not_null() -> None:
+    # Tester: an empty answer was stored and sent back as {"role": "assistant", "content": null}, which
+    # servers reject (content is required without tool_calls) on every later turn of the session.
+    from crow_cli.history import AssistantTurn, ToolCall, assistant_message
+
+    assert AssistantTurn(content=None).to_message() == {"role": "assistant", "content": ""}
+    assert assistant_message(None) == {"role": "assistant", "content": ""}
+    with_calls = assistant_message(None, [ToolCall("c1", "f", "{}")])
+    assert with_calls["content"] is None and with_calls["tool_calls"][0]["id"] == "c1"
