@@ -5,6 +5,7 @@ With `re` (which holds the GIL for the whole match) each of these runs hung unti
 
 from __future__ import annotations
 
+import io
 import json
 import signal
 import subprocess
@@ -127,7 +128,8 @@ def test_matches_are_those_of_re_line_by_line(ws: Path, pattern: str) -> None:
 
     (ws / "evil.txt").unlink()
     (ws / "t.txt").write_text(TRICKY, newline="")
-    expected = [f"t.txt:{n}: {line}" for n, line in enumerate(TRICKY.splitlines(), 1) if re.search(pattern, line)]
+    lines = [line.rstrip("\r\n") for line in io.StringIO(TRICKY, newline="")]  # read_file's lines
+    expected = [f"t.txt:{n}: {line}" for n, line in enumerate(lines, 1) if re.search(pattern, line)]
     assert search_files(pattern=pattern) == ("\n".join(expected) if expected else f"no matches for {pattern!r}")
 
 
@@ -135,3 +137,32 @@ def test_lines_bound_constructs_skip_the_whole_file_search() -> None:
     unsafe = [p for p in PATTERNS if not search._whole_file_safe(p)]
     assert unsafe == [r"\Afoo", r"foo\Z", r"(?<!x )foo", r"foo(?!\n)", r"foo(?= x)", r"b(?>[^y]*)$", r"a[^y]*+$",
                       r"(?-i:foo)$"]
+
+
+async def test_line_numbers_agree_with_read_file(ws: Path) -> None:
+    # Tester: str.splitlines() also broke at \f, U+0085, U+2028…, so search said line 3 where
+    # read_file (and grep) have line 2.
+    from crow_cli.tools.builtin.files import read_file
+
+    (ws / "ff.txt").write_bytes(b"alpha\x0cbeta\nfoo one\nx\xc2\x85y\nfoo two\r\nz\rfoo three\n")
+    out = await search_files.invoke({"pattern": "foo", "path": "ff.txt"})
+    assert out == "ff.txt:2: foo one\nff.txt:4: foo two\nff.txt:6: foo three"
+    assert await read_file.invoke({"path": "ff.txt", "start_line": 4, "end_line": 4}) == "foo two\r\n"
+
+
+async def test_a_reverse_search_flag_finds_every_line(ws: Path) -> None:
+    (ws / "one.txt").write_text("abc\nfoo bar\n  foo\nFOO\nfoo\tx\n")
+    out = await search_files.invoke({"pattern": "(?r)foo", "path": "one.txt"})
+    assert out == "one.txt:2: foo bar\none.txt:3:   foo\none.txt:5: foo\tx"
+
+
+async def test_files_over_the_size_limit_are_named_not_passed_over(ws: Path) -> None:
+    # Tester: a 30 MB file was skipped silently: "no matches" although it held the needle.
+    big = ws / "big"
+    big.mkdir()
+    (big / "huge.txt").write_text(("x" * 99 + "\n") * 12_000 + "needle here\n")
+    (big / "small.txt").write_text("nothing\n")
+    assert await search_files.invoke({"pattern": "needle", "path": "big/huge.txt"}) == "big/huge.txt:12001: needle here"
+    out = await search_files.invoke({"pattern": "needle", "path": "big"})
+    assert out == ("no matches for 'needle'\n[1 file over 1 MiB not searched: big/huge.txt; "
+                   "name it as the path to search it]")

@@ -10,8 +10,10 @@ the event loop, nor the tool timeout, nor Ctrl-C ran again; now the search gives
 from __future__ import annotations
 
 import bisect
+import io
 import itertools
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -28,6 +30,8 @@ __all__ = ["search_files"]
 MAX_MATCHES = 200
 MAX_LINE_CHARS = 300
 MAX_FILE_BYTES = 1024 * 1024
+"""Larger files in a searched folder are listed as not searched; a file named as the path may be larger."""
+MAX_NAMED_FILE_BYTES = 64 * 1024 * 1024
 SEARCH_BUDGET_S = 30.0
 """Seconds one search may spend matching, in all (below the default tool timeout of 120 s)."""
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", "node_modules", ".venv", "venv", "__pycache__", ".mypy_cache",
@@ -61,12 +65,20 @@ def _walk(base: Path) -> Iterator[Path]:
 # "(?-" could turn MULTILINE off. A pattern with none of them that matches some line matches the file's
 # lines joined by "\n" (MULTILINE: ^ and $ at each line's ends); the converse need not hold (\s, [^x]
 # can cross lines), so the whole-file search only skips files, and lines are still matched one by one.
+# Inline flags that change which match is found first (r: reverse, b/e: fuzzy best/enhanced, p: POSIX
+# leftmost-longest) or where lines end (w) or the syntax (V) also rule it out.
 _LINE_BOUND = ("\\A", "\\Z", "\\z", "\\G", "(?=", "(?!", "(?<=", "(?<!", "(?>", "*+", "++", "?+", "}+", "(?-")
+_ORDER_FLAGS = re.compile(r"\(\?[a-zA-Z]*[beprwV]")
 
 
 def _whole_file_safe(pattern: str) -> bool:
     """True when no match of `pattern` on a line can be missed by a MULTILINE search of the joined lines."""
-    return not any(construct in pattern for construct in _LINE_BOUND)
+    return not any(construct in pattern for construct in _LINE_BOUND) and not _ORDER_FLAGS.search(pattern)
+
+
+def _split_lines(text: str) -> list[str]:
+    """Lines as `read_file` counts them: ended by `\\n`, `\\r\\n` or `\\r` only (not `\\f`, U+0085, U+2028 …)."""
+    return [line.rstrip("\r\n") for line in io.StringIO(text, newline="")]
 
 
 def _candidates(lines: list[str], whole: Any, deadline: float) -> Iterator[int]:
@@ -105,8 +117,10 @@ def search_files(pattern: str, path: str = ".") -> str:
     """Search the workspace's text files for a regular expression (Python syntax); one `file:line: text` per match.
 
     Files ignored by git (.gitignore) are skipped in a git repository; elsewhere .git, node_modules, .venv
-    and similar folders are. At most 200 matches are shown. A search stops after 30 s of matching (a
-    pattern that backtracks catastrophically): an error, or the matches found so far under a note.
+    and similar folders are; files over 1 MiB in a folder are listed as not searched (name one as `path` to
+    search it). Line numbers are those of read_file. At most 200 matches are shown. A search stops after
+    30 s of matching (a pattern that backtracks catastrophically): an error, or the matches found so far
+    under a note.
 
     Args:
         pattern: a Python regular expression, matched against each line.
@@ -131,12 +145,15 @@ def search_files(pattern: str, path: str = ".") -> str:
     matches: list[str] = []
     more = 0
     stopped = ""
+    too_big: list[str] = []
+    size_limit = MAX_NAMED_FILE_BYTES if base.is_file() else MAX_FILE_BYTES
     for file in files:
         try:
             real = file.resolve()
             if (real != root and root not in real.parents) or not real.is_file():
                 continue  # a symlink leading out of the workspace, or gone
-            if real.stat().st_size > MAX_FILE_BYTES:
+            if real.stat().st_size > size_limit:
+                too_big.append(file.relative_to(root).as_posix() if file.is_relative_to(root) else str(file))
                 continue
             data = real.read_bytes()
         except OSError:
@@ -144,7 +161,7 @@ def search_files(pattern: str, path: str = ".") -> str:
         if b"\0" in data[:8192]:
             continue
         shown = file.relative_to(root).as_posix() if file.is_relative_to(root) else str(file)
-        lines = data.decode("utf-8", "replace").splitlines()
+        lines = _split_lines(data.decode("utf-8", "replace"))
         try:
             for number in _candidates(lines, whole, deadline):
                 line = lines[number - 1]
@@ -166,10 +183,16 @@ def search_files(pattern: str, path: str = ".") -> str:
             break
     if stopped and not matches:
         raise ToolError(f"{stopped}; simplify it or narrow the path")
+    notes = []
+    if too_big:
+        limit = "64 MiB" if base.is_file() else "1 MiB"
+        named = ", ".join(too_big[:5]) + (f" and {len(too_big) - 5} more" if len(too_big) > 5 else "")
+        hint = "" if base.is_file() else "; name it as the path to search it"
+        notes.append(f"[{len(too_big)} file{'s' if len(too_big) > 1 else ''} over {limit} not searched: {named}{hint}]")
     if not matches:
-        return f"no matches for {pattern!r}"
+        return "\n".join([f"no matches for {pattern!r}", *notes])
     if more:
         matches.append(f"[… {more} more matches not shown; narrow the pattern or the path]")
     if stopped:
         matches.insert(0, f"[{stopped}; the matches found before are shown]")
-    return "\n".join(matches)
+    return "\n".join(notes + matches)
