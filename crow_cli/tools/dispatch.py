@@ -122,8 +122,8 @@ async def _run_one(
         known = ", ".join(sorted(x.name for x in registry)) or "none"
         return fail(f"unknown tool {call.name!r}; available tools: {known}")
     if call.cut_off:  # repaired for the history, but the values are guesses: never run them
-        return fail("the arguments of this call were cut off (the turn ended mid-arguments); it was not run. "
-                    "Send the complete call again.")
+        return fail("the arguments of this call were cut off or not valid JSON (repaired only for the history); "
+                    "it was not run. Send the complete call again.")
     try:
         arguments = t.validate(json.loads(call.arguments))
         if t.needs_approval:

@@ -44,14 +44,16 @@ def repair_arguments(raw: str) -> RepairedArguments:
     try:
         json.loads(text)
         return RepairedArguments(text, None, False)
-    except ValueError:
-        pass
+    except json.JSONDecodeError as exc:  # at the end, or an open string: it ended mid-value; else it is wrong
+        at_end = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string")
+        error = str(exc)
     closed = _close_brackets(text)
     if closed is not None:
         return RepairedArguments(closed, "arguments lacked their closing brackets; closed them", False)
     import json_repair  # a few ms to import; only paid when a stream really was cut
 
-    cut = "arguments were cut off mid-value (truncated JSON); repaired for the history, the call is not run"
+    cut = ("arguments were cut off mid-value (truncated JSON)" if at_end else
+           f"arguments were not valid JSON ({error})") + "; repaired for the history, the call is not run"
     try:
         repaired = json_repair.repair_json(text, ensure_ascii=False)
         if isinstance(json.loads(repaired), dict):

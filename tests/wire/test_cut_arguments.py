@@ -14,8 +14,8 @@ from crow_cli.wire.accumulate import StreamAccumulator
 from crow_cli.wire.repair import repair_arguments
 from tests.conftest import chunk, first_sse, load_cases, sse_chunks, tool_delta
 
-CUT_MESSAGE = ("Error: the arguments of this call were cut off (the turn ended mid-arguments); it was not run. "
-               "Send the complete call again.")
+CUT_MESSAGE = ("Error: the arguments of this call were cut off or not valid JSON (repaired only for the history); "
+               "it was not run. Send the complete call again.")
 
 
 @pytest.mark.parametrize(("raw", "expected"), [
@@ -119,3 +119,16 @@ def test_cli_keeps_the_old_file_when_write_file_arguments_were_cut(tmp_path):
     sent = next(m for m in srv.requests[1]["messages"] if m["role"] == "assistant")["tool_calls"][0]
     assert json.loads(sent["function"]["arguments"])["content"] == "line 1\nline 2\nline"
     assert "crow: warning:" in proc.stderr
+
+
+@pytest.mark.parametrize(("raw", "says"), [
+    ('{"path": "c10.txt", "content": "q"}}', "not valid JSON"),   # one brace too many: nothing was cut
+    ('{"a": 1} {"b": 2', "not valid JSON"),
+    ('[{"path": "c13.txt"', "not valid JSON"),
+    ('{"path": "a.txt", "content": "li', "cut off"),
+])
+def test_the_warning_says_cut_off_only_when_the_text_ends_mid_value(raw, says):
+    # Tester: a stray closing brace was reported as "cut off mid-value (truncated JSON)".
+    repaired = repair_arguments(raw)
+    assert repaired.cut_off and says in repaired.problem
+    assert ("cut off" in repaired.problem) == (says == "cut off")
