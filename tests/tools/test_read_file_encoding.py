@@ -49,6 +49,15 @@ def test_utf16_with_a_byte_order_mark_is_text(ws: Path) -> None:
     assert lines == ["hé", "wörld"] and "decoded as UTF-16 (byte-order mark)" in note
 
 
+async def test_edit_file_calls_utf16_text_what_it_is_not_binary(ws: Path) -> None:
+    # Tester: read_file said "UTF-16 … edit_file refuses it: it only edits UTF-8", edit_file said "binary".
+    from crow_cli.tools.builtin.edits import edit_file
+
+    (ws / "u16.txt").write_bytes("hé\nwörld\n".encode("utf-16"))
+    with pytest.raises(ToolError, match=r"^'u16.txt' is UTF-16 text; edit_file only edits UTF-8 files; not edited$"):
+        await edit_file.invoke({"path": "u16.txt", "old_string": "hé", "new_string": "ha"})
+
+
 @pytest.mark.parametrize("data", [b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR", b"x" * 10_000 + b"\0tail"])
 def test_a_file_with_nul_bytes_is_refused_as_binary(ws: Path, data: bytes) -> None:
     (ws / "blob.bin").write_bytes(data)

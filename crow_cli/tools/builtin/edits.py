@@ -8,6 +8,7 @@ from pathlib import Path
 from ...errors import ToolError
 from ..registry import tool
 from ..workspace import resolve_in_workspace, workspace_root
+from .files import _BOMS
 
 __all__ = ["edit_file", "unified_diff", "write_file"]
 
@@ -35,6 +36,9 @@ def _read_text(file: Path, path: str) -> str:
     data = file.read_bytes()
     if len(data) > MAX_EDIT_BYTES:
         raise ToolError(f"{path!r} is {len(data)} bytes; edit_file handles files up to {MAX_EDIT_BYTES} bytes")
+    for bom, _codec, name in _BOMS:  # before the NUL check: UTF-16/32 text is full of NULs
+        if data.startswith(bom):
+            raise ToolError(f"{path!r} is {name} text; edit_file only edits UTF-8 files; not edited")
     if b"\0" in data[:8192]:
         raise ToolError(f"{path!r} is a binary file; not edited")
     try:
