@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from .errors import CrowError, MaxTurnsExceeded, StreamCut
 from .events import Event, MessageAppended, Notice, RunFinished, ToolResultReady, TurnFinished
 from .history import AssistantTurn, Message, ToolResult
+from .tools.context import ToolContext
 from .tools.dispatch import Approver, dispatch
 from .tools.registry import ToolRegistry
 from .wire.accumulate import StreamAccumulator
@@ -58,6 +59,7 @@ async def react(
     registry: ToolRegistry | None = None,
     settings: LoopSettings = LoopSettings(),
     approve: Approver | None = None,
+    context: ToolContext | None = None,  # tools helper (issue 9): the run's workspace and secrets, for dispatch
 ) -> AsyncIterator[Event]:
     """Run turns until the model answers without tool calls; yield events as they happen.
 
@@ -67,6 +69,7 @@ async def react(
         registry: the tools offered to the model (None or empty: no tools).
         settings: limits.
         approve: asked before tools that need approval; None denies them.
+        context: the workspace and secrets tools run with (None: the working directory, no secrets).
     """
     tools = registry.schemas() if registry else None
     for turn_no in range(1, settings.max_turns + 1):
@@ -84,7 +87,7 @@ async def react(
         if not turn.is_tool_turn:
             yield RunFinished("completed", turn.content or "", turn_no)
             return
-        async for event in _run_tools(turn, history, registry, settings, approve):
+        async for event in _run_tools(turn, history, registry, settings, approve, context):
             yield event
     error = MaxTurnsExceeded(settings.max_turns)
     yield RunFinished("max_turns", "", settings.max_turns, str(error), error.exit_code)
@@ -121,13 +124,15 @@ async def _stream_turn(history: list[Message], client: ChatStream, tools: list[d
 
 
 async def _run_tools(turn: AssistantTurn, history: list[Message], registry: ToolRegistry | None,
-                     settings: LoopSettings, approve: Approver | None) -> AsyncIterator[Event]:
+                     settings: LoopSettings, approve: Approver | None,
+                     context: ToolContext | None) -> AsyncIterator[Event]:
     # A result joins the history as soon as every call before it has one: call order is kept, and a
     # surface that stores each appended message loses no finished result if the process dies.
     results: dict[int, ToolResult] = {}
     calls, answered = turn.tool_calls, 0
     async for event in dispatch(calls, registry or ToolRegistry(), approve=approve,
-                                timeout_s=settings.tool_timeout_s, max_output_chars=settings.max_output_chars):
+                                timeout_s=settings.tool_timeout_s, max_output_chars=settings.max_output_chars,
+                                context=context):
         yield event
         if isinstance(event, ToolResultReady):
             results[event.result.index] = event.result  # by position: ids may repeat or be ""

@@ -41,10 +41,9 @@ from ..history import Message, ToolCall, ToolResult, user_message
 from ..loop import react
 from ..sessions import EXPORT_FORMATS, SessionStore, export_session
 from ..text import public_url, strip_controls
-from ..tools.approval import describe_call, make_approver
-from ..tools.builtin.shell import hide_secret
+from ..tools.approval import make_approver
+from ..tools.context import ToolContext  # tools helper (issue 9): replaces hide_secret / use_workspace
 from ..tools.registry import Tool, ToolRegistry
-from ..tools.workspace import use_workspace
 from .ask import Answer, ask_approval
 from .common import build_client, build_registry, loop_settings, make_console, plain_terminal
 from .interrupt import SignalCancel
@@ -140,7 +139,7 @@ class ChatApp:
         self.approver = make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=options.yes,
                                       ask=self.ask)
         """The approval policy (--approval, --allow, --deny, --yes); "always" answers last for this chat."""
-        hide_secret(settings.api_key)  # run_shell never hands the key to a command, nor its output to the model
+        self.context: ToolContext | None = None  # tools helper (issue 9): built in run() (checks the workspace)
         self._turn: asyncio.Task[None] | None = None
         self._commands: dict[str, Callable[[str], Awaitable[None]]] = {
             "help": self._help, "exit": self._exit, "quit": self._exit, "new": self._new, "model": self._model,
@@ -157,7 +156,6 @@ class ChatApp:
         return self._store
 
     async def _start(self, mcp_servers: McpServers) -> None:
-        use_workspace(self.settings.workspace)
         self.registry = None if self.options.no_tools else build_registry(self.settings,
                                                                           extra_dirs=self.options.tools_dirs)
         if self.registry is not None:
@@ -217,8 +215,11 @@ class ChatApp:
         from ..tools.mcp import McpServers
 
         self.view.line(f"crow chat · {self.settings.model} · /help for commands · Ctrl-D to quit", "dim")
+        # tools helper (issue 9): the workspace and the key run_shell must not pass on travel to dispatch
+        self.context = ToolContext.for_workspace(self.settings.workspace, secrets=[self.settings.api_key])
         async with McpServers({} if self.options.no_tools else self.settings.mcp_servers,
-                              errlog=sys.stderr if self.options.debug else None) as mcp_servers:
+                              errlog=sys.stderr if self.options.debug else None,
+                              workspace=self.context.workspace) as mcp_servers:
             await self._start(mcp_servers)
             return await self._repl()
 
@@ -336,7 +337,8 @@ class ChatApp:
     async def _consume(self, partial: list[str], finished: dict[int, ToolResult]) -> None:
         calls: dict[int, ToolCall] = {}
         async for event in react(self.history, self.client, self.registry,
-                                 loop_settings(self.settings, trace=self.options.debug), self.approver):
+                                 loop_settings(self.settings, trace=self.options.debug), self.approver,
+                                 self.context):  # tools helper (issue 9): context
             match event:
                 case TextDelta(text=text):
                     partial.append(text)
@@ -370,7 +372,7 @@ class ChatApp:
                     self.view.end_answer()
                     self.view.line(f"crow: error: {error}", "bold red")
 
-    async def ask(self, call: ToolCall, tool: Tool) -> Answer:
+    async def ask(self, call: ToolCall, tool: Tool, preview: str) -> Answer:  # tools helper (issue 9): preview
         """Ask the user about one call: the approval policy's ask callback (it asks one at a time).
 
         Shows the call's preview (`describe_call`, as `crow run` does) above the question. The live area
@@ -379,7 +381,7 @@ class ChatApp:
         """
         await asyncio.sleep(0)  # the turn first draws what is already queued (the lines of calls started)
         with self.view.suspended():
-            self.view.call_preview(describe_call(call))
+            self.view.call_preview(preview)
             try:
                 return await ask_approval(call, tool, pt_input=self.pt_input, pt_output=self.pt_output)
             except KeyboardInterrupt:

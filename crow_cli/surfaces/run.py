@@ -35,11 +35,10 @@ from ..history import Message, ToolResult, pending_tool_calls, user_message
 from ..loop import LoopSettings, react
 from ..text import strip_controls
 from ..tools.approval import make_approver
-from ..tools.builtin.shell import hide_secret
+from ..tools.context import ToolContext  # tools helper (issue 9): replaces hide_secret / use_workspace
 from ..tools.dispatch import Approver
 from ..tools.mcp import McpServers
 from ..tools.registry import ToolRegistry
-from ..tools.workspace import use_workspace
 from ..wire.client import ChatClient
 from .approve import terminal_ask
 from .common import build_client, build_registry, loop_settings, make_console, short_json
@@ -238,12 +237,13 @@ async def run_prompt(settings: Settings, options: RunOptions, out: TextIO = sys.
 
 async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err: TextIO) -> int:
     # Usage errors (ConfigError, exit 2) come before any event and before a session is stored.
-    use_workspace(settings.workspace)
+    # tools helper (issue 9): the workspace and the key run_shell must not pass on travel to dispatch
+    context = ToolContext.for_workspace(settings.workspace, secrets=[settings.api_key])
     approve = make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=options.yes,
                             ask=None if options.yes else terminal_ask())
     registry = None if options.no_tools else build_registry(settings, extra_dirs=options.tools_dirs)
-    mcp = McpServers({} if registry is None else settings.mcp_servers, errlog=sys.stderr if options.debug else None)
-    hide_secret(settings.api_key)  # run_shell never hands the key to a command, nor its output to the model
+    mcp = McpServers({} if registry is None else settings.mcp_servers, errlog=sys.stderr if options.debug else None,
+                     workspace=context.workspace)  # tools helper (issue 9)
 
     printer: _Printer | JsonlWriter = (JsonlWriter(out, err, debug=options.debug) if options.json
                                        else _Printer(out, err, debug=options.debug, quiet=options.quiet))
@@ -275,20 +275,20 @@ async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err:
         client = build_client(settings, options.record_dir)
         try:
             return await _drive(history, client, registry, loop_settings(settings, trace=options.debug), approve,
-                                printer, options, recorder)
+                                printer, options, recorder, context)  # tools helper (issue 9): context
         finally:
             await client.aclose()
 
 
 async def _drive(history: list[Message], client: ChatClient, registry: ToolRegistry | None, settings: LoopSettings,
                  approve: Approver, printer: _Printer | JsonlWriter, options: RunOptions,
-                 recorder: SessionRecorder | None = None) -> int:
+                 recorder: SessionRecorder | None = None, context: ToolContext | None = None) -> int:
     """Run the loop under SIGINT/SIGTERM handlers; a signal cancels it and closes the history."""
     progress = _Progress()
 
     async def loop() -> int:
         code = 1
-        async for event in react(history, client, registry, settings, approve):
+        async for event in react(history, client, registry, settings, approve, context):  # tools helper (issue 9)
             progress.track(event)
             printer.handle(event)
             if isinstance(event, MessageAppended) and recorder is not None:

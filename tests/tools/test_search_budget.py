@@ -18,7 +18,6 @@ import pytest
 from crow_cli.errors import ToolError
 from crow_cli.tools.builtin import search
 from crow_cli.tools.builtin.search import search_files
-from crow_cli.tools.workspace import _ROOT, set_workspace
 from tests.conftest import text_sse
 from tests.replay_server import ReplayServer
 from tests.scripting.scripting_support import argv, run_crow, tool_turn, write_config
@@ -29,11 +28,9 @@ CRASH_LINE = "a" * 60 + "b\n"
 
 
 @pytest.fixture
-def ws(tmp_path: Path) -> Iterator[Path]:
-    (tmp_path / "evil.txt").write_text("ok line\n" + CRASH_LINE + "aaaa\n")
-    token = set_workspace(tmp_path)
-    yield tmp_path
-    _ROOT.reset(token)
+def ws(ws: Path) -> Path:
+    (ws / "evil.txt").write_text("ok line\n" + CRASH_LINE + "aaaa\n")
+    return ws
 
 
 def _search_run(cwd: Path, pattern: str, **config: object) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
