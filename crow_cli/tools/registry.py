@@ -307,11 +307,15 @@ class ToolRegistry:
     def __len__(self) -> int:
         return len(self._tools)
 
-    def schemas(self) -> list[dict[str, Any]]:
+    def schemas(self, select: Callable[[Tool], bool] | None = None) -> list[dict[str, Any]]:
         """The request's `tools` list. A tool whose schema cannot be derived (a type pydantic cannot
-        describe) is dropped with a line in `errors`, so one bad plugin does not stop every run."""
+        describe) is dropped with a line in `errors` and kept in `unusable`, so one bad plugin does not
+        stop every run. `select`: derive only the tools it picks (`crow tools` skips the built-ins,
+        whose schemas are known good, to start fast); the list then holds only those."""
         out = []
         for t in list(self._tools.values()):
+            if select is not None and not select(t):
+                continue
             try:
                 out.append(t.schema())
             except Exception as exc:
@@ -319,8 +323,13 @@ class ToolRegistry:
                 why = (f"its schema cannot be derived ({type(exc).__name__}: "
                        f"{str(exc).splitlines()[0] if str(exc) else ''})")
                 self.unusable[t.name] = (t, why)
-                self.errors.append(f"tool {t.name!r} from {t.source} dropped: {why}")
+                self.errors.append(self.dropped_line(t.name))
         return out
+
+    def dropped_line(self, name: str) -> str:
+        """The one-line warning for the unusable tool `name` (as `schemas()` adds it to `errors`)."""
+        t, why = self.unusable[name]
+        return f"tool {name!r} from {t.source} dropped: {why}"
 
     def load_builtins(self) -> None:
         from .builtin import BUILTIN_TOOLS

@@ -191,3 +191,35 @@ def test_edit_file_lf_files_are_untouched_by_the_crlf_path(ws: Path) -> None:
     assert (ws / "u.txt").read_bytes() == b"x\ny\n"
     with pytest.raises(ToolError, match="old_string was not found"):
         edit_file(path="u.txt", old_string="x\r\ny", new_string="z")
+
+
+# issue 11 item 14: found trying it as a new user: write_file to a FIFO hung until the tool timeout
+def test_non_regular_files_are_refused_by_every_file_tool(ws: Path) -> None:
+    os.mkfifo(ws / "pipe")
+    for call in (lambda: write_file(path="pipe", content="x"), lambda: read_file(path="pipe"),
+                 lambda: edit_file(path="pipe", old_string="a", new_string="b")):
+        with pytest.raises(ToolError, match="'pipe' is a FIFO \\(named pipe\\)"):
+            call()
+    with pytest.raises(ToolError, match="^'pipe' is a FIFO \\(named pipe\\); not searched$"):
+        search_files(pattern="x", path="pipe")
+    with pytest.raises(ToolError, match="^'nothing' does not exist$"):
+        search_files(pattern="x", path="nothing")
+
+
+async def test_writing_a_fifo_is_refused_before_anyone_is_asked(ws: Path) -> None:
+    # issue 11 item 14 with item 2: the preview's pre-check answers the call, nobody is asked about it
+    from crow_cli.history import ToolCall
+    from crow_cli.tools.approval import make_approver
+
+    os.mkfifo(ws / "pipe")
+    asked: list[str] = []
+
+    async def ask(call: ToolCall, tool: object, preview: str) -> Any:
+        asked.append(preview)
+        return "yes"
+
+    call = ToolCall("c1", "write_file", json.dumps({"path": "pipe", "content": "x"}), 0)
+    tool = next(t for t in BUILTIN_TOOLS if t.name == "write_file")
+    with pytest.raises(ToolError, match="FIFO"):
+        await make_approver("ask", ask=ask)(call, tool)
+    assert asked == []

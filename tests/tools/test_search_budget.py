@@ -163,3 +163,14 @@ async def test_files_over_the_size_limit_are_named_not_passed_over(ws: Path) -> 
     out = await search_files.invoke({"pattern": "needle", "path": "big"})
     assert out == ("no matches for 'needle'\n[1 file over 1 MiB not searched: big/huge.txt; "
                    "name it as the path to search it]")
+
+
+def test_the_budget_bounds_the_whole_search_not_only_one_match(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 11 (smaller): each match got at least 1 ms after the budget ran out, so a search of many
+    # quick lines went on past the documented 30 s; now the budget is checked between lines too
+    for n in range(3):
+        (ws / f"f{n}.txt").write_text("needle\n" * 50)
+    monkeypatch.setattr(search, "SEARCH_BUDGET_S", 0.0)
+    with pytest.raises(ToolError, match="^search stopped after 0 s at f0.txt:1: the time budget of one search "
+                                        "is spent; simplify it or narrow the path$"):
+        search_files(pattern="needle")

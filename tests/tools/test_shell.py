@@ -88,3 +88,12 @@ async def test_background_processes_do_not_outlive_the_command(ws: Path) -> None
     out = await run_shell.invoke({"command": f"sleep 300 > /dev/null 2>&1 & echo $! > {pidfile}; echo started"})
     assert out == "[exit code 0]\nstarted\n"
     assert await _wait_gone(int(pidfile.read_text()))
+
+
+@pytest.mark.parametrize("timeout_s", [0, -5, float("nan")])
+async def test_a_timeout_of_zero_or_less_is_refused_not_clamped(timeout_s: float) -> None:
+    # issue 11 (smaller): timeout_s <= 0 was clamped to 0.1 s and the command killed at once
+    from crow_cli.errors import ToolError
+
+    with pytest.raises(ToolError, match="timeout_s must be more than 0 seconds"):
+        await run_shell.invoke({"command": "echo hi", "timeout_s": timeout_s})
