@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, TextIO
 
 from ..errors import ConfigError, ToolError
 from .registry import Tool, ToolRegistry
@@ -78,7 +78,7 @@ def parse_mcp_servers(tables: Mapping[str, Mapping[str, Any]]) -> list[McpServer
 class _Connection:
     """One server: a task that holds the `mcp.Client` context open until told to stop."""
 
-    def __init__(self, config: McpServerConfig, errlog: IO[str], *, quote_stderr: bool = False,
+    def __init__(self, config: McpServerConfig, errlog: TextIO, *, quote_stderr: bool = False,
                  workspace: Path | None = None) -> None:
         self.config = config
         self.workspace = workspace
@@ -220,7 +220,7 @@ class McpServers:
         ConfigError: from the constructor, for an invalid table.
     """
 
-    def __init__(self, tables: Mapping[str, Mapping[str, Any]], *, errlog: IO[str] | None = None,
+    def __init__(self, tables: Mapping[str, Mapping[str, Any]], *, errlog: TextIO | None = None,
                  workspace: Path | None = None) -> None:
         self.configs = parse_mcp_servers(tables)
         self._errlog = errlog

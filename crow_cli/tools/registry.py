@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Literal, get_args
+from typing import Any, Literal, get_args, overload
 
 from ..errors import ToolError
 from .context import ToolContext, current_context
@@ -242,6 +242,19 @@ def _type_hints(fn: Callable[..., Any]) -> dict[str, Any]:
         return {}
 
 
+@overload
+def tool(fn: Callable[..., Any], *, name: str | None = None, description: str | None = None,
+         needs_approval: bool = False, parallel: bool = True, timeout_s: float | None = None,
+         kind: ToolKind = "other", preview: Preview | None = None, subject: Subject | None = None) -> Tool: ...
+
+
+@overload
+def tool(fn: None = None, *, name: str | None = None, description: str | None = None,
+         needs_approval: bool = False, parallel: bool = True, timeout_s: float | None = None,
+         kind: ToolKind = "other", preview: Preview | None = None,
+         subject: Subject | None = None) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
 def tool(
     fn: Callable[..., Any] | None = None,
     *,
@@ -253,7 +266,7 @@ def tool(
     kind: ToolKind = "other",
     preview: Preview | None = None,
     subject: Subject | None = None,
-) -> Any:
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a `Tool` of a typed function; use bare (`@tool`) or with options (`@tool(name=…)`).
 
     The schema comes from the type hints, the description from the docstring before its `Args:`

@@ -140,7 +140,7 @@ def split_commands(line: str) -> list[list[str]]:
     commands: list[list[str]] = []
     current: list[str] = []
     for token in _tokens(line):
-        if token.operator and not (set(token.text) & set("<>")) or token.text in ("<(", ">("):
+        if (token.operator and not (set(token.text) & set("<>"))) or token.text in ("<(", ">("):
             if current:
                 commands.append(current)
             current = []

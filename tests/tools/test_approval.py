@@ -221,7 +221,7 @@ async def test_an_edit_that_cannot_be_made_is_answered_without_asking(ws: Path) 
     (ws / "a.txt").write_text("one\n")
     asker = Asker("yes")
     call = _call("edit_file", path="a.txt", old_string="two", new_string="2")
-    with pytest.raises(ToolError, match="old_string was not found in 'a.txt'"):
+    with pytest.raises(ToolError, match=r"old_string was not found in 'a\.txt'"):
         await make_approver("ask", ask=asker)(call, TOOLS["edit_file"])
     assert asker.asked == []
 

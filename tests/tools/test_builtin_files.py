@@ -52,7 +52,7 @@ def test_binary_and_missing_files_are_refused(ws):
     (ws / "b.bin").write_bytes(b"\x00\x01\x02")
     with pytest.raises(ToolError, match="binary"):
         read_file(path="b.bin")
-    with pytest.raises(ToolError, match="'nope.txt' does not exist"):
+    with pytest.raises(ToolError, match=r"'nope\.txt' does not exist"):
         read_file(path="nope.txt")
     with pytest.raises(ToolError, match="'sub' is a directory, not a file"):
         read_file(path="sub")

@@ -198,11 +198,11 @@ def test_non_regular_files_are_refused_by_every_file_tool(ws: Path) -> None:
     os.mkfifo(ws / "pipe")
     for call in (lambda: write_file(path="pipe", content="x"), lambda: read_file(path="pipe"),
                  lambda: edit_file(path="pipe", old_string="a", new_string="b")):
-        with pytest.raises(ToolError, match="'pipe' is a FIFO \\(named pipe\\)"):
+        with pytest.raises(ToolError, match=r"'pipe' is a FIFO \(named pipe\)"):
             call()
-    with pytest.raises(ToolError, match="^'pipe' is a FIFO \\(named pipe\\); not searched$"):
+    with pytest.raises(ToolError, match=r"^'pipe' is a FIFO \(named pipe\); not searched$"):
         search_files(pattern="x", path="pipe")
-    with pytest.raises(ToolError, match="^'nothing' does not exist$"):
+    with pytest.raises(ToolError, match=r"^'nothing' does not exist$"):
         search_files(pattern="x", path="nothing")
 
 

@@ -10,7 +10,6 @@ import json
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -171,6 +170,6 @@ def test_the_budget_bounds_the_whole_search_not_only_one_match(ws: Path, monkeyp
     for n in range(3):
         (ws / f"f{n}.txt").write_text("needle\n" * 50)
     monkeypatch.setattr(search, "SEARCH_BUDGET_S", 0.0)
-    with pytest.raises(ToolError, match="^search stopped after 0 s at f0.txt:1: the time budget of one search "
-                                        "is spent; simplify it or narrow the path$"):
+    with pytest.raises(ToolError, match=r"^search stopped after 0 s at f0\.txt:1: the time budget of one search "
+                                        r"is spent; simplify it or narrow the path$"):
         search_files(pattern="needle")

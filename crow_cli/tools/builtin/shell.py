@@ -27,7 +27,6 @@ import os
 import secrets
 import signal
 from pathlib import Path
-
 from typing import Any
 
 from ...errors import ToolError
