@@ -33,10 +33,12 @@ def tools(tools_dir: ToolsDirOpt = None, profile: ProfileOpt = None, config: Con
     if settings.mcp_servers:  # listing needs the servers: start them, list, stop them
         import asyncio
 
+        from ..tools.context import ToolContext
         from ..tools.mcp import McpServers
 
         async def add_mcp_tools() -> None:
-            async with McpServers(settings.mcp_servers) as servers:
+            workspace = ToolContext.for_workspace(settings.workspace).workspace  # where `crow run` starts them
+            async with McpServers(settings.mcp_servers, workspace=workspace) as servers:
                 await servers.register_tools(registry)
 
         try:
