@@ -1,7 +1,7 @@
 """`crow run`: one prompt, the answer streamed to stdout, tool activity on stderr (or JSONL events with --json).
 
-SIGINT / SIGTERM cancel the stream and the running tools; the history is closed with a result for
-every unanswered call and the run ends `cancelled` with exit code 130 / 143 (`surfaces.interrupt`).
+SIGINT / SIGTERM / SIGHUP cancel the run (`driver.Driver`): the loop closes the history with a result
+for every unanswered call and the run ends `cancelled` with exit code 130 / 143 / 129.
 A turn whose stream was cut and is asked for again (a `turn_restarted` notice) restarts its answer on
 a new line: the text of the cut attempt stays on stdout, so scripts wanting the exact answer use
 `--json` (`run_finished.final_text`).
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
 from ..config import Settings
+from ..driver import Driver
 from ..errors import SessionError
 from ..events import (
     Event,
-    MessageAppended,
     Notice,
     ReasoningDelta,
     RunFinished,
@@ -31,19 +31,15 @@ from ..events import (
     TurnFinished,
     WarningEvent,
 )
-from ..history import Message, ToolResult, pending_tool_calls, user_message
-from ..loop import LoopSettings, react
+from ..history import Message, user_message
+from ..signals import ALL_SIGNALS, SignalCancel
 from ..text import strip_controls
 from ..tools.approval import make_approver
 from ..tools.builtin.shell import hide_secret
-from ..tools.dispatch import Approver
 from ..tools.mcp import McpServers
-from ..tools.registry import ToolRegistry
 from ..tools.workspace import use_workspace
-from ..wire.client import ChatClient
 from .approve import terminal_ask
 from .common import build_client, build_registry, loop_settings, make_console, short_json
-from .interrupt import SignalCancel
 from .jsonl import JsonlWriter
 
 if TYPE_CHECKING:
@@ -153,50 +149,6 @@ class _Printer:
             self.reasoning_open = False
 
 
-class _Progress:
-    """What a cancelled run reports: turns finished, the text of the turn in progress, calls unanswered."""
-
-    def __init__(self) -> None:
-        self.turns = 0
-        self.text: list[str] = []
-        self.running: set[int] = set()
-        self.results: dict[int, ToolResult] = {}
-        self.finished: RunFinished | None = None
-
-    def track(self, event: Event) -> None:
-        match event:
-            case TextDelta(text=text):
-                self.text.append(text)
-            case Notice(code="turn_restarted"):
-                self.text.clear()
-            case TurnFinished():
-                self.turns, self.text = event.turn, []
-                self.running = {call.index for call in event.tool_calls}  # dispatch starts them all at once
-                self.results = {}
-            case ToolResultReady(result=result):
-                self.running.discard(result.index)
-                self.results[result.index] = result
-            case RunFinished():
-                self.finished = event
-
-
-def _close_history(history: list[Message], progress: _Progress) -> list[ToolResult]:
-    """Close a history cut by a signal (`close_interrupted`: finished calls keep their results, the
-    others are cancelled, a partial answer is kept); the cancelled results, to report."""
-    from .persist import close_interrupted
-
-    pending = pending_tool_calls(history)
-    first = len(next((m.get("tool_calls") or [] for m in reversed(history) if m.get("role") == "assistant"), [])) \
-        - len(pending)
-    added = close_interrupted(history, "".join(progress.text), progress.results)
-    if not pending:
-        return []  # no call was open: at most the partial answer was kept
-    return [ToolResult(msg["tool_call_id"], (call.get("function") or {}).get("name") or "", msg["content"], ok=False,
-                       index=position)
-            for position, (call, msg) in enumerate(zip(pending, added, strict=True), start=first)
-            if position not in progress.results]
-
-
 def _start_history(settings: Settings, options: RunOptions
                    ) -> tuple[list[Message], SessionRecorder | None, WarningEvent | None]:
     """The history to run (a continued session's, or new) ending with the prompt, already stored.
@@ -259,13 +211,14 @@ async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err:
 
     async with mcp as mcp_servers:
         if registry is not None:
-            with SignalCancel(asyncio.current_task()) as signals:  # servers can be slow to start
-                try:
+            starting = asyncio.current_task()
+            with SignalCancel(lambda _sig: starting is not None and starting.cancel()) as signals:
+                try:  # servers can be slow to start
                     await mcp_servers.register_tools(registry)
                 except asyncio.CancelledError:
-                    if signals.signum is None:
+                    if signals.signum is None or starting is None:
                         raise
-                    asyncio.current_task().uncancel()
+                    starting.uncancel()
                     printer.handle(RunFinished("cancelled", "", 0, f"interrupted ({signals.name})",
                                                signals.exit_code))
                     return signals.exit_code
@@ -274,44 +227,9 @@ async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err:
                 printer.handle(WarningEvent(problem))
         client = build_client(settings, options.record_dir)
         try:
-            return await _drive(history, client, registry, loop_settings(settings, trace=options.debug), approve,
-                                printer, options, recorder)
+            driver = Driver(client, registry, loop_settings(settings, trace=options.debug), approve)
+            finished = await driver.run(history, printer, recorder, signals=ALL_SIGNALS,
+                                        exit_grace_s=options.exit_grace_s)
+            return finished.exit_code
         finally:
             await client.aclose()
-
-
-async def _drive(history: list[Message], client: ChatClient, registry: ToolRegistry | None, settings: LoopSettings,
-                 approve: Approver, printer: _Printer | JsonlWriter, options: RunOptions,
-                 recorder: SessionRecorder | None = None) -> int:
-    """Run the loop under SIGINT/SIGTERM handlers; a signal cancels it and closes the history."""
-    progress = _Progress()
-
-    async def loop() -> int:
-        code = 1
-        async for event in react(history, client, registry, settings, approve):
-            progress.track(event)
-            printer.handle(event)
-            if isinstance(event, MessageAppended) and recorder is not None:
-                recorder.sync(history)
-            elif isinstance(event, RunFinished):
-                code = event.exit_code
-        return code
-
-    task = asyncio.ensure_future(loop())
-    with SignalCancel(task, exit_grace_s=options.exit_grace_s) as signals:
-        try:
-            return await task
-        except asyncio.CancelledError:
-            if signals.signum is None:
-                raise
-            if progress.finished is not None:  # the signal came after the run's last event
-                return progress.finished.exit_code
-    for result in _close_history(history, progress):
-        printer.handle(ToolResultReady(result))
-    if recorder is not None:  # the closed history, with the partial answer
-        recorder.sync(history)
-    printer.handle(RunFinished("cancelled", "".join(progress.text), progress.turns,
-                               f"interrupted ({signals.name})", signals.exit_code))
-    if progress.running:
-        signals.exit_soon()  # a tool in a worker thread may not stop; do not wait for it
-    return signals.exit_code
