@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
@@ -31,21 +32,22 @@ from ..events import (
     TurnFinished,
     WarningEvent,
 )
-from ..history import Message, user_message
+from ..history import Message, ToolCall, user_message
 from ..signals import ALL_SIGNALS, SignalCancel
 from ..text import strip_controls
-from ..tools.approval import make_approver
+from ..tools.approval import Answer, AskFn, make_approver
 from ..tools.builtin.shell import hide_secret
 from ..tools.mcp import McpServers
+from ..tools.registry import Tool
 from ..tools.workspace import use_workspace
 from .approve import terminal_ask
-from .common import build_client, build_registry, loop_settings, make_console, short_json
+from .common import build_client, build_registry, loop_settings, make_console, private_stdout, short_json
 from .jsonl import JsonlWriter
 
 if TYPE_CHECKING:
     from .persist import SessionRecorder
 
-__all__ = ["RunOptions", "run_prompt"]
+__all__ = ["PlainPrinter", "RunOptions", "run_prompt"]
 
 
 @dataclass(frozen=True)
@@ -70,8 +72,13 @@ class RunOptions:
     """Continue the most recent session (`--continue`)."""
 
 
-class _Printer:
-    """Answer text to stdout as it arrives; everything else to stderr, one line per fact."""
+class PlainPrinter:
+    """The plain sink: answer text to stdout as it arrives; everything else to stderr, one line per fact.
+
+    What came from outside (model text on a terminal, tool names and output, warnings, server error
+    messages) loses its control characters first. While a question waits for its answer (`held`),
+    stderr lines are kept back and shown after it, so none lands on the question's line.
+    """
 
     def __init__(self, out: TextIO, err: TextIO, *, debug: bool, quiet: bool = False) -> None:
         self.out = out
@@ -81,9 +88,27 @@ class _Printer:
         self.at_line_start = True
         self.reasoning_open = False
         self.out_is_terminal = out.isatty()  # model text reaching a terminal loses its control characters
+        self._held: list[tuple[str, str, str]] | None = None
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Keep stderr lines back until the block ends (a question is on screen)."""
+        self._held = []
+        try:
+            yield
+        finally:
+            lines, self._held = self._held, None
+            for text, style, end in lines:
+                self._print(text, style, end)
+
+    def _print(self, text: str, style: str = "", end: str = "\n") -> None:
+        if self._held is not None:
+            self._held.append((text, style, end))
+            return
+        self.err.print(strip_controls(text), style=style or None, end=end, markup=False)
 
     def _break_line(self) -> None:
-        if not self.at_line_start and self.out.isatty():
+        if not self.at_line_start and self.out_is_terminal:
             self.out.write("\n")
             self.out.flush()
             self.at_line_start = True
@@ -100,41 +125,40 @@ class _Printer:
                 self.out.flush()
                 self.at_line_start = text.endswith("\n")
             case ReasoningDelta(text=text) if self.err.is_terminal or self.debug:
-                self.err.print(strip_controls(text), style="dim", end="", markup=False)
+                self._print(text, "dim", end="")
                 self.reasoning_open = True
             case TurnFinished(tool_calls=calls) if calls:
                 self._new_line()  # the next turn's text starts on its own line, in a pipe too
             case ToolCallDelta() if self.debug:
-                self.err.print(f"[delta] index={event.index!r} id={event.call_id!r} name={event.name!r} "
-                               f"args={event.arguments!r}", style="dim", markup=False)
+                self._print(f"[delta] index={event.index!r} id={event.call_id!r} name={event.name!r} "
+                            f"args={event.arguments!r}", "dim")
             case ToolRunStarted(call=call):
                 self._close_reasoning()
                 self._break_line()
-                self.err.print(f"→ {strip_controls(call.name)}({short_json(call.arguments)})", style="cyan",
-                               markup=False)
+                self._print(f"→ {call.name}({short_json(call.arguments)})", "cyan")
             case ToolResultReady(result=r):
                 mark, style = ("✓", "green") if r.ok else ("✗", "red")
                 detail = "" if r.ok else f": {short_json(r.output, 160)}"
-                self.err.print(f"  {mark} {r.name} {r.duration_s:.2f}s{detail}", style=style, markup=False)
+                self._print(f"  {mark} {r.name} {r.duration_s:.2f}s{detail}", style)
             case WarningEvent(message=message):
                 self._break_line()
-                self.err.print(f"crow: warning: {message}", style="yellow", markup=False)
+                self._print(f"crow: warning: {message}", "yellow")
             case Notice(message=message):
                 self._close_reasoning()
                 if event.code == "turn_restarted":
                     self._new_line()
                 else:
                     self._break_line()
-                self.err.print(message, style="dim", markup=False)
+                self._print(message, "dim")
             case RunFinished():
                 self._close_reasoning()
                 if not self.at_line_start:
                     self.out.write("\n")
                     self.out.flush()
                 if event.error and event.status == "cancelled":
-                    self.err.print(f"crow: {event.error}", style="bold red", markup=False)
+                    self._print(f"crow: {event.error}", "bold red")
                 elif event.error:
-                    self.err.print(f"crow: error: {event.error}", style="bold red", markup=False)
+                    self._print(f"crow: error: {event.error}", "bold red")
 
     def _new_line(self) -> None:
         """End a partial answer line on stdout whatever it is (the answer restarts below it)."""
@@ -145,7 +169,7 @@ class _Printer:
 
     def _close_reasoning(self) -> None:
         if self.reasoning_open:
-            self.err.print()
+            self._print("")
             self.reasoning_open = False
 
 
@@ -176,29 +200,46 @@ def _start_history(settings: Settings, options: RunOptions
     return history, recorder, warning
 
 
+def _held_ask(ask: AskFn | None, printer: PlainPrinter | JsonlWriter) -> AskFn | None:
+    """`ask` with the printer's stderr lines held back while the question waits (issue 11 item 11)."""
+    if ask is None or not isinstance(printer, PlainPrinter):
+        return ask
+    asking = ask
+
+    async def held(call: ToolCall, tool: Tool) -> Answer:
+        with printer.held():
+            return await asking(call, tool)
+
+    return held
+
+
 async def run_prompt(settings: Settings, options: RunOptions, out: TextIO = sys.stdout,
                      err: TextIO = sys.stderr) -> int:
     """Run one prompt to completion; return the process exit code (0, 1, 2, 130, 143).
 
     The answer (or the JSONL events) goes to `out`, everything else to `err`. For the whole run,
-    plugin imports included, `sys.stdout` is `err`: what a tool prints (on the loop or in its worker
-    thread) lands on stderr and never mixes into the answer or breaks the event stream.
+    plugin imports included, `sys.stdout` is `err`, and when `out` is the process's stdout, file
+    descriptor 1 is stderr too (`private_stdout`): what a tool, plugin or subprocess prints lands
+    on stderr and never mixes into the answer or breaks the event stream.
     """
-    with contextlib.redirect_stdout(err):
+    with contextlib.ExitStack() as stack:
+        if out is sys.__stdout__:  # the process's own stdout: only the answer or events may reach fd 1
+            out = stack.enter_context(private_stdout())
+        stack.enter_context(contextlib.redirect_stdout(err))
         return await _run_prompt(settings, options, out, err)
 
 
 async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err: TextIO) -> int:
     # Usage errors (ConfigError, exit 2) come before any event and before a session is stored.
     use_workspace(settings.workspace)
+    printer: PlainPrinter | JsonlWriter = (JsonlWriter(out, err, debug=options.debug) if options.json
+                                           else PlainPrinter(out, err, debug=options.debug, quiet=options.quiet))
     approve = make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=options.yes,
-                            ask=None if options.yes else terminal_ask())
+                            ask=None if options.yes else _held_ask(terminal_ask(), printer))
     registry = None if options.no_tools else build_registry(settings, extra_dirs=options.tools_dirs)
     mcp = McpServers({} if registry is None else settings.mcp_servers, errlog=sys.stderr if options.debug else None)
     hide_secret(settings.api_key)  # run_shell never hands the key to a command, nor its output to the model
 
-    printer: _Printer | JsonlWriter = (JsonlWriter(out, err, debug=options.debug) if options.json
-                                       else _Printer(out, err, debug=options.debug, quiet=options.quiet))
     try:
         history, recorder, warning = _start_history(settings, options)
     except SessionError as exc:  # no such session, or one in use: a run that starts and fails (exit 1)
