@@ -21,11 +21,14 @@ ALLOWED = {
     "crow_cli.wire": LEAVES | {"crow_cli.wire"},
     "crow_cli.tools": LEAVES | {"crow_cli.tools"},
     "crow_cli.loop": LEAVES | {"crow_cli.wire", "crow_cli.tools"},
+    "crow_cli.signals": set(),
+    "crow_cli.driver": LEAVES | {"crow_cli.loop", "crow_cli.signals", "crow_cli.tools"},
     "crow_cli.sessions": LEAVES,
 }
 FORBIDDEN_THIRD_PARTY = {
     "crow_cli.wire": {"rich", "typer", "prompt_toolkit", "sqlite3"},
     "crow_cli.loop": {"rich", "typer", "prompt_toolkit", "sqlite3"},
+    "crow_cli.driver": {"rich", "typer", "prompt_toolkit", "sqlite3", "openai"},
     "crow_cli.tools": {"rich", "typer", "prompt_toolkit"},
     "crow_cli.sessions": {"openai", "httpx", "rich", "typer", "prompt_toolkit"},
     "crow_cli.events": {"openai", "httpx", "rich", "typer"},

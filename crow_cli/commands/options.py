@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from ..errors import CrowError
+from ..text import strip_controls
 
 __all__ = [
     "AllowOpt", "ApiKeyOpt", "ApprovalOpt", "BaseUrlOpt", "ConfigOpt", "DebugOpt", "DenyOpt", "MaxTurnsOpt",
@@ -50,7 +51,7 @@ NoSessionOpt = Annotated[bool, typer.Option("--no-session", help="Do not record 
 
 def fail(exc: CrowError, *, debug: bool = False) -> typer.Exit:
     """Print `exc` as one line on stderr (plus its traceback with --debug); the Exit to raise."""
-    print(f"crow: error: {exc}", file=sys.stderr)
+    print(strip_controls(f"crow: error: {exc}"), file=sys.stderr)  # messages may quote a server
     if debug:
         import traceback
 

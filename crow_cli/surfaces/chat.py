@@ -8,7 +8,8 @@ Ctrl-C during a turn, at a tool approval question too, cancels the stream and th
 partial answer is kept and every tool call of the turn without a result gets a "cancelled by the
 user" one, so the history stays valid. At the prompt, a second Ctrl-C in a row (or Ctrl-D, or /exit)
 leaves. SIGTERM and SIGHUP end the chat the same way: the turn is cancelled, the session closed and
-stored, and the exit code is 143 / 129 (`surfaces.interrupt`).
+stored, and the exit code is 143 / 129. The driver (`driver.Driver`) runs each turn and stores each
+message; the loop closes a cancelled turn's history; this module only draws events.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config import Settings
-from ..errors import CrowError, SessionError
+from ..driver import Driver
+from ..errors import CrowError
 from ..events import (
-    MessageAppended,
+    Event,
     Notice,
     ReasoningDelta,
     RunFinished,
@@ -37,17 +39,17 @@ from ..events import (
     TurnFinished,
     WarningEvent,
 )
-from ..history import Message, ToolCall, ToolResult, user_message
-from ..loop import react
+from ..history import Message, ToolCall, user_message
+from ..loop import CANCELLED_OUTPUT
 from ..sessions import EXPORT_FORMATS, SessionStore, export_session
+from ..signals import SignalCancel
 from ..text import public_url, strip_controls
 from ..tools.approval import make_approver
 from ..tools.context import ToolContext  # tools helper (issue 9): replaces hide_secret / use_workspace
 from ..tools.registry import Tool, ToolRegistry
 from .ask import Answer, ask_approval
 from .common import build_client, build_registry, loop_settings, make_console, plain_terminal
-from .interrupt import SignalCancel
-from .persist import SessionRecorder, close_interrupted, open_session
+from .persist import SessionRecorder, open_session
 from .render import TurnView
 
 if TYPE_CHECKING:
@@ -140,7 +142,9 @@ class ChatApp:
                                       ask=self.ask)
         """The approval policy (--approval, --allow, --deny, --yes); "always" answers last for this chat."""
         self.context: ToolContext | None = None  # tools helper (issue 9): built in run() (checks the workspace)
-        self._turn: asyncio.Task[None] | None = None
+        self.driver: Driver | None = None
+        self._calls: dict[int, ToolCall] = {}
+        self._in_tools = False
         self._commands: dict[str, Callable[[str], Awaitable[None]]] = {
             "help": self._help, "exit": self._exit, "quit": self._exit, "new": self._new, "model": self._model,
             "tools": self._tools, "sessions": self._sessions, "resume": self._resume, "export": self._export,
@@ -163,6 +167,8 @@ class ChatApp:
         for problem in (self.registry.errors if self.registry else []):
             self.view.line(f"crow: warning: {problem}", "yellow")
         self.client = build_client(self.settings, self.options.record_dir)
+        self.driver = Driver(self.client, self.registry, loop_settings(self.settings, trace=self.options.debug),
+                             self.approver, self.context)  # tools helper (issue 9): context
         if self.options.resume is not None:
             self._open(self.options.resume or None, latest=not self.options.resume)
         else:
@@ -268,7 +274,6 @@ class ChatApp:
                         break
                     continue
                 self.history.append(user_message(text))
-                self._sync()
                 await self._run_turn()
         finally:
             if sigint:
@@ -291,42 +296,33 @@ class ChatApp:
 
     def _interrupt(self) -> bool:
         """Cancel the running turn; False when none runs."""
-        if self._turn is not None and not self._turn.done():
-            self._turn.cancel()
-            return True
-        return False
+        return self.driver is not None and self.driver.cancel()
 
     async def _run_turn(self) -> None:
         """Run the loop on the history as it is (it ends with a user message)."""
-        partial: list[str] = []
-        finished: dict[int, ToolResult] = {}
+        assert self.driver is not None
         self.last_usage = _Usage()
-        self._turn = asyncio.create_task(self._consume(partial, finished))
+        self._calls, self._in_tools = {}, False
         ticker = asyncio.create_task(self._tick())
+        finished = None
         try:
             with _no_echo(self.pt_input is None):
-                await self._turn
-        except asyncio.CancelledError:
-            added = close_interrupted(self.history, "".join(partial), finished)
-            self._sync()
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():  # SIGTERM / SIGHUP: the chat ends (run_chat)
-                raise
+                finished = await self.driver.run(self.history, self, self.recorder)
+        except asyncio.CancelledError:  # SIGTERM / SIGHUP: the loop closed the history; the chat ends (run_chat)
+            raise
+        except Exception as exc:  # a bug: say so in one line, keep the chat (the loop kept the history valid)
             self.view.cancel_tools()
             self.view.end_answer()
-            what = "unfinished tool calls were cancelled" if any(m["role"] == "tool" for m in added) \
-                else "the partial answer is kept"
-            self.view.line(f"interrupted: {what}", "yellow")
-        except Exception as exc:  # a bug: say so in one line, keep the chat and a valid session
-            self.view.cancel_tools()
-            self.view.end_answer()
-            close_interrupted(self.history, "".join(partial), finished)
-            self._sync()
             self.view.line(f"crow: internal error: {type(exc).__name__}: {exc} (please report it)", "bold red")
         finally:
             ticker.cancel()
-            self._turn = None
-            self.view.stop()
+            with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
+                self.view.stop()
+        if finished is not None and finished.status == "cancelled":
+            self.view.cancel_tools()
+            self.view.end_answer()
+            what = "unfinished tool calls were cancelled" if self._in_tools else "the partial answer is kept"
+            self.view.line(f"interrupted: {what}", "yellow")
         self.view.line(self._footer(), "dim")
 
     async def _tick(self) -> None:
@@ -334,43 +330,35 @@ class ChatApp:
             await asyncio.sleep(0.1)
             self.view.tick()
 
-    async def _consume(self, partial: list[str], finished: dict[int, ToolResult]) -> None:
-        calls: dict[int, ToolCall] = {}
-        async for event in react(self.history, self.client, self.registry,
-                                 loop_settings(self.settings, trace=self.options.debug), self.approver,
-                                 self.context):  # tools helper (issue 9): context
-            match event:
-                case TextDelta(text=text):
-                    partial.append(text)
-                    self.view.text(strip_controls(text))  # model output must not drive the terminal
-                case ReasoningDelta(text=text):
-                    self.view.reasoning(strip_controls(text))
-                case TurnFinished():
-                    partial.clear()
-                    finished.clear()
-                    self.view.end_answer()
-                    self.usage.add(event.usage)
-                    self.last_usage.add(event.usage)
-                    calls = {c.index: c for c in event.tool_calls}
-                case ToolRunStarted(call=call):
-                    self.view.tool_started(call)
-                case ToolResultReady(result=result):
-                    finished[result.index] = result
-                    self.view.tool_finished(result, calls.get(result.index))
-                case MessageAppended():
-                    self._sync()
-                case WarningEvent(message=message):
-                    self.view.line(f"crow: warning: {message}", "yellow")
-                case Notice(code="turn_restarted"):  # the stream broke; the turn is asked for again
-                    partial.clear()
-                    finished.clear()
-                    self.view.end_answer()
-                    self.view.line(event.message, "dim")
-                case Notice(message=message):
-                    self.view.line(message, "dim")
-                case RunFinished(error=error) if error:
-                    self.view.end_answer()
-                    self.view.line(f"crow: error: {error}", "bold red")
+    def handle(self, event: Event) -> None:
+        """The driver's sink: draw each event of the turn."""
+        match event:
+            case TextDelta(text=text):
+                self.view.text(strip_controls(text))  # model output must not drive the terminal
+            case ReasoningDelta(text=text):
+                self.view.reasoning(strip_controls(text))
+            case TurnFinished():
+                self.view.end_answer()
+                self.usage.add(event.usage)
+                self.last_usage.add(event.usage)
+                self._calls = {c.index: c for c in event.tool_calls}
+                self._in_tools = bool(event.tool_calls)
+            case ToolRunStarted(call=call):
+                self.view.tool_started(call)
+            case ToolResultReady(result=result) if result.output != CANCELLED_OUTPUT:
+                self.view.tool_finished(result, self._calls.get(result.index))
+            case WarningEvent(message=message):
+                self.view.line(f"crow: warning: {strip_controls(message)}", "yellow")
+            case Notice(code="turn_restarted"):  # the stream broke; the turn is asked for again
+                self.view.end_answer()
+                self.view.line(strip_controls(event.message), "dim")
+            case Notice(message=message):
+                self.view.line(strip_controls(message), "dim")
+            case RunFinished(status="cancelled"):
+                self.view.cancel_tools()  # no spinner is drawn again for a call that will not finish
+            case RunFinished(error=error) if error:
+                self.view.end_answer()
+                self.view.line(f"crow: error: {strip_controls(error)}", "bold red")
 
     async def ask(self, call: ToolCall, tool: Tool, preview: str) -> Answer:  # tools helper (issue 9): preview
         """Ask the user about one call: the approval policy's ask callback (it asks one at a time).
@@ -389,15 +377,6 @@ class ChatApp:
                     return "no"
         await asyncio.Event().wait()  # cancelled with the turn: dispatch cancels every call still open
         return "no"  # not reached
-
-    def _sync(self) -> None:
-        if self.recorder is None:
-            return
-        try:
-            self.recorder.sync(self.history)
-        except SessionError as exc:  # keep chatting; say once that recording stopped
-            self.view.line(f"crow: warning: {exc}; this chat is no longer recorded", "yellow")
-            self.recorder = None
 
     def _footer(self) -> str:
         sid = self.recorder.session_id if self.recorder else None
@@ -425,6 +404,8 @@ class ChatApp:
             return
         self.settings = replace(self.settings, model=arg)
         old, self.client = self.client, build_client(self.settings, self.options.record_dir)
+        if self.driver is not None:
+            self.driver.client = self.client
         if old is not None:
             await old.aclose()
         if self.recorder is not None:
@@ -554,7 +535,7 @@ async def run_chat(settings: Settings, options: ChatOptions) -> int:
     """
     app = ChatApp(settings, options)
     task = asyncio.ensure_future(app.run())
-    with SignalCancel(task, signals=(signal.SIGTERM, signal.SIGHUP)) as signals:
+    with SignalCancel(lambda _sig: task.cancel(), signals=(signal.SIGTERM, signal.SIGHUP)) as signals:
         try:
             return await task
         except asyncio.CancelledError:

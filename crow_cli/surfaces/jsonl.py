@@ -33,6 +33,7 @@ from importlib import resources
 from typing import Any, TextIO
 
 from ..events import Event, MessageAppended, RunFinished, ToolCallDelta
+from ..text import strip_controls
 
 __all__ = ["JsonlWriter", "event_schema", "event_to_json"]
 
@@ -70,4 +71,4 @@ class JsonlWriter:
         self.out.flush()
         if isinstance(event, RunFinished) and event.error:
             prefix = "crow: " if event.status == "cancelled" else "crow: error: "
-            print(prefix + event.error, file=self.err, flush=True)
+            print(strip_controls(prefix + event.error), file=self.err, flush=True)
