@@ -24,8 +24,8 @@ from .events import Event, MessageAppended, RunFinished, WarningEvent
 from .history import Message
 from .loop import ChatStream, LoopSettings, react
 from .signals import SignalCancel, exit_code, signal_name
-from .tools.dispatch import Approver
 from .tools.context import ToolContext
+from .tools.dispatch import Approver
 from .tools.registry import ToolRegistry
 
 __all__ = ["Driver", "Recorder", "Sink"]
