@@ -296,3 +296,25 @@ async def test_a_tool_turn_in_a_colour_terminal(store: SessionStore, tools_dir: 
     assert "The tool ran." in text  # rendered Markdown (live frames in between are erased on a terminal)
     assert text.rstrip().endswith(f"session {app.recorder.session_id}")
     assert server.requests[1]["messages"][2]["content"] == "guarded ran: x"
+
+
+async def test_export_works_without_a_session_and_to_a_chosen_path(store: SessionStore, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 11 item 10 and friction (found trying it as a new user): `crow chat --no-session` then /export said
+    # "nothing to export yet" after several turns; /export could not write outside the current folder
+    monkeypatch.chdir(tmp_path)
+    elsewhere = tmp_path / "out" / "talk.json"
+    elsewhere.parent.mkdir()
+    keys = f"/export\rhello\r/export\r/export {elsewhere}\r/export md {tmp_path / 'nope' / 'x.md'}\r/exit\r"
+    output, _, _ = await chat([{"sse": text_stream("Hi.")}], keys, store, options=ChatOptions(session=False))
+    assert "nothing to export yet" in output.split("Hi.")[0]
+    assert "Hi." in (tmp_path / "crow-session-unsaved.md").read_text()
+    assert json.loads(elsewhere.read_text())["messages"][-1] == {"role": "assistant", "content": "Hi."}
+    assert "crow: error: cannot write" in output and store.recent() == []
+
+
+async def test_tools_are_listed_in_aligned_columns(store: SessionStore, tools_dir: Path) -> None:
+    # issue 11 (smaller items): /tools was not aligned
+    output, _, _ = await chat([], "/tools\r/exit\r", store, options=ChatOptions(tools_dirs=(str(tools_dir),)))
+    lines = [line for line in output.splitlines() if line.startswith(("read_file ", "run_shell ", "guarded "))]
+    assert len(lines) == 3 and len({line.index(line.split()[1]) for line in lines}) == 1, lines
