@@ -237,7 +237,7 @@ class ChatApp:
         read: Callable[[], Awaitable[str]]
         if self.pt_input is None and not sys.stdin.isatty():  # piped: one message or command per line
             async def read() -> str:
-                line = await asyncio.to_thread(sys.stdin.readline)
+                line: str = await asyncio.to_thread(sys.stdin.readline)
                 if not line:
                     raise EOFError
                 return line.rstrip("\n")
@@ -252,7 +252,8 @@ class ChatApp:
             )
 
             async def read() -> str:
-                return await session.prompt_async("› ", handle_sigint=False)
+                text: str = await session.prompt_async("› ", handle_sigint=False)
+                return text
         loop = asyncio.get_running_loop()
         sigint = _install_sigint(loop, self._interrupt)
         armed = False
@@ -541,7 +542,7 @@ def _no_echo(enabled: bool) -> Iterator[None]:
             termios.tcsetattr(fd, termios.TCSANOW, saved)
 
 
-def _install_sigint(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> bool:
+def _install_sigint(loop: asyncio.AbstractEventLoop, callback: Callable[[], object]) -> bool:
     """Ctrl-C during a turn (the terminal is not in raw mode then) cancels the turn, not the chat."""
     try:
         loop.add_signal_handler(signal.SIGINT, callback)
