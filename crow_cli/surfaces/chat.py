@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import Settings
 from ..driver import Driver
-from ..errors import CrowError
+from ..errors import CrowError, SessionError
 from ..events import (
     Event,
     MessageAppended,
@@ -146,6 +146,7 @@ class ChatApp:
         """The approval policy (--approval, --allow, --deny, --yes); "always" answers last for this chat."""
         hide_secret(settings.api_key)  # run_shell never hands the key to a command, nor its output to the model
         self.driver: Driver | None = None
+        self._unrecorded = False  # the store could not be opened: said once, not retried
         self._calls: dict[int, ToolCall] = {}
         self._in_tools = False
         self._commands: dict[str, Callable[[str], Awaitable[None]]] = {
@@ -181,7 +182,13 @@ class ChatApp:
     def _fresh(self) -> None:
         if self._store is not None:
             self._store.release()  # the session left behind may be continued elsewhere now
-        self.recorder = SessionRecorder(self.store, self.settings) if self.options.session else None
+        self.recorder = None
+        if self.options.session and not self._unrecorded:
+            try:
+                self.recorder = SessionRecorder(self.store, self.settings)
+            except SessionError as exc:  # e.g. a damaged sessions.db: say it once, keep chatting (as crow run)
+                self._unrecorded = True
+                self.view.line(f"crow: warning: {strip_controls(str(exc))}; this chat is not recorded", "yellow")
         self.history = [{"role": "system", "content": self.settings.system}] if self.settings.system else []
         self.usage = _Usage()
         self.last_usage = _Usage()
