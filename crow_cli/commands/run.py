@@ -114,7 +114,7 @@ def run(
         options = RunOptions(prompt=text, tools_dirs=tuple(tools_dir or ()), no_tools=no_tools, yes=yes,
                              debug=debug, json=json_events, quiet=quiet, exit_grace_s=_EXIT_GRACE_S,
                              session=not no_session, session_id=session, continue_last=continue_last,
-                             record_dir=record)
+                             record_dir=record, system=system)
         import asyncio  # not at import time: `crow tools` and `--help` do without it
 
         code = asyncio.run(run_prompt(settings, options))

@@ -19,6 +19,7 @@ import contextlib
 import re
 import signal
 import sys
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -27,9 +28,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import Settings
 from ..driver import Driver
-from ..errors import CrowError
+from ..errors import CrowError, SessionError
 from ..events import (
     Event,
+    MessageAppended,
     Notice,
     ReasoningDelta,
     RunFinished,
@@ -41,7 +43,7 @@ from ..events import (
 )
 from ..history import Message, ToolCall, user_message
 from ..loop import CANCELLED_OUTPUT
-from ..sessions import EXPORT_FORMATS, SessionStore, export_session
+from ..sessions import EXPORT_FORMATS, SessionInfo, SessionStore, export_session
 from ..signals import SignalCancel
 from ..text import public_url, strip_controls
 from ..tools.approval import make_approver
@@ -68,7 +70,7 @@ Enter sends · Alt-Enter (or Esc Enter) inserts a newline · Ctrl-C stops a turn
 /tools              the tools the model is offered
 /sessions           recent sessions
 /resume [ID]        continue a session (the most recent when no id)
-/export [md|json]   write this session to a file in the current folder
+/export [FMT] [PATH]  write this conversation to PATH (md, json or jsonl; default here)
 /usage              token usage of the last turn and of this session
 /reasoning          show or hide the model's reasoning
 /retry              run your last message again"""
@@ -143,6 +145,7 @@ class ChatApp:
         """The approval policy (--approval, --allow, --deny, --yes); "always" answers last for this chat."""
         self.context: ToolContext | None = None  # tools helper (issue 9): built in run() (checks the workspace)
         self.driver: Driver | None = None
+        self._unrecorded = False  # the store could not be opened: said once, not retried
         self._calls: dict[int, ToolCall] = {}
         self._in_tools = False
         self._commands: dict[str, Callable[[str], Awaitable[None]]] = {
@@ -177,7 +180,13 @@ class ChatApp:
     def _fresh(self) -> None:
         if self._store is not None:
             self._store.release()  # the session left behind may be continued elsewhere now
-        self.recorder = SessionRecorder(self.store, self.settings) if self.options.session else None
+        self.recorder = None
+        if self.options.session and not self._unrecorded:
+            try:
+                self.recorder = SessionRecorder(self.store, self.settings)
+            except SessionError as exc:  # e.g. a damaged sessions.db: say it once, keep chatting (as crow run)
+                self._unrecorded = True
+                self.view.line(f"crow: warning: {strip_controls(str(exc))}; this chat is not recorded", "yellow")
         self.history = [{"role": "system", "content": self.settings.system}] if self.settings.system else []
         self.usage = _Usage()
         self.last_usage = _Usage()
@@ -236,18 +245,23 @@ class ChatApp:
         read: Callable[[], Awaitable[str]]
         if self.pt_input is None and not sys.stdin.isatty():  # piped: one message or command per line
             async def read() -> str:
-                line = await asyncio.to_thread(sys.stdin.readline)
+                line: str = await asyncio.to_thread(sys.stdin.readline)
                 if not line:
                     raise EOFError
                 return line.rstrip("\n")
         else:
+            from prompt_toolkit.completion import WordCompleter
+
+            commands = WordCompleter([f"/{name}" for name in self._commands], sentence=True)
             session: PromptSession[str] = PromptSession(
                 history=FileHistory(str(_history_path())), input=self.pt_input, output=self.pt_output,
-                key_bindings=_key_bindings(), enable_history_search=False,
+                key_bindings=_key_bindings(), enable_history_search=False, completer=commands,
+                complete_while_typing=False,  # Tab completes the slash commands; typing stays quiet
             )
 
             async def read() -> str:
-                return await session.prompt_async("› ", handle_sigint=False)
+                text: str = await session.prompt_async("› ", handle_sigint=False)
+                return text
         loop = asyncio.get_running_loop()
         sigint = _install_sigint(loop, self._interrupt)
         armed = False
@@ -304,6 +318,7 @@ class ChatApp:
         self.last_usage = _Usage()
         self._calls, self._in_tools = {}, False
         ticker = asyncio.create_task(self._tick())
+        self.view.waiting(True)  # until the first token: a server that is slow to answer shows it
         finished = None
         try:
             with _no_echo(self.pt_input is None):
@@ -332,6 +347,8 @@ class ChatApp:
 
     def handle(self, event: Event) -> None:
         """The driver's sink: draw each event of the turn."""
+        if not isinstance(event, MessageAppended | ToolRunStarted | ToolResultReady):
+            self.view.waiting(False)
         match event:
             case TextDelta(text=text):
                 self.view.text(strip_controls(text))  # model output must not drive the terminal
@@ -347,6 +364,9 @@ class ChatApp:
                 self.view.tool_started(call)
             case ToolResultReady(result=result) if result.output != CANCELLED_OUTPUT:
                 self.view.tool_finished(result, self._calls.get(result.index))
+                self._calls.pop(result.index, None)
+                if not self._calls:  # every call answered: the next turn is being asked for
+                    self.view.waiting(True)
             case WarningEvent(message=message):
                 self.view.line(f"crow: warning: {strip_controls(message)}", "yellow")
             case Notice(code="turn_restarted"):  # the stream broke; the turn is asked for again
@@ -413,17 +433,17 @@ class ChatApp:
         self.view.line(f"model: {arg}")
 
     async def _tools(self, arg: str) -> None:
-        if not self.registry or not len(list(self.registry)):
+        tools = list(self.registry or ())
+        if not tools:
             self.view.line("no tools are offered (--no-tools, or none loaded)")
             return
-        for t in self.registry:
+        width = max(len(t.name) for t in tools)
+        for t in tools:
             summary = t.description.strip().splitlines()[0] if t.description.strip() else ""
-            flag = " [needs approval]" if t.needs_approval else ""
-            self.view.line(f"{t.name}  {summary}{flag}")
+            flag = "  [needs approval]" if t.needs_approval else ""
+            self.view.line(strip_controls(f"{t.name:<{width}}  {summary}{flag}"))
 
     async def _sessions(self, arg: str) -> None:
-        import time
-
         current = self.recorder.session_id if self.recorder else None
         found = self.store.recent(10)
         if not found:
@@ -437,16 +457,28 @@ class ChatApp:
         self._open(arg or None, latest=not arg)
 
     async def _export(self, arg: str) -> None:
-        fmt = arg or "md"
-        if fmt not in EXPORT_FORMATS:
-            self.view.line(f"unknown format {fmt!r}: use md or json", "yellow")
-            return
-        info = self.recorder.info if self.recorder else None
-        if info is None:
+        """`/export [md|json|jsonl] [PATH]`: the session to PATH (any folder; default
+        `crow-session-ID.FMT` here); the format follows PATH's suffix when not given."""
+        words = arg.split(maxsplit=1)
+        fmt = words.pop(0) if words and words[0] in EXPORT_FORMATS else None
+        target = Path(words[0]).expanduser() if words else None
+        if fmt is None:
+            suffix = target.suffix.lstrip(".") if target is not None else ""
+            fmt = suffix if suffix in EXPORT_FORMATS else "md"
+        if not any(m.get("role") != "system" for m in self.history):
             self.view.line("nothing to export yet", "yellow")
             return
-        path = Path(f"crow-session-{info.id}.{fmt}")
-        path.write_text(export_session(self.store.get(info.id), self.store.messages(info.id), fmt), encoding="utf-8")
+        info = self.recorder.info if self.recorder else None
+        if info is None:  # --no-session, or not stored yet: the conversation as it is in memory
+            now = time.time()
+            info = SessionInfo("unsaved", "", now, now, self.settings.model, public_url(self.settings.base_url),
+                               str(Path.cwd()))
+        path = target or Path(f"crow-session-{info.id}.{fmt}")
+        try:
+            path.write_text(export_session(info, self.history, fmt), encoding="utf-8")
+        except OSError as exc:
+            self.view.line(f"crow: error: cannot write {path}: {exc.strerror or exc}", "red")
+            return
         self.view.line(f"wrote {path}")
 
     async def _usage(self, arg: str) -> None:
@@ -518,7 +550,7 @@ def _no_echo(enabled: bool) -> Iterator[None]:
             termios.tcsetattr(fd, termios.TCSANOW, saved)
 
 
-def _install_sigint(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> bool:
+def _install_sigint(loop: asyncio.AbstractEventLoop, callback: Callable[[], object]) -> bool:
     """Ctrl-C during a turn (the terminal is not in raw mode then) cancels the turn, not the chat."""
     try:
         loop.add_signal_handler(signal.SIGINT, callback)

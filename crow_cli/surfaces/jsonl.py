@@ -47,7 +47,8 @@ def event_to_json(event: Event) -> str:
 def event_schema() -> dict[str, Any]:
     """The shipped JSON Schema of the event lines (`crow_cli/schemas/events.schema.json`)."""
     text = resources.files("crow_cli").joinpath("schemas/events.schema.json").read_text(encoding="utf-8")
-    return json.loads(text)
+    schema: dict[str, Any] = json.loads(text)
+    return schema
 
 
 class JsonlWriter:

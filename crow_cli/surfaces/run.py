@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from ..config import Settings
 from ..driver import Driver
-from ..errors import SessionError
+from ..errors import ConfigError, SessionError
 from ..events import (
     Event,
     Notice,
@@ -69,6 +69,8 @@ class RunOptions:
     """Continue this stored session (`--session ID`)."""
     continue_last: bool = False
     """Continue the most recent session (`--continue`)."""
+    system: str | None = None
+    """The `--system` flag as given (None when not given): refused on a continued session it would change."""
 
 
 class PlainPrinter:
@@ -191,11 +193,16 @@ def _start_history(settings: Settings, options: RunOptions
             if options.session_id or options.continue_last:
                 raise
             warning = WarningEvent(f"{exc}; this run is not recorded")
+    if history and options.system is not None:
+        current = next((m.get("content") for m in history if m.get("role") == "system"), None)
+        if current != options.system:  # a system message mid-conversation is refused by many chat templates
+            if recorder is not None:
+                recorder.store.release()
+            raise ConfigError("--system cannot change the system prompt of a continued session; start a new "
+                              "session for a new system prompt, or continue without --system")
     if settings.system and not history:
         history.append({"role": "system", "content": settings.system})
     history.append(user_message(options.prompt))
-    if recorder is not None:
-        recorder.sync(history)
     return history, recorder, warning
 
 

@@ -51,3 +51,17 @@ def test_no_progress_line_lands_on_the_approval_question(tmp_path: Path) -> None
     question = next(line for line in screen.splitlines() if "Allow guarded?" in line)
     assert re.fullmatch(r".*for guarded:\s*y?\s*", question), screen  # only the typed answer follows it
     assert "✓ fetch" in screen.split("Allow guarded?")[1], screen  # shown after the answer
+
+
+def test_system_cannot_silently_stay_unchanged_on_a_continued_session(tmp_path: Path) -> None:
+    # issue 11 item 9 (found trying it as a new user): `crow run -c --system NEW` kept the old system prompt
+    from tests.conftest import text_sse
+    from tests.scripting.scripting_support import run_crow
+
+    first = run_crow([{"sse": text_sse("One.")}], "--system", "OLD", "hi", cwd=tmp_path)
+    assert first.code == 0, first.stderr
+    changed = run_crow([{"sse": text_sse("Two.")}], "-c", "--system", "NEW", "again", cwd=tmp_path)
+    assert changed.code == 2 and changed.requests == []
+    assert changed.stderr.count("\n") == 1 and "--system cannot change the system prompt" in changed.stderr
+    same = run_crow([{"sse": text_sse("Three.")}], "-c", "--system", "OLD", "again", cwd=tmp_path)
+    assert same.code == 0 and same.requests[0]["messages"][0] == {"role": "system", "content": "OLD"}
