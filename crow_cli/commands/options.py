@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ..errors import CrowError
 
+if TYPE_CHECKING:
+    from ..config import Settings
+
 __all__ = [
     "AllowOpt", "ApiKeyOpt", "ApprovalOpt", "BaseUrlOpt", "ConfigOpt", "DebugOpt", "DenyOpt", "MaxTurnsOpt",
     "ModelOpt", "NoSessionOpt", "NoToolsOpt", "ProfileOpt", "SystemOpt", "ToolsDirOpt", "WorkspaceOpt", "YesOpt",
-    "fail",
+    "check_before_start", "fail",
 ]
 
 ModelOpt = Annotated[str | None, typer.Option("--model", "-m", metavar="NAME", help="Model name (env CROW_MODEL).")]
@@ -56,3 +59,17 @@ def fail(exc: CrowError, *, debug: bool = False) -> typer.Exit:
 
         traceback.print_exception(exc, file=sys.stderr)
     return typer.Exit(exc.exit_code)
+
+
+def check_before_start(settings: Settings, *, yes: bool) -> None:
+    """The checks of `crow run` and `crow chat` after their options: the approval policy and rules, then
+    an API key for a hosted API (`config.require_api_key`).
+
+    Raises:
+        ConfigError: an invalid policy or rule, or no key for a server that needs one (exit 2).
+    """
+    from ..config import require_api_key
+    from ..tools.approval import make_approver
+
+    make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=yes)
+    require_api_key(settings)
