@@ -48,7 +48,7 @@ def test_a_named_key_variable_that_is_unset_is_an_error_not_a_fallback_to_openai
     assert caught.value.exit_code == 2
     assert load_settings({}, env={**env, "OTHER_KEY": "sk-other"}, profile="other").api_key == "sk-other"
     write_config('api_key_env = "MY_KEY"\n')  # top level, no base_url: the key for OpenAI, but MY_KEY is unset
-    with pytest.raises(ConfigError, match="^MY_KEY is not set"):
+    with pytest.raises(ConfigError, match=r"^MY_KEY is not set"):
         load_settings({}, env={"OPENAI_API_KEY": "o"})
 
 
