@@ -117,9 +117,28 @@ def test_version():
     assert proc.returncode == 0 and proc.stdout.strip() == f"crow {__version__}"
 
 
-@pytest.mark.parametrize("args", [["run", "--max-turns", "x", "hi"], ["nosuch"]])
-def test_usage_errors_exit_2(args):
-    assert crow(*args).returncode == 2
+# issue 11 (smaller): found trying it as a new user; typer's own errors came as a usage box ending in "Error: …"
+@pytest.mark.parametrize(("args", "line"), [
+    (["run", "--max-turns", "x", "hi"],
+     "invalid value for '--max-turns': 'x' is not a valid int (see crow run --help)"),
+    (["nosuch"], "no such command 'nosuch' (see crow --help)"),
+    (["run", "--bogus", "hi"], "no such option: --bogus (see crow run --help)"),
+    (["sessions", "show"], "missing argument 'session_id' (see crow sessions show --help)"),
+])
+def test_usage_errors_are_one_crow_line_exit_2(args, line):
+    proc = crow(*args)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"crow: error: {line}\n")
+
+
+# issue 11 friction: found trying it as a new user (no shell completion)
+def test_shell_completion_installs_and_completes(tmp_path):
+    script = crow("--show-completion", "bash")
+    assert script.returncode == 0 and "_CROW_COMPLETE=complete_bash" in script.stdout
+    installed = crow("--install-completion", "bash", env={"HOME": str(tmp_path)})
+    assert installed.returncode == 0, installed.stderr
+    assert "_CROW_COMPLETE=complete_bash" in (tmp_path / ".bash_completions" / "crow.sh").read_text()
+    completed = crow(env={"_CROW_COMPLETE": "complete_bash", "COMP_WORDS": "crow sessions ex", "COMP_CWORD": "2"})
+    assert completed.stdout.split() == ["export"]
 
 
 def test_output_piped_into_a_reader_that_leaves_early(tmp_path):
