@@ -150,6 +150,11 @@ def test_example_config_is_valid(tmp_path):
     example = Path(__file__).resolve().parent.parent / "config.example.toml"
     s = load_settings({}, env={"OPENROUTER_API_KEY": "k"}, config_path=str(example), profile="openrouter")
     assert s.base_url == "https://openrouter.ai/api/v1" and s.headers == {"X-Title": "crow"}
+    # issue 11 item 1: the shipped profiles never receive the OpenAI key
+    assert load_settings({}, env={"OPENAI_API_KEY": "k"}, config_path=str(example), profile="local").api_key is None
+    with pytest.raises(ConfigError, match=r"^OPENROUTER_API_KEY is not set"):
+        load_settings({}, env={"OPENAI_API_KEY": "k"}, config_path=str(example), profile="openrouter")
+    assert load_settings({}, env={"OPENAI_API_KEY": "k"}, config_path=str(example)).api_key == "k"
 
 
 def test_a_bad_number_from_the_environment_names_the_variable():

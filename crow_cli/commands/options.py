@@ -23,8 +23,10 @@ BaseUrlOpt = Annotated[str | None, typer.Option("--base-url", metavar="URL",
                                                 help="Server URL, e.g. http://127.0.0.1:8080/v1 "
                                                 "(env CROW_BASE_URL, OPENAI_BASE_URL).")]
 ApiKeyOpt = Annotated[str | None, typer.Option("--api-key", metavar="KEY",
-                                               help="API key (env CROW_API_KEY, OPENAI_API_KEY). "
-                                               "Never printed or stored.", show_default=False)]
+                                               help="API key for this run's server (else CROW_API_KEY, "
+                                               "api_key_env or OPENAI_API_KEY, each only for the server it was "
+                                               "configured for). Never printed or stored.",
+                                               show_default=False)]
 SystemOpt = Annotated[str | None, typer.Option("--system", metavar="TEXT", help="System prompt.")]
 ProfileOpt = Annotated[str | None, typer.Option("--profile", metavar="NAME",
                                                 help="A [profiles.NAME] table of the config file.")]
