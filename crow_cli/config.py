@@ -79,7 +79,8 @@ class Settings:
 
 
 def _at_least(low: float) -> Callable[[Any], str | None]:
-    return lambda v: None if v >= low else f"must be at least {low:g} (got {v:g})"
+    wanted = "0 or more" if low == 0 else f"at least {low:g}"
+    return lambda v: None if v >= low else f"must be {wanted} (got {v:g})"
 
 
 def _positive(value: float) -> str | None:
@@ -301,7 +302,7 @@ def _resolve(option: Option, flags: Mapping[str, Any], env: Mapping[str, str], l
     elif option.env and env.get(option.env, "") != "":
         value, source = env[option.env], option.env
     elif file_layer is not None and file_layer.values[option.key] != "":
-        value, source = file_layer.values[option.key], f"{option.key} in {file_layer.where}"
+        value, source = file_layer.values[option.key], f"{file_layer.where}: {option.key}"
     else:
         return option.default
     if option.kind in (int, float) and not isinstance(value, option.kind if option.kind is int else (int, float)):

@@ -120,10 +120,10 @@ def test_profiles_override_top_level_and_unknown_profile_fails():
     ("colour = 1\n", "unknown key 'colour'"),
     ("max_turns = 'many'\n", "'max_turns' has the wrong type"),
     # issue 11 (smaller): found trying it as a new user; the file's key was reported as the flag --max-turns
-    ("max_turns = 0\n", r"^max_turns in .*config\.toml must be at least 1 \(got 0\)$"),
-    ("max_retries = -1\n", r"^max_retries in .*config\.toml must be at least 0 \(got -1\)$"),
-    ("tool_timeout = 0\n", r"^tool_timeout in .*config\.toml must be greater than 0"),
-    ('base_url = "ftp://x"\n', r"^base_url in .*config\.toml must start with http:// or https://"),
+    ("max_turns = 0\n", r"^/.*/config\.toml: max_turns must be at least 1 \(got 0\)$"),
+    ("max_retries = -1\n", r"config\.toml: max_retries must be 0 or more \(got -1\)$"),
+    ("tool_timeout = 0\n", r"config\.toml: tool_timeout must be greater than 0"),
+    ('base_url = "ftp://x"\n', r"config\.toml: base_url must start with http:// or https://"),
     # issue 11 (smaller): keys crow owns in the request body were silently overwritten or broke the stream
     ('[params]\nmodel = "x"\n', r"config\.toml: \[params\] cannot set 'model': crow sets"),
     ('[params]\nstream = false\n', r"\[params\] cannot set 'stream'"),
