@@ -182,6 +182,9 @@ def test_an_empty_session_id_is_refused():
     proc = crow("run", "--session", "", "--base-url", "http://127.0.0.1:9/v1", "hi")
     assert (proc.returncode, proc.stderr.strip()) == (2, "crow: error: --session needs a session id (crow sessions "
                                                       "list shows them)")
+    proc = crow("chat", "--resume", "", "--base-url", "http://127.0.0.1:9/v1")
+    assert (proc.returncode, proc.stderr.strip()) == (2, "crow: error: --resume needs a session id, or none for the "
+                                                      "most recent session")
 
 
 # issue 11 friction: found trying it as a new user; the first run swallowed the loop's remaining lines
@@ -194,6 +197,17 @@ def test_a_while_read_loop_runs_one_prompt_per_line():
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "one\ntwo\n"
     assert [r["messages"][-1]["content"] for r in srv.requests] == ["a", "b"]
+
+
+def test_input_piped_through_a_wrapper_is_read_and_stdin_forces_it():
+    with ReplayServer([{"sse": text_sse("one")}, {"sse": text_sse("two")}]) as srv:
+        run = f"'{CROW}' run --base-url {srv.base_url} --model m --no-session --no-tools"
+        shell = (f"printf 'the diff' | timeout 60 {run} Review; "
+                 f"printf 'a\\nb\\n' | while read l; do {run} --stdin \"$l\"; done")
+        proc = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "NO_COLOR": "1"}, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    assert [r["messages"][-1]["content"] for r in srv.requests] == ["Review\n\nthe diff", "a\n\nb\n"]
 
 
 def test_piped_input_joins_the_prompt_unless_no_stdin():

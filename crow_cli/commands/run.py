@@ -47,15 +47,29 @@ def _stdin_is_data() -> bool:
     return stat.S_ISFIFO(mode) or stat.S_ISREG(mode)
 
 
-def _stdin_shared_with_parent() -> bool:
-    """Our standard input is also the parent's (Linux /proc): a `while read` loop, a script or a CI
-    runner passed its own input down; it was not piped to this command. False where it cannot be told."""
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish", "tcsh", "csh", "yash", "busybox"})
+
+
+def _stdin_is_a_shells_own() -> bool:
+    """Our standard input is also the input of the shell that started us (Linux /proc): a `while read`
+    loop or a script passed its own input down; it was not piped to this command. Wrappers between
+    (`timeout`, `uv run`) that share it are looked through. False where it cannot be told."""
     try:
         mine = os.fstat(sys.stdin.fileno())
-        theirs = os.stat(f"/proc/{os.getppid()}/fd/0")
-    except (AttributeError, OSError, ValueError):
+        pid = os.getppid()
+        for _ in range(8):  # up the ancestors that hold the same pipe or file as their input
+            theirs = os.stat(f"/proc/{pid}/fd/0")
+            if (theirs.st_dev, theirs.st_ino) != (mine.st_dev, mine.st_ino):
+                return False
+            if os.path.basename(os.readlink(f"/proc/{pid}/exe")) in _SHELLS:  # also a `#!/bin/sh` script's
+                return True
+            with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as fh:
+                pid = int(fh.read().rsplit(")", 1)[1].split()[1])  # the field after the state: ppid
+            if pid <= 1:
+                return False
+    except (AttributeError, OSError, ValueError, IndexError):
         return False
-    return (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino)
+    return False
 
 
 def _read_stdin() -> str:
@@ -66,7 +80,7 @@ def _read_prompt(prompt: str | None, use_stdin: bool | None) -> str:
     """The argument, with piped stdin after it (`git diff | crow run "Review this"`), or stdin alone.
 
     With a prompt argument, stdin is added when `use_stdin` is True, or (None) when it is a pipe or a
-    file piped to this command and not the parent's own input (`printf 'a\\nb\\n' | while read l; do
+    file piped to this command, not the starting shell's own input (`printf 'a\\nb\\n' | while read l; do
     crow run "$l"; done` runs two prompts). Without one (or with `-`) stdin is the prompt.
     """
     if prompt is None or prompt == "-":
@@ -77,7 +91,7 @@ def _read_prompt(prompt: str | None, use_stdin: bool | None) -> str:
             raise ConfigError("no prompt: pass it as an argument or on standard input")
     else:
         if use_stdin is None:
-            use_stdin = _stdin_is_data() and not _stdin_shared_with_parent()
+            use_stdin = _stdin_is_data() and not _stdin_is_a_shells_own()
         piped = _read_stdin() if use_stdin else ""
         if piped.strip():
             prompt = f"{prompt}\n\n{piped}"
