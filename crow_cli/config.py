@@ -14,7 +14,7 @@ API keys go only to the server they were configured for (compared by scheme, hos
   `CROW_BASE_URL`, else the top-level `base_url`, else `OPENAI_BASE_URL`, else OpenAI.
 - `api_key_env = "NAME"` (top level or in a profile): the `base_url` of the same table (a profile
   without one: the top-level one; none at all: `CROW_BASE_URL`, `OPENAI_BASE_URL` or OpenAI). When it
-  applies and NAME is unset or empty, that is a configuration error naming NAME.
+  applies and NAME is unset or empty, that is a configuration error naming NAME (`require_api_key`).
 - `OPENAI_API_KEY`: OpenAI's own API (api.openai.com), or the `OPENAI_BASE_URL` set beside it.
 The first that applies, in this order, is the key. Credential headers in the file (`Authorization`,
 anything naming a key, token, cookie, secret or session) follow the same rule as `api_key_env`.
@@ -76,6 +76,9 @@ class Settings:
     """`[mcp_servers.NAME]` tables: `command`/`args`/`env`/`cwd` (stdio) or `url` (streamable HTTP)."""
     profile: str | None = None
     config_path: str | None = None
+    api_key_problem: str | None = None
+    """Why no key could be taken (an `api_key_env` that applies but is unset); `require_api_key` raises it,
+    commands that send nothing (`crow tools`) do not care."""
 
 
 def _at_least(low: float) -> Callable[[Any], str | None]:
@@ -244,8 +247,9 @@ def load_settings(
         profile: a `[profiles.NAME]` table to apply (must exist).
 
     Raises:
-        ConfigError: unreadable or invalid config, unknown profile, a bad value (the message names the
-            flag, variable or file key it came from), or an `api_key_env` that applies but is unset.
+        ConfigError: unreadable or invalid config, unknown profile, or a bad value (the message names the
+            flag, variable or file key it came from). An `api_key_env` that applies but is unset is kept
+            in `api_key_problem` for `require_api_key`.
     """
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
     env = os.environ if env is None else env
@@ -272,7 +276,10 @@ def load_settings(
     base_url = str(values["base_url"] or env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
     if values["base_url"] is None and (problem := _http_url(base_url)):
         raise ConfigError(f"OPENAI_BASE_URL {problem}")
-    api_key = _checked_key(flags.get("api_key") or _api_key(env, layers, base_url))
+    try:
+        api_key, problem = _checked_key(flags.get("api_key") or _api_key(env, layers, base_url)), None
+    except _UnsetKey as exc:
+        api_key, problem = None, str(exc)
     headers_layer = next((layer for layer in reversed(layers) if "headers" in layer.values), None)
     headers = {str(k): str(v) for k, v in values["headers"].items()}
     if headers_layer is not None and _server(_home(headers_layer, layers, env)) != _server(base_url):
@@ -284,7 +291,7 @@ def load_settings(
         max_retries=int(values["max_retries"]), max_output_chars=int(values["max_output_chars"]),
         tool_paths=values["tool_paths"], approval=values["approval"], allow=values["allow"], deny=values["deny"],
         workspace=values["workspace"], mcp_servers=dict(values["mcp_servers"]), profile=chosen,
-        config_path=str(path) if path.exists() else None,
+        config_path=str(path) if path.exists() else None, api_key_problem=problem,
     )
 
 
@@ -324,6 +331,10 @@ def _home(layer: _Layer, layers: list[_Layer], env: Mapping[str, str]) -> str:
     return env.get("CROW_BASE_URL") or env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
 
 
+class _UnsetKey(ConfigError):
+    """The variable an applying `api_key_env` names is unset (kept in `Settings.api_key_problem`)."""
+
+
 def _api_key(env: Mapping[str, str], layers: list[_Layer], base_url: str) -> str | None:
     """The key from the environment that was configured for `base_url`'s server (module docstring)."""
     server = _server(base_url)
@@ -335,7 +346,7 @@ def _api_key(env: Mapping[str, str], layers: list[_Layer], base_url: str) -> str
     if named is not None and _server(_home(named, layers, env)) == server:
         name = str(named.values["api_key_env"])
         if not env.get(name, "").strip():
-            raise ConfigError(f"{name} is not set: api_key_env in {named.where} names it as the API key for "
+            raise _UnsetKey(f"{name} is not set: api_key_env in {named.where} names it as the API key for "
                               f"{public_url(_home(named, layers, env))}")
         return env[name]
     openai_home = env.get("OPENAI_BASE_URL")
@@ -346,14 +357,17 @@ def _api_key(env: Mapping[str, str], layers: list[_Layer], base_url: str) -> str
 
 
 def require_api_key(settings: Settings) -> None:
-    """Refuse to start a run against a hosted API (`KEYED_HOSTS`) without a key: it would only answer 401.
+    """Refuse to start a run whose key variable is unset, or against a hosted API (`KEYED_HOSTS`) without
+    a key: it would only answer 401.
 
     Called by the commands after every option is validated. A credential header from the config
     (`Authorization`, `api-key` …) counts as a key.
 
     Raises:
-        ConfigError: no key for such a server (exit 2).
+        ConfigError: `settings.api_key_problem`, or no key for such a server (exit 2).
     """
+    if settings.api_key_problem:
+        raise ConfigError(settings.api_key_problem)
     if settings.api_key or any(_SECRET_HEADER.search(name) for name in settings.headers):
         return
     host = (urlsplit(settings.base_url).hostname or "").lower()

@@ -44,12 +44,13 @@ def test_a_named_key_variable_that_is_unset_is_an_error_not_a_fallback_to_openai
     env = {"OPENAI_API_KEY": "sk-openai", "CROW_API_KEY": "sk-crow"}
     with pytest.raises(ConfigError, match=r"^OTHER_KEY is not set: api_key_env in .*\[profiles\.other\] names it "
                        r"as the API key for https://other\.example/v1$") as caught:
-        load_settings({}, env=env, profile="other")
+        require_api_key(load_settings({}, env=env, profile="other"))
     assert caught.value.exit_code == 2
+    assert load_settings({}, env=env, profile="other").api_key is None  # `crow tools` still lists
     assert load_settings({}, env={**env, "OTHER_KEY": "sk-other"}, profile="other").api_key == "sk-other"
     write_config('api_key_env = "MY_KEY"\n')  # top level, no base_url: the key for OpenAI, but MY_KEY is unset
     with pytest.raises(ConfigError, match=r"^MY_KEY is not set"):
-        load_settings({}, env={"OPENAI_API_KEY": "o"})
+        require_api_key(load_settings({}, env={"OPENAI_API_KEY": "o"}))
 
 
 # issue 11 item 1: found trying it as a new user
@@ -153,7 +154,7 @@ def test_example_config_is_valid(tmp_path):
     # issue 11 item 1: the shipped profiles never receive the OpenAI key
     assert load_settings({}, env={"OPENAI_API_KEY": "k"}, config_path=str(example), profile="local").api_key is None
     with pytest.raises(ConfigError, match=r"^OPENROUTER_API_KEY is not set"):
-        load_settings({}, env={"OPENAI_API_KEY": "k"}, config_path=str(example), profile="openrouter")
+        require_api_key(load_settings({}, env={"OPENAI_API_KEY": "k"}, config_path=str(example), profile="openrouter"))
     assert load_settings({}, env={"OPENAI_API_KEY": "k"}, config_path=str(example)).api_key == "k"
 
 
