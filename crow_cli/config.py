@@ -56,7 +56,8 @@ class Settings:
     base_url: str = DEFAULT_BASE_URL
     api_key: str | None = field(default=None, repr=False)
     """Secret: never printed, logged or stored."""
-    headers: dict[str, str] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
+    """Extra request headers; may hold credentials (`Authorization`), so not in the repr."""
     params: dict[str, Any] = field(default_factory=dict)
     system: str | None = None
     max_turns: int = 25

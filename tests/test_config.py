@@ -92,6 +92,7 @@ def test_credential_headers_go_only_to_the_server_of_their_table():
     assert load_settings({"base_url": "http://else/v1"}, env={}).headers == {"X-Title": "crow"}
     assert load_settings({}, env={}, profile="p").headers == {"x-api-key": "pk", "X-Title": "p"}
     assert load_settings({}, env={"CROW_BASE_URL": "http://else/v1"}, profile="p").headers == {"X-Title": "p"}
+    assert "Bearer t" not in repr(load_settings({}, env={}))
 
 
 # issue 11 (smaller): a missing key for a hosted API is a configuration error, before any request
