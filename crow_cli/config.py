@@ -77,6 +77,10 @@ class Settings:
     """`[mcp_servers.NAME]` tables: `command`/`args`/`env`/`cwd` (stdio) or `url` (streamable HTTP)."""
     profile: str | None = None
     config_path: str | None = None
+    secrets: tuple[str, ...] = field(default=(), repr=False)
+    """Every credential the configuration names, sent to this server or not (`--api-key`, `CROW_API_KEY`,
+    `OPENAI_API_KEY`, each `api_key_env` variable of the file, credential header values): tools and
+    their output must never show them to the model."""
     api_key_problem: str | None = None
     """Why no key could be taken (an `api_key_env` that applies but is unset); `require_api_key` raises it,
     commands that send nothing (`crow tools`) do not care."""
@@ -293,6 +297,7 @@ def load_settings(
         tool_paths=values["tool_paths"], approval=values["approval"], allow=values["allow"], deny=values["deny"],
         workspace=values["workspace"], mcp_servers=dict(values["mcp_servers"]), profile=chosen,
         config_path=str(path) if path.exists() else None, api_key_problem=problem,
+        secrets=_secrets(flags, env, [*layers, *(_Layer(t, "") for t in profiles.values())]),
     )
 
 
@@ -355,6 +360,19 @@ def _api_key(env: Mapping[str, str], layers: list[_Layer], base_url: str) -> str
             server[1] == _OPENAI_HOST or (openai_home and _server(openai_home) == server)):
         return env["OPENAI_API_KEY"]
     return None
+
+
+def _secrets(flags: Mapping[str, Any], env: Mapping[str, str], tables: list[_Layer]) -> tuple[str, ...]:
+    """The values of every key source and credential header the flags, environment and file name."""
+    found = [flags.get("api_key"), env.get("CROW_API_KEY"), env.get("OPENAI_API_KEY")]
+    for table in tables:
+        name = table.values.get("api_key_env")
+        found.append(env.get(name) if isinstance(name, str) else None)
+        headers = table.values.get("headers")
+        for header, value in (headers.items() if isinstance(headers, dict) else ()):
+            if _SECRET_HEADER.search(str(header)):
+                found += [str(value), str(value).partition(" ")[2]]  # "Bearer TOKEN": the token alone too
+    return tuple(dict.fromkeys(v.strip() for v in found if isinstance(v, str) and v.strip()))
 
 
 def require_api_key(settings: Settings) -> None:

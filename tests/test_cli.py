@@ -132,9 +132,13 @@ def test_usage_errors_are_one_crow_line_exit_2(args, line):
 
 # issue 11 friction: found trying it as a new user (no shell completion)
 def test_shell_completion_installs_and_completes(tmp_path):
-    script = crow("--show-completion", "bash")
-    assert script.returncode == 0 and "_CROW_COMPLETE=complete_bash" in script.stdout
-    installed = crow("--install-completion", "bash", env={"HOME": str(tmp_path)})
+    def from_bash(command: str) -> subprocess.CompletedProcess:  # the shell is detected from the parent
+        return subprocess.run(["bash", "-c", f"'{CROW}' {command}; exit $?"], capture_output=True, text=True,
+                              timeout=60, env={**os.environ, "HOME": str(tmp_path)}, stdin=subprocess.DEVNULL)
+
+    script = from_bash("--show-completion")
+    assert script.returncode == 0 and "_CROW_COMPLETE=complete_bash" in script.stdout, script.stderr
+    installed = from_bash("--install-completion")
     assert installed.returncode == 0, installed.stderr
     assert "_CROW_COMPLETE=complete_bash" in (tmp_path / ".bash_completions" / "crow.sh").read_text()
     completed = crow(env={"_CROW_COMPLETE": "complete_bash", "COMP_WORDS": "crow sessions ex", "COMP_CWORD": "2"})

@@ -95,6 +95,16 @@ def test_credential_headers_go_only_to_the_server_of_their_table():
     assert "Bearer t" not in repr(load_settings({}, env={}))
 
 
+# issue 11 item 1: a key not sent to this server is still a secret (run_shell hides every one)
+def test_every_configured_credential_is_a_secret_whether_sent_or_not():
+    write_config('api_key_env = "K"\n[headers]\nAuthorization = "Bearer tok-123456"\n'
+                 '[profiles.p]\napi_key_env = "PK"\n')
+    s = load_settings({"base_url": "http://elsewhere/v1"},
+                      env={"K": "k-secret", "PK": "pk-secret", "OPENAI_API_KEY": "o-secret", "CROW_API_KEY": " "})
+    assert s.api_key is None and "secret" not in repr(s)
+    assert set(s.secrets) == {"k-secret", "pk-secret", "o-secret", "Bearer tok-123456", "tok-123456"}
+
+
 # issue 11 (smaller): a missing key for a hosted API is a configuration error, before any request
 def test_a_hosted_api_without_a_key_is_a_config_error():
     require_api_key(load_settings({"base_url": "http://127.0.0.1:8080/v1"}, env={}))  # local: no key needed

@@ -65,13 +65,17 @@ def fail(exc: CrowError, *, debug: bool = False) -> typer.Exit:
 
 def check_before_start(settings: Settings, *, yes: bool) -> None:
     """The checks of `crow run` and `crow chat` after their options: the approval policy and rules, then
-    an API key for a hosted API (`config.require_api_key`).
+    an API key for a hosted API (`config.require_api_key`). Then every configured credential
+    (`settings.secrets`, also keys not sent to this server) is hidden from `run_shell`.
 
     Raises:
         ConfigError: an invalid policy or rule, or no key for a server that needs one (exit 2).
     """
     from ..config import require_api_key
     from ..tools.approval import make_approver
+    from ..tools.builtin.shell import hide_secret
 
     make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=yes)
     require_api_key(settings)
+    for secret in settings.secrets:
+        hide_secret(secret)
