@@ -231,7 +231,7 @@ class ChatApp:
 
         self.view.line(f"crow chat · {self.settings.model} · /help for commands · Ctrl-D to quit", "dim")
         # tools helper (issue 9): the workspace and the key run_shell must not pass on travel to dispatch
-        self.context = ToolContext.for_workspace(self.settings.workspace, secrets=[self.settings.api_key])
+        self.context = ToolContext.for_workspace(self.settings.workspace, secrets=[self.settings.api_key, *self.settings.secrets])
         async with McpServers({} if self.options.no_tools else self.settings.mcp_servers,
                               errlog=sys.stderr if self.options.debug else None,
                               workspace=self.context.workspace) as mcp_servers:

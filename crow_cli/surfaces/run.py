@@ -238,7 +238,7 @@ async def run_prompt(settings: Settings, options: RunOptions, out: TextIO = sys.
 async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err: TextIO) -> int:
     # Usage errors (ConfigError, exit 2) come before any event and before a session is stored.
     # tools helper (issue 9): the workspace and the key run_shell must not pass on travel to dispatch
-    context = ToolContext.for_workspace(settings.workspace, secrets=[settings.api_key])
+    context = ToolContext.for_workspace(settings.workspace, secrets=[settings.api_key, *settings.secrets])
     printer: PlainPrinter | JsonlWriter = (JsonlWriter(out, err, debug=options.debug) if options.json
                                            else PlainPrinter(out, err, debug=options.debug, quiet=options.quiet))
     approve = make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=options.yes,
