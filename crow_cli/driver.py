@@ -57,7 +57,7 @@ class Driver:
     """
 
     def __init__(self, client: ChatStream, registry: ToolRegistry | None, settings: LoopSettings,
-                 approve: Approver | None, context: ToolContext | None = None) -> None:  # tools helper (issue 9)
+                 approve: Approver | None, context: ToolContext | None = None) -> None:
         self.client = client
         self.context = context
         self.registry = registry

@@ -67,7 +67,7 @@ async def react(
     registry: ToolRegistry | None = None,
     settings: LoopSettings = LoopSettings(),
     approve: Approver | None = None,
-    context: ToolContext | None = None,  # tools helper (issue 9): the run's workspace and secrets, for dispatch
+    context: ToolContext | None = None,
 ) -> AsyncGenerator[Event, None]:
     """Run turns until the model answers without tool calls; yield events as they happen.
 

@@ -47,7 +47,7 @@ from ..sessions import EXPORT_FORMATS, SessionInfo, SessionStore, export_session
 from ..signals import SignalCancel
 from ..text import public_url, strip_controls
 from ..tools.approval import make_approver
-from ..tools.context import ToolContext  # tools helper (issue 9): replaces hide_secret / use_workspace
+from ..tools.context import ToolContext
 from ..tools.registry import Tool, ToolRegistry
 from .ask import Answer, ask_approval
 from .common import build_client, build_registry, loop_settings, make_console, plain_terminal
@@ -143,7 +143,7 @@ class ChatApp:
         self.approver = make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=options.yes,
                                       ask=self.ask)
         """The approval policy (--approval, --allow, --deny, --yes); "always" answers last for this chat."""
-        self.context: ToolContext | None = None  # tools helper (issue 9): built in run() (checks the workspace)
+        self.context: ToolContext | None = None
         self.driver: Driver | None = None
         self._unrecorded = False  # the store could not be opened: said once, not retried
         self._calls: dict[int, ToolCall] = {}
@@ -171,7 +171,7 @@ class ChatApp:
             self.view.line(f"crow: warning: {problem}", "yellow")
         self.client = build_client(self.settings, self.options.record_dir)
         self.driver = Driver(self.client, self.registry, loop_settings(self.settings, trace=self.options.debug),
-                             self.approver, self.context)  # tools helper (issue 9): context
+                             self.approver, self.context)
         if self.options.resume is not None:
             self._open(self.options.resume or None, latest=not self.options.resume)
         else:
@@ -230,8 +230,9 @@ class ChatApp:
         from ..tools.mcp import McpServers
 
         self.view.line(f"crow chat · {self.settings.model} · /help for commands · Ctrl-D to quit", "dim")
-        # tools helper (issue 9): the workspace and the key run_shell must not pass on travel to dispatch
-        self.context = ToolContext.for_workspace(self.settings.workspace, secrets=[self.settings.api_key, *self.settings.secrets])
+        # the workspace, and the keys run_shell must not pass on, travel to dispatch
+        self.context = ToolContext.for_workspace(self.settings.workspace,
+                                                 secrets=[self.settings.api_key, *self.settings.secrets])
         async with McpServers({} if self.options.no_tools else self.settings.mcp_servers,
                               errlog=sys.stderr if self.options.debug else None,
                               workspace=self.context.workspace) as mcp_servers:
@@ -380,7 +381,7 @@ class ChatApp:
                 self.view.end_answer()
                 self.view.line(f"crow: error: {strip_controls(error)}", "bold red")
 
-    async def ask(self, call: ToolCall, tool: Tool, preview: str) -> Answer:  # tools helper (issue 9): preview
+    async def ask(self, call: ToolCall, tool: Tool, preview: str) -> Answer:
         """Ask the user about one call: the approval policy's ask callback (it asks one at a time).
 
         Shows the call's preview (`describe_call`, as `crow run` does) above the question. The live area

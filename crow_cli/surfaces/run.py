@@ -36,7 +36,7 @@ from ..history import Message, ToolCall, user_message
 from ..signals import ALL_SIGNALS, SignalCancel
 from ..text import strip_controls
 from ..tools.approval import Answer, AskFn, make_approver
-from ..tools.context import ToolContext  # tools helper (issue 9): replaces hide_secret / use_workspace
+from ..tools.context import ToolContext
 from ..tools.mcp import McpServers
 from ..tools.registry import Tool
 from .approve import terminal_ask
@@ -212,7 +212,7 @@ def _held_ask(ask: AskFn | None, printer: PlainPrinter | JsonlWriter) -> AskFn |
         return ask
     asking = ask
 
-    async def held(call: ToolCall, tool: Tool, preview: str) -> Answer:  # tools helper (issue 9): preview
+    async def held(call: ToolCall, tool: Tool, preview: str) -> Answer:
         with printer.held():
             return await asking(call, tool, preview)
 
@@ -237,7 +237,7 @@ async def run_prompt(settings: Settings, options: RunOptions, out: TextIO = sys.
 
 async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err: TextIO) -> int:
     # Usage errors (ConfigError, exit 2) come before any event and before a session is stored.
-    # tools helper (issue 9): the workspace and the key run_shell must not pass on travel to dispatch
+  
     context = ToolContext.for_workspace(settings.workspace, secrets=[settings.api_key, *settings.secrets])
     printer: PlainPrinter | JsonlWriter = (JsonlWriter(out, err, debug=options.debug) if options.json
                                            else PlainPrinter(out, err, debug=options.debug, quiet=options.quiet))
@@ -245,7 +245,7 @@ async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err:
                             ask=None if options.yes else _held_ask(terminal_ask(), printer))
     registry = None if options.no_tools else build_registry(settings, extra_dirs=options.tools_dirs)
     mcp = McpServers({} if registry is None else settings.mcp_servers, errlog=sys.stderr if options.debug else None,
-                     workspace=context.workspace)  # tools helper (issue 9)
+                     workspace=context.workspace)
 
     try:
         history, recorder, warning = _start_history(settings, options)
@@ -276,7 +276,7 @@ async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err:
         client = build_client(settings, options.record_dir)
         try:
             driver = Driver(client, registry, loop_settings(settings, trace=options.debug), approve,
-                            context)  # tools helper (issue 9): context
+                            context)
             finished = await driver.run(history, printer, recorder, signals=ALL_SIGNALS,
                                         exit_grace_s=options.exit_grace_s)
             return finished.exit_code
