@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .errors import CrowError, MaxTurnsExceeded, StreamCut
-from .events import Event, MessageAppended, Notice, RunFinished, ToolResultReady, TurnFinished
+from .events import Event, MessageAppended, Notice, RunFinished, ToolResultReady, TurnFinished, WarningEvent
 from .history import AssistantTurn, Message, ToolResult
 from .tools.dispatch import Approver, dispatch
 from .tools.registry import ToolRegistry
@@ -33,8 +33,9 @@ class ChatStream(Protocol):
     """What the loop needs of a model client (`wire.client.ChatClient` is one)."""
 
     def stream(self, messages: list[Message], tools: list[dict[str, Any]] | None = None
-               ) -> AsyncGenerator[dict[str, Any] | Notice, None]:
-        """Chunk dicts of one turn; a `Notice` (a retry before the stream started) is passed on as is."""
+               ) -> AsyncGenerator[dict[str, Any] | Notice | WarningEvent, None]:
+        """Chunk dicts of one turn; a `Notice` (a retry before the stream started, a resend with reasoning
+        dropped or added) or a `WarningEvent` (a damaged event skipped) is passed on as is."""
         ...
 
 
@@ -103,7 +104,8 @@ async def _stream_turn(history: list[Message], client: ChatStream, tools: list[d
         try:
             async with aclosing(client.stream(history, tools)) as chunks:  # closes the response on cancel
                 async for chunk in chunks:
-                    if isinstance(chunk, Notice):  # the client retried before the stream started
+                    # wire (branch wire): WarningEvent too, a damaged SSE event the client skipped
+                    if isinstance(chunk, Notice | WarningEvent):  # the client retried, or skipped a damaged event
                         yield chunk
                         continue
                     for event in accumulator.feed(chunk):
