@@ -31,7 +31,9 @@ _KEYS = {
     "model": str, "base_url": str, "api_key_env": str, "system": str, "max_turns": int, "tool_timeout": (int, float),
     "idle_timeout": (int, float), "max_retries": int, "tool_paths": list, "headers": dict, "params": dict,
     "max_output_chars": int, "approval": str, "workspace": str, "allow": list, "deny": list, "mcp_servers": dict,
+    "first_byte_timeout": (int, float), "reasoning_echo": str,
 }
+REASONING_ECHO = ("auto", "always", "never")
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,10 @@ class Settings:
     max_turns: int = 25
     tool_timeout_s: float = 120.0
     idle_timeout_s: float = 300.0
+    first_byte_timeout_s: float = 60.0
+    """Seconds from sending a request to the start of its response before the turn fails (no retry)."""
+    reasoning_echo: str = "auto"
+    """Whether a turn's reasoning goes back to the server: `auto`, `always` or `never` (`wire.client`)."""
     max_retries: int = 3
     max_output_chars: int = 50_000
     tool_paths: tuple[str, ...] = ()
@@ -172,11 +178,16 @@ def load_settings(
     numbers = {
         "tool_timeout": number(float, "tool_timeout_s", None, "tool_timeout", 120.0),
         "idle_timeout": number(float, "idle_timeout_s", "CROW_IDLE_TIMEOUT", "idle_timeout", 300.0),
+        "first_byte_timeout": number(float, "first_byte_timeout_s", "CROW_FIRST_BYTE_TIMEOUT", "first_byte_timeout",
+                                     60.0),
         "max_output_chars": number(int, "max_output_chars", None, "max_output_chars", 50_000),
     }
     for name, value in numbers.items():
         if value <= 0:
             raise ConfigError(f"{name} must be greater than 0 (got {value:g})")
+    reasoning_echo = str(pick("reasoning_echo", "CROW_REASONING_ECHO", "reasoning_echo", None, "auto"))
+    if reasoning_echo not in REASONING_ECHO:
+        raise ConfigError(f"reasoning_echo must be one of {', '.join(REASONING_ECHO)} (got {reasoning_echo!r})")
     max_retries = int(pick("max_retries", None, "max_retries", None, 3))
     if max_retries < 0:
         raise ConfigError(f"max_retries must be 0 or more (got {max_retries})")
@@ -196,6 +207,8 @@ def load_settings(
         max_turns=max_turns,
         tool_timeout_s=numbers["tool_timeout"],
         idle_timeout_s=numbers["idle_timeout"],
+        first_byte_timeout_s=numbers["first_byte_timeout"],
+        reasoning_echo=reasoning_echo,
         max_retries=max_retries,
         max_output_chars=int(numbers["max_output_chars"]),
         tool_paths=tool_paths,

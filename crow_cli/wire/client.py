@@ -57,8 +57,9 @@ class ClientSettings:
     """Extra request fields (temperature, max_tokens …) merged into every request body."""
     record_dir: str | None = None
     """When set, every request body and raw SSE response is written there (see `wire.record`)."""
-    reasoning_echo: ReasoningEcho = "auto"
-    """Whether a turn's reasoning goes back to the server: see `ChatClient.outgoing_messages`."""
+    reasoning_echo: str = "auto"
+    """Whether a turn's reasoning goes back to the server (a `ReasoningEcho`: `auto`, `always` or `never`);
+    see `ChatClient.outgoing_messages`. Another value is a `ValueError` when the client is made."""
 
 
 def split_base_url(base_url: str) -> tuple[str, dict[str, str | list[str]]]:
