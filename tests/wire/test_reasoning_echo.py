@@ -24,7 +24,8 @@ from tests.conftest import chunk, sse, text_sse, tool_delta
 BASE = "http://llm.test/v1"
 URL = f"{BASE}/chat/completions"
 THOUGHT = "The user wants a conversion; use the rates tool."
-# Mistral via LiteLLM, https://github.com/BerriAI/litellm/issues/30835 (tests/cases/mistral-reasoning-content-forbidden.json)
+# Mistral via LiteLLM, https://github.com/BerriAI/litellm/issues/30835
+# (../shared/conformance/cases/mistral-reasoning-content-forbidden.json)
 MISTRAL_422 = {"object": "error", "message": {"detail": [{"type": "extra_forbidden", "loc": [
     "body", "messages", 1, "assistant", "reasoning_content"], "msg": "Extra inputs are not permitted",
     "input": THOUGHT}]}, "type": "invalid_request_error", "param": None, "code": None}
