@@ -22,13 +22,13 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..errors import AuthError, ProviderError, RateLimited, ServerError, StreamCut
+from ..errors import AuthError, ContextOverflow, ProviderError, RateLimited, ServerError, StreamCut
 from ..events import Notice, WarningEvent
 from ..history import Message
 from ..text import public_url
 
-__all__ = ["REASONING_FIELDS", "ChatClient", "ClientSettings", "ReasoningEcho", "map_error", "reasoning_demanded",
-           "reasoning_refused", "redact", "split_base_url"]
+__all__ = ["REASONING_FIELDS", "ChatClient", "ClientSettings", "ReasoningEcho", "context_overflow", "map_error",
+           "reasoning_demanded", "reasoning_refused", "redact", "split_base_url"]
 
 ReasoningEcho = Literal["auto", "always", "never"]
 REASONING_FIELDS = ("reasoning_content", "reasoning")
@@ -355,6 +355,51 @@ def reasoning_demanded(status: int, text: str) -> str | None:
     return next((k for k in REASONING_FIELDS if _field_named(text, k)), None)
 
 
+_OVERFLOW = re.compile(r"context_length_exceeded|exceed_context_size|ContextWindowExceeded|maximum context length|"
+                       r"context window|context size|prompt is too long|longer than the maximum model length|"
+                       r"exceeds the maximum number of tokens", re.IGNORECASE)
+# (pattern, group of the window, group of the prompt size): what each provider's message says
+_OVERFLOW_NUMBERS = (
+    (re.compile(r"prompt contains (\d+) tokens.*?(\d+) maximum context length", re.I | re.S), 2, 1),  # Mistral
+    (re.compile(r"prompt is too long: (\d+) tokens > (\d+)", re.I), 2, 1),  # Anthropic-compatible
+    (re.compile(r"prompt \(length (\d+)\) is longer than the maximum model length of (\d+)", re.I), 2, 1),  # vLLM
+    (re.compile(r"input token count \((\d+)\) exceeds the maximum number of tokens allowed \((\d+)\)", re.I), 2, 1),
+)
+_WINDOW = re.compile(r"maximum context length is (\d+) tokens", re.I)  # OpenAI, vLLM, DeepSeek, OpenRouter, LiteLLM
+_PROMPT = (re.compile(r"\((\d+) in the messages"), re.compile(r"resulted in (\d+) tokens"),
+           re.compile(r"requested (?:about )?(\d+) tokens"))
+
+
+def _overflow_numbers(message: str) -> tuple[int | None, int | None]:
+    """The context window and the prompt size a provider's overflow message names (None: not said)."""
+    for pattern, window, size in _OVERFLOW_NUMBERS:
+        if (found := pattern.search(message)) is not None:
+            return int(found.group(window)), int(found.group(size))
+    if (found := _WINDOW.search(message)) is None:
+        return None, None
+    prompt = next((int(m.group(1)) for p in _PROMPT if (m := p.search(message)) is not None), None)
+    return int(found.group(1)), prompt
+
+
+def context_overflow(message: str, detail: Any = None, *, status: int | None = None,
+                     code: str | int | None = None) -> ContextOverflow | None:
+    """The `ContextOverflow` for a provider's error `message` (and its error object `detail`, where
+    llama.cpp puts `n_ctx` / `n_prompt_tokens`), or None when it is some other refusal."""
+    from .stream import short_text
+
+    fields = detail if isinstance(detail, Mapping) else {}
+    kind = " ".join(str(fields.get(k) or "") for k in ("type", "code"))
+    if not _OVERFLOW.search(f"{message} {kind}"):
+        return None
+    n_ctx, prompt = fields.get("n_ctx"), fields.get("n_prompt_tokens")
+    if not (isinstance(n_ctx, int) and isinstance(prompt, int)) or isinstance(n_ctx, bool):
+        n_ctx, prompt = _overflow_numbers(message)
+    numbers = f"{n_ctx} tokens" + (f", the request needs {prompt}" if prompt else "") if n_ctx else ""
+    return ContextOverflow(f"the conversation is too long for the model's context window"
+                           f"{f' ({numbers})' if numbers else ''}: {short_text(message)}",
+                           n_ctx=n_ctx, prompt_tokens=prompt, status=status, code=code)
+
+
 def _body_message(body: Any, fallback: str) -> tuple[str, Any]:
     from .stream import short_text
 
@@ -368,6 +413,13 @@ def _body_message(body: Any, fallback: str) -> tuple[str, Any]:
     if isinstance(body, str) and body.strip():
         return short_text(body), None
     return short_text(fallback), None
+
+
+def _full_message(body: Any) -> str:
+    """The error message of a status error's body, uncut."""
+    err = body.get("error", body) if isinstance(body, dict) else body
+    message = err.get("message") if isinstance(err, dict) else err
+    return message if isinstance(message, str) else ""
 
 
 def _json(value: Any) -> str:
@@ -438,11 +490,17 @@ def _map_error(exc: BaseException, base_url: str) -> ProviderError | None:
 
     from .stream import short_text
 
+    if isinstance(exc, ServerError) and exc.status in (None, 400):  # an in-stream error object
+        return context_overflow(str(exc), status=exc.status, code=exc.code) or exc
     if isinstance(exc, ProviderError):
         return exc
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         message, code = _body_message(exc.body, exc.message)
+        detail = exc.body.get("error", exc.body) if isinstance(exc.body, dict) else None
+        if status in (400, 413, 422) and (overflow := context_overflow(
+                _full_message(exc.body) or message, detail, status=status, code=code)) is not None:
+            return overflow
         retry_after = _retry_after(exc.response.headers)
         if status in (401, 403):
             hint = "check the API key (--api-key, CROW_API_KEY or OPENAI_API_KEY)" if status == 401 else \
