@@ -111,7 +111,8 @@ class ChatClient:
                 from .record import recording_http_client
 
                 secrets = [s.api_key, *(v for k, values in self._query.items() if _SECRET_PARAM.search(k)
-                                        for v in ([values] if isinstance(values, str) else values))]
+                                        for v in ([values] if isinstance(values, str) else values)
+                                        if len(v) >= _MIN_SECRET)]
                 http_client = recording_http_client(s.record_dir, timeout=timeout, secrets=secrets)
             headers = dict(s.headers)
             if s.api_key:  # --api-key and the env beat an Authorization header from the config file
