@@ -58,7 +58,7 @@ def test_429_waits_for_retry_after(tmp_path: Path) -> None:
     elapsed = time.monotonic() - started
     completes(ran, "after the wait")
     assert len(ran.requests) == 2
-    assert elapsed >= 1.9  # the SDK's own first backoff is at most 0.5 s: this is the server's 2 s
+    assert elapsed >= 1.9  # crow's own first backoff is at most 0.5 s: this is the server's 2 s
 
 
 def test_429_past_the_retries_is_one_line(tmp_path: Path) -> None:
