@@ -145,3 +145,19 @@ def test_a_server_that_never_answers_fails_after_retries(tmp_path: Path) -> None
     stalled = {"sse": text_sse("late"), "delay_ms": 3000}
     ran = run_crow([stalled, stalled], "--json", "hi", cwd=tmp_path, config=config)
     fails_in_one_line(ran, "idle", "after 2 attempts")
+
+
+def test_a_damaged_event_mid_stream_is_a_warning_and_the_run_completes(tmp_path: Path) -> None:
+    # issue 10 item 2: one data: line held a chunk cut mid-JSON and the next data: frame; crow stopped the run
+    config = write_config(tmp_path, max_retries=0)
+    cut = json.dumps(chunk({"content": " lost"}))[:30]
+    body = sse(chunk({"content": "Hel"}), done=False) + f"data: {cut}data: {json.dumps(chunk({'content': 'lo'}))}\n\n" \
+        + sse(chunk({}, "stop"))
+    ran = run_crow([{"sse": body}], "--json", "hi", cwd=tmp_path, config=config)
+    events = completes(ran, "Hello")
+    warnings = [e for e in events if e["type"] == "warning"]
+    assert len(warnings) == 1 and "damaged event" in warnings[0]["message"]
+    assert len(ran.requests) == 1
+    plain = run_crow([{"sse": body}], "hi", cwd=tmp_path, config=config)
+    assert plain.code == 0 and plain.stdout == "Hello\n"
+    assert plain.stderr.startswith("crow: warning: the server sent a damaged event")
