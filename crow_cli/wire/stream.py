@@ -124,6 +124,9 @@ def _no_stream_error(head: bytes, content_type: str) -> ServerError:
     if content_type and "event-stream" not in content_type and "text/plain" not in content_type:
         return ServerError(f"the server answered {content_type.split(';')[0]}, not an event stream "
                            f"(is --base-url right?): {short_text(text, 80)!r}")
+    if not re.search(r"^(data|event|id|retry)?:", text, re.MULTILINE):  # not one SSE line: some other text
+        return ServerError(f"the server answered 200 with text that is not an event stream (is --base-url "
+                           f"right?): {short_text(text, 80)!r}")
     return ServerError("the server ended the stream without sending a single chunk")
 
 

@@ -76,6 +76,7 @@ async def test_non_streamed_json_completion_is_used_as_one_chunk():
     (httpx.Response(200, json={"hello": "world"}), "neither a stream nor a completion"),
     (event_stream("data: [DONE]\n\n"), "without sending a single chunk"),
     (event_stream(": ping\n\n"), "without sending a single chunk"),
+    (httpx.Response(200, text="Unauthorized: sign in first"), "text that is not an event stream.*Unauthorized"),
     (event_stream("data: {not json\n\n"), "not JSON"),
 ])
 async def test_a_200_without_an_answer_is_an_error(response, message):
