@@ -259,7 +259,7 @@ class ChatClient:
             self._echo_learned = "drop"
             return "reasoning_echo", Notice(
                 f"crow: the server refuses {refused} in messages ({exc.status_code}); sending the request again "
-                "without it, and no reasoning from now on", "reasoning_echo")
+                "without it (and without reasoning from now on)", "reasoning_echo")
         missing = any(m.get("role") == "assistant" and m.get("tool_calls") and
                       all(m.get(k) is None for k in REASONING_FIELDS) for m in body["messages"])
         if missing and self._echo_learned != "drop" and (wanted := reasoning_demanded(exc.status_code, text)):
