@@ -657,6 +657,7 @@ async def serve_acp(settings: Settings, options: AcpOptions) -> int:
     protocol_fd = _claim_stdout()
     logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if options.debug else logging.WARNING,
                         format="crow acp: %(levelname)s: %(message)s")
+    reader, writer = await _streams(protocol_fd)  # before anything slow: a terminal is refused at once
     hide_secret(settings.api_key)  # run_shell never hands the key to a command, nor its output to the model
     registry = None if options.no_tools else build_registry(settings, extra_dirs=options.tools_dirs)
     store = SessionStore()
@@ -670,7 +671,6 @@ async def serve_acp(settings: Settings, options: AcpOptions) -> int:
         client = build_client(settings)
         agent = CrowAgent(settings, options, store, registry, client)
         try:
-            reader, writer = await _streams(protocol_fd)
             await acp.run_agent(cast(acp.Agent, agent), writer, reader)  # the methods crow serves
         finally:
             await agent.close()
