@@ -33,7 +33,7 @@ from acp.schema import (
 from crow_cli.sessions import SessionStore
 from tests.conftest import chunk, sse, text_sse
 from tests.replay_server import ReplayServer
-from tests.tools.cli_helpers import script, tool_calls_sse
+from tests.tools.cli_helpers import script
 
 CROW = str(Path(sys.executable).with_name("crow"))
 
