@@ -17,6 +17,8 @@ request as a task of its own, so `session/cancel` arrives while a prompt runs.
 - ACP tool-call ids are crow's own, `"{turn}-{index}"` with a turn counter per session (unique within the
   session, also across prompts and after a load); the model's ids go into the history unchanged
   (`../shared/reference/streaming-tool-calls.md` §7).
+- When the editor offers `fs/read_text_file` and `fs/write_text_file`, the file tools use them
+  (`acp_tools`): unsaved buffers are read, edits show in the editor.
 - Session modes are approval policies: `ask`, `auto-edit`, `yolo` (crow's own) and `read-only` (every
   tool that needs approval is refused). "Allow always" / "reject always" hold for the session.
 """
@@ -97,6 +99,7 @@ from ..tools.mcp import McpServers
 from ..tools.registry import Tool, ToolRegistry
 from ..tools.workspace import resolve_in_workspace, set_workspace
 from ..wire.client import ChatClient
+from .acp_tools import client_file_tools
 from .common import build_client, build_registry, loop_settings, short_json
 from .persist import SessionRecorder, open_session
 
@@ -572,7 +575,7 @@ class CrowAgent:
         registry = None
         if self.registry is not None:
             registry = ToolRegistry()
-            for tool in self.registry:
+            for tool in client_file_tools(self.registry, self.client(), session_id, self.capabilities.fs):
                 registry.register(tool)
             tables = _mcp_tables(mcp_servers)
             if tables:

@@ -24,6 +24,8 @@ from acp.schema import (
     ClientCapabilities,
     DeniedOutcome,
     FileEditToolCallContent,
+    FileSystemCapabilities,
+    ReadTextFileResponse,
     RequestPermissionResponse,
     ToolCallProgress,
     ToolCallStart,
@@ -41,7 +43,10 @@ CROW = str(Path(sys.executable).with_name("crow"))
 class Editor:
     """The client side: records every update and permission request, answers permissions from a script."""
 
-    def __init__(self, answers: list[str] | None = None) -> None:
+    def __init__(self, answers: list[str] | None = None, buffers: dict[str, str] | None = None) -> None:
+        self.buffers = buffers
+        """With buffers (path -> text), the editor offers fs/read_text_file and fs/write_text_file."""
+        self.fs_calls: list[tuple[str, str]] = []
         self.updates: list[Any] = []
         self.permissions: list[Any] = []
         self.answers = list(answers or [])
@@ -59,6 +64,19 @@ class Editor:
         if answer == "cancelled":
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
         return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=answer))
+
+    async def read_text_file(self, session_id: str, path: str, line: int | None = None, limit: int | None = None,
+                             **kwargs: Any) -> ReadTextFileResponse:
+        assert self.buffers is not None
+        self.fs_calls.append(("read", path))
+        lines = self.buffers[path].splitlines(keepends=True)
+        start = (line or 1) - 1
+        return ReadTextFileResponse(content="".join(lines[start: None if limit is None else start + limit]))
+
+    async def write_text_file(self, session_id: str, path: str, content: str, **kwargs: Any) -> None:
+        assert self.buffers is not None
+        self.fs_calls.append(("write", path))
+        self.buffers[path] = content
 
     async def wait_for(self, seen: Callable[[list[Any]], bool]) -> None:
         async with self.changed:
@@ -83,7 +101,9 @@ async def crow_acp(url: str, cwd: Path, editor: Editor, *args: str,
                                        "test-model", *args, cwd=cwd, env=dict(os.environ),
                                        transport_kwargs={"stderr": errfile.fileno()}, observers=observers
                                        ) as (conn, proc):
-            await conn.initialize(protocol_version=PROTOCOL_VERSION, client_capabilities=ClientCapabilities())
+            fs = FileSystemCapabilities(read_text_file=True, write_text_file=True) if editor.buffers is not None else None
+            await conn.initialize(protocol_version=PROTOCOL_VERSION,
+                                  client_capabilities=ClientCapabilities(fs=fs or FileSystemCapabilities()))
             yield conn, proc, err
 
 
@@ -366,3 +386,21 @@ def test_acp_sessions_are_crow_sessions(workspace):
     assert sid in listed.stdout and "keep me" in listed.stdout
     with SessionStore() as store:
         assert [s.id for s in store.recent()] == [sid]
+
+
+async def test_file_tools_go_through_the_editor_when_it_offers_them(workspace):
+    (workspace / "f.txt").write_text("on disk\n")
+    path = str(workspace / "f.txt")
+    editor = Editor(answers=["allow_once"], buffers={path: "unsaved one\nunsaved two\n"})
+    turns = script([("r1", "read_file", {"path": "f.txt", "start_line": 2})],
+                   [("e1", "edit_file", {"path": "f.txt", "old_string": "two", "new_string": "2"})],
+                   [("x1", "read_file", {"path": "../outside.txt"})], final="Done.")
+    with ReplayServer(turns) as server:
+        async with crow_acp(server.base_url, workspace, editor) as (conn, _proc, _err):
+            sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            await conn.prompt(session_id=sid, prompt=[text_block("edit the buffer")])
+    assert server.requests[1]["messages"][-1]["content"] == "unsaved two\n"  # the buffer, not the disk
+    assert editor.buffers == {path: "unsaved one\nunsaved 2\n"}
+    assert (workspace / "f.txt").read_text() == "on disk\n"
+    assert editor.fs_calls == [("read", path), ("read", path), ("write", path)]  # nothing outside the workspace
+    assert "outside the workspace" in server.requests[3]["messages"][-1]["content"]
