@@ -20,6 +20,7 @@ import pytest
 from acp import PROTOCOL_VERSION, RequestError, spawn_agent_process, text_block
 from acp.schema import (
     AgentMessageChunk,
+    AgentThoughtChunk,
     AllowedOutcome,
     ClientCapabilities,
     DeniedOutcome,
@@ -404,3 +405,19 @@ async def test_file_tools_go_through_the_editor_when_it_offers_them(workspace):
     assert (workspace / "f.txt").read_text() == "on disk\n"
     assert editor.fs_calls == [("read", path), ("read", path), ("write", path)]  # nothing outside the workspace
     assert "outside the workspace" in server.requests[3]["messages"][-1]["content"]
+
+
+async def test_reasoning_streams_as_thoughts_and_each_stop_reason_is_mapped(workspace):
+    thinking = sse(chunk({"role": "assistant", "reasoning_content": "Let me think."}), chunk({"content": "Hi."}),
+                   chunk({}, "stop"))
+    refusal = sse(chunk({"role": "assistant", "refusal": "I can't help with that."}), chunk({}, "stop"))
+    turns = [{"sse": thinking}, {"sse": refusal}, *script([("c1", "list_directory", {})])[:1]]
+    editor = Editor()
+    with ReplayServer(turns) as server:
+        async with crow_acp(server.base_url, workspace, editor, "--max-turns", "1") as (conn, _proc, _err):
+            sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            stops = [(await conn.prompt(session_id=sid, prompt=[text_block(p)])).stop_reason
+                     for p in ("hi", "do something bad", "list files")]
+    assert stops == ["end_turn", "refusal", "max_turn_requests"]
+    assert [u.content.text for u in editor.of(AgentThoughtChunk)] == ["Let me think."]
+    assert editor.text().startswith("Hi.")
