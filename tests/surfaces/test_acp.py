@@ -52,6 +52,7 @@ class Editor:
         self.permissions: list[Any] = []
         self.answers = list(answers or [])
         self.changed = asyncio.Condition()
+        self.cancel_sent = asyncio.Event()
 
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
         async with self.changed:
@@ -60,8 +61,13 @@ class Editor:
 
     async def request_permission(self, session_id: str, tool_call: Any, options: list[Any],
                                  **kwargs: Any) -> RequestPermissionResponse:
-        self.permissions.append((tool_call, options))
+        async with self.changed:
+            self.permissions.append((tool_call, options))
+            self.changed.notify_all()
         answer = self.answers.pop(0)
+        if answer == "after cancel":  # as ACP asks of clients: a pending request is answered "cancelled"
+            await self.cancel_sent.wait()
+            answer = "cancelled"
         if answer == "cancelled":
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
         return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=answer))
@@ -79,9 +85,9 @@ class Editor:
         self.fs_calls.append(("write", path))
         self.buffers[path] = content
 
-    async def wait_for(self, seen: Callable[[list[Any]], bool]) -> None:
+    async def wait_for(self, seen: Callable[[], bool]) -> None:
         async with self.changed:
-            await self.changed.wait_for(lambda: seen(self.updates))
+            await self.changed.wait_for(seen)
 
     def text(self) -> str:
         return "".join(u.content.text for u in self.updates if isinstance(u, AgentMessageChunk))
@@ -237,7 +243,7 @@ async def test_cancel_mid_stream_answers_cancelled_and_keeps_a_valid_history(wor
             session = await conn.new_session(cwd=str(workspace), mcp_servers=[])
             sid = session.session_id
             prompt = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text_block("go")]))
-            await editor.wait_for(lambda updates: any(isinstance(u, AgentMessageChunk) for u in updates))
+            await editor.wait_for(lambda: bool(editor.of(AgentMessageChunk)))
             await conn.cancel(session_id=sid)
             assert (await prompt).stop_reason == "cancelled"
             again = await conn.prompt(session_id=sid, prompt=[text_block("again")])  # the session is still usable
@@ -421,3 +427,25 @@ async def test_reasoning_streams_as_thoughts_and_each_stop_reason_is_mapped(work
     assert stops == ["end_turn", "refusal", "max_turn_requests"]
     assert [u.content.text for u in editor.of(AgentThoughtChunk)] == ["Let me think."]
     assert editor.text().startswith("Hi.")
+
+
+async def test_cancel_while_a_permission_request_waits(workspace):
+    turns = script([("w1", "write_file", {"path": "x.txt", "content": "x"})], final="Never sent.")
+    editor = Editor(answers=["after cancel"])
+    with ReplayServer([*turns, {"sse": text_sse("Later.")}]) as server:
+        async with crow_acp(server.base_url, workspace, editor) as (conn, _proc, _err):
+            sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            prompt = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text_block("write")]))
+            await editor.wait_for(lambda: bool(editor.permissions))
+            await conn.cancel(session_id=sid)
+            editor.cancel_sent.set()
+            assert (await prompt).stop_reason == "cancelled"
+            final = editor.of(ToolCallProgress)[-1]
+            assert final.tool_call_id == "1-0" and final.status == "failed" and "cancelled" in \
+                final.content[0].content.text
+    assert not (workspace / "x.txt").exists()
+    with SessionStore() as store:
+        messages = store.messages(sid)
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
+    assert messages[2]["tool_call_id"] == "w1" and "cancelled by the user" in messages[2]["content"]
+    assert len(server.requests) == 1
