@@ -26,6 +26,7 @@ from acp.schema import (
     DeniedOutcome,
     FileEditToolCallContent,
     FileSystemCapabilities,
+    McpServerStdio,
     ReadTextFileResponse,
     RequestPermissionResponse,
     ToolCallProgress,
@@ -449,3 +450,19 @@ async def test_cancel_while_a_permission_request_waits(workspace):
     assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
     assert messages[2]["tool_call_id"] == "w1" and "cancelled by the user" in messages[2]["content"]
     assert len(server.requests) == 1
+
+
+async def test_mcp_servers_named_by_the_editor_join_the_session(workspace):
+    server_py = str(Path(__file__).resolve().parents[1] / "tools" / "mcp_demo_server.py")
+    turns = script([("m1", "shout", {"text": "hey"})], final="Shouted.")
+    editor = Editor()
+    with ReplayServer(turns) as server:
+        async with crow_acp(server.base_url, workspace, editor) as (conn, _proc, _err):
+            demo = McpServerStdio(name="demo", command=sys.executable, args=[server_py], env=[])
+            sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[demo])).session_id
+            await conn.prompt(session_id=sid, prompt=[text_block("shout hey")])
+    offered = {t["function"]["name"] for t in server.requests[0]["tools"]}
+    assert {"shout", "add", "read_file"} <= offered  # the built-in read_file keeps its name
+    (start,) = editor.of(ToolCallStart)
+    assert start.kind == "read"  # the server marks shout read-only
+    assert "HEY" in editor.of(ToolCallProgress)[-1].content[0].content.text
