@@ -109,10 +109,20 @@ async def crow_acp(url: str, cwd: Path, editor: Editor, *args: str,
                                        "test-model", *args, cwd=cwd, env=dict(os.environ),
                                        transport_kwargs={"stderr": errfile.fileno()}, observers=observers
                                        ) as (conn, proc):
-            fs = FileSystemCapabilities(read_text_file=True, write_text_file=True) if editor.buffers is not None else None
-            await conn.initialize(protocol_version=PROTOCOL_VERSION,
-                                  client_capabilities=ClientCapabilities(fs=fs or FileSystemCapabilities()))
+            offer = editor.buffers is not None
+            fs = FileSystemCapabilities(read_text_file=offer, write_text_file=offer)
+            await conn.initialize(protocol_version=PROTOCOL_VERSION, client_capabilities=ClientCapabilities(fs=fs))
             yield conn, proc, err
+
+
+async def prompt_once(workspace: Path, editor: Editor, turns: list[dict[str, Any]], text: str,
+                      *args: str) -> tuple[Any, list[dict[str, Any]]]:
+    """One `crow acp` process, one new session, one prompt: the response and every request the server got."""
+    with ReplayServer(turns) as server:
+        async with crow_acp(server.base_url, workspace, editor, *args) as (conn, _proc, _err):
+            session = await conn.new_session(cwd=str(workspace), mcp_servers=[])
+            response = await conn.prompt(session_id=session.session_id, prompt=[text_block(text)])
+    return response, server.requests
 
 
 @pytest.fixture
@@ -143,10 +153,7 @@ async def test_two_parallel_tool_calls_get_unique_acp_ids_and_keep_the_models_id
     turns = script([("dup", "read_file", {"path": "a.txt"}), ("dup", "read_file", {"path": "b.txt"})],
                    final="Both read.")
     editor = Editor()
-    with ReplayServer(turns) as server:
-        async with crow_acp(server.base_url, workspace, editor) as (conn, _proc, _err):
-            session = await conn.new_session(cwd=str(workspace), mcp_servers=[])
-            response = await conn.prompt(session_id=session.session_id, prompt=[text_block("read a and b")])
+    response, requests = await prompt_once(workspace, editor, turns, "read a and b")
     assert response.stop_reason == "end_turn"
     starts = editor.of(ToolCallStart)
     assert [s.tool_call_id for s in starts] == ["1-0", "1-1"]
@@ -161,7 +168,7 @@ async def test_two_parallel_tool_calls_get_unique_acp_ids_and_keep_the_models_id
     kinds = [type(u).__name__ for u in editor.updates]
     assert kinds.index("ToolCallStart") < kinds.index("ToolCallProgress") < kinds.index("AgentMessageChunk")
     assert editor.text() == "Both read."
-    second = server.requests[1]["messages"]
+    second = requests[1]["messages"]
     assert [c["id"] for c in second[-3]["tool_calls"]] == ["dup", "dup"]
     assert [(m["tool_call_id"], m["content"]) for m in second[-2:]] == [("dup", "alpha\n"), ("dup", "beta\n")]
 
@@ -169,10 +176,7 @@ async def test_two_parallel_tool_calls_get_unique_acp_ids_and_keep_the_models_id
 async def test_a_rejected_write_is_not_run_and_the_model_is_told(workspace):
     turns = script([("w1", "write_file", {"path": "new.txt", "content": "hi\n"})], final="Understood.")
     editor = Editor(answers=["reject_once"])
-    with ReplayServer(turns) as server:
-        async with crow_acp(server.base_url, workspace, editor) as (conn, _proc, _err):
-            session = await conn.new_session(cwd=str(workspace), mcp_servers=[])
-            response = await conn.prompt(session_id=session.session_id, prompt=[text_block("write it")])
+    response, requests = await prompt_once(workspace, editor, turns, "write it")
     assert response.stop_reason == "end_turn"
     assert not (workspace / "new.txt").exists()
     (tool_call, options), = editor.permissions
@@ -182,7 +186,7 @@ async def test_a_rejected_write_is_not_run_and_the_model_is_told(workspace):
     assert isinstance(diff, FileEditToolCallContent) and diff.old_text is None and diff.new_text == "hi\n"
     final = editor.of(ToolCallProgress)[-1]
     assert final.status == "failed" and "declined" in final.content[0].content.text
-    answer = server.requests[1]["messages"][-1]
+    answer = requests[1]["messages"][-1]
     assert answer["role"] == "tool" and answer["tool_call_id"] == "w1" and "declined" in answer["content"]
 
 
@@ -191,10 +195,7 @@ async def test_an_allowed_edit_carries_its_diff(workspace):
     turns = script([("e1", "edit_file", {"path": "f.txt", "old_string": "world", "new_string": "crow"})],
                    final="Edited.")
     editor = Editor(answers=["allow_once"])
-    with ReplayServer(turns) as server:
-        async with crow_acp(server.base_url, workspace, editor) as (conn, _proc, _err):
-            session = await conn.new_session(cwd=str(workspace), mcp_servers=[])
-            response = await conn.prompt(session_id=session.session_id, prompt=[text_block("edit it")])
+    response, _ = await prompt_once(workspace, editor, turns, "edit it")
     assert response.stop_reason == "end_turn"
     assert (workspace / "f.txt").read_text() == "hello crow\n"
     (tool_call, _options), = editor.permissions
@@ -403,15 +404,12 @@ async def test_file_tools_go_through_the_editor_when_it_offers_them(workspace):
     turns = script([("r1", "read_file", {"path": "f.txt", "start_line": 2})],
                    [("e1", "edit_file", {"path": "f.txt", "old_string": "two", "new_string": "2"})],
                    [("x1", "read_file", {"path": "../outside.txt"})], final="Done.")
-    with ReplayServer(turns) as server:
-        async with crow_acp(server.base_url, workspace, editor) as (conn, _proc, _err):
-            sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
-            await conn.prompt(session_id=sid, prompt=[text_block("edit the buffer")])
-    assert server.requests[1]["messages"][-1]["content"] == "unsaved two\n"  # the buffer, not the disk
+    _, requests = await prompt_once(workspace, editor, turns, "edit the buffer")
+    assert requests[1]["messages"][-1]["content"] == "unsaved two\n"  # the buffer, not the disk
     assert editor.buffers == {path: "unsaved one\nunsaved 2\n"}
     assert (workspace / "f.txt").read_text() == "on disk\n"
     assert editor.fs_calls == [("read", path), ("read", path), ("write", path)]  # nothing outside the workspace
-    assert "outside the workspace" in server.requests[3]["messages"][-1]["content"]
+    assert "outside the workspace" in requests[3]["messages"][-1]["content"]
 
 
 async def test_reasoning_streams_as_thoughts_and_each_stop_reason_is_mapped(workspace):
