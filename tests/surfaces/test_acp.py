@@ -395,6 +395,11 @@ def test_acp_sessions_are_crow_sessions(workspace):
     assert sid in listed.stdout and "keep me" in listed.stdout
     with SessionStore() as store:
         assert [s.id for s in store.recent()] == [sid]
+    with ReplayServer([{"sse": text_sse("Continued.")}]) as server:  # the terminal surfaces continue it
+        ran = subprocess.run([CROW, "run", "--base-url", server.base_url, "--model", "m", "--session", sid, "and?"],
+                             capture_output=True, text=True, timeout=60, cwd=workspace)
+    assert ran.returncode == 0 and ran.stdout == "Continued.\n", ran.stderr
+    assert [m["content"] for m in server.requests[0]["messages"]] == ["keep me", "Stored.", "and?"]
 
 
 async def test_file_tools_go_through_the_editor_when_it_offers_them(workspace):
@@ -464,3 +469,18 @@ async def test_mcp_servers_named_by_the_editor_join_the_session(workspace):
     (start,) = editor.of(ToolCallStart)
     assert start.kind == "read"  # the server marks shout read-only
     assert "HEY" in editor.of(ToolCallProgress)[-1].content[0].content.text
+
+
+async def test_cancel_stops_a_running_tool_at_once(workspace):
+    turns = script([("s1", "run_shell", {"command": "sleep 600"})], final="Never sent.")
+    editor = Editor()
+    with ReplayServer(turns) as server:
+        async with crow_acp(server.base_url, workspace, editor, "--yes") as (conn, _proc, _err):
+            sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            prompt = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text_block("wait")]))
+            await editor.wait_for(lambda: any(u.status == "in_progress" for u in editor.of(ToolCallProgress)))
+            await conn.cancel(session_id=sid)
+            assert (await prompt).stop_reason == "cancelled"
+    final = editor.of(ToolCallProgress)[-1]
+    assert final.status == "failed" and "cancelled" in final.content[0].content.text
+    assert len(server.requests) == 1
