@@ -9,7 +9,7 @@ import pytest
 from crow_cli.errors import ServerError
 from crow_cli.events import ReasoningDelta, TextDelta, ToolCallDelta, ToolCallStarted, WarningEvent
 from crow_cli.wire.accumulate import StreamAccumulator, _PartialCall
-from tests.conftest import chunk, first_sse, load_cases, sse_chunks, tool_delta
+from tests.conftest import chunk, expected_sse, first_sse, load_cases, sse_chunks, tool_delta
 
 CASES = load_cases()
 
@@ -28,7 +28,7 @@ STREAM_CASES = [c for c in CASES if c["expected"].get("finish_reason") != "error
 
 @pytest.mark.parametrize("case", STREAM_CASES, ids=lambda c: c["id"])
 def test_conformance_case_assembles_expected_calls(case):
-    turn, _ = assemble(*sse_chunks(first_sse(case)))
+    turn, _ = assemble(*sse_chunks(expected_sse(case)))
     expected = case["expected"]
     got = [(c.id, c.name, json.loads(c.arguments)) for c in turn.tool_calls]
     want = [(c["id"], c["function"]["name"], json.loads(c["function"]["arguments"]))
