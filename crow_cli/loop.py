@@ -23,6 +23,7 @@ from .errors import CrowError, MaxTurnsExceeded, StreamCut
 from .events import Event, MessageAppended, Notice, RunFinished, ToolResultReady, TurnFinished
 from .history import AssistantTurn, Message, ToolResult
 from .tools.dispatch import Approver, dispatch
+from .tools.names import ToolNameCleaner  # quirks (issue 10 item 3): leaked template tokens in tool names
 from .tools.registry import ToolRegistry
 from .wire.accumulate import StreamAccumulator
 
@@ -69,6 +70,7 @@ async def react(
         approve: asked before tools that need approval; None denies them.
     """
     tools = registry.schemas() if registry else None
+    names = ToolNameCleaner((t.name for t in registry or ()), trace=settings.trace)  # quirks: issue 10 item 3
     for turn_no in range(1, settings.max_turns + 1):
         streamed: list[AssistantTurn] = []
         try:
@@ -79,6 +81,8 @@ async def react(
             yield RunFinished("error", "", turn_no - 1, str(exc), exc.exit_code)
             return
         turn = streamed[0]
+        for event in names.clean(turn):  # quirks: issue 10 item 3, before the turn is stored or run
+            yield event
         yield _append(history, turn.to_message())
         yield TurnFinished(turn_no, turn.finish_reason, turn.usage, turn.content, tuple(turn.tool_calls))
         if not turn.is_tool_turn:
