@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import httpx
@@ -9,10 +10,10 @@ import pytest
 import respx
 
 from crow_cli.errors import AuthError, ProviderError, ServerError
-from crow_cli.events import RunFinished
+from crow_cli.events import RunFinished, TurnFinished
 from crow_cli.history import user_message
 from crow_cli.loop import LoopSettings, react
-from crow_cli.tools.registry import ToolRegistry
+from crow_cli.tools.registry import Tool, ToolRegistry
 from crow_cli.wire.client import ChatClient, ClientSettings
 from tests.conftest import FINAL_ANSWER, CaseReplay, load_cases, text_sse
 
@@ -25,12 +26,24 @@ def client(**kw) -> ChatClient:
     return ChatClient(ClientSettings(base_url=BASE, model="test-model", api_key="sk-test", **kw))
 
 
+async def _ran(name: str, **_: object) -> str:
+    return f"ran {name}"
+
+
+def stub_registry(case: dict) -> ToolRegistry:
+    """A tool for every name the case expects, answering "ran NAME" (so a leaked name that cleans to one runs it)."""
+    registry = ToolRegistry()
+    for name in sorted({c["function"]["name"] for c in case["expected"].get("tool_calls") or []}):
+        registry.register(Tool(name, "stub", functools.partial(_ran, name), parameters={"type": "object"}))
+    return registry
+
+
 async def run_case(case: dict, history: list | None = None):
     history = history if history is not None else [user_message("Please use the tools you need.")]
     events = []
     c = client(max_retries=2)
     try:
-        async for event in react(history, c, ToolRegistry(), LoopSettings(max_turns=4)):
+        async for event in react(history, c, stub_registry(case), LoopSettings(max_turns=4)):
             events.append(event)
     finally:
         await c.aclose()
@@ -48,8 +61,10 @@ async def test_case_round_trip_keeps_ids_results_and_the_history_contract(case, 
     assert all(body["stream"] is True for body in replay.bodies)
     replay.assert_requests()
     replay.assert_tool_turn()
-    results = [m for m in replay.bodies[-1]["messages"] if m["role"] == "tool"]
-    assert all("unknown tool" in m["content"] for m in results)  # none of these tools exist here
+    calls = [e for e in events if isinstance(e, TurnFinished) and e.tool_calls][-1].tool_calls
+    results = [m["content"] for m in replay.bodies[-1]["messages"][-len(calls):]]
+    for call, result in zip(calls, results, strict=True):  # a cut-off call is not run; the others run their tool
+        assert result.startswith("Error: the arguments") if call.cut_off else result == f"ran {call.name}"
     assert history[-1]["role"] == "assistant" and history[-1]["content"] == FINAL_ANSWER
 
 
