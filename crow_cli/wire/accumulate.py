@@ -280,12 +280,12 @@ class StreamAccumulator:
     def finish(self) -> tuple[AssistantTurn, list[Event]]:
         """The assembled turn, plus any final events (flushed text, repair warnings).
 
-        Calls are in call order (the order the stream opened them); each `arguments` is valid JSON
-        text, repaired when the stream cut it (`ToolCall.cut_off` when the repair had to guess, so
-        the call is not run; only missing closing brackets leave it runnable). Deltas that carried
-        neither id, name nor arguments leave no call behind; arguments at an index that never opened
-        a call are attributed or dropped (module docstring), each with a warning (with `trace`
-        only when attributed); a call without a name is dropped with a warning.
+        Calls are in call order (the order in which the stream gave each its id or name); each
+        `arguments` is valid JSON text, repaired when the stream cut it (`ToolCall.cut_off` when the
+        repair had to guess, so the call is not run; only missing closing brackets leave it runnable).
+        Deltas that carried neither id, name nor arguments leave no call behind; arguments at an
+        index that never opened a call are attributed or dropped (module docstring), each with a
+        warning (with `trace` only when attributed); a call without a name is dropped with a warning.
         """
         events: list[Event] = []
         if tail := self._reasoning.flush():

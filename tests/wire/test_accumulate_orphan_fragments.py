@@ -122,3 +122,10 @@ def test_only_nameless_fragments_leave_a_turn_without_calls():
     turn, events = assemble(chunk({"tool_calls": [tool_delta(0, arguments='{"a": 1}')]}), chunk({}, "tool_calls"))
     assert turn.tool_calls == [] and not turn.is_tool_turn
     assert any("never opened a call" in w for w in warnings(events))
+
+
+def test_many_interleaved_runs_merge_in_arrival_order():
+    payload = json.dumps({"blob": "".join(chr(97 + n % 26) for n in range(20_000))})
+    pieces = [chunk({"tool_calls": [tool_delta(0 if n % 3 else 5, arguments=ch)]}) for n, ch in enumerate(payload)]
+    turn, events = assemble(chunk({"tool_calls": [tool_delta(5, "c5", "f")]}), *pieces)
+    assert turn.tool_calls[0].arguments == payload and warnings(events) == []
