@@ -83,16 +83,18 @@ class _Scripted:
             yield c
 
 
-async def test_the_loop_runs_the_clean_tool_and_sends_the_clean_name_back():
+async def run_one_call(name: str, arguments: str) -> tuple[list[Any], list[list[dict[str, Any]]]]:
+    """One run where the model calls `name` once, then answers; the events and the messages of each request."""
     registry = ToolRegistry()
     registry.register(lookup_order)
-    client = _Scripted(
-        [chunk({"tool_calls": [tool_delta(0, "call_1", "lookup_order<|channel|>commentary", '{"order_id": "A-17"}')]}),
-         chunk({}, "tool_calls")],
-        [chunk({"content": "done"}), chunk({}, "stop")],
-    )
-    history = [user_message("where is my order?")]
-    events = [e async for e in react(history, client, registry, LoopSettings())]
+    client = _Scripted([chunk({"tool_calls": [tool_delta(0, "call_1", name, arguments)]}), chunk({}, "tool_calls")],
+                       [chunk({"content": "done"}), chunk({}, "stop")])
+    events = [e async for e in react([user_message("where is my order?")], client, registry, LoopSettings())]
+    return events, client.sent
+
+
+async def test_the_loop_runs_the_clean_tool_and_sends_the_clean_name_back():
+    events, sent = await run_one_call("lookup_order<|channel|>commentary", '{"order_id": "A-17"}')
     assert [e.message for e in events if isinstance(e, WarningEvent)] == [
         "tool call [call_1]: the name 'lookup_order<|channel|>commentary' is not a tool; ran 'lookup_order' (the "
         "server leaked template tokens or spaces into the name); other such names in this run are cleaned "
@@ -101,22 +103,15 @@ async def test_the_loop_runs_the_clean_tool_and_sends_the_clean_name_back():
     assert result.ok and result.output == "order A-17: shipped" and result.call_id == "call_1"
     turn = next(e for e in events if isinstance(e, TurnFinished))
     assert [c.name for c in turn.tool_calls] == ["lookup_order"]
-    sent_back = client.sent[1][1]
+    sent_back = sent[1][1]
     assert sent_back["tool_calls"][0]["function"]["name"] == "lookup_order"
     assert sent_back["tool_calls"][0]["id"] == "call_1"
     assert next(e.message for e in events if isinstance(e, MessageAppended)) == sent_back  # stored as sent
 
 
 async def test_a_name_that_cleans_to_no_tool_gets_the_unknown_tool_result():
-    registry = ToolRegistry()
-    registry.register(lookup_order)
-    client = _Scripted(
-        [chunk({"tool_calls": [tool_delta(0, "call_1", "lookup<|channel|>commentary", "{}")]}),
-         chunk({}, "tool_calls")],
-        [chunk({"content": "done"}), chunk({}, "stop")],
-    )
-    events = [e async for e in react([user_message("x")], client, registry, LoopSettings())]
+    events, sent = await run_one_call("lookup<|channel|>commentary", "{}")
     result = next(e.result for e in events if isinstance(e, ToolResultReady))
     assert not result.ok and "unknown tool" in result.output
-    assert client.sent[1][1]["tool_calls"][0]["function"]["name"] == "lookup<|channel|>commentary"
+    assert sent[1][1]["tool_calls"][0]["function"]["name"] == "lookup<|channel|>commentary"
     assert not [e for e in events if isinstance(e, WarningEvent)]
