@@ -101,8 +101,8 @@ async def react(
                 yield RunFinished("error", "", closing.turn - 1, str(exc), exc.exit_code)
                 return
             assert turn is not None  # _stream_turn ends with its turn or raises
-            for event in names.clean(turn):  # quirks: issue 10 item 3, before the turn is stored or run
-                yield event
+            for warning in names.clean(turn):  # quirks: issue 10 item 3, before the turn is stored or run
+                yield warning
             closing.turn_assembled(turn.tool_calls)
             yield _append(history, turn.to_message())
             yield TurnFinished(closing.turn, turn.finish_reason, turn.usage, turn.content, tuple(turn.tool_calls))
