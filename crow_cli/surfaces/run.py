@@ -203,6 +203,8 @@ def _start_history(settings: Settings, options: RunOptions
     if settings.system and not history:
         history.append({"role": "system", "content": settings.system})
     history.append(user_message(options.prompt))
+    if recorder is not None:
+        recorder.sync(history)  # the session exists (and has its id) from the first event on
     return history, recorder, warning
 
 
@@ -237,7 +239,6 @@ async def run_prompt(settings: Settings, options: RunOptions, out: TextIO = sys.
 
 async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err: TextIO) -> int:
     # Usage errors (ConfigError, exit 2) come before any event and before a session is stored.
-  
     context = ToolContext.for_workspace(settings.workspace, secrets=[settings.api_key, *settings.secrets])
     printer: PlainPrinter | JsonlWriter = (JsonlWriter(out, err, debug=options.debug) if options.json
                                            else PlainPrinter(out, err, debug=options.debug, quiet=options.quiet))
