@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+
+from tests.replay_server import history_violations, rule_matches, stream_duplicate_ids, text_stream
 
 CASES_DIR = Path(__file__).parent / "cases"
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,6 +48,15 @@ def first_sse(case: dict[str, Any]) -> str:
     if "sse" in case:
         return case["sse"]
     return next(r["sse"] for r in case["responses"] if "sse" in r)
+
+
+def expected_sse(case: dict[str, Any]) -> str:
+    """The SSE body of the turn `expected` describes: with tool calls, the last tool turn (the streamed
+    response before the final answer, as ../shared/conformance/run.py reads it), else the first."""
+    if "sse" in case or not case["expected"].get("tool_calls"):
+        return first_sse(case)
+    streamed = [r["sse"] for r in case["responses"] if "sse" in r]
+    return streamed[-2] if len(streamed) > 1 else streamed[0]
 
 
 def sse_chunks(body: str) -> Iterator[dict[str, Any]]:
@@ -96,3 +109,96 @@ def text_sse(text: str) -> str:
     """A plain text answer, streamed in small pieces."""
     pieces = [text[i : i + 5] for i in range(0, len(text), 5)] or [""]
     return sse(*(chunk({"content": p}) for p in pieces), chunk({}, "stop"))
+
+
+FINAL_ANSWER = "All done: ZEBRA-42."
+
+
+def case_script(case: dict[str, Any]) -> list[dict[str, Any]]:
+    """A case's scripted responses as ../shared/conformance/run.py builds them: `responses`, or `sse`
+    followed (when tool calls are expected) by a final text answer."""
+    if "responses" in case:
+        return [dict(step) for step in case["responses"]]
+    script = [{"sse": case["sse"]}]
+    if case["expected"].get("tool_calls"):
+        script.append({"sse": text_stream(FINAL_ANSWER)})
+    return script
+
+
+class CaseReplay:
+    """A case's script as a respx side effect: answers like tests/replay_server.py (`reject_if` included)
+    and records every request body with its history-contract violations (`history_violations`)."""
+
+    def __init__(self, case: dict[str, Any]) -> None:
+        self.case = case
+        self.script = case_script(case)
+        self.dup_ids = frozenset(stream_duplicate_ids(self.script))
+        self.allow_empty = bool((case.get("scenario") or {}).get("allow_empty_assistant_content"))
+        self.bodies: list[dict[str, Any]] = []
+        self.history_errors: list[tuple[int, str]] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        self.bodies.append(body)
+        self.history_errors += [(len(self.bodies), v)
+                                for v in history_violations(body, self.dup_ids, self.allow_empty)]
+        if not self.script:
+            return httpx.Response(500, json={"error": {"message": "replay script exhausted"}})
+        step = self.script[0]
+        rejection = step.get("reject_if")
+        if rejection and rule_matches(rejection["rule"], body):
+            if not (rejection.get("retry_same_step") or step.get("retry_same_step")):
+                self.script.pop(0)
+            return self._response(rejection["response"])
+        return self._response(self.script.pop(0))
+
+    @staticmethod
+    def _response(step: dict[str, Any]) -> httpx.Response:
+        if "status" in step:
+            return httpx.Response(step["status"], content=step.get("body", "").encode(),
+                                  headers={"content-type": "application/json", **(step.get("headers") or {})})
+        if "json" in step:
+            return httpx.Response(200, json=step["json"])
+        return httpx.Response(200, content=step["sse"].encode(), headers={"content-type": "text/event-stream"})
+
+    def assert_requests(self) -> None:
+        """What ../shared/conformance/run.py `check_requests` checks: the history contract in every
+        request (unless `strict_history` is false), `assistant_content_key_present`,
+        `request_messages_equal`, `request_messages_prefix`, `max_requests` and `min_requests`."""
+        scenario = self.case.get("scenario") or {}
+        found = list(self.history_errors) if scenario.get("strict_history", True) else []
+        if scenario.get("assistant_content_key_present"):
+            found += [(n, f"messages[{i}] (assistant) has no 'content' key")
+                      for n, body in enumerate(self.bodies, 1) for i, m in enumerate(body["messages"])
+                      if m.get("role") == "assistant" and "content" not in m]
+        assert found == []
+        for key, same in (("request_messages_equal", True), ("request_messages_prefix", False)):
+            spec = scenario.get(key) or []
+            for group in [list(g) for g in spec] if spec and isinstance(spec[0], list) else [spec] if spec else []:
+                present = [self.bodies[n - 1]["messages"] for n in group if 1 <= n <= len(self.bodies)]
+                for a, b in itertools.pairwise(present):
+                    assert (b if same else b[: len(a)]) == a, (key, group)
+        assert len(self.bodies) <= scenario.get("max_requests", len(self.bodies))
+        assert len(self.bodies) >= scenario.get("min_requests", 0)
+
+    def assert_tool_turn(self) -> None:
+        """What run.py `check_tool_round_trip` checks in the last request: the last assistant message with
+        tool_calls carries `expected` (ids, names, arguments, content, `assistant_fields`), its results
+        follow in call order, nothing after them; `tool_call_ids_by_turn` over the whole conversation."""
+        expected = self.case["expected"]
+        msgs = self.bodies[-1]["messages"]
+        at = max(i for i, m in enumerate(msgs) if m.get("role") == "assistant" and m.get("tool_calls"))
+        assistant, want = msgs[at], expected["tool_calls"]
+        calls = assistant["tool_calls"]
+        assert [(c["id"], c["type"], c["function"]["name"]) for c in calls] == \
+            [(c["id"], "function", c["function"]["name"]) for c in want]
+        assert [json.loads(c["function"]["arguments"]) for c in calls] == \
+            [json.loads(c["function"]["arguments"]) for c in want]
+        assert (assistant.get("content") or "").strip() == (expected.get("content") or "").strip()
+        for name, value in (expected.get("assistant_fields") or {}).items():
+            assert assistant.get(name) == value, name
+        if "tool_call_ids_by_turn" in expected:
+            assert [[c["id"] for c in m["tool_calls"]] for m in msgs
+                    if m.get("role") == "assistant" and m.get("tool_calls")] == expected["tool_call_ids_by_turn"]
+        results = msgs[at + 1 :]
+        assert [(m["role"], m["tool_call_id"]) for m in results] == [("tool", c["id"]) for c in want]

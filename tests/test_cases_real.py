@@ -22,6 +22,7 @@ from crow_cli.tools.registry import ToolRegistry
 from crow_cli.wire.accumulate import StreamAccumulator
 from crow_cli.wire.client import ChatClient, ClientSettings
 from tests.conftest import ROOT, sse_chunks
+from tests.replay_server import history_violations
 
 CASES = sorted((Path(__file__).parent / "cases_real").glob("*.json"))
 BASE = "http://real.test/v1"
@@ -83,6 +84,9 @@ async def test_replay_through_client_and_loop(path: Path) -> None:
             await client.aclose()
     assert isinstance(events[-1], RunFinished) and events[-1].status == "completed", events[-1]
     assert route.call_count == len(case["responses"])
+    # issue 10: every request keeps the history contract ../shared/conformance/run.py checks
+    assert [(n, v) for n, call in enumerate(route.calls, 1)
+            for v in history_violations(json.loads(call.request.content))] == []
 
     second = json.loads(route.calls[1].request.content)
     real = recorded[1]

@@ -15,6 +15,13 @@ cases: `tests/cases/*.json`, each a shape a real server sent):
 * `arguments` fragments are collected in a list and joined once at the end: linear in bytes received.
   An object-valued `arguments` (MiniMax) is serialised; a fragment that repeats the complete
   arguments so far (final-chunk flush) is not appended.
+* Argument fragments at an index that never received an id or a name by the end of the stream
+  (a server gave the header the tool's index in the request's `tools` list and the arguments the
+  call's index) belong to the one call whose own arguments are still empty or incomplete JSON, when
+  exactly one such call exists; they are merged into it in arrival order. Otherwise they are dropped
+  with a warning. Decided only at `finish`, so a name that arrives late at that index still opens
+  the call there (vLLM Command A). A call that never got a name is never sent back or run: it is
+  dropped with a warning.
 * A turn is a tool turn whenever calls were assembled, whatever `finish_reason` said.
 * `delta.refusal` (OpenAI) is collected apart from content and reported once whole as a warning
   (`the model refused: …`); a turn with no text, no calls and no refusal warns that it is empty.
@@ -52,10 +59,16 @@ def stream_error(error: Any) -> ServerError:
 
 @dataclass(slots=True)
 class _PartialCall:
-    seq: int
+    key: int
+    """The stream's index (or the position it stood for) where this call's deltas arrive."""
+    seq: int = -1
+    """Call order, given when the call first gets an id or a name; -1 until then."""
     id: str = ""
     name: str = ""
     fragments: list[str] = field(default_factory=list)
+    runs: list[tuple[int, int]] = field(default_factory=list)
+    """(run number, position in `fragments`) where each unbroken run of this call's fragments starts:
+    a run ends when a fragment of another call arrives. Orders merged fragments in linear time."""
     length: int = 0
     announced: bool = False
 
@@ -68,6 +81,21 @@ class _PartialCall:
         except ValueError:
             return False
         return True
+
+
+def _merge_fragments(target: _PartialCall, others: list[_PartialCall]) -> None:
+    """Give `target` the fragments of `others` too, all in arrival order (runs sorted by number)."""
+    runs: list[tuple[int, list[str]]] = []
+    for partial in (target, *others):
+        if not partial.runs:
+            continue
+        ends = [start for _, start in partial.runs[1:]] + [len(partial.fragments)]
+        runs += [(number, partial.fragments[start:end])
+                 for (number, start), end in zip(partial.runs, ends, strict=True)]
+    runs.sort(key=lambda run: run[0])
+    target.fragments = [fragment for _, fragments in runs for fragment in fragments]
+    target.runs = [(runs[0][0], 0)] if runs else []
+    target.length = sum(len(f) for f in target.fragments)
 
 
 class _TextBuffer:
@@ -119,6 +147,9 @@ class StreamAccumulator:
         self._trace = trace
         self._calls: list[_PartialCall] = []
         self._by_key: dict[int, _PartialCall] = {}
+        self._headed = 0  # calls given a `seq` so far
+        self._run = 0  # fragment runs so far (see `_PartialCall.runs`)
+        self._last_fed: _PartialCall | None = None
         self._latest_key: int | None = None
         self._text = _TextBuffer()
         self._reasoning = _TextBuffer()
@@ -165,8 +196,9 @@ class StreamAccumulator:
     def _tool_delta(self, tc: Mapping[str, Any], position: int, count: int, events: list[Event]) -> None:
         fn = tc.get("function") or {}
         raw_index = tc.get("index")
-        call_id = tc.get("id") if isinstance(tc.get("id"), str) else ""
-        name = fn.get("name") if isinstance(fn.get("name"), str) else ""
+        raw_id, raw_name = tc.get("id"), fn.get("name")
+        call_id: str = raw_id if isinstance(raw_id, str) else ""
+        name: str = raw_name if isinstance(raw_name, str) else ""
         args = fn.get("arguments")
         if self._trace:
             events.append(ToolCallDelta(raw_index, tc.get("id"), fn.get("name"),
@@ -180,17 +212,23 @@ class StreamAccumulator:
         self._latest_key = key
         call = self._by_key.get(key)
         if call is None or (name and self._starts_new_call(call, call_id, name)):
-            call = _PartialCall(seq=len(self._calls))
+            call = _PartialCall(key=key)
             self._calls.append(call)
             self._by_key[key] = call
         if call_id and not call.id:
             call.id = call_id
         if name and name != call.name:
             call.name = name if not call.name else call.name + name  # a name sent in pieces
+        if call.seq < 0 and (call.id or call.name):
+            call.seq, self._headed = self._headed, self._headed + 1
         if args is not None:
             if not isinstance(args, str):
                 args = json.dumps(args, ensure_ascii=False)
             if args and not self._repeats_whole(call, args):
+                if call is not self._last_fed:
+                    self._run += 1
+                    call.runs.append((self._run, len(call.fragments)))
+                    self._last_fed = call
                 call.fragments.append(args)
                 call.length += len(args)
         if call.name and not call.announced:
@@ -211,13 +249,43 @@ class StreamAccumulator:
         # Joining only when the lengths match keeps this linear: the join costs no more than `args`.
         return call.length == len(args) and call.joined() == args and call.arguments_complete()
 
+    def _named_calls(self, events: list[Event]) -> list[_PartialCall]:
+        """The calls to send back, in call order: orphan fragments attributed, nameless calls dropped."""
+        headed = sorted((p for p in self._calls if p.seq >= 0), key=lambda p: p.seq)
+        orphans = [p for p in self._calls if p.seq < 0 and p.length]
+        if orphans:
+            where = ", ".join(str(p.key) for p in orphans)
+            open_calls = [p for p in headed if p.name and not (p.length and p.arguments_complete())]
+            if len(open_calls) == 1:
+                target = open_calls[0]
+                _merge_fragments(target, orphans)
+                if self._trace:
+                    events.append(WarningEvent(f"tool call {target.name} [{target.id or 'no id'}] (index {target.key}):"
+                                               f" took the argument fragments sent at index {where}, which never"
+                                               " opened a call", target.id))
+            else:
+                events.append(WarningEvent(f"dropped {sum(p.length for p in orphans)} characters of tool-call "
+                                           f"arguments sent at index {where}, which never opened a call: "
+                                           f"{len(open_calls)} calls were open to take them, not one"))
+        named = []
+        for partial in headed:
+            if partial.name:
+                named.append(partial)
+            else:
+                events.append(WarningEvent(f"tool call [{partial.id}] (index {partial.key}): the server sent no "
+                                           "function name; the call is dropped, neither run nor sent back",
+                                           partial.id))
+        return named
+
     def finish(self) -> tuple[AssistantTurn, list[Event]]:
         """The assembled turn, plus any final events (flushed text, repair warnings).
 
-        Calls are in call order (the order the stream opened them); each `arguments` is valid JSON
-        text, repaired when the stream cut it (`ToolCall.cut_off` when the repair had to guess, so
-        the call is not run; only missing closing brackets leave it runnable). Deltas that carried
-        neither id, name nor arguments leave no call behind.
+        Calls are in call order (the order in which the stream gave each its id or name); each
+        `arguments` is valid JSON text, repaired when the stream cut it (`ToolCall.cut_off` when the
+        repair had to guess, so the call is not run; only missing closing brackets leave it runnable).
+        Deltas that carried neither id, name nor arguments leave no call behind; arguments at an
+        index that never opened a call are attributed or dropped (module docstring), each with a
+        warning (with `trace` only when attributed); a call without a name is dropped with a warning.
         """
         events: list[Event] = []
         if tail := self._reasoning.flush():
@@ -226,13 +294,11 @@ class StreamAccumulator:
             events.append(TextDelta(tail))
         self._refusal.flush()
         calls: list[ToolCall] = []
-        for partial in self._calls:
-            if not (partial.id or partial.name or partial.length):
-                continue
+        for partial in self._named_calls(events):
             arguments, problem, cut_off = repair_arguments(partial.joined())
             if problem:
-                label = partial.name or "(no name)"
-                events.append(WarningEvent(f"tool call {label} [{partial.id or 'no id'}]: {problem}", partial.id))
+                label = f"tool call {partial.name} [{partial.id or 'no id'}]"
+                events.append(WarningEvent(f"{label}: {problem}", partial.id))
             calls.append(ToolCall(id=partial.id, name=partial.name, arguments=arguments, index=len(calls),
                                   cut_off=cut_off))
         reason = self._finish_reason

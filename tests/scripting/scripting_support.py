@@ -7,7 +7,7 @@ import asyncio
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -17,7 +17,7 @@ from crow_cli.errors import ServerError, StreamCut
 from crow_cli.history import Message
 from crow_cli.tools import tool
 from tests.conftest import chunk, sse, tool_delta
-from tests.replay_server import ReplayServer
+from tests.replay_server import ReplayServer, history_violations
 
 CROW = str(Path(sys.executable).with_name("crow"))
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,6 +32,8 @@ class Ran:
     stdout: str
     stderr: str
     requests: list[dict[str, Any]] = field(default_factory=list)
+    history_errors: list[tuple[int, str]] = field(default_factory=list)
+    """Where a request broke the history contract (`ReplayServer.history_errors`): (request from 1, what)."""
 
     def events(self) -> list[dict[str, Any]]:
         """stdout as JSONL events, each validated against the shipped schema."""
@@ -71,7 +73,9 @@ def run_crow(script: list[dict[str, Any]], *args: str, cwd: Path, config: Path |
     with ReplayServer(script) as server:
         proc = subprocess.run(argv(server.base_url, *args, config=config), capture_output=True, text=True,
                               cwd=cwd, timeout=timeout)
-        return Ran(proc.returncode, proc.stdout, proc.stderr, list(server.requests))
+        ran = Ran(proc.returncode, proc.stdout, proc.stderr, list(server.requests), list(server.history_errors))
+    assert ran.history_errors == [], ran.history_errors  # issue 10: every request keeps the history contract
+    return ran
 
 
 def tool_turn(*calls: tuple[str, str, str]) -> str:
@@ -86,18 +90,12 @@ def tool_turn(*calls: tuple[str, str, str]) -> str:
                chunk({}, "tool_calls"))
 
 
-def assert_contract(messages: list[dict[str, Any]]) -> None:
-    """Each assistant tool call is followed by exactly one tool result per id, in call order."""
-    i = 0
-    while i < len(messages):
-        msg = messages[i]
-        assert msg.get("role") != "tool", f"stray tool message at {i}: {msg}"
-        calls = msg.get("tool_calls") or [] if msg.get("role") == "assistant" else []
-        for n, call in enumerate(calls):
-            result = messages[i + 1 + n] if i + 1 + n < len(messages) else None
-            assert result is not None and result.get("role") == "tool", f"call {call['id']!r} has no result"
-            assert result["tool_call_id"] == call["id"], (result, call)
-        i += 1 + len(calls)
+def assert_contract(messages: list[dict[str, Any]], dup_ids: Iterable[str] = ()) -> None:
+    """The history contract ../shared/conformance/run.py checks on every request
+    (`replay_server.history_violations`): content or tool_calls on each assistant message, arguments
+    that parse, one tool result per call right after it in call order, no stray result. `dup_ids`:
+    ids the stream itself gave to several calls of one turn."""
+    assert history_violations({"messages": messages}, frozenset(dup_ids)) == []
 
 
 @tool
@@ -131,12 +129,14 @@ def _tool_chunks(calls: list[tuple[str, str]]) -> list[dict[str, Any]]:
 class ScriptedStream:
     """A `loop.ChatStream` that plays one scripted step per request (then plain text answers)."""
 
-    def __init__(self, steps: list[tuple[Any, ...]]) -> None:
+    def __init__(self, steps: list[tuple[Any, ...]], dup_ids: Iterable[str] = ()) -> None:
         self.steps = list(steps)
+        self.dup_ids = frozenset(dup_ids)
+        """Ids the script gives to several calls of one turn (the contract allows them there)."""
 
     async def stream(self, messages: list[Message], tools: list[dict[str, Any]] | None = None
                      ) -> AsyncIterator[dict[str, Any]]:
-        assert_contract(messages)  # never is an invalid history sent
+        assert_contract(messages, self.dup_ids)  # never is an invalid history sent
         kind, *rest = self.steps.pop(0) if self.steps else ("text",)
         await asyncio.sleep(0)
         if kind == "error":

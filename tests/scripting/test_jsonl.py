@@ -12,7 +12,7 @@ import pytest
 from crow_cli import events as ev
 from crow_cli.history import ToolCall, ToolResult
 from crow_cli.surfaces.jsonl import event_schema, event_to_json
-from tests.conftest import text_sse
+from tests.conftest import chunk, sse, text_sse, tool_delta
 from tests.scripting.scripting_support import (
     ROOT,
     TOOLS,
@@ -141,3 +141,16 @@ def test_the_built_wheel_ships_the_schema(tmp_path: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
         shipped = json.loads(zf.read("crow_cli/schemas/events.schema.json"))
     assert shipped == event_schema()
+
+
+def test_fragments_no_call_can_take_are_a_warning_event(tmp_path: Path) -> None:
+    # issue 10 item 1: two calls open (headers at index 1 and 2), arguments at index 0 that never opened a call
+    headers = [tool_delta(1, "call_f", "roll_dice", ""), tool_delta(2, "call_g", "roll_dice", "")]
+    turn = sse(chunk({"tool_calls": headers}),
+               chunk({"tool_calls": [tool_delta(0, arguments='{"sides": 6}')]}), chunk({}, "tool_calls"))
+    ran = run_crow([{"sse": turn}, {"sse": text_sse("Rolled.")}], "--json", "--tools-dir", str(TOOLS), "Roll",
+                   cwd=tmp_path)
+    assert ran.code == 0, ran.stderr
+    events = ran.events()
+    assert [e for e in events if e["type"] == "warning" and "index 0, which never opened a call" in e["message"]]
+    assert [c["id"] for c in ran.requests[1]["messages"][-3]["tool_calls"]] == ["call_f", "call_g"]

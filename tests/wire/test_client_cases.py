@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import httpx
@@ -9,12 +10,12 @@ import pytest
 import respx
 
 from crow_cli.errors import AuthError, ProviderError, ServerError
-from crow_cli.events import RunFinished
+from crow_cli.events import RunFinished, TurnFinished
 from crow_cli.history import user_message
 from crow_cli.loop import LoopSettings, react
-from crow_cli.tools.registry import ToolRegistry
+from crow_cli.tools.registry import Tool, ToolRegistry
 from crow_cli.wire.client import ChatClient, ClientSettings
-from tests.conftest import load_cases, text_sse
+from tests.conftest import FINAL_ANSWER, CaseReplay, load_cases, text_sse
 
 BASE = "http://llm.test/v1"
 URL = f"{BASE}/chat/completions"
@@ -25,19 +26,16 @@ def client(**kw) -> ChatClient:
     return ChatClient(ClientSettings(base_url=BASE, model="test-model", api_key="sk-test", **kw))
 
 
-def script(case: dict) -> list[httpx.Response]:
-    steps = case.get("responses") or [{"sse": case["sse"]}]
-    out = []
-    for step in steps:
-        if "status" in step:
-            out.append(httpx.Response(step["status"], content=step.get("body", "").encode(),
-                                      headers={"content-type": "application/json", **(step.get("headers") or {})}))
-        else:
-            out.append(httpx.Response(200, content=step["sse"].encode(), headers={"content-type": "text/event-stream"}))
-    if "sse" in case and case["expected"].get("tool_calls"):
-        out.append(httpx.Response(200, content=text_sse("All done.").encode(),
-                                  headers={"content-type": "text/event-stream"}))
-    return out
+async def _ran(name: str, **_: object) -> str:
+    return f"ran {name}"
+
+
+def stub_registry(case: dict) -> ToolRegistry:
+    """A tool for every name the case expects, answering "ran NAME" (so a leaked name that cleans to one runs it)."""
+    registry = ToolRegistry()
+    for name in sorted({c["function"]["name"] for c in case["expected"].get("tool_calls") or []}):
+        registry.register(Tool(name, "stub", functools.partial(_ran, name), parameters={"type": "object"}))
+    return registry
 
 
 async def run_case(case: dict, history: list | None = None):
@@ -45,7 +43,7 @@ async def run_case(case: dict, history: list | None = None):
     events = []
     c = client(max_retries=2)
     try:
-        async for event in react(history, c, ToolRegistry(), LoopSettings(max_turns=4)):
+        async for event in react(history, c, stub_registry(case), LoopSettings(max_turns=4)):
             events.append(event)
     finally:
         await c.aclose()
@@ -54,32 +52,36 @@ async def run_case(case: dict, history: list | None = None):
 
 @pytest.mark.parametrize("case", [c for c in CASES if c["expected"].get("tool_calls")], ids=lambda c: c["id"])
 @respx.mock(assert_all_called=True, assert_all_mocked=True)
-async def test_case_round_trip_second_request_carries_ids_and_results(case, respx_mock):
-    route = respx_mock.post(URL).mock(side_effect=script(case))
+async def test_case_round_trip_keeps_ids_results_and_the_history_contract(case, respx_mock):
+    # issue 10: every request is checked against the history contract, as ../shared/conformance/run.py does
+    replay = CaseReplay(case)
+    respx_mock.post(URL).mock(side_effect=replay)
     history, events = await run_case(case)
-    assert isinstance(events[-1], RunFinished) and events[-1].status == "completed"
-    body = json.loads(route.calls[-1].request.content)
-    assert body["stream"] is True
-    msgs = body["messages"]
-    assistant = msgs[1]
-    expected = case["expected"]["tool_calls"]
-    assert assistant["role"] == "assistant"
-    assert [c["id"] for c in assistant["tool_calls"]] == [c["id"] for c in expected]
-    assert [c["type"] for c in assistant["tool_calls"]] == ["function"] * len(expected)
-    assert [c["function"]["name"] for c in assistant["tool_calls"]] == [c["function"]["name"] for c in expected]
-    assert [json.loads(c["function"]["arguments"]) for c in assistant["tool_calls"]] == \
-        [json.loads(c["function"]["arguments"]) for c in expected]
-    results = msgs[2:]
-    assert [m["role"] for m in results] == ["tool"] * len(expected)
-    assert [m["tool_call_id"] for m in results] == [c["id"] for c in expected]
-    assert all("unknown tool" in m["content"] for m in results)  # none of these tools exist here
-    assert history[-1]["role"] == "assistant" and history[-1]["content"].startswith("All done")
+    assert isinstance(events[-1], RunFinished) and events[-1].status == "completed", events[-1]
+    assert all(body["stream"] is True for body in replay.bodies)
+    replay.assert_requests()
+    replay.assert_tool_turn()
+    calls = [e for e in events if isinstance(e, TurnFinished) and e.tool_calls][-1].tool_calls
+    results = [m["content"] for m in replay.bodies[-1]["messages"][-len(calls):]]
+    for call, result in zip(calls, results, strict=True):  # a cut-off call is not run; the others run their tool
+        assert result.startswith("Error: the arguments") if call.cut_off else result == f"ran {call.name}"
+    assert history[-1]["role"] == "assistant" and history[-1]["content"] == FINAL_ANSWER
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if not c["expected"].get("tool_calls")], ids=lambda c: c["id"])
+@respx.mock
+async def test_case_without_tool_calls_keeps_the_history_contract(case, respx_mock):
+    replay = CaseReplay(case)
+    respx_mock.post(URL).mock(side_effect=replay)
+    _, events = await run_case(case)
+    assert events[-1].status == ("error" if (case.get("scenario") or {}).get("expect_failure") else "completed")
+    replay.assert_requests()
 
 
 @respx.mock(assert_all_called=True)
 async def test_text_only_case_ends_the_loop(respx_mock):
     case = next(c for c in CASES if c["id"] == "vllm-empty-tool-calls-array")
-    route = respx_mock.post(URL).mock(side_effect=script(case))
+    route = respx_mock.post(URL).mock(side_effect=CaseReplay(case))
     _, events = await run_case(case)
     assert route.call_count == 1
     assert events[-1] == RunFinished("completed", "The answer is 42.", 1)
@@ -88,7 +90,7 @@ async def test_text_only_case_ends_the_loop(respx_mock):
 @respx.mock
 async def test_401_is_final_without_retry(respx_mock):
     case = next(c for c in CASES if c["id"] == "auth-401-no-retry")
-    route = respx_mock.post(URL).mock(side_effect=script(case))
+    route = respx_mock.post(URL).mock(side_effect=CaseReplay(case))
     _, events = await run_case(case)
     assert route.call_count == 1
     assert events[-1].status == "error" and "401" in events[-1].error and "Incorrect API key" in events[-1].error
@@ -97,7 +99,7 @@ async def test_401_is_final_without_retry(respx_mock):
 @respx.mock
 async def test_inband_error_fails_the_turn_with_server_message(respx_mock):
     case = next(c for c in CASES if c["id"] == "vllm-inband-error-event")
-    respx_mock.post(URL).mock(side_effect=script(case))
+    respx_mock.post(URL).mock(side_effect=CaseReplay(case))
     history, events = await run_case(case)
     assert events[-1].status == "error" and "overloaded" in events[-1].error and "503" in events[-1].error
     assert history == [user_message("Please use the tools you need.")]  # nothing half-done was appended
