@@ -29,7 +29,7 @@ from .events import Event, MessageAppended, Notice, RunFinished, TextDelta, Tool
 from .history import AssistantTurn, Message, ToolCall, ToolResult, assistant_message
 from .tools.context import ToolContext
 from .tools.dispatch import Approver, dispatch
-from .tools.names import ToolNameCleaner  # quirks (issue 10 item 3): leaked template tokens in tool names
+from .tools.names import ToolNameCleaner
 from .tools.registry import ToolRegistry
 from .wire.accumulate import StreamAccumulator
 
@@ -85,7 +85,7 @@ async def react(
         asyncio.CancelledError: after closing the history and yielding `RunFinished("cancelled")`.
     """
     tools = registry.schemas() if registry else None
-    names = ToolNameCleaner((t.name for t in registry or ()), trace=settings.trace)  # quirks: issue 10 item 3
+    names = ToolNameCleaner((t.name for t in registry or ()), trace=settings.trace)
     closing = _Closing(history)
     try:
         for closing.turn in range(1, settings.max_turns + 1):
@@ -102,7 +102,7 @@ async def react(
                 yield RunFinished("error", "", closing.turn - 1, str(exc), exc.exit_code)
                 return
             assert turn is not None  # _stream_turn ends with its turn or raises
-            for warning in names.clean(turn):  # quirks: issue 10 item 3, before the turn is stored or run
+            for warning in names.clean(turn):
                 yield warning
             closing.turn_assembled(turn.tool_calls)
             yield _append(history, turn.to_message())
