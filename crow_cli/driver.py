@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 from collections.abc import Iterable
 from contextlib import aclosing
 from dataclasses import replace
@@ -87,6 +88,10 @@ class Driver:
                   signals: Iterable[int] = (), exit_grace_s: float | None = None) -> RunFinished:
         """Run the loop on `history` (ending with the user's message) until its `RunFinished`.
 
+        A sink whose output is gone (`OSError` from `handle`: a closed terminal, a closed pipe) gets no
+        more events and the run is cancelled: exit code 129 for a terminal that hung up (EIO), 141 for
+        a closed pipe, as the signal would have made it.
+
         Args:
             history: appended to in place; stored through `recorder` first and after every message.
             sink: receives every event, the `RunFinished` last.
@@ -136,9 +141,12 @@ class Driver:
                 if sink is not None:
                     try:
                         sink.handle(event)
-                    except OSError:  # the terminal or pipe is gone (SIGHUP, `| head`): finish without it
+                    except OSError as exc:  # the terminal or pipe is gone (a closed window, `| head`)
                         sink = None
-                        self.cancel("the output was closed", 141)  # 128 + SIGPIPE, as if it had killed us
+                        if exc.errno == errno.EIO:  # a terminal that hung up: as if SIGHUP had come first
+                            self.cancel("the terminal was closed", 129)
+                        else:  # a closed pipe: as if SIGPIPE had killed us
+                            self.cancel("the output was closed", 141)
 
     @staticmethod
     def _store(recorder: Recorder | None, history: list[Message], sink: Sink | None) -> Recorder | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import re
 import signal
 import sys
@@ -110,7 +111,15 @@ class _Usage:
 
 
 class _Exit(Exception):
-    """Raised by /exit."""
+    """Raised by /exit (code 0), or when the terminal is gone (the code the driver gave the run)."""
+
+    def __init__(self, code: int = 0) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+OUTPUT_GONE = (129, 141)
+"""Exit codes of a run whose output went away (a terminal that hung up, a closed pipe): the chat ends."""
 
 
 class ChatApp:
@@ -221,7 +230,8 @@ class ChatApp:
     # the REPL
 
     async def run(self) -> int:
-        """Chat until /exit, Ctrl-D or a second Ctrl-C; returns the exit code (0).
+        """Chat until /exit, Ctrl-D or a second Ctrl-C; returns the exit code (0; 129 / 141 when the
+        terminal or output went away during a turn).
 
         Raises:
             CrowError: the session store could not be opened, `--resume ID` matched nothing, or the
@@ -266,6 +276,7 @@ class ChatApp:
         loop = asyncio.get_running_loop()
         sigint = _install_sigint(loop, self._interrupt)
         armed = False
+        code = 0
         try:
             while True:
                 try:
@@ -285,11 +296,18 @@ class ChatApp:
                 if command:
                     try:
                         await self._command(command.group(1), (command.group(2) or "").strip())
-                    except _Exit:
+                    except _Exit as exc:
+                        code = exc.code
                         break
                     continue
                 self.history.append(user_message(text))
                 await self._run_turn()
+        except _Exit as exc:  # the terminal went away during a turn
+            code = exc.code
+        except OSError as exc:  # ... or while the chat drew something else: the session is already stored
+            if exc.errno not in (errno.EIO, errno.EPIPE):
+                raise
+            code = 129 if exc.errno == errno.EIO else 141
         finally:
             if sigint:
                 loop.remove_signal_handler(signal.SIGINT)
@@ -297,7 +315,7 @@ class ChatApp:
                 self.view.stop()
             if self.client is not None:
                 await self.client.aclose()
-        return 0
+        return code
 
     async def _command(self, name: str, arg: str) -> None:
         handler = self._commands.get(name)
@@ -334,6 +352,8 @@ class ChatApp:
             ticker.cancel()
             with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
                 self.view.stop()
+        if finished is not None and finished.exit_code in OUTPUT_GONE:  # nobody left to chat with
+            raise _Exit(finished.exit_code)
         if finished is not None and finished.status == "cancelled":
             self.view.cancel_tools()
             self.view.end_answer()

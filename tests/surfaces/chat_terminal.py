@@ -90,12 +90,14 @@ class ChatTerminal:
     def signal(self, sig: int) -> None:
         self.proc.send_signal(sig)
 
-    def hang_up(self) -> None:
-        """Close the terminal (the master side), as a closed terminal window does, then send SIGHUP."""
+    def hang_up(self, *, send_sighup: bool = True) -> None:
+        """Close the terminal (the master side), as a closed terminal window does, then send SIGHUP (unless
+        not `send_sighup`: then the child only finds out when it next writes)."""
         if self.master is not None:
             os.close(self.master)
             self.master = None
-        self.proc.send_signal(signal.SIGHUP)
+        if send_sighup:
+            self.proc.send_signal(signal.SIGHUP)
 
     def wait(self, timeout: float = 30.0) -> int:
         return self.proc.wait(timeout)

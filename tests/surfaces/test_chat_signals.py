@@ -143,3 +143,20 @@ def test_closing_the_terminal_while_an_answer_streams_exits_129(tmp_path: Path, 
     stored = stored_session()
     assert_valid(stored)
     assert stored[-1]["role"] == "assistant" and stored[-1]["content"].endswith("[interrupted by the user]")
+
+
+def test_a_terminal_that_goes_away_without_sighup_ends_the_chat_with_129(tmp_path: Path, approval_tools: Path) -> None:
+    # found by a test that failed 1 in N under load: a write to the closed terminal (EIO) racing the SIGHUP
+    # ended the chat with exit 1; the first write that fails now ends the turn and the chat as a hang-up would
+    script = [{"sse": text_sse("# Title\n\nA long answer that keeps streaming"), "delay_ms": 300}]
+    with ReplayServer(script) as server, ChatTerminal(chat_args(server.base_url, approval_tools), cwd=tmp_path) as term:
+        term.expect("›")
+        term.send("go\r")
+        term.expect("Title")
+        term.hang_up(send_sighup=False)
+        assert term.wait() == 129
+        err = term.stderr()
+    assert "error" not in err and "Traceback" not in err, err
+    stored = stored_session()
+    assert_valid(stored)
+    assert stored[-1]["role"] == "assistant"  # the whole answer, or what came before the failed write
