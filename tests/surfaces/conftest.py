@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from crow_cli.sessions import SessionStore
+from tests.support import tools_folder
 
 APPROVAL_TOOLS = '''
 import asyncio
@@ -33,21 +34,10 @@ def guarded(text: str) -> str:
     return "guarded ran: " + text
 '''
 
-CANCELLED = "Error: the tool call was cancelled by the user; no result."
-"""The result of a call the user's Ctrl-C (or a signal) cancelled."""
-
-
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[SessionStore]:
     with SessionStore(tmp_path / "sessions.db") as s:
         yield s
-
-
-def tools_folder(folder: Path, source: str) -> Path:
-    """`folder`, created, holding one tools module with `source` (for `--tools-dir`)."""
-    folder.mkdir()
-    (folder / f"{folder.name.replace('-', '_')}.py").write_text(source)
-    return folder
 
 
 @pytest.fixture

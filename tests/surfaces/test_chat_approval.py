@@ -23,8 +23,7 @@ from crow_cli.surfaces.chat import ChatApp, ChatOptions
 from crow_cli.tools.approval import describe_call
 from crow_cli.tools.workspace import use_workspace
 from tests.replay_server import ReplayServer, text_stream
-from tests.surfaces.conftest import CANCELLED
-from tests.surfaces.test_chat import assert_valid, chat, tool_calls_sse
+from tests.support import CANCELLED, assert_valid, chat, tool_calls_sse
 
 
 async def test_ctrl_c_at_the_approval_prompt_cancels_the_whole_turn(store: SessionStore,

@@ -10,9 +10,7 @@ import pytest
 
 from crow_cli.sessions import SessionStore
 from tests.replay_server import ReplayServer, text_stream
-from tests.surfaces.chat_terminal import ChatTerminal
-from tests.surfaces.conftest import CANCELLED
-from tests.surfaces.test_chat import assert_valid, tool_calls_sse
+from tests.support import CANCELLED, ChatTerminal, assert_valid, tool_calls_sse
 
 
 def chat_args(base_url: str, tools_dir: Path) -> list[str]:

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from tests.conftest import chunk, sse, text_sse
-from tests.scripting.scripting_support import TOOLS, Ran, assert_contract, run_crow, tool_turn, write_config
+from tests.support import TOOLS, Ran, assert_contract, run_crow, tool_turn, write_config
 
 ERROR_500 = {"status": 500, "body": json.dumps({"error": {"message": "internal error", "type": "server_error"}})}
 LONG = "The quick brown fox jumps over the lazy dog. " * 4

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tests.conftest import text_sse
 from tests.replay_server import ReplayServer
-from tests.scripting.scripting_support import argv, schema_validator, tool_turn, write_config
+from tests.support import argv, schema_validator, tool_turn, write_config
 
 SLOW_TOOLS = '''
 import asyncio

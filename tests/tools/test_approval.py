@@ -162,7 +162,7 @@ async def test_prompts_are_one_at_a_time() -> None:
 
 
 def test_describe_call(tmp_path: Path) -> None:
-    from crow_cli.tools.workspace import _ROOT, set_workspace
+    from crow_cli.tools.workspace import set_workspace
 
     token = set_workspace(tmp_path)
     try:
@@ -173,4 +173,4 @@ def test_describe_call(tmp_path: Path) -> None:
         assert (tmp_path / "a.txt").read_text() == "one\ntwo\n"
         assert describe_call(_call("write_file", path="b.txt", content="hi")).startswith("write b.txt (2 bytes)")
     finally:
-        _ROOT.reset(token)
+        token.var.reset(token)

@@ -32,9 +32,7 @@ def ws(tmp_path: Path) -> Path:
     (root / "link_file.txt").symlink_to(outside / "secret.txt")
     token = set_workspace(root)
     yield root
-    from crow_cli.tools.workspace import _ROOT
-
-    _ROOT.reset(token)
+    token.var.reset(token)
 
 
 def _escapes(tmp_path: Path) -> list[str]:

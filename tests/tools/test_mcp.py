@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -10,10 +14,11 @@ import pytest
 from crow_cli.errors import ConfigError, ToolError
 from crow_cli.tools.mcp import McpServers
 from crow_cli.tools.registry import ToolRegistry
+from tests.conftest import text_sse
 from tests.replay_server import ReplayServer
-from tests.tools.cli_helpers import HERE, run_crow, script, tool_messages
+from tests.support import CROW, crow, script, tool_messages, wait_for
 
-SERVER = str(HERE / "mcp_demo_server.py")
+SERVER = str(Path(__file__).with_name("mcp_demo_server.py"))
 
 
 def _demo(name: str = "demo", **extra: object) -> dict[str, object]:
@@ -24,7 +29,7 @@ async def test_tools_are_listed_and_called(tmp_path: Path) -> None:
     registry = ToolRegistry()
     registry.load_builtins()
     cwd_file = tmp_path / "cwd.txt"
-    from crow_cli.tools.workspace import _ROOT, set_workspace
+    from crow_cli.tools.workspace import set_workspace
 
     token = set_workspace(tmp_path)
     try:
@@ -49,7 +54,7 @@ async def test_tools_are_listed_and_called(tmp_path: Path) -> None:
             assert await mcp_tools["add"].invoke({"a": 1, "b": 1}) == "2"  # restarted
         assert cwd_file.read_text() == str(tmp_path)  # started in the workspace root
     finally:
-        _ROOT.reset(token)
+        token.var.reset(token)
 
 
 async def test_a_server_that_fails_to_start_is_one_line_and_the_rest_work() -> None:
@@ -117,7 +122,7 @@ command = "/nonexistent/mcp-server"
 
 
 def test_crow_tools_lists_mcp_tools_with_their_source(tmp_path: Path) -> None:
-    proc = run_crow(["tools", "--config", str(_config(tmp_path))], tmp_path)
+    proc = crow("tools", "--config", str(_config(tmp_path)), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "add             Add two integers.\n                source: mcp:demo [needs approval]" in proc.stdout
     assert "shout" in proc.stdout and "source: mcp:demo\n" in proc.stdout
@@ -131,8 +136,8 @@ def test_crow_run_calls_mcp_tools_end_to_end(tmp_path: Path, yes: bool) -> None:
     calls = [("call_a", "add", {"a": 2, "b": 40}), ("call_s", "shout", {"text": "quiet"}),
              ("call_r", "demo_read_file", {"path": "notes.md"})]
     with ReplayServer(script(calls)) as server:
-        proc = run_crow(["run", "--base-url", server.base_url, "--api-key", "sk-test", "--model", "test-model",
-                         "--config", str(_config(tmp_path)), *(["--yes"] if yes else []), "use the tools"], tmp_path)
+        proc = crow("run", "--base-url", server.base_url, "--api-key", "sk-test", "--model", "test-model",
+                         "--config", str(_config(tmp_path)), *(["--yes"] if yes else []), "use the tools", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "All done.\n"
     results = tool_messages(server.requests[1])
@@ -146,3 +151,57 @@ def test_crow_run_calls_mcp_tools_end_to_end(tmp_path: Path, yes: bool) -> None:
     for noise in ("Traceback", "Task was destroyed", "cancel scope", "RuntimeError", "ERROR"):
         assert noise not in proc.stderr
     assert "crow: warning: MCP server 'missing' failed to start" in proc.stderr
+
+
+# found trying it as a new user (second round)
+def test_sigint_while_an_mcp_server_starts_ends_the_run_promptly(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('[mcp_servers.mute]\ncommand = "sleep"\nargs = ["3600"]\nstartup_timeout = 3000\n')
+    with ReplayServer([{"sse": text_sse("never")}]) as srv:
+        proc = subprocess.Popen([CROW, "run", "--json", "--config", str(config), "--base-url", srv.base_url, "hi"],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                cwd=tmp_path)
+        try:
+            assert proc.stdout is not None
+            first = json.loads(proc.stdout.readline())  # run_started: now the servers are starting
+            assert first["type"] == "run_started"
+            wait_for(lambda: any(_command(pid) == "sleep" for pid in _children(proc.pid)))  # the server runs
+            proc.send_signal(signal.SIGINT)
+            # it used to run on until the server's startup timeout (here 50 minutes: a hang, cut by this bound)
+            out, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+    last = json.loads(out.splitlines()[-1])
+    assert proc.returncode == 130, err
+    assert last["type"] == "run_finished" and last["status"] == "cancelled"
+    assert "Traceback" not in err
+
+
+def _children(pid: int) -> list[int]:
+    """The child processes of `pid` (Linux /proc)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        found += [int(p) for p in task.read_text().split()]
+    return found
+
+
+def _command(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except FileNotFoundError:
+        return ""
+
+
+# found trying it as a new user (second round)
+def test_mcp_startup_timeout_is_honoured(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('[mcp_servers.mute]\ncommand = "sleep"\nargs = ["60"]\nstartup_timeout = 2\n')
+    started = time.monotonic()
+    proc = crow("tools", "--config", str(config), cwd=tmp_path)
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 0 and "read_file" in proc.stdout
+    assert "did not start within 2 s" in proc.stderr and "Traceback" not in proc.stderr
+    # a wall-clock bound, kept until crow can report its stop: it used to wait another 10 s for a clean stop
+    assert elapsed < 11, elapsed

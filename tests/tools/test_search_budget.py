@@ -18,10 +18,10 @@ import pytest
 from crow_cli.errors import ToolError
 from crow_cli.tools.builtin import search
 from crow_cli.tools.builtin.search import search_files
-from crow_cli.tools.workspace import _ROOT, set_workspace
+from crow_cli.tools.workspace import set_workspace
 from tests.conftest import text_sse
 from tests.replay_server import ReplayServer
-from tests.scripting.scripting_support import argv, run_crow, tool_turn, write_config
+from tests.support import argv, run_crow, tool_turn, write_config
 
 NESTED = "^(a+)+$"  # the tester's pattern: exponential in `re`, linear in `regex`
 SLOW = "^(a|aa)+$"  # exponential in both: only a budget or a timeout stops it
@@ -33,7 +33,7 @@ def ws(tmp_path: Path) -> Iterator[Path]:
     (tmp_path / "evil.txt").write_text("ok line\n" + CRASH_LINE + "aaaa\n")
     token = set_workspace(tmp_path)
     yield tmp_path
-    _ROOT.reset(token)
+    token.var.reset(token)
 
 
 def _search_run(cwd: Path, pattern: str, **config: object) -> tuple[subprocess.CompletedProcess[str], list[dict]]:

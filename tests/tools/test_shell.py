@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 
 import pytest
@@ -11,32 +10,19 @@ import pytest
 from crow_cli.tools.builtin import shell
 from crow_cli.tools.builtin.shell import run_shell
 from crow_cli.tools.workspace import set_workspace
+from tests.support import alive
 
 
 @pytest.fixture(autouse=True)
 def ws(tmp_path: Path) -> Path:
     token = set_workspace(tmp_path)
     yield tmp_path
-    from crow_cli.tools.workspace import _ROOT
-
-    _ROOT.reset(token)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie (dead, not yet reaped by its parent) counts as gone
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+    token.var.reset(token)
 
 
 async def _wait_gone(pid: int) -> bool:
     for _ in range(200):
-        if not _alive(pid):
+        if not alive(pid):
             return True
         await asyncio.sleep(0.05)
     return False
@@ -82,7 +68,7 @@ async def test_cancellation_kills_the_whole_group(ws: Path) -> None:
     pidfile = ws / "grandchild.pid"
     task = asyncio.create_task(run_shell.invoke({"command": f"sleep 300 & echo $! > {pidfile}; wait"}))
     pid = await _read_pid(pidfile)
-    assert _alive(pid)
+    assert alive(pid)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

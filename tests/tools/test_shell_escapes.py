@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -16,8 +17,9 @@ import pytest
 from crow_cli.tools.builtin import shell
 from crow_cli.tools.builtin.shell import hide_secret, run_shell
 from crow_cli.tools.workspace import set_workspace
-
-from .test_shell import _alive
+from tests.conftest import chunk, sse, text_sse, tool_delta
+from tests.replay_server import ReplayServer
+from tests.support import alive, crow
 
 
 @pytest.fixture(autouse=True)
@@ -25,9 +27,7 @@ def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(shell, "_SECRETS", set())
     token = set_workspace(tmp_path)
     yield tmp_path
-    from crow_cli.tools.workspace import _ROOT
-
-    _ROOT.reset(token)
+    token.var.reset(token)
 
 
 async def test_a_hidden_secret_leaves_the_environment_whatever_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -67,7 +67,7 @@ def _pids_running(cmdline: bytes) -> list[int]:
     pids = []
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and (entry / "cmdline").read_bytes() == cmdline and _alive(int(entry.name)):
+            if entry.name.isdigit() and (entry / "cmdline").read_bytes() == cmdline and alive(int(entry.name)):
                 pids.append(int(entry.name))
         except OSError:
             continue
@@ -107,10 +107,10 @@ def test_a_setsid_escapee_is_killed_and_no_traceback_is_printed(ws: Path, timeou
     assert "started" in done.stdout
     pid = int(pidfile.read_text())
     for _ in range(200):
-        if not _alive(pid):
+        if not alive(pid):
             break
         time.sleep(0.05)
-    assert not _alive(pid)
+    assert not alive(pid)
 
 
 def test_an_escapee_that_clears_its_environment_delays_nothing_and_prints_no_traceback(ws: Path) -> None:
@@ -141,3 +141,19 @@ async def test_an_escapee_that_keeps_forking_leaves_no_process_behind() -> None:
         for pid in _pids_running(b"sleep\x0095.5\x00") + _pids_running(loop_cmd):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+# found trying it as a new user (second round)
+def test_a_key_from_a_custom_variable_never_reaches_the_model_through_run_shell(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('api_key_env = "MY_LLM_KEY"\n')
+    call = sse(chunk({"tool_calls": [tool_delta(0, "s1", "run_shell", '{"command": "env; echo $MY_LLM_KEY"}')]}),
+               chunk({}, "tool_calls"))
+    with ReplayServer([{"sse": call}, {"sse": text_sse("ok")}]) as srv:
+        proc = crow("run", "--config", str(config), "--base-url", srv.base_url, "--yes", "go", cwd=tmp_path,
+                    env={"MY_LLM_KEY": "sk-CUSTOMVARSECRET"})
+        requests = srv.requests
+    assert proc.returncode == 0, proc.stderr
+    result = requests[1]["messages"][-1]
+    assert result["tool_call_id"] == "s1" and "[exit code 0]" in result["content"]
+    assert "sk-CUSTOMVARSECRET" not in json.dumps(requests)

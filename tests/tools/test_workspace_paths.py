@@ -9,7 +9,7 @@ import pytest
 
 from crow_cli.errors import OutsideWorkspace
 from crow_cli.tools.builtin.files import read_file
-from crow_cli.tools.workspace import _ROOT, resolve_in_workspace, set_workspace
+from crow_cli.tools.workspace import resolve_in_workspace, set_workspace
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def ws(home: Path) -> Iterator[Path]:
     token = set_workspace(home / "proj")
     yield home / "proj"
-    _ROOT.reset(token)
+    token.var.reset(token)
 
 
 def test_tilde_outside_names_the_expanded_path(home: Path, ws: Path) -> None:
