@@ -17,6 +17,7 @@ import json
 import os
 import pty
 import re
+import select
 import signal
 import struct
 import subprocess
@@ -277,7 +278,7 @@ async def chat(script: list[dict[str, Any]], keys: str, store: SessionStore, *, 
         app = ChatApp(replace(settings or Settings(model="test-model", api_key="sk-test"), base_url=server.base_url),
                       options or ChatOptions(), console=Console(file=out, width=100), pt_input=pipe,
                       pt_output=DummyOutput(), store=store)
-        code = await asyncio.wait_for(app.run(), 60)
+        code = await asyncio.wait_for(app.run(), 120)  # bounds a hang
     assert code == 0
     return out.getvalue(), server, app
 
@@ -310,14 +311,17 @@ class ChatTerminal:
         self._raw = bytearray()
         self._lock = threading.Lock()
         self._mark = 0
+        self._stop = threading.Event()
         self._reader = threading.Thread(target=self._read, args=(master,), daemon=True)
         self._reader.start()
 
     def _read(self, fd: int) -> None:
-        while True:
+        while not self._stop.is_set():
+            if not select.select([fd], [], [], 0.05)[0]:
+                continue  # look at `_stop` again: `hang_up` closes `fd` only once this loop has left it
             try:
                 data = os.read(fd, 65536)
-            except OSError:  # EIO: the child closed the terminal, or we hung it up
+            except OSError:  # EIO: the child closed the terminal
                 return
             if not data:
                 return
@@ -357,12 +361,27 @@ class ChatTerminal:
     def signal(self, sig: int) -> None:
         self.proc.send_signal(sig)
 
-    def hang_up(self) -> None:
-        """Close the terminal (the master side), as a closed terminal window does, then send SIGHUP."""
-        if self.master is not None:
-            os.close(self.master)
-            self.master = None
+    def hang_up(self, closed_once_shown: str | None = None) -> None:
+        """SIGHUP, as closing the terminal window sends, then close the terminal (the master side).
+
+        The terminal closes once `closed_once_shown` shows after the signal (crow is cleaning up: its writes
+        then fail as on a vanished terminal), or, without it, once crow has ended. Either way crow handles the
+        signal before it can see the terminal gone, so the test does not race the two.
+        """
         self.proc.send_signal(signal.SIGHUP)
+        if closed_once_shown is not None:
+            self.expect(closed_once_shown)
+        else:
+            self.proc.wait(60)
+        self._close_master()
+
+    def _close_master(self) -> None:
+        self._stop.set()
+        self._reader.join(60)
+        if self.master is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.master)
+            self.master = None
 
     def wait(self, timeout: float = 60.0) -> int:
         return self.proc.wait(timeout)
@@ -379,9 +398,6 @@ class ChatTerminal:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
-        if self.master is not None:
-            with contextlib.suppress(OSError):
-                os.close(self.master)
-            self.master = None
+        self._close_master()
         if self.proc.stderr is not None:
             self.proc.stderr.close()

@@ -1,4 +1,4 @@
-"""Fixtures of the chat tests: a session store in tmp_path, a folder of tools that nap or need approval."""
+"""Fixtures of the surface tests: a session store in tmp_path, a folder of tools that nap or need approval."""
 
 from __future__ import annotations
 
@@ -15,13 +15,16 @@ import asyncio
 from crow_cli.tools import tool
 
 @tool
-async def nap(seconds: float = 0.2) -> str:
-    """Sleep on the event loop, then say so.
+async def nap(seconds: float = 0.2, flag: str = "") -> str:
+    """Sleep on the event loop, then say so (and create the file `flag`, if given, for a test to wait on).
 
     Args:
         seconds: how long.
+        flag: a path to create once rested.
     """
     await asyncio.sleep(seconds)
+    if flag:
+        open(flag, "w").close()
     return "rested"
 
 @tool(needs_approval=True)

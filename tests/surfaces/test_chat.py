@@ -8,7 +8,6 @@ import json
 import os
 import stat
 import threading
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from crow_cli.surfaces.chat import (
     _history_path,  # internals the chat surface rewrite replaces
 )
 from tests.replay_server import ReplayServer, text_stream
-from tests.support import assert_valid, chat, tool_calls_sse, tools_folder
+from tests.support import assert_valid, chat, tool_calls_sse, tools_folder, wait_for
 
 SLOW_TOOLS = '''
 import asyncio, os, signal
@@ -113,13 +112,12 @@ async def test_approval_policy_rules_apply_in_chat(store: SessionStore, tools_di
 
 async def test_ctrl_c_in_the_middle_of_a_tool_leaves_a_valid_history(store: SessionStore, tools_dir: Path) -> None:
     script = [
-        {"sse": tool_calls_sse(("call_q", "quick", {"text": "a"}), ("call_s", "slow", {"seconds": 30}))},
+        {"sse": tool_calls_sse(("call_q", "quick", {"text": "a"}), ("call_s", "slow", {"seconds": 3600}))},
         {"sse": text_stream("Fine, stopped.")},
     ]
     keys = "run the slow tool\rwhat happened?\r/exit\r"
-    started = time.monotonic()
+    # the hour-long tool is cancelled, not waited for: `chat` bounds the whole conversation
     output, server, app = await chat(script, keys, store, options=ChatOptions(tools_dirs=(str(tools_dir),)))
-    assert time.monotonic() - started < 25  # the 30 s tool was cancelled, not waited for
     assert "interrupted" in output
 
     stored = store.messages(app.recorder.session_id)
@@ -138,22 +136,20 @@ async def test_ctrl_c_while_streaming_keeps_the_partial_answer(store: SessionSto
     import os
     import signal
 
-    words = "".join(f"word{i} " for i in range(40))
+    words = "".join(f"word{i} " for i in range(2000))
     script = [{"sse": text_stream(words), "delay_ms": 150}, {"sse": text_stream("Short answer.")}]
+    out = io.StringIO()
 
     def press_ctrl_c(server: ReplayServer) -> None:
-        while not server.requests:
-            time.sleep(0.02)
-        time.sleep(1.0)
+        wait_for(lambda: "word0" in out.getvalue())  # part of the answer is shown; the rest takes a minute
         os.kill(os.getpid(), signal.SIGINT)
 
-    out = io.StringIO()
     with ReplayServer(script) as server, create_pipe_input() as pipe:
         pipe.send_text("talk a lot\ragain\r/exit\r")
         app = ChatApp(Settings(model="test-model", base_url=server.base_url), ChatOptions(),
                       console=Console(file=out, width=100), pt_input=pipe, pt_output=DummyOutput(), store=store)
         threading.Thread(target=press_ctrl_c, args=(server,), daemon=True).start()
-        await asyncio.wait_for(app.run(), 30)
+        await asyncio.wait_for(app.run(), 120)  # bounds a hang
     stored = store.messages(app.recorder.session_id)
     assert [m["role"] for m in stored] == ["user", "assistant", "user", "assistant"]
     partial = stored[1]["content"]
@@ -255,7 +251,7 @@ async def test_a_tool_turn_in_a_colour_terminal(store: SessionStore, tools_dir: 
         app = ChatApp(Settings(model="test-model", base_url=server.base_url), ChatOptions(tools_dirs=(str(tools_dir),)),
                       console=console, pt_input=pipe, pt_output=DummyOutput(), store=store)
         assert not app.view.plain
-        await asyncio.wait_for(app.run(), 30)
+        await asyncio.wait_for(app.run(), 120)  # bounds a hang
     text = out.getvalue()
     assert '✓ guarded({"text": "x"}) ok' in text
     assert "The tool ran." in text  # rendered Markdown (live frames in between are erased on a terminal)
