@@ -58,7 +58,7 @@ def test_sigint_during_a_retry_wait_ends_the_run_cancelled(tmp_path: Path) -> No
                 proc.send_signal(signal.SIGINT)
                 break
         try:
-            rest, err = proc.communicate(timeout=30)  # far less than the 50 s wait
+            rest, err = proc.communicate(timeout=120)  # bounds a hang; a run that waited 50 s would exit 0, not 130
         finally:
             proc.kill()
     events += [json.loads(line) for line in rest.splitlines()]

@@ -15,7 +15,7 @@ from tests.conftest import chunk, sse, text_sse, tool_delta
 from tests.support import run_against
 
 
-async def results_of(registry: ToolRegistry, *calls: ToolCall, timeout_s: float = 5.0) -> dict[str, ToolResult]:
+async def results_of(registry: ToolRegistry, *calls: ToolCall, timeout_s: float = 60.0) -> dict[str, ToolResult]:
     """Dispatch `calls`; their results by call id."""
     events = [e async for e in dispatch(list(calls), registry, timeout_s=timeout_s)]
     return {e.result.call_id: e.result for e in events if e.type == "tool_result"}

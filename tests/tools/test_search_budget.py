@@ -73,7 +73,7 @@ def test_a_signal_during_an_endless_search_stops_crow(ws: Path, sig: int, code: 
                     break
             time.sleep(0.5)  # the search is under way
             proc.send_signal(sig)
-            rest, err = proc.communicate(timeout=30)  # the search alone would run for its whole budget
+            rest, err = proc.communicate(timeout=120)  # bounds a hang; a search run to its end exits 0
         finally:
             proc.kill()
     assert proc.returncode == code, err
@@ -85,10 +85,8 @@ def test_a_signal_during_an_endless_search_stops_crow(ws: Path, sig: int, code: 
 
 def test_the_search_budget_stops_the_search_with_a_clear_error(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(search, "SEARCH_BUDGET_S", 0.5)
-    started = time.monotonic()
     with pytest.raises(ToolError) as caught:
-        search_files(pattern=SLOW)
-    assert time.monotonic() - started < 30  # generous: the budget is half a second
+        search_files(pattern=SLOW)  # without the budget: exponential, it would not return
     assert str(caught.value) == (
         "search stopped after 0.5 s at evil.txt: the pattern '^(a|aa)+$' backtracks too much (nested or "
         "overlapping repeats such as (a+)+ or (a|aa)+); simplify it or narrow the path")

@@ -21,7 +21,7 @@ def ws(tmp_path: Path) -> Path:
 
 
 async def _wait_gone(pid: int) -> bool:
-    for _ in range(200):
+    for _ in range(1200):  # up to 60 s: bounds a hang
         if not alive(pid):
             return True
         await asyncio.sleep(0.05)
@@ -29,7 +29,7 @@ async def _wait_gone(pid: int) -> bool:
 
 
 async def _read_pid(path: Path) -> int:
-    for _ in range(400):
+    for _ in range(2400):  # up to 60 s: bounds a hang
         if path.exists() and path.read_text().strip():
             return int(path.read_text())
         await asyncio.sleep(0.025)
