@@ -29,6 +29,16 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     return home
 
 
+@pytest.fixture
+def workspace(tmp_path: Path) -> Iterator[Path]:
+    """File tools confined to `tmp_path` for this test (the workspace is reset afterwards)."""
+    from crow_cli.tools.workspace import set_workspace
+
+    token = set_workspace(tmp_path)
+    yield tmp_path
+    token.var.reset(token)
+
+
 def load_cases() -> list[dict[str, Any]]:
     """Every conformance case (tests/cases/*.json, copied from ../shared/conformance/cases)."""
     cases = []

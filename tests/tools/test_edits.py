@@ -2,49 +2,40 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from crow_cli.errors import ToolError
 from crow_cli.tools.builtin.edits import edit_file
-from crow_cli.tools.workspace import set_workspace
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Iterator[Path]:
-    token = set_workspace(tmp_path)
-    yield tmp_path
-    token.var.reset(token)
 
 
 # found trying it as a new user (third round)
-def test_edit_file_matches_lf_text_in_a_crlf_file_and_keeps_crlf(ws: Path) -> None:
-    (ws / "w.txt").write_bytes(b"a\r\nb\r\nc\r\n")
+def test_edit_file_matches_lf_text_in_a_crlf_file_and_keeps_crlf(workspace: Path) -> None:
+    (workspace / "w.txt").write_bytes(b"a\r\nb\r\nc\r\n")
     out = edit_file(path="w.txt", old_string="a\nb", new_string="A\nB\nBB")
     assert out.startswith("edited w.txt: replaced 1 occurrence\n")
-    assert (ws / "w.txt").read_bytes() == b"A\r\nB\r\nBB\r\nc\r\n"
+    assert (workspace / "w.txt").read_bytes() == b"A\r\nB\r\nBB\r\nc\r\n"
 
 
 # found trying it as a new user (third round)
-def test_edit_file_new_lines_in_a_crlf_file_get_crlf(ws: Path) -> None:
-    (ws / "w.txt").write_bytes(b"a\r\nb\r\n")
+def test_edit_file_new_lines_in_a_crlf_file_get_crlf(workspace: Path) -> None:
+    (workspace / "w.txt").write_bytes(b"a\r\nb\r\n")
     edit_file(path="w.txt", old_string="b", new_string="b\nc")
-    assert (ws / "w.txt").read_bytes() == b"a\r\nb\r\nc\r\n"
+    assert (workspace / "w.txt").read_bytes() == b"a\r\nb\r\nc\r\n"
 
 
 # found trying it as a new user (third round)
-def test_edit_file_crlf_text_sent_as_crlf_still_matches(ws: Path) -> None:
-    (ws / "w.txt").write_bytes(b"a\r\nb\r\n")
+def test_edit_file_crlf_text_sent_as_crlf_still_matches(workspace: Path) -> None:
+    (workspace / "w.txt").write_bytes(b"a\r\nb\r\n")
     edit_file(path="w.txt", old_string="a\r\nb", new_string="x\r\ny")
-    assert (ws / "w.txt").read_bytes() == b"x\r\ny\r\n"
+    assert (workspace / "w.txt").read_bytes() == b"x\r\ny\r\n"
 
 
 # found trying it as a new user (third round)
-def test_edit_file_lf_files_are_untouched_by_the_crlf_path(ws: Path) -> None:
-    (ws / "u.txt").write_bytes(b"a\nb\n")
+def test_edit_file_lf_files_are_untouched_by_the_crlf_path(workspace: Path) -> None:
+    (workspace / "u.txt").write_bytes(b"a\nb\n")
     edit_file(path="u.txt", old_string="a\nb", new_string="x\ny")
-    assert (ws / "u.txt").read_bytes() == b"x\ny\n"
+    assert (workspace / "u.txt").read_bytes() == b"x\ny\n"
     with pytest.raises(ToolError, match="old_string was not found"):
         edit_file(path="u.txt", old_string="x\r\ny", new_string="z")
