@@ -111,6 +111,7 @@ def test_one_line_longer_than_the_cap_is_cut_and_said(ws: Path) -> None:
     assert body == "x" * MAX_RETURN_CHARS
 
 
+# found trying it as a new user (third round)
 @pytest.mark.parametrize(("start", "end", "message"), [
     (5, 2, "end_line 2 is before start_line 5"),
     (0, -1, "start_line must be 1 or more (lines are numbered from 1); got 0"),
@@ -118,7 +119,6 @@ def test_one_line_longer_than_the_cap_is_cut_and_said(ws: Path) -> None:
     (None, 0, "end_line must be 1 or more (lines are numbered from 1); got 0"),
     (2, -1, "end_line must be 1 or more (lines are numbered from 1); got -1"),
 ])
-# found trying it as a new user (third round)
 def test_nonsensical_ranges_are_clear_errors(ws: Path, start: int | None, end: int | None, message: str) -> None:
     (ws / "a.txt").write_text("one\ntwo\nthree\nfour\nfive\nsix\n")
     with pytest.raises(ToolError) as caught:
