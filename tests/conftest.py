@@ -8,6 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
+
+settings.register_profile("crow", deadline=None)  # a per-example deadline is a wall-clock margin
+settings.load_profile("crow")
 
 CASES_DIR = Path(__file__).parent / "cases"
 ROOT = Path(__file__).resolve().parent.parent
