@@ -19,11 +19,7 @@ from rich.console import Console
 from crow_cli.config import Settings
 from crow_cli.errors import SessionError
 from crow_cli.sessions import SessionStore
-from crow_cli.surfaces.chat import (
-    ChatApp,
-    ChatOptions,
-    _history_path,  # internals the chat surface rewrite replaces
-)
+from crow_cli.surfaces.chat import ChatApp, ChatOptions
 from tests.replay_server import ReplayServer, text_stream
 from tests.support import assert_valid, chat, tool_calls_sse, tools_folder, wait_for
 
@@ -291,6 +287,8 @@ async def test_chat_holds_only_the_session_it_is_in(tmp_path: Path) -> None:
 
 # found trying it as a new user (third round)
 def test_state_folders_crow_creates_are_private(_isolated_home: Path) -> None:
+    from crow_cli.surfaces.chat import _history_path  # internals the chat surface rewrite replaces
+
     path = _history_path()
     assert path.exists() and _mode_of(path) == 0o600
     folder = path.parent

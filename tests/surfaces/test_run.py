@@ -9,7 +9,6 @@ from pathlib import Path
 
 from crow_cli.events import TextDelta
 from crow_cli.sessions import SessionStore
-from crow_cli.surfaces.run import _Printer  # internals the run surface rewrite replaces
 from crow_cli.text import strip_controls
 from tests.conftest import chunk, sse, text_sse, tool_delta
 from tests.replay_server import ReplayServer, text_stream
@@ -23,6 +22,8 @@ class _Terminal(io.StringIO):
 
 # found trying it as a new user (second round)
 def test_model_text_cannot_drive_the_terminal() -> None:
+    from crow_cli.surfaces.run import _Printer  # internals the run surface rewrite replaces
+
     hostile = "ok\x1b[2J\x1b[H\x1b]0;PWNED\x07 done\r\n"
     assert strip_controls(hostile) == "ok[2J[H]0;PWNED done\n"
     out, err = _Terminal(), io.StringIO()
