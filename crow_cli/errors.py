@@ -6,10 +6,11 @@
     │  ├─ AuthError        401/403: final, never retried
     │  ├─ RateLimited      429
     │  ├─ ServerError      5xx, or an error object inside the stream
-    │  └─ StreamCut        the stream broke or went idle mid-way
+    │  ├─ StreamCut        the stream broke or went idle mid-way
+    │  └─ ContextOverflow  the request is longer than the model's context window (.n_ctx, .prompt_tokens)
     ├─ MaxTurnsExceeded    the loop hit --max-turns (exit 1)
     ├─ ToolError           raised by tools; dispatch turns it into a tool result
-    │  └─ UnknownTool  ToolDenied  ToolTimeout  OutsideWorkspace
+    │  └─ ToolDenied  OutsideWorkspace
     └─ SessionError        the session store could not be read or written
 
 Foreign exceptions (openai, httpx) are mapped once, in `crow_cli.wire.client`.
@@ -20,6 +21,7 @@ from __future__ import annotations
 __all__ = [
     "AuthError",
     "ConfigError",
+    "ContextOverflow",
     "CrowError",
     "MaxTurnsExceeded",
     "OutsideWorkspace",
@@ -30,8 +32,6 @@ __all__ = [
     "StreamCut",
     "ToolDenied",
     "ToolError",
-    "ToolTimeout",
-    "UnknownTool",
 ]
 
 
@@ -86,6 +86,23 @@ class StreamCut(ProviderError):
     """The stream broke (connection reset, incomplete body) or went idle mid-turn."""
 
 
+class ContextOverflow(ProviderError):
+    """The server refused the request as longer than the model's context window (OpenAI
+    `context_length_exceeded`, vLLM, llama.cpp `exceed_context_size_error`, LiteLLM
+    `ContextWindowExceededError`, Anthropic-style "prompt is too long", DeepSeek, Mistral, Gemini).
+
+    Attributes:
+        n_ctx: the context window in tokens, when the server said.
+        prompt_tokens: the tokens the request needed, when the server said.
+    """
+
+    def __init__(self, message: str, *, n_ctx: int | None = None, prompt_tokens: int | None = None,
+                 status: int | None = None, code: str | int | None = None) -> None:
+        super().__init__(message, status=status, code=code)
+        self.n_ctx = n_ctx
+        self.prompt_tokens = prompt_tokens
+
+
 class MaxTurnsExceeded(CrowError):
     """The react loop reached its turn limit before a non-tool turn.
 
@@ -103,16 +120,8 @@ class ToolError(CrowError):
     """A tool failed in a way the model should be told about; never leaves dispatch."""
 
 
-class UnknownTool(ToolError):
-    """The model called a tool name the registry does not hold."""
-
-
 class ToolDenied(ToolError):
     """Approval was refused (by policy, by the user, or because nobody could be asked)."""
-
-
-class ToolTimeout(ToolError):
-    """The tool ran past its timeout and was cancelled."""
 
 
 class OutsideWorkspace(ToolError):

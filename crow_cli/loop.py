@@ -6,35 +6,45 @@
 
 The loop appends to the caller's history list in place and reports everything as typed events;
 its last event is always `RunFinished`. Each tool result is appended (`MessageAppended`) as soon as
-every call before it has one, so a surface that stores appended messages keeps finished results.
+every call before it has one, so a driver that stores appended messages keeps finished results.
 A turn whose stream breaks or goes idle mid-way is asked for once more from the same history (no
-tool of it has run yet). Cancelling the consumer stops the stream and the running tools: the caller
-then closes the history with `history.repair_history`.
+tool of it has run yet).
+
+The loop owns its history to the end. Cancelled, it closes the history (`_Closing`): finished calls
+keep their results, every other call of the turn gets a "cancelled by the user" result, a call that
+never finished streaming is dropped, a partial answer is kept; it yields those results and appended
+messages and a `RunFinished("cancelled")`, then re-raises the `CancelledError`.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
+import asyncio
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .errors import CrowError, MaxTurnsExceeded, StreamCut
-from .events import Event, MessageAppended, Notice, RunFinished, ToolResultReady, TurnFinished
-from .history import AssistantTurn, Message, ToolResult
+from .events import Event, MessageAppended, Notice, RunFinished, TextDelta, ToolResultReady, TurnFinished, WarningEvent
+from .history import AssistantTurn, Message, ToolCall, ToolResult, assistant_message
+from .tools.context import ToolContext
 from .tools.dispatch import Approver, dispatch
 from .tools.registry import ToolRegistry
 from .wire.accumulate import StreamAccumulator
 
-__all__ = ["ChatStream", "LoopSettings", "react"]
+__all__ = ["CANCELLED_OUTPUT", "ChatStream", "LoopSettings", "react"]
+
+CANCELLED_OUTPUT = "Error: the tool call was cancelled by the user; no result."
+"""The tool result of a call that the user (or a signal, or the editor) stopped before it finished."""
 
 
 class ChatStream(Protocol):
     """What the loop needs of a model client (`wire.client.ChatClient` is one)."""
 
     def stream(self, messages: list[Message], tools: list[dict[str, Any]] | None = None
-               ) -> AsyncGenerator[dict[str, Any] | Notice, None]:
-        """Chunk dicts of one turn; a `Notice` (a retry before the stream started) is passed on as is."""
+               ) -> AsyncGenerator[dict[str, Any] | Notice | WarningEvent, None]:
+        """Chunk dicts of one turn; a `Notice` (a retry before the stream started, a resend with reasoning
+        dropped or added) or a `WarningEvent` (a damaged event skipped) is passed on as is."""
         ...
 
 
@@ -58,7 +68,8 @@ async def react(
     registry: ToolRegistry | None = None,
     settings: LoopSettings = LoopSettings(),
     approve: Approver | None = None,
-) -> AsyncIterator[Event]:
+    context: ToolContext | None = None,
+) -> AsyncGenerator[Event, None]:
     """Run turns until the model answers without tool calls; yield events as they happen.
 
     Args:
@@ -67,32 +78,51 @@ async def react(
         registry: the tools offered to the model (None or empty: no tools).
         settings: limits.
         approve: asked before tools that need approval; None denies them.
+        context: the workspace and secrets tools run with (None: the working directory, no secrets).
+
+    Raises:
+        asyncio.CancelledError: after closing the history and yielding `RunFinished("cancelled")`.
     """
     tools = registry.schemas() if registry else None
-    for turn_no in range(1, settings.max_turns + 1):
-        streamed: list[AssistantTurn] = []
-        try:
-            async with aclosing(_stream_turn(history, client, tools, settings, streamed)) as turn_events:
-                async for event in turn_events:
-                    yield event
-        except CrowError as exc:
-            yield RunFinished("error", "", turn_no - 1, str(exc), exc.exit_code)
-            return
-        turn = streamed[0]
-        yield _append(history, turn.to_message())
-        yield TurnFinished(turn_no, turn.finish_reason, turn.usage, turn.content, tuple(turn.tool_calls))
-        if not turn.is_tool_turn:
-            yield RunFinished("completed", turn.content or "", turn_no)
-            return
-        async for event in _run_tools(turn, history, registry, settings, approve):
+    closing = _Closing(history)
+    try:
+        for closing.turn in range(1, settings.max_turns + 1):
+            turn: AssistantTurn | None = None
+            try:
+                async with aclosing(_stream_turn(history, client, tools, settings)) as items:
+                    async for item in items:
+                        if isinstance(item, AssistantTurn):
+                            turn = item
+                        else:
+                            closing.saw(item)
+                            yield item
+            except CrowError as exc:
+                yield RunFinished("error", "", closing.turn - 1, str(exc), exc.exit_code)
+                return
+            assert turn is not None  # _stream_turn ends with its turn or raises
+            closing.turn_assembled(turn.tool_calls)
+            yield _append(history, turn.to_message())
+            yield TurnFinished(closing.turn, turn.finish_reason, turn.usage, turn.content, tuple(turn.tool_calls))
+            if not turn.is_tool_turn:
+                yield RunFinished("completed", turn.content or "", closing.turn)
+                return
+            async for event in _run_tools(turn.tool_calls, history, registry, settings, approve, closing,
+                                          context):
+                yield event
+    except asyncio.CancelledError:
+        for event in closing.close():
             yield event
+        raise
+    except BaseException:  # the consumer stopped listening (GeneratorExit), or a bug: keep the history valid
+        closing.close()
+        raise
     error = MaxTurnsExceeded(settings.max_turns)
     yield RunFinished("max_turns", "", settings.max_turns, str(error), error.exit_code)
 
 
 async def _stream_turn(history: list[Message], client: ChatStream, tools: list[dict[str, Any]] | None,
-                       settings: LoopSettings, out: list[AssistantTurn]) -> AsyncGenerator[Event, None]:
-    """Stream one turn into `out`; a stream that breaks or goes idle is requested once more.
+                       settings: LoopSettings) -> AsyncGenerator[Event | AssistantTurn, None]:
+    """Stream one turn: its events, then the assembled `AssistantTurn` as the last item.
 
     Tools only run after a turn's stream has ended, so a cut stream never has a tool of its turn
     behind it: asking again from the same history is safe. The retry is announced with a
@@ -103,11 +133,11 @@ async def _stream_turn(history: list[Message], client: ChatStream, tools: list[d
         try:
             async with aclosing(client.stream(history, tools)) as chunks:  # closes the response on cancel
                 async for chunk in chunks:
-                    if isinstance(chunk, Notice):  # the client retried before the stream started
+                    if isinstance(chunk, dict):
+                        for event in accumulator.feed(chunk):
+                            yield event
+                    else:  # the client's own event: a retry notice, a skipped damaged event
                         yield chunk
-                        continue
-                    for event in accumulator.feed(chunk):
-                        yield event
         except StreamCut as exc:
             if attempt == settings.stream_attempts:
                 raise StreamCut(f"{exc} (after {attempt} attempts)", status=exc.status) from exc
@@ -116,24 +146,65 @@ async def _stream_turn(history: list[Message], client: ChatStream, tools: list[d
         turn, events = accumulator.finish()
         for event in events:
             yield event
-        out.append(turn)
+        yield turn
         return
 
 
-async def _run_tools(turn: AssistantTurn, history: list[Message], registry: ToolRegistry | None,
-                     settings: LoopSettings, approve: Approver | None) -> AsyncIterator[Event]:
+async def _run_tools(calls: list[ToolCall], history: list[Message], registry: ToolRegistry | None,
+                     settings: LoopSettings, approve: Approver | None, closing: _Closing,
+                     context: ToolContext | None = None) -> AsyncGenerator[Event, None]:
     # A result joins the history as soon as every call before it has one: call order is kept, and a
-    # surface that stores each appended message loses no finished result if the process dies.
-    results: dict[int, ToolResult] = {}
-    calls, answered = turn.tool_calls, 0
+    # driver that stores each appended message loses no finished result if the process dies.
     async for event in dispatch(calls, registry or ToolRegistry(), approve=approve,
-                                timeout_s=settings.tool_timeout_s, max_output_chars=settings.max_output_chars):
+                                timeout_s=settings.tool_timeout_s, max_output_chars=settings.max_output_chars,
+                                context=context):
         yield event
         if isinstance(event, ToolResultReady):
-            results[event.result.index] = event.result  # by position: ids may repeat or be ""
-            while answered < len(calls) and calls[answered].index in results:
-                yield _append(history, results[calls[answered].index].to_message())
-                answered += 1
+            closing.results[event.result.index] = event.result  # by position: ids may repeat or be ""
+            while closing.answered < len(calls) and calls[closing.answered].index in closing.results:
+                yield _append(history, closing.results[calls[closing.answered].index].to_message())
+                closing.answered += 1
+
+
+class _Closing:
+    """What the loop must know to close its history when it is stopped mid-turn."""
+
+    def __init__(self, history: list[Message]) -> None:
+        self.history = history
+        self.turn = 0
+        self.text: list[str] = []
+        """The answer text streamed so far in this turn (kept as a partial answer)."""
+        self.calls: list[ToolCall] = []
+        """The calls of the turn whose tools are running."""
+        self.results: dict[int, ToolResult] = {}
+        self.answered = 0
+
+    def turn_assembled(self, calls: list[ToolCall]) -> None:
+        self.text.clear()
+        self.calls, self.results, self.answered = calls, {}, 0
+
+    def saw(self, event: Event) -> None:
+        if isinstance(event, TextDelta):
+            self.text.append(event.text)
+        elif isinstance(event, Notice) and event.code == "turn_restarted":
+            self.text.clear()
+
+    def close(self) -> list[Event]:
+        """Make the history valid again; the events saying how (results, appended messages, the end)."""
+        events: list[Event] = []
+        partial = "".join(self.text) if not self.calls else ""
+        for call in self.calls[self.answered:]:
+            result = self.results.get(call.index)
+            if result is None:
+                result = ToolResult(call.id, call.name, CANCELLED_OUTPUT, ok=False, index=call.index)
+                events.append(ToolResultReady(result))
+            events.append(_append(self.history, result.to_message()))
+        self.answered = len(self.calls)
+        if partial.strip():
+            events.append(_append(self.history, assistant_message(partial + "\n\n[interrupted by the user]")))
+            self.text.clear()
+        events.append(RunFinished("cancelled", partial, self.turn, "interrupted", 130))
+        return events
 
 
 def _append(history: list[Message], message: Message) -> MessageAppended:

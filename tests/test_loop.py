@@ -224,3 +224,89 @@ async def test_no_tools_means_no_tools_field(n):
         route = mock.post(URL).mock(return_value=stream(text_sse("hi")))
         events = [e async for e in react([user_message("x")], c, None)]
     assert "tools" not in json.loads(route.calls[0].request.content) and events[-1].final_text == "hi"
+
+
+# The loop owns its history to the end (issue 9): cancelled, it closes the history itself, reports how,
+# and re-raises. These replaced surfaces/persist.close_interrupted and the surfaces' own bookkeeping.
+
+class ScriptedStream:
+    """A `ChatStream` serving one list of chunks per turn; a turn may stall after its chunks."""
+
+    def __init__(self, *turns: list[dict], stall: bool = False) -> None:
+        self.turns = list(turns)
+        self.stall = stall
+
+    async def stream(self, messages, tools=None):
+        for c in self.turns.pop(0):
+            yield c
+        if self.stall and not self.turns:
+            await asyncio.Event().wait()
+
+
+def tool_turn(*calls: tuple[str, str]) -> list[dict]:
+    deltas = [tool_delta(i, cid, name, "{}") for i, (cid, name) in enumerate(calls)]
+    return [chunk({"tool_calls": deltas}), chunk({}, "tool_calls")]
+
+
+@tool
+async def quick() -> str:
+    """Answer at once."""
+    return "done"
+
+
+@tool
+async def stuck() -> str:
+    """Wait until cancelled."""
+    await asyncio.Event().wait()
+    return "never"
+
+
+async def run_until(history, client, registry, stop_when) -> list:
+    """Consume `react`, cancelling the consumer once `stop_when(events)` holds; return every event seen."""
+    events: list = []
+
+    async def consume() -> None:
+        async for event in react(history, client, registry):
+            events.append(event)
+            if stop_when(events):
+                asyncio.current_task().cancel()
+
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.create_task(consume())
+    return events
+
+
+async def test_cancelled_during_tools_keeps_finished_results_and_cancels_the_rest_in_call_order():
+    registry = ToolRegistry()
+    registry.register(quick)
+    registry.register(stuck)
+    history = [user_message("go")]
+    client = ScriptedStream(tool_turn(("a", "quick"), ("", "stuck"), ("c", "quick")))
+    events = await run_until(history, client, registry,
+                             lambda seen: sum(isinstance(e, ToolResultReady) for e in seen) == 2)
+    cancelled = "Error: the tool call was cancelled by the user; no result."
+    # every finished call keeps its real result, wherever it stands; only the unfinished one is cancelled
+    assert [(m["tool_call_id"], m["content"]) for m in history[2:]] == [("a", "done"), ("", cancelled), ("c", "done")]
+    closing = events[events.index(next(e for e in events if isinstance(e, ToolResultReady) and not e.result.ok)):]
+    # "a" was answered before the cancel; the closing answers "" (cancelled) and then "c" (finished earlier)
+    assert [type(e).__name__ for e in closing] == ["ToolResultReady", "MessageAppended", "MessageAppended",
+                                                   "RunFinished"]
+    assert closing[-1].status == "cancelled" and closing[-1].turns == 1 and closing[-1].final_text == ""
+
+
+async def test_cancelled_mid_stream_keeps_the_partial_answer_and_drops_the_unfinished_call():
+    history = [user_message("go")]
+    client = ScriptedStream([chunk({"content": "Half an ans"}),
+                             chunk({"tool_calls": [tool_delta(0, "x", "quick", '{"a')]})], stall=True)
+    events = await run_until(history, client, None,
+                             lambda seen: any(type(e).__name__ == "ToolCallStarted" for e in seen))
+    assert history[1:] == [{"role": "assistant", "content": "Half an ans\n\n[interrupted by the user]"}]
+    assert isinstance(events[-2], MessageAppended) and events[-1] == RunFinished("cancelled", "Half an ans", 1,
+                                                                                 "interrupted", 130)
+
+
+async def test_cancelled_before_any_text_appends_nothing():
+    history = [user_message("go")]
+    events = await run_until(history, ScriptedStream([chunk({"content": " "})], stall=True), None,
+                             lambda seen: bool(seen))
+    assert history == [user_message("go")] and events[-1].status == "cancelled"

@@ -8,7 +8,8 @@ Ctrl-C during a turn, at a tool approval question too, cancels the stream and th
 partial answer is kept and every tool call of the turn without a result gets a "cancelled by the
 user" one, so the history stays valid. At the prompt, a second Ctrl-C in a row (or Ctrl-D, or /exit)
 leaves. SIGTERM and SIGHUP end the chat the same way: the turn is cancelled, the session closed and
-stored, and the exit code is 143 / 129 (`surfaces.interrupt`).
+stored, and the exit code is 143 / 129. The driver (`driver.Driver`) runs each turn and stores each
+message; the loop closes a cancelled turn's history; this module only draws events.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import contextlib
 import re
 import signal
 import sys
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -25,8 +27,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config import Settings
+from ..driver import Driver
 from ..errors import CrowError, SessionError
 from ..events import (
+    Event,
     MessageAppended,
     Notice,
     ReasoningDelta,
@@ -37,18 +41,17 @@ from ..events import (
     TurnFinished,
     WarningEvent,
 )
-from ..history import Message, ToolCall, ToolResult, user_message
-from ..loop import react
-from ..sessions import EXPORT_FORMATS, SessionStore, export_session
+from ..history import Message, ToolCall, user_message
+from ..loop import CANCELLED_OUTPUT
+from ..sessions import EXPORT_FORMATS, SessionInfo, SessionStore, export_session
+from ..signals import SignalCancel
 from ..text import public_url, strip_controls
-from ..tools.approval import describe_call, make_approver
-from ..tools.builtin.shell import hide_secret
+from ..tools.approval import make_approver
+from ..tools.context import ToolContext
 from ..tools.registry import Tool, ToolRegistry
-from ..tools.workspace import use_workspace
 from .ask import Answer, ask_approval
 from .common import build_client, build_registry, loop_settings, make_console, plain_terminal
-from .interrupt import SignalCancel
-from .persist import SessionRecorder, close_interrupted, open_session
+from .persist import SessionRecorder, open_session
 from .render import TurnView
 
 if TYPE_CHECKING:
@@ -67,7 +70,7 @@ Enter sends · Alt-Enter (or Esc Enter) inserts a newline · Ctrl-C stops a turn
 /tools              the tools the model is offered
 /sessions           recent sessions
 /resume [ID]        continue a session (the most recent when no id)
-/export [md|json]   write this session to a file in the current folder
+/export [FMT] [PATH]  write this conversation to PATH (md, json or jsonl; default here)
 /usage              token usage of the last turn and of this session
 /reasoning          show or hide the model's reasoning
 /retry              run your last message again"""
@@ -140,8 +143,11 @@ class ChatApp:
         self.approver = make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=options.yes,
                                       ask=self.ask)
         """The approval policy (--approval, --allow, --deny, --yes); "always" answers last for this chat."""
-        hide_secret(settings.api_key)  # run_shell never hands the key to a command, nor its output to the model
-        self._turn: asyncio.Task[None] | None = None
+        self.context: ToolContext | None = None
+        self.driver: Driver | None = None
+        self._unrecorded = False  # the store could not be opened: said once, not retried
+        self._calls: dict[int, ToolCall] = {}
+        self._in_tools = False
         self._commands: dict[str, Callable[[str], Awaitable[None]]] = {
             "help": self._help, "exit": self._exit, "quit": self._exit, "new": self._new, "model": self._model,
             "tools": self._tools, "sessions": self._sessions, "resume": self._resume, "export": self._export,
@@ -157,7 +163,6 @@ class ChatApp:
         return self._store
 
     async def _start(self, mcp_servers: McpServers) -> None:
-        use_workspace(self.settings.workspace)
         self.registry = None if self.options.no_tools else build_registry(self.settings,
                                                                           extra_dirs=self.options.tools_dirs)
         if self.registry is not None:
@@ -165,6 +170,8 @@ class ChatApp:
         for problem in (self.registry.errors if self.registry else []):
             self.view.line(f"crow: warning: {problem}", "yellow")
         self.client = build_client(self.settings, self.options.record_dir)
+        self.driver = Driver(self.client, self.registry, loop_settings(self.settings, trace=self.options.debug),
+                             self.approver, self.context)
         if self.options.resume is not None:
             self._open(self.options.resume or None, latest=not self.options.resume)
         else:
@@ -173,7 +180,13 @@ class ChatApp:
     def _fresh(self) -> None:
         if self._store is not None:
             self._store.release()  # the session left behind may be continued elsewhere now
-        self.recorder = SessionRecorder(self.store, self.settings) if self.options.session else None
+        self.recorder = None
+        if self.options.session and not self._unrecorded:
+            try:
+                self.recorder = SessionRecorder(self.store, self.settings)
+            except SessionError as exc:  # e.g. a damaged sessions.db: say it once, keep chatting (as crow run)
+                self._unrecorded = True
+                self.view.line(f"crow: warning: {strip_controls(str(exc))}; this chat is not recorded", "yellow")
         self.history = [{"role": "system", "content": self.settings.system}] if self.settings.system else []
         self.usage = _Usage()
         self.last_usage = _Usage()
@@ -217,8 +230,12 @@ class ChatApp:
         from ..tools.mcp import McpServers
 
         self.view.line(f"crow chat · {self.settings.model} · /help for commands · Ctrl-D to quit", "dim")
+        # the workspace, and the keys run_shell must not pass on, travel to dispatch
+        self.context = ToolContext.for_workspace(self.settings.workspace,
+                                                 secrets=[self.settings.api_key, *self.settings.secrets])
         async with McpServers({} if self.options.no_tools else self.settings.mcp_servers,
-                              errlog=sys.stderr if self.options.debug else None) as mcp_servers:
+                              errlog=sys.stderr if self.options.debug else None,
+                              workspace=self.context.workspace) as mcp_servers:
             await self._start(mcp_servers)
             return await self._repl()
 
@@ -229,18 +246,23 @@ class ChatApp:
         read: Callable[[], Awaitable[str]]
         if self.pt_input is None and not sys.stdin.isatty():  # piped: one message or command per line
             async def read() -> str:
-                line = await asyncio.to_thread(sys.stdin.readline)
+                line: str = await asyncio.to_thread(sys.stdin.readline)
                 if not line:
                     raise EOFError
                 return line.rstrip("\n")
         else:
+            from prompt_toolkit.completion import WordCompleter
+
+            commands = WordCompleter([f"/{name}" for name in self._commands], sentence=True)
             session: PromptSession[str] = PromptSession(
                 history=FileHistory(str(_history_path())), input=self.pt_input, output=self.pt_output,
-                key_bindings=_key_bindings(), enable_history_search=False,
+                key_bindings=_key_bindings(), enable_history_search=False, completer=commands,
+                complete_while_typing=False,  # Tab completes the slash commands; typing stays quiet
             )
 
             async def read() -> str:
-                return await session.prompt_async("› ", handle_sigint=False)
+                text: str = await session.prompt_async("› ", handle_sigint=False)
+                return text
         loop = asyncio.get_running_loop()
         sigint = _install_sigint(loop, self._interrupt)
         armed = False
@@ -267,7 +289,6 @@ class ChatApp:
                         break
                     continue
                 self.history.append(user_message(text))
-                self._sync()
                 await self._run_turn()
         finally:
             if sigint:
@@ -290,42 +311,34 @@ class ChatApp:
 
     def _interrupt(self) -> bool:
         """Cancel the running turn; False when none runs."""
-        if self._turn is not None and not self._turn.done():
-            self._turn.cancel()
-            return True
-        return False
+        return self.driver is not None and self.driver.cancel()
 
     async def _run_turn(self) -> None:
         """Run the loop on the history as it is (it ends with a user message)."""
-        partial: list[str] = []
-        finished: dict[int, ToolResult] = {}
+        assert self.driver is not None
         self.last_usage = _Usage()
-        self._turn = asyncio.create_task(self._consume(partial, finished))
+        self._calls, self._in_tools = {}, False
         ticker = asyncio.create_task(self._tick())
+        self.view.waiting(True)  # until the first token: a server that is slow to answer shows it
+        finished = None
         try:
             with _no_echo(self.pt_input is None):
-                await self._turn
-        except asyncio.CancelledError:
-            added = close_interrupted(self.history, "".join(partial), finished)
-            self._sync()
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():  # SIGTERM / SIGHUP: the chat ends (run_chat)
-                raise
+                finished = await self.driver.run(self.history, self, self.recorder)
+        except asyncio.CancelledError:  # SIGTERM / SIGHUP: the loop closed the history; the chat ends (run_chat)
+            raise
+        except Exception as exc:  # a bug: say so in one line, keep the chat (the loop kept the history valid)
             self.view.cancel_tools()
             self.view.end_answer()
-            what = "unfinished tool calls were cancelled" if any(m["role"] == "tool" for m in added) \
-                else "the partial answer is kept"
-            self.view.line(f"interrupted: {what}", "yellow")
-        except Exception as exc:  # a bug: say so in one line, keep the chat and a valid session
-            self.view.cancel_tools()
-            self.view.end_answer()
-            close_interrupted(self.history, "".join(partial), finished)
-            self._sync()
             self.view.line(f"crow: internal error: {type(exc).__name__}: {exc} (please report it)", "bold red")
         finally:
             ticker.cancel()
-            self._turn = None
-            self.view.stop()
+            with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
+                self.view.stop()
+        if finished is not None and finished.status == "cancelled":
+            self.view.cancel_tools()
+            self.view.end_answer()
+            what = "unfinished tool calls were cancelled" if self._in_tools else "the partial answer is kept"
+            self.view.line(f"interrupted: {what}", "yellow")
         self.view.line(self._footer(), "dim")
 
     async def _tick(self) -> None:
@@ -333,44 +346,42 @@ class ChatApp:
             await asyncio.sleep(0.1)
             self.view.tick()
 
-    async def _consume(self, partial: list[str], finished: dict[int, ToolResult]) -> None:
-        calls: dict[int, ToolCall] = {}
-        async for event in react(self.history, self.client, self.registry,
-                                 loop_settings(self.settings, trace=self.options.debug), self.approver):
-            match event:
-                case TextDelta(text=text):
-                    partial.append(text)
-                    self.view.text(strip_controls(text))  # model output must not drive the terminal
-                case ReasoningDelta(text=text):
-                    self.view.reasoning(strip_controls(text))
-                case TurnFinished():
-                    partial.clear()
-                    finished.clear()
-                    self.view.end_answer()
-                    self.usage.add(event.usage)
-                    self.last_usage.add(event.usage)
-                    calls = {c.index: c for c in event.tool_calls}
-                case ToolRunStarted(call=call):
-                    self.view.tool_started(call)
-                case ToolResultReady(result=result):
-                    finished[result.index] = result
-                    self.view.tool_finished(result, calls.get(result.index))
-                case MessageAppended():
-                    self._sync()
-                case WarningEvent(message=message):
-                    self.view.line(f"crow: warning: {message}", "yellow")
-                case Notice(code="turn_restarted"):  # the stream broke; the turn is asked for again
-                    partial.clear()
-                    finished.clear()
-                    self.view.end_answer()
-                    self.view.line(event.message, "dim")
-                case Notice(message=message):
-                    self.view.line(message, "dim")
-                case RunFinished(error=error) if error:
-                    self.view.end_answer()
-                    self.view.line(f"crow: error: {error}", "bold red")
+    def handle(self, event: Event) -> None:
+        """The driver's sink: draw each event of the turn."""
+        if not isinstance(event, MessageAppended | ToolRunStarted | ToolResultReady):
+            self.view.waiting(False)
+        match event:
+            case TextDelta(text=text):
+                self.view.text(strip_controls(text))  # model output must not drive the terminal
+            case ReasoningDelta(text=text):
+                self.view.reasoning(strip_controls(text))
+            case TurnFinished():
+                self.view.end_answer()
+                self.usage.add(event.usage)
+                self.last_usage.add(event.usage)
+                self._calls = {c.index: c for c in event.tool_calls}
+                self._in_tools = bool(event.tool_calls)
+            case ToolRunStarted(call=call):
+                self.view.tool_started(call)
+            case ToolResultReady(result=result) if result.output != CANCELLED_OUTPUT:
+                self.view.tool_finished(result, self._calls.get(result.index))
+                self._calls.pop(result.index, None)
+                if not self._calls:  # every call answered: the next turn is being asked for
+                    self.view.waiting(True)
+            case WarningEvent(message=message):
+                self.view.line(f"crow: warning: {strip_controls(message)}", "yellow")
+            case Notice(code="turn_restarted"):  # the stream broke; the turn is asked for again
+                self.view.end_answer()
+                self.view.line(strip_controls(event.message), "dim")
+            case Notice(message=message):
+                self.view.line(strip_controls(message), "dim")
+            case RunFinished(status="cancelled"):
+                self.view.cancel_tools()  # no spinner is drawn again for a call that will not finish
+            case RunFinished(error=error) if error:
+                self.view.end_answer()
+                self.view.line(f"crow: error: {strip_controls(error)}", "bold red")
 
-    async def ask(self, call: ToolCall, tool: Tool) -> Answer:
+    async def ask(self, call: ToolCall, tool: Tool, preview: str) -> Answer:
         """Ask the user about one call: the approval policy's ask callback (it asks one at a time).
 
         Shows the call's preview (`describe_call`, as `crow run` does) above the question. The live area
@@ -379,7 +390,7 @@ class ChatApp:
         """
         await asyncio.sleep(0)  # the turn first draws what is already queued (the lines of calls started)
         with self.view.suspended():
-            self.view.call_preview(describe_call(call))
+            self.view.call_preview(preview)
             try:
                 return await ask_approval(call, tool, pt_input=self.pt_input, pt_output=self.pt_output)
             except KeyboardInterrupt:
@@ -387,15 +398,6 @@ class ChatApp:
                     return "no"
         await asyncio.Event().wait()  # cancelled with the turn: dispatch cancels every call still open
         return "no"  # not reached
-
-    def _sync(self) -> None:
-        if self.recorder is None:
-            return
-        try:
-            self.recorder.sync(self.history)
-        except SessionError as exc:  # keep chatting; say once that recording stopped
-            self.view.line(f"crow: warning: {exc}; this chat is no longer recorded", "yellow")
-            self.recorder = None
 
     def _footer(self) -> str:
         sid = self.recorder.session_id if self.recorder else None
@@ -423,6 +425,8 @@ class ChatApp:
             return
         self.settings = replace(self.settings, model=arg)
         old, self.client = self.client, build_client(self.settings, self.options.record_dir)
+        if self.driver is not None:
+            self.driver.client = self.client
         if old is not None:
             await old.aclose()
         if self.recorder is not None:
@@ -430,17 +434,17 @@ class ChatApp:
         self.view.line(f"model: {arg}")
 
     async def _tools(self, arg: str) -> None:
-        if not self.registry or not len(list(self.registry)):
+        tools = list(self.registry or ())
+        if not tools:
             self.view.line("no tools are offered (--no-tools, or none loaded)")
             return
-        for t in self.registry:
+        width = max(len(t.name) for t in tools)
+        for t in tools:
             summary = t.description.strip().splitlines()[0] if t.description.strip() else ""
-            flag = " [needs approval]" if t.needs_approval else ""
-            self.view.line(f"{t.name}  {summary}{flag}")
+            flag = "  [needs approval]" if t.needs_approval else ""
+            self.view.line(strip_controls(f"{t.name:<{width}}  {summary}{flag}"))
 
     async def _sessions(self, arg: str) -> None:
-        import time
-
         current = self.recorder.session_id if self.recorder else None
         found = self.store.recent(10)
         if not found:
@@ -454,16 +458,28 @@ class ChatApp:
         self._open(arg or None, latest=not arg)
 
     async def _export(self, arg: str) -> None:
-        fmt = arg or "md"
-        if fmt not in EXPORT_FORMATS:
-            self.view.line(f"unknown format {fmt!r}: use md or json", "yellow")
-            return
-        info = self.recorder.info if self.recorder else None
-        if info is None:
+        """`/export [md|json|jsonl] [PATH]`: the session to PATH (any folder; default
+        `crow-session-ID.FMT` here); the format follows PATH's suffix when not given."""
+        words = arg.split(maxsplit=1)
+        fmt = words.pop(0) if words and words[0] in EXPORT_FORMATS else None
+        target = Path(words[0]).expanduser() if words else None
+        if fmt is None:
+            suffix = target.suffix.lstrip(".") if target is not None else ""
+            fmt = suffix if suffix in EXPORT_FORMATS else "md"
+        if not any(m.get("role") != "system" for m in self.history):
             self.view.line("nothing to export yet", "yellow")
             return
-        path = Path(f"crow-session-{info.id}.{fmt}")
-        path.write_text(export_session(self.store.get(info.id), self.store.messages(info.id), fmt), encoding="utf-8")
+        info = self.recorder.info if self.recorder else None
+        if info is None:  # --no-session, or not stored yet: the conversation as it is in memory
+            now = time.time()
+            info = SessionInfo("unsaved", "", now, now, self.settings.model, public_url(self.settings.base_url),
+                               str(Path.cwd()))
+        path = target or Path(f"crow-session-{info.id}.{fmt}")
+        try:
+            path.write_text(export_session(info, self.history, fmt), encoding="utf-8")
+        except OSError as exc:
+            self.view.line(f"crow: error: cannot write {path}: {exc.strerror or exc}", "red")
+            return
         self.view.line(f"wrote {path}")
 
     async def _usage(self, arg: str) -> None:
@@ -535,7 +551,7 @@ def _no_echo(enabled: bool) -> Iterator[None]:
             termios.tcsetattr(fd, termios.TCSANOW, saved)
 
 
-def _install_sigint(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> bool:
+def _install_sigint(loop: asyncio.AbstractEventLoop, callback: Callable[[], object]) -> bool:
     """Ctrl-C during a turn (the terminal is not in raw mode then) cancels the turn, not the chat."""
     try:
         loop.add_signal_handler(signal.SIGINT, callback)
@@ -552,7 +568,7 @@ async def run_chat(settings: Settings, options: ChatOptions) -> int:
     """
     app = ChatApp(settings, options)
     task = asyncio.ensure_future(app.run())
-    with SignalCancel(task, signals=(signal.SIGTERM, signal.SIGHUP)) as signals:
+    with SignalCancel(lambda _sig: task.cancel(), signals=(signal.SIGTERM, signal.SIGHUP)) as signals:
         try:
             return await task
         except asyncio.CancelledError:

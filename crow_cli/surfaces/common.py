@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterable
+import sys
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..config import Settings
@@ -15,7 +17,8 @@ from ..wire.client import ChatClient, ClientSettings
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["build_client", "build_registry", "loop_settings", "make_console", "plain_terminal", "short_json"]
+__all__ = ["build_client", "build_registry", "loop_settings", "make_console", "plain_terminal", "private_stdout",
+           "short_json"]
 
 
 def build_client(settings: Settings, record_dir: str | None = None) -> ChatClient:
@@ -23,6 +26,8 @@ def build_client(settings: Settings, record_dir: str | None = None) -> ChatClien
         base_url=settings.base_url, model=settings.model, api_key=settings.api_key, headers=settings.headers,
         max_retries=settings.max_retries, idle_timeout_s=settings.idle_timeout_s, params=settings.params,
         record_dir=record_dir,
+        # wire (branch wire): issue 11 first-byte timeout, issue 10 item 4 reasoning echo
+        first_byte_timeout_s=settings.first_byte_timeout_s, reasoning_echo=settings.reasoning_echo,
     ))
 
 
@@ -46,6 +51,34 @@ def plain_terminal() -> bool:
     """Whether output must carry no escape sequence at all: `NO_COLOR` set to anything non-empty
     (https://no-color.org) or `TERM=dumb`."""
     return bool(os.environ.get("NO_COLOR")) or os.environ.get("TERM") == "dumb"
+
+
+@contextlib.contextmanager
+def private_stdout() -> Iterator[TextIO]:
+    """The process's real stdout as a private file, while file descriptor 1 points at stderr.
+
+    Whatever else writes to fd 1 (a plugin's `os.write(1, …)`, a subprocess, a library) lands on stderr,
+    so stdout carries only what crow writes to the yielded file (the answer, JSONL events, protocol
+    messages). fd 1 is restored on exit. Where fd 1 cannot be duplicated, `sys.stdout` is yielded.
+    """
+    stream = sys.stdout
+    with contextlib.suppress(OSError, ValueError):
+        stream.flush()
+    try:
+        real = os.dup(1)
+        os.dup2(2, 1)
+    except OSError:
+        yield stream
+        return
+    out = os.fdopen(real, "w", encoding=stream.encoding or "utf-8", errors=stream.errors or "strict",
+                    closefd=False)
+    try:
+        yield out
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            out.flush()
+        os.dup2(real, 1)
+        os.close(real)
 
 
 def make_console(file: TextIO | None = None, **options: Any) -> Console:

@@ -1,22 +1,19 @@
 """Keeping a surface's history in the session store as the loop appends to it.
 
-Surfaces call `SessionRecorder.sync(history)` on every `MessageAppended` event (and after adding
-the user's message), so each message is committed as it is appended. After Ctrl-C they call
-`close_interrupted` first, so the stored history stays valid: every tool call gets a result.
+The driver calls `SessionRecorder.sync(history)` before a run and on every `MessageAppended` event,
+so each message is committed as it is appended (the loop closes a cancelled history itself).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 
 from ..config import Settings
-from ..history import Message, ToolResult, assistant_message, pending_tool_calls, repair_history
+from ..errors import SessionError
+from ..history import Message
 from ..sessions import SessionInfo, SessionStore
 
-__all__ = ["CANCELLED", "SessionRecorder", "close_interrupted", "open_session"]
-
-CANCELLED = "cancelled by the user"
+__all__ = ["SessionRecorder", "open_session"]
 
 
 class SessionRecorder:
@@ -38,6 +35,8 @@ class SessionRecorder:
         self.settings = settings
         self.info = info
         self.stored = stored
+        self.broken = False
+        """A write failed: nothing more is stored."""
 
     @property
     def session_id(self) -> str | None:
@@ -47,15 +46,20 @@ class SessionRecorder:
         """Store `history[self.stored:]`, one committed row per message.
 
         Raises:
-            SessionError: the store could not be written.
+            SessionError: the store could not be written (once: later calls do nothing).
         """
-        if len(history) <= self.stored:
+        if self.broken or len(history) <= self.stored:
             return
-        if self.info is None:
-            self.info = self.store.create(model=self.settings.model, base_url=self.settings.base_url, cwd=os.getcwd())
-        for message in history[self.stored:]:
-            self.store.append(self.info.id, message)
-            self.stored += 1
+        try:
+            if self.info is None:
+                self.info = self.store.create(model=self.settings.model, base_url=self.settings.base_url,
+                                              cwd=os.getcwd())
+            for message in history[self.stored:]:
+                self.store.append(self.info.id, message)
+                self.stored += 1
+        except SessionError:
+            self.broken = True  # said once; the conversation goes on unrecorded
+            raise
 
     def truncate(self, history: list[Message], keep: int) -> None:
         """Cut both the history and the stored session to their first `keep` messages."""
@@ -68,24 +72,6 @@ class SessionRecorder:
         self.settings = settings
         if self.info is not None:
             self.store.set_model(self.info.id, settings.model, settings.base_url)
-
-
-def close_interrupted(history: list[Message], partial_text: str,
-                      finished: Mapping[int, ToolResult] | None = None) -> list[Message]:
-    """Make a history cut by Ctrl-C valid again; returns the messages appended to it.
-
-    When the last assistant message has tool calls without results, each gets its result if the
-    tool had already finished (`finished`, by call position, from `ToolResultReady` events) and a
-    "cancelled by the user" result otherwise, in call order. Else the answer text streamed so far
-    (if any) is kept as an assistant message, so the model and the transcript see what the user saw.
-    """
-    if pending_tool_calls(history):
-        return repair_history(history, CANCELLED, finished)
-    if partial_text.strip() and history and history[-1].get("role") in ("user", "tool"):
-        message = assistant_message(partial_text + "\n\n[interrupted by the user]")
-        history.append(message)
-        return [message]
-    return []
 
 
 def open_session(settings: Settings, *, session_id: str | None = None, latest: bool = False,

@@ -1,33 +1,13 @@
-"""Closing a history cut by Ctrl-C, and recording it."""
+"""Recording a history in the session store as it grows (closing a cancelled one: tests/test_loop.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from crow_cli.config import Settings
-from crow_cli.history import ToolCall, ToolResult, assistant_message, user_message
+from crow_cli.history import assistant_message, user_message
 from crow_cli.sessions import SessionStore
-from crow_cli.surfaces.persist import SessionRecorder, close_interrupted
-
-CALLS = [ToolCall("a", "f", "{}", 0), ToolCall("", "g", "{}", 1), ToolCall("c", "h", "{}", 2)]
-CANCELLED = "Error: the tool call was cancelled by the user; no result."
-
-
-def test_finished_results_are_kept_and_the_rest_cancelled_in_call_order() -> None:
-    history = [user_message("go"), assistant_message(None, CALLS)]
-    done = {0: ToolResult("a", "f", "A", index=0), 2: ToolResult("c", "h", "C", index=2)}
-    added = close_interrupted(history, "ignored", done)
-    assert added == history[2:]
-    # every finished call keeps its real result, wherever it stands; only the unfinished one is cancelled
-    assert [(m["tool_call_id"], m["content"]) for m in added] == [("a", "A"), ("", CANCELLED), ("c", "C")]
-
-
-def test_partial_text_is_kept_when_no_call_is_pending() -> None:
-    history = [user_message("go")]
-    assert close_interrupted(history, "Half an ans") == [
-        {"role": "assistant", "content": "Half an ans\n\n[interrupted by the user]"}]
-    assert close_interrupted(history, "more") == []  # already closed: nothing added
-    assert close_interrupted([user_message("go")], "  ") == []
+from crow_cli.surfaces.persist import SessionRecorder
 
 
 def test_recorder_creates_the_session_lazily_and_stores_only_new_messages(tmp_path: Path) -> None:

@@ -1,18 +1,71 @@
-"""`crow run`'s plain output: what reaches stdout on a terminal, a pipe, a latin-1 stream or a closed stdout."""
+"""`crow run`'s plain surface: what reaches stdout on a terminal, a pipe, a latin-1 stream or a closed stdout, and
+what stderr shows around an approval question on a terminal."""
 
 from __future__ import annotations
 
 import io
 import os
+import re
 import subprocess
 from pathlib import Path
 
 from crow_cli.events import TextDelta
 from crow_cli.sessions import SessionStore
+from crow_cli.surfaces.run import PlainPrinter
 from crow_cli.text import strip_controls
 from tests.conftest import chunk, sse, text_sse, tool_delta
 from tests.replay_server import ReplayServer, text_stream
-from tests.support import CROW, run_against, run_args
+from tests.support import CROW, ChatTerminal, run_against, run_args, run_crow, script, tools_folder, wait_for
+
+TOOLS = '''
+import asyncio, pathlib
+from crow_cli.tools import tool
+
+@tool
+async def fetch(marker: str) -> str:
+    """Finish while the question waits: once `marker.go` exists, leave `marker`."""
+    while not pathlib.Path(marker + ".go").exists():
+        await asyncio.sleep(0.01)
+    pathlib.Path(marker).write_text("done")
+    return "fetched"
+
+@tool(needs_approval=True)
+def guarded(text: str) -> str:
+    """Needs approval."""
+    return "guarded ran: " + text
+'''
+
+
+def test_no_progress_line_lands_on_the_approval_question(tmp_path: Path) -> None:
+    # issue 11 item 11 (found trying it as a new user): "✓ fetch" was printed onto the question line,
+    # so it read as if the guarded tool had already run
+    tools = tools_folder(tmp_path / "run-tools", TOOLS)
+    marker = tmp_path / "fetched"
+    turns = script([("c1", "guarded", {"text": "x"}), ("c2", "fetch", {"marker": str(marker)})], final="Done.")
+    with ReplayServer(turns) as server, ChatTerminal(
+            ["--base-url", server.base_url, "--api-key", "sk-test", "--model", "m", "--no-session",
+             "--tools-dir", str(tools), "go"], cwd=tmp_path, command="run", stderr_on_terminal=True) as term:
+        term.expect("Allow guarded?")
+        (tmp_path / "fetched.go").write_text("")
+        wait_for(marker.exists)  # fetch has finished
+        term.send("y\r")
+        term.expect("Done.")
+        assert term.wait() == 0
+        screen = term.screen()
+    question = next(line for line in screen.splitlines() if "Allow guarded?" in line)
+    assert re.fullmatch(r".*for guarded:\s*y?\s*", question), screen  # only the typed answer follows it
+    assert "✓ fetch" in screen.split("Allow guarded?")[1], screen  # shown after the answer
+
+
+def test_system_cannot_silently_stay_unchanged_on_a_continued_session(tmp_path: Path) -> None:
+    # issue 11 item 9 (found trying it as a new user): `crow run -c --system NEW` kept the old system prompt
+    first = run_crow([{"sse": text_sse("One.")}], "--system", "OLD", "hi", cwd=tmp_path)
+    assert first.code == 0, first.stderr
+    changed = run_crow([{"sse": text_sse("Two.")}], "-c", "--system", "NEW", "again", cwd=tmp_path)
+    assert changed.code == 2 and changed.requests == []
+    assert changed.stderr.count("\n") == 1 and "--system cannot change the system prompt" in changed.stderr
+    same = run_crow([{"sse": text_sse("Three.")}], "-c", "--system", "OLD", "again", cwd=tmp_path)
+    assert same.code == 0 and same.requests[0]["messages"][0] == {"role": "system", "content": "OLD"}
 
 
 class _Terminal(io.StringIO):
@@ -22,15 +75,13 @@ class _Terminal(io.StringIO):
 
 # found trying it as a new user (second round)
 def test_model_text_cannot_drive_the_terminal() -> None:
-    from crow_cli.surfaces.run import _Printer  # internals the run surface rewrite replaces
-
     hostile = "ok\x1b[2J\x1b[H\x1b]0;PWNED\x07 done\r\n"
     assert strip_controls(hostile) == "ok[2J[H]0;PWNED done\n"
     out, err = _Terminal(), io.StringIO()
-    _Printer(out, err, debug=False).handle(TextDelta(hostile))
+    PlainPrinter(out, err, debug=False).handle(TextDelta(hostile))
     assert "\x1b" not in out.getvalue() and "\x07" not in out.getvalue()
     piped = io.StringIO()
-    _Printer(piped, err, debug=False).handle(TextDelta(hostile))
+    PlainPrinter(piped, err, debug=False).handle(TextDelta(hostile))
     assert piped.getvalue() == hostile  # a pipe gets the text as the model sent it
 
 

@@ -1,0 +1,105 @@
+"""The driver: one way to run the loop for every surface (issue 9): cancellation, persistence, exit status."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from crow_cli.config import Settings
+from crow_cli.driver import Driver
+from crow_cli.errors import SessionError
+from crow_cli.events import Event, RunFinished, TextDelta, WarningEvent
+from crow_cli.history import Message, user_message
+from crow_cli.loop import LoopSettings
+from crow_cli.sessions import SessionStore
+from crow_cli.surfaces.persist import SessionRecorder
+from tests.conftest import chunk
+
+
+class Stalling:
+    """A `ChatStream` that streams some text, then waits until cancelled."""
+
+    async def stream(self, messages, tools=None):
+        yield chunk({"content": "Half"})
+        await asyncio.Event().wait()
+
+
+class Answering:
+    async def stream(self, messages, tools=None):
+        yield chunk({"content": "Hi"}, "stop")
+
+
+class Events:
+    def __init__(self, on_text=None) -> None:
+        self.seen: list[Event] = []
+        self.on_text = on_text
+
+    def handle(self, event: Event) -> None:
+        self.seen.append(event)
+        if isinstance(event, TextDelta) and self.on_text:
+            self.on_text()
+
+
+def driver(client) -> Driver:
+    return Driver(client, None, LoopSettings(), None)
+
+
+async def test_cancel_ends_the_run_with_the_reason_and_exit_code_given():
+    d = driver(Stalling())
+    sink = Events(on_text=lambda: d.cancel("interrupted (SIGTERM)", 143))
+    history = [user_message("go")]
+    finished = await d.run(history, sink)
+    assert finished == RunFinished("cancelled", "Half", 1, "interrupted (SIGTERM)", 143)
+    assert sink.seen[-1] == finished and not d.running
+    assert history[-1]["content"].startswith("Half") and d.cancel() is False  # nothing left to cancel
+
+
+async def test_a_signal_cancels_the_run_and_sets_the_exit_code():
+    d = driver(Stalling())
+    sink = Events(on_text=lambda: os.kill(os.getpid(), signal.SIGHUP))
+    finished = await d.run([user_message("go")], sink, signals=(signal.SIGHUP,))
+    assert (finished.status, finished.error, finished.exit_code) == ("cancelled", "interrupted (SIGHUP)", 129)
+
+
+async def test_every_message_is_stored_as_it_is_appended_and_the_closed_history_too(tmp_path: Path):
+    with SessionStore(tmp_path / "s.db") as store:
+        recorder = SessionRecorder(store, Settings(model="m", base_url="http://h/v1"))
+        d = driver(Stalling())
+        history: list[Message] = [user_message("go")]
+        await d.run(history, Events(on_text=d.cancel), recorder)
+        assert store.messages(recorder.session_id) == history and len(history) == 2
+
+
+async def test_the_callers_cancellation_closes_and_stores_the_history_then_propagates(tmp_path: Path):
+    with SessionStore(tmp_path / "s.db") as store:
+        recorder = SessionRecorder(store, Settings(model="m", base_url="http://h/v1"))
+        history: list[Message] = [user_message("go")]
+        sink = Events()
+        task = asyncio.ensure_future(driver(Stalling()).run(history, sink, recorder))
+        sink.on_text = task.cancel
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert store.messages(recorder.session_id) == history and history[-1]["role"] == "assistant"
+        assert sink.seen[-1].status == "cancelled"
+
+
+class BrokenRecorder:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def sync(self, history: list[Message]) -> None:
+        self.calls += 1
+        raise SessionError("disk full")
+
+
+async def test_a_store_that_fails_is_said_once_and_the_run_goes_on():
+    recorder = BrokenRecorder()
+    sink = Events()
+    finished = await driver(Answering()).run([user_message("go")], sink, recorder)
+    warnings = [e for e in sink.seen if isinstance(e, WarningEvent)]
+    assert finished.status == "completed" and recorder.calls == 1
+    assert [w.message for w in warnings] == ["disk full; the rest of this session is not recorded"]
