@@ -10,8 +10,12 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import settings
 
 from tests.replay_server import history_violations, rule_matches, stream_duplicate_ids, text_stream
+
+settings.register_profile("crow", deadline=None)  # a per-example deadline is a wall-clock margin
+settings.load_profile("crow")
 
 CASES_DIR = Path(__file__).parent / "cases"
 ROOT = Path(__file__).resolve().parent.parent

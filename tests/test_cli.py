@@ -12,21 +12,7 @@ import pytest
 
 from tests.conftest import ROOT, chunk, sse, text_sse, tool_delta
 from tests.replay_server import ReplayServer
-
-CROW = Path(sys.executable).parent / "crow"
-SECRET = "sk-test-SECRET-123"
-
-
-def crow(*args: str, input: str | None = None, cwd: Path | None = None, env: dict | None = None):
-    full_env = {**os.environ, "NO_COLOR": "1", "TERM": "dumb", **(env or {})}
-    return subprocess.run([str(CROW), *args], input=input, capture_output=True, text=True, timeout=60,
-                          cwd=cwd, env=full_env, stdin=None if input is not None else subprocess.DEVNULL)
-
-
-def run_against(script: list[dict], *args: str, **kw):
-    with ReplayServer(script) as srv:
-        proc = crow("run", "--base-url", srv.base_url, "--api-key", SECRET, "--model", "m", *args, **kw)
-    return proc, srv.requests
+from tests.support import CROW, SECRET, crow, run_against
 
 
 def dice_call(cid: str = "call_d1") -> str:
@@ -153,6 +139,23 @@ def test_output_piped_into_a_reader_that_leaves_early(tmp_path):
                               env={**os.environ, "NO_COLOR": "1"})
     assert proc.stdout == "line\n"
     assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
+
+
+# found trying it as a new user
+def test_piped_stdin_goes_after_the_prompt() -> None:
+    with ReplayServer([{"sse": text_sse("ok")}]) as srv:
+        proc = subprocess.run(f"printf 'diff --git a b\\n' | '{CROW}' run --base-url {srv.base_url} --no-tools "
+                              "'Review this diff'", shell=True, capture_output=True, text=True, timeout=60)
+        body = srv.requests[0]
+    assert proc.returncode == 0, proc.stderr
+    assert body["messages"][-1]["content"] == "Review this diff\n\ndiff --git a b\n"
+
+
+# found trying it as a new user
+def test_no_traceback_from_python_m() -> None:
+    proc = subprocess.run([sys.executable, "-m", "crow_cli", "--version"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0 and proc.stdout.startswith("crow ")
 
 
 # issue 11 item 1: found trying it as a new user (an OpenAI key went to the profile's server)

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from crow_cli.config import DEFAULT_BASE_URL, DEFAULT_MODEL, default_config_path, load_settings, require_api_key
 from crow_cli.errors import ConfigError
+from tests.conftest import text_sse
+from tests.replay_server import ReplayServer
+from tests.support import crow
 
 
 def write_config(text: str):
@@ -172,6 +177,41 @@ def test_example_config_is_valid(tmp_path):
 def test_a_bad_number_from_the_environment_names_the_variable():
     with pytest.raises(ConfigError, match=r"^idle_timeout is not a number: 'abc' \(from CROW_IDLE_TIMEOUT\)$"):
         load_settings({}, env={"CROW_IDLE_TIMEOUT": "abc"})
+
+
+# found trying it as a new user
+def test_key_with_trailing_newline_is_stripped_and_odd_keys_are_refused_unechoed() -> None:
+    with ReplayServer([{"sse": text_sse("ok")}]) as srv:
+        proc = crow("run", "--base-url", srv.base_url, "--api-key", "sk-SECRET-1\n", "--no-tools", "hi")
+        headers = srv.raw_requests[0]["headers"]
+    assert proc.returncode == 0 and headers["Authorization"] == "Bearer sk-SECRET-1"
+    proc = crow("run", "--base-url", "http://127.0.0.1:9/v1", "--api-key", "sk-SECRÉT", "hi")
+    assert proc.returncode == 2 and "SECR" not in proc.stderr and "API key" in proc.stderr
+
+
+# found trying it as a new user
+@pytest.mark.parametrize(("text", "message"), [
+    ("max_retries = -1", "max_retries must be 0 or more"),
+    ("idle_timeout = 0", "idle_timeout must be greater than 0"),
+    ("tool_timeout = -5", "tool_timeout must be greater than 0"),
+    ("[profiles]\nlocal = 5", "'profiles' must hold tables"),
+    ("profiles = 5", "'profiles' must hold tables"),
+    ('base_url = "localhost:9/v1"', "must start with http:// or https://"),
+])
+def test_bad_values_are_config_errors(tmp_path: Path, text: str, message: str) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(text + "\n")
+    with pytest.raises(ConfigError, match=message):
+        load_settings({}, env={}, config_path=str(config), profile=None)
+    proc = crow("run", "--config", str(config), "hi")
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+# found trying it as a new user
+def test_crow_profile_env_beats_the_files_profile(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('profile = "a"\n[profiles.a]\nmodel = "ma"\n[profiles.b]\nmodel = "mb"\n')
+    assert load_settings({}, env={"CROW_PROFILE": "b"}, config_path=str(config)).model == "mb"
 
 
 def test_the_flag_is_named_when_its_value_is_refused():

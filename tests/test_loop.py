@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 
 import httpx
@@ -18,7 +19,6 @@ from crow_cli.wire.client import ChatClient, ClientSettings
 from tests.conftest import chunk, sse, text_sse, tool_delta
 
 URL = "http://llm.test/v1/chat/completions"
-STAMPS: list[float] = []
 
 
 def calls_sse(*calls: tuple[str, str, dict]) -> str:
@@ -43,11 +43,8 @@ async def drive(registry: ToolRegistry, responses: list[str], **settings):
     with respx.mock(assert_all_called=True) as mock:
         route = mock.post(URL).mock(side_effect=[stream(b) for b in responses])
         events = []
-        STAMPS.clear()
         async for e in react(history, c, registry, LoopSettings(**settings)):
             events.append(e)
-            if isinstance(e, ToolRunStarted | ToolResultReady):
-                STAMPS.append(time.perf_counter())
     await c.aclose()
     return history, events, [json.loads(call.request.content) for call in route.calls]
 
@@ -63,25 +60,56 @@ async def nap(seconds: float) -> str:
     return f"slept {seconds}"
 
 
-@tool
-def sync_nap(seconds: float) -> str:
-    """Sleep in a worker thread."""
-    time.sleep(seconds)
-    return "done"
+class Rendezvous:
+    """Tools that each arrive, then wait until `expected` have arrived: they can only all return if they run
+    at the same time. A wait longer than `hang_s` (a bound on a hang, not a margin) is an error."""
+
+    def __init__(self, expected: int, hang_s: float = 60) -> None:
+        self.expected, self.hang_s = expected, hang_s
+        self.count = 0
+        self.lock = threading.Lock()
+
+    def arrive(self) -> None:
+        with self.lock:
+            self.count += 1
+
+    def all_here(self) -> bool:
+        with self.lock:
+            return self.count >= self.expected
 
 
-async def test_three_tools_sleeping_one_second_run_concurrently():
+async def test_three_tools_run_concurrently():
+    meeting = Rendezvous(3)
+
+    @tool
+    async def meet() -> str:
+        """Arrive on the event loop and wait for the others."""
+        meeting.arrive()
+        deadline = time.monotonic() + meeting.hang_s
+        while not meeting.all_here():
+            if time.monotonic() > deadline:
+                raise RuntimeError("the others never came: the tools ran one after another")
+            await asyncio.sleep(0.01)
+        return "met"
+
+    @tool
+    def sync_meet() -> str:
+        """Arrive in a worker thread and wait for the others."""
+        meeting.arrive()
+        deadline = time.monotonic() + meeting.hang_s
+        while not meeting.all_here():
+            if time.monotonic() > deadline:
+                raise RuntimeError("the others never came: the tools ran one after another")
+            time.sleep(0.01)
+        return "met"
+
     registry = ToolRegistry()
-    registry.register(nap)
-    registry.register(sync_nap)
-    _, events, bodies = await drive(registry, [
-        calls_sse(("a", "nap", {"seconds": 1}), ("b", "sync_nap", {"seconds": 1}), ("c", "nap", {"seconds": 1})),
-        text_sse("ok"),
-    ])
-    durations = [e.result.duration_s for e in events if isinstance(e, ToolResultReady)]
-    assert len(durations) == 3 and all(d >= 1 for d in durations)
-    elapsed = STAMPS[-1] - STAMPS[0]  # first ToolRunStarted to last ToolResultReady
-    assert elapsed < 2.4, f"tools ran one after another ({elapsed:.2f}s)"  # 3 s in a row; slack for a loaded CI
+    registry.register(meet)
+    registry.register(sync_meet)
+    history, events, bodies = await drive(registry, [
+        calls_sse(("a", "meet", {}), ("b", "sync_meet", {}), ("c", "meet", {})), text_sse("ok"),
+    ], tool_timeout_s=120)
+    assert [(m["tool_call_id"], m["content"]) for m in history[2:5]] == [("a", "met"), ("b", "met"), ("c", "met")]
     assert [m.get("tool_call_id") for m in bodies[1]["messages"][2:]] == ["a", "b", "c"]
     assert events[-1] == RunFinished("completed", "ok", 2)
 

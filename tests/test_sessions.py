@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import signal
 import sqlite3
+import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +17,10 @@ import pytest
 
 from crow_cli.errors import SessionError
 from crow_cli.sessions import SessionStore, SessionStoreDamaged, default_db_path, export_session
+from crow_cli.text import public_url
 from tests.conftest import chunk, sse, tool_delta
 from tests.replay_server import ReplayServer, text_stream
-
-CROW = str(Path(sys.executable).parent / "crow")
+from tests.support import CROW, assert_contract, crow, run_args, wait_for
 
 SLOW_TOOL = '''
 import time
@@ -40,22 +41,6 @@ def slow(seconds: float = 60) -> str:
 def tool_call_sse(call_id: str, name: str, arguments: str) -> str:
     return sse(chunk({"role": "assistant", "tool_calls": [tool_delta(0, call_id, name, arguments)]}),
                chunk({}, "tool_calls"))
-
-
-def crow(*args: str, timeout: float = 60, **kw: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([CROW, *args], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
-                          **kw)
-
-
-def run_args(server: ReplayServer, *args: str, key: str = "sk-test") -> list[str]:
-    return ["run", "--base-url", server.base_url, "--api-key", key, "--model", "test-model", *args]
-
-
-def wait_for(predicate: Any, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(0.05)
 
 
 # the store
@@ -307,7 +292,7 @@ def test_crash_mid_turn_loses_only_the_turn_in_flight_and_resumes(_isolated_home
 
 def test_crash_while_streaming_keeps_the_finished_turns(_isolated_home: Path) -> None:
     slow_text = text_stream("This answer streams very slowly and is never finished by the server at all.")
-    script = [{"sse": tool_call_sse("call_1", "list_directory", "{}")}, {"sse": slow_text, "delay_ms": 1000}]
+    script = [{"sse": tool_call_sse("call_1", "list_directory", "{}")}, {"sse": slow_text, "delay_ms": 600_000}]
     with ReplayServer(script) as server:
         proc = subprocess.Popen([CROW, *run_args(server, "look around")], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
@@ -336,7 +321,7 @@ def test_sigint_during_a_tool_stores_cancelled_results(_isolated_home: Path, tmp
         try:
             wait_for(lambda: proc.poll() is not None or "slow" in _peek_latest_roles())
             proc.send_signal(signal.SIGINT)
-            _, err = proc.communicate(timeout=20)
+            _, err = proc.communicate(timeout=120)  # bounds a hang
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -437,3 +422,232 @@ def test_stores_opened_at_once_on_a_new_file_do_not_collide(tmp_path: Path) -> N
         for t in threads:
             t.join(60)
     assert errors == []
+
+
+# one writer per session
+
+GATED_TOOL = '''
+import os, time
+from crow_cli.tools import tool
+
+@tool
+def gated(flag: str) -> str:
+    """Wait until the file `flag` exists.
+
+    Args:
+        flag: a path.
+    """
+    while not os.path.exists(flag):
+        time.sleep(0.05)
+    return "gate opened"
+'''
+
+
+def _gated_tools(tmp_path: Path) -> Path:
+    folder = tmp_path / "tools"
+    folder.mkdir(exist_ok=True)
+    (folder / "gated.py").write_text(GATED_TOOL)
+    return folder
+
+
+class _Holder:
+    """A `crow run` whose tool waits on a flag file: it holds its session until `release()`."""
+
+    def __init__(self, tmp_path: Path, *args: str) -> None:
+        self.flag = tmp_path / "flag"
+        script = [{"sse": tool_call_sse("call_A", "gated", json.dumps({"flag": str(self.flag)}))},
+                  {"sse": text_stream("A done.")}]
+        self.server = ReplayServer(script).__enter__()
+        self.proc = subprocess.Popen([CROW, *run_args(self.server, "--tools-dir", str(_gated_tools(tmp_path)), *args)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                     text=True)
+        wait_for(self._tool_running)
+        with SessionStore() as store:
+            self.session_id = store.latest().id
+
+    def _tool_running(self) -> bool:
+        assert self.proc.poll() is None, self.proc.communicate()
+        if not default_db_path().exists():
+            return False
+        with SessionStore() as store:
+            latest = store.latest()
+            return latest is not None and any(m.get("tool_calls") for m in store.messages(latest.id))
+
+    def release(self) -> tuple[int, str]:
+        self.flag.touch()
+        _, err = self.proc.communicate(timeout=60)
+        return self.proc.returncode, err
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.server.__exit__(None, None, None)
+
+
+# found trying it as a new user (third round)
+def test_a_session_in_use_is_refused_and_its_history_stays_valid(tmp_path: Path, _isolated_home: Path) -> None:
+    holder = _Holder(tmp_path, "A")
+    try:
+        sid, pid = holder.session_id, holder.proc.pid
+        in_use = f"crow: error: session {sid} is in use by another crow (pid {pid})\n"
+        with ReplayServer([{"sse": text_stream("B")}] * 3) as server:
+            for args in (["--session", sid, "B"], ["-c", "B"]):
+                second = crow(*run_args(server, *args))
+                assert (second.returncode, second.stderr) == (1, in_use)
+            chat = crow("chat", "--resume", sid, "--base-url", server.base_url, "--model", "m", "--api-key", "k")
+            assert (chat.returncode, chat.stderr) == (1, in_use)
+            slash = subprocess.run([CROW, "chat", "--base-url", server.base_url, "--model", "m", "--api-key", "k"],
+                                   input=f"/resume {sid}\n", capture_output=True, text=True, timeout=60)
+            assert slash.returncode == 0 and in_use.strip() in slash.stdout, slash.stdout
+            assert server.requests == []
+        for args in (["list"], ["show", sid], ["export", sid, "-f", "json"]):  # readers are never refused
+            assert crow("sessions", *args).returncode == 0
+        refused = crow("sessions", "delete", sid)
+        assert (refused.returncode, refused.stderr) == (1, in_use)
+        code, err = holder.release()
+        assert code == 0, err
+    finally:
+        holder.close()
+    assert not any(default_db_path().with_name("sessions.db.locks").iterdir())  # its lock file is gone too
+    with SessionStore() as store:
+        stored = store.messages(sid)
+    assert [m["role"] for m in stored] == ["user", "assistant", "tool", "assistant"]
+    assert_contract(stored)
+    with ReplayServer([{"sse": text_stream("C")}]) as server:  # free again once A has ended
+        assert crow(*run_args(server, "--session", sid, "C")).returncode == 0
+
+
+# found trying it as a new user (third round)
+def test_the_lock_of_a_killed_crow_does_not_block(tmp_path: Path, _isolated_home: Path) -> None:
+    holder = _Holder(tmp_path, "A")
+    try:
+        sid = holder.session_id
+        holder.proc.send_signal(signal.SIGKILL)
+        holder.proc.wait(10)
+    finally:
+        holder.close()
+    with ReplayServer([{"sse": text_stream("resumed")}]) as server:
+        result = crow(*run_args(server, "--session", sid, "again"))
+    assert result.returncode == 0, result.stderr
+    with SessionStore() as store:
+        stored = store.messages(sid)
+    assert [m["role"] for m in stored] == ["user", "assistant", "tool", "user", "assistant"]
+    assert_contract(stored)
+
+
+# found trying it as a new user (third round)
+def test_the_store_grants_one_writer_per_session(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    with SessionStore(db) as first, SessionStore(db) as second:
+        info = first.create()
+        with pytest.raises(SessionError) as refused:
+            second.load(info.id)
+        assert str(refused.value) == f"session {info.id} is in use by another crow (pid {os.getpid()})"
+        assert first.load(info.id) == []  # the holder itself may load it again
+        first.release(info.id)
+        assert second.load(info.id) == []
+        assert second.messages(info.id) == [] and first.recent()[0].id == info.id  # reading is never refused
+
+
+# stored text cannot drive the terminal
+
+HOSTILE = "look\x1b]0;HACKED\x07\x1b[2J here\x9b31m \x1b]52;c;aGk=\x07end"
+
+
+def _on_pty(*args: str) -> tuple[int, str]:
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([CROW, *args], stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        out += data
+    os.close(master)
+    return proc.wait(60), out.decode("utf-8", "replace")
+
+
+def _controls(text: str) -> set[str]:
+    return {c for c in text if (ord(c) < 32 and c not in "\r\n\t") or 0x7F <= ord(c) <= 0x9F}
+
+
+# found trying it as a new user (third round)
+def test_sessions_commands_neutralise_control_characters_on_a_terminal(_isolated_home: Path) -> None:
+    with SessionStore() as store:
+        info = store.create(model="m\x1b[2J")
+        store.append(info.id, {"role": "user", "content": HOSTILE})
+        store.append(info.id, {"role": "assistant", "content": HOSTILE})
+    messages = [{"role": "user", "content": HOSTILE}, {"role": "assistant", "content": HOSTILE}]
+    for args in (["list"], ["show", info.id], ["export", info.id], ["export", info.id, "-f", "jsonl"],
+                 ["export", info.id, "-f", "json"]):
+        code, out = _on_pty("sessions", *args)
+        assert code == 0 and "HACKED" in out, (args, out)
+        assert not _controls(out), (args, _controls(out))
+    code, out = _on_pty("sessions", "export", info.id, "-f", "json")
+    assert json.loads(out)["messages"] == messages  # the data stays exact
+    piped = crow("sessions", "show", info.id)
+    assert HOSTILE in piped.stdout  # a pipe or file gets the text as stored
+    code, out = _on_pty("sessions", "delete", info.id)
+    assert code == 0 and "deleted" in out and not _controls(out), out
+
+
+# private files and secrets
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+# found trying it as a new user (third round)
+def test_session_files_are_private_and_existing_folders_keep_their_mode(_isolated_home: Path) -> None:
+    share = _isolated_home / ".local" / "share"
+    share.mkdir(parents=True)
+    share.chmod(0o755)
+    with ReplayServer([{"sse": text_stream("ok")}]) as server:
+        assert crow(*run_args(server, "hello")).returncode == 0
+    db = default_db_path()
+    assert _mode(share) == 0o755  # it existed: left alone
+    assert _mode(db.parent) == 0o700
+    with SessionStore() as store:  # while open, the WAL files exist
+        store.create()
+        for path in db.parent.iterdir():
+            if path.is_file():
+                assert _mode(path) == 0o600, path
+
+
+# found trying it as a new user (third round)
+def test_an_old_world_readable_store_is_made_private(_isolated_home: Path) -> None:
+    db = default_db_path()
+    SessionStore().close()
+    db.chmod(0o644)
+    SessionStore().close()
+    assert _mode(db) == 0o600
+
+
+# found trying it as a new user (second round)
+def test_credentials_in_the_base_url_are_never_stored(_isolated_home: Path) -> None:
+    assert public_url("http://user:sk-URLSECRET2@127.0.0.1:8080/v1?key=sk-Q") == "http://127.0.0.1:8080/v1"
+    with ReplayServer([{"sse": text_stream("ok")}]) as srv:
+        url = srv.base_url.replace("http://", "http://user:sk-URLSECRET2@")
+        proc = crow("run", "--base-url", url, "--no-tools", "hi")
+    assert proc.returncode == 0, proc.stderr
+    for path in _isolated_home.rglob("*"):
+        if path.is_file():
+            assert b"sk-URLSECRET2" not in path.read_bytes(), path
+
+
+# found trying it as a new user (second round)
+def test_sessions_list_says_when_older_sessions_are_not_shown(_isolated_home: Path) -> None:
+    with SessionStore(default_db_path()) as store:
+        for n in range(3):
+            store.append(store.create(model="m").id, {"role": "user", "content": f"hi {n}"})
+    proc = crow("sessions", "list", "--limit", "2")
+    assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 2
+    assert "--limit 0" in proc.stderr
+    proc = crow("sessions", "list", "--limit", "0")
+    assert len(proc.stdout.splitlines()) == 3 and proc.stderr == ""

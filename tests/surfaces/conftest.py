@@ -1,4 +1,4 @@
-"""Fixtures of the chat tests: a session store in tmp_path, a folder of tools that nap or need approval."""
+"""Fixtures of the surface tests: a session store in tmp_path, a folder of tools that nap or need approval."""
 
 from __future__ import annotations
 
@@ -8,19 +8,23 @@ from pathlib import Path
 import pytest
 
 from crow_cli.sessions import SessionStore
+from tests.support import tools_folder
 
 APPROVAL_TOOLS = '''
 import asyncio
 from crow_cli.tools import tool
 
 @tool
-async def nap(seconds: float = 0.2) -> str:
-    """Sleep on the event loop, then say so.
+async def nap(seconds: float = 0.2, flag: str = "") -> str:
+    """Sleep on the event loop, then say so (and create the file `flag`, if given, for a test to wait on).
 
     Args:
         seconds: how long.
+        flag: a path to create once rested.
     """
     await asyncio.sleep(seconds)
+    if flag:
+        open(flag, "w").close()
     return "rested"
 
 @tool(needs_approval=True)
@@ -33,21 +37,10 @@ def guarded(text: str) -> str:
     return "guarded ran: " + text
 '''
 
-CANCELLED = "Error: the tool call was cancelled by the user; no result."
-"""The result of a call the user's Ctrl-C (or a signal) cancelled."""
-
-
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[SessionStore]:
     with SessionStore(tmp_path / "sessions.db") as s:
         yield s
-
-
-def tools_folder(folder: Path, source: str) -> Path:
-    """`folder`, created, holding one tools module with `source` (for `--tools-dir`)."""
-    folder.mkdir()
-    (folder / f"{folder.name.replace('-', '_')}.py").write_text(source)
-    return folder
 
 
 @pytest.fixture

@@ -37,7 +37,7 @@ from acp.schema import (
 from crow_cli.sessions import SessionStore
 from tests.conftest import chunk, sse, text_sse
 from tests.replay_server import ReplayServer
-from tests.tools.cli_helpers import script
+from tests.support import script
 
 CROW = str(Path(sys.executable).with_name("crow"))
 

@@ -8,7 +8,6 @@ import asyncio
 import io
 import json
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -24,8 +23,7 @@ from crow_cli.tools.approval import describe_call
 from crow_cli.tools.builtin import BUILTIN_TOOLS
 from crow_cli.tools.context import ToolContext
 from tests.replay_server import ReplayServer, text_stream
-from tests.surfaces.conftest import CANCELLED
-from tests.surfaces.test_chat import assert_valid, chat, tool_calls_sse
+from tests.support import CANCELLED, assert_valid, chat, tool_calls_sse, wait_for
 
 
 async def test_ctrl_c_at_the_approval_prompt_cancels_the_whole_turn(store: SessionStore,
@@ -91,17 +89,16 @@ async def test_the_approval_prompt_previews_the_call_as_crow_run_does(store: Ses
 
 @pytest.mark.parametrize("terminal", [False, True])
 async def test_a_tool_line_never_lands_on_the_approval_prompt_line(store: SessionStore, approval_tools: Path,
-                                                                   terminal: bool) -> None:
+                                                                   terminal: bool, tmp_path: Path) -> None:
     """`nap` finishes while the approval prompt for `guarded` waits: its ✓ line must not join the prompt."""
-    script = [{"sse": tool_calls_sse(("call_n", "nap", {"seconds": 0.1}), ("call_g", "guarded", {"text": "x"}))},
+    rested = tmp_path / "rested"
+    script = [{"sse": tool_calls_sse(("call_n", "nap", {"seconds": 0.1, "flag": str(rested)}),
+                                     ("call_g", "guarded", {"text": "x"}))},
               {"sse": text_stream("Both done.")}]
     screen = io.StringIO()  # what the terminal shows: the chat's console and prompt-toolkit write to one stream
 
     def answer_late(pipe: object) -> None:
-        deadline = time.monotonic() + 20
-        while "Allow guarded" not in screen.getvalue() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        time.sleep(1.0)  # nap (0.1 s) ends while the question waits
+        wait_for(lambda: "Allow guarded" in screen.getvalue() and rested.exists())  # nap ended while it waits
         pipe.send_text("y\r/exit\r")  # type: ignore[attr-defined]
 
     with ReplayServer(script) as server, create_pipe_input() as pipe:
@@ -111,7 +108,7 @@ async def test_a_tool_line_never_lands_on_the_approval_prompt_line(store: Sessio
                       ChatOptions(tools_dirs=(str(approval_tools),)), console=console, pt_input=pipe,
                       pt_output=PlainTextOutput(screen), store=store)
         threading.Thread(target=answer_late, args=(pipe,), daemon=True).start()
-        await asyncio.wait_for(app.run(), 30)
+        await asyncio.wait_for(app.run(), 120)  # bounds a hang
     text = screen.getvalue()
     lines = [line for raw in text.split("\n") for line in raw.split("\r")]
     mark = "✓ nap" if terminal else "ok nap"

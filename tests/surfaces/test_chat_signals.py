@@ -11,9 +11,7 @@ import pytest
 from crow_cli.sessions import SessionStore
 from tests.conftest import text_sse
 from tests.replay_server import ReplayServer, text_stream
-from tests.surfaces.chat_terminal import ChatTerminal
-from tests.surfaces.conftest import CANCELLED
-from tests.surfaces.test_chat import assert_valid, tool_calls_sse
+from tests.support import CANCELLED, ChatTerminal, assert_valid, tool_calls_sse, wait_for
 
 
 def chat_args(base_url: str, tools_dir: Path) -> list[str]:
@@ -36,7 +34,7 @@ def test_a_signal_during_a_turn_saves_a_valid_session(tmp_path: Path, approval_t
         term.send("take a nap\r")
         term.expect('nap({"seconds": 60})')  # its spinner: the long nap runs
         if sig == signal.SIGHUP:
-            term.hang_up()  # the terminal window was closed
+            term.hang_up()  # the terminal window was closed (SIGHUP, then the terminal goes once crow ended)
         else:
             term.signal(sig)
         assert term.wait() == code
@@ -57,7 +55,7 @@ def test_closing_the_terminal_at_an_approval_question_saves_a_valid_session(tmp_
         term.expect("›")
         term.send("go\r")
         term.expect("Allow guarded")
-        term.hang_up()
+        term.hang_up(closed_once_shown='nap({"seconds": 0})')  # the question is gone: crow is closing the turn
         assert term.wait() == 129
         err = term.stderr()
     assert err == "crow: interrupted (SIGHUP)\n", err
@@ -108,15 +106,15 @@ def test_ctrl_c_at_an_approval_prompt_on_a_terminal_stops_the_turn(tmp_path: Pat
 
 
 def test_a_tool_line_does_not_join_the_approval_question_on_a_terminal(tmp_path: Path, approval_tools: Path) -> None:
-    import time
-
-    script = [{"sse": tool_calls_sse(("call_n", "nap", {"seconds": 0.1}), ("call_g", "guarded", {"text": "x"}))},
+    rested = tmp_path / "rested"
+    script = [{"sse": tool_calls_sse(("call_n", "nap", {"seconds": 0.1, "flag": str(rested)}),
+                                     ("call_g", "guarded", {"text": "x"}))},
               {"sse": text_stream("Both done.")}]
     with ReplayServer(script) as server, ChatTerminal(chat_args(server.base_url, approval_tools), cwd=tmp_path) as term:
         term.expect("›")
         term.send("go\r")
         term.expect("Allow guarded")
-        time.sleep(1.0)  # nap (0.1 s) ends while the question waits
+        wait_for(rested.exists)  # nap ends while the question waits
         term.send("y\r")
         term.expect("Both done.")
         term.expect("›")
@@ -136,7 +134,8 @@ def test_closing_the_terminal_while_an_answer_streams_exits_129(tmp_path: Path, 
         term.expect("›")
         term.send("go\r")
         term.expect("Title")
-        term.hang_up()
+        term.close_terminal()  # as a closed window does: the terminal goes, then SIGHUP (crow may see either first)
+        term.signal(signal.SIGHUP)
         assert term.wait() == 129
         err = term.stderr()
     assert "error" not in err and "Traceback" not in err, err
@@ -153,7 +152,7 @@ def test_a_terminal_that_goes_away_without_sighup_ends_the_chat_with_129(tmp_pat
         term.expect("›")
         term.send("go\r")
         term.expect("Title")
-        term.hang_up(send_sighup=False)
+        term.close_terminal()
         assert term.wait() == 129
         err = term.stderr()
     assert "error" not in err and "Traceback" not in err, err

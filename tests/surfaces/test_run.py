@@ -1,15 +1,21 @@
-"""`crow run` on a terminal: what the plain surface shows on stderr around an approval question."""
+"""`crow run`'s plain surface: what reaches stdout on a terminal, a pipe, a latin-1 stream or a closed stdout, and
+what stderr shows around an approval question on a terminal."""
 
 from __future__ import annotations
 
+import io
+import os
 import re
-import time
+import subprocess
 from pathlib import Path
 
-from tests.replay_server import ReplayServer
-from tests.surfaces.chat_terminal import ChatTerminal
-from tests.surfaces.conftest import tools_folder
-from tests.tools.cli_helpers import script
+from crow_cli.events import TextDelta
+from crow_cli.sessions import SessionStore
+from crow_cli.surfaces.run import PlainPrinter
+from crow_cli.text import strip_controls
+from tests.conftest import chunk, sse, text_sse, tool_delta
+from tests.replay_server import ReplayServer, text_stream
+from tests.support import CROW, ChatTerminal, run_against, run_args, run_crow, script, tools_folder, wait_for
 
 TOOLS = '''
 import asyncio, pathlib
@@ -41,9 +47,7 @@ def test_no_progress_line_lands_on_the_approval_question(tmp_path: Path) -> None
              "--tools-dir", str(tools), "go"], cwd=tmp_path, command="run", stderr_on_terminal=True) as term:
         term.expect("Allow guarded?")
         (tmp_path / "fetched.go").write_text("")
-        deadline = time.monotonic() + 20
-        while not marker.exists() and time.monotonic() < deadline:  # fetch has finished (bounds a hang only)
-            time.sleep(0.02)
+        wait_for(marker.exists)  # fetch has finished
         term.send("y\r")
         term.expect("Done.")
         assert term.wait() == 0
@@ -55,9 +59,6 @@ def test_no_progress_line_lands_on_the_approval_question(tmp_path: Path) -> None
 
 def test_system_cannot_silently_stay_unchanged_on_a_continued_session(tmp_path: Path) -> None:
     # issue 11 item 9 (found trying it as a new user): `crow run -c --system NEW` kept the old system prompt
-    from tests.conftest import text_sse
-    from tests.scripting.scripting_support import run_crow
-
     first = run_crow([{"sse": text_sse("One.")}], "--system", "OLD", "hi", cwd=tmp_path)
     assert first.code == 0, first.stderr
     changed = run_crow([{"sse": text_sse("Two.")}], "-c", "--system", "NEW", "again", cwd=tmp_path)
@@ -65,3 +66,48 @@ def test_system_cannot_silently_stay_unchanged_on_a_continued_session(tmp_path: 
     assert changed.stderr.count("\n") == 1 and "--system cannot change the system prompt" in changed.stderr
     same = run_crow([{"sse": text_sse("Three.")}], "-c", "--system", "OLD", "again", cwd=tmp_path)
     assert same.code == 0 and same.requests[0]["messages"][0] == {"role": "system", "content": "OLD"}
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+# found trying it as a new user (second round)
+def test_model_text_cannot_drive_the_terminal() -> None:
+    hostile = "ok\x1b[2J\x1b[H\x1b]0;PWNED\x07 done\r\n"
+    assert strip_controls(hostile) == "ok[2J[H]0;PWNED done\n"
+    out, err = _Terminal(), io.StringIO()
+    PlainPrinter(out, err, debug=False).handle(TextDelta(hostile))
+    assert "\x1b" not in out.getvalue() and "\x07" not in out.getvalue()
+    piped = io.StringIO()
+    PlainPrinter(piped, err, debug=False).handle(TextDelta(hostile))
+    assert piped.getvalue() == hostile  # a pipe gets the text as the model sent it
+
+
+# found trying it as a new user
+def test_latin1_stdout_still_gets_the_answer() -> None:
+    proc, _ = run_against([{"sse": text_sse("Eagle 🦅 done")}], "--no-tools", "hi",
+                          env={"PYTHONIOENCODING": "latin-1"})
+    assert proc.returncode == 0 and proc.stdout == "Eagle ? done\n"
+
+
+# found trying it as a new user
+def test_text_of_consecutive_turns_is_not_glued_in_a_pipe(tmp_path: Path) -> None:
+    first = sse(chunk({"content": "Let me look."}),
+                chunk({"tool_calls": [tool_delta(0, "l1", "list_directory", "{}")]}), chunk({}, "tool_calls"))
+    proc, _ = run_against([{"sse": first}, {"sse": text_sse("All done.")}], "go", cwd=tmp_path)
+    assert proc.stdout == "Let me look.\nAll done.\n"
+
+
+# found trying it as a new user (third round)
+def test_run_with_stdout_closed_is_not_an_internal_error(_isolated_home: Path) -> None:
+    with ReplayServer([{"sse": text_stream("answer nobody reads")}]) as server:
+        result = subprocess.run([CROW, *run_args(server, "hi")], stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True, timeout=60, preexec_fn=lambda: os.close(1))
+    assert "internal error" not in result.stderr and result.returncode == 0, result.stderr
+    with SessionStore() as store:
+        latest = store.latest()
+        assert latest is not None
+        stored = store.messages(latest.id)
+    assert stored[-1] == {"role": "assistant", "content": "answer nobody reads"}

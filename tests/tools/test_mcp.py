@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -10,10 +14,11 @@ import pytest
 from crow_cli.errors import ConfigError, ToolError
 from crow_cli.tools.mcp import McpServers
 from crow_cli.tools.registry import ToolRegistry
+from tests.conftest import text_sse
 from tests.replay_server import ReplayServer
-from tests.tools.cli_helpers import HERE, run_crow, script, tool_messages
+from tests.support import CROW, crow, script, tool_messages, wait_for
 
-SERVER = str(HERE / "mcp_demo_server.py")
+SERVER = str(Path(__file__).with_name("mcp_demo_server.py"))
 
 
 def _demo(name: str = "demo", **extra: object) -> dict[str, object]:
@@ -111,7 +116,7 @@ command = "/nonexistent/mcp-server"
 
 
 def test_crow_tools_lists_mcp_tools_with_their_source(tmp_path: Path) -> None:
-    proc = run_crow(["tools", "--config", str(_config(tmp_path))], tmp_path)
+    proc = crow("tools", "--config", str(_config(tmp_path)), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "add             Add two integers.\n                source: mcp:demo [needs approval]" in proc.stdout
     assert "shout" in proc.stdout and "source: mcp:demo\n" in proc.stdout
@@ -125,8 +130,8 @@ def test_crow_run_calls_mcp_tools_end_to_end(tmp_path: Path, yes: bool) -> None:
     calls = [("call_a", "add", {"a": 2, "b": 40}), ("call_s", "shout", {"text": "quiet"}),
              ("call_r", "demo_read_file", {"path": "notes.md"})]
     with ReplayServer(script(calls)) as server:
-        proc = run_crow(["run", "--base-url", server.base_url, "--api-key", "sk-test", "--model", "test-model",
-                         "--config", str(_config(tmp_path)), *(["--yes"] if yes else []), "use the tools"], tmp_path)
+        proc = crow("run", "--base-url", server.base_url, "--api-key", "sk-test", "--model", "test-model",
+                         "--config", str(_config(tmp_path)), *(["--yes"] if yes else []), "use the tools", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "All done.\n"
     results = tool_messages(server.requests[1])
@@ -140,3 +145,65 @@ def test_crow_run_calls_mcp_tools_end_to_end(tmp_path: Path, yes: bool) -> None:
     for noise in ("Traceback", "Task was destroyed", "cancel scope", "RuntimeError", "ERROR"):
         assert noise not in proc.stderr
     assert "crow: warning: MCP server 'missing' failed to start" in proc.stderr
+
+
+# found trying it as a new user (second round)
+def test_sigint_while_an_mcp_server_starts_ends_the_run_promptly(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('[mcp_servers.mute]\ncommand = "sleep"\nargs = ["3600"]\nstartup_timeout = 3000\n')
+    with ReplayServer([{"sse": text_sse("never")}]) as srv:
+        proc = subprocess.Popen([CROW, "run", "--json", "--config", str(config), "--base-url", srv.base_url, "hi"],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                cwd=tmp_path)
+        try:
+            assert proc.stdout is not None
+            first = json.loads(proc.stdout.readline())  # run_started: now the servers are starting
+            assert first["type"] == "run_started"
+            wait_for(lambda: any(_command(pid) == "sleep" for pid in _children(proc.pid)))  # the server runs
+            proc.send_signal(signal.SIGINT)
+            # it used to run on until the server's startup timeout (here 50 minutes: a hang, cut by this bound)
+            out, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+    last = json.loads(out.splitlines()[-1])
+    assert proc.returncode == 130, err
+    assert last["type"] == "run_finished" and last["status"] == "cancelled"
+    assert "Traceback" not in err
+
+
+def _children(pid: int) -> list[int]:
+    """The child processes of `pid` (Linux /proc)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        found += [int(p) for p in task.read_text().split()]
+    return found
+
+
+def _command(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except FileNotFoundError:
+        return ""
+
+
+# found trying it as a new user (second round)
+def test_mcp_startup_timeout_is_honoured(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('[mcp_servers.mute]\ncommand = "sleep"\nargs = ["60"]\nstartup_timeout = 2\n')
+    proc = crow("tools", "--config", str(config), cwd=tmp_path)
+    assert proc.returncode == 0 and "read_file" in proc.stdout
+    assert "did not start within 2 s" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# found trying it as a new user (second round): past its startup timeout, crow waited 10 s more for a clean stop
+async def test_a_server_past_its_startup_timeout_gets_no_clean_stop(monkeypatch: pytest.MonkeyPatch) -> None:
+    from crow_cli.tools import mcp
+
+    monkeypatch.setattr(mcp, "_STOP_TIMEOUT_S", 3600.0)  # no public knob: a clean stop would now hang
+    registry = ToolRegistry()
+    async with asyncio.timeout(120):  # bounds that hang
+        async with McpServers({"mute": {"command": "sleep", "args": ["3600"], "startup_timeout": 1}}) as servers:
+            await servers.register_tools(registry)
+    assert any("did not start within 1 s" in error for error in registry.errors), registry.errors

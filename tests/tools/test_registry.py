@@ -10,6 +10,7 @@ import pytest
 
 from crow_cli.errors import ToolError
 from crow_cli.tools.registry import ToolRegistry, default_registry, tool
+from tests.support import TOOLS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -137,3 +138,35 @@ async def test_sync_tools_run_in_a_worker_thread_and_async_on_the_loop():
     assert await where.invoke({}) == "worker"
     assert await where_async.invoke({}) == "main"
     assert await tool(lambda: {"a": 1}, name="obj").invoke({}) == '{"a": 1}'
+
+
+# found trying it as a new user
+def test_plugin_exiting_at_import_is_a_load_error(tmp_path: Path) -> None:
+    (tmp_path / "exits.py").write_text("import sys\nsys.exit(5)\n")
+    registry = ToolRegistry()
+    registry.load_folder(tmp_path)
+    assert len(registry) == 0 and "SystemExit" in registry.errors[0]
+
+
+class Weird:
+    """An arbitrary class: pydantic has no schema for it."""
+
+
+# found trying it as a new user
+def test_tool_with_an_undescribable_type_is_dropped_with_a_reason() -> None:
+    def weird(w: Weird) -> str:
+        """Takes something pydantic cannot describe."""
+        return "x"
+
+    registry = ToolRegistry()
+    registry.register(tool(weird))
+    assert registry.schemas() == []
+    assert "weird" in registry.errors[0] and "dropped" in registry.errors[0]
+
+
+# found trying it as a new user
+def test_same_folder_twice_loads_once() -> None:
+    registry = ToolRegistry()
+    registry.load_folder(TOOLS)
+    registry.load_folder(str(TOOLS) + "/")
+    assert sorted(t.name for t in registry) == ["current_time", "roll_dice"]

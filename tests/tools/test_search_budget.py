@@ -19,7 +19,7 @@ from crow_cli.tools.builtin import search
 from crow_cli.tools.builtin.search import search_files
 from tests.conftest import text_sse
 from tests.replay_server import ReplayServer
-from tests.scripting.scripting_support import argv, run_crow, tool_turn, write_config
+from tests.support import argv, run_crow, tool_turn, write_config
 
 NESTED = "^(a+)+$"  # the tester's pattern: exponential in `re`, linear in `regex`
 SLOW = "^(a|aa)+$"  # exponential in both: only a budget or a timeout stops it
@@ -69,7 +69,7 @@ def test_a_signal_during_an_endless_search_stops_crow(ws: Path, sig: int, code: 
                     break
             time.sleep(0.5)  # the search is under way
             proc.send_signal(sig)
-            rest, err = proc.communicate(timeout=30)  # the search alone would run for its whole budget
+            rest, err = proc.communicate(timeout=120)  # bounds a hang; a search run to its end exits 0
         finally:
             proc.kill()
     assert proc.returncode == code, err
@@ -81,10 +81,8 @@ def test_a_signal_during_an_endless_search_stops_crow(ws: Path, sig: int, code: 
 
 def test_the_search_budget_stops_the_search_with_a_clear_error(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(search, "SEARCH_BUDGET_S", 0.5)
-    started = time.monotonic()
     with pytest.raises(ToolError) as caught:
-        search_files(pattern=SLOW)
-    assert time.monotonic() - started < 30  # generous: the budget is half a second
+        search_files(pattern=SLOW)  # without the budget: exponential, it would not return
     assert str(caught.value) == (
         "search stopped after 0.5 s at evil.txt: the pattern '^(a|aa)+$' backtracks too much (nested or "
         "overlapping repeats such as (a+)+ or (a|aa)+); simplify it or narrow the path")

@@ -9,7 +9,7 @@ import pytest
 
 from crow_cli.tools.builtin import shell
 from crow_cli.tools.builtin.shell import run_shell
-from tests.tools.cli_helpers import alive as _alive
+from tests.support import alive
 
 
 @pytest.fixture(autouse=True)
@@ -18,15 +18,15 @@ def _in_workspace(ws: Path) -> Path:
 
 
 async def _wait_gone(pid: int) -> bool:
-    for _ in range(200):
-        if not _alive(pid):
+    for _ in range(1200):  # up to 60 s: bounds a hang
+        if not alive(pid):
             return True
         await asyncio.sleep(0.05)
     return False
 
 
 async def _read_pid(path: Path) -> int:
-    for _ in range(400):
+    for _ in range(2400):  # up to 60 s: bounds a hang
         if path.exists() and path.read_text().strip():
             return int(path.read_text())
         await asyncio.sleep(0.025)
@@ -75,7 +75,7 @@ async def test_cancellation_kills_the_whole_group(ws: Path) -> None:
     pidfile = ws / "grandchild.pid"
     task = asyncio.create_task(run_shell.invoke({"command": f"sleep 300 & echo $! > {pidfile}; wait"}))
     pid = await _read_pid(pidfile)
-    assert _alive(pid)
+    assert alive(pid)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -8,7 +8,7 @@ from crow_cli.events import Notice, RunFinished, ToolCallStarted, ToolRunStarted
 from crow_cli.history import user_message
 from crow_cli.loop import LoopSettings, react
 from crow_cli.tools.registry import ToolRegistry
-from tests.scripting.scripting_support import ScriptedStream, ok
+from tests.support import ScriptedStream, ok
 
 
 class RecordingStream(ScriptedStream):

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from crow_cli.history import Message, repair_history, user_message
 from crow_cli.loop import LoopSettings, react
 from crow_cli.tools.registry import ToolRegistry
-from tests.scripting.scripting_support import ScriptedStream, assert_contract, boom, ok, slow
+from tests.support import ScriptedStream, assert_contract, boom, ok, slow
 
 call_ids = st.sampled_from(["call_a", "call_b", "", "call_a"])
 tool_names = st.sampled_from(["ok", "boom", "slow", "missing"])

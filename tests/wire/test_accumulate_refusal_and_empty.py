@@ -8,7 +8,7 @@ from crow_cli.events import TextDelta, WarningEvent
 from crow_cli.wire.accumulate import StreamAccumulator
 from tests.conftest import chunk, sse
 from tests.replay_server import ReplayServer
-from tests.tools.cli_helpers import run_crow
+from tests.support import crow
 
 REFUSAL = "I can't help with that."
 
@@ -43,16 +43,15 @@ def test_no_text_no_calls_no_refusal_is_an_empty_answer_warning():
 def test_cli_shows_a_refusal_and_stores_it(tmp_path):
     body = sse(chunk({"role": "assistant", "content": None, "refusal": REFUSAL}), chunk({}, "stop"))
     with ReplayServer([{"sse": body}]) as srv:
-        proc = run_crow(["run", "--base-url", srv.base_url, "--model", "m", "--no-tools", "--json", "hi"], tmp_path)
+        proc = crow("run", "--base-url", srv.base_url, "--model", "m", "--no-tools", "--json", "hi", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     events = [json.loads(line) for line in proc.stdout.splitlines()]
     assert {"type": "warning", "message": f"the model refused: {REFUSAL}", "call_id": None} in events
     with ReplayServer([{"sse": body}]) as srv:
-        proc = run_crow(["run", "--base-url", srv.base_url, "--model", "m", "--no-tools", "hi"], tmp_path)
+        proc = crow("run", "--base-url", srv.base_url, "--model", "m", "--no-tools", "hi", cwd=tmp_path)
     assert proc.returncode == 0 and f"crow: warning: the model refused: {REFUSAL}" in proc.stderr
     with ReplayServer([{"sse": sse(chunk({"content": "ok"}, "stop"))}]) as srv:  # the stored session goes back
-        proc = run_crow(["run", "--base-url", srv.base_url, "--model", "m", "--no-tools", "--continue", "next"],
-                        tmp_path)
+        proc = crow("run", "--base-url", srv.base_url, "--model", "m", "--no-tools", "--continue", "next", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     sent = [m for m in srv.requests[0]["messages"] if m["role"] == "assistant"]
     assert sent == [{"role": "assistant", "content": REFUSAL, "refusal": REFUSAL}]
@@ -61,7 +60,7 @@ def test_cli_shows_a_refusal_and_stores_it(tmp_path):
 def test_cli_warns_about_an_empty_answer(tmp_path):
     body = sse(chunk({"role": "assistant", "content": ""}), chunk({}, "stop"))
     with ReplayServer([{"sse": body}]) as srv:
-        proc = run_crow(["run", "--base-url", srv.base_url, "--model", "m", "--no-tools", "hi"], tmp_path)
+        proc = crow("run", "--base-url", srv.base_url, "--model", "m", "--no-tools", "hi", cwd=tmp_path)
     assert proc.returncode == 0 and proc.stdout == ""
     assert "crow: warning: the model returned an empty answer" in proc.stderr
 

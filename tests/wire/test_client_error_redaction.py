@@ -10,7 +10,7 @@ import openai
 from crow_cli.errors import AuthError, ServerError
 from crow_cli.wire.client import map_error
 from tests.replay_server import ReplayServer
-from tests.tools.cli_helpers import run_crow
+from tests.support import crow
 
 KEY = "sk-SECRET-abc123"
 
@@ -44,8 +44,8 @@ def test_cli_error_line_and_json_event_carry_no_key(tmp_path):
     body = json.dumps({"error": {"message": f"Incorrect API key provided: {KEY}", "code": "invalid_api_key"}})
     for mode in ([], ["--json"]):
         with ReplayServer([{"status": 401, "body": body}]) as srv:
-            proc = run_crow(["run", "--base-url", srv.base_url, "--api-key", KEY, "--model", "m", "--no-tools",
-                             *mode, "hi"], tmp_path)
+            proc = crow("run", "--base-url", srv.base_url, "--api-key", KEY, "--model", "m", "--no-tools",
+                             *mode, "hi", cwd=tmp_path)
         assert proc.returncode == 1
         assert KEY not in proc.stdout + proc.stderr and "[REDACTED]" in proc.stderr
         if mode:

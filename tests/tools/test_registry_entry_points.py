@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from crow_cli.tools.registry import ToolRegistry
-from tests.tools.cli_helpers import CROW
+from tests.support import CROW
 
 PLUGIN = '''
 from crow_cli.tools import tool

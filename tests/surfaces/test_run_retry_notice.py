@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from tests.conftest import text_sse
-from tests.scripting.scripting_support import run_crow, write_config
+from tests.support import run_crow, write_config
 
 LIMITED = {"status": 429, "body": json.dumps({"error": {"message": "slow down", "type": "rate_limit"}})}
 
@@ -44,7 +44,7 @@ def test_sigint_during_a_retry_wait_ends_the_run_cancelled(tmp_path: Path) -> No
     import subprocess
 
     from tests.replay_server import ReplayServer
-    from tests.scripting.scripting_support import argv, schema_validator
+    from tests.support import argv, schema_validator
 
     config = write_config(tmp_path, max_retries=2)
     with ReplayServer(script(**{"retry-after": "50"})) as server:
@@ -58,7 +58,7 @@ def test_sigint_during_a_retry_wait_ends_the_run_cancelled(tmp_path: Path) -> No
                 proc.send_signal(signal.SIGINT)
                 break
         try:
-            rest, err = proc.communicate(timeout=30)  # far less than the 50 s wait
+            rest, err = proc.communicate(timeout=120)  # bounds a hang; a run that waited 50 s would exit 0, not 130
         finally:
             proc.kill()
     events += [json.loads(line) for line in rest.splitlines()]

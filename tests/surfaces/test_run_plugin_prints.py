@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from tests.replay_server import ReplayServer
-from tests.tools.cli_helpers import run_crow, script
+from tests.support import crow, script
 
 NOISY = '''
 import os
@@ -41,8 +41,8 @@ def _run(tmp_path, *mode: str):
     (tools / "noisy.py").write_text(NOISY)
     turns = script([("c1", "noisy_sync", {"x": 1}), ("c2", "noisy_async", {"x": 2})], final="The answer.")
     with ReplayServer(turns) as srv:
-        proc = run_crow(["run", "--base-url", srv.base_url, "--model", "m", "--no-session", "--tools-dir",
-                         str(tools), *mode, "go"], tmp_path)
+        proc = crow("run", "--base-url", srv.base_url, "--model", "m", "--no-session", "--tools-dir",
+                         str(tools), *mode, "go", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     for noise in ("NOISE AT IMPORT", "NOISE FROM THREAD", "more noise", "NOISE FROM LOOP", "FD NOISE", "CHILD NOISE"):
         assert noise in proc.stderr and noise not in proc.stdout

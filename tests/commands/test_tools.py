@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.tools.cli_helpers import run_crow
+from tests.support import crow
 
 PLUGIN = '''
 import socket
@@ -39,7 +39,7 @@ def _plugins(tmp_path: Path) -> Path:
 
 def test_a_tool_crow_run_would_drop_is_listed_as_unusable_with_why(tmp_path: Path) -> None:
     # issue 11 item 8: found trying it as a new user: `crow tools` listed `bad`, `crow run` dropped it
-    proc = run_crow(["tools", "--tools-dir", str(_plugins(tmp_path))], tmp_path)
+    proc = crow("tools", "--tools-dir", str(_plugins(tmp_path)), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     usable, _, unusable = proc.stdout.partition("unusable")
     assert "good" in usable and "bad" not in usable
@@ -49,7 +49,7 @@ def test_a_tool_crow_run_would_drop_is_listed_as_unusable_with_why(tmp_path: Pat
 
 def test_tools_json_describes_every_tool(tmp_path: Path) -> None:
     # issue 11 (friction): `crow tools --json`
-    proc = run_crow(["tools", "--json", "--tools-dir", str(_plugins(tmp_path))], tmp_path)
+    proc = crow("tools", "--json", "--tools-dir", str(_plugins(tmp_path)), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     tools = {t["name"]: t for t in json.loads(proc.stdout)}
     assert tools["read_file"] | {"parameters": None, "description": None} == {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sqlite3
 import typing
 from pathlib import Path
 
@@ -13,10 +14,13 @@ from crow_cli import events as ev
 from crow_cli.history import ToolCall, ToolResult
 from crow_cli.surfaces.jsonl import event_schema, event_to_json
 from tests.conftest import chunk, sse, text_sse, tool_delta
-from tests.scripting.scripting_support import (
+from tests.replay_server import ReplayServer
+from tests.support import (
     ROOT,
     TOOLS,
     assert_contract,
+    crow,
+    run_args,
     run_crow,
     schema_validator,
     tool_turn,
@@ -154,3 +158,31 @@ def test_fragments_no_call_can_take_are_a_warning_event(tmp_path: Path) -> None:
     events = ran.events()
     assert [e for e in events if e["type"] == "warning" and "index 0, which never opened a call" in e["message"]]
     assert [c["id"] for c in ran.requests[1]["messages"][-3]["tool_calls"]] == ["call_f", "call_g"]
+
+
+# found trying it as a new user (second round)
+def test_usage_errors_with_json_print_no_event_and_store_no_session(tmp_path: Path, _isolated_home: Path) -> None:
+    for args in (["--approval", "bogus"], ["--workspace", str(tmp_path / "nope")]):
+        proc = crow("run", "--json", "--base-url", "http://127.0.0.1:9/v1", *args, "hi")
+        assert proc.returncode == 2 and proc.stdout == "", proc.stdout
+    for db in _isolated_home.rglob("sessions.db"):
+        with sqlite3.connect(db) as conn:
+            assert conn.execute("SELECT id FROM sessions").fetchall() == []
+
+
+# found trying it as a new user (third round)
+def test_json_run_on_an_unknown_session_starts_and_finishes(_isolated_home: Path) -> None:
+    with ReplayServer([]) as server:
+        result = crow(*run_args(server, "--json", "--session", "nope", "hi"))
+        conflict = crow(*run_args(server, "-c", "--session", "abc", "hi"))
+        assert server.requests == []
+    assert result.returncode == 1
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [e["type"] for e in events] == ["run_started", "run_finished"]
+    for event in events:
+        schema_validator().validate(event)
+    assert events[1]["status"] == "error" and events[1]["exit_code"] == 1
+    assert events[1]["error"] == "no session 'nope' (crow sessions list shows them)"
+    assert result.stderr == "crow: error: no session 'nope' (crow sessions list shows them)\n"
+    assert conflict.returncode == 2 and conflict.stdout == ""
+    assert conflict.stderr == "crow: error: --continue and --session cannot be combined\n"

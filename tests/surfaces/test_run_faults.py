@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from tests.conftest import chunk, sse, text_sse
-from tests.scripting.scripting_support import TOOLS, Ran, assert_contract, run_crow, tool_turn, write_config
+from tests.support import TOOLS, Ran, assert_contract, run_crow, tool_turn, write_config
 
 ERROR_500 = {"status": 500, "body": json.dumps({"error": {"message": "internal error", "type": "server_error"}})}
 LONG = "The quick brown fox jumps over the lazy dog. " * 4
@@ -131,8 +131,8 @@ def test_a_stream_cut_twice_fails_with_a_valid_history(tmp_path: Path) -> None:
 
 
 def test_a_stalled_stream_past_idle_timeout_is_asked_again(tmp_path: Path) -> None:
-    config = write_config(tmp_path, max_retries=0, idle_timeout=0.5)
-    stalled = {"sse": text_sse("Stalled answer that never ends"), "delay_ms": 3000}
+    config = write_config(tmp_path, max_retries=0, idle_timeout=2)  # a fresh stream on a loaded machine is in time
+    stalled = {"sse": text_sse("Stalled answer that never ends"), "delay_ms": 600_000}
     ran = run_crow([stalled, {"sse": text_sse("Fresh.")}], "--json", "hi", cwd=tmp_path, config=config)
     events = completes(ran, "Fresh.")
     notice = next(e for e in events if e["type"] == "notice")
@@ -141,8 +141,8 @@ def test_a_stalled_stream_past_idle_timeout_is_asked_again(tmp_path: Path) -> No
 
 
 def test_a_server_that_never_answers_fails_after_retries(tmp_path: Path) -> None:
-    config = write_config(tmp_path, max_retries=0, idle_timeout=0.5)
-    stalled = {"sse": text_sse("late"), "delay_ms": 3000}
+    config = write_config(tmp_path, max_retries=0, idle_timeout=2)
+    stalled = {"sse": text_sse("late"), "delay_ms": 600_000}
     ran = run_crow([stalled, stalled], "--json", "hi", cwd=tmp_path, config=config)
     fails_in_one_line(ran, "idle", "after 2 attempts")
 

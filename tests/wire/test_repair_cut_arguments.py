@@ -104,7 +104,7 @@ async def test_dispatch_does_not_run_a_cut_off_call_and_answers_it_once():
 def test_cli_keeps_the_old_file_when_write_file_arguments_were_cut(tmp_path):
     from tests.conftest import sse, text_sse
     from tests.replay_server import ReplayServer
-    from tests.tools.cli_helpers import run_crow, tool_messages
+    from tests.support import crow, tool_messages
 
     target = tmp_path / "important.txt"
     target.write_text("precious\n")
@@ -112,7 +112,7 @@ def test_cli_keeps_the_old_file_when_write_file_arguments_were_cut(tmp_path):
                                                '{"path": "important.txt", "content": "line 1\\nline 2\\nline')]}),
               chunk({}, "length"))
     with ReplayServer([{"sse": cut}, {"sse": text_sse("ok")}]) as srv:
-        proc = run_crow(["run", "--base-url", srv.base_url, "--model", "m", "--yes", "--no-session", "go"], tmp_path)
+        proc = crow("run", "--base-url", srv.base_url, "--model", "m", "--yes", "--no-session", "go", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert target.read_text() == "precious\n"
     assert tool_messages(srv.requests[1]) == [{"role": "tool", "tool_call_id": "call_w", "content": CUT_MESSAGE}]

@@ -17,7 +17,7 @@ def _calls(*names: str) -> list[ToolCall]:
 
 async def _results(calls: list[ToolCall], registry: ToolRegistry, approve=None) -> dict[int, str]:
     out = {}
-    async with asyncio.timeout(20):  # a scheduling bug shows as a deadlock: fail instead of hanging
+    async with asyncio.timeout(60):  # a scheduling bug shows as a deadlock: fail instead of hanging
         async for event in dispatch(calls, registry, approve=approve):
             if isinstance(event, ToolResultReady):
                 out[event.result.index] = event.result.output

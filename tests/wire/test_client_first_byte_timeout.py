@@ -18,7 +18,7 @@ from crow_cli.config import load_settings
 from crow_cli.errors import ConfigError, ProviderError
 from crow_cli.history import user_message
 from crow_cli.wire.client import ChatClient, ClientSettings
-from tests.scripting.scripting_support import CROW, write_config
+from tests.support import CROW, write_config
 
 BASE = "http://llm.test/v1"
 URL = f"{BASE}/chat/completions"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.replay_server import ReplayServer
-from tests.tools.cli_helpers import CROW, run_crow, script, tool_messages
+from tests.support import CROW, crow, script, tool_messages
 
 BUGGY = "def add(a, b):\n    return a - b\n"
 TESTS = ("import unittest\n\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n"
@@ -44,8 +44,8 @@ def repo(tmp_path: Path) -> Path:
 
 def _run(repo: Path, *flags: str, cwd: Path | None = None) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
     with ReplayServer(script(*TURNS, final="Fixed add; the tests pass.")) as server:
-        proc = run_crow(["run", "--base-url", server.base_url, "--api-key", "sk-test", "--model", "test-model",
-                         *flags, "Fix the failing test in this repo."], cwd or repo)
+        proc = crow("run", "--base-url", server.base_url, "--api-key", "sk-test", "--model", "test-model",
+                         *flags, "Fix the failing test in this repo.", cwd=cwd or repo)
     return proc, server.requests
 
 
@@ -110,7 +110,7 @@ def test_workspace_flag_confines_tools_to_another_folder(repo: Path, tmp_path: P
     (["--workspace", "/nonexistent/ws"], "workspace '/nonexistent/ws' is not an existing folder"),
 ])
 def test_bad_flags_are_usage_errors(repo: Path, flags: list[str], message: str) -> None:
-    proc = run_crow(["run", "--base-url", "http://127.0.0.1:9/v1", "--api-key", "sk-test", *flags, "hi"], repo)
+    proc = crow("run", "--base-url", "http://127.0.0.1:9/v1", "--api-key", "sk-test", *flags, "hi", cwd=repo)
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"crow: error: {message}"
 

@@ -1,0 +1,409 @@
+"""The one support module of the tests (fixtures live in conftest.py):
+
+- `crow` as a subprocess against the replay server (`crow`, `run_crow`, `argv`, `run_args`, `Ran`);
+- SSE turns and replay scripts (`tool_calls_sse`, `tool_turn`, `script`);
+- `ChatTerminal`: `crow chat` on a pseudo-terminal; `chat`: the chat app in-process on a pipe;
+- the history contract (`assert_contract`, `assert_valid`), `wait_for` an event, `alive(pid)`;
+- a scripted `loop.ChatStream` with a few tools for in-process loop properties.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import io
+import json
+import os
+import pty
+import re
+import select
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field, replace
+from functools import cache
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from crow_cli.errors import ServerError, StreamCut
+from crow_cli.history import Message
+from crow_cli.tools import tool
+from tests.conftest import chunk, sse, text_sse, tool_delta
+from tests.replay_server import ReplayServer, history_violations
+
+if TYPE_CHECKING:
+    from crow_cli.config import Settings
+    from crow_cli.sessions import SessionStore
+    from crow_cli.surfaces.chat import ChatApp, ChatOptions
+
+CROW = str(Path(sys.executable).with_name("crow"))
+ROOT = Path(__file__).resolve().parents[1]
+TOOLS = ROOT / "tools"
+SECRET = "sk-test-SECRET-123"
+CANCELLED = "Error: the tool call was cancelled by the user; no result."
+"""The result of a call the user's Ctrl-C (or a signal) cancelled."""
+
+
+def crow(*args: str, input: str | None = None, cwd: Path | None = None, env: dict[str, str] | None = None,
+         timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run `crow ARGS` (stdin `input`, else empty; never a terminal), capturing text output."""
+    full_env = {**os.environ, "NO_COLOR": "1", "TERM": "dumb", **(env or {})}
+    return subprocess.run([CROW, *args], input=input, capture_output=True, text=True, timeout=timeout,
+                          cwd=cwd, env=full_env, stdin=None if input is not None else subprocess.DEVNULL)
+
+
+def run_against(script: list[dict[str, Any]], *args: str,
+                **kw: Any) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
+    """Serve `script`, `crow run --base-url … --api-key SECRET --model m ARGS`; returns (process, request bodies)."""
+    with ReplayServer(script) as srv:
+        proc = crow("run", "--base-url", srv.base_url, "--api-key", SECRET, "--model", "m", *args, **kw)
+    return proc, srv.requests
+
+
+def run_args(server: ReplayServer, *args: str, key: str = "sk-test") -> list[str]:
+    """`crow` arguments for `run ARGS` against `server`."""
+    return ["run", "--base-url", server.base_url, "--api-key", key, "--model", "test-model", *args]
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 60) -> None:
+    """Poll `predicate` until it holds; `timeout` (s) only bounds a hang."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.05)
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, dead but not yet reaped, counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def tools_folder(folder: Path, source: str) -> Path:
+    """`folder`, created, holding one tools module with `source` (for `--tools-dir`)."""
+    folder.mkdir()
+    (folder / f"{folder.name.replace('-', '_')}.py").write_text(source)
+    return folder
+
+
+def tool_calls_sse(*calls: tuple[str, str, dict[str, Any]], usage: dict[str, Any] | None = None) -> str:
+    """One turn asking for `calls` (id, name, arguments), arguments streamed in two pieces."""
+    chunks = [chunk({"role": "assistant", "content": None})]
+    for i, (call_id, name, args) in enumerate(calls):
+        text = json.dumps(args)
+        chunks.append(chunk({"tool_calls": [tool_delta(i, call_id, name, text[:3])]}))
+        chunks.append(chunk({"tool_calls": [tool_delta(i, arguments=text[3:])]}))
+    chunks.append(chunk({}, "tool_calls"))
+    if usage:
+        chunks.append({"id": "chatcmpl-t", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                       "choices": [], "usage": usage})
+    return sse(*chunks)
+
+
+def script(*turns: list[tuple[str, str, dict[str, Any]]], final: str = "All done.") -> list[dict[str, Any]]:
+    """A replay script: one tool-call turn per item of `turns`, then a text answer."""
+    return [{"sse": tool_calls_sse(*calls)} for calls in turns] + [{"sse": text_sse(final)}]
+
+
+def tool_messages(request: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tool results in a request body."""
+    return [m for m in request["messages"] if m["role"] == "tool"]
+
+
+@dataclass
+class Ran:
+    """What one `crow run` did: exit code, output, and every request body the server received."""
+
+    code: int
+    stdout: str
+    stderr: str
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    history_errors: list[tuple[int, str]] = field(default_factory=list)
+    """Where a request broke the history contract (`ReplayServer.history_errors`): (request from 1, what)."""
+
+    def events(self) -> list[dict[str, Any]]:
+        """stdout as JSONL events, each validated against the shipped schema."""
+        events = [json.loads(line) for line in self.stdout.splitlines()]
+        validator = schema_validator()
+        for event in events:
+            validator.validate(event)
+        return events
+
+
+@cache
+def schema_validator() -> Any:
+    from jsonschema import Draft202012Validator
+
+    from crow_cli.surfaces.jsonl import event_schema
+
+    schema = event_schema()
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema)
+
+
+def write_config(folder: Path, **values: Any) -> Path:
+    """A config file with top-level scalar keys (small retries and timeouts keep tests quick)."""
+    path = folder / "crow.toml"
+    path.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items()))
+    return path
+
+
+def argv(base_url: str, *args: str, config: Path | None = None) -> list[str]:
+    cfg = ["--config", str(config)] if config else []
+    return [CROW, "run", "--base-url", base_url, "--api-key", "sk-test", "--model", "test-model", *cfg, *args]
+
+
+def run_crow(script: list[dict[str, Any]], *args: str, cwd: Path, config: Path | None = None,
+             timeout: float = 60) -> Ran:
+    """Serve `script`, run `crow run … ARGS` in `cwd`, return what happened."""
+    with ReplayServer(script) as server:
+        proc = subprocess.run(argv(server.base_url, *args, config=config), capture_output=True, text=True,
+                              cwd=cwd, timeout=timeout)
+        ran = Ran(proc.returncode, proc.stdout, proc.stderr, list(server.requests), list(server.history_errors))
+    assert ran.history_errors == [], ran.history_errors  # issue 10: every request keeps the history contract
+    return ran
+
+
+def tool_turn(*calls: tuple[str, str, str]) -> str:
+    """An SSE tool turn: (id, name, arguments) per call, opened together, arguments split in two."""
+    opened = [tool_delta(i, cid, name, "") for i, (cid, name, _) in enumerate(calls)]
+    pieces = []
+    for i, (_, _, args) in enumerate(calls):
+        half = len(args) // 2
+        pieces += [chunk({"tool_calls": [tool_delta(i, arguments=args[:half])]}),
+                   chunk({"tool_calls": [tool_delta(i, arguments=args[half:])]})]
+    return sse(chunk({"role": "assistant", "content": None}), chunk({"tool_calls": opened}), *pieces,
+               chunk({}, "tool_calls"))
+
+
+def assert_valid(history: list[dict[str, Any]]) -> None:
+    """`assert_contract`, and no tool call is left pending (`history.pending_tool_calls`)."""
+    from crow_cli.history import pending_tool_calls
+
+    assert_contract(history)
+    assert pending_tool_calls(history) == []
+
+
+def assert_contract(messages: list[dict[str, Any]], dup_ids: Iterable[str] = ()) -> None:
+    """The history contract ../shared/conformance/run.py checks on every request
+    (`replay_server.history_violations`): content or tool_calls on each assistant message, arguments
+    that parse, one tool result per call right after it in call order, no stray result. `dup_ids`:
+    ids the stream itself gave to several calls of one turn."""
+    assert history_violations({"messages": messages}, frozenset(dup_ids)) == []
+
+
+@tool
+async def ok(x: int = 0) -> str:
+    """Answer at once."""
+    return f"ok {x}"
+
+
+@tool
+async def boom() -> str:
+    """Always fails."""
+    raise RuntimeError("boom")
+
+
+@tool
+async def slow() -> str:
+    """Runs past its timeout."""
+    await asyncio.sleep(5)
+    return "late"
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+def _tool_chunks(calls: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    return [_chunk({"tool_calls": [{"index": i, "id": cid, "function": {"name": name, "arguments": "{}"}}]})
+            for i, (cid, name) in enumerate(calls)] + [_chunk({}, "tool_calls")]
+
+
+class ScriptedStream:
+    """A `loop.ChatStream` that plays one scripted step per request (then plain text answers)."""
+
+    def __init__(self, steps: list[tuple[Any, ...]], dup_ids: Iterable[str] = ()) -> None:
+        self.steps = list(steps)
+        self.dup_ids = frozenset(dup_ids)
+        """Ids the script gives to several calls of one turn (the contract allows them there)."""
+
+    async def stream(self, messages: list[Message], tools: list[dict[str, Any]] | None = None
+                     ) -> AsyncIterator[dict[str, Any]]:
+        assert_contract(messages, self.dup_ids)  # never is an invalid history sent
+        kind, *rest = self.steps.pop(0) if self.steps else ("text",)
+        await asyncio.sleep(0)
+        if kind == "error":
+            raise ServerError("server error (500): scripted")
+        if kind == "text":
+            yield _chunk({"content": "done"})
+            yield _chunk({}, "stop")
+        elif kind == "tools":
+            for chunk in _tool_chunks(rest[0]):
+                yield chunk
+                await asyncio.sleep(0)
+        elif kind == "cut":
+            for chunk in _tool_chunks(rest[0])[:-1]:
+                yield chunk
+            raise StreamCut("the stream broke mid-way (scripted)")
+
+
+async def chat(script: list[dict[str, Any]], keys: str, store: SessionStore, *, options: ChatOptions | None = None,
+               settings: Settings | None = None) -> tuple[str, ReplayServer, ChatApp]:
+    """Run the chat in-process on `keys` (Enter is \\r) against a replay server; returns plain output, server, app."""
+    from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.output import DummyOutput
+    from rich.console import Console
+
+    from crow_cli.config import Settings
+    from crow_cli.surfaces.chat import ChatApp, ChatOptions
+
+    out = io.StringIO()
+    with ReplayServer(script) as server, create_pipe_input() as pipe:
+        pipe.send_text(keys)
+        app = ChatApp(replace(settings or Settings(model="test-model", api_key="sk-test"), base_url=server.base_url),
+                      options or ChatOptions(), console=Console(file=out, width=100), pt_input=pipe,
+                      pt_output=DummyOutput(), store=store)
+        code = await asyncio.wait_for(app.run(), 120)  # bounds a hang
+    assert code == 0
+    return out.getvalue(), server, app
+
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][0-9A-Za-z]|\x1b[=>78]")
+
+
+class ChatTerminal:
+    """`crow chat ARGS` (or another `command`) as a real subprocess on a 100x30 pseudo-terminal (stdin and stdout;
+    stderr is a pipe unless `stderr_on_terminal`).
+
+        with ChatTerminal(["--base-url", url, ...], cwd=tmp_path) as term:
+            term.expect("› ")          # the prompt is up
+            term.send("hello\\r")       # keys, as typed (Enter is \\r, Ctrl-C \\x03, Ctrl-D \\x04)
+            term.expect("Hello!")
+            term.signal(signal.SIGTERM)
+            code = term.wait()
+
+    The screen text is the child's output with escape sequences removed. stderr is a pipe of its own
+    (`term.stderr()` once the process ended), so a traceback cannot hide in the redrawn screen.
+    """
+
+    def __init__(self, args: list[str], *, cwd: Path, env: dict[str, str] | None = None, command: str = "chat",
+                 stderr_on_terminal: bool = False) -> None:
+        master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+        environ = {**os.environ, "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1", **(env or {})}
+        environ.pop("NO_COLOR", None)
+        self.proc = subprocess.Popen([CROW, command, *args], cwd=cwd, env=environ, stdin=slave, stdout=slave,
+                                     stderr=slave if stderr_on_terminal else subprocess.PIPE, start_new_session=True)
+        os.close(slave)
+        self.master: int | None = master
+        self._raw = bytearray()
+        self._lock = threading.Lock()
+        self._mark = 0
+        self._stop = threading.Event()
+        self._reader = threading.Thread(target=self._read, args=(master,), daemon=True)
+        self._reader.start()
+
+    def _read(self, fd: int) -> None:
+        while not self._stop.is_set():
+            if not select.select([fd], [], [], 0.05)[0]:
+                continue  # look at `_stop` again: `hang_up` closes `fd` only once this loop has left it
+            try:
+                data = os.read(fd, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                return
+            if not data:
+                return
+            with self._lock:
+                self._raw += data
+
+    def screen(self) -> str:
+        """Everything shown so far, escape sequences removed."""
+        with self._lock:
+            raw = bytes(self._raw)
+        return _ESCAPES.sub("", raw.decode("utf-8", "replace"))
+
+    def expect(self, text: str, timeout: float = 60.0) -> None:
+        """Wait until `text` shows after what earlier `expect` calls matched, or the child ended without it.
+
+        `timeout` (s) only bounds a hang. Raises AssertionError with the screen when `text` never showed.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            ended = self.proc.poll() is not None
+            if ended:  # let the reader take what the child wrote last
+                self._reader.join(5)
+            screen = self.screen()
+            at = screen.find(text, self._mark)
+            if at >= 0:
+                self._mark = at + len(text)
+                return
+            if ended or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        raise AssertionError(f"{text!r} not shown (exit code {self.proc.poll()}); screen:\n{self.screen()}")
+
+    def send(self, keys: str) -> None:
+        assert self.master is not None
+        os.write(self.master, keys.encode())
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def hang_up(self, closed_once_shown: str | None = None) -> None:
+        """SIGHUP, as closing the terminal window sends, then close the terminal (the master side).
+
+        The terminal closes once `closed_once_shown` shows after the signal (crow is cleaning up: its writes
+        then fail as on a vanished terminal), or, without it, once crow has ended. Either way crow handles the
+        signal before it can see the terminal gone, so the test does not race the two.
+        """
+        self.proc.send_signal(signal.SIGHUP)
+        if closed_once_shown is not None:
+            self.expect(closed_once_shown)
+        else:
+            self.proc.wait(60)
+        self._close_master()
+
+    def close_terminal(self) -> None:
+        """Close the terminal without a signal (a crashed terminal emulator): crow finds out when it writes."""
+        self._close_master()
+
+    def _close_master(self) -> None:
+        self._stop.set()
+        self._reader.join(60)
+        if self.master is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.master)
+            self.master = None
+
+    def wait(self, timeout: float = 60.0) -> int:
+        return self.proc.wait(timeout)
+
+    def stderr(self) -> str:
+        assert self.proc.stderr is not None
+        return self.proc.stderr.read().decode("utf-8", "replace")
+
+    def __enter__(self) -> ChatTerminal:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self._close_master()
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()

@@ -1,0 +1,98 @@
+"""Dispatch: every call gets one result, whatever the tool raises or returns, and a hung tool cannot keep crow alive."""
+
+from __future__ import annotations
+
+import asyncio
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from crow_cli.history import ToolCall, ToolResult
+from crow_cli.tools.dispatch import dispatch
+from crow_cli.tools.registry import ToolRegistry, tool
+from tests.conftest import chunk, sse, text_sse, tool_delta
+from tests.support import run_against
+
+
+async def results_of(registry: ToolRegistry, *calls: ToolCall, timeout_s: float = 60.0) -> dict[str, ToolResult]:
+    """Dispatch `calls`; their results by call id."""
+    events = [e async for e in dispatch(list(calls), registry, timeout_s=timeout_s)]
+    return {e.result.call_id: e.result for e in events if e.type == "tool_result"}
+
+
+# found trying it as a new user
+async def test_tool_raising_cancelled_error_gets_a_result_instead_of_hanging() -> None:
+    @tool
+    async def cancel_tool() -> str:
+        """Raises CancelledError itself."""
+        raise asyncio.CancelledError()
+
+    registry = ToolRegistry()
+    registry.register(cancel_tool)
+    results = await asyncio.wait_for(results_of(registry, ToolCall("c", "cancel_tool", "{}")), 60)
+    assert results["c"].output == "Error: cancel_tool raised CancelledError"
+
+
+# found trying it as a new user
+@pytest.mark.parametrize("exc", [SystemExit(3), KeyboardInterrupt()])
+async def test_tool_raising_base_exceptions_gets_a_result(exc: BaseException) -> None:
+    def bad() -> str:
+        """Exits."""
+        raise exc
+
+    registry = ToolRegistry()
+    registry.register(tool(bad))
+    results = await results_of(registry, ToolCall("c", "bad", "{}"))
+    assert results["c"].output.startswith(f"Error: bad raised {type(exc).__name__}")
+
+
+# found trying it as a new user
+async def test_a_tools_own_timeout_error_is_not_reported_as_ours() -> None:
+    @tool
+    async def own_timeout() -> str:
+        """Upstream timeout."""
+        raise TimeoutError("upstream socket timed out")
+
+    registry = ToolRegistry()
+    registry.register(own_timeout)
+    results = await results_of(registry, ToolCall("c", "own_timeout", "{}"))
+    assert results["c"].output == "Error: own_timeout raised TimeoutError: upstream socket timed out"
+
+
+# found trying it as a new user
+async def test_undecodable_text_in_tool_output_is_made_sendable() -> None:
+    @tool
+    def listing() -> str:
+        """A file name that was not UTF-8."""
+        return "bad\udcff.txt"
+
+    registry = ToolRegistry()
+    registry.register(listing)
+    results = await results_of(registry, ToolCall("c", "listing", "{}"))
+    assert results["c"].output == "bad\ufffd.txt"
+    results["c"].output.encode("utf-8")
+
+
+# found trying it as a new user
+def test_sync_tool_past_its_timeout_does_not_keep_crow_alive(tmp_path: Path) -> None:
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "hang.py").write_text(textwrap.dedent('''
+        import time
+        from crow_cli.tools import tool
+
+        @tool
+        def hang() -> str:
+            """Never returns in time."""
+            time.sleep(3600)
+            return "late"
+    '''))
+    config = tmp_path / "c.toml"
+    config.write_text("tool_timeout = 1\n")
+    call = sse(chunk({"tool_calls": [tool_delta(0, "h1", "hang", "{}")]}), chunk({}, "tool_calls"))
+    # it used to wait for the thread: the hour-long nap, cut by the subprocess timeout (a hang bound), fails it
+    proc, requests = run_against([{"sse": call}, {"sse": text_sse("gave up")}], "--config", str(config),
+                                 "--tools-dir", str(plugins), "go", cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0 and proc.stdout == "gave up\n"
+    assert "timed out after 1 s" in requests[1]["messages"][2]["content"]
