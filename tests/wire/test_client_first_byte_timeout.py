@@ -50,7 +50,7 @@ def test_first_byte_timeout_comes_from_the_config_file_or_the_environment(tmp_pa
     config = write_config(tmp_path, first_byte_timeout=2.5)
     assert load_settings({}, env={}, config_path=str(config)).first_byte_timeout_s == 2.5
     assert load_settings({}, env={"CROW_FIRST_BYTE_TIMEOUT": "7"}, config_path=str(config)).first_byte_timeout_s == 7
-    with pytest.raises(ConfigError, match="first_byte_timeout must be greater than 0"):
+    with pytest.raises(ConfigError, match="CROW_FIRST_BYTE_TIMEOUT must be greater than 0"):
         load_settings({}, env={"CROW_FIRST_BYTE_TIMEOUT": "0"})
 
 
