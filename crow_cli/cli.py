@@ -14,6 +14,8 @@ import typer
 
 from . import __version__
 from .commands.chat import chat
+from .commands.models import models
+from .commands.probe import probe
 from .commands.run import run
 from .commands.sessions import sessions_app
 from .commands.tools import tools
@@ -47,6 +49,8 @@ def _root(
 app.command()(run)
 app.command()(chat)
 app.command()(tools)
+app.command()(probe)
+app.command()(models)
 app.add_typer(sessions_app)
 
 
