@@ -15,6 +15,7 @@ from .options import (
     ConfigOpt,
     DebugOpt,
     DenyOpt,
+    LocalOpt,  # --local (issue 14)
     MaxTurnsOpt,
     ModelOpt,
     NoSessionOpt,
@@ -51,6 +52,7 @@ def chat(
     profile: ProfileOpt = None,
     config: ConfigOpt = None,
     debug: DebugOpt = False,
+    local: LocalOpt = False,  # --local (issue 14)
 ) -> None:
     """Chat with the model in the terminal; type /help for commands. Sessions are kept (crow sessions)."""
     from ..config import load_settings
@@ -68,7 +70,10 @@ def chat(
                               resume=(session_id or "") if resume else None, session=not no_session)
         import asyncio  # not at import time: `crow tools` and `--help` do without it
 
-        code = asyncio.run(run_chat(settings, options))
+        from ..local import local_session  # --local (issue 14): start, then stop, the local server
+
+        with local_session(settings, enabled=local) as settings:
+            code = asyncio.run(run_chat(settings, options))
     except CrowError as exc:
         raise fail(exc, debug=debug) from None
     raise typer.Exit(code)

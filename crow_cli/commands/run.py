@@ -19,6 +19,7 @@ from .options import (
     ConfigOpt,
     DebugOpt,
     DenyOpt,
+    LocalOpt,  # --local (issue 14)
     MaxTurnsOpt,
     ModelOpt,
     NoSessionOpt,
@@ -86,6 +87,7 @@ def run(
                                                "raw response stream to numbered files in DIR (API key and auth "
                                                "headers removed).")] = None,
     debug: DebugOpt = False,
+    local: LocalOpt = False,  # --local (issue 14)
     no_session: NoSessionOpt = False,
     continue_last: Annotated[bool, typer.Option("--continue", "-c", help="Continue the most recent "
                                                 "session.")] = False,
@@ -117,7 +119,10 @@ def run(
                              record_dir=record)
         import asyncio  # not at import time: `crow tools` and `--help` do without it
 
-        code = asyncio.run(run_prompt(settings, options))
+        from ..local import local_session  # --local (issue 14): start, then stop, the local server
+
+        with local_session(settings, enabled=local) as settings:
+            code = asyncio.run(run_prompt(settings, options))
     except CrowError as exc:
         raise fail(exc, debug=debug) from None
     raise typer.Exit(code)
