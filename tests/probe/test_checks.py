@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 
 import httpx
+import pytest
 import respx
 
 from crow_cli.config import Settings
 from crow_cli.probe.checks import ProbeOptions, run_probe
 from crow_cli.probe.report import Report
-from tests.conftest import chunk, sse, text_sse, tool_delta
+from tests.conftest import chunk, load_cases, sse, text_sse, tool_delta
+from tests.probe.conftest import QUIRKS, script_for
+from tests.replay_server import ReplayServer
 
 BASE = "http://probe.test/v1"
 
@@ -82,3 +85,12 @@ async def test_a_stream_ignored_json_answer_is_a_failed_text_check() -> None:
     text = next(c for c in report.checks if c.name == "text streaming")
     assert text.level == "fail" and "not a stream" in text.seen
     assert report.exit_code() == 1
+
+
+# issue 14: "the probe against the scripted server for every corpus case (the quirk named)"
+@pytest.mark.parametrize("case", [c for c in load_cases() if "sse" in c], ids=lambda c: c["id"])
+async def test_the_probe_names_every_corpus_cases_quirk(case: dict) -> None:
+    with ReplayServer(script_for(case["sse"])) as server:
+        report = await run_probe(Settings(base_url=server.base_url, model="test-model"), ProbeOptions(budget_s=30))
+    assert QUIRKS[case["id"]] <= {f.code for f in report.shape}, [f.code for f in report.shape]
+    assert report.tool_calling == bool(case["expected"].get("tool_calls"))

@@ -12,52 +12,8 @@ import pytest
 
 from crow_cli.probe.classify import classify, parse_sse
 from tests.conftest import CASES_DIR, ROOT, chunk, first_sse, load_cases, sse, tool_delta
+from tests.probe.conftest import QUIRKS
 
-# case id -> the finding codes its first streamed response must be named with
-QUIRKS: dict[str, set[str]] = {
-    "anthropic-compat-error-only-stream": {"error-in-stream"},
-    "azure-choice-without-delta": {"choice-without-delta"},
-    "azure-empty-choices-prelude": {"empty-choices"},
-    "azure-type-empty-string": {"type-empty"},
-    "cloudflare-content-between-tool-calls": {"text-between-calls"},
-    "commandcode-truncated-no-done": {"arguments-cut", "finish-missing", "done-missing"},
-    "dashscope-empty-function-delta": {"empty-function-delta"},
-    "dashscope-empty-id-continuation": {"ids-empty-on-continuation"},
-    "evolink-deepseek-no-finish-reason": {"finish-missing"},
-    "fireworks-usage-only-chunk": {"usage-only-chunk"},
-    "gemini-missing-index": {"index-missing", "calls-in-one-delta", "finish-stop-after-calls"},
-    "groq-parallel-whole-call-per-chunk": {"arguments-whole"},
-    "kimi-k2-functions-colon-ids": {"reasoning_content"},
-    "litellm-bedrock-index-starts-at-1": {"index-starts-at-1", "text-before-calls"},
-    "litellm-cohere-stop-after-tool-calls": {"finish-stop-after-calls"},
-    "litellm-oci-fresh-id-every-fragment": {"ids-fresh-on-fragments"},
-    "llama-cpp-python-crlf-ping": {"sse-comments", "crlf"},
-    "llamacpp-lone-brace-arguments-history": {"arguments-cut"},
-    "minimax-args-object": {"arguments-object"},
-    "mistral-native-id-kept-verbatim": {"type-missing", "arguments-whole"},
-    "mistral-parallel-calls-one-delta": {"calls-in-one-delta", "type-missing"},
-    "mistral-reasoning-content-forbidden": {"reasoning_content"},
-    "nim-glm-no-finish-reason": {"finish-missing", "reasoning_content"},
-    "ollama-empty-content-with-tool-calls-array": {"text-before-calls", "calls-in-one-delta"},
-    "ollama-identical-parallel-calls": {"identical-calls"},
-    "ollama-index-always-zero": {"index-always-0"},
-    "openclaw-surrogate-split": {"lone-surrogates"},
-    "openrouter-processing-comments": {"sse-comments"},
-    "retry-500-then-ok": {"arguments-fragmented", "finish-tool-calls"},
-    "sglang-assistant-content-key-required": {"finish-tool-calls"},
-    "sglang-gemma4-same-index-fragmented": {"index-always-0"},
-    "sglang-null-id-second-call": {"id-missing"},
-    "three-parallel-interleaved": {"calls-interleaved"},
-    "vllm-command-a-name-after-args": {"name-after-arguments"},
-    "vllm-empty-tool-calls-array": {"empty-tool-calls-array"},
-    "vllm-glm-final-chunk-metadata": {"ids-repeated", "name-repeated"},
-    "vllm-inband-error-event": {"error-in-stream"},
-    "vllm-reasoning-before-tool-calls": {"reasoning_content"},
-    "vllm-spec-decode-same-index-twice-in-delta": {"same-index-twice"},
-    "vllm-truncated-args-tool-calls-finish": {"arguments-cut"},
-    "vllm-xlam-args-sent-twice": {"arguments-repeated"},
-    "vllm-zero-arg-empty-arguments": {"arguments-empty"},
-}
 # Codes that name a quirk: a plain stream (the well-behaved cases) must carry none of them.
 QUIRK_CODES = set().union(*QUIRKS.values()) - {"arguments-whole", "arguments-fragmented", "finish-tool-calls"}
 

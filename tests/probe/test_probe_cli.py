@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import CASES_DIR, first_sse
+from tests.probe.conftest import script_for
 from tests.replay_server import ReplayServer, text_stream
 
 CROW = str(Path(sys.executable).with_name("crow"))
@@ -31,12 +32,6 @@ def validator() -> Any:
     schema = probe_schema()
     Draft202012Validator.check_schema(schema)
     return Draft202012Validator(schema)
-
-
-def script_for(tool_stream: str) -> list[dict[str, Any]]:
-    return [{"sse": text_stream("Hello there, how are you today?")}, {"sse": tool_stream}, {"sse": tool_stream},
-            {"sse": tool_stream}, {"sse": text_stream("It is sunny.")}, {"sse": text_stream("Sunny in Paris.")},
-            {"sse": text_stream("Sunny.")}]
 
 
 def crow(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
