@@ -252,9 +252,30 @@ def prepare(progress: Progress | None = None) -> LocalPaths:
     """
     paths = local_paths()
     paths.cache.mkdir(parents=True, exist_ok=True)
-    build_server(paths, progress)
-    install_model(paths, progress)
+    with _exclusive(paths.cache / ".prepare.lock", progress):
+        build_server(paths, progress)
+        install_model(paths, progress)
     return paths
+
+
+@contextlib.contextmanager
+def _exclusive(path: Path, progress: Progress | None) -> Iterator[None]:
+    """Hold a blocking flock on `path`: two crows preparing at once take turns (the second reuses the build)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no lock
+        yield
+        return
+    with path.open("a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            _say(progress, "another crow is preparing the local model; waiting for it")
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _free_port() -> int:
