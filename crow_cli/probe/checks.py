@@ -388,9 +388,9 @@ async def _battery(p: _Prober, report: Report, progress: Callable[[str], None]) 
     if report.shape:
         worst: CheckLevel = "fail" if any(f.level == "fail" for f in report.shape) else \
             "warn" if any(f.level == "warn" for f in report.shape) else "ok"
-        quirks = [f.label for f in report.shape if f.level != "ok"]
-        add(Check("stream shape", worst, "; ".join(quirks) if quirks else "as OpenAI streams it",
-                  "handles each (below)" if quirks else ""))
+        traits = [f.label for f in report.shape if f.code not in _PLAIN]
+        add(Check("stream shape", worst, "; ".join(traits) if traits else "as OpenAI streams it",
+                  "handles each, below" if traits else ""))
 
     # --- round trip
     progress("round trip")
@@ -435,6 +435,10 @@ async def _battery(p: _Prober, report: Report, progress: Callable[[str], None]) 
                       "reasoning_content in the history accepted" if again.ok else
                       f"reasoning_content in the history refused: {again.error}",
                       "does not send reasoning back (not needed here)"))
+
+
+_PLAIN = {"arguments-whole", "arguments-fragmented", "finish-tool-calls", "finish-stop"}
+"""Findings that every well-behaved stream has: not named in the `stream shape` summary."""
 
 
 async def _step(p: _Prober, report: Report, name: str, body: dict[str, Any]) -> Exchange | None:
