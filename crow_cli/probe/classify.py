@@ -253,66 +253,50 @@ def classify(stream: RawStream) -> Shape:
             "treats an empty array as no call and keeps the text")
     # --- tool calls, as the stream meant them
     tracker = _Tracker()
-    names_repeated = ids_repeated = ids_empty = ids_fresh = name_after_args = name_split = False
-    object_args = empty_function = lone_surrogate = False
-    same_index_twice = calls_in_one_delta = False
+    flags: set[str] = set()  # codes of _TRAITS seen
     for group in _by_chunk(entries):
         keys = [e.value.get("index") for e in group if isinstance(e.value.get("index"), int)]
         if len(set(keys)) < len(keys):
-            same_index_twice = True
+            flags.add("same-index-twice")
         if sum(1 for e in group if _str(_fn(e).get("name"))) > 1:
-            calls_in_one_delta = True
+            flags.add("calls-in-one-delta")
         for entry in group:
             call, opened = tracker.place(entry)
             fn = _fn(entry)
             call_id, name, args = entry.value.get("id"), fn.get("name"), fn.get("arguments")
             if not opened and not fn.get("name") and fn.get("arguments") is None and not _str(call_id):
-                empty_function = True
+                flags.add("empty-function-delta")
             if not opened:
                 if isinstance(call_id, str):
                     if call_id == "":
-                        ids_empty = True
+                        flags.add("ids-empty-on-continuation")
                     elif call_id == call["id"]:
-                        ids_repeated = True
+                        flags.add("ids-repeated")
                     elif call["id"]:
-                        ids_fresh = True
+                        flags.add("ids-fresh-on-fragments")
                     else:
                         call["id"] = call_id
                 if isinstance(name, str) and name:
                     if name == call["name"]:
-                        names_repeated = True
+                        flags.add("name-repeated")
                     elif call["name"]:
-                        name_split = True
-                    else:
-                        name_after_args = name_after_args or bool(call["fragments"])
+                        flags.add("name-split")
+                    elif call["fragments"]:
+                        flags.add("name-after-arguments")
                     call["name"] = call["name"] if name == call["name"] else call["name"] + name
             if isinstance(args, Mapping):
-                object_args = True
+                flags.add("arguments-object")
                 args = json.dumps(args)
             if isinstance(args, str) and args:
                 if "\ud800" <= args[-1] <= "\udbff" or "\udc00" <= args[0] <= "\udfff":
-                    lone_surrogate = True
+                    flags.add("lone-surrogates")
                 call["fragments"].append(args)
     calls = tracker.calls
     if calls:
-        _call_findings(add, calls, turn.tool_calls, entries, ids_empty=ids_empty, ids_repeated=ids_repeated,
-                       ids_fresh=ids_fresh, names_repeated=names_repeated, name_split=name_split,
-                       name_after_args=name_after_args)
-    if same_index_twice:
-        add("same-index-twice", "one index twice in a delta", "warn", "a delta holds two entries for the same "
-            "index (header and fragment, or two fragments)", "appends them in order")
-    if calls_in_one_delta:
-        add("calls-in-one-delta", "several calls in one delta", "ok", "one delta holds several whole calls",
-            "takes each entry as its own call")
-    if empty_function:
-        add("empty-function-delta", "empty function delta", "ok", "a tool_calls entry with neither name nor "
-            "arguments", "ignores it")
-    if object_args:
-        add("arguments-object", "arguments object-valued", "warn", "function.arguments is a JSON object, not a "
-            "string (MiniMax)", "serialises it to JSON text")
-    if lone_surrogate:
-        add("lone-surrogates", "emoji split in halves", "warn", "a fragment ends or starts with half of a UTF-16 "
-            "surrogate pair", "pairs the halves across fragments (U+FFFD when one never comes)")
+        _call_findings(add, calls, turn.tool_calls, entries)
+    for code, (label, level, seen, crow) in _TRAITS.items():
+        if code in flags:
+            add(code, label, level, seen, crow)
     if calls:
         _argument_findings(add, calls, turn.tool_calls)
     # --- text and reasoning
@@ -346,6 +330,33 @@ def classify(stream: RawStream) -> Shape:
                  finish_reason=reason, usage=turn.usage, error=error)
 
 
+_TRAITS: dict[str, tuple[str, Level, str, str]] = {
+    # code: (label, level, seen, what crow does), in report order
+    "ids-empty-on-continuation": ("ids empty on continuation", "warn", 'continuation deltas carry "id": ""',
+                                  "keeps the first non-empty id; an empty one never starts a call"),
+    "ids-repeated": ("ids repeated", "ok", "a later delta of the same call re-sends its id",
+                     "an identical id continues the open call"),
+    "ids-fresh-on-fragments": ("new id on every fragment", "warn", "argument fragments of one call carry new ids",
+                               "a fresh id without a name continues the open call; the first id is kept"),
+    "name-repeated": ("name repeated", "ok", "a later delta re-sends the call's name",
+                      "an identical repeat is ignored, not appended"),
+    "name-split": ("name split", "ok", "the function name arrives in pieces", "joins the pieces"),
+    "name-after-arguments": ("name after arguments", "warn", "the name arrives after argument text",
+                             "keeps the arguments and takes the later name"),
+    "same-index-twice": ("one index twice in a delta", "warn", "a delta holds two entries for the same index "
+                         "(header and fragment, or two fragments)", "appends them in order"),
+    "calls-in-one-delta": ("several calls in one delta", "ok", "one delta holds several whole calls",
+                           "takes each entry as its own call"),
+    "empty-function-delta": ("empty function delta", "ok", "a tool_calls entry with neither name nor arguments",
+                             "ignores it"),
+    "arguments-object": ("arguments object-valued", "warn", "function.arguments is a JSON object, not a string "
+                         "(MiniMax)", "serialises it to JSON text"),
+    "lone-surrogates": ("emoji split in halves", "warn", "a fragment ends or starts with half of a UTF-16 "
+                        "surrogate pair", "pairs the halves across fragments (U+FFFD when one never comes)"),
+}
+"""Traits seen delta by delta in `classify`'s walk over the tool-call entries."""
+
+
 def _by_chunk(entries: list[_Entry]) -> Iterator[list[_Entry]]:
     group: list[_Entry] = []
     for entry in entries:
@@ -357,9 +368,7 @@ def _by_chunk(entries: list[_Entry]) -> Iterator[list[_Entry]]:
         yield group
 
 
-def _call_findings(add: Any, calls: list[dict[str, Any]], assembled: list[ToolCall], entries: list[_Entry], *,
-                   ids_empty: bool, ids_repeated: bool, ids_fresh: bool, names_repeated: bool, name_split: bool,
-                   name_after_args: bool) -> None:
+def _call_findings(add: Any, calls: list[dict[str, Any]], assembled: list[ToolCall], entries: list[_Entry]) -> None:
     indexes = [e.value.get("index") for e in entries]
     ints = [i for i in indexes if isinstance(i, int) and not isinstance(i, bool)]
     if not ints:
@@ -388,25 +397,8 @@ def _call_findings(add: Any, calls: list[dict[str, Any]], assembled: list[ToolCa
     elif no_id:
         add("ids-missing", "no ids", "warn", "no call carried an id", "sends results back with tool_call_id \"\" "
             "(ids are never invented)")
-    if ids_empty:
-        add("ids-empty-on-continuation", "ids empty on continuation", "warn", "continuation deltas carry "
-            "\"id\": \"\"", "keeps the first non-empty id; an empty one never starts a call")
-    if ids_repeated:
-        add("ids-repeated", "ids repeated", "ok", "a later delta of the same call re-sends its id",
-            "an identical id continues the open call")
-    if ids_fresh:
-        add("ids-fresh-on-fragments", "new id on every fragment", "warn", "argument fragments of one call carry "
-            "new ids", "a fresh id without a name continues the open call; the first id is kept")
     if len({c.id for c in assembled if c.id}) < len([c for c in assembled if c.id]):
         add("ids-reused", "ids reused", "warn", "two calls share one id", "answers each call in call order")
-    if names_repeated:
-        add("name-repeated", "name repeated", "ok", "a later delta re-sends the call's name",
-            "an identical repeat is ignored, not appended")
-    if name_split:
-        add("name-split", "name split", "ok", "the function name arrives in pieces", "joins the pieces")
-    if name_after_args:
-        add("name-after-arguments", "name after arguments", "warn", "the name arrives after argument text",
-            "keeps the arguments and takes the later name")
     if any(e.value.get("type") == "" for e in entries):
         add("type-empty", "type empty", "ok", "\"type\": \"\" on tool_calls entries", "ignores type")
     elif not any("type" in e.value for e in entries):
