@@ -31,6 +31,7 @@ import httpx
 
 from ..config import Settings
 from ..history import ToolCall
+from ..text import public_url
 from .classify import Finding, RawStream, Shape, classify, parse_sse
 from .models import auth_headers, context_length
 from .report import Check, CheckLevel, Report, shown
@@ -261,7 +262,7 @@ async def _battery(p: _Prober, report: Report, progress: Callable[[str], None]) 
     if models.status is None:
         add(Check("reachable", "fail", models.error or "no answer", "check --base-url; is the server running?"))
         return
-    add(Check("reachable", "ok", f"{p.base} answered in {models.elapsed_s:.2f} s"))
+    add(Check("reachable", "ok", f"{public_url(p.base)} answered in {models.elapsed_s:.2f} s"))
     if models.status in (401, 403):
         add(Check("auth", "fail", f"refused: {models.error}", "check the API key (--api-key, CROW_API_KEY, "
                   "OPENAI_API_KEY)"))
