@@ -70,9 +70,10 @@ def probe(
 
         from ..local import local_session
 
+        options = ProbeOptions(budget_s=budget, request_timeout_s=max(25.0, budget / 2), record_dir=record)
         try:
             with local_session(settings, enabled=local) as settings:
-                report = asyncio.run(run_probe(settings, ProbeOptions(budget_s=budget, record_dir=record), progress))
+                report = asyncio.run(run_probe(settings, options, progress))
         finally:
             if live:
                 print("\r\x1b[K", end="", file=sys.stderr, flush=True)

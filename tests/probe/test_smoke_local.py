@@ -42,7 +42,8 @@ def llama_url(cache: str) -> Iterator[str]:
 
 
 def test_probe_reports_streamed_tool_calling(llama_url: str) -> None:
-    proc = subprocess.run([CROW, "probe", "--base-url", llama_url, "--model", "smollm2", "--json"],
+    proc = subprocess.run([CROW, "probe", "--base-url", llama_url, "--model", "smollm2", "--json",
+                           "--budget", "240"],  # room for a loaded machine; idle, it takes seconds
                           capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads(proc.stdout)
