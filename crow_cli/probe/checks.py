@@ -165,12 +165,18 @@ class _Prober:
         body = {"model": self.settings.model, "stream": True, "temperature": 0, **body}
         if self.usage_option:
             body["stream_options"] = {"include_usage": True}
-        ex = Exchange()
-        start = time.monotonic()
-        try:
-            await asyncio.wait_for(self._stream(body, ex, start), self.timeout())
-        except (httpx.HTTPError, TimeoutError) as exc:
-            ex.error = _transport_error(exc)
+        for attempt in (1, 2):
+            ex = Exchange()
+            start = time.monotonic()
+            try:
+                await asyncio.wait_for(self._stream(body, ex, start), self.timeout())
+            except (httpx.HTTPError, TimeoutError) as exc:
+                ex.error = _transport_error(exc)
+                # A kept-alive connection the server closed meanwhile (llama-server after 5 s): once more.
+                if attempt == 1 and ex.status is None and isinstance(exc, (httpx.RemoteProtocolError,
+                                                                          httpx.ReadError, httpx.WriteError)):
+                    continue
+            break
         ex.elapsed_s = time.monotonic() - start
         if ex.status is not None and 200 <= ex.status < 300:
             ex.stream = parse_sse(ex.raw)

@@ -94,3 +94,26 @@ async def test_the_probe_names_every_corpus_cases_quirk(case: dict) -> None:
         report = await run_probe(Settings(base_url=server.base_url, model="test-model"), ProbeOptions(budget_s=30))
     assert QUIRKS[case["id"]] <= {f.code for f in report.shape}, [f.code for f in report.shape]
     assert report.tool_calling == bool(case["expected"].get("tool_calls"))
+
+
+# found probing llama-server: it closes a kept-alive connection after 5 s idle, and the next request on it
+# fails before any answer ("Server disconnected without sending a response")
+@respx.mock
+async def test_a_connection_closed_before_any_answer_is_tried_once_more() -> None:
+    respx.get(f"{BASE}/models").respond(200, json={"data": [{"id": "m"}]})
+    respx.get("http://probe.test/props").respond(404)
+    call = sse(chunk({"tool_calls": [tool_delta(0, "call_1", "get_weather", '{"city": "Paris"}')]}),
+               chunk({}, "tool_calls"))
+    answers = iter([httpx.RemoteProtocolError("Server disconnected without sending a response."),
+                    sse_response(text_sse("Hello!"))])
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        step = next(answers, None)
+        if isinstance(step, Exception):
+            raise step
+        return step or sse_response(call)
+
+    route = respx.post(f"{BASE}/chat/completions").mock(side_effect=answer)
+    report = await run_probe(settings(), ProbeOptions(budget_s=20))
+    assert names(report)["text streaming"] == "ok"
+    assert route.call_count >= 7  # the first request twice, then the battery
