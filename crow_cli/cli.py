@@ -15,6 +15,8 @@ import typer
 from . import __version__
 from .commands.acp import acp
 from .commands.chat import chat
+from .commands.models import models
+from .commands.probe import probe
 from .commands.run import run
 from .commands.sessions import sessions_app
 from .commands.tools import tools
@@ -49,6 +51,8 @@ app.command()(run)
 app.command()(chat)
 app.command()(tools)
 app.command()(acp)
+app.command()(probe)
+app.command()(models)
 app.add_typer(sessions_app)
 
 

@@ -411,4 +411,4 @@ def require_api_key(settings: Settings) -> None:
     hint = "set OPENAI_API_KEY or CROW_API_KEY, or pass --api-key" if host == _OPENAI_HOST else \
         "name the variable holding it with api_key_env beside base_url in the config, or pass --api-key"
     raise ConfigError(f"no API key for {public_url(settings.base_url)}: {hint} (or point --base-url at a server "
-                      "that needs none)")
+                      "that needs none, or try a small local model with --local)")

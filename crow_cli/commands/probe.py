@@ -1,0 +1,91 @@
+"""`crow probe`: what does this server stream? One line per check, or one JSON document."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated
+
+import typer
+
+from ..errors import CrowError
+from .options import ApiKeyOpt, BaseUrlOpt, ConfigOpt, DebugOpt, LocalOpt, ModelOpt, ProfileOpt, fail
+
+__all__ = ["probe"]
+
+
+def probe(
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    api_key: ApiKeyOpt = None,
+    profile: ProfileOpt = None,
+    config: ConfigOpt = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document (schema: "
+                                           "crow_cli/schemas/probe.schema.json).")] = False,
+    record: Annotated[str | None, typer.Option("--record", metavar="DIR", help="Keep every raw request and "
+                                               "response in DIR (API key and auth headers removed), for a bug "
+                                               "report.")] = None,
+    show: Annotated[bool, typer.Option("--show", help="Show what earlier probes learned, per base URL and "
+                                       "model, and exit.")] = False,
+    budget: Annotated[float, typer.Option("--budget", metavar="SECONDS", min=5.0, help="Stop probing after this "
+                                          "long.")] = 50.0,
+    debug: DebugOpt = False,
+    local: LocalOpt = False,
+) -> None:
+    """Probe a server: reachability, streaming, tool calling, and the shape of its tool-call stream.
+
+    Exit status 0 when streamed tool calling works, 1 when it does not (or the server cannot be reached),
+    2 for a usage or configuration error.
+    """
+    from ..probe import memory
+
+    if show:
+        facts = memory.recall_all()
+        if json_out:
+            print(json.dumps(facts, indent=2, sort_keys=True))
+        elif not facts:
+            print(f"nothing probed yet ({memory.memory_path()})")
+        else:
+            from ..probe.report import shown
+
+            for key, value in sorted(facts.items()):
+                print(shown(key))
+                for name, fact in sorted(value.items()):
+                    print(f"  {name}: {shown(json.dumps(fact))}")
+        raise typer.Exit(0)
+    import asyncio
+
+    from ..config import load_settings
+    from ..probe.checks import ProbeOptions, run_probe
+    from ..probe.report import render_text, use_colour
+
+    try:
+        settings = load_settings({"model": model, "base_url": base_url, "api_key": api_key},
+                                 config_path=config, profile=profile)
+        live = not json_out and use_colour(sys.stderr)
+
+        def progress(step: str) -> None:
+            if live:
+                print(f"\r\x1b[Kprobing: {step}…", end="", file=sys.stderr, flush=True)
+
+        from ..local import local_session
+
+        options = ProbeOptions(budget_s=budget, request_timeout_s=max(25.0, budget / 2), record_dir=record)
+        try:
+            with local_session(settings, enabled=local) as settings:
+                report = asyncio.run(run_probe(settings, options, progress))
+        finally:
+            if live:
+                print("\r\x1b[K", end="", file=sys.stderr, flush=True)
+    except CrowError as exc:
+        raise fail(exc, debug=debug) from None
+    if any(c.name == "tool calling" for c in report.checks):  # the server was reached: remember what it did
+        try:
+            memory.remember(settings.base_url, settings.model, {**report.facts, "tool_calling": report.tool_calling})
+        except OSError as exc:
+            print(f"crow: warning: cannot remember the probe's findings: {exc.strerror or exc}", file=sys.stderr)
+    if json_out:
+        print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
+    else:
+        render_text(report)
+    raise typer.Exit(report.exit_code())

@@ -1,0 +1,1 @@
+"""`crow probe`, `crow models` and `--local`."""

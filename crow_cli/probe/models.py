@@ -1,0 +1,94 @@
+"""A server's model list (`GET {base}/models`) and the context length each entry gives, where it does.
+
+Context length fields, by server: `context_length` (OpenRouter), `max_model_len` (vLLM),
+`context_window` (Groq and others), `max_context_length`, `meta.n_ctx_train` (llama.cpp's
+training context); llama.cpp's served context is `n_ctx` in `GET {root}/props`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from ..config import Settings
+from ..errors import AuthError, ProviderError
+from ..text import public_url
+
+__all__ = ["ModelInfo", "auth_headers", "context_length", "fetch_models"]
+
+_CONTEXT_KEYS = ("context_length", "max_model_len", "context_window", "max_context_length")
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """One `/models` entry."""
+
+    id: str
+    owned_by: str | None = None
+    context_length: int | None = None
+    """Tokens, when the entry says."""
+    context_source: str = ""
+    """Which field said it (`/models max_model_len`)."""
+
+
+def context_length(entry: dict[str, Any] | None, props: Any = None) -> tuple[int | None, str]:
+    """The context window in tokens and where it was found: `/props` n_ctx first, then the `/models` entry."""
+    if isinstance(props, dict):
+        settings = props.get("default_generation_settings")
+        for value in (props.get("n_ctx"), settings.get("n_ctx") if isinstance(settings, dict) else None):
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value, "/props n_ctx"
+    if entry:
+        for key in _CONTEXT_KEYS:
+            if isinstance(entry.get(key), int) and entry[key] > 0:
+                return int(entry[key]), f"/models {key}"
+        meta = entry.get("meta")
+        if isinstance(meta, dict) and isinstance(meta.get("n_ctx_train"), int):
+            return int(meta["n_ctx_train"]), "/models meta.n_ctx_train (training context)"
+    return None, ""
+
+
+def auth_headers(settings: Settings) -> dict[str, str]:
+    """The config's headers plus `Authorization: Bearer KEY` when a key is set (the key wins)."""
+    headers = {k: v for k, v in settings.headers.items() if not (settings.api_key and k.lower() == "authorization")}
+    if settings.api_key:
+        headers["Authorization"] = f"Bearer {settings.api_key}"
+    return headers
+
+
+def fetch_models(settings: Settings, timeout_s: float = 15.0) -> list[ModelInfo]:
+    """`GET {base_url}/models`, each entry with its context length where the server gives it.
+
+    Raises:
+        AuthError: 401/403.
+        ProviderError: unreachable, another error status, or a body that is not a model list.
+    """
+    url = f"{settings.base_url.rstrip('/')}/models"
+    shown_url = public_url(url)
+    try:
+        response = httpx.get(url, headers=auth_headers(settings), timeout=timeout_s, follow_redirects=True)
+    except httpx.TimeoutException:
+        raise ProviderError(f"no answer from {shown_url} within {timeout_s:g} s") from None
+    except httpx.HTTPError as exc:
+        raise ProviderError(f"cannot reach {shown_url}: {type(exc).__name__}") from None
+    if response.status_code in (401, 403):
+        raise AuthError(f"authentication failed ({response.status_code}) at {shown_url}; check the API key "
+                        "(--api-key, CROW_API_KEY or OPENAI_API_KEY)", status=response.status_code)
+    if response.status_code >= 400:
+        raise ProviderError(f"{shown_url} answered {response.status_code}", status=response.status_code)
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    data = body.get("data") if isinstance(body, dict) else body if isinstance(body, list) else None
+    if not isinstance(data, list):
+        raise ProviderError(f"{shown_url} gave no model list")
+    out = []
+    for entry in data:
+        if isinstance(entry, dict) and entry.get("id") is not None:
+            n_ctx, source = context_length(entry)
+            owner = entry.get("owned_by")
+            out.append(ModelInfo(str(entry["id"]), str(owner) if owner is not None else None, n_ctx, source))
+    return out

@@ -1,0 +1,61 @@
+"""Shared by the probe tests: each corpus case's quirk, and a replay script in the probe's request order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.replay_server import text_stream
+
+# case id -> the finding codes its first streamed response must be named with
+QUIRKS: dict[str, set[str]] = {
+    "anthropic-compat-error-only-stream": {"error-in-stream"},
+    "azure-choice-without-delta": {"choice-without-delta"},
+    "azure-empty-choices-prelude": {"empty-choices"},
+    "azure-type-empty-string": {"type-empty"},
+    "cloudflare-content-between-tool-calls": {"text-between-calls"},
+    "commandcode-truncated-no-done": {"arguments-cut", "finish-missing", "done-missing"},
+    "dashscope-empty-function-delta": {"empty-function-delta"},
+    "dashscope-empty-id-continuation": {"ids-empty-on-continuation"},
+    "evolink-deepseek-no-finish-reason": {"finish-missing"},
+    "fireworks-usage-only-chunk": {"usage-only-chunk"},
+    "gemini-missing-index": {"index-missing", "calls-in-one-delta", "finish-stop-after-calls"},
+    "groq-parallel-whole-call-per-chunk": {"arguments-whole"},
+    "kimi-k2-functions-colon-ids": {"reasoning_content"},
+    "litellm-bedrock-index-starts-at-1": {"index-starts-at-1", "text-before-calls"},
+    "litellm-cohere-stop-after-tool-calls": {"finish-stop-after-calls"},
+    "litellm-oci-fresh-id-every-fragment": {"ids-fresh-on-fragments"},
+    "llama-cpp-python-crlf-ping": {"sse-comments", "crlf"},
+    "llamacpp-lone-brace-arguments-history": {"arguments-cut"},
+    "minimax-args-object": {"arguments-object"},
+    "mistral-native-id-kept-verbatim": {"type-missing", "arguments-whole"},
+    "mistral-parallel-calls-one-delta": {"calls-in-one-delta", "type-missing"},
+    "mistral-reasoning-content-forbidden": {"reasoning_content"},
+    "nim-glm-no-finish-reason": {"finish-missing", "reasoning_content"},
+    "ollama-empty-content-with-tool-calls-array": {"text-before-calls", "calls-in-one-delta"},
+    "ollama-identical-parallel-calls": {"identical-calls"},
+    "ollama-index-always-zero": {"index-always-0"},
+    "openclaw-surrogate-split": {"lone-surrogates"},
+    "openrouter-processing-comments": {"sse-comments"},
+    "retry-500-then-ok": {"arguments-fragmented", "finish-tool-calls"},
+    "sglang-assistant-content-key-required": {"finish-tool-calls"},
+    "sglang-gemma4-same-index-fragmented": {"index-always-0"},
+    "sglang-null-id-second-call": {"id-missing"},
+    "three-parallel-interleaved": {"calls-interleaved"},
+    "vllm-command-a-name-after-args": {"name-after-arguments"},
+    "vllm-empty-tool-calls-array": {"empty-tool-calls-array"},
+    "vllm-glm-final-chunk-metadata": {"ids-repeated", "name-repeated"},
+    "vllm-inband-error-event": {"error-in-stream"},
+    "vllm-reasoning-before-tool-calls": {"reasoning_content"},
+    "vllm-spec-decode-same-index-twice-in-delta": {"same-index-twice"},
+    "vllm-truncated-args-tool-calls-finish": {"arguments-cut"},
+    "vllm-xlam-args-sent-twice": {"arguments-repeated"},
+    "vllm-zero-arg-empty-arguments": {"arguments-empty"},
+}
+
+
+def script_for(tool_stream: str) -> list[dict[str, Any]]:
+    """The probe's requests answered: text, then `tool_stream` for the three tool requests, then text."""
+    tools = {"sse": tool_stream, "keep_crlf": "\r\n" in tool_stream}  # served byte for byte
+    return [{"sse": text_stream("Hello there, how are you today?")}, tools, tools, tools,
+            {"sse": text_stream("It is sunny.")}, {"sse": text_stream("Sunny in Paris.")},
+            {"sse": text_stream("Sunny.")}]

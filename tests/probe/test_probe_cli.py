@@ -1,0 +1,180 @@
+"""`crow probe` and `crow models` as a user runs them, against the scripted replay server (real sockets).
+
+The probe's requests come in a fixed order (crow_cli/probe/checks.py): text, one call, two parallel
+calls, tool_choice required, tool_choice none, the round trip. `script_for` serves a corpus case's
+first stream to the three tool requests.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import CASES_DIR, first_sse
+from tests.probe.conftest import script_for
+from tests.replay_server import ReplayServer, text_stream
+
+CROW = str(Path(sys.executable).with_name("crow"))
+
+
+@cache
+def validator() -> Any:
+    from jsonschema import Draft202012Validator
+
+    from crow_cli.probe.report import probe_schema
+
+    schema = probe_schema()
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema)
+
+
+def crow(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([CROW, *args], capture_output=True, text=True, timeout=120, cwd=cwd,
+                          stdin=subprocess.DEVNULL)
+
+
+def probe_json(server: ReplayServer, *args: str) -> tuple[int, dict[str, Any], str]:
+    proc = crow("probe", "--base-url", server.base_url, "--model", "test-model", "--json", *args)
+    doc = json.loads(proc.stdout)
+    validator().validate(doc)
+    return proc.returncode, doc, proc.stderr
+
+
+def check(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(c for c in doc["checks"] if c["name"] == name)
+
+
+# issue 14: "the probe against the scripted server for every corpus case (the quirk named)"; five kinds
+@pytest.mark.parametrize(("case_id", "code"), [
+    ("ollama-index-always-zero", "index-always-0"),
+    ("dashscope-empty-id-continuation", "ids-empty-on-continuation"),
+    ("minimax-args-object", "arguments-object"),
+    ("gemini-missing-index", "index-missing"),
+    ("litellm-bedrock-index-starts-at-1", "index-starts-at-1"),
+    ("openrouter-processing-comments", "sse-comments"),
+    ("evolink-deepseek-no-finish-reason", "finish-missing"),
+    ("vllm-reasoning-before-tool-calls", "reasoning_content"),
+])
+def test_probe_names_the_quirk_of_a_corpus_case(case_id: str, code: str) -> None:
+    stream = first_sse(json.loads((CASES_DIR / f"{case_id}.json").read_text()))
+    with ReplayServer(script_for(stream)) as server:
+        status, doc, stderr = probe_json(server)
+        requests = list(server.requests)
+    assert status == 0, stderr
+    assert doc["tool_calling"] is True and check(doc, "tool calling")["level"] == "ok"
+    assert code in [f["code"] for f in doc["shape"]]
+    assert check(doc, "round trip")["level"] == "ok"
+    assert all(r.get("max_tokens") for r in requests), "every request is capped in tokens"
+    # the round trip carried the server's call back with its id unchanged, and one result per call
+    trip = requests[5]["messages"]
+    assert trip[1]["role"] == "assistant" and [m["role"] for m in trip[2:]] == ["tool"] * len(trip[1]["tool_calls"])
+    assert [m["tool_call_id"] for m in trip[2:]] == [c["id"] for c in trip[1]["tool_calls"]]
+
+
+def test_the_report_has_one_line_per_check_and_no_escapes_when_piped() -> None:
+    stream = first_sse(json.loads((CASES_DIR / "ollama-index-always-zero.json").read_text()))
+    with ReplayServer(script_for(stream)) as server:
+        proc = crow("probe", "--base-url", server.base_url, "--model", "test-model")
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    for name in ("reachable", "auth", "model listed", "text streaming", "[DONE]", "usage", "tool calling",
+                 "parallel calls", "tool_choice required", "tool_choice none", "stream shape", "round trip"):
+        assert any(line[2:].startswith(f"{name}:") for line in lines), (name, proc.stdout)
+    assert "✓ tool calling: a streamed call: store_blob(" in proc.stdout
+    assert "    ⚠ index always 0: 2 calls all at index 0" in proc.stdout
+    assert lines[-1].startswith("streamed tool calling works")
+
+
+# issue 14: "against a server that ignores tools (✗ and exit non-zero)", as llama.cpp without a tool template
+def test_a_server_that_ignores_tools_fails_the_probe() -> None:
+    with ReplayServer([{"sse": text_stream("Hello, I cannot call tools but here is text.")}] * 7) as server:
+        status, doc, _ = probe_json(server)
+        proc = crow("probe", "--base-url", server.base_url, "--model", "test-model")
+    assert status == 1 and doc["tool_calling"] is False and doc["exit_code"] == 1
+    assert check(doc, "tool calling")["level"] == "fail"
+    assert "answered in text" in check(doc, "tool calling")["seen"]
+    assert check(doc, "round trip")["level"] == "skip"
+    assert proc.returncode == 1 and "✗ tool calling: tools ignored" in proc.stdout
+
+
+def test_an_unreachable_server_is_one_failed_check(unused_port_url: str) -> None:
+    proc = crow("probe", "--base-url", unused_port_url, "--model", "m")
+    assert proc.returncode == 1
+    assert proc.stdout.splitlines()[1].startswith("✗ reachable: cannot connect")
+    assert "Traceback" not in proc.stderr
+
+
+def test_usage_refused_is_reported_and_the_request_sent_again() -> None:
+    refusal = {"status": 400, "body": json.dumps({"error": {"message": "Unrecognized field: stream_options"}})}
+    stream = first_sse(json.loads((CASES_DIR / "fireworks-usage-only-chunk.json").read_text()))
+    with ReplayServer([refusal, *script_for(stream)]) as server:
+        status, doc, _ = probe_json(server)
+        requests = list(server.requests)
+    assert status == 0
+    assert check(doc, "usage")["level"] == "warn" and "refused" in check(doc, "usage")["seen"]
+    assert doc["facts"]["usage_option_refused"] is True
+    assert "stream_options" in requests[0] and all("stream_options" not in r for r in requests[1:])
+
+
+def test_record_keeps_every_exchange_without_the_key(tmp_path: Path) -> None:
+    stream = first_sse(json.loads((CASES_DIR / "dashscope-empty-id-continuation.json").read_text()))
+    rec = tmp_path / "rec"
+    with ReplayServer(script_for(stream)) as server:
+        status, _, _ = probe_json(server, "--record", str(rec), "--api-key", "sk-secret-123456")
+        headers = [r["headers"] for r in server.raw_requests]
+    assert status == 0
+    assert all(h.get("Authorization") == "Bearer sk-secret-123456" for h in headers)
+    files = sorted(p.name for p in rec.iterdir())
+    assert "0001-meta.json" in files and any(f.endswith("-response.sse") for f in files)
+    assert "sk-secret-123456" not in "".join(p.read_text() for p in rec.iterdir())
+
+
+def test_show_lists_what_earlier_probes_learned() -> None:
+    stream = first_sse(json.loads((CASES_DIR / "minimax-args-object.json").read_text()))
+    with ReplayServer(script_for(stream)) as server:
+        probe_json(server)
+        base = server.base_url
+    proc = crow("probe", "--show", "--json")
+    facts = json.loads(proc.stdout)
+    assert proc.returncode == 0
+    assert facts[f"{base} test-model"]["tool_calling"] is True
+    assert "arguments-object" in facts[f"{base} test-model"]["quirks"]
+    text = crow("probe", "--show").stdout
+    assert f"{base} test-model" in text and "tool_calling: true" in text
+
+
+def test_show_with_nothing_probed() -> None:
+    proc = crow("probe", "--show")
+    assert proc.returncode == 0 and proc.stdout.startswith("nothing probed yet")
+
+
+def test_models_lists_the_servers_models() -> None:
+    with ReplayServer([]) as server:
+        proc = crow("models", "--base-url", server.base_url)
+        as_json = crow("models", "--base-url", server.base_url, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["test-model", "context", "length", "not", "given"]
+    assert json.loads(as_json.stdout) == [{"id": "test-model", "owned_by": "replay", "context_length": None}]
+
+
+def test_models_on_an_unreachable_server_is_one_line(unused_port_url: str) -> None:
+    proc = crow("models", "--base-url", unused_port_url)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("crow: error: cannot reach") and len(proc.stderr.splitlines()) == 1
+
+
+@pytest.fixture
+def unused_port_url() -> str:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
