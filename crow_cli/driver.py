@@ -125,7 +125,11 @@ class Driver:
                 self._store(recorder, history, sink)  # whatever ended the run, what the loop closed is kept
             if trap.signum is not None:
                 trap.exit_soon()  # a tool in a worker thread may not stop; do not wait for it
-        assert self._finished is not None  # react always ends with RunFinished
+        if self._finished is None:  # stopped before the loop began: nothing to close, still one RunFinished
+            assert self._stop is not None  # otherwise react ended with its own RunFinished
+            self._finished = RunFinished("cancelled", "", 0, *self._stop)
+            with contextlib.suppress(OSError):
+                sink.handle(self._finished)
         return self._finished
 
     async def _consume(self, history: list[Message], sink: Sink | None, recorder: Recorder | None) -> None:

@@ -103,3 +103,14 @@ async def test_a_store_that_fails_is_said_once_and_the_run_goes_on():
     warnings = [e for e in sink.seen if isinstance(e, WarningEvent)]
     assert finished.status == "completed" and recorder.calls == 1
     assert [w.message for w in warnings] == ["disk full; the rest of this session is not recorded"]
+
+
+async def test_a_cancel_before_the_loop_starts_still_ends_with_one_run_finished():
+    # found by an editor tester: session/cancel right after session/prompt hit an AssertionError ("Internal error")
+    d = driver(Answering())
+    sink = Events()
+    task = asyncio.ensure_future(d.run([user_message("go")], sink))
+    await asyncio.sleep(0)  # run() has started its loop task, which has not taken a step yet
+    assert d.cancel("cancelled", 0)
+    finished = await task
+    assert finished == RunFinished("cancelled", "", 0, "cancelled", 0) and sink.seen == [finished]
