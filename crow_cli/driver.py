@@ -19,6 +19,7 @@ from contextlib import aclosing
 from dataclasses import replace
 from typing import Protocol
 
+from .context.compact import Compactor
 from .errors import SessionError
 from .events import Event, MessageAppended, RunFinished, WarningEvent
 from .history import Message
@@ -52,14 +53,16 @@ class Driver:
         registry: the tools offered (None: none).
         settings: loop limits.
         approve: asked before tools that need approval (None denies them).
+        compactor: keeps the conversation within the context window (None: no compaction).
     """
 
     def __init__(self, client: ChatStream, registry: ToolRegistry | None, settings: LoopSettings,
-                 approve: Approver | None) -> None:
+                 approve: Approver | None, compactor: Compactor | None = None) -> None:
         self.client = client
         self.registry = registry
         self.settings = settings
         self.approve = approve
+        self.compactor = compactor
         self._task: asyncio.Task[None] | None = None
         self._stop: tuple[str, int] | None = None
         self._finished: RunFinished | None = None
@@ -121,7 +124,8 @@ class Driver:
         return self._finished
 
     async def _consume(self, history: list[Message], sink: Sink | None, recorder: Recorder | None) -> None:
-        async with aclosing(react(history, self.client, self.registry, self.settings, self.approve)) as events:
+        async with aclosing(react(history, self.client, self.registry, self.settings, self.approve,
+                                       self.compactor)) as events:
             async for event in events:
                 if isinstance(event, MessageAppended):
                     recorder = self._store(recorder, history, sink)

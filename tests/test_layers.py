@@ -20,14 +20,16 @@ ALLOWED = {
     "crow_cli.events": {"crow_cli.history"},
     "crow_cli.wire": LEAVES | {"crow_cli.wire"},
     "crow_cli.tools": LEAVES | {"crow_cli.tools"},
-    "crow_cli.loop": LEAVES | {"crow_cli.wire", "crow_cli.tools"},
+    "crow_cli.context": LEAVES | {"crow_cli.context", "crow_cli.wire"},
+    "crow_cli.loop": LEAVES | {"crow_cli.wire", "crow_cli.tools", "crow_cli.context"},
     "crow_cli.signals": set(),
-    "crow_cli.driver": LEAVES | {"crow_cli.loop", "crow_cli.signals", "crow_cli.tools"},
+    "crow_cli.driver": LEAVES | {"crow_cli.loop", "crow_cli.signals", "crow_cli.tools", "crow_cli.context"},
     "crow_cli.sessions": LEAVES,
 }
 FORBIDDEN_THIRD_PARTY = {
     "crow_cli.wire": {"rich", "typer", "prompt_toolkit", "sqlite3"},
     "crow_cli.loop": {"rich", "typer", "prompt_toolkit", "sqlite3"},
+    "crow_cli.context": {"rich", "typer", "prompt_toolkit", "sqlite3", "openai"},
     "crow_cli.driver": {"rich", "typer", "prompt_toolkit", "sqlite3", "openai"},
     "crow_cli.tools": {"rich", "typer", "prompt_toolkit"},
     "crow_cli.sessions": {"openai", "httpx", "rich", "typer", "prompt_toolkit"},
