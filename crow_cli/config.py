@@ -31,6 +31,7 @@ _KEYS = {
     "model": str, "base_url": str, "api_key_env": str, "system": str, "max_turns": int, "tool_timeout": (int, float),
     "idle_timeout": (int, float), "max_retries": int, "tool_paths": list, "headers": dict, "params": dict,
     "max_output_chars": int, "approval": str, "workspace": str, "allow": list, "deny": list, "mcp_servers": dict,
+    "context_window": int,
 }
 
 
@@ -62,6 +63,8 @@ class Settings:
     """`[mcp_servers.NAME]` tables: `command`/`args`/`env`/`cwd` (stdio) or `url` (streamable HTTP)."""
     profile: str | None = None
     config_path: str | None = None
+    context_window: int | None = None
+    """The model's context window in tokens (config `context_window`); None: asked of the server."""
 
 
 def default_config_path() -> Path:
@@ -206,4 +209,11 @@ def load_settings(
         mcp_servers=dict(mcp_servers),
         profile=chosen,
         config_path=str(path) if path.exists() else None,
+        context_window=_context_window(file.get("context_window"), path),
     )
+
+
+def _context_window(value: int | None, path: Path) -> int | None:
+    if value is not None and value < 256:
+        raise ConfigError(f"{path}: context_window must be a number of tokens, at least 256 (got {value})")
+    return value

@@ -1,10 +1,12 @@
 """The session store: conversations kept in SQLite so they survive crashes and can be resumed.
 
 One file, `crow/sessions.db` in the platformdirs user data dir (`~/.local/share/crow/sessions.db` on
-Linux), opened in WAL mode. Two tables:
+Linux), opened in WAL mode. Three tables:
 
     sessions(id, title, created_at, updated_at, model, base_url, cwd)
     messages(session_id, position, message)     -- one wire message per row, as JSON
+    checkpoints(session_id, position, created_at, tokens_before, tokens_after, summary, view)
+                                                -- compacted views; the messages stay complete
 
 Each message is committed as it is appended, so a crash loses at most the turn in flight; `load`
 closes a history cut mid-turn (tool calls without results) with "interrupted" results, and stores
@@ -37,7 +39,8 @@ from .lockfile import FileLock, LockHeld
 from .private import private_dir, private_file
 from .text import public_url
 
-__all__ = ["EXPORT_FORMATS", "SessionInUse", "SessionInfo", "SessionStore", "default_db_path", "export_session"]
+__all__ = ["EXPORT_FORMATS", "SessionInUse", "SessionInfo", "SessionStore", "StoredCheckpoint", "default_db_path",
+           "export_session"]
 
 EXPORT_FORMATS = ("md", "json", "jsonl")
 _ID_ALPHABET = "23456789abcdefghjkmnpqrstuvwxyz"  # no 0/o, 1/l/i: ids are read aloud and typed
@@ -79,6 +82,19 @@ class SessionInfo:
     """How many messages the session holds."""
 
 
+@dataclass(frozen=True, slots=True)
+class StoredCheckpoint:
+    """A compaction checkpoint as stored: the view that stands for the first `position` messages."""
+
+    position: int
+    created_at: float
+    tokens_before: int
+    tokens_after: int
+    summary: str | None
+    """The model's summary; None when shortening old tool outputs was enough."""
+    view: list[Message]
+
+
 def default_db_path() -> Path:
     """`crow/sessions.db` in the platformdirs user data dir."""
     import platformdirs
@@ -96,8 +112,17 @@ def _m1_initial(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX sessions_updated ON sessions(updated_at)")
 
 
+def _m2_checkpoints(db: sqlite3.Connection) -> None:
+    db.execute("""CREATE TABLE checkpoints (
+        session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE, position INTEGER NOT NULL,
+        created_at REAL NOT NULL, tokens_before INTEGER NOT NULL, tokens_after INTEGER NOT NULL,
+        summary TEXT, view TEXT NOT NULL)""")
+    db.execute("CREATE INDEX checkpoints_session ON checkpoints(session_id, position)")
+
+
 _MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_initial", _m1_initial),
+    ("m002_checkpoints", _m2_checkpoints),
 ]
 """Applied in order, each once; append new ones, never edit or reorder applied ones."""
 
@@ -320,9 +345,26 @@ class SessionStore:
         return history
 
     def truncate(self, session_id: str, keep: int) -> None:
-        """Drop every message from position `keep` on (used by `/retry`)."""
+        """Drop every message from position `keep` on (used by `/retry`), and the checkpoints past it."""
         with self._transaction():
             self._db.execute("DELETE FROM messages WHERE session_id = ? AND position >= ?", (session_id, keep))
+            self._db.execute("DELETE FROM checkpoints WHERE session_id = ? AND position > ?", (session_id, keep))
+
+    # compaction checkpoints (`context.compact`): the messages are never changed by them
+
+    def add_checkpoint(self, session_id: str, position: int, view: list[Message], tokens_before: int,
+                       tokens_after: int, summary: str | None = None) -> None:
+        """Store a compacted view that stands for the session's first `position` messages."""
+        with self._transaction():
+            self._db.execute("INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?)",
+                             (session_id, position, time.time(), tokens_before, tokens_after, summary,
+                              json.dumps(view, ensure_ascii=False)))
+
+    def checkpoints(self, session_id: str) -> list[StoredCheckpoint]:
+        """The session's compaction checkpoints, oldest first (later requests start from the last)."""
+        rows = self._db.execute("SELECT position, created_at, tokens_before, tokens_after, summary, view "
+                                "FROM checkpoints WHERE session_id = ? ORDER BY position, rowid", (session_id,))
+        return [StoredCheckpoint(p, c, b, a, s, json.loads(v)) for p, c, b, a, s, v in rows]
 
 
 _SELECT = ("SELECT s.id, s.title, s.created_at, s.updated_at, s.model, s.base_url, s.cwd, "
@@ -336,18 +378,27 @@ def _title(content: Any) -> str:
     return line if len(line) <= _TITLE_CHARS else line[: _TITLE_CHARS - 1] + "…"
 
 
-def export_session(info: SessionInfo, messages: list[Message], fmt: str) -> str:
+def export_session(info: SessionInfo, messages: list[Message], fmt: str,
+                   checkpoints: list[StoredCheckpoint] | None = None) -> str:
     """The session as text: `md` (a readable transcript), `json` (one object) or `jsonl` (a line per message).
+
+    Compaction `checkpoints` are shown in `md` where they were made (with their summary) and listed
+    in `json` (`checkpoints`: position, tokens, summary, view); `jsonl` holds the messages only.
 
     Raises:
         SessionError: unknown format.
     """
     if fmt == "json":
-        return json.dumps({"session": _info_dict(info), "messages": messages}, ensure_ascii=False, indent=2) + "\n"
+        data: dict[str, Any] = {"session": _info_dict(info), "messages": messages}
+        if checkpoints:
+            data["checkpoints"] = [{"position": c.position, "created_at": c.created_at,
+                                    "tokens_before": c.tokens_before, "tokens_after": c.tokens_after,
+                                    "summary": c.summary, "view": c.view} for c in checkpoints]
+        return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
     if fmt == "jsonl":
         return "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in messages)
     if fmt == "md":
-        return _markdown(info, messages)
+        return _markdown(info, messages, checkpoints or [])
     raise SessionError(f"unknown export format {fmt!r} (use one of: {', '.join(EXPORT_FORMATS)})")
 
 
@@ -356,11 +407,22 @@ def _info_dict(info: SessionInfo) -> dict[str, Any]:
             "model": info.model, "base_url": info.base_url, "cwd": info.cwd}
 
 
-def _markdown(info: SessionInfo, messages: list[Message]) -> str:
+def _markdown(info: SessionInfo, messages: list[Message], checkpoints: list[StoredCheckpoint] | None = None) -> str:
     stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.created_at))
     out = [f"# {info.title or 'Untitled session'}\n",
            f"Session `{info.id}` · {stamp} · model `{info.model}` · {info.cwd}\n"]
-    for m in messages:
+    marks: dict[int, list[StoredCheckpoint]] = {}
+    for c in checkpoints or []:
+        marks.setdefault(c.position, []).append(c)
+    for n, m in enumerate([*messages, None]):
+        for c in marks.get(n, []):
+            how = "the model's summary below" if c.summary else "old tool outputs shortened"
+            out.append(f"## Compacted here\n\n{c.tokens_before:,} → {c.tokens_after:,} tokens ({how}); later "
+                       "requests start from this point, the messages above stay stored.\n")
+            if c.summary:
+                out.append("\n".join("> " + line for line in c.summary.splitlines()) + "\n")
+        if m is None:
+            break
         role = m.get("role")
         content = m.get("content")
         if role == "tool":

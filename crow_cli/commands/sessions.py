@@ -93,7 +93,7 @@ def _export(session_id: str, fmt: str, output: str | None) -> None:
             raise ConfigError(f"unknown format {fmt!r} (use one of: {', '.join(EXPORT_FORMATS)})")
         with _store() as store:
             info = store.get(session_id)
-            text = export_session(info, store.messages(info.id), fmt)
+            text = export_session(info, store.messages(info.id), fmt, store.checkpoints(info.id))
         if output:
             try:
                 with open(output, "w", encoding="utf-8") as fh:

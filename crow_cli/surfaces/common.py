@@ -7,6 +7,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..config import Settings
+from ..context.budget import Budget
+from ..context.compact import Compactor
 from ..loop import LoopSettings
 from ..text import strip_controls
 from ..tools.registry import ToolRegistry, default_registry
@@ -15,7 +17,9 @@ from ..wire.client import ChatClient, ClientSettings
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["build_client", "build_registry", "loop_settings", "make_console", "plain_terminal", "short_json"]
+    from .persist import SessionRecorder
+
+__all__ = ["build_client", "build_compactor", "build_registry", "loop_settings", "make_console", "plain_terminal", "short_json"]
 
 
 def build_client(settings: Settings, record_dir: str | None = None) -> ChatClient:
@@ -60,3 +64,18 @@ def make_console(file: TextIO | None = None, **options: Any) -> Console:
     if plain_terminal():
         options["color_system"] = None
     return Console(file=file, **options)
+
+
+def build_compactor(settings: Settings, recorder: SessionRecorder | None = None) -> Compactor:
+    """The conversation's compactor: the window from `context_window` or the server, the recorder's
+    checkpoint to start from, and the recorder storing each new one."""
+    from ..wire.window import discover_context_window
+
+    async def discover() -> int | None:
+        return await discover_context_window(settings.base_url, settings.model, settings.api_key, settings.headers)
+
+    compactor = Compactor(Budget(window=settings.context_window, discover=discover),
+                          checkpoint=recorder.checkpoint if recorder is not None else None)
+    if recorder is not None:
+        compactor.on_checkpoint.append(recorder.save_checkpoint)
+    return compactor

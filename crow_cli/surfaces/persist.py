@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 from ..config import Settings
+from ..context.compact import Checkpoint
 from ..errors import SessionError
 from ..history import Message
 from ..sessions import SessionInfo, SessionStore
@@ -37,6 +38,8 @@ class SessionRecorder:
         self.stored = stored
         self.broken = False
         """A write failed: nothing more is stored."""
+        self.checkpoint: Checkpoint | None = None
+        """The session's latest compaction checkpoint (later requests start from it)."""
 
     @property
     def session_id(self) -> str | None:
@@ -68,6 +71,20 @@ class SessionRecorder:
             self.store.truncate(self.info.id, keep)
         self.stored = min(self.stored, keep)
 
+    def save_checkpoint(self, checkpoint: Checkpoint) -> None:
+        """Store a compaction checkpoint (its messages are stored already: `sync` ran before the request).
+
+        A store that cannot be written loses the checkpoint only: the messages stay complete.
+        """
+        self.checkpoint = checkpoint
+        if self.info is None or self.broken:
+            return
+        try:
+            self.store.add_checkpoint(self.info.id, checkpoint.position, checkpoint.view, checkpoint.tokens_before,
+                                      checkpoint.tokens_after, checkpoint.summary)
+        except SessionError:
+            pass  # the next compaction tries again; nothing of the conversation is lost
+
     def set_model(self, settings: Settings) -> None:
         self.settings = settings
         if self.info is not None:
@@ -98,4 +115,9 @@ def open_session(settings: Settings, *, session_id: str | None = None, latest: b
     history = store.load(info.id)
     if settings.model != info.model or settings.base_url != info.base_url:
         store.set_model(info.id, settings.model, settings.base_url)
-    return SessionRecorder(store, settings, info, stored=len(history)), history
+    recorder = SessionRecorder(store, settings, info, stored=len(history))
+    stored = store.checkpoints(info.id)
+    if stored:
+        last = stored[-1]
+        recorder.checkpoint = Checkpoint(last.position, last.view, last.tokens_before, last.tokens_after, last.summary)
+    return recorder, history

@@ -39,7 +39,7 @@ from ..tools.builtin.shell import hide_secret
 from ..tools.mcp import McpServers
 from ..tools.workspace import use_workspace
 from .approve import terminal_ask
-from .common import build_client, build_registry, loop_settings, make_console, short_json
+from .common import build_client, build_compactor, build_registry, loop_settings, make_console, short_json
 from .jsonl import JsonlWriter
 
 if TYPE_CHECKING:
@@ -227,7 +227,8 @@ async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err:
                 printer.handle(WarningEvent(problem))
         client = build_client(settings, options.record_dir)
         try:
-            driver = Driver(client, registry, loop_settings(settings, trace=options.debug), approve)
+            driver = Driver(client, registry, loop_settings(settings, trace=options.debug), approve,
+                            build_compactor(settings, recorder))
             finished = await driver.run(history, printer, recorder, signals=ALL_SIGNALS,
                                         exit_grace_s=options.exit_grace_s)
             return finished.exit_code
