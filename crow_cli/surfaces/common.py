@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
     from .persist import SessionRecorder
 
-__all__ = ["build_client", "build_compactor", "build_registry", "loop_settings", "make_console", "plain_terminal", "short_json"]
+__all__ = ["build_client", "build_compactor", "build_registry", "loop_settings", "make_console", "plain_terminal",
+           "short_json"]
 
 
 def build_client(settings: Settings, record_dir: str | None = None) -> ChatClient:

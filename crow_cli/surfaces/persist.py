@@ -6,6 +6,7 @@ so each message is committed as it is appended (the loop closes a cancelled hist
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from ..config import Settings
@@ -79,11 +80,9 @@ class SessionRecorder:
         self.checkpoint = checkpoint
         if self.info is None or self.broken:
             return
-        try:
+        with contextlib.suppress(SessionError):  # the next compaction tries again; no message is lost
             self.store.add_checkpoint(self.info.id, checkpoint.position, checkpoint.view, checkpoint.tokens_before,
                                       checkpoint.tokens_after, checkpoint.summary)
-        except SessionError:
-            pass  # the next compaction tries again; nothing of the conversation is lost
 
     def set_model(self, settings: Settings) -> None:
         self.settings = settings
