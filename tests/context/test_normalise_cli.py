@@ -3,6 +3,7 @@ that failed leaves its user message behind, so the next request carries two user
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 from crow_cli.history import ToolCall, assistant_message, tool_message, user_message
@@ -13,7 +14,7 @@ from tests.scripting.scripting_support import assert_contract, run_crow, write_c
 
 def _no_two_users_in_a_row(messages: list[dict]) -> None:
     roles = [m["role"] for m in messages]
-    assert all(not (a == b == "user") for a, b in zip(roles, roles[1:], strict=False)), roles
+    assert all(not (a == b == "user") for a, b in itertools.pairwise(roles)), roles
 
 
 def test_a_session_left_by_a_killed_process_and_failed_turns_sends_a_valid_history(tmp_path: Path) -> None:
