@@ -49,7 +49,7 @@ from ..tools.builtin.shell import hide_secret
 from ..tools.registry import Tool, ToolRegistry
 from ..tools.workspace import use_workspace
 from .ask import Answer, ask_approval
-from .common import build_client, build_registry, loop_settings, make_console, plain_terminal
+from .common import build_client, build_compactor, build_registry, loop_settings, make_console, plain_terminal
 from .persist import SessionRecorder, open_session
 from .render import TurnView
 
@@ -70,7 +70,8 @@ Enter sends · Alt-Enter (or Esc Enter) inserts a newline · Ctrl-C stops a turn
 /sessions           recent sessions
 /resume [ID]        continue a session (the most recent when no id)
 /export [md|json]   write this session to a file in the current folder
-/usage              token usage of the last turn and of this session
+/usage              token usage of the last turn and of this session; context used / window
+/compact [FOCUS]    summarise older exchanges now (keeping FOCUS in particular)
 /reasoning          show or hide the model's reasoning
 /retry              run your last message again"""
 
@@ -149,8 +150,9 @@ class ChatApp:
         self._commands: dict[str, Callable[[str], Awaitable[None]]] = {
             "help": self._help, "exit": self._exit, "quit": self._exit, "new": self._new, "model": self._model,
             "tools": self._tools, "sessions": self._sessions, "resume": self._resume, "export": self._export,
-            "usage": self._usage, "reasoning": self._reasoning, "retry": self._retry,
+            "usage": self._usage, "reasoning": self._reasoning, "retry": self._retry, "compact": self._compact,
         }
+        self._compacting: asyncio.Task[None] | None = None
 
     # set-up
 
@@ -183,6 +185,12 @@ class ChatApp:
         self.history = [{"role": "system", "content": self.settings.system}] if self.settings.system else []
         self.usage = _Usage()
         self.last_usage = _Usage()
+        self._new_compactor()
+
+    def _new_compactor(self) -> None:
+        """The conversation's compactor (window, checkpoint) for the current session and model."""
+        if self.driver is not None:
+            self.driver.compactor = build_compactor(self.settings, self.recorder)
 
     def _open(self, session_id: str | None, *, latest: bool) -> None:
         recorder, history = open_session(self.settings, session_id=session_id, latest=latest, store=self.store)
@@ -195,6 +203,8 @@ class ChatApp:
         if not self.options.session:  # --no-session: read the old one, record nothing new
             self.recorder = None
         self.usage, self.last_usage = _Usage(), _Usage()
+        if self.driver is not None:
+            self.driver.compactor = build_compactor(self.settings, recorder)
         info = recorder.info
         self.view.line(f"resumed session {info.id} “{strip_controls(info.title)}” ({len(history)} messages)", "bold")
         self._show_last_exchange()
@@ -294,7 +304,9 @@ class ChatApp:
             self.view.line(f"crow: error: {exc}", "red")
 
     def _interrupt(self) -> bool:
-        """Cancel the running turn; False when none runs."""
+        """Cancel the running turn (or /compact); False when none runs."""
+        if self._compacting is not None and not self._compacting.done():
+            return self._compacting.cancel()
         return self.driver is not None and self.driver.cancel()
 
     async def _run_turn(self) -> None:
@@ -409,6 +421,7 @@ class ChatApp:
             await old.aclose()
         if self.recorder is not None:
             self.recorder.set_model(self.settings)
+        self._new_compactor()
         self.view.line(f"model: {arg}")
 
     async def _tools(self, arg: str) -> None:
@@ -451,6 +464,35 @@ class ChatApp:
     async def _usage(self, arg: str) -> None:
         self.view.line(f"last turn: {self.last_usage.text()}")
         self.view.line(f"this session (since started or resumed here): {self.usage.text()}")
+        compactor = self.driver.compactor if self.driver is not None else None
+        if compactor is not None:
+            await compactor.budget.ensure_window()
+            self.view.line(f"context: {compactor.budget.describe(compactor.outgoing(self.history))}")
+
+    async def _compact(self, arg: str) -> None:
+        compactor = self.driver.compactor if self.driver is not None else None
+        if compactor is None or not any(m.get("role") == "user" for m in self.history):
+            self.view.line("nothing to compact yet", "yellow")
+            return
+
+        async def compact() -> None:
+            assert compactor is not None
+            await compactor.budget.ensure_window()
+            async for event in compactor.compact(self.history, self.client, focus=arg or None):
+                self.handle(event)
+
+        self._compacting = asyncio.ensure_future(compact())
+        try:
+            await self._compacting
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+            self.view.line("compaction interrupted: the conversation is as it was", "yellow")
+        finally:
+            self._compacting = None
+            with contextlib.suppress(OSError):
+                self.view.stop()
 
     async def _reasoning(self, arg: str) -> None:
         self.view.show_reasoning = not self.view.show_reasoning

@@ -296,3 +296,25 @@ async def test_a_tool_turn_in_a_colour_terminal(store: SessionStore, tools_dir: 
     assert "The tool ran." in text  # rendered Markdown (live frames in between are erased on a terminal)
     assert text.rstrip().endswith(f"session {app.recorder.session_id}")
     assert server.requests[1]["messages"][2]["content"] == "guarded ran: x"
+
+
+# issue 13: /compact and /usage with the context window in chat
+async def test_compact_summarises_older_exchanges_and_later_requests_start_from_it(store: SessionStore) -> None:
+    script = [{"sse": text_stream(f"answer {n}")} for n in range(3)]
+    script += [{"sse": text_stream("SUMMARY: one, two")}, {"sse": text_stream("fine")}]
+    keys = "one\rtwo\rthree\r/compact the numbers\rfour\r/usage\r/exit\r"
+    settings = Settings(model="test-model", api_key="sk-test", context_window=8192)
+    output, server, app = await chat(script, keys, store, settings=settings)
+    summary_request = server.requests[3]
+    assert "tools" not in summary_request
+    assert "USER: one" in summary_request["messages"][-1]["content"]
+    assert "keep in particular: the numbers" in summary_request["messages"][-1]["content"]
+    sent = server.requests[4]["messages"]
+    # the summary message, merged with the first exchange kept verbatim (one user message, not two in a row)
+    assert sent[0]["content"].endswith("SUMMARY: one, two\n\ntwo") and "one\n" not in sent[0]["content"]
+    assert [m["content"] for m in sent[1:]] == ["answer 1", "three", "answer 2", "four"]
+    assert "compacted the conversation" in output
+    assert "context: " in output and "/ 8,192 tokens" in output
+    stored = store.messages(app.recorder.session_id)
+    assert [m["content"] for m in stored if m["role"] == "user"] == ["one", "two", "three", "four"]
+    assert len(store.checkpoints(app.recorder.session_id)) == 1
