@@ -256,10 +256,14 @@ class SessionStore:
         rows = self._db.execute(sql + (" LIMIT ?" if limit else ""), (limit,) if limit else ())
         return [SessionInfo(*row) for row in rows]
 
-    def latest(self) -> SessionInfo | None:
-        """The most recently updated session, or None when there is none."""
-        found = self.recent(limit=1)
-        return found[0] if found else None
+    def latest(self, cwd: str | None = None) -> SessionInfo | None:
+        """The most recently updated session (of the folder `cwd` when given), or None when there is none."""
+        if cwd is None:
+            found = self.recent(limit=1)
+            return found[0] if found else None
+        row = self._db.execute(_SELECT + " WHERE s.cwd = ? ORDER BY s.updated_at DESC, s.rowid DESC LIMIT 1",
+                               (cwd,)).fetchone()
+        return SessionInfo(*row) if row else None
 
     def get(self, session_id: str) -> SessionInfo:
         """The session whose id is `session_id` or starts with it.

@@ -194,10 +194,7 @@ class ChatApp:
 
     def _open(self, session_id: str | None, *, latest: bool) -> None:
         recorder, history = open_session(self.settings, session_id=session_id, latest=latest, store=self.store)
-        if recorder.info is None:
-            self.view.line("no session to resume yet: starting a new one", "dim")
-            self._fresh()
-            return
+        assert recorder.info is not None  # open_session raises when it finds none
         self.store.release(keep=recorder.info.id)
         self.recorder, self.history = recorder, history
         if not self.options.session:  # --no-session: read the old one, record nothing new
@@ -207,6 +204,9 @@ class ChatApp:
             self.driver.compactor = build_compactor(self.settings, recorder)
         info = recorder.info
         self.view.line(f"resumed session {info.id} “{strip_controls(info.title)}” ({len(history)} messages)", "bold")
+        if recorder.previous_model:
+            self.view.line(f"this session was using {strip_controls(recorder.previous_model)}; continuing with "
+                           f"{self.settings.model}", "yellow")
         self._show_last_exchange()
 
     def _show_last_exchange(self) -> None:

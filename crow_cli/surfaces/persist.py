@@ -41,6 +41,8 @@ class SessionRecorder:
         """A write failed: nothing more is stored."""
         self.checkpoint: Checkpoint | None = None
         """The session's latest compaction checkpoint (later requests start from it)."""
+        self.previous_model: str | None = None
+        """The model a continued session was using when it differs from this run's (say so once)."""
 
     @property
     def session_id(self) -> str | None:
@@ -84,6 +86,13 @@ class SessionRecorder:
             self.store.add_checkpoint(self.info.id, checkpoint.position, checkpoint.view, checkpoint.tokens_before,
                                       checkpoint.tokens_after, checkpoint.summary)
 
+    def discard(self) -> None:
+        """Delete the session this recorder created (a run that failed before the model said anything)."""
+        if self.info is not None:
+            with contextlib.suppress(SessionError):
+                self.store.delete(self.info.id)
+            self.info, self.stored = None, 0
+
     def set_model(self, settings: Settings) -> None:
         self.settings = settings
         if self.info is not None:
@@ -97,24 +106,30 @@ def open_session(settings: Settings, *, session_id: str | None = None, latest: b
     Args:
         settings: recorded with a new session.
         session_id: continue this session (a unique prefix is enough).
-        latest: continue the most recently updated session (a new one when there is none).
+        latest: continue the most recently updated session of the working directory.
         store: an open store; default the one at `default_db_path()`.
 
     Raises:
-        SessionError: the store cannot be opened, or `session_id` matches no session.
+        SessionError: the store cannot be opened, `session_id` matches no session, or `latest` finds
+            none in the working directory.
     """
     store = store or SessionStore()
     info: SessionInfo | None = None
     if session_id:
         info = store.get(session_id)
     elif latest:
-        info = store.latest()
+        info = store.latest(cwd=os.getcwd())
+        if info is None:
+            raise SessionError(f"no session to continue in {os.getcwd()} (crow sessions list shows every "
+                               "session; --session ID / --resume ID continues any of them)")
     if info is None:
         return SessionRecorder(store, settings), []
     history = store.load(info.id)
     if settings.model != info.model or settings.base_url != info.base_url:
         store.set_model(info.id, settings.model, settings.base_url)
     recorder = SessionRecorder(store, settings, info, stored=len(history))
+    if info.model and settings.model != info.model:
+        recorder.previous_model = info.model
     stored = store.checkpoints(info.id)
     if stored:
         last = stored[-1]

@@ -201,6 +201,7 @@ async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err:
                                        else _Printer(out, err, debug=options.debug, quiet=options.quiet))
     try:
         history, recorder, warning = _start_history(settings, options)
+        new_session = not (options.session_id or options.continue_last)
     except SessionError as exc:  # no such session, or one in use: a run that starts and fails (exit 1)
         printer.handle(RunStarted(model=settings.model))
         printer.handle(RunFinished("error", "", 0, str(exc), exc.exit_code))
@@ -208,6 +209,9 @@ async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err:
     printer.handle(RunStarted(model=settings.model, session_id=recorder.session_id if recorder else None))
     if warning is not None:
         printer.handle(warning)
+    if recorder is not None and recorder.previous_model:
+        printer.handle(Notice(f"crow: session {recorder.session_id} was using {recorder.previous_model}; "
+                              f"continuing with {settings.model}", code="model_changed"))
 
     async with mcp as mcp_servers:
         if registry is not None:
@@ -231,6 +235,9 @@ async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err:
                             build_compactor(settings, recorder))
             finished = await driver.run(history, printer, recorder, signals=ALL_SIGNALS,
                                         exit_grace_s=options.exit_grace_s)
+            if (recorder is not None and new_session and finished.status == "error"
+                    and not any(m.get("role") in ("assistant", "tool") for m in history)):
+                recorder.discard()  # unreachable, 401, 404, no key: nothing worth continuing was said
             return finished.exit_code
         finally:
             await client.aclose()

@@ -216,7 +216,7 @@ async def test_resume_continues_a_stored_session(store: SessionStore) -> None:
 
 
 async def test_resume_latest_repairs_a_crashed_turn(store: SessionStore) -> None:
-    info = store.create(model="test-model")
+    info = store.create(model="test-model", cwd=str(Path.cwd()))  # --resume continues this folder's latest
     store.append(info.id, {"role": "user", "content": "list files"})
     store.append(info.id, {"role": "assistant", "content": None, "tool_calls": [
         {"id": "call_1", "type": "function", "function": {"name": "list_directory", "arguments": "{}"}}]})
