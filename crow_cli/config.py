@@ -65,6 +65,8 @@ class Settings:
     config_path: str | None = None
     context_window: int | None = None
     """The model's context window in tokens (config `context_window`); None: asked of the server."""
+    instructions: tuple[Any, ...] = ()
+    """The `instructions.Instructions` (AGENTS.md files) whose text ends `system`, as a surface loaded them."""
 
 
 def default_config_path() -> Path:

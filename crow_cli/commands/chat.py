@@ -51,6 +51,8 @@ def chat(
     profile: ProfileOpt = None,
     config: ConfigOpt = None,
     debug: DebugOpt = False,
+    no_project_instructions: Annotated[bool, typer.Option("--no-project-instructions", help="Do not put AGENTS.md "
+                                                          "files into the system prompt.")] = False,
 ) -> None:
     """Chat with the model in the terminal; type /help for commands. Sessions are kept (crow sessions)."""
     from ..config import load_settings
@@ -65,7 +67,8 @@ def chat(
             config_path=config, profile=profile,
         )
         options = ChatOptions(tools_dirs=tuple(tools_dir or ()), no_tools=no_tools, yes=yes, debug=debug,
-                              resume=(session_id or "") if resume else None, session=not no_session)
+                              resume=(session_id or "") if resume else None, session=not no_session,
+                              project_instructions=not no_project_instructions)
         import asyncio  # not at import time: `crow tools` and `--help` do without it
 
         code = asyncio.run(run_chat(settings, options))

@@ -49,7 +49,15 @@ from ..tools.builtin.shell import hide_secret
 from ..tools.registry import Tool, ToolRegistry
 from ..tools.workspace import use_workspace
 from .ask import Answer, ask_approval
-from .common import build_client, build_compactor, build_registry, loop_settings, make_console, plain_terminal
+from .common import (
+    build_client,
+    build_compactor,
+    build_registry,
+    loop_settings,
+    make_console,
+    plain_terminal,
+    with_instructions,
+)
 from .persist import SessionRecorder, open_session
 from .render import TurnView
 
@@ -72,6 +80,7 @@ Enter sends · Alt-Enter (or Esc Enter) inserts a newline · Ctrl-C stops a turn
 /export [md|json]   write this session to a file in the current folder
 /usage              token usage of the last turn and of this session; context used / window
 /compact [FOCUS]    summarise older exchanges now (keeping FOCUS in particular)
+/instructions       the AGENTS.md files in the system prompt, and where they came from
 /reasoning          show or hide the model's reasoning
 /retry              run your last message again"""
 
@@ -90,6 +99,8 @@ class ChatOptions:
     """Continue this session id; `""` continues the most recent one; None starts a new session."""
     session: bool = True
     """Record the chat in the session store."""
+    project_instructions: bool = True
+    """Put AGENTS.md files into the system prompt of new sessions (`--no-project-instructions`: off)."""
 
 
 @dataclass
@@ -135,6 +146,8 @@ class ChatApp:
         self.pt_input, self.pt_output = pt_input, pt_output
         self._store = store
         self.registry: ToolRegistry | None = None
+        self.root = Path.cwd()
+        """The workspace root (set when the chat starts)."""
         self.client: Any = None
         self.recorder: SessionRecorder | None = None
         self.history: list[Message] = []
@@ -151,6 +164,7 @@ class ChatApp:
             "help": self._help, "exit": self._exit, "quit": self._exit, "new": self._new, "model": self._model,
             "tools": self._tools, "sessions": self._sessions, "resume": self._resume, "export": self._export,
             "usage": self._usage, "reasoning": self._reasoning, "retry": self._retry, "compact": self._compact,
+            "instructions": self._instructions,
         }
         self._compacting: asyncio.Task[None] | None = None
 
@@ -163,7 +177,8 @@ class ChatApp:
         return self._store
 
     async def _start(self, mcp_servers: McpServers) -> None:
-        use_workspace(self.settings.workspace)
+        self.root = use_workspace(self.settings.workspace)
+        self.settings = with_instructions(self.settings, self.root, self.options.project_instructions)
         self.registry = None if self.options.no_tools else build_registry(self.settings,
                                                                           extra_dirs=self.options.tools_dirs)
         if self.registry is not None:
@@ -468,6 +483,18 @@ class ChatApp:
         if compactor is not None:
             await compactor.budget.ensure_window()
             self.view.line(f"context: {compactor.budget.describe(compactor.outgoing(self.history))}")
+
+    async def _instructions(self, arg: str) -> None:
+        if not self.options.project_instructions:
+            self.view.line("project instructions are off (--no-project-instructions)")
+            return
+        if not self.settings.instructions:
+            self.view.line(f"no AGENTS.md loaded (looked in crow's config folder, and from the repository root "
+                           f"down to {self.root})")
+            return
+        for item in self.settings.instructions:
+            self.view.line(f"{item.scope}: {item.path} ({item.size:,} bytes)")
+        self.view.line("(read when a session starts; nearest last, so they have the last word)", "dim")
 
     async def _compact(self, arg: str) -> None:
         compactor = self.driver.compactor if self.driver is not None else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..config import Settings
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from .persist import SessionRecorder
 
 __all__ = ["build_client", "build_compactor", "build_registry", "loop_settings", "make_console", "plain_terminal",
-           "short_json"]
+           "short_json", "with_instructions"]
 
 
 def build_client(settings: Settings, record_dir: str | None = None) -> ChatClient:
@@ -80,3 +81,17 @@ def build_compactor(settings: Settings, recorder: SessionRecorder | None = None)
     if recorder is not None:
         compactor.on_checkpoint.append(recorder.save_checkpoint)
     return compactor
+
+
+def with_instructions(settings: Settings, root: Path, enabled: bool = True) -> Settings:
+    """`settings` whose system prompt ends with the AGENTS.md files that apply to `root` (`instructions`),
+    and whose `instructions` lists them; unchanged when `enabled` is False."""
+    from dataclasses import replace
+
+    from ..config import default_config_path
+    from ..instructions import find_instructions, system_prompt
+
+    if not enabled:
+        return settings
+    found = find_instructions(root, default_config_path().parent)
+    return replace(settings, system=system_prompt(settings.system, found), instructions=tuple(found))

@@ -39,7 +39,15 @@ from ..tools.builtin.shell import hide_secret
 from ..tools.mcp import McpServers
 from ..tools.workspace import use_workspace
 from .approve import terminal_ask
-from .common import build_client, build_compactor, build_registry, loop_settings, make_console, short_json
+from .common import (
+    build_client,
+    build_compactor,
+    build_registry,
+    loop_settings,
+    make_console,
+    short_json,
+    with_instructions,
+)
 from .jsonl import JsonlWriter
 
 if TYPE_CHECKING:
@@ -68,6 +76,8 @@ class RunOptions:
     """Continue this stored session (`--session ID`)."""
     continue_last: bool = False
     """Continue the most recent session (`--continue`)."""
+    project_instructions: bool = True
+    """Put AGENTS.md files into the system prompt of a new session (`--no-project-instructions` turns it off)."""
 
 
 class _Printer:
@@ -190,7 +200,8 @@ async def run_prompt(settings: Settings, options: RunOptions, out: TextIO = sys.
 
 async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err: TextIO) -> int:
     # Usage errors (ConfigError, exit 2) come before any event and before a session is stored.
-    use_workspace(settings.workspace)
+    root = use_workspace(settings.workspace)
+    settings = with_instructions(settings, root, options.project_instructions)
     approve = make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=options.yes,
                             ask=None if options.yes else terminal_ask())
     registry = None if options.no_tools else build_registry(settings, extra_dirs=options.tools_dirs)

@@ -318,3 +318,15 @@ async def test_compact_summarises_older_exchanges_and_later_requests_start_from_
     stored = store.messages(app.recorder.session_id)
     assert [m["content"] for m in stored if m["role"] == "user"] == ["one", "two", "three", "four"]
     assert len(store.checkpoints(app.recorder.session_id)) == 1
+
+
+# issue 13: AGENTS.md in chat, and /instructions says where they came from
+async def test_instructions_are_loaded_and_shown(store: SessionStore, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "AGENTS.md").write_text("Use tabs.")
+    monkeypatch.chdir(tmp_path)
+    output, server, _ = await chat([{"sse": text_stream("ok")}], "/instructions\rhi\r/exit\r", store)
+    assert f"project: {tmp_path / 'AGENTS.md'} (9 bytes)" in output
+    system = server.requests[0]["messages"][0]
+    assert system["role"] == "system" and system["content"].endswith("Use tabs.")
