@@ -50,7 +50,7 @@ def test_a_big_file_is_cut_with_a_note(tmp_path: Path) -> None:
 
 
 def test_crow_run_sends_them_and_the_flag_turns_them_off(tmp_path: Path, _isolated_home: Path) -> None:
-    repo, pkg, _ = _repo(tmp_path)
+    _, pkg, _ = _repo(tmp_path)
     global_dir = _isolated_home / ".config" / "crow"
     global_dir.mkdir(parents=True)
     (global_dir / "AGENTS.md").write_text("GLOBAL from crow's config folder")

@@ -297,7 +297,12 @@ class ChatApp:
                     except _Exit:
                         break
                     continue
-                self.history.append(user_message(text))
+                try:
+                    message = self._with_attachments(text)
+                except CrowError as exc:  # an @file too big, binary or outside the workspace: not sent
+                    self.view.line(f"crow: error: {exc}; the message was not sent", "red")
+                    continue
+                self.history.append(message)
                 await self._run_turn()
         finally:
             if sigint:
@@ -307,6 +312,17 @@ class ChatApp:
             if self.client is not None:
                 await self.client.aclose()
         return 0
+
+    def _with_attachments(self, text: str) -> Message:
+        """The user message for `text`, with the files its `@path` mentions name attached."""
+        from ..attachments import load_attachment, mentioned_files, user_content
+
+        files = mentioned_files(text, self.root)
+        if not files:
+            return user_message(text)
+        attachments = [load_attachment(f) for f in files]
+        self.view.line("attached: " + ", ".join(strip_controls(a.shown) for a in attachments), "dim")
+        return {"role": "user", "content": user_content(text, attachments)}
 
     async def _command(self, name: str, arg: str) -> None:
         handler = self._commands.get(name)

@@ -13,8 +13,9 @@ import asyncio
 import contextlib
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
+from ..attachments import load_attachment, user_content
 from ..config import Settings
 from ..driver import Driver
 from ..errors import SessionError
@@ -76,6 +77,8 @@ class RunOptions:
     """Continue this stored session (`--session ID`)."""
     continue_last: bool = False
     """Continue the most recent session (`--continue`)."""
+    files: tuple[str, ...] = ()
+    """Files attached to the prompt (`-f`): text into the message, images as `image_url` parts."""
     project_instructions: bool = True
     """Put AGENTS.md files into the system prompt of a new session (`--no-project-instructions` turns it off)."""
 
@@ -159,7 +162,7 @@ class _Printer:
             self.reasoning_open = False
 
 
-def _start_history(settings: Settings, options: RunOptions
+def _start_history(settings: Settings, options: RunOptions, content: Any = None
                    ) -> tuple[list[Message], SessionRecorder | None, WarningEvent | None]:
     """The history to run (a continued session's, or new) ending with the prompt, already stored.
 
@@ -180,7 +183,7 @@ def _start_history(settings: Settings, options: RunOptions
             warning = WarningEvent(f"{exc}; this run is not recorded")
     if settings.system and not history:
         history.append({"role": "system", "content": settings.system})
-    history.append(user_message(options.prompt))
+    history.append(user_message(options.prompt) if content is None else {"role": "user", "content": content})
     if recorder is not None:
         recorder.sync(history)
     return history, recorder, warning
@@ -202,6 +205,7 @@ async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err:
     # Usage errors (ConfigError, exit 2) come before any event and before a session is stored.
     root = use_workspace(settings.workspace)
     settings = with_instructions(settings, root, options.project_instructions)
+    content = user_content(options.prompt, [load_attachment(f) for f in options.files]) if options.files else None
     approve = make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=options.yes,
                             ask=None if options.yes else terminal_ask())
     registry = None if options.no_tools else build_registry(settings, extra_dirs=options.tools_dirs)
@@ -211,7 +215,7 @@ async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err:
     printer: _Printer | JsonlWriter = (JsonlWriter(out, err, debug=options.debug) if options.json
                                        else _Printer(out, err, debug=options.debug, quiet=options.quiet))
     try:
-        history, recorder, warning = _start_history(settings, options)
+        history, recorder, warning = _start_history(settings, options, content)
         new_session = not (options.session_id or options.continue_last)
     except SessionError as exc:  # no such session, or one in use: a run that starts and fails (exit 1)
         printer.handle(RunStarted(model=settings.model))

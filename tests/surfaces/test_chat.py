@@ -330,3 +330,17 @@ async def test_instructions_are_loaded_and_shown(store: SessionStore, tmp_path: 
     assert f"project: {tmp_path / 'AGENTS.md'} (9 bytes)" in output
     system = server.requests[0]["messages"][0]
     assert system["role"] == "system" and system["content"].endswith("Use tabs.")
+
+
+# issue 13: @path mentions attach files in chat
+async def test_at_mentions_attach_files(store: SessionStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "notes.txt").write_text("the milk")
+    (tmp_path / "blob.bin").write_bytes(b"\0\1")
+    monkeypatch.chdir(tmp_path)
+    output, server, _ = await chat([{"sse": text_stream("ok")}], "see @blob.bin\rwhat about @notes.txt?\r/exit\r",
+                                   store)
+    assert "cannot attach blob.bin: a binary file" in output and "the message was not sent" in output
+    assert len(server.requests) == 1
+    sent = server.requests[0]["messages"][-1]["content"]
+    assert sent == "what about @notes.txt?\n\n[attached file: notes.txt]\n```\nthe milk\n```"
+    assert "attached: notes.txt" in output
