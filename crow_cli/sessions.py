@@ -1,12 +1,14 @@
 """The session store: conversations kept in SQLite so they survive crashes and can be resumed.
 
 One file, `crow/sessions.db` in the platformdirs user data dir (`~/.local/share/crow/sessions.db` on
-Linux), opened in WAL mode. Three tables:
+Linux), opened in WAL mode. Four tables:
 
     sessions(id, title, created_at, updated_at, model, base_url, cwd)
     messages(session_id, position, message)     -- one wire message per row, as JSON
     checkpoints(session_id, position, created_at, tokens_before, tokens_after, summary, view)
                                                 -- compacted views; the messages stay complete
+    file_backups(session_id, position, path, content, created_at)
+                                                -- files' contents before crow's file tools wrote them (undo)
 
 Each message is committed as it is appended, so a crash loses at most the turn in flight; `load`
 closes a history cut mid-turn (tool calls without results) with "interrupted" results, and stores
@@ -120,9 +122,17 @@ def _m2_checkpoints(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX checkpoints_session ON checkpoints(session_id, position)")
 
 
+def _m3_file_backups(db: sqlite3.Connection) -> None:
+    db.execute("""CREATE TABLE file_backups (
+        session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE, position INTEGER NOT NULL,
+        path TEXT NOT NULL, content BLOB, created_at REAL NOT NULL)""")
+    db.execute("CREATE INDEX file_backups_session ON file_backups(session_id, position)")
+
+
 _MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_initial", _m1_initial),
     ("m002_checkpoints", _m2_checkpoints),
+    ("m003_file_backups", _m3_file_backups),
 ]
 """Applied in order, each once; append new ones, never edit or reorder applied ones."""
 
@@ -353,6 +363,26 @@ class SessionStore:
         with self._transaction():
             self._db.execute("DELETE FROM messages WHERE session_id = ? AND position >= ?", (session_id, keep))
             self._db.execute("DELETE FROM checkpoints WHERE session_id = ? AND position > ?", (session_id, keep))
+            self._db.execute("DELETE FROM file_backups WHERE session_id = ? AND position >= ?", (session_id, keep))
+
+    # file backups for undo (`tools.backup`): a file's content before crow's file tools changed it
+
+    def add_file_backup(self, session_id: str, position: int, path: str, content: bytes | None) -> None:
+        """Keep `path`'s content (None: it did not exist) from before a write made while the session
+        held `position` messages."""
+        with self._transaction():
+            self._db.execute("INSERT INTO file_backups VALUES (?, ?, ?, ?, ?)",
+                             (session_id, position, path, content, time.time()))
+
+    def file_backups(self, session_id: str, since: int) -> list[tuple[str, bytes | None]]:
+        """For each file written at or after message `since`: its path and its earliest kept content
+        (None: it did not exist then), in the order the files were first written."""
+        rows = self._db.execute("SELECT path, content FROM file_backups WHERE session_id = ? AND position >= ? "
+                                "ORDER BY position, rowid", (session_id, since))
+        first: dict[str, bytes | None] = {}
+        for path, content in rows:
+            first.setdefault(path, content)
+        return list(first.items())
 
     # compaction checkpoints (`context.compact`): the messages are never changed by them
 

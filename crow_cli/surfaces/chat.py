@@ -45,6 +45,7 @@ from ..sessions import EXPORT_FORMATS, SessionStore, export_session
 from ..signals import SignalCancel
 from ..text import public_url, strip_controls
 from ..tools.approval import describe_call, make_approver
+from ..tools.backup import set_backup_hook
 from ..tools.builtin.shell import hide_secret
 from ..tools.registry import Tool, ToolRegistry
 from ..tools.workspace import use_workspace
@@ -81,6 +82,7 @@ Enter sends · Alt-Enter (or Esc Enter) inserts a newline · Ctrl-C stops a turn
 /usage              token usage of the last turn and of this session; context used / window
 /compact [FOCUS]    summarise older exchanges now (keeping FOCUS in particular)
 /instructions       the AGENTS.md files in the system prompt, and where they came from
+/undo               remove the last exchange and restore the files crow's file tools changed in it
 /reasoning          show or hide the model's reasoning
 /retry              run your last message again"""
 
@@ -164,7 +166,7 @@ class ChatApp:
             "help": self._help, "exit": self._exit, "quit": self._exit, "new": self._new, "model": self._model,
             "tools": self._tools, "sessions": self._sessions, "resume": self._resume, "export": self._export,
             "usage": self._usage, "reasoning": self._reasoning, "retry": self._retry, "compact": self._compact,
-            "instructions": self._instructions,
+            "instructions": self._instructions, "undo": self._undo,
         }
         self._compacting: asyncio.Task[None] | None = None
 
@@ -178,6 +180,7 @@ class ChatApp:
 
     async def _start(self, mcp_servers: McpServers) -> None:
         self.root = use_workspace(self.settings.workspace)
+        set_backup_hook(self._backup)  # files crow's tools change can be restored by /undo
         self.settings = with_instructions(self.settings, self.root, self.options.project_instructions)
         self.registry = None if self.options.no_tools else build_registry(self.settings,
                                                                           extra_dirs=self.options.tools_dirs)
@@ -500,6 +503,26 @@ class ChatApp:
             await compactor.budget.ensure_window()
             self.view.line(f"context: {compactor.budget.describe(compactor.outgoing(self.history))}")
 
+    def _backup(self, path: Path, content: bytes | None) -> None:
+        if self.recorder is not None:
+            self.recorder.backup(path, content)
+
+    async def _undo(self, arg: str) -> None:
+        from ..undo import apply_undo, plan_undo
+
+        if self.recorder is None or self.recorder.info is None:
+            self.view.line("nothing to undo (no exchange is recorded in this chat)", "yellow")
+            return
+        plan = plan_undo(self.store, self.recorder.info.id)
+        for line in plan.describe():
+            self.view.line(strip_controls(line))
+        for problem in apply_undo(self.store, self.recorder.info.id, plan):
+            self.view.line(f"crow: warning: {strip_controls(problem)}", "yellow")
+        self.recorder.truncate(self.history, plan.keep)
+        self.recorder.reload_checkpoint()
+        self._new_compactor()
+        self.view.line("undone", "bold")
+
     async def _instructions(self, arg: str) -> None:
         if not self.options.project_instructions:
             self.view.line("project instructions are off (--no-project-instructions)")
@@ -549,6 +572,8 @@ class ChatApp:
             return
         if self.recorder is not None:
             self.recorder.truncate(self.history, last_user + 1)
+            self.recorder.reload_checkpoint()
+            self._new_compactor()
         else:
             del self.history[last_user + 1:]
         self.view.line(f"› {strip_controls(str(self.history[last_user].get('content')))}", "dim")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from pathlib import Path
 
 from ..config import Settings
 from ..context.compact import Checkpoint
@@ -41,6 +42,7 @@ class SessionRecorder:
         """A write failed: nothing more is stored."""
         self.checkpoint: Checkpoint | None = None
         """The session's latest compaction checkpoint (later requests start from it)."""
+        self._backups: list[tuple[int, str, bytes | None]] = []
         self.previous_model: str | None = None
         """The model a continued session was using when it differs from this run's (say so once)."""
 
@@ -54,6 +56,7 @@ class SessionRecorder:
         Raises:
             SessionError: the store could not be written (once: later calls do nothing).
         """
+        self._store_backups()
         if self.broken or len(history) <= self.stored:
             return
         try:
@@ -85,6 +88,27 @@ class SessionRecorder:
         with contextlib.suppress(SessionError):  # the next compaction tries again; no message is lost
             self.store.add_checkpoint(self.info.id, checkpoint.position, checkpoint.view, checkpoint.tokens_before,
                                       checkpoint.tokens_after, checkpoint.summary)
+
+    def backup(self, path: Path, content: bytes | None) -> None:
+        """Keep a file's content from before crow's file tools write it (`tools.backup` hook), for undo.
+
+        Called from a tool's worker thread: it is queued here and stored by the next `sync` (on the
+        loop's thread, when the tool's result is appended).
+        """
+        self._backups.append((self.stored, str(path), content))  # list.append is atomic
+
+    def _store_backups(self) -> None:
+        while self._backups and self.info is not None and not self.broken:
+            position, path, content = self._backups.pop(0)
+            with contextlib.suppress(SessionError):  # the write went ahead; only its undo is lost
+                self.store.add_file_backup(self.info.id, position, path, content)
+
+    def reload_checkpoint(self) -> None:
+        """Take the stored session's latest compaction checkpoint again (after messages were removed)."""
+        stored = self.store.checkpoints(self.info.id) if self.info is not None else []
+        last = stored[-1] if stored else None
+        self.checkpoint = Checkpoint(last.position, last.view, last.tokens_before, last.tokens_after,
+                                     last.summary) if last else None
 
     def discard(self) -> None:
         """Delete the session this recorder created (a run that failed before the model said anything)."""

@@ -36,6 +36,7 @@ from ..history import Message, user_message
 from ..signals import ALL_SIGNALS, SignalCancel
 from ..text import strip_controls
 from ..tools.approval import make_approver
+from ..tools.backup import set_backup_hook
 from ..tools.builtin.shell import hide_secret
 from ..tools.mcp import McpServers
 from ..tools.workspace import use_workspace
@@ -245,6 +246,8 @@ async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err:
             for problem in registry.errors:
                 printer.handle(WarningEvent(problem))
         client = build_client(settings, options.record_dir)
+        if recorder is not None:
+            set_backup_hook(recorder.backup)  # files crow's tools change can be restored by `sessions undo`
         try:
             driver = Driver(client, registry, loop_settings(settings, trace=options.debug), approve,
                             build_compactor(settings, recorder))

@@ -344,3 +344,22 @@ async def test_at_mentions_attach_files(store: SessionStore, tmp_path: Path, mon
     sent = server.requests[0]["messages"][-1]["content"]
     assert sent == "what about @notes.txt?\n\n[attached file: notes.txt]\n```\nthe milk\n```"
     assert "attached: notes.txt" in output
+
+
+# issue 13: /undo removes the last exchange and restores the files crow's file tools changed
+async def test_undo_restores_files_and_the_history(store: SessionStore, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "a.txt").write_text("before\n")
+    monkeypatch.chdir(tmp_path)
+    write = json.dumps({"path": "a.txt", "content": "after\n"})
+    script = [{"sse": text_stream("hello")}, {"sse": tool_calls_sse(("c1", "write_file", json.loads(write)))},
+              {"sse": text_stream("written")}, {"sse": text_stream("again")}]
+    keys = "hi\rchange a.txt\r/undo\rnext\r/exit\r"
+    output, server, app = await chat(script, keys, store, options=ChatOptions(yes=True))
+    assert f"restores {tmp_path / 'a.txt'}" in output and "undone" in output
+    assert output.index("restores") < output.index("undone")
+    assert (tmp_path / "a.txt").read_text() == "before\n"
+    sent = server.requests[3]["messages"]
+    assert [m["content"] for m in sent if m["role"] == "user"] == ["hi", "next"]
+    stored = store.messages(app.recorder.session_id)
+    assert [m["content"] for m in stored] == ["hi", "hello", "next", "again"]

@@ -6,6 +6,7 @@ import difflib
 from pathlib import Path
 
 from ...errors import ToolError
+from ..backup import before_write
 from ..registry import tool
 from ..workspace import resolve_in_workspace, workspace_root
 from .files import _BOMS
@@ -72,6 +73,7 @@ def write_file(path: str, content: str) -> str:
     existed = file.exists()
     file.parent.mkdir(parents=True, exist_ok=True)
     data = content.encode("utf-8")
+    before_write(file)  # kept for /undo
     file.write_bytes(data)
     return f"{'overwrote' if existed else 'created'} {_shown(file)} ({len(data)} bytes)"
 
@@ -107,6 +109,7 @@ def edit_file(path: str, old_string: str, new_string: str, replace_all: bool = F
         raise ToolError(f"old_string occurs {count} times in {path!r}; include more surrounding text to make it "
                         "unique, or set replace_all to true")
     after = before.replace(old_string, new_string)
+    before_write(file)  # kept for /undo
     file.write_bytes(after.encode("utf-8"))
     name = _shown(file)
     noun = "occurrence" if count == 1 else "occurrences"
