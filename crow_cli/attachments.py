@@ -50,19 +50,22 @@ def _image_type(data: bytes) -> str | None:
     return None
 
 
-def load_attachment(path: str) -> Attachment:
-    """Read `path` (relative to the workspace root, or absolute inside it) as an attachment.
+def load_attachment(path: str, root: Path | None = None) -> Attachment:
+    """Read `path` (relative to the workspace `root`, or absolute inside it) as an attachment.
+
+    `root` defaults to the current tool context's workspace (`tools.workspace.workspace_root`).
 
     Raises:
         ConfigError: outside the workspace, missing, not a file, over the size cap, or binary.
     """
     try:
-        file = resolve_in_workspace(path)
+        root = root or workspace_root()
+        file = resolve_in_workspace(path, root)
     except OutsideWorkspace as exc:
         raise ConfigError(f"cannot attach {path!r}: {exc}") from None
     if not file.is_file():
         raise ConfigError(f"cannot attach {path!r}: {'not a file' if file.exists() else 'no such file'}")
-    shown = file.relative_to(workspace_root()).as_posix()
+    shown = file.relative_to(root).as_posix()
     size = file.stat().st_size
     try:
         with file.open("rb") as fh:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Annotated
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -24,7 +24,7 @@ app = typer.Typer(
     name="crow",
     help="A react-loop agent for any OpenAI-compatible Chat Completions server.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion [bash|zsh|fish|powershell]
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
@@ -64,6 +64,28 @@ def _reopen_closed_std_streams() -> None:
             setattr(sys, name, open(fd, "r" if fd == 0 else "w", encoding="utf-8", closefd=False))  # noqa: SIM115
 
 
+def _is_usage_error(exc: Exception) -> bool:
+    """A click exception raised by typer's parser (typer vendors click and exports only some of its
+    classes, so they are recognised by their public shape: `exit_code` and `format_message`)."""
+    return isinstance(getattr(exc, "exit_code", None), int) and callable(getattr(exc, "format_message", None))
+
+
+def _usage_error(exc: Any) -> NoReturn:
+    """A usage error found by typer (unknown option, missing argument, bad value) in crow's one-line
+    `crow: error: …` form, pointing at the command's help; its exit code (2). `crow` or `crow sessions`
+    alone print their help, as before."""
+    if type(exc).__name__ == "NoArgsIsHelpError":
+        exc.show()
+        sys.exit(exc.exit_code)
+    message = " ".join(str(exc.format_message()).split()).rstrip(".")
+    if message[:1].isupper() and message[1:2].islower():  # "No such option" -> "no such option"
+        message = message[0].lower() + message[1:]
+    path = getattr(getattr(exc, "ctx", None), "command_path", None)
+    hint = f" (see {path} --help)" if path else ""
+    print(f"crow: error: {message}{hint}", file=sys.stderr)
+    sys.exit(exc.exit_code)
+
+
 def main() -> None:
     """Console entry point."""
     _reopen_closed_std_streams()
@@ -71,14 +93,16 @@ def main() -> None:
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="replace")
     try:
-        app()
-    except KeyboardInterrupt:
+        code = app(standalone_mode=False)  # crow prints typer's usage errors itself (_usage_error)
+    except (KeyboardInterrupt, typer.Abort):
         print("\ncrow: interrupted", file=sys.stderr)
         sys.exit(130)
     except BrokenPipeError:  # `crow run … | head`: the reader left; say nothing more on stdout
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
-    except Exception as exc:  # a bug: one line, the traceback only with --debug
+    except Exception as exc:  # a usage error from typer, else a bug: one line, the traceback only with --debug
+        if _is_usage_error(exc):
+            _usage_error(exc)
         print(f"crow: internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback; "
               "please report it)", file=sys.stderr)
         if "--debug" in sys.argv:
@@ -86,3 +110,4 @@ def main() -> None:
 
             traceback.print_exception(exc, file=sys.stderr)
         sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)

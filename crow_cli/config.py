@@ -1,38 +1,51 @@
 """Settings from flags, environment, the TOML config file and defaults, in that order of precedence.
 
 Config file: `crow/config.toml` in the platformdirs user config dir (`~/.config/crow/config.toml` on
-Linux), or `--config PATH`. Every key is shown in `config.example.toml`. API keys are never read from
-the file itself: `api_key_env` names the environment variable that holds one.
-
-Key lookup: `--api-key` > `CROW_API_KEY` > the variable named by `api_key_env` > `OPENAI_API_KEY`.
-Base URL:   `--base-url` > `CROW_BASE_URL` > config `base_url` > `OPENAI_BASE_URL` > OpenAI.
-Model:      `--model` > `CROW_MODEL` > config `model` > `gpt-4o-mini`.
-A profile's keys (`[profiles.NAME]`, chosen by `--profile` or top-level `profile`) override the
+Linux), or `--config PATH`. Every key is one row of `OPTIONS` (name, type, flag, environment
+variable, default, check) and is shown in `config.example.toml`. A profile's keys
+(`[profiles.NAME]`, chosen by `--profile`, `CROW_PROFILE` or top-level `profile`) override the
 top-level keys of the file.
+
+Base URL: `--base-url` > `CROW_BASE_URL` > config `base_url` > `OPENAI_BASE_URL` > OpenAI.
+
+API keys go only to the server they were configured for (compared by scheme, host and port):
+- `--api-key KEY`: the server of this run, whatever it is.
+- `CROW_API_KEY`: the server crow is set up for outside the command line and the profiles:
+  `CROW_BASE_URL`, else the top-level `base_url`, else `OPENAI_BASE_URL`, else OpenAI.
+- `api_key_env = "NAME"` (top level or in a profile): the `base_url` of the same table (a profile
+  without one: the top-level one; none at all: `CROW_BASE_URL`, `OPENAI_BASE_URL` or OpenAI). When it
+  applies and NAME is unset or empty, that is a configuration error naming NAME (`require_api_key`).
+- `OPENAI_API_KEY`: OpenAI's own API (api.openai.com), or the `OPENAI_BASE_URL` set beside it.
+The first that applies, in this order, is the key. Credential headers in the file (`Authorization`,
+anything naming a key, token, cookie, secret or session) follow the same rule as `api_key_env`.
+API keys are never read from the file itself.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from .errors import ConfigError
+from .text import public_url
 
-__all__ = ["DEFAULT_BASE_URL", "DEFAULT_MODEL", "Settings", "default_config_path", "load_settings"]
+__all__ = ["DEFAULT_BASE_URL", "DEFAULT_MODEL", "KEYED_HOSTS", "OPTIONS", "OWNED_PARAMS", "Option", "Settings",
+           "default_config_path", "load_settings", "require_api_key"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_MODEL = "gpt-4o-mini"
-
-_KEYS = {
-    "model": str, "base_url": str, "api_key_env": str, "system": str, "max_turns": int, "tool_timeout": (int, float),
-    "idle_timeout": (int, float), "max_retries": int, "tool_paths": list, "headers": dict, "params": dict,
-    "max_output_chars": int, "approval": str, "workspace": str, "allow": list, "deny": list, "mcp_servers": dict,
-    "context_window": int,
-}
+KEYED_HOSTS = ("api.openai.com", "openrouter.ai", "dashscope.aliyuncs.com", "dashscope-intl.aliyuncs.com")
+"""Hosted APIs that refuse every request without a key (local servers often need none)."""
+OWNED_PARAMS = ("model", "messages", "stream", "stream_options", "tools")
+"""Request body fields crow sets itself; `[params]` may not set them."""
+_OPENAI_HOST = "api.openai.com"
+_SECRET_HEADER = re.compile(r"auth|key|token|cookie|secret|session", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -43,7 +56,8 @@ class Settings:
     base_url: str = DEFAULT_BASE_URL
     api_key: str | None = field(default=None, repr=False)
     """Secret: never printed, logged or stored."""
-    headers: dict[str, str] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
+    """Extra request headers; may hold credentials (`Authorization`), so not in the repr."""
     params: dict[str, Any] = field(default_factory=dict)
     system: str | None = None
     max_turns: int = 25
@@ -63,13 +77,105 @@ class Settings:
     """`[mcp_servers.NAME]` tables: `command`/`args`/`env`/`cwd` (stdio) or `url` (streamable HTTP)."""
     profile: str | None = None
     config_path: str | None = None
+    secrets: tuple[str, ...] = field(default=(), repr=False)
+    """Every credential the configuration names, sent to this server or not (`--api-key`, `CROW_API_KEY`,
+    `OPENAI_API_KEY`, each `api_key_env` variable of the file, credential header values): tools and
+    their output must never show them to the model."""
+    api_key_problem: str | None = None
+    """Why no key could be taken (an `api_key_env` that applies but is unset); `require_api_key` raises it,
+    commands that send nothing (`crow tools`) do not care."""
     context_window: int | None = None
     """The model's context window in tokens (config `context_window`); None: asked of the server."""
     instructions: tuple[Any, ...] = ()
     """The `instructions.Instructions` (AGENTS.md files) whose text ends `system`, as a surface loaded them."""
 
 
+def _at_least(low: float) -> Callable[[Any], str | None]:
+    wanted = "0 or more" if low == 0 else f"at least {low:g}"
+    return lambda v: None if v >= low else f"must be {wanted} (got {v:g})"
+
+
+def _positive(value: float) -> str | None:
+    return None if value > 0 else f"must be greater than 0 (got {value:g})"
+
+
+def _http_url(value: str) -> str | None:
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018  (raises ValueError on a bad port)
+    except ValueError:
+        return f"is not a valid URL: {public_url(value)!r}"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"must start with http:// or https:// and name a host (got {public_url(value)!r})"
+    return None
+
+
+def _non_empty(value: str) -> str | None:
+    return None if value.strip() else "is empty"
+
+
+def _owned_params(value: dict[str, Any]) -> str | None:
+    owned = [k for k in value if k in OWNED_PARAMS]
+    if owned:
+        return (f"[params] cannot set {owned[0]!r}: crow sets {', '.join(OWNED_PARAMS)} itself "
+                "(the model with `model` or --model, tools with --no-tools)")
+    return None
+
+
+def _tables(value: dict[str, Any]) -> str | None:
+    bad = [name for name, table in value.items() if not isinstance(table, dict)]
+    return f"[mcp_servers.{bad[0]}] must be a table" if bad else None
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One setting: where it is read from and how it is checked (one row of `OPTIONS`)."""
+
+    key: str
+    """Its name in the config file."""
+    kind: type
+    """`str`, `int`, `float` (an integer is accepted), `list` (of strings; file and flags add up) or `dict`."""
+    field: str = ""
+    """The `Settings` field (and the `flags` key of `load_settings`); default: `key`."""
+    flag: str | None = None
+    """The command-line flag, as errors name it."""
+    env: str | None = None
+    """The environment variable read between the flag and the file."""
+    default: Any = None
+    check: Callable[[Any], str | None] | None = None
+    """Returns what is wrong with a value (the message after the source), or None."""
+
+    @property
+    def name(self) -> str:
+        """The `Settings` field."""
+        return self.field or self.key
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("model", str, flag="--model", env="CROW_MODEL", default=DEFAULT_MODEL, check=_non_empty),
+    Option("base_url", str, flag="--base-url", env="CROW_BASE_URL", check=_http_url),  # then OPENAI_BASE_URL
+    Option("api_key_env", str, check=_non_empty),  # the key itself is resolved by _api_key
+    Option("system", str, flag="--system"),
+    Option("max_turns", int, flag="--max-turns", default=25, check=_at_least(1)),
+    Option("tool_timeout", float, field="tool_timeout_s", default=120.0, check=_positive),
+    Option("idle_timeout", float, field="idle_timeout_s", env="CROW_IDLE_TIMEOUT", default=300.0, check=_positive),
+    Option("max_retries", int, default=3, check=_at_least(0)),
+    Option("max_output_chars", int, default=50_000, check=_positive),
+    Option("approval", str, flag="--approval"),
+    Option("workspace", str, flag="--workspace"),
+    Option("tool_paths", list, flag="--tools-dir"),
+    Option("allow", list, flag="--allow"),
+    Option("deny", list, flag="--deny"),
+    Option("headers", dict),
+    Option("params", dict, check=_owned_params),
+    Option("mcp_servers", dict, check=_tables),
+    Option("context_window", int, check=_at_least(256)),
+)
+_BY_KEY = {o.key: o for o in OPTIONS}
+
+
 def default_config_path() -> Path:
+    """`crow/config.toml` in the platformdirs user config dir."""
     import platformdirs
 
     return Path(platformdirs.user_config_dir("crow", appauthor=False)) / "config.toml"
@@ -89,17 +195,18 @@ def _read_config(path: Path, explicit: bool) -> dict[str, Any]:
         raise ConfigError(f"cannot read config file {str(path)!r}: {exc.strerror}") from exc
 
 
-def _check(table: Mapping[str, Any], where: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _check_table(table: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The table's keys, type-checked (TOML already typed them)."""
     for key, value in table.items():
-        if key not in _KEYS:
+        option = _BY_KEY.get(key)
+        if option is None:
             raise ConfigError(f"unknown key {key!r} in {where}; see config.example.toml for the keys")
-        if not isinstance(value, _KEYS[key]) or isinstance(value, bool):
+        kind: type | tuple[type, ...] = (int, float) if option.kind is float else option.kind
+        if not isinstance(value, kind) or isinstance(value, bool):
             raise ConfigError(f"{where}: {key!r} has the wrong type ({type(value).__name__})")
         if isinstance(value, list) and not all(isinstance(item, str) for item in value):
             raise ConfigError(f"{where}: {key!r} must be a list of strings")
-        out[key] = value
-    return out
+    return dict(table)
 
 
 def _checked_key(key: str | None) -> str | None:
@@ -115,22 +222,44 @@ def _checked_key(key: str | None) -> str | None:
     return key
 
 
+def _server(url: str) -> tuple[str, str, int | None]:
+    """What a key is bound to: scheme, host and port of `url` (default ports filled in)."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        return ("", url, None)
+    scheme = parts.scheme.lower()
+    return (scheme, (parts.hostname or "").lower(), port or {"http": 80, "https": 443}.get(scheme))
+
+
+@dataclass(frozen=True, slots=True)
+class _Layer:
+    """One table of the config file: its keys and how errors name it."""
+
+    values: dict[str, Any]
+    where: str
+
+
 def load_settings(
     flags: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
     config_path: str | None = None,
     profile: str | None = None,
 ) -> Settings:
-    """Resolve settings.
+    """Resolve settings, each key by its `OPTIONS` row: flag > environment > file > default.
 
     Args:
-        flags: command-line values; None values mean "not given". Keys are `Settings` field names.
+        flags: command-line values; None values mean "not given". Keys are `Settings` field names
+            (plus `api_key`).
         env: the environment (default `os.environ`).
         config_path: an explicit config file (must exist), else the default location (may be absent).
         profile: a `[profiles.NAME]` table to apply (must exist).
 
     Raises:
-        ConfigError: unreadable or invalid config, unknown profile, or a bad value.
+        ConfigError: unreadable or invalid config, unknown profile, or a bad value (the message names the
+            flag, variable or file key it came from). An `api_key_env` that applies but is unset is kept
+            in `api_key_problem` for `require_api_key`.
     """
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
     env = os.environ if env is None else env
@@ -141,81 +270,135 @@ def load_settings(
         raise ConfigError(f"{path}: 'profiles' must hold tables, like [profiles.NAME]")
     chosen = profile or env.get("CROW_PROFILE") or data.pop("profile", None) or None
     data.pop("profile", None)
-    file = _check(data, str(path))
+    if chosen is not None and not isinstance(chosen, str):
+        raise ConfigError(f"{path}: 'profile' must be a string")
+    layers = [_Layer(_check_table(data, str(path)), str(path))]
     if chosen:
         if chosen not in profiles:
             known = ", ".join(sorted(profiles)) or "none defined"
             raise ConfigError(f"unknown profile {chosen!r} (profiles: {known})")
-        file.update(_check(profiles[chosen], f"{path} [profiles.{chosen}]"))
+        where = f"{path} [profiles.{chosen}]"
+        layers.append(_Layer(_check_table(profiles[chosen], where), where))
 
-    def pick(flag: str, env_name: str | None, key: str, fallback_env: str | None, default: Any) -> Any:
-        for value in (flags.get(flag), env.get(env_name) if env_name else None, file.get(key),
-                      env.get(fallback_env) if fallback_env else None):
-            if value not in (None, ""):
-                return value
-        return default
-
-    key_env = file.get("api_key_env")
-    api_key = pick("api_key", "CROW_API_KEY", "__none__", None, None) or (env.get(key_env) if key_env else None) \
-        or env.get("OPENAI_API_KEY") or None
-    api_key = _checked_key(api_key)
-    max_turns = int(pick("max_turns", None, "max_turns", None, 25))
-    if max_turns < 1:
-        raise ConfigError("--max-turns must be at least 1")
-    base_url = str(pick("base_url", "CROW_BASE_URL", "base_url", "OPENAI_BASE_URL", DEFAULT_BASE_URL)).rstrip("/")
-    if not base_url.startswith(("http://", "https://")):
-        raise ConfigError(f"base URL {base_url!r} must start with http:// or https://")
-    def number(kind: type[float] | type[int], flag: str, env_name: str | None, key: str, default: float) -> float:
-        raw = pick(flag, env_name, key, None, default)
-        try:
-            return kind(raw)
-        except (TypeError, ValueError):
-            source = ("the command line" if flags.get(flag) not in (None, "") else
-                      env_name if env_name and env.get(env_name) not in (None, "") else str(path))
-            raise ConfigError(f"{key} is not a number: {str(raw)!r} (from {source})") from None
-
-    numbers = {
-        "tool_timeout": number(float, "tool_timeout_s", None, "tool_timeout", 120.0),
-        "idle_timeout": number(float, "idle_timeout_s", "CROW_IDLE_TIMEOUT", "idle_timeout", 300.0),
-        "max_output_chars": number(int, "max_output_chars", None, "max_output_chars", 50_000),
-    }
-    for name, value in numbers.items():
-        if value <= 0:
-            raise ConfigError(f"{name} must be greater than 0 (got {value:g})")
-    max_retries = int(pick("max_retries", None, "max_retries", None, 3))
-    if max_retries < 0:
-        raise ConfigError(f"max_retries must be 0 or more (got {max_retries})")
-    tool_paths = tuple(str(p) for p in file.get("tool_paths", [])) + tuple(flags.get("tool_paths", ()))
-    rules = {key: tuple(str(r) for r in file.get(key, [])) + tuple(flags.get(key, ())) for key in ("allow", "deny")}
-    mcp_servers = file.get("mcp_servers", {})
-    for name, table in mcp_servers.items():
-        if not isinstance(table, dict):
-            raise ConfigError(f"{path}: [mcp_servers.{name}] must be a table")
+    values: dict[str, Any] = {}
+    for option in OPTIONS:
+        values[option.key] = _resolve(option, flags, env, layers)
+    base_url = str(values["base_url"] or env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+    if values["base_url"] is None and (problem := _http_url(base_url)):
+        raise ConfigError(f"OPENAI_BASE_URL {problem}")
+    try:
+        api_key, problem = _checked_key(flags.get("api_key") or _api_key(env, layers, base_url)), None
+    except _UnsetKey as exc:
+        api_key, problem = None, str(exc)
+    headers_layer = next((layer for layer in reversed(layers) if "headers" in layer.values), None)
+    headers = {str(k): str(v) for k, v in values["headers"].items()}
+    if headers_layer is not None and _server(_home(headers_layer, layers, env)) != _server(base_url):
+        headers = {k: v for k, v in headers.items() if not _SECRET_HEADER.search(k)}  # not this server's
     return Settings(
-        model=str(pick("model", "CROW_MODEL", "model", None, DEFAULT_MODEL)),
-        base_url=base_url,
-        api_key=api_key,
-        headers={str(k): str(v) for k, v in file.get("headers", {}).items()},
-        params=dict(file.get("params", {})),
-        system=pick("system", None, "system", None, None),
-        max_turns=max_turns,
-        tool_timeout_s=numbers["tool_timeout"],
-        idle_timeout_s=numbers["idle_timeout"],
-        max_retries=max_retries,
-        max_output_chars=int(numbers["max_output_chars"]),
-        tool_paths=tool_paths,
-        approval=pick("approval", None, "approval", None, None),
-        allow=rules["allow"],
-        deny=rules["deny"],
-        workspace=pick("workspace", None, "workspace", None, None),
-        mcp_servers=dict(mcp_servers),
-        profile=chosen,
-        config_path=str(path) if path.exists() else None,
-        context_window=_context_window(file.get("context_window"), path),
+        model=str(values["model"]), base_url=base_url, api_key=api_key, headers=headers,
+        params=dict(values["params"]), system=values["system"], max_turns=int(values["max_turns"]),
+        tool_timeout_s=float(values["tool_timeout"]), idle_timeout_s=float(values["idle_timeout"]),
+        max_retries=int(values["max_retries"]), max_output_chars=int(values["max_output_chars"]),
+        tool_paths=values["tool_paths"], approval=values["approval"], allow=values["allow"], deny=values["deny"],
+        workspace=values["workspace"], mcp_servers=dict(values["mcp_servers"]), profile=chosen,
+        config_path=str(path) if path.exists() else None, api_key_problem=problem,
+        secrets=_secrets(flags, env, [*layers, *(_Layer(t, "") for t in profiles.values())]),
+        context_window=values["context_window"],
     )
 
 
-def _context_window(value: int | None, path: Path) -> int | None:
-    if value is not None and value < 256:
-        raise ConfigError(f"{path}: context_window must be a number of tokens, at least 256 (got {value})")
+def _resolve(option: Option, flags: Mapping[str, Any], env: Mapping[str, str], layers: list[_Layer]) -> Any:
+    """One option's value: flag > environment > the last file layer that sets it > default; checked."""
+    file_layer = next((layer for layer in reversed(layers) if option.key in layer.values), None)
+    if option.kind is list:  # file and flags add up
+        file_items = tuple(str(v) for v in file_layer.values[option.key]) if file_layer else ()
+        return file_items + tuple(str(v) for v in flags.get(option.name, ()))
+    if option.kind is dict:
+        value: Any = file_layer.values[option.key] if file_layer else {}
+        source = f"{file_layer.where}:" if file_layer else option.key
+    elif flags.get(option.name) not in (None, ""):
+        value, source = flags[option.name], option.flag or option.key
+    elif option.env and env.get(option.env, "") != "":
+        value, source = env[option.env], option.env
+    elif file_layer is not None and file_layer.values[option.key] != "":
+        value, source = file_layer.values[option.key], f"{file_layer.where}: {option.key}"
+    else:
+        return option.default
+    if option.kind in (int, float) and not isinstance(value, option.kind if option.kind is int else (int, float)):
+        try:
+            value = option.kind(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{option.key} is not a number: {str(value)!r} (from {source})") from None
+    if option.check is not None and (problem := option.check(value)):
+        raise ConfigError(f"{source} {problem}")
     return value
+
+
+def _home(layer: _Layer, layers: list[_Layer], env: Mapping[str, str]) -> str:
+    """The server a file table's key (api_key_env) or credential headers are for: its own base_url, a
+    profile's top-level one, else the server crow uses without one."""
+    for table in (layer, layers[0]):
+        if table.values.get("base_url"):
+            return str(table.values["base_url"])
+    return env.get("CROW_BASE_URL") or env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+
+
+class _UnsetKey(ConfigError):
+    """The variable an applying `api_key_env` names is unset (kept in `Settings.api_key_problem`)."""
+
+
+def _api_key(env: Mapping[str, str], layers: list[_Layer], base_url: str) -> str | None:
+    """The key from the environment that was configured for `base_url`'s server (module docstring)."""
+    server = _server(base_url)
+    crow_home = (env.get("CROW_BASE_URL") or layers[0].values.get("base_url") or env.get("OPENAI_BASE_URL")
+                 or DEFAULT_BASE_URL)
+    if env.get("CROW_API_KEY", "").strip() and _server(crow_home) == server:
+        return env["CROW_API_KEY"]
+    named = next((layer for layer in reversed(layers) if "api_key_env" in layer.values), None)
+    if named is not None and _server(_home(named, layers, env)) == server:
+        name = str(named.values["api_key_env"])
+        if not env.get(name, "").strip():
+            raise _UnsetKey(f"{name} is not set: api_key_env in {named.where} names it as the API key for "
+                              f"{public_url(_home(named, layers, env))}")
+        return env[name]
+    openai_home = env.get("OPENAI_BASE_URL")
+    if env.get("OPENAI_API_KEY", "").strip() and (
+            server[1] == _OPENAI_HOST or (openai_home and _server(openai_home) == server)):
+        return env["OPENAI_API_KEY"]
+    return None
+
+
+def _secrets(flags: Mapping[str, Any], env: Mapping[str, str], tables: list[_Layer]) -> tuple[str, ...]:
+    """The values of every key source and credential header the flags, environment and file name."""
+    found = [flags.get("api_key"), env.get("CROW_API_KEY"), env.get("OPENAI_API_KEY")]
+    for table in tables:
+        name = table.values.get("api_key_env")
+        found.append(env.get(name) if isinstance(name, str) else None)
+        headers = table.values.get("headers")
+        for header, value in (headers.items() if isinstance(headers, dict) else ()):
+            if _SECRET_HEADER.search(str(header)):
+                found += [str(value), str(value).partition(" ")[2]]  # "Bearer TOKEN": the token alone too
+    return tuple(dict.fromkeys(v.strip() for v in found if isinstance(v, str) and v.strip()))
+
+
+def require_api_key(settings: Settings) -> None:
+    """Refuse to start a run whose key variable is unset, or against a hosted API (`KEYED_HOSTS`) without
+    a key: it would only answer 401.
+
+    Called by the commands after every option is validated. A credential header from the config
+    (`Authorization`, `api-key` …) counts as a key.
+
+    Raises:
+        ConfigError: `settings.api_key_problem`, or no key for such a server (exit 2).
+    """
+    if settings.api_key_problem:
+        raise ConfigError(settings.api_key_problem)
+    if settings.api_key or any(_SECRET_HEADER.search(name) for name in settings.headers):
+        return
+    host = (urlsplit(settings.base_url).hostname or "").lower()
+    if host not in KEYED_HOSTS:
+        return
+    hint = "set OPENAI_API_KEY or CROW_API_KEY, or pass --api-key" if host == _OPENAI_HOST else \
+        "name the variable holding it with api_key_env beside base_url in the config, or pass --api-key"
+    raise ConfigError(f"no API key for {public_url(settings.base_url)}: {hint} (or point --base-url at a server "
+                      "that needs none)")

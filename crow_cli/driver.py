@@ -25,6 +25,7 @@ from .events import Event, MessageAppended, RunFinished, WarningEvent
 from .history import Message
 from .loop import ChatStream, LoopSettings, react
 from .signals import SignalCancel, exit_code, signal_name
+from .tools.context import ToolContext
 from .tools.dispatch import Approver
 from .tools.registry import ToolRegistry
 
@@ -53,12 +54,15 @@ class Driver:
         registry: the tools offered (None: none).
         settings: loop limits.
         approve: asked before tools that need approval (None denies them).
+        context: the workspace and secrets tools run with (None: the working directory, no secrets).
         compactor: keeps the conversation within the context window (None: no compaction).
     """
 
     def __init__(self, client: ChatStream, registry: ToolRegistry | None, settings: LoopSettings,
-                 approve: Approver | None, compactor: Compactor | None = None) -> None:
+                 approve: Approver | None, context: ToolContext | None = None,
+                 compactor: Compactor | None = None) -> None:
         self.client = client
+        self.context = context
         self.registry = registry
         self.settings = settings
         self.approve = approve
@@ -125,7 +129,7 @@ class Driver:
 
     async def _consume(self, history: list[Message], sink: Sink | None, recorder: Recorder | None) -> None:
         async with aclosing(react(history, self.client, self.registry, self.settings, self.approve,
-                                       self.compactor)) as events:
+                                  self.context, self.compactor)) as events:
             async for event in events:
                 if isinstance(event, MessageAppended):
                     recorder = self._store(recorder, history, sink)

@@ -10,7 +10,7 @@
     │  └─ StreamCut        the stream broke or went idle mid-way
     ├─ MaxTurnsExceeded    the loop hit --max-turns (exit 1)
     ├─ ToolError           raised by tools; dispatch turns it into a tool result
-    │  └─ UnknownTool  ToolDenied  ToolTimeout  OutsideWorkspace
+    │  └─ ToolDenied  OutsideWorkspace
     └─ SessionError        the session store could not be read or written
 
 Foreign exceptions (openai, httpx) are mapped once, in `crow_cli.wire.client`.
@@ -32,8 +32,6 @@ __all__ = [
     "StreamCut",
     "ToolDenied",
     "ToolError",
-    "ToolTimeout",
-    "UnknownTool",
 ]
 
 
@@ -123,16 +121,8 @@ class ToolError(CrowError):
     """A tool failed in a way the model should be told about; never leaves dispatch."""
 
 
-class UnknownTool(ToolError):
-    """The model called a tool name the registry does not hold."""
-
-
 class ToolDenied(ToolError):
     """Approval was refused (by policy, by the user, or because nobody could be asked)."""
-
-
-class ToolTimeout(ToolError):
-    """The tool ran past its timeout and was cancelled."""
 
 
 class OutsideWorkspace(ToolError):

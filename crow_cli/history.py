@@ -10,7 +10,6 @@ Tool-call ids are carried exactly as the model sent them (`""` when it sent none
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,10 +48,6 @@ class ToolCall:
     def to_wire(self) -> Message:
         """The `tool_calls[]` entry of the assistant message (OpenAI Chat Completions shape)."""
         return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
-
-    def parsed_arguments(self) -> Any:
-        """`json.loads(arguments)`; raises `ValueError` when it is not JSON."""
-        return json.loads(self.arguments)
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ from .context.send import send
 from .errors import CrowError, MaxTurnsExceeded, StreamCut
 from .events import Event, MessageAppended, Notice, RunFinished, TextDelta, ToolResultReady, TurnFinished
 from .history import AssistantTurn, Message, ToolCall, ToolResult, assistant_message
+from .tools.context import ToolContext
 from .tools.dispatch import Approver, dispatch
 from .tools.registry import ToolRegistry
 from .wire.accumulate import StreamAccumulator
@@ -68,6 +69,7 @@ async def react(
     registry: ToolRegistry | None = None,
     settings: LoopSettings = LoopSettings(),
     approve: Approver | None = None,
+    context: ToolContext | None = None,
     compactor: Compactor | None = None,
 ) -> AsyncGenerator[Event, None]:
     """Run turns until the model answers without tool calls; yield events as they happen.
@@ -78,6 +80,7 @@ async def react(
         registry: the tools offered to the model (None or empty: no tools).
         settings: limits.
         approve: asked before tools that need approval; None denies them.
+        context: the workspace and secrets tools run with (None: the working directory, no secrets).
         compactor: keeps requests within the context window (`context.send`); None: the normalised
             history is sent as it is.
 
@@ -107,7 +110,8 @@ async def react(
             if not turn.is_tool_turn:
                 yield RunFinished("completed", turn.content or "", closing.turn)
                 return
-            async for event in _run_tools(turn.tool_calls, history, registry, settings, approve, closing):
+            async for event in _run_tools(turn.tool_calls, history, registry, settings, approve, closing,
+                                          context):
                 yield event
     except asyncio.CancelledError:
         for event in closing.close():
@@ -152,12 +156,13 @@ async def _stream_turn(history: list[Message], client: ChatStream, tools: list[d
 
 
 async def _run_tools(calls: list[ToolCall], history: list[Message], registry: ToolRegistry | None,
-                     settings: LoopSettings, approve: Approver | None, closing: _Closing
-                     ) -> AsyncGenerator[Event, None]:
+                     settings: LoopSettings, approve: Approver | None, closing: _Closing,
+                     context: ToolContext | None = None) -> AsyncGenerator[Event, None]:
     # A result joins the history as soon as every call before it has one: call order is kept, and a
     # driver that stores each appended message loses no finished result if the process dies.
     async for event in dispatch(calls, registry or ToolRegistry(), approve=approve,
-                                timeout_s=settings.tool_timeout_s, max_output_chars=settings.max_output_chars):
+                                timeout_s=settings.tool_timeout_s, max_output_chars=settings.max_output_chars,
+                                context=context):
         yield event
         if isinstance(event, ToolResultReady):
             closing.results[event.result.index] = event.result  # by position: ids may repeat or be ""

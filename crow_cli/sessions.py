@@ -26,6 +26,7 @@ Standard library only (plus platformdirs, imported when the default path is need
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import sqlite3
 import time
@@ -41,7 +42,8 @@ from .lockfile import FileLock, LockHeld
 from .private import private_dir, private_file
 from .text import public_url
 
-__all__ = ["EXPORT_FORMATS", "SessionInUse", "SessionInfo", "SessionStore", "StoredCheckpoint", "default_db_path",
+__all__ = ["EXPORT_FORMATS", "SessionInUse", "SessionInfo", "SessionStore", "SessionStoreDamaged", "StoredCheckpoint",
+           "default_db_path",
            "export_session"]
 
 EXPORT_FORMATS = ("md", "json", "jsonl")
@@ -63,6 +65,33 @@ class SessionInUse(SessionError):
         super().__init__(f"session {session_id} is in use by another crow{holder}")
         self.session_id = session_id
         self.pid = pid
+
+
+class SessionStoreDamaged(SessionError):
+    """The session store file is not a SQLite database or is corrupt; exit code 1.
+
+    The message says what to do: move the file aside (crow then starts a new store) or run with
+    `--no-session`. Chat and run warn once and carry on without recording.
+
+    Attributes:
+        path: the database file.
+    """
+
+    def __init__(self, path: Path, reason: str) -> None:
+        aside = path.with_name(path.name + ".damaged")
+        super().__init__(f"the session store {str(path)!r} is damaged ({reason}): move it aside to start a new one "
+                         f"(mv {str(path)!r} {str(aside)!r}), or use --no-session")
+        self.path = path
+
+
+_DAMAGED = ("SQLITE_NOTADB", "SQLITE_CORRUPT")
+
+
+def _store_error(path: Path, exc: sqlite3.Error, doing: str) -> SessionError:
+    """`exc` as the error to raise: `SessionStoreDamaged` for a file that is no (intact) database."""
+    if str(getattr(exc, "sqlite_errorname", "")).startswith(_DAMAGED):
+        return SessionStoreDamaged(path, str(exc))
+    return SessionError(f"{doing} {str(path)!r}: {exc}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +173,8 @@ class SessionStore:
         path: the database file (created 0600 with its missing folders 0700); default `default_db_path()`.
 
     Raises:
-        SessionError: the file cannot be opened, is not a database, or a migration fails.
+        SessionStoreDamaged: the file is not a SQLite database, or a damaged one (also from any later call).
+        SessionError: the file cannot be opened, or a migration fails.
     """
 
     def __init__(self, path: str | Path | None = None) -> None:
@@ -161,8 +191,12 @@ class SessionStore:
             self._db.execute("PRAGMA foreign_keys=ON")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._migrate()
-        except (OSError, sqlite3.Error) as exc:
+        except OSError as exc:
             raise SessionError(f"cannot open the session store {str(self.path)!r}: {exc}") from exc
+        except sqlite3.Error as exc:
+            if hasattr(self, "_db"):
+                self._db.close()
+            raise _store_error(self.path, exc, "cannot open the session store") from exc
 
     def _wal(self) -> None:
         # Switching a new file to WAL needs it alone, and SQLite answers "locked" at once rather than
@@ -191,7 +225,7 @@ class SessionStore:
 
     def migrations(self) -> list[str]:
         """Names of the applied migrations, in the order they were applied."""
-        return [r[0] for r in self._db.execute("SELECT name FROM _migrations ORDER BY applied_at, name")]
+        return [r[0] for r in self._read("SELECT name FROM _migrations ORDER BY applied_at, name")]
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:
@@ -204,7 +238,14 @@ class SessionStore:
                 raise
             self._db.execute("COMMIT")
         except sqlite3.Error as exc:
-            raise SessionError(f"session store {str(self.path)!r}: {exc}") from exc
+            raise _store_error(self.path, exc, "session store") from exc
+
+    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        """Every row of a query (reads take no lock); sqlite errors become `SessionError`s."""
+        try:
+            return self._db.execute(sql, args).fetchall()
+        except sqlite3.Error as exc:
+            raise _store_error(self.path, exc, "session store") from exc
 
     def close(self) -> None:
         """Close the database and release every session lock this store holds."""
@@ -263,7 +304,7 @@ class SessionStore:
     def recent(self, limit: int | None = None) -> list[SessionInfo]:
         """Sessions, most recently updated first."""
         sql = _SELECT + " ORDER BY s.updated_at DESC, s.rowid DESC"
-        rows = self._db.execute(sql + (" LIMIT ?" if limit else ""), (limit,) if limit else ())
+        rows = self._read(sql + (" LIMIT ?" if limit else ""), (limit,) if limit else ())
         return [SessionInfo(*row) for row in rows]
 
     def latest(self, cwd: str | None = None) -> SessionInfo | None:
@@ -271,9 +312,8 @@ class SessionStore:
         if cwd is None:
             found = self.recent(limit=1)
             return found[0] if found else None
-        row = self._db.execute(_SELECT + " WHERE s.cwd = ? ORDER BY s.updated_at DESC, s.rowid DESC LIMIT 1",
-                               (cwd,)).fetchone()
-        return SessionInfo(*row) if row else None
+        rows = self._read(_SELECT + " WHERE s.cwd = ? ORDER BY s.updated_at DESC, s.rowid DESC LIMIT 1", (cwd,))
+        return SessionInfo(*rows[0]) if rows else None
 
     def get(self, session_id: str) -> SessionInfo:
         """The session whose id is `session_id` or starts with it.
@@ -282,9 +322,8 @@ class SessionStore:
             SessionError: no session, or an ambiguous prefix.
         """
         key = session_id.strip().lower()
-        rows = self._db.execute(_SELECT + " WHERE s.id = ? OR s.id LIKE ? ESCAPE '\\' ORDER BY s.id",
-                                (key, key.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%")
-                                ).fetchall() if key else []
+        rows = self._read(_SELECT + " WHERE s.id = ? OR s.id LIKE ? ESCAPE '\\' ORDER BY s.id",
+                          (key, key.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%")) if key else []
         exact = [r for r in rows if r[0] == key]
         if exact:
             return SessionInfo(*exact[0])
@@ -339,8 +378,11 @@ class SessionStore:
 
     def messages(self, session_id: str) -> list[Message]:
         """The stored messages in order, exactly as appended (no repair)."""
-        rows = self._db.execute("SELECT message FROM messages WHERE session_id = ? ORDER BY position", (session_id,))
-        return [json.loads(r[0]) for r in rows]
+        rows = self._read("SELECT message FROM messages WHERE session_id = ? ORDER BY position", (session_id,))
+        try:
+            return [json.loads(r[0]) for r in rows]
+        except ValueError as exc:
+            raise SessionStoreDamaged(self.path, f"a message of session {session_id} is not JSON") from exc
 
     def load(self, session_id: str) -> list[Message]:
         """The history of a session, ready to send: a turn cut by a crash or Ctrl-C is closed first.
@@ -377,7 +419,7 @@ class SessionStore:
     def file_backups(self, session_id: str, since: int) -> list[tuple[str, bytes | None]]:
         """For each file written at or after message `since`: its path and its earliest kept content
         (None: it did not exist then), in the order the files were first written."""
-        rows = self._db.execute("SELECT path, content FROM file_backups WHERE session_id = ? AND position >= ? "
+        rows = self._read("SELECT path, content FROM file_backups WHERE session_id = ? AND position >= ? "
                                 "ORDER BY position, rowid", (session_id, since))
         first: dict[str, bytes | None] = {}
         for path, content in rows:
@@ -396,7 +438,7 @@ class SessionStore:
 
     def checkpoints(self, session_id: str) -> list[StoredCheckpoint]:
         """The session's compaction checkpoints, oldest first (later requests start from the last)."""
-        rows = self._db.execute("SELECT position, created_at, tokens_before, tokens_after, summary, view "
+        rows = self._read("SELECT position, created_at, tokens_before, tokens_after, summary, view "
                                 "FROM checkpoints WHERE session_id = ? ORDER BY position, rowid", (session_id,))
         return [StoredCheckpoint(p, c, b, a, s, json.loads(v)) for p, c, b, a, s, v in rows]
 
@@ -441,10 +483,44 @@ def _info_dict(info: SessionInfo) -> dict[str, Any]:
             "model": info.model, "base_url": info.base_url, "cwd": info.cwd}
 
 
+_BACKTICKS = re.compile(r"`+")
+_FENCE_LINE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
+
+
+def _fence(text: str) -> str:
+    """A backtick fence longer than any backtick run in `text` (CommonMark: it cannot close early)."""
+    longest = max((len(run) for run in _BACKTICKS.findall(text)), default=0)
+    return "`" * max(3, longest + 1)
+
+
+def _code_span(text: str) -> str:
+    """`text` as inline code whose delimiters no backtick run inside can match."""
+    longest = max((len(run) for run in _BACKTICKS.findall(text)), default=0)
+    tick = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{tick}{pad}{text}{pad}{tick}"
+
+
+def _closed_fences(text: str) -> str:
+    """Markdown `text` with a code fence it leaves open closed, so the next heading stays a heading."""
+    open_fence = ""
+    for line in text.split("\n"):
+        found = _FENCE_LINE.match(line)
+        if found is None:
+            continue
+        fence, rest = found.groups()
+        if not open_fence:
+            if not (fence[0] == "`" and "`" in rest):  # an info string with a backtick: not a fence
+                open_fence = fence
+        elif fence[0] == open_fence[0] and len(fence) >= len(open_fence) and not rest.strip():
+            open_fence = ""
+    return f"{text}\n{open_fence}" if open_fence else text
+
+
 def _markdown(info: SessionInfo, messages: list[Message], checkpoints: list[StoredCheckpoint] | None = None) -> str:
     stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.created_at))
     out = [f"# {info.title or 'Untitled session'}\n",
-           f"Session `{info.id}` · {stamp} · model `{info.model}` · {info.cwd}\n"]
+           f"Session {_code_span(info.id)} · {stamp} · model {_code_span(info.model)} · {info.cwd}\n"]
     marks: dict[int, list[StoredCheckpoint]] = {}
     for c in checkpoints or []:
         marks.setdefault(c.position, []).append(c)
@@ -454,18 +530,21 @@ def _markdown(info: SessionInfo, messages: list[Message], checkpoints: list[Stor
             out.append(f"## Compacted here\n\n{c.tokens_before:,} → {c.tokens_after:,} tokens ({how}); later "
                        "requests start from this point, the messages above stay stored.\n")
             if c.summary:
-                out.append("\n".join("> " + line for line in c.summary.splitlines()) + "\n")
+                out.append("\n".join("> " + line for line in _closed_fences(c.summary).splitlines()) + "\n")
         if m is None:
             break
         role = m.get("role")
         content = m.get("content")
         if role == "tool":
-            out.append(f"**Tool result** (`{m.get('tool_call_id', '')}`):\n\n```\n{content}\n```\n")
+            text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+            fence = _fence(text)
+            out.append(f"**Tool result** ({_code_span(str(m.get('tool_call_id', '')))}):\n\n{fence}\n{text}\n{fence}\n")
             continue
         heading = {"user": "## You", "assistant": "## Assistant", "system": "## System"}.get(str(role), f"## {role}")
-        body = [content] if isinstance(content, str) and content else []
+        body = [_closed_fences(content)] if isinstance(content, str) and content else []
         for call in m.get("tool_calls") or []:
             fn = call.get("function", {})
-            body.append(f"→ `{fn.get('name', '')}({fn.get('arguments', '')})`")
+            call_text = f"{fn.get('name', '')}({fn.get('arguments', '')})"
+            body.append(f"→ {_code_span(call_text)}")
         out.append(heading + "\n\n" + "\n\n".join(body) + "\n")
     return "\n".join(out)

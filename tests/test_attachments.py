@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 
 from crow_cli.attachments import MAX_TEXT_BYTES, load_attachment, mentioned_files, user_content
 from crow_cli.errors import ConfigError
-from crow_cli.tools import workspace
+from crow_cli.tools.context import ToolContext, using_context
 from tests.replay_server import text_stream
 from tests.scripting.scripting_support import run_crow, write_config
 
@@ -19,11 +20,9 @@ PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 20
 
 @pytest.fixture
 def set_workspace() -> Iterator[Callable[[Path], None]]:
-    """Confine to a folder for one test (the context variable is reset after it)."""
-    tokens = []
-    yield lambda root: tokens.append(workspace.set_workspace(root))
-    for token in reversed(tokens):
-        token.var.reset(token)
+    """Confine to a folder for one test (the tool context is restored after it)."""
+    with contextlib.ExitStack() as stack:
+        yield lambda root: stack.enter_context(using_context(ToolContext.for_workspace(root)))
 
 
 def test_text_files_go_into_the_message_fenced_with_their_path(tmp_path: Path,

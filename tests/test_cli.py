@@ -117,9 +117,32 @@ def test_version():
     assert proc.returncode == 0 and proc.stdout.strip() == f"crow {__version__}"
 
 
-@pytest.mark.parametrize("args", [["run", "--max-turns", "x", "hi"], ["nosuch"]])
-def test_usage_errors_exit_2(args):
-    assert crow(*args).returncode == 2
+# issue 11 (smaller): found trying it as a new user; typer's own errors came as a usage box ending in "Error: …"
+@pytest.mark.parametrize(("args", "line"), [
+    (["run", "--max-turns", "x", "hi"],
+     "invalid value for '--max-turns': 'x' is not a valid int (see crow run --help)"),
+    (["nosuch"], "no such command 'nosuch' (see crow --help)"),
+    (["run", "--bogus", "hi"], "no such option: --bogus (see crow run --help)"),
+    (["sessions", "show"], "missing argument 'session_id' (see crow sessions show --help)"),
+])
+def test_usage_errors_are_one_crow_line_exit_2(args, line):
+    proc = crow(*args)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"crow: error: {line}\n")
+
+
+# issue 11 friction: found trying it as a new user (no shell completion)
+def test_shell_completion_installs_and_completes(tmp_path):
+    def from_bash(command: str) -> subprocess.CompletedProcess:  # the shell is detected from the parent
+        return subprocess.run(["bash", "-c", f"'{CROW}' {command}; exit $?"], capture_output=True, text=True,
+                              timeout=60, env={**os.environ, "HOME": str(tmp_path)}, stdin=subprocess.DEVNULL)
+
+    script = from_bash("--show-completion")
+    assert script.returncode == 0 and "_CROW_COMPLETE=complete_bash" in script.stdout, script.stderr
+    installed = from_bash("--install-completion")
+    assert installed.returncode == 0, installed.stderr
+    assert "_CROW_COMPLETE=complete_bash" in (tmp_path / ".bash_completions" / "crow.sh").read_text()
+    completed = crow(env={"_CROW_COMPLETE": "complete_bash", "COMP_WORDS": "crow sessions ex", "COMP_CWORD": "2"})
+    assert completed.stdout.split() == ["export"]
 
 
 def test_output_piped_into_a_reader_that_leaves_early(tmp_path):
@@ -130,3 +153,72 @@ def test_output_piped_into_a_reader_that_leaves_early(tmp_path):
                               env={**os.environ, "NO_COLOR": "1"})
     assert proc.stdout == "line\n"
     assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
+
+
+# issue 11 item 1: found trying it as a new user (an OpenAI key went to the profile's server)
+def test_a_profile_whose_key_variable_is_unset_stops_before_sending_any_key(tmp_path):
+    with ReplayServer([{"sse": text_sse("hi")}]) as srv:
+        cfg = _config(tmp_path, f'[profiles.other]\nbase_url = "{srv.base_url}"\napi_key_env = "OTHER_KEY"')
+        proc = crow("run", "--config", str(cfg), "--profile", "other", "--no-tools", "hi",
+                    env={"OPENAI_API_KEY": SECRET, "CROW_API_KEY": SECRET})
+        assert proc.returncode == 2 and srv.raw_requests == []
+        assert proc.stderr.strip().splitlines() == [
+            f"crow: error: OTHER_KEY is not set: api_key_env in {cfg} [profiles.other] names it as the API key for "
+            f"{srv.base_url}"]
+        proc = crow("run", "--base-url", srv.base_url, "--model", "m", "--no-tools", "hi",
+                    env={"OPENAI_API_KEY": SECRET})  # OpenAI's key is for OpenAI only
+        assert proc.returncode == 0, proc.stderr
+        (sent,) = srv.raw_requests
+        assert SECRET not in json.dumps(sent)
+
+
+# issue 11 (smaller): found trying it as a new user; the missing key was only noticed at request time
+def test_a_hosted_api_without_a_key_is_exit_2_after_the_options_are_checked():
+    proc = crow("run", "--no-tools", "hi")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("crow: error: no API key for https://api.openai.com/v1: set OPENAI_API_KEY")
+    proc = crow("run", "--approval", "sometimes", "hi")  # the option error comes first
+    assert proc.returncode == 2 and "unknown approval policy 'sometimes'" in proc.stderr
+
+
+# issue 11 (smaller): found trying it as a new user; `--session ""` continued nothing in particular
+def test_an_empty_session_id_is_refused():
+    proc = crow("run", "--session", "", "--base-url", "http://127.0.0.1:9/v1", "hi")
+    assert (proc.returncode, proc.stderr.strip()) == (2, "crow: error: --session needs a session id (crow sessions "
+                                                      "list shows them)")
+    proc = crow("chat", "--resume", "", "--base-url", "http://127.0.0.1:9/v1")
+    assert (proc.returncode, proc.stderr.strip()) == (2, "crow: error: --resume needs a session id, or none for the "
+                                                      "most recent session")
+
+
+# issue 11 friction: found trying it as a new user; the first run swallowed the loop's remaining lines
+def test_a_while_read_loop_runs_one_prompt_per_line():
+    with ReplayServer([{"sse": text_sse("one")}, {"sse": text_sse("two")}]) as srv:
+        shell = (f"printf 'a\\nb\\n' | while read l; do '{CROW}' run --base-url {srv.base_url} --model m "
+                 f"--no-session --no-tools \"$l\"; done")
+        proc = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "NO_COLOR": "1"}, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "one\ntwo\n"
+    assert [r["messages"][-1]["content"] for r in srv.requests] == ["a", "b"]
+
+
+def test_input_piped_through_a_wrapper_is_read_and_stdin_forces_it():
+    with ReplayServer([{"sse": text_sse("one")}, {"sse": text_sse("two")}]) as srv:
+        run = f"'{CROW}' run --base-url {srv.base_url} --model m --no-session --no-tools"
+        shell = (f"printf 'the diff' | timeout 60 {run} Review; "
+                 f"printf 'a\\nb\\n' | while read l; do {run} --stdin \"$l\"; done")
+        proc = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "NO_COLOR": "1"}, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    assert [r["messages"][-1]["content"] for r in srv.requests] == ["Review\n\nthe diff", "a\n\nb\n"]
+
+
+def test_piped_input_joins_the_prompt_unless_no_stdin():
+    proc, requests = run_against([{"sse": text_sse("ok")}], "--no-tools", "Review this", input="the diff\n")
+    assert proc.returncode == 0, proc.stderr
+    assert requests[0]["messages"][-1]["content"] == "Review this\n\nthe diff\n"
+    proc, requests = run_against([{"sse": text_sse("ok")}], "--no-tools", "--no-stdin", "Review this",
+                                 input="the diff\n")
+    assert proc.returncode == 0, proc.stderr
+    assert requests[0]["messages"][-1]["content"] == "Review this"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from crow_cli.config import DEFAULT_BASE_URL, DEFAULT_MODEL, default_config_path, load_settings
+from crow_cli.config import DEFAULT_BASE_URL, DEFAULT_MODEL, default_config_path, load_settings, require_api_key
 from crow_cli.errors import ConfigError
 
 
@@ -32,11 +32,88 @@ def test_precedence_flags_env_config():
 
 def test_api_key_lookup_order():
     write_config('api_key_env = "MY_KEY"\n')
-    assert load_settings({}, env={"OPENAI_API_KEY": "o"}).api_key == "o"
     assert load_settings({}, env={"OPENAI_API_KEY": "o", "MY_KEY": "m"}).api_key == "m"
     assert load_settings({}, env={"MY_KEY": "m", "CROW_API_KEY": "c"}).api_key == "c"
     assert load_settings({"api_key": "f"}, env={"CROW_API_KEY": "c"}).api_key == "f"
     assert "sk-SECRET" not in repr(load_settings({"api_key": "sk-SECRET"}, env={}))
+
+
+# issue 11 item 1: found trying it as a new user (the shipped [profiles.openrouter] got the OpenAI key)
+def test_a_named_key_variable_that_is_unset_is_an_error_not_a_fallback_to_openai_api_key():
+    write_config('[profiles.other]\nbase_url = "https://other.example/v1"\napi_key_env = "OTHER_KEY"\n')
+    env = {"OPENAI_API_KEY": "sk-openai", "CROW_API_KEY": "sk-crow"}
+    with pytest.raises(ConfigError, match=r"^OTHER_KEY is not set: api_key_env in .*\[profiles\.other\] names it "
+                       r"as the API key for https://other\.example/v1$") as caught:
+        require_api_key(load_settings({}, env=env, profile="other"))
+    assert caught.value.exit_code == 2
+    assert load_settings({}, env=env, profile="other").api_key is None  # `crow tools` still lists
+    assert load_settings({}, env={**env, "OTHER_KEY": "sk-other"}, profile="other").api_key == "sk-other"
+    write_config('api_key_env = "MY_KEY"\n')  # top level, no base_url: the key for OpenAI, but MY_KEY is unset
+    with pytest.raises(ConfigError, match=r"^MY_KEY is not set"):
+        require_api_key(load_settings({}, env={"OPENAI_API_KEY": "o"}))
+
+
+# issue 11 item 1: found trying it as a new user
+@pytest.mark.parametrize(("config", "flags", "env", "key"), [
+    # OPENAI_API_KEY: OpenAI's own API, or the OPENAI_BASE_URL beside it; never another server
+    ("", {}, {"OPENAI_API_KEY": "o"}, "o"),
+    ("", {"base_url": "http://127.0.0.1:8080/v1"}, {"OPENAI_API_KEY": "o"}, None),
+    ('base_url = "https://openrouter.ai/api/v1"\n', {}, {"OPENAI_API_KEY": "o"}, None),
+    ("", {}, {"OPENAI_API_KEY": "o", "OPENAI_BASE_URL": "http://proxy:81/v1"}, "o"),
+    ("", {}, {"OPENAI_API_KEY": "o", "CROW_BASE_URL": "http://other/v1"}, None),
+    # CROW_API_KEY: CROW_BASE_URL, else the top-level base_url, else OpenAI; not a --base-url elsewhere
+    ("", {}, {"CROW_API_KEY": "c", "CROW_BASE_URL": "http://mine:8080/v1"}, "c"),
+    ("", {"base_url": "http://mine:8080/v2"}, {"CROW_API_KEY": "c", "CROW_BASE_URL": "http://mine:8080/v1"}, "c"),
+    ("", {"base_url": "http://elsewhere/v1"}, {"CROW_API_KEY": "c", "CROW_BASE_URL": "http://mine:8080/v1"}, None),
+    ('base_url = "http://file/v1"\n', {}, {"CROW_API_KEY": "c"}, "c"),
+    ('base_url = "http://file/v1"\nprofile = "p"\n[profiles.p]\nbase_url = "http://p/v1"\n', {},
+     {"CROW_API_KEY": "c"}, None),
+    ('profile = "p"\n[profiles.p]\nmodel = "m"\n', {}, {"CROW_API_KEY": "c"}, "c"),  # same server
+    # api_key_env: the base_url of its own table; a --base-url elsewhere gets nothing (and no error)
+    ('base_url = "http://file/v1"\napi_key_env = "K"\n', {}, {"K": "k"}, "k"),
+    ('base_url = "http://file/v1"\napi_key_env = "K"\n', {"base_url": "http://else/v1"}, {}, None),
+    ('base_url = "http://file/v1"\napi_key_env = "K"\nprofile = "p"\n[profiles.p]\nbase_url = "http://p/v1"\n',
+     {}, {"K": "k"}, None),
+    ('base_url = "http://file/v1"\napi_key_env = "K"\nprofile = "p"\n[profiles.p]\nmodel = "x"\n',
+     {}, {"K": "k"}, "k"),
+    # --api-key: whatever server this run talks to
+    ("", {"base_url": "http://anywhere/v1", "api_key": "f"}, {"OPENAI_API_KEY": "o"}, "f"),
+])
+def test_a_key_goes_only_to_the_server_it_was_configured_for(config, flags, env, key):
+    write_config(config)
+    assert load_settings(flags, env=env).api_key == key
+
+
+# issue 11 item 1: found trying it as a new user (an Authorization header in a profile)
+def test_credential_headers_go_only_to_the_server_of_their_table():
+    write_config('base_url = "http://file/v1"\n[headers]\nAuthorization = "Bearer t"\nX-Title = "crow"\n'
+                 '[profiles.p]\nbase_url = "http://p/v1"\nheaders = { "x-api-key" = "pk", X-Title = "p" }\n')
+    assert load_settings({}, env={}).headers == {"Authorization": "Bearer t", "X-Title": "crow"}
+    assert load_settings({"base_url": "http://else/v1"}, env={}).headers == {"X-Title": "crow"}
+    assert load_settings({}, env={}, profile="p").headers == {"x-api-key": "pk", "X-Title": "p"}
+    assert load_settings({}, env={"CROW_BASE_URL": "http://else/v1"}, profile="p").headers == {"X-Title": "p"}
+    assert "Bearer t" not in repr(load_settings({}, env={}))
+
+
+# issue 11 item 1: a key not sent to this server is still a secret (run_shell hides every one)
+def test_every_configured_credential_is_a_secret_whether_sent_or_not():
+    write_config('api_key_env = "K"\n[headers]\nAuthorization = "Bearer tok-123456"\n'
+                 '[profiles.p]\napi_key_env = "PK"\n')
+    s = load_settings({"base_url": "http://elsewhere/v1"},
+                      env={"K": "k-secret", "PK": "pk-secret", "OPENAI_API_KEY": "o-secret", "CROW_API_KEY": " "})
+    assert s.api_key is None and "secret" not in repr(s)
+    assert set(s.secrets) == {"k-secret", "pk-secret", "o-secret", "Bearer tok-123456", "tok-123456"}
+
+
+# issue 11 (smaller): a missing key for a hosted API is a configuration error, before any request
+def test_a_hosted_api_without_a_key_is_a_config_error():
+    require_api_key(load_settings({"base_url": "http://127.0.0.1:8080/v1"}, env={}))  # local: no key needed
+    require_api_key(load_settings({}, env={"OPENAI_API_KEY": "o"}))
+    with pytest.raises(ConfigError, match=r"^no API key for https://api\.openai\.com/v1: set OPENAI_API_KEY") as e:
+        require_api_key(load_settings({}, env={}))
+    assert e.value.exit_code == 2
+    with pytest.raises(ConfigError, match=r"^no API key for https://openrouter\.ai/api/v1: name the variable"):
+        require_api_key(load_settings({"base_url": "https://openrouter.ai/api/v1"}, env={"OPENAI_API_KEY": "o"}))
 
 
 def test_profiles_override_top_level_and_unknown_profile_fails():
@@ -54,7 +131,17 @@ def test_profiles_override_top_level_and_unknown_profile_fails():
     ("model = ", "not valid TOML"),
     ("colour = 1\n", "unknown key 'colour'"),
     ("max_turns = 'many'\n", "'max_turns' has the wrong type"),
-    ("max_turns = 0\n", "at least 1"),
+    # issue 11 (smaller): found trying it as a new user; the file's key was reported as the flag --max-turns
+    ("max_turns = 0\n", r"^/.*/config\.toml: max_turns must be at least 1 \(got 0\)$"),
+    ("max_retries = -1\n", r"config\.toml: max_retries must be 0 or more \(got -1\)$"),
+    ("tool_timeout = 0\n", r"config\.toml: tool_timeout must be greater than 0"),
+    ('base_url = "ftp://x"\n', r"config\.toml: base_url must start with http:// or https://"),
+    # issue 11 (smaller): keys crow owns in the request body were silently overwritten or broke the stream
+    ('[params]\nmodel = "x"\n', r"config\.toml: \[params\] cannot set 'model': crow sets"),
+    ('[params]\nstream = false\n', r"\[params\] cannot set 'stream'"),
+    ('[params]\nmessages = []\n', r"\[params\] cannot set 'messages'"),
+    ('[params]\ntools = []\n', r"\[params\] cannot set 'tools'"),
+    ('[params]\nstream_options = {}\n', r"\[params\] cannot set 'stream_options'"),
     ("allow = [42]\n", "'allow' must be a list of strings"),  # was accepted as the rule "42"
     ("tool_paths = ['a', 1]\n", "'tool_paths' must be a list of strings"),
 ])
@@ -73,10 +160,20 @@ def test_example_config_is_valid(tmp_path):
     from pathlib import Path
 
     example = Path(__file__).resolve().parent.parent / "config.example.toml"
-    s = load_settings({}, env={"OPENAI_API_KEY": "k"}, config_path=str(example), profile="openrouter")
+    s = load_settings({}, env={"OPENROUTER_API_KEY": "k"}, config_path=str(example), profile="openrouter")
     assert s.base_url == "https://openrouter.ai/api/v1" and s.headers == {"X-Title": "crow"}
+    # issue 11 item 1: the shipped profiles never receive the OpenAI key
+    assert load_settings({}, env={"OPENAI_API_KEY": "k"}, config_path=str(example), profile="local").api_key is None
+    with pytest.raises(ConfigError, match=r"^OPENROUTER_API_KEY is not set"):
+        require_api_key(load_settings({}, env={"OPENAI_API_KEY": "k"}, config_path=str(example), profile="openrouter"))
+    assert load_settings({}, env={"OPENAI_API_KEY": "k"}, config_path=str(example)).api_key == "k"
 
 
 def test_a_bad_number_from_the_environment_names_the_variable():
     with pytest.raises(ConfigError, match=r"^idle_timeout is not a number: 'abc' \(from CROW_IDLE_TIMEOUT\)$"):
         load_settings({}, env={"CROW_IDLE_TIMEOUT": "abc"})
+
+
+def test_the_flag_is_named_when_its_value_is_refused():
+    with pytest.raises(ConfigError, match=r"^--max-turns must be at least 1 \(got 0\)$"):
+        load_settings({"max_turns": 0}, env={})

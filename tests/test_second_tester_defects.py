@@ -10,7 +10,7 @@ import subprocess
 import time
 
 from crow_cli.events import TextDelta
-from crow_cli.surfaces.run import _Printer
+from crow_cli.surfaces.run import PlainPrinter as _Printer
 from crow_cli.text import public_url, strip_controls
 from tests.conftest import text_sse
 from tests.replay_server import ReplayServer

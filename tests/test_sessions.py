@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from crow_cli.errors import SessionError
-from crow_cli.sessions import SessionStore, default_db_path, export_session
+from crow_cli.sessions import SessionStore, SessionStoreDamaged, default_db_path, export_session
 from tests.conftest import chunk, sse, tool_delta
 from tests.replay_server import ReplayServer, text_stream
 
@@ -138,13 +138,6 @@ def test_load_repairs_a_turn_cut_mid_way_and_stores_the_repair(tmp_path: Path) -
         assert store.load(info.id) == history  # already valid: nothing more added
 
 
-def test_unreadable_store_is_one_clear_error(tmp_path: Path) -> None:
-    bad = tmp_path / "s.db"
-    bad.write_text("this is not a database" * 100)
-    with pytest.raises(SessionError, match="cannot open the session store"):
-        SessionStore(bad)
-
-
 def test_exports(tmp_path: Path) -> None:
     with SessionStore(tmp_path / "s.db") as store:
         info = store.create(model="m")
@@ -158,6 +151,85 @@ def test_exports(tmp_path: Path) -> None:
     assert md.startswith("# hi\n") and "## You\n\nhi" in md and "## Assistant\n\n**hello**" in md
     with pytest.raises(SessionError, match="unknown export format"):
         export_session(info, msgs, "xml")
+
+
+def _rendered_turns(markdown: str) -> tuple[list[str], list[str]]:
+    """(the level-2 headings, the contents of the code blocks) as a CommonMark reader sees them."""
+    from markdown_it import MarkdownIt
+
+    tokens = MarkdownIt("commonmark").parse(markdown)
+    headings = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open" and t.tag == "h2"]
+    return headings, [t.content for t in tokens if t.type == "fence"]
+
+
+# issue 11 item 7: found trying it as a new user (a tool result holding a fence closed it early)
+def test_markdown_export_keeps_backticks_and_fences_inside_their_turn(tmp_path: Path) -> None:
+    result = "README:\n```\n## You\nfake turn\n````\nend"
+    msgs: list[dict[str, Any]] = [
+        {"role": "user", "content": "show ``` me"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "a`b"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": result},
+        {"role": "assistant", "content": "cut short:\n```python\nprint(1)"},  # a cancelled answer: fence left open
+        {"role": "user", "content": "thanks"},
+    ]
+    with SessionStore(tmp_path / "s.db") as store:
+        info = store.create(model="m")
+    headings, blocks = _rendered_turns(export_session(info, msgs, "md"))
+    assert headings == ["You", "Assistant", "Assistant", "You"]
+    assert blocks == [result + "\n", "print(1)\n"]
+    assert '`` read_file({"path": "a`b"}) ``' not in export_session(info, msgs, "md")  # the call's span holds
+    assert '``read_file({"path": "a`b"})``' in export_session(info, msgs, "md")
+
+
+# issue 11 item 13: found trying it as a new user (random bytes in sessions.db: "file is not a database")
+def test_a_store_that_is_not_a_database_says_what_to_do(tmp_path: Path) -> None:
+    bad = tmp_path / "sessions.db"
+    bad.write_bytes(bytes(range(256)) * 40)
+    with pytest.raises(SessionStoreDamaged) as caught:
+        SessionStore(bad)
+    message = str(caught.value)
+    assert caught.value.path == bad and caught.value.exit_code == 1 and "\n" not in message
+    assert message == (f"the session store {str(bad)!r} is damaged (file is not a database): move it aside to start "
+                       f"a new one (mv {str(bad)!r} {str(bad) + '.damaged'!r}), or use --no-session")
+
+
+def _damage_the_last_pages(path: Path, pages: int = 4) -> None:
+    page = 4096
+    data = bytearray(path.read_bytes())
+    data[-pages * page:] = b"\xff" * (pages * page)
+    path.write_bytes(bytes(data))
+
+
+# issue 11 item 13: a store damaged past its first pages opens, then fails on a read
+def test_a_damaged_store_fails_reads_with_the_same_error(tmp_path: Path) -> None:
+    path = tmp_path / "sessions.db"
+    with SessionStore(path) as store:
+        info = store.create(model="m")
+        for i in range(400):
+            store.append(info.id, {"role": "user", "content": f"message {i} " + "x" * 200})
+    _damage_the_last_pages(path)
+    with pytest.raises(SessionStoreDamaged, match="database disk image is malformed"), SessionStore(path) as store:
+        store.messages(info.id)
+
+
+# issue 11 item 13: `crow sessions` reports a damaged store like chat and run do: one line, exit 1
+@pytest.mark.parametrize("args", [["list"], ["show", "abc"], ["export", "abc", "--format", "json"]])
+def test_crow_sessions_reports_a_damaged_store_in_one_line(args: list[str]) -> None:
+    path = default_db_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(bytes(range(256)) * 40)
+    proc = crow("sessions", *args)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [f"crow: error: the session store {str(path)!r} is damaged (file is not a "
+                                        f"database): move it aside to start a new one (mv {str(path)!r} "
+                                        f"{str(path) + '.damaged'!r}), or use --no-session"]
+
+
+# issue 11 (smaller): found trying it as a new user; a negative limit listed nothing, silently
+def test_sessions_list_refuses_a_negative_limit() -> None:
+    proc = crow("sessions", "list", "--limit", "-1")
+    assert (proc.returncode, proc.stderr.strip()) == (2, "crow: error: --limit must be 0 (all) or more (got -1)")
 
 
 # crow run records sessions

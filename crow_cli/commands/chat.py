@@ -24,6 +24,7 @@ from .options import (
     ToolsDirOpt,
     WorkspaceOpt,
     YesOpt,
+    check_before_start,
     fail,
 )
 
@@ -61,11 +62,14 @@ def chat(
     try:
         if session_id is not None and not resume:
             raise ConfigError(f"unexpected argument {session_id!r}: to continue a session, use --resume {session_id}")
+        if session_id is not None and not session_id.strip():
+            raise ConfigError("--resume needs a session id, or none for the most recent session")
         settings = load_settings(
             {"model": model, "base_url": base_url, "api_key": api_key, "system": system, "max_turns": max_turns,
              "approval": approval, "allow": allow, "deny": deny, "workspace": workspace},
             config_path=config, profile=profile,
         )
+        check_before_start(settings, yes=yes)
         options = ChatOptions(tools_dirs=tuple(tools_dir or ()), no_tools=no_tools, yes=yes, debug=debug,
                               resume=(session_id or "") if resume else None, session=not no_session,
                               project_instructions=not no_project_instructions)

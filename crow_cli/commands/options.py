@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ..errors import CrowError
+from ..text import strip_controls
+
+if TYPE_CHECKING:
+    from ..config import Settings
 
 __all__ = [
     "AllowOpt", "ApiKeyOpt", "ApprovalOpt", "BaseUrlOpt", "ConfigOpt", "DebugOpt", "DenyOpt", "MaxTurnsOpt",
     "ModelOpt", "NoSessionOpt", "NoToolsOpt", "ProfileOpt", "SystemOpt", "ToolsDirOpt", "WorkspaceOpt", "YesOpt",
-    "fail",
+    "check_before_start", "fail",
 ]
 
 ModelOpt = Annotated[str | None, typer.Option("--model", "-m", metavar="NAME", help="Model name (env CROW_MODEL).")]
@@ -20,8 +24,10 @@ BaseUrlOpt = Annotated[str | None, typer.Option("--base-url", metavar="URL",
                                                 help="Server URL, e.g. http://127.0.0.1:8080/v1 "
                                                 "(env CROW_BASE_URL, OPENAI_BASE_URL).")]
 ApiKeyOpt = Annotated[str | None, typer.Option("--api-key", metavar="KEY",
-                                               help="API key (env CROW_API_KEY, OPENAI_API_KEY). "
-                                               "Never printed or stored.", show_default=False)]
+                                               help="API key for this run's server (else CROW_API_KEY, "
+                                               "api_key_env or OPENAI_API_KEY, each only for the server it was "
+                                               "configured for). Never printed or stored.",
+                                               show_default=False)]
 SystemOpt = Annotated[str | None, typer.Option("--system", metavar="TEXT", help="System prompt.")]
 ProfileOpt = Annotated[str | None, typer.Option("--profile", metavar="NAME",
                                                 help="A [profiles.NAME] table of the config file.")]
@@ -50,9 +56,25 @@ NoSessionOpt = Annotated[bool, typer.Option("--no-session", help="Do not record 
 
 def fail(exc: CrowError, *, debug: bool = False) -> typer.Exit:
     """Print `exc` as one line on stderr (plus its traceback with --debug); the Exit to raise."""
-    print(f"crow: error: {exc}", file=sys.stderr)
+    print(strip_controls(f"crow: error: {exc}"), file=sys.stderr)  # messages may quote a server
     if debug:
         import traceback
 
         traceback.print_exception(exc, file=sys.stderr)
     return typer.Exit(exc.exit_code)
+
+
+def check_before_start(settings: Settings, *, yes: bool) -> None:
+    """The checks of `crow run` and `crow chat` after their options: the approval policy and rules, then
+    an API key for a hosted API (`config.require_api_key`). (Every configured credential,
+    `settings.secrets`, also keys not sent to this server, is hidden from `run_shell` through the
+    surfaces' `ToolContext`.)
+
+    Raises:
+        ConfigError: an invalid policy or rule, or no key for a server that needs one (exit 2).
+    """
+    from ..config import require_api_key
+    from ..tools.approval import make_approver
+
+    make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=yes)
+    require_api_key(settings)

@@ -28,6 +28,7 @@ from .options import (
     ToolsDirOpt,
     WorkspaceOpt,
     YesOpt,
+    check_before_start,
     fail,
 )
 
@@ -37,26 +38,63 @@ _EXIT_GRACE_S = 3.0
 """After SIGINT/SIGTERM, seconds given to a tool thread that cannot be interrupted before exiting anyway."""
 
 
-def _piped_stdin() -> str | None:
-    """Standard input when it is a pipe or a file (never a terminal, never waited on otherwise)."""
+def _stdin_is_data() -> bool:
+    """Standard input is a pipe or a regular file (never a terminal or /dev/null)."""
     try:
         mode = os.fstat(sys.stdin.fileno()).st_mode
     except (AttributeError, OSError, ValueError):
-        return None
-    if not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode)):
-        return None
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISREG(mode)
+
+
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish", "tcsh", "csh", "yash", "busybox"})
+
+
+def _stdin_is_a_shells_own() -> bool:
+    """Our standard input is also the input of the shell that started us (Linux /proc): a `while read`
+    loop or a script passed its own input down; it was not piped to this command. Wrappers between
+    (`timeout`, `uv run`) that share it are looked through. False where it cannot be told."""
+    try:
+        mine = os.fstat(sys.stdin.fileno())
+        pid = os.getppid()
+        for _ in range(8):  # up the ancestors that hold the same pipe or file as their input
+            theirs = os.stat(f"/proc/{pid}/fd/0")
+            if (theirs.st_dev, theirs.st_ino) != (mine.st_dev, mine.st_ino):
+                return False
+            if os.path.basename(os.readlink(f"/proc/{pid}/exe")) in _SHELLS:  # also a `#!/bin/sh` script's
+                return True
+            with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as fh:
+                pid = int(fh.read().rsplit(")", 1)[1].split()[1])  # the field after the state: ppid
+            if pid <= 1:
+                return False
+    except (AttributeError, OSError, ValueError, IndexError):
+        return False
+    return False
+
+
+def _read_stdin() -> str:
     return sys.stdin.buffer.read().decode("utf-8", "replace")
 
 
-def _read_prompt(prompt: str | None) -> str:
-    """The argument, with piped stdin after it (`git diff | crow run "Review this"`), or stdin alone."""
-    piped = _piped_stdin()
+def _read_prompt(prompt: str | None, use_stdin: bool | None) -> str:
+    """The argument, with piped stdin after it (`git diff | crow run "Review this"`), or stdin alone.
+
+    With a prompt argument, stdin is added when `use_stdin` is True, or (None) when it is a pipe or a
+    file piped to this command, not the starting shell's own input (`printf 'a\\nb\\n' | while read l; do
+    crow run "$l"; done` runs two prompts). Without one (or with `-`) stdin is the prompt.
+    """
     if prompt is None or prompt == "-":
-        prompt = piped or ""
+        if use_stdin is False:
+            raise ConfigError("no prompt: pass it as an argument (--no-stdin keeps standard input unread)")
+        prompt = _read_stdin() if _stdin_is_data() else ""
         if not prompt.strip():
             raise ConfigError("no prompt: pass it as an argument or on standard input")
-    elif piped and piped.strip():
-        prompt = f"{prompt}\n\n{piped}"
+    else:
+        if use_stdin is None:
+            use_stdin = _stdin_is_data() and not _stdin_is_a_shells_own()
+        piped = _read_stdin() if use_stdin else ""
+        if piped.strip():
+            prompt = f"{prompt}\n\n{piped}"
     if not prompt.strip():
         raise ConfigError("the prompt is empty")
     return clean_text(prompt)  # argv bytes that did not decode arrive as lone surrogates
@@ -64,6 +102,10 @@ def _read_prompt(prompt: str | None) -> str:
 
 def run(
     prompt: Annotated[str | None, typer.Argument(help="The prompt; read from stdin when omitted or '-'.")] = None,
+    use_stdin: Annotated[bool | None, typer.Option("--stdin/--no-stdin", help="Add standard input to the prompt "
+                                                   "argument, or never read it [default: when it is piped to "
+                                                   "crow, not a loop's or script's own input].",
+                                                   show_default=False)] = None,
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
     api_key: ApiKeyOpt = None,
@@ -106,7 +148,9 @@ def run(
             raise ConfigError("--no-session cannot be combined with --continue or --session")
         if continue_last and session:
             raise ConfigError("--continue and --session cannot be combined")
-        text = _read_prompt(prompt)
+        if session is not None and not session.strip():
+            raise ConfigError("--session needs a session id (crow sessions list shows them)")
+        text = _read_prompt(prompt, use_stdin)
         settings = load_settings(
             {"model": model, "base_url": base_url, "api_key": api_key, "system": system, "max_turns": max_turns,
              "approval": approval, "allow": allow, "deny": deny, "workspace": workspace},
@@ -116,10 +160,11 @@ def run(
             from ..wire.record import prepare_record_dir
 
             prepare_record_dir(record)
+        check_before_start(settings, yes=yes)
         options = RunOptions(prompt=text, tools_dirs=tuple(tools_dir or ()), no_tools=no_tools, yes=yes,
                              debug=debug, json=json_events, quiet=quiet, exit_grace_s=_EXIT_GRACE_S,
                              session=not no_session, session_id=session, continue_last=continue_last,
-                             record_dir=record, project_instructions=not no_project_instructions,
+                             record_dir=record, system=system, project_instructions=not no_project_instructions,
                              files=tuple(file or ()))
         import asyncio  # not at import time: `crow tools` and `--help` do without it
 

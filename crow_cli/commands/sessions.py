@@ -11,13 +11,16 @@ from __future__ import annotations
 import re
 import sys
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ..errors import ConfigError, CrowError
 from ..text import strip_controls
 from .options import fail
+
+if TYPE_CHECKING:
+    from ..sessions import SessionStore
 
 __all__ = ["sessions_app"]
 
@@ -41,7 +44,7 @@ def _for_terminal(text: str, fmt: str = "md") -> str:
     return strip_controls(text)
 
 
-def _store():  # type: ignore[no-untyped-def]
+def _store() -> SessionStore:
     from ..sessions import SessionStore
 
     return SessionStore()
@@ -53,6 +56,8 @@ def list_sessions(
 ) -> None:
     """Stored sessions, most recent first: id, last update, messages, model, title."""
     try:
+        if limit < 0:
+            raise ConfigError(f"--limit must be 0 (all) or more (got {limit})")
         with _store() as store:
             found = store.recent(limit + 1 if limit else None)  # one more: to tell that there are more
     except CrowError as exc:

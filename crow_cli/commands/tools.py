@@ -1,17 +1,27 @@
-"""`crow tools`: what the model would be offered, and from where."""
+"""`crow tools [--json]`: what the model would be offered, from where, and what cannot be offered and why."""
 
 from __future__ import annotations
 
+import json
 import sys
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
 
 from ..errors import CrowError
+from ..text import strip_controls
 from .options import ConfigOpt, ProfileOpt, ToolsDirOpt, fail
+
+if TYPE_CHECKING:
+    from ..tools.registry import Tool
 
 __all__ = ["tools"]
 
 
-def tools(tools_dir: ToolsDirOpt = None, profile: ProfileOpt = None, config: ConfigOpt = None) -> None:
-    """List every tool the model would be offered, with where it comes from."""
+def tools(tools_dir: ToolsDirOpt = None, profile: ProfileOpt = None, config: ConfigOpt = None,
+          as_json: Annotated[bool, typer.Option("--json", help="A JSON array: one object per tool, "
+                                                "schema and whether it is usable.")] = False) -> None:
+    """List every tool the model would be offered, with where it comes from (and those that cannot be)."""
     from ..config import load_settings
     from ..tools.registry import default_registry
 
@@ -23,20 +33,47 @@ def tools(tools_dir: ToolsDirOpt = None, profile: ProfileOpt = None, config: Con
     if settings.mcp_servers:  # listing needs the servers: start them, list, stop them
         import asyncio
 
+        from ..tools.context import ToolContext
         from ..tools.mcp import McpServers
 
         async def add_mcp_tools() -> None:
-            async with McpServers(settings.mcp_servers) as servers:
+            workspace = ToolContext.for_workspace(settings.workspace).workspace  # where `crow run` starts them
+            async with McpServers(settings.mcp_servers, workspace=workspace) as servers:
                 await servers.register_tools(registry)
 
         try:
             asyncio.run(add_mcp_tools())
         except CrowError as exc:
             raise fail(exc) from None
-    width = max((len(t.name) for t in registry), default=4)
-    for t in registry:
-        flags = " [needs approval]" if t.needs_approval else ""
-        summary = t.description.strip().splitlines()[0] if t.description.strip() else ""
-        print(f"{t.name:<{width}}  {summary}\n{'':<{width}}  source: {t.source}{flags}")
+    # dropped as `crow run` drops them; the built-ins' schemas are known good (a test derives them)
+    derived = registry.schemas(None if as_json else (lambda t: t.source != "builtin"))
+    schemas = {s["function"]["name"]: s["function"]["parameters"] for s in derived}
+    dropped = {registry.dropped_line(name) for name in registry.unusable}
+    if as_json:
+        rows = [_row(t, schemas.get(t.name), None) for t in registry]
+        rows += [_row(t, None, why) for t, why in registry.unusable.values()]
+        print(json.dumps(rows, ensure_ascii=False, indent=2))
+    else:
+        everything = [*registry, *(t for t, _ in registry.unusable.values())]
+        width = max((len(t.name) for t in everything), default=4)
+        for t in registry:
+            flags = " [needs approval]" if t.needs_approval else ""
+            print(f"{t.name:<{width}}  {_summary(t.description)}\n{'':<{width}}  source: {t.source}{flags}")
+        if registry.unusable:
+            print("\nunusable (not offered to the model):")
+            for t, why in registry.unusable.values():
+                print(f"{t.name:<{width}}  {_summary(t.description)}\n{'':<{width}}  source: {t.source}; {why}")
     for problem in registry.errors:
-        print(f"crow: warning: {problem}", file=sys.stderr)
+        if problem not in dropped:  # said in the listing
+            print(f"crow: warning: {strip_controls(problem)}", file=sys.stderr)
+
+
+def _summary(description: str) -> str:
+    lines = description.strip().splitlines()
+    return strip_controls(lines[0]) if lines else ""
+
+
+def _row(t: Tool, parameters: dict[str, Any] | None, problem: str | None) -> dict[str, Any]:
+    return {"name": t.name, "description": t.description, "source": t.source, "kind": t.kind,
+            "needs_approval": t.needs_approval, "parallel": t.parallel, "usable": problem is None,
+            "problem": problem, "parameters": parameters}

@@ -8,19 +8,18 @@ import sys
 from typing import TextIO
 
 from ..history import ToolCall
-from ..tools.approval import Answer, AskFn, describe_call
+from ..tools.approval import Answer, AskFn, approval_question, parse_answer
 from ..tools.registry import Tool
 
 __all__ = ["terminal_ask"]
-
-_ANSWERS: dict[str, Answer] = {"y": "yes", "yes": "yes", "n": "no", "no": "no", "a": "always", "always": "always"}
 
 
 def terminal_ask(stdin: TextIO | None = None, err: TextIO | None = None) -> AskFn | None:
     """An `AskFn` prompting on `err` and reading a line from `stdin`, or None when either is not a terminal.
 
     The line is read without a thread (the event loop watches stdin), so Ctrl-C and cancellation never
-    leave a blocked reader behind. End of input answers "no".
+    leave a blocked reader behind. The answer is read with `tools.approval.parse_answer` (as `crow chat`
+    reads it): an empty line (Enter) asks again; end of input answers "no".
     """
     stdin = stdin or sys.stdin
     err = err or sys.stderr
@@ -42,16 +41,16 @@ def terminal_ask(stdin: TextIO | None = None, err: TextIO | None = None) -> AskF
         finally:
             loop.remove_reader(fd)
 
-    async def ask(call: ToolCall, tool: Tool) -> Answer:
-        err.write(f"\n{describe_call(call)}\n")
+    async def ask(call: ToolCall, tool: Tool, preview: str) -> Answer:
+        err.write(f"\n{preview}\n")
         while True:
-            err.write(f"Allow {tool.name}? [y]es / [n]o / [a]lways for {tool.name}: ")
+            err.write(approval_question(tool.name))
             err.flush()
             line = await read_line()
             if line == "":
                 err.write("\n")
                 return "no"
-            answer = _ANSWERS.get(line.strip().lower())
+            answer = parse_answer(line)
             if answer is not None:
                 return answer
 

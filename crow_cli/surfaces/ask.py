@@ -1,26 +1,24 @@
-"""Asking the user whether a tool call may run: yes, no, or always (for this tool, this chat).
+"""Asking the user in `crow chat` whether a tool call may run: yes, no, or always (for this tool, this chat).
 
-`ask_approval(call, tool)` has the shape of an ask callback (`(ToolCall, Tool) -> Awaitable["yes" | "no" |
-"always"]`); the caller shows the call's preview (`tools.approval.describe_call`) above the question.
+`ask_approval(call, tool)` prompts with prompt-toolkit; the caller shows the call's preview (the one
+`tools.approval.describe_call` makes, handed to the ask callback) above the question. The answer is
+read with `tools.approval.parse_answer`, as `crow run` reads it.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from ..history import ToolCall
+from ..tools.approval import Answer, approval_question, parse_answer
 from ..tools.registry import Tool
 
 __all__ = ["Answer", "ask_approval"]
 
-Answer = Literal["yes", "no", "always"]
-_ANSWERS: dict[str, Answer] = {"y": "yes", "yes": "yes", "n": "no", "no": "no", "": "no", "a": "always",
-                               "always": "always"}
-
 
 async def ask_approval(call: ToolCall, tool: Tool | None = None, *, pt_input: Any = None,
                        pt_output: Any = None) -> Answer:
-    """Prompt `Allow NAME? [y]es / [n]o / [a]lways for NAME` until a valid answer; Enter and Ctrl-D say no.
+    """Prompt `Allow NAME? [y]es / [n]o / [a]lways for NAME` until a valid answer; Enter asks again, Ctrl-D says no.
 
     Args:
         call: the tool call waiting for approval.
@@ -33,13 +31,13 @@ async def ask_approval(call: ToolCall, tool: Tool | None = None, *, pt_input: An
     from prompt_toolkit import PromptSession
 
     session: PromptSession[str] = PromptSession(input=pt_input, output=pt_output)
-    name = tool.name if tool is not None else call.name
-    question = f"Allow {name}? [y]es / [n]o / [a]lways for {name}: "
+    question = approval_question(tool.name if tool is not None else call.name)
     while True:
         try:
             reply = await session.prompt_async(question, handle_sigint=False)
         except EOFError:
             return "no"
-        answer = _ANSWERS.get(reply.strip().lower())
+        answer = parse_answer(reply)
         if answer is not None:
             return answer
+

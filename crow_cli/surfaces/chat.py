@@ -19,6 +19,7 @@ import contextlib
 import re
 import signal
 import sys
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -27,9 +28,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import Settings
 from ..driver import Driver
-from ..errors import CrowError
+from ..errors import CrowError, SessionError
 from ..events import (
     Event,
+    MessageAppended,
     Notice,
     ReasoningDelta,
     RunFinished,
@@ -41,14 +43,12 @@ from ..events import (
 )
 from ..history import Message, ToolCall, user_message
 from ..loop import CANCELLED_OUTPUT
-from ..sessions import EXPORT_FORMATS, SessionStore, export_session
+from ..sessions import EXPORT_FORMATS, SessionInfo, SessionStore, export_session
 from ..signals import SignalCancel
 from ..text import public_url, strip_controls
-from ..tools.approval import describe_call, make_approver
-from ..tools.backup import set_backup_hook
-from ..tools.builtin.shell import hide_secret
+from ..tools.approval import make_approver
+from ..tools.context import ToolContext
 from ..tools.registry import Tool, ToolRegistry
-from ..tools.workspace import use_workspace
 from .ask import Answer, ask_approval
 from .common import (
     build_client,
@@ -78,7 +78,7 @@ Enter sends · Alt-Enter (or Esc Enter) inserts a newline · Ctrl-C stops a turn
 /tools              the tools the model is offered
 /sessions           recent sessions
 /resume [ID]        continue a session (the most recent when no id)
-/export [md|json]   write this session to a file in the current folder
+/export [FMT] [PATH]  write this conversation to PATH (md, json or jsonl; default here)
 /usage              token usage of the last turn and of this session; context used / window
 /compact [FOCUS]    summarise older exchanges now (keeping FOCUS in particular)
 /instructions       the AGENTS.md files in the system prompt, and where they came from
@@ -158,8 +158,9 @@ class ChatApp:
         self.approver = make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=options.yes,
                                       ask=self.ask)
         """The approval policy (--approval, --allow, --deny, --yes); "always" answers last for this chat."""
-        hide_secret(settings.api_key)  # run_shell never hands the key to a command, nor its output to the model
+        self.context: ToolContext | None = None
         self.driver: Driver | None = None
+        self._unrecorded = False  # the store could not be opened: said once, not retried
         self._calls: dict[int, ToolCall] = {}
         self._in_tools = False
         self._commands: dict[str, Callable[[str], Awaitable[None]]] = {
@@ -179,8 +180,9 @@ class ChatApp:
         return self._store
 
     async def _start(self, mcp_servers: McpServers) -> None:
-        self.root = use_workspace(self.settings.workspace)
-        set_backup_hook(self._backup)  # files crow's tools change can be restored by /undo
+        assert self.context is not None  # run() made it
+        self.root = self.context.workspace
+        self.context = replace(self.context, backup=self._backup)  # files crow's tools change: /undo restores
         self.settings = with_instructions(self.settings, self.root, self.options.project_instructions)
         self.registry = None if self.options.no_tools else build_registry(self.settings,
                                                                           extra_dirs=self.options.tools_dirs)
@@ -190,7 +192,7 @@ class ChatApp:
             self.view.line(f"crow: warning: {problem}", "yellow")
         self.client = build_client(self.settings, self.options.record_dir)
         self.driver = Driver(self.client, self.registry, loop_settings(self.settings, trace=self.options.debug),
-                             self.approver)
+                             self.approver, self.context)
         if self.options.resume is not None:
             self._open(self.options.resume or None, latest=not self.options.resume)
         else:
@@ -199,7 +201,13 @@ class ChatApp:
     def _fresh(self) -> None:
         if self._store is not None:
             self._store.release()  # the session left behind may be continued elsewhere now
-        self.recorder = SessionRecorder(self.store, self.settings) if self.options.session else None
+        self.recorder = None
+        if self.options.session and not self._unrecorded:
+            try:
+                self.recorder = SessionRecorder(self.store, self.settings)
+            except SessionError as exc:  # e.g. a damaged sessions.db: say it once, keep chatting (as crow run)
+                self._unrecorded = True
+                self.view.line(f"crow: warning: {strip_controls(str(exc))}; this chat is not recorded", "yellow")
         self.history = [{"role": "system", "content": self.settings.system}] if self.settings.system else []
         self.usage = _Usage()
         self.last_usage = _Usage()
@@ -251,8 +259,12 @@ class ChatApp:
         from ..tools.mcp import McpServers
 
         self.view.line(f"crow chat · {self.settings.model} · /help for commands · Ctrl-D to quit", "dim")
+        # the workspace, and the keys run_shell must not pass on, travel to dispatch
+        self.context = ToolContext.for_workspace(self.settings.workspace,
+                                                 secrets=[self.settings.api_key, *self.settings.secrets])
         async with McpServers({} if self.options.no_tools else self.settings.mcp_servers,
-                              errlog=sys.stderr if self.options.debug else None) as mcp_servers:
+                              errlog=sys.stderr if self.options.debug else None,
+                              workspace=self.context.workspace) as mcp_servers:
             await self._start(mcp_servers)
             return await self._repl()
 
@@ -263,18 +275,23 @@ class ChatApp:
         read: Callable[[], Awaitable[str]]
         if self.pt_input is None and not sys.stdin.isatty():  # piped: one message or command per line
             async def read() -> str:
-                line = await asyncio.to_thread(sys.stdin.readline)
+                line: str = await asyncio.to_thread(sys.stdin.readline)
                 if not line:
                     raise EOFError
                 return line.rstrip("\n")
         else:
+            from prompt_toolkit.completion import WordCompleter
+
+            commands = WordCompleter([f"/{name}" for name in self._commands], sentence=True)
             session: PromptSession[str] = PromptSession(
                 history=FileHistory(str(_history_path())), input=self.pt_input, output=self.pt_output,
-                key_bindings=_key_bindings(), enable_history_search=False,
+                key_bindings=_key_bindings(), enable_history_search=False, completer=commands,
+                complete_while_typing=False,  # Tab completes the slash commands; typing stays quiet
             )
 
             async def read() -> str:
-                return await session.prompt_async("› ", handle_sigint=False)
+                text: str = await session.prompt_async("› ", handle_sigint=False)
+                return text
         loop = asyncio.get_running_loop()
         sigint = _install_sigint(loop, self._interrupt)
         armed = False
@@ -323,7 +340,7 @@ class ChatApp:
         files = mentioned_files(text, self.root)
         if not files:
             return user_message(text)
-        attachments = [load_attachment(f) for f in files]
+        attachments = [load_attachment(f, self.root) for f in files]
         self.view.line("attached: " + ", ".join(strip_controls(a.shown) for a in attachments), "dim")
         return {"role": "user", "content": user_content(text, attachments)}
 
@@ -349,6 +366,7 @@ class ChatApp:
         self.last_usage = _Usage()
         self._calls, self._in_tools = {}, False
         ticker = asyncio.create_task(self._tick())
+        self.view.waiting(True)  # until the first token: a server that is slow to answer shows it
         finished = None
         try:
             with _no_echo(self.pt_input is None):
@@ -377,6 +395,8 @@ class ChatApp:
 
     def handle(self, event: Event) -> None:
         """The driver's sink: draw each event of the turn."""
+        if not isinstance(event, MessageAppended | ToolRunStarted | ToolResultReady):
+            self.view.waiting(False)
         match event:
             case TextDelta(text=text):
                 self.view.text(strip_controls(text))  # model output must not drive the terminal
@@ -392,6 +412,9 @@ class ChatApp:
                 self.view.tool_started(call)
             case ToolResultReady(result=result) if result.output != CANCELLED_OUTPUT:
                 self.view.tool_finished(result, self._calls.get(result.index))
+                self._calls.pop(result.index, None)
+                if not self._calls:  # every call answered: the next turn is being asked for
+                    self.view.waiting(True)
             case WarningEvent(message=message):
                 self.view.line(f"crow: warning: {strip_controls(message)}", "yellow")
             case Notice(code="turn_restarted"):  # the stream broke; the turn is asked for again
@@ -405,7 +428,7 @@ class ChatApp:
                 self.view.end_answer()
                 self.view.line(f"crow: error: {strip_controls(error)}", "bold red")
 
-    async def ask(self, call: ToolCall, tool: Tool) -> Answer:
+    async def ask(self, call: ToolCall, tool: Tool, preview: str) -> Answer:
         """Ask the user about one call: the approval policy's ask callback (it asks one at a time).
 
         Shows the call's preview (`describe_call`, as `crow run` does) above the question. The live area
@@ -414,7 +437,7 @@ class ChatApp:
         """
         await asyncio.sleep(0)  # the turn first draws what is already queued (the lines of calls started)
         with self.view.suspended():
-            self.view.call_preview(describe_call(call))
+            self.view.call_preview(preview)
             try:
                 return await ask_approval(call, tool, pt_input=self.pt_input, pt_output=self.pt_output)
             except KeyboardInterrupt:
@@ -459,17 +482,17 @@ class ChatApp:
         self.view.line(f"model: {arg}")
 
     async def _tools(self, arg: str) -> None:
-        if not self.registry or not len(list(self.registry)):
+        tools = list(self.registry or ())
+        if not tools:
             self.view.line("no tools are offered (--no-tools, or none loaded)")
             return
-        for t in self.registry:
+        width = max(len(t.name) for t in tools)
+        for t in tools:
             summary = t.description.strip().splitlines()[0] if t.description.strip() else ""
-            flag = " [needs approval]" if t.needs_approval else ""
-            self.view.line(f"{t.name}  {summary}{flag}")
+            flag = "  [needs approval]" if t.needs_approval else ""
+            self.view.line(strip_controls(f"{t.name:<{width}}  {summary}{flag}"))
 
     async def _sessions(self, arg: str) -> None:
-        import time
-
         current = self.recorder.session_id if self.recorder else None
         found = self.store.recent(10)
         if not found:
@@ -483,16 +506,28 @@ class ChatApp:
         self._open(arg or None, latest=not arg)
 
     async def _export(self, arg: str) -> None:
-        fmt = arg or "md"
-        if fmt not in EXPORT_FORMATS:
-            self.view.line(f"unknown format {fmt!r}: use md or json", "yellow")
-            return
-        info = self.recorder.info if self.recorder else None
-        if info is None:
+        """`/export [md|json|jsonl] [PATH]`: the session to PATH (any folder; default
+        `crow-session-ID.FMT` here); the format follows PATH's suffix when not given."""
+        words = arg.split(maxsplit=1)
+        fmt = words.pop(0) if words and words[0] in EXPORT_FORMATS else None
+        target = Path(words[0]).expanduser() if words else None
+        if fmt is None:
+            suffix = target.suffix.lstrip(".") if target is not None else ""
+            fmt = suffix if suffix in EXPORT_FORMATS else "md"
+        if not any(m.get("role") != "system" for m in self.history):
             self.view.line("nothing to export yet", "yellow")
             return
-        path = Path(f"crow-session-{info.id}.{fmt}")
-        path.write_text(export_session(self.store.get(info.id), self.store.messages(info.id), fmt), encoding="utf-8")
+        info = self.recorder.info if self.recorder else None
+        if info is None:  # --no-session, or not stored yet: the conversation as it is in memory
+            now = time.time()
+            info = SessionInfo("unsaved", "", now, now, self.settings.model, public_url(self.settings.base_url),
+                               str(Path.cwd()))
+        path = target or Path(f"crow-session-{info.id}.{fmt}")
+        try:
+            path.write_text(export_session(info, self.history, fmt), encoding="utf-8")
+        except OSError as exc:
+            self.view.line(f"crow: error: cannot write {path}: {exc.strerror or exc}", "red")
+            return
         self.view.line(f"wrote {path}")
 
     async def _usage(self, arg: str) -> None:
@@ -627,7 +662,7 @@ def _no_echo(enabled: bool) -> Iterator[None]:
             termios.tcsetattr(fd, termios.TCSANOW, saved)
 
 
-def _install_sigint(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> bool:
+def _install_sigint(loop: asyncio.AbstractEventLoop, callback: Callable[[], object]) -> bool:
     """Ctrl-C during a turn (the terminal is not in raw mode then) cancels the turn, not the chat."""
     try:
         loop.add_signal_handler(signal.SIGINT, callback)

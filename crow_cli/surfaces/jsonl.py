@@ -33,6 +33,7 @@ from importlib import resources
 from typing import Any, TextIO
 
 from ..events import Event, MessageAppended, RunFinished, ToolCallDelta
+from ..text import strip_controls
 
 __all__ = ["JsonlWriter", "event_schema", "event_to_json"]
 
@@ -46,7 +47,8 @@ def event_to_json(event: Event) -> str:
 def event_schema() -> dict[str, Any]:
     """The shipped JSON Schema of the event lines (`crow_cli/schemas/events.schema.json`)."""
     text = resources.files("crow_cli").joinpath("schemas/events.schema.json").read_text(encoding="utf-8")
-    return json.loads(text)
+    schema: dict[str, Any] = json.loads(text)
+    return schema
 
 
 class JsonlWriter:
@@ -70,4 +72,4 @@ class JsonlWriter:
         self.out.flush()
         if isinstance(event, RunFinished) and event.error:
             prefix = "crow: " if event.status == "cancelled" else "crow: error: "
-            print(prefix + event.error, file=self.err, flush=True)
+            print(strip_controls(prefix + event.error), file=self.err, flush=True)

@@ -136,6 +136,8 @@ class _LiveArea:
             yield Markdown(v.markdown_source(v.blocks.tail, continues=v.blocks.continues), code_theme=v.code_theme)
         for _call, spinner in v.spinners.values():
             yield spinner
+        if v.waiting_spinner is not None:
+            yield v.waiting_spinner
 
 
 class TurnView:
@@ -170,6 +172,8 @@ class TurnView:
         self._in_reasoning = False
         self._blocks_shown = 0  # Markdown blocks of this answer printed so far
         self._held: list[Callable[[], None]] = []  # lines waiting for the question to be answered
+        self.waiting_spinner: Any = None
+        """Shown while the model has not answered yet (`waiting`)."""
 
     # live area
 
@@ -194,8 +198,22 @@ class TurnView:
             self._last_refresh = time.monotonic()
             self._live.refresh()
 
+    def waiting(self, on: bool) -> None:
+        """Show (or drop) a "waiting for the model" spinner until the first token arrives."""
+        if self.plain or on == (self.waiting_spinner is not None):
+            return
+        if on:
+            from rich.spinner import Spinner
+
+            self.waiting_spinner = Spinner("dots", text="waiting for the model…", style="dim")
+            self._ensure_live()
+        else:
+            self.waiting_spinner = None
+        self._refresh()
+
     def stop(self) -> None:
         """Stop the live area (between turns, before prompting)."""
+        self.waiting_spinner = None
         if self._live is not None:
             self._live.stop()
             self._live = None

@@ -1,4 +1,13 @@
-"""Tools the model can call: the registry, the `@tool` decorator, built-ins and plugin loading.
+"""Tools the model can call, and the API for writing one (a plugin tool).
+
+`__all__` is the plugin API: what a plugin module may import from `crow_cli.tools` (a test guards it):
+
+- `tool`: the decorator making a `Tool` of a typed function (`@tool` or `@tool(needs_approval=True, ...)`);
+- `Tool`: the tool object (`kind`, `preview`, `subject`, `needs_approval`, `parallel`, `timeout_s`);
+- `ToolError`: raise it for an error the model should read (`Error: ...`);
+- `ToolContext`: declare a parameter of this type to receive the run's workspace and secrets;
+- `resolve_in_workspace(path)`: a path confined to the workspace (raises `OutsideWorkspace`, a `ToolError`);
+- `workspace_root()`: the workspace folder of the running call.
 
 A plugin tool in a few lines (a file in a tools folder, or a module behind a `crow_cli.tools`
 entry point)::
@@ -15,6 +24,10 @@ entry point)::
         return text.upper()
 """
 
-from .registry import Tool, ToolRegistry, tool
+from ..errors import OutsideWorkspace, ToolError
+from .context import ToolContext
+from .registry import Tool, tool
+from .workspace import resolve_in_workspace, workspace_root
 
-__all__ = ["Tool", "ToolRegistry", "tool"]
+__all__ = ["OutsideWorkspace", "Tool", "ToolContext", "ToolError", "resolve_in_workspace", "tool",
+           "workspace_root"]

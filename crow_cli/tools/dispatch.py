@@ -6,6 +6,9 @@ went wrong; nothing escapes as an exception. Calls run
 concurrently in a task group. Scheduling is a readers-writer lock: parallel-safe tools share it, tools
 marked `parallel=False` hold it alone, so they overlap neither each other nor anything else. Approval
 is asked before the lock is taken, so parallel-safe calls keep running while a prompt waits.
+
+Every call runs with the run's `ToolContext` as the current context (approval and preview included):
+a tool parameter typed `ToolContext` receives it, and `workspace.resolve_in_workspace` uses its workspace.
 """
 
 from __future__ import annotations
@@ -21,13 +24,16 @@ from ..errors import ToolDenied, ToolError
 from ..events import Event, ToolResultReady, ToolRunStarted
 from ..history import ToolCall, ToolResult
 from ..text import clean_text
+from .context import ToolContext, using_context
 from .registry import Tool, ToolRegistry
 
 __all__ = ["Approver", "dispatch", "truncate_output"]
 
 Approver = Callable[[ToolCall, Tool], Awaitable[bool]]
-"""Asked before a tool with `needs_approval` runs; True lets it run, False or `ToolDenied(reason)` refuses it.
-Supplied by the surface; `tools.approval.make_approver` builds one from a policy, rules and an ask callback."""
+"""Asked before a tool with `needs_approval` runs; True lets it run, False or `ToolDenied(reason)` refuses it,
+any other `ToolError` answers the call with its message (a pre-check). It runs with the call's context
+current. Supplied by the surface; `tools.approval.make_approver` builds one from a policy, rules and an ask
+callback."""
 
 
 def truncate_output(text: str, limit: int) -> str:
@@ -44,18 +50,29 @@ async def dispatch(
     approve: Approver | None = None,
     timeout_s: float = 120.0,
     max_output_chars: int = 50_000,
+    context: ToolContext | None = None,
 ) -> AsyncIterator[Event]:
     """Run `calls` concurrently; yield `ToolRunStarted` and `ToolResultReady` as they happen.
 
     Exactly one `ToolResultReady` is yielded per call (in completion order; `result.call_id` and the
     call's position link them back). Cancelling the consumer cancels the running tools.
+
+    Args:
+        calls: the turn's tool calls.
+        registry: the tools by name.
+        approve: asked before tools that need approval; None denies them.
+        timeout_s: seconds a call may run when its tool sets no `timeout_s`.
+        max_output_chars: a result's text is cut to this many characters, with a marker.
+        context: the workspace and secrets of the run (None: the working directory, no secrets).
     """
     queue: asyncio.Queue[Event] = asyncio.Queue()
     exclusive = _ReadWriteLock()
+    context = context if context is not None else ToolContext()
 
     async def run(call: ToolCall) -> None:
         await queue.put(ToolRunStarted(call))
-        result = await _run_one(call, registry, approve, exclusive, timeout_s)
+        with using_context(context):  # this call's task (and the thread a sync tool runs in) only
+            result = await _run_one(call, registry, approve, exclusive, timeout_s, context)
         # sendable (error texts too can carry undecodable file names) and capped
         output = truncate_output(clean_text(result.output), max_output_chars)
         if output != result.output:
@@ -108,7 +125,7 @@ class _ReadWriteLock:
 
 async def _run_one(
     call: ToolCall, registry: ToolRegistry, approve: Approver | None, exclusive: _ReadWriteLock,
-    default_timeout: float,
+    default_timeout: float, context: ToolContext,
 ) -> ToolResult:
     started = time.perf_counter()
 
@@ -134,7 +151,7 @@ async def _run_one(
         async with exclusive.hold(not t.parallel):
             started = time.perf_counter()
             async with asyncio.timeout(t.timeout_s or default_timeout) as deadline:
-                output = await t.invoke(arguments)
+                output = await t.invoke(arguments, context)
     except TimeoutError as exc:
         if deadline is None or not deadline.expired():  # the tool's own TimeoutError, not ours
             return fail(f"{call.name} raised TimeoutError: {exc}")

@@ -22,11 +22,11 @@ import re
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import IO, Any
+from pathlib import Path
+from typing import Any, TextIO
 
 from ..errors import ConfigError, ToolError
 from .registry import Tool, ToolRegistry
-from .workspace import workspace_root
 
 __all__ = ["McpServerConfig", "McpServers", "parse_mcp_servers"]
 
@@ -78,8 +78,11 @@ def parse_mcp_servers(tables: Mapping[str, Mapping[str, Any]]) -> list[McpServer
 class _Connection:
     """One server: a task that holds the `mcp.Client` context open until told to stop."""
 
-    def __init__(self, config: McpServerConfig, errlog: IO[str], *, quote_stderr: bool = False) -> None:
+    def __init__(self, config: McpServerConfig, errlog: TextIO, *, quote_stderr: bool = False,
+                 workspace: Path | None = None) -> None:
         self.config = config
+        self.workspace = workspace
+        """Where a stdio server starts unless its `cwd` says otherwise (None: the working directory)."""
         self.errlog = errlog
         self.quote_stderr = quote_stderr
         """True when `errlog` is this connection's own temporary file, whose last line a failure quotes."""
@@ -97,7 +100,7 @@ class _Connection:
         if c.url is not None:
             return c.url
         return StdioServerParameters(command=c.command or "", args=list(c.args), env=c.env or None,
-                                     cwd=c.cwd or str(workspace_root()))
+                                     cwd=c.cwd or str(self.workspace or Path.cwd()))
 
     async def _hold(self) -> None:
         from mcp import Client
@@ -210,25 +213,29 @@ class McpServers:
         tables: `Settings.mcp_servers` (checked here; see `parse_mcp_servers`).
         errlog: where stdio servers' stderr goes (default: a temporary file, whose last line is quoted
             when a server fails to start).
+        workspace: the folder stdio servers start in unless their `cwd` says otherwise (the run's
+            `ToolContext.workspace`; None: the working directory).
 
     Raises:
         ConfigError: from the constructor, for an invalid table.
     """
 
-    def __init__(self, tables: Mapping[str, Mapping[str, Any]], *, errlog: IO[str] | None = None) -> None:
+    def __init__(self, tables: Mapping[str, Mapping[str, Any]], *, errlog: TextIO | None = None,
+                 workspace: Path | None = None) -> None:
         self.configs = parse_mcp_servers(tables)
         self._errlog = errlog
+        self._workspace = workspace
         self._exit = contextlib.ExitStack()
         self.connections: dict[str, _Connection] = {}
 
     async def __aenter__(self) -> McpServers:
         for c in self.configs:
             if self._errlog is not None:
-                self.connections[c.name] = _Connection(c, self._errlog)
+                self.connections[c.name] = _Connection(c, self._errlog, workspace=self._workspace)
                 continue
             errlog = self._exit.enter_context(  # one file per server, so a failure quotes its own stderr
                 tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace"))  # noqa: SIM115
-            self.connections[c.name] = _Connection(c, errlog, quote_stderr=True)
+            self.connections[c.name] = _Connection(c, errlog, quote_stderr=True, workspace=self._workspace)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -297,4 +304,5 @@ class McpServers:
             return text
 
         return Tool(name, remote.description or remote.title or remote_name, call, parameters=schema,
-                    needs_approval=not read_only, parallel=read_only, validator=None)
+                    needs_approval=not read_only, parallel=read_only, validator=None,
+                    kind="read" if read_only else "other")

@@ -19,13 +19,26 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Literal, get_args, overload
 
 from ..errors import ToolError
+from .context import ToolContext, current_context
 
-__all__ = ["ENTRY_POINT_GROUP", "Tool", "ToolRegistry", "default_registry", "tool"]
+__all__ = ["ACP_KINDS", "ENTRY_POINT_GROUP", "Preview", "Subject", "Tool", "ToolKind", "ToolRegistry",
+           "default_registry", "tool"]
 
 ENTRY_POINT_GROUP = "crow_cli.tools"
+
+ToolKind = Literal["read", "write", "shell", "other"]
+"""What a tool does: `read` (only reads), `write` (changes files of the workspace), `shell` (runs a
+command line), `other`."""
+ACP_KINDS: dict[str, str] = {"read": "read", "write": "edit", "shell": "execute", "other": "other"}
+"""A `ToolKind` as the editor protocol (ACP `ToolKind`) names it."""
+Preview = Callable[[dict[str, Any], ToolContext], str]
+"""Text shown before approval, from the validated arguments (the diff of an edit, a command line). It
+may raise `ToolError` to answer the call with that error without asking (a pre-check)."""
+Subject = Callable[[dict[str, Any]], str | None]
+"""The command line that `NAME:PREFIX` approval rules are matched against, from the validated arguments."""
 
 
 @dataclass
@@ -48,10 +61,41 @@ class Tool:
     """Per-tool timeout in seconds; None means the loop's default."""
     validator: Any = field(default=None, repr=False)
     """A pydantic model validating the arguments; None (with explicit `parameters`) passes them through."""
+    kind: ToolKind = "other"
+    """What the tool does (approval's `auto-edit` approves built-in `write` tools; editors see `acp_kind`)."""
+    preview: Preview | None = field(default=None, repr=False)
+    """What an approval question shows; None: the arguments as JSON. See `Preview`."""
+    subject: Subject | None = field(default=None, repr=False)
+    """The command line `NAME:PREFIX` rules match (a `shell` tool's command); None: only rules naming the tool."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in get_args(ToolKind):
+            raise ValueError(f"tool {self.name!r}: kind must be one of {', '.join(get_args(ToolKind))}")
+
+    @property
+    def acp_kind(self) -> str:
+        """The kind as the editor protocol names it: read, edit, execute or other."""
+        return ACP_KINDS[self.kind]
 
     def _derive(self) -> None:
         if self.parameters is None:
             self.parameters, self.validator = _schema_from_function(self.fn, self.name)
+
+    def context_parameter(self) -> str | None:
+        """The name of the parameter typed `ToolContext` that dispatch fills in (not in the schema), or None."""
+        if self.parameters is not None and self.validator is None:
+            return None  # explicit schema (MCP): the function takes the model's arguments only
+        return _context_parameter(self.fn)
+
+    def describe(self, arguments: dict[str, Any], context: ToolContext) -> str:
+        """The text an approval question shows for `arguments` (raw: not clipped, not filtered).
+
+        Raises:
+            ToolError: from the tool's pre-check (the call is answered with it, nobody is asked).
+        """
+        if self.preview is not None:
+            return self.preview(arguments, context)
+        return json.dumps(arguments, ensure_ascii=False, default=str)
 
     def schema(self) -> dict[str, Any]:
         """The request's `tools[]` entry (OpenAI Chat Completions function tool)."""
@@ -81,8 +125,14 @@ class Tool:
             raise ToolError(f"invalid arguments for {self.name}: {problems}") from exc
         return {k: getattr(model, k) for k in model.model_fields_set | _required(self.validator)}
 
-    async def invoke(self, arguments: dict[str, Any]) -> str:
-        """Run the tool with validated arguments and return its output as text."""
+    async def invoke(self, arguments: dict[str, Any], context: ToolContext | None = None) -> str:
+        """Run the tool with validated arguments and return its output as text.
+
+        A parameter typed `ToolContext` gets `context` (default: the current one), whatever the model sent.
+        """
+        name = self.context_parameter()
+        if name is not None:
+            arguments = {**arguments, name: context if context is not None else current_context()}
         if inspect.iscoroutinefunction(self.fn):
             value = await self.fn(**arguments)
         else:
@@ -145,8 +195,9 @@ def _schema_from_function(fn: Callable[..., Any], name: str) -> tuple[dict[str, 
     described = {p.arg_name: p.description for p in docstring_parser.parse(inspect.getdoc(fn) or "").params}
     hints = _type_hints(fn)
     fields: dict[str, Any] = {}
+    hidden = _context_parameter(fn)
     for pname, param in inspect.signature(fn).parameters.items():
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD) or pname == hidden:
             continue
         annotation = hints.get(pname, Any)
         default = ... if param.default is param.empty else param.default
@@ -158,6 +209,18 @@ def _schema_from_function(fn: Callable[..., Any], name: str) -> tuple[dict[str, 
         prop.pop("title", None)
     schema.setdefault("properties", {})
     return schema, model
+
+
+def _context_parameter(fn: Callable[..., Any]) -> str | None:
+    hints = _type_hints(fn)
+    for pname, param in inspect.signature(fn).parameters.items():
+        annotation = hints.get(pname, param.annotation)
+        if isinstance(annotation, str):  # unresolved: compare by name (`ToolContext`, `ToolContext | None`)
+            if "ToolContext" in re.split(r"[\s|\[\],.]+", annotation):
+                return pname
+        elif annotation is ToolContext or ToolContext in get_args(annotation):
+            return pname
+    return None
 
 
 _SECTION = re.compile(r"^\s*(Args|Arguments|Parameters|Returns|Yields|Raises|Examples?):\s*$", re.MULTILINE)
@@ -179,6 +242,19 @@ def _type_hints(fn: Callable[..., Any]) -> dict[str, Any]:
         return {}
 
 
+@overload
+def tool(fn: Callable[..., Any], *, name: str | None = None, description: str | None = None,
+         needs_approval: bool = False, parallel: bool = True, timeout_s: float | None = None,
+         kind: ToolKind = "other", preview: Preview | None = None, subject: Subject | None = None) -> Tool: ...
+
+
+@overload
+def tool(fn: None = None, *, name: str | None = None, description: str | None = None,
+         needs_approval: bool = False, parallel: bool = True, timeout_s: float | None = None,
+         kind: ToolKind = "other", preview: Preview | None = None,
+         subject: Subject | None = None) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
 def tool(
     fn: Callable[..., Any] | None = None,
     *,
@@ -187,18 +263,25 @@ def tool(
     needs_approval: bool = False,
     parallel: bool = True,
     timeout_s: float | None = None,
-) -> Any:
+    kind: ToolKind = "other",
+    preview: Preview | None = None,
+    subject: Subject | None = None,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a `Tool` of a typed function; use bare (`@tool`) or with options (`@tool(name=…)`).
 
     The schema comes from the type hints, the description from the docstring before its `Args:`
-    section, and each parameter's description from its `Args:` entry (derived on first use). The
-    result is still callable like the function.
+    section, and each parameter's description from its `Args:` entry (derived on first use). A
+    parameter typed `ToolContext` is left out of the schema and filled in by dispatch. The result is
+    still callable like the function. `kind`, `preview` and `subject`: see `Tool`.
+
+    Raises:
+        ValueError: an unknown `kind`.
     """
 
     def wrap(f: Callable[..., Any]) -> Tool:
         tool_name = name or f.__name__
         return Tool(tool_name, description or _summary(f) or tool_name, f, needs_approval=needs_approval,
-                    parallel=parallel, timeout_s=timeout_s)
+                    parallel=parallel, timeout_s=timeout_s, kind=kind, preview=preview, subject=subject)
 
     return wrap(fn) if fn is not None else wrap
 
@@ -210,6 +293,8 @@ class ToolRegistry:
         self._tools: dict[str, Tool] = {}
         self._folders: set[Path] = set()
         self.errors: list[str] = []
+        self.unusable: dict[str, tuple[Tool, str]] = {}
+        """Tools dropped by `schemas()`, by name, with why (their schema cannot be derived)."""
 
     def register(self, item: Tool | Callable[..., Any], *, source: str | None = None) -> Tool:
         """Add a `Tool` (or a plain function, wrapped with `tool`); a taken name gets a `_2` … suffix."""
@@ -235,18 +320,29 @@ class ToolRegistry:
     def __len__(self) -> int:
         return len(self._tools)
 
-    def schemas(self) -> list[dict[str, Any]]:
+    def schemas(self, select: Callable[[Tool], bool] | None = None) -> list[dict[str, Any]]:
         """The request's `tools` list. A tool whose schema cannot be derived (a type pydantic cannot
-        describe) is dropped with a line in `errors`, so one bad plugin does not stop every run."""
+        describe) is dropped with a line in `errors` and kept in `unusable`, so one bad plugin does not
+        stop every run. `select`: derive only the tools it picks (`crow tools` skips the built-ins,
+        whose schemas are known good, to start fast); the list then holds only those."""
         out = []
         for t in list(self._tools.values()):
+            if select is not None and not select(t):
+                continue
             try:
                 out.append(t.schema())
             except Exception as exc:
                 del self._tools[t.name]
-                self.errors.append(f"tool {t.name!r} from {t.source} dropped: its schema cannot be derived "
-                                   f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
+                why = (f"its schema cannot be derived ({type(exc).__name__}: "
+                       f"{str(exc).splitlines()[0] if str(exc) else ''})")
+                self.unusable[t.name] = (t, why)
+                self.errors.append(self.dropped_line(t.name))
         return out
+
+    def dropped_line(self, name: str) -> str:
+        """The one-line warning for the unusable tool `name` (as `schemas()` adds it to `errors`)."""
+        t, why = self.unusable[name]
+        return f"tool {name!r} from {t.source} dropped: {why}"
 
     def load_builtins(self) -> None:
         from .builtin import BUILTIN_TOOLS

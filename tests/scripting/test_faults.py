@@ -145,3 +145,15 @@ def test_a_server_that_never_answers_fails_after_retries(tmp_path: Path) -> None
     stalled = {"sse": text_sse("late"), "delay_ms": 3000}
     ran = run_crow([stalled, stalled], "--json", "hi", cwd=tmp_path, config=config)
     fails_in_one_line(ran, "idle", "after 2 attempts")
+
+
+def test_a_server_error_message_cannot_drive_the_terminal(tmp_path: Path) -> None:
+    # issue 11 item 3 (found trying it as a new user): escape sequences (screen clear, colours, an OSC 8
+    # link) in a provider's error message reached stderr unfiltered, in plain mode and with --json
+    hostile = "bad model\x1b[2J\x1b[31m red \x1b]8;;http://evil.test\x07link\x1b]8;;\x07\x9b2J"
+    denied = {"status": 400, "body": json.dumps({"error": {"message": hostile}})}
+    config = write_config(tmp_path, max_retries=0)
+    for mode in ((), ("--json",)):
+        ran = run_crow([denied], *mode, "hi", cwd=tmp_path, config=config)
+        assert ran.code == 1 and "bad model" in ran.stderr
+        assert not any(c in ran.stderr for c in "\x1b\x07\x9b"), repr(ran.stderr)

@@ -8,6 +8,8 @@ from tests.replay_server import ReplayServer
 from tests.tools.cli_helpers import run_crow, script
 
 NOISY = '''
+import os
+import subprocess
 import sys
 from crow_cli.tools import tool
 
@@ -26,6 +28,9 @@ def noisy_sync(x: int) -> str:
 async def noisy_async(x: int) -> str:
     """Prints on the event loop."""
     print("NOISE FROM LOOP")
+    # issue 11 item 6 (found trying it as a new user): writes to fd 1 itself, and a child's output
+    os.write(1, b"FD NOISE\\n")
+    subprocess.run(["echo", "CHILD NOISE"], check=True)
     return f"y={x}"
 '''
 
@@ -39,7 +44,7 @@ def _run(tmp_path, *mode: str):
         proc = run_crow(["run", "--base-url", srv.base_url, "--model", "m", "--no-session", "--tools-dir",
                          str(tools), *mode, "go"], tmp_path)
     assert proc.returncode == 0, proc.stderr
-    for noise in ("NOISE AT IMPORT", "NOISE FROM THREAD", "more noise", "NOISE FROM LOOP"):
+    for noise in ("NOISE AT IMPORT", "NOISE FROM THREAD", "more noise", "NOISE FROM LOOP", "FD NOISE", "CHILD NOISE"):
         assert noise in proc.stderr and noise not in proc.stdout
     return proc
 

@@ -33,15 +33,17 @@ _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\
 
 
 class ChatTerminal:
-    """`crow chat ARGS` on a 100x30 pseudo-terminal (stdin and stdout; stderr is a pipe)."""
+    """`crow chat ARGS` (or another `command`) on a 100x30 pseudo-terminal (stdin and stdout; stderr is a
+    pipe unless `stderr_on_terminal`)."""
 
-    def __init__(self, args: list[str], *, cwd: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, args: list[str], *, cwd: Path, env: dict[str, str] | None = None, command: str = "chat",
+                 stderr_on_terminal: bool = False) -> None:
         master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
         environ = {**os.environ, "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1", **(env or {})}
         environ.pop("NO_COLOR", None)
-        self.proc = subprocess.Popen([CROW, "chat", *args], cwd=cwd, env=environ, stdin=slave, stdout=slave,
-                                     stderr=subprocess.PIPE, start_new_session=True)
+        self.proc = subprocess.Popen([CROW, command, *args], cwd=cwd, env=environ, stdin=slave, stdout=slave,
+                                     stderr=slave if stderr_on_terminal else subprocess.PIPE, start_new_session=True)
         os.close(slave)
         self.master: int | None = master
         self._raw = bytearray()

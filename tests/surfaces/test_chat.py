@@ -363,3 +363,43 @@ async def test_undo_restores_files_and_the_history(store: SessionStore, tmp_path
     assert [m["content"] for m in sent if m["role"] == "user"] == ["hi", "next"]
     stored = store.messages(app.recorder.session_id)
     assert [m["content"] for m in stored] == ["hi", "hello", "next", "again"]
+
+
+async def test_export_works_without_a_session_and_to_a_chosen_path(store: SessionStore, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 11 item 10 and friction (found trying it as a new user): `crow chat --no-session` then /export said
+    # "nothing to export yet" after several turns; /export could not write outside the current folder
+    monkeypatch.chdir(tmp_path)
+    elsewhere = tmp_path / "out" / "talk.json"
+    elsewhere.parent.mkdir()
+    keys = f"/export\rhello\r/export\r/export {elsewhere}\r/export md {tmp_path / 'nope' / 'x.md'}\r/exit\r"
+    output, _, _ = await chat([{"sse": text_stream("Hi.")}], keys, store, options=ChatOptions(session=False))
+    assert "nothing to export yet" in output.split("Hi.")[0]
+    assert "Hi." in (tmp_path / "crow-session-unsaved.md").read_text()
+    assert json.loads(elsewhere.read_text())["messages"][-1] == {"role": "assistant", "content": "Hi."}
+    assert "crow: error: cannot write" in output and store.recent() == []
+
+
+async def test_tools_are_listed_in_aligned_columns(store: SessionStore, tools_dir: Path) -> None:
+    # issue 11 (smaller items): /tools was not aligned
+    output, _, _ = await chat([], "/tools\r/exit\r", store, options=ChatOptions(tools_dirs=(str(tools_dir),)))
+    lines = [line for line in output.splitlines() if line.startswith(("read_file ", "run_shell ", "guarded "))]
+    assert len(lines) == 3 and len({line.index(line.split()[1]) for line in lines}) == 1, lines
+
+
+async def test_a_damaged_session_store_is_said_once_and_the_chat_goes_on(tmp_path: Path) -> None:
+    # issue 11 item 13 (found trying it as a new user): random bytes in sessions.db stopped `crow chat` with
+    # "file is not a database" while `crow run` carried on with a warning
+    from crow_cli.sessions import default_db_path
+
+    db = default_db_path()
+    db.parent.mkdir(parents=True, exist_ok=True)
+    db.write_bytes(bytes(range(256)) * 16)
+    out = io.StringIO()
+    with ReplayServer([{"sse": text_stream("Still here.")}]) as server, create_pipe_input() as pipe:
+        pipe.send_text("hello\r/new\r/exit\r")
+        app = ChatApp(Settings(model="test-model", api_key="sk-test", base_url=server.base_url), ChatOptions(),
+                      console=Console(file=out, width=100), pt_input=pipe, pt_output=DummyOutput())
+        assert await asyncio.wait_for(app.run(), 30) == 0
+    output = out.getvalue()
+    assert "Still here." in output and output.count("this chat is not recorded") == 1, output

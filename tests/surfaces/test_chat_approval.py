@@ -21,7 +21,8 @@ from crow_cli.history import ToolCall
 from crow_cli.sessions import SessionStore
 from crow_cli.surfaces.chat import ChatApp, ChatOptions
 from crow_cli.tools.approval import describe_call
-from crow_cli.tools.workspace import use_workspace
+from crow_cli.tools.builtin import BUILTIN_TOOLS
+from crow_cli.tools.context import ToolContext
 from tests.replay_server import ReplayServer, text_stream
 from tests.surfaces.conftest import CANCELLED
 from tests.surfaces.test_chat import assert_valid, chat, tool_calls_sse
@@ -78,8 +79,9 @@ async def test_the_approval_prompt_previews_the_call_as_crow_run_does(store: Ses
     settings = Settings(model="test-model", workspace=str(work))
     output, _, _ = await chat(script, "edit it\rn\rn\r/exit\r", store, settings=settings)
 
-    use_workspace(str(work))
-    edit_preview = describe_call(ToolCall("call_e", "edit_file", json.dumps(edit), 0))
+    edit_tool = next(t for t in BUILTIN_TOOLS if t.name == "edit_file")
+    edit_preview = describe_call(ToolCall("call_e", "edit_file", json.dumps(edit), 0), edit_tool,
+                                 ToolContext.for_workspace(work))
     assert "-two\n+2\n" in edit_preview
     assert edit_preview in output  # the diff, line for line, as `crow run` shows it
     assert "$ ls -la && echo done" in output
@@ -125,5 +127,7 @@ async def test_a_tool_line_never_lands_on_the_approval_prompt_line(store: Sessio
 
 def test_the_preview_cannot_drive_the_terminal() -> None:
     """The model writes the command; its escape sequences must not reach either approval prompt."""
-    shown = describe_call(ToolCall("c", "run_shell", json.dumps({"command": "ls\x1b[2J\x1b]0;owned\x07 -l"}), 0))
+    shell = next(t for t in BUILTIN_TOOLS if t.name == "run_shell")
+    shown = describe_call(ToolCall("c", "run_shell", json.dumps({"command": "ls\x1b[2J\x1b]0;owned\x07 -l"}), 0),
+                          shell)
     assert shown == "$ ls[2J]0;owned -l"

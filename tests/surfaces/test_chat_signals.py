@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from crow_cli.sessions import SessionStore
+from tests.conftest import text_sse
 from tests.replay_server import ReplayServer, text_stream
 from tests.surfaces.chat_terminal import ChatTerminal
 from tests.surfaces.conftest import CANCELLED
@@ -125,3 +126,20 @@ def test_a_tool_line_does_not_join_the_approval_question_on_a_terminal(tmp_path:
     assert "✓ nap" in screen
     joined = [line for line in screen.splitlines() if "Allow guarded" in line and ("✓" in line or "⠋" in line)]
     assert not joined, screen
+
+
+def test_closing_the_terminal_while_an_answer_streams_exits_129(tmp_path: Path, approval_tools: Path) -> None:
+    # issue 11 item 12 (found trying it as a new user): the live display's cleanup wrote to the dead terminal,
+    # "internal error: OSError: [Errno 5] Input/output error" and exit 1
+    script = [{"sse": text_sse("# Title\n\nA long answer that keeps streaming"), "delay_ms": 2_000}]
+    with ReplayServer(script) as server, ChatTerminal(chat_args(server.base_url, approval_tools), cwd=tmp_path) as term:
+        term.expect("›")
+        term.send("go\r")
+        term.expect("Title")
+        term.hang_up()
+        assert term.wait() == 129
+        err = term.stderr()
+    assert "error" not in err and "Traceback" not in err, err
+    stored = stored_session()
+    assert_valid(stored)
+    assert stored[-1]["role"] == "assistant" and stored[-1]["content"].endswith("[interrupted by the user]")

@@ -1,4 +1,5 @@
-"""Helpers for driving `.venv/bin/crow` as a subprocess against the replay server."""
+"""Helpers of the tools tests: driving `.venv/bin/crow` as a subprocess against the replay server, and
+watching processes."""
 
 from __future__ import annotations
 
@@ -41,3 +42,16 @@ def run_crow(args: list[str], cwd: Path, *, stdin: str | None = None,
 
 def tool_messages(request: dict[str, Any]) -> list[dict[str, Any]]:
     return [m for m in request["messages"] if m["role"] == "tool"]
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (dead, not yet reaped by its parent) counts as gone
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

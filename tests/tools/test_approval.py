@@ -7,9 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from crow_cli.errors import ConfigError, ToolDenied
+from crow_cli.errors import ConfigError, ToolDenied, ToolError
 from crow_cli.history import ToolCall
-from crow_cli.tools.approval import Answer, ApprovalPolicy, Approvals, describe_call, make_approver
+from crow_cli.tools.approval import (
+    Answer,
+    ApprovalPolicy,
+    Approvals,
+    describe_call,
+    make_approver,
+    parse_answer,
+)
 from crow_cli.tools.builtin import BUILTIN_TOOLS
 from crow_cli.tools.registry import Tool, ToolRegistry, tool
 
@@ -37,9 +44,11 @@ class Asker:
     def __init__(self, answer: Answer) -> None:
         self.answer = answer
         self.asked: list[str] = []
+        self.previews: list[str] = []
 
-    async def __call__(self, call: ToolCall, t: Tool) -> Answer:
+    async def __call__(self, call: ToolCall, t: Tool, preview: str) -> Answer:
         self.asked.append(t.name)
+        self.previews.append(preview)
         return self.answer
 
 
@@ -60,7 +69,8 @@ MATRIX = {
 
 @pytest.mark.parametrize(("policy", "name"), sorted(MATRIX))
 @pytest.mark.parametrize("interactive", [True, False], ids=["interactive", "no-terminal"])
-async def test_matrix(policy: str, name: str, interactive: bool) -> None:
+async def test_matrix(policy: str, name: str, interactive: bool, ws: Path) -> None:
+    (ws / "a.txt").write_text("x\n")  # an edit that can be made: its preview finds old_string
     t = TOOLS.get(name) or _plugin(deploy)
     asker = Asker("yes")
     approve = make_approver(policy, ask=asker if interactive else None)
@@ -147,7 +157,7 @@ async def test_prompts_are_one_at_a_time() -> None:
 
     active, peak = 0, 0
 
-    async def slow_ask(call: ToolCall, t: Tool) -> Answer:
+    async def slow_ask(call: ToolCall, t: Tool, preview: str) -> Answer:
         nonlocal active, peak
         active += 1
         peak = max(peak, active)
@@ -161,16 +171,86 @@ async def test_prompts_are_one_at_a_time() -> None:
     assert peak == 1
 
 
-def test_describe_call(tmp_path: Path) -> None:
-    from crow_cli.tools.workspace import _ROOT, set_workspace
+def test_describe_call(ws: Path) -> None:
+    (ws / "a.txt").write_text("one\ntwo\n")
+    shell, edit, write = TOOLS["run_shell"], TOOLS["edit_file"], TOOLS["write_file"]
+    assert describe_call(_call("run_shell", command="make test"), shell) == "$ make test"
+    diff = describe_call(_call("edit_file", path="a.txt", old_string="two", new_string="2"), edit)
+    assert "-two\n+2\n" in diff
+    assert (ws / "a.txt").read_text() == "one\ntwo\n"
+    assert describe_call(_call("write_file", path="b.txt", content="hi"), write).startswith("create b.txt (2 bytes)")
 
-    token = set_workspace(tmp_path)
-    try:
-        (tmp_path / "a.txt").write_text("one\ntwo\n")
-        assert describe_call(_call("run_shell", command="make test")) == "$ make test"
-        diff = describe_call(_call("edit_file", path="a.txt", old_string="two", new_string="2"))
-        assert "-two\n+2\n" in diff
-        assert (tmp_path / "a.txt").read_text() == "one\ntwo\n"
-        assert describe_call(_call("write_file", path="b.txt", content="hi")).startswith("write b.txt (2 bytes)")
-    finally:
-        _ROOT.reset(token)
+
+# issue 11 item 2: found trying it as a new user: a 4 000-character cut hid the end of a long command
+async def test_a_long_command_shows_its_end_and_says_what_was_cut() -> None:
+    asker = Asker("no")
+    command = "echo " + "harmless " * 1000 + "&& rm -rf ~/important"
+    with pytest.raises(ToolDenied):
+        await make_approver("ask", ask=asker)(_call("run_shell", command=command), TOOLS["run_shell"])
+    preview = asker.previews[0]
+    assert preview.startswith("$ echo harmless")
+    assert preview.endswith("&& rm -rf ~/important")
+    assert "characters not shown …]" in preview and len(preview) < 4200
+
+
+async def test_a_long_new_file_shows_head_and_tail_and_how_many_lines_were_cut(ws: Path) -> None:
+    # issue 11 item 2: write_file's preview was its first 20 lines, unmarked
+    asker = Asker("yes")
+    content = "".join(f"line {n}\n" for n in range(1, 501))
+    await make_approver("ask", ask=asker)(_call("write_file", path="new.txt", content=content), TOOLS["write_file"])
+    preview = asker.previews[0].splitlines()
+    assert preview[0] == "create new.txt (4392 bytes):"
+    assert preview[1] == "line 1" and preview[-1] == "line 500"
+    assert any(line.startswith("[… ") and "lines, " in line and line.endswith("characters not shown …]")
+               for line in preview)
+
+
+async def test_overwriting_a_file_shows_a_diff_and_says_overwrite(ws: Path) -> None:
+    # issue 11 item 2: an overwrite showed the new text only, as if the file were new
+    (ws / "a.txt").write_text("keep\nold\n")
+    asker = Asker("yes")
+    call = _call("write_file", path="a.txt", content="keep\nnew\n")
+    await make_approver("ask", ask=asker)(call, TOOLS["write_file"])
+    preview = asker.previews[0]
+    assert preview.startswith("overwrite a.txt (9 bytes), changes:\n")
+    assert "-old\n+new\n" in preview and " keep\n" in preview
+
+
+async def test_an_edit_that_cannot_be_made_is_answered_without_asking(ws: Path) -> None:
+    # issue 11 item 2: the user was asked to approve an edit_file whose old_string is not in the file
+    (ws / "a.txt").write_text("one\n")
+    asker = Asker("yes")
+    call = _call("edit_file", path="a.txt", old_string="two", new_string="2")
+    with pytest.raises(ToolError, match=r"old_string was not found in 'a\.txt'"):
+        await make_approver("ask", ask=asker)(call, TOOLS["edit_file"])
+    assert asker.asked == []
+
+
+@pytest.mark.parametrize(("reply", "answer"), [
+    ("y", "yes"), ("YES\n", "yes"), (" n ", "no"), ("No", "no"), ("a", "always"), ("always\n", "always"),
+    ("", None), ("\n", None), ("maybe", None), ("ye", None),
+])
+def test_one_answer_parser_and_enter_asks_again(reply: str, answer: str | None) -> None:
+    # issue 9: Enter meant "no" in chat and asked again in run; both now ask again
+    assert parse_answer(reply) == answer
+
+
+def test_kinds_map_to_the_editor_protocol() -> None:
+    # issue 9: the kind approval uses is the one the editor protocol (ACP) shows
+    assert {t.name: (t.kind, t.acp_kind) for t in BUILTIN_TOOLS} == {
+        "read_file": ("read", "read"), "list_directory": ("read", "read"), "search_files": ("read", "read"),
+        "write_file": ("write", "edit"), "edit_file": ("write", "edit"), "run_shell": ("shell", "execute")}
+
+
+async def test_a_plugin_shell_tool_gets_command_rules_through_its_subject() -> None:
+    # issue 9: approval names no built-in tool: any tool with a subject takes NAME:PREFIX rules
+    @tool(needs_approval=True, kind="shell", subject=lambda args: args["cmd"])
+    def remote(cmd: str) -> str:
+        """Run a command on the build host."""
+        return cmd
+
+    t = _plugin(remote)
+    approve = make_approver(yes=True, deny=["remote:rm -rf"])
+    with pytest.raises(ToolDenied, match="remote:rm -rf"):
+        await approve(_call("remote", cmd="cd / && rm -fr x"), t)
+    assert await make_approver("ask", allow=["remote:make"])(_call("remote", cmd="make test"), t)

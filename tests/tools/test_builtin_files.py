@@ -8,21 +8,17 @@ import pytest
 
 from crow_cli.errors import OutsideWorkspace, ToolError
 from crow_cli.tools.builtin.files import list_directory, read_file
-from crow_cli.tools.workspace import set_workspace
 
 
 @pytest.fixture
-def ws(tmp_path):
+def ws(tmp_path, enter_workspace):
     root = tmp_path / "ws"
     root.mkdir()
     (root / "a.txt").write_text("one\ntwo\nthree\n")
     (root / "sub").mkdir()
     (tmp_path / "secret.txt").write_text("top secret")
-    token = set_workspace(root)
-    yield root
-    from crow_cli.tools.workspace import _ROOT
-
-    _ROOT.reset(token)
+    enter_workspace(root)
+    return root
 
 
 def test_read_file_whole_and_line_range(ws):
@@ -56,8 +52,10 @@ def test_binary_and_missing_files_are_refused(ws):
     (ws / "b.bin").write_bytes(b"\x00\x01\x02")
     with pytest.raises(ToolError, match="binary"):
         read_file(path="b.bin")
-    with pytest.raises(ToolError, match="not a file"):
+    with pytest.raises(ToolError, match=r"'nope\.txt' does not exist"):
         read_file(path="nope.txt")
+    with pytest.raises(ToolError, match="'sub' is a directory, not a file"):
+        read_file(path="sub")
 
 
 def test_list_directory(ws):

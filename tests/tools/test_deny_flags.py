@@ -73,3 +73,39 @@ async def test_allow_rules_stay_word_for_word() -> None:
     assert await approve(_call("ls -la src"), SHELL)
     with pytest.raises(ToolDenied, match="nobody can approve"):
         await approve(_call("ls -al src"), SHELL)
+
+
+# issue 11 item 4: found trying it as a new user: GNU getopt accepts an unambiguous prefix of a long option
+@pytest.mark.parametrize(("rule", "command"), [
+    ("rm -rf", "rm --rec --for DIR"), ("rm -rf", "rm --recursive=yes --f DIR"), ("rm -rf", "rm --forc -R DIR"),
+    ("git push --force", "git push --forc origin main"), ("git push --force", "git push origin --fo"),
+    ("chmod -R 777", "chmod --rec 777 ."), ("git reset --hard", "git reset --ha HEAD~1"),
+    ("rm -rf", "sudo rm --re=1 --fo x"),
+])
+async def test_abbreviated_long_options_match(rule: str, command: str) -> None:
+    assert await _denied(rule, command)
+
+
+@pytest.mark.parametrize(("rule", "command"), [
+    ("rm -rf", "rm --verbose --force x"), ("git push --force", "git push --force-with-lease"),
+    ("rm -rf", "rm -- --rec --for"),
+])
+async def test_other_long_options_do_not_match(rule: str, command: str) -> None:
+    assert not await _denied(rule, command)
+
+
+# issue 9: splitting is quote-aware: a quoted separator is an argument, so the words after it stay in the command
+@pytest.mark.parametrize(("rule", "command"), [
+    ("git push --force", 'git push ";" --force'), ("git push --force", "git push '&&' --force"),
+    ("rm -rf", 'echo "$(rm -rf x)"'), ("rm -rf", "echo `rm -rf x`"), ("rm -rf", "cat <(rm -rf x)"),
+])
+async def test_quoted_separators_do_not_split_a_command(rule: str, command: str) -> None:
+    assert await _denied(rule, command)
+
+
+async def test_a_quoted_separator_is_not_a_new_command_for_allow_rules() -> None:
+    # issue 9: `echo "a; b"` is one command: allowed by `echo`, though its text holds a `;`
+    approve = make_approver("ask", allow=["run_shell:echo"])
+    assert await approve(_call('echo "a; rm -rf x"'), SHELL)
+    with pytest.raises(ToolDenied, match="nobody can approve"):
+        await approve(_call("echo a; rm -rf x"), SHELL)

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +17,10 @@ from crow_cli.tools.builtin import BUILTIN_TOOLS
 from crow_cli.tools.builtin.edits import edit_file, write_file
 from crow_cli.tools.builtin.files import list_directory, read_file
 from crow_cli.tools.builtin.search import search_files
-from crow_cli.tools.workspace import set_workspace
 
 
 @pytest.fixture
-def ws(tmp_path: Path) -> Path:
+def ws(tmp_path: Path, enter_workspace: Callable[..., object]) -> Path:
     """A workspace folder with an outside neighbour holding a secret, and a symlink leading to it."""
     root = tmp_path / "ws"
     outside = tmp_path / "outside"
@@ -30,11 +30,8 @@ def ws(tmp_path: Path) -> Path:
     (root / "hello.txt").write_text("hello\nworld\n")
     (root / "link_dir").symlink_to(outside, target_is_directory=True)
     (root / "link_file.txt").symlink_to(outside / "secret.txt")
-    token = set_workspace(root)
-    yield root
-    from crow_cli.tools.workspace import _ROOT
-
-    _ROOT.reset(token)
+    enter_workspace(root)
+    return root
 
 
 def _escapes(tmp_path: Path) -> list[str]:
@@ -166,3 +163,63 @@ def test_file_tools_schemas_are_as_documented() -> None:
         assert by_name[name].needs_approval and not by_name[name].parallel
     for name in ("read_file", "list_directory", "search_files"):
         assert not by_name[name].needs_approval and by_name[name].parallel
+
+
+# edit_file on CRLF files (found by a fresh-user tester)
+def test_edit_file_matches_lf_text_in_a_crlf_file_and_keeps_crlf(ws: Path) -> None:
+    (ws / "w.txt").write_bytes(b"a\r\nb\r\nc\r\n")
+    out = edit_file(path="w.txt", old_string="a\nb", new_string="A\nB\nBB")
+    assert out.startswith("edited w.txt: replaced 1 occurrence\n")
+    assert (ws / "w.txt").read_bytes() == b"A\r\nB\r\nBB\r\nc\r\n"
+
+
+def test_edit_file_new_lines_in_a_crlf_file_get_crlf(ws: Path) -> None:
+    (ws / "w.txt").write_bytes(b"a\r\nb\r\n")
+    edit_file(path="w.txt", old_string="b", new_string="b\nc")
+    assert (ws / "w.txt").read_bytes() == b"a\r\nb\r\nc\r\n"
+
+
+def test_edit_file_crlf_text_sent_as_crlf_still_matches(ws: Path) -> None:
+    (ws / "w.txt").write_bytes(b"a\r\nb\r\n")
+    edit_file(path="w.txt", old_string="a\r\nb", new_string="x\r\ny")
+    assert (ws / "w.txt").read_bytes() == b"x\r\ny\r\n"
+
+
+def test_edit_file_lf_files_are_untouched_by_the_crlf_path(ws: Path) -> None:
+    (ws / "u.txt").write_bytes(b"a\nb\n")
+    edit_file(path="u.txt", old_string="a\nb", new_string="x\ny")
+    assert (ws / "u.txt").read_bytes() == b"x\ny\n"
+    with pytest.raises(ToolError, match="old_string was not found"):
+        edit_file(path="u.txt", old_string="x\r\ny", new_string="z")
+
+
+# issue 11 item 14: found trying it as a new user: write_file to a FIFO hung until the tool timeout
+def test_non_regular_files_are_refused_by_every_file_tool(ws: Path) -> None:
+    os.mkfifo(ws / "pipe")
+    for call in (lambda: write_file(path="pipe", content="x"), lambda: read_file(path="pipe"),
+                 lambda: edit_file(path="pipe", old_string="a", new_string="b")):
+        with pytest.raises(ToolError, match=r"'pipe' is a FIFO \(named pipe\)"):
+            call()
+    with pytest.raises(ToolError, match=r"^'pipe' is a FIFO \(named pipe\); not searched$"):
+        search_files(pattern="x", path="pipe")
+    with pytest.raises(ToolError, match=r"^'nothing' does not exist$"):
+        search_files(pattern="x", path="nothing")
+
+
+async def test_writing_a_fifo_is_refused_before_anyone_is_asked(ws: Path) -> None:
+    # issue 11 item 14 with item 2: the preview's pre-check answers the call, nobody is asked about it
+    from crow_cli.history import ToolCall
+    from crow_cli.tools.approval import make_approver
+
+    os.mkfifo(ws / "pipe")
+    asked: list[str] = []
+
+    async def ask(call: ToolCall, tool: object, preview: str) -> Any:
+        asked.append(preview)
+        return "yes"
+
+    call = ToolCall("c1", "write_file", json.dumps({"path": "pipe", "content": "x"}), 0)
+    tool = next(t for t in BUILTIN_TOOLS if t.name == "write_file")
+    with pytest.raises(ToolError, match="FIFO"):
+        await make_approver("ask", ask=ask)(call, tool)
+    assert asked == []

@@ -24,32 +24,26 @@ async def test_tools_are_listed_and_called(tmp_path: Path) -> None:
     registry = ToolRegistry()
     registry.load_builtins()
     cwd_file = tmp_path / "cwd.txt"
-    from crow_cli.tools.workspace import _ROOT, set_workspace
-
-    token = set_workspace(tmp_path)
-    try:
-        async with McpServers({"demo": _demo(env={"DEMO_CWD_FILE": str(cwd_file)})}) as servers:
-            await servers.register_tools(registry)
-            assert registry.errors == []
-            mcp_tools = {t.name: t for t in registry if t.source == "mcp:demo"}
-            assert sorted(mcp_tools) == ["add", "crash", "demo_read_file", "fail", "shout"]
-            assert registry.get("read_file").source == "builtin"  # the built-in keeps its name
-            assert mcp_tools["add"].parameters["required"] == ["a", "b"]
-            assert mcp_tools["add"].needs_approval and not mcp_tools["add"].parallel
-            assert not mcp_tools["shout"].needs_approval and mcp_tools["shout"].parallel
-            assert await mcp_tools["add"].invoke({"a": 2, "b": 3}) == "5"
-            assert await mcp_tools["demo_read_file"].invoke({"path": "x"}) == "mcp read x"
-            with pytest.raises(ToolError, match="fail"):
-                await mcp_tools["fail"].invoke({"reason": "nope"})
-            with pytest.raises(ToolError):
-                await mcp_tools["add"].invoke({"a": "not a number"})  # the server validates
-            with pytest.raises(ToolError, match="connection was lost"):
-                await mcp_tools["crash"].invoke({})
-            assert servers.connections["demo"].client is None
-            assert await mcp_tools["add"].invoke({"a": 1, "b": 1}) == "2"  # restarted
-        assert cwd_file.read_text() == str(tmp_path)  # started in the workspace root
-    finally:
-        _ROOT.reset(token)
+    async with McpServers({"demo": _demo(env={"DEMO_CWD_FILE": str(cwd_file)})}, workspace=tmp_path) as servers:
+        await servers.register_tools(registry)
+        assert registry.errors == []
+        mcp_tools = {t.name: t for t in registry if t.source == "mcp:demo"}
+        assert sorted(mcp_tools) == ["add", "crash", "demo_read_file", "fail", "shout"]
+        assert registry.get("read_file").source == "builtin"  # the built-in keeps its name
+        assert mcp_tools["add"].parameters["required"] == ["a", "b"]
+        assert mcp_tools["add"].needs_approval and not mcp_tools["add"].parallel
+        assert not mcp_tools["shout"].needs_approval and mcp_tools["shout"].parallel
+        assert await mcp_tools["add"].invoke({"a": 2, "b": 3}) == "5"
+        assert await mcp_tools["demo_read_file"].invoke({"path": "x"}) == "mcp read x"
+        with pytest.raises(ToolError, match="fail"):
+            await mcp_tools["fail"].invoke({"reason": "nope"})
+        with pytest.raises(ToolError):
+            await mcp_tools["add"].invoke({"a": "not a number"})  # the server validates
+        with pytest.raises(ToolError, match="connection was lost"):
+            await mcp_tools["crash"].invoke({})
+        assert servers.connections["demo"].client is None
+        assert await mcp_tools["add"].invoke({"a": 1, "b": 1}) == "2"  # restarted
+    assert cwd_file.read_text() == str(tmp_path)  # started in the workspace root
 
 
 async def test_a_server_that_fails_to_start_is_one_line_and_the_rest_work() -> None:

@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from crow_cli.errors import ToolError
 from crow_cli.tools.builtin.files import MAX_RETURN_CHARS, SNIFF_BYTES, read_file
-from crow_cli.tools.workspace import _ROOT, set_workspace
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Iterator[Path]:
-    token = set_workspace(tmp_path)
-    yield tmp_path
-    _ROOT.reset(token)
 
 
 def test_latin1_text_is_decoded_with_a_note(ws: Path) -> None:

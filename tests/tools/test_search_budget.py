@@ -10,7 +10,6 @@ import json
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,6 @@ import pytest
 from crow_cli.errors import ToolError
 from crow_cli.tools.builtin import search
 from crow_cli.tools.builtin.search import search_files
-from crow_cli.tools.workspace import _ROOT, set_workspace
 from tests.conftest import text_sse
 from tests.replay_server import ReplayServer
 from tests.scripting.scripting_support import argv, run_crow, tool_turn, write_config
@@ -29,11 +27,9 @@ CRASH_LINE = "a" * 60 + "b\n"
 
 
 @pytest.fixture
-def ws(tmp_path: Path) -> Iterator[Path]:
-    (tmp_path / "evil.txt").write_text("ok line\n" + CRASH_LINE + "aaaa\n")
-    token = set_workspace(tmp_path)
-    yield tmp_path
-    _ROOT.reset(token)
+def ws(ws: Path) -> Path:
+    (ws / "evil.txt").write_text("ok line\n" + CRASH_LINE + "aaaa\n")
+    return ws
 
 
 def _search_run(cwd: Path, pattern: str, **config: object) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
@@ -166,3 +162,14 @@ async def test_files_over_the_size_limit_are_named_not_passed_over(ws: Path) -> 
     out = await search_files.invoke({"pattern": "needle", "path": "big"})
     assert out == ("no matches for 'needle'\n[1 file over 1 MiB not searched: big/huge.txt; "
                    "name it as the path to search it]")
+
+
+def test_the_budget_bounds_the_whole_search_not_only_one_match(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 11 (smaller): each match got at least 1 ms after the budget ran out, so a search of many
+    # quick lines went on past the documented 30 s; now the budget is checked between lines too
+    for n in range(3):
+        (ws / f"f{n}.txt").write_text("needle\n" * 50)
+    monkeypatch.setattr(search, "SEARCH_BUDGET_S", 0.0)
+    with pytest.raises(ToolError, match=r"^search stopped after 0 s at f0\.txt:1: the time budget of one search "
+                                        r"is spent; simplify it or narrow the path$"):
+        search_files(pattern="needle")

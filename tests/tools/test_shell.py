@@ -3,35 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 
 import pytest
 
 from crow_cli.tools.builtin import shell
 from crow_cli.tools.builtin.shell import run_shell
-from crow_cli.tools.workspace import set_workspace
+from tests.tools.cli_helpers import alive as _alive
 
 
 @pytest.fixture(autouse=True)
-def ws(tmp_path: Path) -> Path:
-    token = set_workspace(tmp_path)
-    yield tmp_path
-    from crow_cli.tools.workspace import _ROOT
-
-    _ROOT.reset(token)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie (dead, not yet reaped by its parent) counts as gone
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+def _in_workspace(ws: Path) -> Path:
+    return ws
 
 
 async def _wait_gone(pid: int) -> bool:
@@ -65,8 +48,18 @@ async def test_stdin_is_empty_and_secrets_are_hidden(monkeypatch: pytest.MonkeyP
 async def test_output_is_capped(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(shell, "MAX_OUTPUT_BYTES", 1000)
     out = await run_shell.invoke({"command": "head -c 5000 /dev/zero | tr '\\0' a"})
-    assert out.splitlines()[1] == "a" * 1000
-    assert "[output truncated: 4000 of 5000 bytes not shown]" in out
+    assert out.splitlines()[1:] == ["a" * 667, "[output truncated: 4000 of 5000 bytes not shown]", "a" * 333]
+
+
+async def test_capped_output_keeps_its_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 11 (friction): the end of a test run holds its summary; the cut kept only the head
+    monkeypatch.setattr(shell, "MAX_OUTPUT_BYTES", 3000)
+    out = await run_shell.invoke({"command": "seq 1 5000; echo '== 3 failed, 97 passed =='"})
+    lines = out.splitlines()
+    assert lines[:3] == ["[exit code 0]", "1", "2"]
+    assert lines[-2:] == ["5000", "== 3 failed, 97 passed =="]
+    assert any(line.startswith("[output truncated: ") and line.endswith(" of 23919 bytes not shown]")
+               for line in lines)
 
 
 async def test_timeout_kills_the_whole_group(ws: Path) -> None:
@@ -94,3 +87,12 @@ async def test_background_processes_do_not_outlive_the_command(ws: Path) -> None
     out = await run_shell.invoke({"command": f"sleep 300 > /dev/null 2>&1 & echo $! > {pidfile}; echo started"})
     assert out == "[exit code 0]\nstarted\n"
     assert await _wait_gone(int(pidfile.read_text()))
+
+
+@pytest.mark.parametrize("timeout_s", [0, -5, float("nan")])
+async def test_a_timeout_of_zero_or_less_is_refused_not_clamped(timeout_s: float) -> None:
+    # issue 11 (smaller): timeout_s <= 0 was clamped to 0.1 s and the command killed at once
+    from crow_cli.errors import ToolError
+
+    with pytest.raises(ToolError, match="timeout_s must be more than 0 seconds"):
+        await run_shell.invoke({"command": "echo hi", "timeout_s": timeout_s})

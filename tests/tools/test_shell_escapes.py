@@ -13,36 +13,34 @@ from pathlib import Path
 
 import pytest
 
-from crow_cli.tools.builtin import shell
-from crow_cli.tools.builtin.shell import hide_secret, run_shell
-from crow_cli.tools.workspace import set_workspace
-
-from .test_shell import _alive
+from crow_cli.tools.builtin.shell import run_shell
+from crow_cli.tools.context import ToolContext
+from tests.tools.cli_helpers import alive as _alive
 
 
 @pytest.fixture(autouse=True)
-def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setattr(shell, "_SECRETS", set())
-    token = set_workspace(tmp_path)
-    yield tmp_path
-    from crow_cli.tools.workspace import _ROOT
-
-    _ROOT.reset(token)
+def _in_workspace(ws: Path) -> Path:
+    return ws
 
 
-async def test_a_hidden_secret_leaves_the_environment_whatever_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+def _hiding(ws: Path, *secrets: str | None) -> ToolContext:
+    """The context of a run whose secrets are `secrets` (issue 9: passed to dispatch, no module-level set)."""
+    return ToolContext.for_workspace(ws, secrets=secrets)
+
+
+async def test_a_hidden_secret_leaves_the_environment_whatever_the_variable(
+        ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MY_LLM_KEY", "sk-CUSTOMVARSECRET")
     monkeypatch.setenv("AUTH_HEADER", "Bearer sk-CUSTOMVARSECRET")
     monkeypatch.setenv("HARMLESS", "visible")
-    hide_secret("sk-CUSTOMVARSECRET")
-    hide_secret(None)
-    hide_secret("")
-    out = await run_shell.invoke({"command": "env; echo \"k=${MY_LLM_KEY:-unset}\""})
+    context = _hiding(ws, "sk-CUSTOMVARSECRET", None, "")
+    assert context.secrets == ("sk-CUSTOMVARSECRET",)
+    out = await run_shell.invoke({"command": "env; echo \"k=${MY_LLM_KEY:-unset}\""}, context)
     assert "CUSTOMVARSECRET" not in out
     assert "k=unset" in out and "HARMLESS=visible" in out and "MY_LLM_KEY" not in out and "AUTH_HEADER" not in out
 
 
-async def test_without_hide_secret_a_custom_variable_is_visible(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_without_the_secret_in_the_context_a_custom_variable_is_visible(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MY_LLM_KEY", "sk-CUSTOMVARSECRET")  # the test above would pass for a broken `env`
     out = await run_shell.invoke({"command": "echo \"k=${MY_LLM_KEY:-unset}\""})
     assert out == "[exit code 0]\nk=sk-CUSTOMVARSECRET\n"
@@ -50,16 +48,14 @@ async def test_without_hide_secret_a_custom_variable_is_visible(monkeypatch: pyt
 
 async def test_a_hidden_secret_is_masked_in_output(ws: Path) -> None:
     (ws / "config.toml").write_text('api_key = "sk-CUSTOMVARSECRET"\n')
-    hide_secret("sk-CUSTOMVARSECRET")
-    out = await run_shell.invoke({"command": "cat config.toml"})
+    out = await run_shell.invoke({"command": "cat config.toml"}, _hiding(ws, "sk-CUSTOMVARSECRET"))
     assert out == '[exit code 0]\napi_key = "[secret hidden]"\n'
 
 
-async def test_a_short_dummy_key_hides_only_an_equal_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_short_dummy_key_hides_only_an_equal_variable(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DUMMY_KEY", "x")
     monkeypatch.setenv("SOMETHING", "xyz")
-    hide_secret("x")
-    out = await run_shell.invoke({"command": "echo \"${DUMMY_KEY:-unset} $SOMETHING\""})
+    out = await run_shell.invoke({"command": "echo \"${DUMMY_KEY:-unset} $SOMETHING\""}, _hiding(ws, "x"))
     assert out == "[exit code 0]\nunset xyz\n"
 
 
@@ -90,9 +86,9 @@ SETSID_SCRIPT = """
 import asyncio, sys
 from pathlib import Path
 from crow_cli.tools.builtin.shell import run_shell
-from crow_cli.tools.workspace import set_workspace
-set_workspace(Path(sys.argv[1]))
-print(asyncio.run(run_shell.invoke({"command": sys.argv[2], "timeout_s": float(sys.argv[3])})))
+from crow_cli.tools.context import ToolContext
+context = ToolContext(Path(sys.argv[1]))
+print(asyncio.run(run_shell.invoke({"command": sys.argv[2], "timeout_s": float(sys.argv[3])}, context)))
 """
 
 

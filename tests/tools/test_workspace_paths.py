@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from crow_cli.errors import OutsideWorkspace
 from crow_cli.tools.builtin.files import read_file
-from crow_cli.tools.workspace import _ROOT, resolve_in_workspace, set_workspace
+from crow_cli.tools.workspace import resolve_in_workspace
 
 
 @pytest.fixture
@@ -23,10 +23,9 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def ws(home: Path) -> Iterator[Path]:
-    token = set_workspace(home / "proj")
-    yield home / "proj"
-    _ROOT.reset(token)
+def ws(home: Path, enter_workspace: Callable[..., object]) -> Path:
+    enter_workspace(home / "proj")
+    return home / "proj"
 
 
 def test_tilde_outside_names_the_expanded_path(home: Path, ws: Path) -> None:

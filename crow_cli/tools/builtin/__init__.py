@@ -9,9 +9,6 @@ from .files import list_directory, read_file
 from .search import search_files
 from .shell import run_shell
 
-__all__ = ["BUILTIN_TOOLS", "EDIT_TOOLS"]
+__all__ = ["BUILTIN_TOOLS"]
 
 BUILTIN_TOOLS: list[Tool] = [read_file, list_directory, search_files, write_file, edit_file, run_shell]
-
-EDIT_TOOLS = frozenset({"write_file", "edit_file"})
-"""Built-in tools that only change files in the workspace (what the `auto-edit` policy approves)."""

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import difflib
+import os
+import stat
 from pathlib import Path
+from typing import Any
 
 from ...errors import ToolError
 from ..backup import before_write
+from ..context import ToolContext
 from ..registry import tool
-from ..workspace import resolve_in_workspace, workspace_root
-from .files import _BOMS
+from ..workspace import resolve_in_workspace
+from .files import _BOMS, file_type, require_regular_file
 
 __all__ = ["edit_file", "unified_diff", "write_file"]
 
@@ -27,13 +31,12 @@ def unified_diff(before: str, after: str, name: str) -> str:
     return text
 
 
-def _shown(file: Path) -> str:
-    return file.relative_to(workspace_root()).as_posix()
+def _shown(file: Path, root: Path) -> str:
+    return file.relative_to(root).as_posix()
 
 
 def _read_text(file: Path, path: str) -> str:
-    if not file.is_file():
-        raise ToolError(f"{path!r} is not a file" if file.exists() else f"{path!r} does not exist")
+    require_regular_file(file, path)
     data = file.read_bytes()
     if len(data) > MAX_EDIT_BYTES:
         raise ToolError(f"{path!r} is {len(data)} bytes; edit_file handles files up to {MAX_EDIT_BYTES} bytes")
@@ -59,40 +62,38 @@ def _to_crlf(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\n", "\r\n")
 
 
-@tool(needs_approval=True, parallel=False)
-def write_file(path: str, content: str) -> str:
-    """Create or overwrite a text file in the workspace (missing parent folders are created).
+def _write_target(path: str, root: Path) -> tuple[Path, bool]:
+    """The file `write_file` would write and whether it exists; refuses anything but a regular file."""
+    file = resolve_in_workspace(path, root)
+    if file.exists() and not file.is_file():
+        raise ToolError(f"{path!r} is {file_type(file)}, not a regular file; not written")
+    return file, file.exists()
 
-    Args:
-        path: file path, relative to the workspace root.
-        content: the complete new content of the file.
+
+def _preview_write(arguments: dict[str, Any], context: ToolContext) -> str:
+    """`create PATH (N bytes):` and the content, or `overwrite PATH (N bytes):` and the diff against it."""
+    path, content = str(arguments["path"]), str(arguments["content"])
+    file, existed = _write_target(path, context.workspace)
+    size = len(content.encode("utf-8"))
+    shown = _shown(file, context.workspace)
+    if not existed:
+        return f"create {shown} ({size} bytes):\n{content}"
+    try:
+        before = _read_text(file, path)
+    except ToolError as exc:  # binary or too big: it is replaced all the same
+        return f"overwrite {shown} ({size} bytes; the current file is not shown: {exc}):\n{content}"
+    diff = unified_diff(before, content, shown) or "(no change)\n"
+    return f"overwrite {shown} ({size} bytes), changes:\n{diff}"
+
+
+def _plan_edit(path: str, old_string: str, new_string: str, replace_all: bool,
+               root: Path) -> tuple[Path, str, str, int]:
+    """(file, text before, text after, occurrences replaced) of an edit; nothing is written.
+
+    Raises:
+        ToolError: the edit cannot be made (the message is what the model reads).
     """
-    file = resolve_in_workspace(path)
-    if file.is_dir():
-        raise ToolError(f"{path!r} is a directory")
-    existed = file.exists()
-    file.parent.mkdir(parents=True, exist_ok=True)
-    data = content.encode("utf-8")
-    before_write(file)  # kept for /undo
-    file.write_bytes(data)
-    return f"{'overwrote' if existed else 'created'} {_shown(file)} ({len(data)} bytes)"
-
-
-@tool(needs_approval=True, parallel=False)
-def edit_file(path: str, old_string: str, new_string: str, replace_all: bool = False) -> str:
-    """Replace exact text in a file of the workspace; returns a unified diff of the change.
-
-    `old_string` must occur exactly once (include surrounding lines to make it unique) unless
-    `replace_all` is true. Whitespace and indentation must match the file exactly. In a file with
-    CRLF line endings, line breaks in `old_string` and `new_string` match and are written as CRLF.
-
-    Args:
-        path: file path, relative to the workspace root.
-        old_string: the exact text to replace.
-        new_string: the text to put in its place.
-        replace_all: replace every occurrence instead of requiring exactly one.
-    """
-    file = resolve_in_workspace(path)
+    file = resolve_in_workspace(path, root)
     if old_string == "":
         raise ToolError("old_string is empty; use write_file to create a file")
     if old_string == new_string:
@@ -108,9 +109,65 @@ def edit_file(path: str, old_string: str, new_string: str, replace_all: bool = F
     if count > 1 and not replace_all:
         raise ToolError(f"old_string occurs {count} times in {path!r}; include more surrounding text to make it "
                         "unique, or set replace_all to true")
-    after = before.replace(old_string, new_string)
-    before_write(file)  # kept for /undo
+    return file, before, before.replace(old_string, new_string), count
+
+
+def _preview_edit(arguments: dict[str, Any], context: ToolContext) -> str:
+    """The diff the edit would make; an edit that cannot be made raises its error (nobody is asked)."""
+    path = str(arguments["path"])
+    file, before, after, _count = _plan_edit(path, str(arguments["old_string"]), str(arguments["new_string"]),
+                                             bool(arguments.get("replace_all", False)), context.workspace)
+    return unified_diff(before, after, _shown(file, context.workspace))
+
+
+@tool(needs_approval=True, parallel=False, kind="write", preview=_preview_write)
+def write_file(path: str, content: str, context: ToolContext | None = None) -> str:
+    """Create or overwrite a text file in the workspace (missing parent folders are created).
+
+    Args:
+        path: file path, relative to the workspace root.
+        content: the complete new content of the file.
+    """
+    context = context or ToolContext.current()
+    root = context.workspace
+    file, existed = _write_target(path, root)
+    file.parent.mkdir(parents=True, exist_ok=True)
+    data = content.encode("utf-8")
+    before_write(file, context)  # kept for /undo
+    # O_NONBLOCK: a FIFO put in its place since the check fails at once instead of blocking for ever
+    fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK, 0o666)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ToolError(f"{path!r} is not a regular file; not written")
+        os.ftruncate(fd, 0)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+    return f"{'overwrote' if existed else 'created'} {_shown(file, root)} ({len(data)} bytes)"
+
+
+@tool(needs_approval=True, parallel=False, kind="write", preview=_preview_edit)
+def edit_file(path: str, old_string: str, new_string: str, replace_all: bool = False,
+              context: ToolContext | None = None) -> str:
+    """Replace exact text in a file of the workspace; returns a unified diff of the change.
+
+    `old_string` must occur exactly once (include surrounding lines to make it unique) unless
+    `replace_all` is true. Whitespace and indentation must match the file exactly. In a file with
+    CRLF line endings, line breaks in `old_string` and `new_string` match and are written as CRLF.
+
+    Args:
+        path: file path, relative to the workspace root.
+        old_string: the exact text to replace.
+        new_string: the text to put in its place.
+        replace_all: replace every occurrence instead of requiring exactly one.
+    """
+    context = context or ToolContext.current()
+    root = context.workspace
+    file, before, after, count = _plan_edit(path, old_string, new_string, replace_all, root)
+    before_write(file, context)  # kept for /undo
     file.write_bytes(after.encode("utf-8"))
-    name = _shown(file)
+    name = _shown(file, root)
     noun = "occurrence" if count == 1 else "occurrences"
     return f"edited {name}: replaced {count} {noun}\n" + unified_diff(before, after, name)

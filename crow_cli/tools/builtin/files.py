@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import codecs
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TextIO
 
 from ...errors import ToolError
 from ..registry import tool
 from ..workspace import resolve_in_workspace, workspace_root
 
-__all__ = ["MAX_RETURN_CHARS", "SNIFF_BYTES", "list_directory", "read_file"]
+__all__ = ["MAX_RETURN_CHARS", "SNIFF_BYTES", "file_type", "list_directory", "read_file", "require_regular_file"]
 
 SNIFF_BYTES = 512 * 1024
 """How much of a file's start is examined to tell text from binary and choose the encoding."""
@@ -60,8 +64,53 @@ def _check_range(start_line: int | None, end_line: int | None) -> None:
         raise ToolError(f"end_line {end_line} is before start_line {start_line}")
 
 
-@tool
-def read_file(path: str, start_line: int | None = None, end_line: int | None = None) -> str:
+_PIECE_CHARS = 65_536
+"""A line is read in pieces of at most this many characters: a huge line is never held whole."""
+
+
+def _pieces(fh: TextIO) -> Iterator[tuple[str, bool]]:
+    """The file's text in pieces of at most `_PIECE_CHARS` (plus one), each with whether it ends its line."""
+    while True:
+        piece = fh.readline(_PIECE_CHARS)
+        if not piece:
+            return
+        if piece.endswith("\r") and len(piece) == _PIECE_CHARS:  # a CRLF may straddle the limit
+            mark = fh.tell()
+            if fh.read(1) == "\n":
+                piece += "\n"
+            else:
+                fh.seek(mark)
+        yield piece, piece.endswith(("\n", "\r"))
+
+
+def file_type(path: Path) -> str:
+    """What a path that is not a regular file is, for refusals: "a directory", "a FIFO (named pipe)" ..."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return "missing"
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISREG, "a regular file")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def require_regular_file(file: Path, path: str) -> None:
+    """Refuse anything but an existing regular file (reading a FIFO or a device could block for ever).
+
+    Raises:
+        ToolError: `path` does not exist, or is a directory, FIFO, socket or device (named in the message).
+    """
+    if not file.is_file():
+        what = file_type(file)
+        raise ToolError(f"{path!r} does not exist" if what == "missing" else f"{path!r} is {what}, not a file")
+
+
+@tool(kind="read")
+def read_file(path: str, start_line: int | None = None, end_line: int | None = None,
+              start_char: int = 0) -> str:
     """Read a text file from the workspace, or a range of its lines.
 
     Text is decoded as UTF-8. A file with a UTF-16/32 byte-order mark is decoded as such; any other
@@ -72,53 +121,82 @@ def read_file(path: str, start_line: int | None = None, end_line: int | None = N
 
     Any line of any size of file can be asked for; one call returns at most 40 000 characters of
     text, in whole lines: when the range holds more, the result starts with a `[read_file: …]` line
-    giving the file's line count, the lines shown and the `start_line` to read on from.
+    giving the file's line count, the lines shown and the `start_line` to read on from. A single line
+    longer than that is returned in parts: the note gives the `start_char` to read on from.
 
     Args:
         path: file path, relative to the workspace root.
         start_line: first line to return (1-based, inclusive); default the first.
         end_line: last line to return (1-based, inclusive; past the end means the end); default the last.
+        start_char: characters of the first line to skip (0-based offset into start_line), to read on in a
+            line longer than one call returns.
     """
     file = resolve_in_workspace(path)
-    if not file.is_file():
-        raise ToolError(f"{path!r} is not a file")
+    require_regular_file(file, path)
     _check_range(start_line, end_line)
+    if start_char < 0:
+        raise ToolError(f"start_char must be 0 or more (an offset into start_line); got {start_char}")
     shown = file.relative_to(workspace_root()).as_posix()
     size = file.stat().st_size
-    with file.open("rb") as fh:
-        head = fh.read(SNIFF_BYTES + 1)
+    with file.open("rb") as raw:
+        head = raw.read(SNIFF_BYTES + 1)
     sniffed = _sniff(head[:SNIFF_BYTES], len(head) > SNIFF_BYTES, shown)
     if sniffed is None:
         raise ToolError(f"{path!r} is a binary file ({size} bytes); not read")
     codec, note = sniffed
     first = start_line or 1
-    picked: list[str] = []
-    used = total = 0
-    last_shown = 0  # the last line returned whole
-    long_line: tuple[int, int] | None = None  # (number, length) of a first line cut at the cap
-    full = True
-    # streamed: the cap limits what is returned, not which lines can be reached or counted
+    picked: list[str] = []  # what is returned: whole lines, or the part of one long line
+    used = ended = last_shown = 0
+    open_line = False  # the last piece read did not end its line
+    current: list[str] = []  # the parts of the line being collected
+    current_chars = skipped = 0
+    long_line: tuple[int, int] | None = None  # (number, characters shown) of a first line cut at the cap
+    long_length = 0  # that line's whole length, counted while streaming
+    collecting = True  # until the cap is reached
+    # streamed in pieces: the cap limits what is returned, not which lines (or parts) can be reached
     with file.open("r", encoding=codec, errors="replace", newline="") as fh:
-        for total, line in enumerate(fh, 1):
-            if total < first or (end_line is not None and total > end_line) or not full:
+        for piece, ends in _pieces(fh):
+            number = ended + 1
+            ended += ends
+            open_line = not ends
+            if long_line is not None and long_line[0] == number:
+                long_length += len(piece)
+            if not collecting or number < first or (end_line is not None and number > end_line):
                 continue
-            if used + len(line) > MAX_RETURN_CHARS:
-                full = False
-                if not picked:  # a single line longer than the cap: its start
-                    picked.append(line[:MAX_RETURN_CHARS])
-                    long_line = (total, len(line))
+            if number == first and skipped < start_char:
+                cut = piece[: start_char - skipped]
+                skipped += len(cut)
+                piece = piece[len(cut):]
+            current.append(piece)
+            current_chars += len(piece)
+            if used + current_chars > MAX_RETURN_CHARS:
+                collecting = False
+                if not picked:  # a single line longer than the cap: its first part
+                    picked.append("".join(current)[:MAX_RETURN_CHARS])
+                    long_line = (number, MAX_RETURN_CHARS)
+                    long_length = current_chars + (skipped if number == first else 0)
                 continue
-            picked.append(line)
-            used += len(line)
-            last_shown = total
+            if ends:
+                picked.append("".join(current))
+                used += current_chars
+                last_shown = number
+                current, current_chars = [], 0
+        if collecting and current:  # a last line without a line ending
+            picked.append("".join(current))
+            last_shown = ended + 1
+    total = ended + open_line
+    full = collecting
     counted = f"{total} line" if total == 1 else f"{total} lines"
     if first > total and (start_line is not None or end_line is not None):
         raise ToolError(f"{path!r} has {counted}; start_line {first} is past the end")
     notes = [note] if note else []
     if long_line is not None:
-        number, length = long_line
-        notes.append(f"[read_file: {shown} has {counted} ({size} bytes); line {number} is {length} characters "
-                     f"long: only its first {MAX_RETURN_CHARS} are shown; read on with start_line={number + 1}]")
+        number, taken = long_line
+        begin = start_char if number == first else 0
+        rest = (f"read on with start_line={number}, start_char={begin + taken}" if begin + taken < long_length
+                else f"read on with start_line={number + 1}")
+        notes.append(f"[read_file: {shown} has {counted} ({size} bytes); line {number} is {long_length} characters "
+                     f"long: characters {begin + 1}–{begin + taken} are shown; {rest}]")
     elif not full:
         notes.append(f"[read_file: {shown} has {counted} ({size} bytes); showing lines {first}–{last_shown} "
                      f"(at most {MAX_RETURN_CHARS} characters per call); read on with start_line={last_shown + 1}]")
@@ -126,7 +204,7 @@ def read_file(path: str, start_line: int | None = None, end_line: int | None = N
     return "\n".join([*notes, body]) if notes else body
 
 
-@tool
+@tool(kind="read")
 def list_directory(path: str = ".") -> str:
     """List a directory of the workspace: one entry per line, directories end with `/`.
 

@@ -24,6 +24,7 @@ from typing import Any
 from ...errors import ToolError
 from ..registry import tool
 from ..workspace import resolve_in_workspace, workspace_root
+from .files import file_type
 
 __all__ = ["search_files"]
 
@@ -107,12 +108,14 @@ def _left(deadline: float) -> float:
     return max(deadline - time.monotonic(), 0.001)
 
 
-def _stopped(pattern: str, where: str) -> str:
+def _stopped(pattern: str, where: str, *, backtracking: bool = True) -> str:
+    if not backtracking:  # many files or lines, each quick: the budget is spent all the same
+        return f"search stopped after {SEARCH_BUDGET_S:g} s at {where}: the time budget of one search is spent"
     return (f"search stopped after {SEARCH_BUDGET_S:g} s at {where}: the pattern {pattern!r} backtracks too much "
             "(nested or overlapping repeats such as (a+)+ or (a|aa)+)")
 
 
-@tool
+@tool(kind="read")
 def search_files(pattern: str, path: str = ".") -> str:
     """Search the workspace's text files for a regular expression (Python syntax); one `file:line: text` per match.
 
@@ -140,7 +143,8 @@ def search_files(pattern: str, path: str = ".") -> str:
     elif base.is_dir():
         files = _git_files(base) or list(_walk(base))
     else:
-        raise ToolError(f"{path!r} does not exist")
+        what = file_type(base)
+        raise ToolError(f"{path!r} does not exist" if what == "missing" else f"{path!r} is {what}; not searched")
     deadline = time.monotonic() + SEARCH_BUDGET_S
     matches: list[str] = []
     more = 0
@@ -164,6 +168,9 @@ def search_files(pattern: str, path: str = ".") -> str:
         lines = _split_lines(data.decode("utf-8", "replace"))
         try:
             for number in _candidates(lines, whole, deadline):
+                if time.monotonic() > deadline:  # regex timeouts bound one match; this bounds them all
+                    stopped = _stopped(pattern, f"{shown}:{number}", backtracking=False)
+                    break
                 line = lines[number - 1]
                 try:
                     if not compiled.search(line, concurrent=True, timeout=_left(deadline)):

@@ -11,8 +11,13 @@ variable in its environment (`CROW_SHELL_RUN`) and killed too; one that also cle
 (`env -i`) on a system without `/proc` can outlive the call. This is a guard rail, not a sandbox.
 
 Secrets: the API key variables (`CROW_API_KEY`, `OPENAI_API_KEY`) and every variable whose value
-contains a value recorded with `hide_secret` are removed from the command's environment, and a
-recorded value that still shows up in the output is replaced by `[secret hidden]`.
+contains one of the run's secrets (`ToolContext.secrets`, the configured API key) are removed from the
+command's environment, and a secret that still shows up in the output is replaced by `[secret hidden]`.
+Values shorter than 6 characters (dummy keys such as `"x"`) hide only variables whose whole value
+equals them.
+
+Output beyond `MAX_OUTPUT_BYTES` keeps its head and its tail (the end of a test run holds the summary)
+around a line saying how many bytes were not shown.
 """
 
 from __future__ import annotations
@@ -22,17 +27,18 @@ import os
 import secrets
 import signal
 from pathlib import Path
+from typing import Any
 
+from ...errors import ToolError
+from ..context import ToolContext
 from ..registry import tool
-from ..workspace import workspace_root
 
-__all__ = ["hide_secret", "run_shell"]
+__all__ = ["run_shell"]
 
 DEFAULT_TIMEOUT_S = 120.0
 MAX_TIMEOUT_S = 600.0
 MAX_OUTPUT_BYTES = 30_000
 _HIDDEN_ENV = ("CROW_API_KEY", "OPENAI_API_KEY")  # secrets stay out of commands' reach (and so of the model)
-_SECRETS: set[str] = set()
 _MIN_SUBSTRING_SECRET = 6  # shorter values (dummy keys like "x") hide a variable only when equal to it
 _MARKER = "CROW_SHELL_RUN"
 # After the shell exits (group killed): the waits for the pipe's end between marker sweeps. Their sum
@@ -41,31 +47,18 @@ _SWEEP_WAITS_S = (0.02, 0.05, 0.13, 0.3, 0.5)
 _MASK = "[secret hidden]"
 
 
-def hide_secret(value: str | None) -> None:
-    """Record a secret (an API key) so that `run_shell` commands never see it.
-
-    From then on, for the life of the process, every environment variable whose value contains
-    `value` is left out of the commands' environment (whatever its name), and `value` is masked as
-    `[secret hidden]` in their output. Values shorter than 6 characters (dummy keys such as `"x"`)
-    hide only variables whose whole value equals them. None, empty or blank values are ignored.
-    Never raises.
-    """
-    if isinstance(value, str) and value.strip():
-        _SECRETS.add(value)
+def _is_secret(value: str, secrets: tuple[str, ...]) -> bool:
+    return any(s in value if len(s) >= _MIN_SUBSTRING_SECRET else s == value for s in secrets)
 
 
-def _is_secret(value: str) -> bool:
-    return any(s in value if len(s) >= _MIN_SUBSTRING_SECRET else s == value for s in _SECRETS)
-
-
-def _command_env(token: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _HIDDEN_ENV and not _is_secret(v)}
+def _command_env(token: str, secrets: tuple[str, ...]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _HIDDEN_ENV and not _is_secret(v, secrets)}
     env[_MARKER] = token
     return env
 
 
-def _mask(output: str) -> str:
-    for value in sorted(_SECRETS, key=len, reverse=True):
+def _mask(output: str, secrets: tuple[str, ...]) -> str:
+    for value in sorted(secrets, key=len, reverse=True):
         if len(value) >= _MIN_SUBSTRING_SECRET:
             output = output.replace(value, _MASK)
     return output
@@ -95,12 +88,14 @@ def _kill_marked(token: str) -> None:
 
 
 class _PipeReader:
-    """Reads the command's output pipe on the event loop (no transport left behind), capped."""
+    """Reads the command's output pipe on the event loop (no transport left behind), keeping the first
+    two thirds of `MAX_OUTPUT_BYTES` and the last third."""
 
     def __init__(self, fd: int) -> None:
         import asyncio
 
-        self.fd, self.buffer, self.total = fd, bytearray(), 0
+        self.fd, self.buffer, self.tail, self.total = fd, bytearray(), bytearray(), 0
+        self.head_room = MAX_OUTPUT_BYTES - MAX_OUTPUT_BYTES // 3
         self.loop = asyncio.get_running_loop()
         self.eof = self.loop.create_future()
         os.set_blocking(fd, False)
@@ -119,9 +114,19 @@ class _PipeReader:
                 self.loop.remove_reader(self.fd)
                 return
             self.total += len(chunk)
-            room = MAX_OUTPUT_BYTES - len(self.buffer)
+            room = self.head_room - len(self.buffer)
             if room > 0:
                 self.buffer.extend(chunk[:room])
+            self.tail.extend(chunk[max(room, 0):])
+            del self.tail[: max(len(self.tail) - MAX_OUTPUT_BYTES // 3, 0)]
+
+    def text(self) -> str:
+        """The output read, decoded; when more came than fits, head and tail around a marker line."""
+        if self.total <= MAX_OUTPUT_BYTES:
+            return (self.buffer + self.tail).decode("utf-8", "replace")
+        hidden = self.total - len(self.buffer) - len(self.tail)
+        return (self.buffer.decode("utf-8", "replace") + f"\n[output truncated: {hidden} of {self.total} bytes "
+                "not shown]\n" + self.tail.decode("utf-8", "replace"))
 
     def close(self) -> None:
         self.read()  # whatever is already in the pipe
@@ -129,8 +134,18 @@ class _PipeReader:
         os.close(self.fd)
 
 
-@tool(needs_approval=True, parallel=False, timeout_s=MAX_TIMEOUT_S + 30)
-async def run_shell(command: str, timeout_s: float | None = None) -> str:
+def _command(arguments: dict[str, Any]) -> str | None:
+    command = arguments.get("command")
+    return command if isinstance(command, str) else None
+
+
+def _preview(arguments: dict[str, Any], context: ToolContext) -> str:
+    return f"$ {arguments.get('command')}"
+
+
+@tool(needs_approval=True, parallel=False, timeout_s=MAX_TIMEOUT_S + 30, kind="shell", preview=_preview,
+      subject=_command)
+async def run_shell(command: str, timeout_s: float | None = None, context: ToolContext | None = None) -> str:
     """Run a shell command in the workspace root and return its exit code and output (stdout and stderr merged).
 
     The command gets no input (stdin is empty). It is over when the shell exits: background processes
@@ -138,16 +153,20 @@ async def run_shell(command: str, timeout_s: float | None = None) -> str:
 
     Args:
         command: the command line, run with /bin/sh -c.
-        timeout_s: seconds before the command and everything it started are killed (default 120, at most 600).
+        timeout_s: seconds before the command and everything it started are killed (default 120, more than 0,
+            at most 600).
     """
     import asyncio
 
-    limit = min(max(float(timeout_s or DEFAULT_TIMEOUT_S), 0.1), MAX_TIMEOUT_S)
+    if timeout_s is not None and not timeout_s > 0:  # NaN too
+        raise ToolError(f"timeout_s must be more than 0 seconds (at most {MAX_TIMEOUT_S:g}); got {timeout_s}")
+    limit = min(float(timeout_s or DEFAULT_TIMEOUT_S), MAX_TIMEOUT_S)
+    context = context or ToolContext.current()
     token = secrets.token_hex(8)
     read_fd, write_fd = os.pipe()
     try:
         proc = await asyncio.create_subprocess_shell(
-            command, cwd=workspace_root(), env=_command_env(token), stdin=asyncio.subprocess.DEVNULL,
+            command, cwd=context.workspace, env=_command_env(token, context.secrets), stdin=asyncio.subprocess.DEVNULL,
             stdout=write_fd, stderr=asyncio.subprocess.STDOUT, start_new_session=True,
         )
     except BaseException:
@@ -181,9 +200,7 @@ async def run_shell(command: str, timeout_s: float | None = None) -> str:
                     break
         finally:
             reader.close()
-    output = _mask(reader.buffer.decode("utf-8", "replace"))
-    if reader.total > MAX_OUTPUT_BYTES:
-        output += f"\n[output truncated: {reader.total - MAX_OUTPUT_BYTES} of {reader.total} bytes not shown]"
+    output = _mask(reader.text(), context.secrets)
     if timed_out:
         status = f"timed out after {limit:g} s; the command and its process group were killed"
     else:

@@ -1,25 +1,15 @@
-"""Defects a third fresh-user tester found in the built-in tools: read_file ranges past its read cap,
-nonsensical ranges, and edit_file on CRLF files. (search_files' regex budget: test_search_budget.py.)"""
+"""read_file's line ranges: past its read cap, nonsensical ranges, lines longer than one call returns.
+(Found by a fresh-user tester; edit_file on CRLF files: test_file_tools.py.)"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from crow_cli.errors import ToolError
-from crow_cli.tools.builtin.edits import edit_file
 from crow_cli.tools.builtin.files import MAX_RETURN_CHARS, read_file
 from crow_cli.tools.dispatch import truncate_output
-from crow_cli.tools.workspace import _ROOT, set_workspace
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Iterator[Path]:
-    token = set_workspace(tmp_path)
-    yield tmp_path
-    _ROOT.reset(token)
 
 
 def _big(ws: Path) -> list[str]:
@@ -58,8 +48,8 @@ def test_one_line_longer_than_the_cap_is_cut_and_said(ws: Path) -> None:
     (ws / "min.js").write_text("x" * (MAX_RETURN_CHARS * 2) + "\nnext\n")
     note, body = read_file(path="min.js").split("\n", 1)
     assert note == (f"[read_file: min.js has 2 lines ({MAX_RETURN_CHARS * 2 + 6} bytes); line 1 is "
-                    f"{MAX_RETURN_CHARS * 2 + 1} characters long: only its first {MAX_RETURN_CHARS} are shown; "
-                    "read on with start_line=2]")
+                    f"{MAX_RETURN_CHARS * 2 + 1} characters long: characters 1–{MAX_RETURN_CHARS} are shown; "
+                    f"read on with start_line=1, start_char={MAX_RETURN_CHARS}]")
     assert body == "x" * MAX_RETURN_CHARS
 
 
@@ -82,28 +72,43 @@ def test_an_end_line_past_the_end_is_clamped(ws: Path) -> None:
     assert read_file(path="a.txt", start_line=2, end_line=50) == "two\n"
 
 
-def test_edit_file_matches_lf_text_in_a_crlf_file_and_keeps_crlf(ws: Path) -> None:
-    (ws / "w.txt").write_bytes(b"a\r\nb\r\nc\r\n")
-    out = edit_file(path="w.txt", old_string="a\nb", new_string="A\nB\nBB")
-    assert out.startswith("edited w.txt: replaced 1 occurrence\n")
-    assert (ws / "w.txt").read_bytes() == b"A\r\nB\r\nBB\r\nc\r\n"
+def test_the_rest_of_a_long_line_is_reached_with_start_char(ws: Path) -> None:
+    # issue 11 (smaller): the rest of a line longer than one call returns could not be read at all
+    line = "".join(f"{n:09d}," for n in range(12_000))  # 120 000 characters, one line
+    (ws / "min.js").write_text(line + "\nnext\n")
+    parts, start = [], 0
+    while True:
+        out = read_file(path="min.js", start_line=1, end_line=1, start_char=start)
+        if not out.startswith("[read_file: "):  # the rest fits
+            parts.append(out)
+            break
+        note, body = out.split("\n", 1)
+        parts.append(body)
+        start = int(note.rsplit("start_char=", 1)[1].rstrip("]"))
+    assert len(parts) == 4  # 40 000 + 40 000 + 40 000 characters, then the line ending
+    assert "".join(parts) == line + "\n"
+    assert read_file(path="min.js", start_line=1, start_char=len(line)) == "\nnext\n"
 
 
-def test_edit_file_new_lines_in_a_crlf_file_get_crlf(ws: Path) -> None:
-    (ws / "w.txt").write_bytes(b"a\r\nb\r\n")
-    edit_file(path="w.txt", old_string="b", new_string="b\nc")
-    assert (ws / "w.txt").read_bytes() == b"a\r\nb\r\nc\r\n"
+def test_a_huge_single_line_is_not_read_whole_into_memory(ws: Path) -> None:
+    # issue 11 (smaller): read_file held the whole line (here 16 MB) in memory to return 40 000 characters
+    import tracemalloc
+
+    with (ws / "huge.txt").open("w") as fh:
+        for _ in range(256):
+            fh.write("y" * 65_536)
+    tracemalloc.start()
+    try:
+        out = read_file(path="huge.txt")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert out.endswith("y" * MAX_RETURN_CHARS)
+    assert "line 1 is 16777216 characters long" in out
+    assert peak < 4 * 1024 * 1024
 
 
-def test_edit_file_crlf_text_sent_as_crlf_still_matches(ws: Path) -> None:
-    (ws / "w.txt").write_bytes(b"a\r\nb\r\n")
-    edit_file(path="w.txt", old_string="a\r\nb", new_string="x\r\ny")
-    assert (ws / "w.txt").read_bytes() == b"x\r\ny\r\n"
-
-
-def test_edit_file_lf_files_are_untouched_by_the_crlf_path(ws: Path) -> None:
-    (ws / "u.txt").write_bytes(b"a\nb\n")
-    edit_file(path="u.txt", old_string="a\nb", new_string="x\ny")
-    assert (ws / "u.txt").read_bytes() == b"x\ny\n"
-    with pytest.raises(ToolError, match="old_string was not found"):
-        edit_file(path="u.txt", old_string="x\r\ny", new_string="z")
+def test_a_negative_start_char_is_refused(ws: Path) -> None:
+    (ws / "a.txt").write_text("one\n")
+    with pytest.raises(ToolError, match="start_char must be 0 or more"):
+        read_file(path="a.txt", start_char=-1)

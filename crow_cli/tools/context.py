@@ -1,0 +1,75 @@
+"""`ToolContext`: what a run hands its tools (the workspace root, the secrets commands must not see).
+
+The surface builds one per run (`ToolContext.for_workspace(settings.workspace, secrets=[api_key])`) and
+passes it to `dispatch`. For the length of each call, dispatch makes it the *current* context, so a tool
+that declares a parameter typed `ToolContext` receives it, and `workspace.resolve_in_workspace(path)`
+confines paths to its workspace; outside a call, the current context is the working directory with no
+secrets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import ConfigError
+
+__all__ = ["ToolContext", "current_context", "using_context"]
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """The state a run shares with its tools, passed explicitly to `dispatch`."""
+
+    workspace: Path = field(default_factory=lambda: Path.cwd().resolve())
+    """The resolved folder file tools are confined to and commands run in."""
+    secrets: tuple[str, ...] = ()
+    """Values (API keys) that `run_shell` keeps out of commands' environment and masks in their output."""
+    backup: Callable[[Path, bytes | None], None] | None = None
+    """Called by crow's file tools with a file and its content before they write it (None: the file is
+    new), so that `/undo` can restore it (`tools.backup`); None keeps nothing."""
+
+    @classmethod
+    def for_workspace(cls, path: str | os.PathLike[str] | None = None, *,
+                      secrets: Iterable[str | None] = ()) -> ToolContext:
+        """A context for the folder `path` (None: the working directory), keeping the non-blank `secrets`.
+
+        Raises:
+            ConfigError: `path` does not exist or is not a folder.
+        """
+        if path is None:
+            root = Path.cwd().resolve()
+        else:
+            root = Path(path).expanduser().resolve()
+            if not root.is_dir():
+                raise ConfigError(f"workspace {os.fspath(path)!r} is not an existing folder")
+        kept = tuple(dict.fromkeys(s for s in secrets if isinstance(s, str) and s.strip()))
+        return cls(root, kept)
+
+    @staticmethod
+    def current() -> ToolContext:
+        """The context of the tool call running in this task or thread (see `current_context`)."""
+        return current_context()
+
+
+_CURRENT: contextvars.ContextVar[ToolContext | None] = contextvars.ContextVar("crow_tool_context", default=None)
+
+
+def current_context() -> ToolContext:
+    """The context of the tool call running in this task or thread; outside a call, the working directory."""
+    context = _CURRENT.get()
+    return context if context is not None else ToolContext()
+
+
+@contextlib.contextmanager
+def using_context(context: ToolContext) -> Iterator[ToolContext]:
+    """Make `context` current inside the `with` block (dispatch does this around each call; tests too)."""
+    token = _CURRENT.set(context)
+    try:
+        yield context
+    finally:
+        _CURRENT.reset(token)

@@ -1,0 +1,79 @@
+"""The plugin API: what `crow_cli.tools` exports, and the context dispatch hands a tool (issue 9)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import crow_cli.tools
+from crow_cli.errors import ConfigError
+from crow_cli.events import ToolResultReady
+from crow_cli.history import ToolCall
+from crow_cli.tools import ToolContext, resolve_in_workspace, tool, workspace_root
+from crow_cli.tools.dispatch import dispatch
+from crow_cli.tools.registry import ToolRegistry
+
+
+def test_the_exported_names_are_the_plugin_api() -> None:
+    # issue 9: a declared plugin API, guarded (as httpx guards its exported members)
+    assert sorted(crow_cli.tools.__all__) == ["OutsideWorkspace", "Tool", "ToolContext", "ToolError",
+                                              "resolve_in_workspace", "tool", "workspace_root"]
+    for name in crow_cli.tools.__all__:
+        assert getattr(crow_cli.tools, name) is not None
+
+
+@tool
+def where(path: str, context: ToolContext) -> str:
+    """Say where a path is and which secrets the run has.
+
+    Args:
+        path: a path in the workspace.
+    """
+    return json.dumps([str(context.workspace), list(context.secrets), str(resolve_in_workspace(path)),
+                       str(workspace_root())])
+
+
+@tool
+async def where_async(context: ToolContext | None = None) -> str:
+    """The workspace, from an async tool."""
+    assert context is not None
+    return str(context.workspace)
+
+
+async def _run(registry: ToolRegistry, call: ToolCall, context: ToolContext | None) -> str:
+    events = [e async for e in dispatch([call], registry, context=context)]
+    return next(e.result.output for e in events if isinstance(e, ToolResultReady))
+
+
+async def test_dispatch_hands_the_run_context_to_a_tool_that_declares_it(tmp_path: Path) -> None:
+    # issue 9: the workspace and secrets travel in an explicit context passed to dispatch
+    registry = ToolRegistry()
+    registry.register(where)
+    registry.register(where_async)
+    assert "context" not in where.schema()["function"]["parameters"]["properties"]
+    assert where.schema()["function"]["parameters"]["required"] == ["path"]
+    assert where_async.schema()["function"]["parameters"]["properties"] == {}
+    context = ToolContext.for_workspace(tmp_path, secrets=["sk-test-123456"])
+    # what the model sends for `context` is ignored: dispatch fills it in
+    call = ToolCall("c1", "where", json.dumps({"path": "sub/x", "context": "fake"}), 0)
+    root, secrets, resolved, current = json.loads(await _run(registry, call, context))
+    assert (root, secrets, current) == (str(tmp_path.resolve()), ["sk-test-123456"], str(tmp_path.resolve()))
+    assert resolved == str(tmp_path.resolve() / "sub" / "x")
+    assert await _run(registry, ToolCall("c2", "where_async", "{}", 1), context) == str(tmp_path.resolve())
+
+
+async def test_without_a_context_tools_run_in_the_working_directory(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    registry = ToolRegistry()
+    registry.register(where)
+    monkeypatch.chdir(tmp_path)
+    root, secrets, _resolved, _current = json.loads(
+        await _run(registry, ToolCall("c1", "where", json.dumps({"path": "."}), 0), None))
+    assert (root, secrets) == (str(tmp_path.resolve()), [])
+
+
+def test_a_workspace_that_is_not_a_folder_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="is not an existing folder"):
+        ToolContext.for_workspace(tmp_path / "missing")

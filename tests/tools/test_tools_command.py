@@ -1,0 +1,62 @@
+"""`crow tools`: the tools `crow run` would offer, as text or JSON, and why a tool is unusable."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.tools.cli_helpers import run_crow
+
+PLUGIN = '''
+import socket
+
+from crow_cli.tools import tool
+
+
+@tool
+def bad(conn: socket.socket) -> str:
+    """Needs a socket, which no JSON schema describes."""
+    return ""
+
+
+@tool(needs_approval=True, kind="shell", parallel=False)
+def good(count: int) -> str:
+    """Count things.
+
+    Args:
+        count: how many.
+    """
+    return str(count)
+'''
+
+
+def _plugins(tmp_path: Path) -> Path:
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    (folder / "mixed.py").write_text(PLUGIN)
+    return folder
+
+
+def test_a_tool_crow_run_would_drop_is_listed_as_unusable_with_why(tmp_path: Path) -> None:
+    # issue 11 item 8: found trying it as a new user: `crow tools` listed `bad`, `crow run` dropped it
+    proc = run_crow(["tools", "--tools-dir", str(_plugins(tmp_path))], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    usable, _, unusable = proc.stdout.partition("unusable")
+    assert "good" in usable and "bad" not in usable
+    assert "bad" in unusable and "its schema cannot be derived" in unusable
+    assert "bad" not in proc.stderr  # said once, in the listing
+
+
+def test_tools_json_describes_every_tool(tmp_path: Path) -> None:
+    # issue 11 (friction): `crow tools --json`
+    proc = run_crow(["tools", "--json", "--tools-dir", str(_plugins(tmp_path))], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    tools = {t["name"]: t for t in json.loads(proc.stdout)}
+    assert tools["read_file"] | {"parameters": None, "description": None} == {
+        "name": "read_file", "description": None, "source": "builtin", "kind": "read", "needs_approval": False,
+        "parallel": True, "usable": True, "problem": None, "parameters": None}
+    assert tools["read_file"]["parameters"]["required"] == ["path"]
+    assert tools["good"]["kind"] == "shell" and tools["good"]["needs_approval"] and not tools["good"]["parallel"]
+    assert tools["good"]["parameters"]["properties"]["count"] == {"description": "how many.", "type": "integer"}
+    assert not tools["bad"]["usable"] and tools["bad"]["parameters"] is None
+    assert tools["bad"]["problem"].startswith("its schema cannot be derived")
