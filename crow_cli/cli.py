@@ -13,6 +13,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from . import __version__
+from .commands.acp import acp
 from .commands.chat import chat
 from .commands.run import run
 from .commands.sessions import sessions_app
@@ -47,6 +48,7 @@ def _root(
 app.command()(run)
 app.command()(chat)
 app.command()(tools)
+app.command()(acp)
 app.add_typer(sessions_app)
 
 

@@ -42,6 +42,8 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_MODEL = "gpt-4o-mini"
 KEYED_HOSTS = ("api.openai.com", "openrouter.ai", "dashscope.aliyuncs.com", "dashscope-intl.aliyuncs.com")
 """Hosted APIs that refuse every request without a key (local servers often need none)."""
+REASONING_ECHO = ("auto", "always", "never")
+"""`reasoning_echo`: whether a turn's reasoning goes back to the server (`wire.client`)."""
 OWNED_PARAMS = ("model", "messages", "stream", "stream_options", "tools")
 """Request body fields crow sets itself; `[params]` may not set them."""
 _OPENAI_HOST = "api.openai.com"
@@ -63,6 +65,10 @@ class Settings:
     max_turns: int = 25
     tool_timeout_s: float = 120.0
     idle_timeout_s: float = 300.0
+    first_byte_timeout_s: float = 60.0
+    """Seconds from sending a request to the start of its response before the turn fails (no retry)."""
+    reasoning_echo: str = "auto"
+    """Whether a turn's reasoning goes back to the server: `auto`, `always` or `never` (`wire.client`)."""
     max_retries: int = 3
     max_output_chars: int = 50_000
     tool_paths: tuple[str, ...] = ()
@@ -122,6 +128,12 @@ def _owned_params(value: dict[str, Any]) -> str | None:
     return None
 
 
+def _one_of(choices: tuple[str, ...]) -> Callable[[str], str | None]:
+    def check(value: str) -> str | None:
+        return None if value in choices else f"must be one of {', '.join(choices)} (got {value!r})"
+    return check
+
+
 def _tables(value: dict[str, Any]) -> str | None:
     bad = [name for name, table in value.items() if not isinstance(table, dict)]
     return f"[mcp_servers.{bad[0]}] must be a table" if bad else None
@@ -169,6 +181,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("headers", dict),
     Option("params", dict, check=_owned_params),
     Option("mcp_servers", dict, check=_tables),
+    Option("first_byte_timeout", float, field="first_byte_timeout_s", env="CROW_FIRST_BYTE_TIMEOUT", default=60.0,
+           check=_positive),
+    Option("reasoning_echo", str, env="CROW_REASONING_ECHO", default="auto", check=_one_of(REASONING_ECHO)),
     Option("context_window", int, check=_at_least(256)),
 )
 _BY_KEY = {o.key: o for o in OPTIONS}
@@ -298,6 +313,7 @@ def load_settings(
         model=str(values["model"]), base_url=base_url, api_key=api_key, headers=headers,
         params=dict(values["params"]), system=values["system"], max_turns=int(values["max_turns"]),
         tool_timeout_s=float(values["tool_timeout"]), idle_timeout_s=float(values["idle_timeout"]),
+        first_byte_timeout_s=float(values["first_byte_timeout"]), reasoning_echo=str(values["reasoning_echo"]),
         max_retries=int(values["max_retries"]), max_output_chars=int(values["max_output_chars"]),
         tool_paths=values["tool_paths"], approval=values["approval"], allow=values["allow"], deny=values["deny"],
         workspace=values["workspace"], mcp_servers=dict(values["mcp_servers"]), profile=chosen,

@@ -6,8 +6,8 @@
     │  ├─ AuthError        401/403: final, never retried
     │  ├─ RateLimited      429
     │  ├─ ServerError      5xx, or an error object inside the stream
-    │  ├─ ContextOverflow  the prompt is longer than the model's context window
-    │  └─ StreamCut        the stream broke or went idle mid-way
+    │  ├─ StreamCut        the stream broke or went idle mid-way
+    │  └─ ContextOverflow  the request is longer than the model's context window (.n_ctx, .prompt_tokens)
     ├─ MaxTurnsExceeded    the loop hit --max-turns (exit 1)
     ├─ ToolError           raised by tools; dispatch turns it into a tool result
     │  └─ ToolDenied  OutsideWorkspace
@@ -82,26 +82,25 @@ class ServerError(ProviderError):
     """5xx, or an `{"error": …}` object sent inside a 200 stream."""
 
 
-class ContextOverflow(ProviderError):
-    """The server refused the request because the prompt does not fit the model's context window.
-
-    The loop compacts the history and retries the turn once (`context.send`).
-
-    Attributes:
-        n_ctx: the context window in tokens, when the server said it.
-        prompt_tokens: the prompt's size in tokens, when the server said it.
-    """
-
-    def __init__(self, message: str, *, status: int | None = None, code: str | int | None = None,
-                 retry_after: float | None = None, n_ctx: int | None = None,
-                 prompt_tokens: int | None = None) -> None:
-        super().__init__(message, status=status, code=code, retry_after=retry_after)
-        self.n_ctx = n_ctx
-        self.prompt_tokens = prompt_tokens
-
-
 class StreamCut(ProviderError):
     """The stream broke (connection reset, incomplete body) or went idle mid-turn."""
+
+
+class ContextOverflow(ProviderError):
+    """The server refused the request as longer than the model's context window (OpenAI
+    `context_length_exceeded`, vLLM, llama.cpp `exceed_context_size_error`, LiteLLM
+    `ContextWindowExceededError`, Anthropic-style "prompt is too long", DeepSeek, Mistral, Gemini).
+
+    Attributes:
+        n_ctx: the context window in tokens, when the server said.
+        prompt_tokens: the tokens the request needed, when the server said.
+    """
+
+    def __init__(self, message: str, *, n_ctx: int | None = None, prompt_tokens: int | None = None,
+                 status: int | None = None, code: str | int | None = None) -> None:
+        super().__init__(message, status=status, code=code)
+        self.n_ctx = n_ctx
+        self.prompt_tokens = prompt_tokens
 
 
 class MaxTurnsExceeded(CrowError):

@@ -102,7 +102,9 @@ class Notice:
     """A stable tag for scripts. `"turn_restarted"`: the stream of this turn broke and is being
     requested again from the same history; drop the text, reasoning and tool calls of the turn seen so far.
     `"retrying"`: the request failed before its stream started (429, 5xx, a connection error) and the
-    client retries it after `wait_s`; nothing of the turn was streamed.
+    client retries it after `wait_s`; nothing of the turn was streamed. `"reasoning_echo"`: the server
+    refused (or demanded) the messages' reasoning fields and the request is sent again once without (or
+    with) them; nothing of the turn was streamed.
     `"compacting"`: the history is near (or past) the model's context window; crow asks the model
     for a summary of the oldest exchanges (a separate request). `"compacted"`: later requests start
     from the compacted history (`tokens_before` → `tokens_after`); the stored session keeps it all."""

@@ -77,7 +77,9 @@ class AssistantTurn:
     content: str | None = None
     """The visible text, or None when the model sent none."""
     reasoning: str | None = None
-    """`reasoning_content` / `reasoning` text; kept apart from content and not sent back."""
+    """`reasoning_content` / `reasoning` text; kept apart from content. Stored with the assistant message
+    only beside tool calls (`to_message`); whether it goes back to the server is the client's
+    `reasoning_echo` decision (`wire.client`)."""
     tool_calls: list[ToolCall] = field(default_factory=list)
     finish_reason: str = "stop"
     """The server's finish_reason; `tool_calls` whenever calls were assembled, whatever it said."""
@@ -87,6 +89,9 @@ class AssistantTurn:
     """True when the stream ended without a finish_reason (EOF or a bare `[DONE]`)."""
     refusal: str | None = None
     """The model's refusal text (OpenAI `delta.refusal`), or None when it did not refuse."""
+    reasoning_field: str = "reasoning_content"
+    """The delta field the server streamed the reasoning in (`reasoning_content`: DeepSeek, vLLM, LiteLLM;
+    `reasoning`: newer vLLM, OpenRouter); the assistant message keeps the reasoning under this name."""
 
     @property
     def is_tool_turn(self) -> bool:
@@ -97,8 +102,13 @@ class AssistantTurn:
 
         A refusal is kept as OpenAI's assistant-message `refusal` field, and stands in as `content`
         when there is none (content is required without tool_calls; other servers ignore `refusal`).
+        The reasoning of a tool turn is kept under `reasoning_field` (thinking-mode servers want it back
+        beside the tool calls it led to; the client strips it for servers that refuse it).
         """
-        return assistant_message(self.content, self.tool_calls, refusal=self.refusal)
+        message = assistant_message(self.content, self.tool_calls, refusal=self.refusal)
+        if self.tool_calls and self.reasoning:
+            message[self.reasoning_field] = self.reasoning
+        return message
 
 
 def user_message(text: str) -> Message:

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from .context.compact import Compactor
 from .context.send import send
 from .errors import CrowError, MaxTurnsExceeded, StreamCut
-from .events import Event, MessageAppended, Notice, RunFinished, TextDelta, ToolResultReady, TurnFinished
+from .events import Event, MessageAppended, Notice, RunFinished, TextDelta, ToolResultReady, TurnFinished, WarningEvent
 from .history import AssistantTurn, Message, ToolCall, ToolResult, assistant_message
 from .tools.context import ToolContext
 from .tools.dispatch import Approver, dispatch
@@ -44,8 +44,9 @@ class ChatStream(Protocol):
     """What the loop needs of a model client (`wire.client.ChatClient` is one)."""
 
     def stream(self, messages: list[Message], tools: list[dict[str, Any]] | None = None
-               ) -> AsyncGenerator[dict[str, Any] | Event, None]:
-        """Chunk dicts of one turn; an event (a retry `Notice`, a `WarningEvent`) is passed on as is."""
+               ) -> AsyncGenerator[dict[str, Any] | Notice | WarningEvent, None]:
+        """Chunk dicts of one turn; a `Notice` (a retry before the stream started, a resend with reasoning
+        dropped or added) or a `WarningEvent` (a damaged event skipped) is passed on as is."""
         ...
 
 
@@ -141,7 +142,7 @@ async def _stream_turn(history: list[Message], client: ChatStream, tools: list[d
                     if isinstance(chunk, dict):
                         for event in accumulator.feed(chunk):
                             yield event
-                    else:  # an event of the client's own: a retry notice, a skipped damaged frame
+                    else:  # the client's own event: a retry notice, a skipped damaged event
                         yield chunk
         except StreamCut as exc:
             if attempt == settings.stream_attempts:

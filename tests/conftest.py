@@ -53,7 +53,12 @@ def sse_chunks(body: str) -> Iterator[dict[str, Any]]:
             data = line[5:].strip()
             if data == "[DONE]":
                 return
-            yield json.loads(data)
+            try:
+                yield json.loads(data)
+            except ValueError:  # a damaged event: the frames after an embedded `data:`, as wire.stream recovers
+                from crow_cli.wire.stream import recover_frames
+
+                yield from recover_frames(data)
 
 
 def sse(*chunks: dict[str, Any], done: bool = True) -> str:

@@ -110,3 +110,33 @@ def test_streamed_tool_call_round_trip(llama_url: str, tmp_path: Path) -> None:
     # The server answered turn 2 (any text; tiny models may stop at the token cap).
     _, second_finish = _assemble((rec / "0002-response.sse").read_text())
     assert second_finish in ("stop", "length", "tool_calls")
+
+
+def test_acp_prompt_makes_a_real_tool_call(llama_url: str, tmp_path: Path) -> None:
+    """Issue 12: one ACP prompt (`crow acp` through the SDK's client side) producing a real tool call."""
+    import asyncio
+
+    from acp import PROTOCOL_VERSION, spawn_agent_process, text_block
+    from acp.schema import ToolCallProgress, ToolCallStart
+
+    updates: list[Any] = []
+
+    class Editor:
+        async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+            updates.append(update)
+
+    async def prompt() -> str:
+        args = ["acp", "--base-url", llama_url, "--model", "smollm2", "--yes", "--max-turns", "4",
+                "--tools-dir", str(ROOT / "tools")]
+        async with spawn_agent_process(Editor(), str(CROW), *args, cwd=tmp_path, env=dict(os.environ)) as (conn, _):
+            await conn.initialize(protocol_version=PROTOCOL_VERSION)
+            session = await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+            response = await conn.prompt(session_id=session.session_id, prompt=[text_block(PROMPT)])
+            return str(response.stop_reason)
+
+    stop = asyncio.run(prompt())
+    assert stop in ("end_turn", "max_turn_requests")
+    starts = [u for u in updates if isinstance(u, ToolCallStart)]
+    assert starts and starts[0].title.startswith("roll_dice") and starts[0].tool_call_id == "1-0"
+    done = [u for u in updates if isinstance(u, ToolCallProgress) and u.tool_call_id == "1-0" and u.content]
+    assert done and done[-1].status == "completed" and done[-1].content[0].content.text.startswith("rolls: [")

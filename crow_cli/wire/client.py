@@ -1,27 +1,38 @@
-"""The streaming Chat Completions client: request body in, raw chunk dicts out.
+"""The streaming Chat Completions client: history in, raw chunk dicts (and notices) out.
 
-Built on the openai SDK (imported lazily: it costs ~0.7 s) for transport, SSE parsing and retries:
-the SDK retries 408/409/429/5xx and connection errors before a stream starts, with exponential
-backoff, jitter and `Retry-After`; each retry is yielded as a `Notice` (`wire.retries`). We ask it
-for raw dicts (`cast_to=object`) so that provider quirks reach the accumulator untouched. Every
-SDK/httpx error is mapped here, once, to a `ProviderError` subclass.
+Built on the openai SDK's public surface (imported lazily: it costs ~0.7 s):
+`chat.completions.with_streaming_response.create(...)` sends the request and hands back the raw
+response, whose bytes `wire.stream` decodes with `httpx-sse` into raw dicts, so provider quirks reach
+the accumulator untouched. The SDK's own retries are off (`max_retries=0`): crow's loop here retries
+408/409/429/5xx and connection errors before a stream starts (`wire.retries` has the policy) and yields
+each retry as a `Notice(code="retrying")` before its wait. Every SDK/httpx error is mapped here, once,
+to a `ProviderError` subclass.
+
+Per request, the client also adapts to what the server accepts (remembered for the client's life):
+`stream_options` is dropped for servers that refuse it, and reasoning is echoed back or not
+(`reasoning_echo`, see `ChatClient.outgoing_messages`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import html
-import json
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Mapping
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from ..errors import AuthError, ProviderError, RateLimited, ServerError, StreamCut
-from ..events import Notice
-from .accumulate import stream_error
+from ..errors import AuthError, ContextOverflow, ProviderError, RateLimited, ServerError, StreamCut
+from ..events import Notice, WarningEvent
+from ..history import Message
+from ..text import public_url
 
-__all__ = ["ChatClient", "ClientSettings", "map_error", "redact"]
+__all__ = ["REASONING_FIELDS", "ChatClient", "ClientSettings", "ReasoningEcho", "context_overflow", "map_error",
+           "reasoning_demanded", "reasoning_refused", "redact", "split_base_url"]
+
+ReasoningEcho = Literal["auto", "always", "never"]
+REASONING_FIELDS = ("reasoning_content", "reasoning")
+"""The message fields servers use for a turn's reasoning (DeepSeek, vLLM, LiteLLM; newer vLLM, OpenRouter)."""
 
 
 @dataclass(frozen=True)
@@ -29,19 +40,44 @@ class ClientSettings:
     """Where and how to reach the model."""
 
     base_url: str
+    """May carry a query string (`?api-version=…`, Azure): it is sent with every request, never shown."""
     model: str
     api_key: str | None = field(default=None, repr=False)
     """Secret: never printed, logged or stored; `repr` hides it."""
     headers: dict[str, str] = field(default_factory=dict)
     max_retries: int = 3
-    """SDK retries for 408/409/429/5xx and connection errors before any output."""
+    """Retries for 408/409/429/5xx and connection errors before any output."""
     connect_timeout_s: float = 15.0
     idle_timeout_s: float = 300.0
     """Longest silence (seconds) between two reads of a response before the turn fails."""
+    first_byte_timeout_s: float = 60.0
+    """Longest wait (seconds) from sending a request to the start of its response (status and headers);
+    past it the turn fails at once, without retries (a server that accepted the connection and hangs)."""
     params: dict[str, Any] = field(default_factory=dict)
     """Extra request fields (temperature, max_tokens …) merged into every request body."""
     record_dir: str | None = None
     """When set, every request body and raw SSE response is written there (see `wire.record`)."""
+    reasoning_echo: str = "auto"
+    """Whether a turn's reasoning goes back to the server (a `ReasoningEcho`: `auto`, `always` or `never`);
+    see `ChatClient.outgoing_messages`. Another value is a `ValueError` when the client is made."""
+
+
+def split_base_url(base_url: str) -> tuple[str, dict[str, str | list[str]]]:
+    """`base_url` without its query string, and the query's parameters (a repeated name gives a list).
+
+    The SDK joins paths onto the base URL's text, so a query must travel as parameters instead.
+    """
+    from urllib.parse import parse_qsl, urlsplit, urlunsplit
+
+    parts = urlsplit(base_url)
+    query: dict[str, str | list[str]] = {}
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        old = query.get(name)
+        query[name] = value if old is None else [*([old] if isinstance(old, str) else old), value]
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")), query
+
+
+_SECRET_PARAM = re.compile(r"key|token|secret|sig|auth|pass|code", re.IGNORECASE)
 
 
 class ChatClient:
@@ -52,15 +88,21 @@ class ChatClient:
     """
 
     def __init__(self, settings: ClientSettings) -> None:
+        if settings.reasoning_echo not in ("auto", "always", "never"):
+            raise ValueError(f"reasoning_echo must be auto, always or never, not {settings.reasoning_echo!r}")
         self.settings = settings
         self._sdk: Any = None
         self._usage_option = True  # stream_options.include_usage, dropped if the server rejects it
+        self._url, self._query = split_base_url(settings.base_url)
+        self._shown_url = public_url(settings.base_url)
+        self._reasoning_key: str | None = None  # the field this server streams reasoning in, once seen
+        self._echo_learned: Literal["drop", "add"] | None = None  # what a 400/422 taught (auto only)
+        self._demanded_key = "reasoning_content"
 
     def _client(self) -> Any:
         if self._sdk is None:
             import httpx
-
-            from .retries import ReportingOpenAI
+            from openai import AsyncOpenAI
 
             s = self.settings
             timeout = httpx.Timeout(connect=s.connect_timeout_s, read=s.idle_timeout_s, write=60.0, pool=30.0)
@@ -68,25 +110,56 @@ class ChatClient:
             if s.record_dir:
                 from .record import recording_http_client
 
-                http_client = recording_http_client(s.record_dir, timeout=timeout, secrets=(s.api_key,))
+                secrets = [s.api_key, *(v for k, values in self._query.items() if _SECRET_PARAM.search(k)
+                                        for v in ([values] if isinstance(values, str) else values)
+                                        if len(v) >= _MIN_SECRET)]
+                http_client = recording_http_client(s.record_dir, timeout=timeout, secrets=secrets)
             headers = dict(s.headers)
             if s.api_key:  # --api-key and the env beat an Authorization header from the config file
                 headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
-            self._sdk = ReportingOpenAI(
-                base_url=s.base_url,
-                api_key=s.api_key or "",
+            self._sdk = AsyncOpenAI(
+                base_url=self._url,
+                api_key=s.api_key or _no_key,  # a key provider: no key is no error, and no header (`_send`)
                 default_headers=headers or None,
-                max_retries=s.max_retries,
+                default_query=self._query or None,
+                max_retries=0,  # crow retries itself, to report each retry (`wire.retries`)
                 timeout=timeout,
                 http_client=http_client,
-                _enforce_credentials=False,
             )
         return self._sdk
 
-    def request_body(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> dict[str, Any]:
+    def outgoing_messages(self, messages: list[Message]) -> list[Message]:
+        """`messages` as they are sent: reasoning fields kept, renamed, added or dropped (copies; the
+        history is never changed).
+
+        `reasoning_echo` `never` strips `reasoning_content` / `reasoning` from every message; `always`
+        sends them as stored; `auto` keeps them only on assistant messages with tool calls (thinking-mode
+        servers such as DeepSeek's want them there), under the field name this server streams them in.
+        In `auto`, a server that refused the field (400/422) gets it from no message any more, and one
+        that demanded it (400) gets it on every assistant message with tool calls (`""` when none was kept).
+        """
+        echo = self.settings.reasoning_echo
+        if echo == "always":
+            return messages
+        strip = echo == "never" or self._echo_learned == "drop"
+        out: list[Message] = []
+        for message in messages:
+            stored = next((k for k in REASONING_FIELDS if message.get(k) is not None), None)
+            tool_turn = message.get("role") == "assistant" and bool(message.get("tool_calls"))
+            if strip or not tool_turn:
+                out.append(_without(message, REASONING_FIELDS) if stored or _has_any(message) else message)
+                continue
+            if stored is None:
+                out.append({**message, self._demanded_key: ""} if self._echo_learned == "add" else message)
+                continue
+            key = self._demanded_key if self._echo_learned == "add" else self._reasoning_key or stored
+            out.append(message if key == stored else {**_without(message, REASONING_FIELDS), key: message[stored]})
+        return out
+
+    def request_body(self, messages: list[Message], tools: list[dict[str, Any]] | None) -> dict[str, Any]:
         """The JSON body of one streamed turn (OpenAI Chat Completions `create` with `stream: true`)."""
-        body: dict[str, Any] = {**self.settings.params, "model": self.settings.model, "messages": messages,
-                                "stream": True}
+        body: dict[str, Any] = {**self.settings.params, "model": self.settings.model,
+                                "messages": self.outgoing_messages(messages), "stream": True}
         if tools:
             body["tools"] = tools
         if self._usage_option:
@@ -94,113 +167,274 @@ class ChatClient:
         return body
 
     async def stream(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
-    ) -> AsyncIterator[dict[str, Any] | Notice]:
+        self, messages: list[Message], tools: list[dict[str, Any]] | None = None
+    ) -> AsyncGenerator[dict[str, Any] | Notice | WarningEvent, None]:
         """Yield each chunk of one turn as the decoded JSON of its SSE `data:` line.
 
-        Before the first chunk, each retry the SDK makes (429, 5xx, a connection error) is yielded as a
-        `Notice(code="retrying")` when it is decided, before its wait (`wire.retries`).
+        Before the first chunk: each retry (429, 5xx, a connection error) as a `Notice(code="retrying")`,
+        before its wait; a request sent again with its reasoning fields dropped or added as a
+        `Notice(code="reasoning_echo")`. Among the chunks: a `WarningEvent` for a damaged event that was
+        skipped (its complete frames recovered). The loop passes both kinds on as they are.
 
         Raises:
-            AuthError: 401/403.
+            AuthError: 401/403, or no API key for a hosted API that needs one.
             RateLimited: 429 after retries.
-            ServerError: 5xx after retries, or an error object inside the stream.
+            ContextOverflow: the history is longer than the model's context window.
+            ServerError: 5xx after retries, an error object inside the stream, a body that is no stream.
             StreamCut: the connection broke or went idle after the stream started.
-            ProviderError: any other refusal (400, 404 …) or an unreachable server.
+            ProviderError: any other refusal (400, 404 …), an unreachable server, or no response within
+                `first_byte_timeout_s`.
         """
         if not self.settings.api_key and _needs_key(self.settings.base_url):  # it would only answer 401
-            raise AuthError(f"no API key for {self.settings.base_url}: set OPENAI_API_KEY or CROW_API_KEY (or "
+            raise AuthError(f"no API key for {self._shown_url}: set OPENAI_API_KEY or CROW_API_KEY (or "
                             "--api-key), or point --base-url at a server that needs none")
-        client = self._client()
+        from .stream import iter_chunks
+
         try:
-            notices: asyncio.Queue[Notice | None] = asyncio.Queue()
-            opening = asyncio.ensure_future(self._open_reporting(notices.put_nowait, client, messages, tools))
-            opening.add_done_callback(lambda _: notices.put_nowait(None))  # after every notice it sent
-            try:
-                while (notice := await notices.get()) is not None:
-                    yield notice
-            except BaseException:  # cancelled or closed while the request is being made or retried
-                if not opening.done():
-                    opening.cancel()  # its outcome is of no interest any more, whatever it is
-                    opening.add_done_callback(lambda task: task.cancelled() or task.exception())
-                elif not opening.cancelled() and opening.exception() is None:
-                    await opening.result().close()
-                raise
-            response = opening.result()
-            async with response:
-                async for chunk in response:
-                    yield chunk
+            async with AsyncExitStack() as stack:
+                retries, adapted = 0, set[str]()
+                while True:
+                    body = self.request_body(messages, tools)
+                    try:
+                        response = await self._send(stack, body)
+                        break
+                    except Exception as exc:
+                        if (fix := self._adapt(exc, body, adapted)) is not None:
+                            adapted.add(fix[0])  # at most one resend per request for each kind of fix
+                            if fix[1] is not None:
+                                yield fix[1]
+                            continue
+                        wait, retry = self._retry(exc, retries)
+                        if retry is None:
+                            raise
+                        yield retry
+                        retries += 1
+                        await asyncio.sleep(wait)
+                async for item in iter_chunks(response.iter_bytes(), response.headers.get("content-type", "")):
+                    if self._reasoning_key is None and isinstance(item, dict):
+                        self._reasoning_key = _reasoning_key_in(item)
+                    yield item
         except Exception as exc:
-            mapped = map_error(exc, self.settings.base_url, secret=self.settings.api_key)
+            mapped = map_error(exc, self._shown_url, secret=self.settings.api_key)
             if mapped is None:
                 raise
             raise mapped from exc
 
-    async def _open_reporting(self, sink: Callable[[Notice], None], client: Any, messages: list[dict[str, Any]],
-                              tools: list[dict[str, Any]] | None) -> Any:
-        """Open the response (a task of its own, so that retry notices reach `sink` during the SDK's waits)."""
-        import openai
-
-        from .retries import retry_sink
-
-        retry_sink.set(sink)  # this task's context only
-        try:
-            return await self._open(client, messages, tools)
-        except openai.BadRequestError as exc:
-            if not (self._usage_option and "stream_options" in str(exc.body or exc.message)):
-                raise
-            self._usage_option = False  # servers that reject include_usage just get no usage
-            return await self._open(client, messages, tools)
-
-    async def _open(self, client: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> Any:
+    async def _send(self, stack: AsyncExitStack, body: dict[str, Any]) -> Any:
+        """Send one request; return the SDK's `AsyncAPIResponse` once its status and headers are in."""
         from openai import Omit
-
-        from .stream import ChunkStream
 
         # Local servers need no key: then no Authorization header is sent, unless the config sets one.
         own_auth = any(k.lower() == "authorization" for k in self.settings.headers)
-        options: dict[str, Any] = {} if self.settings.api_key or own_auth else {"headers": {"Authorization": Omit()}}
-        return await client.post(
-            "/chat/completions",
-            body=self.request_body(messages, tools),
-            cast_to=object,
-            options=options,
-            stream=True,
-            stream_cls=ChunkStream,
-        )
+        headers: dict[str, Any] = {} if self.settings.api_key or own_auth else {"Authorization": Omit()}
+        rest = {k: v for k, v in body.items() if k not in ("model", "messages", "stream")}
+        request = self._client().chat.completions.with_streaming_response.create(
+            model=body["model"], messages=body["messages"], stream=True, extra_body=rest, extra_headers=headers)
+        limit = self.settings.first_byte_timeout_s
+        try:
+            async with asyncio.timeout(limit):
+                return await stack.enter_async_context(request)
+        except TimeoutError:
+            raise ProviderError(
+                f"no response from {self._shown_url} within {limit:g} s of sending the request "
+                "(first_byte_timeout); if the server is only slow to start (loading a model, a long prompt), "
+                "raise first_byte_timeout in the config file or CROW_FIRST_BYTE_TIMEOUT") from None
+
+    def _adapt(self, exc: Exception, body: dict[str, Any], done: set[str]) -> tuple[str, Notice | None] | None:
+        """A fix for a request the server refused for one of its optional parts, applied to this client for
+        good: its kind and the `Notice` to send the request again with (None: say nothing); None when
+        there is none, or when this request had its fix of that kind already."""
+        import openai
+
+        if not isinstance(exc, openai.APIStatusError) or exc.status_code not in (400, 422):
+            return None
+        text = _error_text(exc)
+        if self._usage_option and "stream_options" in text and "stream_options" not in done:
+            self._usage_option = False  # servers that reject include_usage just get no usage
+            return "stream_options", None
+        if self.settings.reasoning_echo != "auto" or "reasoning_echo" in done:
+            return None
+        sent = {k for m in body["messages"] for k in REASONING_FIELDS if k in m}
+        if (refused := reasoning_refused(exc.status_code, text, sent)) is not None:
+            self._echo_learned = "drop"
+            return "reasoning_echo", Notice(
+                f"crow: the server refuses {refused} in messages ({exc.status_code}); sending the request again "
+                "without it (and without reasoning from now on)", "reasoning_echo")
+        missing = any(m.get("role") == "assistant" and m.get("tool_calls") and
+                      all(m.get(k) is None for k in REASONING_FIELDS) for m in body["messages"])
+        if missing and self._echo_learned != "drop" and (wanted := reasoning_demanded(exc.status_code, text)):
+            self._echo_learned, self._demanded_key = "add", wanted
+            return "reasoning_echo", Notice(
+                f"crow: the server requires {wanted} on assistant messages with tool calls ({exc.status_code}); "
+                "sending the request again with it", "reasoning_echo")
+        return None
+
+    def _retry(self, exc: Exception, retries: int) -> tuple[float, Notice | None]:
+        """The wait and notice for another try after `exc`, or `(0, None)` when it is final."""
+        import openai
+
+        from .retries import retry_notice, retry_wait_s, should_retry
+
+        if retries >= self.settings.max_retries:
+            return 0.0, None
+        attempts = self.settings.max_retries + 1
+        if isinstance(exc, openai.APIStatusError):
+            headers = exc.response.headers
+            if not should_retry(exc.status_code, headers):
+                return 0.0, None
+            wait = retry_wait_s(retries, headers)
+            return wait, retry_notice(retries + 2, attempts, wait, exc.status_code)
+        if isinstance(exc, openai.APIConnectionError):  # refused, reset, DNS, or a timeout before the answer
+            wait = retry_wait_s(retries)
+            timed_out = isinstance(exc, openai.APITimeoutError)
+            return wait, retry_notice(retries + 2, attempts, wait, None, timed_out)
+        return 0.0, None
 
     async def aclose(self) -> None:
+        """Close the connection pool (and a recording transport's files)."""
         if self._sdk is not None:
             await self._sdk.close()
 
 
-def _short(text: str, limit: int = 200) -> str:
-    if re.search(r"<(!doctype|html|head|body|title|h1)\b", text, re.IGNORECASE):  # a proxy's HTML error page
-        title = re.search(r"<(title|h1)[^>]*>(.*?)</\1>", text, re.IGNORECASE | re.DOTALL)
-        text = title.group(2) if title else re.sub(r"<(script|style)\b.*?</\1>", " ", text,
-                                                   flags=re.IGNORECASE | re.DOTALL)
-        text = html.unescape(re.sub(r"<[^>]+>", " ", text))
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+async def _no_key() -> str:
+    return ""
+
+
+def _has_any(message: Message) -> bool:
+    return any(k in message for k in REASONING_FIELDS)
+
+
+def _without(message: Message, keys: tuple[str, ...]) -> Message:
+    return {k: v for k, v in message.items() if k not in keys}
+
+
+def _reasoning_key_in(chunk: Mapping[str, Any]) -> str | None:
+    """The reasoning field a chunk's first delta carries text in, if any."""
+    choices = chunk.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+        return None
+    delta = choices[0].get("delta")
+    if isinstance(delta, Mapping):
+        for key in REASONING_FIELDS:
+            if isinstance(delta.get(key), str) and delta[key]:
+                return key
+    return None
+
+
+def _error_text(exc: Any) -> str:
+    """The raw body of an SDK status error (already read), else its message."""
+    try:
+        return str(exc.response.text)
+    except Exception:
+        return str(exc.message)
+
+
+_REFUSED = re.compile(r"extra_forbidden|extra (inputs?|fields?)|not permitted|forbidden|unknown|unrecogni[sz]ed|"
+                      r"not allowed|unexpected|additional propert|not supported|unsupported|invalid field|"
+                      r"no such field", re.IGNORECASE)
+_DEMANDED = re.compile(r"must be passed back|must be (provided|included|present|sent)|is required|required|missing|"
+                       r"must (include|contain)", re.IGNORECASE)
+
+
+def _field_named(text: str, key: str) -> bool:
+    return re.search(rf"(?<![A-Za-z_]){re.escape(key)}(?![A-Za-z_])", text) is not None
+
+
+def reasoning_refused(status: int, text: str, sent: set[str]) -> str | None:
+    """The reasoning field a 400/422 body refuses as forbidden, unknown or extra (Mistral's
+    `extra_forbidden`, strict OpenAI-compatible validators), among the fields that were `sent`; else None."""
+    if status not in (400, 422) or not _REFUSED.search(text):
+        return None
+    return next((k for k in REASONING_FIELDS if k in sent and _field_named(text, k)), None)
+
+
+def reasoning_demanded(status: int, text: str) -> str | None:
+    """The reasoning field a 400 body demands back (DeepSeek thinking mode: "The reasoning_content in the
+    thinking mode must be passed back to the API"); else None."""
+    if status != 400 or not _DEMANDED.search(text):
+        return None
+    return next((k for k in REASONING_FIELDS if _field_named(text, k)), None)
+
+
+_OVERFLOW = re.compile(r"context_length_exceeded|exceed_context_size|ContextWindowExceeded|maximum context length|"
+                       r"context window|context size|prompt is too long|longer than the maximum model length|"
+                       r"exceeds the maximum number of tokens", re.IGNORECASE)
+# (pattern, group of the window, group of the prompt size): what each provider's message says
+_OVERFLOW_NUMBERS = (
+    (re.compile(r"prompt contains (\d+) tokens.*?(\d+) maximum context length", re.I | re.S), 2, 1),  # Mistral
+    (re.compile(r"prompt is too long: (\d+) tokens > (\d+)", re.I), 2, 1),  # Anthropic-compatible
+    (re.compile(r"prompt \(length (\d+)\) is longer than the maximum model length of (\d+)", re.I), 2, 1),  # vLLM
+    (re.compile(r"input token count \((\d+)\) exceeds the maximum number of tokens allowed \((\d+)\)", re.I), 2, 1),
+)
+_WINDOW = re.compile(r"maximum context length is (\d+) tokens", re.I)  # OpenAI, vLLM, DeepSeek, OpenRouter, LiteLLM
+_PROMPT = (re.compile(r"\((\d+) in the messages"), re.compile(r"resulted in (\d+) tokens"),
+           re.compile(r"requested (?:about )?(\d+) tokens"))
+
+
+def _overflow_numbers(message: str) -> tuple[int | None, int | None]:
+    """The context window and the prompt size a provider's overflow message names (None: not said)."""
+    for pattern, window, size in _OVERFLOW_NUMBERS:
+        if (found := pattern.search(message)) is not None:
+            return int(found.group(window)), int(found.group(size))
+    if (found := _WINDOW.search(message)) is None:
+        return None, None
+    prompt = next((int(m.group(1)) for p in _PROMPT if (m := p.search(message)) is not None), None)
+    return int(found.group(1)), prompt
+
+
+def context_overflow(message: str, detail: Any = None, *, status: int | None = None,
+                     code: str | int | None = None) -> ContextOverflow | None:
+    """The `ContextOverflow` for a provider's error `message` (and its error object `detail`, where
+    llama.cpp puts `n_ctx` / `n_prompt_tokens`), or None when it is some other refusal."""
+    from .stream import short_text
+
+    fields = detail if isinstance(detail, Mapping) else {}
+    kind = " ".join(str(fields.get(k) or "") for k in ("type", "code"))
+    if not _OVERFLOW.search(f"{message} {kind}"):
+        return None
+    n_ctx, prompt = fields.get("n_ctx"), fields.get("n_prompt_tokens")
+    if not (isinstance(n_ctx, int) and isinstance(prompt, int)) or isinstance(n_ctx, bool):
+        n_ctx, prompt = _overflow_numbers(message)
+    numbers = f"{n_ctx} tokens" + (f", the request needs {prompt}" if prompt else "") if n_ctx else ""
+    return ContextOverflow(f"the conversation is too long for the model's context window"
+                           f"{f' ({numbers})' if numbers else ''}: {short_text(message)}",
+                           n_ctx=n_ctx, prompt_tokens=prompt, status=status, code=code)
 
 
 def _body_message(body: Any, fallback: str) -> tuple[str, Any]:
+    from .stream import short_text
+
     if isinstance(body, dict):
         err = body.get("error", body)
         if isinstance(err, dict):
-            return _short(str(err.get("message") or fallback)), err.get("code")
+            message = err.get("message") or fallback
+            return short_text(message if isinstance(message, str) else _json(message)), err.get("code")
         if isinstance(err, str):
-            return _short(err), None
+            return short_text(err), None
     if isinstance(body, str) and body.strip():
-        return _short(body), None
-    return _short(fallback), None
+        return short_text(body), None
+    return short_text(fallback), None
+
+
+def _full_message(body: Any) -> str:
+    """The error message of a status error's body, uncut."""
+    err = body.get("error", body) if isinstance(body, dict) else body
+    message = err.get("message") if isinstance(err, dict) else err
+    return message if isinstance(message, str) else ""
+
+
+def _json(value: Any) -> str:
+    import json
+
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _retry_after(headers: Any) -> float | None:
+    from .retries import retry_after_s
+
     try:
-        value = headers.get("retry-after")
-        return float(value) if value is not None else None
-    except (TypeError, ValueError, AttributeError):
+        return retry_after_s(headers)
+    except (TypeError, AttributeError):
         return None
 
 
@@ -228,7 +462,7 @@ def redact(text: str, secret: str | None) -> str:
     if not secret or len(secret) < _MIN_SECRET:
         return text
     text = text.replace(secret, _REDACTED)
-    if text.endswith("…"):  # `_short` may have cut the key: its first characters are still a leak
+    if text.endswith("…"):  # `short_text` may have cut the key: its first characters are still a leak
         body = text[:-1]
         for size in range(min(len(secret) - 1, len(body)), 2, -1):
             if body.endswith(secret[:size]):
@@ -239,6 +473,7 @@ def redact(text: str, secret: str | None) -> str:
 def map_error(exc: BaseException, base_url: str, secret: str | None = None) -> ProviderError | None:
     """The `ProviderError` for an SDK or httpx exception, or None when `exc` is not one of theirs.
 
+    `base_url` is shown as given: pass it through `text.public_url` (no query, no credentials).
     `secret` (the API key) is replaced by `[REDACTED]` in the message: providers echo a wrong key in
     their 401 bodies, and the message is printed, sent in `run_finished.error` and may be stored.
     """
@@ -254,11 +489,19 @@ def _map_error(exc: BaseException, base_url: str) -> ProviderError | None:
     import httpx
     import openai
 
+    from .stream import short_text
+
+    if isinstance(exc, ServerError) and exc.status in (None, 400):  # an in-stream error object
+        return context_overflow(str(exc), status=exc.status, code=exc.code) or exc
     if isinstance(exc, ProviderError):
         return exc
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         message, code = _body_message(exc.body, exc.message)
+        detail = exc.body.get("error", exc.body) if isinstance(exc.body, dict) else None
+        if status in (400, 413, 422) and (overflow := context_overflow(
+                _full_message(exc.body) or message, detail, status=status, code=code)) is not None:
+            return overflow
         retry_after = _retry_after(exc.response.headers)
         if status in (401, 403):
             hint = "check the API key (--api-key, CROW_API_KEY or OPENAI_API_KEY)" if status == 401 else \
@@ -274,19 +517,18 @@ def _map_error(exc: BaseException, base_url: str) -> ProviderError | None:
             return ServerError(f"server error ({status}): {message}", status=status, code=code,
                                retry_after=retry_after)
         return ProviderError(f"request rejected ({status}): {message}", status=status, code=code)
-    if isinstance(exc, openai.APITimeoutError):  # before the stream started: the SDK has retried it already
+    if isinstance(exc, openai.APITimeoutError):  # before the stream started: retried already
         return ProviderError(f"no answer from {base_url} within the timeout (idle_timeout), after retries")
     if isinstance(exc, openai.APIConnectionError):
         cause = exc.__cause__ or exc
-        return ProviderError(f"cannot reach {base_url}: {_short(str(cause) or type(cause).__name__)}")
-    if isinstance(exc, openai.APIError):  # any other SDK error that carries a body (ChunkStream raises its own)
+        return ProviderError(f"cannot reach {base_url}: {short_text(str(cause) or type(cause).__name__)}")
+    if isinstance(exc, openai.APIError):  # any other SDK error that carries a body
+        from .accumulate import stream_error
+
         return stream_error(exc.body if exc.body is not None else exc.message)
     if isinstance(exc, httpx.TimeoutException):
         return StreamCut("the stream went idle past the timeout")
     if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.NetworkError)):
-        return StreamCut(f"the stream broke mid-way ({_short(str(exc) or type(exc).__name__, 120)})")
-    if isinstance(exc, json.JSONDecodeError):
-        return ServerError(f"the server sent a chunk that is not JSON ({exc.msg} at {exc.pos})")
-    if isinstance(exc, UnicodeDecodeError):
-        return ServerError("the server sent a chunk that is not UTF-8")
+        return StreamCut(f"the stream broke mid-way ({short_text(str(exc) or type(exc).__name__, 120)})")
     return None
+

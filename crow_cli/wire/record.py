@@ -7,8 +7,9 @@ overwrite each other; a retry is an exchange of its own):
     0001-request.json   the request body (JSON, indented; the raw text when it is not JSON)
     0001-response.sse   the response body exactly as streamed (`.json`/`.txt` for other content types),
                         written chunk by chunk as it arrives, so a cut or interrupted stream stays on disk
-    0001-meta.json      method, URL, status, request and response headers, the response file's name,
-                        and `error` when the transport failed
+    0001-meta.json      method, URL (without its query string: Azure-style `?key=…` stays out),
+                        status, request and response headers, the response file's name, and `error`
+                        when the transport failed
 
 Secrets never reach the files: headers whose name says auth/key/token/cookie/secret are dropped, and
 their values (the bare token of `Bearer …`) plus any secret handed in are replaced by `[REDACTED]`
@@ -86,7 +87,7 @@ class RecordingTransport(httpx.AsyncBaseTransport):
         (self.folder / f"{prefix}-request.json").write_bytes(_pretty_json(body))
         meta: dict[str, Any] = {
             "method": request.method,
-            "url": self._scrub(str(request.url).encode(), secrets).decode(),
+            "url": self._scrub(str(request.url.copy_with(query=None)).encode(), secrets).decode(),  # keys hide there
             "request_headers": _safe_headers(request.headers),
         }
         meta_path = self.folder / f"{prefix}-meta.json"

@@ -1,30 +1,60 @@
-"""From a 200 response to chunk dicts: the SDK's SSE decoder, plus the shapes servers really send.
+"""From the bytes of a 200 response to chunk dicts: SSE decoded by `httpx-sse`, plus the shapes servers really send.
 
-Imported only once the SDK is (it subclasses `openai.AsyncStream`, which documents subclassing with
-a concrete chunk type). Where this differs from the SDK's own iteration:
+Imported only once a request is made (it imports httpx). Rules:
 
-* An event without data (`event: ping`, `data:` alone, `retry: 1000`) is skipped, as the SSE spec
-  says it is not dispatched; `[DONE]` is recognised with stray spaces around it.
+* An event without data (`event: ping`, `data:` alone, `retry: 1000`, `: comment`) is skipped, as the
+  SSE spec says it is not dispatched; `[DONE]` is recognised with stray spaces around it. The body is
+  decoded as SSE whatever its content type says when that is `text/event-stream`, `text/plain` or absent.
 * Errors inside the stream come in three shapes: `{"error": {…}}` (OpenAI, vLLM via LiteLLM), a
   top-level `{"object": "error", "message": …}` (older vLLM) and an `event: error` whose data is
   the error itself. Each fails the turn with the server's message.
+* A damaged event: data that is not JSON. Every complete JSON frame that follows an embedded `data:`
+  marker or a line break inside it is recovered (a provider sent a chunk cut mid-JSON and the next
+  `data: {…}` frame on the same line); what cannot be parsed is skipped with one `WarningEvent` that
+  says how much was skipped and how many frames were recovered. A damaged event that nothing valid
+  follows (the body ends after it) is a cut stream: `ServerError` ("not JSON").
 * A server that ignores `stream: true` and answers `application/json` has its completion turned into
-  one equivalent chunk; a JSON error body is an error. Any other non-SSE body, or a stream that ends
-  without a single chunk, is an error rather than an empty answer.
+  one equivalent chunk; a JSON error body is an error. An HTML page (a login or proxy page), an empty
+  body, any other content type, or a stream that ends without a single chunk is named as such in a
+  `ServerError` rather than read as an empty answer.
 """
 
 from __future__ import annotations
 
+import html
 import json
-from collections.abc import AsyncIterator, Mapping
+import re
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
-from openai import AsyncStream
+import httpx
+from httpx_sse import EventSource
 
 from ..errors import ServerError
+from ..events import WarningEvent
 from .accumulate import stream_error
 
-__all__ = ["ChunkStream", "chunk_from_completion"]
+__all__ = ["chunk_from_completion", "iter_chunks", "looks_like_html", "recover_frames", "short_text"]
+
+_SNIFF_BYTES = 4096
+_MARKER = re.compile(r"data:|\n")
+_DECODER = json.JSONDecoder()
+
+
+def short_text(text: str, limit: int = 200) -> str:
+    """`text` on one line of at most `limit` characters; an HTML page is reduced to its title (or its text)."""
+    if looks_like_html(text):
+        title = re.search(r"<(title|h1)[^>]*>(.*?)</\1>", text, re.IGNORECASE | re.DOTALL)
+        text = title.group(2) if title else re.sub(r"<(script|style)\b.*?</\1>", " ", text,
+                                                   flags=re.IGNORECASE | re.DOTALL)
+        text = html.unescape(re.sub(r"<[^>]+>", " ", text))
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def looks_like_html(text: str) -> bool:
+    """Whether `text` holds HTML markup (a proxy's error page, a login page)."""
+    return re.search(r"<(!doctype|html|head|body|title|h1)\b", text, re.IGNORECASE) is not None
 
 
 def _error_in(payload: Any, event: str | None) -> Any:
@@ -50,58 +80,133 @@ def chunk_from_completion(completion: Mapping[str, Any]) -> dict[str, Any]:
     return {"choices": choices, "usage": completion.get("usage")}
 
 
-class ChunkStream(AsyncStream[object]):
-    """Iterates one streamed turn as decoded chunk dicts (see the module docstring for the rules).
+def recover_frames(data: str) -> list[Any]:
+    """The complete JSON values in damaged event data that start right after a `data:` marker or a line
+    break (skipping spaces), in order; a value's own text is never searched for more markers."""
+    frames: list[Any] = []
+    position = 0
+    while (marker := _MARKER.search(data, position)) is not None:
+        start = marker.end()
+        while start < len(data) and data[start] in " \t\r":
+            start += 1
+        try:
+            value, end = _DECODER.raw_decode(data, start)
+        except ValueError:
+            position = marker.end()
+            continue
+        if isinstance(value, dict):
+            frames.append(value)
+        position = end
+    return frames
+
+
+class _Sniffed(httpx.AsyncByteStream):
+    """Passes the body on and keeps its first bytes, to name a body that held no event."""
+
+    def __init__(self, parts: AsyncIterator[bytes]) -> None:
+        self.parts = parts
+        self.head = b""
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for part in self.parts:
+            if len(self.head) < _SNIFF_BYTES:
+                self.head += part[: _SNIFF_BYTES - len(self.head)]
+            yield part
+
+
+def _no_stream_error(head: bytes, content_type: str) -> ServerError:
+    text = head.decode("utf-8", "replace")
+    if not text.strip():
+        return ServerError("the server answered 200 with an empty body, not an event stream (is --base-url right?)")
+    if looks_like_html(text):
+        return ServerError(f"the server answered 200 with an HTML page ({short_text(text, 80)!r}), not an event "
+                           "stream: a login or proxy page? (is --base-url right?)")
+    if content_type and "event-stream" not in content_type and "text/plain" not in content_type:
+        return ServerError(f"the server answered {content_type.split(';')[0]}, not an event stream "
+                           f"(is --base-url right?): {short_text(text, 80)!r}")
+    if not re.search(r"^(data|event|id|retry)?:", text, re.MULTILINE):  # not one SSE line: some other text
+        return ServerError(f"the server answered 200 with text that is not an event stream (is --base-url "
+                           f"right?): {short_text(text, 80)!r}")
+    return ServerError("the server ended the stream without sending a single chunk")
+
+
+async def iter_chunks(parts: AsyncIterator[bytes], content_type: str
+                      ) -> AsyncGenerator[dict[str, Any] | WarningEvent, None]:
+    """Decode one streamed turn: each chunk as the dict of its `data:` JSON, in order (see the module docstring).
+
+    Args:
+        parts: the response body, content-decoded (gzip undone), in pieces as they arrive.
+        content_type: the response's `content-type` header ("" when absent).
+
+    Yields:
+        chunk dicts; a `WarningEvent` before the frames recovered from (or after) a damaged event.
 
     Raises:
-        ServerError: an error inside the stream, a body that is neither SSE nor a completion, a chunk
-            that is not JSON, or a stream with no chunk at all.
+        ServerError: an error inside the stream, a body that is neither SSE nor a completion (HTML, empty),
+            a damaged event at the end of the body, or a stream with no chunk at all.
+        httpx.TransportError: the connection broke or went idle (mapped to `StreamCut` by the client).
     """
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._iterator = self._chunks()  # replaces the SDK's iteration (never started)
-
-    async def _chunks(self) -> AsyncIterator[Any]:
-        response = self.response
-        try:
-            content_type = response.headers.get("content-type", "").lower()
-            if "json" in content_type and "event-stream" not in content_type:
-                yield await self._whole_json()
-                return
-            if content_type and "event-stream" not in content_type and "text/plain" not in content_type:
-                raise ServerError(f"the server answered {content_type.split(';')[0]}, not an event stream "
-                                  "(is --base-url right?)")
-            count = 0
-            async for sse in self._iter_events():
-                data = sse.data.strip()
-                if not data:
+    content_type = content_type.lower()
+    if "json" in content_type and "event-stream" not in content_type:
+        yield await _whole_json(parts)
+        return
+    if "html" in content_type:
+        head = b""
+        async for part in parts:
+            head += part
+            if len(head) >= _SNIFF_BYTES:
+                break
+        raise _no_stream_error(head, content_type)
+    sniffed = _Sniffed(parts)
+    source = EventSource(httpx.Response(200, headers={"content-type": "text/event-stream; charset=utf-8"},
+                                        stream=sniffed))
+    count = 0
+    damaged: str | None = None  # a damaged event not yet followed by anything valid
+    events = source.aiter_sse()
+    try:
+        async for sse in events:
+            data = sse.data.strip()
+            if not data:
+                continue
+            if data == "[DONE]":
+                break
+            try:
+                payloads = [json.loads(data)]
+            except ValueError:
+                payloads = recover_frames(data)
+                if not payloads:
+                    damaged = data if damaged is None else damaged
                     continue
-                if data == "[DONE]":
-                    break
-                try:
-                    payload = json.loads(data)
-                except ValueError as exc:
-                    raise ServerError(f"the server sent a chunk that is not JSON: {data[:60]!r}") from exc
+                yield WarningEvent(f"the server sent a damaged event; skipped what was not JSON and recovered "
+                                   f"{len(payloads)} frame(s) from it: {data[:60]!r}")
+            if damaged is not None:
+                yield WarningEvent(f"the server sent an event that is not JSON; skipped it: {damaged[:60]!r}")
+                damaged = None
+            for payload in payloads:
                 error = _error_in(payload, sse.event)
                 if error is not None:
                     raise stream_error(error)
                 count += 1
                 yield payload
-            if count == 0:
-                raise ServerError("the server ended the stream without sending a single chunk")
-        finally:
-            await response.aclose()
+    finally:
+        await events.aclose()
+    if damaged is not None and (count or not sniffed.head.lstrip().startswith(b"<")):
+        raise ServerError(f"the server sent a chunk that is not JSON (the stream ends there): {damaged[:60]!r}")
+    if count == 0:
+        raise _no_stream_error(sniffed.head, content_type)
 
-    async def _whole_json(self) -> dict[str, Any]:
-        body = await self.response.aread()
-        try:
-            payload = json.loads(body)
-        except ValueError as exc:
-            raise ServerError("the server answered with invalid JSON instead of an event stream") from exc
-        error = _error_in(payload, None)
-        if error is not None:
-            raise stream_error(error)
-        if not isinstance(payload, Mapping) or not payload.get("choices"):
-            raise ServerError("the server answered with JSON that is neither a stream nor a completion")
-        return chunk_from_completion(payload)
+
+async def _whole_json(parts: AsyncIterator[bytes]) -> dict[str, Any]:
+    body = b"".join([part async for part in parts])
+    if not body.strip():
+        raise ServerError("the server answered 200 with an empty body, not an event stream (is --base-url right?)")
+    try:
+        payload = json.loads(body)
+    except ValueError as exc:
+        raise ServerError("the server answered with invalid JSON instead of an event stream") from exc
+    error = _error_in(payload, None)
+    if error is not None:
+        raise stream_error(error)
+    if not isinstance(payload, Mapping) or not payload.get("choices"):
+        raise ServerError("the server answered with JSON that is neither a stream nor a completion")
+    return chunk_from_completion(payload)

@@ -7,8 +7,6 @@ import json
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from crow_cli.context.compact import SUMMARY_PREFIX
 from crow_cli.history import ToolCall, assistant_message, tool_message, user_message
 from crow_cli.sessions import SessionStore
@@ -68,15 +66,6 @@ OVERFLOW_400 = json.dumps({"error": {"code": "context_length_exceeded", "type": 
                                                 "your messages resulted in 9000 tokens."}})
 
 
-def _overflow_is_mapped() -> bool:
-    """The wire helper's mapping of overflow refusals to `ContextOverflow` (a separate branch) is in."""
-    import crow_cli.errors as errors
-
-    return hasattr(errors, "ContextOverflow") and "context_length_exceeded" in Path(
-        __import__("crow_cli.wire.client", fromlist=["x"]).__file__).read_text()
-
-
-@pytest.mark.skipif(not _overflow_is_mapped(), reason="needs the wire mapping of overflow errors to ContextOverflow")
 def test_an_overflow_refusal_compacts_and_the_retried_turn_succeeds(tmp_path: Path) -> None:
     sid = _stored_session()
     config = write_config(tmp_path, max_retries=0)

@@ -58,7 +58,7 @@ def test_429_waits_for_retry_after(tmp_path: Path) -> None:
     elapsed = time.monotonic() - started
     completes(ran, "after the wait")
     assert len(ran.requests) == 2
-    assert elapsed >= 1.9  # the SDK's own first backoff is at most 0.5 s: this is the server's 2 s
+    assert elapsed >= 1.9  # crow's own first backoff is at most 0.5 s: this is the server's 2 s
 
 
 def test_429_past_the_retries_is_one_line(tmp_path: Path) -> None:
@@ -157,3 +157,19 @@ def test_a_server_error_message_cannot_drive_the_terminal(tmp_path: Path) -> Non
         ran = run_crow([denied], *mode, "hi", cwd=tmp_path, config=config)
         assert ran.code == 1 and "bad model" in ran.stderr
         assert not any(c in ran.stderr for c in "\x1b\x07\x9b"), repr(ran.stderr)
+
+
+def test_a_damaged_event_mid_stream_is_a_warning_and_the_run_completes(tmp_path: Path) -> None:
+    # issue 10 item 2: one data: line held a chunk cut mid-JSON and the next data: frame; crow stopped the run
+    config = write_config(tmp_path, max_retries=0)
+    cut = json.dumps(chunk({"content": " lost"}))[:30]
+    body = sse(chunk({"content": "Hel"}), done=False) + f"data: {cut}data: {json.dumps(chunk({'content': 'lo'}))}\n\n" \
+        + sse(chunk({}, "stop"))
+    ran = run_crow([{"sse": body}], "--json", "hi", cwd=tmp_path, config=config)
+    events = completes(ran, "Hello")
+    warnings = [e for e in events if e["type"] == "warning"]
+    assert len(warnings) == 1 and "damaged event" in warnings[0]["message"]
+    assert len(ran.requests) == 1
+    plain = run_crow([{"sse": body}], "hi", cwd=tmp_path, config=config)
+    assert plain.code == 0 and plain.stdout == "Hello\n"
+    assert plain.stderr.startswith("crow: warning: the server sent a damaged event")

@@ -1,4 +1,4 @@
-"""`crow run` shows the SDK's retries: one dim stderr line in plain mode, a `notice` event with
+"""`crow run` shows its retries: one dim stderr line in plain mode, a `notice` event with
 `--json`, nothing with `--quiet`. Real sockets: the replay server answers 429 with Retry-After first."""
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
-"""The SDK's own retries (429 / 5xx / connection errors before a stream starts) are reported as
-`Notice(code="retrying")` events by the wire layer, with the attempt, the wait and the status."""
+"""Retries (429 / 5xx / connection errors before a stream starts) are reported as `Notice(code="retrying")`
+events by the wire layer, with the attempt, the wait and the status."""
 
 from __future__ import annotations
+
+import email.utils
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
@@ -12,6 +15,7 @@ from crow_cli.events import Notice, RunFinished, TextDelta
 from crow_cli.history import user_message
 from crow_cli.loop import LoopSettings, react
 from crow_cli.wire.client import ChatClient, ClientSettings
+from crow_cli.wire.retries import backoff_s, retry_wait_s, should_retry
 from tests.conftest import text_sse
 
 BASE = "http://llm.test/v1"
@@ -95,3 +99,42 @@ async def test_retries_used_up_report_each_then_fail(respx_mock) -> None:
 async def test_no_retry_no_notice(respx_mock) -> None:
     respx_mock.post(URL).mock(side_effect=[answer()])
     assert not any(isinstance(i, Notice) for i in await collect(client()))
+
+
+# issue 9: the retry loop is crow's own now (the SDK's private hooks are gone); its policy is the one
+# the SDK documents: 408/409/429/5xx and connection errors, Retry-After(-Ms) up to 120 s, backoff with jitter.
+@pytest.mark.parametrize(("status", "retried"), [(408, True), (409, True), (429, True), (500, True), (529, True),
+                                                 (400, False), (404, False), (422, False)])
+def test_which_statuses_are_retried(status: int, retried: bool) -> None:
+    assert should_retry(status, httpx.Headers()) is retried
+
+
+def test_the_servers_x_should_retry_header_overrides_the_status() -> None:
+    assert should_retry(503, httpx.Headers({"x-should-retry": "false"})) is False
+    assert should_retry(400, httpx.Headers({"x-should-retry": "true"})) is True
+
+
+def test_retry_after_in_every_form_and_backoff_with_jitter_otherwise() -> None:
+    assert retry_wait_s(0, httpx.Headers({"Retry-After-Ms": "250", "Retry-After": "9"})) == 0.25
+    assert retry_wait_s(0, httpx.Headers({"Retry-After": "3"})) == 3
+    in_a_minute = email.utils.format_datetime(datetime.now(UTC) + timedelta(seconds=60), usegmt=True)
+    assert 50 < retry_wait_s(0, httpx.Headers({"Retry-After": in_a_minute})) <= 60
+    assert 0.375 <= retry_wait_s(0, httpx.Headers({"Retry-After": "0"})) <= 0.5  # 0: not a wait, backoff instead
+    assert 0.75 <= backoff_s(1) <= 1.0 and 6 <= backoff_s(10) <= 8
+
+
+@respx.mock(assert_all_called=True, assert_all_mocked=True)
+async def test_a_retry_after_beyond_two_minutes_is_not_waited_for(respx_mock) -> None:
+    respx_mock.post(URL).mock(side_effect=[limited(**{"retry-after": "3600"})])
+    c = client(max_retries=3)
+    with pytest.raises(RateLimited) as caught:
+        await collect(c)
+    assert caught.value.retry_after == 3600
+
+
+@respx.mock(assert_all_called=True, assert_all_mocked=True)
+async def test_a_timeout_before_the_answer_is_retried_and_named(respx_mock) -> None:
+    respx_mock.post(URL).mock(side_effect=[httpx.ReadTimeout("no answer"), answer()])
+    notice, *rest = await collect(client(max_retries=1))
+    assert isinstance(notice, Notice) and notice.message.startswith("crow: no answer within the timeout; retrying")
+    assert rest and all(isinstance(i, dict) for i in rest)

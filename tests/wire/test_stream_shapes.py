@@ -9,6 +9,7 @@ import pytest
 import respx
 
 from crow_cli.errors import ServerError
+from crow_cli.events import WarningEvent
 from crow_cli.history import user_message
 from crow_cli.wire.accumulate import StreamAccumulator
 from crow_cli.wire.client import ChatClient, ClientSettings
@@ -66,15 +67,85 @@ async def test_non_streamed_json_completion_is_used_as_one_chunk():
 
 @pytest.mark.parametrize(("response", "message"), [
     (httpx.Response(200, json={"error": {"message": "model 'foo' not found"}}), "model 'foo' not found"),
-    (httpx.Response(200, html="<html>Please log in</html>"), "text/html, not an event stream"),
+    # issue 10 item 2: a login or proxy page, or nothing at all, is named as such
+    (httpx.Response(200, html="<html><title>Please log in</title></html>"), "HTML page .*Please log in"),
+    (event_stream("<!DOCTYPE html><html><head><title>Sign in</title></head></html>\n"), "HTML page .*Sign in"),
+    (httpx.Response(200, content=b"", headers={"content-type": "text/event-stream"}), "empty body"),
+    (httpx.Response(200, content=b""), "empty body"),
+    (httpx.Response(200, content=b"  ", headers={"content-type": "application/json"}), "empty body"),
     (httpx.Response(200, json={"hello": "world"}), "neither a stream nor a completion"),
     (event_stream("data: [DONE]\n\n"), "without sending a single chunk"),
-    (event_stream(""), "without sending a single chunk"),
+    (event_stream(": ping\n\n"), "without sending a single chunk"),
+    (httpx.Response(200, text="Unauthorized: sign in first"), "text that is not an event stream.*Unauthorized"),
     (event_stream("data: {not json\n\n"), "not JSON"),
 ])
 async def test_a_200_without_an_answer_is_an_error(response, message):
     with pytest.raises(ServerError, match=message):
         await assemble(response)
+
+
+async def items_of(body: str) -> list:
+    c = ChatClient(ClientSettings(base_url=BASE, model="m", api_key="k", max_retries=0))
+    with respx.mock() as mock:
+        mock.post(URL).mock(return_value=event_stream(body))
+        try:
+            return [item async for item in c.stream([user_message("x")])]
+        finally:
+            await c.aclose()
+
+
+def turn_of(items: list):
+    acc = StreamAccumulator()
+    for item in items:
+        if isinstance(item, dict):
+            acc.feed(item)
+    return acc.finish()[0]
+
+
+# issue 10 item 2: a provider sent one `data:` line holding a chunk cut mid-JSON and, on the same line,
+# the next `data: {…}` frame; crow stopped the run ("not JSON"). Every complete frame is recovered.
+@pytest.mark.parametrize("glue", ["", " ", "\n"])
+async def test_a_damaged_event_keeps_the_frames_after_an_embedded_data_marker(glue):
+    cut = json.dumps(chunk({"content": " wor"}))[:25]
+    # glue "\n": the next frame is the event's second data: line (joined to the first with a line break)
+    body = (sse(chunk({"content": "Hello"}), done=False) + f"data: {cut}{glue}data: "
+            + json.dumps(chunk({"content": " world"})) + "\n\n" + sse(chunk({}, "stop")))
+    items = await items_of(body)
+    warnings = [i for i in items if isinstance(i, WarningEvent)]
+    assert len(warnings) == 1 and "damaged" in warnings[0].message and "recovered 1 frame" in warnings[0].message
+    turn = turn_of(items)
+    assert turn.content == "Hello world" and turn.finish_reason == "stop" and not turn.truncated
+
+
+async def test_a_damaged_event_with_two_frames_after_it_keeps_both():
+    frames = "".join(f"data: {json.dumps(chunk({'content': t}))}" for t in (" a", " b"))
+    body = sse(chunk({"content": "x"}), done=False) + 'data: {"choices": [{"del' + frames + "\n\n" + \
+        sse(chunk({}, "stop"))
+    items = await items_of(body)
+    assert turn_of(items).content == "x a b"
+    assert sum(isinstance(i, WarningEvent) for i in items) == 1
+
+
+async def test_a_damaged_event_followed_by_a_valid_one_is_skipped_with_one_warning():
+    body = sse(chunk({"content": "Hel"}), done=False) + 'data: {"choices": [{"delta": {"cont\n\n' + \
+        sse(chunk({"content": "lo"}), chunk({}, "stop"))
+    items = await items_of(body)
+    warnings = [i for i in items if isinstance(i, WarningEvent)]
+    assert len(warnings) == 1 and "not JSON" in warnings[0].message
+    assert turn_of(items).content == "Hello"
+
+
+async def test_a_frame_whose_text_holds_data_marker_is_not_split():
+    text = 'see "data: {}" here'
+    body = sse(chunk({"content": "a"}), done=False) + "data: {cut data: " + json.dumps(chunk({"content": text})) \
+        + "\n\n" + sse(chunk({}, "stop"))
+    assert turn_of(await items_of(body)).content == "a" + text
+
+
+async def test_a_damaged_event_at_the_end_of_the_body_is_a_cut_stream():
+    body = sse(chunk({"content": "Hel"}), done=False) + 'data: {"choices": [{"delta": {"content": "lo\n\n'
+    with pytest.raises(ServerError, match="not JSON"):
+        await items_of(body)
 
 
 async def test_api_key_beats_a_configured_authorization_header():

@@ -1,0 +1,64 @@
+"""`crow acp`: serve the Agent Client Protocol on stdin/stdout for an editor."""
+
+from __future__ import annotations
+
+import typer
+
+from ..errors import CrowError
+from .options import (
+    AllowOpt,
+    ApiKeyOpt,
+    ApprovalOpt,
+    BaseUrlOpt,
+    ConfigOpt,
+    DebugOpt,
+    DenyOpt,
+    MaxTurnsOpt,
+    ModelOpt,
+    NoToolsOpt,
+    ProfileOpt,
+    SystemOpt,
+    ToolsDirOpt,
+    YesOpt,
+    fail,
+)
+
+__all__ = ["acp"]
+
+
+def acp(
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    api_key: ApiKeyOpt = None,
+    system: SystemOpt = None,
+    max_turns: MaxTurnsOpt = None,
+    tools_dir: ToolsDirOpt = None,
+    no_tools: NoToolsOpt = False,
+    yes: YesOpt = False,
+    approval: ApprovalOpt = None,
+    allow: AllowOpt = None,
+    deny: DenyOpt = None,
+    profile: ProfileOpt = None,
+    config: ConfigOpt = None,
+    debug: DebugOpt = False,
+) -> None:
+    """Be an Agent Client Protocol agent for an editor (Zed, JetBrains, Neovim): JSON-RPC on stdin/stdout.
+
+    The workspace of each session is the folder the editor names; sessions are crow sessions.
+    """
+    from ..config import load_settings
+    from ..surfaces.acp import AcpOptions, serve_acp
+
+    try:
+        settings = load_settings(
+            {"model": model, "base_url": base_url, "api_key": api_key, "system": system, "max_turns": max_turns,
+             "approval": approval, "allow": allow, "deny": deny},
+            config_path=config, profile=profile,
+        )
+        options = AcpOptions(tools_dirs=tuple(tools_dir or ()), no_tools=no_tools, yes=yes, debug=debug)
+        import asyncio  # not at import time: `crow --version` does without it
+
+        code = asyncio.run(serve_acp(settings, options))
+    except CrowError as exc:
+        raise fail(exc, debug=debug) from None
+    raise typer.Exit(code)

@@ -1,0 +1,678 @@
+"""`crow acp`: crow as an Agent Client Protocol agent, for editors (Zed, JetBrains IDEs, Neovim, Emacs).
+
+    editor ──JSON-RPC on stdin/stdout (acp SDK)──► CrowAgent ──► Session.prompt ──► Driver.run
+       ▲                                                                              │ events
+       └──────────── session/update, session/request_permission ◄── Session.handle ◄──┘
+
+Protocol version 1 (`acp.PROTOCOL_VERSION`) through the `agent-client-protocol` SDK: it parses and
+validates every message (malformed params are a -32602 error, an unknown method -32601) and runs each
+request as a task of its own, so `session/cancel` arrives while a prompt runs.
+
+- stdout is the protocol's alone: at start-up the real descriptor 1 is duplicated to a private one and
+  descriptor 1 is pointed at stderr, so whatever a tool, plugin, subprocess or library prints lands on
+  stderr. Logs go to stderr.
+- ACP sessions are crow sessions (the SQLite store): `crow sessions list` shows them and `crow chat
+  --resume ID` continues one; `session/load` replays a stored history as `session/update` notifications.
+  A session created but never prompted is deleted when the process ends.
+- ACP tool-call ids are crow's own, `"{turn}-{index}"` with a turn counter per session (unique within the
+  session, also across prompts and after a load); the model's ids go into the history unchanged
+  (`../shared/reference/streaming-tool-calls.md` §7).
+- When the editor offers `fs/read_text_file` and `fs/write_text_file`, the file tools use them
+  (`acp_tools`): unsaved buffers are read, edits show in the editor.
+- Session modes are approval policies: `ask`, `auto-edit`, `yolo` (crow's own) and `read-only` (every
+  tool that needs approval is refused). "Allow always" / "reject always" hold for the session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, cast
+from urllib.parse import unquote, urlparse
+
+import acp
+from acp import PROTOCOL_VERSION, RequestError
+from acp.schema import (
+    AgentCapabilities,
+    AllowedOutcome,
+    AudioContentBlock,
+    BlobResourceContents,
+    ClientCapabilities,
+    EmbeddedResourceContentBlock,
+    HttpMcpServer,
+    ImageContentBlock,
+    Implementation,
+    InitializeResponse,
+    ListSessionsResponse,
+    LoadSessionResponse,
+    McpCapabilities,
+    McpServerStdio,
+    NewSessionResponse,
+    PermissionOption,
+    PromptCapabilities,
+    PromptResponse,
+    ResourceContentBlock,
+    SessionCapabilities,
+    SessionListCapabilities,
+    SessionMode,
+    SessionModeState,
+    SetSessionModeResponse,
+    StopReason,
+    TextContentBlock,
+    TextResourceContents,
+    ToolCallLocation,
+    ToolCallUpdate,
+    ToolKind,
+)
+from acp.schema import SessionInfo as AcpSessionInfo
+
+from .. import __version__
+from ..config import Settings
+from ..driver import Driver
+from ..errors import ConfigError, OutsideWorkspace, SessionError, ToolDenied
+from ..events import (
+    Event,
+    MessageAppended,
+    Notice,
+    ReasoningDelta,
+    RunFinished,
+    TextDelta,
+    ToolResultReady,
+    ToolRunStarted,
+    TurnFinished,
+    WarningEvent,
+)
+from ..history import Message, ToolCall, user_message
+from ..sessions import SessionInUse, SessionStore
+from ..text import strip_controls
+from ..tools.approval import Answer, Approvals, make_approver
+from ..tools.context import ToolContext
+from ..tools.mcp import McpServers
+from ..tools.registry import Tool, ToolRegistry
+from ..tools.workspace import resolve_in_workspace
+from ..wire.client import ChatClient
+from .acp_tools import client_file_tools
+from .common import build_client, build_compactor, build_registry, loop_settings, short_json
+from .persist import SessionRecorder, open_session
+
+__all__ = ["MODES", "AcpOptions", "CrowAgent", "serve_acp", "tool_kind"]
+
+log = logging.getLogger("crow.acp")
+
+MODES: dict[str, tuple[str, str]] = {
+    "ask": ("Ask", "Ask before every tool that changes files or runs commands"),
+    "auto-edit": ("Auto-edit", "Edit files in the workspace without asking; ask before commands"),
+    "read-only": ("Read-only", "Refuse every tool that changes files or runs commands"),
+    "yolo": ("Yolo", "Run every tool without asking (deny rules still apply)"),
+}
+"""Session mode id → (name, description). Every mode but `read-only` is a crow approval policy."""
+
+_STDIN_LIMIT = 50 * 1024 * 1024
+"""Bytes one JSON-RPC line may hold (an embedded file): the SDK's own default."""
+_LIST_PAGE = 100
+
+
+@dataclass(frozen=True)
+class AcpOptions:
+    """`crow acp`'s own options (the connection and approval ones are in `Settings`)."""
+
+    tools_dirs: tuple[str, ...] = ()
+    no_tools: bool = False
+    yes: bool = False
+    """Start sessions in the `yolo` mode."""
+    debug: bool = False
+
+
+def tool_kind(tool: Tool | None, name: str) -> ToolKind:
+    """The ACP `kind` of a tool: read, edit, execute, search, fetch or other.
+
+    The one place that maps it: the tool's own `kind` (`Tool.acp_kind`), search for `search_files`, and
+    read for an MCP tool marked read-only.
+    """
+    if name == "search_files":
+        return "search"
+    if tool is None:
+        return "other"
+    if tool.source.startswith("mcp:") and not tool.needs_approval:
+        return "read"
+    return cast(ToolKind, tool.acp_kind)  # read / edit / execute / other
+
+
+def _arguments(call: ToolCall) -> dict[str, Any] | None:
+    try:
+        args = json.loads(call.arguments)
+    except ValueError:
+        return None
+    return args if isinstance(args, dict) else None
+
+
+def _title(call: ToolCall, args: dict[str, Any] | None) -> str:
+    name = strip_controls(call.name) or "(no name)"
+    if args is not None and isinstance(args.get("command"), str):
+        return f"{name}: {short_json(args['command'], 120)}"
+    if args is not None and isinstance(args.get("path"), str):
+        return f"{name} {short_json(args['path'], 120)}"
+    return f"{name}({short_json(call.arguments)})"
+
+
+def _locations(args: dict[str, Any] | None, root: Path) -> list[ToolCallLocation] | None:
+    if args is None or not isinstance(args.get("path"), str):
+        return None
+    try:
+        path = resolve_in_workspace(args["path"], root)
+    except (OutsideWorkspace, OSError, ValueError):
+        return None
+    line = args.get("start_line")
+    return [ToolCallLocation(path=str(path), line=line if isinstance(line, int) and line >= 0 else None)]
+
+
+def _diff(call: ToolCall, args: dict[str, Any] | None, root: Path) -> Any | None:
+    """The `diff` content block (old and new text) an edit will make; None when it cannot be known."""
+    if args is None or call.name not in ("write_file", "edit_file") or not isinstance(args.get("path"), str):
+        return None
+    try:
+        file = resolve_in_workspace(args["path"], root)
+        old = file.read_text("utf-8") if file.is_file() else None
+        if call.name == "write_file":
+            new = args.get("content")
+        else:
+            o, n = args.get("old_string"), args.get("new_string")
+            if old is None or not isinstance(o, str) or not isinstance(n, str) or not o or o not in old:
+                return None
+            new = old.replace(o, n) if args.get("replace_all") else old.replace(o, n, 1)
+    except (OutsideWorkspace, OSError, UnicodeDecodeError, ValueError):
+        return None
+    return acp.tool_diff_content(str(file), new, old) if isinstance(new, str) else None
+
+
+def prompt_text(blocks: Sequence[Any]) -> str:
+    """The user message of a `session/prompt`: text, resource links and embedded resources, in order.
+
+    A link becomes a line naming it (a `file://` link by its path, for the file tools); an embedded
+    text resource is included whole inside `<context uri="…">` tags; a binary one is named only.
+
+    Raises:
+        RequestError: -32602 for an image or audio block (not advertised in `promptCapabilities`).
+    """
+    parts: list[str] = []
+    for block in blocks:
+        if isinstance(block, TextContentBlock):
+            parts.append(block.text)
+        elif isinstance(block, ResourceContentBlock):
+            parts.append(f"[{block.name}]({_uri_text(block.uri)})")
+        elif isinstance(block, EmbeddedResourceContentBlock):
+            resource = block.resource
+            if isinstance(resource, TextResourceContents):
+                parts.append(f'<context uri="{_uri_text(resource.uri)}">\n{resource.text}\n</context>')
+            elif isinstance(resource, BlobResourceContents):
+                parts.append(f"[attached binary {_uri_text(resource.uri)} ({resource.mime_type or 'unknown type'}), "
+                             "not shown]")
+        elif isinstance(block, ImageContentBlock | AudioContentBlock):
+            raise RequestError(-32602, f"crow accepts text, resource links and embedded resources, not {block.type}")
+    return "\n\n".join(parts)
+
+
+def _uri_text(uri: str) -> str:
+    parsed = urlparse(uri)
+    return unquote(parsed.path) if parsed.scheme == "file" else uri
+
+
+class Session:
+    """One ACP session: its history (a stored crow session), tools, approvals, driver and update stream.
+
+    It is the driver's sink: `handle` turns events into `session/update` notifications, queued in
+    order and sent by one task, so a slow client never blocks the loop.
+    """
+
+    def __init__(self, agent: CrowAgent, session_id: str, cwd: Path, history: list[Message],
+                 recorder: SessionRecorder, registry: ToolRegistry | None, client: ChatClient) -> None:
+        self.agent = agent
+        self.id = session_id
+        self.cwd = cwd
+        self.history = history
+        self.recorder = recorder
+        self.registry = registry
+        settings = agent.settings
+        self.mode = "yolo" if agent.options.yes else (settings.approval or "ask")
+        self.approvals: Approvals = make_approver(self.mode if self.mode in ("ask", "auto-edit", "yolo") else "ask",
+                                                  allow=settings.allow, deny=settings.deny, ask=self.ask)
+        self.rejected: set[str] = set()
+        """Tool names the user rejected for the rest of the session ("reject always")."""
+        self.context = replace(ToolContext.for_workspace(cwd, secrets=[settings.api_key, *settings.secrets]),
+                               backup=recorder.backup)  # files crow's tools change: undo restores them
+        self.driver = Driver(client, registry, loop_settings(settings), self.approve, self.context,
+                             build_compactor(settings, recorder))  # compaction near the context window
+        self.turns = 0
+        """Model turns with tool calls so far in this session (the first part of ACP tool-call ids)."""
+        self.calls: dict[int, str] = {}
+        """ACP tool-call id of each call of the current turn, by the call's position."""
+        self.diffs: dict[int, Any] = {}
+        self.refused = False
+        self.busy = False
+        self._outbox: asyncio.Queue[Any] = asyncio.Queue()
+        self._sender: asyncio.Task[None] | None = None
+
+    # the update stream
+
+    def send(self, update: Any) -> None:
+        """Queue one `session/update` (sent in order by the sender task)."""
+        self._outbox.put_nowait(update)
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.get_running_loop().create_task(self._send_all(), name=f"acp-updates-{self.id}")
+
+    async def _send_all(self) -> None:
+        while not self._outbox.empty():
+            update = self._outbox.get_nowait()
+            try:
+                await self.agent.client().session_update(session_id=self.id, update=update)
+            except Exception as exc:  # the editor went away or refused it: nothing else to tell
+                log.warning("session/update not delivered: %s", exc)
+            finally:
+                self._outbox.task_done()
+
+    async def flush(self) -> None:
+        """Wait until every queued update has been written."""
+        await self._outbox.join()
+
+    # modes and approvals
+
+    def modes(self) -> SessionModeState:
+        return SessionModeState(current_mode_id=self.mode, available_modes=[
+            SessionMode(id=mode, name=name, description=description) for mode, (name, description) in MODES.items()])
+
+    def set_mode(self, mode: str) -> None:
+        """Switch the approval policy; "always" answers given so far stay."""
+        if mode not in MODES:
+            raise RequestError(-32602, f"unknown mode {mode!r} (modes: {', '.join(MODES)})")
+        self.mode = mode
+        if mode != "read-only":
+            self.approvals.policy = replace(self.approvals.policy, mode=mode)
+
+    async def approve(self, call: ToolCall, tool: Tool) -> bool:
+        """The driver's approver: the session's mode and rules, then the editor (`session/request_permission`).
+
+        Raises:
+            ToolDenied: refused (read-only mode, a deny rule, "reject always", or the user's answer).
+        """
+        if self.mode == "read-only":
+            raise ToolDenied(f"{tool.name} was not run: the editor's session is in read-only mode. Do not retry it; "
+                             "say what you would change instead")
+        if tool.name in self.rejected:
+            raise ToolDenied(f"the user rejected {tool.name} for this session; it was not run. Do not retry it")
+        await self.approvals(call, tool)
+        self._update(call.index, status="in_progress")
+        return True
+
+    async def ask(self, call: ToolCall, tool: Tool, preview: str) -> Answer:
+        """Ask the editor about one call: allow once / always, reject once / always."""
+        acp_id = self.calls.get(call.index, "")
+        args = _arguments(call)
+        diff = self.diffs.get(call.index)
+        content = [diff] if diff is not None else [acp.tool_content(acp.text_block(preview))]
+        options = [
+            PermissionOption(option_id="allow_once", name="Allow", kind="allow_once"),
+            PermissionOption(option_id="allow_always", name=f"Always allow {tool.name}", kind="allow_always"),
+            PermissionOption(option_id="reject_once", name="Reject", kind="reject_once"),
+            PermissionOption(option_id="reject_always", name=f"Always reject {tool.name}", kind="reject_always"),
+        ]
+        await self.flush()  # the editor knows the call before it is asked about it
+        response = await self.agent.client().request_permission(
+            session_id=self.id, options=options,
+            tool_call=ToolCallUpdate(tool_call_id=acp_id, title=_title(call, args), kind=tool_kind(tool, call.name),
+                                     status="pending", content=content, raw_input=args))
+        outcome = response.outcome
+        choice = outcome.option_id if isinstance(outcome, AllowedOutcome) else "cancelled"
+        if choice == "allow_once":
+            return "yes"
+        if choice == "allow_always":
+            return "always"
+        if choice == "reject_always":
+            self.rejected.add(tool.name)
+        return "no"
+
+    # the driver's sink
+
+    def handle(self, event: Event) -> None:
+        """Turn one loop event into `session/update` notifications (never blocks)."""
+        match event:
+            case TextDelta(text=text):
+                self.send(acp.update_agent_message_text(text))
+            case ReasoningDelta(text=text):
+                self.send(acp.update_agent_thought_text(text))
+            case TurnFinished(tool_calls=calls) if calls:
+                self._announce(calls)
+            case ToolRunStarted(call=call):
+                tool = self.registry.get(call.name) if self.registry is not None else None
+                if tool is None or not tool.needs_approval:  # those go in progress once approved
+                    self._update(call.index, status="in_progress")
+            case ToolResultReady(result=result):
+                diff = self.diffs.get(result.index) if result.ok else None
+                output = acp.tool_content(acp.text_block(result.output))
+                self._update(result.index, status="completed" if result.ok else "failed",
+                             content=[diff, output] if diff is not None else [output])
+            case MessageAppended(message=message) if message.get("role") == "assistant":
+                self.refused = bool(message.get("refusal"))
+            case Notice(code="turn_restarted"):
+                self.send(acp.update_agent_message_text("\n\n[crow: the stream broke; the answer starts again]\n\n"))
+            case Notice(message=message) | WarningEvent(message=message):
+                log.warning("session %s: %s", self.id, message)
+            case RunFinished(status="error", error=error):
+                log.warning("session %s: %s", self.id, error)
+
+    def _announce(self, calls: Sequence[ToolCall]) -> None:
+        self.turns += 1
+        self.calls, self.diffs = {}, {}
+        for call in calls:
+            acp_id = self.calls[call.index] = f"{self.turns}-{call.index}"
+            args = _arguments(call)
+            tool = self.registry.get(call.name) if self.registry is not None else None
+            diff = _diff(call, args, self.cwd)
+            if diff is not None:
+                self.diffs[call.index] = diff
+            self.send(acp.start_tool_call(acp_id, _title(call, args), kind=tool_kind(tool, call.name),
+                                          status="pending", locations=_locations(args, self.cwd),
+                                          raw_input=args if args is not None else call.arguments,
+                                          content=[diff] if diff is not None else None))
+
+    def _update(self, index: int, **fields: Any) -> None:
+        acp_id = self.calls.get(index)
+        if acp_id is not None:
+            self.send(acp.update_tool_call(acp_id, **fields))
+
+    # prompts and replays
+
+    async def prompt(self, blocks: Sequence[Any]) -> PromptResponse:
+        """Run one prompt to its end; every update is sent before the answer.
+
+        Raises:
+            RequestError: -32600 while another prompt of the session runs; -32602 for a block crow does not
+                accept; -32603 with crow's one-line error when the run fails (401, unknown model,
+                unreachable server …); the session stays usable.
+        """
+        if self.busy:
+            raise RequestError(-32600, "a prompt is already running in this session")
+        text = prompt_text(blocks)
+        self.busy, self.refused = True, False
+        try:
+            self.history.append(user_message(text))
+            finished = await self.driver.run(self.history, self, self.recorder)
+            await self.flush()
+        finally:
+            self.busy = False
+        if finished.status == "error":
+            raise RequestError(-32603, finished.error or "the run failed", {"exitCode": finished.exit_code})
+        reason: StopReason = "refusal" if self.refused else "end_turn"
+        if finished.status == "max_turns":
+            reason = "max_turn_requests"
+        elif finished.status == "cancelled":
+            reason = "cancelled"
+        return PromptResponse(stop_reason=reason)
+
+    async def replay(self) -> None:
+        """Send the stored history as `session/update` notifications: messages, tool calls with their outcome."""
+        messages = self.history
+        for i, message in enumerate(messages):
+            role, content = message.get("role"), _content_text(message.get("content"))
+            if role == "user" and content:
+                self.send(acp.update_user_message_text(content))
+            elif role == "assistant":
+                if content:
+                    self.send(acp.update_agent_message_text(content))
+                calls = message.get("tool_calls") or []
+                if calls:
+                    self.turns += 1
+                for n, wire in enumerate(calls):
+                    result = messages[i + 1 + n] if i + 1 + n < len(messages) else {}
+                    fn = wire.get("function") or {}
+                    call = ToolCall(wire.get("id") or "", str(fn.get("name") or ""), str(fn.get("arguments") or ""), n)
+                    args = _arguments(call)
+                    output = _content_text(result.get("content")) if result.get("role") == "tool" else ""
+                    tool = self.registry.get(call.name) if self.registry is not None else None
+                    self.send(acp.start_tool_call(
+                        f"{self.turns}-{n}", _title(call, args), kind=tool_kind(tool, call.name),
+                        status="failed" if output.startswith("Error:") else "completed",
+                        locations=_locations(args, self.cwd),
+                        raw_input=args if args is not None else call.arguments,
+                        content=[acp.tool_content(acp.text_block(output))]))
+        await self.flush()
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, list):  # content parts
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return content if isinstance(content, str) else ""
+
+
+class CrowAgent:
+    """The ACP agent: sessions, prompts, modes and cancellation over one client connection.
+
+    Args:
+        settings: the connection, model, approval policy and rules.
+        options: tool loading and the start mode.
+        store: the session store (its own connection; closed by `close`).
+        registry: the tools every session starts with (None: no tools); a session copies it and adds
+            the MCP servers the editor names.
+        client: streams the model's turns for every session.
+    """
+
+    def __init__(self, settings: Settings, options: AcpOptions, store: SessionStore,
+                 registry: ToolRegistry | None, client: ChatClient) -> None:
+        self.settings = settings
+        self.options = options
+        self.store = store
+        self.registry = registry
+        self.model_client = client
+        self.sessions: dict[str, Session] = {}
+        self.capabilities = ClientCapabilities()
+        self._conn: acp.Client | None = None
+        self._exit = contextlib.AsyncExitStack()
+
+    def on_connect(self, conn: acp.Client) -> None:
+        self._conn = conn
+
+    def client(self) -> acp.Client:
+        """The editor's side of the connection."""
+        assert self._conn is not None, "used before the connection was made"
+        return self._conn
+
+    async def initialize(self, protocol_version: int, client_capabilities: ClientCapabilities | None = None,
+                         client_info: Implementation | None = None, **kwargs: Any) -> InitializeResponse:
+        """Protocol version 1 whatever the client asked (the only one crow speaks) and crow's capabilities."""
+        self.capabilities = client_capabilities or ClientCapabilities()
+        return InitializeResponse(
+            protocol_version=PROTOCOL_VERSION,
+            agent_capabilities=AgentCapabilities(
+                load_session=True,
+                prompt_capabilities=PromptCapabilities(embedded_context=True, image=False, audio=False),
+                mcp_capabilities=McpCapabilities(http=True, sse=False),
+                session_capabilities=SessionCapabilities(list=SessionListCapabilities()),
+            ),
+            agent_info=Implementation(name="crow", title="crow", version=__version__),
+        )
+
+    async def new_session(self, cwd: str, additional_directories: list[str] | None = None,
+                          mcp_servers: list[Any] | None = None, **kwargs: Any) -> NewSessionResponse:
+        """A new crow session in the store, its workspace `cwd`, with the editor's MCP servers added."""
+        root = _workspace(cwd)
+        try:
+            info = self.store.create(model=self.settings.model, base_url=self.settings.base_url, cwd=str(root))
+        except SessionError as exc:
+            raise RequestError(-32603, str(exc)) from None
+        history: list[Message] = [{"role": "system", "content": self.settings.system}] if self.settings.system else []
+        session = await self._open(info.id, root, history, SessionRecorder(self.store, self.settings, info),
+                                   mcp_servers or [])
+        return NewSessionResponse(session_id=session.id, modes=session.modes())
+
+    async def load_session(self, cwd: str, session_id: str, mcp_servers: list[Any] | None = None,
+                           additional_directories: list[str] | None = None, **kwargs: Any) -> LoadSessionResponse:
+        """A stored crow session by its full id, replayed to the editor before the answer."""
+        root = _workspace(cwd)
+        session = self.sessions.get(session_id)
+        if session is None:
+            try:
+                if self.store.get(session_id).id != session_id:
+                    raise SessionError(f"no session {session_id!r} (give its full id)")
+                recorder, history = open_session(self.settings, session_id=session_id, store=self.store)
+            except SessionInUse as exc:
+                raise RequestError(-32603, str(exc)) from None
+            except SessionError as exc:
+                raise RequestError(-32602, str(exc)) from None
+            session = await self._open(session_id, root, history, recorder, mcp_servers or [])
+        elif session.busy:
+            raise RequestError(-32600, "a prompt is running in this session")
+        else:
+            session.cwd, session.turns = root, 0
+        await session.replay()
+        return LoadSessionResponse(modes=session.modes())
+
+    async def list_sessions(self, cwd: str | None = None, cursor: str | None = None,
+                            **kwargs: Any) -> ListSessionsResponse:
+        """Stored sessions with messages, most recent first (all of crow's, or those of `cwd`), 100 a page."""
+        try:
+            start = int(cursor or 0)
+        except ValueError:
+            raise RequestError(-32602, f"invalid cursor {cursor!r}") from None
+        found = [i for i in self.store.recent() if os.path.isabs(i.cwd) and (i.messages or i.id in self.sessions)
+                 and (cwd is None or i.cwd == cwd)]
+        page = found[start: start + _LIST_PAGE]
+        return ListSessionsResponse(
+            sessions=[AcpSessionInfo(session_id=i.id, cwd=i.cwd, title=i.title or None,
+                                     updated_at=datetime.fromtimestamp(i.updated_at, UTC).isoformat()) for i in page],
+            next_cursor=str(start + _LIST_PAGE) if len(found) > start + _LIST_PAGE else None)
+
+    async def set_session_mode(self, session_id: str, mode_id: str, **kwargs: Any) -> SetSessionModeResponse:
+        """Switch the session's approval policy (`MODES`)."""
+        self._session(session_id).set_mode(mode_id)
+        return SetSessionModeResponse()
+
+    async def prompt(self, session_id: str, prompt: list[Any], **kwargs: Any) -> PromptResponse:
+        """Run one prompt in a session (`Session.prompt`)."""
+        return await self._session(session_id).prompt(prompt)
+
+    async def cancel(self, session_id: str, **kwargs: Any) -> None:
+        """Stop the session's prompt: the stream and running tools stop, the prompt answers `cancelled`."""
+        session = self.sessions.get(session_id)
+        if session is not None:
+            session.driver.cancel("cancelled by the editor", 130)
+
+    def _session(self, session_id: str) -> Session:
+        session = self.sessions.get(session_id)
+        if session is None:
+            raise RequestError(-32602, f"unknown session {session_id!r} (session/new or session/load first)")
+        return session
+
+    async def _open(self, session_id: str, root: Path, history: list[Message], recorder: SessionRecorder,
+                    mcp_servers: Sequence[Any]) -> Session:
+        registry = None
+        if self.registry is not None:
+            registry = ToolRegistry()
+            for tool in client_file_tools(self.registry, self.client(), session_id, self.capabilities.fs):
+                registry.register(tool)
+            tables = _mcp_tables(mcp_servers)
+            if tables:
+                try:
+                    servers = McpServers(tables, workspace=root)  # stdio servers start in the workspace
+                except ConfigError as exc:
+                    raise RequestError(-32602, str(exc)) from None
+                await self._exit.enter_async_context(servers)
+                await servers.register_tools(registry)
+                registry.schemas()
+                for problem in registry.errors:
+                    log.warning("session %s: %s", session_id, problem)
+        session = Session(self, session_id, root, history, recorder, registry, self.model_client)
+        self.sessions[session_id] = session
+        return session
+
+    async def close(self) -> None:
+        """Stop the sessions' MCP servers, delete sessions never prompted, close the store."""
+        try:
+            await self._exit.aclose()
+        finally:
+            for session in self.sessions.values():
+                if session.recorder.stored == 0 and session.recorder.session_id is not None:
+                    with contextlib.suppress(SessionError):
+                        self.store.delete(session.recorder.session_id)
+            self.store.close()
+
+
+def _workspace(cwd: str) -> Path:
+    path = Path(cwd)
+    if not path.is_absolute() or not path.is_dir():
+        raise RequestError(-32602, f"cwd {cwd!r} is not an absolute path to an existing folder")
+    return path.resolve()
+
+
+def _mcp_tables(servers: Sequence[Any]) -> dict[str, dict[str, Any]]:
+    """The editor's MCP servers as crow `[mcp_servers]` tables (stdio and streamable HTTP)."""
+    tables: dict[str, dict[str, Any]] = {}
+    for server in servers:
+        if isinstance(server, McpServerStdio):
+            tables[server.name] = {"command": server.command, "args": list(server.args),
+                                   "env": {v.name: v.value for v in server.env}}
+        elif isinstance(server, HttpMcpServer):
+            if server.headers:
+                log.warning("MCP server %r: crow sends no HTTP headers; connecting without them", server.name)
+            tables[server.name] = {"url": server.url}
+        else:
+            log.warning("MCP server %r: transport %r is not supported; skipped", getattr(server, "name", "?"),
+                        getattr(server, "type", "?"))
+    return tables
+
+
+def _claim_stdout() -> int:
+    """Keep the real stdout for the protocol (returned as a new descriptor); descriptor 1 becomes stderr."""
+    sys.stdout.flush()
+    protocol_fd = os.dup(1)
+    os.dup2(2, 1)
+    return protocol_fd
+
+
+async def _streams(protocol_fd: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """asyncio streams on stdin and the protocol descriptor (what `acp.stdio_streams` does on fd 0 and 1)."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=_STDIN_LIMIT)
+    try:
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        transport, protocol = await loop.connect_write_pipe(
+            lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader()), os.fdopen(protocol_fd, "wb", buffering=0))
+    except ValueError as exc:  # a terminal or a regular file, not a pipe
+        raise ConfigError(f"crow acp talks to an editor over pipes on stdin and stdout ({exc})") from None
+    return reader, asyncio.StreamWriter(transport, protocol, None, loop)
+
+
+async def serve_acp(settings: Settings, options: AcpOptions) -> int:
+    """Serve one editor on stdin/stdout until it closes stdin; returns the exit code (0).
+
+    Raises:
+        ConfigError: stdin/stdout are not pipes, an MCP table is invalid.
+        SessionError: the session store cannot be opened.
+    """
+    protocol_fd = _claim_stdout()
+    logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if options.debug else logging.WARNING,
+                        format="crow acp: %(levelname)s: %(message)s")
+    reader, writer = await _streams(protocol_fd)  # before anything slow: a terminal is refused at once
+    registry = None if options.no_tools else build_registry(settings, extra_dirs=options.tools_dirs)
+    store = SessionStore()
+    async with McpServers({} if registry is None else settings.mcp_servers,
+                          errlog=sys.stderr if options.debug else None) as mcp:
+        if registry is not None:
+            await mcp.register_tools(registry)
+            registry.schemas()  # a tool that cannot be described is reported now
+            for problem in registry.errors:
+                log.warning("%s", problem)
+        client = build_client(settings)
+        agent = CrowAgent(settings, options, store, registry, client)
+        try:
+            await acp.run_agent(cast(acp.Agent, agent), writer, reader)  # the methods crow serves
+        finally:
+            await agent.close()
+            await client.aclose()
+    return 0

@@ -1,0 +1,110 @@
+"""File tools that go through the editor: ACP `fs/read_text_file` and `fs/write_text_file`.
+
+When the client advertises them, a session's `read_file`, `write_file` and `edit_file` read and write
+through the editor, so unsaved buffers are seen and edits show in the editor. They keep the built-ins'
+names, schemas and descriptions, and their paths are still confined to the workspace (checked here,
+before the editor is asked). `edit_file` needs both capabilities.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+from typing import Any
+
+from acp import RequestError
+from acp.interfaces import Client
+from acp.schema import FileSystemCapabilities
+
+from ..errors import ToolError
+from ..tools.builtin.edits import unified_diff
+from ..tools.builtin.files import MAX_RETURN_CHARS
+from ..tools.registry import Tool
+from ..tools.workspace import resolve_in_workspace, workspace_root
+
+__all__ = ["client_file_tools"]
+
+
+def client_file_tools(tools: Iterable[Tool], client: Client, session_id: str,
+                      fs: FileSystemCapabilities | None) -> list[Tool]:
+    """`tools` with the built-in file tools replaced by ones using the editor, as far as `fs` allows."""
+    can_read, can_write = bool(fs and fs.read_text_file), bool(fs and fs.write_text_file)
+    editor = _Editor(client, session_id)
+    fns: dict[str, Any] = {}
+    if can_read:
+        fns["read_file"] = editor.read_file
+    if can_write:
+        fns["write_file"] = editor.write_file
+    if can_read and can_write:
+        fns["edit_file"] = editor.edit_file
+    out = []
+    for tool in tools:
+        fn = fns.get(tool.name) if tool.source == "builtin" else None
+        if fn is not None:
+            tool.schema()  # the built-in's schema and validator, derived once, are kept
+            tool = replace(tool, fn=fn, preview=None)  # the built-in's preview reads the disk, not the buffer
+        out.append(tool)
+    return out
+
+
+class _Editor:
+    def __init__(self, client: Client, session_id: str) -> None:
+        self.client = client
+        self.session_id = session_id
+
+    async def _read(self, path: str, line: int | None = None, limit: int | None = None) -> str:
+        file = resolve_in_workspace(path)
+        try:
+            response = await self.client.read_text_file(session_id=self.session_id, path=str(file), line=line,
+                                                        limit=limit)
+        except RequestError as exc:
+            raise ToolError(f"{path!r} could not be read through the editor: {exc}") from None
+        return response.content
+
+    async def _write(self, path: str, content: str) -> str:
+        file = resolve_in_workspace(path)
+        if file.is_dir():
+            raise ToolError(f"{path!r} is a directory")
+        try:
+            await self.client.write_text_file(session_id=self.session_id, path=str(file), content=content)
+        except RequestError as exc:
+            raise ToolError(f"{path!r} could not be written through the editor: {exc}") from None
+        return file.relative_to(workspace_root()).as_posix()
+
+    async def read_file(self, path: str, start_line: int | None = None, end_line: int | None = None) -> str:
+        for name, value in (("start_line", start_line), ("end_line", end_line)):
+            if value is not None and value < 1:
+                raise ToolError(f"{name} must be 1 or more (lines are numbered from 1); got {value}")
+        if start_line is not None and end_line is not None and end_line < start_line:
+            raise ToolError(f"end_line {end_line} is before start_line {start_line}")
+        limit = None if end_line is None else end_line - (start_line or 1) + 1
+        text = await self._read(path, start_line, limit)
+        if len(text) <= MAX_RETURN_CHARS:
+            return text
+        shown = text[:MAX_RETURN_CHARS].rsplit("\n", 1)[0] + "\n"
+        last = (start_line or 1) + shown.count("\n") - 1
+        return (f"[read_file: showing lines {start_line or 1}–{last} (at most {MAX_RETURN_CHARS} characters per "
+                f"call); read on with start_line={last + 1}]\n{shown}")
+
+    async def write_file(self, path: str, content: str) -> str:
+        name = await self._write(path, content)
+        return f"wrote {name} ({len(content.encode())} bytes) through the editor"
+
+    async def edit_file(self, path: str, old_string: str, new_string: str, replace_all: bool = False) -> str:
+        if old_string == "":
+            raise ToolError("old_string is empty; use write_file to create a file")
+        if old_string == new_string:
+            raise ToolError("old_string and new_string are the same; nothing to change")
+        before = await self._read(path)
+        if old_string not in before and "\r\n" in before:  # models send "\n": match the file's CRLF
+            old_string, new_string = (s.replace("\r\n", "\n").replace("\n", "\r\n") for s in (old_string, new_string))
+        count = before.count(old_string)
+        if count == 0:
+            raise ToolError(f"old_string was not found in {path!r}; read the file and copy the text exactly")
+        if count > 1 and not replace_all:
+            raise ToolError(f"old_string occurs {count} times in {path!r}; include more surrounding text to make "
+                            "it unique, or set replace_all to true")
+        after = before.replace(old_string, new_string)
+        name = await self._write(path, after)
+        noun = "occurrence" if count == 1 else "occurrences"
+        return f"edited {name}: replaced {count} {noun}\n" + unified_diff(before, after, name)

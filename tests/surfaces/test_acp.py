@@ -1,0 +1,486 @@
+"""`crow acp` end to end: the ACP SDK's client side spawns `crow acp` against the scripted replay server.
+
+Issue 12: crow as an Agent Client Protocol agent for editors. Every test waits on protocol events (an
+update seen, a response), never on time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from acp import PROTOCOL_VERSION, RequestError, spawn_agent_process, text_block
+from acp.schema import (
+    AgentMessageChunk,
+    AgentThoughtChunk,
+    AllowedOutcome,
+    ClientCapabilities,
+    DeniedOutcome,
+    FileEditToolCallContent,
+    FileSystemCapabilities,
+    McpServerStdio,
+    ReadTextFileResponse,
+    RequestPermissionResponse,
+    ToolCallProgress,
+    ToolCallStart,
+    UserMessageChunk,
+)
+
+from crow_cli.sessions import SessionStore
+from tests.conftest import chunk, sse, text_sse
+from tests.replay_server import ReplayServer
+from tests.tools.cli_helpers import script
+
+CROW = str(Path(sys.executable).with_name("crow"))
+
+
+class Editor:
+    """The client side: records every update and permission request, answers permissions from a script."""
+
+    def __init__(self, answers: list[str] | None = None, buffers: dict[str, str] | None = None) -> None:
+        self.buffers = buffers
+        """With buffers (path -> text), the editor offers fs/read_text_file and fs/write_text_file."""
+        self.fs_calls: list[tuple[str, str]] = []
+        self.updates: list[Any] = []
+        self.permissions: list[Any] = []
+        self.answers = list(answers or [])
+        self.changed = asyncio.Condition()
+        self.cancel_sent = asyncio.Event()
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        async with self.changed:
+            self.updates.append(update)
+            self.changed.notify_all()
+
+    async def request_permission(self, session_id: str, tool_call: Any, options: list[Any],
+                                 **kwargs: Any) -> RequestPermissionResponse:
+        async with self.changed:
+            self.permissions.append((tool_call, options))
+            self.changed.notify_all()
+        answer = self.answers.pop(0)
+        if answer == "after cancel":  # as ACP asks of clients: a pending request is answered "cancelled"
+            await self.cancel_sent.wait()
+            answer = "cancelled"
+        if answer == "cancelled":
+            return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+        return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=answer))
+
+    async def read_text_file(self, session_id: str, path: str, line: int | None = None, limit: int | None = None,
+                             **kwargs: Any) -> ReadTextFileResponse:
+        assert self.buffers is not None
+        self.fs_calls.append(("read", path))
+        lines = self.buffers[path].splitlines(keepends=True)
+        start = (line or 1) - 1
+        return ReadTextFileResponse(content="".join(lines[start: None if limit is None else start + limit]))
+
+    async def write_text_file(self, session_id: str, path: str, content: str, **kwargs: Any) -> None:
+        assert self.buffers is not None
+        self.fs_calls.append(("write", path))
+        self.buffers[path] = content
+
+    async def wait_for(self, seen: Callable[[], bool]) -> None:
+        async with self.changed:
+            await self.changed.wait_for(seen)
+
+    def text(self) -> str:
+        return "".join(u.content.text for u in self.updates if isinstance(u, AgentMessageChunk))
+
+    def of(self, kind: type) -> list[Any]:
+        return [u for u in self.updates if isinstance(u, kind)]
+
+
+@contextlib.asynccontextmanager
+async def crow_acp(url: str, cwd: Path, editor: Editor, *args: str,
+                   transcript: list[dict[str, Any]] | None = None) -> AsyncIterator[tuple[Any, Any, Path]]:
+    """`crow acp` connected and initialized; yields (connection, process, stderr file)."""
+    err = cwd.parent / f"{cwd.name}-stderr.txt"
+    observers = [] if transcript is None else [lambda event: transcript.append(
+        {"direction": event.direction.value, "message": event.message})]
+    with err.open("a") as errfile:
+        async with spawn_agent_process(editor, CROW, "acp", "--base-url", url, "--api-key", "sk-test", "--model",
+                                       "test-model", *args, cwd=cwd, env=dict(os.environ),
+                                       transport_kwargs={"stderr": errfile.fileno()}, observers=observers
+                                       ) as (conn, proc):
+            offer = editor.buffers is not None
+            fs = FileSystemCapabilities(read_text_file=offer, write_text_file=offer)
+            await conn.initialize(protocol_version=PROTOCOL_VERSION, client_capabilities=ClientCapabilities(fs=fs))
+            yield conn, proc, err
+
+
+async def prompt_once(workspace: Path, editor: Editor, turns: list[dict[str, Any]], text: str,
+                      *args: str) -> tuple[Any, list[dict[str, Any]]]:
+    """One `crow acp` process, one new session, one prompt: the response and every request the server got."""
+    with ReplayServer(turns) as server:
+        async with crow_acp(server.base_url, workspace, editor, *args) as (conn, _proc, _err):
+            session = await conn.new_session(cwd=str(workspace), mcp_servers=[])
+            response = await conn.prompt(session_id=session.session_id, prompt=[text_block(text)])
+    return response, server.requests
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    folder = tmp_path / "ws"
+    folder.mkdir()
+    return folder
+
+
+async def test_initialize_reports_version_1_and_honest_capabilities(workspace):
+    with ReplayServer([]) as server:
+        async with spawn_agent_process(Editor(), CROW, "acp", "--base-url", server.base_url, "--model", "m",
+                                       cwd=workspace, env=dict(os.environ)) as (conn, _proc):
+            response = await conn.initialize(protocol_version=PROTOCOL_VERSION)
+    assert response.protocol_version == 1
+    caps = response.agent_capabilities
+    assert caps.load_session is True
+    assert caps.prompt_capabilities.embedded_context is True and caps.prompt_capabilities.image is False
+    assert caps.mcp_capabilities.http is True and caps.mcp_capabilities.sse is False
+    assert caps.session_capabilities.list is not None
+    assert response.agent_info.name == "crow"
+
+
+async def test_two_parallel_tool_calls_get_unique_acp_ids_and_keep_the_models_ids(workspace):
+    (workspace / "a.txt").write_text("alpha\n")
+    (workspace / "b.txt").write_text("beta\n")
+    # the model sends the same id twice: ACP ids are crow's own, the model's go back unchanged
+    turns = script([("dup", "read_file", {"path": "a.txt"}), ("dup", "read_file", {"path": "b.txt"})],
+                   final="Both read.")
+    editor = Editor()
+    response, requests = await prompt_once(workspace, editor, turns, "read a and b")
+    assert response.stop_reason == "end_turn"
+    starts = editor.of(ToolCallStart)
+    assert [s.tool_call_id for s in starts] == ["1-0", "1-1"]
+    assert [s.kind for s in starts] == ["read", "read"]
+    assert [s.locations[0].path for s in starts] == [str(workspace / "a.txt"), str(workspace / "b.txt")]
+    assert starts[0].raw_input == {"path": "a.txt"}
+    for acp_id, text in (("1-0", "alpha\n"), ("1-1", "beta\n")):
+        progress = [u for u in editor.of(ToolCallProgress) if u.tool_call_id == acp_id]
+        assert [p.status for p in progress] == ["in_progress", "completed"]
+        assert progress[-1].content[0].content.text == text
+    # every update of a call comes after its announcement, the answer after the results
+    kinds = [type(u).__name__ for u in editor.updates]
+    assert kinds.index("ToolCallStart") < kinds.index("ToolCallProgress") < kinds.index("AgentMessageChunk")
+    assert editor.text() == "Both read."
+    second = requests[1]["messages"]
+    assert [c["id"] for c in second[-3]["tool_calls"]] == ["dup", "dup"]
+    assert [(m["tool_call_id"], m["content"]) for m in second[-2:]] == [("dup", "alpha\n"), ("dup", "beta\n")]
+
+
+async def test_a_rejected_write_is_not_run_and_the_model_is_told(workspace):
+    turns = script([("w1", "write_file", {"path": "new.txt", "content": "hi\n"})], final="Understood.")
+    editor = Editor(answers=["reject_once"])
+    response, requests = await prompt_once(workspace, editor, turns, "write it")
+    assert response.stop_reason == "end_turn"
+    assert not (workspace / "new.txt").exists()
+    (tool_call, options), = editor.permissions
+    assert [o.kind for o in options] == ["allow_once", "allow_always", "reject_once", "reject_always"]
+    assert tool_call.tool_call_id == "1-0" and tool_call.kind == "edit"
+    diff = tool_call.content[0]
+    assert isinstance(diff, FileEditToolCallContent) and diff.old_text is None and diff.new_text == "hi\n"
+    final = editor.of(ToolCallProgress)[-1]
+    assert final.status == "failed" and "declined" in final.content[0].content.text
+    answer = requests[1]["messages"][-1]
+    assert answer["role"] == "tool" and answer["tool_call_id"] == "w1" and "declined" in answer["content"]
+
+
+async def test_an_allowed_edit_carries_its_diff(workspace):
+    (workspace / "f.txt").write_text("hello world\n")
+    turns = script([("e1", "edit_file", {"path": "f.txt", "old_string": "world", "new_string": "crow"})],
+                   final="Edited.")
+    editor = Editor(answers=["allow_once"])
+    response, _ = await prompt_once(workspace, editor, turns, "edit it")
+    assert response.stop_reason == "end_turn"
+    assert (workspace / "f.txt").read_text() == "hello crow\n"
+    (tool_call, _options), = editor.permissions
+    assert tool_call.content[0].old_text == "hello world\n" and tool_call.content[0].new_text == "hello crow\n"
+    progress = editor.of(ToolCallProgress)
+    assert [p.status for p in progress] == ["in_progress", "completed"]
+    diff, output = progress[-1].content
+    assert diff.type == "diff" and diff.path == str(workspace / "f.txt") and diff.new_text == "hello crow\n"
+    assert output.content.text.startswith("edited f.txt")
+
+
+async def test_always_is_remembered_for_the_session(workspace):
+    calls = [[("w1", "write_file", {"path": "one.txt", "content": "1"})],
+             [("w2", "write_file", {"path": "two.txt", "content": "2"})]]
+    editor = Editor(answers=["allow_always"])
+    with ReplayServer(script(*calls, final="Done.")) as server:
+        async with crow_acp(server.base_url, workspace, editor) as (conn, _proc, _err):
+            session = await conn.new_session(cwd=str(workspace), mcp_servers=[])
+            await conn.prompt(session_id=session.session_id, prompt=[text_block("write both")])
+    assert len(editor.permissions) == 1
+    assert (workspace / "one.txt").read_text() == "1" and (workspace / "two.txt").read_text() == "2"
+    assert [s.tool_call_id for s in editor.of(ToolCallStart)] == ["1-0", "2-0"]
+
+
+async def test_read_only_mode_refuses_without_asking(workspace):
+    turns = script([("w1", "write_file", {"path": "x.txt", "content": "x"})], final="OK.")
+    editor = Editor()
+    with ReplayServer(turns) as server:
+        async with crow_acp(server.base_url, workspace, editor) as (conn, _proc, _err):
+            session = await conn.new_session(cwd=str(workspace), mcp_servers=[])
+            assert session.modes.current_mode_id == "ask"
+            assert [m.id for m in session.modes.available_modes] == ["ask", "auto-edit", "read-only", "yolo"]
+            await conn.set_session_mode(session_id=session.session_id, mode_id="read-only")
+            await conn.prompt(session_id=session.session_id, prompt=[text_block("write")])
+            with pytest.raises(RequestError) as bad:
+                await conn.set_session_mode(session_id=session.session_id, mode_id="nope")
+    assert bad.value.code == -32602
+    assert editor.permissions == [] and not (workspace / "x.txt").exists()
+    assert "read-only" in server.requests[1]["messages"][-1]["content"]
+
+
+async def test_cancel_mid_stream_answers_cancelled_and_keeps_a_valid_history(workspace):
+    slow = sse(chunk({"role": "assistant", "content": "Part one"}), chunk({"content": " never"}), chunk({}, "stop"))
+    editor = Editor()
+    with ReplayServer([{"sse": slow, "delay_ms": 600_000}, {"sse": text_sse("Fresh answer.")}]) as server:
+        async with crow_acp(server.base_url, workspace, editor) as (conn, proc, _err):
+            session = await conn.new_session(cwd=str(workspace), mcp_servers=[])
+            sid = session.session_id
+            prompt = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text_block("go")]))
+            await editor.wait_for(lambda: bool(editor.of(AgentMessageChunk)))
+            await conn.cancel(session_id=sid)
+            assert (await prompt).stop_reason == "cancelled"
+            again = await conn.prompt(session_id=sid, prompt=[text_block("again")])  # the session is still usable
+            assert again.stop_reason == "end_turn" and proc.returncode is None
+    with SessionStore() as store:
+        messages = store.messages(sid)
+    assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant"]
+    assert messages[1]["content"] == "Part one\n\n[interrupted by the user]"
+    assert server.requests[1]["messages"][1:] == messages[1:3]
+
+
+async def test_load_replays_a_stored_session_after_a_restart(workspace):
+    (workspace / "a.txt").write_text("alpha\n")
+    turns = script([("r1", "read_file", {"path": "a.txt"})], final="It says alpha.")
+    with ReplayServer([*turns, {"sse": text_sse("Still alpha.")}]) as server:
+        async with crow_acp(server.base_url, workspace, Editor()) as (conn, _proc, _err):
+            sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            await conn.prompt(session_id=sid, prompt=[text_block("what is in a.txt?")])
+        editor = Editor()
+        async with crow_acp(server.base_url, workspace, editor) as (conn, _proc, _err):
+            listed = await conn.list_sessions(cwd=str(workspace))
+            assert [s.session_id for s in listed.sessions] == [sid]
+            loaded = await conn.load_session(cwd=str(workspace), session_id=sid, mcp_servers=[])
+            replayed = list(editor.updates)  # everything arrived before the response
+            await conn.prompt(session_id=sid, prompt=[text_block("and now?")])
+    assert loaded.modes.current_mode_id == "ask"
+    assert [type(u) for u in replayed] == [UserMessageChunk, ToolCallStart, AgentMessageChunk]
+    assert replayed[0].content.text == "what is in a.txt?"
+    call = replayed[1]
+    assert call.tool_call_id == "1-0" and call.status == "completed" and call.content[0].content.text == "alpha\n"
+    assert replayed[2].content.text == "It says alpha."
+    assert [m["role"] for m in server.requests[2]["messages"]] == ["user", "assistant", "tool", "assistant", "user"]
+    assert editor.text().endswith("Still alpha.")
+
+
+async def test_a_provider_401_is_a_jsonrpc_error_and_the_session_lives_on(workspace):
+    unauthorized = {"status": 401, "body": json.dumps({"error": {"message": "bad key", "type": "auth"}})}
+    editor = Editor()
+    with ReplayServer([unauthorized, {"sse": text_sse("Fine now.")}]) as server:
+        async with crow_acp(server.base_url, workspace, editor) as (conn, proc, _err):
+            sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            with pytest.raises(RequestError) as failed:
+                await conn.prompt(session_id=sid, prompt=[text_block("hi")])
+            assert proc.returncode is None
+            assert (await conn.prompt(session_id=sid, prompt=[text_block("hi again")])).stop_reason == "end_turn"
+            with pytest.raises(RequestError) as unknown:
+                await conn.prompt(session_id="nosuch", prompt=[text_block("hi")])
+    assert failed.value.code == -32603 and "401" in str(failed.value) and "\n" not in str(failed.value)
+    assert "sk-test" not in str(failed.value)
+    assert unknown.value.code == -32602 and "unknown session" in str(unknown.value)
+    assert editor.text() == "Fine now."
+
+
+def test_malformed_requests_get_errors_and_the_process_lives(workspace):
+    # hand-written lines on purpose: the SDK's client cannot send malformed params
+    proc = subprocess.Popen([CROW, "acp", "--model", "m", "--base-url", "http://127.0.0.1:9/v1"], cwd=workspace,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def ask(request: dict[str, Any]) -> dict[str, Any]:
+        proc.stdin.write(json.dumps(request) + "\n")
+        proc.stdin.flush()
+        return json.loads(proc.stdout.readline())
+
+    try:
+        bad = ask({"jsonrpc": "2.0", "id": 1, "method": "session/prompt", "params": {"prompt": 5}})
+        assert bad["error"]["code"] == -32602
+        unknown = ask({"jsonrpc": "2.0", "id": 2, "method": "session/prompt",
+                       "params": {"sessionId": "zzz", "prompt": []}})
+        assert unknown["error"]["code"] == -32602
+        hello = ask({"jsonrpc": "2.0", "id": 3, "method": "initialize", "params": {"protocolVersion": 1}})
+        assert hello["result"]["protocolVersion"] == 1
+    finally:
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0
+
+
+NOISY = '''
+import os
+import sys
+from crow_cli.tools import tool
+
+print("NOISE AT IMPORT")
+
+
+@tool
+def noisy_sync(x: int) -> str:
+    """Prints from its worker thread, and from a subprocess."""
+    print("NOISE FROM THREAD")
+    sys.stdout.flush()
+    os.system("echo NOISE FROM SUBPROCESS")
+    return f"x={x}"
+
+
+@tool
+async def noisy_async(x: int) -> str:
+    """Prints on the event loop."""
+    print("NOISE FROM LOOP")
+    return f"y={x}"
+'''
+
+
+async def test_a_plugin_that_prints_does_not_break_the_protocol(workspace, tmp_path):
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "noisy.py").write_text(NOISY)
+    turns = script([("c1", "noisy_sync", {"x": 1}), ("c2", "noisy_async", {"x": 2})], final="The answer.")
+    editor = Editor()
+    with ReplayServer(turns) as server:
+        async with crow_acp(server.base_url, workspace, editor, "--tools-dir", str(tools)) as (conn, _proc, err):
+            sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            response = await conn.prompt(session_id=sid, prompt=[text_block("make noise")])
+    assert response.stop_reason == "end_turn" and editor.text() == "The answer."
+    assert sorted(p.content[0].content.text for p in editor.of(ToolCallProgress) if p.status == "completed") == \
+        ["x=1", "y=2"]
+    stderr = err.read_text()
+    for noise in ("NOISE AT IMPORT", "NOISE FROM THREAD", "NOISE FROM SUBPROCESS", "NOISE FROM LOOP"):
+        assert noise in stderr
+
+
+async def test_resource_links_and_embedded_resources_join_the_user_message(workspace):
+    from acp import embedded_text_resource, resource_block, resource_link_block
+
+    editor = Editor()
+    with ReplayServer([{"sse": text_sse("Seen.")}]) as server:
+        async with crow_acp(server.base_url, workspace, editor) as (conn, _proc, _err):
+            sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            await conn.prompt(session_id=sid, prompt=[
+                text_block("look at"), resource_link_block("main.py", f"file://{workspace}/main.py"),
+                resource_block(embedded_text_resource(f"file://{workspace}/notes.md", "remember this"))])
+    user = server.requests[0]["messages"][-1]["content"]
+    assert user == (f"look at\n\n[main.py]({workspace}/main.py)\n\n"
+                    f'<context uri="{workspace}/notes.md">\nremember this\n</context>')
+
+
+def test_acp_sessions_are_crow_sessions(workspace):
+    async def one_prompt() -> str:
+        with ReplayServer(script(final="Stored.")) as server:
+            async with crow_acp(server.base_url, workspace, Editor()) as (conn, _proc, _err):
+                sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+                await conn.new_session(cwd=str(workspace), mcp_servers=[])  # never prompted: not kept
+                await conn.prompt(session_id=sid, prompt=[text_block("keep me")])
+        return sid
+
+    sid = asyncio.run(one_prompt())
+    listed = subprocess.run([CROW, "sessions", "list"], capture_output=True, text=True, timeout=60)
+    assert sid in listed.stdout and "keep me" in listed.stdout
+    with SessionStore() as store:
+        assert [s.id for s in store.recent()] == [sid]
+    with ReplayServer([{"sse": text_sse("Continued.")}]) as server:  # the terminal surfaces continue it
+        ran = subprocess.run([CROW, "run", "--base-url", server.base_url, "--model", "m", "--session", sid, "and?"],
+                             capture_output=True, text=True, timeout=60, cwd=workspace)
+    assert ran.returncode == 0 and ran.stdout == "Continued.\n", ran.stderr
+    assert [m["content"] for m in server.requests[0]["messages"]] == ["keep me", "Stored.", "and?"]
+
+
+async def test_file_tools_go_through_the_editor_when_it_offers_them(workspace):
+    (workspace / "f.txt").write_text("on disk\n")
+    path = str(workspace / "f.txt")
+    editor = Editor(answers=["allow_once"], buffers={path: "unsaved one\nunsaved two\n"})
+    turns = script([("r1", "read_file", {"path": "f.txt", "start_line": 2})],
+                   [("e1", "edit_file", {"path": "f.txt", "old_string": "two", "new_string": "2"})],
+                   [("x1", "read_file", {"path": "../outside.txt"})], final="Done.")
+    _, requests = await prompt_once(workspace, editor, turns, "edit the buffer")
+    assert requests[1]["messages"][-1]["content"] == "unsaved two\n"  # the buffer, not the disk
+    assert editor.buffers == {path: "unsaved one\nunsaved 2\n"}
+    assert (workspace / "f.txt").read_text() == "on disk\n"
+    assert editor.fs_calls == [("read", path), ("read", path), ("write", path)]  # nothing outside the workspace
+    assert "outside the workspace" in requests[3]["messages"][-1]["content"]
+
+
+async def test_reasoning_streams_as_thoughts_and_each_stop_reason_is_mapped(workspace):
+    thinking = sse(chunk({"role": "assistant", "reasoning_content": "Let me think."}), chunk({"content": "Hi."}),
+                   chunk({}, "stop"))
+    refusal = sse(chunk({"role": "assistant", "refusal": "I can't help with that."}), chunk({}, "stop"))
+    turns = [{"sse": thinking}, {"sse": refusal}, *script([("c1", "list_directory", {})])[:1]]
+    editor = Editor()
+    with ReplayServer(turns) as server:
+        async with crow_acp(server.base_url, workspace, editor, "--max-turns", "1") as (conn, _proc, _err):
+            sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            stops = [(await conn.prompt(session_id=sid, prompt=[text_block(p)])).stop_reason
+                     for p in ("hi", "do something bad", "list files")]
+    assert stops == ["end_turn", "refusal", "max_turn_requests"]
+    assert [u.content.text for u in editor.of(AgentThoughtChunk)] == ["Let me think."]
+    assert editor.text().startswith("Hi.")
+
+
+async def test_cancel_while_a_permission_request_waits(workspace):
+    turns = script([("w1", "write_file", {"path": "x.txt", "content": "x"})], final="Never sent.")
+    editor = Editor(answers=["after cancel"])
+    with ReplayServer([*turns, {"sse": text_sse("Later.")}]) as server:
+        async with crow_acp(server.base_url, workspace, editor) as (conn, _proc, _err):
+            sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            prompt = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text_block("write")]))
+            await editor.wait_for(lambda: bool(editor.permissions))
+            await conn.cancel(session_id=sid)
+            editor.cancel_sent.set()
+            assert (await prompt).stop_reason == "cancelled"
+            final = editor.of(ToolCallProgress)[-1]
+            assert final.tool_call_id == "1-0" and final.status == "failed" and "cancelled" in \
+                final.content[0].content.text
+    assert not (workspace / "x.txt").exists()
+    with SessionStore() as store:
+        messages = store.messages(sid)
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
+    assert messages[2]["tool_call_id"] == "w1" and "cancelled by the user" in messages[2]["content"]
+    assert len(server.requests) == 1
+
+
+async def test_mcp_servers_named_by_the_editor_join_the_session(workspace):
+    server_py = str(Path(__file__).resolve().parents[1] / "tools" / "mcp_demo_server.py")
+    turns = script([("m1", "shout", {"text": "hey"})], final="Shouted.")
+    editor = Editor()
+    with ReplayServer(turns) as server:
+        async with crow_acp(server.base_url, workspace, editor) as (conn, _proc, _err):
+            demo = McpServerStdio(name="demo", command=sys.executable, args=[server_py], env=[])
+            sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[demo])).session_id
+            await conn.prompt(session_id=sid, prompt=[text_block("shout hey")])
+    offered = {t["function"]["name"] for t in server.requests[0]["tools"]}
+    assert {"shout", "add", "read_file"} <= offered  # the built-in read_file keeps its name
+    (start,) = editor.of(ToolCallStart)
+    assert start.kind == "read"  # the server marks shout read-only
+    assert "HEY" in editor.of(ToolCallProgress)[-1].content[0].content.text
+
+
+async def test_cancel_stops_a_running_tool_at_once(workspace):
+    turns = script([("s1", "run_shell", {"command": "sleep 600"})], final="Never sent.")
+    editor = Editor()
+    with ReplayServer(turns) as server:
+        async with crow_acp(server.base_url, workspace, editor, "--yes") as (conn, _proc, _err):
+            sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            prompt = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text_block("wait")]))
+            await editor.wait_for(lambda: any(u.status == "in_progress" for u in editor.of(ToolCallProgress)))
+            await conn.cancel(session_id=sid)
+            assert (await prompt).stop_reason == "cancelled"
+    final = editor.of(ToolCallProgress)[-1]
+    assert final.status == "failed" and "cancelled" in final.content[0].content.text
+    assert len(server.requests) == 1
