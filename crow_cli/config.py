@@ -90,6 +90,10 @@ class Settings:
     api_key_problem: str | None = None
     """Why no key could be taken (an `api_key_env` that applies but is unset); `require_api_key` raises it,
     commands that send nothing (`crow tools`) do not care."""
+    context_window: int | None = None
+    """The model's context window in tokens (config `context_window`); None: asked of the server."""
+    instructions: tuple[Any, ...] = ()
+    """The `instructions.Instructions` (AGENTS.md files) whose text ends `system`, as a surface loaded them."""
 
 
 def _at_least(low: float) -> Callable[[Any], str | None]:
@@ -180,6 +184,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("first_byte_timeout", float, field="first_byte_timeout_s", env="CROW_FIRST_BYTE_TIMEOUT", default=60.0,
            check=_positive),
     Option("reasoning_echo", str, env="CROW_REASONING_ECHO", default="auto", check=_one_of(REASONING_ECHO)),
+    Option("context_window", int, check=_at_least(256)),
 )
 _BY_KEY = {o.key: o for o in OPTIONS}
 
@@ -314,6 +319,7 @@ def load_settings(
         workspace=values["workspace"], mcp_servers=dict(values["mcp_servers"]), profile=chosen,
         config_path=str(path) if path.exists() else None, api_key_problem=problem,
         secrets=_secrets(flags, env, [*layers, *(_Layer(t, "") for t in profiles.values())]),
+        context_window=values["context_window"],
     )
 
 

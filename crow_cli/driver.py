@@ -20,6 +20,7 @@ from contextlib import aclosing
 from dataclasses import replace
 from typing import Protocol
 
+from .context.compact import Compactor
 from .errors import SessionError
 from .events import Event, MessageAppended, RunFinished, WarningEvent
 from .history import Message
@@ -55,15 +56,18 @@ class Driver:
         settings: loop limits.
         approve: asked before tools that need approval (None denies them).
         context: the workspace and secrets tools run with (None: the working directory, no secrets).
+        compactor: keeps the conversation within the context window (None: no compaction).
     """
 
     def __init__(self, client: ChatStream, registry: ToolRegistry | None, settings: LoopSettings,
-                 approve: Approver | None, context: ToolContext | None = None) -> None:
+                 approve: Approver | None, context: ToolContext | None = None,
+                 compactor: Compactor | None = None) -> None:
         self.client = client
         self.context = context
         self.registry = registry
         self.settings = settings
         self.approve = approve
+        self.compactor = compactor
         self._task: asyncio.Task[None] | None = None
         self._stop: tuple[str, int] | None = None
         self._finished: RunFinished | None = None
@@ -134,7 +138,7 @@ class Driver:
 
     async def _consume(self, history: list[Message], sink: Sink | None, recorder: Recorder | None) -> None:
         async with aclosing(react(history, self.client, self.registry, self.settings, self.approve,
-                                  self.context)) as events:
+                                  self.context, self.compactor)) as events:
             async for event in events:
                 if isinstance(event, MessageAppended):
                     recorder = self._store(recorder, history, sink)

@@ -104,13 +104,21 @@ class Notice:
     `"retrying"`: the request failed before its stream started (429, 5xx, a connection error) and the
     client retries it after `wait_s`; nothing of the turn was streamed. `"reasoning_echo"`: the server
     refused (or demanded) the messages' reasoning fields and the request is sent again once without (or
-    with) them; nothing of the turn was streamed."""
+    with) them; nothing of the turn was streamed.
+    `"compacting"`: the history is near (or past) the model's context window; crow asks the model
+    for a summary of the oldest exchanges (a separate request). `"compacted"`: later requests start
+    from the compacted history (`tokens_before` → `tokens_after`); the stored session keeps it all."""
     attempt: int | None = None
     """`retrying`: the number of the request about to be sent (2 = the first retry)."""
     wait_s: float | None = None
     """`retrying`: seconds waited before it (the server's Retry-After, else backoff with jitter)."""
     status: int | None = None
     """`retrying`: the HTTP status of the failed request; None for a connection error or timeout."""
+    tokens_before: int | None = None
+    """`compacting` / `compacted`: the prompt's size in tokens before compaction (the server's count
+    when it gave one, else an estimate)."""
+    tokens_after: int | None = None
+    """`compacted`: the estimated size in tokens of the compacted history later requests start from."""
     type: Literal["notice"] = "notice"
 
 

@@ -24,6 +24,8 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .context.compact import Compactor
+from .context.send import send
 from .errors import CrowError, MaxTurnsExceeded, StreamCut
 from .events import Event, MessageAppended, Notice, RunFinished, TextDelta, ToolResultReady, TurnFinished, WarningEvent
 from .history import AssistantTurn, Message, ToolCall, ToolResult, assistant_message
@@ -70,6 +72,7 @@ async def react(
     settings: LoopSettings = LoopSettings(),
     approve: Approver | None = None,
     context: ToolContext | None = None,
+    compactor: Compactor | None = None,
 ) -> AsyncGenerator[Event, None]:
     """Run turns until the model answers without tool calls; yield events as they happen.
 
@@ -80,6 +83,8 @@ async def react(
         settings: limits.
         approve: asked before tools that need approval; None denies them.
         context: the workspace and secrets tools run with (None: the working directory, no secrets).
+        compactor: keeps requests within the context window (`context.send`); None: the normalised
+            history is sent as it is.
 
     Raises:
         asyncio.CancelledError: after closing the history and yielding `RunFinished("cancelled")`.
@@ -91,7 +96,7 @@ async def react(
         for closing.turn in range(1, settings.max_turns + 1):
             turn: AssistantTurn | None = None
             try:
-                async with aclosing(_stream_turn(history, client, tools, settings)) as items:
+                async with aclosing(_stream_turn(history, client, tools, settings, compactor)) as items:
                     async for item in items:
                         if isinstance(item, AssistantTurn):
                             turn = item
@@ -125,7 +130,8 @@ async def react(
 
 
 async def _stream_turn(history: list[Message], client: ChatStream, tools: list[dict[str, Any]] | None,
-                       settings: LoopSettings) -> AsyncGenerator[Event | AssistantTurn, None]:
+                       settings: LoopSettings, compactor: Compactor | None = None
+                       ) -> AsyncGenerator[Event | AssistantTurn, None]:
     """Stream one turn: its events, then the assembled `AssistantTurn` as the last item.
 
     Tools only run after a turn's stream has ended, so a cut stream never has a tool of its turn
@@ -135,7 +141,7 @@ async def _stream_turn(history: list[Message], client: ChatStream, tools: list[d
     for attempt in range(1, settings.stream_attempts + 1):
         accumulator = StreamAccumulator(trace=settings.trace)
         try:
-            async with aclosing(client.stream(history, tools)) as chunks:  # closes the response on cancel
+            async with aclosing(send(history, client, tools, compactor)) as chunks:  # closes the response on cancel
                 async for chunk in chunks:
                     if isinstance(chunk, dict):
                         for event in accumulator.feed(chunk):

@@ -1,10 +1,14 @@
 """The session store: conversations kept in SQLite so they survive crashes and can be resumed.
 
 One file, `crow/sessions.db` in the platformdirs user data dir (`~/.local/share/crow/sessions.db` on
-Linux), opened in WAL mode. Two tables:
+Linux), opened in WAL mode. Four tables:
 
     sessions(id, title, created_at, updated_at, model, base_url, cwd)
     messages(session_id, position, message)     -- one wire message per row, as JSON
+    checkpoints(session_id, position, created_at, tokens_before, tokens_after, summary, view)
+                                                -- compacted views; the messages stay complete
+    file_backups(session_id, position, path, content, created_at)
+                                                -- files' contents before crow's file tools wrote them (undo)
 
 Each message is committed as it is appended, so a crash loses at most the turn in flight; `load`
 closes a history cut mid-turn (tool calls without results) with "interrupted" results, and stores
@@ -38,7 +42,8 @@ from .lockfile import FileLock, LockHeld
 from .private import private_dir, private_file
 from .text import public_url
 
-__all__ = ["EXPORT_FORMATS", "SessionInUse", "SessionInfo", "SessionStore", "SessionStoreDamaged", "default_db_path",
+__all__ = ["EXPORT_FORMATS", "SessionInUse", "SessionInfo", "SessionStore", "SessionStoreDamaged", "StoredCheckpoint",
+           "default_db_path",
            "export_session"]
 
 EXPORT_FORMATS = ("md", "json", "jsonl")
@@ -108,6 +113,19 @@ class SessionInfo:
     """How many messages the session holds."""
 
 
+@dataclass(frozen=True, slots=True)
+class StoredCheckpoint:
+    """A compaction checkpoint as stored: the view that stands for the first `position` messages."""
+
+    position: int
+    created_at: float
+    tokens_before: int
+    tokens_after: int
+    summary: str | None
+    """The model's summary; None when shortening old tool outputs was enough."""
+    view: list[Message]
+
+
 def default_db_path() -> Path:
     """`crow/sessions.db` in the platformdirs user data dir."""
     import platformdirs
@@ -125,8 +143,25 @@ def _m1_initial(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX sessions_updated ON sessions(updated_at)")
 
 
+def _m2_checkpoints(db: sqlite3.Connection) -> None:
+    db.execute("""CREATE TABLE checkpoints (
+        session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE, position INTEGER NOT NULL,
+        created_at REAL NOT NULL, tokens_before INTEGER NOT NULL, tokens_after INTEGER NOT NULL,
+        summary TEXT, view TEXT NOT NULL)""")
+    db.execute("CREATE INDEX checkpoints_session ON checkpoints(session_id, position)")
+
+
+def _m3_file_backups(db: sqlite3.Connection) -> None:
+    db.execute("""CREATE TABLE file_backups (
+        session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE, position INTEGER NOT NULL,
+        path TEXT NOT NULL, content BLOB, created_at REAL NOT NULL)""")
+    db.execute("CREATE INDEX file_backups_session ON file_backups(session_id, position)")
+
+
 _MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_initial", _m1_initial),
+    ("m002_checkpoints", _m2_checkpoints),
+    ("m003_file_backups", _m3_file_backups),
 ]
 """Applied in order, each once; append new ones, never edit or reorder applied ones."""
 
@@ -272,10 +307,13 @@ class SessionStore:
         rows = self._read(sql + (" LIMIT ?" if limit else ""), (limit,) if limit else ())
         return [SessionInfo(*row) for row in rows]
 
-    def latest(self) -> SessionInfo | None:
-        """The most recently updated session, or None when there is none."""
-        found = self.recent(limit=1)
-        return found[0] if found else None
+    def latest(self, cwd: str | None = None) -> SessionInfo | None:
+        """The most recently updated session (of the folder `cwd` when given), or None when there is none."""
+        if cwd is None:
+            found = self.recent(limit=1)
+            return found[0] if found else None
+        rows = self._read(_SELECT + " WHERE s.cwd = ? ORDER BY s.updated_at DESC, s.rowid DESC LIMIT 1", (cwd,))
+        return SessionInfo(*rows[0]) if rows else None
 
     def get(self, session_id: str) -> SessionInfo:
         """The session whose id is `session_id` or starts with it.
@@ -363,9 +401,46 @@ class SessionStore:
         return history
 
     def truncate(self, session_id: str, keep: int) -> None:
-        """Drop every message from position `keep` on (used by `/retry`)."""
+        """Drop every message from position `keep` on (used by `/retry`), and the checkpoints past it."""
         with self._transaction():
             self._db.execute("DELETE FROM messages WHERE session_id = ? AND position >= ?", (session_id, keep))
+            self._db.execute("DELETE FROM checkpoints WHERE session_id = ? AND position > ?", (session_id, keep))
+            self._db.execute("DELETE FROM file_backups WHERE session_id = ? AND position >= ?", (session_id, keep))
+
+    # file backups for undo (`tools.backup`): a file's content before crow's file tools changed it
+
+    def add_file_backup(self, session_id: str, position: int, path: str, content: bytes | None) -> None:
+        """Keep `path`'s content (None: it did not exist) from before a write made while the session
+        held `position` messages."""
+        with self._transaction():
+            self._db.execute("INSERT INTO file_backups VALUES (?, ?, ?, ?, ?)",
+                             (session_id, position, path, content, time.time()))
+
+    def file_backups(self, session_id: str, since: int) -> list[tuple[str, bytes | None]]:
+        """For each file written at or after message `since`: its path and its earliest kept content
+        (None: it did not exist then), in the order the files were first written."""
+        rows = self._read("SELECT path, content FROM file_backups WHERE session_id = ? AND position >= ? "
+                                "ORDER BY position, rowid", (session_id, since))
+        first: dict[str, bytes | None] = {}
+        for path, content in rows:
+            first.setdefault(path, content)
+        return list(first.items())
+
+    # compaction checkpoints (`context.compact`): the messages are never changed by them
+
+    def add_checkpoint(self, session_id: str, position: int, view: list[Message], tokens_before: int,
+                       tokens_after: int, summary: str | None = None) -> None:
+        """Store a compacted view that stands for the session's first `position` messages."""
+        with self._transaction():
+            self._db.execute("INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?)",
+                             (session_id, position, time.time(), tokens_before, tokens_after, summary,
+                              json.dumps(view, ensure_ascii=False)))
+
+    def checkpoints(self, session_id: str) -> list[StoredCheckpoint]:
+        """The session's compaction checkpoints, oldest first (later requests start from the last)."""
+        rows = self._read("SELECT position, created_at, tokens_before, tokens_after, summary, view "
+                                "FROM checkpoints WHERE session_id = ? ORDER BY position, rowid", (session_id,))
+        return [StoredCheckpoint(p, c, b, a, s, json.loads(v)) for p, c, b, a, s, v in rows]
 
 
 _SELECT = ("SELECT s.id, s.title, s.created_at, s.updated_at, s.model, s.base_url, s.cwd, "
@@ -379,18 +454,27 @@ def _title(content: Any) -> str:
     return line if len(line) <= _TITLE_CHARS else line[: _TITLE_CHARS - 1] + "…"
 
 
-def export_session(info: SessionInfo, messages: list[Message], fmt: str) -> str:
+def export_session(info: SessionInfo, messages: list[Message], fmt: str,
+                   checkpoints: list[StoredCheckpoint] | None = None) -> str:
     """The session as text: `md` (a readable transcript), `json` (one object) or `jsonl` (a line per message).
+
+    Compaction `checkpoints` are shown in `md` where they were made (with their summary) and listed
+    in `json` (`checkpoints`: position, tokens, summary, view); `jsonl` holds the messages only.
 
     Raises:
         SessionError: unknown format.
     """
     if fmt == "json":
-        return json.dumps({"session": _info_dict(info), "messages": messages}, ensure_ascii=False, indent=2) + "\n"
+        data: dict[str, Any] = {"session": _info_dict(info), "messages": messages}
+        if checkpoints:
+            data["checkpoints"] = [{"position": c.position, "created_at": c.created_at,
+                                    "tokens_before": c.tokens_before, "tokens_after": c.tokens_after,
+                                    "summary": c.summary, "view": c.view} for c in checkpoints]
+        return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
     if fmt == "jsonl":
         return "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in messages)
     if fmt == "md":
-        return _markdown(info, messages)
+        return _markdown(info, messages, checkpoints or [])
     raise SessionError(f"unknown export format {fmt!r} (use one of: {', '.join(EXPORT_FORMATS)})")
 
 
@@ -433,11 +517,22 @@ def _closed_fences(text: str) -> str:
     return f"{text}\n{open_fence}" if open_fence else text
 
 
-def _markdown(info: SessionInfo, messages: list[Message]) -> str:
+def _markdown(info: SessionInfo, messages: list[Message], checkpoints: list[StoredCheckpoint] | None = None) -> str:
     stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.created_at))
     out = [f"# {info.title or 'Untitled session'}\n",
            f"Session {_code_span(info.id)} · {stamp} · model {_code_span(info.model)} · {info.cwd}\n"]
-    for m in messages:
+    marks: dict[int, list[StoredCheckpoint]] = {}
+    for c in checkpoints or []:
+        marks.setdefault(c.position, []).append(c)
+    for n, m in enumerate([*messages, None]):
+        for c in marks.get(n, []):
+            how = "the model's summary below" if c.summary else "old tool outputs shortened"
+            out.append(f"## Compacted here\n\n{c.tokens_before:,} → {c.tokens_after:,} tokens ({how}); later "
+                       "requests start from this point, the messages above stay stored.\n")
+            if c.summary:
+                out.append("\n".join("> " + line for line in _closed_fences(c.summary).splitlines()) + "\n")
+        if m is None:
+            break
         role = m.get("role")
         content = m.get("content")
         if role == "tool":

@@ -54,6 +54,8 @@ def chat(
     config: ConfigOpt = None,
     debug: DebugOpt = False,
     local: LocalOpt = False,
+    no_project_instructions: Annotated[bool, typer.Option("--no-project-instructions", help="Do not put AGENTS.md "
+                                                          "files into the system prompt.")] = False,
 ) -> None:
     """Chat with the model in the terminal; type /help for commands. Sessions are kept (crow sessions)."""
     from ..config import load_settings
@@ -71,7 +73,8 @@ def chat(
         )
         check_before_start(settings, yes=yes, local=local)
         options = ChatOptions(tools_dirs=tuple(tools_dir or ()), no_tools=no_tools, yes=yes, debug=debug,
-                              resume=(session_id or "") if resume else None, session=not no_session)
+                              resume=(session_id or "") if resume else None, session=not no_session,
+                              project_instructions=not no_project_instructions)
         import asyncio  # not at import time: `crow tools` and `--help` do without it
 
         from ..local import local_session  # start, then stop, the local server

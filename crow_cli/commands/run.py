@@ -135,6 +135,11 @@ def run(
                                                 "session.")] = False,
     session: Annotated[str | None, typer.Option("--session", help="Continue the session with this id "
                                                 "(crow sessions list).")] = None,
+    file: Annotated[list[str] | None, typer.Option("--file", "-f", metavar="FILE", help="Attach a file to the "
+                                                   "prompt (repeatable): text into the message, images for "
+                                                   "vision models; inside the workspace.")] = None,
+    no_project_instructions: Annotated[bool, typer.Option("--no-project-instructions", help="Do not put AGENTS.md "
+                                                          "files into the system prompt.")] = False,
 ) -> None:
     """Run one prompt: stream the answer to stdout, tool activity to stderr (or JSONL events with --json)."""
     from ..config import load_settings
@@ -161,7 +166,8 @@ def run(
         options = RunOptions(prompt=text, tools_dirs=tuple(tools_dir or ()), no_tools=no_tools, yes=yes,
                              debug=debug, json=json_events, quiet=quiet, exit_grace_s=_EXIT_GRACE_S,
                              session=not no_session, session_id=session, continue_last=continue_last,
-                             record_dir=record, system=system)
+                             record_dir=record, system=system, project_instructions=not no_project_instructions,
+                             files=tuple(file or ()))
         import asyncio  # not at import time: `crow tools` and `--help` do without it
 
         from ..local import local_session  # start, then stop, the local server

@@ -1,4 +1,4 @@
-"""`crow sessions list | show ID | export ID --format md|json|jsonl | delete ID`.
+"""`crow sessions list | show ID | export ID --format md|json|jsonl | undo ID | delete ID`.
 
 Starts fast: only the stdlib session store is imported (no openai, no rich). Reading never waits
 for, nor disturbs, a crow writing the session. Stored text is untrusted (model output, tool output):
@@ -98,7 +98,7 @@ def _export(session_id: str, fmt: str, output: str | None) -> None:
             raise ConfigError(f"unknown format {fmt!r} (use one of: {', '.join(EXPORT_FORMATS)})")
         with _store() as store:
             info = store.get(session_id)
-            text = export_session(info, store.messages(info.id), fmt)
+            text = export_session(info, store.messages(info.id), fmt, store.checkpoints(info.id))
         if output:
             try:
                 with open(output, "w", encoding="utf-8") as fh:
@@ -110,6 +110,29 @@ def _export(session_id: str, fmt: str, output: str | None) -> None:
             sys.stdout.write(_for_terminal(text, fmt))
     except CrowError as exc:
         raise fail(exc) from None
+
+
+@sessions_app.command("undo")
+def undo(
+    session_id: IdArg,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only show what would be undone.")] = False,
+) -> None:
+    """Remove a session's last exchange and restore the files crow's file tools changed in it."""
+    from ..undo import apply_undo, plan_undo
+
+    try:
+        with _store() as store:
+            info = store.get(session_id)
+            store.lock(info.id)  # not while a crow is running in it
+            plan = plan_undo(store, info.id)
+            print(_for_terminal("\n".join(plan.describe())))
+            if dry_run:
+                return
+            for problem in apply_undo(store, info.id, plan):
+                print(f"crow: warning: {problem}", file=sys.stderr)
+    except CrowError as exc:
+        raise fail(exc) from None
+    print(f"undone: session {info.id} now has {plan.keep} messages", file=sys.stderr)
 
 
 @sessions_app.command("delete")

@@ -100,7 +100,7 @@ from ..tools.registry import Tool, ToolRegistry
 from ..tools.workspace import resolve_in_workspace
 from ..wire.client import ChatClient
 from .acp_tools import client_file_tools
-from .common import build_client, build_registry, loop_settings, short_json
+from .common import build_client, build_compactor, build_registry, loop_settings, short_json
 from .persist import SessionRecorder, open_session
 
 __all__ = ["MODES", "AcpOptions", "CrowAgent", "serve_acp", "tool_kind"]
@@ -246,8 +246,10 @@ class Session:
                                                   allow=settings.allow, deny=settings.deny, ask=self.ask)
         self.rejected: set[str] = set()
         """Tool names the user rejected for the rest of the session ("reject always")."""
-        self.context = ToolContext.for_workspace(cwd, secrets=[settings.api_key, *settings.secrets])
-        self.driver = Driver(client, registry, loop_settings(settings), self.approve, self.context)
+        self.context = replace(ToolContext.for_workspace(cwd, secrets=[settings.api_key, *settings.secrets]),
+                               backup=recorder.backup)  # files crow's tools change: undo restores them
+        self.driver = Driver(client, registry, loop_settings(settings), self.approve, self.context,
+                             build_compactor(settings, recorder))  # compaction near the context window
         self.turns = 0
         """Model turns with tool calls so far in this session (the first part of ACP tool-call ids)."""
         self.calls: dict[int, str] = {}

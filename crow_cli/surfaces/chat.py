@@ -51,7 +51,15 @@ from ..tools.approval import make_approver
 from ..tools.context import ToolContext
 from ..tools.registry import Tool, ToolRegistry
 from .ask import Answer, ask_approval
-from .common import build_client, build_registry, loop_settings, make_console, plain_terminal
+from .common import (
+    build_client,
+    build_compactor,
+    build_registry,
+    loop_settings,
+    make_console,
+    plain_terminal,
+    with_instructions,
+)
 from .persist import SessionRecorder, open_session
 from .render import TurnView
 
@@ -72,7 +80,10 @@ Enter sends · Alt-Enter (or Esc Enter) inserts a newline · Ctrl-C stops a turn
 /sessions           recent sessions
 /resume [ID]        continue a session (the most recent when no id)
 /export [FMT] [PATH]  write this conversation to PATH (md, json or jsonl; default here)
-/usage              token usage of the last turn and of this session
+/usage              token usage of the last turn and of this session; context used / window
+/compact [FOCUS]    summarise older exchanges now (keeping FOCUS in particular)
+/instructions       the AGENTS.md files in the system prompt, and where they came from
+/undo               remove the last exchange and restore the files crow's file tools changed in it
 /reasoning          show or hide the model's reasoning
 /retry              run your last message again"""
 
@@ -91,6 +102,8 @@ class ChatOptions:
     """Continue this session id; `""` continues the most recent one; None starts a new session."""
     session: bool = True
     """Record the chat in the session store."""
+    project_instructions: bool = True
+    """Put AGENTS.md files into the system prompt of new sessions (`--no-project-instructions`: off)."""
 
 
 @dataclass
@@ -144,6 +157,8 @@ class ChatApp:
         self.pt_input, self.pt_output = pt_input, pt_output
         self._store = store
         self.registry: ToolRegistry | None = None
+        self.root = Path.cwd()
+        """The workspace root (set when the chat starts)."""
         self.client: Any = None
         self.recorder: SessionRecorder | None = None
         self.history: list[Message] = []
@@ -160,8 +175,10 @@ class ChatApp:
         self._commands: dict[str, Callable[[str], Awaitable[None]]] = {
             "help": self._help, "exit": self._exit, "quit": self._exit, "new": self._new, "model": self._model,
             "tools": self._tools, "sessions": self._sessions, "resume": self._resume, "export": self._export,
-            "usage": self._usage, "reasoning": self._reasoning, "retry": self._retry,
+            "usage": self._usage, "reasoning": self._reasoning, "retry": self._retry, "compact": self._compact,
+            "instructions": self._instructions, "undo": self._undo,
         }
+        self._compacting: asyncio.Task[None] | None = None
 
     # set-up
 
@@ -172,6 +189,10 @@ class ChatApp:
         return self._store
 
     async def _start(self, mcp_servers: McpServers) -> None:
+        assert self.context is not None  # run() made it
+        self.root = self.context.workspace
+        self.context = replace(self.context, backup=self._backup)  # files crow's tools change: /undo restores
+        self.settings = with_instructions(self.settings, self.root, self.options.project_instructions)
         self.registry = None if self.options.no_tools else build_registry(self.settings,
                                                                           extra_dirs=self.options.tools_dirs)
         if self.registry is not None:
@@ -199,20 +220,28 @@ class ChatApp:
         self.history = [{"role": "system", "content": self.settings.system}] if self.settings.system else []
         self.usage = _Usage()
         self.last_usage = _Usage()
+        self._new_compactor()
+
+    def _new_compactor(self) -> None:
+        """The conversation's compactor (window, checkpoint) for the current session and model."""
+        if self.driver is not None:
+            self.driver.compactor = build_compactor(self.settings, self.recorder)
 
     def _open(self, session_id: str | None, *, latest: bool) -> None:
         recorder, history = open_session(self.settings, session_id=session_id, latest=latest, store=self.store)
-        if recorder.info is None:
-            self.view.line("no session to resume yet: starting a new one", "dim")
-            self._fresh()
-            return
+        assert recorder.info is not None  # open_session raises when it finds none
         self.store.release(keep=recorder.info.id)
         self.recorder, self.history = recorder, history
         if not self.options.session:  # --no-session: read the old one, record nothing new
             self.recorder = None
         self.usage, self.last_usage = _Usage(), _Usage()
+        if self.driver is not None:
+            self.driver.compactor = build_compactor(self.settings, recorder)
         info = recorder.info
         self.view.line(f"resumed session {info.id} “{strip_controls(info.title)}” ({len(history)} messages)", "bold")
+        if recorder.previous_model:
+            self.view.line(f"this session was using {strip_controls(recorder.previous_model)}; continuing with "
+                           f"{self.settings.model}", "yellow")
         self._show_last_exchange()
 
     def _show_last_exchange(self) -> None:
@@ -300,7 +329,12 @@ class ChatApp:
                         code = exc.code
                         break
                     continue
-                self.history.append(user_message(text))
+                try:
+                    message = self._with_attachments(text)
+                except CrowError as exc:  # an @file too big, binary or outside the workspace: not sent
+                    self.view.line(f"crow: error: {exc}; the message was not sent", "red")
+                    continue
+                self.history.append(message)
                 await self._run_turn()
         except _Exit as exc:  # the terminal went away during a turn
             code = exc.code
@@ -317,6 +351,17 @@ class ChatApp:
                 await self.client.aclose()
         return code
 
+    def _with_attachments(self, text: str) -> Message:
+        """The user message for `text`, with the files its `@path` mentions name attached."""
+        from ..attachments import load_attachment, mentioned_files, user_content
+
+        files = mentioned_files(text, self.root)
+        if not files:
+            return user_message(text)
+        attachments = [load_attachment(f, self.root) for f in files]
+        self.view.line("attached: " + ", ".join(strip_controls(a.shown) for a in attachments), "dim")
+        return {"role": "user", "content": user_content(text, attachments)}
+
     async def _command(self, name: str, arg: str) -> None:
         handler = self._commands.get(name)
         if handler is None:
@@ -328,7 +373,9 @@ class ChatApp:
             self.view.line(f"crow: error: {exc}", "red")
 
     def _interrupt(self) -> bool:
-        """Cancel the running turn; False when none runs."""
+        """Cancel the running turn (or /compact); False when none runs."""
+        if self._compacting is not None and not self._compacting.done():
+            return self._compacting.cancel()
         return self.driver is not None and self.driver.cancel()
 
     async def _run_turn(self) -> None:
@@ -451,6 +498,7 @@ class ChatApp:
             await old.aclose()
         if self.recorder is not None:
             self.recorder.set_model(self.settings)
+        self._new_compactor()
         self.view.line(f"model: {arg}")
 
     async def _tools(self, arg: str) -> None:
@@ -505,6 +553,67 @@ class ChatApp:
     async def _usage(self, arg: str) -> None:
         self.view.line(f"last turn: {self.last_usage.text()}")
         self.view.line(f"this session (since started or resumed here): {self.usage.text()}")
+        compactor = self.driver.compactor if self.driver is not None else None
+        if compactor is not None:
+            await compactor.budget.ensure_window()
+            self.view.line(f"context: {compactor.budget.describe(compactor.outgoing(self.history))}")
+
+    def _backup(self, path: Path, content: bytes | None) -> None:
+        if self.recorder is not None:
+            self.recorder.backup(path, content)
+
+    async def _undo(self, arg: str) -> None:
+        from ..undo import apply_undo, plan_undo
+
+        if self.recorder is None or self.recorder.info is None:
+            self.view.line("nothing to undo (no exchange is recorded in this chat)", "yellow")
+            return
+        plan = plan_undo(self.store, self.recorder.info.id)
+        for line in plan.describe():
+            self.view.line(strip_controls(line))
+        for problem in apply_undo(self.store, self.recorder.info.id, plan):
+            self.view.line(f"crow: warning: {strip_controls(problem)}", "yellow")
+        self.recorder.truncate(self.history, plan.keep)
+        self.recorder.reload_checkpoint()
+        self._new_compactor()
+        self.view.line("undone", "bold")
+
+    async def _instructions(self, arg: str) -> None:
+        if not self.options.project_instructions:
+            self.view.line("project instructions are off (--no-project-instructions)")
+            return
+        if not self.settings.instructions:
+            self.view.line(f"no AGENTS.md loaded (looked in crow's config folder, and from the repository root "
+                           f"down to {self.root})")
+            return
+        for item in self.settings.instructions:
+            self.view.line(f"{item.scope}: {item.path} ({item.size:,} bytes)")
+        self.view.line("(read when a session starts; nearest last, so they have the last word)", "dim")
+
+    async def _compact(self, arg: str) -> None:
+        compactor = self.driver.compactor if self.driver is not None else None
+        if compactor is None or not any(m.get("role") == "user" for m in self.history):
+            self.view.line("nothing to compact yet", "yellow")
+            return
+
+        async def compact() -> None:
+            assert compactor is not None
+            await compactor.budget.ensure_window()
+            async for event in compactor.compact(self.history, self.client, focus=arg or None):
+                self.handle(event)
+
+        self._compacting = asyncio.ensure_future(compact())
+        try:
+            await self._compacting
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+            self.view.line("compaction interrupted: the conversation is as it was", "yellow")
+        finally:
+            self._compacting = None
+            with contextlib.suppress(OSError):
+                self.view.stop()
 
     async def _reasoning(self, arg: str) -> None:
         self.view.show_reasoning = not self.view.show_reasoning
@@ -518,6 +627,8 @@ class ChatApp:
             return
         if self.recorder is not None:
             self.recorder.truncate(self.history, last_user + 1)
+            self.recorder.reload_checkpoint()
+            self._new_compactor()
         else:
             del self.history[last_user + 1:]
         self.view.line(f"› {strip_controls(str(self.history[last_user].get('content')))}", "dim")

@@ -6,9 +6,12 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..config import Settings
+from ..context.budget import Budget
+from ..context.compact import Compactor
 from ..loop import LoopSettings
 from ..text import strip_controls
 from ..tools.registry import ToolRegistry, default_registry
@@ -17,8 +20,10 @@ from ..wire.client import ChatClient, ClientSettings
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["build_client", "build_registry", "loop_settings", "make_console", "plain_terminal", "private_stdout",
-           "short_json"]
+    from .persist import SessionRecorder
+
+__all__ = ["build_client", "build_compactor", "build_registry", "loop_settings", "make_console", "plain_terminal",
+           "private_stdout", "short_json", "with_instructions"]
 
 
 def build_client(settings: Settings, record_dir: str | None = None) -> ChatClient:
@@ -93,3 +98,32 @@ def make_console(file: TextIO | None = None, **options: Any) -> Console:
     if plain_terminal():
         options["color_system"] = None
     return Console(file=file, **options)
+
+
+def build_compactor(settings: Settings, recorder: SessionRecorder | None = None) -> Compactor:
+    """The conversation's compactor: the window from `context_window` or the server, the recorder's
+    checkpoint to start from, and the recorder storing each new one."""
+    from ..wire.window import discover_context_window
+
+    async def discover() -> int | None:
+        return await discover_context_window(settings.base_url, settings.model, settings.api_key, settings.headers)
+
+    compactor = Compactor(Budget(window=settings.context_window, discover=discover),
+                          checkpoint=recorder.checkpoint if recorder is not None else None)
+    if recorder is not None:
+        compactor.on_checkpoint.append(recorder.save_checkpoint)
+    return compactor
+
+
+def with_instructions(settings: Settings, root: Path, enabled: bool = True) -> Settings:
+    """`settings` whose system prompt ends with the AGENTS.md files that apply to `root` (`instructions`),
+    and whose `instructions` lists them; unchanged when `enabled` is False."""
+    from dataclasses import replace
+
+    from ..config import default_config_path
+    from ..instructions import find_instructions, system_prompt
+
+    if not enabled:
+        return settings
+    found = find_instructions(root, default_config_path().parent)
+    return replace(settings, system=system_prompt(settings.system, found), instructions=tuple(found))

@@ -6,9 +6,12 @@ so each message is committed as it is appended (the loop closes a cancelled hist
 
 from __future__ import annotations
 
+import contextlib
 import os
+from pathlib import Path
 
 from ..config import Settings
+from ..context.compact import Checkpoint
 from ..errors import SessionError
 from ..history import Message
 from ..sessions import SessionInfo, SessionStore
@@ -37,6 +40,11 @@ class SessionRecorder:
         self.stored = stored
         self.broken = False
         """A write failed: nothing more is stored."""
+        self.checkpoint: Checkpoint | None = None
+        """The session's latest compaction checkpoint (later requests start from it)."""
+        self._backups: list[tuple[int, str, bytes | None]] = []
+        self.previous_model: str | None = None
+        """The model a continued session was using when it differs from this run's (say so once)."""
 
     @property
     def session_id(self) -> str | None:
@@ -48,6 +56,7 @@ class SessionRecorder:
         Raises:
             SessionError: the store could not be written (once: later calls do nothing).
         """
+        self._store_backups()
         if self.broken or len(history) <= self.stored:
             return
         try:
@@ -68,6 +77,46 @@ class SessionRecorder:
             self.store.truncate(self.info.id, keep)
         self.stored = min(self.stored, keep)
 
+    def save_checkpoint(self, checkpoint: Checkpoint) -> None:
+        """Store a compaction checkpoint (its messages are stored already: `sync` ran before the request).
+
+        A store that cannot be written loses the checkpoint only: the messages stay complete.
+        """
+        self.checkpoint = checkpoint
+        if self.info is None or self.broken:
+            return
+        with contextlib.suppress(SessionError):  # the next compaction tries again; no message is lost
+            self.store.add_checkpoint(self.info.id, checkpoint.position, checkpoint.view, checkpoint.tokens_before,
+                                      checkpoint.tokens_after, checkpoint.summary)
+
+    def backup(self, path: Path, content: bytes | None) -> None:
+        """Keep a file's content from before crow's file tools write it (`tools.backup` hook), for undo.
+
+        Called from a tool's worker thread: it is queued here and stored by the next `sync` (on the
+        loop's thread, when the tool's result is appended).
+        """
+        self._backups.append((self.stored, str(path), content))  # list.append is atomic
+
+    def _store_backups(self) -> None:
+        while self._backups and self.info is not None and not self.broken:
+            position, path, content = self._backups.pop(0)
+            with contextlib.suppress(SessionError):  # the write went ahead; only its undo is lost
+                self.store.add_file_backup(self.info.id, position, path, content)
+
+    def reload_checkpoint(self) -> None:
+        """Take the stored session's latest compaction checkpoint again (after messages were removed)."""
+        stored = self.store.checkpoints(self.info.id) if self.info is not None else []
+        last = stored[-1] if stored else None
+        self.checkpoint = Checkpoint(last.position, last.view, last.tokens_before, last.tokens_after,
+                                     last.summary) if last else None
+
+    def discard(self) -> None:
+        """Delete the session this recorder created (a run that failed before the model said anything)."""
+        if self.info is not None:
+            with contextlib.suppress(SessionError):
+                self.store.delete(self.info.id)
+            self.info, self.stored = None, 0
+
     def set_model(self, settings: Settings) -> None:
         self.settings = settings
         if self.info is not None:
@@ -81,21 +130,32 @@ def open_session(settings: Settings, *, session_id: str | None = None, latest: b
     Args:
         settings: recorded with a new session.
         session_id: continue this session (a unique prefix is enough).
-        latest: continue the most recently updated session (a new one when there is none).
+        latest: continue the most recently updated session of the working directory.
         store: an open store; default the one at `default_db_path()`.
 
     Raises:
-        SessionError: the store cannot be opened, or `session_id` matches no session.
+        SessionError: the store cannot be opened, `session_id` matches no session, or `latest` finds
+            none in the working directory.
     """
     store = store or SessionStore()
     info: SessionInfo | None = None
     if session_id:
         info = store.get(session_id)
     elif latest:
-        info = store.latest()
+        info = store.latest(cwd=os.getcwd())
+        if info is None:
+            raise SessionError(f"no session to continue in {os.getcwd()} (crow sessions list shows every "
+                               "session; --session ID / --resume ID continues any of them)")
     if info is None:
         return SessionRecorder(store, settings), []
     history = store.load(info.id)
     if settings.model != info.model or settings.base_url != info.base_url:
         store.set_model(info.id, settings.model, settings.base_url)
-    return SessionRecorder(store, settings, info, stored=len(history)), history
+    recorder = SessionRecorder(store, settings, info, stored=len(history))
+    if info.model and settings.model != info.model:
+        recorder.previous_model = info.model
+    stored = store.checkpoints(info.id)
+    if stored:
+        last = stored[-1]
+        recorder.checkpoint = Checkpoint(last.position, last.view, last.tokens_before, last.tokens_after, last.summary)
+    return recorder, history

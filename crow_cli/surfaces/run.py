@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
+from ..attachments import load_attachment, user_content
 from ..config import Settings
 from ..driver import Driver
 from ..errors import ConfigError, SessionError
@@ -40,7 +42,16 @@ from ..tools.context import ToolContext
 from ..tools.mcp import McpServers
 from ..tools.registry import Tool
 from .approve import terminal_ask
-from .common import build_client, build_registry, loop_settings, make_console, private_stdout, short_json
+from .common import (
+    build_client,
+    build_compactor,
+    build_registry,
+    loop_settings,
+    make_console,
+    private_stdout,
+    short_json,
+    with_instructions,
+)
 from .jsonl import JsonlWriter
 
 if TYPE_CHECKING:
@@ -71,6 +82,10 @@ class RunOptions:
     """Continue the most recent session (`--continue`)."""
     system: str | None = None
     """The `--system` flag as given (None when not given): refused on a continued session it would change."""
+    files: tuple[str, ...] = ()
+    """Files attached to the prompt (`-f`): text into the message, images as `image_url` parts."""
+    project_instructions: bool = True
+    """Put AGENTS.md files into the system prompt of a new session (`--no-project-instructions` turns it off)."""
 
 
 class PlainPrinter:
@@ -174,7 +189,7 @@ class PlainPrinter:
             self.reasoning_open = False
 
 
-def _start_history(settings: Settings, options: RunOptions
+def _start_history(settings: Settings, options: RunOptions, content: Any = None
                    ) -> tuple[list[Message], SessionRecorder | None, WarningEvent | None]:
     """The history to run (a continued session's, or new) ending with the prompt, already stored.
 
@@ -202,7 +217,7 @@ def _start_history(settings: Settings, options: RunOptions
                               "session for a new system prompt, or continue without --system")
     if settings.system and not history:
         history.append({"role": "system", "content": settings.system})
-    history.append(user_message(options.prompt))
+    history.append(user_message(options.prompt) if content is None else {"role": "user", "content": content})
     if recorder is not None:
         recorder.sync(history)  # the session exists (and has its id) from the first event on
     return history, recorder, warning
@@ -240,6 +255,9 @@ async def run_prompt(settings: Settings, options: RunOptions, out: TextIO = sys.
 async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err: TextIO) -> int:
     # Usage errors (ConfigError, exit 2) come before any event and before a session is stored.
     context = ToolContext.for_workspace(settings.workspace, secrets=[settings.api_key, *settings.secrets])
+    settings = with_instructions(settings, context.workspace, options.project_instructions)
+    content = (user_content(options.prompt, [load_attachment(f, context.workspace) for f in options.files])
+               if options.files else None)
     printer: PlainPrinter | JsonlWriter = (JsonlWriter(out, err, debug=options.debug) if options.json
                                            else PlainPrinter(out, err, debug=options.debug, quiet=options.quiet))
     approve = make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=options.yes,
@@ -249,7 +267,8 @@ async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err:
                      workspace=context.workspace)
 
     try:
-        history, recorder, warning = _start_history(settings, options)
+        history, recorder, warning = _start_history(settings, options, content)
+        new_session = not (options.session_id or options.continue_last)
     except SessionError as exc:  # no such session, or one in use: a run that starts and fails (exit 1)
         printer.handle(RunStarted(model=settings.model))
         printer.handle(RunFinished("error", "", 0, str(exc), exc.exit_code))
@@ -257,6 +276,9 @@ async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err:
     printer.handle(RunStarted(model=settings.model, session_id=recorder.session_id if recorder else None))
     if warning is not None:
         printer.handle(warning)
+    if recorder is not None and recorder.previous_model:
+        printer.handle(Notice(f"crow: session {recorder.session_id} was using {recorder.previous_model}; "
+                              f"continuing with {settings.model}", code="model_changed"))
 
     async with mcp as mcp_servers:
         if registry is not None:
@@ -275,11 +297,16 @@ async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err:
             for problem in registry.errors:
                 printer.handle(WarningEvent(problem))
         client = build_client(settings, options.record_dir)
+        if recorder is not None:  # files crow's tools change can be restored by `sessions undo`
+            context = dataclasses.replace(context, backup=recorder.backup)
         try:
             driver = Driver(client, registry, loop_settings(settings, trace=options.debug), approve,
-                            context)
+                            context, build_compactor(settings, recorder))
             finished = await driver.run(history, printer, recorder, signals=ALL_SIGNALS,
                                         exit_grace_s=options.exit_grace_s)
+            if (recorder is not None and new_session and finished.status == "error"
+                    and not any(m.get("role") in ("assistant", "tool") for m in history)):
+                recorder.discard()  # unreachable, 401, 404, no key: nothing worth continuing was said
             return finished.exit_code
         finally:
             await client.aclose()

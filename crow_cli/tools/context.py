@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +29,9 @@ class ToolContext:
     """The resolved folder file tools are confined to and commands run in."""
     secrets: tuple[str, ...] = ()
     """Values (API keys) that `run_shell` keeps out of commands' environment and masks in their output."""
+    backup: Callable[[Path, bytes | None], None] | None = None
+    """Called by crow's file tools with a file and its content before they write it (None: the file is
+    new), so that `/undo` can restore it (`tools.backup`); None keeps nothing."""
 
     @classmethod
     def for_workspace(cls, path: str | os.PathLike[str] | None = None, *,

@@ -173,7 +173,7 @@ async def test_resume_continues_a_stored_session(store: SessionStore) -> None:
 
 
 async def test_resume_latest_repairs_a_crashed_turn(store: SessionStore) -> None:
-    info = store.create(model="test-model")
+    info = store.create(model="test-model", cwd=str(Path.cwd()))  # --resume continues this folder's latest
     store.append(info.id, {"role": "user", "content": "list files"})
     store.append(info.id, {"role": "assistant", "content": None, "tool_calls": [
         {"id": "call_1", "type": "function", "function": {"name": "list_directory", "arguments": "{}"}}]})
@@ -299,6 +299,73 @@ def test_state_folders_crow_creates_are_private(_isolated_home: Path) -> None:
 
 def _mode_of(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
+
+
+# issue 13: /compact and /usage with the context window in chat
+async def test_compact_summarises_older_exchanges_and_later_requests_start_from_it(store: SessionStore) -> None:
+    script = [{"sse": text_stream(f"answer {n}")} for n in range(3)]
+    script += [{"sse": text_stream("SUMMARY: one, two")}, {"sse": text_stream("fine")}]
+    keys = "one\rtwo\rthree\r/compact the numbers\rfour\r/usage\r/exit\r"
+    settings = Settings(model="test-model", api_key="sk-test", context_window=8192)
+    output, server, app = await chat(script, keys, store, settings=settings)
+    summary_request = server.requests[3]
+    assert "tools" not in summary_request
+    assert "USER: one" in summary_request["messages"][-1]["content"]
+    assert "keep in particular: the numbers" in summary_request["messages"][-1]["content"]
+    sent = server.requests[4]["messages"]
+    # the summary message, merged with the first exchange kept verbatim (one user message, not two in a row)
+    assert sent[0]["content"].endswith("SUMMARY: one, two\n\ntwo") and "one\n" not in sent[0]["content"]
+    assert [m["content"] for m in sent[1:]] == ["answer 1", "three", "answer 2", "four"]
+    assert "compacted the conversation" in output
+    assert "context: " in output and "/ 8,192 tokens" in output
+    stored = store.messages(app.recorder.session_id)
+    assert [m["content"] for m in stored if m["role"] == "user"] == ["one", "two", "three", "four"]
+    assert len(store.checkpoints(app.recorder.session_id)) == 1
+
+
+# issue 13: AGENTS.md in chat, and /instructions says where they came from
+async def test_instructions_are_loaded_and_shown(store: SessionStore, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "AGENTS.md").write_text("Use tabs.")
+    monkeypatch.chdir(tmp_path)
+    output, server, _ = await chat([{"sse": text_stream("ok")}], "/instructions\rhi\r/exit\r", store)
+    assert f"project: {tmp_path / 'AGENTS.md'} (9 bytes)" in output
+    system = server.requests[0]["messages"][0]
+    assert system["role"] == "system" and system["content"].endswith("Use tabs.")
+
+
+# issue 13: @path mentions attach files in chat
+async def test_at_mentions_attach_files(store: SessionStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "notes.txt").write_text("the milk")
+    (tmp_path / "blob.bin").write_bytes(b"\0\1")
+    monkeypatch.chdir(tmp_path)
+    output, server, _ = await chat([{"sse": text_stream("ok")}], "see @blob.bin\rwhat about @notes.txt?\r/exit\r",
+                                   store)
+    assert "cannot attach blob.bin: a binary file" in output and "the message was not sent" in output
+    assert len(server.requests) == 1
+    sent = server.requests[0]["messages"][-1]["content"]
+    assert sent == "what about @notes.txt?\n\n[attached file: notes.txt]\n```\nthe milk\n```"
+    assert "attached: notes.txt" in output
+
+
+# issue 13: /undo removes the last exchange and restores the files crow's file tools changed
+async def test_undo_restores_files_and_the_history(store: SessionStore, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "a.txt").write_text("before\n")
+    monkeypatch.chdir(tmp_path)
+    write = json.dumps({"path": "a.txt", "content": "after\n"})
+    script = [{"sse": text_stream("hello")}, {"sse": tool_calls_sse(("c1", "write_file", json.loads(write)))},
+              {"sse": text_stream("written")}, {"sse": text_stream("again")}]
+    keys = "hi\rchange a.txt\r/undo\rnext\r/exit\r"
+    output, server, app = await chat(script, keys, store, options=ChatOptions(yes=True))
+    assert f"restores {tmp_path / 'a.txt'}" in output and "undone" in output
+    assert output.index("restores") < output.index("undone")
+    assert (tmp_path / "a.txt").read_text() == "before\n"
+    sent = server.requests[3]["messages"]
+    assert [m["content"] for m in sent if m["role"] == "user"] == ["hi", "next"]
+    stored = store.messages(app.recorder.session_id)
+    assert [m["content"] for m in stored] == ["hi", "hello", "next", "again"]
 
 
 async def test_export_works_without_a_session_and_to_a_chosen_path(store: SessionStore, tmp_path: Path,

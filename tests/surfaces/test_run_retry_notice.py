@@ -23,7 +23,8 @@ def test_json_has_a_schema_valid_retrying_notice(tmp_path: Path) -> None:
     events = ran.events()  # each validated against the shipped schema
     notices = [e for e in events if e["type"] == "notice"]
     assert notices == [{"type": "notice", "message": "crow: rate limited (429); retrying in 1 s (attempt 2 of 3)",
-                        "code": "retrying", "attempt": 2, "wait_s": 1.0, "status": 429}]
+                        "code": "retrying", "attempt": 2, "wait_s": 1.0, "status": 429,
+                        "tokens_before": None, "tokens_after": None}]
     assert [e["type"] for e in events].index("notice") < [e["type"] for e in events].index("text")
     assert ran.stderr == "" and len(ran.requests) == 2
 

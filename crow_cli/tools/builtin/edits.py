@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import ToolError
+from ..backup import before_write
 from ..context import ToolContext
 from ..registry import tool
 from ..workspace import resolve_in_workspace
@@ -127,10 +128,12 @@ def write_file(path: str, content: str, context: ToolContext | None = None) -> s
         path: file path, relative to the workspace root.
         content: the complete new content of the file.
     """
-    root = (context or ToolContext.current()).workspace
+    context = context or ToolContext.current()
+    root = context.workspace
     file, existed = _write_target(path, root)
     file.parent.mkdir(parents=True, exist_ok=True)
     data = content.encode("utf-8")
+    before_write(file, context)  # kept for /undo
     # O_NONBLOCK: a FIFO put in its place since the check fails at once instead of blocking for ever
     fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK, 0o666)
     try:
@@ -160,8 +163,10 @@ def edit_file(path: str, old_string: str, new_string: str, replace_all: bool = F
         new_string: the text to put in its place.
         replace_all: replace every occurrence instead of requiring exactly one.
     """
-    root = (context or ToolContext.current()).workspace
+    context = context or ToolContext.current()
+    root = context.workspace
     file, before, after, count = _plan_edit(path, old_string, new_string, replace_all, root)
+    before_write(file, context)  # kept for /undo
     file.write_bytes(after.encode("utf-8"))
     name = _shown(file, root)
     noun = "occurrence" if count == 1 else "occurrences"

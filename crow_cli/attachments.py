@@ -1,0 +1,118 @@
+"""Attachments: files put into the user's message (`crow run -f FILE`, `@path` in chat).
+
+A text file goes into the message's text under a line naming its path, fenced (the fence is longer
+than any backtick run in the file). An image (PNG, JPEG, GIF, WebP, told by its first bytes) goes as
+an OpenAI `image_url` content part with a `data:` URL, for vision models; the message's content is
+then a list of parts (`text` first). Paths are confined to the workspace, as the file tools are.
+
+Errors are `ConfigError`s (exit 2), one line each: outside the workspace, missing, a folder, too
+big (text 256 KiB, images 10 MiB), or binary and not an image.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError, OutsideWorkspace
+from .tools.workspace import resolve_in_workspace, workspace_root
+
+__all__ = ["MAX_IMAGE_BYTES", "MAX_TEXT_BYTES", "Attachment", "load_attachment", "mentioned_files", "user_content"]
+
+MAX_TEXT_BYTES = 256 * 1024
+MAX_IMAGE_BYTES = 10 * 1024 * 1024
+_IMAGES = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"), (b"GIF87a", "image/gif"),
+           (b"GIF89a", "image/gif"))
+_MENTION = re.compile(r"(?<!\S)@(\S+)")
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    """One file to attach."""
+
+    shown: str
+    """Its path relative to the workspace root (as shown to the model)."""
+    text: str | None = None
+    """The file's text (a text file)."""
+    data_url: str | None = None
+    """`data:image/…;base64,…` (an image)."""
+
+
+def _image_type(data: bytes) -> str | None:
+    for magic, mime in _IMAGES:
+        if data.startswith(magic):
+            return mime
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+def load_attachment(path: str, root: Path | None = None) -> Attachment:
+    """Read `path` (relative to the workspace `root`, or absolute inside it) as an attachment.
+
+    `root` defaults to the current tool context's workspace (`tools.workspace.workspace_root`).
+
+    Raises:
+        ConfigError: outside the workspace, missing, not a file, over the size cap, or binary.
+    """
+    try:
+        root = root or workspace_root()
+        file = resolve_in_workspace(path, root)
+    except OutsideWorkspace as exc:
+        raise ConfigError(f"cannot attach {path!r}: {exc}") from None
+    if not file.is_file():
+        raise ConfigError(f"cannot attach {path!r}: {'not a file' if file.exists() else 'no such file'}")
+    shown = file.relative_to(root).as_posix()
+    size = file.stat().st_size
+    try:
+        with file.open("rb") as fh:
+            head = fh.read(16)
+            mime = _image_type(head)
+            cap = MAX_IMAGE_BYTES if mime else MAX_TEXT_BYTES
+            if size > cap:
+                kind = "images" if mime else "text files"
+                raise ConfigError(f"cannot attach {shown}: it is {size:,} bytes; {kind} are attached up to {cap:,}")
+            data = head + fh.read()
+    except OSError as exc:
+        raise ConfigError(f"cannot attach {shown}: {exc.strerror}") from None
+    if mime:
+        return Attachment(shown, data_url=f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}")
+    if b"\0" in data:
+        raise ConfigError(f"cannot attach {shown}: a binary file (only text files and PNG, JPEG, GIF or WebP "
+                          "images can be attached)")
+    return Attachment(shown, text=data.decode("utf-8", "replace"))
+
+
+def _fenced(item: Attachment) -> str:
+    text = item.text or ""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"[attached file: {item.shown}]\n{fence}\n{text}{'' if text.endswith(chr(10)) else chr(10)}{fence}"
+
+
+def user_content(prompt: str, attachments: list[Attachment]) -> str | list[dict[str, Any]]:
+    """The user message's `content`: the prompt with the text files after it; a list of content parts
+    (text, then one `image_url` per image) when there are images."""
+    text = "\n\n".join([prompt, *(_fenced(a) for a in attachments if a.text is not None)])
+    images = [a for a in attachments if a.data_url is not None]
+    if not images:
+        return text
+    text += "\n\n" + "\n".join(f"[attached image: {a.shown}]" for a in images)
+    return [{"type": "text", "text": text},
+            *({"type": "image_url", "image_url": {"url": a.data_url}} for a in images)]
+
+
+def mentioned_files(text: str, root: Path | None = None) -> list[str]:
+    """The `@path` mentions in `text` that name an existing file (relative to `root`, default the
+    workspace root); other `@words` (a handle, an e-mail) are left as text."""
+    base = root or workspace_root()
+    found = []
+    for match in _MENTION.finditer(text):
+        path = match.group(1).rstrip(".,;:!?)")
+        candidate = Path(path).expanduser()
+        if (candidate if candidate.is_absolute() else base / candidate).is_file() and path not in found:
+            found.append(path)
+    return found

@@ -1,0 +1,106 @@
+"""The context budget: how big the model's window is and how much of it a history fills.
+
+The window comes from `context_window` in the config (or a profile), else from the server
+(`wire.window.discover_context_window`), else it is unknown: then only a `ContextOverflow` from
+the server starts a compaction. The prompt's size is the server's `usage.prompt_tokens` of the
+last request plus an estimate for the messages added since, or an estimate alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..history import Message
+
+__all__ = ["CHARS_PER_TOKEN", "Budget", "estimate_tokens"]
+
+CHARS_PER_TOKEN = 4
+"""The usual ratio for English text and code with BPE tokenizers; an estimate, not a count."""
+_MESSAGE_OVERHEAD = 4
+"""Tokens a chat template adds around each message (role markers)."""
+_IMAGE_TOKENS = 1000
+"""An image content part, roughly (OpenAI counts 85–1105 for one tile set)."""
+
+
+def estimate_tokens(messages: list[Message]) -> int:
+    """A rough token count of `messages`: characters / 4 plus a few tokens per message.
+
+    Counts the text of contents (strings or text parts), tool-call names and arguments; an image
+    part counts 1000. Linear in the size of the messages.
+    """
+    chars = 0
+    tokens = 0
+    for message in messages:
+        tokens += _MESSAGE_OVERHEAD
+        content = message.get("content")
+        if isinstance(content, str):
+            chars += len(content)
+        elif isinstance(content, list):
+            for part in content:
+                if isinstance(part, dict) and part.get("type") == "image_url":
+                    tokens += _IMAGE_TOKENS
+                elif isinstance(part, dict):
+                    chars += len(str(part.get("text", "")))
+        for call in message.get("tool_calls") or []:
+            fn = call.get("function") or {}
+            chars += len(str(fn.get("name", ""))) + len(str(fn.get("arguments", ""))) + 10
+    return tokens + chars // CHARS_PER_TOKEN
+
+
+@dataclass
+class Budget:
+    """What is known of the context window and of the last prompt's size.
+
+    Args:
+        window: the model's context window in tokens; None when unknown.
+        threshold: compact when the prompt would pass this share of a known window.
+        discover: asked once, before the first request, when `window` is None (returns None when the
+            server does not say); its exceptions are ignored.
+    """
+
+    window: int | None = None
+    threshold: float = 0.85
+    discover: Callable[[], Awaitable[int | None]] | None = None
+    _asked: bool = field(default=False, repr=False)
+    _usage: tuple[int, int] | None = field(default=None, repr=False)
+    """(prompt_tokens the server counted, how many outgoing messages that request held)."""
+
+    async def ensure_window(self) -> int | None:
+        """The window, asking `discover` the first time it is unknown."""
+        if self.window is None and self.discover is not None and not self._asked:
+            self._asked = True
+            try:
+                self.window = await self.discover()
+            except Exception:  # a server that does not say is a server of unknown window
+                self.window = None
+        return self.window
+
+    def record_usage(self, usage: Any, sent: int) -> None:
+        """Note a server's `usage` object for a request that carried `sent` messages."""
+        if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int) and usage["prompt_tokens"] > 0:
+            self._usage = (int(usage["prompt_tokens"]), sent)
+
+    def forget_usage(self) -> None:
+        """The outgoing history changed shape (compacted): the last count no longer applies."""
+        self._usage = None
+
+    def prompt_tokens(self, outgoing: list[Message]) -> int:
+        """The size of `outgoing` in tokens: the last count plus an estimate of what came after it."""
+        if self._usage is not None and self._usage[1] <= len(outgoing):
+            counted, sent = self._usage
+            return counted + estimate_tokens(outgoing[sent:])
+        return estimate_tokens(outgoing)
+
+    def near_limit(self, outgoing: list[Message]) -> bool:
+        """True when the window is known and `outgoing` passes `threshold` of it."""
+        return self.window is not None and self.prompt_tokens(outgoing) > self.threshold * self.window
+
+    def describe(self, outgoing: list[Message]) -> str:
+        """`12,345 / 32,768 tokens (38 %)`, or `12,345 tokens (window unknown)`; `~` marks an estimate."""
+        used = self.prompt_tokens(outgoing)
+        mark = "" if self._usage is not None else "~"
+        if self.window:
+            return f"{mark}{used:,} / {self.window:,} tokens ({100 * used // self.window} %)"
+        return f"{mark}{used:,} tokens (context window unknown)"

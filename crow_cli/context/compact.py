@@ -1,0 +1,242 @@
+"""Compaction: make a history that has outgrown the context window fit again, without losing it.
+
+    outgoing history ──► system prompt │ old exchanges                    │ last exchanges
+                                         │ 1. old tool outputs shortened     │ kept verbatim
+                                         │ 2. still too big: summarised by   │
+                                         │    the model (a separate request) │
+    compacted view   ──► system prompt │ user: "[summary …]"               │ last exchanges
+
+The history is cut only before a user message (or, when one exchange is all there is, before an
+assistant message), so an assistant tool call always stays together with its results. The stored
+session is never changed: the compacted view is a `Checkpoint` that stands for the first
+`position` messages of the history, and later requests send `view + history[position:]`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..errors import ContextOverflow
+from ..events import Event, Notice
+from ..history import Message
+from .budget import CHARS_PER_TOKEN, Budget, estimate_tokens
+from .normalise import normalise
+
+__all__ = ["SUMMARY_PREFIX", "Checkpoint", "Compactor", "shorten_tool_output", "shorten_tool_outputs"]
+
+SUMMARY_PREFIX = "[crow: the earlier conversation was compacted to fit the model's context window; summary:]"
+"""How the summary message starts (the model and a reader of the session see it)."""
+
+KEEP_EXCHANGES = 2
+"""Exchanges (a user message and everything after it) kept verbatim at the end."""
+TOOL_OUTPUT_LIMIT = 2_000
+"""Old tool outputs longer than this (characters) are shortened ..."""
+TOOL_OUTPUT_HEAD, TOOL_OUTPUT_TAIL = 1_000, 500
+"""... to their first and last characters, with a marker between."""
+TARGET = 0.6
+"""After shortening alone, the history must be below this share of the window; otherwise it is summarised."""
+SUMMARY_INPUT_CHARS = 120_000
+"""The transcript sent for summary at most, when the window is unknown (else 60 % of the window)."""
+
+_SUMMARY_SYSTEM = (
+    "You are compacting a conversation between a user and a coding assistant so that it can go on "
+    "within a limited context window. Write a summary that lets the assistant continue the work "
+    "without the original messages: the user's goals and requests, decisions made, facts learned "
+    "(file paths, names, commands and their outcomes, errors), the current state of the work and "
+    "what remains to be done. Be concise and specific; use short bullet points; do not address the user.")
+
+
+class _Stream(Protocol):
+    def stream(self, messages: list[Message], tools: list[dict[str, Any]] | None = None
+               ) -> AsyncGenerator[Any, None]: ...
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A compacted view that stands for the first `position` messages of a history."""
+
+    position: int
+    """How many messages of the (stored) history the view replaces."""
+    view: list[Message]
+    """What is sent instead of `history[:position]`: system prompt, summary, last exchanges."""
+    tokens_before: int
+    tokens_after: int
+    summary: str | None = None
+    """The model's summary; None when shortening old tool outputs was enough."""
+
+    def outgoing(self, history: list[Message]) -> list[Message]:
+        """`view + history[position:]`; the whole history when it is shorter than `position` (undone)."""
+        if self.position > len(history):
+            return list(history)
+        return [*self.view, *history[self.position:]]
+
+
+def shorten_tool_output(text: str, limit: int = TOOL_OUTPUT_LIMIT, head: int = TOOL_OUTPUT_HEAD,
+                        tail: int = TOOL_OUTPUT_TAIL) -> str:
+    """`text` when at most `limit` characters, else its head and tail with a marker saying how much was cut."""
+    if len(text) <= limit:
+        return text
+    cut = len(text) - head - tail
+    return f"{text[:head]}\n[… crow cut {cut:,} characters of this tool output to save context …]\n{text[-tail:]}"
+
+
+def shorten_tool_outputs(messages: list[Message], limit: int = TOOL_OUTPUT_LIMIT) -> list[Message]:
+    """A copy of `messages` whose long tool outputs are shortened (`shorten_tool_output`)."""
+    out = []
+    for m in messages:
+        content = m.get("content")
+        if m.get("role") == "tool" and isinstance(content, str) and len(content) > limit:
+            m = {**m, "content": shorten_tool_output(content, limit, min(TOOL_OUTPUT_HEAD, limit // 2),
+                                                     min(TOOL_OUTPUT_TAIL, limit // 4))}
+        out.append(m)
+    return out
+
+
+def _cut(body: list[Message], keep: int) -> int:
+    """Where the verbatim part of `body` starts: before the `keep`-th last user message, else before
+    the last assistant message (never before a tool result); 0 when nothing can be cut."""
+    users = [i for i, m in enumerate(body) if m.get("role") == "user"]
+    if len(users) > keep:
+        return users[-keep]
+    if users and users[0] > 0:
+        return users[0]
+    assistants = [i for i, m in enumerate(body) if m.get("role") == "assistant" and i > 0]
+    return assistants[-1] if assistants else 0
+
+
+def _transcript(messages: list[Message], limit: int) -> str:
+    lines = []
+    for m in messages:
+        role = str(m.get("role", "")).upper()
+        content = m.get("content")
+        if isinstance(content, list):
+            content = " ".join(str(p.get("text", "[image]")) for p in content if isinstance(p, dict))
+        if role == "TOOL":
+            lines.append(f"TOOL RESULT: {content}")
+            continue
+        if content:
+            lines.append(f"{role}: {content}")
+        for call in m.get("tool_calls") or []:
+            fn = call.get("function") or {}
+            lines.append(f"{role} called {fn.get('name', '')}({fn.get('arguments', '')})")
+    text = "\n\n".join(lines)
+    if len(text) > limit:  # the start (an earlier summary, the first request) and the most recent part
+        head = limit // 4
+        text = f"{text[:head]}\n\n[… {len(text) - limit:,} characters left out …]\n\n{text[-(limit - head):]}"
+    return text
+
+
+class Compactor:
+    """Compacts the outgoing history of one conversation and keeps its checkpoint.
+
+    Args:
+        budget: the context window and prompt size.
+        checkpoint: the conversation's latest checkpoint (a continued session's), if any.
+        keep_exchanges: exchanges kept verbatim.
+    """
+
+    def __init__(self, budget: Budget, checkpoint: Checkpoint | None = None,
+                 keep_exchanges: int = KEEP_EXCHANGES) -> None:
+        self.budget = budget
+        self.checkpoint = checkpoint
+        self.keep_exchanges = keep_exchanges
+        self.on_checkpoint: list[Any] = []
+        """Callables given each new `Checkpoint` (the session recorder stores it)."""
+
+    def outgoing(self, history: list[Message]) -> list[Message]:
+        """What is sent for `history`: the checkpoint's view and what came after it, normalised."""
+        base = self.checkpoint.outgoing(history) if self.checkpoint is not None else history
+        return normalise(base)
+
+    async def compact(self, history: list[Message], client: _Stream, *, focus: str | None = None,
+                      overflow: ContextOverflow | None = None) -> AsyncGenerator[Event, None]:
+        """Compact the outgoing history of `history`; yields `compacting` / `compacted` notices.
+
+        Args:
+            history: the full (stored) history; not changed.
+            client: streams the summary request (no tools offered).
+            focus: what the summary should keep in particular (`/compact FOCUS`).
+            overflow: the server's refusal that asked for it (its `n_ctx` teaches the window).
+
+        Raises:
+            CrowError: the summary request failed, or nothing could be made smaller.
+        """
+        if overflow is not None and overflow.n_ctx and not self.budget.window:
+            self.budget.window = overflow.n_ctx
+        messages = self.outgoing(history)
+        before = self.budget.prompt_tokens(messages)
+        if overflow is not None and overflow.prompt_tokens:
+            before = max(before, overflow.prompt_tokens)
+        n_sys = next((i for i, m in enumerate(messages) if m.get("role") != "system"), len(messages))
+        system, body = messages[:n_sys], messages[n_sys:]
+        cut = _cut(body, self.keep_exchanges)
+        old, recent = shorten_tool_outputs(body[:cut]), body[cut:]
+        window = self.budget.window
+        summary: str | None = None
+        view = [*system, *old, *recent]
+        shortened_enough = (window is not None and overflow is None and focus is None
+                            and estimate_tokens(view) <= TARGET * window and old != body[:cut])
+        if not shortened_enough and old:
+            yield Notice(f"crow: the conversation is {'past' if overflow else 'near'} the model's context window "
+                         f"({self._of(before)}); asking the model to summarise {len(old)} earlier messages",
+                         code="compacting", tokens_before=before)
+            async with aclosing(self._summarise(client, old, focus)) as items:
+                async for item in items:
+                    if isinstance(item, str):
+                        summary = item
+                    else:
+                        yield item
+            view = normalise([*system, {"role": "user", "content": f"{SUMMARY_PREFIX}\n\n{summary}"}, *recent])
+        if not old or (window is not None and estimate_tokens(view) > TARGET * window):
+            keep = _last_group(view)  # the last exchanges are long too: all but the newest results shortened
+            shorter = [*shorten_tool_outputs(view[:len(view) - keep], 800), *view[len(view) - keep:]]
+            if not old and shorter == view:
+                raise ContextOverflow("the conversation cannot be compacted further: its last exchange alone "
+                                      "does not fit the model's context window")
+            view = shorter
+        after = estimate_tokens(view)
+        self.checkpoint = Checkpoint(len(history), view, before, after, summary)
+        self.budget.forget_usage()
+        for callback in self.on_checkpoint:
+            callback(self.checkpoint)
+        how = "summarised earlier exchanges" if summary is not None else "shortened old tool outputs"
+        yield Notice(f"crow: compacted the conversation ({how}): {before:,} → {after:,} tokens; "
+                     "the stored session keeps every message", code="compacted", tokens_before=before,
+                     tokens_after=after)
+
+    def _of(self, tokens: int) -> str:
+        return f"{tokens:,} of {self.budget.window:,} tokens" if self.budget.window else f"{tokens:,} tokens"
+
+    async def _summarise(self, client: _Stream, old: list[Message], focus: str | None
+                         ) -> AsyncGenerator[Event | str, None]:
+        from ..wire.accumulate import StreamAccumulator
+
+        window = self.budget.window
+        limit = int(window * CHARS_PER_TOKEN * 0.6) if window else SUMMARY_INPUT_CHARS
+        ask = "Summarise this conversation so far:\n\n" + _transcript(old, limit)
+        if focus:
+            ask += f"\n\nIn the summary, keep in particular: {focus}"
+        accumulator = StreamAccumulator()
+        async with aclosing(client.stream([{"role": "system", "content": _SUMMARY_SYSTEM},
+                                           {"role": "user", "content": ask}], None)) as chunks:
+            async for chunk in chunks:
+                if isinstance(chunk, dict):
+                    accumulator.feed(chunk)  # the summary is not shown as answer text
+                else:
+                    yield chunk  # a retry notice
+        turn, _ = accumulator.finish()
+        text = (turn.content or "").strip()
+        if not text:
+            raise ContextOverflow("the model wrote no summary when asked to compact the conversation")
+        yield text
+
+
+def _last_group(view: list[Message]) -> int:
+    """How many messages at the end of `view` form its last assistant call with its results (0: none)."""
+    for n, m in enumerate(reversed(view), 1):
+        if m.get("role") != "tool":
+            return n if m.get("role") == "assistant" else 0
+    return 0

@@ -1,0 +1,87 @@
+"""The outgoing history is always valid: `normalise` makes the copy that is sent.
+
+Chat templates that require alternating roles (Mistral, Gemma on vLLM) and strict servers (OpenAI)
+refuse a history that a failed turn, a killed process or an older crow left behind. Before every
+request the loop sends `normalise(history)`; the stored history is never changed by it.
+
+The rules, applied in one pass:
+
+* a tool result is sent only right after the assistant message holding its call (matched by
+  position, since ids may repeat or be `""`); a result without its call is dropped;
+* an assistant tool call without a result gets one saying it was interrupted (the same sentence
+  `history.repair_history` stores), so no call is ever sent unanswered;
+* an assistant message with neither content (nor refusal) nor tool calls is dropped;
+* two user messages in a row are **merged** into one, their texts joined by a blank line (content
+  parts lists are concatenated). A turn that failed left its user message behind without an
+  answer: merging sends it together with the next one, so nothing the user typed is lost, and the
+  model sees both as one request. (Dropping it would silently forget what the user asked.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..history import Message, tool_message
+
+__all__ = ["INTERRUPTED_OUTPUT", "normalise"]
+
+INTERRUPTED_OUTPUT = "Error: the tool call was interrupted; no result."
+"""The result sent for a call that has none (the one `history.repair_history` stores for "interrupted")."""
+
+
+def normalise(history: list[Message]) -> list[Message]:
+    """A valid copy of `history` to send: see the module docstring for the rules.
+
+    Messages are not copied unless changed (merged user messages are new dicts); `history` itself
+    is never modified. Linear in the number of messages.
+    """
+    out: list[Message] = []
+    pending: list[dict[str, Any]] = []  # calls of the last assistant message still without a result
+    for message in history:
+        role = message.get("role")
+        if role == "tool":
+            if pending:
+                pending.pop(0)
+                out.append(message)
+            continue  # a result without its call
+        _answer(out, pending)
+        if role == "assistant":
+            calls = message.get("tool_calls") or []
+            if not calls and not _has_text(message.get("content")) and not message.get("refusal"):
+                continue
+            pending = list(calls)
+            out.append(message)
+        elif role == "user" and out and out[-1].get("role") == "user":
+            out[-1] = _merge(out[-1], message)
+        else:
+            out.append(message)
+    _answer(out, pending)
+    return out
+
+
+def _answer(out: list[Message], pending: list[dict[str, Any]]) -> None:
+    """Give every call in `pending` an "interrupted" result (in call order), and empty it."""
+    for call in pending:
+        out.append(tool_message(str(call.get("id") or ""), INTERRUPTED_OUTPUT))
+    pending.clear()
+
+
+def _has_text(content: Any) -> bool:
+    if isinstance(content, list):
+        return bool(content)
+    return isinstance(content, str) and bool(content.strip())
+
+
+def _merge(first: Message, second: Message) -> Message:
+    a, b = first.get("content"), second.get("content")
+    if isinstance(a, list) or isinstance(b, list):
+        content: Any = _parts(a) + _parts(b)
+    else:
+        content = "\n\n".join(t for t in (str(a or ""), str(b or "")) if t)
+    return {**first, "content": content}
+
+
+def _parts(content: Any) -> list[Any]:
+    if isinstance(content, list):
+        return list(content)
+    return [{"type": "text", "text": str(content)}] if content else []

@@ -1,0 +1,77 @@
+"""`crow run` compacts a session near its context window, against a scripted server (issue 13:
+"a conversation that outgrows the model's context gets a 400 and is stuck for good")."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from crow_cli.context.compact import SUMMARY_PREFIX
+from crow_cli.history import ToolCall, assistant_message, tool_message, user_message
+from crow_cli.sessions import SessionStore
+from tests.replay_server import text_stream
+from tests.scripting.scripting_support import CROW, assert_contract, run_crow, write_config
+
+
+def _stored_session(exchanges: int = 12) -> str:
+    with SessionStore() as store:
+        info = store.create(model="test-model", cwd=str(Path.cwd()))
+        store.append(info.id, {"role": "system", "content": "be brief"})
+        for n in range(exchanges):
+            for message in (user_message(f"request {n}"),
+                            assistant_message(None, [ToolCall(f"call_{n}", "read_file", '{"path": "a.txt"}')]),
+                            tool_message(f"call_{n}", f"contents {n} " + "y" * 1200),
+                            assistant_message(f"answer {n}")):
+                store.append(info.id, message)
+        return info.id
+
+
+def test_run_compacts_near_the_window_stores_a_checkpoint_and_keeps_every_message(tmp_path: Path) -> None:
+    sid = _stored_session()
+    config = write_config(tmp_path, context_window=4096, max_retries=0)
+    ran = run_crow([{"sse": text_stream("SUMMARY: twelve reads of a.txt")}, {"sse": text_stream("Done.")}],
+                   "--session", sid, "--json", "go on", cwd=tmp_path, config=config)
+    assert ran.code == 0, ran.stderr
+    events = ran.events()
+    notices = [e for e in events if e["type"] == "notice"]
+    assert [n["code"] for n in notices] == ["compacting", "compacted"]
+    assert notices[1]["tokens_before"] > notices[1]["tokens_after"] > 0
+    summary_request, turn_request = ran.requests
+    assert "tools" not in summary_request and "request 0" in summary_request["messages"][-1]["content"]
+    sent = turn_request["messages"]
+    assert sent[0]["content"] == "be brief" and sent[1]["content"].startswith(SUMMARY_PREFIX)
+    assert sent[-1] == {"role": "user", "content": "go on"}
+    assert_contract(sent)
+    assert events[-1]["type"] == "run_finished" and events[-1]["final_text"] == "Done."
+    with SessionStore() as store:
+        assert len(store.messages(sid)) == 1 + 12 * 4 + 2  # nothing dropped from the stored session
+        (checkpoint,) = store.checkpoints(sid)
+        assert checkpoint.summary == "SUMMARY: twelve reads of a.txt"
+    shown = subprocess.run([CROW, "sessions", "show", sid], capture_output=True, text=True, check=True).stdout
+    assert "request 0" in shown and "## Compacted here" in shown and "> SUMMARY: twelve reads" in shown
+    exported = json.loads(subprocess.run([CROW, "sessions", "export", sid, "--format", "json"], capture_output=True,
+                                         text=True, check=True).stdout)
+    assert exported["checkpoints"][0]["summary"].startswith("SUMMARY") and len(exported["messages"]) == 51
+
+    # the next run starts from the checkpoint: no new summary, the summary is sent again
+    again = run_crow([{"sse": text_stream("Fine.")}], "--session", sid, "--json", "and then?", cwd=tmp_path,
+                     config=config)
+    assert again.code == 0, again.stderr
+    assert again.requests[0]["messages"][1]["content"].startswith(SUMMARY_PREFIX)
+
+
+OVERFLOW_400 = json.dumps({"error": {"code": "context_length_exceeded", "type": "invalid_request_error",
+                                     "message": "This model's maximum context length is 8192 tokens. However, "
+                                                "your messages resulted in 9000 tokens."}})
+
+
+def test_an_overflow_refusal_compacts_and_the_retried_turn_succeeds(tmp_path: Path) -> None:
+    sid = _stored_session()
+    config = write_config(tmp_path, max_retries=0)
+    ran = run_crow([{"status": 400, "body": OVERFLOW_400}, {"sse": text_stream("SUMMARY: reads")},
+                    {"sse": text_stream("Done.")}], "--session", sid, "--json", "go on", cwd=tmp_path, config=config)
+    assert ran.code == 0, ran.stderr
+    assert [e["code"] for e in ran.events() if e["type"] == "notice"] == ["compacting", "compacted"]
+    assert len(ran.requests) == 3 and ran.requests[2]["messages"][1]["content"].startswith(SUMMARY_PREFIX)
+    assert_contract(ran.requests[2]["messages"])

@@ -1,0 +1,89 @@
+"""Attachments: `crow run -f FILE` and `@path` in chat (issue 13: "there is no way to attach a file")."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from crow_cli.attachments import MAX_TEXT_BYTES, load_attachment, mentioned_files, user_content
+from crow_cli.errors import ConfigError
+from crow_cli.tools.context import ToolContext, using_context
+from tests.replay_server import text_stream
+from tests.scripting.scripting_support import run_crow, write_config
+
+PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 20
+
+
+@pytest.fixture
+def set_workspace() -> Iterator[Callable[[Path], None]]:
+    """Confine to a folder for one test (the tool context is restored after it)."""
+    with contextlib.ExitStack() as stack:
+        yield lambda root: stack.enter_context(using_context(ToolContext.for_workspace(root)))
+
+
+def test_text_files_go_into_the_message_fenced_with_their_path(tmp_path: Path,
+                                                                set_workspace: Callable[[Path], None]) -> None:
+    set_workspace(tmp_path)
+    (tmp_path / "a.md").write_text("has ``` inside\n")
+    content = user_content("review", [load_attachment("a.md")])
+    assert content == "review\n\n[attached file: a.md]\n````\nhas ``` inside\n````"
+
+
+def test_images_are_image_url_parts(tmp_path: Path, set_workspace: Callable[[Path], None]) -> None:
+    set_workspace(tmp_path)
+    (tmp_path / "d.png").write_bytes(PNG)
+    (tmp_path / "t.txt").write_text("hello")
+    content = user_content("what is this?", [load_attachment("t.txt"), load_attachment("d.png")])
+    assert isinstance(content, list)
+    assert content[0]["type"] == "text" and "[attached file: t.txt]" in content[0]["text"]
+    assert "[attached image: d.png]" in content[0]["text"]
+    assert content[1] == {"type": "image_url",
+                          "image_url": {"url": "data:image/png;base64," + base64.b64encode(PNG).decode()}}
+
+
+@pytest.mark.parametrize(("name", "data", "error"), [
+    ("big.txt", b"x" * (MAX_TEXT_BYTES + 1), "text files are attached up to 262,144"),
+    ("blob.bin", b"\0\1\2binary", "a binary file"),
+    ("missing.txt", None, "no such file"),
+])
+def test_refusals_are_one_line(tmp_path: Path, name: str, data: bytes | None, error: str,
+                               set_workspace: Callable[[Path], None]) -> None:
+    set_workspace(tmp_path)
+    if data is not None:
+        (tmp_path / name).write_bytes(data)
+    with pytest.raises(ConfigError, match=error):
+        load_attachment(name)
+
+
+def test_outside_the_workspace_is_refused(tmp_path: Path, set_workspace: Callable[[Path], None]) -> None:
+    inside = tmp_path / "ws"
+    inside.mkdir()
+    (tmp_path / "secret.txt").write_text("no")
+    set_workspace(inside)
+    with pytest.raises(ConfigError, match="outside the workspace"):
+        load_attachment("../secret.txt")
+
+
+def test_mentions_name_existing_files_only(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "app.py").write_text("x")
+    assert mentioned_files("look at @src/app.py, and ask @bob or mail a@b.c", tmp_path) == ["src/app.py"]
+
+
+def test_crow_run_attaches_files(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("remember the milk")
+    (tmp_path / "d.png").write_bytes(PNG)
+    config = write_config(tmp_path, max_retries=0)
+    ran = run_crow([{"sse": text_stream("ok")}], "-f", "notes.txt", "--file", "d.png", "summarise", cwd=tmp_path,
+                   config=config)
+    assert ran.code == 0, ran.stderr
+    content = ran.requests[0]["messages"][-1]["content"]
+    assert content[0]["text"].startswith("summarise\n\n[attached file: notes.txt]\n```\nremember the milk\n```")
+    assert content[1]["image_url"]["url"].startswith("data:image/png;base64,")
+    refused = run_crow([], "-f", "../nope.txt", "hi", cwd=tmp_path, config=config)
+    assert refused.code == 2 and refused.requests == [] and refused.stdout == ""
+    assert refused.stderr.count("\n") == 1 and "cannot attach '../nope.txt'" in refused.stderr
