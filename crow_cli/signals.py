@@ -75,6 +75,9 @@ class SignalCancel:
         loop = asyncio.get_running_loop()
         for sig in self._installed:
             loop.remove_signal_handler(sig)
+            if self.signum is not None and self.exit_grace_s is not None:  # a process shutting down after a
+                # signal (not an in-process caller): another one still exits at once, with 128 + n
+                signal.signal(sig, lambda received, _frame: exit_now(exit_code(received)))
         self._installed.clear()
 
     def _handle(self, sig: int) -> None:

@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from ..history import ToolCall, ToolResult
+from ..text import strip_controls
 from .common import short_json
 
 if TYPE_CHECKING:
@@ -314,7 +315,7 @@ class TurnView:
 
     def tool_started(self, call: ToolCall) -> None:
         """A tool call began running: a spinner (or a plain line) with its name and arguments."""
-        label = f"{call.name}({short_json(call.arguments, 60)})"
+        label = f"{strip_controls(call.name)}({short_json(call.arguments, 60)})"  # the model wrote the name
         if self.plain:
             self._end_plain_line()
             self._show(lambda: self._write(f"→ {label}\n"))
@@ -329,13 +330,14 @@ class TurnView:
         """A tool call ended: its spinner becomes an ok/error line with the duration."""
         self.spinners.pop(result.index, None)
         args = f"({short_json(call.arguments, 60)})" if call else ""
+        name = strip_controls(result.name)  # the model wrote it
         status = "ok" if result.ok else "error"
         detail = "" if result.ok else f": {short_json(result.output, 120)}"
         if self.plain:
-            self._show(lambda: self._write(f"  {status} {result.name} {result.duration_s:.2f}s{detail}\n"))
+            self._show(lambda: self._write(f"  {status} {name} {result.duration_s:.2f}s{detail}\n"))
             return
         mark, style = ("✓", "green") if result.ok else ("✗", "red")
-        self._show(lambda: self.console.print(f"{mark} {result.name}{args} {status} {result.duration_s:.2f}s{detail}",
+        self._show(lambda: self.console.print(f"{mark} {name}{args} {status} {result.duration_s:.2f}s{detail}",
                                               style=style, markup=False, highlight=False))
         self._refresh()
 

@@ -35,12 +35,13 @@ from ..events import (
     WarningEvent,
 )
 from ..history import Message, ToolCall, user_message
-from ..signals import ALL_SIGNALS, SignalCancel
+from ..signals import SignalCancel, exit_code, signal_name
 from ..text import strip_controls
 from ..tools.approval import Answer, AskFn, make_approver
 from ..tools.context import ToolContext
+from ..tools.dispatch import Approver
 from ..tools.mcp import McpServers
-from ..tools.registry import Tool
+from ..tools.registry import Tool, ToolRegistry
 from .approve import terminal_ask
 from .common import (
     build_client,
@@ -273,26 +274,44 @@ async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err:
         printer.handle(RunStarted(model=settings.model))
         printer.handle(RunFinished("error", "", 0, str(exc), exc.exit_code))
         return exc.exit_code
-    printer.handle(RunStarted(model=settings.model, session_id=recorder.session_id if recorder else None))
+    # From the first event on, a signal ends the run with one run_finished: before the driver runs, it
+    # cancels this task (MCP servers starting, the client being built); then it stops the driver.
+    setup = asyncio.current_task()
+    running: list[Driver] = []
+
+    def on_signal(signum: int) -> None:
+        if running and running[0].running:
+            running[0].cancel(f"interrupted ({signal_name(signum)})", exit_code(signum))
+        elif setup is not None:
+            setup.cancel()
+
+    with SignalCancel(on_signal, exit_grace_s=options.exit_grace_s) as trap:
+        printer.handle(RunStarted(model=settings.model, session_id=recorder.session_id if recorder else None))
+        try:
+            return await _drive(settings, options, printer, history, recorder, new_session, warning, approve,
+                                registry, mcp, context, running)
+        except asyncio.CancelledError:
+            if trap.signum is None or setup is None:
+                raise
+            setup.uncancel()
+            printer.handle(RunFinished("cancelled", "", 0, f"interrupted ({trap.name})", trap.exit_code))
+            return trap.exit_code
+        finally:
+            trap.exit_soon()  # after a signal: a tool in a worker thread may not stop; do not wait for it
+
+
+async def _drive(settings: Settings, options: RunOptions, printer: PlainPrinter | JsonlWriter,
+                 history: list[Message], recorder: SessionRecorder | None, new_session: bool,
+                 warning: WarningEvent | None, approve: Approver, registry: ToolRegistry | None,
+                 mcp: McpServers, context: ToolContext, running: list[Driver]) -> int:
     if warning is not None:
         printer.handle(warning)
     if recorder is not None and recorder.previous_model:
         printer.handle(Notice(f"crow: session {recorder.session_id} was using {recorder.previous_model}; "
                               f"continuing with {settings.model}", code="model_changed"))
-
     async with mcp as mcp_servers:
         if registry is not None:
-            starting = asyncio.current_task()
-            with SignalCancel(lambda _sig: starting is not None and starting.cancel()) as signals:
-                try:  # servers can be slow to start
-                    await mcp_servers.register_tools(registry)
-                except asyncio.CancelledError:
-                    if signals.signum is None or starting is None:
-                        raise
-                    starting.uncancel()
-                    printer.handle(RunFinished("cancelled", "", 0, f"interrupted ({signals.name})",
-                                               signals.exit_code))
-                    return signals.exit_code
+            await mcp_servers.register_tools(registry)  # servers can be slow to start
             registry.schemas()  # derive every schema now: a tool that cannot be described is reported here
             for problem in registry.errors:
                 printer.handle(WarningEvent(problem))
@@ -302,8 +321,8 @@ async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err:
         try:
             driver = Driver(client, registry, loop_settings(settings, trace=options.debug), approve,
                             context, build_compactor(settings, recorder))
-            finished = await driver.run(history, printer, recorder, signals=ALL_SIGNALS,
-                                        exit_grace_s=options.exit_grace_s)
+            running.append(driver)
+            finished = await driver.run(history, printer, recorder)
             if (recorder is not None and new_session and finished.status == "error"
                     and not any(m.get("role") in ("assistant", "tool") for m in history)):
                 recorder.discard()  # unreachable, 401, 404, no key: nothing worth continuing was said

@@ -151,3 +151,17 @@ def test_the_live_tail_starts_where_its_frozen_block_will_be() -> None:
     Console(file=live, width=60, color_system=None).print(_LiveArea(view))
     view.stop()
     assert [line.rstrip() for line in live.getvalue().splitlines()] == ["", "Second, still growing"]
+
+
+def test_a_tool_name_from_the_model_cannot_drive_the_terminal() -> None:
+    # found trying it as a new user (fourth round): `crow chat` drew an unknown tool's name raw
+    # (`evil\x1b]0;PWNED\x1b[2J`) while `crow run` filtered it
+
+    for plain in (True, False):
+        out = io.StringIO()
+        view = TurnView(Console(file=out, width=100, color_system=None), plain=plain)
+        call = ToolCall("c1", "evil\x1b]0;PWNED\x07\x1b[2J", "{}", 0)
+        view.tool_started(call)
+        view.tool_finished(ToolResult("c1", call.name, "Error: unknown tool", ok=False, index=0), call)
+        view.stop()
+        assert "\x1b]0" not in out.getvalue() and "\x07" not in out.getvalue() and "evil" in out.getvalue()

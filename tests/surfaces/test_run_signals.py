@@ -143,3 +143,21 @@ def test_sigkill_keeps_the_results_of_tools_that_had_finished(tmp_path: Path) ->
         messages = store.load(session.id)
     assert [(m.get("tool_call_id"), m["content"]) for m in messages[2:]] == [
         ("call_quick", "rested"), ("call_slow", "Error: the tool call was interrupted; no result.")]
+
+
+def test_a_signal_right_after_run_started_ends_with_one_run_finished(tmp_path: Path) -> None:
+    # found trying it as a new user (fourth round): between run_started and the driver's start (the client
+    # being built, openai imported) a signal was unhandled: no run_finished, death by SIGTERM/SIGHUP
+    for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)):
+        with ReplayServer([{"sse": text_sse("hello"), "delay_ms": 2000}]) as server:
+            proc = subprocess.Popen(argv(server.base_url, "--json", "--no-tools", "hi"), cwd=tmp_path,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            assert proc.stdout is not None
+            first = proc.stdout.readline()  # run_started is out: the signal comes as early as a script can send it
+            proc.send_signal(sig)
+            out, err = proc.communicate(timeout=120)
+        events = [json.loads(line) for line in [first, *out.splitlines()]]
+        assert proc.returncode == code, (sig, err)
+        types = [e["type"] for e in events]
+        assert types[0] == "run_started" and types.count("run_finished") == 1
+        assert events[-1]["status"] == "cancelled" and "Traceback" not in err
