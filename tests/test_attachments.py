@@ -13,7 +13,7 @@ from crow_cli.attachments import MAX_TEXT_BYTES, load_attachment, mentioned_file
 from crow_cli.errors import ConfigError
 from crow_cli.tools.context import ToolContext, using_context
 from tests.replay_server import text_stream
-from tests.scripting.scripting_support import run_crow, write_config
+from tests.support import run_crow, write_config
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 20
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from crow_cli.instructions import MAX_BYTES, find_instructions, system_prompt
 from tests.replay_server import text_stream
-from tests.scripting.scripting_support import run_crow, write_config
+from tests.support import run_crow, write_config
 
 
 def _repo(tmp_path: Path) -> tuple[Path, Path, Path]:

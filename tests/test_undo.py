@@ -8,7 +8,7 @@ from pathlib import Path
 
 from crow_cli.sessions import SessionStore
 from tests.replay_server import text_stream
-from tests.scripting.scripting_support import CROW, run_crow, tool_turn, write_config
+from tests.support import CROW, run_crow, tool_turn, write_config
 
 
 def _edit_turn() -> str:

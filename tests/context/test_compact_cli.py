@@ -11,7 +11,7 @@ from crow_cli.context.compact import SUMMARY_PREFIX
 from crow_cli.history import ToolCall, assistant_message, tool_message, user_message
 from crow_cli.sessions import SessionStore
 from tests.replay_server import text_stream
-from tests.scripting.scripting_support import CROW, assert_contract, run_crow, write_config
+from tests.support import CROW, assert_contract, run_crow, write_config
 
 
 def _stored_session(exchanges: int = 12) -> str:

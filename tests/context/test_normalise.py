@@ -7,7 +7,7 @@ import copy
 
 from crow_cli.context.normalise import INTERRUPTED_OUTPUT, normalise
 from crow_cli.history import ToolCall, assistant_message, tool_message, user_message
-from tests.scripting.scripting_support import assert_contract
+from tests.support import assert_contract
 
 
 def _roles(messages: list[dict]) -> list[str]:

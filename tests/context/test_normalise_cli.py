@@ -9,7 +9,7 @@ from pathlib import Path
 from crow_cli.history import ToolCall, assistant_message, tool_message, user_message
 from crow_cli.sessions import SessionStore
 from tests.replay_server import text_stream
-from tests.scripting.scripting_support import assert_contract, run_crow, write_config
+from tests.support import assert_contract, run_crow, write_config
 
 
 def _no_two_users_in_a_row(messages: list[dict]) -> None:

@@ -12,7 +12,7 @@ from crow_cli.errors import ContextOverflow, ServerError
 from crow_cli.events import Notice, RunFinished, WarningEvent
 from crow_cli.history import Message, ToolCall, assistant_message, tool_message, user_message
 from crow_cli.loop import LoopSettings, react
-from tests.scripting.scripting_support import assert_contract
+from tests.support import assert_contract
 
 
 def _chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from pathlib import Path
 from crow_cli.sessions import SessionStore
 from tests.conftest import chunk, sse, tool_delta
 from tests.replay_server import ReplayServer, text_stream
-from tests.surfaces.chat_terminal import ChatTerminal
+from tests.support import ChatTerminal
 
 
 def _write_turn(path: str, content: str) -> str:

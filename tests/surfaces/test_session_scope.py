@@ -9,7 +9,7 @@ from pathlib import Path
 
 from crow_cli.sessions import SessionStore
 from tests.replay_server import ReplayServer, text_stream
-from tests.scripting.scripting_support import CROW, run_crow, write_config
+from tests.support import CROW, run_crow, write_config
 
 
 def _folders(tmp_path: Path) -> tuple[Path, Path]:
