@@ -21,6 +21,7 @@ from httpx_sse import EventSource, SSEError
 from ..errors import ServerError
 from ..history import ToolCall
 from ..wire.accumulate import StreamAccumulator
+from ..wire.stream import recover_frames
 
 __all__ = ["Finding", "RawStream", "Shape", "classify", "parse_sse"]
 
@@ -107,8 +108,9 @@ def parse_sse(text: str) -> RawStream:
                 value = None
             if isinstance(value, dict):
                 chunks.append(value)
-            else:
+            else:  # damaged: the frames crow's client recovers from it still count, as they do in a run
                 bad.append(data[:80])
+                chunks.extend(recover_frames(data))
     except SSEError:  # not reachable with the header set above; kept for a changed library
         pass
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
@@ -292,6 +294,8 @@ def classify(stream: RawStream) -> Shape:
                     flags.add("lone-surrogates")
                 call["fragments"].append(args)
     calls = tracker.calls
+    if any("<|" in str(c["name"]) or str(c["name"]) != str(c["name"]).strip() for c in calls):
+        flags.add("name-leaked-tokens")
     if calls:
         _call_findings(add, calls, turn.tool_calls, entries)
     for code, (label, level, seen, crow) in _TRAITS.items():
@@ -341,6 +345,8 @@ _TRAITS: dict[str, tuple[str, Level, str, str]] = {
     "name-repeated": ("name repeated", "ok", "a later delta re-sends the call's name",
                       "an identical repeat is ignored, not appended"),
     "name-split": ("name split", "ok", "the function name arrives in pieces", "joins the pieces"),
+    "name-leaked-tokens": ("template tokens in a name", "warn", "a function name carries chat-template tokens "
+                           "(`<|…|>`) or whitespace", "runs the tool the cleaned name names, and sends it back clean"),
     "name-after-arguments": ("name after arguments", "warn", "the name arrives after argument text",
                              "keeps the arguments and takes the later name"),
     "same-index-twice": ("one index twice in a delta", "warn", "a delta holds two entries for the same index "

@@ -8,6 +8,13 @@ from tests.replay_server import text_stream
 
 # case id -> the finding codes its first streamed response must be named with
 QUIRKS: dict[str, set[str]] = {
+    "damaged-event-glued-to-next-frame": {"bad-event"},
+    "deepseek-thinking-reasoning-echo-required": {"reasoning_content"},
+    "deepseek-thinking-tool-turn-without-reasoning": set(),  # its quirk is in the request crow sends back
+    "leaked-template-token-in-tool-name": {"name-leaked-tokens"},
+    "leaked-whitespace-and-constrain-suffix-in-tool-names": {"name-leaked-tokens"},
+    "split-index-arguments-before-header": {"calls-interleaved", "index-starts-at-1"},
+    "split-index-header-at-tool-index": {"arguments-empty"},
     "anthropic-compat-error-only-stream": {"error-in-stream"},
     "azure-choice-without-delta": {"choice-without-delta"},
     "azure-empty-choices-prelude": {"empty-choices"},

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from crow_cli.probe.classify import classify, parse_sse
-from tests.conftest import CASES_DIR, ROOT, chunk, first_sse, load_cases, sse, tool_delta
+from tests.conftest import CASES_DIR, ROOT, chunk, expected_sse, first_sse, load_cases, sse, tool_delta
 from tests.probe.conftest import QUIRKS
 
 # Codes that name a quirk: a plain stream (the well-behaved cases) must carry none of them.
@@ -31,7 +31,7 @@ def test_replaying_a_case_names_its_quirk(case_id: str) -> None:
                          ids=lambda c: c["id"])
 def test_every_stream_case_has_a_verdict_and_assembles_its_calls(case: dict) -> None:
     assert case["id"] in QUIRKS, "a new corpus case needs its quirk named in QUIRKS"
-    shape = classify(parse_sse(first_sse(case)))
+    shape = classify(parse_sse(expected_sse(case)))  # the stream of the turn `expected` describes
     expected = case.get("expected", {}).get("tool_calls")
     if expected and "error-in-stream" not in shape.codes():
         assert [c.id for c in shape.calls] == [c["id"] for c in expected]

@@ -113,7 +113,7 @@ def test_a_server_that_exits_at_once_is_one_line(fake_cache: Path, tmp_path: Pat
 def test_no_key_and_no_base_url_points_to_local(tmp_path: Path) -> None:
     proc = subprocess.run([CROW, "run", "hi"], capture_output=True, text=True, timeout=60, cwd=tmp_path,
                           stdin=subprocess.DEVNULL)
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # a configuration error (issue 11), checked before any request
     assert "no API key for https://api.openai.com/v1" in proc.stderr and "--local" in proc.stderr
 
 
