@@ -2,7 +2,7 @@
 
 The stand-in is a small Python HTTP server placed where the real binary goes, with a model file beside
 it: crow starts it with llama-server's flags, waits for /health, runs against it and stops it. The real
-server is exercised by the smoke tests (tests/probe/test_smoke_local.py).
+server is exercised by the smoke tests (tests/test_local_smoke.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from crow_cli.config import Settings
 from crow_cli.local import LOCAL_MODEL, local_paths, local_session
 
 CROW = str(Path(sys.executable).with_name("crow"))
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 FAKE_SERVER = textwrap.dedent('''\
     #!{python}
