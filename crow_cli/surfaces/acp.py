@@ -646,6 +646,57 @@ async def _streams(protocol_fd: int) -> tuple[asyncio.StreamReader, asyncio.Stre
     return reader, asyncio.StreamWriter(transport, protocol, None, loop)
 
 
+def _line_error(line: bytes) -> dict[str, Any] | None:
+    """The JSON-RPC error answering one input line that is not a JSON object (None: pass it on).
+
+    JSON-RPC 2.0 §5.1: -32700 for a line that is not JSON (or not UTF-8), -32600 for JSON that is not a
+    request object (`[]`, `42`, `null`, a batch: crow does not take batches), both with id null.
+    """
+    try:
+        message = json.loads(line.decode("utf-8"))
+    except ValueError:  # UnicodeDecodeError is one
+        return {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}}
+    if isinstance(message, dict):
+        return None
+    what = "a batch (not supported)" if isinstance(message, list) and message else "not a JSON-RPC object"
+    return {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": f"Invalid Request: {what}"}}
+
+
+async def _read_line(source: asyncio.StreamReader) -> bytes:
+    """One line of any length (b"" at the end of input)."""
+    chunks: list[bytes] = []
+    while True:
+        try:
+            chunks.append(await source.readuntil(b"\n"))
+            return b"".join(chunks)
+        except asyncio.LimitOverrunError as exc:
+            chunks.append(await source.readexactly(exc.consumed))
+        except asyncio.IncompleteReadError as exc:
+            chunks.append(exc.partial)
+            return b"".join(chunks)
+
+
+async def _objects_only(source: asyncio.StreamReader, sink: asyncio.StreamReader,
+                        writer: asyncio.StreamWriter) -> None:
+    """Pass the JSON objects of `source` on to `sink` (the SDK's reader); answer every other line here.
+
+    The SDK's reader takes any JSON value for a message (a non-object ends its receive loop, `null` reads
+    as the end of input) and drops unparsable lines without an answer.
+    """
+    try:
+        while line := await _read_line(source):
+            if not line.strip():
+                continue
+            error = _line_error(line.strip())
+            if error is None:
+                sink.feed_data(line if line.endswith(b"\n") else line + b"\n")
+            else:
+                log.debug("answered a malformed line: %s", error["error"]["message"])
+                writer.write(json.dumps(error).encode() + b"\n")
+    finally:
+        sink.feed_eof()
+
+
 async def serve_acp(settings: Settings, options: AcpOptions) -> int:
     """Serve one editor on stdin/stdout until it closes stdin; returns the exit code (0).
 
@@ -656,7 +707,9 @@ async def serve_acp(settings: Settings, options: AcpOptions) -> int:
     protocol_fd = _claim_stdout()
     logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if options.debug else logging.WARNING,
                         format="crow acp: %(levelname)s: %(message)s")
-    reader, writer = await _streams(protocol_fd)  # before anything slow: a terminal is refused at once
+    stdin, writer = await _streams(protocol_fd)  # before anything slow: a terminal is refused at once
+    reader = asyncio.StreamReader(limit=_STDIN_LIMIT)
+    objects = asyncio.get_running_loop().create_task(_objects_only(stdin, reader, writer), name="acp-stdin")
     registry = None if options.no_tools else build_registry(settings, extra_dirs=options.tools_dirs)
     store = SessionStore()
     async with McpServers({} if registry is None else settings.mcp_servers,
@@ -671,6 +724,7 @@ async def serve_acp(settings: Settings, options: AcpOptions) -> int:
         try:
             await acp.run_agent(cast(acp.Agent, agent), writer, reader)  # the methods crow serves
         finally:
+            objects.cancel()
             await agent.close()
             await client.aclose()
     return 0

@@ -484,3 +484,26 @@ async def test_cancel_stops_a_running_tool_at_once(workspace):
     final = editor.of(ToolCallProgress)[-1]
     assert final.status == "failed" and "cancelled" in final.content[0].content.text
     assert len(server.requests) == 1
+
+
+def test_lines_that_are_not_json_objects_get_errors_and_the_process_lives(workspace):
+    # found by an editor tester: `[]`, `42`, `"str"`, a batch ended the process, `null` ended it silently,
+    # and `{not json` / invalid UTF-8 got no -32700 reply
+    proc = subprocess.Popen([CROW, "acp", "--model", "m", "--base-url", "http://127.0.0.1:9/v1"], cwd=workspace,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdin is not None and proc.stdout is not None
+    batch = b'[{"jsonrpc":"2.0","id":80,"method":"session/list","params":{}}]'
+    expected = [(b"{not json", -32700), (b"\xff\xfe{}", -32700), (b"[]", -32600), (b"42", -32600),
+                (b'"str"', -32600), (b"null", -32600), (batch, -32600)]
+    try:
+        for n, (line, code) in enumerate(expected):
+            proc.stdin.write(line + b"\n")
+            proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": n, "method": "session/list", "params": {}}).encode()
+                             + b"\n")
+            proc.stdin.flush()
+            error = json.loads(proc.stdout.readline())
+            assert error["id"] is None and error["error"]["code"] == code, line
+            assert json.loads(proc.stdout.readline()) == {"jsonrpc": "2.0", "id": n, "result": {"sessions": []}}
+    finally:
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0
