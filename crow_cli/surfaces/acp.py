@@ -300,17 +300,28 @@ class Session:
         Raises:
             ToolDenied: refused (read-only mode, a deny rule, "reject always", or the user's answer).
         """
+        self._refuse(tool)
+        await self.approvals(call, tool)
+        self._update(call.index, status="in_progress")
+        return True
+
+    def _refuse(self, tool: Tool) -> None:
+        """Raise ToolDenied when the read-only mode or a "reject always" refuses `tool`."""
         if self.mode == "read-only":
             raise ToolDenied(f"{tool.name} was not run: the editor's session is in read-only mode. Do not retry it; "
                              "say what you would change instead")
         if tool.name in self.rejected:
             raise ToolDenied(f"the user rejected {tool.name} for this session; it was not run. Do not retry it")
-        await self.approvals(call, tool)
-        self._update(call.index, status="in_progress")
-        return True
 
     async def ask(self, call: ToolCall, tool: Tool, preview: str) -> Answer:
-        """Ask the editor about one call: allow once / always, reject once / always."""
+        """Ask the editor about one call: allow once / always, reject once / always.
+
+        It runs one at a time (the approvals' lock): an answer or mode change given while this call
+        waited its turn ("reject always", a switch to yolo or read-only) decides it without asking.
+        """
+        self._refuse(tool)
+        if self.approvals.policy.allowed_by(tool, None) is not None:  # the mode changed to yolo / auto-edit
+            return "yes"
         acp_id = self.calls.get(call.index, "")
         args = _arguments(call)
         diff = self.diffs.get(call.index)

@@ -54,6 +54,8 @@ class Editor:
         self.answers = list(answers or [])
         self.changed = asyncio.Condition()
         self.cancel_sent = asyncio.Event()
+        self.go_on = asyncio.Event()
+        """An answer "… when told" waits for it."""
 
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
         async with self.changed:
@@ -69,6 +71,9 @@ class Editor:
         if answer == "after cancel":  # as ACP asks of clients: a pending request is answered "cancelled"
             await self.cancel_sent.wait()
             answer = "cancelled"
+        if answer.endswith(" when told"):
+            await self.go_on.wait()
+            answer = answer.removesuffix(" when told")
         if answer == "cancelled":
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
         return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=answer))
@@ -507,3 +512,32 @@ def test_lines_that_are_not_json_objects_get_errors_and_the_process_lives(worksp
     finally:
         proc.stdin.close()
         assert proc.wait(timeout=60) == 0
+
+
+async def test_reject_always_reaches_a_call_already_waiting_in_the_same_batch(workspace):
+    # found by an editor tester: the second call of a parallel batch was still asked (and run when allowed)
+    calls = [("w1", "write_file", {"path": "one.txt", "content": "1"}),
+             ("w2", "write_file", {"path": "two.txt", "content": "2"})]
+    editor = Editor(answers=["reject_always"])
+    response, requests = await prompt_once(workspace, editor, script(calls, final="OK."), "write both")
+    assert response.stop_reason == "end_turn"
+    assert len(editor.permissions) == 1
+    assert not (workspace / "one.txt").exists() and not (workspace / "two.txt").exists()
+    assert all("rejected" in m["content"] or "declined" in m["content"] for m in requests[1]["messages"][-2:])
+
+
+async def test_a_mode_change_reaches_a_call_already_waiting_in_the_same_batch(workspace):
+    # found by an editor tester: switching to yolo while the first permission waited still asked the second
+    calls = [("w1", "write_file", {"path": "one.txt", "content": "1"}),
+             ("w2", "write_file", {"path": "two.txt", "content": "2"})]
+    editor = Editor(answers=["reject_once when told"])
+    with ReplayServer(script(calls, final="OK.")) as server:
+        async with crow_acp(server.base_url, workspace, editor) as (conn, _proc, _err):
+            sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            prompt = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text_block("write both")]))
+            await editor.wait_for(lambda: bool(editor.permissions))
+            await conn.set_session_mode(session_id=sid, mode_id="yolo")
+            editor.go_on.set()
+            assert (await prompt).stop_reason == "end_turn"
+    assert len(editor.permissions) == 1
+    assert not (workspace / "one.txt").exists() and (workspace / "two.txt").read_text() == "2"
