@@ -541,3 +541,12 @@ async def test_a_mode_change_reaches_a_call_already_waiting_in_the_same_batch(wo
             assert (await prompt).stop_reason == "end_turn"
     assert len(editor.permissions) == 1
     assert not (workspace / "one.txt").exists() and (workspace / "two.txt").read_text() == "2"
+
+
+@pytest.mark.parametrize("bad", [["--approval", "nonsense"], ["--allow", ""], ["--deny", "run_shell:"]])
+def test_bad_approval_options_are_refused_at_start(workspace, bad):
+    # found by an editor tester: accepted at start, then an unknown currentModeId or -32603 on every session/new
+    ran = subprocess.run([CROW, "acp", "--model", "m", "--base-url", "http://127.0.0.1:9/v1", *bad], cwd=workspace,
+                         input="", capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 2 and ran.stdout == ""
+    assert ran.stderr.startswith("crow: error: ") and ran.stderr.count("\n") == 1, ran.stderr
