@@ -537,8 +537,9 @@ class CrowAgent:
             session = await self._open(session_id, root, history, recorder, mcp_servers or [])
         elif session.busy:
             raise RequestError(-32600, "a prompt is running in this session")
-        else:
-            session.cwd, session.turns = root, 0
+        else:  # loaded again (perhaps with another cwd or MCP servers): a new context, tools and driver
+            session = await self._open(session_id, root, session.history, session.recorder, mcp_servers or [],
+                                       keep=session)
         await session.replay()
         return LoadSessionResponse(modes=session.modes())
 
@@ -579,7 +580,9 @@ class CrowAgent:
         return session
 
     async def _open(self, session_id: str, root: Path, history: list[Message], recorder: SessionRecorder,
-                    mcp_servers: Sequence[Any]) -> Session:
+                    mcp_servers: Sequence[Any], keep: Session | None = None) -> Session:
+        """A session with its workspace `root`, the editor's MCP servers added; `keep`: the open session it
+        replaces, whose mode and "always" answers carry over."""
         registry = None
         if self.registry is not None:
             registry = ToolRegistry()
@@ -597,6 +600,10 @@ class CrowAgent:
                 for problem in registry.errors:
                     log.warning("session %s: %s", session_id, problem)
         session = Session(self, session_id, root, history, recorder, registry, self.model_client)
+        if keep is not None:
+            session.set_mode(keep.mode)
+            session.approvals.always |= keep.approvals.always
+            session.rejected |= keep.rejected
         self.sessions[session_id] = session
         return session
 

@@ -550,3 +550,21 @@ def test_bad_approval_options_are_refused_at_start(workspace, bad):
                          input="", capture_output=True, text=True, timeout=60)
     assert ran.returncode == 2 and ran.stdout == ""
     assert ran.stderr.startswith("crow: error: ") and ran.stderr.count("\n") == 1, ran.stderr
+
+
+async def test_loading_an_open_session_with_another_cwd_moves_its_tools_there(workspace, tmp_path):
+    # found by an editor tester: the locations named the new cwd, the tools still acted in the old one
+    other = tmp_path / "other"
+    other.mkdir()
+    (workspace / "a.txt").write_text("from the first\n")
+    (other / "a.txt").write_text("from the other\n")
+    turns = [{"sse": text_sse("Hi.")}, *script([("r1", "read_file", {"path": "a.txt"})], final="Read.")]
+    editor = Editor()
+    with ReplayServer(turns) as server:
+        async with crow_acp(server.base_url, workspace, editor) as (conn, _proc, _err):
+            sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            await conn.prompt(session_id=sid, prompt=[text_block("hi")])
+            await conn.load_session(cwd=str(other), session_id=sid, mcp_servers=[])
+            await conn.prompt(session_id=sid, prompt=[text_block("read a.txt")])
+    assert server.requests[2]["messages"][-1]["content"] == "from the other\n"
+    assert editor.of(ToolCallStart)[-1].locations[0].path == str(other.resolve() / "a.txt")
