@@ -30,6 +30,7 @@ import contextlib
 import json
 import logging
 import os
+import stat
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -643,6 +644,15 @@ def _mcp_tables(servers: Sequence[Any]) -> dict[str, dict[str, Any]]:
     return tables
 
 
+def _one_line(record: logging.LogRecord) -> bool:
+    """Without --debug a log record is one line: an exception (the SDK logs an unknown notification's
+    with its traceback) is reduced to its message."""
+    if record.exc_info and record.exc_info[1] is not None:
+        text = f"{record.getMessage()}: {record.exc_info[1]}"
+        record.msg, record.args, record.exc_info, record.exc_text = " ".join(text.split()), (), None, None
+    return True
+
+
 def _claim_stdout() -> int:
     """Keep the real stdout for the protocol (returned as a new descriptor); descriptor 1 becomes stderr."""
     sys.stdout.flush()
@@ -655,6 +665,9 @@ async def _streams(protocol_fd: int) -> tuple[asyncio.StreamReader, asyncio.Stre
     """asyncio streams on stdin and the protocol descriptor (what `acp.stdio_streams` does on fd 0 and 1)."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=_STDIN_LIMIT)
+    mode = os.fstat(sys.stdin.fileno()).st_mode
+    if stat.S_ISCHR(mode) and not sys.stdin.isatty():  # /dev/null: accepted by asyncio, then unpollable
+        raise ConfigError("crow acp talks to an editor over pipes on stdin and stdout (stdin is a device)")
     try:
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
         transport, protocol = await loop.connect_write_pipe(
@@ -723,8 +736,11 @@ async def serve_acp(settings: Settings, options: AcpOptions) -> int:
         SessionError: the session store cannot be opened.
     """
     protocol_fd = _claim_stdout()
-    logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if options.debug else logging.WARNING,
-                        format="crow acp: %(levelname)s: %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("crow acp: %(levelname)s: %(message)s"))
+    if not options.debug:
+        handler.addFilter(_one_line)
+    logging.basicConfig(level=logging.DEBUG if options.debug else logging.WARNING, handlers=[handler])
     stdin, writer = await _streams(protocol_fd)  # before anything slow: a terminal is refused at once
     reader = asyncio.StreamReader(limit=_STDIN_LIMIT)
     objects = asyncio.get_running_loop().create_task(_objects_only(stdin, reader, writer), name="acp-stdin")

@@ -568,3 +568,27 @@ async def test_loading_an_open_session_with_another_cwd_moves_its_tools_there(wo
             await conn.prompt(session_id=sid, prompt=[text_block("read a.txt")])
     assert server.requests[2]["messages"][-1]["content"] == "from the other\n"
     assert editor.of(ToolCallStart)[-1].locations[0].path == str(other.resolve() / "a.txt")
+
+
+def test_stdin_from_dev_null_is_a_one_line_error(workspace):
+    # found by an editor tester: an asyncio traceback came before the one-line error
+    ran = subprocess.run([CROW, "acp", "--model", "m", "--base-url", "http://127.0.0.1:9/v1"], cwd=workspace,
+                         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 2 and ran.stderr.startswith("crow: error: ") and ran.stderr.count("\n") == 1, ran.stderr
+
+
+def test_an_unknown_notification_logs_one_line_without_a_traceback(workspace, tmp_path):
+    # found by an editor tester: an ERROR with a traceback on stderr for every unknown notification
+    err = tmp_path / "stderr.txt"
+    with err.open("w") as errfile:
+        proc = subprocess.Popen([CROW, "acp", "--model", "m", "--base-url", "http://127.0.0.1:9/v1"], cwd=workspace,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errfile, text=True)
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write('{"jsonrpc":"2.0","method":"editor/somethingNew","params":{}}\n'
+                         '{"jsonrpc":"2.0","id":1,"method":"session/list","params":{}}\n')
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["id"] == 1
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0
+    stderr = err.read_text()
+    assert "Traceback" not in stderr and stderr.count("\n") <= 1, stderr
