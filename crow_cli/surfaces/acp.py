@@ -255,6 +255,8 @@ class Session:
         """ACP tool-call id of each call of the current turn, by the call's position."""
         self.diffs: dict[int, Any] = {}
         self.refused = False
+        self.finish_reason = ""
+        """The last model turn's finish_reason (`length` → `max_tokens`, `content_filter` → `refusal`)."""
         self.busy = False
         self._outbox: asyncio.Queue[Any] = asyncio.Queue()
         self._sender: asyncio.Task[None] | None = None
@@ -357,8 +359,10 @@ class Session:
                 self.send(acp.update_agent_message_text(text))
             case ReasoningDelta(text=text):
                 self.send(acp.update_agent_thought_text(text))
-            case TurnFinished(tool_calls=calls) if calls:
-                self._announce(calls)
+            case TurnFinished(finish_reason=finish, tool_calls=calls):
+                self.finish_reason = finish
+                if calls:
+                    self._announce(calls)
             case ToolRunStarted(call=call):
                 tool = self.registry.get(call.name) if self.registry is not None else None
                 if tool is None or not tool.needs_approval:  # those go in progress once approved
@@ -410,7 +414,7 @@ class Session:
         if self.busy:
             raise RequestError(-32600, "a prompt is already running in this session")
         text = prompt_text(blocks)
-        self.busy, self.refused = True, False
+        self.busy, self.refused, self.finish_reason = True, False, ""
         try:
             self.history.append(user_message(text))
             finished = await self.driver.run(self.history, self, self.recorder)
@@ -419,7 +423,9 @@ class Session:
             self.busy = False
         if finished.status == "error":
             raise RequestError(-32603, finished.error or "the run failed", {"exitCode": finished.exit_code})
-        reason: StopReason = "refusal" if self.refused else "end_turn"
+        reason: StopReason = "refusal" if self.refused or self.finish_reason == "content_filter" else "end_turn"
+        if self.finish_reason == "length":
+            reason = "max_tokens"
         if finished.status == "max_turns":
             reason = "max_turn_requests"
         elif finished.status == "cancelled":

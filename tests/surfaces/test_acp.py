@@ -592,3 +592,15 @@ def test_an_unknown_notification_logs_one_line_without_a_traceback(workspace, tm
         assert proc.wait(timeout=60) == 0
     stderr = err.read_text()
     assert "Traceback" not in stderr and stderr.count("\n") <= 1, stderr
+
+
+async def test_a_length_stop_is_max_tokens_and_a_content_filter_a_refusal(workspace):
+    # found by an editor tester: both answered end_turn (ACP has max_tokens)
+    cut = sse(chunk({"role": "assistant", "content": "cut off mid sen"}), chunk({}, "length"))
+    filtered = sse(chunk({"role": "assistant", "content": "partial"}), chunk({}, "content_filter"))
+    with ReplayServer([{"sse": cut}, {"sse": filtered}, {"sse": text_sse("Fine.")}]) as server:
+        async with crow_acp(server.base_url, workspace, Editor()) as (conn, _proc, _err):
+            sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            stops = [(await conn.prompt(session_id=sid, prompt=[text_block(p)])).stop_reason
+                     for p in ("long", "bad", "fine")]
+    assert stops == ["max_tokens", "refusal", "end_turn"]
