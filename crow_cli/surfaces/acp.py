@@ -198,10 +198,12 @@ def prompt_text(blocks: Sequence[Any]) -> str:
     """The user message of a `session/prompt`: text, resource links and embedded resources, in order.
 
     A link becomes a line naming it (a `file://` link by its path, for the file tools); an embedded
-    text resource is included whole inside `<context uri="…">` tags; a binary one is named only.
+    text resource is included whole inside `<context uri="…">` tags (a `</context` in its text is
+    written `<\\/context`, a `"` in its uri `%22`, so it cannot end the wrapper); a binary one is named only.
 
     Raises:
-        RequestError: -32602 for an image or audio block (not advertised in `promptCapabilities`).
+        RequestError: -32602 for an image or audio block (not advertised in `promptCapabilities`), or a
+            prompt with no text at all.
     """
     parts: list[str] = []
     for block in blocks:
@@ -212,13 +214,18 @@ def prompt_text(blocks: Sequence[Any]) -> str:
         elif isinstance(block, EmbeddedResourceContentBlock):
             resource = block.resource
             if isinstance(resource, TextResourceContents):
-                parts.append(f'<context uri="{_uri_text(resource.uri)}">\n{resource.text}\n</context>')
+                uri = _uri_text(resource.uri).replace('"', "%22")  # neither can end the wrapper early
+                body = resource.text.replace("</context", "<\\/context")
+                parts.append(f'<context uri="{uri}">\n{body}\n</context>')
             elif isinstance(resource, BlobResourceContents):
                 parts.append(f"[attached binary {_uri_text(resource.uri)} ({resource.mime_type or 'unknown type'}), "
                              "not shown]")
         elif isinstance(block, ImageContentBlock | AudioContentBlock):
             raise RequestError(-32602, f"crow accepts text, resource links and embedded resources, not {block.type}")
-    return "\n\n".join(parts)
+    text = "\n\n".join(parts)
+    if not text.strip():
+        raise RequestError(-32602, "the prompt is empty")
+    return text
 
 
 def _uri_text(uri: str) -> str:
