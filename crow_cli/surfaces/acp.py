@@ -175,23 +175,38 @@ def _locations(args: dict[str, Any] | None, root: Path) -> list[ToolCallLocation
     return [ToolCallLocation(path=str(path), line=line if isinstance(line, int) and line >= 0 else None)]
 
 
-def _diff(call: ToolCall, args: dict[str, Any] | None, root: Path) -> Any | None:
-    """The `diff` content block (old and new text) an edit will make; None when it cannot be known."""
+def _edit_target(call: ToolCall, args: dict[str, Any] | None, root: Path) -> Path | None:
+    """The file an edit (`write_file`, `edit_file`) will change; None for another call or a bad path."""
     if args is None or call.name not in ("write_file", "edit_file") or not isinstance(args.get("path"), str):
         return None
     try:
-        file = resolve_in_workspace(args["path"], root)
-        old = file.read_text("utf-8") if file.is_file() else None
-        if call.name == "write_file":
-            new = args.get("content")
-        else:
-            o, n = args.get("old_string"), args.get("new_string")
-            if old is None or not isinstance(o, str) or not isinstance(n, str) or not o or o not in old:
-                return None
-            new = old.replace(o, n) if args.get("replace_all") else old.replace(o, n, 1)
-    except (OutsideWorkspace, OSError, UnicodeDecodeError, ValueError):
+        return resolve_in_workspace(args["path"], root)
+    except (OutsideWorkspace, OSError, ValueError):
         return None
+
+
+def _diff_of(call: ToolCall, args: dict[str, Any], file: Path, old: str | None) -> Any | None:
+    """The `diff` content block an edit of `file` (now `old`, None: absent) will make; None when unknown."""
+    if call.name == "write_file":
+        new = args.get("content")
+    else:
+        o, n = args.get("old_string"), args.get("new_string")
+        if old is None or not isinstance(o, str) or not isinstance(n, str) or not o or o not in old:
+            return None
+        new = old.replace(o, n) if args.get("replace_all") else old.replace(o, n, 1)
     return acp.tool_diff_content(str(file), new, old) if isinstance(new, str) else None
+
+
+def _diff(call: ToolCall, args: dict[str, Any] | None, root: Path) -> Any | None:
+    """The `diff` content block (old and new text) an edit will make, from the disk; None when unknown."""
+    file = _edit_target(call, args, root)
+    if file is None or args is None:
+        return None
+    try:
+        old = file.read_text("utf-8") if file.is_file() else None
+    except (OSError, UnicodeDecodeError):
+        return None
+    return _diff_of(call, args, file, old)
 
 
 def prompt_text(blocks: Sequence[Any]) -> str:
@@ -252,6 +267,9 @@ class Session:
         self.mode = "yolo" if agent.options.yes else (settings.approval or "ask")
         self.approvals: Approvals = make_approver(self.mode if self.mode in ("ask", "auto-edit", "yolo") else "ask",
                                                   allow=settings.allow, deny=settings.deny, ask=self.ask)
+        fs = agent.capabilities.fs
+        self.editor_reads = registry is not None and bool(fs and fs.read_text_file)
+        """The file tools read through the editor: edit diffs come from its buffers."""
         self.rejected: set[str] = set()
         """Tool names the user rejected for the rest of the session ("reject always")."""
         self.context = ToolContext.for_workspace(cwd, secrets=[settings.api_key, *settings.secrets])
@@ -311,9 +329,26 @@ class Session:
             ToolDenied: refused (read-only mode, a deny rule, "reject always", or the user's answer).
         """
         self._refuse(tool)
+        if self.editor_reads:
+            await self._buffer_diff(call)
         await self.approvals(call, tool)
         self._update(call.index, status="in_progress")
         return True
+
+    async def _buffer_diff(self, call: ToolCall) -> None:
+        """The diff of an edit from the editor's buffer (`fs/read_text_file`), sent before it is asked about."""
+        args = _arguments(call)
+        file = _edit_target(call, args, self.cwd)
+        if file is None or args is None:
+            return
+        try:
+            old: str | None = (await self.agent.client().read_text_file(session_id=self.id, path=str(file))).content
+        except Exception:  # no such buffer or file (a new file), or the editor refused: as absent
+            old = None
+        diff = _diff_of(call, args, file, old)
+        if diff is not None:
+            self.diffs[call.index] = diff
+            self._update(call.index, content=[diff])
 
     def _refuse(self, tool: Tool) -> None:
         """Raise ToolDenied when the read-only mode or a "reject always" refuses `tool`."""
@@ -395,7 +430,7 @@ class Session:
             acp_id = self.calls[call.index] = f"{self.turns}-{call.index}"
             args = _arguments(call)
             tool = self.registry.get(call.name) if self.registry is not None else None
-            diff = _diff(call, args, self.cwd)
+            diff = None if self.editor_reads else _diff(call, args, self.cwd)  # else from the buffer, in approve
             if diff is not None:
                 self.diffs[call.index] = diff
             self.send(acp.start_tool_call(acp_id, _title(call, args), kind=tool_kind(tool, call.name),

@@ -418,7 +418,8 @@ async def test_file_tools_go_through_the_editor_when_it_offers_them(workspace):
     assert requests[1]["messages"][-1]["content"] == "unsaved two\n"  # the buffer, not the disk
     assert editor.buffers == {path: "unsaved one\nunsaved 2\n"}
     assert (workspace / "f.txt").read_text() == "on disk\n"
-    assert editor.fs_calls == [("read", path), ("read", path), ("write", path)]  # nothing outside the workspace
+    # the edit's diff is read from the buffer before asking; nothing outside the workspace
+    assert editor.fs_calls == [("read", path), ("read", path), ("read", path), ("write", path)]
     assert "outside the workspace" in requests[3]["messages"][-1]["content"]
 
 
@@ -632,3 +633,19 @@ async def test_an_embedded_resource_cannot_close_its_context_wrapper(workspace):
     user = server.requests[0]["messages"][-1]["content"]
     assert user.count("</context>") == 1 and user.endswith("</context>")
     assert user.startswith(f'<context uri="{workspace}/n%22x.md">\n')
+
+
+async def test_an_edit_diff_comes_from_the_editors_buffer(workspace):
+    # found by an editor tester: with the editor's fs, the diff shown was made from the file on disk
+    (workspace / "f.txt").write_text("on disk\n")
+    path = str(workspace / "f.txt")
+    editor = Editor(answers=["allow_once"], buffers={path: "unsaved buffer\n"})
+    turns = script([("e1", "edit_file", {"path": "f.txt", "old_string": "buffer", "new_string": "text"})],
+                   final="Done.")
+    await prompt_once(workspace, editor, turns, "edit the buffer")
+    (tool_call, _options), = editor.permissions
+    diff = tool_call.content[0]
+    assert (diff.old_text, diff.new_text) == ("unsaved buffer\n", "unsaved text\n")
+    shown = [c for u in editor.updates if isinstance(u, ToolCallStart | ToolCallProgress) for c in u.content or []
+             if isinstance(c, FileEditToolCallContent)]
+    assert shown and all(c.old_text == "unsaved buffer\n" for c in shown)
