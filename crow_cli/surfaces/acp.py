@@ -30,6 +30,7 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import stat
 import sys
 from collections.abc import Sequence
@@ -283,6 +284,9 @@ class Session:
         self.finish_reason = ""
         """The last model turn's finish_reason (`length` → `max_tokens`, `content_filter` → `refusal`)."""
         self.busy = False
+        self.idle = asyncio.Event()
+        """Set while no prompt runs."""
+        self.idle.set()
         self._outbox: asyncio.Queue[Any] = asyncio.Queue()
         self._sender: asyncio.Task[None] | None = None
 
@@ -457,12 +461,14 @@ class Session:
             raise RequestError(-32600, "a prompt is already running in this session")
         text = prompt_text(blocks)
         self.busy, self.refused, self.finish_reason = True, False, ""
+        self.idle.clear()
         try:
             self.history.append(user_message(text))
             finished = await self.driver.run(self.history, self, self.recorder)
             await self.flush()
         finally:
             self.busy = False
+            self.idle.set()
         if finished.status == "error":
             raise RequestError(-32603, finished.error or "the run failed", {"exitCode": finished.exit_code})
         reason: StopReason = "refusal" if self.refused or self.finish_reason == "content_filter" else "end_turn"
@@ -622,6 +628,14 @@ class CrowAgent:
         if session is not None:
             session.driver.cancel("cancelled by the editor", 130)
 
+    async def stop_prompts(self) -> None:
+        """Cancel every running prompt through its driver (tools stop, the history closes and is stored)
+        and wait until each has answered."""
+        running = [s for s in self.sessions.values() if s.busy]
+        for session in running:
+            session.driver.cancel("the editor ended crow", 130)
+        await asyncio.gather(*(s.idle.wait() for s in running))
+
     def _session(self, session_id: str) -> Session:
         session = self.sessions.get(session_id)
         if session is None:
@@ -755,12 +769,14 @@ async def _read_line(source: asyncio.StreamReader) -> bytes:
             return b"".join(chunks)
 
 
-async def _objects_only(source: asyncio.StreamReader, sink: asyncio.StreamReader,
-                        writer: asyncio.StreamWriter) -> None:
+async def _objects_only(source: asyncio.StreamReader, sink: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        agent: CrowAgent) -> None:
     """Pass the JSON objects of `source` on to `sink` (the SDK's reader); answer every other line here.
 
     The SDK's reader takes any JSON value for a message (a non-object ends its receive loop, `null` reads
-    as the end of input) and drops unparsable lines without an answer.
+    as the end of input) and drops unparsable lines without an answer. At the end of `source`, or when
+    cancelled (SIGTERM, SIGHUP), the running prompts are stopped (`CrowAgent.stop_prompts`) before
+    `sink` ends, so their histories close and are stored.
     """
     try:
         while line := await _read_line(source):
@@ -773,7 +789,10 @@ async def _objects_only(source: asyncio.StreamReader, sink: asyncio.StreamReader
                 log.debug("answered a malformed line: %s", error["error"]["message"])
                 writer.write(json.dumps(error).encode() + b"\n")
     finally:
-        sink.feed_eof()
+        try:
+            await agent.stop_prompts()
+        finally:
+            sink.feed_eof()
 
 
 async def serve_acp(settings: Settings, options: AcpOptions) -> int:
@@ -790,8 +809,6 @@ async def serve_acp(settings: Settings, options: AcpOptions) -> int:
         handler.addFilter(_one_line)
     logging.basicConfig(level=logging.DEBUG if options.debug else logging.WARNING, handlers=[handler])
     stdin, writer = await _streams(protocol_fd)  # before anything slow: a terminal is refused at once
-    reader = asyncio.StreamReader(limit=_STDIN_LIMIT)
-    objects = asyncio.get_running_loop().create_task(_objects_only(stdin, reader, writer), name="acp-stdin")
     registry = None if options.no_tools else build_registry(settings, extra_dirs=options.tools_dirs)
     store = SessionStore()
     async with McpServers({} if registry is None else settings.mcp_servers,
@@ -803,10 +820,23 @@ async def serve_acp(settings: Settings, options: AcpOptions) -> int:
                 log.warning("%s", problem)
         client = build_client(settings)
         agent = CrowAgent(settings, options, store, registry, client)
+        reader = asyncio.StreamReader(limit=_STDIN_LIMIT)
+        loop = asyncio.get_running_loop()
+        objects = loop.create_task(_objects_only(stdin, reader, writer, agent), name="acp-stdin")
+        signalled: list[int] = []
+
+        def end(signum: int) -> None:  # as the end of stdin: prompts stop, then the connection closes
+            signalled.append(signum)
+            objects.cancel()
+
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            loop.add_signal_handler(signum, end, signum)
         try:
             await acp.run_agent(cast(acp.Agent, agent), writer, reader)  # the methods crow serves
         finally:
+            for signum in (signal.SIGTERM, signal.SIGHUP):
+                loop.remove_signal_handler(signum)
             objects.cancel()
             await agent.close()
             await client.aclose()
-    return 0
+    return 128 + signalled[0] if signalled else 0

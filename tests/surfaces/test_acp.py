@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -330,6 +331,7 @@ def test_malformed_requests_get_errors_and_the_process_lives(workspace):
 
 NOISY = '''
 import os
+import signal
 import sys
 from crow_cli.tools import tool
 
@@ -649,3 +651,25 @@ async def test_an_edit_diff_comes_from_the_editors_buffer(workspace):
     shown = [c for u in editor.updates if isinstance(u, ToolCallStart | ToolCallProgress) for c in u.content or []
              if isinstance(c, FileEditToolCallContent)]
     assert shown and all(c.old_text == "unsaved buffer\n" for c in shown)
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+async def test_a_signal_from_the_editor_stops_prompts_and_keeps_their_history(workspace, signum, code):
+    # found by an editor tester: SIGTERM left the running shell child, kept empty sessions, stored nothing
+    turns = script([("s1", "run_shell", {"command": "sleep 600"})], final="Never sent.")
+    editor = Editor()
+    with ReplayServer(turns) as server:
+        async with crow_acp(server.base_url, workspace, editor, "--yes") as (conn, proc, _err):
+            sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            await conn.new_session(cwd=str(workspace), mcp_servers=[])  # never prompted: not kept
+            prompt = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text_block("wait")]))
+            await editor.wait_for(lambda: any(u.status == "in_progress" for u in editor.of(ToolCallProgress)))
+            proc.send_signal(signum)
+            assert (await prompt).stop_reason == "cancelled"
+            assert await proc.wait() == code
+    with SessionStore() as store:
+        assert [s.id for s in store.recent()] == [sid]
+        messages = store.messages(sid)
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
+    assert messages[2]["tool_call_id"] == "s1"
+    assert len(server.requests) == 1
