@@ -604,9 +604,12 @@ class CrowAgent:
         try:
             start = int(cursor or 0)
         except ValueError:
-            raise RequestError(-32602, f"invalid cursor {cursor!r}") from None
+            start = -1
+        if start < 0:
+            raise RequestError(-32602, f"invalid cursor {cursor!r}")
+        folder = None if cwd is None else Path(cwd).resolve()  # a trailing slash or a symlink names the same
         found = [i for i in self.store.recent() if os.path.isabs(i.cwd) and (i.messages or i.id in self.sessions)
-                 and (cwd is None or i.cwd == cwd)]
+                 and (folder is None or Path(i.cwd).resolve() == folder)]
         page = found[start: start + _LIST_PAGE]
         return ListSessionsResponse(
             sessions=[AcpSessionInfo(session_id=i.id, cwd=i.cwd, title=i.title or None,

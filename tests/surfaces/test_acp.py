@@ -673,3 +673,18 @@ async def test_a_signal_from_the_editor_stops_prompts_and_keeps_their_history(wo
     assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
     assert messages[2]["tool_call_id"] == "s1"
     assert len(server.requests) == 1
+
+
+async def test_session_list_refuses_a_negative_cursor_and_matches_the_cwd_as_a_folder(workspace, tmp_path):
+    # found by an editor tester: cursor -1 was taken; a trailing slash or a symlinked cwd listed nothing
+    link = tmp_path / "link"
+    link.symlink_to(workspace)
+    with ReplayServer([{"sse": text_sse("Hi.")}]) as server:
+        async with crow_acp(server.base_url, workspace, Editor()) as (conn, _proc, _err):
+            sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            await conn.prompt(session_id=sid, prompt=[text_block("hi")])
+            for cwd in (f"{workspace}/", str(link)):
+                assert [s.session_id for s in (await conn.list_sessions(cwd=cwd)).sessions] == [sid], cwd
+            with pytest.raises(RequestError) as bad:
+                await conn.list_sessions(cursor="-1")
+    assert bad.value.code == -32602
