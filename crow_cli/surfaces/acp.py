@@ -210,6 +210,16 @@ def _diff(call: ToolCall, args: dict[str, Any] | None, root: Path) -> Any | None
     return _diff_of(call, args, file, old)
 
 
+def _stored_diff(call: ToolCall, args: dict[str, Any] | None, root: Path) -> Any | None:
+    """The diff of a stored `edit_file` call for a replay: the replaced text and its replacement (the whole
+    file before and after is not stored); None for another call."""
+    file = _edit_target(call, args, root) if call.name == "edit_file" else None
+    if file is None or args is None:
+        return None
+    old, new = args.get("old_string"), args.get("new_string")
+    return acp.tool_diff_content(str(file), new, old) if isinstance(old, str) and isinstance(new, str) else None
+
+
 def prompt_text(blocks: Sequence[Any]) -> str:
     """The user message of a `session/prompt`: text, resource links and embedded resources, in order.
 
@@ -488,6 +498,9 @@ class Session:
             if role == "user" and content:
                 self.send(acp.update_user_message_text(content))
             elif role == "assistant":
+                reasoning = message.get("reasoning_content") or message.get("reasoning")
+                if isinstance(reasoning, str) and reasoning:
+                    self.send(acp.update_agent_thought_text(reasoning))
                 if content:
                     self.send(acp.update_agent_message_text(content))
                 calls = message.get("tool_calls") or []
@@ -500,12 +513,14 @@ class Session:
                     args = _arguments(call)
                     output = _content_text(result.get("content")) if result.get("role") == "tool" else ""
                     tool = self.registry.get(call.name) if self.registry is not None else None
+                    failed = output.startswith("Error:")
+                    shown = [acp.tool_content(acp.text_block(output))]
+                    diff = None if failed else _stored_diff(call, args, self.cwd)
                     self.send(acp.start_tool_call(
                         f"{self.turns}-{n}", _title(call, args), kind=tool_kind(tool, call.name),
-                        status="failed" if output.startswith("Error:") else "completed",
-                        locations=_locations(args, self.cwd),
+                        status="failed" if failed else "completed", locations=_locations(args, self.cwd),
                         raw_input=args if args is not None else call.arguments,
-                        content=[acp.tool_content(acp.text_block(output))]))
+                        content=[diff, *shown] if diff is not None else shown))
         await self.flush()
 
 

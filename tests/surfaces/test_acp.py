@@ -688,3 +688,27 @@ async def test_session_list_refuses_a_negative_cursor_and_matches_the_cwd_as_a_f
             with pytest.raises(RequestError) as bad:
                 await conn.list_sessions(cursor="-1")
     assert bad.value.code == -32602
+
+
+async def test_load_replays_reasoning_and_edit_diffs(workspace):
+    # found by an editor tester: a replayed session lost the reasoning and the diffs of its edits
+    (workspace / "f.txt").write_text("hello world\n")
+    args = {"path": "f.txt", "old_string": "world", "new_string": "crow"}
+    thought_edit = sse(chunk({"role": "assistant", "reasoning_content": "Edit it."}),
+                       chunk({"tool_calls": [{"index": 0, "id": "e1", "type": "function",
+                                              "function": {"name": "edit_file", "arguments": json.dumps(args)}}]}),
+                       chunk({}, "tool_calls"))
+    with ReplayServer([{"sse": thought_edit}, {"sse": text_sse("Edited.")}]) as server:
+        async with crow_acp(server.base_url, workspace, Editor(), "--yes") as (conn, _proc, _err):
+            sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            await conn.prompt(session_id=sid, prompt=[text_block("edit f")])
+        editor = Editor()
+        async with crow_acp(server.base_url, workspace, editor) as (conn, _proc, _err):
+            await conn.load_session(cwd=str(workspace), session_id=sid, mcp_servers=[])
+    assert [type(u) for u in editor.updates] == [UserMessageChunk, AgentThoughtChunk, ToolCallStart,
+                                                 AgentMessageChunk]
+    assert editor.updates[1].content.text == "Edit it."
+    diff, output = editor.updates[2].content
+    assert isinstance(diff, FileEditToolCallContent) and diff.path == str(workspace / "f.txt")
+    assert (diff.old_text, diff.new_text) == ("world", "crow")
+    assert output.content.text.startswith("edited f.txt")
