@@ -55,6 +55,11 @@ def acp(
              "approval": approval, "allow": allow, "deny": deny},
             config_path=config, profile=profile,
         )
+        from ..tools.approval import make_approver
+
+        # checked now, not at the first session/new: the policy (or the ACP mode read-only) and the rules
+        make_approver(None if settings.approval == "read-only" else settings.approval, allow=settings.allow,
+                      deny=settings.deny, yes=yes)
         options = AcpOptions(tools_dirs=tuple(tools_dir or ()), no_tools=no_tools, yes=yes, debug=debug)
         import asyncio  # not at import time: `crow --version` does without it
 

@@ -30,6 +30,8 @@ import contextlib
 import json
 import logging
 import os
+import signal
+import stat
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -174,33 +176,60 @@ def _locations(args: dict[str, Any] | None, root: Path) -> list[ToolCallLocation
     return [ToolCallLocation(path=str(path), line=line if isinstance(line, int) and line >= 0 else None)]
 
 
-def _diff(call: ToolCall, args: dict[str, Any] | None, root: Path) -> Any | None:
-    """The `diff` content block (old and new text) an edit will make; None when it cannot be known."""
+def _edit_target(call: ToolCall, args: dict[str, Any] | None, root: Path) -> Path | None:
+    """The file an edit (`write_file`, `edit_file`) will change; None for another call or a bad path."""
     if args is None or call.name not in ("write_file", "edit_file") or not isinstance(args.get("path"), str):
         return None
     try:
-        file = resolve_in_workspace(args["path"], root)
-        old = file.read_text("utf-8") if file.is_file() else None
-        if call.name == "write_file":
-            new = args.get("content")
-        else:
-            o, n = args.get("old_string"), args.get("new_string")
-            if old is None or not isinstance(o, str) or not isinstance(n, str) or not o or o not in old:
-                return None
-            new = old.replace(o, n) if args.get("replace_all") else old.replace(o, n, 1)
-    except (OutsideWorkspace, OSError, UnicodeDecodeError, ValueError):
+        return resolve_in_workspace(args["path"], root)
+    except (OutsideWorkspace, OSError, ValueError):
         return None
+
+
+def _diff_of(call: ToolCall, args: dict[str, Any], file: Path, old: str | None) -> Any | None:
+    """The `diff` content block an edit of `file` (now `old`, None: absent) will make; None when unknown."""
+    if call.name == "write_file":
+        new = args.get("content")
+    else:
+        o, n = args.get("old_string"), args.get("new_string")
+        if old is None or not isinstance(o, str) or not isinstance(n, str) or not o or o not in old:
+            return None
+        new = old.replace(o, n) if args.get("replace_all") else old.replace(o, n, 1)
     return acp.tool_diff_content(str(file), new, old) if isinstance(new, str) else None
+
+
+def _diff(call: ToolCall, args: dict[str, Any] | None, root: Path) -> Any | None:
+    """The `diff` content block (old and new text) an edit will make, from the disk; None when unknown."""
+    file = _edit_target(call, args, root)
+    if file is None or args is None:
+        return None
+    try:
+        old = file.read_text("utf-8") if file.is_file() else None
+    except (OSError, UnicodeDecodeError):
+        return None
+    return _diff_of(call, args, file, old)
+
+
+def _stored_diff(call: ToolCall, args: dict[str, Any] | None, root: Path) -> Any | None:
+    """The diff of a stored `edit_file` call for a replay: the replaced text and its replacement (the whole
+    file before and after is not stored); None for another call."""
+    file = _edit_target(call, args, root) if call.name == "edit_file" else None
+    if file is None or args is None:
+        return None
+    old, new = args.get("old_string"), args.get("new_string")
+    return acp.tool_diff_content(str(file), new, old) if isinstance(old, str) and isinstance(new, str) else None
 
 
 def prompt_text(blocks: Sequence[Any]) -> str:
     """The user message of a `session/prompt`: text, resource links and embedded resources, in order.
 
     A link becomes a line naming it (a `file://` link by its path, for the file tools); an embedded
-    text resource is included whole inside `<context uri="…">` tags; a binary one is named only.
+    text resource is included whole inside `<context uri="…">` tags (a `</context` in its text is
+    written `<\\/context`, a `"` in its uri `%22`, so it cannot end the wrapper); a binary one is named only.
 
     Raises:
-        RequestError: -32602 for an image or audio block (not advertised in `promptCapabilities`).
+        RequestError: -32602 for an image or audio block (not advertised in `promptCapabilities`), or a
+            prompt with no text at all.
     """
     parts: list[str] = []
     for block in blocks:
@@ -211,13 +240,18 @@ def prompt_text(blocks: Sequence[Any]) -> str:
         elif isinstance(block, EmbeddedResourceContentBlock):
             resource = block.resource
             if isinstance(resource, TextResourceContents):
-                parts.append(f'<context uri="{_uri_text(resource.uri)}">\n{resource.text}\n</context>')
+                uri = _uri_text(resource.uri).replace('"', "%22")  # neither can end the wrapper early
+                body = resource.text.replace("</context", "<\\/context")
+                parts.append(f'<context uri="{uri}">\n{body}\n</context>')
             elif isinstance(resource, BlobResourceContents):
                 parts.append(f"[attached binary {_uri_text(resource.uri)} ({resource.mime_type or 'unknown type'}), "
                              "not shown]")
         elif isinstance(block, ImageContentBlock | AudioContentBlock):
             raise RequestError(-32602, f"crow accepts text, resource links and embedded resources, not {block.type}")
-    return "\n\n".join(parts)
+    text = "\n\n".join(parts)
+    if not text.strip():
+        raise RequestError(-32602, "the prompt is empty")
+    return text
 
 
 def _uri_text(uri: str) -> str:
@@ -244,6 +278,9 @@ class Session:
         self.mode = "yolo" if agent.options.yes else (settings.approval or "ask")
         self.approvals: Approvals = make_approver(self.mode if self.mode in ("ask", "auto-edit", "yolo") else "ask",
                                                   allow=settings.allow, deny=settings.deny, ask=self.ask)
+        fs = agent.capabilities.fs
+        self.editor_reads = registry is not None and bool(fs and fs.read_text_file)
+        """The file tools read through the editor: edit diffs come from its buffers."""
         self.rejected: set[str] = set()
         """Tool names the user rejected for the rest of the session ("reject always")."""
         self.context = replace(ToolContext.for_workspace(cwd, secrets=[settings.api_key, *settings.secrets]),
@@ -256,7 +293,12 @@ class Session:
         """ACP tool-call id of each call of the current turn, by the call's position."""
         self.diffs: dict[int, Any] = {}
         self.refused = False
+        self.finish_reason = ""
+        """The last model turn's finish_reason (`length` → `max_tokens`, `content_filter` → `refusal`)."""
         self.busy = False
+        self.idle = asyncio.Event()
+        """Set while no prompt runs."""
+        self.idle.set()
         self._outbox: asyncio.Queue[Any] = asyncio.Queue()
         self._sender: asyncio.Task[None] | None = None
 
@@ -302,17 +344,45 @@ class Session:
         Raises:
             ToolDenied: refused (read-only mode, a deny rule, "reject always", or the user's answer).
         """
+        self._refuse(tool)
+        if self.editor_reads:
+            await self._buffer_diff(call)
+        await self.approvals(call, tool)
+        self._update(call.index, status="in_progress")
+        return True
+
+    async def _buffer_diff(self, call: ToolCall) -> None:
+        """The diff of an edit from the editor's buffer (`fs/read_text_file`), sent before it is asked about."""
+        args = _arguments(call)
+        file = _edit_target(call, args, self.cwd)
+        if file is None or args is None:
+            return
+        try:
+            old: str | None = (await self.agent.client().read_text_file(session_id=self.id, path=str(file))).content
+        except Exception:  # no such buffer or file (a new file), or the editor refused: as absent
+            old = None
+        diff = _diff_of(call, args, file, old)
+        if diff is not None:
+            self.diffs[call.index] = diff
+            self._update(call.index, content=[diff])
+
+    def _refuse(self, tool: Tool) -> None:
+        """Raise ToolDenied when the read-only mode or a "reject always" refuses `tool`."""
         if self.mode == "read-only":
             raise ToolDenied(f"{tool.name} was not run: the editor's session is in read-only mode. Do not retry it; "
                              "say what you would change instead")
         if tool.name in self.rejected:
             raise ToolDenied(f"the user rejected {tool.name} for this session; it was not run. Do not retry it")
-        await self.approvals(call, tool)
-        self._update(call.index, status="in_progress")
-        return True
 
     async def ask(self, call: ToolCall, tool: Tool, preview: str) -> Answer:
-        """Ask the editor about one call: allow once / always, reject once / always."""
+        """Ask the editor about one call: allow once / always, reject once / always.
+
+        It runs one at a time (the approvals' lock): an answer or mode change given while this call
+        waited its turn ("reject always", a switch to yolo or read-only) decides it without asking.
+        """
+        self._refuse(tool)
+        if self.approvals.policy.allowed_by(tool, None) is not None:  # the mode changed to yolo / auto-edit
+            return "yes"
         acp_id = self.calls.get(call.index, "")
         args = _arguments(call)
         diff = self.diffs.get(call.index)
@@ -347,8 +417,10 @@ class Session:
                 self.send(acp.update_agent_message_text(text))
             case ReasoningDelta(text=text):
                 self.send(acp.update_agent_thought_text(text))
-            case TurnFinished(tool_calls=calls) if calls:
-                self._announce(calls)
+            case TurnFinished(finish_reason=finish, tool_calls=calls):
+                self.finish_reason = finish
+                if calls:
+                    self._announce(calls)
             case ToolRunStarted(call=call):
                 tool = self.registry.get(call.name) if self.registry is not None else None
                 if tool is None or not tool.needs_approval:  # those go in progress once approved
@@ -374,7 +446,7 @@ class Session:
             acp_id = self.calls[call.index] = f"{self.turns}-{call.index}"
             args = _arguments(call)
             tool = self.registry.get(call.name) if self.registry is not None else None
-            diff = _diff(call, args, self.cwd)
+            diff = None if self.editor_reads else _diff(call, args, self.cwd)  # else from the buffer, in approve
             if diff is not None:
                 self.diffs[call.index] = diff
             self.send(acp.start_tool_call(acp_id, _title(call, args), kind=tool_kind(tool, call.name),
@@ -400,16 +472,20 @@ class Session:
         if self.busy:
             raise RequestError(-32600, "a prompt is already running in this session")
         text = prompt_text(blocks)
-        self.busy, self.refused = True, False
+        self.busy, self.refused, self.finish_reason = True, False, ""
+        self.idle.clear()
         try:
             self.history.append(user_message(text))
             finished = await self.driver.run(self.history, self, self.recorder)
             await self.flush()
         finally:
             self.busy = False
+            self.idle.set()
         if finished.status == "error":
             raise RequestError(-32603, finished.error or "the run failed", {"exitCode": finished.exit_code})
-        reason: StopReason = "refusal" if self.refused else "end_turn"
+        reason: StopReason = "refusal" if self.refused or self.finish_reason == "content_filter" else "end_turn"
+        if self.finish_reason == "length":
+            reason = "max_tokens"
         if finished.status == "max_turns":
             reason = "max_turn_requests"
         elif finished.status == "cancelled":
@@ -424,6 +500,9 @@ class Session:
             if role == "user" and content:
                 self.send(acp.update_user_message_text(content))
             elif role == "assistant":
+                reasoning = message.get("reasoning_content") or message.get("reasoning")
+                if isinstance(reasoning, str) and reasoning:
+                    self.send(acp.update_agent_thought_text(reasoning))
                 if content:
                     self.send(acp.update_agent_message_text(content))
                 calls = message.get("tool_calls") or []
@@ -436,12 +515,14 @@ class Session:
                     args = _arguments(call)
                     output = _content_text(result.get("content")) if result.get("role") == "tool" else ""
                     tool = self.registry.get(call.name) if self.registry is not None else None
+                    failed = output.startswith("Error:")
+                    shown = [acp.tool_content(acp.text_block(output))]
+                    diff = None if failed else _stored_diff(call, args, self.cwd)
                     self.send(acp.start_tool_call(
                         f"{self.turns}-{n}", _title(call, args), kind=tool_kind(tool, call.name),
-                        status="failed" if output.startswith("Error:") else "completed",
-                        locations=_locations(args, self.cwd),
+                        status="failed" if failed else "completed", locations=_locations(args, self.cwd),
                         raw_input=args if args is not None else call.arguments,
-                        content=[acp.tool_content(acp.text_block(output))]))
+                        content=[diff, *shown] if diff is not None else shown))
         await self.flush()
 
 
@@ -528,8 +609,9 @@ class CrowAgent:
             session = await self._open(session_id, root, history, recorder, mcp_servers or [])
         elif session.busy:
             raise RequestError(-32600, "a prompt is running in this session")
-        else:
-            session.cwd, session.turns = root, 0
+        else:  # loaded again (perhaps with another cwd or MCP servers): a new context, tools and driver
+            session = await self._open(session_id, root, session.history, session.recorder, mcp_servers or [],
+                                       keep=session)
         await session.replay()
         return LoadSessionResponse(modes=session.modes())
 
@@ -539,9 +621,12 @@ class CrowAgent:
         try:
             start = int(cursor or 0)
         except ValueError:
-            raise RequestError(-32602, f"invalid cursor {cursor!r}") from None
+            start = -1
+        if start < 0:
+            raise RequestError(-32602, f"invalid cursor {cursor!r}")
+        folder = None if cwd is None else Path(cwd).resolve()  # a trailing slash or a symlink names the same
         found = [i for i in self.store.recent() if os.path.isabs(i.cwd) and (i.messages or i.id in self.sessions)
-                 and (cwd is None or i.cwd == cwd)]
+                 and (folder is None or Path(i.cwd).resolve() == folder)]
         page = found[start: start + _LIST_PAGE]
         return ListSessionsResponse(
             sessions=[AcpSessionInfo(session_id=i.id, cwd=i.cwd, title=i.title or None,
@@ -563,6 +648,14 @@ class CrowAgent:
         if session is not None:
             session.driver.cancel("cancelled by the editor", 130)
 
+    async def stop_prompts(self) -> None:
+        """Cancel every running prompt through its driver (tools stop, the history closes and is stored)
+        and wait until each has answered."""
+        running = [s for s in self.sessions.values() if s.busy]
+        for session in running:
+            session.driver.cancel("the editor ended crow", 130)
+        await asyncio.gather(*(s.idle.wait() for s in running))
+
     def _session(self, session_id: str) -> Session:
         session = self.sessions.get(session_id)
         if session is None:
@@ -570,7 +663,9 @@ class CrowAgent:
         return session
 
     async def _open(self, session_id: str, root: Path, history: list[Message], recorder: SessionRecorder,
-                    mcp_servers: Sequence[Any]) -> Session:
+                    mcp_servers: Sequence[Any], keep: Session | None = None) -> Session:
+        """A session with its workspace `root`, the editor's MCP servers added; `keep`: the open session it
+        replaces, whose mode and "always" answers carry over."""
         registry = None
         if self.registry is not None:
             registry = ToolRegistry()
@@ -588,6 +683,10 @@ class CrowAgent:
                 for problem in registry.errors:
                     log.warning("session %s: %s", session_id, problem)
         session = Session(self, session_id, root, history, recorder, registry, self.model_client)
+        if keep is not None:
+            session.set_mode(keep.mode)
+            session.approvals.always |= keep.approvals.always
+            session.rejected |= keep.rejected
         self.sessions[session_id] = session
         return session
 
@@ -627,6 +726,15 @@ def _mcp_tables(servers: Sequence[Any]) -> dict[str, dict[str, Any]]:
     return tables
 
 
+def _one_line(record: logging.LogRecord) -> bool:
+    """Without --debug a log record is one line: an exception (the SDK logs an unknown notification's
+    with its traceback) is reduced to its message."""
+    if record.exc_info and record.exc_info[1] is not None:
+        text = f"{record.getMessage()}: {record.exc_info[1]}"
+        record.msg, record.args, record.exc_info, record.exc_text = " ".join(text.split()), (), None, None
+    return True
+
+
 def _claim_stdout() -> int:
     """Keep the real stdout for the protocol (returned as a new descriptor); descriptor 1 becomes stderr."""
     sys.stdout.flush()
@@ -639,6 +747,9 @@ async def _streams(protocol_fd: int) -> tuple[asyncio.StreamReader, asyncio.Stre
     """asyncio streams on stdin and the protocol descriptor (what `acp.stdio_streams` does on fd 0 and 1)."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=_STDIN_LIMIT)
+    mode = os.fstat(sys.stdin.fileno()).st_mode
+    if stat.S_ISCHR(mode) and not sys.stdin.isatty():  # /dev/null: accepted by asyncio, then unpollable
+        raise ConfigError("crow acp talks to an editor over pipes on stdin and stdout (stdin is a device)")
     try:
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
         transport, protocol = await loop.connect_write_pipe(
@@ -646,6 +757,62 @@ async def _streams(protocol_fd: int) -> tuple[asyncio.StreamReader, asyncio.Stre
     except ValueError as exc:  # a terminal or a regular file, not a pipe
         raise ConfigError(f"crow acp talks to an editor over pipes on stdin and stdout ({exc})") from None
     return reader, asyncio.StreamWriter(transport, protocol, None, loop)
+
+
+def _line_error(line: bytes) -> dict[str, Any] | None:
+    """The JSON-RPC error answering one input line that is not a JSON object (None: pass it on).
+
+    JSON-RPC 2.0 §5.1: -32700 for a line that is not JSON (or not UTF-8), -32600 for JSON that is not a
+    request object (`[]`, `42`, `null`, a batch: crow does not take batches), both with id null.
+    """
+    try:
+        message = json.loads(line.decode("utf-8"))
+    except ValueError:  # UnicodeDecodeError is one
+        return {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}}
+    if isinstance(message, dict):
+        return None
+    what = "a batch (not supported)" if isinstance(message, list) and message else "not a JSON-RPC object"
+    return {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": f"Invalid Request: {what}"}}
+
+
+async def _read_line(source: asyncio.StreamReader) -> bytes:
+    """One line of any length (b"" at the end of input)."""
+    chunks: list[bytes] = []
+    while True:
+        try:
+            chunks.append(await source.readuntil(b"\n"))
+            return b"".join(chunks)
+        except asyncio.LimitOverrunError as exc:
+            chunks.append(await source.readexactly(exc.consumed))
+        except asyncio.IncompleteReadError as exc:
+            chunks.append(exc.partial)
+            return b"".join(chunks)
+
+
+async def _objects_only(source: asyncio.StreamReader, sink: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        agent: CrowAgent) -> None:
+    """Pass the JSON objects of `source` on to `sink` (the SDK's reader); answer every other line here.
+
+    The SDK's reader takes any JSON value for a message (a non-object ends its receive loop, `null` reads
+    as the end of input) and drops unparsable lines without an answer. At the end of `source`, or when
+    cancelled (SIGTERM, SIGHUP), the running prompts are stopped (`CrowAgent.stop_prompts`) before
+    `sink` ends, so their histories close and are stored.
+    """
+    try:
+        while line := await _read_line(source):
+            if not line.strip():
+                continue
+            error = _line_error(line.strip())
+            if error is None:
+                sink.feed_data(line if line.endswith(b"\n") else line + b"\n")
+            else:
+                log.debug("answered a malformed line: %s", error["error"]["message"])
+                writer.write(json.dumps(error).encode() + b"\n")
+    finally:
+        try:
+            await agent.stop_prompts()
+        finally:
+            sink.feed_eof()
 
 
 async def serve_acp(settings: Settings, options: AcpOptions) -> int:
@@ -656,9 +823,12 @@ async def serve_acp(settings: Settings, options: AcpOptions) -> int:
         SessionError: the session store cannot be opened.
     """
     protocol_fd = _claim_stdout()
-    logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if options.debug else logging.WARNING,
-                        format="crow acp: %(levelname)s: %(message)s")
-    reader, writer = await _streams(protocol_fd)  # before anything slow: a terminal is refused at once
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("crow acp: %(levelname)s: %(message)s"))
+    if not options.debug:
+        handler.addFilter(_one_line)
+    logging.basicConfig(level=logging.DEBUG if options.debug else logging.WARNING, handlers=[handler])
+    stdin, writer = await _streams(protocol_fd)  # before anything slow: a terminal is refused at once
     registry = None if options.no_tools else build_registry(settings, extra_dirs=options.tools_dirs)
     store = SessionStore()
     async with McpServers({} if registry is None else settings.mcp_servers,
@@ -670,9 +840,23 @@ async def serve_acp(settings: Settings, options: AcpOptions) -> int:
                 log.warning("%s", problem)
         client = build_client(settings)
         agent = CrowAgent(settings, options, store, registry, client)
+        reader = asyncio.StreamReader(limit=_STDIN_LIMIT)
+        loop = asyncio.get_running_loop()
+        objects = loop.create_task(_objects_only(stdin, reader, writer, agent), name="acp-stdin")
+        signalled: list[int] = []
+
+        def end(signum: int) -> None:  # as the end of stdin: prompts stop, then the connection closes
+            signalled.append(signum)
+            objects.cancel()
+
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            loop.add_signal_handler(signum, end, signum)
         try:
             await acp.run_agent(cast(acp.Agent, agent), writer, reader)  # the methods crow serves
         finally:
+            for signum in (signal.SIGTERM, signal.SIGHUP):
+                loop.remove_signal_handler(signum)
+            objects.cancel()
             await agent.close()
             await client.aclose()
-    return 0
+    return 128 + signalled[0] if signalled else 0
