@@ -33,7 +33,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .errors import ConfigError
-from .text import public_url
+from .text import public_url, url_secrets
 
 __all__ = ["DEFAULT_BASE_URL", "DEFAULT_MODEL", "KEYED_HOSTS", "OPTIONS", "OWNED_PARAMS", "Option", "Settings",
            "default_config_path", "load_settings", "require_api_key"]
@@ -318,7 +318,8 @@ def load_settings(
         tool_paths=values["tool_paths"], approval=values["approval"], allow=values["allow"], deny=values["deny"],
         workspace=values["workspace"], mcp_servers=dict(values["mcp_servers"]), profile=chosen,
         config_path=str(path) if path.exists() else None, api_key_problem=problem,
-        secrets=_secrets(flags, env, [*layers, *(_Layer(t, "") for t in profiles.values())]),
+        secrets=(*_secrets(flags, env, [*layers, *(_Layer(t, "") for t in profiles.values())]),
+                 *url_secrets(base_url)),
         context_window=values["context_window"],
     )
 
