@@ -47,7 +47,7 @@ from ..loop import CANCELLED_OUTPUT
 from ..sessions import EXPORT_FORMATS, SessionInfo, SessionStore, export_session
 from ..signals import SignalCancel
 from ..text import public_url, strip_controls
-from ..tools.approval import make_approver
+from ..tools.approval import check_rule_names, make_approver
 from ..tools.context import ToolContext
 from ..tools.registry import Tool, ToolRegistry
 from .ask import Answer, ask_approval
@@ -197,6 +197,9 @@ class ChatApp:
                                                                           extra_dirs=self.options.tools_dirs)
         if self.registry is not None:
             await mcp_servers.register_tools(self.registry)
+            # a rule naming no tool (a typo) would never apply: refuse it
+            check_rule_names(self.settings.allow, self.settings.deny,
+                             [*(t.name for t in self.registry), *self.registry.unusable])
         for problem in (self.registry.errors if self.registry else []):
             self.view.line(f"crow: warning: {problem}", "yellow")
         self.client = build_client(self.settings, self.options.record_dir)

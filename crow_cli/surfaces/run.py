@@ -37,7 +37,7 @@ from ..events import (
 from ..history import Message, ToolCall, user_message
 from ..signals import ALL_SIGNALS, SignalCancel
 from ..text import strip_controls
-from ..tools.approval import Answer, AskFn, make_approver
+from ..tools.approval import Answer, AskFn, check_rule_names, make_approver
 from ..tools.context import ToolContext
 from ..tools.mcp import McpServers
 from ..tools.registry import Tool
@@ -296,6 +296,11 @@ async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err:
             registry.schemas()  # derive every schema now: a tool that cannot be described is reported here
             for problem in registry.errors:
                 printer.handle(WarningEvent(problem))
+            try:  # a rule naming no tool (a typo) would never apply: refuse it now that every tool is known
+                check_rule_names(settings.allow, settings.deny, [*(t.name for t in registry), *registry.unusable])
+            except ConfigError as exc:
+                printer.handle(RunFinished("error", "", 0, str(exc), exc.exit_code))
+                return exc.exit_code
         client = build_client(settings, options.record_dir)
         if recorder is not None:  # files crow's tools change can be restored by `sessions undo`
             context = dataclasses.replace(context, backup=recorder.backup)

@@ -35,7 +35,7 @@ from .registry import Tool
 from .shellrules import allow_matches, deny_matches, rule_words
 
 __all__ = ["POLICIES", "PREVIEW_CHARS", "PREVIEW_LINES", "Answer", "ApprovalPolicy", "Approvals", "AskFn",
-           "approval_question", "describe_call", "make_approver", "parse_answer"]
+           "approval_question", "check_rule_names", "describe_call", "make_approver", "parse_answer"]
 
 POLICIES = ("ask", "auto-edit", "yolo")
 Answer = Literal["yes", "no", "always"]
@@ -61,6 +61,30 @@ def approval_question(name: str) -> str:
     """The question both surfaces ask about a call of the tool `name`: `Allow NAME? [y]es / [n]o / [a]lways
     for NAME: `."""
     return f"Allow {name}? [y]es / [n]o / [a]lways for {name}: "
+
+
+def check_rule_names(allow: Iterable[str], deny: Iterable[str], names: Iterable[str]) -> None:
+    """Refuse rules that name no tool of the run: a misspelt deny rule would never match (fail open).
+
+    Called by the surfaces once the registry is complete (plugins and MCP tools loaded); `names` are
+    every tool's name, unusable ones included.
+
+    Raises:
+        ConfigError: the first rule naming an unknown tool, one line, with the closest name if any.
+    """
+    import difflib
+
+    known = set(names)
+    for kind, rules in (("--allow", allow), ("--deny", deny)):
+        for rule in rules:
+            name = _split_rule(rule)[0].strip()
+            if name in known:
+                continue
+            lowered = {n.lower().replace("-", "_"): n for n in known}
+            close = lowered.get(name.lower().replace("-", "_")) or next(
+                iter(difflib.get_close_matches(name, sorted(known), n=1)), None)
+            hint = f"; did you mean {close!r}?" if close else " (crow tools lists them)"
+            raise ConfigError(f"the {kind} rule {strip_controls(rule)!r} names no tool of this run{hint}")
 
 
 def _split_rule(rule: str) -> tuple[str, list[str] | None]:

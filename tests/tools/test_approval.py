@@ -13,6 +13,7 @@ from crow_cli.tools.approval import (
     Answer,
     ApprovalPolicy,
     Approvals,
+    check_rule_names,
     describe_call,
     make_approver,
     parse_answer,
@@ -254,3 +255,17 @@ async def test_a_plugin_shell_tool_gets_command_rules_through_its_subject() -> N
     with pytest.raises(ToolDenied, match="remote:rm -rf"):
         await approve(_call("remote", cmd="cd / && rm -fr x"), t)
     assert await make_approver("ask", allow=["remote:make"])(_call("remote", cmd="make test"), t)
+
+
+# found trying it as a new user (fourth round): a rule naming a misspelt tool was accepted, so a deny failed open
+@pytest.mark.parametrize(("rule", "hint"), [("run_shel:rm -rf", "run_shell"), ("Run_Shell:rm", "run_shell"),
+                                            ("run-shell:rm", "run_shell"), ("nosuchtool", None)])
+def test_a_rule_naming_an_unknown_tool_is_a_config_error(rule: str, hint: str | None) -> None:
+    names = ["run_shell", "write_file", "docs_search"]
+    with pytest.raises(ConfigError, match="no tool") as caught:
+        check_rule_names([], [rule], names)
+    assert "\n" not in str(caught.value)
+    assert (f"did you mean {hint!r}" in str(caught.value)) if hint else "did you mean" not in str(caught.value)
+    with pytest.raises(ConfigError):
+        check_rule_names([rule], [], names)
+    check_rule_names(["write_file", "docs_search"], ["run_shell:rm -rf"], names)  # known names pass
