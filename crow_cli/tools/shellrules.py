@@ -4,21 +4,21 @@ A command line is split the way a POSIX shell reads it, quote-aware: `;`, `&`, `
 `)`, a newline, a backtick, `$(`, `<(` and `>(` end a simple command unless quoted or escaped; each word
 is then unquoted with `shlex`. `echo "a; b"` is one command, `echo a; b` two.
 
-**Deny** (`deny_matches`) leans towards matching. A rule matches any simple command of the line
-(`cd x && rm -rf y`), skipping leading `VAR=value` words and shell keywords (`if`, `then`, `do`, `{`,
-`!` ...), looking past wrappers (`env`, `sudo`, `xargs`, `nice`, `time`, `exec`, ... with their
-flags), comparing the command word by basename (`/bin/rm`), and looking inside scripts given to a
-shell (`sh -c '...'`, `bash -c`, `eval`), inside strings other commands evaluate (`trap '...' EXIT`,
-`su -c`, `env -S`, `find -exec ... ;`, the string literals of `perl -e` / `python -c` / `awk` code) and
-inside command substitutions, quoted or not (`echo "$(rm -rf x)"`). What cannot be read fails closed:
-a command word that is not a literal (`$CMD`, `$(echo rm)`, a backtick) or a shell or interpreter
-reading its code from a pipe (`echo rm -rf x | sh`) matches every deny rule. After the command word, options are compared as flags: the rule's flags must
-be among the command's and its other words must appear in the command in order. Combined, split,
-reordered or trailing short flags (`rm -fr`, `rm -r -f`, `rm x -rf`) are the same flags; long options
-are matched by any prefix (GNU getopt accepts an unambiguous one: `rm --rec --for` is `rm -rf`), with
-or without a value (`--recursive=yes`); common long spellings are their short flags (`--recursive` and
-`--force` are `-r` and `-f`; `--recursive` is `-R` for `chmod`/`chown`/`chgrp`; `-R` is `-r` for `rm`
-and `cp`). Words after `--` are not options.
+**Deny** (`deny_matches`) leans towards matching. A rule matches any simple command of the line (`cd x &&
+rm -rf y`), skipping leading `VAR=value` words and shell keywords (`if`, `then`, `do`, `{`, `!` ...),
+looking past wrappers (`env`, `sudo`, `xargs`, `nice`, `time`, `exec`, ... with their flags), comparing
+the command word by basename (`/bin/rm`), and looking inside scripts given to a shell (`sh -c '...'`,
+`bash -c`, `eval`), inside strings other commands evaluate (`trap '...' EXIT`, `su -c`, `env -S`, `find
+-exec ... ;`, the string literals of `perl -e` / `python -c` / `awk` code) and inside command
+substitutions, quoted or not (`echo "$(rm -rf x)"`). What cannot be read fails closed: a command word that
+is not a literal (`$CMD`, `$(echo rm)`, a backtick) or a shell or interpreter reading its code from a pipe
+(`echo rm -rf x | sh`) matches every deny rule. After the command word, options are compared as flags: the
+rule's flags must be among the command's and its other words must appear in the command in order.
+Combined, split, reordered or trailing short flags (`rm -fr`, `rm -r -f`, `rm x -rf`) are the same flags;
+long options are matched by any prefix (GNU getopt accepts an unambiguous one: `rm --rec --for` is `rm
+-rf`), with or without a value (`--recursive=yes`); common long spellings are their short flags
+(`--recursive` and `--force` are `-r` and `-f`; `--recursive` is `-R` for `chmod`/`chown`/`chgrp`; `-R` is
+`-r` for `rm` and `cp`). Words after `--` are not options.
 
 **Allow** (`allow_matches`) is strict: every simple command must start, word for word, with one of
 the prefixes (no wrapper, assignment or `sh -c` unless the prefix says so; `ls -al` is not `ls -la`),

@@ -189,9 +189,27 @@ async def test_a_long_command_shows_its_end_and_says_what_was_cut() -> None:
     with pytest.raises(ToolDenied):
         await make_approver("ask", ask=asker)(_call("run_shell", command=command), TOOLS["run_shell"])
     preview = asker.previews[0]
-    assert preview.startswith("$ echo harmless")
-    assert preview.endswith("&& rm -rf ~/important")
-    assert "characters not shown …]" in preview and len(preview) < 4200
+    assert preview == "$ " + command  # found trying it as a new user (fourth round): shown whole, see below
+
+
+# found trying it as a new user (fourth round): a head + tail preview hid `rm -rf ~` in the middle
+async def test_a_command_is_shown_whole_before_the_question() -> None:
+    asker = Asker("no")
+    command = "echo safe\n" * 40 + "rm -rf ~\n" + "echo safe\n" * 40
+    with pytest.raises(ToolDenied):
+        await make_approver("ask", ask=asker)(_call("run_shell", command=command), TOOLS["run_shell"])
+    assert asker.previews == ["$ " + command]
+    assert "not shown" not in asker.previews[0] and "rm -rf ~" in asker.previews[0]
+
+
+@pytest.mark.parametrize("command", ["echo safe\n" * 401, "echo " + "x" * 40_001])
+async def test_a_command_too_long_to_review_is_denied_without_asking(command: str) -> None:
+    asker = Asker("yes")
+    with pytest.raises(ToolDenied, match="too long to review") as caught:
+        await make_approver("ask", ask=asker)(_call("run_shell", command=command), TOOLS["run_shell"])
+    assert asker.previews == [] and "--allow" in str(caught.value)
+    assert await make_approver("ask", allow=["run_shell"], ask=asker)(_call("run_shell", command=command),
+                                                                        TOOLS["run_shell"])
 
 
 async def test_a_long_new_file_shows_head_and_tail_and_how_many_lines_were_cut(ws: Path) -> None:
