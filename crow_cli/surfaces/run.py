@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -249,7 +250,22 @@ async def run_prompt(settings: Settings, options: RunOptions, out: TextIO = sys.
         if out is sys.__stdout__:  # the process's own stdout: only the answer or events may reach fd 1
             out = stack.enter_context(private_stdout())
         stack.enter_context(contextlib.redirect_stdout(err))
-        return await _run_prompt(settings, options, out, err)
+        try:
+            return await _run_prompt(settings, options, out, err)
+        except OSError as exc:  # the output failed before the driver ran (`run_started`); files name theirs
+            if exc.filename is not None:
+                raise
+            return _output_failed(exc, err)
+
+
+def _output_failed(exc: OSError, err: TextIO) -> int:
+    """The exit code for output that cannot be written, as the driver reads it (`Driver.run`)."""
+    if exc.errno == errno.EPIPE:
+        return 141
+    if exc.errno == errno.EIO:
+        return 129
+    print(f"crow: error: cannot write the output: {exc.strerror or exc}", file=err, flush=True)
+    return 1
 
 
 async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err: TextIO) -> int:
@@ -309,6 +325,8 @@ async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err:
                             context, build_compactor(settings, recorder))
             finished = await driver.run(history, printer, recorder, signals=ALL_SIGNALS,
                                         exit_grace_s=options.exit_grace_s)
+            if finished.error and finished.error.startswith("cannot write the output"):  # the printer can't
+                print(f"crow: error: {finished.error}", file=err, flush=True)
             if (recorder is not None and new_session and finished.status == "error"
                     and not any(m.get("role") in ("assistant", "tool") for m in history)):
                 recorder.discard()  # unreachable, 401, 404, no key: nothing worth continuing was said
