@@ -534,6 +534,10 @@ class ChatApp:
         words = arg.split(maxsplit=1)
         fmt = words.pop(0) if words and words[0] in EXPORT_FORMATS else None
         target = Path(words[0]).expanduser() if words else None
+        if fmt is None and words and "/" not in words[0] and "." not in words[0]:  # `/export jsn`: a typo
+            self.view.line(f"crow: error: unknown format {strip_controls(words[0])!r} (choose from "
+                           f"{', '.join(EXPORT_FORMATS)}, or give a path with a suffix)", "red")
+            return
         if fmt is None:
             suffix = target.suffix.lstrip(".") if target is not None else ""
             fmt = suffix if suffix in EXPORT_FORMATS else "md"
@@ -547,6 +551,7 @@ class ChatApp:
                                str(Path.cwd()))
         path = target or Path(f"crow-session-{info.id}.{fmt}")
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(export_session(info, self.history, fmt), encoding="utf-8")
         except OSError as exc:
             self.view.line(f"crow: error: cannot write {path}: {exc.strerror or exc}", "red")
