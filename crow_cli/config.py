@@ -33,7 +33,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .errors import ConfigError
-from .text import public_url
+from .text import public_url, strip_controls, url_secrets
 
 __all__ = ["DEFAULT_BASE_URL", "DEFAULT_MODEL", "KEYED_HOSTS", "OPTIONS", "OWNED_PARAMS", "Option", "Settings",
            "default_config_path", "load_settings", "require_api_key"]
@@ -128,6 +128,15 @@ def _owned_params(value: dict[str, Any]) -> str | None:
     return None
 
 
+def _header_lines(value: dict[str, Any]) -> str | None:
+    """A header whose name or value would break the request: a line break (or another control character)
+    would end the header early. The value is never quoted: it may be a credential."""
+    for name, item in value.items():
+        if re.search(r"[\x00-\x08\x0a-\x1f\x7f]", f"{name}{item}"):
+            return f"[headers] {strip_controls(str(name))!r} holds a line break or control character"
+    return None
+
+
 def _one_of(choices: tuple[str, ...]) -> Callable[[str], str | None]:
     def check(value: str) -> str | None:
         return None if value in choices else f"must be one of {', '.join(choices)} (got {value!r})"
@@ -178,7 +187,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("tool_paths", list, flag="--tools-dir"),
     Option("allow", list, flag="--allow"),
     Option("deny", list, flag="--deny"),
-    Option("headers", dict),
+    Option("headers", dict, check=_header_lines),
     Option("params", dict, check=_owned_params),
     Option("mcp_servers", dict, check=_tables),
     Option("first_byte_timeout", float, field="first_byte_timeout_s", env="CROW_FIRST_BYTE_TIMEOUT", default=60.0,
@@ -318,7 +327,8 @@ def load_settings(
         tool_paths=values["tool_paths"], approval=values["approval"], allow=values["allow"], deny=values["deny"],
         workspace=values["workspace"], mcp_servers=dict(values["mcp_servers"]), profile=chosen,
         config_path=str(path) if path.exists() else None, api_key_problem=problem,
-        secrets=_secrets(flags, env, [*layers, *(_Layer(t, "") for t in profiles.values())]),
+        secrets=(*_secrets(flags, env, [*layers, *(_Layer(t, "") for t in profiles.values())]),
+                 *url_secrets(base_url)),
         context_window=values["context_window"],
     )
 

@@ -94,7 +94,8 @@ class Driver:
 
         A sink whose output is gone (`OSError` from `handle`: a closed terminal, a closed pipe) gets no
         more events and the run is cancelled: exit code 129 for a terminal that hung up (EIO), 141 for
-        a closed pipe, as the signal would have made it.
+        a closed pipe (EPIPE), as the signal would have made it; any other error (a full disk) exits 1
+        with the error `cannot write the output: STRERROR`, for the surface to print elsewhere.
 
         Args:
             history: appended to in place; stored through `recorder` first and after every message.
@@ -153,8 +154,10 @@ class Driver:
                         sink = None
                         if exc.errno == errno.EIO:  # a terminal that hung up: as if SIGHUP had come first
                             self.cancel("the terminal was closed", 129)
-                        else:  # a closed pipe: as if SIGPIPE had killed us
+                        elif exc.errno == errno.EPIPE:  # a closed pipe: as if SIGPIPE had killed us
                             self.cancel("the output was closed", 141)
+                        else:  # a full disk (ENOSPC), a quota …: the surface says it, the run failed
+                            self.cancel(f"cannot write the output: {exc.strerror or exc}", 1)
 
     @staticmethod
     def _store(recorder: Recorder | None, history: list[Message], sink: Sink | None) -> Recorder | None:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["clean_text", "has_surrogates", "public_url", "strip_controls"]
+__all__ = ["clean_text", "has_surrogates", "public_url", "strip_controls", "url_secrets"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # C0 controls but tab and newline, DEL, C1 controls: what can move a cursor, retitle or clear a terminal
+_SECRET_PARAM = re.compile(r"key|token|secret|sig|auth|pass|code", re.IGNORECASE)
+_MIN_URL_SECRET = 6
 _CONTROLS = re.compile("\r(?!\n)|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
@@ -50,3 +52,19 @@ def public_url(url: str) -> str:
         host = f"[{host}]"  # an IPv6 address
     netloc = f"{host}:{parts.port}" if parts.port else host
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def url_secrets(url: str) -> tuple[str, ...]:
+    """The credentials `url` carries: the values of key-like query parameters (`key`, `api-key`, `token`,
+    `sig` …) and a `user:password@` password, each at least 6 characters long (shorter ones, such as
+    `api-version=1`, are no secret and would match anywhere)."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    try:
+        parts = urlsplit(url)
+        found = [value for name, value in parse_qsl(parts.query, keep_blank_values=True)
+                 if _SECRET_PARAM.search(name)]
+        found.append(parts.password or "")
+    except ValueError:
+        return ()
+    return tuple(dict.fromkeys(v for v in found if len(v) >= _MIN_URL_SECRET))

@@ -217,3 +217,18 @@ def test_crow_profile_env_beats_the_files_profile(tmp_path: Path) -> None:
 def test_the_flag_is_named_when_its_value_is_refused():
     with pytest.raises(ConfigError, match=r"^--max-turns must be at least 1 \(got 0\)$"):
         load_settings({"max_turns": 0}, env={})
+
+
+# found trying it as a new user (fourth round): a key in the base URL's query is a credential too
+def test_a_key_in_the_base_url_query_is_a_secret():
+    s = load_settings({"base_url": "http://h/v1?api-version=1&key=SK-query-123&sig=sig-456789"}, env={})
+    assert {"SK-query-123", "sig-456789"} <= set(s.secrets) and "1" not in s.secrets
+
+
+# found trying it as a new user (fourth round): a header value with a line break was accepted
+@pytest.mark.parametrize("value", ['"a\\r\\nX-Evil: 1"', '"tok\\n"', '"a\\rb"'])
+def test_a_header_with_a_line_break_is_a_config_error(value):
+    write_config(f'[headers]\nX-Key = {value}\n')
+    with pytest.raises(ConfigError, match="'X-Key' holds a line break") as caught:
+        load_settings({}, env={})
+    assert caught.value.exit_code == 2 and "Evil" not in str(caught.value) and "tok" not in str(caught.value)

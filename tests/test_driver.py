@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import signal
 from pathlib import Path
@@ -114,3 +115,24 @@ async def test_a_cancel_before_the_loop_starts_still_ends_with_one_run_finished(
     assert d.cancel("cancelled", 0)
     finished = await task
     assert finished == RunFinished("cancelled", "", 0, "cancelled", 0) and sink.seen == [finished]
+
+
+class Failing:
+    """A sink whose output fails with `errno_` on the first text."""
+
+    def __init__(self, errno_: int) -> None:
+        self.errno = errno_
+
+    def handle(self, event: Event) -> None:
+        if isinstance(event, TextDelta):
+            raise OSError(self.errno, os.strerror(self.errno))
+
+
+# found trying it as a new user (fourth round): a full disk (ENOSPC) was read as a closed pipe (exit 141)
+@pytest.mark.parametrize(("errno_", "error", "code"), [
+    (errno.EPIPE, "the output was closed", 141), (errno.EIO, "the terminal was closed", 129),
+    (errno.ENOSPC, f"cannot write the output: {os.strerror(errno.ENOSPC)}", 1),
+])
+async def test_an_output_that_fails_ends_the_run_with_what_failed(errno_: int, error: str, code: int):
+    finished = await driver(Stalling()).run([user_message("go")], Failing(errno_))
+    assert finished.status == "cancelled" and (finished.error, finished.exit_code) == (error, code)

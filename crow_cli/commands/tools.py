@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
 import typer
 
@@ -13,6 +13,7 @@ from ..text import strip_controls
 from .options import ConfigOpt, ProfileOpt, ToolsDirOpt, fail
 
 if TYPE_CHECKING:
+    from ..config import Settings
     from ..tools.registry import Tool
 
 __all__ = ["tools"]
@@ -22,13 +23,23 @@ def tools(tools_dir: ToolsDirOpt = None, profile: ProfileOpt = None, config: Con
           as_json: Annotated[bool, typer.Option("--json", help="A JSON array: one object per tool, "
                                                 "schema and whether it is usable.")] = False) -> None:
     """List every tool the model would be offered, with where it comes from (and those that cannot be)."""
+    import contextlib
+
     from ..config import load_settings
-    from ..tools.registry import default_registry
+    from ..surfaces.common import private_stdout
 
     try:
         settings = load_settings({}, config_path=config, profile=profile)
     except CrowError as exc:
         raise fail(exc) from None
+    # a plugin's import-time print or os.write(1, …) lands on stderr: stdout carries the listing only
+    with private_stdout() as out, contextlib.redirect_stdout(sys.stderr):
+        _list(settings, tools_dir, as_json, out)
+
+
+def _list(settings: Settings, tools_dir: list[str] | None, as_json: bool, out: TextIO) -> None:
+    from ..tools.registry import default_registry
+
     registry = default_registry((*settings.tool_paths, *(tools_dir or ())))
     if settings.mcp_servers:  # listing needs the servers: start them, list, stop them
         import asyncio
@@ -52,17 +63,20 @@ def tools(tools_dir: ToolsDirOpt = None, profile: ProfileOpt = None, config: Con
     if as_json:
         rows = [_row(t, schemas.get(t.name), None) for t in registry]
         rows += [_row(t, None, why) for t, why in registry.unusable.values()]
-        print(json.dumps(rows, ensure_ascii=False, indent=2))
+        print(json.dumps(rows, ensure_ascii=False, indent=2), file=out)
     else:
+        # every string here comes from a plugin or an MCP server: no control character reaches a terminal
         everything = [*registry, *(t for t, _ in registry.unusable.values())]
-        width = max((len(t.name) for t in everything), default=4)
+        width = max((len(strip_controls(t.name)) for t in everything), default=4)
         for t in registry:
             flags = " [needs approval]" if t.needs_approval else ""
-            print(f"{t.name:<{width}}  {_summary(t.description)}\n{'':<{width}}  source: {t.source}{flags}")
+            print(f"{strip_controls(t.name):<{width}}  {_summary(t.description)}\n{'':<{width}}  "
+                  f"source: {strip_controls(t.source)}{flags}", file=out)
         if registry.unusable:
-            print("\nunusable (not offered to the model):")
+            print("\nunusable (not offered to the model):", file=out)
             for t, why in registry.unusable.values():
-                print(f"{t.name:<{width}}  {_summary(t.description)}\n{'':<{width}}  source: {t.source}; {why}")
+                print(f"{strip_controls(t.name):<{width}}  {_summary(t.description)}\n{'':<{width}}  "
+                      f"source: {strip_controls(t.source)}; {strip_controls(why)}", file=out)
     for problem in registry.errors:
         if problem not in dropped:  # said in the listing
             print(f"crow: warning: {strip_controls(problem)}", file=sys.stderr)

@@ -95,7 +95,7 @@ from ..events import (
 from ..history import Message, ToolCall, user_message
 from ..sessions import SessionInUse, SessionStore
 from ..text import strip_controls
-from ..tools.approval import Answer, Approvals, make_approver
+from ..tools.approval import Answer, Approvals, check_rule_names, make_approver
 from ..tools.context import ToolContext
 from ..tools.mcp import McpServers
 from ..tools.registry import Tool, ToolRegistry
@@ -838,6 +838,8 @@ async def serve_acp(settings: Settings, options: AcpOptions) -> int:
             registry.schemas()  # a tool that cannot be described is reported now
             for problem in registry.errors:
                 log.warning("%s", problem)
+            # a rule naming no tool (a typo) would never apply: ConfigError, exit 2, as crow run
+            check_rule_names(settings.allow, settings.deny, [*(t.name for t in registry), *registry.unusable])
         client = build_client(settings)
         agent = CrowAgent(settings, options, store, registry, client)
         reader = asyncio.StreamReader(limit=_STDIN_LIMIT)

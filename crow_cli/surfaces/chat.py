@@ -47,7 +47,7 @@ from ..loop import CANCELLED_OUTPUT
 from ..sessions import EXPORT_FORMATS, SessionInfo, SessionStore, export_session
 from ..signals import SignalCancel
 from ..text import public_url, strip_controls
-from ..tools.approval import make_approver
+from ..tools.approval import check_rule_names, make_approver
 from ..tools.context import ToolContext
 from ..tools.registry import Tool, ToolRegistry
 from .ask import Answer, ask_approval
@@ -197,6 +197,9 @@ class ChatApp:
                                                                           extra_dirs=self.options.tools_dirs)
         if self.registry is not None:
             await mcp_servers.register_tools(self.registry)
+            # a rule naming no tool (a typo) would never apply: refuse it
+            check_rule_names(self.settings.allow, self.settings.deny,
+                             [*(t.name for t in self.registry), *self.registry.unusable])
         for problem in (self.registry.errors if self.registry else []):
             self.view.line(f"crow: warning: {problem}", "yellow")
         self.client = build_client(self.settings, self.options.record_dir)
@@ -531,6 +534,10 @@ class ChatApp:
         words = arg.split(maxsplit=1)
         fmt = words.pop(0) if words and words[0] in EXPORT_FORMATS else None
         target = Path(words[0]).expanduser() if words else None
+        if fmt is None and words and "/" not in words[0] and "." not in words[0]:  # `/export jsn`: a typo
+            self.view.line(f"crow: error: unknown format {strip_controls(words[0])!r} (choose from "
+                           f"{', '.join(EXPORT_FORMATS)}, or give a path with a suffix)", "red")
+            return
         if fmt is None:
             suffix = target.suffix.lstrip(".") if target is not None else ""
             fmt = suffix if suffix in EXPORT_FORMATS else "md"
@@ -544,6 +551,7 @@ class ChatApp:
                                str(Path.cwd()))
         path = target or Path(f"crow-session-{info.id}.{fmt}")
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(export_session(info, self.history, fmt), encoding="utf-8")
         except OSError as exc:
             self.view.line(f"crow: error: cannot write {path}: {exc.strerror or exc}", "red")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ from ..events import (
 from ..history import Message, ToolCall, user_message
 from ..signals import SignalCancel, exit_code, signal_name
 from ..text import strip_controls
-from ..tools.approval import Answer, AskFn, make_approver
+from ..tools.approval import Answer, AskFn, check_rule_names, make_approver
 from ..tools.context import ToolContext
 from ..tools.dispatch import Approver
 from ..tools.mcp import McpServers
@@ -250,7 +251,22 @@ async def run_prompt(settings: Settings, options: RunOptions, out: TextIO = sys.
         if out is sys.__stdout__:  # the process's own stdout: only the answer or events may reach fd 1
             out = stack.enter_context(private_stdout())
         stack.enter_context(contextlib.redirect_stdout(err))
-        return await _run_prompt(settings, options, out, err)
+        try:
+            return await _run_prompt(settings, options, out, err)
+        except OSError as exc:  # the output failed before the driver ran (`run_started`); files name theirs
+            if exc.filename is not None:
+                raise
+            return _output_failed(exc, err)
+
+
+def _output_failed(exc: OSError, err: TextIO) -> int:
+    """The exit code for output that cannot be written, as the driver reads it (`Driver.run`)."""
+    if exc.errno == errno.EPIPE:
+        return 141
+    if exc.errno == errno.EIO:
+        return 129
+    print(f"crow: error: cannot write the output: {exc.strerror or exc}", file=err, flush=True)
+    return 1
 
 
 async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err: TextIO) -> int:
@@ -315,6 +331,11 @@ async def _drive(settings: Settings, options: RunOptions, printer: PlainPrinter 
             registry.schemas()  # derive every schema now: a tool that cannot be described is reported here
             for problem in registry.errors:
                 printer.handle(WarningEvent(problem))
+            try:  # a rule naming no tool (a typo) would never apply: refuse it now that every tool is known
+                check_rule_names(settings.allow, settings.deny, [*(t.name for t in registry), *registry.unusable])
+            except ConfigError as exc:
+                printer.handle(RunFinished("error", "", 0, str(exc), exc.exit_code))
+                return exc.exit_code
         client = build_client(settings, options.record_dir)
         if recorder is not None:  # files crow's tools change can be restored by `sessions undo`
             context = dataclasses.replace(context, backup=recorder.backup)
@@ -323,6 +344,8 @@ async def _drive(settings: Settings, options: RunOptions, printer: PlainPrinter 
                             context, build_compactor(settings, recorder))
             running.append(driver)
             finished = await driver.run(history, printer, recorder)
+            if finished.error and finished.error.startswith("cannot write the output"):  # the printer can't
+                print(f"crow: error: {finished.error}", file=sys.stderr, flush=True)
             if (recorder is not None and new_session and finished.status == "error"
                     and not any(m.get("role") in ("assistant", "tool") for m in history)):
                 recorder.discard()  # unreachable, 401, 404, no key: nothing worth continuing was said

@@ -34,8 +34,9 @@ from .context import ToolContext, current_context
 from .registry import Tool
 from .shellrules import allow_matches, deny_matches, rule_words
 
-__all__ = ["POLICIES", "PREVIEW_CHARS", "PREVIEW_LINES", "Answer", "ApprovalPolicy", "Approvals", "AskFn",
-           "approval_question", "describe_call", "make_approver", "parse_answer"]
+__all__ = ["POLICIES", "PREVIEW_CHARS", "PREVIEW_LINES", "REVIEW_CHARS", "REVIEW_LINES", "Answer", "ApprovalPolicy",
+           "Approvals", "AskFn", "approval_question", "check_rule_names", "describe_call", "make_approver",
+           "parse_answer"]
 
 POLICIES = ("ask", "auto-edit", "yolo")
 Answer = Literal["yes", "no", "always"]
@@ -46,6 +47,12 @@ PREVIEW_CHARS = 4000
 """Characters of a preview shown at most; a longer one keeps its head and tail around a marker."""
 PREVIEW_LINES = 60
 """Lines of a preview shown at most (head and tail, as for characters)."""
+
+REVIEW_LINES = 400
+"""Lines of a command (a tool of kind `shell`) shown at most: it is shown whole, and a longer one is
+denied without asking (too long to review)."""
+REVIEW_CHARS = 40_000
+"""Characters of a command shown at most (as for lines)."""
 
 _ANSWERS: dict[str, Answer] = {"y": "yes", "yes": "yes", "n": "no", "no": "no", "a": "always",
                                "always": "always"}
@@ -61,6 +68,30 @@ def approval_question(name: str) -> str:
     """The question both surfaces ask about a call of the tool `name`: `Allow NAME? [y]es / [n]o / [a]lways
     for NAME: `."""
     return f"Allow {name}? [y]es / [n]o / [a]lways for {name}: "
+
+
+def check_rule_names(allow: Iterable[str], deny: Iterable[str], names: Iterable[str]) -> None:
+    """Refuse rules that name no tool of the run: a misspelt deny rule would never match (fail open).
+
+    Called by the surfaces once the registry is complete (plugins and MCP tools loaded); `names` are
+    every tool's name, unusable ones included.
+
+    Raises:
+        ConfigError: the first rule naming an unknown tool, one line, with the closest name if any.
+    """
+    import difflib
+
+    known = set(names)
+    for kind, rules in (("--allow", allow), ("--deny", deny)):
+        for rule in rules:
+            name = _split_rule(rule)[0].strip()
+            if name in known:
+                continue
+            lowered = {n.lower().replace("-", "_"): n for n in known}
+            close = lowered.get(name.lower().replace("-", "_")) or next(
+                iter(difflib.get_close_matches(name, sorted(known), n=1)), None)
+            hint = f"; did you mean {close!r}?" if close else " (crow tools lists them)"
+            raise ConfigError(f"the {kind} rule {strip_controls(rule)!r} names no tool of this run{hint}")
 
 
 def _split_rule(rule: str) -> tuple[str, list[str] | None]:
@@ -147,7 +178,8 @@ def _subject(call: ToolCall, tool: Tool) -> str | None:
 def describe_call(call: ToolCall, tool: Tool, context: ToolContext | None = None) -> str:
     """What an approval question shows about `call`: the tool's preview (the command, the diff of an edit)
     or the arguments as JSON, clipped to `PREVIEW_LINES` / `PREVIEW_CHARS` (head and tail kept, the cut
-    marked) and without terminal control characters (the model wrote them).
+    marked) and without terminal control characters (the model wrote them). A command (a tool of kind
+    `shell`) is never clipped: one over `REVIEW_LINES` / `REVIEW_CHARS` is denied instead.
 
     Args:
         call: the call waiting for approval.
@@ -156,6 +188,7 @@ def describe_call(call: ToolCall, tool: Tool, context: ToolContext | None = None
 
     Raises:
         ToolError: the tool's pre-check found the call cannot work (the message is the call's result).
+        ToolDenied: a command too long to review.
     """
     arguments = _arguments(call, tool)
     if arguments is None:
@@ -167,6 +200,12 @@ def describe_call(call: ToolCall, tool: Tool, context: ToolContext | None = None
             raise
         except Exception:  # a broken preview must not block the question: show the arguments
             text = json.dumps(arguments, ensure_ascii=False, default=str)
+    if tool.kind == "shell":  # what will run is shown whole: a cut could hide the one dangerous line
+        lines = text.count("\n") + 1
+        if lines > REVIEW_LINES or len(text) > REVIEW_CHARS:
+            raise ToolDenied(f"the command is too long to review ({lines} lines, {len(text)} characters); it "
+                             "was not run. Split it into shorter commands or write a script file and run that")
+        return strip_controls(text)
     return strip_controls(clip_middle(text, PREVIEW_CHARS, PREVIEW_LINES))
 
 
@@ -194,7 +233,10 @@ class Approvals:
                              "find another way or ask the user")
         if self.policy.allowed_by(tool, subject) is not None or tool.name in self.always:
             return True
-        preview = describe_call(call, tool)  # its pre-check may answer the call: then nobody is asked
+        try:  # its pre-check may answer the call: then nobody is asked
+            preview = describe_call(call, tool)
+        except ToolDenied as exc:
+            raise ToolDenied(f"{exc}. The user can allow it with {self.policy.ways_to_allow(tool)}") from None
         if self.ask is None:
             raise ToolDenied(f"{tool.name} needs approval and nobody can approve it here (no terminal); it was "
                              f"not run. The user can allow it with {self.policy.ways_to_allow(tool)}")

@@ -4,25 +4,28 @@ A command line is split the way a POSIX shell reads it, quote-aware: `;`, `&`, `
 `)`, a newline, a backtick, `$(`, `<(` and `>(` end a simple command unless quoted or escaped; each word
 is then unquoted with `shlex`. `echo "a; b"` is one command, `echo a; b` two.
 
-**Deny** (`deny_matches`) leans towards matching. A rule matches any simple command of the line
-(`cd x && rm -rf y`), skipping leading `VAR=value` words and shell keywords (`if`, `then`, `do`, `{`,
-`!` ...), looking past wrappers (`env`, `sudo`, `xargs`, `nice`, `time`, `exec`, ... with their
-flags), comparing the command word by basename (`/bin/rm`), and looking inside scripts given to a
-shell (`sh -c '...'`, `bash -c`, `eval`) and inside command substitutions, quoted or not
-(`echo "$(rm -rf x)"`). After the command word, options are compared as flags: the rule's flags must
-be among the command's and its other words must appear in the command in order. Combined, split,
-reordered or trailing short flags (`rm -fr`, `rm -r -f`, `rm x -rf`) are the same flags; long options
-are matched by any prefix (GNU getopt accepts an unambiguous one: `rm --rec --for` is `rm -rf`), with
-or without a value (`--recursive=yes`); common long spellings are their short flags (`--recursive` and
-`--force` are `-r` and `-f`; `--recursive` is `-R` for `chmod`/`chown`/`chgrp`; `-R` is `-r` for `rm`
-and `cp`). Words after `--` are not options.
+**Deny** (`deny_matches`) leans towards matching. A rule matches any simple command of the line (`cd x &&
+rm -rf y`), skipping leading `VAR=value` words and shell keywords (`if`, `then`, `do`, `{`, `!` ...),
+looking past wrappers (`env`, `sudo`, `xargs`, `nice`, `time`, `exec`, ... with their flags), comparing
+the command word by basename (`/bin/rm`), and looking inside scripts given to a shell (`sh -c '...'`,
+`bash -c`, `eval`), inside strings other commands evaluate (`trap '...' EXIT`, `su -c`, `env -S`, `find
+-exec ... ;`, the string literals of `perl -e` / `python -c` / `awk` code) and inside command
+substitutions, quoted or not (`echo "$(rm -rf x)"`). What cannot be read fails closed: a command word that
+is not a literal (`$CMD`, `$(echo rm)`, a backtick) or a shell or interpreter reading its code from a pipe
+(`echo rm -rf x | sh`) matches every deny rule. After the command word, options are compared as flags: the
+rule's flags must be among the command's and its other words must appear in the command in order.
+Combined, split, reordered or trailing short flags (`rm -fr`, `rm -r -f`, `rm x -rf`) are the same flags;
+long options are matched by any prefix (GNU getopt accepts an unambiguous one: `rm --rec --for` is `rm
+-rf`), with or without a value (`--recursive=yes`); common long spellings are their short flags
+(`--recursive` and `--force` are `-r` and `-f`; `--recursive` is `-R` for `chmod`/`chown`/`chgrp`; `-R` is
+`-r` for `rm` and `cp`). Words after `--` are not options.
 
 **Allow** (`allow_matches`) is strict: every simple command must start, word for word, with one of
 the prefixes (no wrapper, assignment or `sh -c` unless the prefix says so; `ls -al` is not `ls -la`),
 and the line must have no command substitution (`$(`, backtick) and no output redirection.
 
-Rules are guard rails, not a sandbox: a command spelled through variables, aliases or functions, or
-the same effect by another program (`find -delete`, `python -c`), is not recognised.
+Rules are guard rails, not a sandbox: a command spelled through aliases or functions, or the same
+effect by another program (`find -delete`, `shutil.rmtree`), is not recognised.
 """
 
 from __future__ import annotations
@@ -36,12 +39,20 @@ __all__ = ["allow_matches", "deny_matches", "rule_words", "split_commands"]
 _OPERATOR_CHARS = frozenset(";&|()<>\n`")
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 _KEYWORDS = frozenset({"{", "}", "(", ")", "!", "if", "then", "else", "elif", "fi", "do", "done", "while",
-                       "until", "for", "in", "case", "esac", "select"})
+                       "until", "for", "in", "case", "esac", "select", "coproc"})
 # words that run the rest of their arguments as a command (after flags and their values)
 _WRAPPERS = frozenset({"time", "exec", "command", "builtin", "env", "nohup", "nice", "ionice", "sudo", "doas",
                        "xargs", "timeout", "setsid", "stdbuf", "chrt", "taskset", "flock", "watch", "strace",
-                       "unbuffer", "chroot", "runuser", "su", "parallel", "function"})
+                       "unbuffer", "chroot", "runuser", "su", "parallel", "function", "busybox"})
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox", "fish", "eval"})
+# words whose later arguments may be a script they evaluate (`trap 'CMD' EXIT`, `su -c 'CMD'`, `env -S 'CMD'`)
+_EVALUATORS = _SHELLS | {"trap", "su", "runuser", "env", "watch", "parallel", "flock", "ssh", "script"}
+# programs that read code from standard input when given no script argument (`… | sh`)
+_STDIN_CODE = (_SHELLS - {"eval"}) | {"python", "python2", "python3", "perl", "ruby", "node", "php", "lua", "tclsh"}
+# interpreters whose code can run a command through a string (`os.system("…")`, `system("…")`)
+_INTERPRETERS = _STDIN_CODE | {"awk", "gawk", "mawk", "nawk", "pypy", "pypy3", "deno", "bun"}
+_FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
+_STRING_LITERAL = re.compile(r"\"((?:[^\"\\]|\\.)*)\"|'((?:[^'\\]|\\.)*)'")
 _MAX_NESTING = 4
 
 # Long options with a short spelling ("": any command), and short flags that are the same option.
@@ -226,6 +237,107 @@ def _substitutions(words: list[str]) -> list[str]:
     return [w for w in words if "$(" in w or "`" in w]
 
 
+def _unreadable(line: str) -> bool:
+    """Whether `line` runs something a rule cannot read: a command word that is not a literal (`$CMD`,
+    `$(echo rm)`, a backtick) or a shell or interpreter reading its code from a pipe (`… | sh`)."""
+    expect = True  # the next word is in command position
+    after_pipe = False
+    reader: str | None = None  # a program after a pipe that may read code from it, until an argument shows
+    skip = False  # the next word is a redirection's target
+    assigning = False  # the last word was `NAME=` (its value may be a substitution)
+    backticks = 0
+    for token in _tokens(line):
+        if token.operator:
+            text = token.text
+            if text in ("$(", "`"):
+                opening = text == "$(" or backticks % 2 == 0
+                if text == "`":
+                    backticks += 1
+                if opening:
+                    if expect and not assigning:
+                        return True
+                    expect, after_pipe = True, False
+                else:
+                    expect = False
+            elif set(text) & set("<>") and text not in ("<(", ">("):
+                skip = not text.endswith("&")
+            elif text == ")":
+                expect = False
+            else:
+                if reader is not None:
+                    return True
+                expect, after_pipe = True, text in ("|", "|&")
+            assigning = False
+            continue
+        word = token.text
+        assigning = False
+        if skip:
+            skip = False
+            continue
+        if reader is not None and not word.startswith("-"):
+            reader = None  # a script file or argument: its code is not read from the pipe
+        if not expect:
+            continue
+        if _ASSIGNMENT.match(word):
+            assigning = word.endswith("=")
+            continue
+        if word in _KEYWORDS:
+            expect = word not in ("case", "for", "select", "in")
+            continue
+        if "$" in word and not word.startswith("'"):
+            return True
+        base = _basename(_unquote(word))
+        if base in _WRAPPERS:
+            continue
+        expect = False
+        if after_pipe and base in _STDIN_CODE:
+            reader = base
+    return reader is not None
+
+
+def _literals(word: str) -> list[str]:
+    """The string literals in an interpreter's code (`os.system("rm -rf x")` → `rm -rf x`), and all of
+    them joined (`["rm", "-rf", "x"]` → `rm -rf x`)."""
+    found = [a or b for a, b in _STRING_LITERAL.findall(word)]
+    return [*found, " ".join(found)] if len(found) > 1 else found
+
+
+def _scripts(words: list[str]) -> list[str]:
+    """The arguments of an evaluator `words[0]` that may be a script: those holding a space or an operator,
+    and the one after a `-c`-like flag (`sh -c "$CMD"`, `su -c`, `env -S`)."""
+    return [w for n, w in enumerate(words[1:], 1)
+            if re.search(r"[\s;&|()<>`]|\$\(", w) or re.fullmatch(r"-[A-Za-z]*c|-S|--split-string|--command",
+                                                                  words[n - 1])]
+
+
+def _matches_words(words: list[str], prefix: list[str], depth: int) -> bool:
+    """Whether `prefix` matches the simple command `words` (see `deny_matches`)."""
+    loose = False  # after a wrapper: any later word may be the command
+    for i, word in enumerate(words):
+        if _prefix_at(words, i, prefix) or _flags_at(words, i, prefix):
+            return True
+        base = _basename(word)
+        # we only get here at a command position; `eval` evaluates all its words
+        scripts = words[i + 1:] if base == "eval" else _scripts(words[i:]) if base in _EVALUATORS else []
+        if any(deny_matches(s, prefix, depth + 1) for s in scripts) or (
+                base == "eval" and deny_matches(" ".join(scripts), prefix, depth + 1)):
+            return True
+        if base in _INTERPRETERS and any(deny_matches(literal, prefix, depth + 1)
+                                         for w in words[i + 1:] for literal in _literals(w)):
+            return True
+        if base == "find":
+            starts = [n + 1 for n, w in enumerate(words) if n > i and w in _FIND_EXEC]
+            if any(_matches_words(words[n:], prefix, depth + 1) for n in starts):
+                return True
+        if loose or _ASSIGNMENT.match(word) or word in _KEYWORDS:
+            continue
+        if base in _WRAPPERS:
+            loose = True
+            continue
+        break
+    return False
+
+
 def deny_matches(line: str, prefix: list[str], depth: int = 0) -> bool:
     """Whether the deny rule `prefix` (its words) matches any simple command in `line`; when unsure, it does.
 
@@ -233,26 +345,13 @@ def deny_matches(line: str, prefix: list[str], depth: int = 0) -> bool:
     """
     if not prefix:
         return False
-    if depth > _MAX_NESTING:
+    if depth > _MAX_NESTING or _unreadable(line):
         return True
     for words in split_commands(line):
         if any(deny_matches(s, prefix, depth + 1) for s in _substitutions(words)):
             return True
-        loose = False  # after a wrapper: any later word may be the command
-        for i, word in enumerate(words):
-            if _prefix_at(words, i, prefix) or _flags_at(words, i, prefix):
-                return True
-            base = _basename(word)
-            scripts = words[i + 1:] if base in _SHELLS else []  # we only get here at a command position
-            if any(deny_matches(s, prefix, depth + 1) for s in scripts) or (
-                    base == "eval" and deny_matches(" ".join(scripts), prefix, depth + 1)):
-                return True
-            if loose or _ASSIGNMENT.match(word) or word in _KEYWORDS:
-                continue
-            if base in _WRAPPERS:
-                loose = True
-                continue
-            break
+        if _matches_words(words, prefix, depth):
+            return True
     return False
 
 

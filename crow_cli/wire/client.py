@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Iterable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -25,7 +25,7 @@ from typing import Any, Literal
 from ..errors import AuthError, ContextOverflow, ProviderError, RateLimited, ServerError, StreamCut
 from ..events import Notice, WarningEvent
 from ..history import Message
-from ..text import public_url
+from ..text import public_url, url_secrets
 
 __all__ = ["REASONING_FIELDS", "ChatClient", "ClientSettings", "ReasoningEcho", "context_overflow", "map_error",
            "reasoning_demanded", "reasoning_refused", "redact", "split_base_url"]
@@ -77,9 +77,6 @@ def split_base_url(base_url: str) -> tuple[str, dict[str, str | list[str]]]:
     return urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")), query
 
 
-_SECRET_PARAM = re.compile(r"key|token|secret|sig|auth|pass|code", re.IGNORECASE)
-
-
 class ChatClient:
     """Streams turns from an OpenAI-compatible `/chat/completions` endpoint (`stream: true`).
 
@@ -95,6 +92,7 @@ class ChatClient:
         self._usage_option = True  # stream_options.include_usage, dropped if the server rejects it
         self._url, self._query = split_base_url(settings.base_url)
         self._shown_url = public_url(settings.base_url)
+        self._secrets = [settings.api_key, *url_secrets(settings.base_url)]  # redacted from errors and records
         self._reasoning_key: str | None = None  # the field this server streams reasoning in, once seen
         self._echo_learned: Literal["drop", "add"] | None = None  # what a 400/422 taught (auto only)
         self._demanded_key = "reasoning_content"
@@ -110,10 +108,7 @@ class ChatClient:
             if s.record_dir:
                 from .record import recording_http_client
 
-                secrets = [s.api_key, *(v for k, values in self._query.items() if _SECRET_PARAM.search(k)
-                                        for v in ([values] if isinstance(values, str) else values)
-                                        if len(v) >= _MIN_SECRET)]
-                http_client = recording_http_client(s.record_dir, timeout=timeout, secrets=secrets)
+                http_client = recording_http_client(s.record_dir, timeout=timeout, secrets=self._secrets)
             headers = dict(s.headers)
             if s.api_key:  # --api-key and the env beat an Authorization header from the config file
                 headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
@@ -216,7 +211,7 @@ class ChatClient:
                         self._reasoning_key = _reasoning_key_in(item)
                     yield item
         except Exception as exc:
-            mapped = map_error(exc, self._shown_url, secret=self.settings.api_key)
+            mapped = map_error(exc, self._shown_url, secret=self._secrets)
             if mapped is None:
                 raise
             raise mapped from exc
@@ -471,17 +466,22 @@ def redact(text: str, secret: str | None) -> str:
     return text
 
 
-def map_error(exc: BaseException, base_url: str, secret: str | None = None) -> ProviderError | None:
+def map_error(exc: BaseException, base_url: str, secret: str | Iterable[str | None] | None = None
+              ) -> ProviderError | None:
     """The `ProviderError` for an SDK or httpx exception, or None when `exc` is not one of theirs.
 
     `base_url` is shown as given: pass it through `text.public_url` (no query, no credentials).
-    `secret` (the API key) is replaced by `[REDACTED]` in the message: providers echo a wrong key in
-    their 401 bodies, and the message is printed, sent in `run_finished.error` and may be stored.
+    `secret` (the API key, or every secret: the key and those in the base URL's query, `text.url_secrets`)
+    is replaced by `[REDACTED]` in the message: providers echo a wrong key in their 401 bodies, and the
+    message is printed, sent in `run_finished.error` and may be stored.
     """
     mapped = _map_error(exc, base_url)
-    if mapped is not None and secret and len(secret) >= _MIN_SECRET and mapped.args:
-        message = str(mapped.args[0])
-        if (clean := redact(message, secret)) != message:
+    secrets = [secret] if secret is None or isinstance(secret, str) else list(secret)
+    if mapped is not None and mapped.args:
+        message = clean = str(mapped.args[0])
+        for one in secrets:
+            clean = redact(clean, one)
+        if clean != message:
             mapped.args = (clean, *mapped.args[1:])
     return mapped
 

@@ -13,6 +13,8 @@ Imported only once a request is made (it imports httpx). Rules:
   `data: {…}` frame on the same line); what cannot be parsed is skipped with one `WarningEvent` that
   says how much was skipped and how many frames were recovered. A damaged event that nothing valid
   follows (the body ends after it) is a cut stream: `ServerError` ("not JSON").
+* An event whose data is JSON but not an object (`[1,2]`, `"hi"`, `5`, `null`) is skipped with one
+  `WarningEvent`; it never reaches the loop.
 * A server that ignores `stream: true` and answers `application/json` has its completion turned into
   one equivalent chunk; a JSON error body is an error. An HTML page (a login or proxy page), an empty
   body, any other content type, or a stream that ends without a single chunk is named as such in a
@@ -186,6 +188,10 @@ async def iter_chunks(parts: AsyncIterator[bytes], content_type: str
                 error = _error_in(payload, sse.event)
                 if error is not None:
                     raise stream_error(error)
+                if not isinstance(payload, dict):
+                    yield WarningEvent(f"the server sent an event that is not a JSON object; skipped it: "
+                                       f"{data[:60]!r}")
+                    continue
                 count += 1
                 yield payload
     finally:

@@ -60,3 +60,44 @@ def test_tools_json_describes_every_tool(tmp_path: Path) -> None:
     assert tools["good"]["parameters"]["properties"]["count"] == {"description": "how many.", "type": "integer"}
     assert not tools["bad"]["usable"] and tools["bad"]["parameters"] is None
     assert tools["bad"]["problem"].startswith("its schema cannot be derived")
+
+
+NOISY = '''
+import os
+
+from crow_cli.tools import tool
+
+print("IMPORT-PRINT")
+os.write(1, b"IMPORT-FD1\\n")
+
+
+@tool
+def noisy() -> str:
+    """Noisy at import."""
+    return ""
+'''
+
+
+def test_a_plugin_printing_at_import_never_reaches_stdout(tmp_path: Path) -> None:
+    # found trying it as a new user (fourth round): `crow tools --json` printed invalid JSON
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    (folder / "noisy.py").write_text(NOISY)
+    for mode in (["--json"], []):
+        proc = crow("tools", *mode, "--tools-dir", str(folder), cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert "IMPORT-" not in proc.stdout and "IMPORT-PRINT" in proc.stderr and "IMPORT-FD1" in proc.stderr
+        assert "noisy" in proc.stdout
+    assert any(t["name"] == "noisy" for t in json.loads(crow("tools", "--json", "--tools-dir", str(folder)).stdout))
+
+
+def test_outside_text_in_the_listing_loses_its_control_characters(tmp_path: Path) -> None:
+    # found trying it as a new user (fourth round): a plugin's file name reached the terminal with its escapes
+    folder = tmp_path / "plug\x1b]0;pwned\x07ins"
+    folder.mkdir()
+    (folder / "evil\x1b[2Jname.py").write_text(PLUGIN)
+    proc = crow("tools", "--tools-dir", str(folder), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stdout and "\x07" not in proc.stdout and "evil[2Jname.py" in proc.stdout
+    rows = json.loads(crow("tools", "--json", "--tools-dir", str(folder), cwd=tmp_path).stdout)
+    assert any("evil\x1b[2Jname.py" in row["source"] for row in rows)  # JSON stays exact

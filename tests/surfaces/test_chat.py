@@ -375,12 +375,17 @@ async def test_export_works_without_a_session_and_to_a_chosen_path(store: Sessio
     monkeypatch.chdir(tmp_path)
     elsewhere = tmp_path / "out" / "talk.json"
     elsewhere.parent.mkdir()
-    keys = f"/export\rhello\r/export\r/export {elsewhere}\r/export md {tmp_path / 'nope' / 'x.md'}\r/exit\r"
+    (tmp_path / "afile").write_text("")
+    # found trying it as a new user (fourth round): a missing folder was an error, `/export jsn` wrote `jsn`
+    keys = (f"/export\rhello\r/export\r/export {elsewhere}\r/export md {tmp_path / 'afile' / 'x.md'}\r"
+            f"/export md {tmp_path / 'new' / 'sub' / 'x.md'}\r/export jsn\r/exit\r")
     output, _, _ = await chat([{"sse": text_stream("Hi.")}], keys, store, options=ChatOptions(session=False))
     assert "nothing to export yet" in output.split("Hi.")[0]
     assert "Hi." in (tmp_path / "crow-session-unsaved.md").read_text()
     assert json.loads(elsewhere.read_text())["messages"][-1] == {"role": "assistant", "content": "Hi."}
     assert "crow: error: cannot write" in output and store.recent() == []
+    assert "Hi." in (tmp_path / "new" / "sub" / "x.md").read_text()
+    assert "unknown format 'jsn'" in output and not (tmp_path / "jsn").exists()
 
 
 async def test_tools_are_listed_in_aligned_columns(store: SessionStore, tools_dir: Path) -> None:

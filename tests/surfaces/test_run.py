@@ -111,3 +111,11 @@ def test_run_with_stdout_closed_is_not_an_internal_error(_isolated_home: Path) -
         assert latest is not None
         stored = store.messages(latest.id)
     assert stored[-1] == {"role": "assistant", "content": "answer nobody reads"}
+
+
+def test_a_rule_naming_an_unknown_tool_stops_the_run(tmp_path: Path) -> None:
+    # found trying it as a new user (fourth round): `--deny "run_shel:rm -rf"` was accepted and never applied
+    ran = run_crow([{"sse": text_sse("Hi.")}], "--deny", "run_shel:rm -rf", "hi", cwd=tmp_path)
+    assert ran.code == 2 and ran.requests == []
+    assert ran.stderr.strip().count("\n") == 0 and "did you mean 'run_shell'" in ran.stderr
+    assert run_crow([{"sse": text_sse("Hi.")}], "--deny", "run_shell:rm -rf", "hi", cwd=tmp_path).code == 0

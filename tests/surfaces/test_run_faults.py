@@ -173,3 +173,20 @@ def test_a_damaged_event_mid_stream_is_a_warning_and_the_run_completes(tmp_path:
     plain = run_crow([{"sse": body}], "hi", cwd=tmp_path, config=config)
     assert plain.code == 0 and plain.stdout == "Hello\n"
     assert plain.stderr.startswith("crow: warning: the server sent a damaged event")
+
+
+# found trying it as a new user (fourth round): `crow run … > /dev/full` exited 141 silently (plain) or with
+# "internal error: OSError" (--json)
+def test_an_output_that_cannot_be_written_is_said_on_stderr_and_exits_1(tmp_path: Path) -> None:
+    import subprocess
+
+    from tests.replay_server import ReplayServer
+    from tests.support import argv
+
+    for mode in ([], ["--json"]):
+        with ReplayServer([{"sse": text_sse("hello world")}]) as server, open("/dev/full", "w") as full:
+            proc = subprocess.run(argv(server.base_url, *mode, "--no-session", "hi"), stdout=full,
+                                  stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, cwd=tmp_path)
+        assert proc.returncode == 1, (mode, proc.stderr)
+        assert proc.stderr.strip().splitlines()[-1] == "crow: error: cannot write the output: No space left on device"
+        assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr

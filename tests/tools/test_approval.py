@@ -13,6 +13,7 @@ from crow_cli.tools.approval import (
     Answer,
     ApprovalPolicy,
     Approvals,
+    check_rule_names,
     describe_call,
     make_approver,
     parse_answer,
@@ -188,9 +189,27 @@ async def test_a_long_command_shows_its_end_and_says_what_was_cut() -> None:
     with pytest.raises(ToolDenied):
         await make_approver("ask", ask=asker)(_call("run_shell", command=command), TOOLS["run_shell"])
     preview = asker.previews[0]
-    assert preview.startswith("$ echo harmless")
-    assert preview.endswith("&& rm -rf ~/important")
-    assert "characters not shown …]" in preview and len(preview) < 4200
+    assert preview == "$ " + command  # found trying it as a new user (fourth round): shown whole, see below
+
+
+# found trying it as a new user (fourth round): a head + tail preview hid `rm -rf ~` in the middle
+async def test_a_command_is_shown_whole_before_the_question() -> None:
+    asker = Asker("no")
+    command = "echo safe\n" * 40 + "rm -rf ~\n" + "echo safe\n" * 40
+    with pytest.raises(ToolDenied):
+        await make_approver("ask", ask=asker)(_call("run_shell", command=command), TOOLS["run_shell"])
+    assert asker.previews == ["$ " + command]
+    assert "not shown" not in asker.previews[0] and "rm -rf ~" in asker.previews[0]
+
+
+@pytest.mark.parametrize("command", ["echo safe\n" * 401, "echo " + "x" * 40_001])
+async def test_a_command_too_long_to_review_is_denied_without_asking(command: str) -> None:
+    asker = Asker("yes")
+    with pytest.raises(ToolDenied, match="too long to review") as caught:
+        await make_approver("ask", ask=asker)(_call("run_shell", command=command), TOOLS["run_shell"])
+    assert asker.previews == [] and "--allow" in str(caught.value)
+    assert await make_approver("ask", allow=["run_shell"], ask=asker)(_call("run_shell", command=command),
+                                                                        TOOLS["run_shell"])
 
 
 async def test_a_long_new_file_shows_head_and_tail_and_how_many_lines_were_cut(ws: Path) -> None:
@@ -254,3 +273,17 @@ async def test_a_plugin_shell_tool_gets_command_rules_through_its_subject() -> N
     with pytest.raises(ToolDenied, match="remote:rm -rf"):
         await approve(_call("remote", cmd="cd / && rm -fr x"), t)
     assert await make_approver("ask", allow=["remote:make"])(_call("remote", cmd="make test"), t)
+
+
+# found trying it as a new user (fourth round): a rule naming a misspelt tool was accepted, so a deny failed open
+@pytest.mark.parametrize(("rule", "hint"), [("run_shel:rm -rf", "run_shell"), ("Run_Shell:rm", "run_shell"),
+                                            ("run-shell:rm", "run_shell"), ("nosuchtool", None)])
+def test_a_rule_naming_an_unknown_tool_is_a_config_error(rule: str, hint: str | None) -> None:
+    names = ["run_shell", "write_file", "docs_search"]
+    with pytest.raises(ConfigError, match="no tool") as caught:
+        check_rule_names([], [rule], names)
+    assert "\n" not in str(caught.value)
+    assert (f"did you mean {hint!r}" in str(caught.value)) if hint else "did you mean" not in str(caught.value)
+    with pytest.raises(ConfigError):
+        check_rule_names([rule], [], names)
+    check_rule_names(["write_file", "docs_search"], ["run_shell:rm -rf"], names)  # known names pass

@@ -63,3 +63,31 @@ async def test_deny_of_a_command_with_arguments_inside_a_shell_script() -> None:
         with pytest.raises(ToolDenied, match="git push"):
             await approve(_call(command), SHELL)
     assert await approve(_call("git pushx"), SHELL)
+
+
+# found trying it as a new user (fourth round): ways past `--deny 'run_shell:rm -rf'`. A string a wrapper
+# evaluates is checked; what cannot be checked (a command word that is not a literal, input piped into a
+# shell) matches the rule: it fails closed.
+@pytest.mark.parametrize("command", [
+    "echo rm -rf v | sh", "cat script | bash", "echo rm -rf v | sudo bash -s", "trap 'rm -rf v' EXIT",
+    "su -c 'rm -rf v'", "find . -exec rm -rf {} +", "find . -name v -execdir rm -rf {} \\;",
+    "find . -ok rm -rf {} ';'", "echo v | xargs rm -rf", "xargs -I{} sh -c 'rm -rf {}'", "$(echo rm) -rf v",
+    "`echo rm` -rf v", "a=rm; $a -rf v", "${RM:-rm} -rf v", 'RM=rm; "$RM" -rf v', "sudo $CMD -rf v",
+    "perl -e 'system(\"rm -rf v\")'", "python3 -c 'import os; os.system(\"rm -rf v\")'",
+    "python -c \"import subprocess; subprocess.run(['rm', '-rf', 'v'])\"", "awk 'BEGIN{system(\"rm -rf v\")}'",
+    "bash -c 'rm -rf v'", "env -S 'rm -rf v'", "coproc rm -rf v",
+])
+async def test_deny_checks_evaluated_strings_and_fails_closed_on_what_it_cannot_read(command: str) -> None:
+    approve = make_approver(yes=True, deny=["run_shell:rm -rf"])
+    with pytest.raises(ToolDenied, match="denied by the rule 'run_shell:rm -rf'"):
+        await approve(_call(command), SHELL)
+
+
+@pytest.mark.parametrize("command", [
+    "x=$(date) && echo $x", "echo $(date)", "for f in $(ls); do echo $f; done", "case $x in a) ls;; esac",
+    "echo v | python3 script.py", "find . -name '*.pyc' -exec ls {} +", "trap 'echo bye' EXIT",
+    "perl -e 'print \"rm\"'", "ls | grep rm", "echo `date`",
+])
+async def test_deny_still_lets_readable_commands_run(command: str) -> None:
+    approve = make_approver(yes=True, deny=["run_shell:rm -rf"])
+    assert await approve(_call(command), SHELL)

@@ -51,3 +51,21 @@ def test_cli_error_line_and_json_event_carry_no_key(tmp_path):
         if mode:
             finished = json.loads(proc.stdout.splitlines()[-1])
             assert finished["type"] == "run_finished" and "[REDACTED]" in finished["error"]
+
+
+# found trying it as a new user (fourth round): a key in the base URL's query was quoted back unredacted
+def test_a_key_in_the_base_url_query_is_redacted_from_errors(tmp_path):
+    query_key = "sk-QUERY-key-987654"
+    body = json.dumps({"error": {"message": f"invalid key {query_key}"}})
+    for name in ("key", "api-key", "token", "sig"):
+        with ReplayServer([{"status": 400, "body": body}]) as srv:
+            proc = crow("run", "--base-url", f"{srv.base_url}?api-version=1&{name}={query_key}", "--model", "m",
+                        "--no-tools", "--json", "hi", cwd=tmp_path)
+        assert proc.returncode == 1
+        assert query_key not in proc.stdout + proc.stderr and "[REDACTED]" in proc.stderr
+
+
+def test_map_error_redacts_every_secret_given():
+    mapped = map_error(ServerError("bad a-secret-1 and b-secret-2", status=500), "u",
+                       secret=["a-secret-1", "b-secret-2"])
+    assert str(mapped) == "bad [REDACTED] and [REDACTED]"

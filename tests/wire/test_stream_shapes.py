@@ -164,3 +164,15 @@ async def test_configured_authorization_header_is_sent_without_a_key():
 async def test_tool_calls_in_one_chunk_with_the_finish():
     turn, _ = await assemble(event_stream(sse(chunk({"tool_calls": [tool_delta(0, "c", "f", "{}")]}, "tool_calls"))))
     assert json.loads(turn.tool_calls[0].arguments) == {}
+
+
+# found trying it as a new user (fourth round): valid JSON that is not an object reached the loop as an event
+@pytest.mark.parametrize("data", ["[1, 2]", '"hi"', "5", "null", "true"])
+async def test_a_chunk_that_is_not_an_object_is_skipped_with_one_warning(data):
+    body = sse(chunk({"content": "Hel"}), done=False) + f"data: {data}\n\n" + sse(chunk({"content": "lo"}),
+                                                                                 chunk({}, "stop"))
+    items = await items_of(body)
+    warnings = [i for i in items if isinstance(i, WarningEvent)]
+    assert len(warnings) == 1 and "not a JSON object" in warnings[0].message
+    assert all(isinstance(i, (dict, WarningEvent)) for i in items)
+    assert turn_of(items).content == "Hello"
