@@ -9,7 +9,7 @@ import pytest
 
 PKG = Path(__file__).resolve().parent.parent / "crow_cli"
 LEAVES = {"crow_cli.errors", "crow_cli.events", "crow_cli.history", "crow_cli.text", "crow_cli.private",
-          "crow_cli.lockfile"}
+          "crow_cli.lockfile", "crow_cli.stdout"}
 # module prefix -> crow_cli modules it may import (prefixes)
 ALLOWED = {
     "crow_cli.errors": set(),
@@ -23,6 +23,7 @@ ALLOWED = {
     "crow_cli.context": LEAVES | {"crow_cli.context", "crow_cli.wire"},
     "crow_cli.loop": LEAVES | {"crow_cli.wire", "crow_cli.tools", "crow_cli.context"},
     "crow_cli.signals": set(),
+    "crow_cli.stdout": set(),
     "crow_cli.driver": LEAVES | {"crow_cli.loop", "crow_cli.signals", "crow_cli.tools", "crow_cli.context"},
     "crow_cli.sessions": LEAVES,
     "crow_cli.instructions": set(),

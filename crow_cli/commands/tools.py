@@ -26,7 +26,7 @@ def tools(tools_dir: ToolsDirOpt = None, profile: ProfileOpt = None, config: Con
     import contextlib
 
     from ..config import load_settings
-    from ..surfaces.common import private_stdout
+    from ..stdout import private_stdout
 
     try:
         settings = load_settings({}, config_path=config, profile=profile)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -23,7 +21,7 @@ if TYPE_CHECKING:
     from .persist import SessionRecorder
 
 __all__ = ["build_client", "build_compactor", "build_registry", "loop_settings", "make_console", "plain_terminal",
-           "private_stdout", "short_json", "with_instructions"]
+            "short_json", "with_instructions"]
 
 
 def build_client(settings: Settings, record_dir: str | None = None) -> ChatClient:
@@ -56,34 +54,6 @@ def plain_terminal() -> bool:
     """Whether output must carry no escape sequence at all: `NO_COLOR` set to anything non-empty
     (https://no-color.org) or `TERM=dumb`."""
     return bool(os.environ.get("NO_COLOR")) or os.environ.get("TERM") == "dumb"
-
-
-@contextlib.contextmanager
-def private_stdout() -> Iterator[TextIO]:
-    """The process's real stdout as a private file, while file descriptor 1 points at stderr.
-
-    Whatever else writes to fd 1 (a plugin's `os.write(1, …)`, a subprocess, a library) lands on stderr,
-    so stdout carries only what crow writes to the yielded file (the answer, JSONL events, protocol
-    messages). fd 1 is restored on exit. Where fd 1 cannot be duplicated, `sys.stdout` is yielded.
-    """
-    stream = sys.stdout
-    with contextlib.suppress(OSError, ValueError):
-        stream.flush()
-    try:
-        real = os.dup(1)
-        os.dup2(2, 1)
-    except OSError:
-        yield stream
-        return
-    out = os.fdopen(real, "w", encoding=stream.encoding or "utf-8", errors=stream.errors or "strict",
-                    closefd=False)
-    try:
-        yield out
-    finally:
-        with contextlib.suppress(OSError, ValueError):
-            out.flush()
-        os.dup2(real, 1)
-        os.close(real)
 
 
 def make_console(file: TextIO | None = None, **options: Any) -> Console:

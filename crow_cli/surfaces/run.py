@@ -37,6 +37,7 @@ from ..events import (
 )
 from ..history import Message, ToolCall, user_message
 from ..signals import SignalCancel, exit_code, signal_name
+from ..stdout import private_stdout
 from ..text import strip_controls
 from ..tools.approval import Answer, AskFn, check_rule_names, make_approver
 from ..tools.context import ToolContext
@@ -50,7 +51,6 @@ from .common import (
     build_registry,
     loop_settings,
     make_console,
-    private_stdout,
     short_json,
     with_instructions,
 )
