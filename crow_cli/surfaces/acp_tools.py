@@ -17,7 +17,7 @@ from acp.interfaces import Client
 from acp.schema import FileSystemCapabilities
 
 from ..errors import ToolError
-from ..tools.builtin.edits import unified_diff
+from ..tools.builtin.edits import apply_edit, check_edit, unified_diff
 from ..tools.builtin.files import MAX_RETURN_CHARS
 from ..tools.registry import Tool
 from ..tools.workspace import resolve_in_workspace, workspace_root
@@ -91,20 +91,9 @@ class _Editor:
         return f"wrote {name} ({len(content.encode())} bytes) through the editor"
 
     async def edit_file(self, path: str, old_string: str, new_string: str, replace_all: bool = False) -> str:
-        if old_string == "":
-            raise ToolError("old_string is empty; use write_file to create a file")
-        if old_string == new_string:
-            raise ToolError("old_string and new_string are the same; nothing to change")
+        check_edit(old_string, new_string)
         before = await self._read(path)
-        if old_string not in before and "\r\n" in before:  # models send "\n": match the file's CRLF
-            old_string, new_string = (s.replace("\r\n", "\n").replace("\n", "\r\n") for s in (old_string, new_string))
-        count = before.count(old_string)
-        if count == 0:
-            raise ToolError(f"old_string was not found in {path!r}; read the file and copy the text exactly")
-        if count > 1 and not replace_all:
-            raise ToolError(f"old_string occurs {count} times in {path!r}; include more surrounding text to make "
-                            "it unique, or set replace_all to true")
-        after = before.replace(old_string, new_string)
+        after, count = apply_edit(before, old_string, new_string, replace_all, path)  # the built-in's rules
         name = await self._write(path, after)
         noun = "occurrence" if count == 1 else "occurrences"
         return f"edited {name}: replaced {count} {noun}\n" + unified_diff(before, after, name)

@@ -15,7 +15,7 @@ from ..registry import tool
 from ..workspace import resolve_in_workspace
 from .files import _BOMS, file_type, require_regular_file
 
-__all__ = ["edit_file", "unified_diff", "write_file"]
+__all__ = ["apply_edit", "check_edit", "edit_file", "unified_diff", "write_file"]
 
 MAX_EDIT_BYTES = 2 * 1024 * 1024
 MAX_DIFF_CHARS = 20_000
@@ -94,11 +94,33 @@ def _plan_edit(path: str, old_string: str, new_string: str, replace_all: bool,
         ToolError: the edit cannot be made (the message is what the model reads).
     """
     file = resolve_in_workspace(path, root)
+    check_edit(old_string, new_string)
+    before = _read_text(file, path)
+    after, count = apply_edit(before, old_string, new_string, replace_all, path)
+    return file, before, after, count
+
+
+def check_edit(old_string: str, new_string: str) -> None:
+    """Refuse an edit that can change nothing, before the file is read.
+
+    Raises:
+        ToolError: `old_string` is empty or equal to `new_string`.
+    """
     if old_string == "":
         raise ToolError("old_string is empty; use write_file to create a file")
     if old_string == new_string:
         raise ToolError("old_string and new_string are the same; nothing to change")
-    before = _read_text(file, path)
+
+
+def apply_edit(before: str, old_string: str, new_string: str, replace_all: bool, path: str) -> tuple[str, int]:
+    """`before` with `old_string` replaced (the text after, occurrences replaced); pure.
+
+    In a CRLF file the model's `\n` line ends match and are written as `\r\n` (an exact match of
+    mixed endings wins). `path` only names the file in errors.
+
+    Raises:
+        ToolError: `old_string` is not in the text, or occurs more than once without `replace_all`.
+    """
     if _uses_crlf(before):  # models send "\n": match and write in the file's own line endings
         crlf_old, crlf_new = _to_crlf(old_string), _to_crlf(new_string)
         if before.count(crlf_old) or not before.count(old_string):  # an exact match of mixed endings wins
@@ -109,7 +131,7 @@ def _plan_edit(path: str, old_string: str, new_string: str, replace_all: bool,
     if count > 1 and not replace_all:
         raise ToolError(f"old_string occurs {count} times in {path!r}; include more surrounding text to make it "
                         "unique, or set replace_all to true")
-    return file, before, before.replace(old_string, new_string), count
+    return before.replace(old_string, new_string), count
 
 
 def _preview_edit(arguments: dict[str, Any], context: ToolContext) -> str:
