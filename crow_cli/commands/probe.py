@@ -37,14 +37,14 @@ def probe(
     Exit status 0 when streamed tool calling works, 1 when it does not (or the server cannot be reached),
     2 for a usage or configuration error.
     """
-    from ..probe import memory
+    from ..wire import facts as learned
 
     if show:
-        facts = memory.recall_all()
+        facts = learned.recall_all()
         if json_out:
             print(json.dumps(facts, indent=2, sort_keys=True))
         elif not facts:
-            print(f"nothing probed yet ({memory.memory_path()})")
+            print(f"nothing probed yet ({learned.facts_path()})")
         else:
             from ..probe.report import shown
 
@@ -80,10 +80,10 @@ def probe(
     except CrowError as exc:
         raise fail(exc, debug=debug) from None
     if any(c.name == "tool calling" for c in report.checks):  # the server was reached: remember what it did
-        try:
-            memory.remember(settings.base_url, settings.model, {**report.facts, "tool_calling": report.tool_calling})
-        except OSError as exc:
-            print(f"crow: warning: cannot remember the probe's findings: {exc.strerror or exc}", file=sys.stderr)
+        import time
+
+        learned.learn(settings.base_url, settings.model, **report.facts, tool_calling=report.tool_calling,
+                      probed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     if json_out:
         print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
     else:

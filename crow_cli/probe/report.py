@@ -50,7 +50,7 @@ class Report:
     shape: list[Finding] = field(default_factory=list)
     """The stream-shape findings of the tool-call requests (`classify`), each code once."""
     facts: dict[str, Any] = field(default_factory=dict)
-    """What is remembered for later runs (`memory`)."""
+    """What is remembered for later runs (`wire.facts`)."""
     elapsed_s: float = 0.0
     tool_calling: bool = False
     """True when at least one request produced a streamed tool call."""
