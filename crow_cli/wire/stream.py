@@ -15,6 +15,9 @@ Imported only once a request is made (it imports httpx). Rules:
   follows (the body ends after it) is a cut stream: `ServerError` ("not JSON").
 * An event whose data is JSON but not an object (`[1,2]`, `"hi"`, `5`, `null`) is skipped with one
   `WarningEvent`; it never reaches the loop.
+* Every chunk's shape is checked (`wire.shape`): a field of the wrong type is removed, with one
+  `WarningEvent` per distinct problem in a stream. A stream in which such a problem was found and
+  no chunk kept a choice with a delta or a finish_reason can be trusted in nothing: `ServerError`.
 * A server that ignores `stream: true` and answers `application/json` has its completion turned into
   one equivalent chunk; a JSON error body is an error. An HTML page (a login or proxy page), an empty
   body, any other content type, or a stream that ends without a single chunk is named as such in a
@@ -35,6 +38,7 @@ from httpx_sse import EventSource
 from ..errors import ServerError
 from ..events import WarningEvent
 from .accumulate import stream_error
+from .shape import check_chunk, has_choice
 
 __all__ = ["chunk_from_completion", "iter_chunks", "looks_like_html", "recover_frames", "short_text"]
 
@@ -71,15 +75,20 @@ def _error_in(payload: Any, event: str | None) -> Any:
 
 def chunk_from_completion(completion: Mapping[str, Any]) -> dict[str, Any]:
     """One stream chunk equivalent to a non-streamed `chat.completion` (choices[].message → delta)."""
-    choices = []
-    for choice in completion.get("choices") or ():
-        message = dict(choice.get("message") or {})
+    choices: Any = completion.get("choices")
+    if isinstance(choices, list):  # else passed on as it is, for `wire.shape` to name
+        choices = [_choice_from_message(c) if isinstance(c, Mapping) else c for c in choices]
+    return {"choices": choices, "usage": completion.get("usage")}
+
+
+def _choice_from_message(choice: Mapping[str, Any]) -> dict[str, Any]:
+    message = choice.get("message")
+    if isinstance(message, Mapping):
+        message = dict(message)
         calls = message.get("tool_calls")
         if isinstance(calls, list):
             message["tool_calls"] = [{"index": i, **c} for i, c in enumerate(calls) if isinstance(c, Mapping)]
-        choices.append({"index": choice.get("index", 0), "delta": message,
-                        "finish_reason": choice.get("finish_reason")})
-    return {"choices": choices, "usage": completion.get("usage")}
+    return {"index": choice.get("index", 0), "delta": message, "finish_reason": choice.get("finish_reason")}
 
 
 def recover_frames(data: str) -> list[Any]:
@@ -163,6 +172,7 @@ async def iter_chunks(parts: AsyncIterator[bytes], content_type: str
     source = EventSource(httpx.Response(200, headers={"content-type": "text/event-stream; charset=utf-8"},
                                         stream=sniffed))
     count = 0
+    shape = _ShapeCheck()
     damaged: str | None = None  # a damaged event not yet followed by anything valid
     events = source.aiter_sse()
     try:
@@ -193,9 +203,12 @@ async def iter_chunks(parts: AsyncIterator[bytes], content_type: str
                                        f"{data[:60]!r}")
                     continue
                 count += 1
+                if (warning := shape.check(payload)) is not None:
+                    yield warning
                 yield payload
     finally:
         await events.aclose()
+    shape.end()
     if damaged is not None and (count or not sniffed.head.lstrip().startswith(b"<")):
         raise ServerError(f"the server sent a chunk that is not JSON (the stream ends there): {damaged[:60]!r}")
     if count == 0:
@@ -215,4 +228,38 @@ async def _whole_json(parts: AsyncIterator[bytes]) -> dict[str, Any]:
         raise stream_error(error)
     if not isinstance(payload, Mapping) or not payload.get("choices"):
         raise ServerError("the server answered with JSON that is neither a stream nor a completion")
-    return chunk_from_completion(payload)
+    chunk = chunk_from_completion(payload)
+    shape = _ShapeCheck()
+    shape.check(chunk)
+    shape.end()
+    return chunk
+
+
+class _ShapeCheck:
+    """Checks each chunk of one stream (`wire.shape`): says each distinct problem once, and fails a
+    stream in which nothing could be trusted."""
+
+    def __init__(self) -> None:
+        self.said: set[str] = set()
+        self.first: str | None = None
+        self.trusted = False
+
+    def check(self, chunk: dict[str, Any]) -> WarningEvent | None:
+        """Clean `chunk` in place; the warning for its problems not said before in this stream, if any."""
+        problems = check_chunk(chunk)
+        if not self.trusted and has_choice(chunk):
+            self.trusted = True
+        if not problems:
+            return None
+        self.first = self.first or problems[0]
+        new = [p for p in problems if p not in self.said]
+        self.said.update(new)
+        if not new:
+            return None
+        return WarningEvent(f"the server sent a chunk whose {'; '.join(new)}; skipped "
+                            f"{'that field' if len(new) == 1 else 'those fields'}")
+
+    def end(self) -> None:
+        """Raise when problems were found and no chunk carried a choice (a delta or a finish_reason)."""
+        if self.first is not None and not self.trusted:
+            raise ServerError(f"the server's stream had no chunk of the expected shape ({self.first})")
