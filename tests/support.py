@@ -218,10 +218,10 @@ async def boom() -> str:
     raise RuntimeError("boom")
 
 
-@tool
+@tool(timeout_s=0.01)
 async def slow() -> str:
-    """Runs past its timeout."""
-    await asyncio.sleep(5)
+    """Never finishes: always runs past its own timeout (whatever the load, unlike a short sleep)."""
+    await asyncio.Event().wait()
     return "late"
 
 
@@ -234,8 +234,18 @@ def _tool_chunks(calls: list[tuple[str, str]]) -> list[dict[str, Any]]:
             for i, (cid, name) in enumerate(calls)] + [_chunk({}, "tool_calls")]
 
 
+class UnexpectedModelCall(AssertionError):
+    """The loop asked `ScriptedStream` for a turn its script does not have."""
+
+
 class ScriptedStream:
-    """A `loop.ChatStream` that plays one scripted step per request (then plain text answers)."""
+    """A `loop.ChatStream` that plays one scripted step per request, and fails on a request beyond them.
+
+    Steps: `("text",)` answers "done"; `("error",)` raises a `ServerError`; `("tools", [(id, name), ...])`
+    asks for those calls; `("cut", [(id, name), ...])` streams them, then breaks (`StreamCut`). A request
+    after the last step raises `UnexpectedModelCall`; `assert_used_up()` fails when steps are left over
+    (openai-agents' `ScriptedModel`).
+    """
 
     def __init__(self, steps: list[tuple[Any, ...]], dup_ids: Iterable[str] = ()) -> None:
         self.steps = list(steps)
@@ -245,7 +255,9 @@ class ScriptedStream:
     async def stream(self, messages: list[Message], tools: list[dict[str, Any]] | None = None
                      ) -> AsyncIterator[dict[str, Any]]:
         assert_contract(messages, self.dup_ids)  # never is an invalid history sent
-        kind, *rest = self.steps.pop(0) if self.steps else ("text",)
+        if not self.steps:
+            raise UnexpectedModelCall(f"a request beyond the script, with {len(messages)} messages")
+        kind, *rest = self.steps.pop(0)
         await asyncio.sleep(0)
         if kind == "error":
             raise ServerError("server error (500): scripted")
@@ -260,6 +272,10 @@ class ScriptedStream:
             for chunk in _tool_chunks(rest[0])[:-1]:
                 yield chunk
             raise StreamCut("the stream broke mid-way (scripted)")
+
+    def assert_used_up(self) -> None:
+        """Fail when the loop did not ask for every scripted step."""
+        assert self.steps == [], f"{len(self.steps)} scripted steps never asked for: {self.steps}"
 
 
 async def chat(script: list[dict[str, Any]], keys: str, store: SessionStore, *, options: ChatOptions | None = None,

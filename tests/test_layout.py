@@ -8,8 +8,6 @@ import ast
 import re
 from pathlib import Path
 
-import pytest
-
 TESTS = Path(__file__).resolve().parent
 PACKAGE = TESTS.parent / "crow_cli"
 
@@ -18,6 +16,7 @@ NOT_MIRRORS = {
     "test_layout.py": "this file: the layout of the tests",
     "test_cases_real.py": "the recorded real-server cases, through the whole stack",
     "test_smoke_llama.py": "a smoke run against a real llama.cpp server",
+    "test_public_api.py": "no private member of another object, in crow_cli and the tests",
 }
 """Test modules that guard the project as a whole, so they mirror no single module."""
 
@@ -79,37 +78,42 @@ def _imports(path: Path, text: str | None = None) -> list[tuple[str, list[str]]]
     return found
 
 
-@pytest.mark.parametrize("path", sorted(TESTS.rglob("*.py")), ids=lambda p: str(p.relative_to(TESTS)))
-def test_no_file_is_named_after_a_person_or_a_round_of_testing(path: Path) -> None:
-    assert not PERSON_OR_ROUND.search(str(path.relative_to(TESTS))), (
-        "name a test file after the code it guards; say where a bug came from in a comment beside its test")
+def _py_files() -> list[Path]:
+    return sorted(p for p in TESTS.rglob("*.py") if ".venv" not in p.parts)
 
 
-@pytest.mark.parametrize("test", _test_modules(), ids=lambda p: str(p.relative_to(TESTS)))
-def test_every_test_module_mirrors_a_crow_cli_module(test: Path) -> None:
-    if test.name in NOT_MIRRORS and test.parent == TESTS:
-        return
-    assert _mirrors(test), (f"{test.relative_to(TESTS)} mirrors no crow_cli module: put the test in "
-                            "tests/<package>/test_<module>[_topic].py of the code it guards")
+# One test per rule, listing every offender (one case per file made hundreds of cases to say one thing).
+
+def test_no_file_is_named_after_a_person_or_a_round_of_testing() -> None:
+    offenders = [str(p.relative_to(TESTS)) for p in _py_files() if PERSON_OR_ROUND.search(str(p.relative_to(TESTS)))]
+    assert offenders == [], ("name a test file after the code it guards; say where a bug came from in a comment "
+                             "beside its test")
 
 
-@pytest.mark.parametrize("path", sorted(TESTS.rglob("*.py")), ids=lambda p: str(p.relative_to(TESTS)))
-def test_no_test_module_is_imported(path: Path) -> None:
-    for module, _ in _imports(path):
-        last = module.rsplit(".", 1)[-1]
-        assert not (module.startswith("tests") and last.startswith("test_")), (
-            f"{path.relative_to(TESTS)} imports {module}: shared helpers go to conftest.py or tests/support.py")
+def test_every_test_module_mirrors_a_crow_cli_module() -> None:
+    offenders = [str(t.relative_to(TESTS)) for t in _test_modules()
+                 if not (t.name in NOT_MIRRORS and t.parent == TESTS) and not _mirrors(t)]
+    assert offenders == [], ("these mirror no crow_cli module: put each test in "
+                             "tests/<package>/test_<module>[_topic].py of the code it guards")
 
 
-@pytest.mark.parametrize("path", sorted(TESTS.rglob("*.py")), ids=lambda p: str(p.relative_to(TESTS)))
-def test_private_crow_cli_names_are_imported_only_where_listed(path: Path) -> None:
-    rel = str(path.relative_to(TESTS))
-    for module, names in _imports(path):
-        if module.split(".")[0] != "crow_cli":
-            continue
-        private = [n for n in [*names, module.rsplit(".", 1)[-1]] if n.startswith("_") and not n.startswith("__")]
-        for name in private:
-            assert (rel, name) in PRIVATE_IMPORTS, f"{rel} imports the private {module}.{name}: use a public API"
+def test_no_test_module_is_imported() -> None:
+    offenders = [f"{path.relative_to(TESTS)} imports {module}" for path in _py_files() for module, _ in _imports(path)
+                 if module.startswith("tests") and module.rsplit(".", 1)[-1].startswith("test_")]
+    assert offenders == [], "shared helpers go to conftest.py or tests/support.py"
+
+
+def test_private_crow_cli_names_are_imported_only_where_listed() -> None:
+    offenders = []
+    for path in _py_files():
+        rel = str(path.relative_to(TESTS))
+        for module, names in _imports(path):
+            if module.split(".")[0] != "crow_cli":
+                continue
+            private = [n for n in [*names, module.rsplit(".", 1)[-1]] if n.startswith("_") and not n.startswith("__")]
+            offenders += [f"{rel} imports the private {module}.{name}" for name in private
+                          if (rel, name) not in PRIVATE_IMPORTS]
+    assert offenders == [], "use a public API"
 
 
 def test_the_layout_rules_catch_what_they_name() -> None:

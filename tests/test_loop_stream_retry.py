@@ -31,7 +31,8 @@ async def _run(steps: list[tuple[Any, ...]], attempts: int = 2) -> tuple[list, l
 
 
 async def test_a_cut_tool_turn_is_asked_again_and_its_calls_run_once() -> None:
-    history, events, stream = await _run([("cut", [("call_x", "ok")]), ("tools", [("call_y", "ok")])])
+    history, events, stream = await _run([("cut", [("call_x", "ok")]), ("tools", [("call_y", "ok")]), ("text",)])
+    stream.assert_used_up()
     kinds = [type(e) for e in events]
     notice = kinds.index(Notice)
     assert events[notice].code == "turn_restarted"
@@ -44,12 +45,13 @@ async def test_a_cut_tool_turn_is_asked_again_and_its_calls_run_once() -> None:
 
 
 async def test_a_second_cut_fails_the_run_and_leaves_the_history_untouched() -> None:
-    history, events, _ = await _run([("cut", [("a", "ok")]), ("cut", [("b", "ok")])])
+    history, events, stream = await _run([("cut", [("a", "ok")]), ("cut", [("b", "ok")])])
+    stream.assert_used_up()
     assert events[-1].status == "error" and "after 2 attempts" in events[-1].error
     assert history == [user_message("go")]
 
 
 async def test_stream_attempts_one_means_no_retry() -> None:
     _, events, stream = await _run([("cut", [("a", "ok")]), ("text",)], attempts=1)
-    assert events[-1].status == "error" and len(stream.sent) == 1
+    assert events[-1].status == "error" and len(stream.sent) == 1 and stream.steps == [("text",)]
     assert not any(isinstance(e, Notice) for e in events)

@@ -94,7 +94,9 @@ def test_recent_latest_delete_truncate(tmp_path: Path) -> None:
         assert store.append(a.id, {"role": "assistant", "content": "y"}) == 1
         assert store.delete(a.id[:5]).id == a.id
         assert [s.id for s in store.recent()] == [b.id]
-        assert store._db.execute("SELECT COUNT(*) FROM messages WHERE session_id = ?", (a.id,)).fetchone() == (0,)
+        con = sqlite3.connect(tmp_path / "s.db")  # the file as another reader sees it
+        assert con.execute("SELECT COUNT(*) FROM messages WHERE session_id = ?", (a.id,)).fetchone() == (0,)
+        con.close()
 
 
 def test_migrations_are_recorded_once_and_wal_is_on(tmp_path: Path) -> None:

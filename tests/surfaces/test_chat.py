@@ -27,14 +27,19 @@ SLOW_TOOLS = '''
 import asyncio, os, signal
 from crow_cli.tools import tool
 
+QUICK_DONE = asyncio.Event()  # the other call has its result: an event, not a time margin
+
 @tool
 async def slow(seconds: float = 30) -> str:
-    """Press Ctrl-C (a real SIGINT to this process) once the other calls are done, then sleep.
+    """Press Ctrl-C (a real SIGINT to this process) once the quick call is done, then sleep.
 
     Args:
         seconds: how long to sleep.
     """
-    await asyncio.sleep(0.3)
+    await QUICK_DONE.wait()
+    QUICK_DONE.clear()
+    for _ in range(10):  # let the run take the quick result in (loop steps, not seconds)
+        await asyncio.sleep(0)
     os.kill(os.getpid(), signal.SIGINT)
     await asyncio.sleep(seconds)
     return "finished"
@@ -46,6 +51,7 @@ async def quick(text: str) -> str:
     Args:
         text: what to echo.
     """
+    QUICK_DONE.set()
     return "echo: " + text
 
 @tool(needs_approval=True)

@@ -105,10 +105,15 @@ async def test_secret_split_across_chunks_and_gzip_are_handled(tmp_path: Path) -
     assert (tmp_path / "0002-response.sse").read_text() == expected  # decoded for the reader
 
 
-def test_recording_client_wraps_the_stock_transport(tmp_path: Path) -> None:
-    client = recording_http_client(tmp_path / "new" / "dir", timeout=httpx.Timeout(5.0))
-    assert (tmp_path / "new" / "dir").is_dir()
-    assert isinstance(client._transport.inner, httpx.AsyncHTTPTransport)  # what respx patches underneath
+async def test_recording_client_wraps_the_stock_transport(tmp_path: Path) -> None:
+    folder = tmp_path / "new" / "dir"
+    client = recording_http_client(folder, timeout=httpx.Timeout(5.0))
+    assert folder.is_dir()
+    with respx.mock() as mock:  # respx patches the stock transport: the recorder passes requests on to it
+        route = mock.post(f"{BASE}/models").mock(return_value=httpx.Response(200, json={"data": []}))
+        async with client:
+            assert (await client.post(f"{BASE}/models", json={})).json() == {"data": []}
+    assert route.called and any(folder.iterdir())
 
 
 def test_unusable_record_dir_is_a_config_error(tmp_path: Path) -> None:

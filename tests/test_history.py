@@ -1,0 +1,44 @@
+"""`crow_cli.history`: wire messages, and closing a history whose tool calls lack results."""
+
+from __future__ import annotations
+
+from crow_cli.history import (
+    ToolCall,
+    ToolResult,
+    assistant_message,
+    pending_tool_calls,
+    repair_history,
+    tool_message,
+    user_message,
+)
+
+CALLS = [ToolCall("call_a", "read_file", '{"path": "x"}', 0), ToolCall("", "run_shell", "{}", 1),
+         ToolCall("", "run_shell", '{"command": "ls"}', 2)]
+
+
+def test_assistant_messages_carry_content_or_tool_calls_as_the_wire_wants() -> None:
+    assert assistant_message("hi") == {"role": "assistant", "content": "hi"}
+    assert assistant_message(None) == {"role": "assistant", "content": ""}  # content is required without calls
+    with_calls = assistant_message(None, CALLS[:1])
+    assert with_calls == {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_a", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "x"}'}}]}
+    assert assistant_message(None, refusal="I can't.") == {"role": "assistant", "content": "I can't.",
+                                                           "refusal": "I can't."}
+    assert ToolResult("", "run_shell", "out", index=1).to_message() == tool_message("", "out")
+
+
+def test_pending_calls_are_matched_by_position_since_ids_repeat_or_are_empty() -> None:
+    history = [user_message("go"), assistant_message(None, CALLS), tool_message("call_a", "x"),
+               tool_message("", "y")]
+    assert pending_tool_calls(history) == [CALLS[2].to_wire()]
+    assert pending_tool_calls([*history, tool_message("", "z")]) == []
+    assert pending_tool_calls([*history, user_message("next")]) == []  # a later user turn: nothing pending
+
+
+def test_repair_answers_every_pending_call_once_in_call_order() -> None:
+    history = [user_message("go"), assistant_message(None, CALLS), tool_message("call_a", "x")]
+    finished = {2: ToolResult("", "run_shell", "listed", index=2)}
+    added = repair_history(history, "interrupted", finished)
+    assert added == [tool_message("", "Error: the tool call was interrupted; no result."), tool_message("", "listed")]
+    assert history[-2:] == added and pending_tool_calls(history) == []
+    assert repair_history(history) == []  # a valid history is left alone
