@@ -1,9 +1,12 @@
 """The streaming Chat Completions client: history in, raw chunk dicts (and notices) out.
 
-Built on the openai SDK's public surface (imported lazily: it costs ~0.7 s):
-`chat.completions.with_streaming_response.create(...)` sends the request and hands back the raw
-response, whose bytes `wire.stream` decodes with `httpx-sse` into raw dicts, so provider quirks reach
-the accumulator untouched. The SDK's own retries are off (`max_retries=0`): crow's loop here retries
+Built on the openai SDK's public surface (imported lazily: it costs ~0.7 s): the client's `post()`
+(the SDK's documented way to call an endpoint without its resource classes) sends the body exactly as
+crow built it (JSON-ready dicts: no SDK transform walks the history, no `openai.resources` module is
+imported) and hands back the raw `httpx.Response`, whose bytes `wire.stream` decodes with `httpx-sse`
+into raw dicts, so provider quirks reach the accumulator untouched. The SDK still gives auth (and the
+no-key provider), the base URL and its default query, headers, timeouts, the transport and its error
+classes. The SDK's own retries are off (`max_retries=0`): crow's loop here retries
 408/409/429/5xx and connection errors before a stream starts (`wire.retries` has the policy) and yields
 each retry as a `Notice(code="retrying")` before its wait. Every SDK/httpx error is mapped here, once,
 to a `ProviderError` subclass.
@@ -206,7 +209,7 @@ class ChatClient:
                         yield retry
                         retries += 1
                         await asyncio.sleep(wait)
-                async for item in iter_chunks(response.iter_bytes(), response.headers.get("content-type", "")):
+                async for item in iter_chunks(response.aiter_bytes(), response.headers.get("content-type", "")):
                     if self._reasoning_key is None and isinstance(item, dict):
                         self._reasoning_key = _reasoning_key_in(item)
                     yield item
@@ -217,24 +220,29 @@ class ChatClient:
             raise mapped from exc
 
     async def _send(self, stack: AsyncExitStack, body: dict[str, Any]) -> Any:
-        """Send one request; return the SDK's `AsyncAPIResponse` once its status and headers are in."""
+        """Send one request; return its `httpx.Response` (body unread, closed by `stack`) once its status
+        and headers are in. A refusal raises the SDK's `APIStatusError` (body read), as `create` would."""
+        import httpx
         from openai import Omit
 
         # Local servers need no key: then no Authorization header is sent, unless the config sets one.
         own_auth = any(k.lower() == "authorization" for k in self.settings.headers)
         headers: dict[str, Any] = {} if self.settings.api_key or own_auth else {"Authorization": Omit()}
-        rest = {k: v for k, v in body.items() if k not in ("model", "messages", "stream")}
-        request = self._client().chat.completions.with_streaming_response.create(
-            model=body["model"], messages=body["messages"], stream=True, extra_body=rest, extra_headers=headers)
+        # `cast_to=httpx.Response` with `stream=True`: the SDK returns the response as it came, unread.
+        # Bearer auth only, as `chat.completions.create` asks (post's default would add OPENAI_ADMIN_KEY).
+        request = self._client().post("/chat/completions", cast_to=httpx.Response, body=body, stream=True,
+                                      options={"headers": headers, "security": {"bearer_auth": True}})
         limit = self.settings.first_byte_timeout_s
         try:
             async with asyncio.timeout(limit):
-                return await stack.enter_async_context(request)
+                response = await request
         except TimeoutError:
             raise ProviderError(
                 f"no response from {self._shown_url} within {limit:g} s of sending the request "
                 "(first_byte_timeout); if the server is only slow to start (loading a model, a long prompt), "
                 "raise first_byte_timeout in the config file or CROW_FIRST_BYTE_TIMEOUT") from None
+        stack.push_async_callback(response.aclose)
+        return response
 
     def _adapt(self, exc: Exception, body: dict[str, Any], done: set[str]) -> tuple[str, Notice | None] | None:
         """A fix for a request the server refused for one of its optional parts, applied to this client for

@@ -143,6 +143,22 @@ async def test_request_body_and_no_auth_header_without_key(respx_mock):
 
 
 @respx.mock
+async def test_the_body_goes_out_as_built(respx_mock):
+    # issue: start-up cost: the body is crow's own JSON-ready dict, sent without an SDK transform of
+    # the history: fields the SDK's types do not know (a server's extension) arrive unchanged.
+    route = respx_mock.post(URL).mock(return_value=httpx.Response(200, content=text_sse("ok").encode(),
+                                                                 headers={"content-type": "text/event-stream"}))
+    c = client(params={"top_k": 5})
+    history = [user_message("x"), {"role": "assistant", "content": "", "vendor_extra": {"a": [1, None]},
+                                   "tool_calls": [{"id": "c1", "type": "function",
+                                                   "function": {"name": "f", "arguments": "{}"}}]},
+               {"role": "tool", "tool_call_id": "c1", "content": "r"}]
+    sent = c.request_body(history, None)
+    assert [ch async for ch in c.stream(history)]
+    assert json.loads(route.calls[0].request.content) == sent
+
+
+@respx.mock
 async def test_server_rejecting_stream_options_is_retried_without_it(respx_mock):
     route = respx_mock.post(URL).mock(side_effect=[
         httpx.Response(400, json={"error": {"message": "Unrecognized request argument: stream_options"}}),
