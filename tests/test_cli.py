@@ -225,3 +225,50 @@ def test_piped_input_joins_the_prompt_unless_no_stdin():
                                  input="the diff\n")
     assert proc.returncode == 0, proc.stderr
     assert requests[0]["messages"][-1]["content"] == "Review this"
+
+
+# What a command imports, run in a fresh interpreter: crow's `main` with the given argv, then the names of
+# every module loaded at exit, written to a file (SystemExit passes through the `finally`).
+IMPORTS_AT_EXIT = """
+import json, sys
+out, sys.argv = sys.argv[1], ["crow", *sys.argv[2:]]
+try:
+    from crow_cli.cli import main
+    main()
+finally:
+    open(out, "w").write(json.dumps(sorted(sys.modules)))
+"""
+HEAVY = ("openai.resources", "rich.markdown", "prompt_toolkit", "mcp", "acp")
+
+
+def imported_by(tmp_path: Path, *args: str, input: str | None = None) -> tuple[subprocess.CompletedProcess[str], set]:
+    out = tmp_path / "modules.json"
+    env = {**os.environ, "NO_COLOR": "1", "TERM": "dumb"}
+    proc = subprocess.run([sys.executable, "-c", IMPORTS_AT_EXIT, str(out), *args], input=input or "", text=True,
+                          capture_output=True, timeout=120, cwd=tmp_path, env=env)
+    return proc, set(json.loads(out.read_text()))
+
+
+def loaded(modules: set, prefix: str) -> list[str]:
+    return sorted(m for m in modules if m == prefix or m.startswith(prefix + "."))
+
+
+def test_a_plain_run_imports_no_sdk_resources_renderer_editor_mcp_or_acp(tmp_path):
+    # issue: start-up cost: `crow run` is called from scripts many times in a row; each of these costs
+    # start-up time and a plain turn needs none (the SDK's resource modules alone were ~0.4 s)
+    with ReplayServer([{"sse": text_sse("ok")}]) as server:
+        proc, modules = imported_by(tmp_path, "run", "--base-url", server.base_url, "--api-key", "sk-test",
+                                    "--model", "m", "--yes", "hi")
+    assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr
+    assert "openai" in modules  # the turn really went through the SDK
+    assert [m for heavy in HEAVY for m in loaded(modules, heavy)] == []
+
+
+def test_acp_answers_initialize_without_importing_openai(tmp_path):
+    # issue: start-up cost: an editor starts `crow acp` and waits for `initialize` before anything else
+    hello = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}})
+    proc, modules = imported_by(tmp_path, "acp", "--model", "m", "--base-url", "http://127.0.0.1:9/v1",
+                                input=hello + "\n")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[0])["result"]["protocolVersion"] == 1
+    assert "acp" in modules and loaded(modules, "openai") == []
