@@ -16,11 +16,11 @@ from acp import RequestError
 from acp.interfaces import Client
 from acp.schema import FileSystemCapabilities
 
-from ..errors import ToolError
-from ..tools.builtin.edits import apply_edit, check_edit, unified_diff
-from ..tools.builtin.files import MAX_RETURN_CHARS
-from ..tools.registry import Tool
-from ..tools.workspace import resolve_in_workspace, workspace_root
+from ...errors import ToolError
+from ...tools.builtin.edits import apply_edit, check_edit, unified_diff
+from ...tools.builtin.files import MAX_RETURN_CHARS
+from ...tools.registry import Tool
+from ...tools.workspace import resolve_in_workspace, workspace_root
 
 __all__ = ["client_file_tools"]
 

@@ -1,0 +1,209 @@
+"""Pure conversions between crow and the Agent Client Protocol: prompt blocks, titles, kinds, locations, diffs.
+
+No I/O but reading a file for a diff; no session state: each function maps values to values.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, cast
+from urllib.parse import unquote, urlparse
+
+import acp
+from acp import RequestError
+from acp.schema import (
+    AudioContentBlock,
+    BlobResourceContents,
+    EmbeddedResourceContentBlock,
+    HttpMcpServer,
+    ImageContentBlock,
+    McpServerStdio,
+    ResourceContentBlock,
+    TextContentBlock,
+    TextResourceContents,
+    ToolCallLocation,
+    ToolKind,
+)
+
+from ...errors import OutsideWorkspace
+from ...history import ToolCall
+from ...text import strip_controls
+from ...tools.registry import Tool
+from ...tools.workspace import resolve_in_workspace
+from ..common import short_json
+
+__all__ = ["arguments", "content_text", "diff_of", "disk_diff", "edit_target", "line_error", "locations",
+           "mcp_tables", "prompt_text", "stored_diff", "title", "tool_kind"]
+
+log = logging.getLogger("crow.acp")
+
+
+def tool_kind(tool: Tool | None, name: str) -> ToolKind:
+    """The ACP `kind` of a tool: read, edit, execute, search, fetch or other.
+
+    The one place that maps it: the tool's own `kind` (`Tool.acp_kind`), search for `search_files`, and
+    read for an MCP tool marked read-only.
+    """
+    if name == "search_files":
+        return "search"
+    if tool is None:
+        return "other"
+    if tool.source.startswith("mcp:") and not tool.needs_approval:
+        return "read"
+    return cast(ToolKind, tool.acp_kind)  # read / edit / execute / other
+
+
+def arguments(call: ToolCall) -> dict[str, Any] | None:
+    try:
+        args = json.loads(call.arguments)
+    except ValueError:
+        return None
+    return args if isinstance(args, dict) else None
+
+
+def title(call: ToolCall, args: dict[str, Any] | None) -> str:
+    name = strip_controls(call.name) or "(no name)"
+    if args is not None and isinstance(args.get("command"), str):
+        return f"{name}: {short_json(args['command'], 120)}"
+    if args is not None and isinstance(args.get("path"), str):
+        return f"{name} {short_json(args['path'], 120)}"
+    return f"{name}({short_json(call.arguments)})"
+
+
+def locations(args: dict[str, Any] | None, root: Path) -> list[ToolCallLocation] | None:
+    if args is None or not isinstance(args.get("path"), str):
+        return None
+    try:
+        path = resolve_in_workspace(args["path"], root)
+    except (OutsideWorkspace, OSError, ValueError):
+        return None
+    line = args.get("start_line")
+    return [ToolCallLocation(path=str(path), line=line if isinstance(line, int) and line >= 0 else None)]
+
+
+def edit_target(call: ToolCall, args: dict[str, Any] | None, root: Path) -> Path | None:
+    """The file an edit (`write_file`, `edit_file`) will change; None for another call or a bad path."""
+    if args is None or call.name not in ("write_file", "edit_file") or not isinstance(args.get("path"), str):
+        return None
+    try:
+        return resolve_in_workspace(args["path"], root)
+    except (OutsideWorkspace, OSError, ValueError):
+        return None
+
+
+def diff_of(call: ToolCall, args: dict[str, Any], file: Path, old: str | None) -> Any | None:
+    """The `diff` content block an edit of `file` (now `old`, None: absent) will make; None when unknown."""
+    if call.name == "write_file":
+        new = args.get("content")
+    else:
+        o, n = args.get("old_string"), args.get("new_string")
+        if old is None or not isinstance(o, str) or not isinstance(n, str) or not o or o not in old:
+            return None
+        new = old.replace(o, n) if args.get("replace_all") else old.replace(o, n, 1)
+    return acp.tool_diff_content(str(file), new, old) if isinstance(new, str) else None
+
+
+def disk_diff(call: ToolCall, args: dict[str, Any] | None, root: Path) -> Any | None:
+    """The `diff` content block (old and new text) an edit will make, from the disk; None when unknown."""
+    file = edit_target(call, args, root)
+    if file is None or args is None:
+        return None
+    try:
+        old = file.read_text("utf-8") if file.is_file() else None
+    except (OSError, UnicodeDecodeError):
+        return None
+    return diff_of(call, args, file, old)
+
+
+def stored_diff(call: ToolCall, args: dict[str, Any] | None, root: Path) -> Any | None:
+    """The diff of a stored `edit_file` call for a replay: the replaced text and its replacement (the whole
+    file before and after is not stored); None for another call."""
+    file = edit_target(call, args, root) if call.name == "edit_file" else None
+    if file is None or args is None:
+        return None
+    old, new = args.get("old_string"), args.get("new_string")
+    return acp.tool_diff_content(str(file), new, old) if isinstance(old, str) and isinstance(new, str) else None
+
+
+def prompt_text(blocks: Sequence[Any]) -> str:
+    """The user message of a `session/prompt`: text, resource links and embedded resources, in order.
+
+    A link becomes a line naming it (a `file://` link by its path, for the file tools); an embedded
+    text resource is included whole inside `<context uri="…">` tags (a `</context` in its text is
+    written `<\\/context`, a `"` in its uri `%22`, so it cannot end the wrapper); a binary one is named only.
+
+    Raises:
+        RequestError: -32602 for an image or audio block (not advertised in `promptCapabilities`), or a
+            prompt with no text at all.
+    """
+    parts: list[str] = []
+    for block in blocks:
+        if isinstance(block, TextContentBlock):
+            parts.append(block.text)
+        elif isinstance(block, ResourceContentBlock):
+            parts.append(f"[{block.name}]({_uri_text(block.uri)})")
+        elif isinstance(block, EmbeddedResourceContentBlock):
+            resource = block.resource
+            if isinstance(resource, TextResourceContents):
+                uri = _uri_text(resource.uri).replace('"', "%22")  # neither can end the wrapper early
+                body = resource.text.replace("</context", "<\\/context")
+                parts.append(f'<context uri="{uri}">\n{body}\n</context>')
+            elif isinstance(resource, BlobResourceContents):
+                parts.append(f"[attached binary {_uri_text(resource.uri)} ({resource.mime_type or 'unknown type'}), "
+                             "not shown]")
+        elif isinstance(block, ImageContentBlock | AudioContentBlock):
+            raise RequestError(-32602, f"crow accepts text, resource links and embedded resources, not {block.type}")
+    text = "\n\n".join(parts)
+    if not text.strip():
+        raise RequestError(-32602, "the prompt is empty")
+    return text
+
+
+def _uri_text(uri: str) -> str:
+    parsed = urlparse(uri)
+    return unquote(parsed.path) if parsed.scheme == "file" else uri
+
+
+def content_text(content: Any) -> str:
+    if isinstance(content, list):  # content parts
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return content if isinstance(content, str) else ""
+
+
+
+def mcp_tables(servers: Sequence[Any]) -> dict[str, dict[str, Any]]:
+    """The editor's MCP servers as crow `[mcp_servers]` tables (stdio and streamable HTTP)."""
+    tables: dict[str, dict[str, Any]] = {}
+    for server in servers:
+        if isinstance(server, McpServerStdio):
+            tables[server.name] = {"command": server.command, "args": list(server.args),
+                                   "env": {v.name: v.value for v in server.env}}
+        elif isinstance(server, HttpMcpServer):
+            if server.headers:
+                log.warning("MCP server %r: crow sends no HTTP headers; connecting without them", server.name)
+            tables[server.name] = {"url": server.url}
+        else:
+            log.warning("MCP server %r: transport %r is not supported; skipped", getattr(server, "name", "?"),
+                        getattr(server, "type", "?"))
+    return tables
+
+
+
+def line_error(line: bytes) -> dict[str, Any] | None:
+    """The JSON-RPC error answering one input line that is not a JSON object (None: pass it on).
+
+    JSON-RPC 2.0 §5.1: -32700 for a line that is not JSON (or not UTF-8), -32600 for JSON that is not a
+    request object (`[]`, `42`, `null`, a batch: crow does not take batches), both with id null.
+    """
+    try:
+        message = json.loads(line.decode("utf-8"))
+    except ValueError:  # UnicodeDecodeError is one
+        return {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}}
+    if isinstance(message, dict):
+        return None
+    what = "a batch (not supported)" if isinstance(message, list) and message else "not a JSON-RPC object"
+    return {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": f"Invalid Request: {what}"}}
+

@@ -1,0 +1,82 @@
+"""`crow acp`'s entry: the tools, MCP servers and model client of the run, served to one editor."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from typing import cast
+
+import acp
+
+from ...config import Settings
+from ...sessions import SessionStore
+from ...tools.approval import check_rule_names
+from ...tools.mcp import McpServers
+from ..common import build_client, build_registry
+from .agent import AcpOptions, CrowAgent
+from .transport import STDIN_LIMIT, claim_stdout, objects_only, streams
+
+__all__ = ["serve_acp"]
+
+log = logging.getLogger("crow.acp")
+
+
+def _one_line(record: logging.LogRecord) -> bool:
+    """Without --debug a log record is one line: an exception (the SDK logs an unknown notification's
+    with its traceback) is reduced to its message."""
+    if record.exc_info and record.exc_info[1] is not None:
+        text = f"{record.getMessage()}: {record.exc_info[1]}"
+        record.msg, record.args, record.exc_info, record.exc_text = " ".join(text.split()), (), None, None
+    return True
+
+
+
+async def serve_acp(settings: Settings, options: AcpOptions) -> int:
+    """Serve one editor on stdin/stdout until it closes stdin; returns the exit code (0).
+
+    Raises:
+        ConfigError: stdin/stdout are not pipes, an MCP table is invalid.
+        SessionError: the session store cannot be opened.
+    """
+    protocol_fd = claim_stdout()
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("crow acp: %(levelname)s: %(message)s"))
+    if not options.debug:
+        handler.addFilter(_one_line)
+    logging.basicConfig(level=logging.DEBUG if options.debug else logging.WARNING, handlers=[handler])
+    stdin, writer = await streams(protocol_fd)  # before anything slow: a terminal is refused at once
+    registry = None if options.no_tools else build_registry(settings, extra_dirs=options.tools_dirs)
+    store = SessionStore()
+    async with McpServers({} if registry is None else settings.mcp_servers,
+                          errlog=sys.stderr if options.debug else None) as mcp:
+        if registry is not None:
+            await mcp.register_tools(registry)
+            registry.schemas()  # a tool that cannot be described is reported now
+            for problem in registry.errors:
+                log.warning("%s", problem)
+            # a rule naming no tool (a typo) would never apply: ConfigError, exit 2, as crow run
+            check_rule_names(settings.allow, settings.deny, [*(t.name for t in registry), *registry.unusable])
+        client = build_client(settings)
+        agent = CrowAgent(settings, options, store, registry, client)
+        reader = asyncio.StreamReader(limit=STDIN_LIMIT)
+        loop = asyncio.get_running_loop()
+        objects = loop.create_task(objects_only(stdin, reader, writer, agent), name="acp-stdin")
+        signalled: list[int] = []
+
+        def end(signum: int) -> None:  # as the end of stdin: prompts stop, then the connection closes
+            signalled.append(signum)
+            objects.cancel()
+
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            loop.add_signal_handler(signum, end, signum)
+        try:
+            await acp.run_agent(cast(acp.Agent, agent), writer, reader)  # the methods crow serves
+        finally:
+            for signum in (signal.SIGTERM, signal.SIGHUP):
+                loop.remove_signal_handler(signum)
+            objects.cancel()
+            await agent.close()
+            await client.aclose()
+    return 128 + signalled[0] if signalled else 0

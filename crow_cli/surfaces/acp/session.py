@@ -1,0 +1,339 @@
+"""One ACP session: its history, approvals, driver and the `session/update` stream (the driver's sink)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import acp
+from acp import RequestError
+from acp.schema import (
+    AllowedOutcome,
+    PermissionOption,
+    PromptResponse,
+    SessionMode,
+    SessionModeState,
+    StopReason,
+    ToolCallUpdate,
+)
+
+from ...driver import Driver
+from ...errors import ToolDenied
+from ...events import (
+    Event,
+    MessageAppended,
+    Notice,
+    ReasoningDelta,
+    RunFinished,
+    TextDelta,
+    ToolResultReady,
+    ToolRunStarted,
+    TurnFinished,
+    WarningEvent,
+)
+from ...history import Message, ToolCall, user_message
+from ...tools.approval import Answer, Approvals, make_approver
+from ...tools.context import ToolContext
+from ...tools.registry import Tool, ToolRegistry
+from ...wire.client import ChatClient
+from ..common import build_compactor, loop_settings
+from ..persist import SessionRecorder
+from .convert import (
+    arguments,
+    content_text,
+    diff_of,
+    disk_diff,
+    edit_target,
+    locations,
+    prompt_text,
+    stored_diff,
+    title,
+    tool_kind,
+)
+
+if TYPE_CHECKING:
+    from .agent import CrowAgent
+
+__all__ = ["MODES", "Session"]
+
+log = logging.getLogger("crow.acp")
+
+MODES: dict[str, tuple[str, str]] = {
+    "ask": ("Ask", "Ask before every tool that changes files or runs commands"),
+    "auto-edit": ("Auto-edit", "Edit files in the workspace without asking; ask before commands"),
+    "read-only": ("Read-only", "Refuse every tool that changes files or runs commands"),
+    "yolo": ("Yolo", "Run every tool without asking (deny rules still apply)"),
+}
+"""Session mode id → (name, description). Every mode but `read-only` is a crow approval policy."""
+
+
+class Session:
+    """One ACP session: its history (a stored crow session), tools, approvals, driver and update stream.
+
+    It is the driver's sink: `handle` turns events into `session/update` notifications, queued in
+    order and sent by one task, so a slow client never blocks the loop.
+    """
+
+    def __init__(self, agent: CrowAgent, session_id: str, cwd: Path, history: list[Message],
+                 recorder: SessionRecorder, registry: ToolRegistry | None, client: ChatClient) -> None:
+        self.agent = agent
+        self.id = session_id
+        self.cwd = cwd
+        self.history = history
+        self.recorder = recorder
+        self.registry = registry
+        settings = agent.settings
+        self.mode = "yolo" if agent.options.yes else (settings.approval or "ask")
+        self.approvals: Approvals = make_approver(self.mode if self.mode in ("ask", "auto-edit", "yolo") else "ask",
+                                                  allow=settings.allow, deny=settings.deny, ask=self.ask)
+        fs = agent.capabilities.fs
+        self.editor_reads = registry is not None and bool(fs and fs.read_text_file)
+        """The file tools read through the editor: edit diffs come from its buffers."""
+        self.rejected: set[str] = set()
+        """Tool names the user rejected for the rest of the session ("reject always")."""
+        self.context = replace(ToolContext.for_workspace(cwd, secrets=[settings.api_key, *settings.secrets]),
+                               backup=recorder.backup)  # files crow's tools change: undo restores them
+        self.driver = Driver(client, registry, loop_settings(settings), self.approve, self.context,
+                             build_compactor(settings, recorder))  # compaction near the context window
+        self.turns = 0
+        """Model turns with tool calls so far in this session (the first part of ACP tool-call ids)."""
+        self.calls: dict[int, str] = {}
+        """ACP tool-call id of each call of the current turn, by the call's position."""
+        self.diffs: dict[int, Any] = {}
+        self.refused = False
+        self.finish_reason = ""
+        """The last model turn's finish_reason (`length` → `max_tokens`, `content_filter` → `refusal`)."""
+        self.busy = False
+        self.idle = asyncio.Event()
+        """Set while no prompt runs."""
+        self.idle.set()
+        self._outbox: asyncio.Queue[Any] = asyncio.Queue()
+        self._sender: asyncio.Task[None] | None = None
+
+    # the update stream
+
+    def send(self, update: Any) -> None:
+        """Queue one `session/update` (sent in order by the sender task)."""
+        self._outbox.put_nowait(update)
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.get_running_loop().create_task(self._send_all(), name=f"acp-updates-{self.id}")
+
+    async def _send_all(self) -> None:
+        while not self._outbox.empty():
+            update = self._outbox.get_nowait()
+            try:
+                await self.agent.client().session_update(session_id=self.id, update=update)
+            except Exception as exc:  # the editor went away or refused it: nothing else to tell
+                log.warning("session/update not delivered: %s", exc)
+            finally:
+                self._outbox.task_done()
+
+    async def flush(self) -> None:
+        """Wait until every queued update has been written."""
+        await self._outbox.join()
+
+    # modes and approvals
+
+    def modes(self) -> SessionModeState:
+        return SessionModeState(current_mode_id=self.mode, available_modes=[
+            SessionMode(id=mode, name=name, description=description) for mode, (name, description) in MODES.items()])
+
+    def set_mode(self, mode: str) -> None:
+        """Switch the approval policy; "always" answers given so far stay."""
+        if mode not in MODES:
+            raise RequestError(-32602, f"unknown mode {mode!r} (modes: {', '.join(MODES)})")
+        self.mode = mode
+        if mode != "read-only":
+            self.approvals.policy = replace(self.approvals.policy, mode=mode)
+
+    async def approve(self, call: ToolCall, tool: Tool) -> bool:
+        """The driver's approver: the session's mode and rules, then the editor (`session/request_permission`).
+
+        Raises:
+            ToolDenied: refused (read-only mode, a deny rule, "reject always", or the user's answer).
+        """
+        self._refuse(tool)
+        if self.editor_reads:
+            await self._buffer_diff(call)
+        await self.approvals(call, tool)
+        self._update(call.index, status="in_progress")
+        return True
+
+    async def _buffer_diff(self, call: ToolCall) -> None:
+        """The diff of an edit from the editor's buffer (`fs/read_text_file`), sent before it is asked about."""
+        args = arguments(call)
+        file = edit_target(call, args, self.cwd)
+        if file is None or args is None:
+            return
+        try:
+            old: str | None = (await self.agent.client().read_text_file(session_id=self.id, path=str(file))).content
+        except Exception:  # no such buffer or file (a new file), or the editor refused: as absent
+            old = None
+        diff = diff_of(call, args, file, old)
+        if diff is not None:
+            self.diffs[call.index] = diff
+            self._update(call.index, content=[diff])
+
+    def _refuse(self, tool: Tool) -> None:
+        """Raise ToolDenied when the read-only mode or a "reject always" refuses `tool`."""
+        if self.mode == "read-only":
+            raise ToolDenied(f"{tool.name} was not run: the editor's session is in read-only mode. Do not retry it; "
+                             "say what you would change instead")
+        if tool.name in self.rejected:
+            raise ToolDenied(f"the user rejected {tool.name} for this session; it was not run. Do not retry it")
+
+    async def ask(self, call: ToolCall, tool: Tool, preview: str) -> Answer:
+        """Ask the editor about one call: allow once / always, reject once / always.
+
+        It runs one at a time (the approvals' lock): an answer or mode change given while this call
+        waited its turn ("reject always", a switch to yolo or read-only) decides it without asking.
+        """
+        self._refuse(tool)
+        if self.approvals.policy.allowed_by(tool, None) is not None:  # the mode changed to yolo / auto-edit
+            return "yes"
+        acp_id = self.calls.get(call.index, "")
+        args = arguments(call)
+        diff = self.diffs.get(call.index)
+        content = [diff] if diff is not None else [acp.tool_content(acp.text_block(preview))]
+        options = [
+            PermissionOption(option_id="allow_once", name="Allow", kind="allow_once"),
+            PermissionOption(option_id="allow_always", name=f"Always allow {tool.name}", kind="allow_always"),
+            PermissionOption(option_id="reject_once", name="Reject", kind="reject_once"),
+            PermissionOption(option_id="reject_always", name=f"Always reject {tool.name}", kind="reject_always"),
+        ]
+        await self.flush()  # the editor knows the call before it is asked about it
+        response = await self.agent.client().request_permission(
+            session_id=self.id, options=options,
+            tool_call=ToolCallUpdate(tool_call_id=acp_id, title=title(call, args), kind=tool_kind(tool, call.name),
+                                     status="pending", content=content, raw_input=args))
+        outcome = response.outcome
+        choice = outcome.option_id if isinstance(outcome, AllowedOutcome) else "cancelled"
+        if choice == "allow_once":
+            return "yes"
+        if choice == "allow_always":
+            return "always"
+        if choice == "reject_always":
+            self.rejected.add(tool.name)
+        return "no"
+
+    # the driver's sink
+
+    def handle(self, event: Event) -> None:
+        """Turn one loop event into `session/update` notifications (never blocks)."""
+        match event:
+            case TextDelta(text=text):
+                self.send(acp.update_agent_message_text(text))
+            case ReasoningDelta(text=text):
+                self.send(acp.update_agent_thought_text(text))
+            case TurnFinished(finish_reason=finish, tool_calls=calls):
+                self.finish_reason = finish
+                if calls:
+                    self._announce(calls)
+            case ToolRunStarted(call=call):
+                tool = self.registry.get(call.name) if self.registry is not None else None
+                if tool is None or not tool.needs_approval:  # those go in progress once approved
+                    self._update(call.index, status="in_progress")
+            case ToolResultReady(result=result):
+                diff = self.diffs.get(result.index) if result.ok else None
+                output = acp.tool_content(acp.text_block(result.output))
+                self._update(result.index, status="completed" if result.ok else "failed",
+                             content=[diff, output] if diff is not None else [output])
+            case MessageAppended(message=message) if message.get("role") == "assistant":
+                self.refused = bool(message.get("refusal"))
+            case Notice(code="turn_restarted"):
+                self.send(acp.update_agent_message_text("\n\n[crow: the stream broke; the answer starts again]\n\n"))
+            case Notice(message=message) | WarningEvent(message=message):
+                log.warning("session %s: %s", self.id, message)
+            case RunFinished(status="error", error=error):
+                log.warning("session %s: %s", self.id, error)
+
+    def _announce(self, calls: Sequence[ToolCall]) -> None:
+        self.turns += 1
+        self.calls, self.diffs = {}, {}
+        for call in calls:
+            acp_id = self.calls[call.index] = f"{self.turns}-{call.index}"
+            args = arguments(call)
+            tool = self.registry.get(call.name) if self.registry is not None else None
+            diff = None if self.editor_reads else disk_diff(call, args, self.cwd)  # else from the buffer, in approve
+            if diff is not None:
+                self.diffs[call.index] = diff
+            self.send(acp.start_tool_call(acp_id, title(call, args), kind=tool_kind(tool, call.name),
+                                          status="pending", locations=locations(args, self.cwd),
+                                          raw_input=args if args is not None else call.arguments,
+                                          content=[diff] if diff is not None else None))
+
+    def _update(self, index: int, **fields: Any) -> None:
+        acp_id = self.calls.get(index)
+        if acp_id is not None:
+            self.send(acp.update_tool_call(acp_id, **fields))
+
+    # prompts and replays
+
+    async def prompt(self, blocks: Sequence[Any]) -> PromptResponse:
+        """Run one prompt to its end; every update is sent before the answer.
+
+        Raises:
+            RequestError: -32600 while another prompt of the session runs; -32602 for a block crow does not
+                accept; -32603 with crow's one-line error when the run fails (401, unknown model,
+                unreachable server …); the session stays usable.
+        """
+        if self.busy:
+            raise RequestError(-32600, "a prompt is already running in this session")
+        text = prompt_text(blocks)
+        self.busy, self.refused, self.finish_reason = True, False, ""
+        self.idle.clear()
+        try:
+            self.history.append(user_message(text))
+            finished = await self.driver.run(self.history, self, self.recorder)
+            await self.flush()
+        finally:
+            self.busy = False
+            self.idle.set()
+        if finished.status == "error":
+            raise RequestError(-32603, finished.error or "the run failed", {"exitCode": finished.exit_code})
+        reason: StopReason = "refusal" if self.refused or self.finish_reason == "content_filter" else "end_turn"
+        if self.finish_reason == "length":
+            reason = "max_tokens"
+        if finished.status == "max_turns":
+            reason = "max_turn_requests"
+        elif finished.status == "cancelled":
+            reason = "cancelled"
+        return PromptResponse(stop_reason=reason)
+
+    async def replay(self) -> None:
+        """Send the stored history as `session/update` notifications: messages, tool calls with their outcome."""
+        messages = self.history
+        for i, message in enumerate(messages):
+            role, content = message.get("role"), content_text(message.get("content"))
+            if role == "user" and content:
+                self.send(acp.update_user_message_text(content))
+            elif role == "assistant":
+                reasoning = message.get("reasoning_content") or message.get("reasoning")
+                if isinstance(reasoning, str) and reasoning:
+                    self.send(acp.update_agent_thought_text(reasoning))
+                if content:
+                    self.send(acp.update_agent_message_text(content))
+                calls = message.get("tool_calls") or []
+                if calls:
+                    self.turns += 1
+                for n, wire in enumerate(calls):
+                    result = messages[i + 1 + n] if i + 1 + n < len(messages) else {}
+                    fn = wire.get("function") or {}
+                    call = ToolCall(wire.get("id") or "", str(fn.get("name") or ""), str(fn.get("arguments") or ""), n)
+                    args = arguments(call)
+                    output = content_text(result.get("content")) if result.get("role") == "tool" else ""
+                    tool = self.registry.get(call.name) if self.registry is not None else None
+                    failed = output.startswith("Error:")
+                    shown = [acp.tool_content(acp.text_block(output))]
+                    diff = None if failed else stored_diff(call, args, self.cwd)
+                    self.send(acp.start_tool_call(
+                        f"{self.turns}-{n}", title(call, args), kind=tool_kind(tool, call.name),
+                        status="failed" if failed else "completed", locations=locations(args, self.cwd),
+                        raw_input=args if args is not None else call.arguments,
+                        content=[diff, *shown] if diff is not None else shown))
+        await self.flush()
+

@@ -1,0 +1,89 @@
+"""The stdio transport of `crow acp`: stdout kept for the protocol, stdin passed on as JSON objects only."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import stat
+import sys
+from typing import TYPE_CHECKING
+
+from ...errors import ConfigError
+from .convert import line_error
+
+if TYPE_CHECKING:
+    from .agent import CrowAgent
+
+__all__ = ["STDIN_LIMIT", "claim_stdout", "objects_only", "streams"]
+
+log = logging.getLogger("crow.acp")
+
+STDIN_LIMIT = 50 * 1024 * 1024
+"""Bytes one JSON-RPC line may hold (an embedded file): the SDK's own default."""
+
+def claim_stdout() -> int:
+    """Keep the real stdout for the protocol (returned as a new descriptor); descriptor 1 becomes stderr."""
+    sys.stdout.flush()
+    protocol_fd = os.dup(1)
+    os.dup2(2, 1)
+    return protocol_fd
+
+
+async def streams(protocol_fd: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """asyncio streams on stdin and the protocol descriptor (what `acp.stdio_streams` does on fd 0 and 1)."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=STDIN_LIMIT)
+    mode = os.fstat(sys.stdin.fileno()).st_mode
+    if stat.S_ISCHR(mode) and not sys.stdin.isatty():  # /dev/null: accepted by asyncio, then unpollable
+        raise ConfigError("crow acp talks to an editor over pipes on stdin and stdout (stdin is a device)")
+    try:
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        transport, protocol = await loop.connect_write_pipe(
+            lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader()), os.fdopen(protocol_fd, "wb", buffering=0))
+    except ValueError as exc:  # a terminal or a regular file, not a pipe
+        raise ConfigError(f"crow acp talks to an editor over pipes on stdin and stdout ({exc})") from None
+    return reader, asyncio.StreamWriter(transport, protocol, None, loop)
+
+
+
+async def _read_line(source: asyncio.StreamReader) -> bytes:
+    """One line of any length (b"" at the end of input)."""
+    chunks: list[bytes] = []
+    while True:
+        try:
+            chunks.append(await source.readuntil(b"\n"))
+            return b"".join(chunks)
+        except asyncio.LimitOverrunError as exc:
+            chunks.append(await source.readexactly(exc.consumed))
+        except asyncio.IncompleteReadError as exc:
+            chunks.append(exc.partial)
+            return b"".join(chunks)
+
+
+async def objects_only(source: asyncio.StreamReader, sink: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        agent: CrowAgent) -> None:
+    """Pass the JSON objects of `source` on to `sink` (the SDK's reader); answer every other line here.
+
+    The SDK's reader takes any JSON value for a message (a non-object ends its receive loop, `null` reads
+    as the end of input) and drops unparsable lines without an answer. At the end of `source`, or when
+    cancelled (SIGTERM, SIGHUP), the running prompts are stopped (`CrowAgent.stop_prompts`) before
+    `sink` ends, so their histories close and are stored.
+    """
+    try:
+        while line := await _read_line(source):
+            if not line.strip():
+                continue
+            error = line_error(line.strip())
+            if error is None:
+                sink.feed_data(line if line.endswith(b"\n") else line + b"\n")
+            else:
+                log.debug("answered a malformed line: %s", error["error"]["message"])
+                writer.write(json.dumps(error).encode() + b"\n")
+    finally:
+        try:
+            await agent.stop_prompts()
+        finally:
+            sink.feed_eof()
+
