@@ -69,6 +69,8 @@ class Settings:
     """Seconds from sending a request to the start of its response before the turn fails (no retry)."""
     reasoning_echo: str = "auto"
     """Whether a turn's reasoning goes back to the server: `auto`, `always` or `never` (`wire.client`)."""
+    adapt_requests: bool = True
+    """Change what a server refuses in a request, send it again and remember the change (`wire.adapt`)."""
     max_retries: int = 3
     max_output_chars: int = 50_000
     tool_paths: tuple[str, ...] = ()
@@ -155,7 +157,8 @@ class Option:
     key: str
     """Its name in the config file."""
     kind: type
-    """`str`, `int`, `float` (an integer is accepted), `list` (of strings; file and flags add up) or `dict`."""
+    """`str`, `int`, `float` (an integer is accepted), `bool` (the environment: 1/0, true/false, yes/no,
+    on/off), `list` (of strings; file and flags add up) or `dict`."""
     field: str = ""
     """The `Settings` field (and the `flags` key of `load_settings`); default: `key`."""
     flag: str | None = None
@@ -194,6 +197,7 @@ OPTIONS: tuple[Option, ...] = (
            check=_positive),
     Option("reasoning_echo", str, env="CROW_REASONING_ECHO", default="auto", check=_one_of(REASONING_ECHO)),
     Option("context_window", int, check=_at_least(256)),
+    Option("adapt_requests", bool, env="CROW_ADAPT_REQUESTS", default=True),
 )
 _BY_KEY = {o.key: o for o in OPTIONS}
 
@@ -226,7 +230,7 @@ def _check_table(table: Mapping[str, Any], where: str) -> dict[str, Any]:
         if option is None:
             raise ConfigError(f"unknown key {key!r} in {where}; see config.example.toml for the keys")
         kind: type | tuple[type, ...] = (int, float) if option.kind is float else option.kind
-        if not isinstance(value, kind) or isinstance(value, bool):
+        if not isinstance(value, kind) or (isinstance(value, bool) and option.kind is not bool):
             raise ConfigError(f"{where}: {key!r} has the wrong type ({type(value).__name__})")
         if isinstance(value, list) and not all(isinstance(item, str) for item in value):
             raise ConfigError(f"{where}: {key!r} must be a list of strings")
@@ -329,8 +333,12 @@ def load_settings(
         config_path=str(path) if path.exists() else None, api_key_problem=problem,
         secrets=(*_secrets(flags, env, [*layers, *(_Layer(t, "") for t in profiles.values())]),
                  *url_secrets(base_url)),
-        context_window=values["context_window"],
+        context_window=values["context_window"], adapt_requests=bool(values["adapt_requests"]),
     )
+
+
+_BOOL_WORDS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False,
+               "off": False}
 
 
 def _resolve(option: Option, flags: Mapping[str, Any], env: Mapping[str, str], layers: list[_Layer]) -> Any:
@@ -350,6 +358,11 @@ def _resolve(option: Option, flags: Mapping[str, Any], env: Mapping[str, str], l
         value, source = file_layer.values[option.key], f"{file_layer.where}: {option.key}"
     else:
         return option.default
+    if option.kind is bool and isinstance(value, str):
+        word = value.strip().lower()
+        if word not in _BOOL_WORDS:
+            raise ConfigError(f"{option.key} is not true or false: {value!r} (from {source})")
+        value = _BOOL_WORDS[word]
     if option.kind in (int, float) and not isinstance(value, option.kind if option.kind is int else (int, float)):
         try:
             value = option.kind(value)

@@ -104,7 +104,10 @@ class Notice:
     `"retrying"`: the request failed before its stream started (429, 5xx, a connection error) and the
     client retries it after `wait_s`; nothing of the turn was streamed. `"reasoning_echo"`: the server
     refused (or demanded) the messages' reasoning fields and the request is sent again once without (or
-    with) them; nothing of the turn was streamed.
+    with) them; nothing of the turn was streamed. `"request_adapted"`: the server refused a part of the
+    request its message names (a tool-schema keyword, a parameter, a message shape); that part is changed
+    in this and every later request (the history is not) and the request is sent again once
+    (`wire.adapt`). `"adapt_debug"` (`--debug` only): an adaptation decision, traced.
     `"compacting"`: the history is near (or past) the model's context window; crow asks the model
     for a summary of the oldest exchanges (a separate request). `"compacted"`: later requests start
     from the compacted history (`tokens_before` → `tokens_after`); the stored session keeps it all."""

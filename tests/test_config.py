@@ -232,3 +232,19 @@ def test_a_header_with_a_line_break_is_a_config_error(value):
     with pytest.raises(ConfigError, match="'X-Key' holds a line break") as caught:
         load_settings({}, env={})
     assert caught.value.exit_code == 2 and "Evil" not in str(caught.value) and "tok" not in str(caught.value)
+
+
+def test_adapt_requests_from_the_file_and_the_environment(tmp_path):
+    # issue: request adaptation (wire.adapt) must be easy to turn off
+    assert load_settings({}, env={}).adapt_requests is True
+    for word, value in (("0", False), ("off", False), ("FALSE", False), ("yes", True), ("1", True)):
+        assert load_settings({}, env={"CROW_ADAPT_REQUESTS": word}).adapt_requests is value
+    path = tmp_path / "config.toml"
+    path.write_text("adapt_requests = false\n")
+    assert load_settings({}, env={}, config_path=str(path)).adapt_requests is False
+    assert load_settings({}, env={"CROW_ADAPT_REQUESTS": "1"}, config_path=str(path)).adapt_requests is True
+    with pytest.raises(ConfigError, match=r"^adapt_requests is not true or false: 'maybe' \(from CROW_ADAPT_REQUESTS\)"):
+        load_settings({}, env={"CROW_ADAPT_REQUESTS": "maybe"})
+    path.write_text('adapt_requests = "no"\n')
+    with pytest.raises(ConfigError, match="'adapt_requests' has the wrong type"):
+        load_settings({}, env={}, config_path=str(path))

@@ -202,7 +202,7 @@ class ChatApp:
                              [*(t.name for t in self.registry), *self.registry.unusable])
         for problem in (self.registry.errors if self.registry else []):
             self.view.line(f"crow: warning: {problem}", "yellow")
-        self.client = build_client(self.settings, self.options.record_dir)
+        self.client = build_client(self.settings, self.options.record_dir, trace=self.options.debug)
         self.driver = Driver(self.client, self.registry, loop_settings(self.settings, trace=self.options.debug),
                              self.approver, self.context)
         if self.options.resume is not None:
@@ -494,7 +494,7 @@ class ChatApp:
             self.view.line(f"model: {self.settings.model} at {public_url(self.settings.base_url)}")
             return
         self.settings = replace(self.settings, model=arg)
-        old, self.client = self.client, build_client(self.settings, self.options.record_dir)
+        old, self.client = self.client, build_client(self.settings, self.options.record_dir, trace=self.options.debug)
         if self.driver is not None:
             self.driver.client = self.client
         if old is not None:

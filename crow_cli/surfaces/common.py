@@ -24,13 +24,15 @@ __all__ = ["build_client", "build_compactor", "build_registry", "loop_settings",
             "short_json", "with_instructions"]
 
 
-def build_client(settings: Settings, record_dir: str | None = None) -> ChatClient:
+def build_client(settings: Settings, record_dir: str | None = None, *, trace: bool = False) -> ChatClient:
+    """The model client for `settings`; `trace` (--debug) reports each request-adaptation decision."""
     return ChatClient(ClientSettings(
         base_url=settings.base_url, model=settings.model, api_key=settings.api_key, headers=settings.headers,
         max_retries=settings.max_retries, idle_timeout_s=settings.idle_timeout_s, params=settings.params,
         record_dir=record_dir,
         # wire (branch wire): issue 11 first-byte timeout, issue 10 item 4 reasoning echo
         first_byte_timeout_s=settings.first_byte_timeout_s, reasoning_echo=settings.reasoning_echo,
+        adapt_requests=settings.adapt_requests, trace=trace,
     ))
 
 

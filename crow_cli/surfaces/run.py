@@ -336,7 +336,7 @@ async def _drive(settings: Settings, options: RunOptions, printer: PlainPrinter 
             except ConfigError as exc:
                 printer.handle(RunFinished("error", "", 0, str(exc), exc.exit_code))
                 return exc.exit_code
-        client = build_client(settings, options.record_dir)
+        client = build_client(settings, options.record_dir, trace=options.debug)
         if recorder is not None:  # files crow's tools change can be restored by `sessions undo`
             context = dataclasses.replace(context, backup=recorder.backup)
         try:

@@ -11,9 +11,16 @@ classes. The SDK's own retries are off (`max_retries=0`): crow's loop here retri
 each retry as a `Notice(code="retrying")` before its wait. Every SDK/httpx error is mapped here, once,
 to a `ProviderError` subclass.
 
-Per request, the client also adapts to what the server accepts (remembered for the client's life):
-`stream_options` is dropped for servers that refuse it, and reasoning is echoed back or not
-(`reasoning_echo`, see `ChatClient.outgoing_messages`).
+Per request, the client also adapts to what the server accepts. A 400/422 refusal goes through the
+client's adapters in order (`ChatClient._adapt`): `stream_options` is dropped for servers that refuse it,
+reasoning is echoed back or not (`reasoning_echo`, see `ChatClient.outgoing_messages`), and any other part
+the server's message names (a tool-schema keyword, a parameter, a message shape) is changed as
+`wire.adapt` decides. Each change applies to the outgoing request only (the history keeps what really
+happened); the request is sent once more with everything else unchanged, a `Notice` says what changed
+and why, and a refusal that teaches nothing new ends the turn with the server's message. What `wire.adapt`
+learns is remembered per base URL + model (`wire.facts`) and applied before the first request of later
+runs, with the rules known in advance for the server (`adapt.known_rules`); `adapt_requests=False`
+turns that mechanism off.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from ..errors import AuthError, ContextOverflow, ProviderError, RateLimited, Ser
 from ..events import Notice, WarningEvent
 from ..history import Message
 from ..text import public_url, url_secrets
+from .adapt import Rule
 
 __all__ = ["REASONING_FIELDS", "ChatClient", "ClientSettings", "ReasoningEcho", "context_overflow", "map_error",
            "reasoning_demanded", "reasoning_refused", "redact", "split_base_url"]
@@ -63,6 +71,11 @@ class ClientSettings:
     reasoning_echo: str = "auto"
     """Whether a turn's reasoning goes back to the server (a `ReasoningEcho`: `auto`, `always` or `never`);
     see `ChatClient.outgoing_messages`. Another value is a `ValueError` when the client is made."""
+    adapt_requests: bool = True
+    """Change what a server refuses and send the request again, remembering the change (`wire.adapt`);
+    False: a refusal ends the turn, and no learned or known rule is applied."""
+    trace: bool = False
+    """Report each adaptation decision as a `Notice(code="adapt_debug")` (for `--debug`)."""
 
 
 def split_base_url(base_url: str) -> tuple[str, dict[str, str | list[str]]]:
@@ -99,6 +112,18 @@ class ChatClient:
         self._reasoning_key: str | None = None  # the field this server streams reasoning in, once seen
         self._echo_learned: Literal["drop", "add"] | None = None  # what a 400/422 taught (auto only)
         self._demanded_key = "reasoning_content"
+        self._rules: list[Rule] = []  # what the server refuses, changed in every request (`wire.adapt`)
+        self._known = 0  # how many of `_rules` were known in advance or recalled (not to be stored again)
+        self._unsaved = False  # a rule learned in this run, stored once a request with it is accepted
+        self._traced = False
+        if settings.adapt_requests:
+            from .adapt import known_rules, rules_from_json
+            from .facts import recall
+
+            self._rules = known_rules(settings.base_url, settings.model)
+            recalled = rules_from_json(recall(settings.base_url, settings.model).get("request_rules"))
+            self._rules += [r for r in recalled if r not in self._rules]
+            self._known = len(self._rules)
 
     def _client(self) -> Any:
         if self._sdk is None:
@@ -162,6 +187,10 @@ class ChatClient:
             body["tools"] = tools
         if self._usage_option:
             body["stream_options"] = {"include_usage": True}
+        if self._rules:
+            from .adapt import apply_rules
+
+            body = apply_rules(body, self._rules)
         return body
 
     async def stream(
@@ -189,6 +218,12 @@ class ChatClient:
                             "model with --local")
         from .stream import iter_chunks
 
+        if self.settings.trace and self._rules and not self._traced:
+            self._traced = True
+            from .adapt import Change
+
+            yield Notice(f"crow: debug: adapting every request to this server as known or learned before: "
+                         f"{Change(tuple(self._rules), '').describe()}", "adapt_debug")
         try:
             async with AsyncExitStack() as stack:
                 retries, adapted = 0, set[str]()
@@ -198,17 +233,20 @@ class ChatClient:
                         response = await self._send(stack, body)
                         break
                     except Exception as exc:
-                        if (fix := self._adapt(exc, body, adapted)) is not None:
-                            adapted.add(fix[0])  # at most one resend per request for each kind of fix
-                            if fix[1] is not None:
-                                yield fix[1]
+                        if (notices := self._adapt(exc, body, adapted)) is not None:
+                            for notice in notices:
+                                yield notice
                             continue
                         wait, retry = self._retry(exc, retries)
                         if retry is None:
+                            if (final := self._final_refusal(exc)) is not None:
+                                yield final
                             raise
                         yield retry
                         retries += 1
                         await asyncio.sleep(wait)
+                if self._unsaved:  # the server took the changed request: remember the change
+                    self._remember()
                 async for item in iter_chunks(response.aiter_bytes(), response.headers.get("content-type", "")):
                     if self._reasoning_key is None and isinstance(item, dict):
                         self._reasoning_key = _reasoning_key_in(item)
@@ -244,34 +282,99 @@ class ChatClient:
         stack.push_async_callback(response.aclose)
         return response
 
-    def _adapt(self, exc: Exception, body: dict[str, Any], done: set[str]) -> tuple[str, Notice | None] | None:
-        """A fix for a request the server refused for one of its optional parts, applied to this client for
-        good: its kind and the `Notice` to send the request again with (None: say nothing); None when
-        there is none, or when this request had its fix of that kind already."""
+    def _adapt(self, exc: Exception, body: dict[str, Any], done: set[str]) -> list[Notice] | None:
+        """The notices to send the request again with, once `exc` (a 400/422) was answered by a change to
+        this client's requests ([]: changed silently); None when no adapter has a change for it.
+
+        Adapters are asked in order; each changes this client for good (every later request too) and adds
+        what it did to `done`, the changes made for this request, so that none is made twice: a refusal
+        that teaches nothing new ends the request with the server's message."""
         import openai
 
         if not isinstance(exc, openai.APIStatusError) or exc.status_code not in (400, 422):
             return None
-        text = _error_text(exc)
+        status, text = exc.status_code, _error_text(exc)
+        for adapter in (self._adapt_usage, self._adapt_reasoning, self._adapt_request):
+            if (notices := adapter(status, text, body, done)) is not None:
+                return notices
+        return None
+
+    def _final_refusal(self, exc: Exception) -> Notice | None:
+        """Under --debug: why a 400/422 ends the request (no adapter had a change for it)."""
+        import openai
+
+        if not self.settings.trace or not isinstance(exc, openai.APIStatusError) \
+                or exc.status_code not in (400, 422):
+            return None
+        from .stream import short_text
+
+        why = "adapting requests is off (adapt_requests = false)" if not self.settings.adapt_requests \
+            else "it names no part of the request that crow has not changed already"
+        return Notice(f"crow: debug: the refusal ({exc.status_code}) is final: {why}: "
+                      f"{short_text(' '.join(_error_text(exc).split()), 200)}", "adapt_debug")
+
+    def _adapt_usage(self, status: int, text: str, body: dict[str, Any], done: set[str]) -> list[Notice] | None:
+        """`stream_options` refused: servers that reject include_usage just get no usage (silently)."""
         if self._usage_option and "stream_options" in text and "stream_options" not in done:
-            self._usage_option = False  # servers that reject include_usage just get no usage
-            return "stream_options", None
+            self._usage_option = False
+            done.add("stream_options")
+            return []
+        return None
+
+    def _adapt_reasoning(self, status: int, text: str, body: dict[str, Any], done: set[str]
+                         ) -> list[Notice] | None:
+        """Reasoning fields refused (dropped from then on) or demanded (added beside tool calls), `auto` only."""
         if self.settings.reasoning_echo != "auto" or "reasoning_echo" in done:
             return None
         sent = {k for m in body["messages"] for k in REASONING_FIELDS if k in m}
-        if (refused := reasoning_refused(exc.status_code, text, sent)) is not None:
+        if (refused := reasoning_refused(status, text, sent)) is not None:
             self._echo_learned = "drop"
-            return "reasoning_echo", Notice(
-                f"crow: the server refuses {refused} in messages ({exc.status_code}); sending the request again "
-                "without it (and without reasoning from now on)", "reasoning_echo")
+            done.add("reasoning_echo")
+            return [Notice(f"crow: the server refuses {refused} in messages ({status}); sending the request "
+                           "again without it (and without reasoning from now on)", "reasoning_echo")]
         missing = any(m.get("role") == "assistant" and m.get("tool_calls") and
                       all(m.get(k) is None for k in REASONING_FIELDS) for m in body["messages"])
-        if missing and self._echo_learned != "drop" and (wanted := reasoning_demanded(exc.status_code, text)):
+        if missing and self._echo_learned != "drop" and (wanted := reasoning_demanded(status, text)):
             self._echo_learned, self._demanded_key = "add", wanted
-            return "reasoning_echo", Notice(
-                f"crow: the server requires {wanted} on assistant messages with tool calls ({exc.status_code}); "
-                "sending the request again with it", "reasoning_echo")
+            done.add("reasoning_echo")
+            return [Notice(f"crow: the server requires {wanted} on assistant messages with tool calls ({status}); "
+                           "sending the request again with it", "reasoning_echo")]
         return None
+
+    def _adapt_request(self, status: int, text: str, body: dict[str, Any], done: set[str]
+                       ) -> list[Notice] | None:
+        """Any other part the refusal names (`wire.adapt.change_for`): changed in this and every later
+        request, at most `_MAX_CHANGES` times per request, never the same change twice."""
+        if not self.settings.adapt_requests or len([d for d in done if d.startswith("rules:")]) >= _MAX_CHANGES:
+            return None
+        from .adapt import change_for
+
+        change = change_for(status, text, body)
+        if change is None:
+            return None
+        key = "rules:" + _json([r.to_json() for r in change.rules])
+        if key in done or all(r in self._rules for r in change.rules):
+            return None
+        done.add(key)
+        self._rules += [r for r in change.rules if r not in self._rules]
+        self._unsaved = True
+        notices = [Notice(f"crow: the server refused the request ({status}: {change.why}); {change.describe()} "
+                          "and sent it again (remembered for this server and model; adapt_requests = false "
+                          "turns this off)", "request_adapted")]
+        if self.settings.trace:
+            notices.append(Notice(f"crow: debug: rules now applied to every request: "
+                                  f"{_json([r.to_json() for r in self._rules])}", "adapt_debug"))
+        return notices
+
+    def _remember(self) -> None:
+        """Store the rules learned in this run for this base URL + model (`wire.facts`; never raises)."""
+        from .facts import learn, recall
+
+        self._unsaved = False
+        stored = recall(self.settings.base_url, self.settings.model).get("request_rules")
+        merged = list(stored) if isinstance(stored, list) else []
+        merged += [r.to_json() for r in self._rules[self._known:] if r.to_json() not in merged]
+        learn(self.settings.base_url, self.settings.model, request_rules=merged)
 
     def _retry(self, exc: Exception, retries: int) -> tuple[float, Notice | None]:
         """The wait and notice for another try after `exc`, or `(0, None)` when it is final."""
@@ -298,6 +401,10 @@ class ChatClient:
         """Close the connection pool (and a recording transport's files)."""
         if self._sdk is not None:
             await self._sdk.close()
+
+
+_MAX_CHANGES = 8
+"""Changes `wire.adapt` may make to one request before its refusal is final (each one a different change)."""
 
 
 async def _no_key() -> str:

@@ -1,0 +1,436 @@
+"""What to change in a request the server refused, read from its error (pure: no I/O, no state).
+
+`change_for(status, error_text, body)` maps a 400/422 whose message names a part of the request to a
+`Change`: the `Rule`s that make exactly that part acceptable, or None when the message names nothing
+crow can change. `apply_rules(body, rules)` gives the body as it is sent with those rules (a new object:
+the history and the caller's body are never changed). The client (`wire.client`) sends the request
+once more with the change, says so with a `Notice(code="request_adapted")`, keeps applying it to
+every later request and remembers it per base URL + model (`wire.facts`, key `request_rules`).
+
+Kinds, each from what real servers answer (sources beside each pattern and in tests/wire/test_adapt.py):
+- tool-schema keywords (`drop_schema_keyword`), local `$ref`s (`inline_schema_refs`), a `type` beside
+  `anyOf`/`oneOf` (`schema_type_into_branches`), object schemas without properties (`schema_empty_object`);
+- request parameters: dropped (`drop_param`), set to the value the server names (`set_param`), renamed
+  to the one it names instead (`rename_param`); several named at once are all changed at once;
+- message shapes: `content` of assistant messages with tool calls null ↔ `""`
+  (`assistant_tool_content`), a blank tool result given a placeholder (`tool_result_placeholder`).
+Rules of a provider known in advance (its host or model family) are `known_rules`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from . import schema as schemas
+
+__all__ = ["NO_OUTPUT", "Change", "Rule", "apply_rules", "change_for", "known_rules", "rules_from_json"]
+
+CORE = frozenset({"model", "messages", "stream", "tools"})
+"""Body fields no parameter rule touches (the request itself)."""
+NO_OUTPUT = "(no output)"
+"""The text a blank tool result is sent as, for servers that refuse an empty one."""
+
+_OPS = ("drop_param", "set_param", "rename_param", "drop_schema_keyword", "inline_schema_refs",
+        "schema_type_into_branches", "schema_empty_object", "assistant_tool_content", "tool_result_placeholder")
+_KEEP_KEYWORDS = frozenset({"type", "properties"})
+"""Keywords never dropped on a server's word: without them the schema says nothing."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One change to every request: `op` (see the module docstring), on `target` (a parameter or
+    keyword name), with `value` (the value set, the new name, the content used)."""
+
+    op: str
+    target: str = ""
+    value: Any = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The rule as stored in the learned facts."""
+        return {"op": self.op, "target": self.target, "value": self.value}
+
+    def describe(self) -> str:
+        """What the rule does, for a notice: "dropped parameter seed"."""
+        match self.op:
+            case "drop_param":
+                return f"dropped parameter {self.target}"
+            case "set_param":
+                return f"set parameter {self.target} to {json.dumps(self.value)}"
+            case "rename_param":
+                return f"renamed parameter {self.target} to {self.value}"
+            case "drop_schema_keyword":
+                return f"dropped the schema keyword {self.target} from tool parameters"
+            case "inline_schema_refs":
+                return "inlined the $refs of tool parameters (no $defs)"
+            case "schema_type_into_branches":
+                return "moved the type beside anyOf/oneOf into their branches"
+            case "schema_empty_object":
+                return ("dropped empty properties of object schemas" if self.value == "drop"
+                        else "gave object schemas without properties an empty properties object")
+            case "assistant_tool_content":
+                return f"sent content {json.dumps(self.value)} on assistant messages with tool calls"
+            case "tool_result_placeholder":
+                return f"sent blank tool results as {json.dumps(self.value)}"
+        return self.op
+
+
+def rules_from_json(items: Any) -> list[Rule]:
+    """The rules of a stored list (unknown or damaged entries are left out)."""
+    out = []
+    for item in items if isinstance(items, list) else []:
+        if isinstance(item, dict) and item.get("op") in _OPS and isinstance(item.get("target", ""), str):
+            out.append(Rule(item["op"], item.get("target", ""), item.get("value")))
+    return out
+
+
+@dataclass(frozen=True)
+class Change:
+    """What to change in a refused request: its rules, and the server's words that asked for it."""
+
+    rules: tuple[Rule, ...]
+    why: str
+
+    def describe(self) -> str:
+        """ "dropped parameter seed; set parameter temperature to 1" """
+        return "; ".join(rule.describe() for rule in self.rules)
+
+
+# ---- applying rules -------------------------------------------------------------------------------
+
+
+def apply_rules(body: dict[str, Any], rules: Iterable[Rule]) -> dict[str, Any]:
+    """`body` as sent under `rules`, in order. Only what a rule changes is copied; `body` is untouched."""
+    out = dict(body)
+    for rule in rules:
+        op = rule.op
+        if op in ("drop_param", "set_param", "rename_param"):
+            if rule.target in CORE or rule.target not in out:
+                continue
+            if op == "drop_param":
+                del out[rule.target]
+            elif op == "set_param":
+                out[rule.target] = rule.value
+            elif isinstance(rule.value, str) and rule.value not in CORE:
+                out = {(rule.value if k == rule.target else k): v for k, v in out.items()}
+        elif op in ("drop_schema_keyword", "inline_schema_refs", "schema_type_into_branches",
+                    "schema_empty_object") and isinstance(out.get("tools"), list):
+            out["tools"] = _map_schemas(out["tools"], rule)
+        elif op in ("assistant_tool_content", "tool_result_placeholder") and isinstance(out.get("messages"), list):
+            out["messages"] = [_message(m, rule) for m in out["messages"]]
+    return out
+
+
+def _rewrite(parameters: Any, rule: Rule) -> Any:
+    match rule.op:
+        case "drop_schema_keyword":
+            return schemas.drop_keywords(parameters, [rule.target])
+        case "inline_schema_refs":
+            return schemas.inline_refs(parameters)
+        case "schema_type_into_branches":
+            return schemas.type_into_branches(parameters)
+        case "schema_empty_object":
+            return schemas.drop_empty_objects(parameters) if rule.value == "drop" \
+                else schemas.fill_missing_properties(parameters)
+    return parameters
+
+
+def _map_schemas(tools: list[Any], rule: Rule) -> list[Any]:
+    out = []
+    for tool in tools:
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if isinstance(fn, dict) and isinstance(fn.get("parameters"), dict):
+            new = _rewrite(fn["parameters"], rule)
+            if new != fn["parameters"]:
+                tool = {**tool, "function": {**fn, "parameters": new}}
+        out.append(tool)
+    return out
+
+
+def _blank(content: Any) -> bool:
+    if isinstance(content, str):
+        return not content.strip()
+    if isinstance(content, list):
+        return not "".join(p.get("text") or "" for p in content if isinstance(p, dict)).strip()
+    return content is None
+
+
+def _message(message: Any, rule: Rule) -> Any:
+    if not isinstance(message, dict):
+        return message
+    if rule.op == "assistant_tool_content":
+        if message.get("role") == "assistant" and message.get("tool_calls") and _blank(message.get("content")) \
+                and message.get("content", None) != rule.value:
+            return {**message, "content": rule.value}
+    elif message.get("role") == "tool" and _blank(message.get("content")):
+        return {**message, "content": rule.value}
+    return message
+
+
+# ---- reading a refusal ----------------------------------------------------------------------------
+
+_REFUSAL = re.compile(
+    r"unsupported|not supported|unrecogni[sz]ed|unknown|not permitted|not allowed|extra_forbidden|extra inputs?|"
+    r"invalid|cannot find field|does not support|doesn'?t support|not available|not enabled|must be|"
+    r"only the default|please remove|remove|conflict|should|expected|not a valid|not accepted|unexpected|"
+    r"forbidden|deprecated|instead", re.IGNORECASE)
+_QUOTED = re.compile(r"""["'`‘’“”]([A-Za-z_$][\w$.-]{0,80})["'`‘’“”]""")
+_WORD = r"(?<![\w$]){}(?![\w$])"
+
+
+def _unescape(text: str) -> str:
+    """The error body with JSON/Python escaping of quotes undone (messages quote names as \\"x\\" or \\'x\\')."""
+    return text.replace('\\\\"', '"').replace("\\\\'", "'").replace('\\"', '"').replace("\\'", "'")
+
+
+def _readable(text: str) -> str:
+    """The words of an error body: every string in its JSON (a message, a `param`, a pydantic `loc`), joined;
+    not the JSON's own `null`s and keys, nor the request's values a validator echoes back (`input`). A body
+    that is no JSON is read as it is."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text
+    words: list[str] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, str):
+            words.append(value)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if key not in ("input", "ctx", "url", "request_id", "requestId"):
+                    walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    walk(data)
+    return " | ".join(words) if words else text
+
+
+def _names(text: str, name: str) -> bool:
+    """Whether `text` names `name` as a whole word (also in camelCase: xAI's `frequencyPenalty`)."""
+    camel = re.sub(r"_([a-z])", lambda m: m.group(1).upper(), name)
+    return any(re.search(_WORD.format(re.escape(n)), text) for n in {name, camel})
+
+
+def change_for(status: int, text: str, body: dict[str, Any]) -> Change | None:
+    """The change a refusal asks for, or None when it names nothing crow can change.
+
+    Args:
+        status: the HTTP status (only 400 and 422 are read).
+        text: the error body as the server sent it (JSON or plain text).
+        body: the request as it was sent (with the rules already in force applied).
+
+    Returns:
+        A `Change` whose rules change `body` (`apply_rules(body, rules) != body`), else None.
+    """
+    if status not in (400, 422) or not text:
+        return None
+    text = _unescape(_readable(text))
+    for finder in (_schema_change, _message_change, _param_change):
+        change = finder(text, body)
+        if change is not None and apply_rules(body, change.rules) != body:
+            return change
+    return None
+
+
+def _short(text: str) -> str:
+    from .stream import short_text
+
+    return short_text(" ".join(text.split()), 200)
+
+
+# -- tool schemas ---------------------------------------------------------------------------------------
+# Gemini (generativelanguage.googleapis.com, also behind one-api / new-api gateways): "Invalid JSON payload
+#   received. Unknown name \"additionalProperties\" at 'tools[0].function_declarations[0].parameters': Cannot
+#   find field." (Laisky/one-api#60, google/adk-python#1277 "additional_properties", decolua/9router#2309
+#   "multipleOf", openswarm-ai/openswarm#24 "$schema", "const", "exclusiveMinimum", "propertyNames").
+# Moonshot: "tools.function.parameters is not a valid moonshot flavored json schema, details: <At path
+#   'properties.assetRef': conflicting keywords found after $ref expansion: description>" (MoonshotAI/kimi-cli
+#   #2061, #1903), "<At path 'root': when using anyOf, type should be defined in anyOf items instead of the
+#   parent schema>" (MoonshotAI/kimi-cli#2531), "references must start with #/$de..." (CommandCodeAI#594).
+# Gemini: "GenerateContentRequest.tools[0].function_declarations[0].parameters.properties: should be non-empty
+#   for OBJECT type" (langchain-ai/langchainjs#7935, BerriAI/litellm#18237).
+# OpenAI structured outputs: "Invalid schema for function 'f': In context=('properties', 'x'), 'format' is not
+#   permitted." and "... object schema missing properties".
+
+_SCHEMA_CONTEXT = re.compile(r"parameters|function_declarations|schema|tools\[\d+\]|tools\.\d+", re.IGNORECASE)
+_REFS = re.compile(r"\$ref|\breferences?\b|\$defs|\bdefinitions\b", re.IGNORECASE)
+_BRANCH_TYPE = re.compile(r"(any_?of|one_?of).{0,80}\btype\b|\btype\b.{0,80}(any_?of|one_?of)", re.IGNORECASE | re.S)
+_EMPTY_PROPS = re.compile(r"properties\W{0,5}(should|must) (be )?non-?empty|properties.{0,30}(non-?empty|not be empty"
+                          r"|cannot be empty|empty)", re.IGNORECASE)
+_MISSING_PROPS = re.compile(r"missing properties|properties.{0,20}(is )?(required|missing)", re.IGNORECASE)
+_PATH_END = re.compile(r"(?:parameters|properties|items|value|any_of|anyOf)(?:\[\d+\])?((?:\.[\w$]+(?:\[\d+\])?)+)")
+
+
+def _tool_parameters(body: dict[str, Any]) -> list[Any]:
+    tools = body.get("tools")
+    return [t["function"].get("parameters") for t in tools if isinstance(t, dict)
+            and isinstance(t.get("function"), dict)] if isinstance(tools, list) else []
+
+
+def _schema_change(text: str, body: dict[str, Any]) -> Change | None:
+    params = _tool_parameters(body)
+    if not params or not _SCHEMA_CONTEXT.search(text):
+        return None
+    used = set().union(*(schemas.keywords_used(p) for p in params))
+    nodes = [n for p in params for n in schemas.schema_nodes(p)]
+    why = _short(text)
+    if "$ref" in used and _REFS.search(text):
+        return Change((Rule("inline_schema_refs"),), why)
+    if _BRANCH_TYPE.search(text) and any("type" in n and any(k in n for k in ("anyOf", "oneOf")) for n in nodes):
+        return Change((Rule("schema_type_into_branches"),), why)
+    named = _schema_keywords(text, used)
+    if named:
+        return Change(tuple(Rule("drop_schema_keyword", k) for k in named), why)
+    if _EMPTY_PROPS.search(text) and any(n.get("type") == "object" and n.get("properties") == {} for n in nodes):
+        return Change((Rule("schema_empty_object", value="drop"),), why)
+    if _MISSING_PROPS.search(text) and any(n.get("type") == "object" and "properties" not in n for n in nodes):
+        return Change((Rule("schema_empty_object", value="add"),), why)
+    return None
+
+
+def _camel(name: str) -> str:
+    return re.sub(r"_([a-z])", lambda m: m.group(1).upper(), name)
+
+
+def _schema_keywords(text: str, used: set[str]) -> list[str]:
+    """The keywords a refusal names that the tool schemas use: quoted names, and the last step of a path
+    into a schema (`...parameters.properties.when.const`); snake_case names match camelCase keywords."""
+    candidates = [m.group(1) for m in _QUOTED.finditer(text)]
+    candidates += [m.group(1).rsplit(".", 1)[-1].split("[", 1)[0] for m in _PATH_END.finditer(text)]
+    if not _REFUSAL.search(text):
+        return []
+    found: list[str] = []
+    for name in candidates:
+        for keyword in (name, _camel(name)):
+            if keyword in used and keyword not in _KEEP_KEYWORDS and keyword not in found:
+                found.append(keyword)
+                break
+    return found
+
+
+# -- messages -------------------------------------------------------------------------------------------
+# content null beside tool calls, where a string is wanted:
+#   Ollama: "invalid message content type: <nil>" (pydantic/pydantic-ai#5206, QwenLM/qwen-code#3350);
+#   OpenAI-compatible gateways: "Invalid value for 'content': expected a string, got null." (docker/docker-agent#63,
+#   langchain4j/langchain4j#1105); LM Studio: "Invalid 'content': 'content' field must be a string or an array of
+#   objects." (lmstudio-ai/lmstudio-bug-tracker#261).
+# content "" (or a blank tool result) where something non-empty is wanted:
+#   Anthropic-compatible endpoints and Bedrock-backed gateways: "messages: text content blocks must be non-empty"
+#   (aliasrobotics/cai#182, anthropics/claude-code#59812, vercel/ai#14612).
+
+_MESSAGE_CONTEXT = re.compile(r"\bcontent\b|messages?\b|\btool\b", re.IGNORECASE)
+_WANTS_STRING = re.compile(r"<nil>|got null|\bnull\b|\bNone\b|must be a string|expected a string|"
+                           r"invalid type: null|content type", re.IGNORECASE)
+_WANTS_TEXT = re.compile(r"non-?empty|not be empty|cannot be empty|is empty|empty (string|text|content)|blank|"
+                         r"too short|at least 1 character|must have (some )?(content|text)", re.IGNORECASE)
+
+
+def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    msgs = body.get("messages")
+    return [m for m in msgs if isinstance(m, dict)] if isinstance(msgs, list) else []
+
+
+def _message_change(text: str, body: dict[str, Any]) -> Change | None:
+    if not _MESSAGE_CONTEXT.search(text):
+        return None
+    msgs = _messages(body)
+    tool_turns = [m for m in msgs if m.get("role") == "assistant" and m.get("tool_calls")]
+    why = _short(text)
+    if _WANTS_STRING.search(text) and any(m.get("content") is None for m in tool_turns):
+        return Change((Rule("assistant_tool_content", value=""),), why)
+    if _WANTS_TEXT.search(text):
+        rules = []
+        if any(m.get("role") == "tool" and _blank(m.get("content")) for m in msgs):
+            rules.append(Rule("tool_result_placeholder", value=NO_OUTPUT))
+        if any(isinstance(m.get("content"), str | list) and _blank(m.get("content")) for m in tool_turns):
+            rules.append(Rule("assistant_tool_content", value=None))
+        if rules:
+            return Change(tuple(rules), why)
+    return None
+
+
+# -- request parameters ---------------------------------------------------------------------------------
+# OpenAI: "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens'
+#   instead." (teilomillet/gollm#33), "Unsupported value: 'temperature' does not support 0.2 with this model.
+#   Only the default (1) value is supported." (holoviz/lumen#1087), "Unrecognized request argument supplied:
+#   logprobs" (openai/openai-python#1080).
+# vLLM: "[{'type': 'extra_forbidden', 'loc': ('body', 'stream_options'), 'msg': 'Extra inputs are not
+#   permitted', ...}]" (modelscope/ms-agent#489, 1Panel-dev/MaxKB#2912 max_completion_tokens).
+# LiteLLM: "litellm.UnsupportedParamsError: anthropic does not support parameters: ['seed'], for model=..."
+#   (kaiko-ai/eva#895), "ollama does not support parameters: {'seed': 1}" (BerriAI/litellm#3923).
+# DashScope: "parameter.enable_thinking must be set to false for non-streaming calls" (OpenBMB/UltraRAG#287).
+# xAI (via LiteLLM): "Argument not supported on this model: frequencyPenalty" (BerriAI/litellm#14056).
+# vLLM on Gaudi: "Please remove 'logprobs'/'top_logprobs' from your request" (vllm-project/vllm-gaudi#1098).
+
+_INSTEAD = re.compile(r"""use\s+["'`]?([A-Za-z_][\w.]*)["'`]?\s+instead""", re.IGNORECASE)
+_ONLY_VALUE = re.compile(r"only the default \(([^)]{1,40})\)|must be (?:set to |equal to )?([\w.\"'-]{1,40})"
+                         r"|(?:only|supports? only) (?:the )?value ([\w.\"'-]{1,40})", re.IGNORECASE)
+
+
+def _value(token: str) -> Any:
+    token = token.strip().strip("\"'`")
+    try:
+        return json.loads(token)
+    except ValueError:
+        return token
+
+
+def _param_change(text: str, body: dict[str, Any]) -> Change | None:
+    if not _REFUSAL.search(text):
+        return None
+    named = [k for k in body if k not in CORE and _names(text, k)]
+    if not named:
+        return None
+    why = _short(text)
+    rename = _INSTEAD.search(text)
+    if rename and len(named) == 1 and rename.group(1) not in CORE and rename.group(1) != named[0] \
+            and rename.group(1) not in body:
+        return Change((Rule("rename_param", named[0], rename.group(1)),), why)
+    if len(named) == 1:
+        value = _ONLY_VALUE.search(text)
+        if value is not None:
+            wanted = _value(next(g for g in value.groups() if g is not None))
+            if isinstance(wanted, bool | int | float) and wanted != body[named[0]]:
+                return Change((Rule("set_param", named[0], wanted),), why)
+    return Change(tuple(Rule("drop_param", k) for k in named), why)
+
+
+# ---- known in advance -----------------------------------------------------------------------------
+
+_KNOWN: Sequence[tuple[str, str, tuple[Rule, ...]]] = (
+    # (host suffix, model prefix, rules): what these servers are known to refuse, applied before the first
+    # request. Gemini's OpenAI-compatible endpoint refuses these keywords (see the sources above).
+    ("generativelanguage.googleapis.com", "", tuple(Rule("drop_schema_keyword", k) for k in (
+        "$schema", "additionalProperties", "exclusiveMinimum", "exclusiveMaximum", "propertyNames"))),
+    # Moonshot: $ref beside other keywords, type beside anyOf (MoonshotAI/kimi-cli#2061, #2531)
+    ("moonshot.cn", "", (Rule("inline_schema_refs"), Rule("schema_type_into_branches"))),
+    ("moonshot.ai", "", (Rule("inline_schema_refs"), Rule("schema_type_into_branches"))),
+    # Ollama's OpenAI endpoint: "invalid message content type: <nil>" (pydantic/pydantic-ai#5206)
+    (":11434", "", (Rule("assistant_tool_content", value=""),)),
+    # OpenAI reasoning models: max_tokens is max_completion_tokens (teilomillet/gollm#33)
+    ("api.openai.com", "o1", (Rule("rename_param", "max_tokens", "max_completion_tokens"),)),
+    ("api.openai.com", "o3", (Rule("rename_param", "max_tokens", "max_completion_tokens"),)),
+    ("api.openai.com", "o4", (Rule("rename_param", "max_tokens", "max_completion_tokens"),)),
+    ("api.openai.com", "gpt-5", (Rule("rename_param", "max_tokens", "max_completion_tokens"),)),
+)
+
+
+def known_rules(base_url: str, model: str) -> list[Rule]:
+    """The rules known in advance for a server (its host, `:PORT` for a local server's usual port) and model
+    family (a name prefix); [] for any other."""
+    parts = urlsplit(base_url)
+    host = (parts.hostname or "").lower()
+    port = f":{parts.port}" if parts.port else ""
+    out: list[Rule] = []
+    for where, prefix, rules in _KNOWN:
+        hit = port == where if where.startswith(":") else host == where or host.endswith(f".{where}")
+        if hit and model.lower().startswith(prefix):
+            out += [r for r in rules if r not in out]
+    return out

@@ -1,0 +1,275 @@
+"""Reading a server's refusal: which part of the request it names, and the change that makes it acceptable.
+
+Every error body here is a real one, quoted from the public report named beside it (ids and values kept
+as reported, only shortened where marked)."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from crow_cli.wire.adapt import NO_OUTPUT, Rule, apply_rules, change_for, known_rules, rules_from_json
+
+
+def tool(name: str, parameters: dict) -> dict:
+    return {"type": "function", "function": {"name": name, "description": f"{name} tool", "parameters": parameters}}
+
+
+ZOD_TOOL = tool("create_event", {
+    "$schema": "http://json-schema.org/draft-07/schema#", "type": "object", "additionalProperties": False,
+    "properties": {"default": {"type": "string", "default": "x"},
+                   "when": {"type": "string", "format": "date-time", "const": "now"},
+                   "count": {"type": "integer", "exclusiveMinimum": 0, "multipleOf": 2},
+                   "asset": {"$ref": "#/$defs/Asset", "description": "the asset"},
+                   "mode": {"type": "string", "anyOf": [{"enum": ["a"]}, {"enum": ["b"]}]}},
+    "required": ["default"],
+    "$defs": {"Asset": {"type": "object", "description": "an asset", "properties": {"id": {"type": "string"}}}}})
+PLAIN_TOOL = tool("read_file", {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]})
+HISTORY = [
+    {"role": "user", "content": "go"},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "read_file", "arguments": "{\"path\": \"a\"}"}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": ""},
+]
+
+
+def body(**params) -> dict:
+    return {"model": "m", "messages": copy.deepcopy(HISTORY), "stream": True,
+            "tools": [copy.deepcopy(ZOD_TOOL), copy.deepcopy(PLAIN_TOOL)], **params}
+
+
+def err(message, **extra) -> str:
+    return json.dumps({"error": {"message": message, **extra}})
+
+
+def rules(status: int, text: str, request: dict) -> list[Rule]:
+    change = change_for(status, text, request)
+    assert change is not None, text
+    assert change.describe() and change.why
+    return list(change.rules)
+
+
+# ---- tool-schema keywords -------------------------------------------------------------------------
+
+# Gemini's OpenAI-compatible endpoint behind one-api (Laisky/one-api#60)
+GEMINI_ADDITIONAL = err("Invalid JSON payload received. Unknown name \"additionalProperties\" at "
+                        "'tools[0].function_declarations[0].parameters': Cannot find field. (request id: 2025042002)")
+# Gemini through google-adk, snake_case names (google/adk-python#1277)
+GEMINI_SNAKE = json.dumps([{"error": {"code": 400, "message": "Invalid JSON payload received. Unknown name "
+                                      "\"additional_properties\" at 'tools[0].function_declarations[0].parameters': "
+                                      "Cannot find field.", "status": "INVALID_ARGUMENT"}}])
+# antigravity/Gemini gateway (decolua/9router#2309)
+GATEWAY_MULTIPLE_OF = err("Invalid JSON payload received. Unknown name \"multipleOf\" at 'request.tools[0]."
+                          "function_declarations[25].parameters.properties[3].value.items': Cannot find field.")
+# Gemini listing several keywords in one answer (openswarm-ai/openswarm#24, shortened)
+GEMINI_MANY = err("Invalid JSON payload received. Unknown name \"$schema\" at 'tools[0].function_declarations[14]"
+                  ".parameters': Cannot find field.\nInvalid JSON payload received. Unknown name \"const\" at "
+                  "'tools[0].function_declarations[15].parameters.properties[1].value': Cannot find field.\nInvalid "
+                  "JSON payload received. Unknown name \"exclusiveMinimum\" at 'tools[0].function_declarations[16]."
+                  "parameters.properties[2].value': Cannot find field.", code=400, status="INVALID_ARGUMENT")
+# Moonshot (MoonshotAI/kimi-cli#2061, #2531)
+MOONSHOT_REF = err("tools.function.parameters is not a valid moonshot flavored json schema, details: <At path "
+                   "'properties.assetRef': conflicting keywords found after $ref expansion: description>",
+                   type="invalid_request_error")
+MOONSHOT_ANY_OF = err("tools.function.parameters is not a valid moonshot flavored json schema, details: <At path "
+                      "'root': when using anyOf, type should be defined in anyOf items instead of the parent schema>",
+                      type="invalid_request_error")
+# Gemini (langchain-ai/langchainjs#7935)
+GEMINI_EMPTY_OBJECT = err("* GenerateContentRequest.tools[0].function_declarations[0].parameters.properties: should "
+                          "be non-empty for OBJECT type")
+
+
+@pytest.mark.parametrize(("text", "keywords"), [
+    (GEMINI_ADDITIONAL, ["additionalProperties"]),
+    (GEMINI_SNAKE, ["additionalProperties"]),
+    (GATEWAY_MULTIPLE_OF, ["multipleOf"]),
+    (GEMINI_MANY, ["$schema", "const", "exclusiveMinimum"]),
+])
+def test_a_named_schema_keyword_is_dropped_from_every_tool_schema(text: str, keywords: list[str]) -> None:
+    request = body()
+    found = rules(400, text, request)
+    assert found == [Rule("drop_schema_keyword", k) for k in keywords]
+    sent = apply_rules(request, found)
+    assert request == body()  # the request as built is never changed
+    from crow_cli.wire.schema import keywords_used
+
+    assert not keywords_used(sent["tools"][0]["function"]["parameters"]) & set(keywords)
+    assert sent["tools"][1] == PLAIN_TOOL and sent["messages"] == HISTORY
+    assert sent["tools"][0]["function"]["name"] == "create_event"
+
+
+def test_a_path_ending_in_a_keyword_names_it_and_a_property_named_like_one_is_kept() -> None:
+    # issue 24's illustration: a path into the schema whose last step is the keyword
+    text = err("Invalid value at 'tools[0].function.parameters.properties.when.const': unsupported keyword")
+    sent = apply_rules(body(), rules(400, text, body()))
+    props = sent["tools"][0]["function"]["parameters"]["properties"]
+    assert props["when"] == {"type": "string", "format": "date-time"}
+    found = rules(400, err('Invalid JSON payload received. Unknown name "default" at \'tools[0].function_declarations'
+                           "[0].parameters.properties[0].value': Cannot find field."), body())
+    props = apply_rules(body(), found)["tools"][0]["function"]["parameters"]["properties"]
+    assert props["default"] == {"type": "string"}  # the property stays, its keyword goes
+
+
+def test_refused_refs_are_inlined_and_defs_dropped() -> None:
+    found = rules(400, MOONSHOT_REF, body())
+    assert found == [Rule("inline_schema_refs")]
+    params = apply_rules(body(), found)["tools"][0]["function"]["parameters"]
+    assert "$defs" not in params
+    assert params["properties"]["asset"] == {"type": "object", "description": "the asset",
+                                             "properties": {"id": {"type": "string"}}}
+
+
+def test_a_type_beside_any_of_moves_into_its_branches() -> None:
+    found = rules(400, MOONSHOT_ANY_OF, body())
+    assert found == [Rule("schema_type_into_branches")]
+    params = apply_rules(body(), found)["tools"][0]["function"]["parameters"]
+    assert params["properties"]["mode"] == {"anyOf": [{"enum": ["a"], "type": "string"},
+                                                      {"enum": ["b"], "type": "string"}]}
+
+
+def test_an_object_with_empty_properties_gets_the_shape_gemini_asks_for() -> None:
+    request = {**body(), "tools": [tool("now", {"type": "object", "properties": {}})]}
+    found = rules(400, GEMINI_EMPTY_OBJECT, request)
+    assert apply_rules(request, found)["tools"][0]["function"]["parameters"] == {"type": "object"}
+
+
+def test_a_keyword_already_gone_teaches_nothing() -> None:
+    request = apply_rules(body(), [Rule("drop_schema_keyword", "additionalProperties")])
+    assert change_for(400, GEMINI_ADDITIONAL, request) is None
+
+
+# ---- request parameters -----------------------------------------------------------------------------
+
+# OpenAI (teilomillet/gollm#33)
+OPENAI_MAX_TOKENS = err("Unsupported parameter: 'max_tokens' is not supported with this model. Use "
+                        "'max_completion_tokens' instead.", type="invalid_request_error", param="max_tokens",
+                        code="unsupported_parameter")
+# OpenAI / Azure (holoviz/lumen#1087)
+OPENAI_TEMPERATURE = err("Unsupported value: 'temperature' does not support 0.2 with this model. Only the default "
+                         "(1) value is supported.", type="invalid_request_error", param="temperature",
+                         code="unsupported_value")
+# OpenAI (openai/openai-python#1080)
+OPENAI_LOGPROBS = err("Unrecognized request argument supplied: logprobs", type="invalid_request_error")
+# vLLM (modelscope/ms-agent#489)
+VLLM_EXTRA = json.dumps({"object": "error", "message": "[{'type': 'extra_forbidden', 'loc': ('body', 'seed'), "
+                         "'msg': 'Extra inputs are not permitted', 'input': 42}]", "type": "BadRequestError",
+                         "param": None, "code": 400})
+# LiteLLM proxy (kaiko-ai/eva#895, BerriAI/litellm#3923)
+LITELLM_SEED = err("litellm.UnsupportedParamsError: anthropic does not support parameters: ['seed'], for "
+                   "model=claude-3-7-sonnet-20250219. To drop these, set `litellm.drop_params=True` or for proxy:"
+                   "\n\n`litellm_settings:\n drop_params: true`\n.", type=None, param=None, code="400")
+# DashScope (OpenBMB/UltraRAG#287)
+DASHSCOPE_THINKING = err("parameter.enable_thinking must be set to false for non-streaming calls",
+                         type="invalid_request_error", param=None, code="invalid_parameter_error")
+# xAI behind LiteLLM (BerriAI/litellm#14056)
+XAI_CAMEL = err("litellm.BadRequestError: XaiException - {\"code\":\"Client specified an invalid argument\","
+                "\"error\":\"Argument not supported on this model: frequencyPenalty\"}")
+# vLLM on Gaudi (vllm-project/vllm-gaudi#1098)
+GAUDI_LOGPROBS = json.dumps({"error": {"message": "Gaudi doesn't support logprobs. Please remove 'logprobs'/"
+                                                  "'top_logprobs' from your request to receive a response.",
+                                       "type": "BadRequestError", "param": None, "code": 400}})
+
+
+@pytest.mark.parametrize(("text", "params", "expected"), [
+    (OPENAI_LOGPROBS, {"logprobs": True, "temperature": 0.2}, [Rule("drop_param", "logprobs")]),
+    (VLLM_EXTRA, {"seed": 42, "top_p": 0.9}, [Rule("drop_param", "seed")]),
+    (LITELLM_SEED, {"seed": 1, "temperature": 0}, [Rule("drop_param", "seed")]),
+    (XAI_CAMEL, {"frequency_penalty": 0.5, "top_p": 1}, [Rule("drop_param", "frequency_penalty")]),
+])
+def test_an_unsupported_parameter_is_dropped_and_only_it(text: str, params: dict, expected: list[Rule]) -> None:
+    request = body(**params)
+    found = rules(400, text, request)
+    assert found == expected
+    sent = apply_rules(request, found)
+    assert {k: v for k, v in request.items() if k != expected[0].target} == sent
+
+
+def test_several_parameters_named_at_once_are_dropped_at_once() -> None:
+    request = body(logprobs=True, top_logprobs=3, seed=7)
+    found = rules(400, GAUDI_LOGPROBS, request)
+    assert found == [Rule("drop_param", "logprobs"), Rule("drop_param", "top_logprobs")]
+    assert apply_rules(request, found)["seed"] == 7
+
+
+def test_a_refused_value_is_set_to_the_value_the_server_names() -> None:
+    assert rules(400, OPENAI_TEMPERATURE, body(temperature=0.2)) == [Rule("set_param", "temperature", 1)]
+    assert rules(400, DASHSCOPE_THINKING, body(enable_thinking=True)) == [Rule("set_param", "enable_thinking",
+                                                                               False)]
+
+
+def test_use_x_instead_renames_keeping_the_value() -> None:
+    found = rules(400, OPENAI_MAX_TOKENS, body(max_tokens=500, temperature=1))
+    assert found == [Rule("rename_param", "max_tokens", "max_completion_tokens")]
+    sent = apply_rules(body(max_tokens=500, temperature=1), found)
+    assert sent["max_completion_tokens"] == 500 and "max_tokens" not in sent and sent["temperature"] == 1
+
+
+def test_a_parameter_the_server_does_not_name_is_never_touched() -> None:
+    assert change_for(400, OPENAI_LOGPROBS, body(temperature=0.2)) is None
+    assert change_for(400, err("Invalid 'messages': something else entirely"), body(seed=1)) is None
+
+
+# ---- message shapes ---------------------------------------------------------------------------------
+
+# Ollama (pydantic/pydantic-ai#5206)
+OLLAMA_NIL = json.dumps({"error": {"message": "invalid message content type: <nil>", "type": "invalid_request_error",
+                                   "param": None, "code": None}})
+# an OpenAI-compatible gateway (langchain4j/langchain4j#1105)
+GATEWAY_NULL = err("Invalid value for 'content': expected a string, got null. (request id: 2024051502342742)",
+                   type="invalid_request_error", param="messages.[1].content", code=None)
+# LM Studio (lmstudio-ai/lmstudio-bug-tracker#261)
+LMSTUDIO = err("Invalid 'content': 'content' field must be a string or an array of objects.")
+# Anthropic-compatible endpoints (aliasrobotics/cai#182, anthropics/claude-code#59812)
+ANTHROPIC_EMPTY = json.dumps({"type": "error", "error": {"type": "invalid_request_error",
+                                                         "message": "messages: text content blocks must be non-empty"}})
+
+
+@pytest.mark.parametrize("text", [OLLAMA_NIL, GATEWAY_NULL, LMSTUDIO])
+def test_null_content_beside_tool_calls_becomes_an_empty_string(text: str) -> None:
+    request = body()
+    found = rules(400, text, request)
+    assert found == [Rule("assistant_tool_content", value="")]
+    sent = apply_rules(request, found)
+    assert sent["messages"][1]["content"] == "" and sent["messages"][1]["tool_calls"] == HISTORY[1]["tool_calls"]
+    assert request["messages"] == HISTORY and sent["tools"] == request["tools"]
+
+
+def test_a_blank_tool_result_gets_a_placeholder_and_empty_content_becomes_null() -> None:
+    request = body()
+    request["messages"][1]["content"] = ""
+    found = rules(400, ANTHROPIC_EMPTY, request)
+    assert found == [Rule("tool_result_placeholder", value=NO_OUTPUT), Rule("assistant_tool_content", value=None)]
+    sent = apply_rules(request, found)
+    assert sent["messages"][2] == {"role": "tool", "tool_call_id": "call_1", "content": NO_OUTPUT}
+    assert sent["messages"][1]["content"] is None
+    other = {**request, "messages": [*request["messages"], {"role": "tool", "tool_call_id": "x", "content": "ok"}]}
+    assert apply_rules(other, found)["messages"][3]["content"] == "ok"  # only blank results change
+
+
+def test_json_nulls_of_the_error_object_are_not_read_as_the_message() -> None:
+    # "param": null must not read as "content null": the refusal names nothing in the messages
+    assert change_for(400, json.dumps({"error": {"message": "Something about messages", "param": None}}), body()) \
+        is None
+
+
+# ---- stored and known rules -------------------------------------------------------------------------
+
+
+def test_rules_round_trip_through_json_and_damaged_entries_are_left_out() -> None:
+    stored = [Rule("drop_param", "seed").to_json(), {"op": "explode"}, "x", Rule("inline_schema_refs").to_json()]
+    assert rules_from_json(json.loads(json.dumps(stored))) == [Rule("drop_param", "seed"), Rule("inline_schema_refs")]
+    assert rules_from_json(None) == []
+
+
+def test_rules_known_in_advance_by_host_and_model_family() -> None:
+    assert Rule("drop_schema_keyword", "additionalProperties") in known_rules(
+        "https://generativelanguage.googleapis.com/v1beta/openai", "gemini-2.5-flash")
+    assert known_rules("https://api.moonshot.ai/v1", "kimi-k2")[0] == Rule("inline_schema_refs")
+    assert known_rules("http://localhost:11434/v1", "qwen3") == [Rule("assistant_tool_content", value="")]
+    assert known_rules("https://api.openai.com/v1", "o3-mini") == [Rule("rename_param", "max_tokens",
+                                                                        "max_completion_tokens")]
+    assert known_rules("https://api.openai.com/v1", "gpt-4o") == []
+    assert known_rules("http://127.0.0.1:8080/v1", "test-model") == []
+    assert known_rules("https://evil-generativelanguage.googleapis.com.example/v1", "m") == []

@@ -1,0 +1,121 @@
+"""A refusal naming a part of the request: that part changed, the request sent once more, the change remembered.
+
+(issue: a new user pointing crow at Gemini, vLLM or LiteLLM stopped at the first `request rejected (400)` and had
+to find the keyword or parameter themselves.)"""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+import respx
+
+from crow_cli.errors import ProviderError
+from crow_cli.events import Notice
+from crow_cli.wire import facts
+from crow_cli.wire.client import ChatClient, ClientSettings
+from tests.conftest import text_sse
+
+BASE = "http://llm.test/v1"
+URL = f"{BASE}/chat/completions"
+# vLLM (modelscope/ms-agent#489: the same answer for any extra body field)
+VLLM_SEED = {"object": "error", "message": "[{'type': 'extra_forbidden', 'loc': ('body', 'seed'), 'msg': 'Extra "
+             "inputs are not permitted', 'input': 7}]", "type": "BadRequestError", "param": None, "code": 400}
+# Gemini's OpenAI-compatible endpoint (Laisky/one-api#60)
+GEMINI_DEFAULT = {"error": {"message": "Invalid JSON payload received. Unknown name \"default\" at 'tools[0]."
+                            "function_declarations[0].parameters.properties[0].value': Cannot find field."}}
+TOOLS = [{"type": "function", "function": {"name": "list_directory", "description": "List a folder.", "parameters": {
+    "type": "object", "properties": {"path": {"type": "string", "default": "."}}}}}]
+HISTORY = [{"role": "user", "content": "hi"},
+           {"role": "assistant", "content": None, "tool_calls": [
+               {"id": "call_1", "type": "function", "function": {"name": "list_directory", "arguments": "{}"}}]},
+           {"role": "tool", "tool_call_id": "call_1", "content": "a.txt"}]
+
+
+def client(**kw) -> ChatClient:
+    return ChatClient(ClientSettings(base_url=BASE, model="m", api_key="sk-test", max_retries=0,
+                                     params={"seed": 7, "temperature": 0.2}, **kw))
+
+
+def ok() -> httpx.Response:
+    return httpx.Response(200, content=text_sse("ok").encode(), headers={"content-type": "text/event-stream"})
+
+
+def sent(route: respx.Route, n: int) -> dict:
+    return json.loads(route.calls[n].request.content)
+
+
+async def drain(c: ChatClient, messages: list | None = None) -> list:
+    history = messages if messages is not None else json.loads(json.dumps(HISTORY))
+    try:
+        return [item async for item in c.stream(history, TOOLS)]
+    finally:
+        await c.aclose()
+
+
+async def test_a_named_parameter_is_dropped_the_request_sent_once_more_and_the_change_remembered() -> None:
+    history = json.loads(json.dumps(HISTORY))
+    with respx.mock(assert_all_called=True) as mock:
+        route = mock.post(URL).mock(side_effect=[httpx.Response(400, json=VLLM_SEED), ok()])
+        items = await drain(client(), history)
+    notices = [i for i in items if isinstance(i, Notice)]
+    assert [n.code for n in notices] == ["request_adapted"]
+    assert "dropped parameter seed" in notices[0].message and "(400" in notices[0].message
+    first, second = sent(route, 0), sent(route, 1)
+    assert first["seed"] == 7 and "seed" not in second
+    assert {k: v for k, v in first.items() if k != "seed"} == second  # everything else unchanged
+    assert history == HISTORY  # the history keeps what happened
+    assert facts.recall(BASE, "m")["request_rules"] == [{"op": "drop_param", "target": "seed", "value": None}]
+    # the next run against the same base URL + model applies it before its first request: no failed request
+    with respx.mock(assert_all_called=True) as mock:
+        route = mock.post(URL).mock(side_effect=[ok()])
+        items = await drain(client())
+    assert route.call_count == 1 and "seed" not in sent(route, 0) and sent(route, 0)["temperature"] == 0.2
+    assert not [i for i in items if isinstance(i, Notice)]
+    assert facts.recall(BASE, "other-model") == {}
+
+
+async def test_a_schema_keyword_refusal_rewrites_the_tools_only_for_the_wire() -> None:
+    with respx.mock(assert_all_called=True) as mock:
+        route = mock.post(URL).mock(side_effect=[httpx.Response(400, json=GEMINI_DEFAULT), ok()])
+        await drain(client())
+    assert sent(route, 1)["tools"][0]["function"]["parameters"] == {"type": "object",
+                                                                    "properties": {"path": {"type": "string"}}}
+    assert sent(route, 0)["messages"] == sent(route, 1)["messages"] and sent(route, 1)["seed"] == 7
+    assert TOOLS[0]["function"]["parameters"]["properties"]["path"]["default"] == "."  # the registry's schema stays
+
+
+async def test_a_refusal_that_teaches_nothing_new_ends_the_request_with_the_servers_message() -> None:
+    with respx.mock(assert_all_called=True) as mock:
+        route = mock.post(URL).mock(side_effect=[httpx.Response(400, json=VLLM_SEED)] * 3)
+        with pytest.raises(ProviderError, match=r"request rejected \(400\).*extra_forbidden"):
+            await drain(client())
+    assert route.call_count == 2  # sent once more, never looped
+    assert "request_rules" not in facts.recall(BASE, "m")  # not accepted: nothing learned
+
+
+async def test_adapt_requests_false_ends_at_the_first_refusal_and_applies_nothing_learned() -> None:
+    facts.learn(BASE, "m", request_rules=[{"op": "drop_param", "target": "temperature", "value": None}])
+    with respx.mock(assert_all_called=True) as mock:
+        route = mock.post(URL).mock(side_effect=[httpx.Response(400, json=VLLM_SEED)])
+        with pytest.raises(ProviderError, match=r"request rejected \(400\)"):
+            await drain(client(adapt_requests=False))
+    assert route.call_count == 1 and sent(route, 0)["temperature"] == 0.2
+
+
+async def test_debug_traces_each_decision() -> None:
+    with respx.mock(assert_all_called=True) as mock:
+        mock.post(URL).mock(side_effect=[httpx.Response(400, json=VLLM_SEED), ok()])
+        items = await drain(client(trace=True))
+    codes = [i.code for i in items if isinstance(i, Notice)]
+    assert codes == ["request_adapted", "adapt_debug"]
+    with respx.mock(assert_all_called=True) as mock:
+        mock.post(URL).mock(side_effect=[httpx.Response(400, json={"error": {"message": "no such model"}})])
+        c, seen = client(trace=True), []
+        with pytest.raises(ProviderError):
+            async for item in c.stream(json.loads(json.dumps(HISTORY)), TOOLS):
+                seen.append(item)
+        await c.aclose()
+    assert [i.code for i in seen] == ["adapt_debug", "adapt_debug"]  # the learned rule, then why the refusal ends
+    assert "is final" in seen[1].message
