@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import copy
 
-from crow_cli.wire.schema import (drop_empty_objects, drop_keywords, fill_missing_properties, inline_refs,
-                                  keywords_used, schema_nodes, type_into_branches)
+from crow_cli.wire.schema import (
+    drop_empty_objects,
+    drop_keywords,
+    fill_missing_properties,
+    inline_refs,
+    keywords_used,
+    schema_nodes,
+    type_into_branches,
+)
 
 # the shape zod-to-json-schema and pydantic give MCP tools (issue: MCP schemas refused by Gemini/Moonshot)
 ZOD = {
@@ -27,7 +34,7 @@ ZOD = {
 def test_dropping_a_keyword_removes_it_at_every_depth_but_keeps_properties_of_that_name() -> None:
     before = copy.deepcopy(ZOD)
     out = drop_keywords(ZOD, ["default"])
-    assert ZOD == before  # the input is never changed
+    assert before == ZOD  # the input is never changed
     assert "default" not in keywords_used(out)
     assert out["properties"]["default"] == {"type": "string", "description": "a property named like a keyword"}
     assert out["required"] == ["default"]
