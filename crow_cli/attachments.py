@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, OutsideWorkspace
+from .errors import ConfigError, ToolError
+from .text import clean_text
 from .tools.workspace import resolve_in_workspace, workspace_root
 
 __all__ = ["MAX_IMAGE_BYTES", "MAX_TEXT_BYTES", "Attachment", "load_attachment", "mentioned_files", "user_content"]
@@ -61,11 +62,11 @@ def load_attachment(path: str, root: Path | None = None) -> Attachment:
     try:
         root = root or workspace_root()
         file = resolve_in_workspace(path, root)
-    except OutsideWorkspace as exc:
-        raise ConfigError(f"cannot attach {path!r}: {exc}") from None
+    except ToolError as exc:  # outside the workspace, a symlink loop
+        raise ConfigError(f"cannot attach {clean_text(path)!r}: {exc}") from None
     if not file.is_file():
         raise ConfigError(f"cannot attach {path!r}: {'not a file' if file.exists() else 'no such file'}")
-    shown = file.relative_to(root).as_posix()
+    shown = clean_text(file.relative_to(root).as_posix())  # a non-UTF-8 name: U+FFFD, sendable and storable
     size = file.stat().st_size
     try:
         with file.open("rb") as fh:

@@ -7,20 +7,43 @@ Read, in this order (nearest last, so the most specific instructions have the la
    `.git`) down to the workspace root, each folder's `AGENTS.md`. Outside a repository only the
    workspace root's own `AGENTS.md` is read.
 
-Each file is read as UTF-8 (undecodable bytes replaced) and cut at 32 KiB with a note. Standard
-library only; nothing is read until `find_instructions` is called.
+crow reads them on its own, with no tool call and no approval, so they get the file tools' care: a
+project file must resolve (symlinks followed) inside the project (the repository root, or the
+workspace outside a repository) or crow's config folder, and every file must be a regular file on a
+real filesystem (not `/proc`, `/sys` or `/dev`: `/proc/self/environ` is a "regular" file holding
+every API key). A file that is not is skipped, with one warning naming it. The run's secrets are
+masked in their text as in tool output.
+
+Each file is decoded as UTF-8 (undecodable bytes replaced), or as UTF-16/32 when it starts with that
+byte-order mark, and cut at `MAX_BYTES` with a note. All of them together get `MAX_TOTAL_BYTES`,
+nearest first (the workspace's own file, then up to the repository root, then the global one); what
+does not fit is left out with a note naming it. Nothing is read until `find_instructions` is called.
 """
 
 from __future__ import annotations
 
+import codecs
+import contextlib
+import os
+import stat
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["FILENAME", "MAX_BYTES", "Instructions", "find_instructions", "system_prompt"]
+from .paths import SymlinkLoop, resolve_path
+from .text import mask_secrets
+
+__all__ = ["FILENAME", "MAX_BYTES", "MAX_TOTAL_BYTES", "Instructions", "find_instructions", "system_prompt"]
 
 FILENAME = "AGENTS.md"
 MAX_BYTES = 32 * 1024
 """Bytes read of one instructions file at most (as codex's `project_doc_max_bytes`)."""
+MAX_TOTAL_BYTES = 64 * 1024
+"""Bytes of instructions text in all, nearest files first: 40 nested files must not make every request
+carry a megabyte of system prompt."""
+_PSEUDO_FILESYSTEMS = (Path("/proc"), Path("/sys"), Path("/dev"))
+_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
+         (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"), (codecs.BOM_UTF8, "utf-8-sig"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,35 +68,116 @@ def _project_folders(workspace: Path) -> list[Path]:
     return [workspace]
 
 
-def _read(path: Path, scope: str) -> Instructions | None:
+def _inside(path: Path, roots: Iterable[Path]) -> bool:
+    return any(path == root or root in path.parents for root in roots)
+
+
+def _decode(data: bytes) -> str:
+    """`data` decoded by its byte-order mark (UTF-16/32, UTF-8), else as UTF-8; bad bytes replaced."""
+    for bom, codec in _BOMS:
+        if data.startswith(bom):
+            return data.decode(codec, "replace")
+    return data.decode("utf-8", "replace")
+
+
+def _read(path: Path, scope: str, allowed: tuple[Path, ...] | None, warn: Callable[[str], None]
+          ) -> Instructions | None:
+    """The file at `path`, or None when it is missing, empty or skipped (`warn` is told why).
+
+    `allowed`: the folders it must resolve inside (None: anywhere, for the user's own global file)."""
     try:
-        if not path.is_file():
+        if not os.path.lexists(path):
             return None
-        size = path.stat().st_size
-        with path.open("rb") as fh:
-            data = fh.read(MAX_BYTES)
-    except OSError:
+        real = resolve_path(path, strict=True)
+    except SymlinkLoop:
+        warn(f"{path} is a symlink loop; not read")
         return None
-    text = data.decode("utf-8", "replace").strip()
-    if size > MAX_BYTES:
-        text += f"\n\n[crow: {path.name} is {size:,} bytes; only its first {MAX_BYTES:,} were read]"
-    return Instructions(path, text, size, scope) if text else None
+    except OSError:
+        if path.is_symlink():
+            warn(f"{path} is a symlink to nothing; not read")
+        return None
+    if allowed is not None and not _inside(real, allowed):
+        warn(f"{path} leads to {real}, outside the project; not read")
+        return None
+    if _inside(real, _PSEUDO_FILESYSTEMS):
+        warn(f"{path} leads to {real}, not a file on disk; not read")
+        return None
+    try:
+        # O_NONBLOCK: a FIFO swapped in after the check must not hang the start-up; fstat decides
+        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        warn(f"{path} cannot be read ({exc.strerror or exc}); not read")
+        return None
+    with open(fd, "rb") as fh:
+        info = os.fstat(fh.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            if not stat.S_ISDIR(info.st_mode):
+                warn(f"{path} is not a regular file; not read")
+            return None
+        try:
+            data = fh.read(MAX_BYTES)
+        except OSError as exc:
+            warn(f"{path} cannot be read ({exc.strerror or exc}); not read")
+            return None
+    text = _decode(data).strip()
+    if info.st_size > MAX_BYTES:
+        text += f"\n\n[crow: {path.name} is {info.st_size:,} bytes; only its first {MAX_BYTES:,} were read]"
+    return Instructions(path, text, info.st_size, scope) if text else None
 
 
-def find_instructions(workspace: Path, config_dir: Path | None) -> list[Instructions]:
+def _within_budget(found: list[Instructions], budget: int) -> list[Instructions]:
+    """`found` (global first, nearest last) keeping the nearest files whose text fits `budget` bytes in
+    all; a note at the end names what was left out."""
+    kept: list[Instructions] = []
+    left_out: list[Instructions] = []
+    used = 0
+    for item in reversed(found):  # nearest first
+        size = len(item.text.encode("utf-8", "replace"))
+        if used + size <= budget:
+            kept.append(item)
+            used += size
+        else:
+            left_out.append(item)
+    kept.reverse()
+    if left_out and kept:
+        names = ", ".join(str(item.path) for item in reversed(left_out))
+        last = kept[-1]
+        note = (f"\n\n[crow: instructions are capped at {budget:,} bytes in all, nearest first; "
+                f"left out: {names}]")
+        kept[-1] = Instructions(last.path, last.text + note, last.size, last.scope)
+    return kept
+
+
+def find_instructions(workspace: Path, config_dir: Path | None, *, secrets: Iterable[str | None] = (),
+                      warn: Callable[[str], None] | None = None) -> list[Instructions]:
     """The instructions files that apply to `workspace`, global first, nearest last.
 
     Args:
         workspace: the resolved workspace root.
         config_dir: crow's config folder (None: no global file).
+        secrets: values (API keys) replaced by `[secret hidden]` in the files' text.
+        warn: told, in one line each, of a file skipped (a link out of the project, a symlink loop, a
+            non-regular file, one on /proc) or left out by the total budget; default: ignored.
     """
-    found = []
-    if config_dir is not None and (item := _read(config_dir / FILENAME, "global")) is not None:
-        found.append(item)
-    for folder in _project_folders(workspace):
-        if (item := _read(folder / FILENAME, "project")) is not None and item.path not in {f.path for f in found}:
+    tell = warn if warn is not None else (lambda _line: None)
+    found: list[Instructions] = []
+    folders = _project_folders(workspace)
+    project: tuple[Path, ...] = (folders[0],)
+    if config_dir is not None:
+        with contextlib.suppress(OSError):
+            project += (resolve_path(config_dir),)
+        if (item := _read(config_dir / FILENAME, "global", None, tell)) is not None:
             found.append(item)
-    return found
+    for folder in folders:
+        item = _read(folder / FILENAME, "project", project, tell)
+        if item is not None and item.path not in {f.path for f in found}:
+            found.append(item)
+    kept = _within_budget(found, MAX_TOTAL_BYTES)
+    for item in found:
+        if item not in kept and not any(k.path == item.path for k in kept):
+            tell(f"{item.path} left out: instructions are capped at {MAX_TOTAL_BYTES:,} bytes in all")
+    masked = tuple(s for s in secrets if s)
+    return [Instructions(i.path, mask_secrets(i.text, masked), i.size, i.scope) for i in kept]
 
 
 def system_prompt(system: str | None, instructions: list[Instructions]) -> str | None:

@@ -8,11 +8,13 @@ Standard library only.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
+from typing import BinaryIO
 
-__all__ = ["private_dir", "private_file"]
+__all__ = ["open_private", "private_dir", "private_file"]
 
 
 def private_dir(path: Path) -> Path:
@@ -37,6 +39,30 @@ def private_dir(path: Path) -> Path:
             if not folder.is_dir():
                 raise
     return path
+
+
+def open_private(path: Path) -> BinaryIO:
+    """`path` opened for writing from its start (truncated), created 0600 if missing; an existing file of
+    ours loses its group and other bits first. For files holding conversation text that are written as
+    they go (`--record`'s response files); whole files use `atomic.write_atomic(private=True)`.
+
+    Raises:
+        OSError: it cannot be opened (no permission, a folder in the way); a FIFO or device is refused
+            (`EINVAL`) rather than waited on.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK, 0o600)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        if info.st_mode & 0o077 and info.st_uid == os.getuid():
+            os.fchmod(fd, stat.S_IMODE(info.st_mode) & 0o700)
+        os.ftruncate(fd, 0)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return open(fd, "wb")
 
 
 def private_file(path: Path) -> Path:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .atomic import write_atomic
 from .errors import SessionError
 from .history import Message, repair_history
 from .lockfile import FileLock, LockHeld
@@ -44,7 +45,7 @@ from .text import public_url
 
 __all__ = ["EXPORT_FORMATS", "SessionInUse", "SessionInfo", "SessionStore", "SessionStoreDamaged", "StoredCheckpoint",
            "default_db_path",
-           "export_session"]
+           "export_session", "write_export"]
 
 EXPORT_FORMATS = ("md", "json", "jsonl")
 _ID_ALPHABET = "23456789abcdefghjkmnpqrstuvwxyz"  # no 0/o, 1/l/i: ids are read aloud and typed
@@ -452,6 +453,17 @@ def _title(content: Any) -> str:
         content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
     line = " ".join(str(content or "").split())
     return line if len(line) <= _TITLE_CHARS else line[: _TITLE_CHARS - 1] + "…"
+
+
+def write_export(path: Path, data: bytes) -> None:
+    """Write an export (`export_session`'s text, encoded) to `path`: private, as the session store is (a
+    new file 0600, folders crow creates 0700), and atomically (a failure leaves an older file whole).
+
+    Raises:
+        OSError: it cannot be written; `atomic.NotRegularFile` when `path` is a FIFO, device or folder.
+    """
+    private_dir(path.parent)
+    write_atomic(path, data, private=True)
 
 
 def export_session(info: SessionInfo, messages: list[Message], fmt: str,

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["clean_text", "has_surrogates", "public_url", "strip_controls", "url_secrets"]
+__all__ = ["SECRET_MASK", "clean_text", "has_surrogates", "mask_secrets", "public_url", "strip_controls", "url_secrets"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # C0 controls but tab and newline, DEL, C1 controls: what can move a cursor, retitle or clear a terminal
 _SECRET_PARAM = re.compile(r"key|token|secret|sig|auth|pass|code", re.IGNORECASE)
 _MIN_URL_SECRET = 6
 _CONTROLS = re.compile("\r(?!\n)|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+SECRET_MASK = "[secret hidden]"
+MIN_SECRET_CHARS = 6
+"""Shorter values (dummy keys such as "x") would match anywhere: they are not masked in text."""
 
 
 def has_surrogates(text: str) -> bool:
@@ -68,3 +71,12 @@ def url_secrets(url: str) -> tuple[str, ...]:
     except ValueError:
         return ()
     return tuple(dict.fromkeys(v for v in found if len(v) >= _MIN_URL_SECRET))
+
+
+def mask_secrets(text: str, secrets: tuple[str, ...]) -> str:
+    """`text` with each of `secrets` (API keys; longest first, those under 6 characters skipped)
+    replaced by `[secret hidden]`: tool output and the instruction files crow reads on its own."""
+    for value in sorted(secrets, key=len, reverse=True):
+        if len(value) >= MIN_SECRET_CHARS:
+            text = text.replace(value, SECRET_MASK)
+    return text

@@ -87,3 +87,23 @@ def test_crow_run_attaches_files(tmp_path: Path) -> None:
     refused = run_crow([], "-f", "../nope.txt", "hi", cwd=tmp_path, config=config)
     assert refused.code == 2 and refused.requests == [] and refused.stdout == ""
     assert refused.stderr.count("\n") == 1 and "cannot attach '../nope.txt'" in refused.stderr
+
+
+# issue: a new user's `-f` with a non-UTF-8 file name ended in an internal error and left an empty session
+def test_a_non_utf8_file_name_is_attached_and_stored(tmp_path: Path, _isolated_home: Path) -> None:
+    import os
+
+    (tmp_path / os.fsdecode(b"caf\xe9.txt")).write_text("menu")
+    config = write_config(tmp_path, max_retries=0)
+    ran = run_crow([{"sse": text_stream("ok")}], "-f", os.fsdecode(b"caf\xe9.txt"), "read it", cwd=tmp_path,
+                   config=config)
+    assert ran.code == 0, ran.stderr
+    assert "[attached file: caf\ufffd.txt]" in ran.requests[0]["messages"][-1]["content"]
+
+
+# issue: `-f loop` (`ln -s loop loop`) ended in an internal error (Python 3.11's resolve() raises RuntimeError)
+def test_a_symlink_loop_is_one_line(tmp_path: Path, set_workspace: Callable[[Path], None]) -> None:
+    set_workspace(tmp_path)
+    (tmp_path / "loop").symlink_to("loop")
+    with pytest.raises(ConfigError, match=r"^cannot attach 'loop': 'loop': .*symlink loop$"):
+        load_attachment("loop")

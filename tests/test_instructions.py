@@ -63,3 +63,88 @@ def test_crow_run_sends_them_and_the_flag_turns_them_off(tmp_path: Path, _isolat
         system["content"].index("PKG")
     off = run_crow([{"sse": text_stream("ok")}], "--no-project-instructions", "hi", cwd=pkg, config=config)
     assert off.requests[0]["messages"] == [{"role": "user", "content": "hi"}]
+
+
+# issue: a new user's clone whose AGENTS.md is a symlink to /proc/self/environ put every API key of the
+# environment into the system prompt of `crow run "hi"`, with no tool call
+def test_a_link_to_proc_self_environ_is_skipped_with_one_warning(tmp_path: Path) -> None:
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "AGENTS.md").symlink_to("/proc/self/environ")
+    warnings: list[str] = []
+    assert find_instructions(tmp_path, None, warn=warnings.append) == []
+    assert len(warnings) == 1 and "leads to /proc/" in warnings[0] and "not read" in warnings[0]
+
+
+def test_a_relative_link_out_of_the_project_is_skipped(tmp_path: Path) -> None:
+    (tmp_path / "secret").write_text("PRIVATE KEY")
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "AGENTS.md").symlink_to("../secret")
+    (repo / "pkg").mkdir()
+    (repo / "pkg" / "AGENTS.md").symlink_to("../AGENTS.md")  # a link within the project is followed... to a link out
+    warnings: list[str] = []
+    assert find_instructions(repo / "pkg", None, warn=warnings.append) == []
+    assert len(warnings) == 2 and all("outside the project" in w for w in warnings)
+
+
+def test_links_within_the_project_a_loop_and_a_fifo(tmp_path: Path) -> None:
+    import os
+
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "rules.md").write_text("RULES")
+    (tmp_path / "AGENTS.md").symlink_to("docs/rules.md")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "AGENTS.md").symlink_to("AGENTS.md")  # points at itself
+    (tmp_path / "fifo").mkdir()
+    os.mkfifo(tmp_path / "fifo" / "AGENTS.md")
+    warnings: list[str] = []
+    assert [f.text for f in find_instructions(tmp_path / "pkg", None, warn=warnings.append)] == ["RULES"]
+    assert warnings == [f"{tmp_path / 'pkg' / 'AGENTS.md'} is a symlink loop; not read"]
+    warnings.clear()
+    assert find_instructions(tmp_path / "fifo", None, warn=warnings.append)[0].text == "RULES"  # never blocks
+    assert warnings == [f"{tmp_path / 'fifo' / 'AGENTS.md'} is not a regular file; not read"]
+
+
+def test_secrets_are_masked_as_in_tool_output(tmp_path: Path) -> None:
+    (tmp_path / "AGENTS.md").write_text("use key sk-live-123456 for tests")
+    (item,) = find_instructions(tmp_path, None, secrets=["sk-live-123456", None])
+    assert item.text == "use key [secret hidden] for tests"
+
+
+# issue: 40 nested AGENTS.md gave a 1.3 MB system prompt on every request
+def test_a_total_budget_keeps_the_nearest_files_and_says_what_was_left_out(tmp_path: Path) -> None:
+    from crow_cli.instructions import MAX_TOTAL_BYTES
+
+    folder = tmp_path
+    (folder / ".git").mkdir()
+    for depth in range(40):
+        (folder / "AGENTS.md").write_text(f"LEVEL{depth} " + "x" * (MAX_BYTES - 20))
+        folder = folder / "d"
+        folder.mkdir()
+    workspace = folder.parent
+    warnings: list[str] = []
+    found = find_instructions(workspace, None, warn=warnings.append)
+    prompt = system_prompt(None, found) or ""
+    assert len(prompt.encode()) < MAX_TOTAL_BYTES + 8192
+    assert "LEVEL39 " in prompt and "LEVEL38 " in prompt and "LEVEL0 " not in prompt  # nearest first
+    assert "left out: " in found[-1].text and str(tmp_path / "AGENTS.md") in found[-1].text
+    assert len(warnings) == 38
+
+
+# issue: an AGENTS.md saved as UTF-16 (Windows editors) was read as UTF-8: NULs and garbage
+def test_utf16_with_a_byte_order_mark_is_decoded(tmp_path: Path) -> None:
+    (tmp_path / "AGENTS.md").write_bytes("Règles: tabs".encode("utf-16"))
+    (item,) = find_instructions(tmp_path, None)
+    assert item.text == "Règles: tabs"
+
+
+def test_crow_run_skips_a_link_out_with_a_warning_and_sends_no_secret(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text("CROW_API_KEY=sk-test")
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "AGENTS.md").symlink_to("/proc/self/environ")
+    ran = run_crow([{"sse": text_stream("ok")}], "hi", cwd=repo, config=write_config(tmp_path, max_retries=0))
+    assert ran.code == 0, ran.stderr
+    assert ran.requests[0]["messages"] == [{"role": "user", "content": "hi"}]
+    assert ran.stderr.count("AGENTS.md leads to /proc/") == 1

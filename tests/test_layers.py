@@ -7,12 +7,15 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "crow_cli"
 LEAVES = {"crow_cli.errors", "crow_cli.events", "crow_cli.history", "crow_cli.text", "crow_cli.private",
-          "crow_cli.lockfile", "crow_cli.stdout"}
+          "crow_cli.lockfile", "crow_cli.stdout", "crow_cli.paths",
+          "crow_cli.atomic"}
 # module prefix -> crow_cli modules it may import (prefixes)
 ALLOWED = {
     "crow_cli.errors": set(),
     "crow_cli.text": set(),
     "crow_cli.private": set(),
+    "crow_cli.paths": set(),
+    "crow_cli.atomic": set(),
     "crow_cli.lockfile": {"crow_cli.private"},
     "crow_cli.history": set(),
     "crow_cli.events": {"crow_cli.history"},
@@ -24,7 +27,7 @@ ALLOWED = {
     "crow_cli.stdout": set(),
     "crow_cli.driver": LEAVES | {"crow_cli.loop", "crow_cli.signals", "crow_cli.tools", "crow_cli.context"},
     "crow_cli.sessions": LEAVES,
-    "crow_cli.instructions": set(),
+    "crow_cli.instructions": {"crow_cli.text", "crow_cli.paths"},
     "crow_cli.attachments": LEAVES | {"crow_cli.tools"},
     "crow_cli.undo": LEAVES | {"crow_cli.sessions"},
     "crow_cli.local": LEAVES | {"crow_cli.config"},

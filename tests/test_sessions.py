@@ -653,3 +653,24 @@ def test_sessions_list_says_when_older_sessions_are_not_shown(_isolated_home: Pa
     assert "--limit 0" in proc.stderr
     proc = crow("sessions", "list", "--limit", "0")
     assert len(proc.stdout.splitlines()) == 3 and proc.stderr == ""
+
+
+# issue: every file holding conversation text is private, /export too; a FIFO target is refused, not waited on
+def test_write_export_is_private_atomic_and_refuses_a_fifo(tmp_path: Path) -> None:
+    import os
+
+    from crow_cli.atomic import NotRegularFile
+    from crow_cli.sessions import write_export
+
+    target = tmp_path / "new" / "chat.md"
+    write_export(target, b"# chat\n")
+    assert target.read_bytes() == b"# chat\n"
+    assert target.stat().st_mode & 0o777 == 0o600 and target.parent.stat().st_mode & 0o777 == 0o700
+    old = tmp_path / "old.md"
+    old.write_text("before")
+    old.chmod(0o644)
+    write_export(old, b"after")
+    assert old.read_text() == "after" and old.stat().st_mode & 0o777 == 0o600
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(NotRegularFile, match="FIFO"):
+        write_export(tmp_path / "pipe", b"x")

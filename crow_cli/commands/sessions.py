@@ -91,7 +91,9 @@ def export(
 
 
 def _export(session_id: str, fmt: str, output: str | None) -> None:
-    from ..sessions import EXPORT_FORMATS, export_session
+    from pathlib import Path
+
+    from ..sessions import EXPORT_FORMATS, export_session, write_export
 
     try:
         if fmt not in EXPORT_FORMATS:
@@ -101,8 +103,7 @@ def _export(session_id: str, fmt: str, output: str | None) -> None:
             text = export_session(info, store.messages(info.id), fmt, store.checkpoints(info.id))
         if output:
             try:
-                with open(output, "w", encoding="utf-8") as fh:
-                    fh.write(text)
+                write_export(Path(output), text.encode("utf-8"))
             except OSError as exc:
                 raise ConfigError(f"cannot write {output!r}: {exc.strerror}") from exc
             print(f"wrote {output}", file=sys.stderr)

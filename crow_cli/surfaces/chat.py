@@ -44,7 +44,7 @@ from ..events import (
 )
 from ..history import Message, ToolCall, user_message
 from ..loop import CANCELLED_OUTPUT
-from ..sessions import EXPORT_FORMATS, SessionInfo, SessionStore, export_session
+from ..sessions import EXPORT_FORMATS, SessionInfo, SessionStore, export_session, write_export
 from ..signals import SignalCancel
 from ..text import public_url, strip_controls
 from ..tools.approval import check_rule_names, make_approver
@@ -192,7 +192,9 @@ class ChatApp:
         assert self.context is not None  # run() made it
         self.root = self.context.workspace
         self.context = replace(self.context, backup=self._backup)  # files crow's tools change: /undo restores
-        self.settings = with_instructions(self.settings, self.root, self.options.project_instructions)
+        self.settings = with_instructions(
+            self.settings, self.root, self.options.project_instructions,
+            warn=lambda line: self.view.line(f"crow: warning: {strip_controls(line)}", "yellow"))
         self.registry = None if self.options.no_tools else build_registry(self.settings,
                                                                           extra_dirs=self.options.tools_dirs)
         if self.registry is not None:
@@ -550,11 +552,11 @@ class ChatApp:
             info = SessionInfo("unsaved", "", now, now, self.settings.model, public_url(self.settings.base_url),
                                str(Path.cwd()))
         path = target or Path(f"crow-session-{info.id}.{fmt}")
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(export_session(info, self.history, fmt), encoding="utf-8")
+        data = export_session(info, self.history, fmt).encode("utf-8")
+        try:  # off the loop: a slow disk must not freeze the chat; a FIFO is refused, never waited on
+            await asyncio.to_thread(write_export, path, data)
         except OSError as exc:
-            self.view.line(f"crow: error: cannot write {path}: {exc.strerror or exc}", "red")
+            self.view.line(f"crow: error: cannot write {strip_controls(str(path))}: {exc.strerror or exc}", "red")
             return
         self.view.line(f"wrote {path}")
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -87,9 +87,13 @@ def build_compactor(settings: Settings, recorder: SessionRecorder | None = None)
     return compactor
 
 
-def with_instructions(settings: Settings, root: Path, enabled: bool = True) -> Settings:
+def with_instructions(settings: Settings, root: Path, enabled: bool = True,
+                      warn: Callable[[str], None] | None = None) -> Settings:
     """`settings` whose system prompt ends with the AGENTS.md files that apply to `root` (`instructions`),
-    and whose `instructions` lists them; unchanged when `enabled` is False."""
+    and whose `instructions` lists them; unchanged when `enabled` is False. The run's secrets are masked
+    in them; a file skipped (see `instructions`) is one line to `warn` (default: `crow: warning: …` on
+    stderr)."""
+    import sys
     from dataclasses import replace
 
     from ..config import default_config_path
@@ -97,5 +101,10 @@ def with_instructions(settings: Settings, root: Path, enabled: bool = True) -> S
 
     if not enabled:
         return settings
-    found = find_instructions(root, default_config_path().parent)
+
+    def to_stderr(line: str) -> None:
+        print(f"crow: warning: {strip_controls(line)}", file=sys.stderr, flush=True)
+
+    found = find_instructions(root, default_config_path().parent, secrets=(settings.api_key, *settings.secrets),
+                              warn=warn or to_stderr)
     return replace(settings, system=system_prompt(settings.system, found), instructions=tuple(found))

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -32,8 +32,9 @@ from .common import short_json
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderResult
     from rich.live import Live
+    from rich.markdown import Markdown
 
-__all__ = ["MarkdownBlocks", "TurnView"]
+__all__ = ["MarkdownBlocks", "TurnView", "honest_markdown"]
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
 _AFTER_BLOCK = "<!-- -->\n\n"  # renders as nothing; what follows is spaced as a block after a block
@@ -120,6 +121,37 @@ class MarkdownBlocks:
             self.continues = True
 
 
+def _links_match(tokens: Iterable[Any]) -> bool:
+    """True when every link among the markdown-it `tokens` shows its own target as its text (`<url>`,
+    a bare URL, `[https://x](https://x)`)."""
+    href: str | None = None
+    text: list[str] = []
+    for token in tokens:
+        if token.type == "link_open":
+            href, text = str(token.attrs.get("href", "")), []
+        elif token.type == "link_close":
+            shown = "".join(text).strip()
+            if href is None or shown not in (href, href.removeprefix("mailto:")):
+                return False
+            href = None
+        elif href is not None and token.type in ("text", "code_inline"):
+            text.append(token.content)
+        if token.children and not _links_match(token.children):
+            return False
+    return True
+
+
+def honest_markdown(source: str, code_theme: str) -> Markdown:
+    """`source` as rich Markdown whose links never hide where they lead: terminal hyperlinks (OSC 8)
+    only when each link's text is its target; else every link shows its target after its text, as
+    `text (target)`. `[https://github.com/acme](https://evil.example)` would show one URL and open another."""
+    from rich.markdown import Markdown
+
+    markdown = Markdown(source, code_theme=code_theme)
+    markdown.hyperlinks = _links_match(markdown.parsed)
+    return markdown
+
+
 class _LiveArea:
     """What the `Live` shows: the Markdown tail, the reasoning line, a spinner per running tool."""
 
@@ -127,14 +159,13 @@ class _LiveArea:
         self.view = view
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        from rich.markdown import Markdown
         from rich.text import Text
 
         v = self.view
         if v.reasoning_line and v.show_reasoning:
             yield Text(v.reasoning_line, style="dim italic")
         if v.blocks.tail.strip():
-            yield Markdown(v.markdown_source(v.blocks.tail, continues=v.blocks.continues), code_theme=v.code_theme)
+            yield honest_markdown(v.markdown_source(v.blocks.tail, continues=v.blocks.continues), v.code_theme)
         for _call, spinner in v.spinners.values():
             yield spinner
         if v.waiting_spinner is not None:
@@ -275,9 +306,7 @@ class TurnView:
         return block if continues or not self._blocks_shown else _AFTER_BLOCK + block
 
     def _print_markdown(self, block: str, *, continues: bool) -> None:
-        from rich.markdown import Markdown
-
-        self.console.print(Markdown(self.markdown_source(block, continues=continues), code_theme=self.code_theme))
+        self.console.print(honest_markdown(self.markdown_source(block, continues=continues), self.code_theme))
         self._blocks_shown += 1
 
     # reasoning

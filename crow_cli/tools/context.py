@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..paths import resolve_path
 
 __all__ = ["ToolContext", "current_context", "using_context"]
 
@@ -44,7 +45,10 @@ class ToolContext:
         if path is None:
             root = Path.cwd().resolve()
         else:
-            root = Path(path).expanduser().resolve()
+            try:
+                root = resolve_path(Path(path).expanduser())
+            except OSError as exc:  # a symlink loop
+                raise ConfigError(f"workspace {os.fspath(path)!r} is {exc.strerror or exc}") from exc
             if not root.is_dir():
                 raise ConfigError(f"workspace {os.fspath(path)!r} is not an existing folder")
         kept = tuple(dict.fromkeys(s for s in secrets if isinstance(s, str) and s.strip()))

@@ -22,6 +22,7 @@ from types import ModuleType
 from typing import Any, Literal, get_args, overload
 
 from ..errors import ToolError
+from ..paths import resolve_path
 from .context import ToolContext, current_context
 
 __all__ = ["ACP_KINDS", "ENTRY_POINT_GROUP", "Preview", "Subject", "Tool", "ToolKind", "ToolRegistry",
@@ -363,13 +364,18 @@ class ToolRegistry:
     def load_folder(self, folder: str | Path) -> None:
         """Load every `*.py` file (not starting with `_`) of `folder` as a module of tools."""
         path = Path(folder).expanduser()
+        try:
+            real = resolve_path(path)
+        except OSError as exc:  # a symlink loop
+            self.errors.append(f"tools folder {str(path)!r} is {exc.strerror or exc}")
+            return
         if not path.is_dir():
             what = "is not a folder" if path.exists() else "does not exist"
             self.errors.append(f"tools folder {str(path)!r} {what}")
             return
-        if path.resolve() in self._folders:
+        if real in self._folders:
             return  # listed twice (config tool_paths and --tools-dir)
-        self._folders.add(path.resolve())
+        self._folders.add(real)
         for file in sorted(path.glob("*.py")):
             if file.name.startswith("_"):
                 continue
@@ -404,7 +410,7 @@ def default_registry(tool_paths: Iterable[str] = (), *, builtins: bool = True) -
 
 
 def _import_file(file: Path) -> ModuleType:
-    digest = hashlib.sha1(str(file.resolve()).encode()).hexdigest()[:10]
+    digest = hashlib.sha1(str(resolve_path(file)).encode()).hexdigest()[:10]
     module_name = f"crow_cli_plugin_{digest}_{file.stem}"
     spec = importlib.util.spec_from_file_location(module_name, file)
     if spec is None or spec.loader is None:

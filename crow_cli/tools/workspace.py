@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..errors import OutsideWorkspace
+from ..errors import OutsideWorkspace, ToolError
+from ..paths import resolve_path
 from .context import current_context
 
 __all__ = ["resolve_in_workspace", "workspace_root"]
@@ -33,7 +34,10 @@ def resolve_in_workspace(path: str | os.PathLike[str], root: Path | None = None)
     root = root if root is not None else workspace_root()
     given = os.fspath(path)
     raw = Path(given).expanduser()
-    candidate = (raw if raw.is_absolute() else root / raw).resolve()
+    try:
+        candidate = resolve_path(raw if raw.is_absolute() else root / raw)
+    except OSError as exc:  # a symlink loop
+        raise ToolError(f"{given!r}: {exc.strerror or exc}") from exc
     if candidate != root and root not in candidate.parents:
         tilde = " (~ is the home folder)" if given.startswith("~") else ""
         where = " is" if str(candidate) == given else f" is {str(candidate)!r}{tilde},"

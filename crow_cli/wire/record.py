@@ -32,6 +32,7 @@ from typing import Any
 import httpx
 
 from ..errors import ConfigError
+from ..private import open_private, private_dir
 
 __all__ = ["REDACTED", "RecordingTransport", "prepare_record_dir", "recording_http_client"]
 
@@ -48,9 +49,9 @@ def prepare_record_dir(path: str | Path) -> Path:
     """
     folder = Path(path).expanduser()
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        private_dir(folder)  # the records hold the conversation: folders crow makes are 0700, files 0600
         probe = folder / ".crow-record-probe"
-        probe.write_bytes(b"")
+        open_private(probe).close()
         probe.unlink()
     except OSError as exc:
         raise ConfigError(f"cannot record into {str(path)!r}: {exc.strerror or exc}") from None
@@ -84,7 +85,7 @@ class RecordingTransport(httpx.AsyncBaseTransport):
         prefix = f"{self._number:04d}"
         secrets = self._secrets | _header_secrets(request.headers)
         body = self._scrub(await request.aread(), secrets)
-        (self.folder / f"{prefix}-request.json").write_bytes(_pretty_json(body))
+        _write_private(self.folder / f"{prefix}-request.json", _pretty_json(body))
         meta: dict[str, Any] = {
             "method": request.method,
             "url": self._scrub(str(request.url.copy_with(query=None)).encode(), secrets).decode(),  # keys hide there
@@ -117,7 +118,7 @@ class _TeeStream(httpx.AsyncByteStream):
 
     def __init__(self, inner: Any, path: Path, encoding: str, scrub: Any) -> None:
         self.inner = inner
-        self.file = path.open("wb")
+        self.file = open_private(path)
         self.scrub = scrub
         enc = encoding.strip().lower()
         # gzip/deflate are decoded for the file; other encodings (br, zstd) are written as received.
@@ -176,7 +177,12 @@ def _pretty_json(body: bytes) -> bytes:
 
 
 def _write_json(path: Path, value: Any) -> None:
-    path.write_text(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+    _write_private(path, (json.dumps(value, indent=2, ensure_ascii=False) + "\n").encode())
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    with open_private(path) as fh:
+        fh.write(data)
 
 
 def recording_http_client(record_dir: str | Path, *, timeout: httpx.Timeout,

@@ -165,3 +165,27 @@ def test_a_tool_name_from_the_model_cannot_drive_the_terminal() -> None:
         view.tool_finished(ToolResult("c1", call.name, "Error: unknown tool", ok=False, index=0), call)
         view.stop()
         assert "\x1b]0" not in out.getvalue() and "\x07" not in out.getvalue() and "evil" in out.getvalue()
+
+
+# issue: a new user's chat answer `[https://github.com/acme/repo](https://evil.example/x)` became a terminal
+# hyperlink showing one URL and opening the other
+def _hyperlinked(text: str) -> str:
+    out = io.StringIO()
+    view = TurnView(Console(file=out, width=100, force_terminal=True, color_system="truecolor"), plain=False,
+                    min_interval_s=0)
+    view.text(text)
+    view.end_answer()
+    view.stop()
+    return out.getvalue()
+
+
+def test_a_link_whose_text_differs_from_its_target_shows_the_target() -> None:
+    shown = _hyperlinked("See [https://github.com/acme/repo](https://evil.example/x) now.\n")
+    assert "\x1b]8;" not in shown  # no OSC 8 hyperlink
+    assert "evil.example/x" in shown and "github.com/acme/repo" in shown
+
+
+@pytest.mark.parametrize("answer", ["See <https://example.com/a> now.\n", "[https://x.io](https://x.io)\n"])
+def test_a_link_that_shows_its_target_stays_a_hyperlink(answer: str) -> None:
+    shown = _hyperlinked(answer)
+    assert "\x1b]8;" in shown and shown.count("x.io") + shown.count("example.com/a") >= 1

@@ -171,3 +171,31 @@ def test_the_budget_bounds_the_whole_search_not_only_one_match(ws: Path, monkeyp
     with pytest.raises(ToolError, match=r"^search stopped after 0 s at f0\.txt:1: the time budget of one search "
                                         r"is spent; simplify it or narrow the path$"):
         search_files(pattern="needle")
+
+
+# issue: a model's `(?:x{65535}){65535}` grew past 20 GB while compiling, before the search budget applies
+@pytest.mark.parametrize("pattern", ["(?:x{65535}){65535}", "(a{1000}){1000}", "((x{100}){100}){100}",
+                                     "[a-z]{400}(?:b{1,300}){400}", "x{65535}{65535}"])
+def test_patterns_whose_counted_repeats_multiply_past_the_bound_are_refused(ws: Path, pattern: str) -> None:
+    with pytest.raises(ToolError, match=r"^the pattern .* repeats too much: its counted repeats expand to "):
+        search_files(pattern)
+
+
+@pytest.mark.parametrize("pattern", [r"\d{4}-\d{2}-\d{2}", "(?:ab){2,5}c{0,}", "x{65535}", r"[{]{3}\{9999999\}",
+                                     "a{}b{,}"])
+def test_ordinary_counted_repeats_are_searched(ws: Path, pattern: str) -> None:
+    assert search_files(pattern).startswith("no matches")
+
+
+def test_the_budget_covers_the_git_call(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[float] = []
+    real_run = subprocess.run
+
+    def run(*args: object, timeout: float, **kwargs: object) -> object:
+        seen.append(timeout)
+        return real_run(*args, timeout=timeout, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(search.subprocess, "run", run)
+    monkeypatch.setattr(search, "SEARCH_BUDGET_S", 5.0)
+    search_files("ok")
+    assert seen and all(0 < t <= 5.0 for t in seen)

@@ -142,6 +142,9 @@ def test_crow_run_record_writes_both_turns(tmp_path: Path) -> None:
     assert second["messages"][-1]["role"] == "tool" and second["messages"][-1]["tool_call_id"] == "call_7"
     assert (rec / "0002-response.sse").read_text() == text_sse("You rolled.")
     assert KEY not in _all_text(rec)
+    # issue: a new user's --record files were 0644 in a 0755 folder while the session store is 0600
+    assert rec.stat().st_mode & 0o777 == 0o700
+    assert {f.stat().st_mode & 0o777 for f in rec.iterdir()} == {0o600}
 
 
 def test_crow_run_record_into_a_file_fails_cleanly(tmp_path: Path) -> None:

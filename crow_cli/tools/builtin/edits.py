@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import difflib
 import os
-import stat
 from pathlib import Path
 from typing import Any
 
+from ...atomic import NotRegularFile, write_atomic
 from ...errors import ToolError
 from ..backup import before_write
 from ..context import ToolContext
@@ -37,9 +37,13 @@ def _shown(file: Path, root: Path) -> str:
 
 def _read_text(file: Path, path: str) -> str:
     require_regular_file(file, path)
-    data = file.read_bytes()
-    if len(data) > MAX_EDIT_BYTES:
-        raise ToolError(f"{path!r} is {len(data)} bytes; edit_file handles files up to {MAX_EDIT_BYTES} bytes")
+    # the size first, and never more than the limit read: a 3 GB log is refused without reading it
+    with file.open("rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        data = b"" if size > MAX_EDIT_BYTES else fh.read(MAX_EDIT_BYTES + 1)
+    if max(size, len(data)) > MAX_EDIT_BYTES:
+        raise ToolError(f"{path!r} is {max(size, len(data))} bytes; edit_file handles files up to "
+                        f"{MAX_EDIT_BYTES} bytes")
     for bom, _codec, name in _BOMS:  # before the NUL check: UTF-16/32 text is full of NULs
         if data.startswith(bom):
             raise ToolError(f"{path!r} is {name} text; edit_file only edits UTF-8 files; not edited")
@@ -126,12 +130,15 @@ def apply_edit(before: str, old_string: str, new_string: str, replace_all: bool,
         if before.count(crlf_old) or not before.count(old_string):  # an exact match of mixed endings wins
             old_string, new_string = crlf_old, crlf_new
     count = before.count(old_string)
+    if count == 1:  # str.count skips overlaps: "    0,\n    0,\n" occurs twice in three "    0," lines
+        first = before.find(old_string)
+        count += sum(1 for at in range(first + 1, first + len(old_string)) if before.startswith(old_string, at))
     if count == 0:
         raise ToolError(f"old_string was not found in {path!r}; read the file and copy the text exactly")
     if count > 1 and not replace_all:
         raise ToolError(f"old_string occurs {count} times in {path!r}; include more surrounding text to make it "
                         "unique, or set replace_all to true")
-    return before.replace(old_string, new_string), count
+    return before.replace(old_string, new_string), before.count(old_string)
 
 
 def _preview_edit(arguments: dict[str, Any], context: ToolContext) -> str:
@@ -156,18 +163,22 @@ def write_file(path: str, content: str, context: ToolContext | None = None) -> s
     file.parent.mkdir(parents=True, exist_ok=True)
     data = content.encode("utf-8")
     before_write(file, context)  # kept for /undo
-    # O_NONBLOCK: a FIFO put in its place since the check fails at once instead of blocking for ever
-    fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK, 0o666)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ToolError(f"{path!r} is not a regular file; not written")
-        os.ftruncate(fd, 0)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    finally:
-        os.close(fd)
+    _replace(file, data, path)
     return f"{'overwrote' if existed else 'created'} {_shown(file, root)} ({len(data)} bytes)"
+
+
+def _replace(file: Path, data: bytes, path: str) -> None:
+    """Write `data` to `file` atomically (`atomic.write_atomic`); a failure leaves the file as it was.
+
+    Raises:
+        ToolError: the write failed, or `file` became a FIFO, device or folder since it was checked.
+    """
+    try:
+        write_atomic(file, data)
+    except NotRegularFile as exc:
+        raise ToolError(f"{path!r} is {exc.strerror}, not a regular file; not written") from exc
+    except OSError as exc:
+        raise ToolError(f"{path!r} was not written ({exc.strerror or exc}); the file is unchanged") from exc
 
 
 @tool(needs_approval=True, parallel=False, kind="write", preview=_preview_edit)
@@ -189,7 +200,7 @@ def edit_file(path: str, old_string: str, new_string: str, replace_all: bool = F
     root = context.workspace
     file, before, after, count = _plan_edit(path, old_string, new_string, replace_all, root)
     before_write(file, context)  # kept for /undo
-    file.write_bytes(after.encode("utf-8"))
+    _replace(file, after.encode("utf-8"), path)
     name = _shown(file, root)
     noun = "occurrence" if count == 1 else "occurrences"
     return f"edited {name}: replaced {count} {noun}\n" + unified_diff(before, after, name)

@@ -22,9 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import ToolError
+from ...paths import resolve_path
+from ..context import current_context
 from ..registry import tool
 from ..workspace import resolve_in_workspace, workspace_root
 from .files import file_type
+from .shell import scrubbed_environ
 
 __all__ = ["search_files"]
 
@@ -39,13 +42,21 @@ SKIP_DIRS = frozenset({".git", ".hg", ".svn", "node_modules", ".venv", "venv", "
                        ".pytest_cache", ".ruff_cache", ".tox", "dist", "build"})
 
 
-def _git_files(base: Path) -> list[Path] | None:
-    """Tracked and untracked-but-not-ignored files under `base`, or None when git cannot say."""
+# Git runs programs a repository configures (core.fsmonitor runs on `ls-files`; hooks on other
+# commands): crow's own git call turns them off, and gets run_shell's environment (no API keys).
+_GIT_SAFE = ("-c", "core.fsmonitor=false", "-c", f"core.hooksPath={os.devnull}", "-c", "core.untrackedCache=false")
+
+
+def _git_files(base: Path, deadline: float) -> list[Path] | None:
+    """Tracked and untracked-but-not-ignored files under `base`, or None when git cannot say (in time)."""
     if shutil.which("git") is None:
         return None
+    env = scrubbed_environ(current_context().secrets)
+    env.update(GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0")
     try:
-        proc = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "."],
-                              cwd=base, capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(["git", *_GIT_SAFE, "ls-files", "-z", "--cached", "--others", "--exclude-standard",
+                               "--", "."], cwd=base, capture_output=True, timeout=_left(deadline),
+                              stdin=subprocess.DEVNULL, env=env)
     except (OSError, subprocess.TimeoutExpired):
         return None
     if proc.returncode != 0:
@@ -70,6 +81,61 @@ def _walk(base: Path) -> Iterator[Path]:
 # leftmost-longest) or where lines end (w) or the syntax (V) also rule it out.
 _LINE_BOUND = ("\\A", "\\Z", "\\z", "\\G", "(?=", "(?!", "(?<=", "(?<!", "(?>", "*+", "++", "?+", "}+", "(?-")
 _ORDER_FLAGS = re.compile(r"\(\?[a-zA-Z]*[beprwV]")
+
+
+MAX_REPEAT_PRODUCT = 100_000
+"""Pattern elements after counted repeats are expanded, at most: `(?:x{65535}){65535}` took over 20 GB
+while compiling, before any time budget applies; 100 000 take ~25 MB."""
+
+
+def _expanded_size(pattern: str) -> int:
+    """How many elements `pattern` holds once its counted repeats (`{n}`, `{n,m}`, `{n,}`) are expanded,
+    as the compiler expands them: nested repeats multiply, a sequence or alternatives add. An over-count
+    (group names and flags are counted as elements) errs on the side of refusing."""
+    totals = [0]  # per open group: its size so far
+    last = [0]  # per open group: the size of its last element (what a repeat applies to)
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "(":
+            totals.append(0)
+            last.append(0)
+            i += 1
+            continue
+        if c == ")" and len(totals) > 1:
+            size = totals.pop()
+            last.pop()
+            totals[-1] += size
+            last[-1] = size
+            i += 1
+            continue
+        if c == "{" and (counted := _COUNTED.match(pattern, i)) and (counted.group(1) or counted.group(2)):
+            times = max(int(counted.group(1) or 0), int(counted.group(2) or 0))
+            totals[-1] += last[-1] * (times - 1)
+            last[-1] *= times
+            if totals[-1] > MAX_REPEAT_PRODUCT * 10:  # no need to count on (and no huge integers)
+                return totals[-1]
+            i = counted.end()
+            continue
+        if c == "\\":
+            i += 2
+        elif c == "[":  # a class is one element: skip to its closing bracket
+            i += 1
+            if i < n and pattern[i] == "^":
+                i += 1
+            if i < n and pattern[i] == "]":
+                i += 1
+            while i < n and pattern[i] != "]":
+                i += 2 if pattern[i] == "\\" else 1
+            i += 1
+        else:
+            i += 1
+        totals[-1] += 1
+        last[-1] = 1
+    return sum(totals)
+
+
+_COUNTED = re.compile(r"\{(\d*),?(\d*)\}")
 
 
 def _whole_file_safe(pattern: str) -> bool:
@@ -131,6 +197,10 @@ def search_files(pattern: str, path: str = ".") -> str:
     """
     import regex  # ~20 ms: imported when a search runs, not at start-up
 
+    deadline = time.monotonic() + SEARCH_BUDGET_S  # the whole call: git, compiling, reading, matching
+    if (size := _expanded_size(pattern)) > MAX_REPEAT_PRODUCT:
+        raise ToolError(f"the pattern {pattern[:100]!r} repeats too much: its counted repeats expand to "
+                        f"{size:,} elements, over {MAX_REPEAT_PRODUCT:,}; use smaller counts or + and *")
     try:
         compiled = regex.compile(pattern)
         whole = regex.compile(pattern, regex.MULTILINE) if _whole_file_safe(pattern) else None
@@ -141,11 +211,10 @@ def search_files(pattern: str, path: str = ".") -> str:
     if base.is_file():
         files: list[Path] = [base]
     elif base.is_dir():
-        files = _git_files(base) or list(_walk(base))
+        files = _git_files(base, deadline) or list(_walk(base))
     else:
         what = file_type(base)
         raise ToolError(f"{path!r} does not exist" if what == "missing" else f"{path!r} is {what}; not searched")
-    deadline = time.monotonic() + SEARCH_BUDGET_S
     matches: list[str] = []
     more = 0
     stopped = ""
@@ -153,7 +222,7 @@ def search_files(pattern: str, path: str = ".") -> str:
     size_limit = MAX_NAMED_FILE_BYTES if base.is_file() else MAX_FILE_BYTES
     for file in files:
         try:
-            real = file.resolve()
+            real = resolve_path(file)  # a symlink loop is an OSError: skipped
             if (real != root and root not in real.parents) or not real.is_file():
                 continue  # a symlink leading out of the workspace, or gone
             if real.stat().st_size > size_limit:

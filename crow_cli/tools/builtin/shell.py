@@ -30,10 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import ToolError
+from ...text import mask_secrets
 from ..context import ToolContext
 from ..registry import tool
 
-__all__ = ["run_shell"]
+__all__ = ["run_shell", "scrubbed_environ"]
 
 DEFAULT_TIMEOUT_S = 120.0
 MAX_TIMEOUT_S = 600.0
@@ -44,24 +45,26 @@ _MARKER = "CROW_SHELL_RUN"
 # After the shell exits (group killed): the waits for the pipe's end between marker sweeps. Their sum
 # (1 s) is how long a straggler that escaped the sweeps may keep the pipe open.
 _SWEEP_WAITS_S = (0.02, 0.05, 0.13, 0.3, 0.5)
-_MASK = "[secret hidden]"
 
 
 def _is_secret(value: str, secrets: tuple[str, ...]) -> bool:
     return any(s in value if len(s) >= _MIN_SUBSTRING_SECRET else s == value for s in secrets)
 
 
+def scrubbed_environ(secrets: tuple[str, ...]) -> dict[str, str]:
+    """The environment without the API key variables and any variable holding one of `secrets`: what
+    every program crow starts gets (`run_shell`'s commands, the git that `search_files` runs)."""
+    return {k: v for k, v in os.environ.items() if k not in _HIDDEN_ENV and not _is_secret(v, secrets)}
+
+
 def _command_env(token: str, secrets: tuple[str, ...]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _HIDDEN_ENV and not _is_secret(v, secrets)}
+    env = scrubbed_environ(secrets)
     env[_MARKER] = token
     return env
 
 
 def _mask(output: str, secrets: tuple[str, ...]) -> str:
-    for value in sorted(secrets, key=len, reverse=True):
-        if len(value) >= _MIN_SUBSTRING_SECRET:
-            output = output.replace(value, _MASK)
-    return output
+    return mask_secrets(output, secrets)
 
 
 def _kill_group(pgid: int) -> None:
