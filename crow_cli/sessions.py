@@ -159,10 +159,15 @@ def _m3_file_backups(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX file_backups_session ON file_backups(session_id, position)")
 
 
+def _m4_file_written(db: sqlite3.Connection) -> None:
+    db.execute("ALTER TABLE file_backups ADD COLUMN written TEXT")  # SHA-256 of what crow wrote after it
+
+
 _MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_initial", _m1_initial),
     ("m002_checkpoints", _m2_checkpoints),
     ("m003_file_backups", _m3_file_backups),
+    ("m004_file_written", _m4_file_written),
 ]
 """Applied in order, each once; append new ones, never edit or reorder applied ones."""
 
@@ -410,22 +415,27 @@ class SessionStore:
 
     # file backups for undo (`tools.backup`): a file's content before crow's file tools changed it
 
-    def add_file_backup(self, session_id: str, position: int, path: str, content: bytes | None) -> None:
+    def add_file_backup(self, session_id: str, position: int, path: str, content: bytes | None,
+                        written: str = "") -> None:
         """Keep `path`'s content (None: it did not exist) from before a write made while the session
-        held `position` messages."""
+        held `position` messages, and `written`, the SHA-256 (hex) of what that write put there."""
         with self._transaction():
-            self._db.execute("INSERT INTO file_backups VALUES (?, ?, ?, ?, ?)",
-                             (session_id, position, path, content, time.time()))
+            self._db.execute("INSERT INTO file_backups (session_id, position, path, content, created_at, written) "
+                             "VALUES (?, ?, ?, ?, ?, ?)", (session_id, position, path, content, time.time(),
+                                                           written or None))
 
-    def file_backups(self, session_id: str, since: int) -> list[tuple[str, bytes | None]]:
-        """For each file written at or after message `since`: its path and its earliest kept content
-        (None: it did not exist then), in the order the files were first written."""
-        rows = self._read("SELECT path, content FROM file_backups WHERE session_id = ? AND position >= ? "
-                                "ORDER BY position, rowid", (session_id, since))
+    def file_backups(self, session_id: str, since: int) -> list[tuple[str, bytes | None, str | None]]:
+        """For each file written at or after message `since`: its path, its earliest kept content (None:
+        it did not exist then) and the SHA-256 of what crow wrote to it last (None: not known, a
+        session from an older crow), in the order the files were first written."""
+        rows = self._read("SELECT path, content, written FROM file_backups WHERE session_id = ? AND position >= ? "
+                          "ORDER BY position, rowid", (session_id, since))
         first: dict[str, bytes | None] = {}
-        for path, content in rows:
+        last: dict[str, str | None] = {}
+        for path, content, written in rows:
             first.setdefault(path, content)
-        return list(first.items())
+            last[path] = written
+        return [(path, content, last[path]) for path, content in first.items()]
 
     # compaction checkpoints (`context.compact`): the messages are never changed by them
 

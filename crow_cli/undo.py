@@ -5,19 +5,47 @@ write, the file's content is kept (`tools.backup`, stored in the session's `file
 puts back, for each file written in the exchange, its content from before the exchange's first write
 (a file the exchange created is deleted). `run_shell` commands cannot be undone: they are listed.
 The plan is made first (`plan_undo`), so a surface shows what will be restored before doing it.
+
+Undo never destroys work done after crow's turn: the hash of what crow last wrote to each file is
+kept too, and a file that no longer holds it (the user edited or deleted it since) is listed as
+"changed since, not restored" unless the user forces it. A path that now leads elsewhere (a folder
+on the way became a symlink) or to something other than a regular file is never restored, forced or
+not. Restores are atomic.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .atomic import write_atomic
 from .errors import SessionError
 from .history import Message
+from .paths import resolve_path
 from .sessions import SessionStore
 
-__all__ = ["UndoPlan", "apply_undo", "plan_undo"]
+__all__ = ["FileRestore", "UndoPlan", "apply_undo", "plan_undo"]
+
+
+@dataclass(frozen=True)
+class FileRestore:
+    """One file the exchange wrote, and what undoing it would do."""
+
+    path: str
+    """The resolved path crow wrote."""
+    content: bytes | None
+    """Its content before the exchange (None: the exchange created it, so undo deletes it)."""
+    written: str | None
+    """SHA-256 (hex) of what crow last wrote to it (None: not known, a session of an older crow)."""
+    problem: str = ""
+    """Why it is not restored unless forced ("changed since", …); "" when it still holds what crow wrote."""
+    forceable: bool = True
+    """Whether `--force` restores it all the same (never for a path that now leads elsewhere or to
+    something that is not a regular file)."""
 
 
 @dataclass(frozen=True)
@@ -30,21 +58,67 @@ class UndoPlan:
     """Messages removed."""
     prompt: str
     """The exchange's user message (its text)."""
-    files: list[tuple[str, bytes | None]] = field(default_factory=list)
-    """Each file to restore, with its content before the exchange (None: delete it, it was created)."""
+    files: list[FileRestore] = field(default_factory=list)
+    """Each file the exchange wrote, with its content before the exchange and whether it changed since."""
     not_undoable: list[str] = field(default_factory=list)
     """Commands the exchange ran with `run_shell` (their effects stay)."""
+    force: bool = False
+    """Restore files that changed since crow wrote them too (`--force`)."""
+
+    def restored(self, item: FileRestore) -> bool:
+        """Whether applying the plan puts `item` back."""
+        return not item.problem or (self.force and item.forceable)
 
     def describe(self) -> list[str]:
         """Lines saying what the undo does, for a surface to show before doing it."""
         lines = [f"undo: removes the last exchange ({self.removed} messages), starting with “{self.prompt[:60]}”"]
-        for path, content in self.files:
-            lines.append(f"  restores {path}" if content is not None else f"  deletes {path} (it created it)")
+        held = False
+        for item in self.files:
+            if not self.restored(item):
+                lines.append(f"  changed since, not restored: {item.path} ({item.problem})")
+                held = held or item.forceable
+            elif item.content is None:
+                lines.append(f"  deletes {item.path} (it created it)")
+            else:
+                lines.append(f"  restores {item.path}")
+        if held:
+            lines.append("  (--force restores files that changed since all the same; their changes are lost)")
         if not self.files:
             lines.append("  no file to restore (crow's file tools changed none)")
         for command in self.not_undoable:
             lines.append(f"  not undoable: run_shell {command}")
         return lines
+
+
+def _check(path: str, content: bytes | None, written: str | None) -> FileRestore:
+    """`path` as undo finds it now: unchanged since crow wrote it, or why not. Reads only a regular file."""
+    file = Path(path)
+    try:
+        if resolve_path(file) != file:  # a folder on the way became a symlink: it leads elsewhere now
+            return FileRestore(path, content, written, f"now leads to {resolve_path(file)}", forceable=False)
+        info = os.lstat(file)
+    except FileNotFoundError:
+        if content is None:
+            return FileRestore(path, content, written)  # created, and gone already: nothing to delete
+        return FileRestore(path, content, written, "deleted since")
+    except OSError as exc:
+        return FileRestore(path, content, written, exc.strerror or str(exc), forceable=False)
+    if not stat.S_ISREG(info.st_mode):
+        return FileRestore(path, content, written, "no longer a regular file", forceable=False)
+    if written is None:
+        return FileRestore(path, content, written, "what crow wrote is not known (an older session)")
+    digest = hashlib.sha256()
+    try:
+        with open(file, "rb", opener=lambda p, flags: os.open(p, flags | os.O_NONBLOCK | os.O_NOFOLLOW)) as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                return FileRestore(path, content, written, "no longer a regular file", forceable=False)
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    except OSError as exc:
+        return FileRestore(path, content, written, exc.strerror or str(exc), forceable=False)
+    if digest.hexdigest() != written:
+        return FileRestore(path, content, written, "changed since")
+    return FileRestore(path, content, written)
 
 
 def _text(content: object) -> str:
@@ -67,8 +141,10 @@ def _shell_commands(messages: list[Message]) -> list[str]:
     return commands
 
 
-def plan_undo(store: SessionStore, session_id: str) -> UndoPlan:
-    """What undoing the session's last exchange would do (nothing is changed).
+def plan_undo(store: SessionStore, session_id: str, *, force: bool = False) -> UndoPlan:
+    """What undoing the session's last exchange would do (nothing is changed): each file it wrote is
+    checked against what crow wrote to it (a hash), so one the user changed since is held back, unless
+    `force`.
 
     Raises:
         SessionError: no such session, or it has no exchange to undo.
@@ -77,23 +153,31 @@ def plan_undo(store: SessionStore, session_id: str) -> UndoPlan:
     start = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].get("role") == "user"), None)
     if start is None:
         raise SessionError(f"session {session_id} has nothing to undo")
-    return UndoPlan(start, len(messages) - start, _text(messages[start].get("content")),
-                    store.file_backups(session_id, start), _shell_commands(messages[start:]))
+    files = [_check(path, content, written) for path, content, written in store.file_backups(session_id, start)]
+    return UndoPlan(start, len(messages) - start, _text(messages[start].get("content")), files,
+                    _shell_commands(messages[start:]), force)
 
 
 def apply_undo(store: SessionStore, session_id: str, plan: UndoPlan) -> list[str]:
     """Restore the plan's files and remove the exchange's messages; returns problems (files that
-    could not be restored), each a line. The caller holds the session (`SessionStore.lock`)."""
+    could not be restored, or changed since), each a line. The caller holds the session (`SessionStore.lock`).
+
+    Each file is checked again just before it is restored (it may have changed since the plan was
+    shown); a restore is atomic (`atomic.write_atomic`) and never follows a link out of where crow wrote."""
     problems = []
-    for path, content in plan.files:
-        file = Path(path)
+    for planned in plan.files:
+        item = _check(planned.path, planned.content, planned.written)
+        if not plan.restored(item):
+            problems.append(f"{item.path} changed since, not restored ({item.problem})")
+            continue
+        file = Path(item.path)
         try:
-            if content is None:
+            if item.content is None:
                 file.unlink(missing_ok=True)
             else:
                 file.parent.mkdir(parents=True, exist_ok=True)
-                file.write_bytes(content)
+                write_atomic(file, item.content)
         except OSError as exc:
-            problems.append(f"could not restore {path}: {exc.strerror or exc}")
+            problems.append(f"could not restore {item.path}: {exc.strerror or exc}; it is unchanged")
     store.truncate(session_id, plan.keep)
     return problems

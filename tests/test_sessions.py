@@ -102,12 +102,12 @@ def test_recent_latest_delete_truncate(tmp_path: Path) -> None:
 def test_migrations_are_recorded_once_and_wal_is_on(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     with SessionStore(db) as store:
-        assert store.migrations() == ["m001_initial", "m002_checkpoints", "m003_file_backups"]
+        assert store.migrations() == ["m001_initial", "m002_checkpoints", "m003_file_backups", "m004_file_written"]
     with SessionStore(db) as store:  # reopening applies nothing twice
-        assert store.migrations() == ["m001_initial", "m002_checkpoints", "m003_file_backups"]
+        assert store.migrations() == ["m001_initial", "m002_checkpoints", "m003_file_backups", "m004_file_written"]
     con = sqlite3.connect(db)
     assert con.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-    assert con.execute("SELECT COUNT(*) FROM _migrations").fetchone() == (3,)
+    assert con.execute("SELECT COUNT(*) FROM _migrations").fetchone() == (4,)
 
 
 def test_load_repairs_a_turn_cut_mid_way_and_stores_the_repair(tmp_path: Path) -> None:

@@ -51,3 +51,70 @@ def test_sessions_undo_restores_files_and_lists_shell_commands(tmp_path: Path) -
     assert f"restores {tmp_path / 'a.txt'}" in again.stdout and (tmp_path / "a.txt").read_text() == "one two\n"
     empty = subprocess.run([CROW, "sessions", "undo", sid], capture_output=True, text=True, timeout=60)
     assert empty.returncode == 1 and "nothing to undo" in empty.stderr
+
+
+def _undo(sid: str, *flags: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([CROW, "sessions", "undo", sid, *flags], capture_output=True, text=True, timeout=60)
+
+
+# issue: a new user's `crow sessions undo` deleted notes.txt with the user's text in it, and rewrote main.py
+# without the line the user had added after crow's turn, asking nothing
+def test_files_changed_since_crow_wrote_them_are_not_restored_unless_forced(tmp_path: Path) -> None:
+    (tmp_path / "main.py").write_text("print(1)\n")
+    turn = tool_turn(("c1", "write_file", json.dumps({"path": "notes.txt", "content": "crow's notes\n"})),
+                     ("c2", "edit_file", json.dumps({"path": "main.py", "old_string": "1", "new_string": "2"})))
+    ran = run_crow([{"sse": turn}, {"sse": text_stream("done")}], "--yes", "go", cwd=tmp_path,
+                   config=write_config(tmp_path, max_retries=0))
+    assert ran.code == 0, ran.stderr
+    with (tmp_path / "notes.txt").open("a") as fh:
+        fh.write("the user's own line\n")
+    with (tmp_path / "main.py").open("a") as fh:
+        fh.write("print('user')\n")
+    with SessionStore() as store:
+        sid = store.latest().id
+    held = _undo(sid)
+    assert held.returncode == 0, held.stderr
+    assert f"  changed since, not restored: {tmp_path / 'notes.txt'} (changed since)" in held.stdout
+    assert f"  changed since, not restored: {tmp_path / 'main.py'} (changed since)" in held.stdout
+    assert "--force restores" in held.stdout
+    assert (tmp_path / "notes.txt").read_text() == "crow's notes\nthe user's own line\n"
+    assert (tmp_path / "main.py").read_text() == "print(2)\nprint('user')\n"
+
+
+def test_force_restores_a_changed_file(tmp_path: Path) -> None:
+    (tmp_path / "main.py").write_text("print(1)\n")
+    config = write_config(tmp_path, max_retries=0)
+    first = run_crow([{"sse": text_stream("hello")}], "hi", cwd=tmp_path, config=config)
+    assert first.code == 0, first.stderr
+    turn = tool_turn(("c1", "edit_file", json.dumps({"path": "main.py", "old_string": "1", "new_string": "2"})))
+    ran = run_crow([{"sse": turn}, {"sse": text_stream("done")}], "--yes", "-c", "go", cwd=tmp_path, config=config)
+    assert ran.code == 0, ran.stderr
+    (tmp_path / "main.py").write_text("print(2)\nprint('user')\n")
+    with SessionStore() as store:
+        sid = store.latest().id
+    forced = _undo(sid, "--force")
+    assert forced.returncode == 0 and f"  restores {tmp_path / 'main.py'}" in forced.stdout
+    assert (tmp_path / "main.py").read_text() == "print(1)\n"
+
+
+# issue: a folder crow wrote into later became a symlink, and undo deleted a file outside the workspace
+def test_a_path_that_now_leads_elsewhere_is_never_touched(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    (work / "sub").mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    turn = tool_turn(("c1", "write_file", json.dumps({"path": "sub/new.txt", "content": "x\n"})))
+    ran = run_crow([{"sse": turn}, {"sse": text_stream("done")}], "--yes", "go", cwd=work,
+                   config=write_config(tmp_path, max_retries=0))
+    assert ran.code == 0, ran.stderr
+    (outside / "new.txt").write_text("x\n")  # the same content: only the path tells it apart
+    (work / "sub" / "new.txt").unlink()
+    (work / "sub").rmdir()
+    (work / "sub").symlink_to(outside, target_is_directory=True)
+    with SessionStore() as store:
+        sid = store.latest().id
+    forced = _undo(sid, "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert f"changed since, not restored: {work / 'sub' / 'new.txt'} (now leads to {outside / 'new.txt'})" \
+        in forced.stdout
+    assert (outside / "new.txt").read_text() == "x\n"

@@ -117,6 +117,8 @@ def _export(session_id: str, fmt: str, output: str | None) -> None:
 def undo(
     session_id: IdArg,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only show what would be undone.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Restore files changed since crow wrote them too "
+                                                         "(their changes are lost).")] = False,
 ) -> None:
     """Remove a session's last exchange and restore the files crow's file tools changed in it."""
     from ..undo import apply_undo, plan_undo
@@ -125,7 +127,7 @@ def undo(
         with _store() as store:
             info = store.get(session_id)
             store.lock(info.id)  # not while a crow is running in it
-            plan = plan_undo(store, info.id)
+            plan = plan_undo(store, info.id, force=force)
             print(_for_terminal("\n".join(plan.describe())))
             if dry_run:
                 return

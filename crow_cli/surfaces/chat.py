@@ -83,7 +83,7 @@ Enter sends · Alt-Enter (or Esc Enter) inserts a newline · Ctrl-C stops a turn
 /usage              token usage of the last turn and of this session; context used / window
 /compact [FOCUS]    summarise older exchanges now (keeping FOCUS in particular)
 /instructions       the AGENTS.md files in the system prompt, and where they came from
-/undo               remove the last exchange and restore the files crow's file tools changed in it
+/undo [--force]     remove the last exchange and restore the files crow's file tools changed in it
 /reasoning          show or hide the model's reasoning
 /retry              run your last message again"""
 
@@ -568,9 +568,9 @@ class ChatApp:
             await compactor.budget.ensure_window()
             self.view.line(f"context: {compactor.budget.describe(compactor.outgoing(self.history))}")
 
-    def _backup(self, path: Path, content: bytes | None) -> None:
+    def _backup(self, path: Path, content: bytes | None, written: str) -> None:
         if self.recorder is not None:
-            self.recorder.backup(path, content)
+            self.recorder.backup(path, content, written)
 
     async def _undo(self, arg: str) -> None:
         from ..undo import apply_undo, plan_undo
@@ -578,7 +578,11 @@ class ChatApp:
         if self.recorder is None or self.recorder.info is None:
             self.view.line("nothing to undo (no exchange is recorded in this chat)", "yellow")
             return
-        plan = plan_undo(self.store, self.recorder.info.id)
+        if arg.strip() not in ("", "--force", "force"):
+            self.view.line("usage: /undo [--force]  (--force: restore files changed since crow wrote them too)",
+                           "yellow")
+            return
+        plan = plan_undo(self.store, self.recorder.info.id, force=arg.strip() in ("--force", "force"))
         for line in plan.describe():
             self.view.line(strip_controls(line))
         for problem in apply_undo(self.store, self.recorder.info.id, plan):

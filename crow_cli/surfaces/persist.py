@@ -42,7 +42,7 @@ class SessionRecorder:
         """A write failed: nothing more is stored."""
         self.checkpoint: Checkpoint | None = None
         """The session's latest compaction checkpoint (later requests start from it)."""
-        self._backups: list[tuple[int, str, bytes | None]] = []
+        self._backups: list[tuple[int, str, bytes | None, str]] = []
         self.previous_model: str | None = None
         """The model a continued session was using when it differs from this run's (say so once)."""
 
@@ -89,19 +89,20 @@ class SessionRecorder:
             self.store.add_checkpoint(self.info.id, checkpoint.position, checkpoint.view, checkpoint.tokens_before,
                                       checkpoint.tokens_after, checkpoint.summary)
 
-    def backup(self, path: Path, content: bytes | None) -> None:
-        """Keep a file's content from before crow's file tools write it (`tools.backup` hook), for undo.
+    def backup(self, path: Path, content: bytes | None, written: str = "") -> None:
+        """Keep a file's content from before crow's file tools write it, and the SHA-256 of what they
+        write (`tools.backup` hook), for undo.
 
         Called from a tool's worker thread: it is queued here and stored by the next `sync` (on the
         loop's thread, when the tool's result is appended).
         """
-        self._backups.append((self.stored, str(path), content))  # list.append is atomic
+        self._backups.append((self.stored, str(path), content, written))  # list.append is atomic
 
     def _store_backups(self) -> None:
         while self._backups and self.info is not None and not self.broken:
-            position, path, content = self._backups.pop(0)
+            position, path, content, written = self._backups.pop(0)
             with contextlib.suppress(SessionError):  # the write went ahead; only its undo is lost
-                self.store.add_file_backup(self.info.id, position, path, content)
+                self.store.add_file_backup(self.info.id, position, path, content, written)
 
     def reload_checkpoint(self) -> None:
         """Take the stored session's latest compaction checkpoint again (after messages were removed)."""

@@ -30,9 +30,10 @@ class ToolContext:
     """The resolved folder file tools are confined to and commands run in."""
     secrets: tuple[str, ...] = ()
     """Values (API keys) that `run_shell` keeps out of commands' environment and masks in their output."""
-    backup: Callable[[Path, bytes | None], None] | None = None
-    """Called by crow's file tools with a file and its content before they write it (None: the file is
-    new), so that `/undo` can restore it (`tools.backup`); None keeps nothing."""
+    backup: Callable[[Path, bytes | None, str], None] | None = None
+    """Called by crow's file tools before they write a file, with the file, its content (None: the file
+    is new) and the SHA-256 (hex) of what they are about to write, so that `/undo` can restore it and
+    tell whether it changed since (`tools.backup`); None keeps nothing."""
 
     @classmethod
     def for_workspace(cls, path: str | os.PathLike[str] | None = None, *,

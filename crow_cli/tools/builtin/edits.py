@@ -162,7 +162,7 @@ def write_file(path: str, content: str, context: ToolContext | None = None) -> s
     file, existed = _write_target(path, root)
     file.parent.mkdir(parents=True, exist_ok=True)
     data = content.encode("utf-8")
-    before_write(file, context)  # kept for /undo
+    before_write(file, context, data)  # kept for /undo
     _replace(file, data, path)
     return f"{'overwrote' if existed else 'created'} {_shown(file, root)} ({len(data)} bytes)"
 
@@ -199,8 +199,9 @@ def edit_file(path: str, old_string: str, new_string: str, replace_all: bool = F
     context = context or ToolContext.current()
     root = context.workspace
     file, before, after, count = _plan_edit(path, old_string, new_string, replace_all, root)
-    before_write(file, context)  # kept for /undo
-    _replace(file, after.encode("utf-8"), path)
+    data = after.encode("utf-8")
+    before_write(file, context, data)  # kept for /undo
+    _replace(file, data, path)
     name = _shown(file, root)
     noun = "occurrence" if count == 1 else "occurrences"
     return f"edited {name}: replaced {count} {noun}\n" + unified_diff(before, after, name)
