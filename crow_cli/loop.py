@@ -90,7 +90,8 @@ async def react(
         asyncio.CancelledError: after closing the history and yielding `RunFinished("cancelled")`.
     """
     tools = registry.schemas() if registry else None
-    names = ToolNameCleaner((t.name for t in registry or ()), trace=settings.trace)
+    names = ToolNameCleaner((registry.wire_name(t.name) for t in registry) if registry else (), trace=settings.trace,
+                            aliases=registry.wire_aliases() if registry else None)
     closing = _Closing(history)
     try:
         for closing.turn in range(1, settings.max_turns + 1):

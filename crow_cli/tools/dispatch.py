@@ -136,7 +136,7 @@ async def _run_one(
     deadline: asyncio.Timeout | None = None
     t = registry.get(call.name)
     if t is None:
-        known = ", ".join(sorted(x.name for x in registry)) or "none"
+        known = ", ".join(sorted(registry.wire_name(x.name) for x in registry)) or "none"
         return fail(f"unknown tool {call.name!r}; available tools: {known}")
     if call.cut_off:  # repaired for the history, but the values are guesses: never run them
         return fail("the arguments of this call were cut off or not valid JSON (repaired only for the history); "

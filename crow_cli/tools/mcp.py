@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -26,11 +25,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..errors import ConfigError, ToolError
+from .names import wire_name
 from .registry import Tool, ToolRegistry
 
 __all__ = ["McpServerConfig", "McpServers", "parse_mcp_servers"]
 
-_NAME_OK = re.compile(r"[^A-Za-z0-9_-]")
 _STOP_TIMEOUT_S = 10.0
 
 
@@ -276,9 +275,9 @@ class McpServers:
 
     def _tool(self, conn: _Connection, remote: Any, registry: ToolRegistry) -> Tool:
         remote_name: str = remote.name
-        name = _NAME_OK.sub("_", remote_name)[:64] or "tool"
+        name = wire_name(remote_name)  # the registry's rule for every tool, applied at once: rules name it so
         if registry.get(name) is not None:
-            name = f"{_NAME_OK.sub('_', conn.config.name)}_{name}"[:64]
+            name = wire_name(f"{conn.config.name}_{name}")
         read_only = bool(getattr(remote.annotations, "read_only_hint", False)) if remote.annotations else False
         schema = dict(remote.input_schema or {})
         schema.pop("title", None)

@@ -3,6 +3,8 @@
 Schemas come from the function's type hints and its Google-style docstring (`Args:` section), through
 pydantic, so a plain typed function is a tool. Duplicate names get a `_2`, `_3` … suffix and every tool
 keeps its source (`builtin`, `entry point NAME`, a file path, `mcp:SERVER`), as `crow tools` shows.
+A name servers refuse (outside `^[a-zA-Z0-9_-]{1,64}$`) is offered to the model under a unique wire name
+(`names.wire_name`), with one warning in `errors`; `get` finds a tool by either name.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any, Literal, get_args, overload
 from ..errors import ToolError
 from ..paths import resolve_path
 from .context import ToolContext, current_context
+from .names import WIRE_NAME, wire_name
 
 __all__ = ["ACP_KINDS", "ENTRY_POINT_GROUP", "Preview", "Subject", "Tool", "ToolKind", "ToolRegistry",
            "default_registry", "tool"]
@@ -296,6 +299,10 @@ class ToolRegistry:
         self.errors: list[str] = []
         self.unusable: dict[str, tuple[Tool, str]] = {}
         """Tools dropped by `schemas()`, by name, with why (their schema cannot be derived)."""
+        self._wire: dict[str, str] = {}
+        """Wire name -> registered name, for tools whose names servers refuse."""
+        self._stale = False
+        self._renamed: set[str] = set()
 
     def register(self, item: Tool | Callable[..., Any], *, source: str | None = None) -> Tool:
         """Add a `Tool` (or a plain function, wrapped with `tool`); a taken name gets a `_2` … suffix."""
@@ -310,10 +317,50 @@ class ToolRegistry:
             taken = self._tools[base].source
             self.errors.append(f"tool {base!r} from {t.source} is named {t.name!r}: {base!r} is taken ({taken})")
         self._tools[t.name] = t
+        self._stale = True
         return t
 
+    def _assign_wire_names(self) -> None:
+        """Give each tool whose name servers refuse a unique wire name; names servers take keep theirs
+        (whatever the order of registration). Each renamed tool gets one line in `errors`."""
+        if not self._stale:
+            return
+        self._stale = False
+        taken = {name for name in self._tools if WIRE_NAME.fullmatch(name)}
+        self._wire = {}
+        for name in self._tools:
+            if WIRE_NAME.fullmatch(name):
+                continue
+            base = wire = wire_name(name)
+            k = 1
+            while wire in taken:
+                k += 1
+                wire = f"{base[: 63 - len(str(k))]}_{k}"
+            taken.add(wire)
+            self._wire[wire] = name
+            if name not in self._renamed:
+                self._renamed.add(name)
+                self.errors.append(f"tool {name!r} from {self._tools[name].source} is offered to the model as "
+                                   f"{wire!r} (servers take only letters, digits, _ and - in tool names, at most 64)")
+
     def get(self, name: str) -> Tool | None:
-        return self._tools.get(name)
+        """The tool registered as `name`, or offered to the model as `name` (its wire name)."""
+        found = self._tools.get(name)
+        if found is None:
+            self._assign_wire_names()
+            if name in self._wire:
+                found = self._tools.get(self._wire[name])
+        return found
+
+    def wire_name(self, name: str) -> str:
+        """The name the model is offered the tool registered as `name` under (the same for most tools)."""
+        self._assign_wire_names()
+        return next((wire for wire, registered in self._wire.items() if registered == name), name)
+
+    def wire_aliases(self) -> dict[str, str]:
+        """Registered name -> wire name, for the tools whose names differ."""
+        self._assign_wire_names()
+        return {registered: wire for wire, registered in self._wire.items()}
 
     def __iter__(self) -> Iterator[Tool]:
         return iter(self._tools.values())
@@ -331,7 +378,10 @@ class ToolRegistry:
             if select is not None and not select(t):
                 continue
             try:
-                out.append(t.schema())
+                entry = t.schema()
+                if (wire := self.wire_name(t.name)) != t.name:
+                    entry = {**entry, "function": {**entry["function"], "name": wire}}
+                out.append(entry)
             except Exception as exc:
                 del self._tools[t.name]
                 why = (f"its schema cannot be derived ({type(exc).__name__}: "

@@ -115,3 +115,31 @@ async def test_a_name_that_cleans_to_no_tool_gets_the_unknown_tool_result():
     assert not result.ok and "unknown tool" in result.output
     assert sent[1][1]["tool_calls"][0]["function"]["name"] == "lookup<|channel|>commentary"
     assert not [e for e in events if isinstance(e, WarningEvent)]
+
+
+# ---- wire names (issue: OpenAI, DeepSeek and Anthropic-compatible endpoints answer 400 "Invalid
+# 'tools[0].function.name': string does not match pattern '^[a-zA-Z0-9_-]+$'" for plugin and MCP names
+# such as `get_/whoami` (danishjsheikh/swagger-mcp#13) or `Sequential Thinking` (nanbingxyz/5ire#33))
+
+@pytest.mark.parametrize(("name", "wire"), [
+    ("read_file", "read_file"), ("get_/whoami", "get__whoami"), ("Sequential Thinking", "Sequential_Thinking"),
+    ("github.create-issue", "github_create-issue"), ("x" * 70, "x" * 64), ("", "tool"), ("café", "caf_"),
+])
+def test_wire_name_keeps_what_servers_take_and_replaces_the_rest(name, wire):
+    from crow_cli.tools.names import WIRE_NAME, wire_name
+
+    assert wire_name(name) == wire and WIRE_NAME.fullmatch(wire)
+
+
+async def test_a_tool_offered_under_its_wire_name_runs_and_the_history_keeps_the_wire_name():
+    registry = ToolRegistry()
+    registry.register(tool(lookup_order.fn, name="orders.lookup"))
+    assert [s["function"]["name"] for s in registry.schemas()] == ["orders_lookup"]
+    for called in ("orders_lookup", "orders.lookup"):  # the offered name, or the registered one
+        client = _Scripted([chunk({"tool_calls": [tool_delta(0, "call_1", called, '{"order_id": "B-2"}')]}),
+                            chunk({}, "tool_calls")], [chunk({"content": "done"}), chunk({}, "stop")])
+        events = [e async for e in react([user_message("where?")], client, registry, LoopSettings())]
+        result = next(e.result for e in events if isinstance(e, ToolResultReady))
+        assert result.ok and result.output == "order B-2: shipped"
+        assert client.sent[1][1]["tool_calls"][0]["function"]["name"] == "orders_lookup"
+        assert not [e for e in events if isinstance(e, WarningEvent)]

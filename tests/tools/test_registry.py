@@ -170,3 +170,30 @@ def test_same_folder_twice_loads_once() -> None:
     registry.load_folder(TOOLS)
     registry.load_folder(str(TOOLS) + "/")
     assert sorted(t.name for t in registry) == ["current_time", "roll_dice"]
+
+
+def test_plugin_names_servers_refuse_get_unique_wire_names_warned_once_each(tmp_path: Path) -> None:
+    # issue: one naming rule for every source of tools; OpenAI answers 400 for `tools[1].function.name`
+    # outside ^[a-zA-Z0-9_-]+$ (hackers365/xiaozhi-esp32-server-golang#268)
+    (tmp_path / "odd.py").write_text(textwrap.dedent('''
+        from crow_cli.tools.registry import Tool
+
+        def _f(**kw):
+            return "ok"
+
+        A = Tool("fs.read", "read a file (plugin)", _f, parameters={"type": "object", "properties": {}})
+        B = Tool("fs_read", "read a file (other plugin)", _f, parameters={"type": "object", "properties": {}})
+        C = Tool("fs/read", "read a file (third)", _f, parameters={"type": "object", "properties": {}})
+    '''))
+    registry = ToolRegistry()
+    registry.load_folder(tmp_path)
+    offered = {s["function"]["name"]: s["function"]["description"] for s in registry.schemas()}
+    # a name servers take keeps it, whatever the order; the others are made unique
+    assert offered == {"fs_read_2": "read a file (plugin)", "fs_read": "read a file (other plugin)",
+                       "fs_read_3": "read a file (third)"}
+    for wire, description in offered.items():
+        found = registry.get(wire)
+        assert found is not None and found.description == description
+        assert registry.wire_name(found.name) == wire
+    assert registry.get("fs.read").description == "read a file (plugin)"  # the registered name still works
+    assert sum("offered to the model as" in e for e in registry.errors) == 2
