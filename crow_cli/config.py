@@ -42,6 +42,8 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_MODEL = "gpt-4o-mini"
 KEYED_HOSTS = ("api.openai.com", "openrouter.ai", "dashscope.aliyuncs.com", "dashscope-intl.aliyuncs.com")
 """Hosted APIs that refuse every request without a key (local servers often need none)."""
+SANDBOX_MODES = ("workspace-write", "read-only", "off")
+"""`sandbox`: how `run_shell` commands are confined (`tools.sandbox.MODES`)."""
 REASONING_ECHO = ("auto", "always", "never")
 """`reasoning_echo`: whether a turn's reasoning goes back to the server (`wire.client`)."""
 OWNED_PARAMS = ("model", "messages", "stream", "stream_options", "tools")
@@ -81,6 +83,10 @@ class Settings:
     deny: tuple[str, ...] = ()
     """Approval rules that refuse, whatever the policy: config, then flags."""
     workspace: str | None = None
+    sandbox: str = "workspace-write"
+    """How `run_shell` commands are confined: `workspace-write`, `read-only` or `off` (`tools.sandbox`)."""
+    sandbox_network: bool = False
+    """Whether confined commands may use the network."""
     mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)
     """`[mcp_servers.NAME]` tables: `command`/`args`/`env`/`cwd` (stdio) or `url` (streamable HTTP)."""
     profile: str | None = None
@@ -187,6 +193,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_output_chars", int, default=50_000, check=_positive),
     Option("approval", str, flag="--approval"),
     Option("workspace", str, flag="--workspace"),
+    Option("sandbox", str, flag="--sandbox", env="CROW_SANDBOX", default="workspace-write",
+           check=_one_of(SANDBOX_MODES)),
+    Option("sandbox_network", bool, env="CROW_SANDBOX_NETWORK", default=False),
     Option("tool_paths", list, flag="--tools-dir"),
     Option("allow", list, flag="--allow"),
     Option("deny", list, flag="--deny"),
@@ -329,7 +338,9 @@ def load_settings(
         first_byte_timeout_s=float(values["first_byte_timeout"]), reasoning_echo=str(values["reasoning_echo"]),
         max_retries=int(values["max_retries"]), max_output_chars=int(values["max_output_chars"]),
         tool_paths=values["tool_paths"], approval=values["approval"], allow=values["allow"], deny=values["deny"],
-        workspace=values["workspace"], mcp_servers=dict(values["mcp_servers"]), profile=chosen,
+        workspace=values["workspace"], sandbox=str(values["sandbox"]),
+        sandbox_network=bool(values["sandbox_network"]),
+        mcp_servers=dict(values["mcp_servers"]), profile=chosen,
         config_path=str(path) if path.exists() else None, api_key_problem=problem,
         secrets=(*_secrets(flags, env, [*layers, *(_Layer(t, "") for t in profiles.values())]),
                  *url_secrets(base_url)),

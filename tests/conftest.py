@@ -34,6 +34,10 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     for name in list(os.environ):
         if name.startswith(("CROW_", "OPENAI_")):
             monkeypatch.delenv(name)
+    from crow_cli.tools.sandbox import backend
+
+    if backend() is None:  # no bubblewrap here: tests not about the sandbox run commands as before it
+        monkeypatch.setenv("CROW_SANDBOX", "off")
     return home
 
 

@@ -3,7 +3,8 @@
 - `crow` as a subprocess against the replay server (`crow`, `run_crow`, `argv`, `run_args`, `Ran`);
 - SSE turns and replay scripts (`tool_calls_sse`, `tool_turn`, `script`);
 - `ChatTerminal`: `crow chat` on a pseudo-terminal; `chat`: the chat app in-process on a pipe;
-- the history contract (`assert_contract`, `assert_valid`), `wait_for` an event, `alive(pid)`;
+- the history contract (`assert_contract`, `assert_valid`), `wait_for` an event, `alive(pid)`,
+  `needs_sandbox()` (a skip mark without bubblewrap);
 - a scripted `loop.ChatStream` with a few tools for in-process loop properties.
 """
 
@@ -78,6 +79,19 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 60) -> None:
     while not predicate():
         assert time.monotonic() < deadline, "timed out waiting"
         time.sleep(0.05)
+
+
+def needs_sandbox() -> Any:
+    """A pytest mark: skip (saying why) when no bubblewrap sandbox works here; with CROW_SANDBOX_REQUIRED set
+    (CI installed bubblewrap), fail instead."""
+    import pytest
+
+    from crow_cli.tools.sandbox import backend, unavailable_reason
+
+    if backend() is None and os.environ.get("CROW_SANDBOX_REQUIRED"):
+        raise RuntimeError(f"CROW_SANDBOX_REQUIRED is set but no sandbox works here: {unavailable_reason()}")
+    return pytest.mark.skipif(backend() is None or not sys.platform.startswith("linux"),
+                              reason=f"no bubblewrap sandbox here: {unavailable_reason()}")
 
 
 def alive(pid: int) -> bool:

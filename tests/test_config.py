@@ -248,3 +248,20 @@ def test_adapt_requests_from_the_file_and_the_environment(tmp_path):
     path.write_text('adapt_requests = "no"\n')
     with pytest.raises(ConfigError, match="'adapt_requests' has the wrong type"):
         load_settings({}, env={}, config_path=str(path))
+
+
+# issue: run_shell commands are sandboxed by default; the mode is a setting (flag, env, file, profile)
+def test_sandbox_mode_and_network_settings(tmp_path: Path) -> None:
+    assert (load_settings({}, env={}).sandbox, load_settings({}, env={}).sandbox_network) == ("workspace-write", False)
+    config = tmp_path / "c.toml"
+    config.write_text('sandbox = "read-only"\nsandbox_network = true\n[profiles.ci]\nsandbox = "off"\n')
+    s = load_settings({}, env={}, config_path=str(config))
+    assert (s.sandbox, s.sandbox_network) == ("read-only", True)
+    assert load_settings({}, env={}, config_path=str(config), profile="ci").sandbox == "off"
+    assert load_settings({}, env={"CROW_SANDBOX": "off"}, config_path=str(config)).sandbox == "off"
+    assert load_settings({"sandbox": "workspace-write"}, env={"CROW_SANDBOX": "off"}).sandbox == "workspace-write"
+    with pytest.raises(ConfigError, match=r"^--sandbox must be one of workspace-write, read-only, off \(got 'on'\)$"):
+        load_settings({"sandbox": "on"}, env={})
+    config.write_text('sandbox_network = "yes"\n')
+    with pytest.raises(ConfigError, match="'sandbox_network' has the wrong type"):
+        load_settings({}, env={}, config_path=str(config))

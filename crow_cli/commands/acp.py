@@ -17,6 +17,7 @@ from .options import (
     ModelOpt,
     NoToolsOpt,
     ProfileOpt,
+    SandboxOpt,
     SystemOpt,
     ToolsDirOpt,
     YesOpt,
@@ -38,6 +39,7 @@ def acp(
     approval: ApprovalOpt = None,
     allow: AllowOpt = None,
     deny: DenyOpt = None,
+    sandbox: SandboxOpt = None,
     profile: ProfileOpt = None,
     config: ConfigOpt = None,
     debug: DebugOpt = False,
@@ -52,7 +54,7 @@ def acp(
     try:
         settings = load_settings(
             {"model": model, "base_url": base_url, "api_key": api_key, "system": system, "max_turns": max_turns,
-             "approval": approval, "allow": allow, "deny": deny},
+             "approval": approval, "allow": allow, "deny": deny, "sandbox": sandbox},
             config_path=config, profile=profile,
         )
         from ..tools.approval import make_approver

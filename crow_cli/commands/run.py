@@ -25,6 +25,7 @@ from .options import (
     NoSessionOpt,
     NoToolsOpt,
     ProfileOpt,
+    SandboxOpt,
     SystemOpt,
     ToolsDirOpt,
     WorkspaceOpt,
@@ -119,6 +120,7 @@ def run(
     allow: AllowOpt = None,
     deny: DenyOpt = None,
     workspace: WorkspaceOpt = None,
+    sandbox: SandboxOpt = None,
     json_events: Annotated[bool, typer.Option("--json", help="Write JSONL events to stdout instead of the answer "
                                               "(schema: crow_cli/schemas/events.schema.json).")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No tool activity on stderr (errors and warnings "
@@ -155,7 +157,8 @@ def run(
         text = _read_prompt(prompt, use_stdin)
         settings = load_settings(
             {"model": model, "base_url": base_url, "api_key": api_key, "system": system, "max_turns": max_turns,
-             "approval": approval, "allow": allow, "deny": deny, "workspace": workspace},
+             "approval": approval, "allow": allow, "deny": deny, "workspace": workspace,
+             "sandbox": sandbox},
             config_path=config, profile=profile,
         )
         if record is not None:

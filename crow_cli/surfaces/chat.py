@@ -50,6 +50,7 @@ from ..text import public_url, strip_controls
 from ..tools.approval import check_rule_names, make_approver
 from ..tools.context import ToolContext
 from ..tools.registry import Tool, ToolRegistry
+from ..tools.sandbox import Sandbox, startup_notice
 from .ask import Answer, ask_approval
 from .common import (
     build_client,
@@ -202,7 +203,8 @@ class ChatApp:
             # a rule naming no tool (a typo) would never apply: refuse it
             check_rule_names(self.settings.allow, self.settings.deny,
                              [*(t.name for t in self.registry), *self.registry.unusable])
-        for problem in (self.registry.errors if self.registry else []):
+        notice = startup_notice(self.context.sandbox) if self.registry is not None else None
+        for problem in [*(self.registry.errors if self.registry else []), *filter(None, [notice])]:
             self.view.line(f"crow: warning: {problem}", "yellow")
         self.client = build_client(self.settings, self.options.record_dir, trace=self.options.debug)
         self.driver = Driver(self.client, self.registry, loop_settings(self.settings, trace=self.options.debug),
@@ -276,7 +278,8 @@ class ChatApp:
         self.view.line(f"crow chat · {self.settings.model} · /help for commands · Ctrl-D to quit", "dim")
         # the workspace, and the keys run_shell must not pass on, travel to dispatch
         self.context = ToolContext.for_workspace(self.settings.workspace,
-                                                 secrets=[self.settings.api_key, *self.settings.secrets])
+                                                 secrets=[self.settings.api_key, *self.settings.secrets],
+                                                 sandbox=Sandbox(self.settings.sandbox, self.settings.sandbox_network))
         async with McpServers({} if self.options.no_tools else self.settings.mcp_servers,
                               errlog=sys.stderr if self.options.debug else None,
                               workspace=self.context.workspace) as mcp_servers:

@@ -44,6 +44,7 @@ from ..tools.context import ToolContext
 from ..tools.dispatch import Approver
 from ..tools.mcp import McpServers
 from ..tools.registry import Tool, ToolRegistry
+from ..tools.sandbox import Sandbox, startup_notice
 from .approve import terminal_ask
 from .common import (
     build_client,
@@ -271,7 +272,8 @@ def _output_failed(exc: OSError, err: TextIO) -> int:
 
 async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err: TextIO) -> int:
     # Usage errors (ConfigError, exit 2) come before any event and before a session is stored.
-    context = ToolContext.for_workspace(settings.workspace, secrets=[settings.api_key, *settings.secrets])
+    context = ToolContext.for_workspace(settings.workspace, secrets=[settings.api_key, *settings.secrets],
+                                        sandbox=Sandbox(settings.sandbox, settings.sandbox_network))
     settings = with_instructions(settings, context.workspace, options.project_instructions)
     content = (user_content(options.prompt, [load_attachment(f, context.workspace) for f in options.files])
                if options.files else None)
@@ -329,7 +331,7 @@ async def _drive(settings: Settings, options: RunOptions, printer: PlainPrinter 
         if registry is not None:
             await mcp_servers.register_tools(registry)  # servers can be slow to start
             registry.schemas()  # derive every schema now: a tool that cannot be described is reported here
-            for problem in registry.errors:
+            for problem in [*registry.errors, *filter(None, [startup_notice(context.sandbox)])]:
                 printer.handle(WarningEvent(problem))
             try:  # a rule naming no tool (a typo) would never apply: refuse it now that every tool is known
                 check_rule_names(settings.allow, settings.deny, [*(t.name for t in registry), *registry.unusable])

@@ -32,11 +32,26 @@ from ..text import strip_controls
 from .clip import clip_middle
 from .context import ToolContext, current_context
 from .registry import Tool
+from .sandbox import backend, unavailable_reason
 from .shellrules import allow_matches, deny_matches, rule_words
 
-__all__ = ["POLICIES", "PREVIEW_CHARS", "PREVIEW_LINES", "REVIEW_CHARS", "REVIEW_LINES", "Answer", "ApprovalPolicy",
-           "Approvals", "AskFn", "approval_question", "check_rule_names", "describe_call", "make_approver",
-           "parse_answer"]
+__all__ = [
+    "POLICIES",
+    "PREVIEW_CHARS",
+    "PREVIEW_LINES",
+    "REVIEW_CHARS",
+    "REVIEW_LINES",
+    "UNCONFINED_MARK",
+    "Answer",
+    "ApprovalPolicy",
+    "Approvals",
+    "AskFn",
+    "approval_question",
+    "check_rule_names",
+    "describe_call",
+    "make_approver",
+    "parse_answer",
+]
 
 POLICIES = ("ask", "auto-edit", "yolo")
 Answer = Literal["yes", "no", "always"]
@@ -47,6 +62,10 @@ PREVIEW_CHARS = 4000
 """Characters of a preview shown at most; a longer one keeps its head and tail around a marker."""
 PREVIEW_LINES = 60
 """Lines of a preview shown at most (head and tail, as for characters)."""
+
+UNCONFINED_MARK = "⚠ outside the sandbox "
+"""How a preview starts when the question is about running a command unconfined (no sandbox here, or
+one the sandbox stopped): a surface that answers questions by itself (a yolo mode) must ask these."""
 
 REVIEW_LINES = 400
 """Lines of a command (a tool of kind `shell`) shown at most: it is shown whole, and a longer one is
@@ -157,6 +176,15 @@ def _auto_edit(tool: Tool) -> bool:
     return tool.kind == "write" and tool.source == "builtin"
 
 
+def _unconfined_shell(tool: Tool) -> str | None:
+    """Why a command of `tool` would run unconfined although the run asked for a sandbox (no sandbox on
+    this machine), or None: then no rule, policy or earlier "always" approves it without asking."""
+    sandbox = current_context().sandbox
+    if tool.kind != "shell" or not sandbox.confines or backend() is not None:
+        return None
+    return f"no sandbox is available ({unavailable_reason()})"
+
+
 def _arguments(call: ToolCall, tool: Tool) -> dict[str, Any] | None:
     try:
         return tool.validate(json.loads(call.arguments))
@@ -231,17 +259,23 @@ class Approvals:
         if rule is not None:
             raise ToolDenied(f"{tool.name} was denied by the rule {rule!r}; it was not run. Do not retry it; "
                              "find another way or ask the user")
-        if self.policy.allowed_by(tool, subject) is not None or tool.name in self.always:
+        unconfined = _unconfined_shell(tool)
+        if unconfined is None and (self.policy.allowed_by(tool, subject) is not None or tool.name in self.always):
             return True
         try:  # its pre-check may answer the call: then nobody is asked
             preview = describe_call(call, tool)
         except ToolDenied as exc:
             raise ToolDenied(f"{exc}. The user can allow it with {self.policy.ways_to_allow(tool)}") from None
         if self.ask is None:
+            if unconfined is not None:
+                raise ToolDenied(f"{tool.name} was not run: {unconfined}, so every command needs the user's yes, "
+                                 "and nobody can answer here")
             raise ToolDenied(f"{tool.name} needs approval and nobody can approve it here (no terminal); it was "
                              f"not run. The user can allow it with {self.policy.ways_to_allow(tool)}")
+        if unconfined is not None:
+            preview = f"{UNCONFINED_MARK}[{unconfined}: this command would run with all your rights]\n{preview}"
         async with self._lock:  # one prompt at a time
-            if tool.name in self.always:
+            if tool.name in self.always and unconfined is None:
                 return True
             answer = await self.ask(call, tool, preview)
         if answer == "always":
@@ -250,6 +284,21 @@ class Approvals:
         if answer == "yes":
             return True
         raise ToolDenied(f"the user declined {tool.name}; it was not run. Do not retry it unchanged")
+
+    async def escalate(self, call: ToolCall, tool: Tool, reason: str) -> bool:
+        """Whether `call`, which the sandbox stopped for `reason`, may run once outside it: the user is asked
+        (an answer of "always" approves this once, not every later command); nobody to ask means no."""
+        if self.ask is None:
+            return False
+        try:
+            preview = describe_call(call, tool)
+        except ToolError:
+            return False
+        preview = (f"{UNCONFINED_MARK}[{reason}]\nRun it once more OUTSIDE the sandbox, with all your rights "
+                   f"(files anywhere, network)?\n{preview}")
+        async with self._lock:
+            answer = await self.ask(call, tool, preview)
+        return answer in ("yes", "always")
 
 
 def make_approver(mode: str | None = None, *, allow: Iterable[str] = (), deny: Iterable[str] = (),

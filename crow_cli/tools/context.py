@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..paths import resolve_path
+from .sandbox import Sandbox
 
 __all__ = ["ToolContext", "current_context", "using_context"]
 
@@ -30,6 +31,9 @@ class ToolContext:
     """The resolved folder file tools are confined to and commands run in."""
     secrets: tuple[str, ...] = ()
     """Values (API keys) that `run_shell` keeps out of commands' environment and masks in their output."""
+    sandbox: Sandbox = field(default_factory=Sandbox)
+    """How `run_shell` confines commands (`tools.sandbox`; the default: `off`). The surfaces set the
+    `sandbox` setting's mode here; approval asks about every command when it cannot be had."""
     backup: Callable[[Path, bytes | None, str], None] | None = None
     """Called by crow's file tools before they write a file, with the file, its content (None: the file
     is new) and the SHA-256 (hex) of what they are about to write, so that `/undo` can restore it and
@@ -37,8 +41,9 @@ class ToolContext:
 
     @classmethod
     def for_workspace(cls, path: str | os.PathLike[str] | None = None, *,
-                      secrets: Iterable[str | None] = ()) -> ToolContext:
-        """A context for the folder `path` (None: the working directory), keeping the non-blank `secrets`.
+                      secrets: Iterable[str | None] = (), sandbox: Sandbox | None = None) -> ToolContext:
+        """A context for the folder `path` (None: the working directory), keeping the non-blank `secrets`,
+        commands confined by `sandbox` (None: not confined).
 
         Raises:
             ConfigError: `path` does not exist or is not a folder.
@@ -53,7 +58,7 @@ class ToolContext:
             if not root.is_dir():
                 raise ConfigError(f"workspace {os.fspath(path)!r} is not an existing folder")
         kept = tuple(dict.fromkeys(s for s in secrets if isinstance(s, str) and s.strip()))
-        return cls(root, kept)
+        return cls(root, kept, sandbox or Sandbox())
 
     @staticmethod
     def current() -> ToolContext:

@@ -26,6 +26,7 @@ from ..history import ToolCall, ToolResult
 from ..text import clean_text
 from .context import ToolContext, using_context
 from .registry import Tool, ToolRegistry
+from .sandbox import Sandbox, SandboxBlocked
 
 __all__ = ["Approver", "dispatch", "truncate_output"]
 
@@ -33,7 +34,8 @@ Approver = Callable[[ToolCall, Tool], Awaitable[bool]]
 """Asked before a tool with `needs_approval` runs; True lets it run, False or `ToolDenied(reason)` refuses it,
 any other `ToolError` answers the call with its message (a pre-check). It runs with the call's context
 current. Supplied by the surface; `tools.approval.make_approver` builds one from a policy, rules and an ask
-callback."""
+callback. An approver with an `escalate(call, tool, reason) -> Awaitable[bool]` method is asked whether a
+call the sandbox stopped (`sandbox.SandboxBlocked`) may run once outside it; without one it may not."""
 
 
 def truncate_output(text: str, limit: int) -> str:
@@ -148,10 +150,23 @@ async def _run_one(
                 raise ToolDenied(f"{call.name} needs approval and nobody could approve it (run with --yes to allow)")
             if not await approve(call, t):
                 raise ToolDenied(f"the user denied {call.name}; do not retry it unchanged")
-        async with exclusive.hold(not t.parallel):
-            started = time.perf_counter()
-            async with asyncio.timeout(t.timeout_s or default_timeout) as deadline:
-                output = await t.invoke(arguments, context)
+        try:
+            async with exclusive.hold(not t.parallel):
+                started = time.perf_counter()
+                async with asyncio.timeout(t.timeout_s or default_timeout) as deadline:
+                    output = await t.invoke(arguments, context)
+        except SandboxBlocked as blocked:  # asked outside the lock and the call's time limit
+            escalate = getattr(approve, "escalate", None)
+            if escalate is None or not await escalate(call, t, blocked.reason):
+                return ToolResult(call.id, call.name, f"{blocked.output}\n[{blocked.reason}. It was not run outside "
+                                  "the sandbox. Do not retry it unchanged; work inside the workspace]", ok=False,
+                                  duration_s=time.perf_counter() - started, index=call.index)
+            unconfined = replace(context, sandbox=Sandbox("off"))
+            async with exclusive.hold(not t.parallel):
+                started = time.perf_counter()
+                async with asyncio.timeout(t.timeout_s or default_timeout) as deadline:
+                    with using_context(unconfined):
+                        output = await t.invoke(arguments, unconfined)
     except TimeoutError as exc:
         if deadline is None or not deadline.expired():  # the tool's own TimeoutError, not ours
             return fail(f"{call.name} raised TimeoutError: {exc}")

@@ -9,15 +9,17 @@ from pathlib import Path
 import pytest
 
 from crow_cli.tools.context import ToolContext, using_context
+from crow_cli.tools.sandbox import Sandbox
 
 
 @pytest.fixture
 def enter_workspace() -> Iterator[Callable[..., ToolContext]]:
-    """`enter_workspace(root, secrets=())`: tools called directly in this test see `root` as the workspace
+    """`enter_workspace(root, secrets=(), sandbox=None)`: tools called directly in this test see `root` as the workspace
     (as dispatch makes a run's context current for each call), until the test ends."""
     with contextlib.ExitStack() as stack:
-        def enter(root: Path, secrets: tuple[str, ...] = ()) -> ToolContext:
-            return stack.enter_context(using_context(ToolContext(Path(root).resolve(), secrets)))
+        def enter(root: Path, secrets: tuple[str, ...] = (), sandbox: Sandbox | None = None) -> ToolContext:
+            return stack.enter_context(using_context(ToolContext(Path(root).resolve(), secrets,
+                                                                 sandbox or Sandbox())))
 
         yield enter
 

@@ -10,6 +10,7 @@ import pytest
 from crow_cli.errors import ConfigError, ToolDenied, ToolError
 from crow_cli.history import ToolCall
 from crow_cli.tools.approval import (
+    UNCONFINED_MARK,
     Answer,
     ApprovalPolicy,
     Approvals,
@@ -287,3 +288,26 @@ def test_a_rule_naming_an_unknown_tool_is_a_config_error(rule: str, hint: str | 
     with pytest.raises(ConfigError):
         check_rule_names([rule], [], names)
     check_rule_names(["write_file", "docs_search"], ["run_shell:rm -rf"], names)  # known names pass
+
+
+# issue: where no sandbox can be had, commands fall back to asking: never silently unconfined (yolo, an allow
+# rule and an earlier "always" answer included); with nobody to ask, they are denied
+@pytest.mark.parametrize("mode", ["yolo", "ask"])
+async def test_without_a_sandbox_every_command_is_asked_about(mode: str, monkeypatch: pytest.MonkeyPatch,
+                                                             tmp_path: Path) -> None:
+    from crow_cli.tools import sandbox
+    from crow_cli.tools.context import ToolContext, using_context
+
+    monkeypatch.setattr(sandbox, "_probe", lambda: (None, "bubblewrap (bwrap) is not installed"))
+    asker = Asker("always")
+    approvals = make_approver(mode, allow=["run_shell:ls"], ask=asker)
+    with using_context(ToolContext(tmp_path, sandbox=sandbox.Sandbox("workspace-write"))):
+        for command in ("ls", "ls -l"):
+            assert await approvals(_call("run_shell", command=command), TOOLS["run_shell"])
+        assert asker.asked == ["run_shell", "run_shell"]
+        assert asker.previews[0] == (f"{UNCONFINED_MARK}[no sandbox is available (bubblewrap (bwrap) is not "
+                                     "installed): this command would run with all your rights]\n$ ls")
+        with pytest.raises(ToolDenied, match=r"no sandbox is available .* nobody can answer here"):
+            await make_approver("yolo")(_call("run_shell", command="ls"), TOOLS["run_shell"])
+    with using_context(ToolContext(tmp_path, sandbox=sandbox.Sandbox("off"))):  # an explicit choice: not asked
+        assert await make_approver("yolo")(_call("run_shell", command="ls"), TOOLS["run_shell"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import textwrap
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from crow_cli.history import ToolCall, ToolResult
 from crow_cli.tools.dispatch import dispatch
 from crow_cli.tools.registry import ToolRegistry, tool
 from tests.conftest import chunk, sse, text_sse, tool_delta
-from tests.support import run_against
+from tests.support import needs_sandbox, run_against
 
 
 async def results_of(registry: ToolRegistry, *calls: ToolCall, timeout_s: float = 60.0) -> dict[str, ToolResult]:
@@ -96,3 +97,42 @@ def test_sync_tool_past_its_timeout_does_not_keep_crow_alive(tmp_path: Path) -> 
                                  "--tools-dir", str(plugins), "go", cwd=tmp_path, timeout=120)
     assert proc.returncode == 0 and proc.stdout == "gave up\n"
     assert "timed out after 1 s" in requests[1]["messages"][2]["content"]
+
+
+# issue: a command the sandbox stopped is reported to the model with the reason, and the user may run it
+# once outside the sandbox (an escalation question); where nobody can answer, that is a denial
+@needs_sandbox()
+@pytest.mark.parametrize("answer", ["yes", "no", None])
+async def test_a_command_the_sandbox_stopped_runs_outside_it_only_with_a_yes(tmp_path: Path,
+                                                                              answer: str | None) -> None:
+    from crow_cli.tools.approval import UNCONFINED_MARK, make_approver
+    from crow_cli.tools.builtin.shell import run_shell
+    from crow_cli.tools.context import ToolContext
+    from crow_cli.tools.sandbox import Sandbox
+
+    (tmp_path / "ws").mkdir()
+    asked: list[str] = []
+
+    async def ask(call: ToolCall, t: object, preview: str) -> str:
+        asked.append(preview)
+        return str(answer)
+
+    registry = ToolRegistry()
+    registry.register(run_shell)
+    context = ToolContext(tmp_path / "ws", sandbox=Sandbox("workspace-write", temp_dir=str(tmp_path / "ws")))
+    approve = make_approver("yolo", ask=None if answer is None else ask)  # type: ignore[arg-type]
+    call = ToolCall("c", "run_shell", json.dumps({"command": f"echo out > {tmp_path}/outside"}))
+    events = [e async for e in dispatch([call], registry, approve=approve, context=context)]
+    result = next(e.result for e in events if e.type == "tool_result")
+    assert (tmp_path / "outside").exists() == (answer == "yes")
+    if answer == "yes":
+        assert result.output == "[exit code 0] (no output)"
+        assert asked[0].startswith(f"{UNCONFINED_MARK}[the sandbox (workspace-write) refused a write outside")
+        assert asked[0].endswith(f"$ echo out > {tmp_path}/outside")
+    else:
+        assert "Read-only file system" in result.output and not result.ok
+        assert result.output.endswith("the sandbox (workspace-write) refused a write outside the workspace and the "
+                                      "temp dir (or to .git hooks and config): read-only file system. It was not "
+                                      "run outside the sandbox. Do not retry it unchanged; work inside the "
+                                      "workspace]")
+    assert len(asked) == (0 if answer is None else 1)

@@ -36,9 +36,10 @@ from ...events import (
     WarningEvent,
 )
 from ...history import Message, ToolCall, user_message
-from ...tools.approval import Answer, Approvals, make_approver
+from ...tools.approval import UNCONFINED_MARK, Answer, Approvals, make_approver
 from ...tools.context import ToolContext
 from ...tools.registry import Tool, ToolRegistry
+from ...tools.sandbox import Sandbox
 from ...wire.client import ChatClient
 from ..common import build_compactor, loop_settings
 from ..persist import SessionRecorder
@@ -95,7 +96,8 @@ class Session:
         """The file tools read through the editor: edit diffs come from its buffers."""
         self.rejected: set[str] = set()
         """Tool names the user rejected for the rest of the session ("reject always")."""
-        self.context = replace(ToolContext.for_workspace(cwd, secrets=[settings.api_key, *settings.secrets]),
+        self.context = replace(ToolContext.for_workspace(cwd, secrets=[settings.api_key, *settings.secrets],
+                                                         sandbox=Sandbox(settings.sandbox, settings.sandbox_network)),
                                backup=recorder.backup)  # files crow's tools change: undo restores them
         self.driver = Driver(client, registry, loop_settings(settings), self.approve, self.context,
                              build_compactor(settings, recorder))  # compaction near the context window
@@ -193,7 +195,8 @@ class Session:
         waited its turn ("reject always", a switch to yolo or read-only) decides it without asking.
         """
         self._refuse(tool)
-        if self.approvals.policy.allowed_by(tool, None) is not None:  # the mode changed to yolo / auto-edit
+        if self.approvals.policy.allowed_by(tool, None) is not None and not preview.startswith(UNCONFINED_MARK):
+            # the mode changed to yolo / auto-edit (no mode runs a command outside the sandbox unasked)
             return "yes"
         acp_id = self.calls.get(call.index, "")
         args = arguments(call)

@@ -6,9 +6,17 @@ and stdout+stderr merged into one pipe that this module reads itself. It gets it
 the shell itself exits, the whole process group is killed. The call returns when the shell exits, even
 if a background process still holds the output open (its output after that is not read).
 
-A process that leaves the group (`setsid`, a double-forking daemon) is found on Linux by a marker
-variable in its environment (`CROW_SHELL_RUN`) and killed too; one that also clears its environment
-(`env -i`) on a system without `/proc` can outlive the call. This is a guard rail, not a sandbox.
+Confined (`ToolContext.sandbox`, see `tools.sandbox`), the shell runs inside bubblewrap (Linux) or
+`sandbox-exec` (macOS): writes outside the workspace and the temp dir fail, the network is off unless
+allowed, and on Linux every process of the command lives in a pid namespace that dies with the call
+and with crow (`--die-with-parent`, also on `kill -9`). A confined command that failed because of the
+sandbox raises `SandboxBlocked` with the reason and its output: dispatch reports it to the model, or
+runs it once more outside the sandbox when the user approves.
+
+Unconfined (`off`, or no sandbox on this machine after the user approved the command), a process that
+leaves the group (`setsid`, a double-forking daemon) is found on Linux by a marker variable in its
+environment (`CROW_SHELL_RUN`) and killed too; one that also clears its environment (`env -i`) on a
+system without `/proc` can outlive the call.
 
 Secrets: the API key variables (`CROW_API_KEY`, `OPENAI_API_KEY`) and every variable whose value
 contains one of the run's secrets (`ToolContext.secrets`, the configured API key) are removed from the
@@ -33,6 +41,7 @@ from ...errors import ToolError
 from ...text import mask_secrets
 from ..context import ToolContext
 from ..registry import tool
+from ..sandbox import SandboxBlocked, blocked_reason, sandbox_argv
 
 __all__ = ["run_shell", "scrubbed_environ"]
 
@@ -166,12 +175,14 @@ async def run_shell(command: str, timeout_s: float | None = None, context: ToolC
     limit = min(float(timeout_s or DEFAULT_TIMEOUT_S), MAX_TIMEOUT_S)
     context = context or ToolContext.current()
     token = secrets.token_hex(8)
+    confined = sandbox_argv(context.sandbox, context.workspace, command)
     read_fd, write_fd = os.pipe()
     try:
-        proc = await asyncio.create_subprocess_shell(
-            command, cwd=context.workspace, env=_command_env(token, context.secrets), stdin=asyncio.subprocess.DEVNULL,
-            stdout=write_fd, stderr=asyncio.subprocess.STDOUT, start_new_session=True,
-        )
+        how: dict[str, Any] = {"cwd": context.workspace, "env": _command_env(token, context.secrets),
+                               "stdin": asyncio.subprocess.DEVNULL, "stdout": write_fd,
+                               "stderr": asyncio.subprocess.STDOUT, "start_new_session": True}
+        proc = await (asyncio.create_subprocess_exec(*confined, **how) if confined is not None
+                      else asyncio.create_subprocess_shell(command, **how))
     except BaseException:
         os.close(read_fd)
         raise
@@ -209,4 +220,8 @@ async def run_shell(command: str, timeout_s: float | None = None, context: ToolC
     else:
         code = proc.returncode
         status = f"exit code {code}" if code is not None and code >= 0 else f"killed by signal {-(code or 0)}"
-    return f"[{status}]\n{output}" if output else f"[{status}] (no output)"
+    result = f"[{status}]\n{output}" if output else f"[{status}] (no output)"
+    reason = blocked_reason(context.sandbox, output) if confined is not None and proc.returncode else None
+    if reason is not None:
+        raise SandboxBlocked(reason, result)
+    return result

@@ -1,0 +1,214 @@
+"""The sandbox of `run_shell`: real bubblewrap on Linux (writes, network, .git hooks, crow killed), and the
+macOS profile as text.
+
+# issue: a command the user approved (or that --yes let through) could write anywhere the user can,
+# reach any host, and outlive `kill -9` of crow.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from crow_cli.tools.builtin.shell import run_shell
+from crow_cli.tools.context import ToolContext
+from crow_cli.tools.sandbox import (
+    MODES,
+    Sandbox,
+    SandboxBlocked,
+    blocked_reason,
+    bwrap_argv,
+    seatbelt_profile,
+)
+from tests.support import alive, needs_sandbox
+
+needs_bwrap = needs_sandbox()
+
+
+@pytest.fixture
+def place(tmp_path: Path) -> Path:
+    """`ws` (the workspace, a git repository), `tmp` (the temp dir) and `outside` (neither), in one folder."""
+    for name in ("ws/.git/hooks", "tmp", "outside"):
+        (tmp_path / name).mkdir(parents=True)
+    (tmp_path / "ws/.git/config").write_text("[core]\n")
+    return tmp_path
+
+
+def _context(place: Path, mode: str = "workspace-write", network: bool = False) -> ToolContext:
+    return ToolContext(place / "ws", sandbox=Sandbox(mode, network, str(place / "tmp")))
+
+
+async def _run(command: str, context: ToolContext) -> str:
+    try:
+        return await run_shell.invoke({"command": command}, context)
+    except SandboxBlocked as blocked:
+        return f"BLOCKED {blocked.reason}\n{blocked.output}"
+
+
+@needs_bwrap
+async def test_workspace_write_writes_the_workspace_and_temp_dir_only(place: Path) -> None:
+    out = await _run(f"echo a > inside; echo b > {place}/tmp/t; echo c > {place}/outside/x", _context(place))
+    assert out.startswith("BLOCKED the sandbox (workspace-write) refused a write outside the workspace")
+    assert "Read-only file system" in out
+    assert (place / "ws/inside").read_text() == "a\n" and (place / "tmp/t").read_text() == "b\n"
+    assert not (place / "outside/x").exists()
+
+
+@needs_bwrap
+async def test_git_hooks_and_config_stay_read_only(place: Path) -> None:
+    out = await _run("echo 'rm -rf ~' > .git/hooks/pre-commit; echo '[core] hooksPath=/x' >> .git/config",
+                     _context(place))
+    assert out.startswith("BLOCKED") and out.count("Read-only file system") == 2
+    assert not (place / "ws/.git/hooks/pre-commit").exists()
+    assert (place / "ws/.git/config").read_text() == "[core]\n"
+
+
+@needs_bwrap
+async def test_read_only_writes_nothing(place: Path) -> None:
+    out = await _run("echo a > inside", _context(place, "read-only"))
+    assert out.startswith("BLOCKED the sandbox (read-only) refused a write anywhere")
+    assert not (place / "ws/inside").exists()
+
+
+@needs_bwrap
+async def test_a_command_that_succeeds_is_plain_output(place: Path) -> None:
+    assert await _run("echo hi; pwd", _context(place)) == f"[exit code 0]\nhi\n{place / 'ws'}\n"
+
+
+@pytest.fixture
+def server() -> Iterator[int]:
+    """A TCP server on 127.0.0.1 answering every connection with `pong` (its port)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 4\r\n\r\npong")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield listener.getsockname()[1]
+    stop.set()
+    socket.create_connection(listener.getsockname()).close()  # wakes the accept up: it sees stop
+    thread.join(60)
+    listener.close()
+
+
+def _python_get(port: int) -> str:
+    code = (f"import socket; s = socket.create_connection(('127.0.0.1', {port}));"
+            " s.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n'); print(s.recv(100).split(b'\\r\\n\\r\\n')[-1].decode())")
+    return f"{sys.executable} -c \"{code}\""
+
+
+@needs_bwrap
+@pytest.mark.parametrize("client", ["python", "curl"])
+async def test_network_is_off_unless_allowed(place: Path, server: int, client: str) -> None:
+    if client == "curl" and not Path("/usr/bin/curl").exists():
+        pytest.skip("curl is not installed")
+    command = _python_get(server) if client == "python" else f"curl -sS http://127.0.0.1:{server}/"
+    off = await _run(command, _context(place))
+    assert off.startswith("BLOCKED the sandbox has no network")
+    assert "pong" not in off
+    on = await _run(command, _context(place, network=True))
+    assert on.strip() == "[exit code 0]\npong"
+
+
+KILLED_SCRIPT = """
+import asyncio, sys
+from pathlib import Path
+from crow_cli.tools.builtin.shell import run_shell
+from crow_cli.tools.context import ToolContext
+from crow_cli.tools.sandbox import Sandbox
+context = ToolContext(Path(sys.argv[1]), sandbox=Sandbox("workspace-write"))
+asyncio.run(run_shell.invoke({"command": sys.argv[2], "timeout_s": 600}, context))
+"""
+
+
+def _pids_with(token: bytes) -> list[int]:
+    """The sleepers of the test: `python -c 'import time; …' TOKEN-x` processes."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "cmdline").read_bytes().startswith(
+                    b"%s\0-c\0import time" % sys.executable.encode()) and token in (
+                    entry / "cmdline").read_bytes() and alive(int(entry.name)):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+@needs_bwrap
+def test_no_command_survives_crow_killed(place: Path) -> None:
+    token = f"crow-sandbox-{os.getpid()}-{time.monotonic_ns()}"
+    # a child that left the process group (setsid) and one in the background, both long-lived
+    command = (f"setsid {sys.executable} -c 'import time; time.sleep(900)' {token}-a & "
+               f"{sys.executable} -c 'import time; time.sleep(900)' {token}-b & touch started; wait")
+    crow = subprocess.Popen([sys.executable, "-c", KILLED_SCRIPT, str(place / "ws"), command])
+    try:
+        for _ in range(1200):  # up to 60 s: bounds a hang
+            if (place / "ws/started").exists() and len(_pids_with(token.encode())) == 2:
+                break
+            time.sleep(0.05)
+        assert len(_pids_with(token.encode())) == 2
+    finally:
+        crow.send_signal(signal.SIGKILL)
+        crow.wait()
+    for _ in range(1200):  # up to 60 s for the kernel to end the sandbox
+        if not _pids_with(token.encode()):
+            break
+        time.sleep(0.05)
+    assert _pids_with(token.encode()) == []
+
+
+def test_bwrap_arguments(place: Path) -> None:
+    ws = str(place / "ws")
+    argv = bwrap_argv(Sandbox("workspace-write", False, str(place / "tmp")), place / "ws", "make")
+    assert argv[:8] == ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    text = " ".join(argv)
+    assert f"--bind {place}/tmp {place}/tmp --bind {ws} {ws}" in text
+    assert f"--ro-bind {ws}/.git/hooks {ws}/.git/hooks --ro-bind {ws}/.git/config {ws}/.git/config" in text
+    assert "--unshare-all --die-with-parent --new-session" in text and "--share-net" not in text
+    assert argv[-4:] == ["--", "/bin/sh", "-c", "make"]
+    networked = bwrap_argv(Sandbox("read-only", True, str(place / "tmp")), place / "ws", "make")
+    assert "--share-net" in networked and f"--bind {ws}" not in " ".join(networked)
+    assert f"--tmpfs {place}/tmp" in " ".join(networked)
+
+
+def test_macos_profile_text(place: Path) -> None:
+    ws = str(place / "ws")
+    profile = seatbelt_profile(Sandbox("workspace-write", False, str(place / "tmp")), place / "ws")
+    assert profile.splitlines() == [
+        "(version 1)", "(allow default)", "(deny file-write*)",
+        '(allow file-write* (literal "/dev/null") (literal "/dev/tty") (regex #"^/dev/fd/"))',
+        f'(allow file-write* (subpath "{ws}") (subpath "{place}/tmp"))',
+        f'(deny file-write* (subpath "{ws}/.git/hooks") (literal "{ws}/.git/config"))',
+        "(deny network*)",
+    ]
+    read_only = seatbelt_profile(Sandbox("read-only", True), Path('/tmp/a "quoted" dir'))
+    assert "(subpath" not in read_only and "network" not in read_only
+    assert seatbelt_profile(Sandbox("workspace-write", True), Path('/x/a"b')).count('"/x/a\\"b"') == 1
+
+
+def test_what_counts_as_blocked_by_the_sandbox() -> None:
+    confined = Sandbox("workspace-write")
+    assert blocked_reason(confined, "sh: cannot create /etc/x: Read-only file system") is not None
+    assert blocked_reason(confined, "curl: (7) Failed to connect to 127.0.0.1 port 1: Connection refused")
+    assert blocked_reason(Sandbox("workspace-write", network=True), "Connection refused") is None
+    assert blocked_reason(Sandbox("off"), "Read-only file system") is None
+    assert blocked_reason(confined, "AssertionError: 1 != 2") is None
+    assert MODES == ("workspace-write", "read-only", "off")
