@@ -4,10 +4,14 @@
                   │ signals / cancel() → cancellation          │ MessageAppended → recorder.sync
                   └────────────── RunFinished (status, exit code) ◄┘
 
-The driver adds what every surface needs and none should repeat: a signal (or `cancel()`) cancels
-the loop, which closes its own history; each appended message is stored as it is appended; the run
-ends with one `RunFinished` whose `exit_code` is the process's (130 / 143 / 129 after a signal).
-Surfaces are sinks: they show events and never repair, count or store the history.
+The driver adds what every surface needs and none should repeat: a signal (through the surface's
+`Interrupts`, whose policies are here: `run_interrupts`, `chat_interrupts`, `editor_interrupts`) or
+`cancel()` cancels the loop, which closes its own history; each appended message is stored as it is
+appended; output that cannot be written stops the run (`output_lost`); the run ends with one
+`RunFinished` whose cause is typed (`status`, `signal`, `output_errno`) and whose `exit_code` is the
+process's (130 / 143 / 129 after a signal, 141 / 129 when the pipe or terminal went away).
+Surfaces are sinks: they show events and never repair, count or store the history, install a signal
+handler or read an errno.
 """
 
 from __future__ import annotations
@@ -15,8 +19,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-from collections.abc import Iterable
-from contextlib import aclosing
+import signal
+from contextlib import aclosing, nullcontext
 from dataclasses import replace
 from typing import Protocol
 
@@ -25,12 +29,48 @@ from .errors import SessionError
 from .events import Event, MessageAppended, RunFinished, WarningEvent
 from .history import Message
 from .loop import ChatStream, LoopSettings, react
-from .signals import SignalCancel, exit_code, signal_name
+from .signals import ALL_SIGNALS, Interrupts, exit_code, signal_name
 from .tools.context import ToolContext
 from .tools.dispatch import Approver
 from .tools.registry import ToolRegistry
 
-__all__ = ["Driver", "Recorder", "Sink"]
+__all__ = ["Driver", "Interrupts", "Recorder", "Sink", "chat_interrupts", "editor_interrupts", "output_lost",
+           "run_interrupts"]
+
+
+def run_interrupts(exit_grace_s: float | None = None) -> Interrupts:
+    """`crow run`'s policy: SIGINT, SIGTERM and SIGHUP end it (the run, or its set-up, is stopped; exit
+    128 + n); a second signal exits at once; `exit_grace_s` after the run a tool thread is not waited for."""
+    return Interrupts(end=ALL_SIGNALS, exit_grace_s=exit_grace_s)
+
+
+def chat_interrupts() -> Interrupts:
+    """`crow chat`'s policy: Ctrl-C (SIGINT) stops the turn (or /compact) and the chat goes on; with nothing
+    to stop (start-up, piped input, a turn already stopping) it ends the chat, exit 130. At the prompt the
+    terminal reads Ctrl-C as a key (twice in a row quits). SIGTERM and SIGHUP end the chat."""
+    return Interrupts(end=(signal.SIGTERM, signal.SIGHUP), stop=(signal.SIGINT,))
+
+
+def editor_interrupts() -> Interrupts:
+    """`crow acp`'s policy: SIGTERM and SIGHUP end the connection as the end of stdin does (prompts are
+    stopped and stored first); a second one exits at once."""
+    return Interrupts(end=(signal.SIGTERM, signal.SIGHUP))
+
+
+def output_lost(exc: OSError, final_text: str = "", turns: int = 0) -> RunFinished:
+    """How a run ends when its output cannot be written (`exc` from a write).
+
+    EIO (a terminal that hung up) exits 129 and EPIPE (a closed pipe) 141, as the signal would have made
+    it (`RunFinished.output_gone`); any other error (ENOSPC: a full disk, a quota) exits 1 with the error
+    `cannot write the output: STRERROR`, for the surface to print elsewhere.
+    """
+    if exc.errno == errno.EIO:
+        reason, code = "the terminal was closed", 129
+    elif exc.errno == errno.EPIPE:
+        reason, code = "the output was closed", 141
+    else:
+        reason, code = f"cannot write the output: {exc.strerror or exc}", 1
+    return RunFinished("cancelled", final_text, turns, reason, code, output_errno=exc.errno or 0)
 
 
 class Sink(Protocol):
@@ -57,19 +97,22 @@ class Driver:
         approve: asked before tools that need approval (None denies them).
         context: the workspace and secrets tools run with (None: the working directory, no secrets).
         compactor: keeps the conversation within the context window (None: no compaction).
+        interrupts: the surface's signals (`run_interrupts` …): while a run lasts, a signal stops it
+            (`RunFinished.signal`). None: signals are not the driver's (in-process callers, editor sessions).
     """
 
     def __init__(self, client: ChatStream, registry: ToolRegistry | None, settings: LoopSettings,
                  approve: Approver | None, context: ToolContext | None = None,
-                 compactor: Compactor | None = None) -> None:
+                 compactor: Compactor | None = None, interrupts: Interrupts | None = None) -> None:
         self.client = client
+        self.interrupts = interrupts
         self.context = context
         self.registry = registry
         self.settings = settings
         self.approve = approve
         self.compactor = compactor
         self._task: asyncio.Task[None] | None = None
-        self._stop: tuple[str, int] | None = None
+        self._stop: RunFinished | None = None
         self._finished: RunFinished | None = None
 
     @property
@@ -81,31 +124,28 @@ class Driver:
 
         Returns False when no run is in progress (or it is already being stopped).
         """
+        return self._cancel(RunFinished("cancelled", "", 0, reason, code))
+
+    def _cancel(self, stop: RunFinished) -> bool:
         if not self.running or self._stop is not None:
             return False
-        self._stop = (reason, code)
+        self._stop = stop
         assert self._task is not None
         self._task.cancel()
         return True
 
-    async def run(self, history: list[Message], sink: Sink, recorder: Recorder | None = None, *,
-                  signals: Iterable[int] = (), exit_grace_s: float | None = None) -> RunFinished:
+    async def run(self, history: list[Message], sink: Sink, recorder: Recorder | None = None) -> RunFinished:
         """Run the loop on `history` (ending with the user's message) until its `RunFinished`.
 
         A sink whose output is gone (`OSError` from `handle`: a closed terminal, a closed pipe) gets no
-        more events and the run is cancelled: exit code 129 for a terminal that hung up (EIO), 141 for
-        a closed pipe (EPIPE), as the signal would have made it; any other error (a full disk) exits 1
-        with the error `cannot write the output: STRERROR`, for the surface to print elsewhere.
+        more events and the run is cancelled as `output_lost` says (`RunFinished.output_errno`). While
+        the run lasts, a signal of the driver's `interrupts` stops it (`RunFinished.signal`, exit 128 + n).
 
         Args:
             history: appended to in place; stored through `recorder` first and after every message.
             sink: receives every event, the `RunFinished` last.
             recorder: the session store's writer; after a `SessionError` the run goes on unrecorded
                 with a `WarningEvent`.
-            signals: while the run lasts, these signals cancel it (`interrupted (SIGINT)`, exit 128 + n);
-                a second one exits at once.
-            exit_grace_s: after a signal, the process exits this many seconds later even if a tool
-                thread still runs (None: never forced).
 
         Raises:
             asyncio.CancelledError: when the caller's task is cancelled; the history is closed and
@@ -115,10 +155,11 @@ class Driver:
         recorder = self._store(recorder, history, sink)
         self._task = asyncio.ensure_future(self._consume(history, sink, recorder))
 
-        def on_signal(signum: int) -> None:
-            self.cancel(f"interrupted ({signal_name(signum)})", exit_code(signum))
+        def on_signal(signum: int) -> bool:
+            reason = f"interrupted ({signal_name(signum)})"
+            return self._cancel(RunFinished("cancelled", "", 0, reason, exit_code(signum), signal=signum))
 
-        with SignalCancel(on_signal, signals=signals, exit_grace_s=exit_grace_s) as trap:
+        with self.interrupts.stopping(on_signal) if self.interrupts is not None else nullcontext():
             try:
                 await self._task
             except asyncio.CancelledError:
@@ -128,11 +169,9 @@ class Driver:
             finally:
                 self._task = None
                 self._store(recorder, history, sink)  # whatever ended the run, what the loop closed is kept
-            if trap.signum is not None:
-                trap.exit_soon()  # a tool in a worker thread may not stop; do not wait for it
         if self._finished is None:  # stopped before the loop began: nothing to close, still one RunFinished
             assert self._stop is not None  # otherwise react ended with its own RunFinished
-            self._finished = RunFinished("cancelled", "", 0, *self._stop)
+            self._finished = self._stop
             with contextlib.suppress(OSError):
                 sink.handle(self._finished)
         return self._finished
@@ -145,19 +184,14 @@ class Driver:
                     recorder = self._store(recorder, history, sink)
                 elif isinstance(event, RunFinished):
                     if event.status == "cancelled" and self._stop is not None:
-                        event = replace(event, error=self._stop[0], exit_code=self._stop[1])
+                        event = replace(self._stop, final_text=event.final_text, turns=event.turns)
                     self._finished = event
                 if sink is not None:
                     try:
                         sink.handle(event)
-                    except OSError as exc:  # the terminal or pipe is gone (a closed window, `| head`)
+                    except OSError as exc:  # the terminal or pipe is gone (a closed window, `| head`), a full disk
                         sink = None
-                        if exc.errno == errno.EIO:  # a terminal that hung up: as if SIGHUP had come first
-                            self.cancel("the terminal was closed", 129)
-                        elif exc.errno == errno.EPIPE:  # a closed pipe: as if SIGPIPE had killed us
-                            self.cancel("the output was closed", 141)
-                        else:  # a full disk (ENOSPC), a quota …: the surface says it, the run failed
-                            self.cancel(f"cannot write the output: {exc.strerror or exc}", 1)
+                        self._cancel(output_lost(exc))
 
     @staticmethod
     def _store(recorder: Recorder | None, history: list[Message], sink: Sink | None) -> Recorder | None:

@@ -6,6 +6,7 @@ JSONL shape, so fields are added, never renamed.
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -164,14 +165,28 @@ class MessageAppended:
 
 @dataclass(frozen=True, slots=True)
 class RunFinished:
-    """The last event of a run: how it ended and the final answer text."""
+    """The last event of a run: how it ended and the final answer text.
+
+    Its cause is typed: `status`, and for a cancelled run `signal` (stopped by that signal) or
+    `output_errno` (its output could not be written); surfaces decide from these, never from `error`.
+    """
 
     status: RunStatus
     final_text: str
     turns: int
     error: str | None = None
     exit_code: int = 0
+    signal: int | None = None
+    """The signal that stopped the run (2 SIGINT, 15 SIGTERM, 1 SIGHUP), or None."""
+    output_errno: int | None = None
+    """The errno that stopped the run because its output could not be written (EPIPE: a closed pipe, EIO: a
+    terminal that hung up, ENOSPC: a full disk …), or None."""
     type: Literal["run_finished"] = "run_finished"
+
+    @property
+    def output_gone(self) -> bool:
+        """The output went away (a closed pipe or terminal): nobody is left to tell; a full disk is not gone."""
+        return self.output_errno in (errno.EPIPE, errno.EIO)
 
 
 Event = (

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from crow_cli.config import Settings
-from crow_cli.driver import Driver
+from crow_cli.driver import Driver, output_lost, run_interrupts
 from crow_cli.errors import SessionError
 from crow_cli.events import Event, RunFinished, TextDelta, WarningEvent
 from crow_cli.history import Message, user_message
@@ -60,10 +60,34 @@ async def test_cancel_ends_the_run_with_the_reason_and_exit_code_given():
 
 
 async def test_a_signal_cancels_the_run_and_sets_the_exit_code():
-    d = driver(Stalling())
-    sink = Events(on_text=lambda: os.kill(os.getpid(), signal.SIGHUP))
-    finished = await d.run([user_message("go")], sink, signals=(signal.SIGHUP,))
+    with run_interrupts() as interrupts:
+        d = Driver(Stalling(), None, LoopSettings(), None, interrupts=interrupts)
+        sink = Events(on_text=lambda: os.kill(os.getpid(), signal.SIGHUP))
+        finished = await d.run([user_message("go")], sink)
     assert (finished.status, finished.error, finished.exit_code) == ("cancelled", "interrupted (SIGHUP)", 129)
+    assert (finished.signal, finished.output_errno, interrupts.signum) == (signal.SIGHUP, None, signal.SIGHUP)
+
+
+class Unwritable:
+    """A sink whose output fails with `errno` at the first text."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+    def handle(self, event: Event) -> None:
+        if isinstance(event, TextDelta):
+            raise OSError(self.code, os.strerror(self.code))
+
+
+@pytest.mark.parametrize(("code", "exit_code", "gone"), [(errno.EPIPE, 141, True), (errno.EIO, 129, True),
+                                                         (errno.ENOSPC, 1, False)])
+async def test_output_that_cannot_be_written_ends_the_run_with_its_errno(code: int, exit_code: int,
+                                                                         gone: bool) -> None:
+    # issue 18: the cause is typed (surfaces read output_errno / output_gone, never the error text)
+    finished = await driver(Stalling()).run([user_message("go")], Unwritable(code))
+    assert (finished.status, finished.exit_code, finished.output_errno, finished.output_gone) == (
+        "cancelled", exit_code, code, gone)
+    assert finished == output_lost(OSError(code, os.strerror(code)), "Half", 1)
 
 
 async def test_every_message_is_stored_as_it_is_appended_and_the_closed_history_too(tmp_path: Path):

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import re
-import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -28,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config import Settings
-from ..driver import Driver
+from ..driver import Driver, Interrupts, chat_interrupts, output_lost
 from ..errors import CrowError, SessionError
 from ..events import (
     Event,
@@ -45,7 +43,6 @@ from ..events import (
 from ..history import Message, ToolCall, user_message
 from ..loop import CANCELLED_OUTPUT
 from ..sessions import EXPORT_FORMATS, SessionInfo, SessionStore, export_session, write_export
-from ..signals import SignalCancel
 from ..text import public_url, strip_controls
 from ..tools.approval import check_rule_names, make_approver
 from ..tools.context import ToolContext
@@ -132,10 +129,6 @@ class _Exit(Exception):
         self.code = code
 
 
-OUTPUT_GONE = (129, 141)
-"""Exit codes of a run whose output went away (a terminal that hung up, a closed pipe): the chat ends."""
-
-
 class ChatApp:
     """The chat REPL. Construct it, then `await run()`.
 
@@ -146,11 +139,15 @@ class ChatApp:
         pt_input, pt_output: prompt-toolkit input and output (default: the terminal); tests pass a
             pipe input and `DummyOutput`.
         store: the session store (default: the one in the user data dir).
+        interrupts: the chat's signals (default `driver.chat_interrupts`: Ctrl-C stops the turn, SIGTERM
+            and SIGHUP end the chat); entered by `run`.
     """
 
     def __init__(self, settings: Settings, options: ChatOptions, *, console: Console | None = None,
-                 pt_input: Any = None, pt_output: Any = None, store: SessionStore | None = None) -> None:
+                 pt_input: Any = None, pt_output: Any = None, store: SessionStore | None = None,
+                 interrupts: Interrupts | None = None) -> None:
         self.settings = settings
+        self.interrupts = interrupts or chat_interrupts()
         self.options = options
         self.console = console or make_console(highlight=False)
         plain = plain_terminal() or not self.console.is_terminal
@@ -208,7 +205,7 @@ class ChatApp:
             self.view.line(f"crow: warning: {problem}", "yellow")
         self.client = build_client(self.settings, self.options.record_dir, trace=self.options.debug)
         self.driver = Driver(self.client, self.registry, loop_settings(self.settings, trace=self.options.debug),
-                             self.approver, self.context)
+                             self.approver, self.context, interrupts=self.interrupts)
         if self.options.resume is not None:
             self._open(self.options.resume or None, latest=not self.options.resume)
         else:
@@ -267,12 +264,31 @@ class ChatApp:
 
     async def run(self) -> int:
         """Chat until /exit, Ctrl-D or a second Ctrl-C; returns the exit code (0; 129 / 141 when the
-        terminal or output went away during a turn).
+        terminal or output went away during a turn; 143 / 129 after SIGTERM / SIGHUP).
+
+        SIGTERM or SIGHUP ends the chat (`driver.chat_interrupts`): a turn in progress is closed as after
+        Ctrl-C (every call answered) and stored before the process ends; a second signal exits at once.
 
         Raises:
             CrowError: the session store could not be opened, `--resume ID` matched nothing, or the
                 workspace or an MCP server table is invalid.
         """
+        with self.interrupts:
+            try:
+                code = await self._run()
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if self.interrupts.signum is None or current is None:
+                    raise
+                current.uncancel()
+            if self.interrupts.signum is None:
+                return code
+        with contextlib.suppress(OSError, ValueError):  # stderr may be the closed terminal
+            sys.stderr.write(f"crow: interrupted ({self.interrupts.name})\n")
+            sys.stderr.flush()
+        return self.interrupts.exit_code
+
+    async def _run(self) -> int:
         from ..tools.mcp import McpServers
 
         self.view.line(f"crow chat · {self.settings.model} · /help for commands · Ctrl-D to quit", "dim")
@@ -310,12 +326,12 @@ class ChatApp:
             async def read() -> str:
                 text: str = await session.prompt_async("› ", handle_sigint=False)
                 return text
-        loop = asyncio.get_running_loop()
-        sigint = _install_sigint(loop, self._interrupt)
         armed = False
         code = 0
         try:
             while True:
+                if self.interrupts.signum is not None:  # SIGTERM / SIGHUP stopped a command (/compact): leave
+                    raise _Exit(self.interrupts.exit_code)
                 try:
                     text = await read()
                 except KeyboardInterrupt:
@@ -347,12 +363,11 @@ class ChatApp:
         except _Exit as exc:  # the terminal went away during a turn
             code = exc.code
         except OSError as exc:  # ... or while the chat drew something else: the session is already stored
-            if exc.errno not in (errno.EIO, errno.EPIPE):
+            gone = output_lost(exc)
+            if not gone.output_gone:
                 raise
-            code = 129 if exc.errno == errno.EIO else 141
+            code = gone.exit_code
         finally:
-            if sigint:
-                loop.remove_signal_handler(signal.SIGINT)
             with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
                 self.view.stop()
             if self.client is not None:
@@ -407,7 +422,9 @@ class ChatApp:
             ticker.cancel()
             with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
                 self.view.stop()
-        if finished is not None and finished.exit_code in OUTPUT_GONE:  # nobody left to chat with
+        if self.interrupts.signum is not None:  # SIGTERM / SIGHUP stopped the turn: the chat ends (run)
+            raise _Exit(self.interrupts.exit_code)
+        if finished is not None and finished.output_gone:  # nobody left to chat with
             raise _Exit(finished.exit_code)
         if finished is not None and finished.status == "cancelled":
             self.view.cancel_tools()
@@ -621,7 +638,8 @@ class ChatApp:
 
         self._compacting = asyncio.ensure_future(compact())
         try:
-            await self._compacting
+            with self.interrupts.stopping(lambda _signum: self._interrupt()):
+                await self._compacting
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if current is not None and current.cancelling():
@@ -699,30 +717,6 @@ def _no_echo(enabled: bool) -> Iterator[None]:
             termios.tcsetattr(fd, termios.TCSANOW, saved)
 
 
-def _install_sigint(loop: asyncio.AbstractEventLoop, callback: Callable[[], object]) -> bool:
-    """Ctrl-C during a turn (the terminal is not in raw mode then) cancels the turn, not the chat."""
-    try:
-        loop.add_signal_handler(signal.SIGINT, callback)
-    except (NotImplementedError, RuntimeError, ValueError):  # Windows, or not the main thread
-        return False
-    return True
-
-
 async def run_chat(settings: Settings, options: ChatOptions) -> int:
-    """Run the chat on the terminal; returns the exit code (0; 143 / 129 after SIGTERM / SIGHUP).
-
-    SIGTERM or SIGHUP cancels the chat: a turn in progress is closed as after Ctrl-C (every call
-    answered) and stored before the process ends; a second signal exits at once.
-    """
-    app = ChatApp(settings, options)
-    task = asyncio.ensure_future(app.run())
-    with SignalCancel(lambda _sig: task.cancel(), signals=(signal.SIGTERM, signal.SIGHUP)) as signals:
-        try:
-            return await task
-        except asyncio.CancelledError:
-            if signals.signum is None:
-                raise
-    with contextlib.suppress(OSError, ValueError):  # stderr may be the closed terminal
-        sys.stderr.write(f"crow: interrupted ({signals.name})\n")
-        sys.stderr.flush()
-    return signals.exit_code
+    """Run the chat on the terminal; returns the exit code (0; 143 / 129 after SIGTERM / SIGHUP)."""
+    return await ChatApp(settings, options).run()

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import errno
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ..attachments import load_attachment, user_content
 from ..config import Settings
-from ..driver import Driver
+from ..driver import Driver, Interrupts, output_lost, run_interrupts
 from ..errors import ConfigError, SessionError
 from ..events import (
     Event,
@@ -36,7 +35,6 @@ from ..events import (
     WarningEvent,
 )
 from ..history import Message, ToolCall, user_message
-from ..signals import SignalCancel, exit_code, signal_name
 from ..stdout import private_stdout
 from ..text import strip_controls
 from ..tools.approval import Answer, AskFn, check_rule_names, make_approver
@@ -257,17 +255,14 @@ async def run_prompt(settings: Settings, options: RunOptions, out: TextIO = sys.
         except OSError as exc:  # the output failed before the driver ran (`run_started`); files name theirs
             if exc.filename is not None:
                 raise
-            return _output_failed(exc, err)
+            return _say_output_failed(output_lost(exc), err)
 
 
-def _output_failed(exc: OSError, err: TextIO) -> int:
-    """The exit code for output that cannot be written, as the driver reads it (`Driver.run`)."""
-    if exc.errno == errno.EPIPE:
-        return 141
-    if exc.errno == errno.EIO:
-        return 129
-    print(f"crow: error: cannot write the output: {exc.strerror or exc}", file=err, flush=True)
-    return 1
+def _say_output_failed(finished: RunFinished, err: TextIO) -> int:
+    """Say on `err` why the output could not be written, unless it went away (nobody to tell); the exit code."""
+    if finished.output_errno is not None and not finished.output_gone:
+        print(f"crow: error: {finished.error}", file=err, flush=True)
+    return finished.exit_code
 
 
 async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err: TextIO) -> int:
@@ -294,34 +289,25 @@ async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err:
         return exc.exit_code
     # From the first event on, a signal ends the run with one run_finished: before the driver runs, it
     # cancels this task (MCP servers starting, the client being built); then it stops the driver.
-    setup = asyncio.current_task()
-    running: list[Driver] = []
-
-    def on_signal(signum: int) -> None:
-        if running and running[0].running:
-            running[0].cancel(f"interrupted ({signal_name(signum)})", exit_code(signum))
-        elif setup is not None:
-            setup.cancel()
-
-    with SignalCancel(on_signal, exit_grace_s=options.exit_grace_s) as trap:
+    with run_interrupts(options.exit_grace_s) as interrupts:
         printer.handle(RunStarted(model=settings.model, session_id=recorder.session_id if recorder else None))
         try:
             return await _drive(settings, options, printer, history, recorder, new_session, warning, approve,
-                                registry, mcp, context, running)
+                                registry, mcp, context, interrupts)
         except asyncio.CancelledError:
-            if trap.signum is None or setup is None:
+            current = asyncio.current_task()
+            if interrupts.signum is None or current is None:
                 raise
-            setup.uncancel()
-            printer.handle(RunFinished("cancelled", "", 0, f"interrupted ({trap.name})", trap.exit_code))
-            return trap.exit_code
-        finally:
-            trap.exit_soon()  # after a signal: a tool in a worker thread may not stop; do not wait for it
+            current.uncancel()
+            printer.handle(RunFinished("cancelled", "", 0, f"interrupted ({interrupts.name})", interrupts.exit_code,
+                                       signal=interrupts.signum))
+            return interrupts.exit_code
 
 
 async def _drive(settings: Settings, options: RunOptions, printer: PlainPrinter | JsonlWriter,
                  history: list[Message], recorder: SessionRecorder | None, new_session: bool,
                  warning: WarningEvent | None, approve: Approver, registry: ToolRegistry | None,
-                 mcp: McpServers, context: ToolContext, running: list[Driver]) -> int:
+                 mcp: McpServers, context: ToolContext, interrupts: Interrupts) -> int:
     if warning is not None:
         printer.handle(warning)
     if recorder is not None and recorder.previous_model:
@@ -343,11 +329,9 @@ async def _drive(settings: Settings, options: RunOptions, printer: PlainPrinter 
             context = dataclasses.replace(context, backup=recorder.backup)
         try:
             driver = Driver(client, registry, loop_settings(settings, trace=options.debug), approve,
-                            context, build_compactor(settings, recorder))
-            running.append(driver)
+                            context, build_compactor(settings, recorder), interrupts)
             finished = await driver.run(history, printer, recorder)
-            if finished.error and finished.error.startswith("cannot write the output"):  # the printer can't
-                print(f"crow: error: {finished.error}", file=sys.stderr, flush=True)
+            _say_output_failed(finished, sys.stderr)  # the printer cannot say it
             if (recorder is not None and new_session and finished.status == "error"
                     and not any(m.get("role") in ("assistant", "tool") for m in history)):
                 recorder.discard()  # unreachable, 401, 404, no key: nothing worth continuing was said

@@ -63,7 +63,7 @@ def test_sigint_during_a_stalled_stream(tmp_path: Path) -> None:
     assert code == 130
     # issue 11 (smaller items): `turns` counts the turn cancelled mid-way (found trying it as a new user)
     assert events[-1] == {"type": "run_finished", "status": "cancelled", "final_text": "Parti", "turns": 1,
-                          "error": "interrupted (SIGINT)", "exit_code": 130}
+                          "error": "interrupted (SIGINT)", "exit_code": 130, "signal": 2, "output_errno": None}
     assert err.strip() == "crow: interrupted (SIGINT)"
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import sys
 from typing import cast
 
 import acp
 
 from ...config import Settings
+from ...driver import editor_interrupts
 from ...sessions import SessionStore
 from ...tools.approval import check_rule_names
 from ...tools.mcp import McpServers
@@ -63,20 +63,12 @@ async def serve_acp(settings: Settings, options: AcpOptions) -> int:
         reader = asyncio.StreamReader(limit=STDIN_LIMIT)
         loop = asyncio.get_running_loop()
         objects = loop.create_task(objects_only(stdin, reader, writer, agent), name="acp-stdin")
-        signalled: list[int] = []
-
-        def end(signum: int) -> None:  # as the end of stdin: prompts stop, then the connection closes
-            signalled.append(signum)
-            objects.cancel()
-
-        for signum in (signal.SIGTERM, signal.SIGHUP):
-            loop.add_signal_handler(signum, end, signum)
-        try:
-            await acp.run_agent(cast(acp.Agent, agent), writer, reader)  # the methods crow serves
-        finally:
-            for signum in (signal.SIGTERM, signal.SIGHUP):
-                loop.remove_signal_handler(signum)
-            objects.cancel()
-            await agent.close()
-            await client.aclose()
-    return 128 + signalled[0] if signalled else 0
+        # a signal ends the connection as the end of stdin does: prompts stop, then the connection closes
+        with editor_interrupts() as interrupts, interrupts.stopping(lambda _signum: objects.cancel()):
+            try:
+                await acp.run_agent(cast(acp.Agent, agent), writer, reader)  # the methods crow serves
+            finally:
+                objects.cancel()
+                await agent.close()
+                await client.aclose()
+    return interrupts.exit_code
