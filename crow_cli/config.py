@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -224,7 +225,12 @@ def _read_config(path: Path, explicit: bool) -> dict[str, Any]:
             raise ConfigError(f"config file {str(path)!r} does not exist")
         return {}
     try:
-        with path.open("rb") as fh:
+        # O_NONBLOCK and a regular-file check: a FIFO (`--config <(…)` or a named pipe) would block for ever
+        with open(path, "rb", opener=lambda p, flags: os.open(p, flags | os.O_NONBLOCK)) as fh:
+            mode = os.fstat(fh.fileno()).st_mode
+            if not stat.S_ISREG(mode):
+                what = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "not a regular file"
+                raise ConfigError(f"config file {str(path)!r} is {what}; give a regular file")
             return tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {str(path)!r} is not valid TOML: {exc}") from exc

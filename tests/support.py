@@ -437,3 +437,61 @@ class ChatTerminal:
         self._close_master()
         if self.proc.stderr is not None:
             self.proc.stderr.close()
+
+
+@contextlib.contextmanager
+def raw_http_server(respond: Callable[[Any], None]) -> Iterable[str]:
+    """A one-thread HTTP server on 127.0.0.1 whose every GET is answered by `respond(handler)` (it writes
+    the status line, headers and body itself: a trickle, a gzip bomb); yields its base URL (`.../v1`).
+    Stopping it ends a response still being written."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    stop = threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.stop = stop
+            with contextlib.suppress(OSError):
+                respond(self)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        stop.set()
+        server.shutdown()
+        server.server_close()
+
+
+def trickle(handler: Any, every_s: float = 0.5, seconds: float = 60.0) -> None:
+    """`raw_http_server` response: a 200 JSON model list sent one byte per `every_s`, for up to `seconds`."""
+    body = b'{"data": [{"id": "m", "max_model_len": 4096}]}' + b" " * 10_000
+    handler.send_response(200)
+    handler.send_header("content-type", "application/json")
+    handler.send_header("content-length", str(len(body)))
+    handler.end_headers()
+    end = time.monotonic() + seconds
+    for byte in body:
+        if handler.stop.wait(every_s) or time.monotonic() > end:
+            return
+        handler.wfile.write(bytes([byte]))
+        handler.wfile.flush()
+
+
+def gzip_bomb(handler: Any, decoded_bytes: int = 40 * 1024 * 1024) -> None:
+    """`raw_http_server` response: a 200 JSON body of `decoded_bytes` (spaces) sent gzip-compressed."""
+    import gzip
+
+    body = gzip.compress(b'{"data": [{"id": "m", "max_model_len": 4096}]' + b" " * decoded_bytes + b"}")
+    handler.send_response(200)
+    handler.send_header("content-type", "application/json")
+    handler.send_header("content-encoding", "gzip")
+    handler.send_header("content-length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)

@@ -265,3 +265,13 @@ def test_sandbox_mode_and_network_settings(tmp_path: Path) -> None:
     config.write_text('sandbox_network = "yes"\n')
     with pytest.raises(ConfigError, match="'sandbox_network' has the wrong type"):
         load_settings({}, env={}, config_path=str(config))
+
+
+# issue: a new user's `crow run --config FIFO` hung for good (the open blocked with no writer)
+def test_a_fifo_as_the_config_file_is_refused_in_one_line(tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "config.toml"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match=r"^config file .* is a FIFO \(named pipe\); give a regular file$"):
+        load_settings({}, env={}, config_path=str(fifo))

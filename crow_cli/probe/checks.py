@@ -21,6 +21,7 @@ reported) and the raw body is kept, so that `classify` sees every byte. Each req
 from __future__ import annotations
 
 import asyncio
+import codecs
 import json
 import time
 from collections.abc import Callable
@@ -32,6 +33,7 @@ import httpx
 from ..config import Settings
 from ..history import ToolCall
 from ..text import public_url
+from ..wire.body import BodyTooLarge, capped_events, read_body
 from .classify import Finding, RawStream, Shape, classify, parse_sse
 from .models import auth_headers, context_length
 from .report import Check, CheckLevel, Report, shown
@@ -145,20 +147,25 @@ class _Prober:
         ex = Exchange()
         start = time.monotonic()
         try:
-            response = await asyncio.wait_for(self.client.get(url, timeout=self.timeout()), self.timeout())
-        except (httpx.HTTPError, TimeoutError) as exc:
-            ex.error = _transport_error(exc)
+            status, content = await asyncio.wait_for(self._get(url), self.timeout())
+        except (httpx.HTTPError, TimeoutError, BodyTooLarge) as exc:
+            ex.error = str(exc) if isinstance(exc, BodyTooLarge) else _transport_error(exc)
             return ex
         ex.elapsed_s = time.monotonic() - start
-        ex.status = response.status_code
-        ex.raw = response.text
+        ex.status = status
+        ex.raw = content.decode("utf-8", "replace")
         try:
-            ex.body = response.json()
+            ex.body = json.loads(content)
         except ValueError:
             ex.body = None
-        if response.status_code >= 400:
-            ex.error = f"{response.status_code}: {_error_message(response.text)}"
+        if status >= 400:
+            ex.error = f"{status}: {_error_message(ex.raw)}"
         return ex
+
+    async def _get(self, url: str) -> tuple[int, bytes]:
+        """The status and body (decoded, capped: `wire.body`) of `GET url`."""
+        async with self.client.stream("GET", url, timeout=self.timeout()) as response:
+            return response.status_code, await read_body(response)
 
     async def chat(self, body: dict[str, Any]) -> Exchange:
         """POST one streamed request; keep the raw body and the time its first token arrived."""
@@ -170,6 +177,8 @@ class _Prober:
             start = time.monotonic()
             try:
                 await asyncio.wait_for(self._stream(body, ex, start), self.timeout())
+            except BodyTooLarge as exc:
+                ex.error = str(exc)
             except (httpx.HTTPError, TimeoutError) as exc:
                 ex.error = _transport_error(exc)
                 # A kept-alive connection the server closed meanwhile (llama-server after 5 s): once more.
@@ -191,19 +200,22 @@ class _Prober:
             ex.status = response.status_code
             ex.content_type = response.headers.get("content-type", "")
             if response.status_code >= 400:
-                text = (await response.aread()).decode("utf-8", "replace")
+                text = (await read_body(response)).decode("utf-8", "replace")
                 ex.raw = text
                 ex.error = f"{response.status_code}: {_error_message(text)}"
                 return
             parts: list[str] = []
             pending = ""
-            async for piece in response.aiter_text():
+            decoder = codecs.getincrementaldecoder("utf-8")("replace")
+            async for raw in capped_events(response.aiter_bytes()):  # a gzip bomb is an error, not 1 GB
+                piece = decoder.decode(raw)
                 parts.append(piece)
                 if ex.first_token_s is None:
                     pending += piece
                     *lines, pending = pending.replace("\r\n", "\n").split("\n")
                     if any(_first_token(line) for line in lines):
                         ex.first_token_s = time.monotonic() - start
+            parts.append(decoder.decode(b"", final=True))
             ex.raw = "".join(parts)
 
     async def chat_usage_aware(self, body: dict[str, Any]) -> tuple[Exchange, bool]:

@@ -7,6 +7,8 @@ training context); llama.cpp's served context is `n_ctx` in `GET {root}/props`.
 
 from __future__ import annotations
 
+import json
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +17,7 @@ import httpx
 from ..config import Settings
 from ..errors import AuthError, ProviderError
 from ..text import public_url
+from ..wire.body import BodyTooLarge, read_body_sync
 
 __all__ = ["ModelInfo", "auth_headers", "context_length", "fetch_models"]
 
@@ -61,16 +64,25 @@ def auth_headers(settings: Settings) -> dict[str, str]:
 def fetch_models(settings: Settings, timeout_s: float = 15.0) -> list[ModelInfo]:
     """`GET {base_url}/models`, each entry with its context length where the server gives it.
 
+    `timeout_s` bounds the whole request (a server trickling a byte every few seconds included); the
+    body is read up to `wire.body.MAX_BODY_BYTES` decoded.
+
     Raises:
         AuthError: 401/403.
-        ProviderError: unreachable, another error status, or a body that is not a model list.
+        ProviderError: unreachable, no whole answer within `timeout_s`, another error status, a body
+            too large or not a model list.
     """
     url = f"{settings.base_url.rstrip('/')}/models"
     shown_url = public_url(url)
+    deadline = time.monotonic() + timeout_s
     try:
-        response = httpx.get(url, headers=auth_headers(settings), timeout=timeout_s, follow_redirects=True)
-    except httpx.TimeoutException:
+        with httpx.stream("GET", url, headers=auth_headers(settings), timeout=timeout_s,
+                          follow_redirects=True) as response:
+            content = read_body_sync(response, deadline=deadline)
+    except (httpx.TimeoutException, TimeoutError):
         raise ProviderError(f"no answer from {shown_url} within {timeout_s:g} s") from None
+    except BodyTooLarge as exc:
+        raise ProviderError(f"{shown_url}: {exc}") from None
     except httpx.HTTPError as exc:
         raise ProviderError(f"cannot reach {shown_url}: {type(exc).__name__}") from None
     if response.status_code in (401, 403):
@@ -79,7 +91,7 @@ def fetch_models(settings: Settings, timeout_s: float = 15.0) -> list[ModelInfo]
     if response.status_code >= 400:
         raise ProviderError(f"{shown_url} answered {response.status_code}", status=response.status_code)
     try:
-        body = response.json()
+        body = json.loads(content)
     except ValueError:
         body = None
     data = body.get("data") if isinstance(body, dict) else body if isinstance(body, list) else None

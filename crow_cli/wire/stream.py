@@ -38,6 +38,7 @@ from httpx_sse import EventSource
 from ..errors import ServerError
 from ..events import WarningEvent
 from .accumulate import stream_error
+from .body import capped_events, read_parts
 from .shape import check_chunk, has_choice
 
 __all__ = ["chunk_from_completion", "iter_chunks", "looks_like_html", "recover_frames", "short_text"]
@@ -161,6 +162,7 @@ async def iter_chunks(parts: AsyncIterator[bytes], content_type: str
     if "json" in content_type and "event-stream" not in content_type:
         yield await _whole_json(parts)
         return
+    parts = capped_events(parts)  # decoded bytes per event and per turn are bounded (gzip bombs)
     if "html" in content_type:
         head = b""
         async for part in parts:
@@ -216,7 +218,7 @@ async def iter_chunks(parts: AsyncIterator[bytes], content_type: str
 
 
 async def _whole_json(parts: AsyncIterator[bytes]) -> dict[str, Any]:
-    body = b"".join([part async for part in parts])
+    body = await read_parts(parts, what="a completion")
     if not body.strip():
         raise ServerError("the server answered 200 with an empty body, not an event stream (is --base-url right?)")
     try:

@@ -5,7 +5,9 @@
 * llama.cpp server: `GET /props` (beside `/v1`) → `default_generation_settings.n_ctx` (the `-c`
   it was started with), or a top-level `n_ctx`.
 
-Anything else (OpenAI's `/models` says nothing about windows, a 404, a timeout) is "unknown".
+Anything else (OpenAI's `/models` says nothing about windows, a 404, a timeout, a body over
+`body.MAX_BODY_BYTES` decoded) is "unknown". The lookup has a total deadline (`timeout_s`, both
+requests together): a server that trickles its answer never holds up the first turn for longer.
 """
 
 from __future__ import annotations
@@ -45,9 +47,15 @@ async def discover_context_window(base_url: str, model: str, api_key: str | None
                                   headers: dict[str, str] | None = None, timeout_s: float = 5.0) -> int | None:
     """The model's context window in tokens as the server states it, or None.
 
-    Never raises for a server that does not answer or does not say: it returns None.
+    `timeout_s` bounds the whole lookup, however slowly the server answers. Never raises for a server
+    that does not answer, answers too much or does not say: it returns None.
     """
+    import asyncio
+    import json
+
     import httpx
+
+    from .body import BodyTooLarge, read_body
 
     sent = dict(headers or {})
     if api_key:
@@ -55,16 +63,16 @@ async def discover_context_window(base_url: str, model: str, api_key: str | None
     base = base_url.rstrip("/")
     root = base[:-3] if base.endswith("/v1") else base
     try:
-        async with httpx.AsyncClient(timeout=timeout_s, headers=sent) as http:
+        async with asyncio.timeout(timeout_s), httpx.AsyncClient(timeout=timeout_s, headers=sent) as http:
             for url in (f"{base}/models", f"{root}/props"):
                 try:
-                    response = await http.get(url)
-                    body = response.json() if response.status_code == 200 else None
-                except (httpx.HTTPError, ValueError):
+                    async with http.stream("GET", url) as response:
+                        body = json.loads(await read_body(response)) if response.status_code == 200 else None
+                except (httpx.HTTPError, ValueError, BodyTooLarge):
                     continue
                 found = window_from_models(body, model) if url.endswith("/models") else window_from_props(body)
                 if found is not None:
                     return found
-    except httpx.HTTPError:
+    except (httpx.HTTPError, TimeoutError):
         return None
     return None

@@ -417,3 +417,18 @@ async def test_a_damaged_session_store_is_said_once_and_the_chat_goes_on(tmp_pat
         assert await asyncio.wait_for(app.run(), 30) == 0
     output = out.getvalue()
     assert "Still here." in output and output.count("this chat is not recorded") == 1, output
+
+
+async def test_export_to_a_fifo_is_refused_and_the_chat_goes_on(store: SessionStore, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue: a new user's `/export pipe` (a FIFO) blocked chat for good, deaf to Ctrl-C, SIGTERM and SIGHUP;
+    # the export is private (0600) as the session store is
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    os.mkfifo(tmp_path / "pipe")
+    keys = "hello\r/export md pipe\r/export md talk.md\r/exit\r"
+    output, _, _ = await chat([{"sse": text_stream("Hi.")}], keys, store, options=ChatOptions(session=False))
+    assert "crow: error: cannot write pipe: a FIFO (named pipe)" in output
+    assert "Hi." in (tmp_path / "talk.md").read_text()
+    assert (tmp_path / "talk.md").stat().st_mode & 0o777 == 0o600

@@ -176,3 +176,30 @@ async def test_a_chunk_that_is_not_an_object_is_skipped_with_one_warning(data):
     assert len(warnings) == 1 and "not a JSON object" in warnings[0].message
     assert all(isinstance(i, (dict, WarningEvent)) for i in items)
     assert turn_of(items).content == "Hello"
+
+
+# issue: ~300 KB of gzip on the wire became 1-1.6 GB in one SSE event; decoded bytes per event are capped
+async def test_a_gzip_bomb_in_one_event_is_a_one_line_error():
+    import gzip
+
+    from crow_cli.wire.body import MAX_EVENT_BYTES
+
+    body = gzip.compress(b'data: {"choices": [{"index": 0, "delta": {"content": "' + b"a" * (MAX_EVENT_BYTES + 10)
+                         + b'"}}]}\n\ndata: [DONE]\n\n')
+    assert len(body) < MAX_EVENT_BYTES // 100
+    response = httpx.Response(200, stream=httpx.ByteStream(body), headers={"content-type": "text/event-stream",
+                                                                          "content-encoding": "gzip"})
+    with pytest.raises(ServerError, match=r"sent an event of over 8 MiB \(decoded\); not read further$"):
+        await assemble(response)
+
+
+async def test_a_huge_non_streamed_completion_is_a_one_line_error():
+    import gzip
+
+    from crow_cli.wire.body import MAX_BODY_BYTES
+
+    body = gzip.compress(b'{"choices": [{"index": 0, "message": {"content": "' + b"a" * MAX_BODY_BYTES + b'"}}]}')
+    response = httpx.Response(200, stream=httpx.ByteStream(body), headers={"content-type": "application/json",
+                                                                          "content-encoding": "gzip"})
+    with pytest.raises(ServerError, match=r"sent a completion of over 16 MiB \(decoded\)"):
+        await assemble(response)

@@ -1,0 +1,114 @@
+"""Bounds on what a server sends: decoded bytes per body and per SSE event, and a total deadline.
+
+httpx's timeouts bound each read, not a request: a server that trickles a byte every few seconds
+keeps a request alive for ever; and its content decoding is unbounded: ~300 KB of gzip became 1.6 GB
+in memory. So crow counts the *decoded* bytes of every body it reads (gzip undone) and stops with a
+one-line `ServerError` past a cap, and each auxiliary request (the model list, the context-window
+lookup) gets a total deadline.
+
+Caps: `MAX_EVENT_BYTES` per SSE event, `MAX_STREAM_BYTES` per streamed turn, `MAX_BODY_BYTES` per
+whole body (a non-streamed completion, an error, `/models`, `/props`).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from ..errors import ServerError
+
+__all__ = ["AUX_DEADLINE_S", "MAX_BODY_BYTES", "MAX_EVENT_BYTES", "MAX_STREAM_BYTES", "BodyTooLarge", "capped_events",
+           "read_body", "read_body_sync", "read_parts"]
+
+MAX_EVENT_BYTES = 8 * 1024 * 1024
+"""Decoded bytes of one SSE event at most (a chunk is a few hundred bytes; a whole answer in one event fits)."""
+MAX_STREAM_BYTES = 256 * 1024 * 1024
+"""Decoded bytes of one streamed turn at most (128k tokens of chunks is ~40 MB)."""
+MAX_BODY_BYTES = 16 * 1024 * 1024
+"""Decoded bytes of a whole (not streamed) body at most: a completion, an error body, a model list."""
+AUX_DEADLINE_S = 10.0
+"""Seconds an auxiliary request (`/models`, `/props`) may take in all, however slowly it trickles."""
+
+_MiB = 1024 * 1024
+_BLANK_LINE = re.compile(rb"\r\n\r\n|\n\n|\r\r")  # the end of an SSE event
+
+
+class BodyTooLarge(ServerError):
+    """A body or an event was larger, decoded, than crow reads."""
+
+
+def _too_large(what: str, limit: int) -> BodyTooLarge:
+    return BodyTooLarge(f"the server sent {what} of over {limit // _MiB} MiB (decoded); not read further")
+
+
+async def capped_events(parts: AsyncIterator[bytes], *, max_event: int = MAX_EVENT_BYTES,
+                        max_total: int = MAX_STREAM_BYTES) -> AsyncIterator[bytes]:
+    """`parts` (an SSE body, content-decoded) passed on unchanged while no event holds more than
+    `max_event` bytes and the whole no more than `max_total`.
+
+    Raises:
+        BodyTooLarge: a limit was passed (the part that passed it is not passed on).
+    """
+    total = pending = 0  # bytes in all; bytes of the current event so far
+    tail = b""  # the end of the previous part: a blank line may straddle two parts
+    async for part in parts:
+        total += len(part)
+        if total > max_total:
+            raise _too_large("a stream", max_total)
+        data, start = tail + part, len(tail)
+        for blank in _BLANK_LINE.finditer(data):
+            if blank.end() <= start:
+                continue  # seen with the previous part
+            if pending + blank.end() - start > max_event:
+                raise _too_large("an event", max_event)
+            pending, start = 0, blank.end()
+        pending += len(data) - start
+        if pending > max_event:
+            raise _too_large("an event", max_event)
+        tail = part[-3:]
+        yield part
+
+
+async def read_parts(parts: AsyncIterator[bytes], limit: int = MAX_BODY_BYTES, what: str = "a body") -> bytes:
+    """All of `parts` (a decoded body) joined, at most `limit` bytes.
+
+    Raises:
+        BodyTooLarge: it is longer (`what` names it in the message: "a completion").
+    """
+    body = bytearray()
+    async for part in parts:
+        body += part
+        if len(body) > limit:
+            raise _too_large(what, limit)
+    return bytes(body)
+
+
+async def read_body(response: Any, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The whole decoded body of an `httpx.Response` opened with `stream=True`, at most `limit` bytes.
+
+    Raises:
+        BodyTooLarge: it is longer.
+        httpx.HTTPError: the connection failed.
+    """
+    return await read_parts(response.aiter_bytes(), limit)
+
+
+def read_body_sync(response: Any, limit: int = MAX_BODY_BYTES, deadline: float | None = None) -> bytes:
+    """`read_body` for a synchronous `httpx.Response`; `deadline` (`time.monotonic()`) ends a trickle.
+
+    Raises:
+        BodyTooLarge: it is longer.
+        TimeoutError: the deadline passed.
+        httpx.HTTPError: the connection failed.
+    """
+    body = bytearray()
+    parts: Iterator[bytes] = response.iter_bytes()
+    for part in parts:
+        body += part
+        if len(body) > limit:
+            raise _too_large("a body", limit)
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError
+    return bytes(body)
