@@ -8,6 +8,7 @@ last request plus an estimate for the messages added since, or an estimate alone
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,12 @@ def estimate_tokens(messages: list[Message]) -> int:
     Counts the text of contents (strings or text parts), tool-call names and arguments; an image
     part counts 1000. Linear in the size of the messages.
     """
+    tokens, chars = _size(messages)
+    return tokens + chars // CHARS_PER_TOKEN
+
+
+def _size(messages: list[Message]) -> tuple[int, int]:
+    """(tokens counted outright, characters of text) of `messages`, for `estimate_tokens`."""
     chars = 0
     tokens = 0
     for message in messages:
@@ -46,7 +53,7 @@ def estimate_tokens(messages: list[Message]) -> int:
         for call in message.get("tool_calls") or []:
             fn = call.get("function") or {}
             chars += len(str(fn.get("name", ""))) + len(str(fn.get("arguments", ""))) + 10
-    return tokens + chars // CHARS_PER_TOKEN
+    return tokens, chars
 
 
 @dataclass
@@ -66,6 +73,10 @@ class Budget:
     _asked: bool = field(default=False, repr=False)
     _usage: tuple[int, int] | None = field(default=None, repr=False)
     """(prompt_tokens the server counted, how many outgoing messages that request held)."""
+    _estimated: list[Message] = field(default_factory=list, repr=False)
+    """The messages of the last estimate (kept alive, so their identities stay unique)."""
+    _estimated_size: tuple[int, int] = field(default=(0, 0), repr=False)
+    """Their `_size`."""
 
     async def ensure_window(self) -> int | None:
         """The window, asking `discover` the first time it is unknown."""
@@ -91,7 +102,18 @@ class Budget:
         if self._usage is not None and self._usage[1] <= len(outgoing):
             counted, sent = self._usage
             return counted + estimate_tokens(outgoing[sent:])
-        return estimate_tokens(outgoing)
+        return self._estimate(outgoing)
+
+    def _estimate(self, outgoing: list[Message]) -> int:
+        """`estimate_tokens(outgoing)`, estimating only the messages appended since the last call (the
+        same messages, by identity, start `outgoing`; else it starts over)."""
+        known = len(self._estimated)
+        if len(outgoing) < known or not all(map(operator.is_, outgoing, self._estimated)):
+            self._estimated, self._estimated_size, known = [], (0, 0), 0
+        tokens, chars = _size(outgoing[known:])
+        self._estimated.extend(outgoing[known:])
+        self._estimated_size = (self._estimated_size[0] + tokens, self._estimated_size[1] + chars)
+        return self._estimated_size[0] + self._estimated_size[1] // CHARS_PER_TOKEN
 
     def near_limit(self, outgoing: list[Message]) -> bool:
         """True when the window is known and `outgoing` passes `threshold` of it."""

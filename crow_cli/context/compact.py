@@ -23,7 +23,7 @@ from ..errors import ContextOverflow
 from ..events import Event, Notice
 from ..history import Message
 from .budget import CHARS_PER_TOKEN, Budget, estimate_tokens
-from .normalise import normalise
+from .normalise import Normaliser, normalise
 
 __all__ = ["SUMMARY_PREFIX", "Checkpoint", "Compactor", "shorten_tool_output", "shorten_tool_outputs"]
 
@@ -145,11 +145,12 @@ class Compactor:
         self.keep_exchanges = keep_exchanges
         self.on_checkpoint: list[Any] = []
         """Callables given each new `Checkpoint` (the session recorder stores it)."""
+        self._normalise = Normaliser()  # each turn normalises only the messages it appended
 
     def outgoing(self, history: list[Message]) -> list[Message]:
         """What is sent for `history`: the checkpoint's view and what came after it, normalised."""
         base = self.checkpoint.outgoing(history) if self.checkpoint is not None else history
-        return normalise(base)
+        return self._normalise(base)
 
     async def compact(self, history: list[Message], client: _Stream, *, focus: str | None = None,
                       overflow: ContextOverflow | None = None) -> AsyncGenerator[Event, None]:

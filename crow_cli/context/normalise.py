@@ -15,15 +15,20 @@ The rules, applied in one pass:
   parts lists are concatenated). A turn that failed left its user message behind without an
   answer: merging sends it together with the next one, so nothing the user typed is lost, and the
   model sees both as one request. (Dropping it would silently forget what the user asked.)
+
+A conversation sends its history again on every turn, each time a little longer: `Normaliser`
+keeps what it made of the messages it has seen, so each call works only on those appended since
+(the result is the same as `normalise`'s).
 """
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 from ..history import Message, tool_message
 
-__all__ = ["INTERRUPTED_OUTPUT", "normalise"]
+__all__ = ["INTERRUPTED_OUTPUT", "Normaliser", "normalise"]
 
 INTERRUPTED_OUTPUT = "Error: the tool call was interrupted; no result."
 """The result sent for a call that has none (the one `history.repair_history` stores for "interrupted")."""
@@ -35,28 +40,52 @@ def normalise(history: list[Message]) -> list[Message]:
     Messages are not copied unless changed (merged user messages are new dicts); `history` itself
     is never modified. Linear in the number of messages.
     """
-    out: list[Message] = []
-    pending: list[dict[str, Any]] = []  # calls of the last assistant message still without a result
-    for message in history:
-        role = message.get("role")
-        if role == "tool":
-            if pending:
-                pending.pop(0)
+    return Normaliser()(history)
+
+
+class Normaliser:
+    """`normalise` for a history that grows at its end, working only on what was appended since the last call.
+
+    A call whose history does not start with the very messages (by identity) of the last call's
+    starts over; messages are never changed in place once appended (the loop only appends), so the
+    kept result stays right. Each call still compares the known messages by identity and copies the
+    result list (both at C speed), and returns a new list the caller may change.
+    """
+
+    def __init__(self) -> None:
+        self._seen: list[Message] = []  # the messages handled so far, kept alive so identities stay unique
+        self._out: list[Message] = []  # their normalised form, before the answers of `_pending`
+        self._pending: list[dict[str, Any]] = []  # calls of the last assistant message still without a result
+
+    def __call__(self, history: list[Message]) -> list[Message]:
+        """The normalised copy of `history` (see `normalise`)."""
+        known = len(self._seen)
+        if len(history) < known or not all(map(operator.is_, history, self._seen)):
+            self._seen, self._out, self._pending = [], [], []
+            known = 0
+        out, pending = self._out, self._pending
+        for message in history[known:]:
+            role = message.get("role")
+            if role == "tool":
+                if pending:
+                    pending.pop(0)
+                    out.append(message)
+                continue  # a result without its call
+            _answer(out, pending)
+            if role == "assistant":
+                calls = message.get("tool_calls") or []
+                if not calls and not _has_text(message.get("content")) and not message.get("refusal"):
+                    continue
+                pending.extend(calls)
                 out.append(message)
-            continue  # a result without its call
-        _answer(out, pending)
-        if role == "assistant":
-            calls = message.get("tool_calls") or []
-            if not calls and not _has_text(message.get("content")) and not message.get("refusal"):
-                continue
-            pending = list(calls)
-            out.append(message)
-        elif role == "user" and out and out[-1].get("role") == "user":
-            out[-1] = _merge(out[-1], message)
-        else:
-            out.append(message)
-    _answer(out, pending)
-    return out
+            elif role == "user" and out and out[-1].get("role") == "user":
+                out[-1] = _merge(out[-1], message)
+            else:
+                out.append(message)
+        self._seen.extend(history[known:])
+        result = list(out)
+        _answer(result, list(pending))
+        return result
 
 
 def _answer(out: list[Message], pending: list[dict[str, Any]]) -> None:
