@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config import Settings
+from ..context.compact import Checkpoint
 from ..driver import Driver, Interrupts, chat_interrupts, output_lost
 from ..errors import CrowError, SessionError
 from ..events import (
@@ -226,21 +227,22 @@ class ChatApp:
         self.last_usage = _Usage()
         self._new_compactor()
 
-    def _new_compactor(self) -> None:
-        """The conversation's compactor (window, checkpoint) for the current session and model."""
+    def _new_compactor(self, checkpoint: Checkpoint | None = None) -> None:
+        """The conversation's compactor (window, checkpoint) for the current session and model; without a
+        recorder (--no-session) it starts from `checkpoint` and stores nothing."""
         if self.driver is not None:
-            self.driver.compactor = build_compactor(self.settings, self.recorder)
+            self.driver.compactor = build_compactor(self.settings, self.recorder, checkpoint=checkpoint)
 
     def _open(self, session_id: str | None, *, latest: bool) -> None:
-        recorder, history = open_session(self.settings, session_id=session_id, latest=latest, store=self.store)
+        recorder, history = open_session(self.settings, session_id=session_id, latest=latest, store=self.store,
+                                         record=self.options.session)
         assert recorder.info is not None  # open_session raises when it finds none
         self.store.release(keep=recorder.info.id)
         self.recorder, self.history = recorder, history
         if not self.options.session:  # --no-session: read the old one, record nothing new
             self.recorder = None
         self.usage, self.last_usage = _Usage(), _Usage()
-        if self.driver is not None:
-            self.driver.compactor = build_compactor(self.settings, recorder)
+        self._new_compactor(recorder.checkpoint)
         info = recorder.info
         self.view.line(f"resumed session {info.id} “{strip_controls(info.title)}” ({len(history)} messages)", "bold")
         if recorder.previous_model:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ..config import Settings
 from ..context.budget import Budget
-from ..context.compact import Compactor
+from ..context.compact import Checkpoint, Compactor
 from ..loop import LoopSettings
 from ..text import strip_controls
 from ..tools.registry import ToolRegistry, default_registry
@@ -72,16 +72,17 @@ def make_console(file: TextIO | None = None, **options: Any) -> Console:
     return Console(file=file, **options)
 
 
-def build_compactor(settings: Settings, recorder: SessionRecorder | None = None) -> Compactor:
+def build_compactor(settings: Settings, recorder: SessionRecorder | None = None, *,
+                    checkpoint: Checkpoint | None = None) -> Compactor:
     """The conversation's compactor: the window from `context_window` or the server, the recorder's
-    checkpoint to start from, and the recorder storing each new one."""
+    checkpoint (or `checkpoint`, without a recorder) to start from, and the recorder storing each new one."""
     from ..wire.window import discover_context_window
 
     async def discover() -> int | None:
         return await discover_context_window(settings.base_url, settings.model, settings.api_key, settings.headers)
 
     compactor = Compactor(Budget(window=settings.context_window, discover=discover),
-                          checkpoint=recorder.checkpoint if recorder is not None else None)
+                          checkpoint=recorder.checkpoint if recorder is not None else checkpoint)
     if recorder is not None:
         compactor.on_checkpoint.append(recorder.save_checkpoint)
     return compactor

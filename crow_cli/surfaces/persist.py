@@ -125,7 +125,7 @@ class SessionRecorder:
 
 
 def open_session(settings: Settings, *, session_id: str | None = None, latest: bool = False,
-                 store: SessionStore | None = None) -> tuple[SessionRecorder, list[Message]]:
+                 store: SessionStore | None = None, record: bool = True) -> tuple[SessionRecorder, list[Message]]:
     """A recorder and the history to start from: a stored session's (repaired) or a new empty one.
 
     Args:
@@ -133,6 +133,7 @@ def open_session(settings: Settings, *, session_id: str | None = None, latest: b
         session_id: continue this session (a unique prefix is enough).
         latest: continue the most recently updated session of the working directory.
         store: an open store; default the one at `default_db_path()`.
+        record: False reads the session and writes nothing to it (not even this run's model).
 
     Raises:
         SessionError: the store cannot be opened, `session_id` matches no session, or `latest` finds
@@ -150,7 +151,7 @@ def open_session(settings: Settings, *, session_id: str | None = None, latest: b
     if info is None:
         return SessionRecorder(store, settings), []
     history = store.load(info.id)
-    if settings.model != info.model or settings.base_url != info.base_url:
+    if record and (settings.model != info.model or settings.base_url != info.base_url):
         store.set_model(info.id, settings.model, settings.base_url)
     recorder = SessionRecorder(store, settings, info, stored=len(history))
     if info.model and settings.model != info.model:

@@ -178,6 +178,21 @@ async def test_resume_continues_a_stored_session(store: SessionStore) -> None:
     assert len(store.messages(old.id)) == 4
 
 
+async def test_no_session_resume_reads_the_session_and_writes_nothing_to_it(store: SessionStore) -> None:
+    # issue 18: `crow chat --no-session --resume ID` set the session's model and gave the compactor
+    # the session's recorder, so a compaction stored its checkpoint
+    old = store.create(model="old-model", base_url="http://x/v1", cwd="/tmp")
+    for m in ({"role": "user", "content": "remember ZEBRA-42"}, {"role": "assistant", "content": "Noted: ZEBRA-42."}):
+        store.append(old.id, m)
+    script = [{"sse": text_stream("It was ZEBRA-42.")}, {"sse": text_stream("Summary: ZEBRA-42.")}]
+    output, server, app = await chat(script, "what was it?\r/compact\r/exit\r", store,
+                                     options=ChatOptions(session=False, resume=old.id))
+    assert f"resumed session {old.id}" in output and app.recorder is None
+    assert server.requests[0]["messages"][-1] == {"role": "user", "content": "what was it?"}
+    assert (store.get(old.id).model, store.get(old.id).base_url) == ("old-model", "http://x/v1")
+    assert len(store.messages(old.id)) == 2 and store.checkpoints(old.id) == []
+
+
 async def test_resume_latest_repairs_a_crashed_turn(store: SessionStore) -> None:
     info = store.create(model="test-model", cwd=str(Path.cwd()))  # --resume continues this folder's latest
     store.append(info.id, {"role": "user", "content": "list files"})
