@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 __all__ = [
+    "OUTCOMES",
     "AssistantTurn",
     "Message",
+    "Outcome",
     "ToolCall",
     "ToolResult",
     "assistant_message",
@@ -50,6 +52,12 @@ class ToolCall:
         return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
 
 
+Outcome = Literal["ok", "error", "denied", "timeout", "cancelled", "unknown_tool"]
+OUTCOMES: tuple[Outcome, ...] = ("ok", "error", "denied", "timeout", "cancelled", "unknown_tool")
+"""How a tool call ended: it returned; it failed (an exception, bad or cut-off arguments); approval or the
+sandbox refused it; it ran out of time; it was cancelled; no tool has its name."""
+
+
 @dataclass(frozen=True, slots=True)
 class ToolResult:
     """The outcome of one tool call; exactly one exists for every `ToolCall`."""
@@ -64,6 +72,13 @@ class ToolResult:
     """Wall-clock seconds the tool ran (0 when it never started)."""
     index: int = 0
     """The call's position in its turn (`ToolCall.index`): ids may repeat or be `""`."""
+    outcome: Outcome = "ok"
+    """How the call ended (`OUTCOMES`): surfaces read this, never the output text. `ok` when the tool
+    returned (`ok` is True exactly then; a result made with `ok=False` and no outcome is an `error`)."""
+
+    def __post_init__(self) -> None:
+        if not self.ok and self.outcome == "ok":
+            object.__setattr__(self, "outcome", "error")
 
     def to_message(self) -> Message:
         """The `role: "tool"` wire message."""

@@ -207,7 +207,8 @@ class _Closing:
         for call in self.calls[self.answered:]:
             result = self.results.get(call.index)
             if result is None:
-                result = ToolResult(call.id, call.name, CANCELLED_OUTPUT, ok=False, index=call.index)
+                result = ToolResult(call.id, call.name, CANCELLED_OUTPUT, ok=False, index=call.index,
+                                    outcome="cancelled")
                 events.append(ToolResultReady(result))
             events.append(_append(self.history, result.to_message()))
         self.answered = len(self.calls)

@@ -43,7 +43,8 @@ NoToolsOpt = Annotated[bool, typer.Option("--no-tools", help="Offer the model no
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Approve every tool call without asking "
                                       "(policy yolo; deny rules still apply).")]
 ApprovalOpt = Annotated[str | None, typer.Option("--approval", metavar="POLICY", help="ask (default), auto-edit "
-                                                 "(file edits approved) or yolo.")]
+                                                 "(file edits approved), yolo (all approved; commands stay "
+                                                 "sandboxed) or read-only (all refused).")]
 AllowOpt = Annotated[list[str] | None, typer.Option("--allow", metavar="RULE", help="Approve without asking: a "
                                                     "tool name or 'run_shell:COMMAND PREFIX' (repeatable).")]
 DenyOpt = Annotated[list[str] | None, typer.Option("--deny", metavar="RULE", help="Always refuse: a tool name or "

@@ -42,7 +42,6 @@ from ..events import (
     WarningEvent,
 )
 from ..history import Message, ToolCall, user_message
-from ..loop import CANCELLED_OUTPUT
 from ..sessions import EXPORT_FORMATS, SessionInfo, SessionStore, export_session, write_export
 from ..text import public_url, strip_controls
 from ..tools.approval import check_rule_names, make_approver
@@ -457,7 +456,7 @@ class ChatApp:
                 self._in_tools = bool(event.tool_calls)
             case ToolRunStarted(call=call):
                 self.view.tool_started(call)
-            case ToolResultReady(result=result) if result.output != CANCELLED_OUTPUT:
+            case ToolResultReady(result=result) if result.outcome != "cancelled":
                 self.view.tool_finished(result, self._calls.get(result.index))
                 self._calls.pop(result.index, None)
                 if not self._calls:  # every call answered: the next turn is being asked for

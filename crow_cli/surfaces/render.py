@@ -360,7 +360,7 @@ class TurnView:
         self.spinners.pop(result.index, None)
         args = f"({short_json(call.arguments, 60)})" if call else ""
         name = strip_controls(result.name)  # the model wrote it
-        status = "ok" if result.ok else "error"
+        status = "ok" if result.ok else result.outcome.replace("_", " ")  # error, denied, timeout ...
         detail = "" if result.ok else f": {short_json(result.output, 120)}"
         if self.plain:
             self._show(lambda: self._write(f"  {status} {name} {result.duration_s:.2f}s{detail}\n"))

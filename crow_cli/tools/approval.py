@@ -1,21 +1,25 @@
-"""Approval of tool calls: a policy, allow/deny rules, and a surface-supplied `ask` callback.
+"""Approval of tool calls: one decision per call (`decide`), and the surface's `ask` callback.
 
 Policy only: what a tool is (`Tool.kind`), what its approval question shows (`Tool.preview`) and what
 command line a rule matches (`Tool.subject`) come from the tool; no built-in tool is named here, and
 command lines are matched by `tools.shellrules`. Only tools with `needs_approval` are checked
-(dispatch runs the others straight away). For such a call:
+(dispatch runs the others straight away). `decide` turns a call, the policy, the rules, the earlier
+"always" answers and the run's sandbox into `Allow | Ask(preview) | Deny(reason)`:
 
-1. a **deny** rule that matches refuses it (whatever the policy, even `yolo`);
-2. an **allow** rule that matches, an earlier "always" answer for the tool, the `yolo` policy, or the
+1. a **deny** rule that matches refuses it (whatever the policy, even `yolo`); so does `read-only`;
+2. a command that would run unconfined although a sandbox was asked for (none on this machine) is
+   always asked about;
+3. an **allow** rule that matches, an earlier "always" answer for the tool, the `yolo` policy, or the
    `auto-edit` policy for a built-in tool of kind `write` (`write_file`, `edit_file`) approves it;
-3. otherwise the tool's preview is made; a preview that finds the call cannot work (an `edit_file`
+4. otherwise the tool's preview is made; a preview that finds the call cannot work (an `edit_file`
    whose `old_string` is not in the file) answers it with that error, nobody is asked;
-4. the surface's `ask(call, tool, preview)` is awaited ("yes", "no" or "always" for this tool; one
-   prompt at a time); with no `ask` (nobody can answer: `crow run` without a terminal) it is denied.
+5. `Approvals` awaits the surface's `ask(call, tool, preview)` ("yes", "no" or "always" for this tool;
+   one prompt at a time); with no `ask` (nobody can answer: `crow run` without a terminal) it is denied.
 
-A refused call is not run; the model gets a tool result saying why (dispatch turns `ToolDenied`
-into it). Rules are strings: a tool name (`"write_file"`, `"docs_search"`) or `NAME:PREFIX` for a
-tool with a subject (`"run_shell:git status"`), a command prefix compared as `shellrules` says.
+Surfaces only ask and report. A refused call is not run; the model gets a tool result saying why
+(dispatch turns `ToolDenied` into it, outcome `denied`); the text names policies and rules, never a
+command-line flag. Rules are strings: a tool name (`"write_file"`, `"docs_search"`) or `NAME:PREFIX`
+for a tool with a subject (`"run_shell:git status"`), a command prefix compared as `shellrules` says.
 """
 
 from __future__ import annotations
@@ -53,7 +57,10 @@ __all__ = [
     "parse_answer",
 ]
 
-POLICIES = ("ask", "auto-edit", "yolo")
+POLICIES = ("ask", "auto-edit", "yolo", "read-only")
+"""Approval policies, the same values for `crow run --approval`, `crow chat` and the editor's session
+modes: `ask` the user, `auto-edit` (built-in file edits approved), `yolo` (all approved), `read-only`
+(every call that needs approval refused)."""
 Answer = Literal["yes", "no", "always"]
 AskFn = Callable[[ToolCall, Tool, str], Awaitable[Answer]]
 """A surface's prompt: shown a call that needs approval and its preview (`describe_call`: clipped, no
@@ -124,7 +131,8 @@ class ApprovalPolicy:
     """What to do with calls that need approval, before anyone is asked."""
 
     mode: str = "ask"
-    """`ask`, `auto-edit` (built-in file edits approved; shell and others ask) or `yolo` (all approved)."""
+    """`ask`, `auto-edit` (built-in file edits approved; shell and others ask), `yolo` (all approved) or
+    `read-only` (all refused)."""
     allow: tuple[str, ...] = ()
     """Rules that approve without asking: tool names or `NAME:PREFIX` (`run_shell:git status`)."""
     deny: tuple[str, ...] = ()
@@ -149,6 +157,8 @@ class ApprovalPolicy:
 
     def allowed_by(self, tool: Tool, subject: str | None) -> str | None:
         """The allow rule (or policy) approving a call of `tool` with `subject` without asking, or None."""
+        if self.mode == "read-only":
+            return None
         if self.mode == "yolo":
             return "policy yolo"
         if self.mode == "auto-edit" and _auto_edit(tool):
@@ -161,13 +171,12 @@ class ApprovalPolicy:
         return None
 
     def ways_to_allow(self, tool: Tool) -> str:
-        """The `crow run` options that would approve `tool`, for the hint of a denied call (no other)."""
-        ways = ["--yes"]
-        if self.mode == "ask" and _auto_edit(tool):
-            ways.append("--approval auto-edit")
-        ways.append(f"--allow {tool.name}")
-        if tool.subject is not None:
-            ways.append(f"--allow '{tool.name}:COMMAND PREFIX'")
+        """What would approve `tool`, for the text of a denied call, in terms every surface shares (policy
+        names and rules, never a command-line flag: an editor has none)."""
+        ways = ["the yolo policy"]
+        if self.mode in ("ask", "read-only") and _auto_edit(tool):
+            ways.append("the auto-edit policy")
+        ways.append(f"an allow rule for {tool.name}" + (" (or for this command's prefix)" if tool.subject else ""))
         return ", ".join(ways[:-1]) + " or " + ways[-1]
 
 
@@ -176,10 +185,10 @@ def _auto_edit(tool: Tool) -> bool:
     return tool.kind == "write" and tool.source == "builtin"
 
 
-def _unconfined_shell(tool: Tool) -> str | None:
+def _unconfined_shell(tool: Tool, context: ToolContext) -> str | None:
     """Why a command of `tool` would run unconfined although the run asked for a sandbox (no sandbox on
     this machine), or None: then no rule, policy or earlier "always" approves it without asking."""
-    sandbox = current_context().sandbox
+    sandbox = context.sandbox
     if tool.kind != "shell" or not sandbox.confines or backend() is not None:
         return None
     return f"no sandbox is available ({unavailable_reason()})"
@@ -237,6 +246,81 @@ def describe_call(call: ToolCall, tool: Tool, context: ToolContext | None = None
     return strip_controls(clip_middle(text, PREVIEW_CHARS, PREVIEW_LINES))
 
 
+@dataclass(frozen=True, slots=True)
+class Allow:
+    """Run the call without asking."""
+
+    why: str
+    """What approved it: `policy yolo`, a rule, `always` (an earlier answer)."""
+    sandboxed: bool = False
+    """Whether it runs confined (a command under the run's sandbox)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """Ask the user, showing `preview`."""
+
+    preview: str
+    sandboxed: bool = False
+    unconfined: str | None = None
+    """Why a command would run outside any sandbox (then no rule, policy or "always" spares the question)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Deny:
+    """Refuse the call; `reason` is what the model reads (no command-line flags: every surface shows it)."""
+
+    reason: str
+
+
+Decision = Allow | Ask | Deny
+"""What approval decides about one call (`decide`)."""
+
+
+def decide(call: ToolCall, tool: Tool, policy: ApprovalPolicy, *, always: frozenset[str] | set[str] = frozenset(),
+           can_ask: bool = True, context: ToolContext | None = None) -> Decision:
+    """The one approval decision for a call of a tool that needs approval: from the tool, its validated
+    arguments (its `subject`, the command line rules match), the policy and rules, the tools answered
+    "always", and the run's sandbox (`context`, default the current one).
+
+    Order: a deny rule refuses (whatever the policy); `read-only` refuses; a command that would run
+    unconfined although a sandbox was asked for is asked about (never approved by a rule, policy or
+    "always"); an allow rule, the policy or "always" approves; otherwise the preview is made and the user
+    asked, or, when nobody can answer (`can_ask` False), the call is refused.
+
+    Raises:
+        ToolError: the tool's pre-check found the call cannot work (its message answers the call).
+    """
+    context = context if context is not None else current_context()
+    subject = _subject(call, tool)
+    sandboxed = tool.kind == "shell" and context.sandbox.confines and backend() is not None
+    rule = policy.denied_by(tool, subject)
+    if rule is not None:
+        return Deny(f"{tool.name} was denied by the rule {rule!r}; it was not run. Do not retry it; find another "
+                    "way or ask the user")
+    if policy.mode == "read-only":
+        return Deny(f"{tool.name} was not run: the approval policy is read-only (no tool that changes files or "
+                    "runs commands). Do not retry it; say what you would do instead")
+    unconfined = _unconfined_shell(tool, context)
+    if unconfined is None:
+        why = policy.allowed_by(tool, subject) or ("always" if tool.name in always else None)
+        if why is not None:
+            return Allow(why, sandboxed)
+    try:
+        preview = describe_call(call, tool, context)
+    except ToolDenied as exc:
+        return Deny(f"{exc}. The user can approve such calls with {policy.ways_to_allow(tool)}")
+    if not can_ask:
+        if unconfined is not None:
+            return Deny(f"{tool.name} was not run: {unconfined}, so every command needs the user's yes, and "
+                        "nobody can answer here")
+        return Deny(f"{tool.name} needs approval and nobody can approve it here; it was not run. The user can "
+                    f"approve such calls with {policy.ways_to_allow(tool)}")
+    if unconfined is not None:
+        preview = f"{UNCONFINED_MARK}[{unconfined}: this command would run with all your rights]\n{preview}"
+    return Ask(preview, sandboxed, unconfined)
+
+
 @dataclass
 class Approvals:
     """An `Approver` (see `tools.dispatch`): the policy, plus `ask` for what the policy leaves open.
@@ -254,30 +338,16 @@ class Approvals:
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
 
     async def __call__(self, call: ToolCall, tool: Tool) -> bool:
-        subject = _subject(call, tool)
-        rule = self.policy.denied_by(tool, subject)
-        if rule is not None:
-            raise ToolDenied(f"{tool.name} was denied by the rule {rule!r}; it was not run. Do not retry it; "
-                             "find another way or ask the user")
-        unconfined = _unconfined_shell(tool)
-        if unconfined is None and (self.policy.allowed_by(tool, subject) is not None or tool.name in self.always):
+        decision = decide(call, tool, self.policy, always=self.always, can_ask=self.ask is not None)
+        if isinstance(decision, Deny):
+            raise ToolDenied(decision.reason)
+        if isinstance(decision, Allow):
             return True
-        try:  # its pre-check may answer the call: then nobody is asked
-            preview = describe_call(call, tool)
-        except ToolDenied as exc:
-            raise ToolDenied(f"{exc}. The user can allow it with {self.policy.ways_to_allow(tool)}") from None
-        if self.ask is None:
-            if unconfined is not None:
-                raise ToolDenied(f"{tool.name} was not run: {unconfined}, so every command needs the user's yes, "
-                                 "and nobody can answer here")
-            raise ToolDenied(f"{tool.name} needs approval and nobody can approve it here (no terminal); it was "
-                             f"not run. The user can allow it with {self.policy.ways_to_allow(tool)}")
-        if unconfined is not None:
-            preview = f"{UNCONFINED_MARK}[{unconfined}: this command would run with all your rights]\n{preview}"
+        assert self.ask is not None  # decide asks only when someone can answer
         async with self._lock:  # one prompt at a time
-            if tool.name in self.always and unconfined is None:
+            if tool.name in self.always and decision.unconfined is None:
                 return True
-            answer = await self.ask(call, tool, preview)
+            answer = await self.ask(call, tool, decision.preview)
         if answer == "always":
             self.always.add(tool.name)
             return True

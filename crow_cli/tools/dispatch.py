@@ -22,7 +22,7 @@ from dataclasses import replace
 
 from ..errors import ToolDenied, ToolError
 from ..events import Event, ToolResultReady, ToolRunStarted
-from ..history import ToolCall, ToolResult
+from ..history import Outcome, ToolCall, ToolResult
 from ..text import clean_text
 from .context import ToolContext, using_context
 from .registry import Tool, ToolRegistry
@@ -131,15 +131,15 @@ async def _run_one(
 ) -> ToolResult:
     started = time.perf_counter()
 
-    def fail(message: str) -> ToolResult:
+    def fail(message: str, outcome: Outcome = "error") -> ToolResult:
         return ToolResult(call.id, call.name, f"Error: {message}", ok=False,
-                          duration_s=time.perf_counter() - started, index=call.index)
+                          duration_s=time.perf_counter() - started, index=call.index, outcome=outcome)
 
     deadline: asyncio.Timeout | None = None
     t = registry.get(call.name)
     if t is None:
         known = ", ".join(sorted(registry.wire_name(x.name) for x in registry)) or "none"
-        return fail(f"unknown tool {call.name!r}; available tools: {known}")
+        return fail(f"unknown tool {call.name!r}; available tools: {known}", "unknown_tool")
     if call.cut_off:  # repaired for the history, but the values are guesses: never run them
         return fail("the arguments of this call were cut off or not valid JSON (repaired only for the history); "
                     "it was not run. Send the complete call again.")
@@ -147,7 +147,7 @@ async def _run_one(
         arguments = t.validate(json.loads(call.arguments))
         if t.needs_approval:
             if approve is None:
-                raise ToolDenied(f"{call.name} needs approval and nobody could approve it (run with --yes to allow)")
+                raise ToolDenied(f"{call.name} needs approval and nobody could approve it here; it was not run")
             if not await approve(call, t):
                 raise ToolDenied(f"the user denied {call.name}; do not retry it unchanged")
         try:
@@ -160,7 +160,7 @@ async def _run_one(
             if escalate is None or not await escalate(call, t, blocked.reason):
                 return ToolResult(call.id, call.name, f"{blocked.output}\n[{blocked.reason}. It was not run outside "
                                   "the sandbox. Do not retry it unchanged; work inside the workspace]", ok=False,
-                                  duration_s=time.perf_counter() - started, index=call.index)
+                                  duration_s=time.perf_counter() - started, index=call.index, outcome="denied")
             unconfined = replace(context, sandbox=Sandbox("off"))
             async with exclusive.hold(not t.parallel):
                 started = time.perf_counter()
@@ -170,7 +170,9 @@ async def _run_one(
     except TimeoutError as exc:
         if deadline is None or not deadline.expired():  # the tool's own TimeoutError, not ours
             return fail(f"{call.name} raised TimeoutError: {exc}")
-        return fail(f"{call.name} timed out after {t.timeout_s or default_timeout:g} s and was cancelled")
+        return fail(f"{call.name} timed out after {t.timeout_s or default_timeout:g} s and was cancelled", "timeout")
+    except ToolDenied as exc:
+        return fail(str(exc), "denied")
     except ToolError as exc:
         return fail(str(exc))
     except json.JSONDecodeError as exc:  # the accumulator guarantees JSON; a stored history may not

@@ -10,6 +10,7 @@ import pytest
 from crow_cli.errors import ConfigError, ToolDenied, ToolError
 from crow_cli.history import ToolCall
 from crow_cli.tools.approval import (
+    POLICIES,
     UNCONFINED_MARK,
     Answer,
     ApprovalPolicy,
@@ -208,7 +209,7 @@ async def test_a_command_too_long_to_review_is_denied_without_asking(command: st
     asker = Asker("yes")
     with pytest.raises(ToolDenied, match="too long to review") as caught:
         await make_approver("ask", ask=asker)(_call("run_shell", command=command), TOOLS["run_shell"])
-    assert asker.previews == [] and "--allow" in str(caught.value)
+    assert asker.previews == [] and "an allow rule for run_shell" in str(caught.value)
     assert await make_approver("ask", allow=["run_shell"], ask=asker)(_call("run_shell", command=command),
                                                                         TOOLS["run_shell"])
 
@@ -311,3 +312,36 @@ async def test_without_a_sandbox_every_command_is_asked_about(mode: str, monkeyp
             await make_approver("yolo")(_call("run_shell", command="ls"), TOOLS["run_shell"])
     with using_context(ToolContext(tmp_path, sandbox=sandbox.Sandbox("off"))):  # an explicit choice: not asked
         assert await make_approver("yolo")(_call("run_shell", command="ls"), TOOLS["run_shell"])
+
+
+# issue: approval is one decision per call (Allow | Ask(preview) | Deny(reason), and whether it runs
+# sandboxed); surfaces only ask and report
+async def test_one_decision_per_call(tmp_path: Path) -> None:
+    from crow_cli.tools.approval import Allow, Ask, Deny, decide
+    from crow_cli.tools.context import ToolContext
+    from crow_cli.tools.sandbox import Sandbox, backend
+
+    shell, write = TOOLS["run_shell"], TOOLS["write_file"]
+    confined = ToolContext(tmp_path, sandbox=Sandbox("workspace-write"))
+    ls = _call("run_shell", command="ls")
+    assert decide(ls, shell, ApprovalPolicy("yolo"), context=confined) == Allow("policy yolo", backend() is not None)
+    assert decide(ls, shell, ApprovalPolicy("ask"), context=ToolContext(tmp_path)) == Ask("$ ls")
+    assert decide(ls, shell, ApprovalPolicy("ask"), always={"run_shell"}, context=ToolContext(tmp_path)) == \
+        Allow("always")
+    assert decide(ls, shell, ApprovalPolicy("yolo", deny=("run_shell:ls",))) == Deny(
+        "run_shell was denied by the rule 'run_shell:ls'; it was not run. Do not retry it; find another way or ask "
+        "the user")
+    denied = decide(_call("write_file", path="a", content="x"), write,
+                    ApprovalPolicy("read-only", allow=("write_file",)))
+    assert isinstance(denied, Deny) and "the approval policy is read-only" in denied.reason
+    nobody = decide(ls, shell, ApprovalPolicy("ask"), can_ask=False, context=ToolContext(tmp_path))
+    assert isinstance(nobody, Deny) and "--" not in nobody.reason and "nobody can approve it here" in nobody.reason
+
+
+# issue: ACP's modes and `crow run --approval` are the same policy values (read-only was refused by crow run)
+def test_every_policy_is_accepted_by_every_surface() -> None:
+    from crow_cli.surfaces.acp.session import MODES
+
+    assert set(MODES) == set(POLICIES)
+    for mode in POLICIES:
+        make_approver(mode)

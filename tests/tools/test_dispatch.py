@@ -136,3 +136,45 @@ async def test_a_command_the_sandbox_stopped_runs_outside_it_only_with_a_yes(tmp
                                       "run outside the sandbox. Do not retry it unchanged; work inside the "
                                       "workspace]")
     assert len(asked) == (0 if answer is None else 1)
+
+
+# issue: a tool result records how it ended as a field, so no surface matches result strings
+async def test_every_result_records_its_outcome() -> None:
+    from crow_cli.errors import ToolDenied, ToolError
+
+    @tool(timeout_s=0.01)
+    async def hangs() -> str:
+        """Never returns."""
+        await asyncio.Event().wait()
+        return ""
+
+    @tool
+    def fails() -> str:
+        """Fails."""
+        raise ToolError("broken")
+
+    @tool
+    def refuses() -> str:
+        """Refused by its own check."""
+        raise ToolDenied("not here")
+
+    @tool(needs_approval=True)
+    def guarded() -> str:
+        """Needs approval."""
+        return "ran"
+
+    @tool
+    def fine() -> str:
+        """Works."""
+        return "yes"
+
+    registry = ToolRegistry()
+    for t in (hangs, fails, refuses, guarded, fine):
+        registry.register(t)
+    calls = [ToolCall(name, name, "{}", n) for n, name in enumerate(("hangs", "fails", "refuses", "guarded", "fine",
+                                                                      "nope"))]
+    calls.append(ToolCall("cut", "fine", "{}", 6, cut_off=True))
+    results = await results_of(registry, *calls)
+    assert {k: (r.outcome, r.ok) for k, r in results.items()} == {
+        "hangs": ("timeout", False), "fails": ("error", False), "refuses": ("denied", False),
+        "guarded": ("denied", False), "fine": ("ok", True), "nope": ("unknown_tool", False), "cut": ("error", False)}
