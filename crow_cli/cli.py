@@ -57,13 +57,15 @@ app.add_typer(sessions_app)
 
 
 def _reopen_closed_std_streams() -> None:
-    """A closed stdin, stdout or stderr (`crow run hi >&-`) becomes /dev/null: crow runs without that
-    output, and no file it opens later (the session store) can take descriptor 0, 1 or 2."""
+    """A closed stdin, stdout or stderr (`crow run hi >&-`) is taken by /dev/null, so that no file crow
+    opens later (the session store) can take descriptor 0, 1 or 2. stdout is opened read-only: writing
+    the answer fails (EBADF) and crow exits 1 saying so, as with `>/dev/full`, rather than losing the
+    answer and exiting 0."""
     for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
         try:
             os.fstat(fd)
         except OSError:
-            null = os.open(os.devnull, os.O_RDWR)  # the lowest free descriptor: `fd` itself
+            null = os.open(os.devnull, os.O_RDONLY if fd == 1 else os.O_RDWR)  # the lowest free descriptor
             if null != fd:
                 os.dup2(null, fd)
                 os.close(null)
@@ -115,5 +117,11 @@ def main() -> None:
             import traceback
 
             traceback.print_exception(exc, file=sys.stderr)
+        sys.exit(1)
+    try:  # what is still buffered: a closed stdout or a full disk fails here, once, not at interpreter exit
+        sys.stdout.flush()
+    except OSError as exc:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(f"crow: error: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
         sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)

@@ -292,9 +292,11 @@ class ScriptedStream:
         assert self.steps == [], f"{len(self.steps)} scripted steps never asked for: {self.steps}"
 
 
-async def chat(script: list[dict[str, Any]], keys: str, store: SessionStore, *, options: ChatOptions | None = None,
-               settings: Settings | None = None) -> tuple[str, ReplayServer, ChatApp]:
-    """Run the chat in-process on `keys` (Enter is \\r) against a replay server; returns plain output, server, app."""
+async def chat(script: list[dict[str, Any]], keys: str | bytes, store: SessionStore, *,
+               options: ChatOptions | None = None, settings: Settings | None = None
+               ) -> tuple[str, ReplayServer, ChatApp]:
+    """Run the chat in-process on `keys` (Enter is \\r; bytes are sent as they are, as a terminal would)
+    against a replay server; returns plain output, server, app."""
     from prompt_toolkit.input import create_pipe_input
     from prompt_toolkit.output import DummyOutput
     from rich.console import Console
@@ -304,7 +306,10 @@ async def chat(script: list[dict[str, Any]], keys: str, store: SessionStore, *, 
 
     out = io.StringIO()
     with ReplayServer(script) as server, create_pipe_input() as pipe:
-        pipe.send_text(keys)
+        if isinstance(keys, bytes):
+            pipe.send_bytes(keys)
+        else:
+            pipe.send_text(keys)
         app = ChatApp(replace(settings or Settings(model="test-model", api_key="sk-test"), base_url=server.base_url),
                       options or ChatOptions(), console=Console(file=out, width=100), pt_input=pipe,
                       pt_output=DummyOutput(), store=store)

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -43,7 +44,7 @@ from ..events import (
 )
 from ..history import Message, ToolCall, user_message
 from ..sessions import EXPORT_FORMATS, SessionInfo, SessionStore, export_session, write_export
-from ..text import public_url, strip_controls
+from ..text import clean_text, public_url, strip_controls
 from ..tools.approval import check_rule_names, make_approver
 from ..tools.context import ToolContext
 from ..tools.registry import Tool, ToolRegistry
@@ -305,21 +306,22 @@ class ChatApp:
 
     async def _repl(self) -> int:
         from prompt_toolkit import PromptSession
-        from prompt_toolkit.history import FileHistory
 
         read: Callable[[], Awaitable[str]]
         if self.pt_input is None and not sys.stdin.isatty():  # piped: one message or command per line
             async def read() -> str:
-                line: str = await asyncio.to_thread(sys.stdin.readline)
+                raw = getattr(sys.stdin, "buffer", None)  # bytes, decoded here: a non-UTF-8 byte is U+FFFD
+                line = (await asyncio.to_thread(raw.readline)).decode("utf-8", "replace") if raw is not None \
+                    else await asyncio.to_thread(sys.stdin.readline)
                 if not line:
                     raise EOFError
-                return line.rstrip("\n")
+                return str(line).rstrip("\n")
         else:
             from prompt_toolkit.completion import WordCompleter
 
             commands = WordCompleter([f"/{name}" for name in self._commands], sentence=True)
             session: PromptSession[str] = PromptSession(
-                history=FileHistory(str(_history_path())), input=self.pt_input, output=self.pt_output,
+                history=input_history(), input=self.pt_input, output=self.pt_output,
                 key_bindings=_key_bindings(), enable_history_search=False, completer=commands,
                 complete_while_typing=False,  # Tab completes the slash commands; typing stays quiet
             )
@@ -344,7 +346,12 @@ class ChatApp:
                 except EOFError:
                     break
                 armed = False
+                text = clean_text(text)  # a non-UTF-8 byte typed (surrogate-escaped) could never be sent
                 if not text.strip():
+                    continue
+                if text.strip() == "/" or text.strip().startswith("//"):  # a slip, not a message for the model
+                    self.view.line(f"unknown command {strip_controls(text.strip()[:40])}; /help lists the commands",
+                                   "yellow")
                     continue
                 command = _COMMAND.match(text.strip())
                 if command:
@@ -359,8 +366,16 @@ class ChatApp:
                 except CrowError as exc:  # an @file too big, binary or outside the workspace: not sent
                     self.view.line(f"crow: error: {exc}; the message was not sent", "red")
                     continue
+                keep = len(self.history)
                 self.history.append(message)
-                await self._run_turn()
+                if not await self._run_turn() and len(self.history) == keep + 1:
+                    # the turn failed before anything was added: a message that cannot be sent is not kept
+                    # to fail every later turn the same way
+                    if self.recorder is not None:
+                        self.recorder.truncate(self.history, keep)
+                    else:
+                        del self.history[keep:]
+                    self.view.line("(the message was not kept)", "dim")
         except _Exit as exc:  # the terminal went away during a turn
             code = exc.code
         except OSError as exc:  # ... or while the chat drew something else: the session is already stored
@@ -402,14 +417,16 @@ class ChatApp:
             return self._compacting.cancel()
         return self.driver is not None and self.driver.cancel()
 
-    async def _run_turn(self) -> None:
-        """Run the loop on the history as it is (it ends with a user message)."""
+    async def _run_turn(self) -> bool:
+        """Run the loop on the history as it is (it ends with a user message); False when it failed
+        with an internal error."""
         assert self.driver is not None
         self.last_usage = _Usage()
         self._calls, self._in_tools = {}, False
         ticker = asyncio.create_task(self._tick())
         self.view.waiting(True)  # until the first token: a server that is slow to answer shows it
         finished = None
+        failed = False
         try:
             with _no_echo(self.pt_input is None):
                 finished = await self.driver.run(self.history, self, self.recorder)
@@ -419,6 +436,7 @@ class ChatApp:
             self.view.cancel_tools()
             self.view.end_answer()
             self.view.line(f"crow: internal error: {type(exc).__name__}: {exc} (please report it)", "bold red")
+            failed = True
         finally:
             ticker.cancel()
             with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
@@ -433,6 +451,7 @@ class ChatApp:
             what = "unfinished tool calls were cancelled" if self._in_tools else "the partial answer is kept"
             self.view.line(f"interrupted: {what}", "yellow")
         self.view.line(self._footer(), "dim")
+        return not failed
 
     async def _tick(self) -> None:
         while True:
@@ -669,6 +688,47 @@ class ChatApp:
             del self.history[last_user + 1:]
         self.view.line(f"› {strip_controls(str(self.history[last_user].get('content')))}", "dim")
         await self._run_turn()
+
+
+MAX_HISTORY_ENTRY_CHARS = 4096
+"""Longer inputs (pastes) are not kept in the input history."""
+MAX_HISTORY_BYTES = 512 * 1024
+"""The input history file is cut to its newest entries within this size when a chat starts."""
+
+
+def input_history() -> Any:
+    """prompt-toolkit's `FileHistory` on `_history_path()`, bounded: pastes over 4096 characters are not
+    kept, and a file grown past 512 KiB is cut to its newest entries (atomically) before it is loaded."""
+    from prompt_toolkit.history import FileHistory
+
+    class BoundedHistory(FileHistory):
+        def load_history_strings(self) -> Iterable[str]:
+            _trim_history(Path(os.fsdecode(self.filename)))
+            return super().load_history_strings()
+
+        def store_string(self, string: str) -> None:
+            if len(string) <= MAX_HISTORY_ENTRY_CHARS:
+                super().store_string(string)
+
+    return BoundedHistory(str(_history_path()))
+
+
+def _trim_history(path: Path, limit: int = MAX_HISTORY_BYTES) -> None:
+    """Cut prompt-toolkit's history file (entries start with a `# <date>` line) to its newest entries
+    within `limit` bytes; it is read only from where those start."""
+    from ..atomic import write_atomic
+
+    try:
+        size = path.stat().st_size
+        if size <= limit:
+            return
+        with path.open("rb") as fh:
+            fh.seek(size - limit)
+            tail = fh.read()
+        start = tail.find(b"\n# ")
+        write_atomic(path, tail[start + 1:] if start >= 0 else b"", private=True)
+    except OSError:
+        pass  # the history is a convenience: a chat starts without it
 
 
 def _history_path() -> Path:

@@ -447,3 +447,38 @@ async def test_export_to_a_fifo_is_refused_and_the_chat_goes_on(store: SessionSt
     assert "crow: error: cannot write pipe: a FIFO (named pipe)" in output
     assert "Hi." in (tmp_path / "talk.md").read_text()
     assert (tmp_path / "talk.md").stat().st_mode & 0o777 == 0o600
+
+
+async def test_a_non_utf8_byte_typed_is_cleaned_and_the_chat_goes_on(store: SessionStore) -> None:
+    # issue: one non-UTF-8 byte typed into `crow chat` gave an internal error, and every later message failed the
+    # same way until restart (the bad message stayed in memory)
+    script = [{"sse": text_stream("Got it.")}, {"sse": text_stream("Hello.")}]
+    output, server, _ = await chat(script, b"caf\xe9 au lait\rhello\r/exit\r", store)
+    assert "internal error" not in output and "Got it." in output and "Hello." in output
+    assert server.requests[0]["messages"][-1] == {"role": "user", "content": "caf\ufffd au lait"}
+    assert [m["content"] for m in server.requests[1]["messages"] if m["role"] == "user"] == \
+        ["caf\ufffd au lait", "hello"]
+
+
+async def test_a_slash_alone_or_a_double_slash_is_not_sent(store: SessionStore) -> None:
+    # issue: `/` alone and `//x` went to the model as messages
+    output, server, _ = await chat([{"sse": text_stream("Hi.")}], "/\r//x\rhello\r/exit\r", store)
+    assert "unknown command /; /help lists the commands" in output
+    assert "unknown command //x; /help lists the commands" in output
+    assert [m["content"] for m in server.requests[0]["messages"] if m["role"] == "user"] == ["hello"]
+
+
+def test_the_input_history_keeps_no_paste_and_is_cut_when_it_grows(tmp_path: Path) -> None:
+    # issue: the chat input history grew by every paste and was loaded whole at start
+    from crow_cli.surfaces.chat import MAX_HISTORY_BYTES, _history_path, input_history
+
+    path = _history_path()
+    entry = "\n# 2026-01-01 00:00:00.000000\n+{}\n"
+    path.write_text("".join(entry.format(f"old message {i} " + "x" * 200) for i in range(5000)))
+    history = input_history()
+    loaded = list(history.load_history_strings())
+    assert path.stat().st_size <= MAX_HISTORY_BYTES and path.stat().st_mode & 0o777 == 0o600
+    assert loaded[0].startswith("old message 4999 ") and all(s.startswith("old message ") for s in loaded)
+    history.store_string("p" * 100_000)
+    history.store_string("short one")
+    assert "p" * 5000 not in path.read_text() and path.read_text().endswith("+short one\n")
