@@ -1,9 +1,10 @@
 """The context budget: how big the model's window is and how much of it a history fills.
 
 The window comes from `context_window` in the config (or a profile), else from the server
-(`wire.window.discover_context_window`), else it is unknown: then only a `ContextOverflow` from
-the server starts a compaction. The prompt's size is the server's `usage.prompt_tokens` of the
-last request plus an estimate for the messages added since, or an estimate alone.
+(`wire.window.discover_context_window`, asked once the prompt is big enough for it to matter), else
+it is unknown: then only a `ContextOverflow` from the server starts a compaction. The prompt's size
+is the server's `usage.prompt_tokens` of the last request plus an estimate for the messages added
+since, or an estimate alone.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 from ..history import Message
 
-__all__ = ["CHARS_PER_TOKEN", "Budget", "estimate_tokens"]
+__all__ = ["CHARS_PER_TOKEN", "DISCOVER_FROM_TOKENS", "Budget", "estimate_tokens"]
 
 CHARS_PER_TOKEN = 4
 """The usual ratio for English text and code with BPE tokenizers; an estimate, not a count."""
@@ -23,6 +24,10 @@ _MESSAGE_OVERHEAD = 4
 """Tokens a chat template adds around each message (role markers)."""
 _IMAGE_TOKENS = 1000
 """An image content part, roughly (OpenAI counts 85–1105 for one tile set)."""
+DISCOVER_FROM_TOKENS = 2048
+"""The estimated prompt size from which an unknown window is asked of the server (`Budget.discover`):
+asking costs requests and a connection at start-up, and a smaller prompt is near the limit of no
+window crow is used with but the smallest, whose `ContextOverflow` refusal teaches the window anyway."""
 
 
 def estimate_tokens(messages: list[Message]) -> int:
@@ -63,8 +68,9 @@ class Budget:
     Args:
         window: the model's context window in tokens; None when unknown.
         threshold: compact when the prompt would pass this share of a known window.
-        discover: asked once, before the first request, when `window` is None (returns None when the
-            server does not say); its exceptions are ignored.
+        discover: asked once, before the first request whose prompt reaches `DISCOVER_FROM_TOKENS`
+            (`window_for`), when `window` is None (returns None when the server does not say); its
+            exceptions are ignored.
     """
 
     window: int | None = None
@@ -86,6 +92,13 @@ class Budget:
                 self.window = await self.discover()
             except Exception:  # a server that does not say is a server of unknown window
                 self.window = None
+        return self.window
+
+    async def window_for(self, outgoing: list[Message]) -> int | None:
+        """The window as far as a request of `outgoing` needs it: asked of the server (`ensure_window`)
+        only once the prompt reaches `DISCOVER_FROM_TOKENS`."""
+        if self.window is None and self.prompt_tokens(outgoing) >= DISCOVER_FROM_TOKENS:
+            return await self.ensure_window()
         return self.window
 
     def record_usage(self, usage: Any, sent: int) -> None:

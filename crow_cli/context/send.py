@@ -46,8 +46,9 @@ async def send(history: list[Message], client: _Stream, tools: list[dict[str, An
             async for item in items:
                 yield item
         return
-    await compactor.budget.ensure_window()
-    if compactor.budget.near_limit(compactor.outgoing(history)):
+    outgoing = compactor.outgoing(history)
+    await compactor.budget.window_for(outgoing)
+    if compactor.budget.near_limit(outgoing):
         try:
             async with aclosing(compactor.compact(history, client)) as events:
                 async for event in events:

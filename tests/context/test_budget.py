@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from crow_cli.context.budget import Budget, estimate_tokens
+from crow_cli.context.budget import DISCOVER_FROM_TOKENS, Budget, estimate_tokens
 from crow_cli.history import ToolCall, assistant_message, tool_message, user_message
 
 
@@ -45,3 +45,20 @@ def test_the_estimate_starts_over_for_a_changed_history_and_adds_to_a_server_cou
     assert budget.prompt_tokens(history[:3]) == estimate_tokens(history[:3])
     budget.record_usage({"prompt_tokens": 500}, 3)
     assert budget.prompt_tokens(history) == 500 + estimate_tokens(history[3:])
+
+
+# issue: start-up and per-turn cost: asking a server for its window cost two requests and a second
+# connection before a one-line prompt, which fits any window.
+async def test_the_window_is_asked_for_only_once_the_prompt_is_big_enough() -> None:
+    asked = []
+
+    async def discover() -> int:
+        asked.append(True)
+        return 8192
+
+    budget = Budget(discover=discover)
+    small = [user_message("hi")]
+    assert await budget.window_for(small) is None and asked == []
+    big = [*small, tool_message("c", "x" * 4 * DISCOVER_FROM_TOKENS)]
+    assert await budget.window_for(big) == 8192 and await budget.window_for(big) == 8192
+    assert asked == [True]
