@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,14 @@ import httpx
 import pytest
 from hypothesis import settings
 
-from tests.replay_server import history_violations, rule_matches, stream_duplicate_ids, text_stream
+from tests.replay_server import (
+    REQUEST_RULES,
+    carries,
+    history_violations,
+    rule_matches,
+    stream_duplicate_ids,
+    text_stream,
+)
 
 settings.register_profile("crow", deadline=None)  # a per-example deadline is a wall-clock margin
 settings.load_profile("crow")
@@ -133,6 +141,22 @@ def case_script(case: dict[str, Any]) -> list[dict[str, Any]]:
     return script
 
 
+def needs_the_cli(case: dict[str, Any]) -> str | None:
+    """Why a case runs only through the CLI (../shared/conformance/run.py over tests/cases, as .ci/run does),
+    not in process with stub tools: it configures the CLI (`extra_args`: a config file's [params], a tools
+    folder), runs it again (`followup_runs`), or refuses requests for what crow's own tools or parameters
+    carry (request-level `reject_if` rules, `tools_kept`); None when it runs in process too."""
+    scenario = case.get("scenario") or {}
+    if scenario.get("extra_args") or scenario.get("followup_runs"):
+        return "it configures or re-runs the CLI"
+    rules = [r["reject_if"]["rule"] for r in case.get("responses") or [] if isinstance(r.get("reject_if"), dict)]
+    if scenario.get("tools_kept") or any(k in REQUEST_RULES and k not in ("message_matches", "message_content_blank",
+                                                                          "message_role_present")
+                                         for rule in rules for k in rule):
+        return "its refusals are about the tools or parameters the CLI sends"
+    return None
+
+
 class CaseReplay:
     """A case's script as a respx side effect: answers like tests/replay_server.py (`reject_if` included)
     and records every request body with its history-contract violations (`history_violations`)."""
@@ -144,6 +168,8 @@ class CaseReplay:
         self.allow_empty = bool((case.get("scenario") or {}).get("allow_empty_assistant_content"))
         self.bodies: list[dict[str, Any]] = []
         self.history_errors: list[tuple[int, str]] = []
+        self.refused: list[int] = []
+        """The numbers (from 1) of the requests a `reject_if` answered."""
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
@@ -155,6 +181,7 @@ class CaseReplay:
         step = self.script[0]
         rejection = step.get("reject_if")
         if rejection and rule_matches(rejection["rule"], body):
+            self.refused.append(len(self.bodies))
             if not (rejection.get("retry_same_step") or step.get("retry_same_step")):
                 self.script.pop(0)
             return self._response(rejection["response"])
@@ -188,6 +215,17 @@ class CaseReplay:
                     assert (b if same else b[: len(a)]) == a, (key, group)
         assert len(self.bodies) <= scenario.get("max_requests", len(self.bodies))
         assert len(self.bodies) >= scenario.get("min_requests", 0)
+        accepted = [b for n, b in enumerate(self.bodies, 1) if n not in self.refused]
+        if "accepted_request_carries" in scenario:
+            assert all(carries(b, scenario["accepted_request_carries"]) is None for b in accepted)
+        for n in self.refused:  # the request sent right after a refused one changes nothing else
+            if n < len(self.bodies):
+                for key in scenario.get("resend_unchanged") or []:
+                    assert self.bodies[n - 1].get(key) == self.bodies[n].get(key), (n, key)
+        for entry in scenario.get("tools_kept") or []:
+            name = entry if isinstance(entry, str) else entry["name"]
+            wire = re.sub(r"[^A-Za-z0-9_-]", "_", name)[:64]
+            assert all(any(t["function"]["name"] in (name, wire) for t in b.get("tools") or []) for b in accepted), name
 
     def assert_tool_turn(self) -> None:
         """What run.py `check_tool_round_trip` checks in the last request: the last assistant message with

@@ -231,12 +231,30 @@ def change_for(status: int, text: str, body: dict[str, Any]) -> Change | None:
     """
     if status not in (400, 422) or not text:
         return None
-    text = _unescape(_readable(text))
+    words = _unescape(_readable(text))
     for finder in (_schema_change, _message_change, _param_change):
-        change = finder(text, body)
+        change = finder(words, body)
         if change is not None and apply_rules(body, change.rules) != body:
-            return change
+            return Change(change.rules, _short(_message_of(text) or words))
     return None
+
+
+def _message_of(text: str) -> str:
+    """The human part of an error body: its (first) `message` string; "" when there is none."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return ""
+    stack = [data]
+    while stack:
+        value = stack.pop(0)
+        if isinstance(value, dict):
+            if isinstance(value.get("message"), str) and value["message"].strip():
+                return value["message"]
+            stack += list(value.values())
+        elif isinstance(value, list):
+            stack += value
+    return ""
 
 
 def _short(text: str) -> str:
