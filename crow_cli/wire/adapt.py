@@ -250,7 +250,7 @@ def _message_of(text: str) -> str:
         value = stack.pop(0)
         if isinstance(value, dict):
             if isinstance(value.get("message"), str) and value["message"].strip():
-                return value["message"]
+                return str(value["message"])
             stack += list(value.values())
         elif isinstance(value, list):
             stack += value
