@@ -46,10 +46,22 @@ class ToolCall:
     cut_off: bool = False
     """The stream cut the arguments off mid-value and the repair had to guess (`wire.repair`): dispatch
     does not run the call, its result asks for it again. Never sent on the wire (`to_wire`)."""
+    extra: Mapping[str, Any] | None = None
+    """Keys the server attached to the call beside id/type/function (Gemini via Vertex: `extra_content`
+    holding a thought signature), sent back on the call exactly; never invented."""
+    function_extra: Mapping[str, Any] | None = None
+    """Keys the server attached inside `function` beside name/arguments, sent back the same way."""
 
     def to_wire(self) -> Message:
-        """The `tool_calls[]` entry of the assistant message (OpenAI Chat Completions shape)."""
-        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+        """The `tool_calls[]` entry of the assistant message (OpenAI Chat Completions shape), with the
+        keys the server attached to it (`extra`, `function_extra`)."""
+        function = {"name": self.name, "arguments": self.arguments}
+        if self.function_extra:
+            function.update((k, v) for k, v in self.function_extra.items() if k not in function)
+        wire: Message = {"id": self.id, "type": "function", "function": function}
+        if self.extra:
+            wire.update((k, v) for k, v in self.extra.items() if k not in wire)
+        return wire
 
 
 Outcome = Literal["ok", "error", "denied", "timeout", "cancelled", "unknown_tool"]
@@ -92,9 +104,8 @@ class AssistantTurn:
     content: str | None = None
     """The visible text, or None when the model sent none."""
     reasoning: str | None = None
-    """`reasoning_content` / `reasoning` text; kept apart from content. Stored with the assistant message
-    only beside tool calls (`to_message`); whether it goes back to the server is the client's
-    `reasoning_echo` decision (`wire.client`)."""
+    """The reasoning text as shown (from `reasoning_content`, `reasoning`, reasoning blocks or a leading
+    `<think>` block); what is kept for the server is in `fields`."""
     tool_calls: list[ToolCall] = field(default_factory=list)
     finish_reason: str = "stop"
     """The server's finish_reason; `tool_calls` whenever calls were assembled, whatever it said."""
@@ -105,23 +116,30 @@ class AssistantTurn:
     refusal: str | None = None
     """The model's refusal text (OpenAI `delta.refusal`), or None when it did not refuse."""
     reasoning_field: str = "reasoning_content"
-    """The delta field the server streamed the reasoning in (`reasoning_content`: DeepSeek, vLLM, LiteLLM;
-    `reasoning`: newer vLLM, OpenRouter); the assistant message keeps the reasoning under this name."""
+    """The field `reasoning` is kept under when `fields` holds no reasoning (a turn built by hand)."""
+    fields: dict[str, Any] = field(default_factory=dict)
+    """Everything else the server attached to the message, under the server's names, to be sent back
+    exactly: reasoning text per field name (`reasoning_content`, `reasoning`), `reasoning_details`
+    blocks as merged, and any other key a delta carried (first non-empty value)."""
+    rules: list[str] = field(default_factory=list)
+    """The accumulator rules that fired while assembling the turn, in first-firing order."""
 
     @property
     def is_tool_turn(self) -> bool:
         return bool(self.tool_calls)
 
     def to_message(self) -> Message:
-        """The assistant wire message: content (None only beside tool calls) plus `tool_calls` when any.
+        """The assistant wire message: content (None only beside tool calls) plus `tool_calls` when any,
+        then every field the server attached (`fields`), whatever kind of turn it is.
 
         A refusal is kept as OpenAI's assistant-message `refusal` field, and stands in as `content`
         when there is none (content is required without tool_calls; other servers ignore `refusal`).
-        The reasoning of a tool turn is kept under `reasoning_field` (thinking-mode servers want it back
-        beside the tool calls it led to; the client strips it for servers that refuse it).
+        Which of the kept fields go back on a request is the client's decision (`wire.outgoing`).
         """
         message = assistant_message(self.content, self.tool_calls, refusal=self.refusal)
-        if self.tool_calls and self.reasoning:
+        if self.fields:
+            message.update((k, v) for k, v in self.fields.items() if k not in message)
+        elif self.reasoning:
             message[self.reasoning_field] = self.reasoning
         return message
 

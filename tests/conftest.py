@@ -15,6 +15,7 @@ from hypothesis import settings
 
 from tests.replay_server import (
     REQUEST_RULES,
+    assistant_fields_mismatch,
     carries,
     history_violations,
     rule_matches,
@@ -72,6 +73,8 @@ def expected_sse(case: dict[str, Any]) -> str:
     if "sse" in case or not case["expected"].get("tool_calls"):
         return first_sse(case)
     streamed = [r["sse"] for r in case["responses"] if "sse" in r]
+    if (case.get("scenario") or {}).get("followup_runs"):  # later runs' answers follow the first run's
+        return [body for body in streamed if '"tool_calls"' in body][-1]
     return streamed[-2] if len(streamed) > 1 else streamed[0]
 
 
@@ -88,6 +91,18 @@ def sse_chunks(body: str) -> Iterator[dict[str, Any]]:
                 from crow_cli.wire.stream import recover_frames
 
                 yield from recover_frames(data)
+
+
+def assemble(*chunks: dict[str, Any], trace: bool = False) -> tuple[Any, list[Any]]:
+    """Feed chunk dicts to a fresh `StreamAccumulator`: the assembled turn and every event, in order."""
+    from crow_cli.wire.accumulate import StreamAccumulator
+
+    acc = StreamAccumulator(trace=trace)
+    events = []
+    for c in chunks:
+        events += acc.feed(c)
+    turn, tail = acc.finish()
+    return turn, events + tail
 
 
 def sse(*chunks: dict[str, Any], done: bool = True) -> str:
@@ -199,7 +214,8 @@ class CaseReplay:
     def assert_requests(self) -> None:
         """What ../shared/conformance/run.py `check_requests` checks: the history contract in every
         request (unless `strict_history` is false), `assistant_content_key_present`,
-        `request_messages_equal`, `request_messages_prefix`, `max_requests` and `min_requests`."""
+        `request_messages_equal`, `request_messages_prefix`, `max_requests` and `min_requests`, and
+        `expected.assistant_fields_by_turn` on every request no reject_if answered, and on the last."""
         scenario = self.case.get("scenario") or {}
         found = list(self.history_errors) if scenario.get("strict_history", True) else []
         if scenario.get("assistant_content_key_present"):
@@ -213,6 +229,11 @@ class CaseReplay:
                 present = [self.bodies[n - 1]["messages"] for n in group if 1 <= n <= len(self.bodies)]
                 for a, b in itertools.pairwise(present):
                     assert (b if same else b[: len(a)]) == a, (key, group)
+        per_message = (self.case.get("expected") or {}).get("assistant_fields_by_turn")
+        if per_message:
+            for n, body in enumerate(self.bodies, 1):
+                if n not in self.refused or n == len(self.bodies):
+                    assert assistant_fields_mismatch(per_message, body["messages"]) is None, (n, body["messages"])
         assert len(self.bodies) <= scenario.get("max_requests", len(self.bodies))
         assert len(self.bodies) >= scenario.get("min_requests", 0)
         accepted = [b for n, b in enumerate(self.bodies, 1) if n not in self.refused]

@@ -19,8 +19,9 @@ import httpx
 from httpx_sse import EventSource, SSEError
 
 from ..errors import ServerError
-from ..history import ToolCall
+from ..history import AssistantTurn, ToolCall
 from ..wire.accumulate import StreamAccumulator
+from ..wire.profiles import REASONING_BLOCKS
 from ..wire.stream import recover_frames
 
 __all__ = ["Finding", "RawStream", "Shape", "classify", "parse_sse"]
@@ -305,6 +306,7 @@ def classify(stream: RawStream) -> Shape:
         _argument_findings(add, calls, turn.tool_calls)
     # --- text and reasoning
     _text_findings(add, chunks, entries)
+    _attached_findings(add, turn)
     # --- finish_reason
     reasons = [str(ch["finish_reason"]) for c in chunks if (ch := _choice(c)) is not None and ch.get("finish_reason")]
     reason = reasons[-1] if reasons else None
@@ -469,6 +471,36 @@ def _ends_with_repeat(joined: str) -> bool:
     return bool(first == second and joined[end:].lstrip()[end2:].strip() == "")
 
 
+# accumulator rule -> the finding it makes: (code, label, level, seen, what crow does)
+_RULE_FINDINGS: dict[str, tuple[str, str, Level, str, str]] = {
+    "think-in-content": ("think-in-content", "<think> in content", "ok", "the content opens with a <think>…</think> "
+                         "block", "shows it as reasoning and sends the content back exactly as it came"),
+    "tool-call-fields": ("tool-call-fields", "fields on tool calls", "ok", "tool calls carry keys beside id, type "
+                         "and function (extra_content …)", "keeps them and sends them back on their call"),
+    "choice-index-varies": ("choice-index-varies", "choice index counts up", "warn", "the one choice's index is "
+                            "not 0 (changes from chunk to chunk)", "n is not set: assembles one answer, warns once"),
+    "name-null-on-continuation": ("name-null", "name \"null\" on continuations", "warn", "continuation deltas "
+                                  "carry function.name \"null\"", "reads it as no name"),
+}
+
+
+def _attached_findings(add: Any, turn: AssistantTurn) -> None:
+    """What the accumulator kept beside content and calls (its `rules` and `fields`)."""
+    blocks = turn.fields.get(REASONING_BLOCKS)
+    if isinstance(blocks, list):
+        merged = "reasoning-blocks-merged" in turn.rules
+        add("reasoning-details", "reasoning blocks", "ok", f"reasoning_details: {len(blocks)} block(s)"
+            f"{', streamed in pieces' if merged else ''}", "merges pieces by index and type (signatures untouched) "
+            "and sends the blocks back with the message")
+    others = sorted(k for k in turn.fields if k != REASONING_BLOCKS and not k.startswith("reasoning"))
+    if others:
+        add("message-fields", "fields on the message", "ok", f"the deltas carry {', '.join(others)}",
+            "keeps them and sends them back with the message")
+    for rule in turn.rules:
+        if rule in _RULE_FINDINGS:
+            add(*_RULE_FINDINGS[rule])
+
+
 def _text_findings(add: Any, chunks: list[dict[str, Any]], entries: list[_Entry]) -> None:
     first_call = min((e.chunk for e in entries), default=None)
     last_call = max((e.chunk for e in entries), default=None)
@@ -494,5 +526,5 @@ def _text_findings(add: Any, chunks: list[dict[str, Any]], entries: list[_Entry]
     for key, where in reasoning.items():
         place = "" if first_call is None else " before the tool calls" if max(where) < first_call else \
             " around the tool calls"
-        add(key, key, "ok", f"{key} deltas ({len(where)}){place}", "shows it apart from the answer and does not "
-            "send it back")
+        add(key, key, "ok", f"{key} deltas ({len(where)}){place}", "shows it apart from the answer, keeps it with "
+            "the message under that name and sends it back as reasoning_echo says")

@@ -23,6 +23,19 @@ cases: `tests/cases/*.json`, each a shape a real server sent):
   the call there (vLLM Command A). A call that never got a name is never sent back or run: it is
   dropped with a warning.
 * A turn is a tool turn whenever calls were assembled, whatever `finish_reason` said.
+* Whatever else the server attaches to the turn is kept to be sent back exactly (`AssistantTurn.fields`):
+  reasoning text under each name it came in (`reasoning_content`, `reasoning`, …: pieces joined per
+  name), `reasoning_details` blocks (OpenRouter and gateways in front of Anthropic, Gemini, OpenAI)
+  keyed by their `index` *and* `type`: pieces of one block are merged (`text` / `summary` joined, any
+  other field from its first non-empty value, so a signature is never altered), a piece of another
+  type at the same index starts a new block; and any other delta key or tool-call key (`extra_content`
+  holding a Gemini thought signature) from its first non-empty value. Nothing is ever invented.
+* `<think>…</think>` at the start of content (llama.cpp / MiniMax templates) stays in the content
+  verbatim; its inside is shown as reasoning (`ReasoningDelta`), not as answer text.
+* Odd continuation values: a `function.name` of `"null"` is no name; `type` is never read (`FUNCTION`).
+  We never set `n`, so there is one answer: a chunk with one choice is ours whatever its `index` (a
+  local runtime counts it up on every chunk; warned once), of several only index 0 is.
+* `AssistantTurn.rules` names each rule that fired, in first-firing order (`crow probe` reports them).
 * `delta.refusal` (OpenAI) is collected apart from content and reported once whole as a warning
   (`the model refused: …`); a turn with no text, no calls and no refusal warns that it is empty.
 """
@@ -35,9 +48,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ServerError
-from ..events import Event, ReasoningDelta, TextDelta, ToolCallDelta, ToolCallStarted, WarningEvent
+from ..events import Event, Notice, ReasoningDelta, TextDelta, ToolCallDelta, ToolCallStarted, WarningEvent
 from ..history import AssistantTurn, ToolCall
 from ..text import clean_text, has_surrogates
+from .profiles import BLOCK_TEXT_FIELDS, REASONING_BLOCKS, REASONING_FIELDS
 from .repair import repair_arguments
 
 __all__ = ["StreamAccumulator", "stream_error"]
@@ -71,6 +85,10 @@ class _PartialCall:
     a run ends when a fragment of another call arrives. Orders merged fragments in linear time."""
     length: int = 0
     announced: bool = False
+    extra: dict[str, Any] | None = None
+    """Tool-call keys beside index/id/type/function (`extra_content`), first non-empty value each."""
+    fn_extra: dict[str, Any] | None = None
+    """`function` keys beside name/arguments, the same way."""
 
     def joined(self) -> str:
         return "".join(self.fragments)
@@ -130,6 +148,97 @@ class _TextBuffer:
         return "".join(self.parts) or None
 
 
+_CALL_KEYS = frozenset(("index", "id", "type", "function"))
+_FN_KEYS = frozenset(("name", "arguments"))
+_DELTA_KEYS = frozenset(("role", "content", "tool_calls", "refusal", "function_call"))
+"""Delta keys the fast path reads; any other key (reasoning, blocks, extensions) takes `_delta_extras`."""
+_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+
+
+def _empty(value: Any) -> bool:
+    return value is None or value == "" or value == {} or value == []
+
+
+def _keep_first(into: dict[str, Any], key: str, value: Any) -> None:
+    """`into[key] = value` unless it holds a non-empty value already (the tool-call id rule)."""
+    if not _empty(value) and _empty(into.get(key)):
+        into[key] = value
+
+
+class _Block:
+    """One reasoning block being assembled: text fields as fragment lists, the rest first non-empty."""
+
+    __slots__ = ("fields", "texts")
+
+    def __init__(self) -> None:
+        self.fields: dict[str, Any] = {}
+        self.texts: dict[str, list[str]] = {}
+
+    def add(self, piece: Mapping[str, Any]) -> None:
+        for key, value in piece.items():
+            if key in BLOCK_TEXT_FIELDS and isinstance(value, str):
+                parts = self.texts.get(key)
+                if parts is None:
+                    self.texts[key] = parts = []
+                    self.fields.setdefault(key, "")  # keeps the key's place among the fields
+                if value:
+                    parts.append(value)
+            elif key not in self.fields or (not _empty(value) and _empty(self.fields[key])):
+                self.fields[key] = value
+
+    def value(self) -> dict[str, Any]:
+        return {k: "".join(self.texts[k]) if k in self.texts else v for k, v in self.fields.items()}
+
+
+class _ThinkSplit:
+    """Which part of the content is a leading `<think>…</think>` block (shown as reasoning); linear."""
+
+    __slots__ = ("_held", "_state")
+
+    def __init__(self) -> None:
+        self._state = 0  # 0: may still open, 1: inside the block, 2: plain text
+        self._held = ""
+
+    def split(self, text: str, events: list[Event]) -> bool:
+        """Append the events for `text`; True when a think block opened just now."""
+        if self._state == 2:
+            events.append(TextDelta(text))
+            return False
+        text, self._held = self._held + text, ""
+        opened = False
+        if self._state == 0:
+            head = text.lstrip()
+            if head.startswith(_THINK_OPEN):
+                self._state, text, opened = 1, head[len(_THINK_OPEN):], True
+            elif _THINK_OPEN.startswith(head):  # "", "<", "<thi" …: not decided yet
+                self._held = text
+                return False
+            else:
+                self._state = 2
+                events.append(TextDelta(text))
+                return False
+        end = text.find(_THINK_CLOSE)
+        if end >= 0:
+            self._state = 2
+            if end:
+                events.append(ReasoningDelta(text[:end]))
+            if rest := text[end + len(_THINK_CLOSE):].lstrip("\n"):
+                events.append(TextDelta(rest))
+            return opened
+        keep = next((n for n in range(min(len(text), len(_THINK_CLOSE) - 1), 0, -1)
+                     if _THINK_CLOSE.startswith(text[-n:])), 0)
+        if keep:
+            text, self._held = text[:-keep], text[-keep:]
+        if text:
+            events.append(ReasoningDelta(text))
+        return opened
+
+    def flush(self, events: list[Event]) -> None:
+        if self._held:
+            events.append(ReasoningDelta(self._held) if self._state == 1 else TextDelta(self._held))
+            self._held = ""
+
+
 class StreamAccumulator:
     """Assembles one streamed Chat Completions turn.
 
@@ -137,14 +246,17 @@ class StreamAccumulator:
     returns the events that chunk produced; then call `finish` once for the assembled turn.
 
     Args:
-        trace: also emit a `ToolCallDelta` for every raw tool-call delta (for `--debug`).
+        trace: also emit a `ToolCallDelta` for every raw tool-call delta, and a `Notice(code="debug")` for
+            the first firing of each rule that keeps something the server attached (for `--debug`).
+        reasoning_fields: the delta fields that carry reasoning text (`profiles.REASONING_FIELDS`).
 
     Raises:
         ServerError: from `feed`, for a chunk carrying an `error` object instead of choices.
     """
 
-    def __init__(self, *, trace: bool = False) -> None:
+    def __init__(self, *, trace: bool = False, reasoning_fields: tuple[str, ...] = REASONING_FIELDS) -> None:
         self._trace = trace
+        self._reasoning_names = reasoning_fields
         self._calls: list[_PartialCall] = []
         self._by_key: dict[int, _PartialCall] = {}
         self._headed = 0  # calls given a `seq` so far
@@ -152,10 +264,24 @@ class StreamAccumulator:
         self._last_fed: _PartialCall | None = None
         self._latest_key: int | None = None
         self._text = _TextBuffer()
-        self._reasoning = _TextBuffer()
+        self._think = _ThinkSplit()
+        self._reasoning = _TextBuffer()  # what is shown: per delta, its first reasoning source
+        self._fields: dict[str, _TextBuffer] = {}  # reasoning text per field name, as sent
+        self._blocks: list[_Block] = []
+        self._block_at: dict[tuple[Any, Any], _Block] = {}
+        self._block_index: Any = 0  # the index a block piece without one belongs to
+        self._extra: dict[str, Any] = {}
         self._refusal = _TextBuffer()
         self._finish_reason: str | None = None
         self._usage: dict[str, Any] | None = None
+        self._rules: dict[str, None] = {}
+        self._choice_index_warned = False
+
+    def _fired(self, rule: str, events: list[Event] | None = None, why: str = "") -> None:
+        if rule not in self._rules:
+            self._rules[rule] = None
+            if self._trace and why and events is not None:
+                events.append(Notice(f"crow: debug: {why}", code="debug"))
 
     def feed(self, chunk: Mapping[str, Any]) -> list[Event]:
         """Take one chunk; return the events it produced (text, reasoning, tool calls opened)."""
@@ -167,18 +293,30 @@ class StreamAccumulator:
         usage = chunk.get("usage")
         if isinstance(usage, Mapping):
             self._usage = dict(usage)
-        for choice in chunk.get("choices") or ():  # [] on usage-only and content-filter chunks
-            if not isinstance(choice, Mapping) or choice.get("index") not in (0, None):
-                continue  # we request n=1; other choices are not ours
+        choices = chunk.get("choices") or ()  # [] on usage-only and content-filter chunks
+        for choice in choices:
+            if not isinstance(choice, Mapping):
+                continue
+            if choice.get("index") not in (0, None):
+                if len(choices) > 1:
+                    continue  # several answers in one chunk: ours is index 0
+                if not self._choice_index_warned:  # one choice, counted up (a local runtime): still ours
+                    self._choice_index_warned = True
+                    self._fired("choice-index-varies")
+                    events.append(WarningEvent(f"the server numbered its one choice {choice.get('index')!r}, "
+                                               "not 0 (n is not set, so there is one answer): assembled as one"))
             delta = choice.get("delta") or {}
-            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-            if isinstance(reasoning, str) and (shown := self._reasoning.add(reasoning)):
-                events.append(ReasoningDelta(shown))
+            if not isinstance(delta, Mapping):
+                delta = {}
+            if not _DELTA_KEYS.issuperset(delta):
+                self._delta_extras(delta, events)
             content = delta.get("content")
             if isinstance(content, list):  # content parts
                 content = "".join(p.get("text") or "" for p in content if isinstance(p, Mapping))
-            if isinstance(content, str) and content and (shown := self._text.add(content)):
-                events.append(TextDelta(shown))
+            if isinstance(content, str) and content and (shown := self._text.add(content)) \
+                    and self._think.split(shown, events):
+                self._fired("think-in-content", events, "a <think> block opens the content: shown as "
+                            "reasoning, kept in the content as sent")
             refusal = delta.get("refusal")  # OpenAI: streamed in pieces like content, shown once whole
             if isinstance(refusal, str) and refusal:
                 self._refusal.add(refusal)
@@ -193,12 +331,68 @@ class StreamAccumulator:
                 self._finish_reason = str(choice["finish_reason"])
         return events
 
+    def _delta_extras(self, delta: Mapping[str, Any], events: list[Event]) -> None:
+        """Reasoning text (each name kept apart), reasoning blocks, and any other key of a delta."""
+        shown = False
+        for key, value in delta.items():
+            if key in _DELTA_KEYS:
+                continue
+            if key in self._reasoning_names:
+                if not isinstance(value, str) or not value:
+                    continue
+                buffer = self._fields.get(key)
+                if buffer is None:
+                    self._fields[key] = buffer = _TextBuffer()
+                    self._fired(f"reasoning-field:{key}", events, f"reasoning text arrives as {key}: kept under "
+                                "that name")
+                buffer.add(value)
+                if not shown:  # a delta carrying two names (newer vLLM) is shown once
+                    shown = True
+                    if text := self._reasoning.add(value):
+                        events.append(ReasoningDelta(text))
+            elif key == REASONING_BLOCKS:
+                pieces = [value] if isinstance(value, Mapping) else value if isinstance(value, list) else ()
+                for piece in pieces:
+                    if isinstance(piece, Mapping):
+                        text = self._block_piece(piece, events)
+                        if text and not shown and (text := self._reasoning.add(text)):
+                            events.append(ReasoningDelta(text))
+                shown = shown or bool(pieces)
+            elif not _empty(value) and _empty(self._extra.get(key)):
+                self._extra[key] = value
+                self._fired(f"message-field:{key}", events, f"the server attached {key!r} to the assistant "
+                            "message: kept and sent back with it")
+
+    def _block_piece(self, piece: Mapping[str, Any], events: list[Event]) -> str:
+        """Merge one `reasoning_details` piece into its block; return its text to show."""
+        index = piece.get("index", self._block_index)
+        self._block_index = index
+        key = (index if isinstance(index, (int, str)) else repr(index), piece.get("type"))
+        block = self._block_at.get(key)
+        if block is None:
+            block = self._block_at[key] = _Block()
+            self._blocks.append(block)
+            if len(self._blocks) > 1 and any(k[0] == key[0] for k in self._block_at if k != key):
+                self._fired("reasoning-block-type-at-used-index", events, f"a {key[1]} reasoning block at index "
+                            f"{key[0]}, where a block of another type stands: kept as a block of its own")
+        else:
+            self._fired("reasoning-blocks-merged", events, "reasoning_details pieces of one block (same index "
+                        "and type) merged: text joined, other fields from their first non-empty value")
+        block.add(piece)
+        for name in BLOCK_TEXT_FIELDS:
+            text = piece.get(name)
+            if isinstance(text, str) and text:
+                return text
+        return ""
+
     def _tool_delta(self, tc: Mapping[str, Any], position: int, count: int, events: list[Event]) -> None:
         fn = tc.get("function") or {}
+        if not isinstance(fn, Mapping):
+            fn = {}
         raw_index = tc.get("index")
         raw_id, raw_name = tc.get("id"), fn.get("name")
         call_id: str = raw_id if isinstance(raw_id, str) else ""
-        name: str = raw_name if isinstance(raw_name, str) else ""
+        name: str = raw_name if isinstance(raw_name, str) and raw_name != "null" else ""
         args = fn.get("arguments")
         if self._trace:
             events.append(ToolCallDelta(raw_index, tc.get("id"), fn.get("name"),
@@ -207,24 +401,47 @@ class StreamAccumulator:
             key = raw_index
         elif count > 1:
             key = position
+            self._fired("index-missing")
         else:
             key = self._latest_key if self._latest_key is not None else 0
+            self._fired("index-missing")
         self._latest_key = key
         call = self._by_key.get(key)
         if call is None or (name and self._starts_new_call(call, call_id, name)):
+            if call is not None:
+                self._fired("index-reused")
             call = _PartialCall(key=key)
             self._calls.append(call)
             self._by_key[key] = call
         if call_id and not call.id:
             call.id = call_id
         if name and name != call.name:
+            if call.name:
+                self._fired("name-split")
             call.name = name if not call.name else call.name + name  # a name sent in pieces
+        elif raw_name == "null":
+            self._fired("name-null-on-continuation")
         if call.seq < 0 and (call.id or call.name):
             call.seq, self._headed = self._headed, self._headed + 1
+        if not _CALL_KEYS.issuperset(tc):
+            call.extra = call.extra or {}
+            for k, v in tc.items():
+                if k not in _CALL_KEYS:
+                    _keep_first(call.extra, k, v)
+            self._fired("tool-call-fields", events, f"tool call {call.name or key}: the server attached "
+                        f"{sorted(k for k in tc if k not in _CALL_KEYS)} to it: kept and sent back with the call")
+        if not _FN_KEYS.issuperset(fn):
+            call.fn_extra = call.fn_extra or {}
+            for k, v in fn.items():
+                if k not in _FN_KEYS:
+                    _keep_first(call.fn_extra, k, v)
         if args is not None:
             if not isinstance(args, str):
                 args = json.dumps(args, ensure_ascii=False)
-            if args and not self._repeats_whole(call, args):
+                self._fired("arguments-object")
+            if args and self._repeats_whole(call, args):
+                self._fired("arguments-repeated")
+            elif args:
                 if call is not self._last_fed:
                     self._run += 1
                     call.runs.append((self._run, len(call.fragments)))
@@ -259,11 +476,13 @@ class StreamAccumulator:
             if len(open_calls) == 1:
                 target = open_calls[0]
                 _merge_fragments(target, orphans)
+                self._fired("orphan-fragments-merged")
                 if self._trace:
                     events.append(WarningEvent(f"tool call {target.name} [{target.id or 'no id'}] (index {target.key}):"
                                                f" took the argument fragments sent at index {where}, which never"
                                                " opened a call", target.id))
             else:
+                self._fired("orphan-fragments-dropped")
                 events.append(WarningEvent(f"dropped {sum(p.length for p in orphans)} characters of tool-call "
                                            f"arguments sent at index {where}, which never opened a call: "
                                            f"{len(open_calls)} calls were open to take them, not one"))
@@ -272,6 +491,7 @@ class StreamAccumulator:
             if partial.name:
                 named.append(partial)
             else:
+                self._fired("nameless-call-dropped")
                 events.append(WarningEvent(f"tool call [{partial.id}] (index {partial.key}): the server sent no "
                                            "function name; the call is dropped, neither run nor sent back",
                                            partial.id))
@@ -291,7 +511,8 @@ class StreamAccumulator:
         if tail := self._reasoning.flush():
             events.append(ReasoningDelta(tail))
         if tail := self._text.flush():
-            events.append(TextDelta(tail))
+            self._think.split(tail, events)
+        self._think.flush(events)
         self._refusal.flush()
         calls: list[ToolCall] = []
         for partial in self._named_calls(events):
@@ -299,9 +520,22 @@ class StreamAccumulator:
             if problem:
                 label = f"tool call {partial.name} [{partial.id or 'no id'}]"
                 events.append(WarningEvent(f"{label}: {problem}", partial.id))
+                self._fired("arguments-repaired" if not cut_off else "arguments-cut")
             calls.append(ToolCall(id=partial.id, name=partial.name, arguments=arguments, index=len(calls),
-                                  cut_off=cut_off))
+                                  cut_off=cut_off, extra=partial.extra or None,
+                                  function_extra=partial.fn_extra or None))
         reason = self._finish_reason
+        if reason is None:
+            self._fired("finish-missing")
+        fields: dict[str, Any] = {}
+        for name, buffer in self._fields.items():
+            buffer.flush()
+            if (text := buffer.value()) is not None:
+                fields[name] = text
+        if self._blocks:
+            fields[REASONING_BLOCKS] = [block.value() for block in self._blocks]
+        for key, value in self._extra.items():
+            fields.setdefault(key, value)
         turn = AssistantTurn(
             content=self._text.value(),
             reasoning=self._reasoning.value(),
@@ -310,6 +544,8 @@ class StreamAccumulator:
             usage=self._usage,
             truncated=reason is None,
             refusal=self._refusal.value(),
+            fields=fields,
+            rules=list(self._rules),
         )
         if turn.refusal:
             events.append(WarningEvent(f"the model refused: {turn.refusal}"))

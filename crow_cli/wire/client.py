@@ -13,7 +13,8 @@ to a `ProviderError` subclass.
 
 Per request, the client also adapts to what the server accepts. A 400/422 refusal goes through the
 client's adapters in order (`ChatClient._adapt`): `stream_options` is dropped for servers that refuse it,
-reasoning is echoed back or not (`reasoning_echo`, see `ChatClient.outgoing_messages`), and any other part
+fields the server attached to assistant messages are dropped or added as it says (`wire.outgoing`: what
+the server attached goes back as `reasoning_echo` decides), and any other part
 the server's message names (a tool-schema keyword, a parameter, a message shape) is changed as
 `wire.adapt` decides. Each change applies to the outgoing request only (the history keeps what really
 happened); the request is sent once more with everything else unchanged, a `Notice` says what changed
@@ -37,13 +38,12 @@ from ..events import Notice, WarningEvent
 from ..history import Message
 from ..text import public_url, url_secrets
 from .adapt import Rule
+from .outgoing import Outgoing
 
-__all__ = ["REASONING_FIELDS", "ChatClient", "ClientSettings", "ReasoningEcho", "context_overflow", "map_error",
-           "reasoning_demanded", "reasoning_refused", "redact", "split_base_url"]
+__all__ = ["ChatClient", "ClientSettings", "ReasoningEcho", "context_overflow", "map_error", "redact",
+           "split_base_url"]
 
 ReasoningEcho = Literal["auto", "always", "never"]
-REASONING_FIELDS = ("reasoning_content", "reasoning")
-"""The message fields servers use for a turn's reasoning (DeepSeek, vLLM, LiteLLM; newer vLLM, OpenRouter)."""
 
 
 @dataclass(frozen=True)
@@ -109,19 +109,20 @@ class ChatClient:
         self._url, self._query = split_base_url(settings.base_url)
         self._shown_url = public_url(settings.base_url)
         self._secrets = [settings.api_key, *url_secrets(settings.base_url)]  # redacted from errors and records
-        self._reasoning_key: str | None = None  # the field this server streams reasoning in, once seen
-        self._echo_learned: Literal["drop", "add"] | None = None  # what a 400/422 taught (auto only)
-        self._demanded_key = "reasoning_content"
         self._rules: list[Rule] = []  # what the server refuses, changed in every request (`wire.adapt`)
         self._known = 0  # how many of `_rules` were known in advance or recalled (not to be stored again)
         self._unsaved = False  # a rule learned in this run, stored once a request with it is accepted
         self._traced = False
+        from .facts import recall
+
+        known = recall(settings.base_url, settings.model) if settings.adapt_requests else {}
+        # what goes back of what servers attached to messages, and the fields this one refused or demanded
+        self._outgoing = Outgoing(settings.reasoning_echo, known=known)
         if settings.adapt_requests:
             from .adapt import known_rules, rules_from_json
-            from .facts import recall
 
             self._rules = known_rules(settings.base_url, settings.model)
-            recalled = rules_from_json(recall(settings.base_url, settings.model).get("request_rules"))
+            recalled = rules_from_json(known.get("request_rules"))
             self._rules += [r for r in recalled if r not in self._rules]
             self._known = len(self._rules)
 
@@ -152,32 +153,11 @@ class ChatClient:
         return self._sdk
 
     def outgoing_messages(self, messages: list[Message]) -> list[Message]:
-        """`messages` as they are sent: reasoning fields kept, renamed, added or dropped (copies; the
-        history is never changed).
-
-        `reasoning_echo` `never` strips `reasoning_content` / `reasoning` from every message; `always`
-        sends them as stored; `auto` keeps them only on assistant messages with tool calls (thinking-mode
-        servers such as DeepSeek's want them there), under the field name this server streams them in.
-        In `auto`, a server that refused the field (400/422) gets it from no message any more, and one
-        that demanded it (400) gets it on every assistant message with tool calls (`""` when none was kept).
-        """
-        echo = self.settings.reasoning_echo
-        if echo == "always":
-            return messages
-        strip = echo == "never" or self._echo_learned == "drop"
-        out: list[Message] = []
-        for message in messages:
-            stored = next((k for k in REASONING_FIELDS if message.get(k) is not None), None)
-            tool_turn = message.get("role") == "assistant" and bool(message.get("tool_calls"))
-            if strip or not tool_turn:
-                out.append(_without(message, REASONING_FIELDS) if stored or _has_any(message) else message)
-                continue
-            if stored is None:
-                out.append({**message, self._demanded_key: ""} if self._echo_learned == "add" else message)
-                continue
-            key = self._demanded_key if self._echo_learned == "add" else self._reasoning_key or stored
-            out.append(message if key == stored else {**_without(message, REASONING_FIELDS), key: message[stored]})
-        return out
+        """`messages` as they are sent (`wire.outgoing`): what the server attached to each assistant
+        message goes back under its own name; reasoning as `reasoning_echo` says (`auto`: every assistant
+        message of an exchange that used tools); fields the server refused are dropped and reasoning
+        fields it demanded are added. Copies where changed; the history is never changed."""
+        return self._outgoing.messages(messages)
 
     def request_body(self, messages: list[Message], tools: list[dict[str, Any]] | None) -> dict[str, Any]:
         """The JSON body of one streamed turn (OpenAI Chat Completions `create` with `stream: true`)."""
@@ -231,6 +211,8 @@ class ChatClient:
                     body = self.request_body(messages, tools)
                     try:
                         response = await self._send(stack, body)
+                        if self._unsaved:  # the adapted request was accepted: remember what worked
+                            self._remember()
                         break
                     except Exception as exc:
                         if (notices := self._adapt(exc, body, adapted)) is not None:
@@ -248,8 +230,6 @@ class ChatClient:
                 if self._unsaved:  # the server took the changed request: remember the change
                     self._remember()
                 async for item in iter_chunks(response.aiter_bytes(), response.headers.get("content-type", "")):
-                    if self._reasoning_key is None and isinstance(item, dict):
-                        self._reasoning_key = _reasoning_key_in(item)
                     yield item
         except Exception as exc:
             mapped = map_error(exc, self._shown_url, secret=self._secrets)
@@ -323,23 +303,17 @@ class ChatClient:
 
     def _adapt_reasoning(self, status: int, text: str, body: dict[str, Any], done: set[str]
                          ) -> list[Notice] | None:
-        """Reasoning fields refused (dropped from then on) or demanded (added beside tool calls), `auto` only."""
-        if self.settings.reasoning_echo != "auto" or "reasoning_echo" in done:
+        """A field of the messages refused (dropped from every message and tool call from then on) or
+        demanded (a reasoning field on every assistant message, the function `name` on tool messages):
+        `wire.outgoing` decides; one change per field, never the same twice."""
+        if not self.settings.adapt_requests:
             return None
-        sent = {k for m in body["messages"] for k in REASONING_FIELDS if k in m}
-        if (refused := reasoning_refused(status, text, sent)) is not None:
-            self._echo_learned = "drop"
-            done.add("reasoning_echo")
-            return [Notice(f"crow: the server refuses {refused} in messages ({status}); sending the request "
-                           "again without it (and without reasoning from now on)", "reasoning_echo")]
-        missing = any(m.get("role") == "assistant" and m.get("tool_calls") and
-                      all(m.get(k) is None for k in REASONING_FIELDS) for m in body["messages"])
-        if missing and self._echo_learned != "drop" and (wanted := reasoning_demanded(status, text)):
-            self._echo_learned, self._demanded_key = "add", wanted
-            done.add("reasoning_echo")
-            return [Notice(f"crow: the server requires {wanted} on assistant messages with tool calls ({status}); "
-                           "sending the request again with it", "reasoning_echo")]
-        return None
+        change = self._outgoing.adapt(status, text, body["messages"])
+        if change is None:
+            return None
+        done.add("fields:" + _json(change.fact))
+        self._unsaved = True
+        return [Notice(f"crow: {change.notice}", "reasoning_echo")]
 
     def _adapt_request(self, status: int, text: str, body: dict[str, Any], done: set[str]
                        ) -> list[Notice] | None:
@@ -367,14 +341,15 @@ class ChatClient:
         return notices
 
     def _remember(self) -> None:
-        """Store the rules learned in this run for this base URL + model (`wire.facts`; never raises)."""
+        """Store the rules learned in this run for this base URL + model, and the message fields refused or
+        demanded (`wire.outgoing`), in `wire.facts` (never raises)."""
         from .facts import learn, recall
 
         self._unsaved = False
         stored = recall(self.settings.base_url, self.settings.model).get("request_rules")
         merged = list(stored) if isinstance(stored, list) else []
         merged += [r.to_json() for r in self._rules[self._known:] if r.to_json() not in merged]
-        learn(self.settings.base_url, self.settings.model, request_rules=merged)
+        learn(self.settings.base_url, self.settings.model, request_rules=merged, **self._outgoing.learned())
 
     def _retry(self, exc: Exception, retries: int) -> tuple[float, Notice | None]:
         """The wait and notice for another try after `exc`, or `(0, None)` when it is final."""
@@ -411,60 +386,12 @@ async def _no_key() -> str:
     return ""
 
 
-def _has_any(message: Message) -> bool:
-    return any(k in message for k in REASONING_FIELDS)
-
-
-def _without(message: Message, keys: tuple[str, ...]) -> Message:
-    return {k: v for k, v in message.items() if k not in keys}
-
-
-def _reasoning_key_in(chunk: Mapping[str, Any]) -> str | None:
-    """The reasoning field a chunk's first delta carries text in, if any."""
-    choices = chunk.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
-        return None
-    delta = choices[0].get("delta")
-    if isinstance(delta, Mapping):
-        for key in REASONING_FIELDS:
-            if isinstance(delta.get(key), str) and delta[key]:
-                return key
-    return None
-
-
 def _error_text(exc: Any) -> str:
     """The raw body of an SDK status error (already read), else its message."""
     try:
         return str(exc.response.text)
     except Exception:
         return str(exc.message)
-
-
-_REFUSED = re.compile(r"extra_forbidden|extra (inputs?|fields?)|not permitted|forbidden|unknown|unrecogni[sz]ed|"
-                      r"not allowed|unexpected|additional propert|not supported|unsupported|invalid field|"
-                      r"no such field", re.IGNORECASE)
-_DEMANDED = re.compile(r"must be passed back|must be (provided|included|present|sent)|is required|required|missing|"
-                       r"must (include|contain)", re.IGNORECASE)
-
-
-def _field_named(text: str, key: str) -> bool:
-    return re.search(rf"(?<![A-Za-z_]){re.escape(key)}(?![A-Za-z_])", text) is not None
-
-
-def reasoning_refused(status: int, text: str, sent: set[str]) -> str | None:
-    """The reasoning field a 400/422 body refuses as forbidden, unknown or extra (Mistral's
-    `extra_forbidden`, strict OpenAI-compatible validators), among the fields that were `sent`; else None."""
-    if status not in (400, 422) or not _REFUSED.search(text):
-        return None
-    return next((k for k in REASONING_FIELDS if k in sent and _field_named(text, k)), None)
-
-
-def reasoning_demanded(status: int, text: str) -> str | None:
-    """The reasoning field a 400 body demands back (DeepSeek thinking mode: "The reasoning_content in the
-    thinking mode must be passed back to the API"); else None."""
-    if status != 400 or not _DEMANDED.search(text):
-        return None
-    return next((k for k in REASONING_FIELDS if _field_named(text, k)), None)
 
 
 _OVERFLOW = re.compile(r"context_length_exceeded|exceed_context_size|ContextWindowExceeded|maximum context length|"

@@ -70,6 +70,14 @@ QUIRKS: dict[str, set[str]] = {
     "vllm-truncated-args-tool-calls-finish": {"arguments-cut"},
     "vllm-xlam-args-sent-twice": {"arguments-repeated"},
     "vllm-zero-arg-empty-arguments": {"arguments-empty"},
+    "openrouter-reasoning-details-blocks-round-trip": {"reasoning-details", "reasoning"},
+    "deepseek-reasoning-content-on-every-message-of-a-tool-exchange": {"reasoning_content"},
+    "ollama-reasoning-field-name-kept": {"reasoning"},
+    "minimax-think-tags-in-content-kept": {"think-in-content", "text-before-calls"},
+    "gemini-extra-content-thought-signature-per-call": {"tool-call-fields"},
+    "gemini-tool-message-name-required": set(),  # its quirk is in the request crow sends back
+    "strict-gateway-refuses-reasoning-details": {"reasoning-details"},
+    "local-runtime-null-name-and-counting-choice-index": {"choice-index-varies", "name-null"},
 }
 
 

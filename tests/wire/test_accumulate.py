@@ -10,18 +10,9 @@ from crow_cli.errors import ServerError
 from crow_cli.events import ReasoningDelta, TextDelta, ToolCallDelta, ToolCallStarted, WarningEvent
 from crow_cli.tools.names import ToolNameCleaner
 from crow_cli.wire.accumulate import StreamAccumulator, _PartialCall
-from tests.conftest import chunk, expected_sse, first_sse, load_cases, sse_chunks, tool_delta
+from tests.conftest import assemble, chunk, expected_sse, first_sse, load_cases, sse_chunks, tool_delta
 
 CASES = load_cases()
-
-
-def assemble(*chunks, trace: bool = False):
-    acc = StreamAccumulator(trace=trace)
-    events = []
-    for c in chunks:
-        events += acc.feed(c)
-    turn, tail = acc.finish()
-    return turn, events + tail
 
 
 STREAM_CASES = [c for c in CASES if c["expected"].get("finish_reason") != "error"]

@@ -6,9 +6,11 @@ import json
 
 import httpx
 import openai
+import pytest
+import respx
 
-from crow_cli.errors import AuthError, ServerError
-from crow_cli.wire.client import map_error
+from crow_cli.errors import AuthError, ProviderError, ServerError
+from crow_cli.wire.client import ChatClient, ClientSettings, map_error
 from tests.replay_server import ReplayServer
 from tests.support import crow
 
@@ -54,15 +56,22 @@ def test_cli_error_line_and_json_event_carry_no_key(tmp_path):
 
 
 # found trying it as a new user (fourth round): a key in the base URL's query was quoted back unredacted
-def test_a_key_in_the_base_url_query_is_redacted_from_errors(tmp_path):
+# (through the client in-process: the replay server, a verbatim copy of the shared one, answers 404 to a
+# path with a query)
+async def test_a_key_in_the_base_url_query_is_redacted_from_errors():
     query_key = "sk-QUERY-key-987654"
-    body = json.dumps({"error": {"message": f"invalid key {query_key}"}})
+    body = {"error": {"message": f"invalid key {query_key}"}}
     for name in ("key", "api-key", "token", "sig"):
-        with ReplayServer([{"status": 400, "body": body}]) as srv:
-            proc = crow("run", "--base-url", f"{srv.base_url}?api-version=1&{name}={query_key}", "--model", "m",
-                        "--no-tools", "--json", "hi", cwd=tmp_path)
-        assert proc.returncode == 1
-        assert query_key not in proc.stdout + proc.stderr and "[REDACTED]" in proc.stderr
+        settings = ClientSettings(base_url=f"http://llm.test/v1?api-version=1&{name}={query_key}", model="m",
+                                  max_retries=0)
+        client = ChatClient(settings)
+        with respx.mock() as mock:
+            mock.post(url__startswith="http://llm.test/v1/chat/completions").mock(
+                return_value=httpx.Response(400, json=body))
+            with pytest.raises(ProviderError) as caught:
+                [_ async for _ in client.stream([{"role": "user", "content": "hi"}])]
+        await client.aclose()
+        assert query_key not in str(caught.value) and "[REDACTED]" in str(caught.value)
 
 
 def test_map_error_redacts_every_secret_given():

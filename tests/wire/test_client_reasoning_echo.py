@@ -18,7 +18,8 @@ from crow_cli.errors import ProviderError
 from crow_cli.events import Notice, RunFinished
 from crow_cli.history import AssistantTurn, ToolCall, assistant_message, tool_message, user_message
 from crow_cli.loop import LoopSettings, react
-from crow_cli.wire.client import ChatClient, ClientSettings, reasoning_demanded, reasoning_refused
+from crow_cli.wire.client import ChatClient, ClientSettings
+from crow_cli.wire.profiles import field_demanded, field_refused
 from tests.conftest import chunk, sse, text_sse, tool_delta
 
 BASE = "http://llm.test/v1"
@@ -67,11 +68,13 @@ def client(echo: str = "auto") -> ChatClient:
     return ChatClient(ClientSettings(base_url=BASE, model="m", api_key="sk-test", max_retries=0, reasoning_echo=echo))
 
 
-def test_the_reasoning_of_a_tool_turn_is_kept_with_its_message_under_the_servers_field() -> None:
+def test_the_reasoning_of_a_turn_is_kept_with_its_message_under_the_servers_field() -> None:
     calls = [ToolCall("c", "f", "{}")]
     assert AssistantTurn(reasoning="r", tool_calls=calls).to_message()["reasoning_content"] == "r"
     assert AssistantTurn(reasoning="r", tool_calls=calls, reasoning_field="reasoning").to_message()["reasoning"] == "r"
-    assert "reasoning_content" not in AssistantTurn(content="hi", reasoning="r").to_message()
+    # kept on every assistant message: whether it goes back is the client's decision (wire.outgoing)
+    assert AssistantTurn(content="hi", reasoning="r").to_message()["reasoning_content"] == "r"
+    assert AssistantTurn(content="hi", fields={"reasoning": "r"}).to_message()["reasoning"] == "r"
     assert "reasoning_content" not in AssistantTurn(tool_calls=calls).to_message()
 
 
@@ -97,15 +100,19 @@ async def test_a_server_streaming_reasoning_gets_it_back_under_that_name() -> No
     assert assistant["reasoning"] == THOUGHT and "reasoning_content" not in assistant
 
 
-async def test_auto_sends_no_reasoning_on_messages_without_tool_calls() -> None:
+async def test_auto_sends_reasoning_for_exchanges_that_used_tools_only() -> None:
+    # the final answer after the tool results keeps its reasoning too (also on the next user prompt);
+    # an exchange without tools sends none
     history = history_with_tool_turn()
-    history[3] = {**history[3], "reasoning_content": "old thoughts"}
+    history[3] = {**history[3], "reasoning_content": "final thoughts"}
+    history += [{"role": "assistant", "content": "ok", "reasoning_content": "plain thoughts"}, user_message("bye")]
     with respx.mock(assert_all_called=True) as mock:
         route = mock.post(URL).mock(return_value=streamed(text_sse("ok")))
         await drain(client(), history)
     messages = sent(route, 0)
-    assert "reasoning_content" in messages[1] and "reasoning_content" not in messages[3]
-    assert history[3]["reasoning_content"] == "old thoughts"  # the history itself is never changed
+    assert messages[1]["reasoning_content"] == THOUGHT and messages[3]["reasoning_content"] == "final thoughts"
+    assert "reasoning_content" not in messages[5]
+    assert history[5]["reasoning_content"] == "plain thoughts"  # the history itself is never changed
 
 
 # tests/cases/mistral-reasoning-content-forbidden.json: found in LiteLLM issue 30835
@@ -132,8 +139,8 @@ async def test_a_400_demanding_the_field_adds_it_beside_every_tool_call_retries_
         await drain(c, history_with_tool_turn(reasoning=None))
     assert [i.code for i in items if isinstance(i, Notice)] == ["reasoning_echo"]
     assert "reasoning_content" not in sent(route, 0)[1]
-    for n in (1, 2):
-        assert sent(route, n)[1]["reasoning_content"] == "" and "reasoning_content" not in sent(route, n)[3]
+    for n in (1, 2):  # on every assistant message
+        assert sent(route, n)[1]["reasoning_content"] == "" and sent(route, n)[3]["reasoning_content"] == ""
 
 
 async def test_never_more_than_one_resend_for_the_same_request() -> None:
@@ -169,7 +176,7 @@ async def test_never_strips_every_reasoning_field_and_always_keeps_them_whatever
     (500, json.dumps(MISTRAL_422), {"reasoning_content"}, None),
 ])
 def test_which_errors_refuse_a_reasoning_field(status, body, sent_fields, refused) -> None:
-    assert reasoning_refused(status, body, sent_fields) == refused
+    assert field_refused(status, body, sorted(sent_fields)) == refused
 
 
 @pytest.mark.parametrize(("status", "body", "wanted"), [
@@ -177,10 +184,11 @@ def test_which_errors_refuse_a_reasoning_field(status, body, sent_fields, refuse
     (400, '{"error": {"message": "Missing `reasoning_content` field in the assistant message at index 1"}}',
      "reasoning_content"),
     (400, '{"error": {"message": "messages: field required"}}', None),
-    (422, json.dumps(DEEPSEEK_400), None),
+    (422, json.dumps(DEEPSEEK_400), "reasoning_content"),
+    (500, json.dumps(DEEPSEEK_400), None),
 ])
 def test_which_errors_demand_a_reasoning_field(status, body, wanted) -> None:
-    assert reasoning_demanded(status, body) == wanted
+    assert field_demanded(status, body, ["reasoning_content", "reasoning"]) == wanted
 
 
 def test_an_unknown_reasoning_echo_value_is_refused() -> None:

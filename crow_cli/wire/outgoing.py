@@ -1,0 +1,237 @@
+"""The history as it goes on the wire: what the server attached comes back, minus what it refuses.
+
+The stored history keeps every assistant message with everything its server attached (reasoning text
+under the server's field name, `reasoning_details` blocks, per-call keys such as `extra_content`,
+any other key). `Outgoing.messages` makes the copy that is sent, one message at a time:
+
+* reasoning (`profiles.REASONING_FIELDS` and `REASONING_BLOCKS`) follows `reasoning_echo`: `always`
+  sends it as kept, `never` sends none, `auto` sends every assistant message's reasoning for
+  exchanges (a user message and what answers it) that used tools, the final answer included, and
+  none for exchanges that did not;
+* a field the server refused (400/422 naming it as forbidden, unknown or extra) is dropped from every
+  message and tool call; a reasoning field it demanded is added to every assistant message (its text
+  under another reasoning name, else `""`); tool messages carry the function `name` when the server
+  demanded it (Gemini's OpenAI-compatible endpoint) and never when it refused it.
+
+What a refusal taught is applied for the client's life and returned by `Outgoing.learned` as facts
+(`wire.facts`), so later runs start with it. Each message's outgoing form depends only on the
+message, its exchange and the policy, so it is computed once and kept (per-turn work is proportional
+to what the turn added). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+from ..history import Message
+from .profiles import REASONING_BLOCKS, REASONING_FIELDS, field_demanded, field_refused
+
+__all__ = ["Adaptation", "Outgoing"]
+
+_CORE = frozenset(("role", "content", "tool_calls", "tool_call_id"))
+"""Message keys never dropped: without them there is no message."""
+_CALL_CORE = frozenset(("id", "type", "function"))
+_FUNCTION_CORE = frozenset(("name", "arguments"))
+
+Echo = Literal["auto", "always", "never"]
+
+
+class Adaptation:
+    """One change a refusal taught: what it is (for the notice) and the fact it makes."""
+
+    __slots__ = ("fact", "notice")
+
+    def __init__(self, notice: str, fact: dict[str, Any]) -> None:
+        self.notice = notice
+        self.fact = fact
+
+
+class Outgoing:
+    """The outgoing form of a history under one server's policy (see the module docstring).
+
+    Args:
+        echo: `reasoning_echo`: `auto`, `always` or `never`.
+        reasoning_fields: the reasoning text field names.
+        known: facts remembered for this server (`wire.facts.recall`): `refused_fields`,
+            `required_fields`, `tool_message_name`.
+    """
+
+    def __init__(self, echo: str = "auto", *, reasoning_fields: tuple[str, ...] = REASONING_FIELDS,
+                 known: Mapping[str, Any] | None = None) -> None:
+        self.echo = echo
+        self.reasoning = (*reasoning_fields, REASONING_BLOCKS)
+        self._text_fields = reasoning_fields
+        self.dropped: list[str] = []
+        """Fields refused by the server: sent on no message, tool call or function."""
+        self.required: list[str] = []
+        """Reasoning fields the server demanded on every assistant message."""
+        self.tool_name: bool | None = None
+        """True: tool messages carry the function `name`; False: never (refused); None: as stored."""
+        known = known or {}
+        self.dropped += [f for f in known.get("refused_fields") or () if isinstance(f, str)]
+        self.required += [f for f in known.get("required_fields") or () if isinstance(f, str)]
+        if isinstance(known.get("tool_message_name"), bool):
+            self.tool_name = known["tool_message_name"]
+        self._version = 0
+        self._kept: dict[int, tuple[Message, tuple[Any, ...], Message]] = {}
+
+    def learned(self) -> dict[str, Any]:
+        """The policy as facts to remember (`wire.facts.learn`)."""
+        facts: dict[str, Any] = {"refused_fields": list(self.dropped), "required_fields": list(self.required)}
+        if self.tool_name is not None:
+            facts["tool_message_name"] = self.tool_name
+        return facts
+
+    def messages(self, history: list[Message]) -> list[Message]:
+        """`history` as it is sent (copies where changed; the history itself is never modified)."""
+        out: list[Message] = []
+        kept: dict[int, tuple[Message, tuple[Any, ...], Message]] = {}
+        used = _tool_exchanges(history)
+        calls: list[Any] = []  # the last assistant message's tool calls, for tool-message names
+        answered = 0
+        for message, tools_used in zip(history, used, strict=True):
+            role = message.get("role")
+            name = None
+            if role == "assistant":
+                calls = message.get("tool_calls") or []
+                answered = 0
+            elif role == "tool":
+                if answered < len(calls) and isinstance(calls[answered], Mapping):
+                    fn = calls[answered].get("function")
+                    name = fn.get("name") if isinstance(fn, Mapping) else None
+                answered += 1
+            context = (self._version, tools_used, name)
+            found = self._kept.get(id(message))
+            if found is not None and found[0] is message and found[1] == context:
+                result = found[2]
+            else:
+                result = self.shape(message, tools_used=tools_used, call_name=name)
+            kept[id(message)] = (message, context, result)
+            out.append(result)
+        self._kept = kept
+        return out
+
+    def shape(self, message: Message, *, tools_used: bool, call_name: str | None = None) -> Message:
+        """One message as sent. `tools_used`: its exchange used tools; `call_name`: for a tool message,
+        the function name of the call it answers."""
+        role = message.get("role")
+        drop = [k for k in self.dropped if k in message and k not in _CORE]
+        add: dict[str, Any] = {}
+        if role == "assistant":
+            if self.echo == "never" or (self.echo == "auto" and not tools_used):
+                drop += [k for k in self.reasoning if k in message]
+            if self.echo != "never":
+                for key in self.required:
+                    if key not in message or key in drop:
+                        add[key] = next((message[k] for k in self._text_fields
+                                         if isinstance(message.get(k), str)), "")
+        elif self.echo != "always":  # reasoning belongs to assistant messages only
+            drop += [k for k in self.reasoning if k in message]
+        if role == "tool":
+            if self.tool_name and "name" not in message and call_name and "name" not in self.dropped:
+                add["name"] = call_name
+            elif self.tool_name is False and "name" in message:
+                drop.append("name")
+        calls = message.get("tool_calls")
+        new_calls = self._shape_calls(calls) if self.dropped and isinstance(calls, list) else calls
+        if not drop and not add and new_calls is calls:
+            return message
+        out = {k: v for k, v in message.items() if k not in drop}
+        out.update(add)
+        if new_calls is not calls:
+            out["tool_calls"] = new_calls
+        return out
+
+    def _shape_calls(self, calls: list[Any]) -> list[Any]:
+        refused = self.dropped
+        changed = False
+        out = []
+        for call in calls:
+            if isinstance(call, Mapping) and any(k in call and k not in _CALL_CORE for k in refused):
+                call = {k: v for k, v in call.items() if k in _CALL_CORE or k not in refused}
+                changed = True
+            fn = call.get("function") if isinstance(call, Mapping) else None
+            if isinstance(fn, Mapping) and any(k in fn and k not in _FUNCTION_CORE for k in refused):
+                call = {**call, "function": {k: v for k, v in fn.items() if k in _FUNCTION_CORE or k not in refused}}
+                changed = True
+            out.append(call)
+        return out if changed else calls
+
+    def adapt(self, status: int, text: str, sent: list[Message]) -> Adaptation | None:
+        """The change a 400/422 body asks for, applied to the policy; None when it names no field this
+        policy can add or drop (or one it changed already).
+
+        A field that was `sent` and is refused is dropped everywhere; a reasoning field (echo `auto`)
+        or a tool message's `name` that some message lacks and that is demanded is added everywhere.
+        """
+        candidates = _sent_fields(sent)
+        if self.echo != "auto":  # reasoning goes as the user said
+            candidates = [k for k in candidates if k not in self.reasoning]
+        refused = field_refused(status, text, [k for k in candidates if k not in self.dropped])
+        if refused is not None:
+            self.dropped.append(refused)
+            self.required = [k for k in self.required if k != refused]
+            where = "tool messages" if refused == "name" and self.tool_name else "messages"
+            if refused == "name":
+                self.tool_name = False
+            self._version += 1
+            return Adaptation(f"the server refuses {refused} in {where} ({status}); sending the request again "
+                              "without it (and without it from now on)", {"refused_fields": list(self.dropped)})
+        missing: list[str] = []
+        assistants = [m for m in sent if m.get("role") == "assistant"]
+        if self.echo == "auto":
+            missing += [k for k in self._text_fields
+                        if k not in self.dropped and k not in self.required and any(k not in m for m in assistants)]
+        if self.tool_name is not True and "name" not in self.dropped and any(
+                m.get("role") == "tool" and not m.get("name") for m in sent):
+            missing.append("name")
+        demanded = field_demanded(status, text, missing)
+        if demanded is None:
+            return None
+        self._version += 1
+        if demanded == "name":
+            self.tool_name = True
+            return Adaptation(f"the server requires the function name on tool messages ({status}); sending the "
+                              "request again with it", {"tool_message_name": True})
+        self.required.append(demanded)
+        return Adaptation(f"the server requires {demanded} on assistant messages ({status}); sending the request "
+                          "again with it", {"required_fields": list(self.required)})
+
+
+def _tool_exchanges(history: list[Message]) -> list[bool]:
+    """For each message, whether its exchange (a user message and what follows up to the next one)
+    has an assistant message with tool calls. Linear."""
+    used = [False] * len(history)
+    start, tools = 0, False
+    for i, message in enumerate(history):
+        role = message.get("role")
+        if role == "user":
+            if tools:
+                used[start:i] = [True] * (i - start)
+            start, tools = i, False
+        elif role == "assistant" and message.get("tool_calls"):
+            tools = True
+    if tools:
+        used[start:] = [True] * (len(history) - start)
+    return used
+
+
+def _sent_fields(messages: Iterable[Message]) -> list[str]:
+    """Every optional key on the messages, their tool calls and functions, in first-seen order."""
+    seen: dict[str, None] = {}
+    for message in messages:
+        for key in message:
+            if key not in _CORE:
+                seen.setdefault(key)
+        for call in message.get("tool_calls") or ():
+            if isinstance(call, Mapping):
+                for key in call:
+                    if key not in _CALL_CORE:
+                        seen.setdefault(key)
+                fn = call.get("function")
+                if isinstance(fn, Mapping):
+                    for key in fn:
+                        if key not in _FUNCTION_CORE:
+                            seen.setdefault(key)
+    return [k for k in seen if k != "role"]

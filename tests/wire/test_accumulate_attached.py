@@ -1,0 +1,152 @@
+"""What a server attaches to a turn is kept to go back exactly: reasoning blocks, reasoning under each of
+its names, `<think>` in content, unknown keys of tool calls and of the message; odd continuation values.
+
+Kinds 1-6 of "reasoning models round-trip exactly" (OpenRouter reasoning_details, DeepSeek / Ollama
+reasoning fields, MiniMax <think>, Gemini extra_content, local runtimes' "null" names and counting indexes).
+"""
+
+from __future__ import annotations
+
+import json
+
+from crow_cli.events import Notice, ReasoningDelta, TextDelta, WarningEvent
+from crow_cli.wire.accumulate import StreamAccumulator
+from tests.conftest import assemble, chunk, tool_delta
+
+SIG = "EqQBCkYIBxgCKkB+/sig=="
+
+
+def details(*blocks):
+    return chunk({"reasoning_details": list(blocks)})
+
+
+def test_reasoning_blocks_merge_by_index_and_type_text_joined_other_fields_first_non_empty():
+    # OpenRouter in front of Anthropic: an empty opener, text pieces, a signature-only tail, then an
+    # encrypted block at the same index (another type: a block of its own)
+    turn, events = assemble(
+        details({"type": "reasoning.text", "text": "", "index": 0, "format": "anthropic-claude-v1", "signature": None}),
+        details({"type": "reasoning.text", "text": "Need the", "index": 0}),
+        details({"type": "reasoning.text", "text": " weather.", "index": 0, "format": ""}),
+        details({"type": "reasoning.text", "text": "", "signature": SIG, "index": 0}),
+        details({"type": "reasoning.encrypted", "data": "ENC", "index": 0, "format": "anthropic-claude-v1"}),
+        details({"type": "reasoning.text", "signature": "later-never-replaces", "index": 0}),
+        chunk({"tool_calls": [tool_delta(0, "c1", "f", "{}")]}, "tool_calls"),
+    )
+    assert turn.fields["reasoning_details"] == [
+        {"type": "reasoning.text", "text": "Need the weather.", "index": 0, "format": "anthropic-claude-v1",
+         "signature": SIG},
+        {"type": "reasoning.encrypted", "data": "ENC", "index": 0, "format": "anthropic-claude-v1"},
+    ]
+    assert [e.text for e in events if isinstance(e, ReasoningDelta)] == ["Need the", " weather."]
+    assert turn.to_message()["reasoning_details"] == turn.fields["reasoning_details"]
+    assert {"reasoning-blocks-merged", "reasoning-block-type-at-used-index"} <= set(turn.rules)
+
+
+def test_reasoning_blocks_keep_their_order_and_a_piece_without_index_joins_the_latest():
+    turn, _ = assemble(
+        details({"type": "reasoning.summary", "summary": "First", "index": 0}),
+        details({"type": "reasoning.summary", "summary": " part.", "index": 0}),
+        details({"type": "reasoning.summary", "summary": "Second", "index": 1}),
+        details({"type": "reasoning.summary", "summary": " part."}),
+        chunk({"content": "ok"}, "stop"),
+    )
+    assert turn.fields["reasoning_details"] == [{"type": "reasoning.summary", "summary": "First part.", "index": 0},
+                                                {"type": "reasoning.summary", "summary": "Second part.", "index": 1}]
+
+
+def test_a_megabyte_of_block_text_in_one_byte_pieces_is_joined_exactly():
+    text = "x" * 100_000
+    acc = StreamAccumulator()
+    for ch in text:
+        acc.feed(details({"type": "reasoning.text", "text": ch, "index": 0}))
+    turn, _ = acc.finish()
+    assert turn.fields["reasoning_details"] == [{"type": "reasoning.text", "text": text, "index": 0}]
+
+
+def test_reasoning_is_kept_under_each_name_it_came_in_and_shown_once_per_delta():
+    # newer vLLM sends the same piece under both names; each is kept as sent, shown once
+    turn, events = assemble(chunk({"reasoning_content": "a", "reasoning": "a"}), chunk({"reasoning": "b"}),
+                            chunk({"content": "done"}, "stop"))
+    assert turn.fields == {"reasoning_content": "a", "reasoning": "ab"}
+    assert [e.text for e in events if isinstance(e, ReasoningDelta)] == ["a", "b"]
+    message = turn.to_message()
+    assert message["reasoning_content"] == "a" and message["reasoning"] == "ab" and message["content"] == "done"
+
+
+def test_think_in_content_is_kept_verbatim_and_shown_as_reasoning():
+    # MiniMax / llama.cpp templates: the tags arrive split across chunks
+    pieces = ["  <thi", "nk>\nI should", " list.</th", "ink>\n\nHere ", "it is."]
+    turn, events = assemble(*(chunk({"content": p}) for p in pieces), chunk({}, "stop"))
+    assert turn.content == "".join(pieces)
+    assert "".join(e.text for e in events if isinstance(e, ReasoningDelta)) == "\nI should list."
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "Here it is."
+    assert "think-in-content" in turn.rules
+
+
+def test_content_that_only_looks_like_a_tag_is_answer_text():
+    for pieces in (["<thin", "g>"], ["<", "b>bold</b>"], ["x <think>y</think>"]):
+        turn, events = assemble(*(chunk({"content": p}) for p in pieces), chunk({}, "stop"))
+        assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "".join(pieces) == turn.content
+        assert not [e for e in events if isinstance(e, ReasoningDelta)]
+
+
+def test_an_unclosed_think_block_is_all_reasoning_and_still_kept():
+    turn, events = assemble(chunk({"content": "<think>cut off"}), chunk({}, "length"))
+    assert turn.content == "<think>cut off"
+    assert "".join(e.text for e in events if isinstance(e, ReasoningDelta)) == "cut off"
+
+
+def test_unknown_tool_call_keys_are_kept_on_that_call_only_and_never_invented():
+    # Gemini via Vertex's OpenAI-compatible endpoint: the first call carries a thought signature
+    sig = {"google": {"thought_signature": "CiQB0e2K+/=="}}
+    turn, _ = assemble(
+        chunk({"tool_calls": [{**tool_delta(0, "c1", "f", '{"a": 1}'), "extra_content": sig}]}),
+        chunk({"tool_calls": [{**tool_delta(0, arguments=""), "extra_content": None}]}),
+        chunk({"tool_calls": [tool_delta(1, "c2", "g", "{}")]}),
+        chunk({"tool_calls": [{"index": 1, "function": {"arguments": "", "thought": "t"}}]}, "tool_calls"),
+    )
+    first, second = (c.to_wire() for c in turn.tool_calls)
+    assert first == {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'},
+                     "extra_content": sig}
+    assert second == {"id": "c2", "type": "function", "function": {"name": "g", "arguments": "{}", "thought": "t"}}
+    assert "tool-call-fields" in turn.rules
+
+
+def test_unknown_message_keys_are_kept_from_their_first_non_empty_value():
+    turn, _ = assemble(chunk({"role": "assistant", "content": "", "audio": None, "extra_content": {}}),
+                       chunk({"content": "hi", "extra_content": {"google": {"thought_signature": "s"}}}),
+                       chunk({"extra_content": {"google": {"thought_signature": "other"}}}, "stop"))
+    assert turn.fields == {"extra_content": {"google": {"thought_signature": "s"}}}
+    assert turn.to_message() == {"role": "assistant", "content": "hi",
+                                 "extra_content": {"google": {"thought_signature": "s"}}}
+
+
+def test_null_name_on_continuations_and_upper_case_type_are_not_values():
+    turn, _ = assemble(
+        chunk({"tool_calls": [{"index": 0, "id": "c1", "type": "FUNCTION",
+                               "function": {"name": "f", "arguments": ""}}]}),
+        chunk({"tool_calls": [{"index": 0, "type": "FUNCTION", "function": {"name": "null", "arguments": '{"a"'}}]}),
+        chunk({"tool_calls": [{"index": 0, "function": {"name": "null", "arguments": ": 1}"}}]}, "tool_calls"),
+    )
+    assert [c.to_wire() for c in turn.tool_calls] == [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}]
+    assert "name-null-on-continuation" in turn.rules
+
+
+def test_one_choice_whose_index_counts_up_is_one_answer_with_one_warning():
+    chunks = [chunk({"content": p}) for p in ("a", "b", "c")] + [chunk({}, "stop")]
+    for n, c in enumerate(chunks):
+        c["choices"][0]["index"] = n
+    turn, events = assemble(*chunks)
+    assert turn.content == "abc" and turn.finish_reason == "stop"
+    warnings = [e for e in events if isinstance(e, WarningEvent) and "numbered its one choice" in e.message]
+    assert len(warnings) == 1
+
+
+def test_rules_name_what_fired_and_trace_says_why_once():
+    turn, events = assemble(chunk({"tool_calls": [{**tool_delta(0, "c1", "f", '{"a": 1}'), "x": 1}]}),
+                            chunk({"tool_calls": [{**tool_delta(0, arguments=""), "x": 2}]}),
+                            chunk({"tool_calls": [tool_delta(0, arguments='{"a": 1}')]}, "tool_calls"), trace=True)
+    assert turn.rules == ["tool-call-fields", "arguments-repeated"]
+    assert len([e for e in events if isinstance(e, Notice) and e.code == "debug"]) == 1
+    assert json.loads(turn.tool_calls[0].arguments) == {"a": 1} and turn.tool_calls[0].extra == {"x": 1}

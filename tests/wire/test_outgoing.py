@@ -1,0 +1,99 @@
+"""The outgoing form of a history: what the server attached goes back exactly, minus what it refused."""
+
+from __future__ import annotations
+
+import json
+
+from crow_cli.history import tool_message, user_message
+from crow_cli.wire.outgoing import Outgoing
+
+BLOCKS = [{"type": "reasoning.text", "text": "t", "signature": "S+/=", "index": 0},
+          {"type": "reasoning.encrypted", "data": "E", "index": 0}]
+CALL = {"id": "c1", "type": "function", "function": {"name": "get_rate", "arguments": "{}"},
+        "extra_content": {"google": {"thought_signature": "G=="}}}
+
+
+def conversation() -> list[dict]:
+    return [
+        user_message("rate?"),
+        {"role": "assistant", "content": None, "tool_calls": [CALL], "reasoning_details": BLOCKS,
+         "reasoning": "r1", "x_vendor": {"k": 1}},
+        tool_message("c1", "160"),
+        {"role": "assistant", "content": "160 yen.", "reasoning_content": "r2"},
+        user_message("hello"),
+        {"role": "assistant", "content": "hi", "reasoning_content": "r3"},
+        user_message("bye"),
+    ]
+
+
+def test_auto_sends_everything_attached_for_exchanges_that_used_tools_and_no_reasoning_otherwise():
+    history = conversation()
+    sent = Outgoing("auto").messages(history)
+    assert sent[:5] == history[:5]  # the tool exchange goes back exactly, the final answer's reasoning too
+    assert sent[1] is history[1] and sent[3] is history[3]  # not copied
+    assert sent[5] == {"role": "assistant", "content": "hi"}
+    assert history[5]["reasoning_content"] == "r3"  # the history is never changed
+
+
+def test_never_and_always():
+    history = conversation()
+    never = Outgoing("never").messages(history)
+    assert not any(k in m for m in never for k in ("reasoning", "reasoning_content", "reasoning_details"))
+    assert never[1]["tool_calls"] == [CALL] and never[1]["x_vendor"] == {"k": 1}  # not reasoning: kept
+    assert Outgoing("always").messages(history) == history
+
+
+def test_a_refused_field_is_dropped_from_every_message_and_call_and_remembered_as_a_fact():
+    out = Outgoing("auto")
+    body = json.dumps({"detail": [{"type": "extra_forbidden", "loc": ["body", "messages", 1, "tool_calls", 0,
+                                                                      "extra_content"],
+                                   "msg": "Extra inputs are not permitted"}]})
+    change = out.adapt(422, body, out.messages(conversation()))
+    assert change is not None and "extra_content" in change.notice
+    sent = out.messages(conversation())
+    assert sent[1]["tool_calls"] == [{k: v for k, v in CALL.items() if k != "extra_content"}]
+    assert sent[1]["reasoning_details"] == BLOCKS
+    assert out.learned()["refused_fields"] == ["extra_content"]
+    assert Outgoing("auto", known=out.learned()).messages(conversation()) == sent  # the next run starts there
+    assert out.adapt(422, body, sent) is None  # nothing left to drop: the error is final
+
+
+def test_a_demanded_reasoning_field_is_added_to_every_assistant_message():
+    out = Outgoing("auto")
+    body = '{"error": {"message": "The reasoning_content in the thinking mode must be passed back to the API."}}'
+    history = conversation()
+    assert out.adapt(400, body, out.messages(history)) is not None
+    sent = out.messages(history)
+    assert [m.get("reasoning_content") for m in sent if m["role"] == "assistant"] == ["r1", "r2", "r3"]
+    assert out.learned()["required_fields"] == ["reasoning_content"]
+
+
+def test_tool_messages_get_the_function_name_when_the_server_demands_it_and_lose_it_when_refused():
+    history = conversation()
+    out = Outgoing("auto")
+    gemini = ('[{"error": {"code": 400, "message": "* GenerateContentRequest.contents[2].parts[0].function_response'
+              '.name: Name cannot be empty.", "status": "INVALID_ARGUMENT"}}]')
+    change = out.adapt(400, gemini, out.messages(history))
+    assert change is not None and change.fact == {"tool_message_name": True}
+    assert out.messages(history)[2] == {**history[2], "name": "get_rate"}
+    refuse = '{"error": {"message": "messages[2]: unknown field \\"name\\""}}'
+    assert out.adapt(400, refuse, out.messages(history)) is not None
+    assert "name" not in out.messages(history)[2] and out.learned()["tool_message_name"] is False
+
+
+def test_an_unknown_name_error_about_another_field_is_not_about_name():
+    # Gemini words every unknown field as `Unknown name "x"`: that names x, not a tool message's name
+    out = Outgoing("auto")
+    body = 'Invalid JSON payload received. Unknown name "x_vendor" at \'messages[1]\': Cannot find field.'
+    change = out.adapt(400, body, out.messages(conversation()))
+    assert change is not None and out.dropped == ["x_vendor"]
+
+
+def test_each_message_is_shaped_once_and_kept_while_the_policy_holds():
+    out = Outgoing("auto")
+    history = conversation()
+    first = out.messages(history)
+    history.append({"role": "assistant", "content": "ciao", "reasoning_content": "r4"})
+    second = out.messages(history)
+    assert all(a is b for a, b in zip(first, second, strict=False))  # the earlier copies are reused
+    assert second[-1] == {"role": "assistant", "content": "ciao"}
