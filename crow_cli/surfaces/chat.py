@@ -45,27 +45,20 @@ from ..events import (
 from ..history import Message, ToolCall, user_message
 from ..sessions import EXPORT_FORMATS, SessionInfo, SessionStore, export_session, write_export
 from ..text import clean_text, public_url, strip_controls
-from ..tools.approval import check_rule_names, make_approver
-from ..tools.context import ToolContext
+from ..tools.approval import make_approver
 from ..tools.registry import Tool, ToolRegistry
-from ..tools.sandbox import Sandbox, startup_notice
 from .ask import Answer, ask_approval
 from .common import (
-    build_client,
-    build_compactor,
-    build_registry,
-    loop_settings,
     make_console,
     plain_terminal,
-    with_instructions,
 )
 from .persist import SessionRecorder, open_session
 from .render import TurnView
+from .runtime import Runtime, RuntimeOptions
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from ..tools.mcp import McpServers
 
 __all__ = ["ChatApp", "ChatOptions", "run_chat"]
 
@@ -155,10 +148,11 @@ class ChatApp:
         self.view = TurnView(self.console, plain=plain)
         self.pt_input, self.pt_output = pt_input, pt_output
         self._store = store
+        self.runtime: Runtime | None = None
+        """The chat's run parts: tools, MCP servers, client, driver (made when the chat starts)."""
         self.registry: ToolRegistry | None = None
         self.root = Path.cwd()
         """The workspace root (set when the chat starts)."""
-        self.client: Any = None
         self.recorder: SessionRecorder | None = None
         self.history: list[Message] = []
         self.usage = _Usage()
@@ -166,7 +160,6 @@ class ChatApp:
         self.approver = make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=options.yes,
                                       ask=self.ask)
         """The approval policy (--approval, --allow, --deny, --yes); "always" answers last for this chat."""
-        self.context: ToolContext | None = None
         self.driver: Driver | None = None
         self._unrecorded = False  # the store could not be opened: said once, not retried
         self._calls: dict[int, ToolCall] = {}
@@ -187,26 +180,14 @@ class ChatApp:
             self._store = SessionStore()
         return self._store
 
-    async def _start(self, mcp_servers: McpServers) -> None:
-        assert self.context is not None  # run() made it
-        self.root = self.context.workspace
-        self.context = replace(self.context, backup=self._backup)  # files crow's tools change: /undo restores
-        self.settings = with_instructions(
-            self.settings, self.root, self.options.project_instructions,
-            warn=lambda line: self.view.line(f"crow: warning: {strip_controls(line)}", "yellow"))
-        self.registry = None if self.options.no_tools else build_registry(self.settings,
-                                                                          extra_dirs=self.options.tools_dirs)
-        if self.registry is not None:
-            await mcp_servers.register_tools(self.registry)
-            # a rule naming no tool (a typo) would never apply: refuse it
-            check_rule_names(self.settings.allow, self.settings.deny,
-                             [*(t.name for t in self.registry), *self.registry.unusable])
-        notice = startup_notice(self.context.sandbox) if self.registry is not None else None
-        for problem in [*(self.registry.errors if self.registry else []), *filter(None, [notice])]:
+    async def _start(self, runtime: Runtime) -> None:
+        self.runtime, self.root, self.registry = runtime, runtime.workspace, runtime.registry
+        self.settings = runtime.settings  # with the AGENTS.md files
+        for problem in await runtime.start():
             self.view.line(f"crow: warning: {problem}", "yellow")
-        self.client = build_client(self.settings, self.options.record_dir, trace=self.options.debug)
-        self.driver = Driver(self.client, self.registry, loop_settings(self.settings, trace=self.options.debug),
-                             self.approver, self.context, interrupts=self.interrupts)
+        # files crow's tools change: /undo restores them (the backup follows /new and /resume)
+        self.driver = runtime.new_driver(self.approver, context=replace(runtime.context, backup=self._backup),
+                                         interrupts=self.interrupts)
         if self.options.resume is not None:
             self._open(self.options.resume or None, latest=not self.options.resume)
         else:
@@ -230,8 +211,8 @@ class ChatApp:
     def _new_compactor(self, checkpoint: Checkpoint | None = None) -> None:
         """The conversation's compactor (window, checkpoint) for the current session and model; without a
         recorder (--no-session) it starts from `checkpoint` and stores nothing."""
-        if self.driver is not None:
-            self.driver.compactor = build_compactor(self.settings, self.recorder, checkpoint=checkpoint)
+        if self.runtime is not None:
+            self.runtime.use_session(self.recorder, checkpoint)
 
     def _open(self, session_id: str | None, *, latest: bool) -> None:
         recorder, history = open_session(self.settings, session_id=session_id, latest=latest, store=self.store,
@@ -291,17 +272,13 @@ class ChatApp:
         return self.interrupts.exit_code
 
     async def _run(self) -> int:
-        from ..tools.mcp import McpServers
-
         self.view.line(f"crow chat · {self.settings.model} · /help for commands · Ctrl-D to quit", "dim")
-        # the workspace, and the keys run_shell must not pass on, travel to dispatch
-        self.context = ToolContext.for_workspace(self.settings.workspace,
-                                                 secrets=[self.settings.api_key, *self.settings.secrets],
-                                                 sandbox=Sandbox(self.settings.sandbox, self.settings.sandbox_network))
-        async with McpServers({} if self.options.no_tools else self.settings.mcp_servers,
-                              errlog=sys.stderr if self.options.debug else None,
-                              workspace=self.context.workspace) as mcp_servers:
-            await self._start(mcp_servers)
+        runtime = Runtime(self.settings, RuntimeOptions(self.options.tools_dirs, self.options.no_tools,
+                                                        self.options.debug, self.options.record_dir,
+                                                        self.options.project_instructions),
+                          warn=lambda line: self.view.line(f"crow: warning: {strip_controls(line)}", "yellow"))
+        async with runtime:  # MCP servers stopped, the client closed
+            await self._start(runtime)
             return await self._repl()
 
     async def _repl(self) -> int:
@@ -386,8 +363,6 @@ class ChatApp:
         finally:
             with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
                 self.view.stop()
-            if self.client is not None:
-                await self.client.aclose()
         return code
 
     def _with_attachments(self, text: str) -> Message:
@@ -535,15 +510,13 @@ class ChatApp:
         if not arg:
             self.view.line(f"model: {self.settings.model} at {public_url(self.settings.base_url)}")
             return
-        self.settings = replace(self.settings, model=arg)
-        old, self.client = self.client, build_client(self.settings, self.options.record_dir, trace=self.options.debug)
-        if self.driver is not None:
-            self.driver.client = self.client
-        if old is not None:
-            await old.aclose()
+        if self.runtime is not None:
+            await self.runtime.switch_model(arg)  # its client and compactor follow
+            self.settings = self.runtime.settings
+        else:
+            self.settings = replace(self.settings, model=arg)
         if self.recorder is not None:
             self.recorder.set_model(self.settings)
-        self._new_compactor()
         self.view.line(f"model: {arg}")
 
     async def _tools(self, arg: str) -> None:
@@ -653,7 +626,8 @@ class ChatApp:
         async def compact() -> None:
             assert compactor is not None
             await compactor.budget.ensure_window()
-            async for event in compactor.compact(self.history, self.client, focus=arg or None):
+            assert self.runtime is not None
+            async for event in compactor.compact(self.history, self.runtime.client, focus=arg or None):
                 self.handle(event)
 
         self._compacting = asyncio.ensure_future(compact())

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ..attachments import load_attachment, user_content
 from ..config import Settings
-from ..driver import Driver, Interrupts, output_lost, run_interrupts
+from ..driver import Interrupts, output_lost, run_interrupts
 from ..errors import ConfigError, SessionError
 from ..events import (
     Event,
@@ -37,23 +36,16 @@ from ..events import (
 from ..history import Message, ToolCall, user_message
 from ..stdout import private_stdout
 from ..text import strip_controls
-from ..tools.approval import Answer, AskFn, check_rule_names, make_approver
-from ..tools.context import ToolContext
+from ..tools.approval import Answer, AskFn, make_approver
 from ..tools.dispatch import Approver
-from ..tools.mcp import McpServers
-from ..tools.registry import Tool, ToolRegistry
-from ..tools.sandbox import Sandbox, startup_notice
+from ..tools.registry import Tool
 from .approve import terminal_ask
 from .common import (
-    build_client,
-    build_compactor,
-    build_registry,
-    loop_settings,
     make_console,
     short_json,
-    with_instructions,
 )
 from .jsonl import JsonlWriter
+from .runtime import Runtime, RuntimeOptions
 
 if TYPE_CHECKING:
     from .persist import SessionRecorder
@@ -267,18 +259,15 @@ def _say_output_failed(finished: RunFinished, err: TextIO) -> int:
 
 async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err: TextIO) -> int:
     # Usage errors (ConfigError, exit 2) come before any event and before a session is stored.
-    context = ToolContext.for_workspace(settings.workspace, secrets=[settings.api_key, *settings.secrets],
-                                        sandbox=Sandbox(settings.sandbox, settings.sandbox_network))
-    settings = with_instructions(settings, context.workspace, options.project_instructions)
-    content = (user_content(options.prompt, [load_attachment(f, context.workspace) for f in options.files])
+    runtime = Runtime(settings, RuntimeOptions(options.tools_dirs, options.no_tools, options.debug, options.record_dir,
+                                               options.project_instructions))
+    settings = runtime.settings
+    content = (user_content(options.prompt, [load_attachment(f, runtime.workspace) for f in options.files])
                if options.files else None)
     printer: PlainPrinter | JsonlWriter = (JsonlWriter(out, err, debug=options.debug) if options.json
                                            else PlainPrinter(out, err, debug=options.debug, quiet=options.quiet))
     approve = make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=options.yes,
                             ask=None if options.yes else _held_ask(terminal_ask(), printer))
-    registry = None if options.no_tools else build_registry(settings, extra_dirs=options.tools_dirs)
-    mcp = McpServers({} if registry is None else settings.mcp_servers, errlog=sys.stderr if options.debug else None,
-                     workspace=context.workspace)
 
     try:
         history, recorder, warning = _start_history(settings, options, content)
@@ -292,8 +281,7 @@ async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err:
     with run_interrupts(options.exit_grace_s) as interrupts:
         printer.handle(RunStarted(model=settings.model, session_id=recorder.session_id if recorder else None))
         try:
-            return await _drive(settings, options, printer, history, recorder, new_session, warning, approve,
-                                registry, mcp, context, interrupts)
+            return await _drive(runtime, printer, history, recorder, new_session, warning, approve, interrupts)
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if interrupts.signum is None or current is None:
@@ -304,37 +292,26 @@ async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err:
             return interrupts.exit_code
 
 
-async def _drive(settings: Settings, options: RunOptions, printer: PlainPrinter | JsonlWriter,
-                 history: list[Message], recorder: SessionRecorder | None, new_session: bool,
-                 warning: WarningEvent | None, approve: Approver, registry: ToolRegistry | None,
-                 mcp: McpServers, context: ToolContext, interrupts: Interrupts) -> int:
+async def _drive(runtime: Runtime, printer: PlainPrinter | JsonlWriter, history: list[Message],
+                 recorder: SessionRecorder | None, new_session: bool, warning: WarningEvent | None,
+                 approve: Approver, interrupts: Interrupts) -> int:
     if warning is not None:
         printer.handle(warning)
     if recorder is not None and recorder.previous_model:
         printer.handle(Notice(f"crow: session {recorder.session_id} was using {recorder.previous_model}; "
-                              f"continuing with {settings.model}", code="model_changed"))
-    async with mcp as mcp_servers:
-        if registry is not None:
-            await mcp_servers.register_tools(registry)  # servers can be slow to start
-            registry.schemas()  # derive every schema now: a tool that cannot be described is reported here
-            for problem in [*registry.errors, *filter(None, [startup_notice(context.sandbox)])]:
-                printer.handle(WarningEvent(problem))
-            try:  # a rule naming no tool (a typo) would never apply: refuse it now that every tool is known
-                check_rule_names(settings.allow, settings.deny, [*(t.name for t in registry), *registry.unusable])
-            except ConfigError as exc:
-                printer.handle(RunFinished("error", "", 0, str(exc), exc.exit_code))
-                return exc.exit_code
-        client = build_client(settings, options.record_dir, trace=options.debug)
-        if recorder is not None:  # files crow's tools change can be restored by `sessions undo`
-            context = dataclasses.replace(context, backup=recorder.backup)
+                              f"continuing with {runtime.settings.model}", code="model_changed"))
+    async with runtime:
         try:
-            driver = Driver(client, registry, loop_settings(settings, trace=options.debug), approve,
-                            context, build_compactor(settings, recorder), interrupts)
-            finished = await driver.run(history, printer, recorder)
-            _say_output_failed(finished, sys.stderr)  # the printer cannot say it
-            if (recorder is not None and new_session and finished.status == "error"
-                    and not any(m.get("role") in ("assistant", "tool") for m in history)):
-                recorder.discard()  # unreachable, 401, 404, no key: nothing worth continuing was said
-            return finished.exit_code
-        finally:
-            await client.aclose()
+            for problem in await runtime.start():
+                printer.handle(WarningEvent(problem))
+        except ConfigError as exc:  # a rule naming no tool: refused now that every tool is known
+            printer.handle(RunFinished("error", "", 0, str(exc), exc.exit_code))
+            return exc.exit_code
+        # files crow's tools change can be restored by `sessions undo` (the recorder keeps them)
+        driver = runtime.new_driver(approve, recorder=recorder, interrupts=interrupts)
+        finished = await driver.run(history, printer, recorder)
+        _say_output_failed(finished, sys.stderr)  # the printer cannot say it
+        if (recorder is not None and new_session and finished.status == "error"
+                and not any(m.get("role") in ("assistant", "tool") for m in history)):
+            recorder.discard()  # unreachable, 401, 404, no key: nothing worth continuing was said
+        return finished.exit_code

@@ -12,9 +12,7 @@ import acp
 from ...config import Settings
 from ...driver import editor_interrupts
 from ...sessions import SessionStore
-from ...tools.approval import check_rule_names
-from ...tools.mcp import McpServers
-from ..common import build_client, build_registry
+from ..runtime import Runtime, RuntimeOptions
 from .agent import AcpOptions, CrowAgent
 from .transport import STDIN_LIMIT, claim_stdout, objects_only, streams
 
@@ -47,18 +45,13 @@ async def serve_acp(settings: Settings, options: AcpOptions) -> int:
         handler.addFilter(_one_line)
     logging.basicConfig(level=logging.DEBUG if options.debug else logging.WARNING, handlers=[handler])
     stdin, writer = await streams(protocol_fd)  # before anything slow: a terminal is refused at once
-    registry = None if options.no_tools else build_registry(settings, extra_dirs=options.tools_dirs)
+    runtime = Runtime(settings, RuntimeOptions(options.tools_dirs, options.no_tools, options.debug,
+                                               project_instructions=False))
     store = SessionStore()
-    async with McpServers({} if registry is None else settings.mcp_servers,
-                          errlog=sys.stderr if options.debug else None) as mcp:
-        if registry is not None:
-            await mcp.register_tools(registry)
-            registry.schemas()  # a tool that cannot be described is reported now
-            for problem in registry.errors:
-                log.warning("%s", problem)
-            # a rule naming no tool (a typo) would never apply: ConfigError, exit 2, as crow run
-            check_rule_names(settings.allow, settings.deny, [*(t.name for t in registry), *registry.unusable])
-        client = build_client(settings)
+    async with runtime:  # MCP servers stopped, the client closed
+        for problem in await runtime.start():  # a rule naming no tool: ConfigError, exit 2, as crow run
+            log.warning("%s", problem)
+        registry, client = runtime.registry, runtime.client
         agent = CrowAgent(settings, options, store, registry, client)
         reader = asyncio.StreamReader(limit=STDIN_LIMIT)
         loop = asyncio.get_running_loop()
@@ -70,5 +63,4 @@ async def serve_acp(settings: Settings, options: AcpOptions) -> int:
             finally:
                 objects.cancel()
                 await agent.close()
-                await client.aclose()
     return interrupts.exit_code

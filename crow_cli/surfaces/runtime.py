@@ -1,0 +1,174 @@
+"""One run assembler for every surface: the parts of a run built from `Settings`, in order, with their lifecycles.
+
+    Runtime(settings, options)            tool context → instructions → registry (MCP tables checked)
+      async with runtime:                 (MCP servers stopped and the client closed on the way out)
+        warnings = await runtime.start()  MCP servers entered → their tools → schemas and their errors
+                                          → rule names checked → client
+        driver = runtime.new_driver(approve, recorder=…, interrupts=…)   approver → compactor → driver
+        await runtime.switch_model("other")      the client and compactor follow; never assigned by a surface
+        runtime.use_session(recorder)            the compactor of another session
+
+`crow run`, `crow chat` and `crow acp` build their runs here; a surface only adds what it shows and
+how it asks (its sink and its approval question).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from ..config import Settings
+from ..context.compact import Checkpoint
+from ..driver import Driver, Interrupts
+from ..tools.approval import check_rule_names
+from ..tools.context import ToolContext
+from ..tools.dispatch import Approver
+from ..tools.mcp import McpServers
+from ..tools.registry import ToolRegistry
+from ..tools.sandbox import Sandbox, startup_notice
+from ..wire.client import ChatClient
+from .common import build_client, build_compactor, build_registry, loop_settings, with_instructions
+
+if TYPE_CHECKING:
+    from .persist import SessionRecorder
+
+__all__ = ["Runtime", "RuntimeOptions"]
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """What a surface's flags say about the run's parts (the rest is in `Settings`)."""
+
+    tools_dirs: tuple[str, ...] = ()
+    """`--tools-dir` folders, after the config's `tool_paths`."""
+    no_tools: bool = False
+    """Offer no tools (and start no MCP server)."""
+    debug: bool = False
+    """Trace deltas and request adaptations; MCP servers' stderr shown."""
+    record_dir: str | None = None
+    """`--record`: the raw exchanges go to this folder."""
+    project_instructions: bool = True
+    """Put AGENTS.md files into the system prompt (`--no-project-instructions` turns it off)."""
+
+
+class Runtime:
+    """The parts of one surface's runs, built in the order every surface needs.
+
+    Constructing it (no I/O but reading AGENTS.md files and importing tool modules) makes the tool
+    context (workspace, secrets, sandbox), the settings with their instructions and the registry, and
+    checks the MCP server tables; `start` does the slow part. Use it as an async context manager: on
+    the way out the model client is closed and the MCP servers are stopped.
+
+    Args:
+        settings: the run's settings.
+        options: the surface's flags.
+        warn: where a skipped AGENTS.md file is said (default: stderr).
+
+    Raises:
+        ConfigError: the workspace is not a folder, or an MCP server table is invalid.
+    """
+
+    def __init__(self, settings: Settings, options: RuntimeOptions,
+                 warn: Callable[[str], None] | None = None) -> None:
+        self.options = options
+        self.context = ToolContext.for_workspace(settings.workspace, secrets=[settings.api_key, *settings.secrets],
+                                                 sandbox=Sandbox(settings.sandbox, settings.sandbox_network))
+        self.settings = with_instructions(settings, self.context.workspace, options.project_instructions, warn=warn)
+        self.registry: ToolRegistry | None = (None if options.no_tools else
+                                              build_registry(self.settings, extra_dirs=options.tools_dirs))
+        self._mcp = McpServers({} if self.registry is None else self.settings.mcp_servers,
+                               errlog=sys.stderr if options.debug else None, workspace=self.context.workspace)
+        self._client: ChatClient | None = None
+        self.driver: Driver | None = None
+        """The driver `new_driver` made last."""
+        self._recorder: SessionRecorder | None = None
+        self._exit = AsyncExitStack()
+
+    @property
+    def workspace(self) -> Path:
+        return self.context.workspace
+
+    @property
+    def client(self) -> ChatClient:
+        """The model client (after `start`)."""
+        assert self._client is not None, "Runtime.start() first"
+        return self._client
+
+    async def __aenter__(self) -> Runtime:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    async def start(self) -> list[str]:
+        """Start the MCP servers and offer their tools, derive every schema, check the rule names, make the client.
+
+        Returns:
+            Warnings to show: tools that cannot be described, the sandbox's start-up notice.
+
+        Raises:
+            ConfigError: an allow or deny rule names no tool (a typo would never apply), exit 2.
+        """
+        warnings: list[str] = []
+        if self.registry is not None:
+            await self._exit.enter_async_context(self._mcp)
+            await self._mcp.register_tools(self.registry)  # servers can be slow to start
+            self.registry.schemas()  # derive every schema now: a tool that cannot be described is reported here
+            notice = startup_notice(self.context.sandbox)
+            warnings += [*self.registry.errors, *([notice] if notice else [])]
+            check_rule_names(self.settings.allow, self.settings.deny,
+                             [*(t.name for t in self.registry), *self.registry.unusable])
+        self._client = build_client(self.settings, self.options.record_dir, trace=self.options.debug)
+        return warnings
+
+    def new_driver(self, approve: Approver | None, *, recorder: SessionRecorder | None = None,
+                   context: ToolContext | None = None, interrupts: Interrupts | None = None,
+                   checkpoint: Checkpoint | None = None) -> Driver:
+        """A driver on this runtime's client and tools, its compactor for `recorder`'s session (`use_session`).
+
+        Args:
+            approve: the surface's approver (`tools.approval.make_approver` with its question).
+            recorder: the session the runs are stored in (None: not stored); its `backup` keeps the files
+                crow's tools change, for undo, unless `context` is given.
+            context: the tool context (default: this runtime's, with the recorder's backup).
+            interrupts: the surface's signal policy (`driver.run_interrupts` …).
+            checkpoint: without a recorder, the compaction checkpoint to start from.
+        """
+        if context is None:
+            context = self.context if recorder is None else replace(self.context, backup=recorder.backup)
+        self.driver = Driver(self.client, self.registry, loop_settings(self.settings, trace=self.options.debug),
+                             approve, context, interrupts=interrupts)
+        self.use_session(recorder, checkpoint)
+        return self.driver
+
+    def use_session(self, recorder: SessionRecorder | None, checkpoint: Checkpoint | None = None) -> None:
+        """The driver's compactor for `recorder`'s session (its checkpoint, storing new ones); without a
+        recorder it starts from `checkpoint` and stores nothing."""
+        self._recorder = recorder
+        if self.driver is not None:
+            self.driver.compactor = build_compactor(self.settings, recorder, checkpoint=checkpoint)
+
+    async def switch_model(self, model: str) -> None:
+        """Use `model` from the next run on: a new client (the old one closed) and compactor (its window)."""
+        self.settings = replace(self.settings, model=model)
+        old, self._client = self._client, build_client(self.settings, self.options.record_dir,
+                                                      trace=self.options.debug)
+        if self.driver is not None:
+            self.driver.client = self._client
+            self.use_session(self._recorder, self.driver.compactor.checkpoint if self.driver.compactor else None)
+        if old is not None:
+            await old.aclose()
+
+    async def aclose(self) -> None:
+        """Close the client, stop the MCP servers (each once)."""
+        try:
+            if self._client is not None:
+                await self._client.aclose()
+        finally:
+            await self._exit.aclose()
