@@ -59,7 +59,6 @@ from .runtime import Runtime, RuntimeOptions
 if TYPE_CHECKING:
     from rich.console import Console
 
-
 __all__ = ["ChatApp", "ChatOptions", "run_chat"]
 
 HELP = """\
