@@ -47,10 +47,15 @@ def probe(
             print(f"nothing probed yet ({learned.facts_path()})")
         else:
             from ..probe.report import shown
+            from ..wire.adapt import rules_from_json
 
             for key, value in sorted(facts.items()):
                 print(shown(key))
                 for name, fact in sorted(value.items()):
+                    if name == "request_rules":  # what the server refused and how crow changes its requests
+                        rules = "; ".join(r.describe() for r in rules_from_json(fact)) or "none"
+                        print(f"  adapted requests: {shown(rules)}")
+                        continue
                     print(f"  {name}: {shown(json.dumps(fact))}")
         raise typer.Exit(0)
     import asyncio

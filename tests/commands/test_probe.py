@@ -150,6 +150,20 @@ def test_show_lists_what_earlier_probes_learned() -> None:
     assert f"{base} test-model" in text and "tool_calling: true" in text
 
 
+def test_show_lists_the_request_changes_a_run_learned() -> None:
+    # issue: a fix learned from a server's refusal is listed by `crow probe --show`
+    from crow_cli.wire import facts
+
+    facts.learn("http://127.0.0.1:9/v1", "m", request_rules=[
+        {"op": "drop_param", "target": "seed", "value": None},
+        {"op": "drop_schema_keyword", "target": "default", "value": None}])
+    text = crow("probe", "--show").stdout
+    assert "http://127.0.0.1:9/v1 m" in text
+    assert "adapted requests: dropped parameter seed; dropped the schema keyword default from tool parameters" in text
+    shown = json.loads(crow("probe", "--show", "--json").stdout)
+    assert shown["http://127.0.0.1:9/v1 m"]["request_rules"][0]["target"] == "seed"
+
+
 def test_show_with_nothing_probed() -> None:
     proc = crow("probe", "--show")
     assert proc.returncode == 0 and proc.stdout.startswith("nothing probed yet")
