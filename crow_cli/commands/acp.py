@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from ..errors import CrowError
@@ -43,6 +45,8 @@ def acp(
     profile: ProfileOpt = None,
     config: ConfigOpt = None,
     debug: DebugOpt = False,
+    no_project_instructions: Annotated[bool, typer.Option("--no-project-instructions", help="Do not put AGENTS.md "
+                                                          "files into the system prompt.")] = False,
 ) -> None:
     """Be an Agent Client Protocol agent for an editor (Zed, JetBrains, Neovim): JSON-RPC on stdin/stdout.
 
@@ -62,7 +66,8 @@ def acp(
         # checked now, not at the first session/new: the policy (or the ACP mode read-only) and the rules
         make_approver(None if settings.approval == "read-only" else settings.approval, allow=settings.allow,
                       deny=settings.deny, yes=yes)
-        options = AcpOptions(tools_dirs=tuple(tools_dir or ()), no_tools=no_tools, yes=yes, debug=debug)
+        options = AcpOptions(tools_dirs=tuple(tools_dir or ()), no_tools=no_tools, yes=yes, debug=debug,
+                             project_instructions=not no_project_instructions)
         import asyncio  # not at import time: `crow --version` does without it
 
         code = asyncio.run(serve_acp(settings, options))

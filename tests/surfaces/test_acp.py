@@ -712,3 +712,13 @@ async def test_load_replays_reasoning_and_edit_diffs(workspace):
     assert isinstance(diff, FileEditToolCallContent) and diff.path == str(workspace / "f.txt")
     assert (diff.old_text, diff.new_text) == ("world", "crow")
     assert output.content.text.startswith("edited f.txt")
+
+
+async def test_a_new_session_loads_the_project_s_agents_md(workspace):
+    # issue: `crow acp` never loaded AGENTS.md: editor users silently lost the project's rules
+    (workspace / "AGENTS.md").write_text("Indent with tabs.")
+    _, requests = await prompt_once(workspace, Editor(), [{"sse": text_sse("ok")}], "hi")
+    system = requests[0]["messages"][0]
+    assert system["role"] == "system" and "Indent with tabs." in system["content"]
+    _, off = await prompt_once(workspace, Editor(), [{"sse": text_sse("ok")}], "hi", "--no-project-instructions")
+    assert [m["role"] for m in off[0]["messages"]] == ["user"]

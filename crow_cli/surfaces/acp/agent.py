@@ -39,6 +39,7 @@ from ...sessions import SessionInUse, SessionStore
 from ...tools.mcp import McpServers
 from ...tools.registry import ToolRegistry
 from ...wire.client import ChatClient
+from ..common import with_instructions
 from ..persist import SessionRecorder, open_session
 from .convert import mcp_tables
 from .editor_files import client_file_tools
@@ -60,6 +61,8 @@ class AcpOptions:
     yes: bool = False
     """Start sessions in the `yolo` mode."""
     debug: bool = False
+    project_instructions: bool = True
+    """Put the AGENTS.md files of a new session's folder into its system prompt (`--no-project-instructions`: off)."""
 
 
 
@@ -118,7 +121,9 @@ class CrowAgent:
             info = self.store.create(model=self.settings.model, base_url=self.settings.base_url, cwd=str(root))
         except SessionError as exc:
             raise RequestError(-32603, str(exc)) from None
-        history: list[Message] = [{"role": "system", "content": self.settings.system}] if self.settings.system else []
+        # the project's AGENTS.md files, as crow run and crow chat load them (read off the loop: files on disk)
+        settings = await asyncio.to_thread(with_instructions, self.settings, root, self.options.project_instructions)
+        history: list[Message] = [{"role": "system", "content": settings.system}] if settings.system else []
         session = await self._open(info.id, root, history, SessionRecorder(self.store, self.settings, info),
                                    mcp_servers or [])
         return NewSessionResponse(session_id=session.id, modes=session.modes())
