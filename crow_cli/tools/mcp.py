@@ -3,34 +3,44 @@
 Config: `[mcp_servers.NAME]` tables with `command`, `args`, `env`, `cwd` (stdio: the server is started
 as a subprocess, in the workspace root unless `cwd` says otherwise) or `url` (streamable HTTP), plus
 an optional `startup_timeout` (seconds, default 30). Their tools join the registry with
-`source="mcp:NAME"`; a tool whose name is taken is registered as `NAME_tool`. Arguments are checked
-by the server. Tools the server marks read-only (`readOnlyHint`) run in parallel without approval;
-the others need approval and run exclusively.
+`source="mcp:NAME"`; a tool whose name is taken is registered as `NAME_tool`, with a warning. Arguments
+are checked by the server. Tools the server marks read-only (`readOnlyHint`) run in parallel without
+approval; the others need approval and run exclusively.
 
 Lifecycle: `McpServers` is an async context owned by a surface. Nothing starts on construction;
-`register_tools` starts the servers concurrently (listing needs them) and a tool call restarts a
-server whose connection was lost. Each connection lives in one task of its own, entered and exited
-there (anyio cancel scopes require it); leaving the context stops every server. A server that fails
-to start becomes one line in `registry.errors` and the others keep working.
+`register_tools` starts the servers concurrently (listing needs them). Starting and listing are each
+bounded by `startup_timeout`. A tool call restarts a server whose connection has closed (it exited
+between turns, or mid-call); whether it closed is read from the transport (`mcp_transport`), never from
+an error code: -32000 is also what servers answer for an ordinary tool failure, which leaves the server
+running. Each connection lives in one task of its own, entered and exited there (anyio cancel scopes
+require it); leaving the context stops every server. Every problem (a server that fails to start or to
+list, an invalid tool, a renamed tool, a listing cut at 100 pages, more than 128 tools) is one line in
+`registry.errors` and the other servers and tools keep working.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import tempfile
+import logging
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 from ..errors import ConfigError, ToolError
+from .mcp_transport import StderrTail, TransportWatch
 from .names import wire_name
 from .registry import Tool, ToolRegistry
 
 __all__ = ["McpServerConfig", "McpServers", "parse_mcp_servers"]
 
 _STOP_TIMEOUT_S = 10.0
+_PAGE_LIMIT = 100
+"""tools/list pages read per server at most (a server whose cursor never ends cannot hang the start)."""
+OPENAI_TOOL_LIMIT = 128
+"""The most tools OpenAI's Chat Completions accepts in one request."""
 
 
 @dataclass(frozen=True)
@@ -77,14 +87,17 @@ def parse_mcp_servers(tables: Mapping[str, Mapping[str, Any]]) -> list[McpServer
 class _Connection:
     """One server: a task that holds the `mcp.Client` context open until told to stop."""
 
-    def __init__(self, config: McpServerConfig, errlog: TextIO, *, quote_stderr: bool = False,
+    def __init__(self, config: McpServerConfig, errlog: TextIO, *, tail: StderrTail | None = None,
                  workspace: Path | None = None) -> None:
         self.config = config
         self.workspace = workspace
         """Where a stdio server starts unless its `cwd` says otherwise (None: the working directory)."""
         self.errlog = errlog
-        self.quote_stderr = quote_stderr
-        """True when `errlog` is this connection's own temporary file, whose last line a failure quotes."""
+        self.tail = tail
+        """This connection's own stderr pipe, whose last line a failure quotes (None: `errlog` is shared)."""
+        self.watch = TransportWatch(_tool_problem)
+        self.notes: list[str] = []
+        """Warnings about the listing (one line each), for `registry.errors`."""
         self.client: Any = None
         self.error: str | None = None
         self._task: asyncio.Task[None] | None = None
@@ -92,25 +105,26 @@ class _Connection:
         self._stop = asyncio.Event()
         self._starting = asyncio.Lock()
 
-    def _target(self) -> Any:
+    def _transport(self) -> Any:
+        """The library's transport for this server, watched (`mcp_transport.TransportWatch`)."""
         from mcp import StdioServerParameters
 
         c = self.config
         if c.url is not None:
-            return c.url
-        return StdioServerParameters(command=c.command or "", args=list(c.args), env=c.env or None,
-                                     cwd=c.cwd or str(self.workspace or Path.cwd()))
+            from mcp.client.streamable_http import streamable_http_client
+
+            return self.watch.wrap(streamable_http_client(c.url))
+        from mcp.client.stdio import stdio_client
+
+        params = StdioServerParameters(command=c.command or "", args=list(c.args), env=c.env or None,
+                                       cwd=c.cwd or str(self.workspace or Path.cwd()))
+        return self.watch.wrap(stdio_client(params, errlog=self.errlog))
 
     async def _hold(self) -> None:
         from mcp import Client
 
         try:
-            target = self._target()
-            if not isinstance(target, str):
-                from mcp.client.stdio import stdio_client
-
-                target = stdio_client(target, errlog=self.errlog)
-            async with Client(target, mode="auto") as client:
+            async with Client(self._transport(), mode="auto") as client:
                 self.client = client
                 self._ready.set()
                 await self._stop.wait()
@@ -121,16 +135,18 @@ class _Connection:
             self._ready.set()
 
     async def ensure_started(self) -> Any:
-        """The connected client; starts (or restarts) the server first when needed.
+        """The connected client; starts (or restarts) the server first when needed: never started, or its
+        connection closed (the server exited, between turns or mid-call).
 
         Raises:
             ToolError: the server could not be started within its startup timeout.
         """
         async with self._starting:
-            if self.client is not None:
+            if self.client is not None and not self.watch.closed:
                 return self.client
             if self._task is not None:
-                await self._finish_task()
+                await self._finish_task(graceful=not self.watch.closed)
+            self.watch = TransportWatch(_tool_problem)
             self._ready, self._stop, self.error = asyncio.Event(), asyncio.Event(), None
             self._task = asyncio.create_task(self._hold(), name=f"mcp:{self.config.name}")
             try:
@@ -144,15 +160,8 @@ class _Connection:
             return self.client
 
     def _stderr_tail(self) -> str:
-        if not self.quote_stderr:
-            return ""
-        try:
-            self.errlog.flush()
-            self.errlog.seek(0)
-            lines = [line.strip() for line in self.errlog.read().splitlines() if line.strip()]
-        except (OSError, ValueError, AttributeError):
-            return ""
-        return f" (stderr: {lines[-1][:200]})" if lines else ""
+        line = self.tail.last_line() if self.tail is not None else ""
+        return f" (stderr: {line[:200]})" if line else ""
 
     async def _finish_task(self, *, graceful: bool = True) -> None:
         task, self._task = self._task, None
@@ -166,25 +175,81 @@ class _Connection:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
-    async def close(self) -> None:
-        await self._finish_task()
+    async def close(self, *, graceful: bool = True) -> None:
+        await self._finish_task(graceful=graceful)
 
 
 def _describe(exc: BaseException) -> str:
+    from pydantic import ValidationError
+
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     if isinstance(exc, FileNotFoundError):
         return f"command not found ({exc.filename or exc})"
+    if isinstance(exc, ValidationError) and exc.errors():  # a pydantic dump is many lines naming no field
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        return f"invalid {exc.title}{f' at {where}' if where else ''}: {first['msg']}"
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _connection_lost(exc: BaseException) -> bool:
-    import anyio
-    from mcp_types import CONNECTION_CLOSED
+def _tool_problem(raw: Any) -> str | None:
+    """Why a raw `tools/list` entry cannot be used (one line naming the field), or None."""
+    from mcp_types import Tool as McpTool
+    from pydantic import ValidationError
 
-    return getattr(exc, "code", None) == CONNECTION_CLOSED or isinstance(
-        exc, anyio.ClosedResourceError | anyio.BrokenResourceError | anyio.EndOfStream)
+    if not isinstance(raw, dict):
+        return "it is not an object"
+    if not isinstance(raw.get("name"), str) or not raw["name"]:
+        return "it has no name"
+    if not isinstance(raw.get("inputSchema"), dict):
+        return "its inputSchema is not an object"
+    try:
+        McpTool.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        return f"{'.'.join(str(p) for p in first['loc']) or 'the tool'}: {first['msg']}"
+    return None
+
+
+class _OneLine(logging.Formatter):
+    """`crow: warning: mcp: MESSAGE[: EXCEPTION]` on one line, never a traceback."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = " ".join(record.getMessage().split())
+        if record.exc_info and record.exc_info[1] is not None:
+            text += f": {_describe(record.exc_info[1])}"
+        return f"crow: warning: mcp: {text[:300]}"
+
+
+class _Once(logging.Filter):
+    """Lets each message through once: a server that writes a bad line per answer gets one warning."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = str(record.msg)
+        if key in self.seen:
+            return False
+        self.seen.add(key)
+        return True
+
+
+def one_line_library_logs(debug: bool) -> None:
+    """Send the `mcp` library's warnings and errors to stderr one line each (a non-JSON line a server
+    writes to stdout is logged with a traceback otherwise); with `debug`, leave its logging alone."""
+    logger = logging.getLogger("mcp")
+    if debug or any(isinstance(h.formatter, _OneLine) for h in logger.handlers):
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_OneLine())
+    handler.addFilter(_Once())
+    handler.setLevel(logging.WARNING)
+    logger.addHandler(handler)
+    logger.propagate = False
 
 
 def _as_text(result: Any) -> str:
@@ -210,74 +275,102 @@ class McpServers:
 
     Args:
         tables: `Settings.mcp_servers` (checked here; see `parse_mcp_servers`).
-        errlog: where stdio servers' stderr goes (default: a temporary file, whose last line is quoted
-            when a server fails to start).
+        errlog: where stdio servers' stderr goes (default: a pipe per server of which only the last
+            lines are kept, in memory; the last one is quoted when the server fails to start).
         workspace: the folder stdio servers start in unless their `cwd` says otherwise (the run's
             `ToolContext.workspace`; None: the working directory).
+        debug: let the `mcp` library log as it does (tracebacks included); else each of its warnings
+            and errors is one line on stderr, each message once. Default: whether `errlog` is given
+            (the surfaces pass stderr with --debug).
 
     Raises:
         ConfigError: from the constructor, for an invalid table.
     """
 
     def __init__(self, tables: Mapping[str, Mapping[str, Any]], *, errlog: TextIO | None = None,
-                 workspace: Path | None = None) -> None:
+                 workspace: Path | None = None, debug: bool | None = None) -> None:
         self.configs = parse_mcp_servers(tables)
         self._errlog = errlog
         self._workspace = workspace
-        self._exit = contextlib.ExitStack()
+        self._debug = errlog is not None if debug is None else debug
+        self._tails: list[StderrTail] = []
         self.connections: dict[str, _Connection] = {}
 
     async def __aenter__(self) -> McpServers:
+        if self.configs:
+            one_line_library_logs(self._debug)
         for c in self.configs:
             if self._errlog is not None:
                 self.connections[c.name] = _Connection(c, self._errlog, workspace=self._workspace)
                 continue
-            errlog = self._exit.enter_context(  # one file per server, so a failure quotes its own stderr
-                tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace"))  # noqa: SIM115
-            self.connections[c.name] = _Connection(c, errlog, quote_stderr=True, workspace=self._workspace)
+            tail = StderrTail()  # one pipe per server, so a failure quotes its own stderr
+            self._tails.append(tail)
+            await tail.start()
+            self.connections[c.name] = _Connection(c, tail.file, tail=tail, workspace=self._workspace)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         try:
             await asyncio.gather(*(c.close() for c in self.connections.values()), return_exceptions=True)
         finally:
-            self._exit.close()
+            for tail in self._tails:
+                tail.close()
 
     async def register_tools(self, registry: ToolRegistry) -> None:
         """Start every server (concurrently), list its tools and add them to `registry`.
 
-        Failures go to `registry.errors`, one line per server; they never raise.
+        Each server's start and its listing are bounded by its `startup_timeout`. Problems go to
+        `registry.errors`, one line each; they never raise: a server that failed, a tool dropped from
+        a listing (named, with why), a listing cut at 100 pages, a tool renamed because its name was
+        taken, and more tools in all than OpenAI accepts (128).
         """
         listings = await asyncio.gather(*(self._list(c) for c in self.connections.values()))
         for conn, listing in zip(self.connections.values(), listings, strict=True):
             if isinstance(listing, str):
                 registry.errors.append(listing)
                 continue
+            registry.errors += [f"MCP server {conn.config.name!r}: tool {line}; dropped it"
+                                for line in conn.watch.dropped] + conn.notes
             for remote in listing:
                 registry.register(self._tool(conn, remote, registry), source=f"mcp:{conn.config.name}")
+        if self.connections and (count := sum(1 for _ in registry)) > OPENAI_TOOL_LIMIT:
+            registry.errors.append(f"{count} tools are offered to the model; OpenAI accepts at most "
+                                   f"{OPENAI_TOOL_LIMIT} and other servers may refuse so many (use fewer MCP "
+                                   "servers, or --no-tools)")
 
     async def _list(self, conn: _Connection) -> list[Any] | str:
+        name, limit = conn.config.name, conn.config.startup_timeout_s
         try:
             client = await conn.ensure_started()
             tools: list[Any] = []
             cursor = None
-            for _ in range(100):
-                page = await client.list_tools(cursor=cursor)
-                tools.extend(page.tools)
-                cursor = page.next_cursor
-                if not cursor:
-                    break
+            async with asyncio.timeout(limit):
+                for _ in range(_PAGE_LIMIT):
+                    page = await client.list_tools(cursor=cursor)
+                    tools.extend(page.tools)
+                    cursor = page.next_cursor
+                    if not cursor:
+                        break
+                else:
+                    conn.notes.append(f"MCP server {name!r} still had more tools after {_PAGE_LIMIT} pages of "
+                                      f"tools/list; using the {len(tools)} listed so far")
             return tools
         except ToolError as exc:
             return str(exc)
+        except TimeoutError:
+            await conn.close(graceful=False)  # it answers nothing: no point waiting for a clean stop
+            return f"MCP server {name!r} did not list its tools within {limit:g} s (startup_timeout); not used"
         except Exception as exc:
-            return f"MCP server {conn.config.name!r} could not list its tools: {_describe(exc)}"
+            return f"MCP server {name!r} could not list its tools: {_describe(exc)}"
 
     def _tool(self, conn: _Connection, remote: Any, registry: ToolRegistry) -> Tool:
         remote_name: str = remote.name
         name = wire_name(remote_name)  # the registry's rule for every tool, applied at once: rules name it so
-        if registry.get(name) is not None:
-            name = wire_name(f"{conn.config.name}_{name}")
+        if (taken := registry.get(name)) is not None:
+            renamed = wire_name(f"{conn.config.name}_{name}")
+            registry.errors.append(f"MCP server {conn.config.name!r}: tool {remote_name!r} is offered as "
+                                   f"{renamed!r}: {name!r} is taken ({taken.source})")
+            name = renamed
         read_only = bool(getattr(remote.annotations, "read_only_hint", False)) if remote.annotations else False
         schema = dict(remote.input_schema or {})
         schema.pop("title", None)
@@ -292,8 +385,8 @@ class McpServers:
                 raise
             except Exception as exc:
                 lost = ""
-                if _connection_lost(exc):  # the server died: drop the connection, the next call restarts it
-                    await conn.close()
+                if conn.watch.closed:  # the transport ended (not an error code: -32000 is also a tool error)
+                    await conn.close(graceful=False)
                     lost = " (the connection was lost; the server will be restarted on the next call)"
                 raise ToolError(f"MCP server {conn.config.name!r}: {remote_name} failed: {_describe(exc)}{lost}"
                                 ) from exc

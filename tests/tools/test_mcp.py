@@ -31,7 +31,8 @@ async def test_tools_are_listed_and_called(tmp_path: Path) -> None:
     cwd_file = tmp_path / "cwd.txt"
     async with McpServers({"demo": _demo(env={"DEMO_CWD_FILE": str(cwd_file)})}, workspace=tmp_path) as servers:
         await servers.register_tools(registry)
-        assert registry.errors == []
+        assert registry.errors == ["MCP server 'demo': tool 'read_file' is offered as 'demo_read_file': "
+                                   "'read_file' is taken (builtin)"]  # said, as a renamed plugin tool is
         mcp_tools = {t.name: t for t in registry if t.source == "mcp:demo"}
         assert sorted(mcp_tools) == ["add", "crash", "demo_read_file", "fail", "shout"]
         assert registry.get("read_file").source == "builtin"  # the built-in keeps its name
@@ -121,8 +122,10 @@ def test_crow_tools_lists_mcp_tools_with_their_source(tmp_path: Path) -> None:
     assert "add             Add two integers.\n                source: mcp:demo [needs approval]" in proc.stdout
     assert "shout" in proc.stdout and "source: mcp:demo\n" in proc.stdout
     assert "demo_read_file" in proc.stdout
-    assert proc.stderr.strip() == ("crow: warning: MCP server 'missing' failed to start: command not found "
-                                   "(/nonexistent/mcp-server)")
+    assert proc.stderr.strip().splitlines() == [
+        "crow: warning: MCP server 'demo': tool 'read_file' is offered as 'demo_read_file': 'read_file' is taken "
+        "(builtin)",
+        "crow: warning: MCP server 'missing' failed to start: command not found (/nonexistent/mcp-server)"]
 
 
 @pytest.mark.parametrize("yes", [True, False], ids=["yes", "no-terminal"])

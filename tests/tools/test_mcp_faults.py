@@ -1,0 +1,124 @@
+"""MCP servers that misbehave (tests/tools/mcp_fault_server.py): each fault ends in one line, never a hang.
+
+issue: a new user's afternoon with MCP servers: a server that never answers tools/list hung every command;
+an ordinary -32000 tool error killed and restarted a live server; a server gone between turns failed the next
+call; one invalid tool dropped the whole server with a pydantic dump; stderr filled an unbounded temp file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from crow_cli.errors import ToolError
+from crow_cli.tools.mcp import McpServers
+from crow_cli.tools.mcp_transport import TAIL_BYTES
+from crow_cli.tools.registry import ToolRegistry
+from tests.support import crow
+
+SERVER = str(Path(__file__).with_name("mcp_fault_server.py"))
+
+
+def fault(*faults: str, pid_file: Path | None = None, **extra: object) -> dict[str, object]:
+    table: dict[str, object] = {"command": sys.executable, "args": [SERVER, ",".join(faults)], **extra}
+    if pid_file is not None:
+        table["env"] = {"FAULT_PID_FILE": str(pid_file)}
+    return table
+
+
+def pids(path: Path) -> list[str]:
+    return path.read_text().split() if path.exists() else []
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    async with asyncio.timeout(60):  # bounds a hang; the condition is what is waited for
+        while not condition():
+            await asyncio.sleep(0.02)
+
+
+async def test_a_server_that_never_answers_tools_list_is_dropped_after_its_startup_timeout() -> None:
+    registry = ToolRegistry()
+    async with asyncio.timeout(120):  # it used to hang here forever
+        async with McpServers({"mute": fault("hang_list", startup_timeout=5)}) as servers:
+            await servers.register_tools(registry)
+    assert [e for e in registry.errors if "mute" in e] == [
+        "MCP server 'mute' did not list its tools within 5 s (startup_timeout); not used"]
+
+
+async def test_an_application_error_with_code_32000_keeps_the_server_running(tmp_path: Path) -> None:
+    started = tmp_path / "pids"
+    registry = ToolRegistry()
+    async with McpServers({"f": fault(pid_file=started)}) as servers:
+        await servers.register_tools(registry)
+        with pytest.raises(ToolError) as error:
+            await registry.get("app_error").invoke({})
+        assert "the database is locked" in str(error.value) and "connection was lost" not in str(error.value)
+        assert await registry.get("echo").invoke({"text": "still here"}) == "still here"
+        assert len(pids(started)) == 1  # the same process: not killed and restarted
+
+
+async def test_a_server_that_crashes_mid_call_is_restarted_by_the_next_call(tmp_path: Path) -> None:
+    started = tmp_path / "pids"
+    registry = ToolRegistry()
+    async with McpServers({"f": fault(pid_file=started)}) as servers:
+        await servers.register_tools(registry)
+        with pytest.raises(ToolError, match="connection was lost"):
+            await registry.get("crash").invoke({})
+        assert await registry.get("echo").invoke({"text": "back"}) == "back"
+        assert len(pids(started)) == 2
+
+
+async def test_a_server_that_exits_between_turns_is_restarted_by_the_next_call(tmp_path: Path) -> None:
+    started = tmp_path / "pids"
+    registry = ToolRegistry()
+    async with McpServers({"f": fault(pid_file=started)}) as servers:
+        await servers.register_tools(registry)
+        assert await registry.get("quit").invoke({"text": "bye"}) == "bye"  # answers, then exits
+        await until(lambda: servers.connections["f"].watch.closed)  # the turn ends; the server is gone
+        assert await registry.get("echo").invoke({"text": "next turn"}) == "next turn"
+        assert len(pids(started)) == 2
+
+
+async def test_an_invalid_tool_is_dropped_with_one_line_naming_it() -> None:
+    registry = ToolRegistry()
+    async with McpServers({"f": fault("bad_tool")}) as servers:
+        await servers.register_tools(registry)
+    assert registry.errors == ["MCP server 'f': tool 'broken': its inputSchema is not an object; dropped it",
+                               "MCP server 'f': tool #6 (no name): it has no name; dropped it"]
+    assert sorted(t.name for t in registry if t.source == "mcp:f") == ["app_error", "crash", "echo", "quit"]
+
+
+async def test_a_chatty_server_keeps_only_the_tail_of_its_stderr() -> None:
+    registry = ToolRegistry()
+    async with McpServers({"f": fault("chatty")}) as servers:
+        await servers.register_tools(registry)
+        for n in range(20):  # 64 KiB of stderr per request: 1.3 MB in all
+            assert await registry.get("echo").invoke({"text": str(n)}) == str(n)
+        tail = servers.connections["f"].tail
+        assert tail is not None and tail.last_line().startswith("xxx")
+        assert tail.kept() <= 2 * TAIL_BYTES
+
+
+async def test_warnings_for_renamed_tools_too_many_tools_and_an_endless_listing() -> None:
+    registry = ToolRegistry()
+    registry.load_builtins()
+    async with McpServers({"f": fault("read_file", "many"), "g": fault("endless")}) as servers:
+        await servers.register_tools(registry)
+    assert "MCP server 'f': tool 'read_file' is offered as 'f_read_file': 'read_file' is taken (builtin)" \
+        in registry.errors
+    assert any(e.startswith("MCP server 'g' still had more tools after 100 pages") for e in registry.errors)
+    assert any("tools are offered to the model; OpenAI accepts at most 128" in e for e in registry.errors)
+
+
+def test_a_server_writing_non_json_to_stdout_gets_one_line_not_a_traceback(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(f'[mcp_servers.noisy]\ncommand = {sys.executable!r}\nargs = [{SERVER!r}, "noise"]\n')
+    proc = crow("tools", "--config", str(config), cwd=tmp_path)
+    assert proc.returncode == 0 and "echo" in proc.stdout, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("crow: warning: mcp: Failed to parse JSONRPC message"), lines
