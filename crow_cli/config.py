@@ -34,7 +34,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .errors import ConfigError
-from .text import public_url, strip_controls, url_secrets
+from .text import header_secrets, is_secret_name, public_url, strip_controls, url_secrets
 
 __all__ = ["DEFAULT_BASE_URL", "DEFAULT_MODEL", "KEYED_HOSTS", "OPTIONS", "OWNED_PARAMS", "Option", "Settings",
            "default_config_path", "load_settings", "require_api_key"]
@@ -50,7 +50,6 @@ REASONING_ECHO = ("auto", "always", "never")
 OWNED_PARAMS = ("model", "messages", "stream", "stream_options", "tools")
 """Request body fields crow sets itself; `[params]` may not set them."""
 _OPENAI_HOST = "api.openai.com"
-_SECRET_HEADER = re.compile(r"auth|key|token|cookie|secret|session", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -336,7 +335,7 @@ def load_settings(
     headers_layer = next((layer for layer in reversed(layers) if "headers" in layer.values), None)
     headers = {str(k): str(v) for k, v in values["headers"].items()}
     if headers_layer is not None and _server(_home(headers_layer, layers, env)) != _server(base_url):
-        headers = {k: v for k, v in headers.items() if not _SECRET_HEADER.search(k)}  # not this server's
+        headers = {k: v for k, v in headers.items() if not is_secret_name(k)}  # not this server's
     return Settings(
         model=str(values["model"]), base_url=base_url, api_key=api_key, headers=headers,
         params=dict(values["params"]), system=values["system"], max_turns=int(values["max_turns"]),
@@ -431,9 +430,8 @@ def _secrets(flags: Mapping[str, Any], env: Mapping[str, str], tables: list[_Lay
         name = table.values.get("api_key_env")
         found.append(env.get(name) if isinstance(name, str) else None)
         headers = table.values.get("headers")
-        for header, value in (headers.items() if isinstance(headers, dict) else ()):
-            if _SECRET_HEADER.search(str(header)):
-                found += [str(value), str(value).partition(" ")[2]]  # "Bearer TOKEN": the token alone too
+        if isinstance(headers, dict):  # the value, "Bearer TOKEN"'s token, each cookie's value
+            found += header_secrets({str(k): str(v) for k, v in headers.items()})
     return tuple(dict.fromkeys(v.strip() for v in found if isinstance(v, str) and v.strip()))
 
 
@@ -449,7 +447,7 @@ def require_api_key(settings: Settings) -> None:
     """
     if settings.api_key_problem:
         raise ConfigError(settings.api_key_problem)
-    if settings.api_key or any(_SECRET_HEADER.search(name) for name in settings.headers):
+    if settings.api_key or any(is_secret_name(name) for name in settings.headers):
         return
     host = (urlsplit(settings.base_url).hostname or "").lower()
     if host not in KEYED_HOSTS:

@@ -8,12 +8,17 @@ reach a request body, a terminal or a session file.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 
-__all__ = ["SECRET_MASK", "clean_text", "has_surrogates", "mask_secrets", "public_url", "strip_controls", "url_secrets"]
+__all__ = ["SECRET_MASK", "SECRET_NAME", "clean_text", "has_surrogates", "header_secrets", "is_secret_name",
+           "mask_secrets", "public_url", "strip_controls", "url_secrets"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # C0 controls but tab and newline, DEL, C1 controls: what can move a cursor, retitle or clear a terminal
-_SECRET_PARAM = re.compile(r"key|token|secret|sig|auth|pass|code", re.IGNORECASE)
+SECRET_NAME = re.compile(r"auth|key|token|secret|cookie|session|pass|credential|sig|code", re.IGNORECASE)
+"""What the name of a header, a query parameter or a cookie holding a credential contains (`Authorization`,
+`api-key`, `X-Api-Key`, `Cookie`, `X-Api-Pass`, `Password`, `X-Credential`, `X-Amz-Signature`, `sig` …):
+the one list errors, records, the config and tool output go by."""
 _MIN_URL_SECRET = 6
 _CONTROLS = re.compile("\r(?!\n)|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 SECRET_MASK = "[secret hidden]"
@@ -66,17 +71,49 @@ def url_secrets(url: str) -> tuple[str, ...]:
     try:
         parts = urlsplit(url)
         found = [value for name, value in parse_qsl(parts.query, keep_blank_values=True)
-                 if _SECRET_PARAM.search(name)]
+                 if SECRET_NAME.search(name)]
         found.append(parts.password or "")
     except ValueError:
         return ()
     return tuple(dict.fromkeys(v for v in found if len(v) >= _MIN_URL_SECRET))
 
 
-def mask_secrets(text: str, secrets: tuple[str, ...]) -> str:
-    """`text` with each of `secrets` (API keys; longest first, those under 6 characters skipped)
-    replaced by `[secret hidden]`: tool output and the instruction files crow reads on its own."""
-    for value in sorted(secrets, key=len, reverse=True):
-        if len(value) >= MIN_SECRET_CHARS:
-            text = text.replace(value, SECRET_MASK)
+def is_secret_name(name: str) -> bool:
+    """Whether a header (or parameter) named `name` carries a credential (`SECRET_NAME`)."""
+    return SECRET_NAME.search(name) is not None
+
+
+def header_secrets(headers: Mapping[str, str] | Iterable[tuple[str, str]]) -> tuple[str, ...]:
+    """The credentials in `headers`: each credential header's value, the token of `Bearer TOKEN` (any
+    scheme), and each value of a `Cookie` (`sid=VALUE; theme=x` → `VALUE` too), those of at least
+    `MIN_SECRET_CHARS` characters."""
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    found: list[str] = []
+    for name, value in items:
+        if not is_secret_name(str(name)) or not value:
+            continue
+        value = str(value).strip()
+        found.append(value)
+        scheme, _, token = value.partition(" ")
+        if token and "=" not in scheme:
+            found.append(token.strip())
+        for part in value.split(";"):  # cookies: NAME=VALUE pairs, each value a secret of its own
+            found.append(part.partition("=")[2].strip())
+    return tuple(dict.fromkeys(v for v in found if len(v) >= MIN_SECRET_CHARS))
+
+
+def mask_secrets(text: str, secrets: Iterable[str | None], mask: str = SECRET_MASK) -> str:
+    """`text` with each of `secrets` replaced by `mask` (default `[secret hidden]`): THE redaction of
+    crow, for tool output, instruction files, error messages and records. Longest first; values under
+    `MIN_SECRET_CHARS` are skipped (a dummy key such as "x" would match anywhere); a secret whose start
+    ends a text cut short with `…` is masked too (the cut must not leave its first characters)."""
+    values = sorted({v for v in secrets if v and len(v) >= MIN_SECRET_CHARS}, key=len, reverse=True)
+    for value in values:
+        text = text.replace(value, mask)
+    if text.endswith("…"):
+        body = text[:-1]
+        for value in values:
+            for size in range(min(len(value) - 1, len(body)), 2, -1):
+                if body.endswith(value[:size]):
+                    return body[:-size] + mask + "…"
     return text

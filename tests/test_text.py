@@ -42,3 +42,31 @@ def test_url_secrets_are_key_like_values_and_passwords_of_six_characters_or_more
     assert url_secrets(url) == ("sk-abcdef", "tok-123456", "hunter22")
     assert url_secrets("https://llm.test/v1") == ()
     assert url_secrets("http://[broken/v1?key=sk-abcdef") == ()  # unparseable: nothing to find
+
+
+# issue: one redaction function and one secret list for errors, records, tool output and the store
+def test_one_redaction_function() -> None:
+    from crow_cli.text import SECRET_MASK, mask_secrets
+
+    assert mask_secrets("a sk-LONG-secret-1 b sk-LONG c", ("sk-LONG", "sk-LONG-secret-1", None, "x")) == \
+        f"a {SECRET_MASK} b {SECRET_MASK} c"
+    assert mask_secrets("key sk-LONG-sec…", ("sk-LONG-secret-1",), mask="[REDACTED]") == "key [REDACTED]…"
+    assert mask_secrets("x is x", ("x",)) == "x is x"  # a dummy key would match anywhere
+
+
+@pytest.mark.parametrize(("name", "value", "found"), [
+    ("Cookie", "sid=abcdef123456; theme=dark", {"sid=abcdef123456; theme=dark", "abcdef123456"}),
+    ("Authorization", "Bearer tok-123456789", {"Bearer tok-123456789", "tok-123456789"}),
+    ("X-Api-Pass", "hunter2hunter2", {"hunter2hunter2"}),
+    ("Password", "hunter2hunter2", {"hunter2hunter2"}),
+    ("X-Credential", "cred-1234567", {"cred-1234567"}),
+    ("X-Amz-Signature", "sig-1234567", {"sig-1234567"}),
+    ("api-key", "k-1234567", {"k-1234567"}),
+    ("X-Title", "crow", set()),
+    ("Accept", "text/event-stream", set()),
+])
+def test_credential_headers_and_their_values(name: str, value: str, found: set[str]) -> None:
+    from crow_cli.text import header_secrets, is_secret_name
+
+    assert is_secret_name(name) == bool(found)
+    assert set(header_secrets({name: value})) == found

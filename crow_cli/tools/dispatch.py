@@ -1,6 +1,7 @@
 """Concurrent tool dispatch: one `ToolResult` for every call, whatever happens to it.
 
-Unknown tools, arguments the stream cut off (`ToolCall.cut_off`: never run), arguments that fail the
+Every result's text is masked once here (`text.mask_secrets` with `ToolContext.secrets`), whatever
+tool made it. Unknown tools, arguments the stream cut off (`ToolCall.cut_off`: never run), arguments that fail the
 schema, denied approvals, exceptions and timeouts all become results whose text tells the model what
 went wrong; nothing escapes as an exception. Calls run
 concurrently in a task group. Scheduling is a readers-writer lock: parallel-safe tools share it, tools
@@ -23,7 +24,7 @@ from dataclasses import replace
 from ..errors import ToolDenied, ToolError
 from ..events import Event, ToolResultReady, ToolRunStarted
 from ..history import Outcome, ToolCall, ToolResult
-from ..text import clean_text
+from ..text import clean_text, mask_secrets
 from .context import ToolContext, using_context
 from .registry import Tool, ToolRegistry
 from .sandbox import Sandbox, SandboxBlocked
@@ -75,8 +76,9 @@ async def dispatch(
         await queue.put(ToolRunStarted(call))
         with using_context(context):  # this call's task (and the thread a sync tool runs in) only
             result = await _run_one(call, registry, approve, exclusive, timeout_s, context)
-        # sendable (error texts too can carry undecodable file names) and capped
-        output = truncate_output(clean_text(result.output), max_output_chars)
+        # sendable (error texts too can carry undecodable file names), without the run's secrets (every
+        # tool's output: a .env read, a plugin, an MCP server), and capped
+        output = truncate_output(mask_secrets(clean_text(result.output), context.secrets), max_output_chars)
         if output != result.output:
             result = replace(result, output=output)
         await queue.put(ToolResultReady(result))

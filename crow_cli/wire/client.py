@@ -36,12 +36,11 @@ from typing import Any, Literal
 from ..errors import AuthError, ContextOverflow, ProviderError, RateLimited, ServerError, StreamCut
 from ..events import Notice, WarningEvent
 from ..history import Message
-from ..text import public_url, url_secrets
+from ..text import header_secrets, mask_secrets, public_url, url_secrets
 from .adapt import Rule
 from .outgoing import Outgoing
 
-__all__ = ["ChatClient", "ClientSettings", "ReasoningEcho", "context_overflow", "map_error", "redact",
-           "split_base_url"]
+__all__ = ["ChatClient", "ClientSettings", "ReasoningEcho", "context_overflow", "map_error", "split_base_url"]
 
 ReasoningEcho = Literal["auto", "always", "never"]
 
@@ -108,7 +107,8 @@ class ChatClient:
         self._usage_option = True  # stream_options.include_usage, dropped if the server rejects it
         self._url, self._query = split_base_url(settings.base_url)
         self._shown_url = public_url(settings.base_url)
-        self._secrets = [settings.api_key, *url_secrets(settings.base_url)]  # redacted from errors and records
+        # redacted from errors and records: the key, those in the URL, credential header values
+        self._secrets = [settings.api_key, *url_secrets(settings.base_url), *header_secrets(settings.headers)]
         self._rules: list[Rule] = []  # what the server refuses, changed in every request (`wire.adapt`)
         self._known = 0  # how many of `_rules` were known in advance or recalled (not to be stored again)
         self._unsaved = False  # a rule learned in this run, stored once a request with it is accepted
@@ -249,7 +249,9 @@ class ChatClient:
         # `cast_to=httpx.Response` with `stream=True`: the SDK returns the response as it came, unread.
         # Bearer auth only, as `chat.completions.create` asks (post's default would add OPENAI_ADMIN_KEY).
         request = self._client().post("/chat/completions", cast_to=httpx.Response, body=body, stream=True,
-                                      options={"headers": headers, "security": {"bearer_auth": True}})
+                                      options={"headers": headers, "security": {"bearer_auth": True},
+                                               # credentials would go with a redirect to another host
+                                               "follow_redirects": False})
         limit = self.settings.first_byte_timeout_s
         try:
             async with asyncio.timeout(limit):
@@ -488,24 +490,6 @@ def _needs_key(base_url: str) -> bool:
 
 
 _REDACTED = "[REDACTED]"
-_MIN_SECRET = 6
-"""Shorter keys (dummies such as `x` for local servers) are not searched for: they would mangle messages."""
-
-
-def redact(text: str, secret: str | None) -> str:
-    """`text` with `secret` replaced by `[REDACTED]`, also a start of it cut off by a trailing `…`.
-
-    Keys shorter than 6 characters are left alone (a dummy key is no secret, and would match anywhere).
-    """
-    if not secret or len(secret) < _MIN_SECRET:
-        return text
-    text = text.replace(secret, _REDACTED)
-    if text.endswith("…"):  # `short_text` may have cut the key: its first characters are still a leak
-        body = text[:-1]
-        for size in range(min(len(secret) - 1, len(body)), 2, -1):
-            if body.endswith(secret[:size]):
-                return body[:-size] + _REDACTED + "…"
-    return text
 
 
 def map_error(exc: BaseException, base_url: str, secret: str | Iterable[str | None] | None = None
@@ -520,9 +504,8 @@ def map_error(exc: BaseException, base_url: str, secret: str | Iterable[str | No
     mapped = _map_error(exc, base_url)
     secrets = [secret] if secret is None or isinstance(secret, str) else list(secret)
     if mapped is not None and mapped.args:
-        message = clean = str(mapped.args[0])
-        for one in secrets:
-            clean = redact(clean, one)
+        message = str(mapped.args[0])
+        clean = mask_secrets(message, secrets, _REDACTED)
         if clean != message:
             mapped.args = (clean, *mapped.args[1:])
     return mapped
@@ -551,6 +534,11 @@ def _map_error(exc: BaseException, base_url: str) -> ProviderError | None:
                 "the API key has no access to this model or endpoint"
             return AuthError(f"authentication failed ({status} {'unauthorized' if status == 401 else 'forbidden'}): "
                              f"{message}; {hint}", status=status, code=code)
+        if 300 <= status < 400:
+            where = public_url(exc.response.headers.get("location", "")) or "no address given"
+            return ProviderError(f"the server redirected the request ({status}) to {where}; it was not followed "
+                                 "(crow sends its credentials only to the configured server): set --base-url to "
+                                 "the address it should be", status=status, code=code)
         if status == 429:
             return RateLimited(f"rate limited (429): {message}", status=status, code=code, retry_after=retry_after)
         if status == 404:

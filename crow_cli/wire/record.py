@@ -11,8 +11,9 @@ overwrite each other; a retry is an exchange of its own):
                         status, request and response headers, the response file's name, and `error`
                         when the transport failed
 
-Secrets never reach the files: headers whose name says auth/key/token/cookie/secret are dropped, and
-their values (the bare token of `Bearer …`) plus any secret handed in are replaced by `[REDACTED]`
+Secrets never reach the files: credential headers (`text.SECRET_NAME`: auth, key, token, cookie, pass,
+credential, signature …) are dropped, and their values (the bare token of `Bearer …`, each cookie's
+value: `text.header_secrets`) plus any secret handed in are replaced by `[REDACTED]`
 wherever they appear in the URL, the request body or the response. This is what users attach to
 bug reports, and what the llama.cpp smoke test reads.
 
@@ -33,11 +34,11 @@ import httpx
 
 from ..errors import ConfigError
 from ..private import open_private, private_dir
+from ..text import header_secrets, is_secret_name, mask_secrets
 
 __all__ = ["REDACTED", "RecordingTransport", "prepare_record_dir", "recording_http_client"]
 
 REDACTED = "[REDACTED]"
-_SECRET_HEADER = re.compile(r"auth|key|token|cookie|secret|session", re.IGNORECASE)
 _NUMBERED = re.compile(r"^(\d{4,})-")
 
 
@@ -76,14 +77,13 @@ class RecordingTransport(httpx.AsyncBaseTransport):
                            default=0)
 
     def _scrub(self, data: bytes, secrets: set[str]) -> bytes:
-        for secret in sorted(secrets, key=len, reverse=True):
-            data = data.replace(secret.encode(), REDACTED.encode())
-        return data
+        return mask_secrets(data.decode("utf-8", "surrogateescape"), secrets, REDACTED).encode(
+            "utf-8", "surrogateescape")  # any bytes survive the round trip
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         self._number += 1
         prefix = f"{self._number:04d}"
-        secrets = self._secrets | _header_secrets(request.headers)
+        secrets = self._secrets | set(header_secrets(request.headers.multi_items()))
         body = self._scrub(await request.aread(), secrets)
         _write_private(self.folder / f"{prefix}-request.json", _pretty_json(body))
         meta: dict[str, Any] = {
@@ -154,19 +154,8 @@ class _TeeStream(httpx.AsyncByteStream):
             await self.inner.aclose()
 
 
-def _header_secrets(headers: httpx.Headers) -> set[str]:
-    found = set()
-    for name, value in headers.items():
-        if _SECRET_HEADER.search(name) and value:
-            found.add(value)
-            scheme, _, token = value.partition(" ")
-            if token and scheme.lower() in ("bearer", "basic", "token"):
-                found.add(token.strip())
-    return {s for s in found if len(s) >= 4}
-
-
 def _safe_headers(headers: httpx.Headers) -> dict[str, str]:
-    return {name: value for name, value in headers.items() if not _SECRET_HEADER.search(name)}
+    return {name: value for name, value in headers.items() if not is_secret_name(name)}
 
 
 def _pretty_json(body: bytes) -> bytes:

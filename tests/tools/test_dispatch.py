@@ -178,3 +178,28 @@ async def test_every_result_records_its_outcome() -> None:
     assert {k: (r.outcome, r.ok) for k, r in results.items()} == {
         "hangs": ("timeout", False), "fails": ("error", False), "refuses": ("denied", False),
         "guarded": ("denied", False), "fine": ("ok", True), "nope": ("unknown_tool", False), "cut": ("error", False)}
+
+
+# issue: run_shell masked known secrets, but read_file, search_files, MCP and plugin results did not: a .env
+# holding the OpenAI key, read while talking to another server, sent the key to it
+async def test_every_tools_output_is_masked_in_one_place(tmp_path: Path) -> None:
+    from crow_cli.tools.builtin import BUILTIN_TOOLS
+    from crow_cli.tools.context import ToolContext
+
+    key = "sk-proj-openai-key-123456"
+    (tmp_path / ".env").write_text(f"OPENAI_API_KEY={key}\n")
+
+    @tool
+    def plugin() -> str:
+        """Leaks."""
+        return f"found {key}"
+
+    registry = ToolRegistry()
+    for t in (*BUILTIN_TOOLS, plugin):
+        registry.register(t)
+    calls = [ToolCall("read", "read_file", json.dumps({"path": ".env"}), 0),
+             ToolCall("search", "search_files", json.dumps({"pattern": "OPENAI"}), 1),
+             ToolCall("plugin", "plugin", "{}", 2)]
+    events = [e async for e in dispatch(calls, registry, context=ToolContext(tmp_path, (key,)))]
+    outputs = {e.result.call_id: e.result.output for e in events if e.type == "tool_result"}
+    assert all(key not in out and "[secret hidden]" in out for out in outputs.values()), outputs

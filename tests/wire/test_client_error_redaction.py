@@ -78,3 +78,27 @@ def test_map_error_redacts_every_secret_given():
     mapped = map_error(ServerError("bad a-secret-1 and b-secret-2", status=500), "u",
                        secret=["a-secret-1", "b-secret-2"])
     assert str(mapped) == "bad [REDACTED] and [REDACTED]"
+
+
+# issue: credentials followed a redirect to another host (api-key, X-Api-Key, cookies; only Authorization
+# was dropped). crow follows no redirect and says so.
+async def test_a_redirect_is_not_followed_and_no_credential_goes_elsewhere() -> None:
+    import pytest
+    import respx
+
+    from crow_cli.errors import ProviderError
+    from crow_cli.wire.client import ChatClient, ClientSettings
+
+    client = ChatClient(ClientSettings(base_url="http://llm.test/v1", model="m", api_key=KEY, max_retries=0,
+                                       headers={"api-key": "azure-key-123456", "X-Api-Key": "x-key-123456",
+                                                "Cookie": "sid=cookie-123456"}))
+    with respx.mock(assert_all_called=False) as router:
+        router.post("http://llm.test/v1/chat/completions").respond(
+            307, headers={"location": "http://evil.test/v1/chat/completions"})
+        elsewhere = router.post("http://evil.test/v1/chat/completions").respond(200, text="data: [DONE]\n\n")
+        with pytest.raises(ProviderError, match=r"redirected .*http://evil\.test/v1/chat/completions.* not "
+                                                r"followed") as caught:
+            async for _ in client.stream([{"role": "user", "content": "hi"}]):
+                pass
+        await client.aclose()
+    assert elsewhere.call_count == 0 and caught.value.status == 307

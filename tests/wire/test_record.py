@@ -153,3 +153,24 @@ def test_crow_run_record_into_a_file_fails_cleanly(tmp_path: Path) -> None:
                  cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.startswith("crow: error: cannot record into") and "Traceback" not in proc.stderr
+
+
+# issue: --record kept a cookie value whole (`sid=VALUE` is never split) and headers named …-Pass, Password,
+# Credential, Signature in clear
+async def test_cookie_values_and_password_like_headers_are_redacted(tmp_path: Path) -> None:
+    headers = {"Cookie": "sid=cookie-value-123; theme=dark", "X-Api-Pass": "pass-value-123",
+               "Password": "password-value-123", "X-Credential": "credential-value-123",
+               "X-Amz-Signature": "signature-value-123"}
+    echoed = " ".join(v.split("=")[-1].split(";")[0] for v in headers.values())
+    client = ChatClient(ClientSettings(base_url=BASE, model="m", api_key=KEY, record_dir=str(tmp_path),
+                                       headers=headers, max_retries=0))
+    with respx.mock() as router:
+        router.post(f"{BASE}/chat/completions").respond(400, json={"error": {"message": f"you sent {echoed}"}})
+        with pytest.raises(ProviderError) as caught:
+            await _drain(client, [{"role": "user", "content": "hi"}])
+    text = _all_text(tmp_path)
+    for value in ("cookie-value-123", "pass-value-123", "password-value-123", "credential-value-123",
+                  "signature-value-123"):
+        assert value not in text and value not in str(caught.value)  # nor in the error line
+    meta = json.loads((tmp_path / "0001-meta.json").read_text())
+    assert not {"cookie", "x-api-pass", "password", "x-credential", "x-amz-signature"} & set(meta["request_headers"])
