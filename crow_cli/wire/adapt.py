@@ -36,7 +36,8 @@ NO_OUTPUT = "(no output)"
 """The text a blank tool result is sent as, for servers that refuse an empty one."""
 
 _OPS = ("drop_param", "set_param", "rename_param", "drop_schema_keyword", "inline_schema_refs",
-        "schema_type_into_branches", "schema_empty_object", "assistant_tool_content", "tool_result_placeholder")
+        "schema_type_into_branches", "schema_empty_object", "assistant_tool_content", "tool_result_placeholder",
+        "fold_role")
 _KEEP_KEYWORDS = frozenset({"type", "properties"})
 """Keywords never dropped on a server's word: without them the schema says nothing."""
 
@@ -76,6 +77,8 @@ class Rule:
                 return f"sent content {json.dumps(self.value)} on assistant messages with tool calls"
             case "tool_result_placeholder":
                 return f"sent blank tool results as {json.dumps(self.value)}"
+            case "fold_role":
+                return f"sent {self.target} messages as part of the first user message"
         return self.op
 
 
@@ -122,6 +125,8 @@ def apply_rules(body: dict[str, Any], rules: Iterable[Rule]) -> dict[str, Any]:
             out["tools"] = _map_schemas(out["tools"], rule)
         elif op in ("assistant_tool_content", "tool_result_placeholder") and isinstance(out.get("messages"), list):
             out["messages"] = [_message(m, rule) for m in out["messages"]]
+        elif op == "fold_role" and isinstance(out.get("messages"), list):
+            out["messages"] = _fold_role(out["messages"], rule.target)
     return out
 
 
@@ -149,6 +154,32 @@ def _map_schemas(tools: list[Any], rule: Rule) -> list[Any]:
                 tool = {**tool, "function": {**fn, "parameters": new}}
         out.append(tool)
     return out
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, list):
+        return "".join(p.get("text") or "" for p in content if isinstance(p, dict))
+    return content if isinstance(content, str) else ""
+
+
+def _fold_role(messages: list[Any], role: str) -> list[Any]:
+    """`messages` without those of `role`, their text put before the first user message's (a template that
+    refuses the system role: the instructions still come first); with no user message they become one."""
+    folded = [_text_of(m.get("content")) for m in messages if isinstance(m, dict) and m.get("role") == role]
+    if not folded:
+        return messages
+    rest = [m for m in messages if not (isinstance(m, dict) and m.get("role") == role)]
+    prefix = "\n\n".join(t for t in folded if t.strip())
+    at = next((i for i, m in enumerate(rest) if isinstance(m, dict) and m.get("role") == "user"), None)
+    if at is None:
+        return [{"role": "user", "content": prefix}, *rest]
+    user = rest[at]
+    content = user.get("content")
+    if isinstance(content, list):
+        new: Any = [{"type": "text", "text": prefix}, *content]
+    else:
+        new = f"{prefix}\n\n{content}" if isinstance(content, str) and content else prefix
+    return [*rest[:at], {**user, "content": new}, *rest[at + 1:]]
 
 
 def _blank(content: Any) -> bool:
@@ -279,7 +310,9 @@ def _short(text: str) -> str:
 
 _SCHEMA_CONTEXT = re.compile(r"parameters|function_declarations|schema|tools\[\d+\]|tools\.\d+", re.IGNORECASE)
 _REFS = re.compile(r"\$ref|\breferences?\b|\$defs|\bdefinitions\b", re.IGNORECASE)
-_BRANCH_TYPE = re.compile(r"(any_?of|one_?of).{0,80}\btype\b|\btype\b.{0,80}(any_?of|one_?of)", re.IGNORECASE | re.S)
+_BRANCH_TYPE = re.compile(r"(any_?of|one_?of).{0,80}\btype\b|\btype\b.{0,80}(any_?of|one_?of)|"
+                          r"(alongside|beside|together with) (any_?of|one_?of)|(any_?of|one_?of).{0,60}only field",
+                          re.IGNORECASE | re.S)
 _EMPTY_PROPS = re.compile(r"properties\W{0,5}(should|must) (be )?non-?empty|properties.{0,30}(non-?empty|not be empty"
                           r"|cannot be empty|empty)", re.IGNORECASE)
 _MISSING_PROPS = re.compile(r"missing properties|properties.{0,20}(is )?(required|missing)", re.IGNORECASE)
@@ -313,6 +346,17 @@ def _schema_change(text: str, body: dict[str, Any]) -> Change | None:
     return None
 
 
+_COMBINERS = frozenset({"anyOf", "oneOf", "allOf"})
+"""Named in messages about what sits beside them (Moonshot's "when using anyOf, type should be …"): not
+dropped on an unquoted mention."""
+_KEYWORD_NAMED = (re.compile(r"\bkeywords?\s+[\"'`]?([A-Za-z_$][\w$]*)", re.IGNORECASE),
+                  re.compile(r"([A-Za-z_$][\w$]*)[\"'`]?\s+keyword\b", re.IGNORECASE))
+
+
+def _names_exactly(text: str, name: str) -> bool:
+    return re.search(_WORD.format(re.escape(name)), text) is not None
+
+
 def _camel(name: str) -> str:
     return re.sub(r"_([a-z])", lambda m: m.group(1).upper(), name)
 
@@ -322,6 +366,10 @@ def _schema_keywords(text: str, used: set[str]) -> list[str]:
     into a schema (`...parameters.properties.when.const`); snake_case names match camelCase keywords."""
     candidates = [m.group(1) for m in _QUOTED.finditer(text)]
     candidates += [m.group(1).rsplit(".", 1)[-1].split("[", 1)[0] for m in _PATH_END.finditer(text)]
+    candidates += [m.group(1) for pattern in _KEYWORD_NAMED for m in pattern.finditer(text)]
+    # unquoted names that can only be keywords (camelCase or $-prefixed: additionalProperties, $schema)
+    candidates += [k for k in sorted(used) if (k.startswith("$") or k != k.lower()) and k not in _COMBINERS
+                   and _names_exactly(text, k)]
     if not _REFUSAL.search(text):
         return []
     found: list[str] = []
@@ -355,10 +403,23 @@ def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
     return [m for m in msgs if isinstance(m, dict)] if isinstance(msgs, list) else []
 
 
+# a chat template that takes no system role (Gemma on vLLM, SGLang, llama-cpp-python): 400 "System role not
+#   supported" (huggingface/chat-ui#1386, vllm-project/vllm#2964, sgl-project/sglang#892); Mistral's older
+#   templates: "Only user and assistant roles are supported!", "Conversation roles must alternate
+#   user/assistant/user/assistant/..." (kubeai-project/kubeai#499).
+_ROLE_REFUSED = re.compile(r"\b(system|developer)\b.{0,30}\broles?\b.{0,30}(not supported|unsupported|not allowed|"
+                           r"invalid|not permitted)|only user and assistant roles|roles must alternate|"
+                           r"invalid value: '(system|developer)'", re.IGNORECASE)
+
+
 def _message_change(text: str, body: dict[str, Any]) -> Change | None:
+    msgs = _messages(body)
+    if _ROLE_REFUSED.search(text):
+        for role in ("developer", "system"):
+            if any(m.get("role") == role for m in msgs) and (_names(text, role) or role == "system"):
+                return Change((Rule("fold_role", role),), text)
     if not _MESSAGE_CONTEXT.search(text):
         return None
-    msgs = _messages(body)
     tool_turns = [m for m in msgs if m.get("role") == "assistant" and m.get("tool_calls")]
     why = _short(text)
     if _WANTS_STRING.search(text) and any(m.get("content") is None for m in tool_turns):

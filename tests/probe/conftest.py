@@ -24,6 +24,7 @@ QUIRKS: dict[str, set[str]] = {
     "vllm-gaudi-several-params-named-at-once": set(),
     "dashscope-enable-thinking-must-be-false": set(),
     "openai-plugin-tool-name-outside-pattern": set(),
+    "vllm-gemma-system-role-not-supported": set(),
     "leaked-template-token-in-tool-name": {"name-leaked-tokens"},
     "leaked-whitespace-and-constrain-suffix-in-tool-names": {"name-leaked-tokens"},
     "split-index-arguments-before-header": {"calls-interleaved", "index-starts-at-1"},

@@ -273,3 +273,39 @@ def test_rules_known_in_advance_by_host_and_model_family() -> None:
     assert known_rules("https://api.openai.com/v1", "gpt-4o") == []
     assert known_rules("http://127.0.0.1:8080/v1", "test-model") == []
     assert known_rules("https://evil-generativelanguage.googleapis.com.example/v1", "m") == []
+
+
+# ---- more shapes of the same kinds ------------------------------------------------------------------
+
+
+def test_an_unquoted_camel_case_keyword_and_keyword_x_are_read() -> None:
+    # a gateway's plain-text wording; camelCase names can only be keywords
+    text = "tools[0].function.parameters: additionalProperties is not supported by this model"
+    assert rules(400, text, body()) == [Rule("drop_schema_keyword", "additionalProperties")]
+    text = err("function parameters schema uses unsupported keyword const")
+    assert rules(400, text, body()) == [Rule("drop_schema_keyword", "const")]
+
+
+def test_vertex_any_of_must_be_the_only_field_moves_the_type_into_the_branches() -> None:
+    # Vertex AI: "... schema specified other fields alongside any_of. When using any_of, it must be the only
+    # field set." (google-gemini/gemini-cli reports on Vertex)
+    text = err("Unable to submit request because `create_event` functionDeclaration `parameters.mode` schema "
+               "specified other fields alongside any_of. When using any_of, it must be the only field set.")
+    assert rules(400, text, body()) == [Rule("schema_type_into_branches")]
+
+
+# vLLM serving Gemma 2 (vllm-project/vllm#2964, huggingface/chat-ui#1386)
+GEMMA_SYSTEM = json.dumps({"object": "error", "message": "System role not supported", "type": "BadRequestError",
+                           "param": None, "code": 400})
+
+
+def test_a_refused_system_role_is_folded_into_the_first_user_message() -> None:
+    request = {**body(), "messages": [{"role": "system", "content": "Be brief."}, *copy.deepcopy(HISTORY)]}
+    found = rules(400, GEMMA_SYSTEM, request)
+    assert found == [Rule("fold_role", "system")]
+    sent = apply_rules(request, found)
+    assert sent["messages"][0] == {"role": "user", "content": "Be brief.\n\ngo"}
+    assert sent["messages"][1:] == HISTORY[1:] and request["messages"][0]["role"] == "system"
+    # Mistral's older template (kubeai-project/kubeai#499 quotes it)
+    assert rules(400, err("Conversation roles must alternate user/assistant/user/assistant/..."), request) == found
+    assert change_for(400, GEMMA_SYSTEM, body()) is None  # no system message: nothing to change
