@@ -47,6 +47,7 @@ from ..sessions import EXPORT_FORMATS, SessionInfo, SessionStore, export_session
 from ..text import clean_text, public_url, strip_controls
 from ..tools.approval import make_approver
 from ..tools.registry import Tool, ToolRegistry
+from ..wire.client import import_in_background
 from .ask import Answer, ask_approval
 from .common import (
     make_console,
@@ -307,6 +308,7 @@ class ChatApp:
                 return text
         armed = False
         code = 0
+        sdk = import_in_background()  # the prompt is up: the SDK loads while the user types the first message
         try:
             while True:
                 if self.interrupts.signum is not None:  # SIGTERM / SIGHUP stopped a command (/compact): leave
@@ -362,6 +364,7 @@ class ChatApp:
         finally:
             with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
                 self.view.stop()
+            sdk.join()  # never leave while that thread holds an import lock (shutdown would wait on it)
         return code
 
     def _with_attachments(self, text: str) -> Message:

@@ -27,7 +27,9 @@ turns that mechanism off.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
+import threading
 from collections.abc import AsyncGenerator, Iterable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -40,7 +42,8 @@ from ..text import header_secrets, mask_secrets, public_url, url_secrets
 from .adapt import Rule
 from .outgoing import Outgoing
 
-__all__ = ["ChatClient", "ClientSettings", "ReasoningEcho", "context_overflow", "map_error", "split_base_url"]
+__all__ = ["ChatClient", "ClientSettings", "ReasoningEcho", "context_overflow", "import_in_background", "map_error",
+           "split_base_url"]
 
 ReasoningEcho = Literal["auto", "always", "never"]
 
@@ -386,6 +389,24 @@ _MAX_CHANGES = 8
 
 async def _no_key() -> str:
     return ""
+
+
+def import_in_background() -> threading.Thread:
+    """Start importing what a request needs (the openai SDK, ~0.7 s of CPU, and the stream decoder) on
+    a daemon thread, and return it: `crow chat` shows its prompt at once and the import runs while the
+    user types. A request made before it ends waits for it (Python's per-module import lock), so the
+    first turn never fails for it. Join the thread before the process ends: a daemon thread stopped
+    inside an import would hold that module's lock during shutdown."""
+
+    def load() -> None:
+        with contextlib.suppress(Exception):  # a broken install fails the first request, as without this
+            import openai  # noqa: F401
+
+            from . import stream  # noqa: F401
+
+    thread = threading.Thread(target=load, name="crow-import-sdk", daemon=True)
+    thread.start()
+    return thread
 
 
 def _error_text(exc: Any) -> str:

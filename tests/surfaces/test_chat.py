@@ -21,7 +21,7 @@ from crow_cli.errors import SessionError
 from crow_cli.sessions import SessionStore
 from crow_cli.surfaces.chat import ChatApp, ChatOptions
 from tests.replay_server import ReplayServer, text_stream
-from tests.support import assert_valid, chat, tool_calls_sse, tools_folder, wait_for
+from tests.support import ChatTerminal, assert_valid, chat, tool_calls_sse, tools_folder, wait_for
 
 SLOW_TOOLS = '''
 import asyncio, os, signal
@@ -482,3 +482,40 @@ def test_the_input_history_keeps_no_paste_and_is_cut_when_it_grows(tmp_path: Pat
     history.store_string("p" * 100_000)
     history.store_string("short one")
     assert "p" * 5000 not in path.read_text() and path.read_text().endswith("+short one\n")
+
+
+# Held at `import openai` until the gate file exists; the file `started` says the import began.
+SDK_GATE = '''
+import os, sys, time
+
+class _Gate:
+    def find_spec(self, name, path=None, target=None):
+        if name == "openai":
+            sys.meta_path.remove(self)
+            open(os.environ["CROW_TEST_SDK_STARTED"], "w").close()
+            while not os.path.exists(os.environ["CROW_TEST_SDK_GATE"]):
+                time.sleep(0.01)
+        return None
+
+sys.meta_path.insert(0, _Gate())
+'''
+
+
+def test_the_prompt_shows_while_the_sdk_loads_and_the_first_turn_waits_for_it(tmp_path: Path) -> None:
+    # issue: start-up and per-turn cost: the SDK's import (~0.7 s) is paid while the user types
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(SDK_GATE)
+    started, gate = tmp_path / "sdk-started", tmp_path / "sdk-gate"
+    env = {"PYTHONPATH": str(hook), "CROW_TEST_SDK_STARTED": str(started), "CROW_TEST_SDK_GATE": str(gate)}
+    with ReplayServer([{"sse": text_stream("Hello there.")}]) as server, ChatTerminal(
+            ["--base-url", server.base_url, "--api-key", "sk-test", "--model", "test-model", "--no-tools"],
+            cwd=tmp_path, env=env) as term:
+        term.expect("›")  # up while `import openai` cannot finish
+        wait_for(started.exists)  # ... and it began without a message sent
+        term.send("hi\r")
+        gate.touch()
+        term.expect("Hello there.")
+        term.send("\x04")
+        assert term.wait() == 0
+    assert len(server.requests) == 1
