@@ -28,9 +28,10 @@ from acp.schema import (
     ToolKind,
 )
 
-from ...errors import OutsideWorkspace
+from ...errors import ToolError
 from ...history import ToolCall
 from ...text import strip_controls
+from ...tools.builtin.edits import MAX_EDIT_BYTES
 from ...tools.registry import Tool
 from ...tools.workspace import resolve_in_workspace
 from ..common import short_json
@@ -78,7 +79,7 @@ def locations(args: dict[str, Any] | None, root: Path) -> list[ToolCallLocation]
         return None
     try:
         path = resolve_in_workspace(args["path"], root)
-    except (OutsideWorkspace, OSError, ValueError):
+    except (ToolError, OSError, ValueError):  # outside the workspace, a symlink loop
         return None
     line = args.get("start_line")
     return [ToolCallLocation(path=str(path), line=line if isinstance(line, int) and line >= 0 else None)]
@@ -90,7 +91,7 @@ def edit_target(call: ToolCall, args: dict[str, Any] | None, root: Path) -> Path
         return None
     try:
         return resolve_in_workspace(args["path"], root)
-    except (OutsideWorkspace, OSError, ValueError):
+    except (ToolError, OSError, ValueError):  # outside the workspace, a symlink loop
         return None
 
 
@@ -111,7 +112,9 @@ def disk_diff(call: ToolCall, args: dict[str, Any] | None, root: Path) -> Any | 
     file = edit_target(call, args, root)
     if file is None or args is None:
         return None
-    try:
+    try:  # the size first: a huge file is not read whole for a preview (edit_file refuses it anyway)
+        if file.is_file() and file.stat().st_size > MAX_EDIT_BYTES:
+            return None
         old = file.read_text("utf-8") if file.is_file() else None
     except (OSError, UnicodeDecodeError):
         return None
