@@ -28,16 +28,15 @@ from ..paths import resolve_path
 from .context import ToolContext, current_context
 from .names import WIRE_NAME, wire_name
 
-__all__ = ["ACP_KINDS", "ENTRY_POINT_GROUP", "Preview", "Subject", "Tool", "ToolKind", "ToolRegistry",
+__all__ = ["ENTRY_POINT_GROUP", "Preview", "Subject", "Tool", "ToolKind", "ToolRegistry",
            "default_registry", "tool"]
 
 ENTRY_POINT_GROUP = "crow_cli.tools"
 
-ToolKind = Literal["read", "write", "shell", "other"]
-"""What a tool does: `read` (only reads), `write` (changes files of the workspace), `shell` (runs a
-command line), `other`."""
-ACP_KINDS: dict[str, str] = {"read": "read", "write": "edit", "shell": "execute", "other": "other"}
-"""A `ToolKind` as the editor protocol (ACP `ToolKind`) names it."""
+ToolKind = Literal["read", "write", "search", "shell", "fetch", "other"]
+"""What a tool does, in neutral terms each surface maps to its own: `read` (only reads), `write`
+(changes files of the workspace), `search` (searches files), `shell` (runs a command line), `fetch`
+(fetches from the network), `other`."""
 Preview = Callable[[dict[str, Any], ToolContext], str]
 """Text shown before approval, from the validated arguments (the diff of an edit, a command line). It
 may raise `ToolError` to answer the call with that error without asking (a pre-check)."""
@@ -66,7 +65,7 @@ class Tool:
     validator: Any = field(default=None, repr=False)
     """A pydantic model validating the arguments; None (with explicit `parameters`) passes them through."""
     kind: ToolKind = "other"
-    """What the tool does (approval's `auto-edit` approves built-in `write` tools; editors see `acp_kind`)."""
+    """What the tool does (approval's `auto-edit` approves built-in `write` tools; the editor protocol shows it)."""
     preview: Preview | None = field(default=None, repr=False)
     """What an approval question shows; None: the arguments as JSON. See `Preview`."""
     subject: Subject | None = field(default=None, repr=False)
@@ -75,11 +74,6 @@ class Tool:
     def __post_init__(self) -> None:
         if self.kind not in get_args(ToolKind):
             raise ValueError(f"tool {self.name!r}: kind must be one of {', '.join(get_args(ToolKind))}")
-
-    @property
-    def acp_kind(self) -> str:
-        """The kind as the editor protocol names it: read, edit, execute or other."""
-        return ACP_KINDS[self.kind]
 
     def _derive(self) -> None:
         if self.parameters is None:

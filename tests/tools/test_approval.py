@@ -256,11 +256,11 @@ def test_one_answer_parser_and_enter_asks_again(reply: str, answer: str | None) 
     assert parse_answer(reply) == answer
 
 
-def test_kinds_map_to_the_editor_protocol() -> None:
-    # issue 9: the kind approval uses is the one the editor protocol (ACP) shows
-    assert {t.name: (t.kind, t.acp_kind) for t in BUILTIN_TOOLS} == {
-        "read_file": ("read", "read"), "list_directory": ("read", "read"), "search_files": ("read", "read"),
-        "write_file": ("write", "edit"), "edit_file": ("write", "edit"), "run_shell": ("shell", "execute")}
+def test_each_builtin_declares_a_neutral_kind() -> None:
+    # issue 9: the kind approval uses is the one the editor protocol (ACP) shows (mapped in surfaces/acp/convert.py)
+    assert {t.name: t.kind for t in BUILTIN_TOOLS} == {
+        "read_file": "read", "list_directory": "read", "search_files": "search", "write_file": "write",
+        "edit_file": "write", "run_shell": "shell"}
 
 
 async def test_a_plugin_shell_tool_gets_command_rules_through_its_subject() -> None:

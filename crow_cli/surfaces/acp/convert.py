@@ -9,7 +9,7 @@ import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 import acp
@@ -31,30 +31,25 @@ from acp.schema import (
 from ...errors import ToolError
 from ...history import ToolCall
 from ...text import strip_controls
-from ...tools.builtin.edits import MAX_EDIT_BYTES
+from ...tools.builtin.edits import MAX_EDIT_BYTES, apply_edit, check_edit
 from ...tools.registry import Tool
 from ...tools.workspace import resolve_in_workspace
 from ..common import short_json
 
-__all__ = ["arguments", "content_text", "diff_of", "disk_diff", "edit_target", "line_error", "locations",
+__all__ = ["ACP_KINDS", "arguments", "content_text", "diff_of", "disk_diff", "edit_target", "line_error", "locations",
            "mcp_tables", "prompt_text", "stored_diff", "title", "tool_kind"]
 
 log = logging.getLogger("crow.acp")
 
 
-def tool_kind(tool: Tool | None, name: str) -> ToolKind:
-    """The ACP `kind` of a tool: read, edit, execute, search, fetch or other.
+ACP_KINDS: dict[str, ToolKind] = {"read": "read", "write": "edit", "search": "search", "shell": "execute",
+                                  "fetch": "fetch", "other": "other"}
+"""A tool's neutral kind (`tools.registry.ToolKind`) as the editor protocol (ACP `ToolKind`) names it."""
 
-    The one place that maps it: the tool's own `kind` (`Tool.acp_kind`), search for `search_files`, and
-    read for an MCP tool marked read-only.
-    """
-    if name == "search_files":
-        return "search"
-    if tool is None:
-        return "other"
-    if tool.source.startswith("mcp:") and not tool.needs_approval:
-        return "read"
-    return cast(ToolKind, tool.acp_kind)  # read / edit / execute / other
+
+def tool_kind(tool: Tool | None) -> ToolKind:
+    """The ACP `kind` of a tool: read, edit, search, execute, fetch or other (`other` for an unknown tool)."""
+    return ACP_KINDS.get(tool.kind, "other") if tool is not None else "other"
 
 
 def arguments(call: ToolCall) -> dict[str, Any] | None:
@@ -85,9 +80,9 @@ def locations(args: dict[str, Any] | None, root: Path) -> list[ToolCallLocation]
     return [ToolCallLocation(path=str(path), line=line if isinstance(line, int) and line >= 0 else None)]
 
 
-def edit_target(call: ToolCall, args: dict[str, Any] | None, root: Path) -> Path | None:
-    """The file an edit (`write_file`, `edit_file`) will change; None for another call or a bad path."""
-    if args is None or call.name not in ("write_file", "edit_file") or not isinstance(args.get("path"), str):
+def edit_target(tool: Tool | None, args: dict[str, Any] | None, root: Path) -> Path | None:
+    """The file a file-changing tool (kind `write`) will change; None for another tool or a bad path."""
+    if tool is None or tool.kind != "write" or args is None or not isinstance(args.get("path"), str):
         return None
     try:
         return resolve_in_workspace(args["path"], root)
@@ -95,36 +90,50 @@ def edit_target(call: ToolCall, args: dict[str, Any] | None, root: Path) -> Path
         return None
 
 
-def diff_of(call: ToolCall, args: dict[str, Any], file: Path, old: str | None) -> Any | None:
-    """The `diff` content block an edit of `file` (now `old`, None: absent) will make; None when unknown."""
-    if call.name == "write_file":
-        new = args.get("content")
-    else:
-        o, n = args.get("old_string"), args.get("new_string")
-        if old is None or not isinstance(o, str) or not isinstance(n, str) or not o or o not in old:
+def diff_of(args: dict[str, Any], file: Path, old: str | None, *, strict: bool = False) -> Any | None:
+    """The `diff` content block a change of `file` (now `old`, None: absent) will make; None when unknown.
+
+    An edit (`old_string` / `new_string` arguments) is made by the built-in edit's own rules
+    (`edits.check_edit`, `edits.apply_edit`: one match unless `replace_all`, a CRLF text matched and
+    written in its own line ends); other arguments with a `content` replace the whole text.
+
+    Raises:
+        ToolError: with `strict`, the edit cannot be made: the error the tool itself would answer.
+    """
+    o, n = args.get("old_string"), args.get("new_string")
+    if isinstance(o, str) and isinstance(n, str):
+        if old is None:
             return None
-        new = old.replace(o, n) if args.get("replace_all") else old.replace(o, n, 1)
+        try:
+            check_edit(o, n)
+            new: object = apply_edit(old, o, n, bool(args.get("replace_all")), str(args.get("path")))[0]
+        except ToolError:
+            if strict:
+                raise
+            return None
+    else:
+        new = args.get("content")
     return acp.tool_diff_content(str(file), new, old) if isinstance(new, str) else None
 
 
-def disk_diff(call: ToolCall, args: dict[str, Any] | None, root: Path) -> Any | None:
-    """The `diff` content block (old and new text) an edit will make, from the disk; None when unknown."""
-    file = edit_target(call, args, root)
+def disk_diff(tool: Tool | None, args: dict[str, Any] | None, root: Path) -> Any | None:
+    """The `diff` content block (old and new text) a change will make, from the disk; None when unknown."""
+    file = edit_target(tool, args, root)
     if file is None or args is None:
         return None
     try:  # the size first: a huge file is not read whole for a preview (edit_file refuses it anyway)
         if file.is_file() and file.stat().st_size > MAX_EDIT_BYTES:
             return None
-        old = file.read_text("utf-8") if file.is_file() else None
+        old = file.read_bytes().decode("utf-8") if file.is_file() else None  # its own line ends
     except (OSError, UnicodeDecodeError):
         return None
-    return diff_of(call, args, file, old)
+    return diff_of(args, file, old)
 
 
-def stored_diff(call: ToolCall, args: dict[str, Any] | None, root: Path) -> Any | None:
-    """The diff of a stored `edit_file` call for a replay: the replaced text and its replacement (the whole
-    file before and after is not stored); None for another call."""
-    file = edit_target(call, args, root) if call.name == "edit_file" else None
+def stored_diff(tool: Tool | None, args: dict[str, Any] | None, root: Path) -> Any | None:
+    """The diff of a stored edit (`old_string` → `new_string`) for a replay: the replaced text and its
+    replacement (the whole file before and after is not stored); None for another call."""
+    file = edit_target(tool, args, root)
     if file is None or args is None:
         return None
     old, new = args.get("old_string"), args.get("new_string")

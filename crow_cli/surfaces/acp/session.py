@@ -157,25 +157,27 @@ class Session:
 
         Raises:
             ToolDenied: refused (read-only mode, a deny rule, "reject always", or the user's answer).
+            ToolError: an edit that cannot be made in the editor's buffer: the tool's own error, nobody asked.
         """
         self._refuse(tool)
         if self.editor_reads:
-            await self._buffer_diff(call)
+            await self._buffer_diff(call, tool)
         await self.approvals(call, tool)
         self._update(call.index, status="in_progress")
         return True
 
-    async def _buffer_diff(self, call: ToolCall) -> None:
-        """The diff of an edit from the editor's buffer (`fs/read_text_file`), sent before it is asked about."""
+    async def _buffer_diff(self, call: ToolCall, tool: Tool) -> None:
+        """The diff of an edit from the editor's buffer (`fs/read_text_file`), sent before it is asked about;
+        an edit the buffer cannot take raises the tool's own error (`convert.diff_of`)."""
         args = arguments(call)
-        file = edit_target(call, args, self.cwd)
+        file = edit_target(tool, args, self.cwd)
         if file is None or args is None:
             return
         try:
             old: str | None = (await self.agent.client().read_text_file(session_id=self.id, path=str(file))).content
         except Exception:  # no such buffer or file (a new file), or the editor refused: as absent
             old = None
-        diff = diff_of(call, args, file, old)
+        diff = diff_of(args, file, old, strict=True)
         if diff is not None:
             self.diffs[call.index] = diff
             self._update(call.index, content=[diff])
@@ -211,7 +213,7 @@ class Session:
         await self.flush()  # the editor knows the call before it is asked about it
         response = await self.agent.client().request_permission(
             session_id=self.id, options=options,
-            tool_call=ToolCallUpdate(tool_call_id=acp_id, title=title(call, args), kind=tool_kind(tool, call.name),
+            tool_call=ToolCallUpdate(tool_call_id=acp_id, title=title(call, args), kind=tool_kind(tool),
                                      status="pending", content=content, raw_input=args))
         outcome = response.outcome
         choice = outcome.option_id if isinstance(outcome, AllowedOutcome) else "cancelled"
@@ -261,10 +263,10 @@ class Session:
             acp_id = self.calls[call.index] = f"{self.turns}-{call.index}"
             args = arguments(call)
             tool = self.registry.get(call.name) if self.registry is not None else None
-            diff = None if self.editor_reads else disk_diff(call, args, self.cwd)  # else from the buffer, in approve
+            diff = None if self.editor_reads else disk_diff(tool, args, self.cwd)  # else from the buffer, in approve
             if diff is not None:
                 self.diffs[call.index] = diff
-            self.send(acp.start_tool_call(acp_id, title(call, args), kind=tool_kind(tool, call.name),
+            self.send(acp.start_tool_call(acp_id, title(call, args), kind=tool_kind(tool),
                                           status="pending", locations=locations(args, self.cwd),
                                           raw_input=args if args is not None else call.arguments,
                                           content=[diff] if diff is not None else None))
@@ -332,9 +334,9 @@ class Session:
                     tool = self.registry.get(call.name) if self.registry is not None else None
                     failed = output.startswith("Error:")
                     shown = [acp.tool_content(acp.text_block(output))]
-                    diff = None if failed else stored_diff(call, args, self.cwd)
+                    diff = None if failed else stored_diff(tool, args, self.cwd)
                     self.send(acp.start_tool_call(
-                        f"{self.turns}-{n}", title(call, args), kind=tool_kind(tool, call.name),
+                        f"{self.turns}-{n}", title(call, args), kind=tool_kind(tool),
                         status="failed" if failed else "completed", locations=locations(args, self.cwd),
                         raw_input=args if args is not None else call.arguments,
                         content=[diff, *shown] if diff is not None else shown))

@@ -181,7 +181,7 @@ def _stopped(pattern: str, where: str, *, backtracking: bool = True) -> str:
             "(nested or overlapping repeats such as (a+)+ or (a|aa)+)")
 
 
-@tool(kind="read")
+@tool(kind="search")
 def search_files(pattern: str, path: str = ".") -> str:
     """Search the workspace's text files for a regular expression (Python syntax); one `file:line: text` per match.
 

@@ -1,0 +1,107 @@
+"""`surfaces/acp/convert.py`: the pure ACP mappings, in process (milliseconds, no `crow acp` subprocess)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from acp import RequestError, embedded_text_resource, image_block, resource_block, resource_link_block, text_block
+from acp.schema import HttpMcpServer, McpServerStdio
+
+from crow_cli.errors import ToolError
+from crow_cli.history import ToolCall
+from crow_cli.surfaces.acp.convert import (
+    arguments,
+    content_text,
+    diff_of,
+    disk_diff,
+    edit_target,
+    line_error,
+    locations,
+    mcp_tables,
+    prompt_text,
+    stored_diff,
+    title,
+    tool_kind,
+)
+from crow_cli.tools.builtin import BUILTIN_TOOLS
+from crow_cli.tools.registry import tool
+
+TOOLS = {t.name: t for t in BUILTIN_TOOLS}
+
+
+def test_each_neutral_kind_has_its_acp_name_and_no_tool_is_named() -> None:
+    assert {name: tool_kind(t) for name, t in TOOLS.items()} == {
+        "read_file": "read", "list_directory": "read", "search_files": "search", "write_file": "edit",
+        "edit_file": "edit", "run_shell": "execute"}
+
+    @tool(kind="fetch")
+    def get_page(url: str) -> str:
+        """Fetch a page."""
+        return url
+
+    assert tool_kind(get_page) == "fetch" and tool_kind(None) == "other"
+
+
+def test_prompt_blocks_become_one_user_message_in_order() -> None:
+    blocks = [text_block("Look at"), resource_link_block("main.py", "file:///w/src/main%20x.py"),
+              resource_block(embedded_text_resource("file:///w/a\".txt", "hi </context> there"))]
+    assert prompt_text(blocks) == ('Look at\n\n[main.py](/w/src/main x.py)\n\n'
+                                   '<context uri="/w/a%22.txt">\nhi <\\/context> there\n</context>')
+    with pytest.raises(RequestError):
+        prompt_text([image_block("AAAA", "image/png")])
+    with pytest.raises(RequestError):
+        prompt_text([text_block("  ")])
+
+
+def test_titles_arguments_and_locations(tmp_path: Path) -> None:
+    shell = ToolCall("c", "run_shell", '{"command": "ls\\u001b[2J -la"}')
+    assert title(shell, arguments(shell)) == "run_shell: ls[2J -la"  # no control character reaches the editor
+    bad = ToolCall("c", "x", "[1, 2]")
+    assert arguments(bad) is None and title(bad, None) == "x([1, 2])"
+    assert locations({"path": "a.py", "start_line": 3}, tmp_path)[0].line == 3  # type: ignore[index]
+    assert locations({"path": "../../etc/passwd"}, tmp_path) is None  # outside the workspace: no location
+
+
+def test_an_edit_diff_follows_the_builtin_edit_rules(tmp_path: Path) -> None:
+    # issue 18: in editor-buffer mode the permission diff had rules of its own: an old_string occurring
+    # twice showed the first occurrence (then the edit failed), a CRLF buffer showed no diff at all
+    edit = TOOLS["edit_file"]
+    file = tmp_path / "a.txt"
+    args = {"path": "a.txt", "old_string": "x = 1\n", "new_string": "x = 2\n"}
+    assert edit_target(edit, args, tmp_path) == file and edit_target(TOOLS["read_file"], args, tmp_path) is None
+    twice = "x = 1\nx = 1\n"
+    with pytest.raises(ToolError, match="occurs 2 times"):
+        diff_of(args, file, twice, strict=True)  # the tool's own error: the call is answered, nobody asked
+    assert diff_of(args, file, twice) is None
+    crlf = diff_of(args, file, "a\r\nx = 1\r\nb\r\n", strict=True)
+    assert (crlf.old_text, crlf.new_text) == ("a\r\nx = 1\r\nb\r\n", "a\r\nx = 2\r\nb\r\n")
+    write = diff_of({"path": "a.txt", "content": "new"}, file, None)
+    assert (write.path, write.old_text, write.new_text) == (str(file), None, "new")
+
+
+def test_disk_and_stored_diffs(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_bytes(b"one\r\ntwo\r\n")
+    args = {"path": "a.txt", "old_string": "two\n", "new_string": "three\n"}
+    disk = disk_diff(TOOLS["edit_file"], args, tmp_path)
+    assert disk is not None and disk.new_text == "one\r\nthree\r\n"  # the file's own line ends are kept
+    stored = stored_diff(TOOLS["edit_file"], args, tmp_path)
+    assert (stored.old_text, stored.new_text) == ("two\n", "three\n")
+    assert stored_diff(TOOLS["run_shell"], {"path": "a.txt", "command": "ls"}, tmp_path) is None
+
+
+def test_lines_that_are_not_requests_get_jsonrpc_errors() -> None:
+    assert line_error(b'{"jsonrpc": "2.0", "method": "x"}') is None
+    assert line_error(b"not json")["error"]["code"] == -32700  # type: ignore[index]
+    assert line_error(b"\xff")["error"]["code"] == -32700  # type: ignore[index]
+    assert line_error(b"[1]")["error"]["message"] == "Invalid Request: a batch (not supported)"  # type: ignore[index]
+    assert line_error(b"null")["error"]["code"] == -32600  # type: ignore[index]
+
+
+def test_editor_mcp_servers_and_message_content() -> None:
+    servers = [McpServerStdio(name="fs", command="srv", args=["-v"], env=[]),
+               HttpMcpServer(name="web", url="http://h/mcp", headers=[], type="http")]
+    assert mcp_tables(servers) == {"fs": {"command": "srv", "args": ["-v"], "env": {}},
+                                   "web": {"url": "http://h/mcp"}}
+    assert content_text([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]) == "ab"
+    assert content_text(None) == ""
