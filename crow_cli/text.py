@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 __all__ = ["SECRET_MASK", "SECRET_NAME", "clean_text", "has_surrogates", "header_secrets", "is_secret_name",
-           "mask_secrets", "public_url", "strip_controls", "url_secrets"]
+           "mask_secrets", "public_url", "strip_controls", "url_secrets", "visible"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # C0 controls but tab and newline, DEL, C1 controls: what can move a cursor, retitle or clear a terminal
@@ -45,6 +45,17 @@ def strip_controls(text: str) -> str:
     A `\\r\\n` line end keeps its newline.
     """
     return _CONTROLS.sub("", text.replace("\r\n", "\n")) if _CONTROLS.search(text) else text
+
+
+_INVISIBLE = re.compile("[\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
+
+
+def visible(text: str) -> str:
+    """`text` for a person to judge (an approval question, the activity line): no terminal controls
+    (`strip_controls`), and bidi and zero-width characters shown as `\\uXXXX` escapes: U+202E would
+    reorder what is read (`rm -rf` shown as `fr- mr`), U+200B hide inside a word."""
+    text = strip_controls(text)
+    return _INVISIBLE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) if _INVISIBLE.search(text) else text
 
 
 def public_url(url: str) -> str:

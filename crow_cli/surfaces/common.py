@@ -11,7 +11,7 @@ from ..config import Settings
 from ..context.budget import Budget
 from ..context.compact import Checkpoint, Compactor
 from ..loop import LoopSettings
-from ..text import strip_controls
+from ..text import strip_controls, visible
 from ..tools.registry import ToolRegistry, default_registry
 from ..wire.client import ChatClient, ClientSettings
 
@@ -48,7 +48,7 @@ def loop_settings(settings: Settings, *, trace: bool = False) -> LoopSettings:
 
 def short_json(text: str, limit: int = 80) -> str:
     """One line of at most `limit` characters, for showing tool arguments."""
-    line = " ".join(strip_controls(text).split())
+    line = " ".join(visible(text).split())  # as the approval question shows it
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 

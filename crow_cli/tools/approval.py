@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from ..errors import ConfigError, ToolDenied, ToolError
 from ..history import ToolCall
-from ..text import strip_controls
+from ..text import strip_controls, visible
 from .clip import clip_middle
 from .context import ToolContext, current_context
 from .registry import Tool
@@ -77,6 +77,9 @@ one the sandbox stopped): a surface that answers questions by itself (a yolo mod
 REVIEW_LINES = 400
 """Lines of a command (a tool of kind `shell`) shown at most: it is shown whole, and a longer one is
 denied without asking (too long to review)."""
+HEAD_LINES = 40
+"""A command of more lines is headed by its line count, and its first lines are repeated at the end of
+the preview (where the question is: a terminal scrolls the start away)."""
 REVIEW_CHARS = 40_000
 """Characters of a command shown at most (as for lines)."""
 
@@ -242,8 +245,12 @@ def describe_call(call: ToolCall, tool: Tool, context: ToolContext | None = None
         if lines > REVIEW_LINES or len(text) > REVIEW_CHARS:
             raise ToolDenied(f"the command is too long to review ({lines} lines, {len(text)} characters); it "
                              "was not run. Split it into shorter commands or write a script file and run that")
-        return strip_controls(text)
-    return strip_controls(clip_middle(text, PREVIEW_CHARS, PREVIEW_LINES))
+        text = visible(text)
+        if lines > HEAD_LINES:  # its start would scroll away above the question: at both ends, counted
+            first = "\n".join(text.split("\n")[:3])
+            text = f"[a command of {lines} lines]\n{text.rstrip()}\n[{lines} lines; it begins with:]\n{first}"
+        return text
+    return visible(clip_middle(text, PREVIEW_CHARS, PREVIEW_LINES))
 
 
 @dataclass(frozen=True, slots=True)

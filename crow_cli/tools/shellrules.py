@@ -43,7 +43,12 @@ _KEYWORDS = frozenset({"{", "}", "(", ")", "!", "if", "then", "else", "elif", "f
 # words that run the rest of their arguments as a command (after flags and their values)
 _WRAPPERS = frozenset({"time", "exec", "command", "builtin", "env", "nohup", "nice", "ionice", "sudo", "doas",
                        "xargs", "timeout", "setsid", "stdbuf", "chrt", "taskset", "flock", "watch", "strace",
-                       "unbuffer", "chroot", "runuser", "su", "parallel", "function", "busybox"})
+                       "unbuffer", "chroot", "runuser", "su", "parallel", "function", "busybox",
+                       # debuggers, tracers, namespaces, fake roots, remote shells: they run their arguments
+                       "fakeroot", "unshare", "nsenter", "gdb", "lldb", "valgrind", "ltrace", "catchsegv", "ssh",
+                       "proot", "firejail", "bwrap", "systemd-run", "setpriv", "capsh", "pkexec", "sg", "faketime",
+                       "torsocks", "tsocks", "proxychains", "proxychains4", "rlwrap", "xvfb-run",
+                       "dbus-run-session", "eatmydata", "nocache", "chronic", "caffeinate", "sandbox-exec"})
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox", "fish", "eval"})
 # words whose later arguments may be a script they evaluate (`trap 'CMD' EXIT`, `su -c 'CMD'`, `env -S 'CMD'`)
 _EVALUATORS = _SHELLS | {"trap", "su", "runuser", "env", "watch", "parallel", "flock", "ssh", "script"}
@@ -237,18 +242,38 @@ def _substitutions(words: list[str]) -> list[str]:
     return [w for w in words if "$(" in w or "`" in w]
 
 
+_QUOTED = re.compile(r"'[^']*'|\"(?:[^\"\\]|\\.)*\"|\\.")
+_BRACES = re.compile(r"\{[^{}]*(,|\.\.)[^{}]*\}")
+
+
+def _is_pattern(word: str) -> bool:
+    """Whether the (still quoted) word is a glob or brace expansion the shell rewrites (`r?`, `r[m]`,
+    `{rm,-rf,x}`): as a command word, what runs cannot be read from it. `[` and `[[` are commands."""
+    bare = _QUOTED.sub("x", word)
+    return bare not in ("[", "[[") and (any(c in bare for c in "*?[") or _BRACES.search(bare) is not None)
+
+
 def _unreadable(line: str) -> bool:
     """Whether `line` runs something a rule cannot read: a command word that is not a literal (`$CMD`,
-    `$(echo rm)`, a backtick) or a shell or interpreter reading its code from a pipe (`… | sh`)."""
+    `$(echo rm)`, a backtick, a glob or brace expansion), or a shell or interpreter reading its code from
+    a pipe (`… | sh`) or a redirection (`sh < script`, a here-document or here-string)."""
     expect = True  # the next word is in command position
     after_pipe = False
     reader: str | None = None  # a program after a pipe that may read code from it, until an argument shows
     skip = False  # the next word is a redirection's target
     assigning = False  # the last word was `NAME=` (its value may be a substitution)
     backticks = 0
+    code_reader = False  # this simple command is a shell or interpreter given no script argument (yet)
+    stdin_redirected = False  # this simple command's standard input comes from a redirection
     for token in _tokens(line):
         if token.operator:
             text = token.text
+            if "<" in text and text not in ("<(",) and not text.startswith(">"):
+                stdin_redirected = True
+            elif (not set(text) & set("<>") or text in ("<(", ">(")) and code_reader and stdin_redirected:
+                return True  # the end of `sh < script`: its code came from the redirection
+            if not set(text) & set("<>") or text in ("<(", ">("):
+                code_reader = stdin_redirected = False
             if text in ("$(", "`"):
                 opening = text == "$(" or backticks % 2 == 0
                 if text == "`":
@@ -277,6 +302,8 @@ def _unreadable(line: str) -> bool:
         if reader is not None and not word.startswith("-"):
             reader = None  # a script file or argument: its code is not read from the pipe
         if not expect:
+            if not word.startswith("-"):
+                code_reader = False  # a script file or argument
             continue
         if _ASSIGNMENT.match(word):
             assigning = word.endswith("=")
@@ -284,15 +311,16 @@ def _unreadable(line: str) -> bool:
         if word in _KEYWORDS:
             expect = word not in ("case", "for", "select", "in")
             continue
-        if "$" in word and not word.startswith("'"):
+        if ("$" in word and not word.startswith("'")) or _is_pattern(word):
             return True
         base = _basename(_unquote(word))
         if base in _WRAPPERS:
             continue
         expect = False
+        code_reader = base in _STDIN_CODE
         if after_pipe and base in _STDIN_CODE:
             reader = base
-    return reader is not None
+    return reader is not None or (code_reader and stdin_redirected)
 
 
 def _literals(word: str) -> list[str]:

@@ -30,3 +30,26 @@ def test_deny_and_allow_take_rule_words() -> None:
     assert not allow_matches("git status > out.txt", [rule_words("git status")])
     assert allow_matches("git status 2>&1", [rule_words("git status")])
     assert not allow_matches("git status; rm x", [rule_words("git status")])
+
+
+# issue: a new user got past `rm -rf` deny rules with a glob or brace in the command word, a shell reading its
+# script from a redirect, and wrappers not on the list. A command word the matcher cannot read literally
+# matches every deny rule (fail closed).
+@pytest.mark.parametrize("line", [
+    "/bin/r? -rf x", "r[m] -rf x", "{rm,-rf,x}", "/usr/bin/r* -rf x", "cd x && {rm,-rf,y}",
+    "sh < script.sh", "bash <script.sh", "< script.sh sh", "python3 < payload.py", "sh -s < script.sh",
+    "sh <<'EOF'\nrm -rf x\nEOF",
+    "fakeroot rm -rf x", "unshare -r rm -rf x", "nsenter -t 1 -m rm -rf x", "gdb --args rm -rf x",
+    "valgrind rm -rf x", "ssh host rm -rf x", "ssh -p 22 host 'rm -rf x'", "proot rm -rf x",
+    "firejail rm -rf x", "systemd-run --user rm -rf x", "ltrace rm -rf x", "faketime now rm -rf x",
+])
+def test_deny_rules_fail_closed_on_what_they_cannot_read(line: str) -> None:
+    assert deny_matches(line, rule_words("rm -rf"))
+
+
+@pytest.mark.parametrize("line", [
+    "ls *.py", "rm -f '*.tmp'", "[ -f x ] && ls", "echo {a,b}", "sh script.sh < input.txt", "cat < file",
+    "git log --format='%h {x}'", "python3 tool.py < data.json",
+])
+def test_globs_and_redirects_outside_the_command_word_are_read_as_before(line: str) -> None:
+    assert not deny_matches(line, rule_words("rm -rf"))
