@@ -727,13 +727,13 @@ async def test_a_new_session_loads_the_project_s_agents_md(workspace):
 def test_an_edit_s_preview_never_reads_a_huge_file_and_a_loop_is_no_location(tmp_path: Path) -> None:
     # issue: edit_file read a 3 GB log whole before refusing it; the editor's diff preview did the same, and a
     # symlink loop (`ln -s loop loop`) raised where an unknown location is meant
-    from crow_cli.history import ToolCall
     from crow_cli.surfaces.acp.convert import disk_diff, locations
+    from crow_cli.tools.builtin import BUILTIN_TOOLS
 
     with (tmp_path / "huge.log").open("wb") as fh:
         fh.truncate(3 * 1024**3)
     (tmp_path / "loop").symlink_to("loop")
-    call = ToolCall("c1", "edit_file", "{}", 0)
+    call = next(t for t in BUILTIN_TOOLS if t.name == "edit_file")  # disk_diff takes the tool (its kind)
     assert disk_diff(call, {"path": "huge.log", "old_string": "a", "new_string": "b"}, tmp_path) is None
     assert disk_diff(call, {"path": "loop", "old_string": "a", "new_string": "b"}, tmp_path) is None
     assert locations({"path": "loop"}, tmp_path) is None
