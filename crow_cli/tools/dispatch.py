@@ -19,7 +19,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ..errors import ToolDenied, ToolError
 from ..events import Event, ToolResultReady, ToolRunStarted
@@ -29,7 +29,7 @@ from .context import ToolContext, using_context
 from .registry import Tool, ToolRegistry
 from .sandbox import Sandbox, SandboxBlocked
 
-__all__ = ["Approver", "dispatch", "truncate_output"]
+__all__ = ["Approver", "Escalate", "EscalatingApprover", "dispatch", "truncate_output"]
 
 Approver = Callable[[ToolCall, Tool], Awaitable[bool]]
 """Asked before a tool with `needs_approval` runs; True lets it run, False or `ToolDenied(reason)` refuses it,
@@ -37,6 +37,22 @@ any other `ToolError` answers the call with its message (a pre-check). It runs w
 current. Supplied by the surface; `tools.approval.make_approver` builds one from a policy, rules and an ask
 callback. An approver with an `escalate(call, tool, reason) -> Awaitable[bool]` method is asked whether a
 call the sandbox stopped (`sandbox.SandboxBlocked`) may run once outside it; without one it may not."""
+
+
+Escalate = Callable[[ToolCall, Tool, str], Awaitable[bool]]
+"""Whether a call the sandbox stopped (for the reason given) may run once outside it."""
+
+
+@dataclass(frozen=True)
+class EscalatingApprover:
+    """An `Approver` made of an approve function and an `escalate` one (a surface whose approver is a
+    method: `EscalatingApprover(self.approve, self.approvals.escalate)`)."""
+
+    approve: Approver
+    escalate: Escalate
+
+    async def __call__(self, call: ToolCall, tool: Tool) -> bool:
+        return await self.approve(call, tool)
 
 
 def truncate_output(text: str, limit: int) -> str:

@@ -38,7 +38,7 @@ from acp.schema import (
 from crow_cli.sessions import SessionStore
 from tests.conftest import chunk, sse, text_sse
 from tests.replay_server import ReplayServer
-from tests.support import script
+from tests.support import needs_sandbox, script
 
 CROW = str(Path(sys.executable).with_name("crow"))
 
@@ -737,3 +737,24 @@ def test_an_edit_s_preview_never_reads_a_huge_file_and_a_loop_is_no_location(tmp
     assert disk_diff(call, {"path": "huge.log", "old_string": "a", "new_string": "b"}, tmp_path) is None
     assert disk_diff(call, {"path": "loop", "old_string": "a", "new_string": "b"}, tmp_path) is None
     assert locations({"path": "loop"}, tmp_path) is None
+
+
+# issue: a command the sandbox stopped may run once outside it when the user says so, in the editor too; the
+# yolo mode never answers that question by itself
+@needs_sandbox()
+@pytest.mark.parametrize("answer", ["allow_once", "reject_once"])
+async def test_a_command_the_sandbox_stopped_is_asked_about_even_in_yolo(workspace, tmp_path_factory, monkeypatch,
+                                                                         answer):
+    from crow_cli.tools.approval import UNCONFINED_MARK
+
+    outside, temp = tmp_path_factory.mktemp("outside"), tmp_path_factory.mktemp("tmp")
+    monkeypatch.setenv("TMPDIR", str(temp))  # the sandbox's writable temp dir: not `outside`'s parent
+    turns = script([("s1", "run_shell", {"command": f"echo x > {outside}/f"})], final="Done.")
+    editor = Editor(answers=[answer])
+    response, requests = await prompt_once(workspace, editor, turns, "write outside", "--yes")
+    assert response.stop_reason == "end_turn"
+    (tool_call, _options), = editor.permissions
+    assert tool_call.content[0].content.text.startswith(f"{UNCONFINED_MARK}[the sandbox (workspace-write) refused")
+    assert (outside / "f").exists() == (answer == "allow_once")
+    result = requests[1]["messages"][-1]["content"]
+    assert result == "[exit code 0] (no output)" if answer == "allow_once" else "Read-only file system" in result

@@ -38,6 +38,7 @@ from ...events import (
 from ...history import Message, ToolCall, user_message
 from ...tools.approval import UNCONFINED_MARK, Answer, Approvals, make_approver
 from ...tools.context import ToolContext
+from ...tools.dispatch import EscalatingApprover
 from ...tools.registry import Tool, ToolRegistry
 from ...tools.sandbox import Sandbox
 from ...wire.client import ChatClient
@@ -99,7 +100,8 @@ class Session:
         self.context = replace(ToolContext.for_workspace(cwd, secrets=[settings.api_key, *settings.secrets],
                                                          sandbox=Sandbox(settings.sandbox, settings.sandbox_network)),
                                backup=recorder.backup)  # files crow's tools change: undo restores them
-        self.driver = Driver(client, registry, loop_settings(settings), self.approve, self.context,
+        self.driver = Driver(client, registry, loop_settings(settings), EscalatingApprover(self.approve, self.escalate),
+                             self.context,
                              build_compactor(settings, recorder))  # compaction near the context window
         self.turns = 0
         """Model turns with tool calls so far in this session (the first part of ACP tool-call ids)."""
@@ -165,6 +167,15 @@ class Session:
         await self.approvals(call, tool)
         self._update(call.index, status="in_progress")
         return True
+
+    async def escalate(self, call: ToolCall, tool: Tool, reason: str) -> bool:
+        """Whether a command the sandbox stopped may run once outside it: the editor is asked (no mode
+        answers this by itself); the read-only mode and "reject always" say no."""
+        try:
+            self._refuse(tool)
+        except ToolDenied:
+            return False
+        return await self.approvals.escalate(call, tool, reason)
 
     async def _buffer_diff(self, call: ToolCall, tool: Tool) -> None:
         """The diff of an edit from the editor's buffer (`fs/read_text_file`), sent before it is asked about;
