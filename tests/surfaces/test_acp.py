@@ -685,6 +685,9 @@ async def test_session_list_refuses_a_negative_cursor_and_matches_the_cwd_as_a_f
             await conn.prompt(session_id=sid, prompt=[text_block("hi")])
             for cwd in (f"{workspace}/", str(link)):
                 assert [s.session_id for s in (await conn.list_sessions(cwd=cwd)).sessions] == [sid], cwd
+            # issue: a symlink loop (`ln -s loop loop`) named as the cwd was an internal error
+            (tmp_path / "loop").symlink_to("loop")
+            assert (await conn.list_sessions(cwd=str(tmp_path / "loop"))).sessions == []
             with pytest.raises(RequestError) as bad:
                 await conn.list_sessions(cursor="-1")
     assert bad.value.code == -32602

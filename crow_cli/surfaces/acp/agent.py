@@ -35,6 +35,7 @@ from ... import __version__
 from ...config import Settings
 from ...errors import ConfigError, SessionError
 from ...history import Message
+from ...paths import resolve_path
 from ...sessions import SessionInUse, SessionStore
 from ...tools.mcp import McpServers
 from ...tools.registry import ToolRegistry
@@ -160,9 +161,9 @@ class CrowAgent:
             start = -1
         if start < 0:
             raise RequestError(-32602, f"invalid cursor {cursor!r}")
-        folder = None if cwd is None else Path(cwd).resolve()  # a trailing slash or a symlink names the same
+        folder = None if cwd is None else _resolved(cwd)  # a trailing slash or a symlink names the same
         found = [i for i in self.store.recent() if os.path.isabs(i.cwd) and (i.messages or i.id in self.sessions)
-                 and (folder is None or Path(i.cwd).resolve() == folder)]
+                 and (folder is None or _resolved(i.cwd) == folder)]
         page = found[start: start + _LIST_PAGE]
         return ListSessionsResponse(
             sessions=[AcpSessionInfo(session_id=i.id, cwd=i.cwd, title=i.title or None,
@@ -236,6 +237,14 @@ class CrowAgent:
                     with contextlib.suppress(SessionError):
                         self.store.delete(session.recorder.session_id)
             self.store.close()
+
+
+def _resolved(folder: str) -> Path:
+    """`folder` with its symlinks followed; as given when they loop (it then names no session's folder)."""
+    try:
+        return resolve_path(folder)
+    except OSError:
+        return Path(folder)
 
 
 def _workspace(cwd: str) -> Path:
