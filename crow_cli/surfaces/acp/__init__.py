@@ -8,8 +8,8 @@ Protocol version 1 (`acp.PROTOCOL_VERSION`) through the `agent-client-protocol` 
 validates every message (malformed params are a -32602 error, an unknown method -32601) and runs each
 request as a task of its own, so `session/cancel` arrives while a prompt runs.
 
-- stdout is the protocol's alone: at start-up the real descriptor 1 is duplicated to a private one and
-  descriptor 1 is pointed at stderr, so whatever a tool, plugin, subprocess or library prints lands on
+- stdout is the protocol's alone (`stdout.private_stdout`): the real descriptor 1 is kept for it and
+  descriptor 1 points at stderr, so whatever a tool, plugin, subprocess or library prints lands on
   stderr. Logs go to stderr.
 - ACP sessions are crow sessions (the SQLite store): `crow sessions list` shows them and `crow chat
   --resume ID` continues one; `session/load` replays a stored history as `session/update` notifications.

@@ -12,9 +12,10 @@ import acp
 from ...config import Settings
 from ...driver import editor_interrupts
 from ...sessions import SessionStore
+from ...stdout import private_stdout
 from ..runtime import Runtime, RuntimeOptions
 from .agent import AcpOptions, CrowAgent
-from .transport import STDIN_LIMIT, claim_stdout, objects_only, streams
+from .transport import STDIN_LIMIT, objects_only, streams
 
 __all__ = ["serve_acp"]
 
@@ -30,7 +31,6 @@ def _one_line(record: logging.LogRecord) -> bool:
     return True
 
 
-
 async def serve_acp(settings: Settings, options: AcpOptions) -> int:
     """Serve one editor on stdin/stdout until it closes stdin; returns the exit code (0).
 
@@ -38,7 +38,11 @@ async def serve_acp(settings: Settings, options: AcpOptions) -> int:
         ConfigError: stdin/stdout are not pipes, an MCP table is invalid.
         SessionError: the session store cannot be opened.
     """
-    protocol_fd = claim_stdout()
+    with private_stdout() as protocol:  # stdout is the protocol's alone: whatever else prints goes to stderr
+        return await _serve(settings, options, protocol.fileno())
+
+
+async def _serve(settings: Settings, options: AcpOptions, protocol_fd: int) -> int:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("crow acp: %(levelname)s: %(message)s"))
     if not options.debug:

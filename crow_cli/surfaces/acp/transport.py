@@ -16,23 +16,19 @@ from .convert import line_error
 if TYPE_CHECKING:
     from .agent import CrowAgent
 
-__all__ = ["STDIN_LIMIT", "claim_stdout", "objects_only", "streams"]
+__all__ = ["STDIN_LIMIT", "objects_only", "streams"]
 
 log = logging.getLogger("crow.acp")
 
 STDIN_LIMIT = 50 * 1024 * 1024
 """Bytes one JSON-RPC line may hold (an embedded file): the SDK's own default."""
 
-def claim_stdout() -> int:
-    """Keep the real stdout for the protocol (returned as a new descriptor); descriptor 1 becomes stderr."""
-    sys.stdout.flush()
-    protocol_fd = os.dup(1)
-    os.dup2(2, 1)
-    return protocol_fd
-
-
 async def streams(protocol_fd: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """asyncio streams on stdin and the protocol descriptor (what `acp.stdio_streams` does on fd 0 and 1)."""
+    """asyncio streams on stdin and the protocol descriptor (what `acp.stdio_streams` does on fd 0 and 1).
+
+    `protocol_fd` stays the caller's: `stdout.private_stdout` owns it (the real stdout, kept for the
+    protocol while descriptor 1 points at stderr) and closes it.
+    """
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=STDIN_LIMIT)
     mode = os.fstat(sys.stdin.fileno()).st_mode
@@ -40,8 +36,9 @@ async def streams(protocol_fd: int) -> tuple[asyncio.StreamReader, asyncio.Strea
         raise ConfigError("crow acp talks to an editor over pipes on stdin and stdout (stdin is a device)")
     try:
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        out = os.fdopen(protocol_fd, "wb", buffering=0, closefd=False)
         transport, protocol = await loop.connect_write_pipe(
-            lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader()), os.fdopen(protocol_fd, "wb", buffering=0))
+            lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader()), out)
     except ValueError as exc:  # a terminal or a regular file, not a pipe
         raise ConfigError(f"crow acp talks to an editor over pipes on stdin and stdout ({exc})") from None
     return reader, asyncio.StreamWriter(transport, protocol, None, loop)
