@@ -35,14 +35,13 @@ from urllib.parse import urlsplit
 
 from .errors import ConfigError
 from .text import header_secrets, is_secret_name, public_url, strip_controls, url_secrets
+from .wire.profiles import KEYED_HOSTS, check_overrides, profile_for
 
 __all__ = ["DEFAULT_BASE_URL", "DEFAULT_MODEL", "KEYED_HOSTS", "OPTIONS", "OWNED_PARAMS", "Option", "Settings",
            "default_config_path", "load_settings", "require_api_key"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_MODEL = "gpt-4o-mini"
-KEYED_HOSTS = ("api.openai.com", "openrouter.ai", "dashscope.aliyuncs.com", "dashscope-intl.aliyuncs.com")
-"""Hosted APIs that refuse every request without a key (local servers often need none)."""
 SANDBOX_MODES = ("workspace-write", "read-only", "off")
 """`sandbox`: how `run_shell` commands are confined (`tools.sandbox.MODES`)."""
 REASONING_ECHO = ("auto", "always", "never")
@@ -73,6 +72,8 @@ class Settings:
     """Whether a turn's reasoning goes back to the server: `auto`, `always` or `never` (`wire.client`)."""
     adapt_requests: bool = True
     """Change what a server refuses in a request, send it again and remember the change (`wire.adapt`)."""
+    provider: dict[str, Any] = field(default_factory=dict)
+    """The `[provider]` table: overrides of what crow knows of the server (`wire.profiles.Profile`)."""
     max_retries: int = 3
     max_output_chars: int = 50_000
     tool_paths: tuple[str, ...] = ()
@@ -207,6 +208,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("reasoning_echo", str, env="CROW_REASONING_ECHO", default="auto", check=_one_of(REASONING_ECHO)),
     Option("context_window", int, check=_at_least(256)),
     Option("adapt_requests", bool, env="CROW_ADAPT_REQUESTS", default=True),
+    Option("provider", dict, check=check_overrides),  # overrides of the server's wire.profiles.Profile
 )
 _BY_KEY = {o.key: o for o in OPTIONS}
 
@@ -350,6 +352,7 @@ def load_settings(
         secrets=(*_secrets(flags, env, [*layers, *(_Layer(t, "") for t in profiles.values())]),
                  *url_secrets(base_url)),
         context_window=values["context_window"], adapt_requests=bool(values["adapt_requests"]),
+        provider=dict(values["provider"] or {}),
     )
 
 
@@ -436,7 +439,8 @@ def _secrets(flags: Mapping[str, Any], env: Mapping[str, str], tables: list[_Lay
 
 
 def require_api_key(settings: Settings) -> None:
-    """Refuse to start a run whose key variable is unset, or against a hosted API (`KEYED_HOSTS`) without
+    """Refuse to start a run whose key variable is unset, or against a hosted API (`wire.profiles`: one whose
+    profile `needs_key`, e.g. `KEYED_HOSTS`) without
     a key: it would only answer 401.
 
     Called by the commands after every option is validated. A credential header from the config
@@ -450,7 +454,7 @@ def require_api_key(settings: Settings) -> None:
     if settings.api_key or any(is_secret_name(name) for name in settings.headers):
         return
     host = (urlsplit(settings.base_url).hostname or "").lower()
-    if host not in KEYED_HOSTS:
+    if not profile_for(settings.base_url, settings.provider).needs_key:
         return
     hint = "set OPENAI_API_KEY or CROW_API_KEY, or pass --api-key" if host == _OPENAI_HOST else \
         "name the variable holding it with api_key_env beside base_url in the config, or pass --api-key"

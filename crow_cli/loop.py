@@ -34,6 +34,7 @@ from .tools.dispatch import Approver, dispatch
 from .tools.names import ToolNameCleaner
 from .tools.registry import ToolRegistry
 from .wire.accumulate import StreamAccumulator
+from .wire.profiles import REASONING_FIELDS
 
 __all__ = ["CANCELLED_OUTPUT", "ChatStream", "LoopSettings", "react"]
 
@@ -140,7 +141,9 @@ async def _stream_turn(history: list[Message], client: ChatStream, tools: list[d
     `Notice(code="turn_restarted")`: what the cut attempt streamed is superseded, not continued.
     """
     for attempt in range(1, settings.stream_attempts + 1):
-        accumulator = StreamAccumulator(trace=settings.trace)
+        # a client that knows its server's reasoning field names (`ChatClient.reasoning_fields`) says so
+        accumulator = StreamAccumulator(trace=settings.trace,
+                                        reasoning_fields=getattr(client, "reasoning_fields", REASONING_FIELDS))
         try:
             async with aclosing(send(history, client, tools, compactor)) as chunks:  # closes the response on cancel
                 async for chunk in chunks:

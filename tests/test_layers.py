@@ -20,7 +20,7 @@ ALLOWED = {
     "crow_cli.history": set(),
     "crow_cli.events": {"crow_cli.history"},
     "crow_cli.wire": LEAVES | {"crow_cli.wire"},
-    "crow_cli.tools": LEAVES | {"crow_cli.tools"},
+    "crow_cli.tools": LEAVES | {"crow_cli.tools", "crow_cli.wire.profiles"},  # profiles: provider data
     "crow_cli.context": LEAVES | {"crow_cli.context", "crow_cli.wire"},
     "crow_cli.loop": LEAVES | {"crow_cli.wire", "crow_cli.tools", "crow_cli.context"},
     "crow_cli.signals": set(),
@@ -32,7 +32,7 @@ ALLOWED = {
     "crow_cli.undo": LEAVES | {"crow_cli.sessions"},
     "crow_cli.local": LEAVES | {"crow_cli.config"},
     "crow_cli.probe": LEAVES | {"crow_cli.config", "crow_cli.probe", "crow_cli.wire"},
-    "crow_cli.config": LEAVES,
+    "crow_cli.config": LEAVES | {"crow_cli.wire.profiles"},  # provider data (pure, standard library only)
     # no surface handles a signal itself: the driver does (its Interrupts policies)
     "crow_cli.surfaces": LEAVES | {"crow_cli.config", "crow_cli.driver", "crow_cli.loop", "crow_cli.sessions",
                                    "crow_cli.surfaces", "crow_cli.tools", "crow_cli.wire", "crow_cli.context",

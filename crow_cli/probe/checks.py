@@ -441,9 +441,11 @@ async def _battery(p: _Prober, report: Report, progress: Callable[[str], None]) 
                                                           "messages": [history[0], echoed, *history[2:]]})
         ok = again is not None and again.ok
         facts["reasoning_echo"] = "needed" if ok else None
+        if ok:  # what the client's refusal handling would learn (`wire.outgoing`): later runs start with it
+            facts["required_fields"] = ["reasoning_content"]
         add(Check("round trip", "fail", f"refused without reasoning_content: {back.error}",
-                  "accepted once reasoning_content was echoed; crow does not send reasoning back yet" if ok else
-                  "refused with reasoning_content echoed as well"))
+                  "accepted once reasoning_content was echoed; crow sends it back on every assistant message "
+                  "(remembered)" if ok else "refused with reasoning_content echoed as well"))
         return
     else:
         add(Check("round trip", "fail", f"the tool result: {_failed(back)}", "the run stops with this error"))
@@ -455,10 +457,13 @@ async def _battery(p: _Prober, report: Report, progress: Callable[[str], None]) 
                                                           "messages": [history[0], echoed, *history[2:]]})
         if again is not None:
             facts["reasoning_echo"] = "accepted" if again.ok else "refused"
+            if not again.ok:  # later runs never send it (`wire.outgoing`)
+                facts["refused_fields"] = ["reasoning_content"]
             add(Check("reasoning echo", "ok" if again.ok else "warn",
                       "reasoning_content in the history accepted" if again.ok else
                       f"reasoning_content in the history refused: {again.error}",
-                      "does not send reasoning back (not needed here)"))
+                      "sends reasoning back beside tool calls" if again.ok else
+                      "never sends reasoning_content to this server (remembered)"))
 
 
 _PLAIN = {"arguments-whole", "arguments-fragmented", "finish-tool-calls", "finish-stop"}

@@ -32,7 +32,7 @@ def build_client(settings: Settings, record_dir: str | None = None, *, trace: bo
         record_dir=record_dir,
         # wire (branch wire): issue 11 first-byte timeout, issue 10 item 4 reasoning echo
         first_byte_timeout_s=settings.first_byte_timeout_s, reasoning_echo=settings.reasoning_echo,
-        adapt_requests=settings.adapt_requests, trace=trace,
+        adapt_requests=settings.adapt_requests, trace=trace, provider=settings.provider,
     ))
 
 

@@ -24,14 +24,15 @@ from dataclasses import replace
 
 from ..events import WarningEvent
 from ..history import AssistantTurn
+from ..wire.profiles import LEAKED_TOKEN, TOOL_NAMESPACE
 
 __all__ = ["WIRE_NAME", "ToolNameCleaner", "clean_tool_name", "wire_name"]
 
 WIRE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 """The function names every OpenAI-compatible server takes (matched in full)."""
 _OUTSIDE = re.compile(r"[^A-Za-z0-9_-]")
-_TOKEN = "<|"
-_NAMESPACE = "functions."
+_TOKEN = LEAKED_TOKEN
+_NAMESPACE = TOOL_NAMESPACE
 
 
 def wire_name(name: str) -> str:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import threading
 from collections.abc import AsyncGenerator, Iterable, Mapping
 from contextlib import AsyncExitStack
@@ -78,6 +77,8 @@ class ClientSettings:
     False: a refusal ends the turn, and no learned or known rule is applied."""
     trace: bool = False
     """Report each adaptation decision as a `Notice(code="adapt_debug")` (for `--debug`)."""
+    provider: dict[str, Any] = field(default_factory=dict)
+    """Overrides of the server's `wire.profiles.Profile` (the config's `[provider]` table)."""
 
 
 def split_base_url(base_url: str) -> tuple[str, dict[str, str | list[str]]]:
@@ -117,10 +118,15 @@ class ChatClient:
         self._unsaved = False  # a rule learned in this run, stored once a request with it is accepted
         self._traced = False
         from .facts import recall
+        from .profiles import profile_for
 
+        self.profile = profile_for(settings.base_url, settings.provider)
+        """What is known of this server in advance (`wire.profiles`), config overrides applied."""
         known = recall(settings.base_url, settings.model) if settings.adapt_requests else {}
-        # what goes back of what servers attached to messages, and the fields this one refused or demanded
-        self._outgoing = Outgoing(settings.reasoning_echo, known=known)
+        # what goes back of what servers attached to messages, and the fields this one refused or demanded:
+        # the profile, then what earlier runs learned
+        self._outgoing = Outgoing(settings.reasoning_echo, reasoning_fields=self.profile.reasoning_fields,
+                                  known={**self.profile.facts(), **known})
         if settings.adapt_requests:
             from .adapt import known_rules, rules_from_json
 
@@ -154,6 +160,11 @@ class ChatClient:
                 http_client=http_client,
             )
         return self._sdk
+
+    @property
+    def reasoning_fields(self) -> tuple[str, ...]:
+        """The delta fields this server's reasoning text comes in (for the accumulator)."""
+        return self.profile.reasoning_fields
 
     def outgoing_messages(self, messages: list[Message]) -> list[Message]:
         """`messages` as they are sent (`wire.outgoing`): what the server attached to each assistant
@@ -195,7 +206,7 @@ class ChatClient:
             ProviderError: any other refusal (400, 404 …), an unreachable server, or no response within
                 `first_byte_timeout_s`.
         """
-        if not self.settings.api_key and _needs_key(self.settings.base_url):  # it would only answer 401
+        if not self.settings.api_key and self.profile.needs_key:  # it would only answer 401
             raise AuthError(f"no API key for {self._shown_url}: set OPENAI_API_KEY or CROW_API_KEY (or "
                             "--api-key), or point --base-url at a server that needs none, or try a small local "
                             "model with --local")
@@ -417,29 +428,16 @@ def _error_text(exc: Any) -> str:
         return str(exc.message)
 
 
-_OVERFLOW = re.compile(r"context_length_exceeded|exceed_context_size|ContextWindowExceeded|maximum context length|"
-                       r"context window|context size|prompt is too long|longer than the maximum model length|"
-                       r"exceeds the maximum number of tokens", re.IGNORECASE)
-# (pattern, group of the window, group of the prompt size): what each provider's message says
-_OVERFLOW_NUMBERS = (
-    (re.compile(r"prompt contains (\d+) tokens.*?(\d+) maximum context length", re.I | re.S), 2, 1),  # Mistral
-    (re.compile(r"prompt is too long: (\d+) tokens > (\d+)", re.I), 2, 1),  # Anthropic-compatible
-    (re.compile(r"prompt \(length (\d+)\) is longer than the maximum model length of (\d+)", re.I), 2, 1),  # vLLM
-    (re.compile(r"input token count \((\d+)\) exceeds the maximum number of tokens allowed \((\d+)\)", re.I), 2, 1),
-)
-_WINDOW = re.compile(r"maximum context length is (\d+) tokens", re.I)  # OpenAI, vLLM, DeepSeek, OpenRouter, LiteLLM
-_PROMPT = (re.compile(r"\((\d+) in the messages"), re.compile(r"resulted in (\d+) tokens"),
-           re.compile(r"requested (?:about )?(\d+) tokens"))
-
-
 def _overflow_numbers(message: str) -> tuple[int | None, int | None]:
     """The context window and the prompt size a provider's overflow message names (None: not said)."""
-    for pattern, window, size in _OVERFLOW_NUMBERS:
+    from .profiles import OVERFLOW_NUMBERS, OVERFLOW_PROMPT, OVERFLOW_WINDOW
+
+    for pattern, window, size in OVERFLOW_NUMBERS:
         if (found := pattern.search(message)) is not None:
             return int(found.group(window)), int(found.group(size))
-    if (found := _WINDOW.search(message)) is None:
+    if (found := OVERFLOW_WINDOW.search(message)) is None:
         return None, None
-    prompt = next((int(m.group(1)) for p in _PROMPT if (m := p.search(message)) is not None), None)
+    prompt = next((int(m.group(1)) for p in OVERFLOW_PROMPT if (m := p.search(message)) is not None), None)
     return int(found.group(1)), prompt
 
 
@@ -451,7 +449,9 @@ def context_overflow(message: str, detail: Any = None, *, status: int | None = N
 
     fields = detail if isinstance(detail, Mapping) else {}
     kind = " ".join(str(fields.get(k) or "") for k in ("type", "code"))
-    if not _OVERFLOW.search(f"{message} {kind}"):
+    from .profiles import CONTEXT_OVERFLOW
+
+    if not CONTEXT_OVERFLOW.search(f"{message} {kind}"):
         return None
     n_ctx, prompt = fields.get("n_ctx"), fields.get("n_prompt_tokens")
     if not (isinstance(n_ctx, int) and isinstance(prompt, int)) or isinstance(n_ctx, bool):
@@ -497,17 +497,6 @@ def _retry_after(headers: Any) -> float | None:
         return retry_after_s(headers)
     except (TypeError, AttributeError):
         return None
-
-
-_KEYED_HOSTS = ("api.openai.com", "openrouter.ai", "dashscope.aliyuncs.com", "dashscope-intl.aliyuncs.com")
-
-
-def _needs_key(base_url: str) -> bool:
-    """Hosted APIs that always refuse a request without a key (local servers often need none)."""
-    import urllib.parse
-
-    host = (urllib.parse.urlsplit(base_url).hostname or "").lower()
-    return host in _KEYED_HOSTS
 
 
 _REDACTED = "[REDACTED]"

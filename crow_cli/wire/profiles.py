@@ -1,14 +1,25 @@
-"""What crow knows about providers, as data: field names, policies and the wording of their errors.
+"""What crow knows about providers, as data: hosts, field names, policies and the wording of their errors.
 
-One place for provider knowledge (the way pydantic-ai keeps `profiles/`): the wire code reads these
-tables instead of naming providers itself. Sources are given beside each entry.
+One place for provider knowledge (the way pydantic-ai keeps `profiles/`): the wire code, the config and
+the tool-name cleaner read these tables instead of naming providers themselves. A `Profile` says what
+is known of a provider in advance (matched by the base URL's host); the config's `[provider]` table
+overrides any of its fields for the configured server; what a server teaches at run time is kept
+per base URL + model in `wire.facts` and wins over both. Pure data and pure functions: no I/O.
+Sources are given beside each entry.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+from urllib.parse import urlsplit
 
-__all__ = ["REASONING_BLOCKS", "REASONING_FIELDS", "field_demanded", "field_refused", "mentions_field"]
+__all__ = ["BLOCK_TEXT_FIELDS", "CONTEXT_OVERFLOW", "KEYED_HOSTS", "LEAKED_TOKEN", "OVERFLOW_NUMBERS",
+           "OVERFLOW_PROMPT", "OVERFLOW_WINDOW", "PROFILES", "PROFILE_FIELDS", "REASONING_BLOCKS", "REASONING_FIELDS",
+           "TOOL_NAMESPACE", "Profile", "check_overrides", "field_demanded", "field_refused", "mentions_field",
+           "profile_for"]
 
 REASONING_FIELDS = ("reasoning_content", "reasoning")
 """Delta / message fields that carry a turn's reasoning as text: `reasoning_content` (DeepSeek, vLLM,
@@ -65,3 +76,100 @@ def field_demanded(status: int, text: str, candidates: list[str]) -> str | None:
     if status not in (400, 422) or not _DEMANDED.search(text):
         return None
     return next((k for k in candidates if mentions_field(text, k)), None)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What crow knows of one provider before sending it anything.
+
+    Attributes:
+        name: a short name, shown by `--debug`.
+        hosts: base-URL host names it applies to (exact match).
+        needs_key: the API refuses every request without a key (a keyless run stops before sending).
+        reasoning_fields: delta fields that carry reasoning text, joined per name.
+        tool_message_name: True: tool messages carry the function `name`; False: never; None: as stored.
+        refused_fields: message / tool-call fields the server refuses (never sent).
+        required_fields: reasoning fields wanted on every assistant message (`""` when none was kept).
+    """
+
+    name: str = "generic"
+    hosts: tuple[str, ...] = ()
+    needs_key: bool = False
+    reasoning_fields: tuple[str, ...] = REASONING_FIELDS
+    tool_message_name: bool | None = None
+    refused_fields: tuple[str, ...] = ()
+    required_fields: tuple[str, ...] = ()
+
+    def facts(self) -> dict[str, Any]:
+        """The message policy as facts, in `wire.facts` / `wire.outgoing.Outgoing(known=…)` form."""
+        facts: dict[str, Any] = {"refused_fields": list(self.refused_fields),
+                                 "required_fields": list(self.required_fields)}
+        if self.tool_message_name is not None:
+            facts["tool_message_name"] = self.tool_message_name
+        return facts
+
+
+PROFILES: tuple[Profile, ...] = (
+    Profile("openai", hosts=("api.openai.com",), needs_key=True),
+    Profile("openrouter", hosts=("openrouter.ai",), needs_key=True),  # reasoning_details: sent back as merged
+    Profile("dashscope", hosts=("dashscope.aliyuncs.com", "dashscope-intl.aliyuncs.com"), needs_key=True),
+    # Gemini's OpenAI-compatible endpoint: "function_response.name: Name cannot be empty" without it
+    Profile("gemini", hosts=("generativelanguage.googleapis.com",), needs_key=True, tool_message_name=True),
+)
+"""Known providers. Anything else is `Profile()`: reasoning under the usual names, learned as it goes."""
+
+KEYED_HOSTS = tuple(host for profile in PROFILES if profile.needs_key for host in profile.hosts)
+"""Hosted APIs that refuse every request without a key (local servers often need none)."""
+
+PROFILE_FIELDS: dict[str, type] = {"needs_key": bool, "reasoning_fields": list, "tool_message_name": bool,
+                                   "refused_fields": list, "required_fields": list}
+"""The fields the config's `[provider]` table may override, with their TOML types."""
+
+
+def check_overrides(table: Mapping[str, Any]) -> str | None:
+    """What is wrong with a config `[provider]` table, or None."""
+    for key, value in table.items():
+        kind = PROFILE_FIELDS.get(key)
+        if kind is None:
+            return f"[provider] has no key {key!r} (known: {', '.join(PROFILE_FIELDS)})"
+        if not isinstance(value, kind) or (isinstance(value, list) and not all(isinstance(v, str) and v
+                                                                                for v in value)):
+            return f"[provider] {key} must be {'a list of names' if kind is list else 'true or false'}"
+    return None
+
+
+def profile_for(base_url: str, overrides: Mapping[str, Any] | None = None) -> Profile:
+    """The profile of the server at `base_url` (by host), with the config's `[provider]` overrides."""
+    try:
+        host = (urlsplit(base_url).hostname or "").lower()
+    except ValueError:
+        host = ""
+    profile = next((p for p in PROFILES if host in p.hosts), Profile())
+    if overrides:
+        known = {f.name for f in fields(Profile)}
+        changes: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()
+                                   if k in known}
+        profile = replace(profile, **changes)
+    return profile
+
+
+# Context-window overflow, as each provider words it (the client maps it to `ContextOverflow`).
+CONTEXT_OVERFLOW = re.compile(r"context_length_exceeded|exceed_context_size|ContextWindowExceeded|maximum context "
+                              r"length|context window|context size|prompt is too long|longer than the maximum model "
+                              r"length|exceeds the maximum number of tokens", re.IGNORECASE)
+# (pattern, group of the window, group of the prompt size): what each provider's message says
+OVERFLOW_NUMBERS = (
+    (re.compile(r"prompt contains (\d+) tokens.*?(\d+) maximum context length", re.I | re.S), 2, 1),  # Mistral
+    (re.compile(r"prompt is too long: (\d+) tokens > (\d+)", re.I), 2, 1),  # Anthropic-compatible
+    (re.compile(r"prompt \(length (\d+)\) is longer than the maximum model length of (\d+)", re.I), 2, 1),  # vLLM
+    (re.compile(r"input token count \((\d+)\) exceeds the maximum number of tokens allowed \((\d+)\)", re.I), 2, 1),
+)
+OVERFLOW_WINDOW = re.compile(r"maximum context length is (\d+) tokens", re.I)
+"""OpenAI, vLLM, DeepSeek, OpenRouter, LiteLLM: the window, with the prompt size in `OVERFLOW_PROMPT`."""
+OVERFLOW_PROMPT = (re.compile(r"\((\d+) in the messages"), re.compile(r"resulted in (\d+) tokens"),
+                   re.compile(r"requested (?:about )?(\d+) tokens"))
+
+# Chat-template tokens served models leak into function names (`tools.names`): gpt-oss / Harmony
+# `<|channel|>`, `<|constrain|>`; the `functions.` namespace of Kimi K2 and Harmony.
+LEAKED_TOKEN = "<|"
+TOOL_NAMESPACE = "functions."

@@ -73,6 +73,7 @@ async def test_a_server_that_needs_reasoning_echoed_is_named() -> None:
     trip = next(c for c in report.checks if c.name == "round trip")
     assert trip.level == "fail" and "reasoning_content" in trip.seen
     assert report.facts["reasoning_echo"] == "needed"
+    assert report.facts["required_fields"] == ["reasoning_content"]  # later runs start with it (wire.facts)
     assert report.tool_calling and report.exit_code() == 0
 
 

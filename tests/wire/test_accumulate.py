@@ -15,7 +15,11 @@ from tests.conftest import assemble, chunk, expected_sse, first_sse, load_cases,
 CASES = load_cases()
 
 
-STREAM_CASES = [c for c in CASES if c["expected"].get("finish_reason") != "error"]
+# a case that fails before any stream is read (its only stream answers a request the server refuses) has
+# no turn to assemble
+STREAM_CASES = [c for c in CASES if c["expected"].get("finish_reason") != "error"
+                and not ((c.get("scenario") or {}).get("expect_failure")
+                         and c["expected"].get("finish_reason") is None)]
 
 
 @pytest.mark.parametrize("case", STREAM_CASES, ids=lambda c: c["id"])
@@ -29,7 +33,8 @@ def test_conformance_case_assembles_expected_calls(case):
             for c in expected.get("tool_calls") or []]
     assert got == want
     assert (turn.content or "").strip() == (expected.get("content") or "").strip()
-    assert turn.finish_reason == expected["finish_reason"]
+    if "finish_reason" in expected:  # request-adaptation cases name none
+        assert turn.finish_reason == expected["finish_reason"]
     for call in turn.tool_calls:
         call.arguments.encode("utf-8")  # no lone surrogates survive
 

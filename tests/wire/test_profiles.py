@@ -1,0 +1,87 @@
+"""Provider knowledge as data: profiles by host, config overrides, and the wording of refusals."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+import respx
+
+from crow_cli.config import load_settings, require_api_key
+from crow_cli.errors import ConfigError
+from crow_cli.history import AssistantTurn, ToolCall, tool_message, user_message
+from crow_cli.wire.client import ChatClient, ClientSettings
+from crow_cli.wire.profiles import KEYED_HOSTS, check_overrides, field_demanded, field_refused, profile_for
+from tests.conftest import text_sse
+
+GEMINI = "https://generativelanguage.googleapis.com/v1beta/openai"
+
+
+def test_a_profile_is_found_by_host_and_overridden_by_the_config_table():
+    assert profile_for("https://openrouter.ai/api/v1").name == "openrouter"
+    assert profile_for("http://127.0.0.1:8080/v1").name == "generic"
+    assert profile_for(GEMINI).tool_message_name is True
+    local = profile_for("http://127.0.0.1:8080/v1", {"reasoning_fields": ["thinking"], "refused_fields": ["x"]})
+    assert local.reasoning_fields == ("thinking",) and local.facts()["refused_fields"] == ["x"]
+    assert "api.openai.com" in KEYED_HOSTS and GEMINI.split("/")[2] in KEYED_HOSTS
+
+
+@pytest.mark.parametrize(("table", "problem"), [
+    ({"needs_key": True, "refused_fields": ["reasoning_content"]}, None),
+    ({"nope": 1}, "[provider] has no key 'nope'"),
+    ({"refused_fields": "reasoning"}, "must be a list of names"),
+    ({"tool_message_name": "yes"}, "must be true or false"),
+])
+def test_the_config_table_is_checked(table, problem):
+    found = check_overrides(table)
+    assert found == problem if problem is None else problem in (found or "")
+
+
+def test_provider_table_in_the_config_file_reaches_the_settings(tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text('base_url = "http://127.0.0.1:9/v1"\n[provider]\nneeds_key = true\n'
+                      'reasoning_fields = ["thinking"]\n')
+    settings = load_settings({}, env={}, config_path=str(config))
+    assert settings.provider == {"needs_key": True, "reasoning_fields": ["thinking"]}
+    with pytest.raises(ConfigError, match="no API key"):  # the override makes this server need a key
+        require_api_key(settings)
+    config.write_text('[provider]\nrefused_fields = "x"\n')
+    with pytest.raises(ConfigError, match="must be a list of names"):
+        load_settings({}, env={}, config_path=str(config))
+
+
+async def test_gemini_gets_the_function_name_on_tool_messages_from_the_first_request():
+    history = [user_message("rate?"),
+               AssistantTurn(tool_calls=[ToolCall("c1", "get_rate", "{}")]).to_message(), tool_message("c1", "160")]
+    client = ChatClient(ClientSettings(base_url=GEMINI, model="gemini-2.5-flash", api_key="k-test", max_retries=0))
+    with respx.mock() as mock:
+        route = mock.post(f"{GEMINI}/chat/completions").mock(
+            return_value=httpx.Response(200, text=text_sse("ok"), headers={"content-type": "text/event-stream"}))
+        [_ async for _ in client.stream(history)]
+    await client.aclose()
+    assert json.loads(route.calls[0].request.content)["messages"][2]["name"] == "get_rate"
+
+
+def test_a_configured_reasoning_field_is_assembled_under_its_name():
+    client = ChatClient(ClientSettings(base_url="http://127.0.0.1:9/v1", model="m",
+                                       provider={"reasoning_fields": ["thinking"]}))
+    assert client.reasoning_fields == ("thinking",)
+
+
+@pytest.mark.parametrize(("status", "text", "sent", "refused"), [
+    # Gemini words every unknown field `Unknown name "x"`: that is x, not a field called name
+    (400, 'Invalid JSON payload received. Unknown name "extra_content" at \'messages[1].tool_calls[0]\': Cannot '
+          'find field.', ["name", "extra_content"], "extra_content"),
+    (422, '{"detail": [{"type": "extra_forbidden", "loc": ["body", "messages", 2, "name"]}]}', ["name"], "name"),
+    (400, "Unrecognized request argument supplied: reasoning_details", ["reasoning_details"], "reasoning_details"),
+    (400, "The reasoning_content in the thinking mode must be passed back to the API.", ["reasoning_content"], None),
+])
+def test_which_refusals_name_which_field(status, text, sent, refused):
+    assert field_refused(status, text, sent) == refused
+
+
+def test_a_demand_names_the_tool_message_name_only_where_it_is_that_field():
+    gemini = "* GenerateContentRequest.contents[2].parts[0].function_response.name: Name cannot be empty."
+    assert field_demanded(400, gemini, ["reasoning_content", "name"]) == "name"
+    assert field_demanded(400, "model name is invalid", ["name"]) is None
