@@ -25,6 +25,7 @@ from acp.schema import (
     AllowedOutcome,
     ClientCapabilities,
     DeniedOutcome,
+    EnvVariable,
     FileEditToolCallContent,
     FileSystemCapabilities,
     McpServerStdio,
@@ -761,3 +762,47 @@ async def test_a_command_the_sandbox_stopped_is_asked_about_even_in_yolo(workspa
     assert (outside / "f").exists() == (answer == "allow_once")
     result = requests[1]["messages"][-1]["content"]
     assert result == "[exit code 0] (no output)" if answer == "allow_once" else "Read-only file system" in result
+
+FAULT_SERVER = str(Path(__file__).resolve().parents[1] / "tools" / "mcp_fault_server.py")
+
+
+# issue: `crow acp` started the configured MCP servers before answering `initialize`: one that never
+# answered tools/list left the editor waiting forever
+async def test_initialize_is_answered_while_the_configured_mcp_servers_start(workspace, tmp_path):
+    config = tmp_path / "c.toml"
+    started = tmp_path / "pids"
+    config.write_text(f'[mcp_servers.mute]\ncommand = {sys.executable!r}\nargs = [{FAULT_SERVER!r}, "hang_list"]\n'
+                      f'env = {{ FAULT_PID_FILE = {str(started)!r} }}\nstartup_timeout = 3000\n')
+    editor = Editor()
+    with ReplayServer([]) as server:
+        async with asyncio.timeout(120):  # bounds the hang this was: initialize waited for the server
+            async with crow_acp(server.base_url, workspace, editor, "--config", str(config)) as (conn, _proc, _err):
+                listed = await conn.list_sessions(cwd=str(workspace))  # answered too: needs no tools
+                assert listed.sessions == []
+                while not started.exists():  # the server is starting (and will never list its tools)
+                    await asyncio.sleep(0.02)
+
+
+# issue: each session/load of an open session started another copy of the editor's MCP servers (1 → 6
+# after five loads), all stopped only when crow exited
+async def test_loading_an_open_session_again_replaces_its_mcp_servers(workspace, tmp_path):
+    started = tmp_path / "pids"
+    editor = Editor()
+    fault = McpServerStdio(name="f", command=sys.executable, args=[FAULT_SERVER, ""],
+                           env=[EnvVariable(name="FAULT_PID_FILE", value=str(started))])
+    with ReplayServer([]) as server:
+        async with crow_acp(server.base_url, workspace, editor) as (conn, _proc, _err):
+            sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[fault])).session_id
+            for _ in range(5):
+                await conn.load_session(cwd=str(workspace), session_id=sid, mcp_servers=[fault])
+            pids = [int(p) for p in started.read_text().split()]
+            assert len(pids) == 6
+            assert [p for p in pids if _running(p)] == pids[-1:]  # the replaced sets were stopped
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"

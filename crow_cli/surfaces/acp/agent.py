@@ -77,19 +77,47 @@ class CrowAgent:
         registry: the tools every session starts with (None: no tools); a session copies it and adds
             the MCP servers the editor names.
         client: streams the model's turns for every session.
+        starting: when given, `registry` and `client` are not ready yet: this task (the configured MCP
+            servers starting) sets them through `started`; session requests wait for it, `initialize`
+            does not.
     """
 
     def __init__(self, settings: Settings, options: AcpOptions, store: SessionStore,
-                 registry: ToolRegistry | None, client: ChatClient) -> None:
+                 registry: ToolRegistry | None, client: ChatClient | None,
+                 starting: asyncio.Future[None] | None = None) -> None:
         self.settings = settings
         self.options = options
         self.store = store
         self.registry = registry
-        self.model_client = client
+        self._client = client
+        self.starting = starting
         self.sessions: dict[str, Session] = {}
         self.capabilities = ClientCapabilities()
         self._conn: acp.Client | None = None
-        self._exit = contextlib.AsyncExitStack()
+        self._servers: dict[str, McpServers] = {}
+        """The editor's MCP servers of each open session (one set per session: a reload replaces it)."""
+
+    def started(self, registry: ToolRegistry | None, client: ChatClient) -> None:
+        """The tools and model client, once the configured MCP servers have started."""
+        self.registry, self._client = registry, client
+
+    @property
+    def model_client(self) -> ChatClient:
+        assert self._client is not None, "used before the start finished (await self.ready())"
+        return self._client
+
+    async def ready(self) -> None:
+        """Wait for the configured MCP servers to have started (session requests need their tools).
+
+        Raises:
+            RequestError: the start failed (-32603; crow then ends the connection, exit 2).
+        """
+        if self.starting is None:
+            return
+        try:
+            await asyncio.shield(self.starting)
+        except Exception as exc:
+            raise RequestError(-32603, f"crow could not start: {exc}") from None
 
     def on_connect(self, conn: acp.Client) -> None:
         self._conn = conn
@@ -118,6 +146,7 @@ class CrowAgent:
                           mcp_servers: list[Any] | None = None, **kwargs: Any) -> NewSessionResponse:
         """A new crow session in the store, its workspace `cwd`, with the editor's MCP servers added."""
         root = _workspace(cwd)
+        await self.ready()
         try:
             info = self.store.create(model=self.settings.model, base_url=self.settings.base_url, cwd=str(root))
         except SessionError as exc:
@@ -133,6 +162,7 @@ class CrowAgent:
                            additional_directories: list[str] | None = None, **kwargs: Any) -> LoadSessionResponse:
         """A stored crow session by its full id, replayed to the editor before the answer."""
         root = _workspace(cwd)
+        await self.ready()
         session = self.sessions.get(session_id)
         if session is None:
             try:
@@ -209,12 +239,17 @@ class CrowAgent:
             for tool in client_file_tools(self.registry, self.client(), session_id, self.capabilities.fs):
                 registry.register(tool)
             tables = mcp_tables(mcp_servers)
+            servers = None
             if tables:
                 try:
                     servers = McpServers(tables, workspace=root)  # stdio servers start in the workspace
                 except ConfigError as exc:
                     raise RequestError(-32602, str(exc)) from None
-                await self._exit.enter_async_context(servers)
+            if (old := self._servers.pop(session_id, None)) is not None:  # the session's servers, replaced
+                await old.__aexit__(None, None, None)
+            if servers is not None:
+                await servers.__aenter__()
+                self._servers[session_id] = servers
                 await servers.register_tools(registry)
                 registry.schemas()
                 for problem in registry.errors:
@@ -230,7 +265,8 @@ class CrowAgent:
     async def close(self) -> None:
         """Stop the sessions' MCP servers, delete sessions never prompted, close the store."""
         try:
-            await self._exit.aclose()
+            servers, self._servers = list(self._servers.values()), {}
+            await asyncio.gather(*(s.__aexit__(None, None, None) for s in servers), return_exceptions=True)
         finally:
             for session in self.sessions.values():
                 if session.recorder.stored == 0 and session.recorder.session_id is not None:

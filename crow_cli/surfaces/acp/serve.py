@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sys
 from typing import cast
@@ -53,18 +54,32 @@ async def _serve(settings: Settings, options: AcpOptions, protocol_fd: int) -> i
                                                project_instructions=False))
     store = SessionStore()
     async with runtime:  # MCP servers stopped, the client closed
-        for problem in await runtime.start():  # a rule naming no tool: ConfigError, exit 2, as crow run
-            log.warning("%s", problem)
-        registry, client = runtime.registry, runtime.client
-        agent = CrowAgent(settings, options, store, registry, client)
-        reader = asyncio.StreamReader(limit=STDIN_LIMIT)
         loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=STDIN_LIMIT)
+        agent = CrowAgent(settings, options, store, None, None)
+
+        async def start() -> None:
+            # the configured MCP servers start while the editor's `initialize` is answered; session
+            # requests wait for them (`CrowAgent.ready`)
+            for problem in await runtime.start():
+                log.warning("%s", problem)
+            agent.started(runtime.registry, runtime.client)
+
+        agent.starting = starting = loop.create_task(start(), name="acp-start")
         objects = loop.create_task(objects_only(stdin, reader, writer, agent), name="acp-stdin")
+        # a failed start (a rule naming no tool: ConfigError) ends the connection, exit 2 as crow run
+        starting.add_done_callback(lambda task: task.cancelled() or task.exception() is None or objects.cancel())
         # a signal ends the connection as the end of stdin does: prompts stop, then the connection closes
         with editor_interrupts() as interrupts, interrupts.stopping(lambda _signum: objects.cancel()):
             try:
                 await acp.run_agent(cast(acp.Agent, agent), writer, reader)  # the methods crow serves
             finally:
                 objects.cancel()
+                if not starting.done():
+                    starting.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait([starting])
                 await agent.close()
+        if not starting.cancelled() and (failure := starting.exception()) is not None:
+            raise failure
     return interrupts.exit_code
