@@ -28,7 +28,8 @@ from urllib.parse import urlsplit
 
 from . import schema as schemas
 
-__all__ = ["NO_OUTPUT", "Change", "Rule", "apply_rules", "change_for", "known_rules", "rules_from_json"]
+__all__ = ["NO_OUTPUT", "Change", "Rule", "apply_rules", "change_for", "known_rules", "rules_from_json",
+           "tool_renames"]
 
 CORE = frozenset({"model", "messages", "stream", "tools"})
 """Body fields no parameter rule touches (the request itself)."""
@@ -37,7 +38,7 @@ NO_OUTPUT = "(no output)"
 
 _OPS = ("drop_param", "set_param", "rename_param", "drop_schema_keyword", "inline_schema_refs",
         "schema_type_into_branches", "schema_empty_object", "assistant_tool_content", "tool_result_placeholder",
-        "fold_role")
+        "fold_role", "rename_tools")
 _KEEP_KEYWORDS = frozenset({"type", "properties"})
 """Keywords never dropped on a server's word: without them the schema says nothing."""
 
@@ -79,6 +80,8 @@ class Rule:
                 return f"sent blank tool results as {json.dumps(self.value)}"
             case "fold_role":
                 return f"sent {self.target} messages as part of the first user message"
+            case "rename_tools":
+                return f"renamed tools whose names do not match {self.value} (mapped back when called)"
         return self.op
 
 
@@ -127,7 +130,59 @@ def apply_rules(body: dict[str, Any], rules: Iterable[Rule]) -> dict[str, Any]:
             out["messages"] = [_message(m, rule) for m in out["messages"]]
         elif op == "fold_role" and isinstance(out.get("messages"), list):
             out["messages"] = _fold_role(out["messages"], rule.target)
+        elif op == "rename_tools" and isinstance(out.get("tools"), list):
+            names = tool_renames(out, rule)
+            if names:
+                out["tools"] = [_renamed_tool(t, names) for t in out["tools"]]
+                if isinstance(out.get("messages"), list):
+                    out["messages"] = [_renamed_calls(m, names) for m in out["messages"]]
     return out
+
+
+_LETTER_FIRST = "[A-Za-z_][A-Za-z0-9_-]{0,63}"
+"""Gemini's rule for function names ("Must start with a letter or an underscore"); Moonshot refuses a digit first."""
+
+
+def tool_renames(body: dict[str, Any], rule: Rule) -> dict[str, str]:
+    """The tool names of `body` a `rename_tools` rule changes: name -> the name sent (unique, at most 64
+    characters, matching the rule's pattern where a letter prefix and `_` for other characters can)."""
+    try:
+        pattern = re.compile(str(rule.value or _LETTER_FIRST))
+    except re.error:
+        pattern = re.compile(_LETTER_FIRST)
+    names = [t["function"]["name"] for t in body.get("tools") or [] if isinstance(t, dict)
+             and isinstance(t.get("function"), dict) and isinstance(t["function"].get("name"), str)]
+    taken, out = set(names), {}
+    for name in names:
+        if pattern.fullmatch(name):
+            continue
+        base = re.sub(r"[^A-Za-z0-9_-]", "_", name)
+        if not pattern.fullmatch(base):
+            base = base.replace("-", "_")
+        if not pattern.fullmatch(base):
+            base = f"t_{base}"
+        new, k = base[:64], 1
+        while new in taken:
+            k += 1
+            new = f"{base[: 63 - len(str(k))]}_{k}"
+        taken.add(new)
+        out[name] = new
+    return out
+
+
+def _renamed_tool(tool: Any, names: dict[str, str]) -> Any:
+    fn = tool.get("function") if isinstance(tool, dict) else None
+    if isinstance(fn, dict) and fn.get("name") in names:
+        return {**tool, "function": {**fn, "name": names[fn["name"]]}}
+    return tool
+
+
+def _renamed_calls(message: Any, names: dict[str, str]) -> Any:
+    calls = message.get("tool_calls") if isinstance(message, dict) else None
+    if not isinstance(calls, list) or not any(isinstance(c, dict) and isinstance(c.get("function"), dict)
+                                              and c["function"].get("name") in names for c in calls):
+        return message
+    return {**message, "tool_calls": [_renamed_tool(c, names) for c in calls]}
 
 
 def _rewrite(parameters: Any, rule: Rule) -> Any:
@@ -263,7 +318,7 @@ def change_for(status: int, text: str, body: dict[str, Any]) -> Change | None:
     if status not in (400, 422) or not text:
         return None
     words = _unescape(_readable(text))
-    for finder in (_schema_change, _message_change, _param_change):
+    for finder in (_name_change, _schema_change, _message_change, _param_change):
         change = finder(words, body)
         if change is not None and apply_rules(body, change.rules) != body:
             return Change(change.rules, _short(_message_of(text) or words))
@@ -323,6 +378,30 @@ def _tool_parameters(body: dict[str, Any]) -> list[Any]:
     tools = body.get("tools")
     return [t["function"].get("parameters") for t in tools if isinstance(t, dict)
             and isinstance(t.get("function"), dict)] if isinstance(tools, list) else []
+
+
+# -- tool names (what the registry's wire rule, ^[a-zA-Z0-9_-]{1,64}$, does not cover) ------------------------
+# Gemini: "GenerateContentRequest.tools[0].function_declarations[18].name: Invalid function name. Must start with
+#   a letter or an underscore. Must be alphameric (a-z, A-Z, 0-9), underscores (_), dots (.) or dashes (-), with a
+#   maximum length of 64." (google-gemini/gemini-cli#2966); Moonshot refuses names starting with a digit
+#   (MoonshotAI/kimi-cli#2531); OpenAI-style messages quote their pattern ("Expected a string that matches the
+#   pattern '^[a-zA-Z0-9_-]+$'", hackers365/xiaozhi-esp32-server-golang#268).
+_NAME_CONTEXT = re.compile(r"function[_ ]?name|function\.name|declarations\[\d+\]\.name|custom\.name|tool names?\b|"
+                           r"invalid (function|tool) name", re.IGNORECASE)
+_PATTERN = re.compile(r"pattern[^'\"`]{0,20}['\"`]\^?(.+?)\$?['\"`]")
+
+
+def _name_change(text: str, body: dict[str, Any]) -> Change | None:
+    if not _NAME_CONTEXT.search(text):
+        return None
+    found = _PATTERN.search(text)
+    pattern = found.group(1) if found else _LETTER_FIRST
+    try:
+        re.compile(pattern)
+    except re.error:
+        pattern = _LETTER_FIRST
+    rule = Rule("rename_tools", value=pattern)
+    return Change((rule,), text) if tool_renames(body, rule) else None
 
 
 def _schema_change(text: str, body: dict[str, Any]) -> Change | None:

@@ -117,6 +117,7 @@ class ChatClient:
         self._known = 0  # how many of `_rules` were known in advance or recalled (not to be stored again)
         self._unsaved = False  # a rule learned in this run, stored once a request with it is accepted
         self._traced = False
+        self._offered_tools: list[dict[str, Any]] = []
         from .facts import recall
         from .profiles import profile_for
 
@@ -179,6 +180,7 @@ class ChatClient:
                                 "messages": self.outgoing_messages(messages), "stream": True}
         if tools:
             body["tools"] = tools
+        self._offered_tools = tools or []
         if self._usage_option:
             body["stream_options"] = {"include_usage": True}
         if self._rules:
@@ -243,7 +245,10 @@ class ChatClient:
                         await asyncio.sleep(wait)
                 if self._unsaved:  # the server took the changed request: remember the change
                     self._remember()
+                back = self._names_back(body)
                 async for item in iter_chunks(response.aiter_bytes(), response.headers.get("content-type", "")):
+                    if back and isinstance(item, dict):
+                        _rename_calls(item, back)
                     yield item
         except Exception as exc:
             mapped = map_error(exc, self._shown_url, secret=self._secrets)
@@ -277,6 +282,17 @@ class ChatClient:
                 "raise first_byte_timeout in the config file or CROW_FIRST_BYTE_TIMEOUT") from None
         stack.push_async_callback(response.aclose)
         return response
+
+    def _names_back(self, body: dict[str, Any]) -> dict[str, str]:
+        """Tool name sent -> the tool's own name, for tools a `rename_tools` rule renamed in `body`."""
+        from .adapt import tool_renames
+
+        back: dict[str, str] = {}
+        for rule in self._rules:
+            if rule.op == "rename_tools":  # the body has the new names: map them from the names offered
+                offered = {**body, "tools": self._offered_tools}
+                back.update({new: old for old, new in tool_renames(offered, rule).items()})
+        return back
 
     def _adapt(self, exc: Exception, body: dict[str, Any], done: set[str]) -> list[Notice] | None:
         """The notices to send the request again with, once `exc` (a 400/422) was answered by a change to
@@ -392,6 +408,17 @@ class ChatClient:
         """Close the connection pool (and a recording transport's files)."""
         if self._sdk is not None:
             await self._sdk.close()
+
+
+def _rename_calls(chunk: dict[str, Any], back: Mapping[str, str]) -> None:
+    """Give streamed tool calls (in place) the names of the tools the server was offered renamed."""
+    for choice in chunk.get("choices") or []:
+        delta = choice.get("delta") if isinstance(choice, dict) else None
+        calls = delta.get("tool_calls") if isinstance(delta, dict) else None
+        for call in calls if isinstance(calls, list) else []:
+            fn = call.get("function") if isinstance(call, dict) else None
+            if isinstance(fn, dict) and isinstance(fn.get("name"), str) and fn["name"] in back:
+                fn["name"] = back[fn["name"]]
 
 
 _MAX_CHANGES = 8

@@ -309,3 +309,34 @@ def test_a_refused_system_role_is_folded_into_the_first_user_message() -> None:
     # Mistral's older template (kubeai-project/kubeai#499 quotes it)
     assert rules(400, err("Conversation roles must alternate user/assistant/user/assistant/..."), request) == found
     assert change_for(400, GEMMA_SYSTEM, body()) is None  # no system message: nothing to change
+
+
+# ---- tool names the wire rule does not cover ----------------------------------------------------------
+
+# Gemini (google-gemini/gemini-cli#2966)
+GEMINI_NAME = err("* GenerateContentRequest.tools[0].function_declarations[0].name: Invalid function name. Must "
+                  "start with a letter or an underscore. Must be alphameric (a-z, A-Z, 0-9), underscores (_), dots (.) "
+                  "or dashes (-), with a maximum length of 64.")
+
+
+def test_a_name_starting_with_a_digit_gets_a_letter_first_in_tools_and_history() -> None:
+    # MoonshotAI/kimi-cli#2531: MCP tools named 21st_magic_component_builder
+    request = body()
+    request["tools"][1]["function"]["name"] = "21st_magic"
+    request["messages"][1]["tool_calls"][0]["function"]["name"] = "21st_magic"
+    found = rules(400, GEMINI_NAME, request)
+    assert found == [Rule("rename_tools", value="[A-Za-z_][A-Za-z0-9_-]{0,63}")]
+    sent = apply_rules(request, found)
+    assert [t["function"]["name"] for t in sent["tools"]] == ["create_event", "t_21st_magic"]
+    assert sent["messages"][1]["tool_calls"][0]["function"]["name"] == "t_21st_magic"
+    assert request["tools"][1]["function"]["name"] == "21st_magic"  # the request as built is untouched
+    assert change_for(400, GEMINI_NAME, body()) is None  # every name fine already: nothing to change
+
+
+def test_a_quoted_name_pattern_is_the_rule_renames_follow() -> None:
+    text = err("Invalid 'tools[1].function.name': string does not match pattern. Expected a string that matches the "
+               "pattern '^[a-zA-Z0-9_]+$'.", param="tools[1].function.name", code="invalid_value")
+    request = body()
+    request["tools"][1]["function"]["name"] = "read-file"
+    found = rules(400, text, request)
+    assert [t["function"]["name"] for t in apply_rules(request, found)["tools"]] == ["create_event", "read_file"]

@@ -119,3 +119,25 @@ async def test_debug_traces_each_decision() -> None:
         await c.aclose()
     assert [i.code for i in seen] == ["adapt_debug", "adapt_debug"]  # the learned rule, then why the refusal ends
     assert "is final" in seen[1].message
+
+
+async def test_a_renamed_tool_is_called_by_its_own_name_and_the_history_keeps_it() -> None:
+    # Gemini: "Invalid function name. Must start with a letter or an underscore" (google-gemini/gemini-cli#2966)
+    refusal = {"error": {"message": "* GenerateContentRequest.tools[0].function_declarations[0].name: Invalid "
+                                    "function name. Must start with a letter or an underscore."}}
+    tools = [{"type": "function", "function": {"name": "21st_magic", "description": "Make a component.",
+                                               "parameters": {"type": "object", "properties": {}}}}]
+    from tests.conftest import chunk, sse, tool_delta
+
+    call = sse(chunk({"tool_calls": [tool_delta(0, "call_9", "t_21st_magic", "{}")]}), chunk({}, "tool_calls"))
+    history = [{"role": "user", "content": "make one"}]
+    c = client()
+    with respx.mock(assert_all_called=True) as mock:
+        route = mock.post(URL).mock(side_effect=[httpx.Response(400, json=refusal), httpx.Response(
+            200, content=call.encode(), headers={"content-type": "text/event-stream"})])
+        items = [i async for i in c.stream(history, tools)]
+        await c.aclose()
+    assert sent(route, 1)["tools"][0]["function"]["name"] == "t_21st_magic"
+    names = [tc["function"]["name"] for i in items if isinstance(i, dict) for ch in i["choices"]
+             for tc in ch["delta"].get("tool_calls") or [] if "name" in tc.get("function", {})]
+    assert names == ["21st_magic"]  # the loop runs the tool by its own name
