@@ -152,6 +152,25 @@ def honest_markdown(source: str, code_theme: str) -> Markdown:
     return markdown
 
 
+def _unpadded(console: Console, renderable: Any, options: ConsoleOptions) -> Iterator[Any]:
+    """`renderable`'s lines without the spaces rich pads them with to the full width (uncoloured ones).
+
+    The live area is redrawn by moving the cursor up as many rows as it drew; a terminal made narrower
+    rewraps every row that is as wide as it was, so padded rows each became two and the rows above the
+    redraw stayed on the screen as stale copies. Unpadded, only rows with text past the new width rewrap.
+    """
+    from rich.segment import Segment
+
+    for line in console.render_lines(renderable, options, pad=False):
+        while line and not line[-1].text.strip(" ") and (line[-1].style is None or not line[-1].style.bgcolor):
+            line.pop()
+        if line and (line[-1].style is None or not line[-1].style.bgcolor):
+            last = line[-1]
+            line[-1] = Segment(last.text.rstrip(" "), last.style, last.control)
+        yield from line
+        yield Segment.line()
+
+
 class _LiveArea:
     """What the `Live` shows: the Markdown tail, the reasoning line, a spinner per running tool."""
 
@@ -165,7 +184,8 @@ class _LiveArea:
         if v.reasoning_line and v.show_reasoning:
             yield Text(v.reasoning_line, style="dim italic")
         if v.blocks.tail.strip():
-            yield honest_markdown(v.markdown_source(v.blocks.tail, continues=v.blocks.continues), v.code_theme)
+            tail = honest_markdown(v.markdown_source(v.blocks.tail, continues=v.blocks.continues), v.code_theme)
+            yield from _unpadded(console, tail, options)
         for _call, spinner in v.spinners.values():
             yield spinner
         if v.waiting_spinner is not None:

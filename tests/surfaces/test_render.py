@@ -189,3 +189,19 @@ def test_a_link_whose_text_differs_from_its_target_shows_the_target() -> None:
 def test_a_link_that_shows_its_target_stays_a_hyperlink(answer: str) -> None:
     shown = _hyperlinked(answer)
     assert "\x1b]8;" in shown and shown.count("x.io") + shown.count("example.com/a") >= 1
+
+
+def test_the_live_area_is_not_padded_to_the_terminal_width() -> None:
+    # issue: resizing the terminal during a streamed answer left stale partial lines: every row of the live
+    # area was padded to the full width, so a narrower terminal rewrapped each into two and the redraw, which
+    # moves up as many rows as it drew, left the rest on the screen
+    from crow_cli.surfaces.render import _LiveArea
+
+    view, _frozen = capture(plain=False)
+    view.text("A short paragraph that is still growing\n- an item\n- another")
+    live = io.StringIO()
+    Console(file=live, width=60, color_system=None).print(_LiveArea(view))
+    view.stop()
+    lines = live.getvalue().splitlines()
+    assert "A short paragraph that is still growing" in lines and " • an item" in lines
+    assert all(line == line.rstrip(" ") for line in lines)
