@@ -1,11 +1,12 @@
 """Name the shape of one streamed Chat Completions response: a pure function of the raw SSE text.
 
 `parse_sse` turns a response body (`text/event-stream`) into a `RawStream`: the decoded `data:` events,
-the comment lines, whether `[DONE]` came and the line endings. `classify` names every quirk of the
-stream that crow's conformance corpus knows (`tests/cases/*.json`; reference:
-`shared/reference/streaming-tool-calls.md`), each as a `Finding` with a stable code, a short label, what
-was seen and what crow does about it. No I/O, no clock: replaying a corpus case's stream names that
-case's quirk, which is how every classification is tested.
+the comment lines, whether `[DONE]` came and the line endings. `classify` feeds the stream to crow's own
+accumulator (`wire.accumulate`: the calls, and the rules it names as they fire, are what a run would
+see; there is no second keying here) and names every quirk of the stream that crow's conformance corpus
+knows (`tests/cases/*.json`; reference: `shared/reference/streaming-tool-calls.md`), each as a `Finding`
+with a stable code, a short label, what was seen and what crow does about it. No I/O, no clock:
+replaying a corpus case's stream names that case's quirk, which is how every classification is tested.
 """
 
 from __future__ import annotations
@@ -154,15 +155,6 @@ def _entries(chunks: list[dict[str, Any]]) -> Iterator[_Entry]:
                     yield _Entry(n, position, len(calls), value)
 
 
-def _fn(entry: _Entry) -> Mapping[str, Any]:
-    fn = entry.value.get("function")
-    return fn if isinstance(fn, Mapping) else {}
-
-
-def _str(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
 def _valid_json(text: str) -> bool:
     try:
         json.loads(text)
@@ -175,33 +167,6 @@ def _repeats(joined: str) -> bool:
     """`joined` is some JSON text followed by a copy of itself (vLLM xLAM's finalize step)."""
     half, odd = divmod(len(joined), 2)
     return not odd and half > 1 and joined[:half] == joined[half:] and _valid_json(joined[:half])
-
-
-class _Tracker:
-    """Groups entries into calls the way the stream meant them (index, else position, else latest)."""
-
-    def __init__(self) -> None:
-        self.latest: int | None = None
-        self.open: dict[int, dict[str, Any]] = {}
-        self.calls: list[dict[str, Any]] = []
-
-    def place(self, entry: _Entry) -> tuple[dict[str, Any], bool]:
-        """The call `entry` belongs to, and whether it opened it."""
-        raw = entry.value.get("index")
-        key = raw if isinstance(raw, int) else entry.position if entry.count > 1 else (self.latest or 0)
-        self.latest = key
-        call_id, name = _str(entry.value.get("id")), _str(_fn(entry).get("name"))
-        current = self.open.get(key)
-        fresh = current is not None and bool(call_id and name and current["id"] and call_id != current["id"])
-        if current is None or fresh:
-            current = {"key": key, "id": call_id, "name": name, "fragments": [], "entries": []}
-            self.open[key] = current
-            self.calls.append(current)
-            opened = True
-        else:
-            opened = False
-        current["entries"].append(entry)
-        return current, opened
 
 
 _REMEDY_ACC = "the accumulator assembles it (corpus case)"
@@ -234,6 +199,7 @@ def classify(stream: RawStream) -> Shape:
         except ServerError as exc:
             error = str(exc)
             break
+    streamed = acc.calls_seen()  # as the stream sent them, before orphan fragments are attributed
     turn, _ = acc.finish()
     if error:
         add("error-in-stream", "error event in the stream", "fail", f"an {{\"error\": …}} chunk: {error}",
@@ -254,47 +220,10 @@ def classify(stream: RawStream) -> Shape:
     if has_empty_array:
         add("empty-tool-calls-array", "empty tool_calls arrays", "ok", "\"tool_calls\": [] on deltas",
             "treats an empty array as no call and keeps the text")
-    # --- tool calls, as the stream meant them
-    tracker = _Tracker()
-    flags: set[str] = set()  # codes of _TRAITS seen
-    for group in _by_chunk(entries):
-        keys = [e.value.get("index") for e in group if isinstance(e.value.get("index"), int)]
-        if len(set(keys)) < len(keys):
-            flags.add("same-index-twice")
-        if sum(1 for e in group if _str(_fn(e).get("name"))) > 1:
-            flags.add("calls-in-one-delta")
-        for entry in group:
-            call, opened = tracker.place(entry)
-            fn = _fn(entry)
-            call_id, name, args = entry.value.get("id"), fn.get("name"), fn.get("arguments")
-            if not opened and not fn.get("name") and fn.get("arguments") is None and not _str(call_id):
-                flags.add("empty-function-delta")
-            if not opened:
-                if isinstance(call_id, str):
-                    if call_id == "":
-                        flags.add("ids-empty-on-continuation")
-                    elif call_id == call["id"]:
-                        flags.add("ids-repeated")
-                    elif call["id"]:
-                        flags.add("ids-fresh-on-fragments")
-                    else:
-                        call["id"] = call_id
-                if isinstance(name, str) and name:
-                    if name == call["name"]:
-                        flags.add("name-repeated")
-                    elif call["name"]:
-                        flags.add("name-split")
-                    elif call["fragments"]:
-                        flags.add("name-after-arguments")
-                    call["name"] = call["name"] if name == call["name"] else call["name"] + name
-            if isinstance(args, Mapping):
-                flags.add("arguments-object")
-                args = json.dumps(args)
-            if isinstance(args, str) and args:
-                if "\ud800" <= args[-1] <= "\udbff" or "\udc00" <= args[0] <= "\udfff":
-                    flags.add("lone-surrogates")
-                call["fragments"].append(args)
-    calls = tracker.calls
+    # --- tool calls, as the accumulator keyed them (the rules it names say what each delta did)
+    flags = set(turn.rules) & set(_TRAITS)
+    calls = [{"key": key, "name": name, "fragments": list(fragments), "interleaved": interleaved}
+             for key, name, fragments, interleaved in streamed]
     if any("<|" in str(c["name"]) or str(c["name"]) != str(c["name"]).strip() for c in calls):
         flags.add("name-leaked-tokens")
     if calls:
@@ -303,7 +232,7 @@ def classify(stream: RawStream) -> Shape:
         if code in flags:
             add(code, label, level, seen, crow)
     if calls:
-        _argument_findings(add, calls, turn.tool_calls)
+        _argument_findings(add, calls, turn.tool_calls, "arguments-repeated" in turn.rules)
     # --- text and reasoning
     _text_findings(add, chunks, entries)
     _attached_findings(add, turn)
@@ -365,17 +294,6 @@ _TRAITS: dict[str, tuple[str, Level, str, str]] = {
 """Traits seen delta by delta in `classify`'s walk over the tool-call entries."""
 
 
-def _by_chunk(entries: list[_Entry]) -> Iterator[list[_Entry]]:
-    group: list[_Entry] = []
-    for entry in entries:
-        if group and entry.chunk != group[0].chunk:
-            yield group
-            group = []
-        group.append(entry)
-    if group:
-        yield group
-
-
 def _call_findings(add: Any, calls: list[dict[str, Any]], assembled: list[ToolCall], entries: list[_Entry]) -> None:
     indexes = [e.value.get("index") for e in entries]
     ints = [i for i in indexes if isinstance(i, int) and not isinstance(i, bool)]
@@ -395,7 +313,7 @@ def _call_findings(add: Any, calls: list[dict[str, Any]], assembled: list[ToolCa
     elif len(calls) > 1 and len({c["key"] for c in calls}) < len(calls):
         add("index-reused", "index reused", "warn", "two calls share an index", "a fresh id with a name starts a "
             "new call")
-    if len(calls) > 1 and _interleaved(calls, entries):
+    if len(calls) > 1 and any(c["interleaved"] for c in calls):
         add("calls-interleaved", "calls interleaved", "ok", "fragments of parallel calls alternate",
             "assembles each call by its index")
     no_id = [c for c in assembled if not c.id]
@@ -413,20 +331,8 @@ def _call_findings(add: Any, calls: list[dict[str, Any]], assembled: list[ToolCa
         add("type-missing", "type missing", "ok", "tool_calls entries carry no type", "ignores type")
 
 
-def _interleaved(calls: list[dict[str, Any]], entries: list[_Entry]) -> bool:
-    owner = {id(e): n for n, c in enumerate(calls) for e in c["entries"]}
-    seen: list[int] = []
-    for e in entries:
-        n = owner.get(id(e))
-        if n is None:
-            continue
-        if seen and n != seen[-1] and n in seen:
-            return True
-        seen.append(n)
-    return False
-
-
-def _argument_findings(add: Any, calls: list[dict[str, Any]], assembled: list[ToolCall]) -> None:
+def _argument_findings(add: Any, calls: list[dict[str, Any]], assembled: list[ToolCall], repeated: bool) -> None:
+    """`repeated`: the accumulator dropped a fragment that repeated a call's complete arguments."""
     fragments = [len([f for f in c["fragments"] if f]) for c in calls]
     if all(n <= 1 for n in fragments):
         add("arguments-whole", "arguments whole", "ok", "each call's arguments arrive in one piece",
@@ -434,13 +340,13 @@ def _argument_findings(add: Any, calls: list[dict[str, Any]], assembled: list[To
     else:
         add("arguments-fragmented", "arguments fragmented", "ok", f"arguments in up to {max(fragments)} fragments",
             "joins the fragments")
+    if repeated:
+        add("arguments-repeated", "arguments repeated", "warn", "the final fragment repeats the whole arguments",
+            "drops a fragment that repeats the complete arguments")
+        return
     for c in calls:
         parts = [f for f in c["fragments"] if f]
         joined = "".join(parts)
-        if len(parts) > 1 and parts[-1] == "".join(parts[:-1]) and _valid_json(parts[-1]):
-            add("arguments-repeated", "arguments repeated", "warn", "the final fragment repeats the whole arguments",
-                "drops a fragment that repeats the complete arguments")
-            return
         if _repeats(joined) or (len(parts) > 1 and not _valid_json(joined) and _ends_with_repeat(joined)):
             add("arguments-repeated", "arguments repeated", "warn", "the whole arguments are sent again at the end",
                 "drops the repeated copy")

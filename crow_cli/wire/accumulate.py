@@ -57,6 +57,8 @@ from .repair import repair_arguments
 __all__ = ["StreamAccumulator", "stream_error"]
 
 _HIGH_SURROGATES = ("\ud800", "\udbff")
+_HIGH_HALVES = frozenset(map(chr, range(0xD800, 0xDC00)))
+_LOW_HALVES = frozenset(map(chr, range(0xDC00, 0xE000)))
 
 
 def stream_error(error: Any) -> ServerError:
@@ -324,6 +326,8 @@ class StreamAccumulator:
             if isinstance(tool_calls, Mapping):  # one call sent bare instead of in a list
                 tool_calls = [tool_calls]
             if tool_calls:
+                if len(tool_calls) > 1:
+                    self._several(tool_calls)
                 for position, tc in enumerate(tool_calls):
                     if isinstance(tc, Mapping):
                         self._tool_delta(tc, position, len(tool_calls), events)
@@ -413,14 +417,12 @@ class StreamAccumulator:
             call = _PartialCall(key=key)
             self._calls.append(call)
             self._by_key[key] = call
+        elif raw_id is not None or raw_name is not None or args is None:
+            self._continuation(call, raw_id, name, raw_name, args)
         if call_id and not call.id:
             call.id = call_id
         if name and name != call.name:
-            if call.name:
-                self._fired("name-split")
             call.name = name if not call.name else call.name + name  # a name sent in pieces
-        elif raw_name == "null":
-            self._fired("name-null-on-continuation")
         if call.seq < 0 and (call.id or call.name):
             call.seq, self._headed = self._headed, self._headed + 1
         if not _CALL_KEYS.issuperset(tc):
@@ -439,6 +441,8 @@ class StreamAccumulator:
             if not isinstance(args, str):
                 args = json.dumps(args, ensure_ascii=False)
                 self._fired("arguments-object")
+            elif args and (args[-1] in _HIGH_HALVES or args[0] in _LOW_HALVES):
+                self._fired("lone-surrogates")
             if args and self._repeats_whole(call, args):
                 self._fired("arguments-repeated")
             elif args:
@@ -451,6 +455,42 @@ class StreamAccumulator:
         if call.name and not call.announced:
             call.announced = True
             events.append(ToolCallStarted(call.seq, call.id, call.name))
+
+    def _several(self, tool_calls: list[Any]) -> None:
+        """Name a delta holding several entries: one index twice, or several named calls."""
+        entries = [tc for tc in tool_calls if isinstance(tc, Mapping)]
+        keys = [tc.get("index") for tc in entries if isinstance(tc.get("index"), int)]
+        if len(set(keys)) < len(keys):
+            self._fired("same-index-twice")
+        named = [tc for tc in entries if isinstance(tc.get("function"), Mapping) and tc["function"].get("name")]
+        if len(named) > 1:
+            self._fired("calls-in-one-delta")
+
+    def _continuation(self, call: _PartialCall, raw_id: Any, name: str, raw_name: Any, args: Any) -> None:
+        """Name what a delta of an open call re-sends (the rules `crow probe` reports)."""
+        if isinstance(raw_id, str):
+            if raw_id == "":
+                self._fired("ids-empty-on-continuation")
+            elif raw_id == call.id:
+                self._fired("ids-repeated")
+            elif call.id:
+                self._fired("ids-fresh-on-fragments")
+        if name:
+            if name == call.name:
+                self._fired("name-repeated")
+            elif call.name:
+                self._fired("name-split")
+            elif call.length:
+                self._fired("name-after-arguments")
+        elif raw_name == "null":
+            self._fired("name-null-on-continuation")
+        if not name and args is None and not raw_id:
+            self._fired("empty-function-delta")
+
+    def calls_seen(self) -> list[tuple[int, str, tuple[str, ...], bool]]:
+        """Every call the stream opened, named or not, in opening order: its index key, its name, its
+        argument fragments as kept, and whether they came interleaved with another call's (`crow probe`)."""
+        return [(p.key, p.name, tuple(p.fragments), len(p.runs) > 1) for p in self._calls]
 
     @staticmethod
     def _starts_new_call(call: _PartialCall, call_id: str, name: str) -> bool:
