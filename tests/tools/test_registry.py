@@ -197,3 +197,11 @@ def test_plugin_names_servers_refuse_get_unique_wire_names_warned_once_each(tmp_
         assert registry.wire_name(found.name) == wire
     assert registry.get("fs.read").description == "read a file (plugin)"  # the registered name still works
     assert sum("offered to the model as" in e for e in registry.errors) == 2
+
+
+def test_a_tools_dir_that_is_a_symlink_loop_is_reported(tmp_path):
+    # issue: `--tools-dir loop` (`ln -s loop loop`) was ignored silently
+    (tmp_path / "loop").symlink_to("loop")
+    registry = ToolRegistry()
+    registry.load_folder(tmp_path / "loop")
+    assert registry.errors == [f"tools folder {str(tmp_path / 'loop')!r} is a symlink loop"]

@@ -55,3 +55,16 @@ def test_a_symlink_out_names_its_target(home: Path, ws: Path) -> None:
     (ws / "link").symlink_to(home / "notes.txt")
     with pytest.raises(OutsideWorkspace, match=r"^'link' is '.*/home/notes.txt', outside the workspace"):
         read_file(path="link")
+
+
+def test_a_symlink_loop_is_one_line(ws: Path) -> None:
+    # issue: `ln -s loop loop`: a path through it ended in an internal error (Python 3.11's resolve() raises
+    # RuntimeError); `--workspace loop` too
+    from crow_cli.errors import ConfigError, ToolError
+    from crow_cli.tools.context import ToolContext
+
+    (ws / "loop").symlink_to("loop")
+    with pytest.raises(ToolError, match=r"^'loop/a.txt': a symlink loop$"):
+        resolve_in_workspace("loop/a.txt")
+    with pytest.raises(ConfigError, match=r"^workspace '.*loop' is a symlink loop$"):
+        ToolContext.for_workspace(ws / "loop")
