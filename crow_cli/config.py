@@ -101,6 +101,8 @@ class Settings:
     commands that send nothing (`crow tools`) do not care."""
     context_window: int | None = None
     """The model's context window in tokens (config `context_window`); None: asked of the server."""
+    local_model: str | None = None
+    """A .gguf file `--local` serves instead of its bundled model (config `local_model`, `--local-model`)."""
     instructions: tuple[Any, ...] = ()
     """The `instructions.Instructions` (AGENTS.md files) whose text ends `system`, as a surface loaded them."""
 
@@ -209,6 +211,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("context_window", int, check=_at_least(256)),
     Option("adapt_requests", bool, env="CROW_ADAPT_REQUESTS", default=True),
     Option("provider", dict, check=check_overrides),  # overrides of the server's wire.profiles.Profile
+    Option("local_model", str, flag="--local-model", env="CROW_LOCAL_MODEL", check=_non_empty),
 )
 _BY_KEY = {o.key: o for o in OPTIONS}
 
@@ -352,7 +355,7 @@ def load_settings(
         secrets=(*_secrets(flags, env, [*layers, *(_Layer(t, "") for t in profiles.values())]),
                  *url_secrets(base_url)),
         context_window=values["context_window"], adapt_requests=bool(values["adapt_requests"]),
-        provider=dict(values["provider"] or {}),
+        provider=dict(values["provider"] or {}), local_model=values["local_model"],
     )
 
 

