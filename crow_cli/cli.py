@@ -12,7 +12,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-from . import __version__
+from . import __version__, startup
 from .commands.acp import acp
 from .commands.chat import chat
 from .commands.models import models
@@ -96,6 +96,7 @@ def _usage_error(exc: Any) -> NoReturn:
 
 def main() -> None:
     """Console entry point."""
+    startup.loading()  # no garbage collection while crow loads (`startup`)
     _reopen_closed_std_streams()
     for stream in (sys.stdout, sys.stderr):  # a latin-1 or cp1252 console still gets the answer
         if hasattr(stream, "reconfigure"):

@@ -8,7 +8,7 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parent.parent / "crow_cli"
 LEAVES = {"crow_cli.errors", "crow_cli.events", "crow_cli.history", "crow_cli.text", "crow_cli.private",
           "crow_cli.lockfile", "crow_cli.stdout", "crow_cli.paths",
-          "crow_cli.atomic"}
+          "crow_cli.atomic", "crow_cli.startup"}
 # module prefix -> crow_cli modules it may import (prefixes)
 ALLOWED = {
     "crow_cli.errors": set(),
@@ -16,6 +16,7 @@ ALLOWED = {
     "crow_cli.private": set(),
     "crow_cli.paths": set(),
     "crow_cli.atomic": set(),
+    "crow_cli.startup": set(),
     "crow_cli.lockfile": {"crow_cli.private"},
     "crow_cli.history": set(),
     "crow_cli.events": {"crow_cli.history"},
@@ -40,7 +41,8 @@ ALLOWED = {
     "crow_cli.commands": LEAVES | {"crow_cli.commands", "crow_cli.config", "crow_cli.sessions", "crow_cli.surfaces",
                                    "crow_cli.tools", "crow_cli.wire", "crow_cli.undo", "crow_cli.local",
                                    "crow_cli.probe"},
-    "crow_cli.cli": {"crow_cli", "crow_cli.commands", "crow_cli.config", "crow_cli.errors", "crow_cli.text"},
+    "crow_cli.cli": {"crow_cli", "crow_cli.commands", "crow_cli.config", "crow_cli.errors", "crow_cli.text",
+                     "crow_cli.startup"},
     "crow_cli.__main__": {"crow_cli.cli"},
 }
 FORBIDDEN_THIRD_PARTY = {

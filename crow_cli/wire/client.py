@@ -34,6 +34,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .. import startup
 from ..errors import AuthError, ContextOverflow, ProviderError, RateLimited, ServerError, StreamCut
 from ..events import Notice, WarningEvent
 from ..history import Message
@@ -160,6 +161,7 @@ class ChatClient:
                 timeout=timeout,
                 http_client=http_client,
             )
+            startup.loaded()  # the SDK is in: collect again, skipping what start-up made
         return self._sdk
 
     @property
@@ -441,6 +443,7 @@ def import_in_background() -> threading.Thread:
             import openai  # noqa: F401
 
             from . import stream  # noqa: F401
+        startup.loaded()
 
     thread = threading.Thread(target=load, name="crow-import-sdk", daemon=True)
     thread.start()
