@@ -23,6 +23,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,24 +61,10 @@ from .runtime import Runtime, RuntimeOptions
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["ChatApp", "ChatOptions", "run_chat"]
+__all__ = ["COMMANDS", "ChatApp", "ChatOptions", "SlashCommand", "help_text", "run_chat"]
 
-HELP = """\
-Enter sends · Alt-Enter (or Esc Enter) inserts a newline · Ctrl-C stops a turn · Ctrl-D quits
-/help               this list
-/exit               leave (Ctrl-D, or Ctrl-C twice, too)
-/new                start a new session
-/model [NAME]       show or switch the model
-/tools              the tools the model is offered
-/sessions           recent sessions
-/resume [ID]        continue a session (the most recent when no id)
-/export [FMT] [PATH]  write this conversation to PATH (md, json or jsonl; default here)
-/usage              token usage of the last turn and of this session; context used / window
-/compact [FOCUS]    summarise older exchanges now (keeping FOCUS in particular)
-/instructions       the AGENTS.md files in the system prompt, and where they came from
-/undo [--force]     remove the last exchange and restore the files crow's file tools changed in it
-/reasoning          show or hide the model's reasoning
-/retry              run your last message again"""
+KEYS = "Enter sends · Alt-Enter (or Esc Enter) inserts a newline · Ctrl-C stops a turn · Ctrl-D quits"
+"""The first line of /help: the keys."""
 
 _COMMAND = re.compile(r"^/([a-z]+)(?:\s+(.*))?$", re.DOTALL)
 
@@ -165,11 +152,7 @@ class ChatApp:
         self._calls: dict[int, ToolCall] = {}
         self._in_tools = False
         self._commands: dict[str, Callable[[str], Awaitable[None]]] = {
-            "help": self._help, "exit": self._exit, "quit": self._exit, "new": self._new, "model": self._model,
-            "tools": self._tools, "sessions": self._sessions, "resume": self._resume, "export": self._export,
-            "usage": self._usage, "reasoning": self._reasoning, "retry": self._retry, "compact": self._compact,
-            "instructions": self._instructions, "undo": self._undo,
-        }
+            name: partial(command.run, self) for command in COMMANDS for name in (command.name, *command.aliases)}
         self._compacting: asyncio.Task[None] | None = None
 
     # set-up
@@ -499,7 +482,7 @@ class ChatApp:
     # slash commands
 
     async def _help(self, arg: str) -> None:
-        self.view.line(HELP)
+        self.view.line(help_text())
 
     async def _exit(self, arg: str) -> None:
         raise _Exit
@@ -705,6 +688,53 @@ def _trim_history(path: Path, limit: int = MAX_HISTORY_BYTES) -> None:
         write_atomic(path, tail[start + 1:] if start >= 0 else b"", private=True)
     except OSError:
         pass  # the history is a convenience: a chat starts without it
+
+
+@dataclass(frozen=True)
+class SlashCommand:
+    """One chat command: what is typed, one line of help, and the `ChatApp` method that runs it."""
+
+    name: str
+    """Typed as `/NAME`."""
+    args: str
+    """Its arguments as /help shows them (`[NAME]`), or ""."""
+    doc: str
+    """One line for /help."""
+    run: Callable[[ChatApp, str], Awaitable[None]]
+    """The method, given the text after the name."""
+    aliases: tuple[str, ...] = ()
+
+
+COMMANDS: tuple[SlashCommand, ...] = (
+    SlashCommand("help", "", "this list", ChatApp._help),
+    SlashCommand("exit", "", "leave (Ctrl-D, or Ctrl-C twice, too)", ChatApp._exit, aliases=("quit",)),
+    SlashCommand("new", "", "start a new session", ChatApp._new),
+    SlashCommand("model", "[NAME]", "show or switch the model", ChatApp._model),
+    SlashCommand("tools", "", "the tools the model is offered", ChatApp._tools),
+    SlashCommand("sessions", "", "recent sessions", ChatApp._sessions),
+    SlashCommand("resume", "[ID]", "continue a session (the most recent when no id)", ChatApp._resume),
+    SlashCommand("export", "[FMT] [PATH]", "write this conversation to PATH (md, json or jsonl; default here)",
+                 ChatApp._export),
+    SlashCommand("usage", "", "token usage of the last turn and of this session; context used / window",
+                 ChatApp._usage),
+    SlashCommand("compact", "[FOCUS]", "summarise older exchanges now (keeping FOCUS in particular)",
+                 ChatApp._compact),
+    SlashCommand("instructions", "", "the AGENTS.md files in the system prompt, and where they came from",
+                 ChatApp._instructions),
+    SlashCommand("undo", "[--force]", "remove the last exchange and restore the files crow's file tools changed in it",
+                 ChatApp._undo),
+    SlashCommand("reasoning", "", "show or hide the model's reasoning", ChatApp._reasoning),
+    SlashCommand("retry", "", "run your last message again", ChatApp._retry),
+)
+"""The chat's slash commands, in /help's order; /help and the dispatch are made from this table."""
+
+
+def help_text() -> str:
+    """/help: the keys, then one aligned line per command of `COMMANDS` (aliases after the name)."""
+    usages = [", ".join(f"/{name}" for name in (c.name, *c.aliases)) + (f" {c.args}" if c.args else "")
+              for c in COMMANDS]
+    width = max(map(len, usages)) + 2
+    return "\n".join([KEYS, *(f"{usage:<{width}}{c.doc}" for usage, c in zip(usages, COMMANDS, strict=True))])
 
 
 def _history_path() -> Path:
