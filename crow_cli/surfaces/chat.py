@@ -61,7 +61,7 @@ from .runtime import Runtime, RuntimeOptions
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["COMMANDS", "ChatApp", "ChatOptions", "SlashCommand", "help_text", "run_chat"]
+__all__ = ["ChatApp", "ChatOptions", "SlashCommand", "help_text", "run_chat"]
 
 KEYS = "Enter sends · Alt-Enter (or Esc Enter) inserts a newline · Ctrl-C stops a turn · Ctrl-D quits"
 """The first line of /help: the keys."""
@@ -110,6 +110,22 @@ class _Exit(Exception):
         self.code = code
 
 
+@dataclass(frozen=True)
+class SlashCommand:
+    """One chat command: what is typed, one line of help, and the `ChatApp` method that runs it."""
+
+    name: str
+    """Typed as `/NAME`."""
+    args: str
+    """Its arguments as /help shows them (`[NAME]`), or ""."""
+    doc: str
+    """One line for /help."""
+    run: Callable[[Any, str], Awaitable[None]]
+    """The `ChatApp` method, given the text after the name."""
+    aliases: tuple[str, ...] = ()
+
+
+
 class ChatApp:
     """The chat REPL. Construct it, then `await run()`.
 
@@ -152,7 +168,7 @@ class ChatApp:
         self._calls: dict[int, ToolCall] = {}
         self._in_tools = False
         self._commands: dict[str, Callable[[str], Awaitable[None]]] = {
-            name: partial(command.run, self) for command in COMMANDS for name in (command.name, *command.aliases)}
+            name: partial(command.run, self) for command in self.COMMANDS for name in (command.name, *command.aliases)}
         self._compacting: asyncio.Task[None] | None = None
 
     # set-up
@@ -648,6 +664,30 @@ class ChatApp:
         self.view.line(f"› {strip_controls(str(self.history[last_user].get('content')))}", "dim")
         await self._run_turn()
 
+    COMMANDS: tuple[SlashCommand, ...] = (
+        SlashCommand("help", "", "this list", _help),
+        SlashCommand("exit", "", "leave (Ctrl-D, or Ctrl-C twice, too)", _exit, aliases=("quit",)),
+        SlashCommand("new", "", "start a new session", _new),
+        SlashCommand("model", "[NAME]", "show or switch the model", _model),
+        SlashCommand("tools", "", "the tools the model is offered", _tools),
+        SlashCommand("sessions", "", "recent sessions", _sessions),
+        SlashCommand("resume", "[ID]", "continue a session (the most recent when no id)", _resume),
+        SlashCommand("export", "[FMT] [PATH]", "write this conversation to PATH (md, json or jsonl; default here)",
+                     _export),
+        SlashCommand("usage", "", "token usage of the last turn and of this session; context used / window",
+                     _usage),
+        SlashCommand("compact", "[FOCUS]", "summarise older exchanges now (keeping FOCUS in particular)",
+                     _compact),
+        SlashCommand("instructions", "", "the AGENTS.md files in the system prompt, and where they came from",
+                     _instructions),
+        SlashCommand("undo", "[--force]",
+                     "remove the last exchange and restore the files crow's file tools changed in it", _undo),
+        SlashCommand("reasoning", "", "show or hide the model's reasoning", _reasoning),
+        SlashCommand("retry", "", "run your last message again", _retry),
+    )
+    """The chat's slash commands, in /help's order; /help and the dispatch are made from this table."""
+
+
 
 MAX_HISTORY_ENTRY_CHARS = 4096
 """Longer inputs (pastes) are not kept in the input history."""
@@ -690,51 +730,12 @@ def _trim_history(path: Path, limit: int = MAX_HISTORY_BYTES) -> None:
         pass  # the history is a convenience: a chat starts without it
 
 
-@dataclass(frozen=True)
-class SlashCommand:
-    """One chat command: what is typed, one line of help, and the `ChatApp` method that runs it."""
-
-    name: str
-    """Typed as `/NAME`."""
-    args: str
-    """Its arguments as /help shows them (`[NAME]`), or ""."""
-    doc: str
-    """One line for /help."""
-    run: Callable[[ChatApp, str], Awaitable[None]]
-    """The method, given the text after the name."""
-    aliases: tuple[str, ...] = ()
-
-
-COMMANDS: tuple[SlashCommand, ...] = (
-    SlashCommand("help", "", "this list", ChatApp._help),
-    SlashCommand("exit", "", "leave (Ctrl-D, or Ctrl-C twice, too)", ChatApp._exit, aliases=("quit",)),
-    SlashCommand("new", "", "start a new session", ChatApp._new),
-    SlashCommand("model", "[NAME]", "show or switch the model", ChatApp._model),
-    SlashCommand("tools", "", "the tools the model is offered", ChatApp._tools),
-    SlashCommand("sessions", "", "recent sessions", ChatApp._sessions),
-    SlashCommand("resume", "[ID]", "continue a session (the most recent when no id)", ChatApp._resume),
-    SlashCommand("export", "[FMT] [PATH]", "write this conversation to PATH (md, json or jsonl; default here)",
-                 ChatApp._export),
-    SlashCommand("usage", "", "token usage of the last turn and of this session; context used / window",
-                 ChatApp._usage),
-    SlashCommand("compact", "[FOCUS]", "summarise older exchanges now (keeping FOCUS in particular)",
-                 ChatApp._compact),
-    SlashCommand("instructions", "", "the AGENTS.md files in the system prompt, and where they came from",
-                 ChatApp._instructions),
-    SlashCommand("undo", "[--force]", "remove the last exchange and restore the files crow's file tools changed in it",
-                 ChatApp._undo),
-    SlashCommand("reasoning", "", "show or hide the model's reasoning", ChatApp._reasoning),
-    SlashCommand("retry", "", "run your last message again", ChatApp._retry),
-)
-"""The chat's slash commands, in /help's order; /help and the dispatch are made from this table."""
-
-
 def help_text() -> str:
-    """/help: the keys, then one aligned line per command of `COMMANDS` (aliases after the name)."""
+    """/help: the keys, then one aligned line per command of `ChatApp.COMMANDS` (aliases after the name)."""
     usages = [", ".join(f"/{name}" for name in (c.name, *c.aliases)) + (f" {c.args}" if c.args else "")
-              for c in COMMANDS]
+              for c in ChatApp.COMMANDS]
     width = max(map(len, usages)) + 2
-    return "\n".join([KEYS, *(f"{usage:<{width}}{c.doc}" for usage, c in zip(usages, COMMANDS, strict=True))])
+    return "\n".join([KEYS, *(f"{usage:<{width}}{c.doc}" for usage, c in zip(usages, ChatApp.COMMANDS, strict=True))])
 
 
 def _history_path() -> Path:

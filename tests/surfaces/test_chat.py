@@ -19,7 +19,7 @@ from rich.console import Console
 from crow_cli.config import Settings
 from crow_cli.errors import SessionError
 from crow_cli.sessions import SessionStore
-from crow_cli.surfaces.chat import COMMANDS, ChatApp, ChatOptions, help_text
+from crow_cli.surfaces.chat import ChatApp, ChatOptions, help_text
 from tests.replay_server import ReplayServer, text_stream
 from tests.support import ChatTerminal, assert_valid, chat, tool_calls_sse, tools_folder, wait_for
 
@@ -210,8 +210,8 @@ async def test_resume_latest_repairs_a_crashed_turn(store: SessionStore) -> None
 def test_help_is_made_from_the_command_table() -> None:
     # issue 18: the hand-kept help missed /quit; now /help and the dispatch come from one table
     lines = help_text().splitlines()
-    assert len(lines) == 1 + len(COMMANDS) and lines[0].startswith("Enter sends")
-    for line, command in zip(lines[1:], COMMANDS, strict=True):
+    assert len(lines) == 1 + len(ChatApp.COMMANDS) and lines[0].startswith("Enter sends")
+    for line, command in zip(lines[1:], ChatApp.COMMANDS, strict=True):
         assert line.startswith(f"/{command.name}") and line.endswith(command.doc)
     assert "/exit, /quit" in help_text()
 
