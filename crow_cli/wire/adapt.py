@@ -263,7 +263,7 @@ _REFUSAL = re.compile(
     r"unsupported|not supported|unrecogni[sz]ed|unknown|not permitted|not allowed|extra_forbidden|extra inputs?|"
     r"invalid|cannot find field|does not support|doesn'?t support|not available|not enabled|must be|"
     r"only the default|please remove|remove|conflict|should|expected|not a valid|not accepted|unexpected|"
-    r"forbidden|deprecated|instead", re.IGNORECASE)
+    r"forbidden|deprecated|instead|cannot|can.t|only one", re.IGNORECASE)
 _QUOTED = re.compile(r"""["'`‘’“”]([A-Za-z_$][\w$.-]{0,80})["'`‘’“”]""")
 _WORD = r"(?<![\w$]){}(?![\w$])"
 
@@ -526,10 +526,19 @@ def _message_change(text: str, body: dict[str, Any]) -> Change | None:
 # DashScope: "parameter.enable_thinking must be set to false for non-streaming calls" (OpenBMB/UltraRAG#287).
 # xAI (via LiteLLM): "Argument not supported on this model: frequencyPenalty" (BerriAI/litellm#14056).
 # vLLM on Gaudi: "Please remove 'logprobs'/'top_logprobs' from your request" (vllm-project/vllm-gaudi#1098).
+# Anthropic models (Bedrock via LiteLLM, Claude Sonnet 4.5+): "`temperature` and `top_p` cannot both be specified
+#   for this model. Please use only one." (skydiscover-ai/skydiscover#15, langfuse/langfuse#9882): the first
+#   one named is kept, the others dropped.
 
+_ONLY_ONE = re.compile(r"cannot both|only one of|use only one|mutually exclusive|not both", re.IGNORECASE)
 _INSTEAD = re.compile(r"""use\s+["'`]?([A-Za-z_][\w.]*)["'`]?\s+instead""", re.IGNORECASE)
 _ONLY_VALUE = re.compile(r"only the default \(([^)]{1,40})\)|must be (?:set to |equal to )?([\w.\"'-]{1,40})"
                          r"|(?:only|supports? only) (?:the )?value ([\w.\"'-]{1,40})", re.IGNORECASE)
+
+
+def _first_at(text: str, name: str) -> int:
+    found = re.search(_WORD.format(re.escape(name)), text)
+    return found.start() if found else len(text)
 
 
 def _value(token: str) -> Any:
@@ -543,9 +552,11 @@ def _value(token: str) -> Any:
 def _param_change(text: str, body: dict[str, Any]) -> Change | None:
     if not _REFUSAL.search(text):
         return None
-    named = [k for k in body if k not in CORE and _names(text, k)]
+    named = sorted((k for k in body if k not in CORE and _names(text, k)), key=lambda k: _first_at(text, k))
     if not named:
         return None
+    if len(named) > 1 and _ONLY_ONE.search(text):
+        named = named[1:]
     why = _short(text)
     rename = _INSTEAD.search(text)
     if rename and len(named) == 1 and rename.group(1) not in CORE and rename.group(1) != named[0] \

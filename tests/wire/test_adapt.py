@@ -340,3 +340,11 @@ def test_a_quoted_name_pattern_is_the_rule_renames_follow() -> None:
     request["tools"][1]["function"]["name"] = "read-file"
     found = rules(400, text, request)
     assert [t["function"]["name"] for t in apply_rules(request, found)["tools"]] == ["create_event", "read_file"]
+
+
+def test_two_parameters_of_which_only_one_may_be_sent_keep_the_first_named() -> None:
+    # Bedrock via LiteLLM (skydiscover-ai/skydiscover#15)
+    text = err("litellm.BadRequestError: BedrockException - {\"message\":\"The model returned the following errors: "
+               "`temperature` and `top_p` cannot both be specified for this model. Please use only one.\"}")
+    request = body(top_p=0.9, temperature=0.2, seed=3)
+    assert rules(400, text, request) == [Rule("drop_param", "top_p")]
