@@ -109,6 +109,8 @@ class Notice:
     request its message names (a tool-schema keyword, a parameter, a message shape); that part is changed
     in this and every later request (the history is not) and the request is sent again once
     (`wire.adapt`). `"adapt_debug"` (`--debug` only): an adaptation decision, traced.
+    `"debug"` / `"adapt_debug"` (only with `--debug`): why the accumulator or the client decided
+    something (a reasoning block merged, a field dropped or added, a fact remembered).
     `"compacting"`: the history is near (or past) the model's context window; crow asks the model
     for a summary of the oldest exchanges (a separate request). `"compacted"`: later requests start
     from the compacted history (`tokens_before` → `tokens_after`); the stored session keeps it all."""

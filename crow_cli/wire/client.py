@@ -118,6 +118,7 @@ class ChatClient:
         self._known = 0  # how many of `_rules` were known in advance or recalled (not to be stored again)
         self._unsaved = False  # a rule learned in this run, stored once a request with it is accepted
         self._traced = False
+        self._fields_traced = False
         self._offered_tools: list[dict[str, Any]] = []
         from .facts import recall
         from .profiles import profile_for
@@ -216,6 +217,10 @@ class ChatClient:
                             "model with --local")
         from .stream import iter_chunks
 
+        if self.settings.trace and not self._fields_traced:
+            self._fields_traced = True
+            yield Notice(f"crow: debug: server profile {self.profile.name!r}; messages go as "
+                         f"{self._outgoing.describe()}", "adapt_debug")
         if self.settings.trace and self._rules and not self._traced:
             self._traced = True
             from .adapt import Change
@@ -229,8 +234,6 @@ class ChatClient:
                     body = self.request_body(messages, tools)
                     try:
                         response = await self._send(stack, body)
-                        if self._unsaved:  # the adapted request was accepted: remember what worked
-                            self._remember()
                         break
                     except Exception as exc:
                         if (notices := self._adapt(exc, body, adapted)) is not None:
@@ -247,6 +250,11 @@ class ChatClient:
                         await asyncio.sleep(wait)
                 if self._unsaved:  # the server took the changed request: remember the change
                     self._remember()
+                    if self.settings.trace:
+                        from .facts import facts_path
+
+                        yield Notice(f"crow: debug: remembered for {self._shown_url} {self.settings.model} in "
+                                     f"{facts_path()}: {_json(self._outgoing.learned())}", "adapt_debug")
                 back = self._names_back(body)
                 async for item in iter_chunks(response.aiter_bytes(), response.headers.get("content-type", "")):
                     if back and isinstance(item, dict):
@@ -347,7 +355,14 @@ class ChatClient:
             return None
         done.add("fields:" + _json(change.fact))
         self._unsaved = True
-        return [Notice(f"crow: {change.notice}", "reasoning_echo")]
+        notices = [Notice(f"crow: {change.notice}", "reasoning_echo")]
+        if self.settings.trace:
+            from .stream import short_text
+
+            notices.append(Notice(f"crow: debug: {change.why}: the server said "
+                                  f"{short_text(' '.join(text.split()), 200)!r}; messages now go as "
+                                  f"{self._outgoing.describe()}", "adapt_debug"))
+        return notices
 
     def _adapt_request(self, status: int, text: str, body: dict[str, Any], done: set[str]
                        ) -> list[Notice] | None:

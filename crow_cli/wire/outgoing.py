@@ -38,13 +38,14 @@ Echo = Literal["auto", "always", "never"]
 
 
 class Adaptation:
-    """One change a refusal taught: what it is (for the notice) and the fact it makes."""
+    """One change a refusal taught: what it is (for the notice), the fact it makes, and why (`--debug`)."""
 
-    __slots__ = ("fact", "notice")
+    __slots__ = ("fact", "notice", "why")
 
-    def __init__(self, notice: str, fact: dict[str, Any]) -> None:
+    def __init__(self, notice: str, fact: dict[str, Any], why: str = "") -> None:
         self.notice = notice
         self.fact = fact
+        self.why = why
 
 
 class Outgoing:
@@ -177,7 +178,8 @@ class Outgoing:
                 self.tool_name = False
             self._version += 1
             return Adaptation(f"the server refuses {refused} in {where} ({status}); sending the request again "
-                              "without it (and without it from now on)", {"refused_fields": list(self.dropped)})
+                              "without it (and without it from now on)", {"refused_fields": list(self.dropped)},
+                              f"dropped {refused}: a {status} names it, sent, as forbidden, unknown or extra")
         missing: list[str] = []
         assistants = [m for m in sent if m.get("role") == "assistant"]
         if self.echo == "auto":
@@ -193,10 +195,25 @@ class Outgoing:
         if demanded == "name":
             self.tool_name = True
             return Adaptation(f"the server requires the function name on tool messages ({status}); sending the "
-                              "request again with it", {"tool_message_name": True})
+                              "request again with it", {"tool_message_name": True},
+                              f"added name to tool messages: a {status} names it as required or missing")
         self.required.append(demanded)
         return Adaptation(f"the server requires {demanded} on assistant messages ({status}); sending the request "
-                          "again with it", {"required_fields": list(self.required)})
+                          "again with it", {"required_fields": list(self.required)},
+                          f"added {demanded} to every assistant message: a {status} names it as required or missing")
+
+    def describe(self) -> str:
+        """The policy in words, for `--debug`."""
+        echo = {"auto": "reasoning back for exchanges that used tools", "always": "reasoning back on every message",
+                "never": "no reasoning back"}.get(self.echo, self.echo)
+        parts = [f"everything the server attached, {echo} (reasoning_echo {self.echo})"]
+        if self.dropped:
+            parts.append(f"never {', '.join(self.dropped)}")
+        if self.required:
+            parts.append(f"{', '.join(self.required)} on every assistant message")
+        if self.tool_name is not None:
+            parts.append("the function name on tool messages" if self.tool_name else "no name on tool messages")
+        return "; ".join(parts)
 
 
 def _tool_exchanges(history: list[Message]) -> list[bool]:

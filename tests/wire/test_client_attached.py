@@ -113,3 +113,22 @@ async def test_a_refused_field_is_remembered_so_the_next_run_does_not_pay_the_fa
     later, _ = await run(history, [streamed(text_sse("1 USD."))])
     assert later.call_count == 1 and "reasoning_details" not in body(later, 0)["messages"][1]
     assert history[1]["reasoning_details"] == BLOCKS  # still kept: another server may want it
+
+
+async def test_debug_traces_the_policy_each_field_change_and_why_and_the_fact_remembered() -> None:
+    refuse = {"detail": [{"type": "extra_forbidden", "loc": ["body", "messages", 1, "reasoning_details"],
+                          "msg": "Extra inputs are not permitted"}]}
+    history = [user_message("rate?")]
+    c = ChatClient(ClientSettings(base_url=BASE, model="m", api_key="sk-test", max_retries=0, trace=True))
+    try:
+        with respx.mock(assert_all_called=True) as mock:
+            mock.post(URL).mock(side_effect=[tool_turn(), httpx.Response(422, json=refuse),
+                                             streamed(text_sse("160 yen."))])
+            events = [e async for e in react(history, c, registry(), LoopSettings(trace=True))]
+    finally:
+        await c.aclose()
+    debug = [e.message for e in events if isinstance(e, Notice) and e.code in ("adapt_debug", "debug")]
+    assert any("server profile 'generic'" in m for m in debug)
+    assert any("reasoning_details pieces of one block" in m for m in debug)  # a block merged
+    assert any("dropped reasoning_details" in m and "extra_forbidden" in m for m in debug)  # and why
+    assert any("remembered for" in m and "refused_fields" in m for m in debug)
