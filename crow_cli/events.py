@@ -102,6 +102,8 @@ class Notice:
     code: str | None = None
     """A stable tag for scripts. `"turn_restarted"`: the stream of this turn broke and is being
     requested again from the same history; drop the text, reasoning and tool calls of the turn seen so far.
+    `"mcp_starting"`: the configured MCP servers are starting (before the first request; each may take
+    up to its `startup_timeout`).
     `"retrying"`: the request failed before its stream started (429, 5xx, a connection error) and the
     client retries it after `wait_s`; nothing of the turn was streamed. `"reasoning_echo"`: the server
     refused (or demanded) the messages' reasoning fields and the request is sent again once without (or

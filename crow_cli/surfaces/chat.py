@@ -182,6 +182,8 @@ class ChatApp:
     async def _start(self, runtime: Runtime) -> None:
         self.runtime, self.root, self.registry = runtime, runtime.workspace, runtime.registry
         self.settings = runtime.settings  # with the AGENTS.md files
+        if names := runtime.mcp_server_names:  # they may take up to their startup_timeout: say what is awaited
+            self.view.line(f"crow: starting MCP servers: {', '.join(names)}", "dim")
         for problem in await runtime.start():
             self.view.line(f"crow: warning: {problem}", "yellow")
         # files crow's tools change: /undo restores them (the backup follows /new and /resume)

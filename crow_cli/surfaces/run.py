@@ -301,6 +301,8 @@ async def _drive(runtime: Runtime, printer: PlainPrinter | JsonlWriter, history:
         printer.handle(Notice(f"crow: session {recorder.session_id} was using {recorder.previous_model}; "
                               f"continuing with {runtime.settings.model}", code="model_changed"))
     async with runtime:
+        if names := runtime.mcp_server_names:  # they may take up to their startup_timeout: say what is awaited
+            printer.handle(Notice(f"crow: starting MCP servers: {', '.join(names)}", code="mcp_starting"))
         try:
             for problem in await runtime.start():
                 printer.handle(WarningEvent(problem))

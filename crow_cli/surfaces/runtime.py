@@ -94,6 +94,11 @@ class Runtime:
         return self.context.workspace
 
     @property
+    def mcp_server_names(self) -> list[str]:
+        """The MCP servers `start` starts (none with no tools), by name: what a surface says it waits for."""
+        return [c.name for c in self._mcp.configs]
+
+    @property
     def client(self) -> ChatClient:
         """The model client (after `start`)."""
         assert self._client is not None, "Runtime.start() first"

@@ -188,3 +188,18 @@ def test_an_output_that_cannot_be_written_is_said_on_stderr_and_exits_1(tmp_path
         assert proc.returncode == 1, (mode, proc.stderr)
         assert proc.stderr.strip().splitlines()[-1] == "crow: error: cannot write the output: No space left on device"
         assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+# issue: while MCP servers started (up to their startup_timeout), crow run was silent: say what is awaited
+def test_run_says_it_is_starting_mcp_servers_before_it_waits_for_them(tmp_path: Path) -> None:
+    import sys
+
+    server = Path(__file__).resolve().parents[1] / "tools" / "mcp_fault_server.py"
+    config = tmp_path / "c.toml"
+    config.write_text(f'[mcp_servers.slowpoke]\ncommand = {sys.executable!r}\nargs = [{str(server)!r}, ""]\n')
+    plain = run_crow([{"sse": text_sse("Done.")}], "hi", cwd=tmp_path, config=config)
+    assert plain.code == 0 and plain.stdout == "Done.\n", plain.stderr
+    assert plain.stderr.splitlines()[0] == "crow: starting MCP servers: slowpoke"
+    ran = run_crow([{"sse": text_sse("Done.")}], "--json", "hi", cwd=tmp_path, config=config)
+    notices = [e for e in ran.events() if e["type"] == "notice"]
+    assert notices[0]["code"] == "mcp_starting" and "slowpoke" in notices[0]["message"]
