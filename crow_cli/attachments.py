@@ -12,7 +12,9 @@ big (text 256 KiB, images 10 MiB), or binary and not an image.
 from __future__ import annotations
 
 import base64
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,18 +67,21 @@ def load_attachment(path: str, root: Path | None = None) -> Attachment:
     except ToolError as exc:  # outside the workspace, a symlink loop
         raise ConfigError(f"cannot attach {clean_text(path)!r}: {exc}") from None
     if not file.is_file():
-        raise ConfigError(f"cannot attach {path!r}: {'not a file' if file.exists() else 'no such file'}")
+        raise ConfigError(f"cannot attach {clean_text(path)!r}: {'not a file' if file.exists() else 'no such file'}")
     shown = clean_text(file.relative_to(root).as_posix())  # a non-UTF-8 name: U+FFFD, sendable and storable
-    size = file.stat().st_size
-    try:
-        with file.open("rb") as fh:
+    try:  # O_NONBLOCK: a FIFO swapped in after the check is refused, not waited on; never more than the cap read
+        with open(file, "rb", opener=lambda p, flags: os.open(p, flags | os.O_NONBLOCK)) as fh:
+            info = os.fstat(fh.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise ConfigError(f"cannot attach {shown}: not a file")
             head = fh.read(16)
             mime = _image_type(head)
             cap = MAX_IMAGE_BYTES if mime else MAX_TEXT_BYTES
+            data = head + fh.read(max(cap + 1 - len(head), 0))
+            size = max(info.st_size, len(data))
             if size > cap:
                 kind = "images" if mime else "text files"
                 raise ConfigError(f"cannot attach {shown}: it is {size:,} bytes; {kind} are attached up to {cap:,}")
-            data = head + fh.read()
     except OSError as exc:
         raise ConfigError(f"cannot attach {shown}: {exc.strerror}") from None
     if mime:
