@@ -11,7 +11,13 @@
     ├─ MaxTurnsExceeded    the loop hit --max-turns (exit 1)
     ├─ ToolError           raised by tools; dispatch turns it into a tool result
     │  └─ ToolDenied  OutsideWorkspace
-    └─ SessionError        the session store could not be read or written
+    ├─ SessionError        the session store could not be read or written
+    │  ├─ SessionInUse         another crow process has the session open (`crow_cli.sessions`)
+    │  └─ SessionStoreDamaged  sessions.db is not a usable database (`crow_cli.sessions`)
+    └─ LocalError          `--local`: the llama.cpp server could not be prepared or started (`crow_cli.local`)
+
+The last three live beside what raises them (the store, the local server) and are `CrowError`s all the
+same: `cli.py` prints any of them as one line and exits with its `exit_code`.
 
 Foreign exceptions (openai, httpx) are mapped once, in `crow_cli.wire.client`.
 """

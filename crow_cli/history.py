@@ -182,30 +182,14 @@ def pending_tool_calls(messages: list[Message]) -> list[Message]:
     return []
 
 
-def repair_history(messages: list[Message], reason: str = "interrupted",
-                   finished: Mapping[int, ToolResult] | None = None) -> list[Message]:
+def repair_history(messages: list[Message], reason: str = "interrupted") -> list[Message]:
     """Append a tool result for every tool call of the last assistant turn that lacks one.
 
-    A call whose tool did finish (`finished`, keyed by call position `ToolResult.index`) gets its real
-    result; the others get one saying the call was `reason`. In call order, one per call. Mutates
-    `messages` in place and returns the appended messages, so a history cut by a crash, Ctrl-C or a
-    broken stream is valid again before it is sent anywhere.
+    Each gets one saying the call was `reason`, in call order, one per call. Mutates `messages` in place
+    and returns the appended messages, so a history cut by a crash (a stored session the process never
+    closed) is valid again before it is sent anywhere. The loop closes its own history when stopped.
     """
-    pending = pending_tool_calls(messages)
-    first = _answered(messages)
-    finished = finished or {}
-    added = []
-    for position, call in enumerate(pending, start=first):
-        result = finished.get(position)
-        added.append(result.to_message() if result is not None else
-                     tool_message(call.get("id") or "", f"Error: the tool call was {reason}; no result."))
+    added = [tool_message(call.get("id") or "", f"Error: the tool call was {reason}; no result.")
+             for call in pending_tool_calls(messages)]
     messages.extend(added)
     return added
-
-
-def _answered(messages: list[Message]) -> int:
-    """How many calls of the last assistant turn already have results."""
-    for i in range(len(messages) - 1, -1, -1):
-        if messages[i].get("role") == "assistant":
-            return sum(1 for m in messages[i + 1 :] if m.get("role") == "tool")
-    return 0

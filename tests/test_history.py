@@ -37,8 +37,7 @@ def test_pending_calls_are_matched_by_position_since_ids_repeat_or_are_empty() -
 
 def test_repair_answers_every_pending_call_once_in_call_order() -> None:
     history = [user_message("go"), assistant_message(None, CALLS), tool_message("call_a", "x")]
-    finished = {2: ToolResult("", "run_shell", "listed", index=2)}
-    added = repair_history(history, "interrupted", finished)
-    assert added == [tool_message("", "Error: the tool call was interrupted; no result."), tool_message("", "listed")]
+    added = repair_history(history, "interrupted")
+    assert added == [tool_message("", "Error: the tool call was interrupted; no result.")] * 2
     assert history[-2:] == added and pending_tool_calls(history) == []
     assert repair_history(history) == []  # a valid history is left alone

@@ -217,7 +217,7 @@ def _start_history(settings: Settings, options: RunOptions, content: Any = None
 
 
 def _held_ask(ask: AskFn | None, printer: PlainPrinter | JsonlWriter) -> AskFn | None:
-    """`ask` with the printer's stderr lines held back while the question waits (issue 11 item 11)."""
+    """`ask` with the printer's stderr lines held back while the question waits (none lands on its line)."""
     if ask is None or not isinstance(printer, PlainPrinter):
         return ask
     asking = ask

@@ -13,7 +13,7 @@ from ..backup import before_write
 from ..context import ToolContext
 from ..registry import tool
 from ..workspace import resolve_in_workspace
-from .files import _BOMS, file_type, require_regular_file
+from .files import BOMS, file_type, require_regular_file
 
 __all__ = ["apply_edit", "check_edit", "edit_file", "unified_diff", "write_file"]
 
@@ -44,7 +44,7 @@ def _read_text(file: Path, path: str) -> str:
     if max(size, len(data)) > MAX_EDIT_BYTES:
         raise ToolError(f"{path!r} is {max(size, len(data))} bytes; edit_file handles files up to "
                         f"{MAX_EDIT_BYTES} bytes")
-    for bom, _codec, name in _BOMS:  # before the NUL check: UTF-16/32 text is full of NULs
+    for bom, _codec, name in BOMS:  # before the NUL check: UTF-16/32 text is full of NULs
         if data.startswith(bom):
             raise ToolError(f"{path!r} is {name} text; edit_file only edits UTF-8 files; not edited")
     if b"\0" in data[:8192]:

@@ -12,7 +12,8 @@ from ...errors import ToolError
 from ..registry import tool
 from ..workspace import resolve_in_workspace, workspace_root
 
-__all__ = ["MAX_RETURN_CHARS", "SNIFF_BYTES", "file_type", "list_directory", "read_file", "require_regular_file"]
+__all__ = ["BOMS", "MAX_RETURN_CHARS", "SNIFF_BYTES", "file_type", "list_directory", "read_file",
+           "require_regular_file"]
 
 SNIFF_BYTES = 512 * 1024
 """How much of a file's start is examined to tell text from binary and choose the encoding."""
@@ -22,14 +23,16 @@ MAX_RETURN_CHARS = 40_000
 MAX_ENTRIES = 1000
 
 
-_BOMS = ((codecs.BOM_UTF32_LE, "utf-32", "UTF-32"), (codecs.BOM_UTF32_BE, "utf-32", "UTF-32"),
-         (codecs.BOM_UTF16_LE, "utf-16", "UTF-16"), (codecs.BOM_UTF16_BE, "utf-16", "UTF-16"))
+BOMS = ((codecs.BOM_UTF32_LE, "utf-32", "UTF-32"), (codecs.BOM_UTF32_BE, "utf-32", "UTF-32"),
+        (codecs.BOM_UTF16_LE, "utf-16", "UTF-16"), (codecs.BOM_UTF16_BE, "utf-16", "UTF-16"))
+"""(byte order mark, codec, name) of the UTF-16/32 encodings a text file may start with (UTF-32 first:
+its LE mark begins with UTF-16's)."""
 
 
 def _sniff(data: bytes, cut: bool, shown: str) -> tuple[str, str | None] | None:
     """The codec for a file whose first bytes are `data` (all of it unless `cut`) and a note when it is
     not UTF-8; None for a binary file (a NUL byte and no UTF-16/32 byte-order mark)."""
-    for bom, codec, name in _BOMS:  # checked before NULs: UTF-16/32 text is full of them
+    for bom, codec, name in BOMS:  # checked before NULs: UTF-16/32 text is full of them
         if data.startswith(bom):
             try:
                 codecs.getincrementaldecoder(codec)().decode(data, final=not cut)
