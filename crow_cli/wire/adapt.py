@@ -14,14 +14,15 @@ Kinds, each from what real servers answer (sources beside each pattern and in te
   to the one it names instead (`rename_param`); several named at once are all changed at once;
 - message shapes: `content` of assistant messages with tool calls null ↔ `""`
   (`assistant_tool_content`), a blank tool result given a placeholder (`tool_result_placeholder`).
-Rules of a provider known in advance (its host or model family) are `known_rules`.
+Rules of a provider known in advance (its host or model family) are `known_rules`, from the data in
+`wire.profiles.KNOWN_REQUEST_RULES`.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -573,33 +574,19 @@ def _param_change(text: str, body: dict[str, Any]) -> Change | None:
 
 # ---- known in advance -----------------------------------------------------------------------------
 
-_KNOWN: Sequence[tuple[str, str, tuple[Rule, ...]]] = (
-    # (host suffix, model prefix, rules): what these servers are known to refuse, applied before the first
-    # request. Gemini's OpenAI-compatible endpoint refuses these keywords (see the sources above).
-    ("generativelanguage.googleapis.com", "", tuple(Rule("drop_schema_keyword", k) for k in (
-        "$schema", "additionalProperties", "exclusiveMinimum", "exclusiveMaximum", "propertyNames"))),
-    # Moonshot: $ref beside other keywords, type beside anyOf (MoonshotAI/kimi-cli#2061, #2531)
-    ("moonshot.cn", "", (Rule("inline_schema_refs"), Rule("schema_type_into_branches"))),
-    ("moonshot.ai", "", (Rule("inline_schema_refs"), Rule("schema_type_into_branches"))),
-    # Ollama's OpenAI endpoint: "invalid message content type: <nil>" (pydantic/pydantic-ai#5206)
-    (":11434", "", (Rule("assistant_tool_content", value=""),)),
-    # OpenAI reasoning models: max_tokens is max_completion_tokens (teilomillet/gollm#33)
-    ("api.openai.com", "o1", (Rule("rename_param", "max_tokens", "max_completion_tokens"),)),
-    ("api.openai.com", "o3", (Rule("rename_param", "max_tokens", "max_completion_tokens"),)),
-    ("api.openai.com", "o4", (Rule("rename_param", "max_tokens", "max_completion_tokens"),)),
-    ("api.openai.com", "gpt-5", (Rule("rename_param", "max_tokens", "max_completion_tokens"),)),
-)
-
-
 def known_rules(base_url: str, model: str) -> list[Rule]:
     """The rules known in advance for a server (its host, `:PORT` for a local server's usual port) and model
-    family (a name prefix); [] for any other."""
-    parts = urlsplit(base_url)
-    host = (parts.hostname or "").lower()
-    port = f":{parts.port}" if parts.port else ""
+    family (a name prefix): `profiles.KNOWN_REQUEST_RULES`; [] for any other."""
+    from .profiles import KNOWN_REQUEST_RULES
+
+    try:
+        parts = urlsplit(base_url)
+        host, port = (parts.hostname or "").lower(), f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return []
     out: list[Rule] = []
-    for where, prefix, rules in _KNOWN:
+    for where, prefix, rules in KNOWN_REQUEST_RULES:
         hit = port == where if where.startswith(":") else host == where or host.endswith(f".{where}")
         if hit and model.lower().startswith(prefix):
-            out += [r for r in rules if r not in out]
+            out += [r for r in rules_from_json(list(rules)) if r not in out]
     return out

@@ -16,7 +16,8 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 from urllib.parse import urlsplit
 
-__all__ = ["BLOCK_TEXT_FIELDS", "CONTEXT_OVERFLOW", "KEYED_HOSTS", "LEAKED_TOKEN", "OVERFLOW_NUMBERS",
+__all__ = ["BLOCK_TEXT_FIELDS", "CONTEXT_OVERFLOW", "KEYED_HOSTS", "KNOWN_REQUEST_RULES", "LEAKED_TOKEN",
+           "OVERFLOW_NUMBERS",
            "OVERFLOW_PROMPT", "OVERFLOW_WINDOW", "PROFILES", "PROFILE_FIELDS", "REASONING_BLOCKS", "REASONING_FIELDS",
            "TOOL_NAMESPACE", "Profile", "check_overrides", "field_demanded", "field_refused", "mentions_field",
            "profile_for"]
@@ -173,3 +174,28 @@ OVERFLOW_PROMPT = (re.compile(r"\((\d+) in the messages"), re.compile(r"resulted
 # `<|channel|>`, `<|constrain|>`; the `functions.` namespace of Kimi K2 and Harmony.
 LEAKED_TOKEN = "<|"
 TOOL_NAMESPACE = "functions."
+
+
+def _rules(op: str, *targets: str, value: Any = None) -> tuple[dict[str, Any], ...]:
+    return tuple({"op": op, "target": t, "value": value} for t in targets or ("",))
+
+
+_MAX_COMPLETION = _rules("rename_param", "max_tokens", value="max_completion_tokens")
+KNOWN_REQUEST_RULES: tuple[tuple[str, str, tuple[dict[str, Any], ...]], ...] = (
+    # Gemini's OpenAI-compatible endpoint: 400 'Unknown name "additionalProperties" … Cannot find field' and
+    # the like for these keywords (Laisky/one-api#60, openswarm-ai/openswarm#24)
+    ("generativelanguage.googleapis.com", "", _rules("drop_schema_keyword", "$schema", "additionalProperties",
+                                                     "exclusiveMinimum", "exclusiveMaximum", "propertyNames")),
+    # Moonshot: no keyword beside a $ref, no type beside anyOf (MoonshotAI/kimi-cli#2061, #2531)
+    ("moonshot.cn", "", (*_rules("inline_schema_refs"), *_rules("schema_type_into_branches"))),
+    ("moonshot.ai", "", (*_rules("inline_schema_refs"), *_rules("schema_type_into_branches"))),
+    # Ollama's OpenAI endpoint (its usual port): "invalid message content type: <nil>" (pydantic/pydantic-ai#5206)
+    (":11434", "", _rules("assistant_tool_content", value="")),
+    # OpenAI's reasoning and GPT-5 models: "Use 'max_completion_tokens' instead." (teilomillet/gollm#33)
+    ("api.openai.com", "o1", _MAX_COMPLETION),
+    ("api.openai.com", "o3", _MAX_COMPLETION),
+    ("api.openai.com", "o4", _MAX_COMPLETION),
+    ("api.openai.com", "gpt-5", _MAX_COMPLETION),
+)
+"""Request rules (`wire.adapt.Rule`, in `wire.facts` form) applied before the first request: (host, or
+`:PORT` for a local server's usual port; model-name prefix, "" for any; the rules)."""
