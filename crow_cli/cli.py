@@ -16,6 +16,7 @@ from . import __version__, startup
 from .commands.acp import acp
 from .commands.chat import chat
 from .commands.models import models
+from .commands.options import examples
 from .commands.probe import probe
 from .commands.run import run
 from .commands.sessions import sessions_app
@@ -25,6 +26,8 @@ __all__ = ["app", "main"]
 
 app = typer.Typer(
     name="crow",
+    epilog=examples('crow run --local "Please use list_directory."', 'crow run "Summarise README.md"',
+                     "crow chat --resume"),
     help="A react-loop agent for any OpenAI-compatible Chat Completions server.",
     no_args_is_help=True,
     add_completion=True,  # --install-completion / --show-completion [bash|zsh|fish|powershell]
@@ -47,13 +50,16 @@ def _root(
     """crow: stream answers, run tools concurrently, loop until done."""
 
 
-app.command()(run)
-app.command()(chat)
-app.command()(tools)
-app.command()(acp)
-app.command()(probe)
-app.command()(models)
-app.add_typer(sessions_app)
+app.command(epilog=examples('crow run "Summarise README.md"', 'git diff | crow run "Review this diff"',
+                            'crow run --json --yes "Fix the failing test" > events.jsonl'))(run)
+app.command(epilog=examples("crow chat", "crow chat --resume", "crow chat --local"))(chat)
+app.command(epilog=examples("crow tools", "crow tools --tools-dir tools"))(tools)
+app.command(epilog=examples("crow acp", "crow acp --profile local --approval auto-edit"))(acp)
+app.command(epilog=examples("crow probe --base-url http://127.0.0.1:8080/v1", "crow probe --local",
+                             "crow probe --show"))(probe)
+app.command(epilog=examples("crow models", "crow models --base-url http://127.0.0.1:11434/v1 --json"))(models)
+app.add_typer(sessions_app, epilog=examples("crow sessions list", "crow sessions show ID",
+                                             "crow sessions export ID --format md"))
 
 
 def _reopen_closed_std_streams() -> None:

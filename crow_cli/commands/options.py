@@ -16,8 +16,17 @@ if TYPE_CHECKING:
 __all__ = [
     "AllowOpt", "ApiKeyOpt", "ApprovalOpt", "BaseUrlOpt", "ConfigOpt", "DebugOpt", "DenyOpt", "LocalModelOpt",
     "LocalOpt", "MaxTurnsOpt", "ModelOpt", "NoSessionOpt", "NoToolsOpt", "ProfileOpt", "SandboxOpt", "SystemOpt",
-    "ToolsDirOpt", "WorkspaceOpt", "YesOpt", "check_before_start", "fail",
+    "ToolsDirOpt", "WorkspaceOpt", "YesOpt", "check_before_start", "examples", "fail",
 ]
+
+DOCS = "Manual: docs/ in crow's source (an MkDocs site); every option: docs/cli.md."
+
+
+def examples(*lines: str) -> str:
+    """A help epilog: example command lines (`\\b` keeps them as written: click rewraps other paragraphs),
+    then where the manual is."""
+    return "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines) + f"\n\n{DOCS}"
+
 
 ModelOpt = Annotated[str | None, typer.Option("--model", "-m", metavar="NAME", help="Model name (env CROW_MODEL).")]
 BaseUrlOpt = Annotated[str | None, typer.Option("--base-url", metavar="URL",

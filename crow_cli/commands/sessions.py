@@ -17,7 +17,7 @@ import typer
 
 from ..errors import ConfigError, CrowError
 from ..text import strip_controls
-from .options import fail
+from .options import examples, fail
 
 if TYPE_CHECKING:
     from ..sessions import SessionStore
@@ -50,7 +50,7 @@ def _store() -> SessionStore:
     return SessionStore()
 
 
-@sessions_app.command("list")
+@sessions_app.command("list", epilog=examples("crow sessions list", "crow sessions list -n 0"))
 def list_sessions(
     limit: Annotated[int, typer.Option("--limit", "-n", help="Show at most this many (0: all).")] = 20,
 ) -> None:
@@ -73,13 +73,14 @@ def list_sessions(
         print(f"(the {limit} most recent; older ones with --limit 0)", file=sys.stderr)
 
 
-@sessions_app.command("show")
+@sessions_app.command("show", epilog=examples("crow sessions show k3fq7x", "crow sessions show k3fq7x | less"))
 def show(session_id: IdArg) -> None:
     """Print a session as a readable transcript (Markdown)."""
     _export(session_id, "md", None)
 
 
-@sessions_app.command("export")
+@sessions_app.command("export", epilog=examples("crow sessions export k3fq7x --format md",
+                                                "crow sessions export k3fq7x --format jsonl -o s.jsonl"))
 def export(
     session_id: IdArg,
     fmt: Annotated[str, typer.Option("--format", "-f", help="md, json or jsonl.")] = "md",
@@ -113,7 +114,7 @@ def _export(session_id: str, fmt: str, output: str | None) -> None:
         raise fail(exc) from None
 
 
-@sessions_app.command("undo")
+@sessions_app.command("undo", epilog=examples("crow sessions undo k3fq7x --dry-run", "crow sessions undo k3fq7x"))
 def undo(
     session_id: IdArg,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only show what would be undone.")] = False,
@@ -138,7 +139,7 @@ def undo(
     print(f"undone: session {info.id} now has {plan.keep} messages", file=sys.stderr)
 
 
-@sessions_app.command("delete")
+@sessions_app.command("delete", epilog=examples("crow sessions list", "crow sessions delete k3fq7x"))
 def delete(session_id: IdArg) -> None:
     """Delete a session and its messages."""
     try:
