@@ -235,7 +235,12 @@ def _read_config(path: Path, explicit: bool) -> dict[str, Any]:
             if not stat.S_ISREG(mode):
                 what = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "not a regular file"
                 raise ConfigError(f"config file {str(path)!r} is {what}; give a regular file")
-            return tomllib.load(fh)
+            raw = fh.read()
+        # TOML is UTF-8; a byte order mark (Windows editors) is not part of the text
+        return tomllib.loads(raw.decode("utf-8-sig"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {str(path)!r} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
+                          f"{exc.start}); save it as UTF-8") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {str(path)!r} is not valid TOML: {exc}") from exc
     except OSError as exc:
@@ -315,7 +320,9 @@ def load_settings(
     profiles = data.pop("profiles", {}) or {}
     if not isinstance(profiles, dict) or not all(isinstance(t, dict) for t in profiles.values()):
         raise ConfigError(f"{path}: 'profiles' must hold tables, like [profiles.NAME]")
-    chosen = profile or env.get("CROW_PROFILE") or data.pop("profile", None) or None
+    chosen = profile or env.get("CROW_PROFILE") or data.get("profile") or None
+    chosen_by = ("--profile" if profile else "CROW_PROFILE" if env.get("CROW_PROFILE")
+                 else f"'profile' in {path}")
     data.pop("profile", None)
     if chosen is not None and not isinstance(chosen, str):
         raise ConfigError(f"{path}: 'profile' must be a string")
@@ -323,7 +330,7 @@ def load_settings(
     if chosen:
         if chosen not in profiles:
             known = ", ".join(sorted(profiles)) or "none defined"
-            raise ConfigError(f"unknown profile {chosen!r} (profiles: {known})")
+            raise ConfigError(f"unknown profile {chosen!r} (from {chosen_by}; profiles: {known})")
         where = f"{path} [profiles.{chosen}]"
         layers.append(_Layer(_check_table(profiles[chosen], where), where))
 

@@ -275,3 +275,35 @@ def test_a_fifo_as_the_config_file_is_refused_in_one_line(tmp_path: Path) -> Non
     os.mkfifo(fifo)
     with pytest.raises(ConfigError, match=r"^config file .* is a FIFO \(named pipe\); give a regular file$"):
         load_settings({}, env={}, config_path=str(fifo))
+
+
+# issue: a config file saved as Latin-1 or UTF-16 was `crow: internal error: UnicodeDecodeError`
+@pytest.mark.parametrize("encoding", ["latin-1", "utf-16"])
+def test_a_config_file_that_is_not_utf8_is_one_line_naming_it(encoding):
+    path = default_config_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes('model = "café"\n'.encode(encoding))
+    with pytest.raises(ConfigError, match=r"^config file '.*config\.toml' is not UTF-8 text") as error:
+        load_settings({}, env={})
+    assert "\n" not in str(error.value)
+    proc = crow("tools", "--config", str(path))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "not UTF-8" in proc.stderr, proc.stderr
+
+
+def test_a_utf8_config_file_with_a_byte_order_mark_is_read():
+    path = default_config_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes('model = "café"\n'.encode("utf-8-sig"))
+    assert load_settings({}, env={}).model == "café"
+
+
+# issue: an unknown CROW_PROFILE did not say where the name came from
+def test_an_unknown_profile_names_where_it_was_chosen():
+    write_config('[profiles.fast]\nmodel = "quick"\n')
+    with pytest.raises(ConfigError, match=r"unknown profile 'nope' \(from CROW_PROFILE;"):
+        load_settings({}, env={"CROW_PROFILE": "nope"})
+    with pytest.raises(ConfigError, match=r"unknown profile 'nope' \(from --profile;"):
+        load_settings({}, env={}, profile="nope")
+    write_config('profile = "nope"\n[profiles.fast]\nmodel = "quick"\n')
+    with pytest.raises(ConfigError, match=r"unknown profile 'nope' \(from 'profile' in .*config\.toml;"):
+        load_settings({}, env={})

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -60,7 +61,8 @@ def parse_mcp_servers(tables: Mapping[str, Mapping[str, Any]]) -> list[McpServer
     """Check `[mcp_servers.*]` tables.
 
     Raises:
-        ConfigError: a table with neither or both of `command` and `url`, an unknown key or a wrong type.
+        ConfigError: a table with neither or both of `command` and `url`, an unknown key, a wrong type, an
+            empty `command` or `cwd`, a `url` that is not http(s), a `startup_timeout` that is not > 0.
     """
     known = {"command", "args", "env", "cwd", "url", "startup_timeout"}
     out = []
@@ -80,6 +82,13 @@ def parse_mcp_servers(tables: Mapping[str, Mapping[str, Any]]) -> list[McpServer
                 or not isinstance(table.get("cwd", ""), str) or not isinstance(timeout, int | float):
             raise ConfigError(f"{where}: command/url/cwd are strings, args a list of strings, env a table of "
                               "strings, startup_timeout a number")
+        if isinstance(timeout, bool) or not timeout > 0:
+            raise ConfigError(f"{where}: startup_timeout must be a number of seconds above 0, not {timeout!r}")
+        empty = "command" if command is not None and not command.strip() else "cwd" if table.get("cwd") == "" else ""
+        if empty:
+            raise ConfigError(f"{where}: {empty} is empty")
+        if url is not None and not re.match(r"https?://[^/\s]+", url, re.IGNORECASE):
+            raise ConfigError(f"{where}: url must be an http:// or https:// URL, not {url!r}")
         out.append(McpServerConfig(name, command, tuple(args), dict(env), table.get("cwd"), url, float(timeout)))
     return out
 

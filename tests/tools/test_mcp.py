@@ -97,7 +97,11 @@ async def test_streamable_http_server(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("table", [{}, {"command": "x", "url": "http://y"}, {"command": 3},
-                                   {"url": "http://y", "headers": {}}, {"command": "x", "args": "a b"}])
+                                   {"url": "http://y", "headers": {}}, {"command": "x", "args": "a b"},
+                                   # issue: these were accepted and failed late (at start, or never)
+                                   {"command": "x", "startup_timeout": -5}, {"command": "x", "startup_timeout": 0},
+                                   {"command": "x", "startup_timeout": True}, {"url": "ftp://y/mcp"},
+                                   {"url": "not a url"}, {"command": ""}, {"command": "x", "cwd": ""}])
 def test_bad_tables_are_config_errors(table: dict[str, object]) -> None:
     with pytest.raises(ConfigError, match=r"\[mcp_servers.s\]"):
         McpServers({"s": table})
