@@ -16,6 +16,7 @@ NOT_MIRRORS = {
     "test_layout.py": "this file: the layout of the tests",
     "test_cases_real.py": "the recorded real-server cases, through the whole stack",
     "test_smoke_llama.py": "a smoke run against a real llama.cpp server",
+    "test_wheel.py": "the built wheel, installed as a tool in a fresh venv",
     "test_public_api.py": "no private member of another object, in crow_cli and the tests",
 }
 """Test modules that guard the project as a whole, so they mirror no single module."""
