@@ -288,14 +288,16 @@ class StreamAccumulator:
     def feed(self, chunk: Mapping[str, Any]) -> list[Event]:
         """Take one chunk; return the events it produced (text, reasoning, tool calls opened)."""
         events: list[Event] = []
-        if not isinstance(chunk, Mapping):
+        if not isinstance(chunk, dict) and not isinstance(chunk, Mapping):
             return events
         if chunk.get("error"):
             raise stream_error(chunk["error"])
         usage = chunk.get("usage")
-        if isinstance(usage, Mapping):
+        if usage is not None and isinstance(usage, Mapping):
             self._usage = dict(usage)
-        choices = chunk.get("choices") or ()  # [] on usage-only and content-filter chunks
+        choices: Any = chunk.get("choices") or ()  # [] on usage-only and content-filter chunks
+        if type(choices) is list and len(choices) == 1 and self._fragment_only(choices[0]):
+            return events
         for choice in choices:
             if not isinstance(choice, Mapping):
                 continue
@@ -334,6 +336,43 @@ class StreamAccumulator:
             if choice.get("finish_reason"):
                 self._finish_reason = str(choice["finish_reason"])
         return events
+
+    def _fragment_only(self, choice: Any) -> bool:
+        """The hot path: a chunk whose only content is one argument fragment of an open call, appended
+        here (True); anything else (False) goes the general way, which reaches the same result."""
+        if type(choice) is not dict or choice.get("finish_reason") or choice.get("index") not in (0, None):
+            return False
+        delta = choice.get("delta")
+        if type(delta) is not dict or len(delta) != 1 or self._trace:
+            return False
+        calls = delta.get("tool_calls")
+        if type(calls) is not list or len(calls) != 1:
+            return False
+        tc = calls[0]
+        if type(tc) is not dict or len(tc) != 2:
+            return False
+        fn, key = tc.get("function"), tc.get("index")
+        if type(fn) is not dict or len(fn) != 1 or type(key) is not int:
+            return False
+        args = fn.get("arguments")
+        call = self._by_key.get(key)
+        if type(args) is not str or call is None or (args and call.length == len(args)):
+            return False  # no call yet, or possibly the whole arguments repeated: the general path decides
+        self._latest_key = key
+        if args:
+            self._fragment(call, args)
+        return True
+
+    def _fragment(self, call: _PartialCall, args: str) -> None:
+        """Append one non-empty argument fragment to `call` (its run noted for orphan merging)."""
+        if args[-1] in _HIGH_HALVES or args[0] in _LOW_HALVES:
+            self._fired("lone-surrogates")
+        if call is not self._last_fed:
+            self._run += 1
+            call.runs.append((self._run, len(call.fragments)))
+            self._last_fed = call
+        call.fragments.append(args)
+        call.length += len(args)
 
     def _delta_extras(self, delta: Mapping[str, Any], events: list[Event]) -> None:
         """Reasoning text (each name kept apart), reasoning blocks, and any other key of a delta."""
@@ -441,17 +480,10 @@ class StreamAccumulator:
             if not isinstance(args, str):
                 args = json.dumps(args, ensure_ascii=False)
                 self._fired("arguments-object")
-            elif args and (args[-1] in _HIGH_HALVES or args[0] in _LOW_HALVES):
-                self._fired("lone-surrogates")
             if args and self._repeats_whole(call, args):
                 self._fired("arguments-repeated")
             elif args:
-                if call is not self._last_fed:
-                    self._run += 1
-                    call.runs.append((self._run, len(call.fragments)))
-                    self._last_fed = call
-                call.fragments.append(args)
-                call.length += len(args)
+                self._fragment(call, args)
         if call.name and not call.announced:
             call.announced = True
             events.append(ToolCallStarted(call.seq, call.id, call.name))
