@@ -296,7 +296,7 @@ class StreamAccumulator:
         if usage is not None and isinstance(usage, Mapping):
             self._usage = dict(usage)
         choices: Any = chunk.get("choices") or ()  # [] on usage-only and content-filter chunks
-        if type(choices) is list and len(choices) == 1 and self._fragment_only(choices[0]):
+        if type(choices) is list and len(choices) == 1 and self._one_key(choices[0], events):
             return events
         for choice in choices:
             if not isinstance(choice, Mapping):
@@ -337,14 +337,19 @@ class StreamAccumulator:
                 self._finish_reason = str(choice["finish_reason"])
         return events
 
-    def _fragment_only(self, choice: Any) -> bool:
-        """The hot path: a chunk whose only content is one argument fragment of an open call, appended
-        here (True); anything else (False) goes the general way, which reaches the same result."""
+    def _one_key(self, choice: Any, events: list[Event]) -> bool:
+        """The hot path: a chunk whose delta is one piece of text, or one argument fragment of an open
+        call, taken here (True); anything else (False) goes the general way, which reaches the same result."""
         if type(choice) is not dict or choice.get("finish_reason") or choice.get("index") not in (0, None):
             return False
         delta = choice.get("delta")
         if type(delta) is not dict or len(delta) != 1 or self._trace:
             return False
+        content = delta.get("content")
+        if type(content) is str:
+            if content and (shown := self._text.add(content)) and self._think.split(shown, events):
+                self._fired("think-in-content")
+            return True
         calls = delta.get("tool_calls")
         if type(calls) is not list or len(calls) != 1:
             return False

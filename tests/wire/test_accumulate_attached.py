@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from crow_cli.errors import ServerError
 from crow_cli.events import Notice, ReasoningDelta, TextDelta, WarningEvent
 from crow_cli.wire.accumulate import StreamAccumulator
-from tests.conftest import assemble, chunk, tool_delta
+from tests.conftest import assemble, chunk, expected_sse, load_cases, sse_chunks, tool_delta
 
 SIG = "EqQBCkYIBxgCKkB+/sig=="
 
@@ -150,3 +153,16 @@ def test_rules_name_what_fired_and_trace_says_why_once():
     assert turn.rules == ["tool-call-fields", "arguments-repeated"]
     assert len([e for e in events if isinstance(e, Notice) and e.code == "debug"]) == 1
     assert json.loads(turn.tool_calls[0].arguments) == {"a": 1} and turn.tool_calls[0].extra == {"x": 1}
+
+
+@pytest.mark.parametrize("case", [c for c in load_cases() if c["expected"].get("finish_reason") != "error"],
+                         ids=lambda c: c["id"])
+def test_the_hot_path_assembles_what_the_general_path_does(case):
+    # trace=True takes every chunk the general way; without it, one-key text and fragment chunks take the fast one
+    chunks = list(sse_chunks(expected_sse(case)))
+    try:
+        fast, _ = assemble(*chunks)
+    except ServerError:
+        return
+    slow, _ = assemble(*chunks, trace=True)
+    assert fast.to_message() == slow.to_message() and fast.rules == slow.rules
