@@ -43,9 +43,8 @@ from .lockfile import FileLock, LockHeld
 from .private import private_dir, private_file
 from .text import public_url
 
-__all__ = ["EXPORT_FORMATS", "SessionInUse", "SessionInfo", "SessionStore", "SessionStoreDamaged", "StoredCheckpoint",
-           "default_db_path",
-           "export_session", "write_export"]
+__all__ = ["EXPORT_FORMATS", "SessionDamaged", "SessionInUse", "SessionInfo", "SessionStore", "SessionStoreDamaged",
+           "StoredCheckpoint", "default_db_path", "export_session", "message_problem", "write_export"]
 
 EXPORT_FORMATS = ("md", "json", "jsonl")
 _ID_ALPHABET = "23456789abcdefghjkmnpqrstuvwxyz"  # no 0/o, 1/l/i: ids are read aloud and typed
@@ -83,6 +82,61 @@ class SessionStoreDamaged(SessionError):
         super().__init__(f"the session store {str(path)!r} is damaged ({reason}): move it aside to start a new one "
                          f"(mv {str(path)!r} {str(aside)!r}), or use --no-session")
         self.path = path
+
+
+class SessionDamaged(SessionError):
+    """A stored message of a session is not a valid message (the store itself is fine); exit code 1.
+
+    Such a history is never sent: the message names the session and the message, and what to do.
+    """
+
+    def __init__(self, session_id: str, problem: str) -> None:
+        super().__init__(f"session {session_id} is damaged ({problem}): it cannot be shown or continued; "
+                         f"crow sessions delete {session_id} removes it")
+        self.session_id = session_id
+
+
+_ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+def _kind(value: Any) -> str:
+    names = {str: "a string", bool: "a boolean", int: "a number", float: "a number", list: "a list",
+             dict: "an object", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def message_problem(message: Any) -> str | None:
+    """What makes a stored row no Chat Completions message (one phrase), or None when it is one.
+
+    A message is an object with a `role` among system, developer, user, assistant and tool; `content`
+    null, a string or a list of objects; an assistant's `tool_calls` a list of objects whose `function`
+    has a string `name` and string `arguments`; a tool result's `tool_call_id` a string.
+    """
+    if not isinstance(message, dict):
+        return f"it is {_kind(message)}, not a message object"
+    role = message.get("role")
+    if role not in _ROLES:
+        return "it has no role" if role is None else f"its role is {role!r}"
+    content = message.get("content")
+    if content is not None and not isinstance(content, str) and not (
+            isinstance(content, list) and all(isinstance(p, dict) for p in content)):
+        return f"its content is {_kind(content)}"
+    calls = message.get("tool_calls")
+    if calls is not None:
+        if role != "assistant" or not isinstance(calls, list):
+            return f"its tool_calls is {_kind(calls)}" if role == "assistant" else f"a {role} message has tool_calls"
+        for n, call in enumerate(calls):
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict):
+                return f"its tool_calls[{n}] has no function object"
+            for key in ("name", "arguments"):
+                if not isinstance(function.get(key), str):
+                    return f"its tool_calls[{n}].function.{key} is {_kind(function.get(key))}, not a string"
+            if not isinstance(call.get("id", ""), str):
+                return f"its tool_calls[{n}].id is {_kind(call.get('id'))}"
+    if role == "tool" and not isinstance(message.get("tool_call_id"), str):
+        return f"its tool_call_id is {_kind(message.get('tool_call_id'))}"
+    return None
 
 
 _DAMAGED = ("SQLITE_NOTADB", "SQLITE_CORRUPT")
@@ -383,12 +437,21 @@ class SessionStore:
         return int(position)
 
     def messages(self, session_id: str) -> list[Message]:
-        """The stored messages in order, exactly as appended (no repair)."""
+        """The stored messages in order, exactly as appended (no repair).
+
+        Raises:
+            SessionStoreDamaged: a row is not JSON.
+            SessionDamaged: a row is JSON but not a message (`message_problem`).
+        """
         rows = self._read("SELECT message FROM messages WHERE session_id = ? ORDER BY position", (session_id,))
         try:
-            return [json.loads(r[0]) for r in rows]
+            messages: list[Message] = [json.loads(r[0]) for r in rows]
         except ValueError as exc:
             raise SessionStoreDamaged(self.path, f"a message of session {session_id} is not JSON") from exc
+        for n, message in enumerate(messages, 1):
+            if (problem := message_problem(message)) is not None:
+                raise SessionDamaged(session_id, f"message {n} of {len(messages)}: {problem}")
+        return messages
 
     def load(self, session_id: str) -> list[Message]:
         """The history of a session, ready to send: a turn cut by a crash or Ctrl-C is closed first.

@@ -18,7 +18,7 @@ import pytest
 from crow_cli.errors import SessionError
 from crow_cli.sessions import SessionStore, SessionStoreDamaged, default_db_path, export_session
 from crow_cli.text import public_url
-from tests.conftest import chunk, sse, tool_delta
+from tests.conftest import chunk, sse, text_sse, tool_delta
 from tests.replay_server import ReplayServer, text_stream
 from tests.support import CROW, assert_contract, crow, run_args, wait_for
 
@@ -674,3 +674,49 @@ def test_write_export_is_private_atomic_and_refuses_a_fifo(tmp_path: Path) -> No
     os.mkfifo(tmp_path / "pipe")
     with pytest.raises(NotRegularFile, match="FIFO"):
         write_export(tmp_path / "pipe", b"x")
+
+
+# issue: a stored row that is JSON but not a message crashed `sessions show/export`, `run --session` and ACP
+# session/load with an internal error, or was sent to the server as it was
+DAMAGED_ROWS = {
+    "a string": '"hello"',
+    "tool_calls not a list": '{"role": "assistant", "content": null, "tool_calls": {"id": "c"}}',
+    "content a number": '{"role": "user", "content": 5}',
+    "no role": '{"content": "hi"}',
+    "object arguments": '{"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function", '
+                        '"function": {"name": "f", "arguments": {"a": 1}}}]}',
+}
+
+
+def _store_with_damaged_row(path: Path, row: str) -> str:
+    with SessionStore(path) as store:
+        info = store.create(model="m", cwd=str(path.parent))
+        store.append(info.id, {"role": "user", "content": "first"})
+        store.append(info.id, {"role": "assistant", "content": "fine"})
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE messages SET message = ? WHERE session_id = ? AND position = 1", (row, info.id))
+    return info.id
+
+
+@pytest.mark.parametrize("row", DAMAGED_ROWS.values(), ids=DAMAGED_ROWS.keys())
+def test_a_damaged_stored_message_is_reported_in_one_line(tmp_path: Path, row: str) -> None:
+    from crow_cli.sessions import SessionDamaged
+
+    sid = _store_with_damaged_row(tmp_path / "s.db", row)
+    with SessionStore(tmp_path / "s.db") as store, pytest.raises(SessionDamaged) as caught:
+        store.messages(sid)
+    message = str(caught.value)
+    assert "\n" not in message and sid in message and "message 2" in message, message
+    assert caught.value.exit_code == 1
+
+
+@pytest.mark.parametrize("command", [("sessions", "show"), ("sessions", "export"), ("run", "--session")])
+def test_commands_on_a_damaged_session_fail_in_one_line_and_send_nothing(command: tuple[str, str]) -> None:
+    sid = _store_with_damaged_row(default_db_path(), DAMAGED_ROWS["object arguments"])
+    with ReplayServer([{"sse": text_sse("never")}]) as server:
+        extra = (sid, "--base-url", server.base_url, "--model", "m", "go on") if command[0] == "run" else (sid,)
+        proc = crow(*command, *extra)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("crow: error: session ") and "damaged" in lines[0], lines
+    assert "internal error" not in proc.stderr and server.requests == []
