@@ -6,6 +6,7 @@ Nothing heavy is imported here: `crow --version` and `crow tools` must start fas
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from typing import Annotated, Any, NoReturn
@@ -118,6 +119,8 @@ def main() -> None:
     except Exception as exc:  # a usage error from typer, else a bug: one line, the traceback only with --debug
         if _is_usage_error(exc):
             _usage_error(exc)
+        if isinstance(exc, OSError) and exc.filename is None and exc.errno in _OUTPUT_ERRNOS:
+            _output_failed(exc)  # stdout closed or full (`crow tools >/dev/full`): said as crow run says it
         print(f"crow: internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback; "
               "please report it)", file=sys.stderr)
         if "--debug" in sys.argv:
@@ -128,7 +131,16 @@ def main() -> None:
     try:  # what is still buffered: a closed stdout or a full disk fails here, once, not at interpreter exit
         sys.stdout.flush()
     except OSError as exc:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        print(f"crow: error: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
-        sys.exit(1)
+        _output_failed(exc)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+_OUTPUT_ERRNOS = {errno.EBADF, errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG}
+"""Errors of writing the output itself (no file name): a closed stdout, a full disk or quota."""
+
+
+def _output_failed(exc: OSError) -> NoReturn:
+    """Exit 1 saying the output could not be written (as `>/dev/full`); nothing more goes to stdout."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    print(f"crow: error: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
+    sys.exit(1)

@@ -18,6 +18,10 @@ def private_stdout() -> Iterator[TextIO]:
     Whatever else writes to fd 1 (a plugin's `os.write(1, …)`, a subprocess, a library) lands on stderr,
     so stdout carries only what crow writes to the yielded file (the answer, JSONL events, protocol
     messages). fd 1 is restored on exit. Where fd 1 cannot be duplicated, `sys.stdout` is yielded.
+
+    Raises:
+        OSError: what is left to write cannot be written (a closed stdout, a full disk), at the end of
+            the block: output is never lost silently.
     """
     stream = sys.stdout
     with contextlib.suppress(OSError, ValueError):
@@ -32,8 +36,9 @@ def private_stdout() -> Iterator[TextIO]:
                     closefd=False)
     try:
         yield out
+        out.flush()
     finally:
-        with contextlib.suppress(OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError):  # the block's own error is the one to report
             out.flush()
         os.dup2(real, 1)
         os.close(real)

@@ -272,3 +272,18 @@ def test_acp_answers_initialize_without_importing_openai(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.splitlines()[0])["result"]["protocolVersion"] == 1
     assert "acp" in modules and loaded(modules, "openai") == []
+
+
+@pytest.mark.parametrize("args", [["--version"], ["tools"]])
+@pytest.mark.parametrize("stdout", ["closed", "/dev/full"])
+def test_output_that_cannot_be_written_fails_in_one_line(args: list[str], stdout: str,
+                                                         _isolated_home: Path) -> None:
+    # issue: with stdout closed (`>&-`) the output was lost and crow exited 0; `crow tools >/dev/full` too, and
+    # `crow --version >/dev/full` was an internal error
+    if stdout == "/dev/full" and not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    with open(os.devnull if stdout == "closed" else stdout, "w") as sink:
+        ran = subprocess.run([CROW, *args], stdout=sink, stderr=subprocess.PIPE, text=True, timeout=60,
+                             preexec_fn=(lambda: os.close(1)) if stdout == "closed" else None)
+    assert ran.returncode == 1
+    assert ran.stderr.startswith("crow: error: cannot write the output: ") and ran.stderr.count("\n") == 1
