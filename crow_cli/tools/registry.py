@@ -27,6 +27,7 @@ from ..errors import ToolError
 from ..paths import resolve_path
 from .context import ToolContext, current_context
 from .names import WIRE_NAME, wire_name
+from .watchdog import track
 
 __all__ = ["ENTRY_POINT_GROUP", "Preview", "Subject", "Tool", "ToolKind", "ToolRegistry",
            "default_registry", "tool"]
@@ -131,8 +132,8 @@ class Tool:
         name = self.context_parameter()
         if name is not None:
             arguments = {**arguments, name: context if context is not None else current_context()}
-        if inspect.iscoroutinefunction(self.fn):
-            value = await self.fn(**arguments)
+        if inspect.iscoroutinefunction(self.fn):  # watched: one that blocks the event loop is named
+            value = await track(self.name, self.fn(**arguments))
         else:
             value = await run_in_daemon_thread(self.fn, arguments, name=self.name)
             if inspect.isawaitable(value):
