@@ -272,6 +272,7 @@ class StreamAccumulator:
         self._blocks: list[_Block] = []
         self._block_at: dict[tuple[Any, Any], _Block] = {}
         self._block_index: Any = 0  # the index a block piece without one belongs to
+        self._block_type: dict[Any, Any] = {}  # index -> the type of its latest block
         self._extra: dict[str, Any] = {}
         self._refusal = _TextBuffer()
         self._finish_reason: str | None = None
@@ -415,7 +416,12 @@ class StreamAccumulator:
         """Merge one `reasoning_details` piece into its block; return its text to show."""
         index = piece.get("index", self._block_index)
         self._block_index = index
-        key = (index if isinstance(index, (int, str)) else repr(index), piece.get("type"))
+        where = index if isinstance(index, (int, str)) else repr(index)
+        kind = piece.get("type")
+        if not kind:  # a continuation piece that names no type belongs to the latest block at its index
+            kind = self._block_type.get(where)
+        self._block_type[where] = kind
+        key = (where, kind)
         block = self._block_at.get(key)
         if block is None:
             block = self._block_at[key] = _Block()

@@ -57,6 +57,10 @@ def mentions_field(text: str, key: str) -> bool:
     word = re.escape(key)
     if key not in _COMMON_WORDS:
         return re.search(rf"(?<![A-Za-z0-9_]){word}(?![A-Za-z0-9_])", text) is not None
+    if key == "name" and re.search(r"\b(tool|function)[ _]?(message|response|result|call_output)s?\b.{0,80}"
+                                   r"\bname\b|\bname\b.{0,40}\b(tool|function)[ _]?(message|response|result)",
+                                   text, re.IGNORECASE | re.DOTALL):
+        return True  # "tool messages need a name", "the name of the function response"
     patterns = (rf"[\"'`]{word}\\?[\"'`]", rf"[.\]/]{word}(?![A-Za-z0-9_])",
                 rf"(?<![A-Za-z0-9_]){word}\s+(is|are|must|field|cannot|should|required|missing)\b",
                 rf"\b(missing|field|parameter|property)\s+\\?[\"'`]?{word}(?![A-Za-z0-9_])")

@@ -166,3 +166,9 @@ def test_the_hot_path_assembles_what_the_general_path_does(case):
         return
     slow, _ = assemble(*chunks, trace=True)
     assert fast.to_message() == slow.to_message() and fast.rules == slow.rules
+
+
+def test_a_block_piece_that_names_no_type_continues_the_latest_block_at_its_index():
+    turn, _ = assemble(details({"type": "reasoning.text", "text": "a", "index": 0}), details({"text": "b", "index": 0}),
+                       details({"signature": "S", "index": 0}), chunk({"content": "x"}, "stop"))
+    assert turn.fields["reasoning_details"] == [{"type": "reasoning.text", "text": "ab", "index": 0, "signature": "S"}]

@@ -85,3 +85,10 @@ def test_a_demand_names_the_tool_message_name_only_where_it_is_that_field():
     gemini = "* GenerateContentRequest.contents[2].parts[0].function_response.name: Name cannot be empty."
     assert field_demanded(400, gemini, ["reasoning_content", "name"]) == "name"
     assert field_demanded(400, "model name is invalid", ["name"]) is None
+
+
+@pytest.mark.parametrize("text", ["Each tool message must include the function name.",
+                                  "messages[2]: name is required for role tool",
+                                  "function_response.name: Name cannot be empty."])
+def test_ways_servers_say_a_tool_message_needs_its_name(text):
+    assert field_demanded(400, text, ["name"]) == "name"
