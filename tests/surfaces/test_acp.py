@@ -806,3 +806,28 @@ def _running(pid: int) -> bool:
     except (FileNotFoundError, IndexError):
         return False
     return state != "Z"
+
+
+# issue: no method got no answer, session/cancel as a request got -32601, jsonrpc "1.0" and an object id were taken
+def test_requests_that_break_json_rpc_get_their_answers_and_the_process_lives(workspace):
+    proc = subprocess.Popen([CROW, "acp", "--model", "m", "--base-url", "http://127.0.0.1:9/v1"], cwd=workspace,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def ask(request: dict[str, Any]) -> dict[str, Any]:
+        proc.stdin.write(json.dumps(request) + "\n")
+        proc.stdin.flush()
+        return json.loads(proc.stdout.readline())
+
+    try:
+        assert ask({"jsonrpc": "2.0", "id": 1})["error"]["code"] == -32600
+        assert ask({"jsonrpc": "2.0", "id": 2, "method": "session/cancel", "params": {"sessionId": "none"}}) == \
+            {"jsonrpc": "2.0", "id": 2, "result": None}
+        old = ask({"jsonrpc": "1.0", "id": 3, "method": "session/list", "params": {}})
+        assert old["id"] == 3 and old["error"]["code"] == -32600
+        odd = ask({"jsonrpc": "2.0", "id": {"n": 4}, "method": "session/list", "params": {}})
+        assert odd["id"] is None and odd["error"]["code"] == -32600
+        assert ask({"jsonrpc": "2.0", "id": 5, "method": "session/list", "params": {}})["result"] == {"sessions": []}
+    finally:
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0

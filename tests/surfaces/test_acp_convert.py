@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from crow_cli.surfaces.acp.convert import (
     locations,
     mcp_tables,
     prompt_text,
+    screen_line,
     stored_diff,
     title,
     tool_kind,
@@ -105,3 +107,39 @@ def test_editor_mcp_servers_and_message_content() -> None:
                                    "web": {"url": "http://h/mcp"}}
     assert content_text([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]) == "ab"
     assert content_text(None) == ""
+
+
+# issue: a request with no method got no answer, session/cancel sent as a request got -32601, and `jsonrpc: "1.0"`
+# or an object id were accepted; JSON-RPC 2.0 §4-5 says what each gets
+@pytest.mark.parametrize(("line", "answer"), [
+    (b'{"jsonrpc": "2.0", "id": 7}', {"jsonrpc": "2.0", "id": 7, "error": {
+        "code": -32600, "message": "Invalid Request: no method"}}),
+    (b'{"jsonrpc": "1.0", "id": 8, "method": "session/list"}', {"jsonrpc": "2.0", "id": 8, "error": {
+        "code": -32600, "message": 'Invalid Request: jsonrpc must be "2.0"'}}),
+    (b'{"id": 9, "method": "session/list"}', {"jsonrpc": "2.0", "id": 9, "error": {
+        "code": -32600, "message": 'Invalid Request: jsonrpc must be "2.0"'}}),
+    (b'{"jsonrpc": "2.0", "id": {"a": 1}, "method": "session/list"}', {"jsonrpc": "2.0", "id": None, "error": {
+        "code": -32600, "message": "Invalid Request: id must be a string, a number or null"}}),
+    (b'{"jsonrpc": "2.0", "id": true, "method": "session/list"}', {"jsonrpc": "2.0", "id": None, "error": {
+        "code": -32600, "message": "Invalid Request: id must be a string, a number or null"}}),
+    (b'{"jsonrpc": "2.0", "id": 3, "method": 5}', {"jsonrpc": "2.0", "id": 3, "error": {
+        "code": -32600, "message": "Invalid Request: method must be a string"}}),
+])
+def test_requests_that_break_json_rpc_get_invalid_request(line: bytes, answer: dict) -> None:
+    assert screen_line(line) == (None, answer)
+    assert line_error(line) == answer
+
+
+def test_session_cancel_sent_as_a_request_is_passed_on_as_a_notification_and_answered() -> None:
+    line = b'{"jsonrpc": "2.0", "id": 4, "method": "session/cancel", "params": {"sessionId": "s"}}'
+    passed, answer = screen_line(line)
+    assert passed is not None and json.loads(passed) == {"jsonrpc": "2.0", "method": "session/cancel",
+                                                         "params": {"sessionId": "s"}}
+    assert answer == {"jsonrpc": "2.0", "id": 4, "result": None}
+
+
+def test_requests_notifications_and_the_editors_answers_pass_on_unchanged() -> None:
+    for line in (b'{"jsonrpc": "2.0", "id": "x", "method": "session/list"}',
+                 b'{"jsonrpc": "2.0", "method": "session/cancel", "params": {}}',
+                 b'{"jsonrpc": "2.0", "id": 0, "result": {}}', b'{"jsonrpc": "2.0", "id": 1, "error": {}}'):
+        assert screen_line(line) == (line, None)

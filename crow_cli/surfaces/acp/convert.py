@@ -37,7 +37,7 @@ from ...tools.workspace import resolve_in_workspace
 from ..common import short_json
 
 __all__ = ["ACP_KINDS", "arguments", "content_text", "diff_of", "disk_diff", "edit_target", "line_error", "locations",
-           "mcp_tables", "prompt_text", "stored_diff", "title", "tool_kind"]
+           "mcp_tables", "prompt_text", "screen_line", "stored_diff", "title", "tool_kind"]
 
 log = logging.getLogger("crow.acp")
 
@@ -204,18 +204,46 @@ def mcp_tables(servers: Sequence[Any]) -> dict[str, dict[str, Any]]:
 
 
 
-def line_error(line: bytes) -> dict[str, Any] | None:
-    """The JSON-RPC error answering one input line that is not a JSON object (None: pass it on).
+def _invalid(ident: Any, what: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": ident, "error": {"code": -32600, "message": f"Invalid Request: {what}"}}
 
-    JSON-RPC 2.0 §5.1: -32700 for a line that is not JSON (or not UTF-8), -32600 for JSON that is not a
-    request object (`[]`, `42`, `null`, a batch: crow does not take batches), both with id null.
+
+def screen_line(line: bytes) -> tuple[bytes | None, dict[str, Any] | None]:
+    """What to do with one input line: the line to pass on to the SDK (None: none) and an answer to write
+    at once (None: none).
+
+    JSON-RPC 2.0 §4-5: -32700 for a line that is not JSON (or not UTF-8); -32600 for JSON that is not a
+    request object (`[]`, `42`, `null`, a batch: crow does not take batches), a request whose `jsonrpc`
+    is not "2.0", whose `id` is not a string, a number or null (answered with id null), whose `method`
+    is not a string, or that has neither a method nor a result or error (it is no answer to crow
+    either). `session/cancel` is a notification in ACP; sent as a request, it is passed on as the
+    notification and answered with a null result. Answers from the editor pass on unchecked.
     """
     try:
         message = json.loads(line.decode("utf-8"))
     except ValueError:  # UnicodeDecodeError is one
-        return {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}}
-    if isinstance(message, dict):
-        return None
-    what = "a batch (not supported)" if isinstance(message, list) and message else "not a JSON-RPC object"
-    return {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": f"Invalid Request: {what}"}}
+        return None, {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}}
+    if not isinstance(message, dict):
+        what = "a batch (not supported)" if isinstance(message, list) and message else "not a JSON-RPC object"
+        return None, _invalid(None, what)
+    ident = message.get("id")
+    if "id" in message and (isinstance(ident, bool) or not isinstance(ident, str | int | float | None)):
+        return None, _invalid(None, "id must be a string, a number or null")
+    if "method" not in message:
+        if "result" in message or "error" in message:
+            return line, None  # the editor's answer to a request of crow's
+        return None, _invalid(ident, "no method")
+    if message.get("jsonrpc") != "2.0":
+        return None, _invalid(ident, 'jsonrpc must be "2.0"')
+    if not isinstance(message["method"], str):
+        return None, _invalid(ident, "method must be a string")
+    if message["method"] == "session/cancel" and "id" in message:
+        notification = {k: v for k, v in message.items() if k != "id"}
+        return json.dumps(notification).encode(), {"jsonrpc": "2.0", "id": ident, "result": None}
+    return line, None
 
+
+def line_error(line: bytes) -> dict[str, Any] | None:
+    """The JSON-RPC error answering one input line that is not passed on (None: pass it on); see `screen_line`."""
+    passed, answer = screen_line(line)
+    return answer if passed is None else None

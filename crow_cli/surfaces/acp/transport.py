@@ -11,7 +11,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ...errors import ConfigError
-from .convert import line_error
+from .convert import screen_line
 
 if TYPE_CHECKING:
     from .agent import CrowAgent
@@ -72,12 +72,13 @@ async def objects_only(source: asyncio.StreamReader, sink: asyncio.StreamReader,
         while line := await _read_line(source):
             if not line.strip():
                 continue
-            error = line_error(line.strip())
-            if error is None:
-                sink.feed_data(line if line.endswith(b"\n") else line + b"\n")
-            else:
-                log.debug("answered a malformed line: %s", error["error"]["message"])
-                writer.write(json.dumps(error).encode() + b"\n")
+            passed, answer = screen_line(line.strip())
+            if answer is not None:
+                if "error" in answer:
+                    log.debug("answered a malformed line: %s", answer["error"]["message"])
+                writer.write(json.dumps(answer).encode() + b"\n")
+            if passed is not None:
+                sink.feed_data(passed + b"\n")
     finally:
         try:
             await agent.stop_prompts()
