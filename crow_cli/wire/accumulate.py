@@ -195,11 +195,13 @@ class _Block:
 class _ThinkSplit:
     """Which part of the content is a leading `<think>…</think>` block (shown as reasoning); linear."""
 
-    __slots__ = ("_held", "_state")
+    __slots__ = ("_held", "_state", "plain")
 
     def __init__(self) -> None:
         self._state = 0  # 0: may still open, 1: inside the block, 2: plain text
         self._held = ""
+        self.plain = False
+        """Past any think block: all text from here on is answer text (the hot path's test)."""
 
     def split(self, text: str, events: list[Event]) -> bool:
         """Append the events for `text`; True when a think block opened just now."""
@@ -216,12 +218,12 @@ class _ThinkSplit:
                 self._held = text
                 return False
             else:
-                self._state = 2
+                self._state, self.plain = 2, True
                 events.append(TextDelta(text))
                 return False
         end = text.find(_THINK_CLOSE)
         if end >= 0:
-            self._state = 2
+            self._state, self.plain = 2, True
             if end:
                 events.append(ReasoningDelta(text[:end]))
             if rest := text[end + len(_THINK_CLOSE):].lstrip("\n"):
@@ -348,8 +350,11 @@ class StreamAccumulator:
             return False
         content = delta.get("content")
         if type(content) is str:
-            if content and (shown := self._text.add(content)) and self._think.split(shown, events):
-                self._fired("think-in-content")
+            if content and (shown := self._text.add(content)):
+                if self._think.plain:
+                    events.append(TextDelta(shown))
+                elif self._think.split(shown, events):
+                    self._fired("think-in-content")
             return True
         calls = delta.get("tool_calls")
         if type(calls) is not list or len(calls) != 1:
