@@ -13,7 +13,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -306,18 +306,30 @@ async def test_a_provider_401_is_a_jsonrpc_error_and_the_session_lives_on(worksp
     assert editor.text() == "Fine now."
 
 
-def test_malformed_requests_get_errors_and_the_process_lives(workspace):
-    # hand-written lines on purpose: the SDK's client cannot send malformed params
+@contextlib.contextmanager
+def hand_written(workspace: Path) -> Iterator[Callable[[dict[str, Any]], dict[str, Any]]]:
+    """`crow acp` on pipes, and `ask`: one request line written, one answer line read; the process must
+    exit 0 when its stdin closes."""
     proc = subprocess.Popen([CROW, "acp", "--model", "m", "--base-url", "http://127.0.0.1:9/v1"], cwd=workspace,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert proc.stdin is not None and proc.stdout is not None
+    stdin, stdout = proc.stdin, proc.stdout
 
     def ask(request: dict[str, Any]) -> dict[str, Any]:
-        proc.stdin.write(json.dumps(request) + "\n")
-        proc.stdin.flush()
-        return json.loads(proc.stdout.readline())
+        stdin.write(json.dumps(request) + "\n")
+        stdin.flush()
+        return json.loads(stdout.readline())
 
     try:
+        yield ask
+    finally:
+        stdin.close()
+        assert proc.wait(timeout=60) == 0
+
+
+def test_malformed_requests_get_errors_and_the_process_lives(workspace):
+    # hand-written lines on purpose: the SDK's client cannot send malformed params
+    with hand_written(workspace) as ask:
         bad = ask({"jsonrpc": "2.0", "id": 1, "method": "session/prompt", "params": {"prompt": 5}})
         assert bad["error"]["code"] == -32602
         unknown = ask({"jsonrpc": "2.0", "id": 2, "method": "session/prompt",
@@ -325,9 +337,6 @@ def test_malformed_requests_get_errors_and_the_process_lives(workspace):
         assert unknown["error"]["code"] == -32602
         hello = ask({"jsonrpc": "2.0", "id": 3, "method": "initialize", "params": {"protocolVersion": 1}})
         assert hello["result"]["protocolVersion"] == 1
-    finally:
-        proc.stdin.close()
-        assert proc.wait(timeout=60) == 0
 
 
 NOISY = '''
@@ -810,16 +819,7 @@ def _running(pid: int) -> bool:
 
 # issue: no method got no answer, session/cancel as a request got -32601, jsonrpc "1.0" and an object id were taken
 def test_requests_that_break_json_rpc_get_their_answers_and_the_process_lives(workspace):
-    proc = subprocess.Popen([CROW, "acp", "--model", "m", "--base-url", "http://127.0.0.1:9/v1"], cwd=workspace,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    assert proc.stdin is not None and proc.stdout is not None
-
-    def ask(request: dict[str, Any]) -> dict[str, Any]:
-        proc.stdin.write(json.dumps(request) + "\n")
-        proc.stdin.flush()
-        return json.loads(proc.stdout.readline())
-
-    try:
+    with hand_written(workspace) as ask:
         assert ask({"jsonrpc": "2.0", "id": 1})["error"]["code"] == -32600
         assert ask({"jsonrpc": "2.0", "id": 2, "method": "session/cancel", "params": {"sessionId": "none"}}) == \
             {"jsonrpc": "2.0", "id": 2, "result": None}
@@ -828,6 +828,3 @@ def test_requests_that_break_json_rpc_get_their_answers_and_the_process_lives(wo
         odd = ask({"jsonrpc": "2.0", "id": {"n": 4}, "method": "session/list", "params": {}})
         assert odd["id"] is None and odd["error"]["code"] == -32600
         assert ask({"jsonrpc": "2.0", "id": 5, "method": "session/list", "params": {}})["result"] == {"sessions": []}
-    finally:
-        proc.stdin.close()
-        assert proc.wait(timeout=60) == 0
