@@ -13,10 +13,11 @@
     │  └─ ToolDenied  OutsideWorkspace
     ├─ SessionError        the session store could not be read or written
     │  ├─ SessionInUse         another crow process has the session open (`crow_cli.sessions`)
-    │  └─ SessionStoreDamaged  sessions.db is not a usable database (`crow_cli.sessions`)
+    │  ├─ SessionStoreDamaged  sessions.db is not a usable database (`crow_cli.sessions`)
+    │  └─ SessionDamaged       a stored session's rows are not valid messages (`crow_cli.sessions`)
     └─ LocalError          `--local`: the llama.cpp server could not be prepared or started (`crow_cli.local`)
 
-The last three live beside what raises them (the store, the local server) and are `CrowError`s all the
+The last four live beside what raises them (the store, the local server) and are `CrowError`s all the
 same: `cli.py` prints any of them as one line and exits with its `exit_code`.
 
 Foreign exceptions (openai, httpx) are mapped once, in `crow_cli.wire.client`.
