@@ -348,3 +348,14 @@ def test_two_parameters_of_which_only_one_may_be_sent_keep_the_first_named() -> 
                "`temperature` and `top_p` cannot both be specified for this model. Please use only one.\"}")
     request = body(top_p=0.9, temperature=0.2, seed=3)
     assert rules(400, text, request) == [Rule("drop_param", "top_p")]
+
+
+def test_an_anthropic_compatible_name_pattern_renames_what_fails_it() -> None:
+    # Anthropic-compatible endpoint (apify/tester-mcp-client#11)
+    text = json.dumps({"type": "error", "error": {"type": "invalid_request_error", "message": "tools.7.custom.name: "
+                                                  "String should match pattern '^[a-zA-Z0-9_-]{1,64}$'"}})
+    request = body()
+    request["tools"][1]["function"]["name"] = "josef.prochazka--webpage-singer"
+    found = rules(400, text, request)
+    assert found == [Rule("rename_tools", value="[a-zA-Z0-9_-]{1,64}")]
+    assert apply_rules(request, found)["tools"][1]["function"]["name"] == "josef_prochazka--webpage-singer"
