@@ -254,7 +254,7 @@ class ChatClient:
                         from .facts import facts_path
 
                         yield Notice(f"crow: debug: remembered for {self._shown_url} {self.settings.model} in "
-                                     f"{facts_path()}: {_json(self._outgoing.learned())}", "adapt_debug")
+                                     f"{facts_path()}: {_json(self._learned_now())}", "adapt_debug")
                 back = self._names_back(body)
                 async for item in iter_chunks(response.aiter_bytes(), response.headers.get("content-type", "")):
                     if back and isinstance(item, dict):
@@ -388,6 +388,13 @@ class ChatClient:
             notices.append(Notice(f"crow: debug: rules now applied to every request: "
                                   f"{_json([r.to_json() for r in self._rules])}", "adapt_debug"))
         return notices
+
+    def _learned_now(self) -> dict[str, Any]:
+        """What this client learned from the server's refusals (as `_remember` stores it)."""
+        learned = dict(self._outgoing.learned())
+        if self._rules[self._known:]:
+            learned["request_rules"] = [r.to_json() for r in self._rules[self._known:]]
+        return learned
 
     def _remember(self) -> None:
         """Store the rules learned in this run for this base URL + model, and the message fields refused or

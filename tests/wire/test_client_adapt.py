@@ -111,6 +111,8 @@ async def test_debug_traces_each_decision() -> None:
     notices = [i for i in items if isinstance(i, Notice)]
     assert [n.code for n in notices if n.code == "request_adapted"] == ["request_adapted"]
     assert any(n.code == "adapt_debug" and "drop_param" in n.message for n in notices)
+    assert any(n.code == "adapt_debug" and "remembered for" in n.message and "request_rules" in n.message
+               for n in notices)
     with respx.mock(assert_all_called=True) as mock:
         mock.post(URL).mock(side_effect=[httpx.Response(400, json={"error": {"message": "no such model"}})])
         c, seen = client(trace=True), []
