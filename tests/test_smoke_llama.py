@@ -25,7 +25,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.smoke
+pytestmark = [pytest.mark.smoke, pytest.mark.xdist_group("llama")]  # one worker: never two llama servers at once
 
 SCRIPT = ROOT / "scripts" / "llama-server.sh"
 CROW = Path(sys.executable).parent / "crow"
