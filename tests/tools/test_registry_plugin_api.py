@@ -33,7 +33,8 @@ def where(path: str, context: ToolContext) -> str:
     Args:
         path: a path in the workspace.
     """
-    return json.dumps([str(context.workspace), list(context.secrets), str(resolve_in_workspace(path)),
+    # the secrets reversed: dispatch masks them as they are in every tool's output
+    return json.dumps([str(context.workspace), [s[::-1] for s in context.secrets], str(resolve_in_workspace(path)),
                        str(workspace_root())])
 
 
@@ -61,7 +62,7 @@ async def test_dispatch_hands_the_run_context_to_a_tool_that_declares_it(tmp_pat
     # what the model sends for `context` is ignored: dispatch fills it in
     call = ToolCall("c1", "where", json.dumps({"path": "sub/x", "context": "fake"}), 0)
     root, secrets, resolved, current = json.loads(await _run(registry, call, context))
-    assert (root, secrets, current) == (str(tmp_path.resolve()), ["sk-test-123456"], str(tmp_path.resolve()))
+    assert (root, secrets, current) == (str(tmp_path.resolve()), ["654321-tset-ks"], str(tmp_path.resolve()))
     assert resolved == str(tmp_path.resolve() / "sub" / "x")
     assert await _run(registry, ToolCall("c2", "where_async", "{}", 1), context) == str(tmp_path.resolve())
 
