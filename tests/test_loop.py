@@ -235,11 +235,14 @@ class ScriptedStream:
     def __init__(self, *turns: list[dict], stall: bool = False) -> None:
         self.turns = list(turns)
         self.stall = stall
+        self.stalled = asyncio.Event()
+        """Set once the last turn's chunks are all sent and the stream stalls."""
 
     async def stream(self, messages, tools=None):
         for c in self.turns.pop(0):
             yield c
         if self.stall and not self.turns:
+            self.stalled.set()
             await asyncio.Event().wait()
 
 
@@ -308,6 +311,18 @@ async def test_cancelled_mid_stream_keeps_the_partial_answer_and_drops_the_unfin
 
 async def test_cancelled_before_any_text_appends_nothing():
     history = [user_message("go")]
-    events = await run_until(history, ScriptedStream([chunk({"content": " "})], stall=True), None,
-                             lambda seen: bool(seen))
+    client = ScriptedStream([chunk({"content": " "})], stall=True)
+    events: list = []
+
+    async def consume() -> None:
+        async for event in react(history, client, None):
+            events.append(event)
+
+    task = asyncio.create_task(consume())
+    # cancelled once the stream has sent its blank text and stalls (the accumulator may hold a lone " "
+    # back, so no event is awaited: that hung until the global timeout)
+    await client.stalled.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
     assert history == [user_message("go")] and events[-1].status == "cancelled"
