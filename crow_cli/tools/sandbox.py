@@ -4,7 +4,8 @@ Modes (setting `sandbox`, flag `--sandbox`; default `workspace-write`):
 
 - `workspace-write`: the whole filesystem readable; writable only the workspace and the system temp dir
   (`tempfile.gettempdir()`); the workspace's `.git/hooks` and `.git/config` read-only (a hook written
-  now would run unconfined at the user's next commit); no network unless `network` (setting
+  now would run unconfined at the user's next commit), and `.git` itself pinned (it cannot be renamed
+  away and replaced; a worktree's `.git` file is read-only); no network unless `network` (setting
   `sandbox_network`); no new privileges (setuid programs do not gain rights).
 - `read-only`: as above, but nothing writable (a private, empty temp dir that is discarded).
 - `off`: the command runs with the user's full rights (an explicit choice).
@@ -98,6 +99,11 @@ def bwrap_argv(sandbox: Sandbox, workspace: Path, command: str, bwrap: str = "bw
     argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     if sandbox.mode == "workspace-write":
         argv += ["--bind", temp, temp, "--bind", root, root]
+        git = os.path.join(root, ".git")
+        if os.path.isdir(git) and not os.path.islink(git):
+            argv += ["--bind", git, git]  # a mount point cannot be renamed away (and a new .git made)
+        elif os.path.lexists(git):
+            argv += ["--ro-bind", git, git]  # a worktree's `gitdir:` file: it must not point elsewhere
         for name in _PROTECTED:
             path = os.path.join(root, name)
             if os.path.lexists(path):
@@ -122,7 +128,8 @@ def seatbelt_profile(sandbox: Sandbox, workspace: Path) -> str:
              '(allow file-write* (literal "/dev/null") (literal "/dev/tty") (regex #"^/dev/fd/"))']
     if sandbox.mode == "workspace-write":
         lines.append(f"(allow file-write* (subpath {_quote(root)}) (subpath {_quote(_temp(sandbox))}))")
-        lines.append(f"(deny file-write* (subpath {_quote(os.path.join(root, _PROTECTED[0]))}) "
+        lines.append(f"(deny file-write* (literal {_quote(os.path.join(root, '.git'))}) "
+                     f"(subpath {_quote(os.path.join(root, _PROTECTED[0]))}) "
                      f"(literal {_quote(os.path.join(root, _PROTECTED[1]))}))")
     if not sandbox.network:
         lines.append("(deny network*)")

@@ -72,6 +72,20 @@ async def test_git_hooks_and_config_stay_read_only(place: Path) -> None:
     assert (place / "ws/.git/config").read_text() == "[core]\n"
 
 
+# issue: `mv .git .git2` and a fresh .git/hooks got past read-only hooks; a worktree's .git file could be
+# pointed at a gitdir the model wrote
+@needs_bwrap
+async def test_git_cannot_be_renamed_away_nor_a_worktree_pointer_rewritten(place: Path) -> None:
+    out = await _run("mv .git .git2; echo x > .git/objects-ok", _context(place))
+    assert "Device or resource busy" in out and (place / "ws/.git/objects-ok").exists()
+    assert not (place / "ws/.git2").exists()
+    (place / "wt").mkdir()
+    (place / "wt/.git").write_text("gitdir: /elsewhere\n")
+    worktree = ToolContext(place / "wt", sandbox=Sandbox("workspace-write", False, str(place / "tmp")))
+    assert (await _run("echo 'gitdir: ./evil' > .git", worktree)).startswith("BLOCKED")
+    assert (place / "wt/.git").read_text() == "gitdir: /elsewhere\n"
+
+
 @needs_bwrap
 async def test_read_only_writes_nothing(place: Path) -> None:
     out = await _run("echo a > inside", _context(place, "read-only"))
@@ -180,7 +194,7 @@ def test_bwrap_arguments(place: Path) -> None:
     argv = bwrap_argv(Sandbox("workspace-write", False, str(place / "tmp")), place / "ws", "make")
     assert argv[:8] == ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     text = " ".join(argv)
-    assert f"--bind {place}/tmp {place}/tmp --bind {ws} {ws}" in text
+    assert f"--bind {place}/tmp {place}/tmp --bind {ws} {ws} --bind {ws}/.git {ws}/.git" in text
     assert f"--ro-bind {ws}/.git/hooks {ws}/.git/hooks --ro-bind {ws}/.git/config {ws}/.git/config" in text
     assert "--unshare-all --die-with-parent --new-session" in text and "--share-net" not in text
     assert argv[-4:] == ["--", "/bin/sh", "-c", "make"]
@@ -196,7 +210,7 @@ def test_macos_profile_text(place: Path) -> None:
         "(version 1)", "(allow default)", "(deny file-write*)",
         '(allow file-write* (literal "/dev/null") (literal "/dev/tty") (regex #"^/dev/fd/"))',
         f'(allow file-write* (subpath "{ws}") (subpath "{place}/tmp"))',
-        f'(deny file-write* (subpath "{ws}/.git/hooks") (literal "{ws}/.git/config"))',
+        f'(deny file-write* (literal "{ws}/.git") (subpath "{ws}/.git/hooks") (literal "{ws}/.git/config"))',
         "(deny network*)",
     ]
     read_only = seatbelt_profile(Sandbox("read-only", True), Path('/tmp/a "quoted" dir'))
