@@ -212,8 +212,11 @@ def _tool_problem(raw: Any) -> str | None:
         return "it is not an object"
     if not isinstance(raw.get("name"), str) or not raw["name"]:
         return "it has no name"
-    if not isinstance(raw.get("inputSchema"), dict):
+    schema = raw.get("inputSchema")
+    if not isinstance(schema, dict):
         return "its inputSchema is not an object"
+    if schema.get("type") != "object":  # the MCP spec: a tool's inputSchema is {"type": "object", …}
+        return f"its inputSchema has type {schema.get('type')!r}, not 'object'"
     try:
         McpTool.model_validate(raw)
     except ValidationError as exc:
