@@ -24,8 +24,10 @@ import itertools
 import json
 import os
 import random
+import tempfile
 from collections.abc import AsyncIterator, Callable
 from typing import Any
+from unittest import mock
 
 import httpx
 import respx
@@ -408,8 +410,10 @@ async def play(case: dict[str, Any], replay: CaseReplay) -> tuple[Outcome, list[
     c = ChatClient(ClientSettings(base_url=BASE, model="test-model", api_key="sk-test", max_retries=2))
     events: list[Any] = []
     try:
-        with respx.mock(assert_all_called=False) as mock:
-            mock.post(URL).mock(side_effect=replay)
+        # each run learns nothing from the one before (wire.facts remembers per base URL and model)
+        with tempfile.TemporaryDirectory() as state, mock.patch.dict(os.environ, {"XDG_STATE_HOME": state}), \
+                respx.mock(assert_all_called=False) as respx_mock:
+            respx_mock.post(URL).mock(side_effect=replay)
             async with asyncio.timeout(60):  # a hang, not a margin: a run takes milliseconds
                 async for item in react([user_message("Please use the tools you need.")], c, registry_for(case),
                                         LoopSettings(max_turns=4)):
