@@ -37,7 +37,20 @@ from .common import build_client, build_compactor, build_registry, loop_settings
 if TYPE_CHECKING:
     from .persist import SessionRecorder
 
-__all__ = ["Runtime", "RuntimeOptions"]
+__all__ = ["Runtime", "RuntimeOptions", "assemble_driver"]
+
+
+def assemble_driver(settings: Settings, client: ChatClient, registry: ToolRegistry | None, approve: Approver | None,
+                    context: ToolContext, recorder: SessionRecorder | None = None, *, trace: bool = False,
+                    interrupts: Interrupts | None = None, checkpoint: Checkpoint | None = None) -> Driver:
+    """The last steps of every run's assembly: loop limits, the session's compactor, the driver.
+
+    `Runtime.new_driver` uses it; so does an editor session (`surfaces.acp.session`), whose tools and
+    workspace are its own. `recorder`: the session the runs are stored in (its compaction checkpoint,
+    new ones stored); without one, the compactor starts from `checkpoint` and stores nothing.
+    """
+    return Driver(client, registry, loop_settings(settings, trace=trace), approve, context,
+                  build_compactor(settings, recorder, checkpoint=checkpoint), interrupts)
 
 
 @dataclass(frozen=True)
@@ -147,9 +160,9 @@ class Runtime:
         """
         if context is None:
             context = self.context if recorder is None else replace(self.context, backup=recorder.backup)
-        self.driver = Driver(self.client, self.registry, loop_settings(self.settings, trace=self.options.debug),
-                             approve, context, interrupts=interrupts)
-        self.use_session(recorder, checkpoint)
+        self._recorder = recorder
+        self.driver = assemble_driver(self.settings, self.client, self.registry, approve, context, recorder,
+                                      trace=self.options.debug, interrupts=interrupts, checkpoint=checkpoint)
         return self.driver
 
     def use_session(self, recorder: SessionRecorder | None, checkpoint: Checkpoint | None = None) -> None:

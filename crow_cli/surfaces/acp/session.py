@@ -21,7 +21,6 @@ from acp.schema import (
     ToolCallUpdate,
 )
 
-from ...driver import Driver
 from ...errors import ToolDenied
 from ...events import (
     Event,
@@ -42,8 +41,8 @@ from ...tools.dispatch import EscalatingApprover
 from ...tools.registry import Tool, ToolRegistry
 from ...tools.sandbox import Sandbox
 from ...wire.client import ChatClient
-from ..common import build_compactor, loop_settings
 from ..persist import SessionRecorder
+from ..runtime import assemble_driver
 from .convert import (
     arguments,
     content_text,
@@ -100,9 +99,8 @@ class Session:
         self.context = replace(ToolContext.for_workspace(cwd, secrets=[settings.api_key, *settings.secrets],
                                                          sandbox=Sandbox(settings.sandbox, settings.sandbox_network)),
                                backup=recorder.backup)  # files crow's tools change: undo restores them
-        self.driver = Driver(client, registry, loop_settings(settings), EscalatingApprover(self.approve, self.escalate),
-                             self.context,
-                             build_compactor(settings, recorder))  # compaction near the context window
+        self.driver = assemble_driver(settings, client, registry, EscalatingApprover(self.approve, self.escalate),
+                                      self.context, recorder)  # compaction near the context window, stored
         self.turns = 0
         """Model turns with tool calls so far in this session (the first part of ACP tool-call ids)."""
         self.calls: dict[int, str] = {}
