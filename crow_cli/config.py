@@ -30,7 +30,7 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from .errors import ConfigError
@@ -42,10 +42,12 @@ __all__ = ["DEFAULT_BASE_URL", "DEFAULT_MODEL", "KEYED_HOSTS", "OPTIONS", "OWNED
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_MODEL = "gpt-4o-mini"
-SANDBOX_MODES = ("workspace-write", "read-only", "off")
+SandboxMode = Literal["workspace-write", "read-only", "off"]
 """`sandbox`: how `run_shell` commands are confined (`tools.sandbox.MODES`)."""
-REASONING_ECHO = ("auto", "always", "never")
+SANDBOX_MODES: tuple[SandboxMode, ...] = get_args(SandboxMode)
+ReasoningEcho = Literal["auto", "always", "never"]
 """`reasoning_echo`: whether a turn's reasoning goes back to the server (`wire.client`)."""
+REASONING_ECHO: tuple[ReasoningEcho, ...] = get_args(ReasoningEcho)
 OWNED_PARAMS = ("model", "messages", "stream", "stream_options", "tools")
 """Request body fields crow sets itself; `[params]` may not set them."""
 _OPENAI_HOST = "api.openai.com"
@@ -68,7 +70,7 @@ class Settings:
     idle_timeout_s: float = 300.0
     first_byte_timeout_s: float = 60.0
     """Seconds from sending a request to the start of its response before the turn fails (no retry)."""
-    reasoning_echo: str = "auto"
+    reasoning_echo: ReasoningEcho = "auto"
     """Whether a turn's reasoning goes back to the server: `auto`, `always` or `never` (`wire.client`)."""
     adapt_requests: bool = True
     """Change what a server refuses in a request, send it again and remember the change (`wire.adapt`)."""
@@ -84,7 +86,7 @@ class Settings:
     deny: tuple[str, ...] = ()
     """Approval rules that refuse, whatever the policy: config, then flags."""
     workspace: str | None = None
-    sandbox: str = "workspace-write"
+    sandbox: SandboxMode = "workspace-write"
     """How `run_shell` commands are confined: `workspace-write`, `read-only` or `off` (`tools.sandbox`)."""
     sandbox_network: bool = False
     """Whether confined commands may use the network."""
@@ -352,10 +354,10 @@ def load_settings(
         model=str(values["model"]), base_url=base_url, api_key=api_key, headers=headers,
         params=dict(values["params"]), system=values["system"], max_turns=int(values["max_turns"]),
         tool_timeout_s=float(values["tool_timeout"]), idle_timeout_s=float(values["idle_timeout"]),
-        first_byte_timeout_s=float(values["first_byte_timeout"]), reasoning_echo=str(values["reasoning_echo"]),
+        first_byte_timeout_s=float(values["first_byte_timeout"]), reasoning_echo=values["reasoning_echo"],
         max_retries=int(values["max_retries"]), max_output_chars=int(values["max_output_chars"]),
         tool_paths=values["tool_paths"], approval=values["approval"], allow=values["allow"], deny=values["deny"],
-        workspace=values["workspace"], sandbox=str(values["sandbox"]),
+        workspace=values["workspace"], sandbox=values["sandbox"],  # both Literals checked by _one_of
         sandbox_network=bool(values["sandbox_network"]),
         mcp_servers=dict(values["mcp_servers"]), profile=chosen,
         config_path=str(path) if path.exists() else None, api_key_problem=problem,
