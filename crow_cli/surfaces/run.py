@@ -266,8 +266,9 @@ async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err:
                if options.files else None)
     printer: PlainPrinter | JsonlWriter = (JsonlWriter(out, err, debug=options.debug) if options.json
                                            else PlainPrinter(out, err, debug=options.debug, quiet=options.quiet))
+    # with --yes too: the policy asks nothing then, but running a command outside the sandbox is a question
     approve = make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=options.yes,
-                            ask=None if options.yes else _held_ask(terminal_ask(), printer))
+                            ask=_held_ask(terminal_ask(), printer))
 
     try:
         history, recorder, warning = _start_history(settings, options, content)

@@ -179,3 +179,22 @@ def test_crow_run_yes_lets_no_escape_out(tmp_path: Path) -> None:
     assert outcomes == {"w": "denied", "h": "denied", "n": "denied", "d": "denied", "k": "ok", "e": "ok"}
     assert list(outside.iterdir()) == [] and list((ws / ".git/hooks").iterdir()) == [] and not reached
     assert key not in json.dumps(requests[1]) and "[secret hidden]" in json.dumps(requests[1])
+
+
+# issue: with --yes on a terminal, a command the sandbox stopped is still a question (the escalation), and a
+# yes runs it once outside the sandbox
+@needs_sandbox()
+def test_crow_run_yes_on_a_terminal_asks_to_run_a_stopped_command_outside_the_sandbox(tmp_path: Path) -> None:
+    ws, temp, outside = tmp_path / "ws", tmp_path / "tmp", tmp_path / "outside"
+    for folder in (ws, temp, outside):
+        folder.mkdir()
+    turns = script([("c1", "run_shell", {"command": f"echo x > {outside}/f"})], final="Done.")
+    with ReplayServer(turns) as server, ChatTerminal(
+            ["--base-url", server.base_url, "--api-key", "sk-test", "--model", "m", "--no-session", "--yes", "go"],
+            cwd=ws, command="run", stderr_on_terminal=True, env={"TMPDIR": str(temp)}) as term:
+        term.expect("Run it once more OUTSIDE the sandbox")
+        term.expect("Allow run_shell?")
+        term.send("y\r")
+        term.expect("Done.")
+        assert term.wait() == 0
+    assert (outside / "f").read_text() == "x\n"
