@@ -23,7 +23,7 @@ from crow_cli.tools.approval import describe_call
 from crow_cli.tools.builtin import BUILTIN_TOOLS
 from crow_cli.tools.context import ToolContext
 from tests.replay_server import ReplayServer, text_stream
-from tests.support import CANCELLED, assert_valid, chat, tool_calls_sse, wait_for
+from tests.support import CANCELLED, assert_valid, chat, needs_sandbox, tool_calls_sse, wait_for
 
 
 async def test_ctrl_c_at_the_approval_prompt_cancels_the_whole_turn(store: SessionStore,
@@ -128,3 +128,29 @@ def test_the_preview_cannot_drive_the_terminal() -> None:
     shown = describe_call(ToolCall("c", "run_shell", json.dumps({"command": "ls\x1b[2J\x1b]0;owned\x07 -l"}), 0),
                           shell)
     assert shown == "$ ls[2J]0;owned -l"
+
+
+# issue: a scripted model that tries to escape gets nothing out of `crow chat --yes` either: what the sandbox
+# stops is a question (answered no here), and a key in a file never reaches the model
+@needs_sandbox()
+async def test_chat_yes_lets_no_escape_out(store: SessionStore, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    ws, temp, outside = tmp_path / "ws", tmp_path / "tmp", tmp_path / "outside"
+    for folder in (ws / ".git/hooks", temp, outside):
+        folder.mkdir(parents=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))  # the sandbox's writable temp dir: not `outside`'s parent
+    key = "sk-proj-real-openai-key-42"
+    (ws / ".env").write_text(f"OPENAI_API_KEY={key}\n")
+    calls = [("w", "run_shell", {"command": f"echo x > {outside}/f"}),
+             ("h", "run_shell", {"command": "echo evil > .git/hooks/pre-commit"}),
+             ("k", "read_file", {"path": ".env"})]
+    script = [{"sse": tool_calls_sse(*calls)}, {"sse": text_stream("Nothing got out.")}]
+    settings = Settings(model="test-model", api_key="sk-test", workspace=str(ws), secrets=(key,))
+    output, server, _ = await chat(script, "go\rn\rn\r/exit\r", store, settings=settings,
+                                   options=ChatOptions(yes=True))
+    assert output.count("Run it once more OUTSIDE the sandbox") == 2
+    assert list(outside.iterdir()) == [] and list((ws / ".git/hooks").iterdir()) == []
+    sent = json.dumps(server.requests[1])
+    assert key not in sent and "[secret hidden]" in sent and sent.count("Read-only file system") >= 2
