@@ -12,16 +12,16 @@ each retry as a `Notice(code="retrying")` before its wait. Every SDK/httpx error
 to a `ProviderError` subclass.
 
 Per request, the client also adapts to what the server accepts. A 400/422 refusal goes through the
-client's adapters in order (`ChatClient._adapt`): `stream_options` is dropped for servers that refuse it,
-fields the server attached to assistant messages are dropped or added as it says (`wire.outgoing`: what
-the server attached goes back as `reasoning_echo` decides), and any other part
-the server's message names (a tool-schema keyword, a parameter, a message shape) is changed as
-`wire.adapt` decides. Each change applies to the outgoing request only (the history keeps what really
-happened); the request is sent once more with everything else unchanged, a `Notice` says what changed
-and why, and a refusal that teaches nothing new ends the turn with the server's message. What `wire.adapt`
-learns is remembered per base URL + model (`wire.facts`) and applied before the first request of later
-runs, with the rules known in advance for the server (`adapt.known_rules`); `adapt_requests=False`
-turns that mechanism off.
+client's adapters in order (`ChatClient._adapt`): fields the server attached to assistant messages are
+dropped or added as it says (`wire.outgoing`: what the server attached goes back as `reasoning_echo`
+decides), and any other part the server's message names (a tool-schema keyword, a tool name, a parameter
+such as `stream_options`, a message shape) is changed as `wire.adapt` decides. Each change applies to
+the outgoing request only (the history keeps what really happened); the request is sent once more with
+everything else unchanged, a `Notice` says what changed and why, and a refusal that teaches nothing new
+ends the turn with the server's message. What `wire.adapt` learns is remembered per base URL + model
+(`wire.facts`) and applied before the first request of later runs, with the rules known in advance for
+the server (`adapt.known_rules`); `adapt_requests=False` turns that mechanism off (a refused
+`stream_options` is then still dropped, for the client's life).
 """
 
 from __future__ import annotations
@@ -316,7 +316,7 @@ class ChatClient:
         if not isinstance(exc, openai.APIStatusError) or exc.status_code not in (400, 422):
             return None
         status, text = exc.status_code, _error_text(exc)
-        for adapter in (self._adapt_usage, self._adapt_reasoning, self._adapt_request):
+        for adapter in (self._adapt_reasoning, self._adapt_request, self._adapt_usage):
             if (notices := adapter(status, text, body, done)) is not None:
                 return notices
         return None
@@ -336,7 +336,8 @@ class ChatClient:
                       f"{short_text(' '.join(_error_text(exc).split()), 200)}", "adapt_debug")
 
     def _adapt_usage(self, status: int, text: str, body: dict[str, Any], done: set[str]) -> list[Notice] | None:
-        """`stream_options` refused: servers that reject include_usage just get no usage (silently)."""
+        """`stream_options` refused and `adapt_requests` off (else `wire.adapt` drops it, remembered): servers
+        that reject include_usage just get no usage (silently, for this client's life)."""
         if self._usage_option and "stream_options" in text and "stream_options" not in done:
             self._usage_option = False
             done.add("stream_options")

@@ -26,6 +26,7 @@ QUIRKS: dict[str, set[str]] = {
     "openai-plugin-tool-name-outside-pattern": set(),
     "vllm-gemma-system-role-not-supported": set(),
     "gemini-tool-name-must-start-with-a-letter": set(),
+    "vllm-extra-forbidden-stream-options-remembered": set(),
     "leaked-template-token-in-tool-name": {"name-leaked-tokens"},
     "leaked-whitespace-and-constrain-suffix-in-tool-names": {"name-leaked-tokens"},
     "split-index-arguments-before-header": {"calls-interleaved", "index-starts-at-1"},
