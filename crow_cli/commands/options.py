@@ -64,7 +64,7 @@ WorkspaceOpt = Annotated[str | None, typer.Option("--workspace", metavar="DIR",
                                                   "and to the temp dir (default: the working directory).")]
 SandboxOpt = Annotated[str | None, typer.Option("--sandbox", metavar="MODE", help="How run_shell commands are "
                                                 "confined: workspace-write (default: write only the workspace "
-                                                "and temp dir, .git hooks/config read-only, no network unless "
+                                                "and temp dir, .git read-only, no network unless "
                                                 "sandbox_network = true), read-only, or off (full rights). No "
                                                 "sandbox on this machine (bubblewrap, macOS sandbox-exec): every "
                                                 "command is asked about. A command the sandbox stopped may be run "

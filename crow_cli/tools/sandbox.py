@@ -3,9 +3,10 @@
 Modes (setting `sandbox`, flag `--sandbox`; default `workspace-write`):
 
 - `workspace-write`: the whole filesystem readable; writable only the workspace and the system temp dir
-  (`tempfile.gettempdir()`); the workspace's `.git/hooks` and `.git/config` read-only (a hook written
-  now would run unconfined at the user's next commit), and `.git` itself pinned (it cannot be renamed
-  away and replaced; a worktree's `.git` file is read-only); no network unless `network` (setting
+  (`tempfile.gettempdir()`); the workspace's `.git` (folder, or a linked worktree's file) read-only and
+  bound in place, so it cannot be moved aside or replaced either: its hooks, config (`core.fsmonitor`),
+  `commondir` and submodule configs all run code unconfined at the user's next git command (Codex protects
+  `.git` the same way; `git commit` then asks to run outside the sandbox); no network unless `network` (setting
   `sandbox_network`); no new privileges (setuid programs do not gain rights).
 - `read-only`: as above, but nothing writable (a private, empty temp dir that is discarded).
 - `off`: the command runs with the user's full rights (an explicit choice).
@@ -37,7 +38,7 @@ __all__ = ["DEFAULT_MODE", "MODES", "Sandbox", "SandboxBlocked", "backend", "blo
 
 MODES = ("workspace-write", "read-only", "off")
 DEFAULT_MODE = "workspace-write"
-_PROTECTED = (".git/hooks", ".git/config")  # inside the workspace, yet read-only: they run code later
+_PROTECTED = ".git"  # inside the workspace, yet read-only: what it holds runs code later, unconfined
 # What a command's output says when the sandbox stopped it (errno texts of glibc, Python, curl, git).
 _FS_SIGNS = ("Read-only file system", "read-only file system", "EROFS")
 _NET_SIGNS = ("Network is unreachable", "Connection refused", "Could not resolve host",
@@ -66,7 +67,7 @@ class Sandbox:
         if not self.confines:
             return "no sandbox"
         writes = "nothing is writable" if self.mode == "read-only" else \
-            "only the workspace and the temp dir are writable (.git hooks and config are not)"
+            "only the workspace and the temp dir are writable (.git is not)"
         return f"sandbox {self.mode}: {writes}; network {'on' if self.network else 'off'}"
 
 
@@ -92,22 +93,17 @@ def bwrap_argv(sandbox: Sandbox, workspace: Path, command: str, bwrap: str = "bw
     """The bubblewrap command line running `/bin/sh -c command` in `workspace` under `sandbox`.
 
     Read-only root, a minimal /dev, a new /proc; the workspace and temp dir bound writable
-    (`workspace-write`), `.git/hooks` and `.git/config` bound read-only over them when they exist.
+    (`workspace-write`), the workspace's `.git` bound read-only over it when it exists (a mount point:
+    neither renamed nor removed).
     """
     root = os.path.realpath(workspace)
     temp = _temp(sandbox)
     argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     if sandbox.mode == "workspace-write":
         argv += ["--bind", temp, temp, "--bind", root, root]
-        git = os.path.join(root, ".git")
-        if os.path.isdir(git) and not os.path.islink(git):
-            argv += ["--bind", git, git]  # a mount point cannot be renamed away (and a new .git made)
-        elif os.path.lexists(git):
-            argv += ["--ro-bind", git, git]  # a worktree's `gitdir:` file: it must not point elsewhere
-        for name in _PROTECTED:
-            path = os.path.join(root, name)
-            if os.path.lexists(path):
-                argv += ["--ro-bind", path, path]
+        path = os.path.join(root, _PROTECTED)
+        if os.path.lexists(path):
+            argv += ["--ro-bind", path, path]
     else:
         argv += ["--tmpfs", temp]
     argv += ["--unshare-all", *(["--share-net"] if sandbox.network else []), "--die-with-parent",
@@ -121,16 +117,14 @@ def _quote(path: str) -> str:
 
 def seatbelt_profile(sandbox: Sandbox, workspace: Path) -> str:
     """The macOS `sandbox-exec` profile (SBPL) for `sandbox`: reads allowed, writes only to the workspace,
-    the temp dir and the terminal devices (`workspace-write`), `.git` hooks and config denied, network
+    the temp dir and the terminal devices (`workspace-write`), the workspace's `.git` denied, network
     denied unless `network`. Later rules win in SBPL, so the denials come last."""
     root = os.path.realpath(workspace)
     lines = ["(version 1)", "(allow default)", "(deny file-write*)",
              '(allow file-write* (literal "/dev/null") (literal "/dev/tty") (regex #"^/dev/fd/"))']
     if sandbox.mode == "workspace-write":
         lines.append(f"(allow file-write* (subpath {_quote(root)}) (subpath {_quote(_temp(sandbox))}))")
-        lines.append(f"(deny file-write* (literal {_quote(os.path.join(root, '.git'))}) "
-                     f"(subpath {_quote(os.path.join(root, _PROTECTED[0]))}) "
-                     f"(literal {_quote(os.path.join(root, _PROTECTED[1]))}))")
+        lines.append(f"(deny file-write* (subpath {_quote(os.path.join(root, _PROTECTED))}))")
     if not sandbox.network:
         lines.append("(deny network*)")
     return "\n".join(lines) + "\n"
@@ -189,7 +183,7 @@ def blocked_reason(sandbox: Sandbox, output: str) -> str | None:
         return None
     if any(sign in output for sign in _FS_SIGNS):
         where = "anywhere" if sandbox.mode == "read-only" else \
-            "outside the workspace and the temp dir (or to .git hooks and config)"
+            "outside the workspace and the temp dir (or to .git)"
         return f"the sandbox ({sandbox.mode}) refused a write {where}: read-only file system"
     if not sandbox.network and any(sign in output for sign in _NET_SIGNS):
         return "the sandbox has no network: connections and name lookups fail"

@@ -132,7 +132,7 @@ async def test_a_command_the_sandbox_stopped_runs_outside_it_only_with_a_yes(tmp
     else:
         assert "Read-only file system" in result.output and not result.ok
         assert result.output.endswith("the sandbox (workspace-write) refused a write outside the workspace and the "
-                                      "temp dir (or to .git hooks and config): read-only file system. It was not "
+                                      "temp dir (or to .git): read-only file system. It was not "
                                       "run outside the sandbox. Do not retry it unchanged; work inside the "
                                       "workspace]")
     assert len(asked) == (0 if answer is None else 1)

@@ -77,13 +77,26 @@ async def test_git_hooks_and_config_stay_read_only(place: Path) -> None:
 @needs_bwrap
 async def test_git_cannot_be_renamed_away_nor_a_worktree_pointer_rewritten(place: Path) -> None:
     out = await _run("mv .git .git2; echo x > .git/objects-ok", _context(place))
-    assert "Device or resource busy" in out and (place / "ws/.git/objects-ok").exists()
+    assert "Device or resource busy" in out and not (place / "ws/.git/objects-ok").exists()
     assert not (place / "ws/.git2").exists()
     (place / "wt").mkdir()
     (place / "wt/.git").write_text("gitdir: /elsewhere\n")
     worktree = ToolContext(place / "wt", sandbox=Sandbox("workspace-write", False, str(place / "tmp")))
     assert (await _run("echo 'gitdir: ./evil' > .git", worktree)).startswith("BLOCKED")
     assert (place / "wt/.git").read_text() == "gitdir: /elsewhere\n"
+
+
+@needs_bwrap
+async def test_git_metadata_cannot_be_moved_aside_or_redirected(place: Path) -> None:
+    # issue: a new user's sandboxed command wrote `.git/commondir` naming a git dir of its own (copied objects,
+    # a config with core.fsmonitor): the user's next `git status` ran that command unconfined. Pinning .git
+    # was not enough; all of .git stays as it is (submodule configs under .git/modules likewise).
+    (place / "ws/.git/HEAD").write_text("ref: refs/heads/main\n")
+    out = await _run("mv .git .gitx; printf /x > .git/commondir; mkdir .git/modules; rm -rf .git",
+                     _context(place))
+    assert out.startswith("BLOCKED") and "Read-only file system" in out
+    assert sorted(p.name for p in (place / "ws").iterdir()) == [".git"]
+    assert sorted(p.name for p in (place / "ws/.git").iterdir()) == ["HEAD", "config", "hooks"]
 
 
 @needs_bwrap
@@ -194,8 +207,8 @@ def test_bwrap_arguments(place: Path) -> None:
     argv = bwrap_argv(Sandbox("workspace-write", False, str(place / "tmp")), place / "ws", "make")
     assert argv[:8] == ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     text = " ".join(argv)
-    assert f"--bind {place}/tmp {place}/tmp --bind {ws} {ws} --bind {ws}/.git {ws}/.git" in text
-    assert f"--ro-bind {ws}/.git/hooks {ws}/.git/hooks --ro-bind {ws}/.git/config {ws}/.git/config" in text
+    assert f"--bind {place}/tmp {place}/tmp --bind {ws} {ws}" in text
+    assert f"--bind {ws} {ws} --ro-bind {ws}/.git {ws}/.git --unshare-all" in text
     assert "--unshare-all --die-with-parent --new-session" in text and "--share-net" not in text
     assert argv[-4:] == ["--", "/bin/sh", "-c", "make"]
     networked = bwrap_argv(Sandbox("read-only", True, str(place / "tmp")), place / "ws", "make")
@@ -210,7 +223,7 @@ def test_macos_profile_text(place: Path) -> None:
         "(version 1)", "(allow default)", "(deny file-write*)",
         '(allow file-write* (literal "/dev/null") (literal "/dev/tty") (regex #"^/dev/fd/"))',
         f'(allow file-write* (subpath "{ws}") (subpath "{place}/tmp"))',
-        f'(deny file-write* (literal "{ws}/.git") (subpath "{ws}/.git/hooks") (literal "{ws}/.git/config"))',
+        f'(deny file-write* (subpath "{ws}/.git"))',
         "(deny network*)",
     ]
     read_only = seatbelt_profile(Sandbox("read-only", True), Path('/tmp/a "quoted" dir'))
