@@ -203,9 +203,12 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _tool_problem(raw: Any) -> str | None:
-    """Why a raw `tools/list` entry cannot be used (one line naming the field), or None."""
+def _tool_problem(raw: Any, version: str | None) -> str | None:
+    """Why a raw `tools/list` entry cannot be used under protocol `version` (one line naming the field), or
+    None. The library validates a listing as one page (`mcp_types.methods.validate_server_result`): one
+    entry it refuses would fail the whole server, so each is validated alone first, the same way."""
     from mcp_types import Tool as McpTool
+    from mcp_types.methods import validate_server_result
     from pydantic import ValidationError
 
     if not isinstance(raw, dict):
@@ -218,10 +221,16 @@ def _tool_problem(raw: Any) -> str | None:
     if schema.get("type") != "object":  # the MCP spec: a tool's inputSchema is {"type": "object", …}
         return f"its inputSchema has type {schema.get('type')!r}, not 'object'"
     try:
-        McpTool.model_validate(raw)
+        if version is None:
+            McpTool.model_validate(raw)
+        else:
+            validate_server_result("tools/list", version, {"tools": [raw]})
     except ValidationError as exc:
         first = exc.errors()[0]
-        return f"{'.'.join(str(p) for p in first['loc']) or 'the tool'}: {first['msg']}"
+        loc = first["loc"][2:] if first["loc"][:1] == ("tools",) else first["loc"]
+        return f"{'.'.join(str(p) for p in loc) or 'the tool'}: {first['msg']}"
+    except (ValueError, KeyError):  # a protocol version this library does not know: the server decides
+        return None
     return None
 
 

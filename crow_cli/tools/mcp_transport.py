@@ -28,9 +28,12 @@ TAIL_BYTES = 8192
 class TransportWatch:
     """One connection's transport, watched. Use `wrap(transport)` as the `mcp.Client` target."""
 
-    def __init__(self, check_tool: Callable[[Any], str | None]) -> None:
-        """`check_tool(raw)` returns why a raw tool entry of a `tools/list` answer is unusable, or None."""
+    def __init__(self, check_tool: Callable[[Any, str | None], str | None]) -> None:
+        """`check_tool(raw, version)` returns why a raw tool entry of a `tools/list` answer is unusable under
+        the negotiated protocol `version` (None: not known), or None."""
         self.check_tool = check_tool
+        self.version: str | None = None
+        """The protocol version the server's `initialize` answer named."""
         self.closed = False
         """The read stream ended: the connection is gone (set before the library fails pending requests)."""
         self.dropped: list[str] = []
@@ -49,13 +52,15 @@ class TransportWatch:
         message = getattr(item, "message", None)
         result = getattr(message, "result", None)
         ident = getattr(message, "id", None)
+        if isinstance(result, dict) and isinstance(result.get("protocolVersion"), str):
+            self.version = result["protocolVersion"]
         if ident in self._listing_ids and isinstance(result, dict):
             self._listing_ids.discard(ident)
             tools = result.get("tools")
             if isinstance(tools, list):
                 kept = []
                 for n, raw in enumerate(tools):
-                    why = self.check_tool(raw)
+                    why = self.check_tool(raw, self.version)
                     if why is None:
                         kept.append(raw)
                         continue

@@ -7,8 +7,8 @@ servers do for an ordinary failure), `crash` (exits mid-call, never answering) a
 then exits: a server gone between turns). Faults:
 
     hang_list     never answer tools/list
-    bad_tool      also list a tool whose inputSchema is not an object, one whose inputSchema is {},
-                  and one without a name
+    bad_tool      also list a tool whose inputSchema is not an object, one whose inputSchema is {}, one
+                  whose outputSchema is {}, and one without a name
     noise         write a line that is not JSON to stdout before each answer
     chatty        write 64 KiB to stderr on every request
     many          also list 140 tools `t0` … `t139`
@@ -35,6 +35,7 @@ TOOLS = [
 if "bad_tool" in FAULTS:
     TOOLS += [{"name": "broken", "description": "Bad schema.", "inputSchema": "not an object"},
               {"name": "empty", "description": "Empty schema.", "inputSchema": {}},
+              {"name": "no_output_type", "inputSchema": {"type": "object"}, "outputSchema": {}},
               {"description": "No name.", "inputSchema": {"type": "object"}}]
 if "many" in FAULTS:
     TOOLS += [{"name": f"t{n}", "inputSchema": {"type": "object"}} for n in range(140)]

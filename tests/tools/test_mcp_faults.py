@@ -89,7 +89,8 @@ async def test_an_invalid_tool_is_dropped_with_one_line_naming_it() -> None:
         await servers.register_tools(registry)
     assert registry.errors == ["MCP server 'f': tool 'broken': its inputSchema is not an object; dropped it",
                                "MCP server 'f': tool 'empty': its inputSchema has type None, not 'object'; dropped it",
-                               "MCP server 'f': tool #7 (no name): it has no name; dropped it"]
+                               "MCP server 'f': tool 'no_output_type': outputSchema.type: Field required; dropped it",
+                               "MCP server 'f': tool #8 (no name): it has no name; dropped it"]
     assert sorted(t.name for t in registry if t.source == "mcp:f") == ["app_error", "crash", "echo", "quit"]
 
 
