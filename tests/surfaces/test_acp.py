@@ -828,3 +828,24 @@ def test_requests_that_break_json_rpc_get_their_answers_and_the_process_lives(wo
         odd = ask({"jsonrpc": "2.0", "id": {"n": 4}, "method": "session/list", "params": {}})
         assert odd["id"] is None and odd["error"]["code"] == -32600
         assert ask({"jsonrpc": "2.0", "id": 5, "method": "session/list", "params": {}})["result"] == {"sessions": []}
+
+
+# issue: the sandbox mode is per ACP session: a config option the editor shows and may change
+@needs_sandbox()
+async def test_the_sandbox_is_a_session_config_option(workspace, tmp_path_factory, monkeypatch):
+    outside, temp = tmp_path_factory.mktemp("outside"), tmp_path_factory.mktemp("tmp")
+    monkeypatch.setenv("TMPDIR", str(temp))
+    turns = script([("s1", "run_shell", {"command": f"echo x > {outside}/f"})], final="Done.")
+    editor = Editor()
+    with ReplayServer(turns) as server:
+        async with crow_acp(server.base_url, workspace, editor, "--yes") as (conn, _proc, _err):
+            session = await conn.new_session(cwd=str(workspace), mcp_servers=[])
+            [option] = session.config_options
+            assert option.id == "sandbox" and option.current_value == "workspace-write"
+            assert [o.value for o in option.options] == ["workspace-write", "read-only", "off"]
+            changed = await conn.set_config_option(config_id="sandbox", session_id=session.session_id, value="off")
+            assert changed.config_options[0].current_value == "off"
+            with pytest.raises(RequestError):
+                await conn.set_config_option(config_id="sandbox", session_id=session.session_id, value="none")
+            await conn.prompt(session_id=session.session_id, prompt=[text_block("write outside")])
+    assert (outside / "f").read_text() == "x\n" and editor.permissions == []  # off: yolo runs it unconfined

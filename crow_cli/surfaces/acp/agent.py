@@ -27,6 +27,7 @@ from acp.schema import (
     PromptResponse,
     SessionCapabilities,
     SessionListCapabilities,
+    SetSessionConfigOptionResponse,
     SetSessionModeResponse,
 )
 from acp.schema import SessionInfo as AcpSessionInfo
@@ -156,7 +157,8 @@ class CrowAgent:
         history: list[Message] = [{"role": "system", "content": settings.system}] if settings.system else []
         session = await self._open(info.id, root, history, SessionRecorder(self.store, self.settings, info),
                                    mcp_servers or [])
-        return NewSessionResponse(session_id=session.id, modes=session.modes())
+        return NewSessionResponse(session_id=session.id, modes=session.modes(),
+                                  config_options=session.config_options())
 
     async def load_session(self, cwd: str, session_id: str, mcp_servers: list[Any] | None = None,
                            additional_directories: list[str] | None = None, **kwargs: Any) -> LoadSessionResponse:
@@ -180,7 +182,7 @@ class CrowAgent:
             session = await self._open(session_id, root, session.history, session.recorder, mcp_servers or [],
                                        keep=session)
         await session.replay()
-        return LoadSessionResponse(modes=session.modes())
+        return LoadSessionResponse(modes=session.modes(), config_options=session.config_options())
 
     async def list_sessions(self, cwd: str | None = None, cursor: str | None = None,
                             **kwargs: Any) -> ListSessionsResponse:
@@ -204,6 +206,15 @@ class CrowAgent:
         """Switch the session's approval policy (`MODES`)."""
         self._session(session_id).set_mode(mode_id)
         return SetSessionModeResponse()
+
+    async def set_config_option(self, config_id: str, session_id: str, value: str | bool,
+                                **kwargs: Any) -> SetSessionConfigOptionResponse:
+        """Change a session config option: `sandbox` (`Session.config_options`)."""
+        session = self._session(session_id)
+        if config_id != "sandbox" or not isinstance(value, str):
+            raise RequestError(-32602, f"unknown config option {config_id!r} or value {value!r} (options: sandbox)")
+        session.set_sandbox(value)
+        return SetSessionConfigOptionResponse(config_options=session.config_options())
 
     async def prompt(self, session_id: str, prompt: list[Any], **kwargs: Any) -> PromptResponse:
         """Run one prompt in a session (`Session.prompt`)."""

@@ -15,6 +15,9 @@ from acp.schema import (
     AllowedOutcome,
     PermissionOption,
     PromptResponse,
+    SessionConfigOptionBoolean,
+    SessionConfigOptionSelect,
+    SessionConfigSelectOption,
     SessionMode,
     SessionModeState,
     StopReason,
@@ -70,6 +73,12 @@ MODES: dict[str, tuple[str, str]] = {
     "yolo": ("Yolo", "Run every tool without asking (deny rules still apply)"),
 }
 """Session mode id → (name, description). Every mode but `read-only` is a crow approval policy."""
+SANDBOX_MODES: dict[str, tuple[str, str]] = {
+    "workspace-write": ("Workspace write", "Commands write only the workspace and temp dir; no network"),
+    "read-only": ("Read-only", "Commands write nothing; no network"),
+    "off": ("Off", "Commands run with your full rights"),
+}
+"""The session config option `sandbox`: `tools.sandbox.MODES` → (name, description)."""
 
 
 class Session:
@@ -143,6 +152,21 @@ class Session:
     def modes(self) -> SessionModeState:
         return SessionModeState(current_mode_id=self.mode, available_modes=[
             SessionMode(id=mode, name=name, description=description) for mode, (name, description) in MODES.items()])
+
+    def config_options(self) -> list[SessionConfigOptionSelect | SessionConfigOptionBoolean]:
+        """The session's options besides its mode: the sandbox of its commands (`tools.sandbox`)."""
+        return [SessionConfigOptionSelect(
+            id="sandbox", name="Sandbox", type="select", current_value=self.context.sandbox.mode,
+            description="How run_shell commands are confined", options=[
+                SessionConfigSelectOption(value=mode, name=name, description=description)
+                for mode, (name, description) in SANDBOX_MODES.items()])]
+
+    def set_sandbox(self, mode: str) -> None:
+        """Confine this session's next commands by the sandbox mode `mode`."""
+        if mode not in SANDBOX_MODES:
+            raise RequestError(-32602, f"unknown sandbox mode {mode!r} (modes: {', '.join(SANDBOX_MODES)})")
+        self.context = replace(self.context, sandbox=replace(self.context.sandbox, mode=mode))
+        self.driver.context = self.context
 
     def set_mode(self, mode: str) -> None:
         """Switch the approval policy; "always" answers given so far stay."""
