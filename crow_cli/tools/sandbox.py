@@ -2,7 +2,8 @@
 
 Modes (setting `sandbox`, flag `--sandbox`; default `workspace-write`):
 
-- `workspace-write`: the whole filesystem readable; writable only the workspace and the system temp dir
+- `workspace-write`: the whole filesystem readable (but /run, where daemons' sockets are); writable only
+  the workspace and the system temp dir
   (`tempfile.gettempdir()`); the workspace's `.git` (folder, or a linked worktree's file) read-only and
   bound in place, so it cannot be moved aside or replaced either: its hooks, config (`core.fsmonitor`),
   `commondir` and submodule configs all run code unconfined at the user's next git command (Codex protects
@@ -89,16 +90,30 @@ def _temp(sandbox: Sandbox) -> str:
     return os.path.realpath(sandbox.temp_dir or tempfile.gettempdir())
 
 
-def bwrap_argv(sandbox: Sandbox, workspace: Path, command: str, bwrap: str = "bwrap") -> list[str]:
+def _resolver_file() -> str:
+    return os.path.realpath("/etc/resolv.conf")
+
+
+def bwrap_argv(sandbox: Sandbox, workspace: Path, command: str, bwrap: str = "bwrap",
+               resolv_conf: str | None = None) -> list[str]:
     """The bubblewrap command line running `/bin/sh -c command` in `workspace` under `sandbox`.
 
-    Read-only root, a minimal /dev, a new /proc; the workspace and temp dir bound writable
+    Read-only root, a minimal /dev, a new /proc, an empty /run: the network namespace does not cover Unix
+    sockets that have a path, and /run holds the daemons' (docker.sock, the systemd and D-Bus buses behind
+    `systemd-run --user`), which would run what they are asked outside the sandbox. With network, the
+    resolver file (`resolv_conf`, default: where /etc/resolv.conf leads) is kept when it lives under /run
+    (systemd-resolved, NetworkManager). The workspace and temp dir bound writable
     (`workspace-write`), the workspace's `.git` bound read-only over it when it exists (a mount point:
     neither renamed nor removed).
     """
     root = os.path.realpath(workspace)
     temp = _temp(sandbox)
     argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    if os.path.isdir("/run"):
+        argv += ["--tmpfs", "/run"]
+    resolver = resolv_conf or _resolver_file()
+    if sandbox.network and resolver.startswith("/run/"):
+        argv += ["--ro-bind-try", resolver, resolver]
     if sandbox.mode == "workspace-write":
         argv += ["--bind", temp, temp, "--bind", root, root]
         path = os.path.join(root, _PROTECTED)

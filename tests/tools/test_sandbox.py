@@ -100,6 +100,36 @@ async def test_git_metadata_cannot_be_moved_aside_or_redirected(place: Path) -> 
 
 
 @needs_bwrap
+async def test_daemon_sockets_under_run_are_out_of_reach(place: Path) -> None:
+    # issue: a new user's sandboxed command connected to a Unix socket under /run (the path of docker.sock, the
+    # systemd user bus behind `systemd-run --user`): the network namespace does not cover path sockets, so
+    # any daemon there would run what the command asked, unconfined. /run is an empty tmpfs inside.
+    if not os.access("/run", os.W_OK):
+        pytest.skip("cannot place a socket under /run as this user")
+    path = f"/run/crow-test-{os.getpid()}.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    try:
+        server.listen(1)
+        out = await _run(f"{sys.executable} -c \"import socket; socket.socket(socket.AF_UNIX).connect('{path}')\"",
+                         _context(place))
+        assert "FileNotFoundError" in out
+    finally:
+        server.close()
+        os.unlink(path)
+
+
+def test_run_is_hidden_and_a_resolver_file_under_it_kept_with_network(place: Path) -> None:
+    argv = " ".join(bwrap_argv(Sandbox("workspace-write", True, str(place / "tmp")), place / "ws", "make",
+                               resolv_conf="/run/systemd/resolve/stub-resolv.conf"))
+    assert "--proc /proc --tmpfs /run --ro-bind-try /run/systemd/resolve/stub-resolv.conf " \
+           "/run/systemd/resolve/stub-resolv.conf --bind" in argv
+    offline = " ".join(bwrap_argv(Sandbox("read-only", False, str(place / "tmp")), place / "ws", "make",
+                                  resolv_conf="/run/systemd/resolve/stub-resolv.conf"))
+    assert "--tmpfs /run --tmpfs" in offline and "resolve" not in offline
+
+
+@needs_bwrap
 async def test_read_only_writes_nothing(place: Path) -> None:
     out = await _run("echo a > inside", _context(place, "read-only"))
     assert out.startswith("BLOCKED the sandbox (read-only) refused a write anywhere")
