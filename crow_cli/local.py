@@ -272,9 +272,8 @@ class LocalServer:
             self.stop()
             raise LocalError(f"the local server did not start within {timeout_s:.0f} s (log: {self.log})") from None
         if not line.startswith("http://"):
-            self.proc.wait()
-            tail = self.log.read_text(errors="replace").strip().splitlines()[-1:]
-            self.proc = None
+            self.stop()  # it exited non-zero: its log is kept
+            tail = self.log.read_text(errors="replace").strip().splitlines()[-1:] if self.log.exists() else []
             raise LocalError(f"the local server exited ({' / '.join(tail)[:300]}; log: {self.log})")
         self.base_url = line.rstrip("/") + "/v1"
         return self.base_url
