@@ -225,10 +225,20 @@ def gguf_spec(model: Path) -> ServerSpec:
     """A user's GGUF: its own chat template, a larger context, no reply cap.
 
     Raises:
-        LocalError: the file does not exist.
+        LocalError: the file does not exist, is a folder, cannot be read or does not start with GGUF's
+            magic (`GGUF`, the format's first four bytes: llama.cpp's gguf.md).
     """
+    if model.is_dir():
+        raise LocalError(f"--local-model: {model} is a folder, not a GGUF model file")
     if not model.is_file():
         raise LocalError(f"--local-model: no such file: {model}")
+    try:
+        with model.open("rb") as file:
+            magic = file.read(4)
+    except OSError as exc:
+        raise LocalError(f"--local-model: cannot read {model}: {exc.strerror}") from None
+    if magic != b"GGUF":
+        raise LocalError(f"--local-model: {model} is not a GGUF model file (it does not start with GGUF)")
     return ServerSpec(model=str(model), ctx=int(os.environ.get("CROW_LLAMA_CTX") or 8192), threads=_threads(),
                       port=int(os.environ.get("CROW_LLAMA_PORT") or 0))
 

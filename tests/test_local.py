@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -155,6 +156,25 @@ def test_a_missing_local_model_is_one_line(fake_engine: Path, tmp_path: Path) ->
                           text=True, timeout=120, cwd=tmp_path, stdin=subprocess.DEVNULL)
     assert proc.returncode == 1
     assert proc.stderr == f"crow: error: --local-model: no such file: {tmp_path / 'nope.gguf'}\n"
+
+
+# issue: a new user's --local-model pointing at a folder said "no such file", and at a file that is no model
+# (a download that saved an HTML page, an empty file) started llama.cpp, whose log line came back with its
+# timestamps ("0.00.006.238 E srv init: exiting due to model loading error"); the file's magic says it first.
+@pytest.mark.parametrize(("make", "said"), [
+    (lambda p: p.mkdir(), "is a folder, not a GGUF model file"),
+    (lambda p: p.write_bytes(b"<!DOCTYPE html><html>"), "is not a GGUF model file (it does not start with GGUF)"),
+    (lambda p: p.write_bytes(b""), "is not a GGUF model file (it does not start with GGUF)"),
+])
+def test_a_local_model_that_is_no_gguf_file_is_one_line(fake_engine: Path, tmp_path: Path,
+                                                        make: Any, said: str) -> None:
+    model = tmp_path / "model.gguf"
+    make(model)
+    proc = subprocess.run([CROW, "run", "--local-model", str(model), "hi"], capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 1
+    assert proc.stderr == f"crow: error: --local-model: {model} {said}\n"
+    assert not fake_engine.exists()  # no server was started
 
 
 def test_a_server_that_fails_to_start_is_one_line(fake_engine: Path, tmp_path: Path) -> None:
