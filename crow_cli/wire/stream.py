@@ -112,18 +112,32 @@ def recover_frames(data: str) -> list[Any]:
     return frames
 
 
+_BOM = b"\xef\xbb\xbf"
+
+
 class _Sniffed(httpx.AsyncByteStream):
-    """Passes the body on and keeps its first bytes, to name a body that held no event."""
+    """Passes the body on and keeps its first bytes, to name a body that held no event. A UTF-8 byte order
+    mark at the start is dropped, as the SSE spec's UTF-8 decode does (else the first line's field name
+    would be `\ufeffdata` and the first event lost)."""
 
     def __init__(self, parts: AsyncIterator[bytes]) -> None:
         self.parts = parts
         self.head = b""
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
+        start = b""  # the body's first bytes, held until it is known whether they are a byte order mark
         async for part in self.parts:
+            if len(start) < len(_BOM) and not self.head:
+                start += part
+                if len(start) < len(_BOM) and _BOM.startswith(start):
+                    continue
+                part = start.removeprefix(_BOM)
             if len(self.head) < _SNIFF_BYTES:
                 self.head += part[: _SNIFF_BYTES - len(self.head)]
             yield part
+        if len(start) < len(_BOM) and not self.head and start:  # a body shorter than a byte order mark
+            self.head = start
+            yield start
 
 
 def _no_stream_error(head: bytes, content_type: str) -> ServerError:

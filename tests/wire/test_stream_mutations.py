@@ -6,7 +6,8 @@ fields) found internal errors; this is that run, in-process (the real client and
 
 Mutations that keep a stream's meaning (the same calls, ids and text must come out as from the case
 itself): arguments re-chunked, text deltas split or merged, SSE comments / `event:` / `id:` / `retry:`
-lines, CR or CRLF line endings, `[DONE]` dropped or repeated, `finish_reason` dropped or repeated,
+lines, `data:` without its space, a byte order mark before the body, CR or CRLF line endings,
+`[DONE]` dropped or repeated, `finish_reason` dropped or repeated,
 id / type / name repeated on continuations (the same value, null or `""`), the body split into
 network reads at random byte offsets (mid UTF-8 too). Mutations that break it: a field given a wrong
 type, the connection cut at a random byte; then only the invariants hold (a result or one crow error
@@ -255,10 +256,21 @@ def done_markers(events: list[list[str]], rng: random.Random) -> list[list[str]]
     return [*events, ["data: [DONE]"]]
 
 
+def bare_data_fields(events: list[list[str]], rng: random.Random) -> list[list[str]]:
+    """`data:{…}` without the space (the SSE spec strips one space, if any)."""
+    return [[line.replace("data: ", "data:", 1) if rng.random() < 0.5 else line for line in lines]
+            for lines in events]
+
+
+def byte_order_mark(events: list[list[str]], rng: random.Random) -> list[list[str]]:
+    """A UTF-8 byte order mark before the body (added in `Plan.apply`; the SSE spec's decode drops it)."""
+    return events
+
+
 KEEPING: dict[str, Callable[[list[list[str]], random.Random], list[list[str]]]] = {
     "rechunk_arguments": rechunk_arguments, "split_text": split_text, "merge_text": merge_text,
     "repeat_headers": repeat_headers, "finish_chunks": finish_chunks, "envelope_noise": envelope_noise,
-    "done_markers": done_markers,
+    "done_markers": done_markers, "bare_data_fields": bare_data_fields, "byte_order_mark": byte_order_mark,
 }
 
 
@@ -348,7 +360,7 @@ class Plan:
             events = KEEPING[name](events, rng)
         for _ in range(self.wrong):
             events = wrong_types(events, rng)
-        data = body_of(events, self.newline).encode()
+        data = ("\ufeff" if "byte_order_mark" in self.names else "").encode() + body_of(events, self.newline).encode()
         offsets = sorted(rng.sample(range(1, len(data)), min(self.reads, len(data) - 1))) if len(data) > 1 else []
         cut = int(self.cut * len(data)) if self.cut is not None and answer == 1 else None
         return data, offsets, cut

@@ -203,3 +203,19 @@ async def test_a_huge_non_streamed_completion_is_a_one_line_error():
                                                                           "content-encoding": "gzip"})
     with pytest.raises(ServerError, match=r"sent a completion of over 16 MiB \(decoded\)"):
         await assemble(response)
+
+
+# found by the mutation property test: a body starting with a UTF-8 byte order mark lost its first chunk
+# silently (the first line's field name became "\ufeffdata"); the SSE spec's UTF-8 decode strips it
+@pytest.mark.parametrize("split", [0, 1, 2, 3])
+async def test_a_byte_order_mark_before_the_first_event_is_not_part_of_it(split):
+    body = b"\xef\xbb\xbf" + text_sse("hello world").encode()
+
+    async def parts():
+        yield body[:split]
+        yield body[split:]
+
+    from crow_cli.wire.stream import iter_chunks
+
+    items = [item async for item in iter_chunks(parts(), "text/event-stream")]
+    assert turn_of(items).content == "hello world"
