@@ -104,8 +104,8 @@ class AssistantTurn:
     content: str | None = None
     """The visible text, or None when the model sent none."""
     reasoning: str | None = None
-    """The reasoning text as shown (from `reasoning_content`, `reasoning`, reasoning blocks or a leading
-    `<think>` block); what is kept for the server is in `fields`."""
+    """The reasoning text as shown from `reasoning_content`, `reasoning` or reasoning blocks (a leading
+    `<think>` block stays in `content`); what is kept for the server is in `fields`."""
     tool_calls: list[ToolCall] = field(default_factory=list)
     finish_reason: str = "stop"
     """The server's finish_reason; `tool_calls` whenever calls were assembled, whatever it said."""

@@ -110,6 +110,10 @@ def render_text(report: Report, out: TextIO | None = None) -> None:
             for f in report.shape:
                 level: CheckLevel = f.level
                 print(_line(level, f.label, f.seen, f.crow, colour, indent="    "), file=out)
+    learned = {k: v for k, v in report.facts.items() if k != "quirks" and v not in (None, [], False)}
+    if learned:  # what later runs start with (`crow probe --show` lists it)
+        print("remembered for later runs: " + shown(", ".join(f"{k} {json.dumps(v)}" for k, v in learned.items())),
+              file=out)
     verdict = "streamed tool calling works" if report.tool_calling else "no streamed tool calling"
     print(f"{verdict} ({report.elapsed_s:.1f} s)", file=out)
 

@@ -214,7 +214,10 @@ class _ThinkSplit:
             head = text.lstrip()
             if head.startswith(_THINK_OPEN):
                 self._state, text, opened = 1, head[len(_THINK_OPEN):], True
-            elif _THINK_OPEN.startswith(head):  # "", "<", "<thi" …: not decided yet
+            elif not head:  # only whitespace so far: shown, and a think block may still open
+                events.append(TextDelta(text))
+                return False
+            elif _THINK_OPEN.startswith(head):  # "<", "<thi" …: not decided yet
                 self._held = text
                 return False
             else:

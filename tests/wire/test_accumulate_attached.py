@@ -172,3 +172,12 @@ def test_a_block_piece_that_names_no_type_continues_the_latest_block_at_its_inde
     turn, _ = assemble(details({"type": "reasoning.text", "text": "a", "index": 0}), details({"text": "b", "index": 0}),
                        details({"signature": "S", "index": 0}), chunk({"content": "x"}, "stop"))
     assert turn.fields["reasoning_details"] == [{"type": "reasoning.text", "text": "ab", "index": 0, "signature": "S"}]
+
+
+def test_leading_whitespace_is_shown_at_once_and_a_think_block_may_still_follow():
+    # the loop's cancel handling waits on the first text event: whitespace must not be held back
+    acc = StreamAccumulator()
+    assert acc.feed(chunk({"content": " "})) == [TextDelta(" ")]
+    assert acc.feed(chunk({"content": "<think>hm</think>ok"})) == [ReasoningDelta("hm"), TextDelta("ok")]
+    turn, _ = acc.finish()
+    assert turn.content == " <think>hm</think>ok"
