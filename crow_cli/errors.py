@@ -6,6 +6,7 @@
     │  ├─ AuthError        401/403: final, never retried
     │  ├─ RateLimited      429
     │  ├─ ServerError      5xx, or an error object inside the stream
+    │  │  └─ BodyTooLarge  a body or event larger than crow reads (`crow_cli.wire.body`)
     │  ├─ StreamCut        the stream broke or went idle mid-way
     │  └─ ContextOverflow  the request is longer than the model's context window (.n_ctx, .prompt_tokens)
     ├─ MaxTurnsExceeded    the loop hit --max-turns (exit 1)
@@ -17,8 +18,9 @@
     │  └─ SessionDamaged       a stored session's rows are not valid messages (`crow_cli.sessions`)
     └─ LocalError          `--local`: the llama.cpp server could not be prepared or started (`crow_cli.local`)
 
-The last four live beside what raises them (the store, the local server) and are `CrowError`s all the
-same: `cli.py` prints any of them as one line and exits with its `exit_code`.
+The ones naming a module live beside what raises them (the store, the local server, the body reader)
+and are `CrowError`s all the same: `cli.py` prints any of them as one line and exits with its `exit_code`.
+`tests/test_errors.py` fails when a public `CrowError` is missing from this tree.
 
 Foreign exceptions (openai, httpx) are mapped once, in `crow_cli.wire.client`.
 """
