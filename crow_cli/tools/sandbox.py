@@ -2,8 +2,8 @@
 
 Modes (setting `sandbox`, flag `--sandbox`; default `workspace-write`):
 
-- `workspace-write`: the whole filesystem readable (but /run, where daemons' sockets are); writable only
-  the workspace and the system temp dir
+- `workspace-write`: the whole filesystem readable (but /run and the temp dir's sockets: daemons, tmux,
+  X11 would run what a command sends them, unconfined); writable only the workspace and the system temp dir
   (`tempfile.gettempdir()`); the workspace's `.git` (folder, or a linked worktree's file) read-only and
   bound in place, so it cannot be moved aside or replaced either: its hooks, config (`core.fsmonitor`),
   `commondir` and submodule configs all run code unconfined at the user's next git command (Codex protects
@@ -25,9 +25,11 @@ be asked to run it once outside the sandbox.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -90,6 +92,30 @@ def _temp(sandbox: Sandbox) -> str:
     return os.path.realpath(sandbox.temp_dir or tempfile.gettempdir())
 
 
+def _is_socket(entry: os.DirEntry[str]) -> bool:
+    try:
+        return stat.S_ISSOCK(entry.stat(follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _sockets(folder: str) -> list[str]:
+    """The Unix sockets directly in `folder` or one folder down (symlinks not followed; unreadable ones
+    skipped): where tmux (`tmux-UID/default`), X11 (`.X11-unix/X0`), ssh and editor agents keep theirs."""
+    found: list[str] = []
+    folders: list[str] = []
+    with contextlib.suppress(OSError), os.scandir(folder) as entries:
+        for entry in entries:
+            if _is_socket(entry):
+                found.append(entry.path)
+            elif entry.is_dir(follow_symlinks=False):
+                folders.append(entry.path)
+    for sub in folders:
+        with contextlib.suppress(OSError), os.scandir(sub) as entries:
+            found += [entry.path for entry in entries if _is_socket(entry)]
+    return found
+
+
 def _resolver_file() -> str:
     return os.path.realpath("/etc/resolv.conf")
 
@@ -100,11 +126,12 @@ def bwrap_argv(sandbox: Sandbox, workspace: Path, command: str, bwrap: str = "bw
 
     Read-only root, a minimal /dev, a new /proc, an empty /run: the network namespace does not cover Unix
     sockets that have a path, and /run holds the daemons' (docker.sock, the systemd and D-Bus buses behind
-    `systemd-run --user`), which would run what they are asked outside the sandbox. With network, the
-    resolver file (`resolv_conf`, default: where /etc/resolv.conf leads) is kept when it lives under /run
-    (systemd-resolved, NetworkManager). The workspace and temp dir bound writable
-    (`workspace-write`), the workspace's `.git` bound read-only over it when it exists (a mount point:
-    neither renamed nor removed).
+    `systemd-run --user`), which would run what they are asked outside the sandbox. The sockets in the
+    temp dir (`_sockets`: the user's tmux server would run any command it is sent) are covered with
+    /dev/null likewise. With network, the resolver file (`resolv_conf`, default: where /etc/resolv.conf
+    leads) is kept when it lives under /run (systemd-resolved, NetworkManager). The workspace and temp
+    dir bound writable (`workspace-write`), the workspace's `.git` bound read-only over it when it exists
+    (a mount point: neither renamed nor removed).
     """
     root = os.path.realpath(workspace)
     temp = _temp(sandbox)
@@ -115,7 +142,10 @@ def bwrap_argv(sandbox: Sandbox, workspace: Path, command: str, bwrap: str = "bw
     if sandbox.network and resolver.startswith("/run/"):
         argv += ["--ro-bind-try", resolver, resolver]
     if sandbox.mode == "workspace-write":
-        argv += ["--bind", temp, temp, "--bind", root, root]
+        argv += ["--bind", temp, temp]
+        for path in _sockets(temp):
+            argv += ["--ro-bind", "/dev/null", path]
+        argv += ["--bind", root, root]
         path = os.path.join(root, _PROTECTED)
         if os.path.lexists(path):
             argv += ["--ro-bind", path, path]
