@@ -143,3 +143,15 @@ def test_requests_notifications_and_the_editors_answers_pass_on_unchanged() -> N
                  b'{"jsonrpc": "2.0", "method": "session/cancel", "params": {}}',
                  b'{"jsonrpc": "2.0", "id": 0, "result": {}}', b'{"jsonrpc": "2.0", "id": 1, "error": {}}'):
         assert screen_line(line) == (line, None)
+
+
+def test_a_lone_surrogate_escape_from_the_editor_becomes_u_fffd_and_a_pair_is_kept() -> None:
+    # issue: a new user's editor sent half of an emoji pair ("\ud83d" alone) in a prompt: the prompt failed with
+    # an internal error ("surrogates not allowed") instead of being sent; an answer of the editor's (a file it
+    # read) carries the same escapes
+    for method in ('"method": "session/prompt", "id": 3, "params": {"prompt": [{"type": "text", "text": "%s"}]}',
+                   '"id": 7, "result": {"content": "%s"}'):
+        line = ('{"jsonrpc": "2.0", ' + method % r"a \ud83d b \ud83d\ude00 c \udc00") + "}"
+        passed, answer = screen_line(line.encode())
+        assert answer is None and passed is not None
+        assert "a \ufffd b \U0001f600 c \ufffd" in json.dumps(json.loads(passed), ensure_ascii=False)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from acp.schema import (
 
 from ...errors import ToolError
 from ...history import ToolCall
-from ...text import strip_controls
+from ...text import clean_text, has_surrogates, strip_controls
 from ...tools.builtin.edits import MAX_EDIT_BYTES, apply_edit, check_edit
 from ...tools.registry import Tool
 from ...tools.workspace import resolve_in_workspace
@@ -208,6 +209,10 @@ def _invalid(ident: Any, what: str) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": ident, "error": {"code": -32600, "message": f"Invalid Request: {what}"}}
 
 
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+"""A JSON escape of a UTF-16 surrogate half (`\\ud83d`); only lines holding one are checked further."""
+
+
 def screen_line(line: bytes) -> tuple[bytes | None, dict[str, Any] | None]:
     """What to do with one input line: the line to pass on to the SDK (None: none) and an answer to write
     at once (None: none).
@@ -218,6 +223,8 @@ def screen_line(line: bytes) -> tuple[bytes | None, dict[str, Any] | None]:
     is not a string, or that has neither a method nor a result or error (it is no answer to crow
     either). `session/cancel` is a notification in ACP; sent as a request, it is passed on as the
     notification and answered with a null result. Answers from the editor pass on unchecked.
+    A lone surrogate escape (half of an emoji pair) in any string becomes U+FFFD, as typed text does in
+    chat: Python would hold it as a string that can never be encoded (sent, stored or printed).
     """
     try:
         message = json.loads(line.decode("utf-8"))
@@ -231,7 +238,7 @@ def screen_line(line: bytes) -> tuple[bytes | None, dict[str, Any] | None]:
         return None, _invalid(None, "id must be a string, a number or null")
     if "method" not in message:
         if "result" in message or "error" in message:
-            return line, None  # the editor's answer to a request of crow's
+            return _paired(line, message), None  # the editor's answer to a request of crow's
         return None, _invalid(ident, "no method")
     if message.get("jsonrpc") != "2.0":
         return None, _invalid(ident, 'jsonrpc must be "2.0"')
@@ -240,7 +247,15 @@ def screen_line(line: bytes) -> tuple[bytes | None, dict[str, Any] | None]:
     if message["method"] == "session/cancel" and "id" in message:
         notification = {k: v for k, v in message.items() if k != "id"}
         return json.dumps(notification).encode(), {"jsonrpc": "2.0", "id": ident, "result": None}
-    return line, None
+    return _paired(line, message), None
+
+
+def _paired(line: bytes, message: dict[str, Any]) -> bytes:
+    """`line`, or `message` written again with its lone surrogates replaced (U+FFFD) when it holds any."""
+    if _SURROGATE_ESCAPE.search(line) is None:
+        return line
+    text = json.dumps(message, ensure_ascii=False)
+    return clean_text(text).encode("utf-8") if has_surrogates(text) else line
 
 
 def line_error(line: bytes) -> dict[str, Any] | None:
