@@ -21,6 +21,7 @@ to what the turn added). Pure: no I/O.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
@@ -75,7 +76,16 @@ class Outgoing:
         if isinstance(known.get("tool_message_name"), bool):
             self.tool_name = known["tool_message_name"]
         self._version = 0
-        self._kept: dict[int, tuple[Message, tuple[Any, ...], Message]] = {}
+        # The last history (kept alive, so identities stay unique) and its outgoing form, message for
+        # message, under policy `_seen_version`; where its open (last) exchange starts, whether that
+        # exchange used tools, and the tool-message naming state (calls, answered) there and at the end.
+        self._seen: list[Message] = []
+        self._sent: list[Message] = []
+        self._seen_version = 0
+        self._open = 0
+        self._open_tools = False
+        self._open_state: tuple[list[Any], int] = ([], 0)
+        self._state: tuple[list[Any], int] = ([], 0)
 
     def learned(self) -> dict[str, Any]:
         """The policy as facts to remember (`wire.facts.learn`)."""
@@ -85,16 +95,32 @@ class Outgoing:
         return facts
 
     def messages(self, history: list[Message]) -> list[Message]:
-        """`history` as it is sent (copies where changed; the history itself is never modified)."""
-        out: list[Message] = []
-        kept: dict[int, tuple[Message, tuple[Any, ...], Message]] = {}
-        used = _tool_exchanges(history)
-        calls: list[Any] = []  # the last assistant message's tool calls, for tool-message names
-        answered = 0
-        for message, tools_used in zip(history, used, strict=True):
+        """`history` as it is sent (copies where changed; the history itself is never modified).
+
+        A history that starts with the very messages (by identity) of the last call's, under the same
+        policy, has only what follows shaped, plus its open exchange once more when that exchange has
+        just used tools: the work is proportional to what was appended. Anything else starts over.
+        """
+        known = len(self._seen)
+        if (self._seen_version != self._version or len(history) < known
+                or not all(map(operator.is_, history, self._seen))):
+            self._seen, self._sent, known, self._seen_version = [], [], 0, self._version
+            self._open, self._open_tools, self._open_state, self._state = 0, False, ([], 0), ([], 0)
+        new = history[known:]
+        if not new:
+            return list(self._sent)
+        cut = next((i for i, m in enumerate(new) if m.get("role") == "user"), len(new))
+        tools = self._open_tools or any(m.get("role") == "assistant" and m.get("tool_calls") for m in new[:cut])
+        begin = self._open if tools and not self._open_tools else known  # its earlier messages change form
+        calls, answered = self._open_state if begin < known else self._state
+        used = [tools] * (known - begin + cut) + _tool_exchanges(new[cut:])
+        shaped: list[Message] = []
+        for message, tools_used in zip(history[begin:], used, strict=True):
             role = message.get("role")
             name = None
-            if role == "assistant":
+            if role == "user":
+                self._open, self._open_state = begin + len(shaped), (calls, answered)
+            elif role == "assistant":
                 calls = message.get("tool_calls") or []
                 answered = 0
             elif role == "tool":
@@ -102,16 +128,12 @@ class Outgoing:
                     fn = calls[answered].get("function")
                     name = fn.get("name") if isinstance(fn, Mapping) else None
                 answered += 1
-            context = (self._version, tools_used, name)
-            found = self._kept.get(id(message))
-            if found is not None and found[0] is message and found[1] == context:
-                result = found[2]
-            else:
-                result = self.shape(message, tools_used=tools_used, call_name=name)
-            kept[id(message)] = (message, context, result)
-            out.append(result)
-        self._kept = kept
-        return out
+            shaped.append(self.shape(message, tools_used=tools_used, call_name=name))
+        del self._sent[begin:]
+        self._sent += shaped
+        self._seen += new
+        self._open_tools, self._state = used[-1], (calls, answered)
+        return list(self._sent)
 
     def shape(self, message: Message, *, tools_used: bool, call_name: str | None = None) -> Message:
         """One message as sent. `tools_used`: its exchange used tools; `call_name`: for a tool message,
