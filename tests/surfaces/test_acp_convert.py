@@ -21,6 +21,7 @@ from crow_cli.surfaces.acp.convert import (
     locations,
     mcp_tables,
     prompt_text,
+    reasoning_text,
     screen_line,
     stored_diff,
     title,
@@ -155,3 +156,16 @@ def test_a_lone_surrogate_escape_from_the_editor_becomes_u_fffd_and_a_pair_is_ke
         passed, answer = screen_line(line.encode())
         assert answer is None and passed is not None
         assert "a \ufffd b \U0001f600 c \ufffd" in json.dumps(json.loads(passed), ensure_ascii=False)
+
+
+def test_reasoning_kept_only_as_blocks_is_replayed_as_a_thought() -> None:
+    # issue: an editor that loaded a session from a gateway sending only reasoning_details blocks (no
+    # `reasoning` text beside them) saw no thought for the turns that had one
+    blocks = [{"type": "reasoning.text", "text": "Need it.", "index": 0, "signature": "S1+/="},
+              {"type": "reasoning.encrypted", "data": "E1", "index": 0},
+              {"type": "reasoning.summary", "summary": "Looked it up.", "index": 1}]
+    assert reasoning_text({"role": "assistant", "content": None, "reasoning_details": blocks}) == \
+        "Need it.\n\nLooked it up."
+    assert reasoning_text({"role": "assistant", "reasoning": "Own words.", "reasoning_details": blocks}) == "Own words."
+    assert reasoning_text({"role": "assistant", "reasoning_details": "not a list"}) == ""
+    assert reasoning_text({"role": "assistant", "content": "hi"}) == ""

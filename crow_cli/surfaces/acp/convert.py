@@ -35,10 +35,11 @@ from ...text import clean_text, has_surrogates, strip_controls
 from ...tools.builtin.edits import MAX_EDIT_BYTES, apply_edit, check_edit
 from ...tools.registry import Tool
 from ...tools.workspace import resolve_in_workspace
+from ...wire.profiles import BLOCK_TEXT_FIELDS, REASONING_BLOCKS, REASONING_FIELDS
 from ..common import short_json
 
 __all__ = ["ACP_KINDS", "arguments", "content_text", "diff_of", "disk_diff", "edit_target", "line_error", "locations",
-           "mcp_tables", "prompt_text", "screen_line", "stored_diff", "title", "tool_kind"]
+           "mcp_tables", "prompt_text", "reasoning_text", "screen_line", "stored_diff", "title", "tool_kind"]
 
 log = logging.getLogger("crow.acp")
 
@@ -185,6 +186,18 @@ def content_text(content: Any) -> str:
         return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
     return content if isinstance(content, str) else ""
 
+
+def reasoning_text(message: dict[str, Any]) -> str:
+    """The reasoning of a stored assistant message, to show as a thought: its reasoning text field, or else
+    the text and summaries of its reasoning blocks (a gateway may send only those), "" when it has none."""
+    for name in REASONING_FIELDS:
+        if isinstance(message.get(name), str) and message[name]:
+            return str(message[name])
+    blocks = message.get(REASONING_BLOCKS)
+    if not isinstance(blocks, list):
+        return ""
+    texts = (block.get(name) for block in blocks if isinstance(block, dict) for name in BLOCK_TEXT_FIELDS)
+    return "\n\n".join(text for text in texts if isinstance(text, str) and text)
 
 
 def mcp_tables(servers: Sequence[Any]) -> dict[str, dict[str, Any]]:

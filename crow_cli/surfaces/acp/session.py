@@ -54,6 +54,7 @@ from .convert import (
     edit_target,
     locations,
     prompt_text,
+    reasoning_text,
     stored_diff,
     title,
     tool_kind,
@@ -350,8 +351,8 @@ class Session:
             if role == "user" and content:
                 self.send(acp.update_user_message_text(content))
             elif role == "assistant":
-                reasoning = message.get("reasoning_content") or message.get("reasoning")
-                if isinstance(reasoning, str) and reasoning:
+                reasoning = reasoning_text(message)
+                if reasoning:
                     self.send(acp.update_agent_thought_text(reasoning))
                 if content:
                     self.send(acp.update_agent_message_text(content))
