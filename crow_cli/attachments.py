@@ -15,12 +15,13 @@ import base64
 import os
 import re
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, ToolError
-from .text import clean_text
+from .text import clean_text, mask_secrets
 from .tools.workspace import resolve_in_workspace, workspace_root
 
 __all__ = ["MAX_IMAGE_BYTES", "MAX_TEXT_BYTES", "Attachment", "load_attachment", "mentioned_files", "user_content"]
@@ -53,10 +54,11 @@ def _image_type(data: bytes) -> str | None:
     return None
 
 
-def load_attachment(path: str, root: Path | None = None) -> Attachment:
+def load_attachment(path: str, root: Path | None = None, secrets: Iterable[str | None] = ()) -> Attachment:
     """Read `path` (relative to the workspace `root`, or absolute inside it) as an attachment.
 
-    `root` defaults to the current tool context's workspace (`tools.workspace.workspace_root`).
+    `root` defaults to the current tool context's workspace (`tools.workspace.workspace_root`). Each of
+    `secrets` (the run's API keys) in a text file is masked (`text.mask_secrets`), as in tool output.
 
     Raises:
         ConfigError: outside the workspace, missing, not a file, over the size cap, or binary.
@@ -89,7 +91,7 @@ def load_attachment(path: str, root: Path | None = None) -> Attachment:
     if b"\0" in data:
         raise ConfigError(f"cannot attach {shown}: a binary file (only text files and PNG, JPEG, GIF or WebP "
                           "images can be attached)")
-    return Attachment(shown, text=data.decode("utf-8", "replace"))
+    return Attachment(shown, text=mask_secrets(data.decode("utf-8", "replace"), secrets))
 
 
 def _fenced(item: Attachment) -> str:

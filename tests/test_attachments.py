@@ -89,6 +89,20 @@ def test_crow_run_attaches_files(tmp_path: Path) -> None:
     assert refused.stderr.count("\n") == 1 and "cannot attach '../nope.txt'" in refused.stderr
 
 
+# issue: a new user's `crow run -f .env` sent the run's API key to the model and stored it in the session,
+# where `read_file .env` hides it: an attached file is masked as tool output and instruction files are.
+def test_an_attached_file_never_carries_the_api_key(tmp_path: Path, _isolated_home: Path) -> None:
+    key = "sk-live-attach-0123456789abcdef"
+    (tmp_path / ".env").write_text(f"OPENAI_API_KEY={key}\n")
+    config = write_config(tmp_path, max_retries=0)
+    ran = run_crow([{"sse": text_stream("ok")}], "--api-key", key, "-f", ".env", "what is set?", cwd=tmp_path,
+                   config=config)
+    assert ran.code == 0, ran.stderr
+    assert ran.requests[0]["messages"][-1]["content"].endswith("OPENAI_API_KEY=[secret hidden]\n```")
+    store = [f for f in _isolated_home.rglob("sessions.db*") if f.is_file()]
+    assert store and not any(key.encode() in f.read_bytes() for f in store)
+
+
 # issue: a new user's `-f` with a non-UTF-8 file name ended in an internal error and left an empty session
 def test_a_non_utf8_file_name_is_attached_and_stored(tmp_path: Path, _isolated_home: Path) -> None:
     import os

@@ -375,7 +375,8 @@ class ChatApp:
         files = mentioned_files(text, self.root)
         if not files:
             return user_message(text)
-        attachments = [load_attachment(f, self.root) for f in files]
+        secrets = self.runtime.context.secrets if self.runtime is not None else ()
+        attachments = [load_attachment(f, self.root, secrets) for f in files]
         self.view.line("attached: " + ", ".join(strip_controls(a.shown) for a in attachments), "dim")
         return {"role": "user", "content": user_content(text, attachments)}
 

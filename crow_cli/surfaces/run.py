@@ -262,7 +262,8 @@ async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err:
     runtime = Runtime(settings, RuntimeOptions(options.tools_dirs, options.no_tools, options.debug, options.record_dir,
                                                options.project_instructions))
     settings = runtime.settings
-    content = (user_content(options.prompt, [load_attachment(f, runtime.workspace) for f in options.files])
+    secrets = runtime.context.secrets
+    content = (user_content(options.prompt, [load_attachment(f, runtime.workspace, secrets) for f in options.files])
                if options.files else None)
     printer: PlainPrinter | JsonlWriter = (JsonlWriter(out, err, debug=options.debug) if options.json
                                            else PlainPrinter(out, err, debug=options.debug, quiet=options.quiet))
