@@ -670,7 +670,7 @@ class ChatApp:
     COMMANDS: tuple[SlashCommand, ...] = (
         SlashCommand("help", "", "this list", _help),
         SlashCommand("exit", "", "leave (Ctrl-D, or Ctrl-C twice, too)", _exit, aliases=("quit",)),
-        SlashCommand("new", "", "start a new session", _new),
+        SlashCommand("new", "", "start a new session", _new, aliases=("clear",)),
         SlashCommand("model", "[NAME]", "show or switch the model", _model),
         SlashCommand("tools", "", "the tools the model is offered", _tools),
         SlashCommand("sessions", "", "recent sessions", _sessions),

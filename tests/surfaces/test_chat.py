@@ -221,6 +221,15 @@ async def test_quit_leaves(store: SessionStore) -> None:
     assert "unknown command" not in output and server.requests == []
 
 
+# issue: a new user typed /clear (Claude Code's and goose's word for a fresh conversation) and got "unknown command"
+async def test_clear_starts_a_new_session(store: SessionStore) -> None:
+    script = [{"sse": text_stream("One.")}, {"sse": text_stream("Two.")}]
+    output, server, _ = await chat(script, "hello\r/clear\rfresh start\r/exit\r", store)
+    assert "unknown command" not in output
+    assert server.requests[1]["messages"] == [{"role": "user", "content": "fresh start"}]
+    assert "/new, /clear" in help_text()
+
+
 async def test_slash_commands(store: SessionStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     script = [{"sse": text_stream("First.")}, {"sse": text_stream("Retried.")}, {"sse": text_stream("New one.")}]
