@@ -75,10 +75,12 @@ class UndoPlan:
         held = False
         for item in self.files:
             if not self.restored(item):
-                lines.append(f"  changed since, not restored: {item.path} ({item.problem})")
+                why = "" if item.problem == "changed since" else f" ({item.problem})"
+                lines.append(f"  changed since, not restored: {item.path}{why}")
                 held = held or item.forceable
             elif item.content is None:
-                lines.append(f"  deletes {item.path} (it created it)")
+                done = "gone already:" if not os.path.lexists(item.path) else "deletes"
+                lines.append(f"  {done} {item.path} (it created it)")
             else:
                 lines.append(f"  restores {item.path}")
         if held:
@@ -160,7 +162,8 @@ def plan_undo(store: SessionStore, session_id: str, *, force: bool = False) -> U
 
 def apply_undo(store: SessionStore, session_id: str, plan: UndoPlan) -> list[str]:
     """Restore the plan's files and remove the exchange's messages; returns problems (files that
-    could not be restored, or changed since), each a line. The caller holds the session (`SessionStore.lock`).
+    could not be restored, or that changed after the plan was made: the plan names the others), each a
+    line. The caller holds the session (`SessionStore.lock`).
 
     Each file is checked again just before it is restored (it may have changed since the plan was
     shown); a restore is atomic (`atomic.write_atomic`) and never follows a link out of where crow wrote."""
@@ -168,7 +171,8 @@ def apply_undo(store: SessionStore, session_id: str, plan: UndoPlan) -> list[str
     for planned in plan.files:
         item = _check(planned.path, planned.content, planned.written)
         if not plan.restored(item):
-            problems.append(f"{item.path} changed since, not restored ({item.problem})")
+            if plan.restored(planned):  # held since the plan was shown (the plan named the others already)
+                problems.append(f"{item.path} changed since, not restored ({item.problem})")
             continue
         file = Path(item.path)
         try:

@@ -74,11 +74,33 @@ def test_files_changed_since_crow_wrote_them_are_not_restored_unless_forced(tmp_
         sid = store.latest().id
     held = _undo(sid)
     assert held.returncode == 0, held.stderr
-    assert f"  changed since, not restored: {tmp_path / 'notes.txt'} (changed since)" in held.stdout
-    assert f"  changed since, not restored: {tmp_path / 'main.py'} (changed since)" in held.stdout
+    assert f"  changed since, not restored: {tmp_path / 'notes.txt'}\n" in held.stdout
+    assert f"  changed since, not restored: {tmp_path / 'main.py'}\n" in held.stdout
     assert "--force restores" in held.stdout
     assert (tmp_path / "notes.txt").read_text() == "crow's notes\nthe user's own line\n"
     assert (tmp_path / "main.py").read_text() == "print(2)\nprint('user')\n"
+
+
+# issue: a new user's /undo said "changed since, not restored: notes.txt (changed since)", then warned about the
+# same file again, and promised to delete a file crow had created that the user had deleted already
+def test_undo_names_each_held_file_once_and_a_created_file_gone_already(tmp_path: Path) -> None:
+    turn = tool_turn(("c1", "write_file", json.dumps({"path": "notes.txt", "content": "crow's notes\n"})),
+                     ("c2", "write_file", json.dumps({"path": "scratch.txt", "content": "tmp\n"})))
+    ran = run_crow([{"sse": turn}, {"sse": text_stream("done")}], "--yes", "go", cwd=tmp_path,
+                   config=write_config(tmp_path, max_retries=0))
+    assert ran.code == 0, ran.stderr
+    with (tmp_path / "notes.txt").open("a") as fh:
+        fh.write("the user's own line\n")
+    (tmp_path / "scratch.txt").unlink()
+    with SessionStore() as store:
+        sid = store.latest().id
+    held = _undo(sid)
+    assert held.returncode == 0, held.stderr
+    assert held.stdout.splitlines()[1:] == [
+        f"  changed since, not restored: {tmp_path / 'notes.txt'}",
+        f"  gone already: {tmp_path / 'scratch.txt'} (it created it)",
+        "  (--force restores files that changed since all the same; their changes are lost)"]
+    assert "warning" not in held.stderr and "notes.txt" not in held.stderr
 
 
 def test_force_restores_a_changed_file(tmp_path: Path) -> None:
