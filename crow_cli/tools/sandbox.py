@@ -8,7 +8,7 @@ Modes (setting `sandbox`, flag `--sandbox`; default `workspace-write`):
   bound in place, so it cannot be moved aside or replaced either: its hooks, config (`core.fsmonitor`),
   `commondir` and submodule configs all run code unconfined at the user's next git command (Codex protects
   `.git` the same way; `git commit` then asks to run outside the sandbox); no network unless `network` (setting
-  `sandbox_network`); no new privileges (setuid programs do not gain rights).
+  `sandbox_network`); no new privileges (setuid programs do not gain rights) and no capabilities, also as root.
 - `read-only`: as above, but nothing writable (a private, empty temp dir that is discarded).
 - `off`: the command runs with the user's full rights (an explicit choice).
 
@@ -151,8 +151,10 @@ def bwrap_argv(sandbox: Sandbox, workspace: Path, command: str, bwrap: str = "bw
             argv += ["--ro-bind", path, path]
     else:
         argv += ["--tmpfs", temp]
-    argv += ["--unshare-all", *(["--share-net"] if sandbox.network else []), "--die-with-parent",
-             "--new-session", "--chdir", root, "--", "/bin/sh", "-c", command]
+    # --cap-drop ALL: run as root (a container, CI), bubblewrap keeps every capability, and one with
+    # CAP_SYS_ADMIN unmounts the read-only binds; unprivileged, it drops them anyway.
+    argv += ["--unshare-all", *(["--share-net"] if sandbox.network else []), "--cap-drop", "ALL",
+             "--die-with-parent", "--new-session", "--chdir", root, "--", "/bin/sh", "-c", command]
     return argv
 
 

@@ -156,6 +156,16 @@ def test_run_is_hidden_and_a_resolver_file_under_it_kept_with_network(place: Pat
 
 
 @needs_bwrap
+async def test_a_command_has_no_capabilities_even_when_crow_runs_as_root(place: Path) -> None:
+    # issue: as root (a container, CI) bubblewrap keeps every capability unless told to drop them: a
+    # sandboxed command unmounted the read-only .git and remounted / read-write, then wrote anywhere.
+    out = await _run(f"umount {place}/ws/.git; mount -o remount,rw,bind /; grep CapEff /proc/self/status; "
+                     f"echo x > {place}/ws/.git/planted; echo y > {place}/outside/planted", _context(place))
+    assert "CapEff:\t0000000000000000" in out
+    assert not (place / "ws/.git/planted").exists() and not (place / "outside/planted").exists()
+
+
+@needs_bwrap
 async def test_read_only_writes_nothing(place: Path) -> None:
     out = await _run("echo a > inside", _context(place, "read-only"))
     assert out.startswith("BLOCKED the sandbox (read-only) refused a write anywhere")
@@ -265,7 +275,7 @@ def test_bwrap_arguments(place: Path) -> None:
     text = " ".join(argv)
     assert f"--bind {place}/tmp {place}/tmp --bind {ws} {ws}" in text
     assert f"--bind {ws} {ws} --ro-bind {ws}/.git {ws}/.git --unshare-all" in text
-    assert "--unshare-all --die-with-parent --new-session" in text and "--share-net" not in text
+    assert "--unshare-all --cap-drop ALL --die-with-parent --new-session" in text and "--share-net" not in text
     assert argv[-4:] == ["--", "/bin/sh", "-c", "make"]
     networked = bwrap_argv(Sandbox("read-only", True, str(place / "tmp")), place / "ws", "make")
     assert "--share-net" in networked and f"--bind {ws}" not in " ".join(networked)
