@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import re
 import sys
@@ -132,6 +133,7 @@ class _Connection:
     async def _hold(self) -> None:
         from mcp import Client
 
+        _SERVER.set(self.config.name)  # this task's and its children's (the library's readers) log lines name it
         try:
             async with Client(self._transport(), mode="auto") as client:
                 self.client = client
@@ -234,25 +236,33 @@ def _tool_problem(raw: Any, version: str | None) -> str | None:
     return None
 
 
+_SERVER: contextvars.ContextVar[str | None] = contextvars.ContextVar("crow_mcp_server", default=None)
+"""The name of the MCP server whose connection task logs (set in `_Connection._hold`), None elsewhere."""
+
+
 class _OneLine(logging.Formatter):
-    """`crow: warning: mcp: MESSAGE[: EXCEPTION]` on one line, never a traceback."""
+    """`crow: warning: MCP server 'NAME': MESSAGE[: EXCEPTION]` on one line, never a traceback (`mcp:` for a
+    line logged outside any server's task)."""
 
     def format(self, record: logging.LogRecord) -> str:
         text = " ".join(record.getMessage().split())
         if record.exc_info and record.exc_info[1] is not None:
             text += f": {_describe(record.exc_info[1])}"
-        return f"crow: warning: mcp: {text[:300]}"
+        server = getattr(record, "mcp_server", None)
+        return f"crow: warning: {f'MCP server {server!r}' if server else 'mcp'}: {text[:300]}"
 
 
 class _Once(logging.Filter):
-    """Lets each message through once: a server that writes a bad line per answer gets one warning."""
+    """Lets each message through once per server: one that writes a bad line per answer gets one warning."""
 
     def __init__(self) -> None:
         super().__init__()
         self.seen: set[str] = set()
 
     def filter(self, record: logging.LogRecord) -> bool:
-        key = str(record.msg)
+        server = _SERVER.get()  # read here, in the logging task, for the formatter
+        setattr(record, "mcp_server", server)  # noqa: B010 (an extra attribute, as logging's `extra=` sets)
+        key = f"{server} {record.msg}"
         if key in self.seen:
             return False
         self.seen.add(key)
