@@ -44,7 +44,7 @@ def terminal_ask(stdin: TextIO | None = None, err: TextIO | None = None) -> AskF
     async def ask(call: ToolCall, tool: Tool, preview: str) -> Answer:
         err.write(f"\n{preview}\n")
         while True:
-            err.write(approval_question(tool.name))
+            err.write(approval_question(tool.name, preview))
             err.flush()
             line = await read_line()
             if line == "":

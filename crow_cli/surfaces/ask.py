@@ -16,13 +16,14 @@ from ..tools.registry import Tool
 __all__ = ["Answer", "ask_approval"]
 
 
-async def ask_approval(call: ToolCall, tool: Tool | None = None, *, pt_input: Any = None,
+async def ask_approval(call: ToolCall, tool: Tool | None = None, *, preview: str = "", pt_input: Any = None,
                        pt_output: Any = None) -> Answer:
     """Prompt `Allow NAME? [y]es / [n]o / [a]lways for NAME` until a valid answer; Enter asks again, Ctrl-D says no.
 
     Args:
         call: the tool call waiting for approval.
         tool: the tool it calls.
+        preview: the call's preview shown above (it tells the escalation question apart).
         pt_input, pt_output: prompt-toolkit input/output (None: the terminal); tests pass pipes.
 
     Raises:
@@ -31,7 +32,7 @@ async def ask_approval(call: ToolCall, tool: Tool | None = None, *, pt_input: An
     from prompt_toolkit import PromptSession
 
     session: PromptSession[str] = PromptSession(input=pt_input, output=pt_output)
-    question = approval_question(tool.name if tool is not None else call.name)
+    question = approval_question(tool.name if tool is not None else call.name, preview)
     while True:
         try:
             reply = await session.prompt_async(question, handle_sigint=False)

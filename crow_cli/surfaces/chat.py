@@ -483,7 +483,8 @@ class ChatApp:
         with self.view.suspended():
             self.view.call_preview(preview)
             try:
-                return await ask_approval(call, tool, pt_input=self.pt_input, pt_output=self.pt_output)
+                return await ask_approval(call, tool, preview=preview, pt_input=self.pt_input,
+                                          pt_output=self.pt_output)
             except KeyboardInterrupt:
                 if not self._interrupt():
                     return "no"

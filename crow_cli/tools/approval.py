@@ -93,9 +93,12 @@ def parse_answer(reply: str) -> Answer | None:
     return _ANSWERS.get(reply.strip().lower())
 
 
-def approval_question(name: str) -> str:
+def approval_question(name: str, preview: str = "") -> str:
     """The question both surfaces ask about a call of the tool `name`: `Allow NAME? [y]es / [n]o / [a]lways
-    for NAME: `."""
+    for NAME: `; for the escalation (`preview` starts with `UNCONFINED_MARK`), which any yes approves only
+    once, `Run it outside the sandbox this once? [y]es / [n]o: `."""
+    if preview.startswith(UNCONFINED_MARK):
+        return "Run it outside the sandbox this once? [y]es / [n]o: "
     return f"Allow {name}? [y]es / [n]o / [a]lways for {name}: "
 
 

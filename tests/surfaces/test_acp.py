@@ -766,8 +766,10 @@ async def test_a_command_the_sandbox_stopped_is_asked_about_even_in_yolo(workspa
     editor = Editor(answers=[answer])
     response, requests = await prompt_once(workspace, editor, turns, "write outside", "--yes")
     assert response.stop_reason == "end_turn"
-    (tool_call, _options), = editor.permissions
+    (tool_call, options), = editor.permissions
     assert tool_call.content[0].content.text.startswith(f"{UNCONFINED_MARK}[the sandbox (workspace-write) refused")
+    # issue: the editor offered "Always allow run_shell" here, where any allow runs this one command only
+    assert [o.kind for o in options] == ["allow_once", "reject_once"]
     assert (outside / "f").exists() == (answer == "allow_once")
     result = requests[1]["messages"][-1]["content"]
     assert result == "[exit code 0] (no output)" if answer == "allow_once" else "Read-only file system" in result

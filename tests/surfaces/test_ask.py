@@ -28,3 +28,18 @@ async def test_end_of_input_says_no() -> None:
         answer = await ask_approval(ToolCall("c1", "run_shell", "{}", 0), pt_input=pipe,
                                     pt_output=PlainTextOutput(io.StringIO()))
     assert answer == "no"
+
+
+async def test_the_question_to_run_outside_the_sandbox_offers_no_always() -> None:
+    # issue: a new user was offered "[a]lways for run_shell" when asked to run a stopped command outside the
+    # sandbox, where any yes approves that one run only
+    from crow_cli.tools.approval import UNCONFINED_MARK
+
+    screen = io.StringIO()
+    with create_pipe_input() as pipe:
+        pipe.send_text("y\r")
+        answer = await ask_approval(ToolCall("c1", "run_shell", "{}", 0), preview=f"{UNCONFINED_MARK}[why]\n$ x",
+                                    pt_input=pipe, pt_output=PlainTextOutput(screen))
+    assert answer == "yes"
+    assert "Run it outside the sandbox this once? [y]es / [n]o: " in screen.getvalue()
+    assert "always" not in screen.getvalue()

@@ -193,7 +193,8 @@ def test_crow_run_yes_on_a_terminal_asks_to_run_a_stopped_command_outside_the_sa
             ["--base-url", server.base_url, "--api-key", "sk-test", "--model", "m", "--no-session", "--yes", "go"],
             cwd=ws, command="run", stderr_on_terminal=True, env={"TMPDIR": str(temp)}) as term:
         term.expect("Run it once more OUTSIDE the sandbox")
-        term.expect("Allow run_shell?")
+        # issue: a new user was offered "[a]lways for run_shell" here, which approves only this once
+        term.expect("Run it outside the sandbox this once? [y]es / [n]o: ")
         term.send("y\r")
         term.expect("Done.")
         assert term.wait() == 0

@@ -244,6 +244,9 @@ class Session:
             PermissionOption(option_id="reject_once", name="Reject", kind="reject_once"),
             PermissionOption(option_id="reject_always", name=f"Always reject {tool.name}", kind="reject_always"),
         ]
+        if preview.startswith(UNCONFINED_MARK):  # running outside the sandbox is approved one command at a time
+            options = [PermissionOption(option_id="allow_once", name="Run outside the sandbox once",
+                                        kind="allow_once"), options[2]]
         await self.flush()  # the editor knows the call before it is asked about it
         response = await self.agent.client().request_permission(
             session_id=self.id, options=options,
