@@ -111,18 +111,15 @@ class AssistantTurn:
     """The server's finish_reason; `tool_calls` whenever calls were assembled, whatever it said."""
     usage: dict[str, Any] | None = None
     """The last `usage` object the server sent (token counts), when it sent one."""
-    truncated: bool = False
-    """True when the stream ended without a finish_reason (EOF or a bare `[DONE]`)."""
     refusal: str | None = None
     """The model's refusal text (OpenAI `delta.refusal`), or None when it did not refuse."""
-    reasoning_field: str = "reasoning_content"
-    """The field `reasoning` is kept under when `fields` holds no reasoning (a turn built by hand)."""
     fields: dict[str, Any] = field(default_factory=dict)
     """Everything else the server attached to the message, under the server's names, to be sent back
     exactly: reasoning text per field name (`reasoning_content`, `reasoning`), `reasoning_details`
     blocks as merged, and any other key a delta carried (first non-empty value)."""
     rules: list[str] = field(default_factory=list)
-    """The accumulator rules that fired while assembling the turn, in first-firing order."""
+    """The accumulator rules that fired while assembling the turn, in first-firing order (`finish-missing`:
+    the stream ended without a finish_reason, EOF or a bare `[DONE]`)."""
 
     @property
     def is_tool_turn(self) -> bool:
@@ -140,7 +137,7 @@ class AssistantTurn:
         if self.fields:
             message.update((k, v) for k, v in self.fields.items() if k not in message)
         elif self.reasoning:
-            message[self.reasoning_field] = self.reasoning
+            message["reasoning_content"] = self.reasoning  # a turn built by hand
         return message
 
 

@@ -633,7 +633,6 @@ class StreamAccumulator:
             tool_calls=calls,
             finish_reason="tool_calls" if calls else (reason or "stop"),
             usage=self._usage,
-            truncated=reason is None,
             refusal=self._refusal.value(),
             fields=fields,
             rules=list(self._rules),

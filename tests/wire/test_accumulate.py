@@ -195,7 +195,7 @@ def test_empty_arguments_become_empty_object_without_warning():
 def test_tool_turn_whatever_finish_reason_says(reason):
     turn, _ = assemble(chunk({"tool_calls": [tool_delta(0, "c1", "f", "{}")]}, reason))
     assert turn.is_tool_turn and turn.finish_reason == "tool_calls"
-    assert turn.truncated is (reason is None)
+    assert ("finish-missing" in turn.rules) is (reason is None)  # the stream ended without one
 
 
 def test_text_turn_ending_in_length_warns():

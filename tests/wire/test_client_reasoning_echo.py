@@ -71,7 +71,7 @@ def client(echo: str = "auto") -> ChatClient:
 def test_the_reasoning_of_a_turn_is_kept_with_its_message_under_the_servers_field() -> None:
     calls = [ToolCall("c", "f", "{}")]
     assert AssistantTurn(reasoning="r", tool_calls=calls).to_message()["reasoning_content"] == "r"
-    assert AssistantTurn(reasoning="r", tool_calls=calls, reasoning_field="reasoning").to_message()["reasoning"] == "r"
+    assert AssistantTurn(tool_calls=calls, fields={"reasoning": "r"}).to_message()["reasoning"] == "r"
     # kept on every assistant message: whether it goes back is the client's decision (wire.outgoing)
     assert AssistantTurn(content="hi", reasoning="r").to_message()["reasoning_content"] == "r"
     assert AssistantTurn(content="hi", fields={"reasoning": "r"}).to_message()["reasoning"] == "r"

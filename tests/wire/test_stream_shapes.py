@@ -114,7 +114,7 @@ async def test_a_damaged_event_keeps_the_frames_after_an_embedded_data_marker(gl
     warnings = [i for i in items if isinstance(i, WarningEvent)]
     assert len(warnings) == 1 and "damaged" in warnings[0].message and "recovered 1 frame" in warnings[0].message
     turn = turn_of(items)
-    assert turn.content == "Hello world" and turn.finish_reason == "stop" and not turn.truncated
+    assert turn.content == "Hello world" and turn.finish_reason == "stop" and "finish-missing" not in turn.rules
 
 
 async def test_a_damaged_event_with_two_frames_after_it_keeps_both():
