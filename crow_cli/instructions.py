@@ -22,7 +22,6 @@ does not fit is left out with a note naming it. Nothing is read until `find_inst
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import os
 import stat
@@ -31,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .paths import SymlinkLoop, resolve_path
-from .text import mask_secrets
+from .text import BOMS, mask_secrets
 
 __all__ = ["FILENAME", "MAX_BYTES", "MAX_TOTAL_BYTES", "Instructions", "find_instructions", "system_prompt"]
 
@@ -42,8 +41,6 @@ MAX_TOTAL_BYTES = 64 * 1024
 """Bytes of instructions text in all, nearest files first: 40 nested files must not make every request
 carry a megabyte of system prompt."""
 _PSEUDO_FILESYSTEMS = (Path("/proc"), Path("/sys"), Path("/dev"))
-_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
-         (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"), (codecs.BOM_UTF8, "utf-8-sig"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,10 +71,10 @@ def _inside(path: Path, roots: Iterable[Path]) -> bool:
 
 def _decode(data: bytes) -> str:
     """`data` decoded by its byte-order mark (UTF-16/32, UTF-8), else as UTF-8; bad bytes replaced."""
-    for bom, codec in _BOMS:
+    for bom, codec, _name in BOMS:
         if data.startswith(bom):
             return data.decode(codec, "replace")
-    return data.decode("utf-8", "replace")
+    return data.decode("utf-8-sig", "replace")  # a UTF-8 mark dropped, if any
 
 
 def _read(path: Path, scope: str, allowed: tuple[Path, ...] | None, warn: Callable[[str], None]

@@ -7,10 +7,11 @@ reach a request body, a terminal or a session file.
 
 from __future__ import annotations
 
+import codecs
 import re
 from collections.abc import Iterable, Mapping
 
-__all__ = ["SECRET_MASK", "SECRET_NAME", "clean_text", "has_surrogates", "header_secrets", "is_secret_name",
+__all__ = ["BOMS", "SECRET_MASK", "SECRET_NAME", "clean_text", "has_surrogates", "header_secrets", "is_secret_name",
            "mask_secrets", "public_url", "strip_controls", "url_secrets", "visible"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -24,6 +25,11 @@ _CONTROLS = re.compile("\r(?!\n)|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 SECRET_MASK = "[secret hidden]"
 MIN_SECRET_CHARS = 6
 """Shorter values (dummy keys such as "x") would match anywhere: they are not masked in text."""
+
+BOMS = ((codecs.BOM_UTF32_LE, "utf-32", "UTF-32"), (codecs.BOM_UTF32_BE, "utf-32", "UTF-32"),
+        (codecs.BOM_UTF16_LE, "utf-16", "UTF-16"), (codecs.BOM_UTF16_BE, "utf-16", "UTF-16"))
+"""(byte order mark, codec, name) of the UTF-16/32 encodings a text file may start with (UTF-32 first:
+its LE mark begins with UTF-16's). Read by the file tools and the instructions loader."""
 
 
 def has_surrogates(text: str) -> bool:

@@ -16,7 +16,6 @@ SKIPPED = {"tests/replay_server.py"}
 """A verbatim copy of ../shared/conformance/replay_server.py: not ours to change."""
 ALLOWED = {
     "os._exit",  # the documented way to end a process without cleanup (signals.exit_now, a test server)
-    "search._whole_file_safe",  # tools/test_search_budget.py: the pre-search's pure predicate, tested alone
     "tail._add",  # tools/mcp_transport.py: the object itself (`tail = self`) called from a nested protocol class
 }
 """`value._name` texts allowed anywhere. Shrink this set; never grow it where a public API serves."""

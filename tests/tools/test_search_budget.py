@@ -128,7 +128,7 @@ def test_matches_are_those_of_re_line_by_line(ws: Path, pattern: str) -> None:
 
 
 def test_lines_bound_constructs_skip_the_whole_file_search() -> None:
-    unsafe = [p for p in PATTERNS if not search._whole_file_safe(p)]
+    unsafe = [p for p in PATTERNS if not search.whole_file_safe(p)]
     assert unsafe == [r"\Afoo", r"foo\Z", r"(?<!x )foo", r"foo(?!\n)", r"foo(?= x)", r"b(?>[^y]*)$", r"a[^y]*+$",
                       r"(?-i:foo)$"]
 

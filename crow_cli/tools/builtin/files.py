@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ...errors import ToolError
+from ...text import BOMS
 from ..registry import tool
 from ..workspace import resolve_in_workspace, workspace_root
 
@@ -21,12 +22,6 @@ MAX_RETURN_CHARS = 40_000
 """Characters of file text one read_file call returns at most: under the default dispatch cap
 (`max_output_chars`, 50 000) so the whole answer, notes included, reaches the model."""
 MAX_ENTRIES = 1000
-
-
-BOMS = ((codecs.BOM_UTF32_LE, "utf-32", "UTF-32"), (codecs.BOM_UTF32_BE, "utf-32", "UTF-32"),
-        (codecs.BOM_UTF16_LE, "utf-16", "UTF-16"), (codecs.BOM_UTF16_BE, "utf-16", "UTF-16"))
-"""(byte order mark, codec, name) of the UTF-16/32 encodings a text file may start with (UTF-32 first:
-its LE mark begins with UTF-16's)."""
 
 
 def _sniff(data: bytes, cut: bool, shown: str) -> tuple[str, str | None] | None:

@@ -29,7 +29,7 @@ from ..workspace import resolve_in_workspace, workspace_root
 from .files import file_type
 from .shell import scrubbed_environ
 
-__all__ = ["search_files"]
+__all__ = ["search_files", "whole_file_safe"]
 
 MAX_MATCHES = 200
 MAX_LINE_CHARS = 300
@@ -138,7 +138,7 @@ def _expanded_size(pattern: str) -> int:
 _COUNTED = re.compile(r"\{(\d*),?(\d*)\}")
 
 
-def _whole_file_safe(pattern: str) -> bool:
+def whole_file_safe(pattern: str) -> bool:
     """True when no match of `pattern` on a line can be missed by a MULTILINE search of the joined lines."""
     return not any(construct in pattern for construct in _LINE_BOUND) and not _ORDER_FLAGS.search(pattern)
 
@@ -203,7 +203,7 @@ def search_files(pattern: str, path: str = ".") -> str:
                         f"{size:,} elements, over {MAX_REPEAT_PRODUCT:,}; use smaller counts or + and *")
     try:
         compiled = regex.compile(pattern)
-        whole = regex.compile(pattern, regex.MULTILINE) if _whole_file_safe(pattern) else None
+        whole = regex.compile(pattern, regex.MULTILINE) if whole_file_safe(pattern) else None
     except (regex.error, OverflowError) as exc:
         raise ToolError(f"invalid regular expression {pattern!r}: {exc}") from exc
     root = workspace_root()
