@@ -153,7 +153,7 @@ class Compactor:
         return self._normalise(base)
 
     async def compact(self, history: list[Message], client: _Stream, *, focus: str | None = None,
-                      overflow: ContextOverflow | None = None) -> AsyncGenerator[Event, None]:
+                      overflow: ContextOverflow | None = None, asked: bool = False) -> AsyncGenerator[Event, None]:
         """Compact the outgoing history of `history`; yields `compacting` / `compacted` notices.
 
         Args:
@@ -161,6 +161,7 @@ class Compactor:
             client: streams the summary request (no tools offered).
             focus: what the summary should keep in particular (`/compact FOCUS`).
             overflow: the server's refusal that asked for it (its `n_ctx` teaches the window).
+            asked: the user asked for it (`/compact`), whatever the size: the notice says so.
 
         Raises:
             CrowError: the summary request failed, or nothing could be made smaller.
@@ -181,8 +182,10 @@ class Compactor:
         shortened_enough = (window is not None and overflow is None and focus is None
                             and estimate_tokens(view) <= TARGET * window and old != body[:cut])
         if not shortened_enough and old:
-            yield Notice(f"crow: the conversation is {'past' if overflow else 'near'} the model's context window "
-                         f"({self._of(before)}); asking the model to summarise {len(old)} earlier messages",
+            why = (f"compacting as asked ({self._of(before)})" if asked and overflow is None else
+                   f"the conversation is {'past' if overflow else 'near'} the model's context window "
+                   f"({self._of(before)})")
+            yield Notice(f"crow: {why}; asking the model to summarise {len(old)} earlier messages",
                          code="compacting", tokens_before=before)
             async with aclosing(self._summarise(client, old, focus)) as items:
                 async for item in items:

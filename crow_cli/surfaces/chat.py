@@ -632,7 +632,8 @@ class ChatApp:
             assert compactor is not None
             await compactor.budget.ensure_window()
             assert self.runtime is not None
-            async for event in compactor.compact(self.history, self.runtime.client, focus=arg or None):
+            async for event in compactor.compact(self.history, self.runtime.client, focus=arg or None,
+                                                 asked=True):
                 self.handle(event)
 
         self._compacting = asyncio.ensure_future(compact())

@@ -361,6 +361,9 @@ async def test_compact_summarises_older_exchanges_and_later_requests_start_from_
     assert sent[0]["content"].endswith("SUMMARY: one, two\n\ntwo") and "one\n" not in sent[0]["content"]
     assert [m["content"] for m in sent[1:]] == ["answer 1", "three", "answer 2", "four"]
     assert "compacted the conversation" in output
+    # issue: a new user's /compact was announced as "the conversation is near the model's context window" at
+    # a few tokens of 8,192: it is compacted because the user asked
+    assert "near the model's context window" not in output and "compacting as asked" in output
     assert "context: " in output and "/ 8,192 tokens" in output
     stored = store.messages(app.recorder.session_id)
     assert [m["content"] for m in stored if m["role"] == "user"] == ["one", "two", "three", "four"]
