@@ -57,7 +57,8 @@ def probe(
                         rules = "; ".join(r.describe() for r in rules_from_json(fact)) or "none"
                         print(f"  adapted requests: {shown(rules)}")
                         continue
-                    print(f"  {name}: {shown(json.dumps(fact))}")
+                    if fact not in ([], {}, None):  # an empty list learned nothing
+                        print(f"  {name}: {shown(json.dumps(fact))}")
         raise typer.Exit(0)
     import asyncio
 

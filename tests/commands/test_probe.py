@@ -157,9 +157,12 @@ def test_show_lists_the_request_changes_a_run_learned() -> None:
     facts.learn("http://127.0.0.1:9/v1", "m", request_rules=[
         {"op": "drop_param", "target": "seed", "value": None},
         {"op": "drop_schema_keyword", "target": "default", "value": None}])
+    facts.learn("http://127.0.0.1:9/v1", "m", refused_fields=[], required_fields=[])  # what every adapted run stores
     text = crow("probe", "--show").stdout
     assert "http://127.0.0.1:9/v1 m" in text
     assert "adapted requests: dropped parameter seed; dropped the schema keyword default from tool parameters" in text
+    # issue: a new user's `crow probe --show` listed "refused_fields: []" and "required_fields: []": nothing learned
+    assert "[]" not in text and "refused_fields" not in text
     shown = json.loads(crow("probe", "--show", "--json").stdout)
     assert shown["http://127.0.0.1:9/v1 m"]["request_rules"][0]["target"] == "seed"
 
