@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import os
 import re
+import shlex
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
@@ -550,9 +551,17 @@ class ChatApp:
 
     async def _export(self, arg: str) -> None:
         """`/export [md|json|jsonl] [PATH]`: the session to PATH (any folder; default
-        `crow-session-ID.FMT` here); the format follows PATH's suffix when not given."""
-        words = arg.split(maxsplit=1)
+        `crow-session-ID.FMT` here, quoted as in a shell when it holds spaces); the format follows PATH's
+        suffix when not given."""
+        try:
+            words = shlex.split(arg)
+        except ValueError as exc:  # an unbalanced quote
+            self.view.line(f"crow: error: /export: {exc}", "red")
+            return
         fmt = words.pop(0) if words and words[0] in EXPORT_FORMATS else None
+        if len(words) > 1:  # never a path cut at its first space
+            self.view.line("crow: error: /export takes one path (quote one that holds spaces)", "red")
+            return
         target = Path(words[0]).expanduser() if words else None
         if fmt is None and words and "/" not in words[0] and "." not in words[0]:  # `/export jsn`: a typo
             self.view.line(f"crow: error: unknown format {strip_controls(words[0])!r} (choose from "

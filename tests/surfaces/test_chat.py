@@ -435,6 +435,20 @@ async def test_export_works_without_a_session_and_to_a_chosen_path(store: Sessio
     assert "unknown format 'jsn'" in output and not (tmp_path / "jsn").exists()
 
 
+async def test_export_to_a_path_with_spaces_when_quoted(store: SessionStore, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue: a new user's `/export "my notes.md"` was refused as an unknown format '"my': no path with a space
+    # in it could be exported to
+    monkeypatch.chdir(tmp_path)
+    keys = ("hello\r/export \"my notes.md\"\r/export json 'out dir/t.json'\r/export \"x.md\r"
+            "/export md two words.md\r/exit\r")
+    output, _, _ = await chat([{"sse": text_stream("Hi.")}], keys, store)
+    assert "Hi." in (tmp_path / "my notes.md").read_text()
+    assert json.loads((tmp_path / "out dir" / "t.json").read_text())["messages"][-1]["content"] == "Hi."
+    assert "crow: error: /export: No closing quotation" in output and not (tmp_path / '"x.md').exists()
+    assert "takes one path (quote one that holds spaces)" in output and not (tmp_path / "two").exists()
+
+
 async def test_tools_are_listed_in_aligned_columns(store: SessionStore, tools_dir: Path) -> None:
     # issue 11 (smaller items): /tools was not aligned
     output, _, _ = await chat([], "/tools\r/exit\r", store, options=ChatOptions(tools_dirs=(str(tools_dir),)))
