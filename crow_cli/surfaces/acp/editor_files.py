@@ -18,7 +18,7 @@ from acp.schema import FileSystemCapabilities
 
 from ...errors import ToolError
 from ...tools.builtin.edits import apply_edit, check_edit, unified_diff
-from ...tools.builtin.files import MAX_RETURN_CHARS
+from ...tools.builtin.files import MAX_RETURN_CHARS, check_line_range
 from ...tools.registry import Tool
 from ...tools.workspace import resolve_in_workspace, workspace_root
 
@@ -72,11 +72,7 @@ class _Editor:
         return file.relative_to(workspace_root()).as_posix()
 
     async def read_file(self, path: str, start_line: int | None = None, end_line: int | None = None) -> str:
-        for name, value in (("start_line", start_line), ("end_line", end_line)):
-            if value is not None and value < 1:
-                raise ToolError(f"{name} must be 1 or more (lines are numbered from 1); got {value}")
-        if start_line is not None and end_line is not None and end_line < start_line:
-            raise ToolError(f"end_line {end_line} is before start_line {start_line}")
+        check_line_range(start_line, end_line)  # the same refusals as the built-in read_file
         limit = None if end_line is None else end_line - (start_line or 1) + 1
         text = await self._read(path, start_line, limit)
         if len(text) <= MAX_RETURN_CHARS:

@@ -13,7 +13,7 @@ from ...text import BOMS
 from ..registry import tool
 from ..workspace import resolve_in_workspace, workspace_root
 
-__all__ = ["BOMS", "MAX_RETURN_CHARS", "SNIFF_BYTES", "file_type", "list_directory", "read_file",
+__all__ = ["BOMS", "MAX_RETURN_CHARS", "SNIFF_BYTES", "check_line_range", "file_type", "list_directory", "read_file",
            "require_regular_file"]
 
 SNIFF_BYTES = 512 * 1024
@@ -52,7 +52,7 @@ def _sniff(data: bytes, cut: bool, shown: str) -> tuple[str, str | None] | None:
 _EDIT_NOTE = "edit_file refuses it: it only edits UTF-8 files"
 
 
-def _check_range(start_line: int | None, end_line: int | None) -> None:
+def check_line_range(start_line: int | None, end_line: int | None) -> None:
     """Refuse line numbers below 1 and an end before the start, as codex's read_file refuses an offset
     below 1 (`codex-rs/core/src/tools/handlers/read_file.rs`): such a range is a mistake, not a request."""
     for name, value in (("start_line", start_line), ("end_line", end_line)):
@@ -131,7 +131,7 @@ def read_file(path: str, start_line: int | None = None, end_line: int | None = N
     """
     file = resolve_in_workspace(path)
     require_regular_file(file, path)
-    _check_range(start_line, end_line)
+    check_line_range(start_line, end_line)
     if start_char < 0:
         raise ToolError(f"start_char must be 0 or more (an offset into start_line); got {start_char}")
     shown = file.relative_to(workspace_root()).as_posix()
