@@ -488,8 +488,9 @@ class StreamAccumulator:
             for k, v in tc.items():
                 if k not in _CALL_KEYS:
                     _keep_first(call.extra, k, v)
-            self._fired("tool-call-fields", events, f"tool call {call.name or key}: the server attached "
-                        f"{sorted(k for k in tc if k not in _CALL_KEYS)} to it: kept and sent back with the call")
+            if "tool-call-fields" not in self._rules:  # its note is built once, not on every delta
+                self._fired("tool-call-fields", events, f"tool call {call.name or key}: the server attached "
+                            f"{sorted(k for k in tc if k not in _CALL_KEYS)} to it: kept and sent back with the call")
         if not _FN_KEYS.issuperset(fn):
             call.fn_extra = call.fn_extra or {}
             for k, v in fn.items():
