@@ -124,22 +124,22 @@ async def test_sockets_in_the_temp_dir_are_out_of_reach(place: Path) -> None:
     # issue: the temp dir is shared, and holds the sockets of the user's tmux server (/tmp/tmux-UID/default:
     # `tmux new-window CMD` runs CMD unconfined), X11 (keystrokes into any window), agents. Each socket in it
     # (or one folder down) is covered inside; the temp dir's files stay readable and writable.
-    (place / "tmp/tmux-1000").mkdir()
+    (place / "tmp/tmux-1").mkdir()
     servers = []
-    for path in (place / "tmp/tmux-1000/default", place / "tmp/agent.sock"):
+    for path in (place / "tmp/tmux-1/d", place / "tmp/a.s"):
         server = socket.socket(socket.AF_UNIX)
         server.bind(str(path))
         server.listen(1)
         servers.append(server)
-    (place / "tmp/tmux-1000/notes").write_text("kept\n")
+    (place / "tmp/tmux-1/notes").write_text("kept\n")
     connect = "import socket,sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])"
     try:
-        for path in ("tmux-1000/default", "agent.sock"):
+        for path in ("tmux-1/d", "a.s"):
             out = await _run(f"{sys.executable} -c '{connect}' {place}/tmp/{path}", _context(place))
             assert "ConnectionRefusedError" in out, out
-        out = await _run(f"cat {place}/tmp/tmux-1000/notes; echo more >> {place}/tmp/tmux-1000/notes",
+        out = await _run(f"cat {place}/tmp/tmux-1/notes; echo more >> {place}/tmp/tmux-1/notes",
                          _context(place))
-        assert "kept" in out and (place / "tmp/tmux-1000/notes").read_text() == "kept\nmore\n"
+        assert "kept" in out and (place / "tmp/tmux-1/notes").read_text() == "kept\nmore\n"
     finally:
         for server in servers:
             server.close()
