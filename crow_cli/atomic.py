@@ -17,17 +17,18 @@ import secrets
 import stat
 from pathlib import Path
 
-__all__ = ["NotRegularFile", "write_atomic"]
+__all__ = ["NotRegularFile", "file_kind", "write_atomic"]
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISREG, "a regular file"))
 
 
 class NotRegularFile(OSError):
     """The target exists and is not a regular file; `strerror` names what it is ("a FIFO (named pipe)")."""
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a file of `st_mode` `mode` is, for messages: "a directory", "a FIFO (named pipe)" … "a regular file"."""
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
@@ -49,7 +50,7 @@ def write_atomic(path: str | os.PathLike[str], data: bytes, *, private: bool = F
     except FileNotFoundError:
         info = None
     if info is not None and not stat.S_ISREG(info.st_mode):
-        raise NotRegularFile(errno.EINVAL, _kind(info.st_mode), str(path))
+        raise NotRegularFile(errno.EINVAL, file_kind(info.st_mode), str(path))
     temp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.crow-tmp")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
                  0o600 if private else 0o666)

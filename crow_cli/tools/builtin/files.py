@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import codecs
-import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
+from ...atomic import file_kind
 from ...errors import ToolError
 from ...text import BOMS
 from ..registry import tool
@@ -87,12 +87,7 @@ def file_type(path: Path) -> str:
         mode = path.stat().st_mode
     except OSError:
         return "missing"
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISREG, "a regular file")):
-        if test(mode):
-            return name
-    return "not a regular file"
+    return file_kind(mode)
 
 
 def require_regular_file(file: Path, path: str) -> None:
