@@ -12,6 +12,7 @@ line by line with `regex` (GIL released, timeout checked).
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import tempfile
@@ -20,7 +21,6 @@ from pathlib import Path
 
 from crow_cli.tools.builtin import search
 from crow_cli.tools.builtin.search import search_files
-from crow_cli.tools.workspace import set_workspace
 
 PATTERNS = [r"def \w+\(", "TODO", r"^\s*$", r"(?<=def )zzzq"]
 
@@ -49,12 +49,12 @@ class _ReShim:
 
 
 def with_re(pattern: str) -> str:
-    saved, safe = sys.modules["regex"], search._whole_file_safe
-    sys.modules["regex"], search._whole_file_safe = _ReShim, lambda _: False  # type: ignore[assignment]
+    saved, safe = sys.modules["regex"], search.whole_file_safe
+    sys.modules["regex"], search.whole_file_safe = _ReShim, lambda _: False  # type: ignore[assignment]
     try:
         return search_files(pattern=pattern)
     finally:
-        sys.modules["regex"], search._whole_file_safe = saved, safe
+        sys.modules["regex"], search.whole_file_safe = saved, safe
 
 
 def best(fn, runs: int = 3) -> float:
@@ -71,7 +71,7 @@ def main() -> None:
         root = Path(folder)
         build(root)
         import regex  # noqa: F401  (loaded once, outside the timings)
-        set_workspace(root)
+        os.chdir(root)  # outside a tool call the workspace is the working directory
         print(f"{'pattern':<18} {'re s':>7} {'search_files s':>15} {'ratio':>6}")
         for pattern in PATTERNS:
             assert with_re(pattern) == search_files(pattern=pattern)
