@@ -383,8 +383,8 @@ class ChatClient:
         self._rules += [r for r in change.rules if r not in self._rules]
         self._unsaved = True
         notices = [Notice(f"crow: the server refused the request ({status}: {change.why}); {change.describe()} "
-                          "and sent it again (remembered for this server and model; adapt_requests = false "
-                          "turns this off)", "request_adapted")]
+                          "and sent it again (remembered for this server and model once it accepts the changed "
+                          "request; adapt_requests = false turns this off)", "request_adapted")]
         if self.settings.trace:
             notices.append(Notice(f"crow: debug: rules now applied to every request: "
                                   f"{_json([r.to_json() for r in self._rules])}", "adapt_debug"))

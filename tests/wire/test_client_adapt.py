@@ -95,6 +95,20 @@ async def test_a_refusal_that_teaches_nothing_new_ends_the_request_with_the_serv
     assert "request_rules" not in facts.recall(BASE, "m")  # not accepted: nothing learned
 
 
+async def test_the_notice_promises_remembering_only_once_the_changed_request_is_accepted() -> None:
+    # a new user's run: the notice said "remembered for this server and model" and the server then refused
+    # the changed request too, so nothing was stored
+    with respx.mock(assert_all_called=True) as mock:
+        mock.post(URL).mock(side_effect=[httpx.Response(400, json=VLLM_SEED)] * 2)
+        notices: list[Notice] = []
+        with pytest.raises(ProviderError):
+            async for item in client().stream(json.loads(json.dumps(HISTORY)), TOOLS):
+                if isinstance(item, Notice):
+                    notices.append(item)
+    assert [n.code for n in notices] == ["request_adapted"]
+    assert "remembered for this server and model once it accepts the changed request" in notices[0].message
+
+
 async def test_adapt_requests_false_ends_at_the_first_refusal_and_applies_nothing_learned() -> None:
     facts.learn(BASE, "m", request_rules=[{"op": "drop_param", "target": "temperature", "value": None}])
     with respx.mock(assert_all_called=True) as mock:
