@@ -28,11 +28,14 @@ from .context.compact import Compactor
 from .errors import SessionError
 from .events import Event, MessageAppended, RunFinished, WarningEvent
 from .history import Message
-from .loop import ChatStream, LoopSettings, react
+from .loop import INTERRUPTED, ChatStream, LoopSettings, react
 from .signals import ALL_SIGNALS, Interrupts, exit_code, signal_name
 from .tools.context import ToolContext
 from .tools.dispatch import Approver
 from .tools.registry import ToolRegistry
+
+OUTPUT_LOST_NOTE = "interrupted: the output could not be written"
+"""How a partial answer stored after its output vanished ends (the user did not stop it)."""
 
 __all__ = ["Driver", "Interrupts", "Recorder", "Sink", "chat_interrupts", "editor_interrupts", "output_lost",
            "run_interrupts"]
@@ -126,12 +129,12 @@ class Driver:
         """
         return self._cancel(RunFinished("cancelled", "", 0, reason, code))
 
-    def _cancel(self, stop: RunFinished) -> bool:
+    def _cancel(self, stop: RunFinished, note: str = INTERRUPTED) -> bool:
         if not self.running or self._stop is not None:
             return False
         self._stop = stop
         assert self._task is not None
-        self._task.cancel()
+        self._task.cancel(note)  # the loop ends a partial answer with this note
         return True
 
     async def run(self, history: list[Message], sink: Sink, recorder: Recorder | None = None) -> RunFinished:
@@ -191,7 +194,7 @@ class Driver:
                         sink.handle(event)
                     except OSError as exc:  # the terminal or pipe is gone (a closed window, `| head`), a full disk
                         sink = None
-                        self._cancel(output_lost(exc))
+                        self._cancel(output_lost(exc), OUTPUT_LOST_NOTE)
 
     @staticmethod
     def _store(recorder: Recorder | None, history: list[Message], sink: Sink | None) -> Recorder | None:

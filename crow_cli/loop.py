@@ -12,7 +12,8 @@ tool of it has run yet).
 
 The loop owns its history to the end. Cancelled, it closes the history (`_Closing`): finished calls
 keep their results, every other call of the turn gets a "cancelled by the user" result, a call that
-never finished streaming is dropped, a partial answer is kept; it yields those results and appended
+never finished streaming is dropped, a partial answer is kept with a note (the message the task was
+cancelled with, `Task.cancel(msg)`, or "interrupted by the user"); it yields those results and appended
 messages and a `RunFinished("cancelled")`, then re-raises the `CancelledError`.
 """
 
@@ -40,6 +41,9 @@ __all__ = ["CANCELLED_OUTPUT", "ChatStream", "LoopSettings", "react"]
 
 CANCELLED_OUTPUT = "Error: the tool call was cancelled by the user; no result."
 """The tool result of a call that the user (or a signal, or the editor) stopped before it finished."""
+
+INTERRUPTED = "interrupted by the user"
+"""The note a partial answer ends with when the canceller gave no reason (`Task.cancel(msg)` gives one)."""
 
 
 class ChatStream(Protocol):
@@ -120,8 +124,9 @@ async def react(
             async for event in _run_tools(turn.tool_calls, history, registry, settings, approve, closing,
                                           context):
                 yield event
-    except asyncio.CancelledError:
-        for event in closing.close():
+    except asyncio.CancelledError as exc:
+        # the canceller may say why (`Task.cancel(msg)`): the partial answer's note is what the model reads later
+        for event in closing.close(exc.args[0] if exc.args and isinstance(exc.args[0], str) else INTERRUPTED):
             yield event
         raise
     except BaseException:  # the consumer stopped listening (GeneratorExit), or a bug: keep the history valid
@@ -203,8 +208,11 @@ class _Closing:
         elif isinstance(event, Notice) and event.code == "turn_restarted":
             self.text.clear()
 
-    def close(self) -> list[Event]:
-        """Make the history valid again; the events saying how (results, appended messages, the end)."""
+    def close(self, note: str = INTERRUPTED) -> list[Event]:
+        """Make the history valid again; the events saying how (results, appended messages, the end).
+
+        A partial answer is kept, ending with `note` in brackets (why it stops there).
+        """
         events: list[Event] = []
         partial = "".join(self.text) if not self.calls else ""
         for call in self.calls[self.answered:]:
@@ -216,7 +224,7 @@ class _Closing:
             events.append(_append(self.history, result.to_message()))
         self.answered = len(self.calls)
         if partial.strip():
-            events.append(_append(self.history, assistant_message(partial + "\n\n[interrupted by the user]")))
+            events.append(_append(self.history, assistant_message(f"{partial}\n\n[{note}]")))
             self.text.clear()
         events.append(RunFinished("cancelled", partial, self.turn, "interrupted", 130))
         return events

@@ -122,7 +122,11 @@ def test_run_with_stdout_closed_fails_like_a_full_disk(_isolated_home: Path) -> 
         latest = store.latest()
         assert latest is not None
         stored = store.messages(latest.id)
-    assert stored[-1]["role"] == "assistant" and stored[-1]["content"].startswith("answer nobody reads")
+    # CI (stop 26): how much of the answer arrives before the failed write stops the run is a race; what is
+    # stored is a prefix of it, and a cut answer says why it stops (not "by the user")
+    answer, _, note = stored[-1]["content"].partition("\n\n")
+    assert stored[-1]["role"] == "assistant" and answer and "answer nobody reads".startswith(answer)
+    assert note in ("", "[interrupted: the output could not be written]") and (note or answer == "answer nobody reads")
     version = subprocess.run([CROW, "--version"], stderr=subprocess.PIPE, text=True, timeout=60,
                              preexec_fn=lambda: os.close(1))
     assert version.returncode == 1 and version.stderr == "crow: error: cannot write the output: Bad file descriptor\n"
