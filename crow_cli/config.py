@@ -48,6 +48,9 @@ SANDBOX_MODES: tuple[SandboxMode, ...] = get_args(SandboxMode)
 ReasoningEcho = Literal["auto", "always", "never"]
 """`reasoning_echo`: whether a turn's reasoning goes back to the server (`wire.client`)."""
 REASONING_ECHO: tuple[ReasoningEcho, ...] = get_args(ReasoningEcho)
+ApprovalMode = Literal["ask", "auto-edit", "yolo", "read-only"]
+"""`approval`: the approval policy (`tools.approval.Policy`)."""
+APPROVAL_MODES: tuple[ApprovalMode, ...] = get_args(ApprovalMode)
 OWNED_PARAMS = ("model", "messages", "stream", "stream_options", "tools")
 """Request body fields crow sets itself; `[params]` may not set them."""
 _OPENAI_HOST = "api.openai.com"
@@ -79,8 +82,8 @@ class Settings:
     max_retries: int = 3
     max_output_chars: int = 50_000
     tool_paths: tuple[str, ...] = ()
-    approval: str | None = None
-    """Approval policy: `ask`, `auto-edit` or `yolo` (None: the surface's default)."""
+    approval: ApprovalMode | None = None
+    """Approval policy: `ask`, `auto-edit`, `yolo` or `read-only` (None: the surface's default)."""
     allow: tuple[str, ...] = ()
     """Approval rules that approve without asking (tool names or `run_shell:PREFIX`): config, then flags."""
     deny: tuple[str, ...] = ()
@@ -196,7 +199,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("idle_timeout", float, field="idle_timeout_s", env="CROW_IDLE_TIMEOUT", default=300.0, check=_positive),
     Option("max_retries", int, default=3, check=_at_least(0)),
     Option("max_output_chars", int, default=50_000, check=_positive),
-    Option("approval", str, flag="--approval"),
+    Option("approval", str, flag="--approval", check=_one_of(APPROVAL_MODES)),
     Option("workspace", str, flag="--workspace"),
     Option("sandbox", str, flag="--sandbox", env="CROW_SANDBOX", default="workspace-write",
            check=_one_of(SANDBOX_MODES)),
@@ -357,7 +360,7 @@ def load_settings(
         first_byte_timeout_s=float(values["first_byte_timeout"]), reasoning_echo=values["reasoning_echo"],
         max_retries=int(values["max_retries"]), max_output_chars=int(values["max_output_chars"]),
         tool_paths=values["tool_paths"], approval=values["approval"], allow=values["allow"], deny=values["deny"],
-        workspace=values["workspace"], sandbox=values["sandbox"],  # both Literals checked by _one_of
+        workspace=values["workspace"], sandbox=values["sandbox"],  # Literals, like approval: checked by _one_of
         sandbox_network=bool(values["sandbox_network"]),
         mcp_servers=dict(values["mcp_servers"]), profile=chosen,
         config_path=str(path) if path.exists() else None, api_key_problem=problem,

@@ -267,6 +267,52 @@ def test_sandbox_mode_and_network_settings(tmp_path: Path) -> None:
         load_settings({}, env={}, config_path=str(config))
 
 
+# issue 18: `approval` took any text; a bad policy in the config file surfaced later, not naming the file
+def test_a_bad_approval_policy_names_its_source_and_the_policies(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('approval = "auto-edit"\n[profiles.ci]\napproval = "sometimes"\n')
+    assert load_settings({}, env={}, config_path=str(config)).approval == "auto-edit"
+    assert load_settings({"approval": "read-only"}, env={}, config_path=str(config)).approval == "read-only"
+    with pytest.raises(ConfigError, match=r"^.*c\.toml \[profiles\.ci\]: approval must be one of ask, auto-edit, "
+                                          r"yolo, read-only \(got 'sometimes'\)$"):
+        load_settings({}, env={}, config_path=str(config), profile="ci")
+    with pytest.raises(ConfigError, match=r"^--approval must be one of ask, auto-edit, yolo, read-only \(got 'x'\)$"):
+        load_settings({"approval": "x"}, env={})
+
+
+# issue 18: a setting with a fixed set of values is a Literal, and its decoding refuses anything else
+def test_every_literal_setting_is_decoded_against_its_values() -> None:
+    import typing
+    from dataclasses import fields
+
+    from crow_cli.config import OPTIONS, Settings
+
+    def values(hint: object) -> list[object]:  # a Literal's values, also inside `Literal[…] | None`
+        if typing.get_origin(hint) is typing.Literal:
+            return list(typing.get_args(hint))
+        return [v for arg in typing.get_args(hint) if typing.get_origin(arg) is typing.Literal
+                for v in typing.get_args(arg)]
+
+    hints = typing.get_type_hints(Settings)
+    literal = {f.name: values(hints[f.name]) for f in fields(Settings) if values(hints[f.name])}
+    assert set(literal) == {"approval", "sandbox", "reasoning_echo"}
+    for option in OPTIONS:
+        if option.name in literal:
+            assert option.check is not None
+            assert [option.check(v) for v in literal[option.name]] == [None] * len(literal[option.name])
+            assert option.check("bogus") == f"must be one of {', '.join(literal[option.name])} (got 'bogus')"
+
+
+def test_the_settings_values_are_those_their_owners_take() -> None:
+    # config may not import tools or wire.outgoing (layers): its Literals repeat theirs, mypy checks the handover
+    from crow_cli.config import APPROVAL_MODES, REASONING_ECHO, SANDBOX_MODES
+    from crow_cli.tools.approval import POLICIES
+    from crow_cli.tools.sandbox import MODES
+    from crow_cli.wire import outgoing
+
+    assert (APPROVAL_MODES, SANDBOX_MODES, REASONING_ECHO) == (POLICIES, MODES, outgoing.REASONING_ECHO)
+
+
 # issue: a new user's `crow run --config FIFO` hung for good (the open blocked with no writer)
 def test_a_fifo_as_the_config_file_is_refused_in_one_line(tmp_path: Path) -> None:
     import os

@@ -28,7 +28,7 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from ..errors import ConfigError, ToolDenied, ToolError
 from ..history import ToolCall
@@ -50,6 +50,7 @@ __all__ = [
     "ApprovalPolicy",
     "Approvals",
     "AskFn",
+    "Policy",
     "approval_question",
     "check_rule_names",
     "describe_call",
@@ -57,7 +58,8 @@ __all__ = [
     "parse_answer",
 ]
 
-POLICIES = ("ask", "auto-edit", "yolo", "read-only")
+Policy = Literal["ask", "auto-edit", "yolo", "read-only"]
+POLICIES: tuple[Policy, ...] = get_args(Policy)
 """Approval policies, the same values for `crow run --approval`, `crow chat` and the editor's session
 modes: `ask` the user, `auto-edit` (built-in file edits approved), `yolo` (all approved), `read-only`
 (every call that needs approval refused)."""
@@ -136,7 +138,7 @@ def _split_rule(rule: str) -> tuple[str, list[str] | None]:
 class ApprovalPolicy:
     """What to do with calls that need approval, before anyone is asked."""
 
-    mode: str = "ask"
+    mode: Policy = "ask"
     """`ask`, `auto-edit` (built-in file edits approved; shell and others ask), `yolo` (all approved) or
     `read-only` (all refused)."""
     allow: tuple[str, ...] = ()
@@ -381,7 +383,7 @@ class Approvals:
         return answer in ("yes", "always")
 
 
-def make_approver(mode: str | None = None, *, allow: Iterable[str] = (), deny: Iterable[str] = (),
+def make_approver(mode: Policy | None = None, *, allow: Iterable[str] = (), deny: Iterable[str] = (),
                   ask: AskFn | None = None, yes: bool = False) -> Approvals:
     """The `Approver` for a surface: `mode` (default `ask`; `yes=True` means `yolo`), rules, and `ask`.
 

@@ -35,12 +35,14 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, get_args
 
-__all__ = ["DEFAULT_MODE", "MODES", "Sandbox", "SandboxBlocked", "backend", "blocked_reason", "bwrap_argv",
+__all__ = ["DEFAULT_MODE", "MODES", "Mode", "Sandbox", "SandboxBlocked", "backend", "blocked_reason", "bwrap_argv",
            "sandbox_argv", "seatbelt_profile", "startup_notice", "unavailable_reason"]
 
-MODES = ("workspace-write", "read-only", "off")
-DEFAULT_MODE = "workspace-write"
+Mode = Literal["workspace-write", "read-only", "off"]
+MODES: tuple[Mode, ...] = get_args(Mode)
+DEFAULT_MODE: Mode = "workspace-write"
 _PROTECTED = ".git"  # inside the workspace, yet read-only: what it holds runs code later, unconfined
 # What a command's output says when the sandbox stopped it (errno texts of glibc, Python, curl, git).
 _FS_SIGNS = ("Read-only file system", "read-only file system", "EROFS")
@@ -53,7 +55,7 @@ _NET_SIGNS = ("Network is unreachable", "Connection refused", "Could not resolve
 class Sandbox:
     """How `run_shell` confines a command (see the module docstring)."""
 
-    mode: str = "off"
+    mode: Mode = "off"
     """`workspace-write`, `read-only` or `off`."""
     network: bool = False
     """Whether a confined command may use the network."""

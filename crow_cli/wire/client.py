@@ -32,7 +32,7 @@ import threading
 from collections.abc import AsyncGenerator, Iterable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from .. import startup
 from ..errors import AuthError, ContextOverflow, ProviderError, RateLimited, ServerError, StreamCut
@@ -40,12 +40,10 @@ from ..events import Notice, WarningEvent
 from ..history import Message
 from ..text import header_secrets, mask_secrets, public_url, url_secrets
 from .adapt import Rule
-from .outgoing import Outgoing
+from .outgoing import REASONING_ECHO, Outgoing, ReasoningEcho
 
 __all__ = ["ChatClient", "ClientSettings", "ReasoningEcho", "context_overflow", "import_in_background", "map_error",
            "split_base_url"]
-
-ReasoningEcho = Literal["auto", "always", "never"]
 
 
 @dataclass(frozen=True)
@@ -70,7 +68,7 @@ class ClientSettings:
     """Extra request fields (temperature, max_tokens …) merged into every request body."""
     record_dir: str | None = None
     """When set, every request body and raw SSE response is written there (see `wire.record`)."""
-    reasoning_echo: str = "auto"
+    reasoning_echo: ReasoningEcho = "auto"
     """Whether a turn's reasoning goes back to the server (a `ReasoningEcho`: `auto`, `always` or `never`);
     see `ChatClient.outgoing_messages`. Another value is a `ValueError` when the client is made."""
     adapt_requests: bool = True
@@ -105,7 +103,7 @@ class ChatClient:
     """
 
     def __init__(self, settings: ClientSettings) -> None:
-        if settings.reasoning_echo not in ("auto", "always", "never"):
+        if settings.reasoning_echo not in REASONING_ECHO:  # typed, but a caller may pass any text
             raise ValueError(f"reasoning_echo must be auto, always or never, not {settings.reasoning_echo!r}")
         self.settings = settings
         self._sdk: Any = None

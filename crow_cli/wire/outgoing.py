@@ -23,19 +23,21 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from ..history import Message
 from .profiles import REASONING_BLOCKS, REASONING_FIELDS, field_demanded, field_refused
 
-__all__ = ["Adaptation", "Outgoing"]
+__all__ = ["REASONING_ECHO", "Adaptation", "Outgoing", "ReasoningEcho"]
 
 _CORE = frozenset(("role", "content", "tool_calls", "tool_call_id"))
 """Message keys never dropped: without them there is no message."""
 _CALL_CORE = frozenset(("id", "type", "function"))
 _FUNCTION_CORE = frozenset(("name", "arguments"))
 
-Echo = Literal["auto", "always", "never"]
+ReasoningEcho = Literal["auto", "always", "never"]
+"""`reasoning_echo`: which assistant messages' reasoning goes back (module docstring)."""
+REASONING_ECHO: tuple[ReasoningEcho, ...] = get_args(ReasoningEcho)
 
 
 class Adaptation:
@@ -59,7 +61,7 @@ class Outgoing:
             `required_fields`, `tool_message_name`.
     """
 
-    def __init__(self, echo: str = "auto", *, reasoning_fields: tuple[str, ...] = REASONING_FIELDS,
+    def __init__(self, echo: ReasoningEcho = "auto", *, reasoning_fields: tuple[str, ...] = REASONING_FIELDS,
                  known: Mapping[str, Any] | None = None) -> None:
         self.echo = echo
         self.reasoning = (*reasoning_fields, REASONING_BLOCKS)

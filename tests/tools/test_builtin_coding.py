@@ -106,7 +106,7 @@ def test_workspace_flag_confines_tools_to_another_folder(repo: Path, tmp_path: P
 
 
 @pytest.mark.parametrize(("flags", "message"), [
-    (["--approval", "sometimes"], "unknown approval policy 'sometimes' (choose from ask, auto-edit, yolo, read-only)"),
+    (["--approval", "sometimes"], "--approval must be one of ask, auto-edit, yolo, read-only (got 'sometimes')"),
     (["--workspace", "/nonexistent/ws"], "workspace '/nonexistent/ws' is not an existing folder"),
 ])
 def test_bad_flags_are_usage_errors(repo: Path, flags: list[str], message: str) -> None:

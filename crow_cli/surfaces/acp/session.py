@@ -38,10 +38,11 @@ from ...events import (
     WarningEvent,
 )
 from ...history import Message, ToolCall, user_message
-from ...tools.approval import UNCONFINED_MARK, Answer, Approvals, make_approver
+from ...tools.approval import UNCONFINED_MARK, Answer, Approvals, Policy, make_approver
 from ...tools.context import ToolContext
 from ...tools.dispatch import EscalatingApprover
 from ...tools.registry import Tool, ToolRegistry
+from ...tools.sandbox import Mode as SandboxMode
 from ...tools.sandbox import Sandbox
 from ...wire.client import ChatClient
 from ..persist import SessionRecorder
@@ -67,14 +68,14 @@ __all__ = ["MODES", "Session"]
 
 log = logging.getLogger("crow.acp")
 
-MODES: dict[str, tuple[str, str]] = {
+MODES: dict[Policy, tuple[str, str]] = {
     "ask": ("Ask", "Ask before every tool that changes files or runs commands"),
     "auto-edit": ("Auto-edit", "Edit files in the workspace without asking; ask before commands"),
     "read-only": ("Read-only", "Refuse every tool that changes files or runs commands"),
     "yolo": ("Yolo", "Run every tool without asking (deny rules still apply)"),
 }
 """Session mode id → (name, description). Every mode but `read-only` is a crow approval policy."""
-SANDBOX_MODES: dict[str, tuple[str, str]] = {
+SANDBOX_MODES: dict[SandboxMode, tuple[str, str]] = {
     "workspace-write": ("Workspace write", "Commands write only the workspace and temp dir; no network"),
     "read-only": ("Read-only", "Commands write nothing; no network"),
     "off": ("Off", "Commands run with your full rights"),
@@ -164,18 +165,20 @@ class Session:
 
     def set_sandbox(self, mode: str) -> None:
         """Confine this session's next commands by the sandbox mode `mode`."""
-        if mode not in SANDBOX_MODES:
+        chosen = next((known for known in SANDBOX_MODES if known == mode), None)  # as its Literal
+        if chosen is None:
             raise RequestError(-32602, f"unknown sandbox mode {mode!r} (modes: {', '.join(SANDBOX_MODES)})")
-        self.context = replace(self.context, sandbox=replace(self.context.sandbox, mode=mode))
+        self.context = replace(self.context, sandbox=replace(self.context.sandbox, mode=chosen))
         self.driver.context = self.context
 
     def set_mode(self, mode: str) -> None:
         """Switch the approval policy; "always" answers given so far stay."""
-        if mode not in MODES:
+        chosen = next((known for known in MODES if known == mode), None)  # as its Literal
+        if chosen is None:
             raise RequestError(-32602, f"unknown mode {mode!r} (modes: {', '.join(MODES)})")
-        self.mode = mode
-        if mode != "read-only":
-            self.approvals.policy = replace(self.approvals.policy, mode=mode)
+        self.mode = chosen
+        if chosen != "read-only":
+            self.approvals.policy = replace(self.approvals.policy, mode=chosen)
 
     async def approve(self, call: ToolCall, tool: Tool) -> bool:
         """The driver's approver: the session's mode and rules, then the editor (`session/request_permission`).
