@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, ToolError
-from .text import clean_text, mask_secrets
+from .text import BOMS, clean_text, decode_text, mask_secrets
 from .tools.workspace import resolve_in_workspace, workspace_root
 
 __all__ = ["MAX_IMAGE_BYTES", "MAX_TEXT_BYTES", "Attachment", "load_attachment", "mentioned_files", "user_content"]
@@ -88,10 +88,10 @@ def load_attachment(path: str, root: Path | None = None, secrets: Iterable[str |
         raise ConfigError(f"cannot attach {shown}: {exc.strerror}") from None
     if mime:
         return Attachment(shown, data_url=f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}")
-    if b"\0" in data:
+    if b"\0" in data and not data.startswith(tuple(bom for bom, _codec, _name in BOMS)):  # UTF-16/32 hold NULs
         raise ConfigError(f"cannot attach {shown}: a binary file (only text files and PNG, JPEG, GIF or WebP "
                           "images can be attached)")
-    return Attachment(shown, text=mask_secrets(data.decode("utf-8", "replace"), secrets))
+    return Attachment(shown, text=mask_secrets(decode_text(data), secrets))
 
 
 def _fenced(item: Attachment) -> str:

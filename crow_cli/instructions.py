@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .paths import SymlinkLoop, resolve_path
-from .text import BOMS, mask_secrets
+from .text import decode_text, mask_secrets
 
 __all__ = ["FILENAME", "MAX_BYTES", "MAX_TOTAL_BYTES", "Instructions", "find_instructions", "system_prompt"]
 
@@ -67,14 +67,6 @@ def _project_folders(workspace: Path) -> list[Path]:
 
 def _inside(path: Path, roots: Iterable[Path]) -> bool:
     return any(path == root or root in path.parents for root in roots)
-
-
-def _decode(data: bytes) -> str:
-    """`data` decoded by its byte-order mark (UTF-16/32, UTF-8), else as UTF-8; bad bytes replaced."""
-    for bom, codec, _name in BOMS:
-        if data.startswith(bom):
-            return data.decode(codec, "replace")
-    return data.decode("utf-8-sig", "replace")  # a UTF-8 mark dropped, if any
 
 
 def _read(path: Path, scope: str, allowed: tuple[Path, ...] | None, warn: Callable[[str], None]
@@ -116,7 +108,7 @@ def _read(path: Path, scope: str, allowed: tuple[Path, ...] | None, warn: Callab
         except OSError as exc:
             warn(f"{path} cannot be read ({exc.strerror or exc}); not read")
             return None
-    text = _decode(data).strip()
+    text = decode_text(data).strip()
     if info.st_size > MAX_BYTES:
         text += f"\n\n[crow: {path.name} is {info.st_size:,} bytes; only its first {MAX_BYTES:,} were read]"
     return Instructions(path, text, info.st_size, scope) if text else None

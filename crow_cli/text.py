@@ -11,8 +11,8 @@ import codecs
 import re
 from collections.abc import Iterable, Mapping
 
-__all__ = ["BOMS", "SECRET_MASK", "SECRET_NAME", "clean_text", "has_surrogates", "header_secrets", "is_secret_name",
-           "mask_secrets", "public_url", "strip_controls", "url_secrets", "visible"]
+__all__ = ["BOMS", "SECRET_MASK", "SECRET_NAME", "clean_text", "decode_text", "has_surrogates", "header_secrets",
+           "is_secret_name", "mask_secrets", "public_url", "strip_controls", "url_secrets", "visible"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # C0 controls but tab and newline, DEL, C1 controls: what can move a cursor, retitle or clear a terminal
@@ -30,6 +30,15 @@ BOMS = ((codecs.BOM_UTF32_LE, "utf-32", "UTF-32"), (codecs.BOM_UTF32_BE, "utf-32
         (codecs.BOM_UTF16_LE, "utf-16", "UTF-16"), (codecs.BOM_UTF16_BE, "utf-16", "UTF-16"))
 """(byte order mark, codec, name) of the UTF-16/32 encodings a text file may start with (UTF-32 first:
 its LE mark begins with UTF-16's). Read by the file tools and the instructions loader."""
+
+
+def decode_text(data: bytes) -> str:
+    """A text file's bytes decoded by their byte-order mark (UTF-32, UTF-16, UTF-8: the mark dropped), else
+    as UTF-8; bad bytes become U+FFFD. Used where a file is taken whole (instructions, attachments)."""
+    for bom, codec, _name in BOMS:
+        if data.startswith(bom):
+            return data.decode(codec, "replace")
+    return data.decode("utf-8-sig", "replace")
 
 
 def has_surrogates(text: str) -> bool:

@@ -121,3 +121,16 @@ def test_a_symlink_loop_is_one_line(tmp_path: Path, set_workspace: Callable[[Pat
     (tmp_path / "loop").symlink_to("loop")
     with pytest.raises(ConfigError, match=r"^cannot attach 'loop': 'loop': .*symlink loop$"):
         load_attachment("loop")
+
+
+# found trying it as a new user (wave 3): `crow run -f notes.txt` refused a UTF-16 text file (with its
+# byte-order mark) as binary, which read_file and AGENTS.md decode, and a UTF-8 mark reached the model as U+FEFF
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-32", "utf-8-sig"])
+def test_a_text_file_with_a_byte_order_mark_is_attached_as_text(tmp_path: Path, encoding: str,
+                                                                 set_workspace: Callable[[Path], None]) -> None:
+    set_workspace(tmp_path)
+    (tmp_path / "notes.txt").write_bytes("café ünïcode\n".encode(encoding))
+    assert load_attachment("notes.txt").text == "café ünïcode\n"
+    (tmp_path / "blob.bin").write_bytes(b"\0\1\2 not text")
+    with pytest.raises(ConfigError, match="a binary file"):
+        load_attachment("blob.bin")

@@ -309,6 +309,11 @@ async def _drive(runtime: Runtime, printer: PlainPrinter | JsonlWriter, history:
             for problem in await runtime.start():
                 printer.handle(WarningEvent(problem))
         except ConfigError as exc:  # a rule naming no tool: refused now that every tool is known
+            if recorder is not None:  # a usage error stores nothing: not a new session, not the prompt
+                if new_session:
+                    recorder.discard()
+                else:
+                    recorder.truncate(history, len(history) - 1)
             printer.handle(RunFinished("error", "", 0, str(exc), exc.exit_code))
             return exc.exit_code
         # files crow's tools change can be restored by `sessions undo` (the recorder keeps them)

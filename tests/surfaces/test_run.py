@@ -203,3 +203,17 @@ def test_crow_run_yes_on_a_terminal_asks_to_run_a_stopped_command_outside_the_sa
         term.expect("Done.")
         assert term.wait() == 0
     assert (outside / "f").read_text() == "x\n"
+
+
+# found trying it as a new user (wave 3): `crow run --allow '((' x` refused the rule (exit 2) but left a
+# session holding the prompt behind, and `-c` with such a rule left the prompt in the continued session
+def test_a_rule_naming_no_tool_stores_nothing(tmp_path: Path) -> None:
+    refused = run_crow([], "--allow", "((", "first", cwd=tmp_path)
+    assert refused.code == 2 and refused.requests == [], refused.stderr
+    assert "names no tool of this run" in refused.stderr
+    assert SessionStore().recent() == []
+    assert run_crow([{"sse": text_sse("One.")}], "hi", cwd=tmp_path).code == 0
+    again = run_crow([], "-c", "--deny", "nope_tool", "lost", cwd=tmp_path)
+    assert again.code == 2, again.stderr
+    [info] = SessionStore().recent()
+    assert [m["content"] for m in SessionStore().messages(info.id)] == ["hi", "One."]
