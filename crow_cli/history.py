@@ -1,34 +1,109 @@
 """Conversation history in the Chat Completions wire shape, and the types that fill it.
 
-History is a plain `list[dict]` of wire messages, so what is persisted is exactly what is sent:
+History is a list of wire messages (`Message`: plain dicts, typed), so what is persisted is exactly
+what is sent:
 
     [system?, user, assistant(tool_calls), tool × N (call order), assistant, user, …]
 
 Tool-call ids are carried exactly as the model sent them (`""` when it sent none): see
 `../shared/reference/streaming-tool-calls.md` §0 and §3.
+
+The `TypedDict`s name the keys crow reads and writes (OpenAI Chat Completions, `messages[]`). Servers
+attach more under their own names (`reasoning_content`, `reasoning`, `reasoning_details` on assistant
+messages, `extra_content` on a tool call …) and get them back unchanged, so a message may hold keys its
+type does not list. They are reached through one door, `as_json`, and nowhere else.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NotRequired, TypedDict, cast
 
 __all__ = [
     "OUTCOMES",
+    "AssistantMessage",
     "AssistantTurn",
+    "ContentPart",
+    "FunctionCall",
     "Message",
     "Outcome",
+    "SystemMessage",
     "ToolCall",
+    "ToolMessage",
     "ToolResult",
+    "UserMessage",
+    "WireToolCall",
+    "as_json",
     "assistant_message",
     "pending_tool_calls",
     "repair_history",
+    "tool_calls_of",
     "tool_message",
     "user_message",
 ]
 
-Message = dict[str, Any]
+ContentPart = dict[str, Any]
+"""One part of a content list: `{"type": "text", "text": …}`, `{"type": "image_url", "image_url": {"url": …}}`."""
+
+
+class FunctionCall(TypedDict):
+    """`tool_calls[].function`: what the model called, arguments as JSON text."""
+
+    name: str
+    arguments: str
+
+
+class WireToolCall(TypedDict):
+    """One `tool_calls[]` entry of an assistant message; `id` is the model's own (`""` when it sent none)."""
+
+    id: str
+    type: Literal["function"]
+    function: FunctionCall
+
+
+class SystemMessage(TypedDict):
+    role: Literal["system", "developer"]
+    content: str | list[ContentPart]
+
+
+class UserMessage(TypedDict):
+    role: Literal["user"]
+    content: str | list[ContentPart]
+    """Text, or parts (text and images: `attachments`)."""
+
+
+class AssistantMessage(TypedDict):
+    """A model turn: `content` is None only beside `tool_calls`; reasoning fields are the server's own."""
+
+    role: Literal["assistant"]
+    content: str | list[ContentPart] | None
+    tool_calls: NotRequired[list[WireToolCall]]
+    refusal: NotRequired[str]
+    """OpenAI's refusal text (then also the content, when there is none)."""
+
+
+class ToolMessage(TypedDict):
+    """The result of the tool call whose `id` is `tool_call_id`, in call order after its assistant message."""
+
+    role: Literal["tool"]
+    tool_call_id: str
+    content: str | list[ContentPart]
+    name: NotRequired[str]
+    """The function name, for servers that demand it (`wire.outgoing`)."""
+
+
+Message = SystemMessage | UserMessage | AssistantMessage | ToolMessage
+"""One wire message; tell them apart by `message["role"]` (mypy narrows on it)."""
+
+
+def as_json(item: Message | WireToolCall | FunctionCall) -> dict[str, Any]:
+    """`item` itself (not a copy) as the JSON object it is: the one way to keys a server attached beyond
+    its type (`reasoning_content`, `extra_content` …) and to handle messages key by key (`wire.outgoing`).
+
+    A change made through it is a change of `item`; the typed keys keep their types only if it keeps them.
+    """
+    return cast(dict[str, Any], item)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,15 +127,15 @@ class ToolCall:
     function_extra: Mapping[str, Any] | None = None
     """Keys the server attached inside `function` beside name/arguments, sent back the same way."""
 
-    def to_wire(self) -> Message:
+    def to_wire(self) -> WireToolCall:
         """The `tool_calls[]` entry of the assistant message (OpenAI Chat Completions shape), with the
         keys the server attached to it (`extra`, `function_extra`)."""
-        function = {"name": self.name, "arguments": self.arguments}
+        function: FunctionCall = {"name": self.name, "arguments": self.arguments}
         if self.function_extra:
-            function.update((k, v) for k, v in self.function_extra.items() if k not in function)
-        wire: Message = {"id": self.id, "type": "function", "function": function}
+            _attach(as_json(function), self.function_extra)
+        wire: WireToolCall = {"id": self.id, "type": "function", "function": function}
         if self.extra:
-            wire.update((k, v) for k, v in self.extra.items() if k not in wire)
+            _attach(as_json(wire), self.extra)
         return wire
 
 
@@ -92,7 +167,7 @@ class ToolResult:
         if not self.ok and self.outcome == "ok":
             object.__setattr__(self, "outcome", "error")
 
-    def to_message(self) -> Message:
+    def to_message(self) -> ToolMessage:
         """The `role: "tool"` wire message."""
         return tool_message(self.call_id, self.output)
 
@@ -125,7 +200,7 @@ class AssistantTurn:
     def is_tool_turn(self) -> bool:
         return bool(self.tool_calls)
 
-    def to_message(self) -> Message:
+    def to_message(self) -> AssistantMessage:
         """The assistant wire message: content (None only beside tool calls) plus `tool_calls` when any,
         then every field the server attached (`fields`), whatever kind of turn it is.
 
@@ -135,23 +210,23 @@ class AssistantTurn:
         """
         message = assistant_message(self.content, self.tool_calls, refusal=self.refusal)
         if self.fields:
-            message.update((k, v) for k, v in self.fields.items() if k not in message)
+            _attach(as_json(message), self.fields)
         elif self.reasoning:
-            message["reasoning_content"] = self.reasoning  # a turn built by hand
+            as_json(message)["reasoning_content"] = self.reasoning  # a turn built by hand
         return message
 
 
-def user_message(text: str) -> Message:
+def user_message(text: str) -> UserMessage:
     return {"role": "user", "content": text}
 
 
 def assistant_message(content: str | None, tool_calls: list[ToolCall] | None = None, *,
-                      refusal: str | None = None) -> Message:
+                      refusal: str | None = None) -> AssistantMessage:
     """An assistant wire message; a `refusal` (OpenAI) is kept in its own field and as content when there is none.
 
     `content` is None only beside tool calls: without them it is required, so an empty answer is `""`.
     """
-    msg: Message = {"role": "assistant", "content": content or refusal or (None if tool_calls else "")}
+    msg: AssistantMessage = {"role": "assistant", "content": content or refusal or (None if tool_calls else "")}
     if refusal:
         msg["refusal"] = refusal
     if tool_calls:
@@ -159,27 +234,31 @@ def assistant_message(content: str | None, tool_calls: list[ToolCall] | None = N
     return msg
 
 
-def tool_message(tool_call_id: str, content: str) -> Message:
+def tool_message(tool_call_id: str, content: str) -> ToolMessage:
     return {"role": "tool", "tool_call_id": tool_call_id, "content": content}
 
 
-def pending_tool_calls(messages: list[Message]) -> list[Message]:
+def tool_calls_of(message: Message) -> list[WireToolCall]:
+    """The `tool_calls[]` of an assistant message; `[]` for one without (absent or null) and other roles."""
+    return (message.get("tool_calls") or []) if message["role"] == "assistant" else []
+
+
+def pending_tool_calls(messages: list[Message]) -> list[WireToolCall]:
     """The `tool_calls[]` entries of the last assistant message that have no tool result after it.
 
     Results are matched by position (call order), since `""` ids may repeat.
     """
     for i in range(len(messages) - 1, -1, -1):
         msg = messages[i]
-        if msg.get("role") == "assistant":
-            calls = msg.get("tool_calls") or []
-            answered = sum(1 for m in messages[i + 1 :] if m.get("role") == "tool")
-            return list(calls[answered:])
-        if msg.get("role") == "user":
+        if msg["role"] == "assistant":
+            answered = sum(1 for m in messages[i + 1 :] if m["role"] == "tool")
+            return tool_calls_of(msg)[answered:]
+        if msg["role"] == "user":
             return []
     return []
 
 
-def repair_history(messages: list[Message], reason: str = "interrupted") -> list[Message]:
+def repair_history(messages: list[Message], reason: str = "interrupted") -> list[ToolMessage]:
     """Append a tool result for every tool call of the last assistant turn that lacks one.
 
     Each gets one saying the call was `reason`, in call order, one per call. Mutates `messages` in place
@@ -190,3 +269,8 @@ def repair_history(messages: list[Message], reason: str = "interrupted") -> list
              for call in pending_tool_calls(messages)]
     messages.extend(added)
     return added
+
+
+def _attach(wire: dict[str, Any], attached: Mapping[str, Any]) -> None:
+    """Add the keys a server attached, under its names; a key crow sets itself keeps crow's value."""
+    wire.update((k, v) for k, v in attached.items() if k not in wire)

@@ -38,7 +38,7 @@ from typing import Any
 
 from .atomic import write_atomic
 from .errors import SessionError
-from .history import Message, repair_history
+from .history import Message, repair_history, tool_calls_of
 from .lockfile import FileLock, LockHeld
 from .private import private_dir, private_file
 from .text import public_url
@@ -627,9 +627,8 @@ def _markdown(info: SessionInfo, messages: list[Message], checkpoints: list[Stor
             continue
         heading = {"user": "## You", "assistant": "## Assistant", "system": "## System"}.get(str(role), f"## {role}")
         body = [_closed_fences(content)] if isinstance(content, str) and content else []
-        for call in m.get("tool_calls") or []:
-            fn = call.get("function", {})
-            call_text = f"{fn.get('name', '')}({fn.get('arguments', '')})"
+        for call in tool_calls_of(m):
+            call_text = f"{call['function']['name']}({call['function']['arguments']})"
             body.append(f"→ {_code_span(call_text)}")
         out.append(heading + "\n\n" + "\n\n".join(body) + "\n")
     return "\n".join(out)

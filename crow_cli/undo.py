@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .atomic import write_atomic
 from .errors import SessionError
-from .history import Message
+from .history import Message, tool_calls_of
 from .paths import resolve_path
 from .sessions import SessionStore
 
@@ -132,13 +132,13 @@ def _text(content: object) -> str:
 def _shell_commands(messages: list[Message]) -> list[str]:
     commands = []
     for m in messages:
-        for call in m.get("tool_calls") or []:
-            fn = call.get("function") or {}
-            if fn.get("name") == "run_shell":
+        for call in tool_calls_of(m):
+            fn = call["function"]
+            if fn["name"] == "run_shell":
                 try:
-                    command = json.loads(fn.get("arguments") or "{}").get("command", "")
+                    command = json.loads(fn["arguments"] or "{}").get("command", "")
                 except (ValueError, AttributeError):
-                    command = fn.get("arguments", "")
+                    command = fn["arguments"]
                 commands.append(" ".join(str(command).split())[:80])
     return commands
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from crow_cli.history import (
+    AssistantTurn,
     ToolCall,
     ToolResult,
+    as_json,
     assistant_message,
     pending_tool_calls,
     repair_history,
+    tool_calls_of,
     tool_message,
     user_message,
 )
@@ -41,3 +44,21 @@ def test_repair_answers_every_pending_call_once_in_call_order() -> None:
     assert added == [tool_message("", "Error: the tool call was interrupted; no result.")] * 2
     assert history[-2:] == added and pending_tool_calls(history) == []
     assert repair_history(history) == []  # a valid history is left alone
+
+
+def test_tool_calls_of_reads_an_assistant_message_and_nothing_else() -> None:
+    assert tool_calls_of(assistant_message(None, CALLS[:1])) == [CALLS[0].to_wire()]
+    assert tool_calls_of({"role": "assistant", "content": "x", "tool_calls": None}) == []  # a null in a store
+    assert tool_calls_of(assistant_message("hi")) == tool_calls_of(user_message("hi")) == []
+
+
+def test_keys_a_server_attached_stay_on_the_message_and_are_reached_through_as_json() -> None:
+    # issue 18: the messages are typed, yet what a server attached goes back unchanged
+    call = ToolCall("c1", "read_file", "{}", extra={"extra_content": {"google": {"thought_signature": "s"}}},
+                    function_extra={"strict": True, "name": "not this"})
+    message = AssistantTurn(None, tool_calls=[call], fields={"reasoning_content": "why", "content": "not this"},
+                            finish_reason="tool_calls").to_message()
+    assert message == {"role": "assistant", "content": None, "reasoning_content": "why", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": "{}", "strict": True},
+         "extra_content": {"google": {"thought_signature": "s"}}}]}
+    assert as_json(message) is message and as_json(message)["reasoning_content"] == "why"

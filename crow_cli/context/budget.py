@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..history import Message
+from ..history import Message, tool_calls_of
 
 __all__ = ["CHARS_PER_TOKEN", "DISCOVER_FROM_TOKENS", "Budget", "estimate_tokens"]
 
@@ -55,9 +55,8 @@ def _size(messages: list[Message]) -> tuple[int, int]:
                     tokens += _IMAGE_TOKENS
                 elif isinstance(part, dict):
                     chars += len(str(part.get("text", "")))
-        for call in message.get("tool_calls") or []:
-            fn = call.get("function") or {}
-            chars += len(str(fn.get("name", ""))) + len(str(fn.get("arguments", ""))) + 10
+        for call in tool_calls_of(message):
+            chars += len(call["function"]["name"]) + len(call["function"]["arguments"]) + 10
     return tokens, chars
 
 

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from ..errors import ContextOverflow
 from ..events import Event, Notice
-from ..history import Message
+from ..history import Message, tool_calls_of
 from .budget import CHARS_PER_TOKEN, Budget, estimate_tokens
 from .normalise import Normaliser, normalise
 
@@ -85,10 +85,9 @@ def shorten_tool_output(text: str, limit: int = TOOL_OUTPUT_LIMIT, head: int = T
 
 def shorten_tool_outputs(messages: list[Message], limit: int = TOOL_OUTPUT_LIMIT) -> list[Message]:
     """A copy of `messages` whose long tool outputs are shortened (`shorten_tool_output`)."""
-    out = []
+    out: list[Message] = []
     for m in messages:
-        content = m.get("content")
-        if m.get("role") == "tool" and isinstance(content, str) and len(content) > limit:
+        if m["role"] == "tool" and isinstance(content := m.get("content"), str) and len(content) > limit:
             m = {**m, "content": shorten_tool_output(content, limit, min(TOOL_OUTPUT_HEAD, limit // 2),
                                                      min(TOOL_OUTPUT_TAIL, limit // 4))}
         out.append(m)
@@ -119,9 +118,8 @@ def _transcript(messages: list[Message], limit: int) -> str:
             continue
         if content:
             lines.append(f"{role}: {content}")
-        for call in m.get("tool_calls") or []:
-            fn = call.get("function") or {}
-            lines.append(f"{role} called {fn.get('name', '')}({fn.get('arguments', '')})")
+        for call in tool_calls_of(m):
+            lines.append(f"{role} called {call['function']['name']}({call['function']['arguments']})")
     text = "\n\n".join(lines)
     if len(text) > limit:  # the start (an earlier summary, the first request) and the most recent part
         head = limit // 4

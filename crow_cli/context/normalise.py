@@ -26,7 +26,7 @@ from __future__ import annotations
 import operator
 from typing import Any
 
-from ..history import Message, tool_message
+from ..history import ContentPart, Message, UserMessage, WireToolCall, tool_message
 
 __all__ = ["INTERRUPTED_OUTPUT", "Normaliser", "normalise"]
 
@@ -55,7 +55,7 @@ class Normaliser:
     def __init__(self) -> None:
         self._seen: list[Message] = []  # the messages handled so far, kept alive so identities stay unique
         self._out: list[Message] = []  # their normalised form, before the answers of `_pending`
-        self._pending: list[dict[str, Any]] = []  # calls of the last assistant message still without a result
+        self._pending: list[WireToolCall] = []  # calls of the last assistant message still without a result
 
     def __call__(self, history: list[Message]) -> list[Message]:
         """The normalised copy of `history` (see `normalise`)."""
@@ -65,21 +65,20 @@ class Normaliser:
             known = 0
         out, pending = self._out, self._pending
         for message in history[known:]:
-            role = message.get("role")
-            if role == "tool":
+            if message["role"] == "tool":
                 if pending:
                     pending.pop(0)
                     out.append(message)
                 continue  # a result without its call
             _answer(out, pending)
-            if role == "assistant":
+            if message["role"] == "assistant":
                 calls = message.get("tool_calls") or []
                 if not calls and not _has_text(message.get("content")) and not message.get("refusal"):
                     continue
                 pending.extend(calls)
                 out.append(message)
-            elif role == "user" and out and out[-1].get("role") == "user":
-                out[-1] = _merge(out[-1], message)
+            elif message["role"] == "user" and out and (last := out[-1])["role"] == "user":
+                out[-1] = _merge(last, message)
             else:
                 out.append(message)
         self._seen.extend(history[known:])
@@ -88,7 +87,7 @@ class Normaliser:
         return result
 
 
-def _answer(out: list[Message], pending: list[dict[str, Any]]) -> None:
+def _answer(out: list[Message], pending: list[WireToolCall]) -> None:
     """Give every call in `pending` an "interrupted" result (in call order), and empty it."""
     for call in pending:
         out.append(tool_message(str(call.get("id") or ""), INTERRUPTED_OUTPUT))
@@ -101,16 +100,17 @@ def _has_text(content: Any) -> bool:
     return isinstance(content, str) and bool(content.strip())
 
 
-def _merge(first: Message, second: Message) -> Message:
+def _merge(first: UserMessage, second: UserMessage) -> UserMessage:
     a, b = first.get("content"), second.get("content")
+    content: str | list[ContentPart]
     if isinstance(a, list) or isinstance(b, list):
-        content: Any = _parts(a) + _parts(b)
+        content = _parts(a) + _parts(b)
     else:
         content = "\n\n".join(t for t in (str(a or ""), str(b or "")) if t)
     return {**first, "content": content}
 
 
-def _parts(content: Any) -> list[Any]:
+def _parts(content: Any) -> list[ContentPart]:
     if isinstance(content, list):
         return list(content)
     return [{"type": "text", "text": str(content)}] if content else []

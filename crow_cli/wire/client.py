@@ -168,7 +168,7 @@ class ChatClient:
         """The delta fields this server's reasoning text comes in (for the accumulator)."""
         return self.profile.reasoning_fields
 
-    def outgoing_messages(self, messages: list[Message]) -> list[Message]:
+    def outgoing_messages(self, messages: list[Message]) -> list[dict[str, Any]]:
         """`messages` as they are sent (`wire.outgoing`): what the server attached to each assistant
         message goes back under its own name; reasoning as `reasoning_echo` says (`auto`: every assistant
         message of an exchange that used tools); fields the server refused are dropped and reasoning

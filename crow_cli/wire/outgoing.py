@@ -25,7 +25,7 @@ import operator
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, get_args
 
-from ..history import Message
+from ..history import Message, WireToolCall, as_json, tool_calls_of
 from .profiles import REASONING_BLOCKS, REASONING_FIELDS, field_demanded, field_refused
 
 __all__ = ["REASONING_ECHO", "Adaptation", "Outgoing", "ReasoningEcho"]
@@ -82,12 +82,12 @@ class Outgoing:
         # message, under policy `_seen_version`; where its open (last) exchange starts, whether that
         # exchange used tools, and the tool-message naming state (calls, answered) there and at the end.
         self._seen: list[Message] = []
-        self._sent: list[Message] = []
+        self._sent: list[dict[str, Any]] = []
         self._seen_version = 0
         self._open = 0
         self._open_tools = False
-        self._open_state: tuple[list[Any], int] = ([], 0)
-        self._state: tuple[list[Any], int] = ([], 0)
+        self._open_state: tuple[list[WireToolCall], int] = ([], 0)
+        self._state: tuple[list[WireToolCall], int] = ([], 0)
 
     def learned(self) -> dict[str, Any]:
         """The policy as facts to remember (`wire.facts.learn`)."""
@@ -96,8 +96,8 @@ class Outgoing:
             facts["tool_message_name"] = self.tool_name
         return facts
 
-    def messages(self, history: list[Message]) -> list[Message]:
-        """`history` as it is sent (copies where changed; the history itself is never modified).
+    def messages(self, history: list[Message]) -> list[dict[str, Any]]:
+        """`history` as it is sent, JSON objects (copies where changed; the history itself is never modified).
 
         A history that starts with the very messages (by identity) of the last call's, under the same
         policy, has only what follows shaped, plus its open exchange once more when that exchange has
@@ -111,24 +111,22 @@ class Outgoing:
         new = history[known:]
         if not new:
             return list(self._sent)
-        cut = next((i for i, m in enumerate(new) if m.get("role") == "user"), len(new))
-        tools = self._open_tools or any(m.get("role") == "assistant" and m.get("tool_calls") for m in new[:cut])
+        cut = next((i for i, m in enumerate(new) if m["role"] == "user"), len(new))
+        tools = self._open_tools or any(tool_calls_of(m) for m in new[:cut])
         begin = self._open if tools and not self._open_tools else known  # its earlier messages change form
         calls, answered = self._open_state if begin < known else self._state
         used = [tools] * (known - begin + cut) + _tool_exchanges(new[cut:])
-        shaped: list[Message] = []
+        shaped: list[dict[str, Any]] = []
         for message, tools_used in zip(history[begin:], used, strict=True):
-            role = message.get("role")
             name = None
-            if role == "user":
+            if message["role"] == "user":
                 self._open, self._open_state = begin + len(shaped), (calls, answered)
-            elif role == "assistant":
-                calls = message.get("tool_calls") or []
+            elif message["role"] == "assistant":
+                calls = tool_calls_of(message)
                 answered = 0
-            elif role == "tool":
-                if answered < len(calls) and isinstance(calls[answered], Mapping):
-                    fn = calls[answered].get("function")
-                    name = fn.get("name") if isinstance(fn, Mapping) else None
+            elif message["role"] == "tool":
+                if answered < len(calls):
+                    name = calls[answered]["function"]["name"]
                 answered += 1
             shaped.append(self.shape(message, tools_used=tools_used, call_name=name))
         del self._sent[begin:]
@@ -137,10 +135,11 @@ class Outgoing:
         self._open_tools, self._state = used[-1], (calls, answered)
         return list(self._sent)
 
-    def shape(self, message: Message, *, tools_used: bool, call_name: str | None = None) -> Message:
-        """One message as sent. `tools_used`: its exchange used tools; `call_name`: for a tool message,
-        the function name of the call it answers."""
-        role = message.get("role")
+    def shape(self, message: Message, *, tools_used: bool, call_name: str | None = None) -> dict[str, Any]:
+        """One message as sent (itself when unchanged). `tools_used`: its exchange used tools; `call_name`:
+        for a tool message, the function name of the call it answers."""
+        role = message["role"]
+        message_json = as_json(message)  # reasoning and other attached fields are dropped or added by name
         drop = [k for k in self.dropped if k in message and k not in _CORE]
         add: dict[str, Any] = {}
         if role == "assistant":
@@ -149,8 +148,8 @@ class Outgoing:
             if self.echo != "never":
                 for key in self.required:
                     if key not in message or key in drop:
-                        add[key] = next((message[k] for k in self._text_fields
-                                         if isinstance(message.get(k), str)), "")
+                        add[key] = next((message_json[k] for k in self._text_fields
+                                         if isinstance(message_json.get(k), str)), "")
         elif self.echo != "always":  # reasoning belongs to assistant messages only
             drop += [k for k in self.reasoning if k in message]
         if role == "tool":
@@ -158,32 +157,32 @@ class Outgoing:
                 add["name"] = call_name
             elif self.tool_name is False and "name" in message:
                 drop.append("name")
-        calls = message.get("tool_calls")
-        new_calls = self._shape_calls(calls) if self.dropped and isinstance(calls, list) else calls
+        calls = tool_calls_of(message)
+        new_calls = self._shape_calls(calls) if self.dropped and calls else calls
         if not drop and not add and new_calls is calls:
-            return message
-        out = {k: v for k, v in message.items() if k not in drop}
+            return message_json
+        out = {k: v for k, v in message_json.items() if k not in drop}
         out.update(add)
         if new_calls is not calls:
             out["tool_calls"] = new_calls
         return out
 
-    def _shape_calls(self, calls: list[Any]) -> list[Any]:
+    def _shape_calls(self, calls: list[WireToolCall]) -> list[WireToolCall] | list[dict[str, Any]]:
         refused = self.dropped
         changed = False
         out = []
-        for call in calls:
-            if isinstance(call, Mapping) and any(k in call and k not in _CALL_CORE for k in refused):
+        for wire in calls:
+            call, fn = as_json(wire), as_json(wire["function"])
+            if any(k in call and k not in _CALL_CORE for k in refused):
                 call = {k: v for k, v in call.items() if k in _CALL_CORE or k not in refused}
                 changed = True
-            fn = call.get("function") if isinstance(call, Mapping) else None
-            if isinstance(fn, Mapping) and any(k in fn and k not in _FUNCTION_CORE for k in refused):
+            if any(k in fn and k not in _FUNCTION_CORE for k in refused):
                 call = {**call, "function": {k: v for k, v in fn.items() if k in _FUNCTION_CORE or k not in refused}}
                 changed = True
             out.append(call)
         return out if changed else calls
 
-    def adapt(self, status: int, text: str, sent: list[Message]) -> Adaptation | None:
+    def adapt(self, status: int, text: str, sent: list[dict[str, Any]]) -> Adaptation | None:
         """The change a 400/422 body asks for, applied to the policy; None when it names no field this
         policy can add or drop (or one it changed already).
 
@@ -246,19 +245,18 @@ def _tool_exchanges(history: list[Message]) -> list[bool]:
     used = [False] * len(history)
     start, tools = 0, False
     for i, message in enumerate(history):
-        role = message.get("role")
-        if role == "user":
+        if message["role"] == "user":
             if tools:
                 used[start:i] = [True] * (i - start)
             start, tools = i, False
-        elif role == "assistant" and message.get("tool_calls"):
+        elif tool_calls_of(message):
             tools = True
     if tools:
         used[start:] = [True] * (len(history) - start)
     return used
 
 
-def _sent_fields(messages: Iterable[Message]) -> list[str]:
+def _sent_fields(messages: Iterable[Mapping[str, Any]]) -> list[str]:
     """Every optional key on the messages, their tool calls and functions, in first-seen order."""
     seen: dict[str, None] = {}
     for message in messages:

@@ -30,7 +30,7 @@ from acp.schema import (
 )
 
 from ...errors import ToolError
-from ...history import ToolCall
+from ...history import AssistantMessage, ToolCall, as_json
 from ...text import clean_text, has_surrogates, strip_controls
 from ...tools.builtin.edits import MAX_EDIT_BYTES, apply_edit, check_edit
 from ...tools.registry import Tool
@@ -187,9 +187,10 @@ def content_text(content: Any) -> str:
     return content if isinstance(content, str) else ""
 
 
-def reasoning_text(message: dict[str, Any]) -> str:
+def reasoning_text(assistant: AssistantMessage) -> str:
     """The reasoning of a stored assistant message, to show as a thought: its reasoning text field, or else
     the text and summaries of its reasoning blocks (a gateway may send only those), "" when it has none."""
+    message = as_json(assistant)  # reasoning is kept under the server's own field names
     for name in REASONING_FIELDS:
         if isinstance(message.get(name), str) and message[name]:
             return str(message[name])

@@ -37,7 +37,7 @@ from ...events import (
     TurnFinished,
     WarningEvent,
 )
-from ...history import Message, ToolCall, user_message
+from ...history import Message, ToolCall, tool_calls_of, user_message
 from ...tools.approval import UNCONFINED_MARK, Answer, Approvals, Policy, make_approver
 from ...tools.context import ToolContext
 from ...tools.dispatch import EscalatingApprover
@@ -353,24 +353,23 @@ class Session:
         """Send the stored history as `session/update` notifications: messages, tool calls with their outcome."""
         messages = self.history
         for i, message in enumerate(messages):
-            role, content = message.get("role"), content_text(message.get("content"))
-            if role == "user" and content:
+            content = content_text(message.get("content"))
+            if message["role"] == "user" and content:
                 self.send(acp.update_user_message_text(content))
-            elif role == "assistant":
+            elif message["role"] == "assistant":
                 reasoning = reasoning_text(message)
                 if reasoning:
                     self.send(acp.update_agent_thought_text(reasoning))
                 if content:
                     self.send(acp.update_agent_message_text(content))
-                calls = message.get("tool_calls") or []
+                calls = tool_calls_of(message)
                 if calls:
                     self.turns += 1
                 for n, wire in enumerate(calls):
-                    result = messages[i + 1 + n] if i + 1 + n < len(messages) else {}
-                    fn = wire.get("function") or {}
-                    call = ToolCall(wire.get("id") or "", str(fn.get("name") or ""), str(fn.get("arguments") or ""), n)
+                    result = messages[i + 1 + n] if i + 1 + n < len(messages) else None
+                    call = ToolCall(wire.get("id") or "", wire["function"]["name"], wire["function"]["arguments"], n)
                     args = arguments(call)
-                    output = content_text(result.get("content")) if result.get("role") == "tool" else ""
+                    output = content_text(result.get("content")) if result and result["role"] == "tool" else ""
                     tool = self.registry.get(call.name) if self.registry is not None else None
                     failed = output.startswith("Error:")
                     shown = [acp.tool_content(acp.text_block(output))]
