@@ -11,7 +11,7 @@
     │  └─ ContextOverflow  the request is longer than the model's context window (.n_ctx, .prompt_tokens)
     ├─ MaxTurnsExceeded    the loop hit --max-turns (exit 1)
     ├─ ToolError           raised by tools; dispatch turns it into a tool result
-    │  └─ ToolDenied  OutsideWorkspace
+    │  └─ ToolDenied  OutsideWorkspace  ToolFailed (.output: it ran and failed, e.g. exit code 3)
     ├─ SessionError        the session store could not be read or written
     │  ├─ SessionInUse         another crow process has the session open (`crow_cli.sessions`)
     │  ├─ SessionStoreDamaged  sessions.db is not a usable database (`crow_cli.sessions`)
@@ -41,6 +41,7 @@ __all__ = [
     "StreamCut",
     "ToolDenied",
     "ToolError",
+    "ToolFailed",
 ]
 
 
@@ -135,6 +136,19 @@ class ToolDenied(ToolError):
 
 class OutsideWorkspace(ToolError):
     """A path resolved outside the workspace root (`..`, absolute path or symlink escape)."""
+
+
+class ToolFailed(ToolError):
+    """The tool ran and failed (a command exiting non-zero): its result is `output`, sent to the model as it
+    is (no `Error:` prefix), and the call's outcome is `error`, so every surface shows it failed.
+
+    Attributes:
+        output: the whole result text, as the model reads it.
+    """
+
+    def __init__(self, message: str, output: str) -> None:
+        super().__init__(message)
+        self.output = output
 
 
 class SessionError(CrowError):

@@ -141,8 +141,8 @@ class ToolCall:
 
 Outcome = Literal["ok", "error", "denied", "timeout", "cancelled", "unknown_tool"]
 OUTCOMES: tuple[Outcome, ...] = ("ok", "error", "denied", "timeout", "cancelled", "unknown_tool")
-"""How a tool call ended: it returned; it failed (an exception, bad or cut-off arguments); approval or the
-sandbox refused it; it ran out of time; it was cancelled; no tool has its name."""
+"""How a tool call ended: it returned; it failed (an exception, a command exiting non-zero, bad or cut-off
+arguments); approval or the sandbox refused it; it ran out of time; it was cancelled; no tool has its name."""
 
 
 @dataclass(frozen=True, slots=True)

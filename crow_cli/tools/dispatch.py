@@ -21,7 +21,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 
-from ..errors import ToolDenied, ToolError
+from ..errors import ToolDenied, ToolError, ToolFailed
 from ..events import Event, ToolResultReady, ToolRunStarted
 from ..history import Outcome, ToolCall, ToolResult
 from ..text import clean_text, mask_secrets
@@ -149,8 +149,8 @@ async def _run_one(
 ) -> ToolResult:
     started = time.perf_counter()
 
-    def fail(message: str, outcome: Outcome = "error") -> ToolResult:
-        return ToolResult(call.id, call.name, f"Error: {message}", ok=False,
+    def fail(message: str, outcome: Outcome = "error", output: str | None = None) -> ToolResult:
+        return ToolResult(call.id, call.name, f"Error: {message}" if output is None else output, ok=False,
                           duration_s=time.perf_counter() - started, index=call.index, outcome=outcome)
 
     deadline: asyncio.Timeout | None = None
@@ -176,9 +176,8 @@ async def _run_one(
         except SandboxBlocked as blocked:  # asked outside the lock and the call's time limit
             escalate = getattr(approve, "escalate", None)
             if escalate is None or not await escalate(call, t, blocked.reason):
-                return ToolResult(call.id, call.name, f"{blocked.output}\n[{blocked.reason}. It was not run outside "
-                                  "the sandbox. Do not retry it unchanged; work inside the workspace]", ok=False,
-                                  duration_s=time.perf_counter() - started, index=call.index, outcome="denied")
+                return fail(blocked.reason, "denied", f"{blocked.output}\n[{blocked.reason}. It was not run outside "
+                            "the sandbox. Do not retry it unchanged; work inside the workspace]")
             unconfined = replace(context, sandbox=Sandbox("off"))
             async with exclusive.hold(not t.parallel):
                 started = time.perf_counter()
@@ -191,6 +190,8 @@ async def _run_one(
         return fail(f"{call.name} timed out after {t.timeout_s or default_timeout:g} s and was cancelled", "timeout")
     except ToolDenied as exc:
         return fail(str(exc), "denied")
+    except ToolFailed as exc:  # it ran: the model reads its output as it is
+        return fail(str(exc), output=exc.output)
     except ToolError as exc:
         return fail(str(exc))
     except json.JSONDecodeError as exc:  # the accumulator guarantees JSON; a stored history may not

@@ -140,7 +140,7 @@ async def test_a_command_the_sandbox_stopped_runs_outside_it_only_with_a_yes(tmp
 
 # issue: a tool result records how it ended as a field, so no surface matches result strings
 async def test_every_result_records_its_outcome() -> None:
-    from crow_cli.errors import ToolDenied, ToolError
+    from crow_cli.errors import ToolDenied, ToolError, ToolFailed
 
     @tool(timeout_s=0.01)
     async def hangs() -> str:
@@ -168,16 +168,23 @@ async def test_every_result_records_its_outcome() -> None:
         """Works."""
         return "yes"
 
+    @tool
+    def exits() -> str:
+        """Ran and failed (noticed at the end of wave 3: run_shell exiting non-zero was shown ✓)."""
+        raise ToolFailed("exit code 3", "[exit code 3]\nnope\n")
+
     registry = ToolRegistry()
-    for t in (hangs, fails, refuses, guarded, fine):
+    for t in (hangs, fails, refuses, guarded, fine, exits):
         registry.register(t)
     calls = [ToolCall(name, name, "{}", n) for n, name in enumerate(("hangs", "fails", "refuses", "guarded", "fine",
-                                                                      "nope"))]
-    calls.append(ToolCall("cut", "fine", "{}", 6, cut_off=True))
+                                                                      "nope", "exits"))]
+    calls.append(ToolCall("cut", "fine", "{}", 7, cut_off=True))
     results = await results_of(registry, *calls)
     assert {k: (r.outcome, r.ok) for k, r in results.items()} == {
         "hangs": ("timeout", False), "fails": ("error", False), "refuses": ("denied", False),
-        "guarded": ("denied", False), "fine": ("ok", True), "nope": ("unknown_tool", False), "cut": ("error", False)}
+        "guarded": ("denied", False), "fine": ("ok", True), "nope": ("unknown_tool", False), "cut": ("error", False),
+        "exits": ("error", False)}
+    assert results["exits"].output == "[exit code 3]\nnope\n"  # the model reads it as it is, no "Error:"
 
 
 # issue: run_shell masked known secrets, but read_file, search_files, MCP and plugin results did not: a .env

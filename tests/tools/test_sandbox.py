@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from crow_cli.errors import ToolFailed
 from crow_cli.tools.builtin.shell import run_shell
 from crow_cli.tools.context import ToolContext
 from crow_cli.tools.sandbox import (
@@ -52,6 +53,8 @@ async def _run(command: str, context: ToolContext) -> str:
         return await run_shell.invoke({"command": command}, context)
     except SandboxBlocked as blocked:
         return f"BLOCKED {blocked.reason}\n{blocked.output}"
+    except ToolFailed as failed:  # not the sandbox's doing: the command's own failure
+        return failed.output
 
 
 @needs_bwrap

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
 
+from crow_cli.errors import ToolFailed
 from crow_cli.tools.builtin import shell
 from crow_cli.tools.builtin.shell import run_shell
-from tests.support import alive
+from tests.replay_server import ReplayServer
+from tests.support import ChatTerminal, alive, crow, run_args, script, tool_messages
 
 
 @pytest.fixture(autouse=True)
@@ -35,8 +38,36 @@ async def _read_pid(path: Path) -> int:
 
 async def test_output_exit_code_and_cwd(ws: Path) -> None:
     (ws / "f.txt").write_text("x")
-    out = await run_shell.invoke({"command": "pwd; ls; echo oops >&2; exit 3"})
-    assert out.splitlines() == ["[exit code 3]", str(ws), "f.txt", "oops"]
+    with pytest.raises(ToolFailed) as failed:  # the model reads the output as it is; the call is failed
+        await run_shell.invoke({"command": "pwd; ls; echo oops >&2; exit 3"})
+    assert str(failed.value) == "exit code 3"
+    assert failed.value.output.splitlines() == ["[exit code 3]", str(ws), "f.txt", "oops"]
+
+
+# noticed at the end of wave 3: a command exiting non-zero showed ✓ in `crow run` and `crow chat`, and its
+# `--json` tool_result said ok/"ok": the display must show it failed, with its exit status
+def test_a_command_exiting_non_zero_shows_as_failed_in_run_json_and_chat(tmp_path: Path) -> None:
+    failing = script([("c1", "run_shell", {"command": "echo nope; exit 3"})], final="Done.")
+    for extra in ([], ["--json"]):
+        with ReplayServer(failing) as server:
+            proc = crow(*run_args(server, "--yes", *extra, "go"), cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert tool_messages(server.requests[1])[0]["content"] == "[exit code 3]\nnope\n"  # unchanged for the model
+        if extra:
+            result = next(e["result"] for e in map(json.loads, proc.stdout.splitlines()) if e["type"] == "tool_result")
+            assert (result["ok"], result["outcome"], result["output"]) == (False, "error", "[exit code 3]\nnope\n")
+        else:
+            assert "  ✗ run_shell " in proc.stderr and ": [exit code 3] nope" in proc.stderr, proc.stderr
+            assert "✓" not in proc.stderr
+    with ReplayServer(failing) as server, ChatTerminal(["--base-url", server.base_url, "--api-key", "sk-test",
+                                                        "--model", "m", "--yes"], cwd=tmp_path) as term:
+        term.expect("›")
+        term.send("go\r")
+        term.expect('✗ run_shell({"command": "echo nope; exit 3"}) error ')
+        term.expect(": [exit code 3] nope")
+        term.expect("Done.")
+        term.send("\x04")
+        assert term.wait() == 0
 
 
 async def test_stdin_is_empty_and_secrets_are_hidden(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -65,7 +96,9 @@ async def test_capped_output_keeps_its_end(monkeypatch: pytest.MonkeyPatch) -> N
 async def test_timeout_kills_the_whole_group(ws: Path) -> None:
     pidfile = ws / "grandchild.pid"
     command = f"sh -c 'sleep 300 & echo $! > {pidfile}; wait' ; echo never"
-    out = await run_shell.invoke({"command": command, "timeout_s": 1})
+    with pytest.raises(ToolFailed) as failed:
+        await run_shell.invoke({"command": command, "timeout_s": 1})
+    out = failed.value.output
     assert out.startswith("[timed out after 1 s; the command and its process group were killed]")
     assert "never" not in out
     assert await _wait_gone(int(pidfile.read_text()))

@@ -88,10 +88,14 @@ async def test_a_background_process_holding_the_output_does_not_delay_the_result
 SETSID_SCRIPT = """
 import asyncio, sys
 from pathlib import Path
+from crow_cli.errors import ToolFailed
 from crow_cli.tools.builtin.shell import run_shell
 from crow_cli.tools.context import ToolContext
 context = ToolContext(Path(sys.argv[1]))
-print(asyncio.run(run_shell.invoke({"command": sys.argv[2], "timeout_s": float(sys.argv[3])}, context)))
+try:
+    print(asyncio.run(run_shell.invoke({"command": sys.argv[2], "timeout_s": float(sys.argv[3])}, context)))
+except ToolFailed as failed:  # timed out
+    print(failed.output)
 """
 
 

@@ -26,6 +26,9 @@ equals them.
 
 Output beyond `MAX_OUTPUT_BYTES` keeps its head and its tail (the end of a test run holds the summary)
 around a line saying how many bytes were not shown.
+
+A command that exits non-zero, is killed by a signal or times out raises `ToolFailed` with that same
+result text: the model reads it unchanged, and the call's outcome is `error`.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from ...errors import ToolError
+from ...errors import ToolError, ToolFailed
 from ...text import mask_secrets
 from ..context import ToolContext
 from ..registry import tool
@@ -224,4 +227,6 @@ async def run_shell(command: str, timeout_s: float | None = None, context: ToolC
     reason = blocked_reason(context.sandbox, output) if confined is not None and proc.returncode else None
     if reason is not None:
         raise SandboxBlocked(reason, result)
+    if timed_out or proc.returncode:  # the model reads `result` all the same; the call is shown failed
+        raise ToolFailed(status, result)
     return result
