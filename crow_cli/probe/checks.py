@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 
 from ..config import Settings
-from ..history import ToolCall
+from ..history import Message, ToolCall, as_json, assistant_message, tool_message, user_message
 from ..text import public_url
 from ..wire.body import BodyTooLarge, capped_events, read_body
 from .classify import Finding, RawStream, Shape, classify, parse_sse
@@ -240,10 +240,6 @@ def _root(base: str) -> str:
     return base[: -len("/v1")] if base.endswith("/v1") else base
 
 
-def _tool_message(call: ToolCall) -> dict[str, Any]:
-    return {"role": "tool", "tool_call_id": call.id, "content": TOOL_RESULT}
-
-
 async def run_probe(settings: Settings, options: ProbeOptions | None = None,
                     progress: Callable[[str], None] | None = None) -> Report:
     """Probe `settings.base_url` with `settings.model` and return the report (never raises for server
@@ -424,8 +420,8 @@ async def _battery(p: _Prober, report: Report, progress: Callable[[str], None]) 
         add(Check("round trip", "skip", "no tool call to answer"))
         return
     assert source is not None and source.shape is not None
-    assistant: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [c.to_wire() for c in calls]}
-    history = [{"role": "user", "content": ONE_CALL}, assistant, *(_tool_message(c) for c in calls)]
+    assistant = assistant_message(None, calls)
+    history: list[Message] = [user_message(ONE_CALL), assistant, *(tool_message(c.id, TOOL_RESULT) for c in calls)]
     back = await _step(p, report, "round trip", {"tools": TOOLS, "messages": history,
                                                  "max_tokens": p.options.max_tokens})
     if back is None:
@@ -436,7 +432,7 @@ async def _battery(p: _Prober, report: Report, progress: Callable[[str], None]) 
         add(Check("round trip", "ok", f"tool result accepted; answered {answer!r}" if answer else
                   "tool result accepted (no text in the answer)"))
     elif reasoning and "reasoning" in (back.raw or "").lower():
-        echoed = {**assistant, "reasoning_content": reasoning}
+        echoed = {**as_json(assistant), "reasoning_content": reasoning}
         again = await _step(p, report, "reasoning echo", {"tools": TOOLS, "max_tokens": 32,
                                                           "messages": [history[0], echoed, *history[2:]]})
         ok = again is not None and again.ok
@@ -452,7 +448,7 @@ async def _battery(p: _Prober, report: Report, progress: Callable[[str], None]) 
         return
     if reasoning:
         progress("reasoning echo")
-        echoed = {**assistant, "reasoning_content": reasoning}
+        echoed = {**as_json(assistant), "reasoning_content": reasoning}
         again = await _step(p, report, "reasoning echo", {"tools": TOOLS, "max_tokens": 32,
                                                           "messages": [history[0], echoed, *history[2:]]})
         if again is not None:
