@@ -13,7 +13,7 @@ from pathlib import Path
 from ..config import Settings
 from ..context.compact import Checkpoint
 from ..errors import SessionError
-from ..history import Message
+from ..history import Message, repair_history
 from ..sessions import SessionInfo, SessionStore
 
 __all__ = ["SessionRecorder", "open_session"]
@@ -150,7 +150,11 @@ def open_session(settings: Settings, *, session_id: str | None = None, latest: b
                                "session; --session ID / --resume ID continues any of them)")
     if info is None:
         return SessionRecorder(store, settings), []
-    history = store.load(info.id)
+    if record:
+        history = store.load(info.id)
+    else:  # read only: a turn cut by a crash is closed in memory, the store is left as it is
+        history = store.messages(info.id)
+        repair_history(history, "interrupted")
     if record and (settings.model != info.model or settings.base_url != info.base_url):
         store.set_model(info.id, settings.model, settings.base_url)
     recorder = SessionRecorder(store, settings, info, stored=len(history))

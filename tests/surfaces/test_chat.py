@@ -193,6 +193,21 @@ async def test_no_session_resume_reads_the_session_and_writes_nothing_to_it(stor
     assert len(store.messages(old.id)) == 2 and store.checkpoints(old.id) == []
 
 
+async def test_no_session_resume_of_a_crashed_turn_closes_it_in_memory_only(store: SessionStore) -> None:
+    # issue 18: `--no-session --resume ID` stored the "interrupted" results that close a cut turn
+    old = store.create(model="test-model", cwd="/tmp")
+    store.append(old.id, {"role": "user", "content": "list files"})
+    store.append(old.id, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "list_directory", "arguments": "{}"}}]})
+    store.release()  # as a crashed process leaves it
+    _, server, app = await chat([{"sse": text_stream("Sorry, try again?")}], "go on\r/exit\r", store,
+                                options=ChatOptions(session=False, resume=old.id))
+    assert app.recorder is None
+    assert server.requests[0]["messages"][2] == {"role": "tool", "tool_call_id": "call_1",
+                                                 "content": "Error: the tool call was interrupted; no result."}
+    assert len(store.messages(old.id)) == 2
+
+
 async def test_resume_latest_repairs_a_crashed_turn(store: SessionStore) -> None:
     info = store.create(model="test-model", cwd=str(Path.cwd()))  # --resume continues this folder's latest
     store.append(info.id, {"role": "user", "content": "list files"})
