@@ -33,10 +33,16 @@ def private_access(path: Path, text: str | None = None) -> list[str]:
                 continue
             if ast.unparse(node) not in ALLOWED:
                 found.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.ImportFrom) and (node.level or node.module in ("crow_cli", None)
+                                                   or (node.module or "").startswith("crow_cli.")):
+            private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+            if rel.parts[0] == "crow_cli" and private:  # tests: tests/test_layout.py keeps their list
+                found.append(f"{rel}:{node.lineno}: from {'.' * node.level}{node.module or ''} import "
+                             f"{', '.join(private)}")
         elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
             top = node.module.split(".")[0]
-            if top in ("crow_cli", "tests", "__future__"):
-                continue  # our own private imports: tests/test_layout.py keeps their list
+            if top in ("tests", "__future__"):
+                continue
             names = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
             if any(part.startswith("_") for part in node.module.split(".")) or names:
                 found.append(f"{rel}:{node.lineno}: from {node.module} import {', '.join(a.name for a in node.names)}")
@@ -54,6 +60,14 @@ def _sources() -> list[Path]:
 def test_no_private_member_of_another_object_is_used() -> None:
     offenders = [hit for path in _sources() for hit in private_access(path)]
     assert offenders == [], "use a public API (or a fixture):\n" + "\n".join(offenders)
+
+
+def test_a_module_imports_no_private_name_of_another() -> None:
+    # issue 18: edits.py imported files._BOMS; a name another module needs is public
+    source = "from .files import _BOMS, file_type\nfrom crow_cli.text import _CONTROL\nfrom . import files\n"
+    assert private_access(ROOT / "crow_cli" / "tools" / "x.py", source) == [
+        "crow_cli/tools/x.py:1: from .files import _BOMS", "crow_cli/tools/x.py:2: from crow_cli.text import _CONTROL"]
+    assert private_access(ROOT / "tests" / "x.py", source) == []
 
 
 def test_the_check_catches_what_it_names() -> None:
