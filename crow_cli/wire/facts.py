@@ -39,13 +39,35 @@ def endpoint_key(base_url: str, model: str) -> str:
     return f"{public_url(base_url).rstrip('/')} {model}"
 
 
+_NAMES = ("refused_fields", "required_fields", "quirks")
+"""Facts that are lists of names: other items are left out."""
+_TYPES: dict[str, tuple[type, ...]] = {"request_rules": (list,), "tool_message_name": (bool,), "tool_calling": (bool,),
+                                       "usage_option_refused": (bool,), "context_window": (int,),
+                                       "reasoning_echo": (str, type(None))}
+"""The type of each other fact crow reads: a value of another type (a file edited by hand, another version) is
+left out, as if not known."""
+
+
+def _checked(record: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for key, value in record.items():
+        if key in _NAMES:
+            if isinstance(value, list):
+                out[key] = [v for v in value if isinstance(v, str)]
+        elif key not in _TYPES or (isinstance(value, _TYPES[key])
+                                   and not (isinstance(value, bool) and bool not in _TYPES[key])):
+            out[key] = value
+    return out
+
+
 def recall_all() -> dict[str, dict[str, Any]]:
-    """Every remembered endpoint: `"BASE_URL MODEL"` -> facts ({} when there are none)."""
+    """Every remembered endpoint: `"BASE_URL MODEL"` -> facts ({} when there are none); values of the wrong
+    type are left out."""
     try:
         data = json.loads(facts_path().read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    return {k: v for k, v in data.items() if isinstance(v, dict)} if isinstance(data, dict) else {}
+    return {k: _checked(v) for k, v in data.items() if isinstance(v, dict)} if isinstance(data, dict) else {}
 
 
 def recall(base_url: str, model: str) -> dict[str, Any]:

@@ -57,3 +57,18 @@ def test_an_unwritable_state_dir_is_ignored(monkeypatch: pytest.MonkeyPatch, tmp
     monkeypatch.setattr(facts, "facts_path", lambda: blocker / "crow" / "facts.json")
     facts.learn("http://h/v1", "m", x=1)
     assert facts.recall("http://h/v1", "m") == {}
+
+
+# found trying it as a new user (wave 3): a facts file edited by hand or by another version, holding
+# `"required_fields": 7`, made every run against that server `crow: internal error: TypeError`
+def test_a_value_of_the_wrong_type_counts_as_not_known() -> None:
+    from crow_cli.wire.outgoing import Outgoing
+
+    path = facts.facts_path()
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"http://h/v1 m": {
+        "refused_fields": "reasoning_details", "required_fields": 7, "request_rules": 5, "context_window": "big",
+        "tool_message_name": "yes", "quirks": [1, "index-always-0"], "tool_calling": True, "future_key": {"a": 1}}}))
+    known = facts.recall("http://h/v1", "m")
+    assert known == {"quirks": ["index-always-0"], "tool_calling": True, "future_key": {"a": 1}}
+    assert Outgoing(known=known).learned() == {"refused_fields": [], "required_fields": []}
