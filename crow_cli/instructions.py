@@ -144,7 +144,7 @@ def find_instructions(workspace: Path, config_dir: Path | None, *, secrets: Iter
     Args:
         workspace: the resolved workspace root.
         config_dir: crow's config folder (None: no global file).
-        secrets: values (API keys) replaced by `[secret hidden]` in the files' text.
+        secrets: values (API keys) replaced by `[REDACTED]` in the files' text.
         warn: told, in one line each, of a file skipped (a link out of the project, a symlink loop, a
             non-regular file, one on /proc) or left out by the total budget; default: ignored.
     """

@@ -22,7 +22,8 @@ SECRET_NAME = re.compile(r"auth|key|token|secret|cookie|session|pass|credential|
 the one list errors, records, the config and tool output go by."""
 _MIN_URL_SECRET = 6
 _CONTROLS = re.compile("\r(?!\n)|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-SECRET_MASK = "[secret hidden]"
+SECRET_MASK = "[REDACTED]"
+"""What replaces a secret, wherever it would show: tool output, errors, records, instruction files."""
 MIN_SECRET_CHARS = 6
 """Shorter values (dummy keys such as "x") would match anywhere: they are not masked in text."""
 
@@ -128,18 +129,18 @@ def header_secrets(headers: Mapping[str, str] | Iterable[tuple[str, str]]) -> tu
     return tuple(dict.fromkeys(v for v in found if len(v) >= MIN_SECRET_CHARS))
 
 
-def mask_secrets(text: str, secrets: Iterable[str | None], mask: str = SECRET_MASK) -> str:
-    """`text` with each of `secrets` replaced by `mask` (default `[secret hidden]`): THE redaction of
+def mask_secrets(text: str, secrets: Iterable[str | None]) -> str:
+    """`text` with each of `secrets` replaced by `SECRET_MASK` (`[REDACTED]`): THE redaction of
     crow, for tool output, instruction files, error messages and records. Longest first; values under
     `MIN_SECRET_CHARS` are skipped (a dummy key such as "x" would match anywhere); a secret whose start
     ends a text cut short with `…` is masked too (the cut must not leave its first characters)."""
     values = sorted({v for v in secrets if v and len(v) >= MIN_SECRET_CHARS}, key=len, reverse=True)
     for value in values:
-        text = text.replace(value, mask)
+        text = text.replace(value, SECRET_MASK)
     if text.endswith("…"):
         body = text[:-1]
         for value in values:
             for size in range(min(len(value) - 1, len(body)), 2, -1):
                 if body.endswith(value[:size]):
-                    return body[:-size] + mask + "…"
+                    return body[:-size] + SECRET_MASK + "…"
     return text

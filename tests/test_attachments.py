@@ -98,7 +98,7 @@ def test_an_attached_file_never_carries_the_api_key(tmp_path: Path, _isolated_ho
     ran = run_crow([{"sse": text_stream("ok")}], "--api-key", key, "-f", ".env", "what is set?", cwd=tmp_path,
                    config=config)
     assert ran.code == 0, ran.stderr
-    assert ran.requests[0]["messages"][-1]["content"].endswith("OPENAI_API_KEY=[secret hidden]\n```")
+    assert ran.requests[0]["messages"][-1]["content"].endswith("OPENAI_API_KEY=[REDACTED]\n```")
     store = [f for f in _isolated_home.rglob("sessions.db*") if f.is_file()]
     assert store and not any(key.encode() in f.read_bytes() for f in store)
 

@@ -109,7 +109,7 @@ def test_links_within_the_project_a_loop_and_a_fifo(tmp_path: Path) -> None:
 def test_secrets_are_masked_as_in_tool_output(tmp_path: Path) -> None:
     (tmp_path / "AGENTS.md").write_text("use key sk-live-123456 for tests")
     (item,) = find_instructions(tmp_path, None, secrets=["sk-live-123456", None])
-    assert item.text == "use key [secret hidden] for tests"
+    assert item.text == "use key [REDACTED] for tests"
 
 
 # issue: 40 nested AGENTS.md gave a 1.3 MB system prompt on every request

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from crow_cli.text import clean_text, has_surrogates, public_url, strip_controls, url_secrets
+from tests.replay_server import ReplayServer
+from tests.support import crow, run_args, tool_calls_sse, tool_messages
 
 
 def test_surrogate_halves_are_paired_and_lone_ones_replaced() -> None:
@@ -50,8 +55,31 @@ def test_one_redaction_function() -> None:
 
     assert mask_secrets("a sk-LONG-secret-1 b sk-LONG c", ("sk-LONG", "sk-LONG-secret-1", None, "x")) == \
         f"a {SECRET_MASK} b {SECRET_MASK} c"
-    assert mask_secrets("key sk-LONG-sec…", ("sk-LONG-secret-1",), mask="[REDACTED]") == "key [REDACTED]…"
+    assert mask_secrets("key sk-LONG-sec…", ("sk-LONG-secret-1",)) == f"key {SECRET_MASK}…"
     assert mask_secrets("x is x", ("x",)) == "x is x"  # a dummy key would match anywhere
+
+
+# noticed at the end of wave 3: two words for one mask: tool output said `[secret hidden]` while the error line
+# and the `--record` files said `[REDACTED]`
+def test_tool_output_errors_and_records_mask_a_key_with_one_word(tmp_path: Path) -> None:
+    from crow_cli.text import SECRET_MASK
+
+    key = "sk-proj-REALKEY-123456"
+    (tmp_path / ".env").write_text(f"OPENAI_API_KEY={key}\n")
+    turns = [{"sse": tool_calls_sse(("r", "read_file", {"path": ".env"}))},
+             {"status": 400, "body": json.dumps({"error": {"message": f"bad request; your key {key} is wrong"}})}]
+    with ReplayServer(turns) as server:
+        proc = crow(*run_args(server, "--record", str(tmp_path / "rec"), "--json", "go", key=key), cwd=tmp_path)
+    assert proc.returncode == 1
+    assert tool_messages(server.requests[1])[0]["content"] == f"OPENAI_API_KEY={SECRET_MASK}\n"
+    assert proc.stderr == f"crow: error: request rejected (400): bad request; your key {SECRET_MASK} is wrong\n"
+    assert json.loads(proc.stdout.splitlines()[-1])["error"].endswith(f"your key {SECRET_MASK} is wrong")
+    recorded = {f.name: f.read_text() for f in (tmp_path / "rec").iterdir()}
+    assert f"OPENAI_API_KEY={SECRET_MASK}" in recorded["0002-request.json"]
+    assert f"your key {SECRET_MASK} is wrong" in recorded["0002-response.json"]
+    every = proc.stdout + proc.stderr + "".join(recorded.values()) + json.dumps(server.requests)
+    assert key not in every and not [word for word in ("[secret hidden]", "[REDACTED]") if word != SECRET_MASK
+                                     and word in every]
 
 
 @pytest.mark.parametrize(("name", "value", "found"), [

@@ -550,23 +550,20 @@ def _retry_after(headers: Any) -> float | None:
         return None
 
 
-_REDACTED = "[REDACTED]"
-
-
 def map_error(exc: BaseException, base_url: str, secret: str | Iterable[str | None] | None = None
               ) -> ProviderError | None:
     """The `ProviderError` for an SDK or httpx exception, or None when `exc` is not one of theirs.
 
     `base_url` is shown as given: pass it through `text.public_url` (no query, no credentials).
     `secret` (the API key, or every secret: the key and those in the base URL's query, `text.url_secrets`)
-    is replaced by `[REDACTED]` in the message: providers echo a wrong key in their 401 bodies, and the
-    message is printed, sent in `run_finished.error` and may be stored.
+    is replaced by `[REDACTED]` (`text.mask_secrets`) in the message: providers echo a wrong key in their 401
+    bodies, and the message is printed, sent in `run_finished.error` and may be stored.
     """
     mapped = _map_error(exc, base_url)
     secrets = [secret] if secret is None or isinstance(secret, str) else list(secret)
     if mapped is not None and mapped.args:
         message = str(mapped.args[0])
-        clean = mask_secrets(message, secrets, _REDACTED)
+        clean = mask_secrets(message, secrets)
         if clean != message:
             mapped.args = (clean, *mapped.args[1:])
     return mapped

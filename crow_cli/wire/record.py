@@ -13,7 +13,7 @@ overwrite each other; a retry is an exchange of its own):
 
 Secrets never reach the files: credential headers (`text.SECRET_NAME`: auth, key, token, cookie, pass,
 credential, signature …) are dropped, and their values (the bare token of `Bearer …`, each cookie's
-value: `text.header_secrets`) plus any secret handed in are replaced by `[REDACTED]`
+value: `text.header_secrets`) plus any secret handed in are replaced by `[REDACTED]` (`text.mask_secrets`)
 wherever they appear in the URL, the request body or the response. This is what users attach to
 bug reports, and what the llama.cpp smoke test reads.
 
@@ -36,9 +36,8 @@ from ..errors import ConfigError
 from ..private import open_private, private_dir
 from ..text import header_secrets, is_secret_name, mask_secrets
 
-__all__ = ["REDACTED", "RecordingTransport", "prepare_record_dir", "recording_http_client"]
+__all__ = ["RecordingTransport", "prepare_record_dir", "recording_http_client"]
 
-REDACTED = "[REDACTED]"
 _NUMBERED = re.compile(r"^(\d{4,})-")
 
 
@@ -77,7 +76,7 @@ class RecordingTransport(httpx.AsyncBaseTransport):
                            default=0)
 
     def _scrub(self, data: bytes, secrets: set[str]) -> bytes:
-        return mask_secrets(data.decode("utf-8", "surrogateescape"), secrets, REDACTED).encode(
+        return mask_secrets(data.decode("utf-8", "surrogateescape"), secrets).encode(
             "utf-8", "surrogateescape")  # any bytes survive the round trip
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:

@@ -153,4 +153,4 @@ async def test_chat_yes_lets_no_escape_out(store: SessionStore, tmp_path: Path,
     assert output.count("Run it once more OUTSIDE the sandbox") == 2
     assert list(outside.iterdir()) == [] and list((ws / ".git/hooks").iterdir()) == []
     sent = json.dumps(server.requests[1])
-    assert key not in sent and "[secret hidden]" in sent and sent.count("Read-only file system") >= 2
+    assert key not in sent and "[REDACTED]" in sent and sent.count("Read-only file system") >= 2

@@ -182,7 +182,7 @@ def test_crow_run_yes_lets_no_escape_out(tmp_path: Path) -> None:
                 if e["type"] == "tool_result"}
     assert outcomes == {"w": "denied", "h": "denied", "n": "denied", "d": "denied", "k": "ok", "e": "ok"}
     assert list(outside.iterdir()) == [] and list((ws / ".git/hooks").iterdir()) == [] and not reached
-    assert key not in json.dumps(requests[1]) and "[secret hidden]" in json.dumps(requests[1])
+    assert key not in json.dumps(requests[1]) and "[REDACTED]" in json.dumps(requests[1])
 
 
 # issue: with --yes on a terminal, a command the sandbox stopped is still a question (the escalation), and a

@@ -209,4 +209,4 @@ async def test_every_tools_output_is_masked_in_one_place(tmp_path: Path) -> None
              ToolCall("plugin", "plugin", "{}", 2)]
     events = [e async for e in dispatch(calls, registry, context=ToolContext(tmp_path, (key,)))]
     outputs = {e.result.call_id: e.result.output for e in events if e.type == "tool_result"}
-    assert all(key not in out and "[secret hidden]" in out for out in outputs.values()), outputs
+    assert all(key not in out and "[REDACTED]" in out for out in outputs.values()), outputs

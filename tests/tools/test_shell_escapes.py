@@ -52,7 +52,7 @@ async def test_without_the_secret_in_the_context_a_custom_variable_is_visible(mo
 async def test_a_hidden_secret_is_masked_in_output(ws: Path) -> None:
     (ws / "config.toml").write_text('api_key = "sk-CUSTOMVARSECRET"\n')
     out = await run_shell.invoke({"command": "cat config.toml"}, _hiding(ws, "sk-CUSTOMVARSECRET"))
-    assert out == '[exit code 0]\napi_key = "[secret hidden]"\n'
+    assert out == '[exit code 0]\napi_key = "[REDACTED]"\n'
 
 
 async def test_a_short_dummy_key_hides_only_an_equal_variable(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,8 +13,9 @@ import pytest
 import respx
 
 from crow_cli.errors import ConfigError, ProviderError
+from crow_cli.text import SECRET_MASK
 from crow_cli.wire.client import ChatClient, ClientSettings
-from crow_cli.wire.record import REDACTED, prepare_record_dir, recording_http_client
+from crow_cli.wire.record import prepare_record_dir, recording_http_client
 from tests.conftest import ROOT, chunk, sse, text_sse, tool_delta
 from tests.replay_server import ReplayServer
 
@@ -53,7 +54,7 @@ async def test_respx_intercepts_and_every_byte_is_recorded(tmp_path: Path) -> No
     assert (tmp_path / "0001-response.sse").read_text() == body  # byte for byte, as streamed
     sent = json.loads(route.calls[0].request.content)
     recorded = json.loads((tmp_path / "0001-request.json").read_text())
-    assert recorded["messages"][0]["content"] == f"my key is {REDACTED}, roll"
+    assert recorded["messages"][0]["content"] == f"my key is {SECRET_MASK}, roll"
     assert {k: v for k, v in recorded.items() if k != "messages"} == {k: v for k, v in sent.items() if k != "messages"}
     assert route.calls[0].request.headers["authorization"] == f"Bearer {KEY}"  # the server still got it
     meta = json.loads((tmp_path / "0001-meta.json").read_text())
@@ -75,7 +76,7 @@ async def test_numbering_continues_and_errors_are_recorded(tmp_path: Path) -> No
     with pytest.raises(ProviderError):
         await _drain(_client(tmp_path), [{"role": "user", "content": "hi"}])
     assert json.loads((tmp_path / "0008-meta.json").read_text())["status"] == 400
-    assert json.loads((tmp_path / "0008-response.json").read_text()) == {"error": {"message": f"bad key {REDACTED}"}}
+    assert json.loads((tmp_path / "0008-response.json").read_text()) == {"error": {"message": f"bad key {SECRET_MASK}"}}
     with pytest.raises(ProviderError, match="cannot reach"):
         await _drain(_client(tmp_path), [{"role": "user", "content": "hi"}])
     assert "ConnectError: refused" in json.loads((tmp_path / "0009-meta.json").read_text())["error"]
@@ -100,7 +101,7 @@ async def test_secret_split_across_chunks_and_gzip_are_handled(tmp_path: Path) -
         for _ in range(2):
             chunks = await _drain(_client(tmp_path), [{"role": "user", "content": "hi"}])
             assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == f"the key {KEY} leaked"
-    expected = text.replace(KEY, REDACTED)
+    expected = text.replace(KEY, SECRET_MASK)
     assert (tmp_path / "0001-response.sse").read_text() == expected
     assert (tmp_path / "0002-response.sse").read_text() == expected  # decoded for the reader
 

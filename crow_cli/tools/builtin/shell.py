@@ -20,7 +20,7 @@ system without `/proc` can outlive the call.
 
 Secrets: the API key variables (`CROW_API_KEY`, `OPENAI_API_KEY`) and every variable whose value
 contains one of the run's secrets (`ToolContext.secrets`, the configured API key) are removed from the
-command's environment, and a secret that still shows up in the output is replaced by `[secret hidden]`.
+command's environment, and a secret that still shows up in the output is replaced by `[REDACTED]`.
 Values shorter than 6 characters (dummy keys such as `"x"`) hide only variables whose whole value
 equals them.
 
