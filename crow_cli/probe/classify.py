@@ -22,7 +22,7 @@ from httpx_sse import EventSource, SSEError
 from ..errors import ServerError
 from ..history import AssistantTurn, ToolCall
 from ..wire.accumulate import StreamAccumulator
-from ..wire.profiles import REASONING_BLOCKS
+from ..wire.profiles import REASONING_BLOCK_FIELDS
 from ..wire.stream import recover_frames
 
 __all__ = ["Finding", "RawStream", "Shape", "classify", "parse_sse"]
@@ -392,13 +392,14 @@ _RULE_FINDINGS: dict[str, tuple[str, str, Level, str, str]] = {
 
 def _attached_findings(add: Any, turn: AssistantTurn) -> None:
     """What the accumulator kept beside content and calls (its `rules` and `fields`)."""
-    blocks = turn.fields.get(REASONING_BLOCKS)
-    if isinstance(blocks, list):
-        merged = "reasoning-blocks-merged" in turn.rules
-        add("reasoning-details", "reasoning blocks", "ok", f"reasoning_details: {len(blocks)} block(s)"
-            f"{', streamed in pieces' if merged else ''}", "merges pieces by index and type (signatures untouched) "
-            "and sends the blocks back with the message")
-    others = sorted(k for k in turn.fields if k != REASONING_BLOCKS and not k.startswith("reasoning"))
+    for name in REASONING_BLOCK_FIELDS:
+        blocks = turn.fields.get(name)
+        if isinstance(blocks, list):
+            merged = "reasoning-blocks-merged" in turn.rules
+            add("reasoning-details", "reasoning blocks", "ok", f"{name}: {len(blocks)} block(s)"
+                f"{', streamed in pieces' if merged else ''}", "merges pieces by index and type (signatures "
+                "untouched) and sends the blocks back with the message")
+    others = sorted(k for k in turn.fields if k not in REASONING_BLOCK_FIELDS and not k.startswith("reasoning"))
     if others:
         add("message-fields", "fields on the message", "ok", f"the deltas carry {', '.join(others)}",
             "keeps them and sends them back with the message")

@@ -25,10 +25,11 @@ cases: `tests/cases/*.json`, each a shape a real server sent):
 * A turn is a tool turn whenever calls were assembled, whatever `finish_reason` said.
 * Whatever else the server attaches to the turn is kept to be sent back exactly (`AssistantTurn.fields`):
   reasoning text under each name it came in (`reasoning_content`, `reasoning`, …: pieces joined per
-  name), `reasoning_details` blocks (OpenRouter and gateways in front of Anthropic, Gemini, OpenAI)
-  keyed by their `index` *and* `type`: pieces of one block are merged (`text` / `summary` joined, any
-  other field from its first non-empty value, so a signature is never altered), a piece of another
-  type at the same index starts a new block; and any other delta key or tool-call key (`extra_content`
+  name), reasoning blocks (`reasoning_details`: OpenRouter and gateways in front of Anthropic, Gemini,
+  OpenAI; `thinking_blocks`: LiteLLM) keyed by their `index` *and* `type`: pieces of one block are merged
+  (`text` / `summary` / `thinking` joined, any other field from its first non-empty value, so a signature
+  is never altered), a piece of another type at the same index starts a new block (`_Blocks`); and any
+  other delta key or tool-call key (`extra_content`
   holding a Gemini thought signature) from its first non-empty value. Nothing is ever invented.
 * `<think>…</think>` at the start of content (llama.cpp / MiniMax templates) stays in the content
   verbatim; its inside is shown as reasoning (`ReasoningDelta`), not as answer text.
@@ -43,7 +44,7 @@ cases: `tests/cases/*.json`, each a shape a real server sent):
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,7 +52,7 @@ from ..errors import ServerError
 from ..events import Event, Notice, ReasoningDelta, TextDelta, ToolCallDelta, ToolCallStarted, WarningEvent
 from ..history import AssistantTurn, ToolCall
 from ..text import clean_text, has_surrogates
-from .profiles import BLOCK_TEXT_FIELDS, REASONING_BLOCKS, REASONING_FIELDS
+from .profiles import BLOCK_TEXT_FIELDS, REASONING_BLOCK_FIELDS, REASONING_FIELDS
 from .repair import repair_arguments
 
 __all__ = ["StreamAccumulator", "stream_error"]
@@ -191,6 +192,54 @@ class _Block:
     def value(self) -> dict[str, Any]:
         return {k: "".join(self.texts[k]) if k in self.texts else v for k, v in self.fields.items()}
 
+    def signed(self) -> bool:
+        return not _empty(self.fields.get("signature"))
+
+
+class _Blocks:
+    """The blocks of one reasoning-block field (`profiles.REASONING_BLOCK_FIELDS`), in arrival order.
+
+    A block is keyed by its piece's `index` and `type`: pieces of one block merge, a piece of another type
+    at a used index starts a block of its own. A piece without an index belongs to the latest index, and
+    one without a type to the latest block at its index; a text piece without an index after its block was
+    signed starts a new block (LiteLLM sends no index, and a signature ends an Anthropic thinking block).
+    """
+
+    __slots__ = ("at", "blocks", "field", "index", "kinds")
+
+    def __init__(self, field: str) -> None:
+        self.field = field
+        self.blocks: list[_Block] = []
+        self.at: dict[tuple[Any, Any], _Block] = {}
+        self.index: Any = 0  # the index a piece without one belongs to
+        self.kinds: dict[Any, Any] = {}  # index -> the type of its latest block
+
+    def add(self, piece: Mapping[str, Any], fired: Callable[[str, str], None]) -> str:
+        """Merge one piece into its block; return its text to show."""
+        text = next((t for name in BLOCK_TEXT_FIELDS if isinstance(t := piece.get(name), str) and t), "")
+        if "index" in piece:
+            self.index = piece["index"]
+        where = self.index if isinstance(self.index, (int, str)) else repr(self.index)
+        kind = piece.get("type") or self.kinds.get(where)
+        block = self.at.get((where, kind))
+        if block is not None and text and "index" not in piece and block.signed():
+            self.index = where = f"+{len(self.blocks)}"  # a new block: the signed one is complete
+            block = None
+            fired("reasoning-block-after-signature", f"{self.field}: a text piece after a signed block starts a "
+                  "new block")
+        self.kinds[where] = kind
+        if block is None:
+            block = self.at[(where, kind)] = _Block()
+            self.blocks.append(block)
+            if len(self.blocks) > 1 and any(k[0] == where and k[1] != kind for k in self.at):
+                fired("reasoning-block-type-at-used-index", f"a {kind} block in {self.field} at index {where}, "
+                      "where a block of another type stands: kept as a block of its own")
+        else:
+            fired("reasoning-blocks-merged", f"{self.field} pieces of one block (same index and type) merged: "
+                  "text joined, other fields from their first non-empty value")
+        block.add(piece)
+        return text
+
 
 class _ThinkSplit:
     """Which part of the content is a leading `<think>…</think>` block (shown as reasoning); linear."""
@@ -274,10 +323,7 @@ class StreamAccumulator:
         self._think = _ThinkSplit()
         self._reasoning = _TextBuffer()  # what is shown: per delta, its first reasoning source
         self._fields: dict[str, _TextBuffer] = {}  # reasoning text per field name, as sent
-        self._blocks: list[_Block] = []
-        self._block_at: dict[tuple[Any, Any], _Block] = {}
-        self._block_index: Any = 0  # the index a block piece without one belongs to
-        self._block_type: dict[Any, Any] = {}  # index -> the type of its latest block
+        self._blocks: dict[str, _Blocks] = {}  # per reasoning-block field, in arrival order
         self._extra: dict[str, Any] = {}
         self._refusal = _TextBuffer()
         self._finish_reason: str | None = None
@@ -407,11 +453,14 @@ class StreamAccumulator:
                     shown = True
                     if text := self._reasoning.add(value):
                         events.append(ReasoningDelta(text))
-            elif key == REASONING_BLOCKS:
+            elif key in REASONING_BLOCK_FIELDS:
+                blocks = self._blocks.get(key)
+                if blocks is None:
+                    blocks = self._blocks[key] = _Blocks(key)
                 pieces = [value] if isinstance(value, Mapping) else value if isinstance(value, list) else ()
                 for piece in pieces:
                     if isinstance(piece, Mapping):
-                        text = self._block_piece(piece, events)
+                        text = blocks.add(piece, lambda rule, why: self._fired(rule, events, why))
                         if text and not shown and (text := self._reasoning.add(text)):
                             events.append(ReasoningDelta(text))
                 shown = shown or bool(pieces)
@@ -419,33 +468,6 @@ class StreamAccumulator:
                 self._extra[key] = value
                 self._fired(f"message-field:{key}", events, f"the server attached {key!r} to the assistant "
                             "message: kept and sent back with it")
-
-    def _block_piece(self, piece: Mapping[str, Any], events: list[Event]) -> str:
-        """Merge one `reasoning_details` piece into its block; return its text to show."""
-        index = piece.get("index", self._block_index)
-        self._block_index = index
-        where = index if isinstance(index, (int, str)) else repr(index)
-        kind = piece.get("type")
-        if not kind:  # a continuation piece that names no type belongs to the latest block at its index
-            kind = self._block_type.get(where)
-        self._block_type[where] = kind
-        key = (where, kind)
-        block = self._block_at.get(key)
-        if block is None:
-            block = self._block_at[key] = _Block()
-            self._blocks.append(block)
-            if len(self._blocks) > 1 and any(k[0] == key[0] for k in self._block_at if k != key):
-                self._fired("reasoning-block-type-at-used-index", events, f"a {key[1]} reasoning block at index "
-                            f"{key[0]}, where a block of another type stands: kept as a block of its own")
-        else:
-            self._fired("reasoning-blocks-merged", events, "reasoning_details pieces of one block (same index "
-                        "and type) merged: text joined, other fields from their first non-empty value")
-        block.add(piece)
-        for name in BLOCK_TEXT_FIELDS:
-            text = piece.get(name)
-            if isinstance(text, str) and text:
-                return text
-        return ""
 
     def _tool_delta(self, tc: Mapping[str, Any], position: int, count: int, events: list[Event]) -> None:
         fn = tc.get("function") or {}
@@ -624,8 +646,8 @@ class StreamAccumulator:
             buffer.flush()
             if (text := buffer.value()) is not None:
                 fields[name] = text
-        if self._blocks:
-            fields[REASONING_BLOCKS] = [block.value() for block in self._blocks]
+        for name, blocks in self._blocks.items():
+            fields[name] = [block.value() for block in blocks.blocks]
         for key, value in self._extra.items():
             fields.setdefault(key, value)
         turn = AssistantTurn(

@@ -4,7 +4,7 @@ The stored history keeps every assistant message with everything its server atta
 under the server's field name, `reasoning_details` blocks, per-call keys such as `extra_content`,
 any other key). `Outgoing.messages` makes the copy that is sent, one message at a time:
 
-* reasoning (`profiles.REASONING_FIELDS` and `REASONING_BLOCKS`) follows `reasoning_echo`: `always`
+* reasoning (`profiles.REASONING_FIELDS` and `REASONING_BLOCK_FIELDS`) follows `reasoning_echo`: `always`
   sends it as kept, `never` sends none, `auto` sends every assistant message's reasoning for
   exchanges (a user message and what answers it) that used tools, the final answer included, and
   none for exchanges that did not;
@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Literal, get_args
 
 from ..history import Message, WireToolCall, as_json, tool_calls_of
-from .profiles import REASONING_BLOCKS, REASONING_FIELDS, field_demanded, field_refused
+from .profiles import REASONING_BLOCK_FIELDS, REASONING_FIELDS, field_demanded, field_refused
 
 __all__ = ["REASONING_ECHO", "Adaptation", "Outgoing", "ReasoningEcho"]
 
@@ -64,7 +64,7 @@ class Outgoing:
     def __init__(self, echo: ReasoningEcho = "auto", *, reasoning_fields: tuple[str, ...] = REASONING_FIELDS,
                  known: Mapping[str, Any] | None = None) -> None:
         self.echo = echo
-        self.reasoning = (*reasoning_fields, REASONING_BLOCKS)
+        self.reasoning = (*reasoning_fields, *REASONING_BLOCK_FIELDS)
         self._text_fields = reasoning_fields
         self.dropped: list[str] = []
         """Fields refused by the server: sent on no message, tool call or function."""

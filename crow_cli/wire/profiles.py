@@ -17,8 +17,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 __all__ = ["BLOCK_TEXT_FIELDS", "CONTEXT_OVERFLOW", "KEYED_HOSTS", "KNOWN_REQUEST_RULES", "LEAKED_TOKEN",
-           "OVERFLOW_NUMBERS",
-           "OVERFLOW_PROMPT", "OVERFLOW_WINDOW", "PROFILES", "PROFILE_FIELDS", "REASONING_BLOCKS", "REASONING_FIELDS",
+           "OVERFLOW_NUMBERS", "OVERFLOW_PROMPT", "OVERFLOW_WINDOW", "PROFILES", "PROFILE_FIELDS",
+           "REASONING_BLOCK_FIELDS", "REASONING_FIELDS",
            "TOOL_NAMESPACE", "Profile", "check_overrides", "field_demanded", "field_refused", "mentions_field",
            "profile_for"]
 
@@ -26,11 +26,14 @@ REASONING_FIELDS = ("reasoning_content", "reasoning")
 """Delta / message fields that carry a turn's reasoning as text: `reasoning_content` (DeepSeek, vLLM,
 SGLang, LiteLLM), `reasoning` (OpenRouter, Ollama, LM Studio, newer vLLM)."""
 
-REASONING_BLOCKS = "reasoning_details"
-"""The field of typed reasoning blocks (`reasoning.text`, `reasoning.summary`, `reasoning.encrypted`):
-OpenRouter and gateways in front of Anthropic, Gemini and OpenAI o-series; sent back as merged."""
+REASONING_BLOCK_FIELDS = ("reasoning_details", "thinking_blocks")
+"""Fields of typed reasoning blocks, streamed in pieces and sent back as merged: `reasoning_details`
+(`reasoning.text`, `reasoning.summary`, `reasoning.encrypted`, each piece with its `index`: OpenRouter and
+gateways in front of Anthropic, Gemini and OpenAI o-series) and `thinking_blocks` (LiteLLM in front of
+Anthropic, Bedrock and Vertex: `thinking` pieces without an index, then a signature-only piece;
+`redacted_thinking` blocks carry `data`)."""
 
-BLOCK_TEXT_FIELDS = ("text", "summary")
+BLOCK_TEXT_FIELDS = ("text", "summary", "thinking")
 """Block fields streamed in pieces and joined; every other block field keeps its first non-empty value."""
 
 # A 400/422 that refuses a field (Mistral/pydantic `extra_forbidden`, "Extra inputs are not permitted",

@@ -181,3 +181,32 @@ def test_leading_whitespace_is_shown_at_once_and_a_think_block_may_still_follow(
     assert acc.feed(chunk({"content": "<think>hm</think>ok"})) == [ReasoningDelta("hm"), TextDelta("ok")]
     turn, _ = acc.finish()
     assert turn.content == " <think>hm</think>ok"
+
+
+def thinking(*blocks, reasoning=None):
+    """A LiteLLM proxy delta in front of Anthropic: `thinking_blocks` pieces (no index) beside reasoning_content."""
+    delta = {"reasoning_content": reasoning} if reasoning is not None else {}
+    return chunk({**delta, "thinking_blocks": list(blocks)})
+
+
+# found reading LiteLLM's Anthropic stream parser (wave 3): each delta carries one `thinking_blocks` piece
+# with no index and a signature-only piece ends the block; kept as "first non-empty value", only the first
+# piece went back (text cut, signature lost) and Anthropic refuses such a turn
+def test_litellm_thinking_blocks_merge_into_one_signed_block_and_a_text_after_a_signature_starts_another():
+    turn, events = assemble(
+        thinking({"type": "thinking", "thinking": "Need the", "signature": None}, reasoning="Need the"),
+        thinking({"type": "thinking", "thinking": " weather.", "signature": None}, reasoning=" weather."),
+        thinking({"type": "thinking", "thinking": "", "signature": SIG}),
+        thinking({"type": "redacted_thinking", "data": "REDACTED-1"}),
+        thinking({"type": "thinking", "thinking": "Then Rome.", "signature": None}, reasoning="Then Rome."),
+        thinking({"type": "thinking", "thinking": "", "signature": "Sig-two=="}),
+        chunk({"tool_calls": [tool_delta(0, "toolu_1", "f", "{}")]}, "tool_calls"),
+    )
+    assert turn.fields["thinking_blocks"] == [
+        {"type": "thinking", "thinking": "Need the weather.", "signature": SIG},
+        {"type": "redacted_thinking", "data": "REDACTED-1"},
+        {"type": "thinking", "thinking": "Then Rome.", "signature": "Sig-two=="},
+    ]
+    assert turn.fields["reasoning_content"] == "Need the weather.Then Rome."
+    assert "".join(e.text for e in events if isinstance(e, ReasoningDelta)) == "Need the weather.Then Rome."
+    assert turn.to_message()["thinking_blocks"] == turn.fields["thinking_blocks"]

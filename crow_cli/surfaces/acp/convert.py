@@ -35,7 +35,7 @@ from ...text import clean_text, has_surrogates, strip_controls
 from ...tools.builtin.edits import MAX_EDIT_BYTES, apply_edit, check_edit
 from ...tools.registry import Tool
 from ...tools.workspace import resolve_in_workspace
-from ...wire.profiles import BLOCK_TEXT_FIELDS, REASONING_BLOCKS, REASONING_FIELDS
+from ...wire.profiles import BLOCK_TEXT_FIELDS, REASONING_BLOCK_FIELDS, REASONING_FIELDS
 from ..common import short_json
 
 __all__ = ["ACP_KINDS", "arguments", "content_text", "diff_of", "disk_diff", "edit_target", "line_error", "locations",
@@ -194,9 +194,7 @@ def reasoning_text(assistant: AssistantMessage) -> str:
     for name in REASONING_FIELDS:
         if isinstance(message.get(name), str) and message[name]:
             return str(message[name])
-    blocks = message.get(REASONING_BLOCKS)
-    if not isinstance(blocks, list):
-        return ""
+    blocks = next((v for v in map(message.get, REASONING_BLOCK_FIELDS) if isinstance(v, list)), [])
     texts = (block.get(name) for block in blocks if isinstance(block, dict) for name in BLOCK_TEXT_FIELDS)
     return "\n\n".join(text for text in texts if isinstance(text, str) and text)
 
