@@ -99,7 +99,7 @@ class _PartialCall:
     def arguments_complete(self) -> bool:
         try:
             json.loads(self.joined())
-        except ValueError:
+        except (ValueError, RecursionError):
             return False
         return True
 

@@ -280,7 +280,7 @@ def _readable(text: str) -> str:
     that is no JSON is read as it is."""
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return text
     words: list[str] = []
 
@@ -330,7 +330,7 @@ def _message_of(text: str) -> str:
     """The human part of an error body: its (first) `message` string; "" when there is none."""
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return ""
     stack = [data]
     while stack:
@@ -546,7 +546,7 @@ def _value(token: str) -> Any:
     token = token.strip().strip("\"'`")
     try:
         return json.loads(token)
-    except ValueError:
+    except (ValueError, RecursionError):
         return token
 
 

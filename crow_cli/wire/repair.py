@@ -47,6 +47,9 @@ def repair_arguments(raw: str) -> RepairedArguments:
     except json.JSONDecodeError as exc:  # at the end, or an open string: it ended mid-value; else it is wrong
         at_end = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string")
         error = str(exc)
+    except RecursionError:  # valid or not, nested deeper than Python's parser goes: no tool can take it
+        return RepairedArguments("{}", "arguments were nested too deeply to read; sent {} instead, the call is "
+                                 "not run", True)
     closed = _close_brackets(text)
     if closed is not None:
         return RepairedArguments(closed, "arguments lacked their closing brackets; closed them", False)
@@ -92,6 +95,6 @@ def _close_brackets(text: str) -> str | None:
     closed = body + "".join(reversed(stack))
     try:
         value = json.loads(closed)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return closed if isinstance(value, dict) else None

@@ -103,7 +103,7 @@ def recover_frames(data: str) -> list[Any]:
             start += 1
         try:
             value, end = _DECODER.raw_decode(data, start)
-        except ValueError:
+        except (ValueError, RecursionError):
             position = marker.end()
             continue
         if isinstance(value, dict):
@@ -200,7 +200,7 @@ async def iter_chunks(parts: AsyncIterator[bytes], content_type: str
                 break
             try:
                 payloads = [json.loads(data)]
-            except ValueError:
+            except (ValueError, RecursionError):  # nested deeper than the parser goes: damaged too
                 payloads = recover_frames(data)
                 if not payloads:
                     damaged = data if damaged is None else damaged
@@ -237,7 +237,7 @@ async def _whole_json(parts: AsyncIterator[bytes]) -> dict[str, Any]:
         raise ServerError("the server answered 200 with an empty body, not an event stream (is --base-url right?)")
     try:
         payload = json.loads(body)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise ServerError("the server answered with invalid JSON instead of an event stream") from exc
     error = _error_in(payload, None)
     if error is not None:

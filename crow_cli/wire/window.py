@@ -68,7 +68,7 @@ async def discover_context_window(base_url: str, model: str, api_key: str | None
                 try:
                     async with http.stream("GET", url) as response:
                         body = json.loads(await read_body(response)) if response.status_code == 200 else None
-                except (httpx.HTTPError, ValueError, BodyTooLarge):
+                except (httpx.HTTPError, ValueError, RecursionError, BodyTooLarge):
                     continue
                 found = window_from_models(body, model) if url.endswith("/models") else window_from_props(body)
                 if found is not None:

@@ -359,3 +359,10 @@ def test_an_anthropic_compatible_name_pattern_renames_what_fails_it() -> None:
     found = rules(400, text, request)
     assert found == [Rule("rename_tools", value="[a-zA-Z0-9_-]{1,64}")]
     assert apply_rules(request, found)["tools"][1]["function"]["name"] == "josef_prochazka--webpage-singer"
+
+
+# found trying it as a new user (wave 3): a 400 whose body nests 100,000 deep ended the run with
+# `crow: internal error: RecursionError` instead of the server's refusal
+def test_a_refusal_nested_deeper_than_the_parser_goes_names_nothing() -> None:
+    deep = '{"error": {"message": "x", "param": ' + "[" * 100_000 + "]" * 100_000 + "}}"
+    assert change_for(400, deep, {"model": "m", "messages": []}) is None

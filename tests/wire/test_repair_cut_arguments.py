@@ -132,3 +132,12 @@ def test_the_warning_says_cut_off_only_when_the_text_ends_mid_value(raw, says):
     repaired = repair_arguments(raw)
     assert repaired.cut_off and says in repaired.problem
     assert ("cut off" in repaired.problem) == (says == "cut off")
+
+
+# found trying it as a new user (wave 3): a model that sent 100,000 `[` as a call's arguments (valid JSON
+# closed or not) ended the run with `crow: internal error: RecursionError`
+@pytest.mark.parametrize("raw", ["[" * 100_000, '{"path": ' + "[" * 100_000 + "]" * 100_000 + "}",
+                                 '{"a": ' + "[" * 100_000])
+def test_arguments_nested_deeper_than_the_parser_goes_are_not_run(raw: str) -> None:
+    repaired = repair_arguments(raw)
+    assert repaired.text == "{}" and repaired.cut_off and repaired.problem

@@ -219,3 +219,14 @@ async def test_a_byte_order_mark_before_the_first_event_is_not_part_of_it(split)
 
     items = [item async for item in iter_chunks(parts(), "text/event-stream")]
     assert turn_of(items).content == "hello world"
+
+
+# found trying it as a new user (wave 3): one event nested 100,000 deep (`"x": [[[…]]]`) ended the run with
+# `crow: internal error: RecursionError`; it is a damaged event like any other
+async def test_an_event_nested_deeper_than_the_parser_goes_is_skipped_with_a_warning():
+    deep = "[" * 100_000 + "]" * 100_000
+    body = f'data: {{"choices": [], "x": {deep}}}\n\n' + sse(chunk({"content": "lo"}), chunk({}, "stop"))
+    items = await items_of(body)
+    warnings = [i.message for i in items if isinstance(i, WarningEvent)]
+    assert len(warnings) == 1 and warnings[0].startswith("the server sent an event that is not JSON")
+    assert turn_of(items).content == "lo"

@@ -240,7 +240,7 @@ def screen_line(line: bytes) -> tuple[bytes | None, dict[str, Any] | None]:
     """
     try:
         message = json.loads(line.decode("utf-8"))
-    except ValueError:  # UnicodeDecodeError is one
+    except (ValueError, RecursionError):  # UnicodeDecodeError is one; so is nesting deeper than the parser goes
         return None, {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}}
     if not isinstance(message, dict):
         what = "a batch (not supported)" if isinstance(message, list) and message else "not a JSON-RPC object"
