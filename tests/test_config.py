@@ -303,6 +303,26 @@ def test_every_literal_setting_is_decoded_against_its_values() -> None:
             assert option.check("bogus") == f"must be one of {', '.join(literal[option.name])} (got 'bogus')"
 
 
+@pytest.mark.parametrize("key", ["approval", "sandbox", "reasoning_echo"])
+def test_a_bad_value_of_a_literal_setting_is_one_line_naming_where_it_came_from(tmp_path: Path, key: str) -> None:
+    from crow_cli.config import OPTIONS
+
+    option = next(o for o in OPTIONS if o.key == key)
+    allowed = option.check("bogus") if option.check else None
+    assert allowed is not None and allowed.startswith("must be one of ")
+    config = tmp_path / "c.toml"
+    config.write_text(f'{key} = "bogus"\n')
+    sources = [(f"{config}: {key}", lambda: load_settings({}, env={}, config_path=str(config)))]
+    if option.env:
+        sources.append((option.env, lambda: load_settings({}, env={option.env or "": "bogus"})))
+    if option.flag:
+        sources.append((option.flag, lambda: load_settings({option.name: "bogus"}, env={})))
+    for source, load in sources:
+        with pytest.raises(ConfigError) as caught:
+            load()
+        assert str(caught.value) == f"{source} {allowed}"
+
+
 def test_the_settings_values_are_those_their_owners_take() -> None:
     # config may not import tools or wire.outgoing (layers): its Literals repeat theirs, mypy checks the handover
     from crow_cli.config import APPROVAL_MODES, REASONING_ECHO, SANDBOX_MODES
