@@ -36,6 +36,7 @@ __all__ = [
     "WireToolCall",
     "as_json",
     "assistant_message",
+    "content_text",
     "pending_tool_calls",
     "repair_history",
     "tool_calls_of",
@@ -236,6 +237,14 @@ def assistant_message(content: str | None, tool_calls: list[ToolCall] | None = N
 
 def tool_message(tool_call_id: str, content: str) -> ToolMessage:
     return {"role": "tool", "tool_call_id": tool_call_id, "content": content}
+
+
+def content_text(content: str | list[ContentPart] | None) -> str:
+    """The text of a message's `content`: the string, or its text parts one per line (an image or other
+    part has none); `""` for None."""
+    if isinstance(content, list):
+        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return content or ""
 
 
 def tool_calls_of(message: Message) -> list[WireToolCall]:

@@ -38,7 +38,7 @@ from typing import Any
 
 from .atomic import write_atomic
 from .errors import SessionError
-from .history import Message, repair_history, tool_calls_of
+from .history import ContentPart, Message, content_text, repair_history, tool_calls_of
 from .lockfile import FileLock, LockHeld
 from .private import private_dir, private_file
 from .text import public_url
@@ -521,10 +521,8 @@ _SELECT = ("SELECT s.id, s.title, s.created_at, s.updated_at, s.model, s.base_ur
            "(SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id) FROM sessions s")
 
 
-def _title(content: Any) -> str:
-    if isinstance(content, list):  # content parts
-        content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
-    line = " ".join(str(content or "").split())
+def _title(content: str | list[ContentPart] | None) -> str:
+    line = " ".join(content_text(content).split())
     return line if len(line) <= _TITLE_CHARS else line[: _TITLE_CHARS - 1] + "…"
 
 

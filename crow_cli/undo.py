@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .atomic import write_atomic
 from .errors import SessionError
-from .history import Message, tool_calls_of
+from .history import Message, content_text, tool_calls_of
 from .paths import resolve_path
 from .sessions import SessionStore
 
@@ -123,12 +123,6 @@ def _check(path: str, content: bytes | None, written: str | None) -> FileRestore
     return FileRestore(path, content, written)
 
 
-def _text(content: object) -> str:
-    if isinstance(content, list):
-        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return " ".join(str(content or "").split())
-
-
 def _shell_commands(messages: list[Message]) -> list[str]:
     commands = []
     for m in messages:
@@ -156,7 +150,7 @@ def plan_undo(store: SessionStore, session_id: str, *, force: bool = False) -> U
     if start is None:
         raise SessionError(f"session {session_id} has nothing to undo")
     files = [_check(path, content, written) for path, content, written in store.file_backups(session_id, start)]
-    return UndoPlan(start, len(messages) - start, _text(messages[start].get("content")), files,
+    return UndoPlan(start, len(messages) - start, " ".join(content_text(messages[start].get("content")).split()), files,
                     _shell_commands(messages[start:]), force)
 
 

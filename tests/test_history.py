@@ -8,6 +8,7 @@ from crow_cli.history import (
     ToolResult,
     as_json,
     assistant_message,
+    content_text,
     pending_tool_calls,
     repair_history,
     tool_calls_of,
@@ -62,3 +63,9 @@ def test_keys_a_server_attached_stay_on_the_message_and_are_reached_through_as_j
         {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": "{}", "strict": True},
          "extra_content": {"google": {"thought_signature": "s"}}}]}
     assert as_json(message) is message and as_json(message)["reasoning_content"] == "why"
+
+
+def test_content_text_is_the_string_or_the_text_parts() -> None:
+    assert content_text("hi") == "hi" and content_text(None) == ""
+    assert content_text([{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {"url": "data:x"}},
+                         {"type": "text", "text": "b"}]) == "a\nb"

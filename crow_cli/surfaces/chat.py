@@ -44,7 +44,7 @@ from ..events import (
     TurnFinished,
     WarningEvent,
 )
-from ..history import Message, ToolCall, user_message
+from ..history import Message, ToolCall, content_text, user_message
 from ..sessions import EXPORT_FORMATS, SessionInfo, SessionStore, export_session, write_export
 from ..text import clean_text, public_url, strip_controls
 from ..tools.approval import make_approver
@@ -238,10 +238,10 @@ class ChatApp:
                           if self.history[i].get("role") == "user"), None)
         if last_user is None:
             return
-        self.view.line(f"› {strip_controls(str(self.history[last_user].get('content')))}", "dim")
+        self.view.line(f"› {strip_controls(content_text(self.history[last_user].get('content')))}", "dim")
         for message in self.history[last_user + 1:]:
-            if message.get("role") == "assistant" and message.get("content"):
-                self.view.text(strip_controls(str(message["content"])))
+            if message["role"] == "assistant" and (text := content_text(message.get("content"))):
+                self.view.text(strip_controls(text))
                 self.view.end_answer()
         self.view.stop()
 

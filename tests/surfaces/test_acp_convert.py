@@ -13,7 +13,6 @@ from crow_cli.errors import ToolError
 from crow_cli.history import ToolCall
 from crow_cli.surfaces.acp.convert import (
     arguments,
-    content_text,
     diff_of,
     disk_diff,
     edit_target,
@@ -101,13 +100,11 @@ def test_lines_that_are_not_requests_get_jsonrpc_errors() -> None:
     assert line_error(b"null")["error"]["code"] == -32600  # type: ignore[index]
 
 
-def test_editor_mcp_servers_and_message_content() -> None:
+def test_editor_mcp_servers() -> None:
     servers = [McpServerStdio(name="fs", command="srv", args=["-v"], env=[]),
                HttpMcpServer(name="web", url="http://h/mcp", headers=[], type="http")]
     assert mcp_tables(servers) == {"fs": {"command": "srv", "args": ["-v"], "env": {}},
                                    "web": {"url": "http://h/mcp"}}
-    assert content_text([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]) == "ab"
-    assert content_text(None) == ""
 
 
 # issue: a request with no method got no answer, session/cancel sent as a request got -32601, and `jsonrpc: "1.0"`

@@ -178,6 +178,20 @@ async def test_resume_continues_a_stored_session(store: SessionStore) -> None:
     assert len(store.messages(old.id)) == 4
 
 
+async def test_resume_shows_the_text_of_a_message_with_an_image_not_its_parts(store: SessionStore) -> None:
+    # issue 18 (found typing the history: content may be a list of parts): resuming showed the parts' repr,
+    # the image's whole data: URL with it
+    old = store.create(model="test-model", cwd="/tmp")
+    store.append(old.id, {"role": "user", "content": [
+        {"type": "text", "text": "what is in it?\n\n[attached image: cat.png]"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]})
+    store.append(old.id, {"role": "assistant", "content": "A cat."})
+    store.release()
+    output, _, _ = await chat([], "/exit\r", store, options=ChatOptions(resume=old.id))
+    assert "› what is in it? [attached image: cat.png]" in " ".join(output.split())
+    assert "base64" not in output and "image_url" not in output and "A cat." in output
+
+
 async def test_no_session_resume_reads_the_session_and_writes_nothing_to_it(store: SessionStore) -> None:
     # issue 18: `crow chat --no-session --resume ID` set the session's model and gave the compactor
     # the session's recorder, so a compaction stored its checkpoint

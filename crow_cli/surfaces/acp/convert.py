@@ -38,7 +38,7 @@ from ...tools.workspace import resolve_in_workspace
 from ...wire.profiles import BLOCK_TEXT_FIELDS, REASONING_BLOCK_FIELDS, REASONING_FIELDS
 from ..common import short_json
 
-__all__ = ["ACP_KINDS", "arguments", "content_text", "diff_of", "disk_diff", "edit_target", "line_error", "locations",
+__all__ = ["ACP_KINDS", "arguments", "diff_of", "disk_diff", "edit_target", "line_error", "locations",
            "mcp_tables", "prompt_text", "reasoning_text", "screen_line", "stored_diff", "title", "tool_kind"]
 
 log = logging.getLogger("crow.acp")
@@ -179,12 +179,6 @@ def prompt_text(blocks: Sequence[Any]) -> str:
 def _uri_text(uri: str) -> str:
     parsed = urlparse(uri)
     return unquote(parsed.path) if parsed.scheme == "file" else uri
-
-
-def content_text(content: Any) -> str:
-    if isinstance(content, list):  # content parts
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return content if isinstance(content, str) else ""
 
 
 def reasoning_text(assistant: AssistantMessage) -> str:

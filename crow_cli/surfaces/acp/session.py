@@ -37,7 +37,7 @@ from ...events import (
     TurnFinished,
     WarningEvent,
 )
-from ...history import Message, ToolCall, tool_calls_of, user_message
+from ...history import Message, ToolCall, content_text, tool_calls_of, user_message
 from ...tools.approval import UNCONFINED_MARK, Answer, Approvals, Policy, make_approver
 from ...tools.context import ToolContext
 from ...tools.dispatch import EscalatingApprover
@@ -49,7 +49,6 @@ from ..persist import SessionRecorder
 from ..runtime import assemble_driver
 from .convert import (
     arguments,
-    content_text,
     diff_of,
     disk_diff,
     edit_target,
