@@ -196,6 +196,9 @@ class AssistantTurn:
     rules: list[str] = field(default_factory=list)
     """The accumulator rules that fired while assembling the turn, in first-firing order (`finish-missing`:
     the stream ended without a finish_reason, EOF or a bare `[DONE]`)."""
+    parts: list[ContentPart] | None = None
+    """The content as the server sent it in typed parts, when it sent a part other than text (Mistral's
+    `thinking` chunks): the message's `content` goes back as these parts; `content` keeps the text."""
 
     @property
     def is_tool_turn(self) -> bool:
@@ -210,11 +213,21 @@ class AssistantTurn:
         Which of the kept fields go back on a request is the client's decision (`wire.outgoing`).
         """
         message = assistant_message(self.content, self.tool_calls, refusal=self.refusal)
+        if self.parts is not None:
+            as_json(message)["content"] = self.parts
         if self.fields:
             _attach(as_json(message), self.fields)
         elif self.reasoning:
             as_json(message)["reasoning_content"] = self.reasoning  # a turn built by hand
         return message
+
+
+def content_text(content: Any) -> str:
+    """The text of a message's `content`: a string as it is, the joined `text` of content parts (images,
+    thinking chunks carry none), "" for None."""
+    if isinstance(content, list):  # content parts
+        return "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return content if isinstance(content, str) else ""
 
 
 def user_message(text: str) -> UserMessage:

@@ -624,7 +624,8 @@ def _markdown(info: SessionInfo, messages: list[Message], checkpoints: list[Stor
             out.append(f"**Tool result** ({_code_span(str(m.get('tool_call_id', '')))}):\n\n{fence}\n{text}\n{fence}\n")
             continue
         heading = {"user": "## You", "assistant": "## Assistant", "system": "## System"}.get(str(role), f"## {role}")
-        body = [_closed_fences(content)] if isinstance(content, str) and content else []
+        text = content_text(content)  # content parts (images, thinking chunks): their text
+        body = [_closed_fences(text)] if text else []
         for call in tool_calls_of(m):
             call_text = f"{call['function']['name']}({call['function']['arguments']})"
             body.append(f"→ {_code_span(call_text)}")

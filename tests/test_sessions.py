@@ -140,6 +140,17 @@ def test_exports(tmp_path: Path) -> None:
         export_session(info, msgs, "xml")
 
 
+# found adding Mistral's thinking chunks (wave 3): an assistant message whose content is parts was left out
+# of the Markdown export (only string content was written)
+def test_markdown_export_writes_the_text_of_content_parts(tmp_path: Path) -> None:
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": "weather?"}, {"role": "assistant", "content": [
+        {"type": "thinking", "thinking": [{"type": "text", "text": "hidden"}]}, {"type": "text", "text": "Sunny."}]}]
+    with SessionStore(tmp_path / "s.db") as store:
+        info = store.create(model="m")
+    md = export_session(info, msgs, "md")
+    assert "## Assistant\n\nSunny.\n" in md and "hidden" not in md
+
+
 def _rendered_turns(markdown: str) -> tuple[list[str], list[str]]:
     """(the level-2 headings, the contents of the code blocks) as a CommonMark reader sees them."""
     from markdown_it import MarkdownIt

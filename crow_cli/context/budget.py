@@ -53,8 +53,8 @@ def _size(messages: list[Message]) -> tuple[int, int]:
             for part in content:
                 if isinstance(part, dict) and part.get("type") == "image_url":
                     tokens += _IMAGE_TOKENS
-                elif isinstance(part, dict):
-                    chars += len(str(part.get("text", "")))
+                elif isinstance(part, dict):  # text, or a thinking chunk (Mistral) whose text is nested
+                    chars += len(str(part.get("text") or part.get("thinking") or ""))
         for call in tool_calls_of(message):
             chars += len(call["function"]["name"]) + len(call["function"]["arguments"]) + 10
     return tokens, chars

@@ -112,7 +112,8 @@ def _transcript(messages: list[Message], limit: int) -> str:
         role = str(m.get("role", "")).upper()
         content = m.get("content")
         if isinstance(content, list):
-            content = " ".join(str(p.get("text", "[image]")) for p in content if isinstance(p, dict))
+            content = " ".join(str(p["text"]) if "text" in p else "[image]" for p in content
+                               if isinstance(p, dict) and ("text" in p or p.get("type") == "image_url"))
         if role == "TOOL":
             lines.append(f"TOOL RESULT: {content}")
             continue

@@ -31,6 +31,8 @@ cases: `tests/cases/*.json`, each a shape a real server sent):
   is never altered), a piece of another type at the same index starts a new block (`_Blocks`); and any
   other delta key or tool-call key (`extra_content`
   holding a Gemini thought signature) from its first non-empty value. Nothing is ever invented.
+* Content sent as typed parts with a part other than text (Mistral's `thinking` chunks) is kept as those
+  parts, merged and in order, and goes back so (`AssistantTurn.parts`); thinking shows as reasoning.
 * `<think>…</think>` at the start of content (llama.cpp / MiniMax templates) stays in the content
   verbatim; its inside is shown as reasoning (`ReasoningDelta`), not as answer text.
 * Odd continuation values: a `function.name` of `"null"` is no name; `type` is never read (`FUNCTION`).
@@ -241,6 +243,56 @@ class _Blocks:
         return text
 
 
+class _Parts:
+    """Content the server sent as typed parts beside text (Mistral: `{"type": "thinking", "thinking":
+    [{"type": "text", "text": …}]}` chunks, then text), kept in order to go back as sent. Consecutive
+    pieces of one kind merge: text joined, a thinking part's inner text joined (its other fields from their
+    first non-empty value); a part of any other type is kept whole."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, text: str) -> None:
+        self.items: list[tuple[str, Any]] = []  # ("text", [pieces]) | ("thinking", _Block) | ("part", dict)
+        if text:
+            self.text(text)
+
+    def text(self, text: str) -> None:
+        if self.items and self.items[-1][0] == "text":
+            self.items[-1][1].append(text)
+        else:
+            self.items.append(("text", [text]))
+
+    def add(self, part: Mapping[str, Any]) -> str:
+        """Keep one non-text part; return the reasoning text it carries (to show)."""
+        if part.get("type") != "thinking":
+            self.items.append(("part", dict(part)))
+            return ""
+        inner = part.get("thinking")
+        text = inner if isinstance(inner, str) else "".join(
+            p["text"] for p in inner if isinstance(p, Mapping) and isinstance(p.get("text"), str)) \
+            if isinstance(inner, list) else ""
+        if not (self.items and self.items[-1][0] == "thinking"):
+            self.items.append(("thinking", (_Block(), isinstance(inner, str))))
+        block: _Block = self.items[-1][1][0]
+        block.add({**part, "thinking": text})
+        return text
+
+    def value(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for kind, item in self.items:
+            if kind == "text":
+                out.append({"type": "text", "text": "".join(item)})
+            elif kind == "thinking":
+                block, as_string = item
+                merged = block.value()
+                if not as_string:  # as sent: a list of text chunks
+                    merged["thinking"] = [{"type": "text", "text": merged.get("thinking", "")}]
+                out.append(merged)
+            else:
+                out.append(item)
+        return out
+
+
 class _ThinkSplit:
     """Which part of the content is a leading `<think>…</think>` block (shown as reasoning); linear."""
 
@@ -326,6 +378,7 @@ class StreamAccumulator:
         self._blocks: dict[str, _Blocks] = {}  # per reasoning-block field, in arrival order
         self._extra: dict[str, Any] = {}
         self._refusal = _TextBuffer()
+        self._parts: _Parts | None = None  # content sent as typed parts beside text (Mistral thinking)
         self._finish_reason: str | None = None
         self._usage: dict[str, Any] | None = None
         self._rules: dict[str, None] = {}
@@ -368,7 +421,9 @@ class StreamAccumulator:
                 self._delta_extras(delta, events)
             content = delta.get("content")
             if isinstance(content, list):  # content parts
-                content = "".join(p.get("text") or "" for p in content if isinstance(p, Mapping))
+                content = self._content_parts(content, events)
+            elif self._parts is not None and isinstance(content, str) and content:
+                self._parts.text(content)
             if isinstance(content, str) and content and (shown := self._text.add(content)) \
                     and self._think.split(shown, events):
                 self._fired("think-in-content", events, "a <think> block opens the content: shown as "
@@ -398,7 +453,7 @@ class StreamAccumulator:
         if type(delta) is not dict or len(delta) != 1 or self._trace:
             return False
         content = delta.get("content")
-        if type(content) is str:
+        if type(content) is str and self._parts is None:
             if content and (shown := self._text.add(content)):
                 if self._think.plain:
                     events.append(TextDelta(shown))
@@ -433,6 +488,27 @@ class StreamAccumulator:
             self._last_fed = call
         call.fragments.append(args)
         call.length += len(args)
+
+    def _content_parts(self, parts: list[Any], events: list[Event]) -> str:
+        """The answer text of a delta whose content is a list of parts; any other part (Mistral's
+        `thinking` chunks) switches to keeping the content as parts (`_Parts`) and shows as reasoning."""
+        texts: list[str] = []
+        for part in parts:
+            if not isinstance(part, Mapping):
+                continue
+            kind, text = part.get("type"), part.get("text")
+            if kind in (None, "text") and isinstance(text, str):
+                texts.append(text)
+                if self._parts is not None and text:
+                    self._parts.text(text)
+                continue
+            if self._parts is None:
+                self._parts = _Parts(self._text.value() or "")
+                self._fired("content-parts", events, f"the content arrives in typed parts ({kind!r}): kept as "
+                            "parts, in order, and sent back so")
+            if (thought := self._parts.add(part)) and (shown := self._reasoning.add(thought)):
+                events.append(ReasoningDelta(shown))
+        return "".join(texts)
 
     def _delta_extras(self, delta: Mapping[str, Any], events: list[Event]) -> None:
         """Reasoning text (each name kept apart), reasoning blocks, and any other key of a delta."""
@@ -659,6 +735,7 @@ class StreamAccumulator:
             refusal=self._refusal.value(),
             fields=fields,
             rules=list(self._rules),
+            parts=self._parts.value() if self._parts is not None else None,
         )
         if turn.refusal:
             events.append(WarningEvent(f"the model refused: {turn.refusal}"))

@@ -210,3 +210,36 @@ def test_litellm_thinking_blocks_merge_into_one_signed_block_and_a_text_after_a_
     assert turn.fields["reasoning_content"] == "Need the weather.Then Rome."
     assert "".join(e.text for e in events if isinstance(e, ReasoningDelta)) == "Need the weather.Then Rome."
     assert turn.to_message()["thinking_blocks"] == turn.fields["thinking_blocks"]
+
+
+def mistral(*parts):
+    return chunk({"content": list(parts)})
+
+
+# found reading Mistral's reasoning docs and clients that had to fix it (wave 3): Magistral / reasoning_effort
+# models stream their thinking as typed content chunks; crow kept only text parts, so the thinking was neither
+# shown nor sent back (Mistral's clients send the parts back as they came)
+def test_mistral_thinking_chunks_are_shown_and_the_content_goes_back_as_the_parts_sent():
+    turn, events = assemble(
+        mistral({"type": "thinking", "thinking": [{"type": "text", "text": "The user wants"}]}),
+        mistral({"type": "thinking", "thinking": [{"type": "text", "text": " the weather."}]}),
+        chunk({"content": "Paris is"}),
+        mistral({"type": "text", "text": " sunny."}),
+        chunk({}, "stop"),
+    )
+    assert turn.content == "Paris is sunny." and turn.reasoning == "The user wants the weather."
+    assert [e.text for e in events if isinstance(e, ReasoningDelta)] == ["The user wants", " the weather."]
+    assert turn.to_message()["content"] == [
+        {"type": "thinking", "thinking": [{"type": "text", "text": "The user wants the weather."}]},
+        {"type": "text", "text": "Paris is sunny."},
+    ]
+
+
+def test_text_before_the_first_thinking_part_keeps_its_place_and_text_only_parts_stay_a_string():
+    turn, _ = assemble(chunk({"content": "A"}), mistral({"type": "thinking", "thinking": "t"}),
+                       mistral({"type": "text", "text": "B"}), chunk({}, "stop"))
+    assert turn.to_message()["content"] == [{"type": "text", "text": "A"}, {"type": "thinking", "thinking": "t"},
+                                            {"type": "text", "text": "B"}]
+    plain, _ = assemble(mistral({"type": "text", "text": "x"}), mistral({"type": "text", "text": "y"}),
+                        chunk({}, "stop"))
+    assert plain.to_message()["content"] == "xy" and plain.parts is None
