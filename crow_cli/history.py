@@ -222,14 +222,6 @@ class AssistantTurn:
         return message
 
 
-def content_text(content: Any) -> str:
-    """The text of a message's `content`: a string as it is, the joined `text` of content parts (images,
-    thinking chunks carry none), "" for None."""
-    if isinstance(content, list):  # content parts
-        return "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
-    return content if isinstance(content, str) else ""
-
-
 def user_message(text: str) -> UserMessage:
     return {"role": "user", "content": text}
 

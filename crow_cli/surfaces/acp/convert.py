@@ -30,7 +30,7 @@ from acp.schema import (
 )
 
 from ...errors import ToolError
-from ...history import AssistantMessage, ToolCall, as_json, content_text
+from ...history import AssistantMessage, ToolCall, as_json
 from ...text import clean_text, has_surrogates, strip_controls
 from ...tools.builtin.edits import MAX_EDIT_BYTES, apply_edit, check_edit
 from ...tools.registry import Tool
