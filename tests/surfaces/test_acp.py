@@ -590,6 +590,28 @@ def test_stdin_from_dev_null_is_a_one_line_error(workspace):
     assert ran.returncode == 2 and ran.stderr.startswith("crow: error: ") and ran.stderr.count("\n") == 1, ran.stderr
 
 
+INITIALIZE = '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}\n'
+
+
+# noticed at the end of wave 3: `crow acp >&-` exited 0 (nothing asked) or with an internal error
+# (ConnectionResetError, after two ERROR lines); every other command says it cannot write the output, exit 1
+@pytest.mark.parametrize("lines", ["", INITIALIZE])
+def test_stdout_closed_is_a_one_line_error_and_exit_1(workspace, lines):
+    ran = subprocess.run([CROW, "acp", "--model", "m", "--base-url", "http://127.0.0.1:9/v1"], cwd=workspace,
+                         input=lines, stderr=subprocess.PIPE, text=True, timeout=60, preexec_fn=lambda: os.close(1))
+    assert (ran.returncode, ran.stderr) == (1, "crow: error: cannot write the output: Bad file descriptor\n")
+
+
+def test_an_editor_that_stopped_reading_ends_crow_without_a_traceback(workspace):
+    # noticed with the one above: "Send loop failed" twice, then an internal error (ConnectionResetError)
+    proc = subprocess.Popen([CROW, "acp", "--model", "m", "--base-url", "http://127.0.0.1:9/v1"], cwd=workspace,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdout.close()
+    _, err = proc.communicate(INITIALIZE.encode(), timeout=60)
+    assert (proc.returncode, err) == (1, b"")  # as `crow tools | true`: the reader left, nothing more to say
+
+
 def test_an_unknown_notification_logs_one_line_without_a_traceback(workspace, tmp_path):
     # found by an editor tester: an ERROR with a traceback on stderr for every unknown notification
     err = tmp_path / "stderr.txt"

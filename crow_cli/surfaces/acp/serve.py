@@ -38,6 +38,8 @@ async def serve_acp(settings: Settings, options: AcpOptions) -> int:
     Raises:
         ConfigError: stdin/stdout are not pipes, an MCP table is invalid.
         SessionError: the session store cannot be opened.
+        OSError: the protocol could not be written (a closed stdout, a full disk, the editor gone: EPIPE),
+            once the sessions are stored.
     """
     with private_stdout() as protocol:  # stdout is the protocol's alone: whatever else prints goes to stderr
         return await _serve(settings, options, protocol.fileno())
@@ -49,7 +51,9 @@ async def _serve(settings: Settings, options: AcpOptions, protocol_fd: int) -> i
     if not options.debug:
         handler.addFilter(_one_line)
     logging.basicConfig(level=logging.DEBUG if options.debug else logging.WARNING, handlers=[handler])
-    stdin, writer = await streams(protocol_fd)  # before anything slow: a terminal is refused at once
+    stdin, writer, output = await streams(protocol_fd)  # before anything slow: a terminal is refused at once
+    handler.addFilter(lambda _record: not output.gone)  # the SDK's errors about it: the cause is said once
+    lost: OSError | None = None
     runtime = Runtime(settings, RuntimeOptions(options.tools_dirs, options.no_tools, options.debug,
                                                project_instructions=False))
     store = SessionStore()
@@ -73,6 +77,10 @@ async def _serve(settings: Settings, options: AcpOptions, protocol_fd: int) -> i
         with editor_interrupts() as interrupts, interrupts.stopping(lambda _signum: objects.cancel()):
             try:
                 await acp.run_agent(cast(acp.Agent, agent), writer, reader)  # the methods crow serves
+            except ConnectionError:  # the SDK's writer, once the output is gone
+                if not output.gone:
+                    raise
+                lost = output.failure()
             finally:
                 objects.cancel()
                 if not starting.done():
@@ -82,4 +90,6 @@ async def _serve(settings: Settings, options: AcpOptions, protocol_fd: int) -> i
                 await agent.close()
         if not starting.cancelled() and (failure := starting.exception()) is not None:
             raise failure
+    if lost is not None:  # `cli.main` says it as for every command: cannot write the output (exit 1)
+        raise lost
     return interrupts.exit_code
