@@ -107,7 +107,7 @@ def _first_token(line: str) -> bool:
         return False
     try:
         chunk = json.loads(line[5:])
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     for choice in (chunk.get("choices") or []) if isinstance(chunk, dict) else []:
         delta = choice.get("delta") if isinstance(choice, dict) else None
@@ -120,7 +120,7 @@ def _first_token(line: str) -> bool:
 def _error_message(text: str) -> str:
     try:
         body = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return shown(text)[:160] or "(empty body)"
     err = body.get("error", body) if isinstance(body, dict) else body
     if isinstance(err, dict):
@@ -156,7 +156,7 @@ class _Prober:
         ex.raw = content.decode("utf-8", "replace")
         try:
             ex.body = json.loads(content)
-        except ValueError:
+        except (ValueError, RecursionError):
             ex.body = None
         if status >= 400:
             ex.error = f"{status}: {_error_message(ex.raw)}"
@@ -260,8 +260,8 @@ async def run_probe(settings: Settings, options: ProbeOptions | None = None,
         from ..wire.record import RecordingTransport, prepare_record_dir
 
         transport = RecordingTransport(prepare_record_dir(options.record_dir), secrets=(settings.api_key,))
-    async with httpx.AsyncClient(headers=headers, transport=transport, follow_redirects=True,
-                                 timeout=options.request_timeout_s) as client:
+    # no redirect followed: the config's credential headers would go with it to another host
+    async with httpx.AsyncClient(headers=headers, transport=transport, timeout=options.request_timeout_s) as client:
         prober = _Prober(settings, options, client)
         report = Report(base_url=settings.base_url, model=settings.model)
         try:
@@ -280,6 +280,10 @@ async def _battery(p: _Prober, report: Report, progress: Callable[[str], None]) 
     models = await p.get(f"{p.base}/models")
     if models.status is None:
         add(Check("reachable", "fail", models.error or "no answer", "check --base-url; is the server running?"))
+        return
+    if 300 <= models.status < 400:
+        add(Check("reachable", "fail", f"redirected the request ({models.status}); not followed (crow sends its "
+                  "credentials only to the configured server)", "set --base-url to the address it should be"))
         return
     add(Check("reachable", "ok", f"{public_url(p.base)} answered in {models.elapsed_s:.2f} s"))
     if models.status in (401, 403):

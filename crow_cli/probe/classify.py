@@ -106,7 +106,7 @@ def parse_sse(text: str) -> RawStream:
                 continue
             try:
                 value = json.loads(data)
-            except ValueError:
+            except (ValueError, RecursionError):
                 value = None
             if isinstance(value, dict):
                 chunks.append(value)
@@ -158,7 +158,7 @@ def _entries(chunks: list[dict[str, Any]]) -> Iterator[_Entry]:
 def _valid_json(text: str) -> bool:
     try:
         json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     return True
 
@@ -372,7 +372,7 @@ def _ends_with_repeat(joined: str) -> bool:
     try:
         first, end = decoder.raw_decode(joined)
         second, end2 = decoder.raw_decode(joined[end:].lstrip())
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     return bool(first == second and joined[end:].lstrip()[end2:].strip() == "")
 

@@ -76,8 +76,8 @@ def fetch_models(settings: Settings, timeout_s: float = 15.0) -> list[ModelInfo]
     shown_url = public_url(url)
     deadline = time.monotonic() + timeout_s
     try:
-        with httpx.stream("GET", url, headers=auth_headers(settings), timeout=timeout_s,
-                          follow_redirects=True) as response:
+        # no redirect followed: the config's credential headers would go with it to another host
+        with httpx.stream("GET", url, headers=auth_headers(settings), timeout=timeout_s) as response:
             content = read_body_sync(response, deadline=deadline)
     except (httpx.TimeoutException, TimeoutError):
         raise ProviderError(f"no answer from {shown_url} within {timeout_s:g} s") from None
@@ -88,11 +88,16 @@ def fetch_models(settings: Settings, timeout_s: float = 15.0) -> list[ModelInfo]
     if response.status_code in (401, 403):
         raise AuthError(f"authentication failed ({response.status_code}) at {shown_url}; check the API key "
                         "(--api-key, CROW_API_KEY or OPENAI_API_KEY)", status=response.status_code)
+    if 300 <= response.status_code < 400:
+        where = public_url(response.headers.get("location", "")) or "no address given"
+        raise ProviderError(f"{shown_url} redirected the request ({response.status_code}) to {where}; it was not "
+                            "followed (crow sends its credentials only to the configured server): set --base-url to "
+                            "the address it should be", status=response.status_code)
     if response.status_code >= 400:
         raise ProviderError(f"{shown_url} answered {response.status_code}", status=response.status_code)
     try:
         body = json.loads(content)
-    except ValueError:
+    except (ValueError, RecursionError):
         body = None
     data = body.get("data") if isinstance(body, dict) else body if isinstance(body, list) else None
     if not isinstance(data, list):

@@ -118,3 +118,16 @@ async def test_a_connection_closed_before_any_answer_is_tried_once_more() -> Non
     report = await run_probe(settings(), ProbeOptions(budget_s=20))
     assert names(report)["text streaming"] == "ok"
     assert route.call_count >= 7  # the first request twice, then the battery
+
+
+# found trying it as a new user (wave 3): `crow probe` followed a redirect to another host with the config's
+# credential headers (an `X-Api-Key` header went to wherever the server pointed; only Authorization is
+# dropped by httpx); crow follows no redirect
+@respx.mock
+async def test_a_redirect_is_not_followed_with_the_credential_headers() -> None:
+    respx.get(f"{BASE}/models").respond(307, headers={"location": "http://elsewhere.test/v1/models"})
+    elsewhere = respx.route(host="elsewhere.test")
+    chat = respx.post(f"{BASE}/chat/completions")
+    report = await run_probe(Settings(base_url=BASE, model="m", headers={"X-Api-Key": "sk-header-1234"}))
+    assert names(report) == {"reachable": "fail"} and report.exit_code() == 1
+    assert not elsewhere.called and not chat.called

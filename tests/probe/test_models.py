@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from crow_cli.config import load_settings
@@ -21,4 +23,39 @@ def test_a_trickling_server_is_given_up_on_at_the_deadline() -> None:
 def test_a_gzip_bomb_is_a_one_line_error() -> None:
     with raw_http_server(gzip_bomb) as base_url, \
             pytest.raises(ProviderError, match=r"sent a body of over 16 MiB \(decoded\); not read further$"):
+        fetch_models(load_settings({"base_url": base_url, "api_key": "k"}, env={}))
+
+
+# found trying it as a new user (wave 3): `crow models` followed a redirect to another host with the config's
+# credential headers (httpx drops only Authorization), and a listing nested 100,000 deep was an internal error
+def test_a_redirect_is_an_error_naming_where_it_pointed_and_is_not_followed() -> None:
+    seen: list[str | None] = []
+
+    def elsewhere(handler: Any) -> None:
+        seen.append(handler.headers.get("X-Api-Key"))
+        handler.send_response(200)
+        handler.end_headers()
+
+    with raw_http_server(elsewhere) as other:
+        def redirect(handler: Any) -> None:
+            handler.send_response(307)
+            handler.send_header("location", f"{other}/models")
+            handler.send_header("content-length", "0")
+            handler.end_headers()
+
+        with raw_http_server(redirect) as base_url, \
+                pytest.raises(ProviderError, match=rf"redirected the request \(307\) to {other}/models; it was not "):
+            fetch_models(load_settings({"base_url": base_url, "headers": {"X-Api-Key": "sk-header-1234"}}, env={}))
+    assert seen == []
+
+
+def test_a_listing_nested_too_deep_is_no_model_list() -> None:
+    def deep(handler: Any) -> None:
+        body = b"[" * 100_000 + b"]" * 100_000
+        handler.send_response(200)
+        handler.send_header("content-length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+
+    with raw_http_server(deep) as base_url, pytest.raises(ProviderError, match=r"gave no model list$"):
         fetch_models(load_settings({"base_url": base_url, "api_key": "k"}, env={}))
