@@ -233,12 +233,19 @@ class ChatApp:
                            f"{self.settings.model}", "yellow")
         self._show_last_exchange()
 
+    def _last_user(self) -> int | None:
+        """Where the last user message is in the history (None: there is none)."""
+        return next((i for i in range(len(self.history) - 1, -1, -1) if self.history[i]["role"] == "user"), None)
+
+    def _show_user(self, at: int) -> None:
+        """The user message at `at` as a dim `› …` line: its text (an image is named in it)."""
+        self.view.line(f"› {strip_controls(content_text(self.history[at].get('content')))}", "dim")
+
     def _show_last_exchange(self) -> None:
-        last_user = next((i for i in range(len(self.history) - 1, -1, -1)
-                          if self.history[i].get("role") == "user"), None)
+        last_user = self._last_user()
         if last_user is None:
             return
-        self.view.line(f"› {strip_controls(content_text(self.history[last_user].get('content')))}", "dim")
+        self._show_user(last_user)
         for message in self.history[last_user + 1:]:
             if message["role"] == "assistant" and (text := content_text(message.get("content"))):
                 self.view.text(strip_controls(text))
@@ -664,8 +671,7 @@ class ChatApp:
         self.view.line(f"reasoning is now {'shown' if self.view.show_reasoning else 'hidden'}")
 
     async def _retry(self, arg: str) -> None:
-        last_user = next((i for i in range(len(self.history) - 1, -1, -1)
-                          if self.history[i].get("role") == "user"), None)
+        last_user = self._last_user()
         if last_user is None:
             self.view.line("nothing to retry yet", "yellow")
             return
@@ -675,7 +681,7 @@ class ChatApp:
             self._new_compactor()
         else:
             del self.history[last_user + 1:]
-        self.view.line(f"› {strip_controls(str(self.history[last_user].get('content')))}", "dim")
+        self._show_user(last_user)
         await self._run_turn()
 
     COMMANDS: tuple[SlashCommand, ...] = (

@@ -178,7 +178,7 @@ async def test_resume_continues_a_stored_session(store: SessionStore) -> None:
     assert len(store.messages(old.id)) == 4
 
 
-async def test_resume_shows_the_text_of_a_message_with_an_image_not_its_parts(store: SessionStore) -> None:
+async def test_resume_and_retry_show_the_text_of_a_message_with_an_image_not_its_parts(store: SessionStore) -> None:
     # issue 18 (found typing the history: content may be a list of parts): resuming showed the parts' repr,
     # the image's whole data: URL with it
     old = store.create(model="test-model", cwd="/tmp")
@@ -187,9 +187,11 @@ async def test_resume_shows_the_text_of_a_message_with_an_image_not_its_parts(st
         {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]})
     store.append(old.id, {"role": "assistant", "content": "A cat."})
     store.release()
-    output, _, _ = await chat([], "/exit\r", store, options=ChatOptions(resume=old.id))
-    assert "› what is in it? [attached image: cat.png]" in " ".join(output.split())
-    assert "base64" not in output and "image_url" not in output and "A cat." in output
+    output, server, _ = await chat([{"sse": text_stream("A tabby cat.")}], "/retry\r/exit\r", store,
+                                   options=ChatOptions(resume=old.id))
+    assert " ".join(output.split()).count("› what is in it? [attached image: cat.png]") == 2  # resumed, retried
+    assert "base64" not in output and "image_url" not in output and "A cat." in output and "A tabby cat." in output
+    assert server.requests[0]["messages"][0]["content"][1]["image_url"]["url"] == "data:image/png;base64,iVBORw0KGgo="
 
 
 async def test_no_session_resume_reads_the_session_and_writes_nothing_to_it(store: SessionStore) -> None:
