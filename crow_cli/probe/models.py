@@ -36,19 +36,24 @@ class ModelInfo:
     """Which field said it (`/models max_model_len`)."""
 
 
+def _tokens(value: Any) -> bool:
+    """A count of tokens: a positive int, not a bool (`true` is an int to Python) nor a negative number."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
 def context_length(entry: dict[str, Any] | None, props: Any = None) -> tuple[int | None, str]:
     """The context window in tokens and where it was found: `/props` n_ctx first, then the `/models` entry."""
     if isinstance(props, dict):
         settings = props.get("default_generation_settings")
         for value in (props.get("n_ctx"), settings.get("n_ctx") if isinstance(settings, dict) else None):
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            if _tokens(value):
                 return value, "/props n_ctx"
     if entry:
         for key in _CONTEXT_KEYS:
-            if isinstance(entry.get(key), int) and entry[key] > 0:
+            if _tokens(entry.get(key)):
                 return int(entry[key]), f"/models {key}"
         meta = entry.get("meta")
-        if isinstance(meta, dict) and isinstance(meta.get("n_ctx_train"), int):
+        if isinstance(meta, dict) and _tokens(meta.get("n_ctx_train")):
             return int(meta["n_ctx_train"]), "/models meta.n_ctx_train (training context)"
     return None, ""
 

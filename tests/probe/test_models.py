@@ -8,7 +8,7 @@ import pytest
 
 from crow_cli.config import load_settings
 from crow_cli.errors import ProviderError
-from crow_cli.probe.models import fetch_models
+from crow_cli.probe.models import context_length, fetch_models
 from tests.support import gzip_bomb, raw_http_server, trickle
 
 
@@ -59,3 +59,11 @@ def test_a_listing_nested_too_deep_is_no_model_list() -> None:
 
     with raw_http_server(deep) as base_url, pytest.raises(ProviderError, match=r"gave no model list$"):
         fetch_models(load_settings({"base_url": base_url, "api_key": "k"}, env={}))
+
+
+# found trying it as a new user (wave 3): `crow models` showed `max_model_len: true` as "1 tokens" and
+# `meta.n_ctx_train: -1` as "-1 tokens"
+@pytest.mark.parametrize("entry", [{"id": "m", "max_model_len": True}, {"id": "m", "meta": {"n_ctx_train": -1}},
+                                   {"id": "m", "context_length": "big", "meta": {"n_ctx_train": False}}])
+def test_a_context_length_that_is_no_count_of_tokens_is_not_given(entry: dict[str, Any]) -> None:
+    assert context_length(entry) == (None, "")
