@@ -11,7 +11,8 @@ Tool-call ids are carried exactly as the model sent them (`""` when it sent none
 The `TypedDict`s name the keys crow reads and writes (OpenAI Chat Completions, `messages[]`). Servers
 attach more under their own names (`reasoning_content`, `reasoning`, `reasoning_details` on assistant
 messages, `extra_content` on a tool call …) and get them back unchanged, so a message may hold keys its
-type does not list. They are reached through one door, `as_json`, and nowhere else.
+type does not list. They are reached through one door, `as_json`, and nowhere else (PEP 728's
+`extra_items=Any` would say so in the types; mypy does not support it yet).
 """
 
 from __future__ import annotations
@@ -214,7 +215,7 @@ class AssistantTurn:
         """
         message = assistant_message(self.content, self.tool_calls, refusal=self.refusal)
         if self.parts is not None:
-            as_json(message)["content"] = self.parts
+            message["content"] = self.parts
         if self.fields:
             _attach(as_json(message), self.fields)
         elif self.reasoning:
