@@ -446,8 +446,8 @@ class ChatTerminal:
 
 @contextlib.contextmanager
 def raw_http_server(respond: Callable[[Any], None]) -> Iterable[str]:
-    """A one-thread HTTP server on 127.0.0.1 whose every GET is answered by `respond(handler)` (it writes
-    the status line, headers and body itself: a trickle, a gzip bomb); yields its base URL (`.../v1`).
+    """A one-thread HTTP server on 127.0.0.1 whose every GET and POST is answered by `respond(handler)` (it
+    writes the status line, headers and body itself: a trickle, a gzip bomb); yields its base URL (`.../v1`).
     Stopping it ends a response still being written."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -458,6 +458,10 @@ def raw_http_server(respond: Callable[[Any], None]) -> Iterable[str]:
             self.stop = stop
             with contextlib.suppress(OSError):
                 respond(self)
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            self.do_GET()
 
         def log_message(self, *args: Any) -> None:
             pass
@@ -489,12 +493,13 @@ def trickle(handler: Any, every_s: float = 0.5, seconds: float = 60.0) -> None:
         handler.wfile.flush()
 
 
-def gzip_bomb(handler: Any, decoded_bytes: int = 40 * 1024 * 1024) -> None:
-    """`raw_http_server` response: a 200 JSON body of `decoded_bytes` (spaces) sent gzip-compressed."""
+def gzip_bomb(handler: Any, decoded_bytes: int = 40 * 1024 * 1024, status: int = 200,
+              head: bytes = b'{"data": [{"id": "m", "max_model_len": 4096}]') -> None:
+    """`raw_http_server` response: a JSON body (`head`, `decoded_bytes` spaces, `}`) sent gzip-compressed."""
     import gzip
 
-    body = gzip.compress(b'{"data": [{"id": "m", "max_model_len": 4096}]' + b" " * decoded_bytes + b"}")
-    handler.send_response(200)
+    body = gzip.compress(head + b" " * decoded_bytes + b"}")
+    handler.send_response(status)
     handler.send_header("content-type", "application/json")
     handler.send_header("content-encoding", "gzip")
     handler.send_header("content-length", str(len(body)))

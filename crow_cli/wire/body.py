@@ -7,7 +7,8 @@ one-line `ServerError` past a cap, and each auxiliary request (the model list, t
 lookup) gets a total deadline.
 
 Caps: `MAX_EVENT_BYTES` per SSE event, `MAX_STREAM_BYTES` per streamed turn, `MAX_BODY_BYTES` per
-whole body (a non-streamed completion, an error, `/models`, `/props`).
+whole body (a non-streamed completion, an error, `/models`, `/props`). The openai SDK reads a refusal's
+body whole before it raises, so the chat client's transport reads error bodies first (`CappedErrorBodies`).
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import httpx
+
 from ..errors import ServerError
 
-__all__ = ["AUX_DEADLINE_S", "MAX_BODY_BYTES", "MAX_EVENT_BYTES", "MAX_STREAM_BYTES", "BodyTooLarge", "capped_events",
-           "read_body", "read_body_sync", "read_parts"]
+__all__ = ["AUX_DEADLINE_S", "MAX_BODY_BYTES", "MAX_EVENT_BYTES", "MAX_STREAM_BYTES", "BodyTooLarge",
+           "CappedErrorBodies", "capped_events", "read_body", "read_body_sync", "read_parts"]
 
 MAX_EVENT_BYTES = 8 * 1024 * 1024
 """Decoded bytes of one SSE event at most (a chunk is a few hundred bytes; a whole answer in one event fits)."""
@@ -32,6 +35,7 @@ AUX_DEADLINE_S = 10.0
 """Seconds an auxiliary request (`/models`, `/props`) may take in all, however slowly it trickles."""
 
 _MiB = 1024 * 1024
+_BODY_FRAMING = {"content-encoding", "content-length", "transfer-encoding"}  # of the body as sent, not as read
 _BLANK_LINE = re.compile(rb"\r\n\r\n|\n\n|\r\r")  # the end of an SSE event
 
 
@@ -93,6 +97,37 @@ async def read_body(response: Any, limit: int = MAX_BODY_BYTES) -> bytes:
         httpx.HTTPError: the connection failed.
     """
     return await read_parts(response.aiter_bytes(), limit)
+
+
+class CappedErrorBodies(httpx.AsyncBaseTransport):
+    """An httpx transport around `inner` whose non-2xx answers come back with their body already read
+    (decoded, at most `limit` bytes: `read_parts`) and held in memory, so the openai SDK's own read of a
+    refusal's body (whole, unbounded, before it raises `APIStatusError`) reads only that. 2xx bodies
+    pass untouched: a streamed turn is capped as it is read (`capped_events`).
+
+    `handle_async_request` raises `BodyTooLarge` for a longer error body (the SDK raises it as the
+    `__cause__` of an `APIConnectionError`), and httpx's errors when the connection fails.
+    """
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, limit: int = MAX_BODY_BYTES) -> None:
+        self.inner = inner
+        self.limit = limit
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        if response.is_success:
+            return response
+        status = response.status_code
+        sent = httpx.Response(status, headers=response.headers, stream=response.stream)  # decoded as it is read
+        try:
+            body = await read_parts(sent.aiter_bytes(), self.limit, f"an error body ({status})")
+        finally:
+            await sent.aclose()  # past the cap: the connection is dropped, the rest never read
+        headers = [(k, v) for k, v in response.headers.multi_items() if k.lower() not in _BODY_FRAMING]
+        return httpx.Response(status, headers=headers, content=body, extensions=response.extensions)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
 
 
 def read_body_sync(response: Any, limit: int = MAX_BODY_BYTES, deadline: float | None = None) -> bytes:

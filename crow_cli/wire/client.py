@@ -139,15 +139,21 @@ class ChatClient:
     def _client(self) -> Any:
         if self._sdk is None:
             import httpx
-            from openai import AsyncOpenAI
+            from openai import DEFAULT_CONNECTION_LIMITS, AsyncOpenAI
+
+            from .body import CappedErrorBodies
 
             s = self.settings
             timeout = httpx.Timeout(connect=s.connect_timeout_s, read=s.idle_timeout_s, write=60.0, pool=30.0)
-            http_client = None
+            # the SDK reads a refusal's body whole: this transport reads it first, capped (`wire.body`)
+            transport = CappedErrorBodies(httpx.AsyncHTTPTransport(limits=DEFAULT_CONNECTION_LIMITS))
             if s.record_dir:
                 from .record import recording_http_client
 
-                http_client = recording_http_client(s.record_dir, timeout=timeout, secrets=self._secrets)
+                http_client = recording_http_client(s.record_dir, timeout=timeout, secrets=self._secrets,
+                                                    inner=transport)
+            else:  # as the SDK's default client (`openai.DefaultAsyncHttpxClient`), on that transport
+                http_client = httpx.AsyncClient(transport=transport, timeout=timeout, follow_redirects=True)
             headers = dict(s.headers)
             if s.api_key:  # --api-key and the env beat an Authorization header from the config file
                 headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
@@ -268,7 +274,9 @@ class ChatClient:
         """Send one request; return its `httpx.Response` (body unread, closed by `stack`) once its status
         and headers are in. A refusal raises the SDK's `APIStatusError` (body read), as `create` would."""
         import httpx
-        from openai import Omit
+        from openai import APIConnectionError, Omit
+
+        from .body import BodyTooLarge
 
         # Local servers need no key: then no Authorization header is sent, unless the config sets one.
         own_auth = any(k.lower() == "authorization" for k in self.settings.headers)
@@ -283,6 +291,10 @@ class ChatClient:
         try:
             async with asyncio.timeout(limit):
                 response = await request
+        except APIConnectionError as exc:
+            if isinstance(exc.__cause__, BodyTooLarge):  # an error body past the cap: final, not a connection error
+                raise exc.__cause__ from None
+            raise
         except TimeoutError:
             raise ProviderError(
                 f"no response from {self._shown_url} within {limit:g} s of sending the request "

@@ -174,18 +174,20 @@ def _write_private(path: Path, data: bytes) -> None:
 
 
 def recording_http_client(record_dir: str | Path, *, timeout: httpx.Timeout,
-                          secrets: Iterable[str | None] = ()) -> httpx.AsyncClient:
+                          secrets: Iterable[str | None] = (), inner: httpx.AsyncBaseTransport | None = None
+                          ) -> httpx.AsyncClient:
     """An `httpx.AsyncClient` (for `openai.AsyncOpenAI(http_client=…)`) that records into `record_dir`.
 
     Args:
         record_dir: the folder; created if missing.
         timeout: the client's timeouts (the SDK passes its own per request as well).
         secrets: values to redact wherever they appear (the API key), besides auth header values.
+        inner: the transport recorded (default: httpx's own, with the openai SDK's connection limits).
 
     Raises:
         ConfigError: the folder cannot be created or written.
     """
     folder = prepare_record_dir(record_dir)
-    transport = RecordingTransport(folder, httpx.AsyncHTTPTransport(
+    transport = RecordingTransport(folder, inner or httpx.AsyncHTTPTransport(
         limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100)), secrets=secrets)
     return httpx.AsyncClient(transport=transport, timeout=timeout, follow_redirects=True)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from crow_cli.wire.body import BodyTooLarge, capped_events, read_parts
+from tests.support import crow, gzip_bomb, raw_http_server
 
 
 async def _parts(*parts: bytes) -> AsyncIterator[bytes]:
@@ -40,3 +43,38 @@ async def test_the_whole_stream_and_a_body_are_capped() -> None:
     with pytest.raises(BodyTooLarge, match="a model list"):
         await read_parts(_parts(b"x" * 600), 500, "a model list")
     assert await read_parts(_parts(b"x" * 500), 500) == b"x" * 500
+
+
+# noticed at the end of wave 3: the openai SDK read the body of a non-2xx answer whole, before crow saw it (a
+# 400 with a 1 GB body would be read into memory); it goes through the same cap as every other body
+def test_a_huge_error_body_is_capped_not_read_whole(tmp_path: Path) -> None:
+    sent = [0]
+
+    def endless_400(handler: Any) -> None:  # 1 MiB chunks until crow hangs up (1 GiB at most)
+        handler.protocol_version = "HTTP/1.1"
+        handler.send_response(400)
+        handler.send_header("content-type", "application/json")
+        handler.send_header("transfer-encoding", "chunked")
+        handler.end_headers()
+        block = b'{"error": {"message": "' + b"x" * (1 << 20)
+        while sent[0] < 1 << 30 and not handler.stop.is_set():
+            handler.wfile.write(b"%x\r\n%s\r\n" % (len(block), block))
+            sent[0] += len(block)
+            block = b"x" * (1 << 20)
+
+    with raw_http_server(endless_400) as base_url:
+        proc = crow("run", "--base-url", base_url, "--api-key", "sk-test", "--model", "m", "--no-tools", "hi",
+                    cwd=tmp_path, timeout=120)
+    assert (proc.returncode, proc.stderr) == (
+        1, "crow: error: the server sent an error body (400) of over 16 MiB (decoded); not read further\n")
+    assert sent[0] < 64 << 20  # the cap, and what the sockets' buffers held: not retried, not read on
+
+
+@pytest.mark.parametrize(("decoded", "shown"), [
+    (40 << 20, "crow: error: the server sent an error body (400) of over 16 MiB (decoded); not read further\n"),
+    (10, "crow: error: request rejected (400): bad request\n")])
+def test_a_gzip_error_body_is_capped_decoded_and_read_when_small(tmp_path: Path, decoded: int, shown: str) -> None:
+    with raw_http_server(lambda h: gzip_bomb(h, decoded, 400, b'{"error": {"message": "bad request"}')) as base_url:
+        proc = crow("run", "--base-url", base_url, "--api-key", "sk-test", "--model", "m", "--no-tools", "hi",
+                    cwd=tmp_path)
+    assert (proc.returncode, proc.stderr) == (1, shown)
