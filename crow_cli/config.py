@@ -144,12 +144,23 @@ def _owned_params(value: dict[str, Any]) -> str | None:
     return None
 
 
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+"""An HTTP field name (RFC 9110 §5.1: a token)."""
+
+
 def _header_lines(value: dict[str, Any]) -> str | None:
     """A header whose name or value would break the request: a line break (or another control character)
-    would end the header early. The value is never quoted: it may be a credential."""
+    would end the header early; a name that is no token or a value that is not ASCII (what httpx sends) is
+    refused by the transport, which reads as a connection error. The value is never quoted: it may be a
+    credential."""
     for name, item in value.items():
         if re.search(r"[\x00-\x08\x0a-\x1f\x7f]", f"{name}{item}"):
             return f"[headers] {strip_controls(str(name))!r} holds a line break or control character"
+        if not _HEADER_NAME.fullmatch(name):
+            return (f"[headers] {strip_controls(str(name))!r} is no header name (letters, digits and "
+                    "!#$%&'*+-.^_`|~, no spaces)")
+        if not isinstance(item, str | int | float) or not str(item).isascii():
+            return f"[headers] {name!r} must be text of ASCII characters (HTTP sends header values so)"
     return None
 
 

@@ -373,3 +373,18 @@ def test_an_unknown_profile_names_where_it_was_chosen():
     write_config('profile = "nope"\n[profiles.fast]\nmodel = "quick"\n')
     with pytest.raises(ConfigError, match=r"unknown profile 'nope' \(from 'profile' in .*config\.toml;"):
         load_settings({}, env={})
+
+
+# found trying it as a new user (wave 3): `"Bad Name" = "v"` under [headers] read as "cannot connect" four
+# times (httpx refuses the name), and `X-U = "é"` was `crow: internal error: UnicodeEncodeError`
+@pytest.mark.parametrize(("line", "said"), [('"Bad Name" = "v"', "'Bad Name' is no header name"),
+                                            ('"X:Y" = "v"', "'X:Y' is no header name"),
+                                            ('X-U = "caf\\u00e9 sk-secret-99"', "'X-U' must be text of ASCII"),
+                                            ("X-L = [1]", "'X-L' must be text of ASCII")])
+def test_a_header_http_cannot_send_is_a_config_error(line, said):
+    write_config(f"[headers]\n{line}\n")
+    with pytest.raises(ConfigError, match=said) as caught:
+        load_settings({}, env={})
+    assert caught.value.exit_code == 2 and "secret" not in str(caught.value)
+    write_config('[headers]\nX-Ok = "v"\nX-N = 5\n')
+    assert load_settings({}, env={}).headers == {"X-Ok": "v", "X-N": "5"}
