@@ -256,7 +256,7 @@ async def run_probe(settings: Settings, options: ProbeOptions | None = None,
     options = options or ProbeOptions()
     headers = auth_headers(settings)
     transport: httpx.AsyncBaseTransport | None = None
-    if options.record_dir:
+    if options.record_dir is not None:  # "" too: prepare_record_dir refuses it
         from ..wire.record import RecordingTransport, prepare_record_dir
 
         transport = RecordingTransport(prepare_record_dir(options.record_dir), secrets=(settings.api_key,))

@@ -45,8 +45,11 @@ def prepare_record_dir(path: str | Path) -> Path:
     """Create the recording folder (and parents) if needed and return it.
 
     Raises:
-        ConfigError: the folder cannot be created or is not a writable directory.
+        ConfigError: no folder named (`--record ""`: an unset variable), or it cannot be created or is not
+            a writable directory.
     """
+    if not str(path).strip():  # Path("") is the working directory, yet nothing would be recorded
+        raise ConfigError("--record needs a folder (got an empty name)")
     folder = Path(path).expanduser()
     try:
         private_dir(folder)  # the records hold the conversation: folders crow makes are 0700, files 0600

@@ -175,3 +175,12 @@ async def test_cookie_values_and_password_like_headers_are_redacted(tmp_path: Pa
         assert value not in text and value not in str(caught.value)  # nor in the error line
     meta = json.loads((tmp_path / "0001-meta.json").read_text())
     assert not {"cookie", "x-api-pass", "password", "x-credential", "x-amz-signature"} & set(meta["request_headers"])
+
+
+# found trying it as a new user (wave 3): `crow run --record "$DIR" …` with DIR unset recorded nothing and said
+# nothing (exit 0): the empty name is the working directory to Path, and no folder to the client
+@pytest.mark.parametrize("name", ["", "  "])
+def test_an_empty_record_folder_name_is_a_usage_error(name: str) -> None:
+    with pytest.raises(ConfigError, match="--record needs a folder") as caught:
+        prepare_record_dir(name)
+    assert caught.value.exit_code == 2
