@@ -3,7 +3,9 @@
 Imported only once a request is made (it imports httpx). Rules:
 
 * An event without data (`event: ping`, `data:` alone, `retry: 1000`, `: comment`) is skipped, as the
-  SSE spec says it is not dispatched; `[DONE]` is recognised with stray spaces around it. The body is
+  SSE spec says it is not dispatched; `[DONE]` is recognised with stray spaces around it. What follows
+  `[DONE]` (normally only the body's end) is read and ignored, for up to `DONE_GRACE_S`: a body read to its
+  end lets httpx put the connection back in its pool, so the next turn reuses it. The body is
   decoded as SSE whatever its content type says when that is `text/event-stream`, `text/plain` or absent.
 * Errors inside the stream come in three shapes: `{"error": {…}}` (OpenAI, vLLM via LiteLLM), a
   top-level `{"object": "error", "message": …}` (older vLLM) and an `event: error` whose data is
@@ -26,6 +28,8 @@ Imported only once a request is made (it imports httpx). Rules:
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import html
 import json
 import re
@@ -41,9 +45,12 @@ from .accumulate import stream_error
 from .body import capped_events, read_parts
 from .shape import check_chunk, has_choice
 
-__all__ = ["chunk_from_completion", "iter_chunks", "looks_like_html", "recover_frames", "short_text"]
+__all__ = ["DONE_GRACE_S", "chunk_from_completion", "iter_chunks", "looks_like_html", "recover_frames", "short_text"]
 
 _SNIFF_BYTES = 4096
+DONE_GRACE_S = 0.5
+"""Seconds the rest of a body is waited for after `data: [DONE]` (its end comes with it from every server
+seen); a server that keeps the body open longer only loses the connection's reuse."""
 _MARKER = re.compile(r"data:|\n")
 _DECODER = json.JSONDecoder()
 
@@ -197,6 +204,7 @@ async def iter_chunks(parts: AsyncIterator[bytes], content_type: str
             if not data:
                 continue
             if data == "[DONE]":
+                await _read_to_end(events)
                 break
             try:
                 payloads = [json.loads(data)]
@@ -229,6 +237,15 @@ async def iter_chunks(parts: AsyncIterator[bytes], content_type: str
         raise ServerError(f"the server sent a chunk that is not JSON (the stream ends there): {damaged[:60]!r}")
     if count == 0:
         raise _no_stream_error(sniffed.head, content_type)
+
+
+async def _read_to_end(events: AsyncIterator[Any]) -> None:
+    """Read and drop what follows `[DONE]` until the body ends (within `DONE_GRACE_S`; capped as the
+    stream is): the answer is complete, so what comes after it, or a failure to read it, changes nothing."""
+    with contextlib.suppress(TimeoutError, httpx.HTTPError, ServerError):
+        async with asyncio.timeout(DONE_GRACE_S):
+            async for _ in events:
+                pass
 
 
 async def _whole_json(parts: AsyncIterator[bytes]) -> dict[str, Any]:
