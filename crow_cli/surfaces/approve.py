@@ -46,7 +46,12 @@ def terminal_ask(stdin: TextIO | None = None, err: TextIO | None = None) -> AskF
         while True:
             err.write(approval_question(tool.name, preview))
             err.flush()
-            line = await read_line()
+            try:
+                line = await read_line()
+            except asyncio.CancelledError:  # Ctrl-C or a signal: what follows starts on a line of its own
+                err.write("\n")
+                err.flush()
+                raise
             if line == "":
                 err.write("\n")
                 return "no"

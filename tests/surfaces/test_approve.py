@@ -1,0 +1,42 @@
+"""`crow run`'s approval question on a terminal (`surfaces.approve.terminal_ask`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import pty
+
+from crow_cli.history import ToolCall
+from crow_cli.tools.registry import tool
+
+
+@tool(needs_approval=True)
+def guarded(text: str) -> str:
+    """Needs approval."""
+    return text
+
+
+# found trying it as a new user (wave 3): Ctrl-C at `crow run`'s question left it unended, and the next
+# stderr line ("→ run_shell(…)", "crow: interrupted") was printed on the question's line
+async def test_a_question_cut_by_a_signal_ends_its_line() -> None:
+    from crow_cli.surfaces.approve import terminal_ask
+
+    master, slave = pty.openpty()
+    with os.fdopen(slave, "r", closefd=False) as stdin, os.fdopen(slave, "w", closefd=False) as err:
+        ask = terminal_ask(stdin, err)
+        assert ask is not None
+        asking = asyncio.ensure_future(ask(ToolCall(id="c1", name="guarded", arguments="{}"), guarded, "$ go"))
+        shown = b""
+        while b"Allow guarded?" not in shown:
+            shown += await asyncio.to_thread(os.read, master, 4096)
+        asking.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asking
+        err.write("NEXT LINE")  # what crow prints next
+        err.flush()
+        while b"NEXT LINE" not in shown:
+            shown += await asyncio.to_thread(os.read, master, 4096)
+    os.close(slave)
+    os.close(master)
+    assert shown.endswith(b"for guarded: \r\nNEXT LINE"), shown
