@@ -67,6 +67,15 @@ class Sandbox:
         """Whether a command is meant to run confined (`mode` is not `off`)."""
         return self.mode != "off"
 
+    def protects(self, path: Path, workspace: Path) -> bool:
+        """Whether `path` (resolved) is the workspace's `.git` or below it while the sandbox confines: what
+        commands may not write there (its hooks and config run code unconfined later), file tools may not
+        either. Also when `.git` does not exist yet: one written in would be used the same way."""
+        if not self.confines:
+            return False
+        git = Path(os.path.realpath(workspace)) / _PROTECTED
+        return path == git or git in path.parents
+
     def describe(self) -> str:
         """What the sandbox allows, in a few words (for the model and the escalation question)."""
         if not self.confines:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from ..errors import OutsideWorkspace, ToolError
 from ..paths import resolve_path
-from .context import current_context
+from .context import ToolContext, current_context
 
-__all__ = ["resolve_in_workspace", "workspace_root"]
+__all__ = ["resolve_for_write", "resolve_in_workspace", "workspace_root"]
 
 
 def workspace_root() -> Path:
@@ -43,3 +43,20 @@ def resolve_in_workspace(path: str | os.PathLike[str], root: Path | None = None)
         where = " is" if str(candidate) == given else f" is {str(candidate)!r}{tilde},"
         raise OutsideWorkspace(f"{given!r}{where} outside the workspace {str(root)!r}; refused")
     return candidate
+
+
+def resolve_for_write(path: str | os.PathLike[str], context: ToolContext | None = None) -> Path:
+    """`resolve_in_workspace(path)` for a file tool about to write it (`context` defaults to the current
+    call's): also refused is what the run's sandbox keeps read-only inside the workspace (its `.git`), so a
+    file tool cannot write the hook or config a later git command runs outside the sandbox.
+
+    Raises:
+        OutsideWorkspace: the resolved path is not the root or below it.
+        ToolError: the sandbox protects the resolved path.
+    """
+    context = context if context is not None else current_context()
+    file = resolve_in_workspace(path, context.workspace)
+    if context.sandbox.protects(file, context.workspace):
+        raise ToolError(f"{os.fspath(path)!r} is in the workspace's .git, which the sandbox keeps read-only (hooks "
+                        "and config there run at the next git command, outside the sandbox); refused")
+    return file

@@ -68,3 +68,31 @@ def test_a_symlink_loop_is_one_line(ws: Path) -> None:
         resolve_in_workspace("loop/a.txt")
     with pytest.raises(ConfigError, match=r"^workspace '.*loop' is a symlink loop$"):
         ToolContext.for_workspace(ws / "loop")
+
+
+# found trying it as a new user (wave 3): `crow run --yes` (commands sandboxed) let write_file put a hook in
+# .git/hooks/pre-commit and edit_file change .git/config (core.fsmonitor): code the next git command runs
+# outside the sandbox, which keeps .git read-only for commands only
+@pytest.mark.parametrize("target", [".git/hooks/pre-commit", ".git/config", ".git", "hooks/pre-commit",
+                                    "sub/../.git/info/attributes"])
+def test_file_tools_write_nothing_in_the_workspace_s_git_while_the_sandbox_confines(
+        tmp_path: Path, enter_workspace: Callable[..., object], target: str) -> None:
+    from crow_cli.errors import ToolError
+    from crow_cli.tools.builtin.edits import edit_file, write_file
+    from crow_cli.tools.sandbox import Sandbox
+
+    ws = tmp_path / "proj"
+    (ws / ".git" / "hooks").mkdir(parents=True)
+    (ws / ".git" / "config").write_text("[core]\n\tbare = false\n")
+    (ws / "sub").mkdir()
+    (ws / "hooks").symlink_to(ws / ".git" / "hooks")
+    enter_workspace(ws, sandbox=Sandbox("workspace-write"))
+    with pytest.raises(ToolError, match=r"\.git.*sandbox.*refused"):
+        write_file(path=target, content="#!/bin/sh\necho pwned\n")
+    with pytest.raises(ToolError, match=r"\.git.*sandbox.*refused"):
+        edit_file(path=".git/config", old_string="bare = false", new_string="fsmonitor = ./x")
+    assert not (ws / ".git" / "hooks" / "pre-commit").exists()
+    assert (ws / ".git" / "config").read_text() == "[core]\n\tbare = false\n"
+    enter_workspace(ws, sandbox=Sandbox("off"))  # with no sandbox the user gave full rights: written
+    write_file(path=".git/hooks/pre-commit", content="#!/bin/sh\n")
+    assert (ws / ".git" / "hooks" / "pre-commit").exists()

@@ -20,7 +20,7 @@ from ...errors import ToolError
 from ...tools.builtin.edits import apply_edit, check_edit, unified_diff
 from ...tools.builtin.files import MAX_RETURN_CHARS, check_line_range
 from ...tools.registry import Tool
-from ...tools.workspace import resolve_in_workspace, workspace_root
+from ...tools.workspace import resolve_for_write, resolve_in_workspace, workspace_root
 
 __all__ = ["client_file_tools"]
 
@@ -62,7 +62,7 @@ class _Editor:
         return response.content
 
     async def _write(self, path: str, content: str) -> str:
-        file = resolve_in_workspace(path)
+        file = resolve_for_write(path)
         if file.is_dir():
             raise ToolError(f"{path!r} is a directory")
         try:

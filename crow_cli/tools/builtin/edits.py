@@ -12,7 +12,7 @@ from ...errors import ToolError
 from ..backup import before_write
 from ..context import ToolContext
 from ..registry import tool
-from ..workspace import resolve_in_workspace
+from ..workspace import resolve_for_write
 from .files import BOMS, file_type, require_regular_file
 
 __all__ = ["apply_edit", "check_edit", "edit_file", "unified_diff", "write_file"]
@@ -66,9 +66,9 @@ def _to_crlf(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\n", "\r\n")
 
 
-def _write_target(path: str, root: Path) -> tuple[Path, bool]:
+def _write_target(path: str, context: ToolContext) -> tuple[Path, bool]:
     """The file `write_file` would write and whether it exists; refuses anything but a regular file."""
-    file = resolve_in_workspace(path, root)
+    file = resolve_for_write(path, context)
     if file.exists() and not file.is_file():
         raise ToolError(f"{path!r} is {file_type(file)}, not a regular file; not written")
     return file, file.exists()
@@ -77,7 +77,7 @@ def _write_target(path: str, root: Path) -> tuple[Path, bool]:
 def _preview_write(arguments: dict[str, Any], context: ToolContext) -> str:
     """`create PATH (N bytes):` and the content, or `overwrite PATH (N bytes):` and the diff against it."""
     path, content = str(arguments["path"]), str(arguments["content"])
-    file, existed = _write_target(path, context.workspace)
+    file, existed = _write_target(path, context)
     size = len(content.encode("utf-8"))
     shown = _shown(file, context.workspace)
     if not existed:
@@ -91,13 +91,13 @@ def _preview_write(arguments: dict[str, Any], context: ToolContext) -> str:
 
 
 def _plan_edit(path: str, old_string: str, new_string: str, replace_all: bool,
-               root: Path) -> tuple[Path, str, str, int]:
+               context: ToolContext) -> tuple[Path, str, str, int]:
     """(file, text before, text after, occurrences replaced) of an edit; nothing is written.
 
     Raises:
         ToolError: the edit cannot be made (the message is what the model reads).
     """
-    file = resolve_in_workspace(path, root)
+    file = resolve_for_write(path, context)
     check_edit(old_string, new_string)
     before = _read_text(file, path)
     after, count = apply_edit(before, old_string, new_string, replace_all, path)
@@ -145,7 +145,7 @@ def _preview_edit(arguments: dict[str, Any], context: ToolContext) -> str:
     """The diff the edit would make; an edit that cannot be made raises its error (nobody is asked)."""
     path = str(arguments["path"])
     file, before, after, _count = _plan_edit(path, str(arguments["old_string"]), str(arguments["new_string"]),
-                                             bool(arguments.get("replace_all", False)), context.workspace)
+                                             bool(arguments.get("replace_all", False)), context)
     return unified_diff(before, after, _shown(file, context.workspace))
 
 
@@ -159,7 +159,7 @@ def write_file(path: str, content: str, context: ToolContext | None = None) -> s
     """
     context = context or ToolContext.current()
     root = context.workspace
-    file, existed = _write_target(path, root)
+    file, existed = _write_target(path, context)
     file.parent.mkdir(parents=True, exist_ok=True)
     data = content.encode("utf-8")
     before_write(file, context, data)  # kept for /undo
@@ -198,7 +198,7 @@ def edit_file(path: str, old_string: str, new_string: str, replace_all: bool = F
     """
     context = context or ToolContext.current()
     root = context.workspace
-    file, before, after, count = _plan_edit(path, old_string, new_string, replace_all, root)
+    file, before, after, count = _plan_edit(path, old_string, new_string, replace_all, context)
     data = after.encode("utf-8")
     before_write(file, context, data)  # kept for /undo
     _replace(file, data, path)
