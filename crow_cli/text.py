@@ -66,12 +66,15 @@ def strip_controls(text: str) -> str:
 _INVISIBLE = re.compile("[\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
 
 
+_UNSEEN = re.compile(f"{_CONTROLS.pattern}|{_INVISIBLE.pattern}")
+
+
 def visible(text: str) -> str:
-    """`text` for a person to judge (an approval question, the activity line): no terminal controls
-    (`strip_controls`), and bidi and zero-width characters shown as `\\uXXXX` escapes: U+202E would
-    reorder what is read (`rm -rf` shown as `fr- mr`), U+200B hide inside a word."""
-    text = strip_controls(text)
-    return _INVISIBLE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) if _INVISIBLE.search(text) else text
+    """`text` for a person to judge (an approval question, the activity line): terminal controls (those
+    `strip_controls` drops), bidi and zero-width characters shown as `\\uXXXX` escapes, so what is approved
+    reads as what runs: ESC or a backspace inside a command is a different command, U+202E would reorder
+    what is read (`rm -rf` shown as `fr- mr`), U+200B hide inside a word. Tab and newline stay."""
+    return _UNSEEN.sub(lambda m: f"\\u{ord(m.group()):04x}", text) if _UNSEEN.search(text) else text
 
 
 def public_url(url: str) -> str:

@@ -98,3 +98,12 @@ def test_credential_headers_and_their_values(name: str, value: str, found: set[s
 
     assert is_secret_name(name) == bool(found)
     assert set(header_secrets({name: value})) == found
+
+
+# found trying it as a new user (wave 3): the approval question showed `echo \x1b]0;T\x07 hi` as `echo ]0;T hi`:
+# controls were dropped, so the command approved read differently from the one that ran
+def test_visible_shows_control_characters_as_escapes() -> None:
+    from crow_cli.text import visible
+
+    assert visible("echo \x1b]0;T\x07 hi\x08\x9b\rx\n\ty") == "echo \\u001b]0;T\\u0007 hi\\u0008\\u009b\\u000dx\n\ty"
+    assert visible("rm\u200b -rf") == "rm\\u200b -rf" and visible("plain") == "plain"

@@ -127,7 +127,7 @@ def test_the_preview_cannot_drive_the_terminal() -> None:
     shell = next(t for t in BUILTIN_TOOLS if t.name == "run_shell")
     shown = describe_call(ToolCall("c", "run_shell", json.dumps({"command": "ls\x1b[2J\x1b]0;owned\x07 -l"}), 0),
                           shell)
-    assert shown == "$ ls[2J]0;owned -l"
+    assert shown == "$ ls\\u001b[2J\\u001b]0;owned\\u0007 -l"  # shown as escapes: what runs, never a control
 
 
 # issue: a scripted model that tries to escape gets nothing out of `crow chat --yes` either: what the sandbox
