@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import threading
 from collections.abc import AsyncGenerator, Iterable, Mapping
 from contextlib import AsyncExitStack
@@ -609,6 +610,11 @@ def _map_error(exc: BaseException, base_url: str) -> ProviderError | None:
             return ProviderError(f"the server redirected the request ({status}) to {where}; it was not followed "
                                  "(crow sends its credentials only to the configured server): set --base-url to "
                                  "the address it should be", status=status, code=code)
+        from .retries import MAX_RETRY_AFTER_S
+
+        if retry_after is not None and math.isfinite(retry_after) and retry_after > MAX_RETRY_AFTER_S:
+            message += (f"; the server asks to wait {retry_after:,.0f} s before trying again (crow waits at most "
+                        f"{MAX_RETRY_AFTER_S:g} s: try later)")
         if status == 429:
             return RateLimited(f"rate limited (429): {message}", status=status, code=code, retry_after=retry_after)
         if status == 404:

@@ -138,3 +138,13 @@ async def test_a_timeout_before_the_answer_is_retried_and_named(respx_mock) -> N
     notice, *rest = await collect(client(max_retries=1))
     assert isinstance(notice, Notice) and notice.message.startswith("crow: no answer within the timeout; retrying")
     assert rest and all(isinstance(i, dict) for i in rest)
+
+
+# found trying it as a new user (wave 3): a 429 with `Retry-After: 99999` ended the run with "rate limited (429):
+# Error code: 429 - {}", never saying that the server asked for a wait crow does not make
+@respx.mock(assert_all_called=True, assert_all_mocked=True)
+async def test_a_wait_not_made_is_named_in_the_error(respx_mock) -> None:
+    respx_mock.post(URL).mock(side_effect=[limited(**{"retry-after": "99999"})])
+    with pytest.raises(RateLimited, match=r"; the server asks to wait 99,999 s before trying again \(crow waits at "
+                                          r"most 120 s: try later\)$"):
+        await collect(client(max_retries=3))
