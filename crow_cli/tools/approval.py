@@ -295,7 +295,8 @@ def decide(call: ToolCall, tool: Tool, policy: ApprovalPolicy, *, always: frozen
     arguments (its `subject`, the command line rules match), the policy and rules, the tools answered
     "always", and the run's sandbox (`context`, default the current one).
 
-    Order: a deny rule refuses (whatever the policy); `read-only` refuses; a command that would run
+    Order: a deny rule refuses (whatever the policy); `read-only` refuses, and so does a read-only sandbox a
+    file edit (a tool of kind `write`); a command that would run
     unconfined although a sandbox was asked for is asked about (never approved by a rule, policy or
     "always"); an allow rule, the policy or "always" approves; otherwise the preview is made and the user
     asked, or, when nobody can answer (`can_ask` False), the call is refused.
@@ -313,6 +314,9 @@ def decide(call: ToolCall, tool: Tool, policy: ApprovalPolicy, *, always: frozen
     if policy.mode == "read-only":
         return Deny(f"{tool.name} was not run: the approval policy is read-only (no tool that changes files or "
                     "runs commands). Do not retry it; say what you would do instead")
+    if tool.kind == "write" and context.sandbox.mode == "read-only":  # what commands may not write, edits neither
+        return Deny(f"{tool.name} was not run: the sandbox is read-only (nothing in the workspace is written). Do "
+                    "not retry it; say what you would change instead")
     unconfined = _unconfined_shell(tool, context)
     if unconfined is None:
         why = policy.allowed_by(tool, subject) or ("always" if tool.name in always else None)

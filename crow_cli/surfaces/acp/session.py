@@ -76,7 +76,7 @@ MODES: dict[Policy, tuple[str, str]] = {
 """Session mode id → (name, description). Every mode but `read-only` is a crow approval policy."""
 SANDBOX_MODES: dict[SandboxMode, tuple[str, str]] = {
     "workspace-write": ("Workspace write", "Commands write only the workspace and temp dir; no network"),
-    "read-only": ("Read-only", "Commands write nothing; no network"),
+    "read-only": ("Read-only", "Nothing is written: no command writes, no file is edited; no network"),
     "off": ("Off", "Commands run with your full rights"),
 }
 """The session config option `sandbox`: `tools.sandbox.MODES` → (name, description)."""
