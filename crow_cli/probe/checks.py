@@ -32,7 +32,7 @@ import httpx
 
 from ..config import Settings
 from ..history import Message, ToolCall, as_json, assistant_message, tool_message, user_message
-from ..text import public_url
+from ..text import mask_secrets, public_url
 from ..wire.body import BodyTooLarge, capped_events, read_body
 from .classify import Finding, RawStream, Shape, classify, parse_sse
 from .models import auth_headers, context_length
@@ -268,6 +268,9 @@ async def run_probe(settings: Settings, options: ProbeOptions | None = None,
             await _battery(prober, report, progress or (lambda _: None))
         finally:
             report.elapsed_s = time.monotonic() - prober.started
+            secrets = (*settings.secrets, settings.api_key)  # servers echo a wrong key in their error messages
+            for check in report.checks:
+                check.seen, check.crow = mask_secrets(check.seen, secrets), mask_secrets(check.crow, secrets)
     return report
 
 

@@ -131,3 +131,14 @@ async def test_a_redirect_is_not_followed_with_the_credential_headers() -> None:
     report = await run_probe(Settings(base_url=BASE, model="m", headers={"X-Api-Key": "sk-header-1234"}))
     assert names(report) == {"reachable": "fail"} and report.exit_code() == 1
     assert not elsewhere.called and not chat.called
+
+
+# found trying it as a new user (wave 3): `crow probe` printed the API key and a credential header when the
+# server echoed them in its error ("bad key Bearer sk-…"), where `crow run` masks them
+@respx.mock
+async def test_a_key_the_server_echoes_is_masked_in_the_report() -> None:
+    respx.get(f"{BASE}/models").respond(401, json={"error": {"message": "bad key Bearer sk-echoed-1234 / hdr-5678"}})
+    report = await run_probe(Settings(base_url=BASE, model="m", api_key="sk-echoed-1234",
+                                      headers={"X-Api-Key": "hdr-5678"}, secrets=("hdr-5678",)))
+    text = json.dumps(report.to_json())
+    assert "sk-echoed-1234" not in text and "hdr-5678" not in text and "bad key Bearer [REDACTED] / [REDACTED]" in text
