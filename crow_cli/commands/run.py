@@ -76,7 +76,9 @@ def _stdin_is_a_shells_own() -> bool:
 
 
 def _read_stdin() -> str:
-    return sys.stdin.buffer.read().decode("utf-8", "replace")
+    from ..text import decode_text  # UTF-16 with its byte-order mark: what Windows tools pipe
+
+    return decode_text(sys.stdin.buffer.read())
 
 
 def _read_prompt(prompt: str | None, use_stdin: bool | None) -> str:
