@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from .agent import AcpOptions, CrowAgent
 from .convert import prompt_text, tool_kind
-from .serve import serve_acp
+from .serve import serve_acp, serve_streams
 from .session import MODES
 
-__all__ = ["MODES", "AcpOptions", "CrowAgent", "prompt_text", "serve_acp", "tool_kind"]
+__all__ = ["MODES", "AcpOptions", "CrowAgent", "prompt_text", "serve_acp", "serve_streams", "tool_kind"]

@@ -16,9 +16,9 @@ from ...sessions import SessionStore
 from ...stdout import private_stdout
 from ..runtime import Runtime, RuntimeOptions
 from .agent import AcpOptions, CrowAgent
-from .transport import STDIN_LIMIT, objects_only, streams
+from .transport import STDIN_LIMIT, ProtocolOutput, objects_only, streams
 
-__all__ = ["serve_acp"]
+__all__ = ["serve_acp", "serve_streams"]
 
 log = logging.getLogger("crow.acp")
 
@@ -53,6 +53,27 @@ async def _serve(settings: Settings, options: AcpOptions, protocol_fd: int) -> i
     logging.basicConfig(level=logging.DEBUG if options.debug else logging.WARNING, handlers=[handler])
     stdin, writer, output = await streams(protocol_fd)  # before anything slow: a terminal is refused at once
     handler.addFilter(lambda _record: not output.gone)  # the SDK's errors about it: the cause is said once
+    return await serve_streams(settings, options, stdin, writer, output)
+
+
+async def serve_streams(settings: Settings, options: AcpOptions, stdin: asyncio.StreamReader,
+                        writer: asyncio.StreamWriter, output: ProtocolOutput | None = None) -> int:
+    """Serve one editor until `stdin` ends: its JSON-RPC lines are read from `stdin`, crow's written to
+    `writer` (`crow acp` passes its pipes; an editor in the same process, as in the tests, any stream pair).
+    SIGTERM and SIGHUP end the connection as the end of `stdin` does. `writer` stays the caller's to close.
+
+    Args:
+        output: `writer`'s protocol when it is crow acp's stdout (`transport.streams`): a write that failed
+            is then raised once the sessions are stored.
+
+    Returns:
+        The exit code: 0, or the signal's (128 + N) when one ended the connection.
+
+    Raises:
+        ConfigError: a rule names no tool, an MCP table is invalid.
+        SessionError: the session store cannot be opened.
+        OSError: `output` could not be written (a closed stdout, a full disk, the editor gone: EPIPE).
+    """
     lost: OSError | None = None
     runtime = Runtime(settings, RuntimeOptions(options.tools_dirs, options.no_tools, options.debug,
                                                project_instructions=False))
@@ -78,7 +99,7 @@ async def _serve(settings: Settings, options: AcpOptions, protocol_fd: int) -> i
             try:
                 await acp.run_agent(cast(acp.Agent, agent), writer, reader)  # the methods crow serves
             except ConnectionError:  # the SDK's writer, once the output is gone
-                if not output.gone:
+                if output is None or not output.gone:
                     raise
                 lost = output.failure()
             finally:
