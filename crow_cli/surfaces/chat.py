@@ -717,19 +717,28 @@ MAX_HISTORY_BYTES = 512 * 1024
 
 def input_history() -> Any:
     """prompt-toolkit's `FileHistory` on `_history_path()`, bounded: pastes over 4096 characters are not
-    kept, and a file grown past 512 KiB is cut to its newest entries (atomically) before it is loaded."""
-    from prompt_toolkit.history import FileHistory
+    kept, and a file grown past 512 KiB is cut to its newest entries (atomically) before it is loaded. The
+    history is a convenience: a file that cannot be read or written (a folder in its place, a full disk)
+    leaves the chat without it (in memory only), never stops it."""
+    from prompt_toolkit.history import FileHistory, InMemoryHistory
 
     class BoundedHistory(FileHistory):
         def load_history_strings(self) -> Iterable[str]:
             _trim_history(Path(os.fsdecode(self.filename)))
-            return super().load_history_strings()
+            try:
+                return list(super().load_history_strings())
+            except OSError:
+                return []
 
         def store_string(self, string: str) -> None:
             if len(string) <= MAX_HISTORY_ENTRY_CHARS:
-                super().store_string(string)
+                with contextlib.suppress(OSError):
+                    super().store_string(string)
 
-    return BoundedHistory(str(_history_path()))
+    try:
+        return BoundedHistory(str(_history_path()))
+    except OSError:  # the state folder cannot be made (a file in its place)
+        return InMemoryHistory()
 
 
 def _trim_history(path: Path, limit: int = MAX_HISTORY_BYTES) -> None:

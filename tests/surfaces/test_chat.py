@@ -555,6 +555,26 @@ def test_the_input_history_keeps_no_paste_and_is_cut_when_it_grows(tmp_path: Pat
     assert "p" * 5000 not in path.read_text() and path.read_text().endswith("+short one\n")
 
 
+
+# found trying it as a new user (wave 3): a folder where the input history file goes (or a state folder that
+# is a file) ended `crow chat` at start with `crow: internal error: IsADirectoryError`
+def test_an_input_history_that_cannot_be_used_leaves_the_chat_without_it(monkeypatch: pytest.MonkeyPatch,
+                                                                          tmp_path: Path) -> None:
+    from crow_cli.surfaces.chat import _history_path, input_history
+
+    path = _history_path()
+    path.unlink()
+    path.mkdir()
+    history = input_history()
+    assert list(history.load_history_strings()) == []
+    history.store_string("hello")  # not kept, not raised
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_STATE_HOME", str(blocker))
+    in_memory = input_history()
+    in_memory.store_string("kept for this chat")
+    assert list(in_memory.load_history_strings()) == ["kept for this chat"]
+
 # Held at `import openai` until the gate file exists; the file `started` says the import began.
 SDK_GATE = '''
 import os, sys, time
