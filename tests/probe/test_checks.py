@@ -93,8 +93,18 @@ async def test_a_stream_ignored_json_answer_is_a_failed_text_check() -> None:
 async def test_the_probe_names_every_corpus_cases_quirk(case: dict) -> None:
     with ReplayServer(script_for(case["sse"])) as server:
         report = await run_probe(Settings(base_url=server.base_url, model="test-model"), ProbeOptions(budget_s=30))
+        requests = list(server.requests)
     assert QUIRKS[case["id"]] <= {f.code for f in report.shape}, [f.code for f in report.shape]
     assert report.tool_calling == bool(case["expected"].get("tool_calls"))
+    assert all(r.get("max_tokens") for r in requests), "every request is capped in tokens"
+    if report.tool_calling:
+        assert {c.name: c.level for c in report.checks if c.name in ("tool calling", "round trip")} == \
+            {"tool calling": "ok", "round trip": "ok"}
+        # the round trip carried the server's call back with its id unchanged, and one result per call
+        trip = requests[5]["messages"]
+        assert trip[1]["role"] == "assistant"
+        assert [m["role"] for m in trip[2:]] == ["tool"] * len(trip[1]["tool_calls"])
+        assert [m["tool_call_id"] for m in trip[2:]] == [c["id"] for c in trip[1]["tool_calls"]]
 
 
 # found probing llama-server: it closes a kept-alive connection after 5 s idle, and the next request on it
