@@ -1,15 +1,23 @@
-"""Fault injection through the CLI: retries, final errors, cut and stalled streams, bad bodies.
+"""Fault injection in `crow run`: retries, final errors, cut and stalled streams, bad bodies.
 
-Every run is a `crow run --json` subprocess against the replay server; each stdout line is
-validated against the shipped schema. Retries and timeouts are made small through the config file.
+Every run goes to the replay server over real sockets and each stdout line of `--json` is validated against
+the shipped schema. Most run `run_prompt` (what `crow run` runs) in this process (`run_here`); a few, and
+what only a process has (its stdout a full disk), spawn `crow run`. Retries and timeouts are made small
+through the config file.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from pathlib import Path
+from typing import Any
 
+from crow_cli.config import load_settings
+from crow_cli.surfaces.run import RunOptions, run_prompt
 from tests.conftest import chunk, sse, text_sse
+from tests.replay_server import ReplayServer
 from tests.support import TOOLS, Ran, assert_contract, run_crow, tool_turn, write_config
 
 ERROR_500 = {"status": 500, "body": json.dumps({"error": {"message": "internal error", "type": "server_error"}})}
@@ -17,6 +25,22 @@ LONG = "The quick brown fox jumps over the lazy dog. " * 4
 HTML_502 = ("<!DOCTYPE html>\n<html><head><title>502 Bad Gateway</title><style>body { font: 12px monospace; }"
             "</style></head>\n<body><center><h1>502 Bad Gateway</h1></center><hr><center>nginx/1.25.3</center>"
             "</body></html>\n")
+
+
+async def run_here(script: list[dict[str, Any]], *, cwd: Path, config: Path, json: bool = False,
+                   tools_dirs: tuple[str, ...] = ()) -> Ran:
+    """What `run_crow(script, ["--json",] ["--tools-dir", DIR,] "hi", config=config)` does, in this process:
+    `run_prompt` with the settings `crow run --base-url … --api-key sk-test --model test-model --config
+    CONFIG` resolves, stdout and stderr captured."""
+    with ReplayServer(script) as server:
+        settings = load_settings({"base_url": server.base_url, "api_key": "sk-test", "model": "test-model"},
+                                 config_path=str(config))
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.chdir(cwd):
+            code = await run_prompt(settings, RunOptions(prompt="hi", json=json, tools_dirs=tools_dirs), out, err)
+        ran = Ran(code, out.getvalue(), err.getvalue(), list(server.requests), list(server.history_errors))
+    assert ran.history_errors == [], ran.history_errors  # every request keeps the history contract
+    return ran
 
 
 def fails_in_one_line(ran: Ran, *needles: str) -> str:
@@ -59,16 +83,16 @@ def test_429_waits_for_retry_after(tmp_path: Path) -> None:
     assert [e["wait_s"] for e in events if e["type"] == "notice" and e["code"] == "retrying"] == [2]
 
 
-def test_429_past_the_retries_is_one_line(tmp_path: Path) -> None:
+async def test_429_past_the_retries_is_one_line(tmp_path: Path) -> None:
     config = write_config(tmp_path, max_retries=0)
     limited = {"status": 429, "headers": {"retry-after": "0"},
                "body": json.dumps({"error": {"message": "quota exceeded", "type": "rate_limit"}})}
-    line = fails_in_one_line(run_crow([limited], "--json", "hi", cwd=tmp_path, config=config),
+    line = fails_in_one_line(await run_here([limited], json=True, cwd=tmp_path, config=config),
                              "rate limited (429)", "quota exceeded")
     assert "sk-test" not in line
 
 
-def test_401_is_final_and_one_line(tmp_path: Path) -> None:
+async def test_401_is_final_and_one_line(tmp_path: Path) -> None:
     config = write_config(tmp_path, max_retries=3)
     denied = {"status": 401, "body": json.dumps({"error": {"message": "Incorrect API key provided.",
                                                            "code": "invalid_api_key"}})}
@@ -77,27 +101,27 @@ def test_401_is_final_and_one_line(tmp_path: Path) -> None:
     assert len(ran.requests) == 1
 
 
-def test_html_502_is_one_line_without_markup(tmp_path: Path) -> None:
+async def test_html_502_is_one_line_without_markup(tmp_path: Path) -> None:
     config = write_config(tmp_path, max_retries=1)
     page = {"status": 502, "body": HTML_502, "headers": {"content-type": "text/html"}}
-    ran = run_crow([page, page], "--json", "hi", cwd=tmp_path, config=config)
+    ran = await run_here([page, page], json=True, cwd=tmp_path, config=config)
     line = fails_in_one_line(ran, "server error (502)", "502 Bad Gateway")
     assert "<" not in line and "font" not in line and "nginx" not in line
     assert len(ran.requests) == 2
 
 
-def test_a_chunk_that_is_not_json_is_a_clear_error(tmp_path: Path) -> None:
+async def test_a_chunk_that_is_not_json_is_a_clear_error(tmp_path: Path) -> None:
     config = write_config(tmp_path, max_retries=0)
     body = sse(chunk({"content": "Hel"}), done=False) + "data: {\"choices\": [{\"delta\": {\"content\": \"lo\n\n"
-    ran = run_crow([{"sse": body}], "--json", "hi", cwd=tmp_path, config=config)
+    ran = await run_here([{"sse": body}], json=True, cwd=tmp_path, config=config)
     fails_in_one_line(ran, "not JSON")
     assert len(ran.requests) == 1
 
 
-def test_stream_cut_mid_answer_is_asked_again_once(tmp_path: Path) -> None:
+async def test_stream_cut_mid_answer_is_asked_again_once(tmp_path: Path) -> None:
     config = write_config(tmp_path, max_retries=0)
-    ran = run_crow([{"sse": text_sse(LONG), "cut_after_events": 3}, {"sse": text_sse("Second try.")}],
-                   "--json", "hi", cwd=tmp_path, config=config)
+    ran = await run_here([{"sse": text_sse(LONG), "cut_after_events": 3}, {"sse": text_sse("Second try.")}],
+                         json=True, cwd=tmp_path, config=config)
     events = completes(ran, "Second try.")
     notice = next(i for i, e in enumerate(events) if e["type"] == "notice")
     assert events[notice]["code"] == "turn_restarted" and "broke" in events[notice]["message"]
@@ -106,21 +130,21 @@ def test_stream_cut_mid_answer_is_asked_again_once(tmp_path: Path) -> None:
     assert len(ran.requests) == 2 and ran.requests[0]["messages"] == ran.requests[1]["messages"]
 
 
-def test_plain_mode_restarts_the_answer_on_a_new_line_with_a_notice(tmp_path: Path) -> None:
+async def test_plain_mode_restarts_the_answer_on_a_new_line_with_a_notice(tmp_path: Path) -> None:
     config = write_config(tmp_path, max_retries=0)
-    ran = run_crow([{"sse": text_sse(LONG), "cut_after_events": 3}, {"sse": text_sse("Second try.")}],
-                   "hi", cwd=tmp_path, config=config)
+    ran = await run_here([{"sse": text_sse(LONG), "cut_after_events": 3}, {"sse": text_sse("Second try.")}],
+                         cwd=tmp_path, config=config)
     assert ran.code == 0, ran.stderr
     assert ran.stdout == LONG[:15] + "\nSecond try.\n"
     assert "the stream broke mid-way" in ran.stderr and "the answer restarts" in ran.stderr
 
 
-def test_a_stream_cut_twice_fails_with_a_valid_history(tmp_path: Path) -> None:
+async def test_a_stream_cut_twice_fails_with_a_valid_history(tmp_path: Path) -> None:
     config = write_config(tmp_path, max_retries=0)
     first = {"sse": tool_turn(("call_d", "roll_dice", '{"sides": 6}'))}
     cut = {"sse": text_sse(LONG), "cut_after_events": 2}
-    ran = run_crow([first, cut, cut, {"sse": text_sse("never")}], "--json", "--tools-dir", str(TOOLS), "hi",
-                   cwd=tmp_path, config=config)
+    ran = await run_here([first, cut, cut, {"sse": text_sse("never")}], json=True, tools_dirs=(str(TOOLS),),
+                         cwd=tmp_path, config=config)
     fails_in_one_line(ran, "the stream broke mid-way", "after 2 attempts")
     assert len(ran.requests) == 3
     assert ran.requests[1]["messages"] == ran.requests[2]["messages"]  # asked again from the same history
@@ -128,47 +152,47 @@ def test_a_stream_cut_twice_fails_with_a_valid_history(tmp_path: Path) -> None:
     assert ran.requests[2]["messages"][-1]["tool_call_id"] == "call_d"
 
 
-def test_a_stalled_stream_past_idle_timeout_is_asked_again(tmp_path: Path) -> None:
+async def test_a_stalled_stream_past_idle_timeout_is_asked_again(tmp_path: Path) -> None:
     config = write_config(tmp_path, max_retries=0, idle_timeout=2)  # a fresh stream on a loaded machine is in time
     stalled = {"sse": text_sse("Stalled answer that never ends"), "delay_ms": 600_000}
-    ran = run_crow([stalled, {"sse": text_sse("Fresh.")}], "--json", "hi", cwd=tmp_path, config=config)
+    ran = await run_here([stalled, {"sse": text_sse("Fresh.")}], json=True, cwd=tmp_path, config=config)
     events = completes(ran, "Fresh.")
     notice = next(e for e in events if e["type"] == "notice")
     assert notice["code"] == "turn_restarted" and "idle" in notice["message"]
     assert len(ran.requests) == 2
 
 
-def test_a_server_that_never_answers_fails_after_retries(tmp_path: Path) -> None:
+async def test_a_server_that_never_answers_fails_after_retries(tmp_path: Path) -> None:
     config = write_config(tmp_path, max_retries=0, idle_timeout=2)
     stalled = {"sse": text_sse("late"), "delay_ms": 600_000}
-    ran = run_crow([stalled, stalled], "--json", "hi", cwd=tmp_path, config=config)
+    ran = await run_here([stalled, stalled], json=True, cwd=tmp_path, config=config)
     fails_in_one_line(ran, "idle", "after 2 attempts")
 
 
-def test_a_server_error_message_cannot_drive_the_terminal(tmp_path: Path) -> None:
+async def test_a_server_error_message_cannot_drive_the_terminal(tmp_path: Path) -> None:
     # issue 11 item 3 (found trying it as a new user): escape sequences (screen clear, colours, an OSC 8
     # link) in a provider's error message reached stderr unfiltered, in plain mode and with --json
     hostile = "bad model\x1b[2J\x1b[31m red \x1b]8;;http://evil.test\x07link\x1b]8;;\x07\x9b2J"
     denied = {"status": 400, "body": json.dumps({"error": {"message": hostile}})}
     config = write_config(tmp_path, max_retries=0)
-    for mode in ((), ("--json",)):
-        ran = run_crow([denied], *mode, "hi", cwd=tmp_path, config=config)
+    for json_mode in (False, True):
+        ran = await run_here([denied], json=json_mode, cwd=tmp_path, config=config)
         assert ran.code == 1 and "bad model" in ran.stderr
         assert not any(c in ran.stderr for c in "\x1b\x07\x9b"), repr(ran.stderr)
 
 
-def test_a_damaged_event_mid_stream_is_a_warning_and_the_run_completes(tmp_path: Path) -> None:
+async def test_a_damaged_event_mid_stream_is_a_warning_and_the_run_completes(tmp_path: Path) -> None:
     # issue 10 item 2: one data: line held a chunk cut mid-JSON and the next data: frame; crow stopped the run
     config = write_config(tmp_path, max_retries=0)
     cut = json.dumps(chunk({"content": " lost"}))[:30]
     body = sse(chunk({"content": "Hel"}), done=False) + f"data: {cut}data: {json.dumps(chunk({'content': 'lo'}))}\n\n" \
         + sse(chunk({}, "stop"))
-    ran = run_crow([{"sse": body}], "--json", "hi", cwd=tmp_path, config=config)
+    ran = await run_here([{"sse": body}], json=True, cwd=tmp_path, config=config)
     events = completes(ran, "Hello")
     warnings = [e for e in events if e["type"] == "warning"]
     assert len(warnings) == 1 and "damaged event" in warnings[0]["message"]
     assert len(ran.requests) == 1
-    plain = run_crow([{"sse": body}], "hi", cwd=tmp_path, config=config)
+    plain = await run_here([{"sse": body}], cwd=tmp_path, config=config)
     assert plain.code == 0 and plain.stdout == "Hello\n"
     assert plain.stderr.startswith("crow: warning: the server sent a damaged event")
 
