@@ -187,7 +187,8 @@ class _Connection:
                 await task
 
     async def close(self, *, graceful: bool = True) -> None:
-        await self._finish_task(graceful=graceful)
+        # a server that never became ready (start interrupted by Ctrl-C) gets no clean stop: it would not answer
+        await self._finish_task(graceful=graceful and self.client is not None)
 
 
 def _describe(exc: BaseException) -> str:

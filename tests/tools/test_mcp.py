@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -214,3 +216,19 @@ async def test_a_server_past_its_startup_timeout_gets_no_clean_stop(monkeypatch:
         async with McpServers({"mute": {"command": "sleep", "args": ["3600"], "startup_timeout": 1}}) as servers:
             await servers.register_tools(registry)
     assert any("did not start within 1 s" in error for error in registry.errors), registry.errors
+
+
+# found trying it as a new user (wave 3): Ctrl-C while an MCP server was starting took 12 s to end the run: the
+# server that never answered `initialize` was still given its 10 s clean stop
+async def test_a_start_cut_short_gets_no_clean_stop(monkeypatch: pytest.MonkeyPatch) -> None:
+    from crow_cli.tools import mcp
+
+    monkeypatch.setattr(mcp, "_STOP_TIMEOUT_S", 3600.0)  # no public knob: a clean stop would now hang
+    async with asyncio.timeout(120):  # bounds that hang
+        async with McpServers({"mute": {"command": "sleep", "args": ["3600"], "startup_timeout": 3000}}) as servers:
+            starting = asyncio.ensure_future(servers.register_tools(ToolRegistry()))
+            while not any(_command(pid) == "sleep" for pid in _children(os.getpid())):
+                await asyncio.sleep(0.02)
+            starting.cancel()  # what Ctrl-C does to the run
+            with contextlib.suppress(asyncio.CancelledError):
+                await starting
