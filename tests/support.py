@@ -1,6 +1,7 @@
 """The one support module of the tests (fixtures live in conftest.py):
 
-- `crow` as a subprocess against the replay server (`crow`, `run_crow`, `argv`, `run_args`, `Ran`);
+- `crow` as a subprocess against the replay server (`crow`, `run_crow`, `argv`, `run_args`, `Ran`), and what
+  `crow run` runs in this process (`run_here`);
 - SSE turns and replay scripts (`tool_calls_sse`, `tool_turn`, `script`);
 - `ChatTerminal`: `crow chat` on a pseudo-terminal; `chat`: the chat app in-process on a pipe;
 - the history contract (`assert_contract`, `assert_valid`), `wait_for` an event, `alive(pid)`,
@@ -189,6 +190,28 @@ def run_crow(script: list[dict[str, Any]], *args: str, cwd: Path, config: Path |
                               cwd=cwd, timeout=timeout)
         ran = Ran(proc.returncode, proc.stdout, proc.stderr, list(server.requests), list(server.history_errors))
     assert ran.history_errors == [], ran.history_errors  # issue 10: every request keeps the history contract
+    return ran
+
+
+async def run_here(script: list[dict[str, Any]], prompt: str = "hi", *, cwd: Path, config: Path | None = None,
+                   base_url: str | None = None, model: str = "test-model", **options: Any) -> Ran:
+    """What `run_crow(script, …, PROMPT, cwd=cwd, config=config)` does, in this process: `run_prompt` (what
+    `crow run` runs) with the settings `crow run --base-url URL --api-key sk-test --model MODEL --config
+    CONFIG` resolves (URL: the replay server's, unless `base_url`), stdout and stderr captured.
+
+    `options` are `RunOptions` fields (`json`, `tools_dirs`, `continue_last`, `session_id`…).
+    """
+    from crow_cli.config import load_settings
+    from crow_cli.surfaces.run import RunOptions, run_prompt
+
+    with ReplayServer(script) as server:
+        settings = load_settings({"base_url": base_url or server.base_url, "api_key": "sk-test", "model": model},
+                                 config_path=None if config is None else str(config))
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.chdir(cwd):
+            code = await run_prompt(settings, RunOptions(prompt=prompt, **options), out, err)
+        ran = Ran(code, out.getvalue(), err.getvalue(), list(server.requests), list(server.history_errors))
+    assert ran.history_errors == [], ran.history_errors  # every request keeps the history contract
     return ran
 
 

@@ -8,39 +8,17 @@ through the config file.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from pathlib import Path
-from typing import Any
 
-from crow_cli.config import load_settings
-from crow_cli.surfaces.run import RunOptions, run_prompt
 from tests.conftest import chunk, sse, text_sse
-from tests.replay_server import ReplayServer
-from tests.support import TOOLS, Ran, assert_contract, run_crow, tool_turn, write_config
+from tests.support import TOOLS, Ran, assert_contract, run_crow, run_here, tool_turn, write_config
 
 ERROR_500 = {"status": 500, "body": json.dumps({"error": {"message": "internal error", "type": "server_error"}})}
 LONG = "The quick brown fox jumps over the lazy dog. " * 4
 HTML_502 = ("<!DOCTYPE html>\n<html><head><title>502 Bad Gateway</title><style>body { font: 12px monospace; }"
             "</style></head>\n<body><center><h1>502 Bad Gateway</h1></center><hr><center>nginx/1.25.3</center>"
             "</body></html>\n")
-
-
-async def run_here(script: list[dict[str, Any]], *, cwd: Path, config: Path, json: bool = False,
-                   tools_dirs: tuple[str, ...] = ()) -> Ran:
-    """What `run_crow(script, ["--json",] ["--tools-dir", DIR,] "hi", config=config)` does, in this process:
-    `run_prompt` with the settings `crow run --base-url … --api-key sk-test --model test-model --config
-    CONFIG` resolves, stdout and stderr captured."""
-    with ReplayServer(script) as server:
-        settings = load_settings({"base_url": server.base_url, "api_key": "sk-test", "model": "test-model"},
-                                 config_path=str(config))
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.chdir(cwd):
-            code = await run_prompt(settings, RunOptions(prompt="hi", json=json, tools_dirs=tools_dirs), out, err)
-        ran = Ran(code, out.getvalue(), err.getvalue(), list(server.requests), list(server.history_errors))
-    assert ran.history_errors == [], ran.history_errors  # every request keeps the history contract
-    return ran
 
 
 def fails_in_one_line(ran: Ran, *needles: str) -> str:
