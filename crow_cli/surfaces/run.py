@@ -270,6 +270,8 @@ async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err:
     # with --yes too: the policy asks nothing then, but running a command outside the sandbox is a question
     approve = make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=options.yes,
                             ask=_held_ask(terminal_ask(), printer))
+    if not runtime.mcp_server_names:  # every tool is known already: a rule naming none is refused before any event
+        runtime.check_rules()
 
     try:
         history, recorder, warning = _start_history(settings, options, content)

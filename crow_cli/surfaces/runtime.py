@@ -140,10 +140,20 @@ class Runtime:
             self.registry.schemas()  # derive every schema now: a tool that cannot be described is reported here
             notice = startup_notice(self.context.sandbox)
             warnings += [*self.registry.errors, *([notice] if notice else [])]
-            check_rule_names(self.settings.allow, self.settings.deny,
-                             [*(t.name for t in self.registry), *self.registry.unusable])
+            self.check_rules()
         self._client = build_client(self.settings, self.options.record_dir, trace=self.options.debug)
         return warnings
+
+    def check_rules(self) -> None:
+        """Refuse an allow or deny rule that names no tool of the registry as it is now (every tool once `start`
+        has run; before it, all but MCP tools).
+
+        Raises:
+            ConfigError: the first such rule (a typo would never apply), exit 2.
+        """
+        if self.registry is not None:
+            check_rule_names(self.settings.allow, self.settings.deny,
+                             [*(t.name for t in self.registry), *self.registry.unusable])
 
     def new_driver(self, approve: Approver | None, *, recorder: SessionRecorder | None = None,
                    context: ToolContext | None = None, interrupts: Interrupts | None = None,

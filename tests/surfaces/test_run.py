@@ -4,9 +4,11 @@ what stderr shows around an approval question on a terminal."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 from crow_cli.events import TextDelta
@@ -17,6 +19,7 @@ from tests.conftest import chunk, sse, text_sse, tool_delta
 from tests.replay_server import ReplayServer, text_stream
 from tests.support import (
     CROW,
+    ROOT,
     ChatTerminal,
     needs_sandbox,
     run_against,
@@ -217,3 +220,12 @@ def test_a_rule_naming_no_tool_stores_nothing(tmp_path: Path) -> None:
     assert again.code == 2, again.stderr
     [info] = SessionStore().recent()
     assert [m["content"] for m in SessionStore().messages(info.id)] == ["hi", "One."]
+    # a usage error comes before any event (docs/scripting.md); with MCP servers, once their tools are listed
+    events = run_crow([], "--json", "--allow", "((", "first", cwd=tmp_path)
+    assert events.code == 2 and events.stdout == "", events.stdout
+    mcp = tmp_path / "mcp.toml"
+    mcp.write_text(f'[mcp_servers.demo]\ncommand = {json.dumps(sys.executable)}\n'
+                   f'args = [{json.dumps(str(ROOT / "tests/tools/mcp_demo_server.py"))}, "demo"]\n')
+    late = run_crow([], "--json", "--deny", "nope_tool", "later", cwd=tmp_path, config=mcp)
+    assert late.code == 2 and json.loads(late.stdout.splitlines()[-1])["exit_code"] == 2, late.stderr
+    assert [i.id for i in SessionStore().recent()] == [info.id]
