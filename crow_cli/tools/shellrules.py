@@ -47,11 +47,11 @@ _WRAPPERS = frozenset({"time", "exec", "command", "builtin", "env", "nohup", "ni
                        # debuggers, tracers, namespaces, fake roots, remote shells: they run their arguments
                        "fakeroot", "unshare", "nsenter", "gdb", "lldb", "valgrind", "ltrace", "catchsegv", "ssh",
                        "proot", "firejail", "bwrap", "systemd-run", "setpriv", "capsh", "pkexec", "sg", "faketime",
-                       "torsocks", "tsocks", "proxychains", "proxychains4", "rlwrap", "xvfb-run",
+                       "torsocks", "tsocks", "proxychains", "proxychains4", "rlwrap", "xvfb-run", "dbus-launch",
                        "dbus-run-session", "eatmydata", "nocache", "chronic", "caffeinate", "sandbox-exec"})
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox", "fish", "eval"})
 # words whose later arguments may be a script they evaluate (`trap 'CMD' EXIT`, `su -c 'CMD'`, `env -S 'CMD'`)
-_EVALUATORS = _SHELLS | {"trap", "su", "runuser", "env", "watch", "parallel", "flock", "ssh", "script"}
+_EVALUATORS = _SHELLS | {"trap", "su", "runuser", "env", "watch", "parallel", "flock", "ssh", "script", "sg"}
 # programs that read code from standard input when given no script argument (`… | sh`)
 _STDIN_CODE = (_SHELLS - {"eval"}) | {"python", "python2", "python3", "perl", "ruby", "node", "php", "lua", "tclsh"}
 # interpreters whose code can run a command through a string (`os.system("…")`, `system("…")`)

@@ -42,6 +42,9 @@ def test_deny_and_allow_take_rule_words() -> None:
     "fakeroot rm -rf x", "unshare -r rm -rf x", "nsenter -t 1 -m rm -rf x", "gdb --args rm -rf x",
     "valgrind rm -rf x", "ssh host rm -rf x", "ssh -p 22 host 'rm -rf x'", "proot rm -rf x",
     "firejail rm -rf x", "systemd-run --user rm -rf x", "ltrace rm -rf x", "faketime now rm -rf x",
+    # found trying it as a new user (wave 3): sg runs its second argument as a command line, dbus-launch its
+    # arguments
+    "sg users 'rm -rf x'", "sg users -c 'rm -rf x'", "dbus-launch rm -rf x", "dbus-launch --exit-with-session rm -rf x",
 ])
 def test_deny_rules_fail_closed_on_what_they_cannot_read(line: str) -> None:
     assert deny_matches(line, rule_words("rm -rf"))
