@@ -7,13 +7,16 @@ read with `tools.approval.parse_answer`, as `crow run` reads it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..history import ToolCall
 from ..tools.approval import Answer, approval_question, parse_answer
 from ..tools.registry import Tool
 
-__all__ = ["Answer", "ask_approval"]
+if TYPE_CHECKING:
+    from prompt_toolkit.key_binding import KeyBindings
+
+__all__ = ["Answer", "ask_approval", "typed_keys"]
 
 
 async def ask_approval(call: ToolCall, tool: Tool | None = None, *, preview: str = "", pt_input: Any = None,
@@ -31,7 +34,7 @@ async def ask_approval(call: ToolCall, tool: Tool | None = None, *, preview: str
     """
     from prompt_toolkit import PromptSession
 
-    session: PromptSession[str] = PromptSession(input=pt_input, output=pt_output)
+    session: PromptSession[str] = PromptSession(input=pt_input, output=pt_output, key_bindings=typed_keys())
     question = approval_question(tool.name if tool is not None else call.name, preview)
     while True:
         try:
@@ -42,3 +45,23 @@ async def ask_approval(call: ToolCall, tool: Tool | None = None, *, preview: str
         if answer is not None:
             return answer
 
+
+
+def typed_keys() -> KeyBindings:
+    """Key bindings every prompt-toolkit prompt of crow takes (the chat's own are added to these).
+
+    crow turns no mouse reporting on, so what prompt-toolkit reads as a mouse event is typed or pasted
+    text such as a colour code (ESC [ 3 1 m, pasted where the terminal does not bracket pastes): it is
+    dropped, where prompt-toolkit's own mouse handler fails on it (a traceback and "Press ENTER to
+    continue..." over the prompt).
+    """
+    from prompt_toolkit.key_binding import KeyBindings
+    from prompt_toolkit.keys import Keys
+
+    bindings = KeyBindings()
+
+    @bindings.add(Keys.Vt100MouseEvent)
+    def _no_mouse(event: Any) -> None:
+        """Nothing: the event is not from a mouse."""
+
+    return bindings

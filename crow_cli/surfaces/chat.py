@@ -50,7 +50,7 @@ from ..text import clean_text, public_url, strip_controls
 from ..tools.approval import make_approver
 from ..tools.registry import Tool, ToolRegistry
 from ..wire.client import import_in_background
-from .ask import Answer, ask_approval
+from .ask import Answer, ask_approval, typed_keys
 from .common import (
     make_console,
     plain_terminal,
@@ -776,9 +776,7 @@ def _history_path() -> Path:
 
 
 def _key_bindings() -> Any:
-    from prompt_toolkit.key_binding import KeyBindings
-
-    bindings = KeyBindings()
+    bindings = typed_keys()
 
     @bindings.add("escape", "enter")  # Alt-Enter; plain \n stays Enter (typed-ahead lines arrive as \n)
     def _newline(event: Any) -> None:

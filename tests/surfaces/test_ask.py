@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 
 from prompt_toolkit.input import create_pipe_input
@@ -43,3 +44,16 @@ async def test_the_question_to_run_outside_the_sandbox_offers_no_always() -> Non
     assert answer == "yes"
     assert "Run it outside the sandbox this once? [y]es / [n]o: " in screen.getvalue()
     assert "always" not in screen.getvalue()
+
+
+async def test_a_typed_escape_sequence_that_looks_like_a_mouse_event_is_no_internal_error() -> None:
+    # found trying it as a new user (wave 3): ESC [ 3 1 m typed (a colour code pasted where the terminal does not
+    # bracket pastes) reached prompt-toolkit's mouse handler, which printed a traceback ("Unhandled exception in
+    # event loop") and "Press ENTER to continue..." over the question
+    screen = io.StringIO()
+    with create_pipe_input() as pipe:
+        pipe.send_bytes(b"\x1b[31my\r")
+        answer = await asyncio.wait_for(ask_approval(ToolCall("c1", "run_shell", "{}", 0), pt_input=pipe,
+                                                     pt_output=PlainTextOutput(screen)), 60)  # bounds a hang
+    assert answer == "yes"
+    assert "Unhandled exception" not in screen.getvalue() and "Press ENTER" not in screen.getvalue()

@@ -20,6 +20,7 @@ from crow_cli.config import Settings
 from crow_cli.errors import SessionError
 from crow_cli.sessions import SessionStore
 from crow_cli.surfaces.chat import ChatApp, ChatOptions, help_text
+from tests.conftest import text_sse
 from tests.replay_server import ReplayServer, text_stream
 from tests.support import ChatTerminal, assert_valid, chat, tool_calls_sse, tools_folder, wait_for
 
@@ -611,3 +612,12 @@ def test_the_prompt_shows_while_the_sdk_loads_and_the_first_turn_waits_for_it(tm
         term.send("\x04")
         assert term.wait() == 0
     assert len(server.requests) == 1
+
+
+async def test_a_typed_escape_sequence_that_looks_like_a_mouse_event_is_no_internal_error(store: SessionStore) -> None:
+    # found trying it as a new user (wave 3): ESC [ 3 1 m typed at the prompt (a colour code pasted where the
+    # terminal does not bracket pastes) reached prompt-toolkit's mouse handler: a traceback, then "Press ENTER to
+    # continue..." ate the next line
+    out, server, _app = await chat([{"sse": text_sse("Hello.")}], b"\x1b[31mhi\r/exit\r", store)
+    assert [m["content"] for m in server.requests[0]["messages"] if m["role"] == "user"] == ["hi"]
+    assert "Hello." in out
