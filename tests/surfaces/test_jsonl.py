@@ -1,4 +1,7 @@
-"""`crow run --json` end to end: every stdout line is a schema-valid event; plain mode and --quiet."""
+"""`crow run --json`: every stdout line is a schema-valid event; plain mode and --quiet.
+
+One run goes end to end through a `crow run --json` process; the others run `run_prompt` in this process
+(`run_here`: what `crow run` runs), against the replay server over real sockets."""
 
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from tests.support import (
     crow,
     run_args,
     run_crow,
+    run_here,
     schema_validator,
     tool_turn,
     write_config,
@@ -66,9 +70,9 @@ def test_two_parallel_tool_calls_as_schema_valid_events(tmp_path: Path) -> None:
     assert_contract(ran.requests[1]["messages"])
 
 
-def test_plain_mode_stdout_is_the_answer_and_quiet_hides_tool_activity(tmp_path: Path) -> None:
-    loud = run_crow(parallel_script(), "--tools-dir", str(TOOLS), "Roll", cwd=tmp_path)
-    quiet = run_crow(parallel_script(), "--quiet", "--tools-dir", str(TOOLS), "Roll", cwd=tmp_path)
+async def test_plain_mode_stdout_is_the_answer_and_quiet_hides_tool_activity(tmp_path: Path) -> None:
+    loud = await run_here(parallel_script(), "Roll", tools_dirs=(str(TOOLS),), cwd=tmp_path)
+    quiet = await run_here(parallel_script(), "Roll", quiet=True, tools_dirs=(str(TOOLS),), cwd=tmp_path)
     for ran in (loud, quiet):
         assert ran.code == 0, ran.stderr
         assert ran.stdout == "Rolled and timed.\n"
@@ -76,15 +80,15 @@ def test_plain_mode_stdout_is_the_answer_and_quiet_hides_tool_activity(tmp_path:
     assert quiet.stderr == ""
 
 
-def test_oversized_tool_output_is_capped_with_a_marker(tmp_path: Path) -> None:
+async def test_oversized_tool_output_is_capped_with_a_marker(tmp_path: Path) -> None:
     tools = tmp_path / "bigtools"
     tools.mkdir()
     (tools / "big.py").write_text(
         "from crow_cli.tools import tool\n\n\n@tool\ndef big(n: int) -> str:\n"
         '    """Return n characters."""\n    return "x" * n\n')
     config = write_config(tmp_path, max_output_chars=100, max_retries=0)
-    ran = run_crow([{"sse": tool_turn(("call_big", "big", '{"n": 5000}'))}, {"sse": text_sse("ok")}],
-                   "--json", "--tools-dir", str(tools), "big", cwd=tmp_path, config=config)
+    ran = await run_here([{"sse": tool_turn(("call_big", "big", '{"n": 5000}'))}, {"sse": text_sse("ok")}], "big",
+                         json=True, tools_dirs=(str(tools),), cwd=tmp_path, config=config)
     assert ran.code == 0, ran.stderr
     sent = [m for m in ran.requests[1]["messages"] if m["role"] == "tool"]
     assert len(sent) == 1 and sent[0]["tool_call_id"] == "call_big"
@@ -147,13 +151,13 @@ def test_the_built_wheel_ships_the_schema(tmp_path: Path) -> None:
     assert shipped == event_schema()
 
 
-def test_fragments_no_call_can_take_are_a_warning_event(tmp_path: Path) -> None:
+async def test_fragments_no_call_can_take_are_a_warning_event(tmp_path: Path) -> None:
     # issue 10 item 1: two calls open (headers at index 1 and 2), arguments at index 0 that never opened a call
     headers = [tool_delta(1, "call_f", "roll_dice", ""), tool_delta(2, "call_g", "roll_dice", "")]
     turn = sse(chunk({"tool_calls": headers}),
                chunk({"tool_calls": [tool_delta(0, arguments='{"sides": 6}')]}), chunk({}, "tool_calls"))
-    ran = run_crow([{"sse": turn}, {"sse": text_sse("Rolled.")}], "--json", "--tools-dir", str(TOOLS), "Roll",
-                   cwd=tmp_path)
+    ran = await run_here([{"sse": turn}, {"sse": text_sse("Rolled.")}], "Roll", json=True, tools_dirs=(str(TOOLS),),
+                         cwd=tmp_path)
     assert ran.code == 0, ran.stderr
     events = ran.events()
     assert [e for e in events if e["type"] == "warning" and "index 0, which never opened a call" in e["message"]]
