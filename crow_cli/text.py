@@ -10,9 +10,10 @@ from __future__ import annotations
 import codecs
 import re
 from collections.abc import Iterable, Mapping
+from typing import Any
 
-__all__ = ["BOMS", "SECRET_MASK", "SECRET_NAME", "clean_text", "decode_text", "has_surrogates", "header_secrets",
-           "is_secret_name", "mask_secrets", "public_url", "strip_controls", "url_secrets", "visible"]
+__all__ = ["BOMS", "SECRET_MASK", "SECRET_NAME", "clean_json", "clean_text", "decode_text", "has_surrogates",
+           "header_secrets", "is_secret_name", "mask_secrets", "public_url", "strip_controls", "url_secrets", "visible"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # C0 controls but tab and newline, DEL, C1 controls: what can move a cursor, retitle or clear a terminal
@@ -52,6 +53,26 @@ def clean_text(text: str) -> str:
     if not has_surrogates(text):
         return text
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def clean_json(value: Any) -> Any:
+    """JSON data (what a server attached: an id, a name, a reasoning block, an extension) with each string and
+    key cleaned by `clean_text`, so it can be stored and sent; values without a surrogate are returned as they
+    are. Data nested deeper than Python's recursion goes is returned unchanged."""
+    try:
+        return _cleaned(value)
+    except RecursionError:
+        return value
+
+
+def _cleaned(value: Any) -> Any:
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, list):
+        return [_cleaned(v) for v in value]
+    if isinstance(value, dict):
+        return {clean_text(k) if isinstance(k, str) else k: _cleaned(v) for k, v in value.items()}
+    return value
 
 
 def strip_controls(text: str) -> str:

@@ -53,7 +53,7 @@ from typing import Any
 from ..errors import ServerError
 from ..events import Event, Notice, ReasoningDelta, TextDelta, ToolCallDelta, ToolCallStarted, WarningEvent
 from ..history import AssistantTurn, ToolCall
-from ..text import clean_text, has_surrogates
+from ..text import clean_json, clean_text, has_surrogates
 from .profiles import BLOCK_TEXT_FIELDS, REASONING_BLOCK_FIELDS, REASONING_FIELDS
 from .repair import repair_arguments
 
@@ -711,9 +711,11 @@ class StreamAccumulator:
                 label = f"tool call {partial.name} [{partial.id or 'no id'}]"
                 events.append(WarningEvent(f"{label}: {problem}", partial.id))
                 self._fired("arguments-repaired" if not cut_off else "arguments-cut")
-            calls.append(ToolCall(id=partial.id, name=partial.name, arguments=arguments, index=len(calls),
-                                  cut_off=cut_off, extra=partial.extra or None,
-                                  function_extra=partial.fn_extra or None))
+            # a lone UTF-16 surrogate half (a gateway cut "\\ud83e\\udd85" apart) can be neither stored nor
+            # sent: it becomes U+FFFD, in ids too; anything else the server gave is kept as it came
+            calls.append(ToolCall(id=clean_text(partial.id), name=clean_text(partial.name), arguments=arguments,
+                                  index=len(calls), cut_off=cut_off, extra=clean_json(partial.extra) or None,
+                                  function_extra=clean_json(partial.fn_extra) or None))
         reason = self._finish_reason
         if reason is None:
             self._fired("finish-missing")
@@ -723,9 +725,9 @@ class StreamAccumulator:
             if (text := buffer.value()) is not None:
                 fields[name] = text
         for name, blocks in self._blocks.items():
-            fields[name] = [block.value() for block in blocks.blocks]
+            fields[name] = [clean_json(block.value()) for block in blocks.blocks]
         for key, value in self._extra.items():
-            fields.setdefault(key, value)
+            fields.setdefault(key, clean_json(value))
         turn = AssistantTurn(
             content=self._text.value(),
             reasoning=self._reasoning.value(),

@@ -398,3 +398,20 @@ def test_many_interleaved_runs_merge_in_arrival_order():
     pieces = [chunk({"tool_calls": [tool_delta(0 if n % 3 else 5, arguments=ch)]}) for n, ch in enumerate(payload)]
     turn, events = assemble(chunk({"tool_calls": [tool_delta(5, "c5", "f")]}), *pieces)
     assert turn.tool_calls[0].arguments == payload and warnings(events) == []
+
+
+# found trying it as a new user (wave 3): a tool call id holding a lone surrogate half ("c\ud83e", a gateway cut
+# an emoji apart) ended the run with `crow: internal error: UnicodeEncodeError` when the turn was stored; it can
+# be neither stored nor sent, so the half becomes U+FFFD as in text, in the id, the name and what was attached
+def test_lone_surrogates_outside_text_become_replacement_characters() -> None:
+    turn, _ = assemble(
+        chunk({"reasoning_details": [{"type": "reasoning.text", "index": 0, "text": "a", "signature": "s\ud83e"}],
+               "x_extra": {"k\udd85": ["v\ud83e\udd85"]}}),
+        chunk({"tool_calls": [{"index": 0, "id": "c\ud83e", "type": "function", "extra_content": {"sig": "\udd85"},
+                               "function": {"name": "list_directory\ud83e", "arguments": "{}"}}]}),
+        chunk({}, "tool_calls"))
+    [call] = turn.tool_calls
+    assert (call.id, call.name, call.extra) == ("c\ufffd", "list_directory\ufffd", {"extra_content": {"sig": "\ufffd"}})
+    assert turn.fields["reasoning_details"][0]["signature"] == "s\ufffd"
+    assert turn.fields["x_extra"] == {"k\ufffd": ["v\U0001f985"]}
+    json.dumps(turn.to_message(), ensure_ascii=False).encode("utf-8")  # storable and sendable
