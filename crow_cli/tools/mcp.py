@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import json
 import logging
 import re
 import sys
@@ -42,6 +43,9 @@ _STOP_TIMEOUT_S = 10.0
 _PAGE_LIMIT = 100
 """tools/list pages read per server at most (a server whose cursor never ends cannot hang the start)."""
 OPENAI_TOOL_LIMIT = 128
+TOOL_CHARS = 32_768
+"""Characters of one tool's definition as listed (name, description, schemas) at most: it goes with every
+request, so a larger one (a 2 MB description) is dropped rather than sent again and again."""
 """The most tools OpenAI's Chat Completions accepts in one request."""
 
 
@@ -223,6 +227,10 @@ def _tool_problem(raw: Any, version: str | None) -> str | None:
         return "its inputSchema is not an object"
     if schema.get("type") != "object":  # the MCP spec: a tool's inputSchema is {"type": "object", …}
         return f"its inputSchema has type {schema.get('type')!r}, not 'object'"
+    size = len(json.dumps(raw, ensure_ascii=False, default=str))
+    if size > TOOL_CHARS:
+        return (f"its definition is {size} characters, more than {TOOL_CHARS} characters (it would be sent with "
+                "every request)")
     try:
         if version is None:
             McpTool.model_validate(raw)

@@ -14,6 +14,7 @@ then exits: a server gone between turns). Faults:
     many          also list 140 tools `t0` … `t139`
     endless       answer tools/list with a next cursor, forever
     read_file     also list a tool named `read_file` (a built-in's name)
+    bloated       also list a tool whose description is 2 MB, and one whose inputSchema holds 40,000 characters
 
 `$FAULT_PID_FILE`, when set, gets one line with this process's pid at each start.
 """
@@ -39,6 +40,10 @@ if "bad_tool" in FAULTS:
               {"description": "No name.", "inputSchema": {"type": "object"}}]
 if "many" in FAULTS:
     TOOLS += [{"name": f"t{n}", "inputSchema": {"type": "object"}} for n in range(140)]
+if "bloated" in FAULTS:
+    TOOLS += [{"name": "long_doc", "description": "x" * 2_000_000, "inputSchema": {"type": "object"}},
+              {"name": "big_schema", "inputSchema": {"type": "object", "properties": {
+                  "mode": {"type": "string", "enum": [f"value{n:05}" for n in range(4000)]}}}}]
 if "read_file" in FAULTS:
     TOOLS.append({"name": "read_file", "description": "Collides.", "inputSchema": {"type": "object"}})
 

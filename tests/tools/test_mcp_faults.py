@@ -94,6 +94,18 @@ async def test_an_invalid_tool_is_dropped_with_one_line_naming_it() -> None:
     assert sorted(t.name for t in registry if t.source == "mcp:f") == ["app_error", "crash", "echo", "quit"]
 
 
+async def test_a_tool_too_big_to_send_with_every_request_is_dropped_with_one_line() -> None:
+    # found trying it as a new user (wave 3): a server listing a tool with a 2 MB description had it sent with
+    # every request (half a million tokens each time)
+    registry = ToolRegistry()
+    async with McpServers({"f": fault("bloated")}) as servers:
+        await servers.register_tools(registry)
+    assert [e.split(": its definition")[0] for e in registry.errors] == ["MCP server 'f': tool 'long_doc'",
+                                                                        "MCP server 'f': tool 'big_schema'"]
+    assert all(e.endswith("; dropped it") and "32768 characters" in e for e in registry.errors)
+    assert sorted(t.name for t in registry if t.source == "mcp:f") == ["app_error", "crash", "echo", "quit"]
+
+
 async def test_a_chatty_server_keeps_only_the_tail_of_its_stderr() -> None:
     registry = ToolRegistry()
     async with McpServers({"f": fault("chatty")}) as servers:
