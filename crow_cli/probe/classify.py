@@ -381,6 +381,9 @@ def _ends_with_repeat(joined: str) -> bool:
 _RULE_FINDINGS: dict[str, tuple[str, str, Level, str, str]] = {
     "think-in-content": ("think-in-content", "<think> in content", "ok", "the content opens with a <think>…</think> "
                          "block", "shows it as reasoning and sends the content back exactly as it came"),
+    "content-parts": ("content-parts", "thinking in content parts", "ok", "the content arrives as typed parts "
+                      "(thinking chunks beside text)", "shows the thinking as reasoning and sends the content back "
+                      "as the parts that came"),
     "tool-call-fields": ("tool-call-fields", "fields on tool calls", "ok", "tool calls carry keys beside id, type "
                          "and function (extra_content …)", "keeps them and sends them back on their call"),
     "choice-index-varies": ("choice-index-varies", "choice index counts up", "warn", "the one choice's index is "

@@ -81,6 +81,8 @@ QUIRKS: dict[str, set[str]] = {
     "gemini-tool-message-name-required": set(),  # its quirk is in the request crow sends back
     "strict-gateway-refuses-reasoning-details": {"reasoning-details"},
     "local-runtime-null-name-and-counting-choice-index": {"choice-index-varies", "name-null"},
+    "litellm-anthropic-thinking-blocks-round-trip": {"reasoning-details", "reasoning_content"},
+    "mistral-thinking-chunks-in-content-round-trip": {"content-parts", "type-missing"},
 }
 
 
