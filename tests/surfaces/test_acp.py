@@ -84,6 +84,8 @@ class Editor:
             answer = answer.removesuffix(" when told")
         if answer == "cancelled":
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+        if answer == "error":  # the editor fails the request
+            raise RequestError(-32603, "the permission dialog\nbroke")
         return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=answer))
 
     async def read_text_file(self, session_id: str, path: str, line: int | None = None, limit: int | None = None,
@@ -242,6 +244,20 @@ async def test_a_rejected_write_is_not_run_and_the_model_is_told(workspace):
     assert final.status == "failed" and "declined" in final.content[0].content.text
     answer = requests[1]["messages"][-1]
     assert answer["role"] == "tool" and answer["tool_call_id"] == "w1" and "declined" in answer["content"]
+
+
+async def test_a_permission_request_the_editor_fails_is_a_denial_saying_so(workspace):
+    # found trying it as a new user (wave 3): an editor that answered session/request_permission with an error
+    # (or a malformed result) had the model and the editor told "write_file raised RequestError: …", as if the
+    # tool had run and failed
+    turns = script([("w1", "write_file", {"path": "new.txt", "content": "hi\n"})], final="Understood.")
+    response, requests = await prompt_once(workspace, Editor(answers=["error"]), turns, "write it")
+    assert response.stop_reason == "end_turn"
+    assert not (workspace / "new.txt").exists()
+    answer = requests[1]["messages"][-1]
+    assert answer["tool_call_id"] == "w1"
+    assert answer["content"] == ("Error: the editor did not answer the permission request (the permission dialog "
+                                 "broke); write_file was not run")
 
 
 async def test_an_allowed_edit_carries_its_diff(workspace):

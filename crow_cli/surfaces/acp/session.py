@@ -23,6 +23,7 @@ from acp.schema import (
     StopReason,
     ToolCallUpdate,
 )
+from pydantic import ValidationError
 
 from ...errors import ToolDenied
 from ...events import (
@@ -198,9 +199,9 @@ class Session:
         answers this by itself); the read-only mode and "reject always" say no."""
         try:
             self._refuse(tool)
-        except ToolDenied:
+            return await self.approvals.escalate(call, tool, reason)
+        except ToolDenied:  # also the editor failing the question
             return False
-        return await self.approvals.escalate(call, tool, reason)
 
     async def _buffer_diff(self, call: ToolCall, tool: Tool) -> None:
         """The diff of an edit from the editor's buffer (`fs/read_text_file`), sent before it is asked about;
@@ -250,10 +251,15 @@ class Session:
             options = [PermissionOption(option_id="allow_once", name="Run outside the sandbox once",
                                         kind="allow_once"), options[2]]
         await self.flush()  # the editor knows the call before it is asked about it
-        response = await self.agent.client().request_permission(
-            session_id=self.id, options=options,
-            tool_call=ToolCallUpdate(tool_call_id=acp_id, title=title(call, args), kind=tool_kind(tool),
-                                     status="pending", content=content, raw_input=args))
+        try:
+            response = await self.agent.client().request_permission(
+                session_id=self.id, options=options,
+                tool_call=ToolCallUpdate(tool_call_id=acp_id, title=title(call, args), kind=tool_kind(tool),
+                                         status="pending", content=content, raw_input=args))
+        except (RequestError, ValidationError) as exc:  # nobody said yes: a denial, not a failure of the tool
+            why = " ".join(str(exc).split()) if isinstance(exc, RequestError) else "its answer was malformed"
+            raise ToolDenied(f"the editor did not answer the permission request ({why[:200]}); {tool.name} was not "
+                             "run") from None
         outcome = response.outcome
         choice = outcome.option_id if isinstance(outcome, AllowedOutcome) else "cancelled"
         if choice == "allow_once":
