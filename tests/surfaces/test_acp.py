@@ -260,6 +260,22 @@ async def test_a_permission_request_the_editor_fails_is_a_denial_saying_so(works
                                  "broke); write_file was not run")
 
 
+async def test_a_malformed_file_answer_from_the_editor_is_one_line_for_the_model(workspace):
+    # found trying it as a new user (wave 3): an editor answering fs/read_text_file with no `content` had the
+    # model told "read_file raised ValidationError: 1 validation error for ReadTextFileResponse …" over lines
+    class Broken(Editor):
+        async def read_text_file(self, *args: Any, **kwargs: Any) -> Any:
+            return {"text": "wrong field"}
+
+    (workspace / "a.txt").write_text("on disk\n")
+    turns = script([("r1", "read_file", {"path": "a.txt"})], final="Read.")
+    response, requests = await prompt_once(workspace, Broken(buffers={}), turns, "read it")
+    assert response.stop_reason == "end_turn"
+    answer = requests[1]["messages"][-1]
+    assert answer["tool_call_id"] == "r1"
+    assert answer["content"] == "Error: 'a.txt' could not be read through the editor: its answer was malformed"
+
+
 async def test_an_allowed_edit_carries_its_diff(workspace):
     (workspace / "f.txt").write_text("hello world\n")
     turns = script([("e1", "edit_file", {"path": "f.txt", "old_string": "world", "new_string": "crow"})],

@@ -38,7 +38,7 @@ from ...tools.workspace import resolve_in_workspace
 from ...wire.profiles import BLOCK_TEXT_FIELDS, REASONING_BLOCK_FIELDS, REASONING_FIELDS
 from ..common import short_json
 
-__all__ = ["ACP_KINDS", "arguments", "diff_of", "disk_diff", "edit_target", "line_error", "locations",
+__all__ = ["ACP_KINDS", "arguments", "diff_of", "disk_diff", "edit_target", "editor_failure", "line_error", "locations",
            "mcp_tables", "prompt_text", "reasoning_text", "screen_line", "stored_diff", "title", "tool_kind"]
 
 log = logging.getLogger("crow.acp")
@@ -268,3 +268,11 @@ def line_error(line: bytes) -> dict[str, Any] | None:
     """The JSON-RPC error answering one input line that is not passed on (None: pass it on); see `screen_line`."""
     passed, answer = screen_line(line)
     return answer if passed is None else None
+
+
+def editor_failure(exc: Exception) -> str:
+    """What a failed request to the editor (a JSON-RPC error, or an answer that is not the response
+    ACP defines: a pydantic `ValidationError`) says, on one line of at most 300 characters."""
+    if isinstance(exc, RequestError):
+        return " ".join(str(exc).split())[:300]
+    return "its answer was malformed"

@@ -15,12 +15,14 @@ from typing import Any
 from acp import RequestError
 from acp.interfaces import Client
 from acp.schema import FileSystemCapabilities
+from pydantic import ValidationError
 
 from ...errors import ToolError
 from ...tools.builtin.edits import apply_edit, check_edit, unified_diff
 from ...tools.builtin.files import MAX_RETURN_CHARS, check_line_range
 from ...tools.registry import Tool
 from ...tools.workspace import resolve_for_write, resolve_in_workspace, workspace_root
+from .convert import editor_failure
 
 __all__ = ["client_file_tools"]
 
@@ -57,8 +59,8 @@ class _Editor:
         try:
             response = await self.client.read_text_file(session_id=self.session_id, path=str(file), line=line,
                                                         limit=limit)
-        except RequestError as exc:
-            raise ToolError(f"{path!r} could not be read through the editor: {exc}") from None
+        except (RequestError, ValidationError) as exc:
+            raise ToolError(f"{path!r} could not be read through the editor: {editor_failure(exc)}") from None
         return response.content
 
     async def _write(self, path: str, content: str) -> str:
@@ -67,8 +69,8 @@ class _Editor:
             raise ToolError(f"{path!r} is a directory")
         try:
             await self.client.write_text_file(session_id=self.session_id, path=str(file), content=content)
-        except RequestError as exc:
-            raise ToolError(f"{path!r} could not be written through the editor: {exc}") from None
+        except (RequestError, ValidationError) as exc:
+            raise ToolError(f"{path!r} could not be written through the editor: {editor_failure(exc)}") from None
         return file.relative_to(workspace_root()).as_posix()
 
     async def read_file(self, path: str, start_line: int | None = None, end_line: int | None = None) -> str:

@@ -53,6 +53,7 @@ from .convert import (
     diff_of,
     disk_diff,
     edit_target,
+    editor_failure,
     locations,
     prompt_text,
     reasoning_text,
@@ -257,9 +258,8 @@ class Session:
                 tool_call=ToolCallUpdate(tool_call_id=acp_id, title=title(call, args), kind=tool_kind(tool),
                                          status="pending", content=content, raw_input=args))
         except (RequestError, ValidationError) as exc:  # nobody said yes: a denial, not a failure of the tool
-            why = " ".join(str(exc).split()) if isinstance(exc, RequestError) else "its answer was malformed"
-            raise ToolDenied(f"the editor did not answer the permission request ({why[:200]}); {tool.name} was not "
-                             "run") from None
+            raise ToolDenied(f"the editor did not answer the permission request ({editor_failure(exc)}); "
+                             f"{tool.name} was not run") from None
         outcome = response.outcome
         choice = outcome.option_id if isinstance(outcome, AllowedOutcome) else "cancelled"
         if choice == "allow_once":
