@@ -47,7 +47,7 @@ from ..events import (
 from ..history import Message, ToolCall, content_text, user_message
 from ..sessions import EXPORT_FORMATS, SessionInfo, SessionStore, export_session, write_export
 from ..text import clean_text, public_url, strip_controls
-from ..tools.approval import make_approver
+from ..tools.approval import approval_question, make_approver, parse_answer
 from ..tools.registry import Tool, ToolRegistry
 from ..wire.client import import_in_background
 from .ask import Answer, ask_approval, typed_keys
@@ -294,14 +294,8 @@ class ChatApp:
         from prompt_toolkit import PromptSession
 
         read: Callable[[], Awaitable[str]]
-        if self.pt_input is None and not sys.stdin.isatty():  # piped: one message or command per line
-            async def read() -> str:
-                raw = getattr(sys.stdin, "buffer", None)  # bytes, decoded here: a non-UTF-8 byte is U+FFFD
-                line = (await asyncio.to_thread(raw.readline)).decode("utf-8", "replace") if raw is not None \
-                    else await asyncio.to_thread(sys.stdin.readline)
-                if not line:
-                    raise EOFError
-                return str(line).rstrip("\n")
+        if self._piped():  # one message or command per line
+            read = _read_piped_line
         else:
             from prompt_toolkit.completion import WordCompleter
 
@@ -480,6 +474,10 @@ class ChatApp:
                 self.view.end_answer()
                 self.view.line(f"crow: error: {strip_controls(error)}", "bold red")
 
+    def _piped(self) -> bool:
+        """Whether input is piped (not a terminal, no test input): read line by line (`_read_piped_line`)."""
+        return self.pt_input is None and not sys.stdin.isatty()
+
     async def ask(self, call: ToolCall, tool: Tool, preview: str) -> Answer:
         """Ask the user about one call: the approval policy's ask callback (it asks one at a time).
 
@@ -490,6 +488,16 @@ class ChatApp:
         await asyncio.sleep(0)  # the turn first draws what is already queued (the lines of calls started)
         with self.view.suspended():
             self.view.call_preview(preview)
+            if self._piped():  # the answer is the next piped line (prompt-toolkit would read past crow's buffer)
+                question = approval_question(tool.name, preview)
+                while True:
+                    self.view.line(question)
+                    try:
+                        answer = parse_answer(await _read_piped_line())
+                    except EOFError:
+                        return "no"
+                    if answer is not None:
+                        return answer
             try:
                 return await ask_approval(call, tool, preview=preview, pt_input=self.pt_input,
                                           pt_output=self.pt_output)
@@ -773,6 +781,21 @@ def _history_path() -> Path:
     from ..private import private_dir, private_file
 
     return private_file(private_dir(Path(platformdirs.user_state_dir("crow", appauthor=False))) / "chat_history")
+
+
+async def _read_piped_line() -> str:
+    """The next line of piped standard input, without its line end (bytes decoded here: a non-UTF-8 byte is
+    U+FFFD). Every piped read goes through here: messages and approval answers share one buffer.
+
+    Raises:
+        EOFError: the input ended.
+    """
+    raw = getattr(sys.stdin, "buffer", None)
+    line = (await asyncio.to_thread(raw.readline)).decode("utf-8", "replace") if raw is not None \
+        else await asyncio.to_thread(sys.stdin.readline)
+    if not line:
+        raise EOFError
+    return str(line).rstrip("\n")
 
 
 def _key_bindings() -> Any:

@@ -22,7 +22,7 @@ from crow_cli.sessions import SessionStore
 from crow_cli.surfaces.chat import ChatApp, ChatOptions, help_text
 from tests.conftest import text_sse
 from tests.replay_server import ReplayServer, text_stream
-from tests.support import ChatTerminal, assert_valid, chat, tool_calls_sse, tools_folder, wait_for
+from tests.support import ChatTerminal, assert_valid, chat, crow, tool_calls_sse, tools_folder, wait_for
 
 SLOW_TOOLS = '''
 import asyncio, os, signal
@@ -621,3 +621,18 @@ async def test_a_typed_escape_sequence_that_looks_like_a_mouse_event_is_no_inter
     out, server, _app = await chat([{"sse": text_sse("Hello.")}], b"\x1b[31mhi\r/exit\r", store)
     assert [m["content"] for m in server.requests[0]["messages"] if m["role"] == "user"] == ["hi"]
     assert "Hello." in out
+
+
+def test_a_piped_chat_reads_the_answer_to_an_approval_question_from_its_input(tmp_path: Path) -> None:
+    # found trying it as a new user (wave 3): `printf 'write it\ny\nthanks\n' | crow chat`: the question read the
+    # terminal's input through prompt-toolkit while the piped lines sat in crow's own buffer: it saw end of input
+    # (no), and the "y" went to the model as the next message
+    script = [{"sse": tool_calls_sse(("w1", "write_file", {"path": "new.txt", "content": "hi\n"}))},
+              {"sse": text_sse("Written.")}, {"sse": text_sse("You're welcome.")}]
+    with ReplayServer(script) as server:
+        proc = crow("chat", "--base-url", server.base_url, "--api-key", "sk-test", "--model", "m",
+                    input="write it\ny\nthanks\n", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "new.txt").read_text() == "hi\n"
+    assert [m["content"] for m in server.requests[-1]["messages"] if m["role"] == "user"] == ["write it", "thanks"]
+    assert "Allow write_file? [y]es / [n]o / [a]lways for write_file: " in proc.stdout
