@@ -498,6 +498,20 @@ def test_acp_sessions_are_crow_sessions(workspace):
     assert [m["content"] for m in server.requests[0]["messages"]] == ["keep me", "Stored.", "and?"]
 
 
+async def test_a_write_into_git_through_the_editor_is_refused_before_anyone_is_asked(workspace):
+    # found trying it as a new user (wave 3): file tools wrote .git/hooks while the sandbox keeps .git read-only
+    # for commands; through the editor's fs the user was asked about a write that could never be allowed
+    (workspace / ".git" / "hooks").mkdir(parents=True)
+    editor = Editor(answers=[], buffers={})
+    turns = script([("w1", "write_file", {"path": ".git/hooks/pre-commit", "content": "#!/bin/sh\n"})], final="OK.")
+    response, requests = await prompt_once(workspace, editor, turns, "add a hook")
+    assert response.stop_reason == "end_turn"
+    assert editor.permissions == [] and editor.fs_calls == []
+    answer = requests[1]["messages"][-1]
+    assert answer["tool_call_id"] == "w1"
+    assert "the workspace's .git, which the sandbox keeps read-only" in answer["content"]
+
+
 async def test_file_tools_go_through_the_editor_when_it_offers_them(workspace):
     (workspace / "f.txt").write_text("on disk\n")
     path = str(workspace / "f.txt")

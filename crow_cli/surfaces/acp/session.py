@@ -45,6 +45,7 @@ from ...tools.dispatch import EscalatingApprover
 from ...tools.registry import Tool, ToolRegistry
 from ...tools.sandbox import Mode as SandboxMode
 from ...tools.sandbox import Sandbox
+from ...tools.workspace import resolve_for_write
 from ...wire.client import ChatClient
 from ..persist import SessionRecorder
 from ..runtime import assemble_driver
@@ -211,6 +212,7 @@ class Session:
         file = edit_target(tool, args, self.cwd)
         if file is None or args is None:
             return
+        resolve_for_write(file, self.context)  # what no answer can allow (the workspace's .git): its error, unasked
         try:
             old: str | None = (await self.agent.client().read_text_file(session_id=self.id, path=str(file))).content
         except Exception:  # no such buffer or file (a new file), or the editor refused: as absent
