@@ -201,10 +201,18 @@ def test_key_with_trailing_newline_is_stripped_and_odd_keys_are_refused_unechoed
 def test_bad_values_are_config_errors(tmp_path: Path, text: str, message: str) -> None:
     config = tmp_path / "c.toml"
     config.write_text(text + "\n")
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigError, match=message) as caught:
         load_settings({}, env={}, config_path=str(config), profile=None)
+    assert caught.value.exit_code == 2
+
+
+def test_a_bad_value_ends_crow_run_in_one_line_exit_2(tmp_path: Path) -> None:
+    # the table above, through the CLI once: a ConfigError is one line and exit 2, never a traceback
+    config = tmp_path / "c.toml"
+    config.write_text("max_retries = -1\n")
     proc = crow("run", "--config", str(config), "hi")
-    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "max_retries must be 0 or more" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 # found trying it as a new user
