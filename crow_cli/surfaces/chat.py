@@ -810,9 +810,11 @@ def _key_bindings() -> Any:
 
 @contextmanager
 def _no_echo(enabled: bool) -> Iterator[None]:
-    """While a turn runs, keys typed ahead are not echoed (they are read at the next prompt).
+    """While a turn runs, keys typed ahead are not echoed and are kept as typed (read at the next prompt).
 
-    An echoed `^C` or typed-ahead text would also shift the live area and leave stray lines.
+    An echoed `^C` or typed-ahead text would also shift the live area and leave stray lines. Canonical mode is
+    off too: there Ctrl-D is no key but an end of line that no later read sees, so a Ctrl-D typed during a
+    turn was lost and the chat did not quit.
     """
     if not enabled or not sys.stdin.isatty():
         yield
@@ -826,7 +828,7 @@ def _no_echo(enabled: bool) -> Iterator[None]:
         yield
         return
     quiet = list(saved)
-    quiet[3] &= ~(termios.ECHO | getattr(termios, "ECHOCTL", 0))
+    quiet[3] &= ~(termios.ECHO | getattr(termios, "ECHOCTL", 0) | termios.ICANON)
     termios.tcsetattr(fd, termios.TCSANOW, quiet)
     try:
         yield

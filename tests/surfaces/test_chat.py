@@ -22,7 +22,7 @@ from crow_cli.sessions import SessionStore
 from crow_cli.surfaces.chat import ChatApp, ChatOptions, help_text
 from tests.conftest import text_sse
 from tests.replay_server import ReplayServer, text_stream
-from tests.support import ChatTerminal, assert_valid, chat, crow, tool_calls_sse, tools_folder, wait_for
+from tests.support import ChatTerminal, assert_valid, chat, crow, script, tool_calls_sse, tools_folder, wait_for
 
 SLOW_TOOLS = '''
 import asyncio, os, signal
@@ -612,6 +612,24 @@ def test_the_prompt_shows_while_the_sdk_loads_and_the_first_turn_waits_for_it(tm
         term.send("\x04")
         assert term.wait() == 0
     assert len(server.requests) == 1
+
+
+# found in a CI dry run (wave 3): a Ctrl-D sent while a turn ended was lost and the chat waited forever. While a
+# turn runs the terminal was in canonical mode, where Ctrl-D is no key but an end-of-line the next read never sees
+def test_ctrl_d_typed_while_a_turn_runs_quits_at_the_next_prompt(tmp_path: Path) -> None:
+    started, gate = tmp_path / "started", tmp_path / "gate"
+    wait = f"touch {started}; while [ ! -f {gate} ]; do sleep 0.05; done; echo released"
+    with ReplayServer(script([("c1", "run_shell", {"command": wait})], final="Done.")) as server, ChatTerminal(
+            ["--base-url", server.base_url, "--api-key", "sk-test", "--model", "m", "--yes", "--sandbox", "off"],
+            cwd=tmp_path) as term:
+        term.expect("›")
+        term.send("go\r")
+        wait_for(started.exists)
+        term.send("\x04")  # typed ahead, while the tool runs
+        gate.touch()
+        term.expect("Done.")
+        assert term.wait() == 0
+    assert len(server.requests) == 2
 
 
 async def test_a_typed_escape_sequence_that_looks_like_a_mouse_event_is_no_internal_error(store: SessionStore) -> None:

@@ -38,6 +38,7 @@ def test_compact_and_undo_on_a_terminal(tmp_path: Path) -> None:
             assert (tmp_path / "a.txt").read_text() == "changed\n"
             term.send("/undo\r")
             term.expect("undone")
+            term.expect("›")  # the next prompt is up: a Ctrl-D sent before it can be lost
             screen = term.screen()
             term.send("\x04")  # Ctrl-D
             assert term.wait() == 0
