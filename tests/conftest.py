@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import compileall
+import fcntl
 import itertools
 import json
 import os
@@ -69,6 +70,19 @@ def _test_servers_stop_at_once() -> Iterator[None]:
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(socketserver.BaseServer, "serve_forever", serve_forever)
+        yield
+
+
+@pytest.fixture
+def one_llama_at_a_time(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The real-llama smoke tests run one at a time across xdist workers (each loads a model and keeps the
+    cores busy): an flock on a file in the folder every worker of this run shares. xdist's `loadgroup` would
+    keep them on one worker, but pytest 9 no longer reads the node id xdist 3.8 rewrites, so they ran four at
+    once."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    with open(shared / "llama.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when a killed worker's process ends
         yield
 
 

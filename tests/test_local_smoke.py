@@ -18,7 +18,7 @@ import pytest
 from crow_cli.local import LocalServer, bundled_spec, local_paths
 from tests.conftest import ROOT
 
-pytestmark = [pytest.mark.smoke, pytest.mark.xdist_group("llama")]  # one worker: never two llama servers at once
+pytestmark = [pytest.mark.smoke, pytest.mark.usefixtures("one_llama_at_a_time")]
 
 CROW = str(Path(sys.executable).with_name("crow"))
 # Read at import: the autouse fixture later swaps HOME and drops CROW_* variables for each test.

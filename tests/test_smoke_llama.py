@@ -25,7 +25,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-pytestmark = [pytest.mark.smoke, pytest.mark.xdist_group("llama")]  # one worker: never two llama servers at once
+pytestmark = [pytest.mark.smoke, pytest.mark.usefixtures("one_llama_at_a_time")]
 
 SCRIPT = ROOT / "scripts" / "llama-server.sh"
 CROW = Path(sys.executable).parent / "crow"
