@@ -252,7 +252,8 @@ class _Parts:
     __slots__ = ("items",)
 
     def __init__(self, text: str) -> None:
-        self.items: list[tuple[str, Any]] = []  # ("text", [pieces]) | ("thinking", _Block) | ("part", dict)
+        # ("text", [pieces]) | ("thinking", (_Block, sent as a string)) | ("part", dict)
+        self.items: list[tuple[str, Any]] = []
         if text:
             self.text(text)
 
@@ -268,9 +269,7 @@ class _Parts:
             self.items.append(("part", dict(part)))
             return ""
         inner = part.get("thinking")
-        text = inner if isinstance(inner, str) else "".join(
-            p["text"] for p in inner if isinstance(p, Mapping) and isinstance(p.get("text"), str)) \
-            if isinstance(inner, list) else ""
+        text = inner if isinstance(inner, str) else _texts_of(inner) if isinstance(inner, list) else ""
         if not (self.items and self.items[-1][0] == "thinking"):
             self.items.append(("thinking", (_Block(), isinstance(inner, str))))
         block: _Block = self.items[-1][1][0]
@@ -291,6 +290,11 @@ class _Parts:
             else:
                 out.append(item)
         return out
+
+
+def _texts_of(parts: list[Any]) -> str:
+    """The joined `text` of a list of text chunks (a thinking part's inside)."""
+    return "".join(p["text"] for p in parts if isinstance(p, Mapping) and isinstance(p.get("text"), str))
 
 
 class _ThinkSplit:
@@ -737,7 +741,7 @@ class StreamAccumulator:
             refusal=self._refusal.value(),
             fields=fields,
             rules=list(self._rules),
-            parts=self._parts.value() if self._parts is not None else None,
+            parts=clean_json(self._parts.value()) if self._parts is not None else None,  # halves re-paired
         )
         if turn.refusal:
             events.append(WarningEvent(f"the model refused: {turn.refusal}"))

@@ -243,3 +243,15 @@ def test_text_before_the_first_thinking_part_keeps_its_place_and_text_only_parts
     plain, _ = assemble(mistral({"type": "text", "text": "x"}), mistral({"type": "text", "text": "y"}),
                         chunk({}, "stop"))
     assert plain.to_message()["content"] == "xy" and plain.parts is None
+
+
+def test_content_parts_re_pair_a_surrogate_split_across_chunks_and_mend_a_lone_half():
+    # an emoji's two UTF-16 halves in two thinking chunks and two text parts (as the openclaw case splits
+    # text), and a lone half: the parts are stored and sent, so they must hold only real code points
+    turn, _ = assemble(mistral({"type": "thinking", "thinking": [{"type": "text", "text": "a\ud83e"}]}),
+                       mistral({"type": "thinking", "thinking": [{"type": "text", "text": "\udd85b"}]}),
+                       mistral({"type": "text", "text": "c\ud83e"}), mistral({"type": "text", "text": "\udd85\ud800"}),
+                       chunk({}, "stop"))
+    assert turn.parts == [{"type": "thinking", "thinking": [{"type": "text", "text": "a\U0001f985b"}]},
+                          {"type": "text", "text": "c\U0001f985\ufffd"}]
+    json.dumps(turn.to_message(), ensure_ascii=False).encode()  # storable as UTF-8
