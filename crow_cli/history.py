@@ -40,6 +40,7 @@ __all__ = [
     "content_text",
     "pending_tool_calls",
     "repair_history",
+    "thinking_of",
     "tool_calls_of",
     "tool_message",
     "user_message",
@@ -218,7 +219,7 @@ class AssistantTurn:
             message["content"] = self.parts
         if self.fields:
             _attach(as_json(message), self.fields)
-        elif self.reasoning:
+        elif self.reasoning and self.parts is None:  # reasoning in the parts is already there, as sent
             as_json(message)["reasoning_content"] = self.reasoning  # a turn built by hand
         return message
 
@@ -251,6 +252,17 @@ def content_text(content: str | list[ContentPart] | None) -> str:
     if isinstance(content, list):
         return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
     return content or ""
+
+
+def thinking_of(part: Any) -> str | None:
+    """The reasoning text of a content part of type `thinking` (Mistral: `{"type": "thinking", "thinking":
+    [{"type": "text", "text": …}]}`, or the text as a string), `""` when it has none; None for any other part."""
+    if not isinstance(part, dict) or part.get("type") != "thinking":
+        return None
+    inner = part.get("thinking")
+    if isinstance(inner, list):
+        return "".join(p["text"] for p in inner if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return inner if isinstance(inner, str) else ""
 
 
 def tool_calls_of(message: Message) -> list[WireToolCall]:

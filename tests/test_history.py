@@ -69,3 +69,12 @@ def test_content_text_is_the_string_or_the_text_parts() -> None:
     assert content_text("hi") == "hi" and content_text(None) == ""
     assert content_text([{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {"url": "data:x"}},
                          {"type": "text", "text": "b"}]) == "a\nb"
+
+
+# found trying it as a new user (wave 3): a Mistral turn whose thinking came as content parts went back with
+# an invented `reasoning_content` beside the parts (a field Mistral never sent; its API refuses extra inputs)
+def test_a_turn_whose_reasoning_is_in_its_content_parts_gets_no_reasoning_field() -> None:
+    parts = [{"type": "thinking", "thinking": [{"type": "text", "text": "t"}]}, {"type": "text", "text": "a"}]
+    message = as_json(AssistantTurn(content="a", reasoning="t", parts=parts).to_message())
+    assert message == {"role": "assistant", "content": parts}
+    assert as_json(AssistantTurn(content="a", reasoning="t").to_message())["reasoning_content"] == "t"

@@ -197,6 +197,12 @@ class _Block:
     def signed(self) -> bool:
         return not _empty(self.fields.get("signature"))
 
+    def clashes(self, piece: Mapping[str, Any]) -> bool:
+        """Whether `piece` brings another non-empty value for a field this block holds one of (a signature,
+        a redacted block's `data`): merged, it would be lost, so it is another block's."""
+        return any(key not in BLOCK_TEXT_FIELDS and not _empty(value) and not _empty(self.fields.get(key))
+                   and self.fields[key] != value for key, value in piece.items())
+
 
 class _Blocks:
     """The blocks of one reasoning-block field (`profiles.REASONING_BLOCK_FIELDS`), in arrival order.
@@ -224,11 +230,11 @@ class _Blocks:
         where = self.index if isinstance(self.index, (int, str)) else repr(self.index)
         kind = piece.get("type") or self.kinds.get(where)
         block = self.at.get((where, kind))
-        if block is not None and text and "index" not in piece and block.signed():
-            self.index = where = f"+{len(self.blocks)}"  # a new block: the signed one is complete
+        if block is not None and "index" not in piece and ((text and block.signed()) or block.clashes(piece)):
+            self.index = where = f"+{len(self.blocks)}"  # a new block: the signed (or whole) one is complete
             block = None
-            fired("reasoning-block-after-signature", f"{self.field}: a text piece after a signed block starts a "
-                  "new block")
+            fired("reasoning-block-after-signature", f"{self.field}: a piece without an index after its block "
+                  "was signed, or with a value its block holds already, starts a new block")
         self.kinds[where] = kind
         if block is None:
             block = self.at[(where, kind)] = _Block()
@@ -284,8 +290,9 @@ class _Parts:
             elif kind == "thinking":
                 block, as_string = item
                 merged = block.value()
-                if not as_string:  # as sent: a list of text chunks
-                    merged["thinking"] = [{"type": "text", "text": merged.get("thinking", "")}]
+                if not as_string:  # as sent: a list of text chunks (none when none came)
+                    thought = merged.get("thinking", "")
+                    merged["thinking"] = [{"type": "text", "text": thought}] if thought else []
                 out.append(merged)
             else:
                 out.append(item)

@@ -241,8 +241,9 @@ def _fold_role(messages: list[Any], role: str) -> list[Any]:
 def _blank(content: Any) -> bool:
     if isinstance(content, str):
         return not content.strip()
-    if isinstance(content, list):
-        return not "".join(p.get("text") or "" for p in content if isinstance(p, dict)).strip()
+    if isinstance(content, list):  # a part other than text (thinking, an image) is content
+        return all(isinstance(p, dict) and p.get("type") in ("text", None) and not str(p.get("text") or "").strip()
+                   for p in content)
     return content is None
 
 

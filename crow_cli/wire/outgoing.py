@@ -25,7 +25,7 @@ import operator
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, get_args
 
-from ..history import Message, WireToolCall, as_json, tool_calls_of
+from ..history import Message, WireToolCall, as_json, thinking_of, tool_calls_of
 from .profiles import REASONING_BLOCK_FIELDS, REASONING_FIELDS, field_demanded, field_refused
 
 __all__ = ["REASONING_ECHO", "Adaptation", "Outgoing", "ReasoningEcho"]
@@ -159,6 +159,11 @@ class Outgoing:
                 drop.append("name")
         calls = tool_calls_of(message)
         new_calls = self._shape_calls(calls) if self.dropped and calls else calls
+        content = message_json.get("content")
+        if role == "assistant" and isinstance(content, list) and (
+                self.echo == "never" or (self.echo == "auto" and not tools_used)) \
+                and any(thinking_of(part) is not None for part in content):
+            add["content"] = _without_thinking(content, bool(calls))
         if not drop and not add and new_calls is calls:
             return message_json
         out = {k: v for k, v in message_json.items() if k not in drop}
@@ -274,3 +279,13 @@ def _sent_fields(messages: Iterable[Mapping[str, Any]]) -> list[str]:
                         if key not in _FUNCTION_CORE:
                             seen.setdefault(key)
     return [k for k in seen if k != "role"]
+
+
+def _without_thinking(content: list[Any], tool_calls: bool) -> Any:
+    """Assistant `content` parts without their thinking parts (reasoning that is not to go back): the text
+    as a string when only text is left (None beside tool calls when there is none), else the other parts."""
+    kept = [part for part in content if thinking_of(part) is None]
+    if all(isinstance(p, dict) and p.get("type") == "text" for p in kept):
+        text = "".join(str(p.get("text") or "") for p in kept)
+        return text or (None if tool_calls else "")
+    return kept

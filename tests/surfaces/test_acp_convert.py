@@ -168,3 +168,11 @@ def test_reasoning_kept_only_as_blocks_is_replayed_as_a_thought() -> None:
     assert reasoning_text({"role": "assistant", "reasoning": "Own words.", "reasoning_details": blocks}) == "Own words."
     assert reasoning_text({"role": "assistant", "reasoning_details": "not a list"}) == ""
     assert reasoning_text({"role": "assistant", "content": "hi"}) == ""
+
+
+# found trying it as a new user (wave 3): a session of Mistral's, whose thinking is kept as content parts (no
+# reasoning field), was replayed by session/load without its thoughts
+def test_reasoning_kept_as_thinking_parts_of_the_content_is_replayed_as_a_thought() -> None:
+    content = [{"type": "thinking", "thinking": [{"type": "text", "text": "Step one."}]}, {"type": "text", "text": "A"},
+               {"type": "thinking", "thinking": "Step two."}, {"type": "thinking", "thinking": []}]
+    assert reasoning_text({"role": "assistant", "content": content}) == "Step one.\n\nStep two."

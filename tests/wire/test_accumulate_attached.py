@@ -212,6 +212,38 @@ def test_litellm_thinking_blocks_merge_into_one_signed_block_and_a_text_after_a_
     assert turn.to_message()["thinking_blocks"] == turn.fields["thinking_blocks"]
 
 
+# found trying it as a new user (wave 3): two redacted_thinking blocks in a row (LiteLLM sends each whole, no
+# index) merged into one and the second's `data` was dropped: Anthropic refuses a turn whose blocks differ
+def test_an_unindexed_piece_that_would_overwrite_a_kept_field_starts_a_new_block():
+    turn, _ = assemble(
+        thinking({"type": "redacted_thinking", "data": "R-1"}),
+        thinking({"type": "redacted_thinking", "data": "R-2"}),
+        thinking({"type": "thinking", "thinking": "t", "signature": None}),
+        thinking({"type": "thinking", "thinking": "", "signature": "S-1"}),
+        thinking({"type": "thinking", "thinking": "", "signature": "S-2"}),
+        chunk({"content": "ok"}, "stop"),
+    )
+    assert turn.fields["thinking_blocks"] == [
+        {"type": "redacted_thinking", "data": "R-1"}, {"type": "redacted_thinking", "data": "R-2"},
+        {"type": "thinking", "thinking": "t", "signature": "S-1"},
+        {"type": "thinking", "thinking": "", "signature": "S-2"},
+    ]
+    indexed, _ = assemble(  # an index says which block a piece belongs to: a repeated value there is kept first
+        chunk({"reasoning_details": [{"type": "reasoning.encrypted", "data": "E", "index": 0}]}),
+        chunk({"reasoning_details": [{"type": "reasoning.encrypted", "data": "E", "index": 0}]}),
+        chunk({"content": "ok"}, "stop"),
+    )
+    assert indexed.fields["reasoning_details"] == [{"type": "reasoning.encrypted", "data": "E", "index": 0}]
+
+
+# found trying it as a new user (wave 3): a thinking chunk with no text chunks (`"thinking": []`) went back as
+# `[{"type": "text", "text": ""}]`, not as sent
+def test_a_thinking_part_without_text_goes_back_as_it_came():
+    turn, events = assemble(mistral({"type": "thinking", "thinking": []}), chunk({"content": "ok"}, "stop"))
+    assert turn.to_message()["content"] == [{"type": "thinking", "thinking": []}, {"type": "text", "text": "ok"}]
+    assert not [e for e in events if isinstance(e, ReasoningDelta)]
+
+
 def mistral(*parts):
     return chunk({"content": list(parts)})
 

@@ -248,6 +248,22 @@ def test_a_blank_tool_result_gets_a_placeholder_and_empty_content_becomes_null()
     assert apply_rules(other, found)["messages"][3]["content"] == "ok"  # only blank results change
 
 
+# found trying it as a new user (wave 3): content sent as Mistral thinking parts (no text) beside tool calls
+# counted as blank, so a server's "content must not be null" rule (Ollama's, known by its port) replaced the
+# thinking the model must get back with ""
+def test_content_parts_other_than_text_are_not_blank() -> None:
+    thought = [{"type": "thinking", "thinking": [{"type": "text", "text": "t"}]}]
+    request = body()
+    request["messages"][1]["content"] = thought
+    request["messages"][2]["content"] = [{"type": "image_url", "image_url": {"url": "data:,"}}]
+    for value in ("", None):
+        sent = apply_rules(request, [Rule("assistant_tool_content", value=value),
+                                     Rule("tool_result_placeholder", value=NO_OUTPUT)])
+        assert sent["messages"][1]["content"] == thought and sent["messages"][2] == request["messages"][2]
+    request["messages"][1]["content"] = [{"type": "text", "text": " "}]
+    assert apply_rules(request, [Rule("assistant_tool_content", value="")])["messages"][1]["content"] == ""
+
+
 def test_json_nulls_of_the_error_object_are_not_read_as_the_message() -> None:
     # "param": null must not read as "content null": the refusal names nothing in the messages
     assert change_for(400, json.dumps({"error": {"message": "Something about messages", "param": None}}), body()) \

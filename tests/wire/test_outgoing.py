@@ -173,3 +173,26 @@ def test_an_exchange_that_turns_to_tools_is_shaped_again_from_its_start():
         out.messages(history)
         history += appended
         assert out.messages(history) == Outgoing("auto", known=policy).messages(history)
+
+
+# found trying it as a new user (wave 3): with reasoning_echo "never" (and "auto" for an exchange without
+# tools) a Mistral message's thinking parts still went back inside its content
+def test_thinking_parts_of_the_content_follow_reasoning_echo_as_reasoning_fields_do():
+    thought = {"type": "thinking", "thinking": [{"type": "text", "text": "t"}]}
+    history = [
+        user_message("rate?"),
+        {"role": "assistant", "content": [thought], "tool_calls": [CALL]},
+        tool_message("c1", "160"),
+        {"role": "assistant", "content": [thought, {"type": "text", "text": "160 yen."}]},
+        user_message("hello"),
+        {"role": "assistant", "content": [{"type": "text", "text": "h"}, thought, {"type": "text", "text": "i"}]},
+        user_message("bye"),
+    ]
+    never = Outgoing("never").messages(history)
+    assert never[1]["content"] is None and never[3]["content"] == "160 yen." and never[5]["content"] == "hi"
+    auto = Outgoing("auto").messages(history)
+    assert auto[:5] == history[:5] and auto[5] == {"role": "assistant", "content": "hi"}
+    image = {"type": "image_url", "image_url": {"url": "data:,"}}
+    kept = Outgoing("never").messages([user_message("x"), {"role": "assistant", "content": [thought, image]}])
+    assert kept[1]["content"] == [image]  # a part other than text stays a part
+    assert history[1]["content"] == [thought]  # the history is never changed

@@ -30,7 +30,7 @@ from acp.schema import (
 )
 
 from ...errors import ToolError
-from ...history import AssistantMessage, ToolCall, as_json
+from ...history import AssistantMessage, ToolCall, as_json, thinking_of
 from ...text import clean_text, has_surrogates, strip_controls
 from ...tools.builtin.edits import MAX_EDIT_BYTES, apply_edit, check_edit
 from ...tools.registry import Tool
@@ -183,13 +183,17 @@ def _uri_text(uri: str) -> str:
 
 def reasoning_text(assistant: AssistantMessage) -> str:
     """The reasoning of a stored assistant message, to show as a thought: its reasoning text field, or else
-    the text and summaries of its reasoning blocks (a gateway may send only those), "" when it has none."""
+    the text and summaries of its reasoning blocks (a gateway may send only those), or else the thinking parts
+    of its content (Mistral), "" when it has none."""
     message = as_json(assistant)  # reasoning is kept under the server's own field names
     for name in REASONING_FIELDS:
         if isinstance(message.get(name), str) and message[name]:
             return str(message[name])
     blocks = next((v for v in map(message.get, REASONING_BLOCK_FIELDS) if isinstance(v, list)), [])
-    texts = (block.get(name) for block in blocks if isinstance(block, dict) for name in BLOCK_TEXT_FIELDS)
+    texts: list[Any] = [block.get(name) for block in blocks if isinstance(block, dict) for name in BLOCK_TEXT_FIELDS]
+    content = message.get("content")
+    if not texts and isinstance(content, list):
+        texts = [thinking_of(part) for part in content]
     return "\n\n".join(text for text in texts if isinstance(text, str) and text)
 
 
