@@ -257,11 +257,11 @@ def content_text(content: str | list[ContentPart] | None) -> str:
 def thinking_of(part: Any) -> str | None:
     """The reasoning text of a content part of type `thinking` (Mistral: `{"type": "thinking", "thinking":
     [{"type": "text", "text": …}]}`, or the text as a string), `""` when it has none; None for any other part."""
-    if not isinstance(part, dict) or part.get("type") != "thinking":
+    if not isinstance(part, Mapping) or part.get("type") != "thinking":
         return None
     inner = part.get("thinking")
     if isinstance(inner, list):
-        return "".join(p["text"] for p in inner if isinstance(p, dict) and isinstance(p.get("text"), str))
+        return "".join(p["text"] for p in inner if isinstance(p, Mapping) and isinstance(p.get("text"), str))
     return inner if isinstance(inner, str) else ""
 
 

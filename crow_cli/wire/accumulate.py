@@ -52,7 +52,7 @@ from typing import Any
 
 from ..errors import ServerError
 from ..events import Event, Notice, ReasoningDelta, TextDelta, ToolCallDelta, ToolCallStarted, WarningEvent
-from ..history import AssistantTurn, ToolCall
+from ..history import AssistantTurn, ToolCall, thinking_of
 from ..text import clean_json, clean_text, has_surrogates
 from .profiles import BLOCK_TEXT_FIELDS, REASONING_BLOCK_FIELDS, REASONING_FIELDS
 from .repair import repair_arguments
@@ -157,6 +157,7 @@ _CALL_KEYS = frozenset(("index", "id", "type", "function"))
 _FN_KEYS = frozenset(("name", "arguments"))
 _DELTA_KEYS = frozenset(("role", "content", "tool_calls", "refusal", "function_call"))
 """Delta keys the fast path reads; any other key (reasoning, blocks, extensions) takes `_delta_extras`."""
+_BLOCK_FIELDS = frozenset(REASONING_BLOCK_FIELDS)
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 
 
@@ -275,7 +276,7 @@ class _Parts:
             self.items.append(("part", dict(part)))
             return ""
         inner = part.get("thinking")
-        text = inner if isinstance(inner, str) else _texts_of(inner) if isinstance(inner, list) else ""
+        text = thinking_of(part) or ""
         if not (self.items and self.items[-1][0] == "thinking"):
             self.items.append(("thinking", (_Block(), isinstance(inner, str))))
         block: _Block = self.items[-1][1][0]
@@ -297,11 +298,6 @@ class _Parts:
             else:
                 out.append(item)
         return out
-
-
-def _texts_of(parts: list[Any]) -> str:
-    """The joined `text` of a list of text chunks (a thinking part's inside)."""
-    return "".join(p["text"] for p in parts if isinstance(p, Mapping) and isinstance(p.get("text"), str))
 
 
 class _ThinkSplit:
@@ -388,6 +384,7 @@ class StreamAccumulator:
         self._fields: dict[str, _TextBuffer] = {}  # reasoning text per field name, as sent
         self._blocks: dict[str, _Blocks] = {}  # per reasoning-block field, in arrival order
         self._extra: dict[str, Any] = {}
+        self._nested: dict[str, dict[str, Any]] = {}  # an extra that holds reasoning blocks: merged per key
         self._refusal = _TextBuffer()
         self._parts: _Parts | None = None  # content sent as typed parts beside text (Mistral thinking)
         self._finish_reason: str | None = None
@@ -551,10 +548,35 @@ class StreamAccumulator:
                         if text and not shown and (text := self._reasoning.add(text)):
                             events.append(ReasoningDelta(text))
                 shown = shown or bool(pieces)
+            elif isinstance(value, Mapping) and (key in self._nested or not _BLOCK_FIELDS.isdisjoint(value)):
+                self._nested_extra(key, value, events)
             elif not _empty(value) and _empty(self._extra.get(key)):
                 self._extra[key] = value
                 self._fired(f"message-field:{key}", events, f"the server attached {key!r} to the assistant "
                             "message: kept and sent back with it")
+
+    def _nested_extra(self, key: str, value: Mapping[str, Any], events: list[Event]) -> None:
+        """A delta key holding reasoning blocks of its own (LiteLLM repeats each piece in
+        `provider_specific_fields.thinking_blocks`): its blocks are merged as the top-level ones are, its
+        other keys keep their first non-empty value; kept whole, only the first piece went back."""
+        nested = self._nested.get(key)
+        if nested is None:
+            first = self._extra.get(key)
+            nested = self._nested[key] = dict(first) if isinstance(first, Mapping) else {}
+            self._extra[key] = None  # its place among the fields; the value is `nested`'s, at the end
+            self._fired(f"message-field:{key}", events, f"the server attached {key!r}, holding reasoning blocks, "
+                        "to the assistant message: its blocks merged, kept and sent back with it")
+        for sub, inner in value.items():
+            if sub in _BLOCK_FIELDS:
+                blocks = nested.get(sub)
+                if not isinstance(blocks, _Blocks):
+                    blocks = nested[sub] = _Blocks(f"{key}.{sub}")
+                pieces = [inner] if isinstance(inner, Mapping) else inner if isinstance(inner, list) else ()
+                for piece in pieces:
+                    if isinstance(piece, Mapping):
+                        blocks.add(piece, lambda rule, why: self._fired(rule, events, why))
+            elif not _empty(inner) and _empty(nested.get(sub)):
+                nested[sub] = inner
 
     def _tool_delta(self, tc: Mapping[str, Any], position: int, count: int, events: list[Event]) -> None:
         fn = tc.get("function") or {}
@@ -738,6 +760,9 @@ class StreamAccumulator:
         for name, blocks in self._blocks.items():
             fields[name] = [clean_json(block.value()) for block in blocks.blocks]
         for key, value in self._extra.items():
+            if key in self._nested:
+                value = {sub: [b.value() for b in v.blocks] if isinstance(v, _Blocks) else v
+                         for sub, v in self._nested[key].items()}
             fields.setdefault(key, clean_json(value))
         turn = AssistantTurn(
             content=self._text.value(),

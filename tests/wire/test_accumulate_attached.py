@@ -236,6 +236,28 @@ def test_an_unindexed_piece_that_would_overwrite_a_kept_field_starts_a_new_block
     assert indexed.fields["reasoning_details"] == [{"type": "reasoning.encrypted", "data": "E", "index": 0}]
 
 
+# found trying it as a new user (wave 3): LiteLLM repeats each thinking piece in
+# `provider_specific_fields.thinking_blocks`; kept as "first non-empty value", the first piece (text cut, no
+# signature) went back on every later request beside the merged blocks
+def test_blocks_inside_another_attached_field_are_merged_as_the_top_level_ones():
+    def litellm(piece, reasoning=None):
+        return chunk({**({"reasoning_content": reasoning} if reasoning else {}), "thinking_blocks": [piece],
+                      "provider_specific_fields": {"thinking_blocks": [piece], "citations": None}})
+    turn, events = assemble(
+        litellm({"type": "thinking", "thinking": "Need", "signature": None}, "Need"),
+        litellm({"type": "thinking", "thinking": " it.", "signature": None}, " it."),
+        litellm({"type": "thinking", "thinking": "", "signature": SIG}),
+        chunk({"provider_specific_fields": {"citations": ["c"]}}),
+        chunk({"content": "ok"}, "stop"),
+    )
+    block = {"type": "thinking", "thinking": "Need it.", "signature": SIG}
+    assert turn.fields["thinking_blocks"] == [block]
+    assert turn.fields["provider_specific_fields"] == {"thinking_blocks": [block], "citations": ["c"]}
+    assert "".join(e.text for e in events if isinstance(e, ReasoningDelta)) == "Need it."  # shown once
+    other, _ = assemble(chunk({"x_vendor": {"a": 1}}), chunk({"x_vendor": {"a": 2}}), chunk({"content": "ok"}, "stop"))
+    assert other.fields["x_vendor"] == {"a": 1}  # any other attached object: its first value, as before
+
+
 # found trying it as a new user (wave 3): a thinking chunk with no text chunks (`"thinking": []`) went back as
 # `[{"type": "text", "text": ""}]`, not as sent
 def test_a_thinking_part_without_text_goes_back_as_it_came():
