@@ -14,7 +14,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..history import Message, tool_calls_of
+from ..history import Message, as_json, thinking_of, tool_calls_of
+from ..wire.profiles import BLOCK_TEXT_FIELDS, REASONING_BLOCK_FIELDS, REASONING_FIELDS
 
 __all__ = ["CHARS_PER_TOKEN", "DISCOVER_FROM_TOKENS", "Budget", "estimate_tokens"]
 
@@ -33,8 +34,9 @@ window crow is used with but the smallest, whose `ContextOverflow` refusal teach
 def estimate_tokens(messages: list[Message]) -> int:
     """A rough token count of `messages`: characters / 4 plus a few tokens per message.
 
-    Counts the text of contents (strings or text parts), tool-call names and arguments; an image
-    part counts 1000. Linear in the size of the messages.
+    Counts the text of contents (strings, text and thinking parts), the reasoning kept on assistant
+    messages (reasoning text fields, the text of reasoning blocks), tool-call names and arguments; an
+    image part counts 1000. Linear in the size of the messages.
     """
     tokens, chars = _size(messages)
     return tokens + chars // CHARS_PER_TOKEN
@@ -54,10 +56,24 @@ def _size(messages: list[Message]) -> tuple[int, int]:
                 if isinstance(part, dict) and part.get("type") == "image_url":
                     tokens += _IMAGE_TOKENS
                 elif isinstance(part, dict):  # text, or a thinking chunk (Mistral) whose text is nested
-                    chars += len(str(part.get("text") or part.get("thinking") or ""))
+                    chars += len(str(part.get("text") or thinking_of(part) or ""))
+        if message["role"] == "assistant":
+            chars += _reasoning_chars(as_json(message))
         for call in tool_calls_of(message):
             chars += len(call["function"]["name"]) + len(call["function"]["arguments"]) + 10
     return tokens, chars
+
+
+def _reasoning_chars(message: dict[str, Any]) -> int:
+    """Characters of the reasoning kept on an assistant message (text fields, the text of its blocks),
+    which goes back with it when the client sends it."""
+    chars = sum(len(text) for name in REASONING_FIELDS if isinstance(text := message.get(name), str))
+    for name in REASONING_BLOCK_FIELDS:
+        blocks = message.get(name)
+        if isinstance(blocks, list):
+            chars += sum(len(text) for block in blocks if isinstance(block, dict)
+                         for key in BLOCK_TEXT_FIELDS if isinstance(text := block.get(key), str))
+    return chars
 
 
 @dataclass

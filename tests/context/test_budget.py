@@ -62,3 +62,18 @@ async def test_the_window_is_asked_for_only_once_the_prompt_is_big_enough() -> N
     big = [*small, tool_message("c", "x" * 4 * DISCOVER_FROM_TOKENS)]
     assert await budget.window_for(big) == 8192 and await budget.window_for(big) == 8192
     assert asked == [True]
+
+
+# found trying it as a new user (wave 3): the reasoning that goes back with each assistant message (a thinking
+# model's reasoning_content, LiteLLM's thinking_blocks, Mistral's thinking parts) was not counted, so a history of
+# long thinking filled the window with the estimate far below it, and compaction came only after a refusal
+def test_reasoning_that_goes_back_with_a_message_counts_toward_its_size() -> None:
+    thought = "x" * 4000
+    plain = estimate_tokens([assistant_message("ok")])
+    for extra in ({"reasoning_content": thought}, {"reasoning": thought},
+                  {"thinking_blocks": [{"type": "thinking", "thinking": thought, "signature": "S"}]},
+                  {"reasoning_details": [{"type": "reasoning.summary", "summary": thought, "index": 0}]},
+                  {"content": [{"type": "thinking", "thinking": [{"type": "text", "text": thought}]},
+                               {"type": "text", "text": "ok"}]}):
+        message = {**assistant_message("ok"), **extra}
+        assert 1000 <= estimate_tokens([message]) - plain <= 1010, extra  # type: ignore[list-item]
