@@ -13,7 +13,8 @@ Kinds, each from what real servers answer (sources beside each pattern and in te
 - request parameters: dropped (`drop_param`), set to the value the server names (`set_param`), renamed
   to the one it names instead (`rename_param`); several named at once are all changed at once;
 - message shapes: `content` of assistant messages with tool calls null ↔ `""`
-  (`assistant_tool_content`), a blank tool result given a placeholder (`tool_result_placeholder`).
+  (`assistant_tool_content`), a blank tool result given a placeholder (`tool_result_placeholder`), thinking
+  parts of assistant content refused: the content sent as its text (`assistant_content_text`).
 Rules of a provider known in advance (its host or model family) are `known_rules`, from the data in
 `wire.profiles.KNOWN_REQUEST_RULES`.
 """
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..history import thinking_of
 from . import schema as schemas
 
 __all__ = ["NO_OUTPUT", "Change", "Rule", "apply_rules", "change_for", "known_rules", "rules_from_json",
@@ -39,7 +41,7 @@ NO_OUTPUT = "(no output)"
 
 _OPS = ("drop_param", "set_param", "rename_param", "drop_schema_keyword", "inline_schema_refs",
         "schema_type_into_branches", "schema_empty_object", "assistant_tool_content", "tool_result_placeholder",
-        "fold_role", "rename_tools")
+        "fold_role", "rename_tools", "assistant_content_text")
 _KEEP_KEYWORDS = frozenset({"type", "properties"})
 """Keywords never dropped on a server's word: without them the schema says nothing."""
 
@@ -83,6 +85,8 @@ class Rule:
                 return f"sent {self.target} messages as part of the first user message"
             case "rename_tools":
                 return f"renamed tools whose names do not match {self.value} (mapped back when called)"
+            case "assistant_content_text":
+                return "sent the content of assistant messages as text, without its thinking parts"
         return self.op
 
 
@@ -127,7 +131,8 @@ def apply_rules(body: dict[str, Any], rules: Iterable[Rule]) -> dict[str, Any]:
         elif op in ("drop_schema_keyword", "inline_schema_refs", "schema_type_into_branches",
                     "schema_empty_object") and isinstance(out.get("tools"), list):
             out["tools"] = _map_schemas(out["tools"], rule)
-        elif op in ("assistant_tool_content", "tool_result_placeholder") and isinstance(out.get("messages"), list):
+        elif op in ("assistant_tool_content", "tool_result_placeholder", "assistant_content_text") \
+                and isinstance(out.get("messages"), list):
             out["messages"] = [_message(m, rule) for m in out["messages"]]
         elif op == "fold_role" and isinstance(out.get("messages"), list):
             out["messages"] = _fold_role(out["messages"], rule.target)
@@ -247,10 +252,18 @@ def _blank(content: Any) -> bool:
     return content is None
 
 
+def _has_thinking(content: Any) -> bool:
+    return isinstance(content, list) and any(thinking_of(part) is not None for part in content)
+
+
 def _message(message: Any, rule: Rule) -> Any:
     if not isinstance(message, dict):
         return message
-    if rule.op == "assistant_tool_content":
+    if rule.op == "assistant_content_text":
+        if message.get("role") == "assistant" and _has_thinking(message.get("content")):
+            text = _text_of([p for p in message["content"] if thinking_of(p) is None])
+            return {**message, "content": text or (None if message.get("tool_calls") else "")}
+    elif rule.op == "assistant_tool_content":
         if message.get("role") == "assistant" and message.get("tool_calls") and _blank(message.get("content")) \
                 and message.get("content", None) != rule.value:
             return {**message, "content": rule.value}
@@ -475,6 +488,10 @@ def _schema_keywords(text: str, used: set[str]) -> list[str]:
 _MESSAGE_CONTEXT = re.compile(r"\bcontent\b|messages?\b|\btool\b", re.IGNORECASE)
 _WANTS_STRING = re.compile(r"<nil>|got null|\bnull\b|\bNone\b|must be a string|expected a string|"
                            r"invalid type: null|content type", re.IGNORECASE)
+# assistant content with Mistral thinking parts, on a server that takes text parts only (a session carried
+# to another server): vLLM/pydantic "Input should be 'text' or 'refusal'", OpenAI "Invalid value: 'thinking'.
+# Supported values are: 'text' and 'refusal'."; the parts are sent as their text from then on.
+_TEXT_PARTS_ONLY = re.compile(r"should be 'text'|supported values are: 'text'|valid string", re.IGNORECASE)
 _WANTS_TEXT = re.compile(r"non-?empty|not be empty|cannot be empty|is empty|empty (string|text|content)|blank|"
                          r"too short|at least 1 character|must have (some )?(content|text)", re.IGNORECASE)
 
@@ -503,6 +520,9 @@ def _message_change(text: str, body: dict[str, Any]) -> Change | None:
         return None
     tool_turns = [m for m in msgs if m.get("role") == "assistant" and m.get("tool_calls")]
     why = _short(text)
+    if (_names(text, "thinking") or _WANTS_STRING.search(text) or _TEXT_PARTS_ONLY.search(text)) \
+            and any(m.get("role") == "assistant" and _has_thinking(m.get("content")) for m in msgs):
+        return Change((Rule("assistant_content_text"),), why)
     if _WANTS_STRING.search(text) and any(m.get("content") is None for m in tool_turns):
         return Change((Rule("assistant_tool_content", value=""),), why)
     if _WANTS_TEXT.search(text):

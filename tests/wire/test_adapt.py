@@ -264,6 +264,33 @@ def test_content_parts_other_than_text_are_not_blank() -> None:
     assert apply_rules(request, [Rule("assistant_tool_content", value="")])["messages"][1]["content"] == ""
 
 
+VLLM_PARTS = ("[{'type': 'literal_error', 'loc': ('body', 'messages', 1, 'assistant', 'content', 'list[union["
+              "ChatCompletionContentPartTextParam,ChatCompletionContentPartRefusalParam]]', 0, 'type'), 'msg': "
+              "\"Input should be 'text' or 'refusal'\", 'input': 'thinking'}]")
+OPENAI_PARTS = err("Invalid value: 'thinking'. Supported values are: 'text' and 'refusal'.",
+                   param="messages[1].content[0].type", code="invalid_value")
+
+
+# found trying it as a new user (wave 3): a session whose assistant content kept Mistral's thinking parts,
+# continued on a server that takes text parts only (`crow run -c --base-url …`), was refused on every request
+# and nothing adapted: the session could not go on
+@pytest.mark.parametrize("text", [err(VLLM_PARTS), OPENAI_PARTS,
+                                  err("messages[1].content: assistant content must be a string")])
+def test_refused_thinking_parts_go_as_the_text_of_the_content(text: str) -> None:
+    thought = {"type": "thinking", "thinking": [{"type": "text", "text": "t"}]}
+    request = body()
+    request["messages"][1]["content"] = [thought]
+    request["messages"].append({"role": "assistant", "content": [thought, {"type": "text", "text": "done"}]})
+    found = rules(400, text, request)
+    assert found == [Rule("assistant_content_text")]
+    sent = apply_rules(request, found)
+    assert sent["messages"][1]["content"] is None and sent["messages"][3]["content"] == "done"
+    assert request["messages"][3]["content"][0] == thought  # the history is never changed
+    assert rules_from_json([r.to_json() for r in found]) == found  # remembered
+    again = change_for(400, text, apply_rules(request, found))  # a string wanted: then "" for the null beside calls
+    assert again is None or again.rules == (Rule("assistant_tool_content", value=""),)
+
+
 def test_json_nulls_of_the_error_object_are_not_read_as_the_message() -> None:
     # "param": null must not read as "content null": the refusal names nothing in the messages
     assert change_for(400, json.dumps({"error": {"message": "Something about messages", "param": None}}), body()) \
