@@ -33,6 +33,7 @@ __all__ = ["REASONING_ECHO", "Adaptation", "Outgoing", "ReasoningEcho"]
 _CORE = frozenset(("role", "content", "tool_calls", "tool_call_id"))
 """Message keys never dropped: without them there is no message."""
 _CALL_CORE = frozenset(("id", "type", "function"))
+_BLOCKS = frozenset(REASONING_BLOCK_FIELDS)
 _FUNCTION_CORE = frozenset(("name", "arguments"))
 
 ReasoningEcho = Literal["auto", "always", "never"]
@@ -145,6 +146,12 @@ class Outgoing:
         if role == "assistant":
             if self.echo == "never" or (self.echo == "auto" and not tools_used):
                 drop += [k for k in self.reasoning if k in message]
+                for key, value in message_json.items():  # blocks held in another field (LiteLLM's
+                    if isinstance(value, dict) and not _BLOCKS.isdisjoint(value):  # provider_specific_fields)
+                        if rest := {k: v for k, v in value.items() if k not in _BLOCKS}:
+                            add[key] = rest
+                        else:
+                            drop.append(key)
             if self.echo != "never":
                 for key in self.required:
                     if key not in message or key in drop:

@@ -196,3 +196,18 @@ def test_thinking_parts_of_the_content_follow_reasoning_echo_as_reasoning_fields
     kept = Outgoing("never").messages([user_message("x"), {"role": "assistant", "content": [thought, image]}])
     assert kept[1]["content"] == [image]  # a part other than text stays a part
     assert history[1]["content"] == [thought]  # the history is never changed
+
+
+# found trying it as a new user (wave 3): LiteLLM repeats its thinking blocks inside provider_specific_fields;
+# with reasoning_echo "never" (and "auto" for an exchange without tools) those still went back
+def test_reasoning_blocks_inside_another_attached_field_follow_reasoning_echo():
+    block = {"type": "thinking", "thinking": "t", "signature": "S"}
+    history = [user_message("hello"),
+               {"role": "assistant", "content": "hi", "thinking_blocks": [block],
+                "provider_specific_fields": {"thinking_blocks": [block], "citations": ["c"]}},
+               user_message("bye")]
+    for sent in (Outgoing("never").messages(history), Outgoing("auto").messages(history)):
+        assert sent[1] == {"role": "assistant", "content": "hi", "provider_specific_fields": {"citations": ["c"]}}
+    assert Outgoing("always").messages(history) == history
+    only = [user_message("x"), {"role": "assistant", "content": "hi", "x": {"reasoning_details": [block]}}]
+    assert Outgoing("never").messages(only)[1] == {"role": "assistant", "content": "hi"}
