@@ -511,7 +511,7 @@ class StreamAccumulator:
                     self._parts.text(text)
                 continue
             if self._parts is None:
-                self._parts = _Parts(self._text.value() or "")
+                self._parts = _Parts((self._text.value() or "") + "".join(texts))  # text so far, this delta's too
                 self._fired("content-parts", events, f"the content arrives in typed parts ({kind!r}): kept as "
                             "parts, in order, and sent back so")
             if (thought := self._parts.add(part)) and (shown := self._reasoning.add(thought)):

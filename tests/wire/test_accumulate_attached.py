@@ -258,6 +258,18 @@ def test_blocks_inside_another_attached_field_are_merged_as_the_top_level_ones()
     assert other.fields["x_vendor"] == {"a": 1}  # any other attached object: its first value, as before
 
 
+# found trying it as a new user (wave 3): a text part before the first thinking part of the same delta was
+# shown and kept in the text, but missing from the parts that go back
+def test_a_text_part_before_the_first_thinking_part_of_its_delta_keeps_its_place():
+    turn, _ = assemble(mistral({"type": "text", "text": "A"}, {"type": "thinking", "thinking": [{"type": "text",
+                                                                                                 "text": "T"}]}),
+                       chunk({"content": "B"}, "stop"))
+    assert turn.content == "AB"
+    assert turn.to_message()["content"] == [{"type": "text", "text": "A"},
+                                            {"type": "thinking", "thinking": [{"type": "text", "text": "T"}]},
+                                            {"type": "text", "text": "B"}]
+
+
 # found trying it as a new user (wave 3): a thinking chunk with no text chunks (`"thinking": []`) went back as
 # `[{"type": "text", "text": ""}]`, not as sent
 def test_a_thinking_part_without_text_goes_back_as_it_came():
