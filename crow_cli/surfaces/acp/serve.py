@@ -106,8 +106,11 @@ async def serve_streams(settings: Settings, options: AcpOptions, stdin: asyncio.
                 objects.cancel()
                 if not starting.done():
                     starting.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.wait([starting])
+                # a cancellation left pending on this task (the SDK's task group, as the connection ends) ended
+                # one wait early and `starting.exception()` then raised InvalidStateError: wait until it is done
+                while not starting.done():
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.wait([starting])
                 await agent.close()
         if not starting.cancelled() and (failure := starting.exception()) is not None:
             raise failure
