@@ -27,20 +27,22 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 from ..errors import ConfigError, ToolError
 from .mcp_transport import StderrTail, TransportWatch
 from .names import wire_name
 from .registry import Tool, ToolRegistry
 
-__all__ = ["McpServerConfig", "McpServers", "parse_mcp_servers"]
+__all__ = ["McpServerConfig", "McpServers", "cancellable", "parse_mcp_servers"]
 
 _STOP_TIMEOUT_S = 10.0
 _PAGE_LIMIT = 100
+_RECANCEL_S = 0.05
+_T = TypeVar("_T")
 """tools/list pages read per server at most (a server whose cursor never ends cannot hang the start)."""
 OPENAI_TOOL_LIMIT = 128
 TOOL_CHARS = 32_768
@@ -193,6 +195,30 @@ class _Connection:
     async def close(self, *, graceful: bool = True) -> None:
         # a server that never became ready (start interrupted by Ctrl-C) gets no clean stop: it would not answer
         await self._finish_task(graceful=graceful and self.client is not None)
+
+
+async def cancellable(request: Coroutine[Any, Any, _T]) -> _T:
+    """Await one request of the MCP client so that a cancellation of the caller ends it.
+
+    The request runs in a task of its own. The client (mcp 2.x on anyio) can absorb a cancellation that
+    arrives while one of its cancel scopes unwinds and then wait on for an answer that never comes (seen:
+    `crow acp` ended while a server that never answers tools/list started; 1 connection in 60 hung). So a
+    cancellation of the caller is passed on again every 0.05 s until the request's task has ended, and is
+    then raised.
+
+    Raises:
+        asyncio.CancelledError: the caller was cancelled (once the request has ended).
+        Exception: whatever the request raises.
+    """
+    task = asyncio.ensure_future(request)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        while not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):  # a second cancellation adds nothing to the first
+                await asyncio.wait([task], timeout=_RECANCEL_S)
+        raise
 
 
 def _describe(exc: BaseException) -> str:
@@ -386,7 +412,7 @@ class McpServers:
             cursor = None
             async with asyncio.timeout(limit):
                 for _ in range(_PAGE_LIMIT):
-                    page = await client.list_tools(cursor=cursor)
+                    page = await cancellable(client.list_tools(cursor=cursor))
                     tools.extend(page.tools)
                     cursor = page.next_cursor
                     if not cursor:
@@ -420,7 +446,7 @@ class McpServers:
         async def call(**arguments: Any) -> str:
             try:
                 client = await conn.ensure_started()
-                result = await client.call_tool(remote_name, arguments)
+                result = await cancellable(client.call_tool(remote_name, arguments))
             except ToolError:
                 raise
             except Exception as exc:

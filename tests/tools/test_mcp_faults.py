@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from crow_cli.errors import ToolError
-from crow_cli.tools.mcp import McpServers
+from crow_cli.tools.mcp import McpServers, cancellable
 from crow_cli.tools.mcp_transport import TAIL_BYTES
 from crow_cli.tools.registry import ToolRegistry
 from tests.support import crow
@@ -138,3 +138,40 @@ def test_a_server_writing_non_json_to_stdout_gets_one_line_not_a_traceback(tmp_p
     # issue: a new user with several MCP servers could not tell which one wrote the bad line: the warning names it
     assert len(lines) == 1 and lines[0].startswith(
         "crow: warning: MCP server 'noisy': Failed to parse JSONRPC message"), lines
+
+
+
+async def _absorbs_one_cancellation(waiting: asyncio.Event) -> str:
+    """What the mcp client did once in 60 `crow acp` connections ended during start-up: a cancellation that
+    arrived as one of its cancel scopes unwound was absorbed, and it waited on for an answer."""
+    try:
+        waiting.set()
+        await asyncio.Event().wait()
+    except asyncio.CancelledError:
+        pass
+    await asyncio.Event().wait()  # the server never answers
+    return "listed"
+
+
+# issue: test_initialize_is_answered_while_the_configured_mcp_servers_start hung 1 run in 60 (CI dry run and a
+# stress run): the start task's tools/list absorbed the cancellation that ended the connection
+async def test_a_request_that_absorbs_a_cancellation_still_ends_when_its_caller_is_cancelled() -> None:
+    waiting = asyncio.Event()
+    caller = asyncio.create_task(cancellable(_absorbs_one_cancellation(waiting)))
+    await waiting.wait()
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        async with asyncio.timeout(60):  # bounds the hang this was (a TimeoutError then)
+            await caller
+
+
+async def test_a_request_that_ends_gives_its_result_or_its_error() -> None:
+    async def lists() -> str:
+        return "listed"
+
+    async def fails() -> None:
+        raise ValueError("bad")
+
+    assert await cancellable(lists()) == "listed"
+    with pytest.raises(ValueError, match="bad"):
+        await cancellable(fails())

@@ -104,13 +104,13 @@ async def serve_streams(settings: Settings, options: AcpOptions, stdin: asyncio.
                 lost = output.failure()
             finally:
                 objects.cancel()
-                if not starting.done():
-                    starting.cancel()
-                # a cancellation left pending on this task (the SDK's task group, as the connection ends) ended
-                # one wait early and `starting.exception()` then raised InvalidStateError: wait until it is done
+                # until the start task is done (its outcome is read below): a cancellation left pending on this
+                # task (the SDK's task group, as the connection ends) must not end the wait early, and one the
+                # start absorbed is made again (as `mcp.cancellable` does)
                 while not starting.done():
+                    starting.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
-                        await asyncio.wait([starting])
+                        await asyncio.wait([starting], timeout=0.05)
                 await agent.close()
         if not starting.cancelled() and (failure := starting.exception()) is not None:
             raise failure
