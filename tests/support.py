@@ -194,22 +194,33 @@ def run_crow(script: list[dict[str, Any]], *args: str, cwd: Path, config: Path |
 
 
 async def run_here(script: list[dict[str, Any]], prompt: str = "hi", *, cwd: Path, config: Path | None = None,
-                   base_url: str | None = None, model: str = "test-model", **options: Any) -> Ran:
+                   base_url: str | None = None, model: str = "test-model", flags: dict[str, Any] | None = None,
+                   **options: Any) -> Ran:
     """What `run_crow(script, …, PROMPT, cwd=cwd, config=config)` does, in this process: `run_prompt` (what
     `crow run` runs) with the settings `crow run --base-url URL --api-key sk-test --model MODEL --config
     CONFIG` resolves (URL: the replay server's, unless `base_url`), stdout and stderr captured.
 
-    `options` are `RunOptions` fields (`json`, `tools_dirs`, `continue_last`, `session_id`…).
+    `flags` are more command-line settings, as `load_settings` takes them (`{"deny": ["run_shell"]}` for
+    `--deny run_shell`; `system`, `approval`, `allow`, `workspace`…). `options` are `RunOptions` fields
+    (`json`, `tools_dirs`, `continue_last`, `session_id`, `system`…). A `CrowError` ends the run as `crow
+    run` ends it (`commands.options.fail`): its one `crow: error:` line on stderr, its exit code (2 for
+    a usage error).
     """
+    from crow_cli.commands.options import fail
     from crow_cli.config import load_settings
+    from crow_cli.errors import CrowError
     from crow_cli.surfaces.run import RunOptions, run_prompt
 
     with ReplayServer(script) as server:
-        settings = load_settings({"base_url": base_url or server.base_url, "api_key": "sk-test", "model": model},
-                                 config_path=None if config is None else str(config))
         out, err = io.StringIO(), io.StringIO()
-        with contextlib.chdir(cwd):
-            code = await run_prompt(settings, RunOptions(prompt=prompt, **options), out, err)
+        try:
+            settings = load_settings({"base_url": base_url or server.base_url, "api_key": "sk-test", "model": model,
+                                      **(flags or {})}, config_path=None if config is None else str(config))
+            with contextlib.chdir(cwd):
+                code = await run_prompt(settings, RunOptions(prompt=prompt, **options), out, err)
+        except CrowError as exc:
+            with contextlib.redirect_stderr(err):
+                code = fail(exc).exit_code
         ran = Ran(code, out.getvalue(), err.getvalue(), list(server.requests), list(server.history_errors))
     assert ran.history_errors == [], ran.history_errors  # every request keeps the history contract
     return ran
