@@ -16,11 +16,12 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import typer
 from acp import PROTOCOL_VERSION, RequestError, connect_to_agent, spawn_agent_process, text_block
 from acp.schema import (
     AgentMessageChunk,
@@ -39,13 +40,13 @@ from acp.schema import (
     UserMessageChunk,
 )
 
-from crow_cli.config import load_settings
+from crow_cli.config import Settings, load_settings
 from crow_cli.sessions import SessionStore
 from crow_cli.surfaces.acp import AcpOptions, serve_streams
 from crow_cli.surfaces.acp.transport import STDIN_LIMIT
 from tests.conftest import chunk, sse, text_sse
 from tests.replay_server import ReplayServer
-from tests.support import needs_sandbox, script
+from tests.support import needs_sandbox, run_here, script
 
 CROW = str(Path(sys.executable).with_name("crow"))
 
@@ -64,6 +65,8 @@ class Editor:
         self.cancel_sent = asyncio.Event()
         self.go_on = asyncio.Event()
         """An answer "… when told" waits for it."""
+        self.initialized: Any = None
+        """The agent's answer to `initialize` (`crow_acp` and `acp_agent` send it)."""
 
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
         async with self.changed:
@@ -126,7 +129,8 @@ async def crow_acp(url: str, cwd: Path, editor: Editor, *args: str,
                                        ) as (conn, proc):
             offer = editor.buffers is not None
             fs = FileSystemCapabilities(read_text_file=offer, write_text_file=offer)
-            await conn.initialize(protocol_version=PROTOCOL_VERSION, client_capabilities=ClientCapabilities(fs=fs))
+            editor.initialized = await conn.initialize(protocol_version=PROTOCOL_VERSION,
+                                                       client_capabilities=ClientCapabilities(fs=fs))
             yield conn, proc, err
 
 
@@ -142,33 +146,45 @@ async def _pipe(loop: asyncio.AbstractEventLoop, limit: int = 2**16) -> tuple[as
 
 
 @contextlib.asynccontextmanager
-async def acp_agent(url: str, cwd: Path, editor: Editor, *, yes: bool = False, max_turns: int | None = None,
-                    config: Path | None = None, project_instructions: bool = True
-                    ) -> AsyncIterator[tuple[Any, asyncio.Task[int]]]:
-    """What `crow acp --base-url URL … ` serves, run in this process in `cwd` on two pipes, connected and
-    initialized; yields (connection, the serving task). Leaving closes the agent's stdin, as an editor
-    does; the agent must then end by itself with exit code 0."""
-    settings = load_settings({"base_url": url, "api_key": "sk-test", "model": "test-model", "max_turns": max_turns},
-                             config_path=None if config is None else str(config))
-    options = AcpOptions(yes=yes, project_instructions=project_instructions)
+async def agent_pipes(settings: Settings, options: AcpOptions, cwd: Path
+                      ) -> AsyncIterator[tuple[asyncio.StreamWriter, asyncio.StreamReader, asyncio.Task[int]]]:
+    """`serve_streams` (what `crow acp` serves) in this process in `cwd`, on two pipes; yields (the agent's
+    stdin, its stdout, the serving task). Leaving closes the agent's stdin, as an editor does; the agent must
+    then end by itself with exit code 0."""
     loop = asyncio.get_running_loop()
     with contextlib.chdir(cwd):
         agent_stdin, to_agent = await _pipe(loop, STDIN_LIMIT)
         from_agent, agent_stdout = await _pipe(loop, STDIN_LIMIT)
         serving = asyncio.create_task(serve_streams(settings, options, agent_stdin, agent_stdout))
-        conn = connect_to_agent(editor, to_agent, from_agent)
         try:
-            offer = editor.buffers is not None
-            fs = FileSystemCapabilities(read_text_file=offer, write_text_file=offer)
-            await conn.initialize(protocol_version=PROTOCOL_VERSION, client_capabilities=ClientCapabilities(fs=fs))
-            yield conn, serving
+            yield to_agent, from_agent, serving
         finally:
-            await conn.close()
             to_agent.close()  # the end of the agent's stdin, as an editor closing the pipe
             try:
                 assert await serving == 0
             finally:
                 agent_stdout.close()
+
+
+@contextlib.asynccontextmanager
+async def acp_agent(url: str, cwd: Path, editor: Editor, *, yes: bool = False, max_turns: int | None = None,
+                    config: Path | None = None, project_instructions: bool = True
+                    ) -> AsyncIterator[tuple[Any, asyncio.Task[int]]]:
+    """What `crow acp --base-url URL … ` serves, run in this process in `cwd` on two pipes (`agent_pipes`),
+    connected and initialized; yields (connection, the serving task)."""
+    settings = load_settings({"base_url": url, "api_key": "sk-test", "model": "test-model", "max_turns": max_turns},
+                             config_path=None if config is None else str(config))
+    options = AcpOptions(yes=yes, project_instructions=project_instructions)
+    async with agent_pipes(settings, options, cwd) as (to_agent, from_agent, serving):
+        conn = connect_to_agent(editor, to_agent, from_agent)
+        try:
+            offer = editor.buffers is not None
+            fs = FileSystemCapabilities(read_text_file=offer, write_text_file=offer)
+            editor.initialized = await conn.initialize(protocol_version=PROTOCOL_VERSION,
+                                                       client_capabilities=ClientCapabilities(fs=fs))
+            yield conn, serving
+        finally:
+            await conn.close()
 
 
 async def prompt_once(workspace: Path, editor: Editor, turns: list[dict[str, Any]], text: str,
@@ -189,10 +205,10 @@ def workspace(tmp_path: Path) -> Path:
 
 
 async def test_initialize_reports_version_1_and_honest_capabilities(workspace):
+    editor = Editor()
     with ReplayServer([]) as server:
-        async with spawn_agent_process(Editor(), CROW, "acp", "--base-url", server.base_url, "--model", "m",
-                                       cwd=workspace, env=dict(os.environ)) as (conn, _proc):
-            response = await conn.initialize(protocol_version=PROTOCOL_VERSION)
+        async with acp_agent(server.base_url, workspace, editor):
+            response = editor.initialized
     assert response.protocol_version == 1
     caps = response.agent_capabilities
     assert caps.load_session is True
@@ -385,36 +401,43 @@ async def test_a_provider_401_is_a_jsonrpc_error_and_the_session_lives_on(worksp
     assert editor.text() == "Fine now."
 
 
-@contextlib.contextmanager
-def hand_written(workspace: Path) -> Iterator[Callable[[dict[str, Any]], dict[str, Any]]]:
-    """`crow acp` on pipes, and `ask`: one request line written, one answer line read; the process must
-    exit 0 when its stdin closes."""
-    proc = subprocess.Popen([CROW, "acp", "--model", "m", "--base-url", "http://127.0.0.1:9/v1"], cwd=workspace,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    assert proc.stdin is not None and proc.stdout is not None
-    stdin, stdout = proc.stdin, proc.stdout
+class Lines:
+    """Hand-written JSON-RPC lines to an agent, and its answers, one line each."""
 
-    def ask(request: dict[str, Any]) -> dict[str, Any]:
-        stdin.write(json.dumps(request) + "\n")
-        stdin.flush()
-        return json.loads(stdout.readline())
+    def __init__(self, to_agent: asyncio.StreamWriter, from_agent: asyncio.StreamReader) -> None:
+        self.to_agent, self.from_agent = to_agent, from_agent
 
-    try:
-        yield ask
-    finally:
-        stdin.close()
-        assert proc.wait(timeout=60) == 0
+    async def send(self, *lines: bytes) -> None:
+        self.to_agent.write(b"".join(line + b"\n" for line in lines))
+        await self.to_agent.drain()
+
+    async def answer(self) -> Any:
+        return json.loads(await self.from_agent.readline())
+
+    async def ask(self, request: dict[str, Any]) -> Any:
+        """One request line written, one answer line read."""
+        await self.send(json.dumps(request).encode())
+        return await self.answer()
 
 
-def test_malformed_requests_get_errors_and_the_process_lives(workspace):
+@contextlib.asynccontextmanager
+async def hand_written(workspace: Path) -> AsyncIterator[Lines]:
+    """What `crow acp` serves (`agent_pipes`), written to and read line by line; it must end with exit code 0
+    when its stdin closes."""
+    settings = load_settings({"model": "m", "base_url": "http://127.0.0.1:9/v1"})
+    async with agent_pipes(settings, AcpOptions(), workspace) as (to_agent, from_agent, _serving):
+        yield Lines(to_agent, from_agent)
+
+
+async def test_malformed_requests_get_errors_and_the_process_lives(workspace):
     # hand-written lines on purpose: the SDK's client cannot send malformed params
-    with hand_written(workspace) as ask:
-        bad = ask({"jsonrpc": "2.0", "id": 1, "method": "session/prompt", "params": {"prompt": 5}})
+    async with hand_written(workspace) as lines:
+        bad = await lines.ask({"jsonrpc": "2.0", "id": 1, "method": "session/prompt", "params": {"prompt": 5}})
         assert bad["error"]["code"] == -32602
-        unknown = ask({"jsonrpc": "2.0", "id": 2, "method": "session/prompt",
-                       "params": {"sessionId": "zzz", "prompt": []}})
+        unknown = await lines.ask({"jsonrpc": "2.0", "id": 2, "method": "session/prompt",
+                                   "params": {"sessionId": "zzz", "prompt": []}})
         assert unknown["error"]["code"] == -32602
-        hello = ask({"jsonrpc": "2.0", "id": 3, "method": "initialize", "params": {"protocolVersion": 1}})
+        hello = await lines.ask({"jsonrpc": "2.0", "id": 3, "method": "initialize", "params": {"protocolVersion": 1}})
         assert hello["result"]["protocolVersion"] == 1
 
 
@@ -477,25 +500,24 @@ async def test_resource_links_and_embedded_resources_join_the_user_message(works
                     f'<context uri="{workspace}/notes.md">\nremember this\n</context>')
 
 
-def test_acp_sessions_are_crow_sessions(workspace):
-    async def one_prompt() -> str:
-        with ReplayServer(script(final="Stored.")) as server:
-            async with crow_acp(server.base_url, workspace, Editor()) as (conn, _proc, _err):
-                sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
-                await conn.new_session(cwd=str(workspace), mcp_servers=[])  # never prompted: not kept
-                await conn.prompt(session_id=sid, prompt=[text_block("keep me")])
-        return sid
+async def test_acp_sessions_are_crow_sessions(workspace, capsys):
+    # the one session end to end: `crow acp` itself; the listing and `crow run --session` run in this process
+    from crow_cli.commands.sessions import list_sessions
 
-    sid = asyncio.run(one_prompt())
-    listed = subprocess.run([CROW, "sessions", "list"], capture_output=True, text=True, timeout=60)
-    assert sid in listed.stdout and "keep me" in listed.stdout
+    with ReplayServer(script(final="Stored.")) as server:
+        async with crow_acp(server.base_url, workspace, Editor()) as (conn, _proc, _err):
+            sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            await conn.new_session(cwd=str(workspace), mcp_servers=[])  # never prompted: not kept
+            await conn.prompt(session_id=sid, prompt=[text_block("keep me")])
+    list_sessions()  # `crow sessions list`
+    listed = capsys.readouterr().out
+    assert sid in listed and "keep me" in listed
     with SessionStore() as store:
         assert [s.id for s in store.recent()] == [sid]
-    with ReplayServer([{"sse": text_sse("Continued.")}]) as server:  # the terminal surfaces continue it
-        ran = subprocess.run([CROW, "run", "--base-url", server.base_url, "--model", "m", "--session", sid, "and?"],
-                             capture_output=True, text=True, timeout=60, cwd=workspace)
-    assert ran.returncode == 0 and ran.stdout == "Continued.\n", ran.stderr
-    assert [m["content"] for m in server.requests[0]["messages"]] == ["keep me", "Stored.", "and?"]
+    ran = await run_here([{"sse": text_sse("Continued.")}], "and?", cwd=workspace, model="m",
+                         session_id=sid)  # the terminal surfaces continue it
+    assert ran.code == 0 and ran.stdout == "Continued.\n", ran.stderr
+    assert [m["content"] for m in ran.requests[0]["messages"]] == ["keep me", "Stored.", "and?"]
 
 
 async def test_a_write_into_git_through_the_editor_is_refused_before_anyone_is_asked(workspace):
@@ -597,27 +619,19 @@ async def test_cancel_stops_a_running_tool_at_once(workspace):
     assert len(server.requests) == 1
 
 
-def test_lines_that_are_not_json_objects_get_errors_and_the_process_lives(workspace):
+async def test_lines_that_are_not_json_objects_get_errors_and_the_process_lives(workspace):
     # found by an editor tester: `[]`, `42`, `"str"`, a batch ended the process, `null` ended it silently,
     # and `{not json` / invalid UTF-8 got no -32700 reply
-    proc = subprocess.Popen([CROW, "acp", "--model", "m", "--base-url", "http://127.0.0.1:9/v1"], cwd=workspace,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    assert proc.stdin is not None and proc.stdout is not None
     batch = b'[{"jsonrpc":"2.0","id":80,"method":"session/list","params":{}}]'
     expected = [(b"{not json", -32700), (b"\xff\xfe{}", -32700), (b"[]", -32600), (b"42", -32600),
                 (b'"str"', -32600), (b"null", -32600), (batch, -32600)]
-    try:
+    async with hand_written(workspace) as lines:
         for n, (line, code) in enumerate(expected):
-            proc.stdin.write(line + b"\n")
-            proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": n, "method": "session/list", "params": {}}).encode()
-                             + b"\n")
-            proc.stdin.flush()
-            error = json.loads(proc.stdout.readline())
+            await lines.send(line, json.dumps({"jsonrpc": "2.0", "id": n, "method": "session/list",
+                                               "params": {}}).encode())
+            error = await lines.answer()
             assert error["id"] is None and error["error"]["code"] == code, line
-            assert json.loads(proc.stdout.readline()) == {"jsonrpc": "2.0", "id": n, "result": {"sessions": []}}
-    finally:
-        proc.stdin.close()
-        assert proc.wait(timeout=60) == 0
+            assert await lines.answer() == {"jsonrpc": "2.0", "id": n, "result": {"sessions": []}}
 
 
 async def test_reject_always_reaches_a_call_already_waiting_in_the_same_batch(workspace):
@@ -649,11 +663,22 @@ async def test_a_mode_change_reaches_a_call_already_waiting_in_the_same_batch(wo
     assert not (workspace / "one.txt").exists() and (workspace / "two.txt").read_text() == "2"
 
 
-@pytest.mark.parametrize("bad", [["--approval", "nonsense"], ["--allow", ""], ["--deny", "run_shell:"]])
-def test_bad_approval_options_are_refused_at_start(workspace, bad):
+@pytest.mark.parametrize("bad", [{"approval": "nonsense"}, {"allow": [""]}, {"deny": ["run_shell:"]}])
+def test_bad_approval_options_are_refused_at_start(workspace, bad, capsys):
     # found by an editor tester: accepted at start, then an unknown currentModeId or -32603 on every session/new
-    ran = subprocess.run([CROW, "acp", "--model", "m", "--base-url", "http://127.0.0.1:9/v1", *bad], cwd=workspace,
-                         input="", capture_output=True, text=True, timeout=60)
+    # (the command's function in this process; the process's exit code: the test below)
+    from crow_cli.commands.acp import acp
+
+    with contextlib.chdir(workspace), pytest.raises(typer.Exit) as ended:
+        acp(model="m", base_url="http://127.0.0.1:9/v1", **bad)
+    out, err = capsys.readouterr()
+    assert ended.value.exit_code == 2 and out == ""
+    assert err.startswith("crow: error: ") and err.count("\n") == 1, err
+
+
+def test_a_bad_approval_option_ends_crow_acp_with_exit_2(workspace):
+    ran = subprocess.run([CROW, "acp", "--model", "m", "--base-url", "http://127.0.0.1:9/v1", "--deny", "run_shell:"],
+                         cwd=workspace, input="", capture_output=True, text=True, timeout=60)
     assert ran.returncode == 2 and ran.stdout == ""
     assert ran.stderr.startswith("crow: error: ") and ran.stderr.count("\n") == 1, ran.stderr
 
@@ -867,6 +892,15 @@ def test_an_edit_s_preview_never_reads_a_huge_file_and_a_loop_is_no_location(tmp
     assert locations({"path": "loop"}, tmp_path) is None
 
 
+def writable_temp(monkeypatch: pytest.MonkeyPatch, temp: Path) -> None:
+    """Make `temp` the sandbox's writable temp dir (not the parent of the tests' other folders), in this
+    process (`tempfile.tempdir`, which `tempfile.gettempdir()` caches) and in its children (TMPDIR)."""
+    import tempfile
+
+    monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+
+
 # issue: a command the sandbox stopped may run once outside it when the user says so, in the editor too; the
 # yolo mode never answers that question by itself
 @needs_sandbox()
@@ -875,12 +909,12 @@ async def test_a_command_the_sandbox_stopped_is_asked_about_even_in_yolo(workspa
                                                                          answer):
     from crow_cli.tools.approval import UNCONFINED_MARK
 
-    outside, temp = tmp_path_factory.mktemp("outside"), tmp_path_factory.mktemp("tmp")
-    monkeypatch.setenv("TMPDIR", str(temp))  # the sandbox's writable temp dir: not `outside`'s parent
+    outside = tmp_path_factory.mktemp("outside")
+    writable_temp(monkeypatch, tmp_path_factory.mktemp("tmp"))
     turns = script([("s1", "run_shell", {"command": f"echo x > {outside}/f"})], final="Done.")
     editor = Editor(answers=[answer])
-    with ReplayServer(turns) as server:  # a process: the sandbox's temp dir is read once (tempfile.gettempdir)
-        async with crow_acp(server.base_url, workspace, editor, "--yes") as (conn, _proc, _err):
+    with ReplayServer(turns) as server:
+        async with acp_agent(server.base_url, workspace, editor, yes=True) as (conn, _serving):
             session = await conn.new_session(cwd=str(workspace), mcp_servers=[])
             response = await conn.prompt(session_id=session.session_id, prompt=[text_block("write outside")])
     requests = server.requests
@@ -939,27 +973,28 @@ def _running(pid: int) -> bool:
 
 
 # issue: no method got no answer, session/cancel as a request got -32601, jsonrpc "1.0" and an object id were taken
-def test_requests_that_break_json_rpc_get_their_answers_and_the_process_lives(workspace):
-    with hand_written(workspace) as ask:
-        assert ask({"jsonrpc": "2.0", "id": 1})["error"]["code"] == -32600
-        assert ask({"jsonrpc": "2.0", "id": 2, "method": "session/cancel", "params": {"sessionId": "none"}}) == \
-            {"jsonrpc": "2.0", "id": 2, "result": None}
-        old = ask({"jsonrpc": "1.0", "id": 3, "method": "session/list", "params": {}})
+async def test_requests_that_break_json_rpc_get_their_answers_and_the_process_lives(workspace):
+    async with hand_written(workspace) as lines:
+        assert (await lines.ask({"jsonrpc": "2.0", "id": 1}))["error"]["code"] == -32600
+        assert await lines.ask({"jsonrpc": "2.0", "id": 2, "method": "session/cancel",
+                                "params": {"sessionId": "none"}}) == {"jsonrpc": "2.0", "id": 2, "result": None}
+        old = await lines.ask({"jsonrpc": "1.0", "id": 3, "method": "session/list", "params": {}})
         assert old["id"] == 3 and old["error"]["code"] == -32600
-        odd = ask({"jsonrpc": "2.0", "id": {"n": 4}, "method": "session/list", "params": {}})
+        odd = await lines.ask({"jsonrpc": "2.0", "id": {"n": 4}, "method": "session/list", "params": {}})
         assert odd["id"] is None and odd["error"]["code"] == -32600
-        assert ask({"jsonrpc": "2.0", "id": 5, "method": "session/list", "params": {}})["result"] == {"sessions": []}
+        listed = await lines.ask({"jsonrpc": "2.0", "id": 5, "method": "session/list", "params": {}})
+        assert listed["result"] == {"sessions": []}
 
 
 # issue: the sandbox mode is per ACP session: a config option the editor shows and may change
 @needs_sandbox()
 async def test_the_sandbox_is_a_session_config_option(workspace, tmp_path_factory, monkeypatch):
-    outside, temp = tmp_path_factory.mktemp("outside"), tmp_path_factory.mktemp("tmp")
-    monkeypatch.setenv("TMPDIR", str(temp))
+    outside = tmp_path_factory.mktemp("outside")
+    writable_temp(monkeypatch, tmp_path_factory.mktemp("tmp"))
     turns = script([("s1", "run_shell", {"command": f"echo x > {outside}/f"})], final="Done.")
     editor = Editor()
     with ReplayServer(turns) as server:
-        async with crow_acp(server.base_url, workspace, editor, "--yes") as (conn, _proc, _err):
+        async with acp_agent(server.base_url, workspace, editor, yes=True) as (conn, _serving):
             session = await conn.new_session(cwd=str(workspace), mcp_servers=[])
             [option] = session.config_options
             assert option.id == "sandbox" and option.current_value == "workspace-write"
