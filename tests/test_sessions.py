@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
@@ -20,7 +21,7 @@ from crow_cli.sessions import SessionStore, SessionStoreDamaged, default_db_path
 from crow_cli.text import public_url
 from tests.conftest import chunk, sse, text_sse, tool_delta
 from tests.replay_server import ReplayServer, text_stream
-from tests.support import CROW, assert_contract, crow, run_args, wait_for
+from tests.support import CROW, assert_contract, crow, run_args, run_here, wait_for, write_config
 
 SLOW_TOOL = '''
 import time
@@ -561,6 +562,42 @@ def test_the_store_grants_one_writer_per_session(tmp_path: Path) -> None:
         first.release(info.id)
         assert second.load(info.id) == []
         assert second.messages(info.id) == [] and first.recent()[0].id == info.id  # reading is never refused
+
+
+# issue: `run_prompt` (what `crow run` runs) kept its session locked and its store open after it returned, however
+# it ended: a caller in the same process (an editor through ACP, the tests) could not continue the session it had
+# just written ("in use by another crow"); only a process exit freed it
+async def test_a_run_leaves_its_session_free_however_it_ends(tmp_path: Path) -> None:
+    config = write_config(tmp_path, max_retries=0)
+    first = await run_here([{"sse": text_stream("one")}], "first", cwd=tmp_path, config=config)
+    assert first.code == 0, first.stderr
+    failed = await run_here([{"status": 500, "body": '{"error": {"message": "boom"}}'}], "second", cwd=tmp_path,
+                            config=config, continue_last=True)
+    assert (failed.code, len(failed.requests)) == (1, 1), failed.stderr
+    refused = await run_here([], "third", cwd=tmp_path, config=config, continue_last=True, system="other")
+    assert refused.code == 2 and "--system cannot change" in refused.stderr, refused.stderr
+    locks = default_db_path().with_name("sessions.db.locks")
+    with SessionStore() as store:
+        sid = store.latest().id
+        assert store.load(sid)[-1] == {"role": "user", "content": "second"}  # not refused: nobody holds it
+    with contextlib.closing(sqlite3.connect(default_db_path())) as db, db:
+        db.execute("UPDATE messages SET message = ? WHERE session_id = ? AND position = 1",
+                   (DAMAGED_ROWS["no role"], sid))
+    damaged = await run_here([], "fourth", cwd=tmp_path, config=config, session_id=sid)
+    assert damaged.code == 1 and "damaged" in damaged.stderr, damaged.stderr
+    assert not any(locks.iterdir())  # every lock file is gone with its lock
+    assert _open_files_under(default_db_path().parent) == []  # and every store closed
+
+
+def _open_files_under(folder: Path) -> list[str]:
+    """The files under `folder` this process has open."""
+    found = []
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):  # the listing's own descriptor is closed by now
+            target = os.readlink(fd)
+            if target.startswith(f"{folder}/"):
+                found.append(target)
+    return found
 
 
 # stored text cannot drive the terminal

@@ -139,7 +139,18 @@ def open_session(settings: Settings, *, session_id: str | None = None, latest: b
         SessionError: the store cannot be opened, `session_id` matches no session, or `latest` finds
             none in the working directory.
     """
-    store = store or SessionStore()
+    if store is not None:
+        return _open(store, settings, session_id, latest, record)
+    owned = SessionStore()
+    try:
+        return _open(owned, settings, session_id, latest, record)
+    except BaseException:  # a session found but not usable (in use, damaged): its lock and the store are let go
+        owned.close()
+        raise
+
+
+def _open(store: SessionStore, settings: Settings, session_id: str | None, latest: bool,
+          record: bool) -> tuple[SessionRecorder, list[Message]]:
     info: SessionInfo | None = None
     if session_id:
         info = store.get(session_id)

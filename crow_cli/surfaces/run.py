@@ -201,18 +201,21 @@ def _start_history(settings: Settings, options: RunOptions, content: Any = None
             if options.session_id or options.continue_last:
                 raise
             warning = WarningEvent(f"{exc}; this run is not recorded")
-    if history and options.system is not None:
-        current = next((m.get("content") for m in history if m.get("role") == "system"), None)
-        if current != options.system:  # a system message mid-conversation is refused by many chat templates
-            if recorder is not None:
-                recorder.store.release()
-            raise ConfigError("--system cannot change the system prompt of a continued session; start a new "
-                              "session for a new system prompt, or continue without --system")
-    if settings.system and not history:
-        history.append({"role": "system", "content": settings.system})
-    history.append(user_message(options.prompt) if content is None else {"role": "user", "content": content})
-    if recorder is not None:
-        recorder.sync(history)  # the session exists (and has its id) from the first event on
+    try:
+        if history and options.system is not None:
+            current = next((m.get("content") for m in history if m.get("role") == "system"), None)
+            if current != options.system:  # a system message mid-conversation is refused by many chat templates
+                raise ConfigError("--system cannot change the system prompt of a continued session; start a new "
+                                  "session for a new system prompt, or continue without --system")
+        if settings.system and not history:
+            history.append({"role": "system", "content": settings.system})
+        history.append(user_message(options.prompt) if content is None else {"role": "user", "content": content})
+        if recorder is not None:
+            recorder.sync(history)  # the session exists (and has its id) from the first event on
+    except BaseException:
+        if recorder is not None:
+            recorder.store.close()
+        raise
     return history, recorder, warning
 
 
@@ -282,18 +285,22 @@ async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err:
         return exc.exit_code
     # From the first event on, a signal ends the run with one run_finished: before the driver runs, it
     # cancels this task (MCP servers starting, the client being built); then it stops the driver.
-    with run_interrupts(options.exit_grace_s) as interrupts:
-        printer.handle(RunStarted(model=settings.model, session_id=recorder.session_id if recorder else None))
-        try:
-            return await _drive(runtime, printer, history, recorder, new_session, warning, approve, interrupts)
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if interrupts.signum is None or current is None:
-                raise
-            current.uncancel()
-            printer.handle(RunFinished("cancelled", "", 0, f"interrupted ({interrupts.name})", interrupts.exit_code,
-                                       signal=interrupts.signum))
-            return interrupts.exit_code
+    try:
+        with run_interrupts(options.exit_grace_s) as interrupts:
+            printer.handle(RunStarted(model=settings.model, session_id=recorder.session_id if recorder else None))
+            try:
+                return await _drive(runtime, printer, history, recorder, new_session, warning, approve, interrupts)
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if interrupts.signum is None or current is None:
+                    raise
+                current.uncancel()
+                printer.handle(RunFinished("cancelled", "", 0, f"interrupted ({interrupts.name})",
+                                           interrupts.exit_code, signal=interrupts.signum))
+                return interrupts.exit_code
+    finally:  # however the run ended, its session is free again: a caller in this process (ACP, tests) may
+        if recorder is not None:  # continue it next, where only a process exit freed it before
+            recorder.store.close()
 
 
 async def _drive(runtime: Runtime, printer: PlainPrinter | JsonlWriter, history: list[Message],
