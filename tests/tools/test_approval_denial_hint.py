@@ -9,8 +9,7 @@ from crow_cli.errors import ToolDenied
 from crow_cli.history import ToolCall
 from crow_cli.tools.approval import make_approver
 from crow_cli.tools.registry import ToolRegistry, default_registry, tool
-from tests.replay_server import ReplayServer
-from tests.support import crow, script, tool_messages
+from tests.support import run_here, script, tool_messages
 
 
 async def _denial(mode: str, name: str, arguments: str = "{}", registry: ToolRegistry | None = None) -> str:
@@ -45,10 +44,9 @@ async def test_a_plugin_tool_is_offered_yes_or_its_allow_rule_only():
     assert message.endswith("can approve such calls with the yolo policy or an allow rule for deploy")
 
 
-def test_cli_auto_edit_denial_of_run_shell_names_what_would_allow_it(tmp_path):
-    with ReplayServer(script([("c1", "run_shell", {"command": "echo hi"})])) as srv:
-        proc = crow("run", "--base-url", srv.base_url, "--model", "m", "--no-session", "--approval", "auto-edit",
-                         "go", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    [result] = tool_messages(srv.requests[1])
+async def test_cli_auto_edit_denial_of_run_shell_names_what_would_allow_it(tmp_path):
+    ran = await run_here(script([("c1", "run_shell", {"command": "echo hi"})]), "go", cwd=tmp_path,
+                         flags={"approval": "auto-edit"}, session=False)
+    assert ran.code == 0, ran.stderr
+    [result] = tool_messages(ran.requests[1])
     assert "needs approval" in result["content"] and "auto-edit" not in result["content"]
