@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 from crow_cli.events import TextDelta, WarningEvent
 from crow_cli.wire.accumulate import StreamAccumulator
 from tests.conftest import chunk, sse
-from tests.replay_server import ReplayServer
-from tests.support import crow
+from tests.support import run_here
 
 REFUSAL = "I can't help with that."
 
@@ -40,29 +37,26 @@ def test_no_text_no_calls_no_refusal_is_an_empty_answer_warning():
     assert not [e for e in events if isinstance(e, WarningEvent)]
 
 
-def test_cli_shows_a_refusal_and_stores_it(tmp_path):
+async def test_cli_shows_a_refusal_and_stores_it(tmp_path):
     body = sse(chunk({"role": "assistant", "content": None, "refusal": REFUSAL}), chunk({}, "stop"))
-    with ReplayServer([{"sse": body}]) as srv:
-        proc = crow("run", "--base-url", srv.base_url, "--model", "m", "--no-tools", "--json", "hi", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    events = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert {"type": "warning", "message": f"the model refused: {REFUSAL}", "call_id": None} in events
-    with ReplayServer([{"sse": body}]) as srv:
-        proc = crow("run", "--base-url", srv.base_url, "--model", "m", "--no-tools", "hi", cwd=tmp_path)
-    assert proc.returncode == 0 and f"crow: warning: the model refused: {REFUSAL}" in proc.stderr
-    with ReplayServer([{"sse": sse(chunk({"content": "ok"}, "stop"))}]) as srv:  # the stored session goes back
-        proc = crow("run", "--base-url", srv.base_url, "--model", "m", "--no-tools", "--continue", "next", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    sent = [m for m in srv.requests[0]["messages"] if m["role"] == "assistant"]
+    ran = await run_here([{"sse": body}], json=True, cwd=tmp_path, model="m")
+    assert ran.code == 0, ran.stderr
+    assert {"type": "warning", "message": f"the model refused: {REFUSAL}", "call_id": None} in ran.events()
+    ran = await run_here([{"sse": body}], cwd=tmp_path, model="m")
+    assert ran.code == 0 and f"crow: warning: the model refused: {REFUSAL}" in ran.stderr
+    # the stored session goes back
+    ran = await run_here([{"sse": sse(chunk({"content": "ok"}, "stop"))}], "next", continue_last=True,
+                         cwd=tmp_path, model="m")
+    assert ran.code == 0, ran.stderr
+    sent = [m for m in ran.requests[0]["messages"] if m["role"] == "assistant"]
     assert sent == [{"role": "assistant", "content": REFUSAL, "refusal": REFUSAL}]
 
 
-def test_cli_warns_about_an_empty_answer(tmp_path):
+async def test_cli_warns_about_an_empty_answer(tmp_path):
     body = sse(chunk({"role": "assistant", "content": ""}), chunk({}, "stop"))
-    with ReplayServer([{"sse": body}]) as srv:
-        proc = crow("run", "--base-url", srv.base_url, "--model", "m", "--no-tools", "hi", cwd=tmp_path)
-    assert proc.returncode == 0 and proc.stdout == ""
-    assert "crow: warning: the model returned an empty answer" in proc.stderr
+    ran = await run_here([{"sse": body}], cwd=tmp_path, model="m")
+    assert ran.code == 0 and ran.stdout == ""
+    assert "crow: warning: the model returned an empty answer" in ran.stderr
 
 
 def test_an_empty_text_turn_is_stored_with_empty_content_not_null() -> None:

@@ -11,8 +11,7 @@ import respx
 
 from crow_cli.errors import AuthError, ProviderError, ServerError
 from crow_cli.wire.client import ChatClient, ClientSettings, map_error
-from tests.replay_server import ReplayServer
-from tests.support import crow
+from tests.support import run_here
 
 KEY = "sk-SECRET-abc123"
 
@@ -42,16 +41,15 @@ def test_errors_raised_inside_the_stream_are_redacted_and_short_keys_left_alone(
     assert str(map_error(ServerError("an answer"), "u", secret="a")) == "an answer"
 
 
-def test_cli_error_line_and_json_event_carry_no_key(tmp_path):
+async def test_cli_error_line_and_json_event_carry_no_key(tmp_path):
     body = json.dumps({"error": {"message": f"Incorrect API key provided: {KEY}", "code": "invalid_api_key"}})
-    for mode in ([], ["--json"]):
-        with ReplayServer([{"status": 401, "body": body}]) as srv:
-            proc = crow("run", "--base-url", srv.base_url, "--api-key", KEY, "--model", "m", "--no-tools",
-                             *mode, "hi", cwd=tmp_path)
-        assert proc.returncode == 1
-        assert KEY not in proc.stdout + proc.stderr and "[REDACTED]" in proc.stderr
-        if mode:
-            finished = json.loads(proc.stdout.splitlines()[-1])
+    for json_mode in (False, True):
+        ran = await run_here([{"status": 401, "body": body}], json=json_mode, flags={"api_key": KEY}, model="m",
+                             cwd=tmp_path, no_tools=True)
+        assert ran.code == 1
+        assert KEY not in ran.stdout + ran.stderr and "[REDACTED]" in ran.stderr
+        if json_mode:
+            finished = json.loads(ran.stdout.splitlines()[-1])
             assert finished["type"] == "run_finished" and "[REDACTED]" in finished["error"]
 
 
