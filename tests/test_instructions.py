@@ -6,7 +6,7 @@ from pathlib import Path
 
 from crow_cli.instructions import MAX_BYTES, find_instructions, system_prompt
 from tests.replay_server import text_stream
-from tests.support import run_crow, write_config
+from tests.support import run_here, write_config
 
 
 def _repo(tmp_path: Path) -> tuple[Path, Path, Path]:
@@ -49,19 +49,19 @@ def test_a_big_file_is_cut_with_a_note(tmp_path: Path) -> None:
     assert item.text.startswith("x" * 100) and "only its first 32,768 were read" in item.text
 
 
-def test_crow_run_sends_them_and_the_flag_turns_them_off(tmp_path: Path, _isolated_home: Path) -> None:
+async def test_crow_run_sends_them_and_the_flag_turns_them_off(tmp_path: Path, _isolated_home: Path) -> None:
     _, pkg, _ = _repo(tmp_path)
     global_dir = _isolated_home / ".config" / "crow"
     global_dir.mkdir(parents=True)
     (global_dir / "AGENTS.md").write_text("GLOBAL from crow's config folder")
     config = write_config(tmp_path, max_retries=0)
-    ran = run_crow([{"sse": text_stream("ok")}], "--system", "be brief", "hi", cwd=pkg, config=config)
+    ran = await run_here([{"sse": text_stream("ok")}], flags={"system": "be brief"}, cwd=pkg, config=config)
     assert ran.code == 0, ran.stderr
     system = ran.requests[0]["messages"][0]
     assert system["role"] == "system" and system["content"].startswith("be brief")
     assert system["content"].index("GLOBAL from crow") < system["content"].index("REPO") < \
         system["content"].index("PKG")
-    off = run_crow([{"sse": text_stream("ok")}], "--no-project-instructions", "hi", cwd=pkg, config=config)
+    off = await run_here([{"sse": text_stream("ok")}], project_instructions=False, cwd=pkg, config=config)
     assert off.requests[0]["messages"] == [{"role": "user", "content": "hi"}]
 
 
@@ -139,12 +139,12 @@ def test_utf16_with_a_byte_order_mark_is_decoded(tmp_path: Path) -> None:
     assert item.text == "Règles: tabs"
 
 
-def test_crow_run_skips_a_link_out_with_a_warning_and_sends_no_secret(tmp_path: Path) -> None:
+async def test_crow_run_skips_a_link_out_with_a_warning_and_sends_no_secret(tmp_path: Path) -> None:
     (tmp_path / ".env").write_text("CROW_API_KEY=sk-test")
     repo = tmp_path / "repo"
     (repo / ".git").mkdir(parents=True)
     (repo / "AGENTS.md").symlink_to("/proc/self/environ")
-    ran = run_crow([{"sse": text_stream("ok")}], "hi", cwd=repo, config=write_config(tmp_path, max_retries=0))
+    ran = await run_here([{"sse": text_stream("ok")}], cwd=repo, config=write_config(tmp_path, max_retries=0))
     assert ran.code == 0, ran.stderr
     assert ran.requests[0]["messages"] == [{"role": "user", "content": "hi"}]
     assert ran.stderr.count("AGENTS.md leads to /proc/") == 1

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from .persist import SessionRecorder
 
 __all__ = ["build_client", "build_compactor", "build_registry", "loop_settings", "make_console", "plain_terminal",
-            "short_json", "with_instructions"]
+            "short_json", "warning_to", "with_instructions"]
 
 
 def build_client(settings: Settings, record_dir: str | None = None, *, trace: bool = False) -> ChatClient:
@@ -87,13 +87,23 @@ def build_compactor(settings: Settings, recorder: SessionRecorder | None = None,
     return compactor
 
 
+def warning_to(stream: TextIO | None = None) -> Callable[[str], None]:
+    """A `warn` callback: each line as `crow: warning: LINE` (control characters removed) on `stream`
+    (default: `sys.stderr` when it is called), flushed."""
+
+    def warn(line: str) -> None:
+        import sys
+
+        print(f"crow: warning: {strip_controls(line)}", file=stream or sys.stderr, flush=True)
+
+    return warn
+
+
 def with_instructions(settings: Settings, root: Path, enabled: bool = True,
                       warn: Callable[[str], None] | None = None) -> Settings:
     """`settings` whose system prompt ends with the AGENTS.md files that apply to `root` (`instructions`),
     and whose `instructions` lists them; unchanged when `enabled` is False. The run's secrets are masked
-    in them; a file skipped (see `instructions`) is one line to `warn` (default: `crow: warning: …` on
-    stderr)."""
-    import sys
+    in them; a file skipped (see `instructions`) is one line to `warn` (default: `warning_to()`, stderr)."""
     from dataclasses import replace
 
     from ..config import default_config_path
@@ -101,10 +111,6 @@ def with_instructions(settings: Settings, root: Path, enabled: bool = True,
 
     if not enabled:
         return settings
-
-    def to_stderr(line: str) -> None:
-        print(f"crow: warning: {strip_controls(line)}", file=sys.stderr, flush=True)
-
     found = find_instructions(root, default_config_path().parent, secrets=(settings.api_key, *settings.secrets),
-                              warn=warn or to_stderr)
+                              warn=warn or warning_to())
     return replace(settings, system=system_prompt(settings.system, found), instructions=tuple(found))

@@ -43,6 +43,7 @@ from .approve import terminal_ask
 from .common import (
     make_console,
     short_json,
+    warning_to,
 )
 from .jsonl import JsonlWriter
 from .runtime import Runtime, RuntimeOptions
@@ -263,7 +264,7 @@ def _say_output_failed(finished: RunFinished, err: TextIO) -> int:
 async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err: TextIO) -> int:
     # Usage errors (ConfigError, exit 2) come before any event and before a session is stored.
     runtime = Runtime(settings, RuntimeOptions(options.tools_dirs, options.no_tools, options.debug, options.record_dir,
-                                               options.project_instructions))
+                                               options.project_instructions), warn=warning_to(err))
     settings = runtime.settings
     secrets = runtime.context.secrets
     content = (user_content(options.prompt, [load_attachment(f, runtime.workspace, secrets) for f in options.files])
