@@ -13,7 +13,7 @@ from crow_cli.attachments import MAX_TEXT_BYTES, load_attachment, mentioned_file
 from crow_cli.errors import ConfigError
 from crow_cli.tools.context import ToolContext, using_context
 from tests.replay_server import text_stream
-from tests.support import run_crow, write_config
+from tests.support import run_here, write_config
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 20
 
@@ -74,29 +74,31 @@ def test_mentions_name_existing_files_only(tmp_path: Path) -> None:
     assert mentioned_files("look at @src/app.py, and ask @bob or mail a@b.c", tmp_path) == ["src/app.py"]
 
 
-def test_crow_run_attaches_files(tmp_path: Path) -> None:
+async def test_crow_run_attaches_files(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("remember the milk")
     (tmp_path / "d.png").write_bytes(PNG)
     config = write_config(tmp_path, max_retries=0)
-    ran = run_crow([{"sse": text_stream("ok")}], "-f", "notes.txt", "--file", "d.png", "summarise", cwd=tmp_path,
-                   config=config)
+    ran = await run_here([{"sse": text_stream("ok")}], "summarise", files=("notes.txt", "d.png"), cwd=tmp_path,
+                         config=config)
     assert ran.code == 0, ran.stderr
     content = ran.requests[0]["messages"][-1]["content"]
     assert content[0]["text"].startswith("summarise\n\n[attached file: notes.txt]\n```\nremember the milk\n```")
     assert content[1]["image_url"]["url"].startswith("data:image/png;base64,")
-    refused = run_crow([], "-f", "../nope.txt", "hi", cwd=tmp_path, config=config)
-    assert refused.code == 2 and refused.requests == [] and refused.stdout == ""
-    assert refused.stderr.count("\n") == 1 and "cannot attach '../nope.txt'" in refused.stderr
+    # refused before any request or output (a request would be answered 500: the script is empty); crow run says
+    # a ConfigError in one line, exit 2 (tests/test_cli.py)
+    with pytest.raises(ConfigError, match=r"^cannot attach '\.\./nope\.txt'") as refused:
+        await run_here([], files=("../nope.txt",), json=True, cwd=tmp_path, config=config)
+    assert refused.value.exit_code == 2 and "\n" not in str(refused.value)
 
 
 # issue: a new user's `crow run -f .env` sent the run's API key to the model and stored it in the session,
 # where `read_file .env` hides it: an attached file is masked as tool output and instruction files are.
-def test_an_attached_file_never_carries_the_api_key(tmp_path: Path, _isolated_home: Path) -> None:
+async def test_an_attached_file_never_carries_the_api_key(tmp_path: Path, _isolated_home: Path) -> None:
     key = "sk-live-attach-0123456789abcdef"
     (tmp_path / ".env").write_text(f"OPENAI_API_KEY={key}\n")
     config = write_config(tmp_path, max_retries=0)
-    ran = run_crow([{"sse": text_stream("ok")}], "--api-key", key, "-f", ".env", "what is set?", cwd=tmp_path,
-                   config=config)
+    ran = await run_here([{"sse": text_stream("ok")}], "what is set?", flags={"api_key": key}, files=(".env",),
+                         cwd=tmp_path, config=config)
     assert ran.code == 0, ran.stderr
     assert ran.requests[0]["messages"][-1]["content"].endswith("OPENAI_API_KEY=[REDACTED]\n```")
     store = [f for f in _isolated_home.rglob("sessions.db*") if f.is_file()]
@@ -104,13 +106,13 @@ def test_an_attached_file_never_carries_the_api_key(tmp_path: Path, _isolated_ho
 
 
 # issue: a new user's `-f` with a non-UTF-8 file name ended in an internal error and left an empty session
-def test_a_non_utf8_file_name_is_attached_and_stored(tmp_path: Path, _isolated_home: Path) -> None:
+async def test_a_non_utf8_file_name_is_attached_and_stored(tmp_path: Path, _isolated_home: Path) -> None:
     import os
 
     (tmp_path / os.fsdecode(b"caf\xe9.txt")).write_text("menu")
     config = write_config(tmp_path, max_retries=0)
-    ran = run_crow([{"sse": text_stream("ok")}], "-f", os.fsdecode(b"caf\xe9.txt"), "read it", cwd=tmp_path,
-                   config=config)
+    ran = await run_here([{"sse": text_stream("ok")}], "read it", files=(os.fsdecode(b"caf\xe9.txt"),), cwd=tmp_path,
+                         config=config)
     assert ran.code == 0, ran.stderr
     assert "[attached file: caf\ufffd.txt]" in ran.requests[0]["messages"][-1]["content"]
 
