@@ -84,11 +84,9 @@ async def test_crow_run_attaches_files(tmp_path: Path) -> None:
     content = ran.requests[0]["messages"][-1]["content"]
     assert content[0]["text"].startswith("summarise\n\n[attached file: notes.txt]\n```\nremember the milk\n```")
     assert content[1]["image_url"]["url"].startswith("data:image/png;base64,")
-    # refused before any request or output (a request would be answered 500: the script is empty); crow run says
-    # a ConfigError in one line, exit 2 (tests/test_cli.py)
-    with pytest.raises(ConfigError, match=r"^cannot attach '\.\./nope\.txt'") as refused:
-        await run_here([], files=("../nope.txt",), json=True, cwd=tmp_path, config=config)
-    assert refused.value.exit_code == 2 and "\n" not in str(refused.value)
+    refused = await run_here([], files=("../nope.txt",), cwd=tmp_path, config=config)
+    assert refused.code == 2 and refused.requests == [] and refused.stdout == ""
+    assert refused.stderr.count("\n") == 1 and "cannot attach '../nope.txt'" in refused.stderr
 
 
 # issue: a new user's `crow run -f .env` sent the run's API key to the model and stored it in the session,

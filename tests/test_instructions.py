@@ -55,7 +55,8 @@ async def test_crow_run_sends_them_and_the_flag_turns_them_off(tmp_path: Path, _
     global_dir.mkdir(parents=True)
     (global_dir / "AGENTS.md").write_text("GLOBAL from crow's config folder")
     config = write_config(tmp_path, max_retries=0)
-    ran = await run_here([{"sse": text_stream("ok")}], flags={"system": "be brief"}, cwd=pkg, config=config)
+    ran = await run_here([{"sse": text_stream("ok")}], flags={"system": "be brief"}, system="be brief",
+                         cwd=pkg, config=config)
     assert ran.code == 0, ran.stderr
     system = ran.requests[0]["messages"][0]
     assert system["role"] == "system" and system["content"].startswith("be brief")
