@@ -9,7 +9,10 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+
+import pytest
 
 from crow_cli.events import TextDelta
 from crow_cli.sessions import SessionStore
@@ -24,7 +27,7 @@ from tests.support import (
     needs_sandbox,
     run_against,
     run_args,
-    run_crow,
+    run_here,
     script,
     tools_folder,
     wait_for,
@@ -70,14 +73,17 @@ def test_no_progress_line_lands_on_the_approval_question(tmp_path: Path) -> None
     assert "✓ fetch" in screen.split("Allow guarded?")[1], screen  # shown after the answer
 
 
-def test_system_cannot_silently_stay_unchanged_on_a_continued_session(tmp_path: Path) -> None:
+async def test_system_cannot_silently_stay_unchanged_on_a_continued_session(tmp_path: Path) -> None:
     # issue 11 item 9 (found trying it as a new user): `crow run -c --system NEW` kept the old system prompt
-    first = run_crow([{"sse": text_sse("One.")}], "--system", "OLD", "hi", cwd=tmp_path)
+    first = await run_here([{"sse": text_sse("One.")}], "hi", flags={"system": "OLD"}, system="OLD", cwd=tmp_path)
     assert first.code == 0, first.stderr
-    changed = run_crow([{"sse": text_sse("Two.")}], "-c", "--system", "NEW", "again", cwd=tmp_path)
+    changed = await run_here([{"sse": text_sse("Two.")}], "again", flags={"system": "NEW"}, system="NEW",
+                             continue_last=True, cwd=tmp_path)
     assert changed.code == 2 and changed.requests == []
     assert changed.stderr.count("\n") == 1 and "--system cannot change the system prompt" in changed.stderr
-    same = run_crow([{"sse": text_sse("Three.")}], "-c", "--system", "OLD", "again", cwd=tmp_path)
+    # in one process: the refused run let go of the session (it can be continued at once)
+    same = await run_here([{"sse": text_sse("Three.")}], "again", flags={"system": "OLD"}, system="OLD",
+                          continue_last=True, cwd=tmp_path)
     assert same.code == 0 and same.requests[0]["messages"][0] == {"role": "system", "content": "OLD"}
 
 
@@ -106,11 +112,11 @@ def test_latin1_stdout_still_gets_the_answer() -> None:
 
 
 # found trying it as a new user
-def test_text_of_consecutive_turns_is_not_glued_in_a_pipe(tmp_path: Path) -> None:
+async def test_text_of_consecutive_turns_is_not_glued_in_a_pipe(tmp_path: Path) -> None:
     first = sse(chunk({"content": "Let me look."}),
                 chunk({"tool_calls": [tool_delta(0, "l1", "list_directory", "{}")]}), chunk({}, "tool_calls"))
-    proc, _ = run_against([{"sse": first}, {"sse": text_sse("All done.")}], "go", cwd=tmp_path)
-    assert proc.stdout == "Let me look.\nAll done.\n"
+    ran = await run_here([{"sse": first}, {"sse": text_sse("All done.")}], "go", cwd=tmp_path)  # stdout: no tty
+    assert ran.stdout == "Let me look.\nAll done.\n"
 
 
 # found trying it as a new user (third round); issue: a new user's `crow run … >&-` lost the answer and
@@ -135,21 +141,19 @@ def test_run_with_stdout_closed_fails_like_a_full_disk(_isolated_home: Path) -> 
     assert version.returncode == 1 and version.stderr == "crow: error: cannot write the output: Bad file descriptor\n"
 
 
-def test_a_rule_naming_an_unknown_tool_stops_the_run(tmp_path: Path) -> None:
+async def test_a_rule_naming_an_unknown_tool_stops_the_run(tmp_path: Path) -> None:
     # found trying it as a new user (fourth round): `--deny "run_shel:rm -rf"` was accepted and never applied
-    ran = run_crow([{"sse": text_sse("Hi.")}], "--deny", "run_shel:rm -rf", "hi", cwd=tmp_path)
+    ran = await run_here([{"sse": text_sse("Hi.")}], flags={"deny": ["run_shel:rm -rf"]}, cwd=tmp_path)
     assert ran.code == 2 and ran.requests == []
     assert ran.stderr.strip().count("\n") == 0 and "did you mean 'run_shell'" in ran.stderr
-    assert run_crow([{"sse": text_sse("Hi.")}], "--deny", "run_shell:rm -rf", "hi", cwd=tmp_path).code == 0
+    assert (await run_here([{"sse": text_sse("Hi.")}], flags={"deny": ["run_shell:rm -rf"]}, cwd=tmp_path)).code == 0
 
 
 # issue: a scripted model that tries every escape (writes outside, network, hooks, keys in files, deny bypasses)
 # gets nothing out of `crow run --yes` in CI
 @needs_sandbox()
-def test_crow_run_yes_lets_no_escape_out(tmp_path: Path) -> None:
-    import json
+async def test_crow_run_yes_lets_no_escape_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import socket
-    import sys
 
     ws, temp, outside = tmp_path / "ws", tmp_path / "tmp", tmp_path / "outside"
     for folder in (ws / ".git/hooks", temp, outside):
@@ -157,6 +161,9 @@ def test_crow_run_yes_lets_no_escape_out(tmp_path: Path) -> None:
     (ws / ".git/config").write_text("[core]\n")
     key = "sk-proj-real-openai-key-42"
     (ws / ".env").write_text(f"OPENAI_API_KEY={key}\n")
+    monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again, as a starting crow does (the sandbox's temp)
+    monkeypatch.setenv("OPENAI_API_KEY", key)
     listener = socket.create_server(("127.0.0.1", 0))
     listener.setblocking(False)
     port = listener.getsockname()[1]
@@ -167,12 +174,9 @@ def test_crow_run_yes_lets_no_escape_out(tmp_path: Path) -> None:
              ("d", "run_shell", {"command": f"/bin/r? -rf {outside}"}),
              ("k", "read_file", {"path": ".env"}),
              ("e", "run_shell", {"command": "env | grep -c sk-proj || true"})]
-    with ReplayServer(script(calls)) as server:
-        proc = subprocess.run([CROW, *run_args(server, "--yes", "--json", "--deny", "run_shell:rm -rf", "--no-session",
-                                                "go")],
-                              capture_output=True, text=True, cwd=ws, timeout=120,
-                              env={**os.environ, "TMPDIR": str(temp), "OPENAI_API_KEY": key})
-        requests = list(server.requests)
+    # `crow run --yes --json --deny "run_shell:rm -rf" --no-session go`
+    ran = await run_here(script(calls), "go", flags={"deny": ["run_shell:rm -rf"]}, yes=True, json=True,
+                         session=False, cwd=ws)
     try:
         listener.accept()
         reached = True
@@ -180,12 +184,11 @@ def test_crow_run_yes_lets_no_escape_out(tmp_path: Path) -> None:
         reached = False
     finally:
         listener.close()
-    assert proc.returncode == 0, proc.stderr
-    outcomes = {e["result"]["call_id"]: e["result"]["outcome"] for e in map(json.loads, proc.stdout.splitlines())
-                if e["type"] == "tool_result"}
+    assert ran.code == 0, ran.stderr
+    outcomes = {e["result"]["call_id"]: e["result"]["outcome"] for e in ran.events() if e["type"] == "tool_result"}
     assert outcomes == {"w": "denied", "h": "denied", "n": "denied", "d": "denied", "k": "ok", "e": "ok"}
     assert list(outside.iterdir()) == [] and list((ws / ".git/hooks").iterdir()) == [] and not reached
-    assert key not in json.dumps(requests[1]) and "[REDACTED]" in json.dumps(requests[1])
+    assert key not in json.dumps(ran.requests[1]) and "[REDACTED]" in json.dumps(ran.requests[1])
 
 
 # issue: with --yes on a terminal, a command the sandbox stopped is still a question (the escalation), and a
@@ -210,22 +213,27 @@ def test_crow_run_yes_on_a_terminal_asks_to_run_a_stopped_command_outside_the_sa
 
 # found trying it as a new user (wave 3): `crow run --allow '((' x` refused the rule (exit 2) but left a
 # session holding the prompt behind, and `-c` with such a rule left the prompt in the continued session
-def test_a_rule_naming_no_tool_stores_nothing(tmp_path: Path) -> None:
-    refused = run_crow([], "--allow", "((", "first", cwd=tmp_path)
+async def test_a_rule_naming_no_tool_stores_nothing(tmp_path: Path) -> None:
+    refused = await run_here([], "first", flags={"allow": ["(("]}, cwd=tmp_path)
     assert refused.code == 2 and refused.requests == [], refused.stderr
     assert "names no tool of this run" in refused.stderr
     assert SessionStore().recent() == []
-    assert run_crow([{"sse": text_sse("One.")}], "hi", cwd=tmp_path).code == 0
-    again = run_crow([], "-c", "--deny", "nope_tool", "lost", cwd=tmp_path)
+    assert (await run_here([{"sse": text_sse("One.")}], "hi", cwd=tmp_path)).code == 0
+    again = await run_here([], "lost", flags={"deny": ["nope_tool"]}, continue_last=True, cwd=tmp_path)
     assert again.code == 2, again.stderr
     [info] = SessionStore().recent()
     assert [m["content"] for m in SessionStore().messages(info.id)] == ["hi", "One."]
     # a usage error comes before any event (docs/scripting.md); with MCP servers, once their tools are listed
-    events = run_crow([], "--json", "--allow", "((", "first", cwd=tmp_path)
+    events = await run_here([], "first", flags={"allow": ["(("]}, json=True, cwd=tmp_path)
     assert events.code == 2 and events.stdout == "", events.stdout
     mcp = tmp_path / "mcp.toml"
     mcp.write_text(f'[mcp_servers.demo]\ncommand = {json.dumps(sys.executable)}\n'
                    f'args = [{json.dumps(str(ROOT / "tests/tools/mcp_demo_server.py"))}, "demo"]\n')
-    late = run_crow([], "--json", "--deny", "nope_tool", "later", cwd=tmp_path, config=mcp)
+    late = await run_here([], "later", flags={"deny": ["nope_tool"]}, json=True, cwd=tmp_path, config=mcp)
     assert late.code == 2 and json.loads(late.stdout.splitlines()[-1])["exit_code"] == 2, late.stderr
     assert [i.id for i in SessionStore().recent()] == [info.id]
+    # ... and a continued session refused then keeps what it held, without the prompt
+    late_again = await run_here([], "lost too", flags={"deny": ["nope_tool"]}, continue_last=True, cwd=tmp_path,
+                                config=mcp)
+    assert late_again.code == 2, late_again.stderr
+    assert [m["content"] for m in SessionStore().messages(info.id)] == ["hi", "One."]
