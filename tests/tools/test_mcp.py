@@ -18,7 +18,7 @@ from crow_cli.tools.mcp import McpServers
 from crow_cli.tools.registry import ToolRegistry
 from tests.conftest import text_sse
 from tests.replay_server import ReplayServer
-from tests.support import CROW, crow, script, tool_messages, wait_for
+from tests.support import CROW, crow, run_here, script, tool_messages, wait_for
 
 SERVER = str(Path(__file__).with_name("mcp_demo_server.py"))
 
@@ -122,38 +122,60 @@ command = "/nonexistent/mcp-server"
     return cfg
 
 
-def test_crow_tools_lists_mcp_tools_with_their_source(tmp_path: Path) -> None:
-    proc = crow("tools", "--config", str(_config(tmp_path)), cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert "add             Add two integers.\n                source: mcp:demo [needs approval]" in proc.stdout
-    assert "shout" in proc.stdout and "source: mcp:demo\n" in proc.stdout
-    assert "demo_read_file" in proc.stdout
-    assert proc.stderr.strip().splitlines() == [
+def crow_tools(cwd: Path, config: Path, capfd: pytest.CaptureFixture[str]) -> tuple[str, str]:
+    """What `crow tools --config CONFIG` prints in `cwd` (the command's function, in this process): stdout,
+    stderr."""
+    from crow_cli.commands.tools import tools
+
+    with contextlib.chdir(cwd):
+        tools(config=str(config))
+    out, err = capfd.readouterr()
+    return out, err
+
+
+def test_crow_tools_lists_mcp_tools_with_their_source(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    stdout, stderr = crow_tools(tmp_path, _config(tmp_path), capfd)
+    assert "add             Add two integers.\n                source: mcp:demo [needs approval]" in stdout
+    assert "shout" in stdout and "source: mcp:demo\n" in stdout
+    assert "demo_read_file" in stdout
+    assert stderr.strip().splitlines() == [
         "crow: warning: MCP server 'demo': tool 'read_file' is offered as 'demo_read_file': 'read_file' is taken "
         "(builtin)",
         "crow: warning: MCP server 'missing' failed to start: command not found (/nonexistent/mcp-server)"]
 
 
-@pytest.mark.parametrize("yes", [True, False], ids=["yes", "no-terminal"])
-def test_crow_run_calls_mcp_tools_end_to_end(tmp_path: Path, yes: bool) -> None:
-    calls = [("call_a", "add", {"a": 2, "b": 40}), ("call_s", "shout", {"text": "quiet"}),
-             ("call_r", "demo_read_file", {"path": "notes.md"})]
-    with ReplayServer(script(calls)) as server:
+CALLS = [("call_a", "add", {"a": 2, "b": 40}), ("call_s", "shout", {"text": "quiet"}),
+         ("call_r", "demo_read_file", {"path": "notes.md"})]
+
+
+def assert_quiet_run(code: int, stdout: str, stderr: str) -> None:
+    """A run that used the MCP tools: the answer, and no library noise on stderr."""
+    assert code == 0, stderr
+    assert stdout == "All done.\n"
+    for noise in ("Traceback", "Task was destroyed", "cancel scope", "RuntimeError", "ERROR"):
+        assert noise not in stderr
+    assert "crow: warning: MCP server 'missing' failed to start" in stderr
+
+
+def test_crow_run_calls_mcp_tools_end_to_end(tmp_path: Path) -> None:
+    with ReplayServer(script(CALLS)) as server:
         proc = crow("run", "--base-url", server.base_url, "--api-key", "sk-test", "--model", "test-model",
-                         "--config", str(_config(tmp_path)), *(["--yes"] if yes else []), "use the tools", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == "All done.\n"
+                    "--config", str(_config(tmp_path)), "--yes", "use the tools", cwd=tmp_path)
+    assert_quiet_run(proc.returncode, proc.stdout, proc.stderr)
     results = tool_messages(server.requests[1])
     assert [m["tool_call_id"] for m in results] == ["call_a", "call_s", "call_r"]
-    if yes:
-        assert [m["content"] for m in results] == ["42", "QUIET", "mcp read notes.md"]
-    else:  # only the read-only tool ran; the others needed approval nobody could give
-        assert results[1]["content"] == "QUIET"
-        for m in (results[0], results[2]):
-            assert "needs approval and nobody can approve it" in m["content"]
-    for noise in ("Traceback", "Task was destroyed", "cancel scope", "RuntimeError", "ERROR"):
-        assert noise not in proc.stderr
-    assert "crow: warning: MCP server 'missing' failed to start" in proc.stderr
+    assert [m["content"] for m in results] == ["42", "QUIET", "mcp read notes.md"]
+
+
+async def test_without_a_terminal_only_the_read_only_mcp_tool_runs(tmp_path: Path) -> None:
+    # what `crow run` (no --yes, no terminal) does with the MCP tools, in this process
+    ran = await run_here(script(CALLS), "use the tools", cwd=tmp_path, config=_config(tmp_path))
+    assert_quiet_run(ran.code, ran.stdout, ran.stderr)
+    results = tool_messages(ran.requests[1])
+    assert [m["tool_call_id"] for m in results] == ["call_a", "call_s", "call_r"]
+    assert results[1]["content"] == "QUIET"  # only the read-only tool ran; the others needed approval
+    for m in (results[0], results[2]):
+        assert "needs approval and nobody can approve it" in m["content"]
 
 
 # found trying it as a new user (second round)
@@ -198,12 +220,12 @@ def _command(pid: int) -> str:
 
 
 # found trying it as a new user (second round)
-def test_mcp_startup_timeout_is_honoured(tmp_path: Path) -> None:
-    config = tmp_path / "c.toml"
-    config.write_text('[mcp_servers.mute]\ncommand = "sleep"\nargs = ["60"]\nstartup_timeout = 2\n')
-    proc = crow("tools", "--config", str(config), cwd=tmp_path)
-    assert proc.returncode == 0 and "read_file" in proc.stdout
-    assert "did not start within 2 s" in proc.stderr and "Traceback" not in proc.stderr
+def test_mcp_startup_timeout_is_honoured(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "c.toml"  # a server that never answers: the smallest timeout shows it is honoured
+    config.write_text('[mcp_servers.mute]\ncommand = "sleep"\nargs = ["60"]\nstartup_timeout = 0.01\n')
+    stdout, stderr = crow_tools(tmp_path, config, capfd)
+    assert "read_file" in stdout
+    assert "did not start within 0.01 s" in stderr and "Traceback" not in stderr
 
 
 # found trying it as a new user (second round): past its startup timeout, crow waited 10 s more for a clean stop
@@ -213,9 +235,9 @@ async def test_a_server_past_its_startup_timeout_gets_no_clean_stop(monkeypatch:
     monkeypatch.setattr(mcp, "_STOP_TIMEOUT_S", 3600.0)  # no public knob: a clean stop would now hang
     registry = ToolRegistry()
     async with asyncio.timeout(120):  # bounds that hang
-        async with McpServers({"mute": {"command": "sleep", "args": ["3600"], "startup_timeout": 1}}) as servers:
+        async with McpServers({"mute": {"command": "sleep", "args": ["3600"], "startup_timeout": 0.01}}) as servers:
             await servers.register_tools(registry)
-    assert any("did not start within 1 s" in error for error in registry.errors), registry.errors
+    assert any("did not start within 0.01 s" in error for error in registry.errors), registry.errors
 
 
 # found trying it as a new user (wave 3): Ctrl-C while an MCP server was starting took 12 s to end the run: the
