@@ -1,10 +1,11 @@
 """The wheel, installed as a tool: built from the checkout, installed into a fresh venv (not editable), run.
 
 What `pipx install .` / `uv tool install .` give: the package with its data (chat template, JSON
-schemas) and the `crow` script. The fresh venv borrows this venv's third-party packages through a .pth
-line (a directory on sys.path, not a site dir: the editable install's finder is not loaded), so crow_cli
-can only come from the wheel (only the build backend is fetched, by pip's isolated build). Slow (a
-build): one test, run by CI with the rest.
+schemas, the JSONL event schema as in the checkout) and the `crow` script. The fresh venv borrows this
+venv's third-party packages through a .pth line (a directory on sys.path, not a site dir: the editable
+install's finder is not loaded), so crow_cli can only come from the wheel (only the build backend is
+fetched, by pip's isolated build). Slow (a build): one test, the only one that builds the wheel, run
+by CI with the rest.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ import subprocess
 import sys
 import sysconfig
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from crow_cli import __version__
+from crow_cli.surfaces.jsonl import event_schema
 from tests.replay_server import ReplayServer
 from tests.support import ROOT, TOOLS, script
 
@@ -31,6 +34,9 @@ def test_the_built_wheel_runs_from_a_fresh_venv(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "--disable-pip-version-check",
                     "-w", str(dist), str(ROOT)], check=True, capture_output=True, timeout=600)
     (wheel,) = dist.glob("crow_cli-*.whl")
+    # the JSONL event schema ships as it is in the checkout (the one build serves both checks)
+    with zipfile.ZipFile(wheel) as zf:
+        assert json.loads(zf.read("crow_cli/schemas/events.schema.json")) == event_schema()
     env_dir = tmp_path / "tool"
     venv.create(env_dir, with_pip=False)
     python = env_dir / "bin" / "python"
