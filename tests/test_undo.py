@@ -1,4 +1,7 @@
-"""Undo the last exchange and restore the files crow's file tools changed (issue 13: "there is no /undo")."""
+"""Undo the last exchange and restore the files crow's file tools changed (issue 13: "there is no /undo").
+
+`crow run` runs in this process (`run_here`), `crow sessions undo` as its command function (`_undo`); one
+`crow sessions undo --dry-run` and one `--force` run as the command itself."""
 
 from __future__ import annotations
 
@@ -6,9 +9,27 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+import typer
+
+from crow_cli.commands.sessions import undo
 from crow_cli.sessions import SessionStore
 from tests.replay_server import text_stream
-from tests.support import CROW, run_crow, tool_turn, write_config
+from tests.support import CROW, run_here, tool_turn, write_config
+
+Capture = pytest.CaptureFixture[str]
+
+
+def _undo(capsys: Capture, sid: str, *, force: bool = False) -> tuple[int, str, str]:
+    """`crow sessions undo SID [--force]` in this process (its command function): exit code, stdout, stderr."""
+    capsys.readouterr()
+    try:
+        undo(sid, dry_run=False, force=force)
+        code = 0
+    except typer.Exit as exc:
+        code = exc.exit_code
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
 def _edit_turn() -> str:
@@ -17,14 +38,14 @@ def _edit_turn() -> str:
                      ("c3", "run_shell", json.dumps({"command": "echo side effect > c.txt"})))
 
 
-def test_sessions_undo_restores_files_and_lists_shell_commands(tmp_path: Path) -> None:
+async def test_sessions_undo_restores_files_and_lists_shell_commands(tmp_path: Path, capsys: Capture) -> None:
     (tmp_path / "a.txt").write_text("one two\n")
     config = write_config(tmp_path, max_retries=0)
-    first = run_crow([{"sse": tool_turn(("c0", "write_file", json.dumps({"path": "a.txt", "content": "one\n"})))},
-                      {"sse": text_stream("wrote a")}], "--yes", "write a", cwd=tmp_path, config=config)
+    first = await run_here([{"sse": tool_turn(("c0", "write_file", json.dumps({"path": "a.txt", "content": "one\n"})))},
+                            {"sse": text_stream("wrote a")}], "write a", yes=True, cwd=tmp_path, config=config)
     assert first.code == 0, first.stderr
-    second = run_crow([{"sse": _edit_turn()}, {"sse": text_stream("edited")}], "--yes", "-c", "edit a", cwd=tmp_path,
-                      config=config)
+    second = await run_here([{"sse": _edit_turn()}, {"sse": text_stream("edited")}], "edit a", yes=True,
+                            continue_last=True, cwd=tmp_path, config=config)
     assert second.code == 0, second.stderr
     assert (tmp_path / "a.txt").read_text() == "ONE\n" and (tmp_path / "new" / "b.txt").exists()
     with SessionStore() as store:
@@ -33,9 +54,9 @@ def test_sessions_undo_restores_files_and_lists_shell_commands(tmp_path: Path) -
 
     dry = subprocess.run([CROW, "sessions", "undo", sid, "--dry-run"], capture_output=True, text=True, timeout=60)
     assert dry.returncode == 0 and (tmp_path / "a.txt").read_text() == "ONE\n"
-    undo = subprocess.run([CROW, "sessions", "undo", sid], capture_output=True, text=True, timeout=60)
-    assert undo.returncode == 0, undo.stderr
-    assert undo.stdout.splitlines() == dry.stdout.splitlines() == [
+    code, out, err = _undo(capsys, sid)
+    assert code == 0, err
+    assert out.splitlines() == dry.stdout.splitlines() == [
         "undo: removes the last exchange (6 messages), starting with “edit a”",
         f"  restores {tmp_path / 'a.txt'}",
         f"  deletes {tmp_path / 'new' / 'b.txt'} (it created it)",
@@ -46,25 +67,22 @@ def test_sessions_undo_restores_files_and_lists_shell_commands(tmp_path: Path) -
         messages = store.messages(sid)
     assert len(messages) == before - 6 and messages[-1] == {"role": "assistant", "content": "wrote a"}
 
-    again = subprocess.run([CROW, "sessions", "undo", sid], capture_output=True, text=True, timeout=60)
-    assert again.returncode == 0 and f"deletes {tmp_path / 'a.txt'}" not in again.stdout
-    assert f"restores {tmp_path / 'a.txt'}" in again.stdout and (tmp_path / "a.txt").read_text() == "one two\n"
-    empty = subprocess.run([CROW, "sessions", "undo", sid], capture_output=True, text=True, timeout=60)
-    assert empty.returncode == 1 and "nothing to undo" in empty.stderr
-
-
-def _undo(sid: str, *flags: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([CROW, "sessions", "undo", sid, *flags], capture_output=True, text=True, timeout=60)
+    code, again, _ = _undo(capsys, sid)
+    assert code == 0 and f"deletes {tmp_path / 'a.txt'}" not in again
+    assert f"restores {tmp_path / 'a.txt'}" in again and (tmp_path / "a.txt").read_text() == "one two\n"
+    code, _, err = _undo(capsys, sid)
+    assert code == 1 and "nothing to undo" in err
 
 
 # issue: a new user's `crow sessions undo` deleted notes.txt with the user's text in it, and rewrote main.py
 # without the line the user had added after crow's turn, asking nothing
-def test_files_changed_since_crow_wrote_them_are_not_restored_unless_forced(tmp_path: Path) -> None:
+async def test_files_changed_since_crow_wrote_them_are_not_restored_unless_forced(tmp_path: Path,
+                                                                                 capsys: Capture) -> None:
     (tmp_path / "main.py").write_text("print(1)\n")
     turn = tool_turn(("c1", "write_file", json.dumps({"path": "notes.txt", "content": "crow's notes\n"})),
                      ("c2", "edit_file", json.dumps({"path": "main.py", "old_string": "1", "new_string": "2"})))
-    ran = run_crow([{"sse": turn}, {"sse": text_stream("done")}], "--yes", "go", cwd=tmp_path,
-                   config=write_config(tmp_path, max_retries=0))
+    ran = await run_here([{"sse": turn}, {"sse": text_stream("done")}], "go", yes=True, cwd=tmp_path,
+                         config=write_config(tmp_path, max_retries=0))
     assert ran.code == 0, ran.stderr
     with (tmp_path / "notes.txt").open("a") as fh:
         fh.write("the user's own line\n")
@@ -72,62 +90,63 @@ def test_files_changed_since_crow_wrote_them_are_not_restored_unless_forced(tmp_
         fh.write("print('user')\n")
     with SessionStore() as store:
         sid = store.latest().id
-    held = _undo(sid)
-    assert held.returncode == 0, held.stderr
-    assert f"  changed since, not restored: {tmp_path / 'notes.txt'}\n" in held.stdout
-    assert f"  changed since, not restored: {tmp_path / 'main.py'}\n" in held.stdout
-    assert "--force restores" in held.stdout
+    code, held, err = _undo(capsys, sid)
+    assert code == 0, err
+    assert f"  changed since, not restored: {tmp_path / 'notes.txt'}\n" in held
+    assert f"  changed since, not restored: {tmp_path / 'main.py'}\n" in held
+    assert "--force restores" in held
     assert (tmp_path / "notes.txt").read_text() == "crow's notes\nthe user's own line\n"
     assert (tmp_path / "main.py").read_text() == "print(2)\nprint('user')\n"
 
 
 # issue: a new user's /undo said "changed since, not restored: notes.txt (changed since)", then warned about the
 # same file again, and promised to delete a file crow had created that the user had deleted already
-def test_undo_names_each_held_file_once_and_a_created_file_gone_already(tmp_path: Path) -> None:
+async def test_undo_names_each_held_file_once_and_a_created_file_gone_already(tmp_path: Path, capsys: Capture) -> None:
     turn = tool_turn(("c1", "write_file", json.dumps({"path": "notes.txt", "content": "crow's notes\n"})),
                      ("c2", "write_file", json.dumps({"path": "scratch.txt", "content": "tmp\n"})))
-    ran = run_crow([{"sse": turn}, {"sse": text_stream("done")}], "--yes", "go", cwd=tmp_path,
-                   config=write_config(tmp_path, max_retries=0))
+    ran = await run_here([{"sse": turn}, {"sse": text_stream("done")}], "go", yes=True, cwd=tmp_path,
+                         config=write_config(tmp_path, max_retries=0))
     assert ran.code == 0, ran.stderr
     with (tmp_path / "notes.txt").open("a") as fh:
         fh.write("the user's own line\n")
     (tmp_path / "scratch.txt").unlink()
     with SessionStore() as store:
         sid = store.latest().id
-    held = _undo(sid)
-    assert held.returncode == 0, held.stderr
-    assert held.stdout.splitlines()[1:] == [
+    code, held, err = _undo(capsys, sid)
+    assert code == 0, err
+    assert held.splitlines()[1:] == [
         f"  changed since, not restored: {tmp_path / 'notes.txt'}",
         f"  gone already: {tmp_path / 'scratch.txt'} (it created it)",
         "  (--force restores files that changed since all the same; their changes are lost)"]
-    assert "warning" not in held.stderr and "notes.txt" not in held.stderr
+    assert "warning" not in err and "notes.txt" not in err
 
 
-def test_force_restores_a_changed_file(tmp_path: Path) -> None:
+async def test_force_restores_a_changed_file(tmp_path: Path) -> None:
     (tmp_path / "main.py").write_text("print(1)\n")
     config = write_config(tmp_path, max_retries=0)
-    first = run_crow([{"sse": text_stream("hello")}], "hi", cwd=tmp_path, config=config)
+    first = await run_here([{"sse": text_stream("hello")}], "hi", cwd=tmp_path, config=config)
     assert first.code == 0, first.stderr
     turn = tool_turn(("c1", "edit_file", json.dumps({"path": "main.py", "old_string": "1", "new_string": "2"})))
-    ran = run_crow([{"sse": turn}, {"sse": text_stream("done")}], "--yes", "-c", "go", cwd=tmp_path, config=config)
+    ran = await run_here([{"sse": turn}, {"sse": text_stream("done")}], "go", yes=True, continue_last=True,
+                         cwd=tmp_path, config=config)
     assert ran.code == 0, ran.stderr
     (tmp_path / "main.py").write_text("print(2)\nprint('user')\n")
     with SessionStore() as store:
         sid = store.latest().id
-    forced = _undo(sid, "--force")
+    forced = subprocess.run([CROW, "sessions", "undo", sid, "--force"], capture_output=True, text=True, timeout=60)
     assert forced.returncode == 0 and f"  restores {tmp_path / 'main.py'}" in forced.stdout
     assert (tmp_path / "main.py").read_text() == "print(1)\n"
 
 
 # issue: a folder crow wrote into later became a symlink, and undo deleted a file outside the workspace
-def test_a_path_that_now_leads_elsewhere_is_never_touched(tmp_path: Path) -> None:
+async def test_a_path_that_now_leads_elsewhere_is_never_touched(tmp_path: Path, capsys: Capture) -> None:
     work = tmp_path / "work"
     (work / "sub").mkdir(parents=True)
     outside = tmp_path / "outside"
     outside.mkdir()
     turn = tool_turn(("c1", "write_file", json.dumps({"path": "sub/new.txt", "content": "x\n"})))
-    ran = run_crow([{"sse": turn}, {"sse": text_stream("done")}], "--yes", "go", cwd=work,
-                   config=write_config(tmp_path, max_retries=0))
+    ran = await run_here([{"sse": turn}, {"sse": text_stream("done")}], "go", yes=True, cwd=work,
+                         config=write_config(tmp_path, max_retries=0))
     assert ran.code == 0, ran.stderr
     (outside / "new.txt").write_text("x\n")  # the same content: only the path tells it apart
     (work / "sub" / "new.txt").unlink()
@@ -135,8 +154,8 @@ def test_a_path_that_now_leads_elsewhere_is_never_touched(tmp_path: Path) -> Non
     (work / "sub").symlink_to(outside, target_is_directory=True)
     with SessionStore() as store:
         sid = store.latest().id
-    forced = _undo(sid, "--force")
-    assert forced.returncode == 0, forced.stderr
+    code, forced, err = _undo(capsys, sid, force=True)
+    assert code == 0, err
     assert f"changed since, not restored: {work / 'sub' / 'new.txt'} (now leads to {outside / 'new.txt'})" \
-        in forced.stdout
+        in forced
     assert (outside / "new.txt").read_text() == "x\n"

@@ -1,17 +1,20 @@
 """`crow run` compacts a session near its context window, against a scripted server (issue 13:
-"a conversation that outgrows the model's context gets a 400 and is stuck for good")."""
+"a conversation that outgrows the model's context gets a 400 and is stuck for good"). `crow run` runs in
+this process (`run_here`), `crow sessions show / export` as their command functions."""
 
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
+import pytest
+
+from crow_cli.commands.sessions import export, show
 from crow_cli.context.compact import SUMMARY_PREFIX
 from crow_cli.history import ToolCall, assistant_message, tool_message, user_message
 from crow_cli.sessions import SessionStore
 from tests.replay_server import text_stream
-from tests.support import CROW, assert_contract, run_crow, write_config
+from tests.support import assert_contract, run_here, write_config
 
 
 def _stored_session(exchanges: int = 12) -> str:
@@ -27,11 +30,12 @@ def _stored_session(exchanges: int = 12) -> str:
         return info.id
 
 
-def test_run_compacts_near_the_window_stores_a_checkpoint_and_keeps_every_message(tmp_path: Path) -> None:
+async def test_run_compacts_near_the_window_stores_a_checkpoint_and_keeps_every_message(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     sid = _stored_session()
     config = write_config(tmp_path, context_window=4096, max_retries=0)
-    ran = run_crow([{"sse": text_stream("SUMMARY: twelve reads of a.txt")}, {"sse": text_stream("Done.")}],
-                   "--session", sid, "--json", "go on", cwd=tmp_path, config=config)
+    ran = await run_here([{"sse": text_stream("SUMMARY: twelve reads of a.txt")}, {"sse": text_stream("Done.")}],
+                         "go on", cwd=tmp_path, config=config, session_id=sid, json=True)
     assert ran.code == 0, ran.stderr
     events = ran.events()
     notices = [e for e in events if e["type"] == "notice"]
@@ -48,15 +52,17 @@ def test_run_compacts_near_the_window_stores_a_checkpoint_and_keeps_every_messag
         assert len(store.messages(sid)) == 1 + 12 * 4 + 2  # nothing dropped from the stored session
         (checkpoint,) = store.checkpoints(sid)
         assert checkpoint.summary == "SUMMARY: twelve reads of a.txt"
-    shown = subprocess.run([CROW, "sessions", "show", sid], capture_output=True, text=True, check=True).stdout
+    capsys.readouterr()
+    show(sid)
+    shown = capsys.readouterr().out
     assert "request 0" in shown and "## Compacted here" in shown and "> SUMMARY: twelve reads" in shown
-    exported = json.loads(subprocess.run([CROW, "sessions", "export", sid, "--format", "json"], capture_output=True,
-                                         text=True, check=True).stdout)
+    export(sid, "json", None)
+    exported = json.loads(capsys.readouterr().out)
     assert exported["checkpoints"][0]["summary"].startswith("SUMMARY") and len(exported["messages"]) == 51
 
     # the next run starts from the checkpoint: no new summary, the summary is sent again
-    again = run_crow([{"sse": text_stream("Fine.")}], "--session", sid, "--json", "and then?", cwd=tmp_path,
-                     config=config)
+    again = await run_here([{"sse": text_stream("Fine.")}], "and then?", cwd=tmp_path, config=config,
+                           session_id=sid, json=True)
     assert again.code == 0, again.stderr
     assert again.requests[0]["messages"][1]["content"].startswith(SUMMARY_PREFIX)
 
@@ -66,11 +72,12 @@ OVERFLOW_400 = json.dumps({"error": {"code": "context_length_exceeded", "type": 
                                                 "your messages resulted in 9000 tokens."}})
 
 
-def test_an_overflow_refusal_compacts_and_the_retried_turn_succeeds(tmp_path: Path) -> None:
+async def test_an_overflow_refusal_compacts_and_the_retried_turn_succeeds(tmp_path: Path) -> None:
     sid = _stored_session()
     config = write_config(tmp_path, max_retries=0)
-    ran = run_crow([{"status": 400, "body": OVERFLOW_400}, {"sse": text_stream("SUMMARY: reads")},
-                    {"sse": text_stream("Done.")}], "--session", sid, "--json", "go on", cwd=tmp_path, config=config)
+    ran = await run_here([{"status": 400, "body": OVERFLOW_400}, {"sse": text_stream("SUMMARY: reads")},
+                          {"sse": text_stream("Done.")}], "go on", cwd=tmp_path, config=config, session_id=sid,
+                         json=True)
     assert ran.code == 0, ran.stderr
     assert [e["code"] for e in ran.events() if e["type"] == "notice"] == ["compacting", "compacted"]
     assert len(ran.requests) == 3 and ran.requests[2]["messages"][1]["content"].startswith(SUMMARY_PREFIX)
