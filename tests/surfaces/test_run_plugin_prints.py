@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from tests.replay_server import ReplayServer
-from tests.support import crow, script
+from tests.support import crow, run_here, script
 
 NOISY = '''
 import os
@@ -35,26 +35,35 @@ async def noisy_async(x: int) -> str:
 '''
 
 
-def _run(tmp_path, *mode: str):
+def _tools(tmp_path):
     tools = tmp_path / "tools"
     tools.mkdir(exist_ok=True)
     (tools / "noisy.py").write_text(NOISY)
-    turns = script([("c1", "noisy_sync", {"x": 1}), ("c2", "noisy_async", {"x": 2})], final="The answer.")
-    with ReplayServer(turns) as srv:
-        proc = crow("run", "--base-url", srv.base_url, "--model", "m", "--no-session", "--tools-dir",
-                         str(tools), *mode, "go", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    for noise in ("NOISE AT IMPORT", "NOISE FROM THREAD", "more noise", "NOISE FROM LOOP", "FD NOISE", "CHILD NOISE"):
-        assert noise in proc.stderr and noise not in proc.stdout
-    return proc
+    return tools
+
+
+TURNS = script([("c1", "noisy_sync", {"x": 1}), ("c2", "noisy_async", {"x": 2})], final="The answer.")
+PRINTED = ("NOISE AT IMPORT", "NOISE FROM THREAD", "more noise", "NOISE FROM LOOP")
+"""What the plugin prints through `sys.stdout`; it also writes to descriptor 1 itself and starts a child that does."""
 
 
 def test_json_stdout_carries_events_only(tmp_path):
-    proc = _run(tmp_path, "--json")
+    # a crow process: only there is descriptor 1 the real stdout (`stdout.private_stdout`), whatever the mode
+    with ReplayServer(TURNS) as srv:
+        proc = crow("run", "--base-url", srv.base_url, "--model", "m", "--no-session", "--tools-dir",
+                    str(_tools(tmp_path)), "--json", "go", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    for noise in (*PRINTED, "FD NOISE", "CHILD NOISE"):
+        assert noise in proc.stderr and noise not in proc.stdout
     events = [json.loads(line) for line in proc.stdout.splitlines()]
     assert events[0]["type"] == "run_started" and events[-1]["final_text"] == "The answer."
     assert sorted(e["result"]["output"] for e in events if e["type"] == "tool_result") == ["x=1", "y=2"]
 
 
-def test_plain_stdout_carries_the_answer_only(tmp_path):
-    assert _run(tmp_path).stdout == "The answer.\n"
+async def test_plain_stdout_carries_the_answer_only(tmp_path):
+    # in process (`run_here`): what goes through sys.stdout; descriptor 1 is the test process's here
+    ran = await run_here(TURNS, "go", model="m", session=False, tools_dirs=(str(_tools(tmp_path)),), cwd=tmp_path)
+    assert ran.code == 0, ran.stderr
+    for noise in PRINTED:
+        assert noise in ran.stderr and noise not in ran.stdout
+    assert ran.stdout == "The answer.\n"
