@@ -1,7 +1,7 @@
 """The one support module of the tests (fixtures live in conftest.py):
 
-- `crow` as a subprocess against the replay server (`crow`, `run_crow`, `argv`, `run_args`, `Ran`), and what
-  `crow run` runs in this process (`run_here`);
+- `crow` as a subprocess against the replay server (`crow`, `run_crow`, `argv`, `run_args`, `Ran`), what
+  `crow run` runs in this process (`run_here`), and crow's typer app in this process (`crow_here`);
 - SSE turns and replay scripts (`tool_calls_sse`, `tool_turn`, `script`);
 - `ChatTerminal`: `crow chat` on a pseudo-terminal; `chat`: the chat app in-process on a pipe;
 - the history contract (`assert_contract`, `assert_valid`), `wait_for` an event, `alive(pid)`,
@@ -224,6 +224,26 @@ async def run_here(script: list[dict[str, Any]], prompt: str = "hi", *, cwd: Pat
         ran = Ran(code, out.getvalue(), err.getvalue(), list(server.requests), list(server.history_errors))
     assert ran.history_errors == [], ran.history_errors  # every request keeps the history contract
     return ran
+
+
+def crow_here(*args: str, stdin: Path | None = None) -> int:
+    """`crow ARGS` in this process, as `cli.main` calls crow's typer app (`standalone_mode=False`), with
+    `sys.stdin` the file `stdin` (a regular file: piped input, as `crow run … <FILE`), else /dev/null.
+    `cli.main`'s own part (usage errors and exit codes mapped, closed descriptors) needs a `crow` process.
+
+    Returns the exit code; output goes to this process's stdout and stderr (`capsys`). Raises what the
+    app raises (a usage error as click's exception).
+    """
+    from crow_cli.cli import app
+
+    saved = sys.stdin
+    with open(os.devnull if stdin is None else stdin, encoding="utf-8") as piped:
+        sys.stdin = piped
+        try:
+            code = app(list(args), prog_name="crow", standalone_mode=False)
+        finally:
+            sys.stdin = saved
+    return code if isinstance(code, int) else 0
 
 
 def tool_turn(*calls: tuple[str, str, str]) -> str:
