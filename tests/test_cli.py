@@ -1,4 +1,6 @@
-"""`crow` as a user runs it: a subprocess against a local scripted server over real sockets."""
+"""`crow` as a user runs it: a subprocess against a local scripted server over real sockets; what depends on
+no process (tables over flags, piped files) runs crow's app (`crow_here`) or what `crow run` runs
+(`run_here`) in this process."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import pytest
 
 from tests.conftest import ROOT, chunk, sse, text_sse, tool_delta
 from tests.replay_server import ReplayServer
-from tests.support import CROW, SECRET, crow, run_against
+from tests.support import CROW, SECRET, crow, crow_here, run_against, run_args, run_here, write_config
 
 
 def dice_call(cid: str = "call_d1") -> str:
@@ -34,9 +36,12 @@ def test_run_streams_answer_runs_plugin_tool_and_sends_result_back(tmp_path):
     assert SECRET not in proc.stdout + proc.stderr
 
 
-def test_prompt_from_stdin_and_system_prompt():
-    proc, requests = run_against([{"sse": text_sse("hi")}], "--system", "Be brief.", "--no-tools", input="hello\n")
-    assert proc.returncode == 0, proc.stderr
+def test_prompt_from_stdin_and_system_prompt(tmp_path):
+    (tmp_path / "piped").write_text("hello\n")
+    with ReplayServer([{"sse": text_sse("hi")}]) as srv:
+        code = crow_here(*run_args(srv, "--system", "Be brief.", "--no-tools"), stdin=tmp_path / "piped")
+    requests = srv.requests
+    assert code == 0
     assert requests[0]["messages"] == [{"role": "system", "content": "Be brief."},
                                        {"role": "user", "content": "hello\n"}]
     assert "tools" not in requests[0]
@@ -63,24 +68,24 @@ def test_auth_error_is_one_line_exit_1_without_the_key():
     assert "Traceback" not in proc.stderr and SECRET not in proc.stderr + proc.stdout
 
 
-def test_max_turns_exit_1_names_the_limit(tmp_path):
-    proc, requests = run_against([{"sse": dice_call("a")}, {"sse": dice_call("b")}], "--tools-dir",
-                                 str(ROOT / "tools"), "--max-turns", "2", "go", cwd=tmp_path)
-    assert proc.returncode == 1 and "--max-turns 2" in proc.stderr and len(requests) == 2
+async def test_max_turns_exit_1_names_the_limit(tmp_path):
+    ran = await run_here([{"sse": dice_call("a")}, {"sse": dice_call("b")}], "go", flags={"max_turns": 2},
+                         tools_dirs=(str(ROOT / "tools"),), cwd=tmp_path)
+    assert ran.code == 1 and "--max-turns 2" in ran.stderr and len(ran.requests) == 2
 
 
-def test_debug_traces_deltas_and_never_the_key(tmp_path):
-    proc, _ = run_against([{"sse": dice_call()}, {"sse": text_sse("ok")}], "--debug", "--tools-dir",
-                          str(ROOT / "tools"), "go", cwd=tmp_path)
-    assert proc.returncode == 0
-    assert "[delta] index=0 id='call_d1' name='roll_dice'" in proc.stderr
-    assert SECRET not in proc.stderr + proc.stdout
+async def test_debug_traces_deltas_and_never_the_key(tmp_path):
+    ran = await run_here([{"sse": dice_call()}, {"sse": text_sse("ok")}], "go", flags={"api_key": SECRET},
+                         debug=True, tools_dirs=(str(ROOT / "tools"),), cwd=tmp_path)
+    assert ran.code == 0
+    assert "[delta] index=0 id='call_d1' name='roll_dice'" in ran.stderr
+    assert SECRET not in ran.stderr + ran.stdout
 
 
-def test_unreachable_server_is_one_line(tmp_path):
-    proc = crow("run", "--base-url", "http://127.0.0.1:9/v1", "--config", str(_config(tmp_path, "max_retries = 0")),
-                "hi")
-    assert proc.returncode == 1 and proc.stderr.strip().startswith("crow: error: cannot reach http://127.0.0.1:9/v1")
+async def test_unreachable_server_is_one_line(tmp_path):
+    ran = await run_here([], base_url="http://127.0.0.1:9/v1", config=write_config(tmp_path, max_retries=0),
+                         cwd=tmp_path)
+    assert ran.code == 1 and ran.stderr.strip().startswith("crow: error: cannot reach http://127.0.0.1:9/v1")
 
 
 def _config(tmp_path: Path, text: str) -> Path:
@@ -218,14 +223,12 @@ def test_input_piped_through_a_wrapper_is_read_and_stdin_forces_it():
     assert [r["messages"][-1]["content"] for r in srv.requests] == ["Review\n\nthe diff", "a\n\nb\n"]
 
 
-def test_piped_input_joins_the_prompt_unless_no_stdin():
-    proc, requests = run_against([{"sse": text_sse("ok")}], "--no-tools", "Review this", input="the diff\n")
-    assert proc.returncode == 0, proc.stderr
-    assert requests[0]["messages"][-1]["content"] == "Review this\n\nthe diff\n"
-    proc, requests = run_against([{"sse": text_sse("ok")}], "--no-tools", "--no-stdin", "Review this",
-                                 input="the diff\n")
-    assert proc.returncode == 0, proc.stderr
-    assert requests[0]["messages"][-1]["content"] == "Review this"
+def test_piped_input_joins_the_prompt_unless_no_stdin(tmp_path):
+    (tmp_path / "piped").write_text("the diff\n")  # `crow run … <piped`: a file counts as piped input too
+    for flags, sent in (((), "Review this\n\nthe diff\n"), (("--no-stdin",), "Review this")):
+        with ReplayServer([{"sse": text_sse("ok")}]) as srv:
+            assert crow_here(*run_args(srv, "--no-tools", *flags, "Review this"), stdin=tmp_path / "piped") == 0
+        assert srv.requests[0]["messages"][-1]["content"] == sent
 
 
 # What a command imports, run in a fresh interpreter: crow's `main` with the given argv, then the names of
