@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import compileall
+import contextlib
 import fcntl
 import itertools
 import json
@@ -57,6 +58,21 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return 2 * len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2 * (os.cpu_count() or 1)
 
 
+FIRST = ("tests/test_wheel.py", "tests/surfaces/test_jsonl.py::test_the_built_wheel")
+"""Long tests that start first besides the smoke tests (each builds the wheel)."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest tests start first (the smoke tests, which also run one at a time, then the wheel builds): left
+    to their place in the collection, they came last and one worker ran them for a minute after the others had
+    finished (a 183 s run whose other workers were done at 120 s). xdist hands each worker a run of consecutive
+    tests, so the smoke tests go to one worker, first."""
+    def rank(item: pytest.Item) -> int:
+        return 0 if item.get_closest_marker("smoke") else 1 if item.nodeid.startswith(FIRST) else 2
+
+    items.sort(key=rank)  # stable: the rest keep their order
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _test_servers_stop_at_once() -> Iterator[None]:
     """The replay server (tests/replay_server.py, a verbatim copy of ../shared's) and `support.raw_http_server`
@@ -73,8 +89,8 @@ def _test_servers_stop_at_once() -> Iterator[None]:
         yield
 
 
-@pytest.fixture
-def one_llama_at_a_time(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+@contextlib.contextmanager
+def _llama_lock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """The real-llama smoke tests run one at a time across xdist workers (each loads a model and keeps the
     cores busy): an flock on a file in the folder every worker of this run shares. xdist's `loadgroup` would
     keep them on one worker, but pytest 9 no longer reads the node id xdist 3.8 rewrites, so they ran four at
@@ -83,6 +99,21 @@ def one_llama_at_a_time(tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
     with open(shared / "llama.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when a killed worker's process ends
+        yield
+
+
+@pytest.fixture
+def one_llama_at_a_time(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A smoke test that starts its own llama server (`crow run --local`, a `LocalServer`) holds the llama lock."""
+    with _llama_lock(tmp_path_factory):
+        yield
+
+
+@pytest.fixture(scope="module")
+def one_llama_for_the_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A module-scoped llama server is started under the llama lock and keeps it until the module's tests on this
+    worker are done (taken per test, the server loaded its model while another test's model was running)."""
+    with _llama_lock(tmp_path_factory):
         yield
 
 

@@ -25,7 +25,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-pytestmark = [pytest.mark.smoke, pytest.mark.usefixtures("one_llama_at_a_time")]
+pytestmark = [pytest.mark.smoke]
 
 SCRIPT = ROOT / "scripts" / "llama-server.sh"
 CROW = Path(sys.executable).parent / "crow"
@@ -42,7 +42,7 @@ def _script(*args: str, **kwargs: Any) -> subprocess.Popen[str]:
 
 
 @pytest.fixture(scope="module")
-def llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def llama_url(one_llama_for_the_module: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The base URL of a running llama-server (started here and stopped after the module, when needed)."""
     if BASE_URL:
         yield BASE_URL
