@@ -46,7 +46,8 @@ from typing import Any
 from .config import Settings
 from .errors import ConfigError, CrowError
 
-__all__ = ["LOCAL_MODEL", "LocalPaths", "LocalServer", "ServerSpec", "local_paths", "local_session", "prepare"]
+__all__ = ["LOCAL_MODEL", "LocalPaths", "LocalServer", "ServerSpec", "bundled_spec", "local_paths", "local_session",
+           "prepare"]
 
 ENGINE = "xllamacpp"
 """The Python package holding llama.cpp's server (imported only by the child process)."""
@@ -210,7 +211,17 @@ class ServerSpec:
 
 
 def _threads() -> int:
-    """Generation threads: at most 4 (a small model gains nothing from more, and a busy machine loses)."""
+    """Generation threads: CROW_LLAMA_THREADS, else one per core up to 4 (a small model gains nothing from more,
+    and a busy machine loses: llama.cpp's threads wait for each other spinning, so on a machine whose cores are
+    taken one thread is faster).
+
+    Raises:
+        ConfigError: CROW_LLAMA_THREADS is not a whole number above 0.
+    """
+    if (value := os.environ.get("CROW_LLAMA_THREADS", "").strip()):
+        if not value.isdigit() or int(value) < 1:
+            raise ConfigError(f"CROW_LLAMA_THREADS must be a whole number above 0, not {value!r}")
+        return int(value)
     return max(1, min(4, os.cpu_count() or 2))
 
 

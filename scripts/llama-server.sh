@@ -12,7 +12,7 @@
 # Windows x86-64): nothing is compiled. The work is done by crow_cli/local.py (`python -m crow_cli.local`);
 # this wrapper runs it from the checkout, with the checkout's .venv when there is one. Cache:
 # ${CROW_LLAMA_CACHE:-~/.cache/crow}. Environment: CROW_LLAMA_PORT, CROW_LLAMA_MAX_TOKENS (server-side cap
-# per reply, default 96). Progress goes to stderr, the server's log to a file under the cache; stdout
+# per reply, default 96), CROW_LLAMA_THREADS (generation threads, default one per core up to 4). Progress goes to stderr, the server's log to a file under the cache; stdout
 # carries only the base URL.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"

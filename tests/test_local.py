@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from crow_cli.config import Settings
-from crow_cli.local import LOCAL_MODEL, local_paths, local_session
+from crow_cli.errors import ConfigError
+from crow_cli.local import LOCAL_MODEL, bundled_spec, local_paths, local_session
 from tests.support import alive, wait_for
 
 CROW = str(Path(sys.executable).with_name("crow"))
@@ -229,3 +230,19 @@ def test_without_the_engine_local_says_how_to_get_it(tmp_path: Path, monkeypatch
 
     with pytest.raises(LocalError, match=r"pip install xllamacpp"):
         prepare()
+
+
+# the smoke tests ran llama.cpp with one thread per core beside three busy test workers: its threads waited for
+# each other spinning and one probe took 185 s instead of 7 s. CROW_LLAMA_THREADS sets the number.
+@pytest.mark.parametrize(("value", "threads"), [("1", 1), (" 3 ", 3), ("", max(1, min(4, os.cpu_count() or 2)))])
+def test_the_generation_threads_come_from_crow_llama_threads(monkeypatch: pytest.MonkeyPatch, value: str,
+                                                              threads: int) -> None:
+    monkeypatch.setenv("CROW_LLAMA_THREADS", value)
+    assert bundled_spec(local_paths()).threads == threads
+
+
+@pytest.mark.parametrize("value", ["0", "two", "-1", "1.5"])
+def test_a_bad_thread_count_is_a_usage_error(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("CROW_LLAMA_THREADS", value)
+    with pytest.raises(ConfigError, match="CROW_LLAMA_THREADS must be a whole number above 0"):
+        bundled_spec(local_paths())

@@ -29,6 +29,7 @@ REQUIRED = os.environ.get("CROW_SMOKE_REQUIRED") == "1"
 @pytest.fixture
 def cache(monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv("CROW_LLAMA_CACHE", CACHE)
+    monkeypatch.setenv("CROW_LLAMA_THREADS", "1")  # beside busy test workers, more threads wait spinning
     if not local_paths().ready():
         reason = f"no xllamacpp engine, or no cached model under {CACHE} (run scripts/llama-server.sh prepare)"
         (pytest.fail if REQUIRED else pytest.skip)(reason)

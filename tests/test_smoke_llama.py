@@ -37,7 +37,7 @@ PROMPT = "Please use roll_dice to roll one 20-sided die."
 
 
 def _script(*args: str, **kwargs: Any) -> subprocess.Popen[str]:
-    env = {**os.environ, "CROW_LLAMA_CACHE": CACHE}
+    env = {**os.environ, "CROW_LLAMA_CACHE": CACHE, "CROW_LLAMA_THREADS": "1"}  # beside busy workers: no spinning
     return subprocess.Popen([str(SCRIPT), *args], env=env, text=True, **kwargs)
 
 
