@@ -1,9 +1,9 @@
 """Fault injection in `crow run`: retries, final errors, cut and stalled streams, bad bodies.
 
 Every run goes to the replay server over real sockets and each stdout line of `--json` is validated against
-the shipped schema. Most run `run_prompt` (what `crow run` runs) in this process (`run_here`); a few, and
-what only a process has (its stdout a full disk), spawn `crow run`. Retries and timeouts are made small
-through the config file.
+the shipped schema. They run `run_prompt` (what `crow run` runs) in this process (`run_here`); only what a
+process has (its stdout a full disk) spawns `crow run`. Retries and timeouts are made small through the
+config file.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from tests.conftest import chunk, sse, text_sse
-from tests.support import TOOLS, Ran, assert_contract, run_crow, run_here, tool_turn, write_config
+from tests.support import TOOLS, Ran, assert_contract, run_here, tool_turn, write_config
 
 ERROR_500 = {"status": 500, "body": json.dumps({"error": {"message": "internal error", "type": "server_error"}})}
 LONG = "The quick brown fox jumps over the lazy dog. " * 4
@@ -43,22 +43,23 @@ def completes(ran: Ran, answer: str) -> list[dict]:
     return events
 
 
-def test_500_then_success_is_retried(tmp_path: Path) -> None:
+async def test_500_then_success_is_retried(tmp_path: Path) -> None:
     config = write_config(tmp_path, max_retries=2)
-    ran = run_crow([ERROR_500, {"sse": text_sse("recovered")}], "--json", "hi", cwd=tmp_path, config=config)
+    ran = await run_here([ERROR_500, {"sse": text_sse("recovered")}], json=True, cwd=tmp_path, config=config)
     completes(ran, "recovered")
     assert len(ran.requests) == 2 and ran.requests[0] == ran.requests[1]
 
 
-def test_429_waits_for_retry_after(tmp_path: Path) -> None:
+async def test_429_waits_for_retry_after(tmp_path: Path) -> None:
     config = write_config(tmp_path, max_retries=2)
-    limited = {"status": 429, "headers": {"retry-after": "2"},
+    limited = {"status": 429, "headers": {"retry-after": "0.05"},
                "body": json.dumps({"error": {"message": "slow down", "type": "rate_limit"}})}
-    ran = run_crow([limited, {"sse": text_sse("after the wait")}], "--json", "hi", cwd=tmp_path, config=config)
+    ran = await run_here([limited, {"sse": text_sse("after the wait")}], json=True, cwd=tmp_path, config=config)
     events = completes(ran, "after the wait")
     assert len(ran.requests) == 2
-    # what crow waited, as it reports it (a measured time is a margin): the server's 2 s, not its own backoff
-    assert [e["wait_s"] for e in events if e["type"] == "notice" and e["code"] == "retrying"] == [2]
+    # what crow waited, as it reports it (a measured time is a margin): the server's 0.05 s, not its own
+    # backoff (0.375 to 0.5 s before the first retry)
+    assert [e["wait_s"] for e in events if e["type"] == "notice" and e["code"] == "retrying"] == [0.05]
 
 
 async def test_429_past_the_retries_is_one_line(tmp_path: Path) -> None:
@@ -74,7 +75,7 @@ async def test_401_is_final_and_one_line(tmp_path: Path) -> None:
     config = write_config(tmp_path, max_retries=3)
     denied = {"status": 401, "body": json.dumps({"error": {"message": "Incorrect API key provided.",
                                                            "code": "invalid_api_key"}})}
-    ran = run_crow([denied] * 4, "--json", "hi", cwd=tmp_path, config=config)
+    ran = await run_here([denied] * 4, json=True, cwd=tmp_path, config=config)
     fails_in_one_line(ran, "authentication failed (401", "Incorrect API key provided.", "API key")
     assert len(ran.requests) == 1
 
@@ -193,15 +194,15 @@ def test_an_output_that_cannot_be_written_is_said_on_stderr_and_exits_1(tmp_path
 
 
 # issue: while MCP servers started (up to their startup_timeout), crow run was silent: say what is awaited
-def test_run_says_it_is_starting_mcp_servers_before_it_waits_for_them(tmp_path: Path) -> None:
+async def test_run_says_it_is_starting_mcp_servers_before_it_waits_for_them(tmp_path: Path) -> None:
     import sys
 
     server = Path(__file__).resolve().parents[1] / "tools" / "mcp_fault_server.py"
     config = tmp_path / "c.toml"
     config.write_text(f'[mcp_servers.slowpoke]\ncommand = {sys.executable!r}\nargs = [{str(server)!r}, ""]\n')
-    plain = run_crow([{"sse": text_sse("Done.")}], "hi", cwd=tmp_path, config=config)
+    plain = await run_here([{"sse": text_sse("Done.")}], cwd=tmp_path, config=config)
     assert plain.code == 0 and plain.stdout == "Done.\n", plain.stderr
     assert plain.stderr.splitlines()[0] == "crow: starting MCP servers: slowpoke"
-    ran = run_crow([{"sse": text_sse("Done.")}], "--json", "hi", cwd=tmp_path, config=config)
+    ran = await run_here([{"sse": text_sse("Done.")}], json=True, cwd=tmp_path, config=config)
     notices = [e for e in ran.events() if e["type"] == "notice"]
     assert notices[0]["code"] == "mcp_starting" and "slowpoke" in notices[0]["message"]
