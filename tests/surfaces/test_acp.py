@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import typer
 from acp import PROTOCOL_VERSION, RequestError, connect_to_agent, spawn_agent_process, text_block
 from acp.schema import (
     AgentMessageChunk,
@@ -46,7 +45,7 @@ from crow_cli.surfaces.acp import AcpOptions, serve_streams
 from crow_cli.surfaces.acp.transport import STDIN_LIMIT
 from tests.conftest import chunk, sse, text_sse
 from tests.replay_server import ReplayServer
-from tests.support import needs_sandbox, run_here, script
+from tests.support import crow_here, needs_sandbox, run_here, script
 
 CROW = str(Path(sys.executable).with_name("crow"))
 
@@ -663,17 +662,16 @@ async def test_a_mode_change_reaches_a_call_already_waiting_in_the_same_batch(wo
     assert not (workspace / "one.txt").exists() and (workspace / "two.txt").read_text() == "2"
 
 
-@pytest.mark.parametrize("bad", [{"approval": "nonsense"}, {"allow": [""]}, {"deny": ["run_shell:"]}])
-def test_bad_approval_options_are_refused_at_start(workspace, bad, capsys):
+@pytest.mark.parametrize("bad", [["--approval", "nonsense"], ["--allow", ""], ["--deny", "run_shell:"]])
+def test_bad_approval_options_are_refused_at_start(workspace, bad, capfd):
     # found by an editor tester: accepted at start, then an unknown currentModeId or -32603 on every session/new
-    # (the command's function in this process; the process's exit code: the test below)
-    from crow_cli.commands.acp import acp
-
-    with contextlib.chdir(workspace), pytest.raises(typer.Exit) as ended:
-        acp(model="m", base_url="http://127.0.0.1:9/v1", **bad)
-    out, err = capsys.readouterr()
-    assert ended.value.exit_code == 2 and out == ""
-    assert err.startswith("crow: error: ") and err.count("\n") == 1, err
+    # (crow's app in this process, stdin /dev/null: were the options not checked at start, the error would be
+    # about stdin; the process's exit code: the test below)
+    with contextlib.chdir(workspace):
+        code = crow_here("acp", "--model", "m", "--base-url", "http://127.0.0.1:9/v1", *bad)
+    out, err = capfd.readouterr()
+    assert code == 2 and out == ""
+    assert err.startswith("crow: error: ") and err.count("\n") == 1 and "approval" in err, err
 
 
 def test_a_bad_approval_option_ends_crow_acp_with_exit_2(workspace):

@@ -18,7 +18,7 @@ from crow_cli.tools.mcp import McpServers
 from crow_cli.tools.registry import ToolRegistry
 from tests.conftest import text_sse
 from tests.replay_server import ReplayServer
-from tests.support import CROW, crow, run_here, script, tool_messages, wait_for
+from tests.support import CROW, crow, crow_here, run_here, script, tool_messages, wait_for
 
 SERVER = str(Path(__file__).with_name("mcp_demo_server.py"))
 
@@ -123,13 +123,11 @@ command = "/nonexistent/mcp-server"
 
 
 def crow_tools(cwd: Path, config: Path, capfd: pytest.CaptureFixture[str]) -> tuple[str, str]:
-    """What `crow tools --config CONFIG` prints in `cwd` (the command's function, in this process): stdout,
-    stderr."""
-    from crow_cli.commands.tools import tools
-
+    """What `crow tools --config CONFIG` prints in `cwd` (crow's app in this process): stdout, stderr."""
     with contextlib.chdir(cwd):
-        tools(config=str(config))
+        code = crow_here("tools", "--config", str(config))
     out, err = capfd.readouterr()
+    assert code == 0, err
     return out, err
 
 
