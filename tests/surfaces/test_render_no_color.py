@@ -1,13 +1,17 @@
 """NO_COLOR (https://no-color.org) or output that is not a terminal: no escape sequence at all, not even
-`dim` or `bold`. Real `crow run` subprocesses, stderr on a pseudo-terminal or a pipe."""
+`dim` or `bold`. Stdout and stderr on a pseudo-terminal or a pipe: of a `crow run` process once (its environment
+read at start-up), else of what `crow run` runs (`run_prompt`) in this process."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
 import subprocess
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,16 +55,54 @@ def _run_on_pty(args: list[str], cwd: Path, env: dict[str, str], script: list[di
         return proc.wait(timeout=60), out
 
 
-def test_a_terminal_gets_styles_without_no_color(tmp_path: Path) -> None:
-    code, out = _run_on_pty(["--tools-dir", str(TOOLS), "--yes", "roll"], tmp_path, _env(), _script())
+async def _run_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, terminal: bool, no_color: str | None = None,
+                    **options: Any) -> tuple[int, bytes]:
+    """`run_prompt` (what `crow run --tools-dir TOOLS --yes roll` runs) in this process on `_script()`, its
+    stdout and stderr on one pseudo-terminal (`terminal`) or one pipe, in `_env`'s environment (NO_COLOR:
+    `no_color`); the exit code and what was written there."""
+    from crow_cli.config import load_settings
+    from crow_cli.surfaces.run import RunOptions, run_prompt
+
+    for name in FORCING:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in {"TERM": "xterm-256color", "COLUMNS": "100", "NO_COLOR": no_color}.items():
+        if value is not None:
+            monkeypatch.setenv(name, value)
+    reading, writing = pty.openpty() if terminal else os.pipe()
+    shown = bytearray()
+
+    def drain() -> None:
+        with contextlib.suppress(OSError):  # EIO: no terminal end is open any more
+            while chunk := os.read(reading, 4096):
+                shown.extend(chunk)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    try:
+        with ReplayServer(_script()) as server, contextlib.chdir(tmp_path), \
+                open(writing, "w", buffering=1, encoding="utf-8", closefd=False) as out, \
+                open(os.dup(writing), "w", buffering=1, encoding="utf-8") as err:  # line-buffered as on a terminal
+            settings = load_settings({"base_url": server.base_url, "api_key": "sk-test", "model": "test-model"},
+                                     config_path=str(write_config(tmp_path, max_retries=2)))
+            code = await run_prompt(settings, RunOptions(prompt="roll", tools_dirs=(str(TOOLS),), yes=True, **options),
+                                    out, err)
+    finally:
+        os.close(writing)
+        reader.join()  # ends once every writing end is closed
+        os.close(reading)
+    return code, bytes(shown)
+
+
+async def test_a_terminal_gets_styles_without_no_color(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    code, out = await _run_here(tmp_path, monkeypatch, terminal=True)
     assert code == 0, out
     assert b"\x1b[2m" in out and b"\x1b[" in out  # dim notices: the styles the next test must remove
 
 
 @pytest.mark.parametrize("value", ["1", "true", "0"])  # any non-empty value counts
-def test_no_color_means_no_escape_sequences_on_a_terminal(tmp_path: Path, value: str) -> None:
-    code, out = _run_on_pty(["--tools-dir", str(TOOLS), "--yes", "roll"], tmp_path, _env(NO_COLOR=value),
-                            _script())
+async def test_no_color_means_no_escape_sequences_on_a_terminal(tmp_path: Path, value: str,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    code, out = await _run_here(tmp_path, monkeypatch, terminal=True, no_color=value)
     assert code == 0, out
     text = out.decode()
     assert "retrying in 0.01 s" in text and "asking again" in text and "→ roll_dice(" in text
@@ -69,20 +111,18 @@ def test_no_color_means_no_escape_sequences_on_a_terminal(tmp_path: Path, value:
 
 
 def test_no_color_error_line_has_no_bold(tmp_path: Path) -> None:
+    # a crow process: NO_COLOR read from the environment it starts with, its descriptors on a terminal
     denied = {"status": 400, "body": json.dumps({"error": {"message": "bad request"}})}
     code, out = _run_on_pty(["hi"], tmp_path, _env(NO_COLOR="1"), [denied])
     assert code == 1
     assert out == b"crow: error: request rejected (400): bad request\r\n"
 
 
-def test_a_pipe_gets_no_escape_sequences(tmp_path: Path) -> None:
-    with ReplayServer(_script()) as server:
-        proc = subprocess.run(argv(server.base_url, "--tools-dir", str(TOOLS), "--yes", "roll",
-                                   config=write_config(tmp_path, max_retries=2)),
-                              cwd=tmp_path, env=_env(), capture_output=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    assert b"retrying in" in proc.stderr and b"roll_dice" in proc.stderr
-    assert b"\x1b" not in proc.stderr + proc.stdout
+async def test_a_pipe_gets_no_escape_sequences(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    code, out = await _run_here(tmp_path, monkeypatch, terminal=False)
+    assert code == 0, out
+    assert b"retrying in" in out and b"roll_dice" in out
+    assert b"\x1b" not in out
 
 
 def test_the_chat_console_obeys_no_color_too(monkeypatch: pytest.MonkeyPatch) -> None:
