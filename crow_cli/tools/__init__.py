@@ -5,6 +5,8 @@
 - `tool`: the decorator making a `Tool` of a typed function (`@tool` or `@tool(needs_approval=True, ...)`);
 - `Tool`: the tool object (`kind`, `preview`, `subject`, `needs_approval`, `parallel`, `timeout_s`);
 - `ToolError`: raise it for an error the model should read (`Error: ...`);
+- `ToolFailed(message, output)`: raise it when the tool ran and failed (a check that found problems): the model
+  reads `output` as it is, and every surface shows the call failed;
 - `ToolContext`: declare a parameter of this type to receive the run's workspace and secrets;
 - `resolve_in_workspace(path)`: a path confined to the workspace (raises `OutsideWorkspace`, a `ToolError`);
 - `workspace_root()`: the workspace folder of the running call.
@@ -24,10 +26,10 @@ entry point)::
         return text.upper()
 """
 
-from ..errors import OutsideWorkspace, ToolError
+from ..errors import OutsideWorkspace, ToolError, ToolFailed
 from .context import ToolContext
 from .registry import Tool, tool
 from .workspace import resolve_in_workspace, workspace_root
 
-__all__ = ["OutsideWorkspace", "Tool", "ToolContext", "ToolError", "resolve_in_workspace", "tool",
+__all__ = ["OutsideWorkspace", "Tool", "ToolContext", "ToolError", "ToolFailed", "resolve_in_workspace", "tool",
            "workspace_root"]

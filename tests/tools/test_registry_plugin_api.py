@@ -12,7 +12,7 @@ import crow_cli.tools
 from crow_cli.errors import ConfigError
 from crow_cli.events import ToolResultReady
 from crow_cli.history import ToolCall
-from crow_cli.tools import ToolContext, resolve_in_workspace, tool, workspace_root
+from crow_cli.tools import ToolContext, ToolFailed, resolve_in_workspace, tool, workspace_root
 from crow_cli.tools.dispatch import dispatch
 from crow_cli.tools.registry import ToolRegistry
 
@@ -23,7 +23,8 @@ def test_the_exported_names_are_the_plugin_api() -> None:
     public = {name for name, value in vars(crow_cli.tools).items()
               if not name.startswith("_") and not isinstance(value, types.ModuleType)}
     assert sorted(crow_cli.tools.__all__) == sorted(public) == [
-        "OutsideWorkspace", "Tool", "ToolContext", "ToolError", "resolve_in_workspace", "tool", "workspace_root"]
+        "OutsideWorkspace", "Tool", "ToolContext", "ToolError", "ToolFailed", "resolve_in_workspace", "tool",
+        "workspace_root"]
 
 
 @tool
@@ -80,3 +81,24 @@ async def test_without_a_context_tools_run_in_the_working_directory(
 def test_a_workspace_that_is_not_a_folder_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="is not an existing folder"):
         ToolContext.for_workspace(tmp_path / "missing")
+
+
+@tool
+def lint(path: str) -> str:
+    """Lint a file.
+
+    Args:
+        path: the file.
+    """
+    raise ToolFailed("2 problems", f"{path}:1: unused import\n{path}:3: line too long")
+
+
+# noticed in issue 20's work: run_shell could say "it ran and failed" (ToolFailed), a plugin could not: its only
+# way was ToolError, whose result the model reads as "Error: ..." instead of the tool's own output
+async def test_a_plugin_tool_that_ran_and_failed_gives_its_output_as_a_failed_call() -> None:
+    registry = ToolRegistry()
+    registry.register(lint)
+    events = [e async for e in dispatch([ToolCall("c1", "lint", json.dumps({"path": "a.py"}), 0)], registry)]
+    result = next(e.result for e in events if isinstance(e, ToolResultReady))
+    assert (result.output, result.outcome, result.ok) == ("a.py:1: unused import\na.py:3: line too long", "error",
+                                                          False)
