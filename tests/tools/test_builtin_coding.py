@@ -1,4 +1,7 @@
-"""`crow run` as a coding agent, end to end: a scratch git repo, a scripted model, real files and commands."""
+"""`crow run` as a coding agent: a scratch git repo, a scripted model, real files and commands.
+
+`--yes` and the question on a terminal run a `crow run` process end to end; the other policies, rules
+and flags run `run_prompt` (what `crow run` runs) in this process (`run_here`)."""
 
 from __future__ import annotations
 
@@ -9,11 +12,12 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.replay_server import ReplayServer
-from tests.support import CROW, crow, script, tool_messages
+from tests.support import CROW, Ran, crow, run_here, script, tool_messages
 
 BUGGY = "def add(a, b):\n    return a - b\n"
 TESTS = ("import unittest\n\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n"
@@ -49,6 +53,12 @@ def _run(repo: Path, *flags: str, cwd: Path | None = None) -> tuple[subprocess.C
     return proc, server.requests
 
 
+async def _run_here(repo: Path, *, cwd: Path | None = None, **kw: Any) -> Ran:
+    """`_run` in this process: `flags` are the command-line settings (`--approval`, `--allow`…)."""
+    return await run_here(script(*TURNS, final="Fixed add; the tests pass."), "Fix the failing test in this repo.",
+                          cwd=cwd or repo, **kw)
+
+
 def _results(requests: list[dict]) -> dict[str, str]:
     return {m["tool_call_id"]: m["content"] for m in tool_messages(requests[-1])}
 
@@ -64,55 +74,57 @@ def test_with_yes_the_file_is_edited_and_the_tests_run(repo: Path) -> None:
     assert results["call_test"].startswith("[exit code 0]") and "OK" in results["call_test"]
 
 
-def test_without_yes_and_no_terminal_nothing_changes(repo: Path) -> None:
-    proc, requests = _run(repo)
-    assert proc.returncode == 0, proc.stderr
+async def test_without_yes_and_no_terminal_nothing_changes(repo: Path) -> None:
+    proc = await _run_here(repo)
+    assert proc.code == 0, proc.stderr
     assert (repo / "calc.py").read_text() == BUGGY
-    results = _results(requests)
+    results = _results(proc.requests)
     assert results["call_read"] == BUGGY  # read-only tools need no approval
     for call_id, name in (("call_edit", "edit_file"), ("call_test", "run_shell")):
         assert results[call_id].startswith(f"Error: {name} needs approval and nobody can approve it here")
     assert "✗ edit_file" in proc.stderr and "✗ run_shell" in proc.stderr
 
 
-def test_auto_edit_edits_but_the_shell_still_needs_approval(repo: Path) -> None:
-    _, requests = _run(repo, "--approval", "auto-edit")
+async def test_auto_edit_edits_but_the_shell_still_needs_approval(repo: Path) -> None:
+    ran = await _run_here(repo, flags={"approval": "auto-edit"})
     assert (repo / "calc.py").read_text().endswith("return a + b\n")
-    results = _results(requests)
+    results = _results(ran.requests)
     assert "+    return a + b" in results["call_edit"]
     assert "run_shell needs approval" in results["call_test"]
 
 
-def test_allow_rule_from_a_flag_and_deny_rule_from_config(repo: Path, tmp_path: Path) -> None:
-    _, requests = _run(repo, "--approval", "auto-edit", "--allow", f"run_shell:{TEST_COMMAND}")
-    assert _results(requests)["call_test"].startswith("[exit code 0]")
+async def test_allow_rule_from_a_flag_and_deny_rule_from_config(repo: Path, tmp_path: Path) -> None:
+    ran = await _run_here(repo, flags={"approval": "auto-edit", "allow": [f"run_shell:{TEST_COMMAND}"]})
+    assert _results(ran.requests)["call_test"].startswith("[exit code 0]")
     (repo / "calc.py").write_text(BUGGY)
     config = tmp_path / "config.toml"
     config.write_text('approval = "yolo"\ndeny = ["edit_file", "run_shell:rm -rf"]\n')
-    _, requests = _run(repo, "--config", str(config))
+    ran = await _run_here(repo, config=config)
     assert (repo / "calc.py").read_text() == BUGGY
-    results = _results(requests)
+    results = _results(ran.requests)
     assert "edit_file was denied by the rule 'edit_file'" in results["call_edit"]
     assert "FAILED" in results["call_test"]  # yolo ran the tests, which still fail
 
 
-def test_workspace_flag_confines_tools_to_another_folder(repo: Path, tmp_path: Path) -> None:
+async def test_workspace_flag_confines_tools_to_another_folder(repo: Path, tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    proc, requests = _run(repo, "--yes", "--workspace", str(repo), cwd=elsewhere)
-    assert proc.returncode == 0, proc.stderr
+    ran = await _run_here(repo, flags={"workspace": str(repo)}, yes=True, cwd=elsewhere)
+    assert ran.code == 0, ran.stderr
     assert (repo / "calc.py").read_text().endswith("return a + b\n")
-    assert "OK" in _results(requests)["call_test"]
+    assert "OK" in _results(ran.requests)["call_test"]
 
 
+# `crow run --approval sometimes` / `--workspace /nonexistent/ws` (tests/surfaces/test_jsonl.py runs both
+# as processes: exit 2, no event, no session)
 @pytest.mark.parametrize(("flags", "message"), [
-    (["--approval", "sometimes"], "--approval must be one of ask, auto-edit, yolo, read-only (got 'sometimes')"),
-    (["--workspace", "/nonexistent/ws"], "workspace '/nonexistent/ws' is not an existing folder"),
+    ({"approval": "sometimes"}, "--approval must be one of ask, auto-edit, yolo, read-only (got 'sometimes')"),
+    ({"workspace": "/nonexistent/ws"}, "workspace '/nonexistent/ws' is not an existing folder"),
 ])
-def test_bad_flags_are_usage_errors(repo: Path, flags: list[str], message: str) -> None:
-    proc = crow("run", "--base-url", "http://127.0.0.1:9/v1", "--api-key", "sk-test", *flags, "hi", cwd=repo)
-    assert proc.returncode == 2
-    assert proc.stderr.strip() == f"crow: error: {message}"
+async def test_bad_flags_are_usage_errors(repo: Path, flags: dict[str, str], message: str) -> None:
+    ran = await run_here([], flags=flags, cwd=repo)
+    assert ran.code == 2 and ran.requests == []
+    assert ran.stderr.strip() == f"crow: error: {message}"
 
 
 def _read_until(fd: int, needle: bytes, seen: bytearray, timeout: float = 60) -> None:
