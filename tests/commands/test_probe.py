@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import pytest
 from tests.conftest import CASES_DIR, first_sse
 from tests.probe.conftest import script_for
 from tests.replay_server import ReplayServer, text_stream
+from tests.support import crow_here
 
 CROW = str(Path(sys.executable).with_name("crow"))
 
@@ -34,13 +36,27 @@ def validator() -> Any:
     return Draft202012Validator(schema)
 
 
-def crow(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([CROW, *args], capture_output=True, text=True, timeout=120, cwd=cwd,
-                          stdin=subprocess.DEVNULL)
+def crow(*args: str) -> subprocess.CompletedProcess[str]:
+    """`crow ARGS` as a process."""
+    return subprocess.run([CROW, *args], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
 
 
-def probe_json(server: ReplayServer, *args: str) -> tuple[int, dict[str, Any], str]:
-    proc = crow("probe", "--base-url", server.base_url, "--model", "test-model", "--json", *args)
+@pytest.fixture
+def here(capsys: pytest.CaptureFixture[str]) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """What `crow ARGS` does, crow's app run in this process (`support.crow_here`): the tables of this
+    module; one `crow probe` and one `crow models` stay processes."""
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        capsys.readouterr()
+        code = crow_here(*args)
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess([CROW, *args], code, out, err)
+
+    return run
+
+
+def probe_json(here: Callable[..., subprocess.CompletedProcess[str]], server: ReplayServer,
+               *args: str) -> tuple[int, dict[str, Any], str]:
+    proc = here("probe", "--base-url", server.base_url, "--model", "test-model", "--json", *args)
     doc = json.loads(proc.stdout)
     validator().validate(doc)
     return proc.returncode, doc, proc.stderr
@@ -51,12 +67,13 @@ def check(doc: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 # issue 14: "the probe against the scripted server for every corpus case (the quirk named)": every case runs
-# in process (tests/probe/test_checks.py, the same assertions); one goes through `crow probe --json` here
+# in process (tests/probe/test_checks.py, the same assertions); one goes through `crow probe --json` here (crow's
+# app in this process: `here`)
 @pytest.mark.parametrize(("case_id", "code"), [("ollama-index-always-zero", "index-always-0")])
-def test_probe_names_the_quirk_of_a_corpus_case(case_id: str, code: str) -> None:
+def test_probe_names_the_quirk_of_a_corpus_case(case_id: str, code: str, here: Any) -> None:
     stream = first_sse(json.loads((CASES_DIR / f"{case_id}.json").read_text()))
     with ReplayServer(script_for(stream)) as server:
-        status, doc, stderr = probe_json(server)
+        status, doc, stderr = probe_json(here, server)
         requests = list(server.requests)
     assert status == 0, stderr
     assert doc["tool_calling"] is True and check(doc, "tool calling")["level"] == "ok"
@@ -85,10 +102,10 @@ def test_the_report_has_one_line_per_check_and_no_escapes_when_piped() -> None:
 
 
 # issue 14: "against a server that ignores tools (✗ and exit non-zero)", as llama.cpp without a tool template
-def test_a_server_that_ignores_tools_fails_the_probe() -> None:
+def test_a_server_that_ignores_tools_fails_the_probe(here: Any) -> None:
     with ReplayServer([{"sse": text_stream("Hello, I cannot call tools but here is text.")}] * 7) as server:
-        status, doc, _ = probe_json(server)
-        proc = crow("probe", "--base-url", server.base_url, "--model", "test-model")
+        status, doc, _ = probe_json(here, server)
+        proc = here("probe", "--base-url", server.base_url, "--model", "test-model")
     assert status == 1 and doc["tool_calling"] is False and doc["exit_code"] == 1
     assert check(doc, "tool calling")["level"] == "fail"
     assert "answered in text" in check(doc, "tool calling")["seen"]
@@ -96,18 +113,18 @@ def test_a_server_that_ignores_tools_fails_the_probe() -> None:
     assert proc.returncode == 1 and "✗ tool calling: tools ignored" in proc.stdout
 
 
-def test_an_unreachable_server_is_one_failed_check(unused_port_url: str) -> None:
-    proc = crow("probe", "--base-url", unused_port_url, "--model", "m")
+def test_an_unreachable_server_is_one_failed_check(unused_port_url: str, here: Any) -> None:
+    proc = here("probe", "--base-url", unused_port_url, "--model", "m")
     assert proc.returncode == 1
     assert proc.stdout.splitlines()[1].startswith("✗ reachable: cannot connect")
     assert "Traceback" not in proc.stderr
 
 
-def test_usage_refused_is_reported_and_the_request_sent_again() -> None:
+def test_usage_refused_is_reported_and_the_request_sent_again(here: Any) -> None:
     refusal = {"status": 400, "body": json.dumps({"error": {"message": "Unrecognized field: stream_options"}})}
     stream = first_sse(json.loads((CASES_DIR / "fireworks-usage-only-chunk.json").read_text()))
     with ReplayServer([refusal, *script_for(stream)]) as server:
-        status, doc, _ = probe_json(server)
+        status, doc, _ = probe_json(here, server)
         requests = list(server.requests)
     assert status == 0
     assert check(doc, "usage")["level"] == "warn" and "refused" in check(doc, "usage")["seen"]
@@ -115,11 +132,11 @@ def test_usage_refused_is_reported_and_the_request_sent_again() -> None:
     assert "stream_options" in requests[0] and all("stream_options" not in r for r in requests[1:])
 
 
-def test_record_keeps_every_exchange_without_the_key(tmp_path: Path) -> None:
+def test_record_keeps_every_exchange_without_the_key(tmp_path: Path, here: Any) -> None:
     stream = first_sse(json.loads((CASES_DIR / "dashscope-empty-id-continuation.json").read_text()))
     rec = tmp_path / "rec"
     with ReplayServer(script_for(stream)) as server:
-        status, _, _ = probe_json(server, "--record", str(rec), "--api-key", "sk-secret-123456")
+        status, _, _ = probe_json(here, server, "--record", str(rec), "--api-key", "sk-secret-123456")
         headers = [r["headers"] for r in server.raw_requests]
     assert status == 0
     assert all(h.get("Authorization") == "Bearer sk-secret-123456" for h in headers)
@@ -128,21 +145,21 @@ def test_record_keeps_every_exchange_without_the_key(tmp_path: Path) -> None:
     assert "sk-secret-123456" not in "".join(p.read_text() for p in rec.iterdir())
 
 
-def test_show_lists_what_earlier_probes_learned() -> None:
+def test_show_lists_what_earlier_probes_learned(here: Any) -> None:
     stream = first_sse(json.loads((CASES_DIR / "minimax-args-object.json").read_text()))
     with ReplayServer(script_for(stream)) as server:
-        probe_json(server)
+        probe_json(here, server)
         base = server.base_url
-    proc = crow("probe", "--show", "--json")
+    proc = here("probe", "--show", "--json")
     facts = json.loads(proc.stdout)
     assert proc.returncode == 0
     assert facts[f"{base} test-model"]["tool_calling"] is True
     assert "arguments-object" in facts[f"{base} test-model"]["quirks"]
-    text = crow("probe", "--show").stdout
+    text = here("probe", "--show").stdout
     assert f"{base} test-model" in text and "tool_calling: true" in text
 
 
-def test_show_lists_the_request_changes_a_run_learned() -> None:
+def test_show_lists_the_request_changes_a_run_learned(here: Any) -> None:
     # issue: a fix learned from a server's refusal is listed by `crow probe --show`
     from crow_cli.wire import facts
 
@@ -150,24 +167,24 @@ def test_show_lists_the_request_changes_a_run_learned() -> None:
         {"op": "drop_param", "target": "seed", "value": None},
         {"op": "drop_schema_keyword", "target": "default", "value": None}])
     facts.learn("http://127.0.0.1:9/v1", "m", refused_fields=[], required_fields=[])  # what every adapted run stores
-    text = crow("probe", "--show").stdout
+    text = here("probe", "--show").stdout
     assert "http://127.0.0.1:9/v1 m" in text
     assert "adapted requests: dropped parameter seed; dropped the schema keyword default from tool parameters" in text
     # issue: a new user's `crow probe --show` listed "refused_fields: []" and "required_fields: []": nothing learned
     assert "[]" not in text and "refused_fields" not in text
-    shown = json.loads(crow("probe", "--show", "--json").stdout)
+    shown = json.loads(here("probe", "--show", "--json").stdout)
     assert shown["http://127.0.0.1:9/v1 m"]["request_rules"][0]["target"] == "seed"
 
 
-def test_show_with_nothing_probed() -> None:
-    proc = crow("probe", "--show")
+def test_show_with_nothing_probed(here: Any) -> None:
+    proc = here("probe", "--show")
     assert proc.returncode == 0 and proc.stdout.startswith("nothing probed yet")
 
 
-def test_models_lists_the_servers_models() -> None:
+def test_models_lists_the_servers_models(here: Any) -> None:
     with ReplayServer([]) as server:
-        proc = crow("models", "--base-url", server.base_url)
-        as_json = crow("models", "--base-url", server.base_url, "--json")
+        proc = here("models", "--base-url", server.base_url)
+        as_json = here("models", "--base-url", server.base_url, "--json")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["test-model", "context", "length", "not", "given"]
     assert json.loads(as_json.stdout) == [{"id": "test-model", "owned_by": "replay", "context_length": None}]
