@@ -319,17 +319,21 @@ def load_settings(
 
     Args:
         flags: command-line values; None values mean "not given". Keys are `Settings` field names
-            (plus `api_key`).
+            (plus `api_key`). An empty string is refused (an unset shell variable), except `system`, where it
+            means no system prompt.
         env: the environment (default `os.environ`).
         config_path: an explicit config file (must exist), else the default location (may be absent).
         profile: a `[profiles.NAME]` table to apply (must exist).
 
     Raises:
-        ConfigError: unreadable or invalid config, unknown profile, or a bad value (the message names the
-            flag, variable or file key it came from). An `api_key_env` that applies but is unset is kept
+        ConfigError: unreadable or invalid config, unknown profile, an empty flag, or a bad value (the message
+            names the flag, variable or file key it came from). An `api_key_env` that applies but is unset is kept
             in `api_key_problem` for `require_api_key`.
     """
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
+    for flag, value in (("--api-key", flags.get("api_key")), ("--profile", profile)):
+        if value == "":  # an unset variable: the key or profile of the environment or file would be used instead
+            raise ConfigError(f"{flag} needs a value (an empty one was given)")
     env = os.environ if env is None else env
     path = Path(config_path).expanduser() if config_path else default_config_path()
     data = _read_config(path, explicit=bool(config_path))
@@ -395,7 +399,10 @@ def _resolve(option: Option, flags: Mapping[str, Any], env: Mapping[str, str], l
     if option.kind is dict:
         value: Any = file_layer.values[option.key] if file_layer else {}
         source = f"{file_layer.where}:" if file_layer else option.key
-    elif flags.get(option.name) not in (None, ""):
+    elif flags.get(option.name) == "" and option.flag and option.key != "system":
+        # `--model "$MODEL"` with MODEL unset: the run would silently go on with another value
+        raise ConfigError(f"{option.flag} needs a value (an empty one was given)")
+    elif flags.get(option.name) is not None:
         value, source = flags[option.name], option.flag or option.key
     elif option.env and env.get(option.env, "") != "":
         value, source = env[option.env], option.env

@@ -396,3 +396,22 @@ def test_a_header_http_cannot_send_is_a_config_error(line, said):
     assert caught.value.exit_code == 2 and "secret" not in str(caught.value)
     write_config('[headers]\nX-Ok = "v"\nX-N = 5\n')
     assert load_settings({}, env={}).headers == {"X-Ok": "v", "X-N": "5"}
+
+
+# noticed in issue 25's work: `crow run --model "$MODEL" …` with MODEL unset ran with the default model (and
+# `--api-key "$KEY"` with the environment's key) without a word
+@pytest.mark.parametrize(("flags", "profile", "named"), [
+    ({"model": ""}, None, "--model"), ({"base_url": ""}, None, "--base-url"), ({"approval": ""}, None, "--approval"),
+    ({"sandbox": ""}, None, "--sandbox"), ({"workspace": ""}, None, "--workspace"),
+    ({"local_model": ""}, None, "--local-model"), ({"api_key": ""}, None, "--api-key"), ({}, "", "--profile"),
+])
+def test_an_empty_flag_is_refused_naming_it(flags, profile, named):
+    write_config('[profiles.p]\nmodel = "pm"\n')
+    with pytest.raises(ConfigError, match=f"^{named} needs a value"):
+        load_settings(flags, env={"CROW_MODEL": "m", "OPENAI_API_KEY": "o", "CROW_PROFILE": "p"}, profile=profile)
+
+
+def test_an_empty_system_flag_means_no_system_prompt():
+    write_config('system = "Be terse."\n')
+    assert load_settings({}, env={}).system == "Be terse."
+    assert load_settings({"system": ""}, env={}).system == ""
