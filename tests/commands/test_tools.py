@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
-from tests.support import crow
+import pytest
+
+from tests.support import crow, crow_here
 
 PLUGIN = '''
 import socket
@@ -30,6 +33,17 @@ def good(count: int) -> str:
 '''
 
 
+def crow_tools(capfd: pytest.CaptureFixture[str], cwd: Path, *args: str) -> tuple[str, str]:
+    """What `crow tools ARGS` prints in `cwd` (crow's app in this process; `capfd`: stdout is descriptor 1, as
+    `stdout.private_stdout` keeps it): stdout, stderr."""
+    capfd.readouterr()
+    with contextlib.chdir(cwd):
+        code = crow_here("tools", *args)
+    out, err = capfd.readouterr()
+    assert code == 0, err
+    return out, err
+
+
 def _plugins(tmp_path: Path) -> Path:
     folder = tmp_path / "plugins"
     folder.mkdir()
@@ -37,21 +51,20 @@ def _plugins(tmp_path: Path) -> Path:
     return folder
 
 
-def test_a_tool_crow_run_would_drop_is_listed_as_unusable_with_why(tmp_path: Path) -> None:
+def test_a_tool_crow_run_would_drop_is_listed_as_unusable_with_why(tmp_path: Path,
+                                                                    capfd: pytest.CaptureFixture[str]) -> None:
     # issue 11 item 8: found trying it as a new user: `crow tools` listed `bad`, `crow run` dropped it
-    proc = crow("tools", "--tools-dir", str(_plugins(tmp_path)), cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    usable, _, unusable = proc.stdout.partition("unusable")
+    stdout, stderr = crow_tools(capfd, tmp_path, "--tools-dir", str(_plugins(tmp_path)))
+    usable, _, unusable = stdout.partition("unusable")
     assert "good" in usable and "bad" not in usable
     assert "bad" in unusable and "its schema cannot be derived" in unusable
-    assert "bad" not in proc.stderr  # said once, in the listing
+    assert "bad" not in stderr  # said once, in the listing
 
 
-def test_tools_json_describes_every_tool(tmp_path: Path) -> None:
+def test_tools_json_describes_every_tool(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     # issue 11 (friction): `crow tools --json`
-    proc = crow("tools", "--json", "--tools-dir", str(_plugins(tmp_path)), cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    tools = {t["name"]: t for t in json.loads(proc.stdout)}
+    stdout, _ = crow_tools(capfd, tmp_path, "--json", "--tools-dir", str(_plugins(tmp_path)))
+    tools = {t["name"]: t for t in json.loads(stdout)}
     assert tools["read_file"] | {"parameters": None, "description": None} == {
         "name": "read_file", "description": None, "source": "builtin", "kind": "read", "needs_approval": False,
         "parallel": True, "usable": True, "problem": None, "parameters": None}
@@ -78,26 +91,27 @@ def noisy() -> str:
 '''
 
 
-def test_a_plugin_printing_at_import_never_reaches_stdout(tmp_path: Path) -> None:
+def test_a_plugin_printing_at_import_never_reaches_stdout(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     # found trying it as a new user (fourth round): `crow tools --json` printed invalid JSON
     folder = tmp_path / "plugins"
     folder.mkdir()
     (folder / "noisy.py").write_text(NOISY)
-    for mode in (["--json"], []):
-        proc = crow("tools", *mode, "--tools-dir", str(folder), cwd=tmp_path)
-        assert proc.returncode == 0, proc.stderr
-        assert "IMPORT-" not in proc.stdout and "IMPORT-PRINT" in proc.stderr and "IMPORT-FD1" in proc.stderr
-        assert "noisy" in proc.stdout
-    assert any(t["name"] == "noisy" for t in json.loads(crow("tools", "--json", "--tools-dir", str(folder)).stdout))
+    proc = crow("tools", "--json", "--tools-dir", str(folder), cwd=tmp_path)  # a process: its own descriptor 1
+    assert proc.returncode == 0, proc.stderr
+    assert "IMPORT-" not in proc.stdout and "IMPORT-PRINT" in proc.stderr and "IMPORT-FD1" in proc.stderr
+    assert any(t["name"] == "noisy" for t in json.loads(proc.stdout))
+    stdout, stderr = crow_tools(capfd, tmp_path, "--tools-dir", str(folder))  # the listing as text, in this process
+    assert "IMPORT-" not in stdout and "IMPORT-PRINT" in stderr and "IMPORT-FD1" in stderr
+    assert "noisy" in stdout
 
 
-def test_outside_text_in_the_listing_loses_its_control_characters(tmp_path: Path) -> None:
+def test_outside_text_in_the_listing_loses_its_control_characters(tmp_path: Path,
+                                                                  capfd: pytest.CaptureFixture[str]) -> None:
     # found trying it as a new user (fourth round): a plugin's file name reached the terminal with its escapes
     folder = tmp_path / "plug\x1b]0;pwned\x07ins"
     folder.mkdir()
     (folder / "evil\x1b[2Jname.py").write_text(PLUGIN)
-    proc = crow("tools", "--tools-dir", str(folder), cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert "\x1b" not in proc.stdout and "\x07" not in proc.stdout and "evil[2Jname.py" in proc.stdout
-    rows = json.loads(crow("tools", "--json", "--tools-dir", str(folder), cwd=tmp_path).stdout)
+    stdout, _ = crow_tools(capfd, tmp_path, "--tools-dir", str(folder))
+    assert "\x1b" not in stdout and "\x07" not in stdout and "evil[2Jname.py" in stdout
+    rows = json.loads(crow_tools(capfd, tmp_path, "--json", "--tools-dir", str(folder))[0])
     assert any("evil\x1b[2Jname.py" in row["source"] for row in rows)  # JSON stays exact
