@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import pty
@@ -15,13 +16,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prompt_toolkit.input import create_pipe_input
+from prompt_toolkit.output import DummyOutput
 
+from crow_cli.config import Settings, load_settings
 from crow_cli.errors import SessionError
-from crow_cli.sessions import SessionStore, SessionStoreDamaged, default_db_path, export_session
+from crow_cli.sessions import SessionInUse, SessionStore, SessionStoreDamaged, default_db_path, export_session
+from crow_cli.surfaces.chat import ChatApp, ChatOptions
+from crow_cli.surfaces.run import RunOptions, run_prompt
 from crow_cli.text import public_url
 from tests.conftest import chunk, sse, text_sse, tool_delta
 from tests.replay_server import ReplayServer, text_stream
-from tests.support import CROW, assert_contract, crow, run_args, run_here, wait_for, write_config
+from tests.support import CROW, assert_contract, chat, crow, crow_here, run_args, run_here, wait_for, write_config
 
 SLOW_TOOL = '''
 import time
@@ -214,13 +220,14 @@ def test_a_damaged_store_fails_reads_with_the_same_error(tmp_path: Path) -> None
 
 # issue 11 item 13: `crow sessions` reports a damaged store like chat and run do: one line, exit 1
 @pytest.mark.parametrize("args", [["list"], ["show", "abc"], ["export", "abc", "--format", "json"]])
-def test_crow_sessions_reports_a_damaged_store_in_one_line(args: list[str]) -> None:
+def test_crow_sessions_reports_a_damaged_store_in_one_line(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     path = default_db_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(bytes(range(256)) * 40)
-    proc = crow("sessions", *args)
-    assert proc.returncode == 1 and proc.stdout == ""
-    assert proc.stderr.splitlines() == [f"crow: error: the session store {str(path)!r} is damaged (file is not a "
+    code = crow_here("sessions", *args)
+    out, err = capsys.readouterr()
+    assert code == 1 and out == ""
+    assert err.splitlines() == [f"crow: error: the session store {str(path)!r} is damaged (file is not a "
                                         f"database): move it aside to start a new one (mv {str(path)!r} "
                                         f"{str(path) + '.damaged'!r}), or use --no-session"]
 
@@ -234,18 +241,22 @@ def test_sessions_list_refuses_a_negative_limit() -> None:
 # crow run records sessions
 
 
-def test_run_records_and_continues_and_never_stores_the_key(_isolated_home: Path) -> None:
-    secret = "sk-VERY-SECRET-0123456789"
-    script = [{"sse": text_stream("First answer.")}, {"sse": text_stream("Second answer.")},
-              {"sse": text_stream("Third answer.")}, {"sse": text_stream("Unrecorded.")}]
-    with ReplayServer(script) as server:
-        assert crow(*run_args(server, "--system", "be brief", "first question", key=secret)).returncode == 0
-        assert crow(*run_args(server, "-c", "second question", key=secret)).returncode == 0
-        with SessionStore() as store:
-            first = store.latest()
-        assert crow(*run_args(server, "--session", first.id[:4], "third question", key=secret)).returncode == 0
-        assert crow(*run_args(server, "--no-session", "not kept", key=secret)).returncode == 0
-        sent = server.requests[2]["messages"]
+async def test_run_records_and_continues_and_never_stores_the_key(_isolated_home: Path, tmp_path: Path) -> None:
+    secret = {"api_key": "sk-VERY-SECRET-0123456789"}
+    ran = await run_here([{"sse": text_stream("First answer.")}], "first question", cwd=tmp_path,
+                         flags={**secret, "system": "be brief"}, system="be brief")
+    assert ran.code == 0, ran.stderr
+    ran = await run_here([{"sse": text_stream("Second answer.")}], "second question", cwd=tmp_path, flags=secret,
+                         continue_last=True)
+    assert ran.code == 0, ran.stderr
+    with SessionStore() as store:
+        first = store.latest()
+    third = await run_here([{"sse": text_stream("Third answer.")}], "third question", cwd=tmp_path, flags=secret,
+                           session_id=first.id[:4])
+    assert third.code == 0, third.stderr
+    ran = await run_here([{"sse": text_stream("Unrecorded.")}], "not kept", cwd=tmp_path, flags=secret, session=False)
+    assert ran.code == 0, ran.stderr
+    sent = third.requests[0]["messages"]
     assert [m["role"] for m in sent] == ["system", "user", "assistant", "user", "assistant", "user"]
     assert sent[-1]["content"] == "third question"
     with SessionStore() as store:
@@ -255,7 +266,7 @@ def test_run_records_and_continues_and_never_stores_the_key(_isolated_home: Path
     assert default_db_path().is_relative_to(_isolated_home)
     for path in _isolated_home.rglob("*"):
         if path.is_file():
-            assert secret.encode() not in path.read_bytes(), path
+            assert secret["api_key"].encode() not in path.read_bytes(), path
 
 
 def test_run_session_errors(_isolated_home: Path) -> None:
@@ -268,14 +279,14 @@ def test_run_session_errors(_isolated_home: Path) -> None:
         assert server.requests == []
 
 
-def test_crash_mid_turn_loses_only_the_turn_in_flight_and_resumes(_isolated_home: Path, tmp_path: Path) -> None:
+async def test_crash_mid_turn_loses_only_the_turn_in_flight_and_resumes(_isolated_home: Path, tmp_path: Path) -> None:
     tools = tmp_path / "tools"
     tools.mkdir()
     (tools / "slow.py").write_text(SLOW_TOOL)
     script = [{"sse": tool_call_sse("call_1", "slow", '{"seconds": 60}')}]
     with ReplayServer(script) as server:
         proc = subprocess.Popen([CROW, *run_args(server, "--tools-dir", str(tools), "please wait")],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, cwd=tmp_path)
         try:
             def tool_started() -> bool:
                 if not default_db_path().exists():
@@ -295,10 +306,10 @@ def test_crash_mid_turn_loses_only_the_turn_in_flight_and_resumes(_isolated_home
     assert [m["role"] for m in stored] == ["user", "assistant"]
     assert stored[1]["tool_calls"][0]["id"] == "call_1"
 
-    with ReplayServer([{"sse": text_stream("Sorry, that was cut off.")}]) as server:
-        result = crow(*run_args(server, "-c", "are you there?"))
-        assert result.returncode == 0, result.stderr
-        sent = server.requests[0]["messages"]
+    result = await run_here([{"sse": text_stream("Sorry, that was cut off.")}], "are you there?", cwd=tmp_path,
+                            continue_last=True)
+    assert result.code == 0, result.stderr
+    sent = result.requests[0]["messages"]
     assert sent == [*stored, {"role": "tool", "tool_call_id": "call_1",
                               "content": "Error: the tool call was interrupted; no result."},
                     {"role": "user", "content": "are you there?"}]
@@ -357,28 +368,34 @@ def _peek_latest_roles() -> str:
 # crow sessions
 
 
-def test_sessions_commands(_isolated_home: Path, tmp_path: Path) -> None:
+# The first and last run as `crow` processes (what cli.main makes of a command that ends, or fails); the rest
+# as crow's typer app in this process (`crow_here`)
+def test_sessions_commands(_isolated_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     result = crow("sessions", "list")
     assert result.returncode == 0 and "no sessions yet" in result.stderr
     with SessionStore() as store:
         info = store.create(model="test-model")
         store.append(info.id, {"role": "user", "content": "what is ZEBRA?"})
         store.append(info.id, {"role": "assistant", "content": "A **striped** animal."})
-    listed = crow("sessions", "list")
-    assert listed.returncode == 0
-    assert listed.stdout.startswith(info.id) and "2 msgs  test-model  what is ZEBRA?" in listed.stdout
-    shown = crow("sessions", "show", info.id[:3])
-    assert "## You\n\nwhat is ZEBRA?" in shown.stdout
-    as_jsonl = crow("sessions", "export", info.id, "--format", "jsonl")
-    assert [json.loads(x)["role"] for x in as_jsonl.stdout.splitlines()] == ["user", "assistant"]
+
+    def here(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = crow_here("sessions", *args)
+        return code, *capsys.readouterr()
+
+    code, listed, _ = here("list")
+    assert code == 0
+    assert listed.startswith(info.id) and "2 msgs  test-model  what is ZEBRA?" in listed
+    assert "## You\n\nwhat is ZEBRA?" in here("show", info.id[:3])[1]
+    as_jsonl = here("export", info.id, "--format", "jsonl")[1]
+    assert [json.loads(x)["role"] for x in as_jsonl.splitlines()] == ["user", "assistant"]
     out = tmp_path / "s.json"
-    assert crow("sessions", "export", info.id, "-f", "json", "-o", str(out)).returncode == 0
+    assert here("export", info.id, "-f", "json", "-o", str(out))[0] == 0
     assert json.loads(out.read_text())["session"]["id"] == info.id
-    bad = crow("sessions", "export", info.id, "--format", "xml")
-    assert bad.returncode == 2 and bad.stderr.startswith("crow: error: unknown format 'xml'")
-    assert "Traceback" not in bad.stderr
-    deleted = crow("sessions", "delete", info.id)
-    assert deleted.returncode == 0 and f"deleted {info.id}" in deleted.stderr
+    code, _, err = here("export", info.id, "--format", "xml")
+    assert code == 2 and err.startswith("crow: error: unknown format 'xml'")
+    code, _, err = here("delete", info.id)
+    assert code == 0 and f"deleted {info.id}" in err
     missing = crow("sessions", "show", info.id)
     assert missing.returncode == 1 and missing.stderr.startswith("crow: error: no session")
 
@@ -403,14 +420,13 @@ def test_chat_resume_of_an_unknown_session_is_one_line(_isolated_home: Path) -> 
         assert server.requests == []
 
 
-def test_run_started_names_the_session(_isolated_home: Path) -> None:
-    with ReplayServer([{"sse": text_stream("One.")}, {"sse": text_stream("Two.")}]) as server:
-        first = crow(*run_args(server, "--json", "hello"))
-        second = crow(*run_args(server, "--json", "--no-session", "hello"))
-    started = json.loads(first.stdout.splitlines()[0])
+async def test_run_started_names_the_session(_isolated_home: Path, tmp_path: Path) -> None:
+    first = await run_here([{"sse": text_stream("One.")}], "hello", cwd=tmp_path, json=True)
+    second = await run_here([{"sse": text_stream("Two.")}], "hello", cwd=tmp_path, json=True, session=False)
+    started = first.events()[0]
     with SessionStore() as store:
         assert started["session_id"] == store.latest().id
-    assert json.loads(second.stdout.splitlines()[0])["session_id"] is None
+    assert second.events()[0]["session_id"] is None
 
 
 def test_stores_opened_at_once_on_a_new_file_do_not_collide(tmp_path: Path) -> None:
@@ -474,7 +490,7 @@ class _Holder:
         self.server = ReplayServer(script).__enter__()
         self.proc = subprocess.Popen([CROW, *run_args(self.server, "--tools-dir", str(_gated_tools(tmp_path)), *args)],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                                     text=True)
+                                     text=True, cwd=tmp_path)
         wait_for(self._tool_running)
         with SessionStore() as store:
             self.session_id = store.latest().id
@@ -499,26 +515,28 @@ class _Holder:
         self.server.__exit__(None, None, None)
 
 
-# found trying it as a new user (third round)
-def test_a_session_in_use_is_refused_and_its_history_stays_valid(tmp_path: Path, _isolated_home: Path) -> None:
+# found trying it as a new user (third round). The holder is a `crow run` process; the crow refused is this
+# process (`crow run`, `crow chat`, `crow sessions` as what they run): the lock holds across processes
+async def test_a_session_in_use_is_refused_and_its_history_stays_valid(tmp_path: Path, _isolated_home: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     holder = _Holder(tmp_path, "A")
     try:
         sid, pid = holder.session_id, holder.proc.pid
         in_use = f"crow: error: session {sid} is in use by another crow (pid {pid})\n"
-        with ReplayServer([{"sse": text_stream("B")}] * 3) as server:
-            for args in (["--session", sid, "B"], ["-c", "B"]):
-                second = crow(*run_args(server, *args))
-                assert (second.returncode, second.stderr) == (1, in_use)
-            chat = crow("chat", "--resume", sid, "--base-url", server.base_url, "--model", "m", "--api-key", "k")
-            assert (chat.returncode, chat.stderr) == (1, in_use)
-            slash = subprocess.run([CROW, "chat", "--base-url", server.base_url, "--model", "m", "--api-key", "k"],
-                                   input=f"/resume {sid}\n", capture_output=True, text=True, timeout=60)
-            assert slash.returncode == 0 and in_use.strip() in slash.stdout, slash.stdout
-            assert server.requests == []
+        for options in ({"session_id": sid}, {"continue_last": True}):
+            second = await run_here([], "B", cwd=tmp_path, **options)
+            assert (second.code, second.stderr, second.requests) == (1, in_use, [])
+        with create_pipe_input() as pipe, pytest.raises(SessionInUse) as refused:  # `crow chat --resume ID`
+            await ChatApp(Settings(model="m", api_key="k"), ChatOptions(resume=sid), pt_input=pipe,
+                          pt_output=DummyOutput()).run()
+        assert f"crow: error: {refused.value}\n" == in_use and refused.value.exit_code == 1
+        with SessionStore() as own:  # `/resume ID` in a chat
+            slash, server, _ = await chat([], f"/resume {sid}\r/exit\r", own)
+        assert in_use.strip() in slash and server.requests == []
         for args in (["list"], ["show", sid], ["export", sid, "-f", "json"]):  # readers are never refused
-            assert crow("sessions", *args).returncode == 0
-        refused = crow("sessions", "delete", sid)
-        assert (refused.returncode, refused.stderr) == (1, in_use)
+            assert crow_here("sessions", *args) == 0
+        capsys.readouterr()
+        assert (crow_here("sessions", "delete", sid), capsys.readouterr().err) == (1, in_use)
         code, err = holder.release()
         assert code == 0, err
     finally:
@@ -528,12 +546,12 @@ def test_a_session_in_use_is_refused_and_its_history_stays_valid(tmp_path: Path,
         stored = store.messages(sid)
     assert [m["role"] for m in stored] == ["user", "assistant", "tool", "assistant"]
     assert_contract(stored)
-    with ReplayServer([{"sse": text_stream("C")}]) as server:  # free again once A has ended
-        assert crow(*run_args(server, "--session", sid, "C")).returncode == 0
+    again = await run_here([{"sse": text_stream("C")}], "C", cwd=tmp_path, session_id=sid)  # free once A has ended
+    assert again.code == 0, again.stderr
 
 
 # found trying it as a new user (third round)
-def test_the_lock_of_a_killed_crow_does_not_block(tmp_path: Path, _isolated_home: Path) -> None:
+async def test_the_lock_of_a_killed_crow_does_not_block(tmp_path: Path, _isolated_home: Path) -> None:
     holder = _Holder(tmp_path, "A")
     try:
         sid = holder.session_id
@@ -541,9 +559,8 @@ def test_the_lock_of_a_killed_crow_does_not_block(tmp_path: Path, _isolated_home
         holder.proc.wait(10)
     finally:
         holder.close()
-    with ReplayServer([{"sse": text_stream("resumed")}]) as server:
-        result = crow(*run_args(server, "--session", sid, "again"))
-    assert result.returncode == 0, result.stderr
+    result = await run_here([{"sse": text_stream("resumed")}], "again", cwd=tmp_path, session_id=sid)
+    assert result.code == 0, result.stderr
     with SessionStore() as store:
         stored = store.messages(sid)
     assert [m["role"] for m in stored] == ["user", "assistant", "tool", "user", "assistant"]
@@ -654,12 +671,12 @@ def _mode(path: Path) -> int:
 
 
 # found trying it as a new user (third round)
-def test_session_files_are_private_and_existing_folders_keep_their_mode(_isolated_home: Path) -> None:
+async def test_session_files_are_private_and_existing_folders_keep_their_mode(_isolated_home: Path,
+                                                                             tmp_path: Path) -> None:
     share = _isolated_home / ".local" / "share"
     share.mkdir(parents=True)
     share.chmod(0o755)
-    with ReplayServer([{"sse": text_stream("ok")}]) as server:
-        assert crow(*run_args(server, "hello")).returncode == 0
+    assert (await run_here([{"sse": text_stream("ok")}], "hello", cwd=tmp_path)).code == 0
     db = default_db_path()
     assert _mode(share) == 0o755  # it existed: left alone
     assert _mode(db.parent) == 0o700
@@ -680,27 +697,30 @@ def test_an_old_world_readable_store_is_made_private(_isolated_home: Path) -> No
 
 
 # found trying it as a new user (second round)
-def test_credentials_in_the_base_url_are_never_stored(_isolated_home: Path) -> None:
+async def test_credentials_in_the_base_url_are_never_stored(_isolated_home: Path, tmp_path: Path) -> None:
     assert public_url("http://user:sk-URLSECRET2@127.0.0.1:8080/v1?key=sk-Q") == "http://127.0.0.1:8080/v1"
-    with ReplayServer([{"sse": text_stream("ok")}]) as srv:
+    with ReplayServer([{"sse": text_stream("ok")}]) as srv, contextlib.chdir(tmp_path):  # `crow run` in process
         url = srv.base_url.replace("http://", "http://user:sk-URLSECRET2@")
-        proc = crow("run", "--base-url", url, "--no-tools", "hi")
-    assert proc.returncode == 0, proc.stderr
+        err = io.StringIO()
+        code = await run_prompt(load_settings({"base_url": url}), RunOptions("hi", no_tools=True), io.StringIO(), err)
+    assert code == 0 and len(srv.requests) == 1, err.getvalue()
     for path in _isolated_home.rglob("*"):
         if path.is_file():
             assert b"sk-URLSECRET2" not in path.read_bytes(), path
 
 
 # found trying it as a new user (second round)
-def test_sessions_list_says_when_older_sessions_are_not_shown(_isolated_home: Path) -> None:
+def test_sessions_list_says_when_older_sessions_are_not_shown(_isolated_home: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
     with SessionStore(default_db_path()) as store:
         for n in range(3):
             store.append(store.create(model="m").id, {"role": "user", "content": f"hi {n}"})
-    proc = crow("sessions", "list", "--limit", "2")
-    assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 2
-    assert "--limit 0" in proc.stderr
-    proc = crow("sessions", "list", "--limit", "0")
-    assert len(proc.stdout.splitlines()) == 3 and proc.stderr == ""
+    assert crow_here("sessions", "list", "--limit", "2") == 0
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 2 and "--limit 0" in err
+    assert crow_here("sessions", "list", "--limit", "0") == 0
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 3 and err == ""
 
 
 # issue: every file holding conversation text is private, /export too; a FIFO target is refused, not waited on
@@ -758,13 +778,16 @@ def test_a_damaged_stored_message_is_reported_in_one_line(tmp_path: Path, row: s
     assert caught.value.exit_code == 1
 
 
-@pytest.mark.parametrize("command", [("sessions", "show"), ("sessions", "export"), ("run", "--session")])
-def test_commands_on_a_damaged_session_fail_in_one_line_and_send_nothing(command: tuple[str, str]) -> None:
+@pytest.mark.parametrize("command", ["show", "export", "run"])
+async def test_commands_on_a_damaged_session_fail_in_one_line_and_send_nothing(
+        command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     sid = _store_with_damaged_row(default_db_path(), DAMAGED_ROWS["object arguments"])
-    with ReplayServer([{"sse": text_sse("never")}]) as server:
-        extra = (sid, "--base-url", server.base_url, "--model", "m", "go on") if command[0] == "run" else (sid,)
-        proc = crow(*command, *extra)
-    assert proc.returncode == 1, proc.stderr
-    lines = proc.stderr.splitlines()
+    if command == "run":  # `crow run --session ID`, in this process
+        ran = await run_here([{"sse": text_sse("never")}], "go on", cwd=tmp_path, session_id=sid)
+        code, err, sent = ran.code, ran.stderr, ran.requests
+    else:
+        code, err, sent = crow_here("sessions", command, sid), capsys.readouterr().err, []
+    assert code == 1, err
+    lines = err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("crow: error: session ") and "damaged" in lines[0], lines
-    assert "internal error" not in proc.stderr and server.requests == []
+    assert "internal error" not in err and sent == []

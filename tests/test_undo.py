@@ -1,7 +1,7 @@
 """Undo the last exchange and restore the files crow's file tools changed (issue 13: "there is no /undo").
 
-`crow run` runs in this process (`run_here`), `crow sessions undo` as its command function (`_undo`); one
-`crow sessions undo --dry-run` and one `--force` run as the command itself."""
+`crow run` runs in this process (`run_here`), `crow sessions undo` as crow's typer app in this process
+(`_undo`); one `crow sessions undo --dry-run` runs as a `crow` process."""
 
 from __future__ import annotations
 
@@ -10,24 +10,18 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import typer
 
-from crow_cli.commands.sessions import undo
 from crow_cli.sessions import SessionStore
 from tests.replay_server import text_stream
-from tests.support import CROW, run_here, tool_turn, write_config
+from tests.support import CROW, crow_here, run_here, tool_turn, write_config
 
 Capture = pytest.CaptureFixture[str]
 
 
-def _undo(capsys: Capture, sid: str, *, force: bool = False) -> tuple[int, str, str]:
-    """`crow sessions undo SID [--force]` in this process (its command function): exit code, stdout, stderr."""
+def _undo(capsys: Capture, sid: str, *flags: str) -> tuple[int, str, str]:
+    """`crow sessions undo SID FLAGS` in this process (`crow_here`): exit code, stdout, stderr."""
     capsys.readouterr()
-    try:
-        undo(sid, dry_run=False, force=force)
-        code = 0
-    except typer.Exit as exc:
-        code = exc.exit_code
+    code = crow_here("sessions", "undo", sid, *flags)
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -121,7 +115,7 @@ async def test_undo_names_each_held_file_once_and_a_created_file_gone_already(tm
     assert "warning" not in err and "notes.txt" not in err
 
 
-async def test_force_restores_a_changed_file(tmp_path: Path) -> None:
+async def test_force_restores_a_changed_file(tmp_path: Path, capsys: Capture) -> None:
     (tmp_path / "main.py").write_text("print(1)\n")
     config = write_config(tmp_path, max_retries=0)
     first = await run_here([{"sse": text_stream("hello")}], "hi", cwd=tmp_path, config=config)
@@ -133,8 +127,8 @@ async def test_force_restores_a_changed_file(tmp_path: Path) -> None:
     (tmp_path / "main.py").write_text("print(2)\nprint('user')\n")
     with SessionStore() as store:
         sid = store.latest().id
-    forced = subprocess.run([CROW, "sessions", "undo", sid, "--force"], capture_output=True, text=True, timeout=60)
-    assert forced.returncode == 0 and f"  restores {tmp_path / 'main.py'}" in forced.stdout
+    code, forced, _ = _undo(capsys, sid, "--force")
+    assert code == 0 and f"  restores {tmp_path / 'main.py'}" in forced
     assert (tmp_path / "main.py").read_text() == "print(1)\n"
 
 
@@ -154,7 +148,7 @@ async def test_a_path_that_now_leads_elsewhere_is_never_touched(tmp_path: Path, 
     (work / "sub").symlink_to(outside, target_is_directory=True)
     with SessionStore() as store:
         sid = store.latest().id
-    code, forced, err = _undo(capsys, sid, force=True)
+    code, forced, err = _undo(capsys, sid, "--force")
     assert code == 0, err
     assert f"changed since, not restored: {work / 'sub' / 'new.txt'} (now leads to {outside / 'new.txt'})" \
         in forced
