@@ -233,15 +233,17 @@ def _held_ask(ask: AskFn | None, printer: PlainPrinter | JsonlWriter) -> AskFn |
     return held
 
 
-async def run_prompt(settings: Settings, options: RunOptions, out: TextIO = sys.stdout,
-                     err: TextIO = sys.stderr) -> int:
+async def run_prompt(settings: Settings, options: RunOptions, out: TextIO | None = None,
+                     err: TextIO | None = None) -> int:
     """Run one prompt to completion; return the process exit code (0, 1, 2, 130, 143).
 
-    The answer (or the JSONL events) goes to `out`, everything else to `err`. For the whole run,
+    The answer (or the JSONL events) goes to `out`, everything else to `err` (None: `sys.stdout` and
+    `sys.stderr` as they are at the call). For the whole run,
     plugin imports included, `sys.stdout` is `err`, and when `out` is the process's stdout, file
     descriptor 1 is stderr too (`private_stdout`): what a tool, plugin or subprocess prints lands
     on stderr and never mixes into the answer or breaks the event stream.
     """
+    out, err = sys.stdout if out is None else out, sys.stderr if err is None else err
     with contextlib.ExitStack() as stack:
         if out is sys.__stdout__:  # the process's own stdout: only the answer or events may reach fd 1
             out = stack.enter_context(private_stdout())

@@ -237,3 +237,20 @@ async def test_a_rule_naming_no_tool_stores_nothing(tmp_path: Path) -> None:
                                 config=mcp)
     assert late_again.code == 2, late_again.stderr
     assert [m["content"] for m in SessionStore().messages(info.id)] == ["hi", "One."]
+
+
+# found moving tests into the process: run_prompt's default streams were sys.stdout and sys.stderr as they were
+# when crow_cli.surfaces.run was first imported, not at the call: an in-process `crow run` after another test
+# wrote its answer to that test's closed capture file ("I/O operation on closed file")
+async def test_the_default_streams_are_those_of_the_call(tmp_path: Path) -> None:
+    import contextlib
+
+    from crow_cli.config import load_settings
+    from crow_cli.surfaces.run import RunOptions, run_prompt
+
+    out, err = io.StringIO(), io.StringIO()
+    with ReplayServer([{"sse": text_sse("Hello.")}]) as server, contextlib.chdir(tmp_path), \
+            contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        settings = load_settings({"base_url": server.base_url, "api_key": "sk-test", "model": "test-model"})
+        code = await run_prompt(settings, RunOptions(prompt="hi", no_tools=True))
+    assert (code, out.getvalue()) == (0, "Hello.\n"), err.getvalue()
