@@ -8,6 +8,7 @@ process, runs against it and stops it. The real engine and model are exercised b
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -22,7 +23,7 @@ import pytest
 from crow_cli.config import Settings
 from crow_cli.errors import ConfigError
 from crow_cli.local import LOCAL_MODEL, bundled_spec, local_paths, local_session
-from tests.support import alive, wait_for
+from tests.support import alive, crow_here, wait_for
 
 CROW = str(Path(sys.executable).with_name("crow"))
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,6 +98,16 @@ def entries(log: Path) -> list[dict]:
     return [json.loads(line) for line in log.read_text().splitlines()]
 
 
+def crow_run(cwd: Path, capfd: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess[str]:
+    """What `crow run ARGS` does in `cwd`, crow's app in this process (`support.crow_here`; the engine's child
+    process gets this process's environment, PYTHONPATH included). Killing crow needs a process (below)."""
+    capfd.readouterr()
+    with contextlib.chdir(cwd):
+        code = crow_here("run", *args)
+    out, err = capfd.readouterr()
+    return subprocess.CompletedProcess(["crow", "run", *args], code, out, err)
+
+
 def test_local_session_points_settings_at_the_server_and_stops_it(fake_engine: Path) -> None:
     said: list[str] = []
     with local_session(Settings(api_key="sk-hosted-key-1234"), progress=said.append) as settings:
@@ -117,9 +128,9 @@ def test_local_session_disabled_changes_nothing() -> None:
         assert settings is original
 
 
-def test_crow_run_local_answers_from_the_local_server(fake_engine: Path, tmp_path: Path) -> None:
-    proc = subprocess.run([CROW, "run", "--local", "--no-tools", "Say hello."], capture_output=True, text=True,
-                          timeout=120, cwd=tmp_path, stdin=subprocess.DEVNULL)
+def test_crow_run_local_answers_from_the_local_server(fake_engine: Path, tmp_path: Path,
+                                                     capfd: pytest.CaptureFixture[str]) -> None:
+    proc = crow_run(tmp_path, capfd, "--local", "--no-tools", "Say hello.")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "Hello from the local model."
     log = entries(fake_engine)
@@ -129,11 +140,11 @@ def test_crow_run_local_answers_from_the_local_server(fake_engine: Path, tmp_pat
 
 
 # issue: "--local-model FILE.gguf runs any GGUF the user has, with the chat template from the GGUF"
-def test_local_model_serves_the_users_gguf_with_its_own_template(fake_engine: Path, tmp_path: Path) -> None:
+def test_local_model_serves_the_users_gguf_with_its_own_template(fake_engine: Path, tmp_path: Path,
+                                                                capfd: pytest.CaptureFixture[str]) -> None:
     gguf = tmp_path / "Qwen2.5-0.5B-Instruct-Q4_K_M.gguf"
     gguf.write_bytes(b"GGUF")
-    proc = subprocess.run([CROW, "run", "--local-model", str(gguf), "--no-tools", "Say hello."],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path, stdin=subprocess.DEVNULL)
+    proc = crow_run(tmp_path, capfd, "--local-model", str(gguf), "--no-tools", "Say hello.")
     assert proc.returncode == 0, proc.stderr
     started = entries(fake_engine)[0]
     assert started["model"] == str(gguf) and started["jinja"] and started["template"] == ""
@@ -141,20 +152,20 @@ def test_local_model_serves_the_users_gguf_with_its_own_template(fake_engine: Pa
     assert request["request"]["model"] == "Qwen2.5-0.5B-Instruct-Q4_K_M"
 
 
-def test_local_model_from_the_config_file(fake_engine: Path, tmp_path: Path) -> None:
+def test_local_model_from_the_config_file(fake_engine: Path, tmp_path: Path,
+                                          capfd: pytest.CaptureFixture[str]) -> None:
     gguf = tmp_path / "mine.gguf"
     gguf.write_bytes(b"GGUF")
     config = tmp_path / "config.toml"
     config.write_text(f"local_model = {json.dumps(str(gguf))}\n")
-    proc = subprocess.run([CROW, "run", "--local", "--config", str(config), "--no-tools", "Say hello."],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path, stdin=subprocess.DEVNULL)
+    proc = crow_run(tmp_path, capfd, "--local", "--config", str(config), "--no-tools", "Say hello.")
     assert proc.returncode == 0, proc.stderr
     assert entries(fake_engine)[0]["model"] == str(gguf)
 
 
-def test_a_missing_local_model_is_one_line(fake_engine: Path, tmp_path: Path) -> None:
-    proc = subprocess.run([CROW, "run", "--local-model", str(tmp_path / "nope.gguf"), "hi"], capture_output=True,
-                          text=True, timeout=120, cwd=tmp_path, stdin=subprocess.DEVNULL)
+def test_a_missing_local_model_is_one_line(fake_engine: Path, tmp_path: Path,
+                                          capfd: pytest.CaptureFixture[str]) -> None:
+    proc = crow_run(tmp_path, capfd, "--local-model", str(tmp_path / "nope.gguf"), "hi")
     assert proc.returncode == 1
     assert proc.stderr == f"crow: error: --local-model: no such file: {tmp_path / 'nope.gguf'}\n"
 
@@ -167,21 +178,20 @@ def test_a_missing_local_model_is_one_line(fake_engine: Path, tmp_path: Path) ->
     (lambda p: p.write_bytes(b"<!DOCTYPE html><html>"), "is not a GGUF model file (it does not start with GGUF)"),
     (lambda p: p.write_bytes(b""), "is not a GGUF model file (it does not start with GGUF)"),
 ])
-def test_a_local_model_that_is_no_gguf_file_is_one_line(fake_engine: Path, tmp_path: Path,
-                                                        make: Any, said: str) -> None:
+def test_a_local_model_that_is_no_gguf_file_is_one_line(fake_engine: Path, tmp_path: Path, make: Any, said: str,
+                                                        capfd: pytest.CaptureFixture[str]) -> None:
     model = tmp_path / "model.gguf"
     make(model)
-    proc = subprocess.run([CROW, "run", "--local-model", str(model), "hi"], capture_output=True,
-                          text=True, timeout=120, cwd=tmp_path, stdin=subprocess.DEVNULL)
+    proc = crow_run(tmp_path, capfd, "--local-model", str(model), "hi")
     assert proc.returncode == 1
     assert proc.stderr == f"crow: error: --local-model: {model} {said}\n"
     assert not fake_engine.exists()  # no server was started
 
 
-def test_a_server_that_fails_to_start_is_one_line(fake_engine: Path, tmp_path: Path) -> None:
+def test_a_server_that_fails_to_start_is_one_line(fake_engine: Path, tmp_path: Path,
+                                                  capfd: pytest.CaptureFixture[str]) -> None:
     local_paths().model.write_bytes(b"not a model")
-    proc = subprocess.run([CROW, "run", "--local", "hi"], capture_output=True, text=True, timeout=120,
-                          cwd=tmp_path, stdin=subprocess.DEVNULL)
+    proc = crow_run(tmp_path, capfd, "--local", "hi")
     assert proc.returncode == 1
     assert proc.stderr.startswith("crow: error: the local server exited (error: RuntimeError: failed to load "
                                   "model; log: ")
@@ -207,9 +217,8 @@ def test_the_server_dies_with_crow_even_when_crow_is_killed(fake_engine: Path, t
 
 
 # issue 14: "with neither a key nor a base URL configured, crow's error message points to --local"
-def test_no_key_and_no_base_url_points_to_local(tmp_path: Path) -> None:
-    proc = subprocess.run([CROW, "run", "hi"], capture_output=True, text=True, timeout=60, cwd=tmp_path,
-                          stdin=subprocess.DEVNULL)
+def test_no_key_and_no_base_url_points_to_local(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    proc = crow_run(tmp_path, capfd, "hi")
     assert proc.returncode == 2  # a configuration error (issue 11), checked before any request
     assert "no API key for https://api.openai.com/v1" in proc.stderr and "--local" in proc.stderr
 
