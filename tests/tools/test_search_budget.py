@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +19,7 @@ from crow_cli.tools.builtin import search
 from crow_cli.tools.builtin.search import search_files
 from tests.conftest import text_sse
 from tests.replay_server import ReplayServer
-from tests.support import argv, run_crow, tool_turn, write_config
+from tests.support import Ran, argv, run_crow, run_here, tool_turn, wait_for, write_config
 
 NESTED = "^(a+)+$"  # the tester's pattern: exponential in `re`, linear in `regex`
 SLOW = "^(a|aa)+$"  # exponential in both: only a budget or a timeout stops it
@@ -32,26 +32,29 @@ def ws(ws: Path) -> Path:
     return ws
 
 
-def _search_run(cwd: Path, pattern: str, **config: object) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
-    turn = tool_turn(("call_s", "search_files", json.dumps({"pattern": pattern})))
-    cfg = write_config(cwd, max_retries=0, **config)
-    ran = run_crow([{"sse": turn}, {"sse": text_sse("searched")}], "--json", "--yes", "search", cwd=cwd,
-                   config=cfg, timeout=90)
-    results = [e["result"] for e in ran.events() if e["type"] == "tool_result"]
-    return ran, results
+def _script(pattern: str) -> list[dict]:
+    return [{"sse": tool_turn(("call_s", "search_files", json.dumps({"pattern": pattern})))},
+            {"sse": text_sse("searched")}]
 
 
-def test_the_testers_nested_pattern_answers(ws: Path) -> None:
-    ran, results = _search_run(ws, NESTED)
+def _results(ran: Ran) -> list[dict]:
+    return [e["result"] for e in ran.events() if e["type"] == "tool_result"]
+
+
+async def test_the_testers_nested_pattern_answers(ws: Path) -> None:
+    ran = await run_here(_script(NESTED), "search", json=True, yes=True, cwd=ws, config=write_config(ws, max_retries=0))
     assert ran.code == 0, ran.stderr
-    assert [(r["call_id"], r["ok"], r["output"]) for r in results] == [("call_s", True, "evil.txt:3: aaaa")]
+    assert [(r["call_id"], r["ok"], r["output"]) for r in _results(ran)] == [("call_s", True, "evil.txt:3: aaaa")]
 
 
 def test_an_endless_search_is_stopped_by_the_tool_timeout(ws: Path) -> None:
-    ran, results = _search_run(ws, SLOW, tool_timeout=2)  # well below the search's own budget
+    # a process: the abandoned search thread ends with it (in this one it would match on until its budget)
+    cfg = write_config(ws, max_retries=0, tool_timeout=0.5)  # far below the search's own budget (30 s)
+    ran = run_crow(_script(SLOW), "--json", "--yes", "search", cwd=ws, config=cfg, timeout=90)
     assert ran.code == 0, ran.stderr
+    results = _results(ran)
     assert [(r["call_id"], r["ok"]) for r in results] == [("call_s", False)]
-    assert results[0]["output"] == "Error: search_files timed out after 2 s and was cancelled"
+    assert results[0]["output"] == "Error: search_files timed out after 0.5 s and was cancelled"
     assert ran.events()[-1]["final_text"] == "searched"
 
 
@@ -67,7 +70,8 @@ def test_a_signal_during_an_endless_search_stops_crow(ws: Path, sig: int, code: 
             for line in proc.stdout:
                 if json.loads(line)["type"] == "tool_call":
                     break
-            time.sleep(0.5)  # the search is under way
+            started = _cpu_s(proc.pid)
+            wait_for(lambda: _cpu_s(proc.pid) >= started + 0.2)  # the search is under way: it burns the CPU
             proc.send_signal(sig)
             rest, err = proc.communicate(timeout=120)  # bounds a hang; a search run to its end exits 0
         finally:
@@ -77,6 +81,12 @@ def test_a_signal_during_an_endless_search_stops_crow(ws: Path, sig: int, code: 
     results = [e["result"] for e in events if e["type"] == "tool_result"]
     assert [(r["call_id"], r["ok"]) for r in results] == [("call_s", False)]
     assert events[-1]["status"] == "cancelled"
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds process `pid` has used so far (user + system, from /proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def test_the_search_budget_stops_the_search_with_a_clear_error(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
