@@ -47,9 +47,9 @@ def test_prompt_from_stdin_and_system_prompt(tmp_path):
     assert "tools" not in requests[0]
 
 
-def test_no_prompt_is_a_usage_error():
-    proc = crow("run", "--base-url", "http://127.0.0.1:9/v1")
-    assert proc.returncode == 2 and proc.stderr.strip() == "crow: error: no prompt: pass it as an argument or on " \
+def test_no_prompt_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code = crow_here("run", "--base-url", "http://127.0.0.1:9/v1")
+    assert code == 2 and capsys.readouterr().err.strip() == "crow: error: no prompt: pass it as an argument or on " \
         "standard input"
 
 
@@ -181,23 +181,23 @@ def test_a_profile_whose_key_variable_is_unset_stops_before_sending_any_key(tmp_
 
 
 # issue 11 (smaller): found trying it as a new user; the missing key was only noticed at request time
-def test_a_hosted_api_without_a_key_is_exit_2_after_the_options_are_checked():
-    proc = crow("run", "--no-tools", "hi")
-    assert proc.returncode == 2
-    assert proc.stderr.startswith("crow: error: no API key for https://api.openai.com/v1: set OPENAI_API_KEY")
-    proc = crow("run", "--approval", "sometimes", "hi")  # the option error comes first
-    assert proc.returncode == 2
-    assert "--approval must be one of ask, auto-edit, yolo, read-only (got 'sometimes')" in proc.stderr
+def test_a_hosted_api_without_a_key_is_exit_2_after_the_options_are_checked(capsys: pytest.CaptureFixture[str]
+                                                                           ) -> None:
+    assert crow_here("run", "--no-tools", "hi") == 2  # no OPENAI_API_KEY or CROW_API_KEY (conftest drops them)
+    assert capsys.readouterr().err.startswith("crow: error: no API key for https://api.openai.com/v1: set "
+                                              "OPENAI_API_KEY")
+    assert crow_here("run", "--approval", "sometimes", "hi") == 2  # the option error comes first
+    assert "--approval must be one of ask, auto-edit, yolo, read-only (got 'sometimes')" in capsys.readouterr().err
 
 
 # issue 11 (smaller): found trying it as a new user; `--session ""` continued nothing in particular
-def test_an_empty_session_id_is_refused():
-    proc = crow("run", "--session", "", "--base-url", "http://127.0.0.1:9/v1", "hi")
-    assert (proc.returncode, proc.stderr.strip()) == (2, "crow: error: --session needs a session id (crow sessions "
-                                                      "list shows them)")
-    proc = crow("chat", "--resume", "", "--base-url", "http://127.0.0.1:9/v1")
-    assert (proc.returncode, proc.stderr.strip()) == (2, "crow: error: --resume needs a session id, or none for the "
-                                                      "most recent session")
+def test_an_empty_session_id_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    code = crow_here("run", "--session", "", "--base-url", "http://127.0.0.1:9/v1", "hi")
+    assert (code, capsys.readouterr().err.strip()) == (2, "crow: error: --session needs a session id (crow sessions "
+                                                       "list shows them)")
+    code = crow_here("chat", "--resume", "", "--base-url", "http://127.0.0.1:9/v1")
+    assert (code, capsys.readouterr().err.strip()) == (2, "crow: error: --resume needs a session id, or none for the "
+                                                       "most recent session")
 
 
 # issue 11 friction: found trying it as a new user; the first run swallowed the loop's remaining lines
