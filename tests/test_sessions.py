@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import json
@@ -269,13 +270,13 @@ async def test_run_records_and_continues_and_never_stores_the_key(_isolated_home
             assert secret["api_key"].encode() not in path.read_bytes(), path
 
 
-def test_run_session_errors(_isolated_home: Path) -> None:
-    with ReplayServer([]) as server:
-        result = crow(*run_args(server, "--session", "nosuch", "hi"))
-        assert result.returncode == 1
-        assert result.stderr.strip() == "crow: error: no session 'nosuch' (crow sessions list shows them)"
-        result = crow(*run_args(server, "--no-session", "-c", "hi"))
-        assert result.returncode == 2 and "cannot be combined" in result.stderr
+def test_run_session_errors(_isolated_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ran = asyncio.run(run_here([], "hi", cwd=tmp_path, session_id="nosuch"))  # `crow run --session nosuch`
+    assert (ran.code, ran.requests) == (1, [])
+    assert ran.stderr.strip() == "crow: error: no session 'nosuch' (crow sessions list shows them)"
+    with ReplayServer([]) as server:  # crow's typer app in this process (`crow_here`): the flags conflict
+        assert crow_here(*run_args(server, "--no-session", "-c", "hi")) == 2
+        assert "cannot be combined" in capsys.readouterr().err
         assert server.requests == []
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from crow_cli.sessions import SessionStore
-from tests.conftest import text_sse
+from tests.conftest import chunk, sse, text_sse
 from tests.replay_server import ReplayServer, text_stream
 from tests.support import CANCELLED, ChatTerminal, assert_valid, tool_calls_sse, wait_for
 
@@ -129,7 +129,11 @@ def test_a_tool_line_does_not_join_the_approval_question_on_a_terminal(tmp_path:
 def test_closing_the_terminal_while_an_answer_streams_exits_129(tmp_path: Path, approval_tools: Path) -> None:
     # issue 11 item 12 (found trying it as a new user): the live display's cleanup wrote to the dead terminal,
     # "internal error: OSError: [Errno 5] Input/output error" and exit 1
-    script = [{"sse": text_sse("# Title\n\nA long answer that keeps streaming"), "delay_ms": 2_000}]
+    # "Title" shows with the first event; the next comes a minute later: the answer is still streaming when
+    # the terminal goes, whatever the load (it was 2 s between 5-character events, "Title" in the second)
+    answer = sse(chunk({"content": "# Title\n\n"}), chunk({"content": "A long answer"}),
+                 chunk({"content": " that keeps streaming"}), chunk({}, "stop"))
+    script = [{"sse": answer, "delay_ms": 60_000}]
     with ReplayServer(script) as server, ChatTerminal(chat_args(server.base_url, approval_tools), cwd=tmp_path) as term:
         term.expect("›")
         term.send("go\r")
