@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,7 @@ from crow_cli.errors import ToolFailed
 from crow_cli.tools.builtin import shell
 from crow_cli.tools.builtin.shell import run_shell
 from tests.replay_server import ReplayServer
-from tests.support import ChatTerminal, alive, crow, run_args, script, tool_messages
+from tests.support import ChatTerminal, alive, run_here, script, tool_messages
 
 
 @pytest.fixture(autouse=True)
@@ -46,19 +45,19 @@ async def test_output_exit_code_and_cwd(ws: Path) -> None:
 
 # noticed at the end of wave 3: a command exiting non-zero showed ✓ in `crow run` and `crow chat`, and its
 # `--json` tool_result said ok/"ok": the display must show it failed, with its exit status
-def test_a_command_exiting_non_zero_shows_as_failed_in_run_json_and_chat(tmp_path: Path) -> None:
+async def test_a_command_exiting_non_zero_shows_as_failed_in_run_json_and_chat(tmp_path: Path) -> None:
     failing = script([("c1", "run_shell", {"command": "echo nope; exit 3"})], final="Done.")
-    for extra in ([], ["--json"]):
-        with ReplayServer(failing) as server:
-            proc = crow(*run_args(server, "--yes", *extra, "go"), cwd=tmp_path)
-        assert proc.returncode == 0, proc.stderr
-        assert tool_messages(server.requests[1])[0]["content"] == "[exit code 3]\nnope\n"  # unchanged for the model
-        if extra:
-            result = next(e["result"] for e in map(json.loads, proc.stdout.splitlines()) if e["type"] == "tool_result")
+    for json_mode in (False, True):
+        ran = await run_here(failing, "go", yes=True, json=json_mode, cwd=tmp_path)  # `crow run --yes [--json] go`
+        assert ran.code == 0, ran.stderr
+        assert tool_messages(ran.requests[1])[0]["content"] == "[exit code 3]\nnope\n"  # unchanged for the model
+        if json_mode:
+            result = next(e["result"] for e in ran.events() if e["type"] == "tool_result")
             assert (result["ok"], result["outcome"], result["output"]) == (False, "error", "[exit code 3]\nnope\n")
         else:
-            assert "  ✗ run_shell " in proc.stderr and ": [exit code 3] nope" in proc.stderr, proc.stderr
-            assert "✓" not in proc.stderr
+            assert "  ✗ run_shell " in ran.stderr and ": [exit code 3] nope" in ran.stderr, ran.stderr
+            assert "✓" not in ran.stderr
+    # the chat's line for a finished call is drawn on a terminal (a pipe gets plain lines): a pty
     with ReplayServer(failing) as server, ChatTerminal(["--base-url", server.base_url, "--api-key", "sk-test",
                                                         "--model", "m", "--yes"], cwd=tmp_path) as term:
         term.expect("›")
