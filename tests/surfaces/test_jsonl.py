@@ -164,18 +164,17 @@ def test_usage_errors_with_json_print_no_event_and_store_no_session(tmp_path: Pa
 
 
 # found trying it as a new user (third round)
-def test_json_run_on_an_unknown_session_starts_and_finishes(_isolated_home: Path) -> None:
-    with ReplayServer([]) as server:
-        result = crow(*run_args(server, "--json", "--session", "nope", "hi"))
-        conflict = crow(*run_args(server, "-c", "--session", "abc", "hi"))
-        assert server.requests == []
-    assert result.returncode == 1
-    events = [json.loads(line) for line in result.stdout.splitlines()]
+async def test_json_run_on_an_unknown_session_starts_and_finishes(tmp_path: Path) -> None:
+    result = await run_here([], json=True, session_id="nope", cwd=tmp_path)  # `crow run --json --session nope hi`
+    assert result.requests == []
+    assert result.code == 1
+    events = result.events()  # each validated against the schema
     assert [e["type"] for e in events] == ["run_started", "run_finished"]
-    for event in events:
-        schema_validator().validate(event)
     assert events[1]["status"] == "error" and events[1]["exit_code"] == 1
     assert events[1]["error"] == "no session 'nope' (crow sessions list shows them)"
     assert result.stderr == "crow: error: no session 'nope' (crow sessions list shows them)\n"
+    with ReplayServer([]) as server:  # a conflict of flags: crow run's own usage error
+        conflict = crow(*run_args(server, "-c", "--session", "abc", "hi"))
+        assert server.requests == []
     assert conflict.returncode == 2 and conflict.stdout == ""
     assert conflict.stderr == "crow: error: --continue and --session cannot be combined\n"
