@@ -13,6 +13,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -234,9 +235,9 @@ def test_crow_sessions_reports_a_damaged_store_in_one_line(args: list[str], caps
 
 
 # issue 11 (smaller): found trying it as a new user; a negative limit listed nothing, silently
-def test_sessions_list_refuses_a_negative_limit() -> None:
-    proc = crow("sessions", "list", "--limit", "-1")
-    assert (proc.returncode, proc.stderr.strip()) == (2, "crow: error: --limit must be 0 (all) or more (got -1)")
+def test_sessions_list_refuses_a_negative_limit(capsys: pytest.CaptureFixture[str]) -> None:
+    assert crow_here("sessions", "list", "--limit", "-1") == 2
+    assert capsys.readouterr().err.strip() == "crow: error: --limit must be 0 (all) or more (got -1)"
 
 
 # crow run records sessions
@@ -410,12 +411,12 @@ def test_sessions_list_imports_neither_openai_nor_rich(_isolated_home: Path) -> 
     assert result.stdout.strip().splitlines()[-1] == "[]", result.stderr
 
 
-def test_chat_resume_of_an_unknown_session_is_one_line(_isolated_home: Path) -> None:
+def test_chat_resume_of_an_unknown_session_is_one_line(_isolated_home: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
     with ReplayServer([]) as server:
-        result = crow("chat", "--resume", "nosuch", "--base-url", server.base_url)
-        assert result.returncode == 1
-        assert result.stderr == "crow: error: no session 'nosuch' (crow sessions list shows them)\n"
-        result = crow("chat", "nosuch", "--base-url", server.base_url)
+        assert crow_here("chat", "--resume", "nosuch", "--base-url", server.base_url) == 1  # in this process
+        assert capsys.readouterr().err == "crow: error: no session 'nosuch' (crow sessions list shows them)\n"
+        result = crow("chat", "nosuch", "--base-url", server.base_url)  # a usage error: cli.main says it
         assert result.returncode == 2
         assert result.stderr.startswith("crow: error: unexpected argument 'nosuch'")
         assert server.requests == []
@@ -623,21 +624,30 @@ def _open_files_under(folder: Path) -> list[str]:
 HOSTILE = "look\x1b]0;HACKED\x07\x1b[2J here\x9b31m \x1b]52;c;aGk=\x07end"
 
 
-def _on_pty(*args: str) -> tuple[int, str]:
+def _on_pty(*args: str, here: bool = True) -> tuple[int, str]:
+    """`crow ARGS` with stdout and stderr a pseudo-terminal: (exit code, what it showed). `here`: crow's typer
+    app in this process (`crow_here`), its sys.stdout and sys.stderr the terminal; else a `crow` process."""
     master, slave = pty.openpty()
-    proc = subprocess.Popen([CROW, *args], stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
-    os.close(slave)
-    out = b""
-    while True:
-        try:
-            data = os.read(master, 65536)
-        except OSError:
-            break
-        if not data:
-            break
-        out += data
+    shown = bytearray()
+
+    def read() -> None:  # while crow writes: a full terminal would block it
+        with contextlib.suppress(OSError):  # EIO: every writer closed the terminal
+            while data := os.read(master, 65536):
+                shown.extend(data)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    if here:
+        with open(slave, "w", encoding="utf-8") as term, contextlib.redirect_stdout(term), \
+                contextlib.redirect_stderr(term):
+            code = crow_here(*args)
+    else:
+        proc = subprocess.Popen([CROW, *args], stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
+        os.close(slave)
+        code = proc.wait(60)
+    reader.join(60)
     os.close(master)
-    return proc.wait(60), out.decode("utf-8", "replace")
+    return code, shown.decode("utf-8", "replace")
 
 
 def _controls(text: str) -> set[str]:
@@ -645,7 +655,8 @@ def _controls(text: str) -> set[str]:
 
 
 # found trying it as a new user (third round)
-def test_sessions_commands_neutralise_control_characters_on_a_terminal(_isolated_home: Path) -> None:
+def test_sessions_commands_neutralise_control_characters_on_a_terminal(_isolated_home: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     with SessionStore() as store:
         info = store.create(model="m\x1b[2J")
         store.append(info.id, {"role": "user", "content": HOSTILE})
@@ -656,10 +667,12 @@ def test_sessions_commands_neutralise_control_characters_on_a_terminal(_isolated
         code, out = _on_pty("sessions", *args)
         assert code == 0 and "HACKED" in out, (args, out)
         assert not _controls(out), (args, _controls(out))
-    code, out = _on_pty("sessions", "export", info.id, "-f", "json")
+    code, out = _on_pty("sessions", "export", info.id, "-f", "json", here=False)  # a crow process on a terminal
+    assert code == 0 and not _controls(out), _controls(out)
     assert json.loads(out)["messages"] == messages  # the data stays exact
-    piped = crow("sessions", "show", info.id)
-    assert HOSTILE in piped.stdout  # a pipe or file gets the text as stored
+    capsys.readouterr()
+    assert crow_here("sessions", "show", info.id) == 0
+    assert HOSTILE in capsys.readouterr().out  # a pipe or file gets the text as stored
     code, out = _on_pty("sessions", "delete", info.id)
     assert code == 0 and "deleted" in out and not _controls(out), out
 
