@@ -34,6 +34,7 @@ from ..events import (
     WarningEvent,
 )
 from ..history import Message, ToolCall, user_message
+from ..instructions import system_prompt
 from ..stdout import private_stdout
 from ..text import strip_controls
 from ..tools.approval import Answer, AskFn, make_approver
@@ -205,7 +206,9 @@ def _start_history(settings: Settings, options: RunOptions, content: Any = None
     try:
         if history and options.system is not None:
             current = next((m.get("content") for m in history if m.get("role") == "system"), None)
-            if current != options.system:  # a system message mid-conversation is refused by many chat templates
+            # what --system makes with the AGENTS.md files ("": none); a system message mid-conversation is
+            # refused by many chat templates
+            if current != system_prompt(options.system, list(settings.instructions)):
                 raise ConfigError("--system cannot change the system prompt of a continued session; start a new "
                                   "session for a new system prompt, or continue without --system")
         if settings.system and not history:

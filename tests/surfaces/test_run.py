@@ -87,6 +87,27 @@ async def test_system_cannot_silently_stay_unchanged_on_a_continued_session(tmp_
     assert same.code == 0 and same.requests[0]["messages"][0] == {"role": "system", "content": "OLD"}
 
 
+async def test_the_system_prompt_a_session_has_continues_it(tmp_path: Path) -> None:
+    # found trying `--system ""` (no system prompt) as a new user: `crow run -c --system ""` on a session without
+    # a system prompt, and `-c --system S` beside an AGENTS.md (S and the file are the session's system prompt),
+    # were refused as changing the system prompt
+    first = await run_here([{"sse": text_sse("One.")}], "hi", flags={"system": ""}, system="", cwd=tmp_path)
+    again = await run_here([{"sse": text_sse("Two.")}], "again", flags={"system": ""}, system="",
+                           continue_last=True, cwd=tmp_path)
+    assert (first.code, again.code) == (0, 0), again.stderr
+    assert [m["role"] for m in again.requests[0]["messages"]] == ["user", "assistant", "user"]
+    (tmp_path / "AGENTS.md").write_text("Run the tests.\n")
+    first = await run_here([{"sse": text_sse("One.")}], "hi", flags={"system": "S"}, system="S", cwd=tmp_path)
+    again = await run_here([{"sse": text_sse("Two.")}], "again", flags={"system": "S"}, system="S",
+                           continue_last=True, cwd=tmp_path)
+    assert (first.code, again.code) == (0, 0), again.stderr
+    assert again.requests[0]["messages"][0] == first.requests[0]["messages"][0]
+    assert "Run the tests." in again.requests[0]["messages"][0]["content"]
+    changed = await run_here([{"sse": text_sse("Three.")}], "again", flags={"system": ""}, system="",
+                             continue_last=True, cwd=tmp_path)  # still refused: it would drop S
+    assert changed.code == 2 and "--system cannot change the system prompt" in changed.stderr
+
+
 class _Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True
