@@ -40,9 +40,19 @@ ApiKeyOpt = Annotated[str | None, typer.Option("--api-key", metavar="KEY",
 SystemOpt = Annotated[str | None, typer.Option("--system", metavar="TEXT", help="System prompt.")]
 ProfileOpt = Annotated[str | None, typer.Option("--profile", metavar="NAME",
                                                 help="A [profiles.NAME] table of the config file.")]
-ConfigOpt = Annotated[str | None, typer.Option("--config", metavar="FILE",
+
+
+def _given(value: str | list[str] | None) -> str | list[str] | None:
+    """An option's value, refused when empty: `--tools-dir "$DIR"` with DIR unset would import the working
+    directory's Python files as tools, `--config "$CFG"` would read the default config file."""
+    if value == "" or (isinstance(value, list) and "" in value):
+        raise typer.BadParameter("needs a value (an empty one was given)")
+    return value
+
+
+ConfigOpt = Annotated[str | None, typer.Option("--config", metavar="FILE", callback=_given,
                                                help="Config file (default: the user config dir).")]
-ToolsDirOpt = Annotated[list[str] | None, typer.Option("--tools-dir", metavar="DIR",
+ToolsDirOpt = Annotated[list[str] | None, typer.Option("--tools-dir", metavar="DIR", callback=_given,
                                                       help="A folder of plugin tools (repeatable).")]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Trace every tool-call delta; tracebacks for internal "
                                                    "errors. Never shows the API key.")]
