@@ -249,7 +249,7 @@ async def test_a_rule_naming_no_tool_stores_nothing(tmp_path: Path) -> None:
     assert events.code == 2 and events.stdout == "", events.stdout
     mcp = tmp_path / "mcp.toml"
     mcp.write_text(f'[mcp_servers.demo]\ncommand = {json.dumps(sys.executable)}\n'
-                   f'args = [{json.dumps(str(ROOT / "tests/tools/mcp_demo_server.py"))}, "demo"]\n')
+                   f'args = [{json.dumps(str(ROOT / "tests/tools/mcp_fault_server.py"))}, ""]\n')  # starts at once
     late = await run_here([], "later", flags={"deny": ["nope_tool"]}, json=True, cwd=tmp_path, config=mcp)
     assert late.code == 2 and json.loads(late.stdout.splitlines()[-1])["exit_code"] == 2, late.stderr
     assert [i.id for i in SessionStore().recent()] == [info.id]
