@@ -164,7 +164,7 @@ def test_no_traceback_from_python_m() -> None:
 
 
 # issue 11 item 1: found trying it as a new user (an OpenAI key went to the profile's server)
-def test_a_profile_whose_key_variable_is_unset_stops_before_sending_any_key(tmp_path):
+def test_a_profile_whose_key_variable_is_unset_stops_before_sending_any_key(tmp_path, monkeypatch):
     with ReplayServer([{"sse": text_sse("hi")}]) as srv:
         cfg = _config(tmp_path, f'[profiles.other]\nbase_url = "{srv.base_url}"\napi_key_env = "OTHER_KEY"')
         proc = crow("run", "--config", str(cfg), "--profile", "other", "--no-tools", "hi",
@@ -173,9 +173,8 @@ def test_a_profile_whose_key_variable_is_unset_stops_before_sending_any_key(tmp_
         assert proc.stderr.strip().splitlines() == [
             f"crow: error: OTHER_KEY is not set: api_key_env in {cfg} [profiles.other] names it as the API key for "
             f"{srv.base_url}"]
-        proc = crow("run", "--base-url", srv.base_url, "--model", "m", "--no-tools", "hi",
-                    env={"OPENAI_API_KEY": SECRET})  # OpenAI's key is for OpenAI only
-        assert proc.returncode == 0, proc.stderr
+        monkeypatch.setenv("OPENAI_API_KEY", SECRET)  # OpenAI's key is for OpenAI only (read when crow runs)
+        assert crow_here("run", "--base-url", srv.base_url, "--model", "m", "--no-tools", "hi") == 0
         (sent,) = srv.raw_requests
         assert SECRET not in json.dumps(sent)
 
