@@ -23,7 +23,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal, get_args, overload
 
-from ..errors import ToolError
+from ..errors import ToolError, ToolFailed
 from ..paths import resolve_path
 from .context import ToolContext, current_context
 from .names import WIRE_NAME, wire_name
@@ -132,12 +132,17 @@ class Tool:
         name = self.context_parameter()
         if name is not None:
             arguments = {**arguments, name: context if context is not None else current_context()}
-        if inspect.iscoroutinefunction(self.fn):  # watched: one that blocks the event loop is named
-            value = await track(self.name, self.fn(**arguments))
-        else:
-            value = await run_in_daemon_thread(self.fn, arguments, name=self.name)
-            if inspect.isawaitable(value):
-                value = await value
+        try:
+            if inspect.iscoroutinefunction(self.fn):  # watched: one that blocks the event loop is named
+                value = await track(self.name, self.fn(**arguments))
+            else:
+                value = await run_in_daemon_thread(self.fn, arguments, name=self.name)
+                if inspect.isawaitable(value):
+                    value = await value
+        except ToolFailed as exc:  # its output is text too, whatever the tool gave (rows, as it may return)
+            if exc.output is not None and not isinstance(exc.output, str):
+                exc.output = _as_text(exc.output)
+            raise
         return _as_text(value)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

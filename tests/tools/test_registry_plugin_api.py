@@ -102,3 +102,29 @@ async def test_a_plugin_tool_that_ran_and_failed_gives_its_output_as_a_failed_ca
     result = next(e.result for e in events if isinstance(e, ToolResultReady))
     assert (result.output, result.outcome, result.ok) == ("a.py:1: unused import\na.py:3: line too long", "error",
                                                           False)
+
+
+@tool
+def lint_rows(path: str) -> str:
+    """Lint a file, the problems as rows."""
+    raise ToolFailed("2 problems", [{"file": path, "line": 1}, {"file": path, "line": 3}])  # type: ignore[arg-type]
+
+
+@tool
+async def lint_later(path: str) -> str:
+    """Lint a file, asynchronously."""
+    raise ToolFailed("1 problem", {"file": path, "line": 2})  # type: ignore[arg-type]
+
+
+# found trying ToolFailed as a new plugin author: output that was not text (rows, as a tool may return them)
+# ended the whole run with "internal error: ExceptionGroup" and no result for any call of the turn
+async def test_a_failed_call_whose_output_is_not_text_gives_it_as_json() -> None:
+    registry = ToolRegistry()
+    registry.register(lint_rows)
+    registry.register(lint_later)
+    calls = [ToolCall("c1", "lint_rows", '{"path": "a.py"}', 0), ToolCall("c2", "lint_later", '{"path": "b.py"}', 1)]
+    events = [e async for e in dispatch(calls, registry)]
+    results = {e.result.call_id: e.result for e in events if isinstance(e, ToolResultReady)}
+    assert json.loads(results["c1"].output) == [{"file": "a.py", "line": 1}, {"file": "a.py", "line": 3}]
+    assert json.loads(results["c2"].output) == {"file": "b.py", "line": 2}
+    assert {(r.outcome, r.ok) for r in results.values()} == {("error", False)}
