@@ -152,6 +152,7 @@ class ChatApp:
         self.view = TurnView(self.console, plain=plain)
         self.pt_input, self.pt_output = pt_input, pt_output
         self._store = store
+        self._owns_store = store is None  # opened here (`store`): closed when the chat ends
         self.runtime: Runtime | None = None
         """The chat's run parts: tools, MCP servers, client, driver (made when the chat starts)."""
         self.registry: ToolRegistry | None = None
@@ -273,6 +274,10 @@ class ChatApp:
                 if self.interrupts.signum is None or current is None:
                     raise
                 current.uncancel()
+            finally:  # its session is free again for a caller in this process; a given store stays its owner's
+                if self._owns_store and self._store is not None:
+                    self._store.close()
+                    self._store = None
             if self.interrupts.signum is None:
                 return code
         with contextlib.suppress(OSError, ValueError):  # stderr may be the closed terminal

@@ -361,6 +361,19 @@ async def test_chat_holds_only_the_session_it_is_in(tmp_path: Path) -> None:
     store.close()
 
 
+# issue: as `crow run` did (run_prompt), a chat that had opened the session store itself (as `crow chat` does)
+# kept its session locked and the store open after it ended: a caller in the same process could not continue it
+async def test_a_chat_that_opened_the_store_leaves_its_session_free_when_it_ends(tmp_path: Path) -> None:
+    with ReplayServer([{"sse": text_stream("one")}]) as server, create_pipe_input() as pipe:
+        pipe.send_text("hi\r/exit\r")
+        app = ChatApp(Settings(model="test-model", api_key="sk-test", base_url=server.base_url), ChatOptions(),
+                      console=Console(file=io.StringIO(), width=100), pt_input=pipe, pt_output=DummyOutput())
+        assert await app.run() == 0
+    assert app.recorder is not None and app.recorder.session_id is not None
+    with SessionStore() as store:
+        assert [m["content"] for m in store.load(app.recorder.session_id)] == ["hi", "one"]  # not "in use"
+
+
 # found trying it as a new user (third round)
 def test_state_folders_crow_creates_are_private(_isolated_home: Path) -> None:
     from crow_cli.surfaces.chat import _history_path  # internals the chat surface rewrite replaces
