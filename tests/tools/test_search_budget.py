@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import resource
 import signal
 import subprocess
 from pathlib import Path
@@ -50,8 +51,12 @@ async def test_the_testers_nested_pattern_answers(ws: Path) -> None:
 def test_an_endless_search_is_stopped_by_the_tool_timeout(ws: Path) -> None:
     # a process: the abandoned search thread ends with it (in this one it would match on until its budget)
     cfg = write_config(ws, max_retries=0, tool_timeout=0.5)  # far below the search's own budget (30 s)
+    before = _children_cpu_s()
     ran = run_crow(_script(SLOW), "--json", "--yes", "search", cwd=ws, config=cfg, timeout=90)
     assert ran.code == 0, ran.stderr
+    # the loop ran while the match did (it releases the GIL): a match holding it ran until the budget
+    # ended it, the timeout's result came 30 s of CPU later
+    assert _children_cpu_s() - before < search.SEARCH_BUDGET_S / 2
     results = _results(ran)
     assert [(r["call_id"], r["ok"]) for r in results] == [("call_s", False)]
     assert results[0]["output"] == "Error: search_files timed out after 0.5 s and was cancelled"
@@ -62,6 +67,7 @@ def test_an_endless_search_is_stopped_by_the_tool_timeout(ws: Path) -> None:
 def test_a_signal_during_an_endless_search_stops_crow(ws: Path, sig: int, code: int) -> None:
     turn = tool_turn(("call_s", "search_files", json.dumps({"pattern": SLOW})))
     cfg = write_config(ws, max_retries=0)
+    before = _children_cpu_s()
     with ReplayServer([{"sse": turn}, {"sse": text_sse("never")}]) as server:
         proc = subprocess.Popen(argv(server.base_url, "--json", "--yes", "search", config=cfg), cwd=ws, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -81,6 +87,13 @@ def test_a_signal_during_an_endless_search_stops_crow(ws: Path, sig: int, code: 
     results = [e["result"] for e in events if e["type"] == "tool_result"]
     assert [(r["call_id"], r["ok"]) for r in results] == [("call_s", False)]
     assert events[-1]["status"] == "cancelled"
+    assert _children_cpu_s() - before < search.SEARCH_BUDGET_S / 2  # the signal stopped it, not the budget
+
+
+def _children_cpu_s() -> float:
+    """CPU seconds used by the processes this one started and has reaped (`crow run`), user + system."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _cpu_s(pid: int) -> float:
