@@ -463,8 +463,14 @@ class SessionStore:
         Raises:
             SessionInUse: another process is writing it (its turn in flight is not cut).
         """
+        held = session_id in self._locks
         self.lock(session_id)
-        history = self.messages(session_id)
+        try:
+            history = self.messages(session_id)
+        except SessionError:  # damaged: not left held by a store that only tried to load it
+            if not held:
+                self.release(session_id)
+            raise
         for message in repair_history(history, "interrupted"):
             self.append(session_id, message)
         return history

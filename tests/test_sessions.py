@@ -792,6 +792,24 @@ def test_a_damaged_stored_message_is_reported_in_one_line(tmp_path: Path, row: s
     assert caught.value.exit_code == 1
 
 
+# issue: loading a damaged session took its lock and kept it: a chat, or an ACP connection, that had tried to
+# resume it held it until it ended (another crow was told it was "in use" rather than damaged)
+def test_a_damaged_session_that_fails_to_load_is_not_left_locked(tmp_path: Path) -> None:
+    from crow_cli.sessions import SessionDamaged
+
+    sid = _store_with_damaged_row(tmp_path / "s.db", DAMAGED_ROWS["no role"])
+    with SessionStore(tmp_path / "s.db") as tried, SessionStore(tmp_path / "s.db") as other:
+        with pytest.raises(SessionDamaged):
+            tried.load(sid)
+        with pytest.raises(SessionDamaged):  # damaged, not "in use": nobody holds it
+            other.load(sid)
+        tried.lock(sid)
+        with pytest.raises(SessionDamaged):
+            tried.load(sid)  # a session its store held already stays held
+        with pytest.raises(SessionError, match="in use"):
+            other.lock(sid)
+
+
 @pytest.mark.parametrize("command", ["show", "export", "run"])
 async def test_commands_on_a_damaged_session_fail_in_one_line_and_send_nothing(
         command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
