@@ -55,9 +55,9 @@ def chat_interrupts() -> Interrupts:
 
 
 def editor_interrupts() -> Interrupts:
-    """`crow acp`'s policy: SIGTERM and SIGHUP end the connection as the end of stdin does (prompts are
-    stopped and stored first); a second one exits at once."""
-    return Interrupts(end=(signal.SIGTERM, signal.SIGHUP))
+    """`crow acp`'s policy: SIGTERM, SIGHUP and SIGINT (Ctrl-C where it runs by hand) end the connection as the
+    end of stdin does (prompts are stopped, answered and stored first; exit 128 + n); a second one exits at once."""
+    return Interrupts(end=ALL_SIGNALS)
 
 
 def output_lost(exc: OSError, final_text: str = "", turns: int = 0) -> RunFinished:

@@ -41,7 +41,7 @@ class Interrupts:
     nothing is installed). While a `stopping(stop)` block runs (the driver's run, chat's /compact),
     a signal calls `stop(signum)`; the innermost block wins.
 
-    - An `end` signal (SIGTERM, SIGHUP; SIGINT for `crow run`) stops what runs, or with nothing
+    - An `end` signal (SIGTERM, SIGHUP; SIGINT for `crow run` and `crow acp`) stops what runs, or with nothing
       running cancels the task that entered; `signum` records it and the exit code is 128 + n.
     - A `stop` signal (chat's SIGINT: Ctrl-C stops the turn) stops what runs and the surface goes on;
       with nothing (more) to stop, it ends the surface as an `end` signal does.

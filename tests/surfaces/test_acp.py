@@ -801,9 +801,10 @@ async def test_an_edit_diff_comes_from_the_editors_buffer(workspace):
     assert shown and all(c.old_text == "unsaved buffer\n" for c in shown)
 
 
-@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGINT, 130)])
 async def test_a_signal_from_the_editor_stops_prompts_and_keeps_their_history(workspace, signum, code):
-    # found by an editor tester: SIGTERM left the running shell child, kept empty sessions, stored nothing
+    # found by an editor tester: SIGTERM left the running shell child, kept empty sessions, stored nothing.
+    # SIGINT (Ctrl-C where crow acp runs by hand): asyncio's default left the prompt unanswered and exited 0
     turns = script([("s1", "run_shell", {"command": "sleep 600"})], final="Never sent.")
     editor = Editor()
     with ReplayServer(turns) as server:

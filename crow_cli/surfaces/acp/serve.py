@@ -60,7 +60,7 @@ async def serve_streams(settings: Settings, options: AcpOptions, stdin: asyncio.
                         writer: asyncio.StreamWriter, output: ProtocolOutput | None = None) -> int:
     """Serve one editor until `stdin` ends: its JSON-RPC lines are read from `stdin`, crow's written to
     `writer` (`crow acp` passes its pipes; an editor in the same process, as in the tests, any stream pair).
-    SIGTERM and SIGHUP end the connection as the end of `stdin` does. `writer` stays the caller's to close.
+    SIGTERM, SIGHUP and SIGINT end the connection as the end of `stdin` does. `writer` stays the caller's to close.
 
     Args:
         output: `writer`'s protocol when it is crow acp's stdout (`transport.streams`): a write that failed
