@@ -23,6 +23,12 @@ from tests.support import CROW, crow, crow_here, run_here, script, tool_messages
 SERVER = str(Path(__file__).with_name("mcp_demo_server.py"))
 
 
+MUTE = "cat >/dev/null"
+"""`sh -c MUTE`: a stdio server that never answers (its stdout open, never written) and ends when its stdin
+closes (`sleep` ignores that: the mcp client then waits 2 s before it terminates the server, idle time in
+every test that stops one)."""
+
+
 def _demo(name: str = "demo", **extra: object) -> dict[str, object]:
     return {"command": sys.executable, "args": [SERVER, name], **extra}
 
@@ -179,7 +185,7 @@ async def test_without_a_terminal_only_the_read_only_mcp_tool_runs(tmp_path: Pat
 # found trying it as a new user (second round)
 def test_sigint_while_an_mcp_server_starts_ends_the_run_promptly(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
-    config.write_text('[mcp_servers.mute]\ncommand = "sleep"\nargs = ["3600"]\nstartup_timeout = 3000\n')
+    config.write_text(f'[mcp_servers.mute]\ncommand = "sh"\nargs = ["-c", "{MUTE}"]\nstartup_timeout = 3000\n')
     with ReplayServer([{"sse": text_sse("never")}]) as srv:
         proc = subprocess.Popen([CROW, "run", "--json", "--config", str(config), "--base-url", srv.base_url, "hi"],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -188,7 +194,7 @@ def test_sigint_while_an_mcp_server_starts_ends_the_run_promptly(tmp_path: Path)
             assert proc.stdout is not None
             first = json.loads(proc.stdout.readline())  # run_started: now the servers are starting
             assert first["type"] == "run_started"
-            wait_for(lambda: any(_command(pid) == "sleep" for pid in _children(proc.pid)))  # the server runs
+            wait_for(lambda: any(_command(pid) == "sh" for pid in _children(proc.pid)))  # the server runs
             proc.send_signal(signal.SIGINT)
             # it used to run on until the server's startup timeout (here 50 minutes: a hang, cut by this bound)
             out, err = proc.communicate(timeout=120)
@@ -220,7 +226,7 @@ def _command(pid: int) -> str:
 # found trying it as a new user (second round)
 def test_mcp_startup_timeout_is_honoured(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "c.toml"  # a server that never answers: the smallest timeout shows it is honoured
-    config.write_text('[mcp_servers.mute]\ncommand = "sleep"\nargs = ["60"]\nstartup_timeout = 0.01\n')
+    config.write_text(f'[mcp_servers.mute]\ncommand = "sh"\nargs = ["-c", "{MUTE}"]\nstartup_timeout = 0.01\n')
     stdout, stderr = crow_tools(tmp_path, config, capfd)
     assert "read_file" in stdout
     assert "did not start within 0.01 s" in stderr and "Traceback" not in stderr
@@ -233,7 +239,7 @@ async def test_a_server_past_its_startup_timeout_gets_no_clean_stop(monkeypatch:
     monkeypatch.setattr(mcp, "_STOP_TIMEOUT_S", 3600.0)  # no public knob: a clean stop would now hang
     registry = ToolRegistry()
     async with asyncio.timeout(120):  # bounds that hang
-        async with McpServers({"mute": {"command": "sleep", "args": ["3600"], "startup_timeout": 0.01}}) as servers:
+        async with McpServers({"mute": {"command": "sh", "args": ["-c", MUTE], "startup_timeout": 0.01}}) as servers:
             await servers.register_tools(registry)
     assert any("did not start within 0.01 s" in error for error in registry.errors), registry.errors
 
@@ -245,9 +251,9 @@ async def test_a_start_cut_short_gets_no_clean_stop(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(mcp, "_STOP_TIMEOUT_S", 3600.0)  # no public knob: a clean stop would now hang
     async with asyncio.timeout(120):  # bounds that hang
-        async with McpServers({"mute": {"command": "sleep", "args": ["3600"], "startup_timeout": 3000}}) as servers:
+        async with McpServers({"mute": {"command": "sh", "args": ["-c", MUTE], "startup_timeout": 3000}}) as servers:
             starting = asyncio.ensure_future(servers.register_tools(ToolRegistry()))
-            while not any(_command(pid) == "sleep" for pid in _children(os.getpid())):
+            while not any(_command(pid) == "sh" for pid in _children(os.getpid())):
                 await asyncio.sleep(0.02)
             starting.cancel()  # what Ctrl-C does to the run
             with contextlib.suppress(asyncio.CancelledError):
