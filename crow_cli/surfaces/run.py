@@ -295,7 +295,8 @@ async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err:
         with run_interrupts(options.exit_grace_s) as interrupts:
             printer.handle(RunStarted(model=settings.model, session_id=recorder.session_id if recorder else None))
             try:
-                return await _drive(runtime, printer, history, recorder, new_session, warning, approve, interrupts)
+                return await _drive(runtime, printer, history, recorder, new_session, warning, approve, interrupts,
+                                    err)
             except asyncio.CancelledError:
                 current = asyncio.current_task()
                 if interrupts.signum is None or current is None:
@@ -311,7 +312,7 @@ async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err:
 
 async def _drive(runtime: Runtime, printer: PlainPrinter | JsonlWriter, history: list[Message],
                  recorder: SessionRecorder | None, new_session: bool, warning: WarningEvent | None,
-                 approve: Approver, interrupts: Interrupts) -> int:
+                 approve: Approver, interrupts: Interrupts, err: TextIO) -> int:
     if warning is not None:
         printer.handle(warning)
     if recorder is not None and recorder.previous_model:
@@ -334,7 +335,7 @@ async def _drive(runtime: Runtime, printer: PlainPrinter | JsonlWriter, history:
         # files crow's tools change can be restored by `sessions undo` (the recorder keeps them)
         driver = runtime.new_driver(approve, recorder=recorder, interrupts=interrupts)
         finished = await driver.run(history, printer, recorder)
-        _say_output_failed(finished, sys.stderr)  # the printer cannot say it
+        _say_output_failed(finished, err)  # the printer cannot say it (its output is what failed)
         if (recorder is not None and new_session and finished.status == "error"
                 and not any(m.get("role") in ("assistant", "tool") for m in history)):
             recorder.discard()  # unreachable, 401, 404, no key: nothing worth continuing was said

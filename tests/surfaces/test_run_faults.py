@@ -8,6 +8,8 @@ config file.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from pathlib import Path
 
@@ -191,6 +193,26 @@ def test_an_output_that_cannot_be_written_is_said_on_stderr_and_exits_1(tmp_path
         assert proc.returncode == 1, (mode, proc.stderr)
         assert proc.stderr.strip().splitlines()[-1] == "crow: error: cannot write the output: No space left on device"
         assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+# found running it in process: the "cannot write the output" line went to sys.stderr, not to run_prompt's
+# err (its docstring: everything but the answer goes to `err`); a process has them the same
+async def test_an_output_that_cannot_be_written_is_said_on_runs_err(tmp_path: Path) -> None:
+    from crow_cli.config import load_settings
+    from crow_cli.surfaces.run import RunOptions, run_prompt
+    from tests.replay_server import ReplayServer
+
+    for json_mode in (False, True):
+        err, full = io.StringIO(), open("/dev/full", "w")  # noqa: SIM115 - closed below, its failed flush ignored
+        with ReplayServer([{"sse": text_sse("hello world")}]) as server, \
+                contextlib.redirect_stderr(io.StringIO()) as elsewhere:
+            settings = load_settings({"base_url": server.base_url, "api_key": "sk-test", "model": "test-model"})
+            code = await run_prompt(settings, RunOptions(prompt="hi", json=json_mode, session=False), full, err)
+        with contextlib.suppress(OSError):
+            full.close()
+        assert code == 1, err.getvalue()
+        assert err.getvalue().splitlines()[-1:] == ["crow: error: cannot write the output: No space left on device"]
+        assert elsewhere.getvalue() == "", elsewhere.getvalue()
 
 
 # issue: while MCP servers started (up to their startup_timeout), crow run was silent: say what is awaited
