@@ -46,8 +46,8 @@ from typing import Any
 from .config import Settings
 from .errors import ConfigError, CrowError
 
-__all__ = ["LOCAL_MODEL", "LocalPaths", "LocalServer", "ServerSpec", "bundled_spec", "local_paths", "local_session",
-           "prepare"]
+__all__ = ["LOCAL_MODEL", "LocalPaths", "LocalServer", "ServerSpec", "bundled_spec", "gguf_spec", "local_paths",
+           "local_session", "prepare"]
 
 ENGINE = "xllamacpp"
 """The Python package holding llama.cpp's server (imported only by the child process)."""
@@ -210,6 +210,23 @@ class ServerSpec:
     port: int = 0
 
 
+def _env_number(name: str, default: int, high: int | None = None, *, low: int = 1) -> int:
+    """The whole number in environment variable `name` (`default` when unset or empty).
+
+    Raises:
+        ConfigError: it is not a whole number from `low` to `high`.
+    """
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    wanted = (f"a whole number from {low} to {high}" if high is not None
+              else f"a whole number above {low - 1}")
+    # ASCII digits only: str.isdigit also takes "²", which int() refuses
+    if not (value.isascii() and value.isdigit()) or int(value) < low or (high is not None and int(value) > high):
+        raise ConfigError(f"{name} must be {wanted}, not {value!r}")
+    return int(value)
+
+
 def _threads() -> int:
     """Generation threads: CROW_LLAMA_THREADS, else one per core up to 4 (a small model gains nothing from more,
     and a busy machine loses: llama.cpp's threads wait for each other spinning, so on a machine whose cores are
@@ -218,18 +235,23 @@ def _threads() -> int:
     Raises:
         ConfigError: CROW_LLAMA_THREADS is not a whole number above 0.
     """
-    if (value := os.environ.get("CROW_LLAMA_THREADS", "").strip()):
-        if not value.isdigit() or int(value) < 1:
-            raise ConfigError(f"CROW_LLAMA_THREADS must be a whole number above 0, not {value!r}")
-        return int(value)
-    return max(1, min(4, os.cpu_count() or 2))
+    return _env_number("CROW_LLAMA_THREADS", max(1, min(4, os.cpu_count() or 2)))
+
+
+def _port() -> int:
+    """CROW_LLAMA_PORT, else 0 (a free port). Raises ConfigError when it is not a port number."""
+    return _env_number("CROW_LLAMA_PORT", 0, 65535, low=0)
 
 
 def bundled_spec(paths: LocalPaths) -> ServerSpec:
-    """The bundled model with crow's template, greedy, at most CROW_LLAMA_MAX_TOKENS (default 96) per reply."""
+    """The bundled model with crow's template, greedy, at most CROW_LLAMA_MAX_TOKENS (default 96) per reply.
+
+    Raises:
+        ConfigError: CROW_LLAMA_MAX_TOKENS, CROW_LLAMA_THREADS or CROW_LLAMA_PORT is not a number it can be.
+    """
     return ServerSpec(model=str(paths.model), template=str(paths.template), ctx=4096,
-                      max_tokens=int(os.environ.get("CROW_LLAMA_MAX_TOKENS") or 96), temperature=0.0,
-                      threads=_threads(), port=int(os.environ.get("CROW_LLAMA_PORT") or 0))
+                      max_tokens=_env_number("CROW_LLAMA_MAX_TOKENS", 96), temperature=0.0,
+                      threads=_threads(), port=_port())
 
 
 def gguf_spec(model: Path) -> ServerSpec:
@@ -238,6 +260,7 @@ def gguf_spec(model: Path) -> ServerSpec:
     Raises:
         LocalError: the file does not exist, is a folder, cannot be read or does not start with GGUF's
             magic (`GGUF`, the format's first four bytes: llama.cpp's gguf.md).
+        ConfigError: CROW_LLAMA_CTX, CROW_LLAMA_THREADS or CROW_LLAMA_PORT is not a number it can be.
     """
     if model.is_dir():
         raise LocalError(f"--local-model: {model} is a folder, not a GGUF model file")
@@ -250,8 +273,7 @@ def gguf_spec(model: Path) -> ServerSpec:
         raise LocalError(f"--local-model: cannot read {model}: {exc.strerror}") from None
     if magic != b"GGUF":
         raise LocalError(f"--local-model: {model} is not a GGUF model file (it does not start with GGUF)")
-    return ServerSpec(model=str(model), ctx=int(os.environ.get("CROW_LLAMA_CTX") or 8192), threads=_threads(),
-                      port=int(os.environ.get("CROW_LLAMA_PORT") or 0))
+    return ServerSpec(model=str(model), ctx=_env_number("CROW_LLAMA_CTX", 8192), threads=_threads(), port=_port())
 
 
 class LocalServer:

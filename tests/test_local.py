@@ -22,7 +22,7 @@ import pytest
 
 from crow_cli.config import Settings
 from crow_cli.errors import ConfigError
-from crow_cli.local import LOCAL_MODEL, bundled_spec, local_paths, local_session
+from crow_cli.local import LOCAL_MODEL, bundled_spec, gguf_spec, local_paths, local_session
 from tests.support import alive, crow_here, wait_for
 
 CROW = str(Path(sys.executable).with_name("crow"))
@@ -250,8 +250,25 @@ def test_the_generation_threads_come_from_crow_llama_threads(monkeypatch: pytest
     assert bundled_spec(local_paths()).threads == threads
 
 
-@pytest.mark.parametrize("value", ["0", "two", "-1", "1.5"])
+@pytest.mark.parametrize("value", ["0", "two", "-1", "1.5", "²"])  # "²": str.isdigit, not int (found by a new user)
 def test_a_bad_thread_count_is_a_usage_error(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
     monkeypatch.setenv("CROW_LLAMA_THREADS", value)
     with pytest.raises(ConfigError, match="CROW_LLAMA_THREADS must be a whole number above 0"):
         bundled_spec(local_paths())
+
+
+# found trying CROW_LLAMA_THREADS as a new user: the other numbers `--local` reads from the environment were
+# "internal error: ValueError" when not a number (and a port above 65535 went to llama.cpp)
+@pytest.mark.parametrize(("name", "value"), [("CROW_LLAMA_PORT", "abc"), ("CROW_LLAMA_PORT", "70000"),
+                                             ("CROW_LLAMA_PORT", "-1"), ("CROW_LLAMA_MAX_TOKENS", "lots"),
+                                             ("CROW_LLAMA_MAX_TOKENS", "0"), ("CROW_LLAMA_CTX", "8k")])
+def test_a_bad_number_for_the_local_server_is_a_usage_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                             name: str, value: str) -> None:
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF" + bytes(16))
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=f"^{name} must be"):
+        bundled_spec(local_paths()) if name != "CROW_LLAMA_CTX" else gguf_spec(model)
+    monkeypatch.setenv(name, " 4096 ")
+    assert getattr(bundled_spec(local_paths()) if name != "CROW_LLAMA_CTX" else gguf_spec(model),
+                   name.removeprefix("CROW_LLAMA_").lower()) == 4096
