@@ -79,7 +79,7 @@ def chat(
         check_before_start(settings, yes=yes, local=local or bool(local_model))
         options = ChatOptions(tools_dirs=tuple(tools_dir or ()), no_tools=no_tools, yes=yes, debug=debug,
                               resume=(session_id or "") if resume else None, session=not no_session,
-                              project_instructions=not no_project_instructions)
+                              project_instructions=not no_project_instructions, system=system)
         import asyncio  # not at import time: `crow tools` and `--help` do without it
 
         from ..local import local_session  # start, then stop, the local server

@@ -84,6 +84,8 @@ class ChatOptions:
     """Record the chat in the session store."""
     project_instructions: bool = True
     """Put AGENTS.md files into the system prompt of new sessions (`--no-project-instructions`: off)."""
+    system: str | None = None
+    """The `--system` flag (None: not given): a resumed session whose system prompt it would change is refused."""
 
 
 @dataclass
@@ -192,7 +194,7 @@ class ChatApp:
         self.driver = runtime.new_driver(self.approver, context=replace(runtime.context, backup=self._backup),
                                          interrupts=self.interrupts)
         if self.options.resume is not None:
-            self._open(self.options.resume or None, latest=not self.options.resume)
+            self._open(self.options.resume or None, latest=not self.options.resume, system=self.options.system)
         else:
             self._fresh()
 
@@ -217,9 +219,9 @@ class ChatApp:
         if self.runtime is not None:
             self.runtime.use_session(self.recorder, checkpoint)
 
-    def _open(self, session_id: str | None, *, latest: bool) -> None:
+    def _open(self, session_id: str | None, *, latest: bool, system: str | None = None) -> None:
         recorder, history = open_session(self.settings, session_id=session_id, latest=latest, store=self.store,
-                                         record=self.options.session)
+                                         record=self.options.session, system=system)
         assert recorder.info is not None  # open_session raises when it finds none
         self.store.release(keep=recorder.info.id)
         self.recorder, self.history = recorder, history
@@ -263,8 +265,8 @@ class ChatApp:
         Ctrl-C (every call answered) and stored before the process ends; a second signal exits at once.
 
         Raises:
-            CrowError: the session store could not be opened, `--resume ID` matched nothing, or the
-                workspace or an MCP server table is invalid.
+            CrowError: the session store could not be opened, `--resume ID` matched nothing, `--system`
+                would change the resumed session's system prompt, or the workspace or an MCP server table is invalid.
         """
         with self.interrupts:
             try:

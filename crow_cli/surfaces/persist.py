@@ -12,8 +12,9 @@ from pathlib import Path
 
 from ..config import Settings
 from ..context.compact import Checkpoint
-from ..errors import SessionError
+from ..errors import ConfigError, SessionError
 from ..history import Message, repair_history
+from ..instructions import system_prompt
 from ..sessions import SessionInfo, SessionStore
 
 __all__ = ["SessionRecorder", "open_session"]
@@ -125,7 +126,8 @@ class SessionRecorder:
 
 
 def open_session(settings: Settings, *, session_id: str | None = None, latest: bool = False,
-                 store: SessionStore | None = None, record: bool = True) -> tuple[SessionRecorder, list[Message]]:
+                 store: SessionStore | None = None, record: bool = True,
+                 system: str | None = None) -> tuple[SessionRecorder, list[Message]]:
     """A recorder and the history to start from: a stored session's (repaired) or a new empty one.
 
     Args:
@@ -134,23 +136,27 @@ def open_session(settings: Settings, *, session_id: str | None = None, latest: b
         latest: continue the most recently updated session of the working directory.
         store: an open store; default the one at `default_db_path()`.
         record: False reads the session and writes nothing to it (not even this run's model).
+        system: the `--system` flag (None: not given; "": no system prompt), with `settings.instructions` the
+            system prompt a stored session must have: a system message mid-conversation is refused by many chat
+            templates, so a continued session keeps its own.
 
     Raises:
         SessionError: the store cannot be opened, `session_id` matches no session, or `latest` finds
             none in the working directory.
+        ConfigError: `system` would change the stored session's system prompt.
     """
     if store is not None:
-        return _open(store, settings, session_id, latest, record)
+        return _open(store, settings, session_id, latest, record, system)
     owned = SessionStore()
     try:
-        return _open(owned, settings, session_id, latest, record)
+        return _open(owned, settings, session_id, latest, record, system)
     except BaseException:  # a session found but not usable (in use, damaged): its lock and the store are let go
         owned.close()
         raise
 
 
 def _open(store: SessionStore, settings: Settings, session_id: str | None, latest: bool,
-          record: bool) -> tuple[SessionRecorder, list[Message]]:
+          record: bool, system: str | None) -> tuple[SessionRecorder, list[Message]]:
     info: SessionInfo | None = None
     if session_id:
         info = store.get(session_id)
@@ -161,6 +167,11 @@ def _open(store: SessionStore, settings: Settings, session_id: str | None, lates
                                "session; --session ID / --resume ID continues any of them)")
     if info is None:
         return SessionRecorder(store, settings), []
+    if system is not None:  # read before the session is taken: a refused one is left as it was
+        current = next((m.get("content") for m in store.messages(info.id) if m.get("role") == "system"), None)
+        if current != system_prompt(system, list(settings.instructions)):
+            raise ConfigError("--system cannot change the system prompt of a continued session; start a new "
+                              "session for a new system prompt, or continue without --system")
     if record:
         history = store.load(info.id)
     else:  # read only: a turn cut by a crash is closed in memory, the store is left as it is

@@ -34,7 +34,6 @@ from ..events import (
     WarningEvent,
 )
 from ..history import Message, ToolCall, user_message
-from ..instructions import system_prompt
 from ..stdout import private_stdout
 from ..text import strip_controls
 from ..tools.approval import Answer, AskFn, make_approver
@@ -198,19 +197,13 @@ def _start_history(settings: Settings, options: RunOptions, content: Any = None
         from .persist import open_session
 
         try:
-            recorder, history = open_session(settings, session_id=options.session_id, latest=options.continue_last)
+            recorder, history = open_session(settings, session_id=options.session_id, latest=options.continue_last,
+                                             system=options.system)
         except SessionError as exc:
             if options.session_id or options.continue_last:
                 raise
             warning = WarningEvent(f"{exc}; this run is not recorded")
     try:
-        if history and options.system is not None:
-            current = next((m.get("content") for m in history if m.get("role") == "system"), None)
-            # what --system makes with the AGENTS.md files ("": none); a system message mid-conversation is
-            # refused by many chat templates
-            if current != system_prompt(options.system, list(settings.instructions)):
-                raise ConfigError("--system cannot change the system prompt of a continued session; start a new "
-                                  "session for a new system prompt, or continue without --system")
         if settings.system and not history:
             history.append({"role": "system", "content": settings.system})
         history.append(user_message(options.prompt) if content is None else {"role": "user", "content": content})

@@ -17,7 +17,7 @@ from prompt_toolkit.output import DummyOutput
 from rich.console import Console
 
 from crow_cli.config import Settings
-from crow_cli.errors import SessionError
+from crow_cli.errors import ConfigError, SessionError
 from crow_cli.sessions import SessionStore
 from crow_cli.surfaces.chat import ChatApp, ChatOptions, help_text
 from tests.conftest import text_sse
@@ -193,6 +193,23 @@ async def test_resume_and_retry_show_the_text_of_a_message_with_an_image_not_its
     assert " ".join(output.split()).count("› what is in it? [attached image: cat.png]") == 2  # resumed, retried
     assert "base64" not in output and "image_url" not in output and "A cat." in output and "A tabby cat." in output
     assert server.requests[0]["messages"][0]["content"][1]["image_url"]["url"] == "data:image/png;base64,iVBORw0KGgo="
+
+
+async def test_resume_refuses_a_system_prompt_it_would_not_use(store: SessionStore) -> None:
+    # found trying `--system` on continued sessions as a new user: `crow run -c --system NEW` is refused, `crow chat
+    # --resume --system NEW` went on with the session's own system prompt without a word
+    old = store.create(model="test-model", cwd="/tmp")
+    for m in ({"role": "system", "content": "OLD"}, {"role": "user", "content": "hi"},
+              {"role": "assistant", "content": "Hello."}):
+        store.append(old.id, m)
+    store.release()
+    with pytest.raises(ConfigError, match="--system cannot change the system prompt"):
+        await chat([], "/exit\r", store, options=ChatOptions(resume=old.id, system="NEW"))
+    assert len(store.messages(old.id)) == 3
+    store.release()
+    _, server, _ = await chat([{"sse": text_stream("Again.")}], "again\r/exit\r", store,
+                              options=ChatOptions(resume=old.id, system="OLD"))
+    assert server.requests[0]["messages"][0] == {"role": "system", "content": "OLD"}
 
 
 async def test_no_session_resume_reads_the_session_and_writes_nothing_to_it(store: SessionStore) -> None:
