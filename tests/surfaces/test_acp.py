@@ -588,19 +588,21 @@ async def test_cancel_while_a_permission_request_waits(workspace):
 
 
 async def test_mcp_servers_named_by_the_editor_join_the_session(workspace):
-    server_py = str(Path(__file__).resolve().parents[1] / "tools" / "mcp_demo_server.py")
-    turns = script([("m1", "shout", {"text": "hey"})], final="Shouted.")
+    # the stdlib-only fault server starts at once (the demo server imports the mcp package: ~1.5 s of CPU);
+    # it also offers a `read_file`, as the demo server does
+    turns = script([("m1", "echo", {"text": "hey"})], final="Echoed.")
     editor = Editor()
     with ReplayServer(turns) as server:
         async with acp_agent(server.base_url, workspace, editor) as (conn, _serving):
-            demo = McpServerStdio(name="demo", command=sys.executable, args=[server_py], env=[])
-            sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[demo])).session_id
-            await conn.prompt(session_id=sid, prompt=[text_block("shout hey")])
+            named = McpServerStdio(name="f", command=sys.executable, args=[FAULT_SERVER, "read_file"], env=[])
+            sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[named])).session_id
+            await conn.prompt(session_id=sid, prompt=[text_block("echo hey")])
     offered = {t["function"]["name"] for t in server.requests[0]["tools"]}
-    assert {"shout", "add", "read_file"} <= offered  # the built-in read_file keeps its name
+    assert {"echo", "app_error", "read_file", "f_read_file"} <= offered  # the built-in read_file keeps its name
     (start,) = editor.of(ToolCallStart)
-    assert start.kind == "read"  # the server marks shout read-only
-    assert "HEY" in editor.of(ToolCallProgress)[-1].content[0].content.text
+    assert start.kind == "read"  # the server marks echo read-only
+    assert editor.of(ToolCallProgress)[-1].content[0].content.text == "hey"
+    assert server.requests[1]["messages"][-1] == {"role": "tool", "tool_call_id": "m1", "content": "hey"}
 
 
 async def test_cancel_stops_a_running_tool_at_once(workspace):
