@@ -392,7 +392,9 @@ _BOOL_WORDS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "fa
 
 def _resolve(option: Option, flags: Mapping[str, Any], env: Mapping[str, str], layers: list[_Layer]) -> Any:
     """One option's value: flag > environment > the last file layer that sets it > default; checked."""
-    file_layer = next((layer for layer in reversed(layers) if option.key in layer.values), None)
+    # an empty string in a table counts as unset (as an empty variable does): a profile's leaves the top level's
+    file_layer = next((layer for layer in reversed(layers) if option.key in layer.values
+                       and (option.kind in (list, dict) or layer.values[option.key] != "")), None)
     if option.kind is list:  # file and flags add up
         file_items = tuple(str(v) for v in file_layer.values[option.key]) if file_layer else ()
         return file_items + tuple(str(v) for v in flags.get(option.name, ()))

@@ -415,3 +415,13 @@ def test_an_empty_system_flag_means_no_system_prompt():
     write_config('system = "Be terse."\n')
     assert load_settings({}, env={}).system == "Be terse."
     assert load_settings({"system": ""}, env={}).system == ""
+
+
+# found trying empty values as a new user: an empty value in a profile counts as unset, as an empty variable
+# does, but it skipped the top-level value too: `[profiles.p] base_url = ""` sent the run to OpenAI and
+# `model = ""` to gpt-4o-mini instead of the file's own base_url and model
+def test_an_empty_value_in_a_profile_leaves_the_top_level_value():
+    write_config('base_url = "http://a.example/v1"\nmodel = "top"\nmax_turns = 7\n'
+                 '[profiles.p]\nbase_url = ""\nmodel = ""\n')
+    settings = load_settings({}, env={}, profile="p")
+    assert (settings.base_url, settings.model, settings.max_turns) == ("http://a.example/v1", "top", 7)
