@@ -447,7 +447,7 @@ def _api_key(env: Mapping[str, str], layers: list[_Layer], base_url: str) -> str
                  or DEFAULT_BASE_URL)
     if env.get("CROW_API_KEY", "").strip() and _server(crow_home) == server:
         return env["CROW_API_KEY"]
-    named = next((layer for layer in reversed(layers) if "api_key_env" in layer.values), None)
+    named = next((layer for layer in reversed(layers) if layer.values.get("api_key_env", "") != ""), None)
     if named is not None and _server(_home(named, layers, env)) == server:
         name = str(named.values["api_key_env"])
         if not env.get(name, "").strip():

@@ -425,3 +425,13 @@ def test_an_empty_value_in_a_profile_leaves_the_top_level_value():
                  '[profiles.p]\nbase_url = ""\nmodel = ""\n')
     settings = load_settings({}, env={}, profile="p")
     assert (settings.base_url, settings.model, settings.max_turns) == ("http://a.example/v1", "top", 7)
+
+
+# found with the one above: an empty api_key_env was an error naming no variable (" is not set: api_key_env …");
+# empty, it is unset, as any key of the file
+def test_an_empty_api_key_env_counts_as_unset():
+    write_config('base_url = "https://api.example.com/v1"\napi_key_env = "MY_KEY"\n[profiles.p]\napi_key_env = ""\n')
+    assert load_settings({}, env={"MY_KEY": "k1"}, profile="p").api_key == "k1"
+    write_config('base_url = "https://api.example.com/v1"\napi_key_env = ""\n')
+    settings = load_settings({}, env={"CROW_API_KEY": "k2"})
+    assert (settings.api_key, settings.api_key_problem) == ("k2", None)
