@@ -143,12 +143,12 @@ class ToolFailed(ToolError):
     is (no `Error:` prefix), and the call's outcome is `error`, so every surface shows it failed.
 
     Attributes:
-        output: the whole result text, as the model reads it.
+        output: the whole result text, as the model reads it (`message` when none is given).
     """
 
-    def __init__(self, message: str, output: str) -> None:
+    def __init__(self, message: str, output: str | None = None) -> None:
         super().__init__(message)
-        self.output = output
+        self.output = message if output is None else output
 
 
 class SessionError(CrowError):

@@ -5,8 +5,8 @@
 - `tool`: the decorator making a `Tool` of a typed function (`@tool` or `@tool(needs_approval=True, ...)`);
 - `Tool`: the tool object (`kind`, `preview`, `subject`, `needs_approval`, `parallel`, `timeout_s`);
 - `ToolError`: raise it for an error the model should read (`Error: ...`);
-- `ToolFailed(message, output)`: raise it when the tool ran and failed (a check that found problems): the model
-  reads `output` as it is, and every surface shows the call failed;
+- `ToolFailed(message, output=None)`: raise it when the tool ran and failed (a check that found problems): the
+  model reads `output` (else `message`) as it is, and every surface shows the call failed;
 - `ToolContext`: declare a parameter of this type to receive the run's workspace and secrets;
 - `resolve_in_workspace(path)`: a path confined to the workspace (raises `OutsideWorkspace`, a `ToolError`);
 - `workspace_root()`: the workspace folder of the running call.

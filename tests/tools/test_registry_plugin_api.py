@@ -128,3 +128,19 @@ async def test_a_failed_call_whose_output_is_not_text_gives_it_as_json() -> None
     assert json.loads(results["c1"].output) == [{"file": "a.py", "line": 1}, {"file": "a.py", "line": 3}]
     assert json.loads(results["c2"].output) == {"file": "b.py", "line": 2}
     assert {(r.outcome, r.ok) for r in results.values()} == {("error", False)}
+
+
+@tool
+def check() -> str:
+    """Check the project."""
+    raise ToolFailed("3 tests failed")
+
+
+# tester4 (this session's changes, as a new user): ToolFailed("msg") without an output gave the model
+# "TypeError: ... missing 1 required positional argument: 'output'"
+async def test_a_tool_failed_without_an_output_gives_its_message() -> None:
+    registry = ToolRegistry()
+    registry.register(check)
+    events = [e async for e in dispatch([ToolCall("c1", "check", "{}", 0)], registry)]
+    result = next(e.result for e in events if isinstance(e, ToolResultReady))
+    assert (result.output, result.outcome) == ("3 tests failed", "error")
