@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.support import crow, crow_here
+from tests.support import CROW, alive, crow, crow_here, wait_for
 
 PLUGIN = '''
 import socket
@@ -115,3 +119,25 @@ def test_outside_text_in_the_listing_loses_its_control_characters(tmp_path: Path
     assert "\x1b" not in stdout and "\x07" not in stdout and "evil[2Jname.py" in stdout
     rows = json.loads(crow_tools(capfd, tmp_path, "--json", "--tools-dir", str(folder))[0])
     assert any("evil\x1b[2Jname.py" in row["source"] for row in rows)  # JSON stays exact
+
+
+# tester4 (this session's changes, as a new user): `crow tools` had no signal policy: SIGTERM while it listed the
+# MCP servers' tools killed it at once (exit -15), without the servers' stop; it now ends as crow run does
+def test_a_signal_while_mcp_servers_list_stops_them_and_exits_128_plus_n(tmp_path: Path) -> None:
+    started = tmp_path / "pids"
+    server = Path(__file__).parents[1] / "tools" / "mcp_fault_server.py"
+    config = tmp_path / "c.toml"
+    config.write_text(f'[mcp_servers.mute]\ncommand = {sys.executable!r}\nargs = [{str(server)!r}, "hang_list"]\n'
+                      f'env = {{ FAULT_PID_FILE = {str(started)!r} }}\nstartup_timeout = 3000\n')
+    env = {**os.environ, "NO_COLOR": "1"}
+    proc = subprocess.Popen([CROW, "tools", "--config", str(config)], cwd=tmp_path, env=env, text=True,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_for(started.exists)  # the server runs (and will never list its tools)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert (proc.returncode, out, err) == (143, "", "crow: interrupted (SIGTERM)\n")
+    pid = int(started.read_text().split()[0])
+    wait_for(lambda: not alive(pid))
