@@ -14,7 +14,6 @@ from .options import ConfigOpt, ProfileOpt, ToolsDirOpt, fail
 
 if TYPE_CHECKING:
     from ..config import Settings
-    from ..signals import Interrupts
     from ..tools.registry import Tool
 
 __all__ = ["tools"]
@@ -45,29 +44,13 @@ def _list(settings: Settings, tools_dir: list[str] | None, as_json: bool, out: T
     if settings.mcp_servers:  # listing needs the servers: start them, list, stop them
         import asyncio
 
-        from ..driver import run_interrupts
-        from ..tools.context import ToolContext
-        from ..tools.mcp import McpServers
-
-        async def add_mcp_tools() -> Interrupts:
-            workspace = ToolContext.for_workspace(settings.workspace).workspace  # where `crow run` starts them
-            # a signal stops the servers as leaving does (a server that ignores the end of its stdin is stopped
-            # too), then crow exits 128 + n, as `crow run` does
-            with run_interrupts() as interrupts:
-                try:
-                    async with McpServers(settings.mcp_servers, workspace=workspace) as servers:
-                        await servers.register_tools(registry)
-                except asyncio.CancelledError:
-                    if interrupts.signum is None or (task := asyncio.current_task()) is None:
-                        raise
-                    task.uncancel()
-            return interrupts
+        from ..surfaces.runtime import list_mcp_tools
 
         try:
-            interrupts = asyncio.run(add_mcp_tools())
+            interrupts = asyncio.run(list_mcp_tools(settings, registry))
         except CrowError as exc:
             raise fail(exc) from None
-        if interrupts.signum is not None:
+        if interrupts.signum is not None:  # the servers are stopped: end as crow run ends
             print(f"crow: interrupted ({interrupts.name})", file=sys.stderr)
             raise typer.Exit(interrupts.exit_code)
     # dropped as `crow run` drops them; the built-ins' schemas are known good (a test derives them)

@@ -14,6 +14,7 @@ how it asks (its sink and its approval question).
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Callable
 from contextlib import AsyncExitStack
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from ..config import Settings
 from ..context.compact import Checkpoint
-from ..driver import Driver, Interrupts
+from ..driver import Driver, Interrupts, run_interrupts
 from ..tools.approval import check_rule_names
 from ..tools.context import ToolContext
 from ..tools.dispatch import Approver
@@ -37,7 +38,7 @@ from .common import build_client, build_compactor, build_registry, loop_settings
 if TYPE_CHECKING:
     from .persist import SessionRecorder
 
-__all__ = ["Runtime", "RuntimeOptions", "assemble_driver"]
+__all__ = ["Runtime", "RuntimeOptions", "assemble_driver", "list_mcp_tools"]
 
 
 def assemble_driver(settings: Settings, client: ChatClient, registry: ToolRegistry | None, approve: Approver | None,
@@ -200,3 +201,20 @@ class Runtime:
                 await self._client.aclose()
         finally:
             await self._exit.aclose()
+
+
+async def list_mcp_tools(settings: Settings, registry: ToolRegistry) -> Interrupts:
+    """Start the configured MCP servers in the workspace (where `crow run` starts them), add their tools to
+    `registry`, stop them (`crow tools`). A signal (crow run's policy) stops the servers as leaving does, a
+    server that ignores the end of its stdin too; the returned `Interrupts` says which one came (`signum`,
+    `exit_code`: 128 + n), if any."""
+    workspace = ToolContext.for_workspace(settings.workspace).workspace
+    with run_interrupts() as interrupts:
+        try:
+            async with McpServers(settings.mcp_servers, workspace=workspace) as servers:
+                await servers.register_tools(registry)
+        except asyncio.CancelledError:
+            if interrupts.signum is None or (task := asyncio.current_task()) is None:
+                raise
+            task.uncancel()
+    return interrupts
