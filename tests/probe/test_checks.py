@@ -19,16 +19,6 @@ from tests.replay_server import ReplayServer
 BASE = "http://probe.test/v1"
 
 
-@pytest.fixture(autouse=True)
-def _replies_sent_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The replay server sends each SSE event as its own small write; with Nagle's algorithm on, each waited
-    for the client's delayed ACK (~40 ms on Linux loopback): a corpus case's seven requests took 0.35-0.5 s,
-    0.1-0.2 s with TCP_NODELAY (`socketserver.StreamRequestHandler.disable_nagle_algorithm`, stdlib)."""
-    import socketserver
-
-    monkeypatch.setattr(socketserver.StreamRequestHandler, "disable_nagle_algorithm", True)
-
-
 def settings(api_key: str | None = None) -> Settings:
     return Settings(base_url=BASE, model="m", api_key=api_key)
 
