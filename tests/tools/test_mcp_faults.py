@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from crow_cli.errors import ToolError
-from crow_cli.tools.mcp import McpServers, cancellable
+from crow_cli.tools.mcp import McpServers, cancellable, end_task
 from crow_cli.tools.mcp_transport import TAIL_BYTES
 from crow_cli.tools.registry import ToolRegistry
 from tests.support import crow
@@ -179,3 +179,25 @@ async def test_a_request_that_ends_gives_its_result_or_its_error() -> None:
     assert await cancellable(lists()) == "listed"
     with pytest.raises(ValueError, match="bad"):
         await cancellable(fails())
+
+
+# issue: a clean-clone CI dry run: `crow tools` stopped by SIGTERM while an MCP server's initialize was unanswered
+# waited forever: the connection's task absorbed its one cancellation (test_tools'
+# test_a_signal_while_mcp_servers_list_stops_them_and_exits_128_plus_n timed out)
+async def test_a_task_that_absorbs_a_cancellation_is_ended() -> None:
+    waiting = asyncio.Event()
+    task = asyncio.create_task(_absorbs_one_cancellation(waiting))
+    await waiting.wait()
+    async with asyncio.timeout(60):  # bounds the hang this was
+        await end_task(task)
+    assert task.cancelled()
+
+
+async def test_ending_a_task_reads_its_failure() -> None:
+    async def fails() -> None:
+        raise ValueError("bad")
+
+    task = asyncio.create_task(fails())
+    await asyncio.sleep(0)
+    await end_task(task)  # no "exception was never retrieved" later; not raised here
+    assert isinstance(task.exception(), ValueError)
