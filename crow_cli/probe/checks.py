@@ -147,7 +147,8 @@ class _Prober:
         ex = Exchange()
         start = time.monotonic()
         try:
-            status, content = await asyncio.wait_for(self._get(url), self.timeout())
+            async with asyncio.timeout(self.timeout()):
+                status, content = await self._get(url)
         except (httpx.HTTPError, TimeoutError, BodyTooLarge) as exc:
             ex.error = str(exc) if isinstance(exc, BodyTooLarge) else _transport_error(exc)
             return ex
@@ -176,7 +177,8 @@ class _Prober:
             ex = Exchange()
             start = time.monotonic()
             try:
-                await asyncio.wait_for(self._stream(body, ex, start), self.timeout())
+                async with asyncio.timeout(self.timeout()):
+                    await self._stream(body, ex, start)
             except BodyTooLarge as exc:
                 ex.error = str(exc)
             except (httpx.HTTPError, TimeoutError) as exc:

@@ -167,7 +167,10 @@ class _Connection:
             self._ready, self._stop, self.error = asyncio.Event(), asyncio.Event(), None
             self._task = asyncio.create_task(self._hold(), name=f"mcp:{self.config.name}")
             try:
-                await asyncio.wait_for(self._ready.wait(), self.config.startup_timeout_s)
+                # not asyncio.wait_for: on Python 3.11 it swallows a cancellation that comes as the awaited thing
+                # completes (crow tools stopped by SIGTERM as initialize was answered listed on forever)
+                async with asyncio.timeout(self.config.startup_timeout_s):
+                    await self._ready.wait()
             except TimeoutError:
                 await self._finish_task(graceful=False)  # it never answered: no point waiting for a clean stop
                 self.error = f"did not start within {self.config.startup_timeout_s:g} s"
@@ -186,7 +189,8 @@ class _Connection:
             return
         self._stop.set()
         try:
-            await asyncio.wait_for(asyncio.shield(task), _STOP_TIMEOUT_S if graceful else 0)
+            async with asyncio.timeout(_STOP_TIMEOUT_S if graceful else 0):
+                await asyncio.shield(task)
         except TimeoutError:
             await end_task(task)
 

@@ -196,7 +196,8 @@ async def run_shell(command: str, timeout_s: float | None = None, context: ToolC
     timed_out = False
     try:
         try:
-            await asyncio.wait_for(proc.wait(), limit)
+            async with asyncio.timeout(limit):
+                await proc.wait()
         except TimeoutError:
             timed_out = True
     finally:
@@ -211,7 +212,8 @@ async def run_shell(command: str, timeout_s: float | None = None, context: ToolC
             # escaped both the group and the marker may keep it open: stop reading after the grace period.
             for wait_s in _SWEEP_WAITS_S:
                 with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-                    await asyncio.wait_for(asyncio.shield(reader.eof), wait_s)
+                    async with asyncio.timeout(wait_s):
+                        await asyncio.shield(reader.eof)
                 _kill_marked(token)
                 if reader.eof.done():
                     break
