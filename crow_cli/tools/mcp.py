@@ -41,14 +41,15 @@ __all__ = ["McpServerConfig", "McpServers", "cancellable", "end_task", "parse_mc
 
 _STOP_TIMEOUT_S = 10.0
 _PAGE_LIMIT = 100
-_RECANCEL_S = 0.05
-_T = TypeVar("_T")
 """tools/list pages read per server at most (a server whose cursor never ends cannot hang the start)."""
+_RECANCEL_S = 0.05
+"""How often a cancellation the MCP client absorbed is made again (`end_task`)."""
+_T = TypeVar("_T")
 OPENAI_TOOL_LIMIT = 128
+"""The most tools OpenAI's Chat Completions accepts in one request."""
 TOOL_CHARS = 32_768
 """Characters of one tool's definition as listed (name, description, schemas) at most: it goes with every
 request, so a larger one (a 2 MB description) is dropped rather than sent again and again."""
-"""The most tools OpenAI's Chat Completions accepts in one request."""
 
 
 @dataclass(frozen=True)

@@ -140,7 +140,7 @@ class Tool:
                 if inspect.isawaitable(value):
                     value = await value
         except ToolFailed as exc:  # its output is text too, whatever the tool gave (rows, as it may return)
-            if exc.output is not None and not isinstance(exc.output, str):
+            if not isinstance(exc.output, str):
                 exc.output = _as_text(exc.output)
             raise
         return _as_text(value)

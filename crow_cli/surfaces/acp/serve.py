@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import sys
 from typing import cast
@@ -14,6 +13,7 @@ from ...config import Settings
 from ...driver import editor_interrupts
 from ...sessions import SessionStore
 from ...stdout import private_stdout
+from ...tools.mcp import end_task
 from ..runtime import Runtime, RuntimeOptions
 from .agent import AcpOptions, CrowAgent
 from .transport import STDIN_LIMIT, ProtocolOutput, objects_only, streams
@@ -106,11 +106,8 @@ async def serve_streams(settings: Settings, options: AcpOptions, stdin: asyncio.
                 objects.cancel()
                 # until the start task is done (its outcome is read below): a cancellation left pending on this
                 # task (the SDK's task group, as the connection ends) must not end the wait early, and one the
-                # start absorbed is made again (as `mcp.cancellable` does)
-                while not starting.done():
-                    starting.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await asyncio.wait([starting], timeout=0.05)
+                # start absorbed is made again
+                await end_task(starting)
                 await agent.close()
         if not starting.cancelled() and (failure := starting.exception()) is not None:
             raise failure
