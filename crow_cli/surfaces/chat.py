@@ -48,6 +48,7 @@ from ..history import Message, ToolCall, content_text, user_message
 from ..sessions import EXPORT_FORMATS, SessionInfo, SessionStore, export_session, write_export
 from ..text import clean_text, public_url, strip_controls
 from ..tools.approval import approval_question, make_approver, parse_answer
+from ..tools.mcp import end_task
 from ..tools.registry import Tool, ToolRegistry
 from ..wire.client import import_in_background
 from .ask import Answer, ask_approval, typed_keys
@@ -174,6 +175,8 @@ class ChatApp:
         self._commands: dict[str, Callable[[str], Awaitable[None]]] = {
             name: partial(command.run, self) for command in self.COMMANDS for name in (command.name, *command.aliases)}
         self._compacting: asyncio.Task[None] | None = None
+        self._mcp_joining: asyncio.Task[None] | None = None
+        """Until it is awaited (`_mcp_ready`): the MCP servers' start, which says its problems when it ends."""
 
     # set-up
 
@@ -186,10 +189,12 @@ class ChatApp:
     async def _start(self, runtime: Runtime) -> None:
         self.runtime, self.root, self.registry = runtime, runtime.workspace, runtime.registry
         self.settings = runtime.settings  # with the AGENTS.md files
-        if names := runtime.mcp_server_names:  # they may take up to their startup_timeout: say what is awaited
-            self.view.line(f"crow: starting MCP servers: {', '.join(names)}", "dim")
-        for problem in await runtime.start():
-            self.view.line(f"crow: warning: {problem}", "yellow")
+        for problem in await runtime.start(wait_for_mcp=False):  # the prompt is up while MCP servers start
+            self.view.line(f"crow: warning: {strip_controls(problem)}", "yellow")
+        if names := runtime.mcp_pending:
+            self.view.line(f"crow: starting MCP servers: {', '.join(names)} (their tools join when they are up)",
+                           "dim")
+            self._mcp_joining = asyncio.create_task(self._join_mcp(runtime), name="crow-mcp-join")
         # files crow's tools change: /undo restores them (the backup follows /new and /resume)
         self.driver = runtime.new_driver(self.approver, context=replace(runtime.context, backup=self._backup),
                                          interrupts=self.interrupts)
@@ -294,8 +299,62 @@ class ChatApp:
                                                         self.options.project_instructions),
                           warn=lambda line: self.view.line(f"crow: warning: {strip_controls(line)}", "yellow"))
         async with runtime:  # MCP servers stopped, the client closed
-            await self._start(runtime)
-            return await self._repl()
+            try:
+                await self._start(runtime)
+                return await self._repl()
+            finally:
+                if self._mcp_joining is not None:
+                    await end_task(self._mcp_joining)
+
+    async def _join_mcp(self, runtime: Runtime) -> None:
+        """Wait for the MCP servers in the background; say their problems (and that they are up) at once,
+        above the prompt. A ConfigError (an allow or deny rule naming no tool) is raised to `_mcp_ready`."""
+        problems = await runtime.mcp_ready()
+        lines = [(f"crow: warning: {strip_controls(p)}", "yellow") for p in problems]
+        lines.append((f"crow: MCP servers up: {', '.join(runtime.mcp_server_names)}", "dim"))
+        await self._show_above_prompt(lines)
+
+    async def _show_above_prompt(self, lines: list[tuple[str, str]]) -> None:
+        """Show `lines` now: above the prompt while one is read (prompt-toolkit redraws it), else as they come."""
+        from prompt_toolkit.application import get_app_or_none, run_in_terminal
+
+        def show() -> None:
+            for text, style in lines:
+                self.view.line(text, style)
+        if get_app_or_none() is not None:
+            await run_in_terminal(show)
+        else:
+            show()
+
+    async def _mcp_ready(self) -> bool:
+        """Before a turn: wait for the MCP servers still starting, with one line naming them. Ctrl-C stops
+        the wait (False: the message is not sent); the servers go on starting.
+
+        Raises:
+            ConfigError: an allow or deny rule names no tool, now that every tool is known (the chat ends, exit 2).
+        """
+        task = self._mcp_joining
+        if task is None:
+            return True
+        if not task.done():
+            assert self.runtime is not None
+            pending = self.runtime.mcp_pending
+            self.view.line(f"crow: waiting for MCP server{'s' if len(pending) != 1 else ''} "
+                           f"{', '.join(pending)} to start…", "dim")
+            waiter = asyncio.ensure_future(asyncio.shield(task))
+            with self.interrupts.stopping(lambda _signum: waiter.cancel()):
+                try:
+                    await waiter
+                except asyncio.CancelledError:
+                    if not waiter.cancelled():
+                        raise
+                    if self.interrupts.signum is not None:  # SIGTERM / SIGHUP: the chat ends
+                        raise _Exit(self.interrupts.exit_code) from None
+                    self.view.line("interrupted: the MCP servers are still starting", "yellow")
+                    return False
+        self._mcp_joining = None
+        task.result()
+        return True
 
     async def _repl(self) -> int:
         from prompt_toolkit import PromptSession
@@ -409,6 +468,8 @@ class ChatApp:
         """Run the loop on the history as it is (it ends with a user message); False when it failed
         with an internal error."""
         assert self.driver is not None
+        if not await self._mcp_ready():
+            return False
         self.last_usage = _Usage()
         self._calls, self._in_tools = {}, False
         ticker = asyncio.create_task(self._tick())
@@ -548,6 +609,9 @@ class ChatApp:
         self.view.line(f"model: {arg}")
 
     async def _tools(self, arg: str) -> None:
+        if self.runtime is not None and self._mcp_joining is not None and (pending := self.runtime.mcp_pending):
+            self.view.line(f"(MCP servers still starting: {', '.join(pending)}; their tools join when they are up)",
+                           "dim")
         tools = list(self.registry or ())
         if not tools:
             self.view.line("no tools are offered (--no-tools, or none loaded)")

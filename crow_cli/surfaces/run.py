@@ -39,6 +39,7 @@ from ..text import strip_controls
 from ..tools.approval import Answer, AskFn, make_approver
 from ..tools.dispatch import Approver
 from ..tools.registry import Tool
+from ..wire.client import import_in_background
 from .approve import terminal_ask
 from .common import (
     make_console,
@@ -263,6 +264,11 @@ async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err:
     # Usage errors (ConfigError, exit 2) come before any event and before a session is stored.
     runtime = Runtime(settings, RuntimeOptions(options.tools_dirs, options.no_tools, options.debug, options.record_dir,
                                                options.project_instructions), warn=warning_to(err))
+    async with runtime:  # MCP servers stopped, the client closed
+        return await _run_in(runtime, options, out, err)
+
+
+async def _run_in(runtime: Runtime, options: RunOptions, out: TextIO, err: TextIO) -> int:
     settings = runtime.settings
     secrets = runtime.context.secrets
     content = (user_content(options.prompt, [load_attachment(f, runtime.workspace, secrets) for f in options.files])
@@ -274,33 +280,39 @@ async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err:
                             ask=_held_ask(terminal_ask(), printer))
     if not runtime.mcp_server_names:  # every tool is known already: a rule naming none is refused before any event
         runtime.check_rules()
-
+    # the MCP servers start (and the SDK loads) while the session is read; the run waits for them in `_drive`
+    runtime.begin()
+    sdk = import_in_background() if runtime.mcp_server_names else None
     try:
-        history, recorder, warning = _start_history(settings, options, content)
-        new_session = not (options.session_id or options.continue_last)
-    except SessionError as exc:  # no such session, or one in use: a run that starts and fails (exit 1)
-        printer.handle(RunStarted(model=settings.model))
-        printer.handle(RunFinished("error", "", 0, str(exc), exc.exit_code))
-        return exc.exit_code
-    # From the first event on, a signal ends the run with one run_finished: before the driver runs, it
-    # cancels this task (MCP servers starting, the client being built); then it stops the driver.
-    try:
-        with run_interrupts(options.exit_grace_s) as interrupts:
-            printer.handle(RunStarted(model=settings.model, session_id=recorder.session_id if recorder else None))
-            try:
-                return await _drive(runtime, printer, history, recorder, new_session, warning, approve, interrupts,
-                                    err)
-            except asyncio.CancelledError:
-                current = asyncio.current_task()
-                if interrupts.signum is None or current is None:
-                    raise
-                current.uncancel()
-                printer.handle(RunFinished("cancelled", "", 0, f"interrupted ({interrupts.name})",
-                                           interrupts.exit_code, signal=interrupts.signum))
-                return interrupts.exit_code
-    finally:  # however the run ended, its session is free again: a caller in this process (ACP, tests) may
-        if recorder is not None:  # continue it next, where only a process exit freed it before
-            recorder.store.close()
+        try:
+            history, recorder, warning = _start_history(settings, options, content)
+            new_session = not (options.session_id or options.continue_last)
+        except SessionError as exc:  # no such session, or one in use: a run that starts and fails (exit 1)
+            printer.handle(RunStarted(model=settings.model))
+            printer.handle(RunFinished("error", "", 0, str(exc), exc.exit_code))
+            return exc.exit_code
+        # From the first event on, a signal ends the run with one run_finished: before the driver runs, it
+        # cancels this task (MCP servers starting, the client being built); then it stops the driver.
+        try:
+            with run_interrupts(options.exit_grace_s) as interrupts:
+                printer.handle(RunStarted(model=settings.model, session_id=recorder.session_id if recorder else None))
+                try:
+                    return await _drive(runtime, printer, history, recorder, new_session, warning, approve,
+                                        interrupts, err)
+                except asyncio.CancelledError:
+                    current = asyncio.current_task()
+                    if interrupts.signum is None or current is None:
+                        raise
+                    current.uncancel()
+                    printer.handle(RunFinished("cancelled", "", 0, f"interrupted ({interrupts.name})",
+                                               interrupts.exit_code, signal=interrupts.signum))
+                    return interrupts.exit_code
+        finally:  # however the run ended, its session is free again: a caller in this process (ACP, tests) may
+            if recorder is not None:  # continue it next, where only a process exit freed it before
+                recorder.store.close()
+    finally:
+        if sdk is not None:
+            sdk.join()  # never leave while that thread holds an import lock (shutdown would wait on it)
 
 
 async def _drive(runtime: Runtime, printer: PlainPrinter | JsonlWriter, history: list[Message],
@@ -311,25 +323,24 @@ async def _drive(runtime: Runtime, printer: PlainPrinter | JsonlWriter, history:
     if recorder is not None and recorder.previous_model:
         printer.handle(Notice(f"crow: session {recorder.session_id} was using {recorder.previous_model}; "
                               f"continuing with {runtime.settings.model}", code="model_changed"))
-    async with runtime:
-        if names := runtime.mcp_server_names:  # they may take up to their startup_timeout: say what is awaited
-            printer.handle(Notice(f"crow: starting MCP servers: {', '.join(names)}", code="mcp_starting"))
-        try:
-            for problem in await runtime.start():
-                printer.handle(WarningEvent(problem))
-        except ConfigError as exc:  # a rule naming no tool: refused now that every tool is known
-            if recorder is not None:  # a usage error stores nothing: not a new session, not the prompt
-                if new_session:
-                    recorder.discard()
-                else:
-                    recorder.truncate(history, len(history) - 1)
-            printer.handle(RunFinished("error", "", 0, str(exc), exc.exit_code))
-            return exc.exit_code
-        # files crow's tools change can be restored by `sessions undo` (the recorder keeps them)
-        driver = runtime.new_driver(approve, recorder=recorder, interrupts=interrupts)
-        finished = await driver.run(history, printer, recorder)
-        _say_output_failed(finished, err)  # the printer cannot say it (its output is what failed)
-        if (recorder is not None and new_session and finished.status == "error"
-                and not any(m.get("role") in ("assistant", "tool") for m in history)):
-            recorder.discard()  # unreachable, 401, 404, no key: nothing worth continuing was said
-        return finished.exit_code
+    if names := runtime.mcp_pending:  # they may take up to their startup_timeout: say what is awaited
+        printer.handle(Notice(f"crow: starting MCP servers: {', '.join(names)}", code="mcp_starting"))
+    try:
+        for problem in await runtime.start():
+            printer.handle(WarningEvent(problem))
+    except ConfigError as exc:  # a rule naming no tool: refused now that every tool is known
+        if recorder is not None:  # a usage error stores nothing: not a new session, not the prompt
+            if new_session:
+                recorder.discard()
+            else:
+                recorder.truncate(history, len(history) - 1)
+        printer.handle(RunFinished("error", "", 0, str(exc), exc.exit_code))
+        return exc.exit_code
+    # files crow's tools change can be restored by `sessions undo` (the recorder keeps them)
+    driver = runtime.new_driver(approve, recorder=recorder, interrupts=interrupts)
+    finished = await driver.run(history, printer, recorder)
+    _say_output_failed(finished, err)  # the printer cannot say it (its output is what failed)
+    if (recorder is not None and new_session and finished.status == "error"
+            and not any(m.get("role") in ("assistant", "tool") for m in history)):
+        recorder.discard()  # unreachable, 401, 404, no key: nothing worth continuing was said
+    return finished.exit_code

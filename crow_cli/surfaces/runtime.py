@@ -2,8 +2,9 @@
 
     Runtime(settings, options)            tool context → instructions → registry (MCP tables checked)
       async with runtime:                 (MCP servers stopped and the client closed on the way out)
-        warnings = await runtime.start()  MCP servers entered → their tools → schemas and their errors
-                                          → rule names checked → client
+        runtime.begin()                   MCP servers start in the background (while the surface reads its session)
+        warnings = await runtime.start()  their tools → schemas and their errors → rule names checked → client
+        (chat: start(wait_for_mcp=False), then await runtime.mcp_ready() before its first turn)
         driver = runtime.new_driver(approve, recorder=…, interrupts=…)   approver → compactor → driver
         await runtime.switch_model("other")      the client and compactor follow; never assigned by a surface
         runtime.use_session(recorder)            the compactor of another session
@@ -29,7 +30,7 @@ from ..driver import Driver, Interrupts, run_interrupts
 from ..tools.approval import check_rule_names
 from ..tools.context import ToolContext
 from ..tools.dispatch import Approver
-from ..tools.mcp import McpServers
+from ..tools.mcp import McpServers, end_task
 from ..tools.registry import ToolRegistry
 from ..tools.sandbox import Sandbox, startup_notice
 from ..wire.client import ChatClient
@@ -102,6 +103,8 @@ class Runtime:
         """The driver `new_driver` made last."""
         self._recorder: SessionRecorder | None = None
         self._exit = AsyncExitStack()
+        self._mcp_start: asyncio.Task[None] | None = None
+        self._reported = 0  # how many of the registry's errors `start` / `mcp_ready` have returned
 
     @property
     def workspace(self) -> Path:
@@ -111,6 +114,11 @@ class Runtime:
     def mcp_server_names(self) -> list[str]:
         """The MCP servers `start` starts (none with no tools), by name: what a surface says it waits for."""
         return [c.name for c in self._mcp.configs]
+
+    @property
+    def mcp_pending(self) -> list[str]:
+        """The MCP servers not yet started and listed (all of them before `begin`), by name."""
+        return [c.name for c in self._mcp.configs if c.name not in self._mcp.listed]
 
     @property
     def client(self) -> ChatClient:
@@ -125,8 +133,25 @@ class Runtime:
                         tb: TracebackType | None) -> None:
         await self.aclose()
 
-    async def start(self) -> list[str]:
-        """Start the MCP servers and offer their tools, derive every schema, check the rule names, make the client.
+    def begin(self) -> None:
+        """Start the MCP servers now, in a task of their own (once; none with no tools), so that they start
+        while the surface reads its session and loads the SDK. `start` or `mcp_ready` waits for them;
+        leaving the runtime stops them, started or not."""
+        if self._mcp_start is None and self.registry is not None and self._mcp.configs:
+            self._mcp_start = asyncio.create_task(self._start_mcp(self.registry), name="crow-mcp-start")
+
+    async def _start_mcp(self, registry: ToolRegistry) -> None:
+        self._exit.push_async_exit(self._mcp)  # stopped on the way out, also when entering is interrupted
+        await self._mcp.__aenter__()
+        await self._mcp.register_tools(registry)
+
+    async def start(self, *, wait_for_mcp: bool = True) -> list[str]:
+        """Start the MCP servers (`begin`) and offer their tools, derive every schema, check the rule names,
+        make the client.
+
+        Args:
+            wait_for_mcp: wait for the MCP servers here; with False (chat: its prompt is up at once) their
+                tools join the registry when `mcp_ready` is awaited, and the rule names are checked then.
 
         Returns:
             Warnings to show: tools that cannot be described, the sandbox's start-up notice.
@@ -136,14 +161,40 @@ class Runtime:
         """
         warnings: list[str] = []
         if self.registry is not None:
-            await self._exit.enter_async_context(self._mcp)
-            await self._mcp.register_tools(self.registry)  # servers can be slow to start
-            self.registry.schemas()  # derive every schema now: a tool that cannot be described is reported here
+            self.begin()
+            if wait_for_mcp or self._mcp_start is None:
+                warnings += await self.mcp_ready()
+            else:
+                self.registry.schemas()  # the tools known already: one that cannot be described is reported now
+                warnings += self._new_errors()
             notice = startup_notice(self.context.sandbox)
-            warnings += [*self.registry.errors, *([notice] if notice else [])]
-            self.check_rules()
+            warnings += [notice] if notice else []
         self._client = build_client(self.settings, self.options.record_dir, trace=self.options.debug)
         return warnings
+
+    async def mcp_ready(self) -> list[str]:
+        """Wait until the MCP servers `begin` started are up and their tools are in the registry (at once when
+        there are none), then derive every schema and check the rule names. A cancellation of the caller
+        stops the wait, not the servers.
+
+        Returns:
+            The registry's problems not returned before (a server that failed to start, a dropped tool …).
+
+        Raises:
+            ConfigError: an allow or deny rule names no tool, exit 2.
+        """
+        if self.registry is None:
+            return []
+        if self._mcp_start is not None:
+            await asyncio.shield(self._mcp_start)
+        self.registry.schemas()  # derive every schema now: a tool that cannot be described is reported here
+        self.check_rules()
+        return self._new_errors()
+
+    def _new_errors(self) -> list[str]:
+        assert self.registry is not None
+        new, self._reported = self.registry.errors[self._reported:], len(self.registry.errors)
+        return new
 
     def check_rules(self) -> None:
         """Refuse an allow or deny rule that names no tool of the registry as it is now (every tool once `start`
@@ -195,12 +246,16 @@ class Runtime:
             await old.aclose()
 
     async def aclose(self) -> None:
-        """Close the client, stop the MCP servers (each once)."""
+        """Close the client, stop the MCP servers (each once; those still starting too)."""
         try:
             if self._client is not None:
                 await self._client.aclose()
         finally:
-            await self._exit.aclose()
+            try:
+                if self._mcp_start is not None:
+                    await end_task(self._mcp_start)
+            finally:
+                await self._exit.aclose()
 
 
 async def list_mcp_tools(settings: Settings, registry: ToolRegistry) -> Interrupts:

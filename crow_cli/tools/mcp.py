@@ -43,6 +43,9 @@ _STOP_TIMEOUT_S = 10.0
 _PAGE_LIMIT = 100
 """tools/list pages read per server at most (a server whose cursor never ends cannot hang the start)."""
 _RECANCEL_S = 0.05
+_SHUTDOWN_GRACE_S = 4.0
+"""How long a cancelled connection gets to stop its server (the stdio client's 2 s, then its kill) before the
+cancellation is repeated."""
 """How often a cancellation the MCP client absorbed is made again (`end_task`)."""
 _T = TypeVar("_T")
 OPENAI_TOOL_LIMIT = 128
@@ -193,7 +196,7 @@ class _Connection:
             async with asyncio.timeout(_STOP_TIMEOUT_S if graceful else 0):
                 await asyncio.shield(task)
         except TimeoutError:
-            await end_task(task)
+            await end_task(task, _SHUTDOWN_GRACE_S)
 
     async def close(self, *, graceful: bool = True) -> None:
         # a server that never became ready (start interrupted by Ctrl-C) gets no clean stop: it would not answer
@@ -221,11 +224,16 @@ async def cancellable(request: Coroutine[Any, Any, _T]) -> _T:
         raise
 
 
-async def end_task(task: asyncio.Future[Any]) -> None:
-    """Cancel `task` and wait until it has ended, cancelling it again every 0.05 s: the MCP client can absorb a
-    cancellation (`cancellable`). Seen: `crow tools` stopped by SIGTERM while a server's `initialize` was
-    unanswered waited forever for the connection's task (a CI dry run). Its outcome is read, not raised; a
+async def end_task(task: asyncio.Future[Any], grace_s: float = 0.0) -> None:
+    """Cancel `task` and wait until it has ended. The MCP client can absorb a cancellation (`cancellable`), so
+    the cancellation is made again every 0.05 s, after `grace_s`: a connection's task gets
+    `_SHUTDOWN_GRACE_S`, since the stdio client stops its server inside a shielded scope (stdin closed, 2 s for
+    the server to exit, then the process tree killed) that a repeated native cancellation breaks, and a server
+    that ignores the end of its stdin would then never be killed. Its outcome is read, not raised; a
     cancellation of the caller while it waits changes nothing (the task is ended all the same)."""
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.wait([task], timeout=grace_s)
     while not task.done():
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -374,6 +382,8 @@ class McpServers:
         self._debug = errlog is not None if debug is None else debug
         self._tails: list[StderrTail] = []
         self.connections: dict[str, _Connection] = {}
+        self.listed: set[str] = set()
+        """The servers whose start and listing have ended (listed, or failed), by name."""
 
     async def __aenter__(self) -> McpServers:
         if self.configs:
@@ -403,7 +413,12 @@ class McpServers:
         a listing (named, with why), a listing cut at 100 pages, a tool renamed because its name was
         taken, and more tools in all than OpenAI accepts (128).
         """
-        listings = await asyncio.gather(*(self._list(c) for c in self.connections.values()))
+        async def listed(conn: _Connection) -> list[Any] | str:
+            listing = await self._list(conn)
+            self.listed.add(conn.config.name)
+            return listing
+
+        listings = await asyncio.gather(*(listed(c) for c in self.connections.values()))
         for conn, listing in zip(self.connections.values(), listings, strict=True):
             if isinstance(listing, str):
                 registry.errors.append(listing)

@@ -7,6 +7,7 @@ import io
 import json
 import os
 import stat
+import sys
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -684,3 +685,53 @@ def test_a_piped_chat_reads_the_answer_to_an_approval_question_from_its_input(tm
     assert (tmp_path / "new.txt").read_text() == "hi\n"
     assert [m["content"] for m in server.requests[-1]["messages"] if m["role"] == "user"] == ["write it", "thanks"]
     assert "Allow write_file? [y]es / [n]o / [a]lways for write_file: " in proc.stdout
+
+
+# issue 34: chat's prompt is up at once while a slow MCP server starts; a message sent before it is up waits for it
+# (one line naming it) and then has its tools
+def _slow_mcp_config(tmp_path: Path, gate: Path, started: Path) -> Path:
+    """A config whose one MCP server (the stdlib fault server) starts only once `gate` exists."""
+    server_py = Path(__file__).resolve().parents[1] / "tools" / "mcp_fault_server.py"
+    wait = f'touch "{started}"; while [ ! -f "{gate}" ]; do sleep 0.02; done; exec "{sys.executable}" "{server_py}" ""'
+    config = tmp_path / "config.toml"
+    config.write_text(f"[mcp_servers.slow]\ncommand = \"sh\"\nargs = [\"-c\", {json.dumps(wait)}]\n")
+    return config
+
+
+def test_the_prompt_is_up_before_a_slow_mcp_server_has_started(tmp_path: Path) -> None:
+    gate, started = tmp_path / "gate", tmp_path / "started"
+    config = _slow_mcp_config(tmp_path, gate, started)
+    with ReplayServer([{"sse": text_stream("Hello there.")}]) as server, ChatTerminal(
+            ["--base-url", server.base_url, "--api-key", "sk-test", "--model", "test-model", "--config", str(config)],
+            cwd=tmp_path) as term:
+        term.expect("starting MCP servers: slow")
+        term.expect("›")
+        wait_for(started.exists)
+        assert not gate.exists()  # the prompt is up while the server cannot have started
+        term.send("hi\r")
+        term.expect("waiting for MCP server slow to start")
+        gate.touch()
+        term.expect("Hello there.")
+        term.expect("›")
+        term.send("\x04")
+        assert term.wait() == 0
+    assert [t["function"]["name"] for t in server.requests[0]["tools"] if t["function"]["name"] == "echo"] == ["echo"]
+
+
+# issue 34: a server that comes up while the prompt waits says so above the prompt, and its tools are listed
+def test_mcp_tools_join_while_the_prompt_waits(tmp_path: Path) -> None:
+    gate, started = tmp_path / "gate", tmp_path / "started"
+    config = _slow_mcp_config(tmp_path, gate, started)
+    with ChatTerminal(["--base-url", "http://127.0.0.1:9/v1", "--api-key", "sk-test", "--model", "m",
+                       "--config", str(config)], cwd=tmp_path) as term:
+        term.expect("›")
+        wait_for(started.exists)
+        term.send("/tools\r")
+        term.expect("MCP servers still starting: slow")
+        term.expect("›")
+        gate.touch()
+        term.expect("MCP servers up: slow")
+        term.send("/tools\r")
+        term.expect("Echo text.")
+        term.send("\x04")
+        assert term.wait() == 0

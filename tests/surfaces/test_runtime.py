@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -9,6 +12,7 @@ import pytest
 from crow_cli.config import Settings
 from crow_cli.errors import ConfigError
 from crow_cli.surfaces.runtime import Runtime, RuntimeOptions
+from tests.support import alive
 
 
 def _settings(tmp_path: Path, **values: object) -> Settings:
@@ -42,3 +46,59 @@ async def test_no_tools_means_no_registry_and_no_instructions_when_off(tmp_path:
     async with Runtime(_settings(tmp_path), RuntimeOptions(no_tools=True, project_instructions=False)) as runtime:
         assert runtime.registry is None and "Use tabs." not in (runtime.settings.system or "")
         assert await runtime.start() == []
+
+
+def _gated_mcp_server(tmp_path: Path, gate: Path, started: Path) -> dict[str, dict[str, object]]:
+    """One `[mcp_servers]` table: the stdlib fault server, started only once `gate` exists (a server that is slow to
+    start, held by an event rather than a time); `started` gets a line when its process begins."""
+    server = Path(__file__).resolve().parents[1] / "tools" / "mcp_fault_server.py"
+    wait = (f'echo $$ >> "{started}"; while [ ! -f "{gate}" ]; do sleep 0.02; done; '
+            f'exec "{sys.executable}" "{server}" ""')
+    return {"slow": {"command": "sh", "args": ["-c", wait]}}
+
+
+async def _until(predicate: Callable[[], bool]) -> None:
+    while not predicate():
+        await asyncio.sleep(0.01)
+
+
+# issue 34: `crow run` starts its MCP servers while it reads its session and loads the SDK, not after
+async def test_begin_starts_the_mcp_servers_before_start_is_awaited(tmp_path: Path) -> None:
+    gate, started = tmp_path / "gate", tmp_path / "started"
+    settings = _settings(tmp_path, mcp_servers=_gated_mcp_server(tmp_path, gate, started))
+    async with Runtime(settings, RuntimeOptions()) as runtime:
+        assert runtime.mcp_pending == ["slow"]
+        runtime.begin()
+        await _until(started.exists)  # the server's process runs: nobody has awaited `start` yet
+        assert runtime.mcp_pending == ["slow"]
+        gate.touch()
+        assert await runtime.start() == []
+        assert runtime.mcp_pending == [] and runtime.registry is not None and runtime.registry.get("echo")
+
+
+# issue 34: chat's prompt is up while its MCP servers start; their tools join when `mcp_ready` is awaited
+async def test_start_without_waiting_for_mcp_leaves_their_tools_to_mcp_ready(tmp_path: Path) -> None:
+    gate, started = tmp_path / "gate", tmp_path / "started"
+    settings = _settings(tmp_path, mcp_servers=_gated_mcp_server(tmp_path, gate, started), deny=("echo",))
+    async with Runtime(settings, RuntimeOptions()) as runtime:
+        assert await runtime.start(wait_for_mcp=False) == []  # no wait, and the rule naming an MCP tool is not
+        assert runtime.registry is not None and runtime.registry.get("echo") is None  # refused before it is known
+        assert runtime.client is not None and runtime.mcp_pending == ["slow"]
+        ready = asyncio.ensure_future(runtime.mcp_ready())
+        await _until(started.exists)
+        assert not ready.done()
+        gate.touch()
+        assert await ready == [] and runtime.registry.get("echo") is not None
+
+
+# issue 34: leaving a runtime whose MCP servers are still starting stops them, the start cut short. Found writing
+# it: a stdio server that ignores the end of its stdin was never killed (end_task's repeated cancellation broke the
+# client's shielded shutdown) and `crow tools` stopped by SIGTERM waited forever
+async def test_leaving_while_the_mcp_servers_start_stops_them(tmp_path: Path) -> None:
+    gate, started = tmp_path / "gate", tmp_path / "started"
+    settings = _settings(tmp_path, mcp_servers=_gated_mcp_server(tmp_path, gate, started))
+    async with Runtime(settings, RuntimeOptions()) as runtime:
+        runtime.begin()
+        await _until(lambda: started.exists() and started.read_text().endswith("\n"))
+    assert runtime.mcp_pending == ["slow"]  # never listed: stopped while it started
+    assert not alive(int(started.read_text()))  # a server that ignores the end of its stdin too
