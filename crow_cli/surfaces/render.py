@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ..history import ToolCall, ToolResult
 from ..text import strip_controls
 from .common import short_json
+from .shown import diff_style, display_lines, display_status
 
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderResult
@@ -119,6 +120,16 @@ class MarkdownBlocks:
         if at > 0:
             self._cut(at, blocks)
             self.continues = True
+
+
+def _styled(lines: list[tuple[str, str]]) -> Any:
+    """(text, style) lines as one rich `Text` (no markup read from them), each ending its line."""
+    from rich.text import Text
+
+    shown = Text()
+    for line, style in lines:
+        shown.append(line + "\n", style=style)
+    return shown
 
 
 def _links_match(tokens: Iterable[Any]) -> bool:
@@ -381,13 +392,22 @@ class TurnView:
         args = f"({short_json(call.arguments, 60)})" if call else ""
         name = strip_controls(result.name)  # the model wrote it
         status = "ok" if result.ok else result.outcome.replace("_", " ")  # error, denied, timeout ...
-        detail = "" if result.ok else f": {short_json(result.output, 120)}"
+        ended = display_status(result.display)  # a command: its exit code, never read from the output
+        detail = f" · {ended}" if ended else "" if result.ok else f": {short_json(result.output, 120)}"
+        shown = display_lines(result.display)  # its output's first and last lines, an applied edit's diff
         if self.plain:
-            self._show(lambda: self._write(f"  {status} {name} {result.duration_s:.2f}s{detail}\n"))
+            body = "".join(line + "\n" for line, _style in shown)
+            self._show(lambda: self._write(f"  {status} {name} {result.duration_s:.2f}s{detail}\n{body}"))
             return
         mark, style = ("✓", "green") if result.ok else ("✗", "red")
-        self._show(lambda: self.console.print(f"{mark} {name}{args} {status} {result.duration_s:.2f}s{detail}",
-                                              style=style, markup=False, highlight=False))
+
+        def draw() -> None:
+            self.console.print(f"{mark} {name}{args} {status} {result.duration_s:.2f}s{detail}", style=style,
+                               markup=False, highlight=False)
+            if shown:
+                self.console.print(_styled(shown), end="", highlight=False)
+
+        self._show(draw)
         self._refresh()
 
     def cancel_tools(self) -> None:
@@ -414,16 +434,10 @@ class TurnView:
             self._end_plain_line()
             self._write(preview.rstrip("\n") + "\n")
             return
-        from rich.text import Text
-
-        shown = Text()
         is_diff = preview.startswith("--- ")
-        for line in preview.rstrip("\n").split("\n"):
-            style = ""
-            if is_diff and not line.startswith(("---", "+++")):
-                style = {"+": "green", "-": "red", "@": "cyan"}.get(line[:1], "")
-            shown.append(line + "\n", style=style)
-        self.console.print(shown, end="", highlight=False)
+        lines = preview.rstrip("\n").split("\n")
+        self.console.print(_styled([(line, diff_style(line) if is_diff and not line.startswith(("---", "+++"))
+                                     else "") for line in lines]), end="", highlight=False)
 
     def _write(self, text: str) -> None:
         self.console.file.write(text)

@@ -47,6 +47,7 @@ from .common import (
 )
 from .jsonl import JsonlWriter
 from .runtime import Runtime, RuntimeOptions
+from .shown import display_lines, display_status
 
 if TYPE_CHECKING:
     from .persist import SessionRecorder
@@ -148,8 +149,11 @@ class PlainPrinter:
                 self._print(f"→ {call.name}({short_json(call.arguments)})", "cyan")
             case ToolResultReady(result=r):
                 mark, style = ("✓", "green") if r.ok else ("✗", "red")
-                detail = "" if r.ok else f": {short_json(r.output, 160)}"
+                ended = display_status(r.display)  # a command: its exit code, never read from the output
+                detail = f" · {ended}" if ended else "" if r.ok else f": {short_json(r.output, 160)}"
                 self._print(f"  {mark} {r.name} {r.duration_s:.2f}s{detail}", style)
+                for line, line_style in display_lines(r.display):  # its output's first and last lines, a diff
+                    self._print(line, line_style)
             case WarningEvent(message=message):
                 self._break_line()
                 self._print(f"crow: warning: {message}", "yellow")
