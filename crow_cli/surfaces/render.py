@@ -153,14 +153,26 @@ def _links_match(tokens: Iterable[Any]) -> bool:
 
 
 def honest_markdown(source: str, code_theme: str) -> Markdown:
-    """`source` as rich Markdown whose links never hide where they lead: terminal hyperlinks (OSC 8)
-    only when each link's text is its target; else every link shows its target after its text, as
+    """`source` as rich Markdown keeping its line breaks, whose links never hide where they lead: terminal
+    hyperlinks (OSC 8) only when each link's text is its target; else every link shows its target after its text, as
     `text (target)`. `[https://github.com/acme](https://evil.example)` would show one URL and open another."""
     from rich.markdown import Markdown
 
     markdown = Markdown(source, code_theme=code_theme)
     markdown.hyperlinks = _links_match(markdown.parsed)
+    _keep_line_breaks(markdown.parsed)
     return markdown
+
+
+def _keep_line_breaks(tokens: Iterable[Any]) -> None:
+    """Make each soft line break among the markdown-it `tokens` a hard one: a listing or a poem the model
+    wrote line by line stays line by line (CommonMark joins such lines into one paragraph; the model
+    meant the break). Code blocks have no inline tokens and are untouched."""
+    for token in tokens:
+        if token.type == "softbreak":
+            token.type = "hardbreak"
+        elif token.children:
+            _keep_line_breaks(token.children)
 
 
 def _unpadded(console: Console, renderable: Any, options: ConsoleOptions) -> Iterator[Any]:

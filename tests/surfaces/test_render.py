@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -11,6 +13,8 @@ from rich.console import Console
 
 from crow_cli.history import ToolCall, ToolResult
 from crow_cli.surfaces.render import MarkdownBlocks, TurnView
+from tests.replay_server import ReplayServer, text_stream
+from tests.support import ChatTerminal
 
 DOC = ("# Title\n\nFirst paragraph\nstill first.\n\n```python\nx = 1\n\ny = 2\n```\nAfter the code.\n\n"
        "- item one\n- item two\n\n~~~~\ncode ``` not closing\n~~~~\n\nLast words")
@@ -109,10 +113,10 @@ def test_hidden_reasoning_is_not_shown() -> None:
 
 
 def render_whole(text: str, width: int = 60) -> str:
-    from rich.markdown import Markdown
+    from crow_cli.surfaces.render import honest_markdown
 
     out = io.StringIO()
-    Console(file=out, width=width, color_system=None).print(Markdown(text, code_theme=TurnView.code_theme))
+    Console(file=out, width=width, color_system=None).print(honest_markdown(text, TurnView.code_theme))
     return out.getvalue()
 
 
@@ -139,6 +143,22 @@ def test_streamed_markdown_keeps_the_blank_lines_between_blocks(sizes: list[int]
 def test_two_paragraphs_stay_apart() -> None:
     shown = render_streamed("First paragraph.\n\nSecond paragraph.\n", [1] * 40)
     assert [line.rstrip() for line in shown.splitlines()] == ["First paragraph.", "", "Second paragraph."]
+
+
+# issue 34: a listing or a poem streamed line by line was shown as one paragraph (soft breaks joined it)
+@given(st.lists(st.integers(min_value=1, max_value=7), max_size=20))
+def test_lines_streamed_as_separate_lines_stay_separate_lines(sizes: list[int]) -> None:
+    shown = render_streamed("Roses are red,\nviolets are blue.\n", sizes)
+    assert [line.rstrip() for line in shown.splitlines()] == ["Roses are red,", "violets are blue."]
+
+
+def test_lists_and_code_blocks_render_as_before() -> None:
+    from rich.markdown import Markdown
+
+    text = "Steps:\n\n- one\n- two\n\n```\na = 1\nb = 2\n```\n"
+    rich_alone = io.StringIO()
+    Console(file=rich_alone, width=60, color_system=None).print(Markdown(text, code_theme=TurnView.code_theme))
+    assert render_streamed(text, [3] * 30) == rich_alone.getvalue()
 
 
 def test_the_live_tail_starts_where_its_frozen_block_will_be() -> None:
@@ -205,3 +225,19 @@ def test_the_live_area_is_not_padded_to_the_terminal_width() -> None:
     lines = live.getvalue().splitlines()
     assert "A short paragraph that is still growing" in lines and " • an item" in lines
     assert all(line == line.rstrip(" ") for line in lines)
+
+
+# issue 34: tried beside Codex, a poem streamed line by line showed as one paragraph in a terminal chat
+def test_a_chat_on_a_terminal_shows_two_streamed_lines_as_two_lines(tmp_path: Path) -> None:
+    with ReplayServer([{"sse": text_stream("Roses are red,\nviolets are blue.\n")}]) as server, ChatTerminal(
+            ["--base-url", server.base_url, "--api-key", "sk-test", "--model", "test-model", "--no-tools",
+             "--no-session"], cwd=tmp_path) as term:
+        term.expect("›")
+        term.send("a poem\r")
+        term.expect("violets are blue.")
+        term.expect("›")
+        term.send("\x04")
+        assert term.wait() == 0
+        screen = term.screen()
+    assert re.search(r"Roses are red, *\r?\n *violets are blue\.", screen), screen
+    assert "Roses are red, violets" not in screen, screen
