@@ -468,8 +468,8 @@ class ChatApp:
                 self._calls.pop(result.index, None)
                 if not self._calls:  # every call answered: the next turn is being asked for
                     self.view.waiting(True)
-            case WarningEvent(message=message):
-                self.view.line(f"crow: warning: {strip_controls(message)}", "yellow")
+            case WarningEvent(message=message):  # after the answer, when one is streaming
+                self.view.warning(f"crow: warning: {strip_controls(message)}")
             case Notice(code="turn_restarted"):  # the stream broke; the turn is asked for again
                 self.view.end_answer()
                 self.view.line(strip_controls(event.message), "dim")

@@ -247,6 +247,8 @@ class TurnView:
         self._in_reasoning = False
         self._blocks_shown = 0  # Markdown blocks of this answer printed so far
         self._held: list[Callable[[], None]] = []  # lines waiting for the question to be answered
+        self._answering = False  # answer text came and the turn has not ended: warnings wait for its end
+        self._after_answer: list[str] = []
         self.waiting_spinner: Any = None
         """Shown while the model has not answered yet (`waiting`)."""
 
@@ -322,6 +324,7 @@ class TurnView:
     def text(self, delta: str) -> None:
         """A piece of the visible answer."""
         self._close_reasoning()
+        self._answering = True
         if self.plain:
             self._write(delta)
             return
@@ -342,7 +345,19 @@ class TurnView:
         elif rest.strip():
             self._print_markdown(rest, continues=continues)
         self._blocks_shown = 0
+        self._answering = False
+        held, self._after_answer = self._after_answer, []
+        for text in held:
+            self.line(text, "yellow")
         self._refresh()
+
+    def warning(self, text: str) -> None:
+        """A warning line (yellow): while an answer streams, shown once it has ended (`end_answer`), never
+        inside it (the token-cap warning comes as the stream ends, before the answer's last block is drawn)."""
+        if self._answering:
+            self._after_answer.append(text)
+        else:
+            self.line(text, "yellow")
 
     def markdown_source(self, block: str, *, continues: bool) -> str:
         """The Markdown to render for `block`: after an earlier block of this answer, spaced as one."""

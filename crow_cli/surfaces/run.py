@@ -100,6 +100,8 @@ class PlainPrinter:
         self.reasoning_open = False
         self.out_is_terminal = out.isatty()  # model text reaching a terminal loses its control characters
         self._held: list[tuple[str, str, str]] | None = None
+        self._answering = False  # answer text came and the turn has not ended: warnings wait for its end
+        self._after_answer: list[str] = []
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
@@ -135,11 +137,14 @@ class PlainPrinter:
                 self.out.write(strip_controls(text) if self.out_is_terminal else text)
                 self.out.flush()
                 self.at_line_start = text.endswith("\n")
+                self._answering = True
             case ReasoningDelta(text=text) if self.err.is_terminal or self.debug:
                 self._print(text, "dim", end="")
                 self.reasoning_open = True
-            case TurnFinished(tool_calls=calls) if calls:
-                self._new_line()  # the next turn's text starts on its own line, in a pipe too
+            case TurnFinished(tool_calls=calls):
+                if calls:
+                    self._new_line()  # the next turn's text starts on its own line, in a pipe too
+                self._end_answer()
             case ToolCallDelta() if self.debug:
                 self._print(f"[delta] index={event.index!r} id={event.call_id!r} name={event.name!r} "
                             f"args={event.arguments!r}", "dim")
@@ -154,6 +159,8 @@ class PlainPrinter:
                 self._print(f"  {mark} {r.name} {r.duration_s:.2f}s{detail}", style)
                 for line, line_style in display_lines(r.display):  # its output's first and last lines, a diff
                     self._print(line, line_style)
+            case WarningEvent(message=message) if self._answering:  # shown after the answer, never inside it
+                self._after_answer.append(message)
             case WarningEvent(message=message):
                 self._break_line()
                 self._print(f"crow: warning: {message}", "yellow")
@@ -161,6 +168,7 @@ class PlainPrinter:
                 self._close_reasoning()
                 if event.code == "turn_restarted":
                     self._new_line()
+                    self._end_answer()
                 else:
                     self._break_line()
                 self._print(message, "dim")
@@ -169,10 +177,19 @@ class PlainPrinter:
                 if not self.at_line_start:
                     self.out.write("\n")
                     self.out.flush()
+                self._end_answer()
                 if event.error and event.status == "cancelled":
                     self._print(f"crow: {event.error}", "bold red")
                 elif event.error:
                     self._print(f"crow: error: {event.error}", "bold red")
+
+    def _end_answer(self) -> None:
+        """The answer of the turn has ended: the warnings that came while it streamed are shown now."""
+        self._answering = False
+        held, self._after_answer = self._after_answer, []
+        for message in held:
+            self._break_line()
+            self._print(f"crow: warning: {message}", "yellow")
 
     def _new_line(self) -> None:
         """End a partial answer line on stdout whatever it is (the answer restarts below it)."""

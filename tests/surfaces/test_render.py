@@ -241,3 +241,19 @@ def test_a_chat_on_a_terminal_shows_two_streamed_lines_as_two_lines(tmp_path: Pa
         screen = term.screen()
     assert re.search(r"Roses are red, *\r?\n *violets are blue\.", screen), screen
     assert "Roses are red, violets" not in screen, screen
+
+
+# issue 34: the token-cap warning comes as the stream ends, before the answer's last block is drawn: it showed
+# inside the answer
+@pytest.mark.parametrize("plain", [True, False])
+def test_a_warning_that_comes_while_the_answer_streams_is_shown_after_it(plain: bool) -> None:
+    out = io.StringIO()  # not a terminal: the frozen output only, no live frames
+    view = TurnView(Console(file=out, width=60, color_system=None), plain=plain, min_interval_s=0)
+    view.text("First part.\n\nSecond part")
+    view.warning("crow: warning: the model hit its token limit")
+    view.end_answer()
+    view.stop()
+    lines = [line.rstrip() for line in out.getvalue().splitlines() if line.strip()]
+    assert lines == ["First part.", "Second part", "crow: warning: the model hit its token limit"]
+    view.warning("between turns")  # no answer streaming: at once
+    assert out.getvalue().rstrip().endswith("between turns")

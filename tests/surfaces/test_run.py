@@ -275,3 +275,21 @@ async def test_the_default_streams_are_those_of_the_call(tmp_path: Path) -> None
         settings = load_settings({"base_url": server.base_url, "api_key": "sk-test", "model": "test-model"})
         code = await run_prompt(settings, RunOptions(prompt="hi", no_tools=True))
     assert (code, out.getvalue()) == (0, "Hello.\n"), err.getvalue()
+
+
+# issue 34: a warning that comes while the answer streams is shown after the answer, not inside it
+def test_a_warning_while_the_answer_streams_waits_for_its_end() -> None:
+    from crow_cli.events import RunFinished, TurnFinished, WarningEvent
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    screen = Terminal()  # stdout and stderr on one terminal, as a person sees them
+    printer = PlainPrinter(screen, screen, debug=False)
+    for event in (TextDelta("Part one, "), WarningEvent("the server numbered its one choice 1"),
+                  TextDelta("part two."), TurnFinished(1, "stop", None, "Part one, part two."),
+                  RunFinished("completed", "Part one, part two.", 1)):
+        printer.handle(event)
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", screen.getvalue())  # stderr is coloured on a terminal
+    assert shown == "Part one, part two.\ncrow: warning: the server numbered its one choice 1\n"
