@@ -140,6 +140,9 @@ class TurnFinished:
     usage: dict[str, Any] | None
     content: str | None
     tool_calls: tuple[ToolCall, ...] = ()
+    timings: dict[str, Any] | None = None
+    """The server's `timings` object beside its usage (llama.cpp: `prompt_n` tokens processed, `cache_n`
+    tokens reused from its cache, `predicted_n` …), as sent; None when it sent none."""
     type: Literal["turn_finished"] = "turn_finished"
 
 

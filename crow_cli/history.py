@@ -209,6 +209,9 @@ class AssistantTurn:
     """The server's finish_reason; `tool_calls` whenever calls were assembled, whatever it said."""
     usage: dict[str, Any] | None = None
     """The last `usage` object the server sent (token counts), when it sent one."""
+    timings: dict[str, Any] | None = None
+    """The last `timings` object the server sent beside it (llama.cpp: `prompt_n`, `cache_n`, `predicted_n`
+    tokens and their milliseconds), when it sent one."""
     refusal: str | None = None
     """The model's refusal text (OpenAI `delta.refusal`), or None when it did not refuse."""
     fields: dict[str, Any] = field(default_factory=dict)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -48,6 +48,7 @@ from .common import (
 from .jsonl import JsonlWriter
 from .runtime import Runtime, RuntimeOptions
 from .shown import display_lines, display_status
+from .usage import TokenUse, footer
 
 if TYPE_CHECKING:
     from .persist import SessionRecorder
@@ -91,7 +92,8 @@ class PlainPrinter:
     stderr lines are kept back and shown after it, so none lands on the question's line.
     """
 
-    def __init__(self, out: TextIO, err: TextIO, *, debug: bool, quiet: bool = False) -> None:
+    def __init__(self, out: TextIO, err: TextIO, *, debug: bool, quiet: bool = False,
+                 prices: Mapping[str, float] | None = None) -> None:
         self.out = out
         self.err = make_console(err, highlight=False, soft_wrap=True)  # no escapes under NO_COLOR
         self.debug = debug
@@ -102,6 +104,11 @@ class PlainPrinter:
         self._held: list[tuple[str, str, str]] | None = None
         self._answering = False  # answer text came and the turn has not ended: warnings wait for its end
         self._after_answer: list[str] = []
+        self.usage = TokenUse(prices)
+        """The run's token use, summed over its requests (`prices`: the model's, for the cost)."""
+        self.footer = self.err.is_terminal and not quiet  # the line chat ends a turn with: on a terminal only
+        self._model = ""
+        self._session_id: str | None = None
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
@@ -132,6 +139,8 @@ class PlainPrinter:
                 self._new_line()
             return
         match event:
+            case RunStarted(model=model, session_id=session_id):
+                self._model, self._session_id = model, session_id
             case TextDelta(text=text):
                 self._close_reasoning()
                 self.out.write(strip_controls(text) if self.out_is_terminal else text)
@@ -142,6 +151,7 @@ class PlainPrinter:
                 self._print(text, "dim", end="")
                 self.reasoning_open = True
             case TurnFinished(tool_calls=calls):
+                self.usage.add(event.usage, event.timings)  # llama.cpp's cached tokens are in its timings
                 if calls:
                     self._new_line()  # the next turn's text starts on its own line, in a pipe too
                 self._end_answer()
@@ -178,6 +188,9 @@ class PlainPrinter:
                     self.out.write("\n")
                     self.out.flush()
                 self._end_answer()
+                if self.footer and event.turns:
+                    self._print(footer(self.usage, self.usage, self._model, self._session_id, last_name="this run",
+                                       total_name=None), "dim")
                 if event.error and event.status == "cancelled":
                     self._print(f"crow: {event.error}", "bold red")
                 elif event.error:
@@ -289,7 +302,8 @@ async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err:
     content = (user_content(options.prompt, [load_attachment(f, runtime.workspace, secrets) for f in options.files])
                if options.files else None)
     printer: PlainPrinter | JsonlWriter = (JsonlWriter(out, err, debug=options.debug) if options.json
-                                           else PlainPrinter(out, err, debug=options.debug, quiet=options.quiet))
+                                           else PlainPrinter(out, err, debug=options.debug, quiet=options.quiet,
+                                                             prices=settings.prices.get(settings.model)))
     # with --yes too: the policy asks nothing then, but running a command outside the sandbox is a question
     approve = make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=options.yes,
                             ask=_held_ask(terminal_ask(), printer))

@@ -287,6 +287,7 @@ def test_a_warning_while_the_answer_streams_waits_for_its_end() -> None:
 
     screen = Terminal()  # stdout and stderr on one terminal, as a person sees them
     printer = PlainPrinter(screen, screen, debug=False)
+    printer.footer = False  # the token-use line is tested on its own
     for event in (TextDelta("Part one, "), WarningEvent("the server numbered its one choice 1"),
                   TextDelta("part two."), TurnFinished(1, "stop", None, "Part one, part two."),
                   RunFinished("completed", "Part one, part two.", 1)):
