@@ -432,7 +432,8 @@ class ChatApp:
 
     def handle(self, event: Event) -> None:
         """The driver's sink: draw each event of the turn."""
-        if not isinstance(event, MessageAppended | ToolRunStarted | ToolResultReady):
+        progress = isinstance(event, Notice) and event.code == "prompt_progress"  # still no token: keep waiting
+        if not isinstance(event, MessageAppended | ToolRunStarted | ToolResultReady) and not progress:
             self.view.waiting(False)
         match event:
             case TextDelta(text=text):
@@ -454,6 +455,8 @@ class ChatApp:
                     self.view.waiting(True)
             case WarningEvent(message=message):  # after the answer, when one is streaming
                 self.view.warning(f"crow: warning: {strip_controls(message)}")
+            case Notice(code="prompt_progress"):  # on the waiting spinner, not a line of its own
+                self.view.waiting_for(strip_controls(event.message))
             case Notice(code="turn_restarted"):  # the stream broke; the turn is asked for again
                 self.view.end_answer()
                 self.view.line(strip_controls(event.message), "dim")

@@ -39,6 +39,8 @@ __all__ = ["MarkdownBlocks", "TurnView", "honest_markdown"]
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
 _AFTER_BLOCK = "<!-- -->\n\n"  # renders as nothing; what follows is spaced as a block after a block
+WAIT_SECONDS_AFTER_S = 3.0
+"""From this many seconds without a first token on, the waiting spinner counts the seconds."""
 
 
 class MarkdownBlocks:
@@ -251,6 +253,8 @@ class TurnView:
         self._after_answer: list[str] = []
         self.waiting_spinner: Any = None
         """Shown while the model has not answered yet (`waiting`)."""
+        self._waiting_since = 0.0
+        self._waiting_for = "waiting for the model"
 
     # live area
 
@@ -272,6 +276,8 @@ class TurnView:
     def tick(self) -> None:
         """Redraw the live area now (spinners move, throttled text appears); call ~10 times a second."""
         if self._live is not None:
+            if self.waiting_spinner is not None:
+                self.waiting_spinner.update(text=self.waiting_text())
             self._last_refresh = time.monotonic()
             self._live.refresh()
 
@@ -282,11 +288,25 @@ class TurnView:
         if on:
             from rich.spinner import Spinner
 
-            self.waiting_spinner = Spinner("dots", text="waiting for the model…", style="dim")
+            self._waiting_since, self._waiting_for = time.monotonic(), "waiting for the model"
+            self.waiting_spinner = Spinner("dots", text=self.waiting_text(), style="dim")
             self._ensure_live()
         else:
             self.waiting_spinner = None
         self._refresh()
+
+    def waiting_for(self, what: str) -> None:
+        """What the wait for the first token is (`processing the prompt (512 of 8,000 tokens)`), as the
+        server reports it; shown on the waiting spinner."""
+        self._waiting_for = what.rstrip("…. ")
+        if self.waiting_spinner is not None:
+            self.waiting_spinner.update(text=self.waiting_text())
+            self._refresh()
+
+    def waiting_text(self, now: float | None = None) -> str:
+        """The waiting spinner's text: what is awaited, and from `WAIT_SECONDS_AFTER_S` on the seconds waited."""
+        waited = (time.monotonic() if now is None else now) - self._waiting_since
+        return f"{self._waiting_for}… {waited:.0f} s" if waited >= WAIT_SECONDS_AFTER_S else f"{self._waiting_for}…"
 
     def stop(self) -> None:
         """Stop the live area (between turns, before prompting)."""

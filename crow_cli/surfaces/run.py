@@ -174,6 +174,8 @@ class PlainPrinter:
             case WarningEvent(message=message):
                 self._break_line()
                 self._print(f"crow: warning: {message}", "yellow")
+            case Notice(code="prompt_progress"):  # one per batch of the prompt: chat's spinner shows them
+                pass
             case Notice(message=message):
                 self._close_reasoning()
                 if event.code == "turn_restarted":

@@ -412,6 +412,11 @@ class StreamAccumulator:
         timings = chunk.get("timings")  # llama.cpp's, beside usage: cache_n counts the prompt tokens it reused
         if timings is not None and isinstance(timings, Mapping):
             self._timings = dict(timings)
+        progress = chunk.get("prompt_progress")  # llama.cpp with return_progress, before the first token
+        if progress is not None and isinstance(progress, Mapping):
+            done, total = progress.get("processed"), progress.get("total")
+            if type(done) is int and type(total) is int and total > 0:
+                events.append(Notice(f"processing the prompt ({done:,} of {total:,} tokens)…", code="prompt_progress"))
         choices: Any = chunk.get("choices") or ()  # [] on usage-only and content-filter chunks
         if type(choices) is list and len(choices) == 1 and self._one_key(choices[0], events):
             return events

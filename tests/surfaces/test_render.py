@@ -257,3 +257,19 @@ def test_a_warning_that_comes_while_the_answer_streams_is_shown_after_it(plain: 
     assert lines == ["First part.", "Second part", "crow: warning: the model hit its token limit"]
     view.warning("between turns")  # no answer streaming: at once
     assert out.getvalue().rstrip().endswith("between turns")
+
+
+# issue 34: a local model processing a long prompt on the CPU left "waiting for the model…" for minutes
+def test_the_wait_for_a_first_token_says_what_is_happening() -> None:
+    from crow_cli.surfaces.render import WAIT_SECONDS_AFTER_S, _LiveArea
+
+    view = TurnView(Console(file=io.StringIO(), width=80, force_terminal=True, color_system=None), plain=False)
+    view.waiting(True)
+    started = view._waiting_since
+    assert view.waiting_text(started + 1) == "waiting for the model…"
+    assert view.waiting_text(started + WAIT_SECONDS_AFTER_S + 9.2) == "waiting for the model… 12 s"
+    view.waiting_for("processing the prompt (512 of 2,048 tokens)…")  # the server's progress
+    live = io.StringIO()
+    Console(file=live, width=80, color_system=None).print(_LiveArea(view))
+    assert "processing the prompt (512 of 2,048 tokens)…" in live.getvalue()
+    view.stop()

@@ -294,3 +294,15 @@ def test_a_warning_while_the_answer_streams_waits_for_its_end() -> None:
         printer.handle(event)
     shown = re.sub(r"\x1b\[[0-9;]*m", "", screen.getvalue())  # stderr is coloured on a terminal
     assert shown == "Part one, part two.\ncrow: warning: the server numbered its one choice 1\n"
+
+
+async def test_prompt_progress_is_an_event_for_scripts_and_no_line_on_stderr(tmp_path: Path) -> None:
+    # issue 34: llama.cpp's prompt_progress chunks come one per batch of the prompt
+    progress = [chunk({"role": "assistant", "content": None}, prompt_progress={"total": 4096, "processed": n})
+                for n in (1024, 2048, 4096)]
+    turn = [{"sse": sse(*progress, chunk({"content": "Hi."}), chunk({}, "stop"))}]
+    ran = await run_here(turn, cwd=tmp_path, session=False)
+    assert ran.code == 0 and ran.stdout == "Hi.\n" and "processing the prompt" not in ran.stderr
+    events = (await run_here(turn, cwd=tmp_path, session=False, json=True)).events()
+    assert [e["message"] for e in events if e.get("code") == "prompt_progress"] == [
+        f"processing the prompt ({n:,} of 4,096 tokens)…" for n in (1024, 2048, 4096)]
