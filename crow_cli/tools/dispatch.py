@@ -1,7 +1,8 @@
 """Concurrent tool dispatch: one `ToolResult` for every call, whatever happens to it.
 
 Every result's text is masked once here (`text.mask_secrets` with `ToolContext.secrets`), whatever
-tool made it. Unknown tools, arguments the stream cut off (`ToolCall.cut_off`: never run), arguments that fail the
+tool made it, and so is what the person is shown of it (`ToolResult.display`, which the tool gives by
+returning a `registry.ToolOutput` or raising `ToolFailed(..., display=...)`). Unknown tools, arguments the stream cut off (`ToolCall.cut_off`: never run), arguments that fail the
 schema, denied approvals, exceptions and timeouts all become results whose text tells the model what
 went wrong; nothing escapes as an exception. Calls run
 concurrently in a task group. Scheduling is a readers-writer lock: parallel-safe tools share it, tools
