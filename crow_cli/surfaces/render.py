@@ -10,8 +10,12 @@ follows another one is rendered after an empty HTML comment (`_AFTER_BLOCK`), wh
 but makes rich put its usual blank line between two top-level blocks (a list or a code block
 brings its own spacing, which a plain extra blank line would double).
 
+Soft line breaks are drawn as hard ones: the model's lines stay its lines (`honest_markdown`).
+
 `TurnView` draws one chat turn with rich: the Markdown tail and a spinner per running tool in one
-`Live`; reasoning dimmed; a line per finished tool call (ok/error and duration). With `plain=True`
+`Live`; reasoning dimmed; a line per finished tool call (ok/error and duration) with what the call shows
+the person below it (`shown`: a command's first and last lines, an applied edit's diff); warnings that
+come while the answer streams after it. With `plain=True`
 (NO_COLOR, a dumb terminal, not a terminal) text is written as it arrives, without Markdown,
 colour or cursor movement. While the user is asked something (`suspended`), lines are held back
 and shown once the question is answered, so none lands on the question's line.

@@ -2,7 +2,9 @@
 
 Every result's text is masked once here (`text.mask_secrets` with `ToolContext.secrets`), whatever
 tool made it, and so is what the person is shown of it (`ToolResult.display`, which the tool gives by
-returning a `registry.ToolOutput` or raising `ToolFailed(..., display=...)`). Unknown tools, arguments the stream cut off (`ToolCall.cut_off`: never run), arguments that fail the
+returning a `registry.ToolOutput` or raising `ToolFailed(..., display=...)`).
+
+Unknown tools, arguments the stream cut off (`ToolCall.cut_off`: never run), arguments that fail the
 schema, denied approvals, exceptions and timeouts all become results whose text tells the model what
 went wrong; nothing escapes as an exception. Calls run
 concurrently in a task group. Scheduling is a readers-writer lock: parallel-safe tools share it, tools
