@@ -307,9 +307,10 @@ class TurnView:
             self.waiting_spinner.update(text=self.waiting_text())
             self._refresh()
 
-    def waiting_text(self, now: float | None = None) -> str:
-        """The waiting spinner's text: what is awaited, and from `WAIT_SECONDS_AFTER_S` on the seconds waited."""
-        waited = (time.monotonic() if now is None else now) - self._waiting_since
+    def waiting_text(self, waited_s: float | None = None) -> str:
+        """The waiting spinner's text: what is awaited, and from `WAIT_SECONDS_AFTER_S` on the seconds waited
+        (`waited_s`; default: since `waiting(True)`)."""
+        waited = time.monotonic() - self._waiting_since if waited_s is None else waited_s
         return f"{self._waiting_for}… {waited:.0f} s" if waited >= WAIT_SECONDS_AFTER_S else f"{self._waiting_for}…"
 
     def stop(self) -> None:
