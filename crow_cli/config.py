@@ -110,6 +110,9 @@ class Settings:
     """A .gguf file `--local` serves instead of its bundled model (config `local_model`, `--local-model`)."""
     instructions: tuple[Any, ...] = ()
     """The `instructions.Instructions` (AGENTS.md files) whose text ends `system`, as a surface loaded them."""
+    prices: dict[str, dict[str, float]] = field(default_factory=dict)
+    """`[prices."MODEL"]` tables: `input`, `output`, `cached_input` in US dollars per million tokens, for the
+    cost shown beside token use (`surfaces.usage`)."""
 
 
 def _at_least(low: float) -> Callable[[Any], str | None]:
@@ -170,6 +173,24 @@ def _one_of(choices: tuple[str, ...]) -> Callable[[str], str | None]:
     return check
 
 
+PRICE_KEYS = ("input", "output", "cached_input")
+"""What a `[prices."MODEL"]` table may hold: US dollars per million prompt, completion and cached prompt tokens."""
+
+
+def _prices(value: dict[str, Any]) -> str | None:
+    for model, table in value.items():
+        shown = strip_controls(str(model))
+        where = f"[prices.{shown}]" if re.fullmatch(r"[A-Za-z0-9_-]+", shown) else f'[prices."{shown}"]'
+        if not isinstance(table, dict):
+            return f"{where} must be a table (input = 2.5, output = 10, in US dollars per million tokens)"
+        for key, price in table.items():
+            if key not in PRICE_KEYS:
+                return f"{where} has an unknown key {strip_controls(str(key))!r} (keys: {', '.join(PRICE_KEYS)})"
+            if isinstance(price, bool) or not isinstance(price, int | float) or not 0 <= price < float("inf"):
+                return f"{where} {key} must be a number of US dollars per million tokens, 0 or more (got {price!r})"
+    return None
+
+
 def _tables(value: dict[str, Any]) -> str | None:
     bad = [name for name, table in value.items() if not isinstance(table, dict)]
     return f"[mcp_servers.{bad[0]}] must be a table" if bad else None
@@ -228,6 +249,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("adapt_requests", bool, env="CROW_ADAPT_REQUESTS", default=True),
     Option("provider", dict, check=check_overrides),  # overrides of the server's wire.profiles.Profile
     Option("local_model", str, flag="--local-model", env="CROW_LOCAL_MODEL", check=_non_empty),
+    Option("prices", dict, check=_prices),  # [prices."MODEL"]: the cost beside token use
 )
 _BY_KEY = {o.key: o for o in OPTIONS}
 
@@ -383,6 +405,7 @@ def load_settings(
                  *url_secrets(base_url)),
         context_window=values["context_window"], adapt_requests=bool(values["adapt_requests"]),
         provider=dict(values["provider"] or {}), local_model=values["local_model"],
+        prices={str(m): {k: float(v) for k, v in t.items()} for m, t in values["prices"].items()},
     )
 
 

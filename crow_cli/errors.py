@@ -144,11 +144,14 @@ class ToolFailed(ToolError):
 
     Attributes:
         output: the whole result text, as the model reads it (`message` when none is given).
+        display: what the person is shown of the failed call (a `history.ToolDisplay`: the command's
+            output and exit code), or None.
     """
 
-    def __init__(self, message: str, output: str | None = None) -> None:
+    def __init__(self, message: str, output: str | None = None, *, display: object | None = None) -> None:
         super().__init__(message)
         self.output = message if output is None else output
+        self.display = display
 
 
 class SessionError(CrowError):

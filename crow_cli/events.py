@@ -115,7 +115,9 @@ class Notice:
     something (a reasoning block merged, a field dropped or added, a fact remembered).
     `"compacting"`: the history is near (or past) the model's context window; crow asks the model
     for a summary of the oldest exchanges (a separate request). `"compacted"`: later requests start
-    from the compacted history (`tokens_before` → `tokens_after`); the stored session keeps it all."""
+    from the compacted history (`tokens_before` → `tokens_after`); the stored session keeps it all.
+    `"prompt_progress"`: the server is still processing the prompt, before its first token (llama.cpp's
+    `prompt_progress` chunks, sent when the request has `return_progress`); the message says how far."""
     attempt: int | None = None
     """`retrying`: the number of the request about to be sent (2 = the first retry)."""
     wait_s: float | None = None
@@ -140,6 +142,9 @@ class TurnFinished:
     usage: dict[str, Any] | None
     content: str | None
     tool_calls: tuple[ToolCall, ...] = ()
+    timings: dict[str, Any] | None = None
+    """The server's `timings` object beside its usage (llama.cpp: `prompt_n` tokens processed, `cache_n`
+    tokens reused from its cache, `predicted_n` …), as sent; None when it sent none."""
     type: Literal["turn_finished"] = "turn_finished"
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "Outcome",
     "SystemMessage",
     "ToolCall",
+    "ToolDisplay",
     "ToolMessage",
     "ToolResult",
     "UserMessage",
@@ -149,6 +150,22 @@ arguments); approval or the sandbox refused it; it ran out of time; it was cance
 
 
 @dataclass(frozen=True, slots=True)
+class ToolDisplay:
+    """What the person is shown of a finished call beside its status line, as data the tool made (surfaces
+    never read it out of `ToolResult.output`, which is the model's). Never sent to the model; secrets masked
+    by dispatch as in the output."""
+
+    output: str | None = None
+    """A command's output (stdout and stderr merged) as the tool kept it; surfaces show its first and last lines."""
+    exit_code: int | None = None
+    """A command's exit code; None when it did not exit by itself (timed out, killed: `status` says)."""
+    status: str | None = None
+    """How a command ended, in words: `exit code 1`, `killed by signal 9`, `timed out after 5 s; …`."""
+    diff: str | None = None
+    """The unified diff (`--- a/PATH` / `+++ b/PATH`) of the change the call made to a file."""
+
+
+@dataclass(frozen=True, slots=True)
 class ToolResult:
     """The outcome of one tool call; exactly one exists for every `ToolCall`."""
 
@@ -165,6 +182,9 @@ class ToolResult:
     outcome: Outcome = "ok"
     """How the call ended (`OUTCOMES`): surfaces read this, never the output text. `ok` when the tool
     returned (`ok` is True exactly then; a result made with `ok=False` and no outcome is an `error`)."""
+    display: ToolDisplay | None = None
+    """What the person is shown of the call beyond its status line (a command's output, an edit's diff);
+    None when the tool gave nothing to show."""
 
     def __post_init__(self) -> None:
         if not self.ok and self.outcome == "ok":
@@ -189,6 +209,9 @@ class AssistantTurn:
     """The server's finish_reason; `tool_calls` whenever calls were assembled, whatever it said."""
     usage: dict[str, Any] | None = None
     """The last `usage` object the server sent (token counts), when it sent one."""
+    timings: dict[str, Any] | None = None
+    """The last `timings` object the server sent beside it (llama.cpp: `prompt_n`, `cache_n`, `predicted_n`
+    tokens and their milliseconds), when it sent one."""
     refusal: str | None = None
     """The model's refusal text (OpenAI `delta.refusal`), or None when it did not refuse."""
     fields: dict[str, Any] = field(default_factory=dict)

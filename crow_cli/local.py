@@ -387,7 +387,9 @@ def local_session(settings: Settings, enabled: bool = True, progress: Progress |
     server = LocalServer(spec, local_paths().cache / "logs")
     try:
         server.start()
-        yield dataclasses.replace(settings, base_url=server.base_url, model=name, api_key=None)
+        # return_progress: llama.cpp streams how far it is with the prompt (shown while waiting for a token)
+        yield dataclasses.replace(settings, base_url=server.base_url, model=name, api_key=None,
+                                  params={"return_progress": True, **settings.params})
     finally:
         server.stop()
 

@@ -117,7 +117,8 @@ async def react(
                 yield warning
             closing.turn_assembled(turn.tool_calls)
             yield _append(history, turn.to_message())
-            yield TurnFinished(closing.turn, turn.finish_reason, turn.usage, turn.content, tuple(turn.tool_calls))
+            yield TurnFinished(closing.turn, turn.finish_reason, turn.usage, turn.content, tuple(turn.tool_calls),
+                               timings=turn.timings)
             if not turn.is_tool_turn:
                 yield RunFinished("completed", turn.content or "", closing.turn)
                 return

@@ -435,3 +435,24 @@ def test_an_empty_api_key_env_counts_as_unset():
     write_config('base_url = "https://api.example.com/v1"\napi_key_env = ""\n')
     settings = load_settings({}, env={"CROW_API_KEY": "k2"})
     assert (settings.api_key, settings.api_key_problem) == ("k2", None)
+
+
+def test_prices_per_model_are_read_in_dollars_per_million_tokens():
+    # issue 34: the cost beside token use comes from [prices."MODEL"]
+    write_config('[prices."gpt-4o"]\ninput = 2.5\noutput = 10\ncached_input = 1.25\n')
+    assert load_settings({}, env={}).prices == {"gpt-4o": {"input": 2.5, "output": 10.0, "cached_input": 1.25}}
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ('[prices."gpt-4o"]\ninput = "2.5"\n', "[prices.gpt-4o] input must be a number of US dollars per million tokens, "
+                                           "0 or more (got '2.5')"),
+    ('[prices."gpt-4.1"]\ninput = -1\n', '[prices."gpt-4.1"] input must be a number of US dollars per million'),
+    ("[prices.m]\nprompt = 1\n", "[prices.m] has an unknown key 'prompt' (keys: input, output, cached_input)"),
+    ("[prices]\nm = 3\n", "[prices.m] must be a table"),
+    ("prices = 3\n", "'prices' has the wrong type (int)"),
+])
+def test_a_bad_price_is_a_one_line_config_error(text, said):
+    write_config(text)
+    with pytest.raises(ConfigError) as caught:
+        load_settings({}, env={})
+    assert said in str(caught.value) and "\n" not in str(caught.value)

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..history import Message, as_json, thinking_of, tool_calls_of
 from ..wire.profiles import BLOCK_TEXT_FIELDS, REASONING_BLOCK_FIELDS, REASONING_FIELDS
+from ..wire.usage import token_counts
 
 __all__ = ["CHARS_PER_TOKEN", "DISCOVER_FROM_TOKENS", "Budget", "estimate_tokens"]
 
@@ -116,10 +117,13 @@ class Budget:
             return await self.ensure_window()
         return self.window
 
-    def record_usage(self, usage: Any, sent: int) -> None:
-        """Note a server's `usage` object for a request that carried `sent` messages."""
-        if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int) and usage["prompt_tokens"] > 0:
-            self._usage = (int(usage["prompt_tokens"]), sent)
+    def record_usage(self, usage: Any, sent: int, timings: Any = None) -> None:
+        """Note a server's `usage` object (and llama.cpp's `timings` beside it: its cached prompt tokens count
+        too, `wire.usage.token_counts`) for a request that carried `sent` messages."""
+        if isinstance(usage, dict):
+            prompt, _cached, _completion = token_counts(usage, timings if isinstance(timings, dict) else None)
+            if prompt > 0:
+                self._usage = (prompt, sent)
 
     def forget_usage(self) -> None:
         """The outgoing history changed shape (compacted): the last count no longer applies."""

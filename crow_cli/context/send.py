@@ -80,5 +80,5 @@ async def _stream(client: _Stream, compactor: Compactor, history: list[Message],
     async with aclosing(client.stream(messages, tools)) as items:
         async for item in items:
             if isinstance(item, dict) and item.get("usage"):
-                compactor.budget.record_usage(item["usage"], len(messages))
+                compactor.budget.record_usage(item["usage"], len(messages), item.get("timings"))
             yield item

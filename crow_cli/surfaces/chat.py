@@ -59,6 +59,7 @@ from .common import (
 from .persist import SessionRecorder, open_session
 from .render import TurnView
 from .runtime import Runtime, RuntimeOptions
+from .usage import TokenUse, footer
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -87,23 +88,6 @@ class ChatOptions:
     """Put AGENTS.md files into the system prompt of new sessions (`--no-project-instructions`: off)."""
     system: str | None = None
     """The `--system` flag (None: not given): a resumed session whose system prompt it would change is refused."""
-
-
-@dataclass
-class _Usage:
-    prompt: int = 0
-    completion: int = 0
-    reported: bool = False
-
-    def add(self, usage: dict[str, Any] | None) -> None:
-        if not usage:
-            return
-        self.reported = True
-        self.prompt += int(usage.get("prompt_tokens") or 0)
-        self.completion += int(usage.get("completion_tokens") or 0)
-
-    def text(self) -> str:
-        return f"{self.prompt:,} in · {self.completion:,} out" if self.reported else "not reported by the server"
 
 
 class _Exit(Exception):
@@ -163,8 +147,8 @@ class ChatApp:
         """The workspace root (set when the chat starts)."""
         self.recorder: SessionRecorder | None = None
         self.history: list[Message] = []
-        self.usage = _Usage()
-        self.last_usage = _Usage()
+        self.usage = self._token_use()
+        self.last_usage = self._token_use()
         self.approver = make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=options.yes,
                                       ask=self.ask)
         """The approval policy (--approval, --allow, --deny, --yes); "always" answers last for this chat."""
@@ -214,8 +198,8 @@ class ChatApp:
                 self._unrecorded = True
                 self.view.line(f"crow: warning: {strip_controls(str(exc))}; this chat is not recorded", "yellow")
         self.history = [{"role": "system", "content": self.settings.system}] if self.settings.system else []
-        self.usage = _Usage()
-        self.last_usage = _Usage()
+        self.usage = self._token_use()
+        self.last_usage = self._token_use()
         self._new_compactor()
 
     def _new_compactor(self, checkpoint: Checkpoint | None = None) -> None:
@@ -232,7 +216,7 @@ class ChatApp:
         self.recorder, self.history = recorder, history
         if not self.options.session:  # --no-session: read the old one, record nothing new
             self.recorder = None
-        self.usage, self.last_usage = _Usage(), _Usage()
+        self.usage, self.last_usage = self._token_use(), self._token_use()
         self._new_compactor(recorder.checkpoint)
         info = recorder.info
         self.view.line(f"resumed session {info.id} “{strip_controls(info.title)}” ({len(history)} messages)", "bold")
@@ -470,7 +454,7 @@ class ChatApp:
         assert self.driver is not None
         if not await self._mcp_ready():
             return False
-        self.last_usage = _Usage()
+        self.last_usage = self._token_use()
         self._calls, self._in_tools = {}, False
         ticker = asyncio.create_task(self._tick())
         self.view.waiting(True)  # until the first token: a server that is slow to answer shows it
@@ -509,7 +493,8 @@ class ChatApp:
 
     def handle(self, event: Event) -> None:
         """The driver's sink: draw each event of the turn."""
-        if not isinstance(event, MessageAppended | ToolRunStarted | ToolResultReady):
+        progress = isinstance(event, Notice) and event.code == "prompt_progress"  # still no token: keep waiting
+        if not isinstance(event, MessageAppended | ToolRunStarted | ToolResultReady) and not progress:
             self.view.waiting(False)
         match event:
             case TextDelta(text=text):
@@ -518,8 +503,8 @@ class ChatApp:
                 self.view.reasoning(strip_controls(text))
             case TurnFinished():
                 self.view.end_answer()
-                self.usage.add(event.usage)
-                self.last_usage.add(event.usage)
+                self.usage.add(event.usage, event.timings)  # llama.cpp's cached tokens are in its timings
+                self.last_usage.add(event.usage, event.timings)
                 self._calls = {c.index: c for c in event.tool_calls}
                 self._in_tools = bool(event.tool_calls)
             case ToolRunStarted(call=call):
@@ -529,8 +514,10 @@ class ChatApp:
                 self._calls.pop(result.index, None)
                 if not self._calls:  # every call answered: the next turn is being asked for
                     self.view.waiting(True)
-            case WarningEvent(message=message):
-                self.view.line(f"crow: warning: {strip_controls(message)}", "yellow")
+            case WarningEvent(message=message):  # after the answer, when one is streaming
+                self.view.warning(f"crow: warning: {strip_controls(message)}")
+            case Notice(code="prompt_progress"):  # on the waiting spinner, not a line of its own
+                self.view.waiting_for(strip_controls(event.message))
             case Notice(code="turn_restarted"):  # the stream broke; the turn is asked for again
                 self.view.end_answer()
                 self.view.line(strip_controls(event.message), "dim")
@@ -577,11 +564,11 @@ class ChatApp:
 
     def _footer(self) -> str:
         sid = self.recorder.session_id if self.recorder else None
-        parts = [f"{self.last_usage.text()} this turn, {self.usage.text()} this session" if self.usage.reported
-                 else "no token usage reported", self.settings.model]
-        if sid:
-            parts.append(f"session {sid}")
-        return "── " + " · ".join(parts)
+        return footer(self.last_usage, self.usage, self.settings.model, sid)
+
+    def _token_use(self) -> TokenUse:
+        """An empty count, priced with the current model's `[prices]` (if the config gives them)."""
+        return TokenUse(self.settings.prices.get(self.settings.model))
 
     # slash commands
 

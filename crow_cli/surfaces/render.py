@@ -10,8 +10,12 @@ follows another one is rendered after an empty HTML comment (`_AFTER_BLOCK`), wh
 but makes rich put its usual blank line between two top-level blocks (a list or a code block
 brings its own spacing, which a plain extra blank line would double).
 
+Soft line breaks are drawn as hard ones: the model's lines stay its lines (`honest_markdown`).
+
 `TurnView` draws one chat turn with rich: the Markdown tail and a spinner per running tool in one
-`Live`; reasoning dimmed; a line per finished tool call (ok/error and duration). With `plain=True`
+`Live`; reasoning dimmed; a line per finished tool call (ok/error and duration) with what the call shows
+the person below it (`shown`: a command's first and last lines, an applied edit's diff); warnings that
+come while the answer streams after it. With `plain=True`
 (NO_COLOR, a dumb terminal, not a terminal) text is written as it arrives, without Markdown,
 colour or cursor movement. While the user is asked something (`suspended`), lines are held back
 and shown once the question is answered, so none lands on the question's line.
@@ -28,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from ..history import ToolCall, ToolResult
 from ..text import strip_controls
 from .common import short_json
+from .shown import diff_style, display_lines, display_status
 
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderResult
@@ -38,6 +43,8 @@ __all__ = ["MarkdownBlocks", "TurnView", "honest_markdown"]
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
 _AFTER_BLOCK = "<!-- -->\n\n"  # renders as nothing; what follows is spaced as a block after a block
+WAIT_SECONDS_AFTER_S = 3.0
+"""From this many seconds without a first token on, the waiting spinner counts the seconds."""
 
 
 class MarkdownBlocks:
@@ -121,6 +128,16 @@ class MarkdownBlocks:
             self.continues = True
 
 
+def _styled(lines: list[tuple[str, str]]) -> Any:
+    """(text, style) lines as one rich `Text` (no markup read from them), each ending its line."""
+    from rich.text import Text
+
+    shown = Text()
+    for line, style in lines:
+        shown.append(line + "\n", style=style)
+    return shown
+
+
 def _links_match(tokens: Iterable[Any]) -> bool:
     """True when every link among the markdown-it `tokens` shows its own target as its text (`<url>`,
     a bare URL, `[https://x](https://x)`)."""
@@ -142,14 +159,26 @@ def _links_match(tokens: Iterable[Any]) -> bool:
 
 
 def honest_markdown(source: str, code_theme: str) -> Markdown:
-    """`source` as rich Markdown whose links never hide where they lead: terminal hyperlinks (OSC 8)
-    only when each link's text is its target; else every link shows its target after its text, as
+    """`source` as rich Markdown keeping its line breaks, whose links never hide where they lead: terminal
+    hyperlinks (OSC 8) only when each link's text is its target; else every link shows its target after its text, as
     `text (target)`. `[https://github.com/acme](https://evil.example)` would show one URL and open another."""
     from rich.markdown import Markdown
 
     markdown = Markdown(source, code_theme=code_theme)
     markdown.hyperlinks = _links_match(markdown.parsed)
+    _keep_line_breaks(markdown.parsed)
     return markdown
+
+
+def _keep_line_breaks(tokens: Iterable[Any]) -> None:
+    """Make each soft line break among the markdown-it `tokens` a hard one: a listing or a poem the model
+    wrote line by line stays line by line (CommonMark joins such lines into one paragraph; the model
+    meant the break). Code blocks have no inline tokens and are untouched."""
+    for token in tokens:
+        if token.type == "softbreak":
+            token.type = "hardbreak"
+        elif token.children:
+            _keep_line_breaks(token.children)
 
 
 def _unpadded(console: Console, renderable: Any, options: ConsoleOptions) -> Iterator[Any]:
@@ -224,8 +253,12 @@ class TurnView:
         self._in_reasoning = False
         self._blocks_shown = 0  # Markdown blocks of this answer printed so far
         self._held: list[Callable[[], None]] = []  # lines waiting for the question to be answered
+        self._answering = False  # answer text came and the turn has not ended: warnings wait for its end
+        self._after_answer: list[str] = []
         self.waiting_spinner: Any = None
         """Shown while the model has not answered yet (`waiting`)."""
+        self._waiting_since = 0.0
+        self._waiting_for = "waiting for the model"
 
     # live area
 
@@ -247,6 +280,8 @@ class TurnView:
     def tick(self) -> None:
         """Redraw the live area now (spinners move, throttled text appears); call ~10 times a second."""
         if self._live is not None:
+            if self.waiting_spinner is not None:
+                self.waiting_spinner.update(text=self.waiting_text())
             self._last_refresh = time.monotonic()
             self._live.refresh()
 
@@ -257,11 +292,26 @@ class TurnView:
         if on:
             from rich.spinner import Spinner
 
-            self.waiting_spinner = Spinner("dots", text="waiting for the model…", style="dim")
+            self._waiting_since, self._waiting_for = time.monotonic(), "waiting for the model"
+            self.waiting_spinner = Spinner("dots", text=self.waiting_text(), style="dim")
             self._ensure_live()
         else:
             self.waiting_spinner = None
         self._refresh()
+
+    def waiting_for(self, what: str) -> None:
+        """What the wait for the first token is (`processing the prompt (512 of 8,000 tokens)`), as the
+        server reports it; shown on the waiting spinner."""
+        self._waiting_for = what.rstrip("…. ")
+        if self.waiting_spinner is not None:
+            self.waiting_spinner.update(text=self.waiting_text())
+            self._refresh()
+
+    def waiting_text(self, waited_s: float | None = None) -> str:
+        """The waiting spinner's text: what is awaited, and from `WAIT_SECONDS_AFTER_S` on the seconds waited
+        (`waited_s`; default: since `waiting(True)`)."""
+        waited = time.monotonic() - self._waiting_since if waited_s is None else waited_s
+        return f"{self._waiting_for}… {waited:.0f} s" if waited >= WAIT_SECONDS_AFTER_S else f"{self._waiting_for}…"
 
     def stop(self) -> None:
         """Stop the live area (between turns, before prompting)."""
@@ -299,6 +349,7 @@ class TurnView:
     def text(self, delta: str) -> None:
         """A piece of the visible answer."""
         self._close_reasoning()
+        self._answering = True
         if self.plain:
             self._write(delta)
             return
@@ -319,7 +370,19 @@ class TurnView:
         elif rest.strip():
             self._print_markdown(rest, continues=continues)
         self._blocks_shown = 0
+        self._answering = False
+        held, self._after_answer = self._after_answer, []
+        for text in held:
+            self.line(text, "yellow")
         self._refresh()
+
+    def warning(self, text: str) -> None:
+        """A warning line (yellow): while an answer streams, shown once it has ended (`end_answer`), never
+        inside it (the token-cap warning comes as the stream ends, before the answer's last block is drawn)."""
+        if self._answering:
+            self._after_answer.append(text)
+        else:
+            self.line(text, "yellow")
 
     def markdown_source(self, block: str, *, continues: bool) -> str:
         """The Markdown to render for `block`: after an earlier block of this answer, spaced as one."""
@@ -381,13 +444,22 @@ class TurnView:
         args = f"({short_json(call.arguments, 60)})" if call else ""
         name = strip_controls(result.name)  # the model wrote it
         status = "ok" if result.ok else result.outcome.replace("_", " ")  # error, denied, timeout ...
-        detail = "" if result.ok else f": {short_json(result.output, 120)}"
+        ended = display_status(result.display)  # a command: its exit code, never read from the output
+        detail = f" · {ended}" if ended else "" if result.ok else f": {short_json(result.output, 120)}"
+        shown = display_lines(result.display)  # its output's first and last lines, an applied edit's diff
         if self.plain:
-            self._show(lambda: self._write(f"  {status} {name} {result.duration_s:.2f}s{detail}\n"))
+            body = "".join(line + "\n" for line, _style in shown)
+            self._show(lambda: self._write(f"  {status} {name} {result.duration_s:.2f}s{detail}\n{body}"))
             return
         mark, style = ("✓", "green") if result.ok else ("✗", "red")
-        self._show(lambda: self.console.print(f"{mark} {name}{args} {status} {result.duration_s:.2f}s{detail}",
-                                              style=style, markup=False, highlight=False))
+
+        def draw() -> None:
+            self.console.print(f"{mark} {name}{args} {status} {result.duration_s:.2f}s{detail}", style=style,
+                               markup=False, highlight=False)
+            if shown:
+                self.console.print(_styled(shown), end="", highlight=False)
+
+        self._show(draw)
         self._refresh()
 
     def cancel_tools(self) -> None:
@@ -414,16 +486,10 @@ class TurnView:
             self._end_plain_line()
             self._write(preview.rstrip("\n") + "\n")
             return
-        from rich.text import Text
-
-        shown = Text()
         is_diff = preview.startswith("--- ")
-        for line in preview.rstrip("\n").split("\n"):
-            style = ""
-            if is_diff and not line.startswith(("---", "+++")):
-                style = {"+": "green", "-": "red", "@": "cyan"}.get(line[:1], "")
-            shown.append(line + "\n", style=style)
-        self.console.print(shown, end="", highlight=False)
+        lines = preview.rstrip("\n").split("\n")
+        self.console.print(_styled([(line, diff_style(line) if is_diff and not line.startswith(("---", "+++"))
+                                     else "") for line in lines]), end="", highlight=False)
 
     def _write(self, text: str) -> None:
         self.console.file.write(text)

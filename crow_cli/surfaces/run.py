@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -48,6 +48,8 @@ from .common import (
 )
 from .jsonl import JsonlWriter
 from .runtime import Runtime, RuntimeOptions
+from .shown import display_lines, display_status
+from .usage import TokenUse, footer
 
 if TYPE_CHECKING:
     from .persist import SessionRecorder
@@ -91,7 +93,8 @@ class PlainPrinter:
     stderr lines are kept back and shown after it, so none lands on the question's line.
     """
 
-    def __init__(self, out: TextIO, err: TextIO, *, debug: bool, quiet: bool = False) -> None:
+    def __init__(self, out: TextIO, err: TextIO, *, debug: bool, quiet: bool = False,
+                 prices: Mapping[str, float] | None = None) -> None:
         self.out = out
         self.err = make_console(err, highlight=False, soft_wrap=True)  # no escapes under NO_COLOR
         self.debug = debug
@@ -100,6 +103,13 @@ class PlainPrinter:
         self.reasoning_open = False
         self.out_is_terminal = out.isatty()  # model text reaching a terminal loses its control characters
         self._held: list[tuple[str, str, str]] | None = None
+        self._answering = False  # answer text came and the turn has not ended: warnings wait for its end
+        self._after_answer: list[str] = []
+        self.usage = TokenUse(prices)
+        """The run's token use, summed over its requests (`prices`: the model's, for the cost)."""
+        self.footer = self.err.is_terminal and not quiet  # the line chat ends a turn with: on a terminal only
+        self._model = ""
+        self._session_id: str | None = None
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
@@ -130,16 +140,22 @@ class PlainPrinter:
                 self._new_line()
             return
         match event:
+            case RunStarted(model=model, session_id=session_id):
+                self._model, self._session_id = model, session_id
             case TextDelta(text=text):
                 self._close_reasoning()
                 self.out.write(strip_controls(text) if self.out_is_terminal else text)
                 self.out.flush()
                 self.at_line_start = text.endswith("\n")
+                self._answering = True
             case ReasoningDelta(text=text) if self.err.is_terminal or self.debug:
                 self._print(text, "dim", end="")
                 self.reasoning_open = True
-            case TurnFinished(tool_calls=calls) if calls:
-                self._new_line()  # the next turn's text starts on its own line, in a pipe too
+            case TurnFinished(tool_calls=calls):
+                self.usage.add(event.usage, event.timings)  # llama.cpp's cached tokens are in its timings
+                if calls:
+                    self._new_line()  # the next turn's text starts on its own line, in a pipe too
+                self._end_answer()
             case ToolCallDelta() if self.debug:
                 self._print(f"[delta] index={event.index!r} id={event.call_id!r} name={event.name!r} "
                             f"args={event.arguments!r}", "dim")
@@ -149,15 +165,23 @@ class PlainPrinter:
                 self._print(f"→ {call.name}({short_json(call.arguments)})", "cyan")
             case ToolResultReady(result=r):
                 mark, style = ("✓", "green") if r.ok else ("✗", "red")
-                detail = "" if r.ok else f": {short_json(r.output, 160)}"
+                ended = display_status(r.display)  # a command: its exit code, never read from the output
+                detail = f" · {ended}" if ended else "" if r.ok else f": {short_json(r.output, 160)}"
                 self._print(f"  {mark} {r.name} {r.duration_s:.2f}s{detail}", style)
+                for line, line_style in display_lines(r.display):  # its output's first and last lines, a diff
+                    self._print(line, line_style)
+            case WarningEvent(message=message) if self._answering:  # shown after the answer, never inside it
+                self._after_answer.append(message)
             case WarningEvent(message=message):
                 self._break_line()
                 self._print(f"crow: warning: {message}", "yellow")
+            case Notice(code="prompt_progress"):  # one per batch of the prompt: chat's spinner shows them
+                pass
             case Notice(message=message):
                 self._close_reasoning()
                 if event.code == "turn_restarted":
                     self._new_line()
+                    self._end_answer()
                 else:
                     self._break_line()
                 self._print(message, "dim")
@@ -166,10 +190,22 @@ class PlainPrinter:
                 if not self.at_line_start:
                     self.out.write("\n")
                     self.out.flush()
+                self._end_answer()
+                if self.footer and event.turns:
+                    self._print(footer(self.usage, self.usage, self._model, self._session_id, last_name="this run",
+                                       total_name=None), "dim")
                 if event.error and event.status == "cancelled":
                     self._print(f"crow: {event.error}", "bold red")
                 elif event.error:
                     self._print(f"crow: error: {event.error}", "bold red")
+
+    def _end_answer(self) -> None:
+        """The answer of the turn has ended: the warnings that came while it streamed are shown now."""
+        self._answering = False
+        held, self._after_answer = self._after_answer, []
+        for message in held:
+            self._break_line()
+            self._print(f"crow: warning: {message}", "yellow")
 
     def _new_line(self) -> None:
         """End a partial answer line on stdout whatever it is (the answer restarts below it)."""
@@ -274,7 +310,8 @@ async def _run_in(runtime: Runtime, options: RunOptions, out: TextIO, err: TextI
     content = (user_content(options.prompt, [load_attachment(f, runtime.workspace, secrets) for f in options.files])
                if options.files else None)
     printer: PlainPrinter | JsonlWriter = (JsonlWriter(out, err, debug=options.debug) if options.json
-                                           else PlainPrinter(out, err, debug=options.debug, quiet=options.quiet))
+                                           else PlainPrinter(out, err, debug=options.debug, quiet=options.quiet,
+                                                             prices=settings.prices.get(settings.model)))
     # with --yes too: the policy asks nothing then, but running a command outside the sandbox is a question
     approve = make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=options.yes,
                             ask=_held_ask(terminal_ask(), printer))

@@ -1,7 +1,10 @@
 """Concurrent tool dispatch: one `ToolResult` for every call, whatever happens to it.
 
 Every result's text is masked once here (`text.mask_secrets` with `ToolContext.secrets`), whatever
-tool made it. Unknown tools, arguments the stream cut off (`ToolCall.cut_off`: never run), arguments that fail the
+tool made it, and so is what the person is shown of it (`ToolResult.display`, which the tool gives by
+returning a `registry.ToolOutput` or raising `ToolFailed(..., display=...)`).
+
+Unknown tools, arguments the stream cut off (`ToolCall.cut_off`: never run), arguments that fail the
 schema, denied approvals, exceptions and timeouts all become results whose text tells the model what
 went wrong; nothing escapes as an exception. Calls run
 concurrently in a task group. Scheduling is a readers-writer lock: parallel-safe tools share it, tools
@@ -23,7 +26,7 @@ from dataclasses import dataclass, replace
 
 from ..errors import ToolDenied, ToolError, ToolFailed
 from ..events import Event, ToolResultReady, ToolRunStarted
-from ..history import Outcome, ToolCall, ToolResult
+from ..history import Outcome, ToolCall, ToolDisplay, ToolResult
 from ..text import clean_text, mask_secrets
 from .context import ToolContext, using_context
 from .registry import Tool, ToolRegistry
@@ -97,6 +100,8 @@ async def dispatch(
         output = truncate_output(mask_secrets(clean_text(result.output), context.secrets), max_output_chars)
         if output != result.output:
             result = replace(result, output=output)
+        if result.display is not None:  # what the person sees is masked as what the model reads
+            result = replace(result, display=_masked(result.display, context.secrets))
         await queue.put(ToolResultReady(result))
 
     async with asyncio.TaskGroup() as group:
@@ -108,6 +113,14 @@ async def dispatch(
             if isinstance(event, ToolResultReady):
                 remaining -= 1
             yield event
+
+
+def _masked(display: ToolDisplay, secrets: tuple[str, ...]) -> ToolDisplay:
+    """`display` with its texts sendable and without the run's secrets."""
+    def mask(text: str | None) -> str | None:
+        return None if text is None else mask_secrets(clean_text(text), secrets)
+
+    return replace(display, output=mask(display.output), status=mask(display.status), diff=mask(display.diff))
 
 
 class _ReadWriteLock:
@@ -149,9 +162,11 @@ async def _run_one(
 ) -> ToolResult:
     started = time.perf_counter()
 
-    def fail(message: str, outcome: Outcome = "error", output: str | None = None) -> ToolResult:
+    def fail(message: str, outcome: Outcome = "error", output: str | None = None,
+             display: ToolDisplay | None = None) -> ToolResult:
         return ToolResult(call.id, call.name, f"Error: {message}" if output is None else output, ok=False,
-                          duration_s=time.perf_counter() - started, index=call.index, outcome=outcome)
+                          duration_s=time.perf_counter() - started, index=call.index, outcome=outcome,
+                          display=display)
 
     deadline: asyncio.Timeout | None = None
     t = registry.get(call.name)
@@ -172,7 +187,7 @@ async def _run_one(
             async with exclusive.hold(not t.parallel):
                 started = time.perf_counter()
                 async with asyncio.timeout(t.timeout_s or default_timeout) as deadline:
-                    output = await t.invoke(arguments, context)
+                    output = await t.run(arguments, context)
         except SandboxBlocked as blocked:  # asked outside the lock and the call's time limit
             escalate = getattr(approve, "escalate", None)
             if escalate is None or not await escalate(call, t, blocked.reason):
@@ -183,7 +198,7 @@ async def _run_one(
                 started = time.perf_counter()
                 async with asyncio.timeout(t.timeout_s or default_timeout) as deadline:
                     with using_context(unconfined):
-                        output = await t.invoke(arguments, unconfined)
+                        output = await t.run(arguments, unconfined)
     except TimeoutError as exc:
         if deadline is None or not deadline.expired():  # the tool's own TimeoutError, not ours
             return fail(f"{call.name} raised TimeoutError: {exc}")
@@ -191,7 +206,8 @@ async def _run_one(
     except ToolDenied as exc:
         return fail(str(exc), "denied")
     except ToolFailed as exc:  # it ran: the model reads its output as it is
-        return fail(str(exc), output=exc.output)
+        display = exc.display if isinstance(exc.display, ToolDisplay) else None
+        return fail(str(exc), output=exc.output, display=display)
     except ToolError as exc:
         return fail(str(exc))
     except json.JSONDecodeError as exc:  # the accumulator guarantees JSON; a stored history may not
@@ -203,5 +219,5 @@ async def _run_one(
         return fail(f"{call.name} raised CancelledError")
     except (Exception, SystemExit, KeyboardInterrupt) as exc:  # a plugin's sys.exit() must not end the run
         return fail(f"{call.name} raised {type(exc).__name__}: {exc}")
-    return ToolResult(call.id, call.name, output, ok=True, duration_s=time.perf_counter() - started,
-                      index=call.index)
+    return ToolResult(call.id, call.name, output.text, ok=True, duration_s=time.perf_counter() - started,
+                      index=call.index, display=output.display)

@@ -24,12 +24,13 @@ from types import ModuleType
 from typing import Any, Literal, get_args, overload
 
 from ..errors import ToolError, ToolFailed
+from ..history import ToolDisplay
 from ..paths import resolve_path
 from .context import ToolContext, current_context
 from .names import WIRE_NAME, wire_name
 from .watchdog import track
 
-__all__ = ["ENTRY_POINT_GROUP", "Preview", "Subject", "Tool", "ToolKind", "ToolRegistry",
+__all__ = ["ENTRY_POINT_GROUP", "Preview", "Subject", "Tool", "ToolKind", "ToolOutput", "ToolRegistry",
            "default_registry", "tool"]
 
 ENTRY_POINT_GROUP = "crow_cli.tools"
@@ -43,6 +44,15 @@ Preview = Callable[[dict[str, Any], ToolContext], str]
 may raise `ToolError` to answer the call with that error without asking (a pre-check)."""
 Subject = Callable[[dict[str, Any]], str | None]
 """The command line that `NAME:PREFIX` approval rules are matched against, from the validated arguments."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutput:
+    """What a tool function may return instead of its text: the text the model reads and what the person
+    is shown of the call (`history.ToolDisplay`: a command's output and exit code, an edit's diff)."""
+
+    text: str
+    display: ToolDisplay | None = None
 
 
 @dataclass
@@ -125,9 +135,20 @@ class Tool:
         return {k: getattr(model, k) for k in model.model_fields_set | _required(self.validator)}
 
     async def invoke(self, arguments: dict[str, Any], context: ToolContext | None = None) -> str:
-        """Run the tool with validated arguments and return its output as text.
+        """Run the tool with validated arguments and return its output as text (`run`'s text).
 
         A parameter typed `ToolContext` gets `context` (default: the current one), whatever the model sent.
+        """
+        return (await self.run(arguments, context)).text
+
+    async def run(self, arguments: dict[str, Any], context: ToolContext | None = None) -> ToolOutput:
+        """Run the tool with validated arguments: its text for the model and what the person is shown.
+
+        A function returning a `ToolOutput` gives both; any other value is the text (`display` None).
+
+        Raises:
+            ToolFailed: the tool ran and failed (`output` made text; `display` as the tool gave it).
+            ToolError, Exception: whatever the tool raised.
         """
         name = self.context_parameter()
         if name is not None:
@@ -143,7 +164,9 @@ class Tool:
             if not isinstance(exc.output, str):
                 exc.output = _as_text(exc.output)
             raise
-        return _as_text(value)
+        if isinstance(value, ToolOutput):
+            return value
+        return ToolOutput(_as_text(value))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)

@@ -389,6 +389,7 @@ class StreamAccumulator:
         self._parts: _Parts | None = None  # content sent as typed parts beside text (Mistral thinking)
         self._finish_reason: str | None = None
         self._usage: dict[str, Any] | None = None
+        self._timings: dict[str, Any] | None = None
         self._rules: dict[str, None] = {}
         self._choice_index_warned = False
 
@@ -408,6 +409,14 @@ class StreamAccumulator:
         usage = chunk.get("usage")
         if usage is not None and isinstance(usage, Mapping):
             self._usage = dict(usage)
+        timings = chunk.get("timings")  # llama.cpp's, beside usage: cache_n counts the prompt tokens it reused
+        if timings is not None and isinstance(timings, Mapping):
+            self._timings = dict(timings)
+        progress = chunk.get("prompt_progress")  # llama.cpp with return_progress, before the first token
+        if progress is not None and isinstance(progress, Mapping):
+            done, total = progress.get("processed"), progress.get("total")
+            if type(done) is int and type(total) is int and total > 0:
+                events.append(Notice(f"processing the prompt ({done:,} of {total:,} tokens)…", code="prompt_progress"))
         choices: Any = chunk.get("choices") or ()  # [] on usage-only and content-filter chunks
         if type(choices) is list and len(choices) == 1 and self._one_key(choices[0], events):
             return events
@@ -770,6 +779,7 @@ class StreamAccumulator:
             tool_calls=calls,
             finish_reason="tool_calls" if calls else (reason or "stop"),
             usage=self._usage,
+            timings=self._timings,
             refusal=self._refusal.value(),
             fields=fields,
             rules=list(self._rules),

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from crow_cli import events as ev
-from crow_cli.history import ToolCall, ToolResult
+from crow_cli.history import ToolCall, ToolDisplay, ToolResult
 from crow_cli.surfaces.jsonl import event_schema, event_to_json
 from tests.conftest import chunk, sse, text_sse, tool_delta
 from tests.replay_server import ReplayServer
@@ -119,6 +119,9 @@ def test_every_event_written_is_in_the_union_and_the_schema() -> None:
               status=429),
     ev.TurnFinished(1, "tool_calls", None, None, (ToolCall("", "x", "{}"),)),
     ev.ToolRunStarted(ToolCall("id", "x", "{}", 1)), ev.ToolResultReady(ToolResult("id", "x", "out", False, 0.5, 1)),
+    ev.ToolResultReady(ToolResult("id", "run_shell", "[exit code 1]\nx\n", False, 0.5, 0,
+                                  display=ToolDisplay(output="x\n", exit_code=1, status="exit code 1"))),
+    ev.ToolResultReady(ToolResult("id", "edit_file", "edited", display=ToolDisplay(diff="--- a/f\n+++ b/f\n"))),
     ev.RunFinished("cancelled", "", 0, "interrupted (SIGINT)", 130),
 ])
 def test_each_event_line_is_ascii_json_valid_against_the_schema(event: ev.Event) -> None:
@@ -128,6 +131,13 @@ def test_each_event_line_is_ascii_json_valid_against_the_schema(event: ev.Event)
     assert next(iter(decoded)) == "type"
     schema_validator().validate(decoded)
     assert decoded == json.loads(json.dumps(dataclasses.asdict(event)))
+
+
+def test_the_schema_of_a_results_display_has_every_field_of_tool_display() -> None:
+    # issue 34: what the person sees of a call rides on the result; the schema must follow its fields
+    result = event_schema()["$defs"]["tool_result"]["properties"]["result"]
+    assert set(result["properties"]) == {f.name for f in dataclasses.fields(ToolResult)} == set(result["required"])
+    assert set(result["properties"]["display"]["properties"]) == {f.name for f in dataclasses.fields(ToolDisplay)}
 
 
 def test_schema_rejects_a_renamed_field() -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -11,6 +13,8 @@ from rich.console import Console
 
 from crow_cli.history import ToolCall, ToolResult
 from crow_cli.surfaces.render import MarkdownBlocks, TurnView
+from tests.replay_server import ReplayServer, text_stream
+from tests.support import ChatTerminal
 
 DOC = ("# Title\n\nFirst paragraph\nstill first.\n\n```python\nx = 1\n\ny = 2\n```\nAfter the code.\n\n"
        "- item one\n- item two\n\n~~~~\ncode ``` not closing\n~~~~\n\nLast words")
@@ -109,10 +113,10 @@ def test_hidden_reasoning_is_not_shown() -> None:
 
 
 def render_whole(text: str, width: int = 60) -> str:
-    from rich.markdown import Markdown
+    from crow_cli.surfaces.render import honest_markdown
 
     out = io.StringIO()
-    Console(file=out, width=width, color_system=None).print(Markdown(text, code_theme=TurnView.code_theme))
+    Console(file=out, width=width, color_system=None).print(honest_markdown(text, TurnView.code_theme))
     return out.getvalue()
 
 
@@ -139,6 +143,22 @@ def test_streamed_markdown_keeps_the_blank_lines_between_blocks(sizes: list[int]
 def test_two_paragraphs_stay_apart() -> None:
     shown = render_streamed("First paragraph.\n\nSecond paragraph.\n", [1] * 40)
     assert [line.rstrip() for line in shown.splitlines()] == ["First paragraph.", "", "Second paragraph."]
+
+
+# issue 34: a listing or a poem streamed line by line was shown as one paragraph (soft breaks joined it)
+@given(st.lists(st.integers(min_value=1, max_value=7), max_size=20))
+def test_lines_streamed_as_separate_lines_stay_separate_lines(sizes: list[int]) -> None:
+    shown = render_streamed("Roses are red,\nviolets are blue.\n", sizes)
+    assert [line.rstrip() for line in shown.splitlines()] == ["Roses are red,", "violets are blue."]
+
+
+def test_lists_and_code_blocks_render_as_before() -> None:
+    from rich.markdown import Markdown
+
+    text = "Steps:\n\n- one\n- two\n\n```\na = 1\nb = 2\n```\n"
+    rich_alone = io.StringIO()
+    Console(file=rich_alone, width=60, color_system=None).print(Markdown(text, code_theme=TurnView.code_theme))
+    assert render_streamed(text, [3] * 30) == rich_alone.getvalue()
 
 
 def test_the_live_tail_starts_where_its_frozen_block_will_be() -> None:
@@ -205,3 +225,50 @@ def test_the_live_area_is_not_padded_to_the_terminal_width() -> None:
     lines = live.getvalue().splitlines()
     assert "A short paragraph that is still growing" in lines and " • an item" in lines
     assert all(line == line.rstrip(" ") for line in lines)
+
+
+# issue 34: tried beside Codex, a poem streamed line by line showed as one paragraph in a terminal chat
+def test_a_chat_on_a_terminal_shows_two_streamed_lines_as_two_lines(tmp_path: Path) -> None:
+    with ReplayServer([{"sse": text_stream("Roses are red,\nviolets are blue.\n")}]) as server, ChatTerminal(
+            ["--base-url", server.base_url, "--api-key", "sk-test", "--model", "test-model", "--no-tools",
+             "--no-session"], cwd=tmp_path) as term:
+        term.expect("›")
+        term.send("a poem\r")
+        term.expect("violets are blue.")
+        term.expect("›")
+        term.send("\x04")
+        assert term.wait() == 0
+        screen = term.screen()
+    assert re.search(r"Roses are red, *\r?\n *violets are blue\.", screen), screen
+    assert "Roses are red, violets" not in screen, screen
+
+
+# issue 34: the token-cap warning comes as the stream ends, before the answer's last block is drawn: it showed
+# inside the answer
+@pytest.mark.parametrize("plain", [True, False])
+def test_a_warning_that_comes_while_the_answer_streams_is_shown_after_it(plain: bool) -> None:
+    out = io.StringIO()  # not a terminal: the frozen output only, no live frames
+    view = TurnView(Console(file=out, width=60, color_system=None), plain=plain, min_interval_s=0)
+    view.text("First part.\n\nSecond part")
+    view.warning("crow: warning: the model hit its token limit")
+    view.end_answer()
+    view.stop()
+    lines = [line.rstrip() for line in out.getvalue().splitlines() if line.strip()]
+    assert lines == ["First part.", "Second part", "crow: warning: the model hit its token limit"]
+    view.warning("between turns")  # no answer streaming: at once
+    assert out.getvalue().rstrip().endswith("between turns")
+
+
+# issue 34: a local model processing a long prompt on the CPU left "waiting for the model…" for minutes
+def test_the_wait_for_a_first_token_says_what_is_happening() -> None:
+    from crow_cli.surfaces.render import WAIT_SECONDS_AFTER_S, _LiveArea
+
+    view = TurnView(Console(file=io.StringIO(), width=80, force_terminal=True, color_system=None), plain=False)
+    view.waiting(True)
+    assert view.waiting_text() == view.waiting_text(1) == "waiting for the model…"
+    assert view.waiting_text(WAIT_SECONDS_AFTER_S + 9.2) == "waiting for the model… 12 s"
+    view.waiting_for("processing the prompt (512 of 2,048 tokens)…")  # the server's progress
+    live = io.StringIO()
+    Console(file=live, width=80, color_system=None).print(_LiveArea(view))
+    assert "processing the prompt (512 of 2,048 tokens)…" in live.getvalue()
+    view.stop()

@@ -106,7 +106,8 @@ async def test_no_color_means_no_escape_sequences_on_a_terminal(tmp_path: Path, 
     assert code == 0, out
     text = out.decode()
     assert "retrying in 0.01 s" in text and "asking again" in text and "→ roll_dice(" in text
-    assert "✗ no_such_tool" in text and text.endswith("done\r\n")
+    assert "✗ no_such_tool" in text and "done\r\n" in text
+    assert text.endswith(" · test-model · session " + text.rsplit("session ", 1)[-1])  # the run's token-use line
     assert "\x1b" not in text
 
 

@@ -275,3 +275,34 @@ async def test_the_default_streams_are_those_of_the_call(tmp_path: Path) -> None
         settings = load_settings({"base_url": server.base_url, "api_key": "sk-test", "model": "test-model"})
         code = await run_prompt(settings, RunOptions(prompt="hi", no_tools=True))
     assert (code, out.getvalue()) == (0, "Hello.\n"), err.getvalue()
+
+
+# issue 34: a warning that comes while the answer streams is shown after the answer, not inside it
+def test_a_warning_while_the_answer_streams_waits_for_its_end() -> None:
+    from crow_cli.events import RunFinished, TurnFinished, WarningEvent
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    screen = Terminal()  # stdout and stderr on one terminal, as a person sees them
+    printer = PlainPrinter(screen, screen, debug=False)
+    printer.footer = False  # the token-use line is tested on its own
+    for event in (TextDelta("Part one, "), WarningEvent("the server numbered its one choice 1"),
+                  TextDelta("part two."), TurnFinished(1, "stop", None, "Part one, part two."),
+                  RunFinished("completed", "Part one, part two.", 1)):
+        printer.handle(event)
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", screen.getvalue())  # stderr is coloured on a terminal
+    assert shown == "Part one, part two.\ncrow: warning: the server numbered its one choice 1\n"
+
+
+async def test_prompt_progress_is_an_event_for_scripts_and_no_line_on_stderr(tmp_path: Path) -> None:
+    # issue 34: llama.cpp's prompt_progress chunks come one per batch of the prompt
+    progress = [chunk({"role": "assistant", "content": None}, prompt_progress={"total": 4096, "processed": n})
+                for n in (1024, 2048, 4096)]
+    turn = [{"sse": sse(*progress, chunk({"content": "Hi."}), chunk({}, "stop"))}]
+    ran = await run_here(turn, cwd=tmp_path, session=False)
+    assert ran.code == 0 and ran.stdout == "Hi.\n" and "processing the prompt" not in ran.stderr
+    events = (await run_here(turn, cwd=tmp_path, session=False, json=True)).events()
+    assert [e["message"] for e in events if e.get("code") == "prompt_progress"] == [
+        f"processing the prompt ({n:,} of 4,096 tokens)…" for n in (1024, 2048, 4096)]

@@ -77,9 +77,15 @@ def test_search_skips_symlinks_leading_out_when_walking_the_tree(ws: Path) -> No
 
 
 def test_write_file_creates_parents_and_reports(ws: Path) -> None:
-    assert write_file(path="a/b/c.txt", content="one\n") == "created a/b/c.txt (4 bytes)"
+    created = write_file(path="a/b/c.txt", content="one\n")
+    assert created.text == "created a/b/c.txt (4 bytes)"
     assert (ws / "a/b/c.txt").read_text() == "one\n"
-    assert write_file(path="a/b/c.txt", content="two\n").startswith("overwrote a/b/c.txt")
+    overwrote = write_file(path="a/b/c.txt", content="two\n")
+    assert overwrote.text.startswith("overwrote a/b/c.txt")
+    # the person is shown what changed (issue 34): the whole new file, then the diff against it
+    assert created.display is not None and created.display.diff is not None and "+one\n" in created.display.diff
+    assert overwrote.display is not None and overwrote.display.diff is not None
+    assert "-one\n+two\n" in overwrote.display.diff
     with pytest.raises(ToolError, match="is a directory"):
         write_file(path="a", content="x")
 
@@ -94,7 +100,9 @@ def test_edit_requires_exactly_one_match(ws: Path) -> None:
         edit_file(path="code.py", old_string="w = 9", new_string="w = 0")
     with pytest.raises(ToolError, match="empty"):
         edit_file(path="code.py", old_string="", new_string="w = 0")
-    out = edit_file(path="code.py", old_string="y = 1", new_string="y = 5")
+    edited = edit_file(path="code.py", old_string="y = 1", new_string="y = 5")
+    out = edited.text
+    assert edited.display is not None and edited.display.diff is not None and out.endswith(edited.display.diff)
     assert f.read_text() == "x = 1\ny = 5\nz = 2\n"
     assert out.splitlines()[:3] == ["edited code.py: replaced 1 occurrence", "--- a/code.py", "+++ b/code.py"]
     assert "-y = 1\n+y = 5\n" in out
@@ -103,7 +111,7 @@ def test_edit_requires_exactly_one_match(ws: Path) -> None:
 def test_edit_replace_all_and_crlf_kept(ws: Path) -> None:
     f = ws / "w.txt"
     f.write_bytes(b"a\r\nb a\r\n")
-    out = edit_file(path="w.txt", old_string="a", new_string="c", replace_all=True)
+    out = edit_file(path="w.txt", old_string="a", new_string="c", replace_all=True).text
     assert f.read_bytes() == b"c\r\nb c\r\n"
     assert "replaced 2 occurrences" in out
 
@@ -168,7 +176,7 @@ def test_file_tools_schemas_are_as_documented() -> None:
 # edit_file on CRLF files (found by a fresh-user tester)
 def test_edit_file_matches_lf_text_in_a_crlf_file_and_keeps_crlf(ws: Path) -> None:
     (ws / "w.txt").write_bytes(b"a\r\nb\r\nc\r\n")
-    out = edit_file(path="w.txt", old_string="a\nb", new_string="A\nB\nBB")
+    out = edit_file(path="w.txt", old_string="a\nb", new_string="A\nB\nBB").text
     assert out.startswith("edited w.txt: replaced 1 occurrence\n")
     assert (ws / "w.txt").read_bytes() == b"A\r\nB\r\nBB\r\nc\r\n"
 

@@ -87,7 +87,7 @@ def test_an_overlapping_old_string_is_not_unique(ws: Path) -> None:
     (ws / "a.txt").write_text("aaa")
     with pytest.raises(ToolError, match="occurs 2 times"):
         edit_file("a.txt", "aa", "b")
-    assert edit_file("a.txt", "aa", "b", replace_all=True).startswith("edited a.txt: replaced 1 occurrence")
+    assert edit_file("a.txt", "aa", "b", replace_all=True).text.startswith("edited a.txt: replaced 1 occurrence")
 
 
 def test_a_fifo_in_the_target_s_place_is_refused(ws: Path) -> None:

@@ -55,7 +55,8 @@ async def test_a_command_exiting_non_zero_shows_as_failed_in_run_json_and_chat(t
             result = next(e["result"] for e in ran.events() if e["type"] == "tool_result")
             assert (result["ok"], result["outcome"], result["output"]) == (False, "error", "[exit code 3]\nnope\n")
         else:
-            assert "  ✗ run_shell " in ran.stderr and ": [exit code 3] nope" in ran.stderr, ran.stderr
+            # the exit status on the end line, the output below it (issue 34)
+            assert "  ✗ run_shell " in ran.stderr and "s · exit code 3\n    nope\n" in ran.stderr, ran.stderr
             assert "✓" not in ran.stderr
     # the chat's line for a finished call is drawn on a terminal (a pipe gets plain lines): a pty
     with ReplayServer(failing) as server, ChatTerminal(["--base-url", server.base_url, "--api-key", "sk-test",
@@ -63,7 +64,8 @@ async def test_a_command_exiting_non_zero_shows_as_failed_in_run_json_and_chat(t
         term.expect("›")
         term.send("go\r")
         term.expect('✗ run_shell({"command": "echo nope; exit 3"}) error ')
-        term.expect(": [exit code 3] nope")
+        term.expect(" · exit code 3")
+        term.expect("    nope")
         term.expect("Done.")
         term.expect("›")  # the next prompt is up: a Ctrl-D sent before it can be lost (a CI dry run hung on it)
         term.send("\x04")

@@ -415,3 +415,19 @@ def test_lone_surrogates_outside_text_become_replacement_characters() -> None:
     assert turn.fields["reasoning_details"][0]["signature"] == "s\ufffd"
     assert turn.fields["x_extra"] == {"k\ufffd": ["v\U0001f985"]}
     json.dumps(turn.to_message(), ensure_ascii=False).encode("utf-8")  # storable and sendable
+
+
+# issue 34: llama.cpp streams `prompt_progress` (with return_progress) before the first token; crow showed nothing
+def test_llama_cpps_prompt_progress_is_a_notice_and_timings_are_kept() -> None:
+    from crow_cli.events import Notice
+
+    acc = StreamAccumulator()
+    progress = chunk({"role": "assistant", "content": None},
+                     prompt_progress={"total": 8000, "cache": 0, "processed": 2048, "time_ms": 900})
+    assert acc.feed(progress) == [Notice("processing the prompt (2,048 of 8,000 tokens)…", code="prompt_progress")]
+    assert acc.feed(chunk({}, prompt_progress={"total": "x", "processed": None})) == []  # not numbers: nothing
+    acc.feed(chunk({"content": "Hi"}))
+    acc.feed(chunk({}, "stop", usage={"prompt_tokens": 12, "completion_tokens": 1},
+                   timings={"prompt_n": 12, "cache_n": 7988}))
+    turn, _events = acc.finish()
+    assert turn.content == "Hi" and turn.timings == {"prompt_n": 12, "cache_n": 7988}

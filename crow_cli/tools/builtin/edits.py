@@ -1,4 +1,8 @@
-"""File-changing tools: `write_file` and `edit_file`. Both need approval and run exclusively."""
+"""File-changing tools: `write_file` and `edit_file`. Both need approval and run exclusively.
+
+Both show the person the diff of the change they made (`history.ToolDisplay.diff`, made by
+`unified_diff`, the same builder as their approval previews), whether or not anyone was asked.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +13,10 @@ from typing import Any
 
 from ...atomic import NotRegularFile, write_atomic
 from ...errors import ToolError
+from ...history import ToolDisplay
 from ..backup import before_write
 from ..context import ToolContext
-from ..registry import tool
+from ..registry import ToolOutput, tool
 from ..workspace import resolve_for_write
 from .files import BOMS, file_type, require_regular_file
 
@@ -150,7 +155,7 @@ def _preview_edit(arguments: dict[str, Any], context: ToolContext) -> str:
 
 
 @tool(needs_approval=True, parallel=False, kind="write", preview=_preview_write)
-def write_file(path: str, content: str, context: ToolContext | None = None) -> str:
+def write_file(path: str, content: str, context: ToolContext | None = None) -> ToolOutput:
     """Create or overwrite a text file in the workspace (missing parent folders are created).
 
     Args:
@@ -162,9 +167,15 @@ def write_file(path: str, content: str, context: ToolContext | None = None) -> s
     file, existed = _write_target(path, context)
     file.parent.mkdir(parents=True, exist_ok=True)
     data = content.encode("utf-8")
+    try:
+        before: str | None = _read_text(file, path) if existed else ""
+    except ToolError:  # binary or too big: replaced all the same, without a diff to show
+        before = None
     before_write(file, context, data)  # kept for /undo
     _replace(file, data, path)
-    return f"{'overwrote' if existed else 'created'} {_shown(file, root)} ({len(data)} bytes)"
+    name = _shown(file, root)
+    diff = None if before is None else unified_diff(before, content, name) or None
+    return ToolOutput(f"{'overwrote' if existed else 'created'} {name} ({len(data)} bytes)", ToolDisplay(diff=diff))
 
 
 def _replace(file: Path, data: bytes, path: str) -> None:
@@ -183,7 +194,7 @@ def _replace(file: Path, data: bytes, path: str) -> None:
 
 @tool(needs_approval=True, parallel=False, kind="write", preview=_preview_edit)
 def edit_file(path: str, old_string: str, new_string: str, replace_all: bool = False,
-              context: ToolContext | None = None) -> str:
+              context: ToolContext | None = None) -> ToolOutput:
     """Replace exact text in a file of the workspace; returns a unified diff of the change.
 
     `old_string` must occur exactly once (include surrounding lines to make it unique) unless
@@ -204,4 +215,5 @@ def edit_file(path: str, old_string: str, new_string: str, replace_all: bool = F
     _replace(file, data, path)
     name = _shown(file, root)
     noun = "occurrence" if count == 1 else "occurrences"
-    return f"edited {name}: replaced {count} {noun}\n" + unified_diff(before, after, name)
+    diff = unified_diff(before, after, name)
+    return ToolOutput(f"edited {name}: replaced {count} {noun}\n" + diff, ToolDisplay(diff=diff))

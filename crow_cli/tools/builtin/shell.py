@@ -28,7 +28,8 @@ Output beyond `MAX_OUTPUT_BYTES` keeps its head and its tail (the end of a test 
 around a line saying how many bytes were not shown.
 
 A command that exits non-zero, is killed by a signal or times out raises `ToolFailed` with that same
-result text: the model reads it unchanged, and the call's outcome is `error`.
+result text: the model reads it unchanged, and the call's outcome is `error`. Either way the person is
+shown the output and the exit code too (`history.ToolDisplay`, carried on the result).
 """
 
 from __future__ import annotations
@@ -41,9 +42,10 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import ToolError, ToolFailed
+from ...history import ToolDisplay
 from ...text import mask_secrets
 from ..context import ToolContext
-from ..registry import tool
+from ..registry import ToolOutput, tool
 from ..sandbox import SandboxBlocked, blocked_reason, sandbox_argv
 
 __all__ = ["run_shell", "scrubbed_environ"]
@@ -160,7 +162,7 @@ def _preview(arguments: dict[str, Any], context: ToolContext) -> str:
 
 @tool(needs_approval=True, parallel=False, timeout_s=MAX_TIMEOUT_S + 30, kind="shell", preview=_preview,
       subject=_command)
-async def run_shell(command: str, timeout_s: float | None = None, context: ToolContext | None = None) -> str:
+async def run_shell(command: str, timeout_s: float | None = None, context: ToolContext | None = None) -> ToolOutput:
     """Run a shell command in the workspace root and return its exit code and output (stdout and stderr merged).
 
     The command gets no input (stdin is empty). It is over when the shell exits: background processes
@@ -220,15 +222,17 @@ async def run_shell(command: str, timeout_s: float | None = None, context: ToolC
         finally:
             reader.close()
     output = _mask(reader.text(), context.secrets)
+    code = proc.returncode
     if timed_out:
         status = f"timed out after {limit:g} s; the command and its process group were killed"
     else:
-        code = proc.returncode
         status = f"exit code {code}" if code is not None and code >= 0 else f"killed by signal {-(code or 0)}"
     result = f"[{status}]\n{output}" if output else f"[{status}] (no output)"
     reason = blocked_reason(context.sandbox, output) if confined is not None and proc.returncode else None
     if reason is not None:
         raise SandboxBlocked(reason, result)
+    exited = code if not timed_out and code is not None and code >= 0 else None
+    shown = ToolDisplay(output=output, exit_code=exited, status=status)  # the person sees it too
     if timed_out or proc.returncode:  # the model reads `result` all the same; the call is shown failed
-        raise ToolFailed(status, result)
-    return result
+        raise ToolFailed(status, result, display=shown)
+    return ToolOutput(result, shown)

@@ -1,0 +1,71 @@
+"""What the person is shown of a finished tool call below its status line, from `history.ToolDisplay`.
+
+A command's output shows its first and last lines around a `… N lines …` line (as Codex shows a
+command's output): the end of a test run holds its summary, the start what ran. An applied edit shows
+its diff (longer ones keep their head and tail the same way), coloured where the surface colours.
+Every line loses its terminal control characters (`text.strip_controls`); a line a progress bar
+redrew with `\\r` shows what a terminal would, its last part. The surfaces (`crow run`'s stderr,
+`crow chat`'s `TurnView`) draw these lines; they never read the model's result text.
+"""
+
+from __future__ import annotations
+
+from ..history import ToolDisplay
+from ..text import strip_controls
+
+__all__ = ["DIFF_LINES", "OUTPUT_LINES", "diff_style", "display_lines", "display_status"]
+
+OUTPUT_LINES = (5, 5)
+"""(head, tail): lines of a command's output shown at most before and after the `… N lines …` line."""
+DIFF_LINES = (40, 10)
+"""(head, tail): lines of an applied edit's diff shown at most, the same way."""
+MAX_LINE_CHARS = 240
+"""A longer line is cut, with `…`: one line of output stays about one line on the screen."""
+INDENT = "    "
+
+
+def diff_style(line: str) -> str:
+    """The rich style of one line of a unified diff: added green, removed red, hunk headers cyan."""
+    if line.startswith(("---", "+++")):
+        return "bold"
+    return {"+": "green", "-": "red", "@": "cyan"}.get(line[:1], "")
+
+
+def _line(raw: str) -> str:
+    if "\r" in raw:  # a progress bar redrawn in place: the terminal shows its last state
+        raw = raw.rstrip("\r").rsplit("\r", 1)[-1]
+    line = strip_controls(raw.expandtabs(4))
+    return line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 1] + "…"
+
+
+def _head_tail(text: str, head: int, tail: int) -> list[str]:
+    lines = text.replace("\r\n", "\n").removesuffix("\n").split("\n")
+    if len(lines) > head + tail + 1:  # a marker only where it hides more than one line
+        hidden = len(lines) - head - tail
+        return [*map(_line, lines[:head]), f"… {hidden} lines …", *map(_line, lines[len(lines) - tail:])]
+    return [_line(line) for line in lines]
+
+
+def display_lines(display: ToolDisplay | None) -> list[tuple[str, str]]:
+    """The lines to draw below a call's status line, each (text, rich style), indented; [] when none.
+
+    A diff (an applied edit) comes first; else a command's output (`(no output)` when it printed nothing).
+    """
+    if display is None:
+        return []
+    if display.diff:
+        head, tail = DIFF_LINES
+        return [(INDENT + line, diff_style(line)) for line in _head_tail(display.diff, head, tail)]
+    if display.output is not None:
+        if not display.output.strip():
+            return [(INDENT + "(no output)", "dim")]
+        head, tail = OUTPUT_LINES
+        return [(INDENT + line, "dim") for line in _head_tail(display.output, head, tail)]
+    return []
+
+
+def display_status(display: ToolDisplay | None) -> str | None:
+    """How a command ended (`exit code 0`, `timed out after 5 s; …`) for the status line; None for other tools."""
+    if display is None or display.status is None:
+        return None
+    return strip_controls(display.status)
