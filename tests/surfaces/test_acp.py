@@ -519,6 +519,7 @@ async def test_acp_sessions_are_crow_sessions(workspace, capsys):
     assert [m["content"] for m in ran.requests[0]["messages"]] == ["keep me", "Stored.", "and?"]
 
 
+@needs_sandbox()  # without one commands may write .git too, so the file tools' refusal names the sandbox's rule
 async def test_a_write_into_git_through_the_editor_is_refused_before_anyone_is_asked(workspace):
     # found trying it as a new user (wave 3): file tools wrote .git/hooks while the sandbox keeps .git read-only
     # for commands; through the editor's fs the user was asked about a write that could never be allowed
