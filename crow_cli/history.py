@@ -270,10 +270,10 @@ def tool_message(tool_call_id: str, content: str) -> ToolMessage:
 
 
 def content_text(content: str | list[ContentPart] | None) -> str:
-    """The text of a message's `content`: the string, or its text parts one per line (an image or other
-    part has none); `""` for None."""
+    """The text of a message's `content`: the string, or its text parts joined as they streamed (nothing between
+    them: text / thinking / text reads as the live view showed it); an image or other part has none; `""` for None."""
     if isinstance(content, list):
-        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
     return content or ""
 
 

@@ -68,7 +68,15 @@ def test_keys_a_server_attached_stay_on_the_message_and_are_reached_through_as_j
 def test_content_text_is_the_string_or_the_text_parts() -> None:
     assert content_text("hi") == "hi" and content_text(None) == ""
     assert content_text([{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {"url": "data:x"}},
-                         {"type": "text", "text": "b"}]) == "a\nb"
+                         {"type": "text", "text": "b"}]) == "ab"
+
+
+# issue 32: text / thinking / text content showed a line break on resume, ACP replay and export that the live
+# view, which streams the parts one after the other, did not
+def test_text_parts_around_thinking_join_as_they_streamed() -> None:
+    parts = [{"type": "text", "text": "The answer "}, {"type": "thinking", "thinking": "check it"},
+             {"type": "text", "text": "is 4."}]
+    assert content_text(parts) == "The answer is 4."
 
 
 # found trying it as a new user (wave 3): a Mistral turn whose thinking came as content parts went back with
