@@ -156,6 +156,9 @@ class _TextBuffer:
 _CALL_KEYS = frozenset(("index", "id", "type", "function"))
 _FN_KEYS = frozenset(("name", "arguments"))
 _DELTA_KEYS = frozenset(("role", "content", "tool_calls", "refusal", "function_call"))
+_FIELD_TEXT_CHARS = 2_000_000
+"""Characters kept of a string-valued delta key crow does not know, streamed in pieces (reasoning under a new
+name): a server that never stops sending one cannot grow the message without bound."""
 """Delta keys the fast path reads; any other key (reasoning, blocks, extensions) takes `_delta_extras`."""
 _BLOCK_FIELDS = frozenset(REASONING_BLOCK_FIELDS)
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
@@ -384,6 +387,8 @@ class StreamAccumulator:
         self._fields: dict[str, _TextBuffer] = {}  # reasoning text per field name, as sent
         self._blocks: dict[str, _Blocks] = {}  # per reasoning-block field, in arrival order
         self._extra: dict[str, Any] = {}
+        self._strings: dict[str, _TextBuffer] = {}  # an unknown key whose value is text: its pieces, joined
+        self._string_chars: dict[str, int] = {}
         self._nested: dict[str, dict[str, Any]] = {}  # an extra that holds reasoning blocks: merged per key
         self._refusal = _TextBuffer()
         self._parts: _Parts | None = None  # content sent as typed parts beside text (Mistral thinking)
@@ -559,10 +564,34 @@ class StreamAccumulator:
                 shown = shown or bool(pieces)
             elif isinstance(value, Mapping) and (key in self._nested or not _BLOCK_FIELDS.isdisjoint(value)):
                 self._nested_extra(key, value, events)
+            elif isinstance(value, str) and value and (key in self._strings or _empty(self._extra.get(key))):
+                self._string_extra(key, value, events)
             elif not _empty(value) and _empty(self._extra.get(key)):
                 self._extra[key] = value
                 self._fired(f"message-field:{key}", events, f"the server attached {key!r} to the assistant "
                             "message: kept and sent back with it")
+
+    def _string_extra(self, key: str, value: str, events: list[Event]) -> None:
+        """A text-valued key crow does not know: its pieces are joined as content's are (a server streaming
+        reasoning under a new name), up to `_FIELD_TEXT_CHARS`; the same value sent again whole on the next
+        delta is kept once."""
+        buffer = self._strings.get(key)
+        if buffer is None:
+            self._strings[key] = buffer = _TextBuffer()
+            self._extra[key] = None  # its place among the fields; the value is the buffer's, at the end
+            self._fired(f"message-field:{key}", events, f"the server attached {key!r} to the assistant "
+                        "message: kept and sent back with it")
+        elif buffer.parts == [value]:
+            return
+        else:
+            self._fired(f"field-pieces:{key}", events, f"{key!r} arrives in pieces: joined, as content is")
+        used = self._string_chars.get(key, 0)
+        if used + len(value) > _FIELD_TEXT_CHARS:
+            self._fired(f"field-cut:{key}", events, f"{key!r} is over {_FIELD_TEXT_CHARS} characters: the rest "
+                        "is left out")
+            return
+        self._string_chars[key] = used + len(value)
+        buffer.add(value)
 
     def _nested_extra(self, key: str, value: Mapping[str, Any], events: list[Event]) -> None:
         """A delta key holding reasoning blocks of its own (LiteLLM repeats each piece in
@@ -769,7 +798,10 @@ class StreamAccumulator:
         for name, blocks in self._blocks.items():
             fields[name] = [clean_json(block.value()) for block in blocks.blocks]
         for key, value in self._extra.items():
-            if key in self._nested:
+            if (strings := self._strings.get(key)) is not None:
+                strings.flush()
+                value = strings.value()
+            elif key in self._nested:
                 value = {sub: [b.value() for b in v.blocks] if isinstance(v, _Blocks) else v
                          for sub, v in self._nested[key].items()}
             fields.setdefault(key, clean_json(value))

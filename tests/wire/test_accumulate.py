@@ -431,3 +431,24 @@ def test_llama_cpps_prompt_progress_is_a_notice_and_timings_are_kept() -> None:
                    timings={"prompt_n": 12, "cache_n": 7988}))
     turn, _events = acc.finish()
     assert turn.content == "Hi" and turn.timings == {"prompt_n": 12, "cache_n": 7988}
+
+
+# issue 32: a text-valued delta key crow does not know, streamed in pieces (reasoning under a new name), kept
+# only its first piece; a value sent whole on every delta is kept once, and the join is bounded
+def test_an_unknown_text_key_streamed_in_pieces_is_joined():
+    turn, _ = assemble(chunk({"thoughts": "Let me "}), chunk({"thoughts": "check."}),
+                       chunk({"content": "4", "provider": "acme"}), chunk({"provider": "acme"}, "stop"))
+    assert turn.fields == {"thoughts": "Let me check.", "provider": "acme"}
+
+
+def test_an_unknown_text_key_is_cut_at_its_bound_and_debug_names_it_once(monkeypatch):
+    import crow_cli.wire.accumulate as accumulate
+
+    monkeypatch.setattr(accumulate, "_FIELD_TEXT_CHARS", 10)
+    acc = StreamAccumulator(trace=True)
+    events = [e for n in range(5) for e in acc.feed(chunk({"thoughts": f"abc{n}"}))]
+    turn, _ = acc.finish()
+    assert turn.fields["thoughts"] == "abc0abc1"
+    notes = [e.message for e in events if getattr(e, "code", "") == "debug"]
+    assert sum("'thoughts' arrives in pieces" in n for n in notes) == 1
+    assert sum("'thoughts' is over 10 characters" in n for n in notes) == 1
