@@ -126,8 +126,10 @@ def run(
     sandbox: SandboxOpt = None,
     json_events: Annotated[bool, typer.Option("--json", help="Write JSONL events to stdout instead of the answer "
                                               "(schema: crow_cli/schemas/events.schema.json).")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No tool activity on stderr (errors and warnings "
-                                        "still show).")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No tool activity, reasoning or notices on stderr "
+                                        "(errors and warnings still show). Reasoning includes a <think> block in "
+                                        "the answer: stdout leaves it out; the session and --json's final_text "
+                                        "keep it verbatim.")] = False,
     profile: ProfileOpt = None,
     config: ConfigOpt = None,
     record: Annotated[str | None, typer.Option("--record", metavar="DIR", help="Write every request body and "
