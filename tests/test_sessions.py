@@ -823,3 +823,28 @@ async def test_commands_on_a_damaged_session_fail_in_one_line_and_send_nothing(
     lines = err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("crow: error: session ") and "damaged" in lines[0], lines
     assert "internal error" not in err and sent == []
+
+
+# issue 32: `crow sessions delete` took a two-character prefix without asking
+def test_delete_by_a_prefix_asks_or_needs_yes(_isolated_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with SessionStore() as store:
+        info = store.create(model="m")
+    capsys.readouterr()
+    assert crow_here("sessions", "delete", info.id[:2]) == 2  # no terminal to ask on
+    err = capsys.readouterr().err
+    assert err == f"crow: error: '{info.id[:2]}' is a prefix of session {info.id}: give the whole id, or --yes to " \
+                  "delete it\n"
+    with SessionStore() as store:
+        assert store.get(info.id).id == info.id
+    assert crow_here("sessions", "delete", info.id[:2], "--yes") == 0
+    with SessionStore() as store, pytest.raises(SessionError):
+        store.get(info.id)
+
+
+# issue 32: a stored title's bidi override reached `crow sessions list` on a terminal and reordered its line
+def test_a_titles_bidi_override_is_escaped_in_the_list(_isolated_home: Path) -> None:
+    with SessionStore() as store:
+        info = store.create(model="m")
+        store.append(info.id, {"role": "user", "content": "fix \u202egnp.exe"})
+    code, out = _on_pty("sessions", "list")
+    assert code == 0 and "fix \\u202egnp.exe" in out and "\u202e" not in out, out

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ..errors import ConfigError, CrowError
-from ..text import strip_controls
+from ..text import strip_controls, visible
 from .options import examples, fail
 
 if TYPE_CHECKING:
@@ -68,7 +68,8 @@ def list_sessions(
     more = bool(limit) and len(found) > limit
     for s in found[:limit] if limit else found:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.updated_at))
-        print(_for_terminal(f"{s.id}  {when}  {s.messages:>4} msgs  {s.model}  {s.title or '(untitled)'}"))
+        title = (visible(s.title) if sys.stdout.isatty() else s.title) or "(untitled)"  # U+202E reorders a line
+        print(_for_terminal(f"{s.id}  {when}  {s.messages:>4} msgs  {s.model}  {title}"))
     if more:
         print(f"(the {limit} most recent; older ones with --limit 0)", file=sys.stderr)
 
@@ -139,12 +140,27 @@ def undo(
     print(f"undone: session {info.id} now has {plan.keep} messages", file=sys.stderr)
 
 
-@sessions_app.command("delete", epilog=examples("crow sessions list", "crow sessions delete k3fq7x"))
-def delete(session_id: IdArg) -> None:
-    """Delete a session and its messages."""
+@sessions_app.command("delete", epilog=examples("crow sessions list", "crow sessions delete k3fq7x",
+                                                 "crow sessions delete k3 --yes"))
+def delete(
+    session_id: IdArg,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Delete what a prefix of an id names without asking.")
+                   ] = False,
+) -> None:
+    """Delete a session and its messages (a prefix of its id asks first)."""
     try:
         with _store() as store:
-            info = store.delete(session_id)
+            info = store.get(session_id)
+            if info.id != session_id and not yes:  # a slip of two characters must not delete a conversation
+                if not sys.stdin.isatty():
+                    raise ConfigError(f"{session_id!r} is a prefix of session {info.id}: give the whole id, or "
+                                      "--yes to delete it")
+                answer = input(f"delete session {info.id} “{visible(strip_controls(info.title)) or 'untitled'}”? "
+                               "[y/N] ")
+                if answer.strip().lower() not in ("y", "yes"):
+                    print("not deleted", file=sys.stderr)
+                    raise typer.Exit(1)
+            info = store.delete(info.id)
     except CrowError as exc:
         raise fail(exc) from None
-    print(f"deleted {info.id} ({strip_controls(info.title) or 'untitled'})", file=sys.stderr)
+    print(f"deleted {info.id} ({visible(strip_controls(info.title)) or 'untitled'})", file=sys.stderr)
