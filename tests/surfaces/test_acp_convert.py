@@ -176,3 +176,14 @@ def test_reasoning_kept_as_thinking_parts_of_the_content_is_replayed_as_a_though
     content = [{"type": "thinking", "thinking": [{"type": "text", "text": "Step one."}]}, {"type": "text", "text": "A"},
                {"type": "thinking", "thinking": "Step two."}, {"type": "thinking", "thinking": []}]
     assert reasoning_text({"role": "assistant", "content": content}) == "Step one.\n\nStep two."
+
+
+# issue 32: ACP log lines doubled the `crow:` prefix and named flags an editor's user cannot set
+def test_messages_for_the_editor_name_config_keys_and_drop_the_prefix() -> None:
+    from crow_cli.surfaces.acp.convert import for_editor
+
+    notice = ("crow: no sandbox for commands: every command will be asked about (--sandbox off runs them with your "
+              "full rights; --no-tools offers none)")
+    assert for_editor(notice) == ('no sandbox for commands: every command will be asked about (`sandbox = "off"` in '
+                                  "crow's config runs them with your full rights; --no-tools offers none)")
+    assert for_editor("set --model to choose") == "set the config key `model` to choose"

@@ -43,7 +43,7 @@ from ...tools.registry import ToolRegistry
 from ...wire.client import ChatClient
 from ..common import with_instructions
 from ..persist import SessionRecorder, open_session
-from .convert import mcp_tables
+from .convert import for_editor, mcp_tables
 from .editor_files import client_file_tools
 from .session import Session
 
@@ -264,7 +264,7 @@ class CrowAgent:
                 await servers.register_tools(registry)
                 registry.schemas()
                 for problem in registry.errors:
-                    log.warning("session %s: %s", session_id, problem)
+                    log.warning("session %s: %s", session_id, for_editor(problem))
         session = Session(self, session_id, root, history, recorder, registry, self.model_client)
         if keep is not None:
             session.set_mode(keep.mode)

@@ -29,6 +29,7 @@ from acp.schema import (
     ToolKind,
 )
 
+from ...config import APPROVAL_MODES, OPTIONS, SANDBOX_MODES
 from ...errors import ToolError
 from ...history import AssistantMessage, ToolCall, as_json, thinking_of
 from ...text import clean_text, has_surrogates, strip_controls
@@ -38,10 +39,35 @@ from ...tools.workspace import resolve_in_workspace
 from ...wire.profiles import BLOCK_TEXT_FIELDS, REASONING_BLOCK_FIELDS, REASONING_FIELDS
 from ..common import short_json
 
-__all__ = ["ACP_KINDS", "arguments", "diff_of", "disk_diff", "edit_target", "editor_failure", "line_error", "locations",
-           "mcp_tables", "prompt_text", "reasoning_text", "screen_line", "stored_diff", "title", "tool_kind"]
+__all__ = ["ACP_KINDS", "arguments", "diff_of", "disk_diff", "edit_target", "editor_failure", "for_editor",
+           "line_error", "locations", "mcp_tables", "prompt_text", "reasoning_text", "screen_line", "stored_diff",
+           "title", "tool_kind"]
 
 log = logging.getLogger("crow.acp")
+
+_FLAG_KEYS = {option.flag: option.key for option in OPTIONS if option.flag}
+_FLAG = re.compile(r"--([a-z][a-z-]+)(?:[ =]([A-Za-z0-9_.:/-]+))?")
+
+
+_FLAG_VALUES = {"approval": APPROVAL_MODES, "sandbox": SANDBOX_MODES}
+"""The keys whose value a message may give after the flag (`--sandbox off`); other words after a flag are prose."""
+
+
+def _config_words(match: re.Match[str]) -> str:
+    key = _FLAG_KEYS.get(f"--{match.group(1)}")
+    if key is None:
+        return match.group(0)
+    value = match.group(2)
+    if value in _FLAG_VALUES.get(key, ()):
+        return f'`{key} = "{value}"` in crow\'s config'
+    return f"the config key `{key}`{match.group(0)[len(match.group(1)) + 2:]}"
+
+
+def for_editor(message: str) -> str:
+    """A message of the CLI's as an editor's user reads it: without the `crow: ` prefix (the log line has its
+    own), and with each command-line flag that has a config key named by that key (`--sandbox off` becomes
+    `` `sandbox = "off"` in crow's config ``): the editor starts crow, its user sets no flag."""
+    return _FLAG.sub(_config_words, message.removeprefix("crow: "))
 
 
 ACP_KINDS: dict[str, ToolKind] = {"read": "read", "write": "edit", "search": "search", "shell": "execute",

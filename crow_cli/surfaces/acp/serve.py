@@ -16,6 +16,7 @@ from ...stdout import private_stdout
 from ...tools.mcp import end_task
 from ..runtime import Runtime, RuntimeOptions
 from .agent import AcpOptions, CrowAgent
+from .convert import for_editor
 from .transport import STDIN_LIMIT, ProtocolOutput, objects_only, streams
 
 __all__ = ["serve_acp", "serve_streams"]
@@ -87,7 +88,7 @@ async def serve_streams(settings: Settings, options: AcpOptions, stdin: asyncio.
             # the configured MCP servers start while the editor's `initialize` is answered; session
             # requests wait for them (`CrowAgent.ready`)
             for problem in await runtime.start():
-                log.warning("%s", problem)
+                log.warning("%s", for_editor(problem))
             agent.started(runtime.registry, runtime.client)
 
         agent.starting = starting = loop.create_task(start(), name="acp-start")

@@ -55,6 +55,7 @@ from .convert import (
     disk_diff,
     edit_target,
     editor_failure,
+    for_editor,
     locations,
     prompt_text,
     reasoning_text,
@@ -299,9 +300,9 @@ class Session:
             case Notice(code="turn_restarted"):
                 self.send(acp.update_agent_message_text("\n\n[crow: the stream broke; the answer starts again]\n\n"))
             case Notice(message=message) | WarningEvent(message=message):
-                log.warning("session %s: %s", self.id, message)
+                log.warning("session %s: %s", self.id, for_editor(message))
             case RunFinished(status="error", error=error):
-                log.warning("session %s: %s", self.id, error)
+                log.warning("session %s: %s", self.id, for_editor(error or ""))
 
     def _announce(self, calls: Sequence[ToolCall]) -> None:
         self.turns += 1
