@@ -35,6 +35,7 @@ import httpx
 from ..errors import ConfigError
 from ..private import open_private, private_dir
 from ..text import header_secrets, is_secret_name, mask_secrets
+from .body import MAX_STREAM_BYTES
 
 __all__ = ["RecordingTransport", "prepare_record_dir", "recording_http_client"]
 
@@ -125,11 +126,26 @@ class _TeeStream(httpx.AsyncByteStream):
         enc = encoding.strip().lower()
         # gzip/deflate are decoded for the file; other encodings (br, zstd) are written as received.
         self.decoder = zlib.decompressobj(zlib.MAX_WBITS | 32) if enc in ("gzip", "deflate") else None
+        self.room = MAX_STREAM_BYTES
+        """Decoded bytes the file may still take: the live path reads no more (`body.MAX_STREAM_BYTES`), and a
+        compression bomb must not fill the disk or the memory of the recording either."""
         self.pending = b""
+
+    def _decoded(self, data: bytes, final: bool) -> bytes:
+        assert self.decoder is not None
+        if self.room <= 0:
+            return b""
+        out = self.decoder.decompress(data, self.room)  # never more than the room left, whatever the ratio
+        if final and len(out) < self.room:
+            out += self.decoder.flush()[: self.room - len(out)]
+        self.room -= len(out)
+        if self.room <= 0:
+            out += f"\n[crow: recording cut at {MAX_STREAM_BYTES} decoded bytes]\n".encode()
+        return out
 
     def _write(self, data: bytes, final: bool = False) -> None:
         if self.decoder is not None:
-            data = self.decoder.decompress(data) + (self.decoder.flush() if final else b"")
+            data = self._decoded(data, final)
         # Hold back a tail shorter than any secret could straddle, so a split secret is still redacted.
         data = self.pending + data
         keep = 0 if final else min(len(data), 256)

@@ -184,3 +184,25 @@ def test_an_empty_record_folder_name_is_a_usage_error(name: str) -> None:
     with pytest.raises(ConfigError, match="--record needs a folder") as caught:
         prepare_record_dir(name)
     assert caught.value.exit_code == 2
+
+
+# issue 32: --record decoded gzip parts with no size limit (the live path is capped): a compression bomb filled the
+# recording's memory and disk
+async def test_a_recorded_gzip_body_is_decoded_within_the_streams_cap(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from crow_cli.wire import record
+
+    monkeypatch.setattr(record, "MAX_STREAM_BYTES", 1024 * 1024)
+    bomb = gzip.compress(b"\0" * (64 * 1024 * 1024))  # 64 MiB decoded from ~64 KiB
+
+    class Parts(httpx.AsyncByteStream):
+        async def __aiter__(self):  # type: ignore[no-untyped-def]
+            for at in range(0, len(bomb), 4096):
+                yield bomb[at:at + 4096]
+
+    tee = record._TeeStream(Parts(), tmp_path / "r.txt", "gzip", lambda data: data)
+    passed = b"".join([part async for part in tee])
+    await tee.aclose()
+    assert passed == bomb  # the bytes passed on are untouched
+    written = (tmp_path / "r.txt").read_bytes()
+    assert len(written) < 1024 * 1024 + 100 and written.endswith(b"[crow: recording cut at 1048576 decoded bytes]\n")
