@@ -8,11 +8,13 @@ lookup) gets a total deadline.
 
 Caps: `MAX_EVENT_BYTES` per SSE event, `MAX_STREAM_BYTES` per streamed turn, `MAX_BODY_BYTES` per
 whole body (a non-streamed completion, an error, `/models`, `/props`). The openai SDK reads a refusal's
-body whole before it raises, so the chat client's transport reads error bodies first (`CappedErrorBodies`).
+body whole before it raises, so the chat client's transport reads error bodies first (`CappedErrorBodies`),
+within `ERROR_DEADLINE_S` in all, keeping their first `ERROR_HEAD_BYTES`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -22,8 +24,9 @@ import httpx
 
 from ..errors import ServerError
 
-__all__ = ["AUX_DEADLINE_S", "MAX_BODY_BYTES", "MAX_EVENT_BYTES", "MAX_STREAM_BYTES", "BodyTooLarge",
-           "CappedErrorBodies", "capped_events", "read_body", "read_body_sync", "read_parts"]
+__all__ = ["AUX_DEADLINE_S", "ERROR_DEADLINE_S", "ERROR_HEAD_BYTES", "MAX_BODY_BYTES", "MAX_EVENT_BYTES",
+           "MAX_STREAM_BYTES", "BodyTooLarge", "CappedErrorBodies", "capped_events", "read_body", "read_body_sync",
+           "read_parts"]
 
 MAX_EVENT_BYTES = 8 * 1024 * 1024
 """Decoded bytes of one SSE event at most (a chunk is a few hundred bytes; a whole answer in one event fits)."""
@@ -33,6 +36,11 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 """Decoded bytes of a whole (not streamed) body at most: a completion, an error body, a model list."""
 AUX_DEADLINE_S = 10.0
 """Seconds an auxiliary request (`/models`, `/props`) may take in all, however slowly it trickles."""
+ERROR_HEAD_BYTES = 64 * 1024
+"""Decoded bytes of an error body kept (and so parsed) at most: a refusal's reason is in its head, and parsing a
+12 MB body cost the event loop 15 s. The rest is read (up to `MAX_BODY_BYTES`) and dropped."""
+ERROR_DEADLINE_S = 30.0
+"""Seconds an error body may take in all: one trickled a byte at a time held the run for as long as it liked."""
 
 _MiB = 1024 * 1024
 _BODY_FRAMING = {"content-encoding", "content-length", "transfer-encoding"}  # of the body as sent, not as read
@@ -109,9 +117,11 @@ class CappedErrorBodies(httpx.AsyncBaseTransport):
     `__cause__` of an `APIConnectionError`), and httpx's errors when the connection fails.
     """
 
-    def __init__(self, inner: httpx.AsyncBaseTransport, limit: int = MAX_BODY_BYTES) -> None:
+    def __init__(self, inner: httpx.AsyncBaseTransport, limit: int = MAX_BODY_BYTES,
+                 deadline_s: float = ERROR_DEADLINE_S) -> None:
         self.inner = inner
         self.limit = limit
+        self.deadline_s = deadline_s
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         response = await self.inner.handle_async_request(request)
@@ -119,10 +129,21 @@ class CappedErrorBodies(httpx.AsyncBaseTransport):
             return response
         status = response.status_code
         sent = httpx.Response(status, headers=response.headers, stream=response.stream)  # decoded as it is read
+        head = bytearray()
+        total = 0
         try:
-            body = await read_parts(sent.aiter_bytes(), self.limit, f"an error body ({status})")
+            async with asyncio.timeout(self.deadline_s):
+                async for part in sent.aiter_bytes():
+                    total += len(part)
+                    if total > self.limit:
+                        raise _too_large(f"an error body ({status})", self.limit)
+                    if len(head) < ERROR_HEAD_BYTES:
+                        head += part[:ERROR_HEAD_BYTES - len(head)]
+        except TimeoutError:
+            pass  # trickled: what came within the deadline is the refusal
         finally:
-            await sent.aclose()  # past the cap: the connection is dropped, the rest never read
+            await sent.aclose()  # past the cap or the deadline: the connection is dropped, the rest never read
+        body = bytes(head)
         headers = [(k, v) for k, v in response.headers.multi_items() if k.lower() not in _BODY_FRAMING]
         return httpx.Response(status, headers=headers, content=body, extensions=response.extensions)
 

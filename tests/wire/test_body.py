@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
-from crow_cli.wire.body import BodyTooLarge, capped_events, read_parts
+from crow_cli.wire.body import ERROR_HEAD_BYTES, BodyTooLarge, CappedErrorBodies, capped_events, read_parts
 from tests.support import crow, gzip_bomb, raw_http_server
 
 
@@ -78,3 +80,38 @@ def test_a_gzip_error_body_is_capped_decoded_and_read_when_small(tmp_path: Path,
         proc = crow("run", "--base-url", base_url, "--api-key", "sk-test", "--model", "m", "--no-tools", "hi",
                     cwd=tmp_path)
     assert (proc.returncode, proc.stderr) == (1, shown)
+
+
+class _ErrorBody(httpx.AsyncBaseTransport):
+    """A 400 whose body is `parts`, then (with `hang`) nothing more, ever: a server that trickles it."""
+
+    def __init__(self, parts: list[bytes], hang: bool = False) -> None:
+        self.parts, self.hang = parts, hang
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        parts, hang = self.parts, self.hang
+
+        class Body(httpx.AsyncByteStream):
+            async def __aiter__(self) -> AsyncIterator[bytes]:
+                for part in parts:
+                    yield part
+                if hang:
+                    await asyncio.Event().wait()
+
+        return httpx.Response(400, stream=Body())
+
+
+# issue 32: a slowly sent error body had only the per-read timeout and no total deadline
+async def test_a_trickled_error_body_ends_at_its_deadline_with_what_came() -> None:
+    transport = CappedErrorBodies(_ErrorBody([b'{"error": {"message": "bad temperature"'], hang=True),
+                                  deadline_s=0.05)
+    response = await transport.handle_async_request(httpx.Request("POST", "http://llm.test/v1/chat/completions"))
+    assert response.status_code == 400 and response.content == b'{"error": {"message": "bad temperature"'
+
+
+# issue 32: a 12 MB error body cost 15 s of event-loop time when parsed: only its head is kept
+async def test_only_the_head_of_a_large_error_body_is_kept() -> None:
+    body = b'{"error": {"message": "too long"}, "detail": "' + b"x" * (12 << 20)
+    transport = CappedErrorBodies(_ErrorBody([body[at:at + 65536] for at in range(0, len(body), 65536)]))
+    response = await transport.handle_async_request(httpx.Request("POST", "http://llm.test/v1/chat/completions"))
+    assert response.content == body[:ERROR_HEAD_BYTES]
