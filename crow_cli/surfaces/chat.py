@@ -216,6 +216,8 @@ class ChatApp:
         self.recorder, self.history = recorder, history
         if not self.options.session:  # --no-session: read the old one, record nothing new
             self.recorder = None
+            self.view.line("--no-session: this session is read, but nothing new is stored in it (/undo has nothing "
+                           "to undo; /export writes what this chat holds)", "yellow")
         self.usage, self.last_usage = self._token_use(), self._token_use()
         self._new_compactor(recorder.checkpoint)
         info = recorder.info
@@ -676,7 +678,9 @@ class ChatApp:
         from ..undo import apply_undo, plan_undo
 
         if self.recorder is None or self.recorder.info is None:
-            self.view.line("nothing to undo (no exchange is recorded in this chat)", "yellow")
+            why = "--no-session records nothing, so there is nothing to undo" if not self.options.session else \
+                "nothing to undo (no exchange is recorded in this chat)"
+            self.view.line(why, "yellow")
             return
         if arg.strip() not in ("", "--force", "force"):
             self.view.line("usage: /undo [--force]  (--force: restore files changed since crow wrote them too)",

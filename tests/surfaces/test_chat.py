@@ -228,6 +228,17 @@ async def test_no_session_resume_reads_the_session_and_writes_nothing_to_it(stor
     assert len(store.messages(old.id)) == 2 and store.checkpoints(old.id) == []
 
 
+# issue 32: with --no-session, /resume loaded a session but recorded nothing, and /undo then found nothing,
+# without a word why
+async def test_no_session_resume_says_nothing_new_is_stored_and_undo_says_why(store: SessionStore) -> None:
+    old = store.create(model="m", base_url="http://x/v1", cwd="/tmp")
+    for m in ({"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello."}):
+        store.append(old.id, m)
+    output, _, _ = await chat([], "/undo\r/exit\r", store, options=ChatOptions(session=False, resume=old.id))
+    assert "--no-session: this session is read, but nothing new is stored in it" in output
+    assert "--no-session records nothing, so there is nothing to undo" in output
+
+
 async def test_no_session_resume_of_a_crashed_turn_closes_it_in_memory_only(store: SessionStore) -> None:
     # issue 18: `--no-session --resume ID` stored the "interrupted" results that close a cut turn
     old = store.create(model="test-model", cwd="/tmp")
