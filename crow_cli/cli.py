@@ -19,6 +19,7 @@ from .commands.chat import chat
 from .commands.models import models
 from .commands.options import examples
 from .commands.probe import probe
+from .commands.prompt import prompt
 from .commands.run import run
 from .commands.sessions import sessions_app
 from .commands.tools import tools
@@ -55,6 +56,8 @@ app.command(epilog=examples('crow run "Summarise README.md"', 'git diff | crow r
                             'crow run --json --yes "Fix the failing test" > events.jsonl'))(run)
 app.command(epilog=examples("crow chat", "crow chat --resume", "crow chat --local"))(chat)
 app.command(epilog=examples("crow tools", "crow tools --tools-dir tools"))(tools)
+app.command(epilog=examples("crow prompt", "crow prompt --approval auto-edit", "crow prompt --system-file prompt.md"))(
+    prompt)
 app.command(epilog=examples("crow acp", "crow acp --profile local --approval auto-edit"))(acp)
 app.command(epilog=examples("crow probe --base-url http://127.0.0.1:8080/v1", "crow probe --local",
                              "crow probe --show"))(probe)

@@ -68,6 +68,12 @@ class Settings:
     """Extra request headers; may hold credentials (`Authorization`), so not in the repr."""
     params: dict[str, Any] = field(default_factory=dict)
     system: str | None = None
+    default_prompt: bool = False
+    """Start the system prompt with crow's built-in one (`default_prompt`): workspace, OS, date, modes, tools.
+    `load_settings` turns it on unless the config, `CROW_DEFAULT_PROMPT` or `--no-default-prompt` says no; a
+    `Settings` made by hand (the library's callers, tests) asks for it by name."""
+    system_prompt_file: str | None = None
+    """A file whose text replaces the built-in prompt (`--system-file`), with the same `$name` placeholders."""
     max_turns: int = 25
     tool_timeout_s: float = 120.0
     idle_timeout_s: float = 300.0
@@ -226,6 +232,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("base_url", str, flag="--base-url", env="CROW_BASE_URL", check=_http_url),  # then OPENAI_BASE_URL
     Option("api_key_env", str, check=_non_empty),  # the key itself is resolved by _api_key
     Option("system", str, flag="--system"),
+    Option("default_prompt", bool, flag="--no-default-prompt", env="CROW_DEFAULT_PROMPT", default=True),
+    Option("system_prompt_file", str, flag="--system-file", check=_non_empty),
     Option("max_turns", int, flag="--max-turns", default=25, check=_at_least(1)),
     Option("tool_timeout", float, field="tool_timeout_s", default=120.0, check=_positive),
     Option("idle_timeout", float, field="idle_timeout_s", env="CROW_IDLE_TIMEOUT", default=300.0, check=_positive),
@@ -393,6 +401,7 @@ def load_settings(
     return Settings(
         model=str(values["model"]), base_url=base_url, api_key=api_key, headers=headers,
         params=dict(values["params"]), system=values["system"], max_turns=int(values["max_turns"]),
+        default_prompt=bool(values["default_prompt"]), system_prompt_file=values["system_prompt_file"],
         tool_timeout_s=float(values["tool_timeout"]), idle_timeout_s=float(values["idle_timeout"]),
         first_byte_timeout_s=float(values["first_byte_timeout"]), reasoning_echo=values["reasoning_echo"],
         max_retries=int(values["max_retries"]), max_output_chars=int(values["max_output_chars"]),

@@ -169,10 +169,10 @@ def find_instructions(workspace: Path, config_dir: Path | None, *, secrets: Iter
     return [Instructions(i.path, mask_secrets(i.text, masked), i.size, i.scope) for i in kept]
 
 
-def system_prompt(system: str | None, instructions: list[Instructions]) -> str | None:
-    """The system prompt: `system` (the configured one) followed by each file's text under a heading
-    naming where it came from; None when there is neither."""
-    parts = [system] if system else []
+def system_prompt(system: str | None, instructions: list[Instructions], default: str | None = None) -> str | None:
+    """The system prompt: `default` (crow's built-in one, `default_prompt`), then `system` (the configured one),
+    then each file's text under a heading naming where it came from; None when there is none of them."""
+    parts = [p for p in (default, system) if p]
     for item in instructions:
         where = "global instructions" if item.scope == "global" else "project instructions"
         parts.append(f"# {FILENAME} ({where}: {item.path})\n\n{item.text}")

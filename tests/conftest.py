@@ -137,6 +137,9 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
 
     if backend() is None:  # no bubblewrap here: tests not about the sandbox run commands as before it
         monkeypatch.setenv("CROW_SANDBOX", "off")
+    # tests not about crow's built-in system prompt compare requests message by message; those about it (and the
+    # conformance corpus, run as a user runs crow) unset this
+    monkeypatch.setenv("CROW_DEFAULT_PROMPT", "0")
     return home
 
 

@@ -29,6 +29,7 @@ ALLOWED = {
     "crow_cli.driver": LEAVES | {"crow_cli.loop", "crow_cli.signals", "crow_cli.tools", "crow_cli.context"},
     "crow_cli.sessions": LEAVES,
     "crow_cli.instructions": {"crow_cli.text", "crow_cli.paths"},
+    "crow_cli.default_prompt": {"crow_cli.errors"},
     "crow_cli.attachments": LEAVES | {"crow_cli.tools"},
     "crow_cli.undo": LEAVES | {"crow_cli.sessions"},
     "crow_cli.local": LEAVES | {"crow_cli.config"},
@@ -37,7 +38,8 @@ ALLOWED = {
     # no surface handles a signal itself: the driver does (its Interrupts policies)
     "crow_cli.surfaces": LEAVES | {"crow_cli.config", "crow_cli.driver", "crow_cli.loop", "crow_cli.sessions",
                                    "crow_cli.surfaces", "crow_cli.tools", "crow_cli.wire", "crow_cli.context",
-                                   "crow_cli.attachments", "crow_cli.instructions", "crow_cli.undo"},
+                                   "crow_cli.attachments", "crow_cli.instructions", "crow_cli.undo",
+                                   "crow_cli.default_prompt"},
     "crow_cli.commands": LEAVES | {"crow_cli.commands", "crow_cli.config", "crow_cli.sessions", "crow_cli.surfaces",
                                    "crow_cli.tools", "crow_cli.wire", "crow_cli.undo", "crow_cli.local",
                                    "crow_cli.probe"},

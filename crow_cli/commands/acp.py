@@ -17,9 +17,11 @@ from .options import (
     DenyOpt,
     MaxTurnsOpt,
     ModelOpt,
+    NoDefaultPromptOpt,
     NoToolsOpt,
     ProfileOpt,
     SandboxOpt,
+    SystemFileOpt,
     SystemOpt,
     ToolsDirOpt,
     YesOpt,
@@ -34,6 +36,8 @@ def acp(
     base_url: BaseUrlOpt = None,
     api_key: ApiKeyOpt = None,
     system: SystemOpt = None,
+    system_file: SystemFileOpt = None,
+    no_default_prompt: NoDefaultPromptOpt = False,
     max_turns: MaxTurnsOpt = None,
     tools_dir: ToolsDirOpt = None,
     no_tools: NoToolsOpt = False,
@@ -57,7 +61,9 @@ def acp(
 
     try:
         settings = load_settings(
-            {"model": model, "base_url": base_url, "api_key": api_key, "system": system, "max_turns": max_turns,
+            {"model": model, "base_url": base_url, "api_key": api_key, "system": system,
+             "system_prompt_file": system_file,
+             "default_prompt": False if no_default_prompt else None, "max_turns": max_turns,
              "approval": approval, "allow": allow, "deny": deny, "sandbox": sandbox},
             config_path=config, profile=profile,
         )

@@ -19,10 +19,12 @@ from .options import (
     LocalOpt,
     MaxTurnsOpt,
     ModelOpt,
+    NoDefaultPromptOpt,
     NoSessionOpt,
     NoToolsOpt,
     ProfileOpt,
     SandboxOpt,
+    SystemFileOpt,
     SystemOpt,
     ToolsDirOpt,
     WorkspaceOpt,
@@ -43,6 +45,8 @@ def chat(
     base_url: BaseUrlOpt = None,
     api_key: ApiKeyOpt = None,
     system: SystemOpt = None,
+    system_file: SystemFileOpt = None,
+    no_default_prompt: NoDefaultPromptOpt = False,
     max_turns: MaxTurnsOpt = None,
     tools_dir: ToolsDirOpt = None,
     no_tools: NoToolsOpt = False,
@@ -71,7 +75,9 @@ def chat(
         if session_id is not None and not session_id.strip():
             raise ConfigError("--resume needs a session id, or none for the most recent session")
         settings = load_settings(
-            {"model": model, "base_url": base_url, "api_key": api_key, "system": system, "max_turns": max_turns,
+            {"model": model, "base_url": base_url, "api_key": api_key, "system": system,
+             "system_prompt_file": system_file,
+             "default_prompt": False if no_default_prompt else None, "max_turns": max_turns,
              "approval": approval, "allow": allow, "deny": deny, "workspace": workspace,
              "sandbox": sandbox, "local_model": local_model},
             config_path=config, profile=profile,

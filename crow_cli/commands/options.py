@@ -14,9 +14,30 @@ if TYPE_CHECKING:
     from ..config import Settings
 
 __all__ = [
-    "AllowOpt", "ApiKeyOpt", "ApprovalOpt", "BaseUrlOpt", "ConfigOpt", "DebugOpt", "DenyOpt", "LocalModelOpt",
-    "LocalOpt", "MaxTurnsOpt", "ModelOpt", "NoSessionOpt", "NoToolsOpt", "ProfileOpt", "SandboxOpt", "SystemOpt",
-    "ToolsDirOpt", "WorkspaceOpt", "YesOpt", "check_before_start", "examples", "fail",
+    "AllowOpt",
+    "ApiKeyOpt",
+    "ApprovalOpt",
+    "BaseUrlOpt",
+    "ConfigOpt",
+    "DebugOpt",
+    "DenyOpt",
+    "LocalModelOpt",
+    "LocalOpt",
+    "MaxTurnsOpt",
+    "ModelOpt",
+    "NoDefaultPromptOpt",
+    "NoSessionOpt",
+    "NoToolsOpt",
+    "ProfileOpt",
+    "SandboxOpt",
+    "SystemFileOpt",
+    "SystemOpt",
+    "ToolsDirOpt",
+    "WorkspaceOpt",
+    "YesOpt",
+    "check_before_start",
+    "examples",
+    "fail",
 ]
 
 DOCS = "Manual: docs/ in crow's source (an MkDocs site); every option: docs/cli.md."
@@ -37,7 +58,13 @@ ApiKeyOpt = Annotated[str | None, typer.Option("--api-key", metavar="KEY",
                                                "api_key_env or OPENAI_API_KEY, each only for the server it was "
                                                "configured for). Never printed or stored.",
                                                show_default=False)]
-SystemOpt = Annotated[str | None, typer.Option("--system", metavar="TEXT", help="System prompt.")]
+SystemOpt = Annotated[str | None, typer.Option("--system", metavar="TEXT", help="System prompt, after crow's "
+                                               "built-in one (\"\": no system prompt at all).")]
+SystemFileOpt = Annotated[str | None, typer.Option("--system-file", metavar="FILE", help="A file whose text replaces "
+                                                   "crow's built-in system prompt ($workspace, $os, $shell, $date, "
+                                                   "$sandbox, $approval, $tools are filled in).")]
+NoDefaultPromptOpt = Annotated[bool, typer.Option("--no-default-prompt", help="Leave crow's built-in system prompt "
+                                                  "out (crow prompt shows it).")]
 ProfileOpt = Annotated[str | None, typer.Option("--profile", metavar="NAME",
                                                 help="A [profiles.NAME] table of the config file.")]
 

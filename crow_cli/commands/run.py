@@ -23,10 +23,12 @@ from .options import (
     LocalOpt,
     MaxTurnsOpt,
     ModelOpt,
+    NoDefaultPromptOpt,
     NoSessionOpt,
     NoToolsOpt,
     ProfileOpt,
     SandboxOpt,
+    SystemFileOpt,
     SystemOpt,
     ToolsDirOpt,
     WorkspaceOpt,
@@ -115,6 +117,8 @@ def run(
     base_url: BaseUrlOpt = None,
     api_key: ApiKeyOpt = None,
     system: SystemOpt = None,
+    system_file: SystemFileOpt = None,
+    no_default_prompt: NoDefaultPromptOpt = False,
     max_turns: MaxTurnsOpt = None,
     tools_dir: ToolsDirOpt = None,
     no_tools: NoToolsOpt = False,
@@ -162,7 +166,9 @@ def run(
             raise ConfigError("--session needs a session id (crow sessions list shows them)")
         text = _read_prompt(prompt, use_stdin)
         settings = load_settings(
-            {"model": model, "base_url": base_url, "api_key": api_key, "system": system, "max_turns": max_turns,
+            {"model": model, "base_url": base_url, "api_key": api_key, "system": system,
+             "system_prompt_file": system_file,
+             "default_prompt": False if no_default_prompt else None, "max_turns": max_turns,
              "approval": approval, "allow": allow, "deny": deny, "workspace": workspace,
              "sandbox": sandbox, "local_model": local_model},
             config_path=config, profile=profile,

@@ -100,17 +100,16 @@ def warning_to(stream: TextIO | None = None) -> Callable[[str], None]:
 
 
 def with_instructions(settings: Settings, root: Path, enabled: bool = True,
-                      warn: Callable[[str], None] | None = None) -> Settings:
-    """`settings` whose system prompt ends with the AGENTS.md files that apply to `root` (`instructions`),
-    and whose `instructions` lists them; unchanged when `enabled` is False. The run's secrets are masked
-    in them; a file skipped (see `instructions`) is one line to `warn` (default: `warning_to()`, stderr)."""
+                      warn: Callable[[str], None] | None = None, default: str | None = None) -> Settings:
+    """`settings` whose system prompt is `default` (crow's built-in prompt, `default_prompt`), then its own
+    (`--system`), then the AGENTS.md files that apply to `root` (`instructions`, which lists them; none when
+    `enabled` is False). The run's secrets are masked in them; a file skipped (see `instructions`) is one line
+    to `warn` (default: `warning_to()`, stderr)."""
     from dataclasses import replace
 
     from ..config import default_config_path
     from ..instructions import find_instructions, system_prompt
 
-    if not enabled:
-        return settings
     found = find_instructions(root, default_config_path().parent, secrets=(settings.api_key, *settings.secrets),
-                              warn=warn or warning_to())
-    return replace(settings, system=system_prompt(settings.system, found), instructions=tuple(found))
+                              warn=warn or warning_to()) if enabled else []
+    return replace(settings, system=system_prompt(settings.system, found, default), instructions=tuple(found))

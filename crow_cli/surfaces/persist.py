@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..config import Settings
 from ..context.compact import Checkpoint
+from ..default_prompt import without_default
 from ..errors import ConfigError, SessionError
 from ..history import Message, repair_history
 from ..instructions import system_prompt
@@ -169,7 +170,8 @@ def _open(store: SessionStore, settings: Settings, session_id: str | None, lates
         return SessionRecorder(store, settings), []
     if system is not None:  # read before the session is taken: a refused one is left as it was
         current = next((m.get("content") for m in store.messages(info.id) if m.get("role") == "system"), None)
-        if current != system_prompt(system, list(settings.instructions)):
+        given = without_default(current) if isinstance(current, str) else current  # any day's built-in prompt
+        if given != system_prompt(system, list(settings.instructions)):
             raise ConfigError("--system cannot change the system prompt of a continued session; start a new "
                               "session for a new system prompt, or continue without --system")
     if record:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from ..config import Settings
 from ..context.compact import Checkpoint
+from ..default_prompt import default_prompt
 from ..driver import Driver, Interrupts, run_interrupts
 from ..tools.approval import check_rule_names
 from ..tools.context import ToolContext
@@ -93,9 +94,10 @@ class Runtime:
         self.options = options
         self.context = ToolContext.for_workspace(settings.workspace, secrets=[settings.api_key, *settings.secrets],
                                                  sandbox=Sandbox(settings.sandbox, settings.sandbox_network))
-        self.settings = with_instructions(settings, self.context.workspace, options.project_instructions, warn=warn)
         self.registry: ToolRegistry | None = (None if options.no_tools else
-                                              build_registry(self.settings, extra_dirs=options.tools_dirs))
+                                              build_registry(settings, extra_dirs=options.tools_dirs))
+        self.settings = with_instructions(settings, self.context.workspace, options.project_instructions, warn=warn,
+                                          default=self._default_prompt(settings))
         self._mcp = McpServers({} if self.registry is None else self.settings.mcp_servers,
                                errlog=sys.stderr if options.debug else None, workspace=self.context.workspace)
         self._client: ChatClient | None = None
@@ -105,6 +107,19 @@ class Runtime:
         self._exit = AsyncExitStack()
         self._mcp_start: asyncio.Task[None] | None = None
         self._reported = 0  # how many of the registry's errors `start` / `mcp_ready` have returned
+
+    def _default_prompt(self, settings: Settings) -> str | None:
+        """crow's built-in system prompt for this run (or `system_prompt_file`'s); None when it is off or
+        `--system ""` asks for no system prompt at all.
+
+        Raises:
+            ConfigError: the system prompt file cannot be read.
+        """
+        if settings.system == "" or not (settings.default_prompt or settings.system_prompt_file):
+            return None
+        return default_prompt(workspace=self.context.workspace, sandbox=settings.sandbox,
+                              network=settings.sandbox_network, approval=settings.approval,
+                              tools=[t.name for t in self.registry or ()], file=settings.system_prompt_file)
 
     @property
     def workspace(self) -> Path:

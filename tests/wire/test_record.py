@@ -195,14 +195,13 @@ async def test_a_recorded_gzip_body_is_decoded_within_the_streams_cap(tmp_path: 
     monkeypatch.setattr(record, "MAX_STREAM_BYTES", 1024 * 1024)
     bomb = gzip.compress(b"\0" * (64 * 1024 * 1024))  # 64 MiB decoded from ~64 KiB
 
-    class Parts(httpx.AsyncByteStream):
-        async def __aiter__(self):  # type: ignore[no-untyped-def]
-            for at in range(0, len(bomb), 4096):
-                yield bomb[at:at + 4096]
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-encoding": "gzip", "content-type": "text/plain"}, content=bomb)
 
-    tee = record._TeeStream(Parts(), tmp_path / "r.txt", "gzip", lambda data: data)
-    passed = b"".join([part async for part in tee])
-    await tee.aclose()
+    transport = record.RecordingTransport(tmp_path, httpx.MockTransport(handler))
+    response = await transport.handle_async_request(httpx.Request("POST", "http://llm.test/v1/chat/completions"))
+    passed = b"".join([part async for part in response.stream])  # type: ignore[union-attr]
+    await response.aclose()
     assert passed == bomb  # the bytes passed on are untouched
-    written = (tmp_path / "r.txt").read_bytes()
+    written = (tmp_path / "0001-response.txt").read_bytes()
     assert len(written) < 1024 * 1024 + 100 and written.endswith(b"[crow: recording cut at 1048576 decoded bytes]\n")

@@ -1,0 +1,54 @@
+"""`crow prompt`: the system message a new `crow run` here would send, printed; nothing is sent anywhere."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ..errors import CrowError
+from .options import (
+    ApprovalOpt,
+    ConfigOpt,
+    NoDefaultPromptOpt,
+    NoToolsOpt,
+    ProfileOpt,
+    SandboxOpt,
+    SystemFileOpt,
+    SystemOpt,
+    ToolsDirOpt,
+    WorkspaceOpt,
+    fail,
+)
+
+__all__ = ["prompt"]
+
+
+def prompt(system: SystemOpt = None, system_file: SystemFileOpt = None, no_default_prompt: NoDefaultPromptOpt = False,
+           approval: ApprovalOpt = None, sandbox: SandboxOpt = None, workspace: WorkspaceOpt = None,
+           tools_dir: ToolsDirOpt = None, no_tools: NoToolsOpt = False,
+           no_project_instructions: Annotated[bool, typer.Option("--no-project-instructions", help="Leave the "
+                                                                 "AGENTS.md files out.")] = False,
+           profile: ProfileOpt = None, config: ConfigOpt = None) -> None:
+    """Print the system message a new crow run here would send (built-in prompt, --system, AGENTS.md)."""
+    from ..config import load_settings
+    from ..surfaces.common import warning_to
+    from ..surfaces.runtime import Runtime, RuntimeOptions
+    from ..text import strip_controls
+
+    try:
+        settings = load_settings(
+            {"system": system, "system_prompt_file": system_file,
+             "default_prompt": False if no_default_prompt else None, "approval": approval, "sandbox": sandbox,
+             "workspace": workspace},
+            config_path=config, profile=profile)
+        runtime = Runtime(settings, RuntimeOptions(tuple(tools_dir or ()), no_tools,
+                                                   project_instructions=not no_project_instructions),
+                          warn=warning_to())
+    except CrowError as exc:
+        raise fail(exc) from None
+    text = runtime.settings.system
+    if not text:
+        typer.echo("(no system prompt: --no-default-prompt or --system \"\", and no AGENTS.md)", err=True)
+        return
+    typer.echo(strip_controls(text))

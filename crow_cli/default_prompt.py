@@ -1,0 +1,95 @@
+"""The built-in system prompt: what the model is told before the `--system` text and the AGENTS.md files.
+
+The text is a package data file (`data/system.md`) with `$name` placeholders filled in here: the workspace,
+OS, shell, today's date, the sandbox and approval mode in force (so a refused write reads as a policy), and
+how to use the built-in tools offered. It stays small (well under 1k tokens): small local models have small
+context windows. `system_prompt_file` (`--system-file FILE`) replaces it, with the same placeholders;
+`default_prompt = false` (`--no-default-prompt`) leaves it out. A continued session keeps the system message
+it was started with, so a prompt dated yesterday is still the session's own (`without_default`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+from collections.abc import Iterable
+from importlib import resources
+from pathlib import Path
+from string import Template
+
+from .errors import ConfigError
+
+__all__ = ["FIRST_LINE", "default_prompt", "without_default"]
+
+_TEMPLATE = resources.files("crow_cli").joinpath("data/system.md").read_text(encoding="utf-8").strip()
+FIRST_LINE = _TEMPLATE.split("\n", 1)[0]
+"""The default prompt's first line: how a stored system message is known to start with it."""
+_PARAGRAPHS = _TEMPLATE.count("\n\n") + 1
+
+_SANDBOX = {
+    "workspace-write": "commands run confined: they may write only inside the workspace (and the temp folder), "
+                       "its .git is read-only",
+    "read-only": "commands run confined and may write nowhere",
+    "off": "commands run unconfined, with the user's rights",
+}
+_APPROVAL = {
+    "ask": "the user approves each file change and command before it runs",
+    "auto-edit": "file changes in the workspace apply without asking; commands are approved by the user",
+    "yolo": "calls run without asking",
+    "read-only": "file changes and commands that are not read-only are refused",
+}
+_TOOL_HINTS = (
+    ("read_file", "Read a file before you edit it (read_file; list_directory and search_files find files)."),
+    ("edit_file", "Change files with small edits (edit_file: old_string must match exactly once); write_file "
+                  "only for new files or full rewrites."),
+    ("run_shell", "Run tests, builds and git with run_shell, and check the exit code."),
+)
+
+
+def default_prompt(*, workspace: Path, sandbox: str, network: bool = False, approval: str | None = None,
+                   tools: Iterable[str] = (), file: str | None = None, today: datetime.date | None = None) -> str:
+    """The default system prompt (or `file`'s text) with its placeholders filled in.
+
+    Args:
+        workspace: the workspace root.
+        sandbox: the sandbox mode (`workspace-write`, `read-only`, `off`); `network`: whether confined
+            commands may use the network.
+        approval: the approval mode (None: the surface's default, which asks).
+        tools: the names of the tools offered: only the hints of those offered are given.
+        file: `system_prompt_file`: a text replacing the built-in one (the same `$name` placeholders).
+        today: the date given (default: today, local time).
+
+    Raises:
+        ConfigError: `file` cannot be read, or is not UTF-8 text.
+    """
+    template = _TEMPLATE
+    if file is not None:
+        try:
+            template = Path(file).expanduser().read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "it is not UTF-8 text"
+            raise ConfigError(f"system prompt file {file!r} cannot be read: {why}") from None
+    offered = set(tools)
+    hints = [hint for name, hint in _TOOL_HINTS if name in offered]
+    sandboxed = _SANDBOX.get(sandbox, sandbox)
+    if sandbox != "off":
+        sandboxed += ", with the network on" if network else ", with no network"
+    values = {
+        "workspace": str(workspace), "os": f"{platform.system()} {platform.release()}".strip(),
+        "shell": os.environ.get("SHELL") or "sh", "date": (today or datetime.date.today()).isoformat(),
+        "sandbox": sandboxed, "approval": _APPROVAL.get(approval or "ask", approval or "ask"),
+        "tools": "\n".join(hints) if hints else "No tools are offered: answer from what you are told.",
+    }
+    # a value never adds a paragraph: `without_default` counts them
+    return Template(template).safe_substitute({k: " ".join(v.split()) if k != "tools" else v.replace("\n\n", "\n")
+                                               for k, v in values.items()})
+
+
+def without_default(system: str | None) -> str | None:
+    """A stored system message without the built-in prompt it starts with (any date, workspace or mode), so a
+    continued session's prompt is compared by what the user gave: `--system` and the AGENTS.md files."""
+    if system is None or not system.startswith(FIRST_LINE):
+        return system
+    rest = system.split("\n\n", _PARAGRAPHS)
+    return rest[_PARAGRAPHS] if len(rest) > _PARAGRAPHS else None

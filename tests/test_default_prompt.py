@@ -1,0 +1,99 @@
+"""`default_prompt`: crow's built-in system prompt, what the request carries, and how it is replaced or left out."""
+
+from __future__ import annotations
+
+import datetime
+import platform
+from pathlib import Path
+
+import pytest
+
+from crow_cli.default_prompt import FIRST_LINE, default_prompt, without_default
+from crow_cli.errors import ConfigError
+from tests.replay_server import text_stream
+from tests.support import crow_here, run_here
+
+BUILTINS = ("read_file", "list_directory", "search_files", "write_file", "edit_file", "run_shell")
+
+
+def test_it_names_the_workspace_os_date_modes_and_stays_small(tmp_path: Path) -> None:
+    text = default_prompt(workspace=tmp_path, sandbox="workspace-write", approval="auto-edit", tools=BUILTINS,
+                          today=datetime.date(2026, 12, 2))
+    assert text.startswith(FIRST_LINE) and "$" not in text
+    for part in (str(tmp_path), platform.system(), "2026-12-02", "with no network",
+                 "file changes in the workspace apply without asking", "edit_file", "run_shell"):
+        assert part in text, part
+    assert len(text) / 4 < 500  # well under 1k tokens: small local models have small windows
+
+
+def test_only_the_hints_of_offered_tools_are_given(tmp_path: Path) -> None:
+    text = default_prompt(workspace=tmp_path, sandbox="off", tools=("read_file",))
+    assert "read_file" in text and "run_shell" not in text and "unconfined" in text
+    assert "No tools are offered" in default_prompt(workspace=tmp_path, sandbox="off")
+
+
+def test_a_prompt_file_replaces_it_with_the_same_placeholders(tmp_path: Path) -> None:
+    (tmp_path / "p.md").write_text("Be terse. You work in $workspace.")
+    assert default_prompt(workspace=tmp_path, sandbox="off", file=str(tmp_path / "p.md")) == \
+        f"Be terse. You work in {tmp_path}."
+    with pytest.raises(ConfigError, match="cannot be read"):
+        default_prompt(workspace=tmp_path, sandbox="off", file=str(tmp_path / "missing.md"))
+
+
+def test_a_stored_prompt_is_compared_without_any_days_built_in_part(tmp_path: Path) -> None:
+    yesterday = default_prompt(workspace=tmp_path, sandbox="off", today=datetime.date(2026, 12, 1))
+    assert without_default(yesterday) is None
+    assert without_default(f"{yesterday}\n\nBe terse.\n\n# AGENTS.md (project)\n\nTabs.") == \
+        "Be terse.\n\n# AGENTS.md (project)\n\nTabs."
+    assert without_default("Be terse.") == "Be terse."
+
+
+# issue 34: messages[0] was AGENTS.md alone or nothing; the model was not told where it works, on what, or when
+async def test_the_request_carries_the_default_prompt_then_system_then_agents_md(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CROW_DEFAULT_PROMPT", raising=False)
+    (tmp_path / "AGENTS.md").write_text("Use tabs.")
+    ran = await run_here([{"sse": text_stream("ok")}], cwd=tmp_path, flags={"system": "Be terse."})
+    system = ran.requests[0]["messages"][0]
+    assert system["role"] == "system" and system["content"].startswith(FIRST_LINE)
+    for part in (str(tmp_path.resolve()), platform.system(), datetime.date.today().isoformat()):
+        assert part in system["content"]
+    assert system["content"].index("Be terse.") < system["content"].index("Use tabs.")
+    assert without_default(system["content"]).startswith("Be terse.")
+
+
+async def test_system_file_replaces_it_and_no_default_prompt_leaves_it_out(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CROW_DEFAULT_PROMPT", raising=False)
+    (tmp_path / "mine.md").write_text("You are a reviewer in $workspace.")
+    ran = await run_here([{"sse": text_stream("ok")}], cwd=tmp_path,
+                         flags={"system_prompt_file": str(tmp_path / "mine.md")})
+    assert ran.requests[0]["messages"][0] == {"role": "system",
+                                              "content": f"You are a reviewer in {tmp_path.resolve()}."}
+    ran = await run_here([{"sse": text_stream("ok")}], cwd=tmp_path, flags={"default_prompt": False})
+    assert ran.requests[0]["messages"][0]["role"] == "user"
+    ran = await run_here([], cwd=tmp_path, flags={"system_prompt_file": str(tmp_path / "nope.md")})
+    assert (ran.code, ran.requests) == (2, [])
+    assert ran.stderr.count("\n") == 1 and "system prompt file" in ran.stderr and "cannot be read" in ran.stderr
+
+
+async def test_a_continued_session_keeps_the_prompt_it_started_with(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CROW_DEFAULT_PROMPT", raising=False)
+    first = await run_here([{"sse": text_stream("one")}], cwd=tmp_path, flags={"approval": "yolo"})
+    later = await run_here([{"sse": text_stream("two")}], "and?", cwd=tmp_path, continue_last=True,
+                           flags={"approval": "ask"})
+    assert later.code == 0, later.stderr
+    assert later.requests[0]["messages"][0] == first.requests[0]["messages"][0]  # its modes, not today's flags
+
+
+def test_crow_prompt_prints_the_system_message(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CROW_DEFAULT_PROMPT", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "AGENTS.md").write_text("Use tabs.")
+    assert crow_here("prompt", "--approval", "read-only") == 0
+    out = capsys.readouterr().out
+    assert out.startswith(FIRST_LINE) and "are refused" in out and out.rstrip().endswith("Use tabs.")
+    assert crow_here("prompt", "--no-default-prompt", "--no-project-instructions") == 0
+    assert capsys.readouterr().out == ""
