@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..errors import ContextOverflow
-from ..events import Event, Notice
+from ..events import Event, Notice, WarningEvent
 from ..history import Message, tool_calls_of
 from .budget import CHARS_PER_TOKEN, Budget, estimate_tokens
 from .normalise import Normaliser, normalise
@@ -180,7 +180,18 @@ class Compactor:
         view = [*system, *old, *recent]
         shortened_enough = (window is not None and overflow is None and focus is None
                             and estimate_tokens(view) <= TARGET * window and old != body[:cut])
-        if not shortened_enough and old:
+        kept = estimate_tokens([*system, *recent]) if window is not None else 0
+        # the newest exchanges alone (a long signed thinking block) past the target: a summary of the older part
+        # cannot make the prompt fit and may make it longer, so no request is spent on one; the server's own
+        # overflow answer, if it comes, decides the rest
+        hopeless = (window is not None and bool(old) and not shortened_enough and overflow is None
+                    and focus is None and not asked and kept > TARGET * window)
+        if hopeless:
+            assert window is not None
+            yield WarningEvent(f"the newest exchanges alone are about {kept:,} tokens, over the "
+                               f"{int(TARGET * window):,} a compaction aims for: summarising the {len(old)} earlier "
+                               "messages cannot make the prompt fit, so none is asked for")
+        if not shortened_enough and old and not hopeless:
             why = (f"compacting as asked ({self._of(before)})" if asked and overflow is None else
                    f"the conversation is {'past' if overflow else 'near'} the model's context window "
                    f"({self._of(before)})")

@@ -82,3 +82,22 @@ async def test_an_overflow_refusal_compacts_and_the_retried_turn_succeeds(tmp_pa
     assert [e["code"] for e in ran.events() if e["type"] == "notice"] == ["compacting", "compacted"]
     assert len(ran.requests) == 3 and ran.requests[2]["messages"][1]["content"].startswith(SUMMARY_PREFIX)
     assert_contract(ran.requests[2]["messages"])
+
+
+# issue 32: when the newest exchange alone is past the target (a long signed thinking block), summarising the small
+# older part cannot make the prompt fit: no summary request is spent, and one line says why
+async def test_no_summary_is_asked_for_when_the_newest_exchanges_alone_are_too_long(tmp_path: Path) -> None:
+    with SessionStore() as store:
+        info = store.create(model="test-model", cwd=str(Path.cwd()))
+        for n in range(6):
+            store.append(info.id, user_message(f"request {n}"))
+            store.append(info.id, assistant_message(f"answer {n}"))
+        store.append(info.id, user_message("think hard"))
+        store.append(info.id, {**assistant_message("Thought it through."), "reasoning_content": "z" * 40_000})
+    config = write_config(tmp_path, context_window=8192, max_retries=0)
+    ran = await run_here([{"sse": text_stream("Done.")}], "go on", cwd=tmp_path, config=config, session_id=info.id,
+                         json=True)
+    assert ran.code == 0, ran.stderr
+    assert len(ran.requests) == 1 and "tools" in ran.requests[0]  # the turn itself, no summary request
+    warnings = [e["message"] for e in ran.events() if e["type"] == "warning"]
+    assert any("summarising the 12 earlier messages cannot make the prompt fit" in w for w in warnings), warnings
