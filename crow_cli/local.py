@@ -25,6 +25,7 @@ Also a command line, used by `scripts/llama-server.sh` and CI:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import importlib.util
@@ -45,6 +46,7 @@ from typing import Any
 
 from .config import Settings
 from .errors import ConfigError, CrowError
+from .signals import ALL_SIGNALS, Interrupts
 
 __all__ = ["LOCAL_MODEL", "LocalPaths", "LocalServer", "ServerSpec", "bundled_spec", "gguf_spec", "local_paths",
            "local_session", "prepare"]
@@ -424,6 +426,26 @@ def _child(spec_json: str) -> int:
     os._exit(0)  # the server's threads are not joined: nothing of theirs needs saving
 
 
+async def _serve(paths: LocalPaths, log: Callable[[str], None]) -> int:
+    """Serve the bundled model until the server exits or a signal ends it (`signals.Interrupts`, the policy of
+    `crow run`: SIGINT, SIGTERM and SIGHUP stop the server, exit 128 + n)."""
+    with Interrupts(end=ALL_SIGNALS) as interrupts:
+        try:
+            with LocalServer(bundled_spec(paths), paths.cache / "logs") as server:
+                log(f"serving {paths.model} (log: {server.log}); stop with Ctrl-C")
+                log(f"try: crow run --base-url {server.base_url} --model {LOCAL_MODEL} --tools-dir tools --yes "
+                    "'Please use roll_dice to roll one 20-sided die.'")
+                print(server.base_url, flush=True)
+                assert server.proc is not None
+                return await asyncio.to_thread(server.proc.wait)  # leaving the block stops the server
+        except asyncio.CancelledError:
+            if interrupts.signum is None or (task := asyncio.current_task()) is None:
+                raise
+            task.uncancel()
+    log(f"stopped ({interrupts.name})")
+    return interrupts.exit_code
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m crow_cli.local [serve|prepare|check|paths]` (see `scripts/llama-server.sh`)."""
     args = sys.argv[1:] if argv is None else argv
@@ -447,15 +469,7 @@ def main(argv: list[str] | None = None) -> int:
         if command != "serve":
             print("usage: python -m crow_cli.local [serve|prepare|check|paths]", file=sys.stderr)
             return 2
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # run the finally below: stop the server
-        paths = prepare(log)
-        with LocalServer(bundled_spec(paths), paths.cache / "logs") as server:
-            log(f"serving {paths.model} (log: {server.log}); stop with Ctrl-C")
-            log(f"try: crow run --base-url {server.base_url} --model {LOCAL_MODEL} --tools-dir tools --yes "
-                "'Please use roll_dice to roll one 20-sided die.'")
-            print(server.base_url, flush=True)
-            assert server.proc is not None
-            return server.proc.wait()
+        return asyncio.run(_serve(prepare(log), log))
     except (LocalError, ConfigError) as exc:
         print(f"llama-server: error: {exc}", file=sys.stderr)
         return 1

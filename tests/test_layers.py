@@ -32,7 +32,7 @@ ALLOWED = {
     "crow_cli.default_prompt": {"crow_cli.errors"},
     "crow_cli.attachments": LEAVES | {"crow_cli.tools"},
     "crow_cli.undo": LEAVES | {"crow_cli.sessions"},
-    "crow_cli.local": LEAVES | {"crow_cli.config"},
+    "crow_cli.local": LEAVES | {"crow_cli.config", "crow_cli.signals"},  # `serve` ends by the run scope
     "crow_cli.probe": LEAVES | {"crow_cli.config", "crow_cli.probe", "crow_cli.wire"},
     "crow_cli.config": LEAVES | {"crow_cli.wire.profiles"},  # provider data (pure, standard library only)
     # no surface handles a signal itself: the driver does (its Interrupts policies)

@@ -272,3 +272,19 @@ def test_a_bad_number_for_the_local_server_is_a_usage_error(monkeypatch: pytest.
     monkeypatch.setenv(name, " 4096 ")
     assert getattr(bundled_spec(local_paths()) if name != "CROW_LLAMA_CTX" else gguf_spec(model),
                    name.removeprefix("CROW_LLAMA_").lower()) == 4096
+
+
+# issue 32: `python -m crow_cli.local serve` kept its own SIGTERM handler (exit 0) outside the one run scope
+def test_serve_ends_on_sigterm_as_crow_run_does_and_stops_its_server(fake_engine: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "crow_cli.local", "serve"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().startswith("http://127.0.0.1:")  # serving
+        (started,) = entries(fake_engine)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 143
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not alive(started["pid"])
+    assert "stopped (SIGTERM)" in (proc.stderr.read() if proc.stderr else "")
