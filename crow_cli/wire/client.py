@@ -33,7 +33,7 @@ import threading
 from collections.abc import AsyncGenerator, Iterable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import startup
 from ..errors import AuthError, ContextOverflow, ProviderError, RateLimited, ServerError, StreamCut
@@ -42,6 +42,9 @@ from ..history import Message
 from ..text import header_secrets, mask_secrets, public_url, url_secrets
 from .adapt import Rule
 from .outgoing import REASONING_ECHO, Outgoing, ReasoningEcho
+
+if TYPE_CHECKING:
+    from .stream import AfterDone
 
 __all__ = ["ChatClient", "ClientSettings", "ReasoningEcho", "context_overflow", "import_in_background", "map_error",
            "split_base_url"]
@@ -109,6 +112,7 @@ class ChatClient:
         self.settings = settings
         self._sdk: Any = None
         self._usage_option = True  # stream_options.include_usage, dropped if the server rejects it
+        self._after_done: AfterDone | None = None  # learned: a server keeps its bodies open after [DONE]
         self._url, self._query = split_base_url(settings.base_url)
         self._shown_url = public_url(settings.base_url)
         # redacted from errors and records: the key, those in the URL, credential header values
@@ -220,7 +224,10 @@ class ChatClient:
             raise AuthError(f"no API key for {self._shown_url}: set OPENAI_API_KEY or CROW_API_KEY (or "
                             "--api-key), or point --base-url at a server that needs none, or try a small local "
                             "model with --local")
-        from .stream import iter_chunks
+        from .stream import AfterDone, iter_chunks
+
+        if self._after_done is None:
+            self._after_done = AfterDone()
 
         if self.settings.trace and not self._fields_traced:
             self._fields_traced = True
@@ -261,7 +268,8 @@ class ChatClient:
                         yield Notice(f"crow: debug: remembered for {self._shown_url} {self.settings.model} in "
                                      f"{facts_path()}: {_json(self._learned_now())}", "adapt_debug")
                 back = self._names_back(body)
-                async for item in iter_chunks(response.aiter_bytes(), response.headers.get("content-type", "")):
+                async for item in iter_chunks(response.aiter_bytes(), response.headers.get("content-type", ""),
+                                              self._after_done):
                     if back and isinstance(item, dict):
                         _rename_calls(item, back)
                     yield item

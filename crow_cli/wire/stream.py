@@ -5,7 +5,8 @@ Imported only once a request is made (it imports httpx). Rules:
 * An event without data (`event: ping`, `data:` alone, `retry: 1000`, `: comment`) is skipped, as the
   SSE spec says it is not dispatched; `[DONE]` is recognised with stray spaces around it. What follows
   `[DONE]` (normally only the body's end) is read and ignored, for up to `DONE_GRACE_S`: a body read to its
-  end lets httpx put the connection back in its pool, so the next turn reuses it. The body is
+  end lets httpx put the connection back in its pool, so the next turn reuses it; a server whose body is
+  still open then has it closed at once after `[DONE]` on its later turns (`AfterDone`). The body is
   decoded as SSE whatever its content type says when that is `text/event-stream`, `text/plain` or absent.
 * Errors inside the stream come in three shapes: `{"error": {…}}` (OpenAI, vLLM via LiteLLM), a
   top-level `{"object": "error", "message": …}` (older vLLM) and an `event: error` whose data is
@@ -34,6 +35,7 @@ import html
 import json
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -45,12 +47,24 @@ from .accumulate import stream_error
 from .body import capped_events, read_parts
 from .shape import check_chunk, has_choice
 
-__all__ = ["DONE_GRACE_S", "chunk_from_completion", "iter_chunks", "looks_like_html", "recover_frames", "short_text"]
+__all__ = ["DONE_GRACE_S", "AfterDone", "chunk_from_completion", "iter_chunks", "looks_like_html", "recover_frames",
+           "short_text"]
 
 _SNIFF_BYTES = 4096
 DONE_GRACE_S = 0.5
 """Seconds the rest of a body is waited for after `data: [DONE]` (its end comes with it from every server
 seen); a server that keeps the body open longer only loses the connection's reuse."""
+
+
+@dataclass
+class AfterDone:
+    """How long one server's body is waited for after `data: [DONE]`, learned per client: `DONE_GRACE_S` until
+    a body is still open when it has passed; from then on the body is closed at once after `[DONE]` (its
+    connection is not reused either way; a server that ends its bodies keeps the reuse and pays nothing)."""
+
+    grace_s: float = DONE_GRACE_S
+
+
 _MARKER = re.compile(r"data:|\n")
 _DECODER = json.JSONDecoder()
 
@@ -163,13 +177,15 @@ def _no_stream_error(head: bytes, content_type: str) -> ServerError:
     return ServerError("the server ended the stream without sending a single chunk")
 
 
-async def iter_chunks(parts: AsyncIterator[bytes], content_type: str
+async def iter_chunks(parts: AsyncIterator[bytes], content_type: str, after_done: AfterDone | None = None
                       ) -> AsyncGenerator[dict[str, Any] | WarningEvent, None]:
     """Decode one streamed turn: each chunk as the dict of its `data:` JSON, in order (see the module docstring).
 
     Args:
         parts: the response body, content-decoded (gzip undone), in pieces as they arrive.
         content_type: the response's `content-type` header ("" when absent).
+        after_done: how long the rest of the body is waited for after `[DONE]` (the client's, learned across
+            its turns; default: `DONE_GRACE_S`, learned for this call only).
 
     Yields:
         chunk dicts; a `WarningEvent` before the frames recovered from (or after) a damaged event.
@@ -204,7 +220,7 @@ async def iter_chunks(parts: AsyncIterator[bytes], content_type: str
             if not data:
                 continue
             if data == "[DONE]":
-                await _read_to_end(events)
+                await _read_to_end(events, after_done or AfterDone())
                 break
             try:
                 payloads = [json.loads(data)]
@@ -239,13 +255,19 @@ async def iter_chunks(parts: AsyncIterator[bytes], content_type: str
         raise _no_stream_error(sniffed.head, content_type)
 
 
-async def _read_to_end(events: AsyncIterator[Any]) -> None:
-    """Read and drop what follows `[DONE]` until the body ends (within `DONE_GRACE_S`; capped as the
-    stream is): the answer is complete, so what comes after it, or a failure to read it, changes nothing."""
-    with contextlib.suppress(TimeoutError, httpx.HTTPError, ServerError):
-        async with asyncio.timeout(DONE_GRACE_S):
-            async for _ in events:
-                pass
+async def _read_to_end(events: AsyncIterator[Any], after: AfterDone) -> None:
+    """Read and drop what follows `[DONE]` until the body ends, within `after.grace_s` (capped as the stream
+    is): the answer is complete, so what comes after it, or a failure to read it, changes nothing. A body still
+    open then sets the grace to 0: later turns close it at once."""
+    if after.grace_s <= 0:
+        return
+    with contextlib.suppress(httpx.HTTPError, ServerError):
+        try:
+            async with asyncio.timeout(after.grace_s):
+                async for _ in events:
+                    pass
+        except TimeoutError:
+            after.grace_s = 0.0
 
 
 async def _whole_json(parts: AsyncIterator[bytes]) -> dict[str, Any]:

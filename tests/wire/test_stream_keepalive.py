@@ -50,3 +50,25 @@ def test_a_body_held_open_after_done_does_not_hold_up_the_turn(tmp_path: Path) -
         finally:
             released.set()
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "Hi there.\n", "")
+
+
+# issue 32: a body kept open after [DONE] added up to 0.5 s to every turn: once one was still open after the
+# grace, later turns of the same client close it at once (and a server that ends its bodies keeps the reuse)
+async def test_a_body_left_open_after_done_is_closed_at_once_on_later_turns() -> None:
+    import asyncio
+
+    from crow_cli.wire.stream import AfterDone, iter_chunks
+
+    read_after_done: list[bool] = []
+
+    async def held_open():  # type: ignore[no-untyped-def]
+        yield text_sse("Hi.").encode()  # ends with data: [DONE]
+        read_after_done.append(True)
+        await asyncio.Event().wait()  # the body never ends
+
+    after = AfterDone(grace_s=0.01)
+    assert [c async for c in iter_chunks(held_open(), "text/event-stream", after)]
+    assert read_after_done == [True] and after.grace_s == 0  # it waited once, and learned
+    read_after_done.clear()
+    assert [c async for c in iter_chunks(held_open(), "text/event-stream", after)]
+    assert read_after_done == []  # closed at once: the rest of the body was never asked for
