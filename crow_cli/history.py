@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, NotRequired, TypedDict, cast
 
+from .images import Image, describe_part
+
 __all__ = [
     "OUTCOMES",
     "AssistantMessage",
@@ -165,6 +167,9 @@ class ToolResult:
     outcome: Outcome = "ok"
     """How the call ended (`OUTCOMES`): surfaces read this, never the output text. `ok` when the tool
     returned (`ok` is True exactly then; a result made with `ok=False` and no outcome is an `error`)."""
+    images: tuple[Image, ...] = ()
+    """Images the tool returned (a plugin's `Image`, an MCP image block). `output` names each with a
+    placeholder; the loop shows them to the model in a user message after the turn's tool messages."""
 
     def __post_init__(self) -> None:
         if not self.ok and self.outcome == "ok":
@@ -246,11 +251,13 @@ def tool_message(tool_call_id: str, content: str) -> ToolMessage:
     return {"role": "tool", "tool_call_id": tool_call_id, "content": content}
 
 
-def content_text(content: str | list[ContentPart] | None) -> str:
+def content_text(content: str | list[ContentPart] | None, *, images: bool = False) -> str:
     """The text of a message's `content`: the string, or its text parts one per line (an image or other
-    part has none); `""` for None."""
+    part has none; with `images`, an image part is its `[image: NAME, SIZE]` line); `""` for None."""
     if isinstance(content, list):
-        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
+        return "\n".join(str(p.get("text", "")) if p.get("type") == "text" else describe_part(p)
+                         for p in content if isinstance(p, dict)
+                         and (p.get("type") == "text" or (images and p.get("type") == "image_url")))
     return content or ""
 
 

@@ -172,7 +172,7 @@ async def _run_one(
             async with exclusive.hold(not t.parallel):
                 started = time.perf_counter()
                 async with asyncio.timeout(t.timeout_s or default_timeout) as deadline:
-                    output = await t.invoke(arguments, context)
+                    output = await t.call(arguments, context)
         except SandboxBlocked as blocked:  # asked outside the lock and the call's time limit
             escalate = getattr(approve, "escalate", None)
             if escalate is None or not await escalate(call, t, blocked.reason):
@@ -183,7 +183,7 @@ async def _run_one(
                 started = time.perf_counter()
                 async with asyncio.timeout(t.timeout_s or default_timeout) as deadline:
                     with using_context(unconfined):
-                        output = await t.invoke(arguments, unconfined)
+                        output = await t.call(arguments, unconfined)
     except TimeoutError as exc:
         if deadline is None or not deadline.expired():  # the tool's own TimeoutError, not ours
             return fail(f"{call.name} raised TimeoutError: {exc}")
@@ -203,5 +203,5 @@ async def _run_one(
         return fail(f"{call.name} raised CancelledError")
     except (Exception, SystemExit, KeyboardInterrupt) as exc:  # a plugin's sys.exit() must not end the run
         return fail(f"{call.name} raised {type(exc).__name__}: {exc}")
-    return ToolResult(call.id, call.name, output, ok=True, duration_s=time.perf_counter() - started,
-                      index=call.index)
+    return ToolResult(call.id, call.name, output.text, ok=True, duration_s=time.perf_counter() - started,
+                      index=call.index, images=output.images)

@@ -24,12 +24,13 @@ from types import ModuleType
 from typing import Any, Literal, get_args, overload
 
 from ..errors import ToolError, ToolFailed
+from ..images import Image
 from ..paths import resolve_path
 from .context import ToolContext, current_context
 from .names import WIRE_NAME, wire_name
 from .watchdog import track
 
-__all__ = ["ENTRY_POINT_GROUP", "Preview", "Subject", "Tool", "ToolKind", "ToolRegistry",
+__all__ = ["ENTRY_POINT_GROUP", "Preview", "Subject", "Tool", "ToolKind", "ToolOutput", "ToolRegistry",
            "default_registry", "tool"]
 
 ENTRY_POINT_GROUP = "crow_cli.tools"
@@ -43,6 +44,14 @@ Preview = Callable[[dict[str, Any], ToolContext], str]
 may raise `ToolError` to answer the call with that error without asking (a pre-check)."""
 Subject = Callable[[dict[str, Any]], str | None]
 """The command line that `NAME:PREFIX` approval rules are matched against, from the validated arguments."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutput:
+    """What a tool returned: its text for the tool message, and the images it returned (`Image`)."""
+
+    text: str
+    images: tuple[Image, ...] = ()
 
 
 @dataclass
@@ -125,9 +134,18 @@ class Tool:
         return {k: getattr(model, k) for k in model.model_fields_set | _required(self.validator)}
 
     async def invoke(self, arguments: dict[str, Any], context: ToolContext | None = None) -> str:
-        """Run the tool with validated arguments and return its output as text.
+        """Run the tool with validated arguments and return its output as text (an image as its placeholder).
 
         A parameter typed `ToolContext` gets `context` (default: the current one), whatever the model sent.
+        """
+        return (await self.call(arguments, context)).text
+
+    async def call(self, arguments: dict[str, Any], context: ToolContext | None = None) -> ToolOutput:
+        """Run the tool with validated arguments: its text and the images it returned.
+
+        The function may return text, `None` (empty), an `Image`, a list of `str` and `Image` parts
+        (text parts joined by newlines, each image named in the text by its placeholder), or any other
+        value (sent as JSON). A parameter typed `ToolContext` gets `context` (default: the current one).
         """
         name = self.context_parameter()
         if name is not None:
@@ -141,9 +159,9 @@ class Tool:
                     value = await value
         except ToolFailed as exc:  # its output is text too, whatever the tool gave (rows, as it may return)
             if not isinstance(exc.output, str):
-                exc.output = _as_text(exc.output)
+                exc.output = _as_output(exc.output).text
             raise
-        return _as_text(value)
+        return _as_output(value)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -179,6 +197,16 @@ async def run_in_daemon_thread(fn: Callable[..., Any], kwargs: dict[str, Any], *
 
 def _required(model: Any) -> set[str]:
     return {name for name, f in model.model_fields.items() if f.is_required()}
+
+
+def _as_output(value: Any) -> ToolOutput:
+    """A tool's return value as text and images: an `Image`, or a list holding one or more `Image`s among
+    text parts, keeps its images (each named in the text by its placeholder); anything else is text."""
+    parts = [value] if isinstance(value, Image) else value if isinstance(value, list | tuple) else None
+    if not parts or not any(isinstance(p, Image) for p in parts):
+        return ToolOutput(_as_text(value))
+    lines = [p.placeholder() if isinstance(p, Image) else _as_text(p) for p in parts]
+    return ToolOutput("\n".join(lines), tuple(p for p in parts if isinstance(p, Image)))
 
 
 def _as_text(value: Any) -> str:

@@ -1,0 +1,93 @@
+"""Images a tool returns reach the model: a user message of `image_url` parts right after the turn's tool messages
+(Chat Completions tool messages carry text only); issue 33 §2."""
+
+from __future__ import annotations
+
+from crow_cli.history import ToolResult
+from crow_cli.images import Image
+from crow_cli.tools.registry import ToolRegistry, tool
+from tests.test_loop import calls_sse, drive, text_sse
+
+PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 24
+"""The first bytes of a PNG file: enough for crow to tell its kind (it never decodes the picture)."""
+
+
+@tool
+def screenshot(label: str) -> Image:
+    """Take a screenshot.
+
+    Args:
+        label: what to call it.
+    """
+    return Image(PNG, "image/png", f"{label}.png")
+
+
+@tool
+def echo(text: str) -> str:
+    """Echo text.
+
+    Args:
+        text: what to echo.
+    """
+    return text
+
+
+@tool
+def report(text: str) -> list[str | Image]:
+    """Text and an image.
+
+    Args:
+        text: the caption.
+    """
+    return [text, Image(PNG)]
+
+
+def registry() -> ToolRegistry:
+    r = ToolRegistry()
+    for t in (screenshot, echo, report):
+        r.register(t)
+    return r
+
+
+async def test_a_tool_image_goes_in_a_user_message_after_every_tool_message() -> None:
+    history, _, bodies = await drive(registry(), [
+        calls_sse(("call_1", "screenshot", {"label": "home"}), ("call_2", "echo", {"text": "hi"}),
+                  ("call_3", "report", {"text": "caption"})),
+        text_sse("I see it")])
+    roles = [m["role"] for m in bodies[1]["messages"]]
+    assert roles == ["user", "assistant", "tool", "tool", "tool", "user"]  # all N tool messages first
+    tools = [m for m in bodies[1]["messages"] if m["role"] == "tool"]
+    assert [t["tool_call_id"] for t in tools] == ["call_1", "call_2", "call_3"]
+    assert tools[0]["content"] == "[image: home.png, image/png, 32 B]"  # text only, naming the image
+    assert tools[1]["content"] == "hi"
+    assert tools[2]["content"] == "caption\n[image: image/png, 32 B]"
+    shown = bodies[1]["messages"][-1]["content"]
+    assert shown[0]["type"] == "text" and "screenshot (call_1)" in shown[0]["text"] and "report (call_3)" in shown[0]["text"]
+    urls = [p["image_url"]["url"] for p in shown[1:]]
+    assert urls == [Image(PNG, "image/png").data_url()] * 2
+    assert history[-1] == {"role": "assistant", "content": "I see it"}  # the loop's history holds it, in order
+    assert [m["role"] for m in history] == ["user", "assistant", "tool", "tool", "tool", "user", "assistant"]
+
+
+async def test_a_model_known_to_take_no_images_gets_the_placeholders_only() -> None:
+    _, _, bodies = await drive(registry(), [calls_sse(("c1", "screenshot", {"label": "x"})), text_sse("ok")],
+                               images=False)
+    assert [m["role"] for m in bodies[1]["messages"]] == ["user", "assistant", "tool"]
+    assert bodies[1]["messages"][-1]["content"] == "[image: x.png, image/png, 32 B]"
+
+
+async def test_a_turn_without_images_adds_no_message() -> None:
+    _, _, bodies = await drive(registry(), [calls_sse(("c1", "echo", {"text": "a"})), text_sse("ok")])
+    assert [m["role"] for m in bodies[1]["messages"]] == ["user", "assistant", "tool"]
+
+
+def test_a_tool_result_keeps_its_images_off_the_tool_message() -> None:
+    result = ToolResult("c1", "shot", "[image: image/png, 32 B]", images=(Image(PNG),))
+    assert result.to_message() == {"role": "tool", "tool_call_id": "c1", "content": "[image: image/png, 32 B]"}
+
+
+async def test_the_tool_api_returns_text_for_an_image() -> None:
+    assert await screenshot.invoke({"label": "a"}) == "[image: a.png, image/png, 32 B]"
+    out = await report.call({"text": "t"})
+    assert out.text == "t\n[image: image/png, 32 B]" and out.images == (Image(PNG, "image/png"),)
+    assert (await tool(lambda: ["a", "b"], name="rows").call({})).text == '["a", "b"]'  # a list without images: JSON
