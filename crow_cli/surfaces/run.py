@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..attachments import load_attachment, user_content
+from ..attachments import image_attachment, load_attachment, user_content
 from ..config import Settings
 from ..driver import Interrupts, output_lost, run_interrupts
 from ..errors import ConfigError, SessionError
@@ -78,6 +78,10 @@ class RunOptions:
     """The `--system` flag as given (None when not given): refused on a continued session it would change."""
     files: tuple[str, ...] = ()
     """Files attached to the prompt (`-f`): text into the message, images as `image_url` parts."""
+    images: tuple[str, ...] = ()
+    """Images attached to the prompt (`-i`): as `files`, but a file that is no image is refused."""
+    stdin_image: bytes | None = None
+    """An image piped on standard input, attached after the files."""
     project_instructions: bool = True
     """Put AGENTS.md files into the system prompt of a new session (`--no-project-instructions` turns it off)."""
 
@@ -265,8 +269,10 @@ async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err:
                                                options.project_instructions), warn=warning_to(err))
     settings = runtime.settings
     secrets = runtime.context.secrets
-    content = (user_content(options.prompt, [load_attachment(f, runtime.workspace, secrets) for f in options.files])
-               if options.files else None)
+    attached = [*(load_attachment(f, runtime.workspace, secrets) for f in options.files),
+                *(load_attachment(f, runtime.workspace, secrets, image_only=True) for f in options.images),
+                *([image_attachment(options.stdin_image, "stdin")] if options.stdin_image is not None else [])]
+    content = user_content(options.prompt, attached) if attached else None
     printer: PlainPrinter | JsonlWriter = (JsonlWriter(out, err, debug=options.debug) if options.json
                                            else PlainPrinter(out, err, debug=options.debug, quiet=options.quiet))
     # with --yes too: the policy asks nothing then, but running a command outside the sandbox is a question
