@@ -62,7 +62,8 @@ async def test_a_tool_image_goes_in_a_user_message_after_every_tool_message() ->
     assert tools[1]["content"] == "hi"
     assert tools[2]["content"] == "caption\n[image: image/png, 32 B]"
     shown = bodies[1]["messages"][-1]["content"]
-    assert shown[0]["type"] == "text" and "screenshot (call_1)" in shown[0]["text"] and "report (call_3)" in shown[0]["text"]
+    assert shown[0]["type"] == "text"
+    assert "screenshot (call_1)" in shown[0]["text"] and "report (call_3)" in shown[0]["text"]
     urls = [p["image_url"]["url"] for p in shown[1:]]
     assert urls == [Image(PNG, "image/png").data_url()] * 2
     assert history[-1] == {"role": "assistant", "content": "I see it"}  # the loop's history holds it, in order

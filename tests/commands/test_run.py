@@ -55,7 +55,8 @@ def test_dash_i_attaches_an_image_and_refuses_a_text_file(tmp_path: Path, monkey
     (tmp_path / "d.png").write_bytes(PNG)
     (tmp_path / "notes.txt").write_text("text")
     with ReplayServer([{"sse": text_sse("ok")}]) as server:
-        assert crow_here(*run_args(server, "--no-tools", "--no-session", "-i", "d.png", "--image", "d.png", "Look")) == 0
+        flags = ("--no-tools", "--no-session")
+        assert crow_here(*run_args(server, *flags, "-i", "d.png", "--image", "d.png", "Look")) == 0
         assert crow_here(*run_args(server, "--no-tools", "--no-session", "-i", "notes.txt", "Look")) == 2
     content = server.requests[0]["messages"][-1]["content"]
     assert [p["type"] for p in content] == ["text", "image_url", "image_url"]

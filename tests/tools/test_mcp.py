@@ -276,7 +276,8 @@ async def test_an_image_block_is_kept_as_an_image() -> None:
 
 async def test_crow_run_shows_an_mcp_image_to_the_model(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
-    config.write_text(f"[mcp_servers.img]\ncommand = {json.dumps(sys.executable)}\nargs = [{json.dumps(IMAGE_SERVER)}]\n")
+    config.write_text(f"[mcp_servers.img]\ncommand = {json.dumps(sys.executable)}\n"
+                      f"args = [{json.dumps(IMAGE_SERVER)}]\n")
     ran = await run_here(script([("call_img", "snapshot", {"caption": "c"})]), "look", cwd=tmp_path, config=config,
                          session=False)
     assert ran.code == 0, ran.stderr
