@@ -39,6 +39,7 @@ from ..text import strip_controls
 from ..tools.approval import Answer, AskFn, make_approver
 from ..tools.dispatch import Approver
 from ..tools.registry import Tool
+from ..wire.vision import holds_images
 from .approve import terminal_ask
 from .common import (
     make_console,
@@ -336,6 +337,7 @@ async def _drive(runtime: Runtime, printer: PlainPrinter | JsonlWriter, history:
         finished = await driver.run(history, printer, recorder)
         _say_output_failed(finished, err)  # the printer cannot say it (its output is what failed)
         if (recorder is not None and new_session and finished.status == "error"
-                and not any(m.get("role") in ("assistant", "tool") for m in history)):
-            recorder.discard()  # unreachable, 401, 404, no key: nothing worth continuing was said
+                and not any(m.get("role") in ("assistant", "tool") for m in history) and not holds_images(history)):
+            recorder.discard()  # unreachable, 401, 404, no key: nothing worth continuing was said (a prompt with an
+            # image is kept: a text-only model refused it, and `crow run -c -m VISION_MODEL` continues it)
         return finished.exit_code

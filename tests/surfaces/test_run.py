@@ -275,3 +275,21 @@ async def test_the_default_streams_are_those_of_the_call(tmp_path: Path) -> None
         settings = load_settings({"base_url": server.base_url, "api_key": "sk-test", "model": "test-model"})
         code = await run_prompt(settings, RunOptions(prompt="hi", no_tools=True))
     assert (code, out.getvalue()) == (0, "Hello.\n"), err.getvalue()
+
+
+# issue 33 §2: a text-only model refused an attached image and the new session, holding only the prompt, was
+# discarded with the errors that leave nothing worth continuing (401, unreachable)
+async def test_an_image_a_text_only_model_refused_keeps_its_session(tmp_path: Path) -> None:
+    (tmp_path / "shot.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 24)
+    refusal = {"status": 400, "body": json.dumps({"error": {"message": "Invalid content type. image_url is only "
+                                                             "supported by certain models.", "code": None}})}
+    ran = await run_here([refusal], "what is this?", cwd=tmp_path, images=("shot.png",))
+    assert ran.code == 1 and len(ran.requests) == 1
+    assert ran.stderr.strip().splitlines()[-1].startswith("crow: error: the model test-model takes no images")
+    store = SessionStore()
+    try:
+        (info,) = store.recent()
+        (prompt,) = store.messages(info.id)
+    finally:
+        store.close()
+    assert prompt["role"] == "user" and prompt["content"][1]["type"] == "image_url"
