@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, NotRequired, TypedDict, cast
 
-from .images import Image, describe_part
+from .images import Image, describe_part, is_tool_images
 
 __all__ = [
     "OUTCOMES",
@@ -40,6 +40,7 @@ __all__ = [
     "as_json",
     "assistant_message",
     "content_text",
+    "is_prompt",
     "pending_tool_calls",
     "repair_history",
     "thinking_of",
@@ -259,6 +260,12 @@ def content_text(content: str | list[ContentPart] | None, *, images: bool = Fals
                          for p in content if isinstance(p, dict)
                          and (p.get("type") == "text" or (images and p.get("type") == "image_url")))
     return content or ""
+
+
+def is_prompt(message: Message | dict[str, Any]) -> bool:
+    """Whether `message` is a user's prompt: a user message other than the one the loop appends to show the
+    model the images a turn's tools returned (`images.tool_images_message`), which belongs to that turn."""
+    return message.get("role") == "user" and not is_tool_images(message)
 
 
 def thinking_of(part: Any) -> str | None:

@@ -17,8 +17,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["IMAGE_TYPES", "Image", "data_url_image", "describe_part", "image_part", "image_parts", "image_type",
-           "is_image_part", "size_text", "tool_images_message"]
+__all__ = ["IMAGE_TYPES", "TOOL_IMAGES_NOTE", "Image", "data_url_image", "describe_part", "image_part",
+           "image_parts", "image_type", "is_image_part", "is_tool_images", "size_text", "tool_images_message"]
 
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 """The MIME types vision servers take (OpenAI's list; vLLM, llama.cpp and Ollama decode the same)."""
@@ -120,6 +120,17 @@ def describe_part(part: dict[str, Any]) -> str:
     return f"[image: {url if isinstance(url, str) and not url.startswith('data:') else 'inline'}]"
 
 
+TOOL_IMAGES_NOTE = "[crow: the images the tool calls above returned, in order]"
+"""The first line of the user message that carries a turn's tool images: it tells that message from a prompt."""
+
+
+def is_tool_images(message: Any) -> bool:
+    """Whether `message` is the user message carrying a turn's tool images (`tool_images_message`), not a prompt."""
+    content = message.get("content") if isinstance(message, dict) and message.get("role") == "user" else None
+    first = content[0] if isinstance(content, list) and content else None
+    return isinstance(first, dict) and str(first.get("text", "")).startswith(TOOL_IMAGES_NOTE)
+
+
 def tool_images_message(results: Iterable[tuple[str, str, Sequence[Image]]]) -> dict[str, Any] | None:
     """The user message that shows the model the images of a turn's tool results, or None when none has one.
 
@@ -134,5 +145,5 @@ def tool_images_message(results: Iterable[tuple[str, str, Sequence[Image]]]) -> 
             parts.append(image_part(image))
     if not parts:
         return None
-    text = "[crow: the images the tool calls above returned, in order]\n" + "\n".join(lines)
+    text = TOOL_IMAGES_NOTE + "\n" + "\n".join(lines)
     return {"role": "user", "content": [{"type": "text", "text": text}, *parts]}

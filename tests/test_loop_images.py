@@ -92,3 +92,14 @@ async def test_the_tool_api_returns_text_for_an_image() -> None:
     out = await report.call({"text": "t"})
     assert out.text == "t\n[image: image/png, 32 B]" and out.images == (Image(PNG, "image/png"),)
     assert (await tool(lambda: ["a", "b"], name="rows").call({})).text == '["a", "b"]'  # a list without images: JSON
+
+
+def test_the_images_message_is_no_prompt() -> None:
+    # undo, chat's resume and compaction's cut look for the last prompt: the images message belongs to its turn
+    from crow_cli.history import is_prompt, user_message
+    from crow_cli.images import tool_images_message
+
+    shown = tool_images_message([("screenshot", "c1", [Image(PNG)])])
+    assert shown is not None and not is_prompt(shown)
+    assert is_prompt(user_message("hi")) and is_prompt({"role": "user", "content": [{"type": "text", "text": "x"}]})
+    assert not is_prompt({"role": "assistant", "content": "hi"})
