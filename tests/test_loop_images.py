@@ -103,3 +103,31 @@ def test_the_images_message_is_no_prompt() -> None:
     assert shown is not None and not is_prompt(shown)
     assert is_prompt(user_message("hi")) and is_prompt({"role": "user", "content": [{"type": "text", "text": "x"}]})
     assert not is_prompt({"role": "assistant", "content": "hi"})
+
+
+def test_a_jsonl_tool_result_names_its_images_without_their_bytes() -> None:
+    import json
+
+    from crow_cli.events import ToolResultReady
+    from crow_cli.surfaces.jsonl import event_to_json
+    from tests.support import schema_validator
+
+    result = ToolResult("c1", "shot", "[image]", images=(Image(PNG, name="a"),))
+    line = json.loads(event_to_json(ToolResultReady(result)))
+    assert line["result"]["images"] == [{"mime_type": "image/png", "bytes": 32, "name": "a"}]
+    schema_validator().validate(line)
+
+
+async def test_images_past_the_caps_are_named_not_sent() -> None:
+    @tool
+    def many() -> list[Image]:
+        """Too many images, one of no known kind."""
+        return [Image(PNG)] * 9 + [Image(b"not an image", "image/tiff")]
+
+    r = ToolRegistry()
+    r.register(many)
+    _, _, bodies = await drive(r, [calls_sse(("c1", "many", {})), text_sse("ok")])
+    tool_text = bodies[1]["messages"][2]["content"]
+    assert tool_text.endswith("[2 images not shown to the model (more than 8, larger than 10 MiB, or not PNG, JPEG, "
+                              "GIF or WebP): [image: image/png, 32 B], [image: image/tiff, 12 B]]")
+    assert len(bodies[1]["messages"][3]["content"]) == 1 + 8

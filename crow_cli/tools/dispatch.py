@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from ..errors import ToolDenied, ToolError, ToolFailed
 from ..events import Event, ToolResultReady, ToolRunStarted
 from ..history import Outcome, ToolCall, ToolResult
+from ..images import IMAGE_TYPES, Image
 from ..text import clean_text, mask_secrets
 from .context import ToolContext, using_context
 from .registry import Tool, ToolRegistry
@@ -95,8 +96,11 @@ async def dispatch(
         # sendable (error texts too can carry undecodable file names), without the run's secrets (every
         # tool's output: a .env read, a plugin, an MCP server), and capped
         output = truncate_output(mask_secrets(clean_text(result.output), context.secrets), max_output_chars)
-        if output != result.output:
-            result = replace(result, output=output)
+        images, dropped = _capped_images(result.images)
+        if dropped:
+            output += "\n" + dropped
+        if output != result.output or images != result.images:
+            result = replace(result, output=output, images=images)
         await queue.put(ToolResultReady(result))
 
     async with asyncio.TaskGroup() as group:
@@ -108,6 +112,25 @@ async def dispatch(
             if isinstance(event, ToolResultReady):
                 remaining -= 1
             yield event
+
+
+MAX_IMAGE_BYTES = 10 * 1024 * 1024
+"""An image a tool returns is shown to the model up to this size (as an attached one: `attachments`)."""
+MAX_IMAGES = 8
+"""Images of one tool result shown to the model at most (each is a request's worth of tokens)."""
+
+
+def _capped_images(images: tuple[Image, ...]) -> tuple[tuple[Image, ...], str]:
+    """The images of a result the model is shown (known kinds, within the caps), and a line naming the others."""
+    fit = [n for n, i in enumerate(images) if i.mime_type in IMAGE_TYPES and len(i.data) <= MAX_IMAGE_BYTES]
+    shown = set(fit[:MAX_IMAGES])
+    kept = tuple(images[n] for n in sorted(shown))
+    left = [i for n, i in enumerate(images) if n not in shown]
+    if not left:
+        return kept, ""
+    return kept, (f"[{len(left)} image{'s' if len(left) > 1 else ''} not shown to the model (more than "
+                  f"{MAX_IMAGES}, larger than {MAX_IMAGE_BYTES // 1024 // 1024} MiB, or not PNG, JPEG, GIF or WebP): "
+                  f"{', '.join(i.placeholder() for i in left)}]")
 
 
 class _ReadWriteLock:
