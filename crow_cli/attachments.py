@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, ToolError
-from .images import Image, image_type
+from .images import MAX_IMAGE_BYTES, Image, image_type
 from .text import BOMS, clean_text, decode_text, mask_secrets
 from .tools.workspace import resolve_in_workspace, workspace_root
 
@@ -29,7 +29,6 @@ __all__ = ["MAX_IMAGE_BYTES", "MAX_TEXT_BYTES", "Attachment", "image_attachment"
            "mentioned_files", "user_content"]
 
 MAX_TEXT_BYTES = 256 * 1024
-MAX_IMAGE_BYTES = 10 * 1024 * 1024
 _MENTION = re.compile(r"(?<!\S)@(\S+)")
 
 

@@ -17,9 +17,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["IMAGE_TYPES", "TOOL_IMAGES_NOTE", "Image", "data_url_image", "describe_part", "image_part",
-           "image_parts", "image_type", "is_image_part", "is_tool_images", "size_text", "tool_images_message"]
+__all__ = ["IMAGE_TYPES", "MAX_IMAGE_BYTES", "TOOL_IMAGES_NOTE", "Image", "data_url_image", "describe_part",
+           "image_part", "image_parts", "image_type", "is_image_part", "is_tool_images", "size_text",
+           "tool_images_message"]
 
+MAX_IMAGE_BYTES = 10 * 1024 * 1024
+"""The largest image crow attaches or shows the model (a file, standard input, a tool's image)."""
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 """The MIME types vision servers take (OpenAI's list; vLLM, llama.cpp and Ollama decode the same)."""
 

@@ -78,8 +78,7 @@ def _stdin_is_a_shells_own() -> bool:
 def _read_stdin() -> str | bytes:
     """Standard input as text, or as bytes when it is an image (PNG, JPEG, GIF, WebP, told by its first bytes:
     `screencap | crow run "what is on screen?"` attaches it, never decodes it as text)."""
-    from ..attachments import MAX_IMAGE_BYTES
-    from ..images import image_type
+    from ..images import MAX_IMAGE_BYTES, image_type
     from ..text import decode_text  # UTF-16 with its byte-order mark: what Windows tools pipe
 
     data = sys.stdin.buffer.read()

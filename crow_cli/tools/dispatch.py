@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from ..errors import ToolDenied, ToolError, ToolFailed
 from ..events import Event, ToolResultReady, ToolRunStarted
 from ..history import Outcome, ToolCall, ToolResult
-from ..images import IMAGE_TYPES, Image
+from ..images import IMAGE_TYPES, MAX_IMAGE_BYTES, Image
 from ..text import clean_text, mask_secrets
 from .context import ToolContext, using_context
 from .registry import Tool, ToolRegistry
@@ -114,8 +114,6 @@ async def dispatch(
             yield event
 
 
-MAX_IMAGE_BYTES = 10 * 1024 * 1024
-"""An image a tool returns is shown to the model up to this size (as an attached one: `attachments`)."""
 MAX_IMAGES = 8
 """Images of one tool result shown to the model at most (each is a request's worth of tokens)."""
 
