@@ -3,10 +3,38 @@
 
 from __future__ import annotations
 
-from crow_cli.history import ToolResult
+import json
+
+import httpx
+import respx
+
+from crow_cli.history import ToolResult, user_message
 from crow_cli.images import Image
+from crow_cli.loop import LoopSettings, react
 from crow_cli.tools.registry import ToolRegistry, tool
-from tests.test_loop import calls_sse, drive, text_sse
+from crow_cli.wire.client import ChatClient, ClientSettings
+from tests.conftest import chunk, sse, text_sse, tool_delta
+
+URL = "http://llm.test/v1/chat/completions"
+
+
+def calls_sse(*calls: tuple[str, str, dict]) -> str:
+    """A turn calling each (id, name, arguments) in parallel."""
+    chunks = [chunk({"tool_calls": [tool_delta(i, cid, name, json.dumps(args))]}) for i, (cid, name, args)
+              in enumerate(calls)]
+    return sse(*chunks, chunk({}, "tool_calls"))
+
+
+async def drive(registry: ToolRegistry, responses: list[str], **settings):
+    """Run the loop through the real client against scripted responses: (history, events, request bodies)."""
+    history = [user_message("go")]
+    c = ChatClient(ClientSettings(base_url="http://llm.test/v1", model="m", api_key="k", max_retries=0))
+    with respx.mock(assert_all_called=True) as mock:
+        route = mock.post(URL).mock(side_effect=[
+            httpx.Response(200, content=b.encode(), headers={"content-type": "text/event-stream"}) for b in responses])
+        events = [e async for e in react(history, c, registry, LoopSettings(**settings))]
+    await c.aclose()
+    return history, events, [json.loads(call.request.content) for call in route.calls]
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 24
 """The first bytes of a PNG file: enough for crow to tell its kind (it never decodes the picture)."""
@@ -106,8 +134,6 @@ def test_the_images_message_is_no_prompt() -> None:
 
 
 def test_a_jsonl_tool_result_names_its_images_without_their_bytes() -> None:
-    import json
-
     from crow_cli.events import ToolResultReady
     from crow_cli.surfaces.jsonl import event_to_json
     from tests.support import schema_validator
