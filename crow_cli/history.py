@@ -3,7 +3,10 @@
 History is a list of wire messages (`Message`: plain dicts, typed), so what is persisted is exactly
 what is sent:
 
-    [system?, user, assistant(tool_calls), tool × N (call order), assistant, user, …]
+    [system?, user, assistant(tool_calls), tool × N (call order), user(tool images)?, assistant, user, …]
+
+Chat Completions tool messages carry text only: the images a turn's tools returned follow all N tool
+messages in one user message (`images.tool_images_message`; `is_prompt` tells it from a prompt).
 
 Tool-call ids are carried exactly as the model sent them (`""` when it sent none): see
 `../shared/reference/streaming-tool-calls.md` §0 and §3.

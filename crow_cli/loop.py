@@ -6,7 +6,9 @@
 
 The loop appends to the caller's history list in place and reports everything as typed events;
 its last event is always `RunFinished`. Each tool result is appended (`MessageAppended`) as soon as
-every call before it has one, so a driver that stores appended messages keeps finished results.
+every call before it has one, so a driver that stores appended messages keeps finished results. When
+the turn's tools returned images, one user message holding them follows the last tool message (tool
+messages carry text only); `LoopSettings.images` False (a model known text-only) leaves it out.
 A turn whose stream breaks or goes idle mid-way is asked for once more from the same history (no
 tool of it has run yet).
 

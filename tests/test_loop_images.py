@@ -157,3 +157,43 @@ async def test_images_past_the_caps_are_named_not_sent() -> None:
     assert tool_text.endswith("[2 images not shown to the model (more than 8, larger than 10 MiB, or not PNG, JPEG, "
                               "GIF or WebP): [image: image/png, 32 B], [image: image/tiff, 12 B]]")
     assert len(bodies[1]["messages"][3]["content"]) == 1 + 8
+
+
+async def test_a_cancelled_turn_still_shows_the_images_of_its_finished_calls() -> None:
+    import asyncio
+    import contextlib
+
+    from crow_cli.events import ToolResultReady
+
+    never = asyncio.Event()
+
+    @tool
+    async def hang() -> str:
+        """Wait for ever."""
+        await never.wait()
+        return "never"
+
+    r = registry()
+    r.register(hang)
+    history = [user_message("go")]
+    c = ChatClient(ClientSettings(base_url="http://llm.test/v1", model="m", api_key="k", max_retries=0))
+    shot = asyncio.Event()
+
+    async def consume() -> None:
+        async for e in react(history, c, r, LoopSettings()):
+            if isinstance(e, ToolResultReady) and e.result.name == "screenshot":
+                shot.set()
+
+    with respx.mock() as mock:
+        mock.post(URL).mock(return_value=httpx.Response(
+            200, content=calls_sse(("c1", "screenshot", {"label": "a"}), ("c2", "hang", {})).encode(),
+            headers={"content-type": "text/event-stream"}))
+        task = asyncio.create_task(consume())
+        await shot.wait()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    await c.aclose()
+    assert [m["role"] for m in history] == ["user", "assistant", "tool", "tool", "user"]
+    assert history[3]["content"].startswith("Error: the tool call was cancelled")
+    assert history[4]["content"][1]["image_url"]["url"] == Image(PNG, "image/png").data_url()
