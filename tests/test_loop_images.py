@@ -197,3 +197,13 @@ async def test_a_cancelled_turn_still_shows_the_images_of_its_finished_calls() -
     assert [m["role"] for m in history] == ["user", "assistant", "tool", "tool", "user"]
     assert history[3]["content"].startswith("Error: the tool call was cancelled")
     assert history[4]["content"][1]["image_url"]["url"] == Image(PNG, "image/png").data_url()
+
+
+async def test_read_file_shows_an_image_file(tmp_path, monkeypatch) -> None:
+    # issue 33 §2: a screenshot in the workspace was "a binary file; not read"
+    from crow_cli.tools.builtin.files import read_file
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "shot.png").write_bytes(PNG)
+    out = await read_file.call({"path": "shot.png"})
+    assert out.text == "[image: shot.png, image/png, 32 B]" and out.images == (Image(PNG, "image/png", "shot.png"),)
