@@ -293,3 +293,15 @@ async def test_an_image_a_text_only_model_refused_keeps_its_session(tmp_path: Pa
     finally:
         store.close()
     assert prompt["role"] == "user" and prompt["content"][1]["type"] == "image_url"
+
+
+async def test_a_model_known_text_only_gets_a_tool_image_as_its_name_only(tmp_path: Path) -> None:
+    # issue 33 §2: where crow knows the model takes no images, the images message is left out (the runtime
+    # gives the loop the client's `takes_images`), so the turn is not refused
+    (tmp_path / "shot.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 24)
+    calls = script([("c1", "read_file", {"path": "shot.png"})])
+    for model, roles in (("deepseek-chat", ["assistant", "tool"]), ("vision-model", ["assistant", "tool", "user"])):
+        ran = await run_here(calls, "look", cwd=tmp_path, model=model, session=False)
+        assert ran.code == 0, ran.stderr
+        assert [m["role"] for m in ran.requests[1]["messages"]][-len(roles):] == roles
+        assert ran.requests[1]["messages"][-len(roles) + 1]["content"] == "[image: shot.png, image/png, 32 B]"
