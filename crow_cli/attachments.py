@@ -21,15 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, ToolError
+from .images import MAX_IMAGE_BYTES, Image, image_type
 from .text import BOMS, clean_text, decode_text, mask_secrets
 from .tools.workspace import resolve_in_workspace, workspace_root
 
-__all__ = ["MAX_IMAGE_BYTES", "MAX_TEXT_BYTES", "Attachment", "load_attachment", "mentioned_files", "user_content"]
+__all__ = ["MAX_IMAGE_BYTES", "MAX_TEXT_BYTES", "Attachment", "image_attachment", "load_attachment",
+           "mentioned_files", "user_content"]
 
 MAX_TEXT_BYTES = 256 * 1024
-MAX_IMAGE_BYTES = 10 * 1024 * 1024
-_IMAGES = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"), (b"GIF87a", "image/gif"),
-           (b"GIF89a", "image/gif"))
 _MENTION = re.compile(r"(?<!\S)@(\S+)")
 
 
@@ -45,23 +44,32 @@ class Attachment:
     """`data:image/…;base64,…` (an image)."""
 
 
-def _image_type(data: bytes) -> str | None:
-    for magic, mime in _IMAGES:
-        if data.startswith(magic):
-            return mime
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "image/webp"
-    return None
+def image_attachment(data: bytes, shown: str) -> Attachment:
+    """An image given as bytes (piped on stdin) as an attachment named `shown`.
+
+    Raises:
+        ConfigError: `data` is no PNG, JPEG, GIF or WebP image, or is over the 10 MiB cap.
+    """
+    mime = image_type(data)
+    if mime is None:
+        raise ConfigError(f"cannot attach {shown}: not a PNG, JPEG, GIF or WebP image")
+    if len(data) > MAX_IMAGE_BYTES:
+        raise ConfigError(f"cannot attach {shown}: it is {len(data):,} bytes; images are attached up to "
+                          f"{MAX_IMAGE_BYTES:,}")
+    return Attachment(shown, data_url=Image(data, mime).data_url())
 
 
-def load_attachment(path: str, root: Path | None = None, secrets: Iterable[str | None] = ()) -> Attachment:
+def load_attachment(path: str, root: Path | None = None, secrets: Iterable[str | None] = (), *,
+                    image_only: bool = False) -> Attachment:
     """Read `path` (relative to the workspace `root`, or absolute inside it) as an attachment.
 
     `root` defaults to the current tool context's workspace (`tools.workspace.workspace_root`). Each of
     `secrets` (the run's API keys) in a text file is masked (`text.mask_secrets`), as in tool output.
+    `image_only` (`-i FILE`): a file that is no image is refused.
 
     Raises:
-        ConfigError: outside the workspace, missing, not a file, over the size cap, or binary.
+        ConfigError: outside the workspace, missing, not a file, over the size cap, or binary (with
+            `image_only`: not an image).
     """
     try:
         root = root or workspace_root()
@@ -77,7 +85,10 @@ def load_attachment(path: str, root: Path | None = None, secrets: Iterable[str |
             if not stat.S_ISREG(info.st_mode):
                 raise ConfigError(f"cannot attach {shown}: not a file")
             head = fh.read(16)
-            mime = _image_type(head)
+            mime = image_type(head)
+            if image_only and mime is None:
+                raise ConfigError(f"cannot attach {shown} with -i: not a PNG, JPEG, GIF or WebP image (-f attaches "
+                                  "text files)")
             cap = MAX_IMAGE_BYTES if mime else MAX_TEXT_BYTES
             data = head + fh.read(max(cap + 1 - len(head), 0))
             size = max(info.st_size, len(data))

@@ -8,7 +8,8 @@
     │  ├─ ServerError      5xx, or an error object inside the stream
     │  │  └─ BodyTooLarge  a body or event larger than crow reads (`crow_cli.wire.body`)
     │  ├─ StreamCut        the stream broke or went idle mid-way
-    │  └─ ContextOverflow  the request is longer than the model's context window (.n_ctx, .prompt_tokens)
+    │  ├─ ContextOverflow  the request is longer than the model's context window (.n_ctx, .prompt_tokens)
+    │  └─ ImagesRefused    the model takes no images: refused image parts, or known text-only (`crow_cli.wire.vision`)
     ├─ MaxTurnsExceeded    the loop hit --max-turns (exit 1)
     ├─ ToolError           raised by tools; dispatch turns it into a tool result
     │  └─ ToolDenied  OutsideWorkspace  ToolFailed (.output: it ran and failed, e.g. exit code 3)

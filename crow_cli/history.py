@@ -3,7 +3,10 @@
 History is a list of wire messages (`Message`: plain dicts, typed), so what is persisted is exactly
 what is sent:
 
-    [system?, user, assistant(tool_calls), tool × N (call order), assistant, user, …]
+    [system?, user, assistant(tool_calls), tool × N (call order), user(tool images)?, assistant, user, …]
+
+Chat Completions tool messages carry text only: the images a turn's tools returned follow all N tool
+messages in one user message (`images.tool_images_message`; `is_prompt` tells it from a prompt).
 
 Tool-call ids are carried exactly as the model sent them (`""` when it sent none): see
 `../shared/reference/streaming-tool-calls.md` §0 and §3.
@@ -20,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, NotRequired, TypedDict, cast
+
+from .images import Image, describe_part, is_tool_images
 
 __all__ = [
     "OUTCOMES",
@@ -39,6 +44,7 @@ __all__ = [
     "as_json",
     "assistant_message",
     "content_text",
+    "is_prompt",
     "pending_tool_calls",
     "repair_history",
     "thinking_of",
@@ -185,6 +191,9 @@ class ToolResult:
     display: ToolDisplay | None = None
     """What the person is shown of the call beyond its status line (a command's output, an edit's diff);
     None when the tool gave nothing to show."""
+    images: tuple[Image, ...] = ()
+    """Images the tool returned (a plugin's `Image`, an MCP image block). `output` names each with a
+    placeholder; the loop shows them to the model in a user message after the turn's tool messages."""
 
     def __post_init__(self) -> None:
         if not self.ok and self.outcome == "ok":
@@ -269,12 +278,27 @@ def tool_message(tool_call_id: str, content: str) -> ToolMessage:
     return {"role": "tool", "tool_call_id": tool_call_id, "content": content}
 
 
-def content_text(content: str | list[ContentPart] | None) -> str:
+def content_text(content: str | list[ContentPart] | None, *, images: bool = False) -> str:
     """The text of a message's `content`: the string, or its text parts joined as they streamed (nothing between
-    them: text / thinking / text reads as the live view showed it); an image or other part has none; `""` for None."""
+    them: text / thinking / text reads as the live view showed it); an image or other part has none (with
+    `images`, an image part is its `[image: NAME, SIZE]` line); `""` for None."""
     if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
+        pieces: list[str] = []
+        for p in content:
+            if not isinstance(p, dict):
+                continue
+            if p.get("type") == "text":
+                pieces.append(str(p.get("text", "")))
+            elif images and p.get("type") == "image_url":
+                pieces.append(f"{chr(10) if pieces and not pieces[-1].endswith(chr(10)) else ''}{describe_part(p)}\n")
+        return "".join(pieces).rstrip("\n") if images else "".join(pieces)
     return content or ""
+
+
+def is_prompt(message: Message | dict[str, Any]) -> bool:
+    """Whether `message` is a user's prompt: a user message other than the one the loop appends to show the
+    model the images a turn's tools returned (`images.tool_images_message`), which belongs to that turn."""
+    return message.get("role") == "user" and not is_tool_images(message)
 
 
 def thinking_of(part: Any) -> str | None:

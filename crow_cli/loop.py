@@ -6,7 +6,9 @@
 
 The loop appends to the caller's history list in place and reports everything as typed events;
 its last event is always `RunFinished`. Each tool result is appended (`MessageAppended`) as soon as
-every call before it has one, so a driver that stores appended messages keeps finished results.
+every call before it has one, so a driver that stores appended messages keeps finished results. When
+the turn's tools returned images, one user message holding them follows the last tool message (tool
+messages carry text only); `LoopSettings.images` False (a model known text-only) leaves it out.
 A turn whose stream breaks or goes idle mid-way is asked for once more from the same history (no
 tool of it has run yet).
 
@@ -23,13 +25,14 @@ import asyncio
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from .context.compact import Compactor
 from .context.send import send
 from .errors import CrowError, MaxTurnsExceeded, StreamCut
 from .events import Event, MessageAppended, Notice, RunFinished, TextDelta, ToolResultReady, TurnFinished, WarningEvent
 from .history import AssistantTurn, Message, ToolCall, ToolResult, assistant_message
+from .images import tool_images_message
 from .tools.context import ToolContext
 from .tools.dispatch import Approver, dispatch
 from .tools.names import ToolNameCleaner
@@ -68,6 +71,9 @@ class LoopSettings:
     """Emit a `ToolCallDelta` per raw tool-call delta (for `--debug`)."""
     stream_attempts: int = 2
     """Requests per turn when the stream breaks or goes idle mid-way (`StreamCut`): 2 = one retry."""
+    images: bool = True
+    """Show the model the images tools return (a user message after the turn's tool results); False for a
+    model known to take no images: their placeholders in the tool results stand alone."""
 
 
 async def react(
@@ -98,6 +104,7 @@ async def react(
     names = ToolNameCleaner((registry.wire_name(t.name) for t in registry) if registry else (), trace=settings.trace,
                             aliases=registry.wire_aliases() if registry else None)
     closing = _Closing(history)
+    closing.images = settings.images
     try:
         for closing.turn in range(1, settings.max_turns + 1):
             turn: AssistantTurn | None = None
@@ -184,6 +191,9 @@ async def _run_tools(calls: list[ToolCall], history: list[Message], registry: To
             while closing.answered < len(calls) and calls[closing.answered].index in closing.results:
                 yield _append(history, closing.results[calls[closing.answered].index].to_message())
                 closing.answered += 1
+    closing.images_shown = True
+    if settings.images and (shown := closing.images_message()) is not None:
+        yield _append(history, shown)  # after every tool message of the turn: tool messages carry text only
 
 
 class _Closing:
@@ -198,10 +208,21 @@ class _Closing:
         """The calls of the turn whose tools are running."""
         self.results: dict[int, ToolResult] = {}
         self.answered = 0
+        self.images = True
+        """Whether the images of finished results are shown to the model when the history is closed."""
+        self.images_shown = False
+        """The turn's images message is appended (or there is none to append)."""
+
+    def images_message(self) -> Message | None:
+        """The user message showing the model the images the turn's results returned (call order), or None."""
+        ordered = [self.results[c.index] for c in self.calls if c.index in self.results]
+        message = tool_images_message((r.name, r.call_id, r.images) for r in ordered)
+        return cast(Message, message) if message is not None else None
 
     def turn_assembled(self, calls: list[ToolCall]) -> None:
         self.text.clear()
         self.calls, self.results, self.answered = calls, {}, 0
+        self.images_shown = False
 
     def saw(self, event: Event) -> None:
         if isinstance(event, TextDelta):
@@ -224,6 +245,9 @@ class _Closing:
                 events.append(ToolResultReady(result))
             events.append(_append(self.history, result.to_message()))
         self.answered = len(self.calls)
+        if self.calls and not self.images_shown and self.images and (shown := self.images_message()) is not None:
+            events.append(_append(self.history, shown))  # the finished calls' images, after every result
+        self.images_shown = True
         if partial.strip():
             events.append(_append(self.history, assistant_message(f"{partial}\n\n[{note}]")))
             self.text.clear()

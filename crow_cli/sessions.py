@@ -10,6 +10,13 @@ Linux), opened in WAL mode. Four tables:
     file_backups(session_id, position, path, content, created_at)
                                                 -- files' contents before crow's file tools wrote them (undo)
 
+An image (an `image_url` part with a `data:` URL: an attachment, a tool's image) is stored once, by
+reference: its bytes go to `images/SHA256.EXT` beside the database (0600, written once per content), the
+row holds `{"type": "image_url", "image_url": {"url": "crow-image:sha256:HEX"}, "crow_image": {"file",
+"mime_type", "bytes"}}`, and reading a session puts the data URL back (`messages`, `load`, `checkpoints`);
+rows an older crow stored with the image inline load as they are. Exports carry the reference too, and the
+Markdown transcript shows `[image: FILE, SIZE]`.
+
 Each message is committed as it is appended, so a crash loses at most the turn in flight; `load`
 closes a history cut mid-turn (tool calls without results) with "interrupted" results, and stores
 them, before anyone sends it anywhere. API keys are never stored: nothing here accepts one.
@@ -39,14 +46,19 @@ from typing import Any
 from .atomic import write_atomic
 from .errors import SessionError
 from .history import ContentPart, Message, content_text, repair_history, tool_calls_of
+from .images import IMAGE_TYPES, Image, data_url_image, image_part
 from .lockfile import FileLock, LockHeld
 from .private import private_dir, private_file
 from .text import public_url
 
-__all__ = ["EXPORT_FORMATS", "SessionDamaged", "SessionInUse", "SessionInfo", "SessionStore", "SessionStoreDamaged",
-           "StoredCheckpoint", "default_db_path", "export_session", "message_problem", "write_export"]
+__all__ = ["EXPORT_FORMATS", "IMAGE_REF", "SessionDamaged", "SessionInUse", "SessionInfo", "SessionStore",
+           "SessionStoreDamaged", "StoredCheckpoint", "by_reference", "default_db_path", "export_session",
+           "message_problem", "write_export"]
 
 EXPORT_FORMATS = ("md", "json", "jsonl")
+IMAGE_REF = "crow-image:sha256:"
+"""How a stored image part's URL starts; the hex SHA-256 of the image's bytes follows."""
+_EXTENSIONS = dict(zip(IMAGE_TYPES, ("png", "jpg", "gif", "webp"), strict=True))
 _ID_ALPHABET = "23456789abcdefghjkmnpqrstuvwxyz"  # no 0/o, 1/l/i: ids are read aloud and typed
 _ID_LENGTH = 6
 _TITLE_CHARS = 60
@@ -226,6 +238,37 @@ _MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
 """Applied in order, each once; append new ones, never edit or reorder applied ones."""
 
 
+def _image_file(image: Image) -> str:
+    return f"{image.sha256}.{_EXTENSIONS.get(image.mime_type, 'bin')}"
+
+
+def by_reference(message: Message, keep: Callable[[str, Image], None] | None = None) -> Message:
+    """`message` with each inline image (`data:` URL part) replaced by its reference (`IMAGE_REF` + hash, and a
+    `crow_image` object: `file`, `mime_type`, `bytes`); `keep(file, image)` is called for each (the store writes
+    the file). A message without inline images is returned as it is (not copied)."""
+    content = message.get("content")
+    if not isinstance(content, list) or not any(_inline_image(p) is not None for p in content):
+        return message
+    parts: list[ContentPart] = []
+    for part in content:
+        image = _inline_image(part)
+        if image is None:
+            parts.append(part)
+            continue
+        file = _image_file(image)
+        if keep is not None:
+            keep(file, image)
+        parts.append({"type": "image_url", "image_url": {"url": IMAGE_REF + image.sha256},
+                      "crow_image": {"file": file, "mime_type": image.mime_type, "bytes": len(image.data)}})
+    return {**message, "content": parts}  # type: ignore[return-value]  # the same role, other parts
+
+
+def _inline_image(part: Any) -> Image | None:
+    image_url = part.get("image_url") if isinstance(part, dict) and part.get("type") == "image_url" else None
+    url = image_url.get("url") if isinstance(image_url, dict) else None
+    return data_url_image(url) if isinstance(url, str) else None
+
+
 class SessionStore:
     """Sessions and their messages in one SQLite file.
 
@@ -239,6 +282,8 @@ class SessionStore:
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path) if path is not None else default_db_path()
+        self.images_dir = self.path.parent / "images"
+        """Where images are stored once each, by content hash (`by_reference`)."""
         self._locks: dict[str, FileLock] = {}
         try:
             private_dir(self.path.parent)
@@ -424,7 +469,7 @@ class SessionStore:
 
         The first user message also becomes the session's title.
         """
-        data = json.dumps(message, ensure_ascii=False)
+        data = json.dumps(by_reference(message, self._keep_image), ensure_ascii=False)
         now = time.time()
         with self._transaction():
             (position,) = self._db.execute("SELECT COALESCE(MAX(position) + 1, 0) FROM messages WHERE session_id = ?",
@@ -445,7 +490,7 @@ class SessionStore:
         """
         rows = self._read("SELECT message FROM messages WHERE session_id = ? ORDER BY position", (session_id,))
         try:
-            messages: list[Message] = [json.loads(r[0]) for r in rows]
+            messages: list[Message] = [self._with_images(json.loads(r[0])) for r in rows]
         except ValueError as exc:
             raise SessionStoreDamaged(self.path, f"a message of session {session_id} is not JSON") from exc
         for n, message in enumerate(messages, 1):
@@ -514,13 +559,51 @@ class SessionStore:
         with self._transaction():
             self._db.execute("INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?)",
                              (session_id, position, time.time(), tokens_before, tokens_after, summary,
-                              json.dumps(view, ensure_ascii=False)))
+                              json.dumps([by_reference(m, self._keep_image) for m in view], ensure_ascii=False)))
 
     def checkpoints(self, session_id: str) -> list[StoredCheckpoint]:
         """The session's compaction checkpoints, oldest first (later requests start from the last)."""
         rows = self._read("SELECT position, created_at, tokens_before, tokens_after, summary, view "
                                 "FROM checkpoints WHERE session_id = ? ORDER BY position, rowid", (session_id,))
-        return [StoredCheckpoint(p, c, b, a, s, json.loads(v)) for p, c, b, a, s, v in rows]
+        return [StoredCheckpoint(p, c, b, a, s, [self._with_images(m) for m in json.loads(v)])
+                for p, c, b, a, s, v in rows]
+
+    # images, stored once each by content hash
+
+    def _keep_image(self, file: str, image: Image) -> None:
+        """Write `image` to `images/FILE` unless it is there (its name is its content's hash)."""
+        target = self.images_dir / file
+        if target.exists():
+            return
+        try:
+            private_dir(self.images_dir)
+            write_atomic(target, image.data, private=True)
+        except OSError as exc:
+            raise SessionError(f"cannot store an image of the session in {str(self.images_dir)!r}: {exc}") from exc
+
+    def _with_images(self, message: Any) -> Any:
+        """A stored row with its image references replaced by the images (`data:` URL parts); an image whose
+        file is gone becomes a text part saying so, so the session still loads and can be sent."""
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list) or not any(isinstance(p, dict) and "crow_image" in p for p in content):
+            return message
+        parts: list[Any] = []
+        for part in content:
+            ref = part.get("crow_image") if isinstance(part, dict) else None
+            if not isinstance(ref, dict):
+                parts.append(part)
+                continue
+            file = str(ref.get("file") or "")
+            try:
+                data = (self.images_dir / Path(file).name).read_bytes() if file else b""
+            except OSError:
+                data = b""
+            if data:
+                parts.append(image_part(Image(data, str(ref.get("mime_type") or ""))))
+            else:
+                parts.append({"type": "text", "text": f"[image {file or '(unnamed)'}: missing from the session "
+                                                      f"store's images folder]"})
+        return {**message, "content": parts}
 
 
 _SELECT = ("SELECT s.id, s.title, s.created_at, s.updated_at, s.model, s.base_url, s.cwd, "
@@ -553,12 +636,14 @@ def export_session(info: SessionInfo, messages: list[Message], fmt: str,
     Raises:
         SessionError: unknown format.
     """
+    messages = [by_reference(m) for m in messages]  # an image once, in the store's images folder, not in every export
     if fmt == "json":
         data: dict[str, Any] = {"session": _info_dict(info), "messages": messages}
         if checkpoints:
             data["checkpoints"] = [{"position": c.position, "created_at": c.created_at,
                                     "tokens_before": c.tokens_before, "tokens_after": c.tokens_after,
-                                    "summary": c.summary, "view": c.view} for c in checkpoints]
+                                    "summary": c.summary, "view": [by_reference(m) for m in c.view]}
+                                   for c in checkpoints]
         return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
     if fmt == "jsonl":
         return "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in messages)
@@ -630,7 +715,7 @@ def _markdown(info: SessionInfo, messages: list[Message], checkpoints: list[Stor
             out.append(f"**Tool result** ({_code_span(str(m.get('tool_call_id', '')))}):\n\n{fence}\n{text}\n{fence}\n")
             continue
         heading = {"user": "## You", "assistant": "## Assistant", "system": "## System"}.get(str(role), f"## {role}")
-        text = content_text(content)  # content parts (images, thinking chunks): their text
+        text = content_text(content, images=True)  # content parts: their text, an image as [image: FILE, SIZE]
         body = [_closed_fences(text)] if text else []
         for call in tool_calls_of(m):
             call_text = f"{call['function']['name']}({call['function']['arguments']})"

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .atomic import write_atomic
 from .errors import SessionError
-from .history import Message, content_text, tool_calls_of
+from .history import Message, content_text, is_prompt, tool_calls_of
 from .paths import resolve_path
 from .sessions import SessionStore
 
@@ -146,7 +146,7 @@ def plan_undo(store: SessionStore, session_id: str, *, force: bool = False) -> U
         SessionError: no such session, or it has no exchange to undo.
     """
     messages = store.messages(session_id)
-    start = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].get("role") == "user"), None)
+    start = next((i for i in range(len(messages) - 1, -1, -1) if is_prompt(messages[i])), None)
     if start is None:
         raise SessionError(f"session {session_id} has nothing to undo")
     files = [_check(path, content, written) for path, content, written in store.file_backups(session_id, start)]

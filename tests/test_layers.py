@@ -8,7 +8,7 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parent.parent / "crow_cli"
 LEAVES = {"crow_cli.errors", "crow_cli.events", "crow_cli.history", "crow_cli.text", "crow_cli.private",
           "crow_cli.lockfile", "crow_cli.stdout", "crow_cli.paths",
-          "crow_cli.atomic", "crow_cli.startup"}
+          "crow_cli.atomic", "crow_cli.startup", "crow_cli.images"}
 # module prefix -> crow_cli modules it may import (prefixes)
 ALLOWED = {
     "crow_cli.errors": set(),
@@ -18,7 +18,8 @@ ALLOWED = {
     "crow_cli.atomic": set(),
     "crow_cli.startup": set(),
     "crow_cli.lockfile": {"crow_cli.private"},
-    "crow_cli.history": set(),
+    "crow_cli.images": set(),
+    "crow_cli.history": {"crow_cli.images"},
     "crow_cli.events": {"crow_cli.history"},
     "crow_cli.wire": LEAVES | {"crow_cli.wire"},
     "crow_cli.tools": LEAVES | {"crow_cli.tools", "crow_cli.wire.profiles"},  # profiles: provider data

@@ -77,34 +77,52 @@ def _stdin_is_a_shells_own() -> bool:
     return False
 
 
-def _read_stdin() -> str:
+def _read_stdin() -> str | bytes:
+    """Standard input as text, or as bytes when it is an image (PNG, JPEG, GIF, WebP, told by its first bytes:
+    `screencap | crow run "what is on screen?"` attaches it, never decodes it as text)."""
+    from ..images import MAX_IMAGE_BYTES, image_type
     from ..text import decode_text  # UTF-16 with its byte-order mark: what Windows tools pipe
 
-    return decode_text(sys.stdin.buffer.read())
+    data = sys.stdin.buffer.read()
+    if image_type(data[:16]) is not None:
+        if len(data) > MAX_IMAGE_BYTES:
+            raise ConfigError(f"cannot attach the image on standard input: it is {len(data):,} bytes; images are "
+                              f"attached up to {MAX_IMAGE_BYTES:,}")
+        return data
+    return decode_text(data)
 
 
-def _read_prompt(prompt: str | None, use_stdin: bool | None) -> str:
-    """The argument, with piped stdin after it (`git diff | crow run "Review this"`), or stdin alone.
+def _read_prompt(prompt: str | None, use_stdin: bool | None) -> tuple[str, bytes | None]:
+    """The argument, with piped stdin after it (`git diff | crow run "Review this"`), or stdin alone; and the
+    image piped on stdin (None when none was).
 
     With a prompt argument, stdin is added when `use_stdin` is True, or (None) when it is a pipe or a
     file piped to this command, not the starting shell's own input (`printf 'a\\nb\\n' | while read l; do
-    crow run "$l"; done` runs two prompts). Without one (or with `-`) stdin is the prompt.
+    crow run "$l"; done` runs two prompts). Without one (or with `-`) stdin is the prompt. An image on stdin
+    is attached to the prompt argument (it cannot be the prompt).
     """
+    image: bytes | None = None
     if prompt is None or prompt == "-":
         if use_stdin is False:
             raise ConfigError("no prompt: pass it as an argument (--no-stdin keeps standard input unread)")
-        prompt = _read_stdin() if _stdin_is_data() else ""
+        piped = _read_stdin() if _stdin_is_data() else ""
+        if isinstance(piped, bytes):
+            raise ConfigError("no prompt: standard input is an image; pass the prompt as an argument "
+                              "(the image is attached to it)")
+        prompt = piped
         if not prompt.strip():
             raise ConfigError("no prompt: pass it as an argument or on standard input")
     else:
         if use_stdin is None:
             use_stdin = _stdin_is_data() and not _stdin_is_a_shells_own()
         piped = _read_stdin() if use_stdin else ""
-        if piped.strip():
+        if isinstance(piped, bytes):
+            image = piped
+        elif piped.strip():
             prompt = f"{prompt}\n\n{piped}"
     if not prompt.strip():
         raise ConfigError("the prompt is empty")
-    return clean_text(prompt)  # argv bytes that did not decode arrive as lone surrogates
+    return clean_text(prompt), image  # argv bytes that did not decode arrive as lone surrogates
 
 
 def run(
@@ -150,6 +168,10 @@ def run(
     file: Annotated[list[str] | None, typer.Option("--file", "-f", metavar="FILE", help="Attach a file to the "
                                                    "prompt (repeatable): text into the message, images for "
                                                    "vision models; inside the workspace.")] = None,
+    image: Annotated[list[str] | None, typer.Option("--image", "-i", metavar="FILE", help="Attach an image "
+                                                    "(PNG, JPEG, GIF, WebP) to the prompt for a vision model "
+                                                    "(repeatable; as -f, which also takes text files). An "
+                                                    "image piped on stdin is attached too.")] = None,
     no_project_instructions: Annotated[bool, typer.Option("--no-project-instructions", help="Do not put AGENTS.md "
                                                           "files into the system prompt.")] = False,
 ) -> None:
@@ -164,7 +186,7 @@ def run(
             raise ConfigError("--continue and --session cannot be combined")
         if session is not None and not session.strip():
             raise ConfigError("--session needs a session id (crow sessions list shows them)")
-        text = _read_prompt(prompt, use_stdin)
+        text, piped_image = _read_prompt(prompt, use_stdin)
         settings = load_settings(
             {"model": model, "base_url": base_url, "api_key": api_key, "system": system,
              "system_prompt_file": system_file,
@@ -182,7 +204,7 @@ def run(
                              debug=debug, json=json_events, quiet=quiet, exit_grace_s=_EXIT_GRACE_S,
                              session=not no_session, session_id=session, continue_last=continue_last,
                              record_dir=record, system=system, project_instructions=not no_project_instructions,
-                             files=tuple(file or ()))
+                             files=tuple(file or ()), images=tuple(image or ()), stdin_image=piped_image)
         import asyncio  # not at import time: `crow tools` and `--help` do without it
 
         from ..local import local_session  # start, then stop, the local server

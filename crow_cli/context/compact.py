@@ -21,7 +21,8 @@ from typing import Any, Protocol
 
 from ..errors import ContextOverflow
 from ..events import Event, Notice, WarningEvent
-from ..history import Message, tool_calls_of
+from ..history import Message, is_prompt, tool_calls_of
+from ..images import describe_part, image_parts
 from .budget import CHARS_PER_TOKEN, Budget, estimate_tokens
 from .normalise import Normaliser, normalise
 
@@ -97,7 +98,7 @@ def shorten_tool_outputs(messages: list[Message], limit: int = TOOL_OUTPUT_LIMIT
 def _cut(body: list[Message], keep: int) -> int:
     """Where the verbatim part of `body` starts: before the `keep`-th last user message, else before
     the last assistant message (never before a tool result); 0 when nothing can be cut."""
-    users = [i for i, m in enumerate(body) if m.get("role") == "user"]
+    users = [i for i, m in enumerate(body) if is_prompt(m)]  # a turn's tool images stay with their results
     if len(users) > keep:
         return users[-keep]
     if users and users[0] > 0:
@@ -177,6 +178,7 @@ class Compactor:
         old, recent = shorten_tool_outputs(body[:cut]), body[cut:]
         window = self.budget.window
         summary: str | None = None
+        left_out = ""
         view = [*system, *old, *recent]
         shortened_enough = (window is not None and overflow is None and focus is None
                             and estimate_tokens(view) <= TARGET * window and old != body[:cut])
@@ -203,7 +205,16 @@ class Compactor:
                         summary = item
                     else:
                         yield item
-            view = normalise([*system, {"role": "user", "content": f"{SUMMARY_PREFIX}\n\n{summary}"}, *recent])
+            # a summary is text: the images of the summarised messages are named, never dropped unsaid
+            images = [describe_part(p) for m in old for p in image_parts(m.get("content"))]
+            note = ""
+            if images:
+                left_out = f"; left out {len(images)} image{'s' if len(images) > 1 else ''} of the summarised " \
+                           f"messages: {', '.join(images)}"
+                note = (f"\n\n[crow: the summary stands for {len(images)} image{'s' if len(images) > 1 else ''} "
+                        f"the model no longer sees: {', '.join(images)}]")
+            view = normalise([*system, {"role": "user", "content": f"{SUMMARY_PREFIX}\n\n{summary}{note}"},
+                              *recent])
         if not old or (window is not None and estimate_tokens(view) > TARGET * window):
             keep = _last_group(view)  # the last exchanges are long too: all but the newest results shortened
             shorter = [*shorten_tool_outputs(view[:len(view) - keep], 800), *view[len(view) - keep:]]
@@ -217,7 +228,7 @@ class Compactor:
         for callback in self.on_checkpoint:
             callback(self.checkpoint)
         how = "summarised earlier exchanges" if summary is not None else "shortened old tool outputs"
-        yield Notice(f"crow: compacted the conversation ({how}): {before:,} → {after:,} tokens; "
+        yield Notice(f"crow: compacted the conversation ({how}): {before:,} → {after:,} tokens{left_out}; "
                      "the stored session keeps every message", code="compacted", tokens_before=before,
                      tokens_after=after)
 

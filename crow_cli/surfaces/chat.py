@@ -44,7 +44,7 @@ from ..events import (
     TurnFinished,
     WarningEvent,
 )
-from ..history import Message, ToolCall, content_text, user_message
+from ..history import Message, ToolCall, content_text, is_prompt, user_message
 from ..sessions import EXPORT_FORMATS, SessionInfo, SessionStore, export_session, write_export
 from ..text import clean_text, public_url, strip_controls
 from ..tools.approval import approval_question, make_approver, parse_answer
@@ -229,11 +229,11 @@ class ChatApp:
 
     def _last_user(self) -> int | None:
         """Where the last user message is in the history (None: there is none)."""
-        return next((i for i in range(len(self.history) - 1, -1, -1) if self.history[i]["role"] == "user"), None)
+        return next((i for i in range(len(self.history) - 1, -1, -1) if is_prompt(self.history[i])), None)
 
     def _show_user(self, at: int) -> None:
         """The user message at `at` as a dim `› …` line: its text (an image is named in it)."""
-        self.view.line(f"› {strip_controls(content_text(self.history[at].get('content')))}", "dim")
+        self.view.line(f"› {strip_controls(content_text(self.history[at].get('content'), images=True))}", "dim")
 
     def _show_last_exchange(self) -> None:
         last_user = self._last_user()

@@ -41,6 +41,10 @@ __all__ = ["JsonlWriter", "event_schema", "event_to_json"]
 def event_to_json(event: Event) -> str:
     """One JSONL line (without the newline) for `event`: its `asdict` with `type` first, ASCII-only."""
     fields = asdict(event)
+    result = fields.get("result")
+    if isinstance(result, dict) and isinstance(result.get("images"), list | tuple):  # named, not written out
+        result["images"] = [{"mime_type": i["mime_type"], "bytes": len(i["data"]), "name": i["name"]}
+                            for i in result["images"]]
     return json.dumps({"type": fields.pop("type"), **fields}, ensure_ascii=True, default=str)
 
 

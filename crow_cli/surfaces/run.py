@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..attachments import load_attachment, user_content
+from ..attachments import image_attachment, load_attachment, user_content
 from ..config import Settings
 from ..driver import Interrupts, output_lost, run_interrupts
 from ..errors import ConfigError, SessionError
@@ -40,6 +40,7 @@ from ..tools.approval import Answer, AskFn, make_approver
 from ..tools.dispatch import Approver
 from ..tools.registry import Tool
 from ..wire.client import import_in_background
+from ..wire.vision import holds_images
 from .approve import terminal_ask
 from .common import (
     make_console,
@@ -81,6 +82,10 @@ class RunOptions:
     """The `--system` flag as given (None when not given): refused on a continued session it would change."""
     files: tuple[str, ...] = ()
     """Files attached to the prompt (`-f`): text into the message, images as `image_url` parts."""
+    images: tuple[str, ...] = ()
+    """Images attached to the prompt (`-i`): as `files`, but a file that is no image is refused."""
+    stdin_image: bytes | None = None
+    """An image piped on standard input, attached after the files."""
     project_instructions: bool = True
     """Put AGENTS.md files into the system prompt of a new session (`--no-project-instructions` turns it off)."""
 
@@ -307,8 +312,10 @@ async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err:
 async def _run_in(runtime: Runtime, options: RunOptions, out: TextIO, err: TextIO) -> int:
     settings = runtime.settings
     secrets = runtime.context.secrets
-    content = (user_content(options.prompt, [load_attachment(f, runtime.workspace, secrets) for f in options.files])
-               if options.files else None)
+    attached = [*(load_attachment(f, runtime.workspace, secrets) for f in options.files),
+                *(load_attachment(f, runtime.workspace, secrets, image_only=True) for f in options.images),
+                *([image_attachment(options.stdin_image, "stdin")] if options.stdin_image is not None else [])]
+    content = user_content(options.prompt, attached) if attached else None
     printer: PlainPrinter | JsonlWriter = (JsonlWriter(out, err, debug=options.debug) if options.json
                                            else PlainPrinter(out, err, debug=options.debug, quiet=options.quiet,
                                                              prices=settings.prices.get(settings.model)))
@@ -378,6 +385,7 @@ async def _drive(runtime: Runtime, printer: PlainPrinter | JsonlWriter, history:
     finished = await driver.run(history, printer, recorder)
     _say_output_failed(finished, err)  # the printer cannot say it (its output is what failed)
     if (recorder is not None and new_session and finished.status == "error"
-            and not any(m.get("role") in ("assistant", "tool") for m in history)):
-        recorder.discard()  # unreachable, 401, 404, no key: nothing worth continuing was said
+            and not any(m.get("role") in ("assistant", "tool") for m in history) and not holds_images(history)):
+        recorder.discard()  # unreachable, 401, 404, no key: nothing worth continuing was said (a prompt with an
+        # image is kept: a text-only model refused it, and `crow run -c -m VISION_MODEL` continues it)
     return finished.exit_code

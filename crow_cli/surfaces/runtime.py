@@ -16,6 +16,7 @@ how it asks (its sink and its approval question).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
 from collections.abc import Callable
 from contextlib import AsyncExitStack
@@ -52,7 +53,9 @@ def assemble_driver(settings: Settings, client: ChatClient, registry: ToolRegist
     workspace are its own. `recorder`: the session the runs are stored in (its compaction checkpoint,
     new ones stored); without one, the compactor starts from `checkpoint` and stores nothing.
     """
-    return Driver(client, registry, loop_settings(settings, trace=trace), approve, context,
+    # a model known to take no images gets the placeholders of the images tools return, not the images
+    limits = dataclasses.replace(loop_settings(settings, trace=trace), images=client.takes_images)
+    return Driver(client, registry, limits, approve, context,
                   build_compactor(settings, recorder, checkpoint=checkpoint), interrupts)
 
 

@@ -9,7 +9,9 @@
   model reads `output` (else `message`) as it is, and every surface shows the call failed;
 - `ToolContext`: declare a parameter of this type to receive the run's workspace and secrets;
 - `resolve_in_workspace(path)`: a path confined to the workspace (raises `OutsideWorkspace`, a `ToolError`);
-- `workspace_root()`: the workspace folder of the running call.
+- `workspace_root()`: the workspace folder of the running call;
+- `Image(data, mime_type="", name="")`: return one (or a list of `str` and `Image` parts) to show the model an
+  image: the tool message names it, a vision model sees it after the turn's tool results.
 
 A plugin tool in a few lines (a file in a tools folder, or a module behind a `crow_cli.tools`
 entry point)::
@@ -27,9 +29,10 @@ entry point)::
 """
 
 from ..errors import OutsideWorkspace, ToolError, ToolFailed
+from ..images import Image
 from .context import ToolContext
 from .registry import Tool, tool
 from .workspace import resolve_in_workspace, workspace_root
 
-__all__ = ["OutsideWorkspace", "Tool", "ToolContext", "ToolError", "ToolFailed", "resolve_in_workspace", "tool",
-           "workspace_root"]
+__all__ = ["Image", "OutsideWorkspace", "Tool", "ToolContext", "ToolError", "ToolFailed", "resolve_in_workspace",
+           "tool", "workspace_root"]

@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from ..errors import ToolDenied, ToolError, ToolFailed
 from ..events import Event, ToolResultReady, ToolRunStarted
 from ..history import Outcome, ToolCall, ToolDisplay, ToolResult
+from ..images import IMAGE_TYPES, MAX_IMAGE_BYTES, Image
 from ..text import clean_text, mask_secrets
 from .context import ToolContext, using_context
 from .registry import Tool, ToolRegistry
@@ -98,8 +99,11 @@ async def dispatch(
         # sendable (error texts too can carry undecodable file names), without the run's secrets (every
         # tool's output: a .env read, a plugin, an MCP server), and capped
         output = truncate_output(mask_secrets(clean_text(result.output), context.secrets), max_output_chars)
-        if output != result.output:
-            result = replace(result, output=output)
+        images, dropped = _capped_images(result.images)
+        if dropped:
+            output += "\n" + dropped
+        if output != result.output or images != result.images:
+            result = replace(result, output=output, images=images)
         if result.display is not None:  # what the person sees is masked as what the model reads
             result = replace(result, display=_masked(result.display, context.secrets))
         await queue.put(ToolResultReady(result))
@@ -121,6 +125,23 @@ def _masked(display: ToolDisplay, secrets: tuple[str, ...]) -> ToolDisplay:
         return None if text is None else mask_secrets(clean_text(text), secrets)
 
     return replace(display, output=mask(display.output), status=mask(display.status), diff=mask(display.diff))
+
+
+MAX_IMAGES = 8
+"""Images of one tool result shown to the model at most (each is a request's worth of tokens)."""
+
+
+def _capped_images(images: tuple[Image, ...]) -> tuple[tuple[Image, ...], str]:
+    """The images of a result the model is shown (known kinds, within the caps), and a line naming the others."""
+    fit = [n for n, i in enumerate(images) if i.mime_type in IMAGE_TYPES and len(i.data) <= MAX_IMAGE_BYTES]
+    shown = set(fit[:MAX_IMAGES])
+    kept = tuple(images[n] for n in sorted(shown))
+    left = [i for n, i in enumerate(images) if n not in shown]
+    if not left:
+        return kept, ""
+    return kept, (f"[{len(left)} image{'s' if len(left) > 1 else ''} not shown to the model (more than "
+                  f"{MAX_IMAGES}, larger than {MAX_IMAGE_BYTES // 1024 // 1024} MiB, or not PNG, JPEG, GIF or WebP): "
+                  f"{', '.join(i.placeholder() for i in left)}]")
 
 
 class _ReadWriteLock:
@@ -220,4 +241,5 @@ async def _run_one(
     except (Exception, SystemExit, KeyboardInterrupt) as exc:  # a plugin's sys.exit() must not end the run
         return fail(f"{call.name} raised {type(exc).__name__}: {exc}")
     return ToolResult(call.id, call.name, output.text, ok=True, duration_s=time.perf_counter() - started,
-                      index=call.index, display=output.display)
+                      index=call.index, display=output.display,
+                      images=output.images)

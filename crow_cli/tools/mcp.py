@@ -21,6 +21,8 @@ list, an invalid tool, a renamed tool, a listing cut at 100 pages, more than 128
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import contextvars
 import json
@@ -33,6 +35,7 @@ from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
 from ..errors import ConfigError, ToolError
+from ..images import Image, image_type
 from .mcp_transport import StderrTail, TransportWatch
 from .names import wire_name
 from .registry import Tool, ToolRegistry
@@ -339,22 +342,43 @@ def one_line_library_logs(debug: bool) -> None:
     logger.propagate = False
 
 
-def _as_text(result: Any) -> str:
-    parts: list[str] = []
+def _as_parts(result: Any) -> list[str | Image]:
+    """A `tools/call` result's content blocks as text and images: an image block (or an embedded resource
+    whose blob is an image) becomes an `Image`, which the loop shows a vision model after the tool results;
+    other kinds (audio, a resource link) are named in a line of text."""
+    parts: list[str | Image] = []
     for block in result.content or []:
         kind = getattr(block, "type", "")
         if kind == "text":
             parts.append(block.text)
         elif kind == "resource" and hasattr(block.resource, "text"):
             parts.append(block.resource.text)
+        elif (image := _image_of(block)) is not None:
+            parts.append(image)
         else:
             mime = getattr(block, "mime_type", None) or getattr(block, "uri", None) or ""
             parts.append(f"[{kind} content{': ' + str(mime) if mime else ''}]")
     if not parts and result.structured_content is not None:
-        import json
-
         parts.append(json.dumps(result.structured_content, ensure_ascii=False))
-    return "\n".join(parts)
+    return parts
+
+
+def _image_of(block: Any) -> Image | None:
+    """The image of an MCP `image` block (base64 `data`, `mimeType`) or of a `resource` block whose blob is
+    an image; None for any other block, and for data that is no image crow knows (told by its bytes)."""
+    kind = getattr(block, "type", "")
+    if kind == "image":
+        encoded, name = getattr(block, "data", None), ""
+    elif kind == "resource" and isinstance(getattr(block.resource, "blob", None), str):
+        encoded, name = block.resource.blob, str(getattr(block.resource, "uri", "") or "").rsplit("/", 1)[-1]
+    else:
+        return None
+    try:
+        data = base64.b64decode(encoded or "", validate=False)
+    except (binascii.Error, ValueError):
+        return None
+    mime = image_type(data)  # told by its bytes: a server's mimeType may be wrong, and servers refuse a mismatch
+    return Image(data, mime, name) if mime is not None else None
 
 
 class McpServers:
@@ -471,7 +495,7 @@ class McpServers:
         schema.setdefault("type", "object")
         schema.setdefault("properties", {})
 
-        async def call(**arguments: Any) -> str:
+        async def call(**arguments: Any) -> str | list[str | Image]:
             try:
                 client = await conn.ensure_started()
                 result = await cancellable(client.call_tool(remote_name, arguments))
@@ -484,10 +508,12 @@ class McpServers:
                     lost = " (the connection was lost; the server will be restarted on the next call)"
                 raise ToolError(f"MCP server {conn.config.name!r}: {remote_name} failed: {_describe(exc)}{lost}"
                                 ) from exc
-            text = _as_text(result)
+            parts = _as_parts(result)
             if result.is_error:
+                text = "\n".join(p.placeholder() if isinstance(p, Image) else p for p in parts)
                 raise ToolError(text or f"{remote_name} failed (the server gave no message)")
-            return text
+            # text parts and images (`Tool.call` names each image in the text); text alone as one text
+            return parts if any(isinstance(p, Image) for p in parts) else "\n".join(str(p) for p in parts)
 
         return Tool(name, remote.description or remote.title or remote_name, call, parameters=schema,
                     needs_approval=not read_only, parallel=read_only, validator=None,

@@ -25,6 +25,7 @@ from typing import Any, Literal, get_args, overload
 
 from ..errors import ToolError, ToolFailed
 from ..history import ToolDisplay
+from ..images import Image
 from ..paths import resolve_path
 from .context import ToolContext, current_context
 from .names import WIRE_NAME, wire_name
@@ -48,11 +49,13 @@ Subject = Callable[[dict[str, Any]], str | None]
 
 @dataclass(frozen=True, slots=True)
 class ToolOutput:
-    """What a tool function may return instead of its text: the text the model reads and what the person
-    is shown of the call (`history.ToolDisplay`: a command's output and exit code, an edit's diff)."""
+    """What a tool returned: the text the model reads, what the person is shown of the call
+    (`history.ToolDisplay`: a command's output and exit code, an edit's diff), and the images it returned
+    (`Image`, shown to the model after the turn's tool results)."""
 
     text: str
     display: ToolDisplay | None = None
+    images: tuple[Image, ...] = ()
 
 
 @dataclass
@@ -135,16 +138,19 @@ class Tool:
         return {k: getattr(model, k) for k in model.model_fields_set | _required(self.validator)}
 
     async def invoke(self, arguments: dict[str, Any], context: ToolContext | None = None) -> str:
-        """Run the tool with validated arguments and return its output as text (`run`'s text).
+        """Run the tool with validated arguments and return its output as text (`run`'s text; an image as its
+        placeholder).
 
         A parameter typed `ToolContext` gets `context` (default: the current one), whatever the model sent.
         """
         return (await self.run(arguments, context)).text
 
     async def run(self, arguments: dict[str, Any], context: ToolContext | None = None) -> ToolOutput:
-        """Run the tool with validated arguments: its text for the model and what the person is shown.
+        """Run the tool with validated arguments: its text for the model, what the person is shown, its images.
 
-        A function returning a `ToolOutput` gives both; any other value is the text (`display` None).
+        The function may return a `ToolOutput`, text, `None` (empty), an `Image`, a list of `str` and `Image`
+        parts (text parts joined by newlines, each image named in the text by its placeholder), or any other
+        value (sent as JSON). A parameter typed `ToolContext` gets `context` (default: the current one).
 
         Raises:
             ToolFailed: the tool ran and failed (`output` made text; `display` as the tool gave it).
@@ -162,11 +168,9 @@ class Tool:
                     value = await value
         except ToolFailed as exc:  # its output is text too, whatever the tool gave (rows, as it may return)
             if not isinstance(exc.output, str):
-                exc.output = _as_text(exc.output)
+                exc.output = _as_output(exc.output).text
             raise
-        if isinstance(value, ToolOutput):
-            return value
-        return ToolOutput(_as_text(value))
+        return value if isinstance(value, ToolOutput) else _as_output(value)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -202,6 +206,16 @@ async def run_in_daemon_thread(fn: Callable[..., Any], kwargs: dict[str, Any], *
 
 def _required(model: Any) -> set[str]:
     return {name for name, f in model.model_fields.items() if f.is_required()}
+
+
+def _as_output(value: Any) -> ToolOutput:
+    """A tool's return value as text and images: an `Image`, or a list holding one or more `Image`s among
+    text parts, keeps its images (each named in the text by its placeholder); anything else is text."""
+    parts = [value] if isinstance(value, Image) else value if isinstance(value, list | tuple) else None
+    if not parts or not any(isinstance(p, Image) for p in parts):
+        return ToolOutput(_as_text(value))
+    lines = [p.placeholder() if isinstance(p, Image) else _as_text(p) for p in parts]
+    return ToolOutput("\n".join(lines), images=tuple(p for p in parts if isinstance(p, Image)))
 
 
 def _as_text(value: Any) -> str:

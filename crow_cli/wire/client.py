@@ -129,6 +129,11 @@ class ChatClient:
         self.profile = profile_for(settings.base_url, settings.provider)
         """What is known of this server in advance (`wire.profiles`), config overrides applied."""
         known = recall(settings.base_url, settings.model) if settings.adapt_requests else {}
+        from .vision import known_text_only
+
+        self.takes_images = not known_text_only(settings.model, known)
+        """Whether the model may be sent images: False once known text-only (`wire.vision`): by its name, or
+        learned from a refusal of image parts (then requests holding images fail before they are sent)."""
         # what goes back of what servers attached to messages, and the fields this one refused or demanded:
         # the profile, then what earlier runs learned
         self._outgoing = Outgoing(settings.reasoning_echo, reasoning_fields=self.profile.reasoning_fields,
@@ -225,10 +230,13 @@ class ChatClient:
                             "--api-key), or point --base-url at a server that needs none, or try a small local "
                             "model with --local")
         from .stream import AfterDone, iter_chunks
+        from .vision import ImagesRefused, holds_images
 
         if self._after_done is None:
             self._after_done = AfterDone()
 
+        if not self.takes_images and holds_images(messages):  # it would only refuse them
+            raise ImagesRefused(self.settings.model)
         if self.settings.trace and not self._fields_traced:
             self._fields_traced = True
             yield Notice(f"crow: debug: server profile {self.profile.name!r}; messages go as "
@@ -248,6 +256,8 @@ class ChatClient:
                         response = await self._send(stack, body)
                         break
                     except Exception as exc:
+                        if (refused := self._images_refused(exc, body)) is not None:
+                            raise refused from exc  # final: no change to the request makes the model see
                         if (notices := self._adapt(exc, body, adapted)) is not None:
                             for notice in notices:
                                 yield notice
@@ -339,6 +349,24 @@ class ChatClient:
             if (notices := adapter(status, text, body, done)) is not None:
                 return notices
         return None
+
+    def _images_refused(self, exc: Exception, body: dict[str, Any]) -> ProviderError | None:
+        """The `vision.ImagesRefused` for a refusal of the request's image parts (remembered for this base URL
+        and model, so the next request holding images fails before it is sent), or None for any other."""
+        import openai
+
+        from .vision import ImagesRefused, refuses_images
+
+        if not isinstance(exc, openai.APIStatusError) \
+                or not refuses_images(exc.status_code, _error_text(exc), body["messages"]):
+            return None
+        self.takes_images = False
+        if self.settings.adapt_requests:
+            from .facts import learn
+
+            learn(self.settings.base_url, self.settings.model, images=False)
+        said, _code = _body_message(exc.body, exc.message)
+        return ImagesRefused(self.settings.model, said, status=exc.status_code)
 
     def _final_refusal(self, exc: Exception) -> Notice | None:
         """Under --debug: why a 400/422 ends the request (no adapter had a change for it)."""

@@ -22,3 +22,44 @@ def test_piped_text_is_decoded_by_its_byte_order_mark(encoding: str, tmp_path: P
         code = crow_here(*run_args(server, "--no-tools", "--no-session", "--stdin", "Review"), stdin=piped)
     assert code == 0
     assert server.requests[0]["messages"][-1]["content"] == "Review\n\ncafé\n"
+
+
+PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 24
+
+
+# issue 33 §2: a screenshot piped in (`screencap | crow run "what is this?"`) was decoded as text
+def test_an_image_piped_on_stdin_is_attached_not_decoded(tmp_path: Path) -> None:
+    piped = tmp_path / "shot"
+    piped.write_bytes(PNG)
+    with ReplayServer([{"sse": text_sse("ok")}]) as server:
+        code = crow_here(*run_args(server, "--no-tools", "--no-session", "What is this?"), stdin=piped)
+    assert code == 0
+    content = server.requests[0]["messages"][-1]["content"]
+    assert content[0] == {"type": "text", "text": "What is this?\n\n[attached image: stdin]"}
+    assert content[1]["image_url"]["url"].startswith("data:image/png;base64,iVBORw0KGgo")
+
+
+def test_an_image_on_stdin_cannot_be_the_prompt(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    piped = tmp_path / "shot"
+    piped.write_bytes(PNG)
+    with ReplayServer([]) as server:
+        code = crow_here(*run_args(server, "--no-tools", "--no-session"), stdin=piped)
+    assert code == 2 and server.requests == []
+    assert "standard input is an image; pass the prompt as an argument" in capsys.readouterr().err
+
+
+# issue 33 §2: Codex's -i/--image flag
+def test_dash_i_attaches_an_image_and_refuses_a_text_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "d.png").write_bytes(PNG)
+    (tmp_path / "notes.txt").write_text("text")
+    with ReplayServer([{"sse": text_sse("ok")}]) as server:
+        flags = ("--no-tools", "--no-session")
+        assert crow_here(*run_args(server, *flags, "-i", "d.png", "--image", "d.png", "Look")) == 0
+        assert crow_here(*run_args(server, "--no-tools", "--no-session", "-i", "notes.txt", "Look")) == 2
+    content = server.requests[0]["messages"][-1]["content"]
+    assert [p["type"] for p in content] == ["text", "image_url", "image_url"]
+    assert "[attached image: d.png]" in content[0]["text"]
+    assert "cannot attach notes.txt with -i: not a PNG, JPEG, GIF or WebP image" in capsys.readouterr().err
+    assert len(server.requests) == 1

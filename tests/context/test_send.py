@@ -138,3 +138,25 @@ async def test_a_failed_summary_is_a_warning_and_the_turn_goes_on() -> None:
     events = await _run(history, client, Compactor(Budget(window=int(estimate_tokens(history) / 0.9))))
     assert any(isinstance(e, WarningEvent) and "could not compact" in e.message for e in events)
     assert events[-1].status == "completed"
+
+
+async def test_a_summary_names_the_images_it_leaves_out() -> None:
+    # issue 33 §2: a summary is text, so the images of the summarised messages were gone without a word
+    from crow_cli.images import Image, image_part, tool_images_message
+
+    png = Image(b"\x89PNG\r\n\x1a\n" + b"\0" * 24, name="shot.png")
+    history = _long_history(10)
+    history[1] = {"role": "user", "content": [{"type": "text", "text": "request 0"}, image_part(png)]}
+    history.insert(4, tool_images_message([("read_file", "call_0", [png])]))  # after call_0's result
+    history.append(user_message("go on"))
+    compactor = Compactor(Budget(window=int(estimate_tokens(history) / 0.9)))
+    client = Recording(["summary", "text"])
+    events = await _run(history, client, compactor)
+    turn_request = client.requests[1][0]
+    summary = turn_request[1]["content"]
+    assert summary.startswith(SUMMARY_PREFIX)
+    assert ("[crow: the summary stands for 2 images the model no longer sees: [image: image/png, 32 B], "
+            "[image: image/png, 32 B]]") in summary
+    compacted = next(e for e in events if isinstance(e, Notice) and e.code == "compacted")
+    assert "left out 2 images of the summarised messages" in compacted.message
+    assert_contract(turn_request)

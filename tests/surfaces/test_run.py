@@ -306,3 +306,33 @@ async def test_prompt_progress_is_an_event_for_scripts_and_no_line_on_stderr(tmp
     events = (await run_here(turn, cwd=tmp_path, session=False, json=True)).events()
     assert [e["message"] for e in events if e.get("code") == "prompt_progress"] == [
         f"processing the prompt ({n:,} of 4,096 tokens)…" for n in (1024, 2048, 4096)]
+
+
+# issue 33 §2: a text-only model refused an attached image and the new session, holding only the prompt, was
+# discarded with the errors that leave nothing worth continuing (401, unreachable)
+async def test_an_image_a_text_only_model_refused_keeps_its_session(tmp_path: Path) -> None:
+    (tmp_path / "shot.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 24)
+    refusal = {"status": 400, "body": json.dumps({"error": {"message": "Invalid content type. image_url is only "
+                                                             "supported by certain models.", "code": None}})}
+    ran = await run_here([refusal], "what is this?", cwd=tmp_path, images=("shot.png",))
+    assert ran.code == 1 and len(ran.requests) == 1
+    assert ran.stderr.strip().splitlines()[-1].startswith("crow: error: the model test-model takes no images")
+    store = SessionStore()
+    try:
+        (info,) = store.recent()
+        (prompt,) = store.messages(info.id)
+    finally:
+        store.close()
+    assert prompt["role"] == "user" and prompt["content"][1]["type"] == "image_url"
+
+
+async def test_a_model_known_text_only_gets_a_tool_image_as_its_name_only(tmp_path: Path) -> None:
+    # issue 33 §2: where crow knows the model takes no images, the images message is left out (the runtime
+    # gives the loop the client's `takes_images`), so the turn is not refused
+    (tmp_path / "shot.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 24)
+    calls = script([("c1", "read_file", {"path": "shot.png"})])
+    for model, roles in (("deepseek-chat", ["assistant", "tool"]), ("vision-model", ["assistant", "tool", "user"])):
+        ran = await run_here(calls, "look", cwd=tmp_path, model=model, session=False)
+        assert ran.code == 0, ran.stderr
+        assert [m["role"] for m in ran.requests[1]["messages"]][-len(roles):] == roles
+        assert ran.requests[1]["messages"][-len(roles) + 1]["content"] == "[image: shot.png, image/png, 32 B]"

@@ -259,3 +259,29 @@ async def test_a_start_cut_short_gets_no_clean_stop(monkeypatch: pytest.MonkeyPa
             starting.cancel()  # what Ctrl-C does to the run
             with contextlib.suppress(asyncio.CancelledError):
                 await starting
+
+
+IMAGE_SERVER = str(Path(__file__).with_name("mcp_image_server.py"))
+
+
+async def test_an_image_block_is_kept_as_an_image() -> None:
+    # issue 33 §2: an MCP image used to be replaced by "[image content: image/png]" and never reached the model
+    registry = ToolRegistry()
+    async with McpServers({"img": {"command": sys.executable, "args": [IMAGE_SERVER]}}) as servers:
+        await servers.register_tools(registry)
+        out = await registry.get("snapshot").run({"caption": "the home page"})
+    assert out.text == "the home page\n[image: image/png, 32 B]"
+    assert [(i.mime_type, i.data[:8]) for i in out.images] == [("image/png", b"\x89PNG\r\n\x1a\n")]
+
+
+async def test_crow_run_shows_an_mcp_image_to_the_model(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(f"[mcp_servers.img]\ncommand = {json.dumps(sys.executable)}\n"
+                      f"args = [{json.dumps(IMAGE_SERVER)}]\n")
+    ran = await run_here(script([("call_img", "snapshot", {"caption": "c"})]), "look", cwd=tmp_path, config=config,
+                         session=False)
+    assert ran.code == 0, ran.stderr
+    messages = ran.requests[1]["messages"]
+    assert [m["role"] for m in messages][-3:] == ["assistant", "tool", "user"]
+    assert messages[-2]["content"] == "c\n[image: image/png, 32 B]"
+    assert messages[-1]["content"][1]["image_url"]["url"].startswith("data:image/png;base64,iVBORw0KGgo")

@@ -23,7 +23,7 @@ def test_the_exported_names_are_the_plugin_api() -> None:
     public = {name for name, value in vars(crow_cli.tools).items()
               if not name.startswith("_") and not isinstance(value, types.ModuleType)}
     assert sorted(crow_cli.tools.__all__) == sorted(public) == [
-        "OutsideWorkspace", "Tool", "ToolContext", "ToolError", "ToolFailed", "resolve_in_workspace", "tool",
+        "Image", "OutsideWorkspace", "Tool", "ToolContext", "ToolError", "ToolFailed", "resolve_in_workspace", "tool",
         "workspace_root"]
 
 

@@ -38,7 +38,7 @@ from ...events import (
     TurnFinished,
     WarningEvent,
 )
-from ...history import Message, ToolCall, content_text, tool_calls_of, user_message
+from ...history import Message, ToolCall, content_text, is_prompt, tool_calls_of, user_message
 from ...tools.approval import UNCONFINED_MARK, Answer, Approvals, Policy, make_approver
 from ...tools.context import ToolContext
 from ...tools.dispatch import EscalatingApprover
@@ -362,7 +362,7 @@ class Session:
         messages = self.history
         for i, message in enumerate(messages):
             content = content_text(message.get("content"))
-            if message["role"] == "user" and content:
+            if is_prompt(message) and content:
                 self.send(acp.update_user_message_text(content))
             elif message["role"] == "assistant":
                 reasoning = reasoning_text(message)

@@ -9,6 +9,7 @@ from typing import TextIO
 
 from ...atomic import file_kind
 from ...errors import ToolError
+from ...images import MAX_IMAGE_BYTES, Image, image_type
 from ...text import BOMS
 from ..registry import tool
 from ..workspace import resolve_in_workspace, workspace_root
@@ -103,8 +104,8 @@ def require_regular_file(file: Path, path: str) -> None:
 
 @tool(kind="read")
 def read_file(path: str, start_line: int | None = None, end_line: int | None = None,
-              start_char: int = 0) -> str:
-    """Read a text file from the workspace, or a range of its lines.
+              start_char: int = 0) -> str | Image:
+    """Read a text file from the workspace, or a range of its lines; an image file (PNG, JPEG, GIF, WebP) is shown.
 
     Text is decoded as UTF-8. A file with a UTF-16/32 byte-order mark is decoded as such; any other
     file that is not valid UTF-8 (in its first 512 KiB) is decoded as cp1252 (latin-1 if cp1252
@@ -133,6 +134,10 @@ def read_file(path: str, start_line: int | None = None, end_line: int | None = N
     size = file.stat().st_size
     with file.open("rb") as raw:
         head = raw.read(SNIFF_BYTES + 1)
+    if image_type(head) is not None:  # a vision model sees it (`images`); a text-only one reads its name
+        if size > MAX_IMAGE_BYTES:
+            raise ToolError(f"{path!r} is an image of {size:,} bytes; images are shown up to {MAX_IMAGE_BYTES:,}")
+        return Image(file.read_bytes(), name=shown)
     sniffed = _sniff(head[:SNIFF_BYTES], len(head) > SNIFF_BYTES, shown)
     if sniffed is None:
         raise ToolError(f"{path!r} is a binary file ({size} bytes); not read")

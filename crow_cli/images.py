@@ -1,0 +1,152 @@
+"""Images as crow carries them: a tool's returned image, a `data:` URL content part, a stored reference.
+
+An `Image` is bytes and a MIME type. On the wire (OpenAI Chat Completions) an image is a user-message
+content part `{"type": "image_url", "image_url": {"url": "data:image/png;base64,…"}}`: tool messages
+carry text only, so images a tool returns go in a user message right after the turn's tool results
+(`tool_images_message`). Their kind is told by their first bytes (PNG, JPEG, GIF, WebP), never by a
+name. Standard library only.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["IMAGE_TYPES", "MAX_IMAGE_BYTES", "TOOL_IMAGES_NOTE", "Image", "data_url_image", "describe_part",
+           "image_part", "image_parts", "image_type", "is_image_part", "is_tool_images", "size_text",
+           "tool_images_message"]
+
+MAX_IMAGE_BYTES = 10 * 1024 * 1024
+"""The largest image crow attaches or shows the model (a file, standard input, a tool's image)."""
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+"""The MIME types vision servers take (OpenAI's list; vLLM, llama.cpp and Ollama decode the same)."""
+
+_MAGIC = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"), (b"GIF87a", "image/gif"),
+          (b"GIF89a", "image/gif"))
+_DATA_URL = re.compile(r"data:([\w.+-]+/[\w.+-]+);base64,(.*)", re.S)
+
+
+def image_type(data: bytes) -> str | None:
+    """The MIME type of `data` told by its first bytes (PNG, JPEG, GIF, WebP), or None for anything else."""
+    for magic, mime in _MAGIC:
+        if data.startswith(magic):
+            return mime
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+def size_text(n: int) -> str:
+    """A byte count as people read it: `812 B`, `14 KB`, `2.3 MB` (1 KB = 1024 bytes)."""
+    if n < 1024:
+        return f"{n} B"
+    if n < 1024 * 1024:
+        return f"{n / 1024:.0f} KB"
+    return f"{n / 1024 / 1024:.1f} MB"
+
+
+@dataclass(frozen=True, slots=True)
+class Image:
+    """An image a tool returns (the plugin API: `return Image(data, "image/png")`, or a list of text and images).
+
+    Attributes:
+        data: the encoded image file's bytes (PNG, JPEG, GIF or WebP).
+        mime_type: its MIME type, e.g. `image/png`; `""`: told from `data`'s first bytes.
+        name: what the model and a transcript call it (a file name); optional.
+    """
+
+    data: bytes
+    mime_type: str = ""
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.data, bytes | bytearray | memoryview):
+            raise TypeError(f"Image data must be bytes, not {type(self.data).__name__}")
+        object.__setattr__(self, "data", bytes(self.data))
+        if not self.mime_type:
+            object.__setattr__(self, "mime_type", image_type(self.data) or "application/octet-stream")
+
+    @property
+    def sha256(self) -> str:
+        """The hex SHA-256 of `data` (the name it is stored under)."""
+        return hashlib.sha256(self.data).hexdigest()
+
+    def data_url(self) -> str:
+        """`data:MIME;base64,…`, as an `image_url` part carries it."""
+        return f"data:{self.mime_type};base64,{base64.b64encode(self.data).decode('ascii')}"
+
+    def placeholder(self) -> str:
+        """The text that stands for the image where only text goes (a tool message, a text-only model)."""
+        return f"[image: {self.name + ', ' if self.name else ''}{self.mime_type}, {size_text(len(self.data))}]"
+
+
+def data_url_image(url: str) -> Image | None:
+    """The image of a `data:MIME;base64,…` URL, or None when `url` is not one (an http URL, a reference)."""
+    found = _DATA_URL.fullmatch(url)
+    if found is None:
+        return None
+    try:
+        return Image(base64.b64decode(found.group(2), validate=False), found.group(1))
+    except (binascii.Error, ValueError):
+        return None
+
+
+def image_part(image: Image) -> dict[str, Any]:
+    """The Chat Completions content part of `image`."""
+    return {"type": "image_url", "image_url": {"url": image.data_url()}}
+
+
+def is_image_part(part: Any) -> bool:
+    """Whether a content part is an image (`image_url`)."""
+    return isinstance(part, dict) and part.get("type") == "image_url"
+
+
+def image_parts(content: Any) -> list[dict[str, Any]]:
+    """The image parts of a message's content (a string has none)."""
+    return [p for p in content if is_image_part(p)] if isinstance(content, list) else []
+
+
+def describe_part(part: dict[str, Any]) -> str:
+    """`[image: NAME, SIZE]` for an image part: a stored reference names its file, a data URL its type."""
+    image_url = part.get("image_url")
+    url = image_url.get("url") if isinstance(image_url, dict) else image_url
+    ref = part.get("crow_image")
+    if isinstance(ref, dict):
+        return f"[image: {ref.get('name') or ref.get('file', '')}, {size_text(int(ref.get('bytes') or 0))}]"
+    if isinstance(url, str) and (image := data_url_image(url)) is not None:
+        return f"[image: {image.mime_type}, {size_text(len(image.data))}]"
+    return f"[image: {url if isinstance(url, str) and not url.startswith('data:') else 'inline'}]"
+
+
+TOOL_IMAGES_NOTE = "[crow: the images the tool calls above returned, in order]"
+"""The first line of the user message that carries a turn's tool images: it tells that message from a prompt."""
+
+
+def is_tool_images(message: Any) -> bool:
+    """Whether `message` is the user message carrying a turn's tool images (`tool_images_message`), not a prompt."""
+    content = message.get("content") if isinstance(message, dict) and message.get("role") == "user" else None
+    first = content[0] if isinstance(content, list) and content else None
+    return isinstance(first, dict) and str(first.get("text", "")).startswith(TOOL_IMAGES_NOTE)
+
+
+def tool_images_message(results: Iterable[tuple[str, str, Sequence[Image]]]) -> dict[str, Any] | None:
+    """The user message that shows the model the images of a turn's tool results, or None when none has one.
+
+    `results`: `(tool name, tool_call_id, images)` per result, in call order. Chat Completions tool messages
+    carry text only, so the images follow the turn's tool messages in one user message: a text part naming
+    whose they are, then one `image_url` part per image (the contract's order: every tool message first).
+    """
+    lines, parts = [], []
+    for name, call_id, images in results:
+        for image in images:
+            lines.append(f"{name}{f' ({call_id})' if call_id else ''}: {image.placeholder()}")
+            parts.append(image_part(image))
+    if not parts:
+        return None
+    text = TOOL_IMAGES_NOTE + "\n" + "\n".join(lines)
+    return {"role": "user", "content": [{"type": "text", "text": text}, *parts]}

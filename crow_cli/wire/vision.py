@@ -1,0 +1,80 @@
+"""Whether a model takes images: a server's refusal of `image_url` parts, and models known to be text-only.
+
+A text-only model's server refuses a request holding an image part; what it says, by server:
+
+- OpenAI (gpt-3.5-turbo, gpt-4 via Azure, and gateways passing it on): 400 `Invalid content type. image_url is
+  only supported by certain models.`, param `messages.[1].content.[1].type` (browser-use/web-ui#274,
+  vllm-project/vllm#11629, danny-avila/LibreChat#6333);
+- vLLM serving a text-only model: 400 `facebook/opt-125m is not a multimodal model None` (studio-dots-ai/dots.ocr#61,
+  vllm-project/vllm#19144);
+- llama.cpp's llama-server without `--mmproj`: **500** `image input is not supported by this server`
+  (ggml-org/llama.cpp#13566); llama-cpp-python: `Image input detected, but the loaded model is not configured
+  with a mmproj module` (JamePeng/llama-cpp-python#165); llamafile: `The server was not compiled for multimodal
+  or the model projector can't be loaded` (mozilla-ai/llamafile#298);
+- Ollama: 400 `this model does not support image input` (ollama/ollama#17301), `This model does not support
+  images` (ollama/ollama#13099);
+- servers validating parts as text only (pydantic): `Input should be 'text'` at `content … type`
+  (thinking-machines-lab/tinker-feedback#83); DeepSeek's API: "unknown variant `image_url`, expected `text`".
+
+Such a refusal is final (`ImagesRefused`), never adapted or retried; the client remembers it for the base URL
+and model (`wire.facts`, `images: false`), so the next run says so before sending anything, and a model named
+in `TEXT_ONLY_MODELS` is known text-only in advance. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from ..errors import ProviderError
+
+__all__ = ["IMAGE_REFUSAL", "TEXT_ONLY_MODELS", "ImagesRefused", "holds_images", "known_text_only",
+           "refuses_images"]
+
+IMAGE_REFUSAL = re.compile(
+    r"image_url is only supported by certain models|is not a multimodal model|image input is not supported|"
+    r"(does not|doesn'?t) support (image|vision)|images? (are|is) not supported|not configured with a mmproj|"
+    r"not compiled for multimodal|unknown variant .?image_url|vision is not supported|"
+    r"(no|not a) vision model|multimodal (input )?is not supported", re.IGNORECASE)
+"""The words of a refusal of image parts (sources in the module docstring)."""
+_TEXT_PARTS_ONLY = re.compile(r"input should be 'text'|expected `text`|invalid content type", re.IGNORECASE)
+"""Refusals that name the part type without naming images: read as one only when the request held an image."""
+
+TEXT_ONLY_MODELS = re.compile(r"(^|/)(gpt-3\.5|o1-mini|o3-mini|deepseek-(chat|reasoner|coder)|smollm2?-)",
+                              re.IGNORECASE)
+"""Model names known to take no images (their providers' model pages); other names are tried."""
+
+
+class ImagesRefused(ProviderError):
+    """The model takes no images: its server refused the request's image parts, or it is known text-only; exit 1.
+
+    Attributes:
+        model: the model's name.
+    """
+
+    def __init__(self, model: str, said: str | None = None, *, status: int | None = None) -> None:
+        why = f"the server said: {said}" if said else "known from an earlier refusal or its name"
+        super().__init__(f"the model {model} takes no images ({why}); use a vision model (--model), or leave the "
+                         "image out", status=status)
+        self.model = model
+
+
+def holds_images(messages: Iterable[Any]) -> bool:
+    """Whether any message's content holds an `image_url` part."""
+    return any(isinstance(m, dict) and isinstance(m.get("content"), list)
+               and any(isinstance(p, dict) and p.get("type") == "image_url" for p in m["content"])
+               for m in messages)
+
+
+def refuses_images(status: int, text: str, messages: Iterable[Any]) -> bool:
+    """Whether a refusal (`status`, its body `text`) is one of the image parts of a request holding `messages`."""
+    if status not in (400, 415, 422, 500) or not holds_images(messages):
+        return False
+    return IMAGE_REFUSAL.search(text) is not None or (
+        _TEXT_PARTS_ONLY.search(text) is not None and "image" in text.lower())
+
+
+def known_text_only(model: str, facts: dict[str, Any]) -> bool:
+    """Whether the model is known to take no images: learned (`facts["images"] is False`) or by its name."""
+    return facts.get("images") is False or TEXT_ONLY_MODELS.search(model) is not None

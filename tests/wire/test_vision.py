@@ -1,0 +1,89 @@
+"""A text-only model's refusal of image parts (`wire.vision`): one final error naming the model, remembered;
+a model known text-only fails before any request. Bodies from the servers named in `wire.vision`."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+import respx
+
+from crow_cli.errors import ProviderError
+from crow_cli.wire.client import ChatClient, ClientSettings
+from crow_cli.wire.facts import recall
+from crow_cli.wire.vision import ImagesRefused, refuses_images
+from tests.conftest import text_sse
+
+URL = "http://llm.test/v1/chat/completions"
+PART = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+IMAGE = [{"role": "user", "content": [{"type": "text", "text": "what is this?"}, PART]}]
+TEXT = [{"role": "user", "content": "hi"}]
+
+OPENAI = (400, {"error": {"message": "Invalid content type. image_url is only supported by certain models.",
+                          "type": "invalid_request_error", "param": "messages.[1].content.[1].type", "code": None}})
+VLLM = (400, {"object": "error", "message": "facebook/opt-125m is not a multimodal model None",
+              "type": "BadRequestError", "param": None, "code": 400})
+LLAMA_CPP = (500, {"error": {"code": 500, "message": "image input is not supported by this server",
+                             "type": "server_error"}})
+OLLAMA = (400, {"error": {"message": "this model does not support image input", "type": "invalid_request_error"}})
+
+
+def client(model: str = "m", max_retries: int = 2) -> ChatClient:
+    return ChatClient(ClientSettings(base_url="http://llm.test/v1", model=model, api_key="k", max_retries=max_retries))
+
+
+async def consume(c: ChatClient, messages: list) -> None:
+    async for _ in c.stream(messages):
+        pass
+
+
+@pytest.mark.parametrize("refusal", [OPENAI, VLLM, LLAMA_CPP, OLLAMA], ids=["openai", "vllm", "llama.cpp", "ollama"])
+async def test_a_refusal_of_images_is_final_names_the_model_and_is_remembered(refusal: tuple[int, dict]) -> None:
+    status, body = refusal
+    c = client("text-model")
+    with respx.mock(assert_all_called=False) as mock:
+        route = mock.post(URL).mock(return_value=httpx.Response(status, json=body))
+        with pytest.raises(ImagesRefused) as caught:
+            await consume(c, IMAGE)
+        assert route.call_count == 1  # not adapted, not retried (llama.cpp's 500 too)
+    message = str(caught.value)
+    assert message.startswith("the model text-model takes no images (the server said: ") and "\n" not in message
+    assert caught.value.exit_code == 1 and not c.takes_images
+    assert recall("http://llm.test/v1", "text-model")["images"] is False
+    again = client("text-model")  # a later run knows it before sending anything
+    assert not again.takes_images
+    with respx.mock(assert_all_called=False) as mock:
+        route = mock.post(URL).mock(return_value=httpx.Response(200, text=text_sse("x")))
+        with pytest.raises(ImagesRefused, match="known from an earlier refusal"):
+            await consume(again, IMAGE)
+        assert route.call_count == 0
+        await consume(again, TEXT)  # text still goes
+        assert route.call_count == 1
+
+
+async def test_a_model_known_to_be_text_only_fails_before_the_request() -> None:
+    c = client("deepseek-chat")
+    with respx.mock(assert_all_called=False) as mock:
+        route = mock.post(URL).mock(return_value=httpx.Response(200, text=text_sse("x")))
+        with pytest.raises(ImagesRefused):
+            await consume(c, IMAGE)
+        assert route.call_count == 0
+
+
+async def test_the_same_words_without_an_image_in_the_request_are_an_ordinary_refusal() -> None:
+    c = client(max_retries=0)
+    with respx.mock(assert_all_called=False) as mock:
+        mock.post(URL).mock(return_value=httpx.Response(400, json=OPENAI[1]))
+        with pytest.raises(ProviderError) as caught:
+            await consume(c, TEXT)
+    assert not isinstance(caught.value, ImagesRefused) and c.takes_images
+
+
+def test_refusals_that_only_name_the_part_type_count_when_an_image_was_sent() -> None:
+    pydantic = json.dumps({"detail": "Validation Error", "errors": [
+        {"loc": "body -> messages -> 0 -> content -> list[TextContentPart] -> 0 -> type",
+         "msg": "Input should be 'text'", "type": "literal_error", "input": "image_url"}]})
+    assert refuses_images(422, pydantic, IMAGE)
+    assert not refuses_images(422, pydantic, TEXT)
+    assert not refuses_images(400, '{"error": {"message": "Unsupported parameter: seed"}}', IMAGE)
