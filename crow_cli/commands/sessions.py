@@ -54,7 +54,7 @@ def _store() -> SessionStore:
 def list_sessions(
     limit: Annotated[int, typer.Option("--limit", "-n", help="Show at most this many (0: all).")] = 20,
 ) -> None:
-    """Stored sessions, most recent first: id, last update, messages, model, title."""
+    """Stored sessions, most recent first, under a header row: id, last update, messages, model, title."""
     try:
         if limit < 0:
             raise ConfigError(f"--limit must be 0 (all) or more (got {limit})")
@@ -66,9 +66,16 @@ def list_sessions(
         print("no sessions yet (crow chat or crow run start one)", file=sys.stderr)
         return
     more = bool(limit) and len(found) > limit
-    for s in found[:limit] if limit else found:
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.updated_at))
-        print(_for_terminal(f"{s.id}  {when}  {s.messages:>4} msgs  {s.model}  {s.title or '(untitled)'}"))
+    shown = found[:limit] if limit else found
+    rows = [(s.id, time.strftime("%Y-%m-%d %H:%M", time.localtime(s.updated_at)),
+             f"{s.messages} message" + ("" if s.messages == 1 else "s"), s.model, s.title or "(untitled)")
+            for s in shown]
+    header = ("ID", "UPDATED", "MESSAGES", "MODEL", "TITLE")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
+    for row in [header, *rows]:
+        cells = [row[0].ljust(widths[0]), row[1].ljust(widths[1]), row[2].rjust(widths[2]) if row is not header
+                 else row[2].ljust(widths[2]), row[3].ljust(widths[3]), row[4]]
+        print(_for_terminal("  ".join(cells)))
     if more:
         print(f"(the {limit} most recent; older ones with --limit 0)", file=sys.stderr)
 
