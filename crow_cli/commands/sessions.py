@@ -50,7 +50,8 @@ def _store() -> SessionStore:
     return SessionStore()
 
 
-@sessions_app.command("list", epilog=examples("crow sessions list", "crow sessions list -n 0"))
+@sessions_app.command("list", epilog=examples("crow sessions list", "crow sessions list -n 0"),
+                      short_help="Stored sessions, most recent first.")
 def list_sessions(
     limit: Annotated[int, typer.Option("--limit", "-n", help="Show at most this many (0: all).")] = 20,
 ) -> None:
@@ -87,7 +88,8 @@ def show(session_id: IdArg) -> None:
 
 
 @sessions_app.command("export", epilog=examples("crow sessions export k3fq7x --format md",
-                                                "crow sessions export k3fq7x --format jsonl -o s.jsonl"))
+                                                "crow sessions export k3fq7x --format jsonl -o s.jsonl"),
+                      short_help="Export a session as Markdown, JSON or JSONL.")
 def export(
     session_id: IdArg,
     fmt: Annotated[str, typer.Option("--format", "-f", help="md, json or jsonl.")] = "md",
@@ -121,7 +123,8 @@ def _export(session_id: str, fmt: str, output: str | None) -> None:
         raise fail(exc) from None
 
 
-@sessions_app.command("undo", epilog=examples("crow sessions undo k3fq7x --dry-run", "crow sessions undo k3fq7x"))
+@sessions_app.command("undo", epilog=examples("crow sessions undo k3fq7x --dry-run", "crow sessions undo k3fq7x"),
+                      short_help="Undo a session's last exchange and its file edits.")
 def undo(
     session_id: IdArg,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only show what would be undone.")] = False,
