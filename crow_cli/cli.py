@@ -53,15 +53,20 @@ def _root(
 
 
 app.command(epilog=examples('crow run "Summarise README.md"', 'git diff | crow run "Review this diff"',
-                            'crow run --json --yes "Fix the failing test" > events.jsonl'))(run)
+                            'crow run --json --yes "Fix the failing test" > events.jsonl'),
+            short_help="Run one prompt: the answer to stdout, tool activity to stderr.")(run)
 app.command(epilog=examples("crow chat", "crow chat --resume", "crow chat --local"))(chat)
-app.command(epilog=examples("crow tools", "crow tools --tools-dir tools"))(tools)
-app.command(epilog=examples("crow prompt", "crow prompt --approval auto-edit", "crow prompt --system-file prompt.md"))(
-    prompt)
-app.command(epilog=examples("crow acp", "crow acp --profile local --approval auto-edit"))(acp)
+app.command(epilog=examples("crow tools", "crow tools --tools-dir tools"),
+            short_help="List the tools the model would be offered.")(tools)
+app.command(epilog=examples("crow prompt", "crow prompt --approval auto-edit", "crow prompt --system-file prompt.md"),
+            short_help="Print the system message a new run would send.")(prompt)
+app.command(epilog=examples("crow acp", "crow acp --profile local --approval auto-edit"),
+            short_help="Be an Agent Client Protocol agent for an editor.")(acp)
 app.command(epilog=examples("crow probe --base-url http://127.0.0.1:8080/v1", "crow probe --local",
-                             "crow probe --show"))(probe)
-app.command(epilog=examples("crow models", "crow models --base-url http://127.0.0.1:11434/v1 --json"))(models)
+                             "crow probe --show"),
+            short_help="Probe a server: streaming and tool calling.")(probe)
+app.command(epilog=examples("crow models", "crow models --base-url http://127.0.0.1:11434/v1 --json"),
+            short_help="List the server's models (GET /models).")(models)
 app.add_typer(sessions_app, epilog=examples("crow sessions list", "crow sessions show ID",
                                              "crow sessions export ID --format md"))
 

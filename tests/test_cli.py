@@ -290,3 +290,14 @@ def test_output_that_cannot_be_written_fails_in_one_line(args: list[str], stdout
                              preexec_fn=(lambda: os.close(1)) if stdout == "closed" else None)
     assert ran.returncode == 1
     assert ran.stderr.startswith("crow: error: cannot write the output: ") and ran.stderr.count("\n") == 1
+
+
+# issue 34: click cut `crow --help`'s command summaries at 45 characters ("Run one prompt: stream the answer to stdout,
+# tool activity to...")
+@pytest.mark.parametrize("group", [[], ["sessions"]])
+def test_help_summaries_are_not_cut_mid_sentence(group: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    crow_here(*group, "--help")
+    listing = capsys.readouterr().out.split("Commands:\n", 1)[1].split("\n\n", 1)[0]
+    assert len(listing.splitlines()) >= 5
+    for line in listing.splitlines():
+        assert line.endswith(".") and not line.endswith("..."), line

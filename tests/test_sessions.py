@@ -387,7 +387,9 @@ def test_sessions_commands(_isolated_home: Path, tmp_path: Path, capsys: pytest.
 
     code, listed, _ = here("list")
     assert code == 0
-    assert listed.startswith(info.id) and "2 msgs  test-model  what is ZEBRA?" in listed
+    header, row = listed.splitlines()
+    assert header.split() == ["ID", "UPDATED", "MESSAGES", "MODEL", "TITLE"]
+    assert row.startswith(info.id) and "2 messages  test-model  what is ZEBRA?" in row
     assert "## You\n\nwhat is ZEBRA?" in here("show", info.id[:3])[1]
     as_jsonl = here("export", info.id, "--format", "jsonl")[1]
     assert [json.loads(x)["role"] for x in as_jsonl.splitlines()] == ["user", "assistant"]
@@ -723,6 +725,17 @@ async def test_credentials_in_the_base_url_are_never_stored(_isolated_home: Path
             assert b"sk-URLSECRET2" not in path.read_bytes(), path
 
 
+# issue 34: the list has a header row and says "1 message", not "1 msgs"
+def test_sessions_list_has_a_header_and_says_1_message(_isolated_home: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    with SessionStore(default_db_path()) as store:
+        store.append(store.create(model="m").id, {"role": "user", "content": "hi"})
+    assert crow_here("sessions", "list") == 0
+    header, row = capsys.readouterr().out.splitlines()
+    assert header.startswith("ID ") and "MESSAGES" in header
+    assert " 1 message " in row and "msgs" not in row
+
+
 # found trying it as a new user (second round)
 def test_sessions_list_says_when_older_sessions_are_not_shown(_isolated_home: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
@@ -731,10 +744,10 @@ def test_sessions_list_says_when_older_sessions_are_not_shown(_isolated_home: Pa
             store.append(store.create(model="m").id, {"role": "user", "content": f"hi {n}"})
     assert crow_here("sessions", "list", "--limit", "2") == 0
     out, err = capsys.readouterr()
-    assert len(out.splitlines()) == 2 and "--limit 0" in err
+    assert len(out.splitlines()) == 1 + 2 and "--limit 0" in err  # the header row and two sessions
     assert crow_here("sessions", "list", "--limit", "0") == 0
     out, err = capsys.readouterr()
-    assert len(out.splitlines()) == 3 and err == ""
+    assert len(out.splitlines()) == 1 + 3 and err == ""
 
 
 # issue: every file holding conversation text is private, /export too; a FIFO target is refused, not waited on

@@ -25,12 +25,13 @@ def models(
     """List the server's models (GET /models), with context length where the server gives it."""
     from dataclasses import asdict
 
-    from ..config import load_settings
+    from ..config import load_settings, require_api_key
     from ..probe.models import fetch_models
     from ..probe.report import shown
 
     try:
         settings = load_settings({"base_url": base_url, "api_key": api_key}, config_path=config, profile=profile)
+        require_api_key(settings)  # a hosted API without a key would only answer 401, or not be reachable
         found = fetch_models(settings)
     except CrowError as exc:
         raise fail(exc, debug=debug) from None

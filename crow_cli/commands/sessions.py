@@ -50,11 +50,12 @@ def _store() -> SessionStore:
     return SessionStore()
 
 
-@sessions_app.command("list", epilog=examples("crow sessions list", "crow sessions list -n 0"))
+@sessions_app.command("list", epilog=examples("crow sessions list", "crow sessions list -n 0"),
+                      short_help="Stored sessions, most recent first.")
 def list_sessions(
     limit: Annotated[int, typer.Option("--limit", "-n", help="Show at most this many (0: all).")] = 20,
 ) -> None:
-    """Stored sessions, most recent first: id, last update, messages, model, title."""
+    """Stored sessions, most recent first, under a header row: id, last update, messages, model, title."""
     try:
         if limit < 0:
             raise ConfigError(f"--limit must be 0 (all) or more (got {limit})")
@@ -66,10 +67,17 @@ def list_sessions(
         print("no sessions yet (crow chat or crow run start one)", file=sys.stderr)
         return
     more = bool(limit) and len(found) > limit
-    for s in found[:limit] if limit else found:
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.updated_at))
-        title = (visible(s.title) if sys.stdout.isatty() else s.title) or "(untitled)"  # U+202E reorders a line
-        print(_for_terminal(f"{s.id}  {when}  {s.messages:>4} msgs  {s.model}  {title}"))
+    shown = found[:limit] if limit else found
+    rows = [(s.id, time.strftime("%Y-%m-%d %H:%M", time.localtime(s.updated_at)),
+             f"{s.messages} message" + ("" if s.messages == 1 else "s"), s.model,
+             (visible(s.title) if sys.stdout.isatty() else s.title) or "(untitled)")  # U+202E reorders a line
+            for s in shown]
+    header = ("ID", "UPDATED", "MESSAGES", "MODEL", "TITLE")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
+    for row in [header, *rows]:
+        cells = [row[0].ljust(widths[0]), row[1].ljust(widths[1]), row[2].rjust(widths[2]) if row is not header
+                 else row[2].ljust(widths[2]), row[3].ljust(widths[3]), row[4]]
+        print(_for_terminal("  ".join(cells)))
     if more:
         print(f"(the {limit} most recent; older ones with --limit 0)", file=sys.stderr)
 
@@ -81,7 +89,8 @@ def show(session_id: IdArg) -> None:
 
 
 @sessions_app.command("export", epilog=examples("crow sessions export k3fq7x --format md",
-                                                "crow sessions export k3fq7x --format jsonl -o s.jsonl"))
+                                                "crow sessions export k3fq7x --format jsonl -o s.jsonl"),
+                      short_help="Export a session as Markdown, JSON or JSONL.")
 def export(
     session_id: IdArg,
     fmt: Annotated[str, typer.Option("--format", "-f", help="md, json or jsonl.")] = "md",
@@ -115,7 +124,8 @@ def _export(session_id: str, fmt: str, output: str | None) -> None:
         raise fail(exc) from None
 
 
-@sessions_app.command("undo", epilog=examples("crow sessions undo k3fq7x --dry-run", "crow sessions undo k3fq7x"))
+@sessions_app.command("undo", epilog=examples("crow sessions undo k3fq7x --dry-run", "crow sessions undo k3fq7x"),
+                      short_help="Undo a session's last exchange and its file edits.")
 def undo(
     session_id: IdArg,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only show what would be undone.")] = False,

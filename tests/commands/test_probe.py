@@ -196,6 +196,14 @@ def test_models_on_an_unreachable_server_is_one_line(unused_port_url: str) -> No
     assert proc.stderr.startswith("crow: error: cannot reach") and len(proc.stderr.splitlines()) == 1
 
 
+# issue 34: with no key set, crow models against the default (OpenAI) said "cannot reach ...: ConnectError"
+def test_models_without_a_key_says_so_in_one_line(here: Any) -> None:
+    proc = here("models")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("crow: error: no API key for https://api.openai.com/v1")
+    assert len(proc.stderr.splitlines()) == 1 and "ConnectError" not in proc.stderr
+
+
 @pytest.fixture
 def unused_port_url() -> str:
     import socket
