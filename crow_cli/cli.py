@@ -16,6 +16,7 @@ import typer
 from . import __version__, startup
 from .commands.acp import acp
 from .commands.chat import chat
+from .commands.mcp import mcp
 from .commands.models import models
 from .commands.options import examples
 from .commands.probe import probe
@@ -56,6 +57,9 @@ app.command(epilog=examples('crow run "Summarise README.md"', 'git diff | crow r
 app.command(epilog=examples("crow chat", "crow chat --resume", "crow chat --local"))(chat)
 app.command(epilog=examples("crow tools", "crow tools --tools-dir tools"))(tools)
 app.command(epilog=examples("crow acp", "crow acp --profile local --approval auto-edit"))(acp)
+app.command(epilog=examples("crow mcp", "crow mcp --profile local --approval auto-edit --sandbox workspace-write",
+                            "claude mcp add crow -- crow mcp --model qwen3-coder",
+                            "codex mcp add crow -- crow mcp"))(mcp)
 app.command(epilog=examples("crow probe --base-url http://127.0.0.1:8080/v1", "crow probe --local",
                              "crow probe --show"))(probe)
 app.command(epilog=examples("crow models", "crow models --base-url http://127.0.0.1:11434/v1 --json"))(models)
