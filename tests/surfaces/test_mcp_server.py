@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
+import signal
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,8 +26,6 @@ from crow_cli.sessions import SessionStore
 from tests.conftest import text_sse
 from tests.replay_server import ReplayServer
 from tests.support import CANCELLED, CROW, tool_calls_sse, tool_messages
-
-pytestmark = pytest.mark.asyncio
 
 
 @contextlib.asynccontextmanager
@@ -174,6 +174,46 @@ async def test_cancelled_call_stores_a_closed_history_while_another_runs(tmp_pat
     assert history is not None
     assert [m["role"] for m in history] == ["user", "assistant", "tool"]
     assert history[-1]["tool_call_id"] == "call_s1" and history[-1]["content"] == CANCELLED
+
+
+def test_sigterm_stops_the_running_call_stores_it_and_exits_143(tmp_path: Path) -> None:
+    # a process test: the driver's editor_interrupts policy, and stdout carrying JSON-RPC lines only
+    steps = [{"sse": tool_calls_sse(("call_s1", "run_shell", {"command": "sleep 600"}))}]
+    with ReplayServer(steps) as server:
+        proc = subprocess.Popen([CROW, "mcp", "--base-url", server.base_url, "--api-key", "sk-test", "--model",
+                                 "test-model", "--workspace", str(tmp_path), "--approval", "yolo"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+        assert proc.stdin is not None and proc.stdout is not None
+
+        def send(message: dict[str, Any]) -> None:
+            assert proc.stdin is not None
+            proc.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+            proc.stdin.flush()
+
+        try:
+            send({"id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+            lines = [json.loads(proc.stdout.readline())]
+            send({"method": "notifications/initialized"})
+            send({"id": 2, "method": "tools/call", "params": {"name": "crow_run", "arguments": {"prompt": "Sleep"},
+                                                              "_meta": {"progressToken": "p1"}}})
+            while not str(lines[-1].get("params", {}).get("message", "")).startswith("→ run_shell"):
+                lines.append(json.loads(proc.stdout.readline()))  # every stdout line is a JSON-RPC message
+            proc.send_signal(signal.SIGTERM)
+            rest, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 143, err
+    lines += [json.loads(line) for line in rest.splitlines()]
+    assert all(m["jsonrpc"] == "2.0" for m in lines)
+    assert lines[1]["params"]["progressToken"] == "p1"
+    with SessionStore() as store:
+        (info,) = [i for i in store.recent() if i.messages]
+        history = store.messages(info.id)
+    assert [m["role"] for m in history] == ["user", "assistant", "tool"]
+    assert history[-1]["content"] == CANCELLED
 
 
 @pytest.mark.skipif(shutil.which("npx") is None, reason="no npx here for the MCP inspector's CLI")
