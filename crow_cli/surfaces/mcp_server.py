@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
+import stat
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -49,6 +51,7 @@ from ..driver import editor_interrupts
 from ..errors import ConfigError, SessionError
 from ..events import Event, RunFinished, ToolResultReady, ToolRunStarted, TurnFinished, WarningEvent
 from ..history import Message, ToolCall, user_message
+from ..sessions import SessionStore
 from ..stdout import private_stdout
 from ..text import strip_controls
 from ..tools.approval import UNCONFINED_MARK, Answer, Policy, make_approver
@@ -289,29 +292,38 @@ class McpSurface:
                                                self.options.project_instructions)
         if args.model:
             settings = replace(settings, model=args.model)
-        recorder, history = self._open(settings, None)
-        if settings.system:
-            history.append({"role": "system", "content": settings.system})
-        return await self._drive(ctx, settings, root, recorder, history, args.prompt, policy, sandbox)
+        try:  # the session's folder is its workspace: crow_reply and `crow run -c` there continue in it
+            store = SessionStore()
+        except SessionError as exc:
+            raise MCPError(types.INTERNAL_ERROR, str(exc)) from None
+        try:
+            info = store.create(model=settings.model, base_url=settings.base_url, cwd=str(root))
+        except SessionError as exc:
+            store.close()
+            raise MCPError(types.INTERNAL_ERROR, str(exc)) from None
+        history: list[Message] = [{"role": "system", "content": settings.system}] if settings.system else []
+        return await self._drive(ctx, settings, root, SessionRecorder(store, settings, info), history, args.prompt,
+                                 policy, sandbox, new=True)
 
     async def _reply(self, ctx: ServerRequestContext[Any], args: ReplyArgs) -> types.CallToolResult:
-        recorder, history = self._open(self.runtime.settings, args.session_id)
-        return await self._drive(ctx, self.runtime.settings, self.runtime.workspace, recorder, history, args.prompt,
-                                 self.policy, self.sandbox)
-
-    @staticmethod
-    def _open(settings: Settings, session_id: str | None) -> tuple[SessionRecorder, list[Message]]:
+        settings = self.runtime.settings
         try:
-            return open_session(settings, session_id=session_id)
-        except (SessionError, ConfigError) as exc:
+            recorder, history = open_session(settings, session_id=args.session_id)
+        except SessionError as exc:  # no such session, or one in use (a call still running it)
             raise MCPError(types.INVALID_PARAMS, str(exc)) from None
+        folder = Path(recorder.info.cwd) if recorder.info is not None and recorder.info.cwd else None
+        root = folder if folder is not None and folder.is_absolute() and folder.is_dir() else self.runtime.workspace
+        return await self._drive(ctx, settings, root, recorder, history, args.prompt, self.policy, self.sandbox)
 
     async def _drive(self, ctx: ServerRequestContext[Any], settings: Settings, root: Path, recorder: SessionRecorder,
-                     history: list[Message], prompt: str, policy: str, sandbox: str) -> types.CallToolResult:
+                     history: list[Message], prompt: str, policy: str, sandbox: str, *,
+                     new: bool = False) -> types.CallToolResult:
         run = Run(ctx)
         client = None
         try:
-            can_ask = (caps := ctx.session.client_capabilities) is not None and caps.elicitation is not None
+            caps = ctx.session.client_capabilities
+            elicitation = caps.elicitation if caps is not None else None  # `{}` means form mode (the spec)
+            can_ask = elicitation is not None and (elicitation.form is not None or elicitation.url is None)
             approver = make_approver(_policy(policy), allow=settings.allow, deny=settings.deny,
                                      ask=run.ask if can_ask else None)
             context = replace(ToolContext.for_workspace(root, secrets=[settings.api_key, *settings.secrets],
@@ -331,6 +343,9 @@ class McpSurface:
                 self.running.discard(task)
                 self.cancels.pop(task, None)
             await run.flush()
+            if new and finished.status == "error" and not any(m.get("role") in ("assistant", "tool")
+                                                              for m in history):
+                recorder.discard()  # unreachable, 401, 404: nothing worth continuing was said (as crow run)
         finally:
             recorder.store.close()  # the session is free again: crow_reply or crow run -c may continue it
             if client is not None:
@@ -426,10 +441,13 @@ async def _pipes(protocol_fd: int) -> tuple[asyncio.StreamReader, asyncio.Stream
     """asyncio streams on stdin and the protocol descriptor (kept by `private_stdout`).
 
     Raises:
-        ConfigError: stdin or stdout is a terminal or a regular file, not a pipe.
+        ConfigError: stdin or stdout is a terminal, a regular file or a device, not a pipe.
     """
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=_LINE_LIMIT)
+    mode = os.fstat(sys.stdin.fileno()).st_mode
+    if stat.S_ISCHR(mode) and not sys.stdin.isatty():  # /dev/null: accepted by asyncio, then unpollable
+        raise ConfigError("crow mcp talks to an MCP client over pipes on stdin and stdout (stdin is a device)")
     try:
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
         out = os.fdopen(protocol_fd, "wb", buffering=0, closefd=False)
@@ -455,8 +473,9 @@ async def _serve(server: Server[Any], reader: asyncio.StreamReader, writer: asyn
                     continue
                 try:
                     message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-                except Exception as exc:  # the SDK answers what it can (a parse error) and goes on
-                    await read_send.send(exc)
+                except ValueError as exc:  # answered here (JSON-RPC 2.0 §5.1): the SDK only logs it
+                    log.debug("answered a malformed line: %s", exc)
+                    writer.write(_malformed(line))
                     continue
                 await read_send.send(SessionMessage(message))
 
@@ -471,6 +490,22 @@ async def _serve(server: Server[Any], reader: asyncio.StreamReader, writer: asyn
         group.start_soon(write)
         await server.run(read_receive, write_send, server.create_initialization_options())
         group.cancel_scope.cancel()
+
+
+def _malformed(line: bytes) -> bytes:
+    """The JSON-RPC error line answering `line`, which is no JSON-RPC message: -32700 when it is not JSON,
+    else -32600 (with its id when it has a usable one)."""
+    try:
+        value = json.loads(line)
+    except ValueError:
+        code, message, request_id = types.PARSE_ERROR, "Parse error: the line is not JSON", None
+    else:
+        request_id = value.get("id") if isinstance(value, dict) else None
+        if isinstance(request_id, bool) or not isinstance(request_id, str | int):
+            request_id = None
+        code, message = types.INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message"
+    answer = {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+    return json.dumps(answer).encode() + b"\n"
 
 
 async def _read_line(source: asyncio.StreamReader) -> bytes:

@@ -46,12 +46,15 @@ def text_of(result: types.CallToolResult) -> str:
 
 
 async def test_tools_runs_replies_bad_arguments_and_refused_approval(tmp_path: Path) -> None:
-    (tmp_path / "notes.txt").write_text("the notes\n")
+    project = tmp_path / "project"  # the first call's cwd, not the server's workspace: the reply runs there too
+    project.mkdir()
+    (project / "notes.txt").write_text("the notes\n")
     steps = [
         {"sse": tool_calls_sse(("call_r1", "read_file", {"path": "notes.txt"}),
                                usage={"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13})},
         {"sse": text_sse("The notes say: the notes.")},
-        {"sse": text_sse("You asked about notes.txt.")},  # the reply
+        {"sse": tool_calls_sse(("call_r2", "read_file", {"path": "notes.txt"}))},  # the reply
+        {"sse": text_sse("You asked about notes.txt.")},
         {"sse": tool_calls_sse(("call_w1", "write_file", {"path": "new.txt", "content": "x"}))},
         {"sse": text_sse("I could not write it.")},
     ]
@@ -78,7 +81,8 @@ async def test_tools_runs_replies_bad_arguments_and_refused_approval(tmp_path: P
             assert unknown.value.code == types.INVALID_PARAMS
             assert server.requests == []  # none of them reached the model
 
-            first = await client.call_tool("crow_run", {"prompt": "Read notes.txt"}, progress_callback=on_progress)
+            first = await client.call_tool("crow_run", {"prompt": "Read notes.txt", "cwd": str(project)},
+                                           progress_callback=on_progress)
             assert not first.is_error
             assert text_of(first) == "The notes say: the notes."
             meta = first.structured_content
@@ -94,16 +98,19 @@ async def test_tools_runs_replies_bad_arguments_and_refused_approval(tmp_path: P
             sent = server.requests[2]["messages"]
             assert {"role": "assistant", "content": "The notes say: the notes."}.items() <= sent[-2].items()
             assert sent[-1] == {"role": "user", "content": "What did I ask?"}
+            assert "the notes" in tool_messages(server.requests[3])[-1]["content"]  # read in the session's folder
 
             with pytest.raises(MCPError) as no_session:
                 await client.call_tool("crow_reply", {"session_id": "nosuchsession", "prompt": "hi"})
             assert no_session.value.code == types.INVALID_PARAMS
 
             # this client cannot be asked (no elicitation): the call that needs approval is refused
-            refused = await client.call_tool("crow_run", {"prompt": "Write new.txt"})
+            refused = await client.call_tool("crow_run", {"prompt": "Write new.txt", "model": "other-model"})
             assert text_of(refused) == "I could not write it."
-            assert "nobody can approve it here" in tool_messages(server.requests[4])[0]["content"]
+            assert server.requests[4]["model"] == "other-model"
+            assert "nobody can approve it here" in tool_messages(server.requests[5])[0]["content"]
             assert not (tmp_path / "new.txt").exists()
+    assert server.history_errors == []
 
 
 async def test_approval_asked_through_elicitation(tmp_path: Path) -> None:
@@ -176,7 +183,7 @@ async def test_cancelled_call_stores_a_closed_history_while_another_runs(tmp_pat
     assert history[-1]["tool_call_id"] == "call_s1" and history[-1]["content"] == CANCELLED
 
 
-def test_sigterm_stops_the_running_call_stores_it_and_exits_143(tmp_path: Path) -> None:
+def test_sigterm_stops_the_running_call_stores_it_and_exits_143_stdout_protocol_only(tmp_path: Path) -> None:
     # a process test: the driver's editor_interrupts policy, and stdout carrying JSON-RPC lines only
     steps = [{"sse": tool_calls_sse(("call_s1", "run_shell", {"command": "sleep 600"}))}]
     with ReplayServer(steps) as server:
@@ -195,6 +202,7 @@ def test_sigterm_stops_the_running_call_stores_it_and_exits_143(tmp_path: Path) 
                 "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
             lines = [json.loads(proc.stdout.readline())]
             send({"method": "notifications/initialized"})
+            proc.stdin.write(b"not json\n")  # answered, and the server goes on
             send({"id": 2, "method": "tools/call", "params": {"name": "crow_run", "arguments": {"prompt": "Sleep"},
                                                               "_meta": {"progressToken": "p1"}}})
             while not str(lines[-1].get("params", {}).get("message", "")).startswith("→ run_shell"):
@@ -208,7 +216,8 @@ def test_sigterm_stops_the_running_call_stores_it_and_exits_143(tmp_path: Path) 
     assert proc.returncode == 143, err
     lines += [json.loads(line) for line in rest.splitlines()]
     assert all(m["jsonrpc"] == "2.0" for m in lines)
-    assert lines[1]["params"]["progressToken"] == "p1"
+    assert lines[1]["error"]["code"] == -32700
+    assert lines[2]["params"]["progressToken"] == "p1"
     with SessionStore() as store:
         (info,) = [i for i in store.recent() if i.messages]
         history = store.messages(info.id)
