@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -428,12 +429,15 @@ async def serve_mcp(settings: Settings, options: McpServeOptions) -> int:
                     ending.append(asyncio.get_running_loop().create_task(end(), name="mcp-end"))
                     return True
 
+                lost = None
                 with interrupts.stopping(on_signal):
                     with contextlib.suppress(asyncio.CancelledError):
-                        await serving
+                        lost = await serving
                     await surface.stop_all("the client closed the connection")
             with contextlib.suppress(OSError):
                 await writer.drain()
+    if lost is not None:  # `cli.main` says it as for every command: cannot write the output
+        raise lost
     return interrupts.exit_code
 
 
@@ -451,15 +455,35 @@ async def _pipes(protocol_fd: int) -> tuple[asyncio.StreamReader, asyncio.Stream
     try:
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
         out = os.fdopen(protocol_fd, "wb", buffering=0, closefd=False)
-        transport, protocol = await loop.connect_write_pipe(lambda: asyncio.StreamReaderProtocol(
-            asyncio.StreamReader()), out)
+        transport, protocol = await loop.connect_write_pipe(_Output, out)
     except ValueError as exc:
         raise ConfigError(f"crow mcp talks to an MCP client over pipes on stdin and stdout ({exc})") from None
     return reader, asyncio.StreamWriter(transport, protocol, None, loop)
 
 
-async def _serve(server: Server[Any], reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Run `server` on JSON-RPC lines: read from `reader` until its end, written to `writer`.
+class _Output(asyncio.StreamReaderProtocol):
+    """The stdout pipe's protocol, keeping why it ended: asyncio tells only `connection_lost` the write
+    error (EBADF, ENOSPC), and none when the client closed its end; the writer then raises a bare
+    `ConnectionResetError`."""
+
+    def __init__(self) -> None:
+        super().__init__(asyncio.StreamReader())
+        self.error: OSError | None = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if isinstance(exc, OSError):
+            self.error = exc
+        super().connection_lost(exc)
+
+    def failure(self) -> OSError:
+        """Why writing failed: the write's error, else EPIPE (the client closed its end)."""
+        return self.error or BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+
+async def _serve(server: Server[Any], reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter) -> OSError | None:
+    """Run `server` on JSON-RPC lines: read from `reader` until its end, written to `writer`; the error that
+    ended it when `writer` could not be written (None at the end of `reader`).
 
     The SDK's own `stdio_server` reads stdin in a worker thread, which a signal cannot stop; these
     asyncio pipes end at once."""
@@ -479,17 +503,27 @@ async def _serve(server: Server[Any], reader: asyncio.StreamReader, writer: asyn
                     continue
                 await read_send.send(SessionMessage(message))
 
+    lost: list[OSError] = []
+
     async def write() -> None:
         async with write_receive:
             async for item in write_receive:
                 writer.write(item.message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n")
-                await writer.drain()
+                try:
+                    await writer.drain()
+                except OSError:  # the client is gone (or the disk full): nobody reads what comes next
+                    protocol = writer.transport.get_protocol()
+                    lost.append(protocol.failure() if isinstance(protocol, _Output) else BrokenPipeError(
+                        errno.EPIPE, os.strerror(errno.EPIPE)))
+                    group.cancel_scope.cancel()
+                    return
 
     async with anyio.create_task_group() as group:
         group.start_soon(read)
         group.start_soon(write)
         await server.run(read_receive, write_send, server.create_initialization_options())
         group.cancel_scope.cancel()
+    return lost[0] if lost else None
 
 
 def _malformed(line: bytes) -> bytes:

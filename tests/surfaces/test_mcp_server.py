@@ -225,6 +225,28 @@ def test_sigterm_stops_the_running_call_stores_it_and_exits_143_stdout_protocol_
     assert history[-1]["content"] == CANCELLED
 
 
+def test_a_client_gone_from_stdout_is_one_exit_not_a_traceback(tmp_path: Path) -> None:
+    # found by hand: `crow mcp | head -c 10` ended with "internal error: ExceptionGroup"
+    proc = subprocess.Popen([CROW, "mcp", "--base-url", "http://127.0.0.1:9/v1", "--api-key", "sk-test", "--model",
+                             "m", "--workspace", str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=tmp_path)
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    proc.stdin.write(json.dumps(hello).encode() + b"\n")
+    proc.stdin.flush()  # stdin stays open: only the failed write can end the server
+    try:
+        err = proc.stderr.read().decode()
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdin.close()
+    assert proc.returncode == 1 and "internal error" not in err and "Traceback" not in err, err
+
+
 @pytest.mark.skipif(shutil.which("npx") is None, reason="no npx here for the MCP inspector's CLI")
 def test_the_mcp_inspector_lists_the_tools(tmp_path: Path) -> None:
     with ReplayServer([]) as server:
