@@ -48,9 +48,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .. import __version__
 from ..config import Settings
-from ..driver import editor_interrupts
+from ..driver import Driver, editor_interrupts
 from ..errors import ConfigError, SessionError
-from ..events import Event, RunFinished, ToolResultReady, ToolRunStarted, TurnFinished, WarningEvent
+from ..events import Event, Notice, RunFinished, ToolResultReady, ToolRunStarted, TurnFinished, WarningEvent
 from ..history import Message, ToolCall, user_message
 from ..sessions import SessionStore
 from ..stdout import private_stdout
@@ -205,6 +205,7 @@ class Run:
         await self._outbox.join()
 
     def handle(self, event: Event) -> None:
+        """Tool calls and their outcomes, warnings and notices as progress; usage summed; errors logged."""
         match event:
             case ToolRunStarted(call=call):
                 self.say(f"→ {call.name}({short_json(call.arguments)})")
@@ -216,6 +217,8 @@ class Run:
             case WarningEvent(message=message):
                 log.warning("%s", strip_controls(message))
                 self.say(f"warning: {message}")
+            case Notice(message=message):  # a retry, a compaction, a stream that starts again
+                self.say(message)
             case RunFinished(status="error", error=error):
                 log.warning("%s", strip_controls(error or "the run failed"))
 
@@ -255,7 +258,8 @@ class McpSurface:
         self.policy: Policy = "yolo" if options.yes else (settings.approval or "ask")
         self.sandbox: SandboxMode = settings.sandbox
         self.running: set[asyncio.Task[Any]] = set()
-        self.cancels: dict[asyncio.Task[Any], Any] = {}
+        self.cancels: dict[asyncio.Task[Any], Driver] = {}
+        """The driver of each running call's task (what a signal stops)."""
         self.server: Server[Any] = Server("crow", version=__version__, title="crow",
                                           instructions="crow_run hands a task to crow, a coding agent; "
                                           "crow_reply continues the session it started.",
@@ -368,7 +372,7 @@ class McpSurface:
             await asyncio.wait(running)
 
 
-async def _unless_cancelled(task: asyncio.Future[RunFinished], driver: Any) -> RunFinished:
+async def _unless_cancelled(task: asyncio.Future[RunFinished], driver: Driver) -> RunFinished:
     """`task`'s outcome; when the caller is cancelled (the client's `notifications/cancelled`), the run is
     stopped as Ctrl-C stops it and waited for (its history closed and stored) before the cancellation goes on.
 
