@@ -407,7 +407,8 @@ async def serve_mcp(settings: Settings, options: McpServeOptions) -> int:
     """Serve one MCP client on stdin/stdout until it closes stdin; the exit code (0, or 128 + n after a signal).
 
     Raises:
-        ConfigError: stdin is not a pipe; a rule names no tool; an MCP table is invalid.
+        ConfigError: stdin or stdout is a regular file or a device; a rule names no tool; an MCP table is
+            invalid.
         OSError: the protocol could not be written (the client gone), once the sessions are stored.
     """
     handler = logging.StreamHandler(sys.stderr)
@@ -449,7 +450,7 @@ async def _pipes(protocol_fd: int) -> tuple[asyncio.StreamReader, asyncio.Stream
     """asyncio streams on stdin and the protocol descriptor (kept by `private_stdout`).
 
     Raises:
-        ConfigError: stdin or stdout is a terminal, a regular file or a device, not a pipe.
+        ConfigError: stdin or stdout is a regular file or a device other than a terminal, not a pipe.
     """
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=_LINE_LIMIT)
