@@ -57,6 +57,7 @@ from ..stdout import private_stdout
 from ..text import strip_controls
 from ..tools.approval import UNCONFINED_MARK, Answer, Policy, make_approver
 from ..tools.context import ToolContext
+from ..tools.mcp import end_task
 from ..tools.registry import Tool
 from ..tools.sandbox import Mode as SandboxMode
 from ..tools.sandbox import Sandbox
@@ -257,6 +258,8 @@ class McpSurface:
         settings = runtime.settings
         self.policy: Policy = "yolo" if options.yes else (settings.approval or "ask")
         self.sandbox: SandboxMode = settings.sandbox
+        self.starting: asyncio.Future[None] | None = None
+        """The runtime's start (MCP servers, the client) while it may still run; calls wait for it."""
         self.running: set[asyncio.Task[Any]] = set()
         self.cancels: dict[asyncio.Task[Any], Driver] = {}
         """The driver of each running call's task (what a signal stops)."""
@@ -277,6 +280,11 @@ class McpSurface:
             MCPError: INVALID_PARAMS for an unknown tool, arguments that do not fit its schema, a looser
                 approval or sandbox, an unknown session or a folder that is not one; the server goes on.
         """
+        if self.starting is not None:
+            try:
+                await asyncio.shield(self.starting)
+            except Exception as exc:  # the connection ends now (exit 2), this call is answered first
+                raise MCPError(types.INTERNAL_ERROR, f"crow could not start: {exc}") from None
         try:
             if params.name == "crow_run":
                 return await self._run(ctx, RunArgs.model_validate(params.arguments or {}))
@@ -381,6 +389,7 @@ async def _unless_cancelled(task: asyncio.Future[RunFinished], driver: Driver) -
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
+        log.debug("the client cancelled a call: stopping its run")
         while not task.done():
             driver.cancel("cancelled by the MCP client", 130)  # False before the run began: tried again
             with contextlib.suppress(asyncio.CancelledError):
@@ -419,11 +428,18 @@ async def serve_mcp(settings: Settings, options: McpServeOptions) -> int:
         runtime = Runtime(settings, RuntimeOptions(options.tools_dirs, options.no_tools, options.debug,
                                                    project_instructions=options.project_instructions))
         async with runtime:
-            for problem in await runtime.start():
-                log.warning("%s", problem)
             surface = McpSurface(runtime, options, settings)
             with editor_interrupts() as interrupts:
                 serving = asyncio.ensure_future(_serve(surface.server, reader, writer))
+
+                async def start() -> None:  # MCP servers start while `initialize` is answered; calls wait for it
+                    for problem in await runtime.start():
+                        log.warning("%s", problem)
+
+                surface.starting = starting = asyncio.ensure_future(start())
+                # a failed start (a rule naming no tool: ConfigError) ends the connection, exit 2 as crow run
+                starting.add_done_callback(lambda task: task.cancelled() or task.exception() is None
+                                           or serving.cancel())
                 ending: list[asyncio.Task[None]] = []
 
                 def on_signal(_signum: int) -> bool:
@@ -436,9 +452,14 @@ async def serve_mcp(settings: Settings, options: McpServeOptions) -> int:
 
                 lost = None
                 with interrupts.stopping(on_signal):
-                    with contextlib.suppress(asyncio.CancelledError):
-                        lost = await serving
-                    await surface.stop_all("the client closed the connection")
+                    try:
+                        with contextlib.suppress(asyncio.CancelledError):
+                            lost = await serving
+                        await surface.stop_all("the client closed the connection")
+                    finally:
+                        await end_task(starting)  # its outcome is read below
+            if not starting.cancelled() and (failure := starting.exception()) is not None:
+                raise failure
             with contextlib.suppress(OSError):
                 await writer.drain()
     if lost is not None:  # `cli.main` says it as for every command: cannot write the output

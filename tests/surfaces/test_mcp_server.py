@@ -36,9 +36,11 @@ async def crow_mcp(server: ReplayServer, workspace: Path, *extra: str,
         command=CROW, args=["mcp", "--base-url", server.base_url, "--api-key", "sk-test", "--model", "test-model",
                             "--workspace", str(workspace), *extra],
         env=dict(os.environ), cwd=str(workspace))
-    async with stdio_client(params) as (read, write), ClientSession(read, write, elicitation_callback=elicit) as s:
-        await s.initialize()
-        yield s
+    with open(workspace / "crow-mcp.log", "w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write), \
+                ClientSession(read, write, elicitation_callback=elicit) as s:
+            await s.initialize()
+            yield s
 
 
 def text_of(result: types.CallToolResult) -> str:
@@ -139,20 +141,22 @@ async def test_approval_asked_through_elicitation(tmp_path: Path) -> None:
     assert not (tmp_path / "no.txt").exists() and (tmp_path / "yes.txt").read_text() == "y"
 
 
-async def test_cancelled_call_stores_a_closed_history_while_another_runs(tmp_path: Path) -> None:
-    # two calls at once: the first waits on a long command, the second answers; the first is then cancelled
+async def test_cancelled_call_stores_a_closed_history_while_another_runs(tmp_path: Path, approval_tools: Path) -> None:
+    # two calls at once: the first waits on a long tool (an async nap: cancelled at once), the second answers;
+    # the first is then cancelled
     steps = [
-        {"sse": tool_calls_sse(("call_s1", "run_shell", {"command": "sleep 600"}))},
+        {"sse": tool_calls_sse(("call_s1", "nap", {"seconds": 600}))},
         {"sse": text_sse("The other one.")},
     ]
     started = asyncio.Event()
 
     async def on_progress(value: float, total: float | None, message: str | None) -> None:
-        if (message or "").startswith("→ run_shell"):
+        if (message or "").startswith("→ nap"):
             started.set()
 
     with ReplayServer(steps) as server:
-        async with crow_mcp(server, tmp_path, "--approval", "yolo") as client:
+        async with crow_mcp(server, tmp_path, "--approval", "yolo", "--tools-dir", str(approval_tools),
+                            "--debug") as client:
             long = asyncio.ensure_future(client.call_tool("crow_run", {"prompt": "Sleep"},
                                                           progress_callback=on_progress))
             await started.wait()
@@ -172,13 +176,13 @@ async def test_cancelled_call_stores_a_closed_history_while_another_runs(tmp_pat
                             return history
                 return None
 
-            history = None
-            for _ in range(200):  # the cancellation reaches the server after the client stopped waiting
-                history = stored()
-                if history and history[-1]["role"] == "tool":
-                    break
+            # the cancellation reaches the server after the client stopped waiting: wait for the stored result
+            deadline = asyncio.get_running_loop().time() + 60  # as support.wait_for
+            while not ((history := stored()) and history[-1]["role"] == "tool"):
+                log = [line for line in (tmp_path / "crow-mcp.log").read_text().splitlines() if "[delta]" not in line
+                       and "Request options" not in line]
+                assert asyncio.get_running_loop().time() < deadline, (history, log[-40:])
                 await asyncio.sleep(0.05)
-    assert history is not None
     assert [m["role"] for m in history] == ["user", "assistant", "tool"]
     assert history[-1]["tool_call_id"] == "call_s1" and history[-1]["content"] == CANCELLED
 
