@@ -16,6 +16,7 @@ import typer
 from . import __version__, startup
 from .commands.acp import acp
 from .commands.chat import chat
+from .commands.mcp import mcp
 from .commands.models import models
 from .commands.options import examples
 from .commands.probe import probe
@@ -62,6 +63,10 @@ app.command(epilog=examples("crow prompt", "crow prompt --approval auto-edit", "
             short_help="Print the system message a new run would send.")(prompt)
 app.command(epilog=examples("crow acp", "crow acp --profile local --approval auto-edit"),
             short_help="Be an Agent Client Protocol agent for an editor.")(acp)
+app.command(epilog=examples("crow mcp", "crow mcp --profile local --approval auto-edit --sandbox workspace-write",
+                            "claude mcp add crow -- crow mcp --model qwen3-coder",
+                            "codex mcp add crow -- crow mcp"),
+            short_help="Be an MCP server: other agents hand crow tasks.")(mcp)
 app.command(epilog=examples("crow probe --base-url http://127.0.0.1:8080/v1", "crow probe --local",
                              "crow probe --show"),
             short_help="Probe a server: streaming and tool calling.")(probe)
