@@ -26,19 +26,24 @@ be asked to run it once outside the sandbox.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
+import platform
 import shutil
 import stat
+import struct
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
 __all__ = ["DEFAULT_MODE", "MODES", "Mode", "Sandbox", "SandboxBlocked", "backend", "blocked_reason", "bwrap_argv",
-           "sandbox_argv", "seatbelt_profile", "startup_notice", "unavailable_reason"]
+           "guarded_paths", "is_guarded", "sandbox_argv", "seatbelt_profile", "seccomp_fd", "socket_filter",
+           "startup_notice", "unavailable_reason"]
 
 Mode = Literal["workspace-write", "read-only", "off"]
 MODES: tuple[Mode, ...] = get_args(Mode)
@@ -46,6 +51,12 @@ DEFAULT_MODE: Mode = "workspace-write"
 _PROTECTED = ".git"  # inside the workspace, yet read-only: what it holds runs code later, unconfined
 # What a command's output says when the sandbox stopped it (errno texts of glibc, Python, curl, git).
 _FS_SIGNS = ("Read-only file system", "read-only file system", "EROFS")
+# What the socket filter's refusal reads as (EAFNOSUPPORT: the errno only the filter gives for AF_UNIX).
+_SOCKET_SIGNS = ("Address family not supported by protocol", "EAFNOSUPPORT")
+# In the home folder, what runs code or grants access later, outside any sandbox: shell start-up files,
+# ssh's keys and config, git's global config (core.fsmonitor, hooksPath, aliases).
+_HOME_GUARDED = (".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile", ".zshrc", ".zshenv",
+                 ".zprofile", ".zlogin", ".zlogout", ".config/fish", ".ssh", ".gitconfig", ".config/git")
 _NET_SIGNS = ("Network is unreachable", "Connection refused", "Could not resolve host",
               "Temporary failure in name resolution", "Name or service not known", "ENETUNREACH",
               "ECONNREFUSED", "getaddrinfo", "No address associated with hostname", "Failed to connect to")
@@ -82,7 +93,8 @@ class Sandbox:
             return "no sandbox"
         writes = "nothing is writable" if self.mode == "read-only" else \
             "only the workspace and the temp dir are writable (.git is not)"
-        return f"sandbox {self.mode}: {writes}; network {'on' if self.network else 'off'}"
+        sockets = "" if self.network else " (no Unix socket either)"
+        return f"sandbox {self.mode}: {writes}; network {'on' if self.network else 'off'}{sockets}"
 
 
 class SandboxBlocked(Exception):
@@ -127,12 +139,135 @@ def _sockets(folder: str) -> list[str]:
     return found
 
 
+def guarded_paths() -> list[str]:
+    """The paths a confined command may never write, wherever the workspace is (also when it is the home
+    folder), and the file tools write only with a yes (or `yolo`): crow's own config, data and state
+    folders (a `[mcp_servers]` entry in its config would start a program unconfined at the next run; its
+    `AGENTS.md` instructs every later session), the shell start-up files, `~/.ssh`, git's global config.
+    Resolved, existing or not. Read at each call: `HOME` and the XDG variables decide them."""
+    import platformdirs
+
+    folders = [platformdirs.user_config_dir("crow", appauthor=False),
+               platformdirs.user_data_dir("crow", appauthor=False),
+               platformdirs.user_state_dir("crow", appauthor=False)]
+    home = os.path.expanduser("~")
+    return [os.path.realpath(path) for path in (*folders, *(os.path.join(home, name) for name in _HOME_GUARDED))]
+
+
+def is_guarded(path: Path) -> bool:
+    """Whether `path` (resolved) is one of `guarded_paths()` or below one."""
+    text = str(path)
+    return any(text == guarded or text.startswith(guarded.rstrip(os.sep) + os.sep) for guarded in guarded_paths())
+
+
+def _within(path: str, roots: tuple[str, ...]) -> bool:
+    return any(path == root or path.startswith(root.rstrip(os.sep) + os.sep) for root in roots)
+
+
+def _guarded_binds(roots: tuple[str, ...]) -> list[str]:
+    """`--ro-bind` over each guarded path inside a writable root (elsewhere the read-only root covers it).
+    crow's own folders are made first when missing (crow makes them anyway; empty they are harmless),
+    so that none can be made and filled inside; a missing start-up file is not made (an empty `.zshrc`
+    changes zsh's behaviour)."""
+    argv: list[str] = []
+    for index, path in enumerate(guarded_paths()):
+        if not _within(path, roots):
+            continue
+        if index < 3:
+            with contextlib.suppress(OSError):
+                os.makedirs(path, exist_ok=True)
+        if os.path.lexists(path):
+            argv += ["--ro-bind", path, path]
+    return argv
+
+
+# Classic BPF for seccomp (linux/filter.h, linux/seccomp.h, linux/audit.h): struct seccomp_data is
+# {int nr; u32 arch; u64 instruction_pointer; u64 args[6]}, so nr at 0, arch at 4, args[0]'s low half at 16.
+_LD_W_ABS, _JEQ_K, _JGE_K, _RET_K = 0x20, 0x15, 0x35, 0x06
+_RET_ALLOW, _RET_ERRNO = 0x7FFF0000, 0x00050000
+_X32_BIT = 0x40000000
+_AF_UNIX = 1
+# machine: (audit arch, socket, io_uring_setup), from the kernel's syscall tables.
+_ARCHES = {"x86_64": (0xC000003E, 41, 425), "aarch64": (0xC00000B7, 198, 425)}
+_I386 = (0x40000003, 359, 425, 102)  # i386 on x86_64: also socketcall (102)
+_Insn = tuple[int, "int | str", "int | str", int]
+
+
+def _assemble(lines: list[_Insn | str]) -> bytes:
+    """`struct sock_filter`s from instructions whose jump targets may be labels (the strings in `lines`)."""
+    labels: dict[str, int] = {}
+    code: list[_Insn] = []
+    for line in lines:
+        if isinstance(line, str):
+            labels[line] = len(code)
+        else:
+            code.append(line)
+    out = bytearray()
+    for index, (op, jt, jf, k) in enumerate(code):
+        jumps = [labels[j] - index - 1 if isinstance(j, str) else j for j in (jt, jf)]
+        out += struct.pack("=HBBI", op, jumps[0], jumps[1], k)
+    return bytes(out)
+
+
+def socket_filter(machine: str | None = None) -> bytes | None:
+    """The seccomp program (classic BPF, as `bwrap --seccomp FD` reads it) that refuses, with
+    EAFNOSUPPORT, `socket(AF_UNIX, …)` and `io_uring_setup` (io_uring makes sockets without the
+    `socket` call), or None where the machine (`platform.machine()`) is not known here.
+
+    Why by family: seccomp sees a call's arguments but not the memory they point to, so `connect` cannot
+    be judged by the socket's path; a Unix socket that cannot be made cannot connect to a daemon outside
+    (tmux, ssh ControlMaster, docker.sock, gpg-agent). `socketpair` stays allowed (a process's own
+    pipes, asyncio's wake-up). On x86_64 the x32 calls and the i386 ones are covered too (`socketcall`,
+    which hides the family behind a pointer, is refused whole); any other architecture's calls fail
+    with EPERM.
+    """
+    machine = machine or platform.machine()
+    if machine not in _ARCHES:
+        return None
+    arch, socket_nr, uring_nr = _ARCHES[machine]
+    lines: list[_Insn | str] = [(_LD_W_ABS, 0, 0, 4), (_JEQ_K, 0, "other", arch), (_LD_W_ABS, 0, 0, 0)]
+    if machine == "x86_64":
+        lines.append((_JGE_K, "refuse", 0, _X32_BIT))
+    lines += [(_JEQ_K, "refuse", 0, uring_nr), (_JEQ_K, "family", "allow", socket_nr),
+              "family", (_LD_W_ABS, 0, 0, 16), (_JEQ_K, "refuse", "allow", _AF_UNIX), "other"]
+    if machine == "x86_64":
+        i386, socket32, uring32, socketcall = _I386
+        lines += [(_JEQ_K, 0, "unknown", i386), (_LD_W_ABS, 0, 0, 0), (_JEQ_K, "refuse", 0, uring32),
+                  (_JEQ_K, "refuse", 0, socketcall), (_JEQ_K, 0, "allow", socket32),
+                  (_LD_W_ABS, 0, 0, 16), (_JEQ_K, "refuse", "allow", _AF_UNIX)]  # BPF jumps only forward
+    lines += ["unknown", (_RET_K, 0, 0, _RET_ERRNO | errno.EPERM), "allow", (_RET_K, 0, 0, _RET_ALLOW),
+              "refuse", (_RET_K, 0, 0, _RET_ERRNO | errno.EAFNOSUPPORT)]
+    return _assemble(lines)
+
+
+@contextlib.contextmanager
+def seccomp_fd(sandbox: Sandbox) -> Iterator[int | None]:
+    """A pipe's read end holding `socket_filter()` for bwrap's `--seccomp FD` (pass it to the child with
+    `pass_fds`; closed on exit), or None: no filter (the network on, the sandbox off, not Linux, an
+    unknown machine)."""
+    program = socket_filter() if sandbox.confines and not sandbox.network and sys.platform.startswith("linux") \
+        else None
+    if program is None:
+        yield None
+        return
+    read_fd, write_fd = os.pipe()
+    try:
+        os.write(write_fd, program)  # a few hundred bytes: well within a pipe's buffer
+        os.close(write_fd)
+        write_fd = -1
+        yield read_fd
+    finally:
+        if write_fd >= 0:
+            os.close(write_fd)
+        os.close(read_fd)
+
+
 def _resolver_file() -> str:
     return os.path.realpath("/etc/resolv.conf")
 
 
 def bwrap_argv(sandbox: Sandbox, workspace: Path, command: str, bwrap: str = "bwrap",
-               resolv_conf: str | None = None) -> list[str]:
+               resolv_conf: str | None = None, seccomp: int | None = None) -> list[str]:
     """The bubblewrap command line running `/bin/sh -c command` in `workspace` under `sandbox`.
 
     Read-only root, a minimal /dev, a new /proc, an empty /run: the network namespace does not cover Unix
@@ -142,7 +277,9 @@ def bwrap_argv(sandbox: Sandbox, workspace: Path, command: str, bwrap: str = "bw
     /dev/null likewise. With network, the resolver file (`resolv_conf`, default: where /etc/resolv.conf
     leads) is kept when it lives under /run (systemd-resolved, NetworkManager). The workspace and temp
     dir bound writable (`workspace-write`), the workspace's `.git` bound read-only over it when it exists
-    (a mount point: neither renamed nor removed).
+    (a mount point: neither renamed nor removed), and so is each of `guarded_paths()` inside them. In
+    `read-only` the temp dir is a private tmpfs, and a workspace below it is bound back (read-only) over
+    it. `seccomp`: a file descriptor holding `socket_filter()` (see `seccomp_fd`), inherited by bwrap.
     """
     root = os.path.realpath(workspace)
     temp = _temp(sandbox)
@@ -160,11 +297,15 @@ def bwrap_argv(sandbox: Sandbox, workspace: Path, command: str, bwrap: str = "bw
         path = os.path.join(root, _PROTECTED)
         if os.path.lexists(path):
             argv += ["--ro-bind", path, path]
+        argv += _guarded_binds((temp, root))
     else:
         argv += ["--tmpfs", temp]
+        if _within(root, (temp,)):
+            argv += ["--ro-bind", root, root]
     # --cap-drop ALL: run as root (a container, CI), bubblewrap keeps every capability, and one with
     # CAP_SYS_ADMIN unmounts the read-only binds; unprivileged, it drops them anyway.
-    argv += ["--unshare-all", *(["--share-net"] if sandbox.network else []), "--cap-drop", "ALL",
+    argv += ["--unshare-all", *(["--share-net"] if sandbox.network else []),
+             *(["--seccomp", str(seccomp)] if seccomp is not None else []), "--cap-drop", "ALL",
              "--die-with-parent", "--new-session", "--chdir", root, "--", "/bin/sh", "-c", command]
     return argv
 
@@ -224,26 +365,33 @@ def unavailable_reason() -> str | None:
     return None if program else why
 
 
-def sandbox_argv(sandbox: Sandbox, workspace: Path, command: str) -> list[str] | None:
+def sandbox_argv(sandbox: Sandbox, workspace: Path, command: str, seccomp: int | None = None) -> list[str] | None:
     """The program and arguments running `command` confined by `sandbox`, or None: run it unconfined
-    (`off`, or no backend on this machine: approval has asked the user then)."""
+    (`off`, or no backend on this machine: approval has asked the user then). `seccomp`: see `bwrap_argv`
+    (the caller passes that descriptor on to the child)."""
     program = backend() if sandbox.confines else None
     if program is None:
         return None
     if sys.platform == "darwin":
         return [program, "-p", seatbelt_profile(sandbox, workspace), "/bin/sh", "-c", command]
-    return bwrap_argv(sandbox, workspace, command, program)
+    return bwrap_argv(sandbox, workspace, command, program, seccomp=seccomp)
 
 
-def blocked_reason(sandbox: Sandbox, output: str) -> str | None:
-    """Why a confined command that failed with `output` was probably stopped by the sandbox, or None."""
+def blocked_reason(sandbox: Sandbox, output: str, failed: bool = True) -> str | None:
+    """Why a confined command that printed `output` was probably stopped by the sandbox, or None.
+
+    A refused write or Unix socket counts whether or not the command failed (`failed`: exited non-zero):
+    `cp x /etc/y; echo done` exits 0 with the refusal in its output. Network failures count only in a
+    command that failed (a log that mentions "Connection refused" is common)."""
     if not sandbox.confines:
         return None
     if any(sign in output for sign in _FS_SIGNS):
         where = "anywhere" if sandbox.mode == "read-only" else \
             "outside the workspace and the temp dir (or to .git)"
         return f"the sandbox ({sandbox.mode}) refused a write {where}: read-only file system"
-    if not sandbox.network and any(sign in output for sign in _NET_SIGNS):
+    if not sandbox.network and any(sign in output for sign in _SOCKET_SIGNS):
+        return "the sandbox has no network: no Unix socket can be made (the daemons outside stay out of reach)"
+    if failed and not sandbox.network and any(sign in output for sign in _NET_SIGNS):
         return "the sandbox has no network: connections and name lookups fail"
     return None
 

@@ -44,7 +44,7 @@ from ...errors import ToolError, ToolFailed
 from ...text import mask_secrets
 from ..context import ToolContext
 from ..registry import tool
-from ..sandbox import SandboxBlocked, blocked_reason, sandbox_argv
+from ..sandbox import SandboxBlocked, blocked_reason, sandbox_argv, seccomp_fd
 
 __all__ = ["run_shell", "scrubbed_environ"]
 
@@ -178,14 +178,17 @@ async def run_shell(command: str, timeout_s: float | None = None, context: ToolC
     limit = min(float(timeout_s or DEFAULT_TIMEOUT_S), MAX_TIMEOUT_S)
     context = context or ToolContext.current()
     token = secrets.token_hex(8)
-    confined = sandbox_argv(context.sandbox, context.workspace, command)
     read_fd, write_fd = os.pipe()
     try:
-        how: dict[str, Any] = {"cwd": context.workspace, "env": _command_env(token, context.secrets),
-                               "stdin": asyncio.subprocess.DEVNULL, "stdout": write_fd,
-                               "stderr": asyncio.subprocess.STDOUT, "start_new_session": True}
-        proc = await (asyncio.create_subprocess_exec(*confined, **how) if confined is not None
-                      else asyncio.create_subprocess_shell(command, **how))
+        with seccomp_fd(context.sandbox) as program:
+            confined = sandbox_argv(context.sandbox, context.workspace, command, seccomp=program)
+            how: dict[str, Any] = {"cwd": context.workspace, "env": _command_env(token, context.secrets),
+                                   "stdin": asyncio.subprocess.DEVNULL, "stdout": write_fd,
+                                   "stderr": asyncio.subprocess.STDOUT, "start_new_session": True}
+            if confined is not None and program is not None:
+                how["pass_fds"] = (program,)
+            proc = await (asyncio.create_subprocess_exec(*confined, **how) if confined is not None
+                          else asyncio.create_subprocess_shell(command, **how))
     except BaseException:
         os.close(read_fd)
         raise
@@ -226,7 +229,7 @@ async def run_shell(command: str, timeout_s: float | None = None, context: ToolC
         code = proc.returncode
         status = f"exit code {code}" if code is not None and code >= 0 else f"killed by signal {-(code or 0)}"
     result = f"[{status}]\n{output}" if output else f"[{status}] (no output)"
-    reason = blocked_reason(context.sandbox, output) if confined is not None and proc.returncode else None
+    reason = blocked_reason(context.sandbox, output, bool(proc.returncode)) if confined is not None else None
     if reason is not None:
         raise SandboxBlocked(reason, result)
     if timed_out or proc.returncode:  # the model reads `result` all the same; the call is shown failed
