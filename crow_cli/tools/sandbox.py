@@ -42,8 +42,8 @@ from pathlib import Path
 from typing import Literal, get_args
 
 __all__ = ["DEFAULT_MODE", "MODES", "Mode", "Sandbox", "SandboxBlocked", "backend", "blocked_reason", "bwrap_argv",
-           "guarded_paths", "is_guarded", "sandbox_argv", "seatbelt_profile", "seccomp_fd", "socket_filter",
-           "startup_notice", "unavailable_reason"]
+           "git_metadata", "guarded_paths", "is_guarded", "put_aside_new_git", "sandbox_argv", "seatbelt_profile",
+           "seccomp_fd", "socket_filter", "startup_notice", "unavailable_reason"]
 
 Mode = Literal["workspace-write", "read-only", "off"]
 MODES: tuple[Mode, ...] = get_args(Mode)
@@ -79,13 +79,17 @@ class Sandbox:
         return self.mode != "off"
 
     def protects(self, path: Path, workspace: Path) -> bool:
-        """Whether `path` (resolved) is the workspace's `.git` or below it while the sandbox confines: what
-        commands may not write there (its hooks and config run code unconfined later), file tools may not
-        either. Also when `.git` does not exist yet: one written in would be used the same way."""
+        """Whether `path` (resolved) is a `.git` in the workspace (at its root, a submodule's, a nested
+        repository's) or below one while the sandbox confines: what commands may not write there (hooks
+        and config run code unconfined later), file tools may not either. Also when that `.git` does not
+        exist yet: one written in would be used the same way."""
         if not self.confines:
             return False
-        git = Path(os.path.realpath(workspace)) / _PROTECTED
-        return path == git or git in path.parents
+        try:
+            inside = path.relative_to(os.path.realpath(workspace))
+        except ValueError:
+            return False
+        return _PROTECTED in inside.parts
 
     def describe(self) -> str:
         """What the sandbox allows, in a few words (for the model and the escalation question)."""
@@ -137,6 +141,41 @@ def _sockets(folder: str) -> list[str]:
         with contextlib.suppress(OSError), os.scandir(sub) as entries:
             found += [entry.path for entry in entries if _is_socket(entry)]
     return found
+
+
+def git_metadata(workspace: Path) -> list[str]:
+    """Every `.git` entry in the workspace (a repository's folder, a submodule's or worktree's gitdir
+    file), sorted; symlinked folders not followed, `.git` folders not entered, unreadable ones skipped."""
+    found: list[str] = []
+    folders = [os.path.realpath(workspace)]
+    while folders:
+        with contextlib.suppress(OSError), os.scandir(folders.pop()) as entries:
+            for entry in entries:
+                if entry.name == _PROTECTED:
+                    found.append(entry.path)
+                elif entry.is_dir(follow_symlinks=False):
+                    folders.append(entry.path)
+    return sorted(found)
+
+
+def put_aside_new_git(workspace: Path, before: list[str]) -> list[tuple[str, str]]:
+    """Rename each `.git` in the workspace that is not in `before` (`git_metadata` as the command started)
+    to `.git.crow-sandboxed` (numbered when taken): a repository a confined command made (`git init`, a
+    gitdir file) would run its hooks and `core.fsmonitor` at the user's next git command there,
+    unconfined. Returns (old path, new path) pairs; one that cannot be renamed is left out."""
+    known = set(before)
+    moved: list[tuple[str, str]] = []
+    for path in git_metadata(workspace):
+        if path in known:
+            continue
+        target, number = path + ".crow-sandboxed", 1
+        while os.path.lexists(target):
+            number += 1
+            target = f"{path}.crow-sandboxed-{number}"
+        with contextlib.suppress(OSError):
+            os.rename(path, target)
+            moved.append((path, target))
+    return moved
 
 
 def guarded_paths() -> list[str]:
@@ -267,7 +306,8 @@ def _resolver_file() -> str:
 
 
 def bwrap_argv(sandbox: Sandbox, workspace: Path, command: str, bwrap: str = "bwrap",
-               resolv_conf: str | None = None, seccomp: int | None = None) -> list[str]:
+               resolv_conf: str | None = None, seccomp: int | None = None,
+               git_dirs: list[str] | None = None) -> list[str]:
     """The bubblewrap command line running `/bin/sh -c command` in `workspace` under `sandbox`.
 
     Read-only root, a minimal /dev, a new /proc, an empty /run: the network namespace does not cover Unix
@@ -276,8 +316,9 @@ def bwrap_argv(sandbox: Sandbox, workspace: Path, command: str, bwrap: str = "bw
     temp dir (`_sockets`: the user's tmux server would run any command it is sent) are covered with
     /dev/null likewise. With network, the resolver file (`resolv_conf`, default: where /etc/resolv.conf
     leads) is kept when it lives under /run (systemd-resolved, NetworkManager). The workspace and temp
-    dir bound writable (`workspace-write`), the workspace's `.git` bound read-only over it when it exists
-    (a mount point: neither renamed nor removed), and so is each of `guarded_paths()` inside them. In
+    dir bound writable (`workspace-write`), each `.git` in the workspace (`git_dirs`, default
+    `git_metadata(workspace)`) bound read-only over itself (a mount point: neither renamed nor removed),
+    and so is each of `guarded_paths()` inside them. In
     `read-only` the temp dir is a private tmpfs, and a workspace below it is bound back (read-only) over
     it. `seccomp`: a file descriptor holding `socket_filter()` (see `seccomp_fd`), inherited by bwrap.
     """
@@ -294,8 +335,7 @@ def bwrap_argv(sandbox: Sandbox, workspace: Path, command: str, bwrap: str = "bw
         for path in _sockets(temp):
             argv += ["--ro-bind", "/dev/null", path]
         argv += ["--bind", root, root]
-        path = os.path.join(root, _PROTECTED)
-        if os.path.lexists(path):
+        for path in git_dirs if git_dirs is not None else git_metadata(workspace):
             argv += ["--ro-bind", path, path]
         argv += _guarded_binds((temp, root))
     else:
@@ -365,7 +405,8 @@ def unavailable_reason() -> str | None:
     return None if program else why
 
 
-def sandbox_argv(sandbox: Sandbox, workspace: Path, command: str, seccomp: int | None = None) -> list[str] | None:
+def sandbox_argv(sandbox: Sandbox, workspace: Path, command: str, seccomp: int | None = None,
+                 git_dirs: list[str] | None = None) -> list[str] | None:
     """The program and arguments running `command` confined by `sandbox`, or None: run it unconfined
     (`off`, or no backend on this machine: approval has asked the user then). `seccomp`: see `bwrap_argv`
     (the caller passes that descriptor on to the child)."""
@@ -374,7 +415,7 @@ def sandbox_argv(sandbox: Sandbox, workspace: Path, command: str, seccomp: int |
         return None
     if sys.platform == "darwin":
         return [program, "-p", seatbelt_profile(sandbox, workspace), "/bin/sh", "-c", command]
-    return bwrap_argv(sandbox, workspace, command, program, seccomp=seccomp)
+    return bwrap_argv(sandbox, workspace, command, program, seccomp=seccomp, git_dirs=git_dirs)
 
 
 def blocked_reason(sandbox: Sandbox, output: str, failed: bool = True) -> str | None:

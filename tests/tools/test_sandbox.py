@@ -412,3 +412,50 @@ async def test_a_refused_write_is_blocked_even_when_the_command_then_succeeds(pl
 def test_a_network_message_in_a_successful_command_is_not_a_refusal() -> None:
     assert blocked_reason(Sandbox("workspace-write"), "log: Connection refused", failed=False) is None
     assert blocked_reason(Sandbox("workspace-write"), "x: Read-only file system", failed=False) is not None
+
+
+def _git(cwd: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-c", "init.defaultBranch=main", *args], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"})
+    return done.stdout + done.stderr
+
+
+@needs_bwrap
+async def test_a_git_repository_made_inside_never_reaches_the_users_git(place: Path) -> None:
+    # issue 30: a sandboxed `git init` plus a hook and core.fsmonitor ran at the user's next `git status`
+    # (the workspace had no .git at its root, so nothing was protected). What the run left named .git is
+    # put aside as soon as the command ends.
+    (place / "plain").mkdir()
+    context = ToolContext(place / "plain", sandbox=Sandbox("workspace-write", False, str(place / "tmp")))
+    out = await _run(f"git init -q . && git config core.fsmonitor 'touch {place}/outside/ran' && mkdir -p sub && "
+                     "echo 'gitdir: ../evil' > sub/.git && echo ok", context)
+    assert "put aside" in out, out
+    assert not (place / "plain/.git").exists() and not (place / "plain/sub/.git").exists()
+    _git(place / "plain", "status")
+    assert not (place / "outside/ran").exists()
+
+
+@needs_bwrap
+async def test_a_submodules_git_dir_is_read_only(place: Path) -> None:
+    # issue 30: a submodule whose git dir is sub/.git had its fsmonitor run by a top-level `git status`
+    (place / "ws/sub/.git").mkdir(parents=True)
+    (place / "ws/sub/.git/config").write_text("[core]\n")
+    (place / "ws/deep/er").mkdir(parents=True)
+    (place / "ws/deep/er/.git").write_text("gitdir: /elsewhere\n")
+    out = await _run(f"echo '[core] fsmonitor=touch {place}/outside/ran' >> sub/.git/config; "
+                     "echo 'gitdir: ./evil' > deep/er/.git; mv sub/.git sub/.g", _context(place))
+    assert out.startswith("BLOCKED"), out
+    assert (place / "ws/sub/.git/config").read_text() == "[core]\n"
+    assert (place / "ws/deep/er/.git").read_text() == "gitdir: /elsewhere\n"
+
+
+def test_file_tools_refuse_any_git_dir_in_the_workspace(place: Path) -> None:
+    # issue 30: only the workspace root's .git was refused to write_file / edit_file
+    from crow_cli.errors import ToolError
+    from crow_cli.tools.workspace import resolve_for_write
+
+    context = _context(place)
+    for path in ("sub/.git/config", "a/b/.git", ".git/hooks/x"):
+        with pytest.raises(ToolError, match="git"):
+            resolve_for_write(path, context)
+    assert resolve_for_write("sub/.github/x", context) == place / "ws/sub/.github/x"

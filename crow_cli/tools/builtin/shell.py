@@ -44,7 +44,7 @@ from ...errors import ToolError, ToolFailed
 from ...text import mask_secrets
 from ..context import ToolContext
 from ..registry import tool
-from ..sandbox import SandboxBlocked, blocked_reason, sandbox_argv, seccomp_fd
+from ..sandbox import SandboxBlocked, blocked_reason, git_metadata, put_aside_new_git, sandbox_argv, seccomp_fd
 
 __all__ = ["run_shell", "scrubbed_environ"]
 
@@ -178,10 +178,13 @@ async def run_shell(command: str, timeout_s: float | None = None, context: ToolC
     limit = min(float(timeout_s or DEFAULT_TIMEOUT_S), MAX_TIMEOUT_S)
     context = context or ToolContext.current()
     token = secrets.token_hex(8)
+    watch_git = context.sandbox.mode == "workspace-write"  # what a confined command may write in
+    git_before = git_metadata(context.workspace) if watch_git else []
     read_fd, write_fd = os.pipe()
     try:
         with seccomp_fd(context.sandbox) as program:
-            confined = sandbox_argv(context.sandbox, context.workspace, command, seccomp=program)
+            confined = sandbox_argv(context.sandbox, context.workspace, command, seccomp=program,
+                                    git_dirs=git_before)
             how: dict[str, Any] = {"cwd": context.workspace, "env": _command_env(token, context.secrets),
                                    "stdin": asyncio.subprocess.DEVNULL, "stdout": write_fd,
                                    "stderr": asyncio.subprocess.STDOUT, "start_new_session": True}
@@ -230,6 +233,13 @@ async def run_shell(command: str, timeout_s: float | None = None, context: ToolC
         status = f"exit code {code}" if code is not None and code >= 0 else f"killed by signal {-(code or 0)}"
     result = f"[{status}]\n{output}" if output else f"[{status}] (no output)"
     reason = blocked_reason(context.sandbox, output, bool(proc.returncode)) if confined is not None else None
+    moved = put_aside_new_git(context.workspace, git_before) if confined is not None and watch_git else []
+    if moved:
+        names = ", ".join(f"{os.path.relpath(old, context.workspace)} -> {os.path.relpath(new, context.workspace)}"
+                          for old, new in moved)
+        result += (f"\n[the sandbox put aside the git metadata this command made ({names}): its hooks and config "
+                   "would run outside the sandbox at the next git command]")
+        reason = "the sandbox does not let a command make a git repository or gitdir file (.git) in the workspace"
     if reason is not None:
         raise SandboxBlocked(reason, result)
     if timed_out or proc.returncode:  # the model reads `result` all the same; the call is shown failed
