@@ -533,6 +533,21 @@ async def test_a_write_into_git_through_the_editor_is_refused_before_anyone_is_a
     assert "the workspace's .git, which the sandbox keeps read-only" in answer["content"]
 
 
+async def test_a_write_outside_the_workspace_is_refused_before_anyone_is_asked(workspace):
+    # issue 30: `crow acp` asked the editor to approve a write_file outside the workspace, then refused it anyway
+    # (crow run answers it with its error, unasked)
+    editor = Editor(answers=["allow_once", "allow_once"], buffers={})
+    turns = script([("w1", "write_file", {"path": "../outside.txt", "content": "x\n"})],
+                   [("w2", "write_file", {"path": "/etc/crow-test-outside", "content": "x\n"})], final="OK.")
+    response, requests = await prompt_once(workspace, editor, turns, "write outside")
+    assert response.stop_reason == "end_turn"
+    assert editor.permissions == [] and editor.fs_calls == []
+    for request, call_id in ((requests[1], "w1"), (requests[2], "w2")):
+        answer = request["messages"][-1]
+        assert answer["tool_call_id"] == call_id and "outside the workspace" in answer["content"], answer
+    assert not (workspace.parent / "outside.txt").exists()
+
+
 async def test_file_tools_go_through_the_editor_when_it_offers_them(workspace):
     (workspace / "f.txt").write_text("on disk\n")
     path = str(workspace / "f.txt")

@@ -190,6 +190,7 @@ class Session:
             ToolError: an edit that cannot be made in the editor's buffer: the tool's own error, nobody asked.
         """
         self._refuse(tool)
+        self._check_write(call, tool)
         if self.editor_reads:
             await self._buffer_diff(call, tool)
         await self.approvals(call, tool)
@@ -204,6 +205,15 @@ class Session:
             return await self.approvals.escalate(call, tool, reason)
         except ToolDenied:  # also the editor failing the question
             return False
+
+    def _check_write(self, call: ToolCall, tool: Tool) -> None:
+        """Raise the file tool's own error for a write no answer can allow (outside the workspace, into a
+        .git), before anyone is asked: the editor's file tools have no preview to find it, and crow run's
+        built-ins answer it unasked from theirs."""
+        args = arguments(call) if tool.kind == "write" else None
+        path = args.get("path") if args is not None else None
+        if isinstance(path, str):
+            resolve_for_write(path, self.context)
 
     async def _buffer_diff(self, call: ToolCall, tool: Tool) -> None:
         """The diff of an edit from the editor's buffer (`fs/read_text_file`), sent before it is asked about;
