@@ -4,12 +4,19 @@ Modes (setting `sandbox`, flag `--sandbox`; default `workspace-write`):
 
 - `workspace-write`: the whole filesystem readable (but /run and the temp dir's sockets: daemons, tmux,
   X11 would run what a command sends them, unconfined); writable only the workspace and the system temp dir
-  (`tempfile.gettempdir()`); the workspace's `.git` (folder, or a linked worktree's file) read-only and
-  bound in place, so it cannot be moved aside or replaced either: its hooks, config (`core.fsmonitor`),
-  `commondir` and submodule configs all run code unconfined at the user's next git command (Codex protects
-  `.git` the same way; `git commit` then asks to run outside the sandbox); no network unless `network` (setting
-  `sandbox_network`); no new privileges (setuid programs do not gain rights) and no capabilities, also as root.
-- `read-only`: as above, but nothing writable (a private, empty temp dir that is discarded).
+  (`tempfile.gettempdir()`), less crow's own folders, the shell start-up files, `~/.ssh` and git's
+  global config (`guarded_paths`) wherever they are (also when the workspace is the home folder); every
+  `.git` in the workspace (folder, or a submodule's or linked worktree's file) read-only and bound in
+  place, so it cannot be moved aside or replaced either: its hooks, config (`core.fsmonitor`),
+  `commondir` and submodule configs all run code unconfined at the user's next git command (Codex
+  protects `.git` the same way; `git commit` then asks to run outside the sandbox), and one the command
+  made is put aside when it ends (`put_aside_new_git`); no network unless `network` (setting
+  `sandbox_network`), and without it no Unix socket either (`socket_filter`: a seccomp filter on the socket
+  family, since the network namespace does not cover sockets that have a path: ssh ControlMaster,
+  `tmux -S`, docker.sock, gpg-agent); no new privileges (setuid programs do not gain rights) and no
+  capabilities, also as root.
+- `read-only`: as above, but nothing writable (a private, empty temp dir that is discarded; a workspace
+  below the temp dir stays visible, read-only).
 - `off`: the command runs with the user's full rights (an explicit choice).
 
 Linux: bubblewrap (`bwrap`, the Debian/Fedora package `bubblewrap`; what Codex runs): new user, pid,
@@ -18,8 +25,9 @@ process it started are killed when crow exits, also on `kill -9`), `--new-sessio
 terminal). macOS: `sandbox-exec` with a profile made by `seatbelt_profile`. Where neither works
 (`backend()` is None: no bwrap, no user namespaces), approval asks about every command instead.
 
-A command that failed *because of* the sandbox (a read-only file system outside the workspace, no
-network) is recognised from its output (`blocked_reason`), so the model is told why and the user can
+A command the sandbox stopped (a read-only file system outside the workspace, no Unix socket, no
+network, a `.git` put aside) is recognised from its output (`blocked_reason`; a refused write or socket
+also when the command went on to exit 0) and what it left, so the model is told why and the user can
 be asked to run it once outside the sandbox.
 """
 
@@ -356,14 +364,18 @@ def _quote(path: str) -> str:
 
 def seatbelt_profile(sandbox: Sandbox, workspace: Path) -> str:
     """The macOS `sandbox-exec` profile (SBPL) for `sandbox`: reads allowed, writes only to the workspace,
-    the temp dir and the terminal devices (`workspace-write`), the workspace's `.git` denied, network
-    denied unless `network`. Later rules win in SBPL, so the denials come last."""
+    the temp dir and the terminal devices (`workspace-write`), each `.git` of the workspace (at its root,
+    made or not; `git_metadata`) and each of `guarded_paths()` inside those denied, network denied
+    unless `network`. Later rules win in SBPL, so the denials come last."""
     root = os.path.realpath(workspace)
     lines = ["(version 1)", "(allow default)", "(deny file-write*)",
              '(allow file-write* (literal "/dev/null") (literal "/dev/tty") (regex #"^/dev/fd/"))']
     if sandbox.mode == "workspace-write":
-        lines.append(f"(allow file-write* (subpath {_quote(root)}) (subpath {_quote(_temp(sandbox))}))")
-        lines.append(f"(deny file-write* (subpath {_quote(os.path.join(root, _PROTECTED))}))")
+        temp = _temp(sandbox)
+        lines.append(f"(allow file-write* (subpath {_quote(root)}) (subpath {_quote(temp)}))")
+        denied = dict.fromkeys([os.path.join(root, _PROTECTED), *git_metadata(workspace),
+                                *(path for path in guarded_paths() if _within(path, (temp, root)))])
+        lines += [f"(deny file-write* (subpath {_quote(path)}))" for path in denied]
     if not sandbox.network:
         lines.append("(deny network*)")
     return "\n".join(lines) + "\n"
