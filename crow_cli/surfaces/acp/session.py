@@ -44,7 +44,7 @@ from ...tools.context import ToolContext
 from ...tools.dispatch import EscalatingApprover
 from ...tools.registry import Tool, ToolRegistry
 from ...tools.sandbox import Mode as SandboxMode
-from ...tools.sandbox import Sandbox
+from ...tools.sandbox import Sandbox, is_guarded
 from ...tools.workspace import resolve_for_write
 from ...wire.client import ChatClient
 from ..persist import SessionRecorder
@@ -247,11 +247,15 @@ class Session:
         waited its turn ("reject always", a switch to yolo or read-only) decides it without asking.
         """
         self._refuse(tool)
-        if self.approvals.policy.allowed_by(tool, None) is not None and not preview.startswith(UNCONFINED_MARK):
-            # the mode changed to yolo / auto-edit (no mode runs a command outside the sandbox unasked)
+        args = arguments(call)
+        target = edit_target(tool, args, self.cwd)
+        guarded = target is not None and is_guarded(target) and self.approvals.policy.mode != "yolo"
+        if self.approvals.policy.allowed_by(tool, None) is not None and not preview.startswith(UNCONFINED_MARK) \
+                and not guarded:
+            # the mode changed to yolo / auto-edit (no mode runs a command outside the sandbox unasked, nor
+            # does auto-edit write crow's own files: `approval.decide`)
             return "yes"
         acp_id = self.calls.get(call.index, "")
-        args = arguments(call)
         diff = self.diffs.get(call.index)
         content = [diff] if diff is not None else [acp.tool_content(acp.text_block(preview))]
         options = [
