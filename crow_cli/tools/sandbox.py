@@ -97,7 +97,7 @@ class Sandbox:
             inside = path.relative_to(os.path.realpath(workspace))
         except ValueError:
             return False
-        return _PROTECTED in inside.parts
+        return any(part.lower() == _PROTECTED for part in inside.parts)
 
     def describe(self) -> str:
         """What the sandbox allows, in a few words (for the model and the escalation question)."""
@@ -159,7 +159,7 @@ def git_metadata(workspace: Path) -> list[str]:
     while folders:
         with contextlib.suppress(OSError), os.scandir(folders.pop()) as entries:
             for entry in entries:
-                if entry.name == _PROTECTED:
+                if entry.name.lower() == _PROTECTED:  # `.GIT` is git's on a case-insensitive disk (macOS)
                     found.append(entry.path)
                 elif entry.is_dir(follow_symlinks=False):
                     folders.append(entry.path)
@@ -344,7 +344,8 @@ def bwrap_argv(sandbox: Sandbox, workspace: Path, command: str, bwrap: str = "bw
             argv += ["--ro-bind", "/dev/null", path]
         argv += ["--bind", root, root]
         for path in git_dirs if git_dirs is not None else git_metadata(workspace):
-            argv += ["--ro-bind", path, path]
+            # a `.git` symlink is bound where it leads; one leading nowhere is skipped, not an error
+            argv += ["--ro-bind-try" if os.path.islink(path) else "--ro-bind", path, path]
         argv += _guarded_binds((temp, root))
     else:
         argv += ["--tmpfs", temp]

@@ -459,3 +459,11 @@ def test_file_tools_refuse_any_git_dir_in_the_workspace(place: Path) -> None:
         with pytest.raises(ToolError, match="git"):
             resolve_for_write(path, context)
     assert resolve_for_write("sub/.github/x", context) == place / "ws/sub/.github/x"
+
+
+@needs_bwrap
+async def test_a_dangling_git_symlink_in_the_workspace_does_not_stop_every_command(place: Path) -> None:
+    # a fixture's `.git` symlink leading nowhere: binding it read-only must not fail the sandbox's start
+    (place / "ws/fixture").mkdir()
+    (place / "ws/fixture/.git").symlink_to(place / "nowhere")
+    assert await _run("echo hi", _context(place)) == "[exit code 0]\nhi\n"
