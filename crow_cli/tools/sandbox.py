@@ -104,7 +104,7 @@ class Sandbox:
         if not self.confines:
             return "no sandbox"
         writes = "nothing is writable" if self.mode == "read-only" else \
-            "only the workspace and the temp dir are writable (.git is not)"
+            "only the workspace and the temp dir are writable (no .git, nor crow's config or your start-up files)"
         sockets = "" if self.network else " (no Unix socket either)"
         return f"sandbox {self.mode}: {writes}; network {'on' if self.network else 'off'}{sockets}"
 
