@@ -38,6 +38,7 @@ import errno
 import functools
 import os
 import platform
+import re
 import shutil
 import stat
 import struct
@@ -61,6 +62,10 @@ _PROTECTED = ".git"  # inside the workspace, yet read-only: what it holds runs c
 _FS_SIGNS = ("Read-only file system", "read-only file system", "EROFS")
 # What the socket filter's refusal reads as (EAFNOSUPPORT: the errno only the filter gives for AF_UNIX).
 _SOCKET_SIGNS = ("Address family not supported by protocol", "EAFNOSUPPORT")
+# In a command that exited 0, only an error message's form counts (`prog: path: strerror`, Python's
+# `[Errno N] strerror`, Node's `EROFS:`): a file or log quoting the words is not a refusal.
+_ERROR_FORM = re.compile(r"(?:: |\[Errno \d+\] )(?:Read-only file system|Address family not supported by protocol)"
+                         r"|\b(?:EROFS|EAFNOSUPPORT)\b:")
 # In the home folder, what runs code or grants access later, outside any sandbox: shell start-up files,
 # ssh's keys and config, git's global config (core.fsmonitor, hooksPath, aliases).
 _HOME_GUARDED = (".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile", ".zshrc", ".zshenv",
@@ -435,9 +440,12 @@ def blocked_reason(sandbox: Sandbox, output: str, failed: bool = True) -> str | 
     """Why a confined command that printed `output` was probably stopped by the sandbox, or None.
 
     A refused write or Unix socket counts whether or not the command failed (`failed`: exited non-zero):
-    `cp x /etc/y; echo done` exits 0 with the refusal in its output. Network failures count only in a
-    command that failed (a log that mentions "Connection refused" is common)."""
+    `cp x /etc/y; echo done` exits 0 with the refusal in its output; then only in an error message's form
+    (`_ERROR_FORM`). Network failures count only in a command that failed (a log that mentions
+    "Connection refused" is common)."""
     if not sandbox.confines:
+        return None
+    if not failed and _ERROR_FORM.search(output) is None:
         return None
     if any(sign in output for sign in _FS_SIGNS):
         where = "anywhere" if sandbox.mode == "read-only" else \

@@ -412,6 +412,10 @@ async def test_a_refused_write_is_blocked_even_when_the_command_then_succeeds(pl
 def test_a_network_message_in_a_successful_command_is_not_a_refusal() -> None:
     assert blocked_reason(Sandbox("workspace-write"), "log: Connection refused", failed=False) is None
     assert blocked_reason(Sandbox("workspace-write"), "x: Read-only file system", failed=False) is not None
+    assert blocked_reason(Sandbox("workspace-write"), "OSError: [Errno 97] Address family not supported by protocol",
+                          failed=False) is not None
+    assert blocked_reason(Sandbox("workspace-write"), "EROFS: read-only file system, open 'x'", failed=False)
+    assert blocked_reason(Sandbox("workspace-write"), "docs: the Read-only file system error", failed=False) is None
 
 
 def _git(cwd: Path, *args: str) -> str:
