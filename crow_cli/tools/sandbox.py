@@ -399,10 +399,12 @@ def _probe() -> tuple[str | None, str]:
     program = shutil.which("bwrap")
     if program is None:
         return None, "bubblewrap (bwrap) is not installed"
-    try:
-        done = subprocess.run([program, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all",
-                               "--die-with-parent", "true"], stdin=subprocess.DEVNULL, capture_output=True,
-                              timeout=30)
+    try:  # with the socket filter too: a kernel that cannot take it would fail every offline command
+        with seccomp_fd(Sandbox("workspace-write")) as fd:
+            done = subprocess.run([program, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all",
+                                   *(["--seccomp", str(fd)] if fd is not None else []), "--die-with-parent", "true"],
+                                  stdin=subprocess.DEVNULL, capture_output=True, timeout=30,
+                                  pass_fds=() if fd is None else (fd,))
     except (OSError, subprocess.TimeoutExpired) as exc:
         return None, f"bwrap could not start ({exc})"
     if done.returncode != 0:
@@ -413,7 +415,7 @@ def _probe() -> tuple[str | None, str]:
 
 def backend() -> str | None:
     """The sandbox program usable on this machine (`bwrap`, `sandbox-exec`), or None. Probed once per
-    process: on Linux by running `true` in a bubblewrap sandbox."""
+    process: on Linux by running `true` in a bubblewrap sandbox with the socket filter (`socket_filter`)."""
     return _probe()[0]
 
 
