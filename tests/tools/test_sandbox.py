@@ -474,19 +474,14 @@ async def test_a_dangling_git_symlink_in_the_workspace_does_not_stop_every_comma
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the socket filter is bubblewrap's")
-def test_a_bwrap_that_cannot_take_the_socket_filter_is_no_sandbox(tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    # a kernel without seccomp filters would fail every offline command: no sandbox then (asked about each)
-    from crow_cli.tools import sandbox
-
+def test_a_bwrap_that_cannot_take_the_socket_filter_is_no_sandbox(tmp_path: Path) -> None:
+    # a kernel without seccomp filters would fail every offline command: no sandbox then (asked about each).
+    # A process of its own: the probe runs once per process.
     fake = tmp_path / "bwrap"
     fake.write_text("#!/bin/sh\ncase \"$*\" in *--seccomp*) echo 'bwrap: seccomp not supported' >&2; exit 1;; "
                     "esac\nexit 0\n")
     fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    sandbox._probe.cache_clear()
-    try:
-        assert sandbox.backend() is None
-        assert sandbox.unavailable_reason() == "bwrap cannot make a sandbox here (bwrap: seccomp not supported)"
-    finally:
-        sandbox._probe.cache_clear()
+    code = "from crow_cli.tools.sandbox import backend, unavailable_reason; print(backend(), unavailable_reason())"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"})
+    assert done.stdout == "None bwrap cannot make a sandbox here (bwrap: seccomp not supported)\n", done.stderr
