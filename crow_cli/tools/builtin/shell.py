@@ -11,7 +11,8 @@ Confined (`ToolContext.sandbox`, see `tools.sandbox`), the shell runs inside bub
 allowed, and on Linux every process of the command lives in a pid namespace that dies with the call
 and with crow (`--die-with-parent`, also on `kill -9`). A confined command that failed because of the
 sandbox raises `SandboxBlocked` with the reason and its output: dispatch reports it to the model, or
-runs it once more outside the sandbox when the user approves.
+runs it once more outside the sandbox when the user approves. So does one that made git metadata (a
+`.git`) in the workspace, which is put aside as it ends (`sandbox.put_aside_new_git`).
 
 Unconfined (`off`, or no sandbox on this machine after the user approved the command), a process that
 leaves the group (`setsid`, a double-forking daemon) is found on Linux by a marker variable in its
@@ -44,7 +45,15 @@ from ...errors import ToolError, ToolFailed
 from ...text import mask_secrets
 from ..context import ToolContext
 from ..registry import tool
-from ..sandbox import SandboxBlocked, blocked_reason, git_metadata, put_aside_new_git, sandbox_argv, seccomp_fd
+from ..sandbox import (
+    SandboxBlocked,
+    backend,
+    blocked_reason,
+    git_metadata,
+    put_aside_new_git,
+    sandbox_argv,
+    seccomp_fd,
+)
 
 __all__ = ["run_shell", "scrubbed_environ"]
 
@@ -178,7 +187,8 @@ async def run_shell(command: str, timeout_s: float | None = None, context: ToolC
     limit = min(float(timeout_s or DEFAULT_TIMEOUT_S), MAX_TIMEOUT_S)
     context = context or ToolContext.current()
     token = secrets.token_hex(8)
-    watch_git = context.sandbox.mode == "workspace-write"  # what a confined command may write in
+    # what a confined command may write in: its git metadata is bound read-only, and checked afterwards
+    watch_git = context.sandbox.mode == "workspace-write" and backend() is not None
     git_before = git_metadata(context.workspace) if watch_git else []
     read_fd, write_fd = os.pipe()
     try:
