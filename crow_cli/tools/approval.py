@@ -28,15 +28,17 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, get_args
 
 from ..errors import ConfigError, ToolDenied, ToolError
 from ..history import ToolCall
+from ..paths import resolve_path
 from ..text import strip_controls, visible
 from .clip import clip_middle
 from .context import ToolContext, current_context
 from .registry import Tool
-from .sandbox import backend, unavailable_reason
+from .sandbox import backend, is_guarded, unavailable_reason
 from .shellrules import allow_matches, deny_matches, rule_words
 
 __all__ = [
@@ -202,6 +204,21 @@ def _unconfined_shell(tool: Tool, context: ToolContext) -> str | None:
     return f"no sandbox is available ({unavailable_reason()})"
 
 
+def _guarded_write(call: ToolCall, tool: Tool, context: ToolContext) -> bool:
+    """Whether `call` is a file edit (a tool of kind `write`) of one of `sandbox.guarded_paths()` (crow's
+    config, the shell start-up files, ~/.ssh …): asked about whatever rule, policy (but yolo) or
+    "always" answer, since what is written there runs or instructs later, outside this run."""
+    arguments = _arguments(call, tool) if tool.kind == "write" else None
+    path = arguments.get("path") if arguments is not None else None
+    if not isinstance(path, str):
+        return False
+    raw = Path(path).expanduser()
+    try:
+        return is_guarded(resolve_path(raw if raw.is_absolute() else context.workspace / raw))
+    except OSError:
+        return False
+
+
 def _arguments(call: ToolCall, tool: Tool) -> dict[str, Any] | None:
     try:
         return tool.validate(json.loads(call.arguments))
@@ -297,8 +314,9 @@ def decide(call: ToolCall, tool: Tool, policy: ApprovalPolicy, *, always: frozen
 
     Order: a deny rule refuses (whatever the policy); `read-only` refuses, and so does a read-only sandbox a
     file edit (a tool of kind `write`); a command that would run
-    unconfined although a sandbox was asked for is asked about (never approved by a rule, policy or
-    "always"); an allow rule, the policy or "always" approves; otherwise the preview is made and the user
+    unconfined although a sandbox was asked for, and (but under yolo) a file edit of crow's own config or
+    the user's start-up files (`sandbox.guarded_paths`), are asked about (never approved by a rule, policy
+    or "always"); an allow rule, the policy or "always" approves; otherwise the preview is made and the user
     asked, or, when nobody can answer (`can_ask` False), the call is refused.
 
     Raises:
@@ -318,7 +336,8 @@ def decide(call: ToolCall, tool: Tool, policy: ApprovalPolicy, *, always: frozen
         return Deny(f"{tool.name} was not run: the sandbox is read-only (nothing in the workspace is written). Do "
                     "not retry it; say what you would change instead")
     unconfined = _unconfined_shell(tool, context)
-    if unconfined is None:
+    guarded = _guarded_write(call, tool, context) and policy.mode != "yolo"
+    if unconfined is None and not guarded:
         why = policy.allowed_by(tool, subject) or ("always" if tool.name in always else None)
         if why is not None:
             return Allow(why, sandboxed)

@@ -4,12 +4,19 @@ Modes (setting `sandbox`, flag `--sandbox`; default `workspace-write`):
 
 - `workspace-write`: the whole filesystem readable (but /run and the temp dir's sockets: daemons, tmux,
   X11 would run what a command sends them, unconfined); writable only the workspace and the system temp dir
-  (`tempfile.gettempdir()`); the workspace's `.git` (folder, or a linked worktree's file) read-only and
-  bound in place, so it cannot be moved aside or replaced either: its hooks, config (`core.fsmonitor`),
-  `commondir` and submodule configs all run code unconfined at the user's next git command (Codex protects
-  `.git` the same way; `git commit` then asks to run outside the sandbox); no network unless `network` (setting
-  `sandbox_network`); no new privileges (setuid programs do not gain rights) and no capabilities, also as root.
-- `read-only`: as above, but nothing writable (a private, empty temp dir that is discarded).
+  (`tempfile.gettempdir()`), less crow's own folders, the shell start-up files, `~/.ssh` and git's
+  global config (`guarded_paths`) wherever they are (also when the workspace is the home folder); every
+  `.git` in the workspace (folder, or a submodule's or linked worktree's file) read-only and bound in
+  place, so it cannot be moved aside or replaced either: its hooks, config (`core.fsmonitor`),
+  `commondir` and submodule configs all run code unconfined at the user's next git command (Codex
+  protects `.git` the same way; `git commit` then asks to run outside the sandbox), and one the command
+  made is put aside when it ends (`put_aside_new_git`); no network unless `network` (setting
+  `sandbox_network`), and without it no Unix socket either (`socket_filter`: a seccomp filter on the socket
+  family, since the network namespace does not cover sockets that have a path: ssh ControlMaster,
+  `tmux -S`, docker.sock, gpg-agent); no new privileges (setuid programs do not gain rights) and no
+  capabilities, also as root.
+- `read-only`: as above, but nothing writable (a private, empty temp dir that is discarded; a workspace
+  below the temp dir stays visible, read-only).
 - `off`: the command runs with the user's full rights (an explicit choice).
 
 Linux: bubblewrap (`bwrap`, the Debian/Fedora package `bubblewrap`; what Codex runs): new user, pid,
@@ -18,27 +25,34 @@ process it started are killed when crow exits, also on `kill -9`), `--new-sessio
 terminal). macOS: `sandbox-exec` with a profile made by `seatbelt_profile`. Where neither works
 (`backend()` is None: no bwrap, no user namespaces), approval asks about every command instead.
 
-A command that failed *because of* the sandbox (a read-only file system outside the workspace, no
-network) is recognised from its output (`blocked_reason`), so the model is told why and the user can
+A command the sandbox stopped (a read-only file system outside the workspace, no Unix socket, no
+network, a `.git` put aside) is recognised from its output (`blocked_reason`; a refused write or socket
+also when the command went on to exit 0) and what it left, so the model is told why and the user can
 be asked to run it once outside the sandbox.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
+import platform
+import re
 import shutil
 import stat
+import struct
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
 __all__ = ["DEFAULT_MODE", "MODES", "Mode", "Sandbox", "SandboxBlocked", "backend", "blocked_reason", "bwrap_argv",
-           "sandbox_argv", "seatbelt_profile", "startup_notice", "unavailable_reason"]
+           "git_metadata", "guarded_paths", "is_guarded", "put_aside_new_git", "sandbox_argv", "seatbelt_profile",
+           "seccomp_fd", "socket_filter", "startup_notice", "unavailable_reason"]
 
 Mode = Literal["workspace-write", "read-only", "off"]
 MODES: tuple[Mode, ...] = get_args(Mode)
@@ -46,6 +60,16 @@ DEFAULT_MODE: Mode = "workspace-write"
 _PROTECTED = ".git"  # inside the workspace, yet read-only: what it holds runs code later, unconfined
 # What a command's output says when the sandbox stopped it (errno texts of glibc, Python, curl, git).
 _FS_SIGNS = ("Read-only file system", "read-only file system", "EROFS")
+# What the socket filter's refusal reads as (EAFNOSUPPORT: the errno only the filter gives for AF_UNIX).
+_SOCKET_SIGNS = ("Address family not supported by protocol", "EAFNOSUPPORT")
+# In a command that exited 0, only an error message's form counts (`prog: path: strerror`, Python's
+# `[Errno N] strerror`, Node's `EROFS:`): a file or log quoting the words is not a refusal.
+_ERROR_FORM = re.compile(r"(?:: |\[Errno \d+\] )(?:Read-only file system|Address family not supported by protocol)"
+                         r"|\b(?:EROFS|EAFNOSUPPORT)\b:")
+# In the home folder, what runs code or grants access later, outside any sandbox: shell start-up files,
+# ssh's keys and config, git's global config (core.fsmonitor, hooksPath, aliases).
+_HOME_GUARDED = (".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile", ".zshrc", ".zshenv",
+                 ".zprofile", ".zlogin", ".zlogout", ".config/fish", ".ssh", ".gitconfig", ".config/git")
 _NET_SIGNS = ("Network is unreachable", "Connection refused", "Could not resolve host",
               "Temporary failure in name resolution", "Name or service not known", "ENETUNREACH",
               "ECONNREFUSED", "getaddrinfo", "No address associated with hostname", "Failed to connect to")
@@ -68,21 +92,26 @@ class Sandbox:
         return self.mode != "off"
 
     def protects(self, path: Path, workspace: Path) -> bool:
-        """Whether `path` (resolved) is the workspace's `.git` or below it while the sandbox confines: what
-        commands may not write there (its hooks and config run code unconfined later), file tools may not
-        either. Also when `.git` does not exist yet: one written in would be used the same way."""
+        """Whether `path` (resolved) is a `.git` in the workspace (at its root, a submodule's, a nested
+        repository's) or below one while the sandbox confines: what commands may not write there (hooks
+        and config run code unconfined later), file tools may not either. Also when that `.git` does not
+        exist yet: one written in would be used the same way."""
         if not self.confines:
             return False
-        git = Path(os.path.realpath(workspace)) / _PROTECTED
-        return path == git or git in path.parents
+        try:
+            inside = path.relative_to(os.path.realpath(workspace))
+        except ValueError:
+            return False
+        return any(part.lower() == _PROTECTED for part in inside.parts)
 
     def describe(self) -> str:
         """What the sandbox allows, in a few words (for the model and the escalation question)."""
         if not self.confines:
             return "no sandbox"
         writes = "nothing is writable" if self.mode == "read-only" else \
-            "only the workspace and the temp dir are writable (.git is not)"
-        return f"sandbox {self.mode}: {writes}; network {'on' if self.network else 'off'}"
+            "only the workspace and the temp dir are writable (no .git, nor crow's config or your start-up files)"
+        sockets = "" if self.network else " (no Unix socket either)"
+        return f"sandbox {self.mode}: {writes}; network {'on' if self.network else 'off'}{sockets}"
 
 
 class SandboxBlocked(Exception):
@@ -127,12 +156,171 @@ def _sockets(folder: str) -> list[str]:
     return found
 
 
+def git_metadata(workspace: Path) -> list[str]:
+    """Every `.git` entry in the workspace (a repository's folder, a submodule's or worktree's gitdir
+    file), sorted; symlinked folders not followed, `.git` folders not entered, unreadable ones skipped."""
+    found: list[str] = []
+    folders = [os.path.realpath(workspace)]
+    while folders:
+        with contextlib.suppress(OSError), os.scandir(folders.pop()) as entries:
+            for entry in entries:
+                if entry.name.lower() == _PROTECTED:  # `.GIT` is git's on a case-insensitive disk (macOS)
+                    found.append(entry.path)
+                elif entry.is_dir(follow_symlinks=False):
+                    folders.append(entry.path)
+    return sorted(found)
+
+
+def put_aside_new_git(workspace: Path, before: list[str]) -> list[tuple[str, str]]:
+    """Rename each `.git` in the workspace that is not in `before` (`git_metadata` as the command started)
+    to `.git.crow-sandboxed` (numbered when taken): a repository a confined command made (`git init`, a
+    gitdir file) would run its hooks and `core.fsmonitor` at the user's next git command there,
+    unconfined. Returns (old path, new path) pairs; one that cannot be renamed is left out."""
+    known = set(before)
+    moved: list[tuple[str, str]] = []
+    for path in git_metadata(workspace):
+        if path in known:
+            continue
+        target, number = path + ".crow-sandboxed", 1
+        while os.path.lexists(target):
+            number += 1
+            target = f"{path}.crow-sandboxed-{number}"
+        with contextlib.suppress(OSError):
+            os.rename(path, target)
+            moved.append((path, target))
+    return moved
+
+
+def guarded_paths() -> list[str]:
+    """The paths a confined command may never write, wherever the workspace is (also when it is the home
+    folder), and the file tools write only with a yes (or `yolo`): crow's own config, data and state
+    folders (a `[mcp_servers]` entry in its config would start a program unconfined at the next run; its
+    `AGENTS.md` instructs every later session), the shell start-up files, `~/.ssh`, git's global config.
+    Resolved, existing or not. Read at each call: `HOME` and the XDG variables decide them."""
+    import platformdirs
+
+    folders = [platformdirs.user_config_dir("crow", appauthor=False),
+               platformdirs.user_data_dir("crow", appauthor=False),
+               platformdirs.user_state_dir("crow", appauthor=False)]
+    home = os.path.expanduser("~")
+    return [os.path.realpath(path) for path in (*folders, *(os.path.join(home, name) for name in _HOME_GUARDED))]
+
+
+def is_guarded(path: Path) -> bool:
+    """Whether `path` (resolved) is one of `guarded_paths()` or below one."""
+    text = str(path)
+    return any(text == guarded or text.startswith(guarded.rstrip(os.sep) + os.sep) for guarded in guarded_paths())
+
+
+def _within(path: str, roots: tuple[str, ...]) -> bool:
+    return any(path == root or path.startswith(root.rstrip(os.sep) + os.sep) for root in roots)
+
+
+def _guarded_binds(roots: tuple[str, ...]) -> list[str]:
+    """`--ro-bind` over each guarded path inside a writable root (elsewhere the read-only root covers it).
+    crow's own folders are made first when missing (crow makes them anyway; empty they are harmless),
+    so that none can be made and filled inside; a missing start-up file is not made (an empty `.zshrc`
+    changes zsh's behaviour)."""
+    argv: list[str] = []
+    for index, path in enumerate(guarded_paths()):
+        if not _within(path, roots):
+            continue
+        if index < 3:
+            with contextlib.suppress(OSError):
+                os.makedirs(path, exist_ok=True)
+        if os.path.lexists(path):
+            argv += ["--ro-bind", path, path]
+    return argv
+
+
+# Classic BPF for seccomp (linux/filter.h, linux/seccomp.h, linux/audit.h): struct seccomp_data is
+# {int nr; u32 arch; u64 instruction_pointer; u64 args[6]}, so nr at 0, arch at 4, args[0]'s low half at 16.
+_LD_W_ABS, _JEQ_K, _JGE_K, _RET_K = 0x20, 0x15, 0x35, 0x06
+_RET_ALLOW, _RET_ERRNO = 0x7FFF0000, 0x00050000
+_X32_BIT = 0x40000000
+_AF_UNIX = 1
+# machine: (audit arch, socket, io_uring_setup), from the kernel's syscall tables.
+_ARCHES = {"x86_64": (0xC000003E, 41, 425), "aarch64": (0xC00000B7, 198, 425)}
+_I386 = (0x40000003, 359, 425, 102)  # i386 on x86_64: also socketcall (102)
+_Insn = tuple[int, "int | str", "int | str", int]
+
+
+def _assemble(lines: list[_Insn | str]) -> bytes:
+    """`struct sock_filter`s from instructions whose jump targets may be labels (the strings in `lines`)."""
+    labels: dict[str, int] = {}
+    code: list[_Insn] = []
+    for line in lines:
+        if isinstance(line, str):
+            labels[line] = len(code)
+        else:
+            code.append(line)
+    out = bytearray()
+    for index, (op, jt, jf, k) in enumerate(code):
+        jumps = [labels[j] - index - 1 if isinstance(j, str) else j for j in (jt, jf)]
+        out += struct.pack("=HBBI", op, jumps[0], jumps[1], k)
+    return bytes(out)
+
+
+def socket_filter(machine: str | None = None) -> bytes | None:
+    """The seccomp program (classic BPF, as `bwrap --seccomp FD` reads it) that refuses, with
+    EAFNOSUPPORT, `socket(AF_UNIX, …)` and `io_uring_setup` (io_uring makes sockets without the
+    `socket` call), or None where the machine (`platform.machine()`) is not known here.
+
+    Why by family: seccomp sees a call's arguments but not the memory they point to, so `connect` cannot
+    be judged by the socket's path; a Unix socket that cannot be made cannot connect to a daemon outside
+    (tmux, ssh ControlMaster, docker.sock, gpg-agent). `socketpair` stays allowed (a process's own
+    pipes, asyncio's wake-up). On x86_64 the x32 calls and the i386 ones are covered too (`socketcall`,
+    which hides the family behind a pointer, is refused whole); any other architecture's calls fail
+    with EPERM.
+    """
+    machine = machine or platform.machine()
+    if machine not in _ARCHES:
+        return None
+    arch, socket_nr, uring_nr = _ARCHES[machine]
+    lines: list[_Insn | str] = [(_LD_W_ABS, 0, 0, 4), (_JEQ_K, 0, "other", arch), (_LD_W_ABS, 0, 0, 0)]
+    if machine == "x86_64":
+        lines.append((_JGE_K, "refuse", 0, _X32_BIT))
+    lines += [(_JEQ_K, "refuse", 0, uring_nr), (_JEQ_K, "family", "allow", socket_nr),
+              "family", (_LD_W_ABS, 0, 0, 16), (_JEQ_K, "refuse", "allow", _AF_UNIX), "other"]
+    if machine == "x86_64":
+        i386, socket32, uring32, socketcall = _I386
+        lines += [(_JEQ_K, 0, "unknown", i386), (_LD_W_ABS, 0, 0, 0), (_JEQ_K, "refuse", 0, uring32),
+                  (_JEQ_K, "refuse", 0, socketcall), (_JEQ_K, 0, "allow", socket32),
+                  (_LD_W_ABS, 0, 0, 16), (_JEQ_K, "refuse", "allow", _AF_UNIX)]  # BPF jumps only forward
+    lines += ["unknown", (_RET_K, 0, 0, _RET_ERRNO | errno.EPERM), "allow", (_RET_K, 0, 0, _RET_ALLOW),
+              "refuse", (_RET_K, 0, 0, _RET_ERRNO | errno.EAFNOSUPPORT)]
+    return _assemble(lines)
+
+
+@contextlib.contextmanager
+def seccomp_fd(sandbox: Sandbox) -> Iterator[int | None]:
+    """A pipe's read end holding `socket_filter()` for bwrap's `--seccomp FD` (pass it to the child with
+    `pass_fds`; closed on exit), or None: no filter (the network on, the sandbox off, not Linux, an
+    unknown machine)."""
+    program = socket_filter() if sandbox.confines and not sandbox.network and sys.platform.startswith("linux") \
+        else None
+    if program is None:
+        yield None
+        return
+    read_fd, write_fd = os.pipe()
+    try:
+        os.write(write_fd, program)  # a few hundred bytes: well within a pipe's buffer
+        os.close(write_fd)
+        write_fd = -1
+        yield read_fd
+    finally:
+        if write_fd >= 0:
+            os.close(write_fd)
+        os.close(read_fd)
+
+
 def _resolver_file() -> str:
     return os.path.realpath("/etc/resolv.conf")
 
 
 def bwrap_argv(sandbox: Sandbox, workspace: Path, command: str, bwrap: str = "bwrap",
-               resolv_conf: str | None = None) -> list[str]:
+               resolv_conf: str | None = None, seccomp: int | None = None,
+               git_dirs: list[str] | None = None) -> list[str]:
     """The bubblewrap command line running `/bin/sh -c command` in `workspace` under `sandbox`.
 
     Read-only root, a minimal /dev, a new /proc, an empty /run: the network namespace does not cover Unix
@@ -141,8 +329,11 @@ def bwrap_argv(sandbox: Sandbox, workspace: Path, command: str, bwrap: str = "bw
     temp dir (`_sockets`: the user's tmux server would run any command it is sent) are covered with
     /dev/null likewise. With network, the resolver file (`resolv_conf`, default: where /etc/resolv.conf
     leads) is kept when it lives under /run (systemd-resolved, NetworkManager). The workspace and temp
-    dir bound writable (`workspace-write`), the workspace's `.git` bound read-only over it when it exists
-    (a mount point: neither renamed nor removed).
+    dir bound writable (`workspace-write`), each `.git` in the workspace (`git_dirs`, default
+    `git_metadata(workspace)`) bound read-only over itself (a mount point: neither renamed nor removed),
+    and so is each of `guarded_paths()` inside them. In
+    `read-only` the temp dir is a private tmpfs, and a workspace below it is bound back (read-only) over
+    it. `seccomp`: a file descriptor holding `socket_filter()` (see `seccomp_fd`), inherited by bwrap.
     """
     root = os.path.realpath(workspace)
     temp = _temp(sandbox)
@@ -157,14 +348,18 @@ def bwrap_argv(sandbox: Sandbox, workspace: Path, command: str, bwrap: str = "bw
         for path in _sockets(temp):
             argv += ["--ro-bind", "/dev/null", path]
         argv += ["--bind", root, root]
-        path = os.path.join(root, _PROTECTED)
-        if os.path.lexists(path):
-            argv += ["--ro-bind", path, path]
+        for path in git_dirs if git_dirs is not None else git_metadata(workspace):
+            # a `.git` symlink is bound where it leads; one leading nowhere is skipped, not an error
+            argv += ["--ro-bind-try" if os.path.islink(path) else "--ro-bind", path, path]
+        argv += _guarded_binds((temp, root))
     else:
         argv += ["--tmpfs", temp]
+        if _within(root, (temp,)):
+            argv += ["--ro-bind", root, root]
     # --cap-drop ALL: run as root (a container, CI), bubblewrap keeps every capability, and one with
     # CAP_SYS_ADMIN unmounts the read-only binds; unprivileged, it drops them anyway.
-    argv += ["--unshare-all", *(["--share-net"] if sandbox.network else []), "--cap-drop", "ALL",
+    argv += ["--unshare-all", *(["--share-net"] if sandbox.network else []),
+             *(["--seccomp", str(seccomp)] if seccomp is not None else []), "--cap-drop", "ALL",
              "--die-with-parent", "--new-session", "--chdir", root, "--", "/bin/sh", "-c", command]
     return argv
 
@@ -175,14 +370,18 @@ def _quote(path: str) -> str:
 
 def seatbelt_profile(sandbox: Sandbox, workspace: Path) -> str:
     """The macOS `sandbox-exec` profile (SBPL) for `sandbox`: reads allowed, writes only to the workspace,
-    the temp dir and the terminal devices (`workspace-write`), the workspace's `.git` denied, network
-    denied unless `network`. Later rules win in SBPL, so the denials come last."""
+    the temp dir and the terminal devices (`workspace-write`), each `.git` of the workspace (at its root,
+    made or not; `git_metadata`) and each of `guarded_paths()` inside those denied, network denied
+    unless `network`. Later rules win in SBPL, so the denials come last."""
     root = os.path.realpath(workspace)
     lines = ["(version 1)", "(allow default)", "(deny file-write*)",
              '(allow file-write* (literal "/dev/null") (literal "/dev/tty") (regex #"^/dev/fd/"))']
     if sandbox.mode == "workspace-write":
-        lines.append(f"(allow file-write* (subpath {_quote(root)}) (subpath {_quote(_temp(sandbox))}))")
-        lines.append(f"(deny file-write* (subpath {_quote(os.path.join(root, _PROTECTED))}))")
+        temp = _temp(sandbox)
+        lines.append(f"(allow file-write* (subpath {_quote(root)}) (subpath {_quote(temp)}))")
+        denied = dict.fromkeys([os.path.join(root, _PROTECTED), *git_metadata(workspace),
+                                *(path for path in guarded_paths() if _within(path, (temp, root)))])
+        lines += [f"(deny file-write* (subpath {_quote(path)}))" for path in denied]
     if not sandbox.network:
         lines.append("(deny network*)")
     return "\n".join(lines) + "\n"
@@ -200,10 +399,12 @@ def _probe() -> tuple[str | None, str]:
     program = shutil.which("bwrap")
     if program is None:
         return None, "bubblewrap (bwrap) is not installed"
-    try:
-        done = subprocess.run([program, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all",
-                               "--die-with-parent", "true"], stdin=subprocess.DEVNULL, capture_output=True,
-                              timeout=30)
+    try:  # with the socket filter too: a kernel that cannot take it would fail every offline command
+        with seccomp_fd(Sandbox("workspace-write")) as fd:
+            done = subprocess.run([program, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all",
+                                   *(["--seccomp", str(fd)] if fd is not None else []), "--die-with-parent", "true"],
+                                  stdin=subprocess.DEVNULL, capture_output=True, timeout=30,
+                                  pass_fds=() if fd is None else (fd,))
     except (OSError, subprocess.TimeoutExpired) as exc:
         return None, f"bwrap could not start ({exc})"
     if done.returncode != 0:
@@ -214,7 +415,7 @@ def _probe() -> tuple[str | None, str]:
 
 def backend() -> str | None:
     """The sandbox program usable on this machine (`bwrap`, `sandbox-exec`), or None. Probed once per
-    process: on Linux by running `true` in a bubblewrap sandbox."""
+    process: on Linux by running `true` in a bubblewrap sandbox with the socket filter (`socket_filter`)."""
     return _probe()[0]
 
 
@@ -224,26 +425,37 @@ def unavailable_reason() -> str | None:
     return None if program else why
 
 
-def sandbox_argv(sandbox: Sandbox, workspace: Path, command: str) -> list[str] | None:
+def sandbox_argv(sandbox: Sandbox, workspace: Path, command: str, seccomp: int | None = None,
+                 git_dirs: list[str] | None = None) -> list[str] | None:
     """The program and arguments running `command` confined by `sandbox`, or None: run it unconfined
-    (`off`, or no backend on this machine: approval has asked the user then)."""
+    (`off`, or no backend on this machine: approval has asked the user then). `seccomp`: see `bwrap_argv`
+    (the caller passes that descriptor on to the child)."""
     program = backend() if sandbox.confines else None
     if program is None:
         return None
     if sys.platform == "darwin":
         return [program, "-p", seatbelt_profile(sandbox, workspace), "/bin/sh", "-c", command]
-    return bwrap_argv(sandbox, workspace, command, program)
+    return bwrap_argv(sandbox, workspace, command, program, seccomp=seccomp, git_dirs=git_dirs)
 
 
-def blocked_reason(sandbox: Sandbox, output: str) -> str | None:
-    """Why a confined command that failed with `output` was probably stopped by the sandbox, or None."""
+def blocked_reason(sandbox: Sandbox, output: str, failed: bool = True) -> str | None:
+    """Why a confined command that printed `output` was probably stopped by the sandbox, or None.
+
+    A refused write or Unix socket counts whether or not the command failed (`failed`: exited non-zero):
+    `cp x /etc/y; echo done` exits 0 with the refusal in its output; then only in an error message's form
+    (`_ERROR_FORM`). Network failures count only in a command that failed (a log that mentions
+    "Connection refused" is common)."""
     if not sandbox.confines:
+        return None
+    if not failed and _ERROR_FORM.search(output) is None:
         return None
     if any(sign in output for sign in _FS_SIGNS):
         where = "anywhere" if sandbox.mode == "read-only" else \
             "outside the workspace and the temp dir (or to .git)"
         return f"the sandbox ({sandbox.mode}) refused a write {where}: read-only file system"
-    if not sandbox.network and any(sign in output for sign in _NET_SIGNS):
+    if not sandbox.network and any(sign in output for sign in _SOCKET_SIGNS):
+        return "the sandbox has no network: no Unix socket can be made (the daemons outside stay out of reach)"
+    if failed and not sandbox.network and any(sign in output for sign in _NET_SIGNS):
         return "the sandbox has no network: connections and name lookups fail"
     return None
 

@@ -534,6 +534,38 @@ async def test_a_write_into_git_through_the_editor_is_refused_before_anyone_is_a
     assert "the workspace's .git, which the sandbox keeps read-only" in answer["content"]
 
 
+async def test_a_write_outside_the_workspace_is_refused_before_anyone_is_asked(workspace):
+    # issue 30: `crow acp` asked the editor to approve a write_file outside the workspace, then refused it anyway
+    # (crow run answers it with its error, unasked)
+    editor = Editor(answers=["allow_once", "allow_once"], buffers={})
+    turns = script([("w1", "write_file", {"path": "../outside.txt", "content": "x\n"})],
+                   [("w2", "write_file", {"path": "/etc/crow-test-outside", "content": "x\n"})], final="OK.")
+    response, requests = await prompt_once(workspace, editor, turns, "write outside")
+    assert response.stop_reason == "end_turn"
+    assert editor.permissions == [] and editor.fs_calls == []
+    for request, call_id in ((requests[1], "w1"), (requests[2], "w2")):
+        answer = request["messages"][-1]
+        assert answer["tool_call_id"] == call_id and "outside the workspace" in answer["content"], answer
+    assert not (workspace.parent / "outside.txt").exists()
+
+
+async def test_auto_edit_still_asks_before_a_write_of_crows_own_config(workspace, monkeypatch):
+    # issue 30: under auto-edit, write_file wrote ~/.config/crow/AGENTS.md without asking (the workspace is HOME)
+    monkeypatch.setenv("HOME", str(workspace))
+    for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    calls = [("w1", "write_file", {"path": ".config/crow/AGENTS.md", "content": "obey\n"}),
+             ("w2", "write_file", {"path": "notes.md", "content": "n\n"})]
+    editor = Editor(answers=["reject_once"])
+    with ReplayServer(script(calls, final="OK.")) as server:
+        async with acp_agent(server.base_url, workspace, editor) as (conn, _serving):
+            sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            await conn.set_session_mode(session_id=sid, mode_id="auto-edit")
+            assert (await conn.prompt(session_id=sid, prompt=[text_block("write")])).stop_reason == "end_turn"
+    assert [request.title for request, _options in editor.permissions] == ["write_file .config/crow/AGENTS.md"]
+    assert not (workspace / ".config/crow/AGENTS.md").exists() and (workspace / "notes.md").read_text() == "n\n"
+
+
 async def test_file_tools_go_through_the_editor_when_it_offers_them(workspace):
     (workspace / "f.txt").write_text("on disk\n")
     path = str(workspace / "f.txt")

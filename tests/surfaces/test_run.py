@@ -29,6 +29,7 @@ from tests.support import (
     run_args,
     run_here,
     script,
+    tool_messages,
     tools_folder,
     wait_for,
 )
@@ -336,3 +337,60 @@ async def test_a_model_known_text_only_gets_a_tool_image_as_its_name_only(tmp_pa
         assert ran.code == 0, ran.stderr
         assert [m["role"] for m in ran.requests[1]["messages"]][-len(roles):] == roles
         assert ran.requests[1]["messages"][-len(roles) + 1]["content"] == "[image: shot.png, image/png, 32 B]"
+
+
+# issue 30: the four holes a scripted model found through `crow run --yes`: a Unix socket outside with the
+# network off, crow's own config in a workspace that is HOME, a `git init` with core.fsmonitor, and a refused
+# write hidden behind `; echo done`; none gets anything out
+@needs_sandbox()
+async def test_crow_run_yes_reaches_no_socket_config_or_git_outside(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    ws, temp, outside = tmp_path / "ws", tmp_path / "tmp", tmp_path / "outside"
+    for folder in (ws / ".config/crow", temp, outside):
+        folder.mkdir(parents=True)
+    (ws / ".config/crow/config.toml").write_text("# mine\n")
+    monkeypatch.setenv("HOME", str(ws))
+    for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(outside / "cm-host"))
+    listener.listen(1)
+    listener.setblocking(False)
+    connect = f"{sys.executable} -c \"import socket; socket.socket(socket.AF_UNIX).connect('{outside}/cm-host')\""
+    calls = [("s", "run_shell", {"command": connect}),
+             ("c", "run_shell", {"command": "echo '[mcp_servers.x]' >> .config/crow/config.toml"}),
+             ("g", "run_shell", {"command": f"git init -q sub && git -C sub config core.fsmonitor "
+                                            f"'touch {outside}/ran'"}),
+             ("e", "run_shell", {"command": f"echo x > {outside}/f; echo done"})]
+    ran = await run_here(script(calls), "go", yes=True, json=True, session=False, cwd=ws)
+    try:
+        listener.accept()
+        reached = True
+    except BlockingIOError:
+        reached = False
+    finally:
+        listener.close()
+    assert ran.code == 0, ran.stderr
+    outcomes = {e["result"]["call_id"]: e["result"]["outcome"] for e in ran.events() if e["type"] == "tool_result"}
+    assert outcomes == {"s": "denied", "c": "denied", "g": "denied", "e": "denied"}
+    assert not reached and (ws / ".config/crow/config.toml").read_text() == "# mine\n"
+    assert not (ws / "sub/.git").exists() and sorted(p.name for p in outside.iterdir()) == ["cm-host"]
+
+
+# issue 30: `--sandbox read-only` with the workspace under /tmp: every command failed with "bwrap: Can't chdir"
+@needs_sandbox()
+async def test_crow_run_read_only_sandbox_runs_in_a_workspace_under_the_temp_dir(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "f").write_text("seen\n")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    ran = await run_here(script([("r", "run_shell", {"command": "cat f"})]), "go", flags={"sandbox": "read-only"},
+                         yes=True, json=True, session=False, cwd=ws)
+    assert ran.code == 0, ran.stderr
+    assert [m["content"] for m in tool_messages(ran.requests[1])] == ["[exit code 0]\nseen\n"]

@@ -387,3 +387,30 @@ def test_a_read_only_sandbox_refuses_file_edits_whatever_the_policy(tmp_path: Pa
     writable = ToolContext(tmp_path, sandbox=Sandbox("workspace-write"))
     assert decide(_call("write_file", path="a", content="x"), TOOLS["write_file"], ApprovalPolicy("yolo"),
                   context=writable) == Allow("policy yolo")
+
+
+# issue 30: under auto-edit, write_file wrote ~/.config/crow/AGENTS.md (instructions for every later session)
+# without asking; crow's own files and the user's start-up files are asked about in every policy but yolo
+@pytest.mark.parametrize("path", [".config/crow/AGENTS.md", "~/.config/crow/config.toml", ".bashrc",
+                                  ".ssh/config", ".local/state/crow/x"])
+def test_edits_of_crow_config_and_start_up_files_are_asked_about(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str) -> None:
+    from crow_cli.tools.approval import Allow, Ask, decide
+    from crow_cli.tools.context import ToolContext
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    context = ToolContext(tmp_path)
+    write, edit = TOOLS["write_file"], TOOLS["edit_file"]
+    call = _call("write_file", path=path, content="x")
+    for policy in (ApprovalPolicy("auto-edit"), ApprovalPolicy("ask", allow=("write_file",))):
+        assert isinstance(decide(call, write, policy, context=context), Ask)
+    assert isinstance(decide(call, write, ApprovalPolicy("auto-edit"), always={"write_file"}, context=context), Ask)
+    assert decide(call, write, ApprovalPolicy("yolo"), context=context) == Allow("policy yolo")
+    assert decide(_call("write_file", path="notes.md", content="x"), write, ApprovalPolicy("auto-edit"),
+                  context=context) == Allow("policy auto-edit")
+    (tmp_path / ".bashrc").write_text("x\n")
+    edited = decide(_call("edit_file", path=".bashrc", old_string="x", new_string="y"), edit,
+                    ApprovalPolicy("auto-edit"), context=context)
+    assert isinstance(edited, Ask)

@@ -115,7 +115,7 @@ async def test_daemon_sockets_under_run_are_out_of_reach(place: Path) -> None:
     try:
         server.listen(1)
         out = await _run(f"{sys.executable} -c \"import socket; socket.socket(socket.AF_UNIX).connect('{path}')\"",
-                         _context(place))
+                         _context(place, network=True))  # the network off, no Unix socket can be made at all
         assert "FileNotFoundError" in out
     finally:
         server.close()
@@ -138,7 +138,7 @@ async def test_sockets_in_the_temp_dir_are_out_of_reach(place: Path) -> None:
     connect = "import socket,sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])"
     try:
         for path in ("tmux-1/d", "a.s"):
-            out = await _run(f"{sys.executable} -c '{connect}' {place}/tmp/{path}", _context(place))
+            out = await _run(f"{sys.executable} -c '{connect}' {place}/tmp/{path}", _context(place, network=True))
             assert "ConnectionRefusedError" in out, out
         out = await _run(f"cat {place}/tmp/tmux-1/notes; echo more >> {place}/tmp/tmux-1/notes",
                          _context(place))
@@ -308,3 +308,180 @@ def test_what_counts_as_blocked_by_the_sandbox() -> None:
     assert blocked_reason(Sandbox("off"), "Read-only file system") is None
     assert blocked_reason(confined, "AssertionError: 1 != 2") is None
     assert MODES == ("workspace-write", "read-only", "off")
+
+
+@pytest.fixture
+def home_listener(place: Path) -> Iterator[Path]:
+    """A Unix socket server in a home folder outside the workspace and the temp dir (where ssh's
+    ControlMaster, `tmux -S`, gpg-agent and Docker Desktop keep theirs): its path."""
+    (place / "outside/.ssh").mkdir()
+    path = place / "outside/.ssh/cm-host"
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(path))
+    listener.listen(1)
+    yield path
+    listener.close()
+
+
+_CONNECT = "import socket,sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1]); print('CONNECTED')"
+
+
+@needs_bwrap
+async def test_unix_sockets_outside_are_out_of_reach_without_network(place: Path, home_listener: Path) -> None:
+    # issue 30: `tmux -S ~/.ssh/cm-…`, ssh ControlMaster, docker.sock, gpg-agent: with the network off a
+    # sandboxed command still connected to any Unix socket outside /run and the temp dir, and the daemon ran
+    # what it was sent unconfined. No Unix socket can be made inside; socketpair still works.
+    out = await _run(f"{sys.executable} -c '{_CONNECT}' {home_listener}", _context(place))
+    assert "CONNECTED" not in out and "Address family not supported" in out, out
+    assert out.startswith("BLOCKED the sandbox has no network: no Unix socket")
+    pair = "import socket; a, b = socket.socketpair(); a.send(b'pair'); print(b.recv(4).decode())"
+    assert await _run(f"{sys.executable} -c \"{pair}\"", _context(place)) == "[exit code 0]\npair\n"
+    abstract = "import socket; socket.socket(socket.AF_UNIX).connect(b'\\0x'); print('CONNECTED')"
+    assert "Address family not supported" in await _run(f"{sys.executable} -c \"{abstract}\"", _context(place))
+
+
+@needs_bwrap
+async def test_unix_sockets_are_reachable_with_the_network_on(place: Path, home_listener: Path) -> None:
+    # the network on opens every local daemon over TCP anyway: the filter is for the network off
+    out = await _run(f"{sys.executable} -c '{_CONNECT}' {home_listener}", _context(place, network=True))
+    assert "CONNECTED" in out
+
+
+def test_the_socket_filter_is_known_for_x86_64_and_aarch64_only() -> None:
+    from crow_cli.tools.sandbox import socket_filter
+
+    for machine in ("x86_64", "aarch64"):
+        program = socket_filter(machine)
+        assert program is not None and len(program) % 8 == 0
+    assert socket_filter("riscv64") is None
+
+
+@pytest.fixture
+def home_is_workspace(place: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """HOME is the workspace, with crow's config, a shell start-up file, ~/.ssh and ~/.gitconfig in it."""
+    home = place / "ws"
+    monkeypatch.setenv("HOME", str(home))
+    for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    (home / ".config/crow").mkdir(parents=True)
+    (home / ".config/crow/config.toml").write_text("model = 'm'\n")
+    (home / ".bashrc").write_text("# rc\n")
+    (home / ".ssh").mkdir()
+    (home / ".gitconfig").write_text("[user]\n")
+    return home
+
+
+@needs_bwrap
+async def test_crow_config_and_start_up_files_stay_read_only_when_the_workspace_is_home(
+        home_is_workspace: Path, place: Path) -> None:
+    # issue 30: run from the home folder, a sandboxed command appended an [mcp_servers] entry to
+    # ~/.config/crow/config.toml, and the next crow run started it unconfined
+    home = home_is_workspace
+    out = await _run("echo '[mcp_servers.x]' >> .config/crow/config.toml; echo evil >> .bashrc; "
+                     "echo k > .ssh/authorized_keys; echo '[core]' >> .gitconfig; mkdir -p .local/share/crow/x; "
+                     "echo a > .local/state/crow/AGENTS.md; echo ok > notes", _context(place))
+    assert out.startswith("BLOCKED") and out.count("Read-only file system") >= 5, out
+    assert (home / ".config/crow/config.toml").read_text() == "model = 'm'\n"
+    assert (home / ".bashrc").read_text() == "# rc\n" and (home / ".gitconfig").read_text() == "[user]\n"
+    assert not (home / ".ssh/authorized_keys").exists() and not (home / ".local/share/crow/x").exists()
+    assert not (home / ".local/state/crow/AGENTS.md").exists()
+    assert (home / "notes").read_text() == "ok\n"
+
+
+@needs_bwrap
+async def test_read_only_keeps_a_workspace_under_the_temp_dir_visible(place: Path) -> None:
+    # issue 30: --sandbox read-only with the workspace under /tmp: the tmpfs over the temp dir hid it and every
+    # command failed with "bwrap: Can't chdir"
+    (place / "tmp/ws").mkdir()
+    (place / "tmp/ws/f").write_text("seen\n")
+    (place / "tmp/other").write_text("hidden\n")
+    context = ToolContext(place / "tmp/ws", sandbox=Sandbox("read-only", False, str(place / "tmp")))
+    out = await _run(f"cat f; ls {place}/tmp; echo x > g", context)
+    assert out.startswith("BLOCKED the sandbox (read-only)") and "seen" in out and "other" not in out, out
+    assert not (place / "tmp/ws/g").exists()
+
+
+@needs_bwrap
+async def test_a_refused_write_is_blocked_even_when_the_command_then_succeeds(place: Path) -> None:
+    # issue 30: a refused write followed by `; echo done` exited 0, so nobody was asked to run it outside
+    out = await _run(f"echo c > {place}/outside/x; echo done", _context(place))
+    assert out.startswith("BLOCKED the sandbox (workspace-write) refused a write"), out
+    assert "done" in out
+
+
+def test_a_network_message_in_a_successful_command_is_not_a_refusal() -> None:
+    assert blocked_reason(Sandbox("workspace-write"), "log: Connection refused", failed=False) is None
+    assert blocked_reason(Sandbox("workspace-write"), "x: Read-only file system", failed=False) is not None
+    assert blocked_reason(Sandbox("workspace-write"), "OSError: [Errno 97] Address family not supported by protocol",
+                          failed=False) is not None
+    assert blocked_reason(Sandbox("workspace-write"), "EROFS: read-only file system, open 'x'", failed=False)
+    assert blocked_reason(Sandbox("workspace-write"), "docs: the Read-only file system error", failed=False) is None
+
+
+def _git(cwd: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-c", "init.defaultBranch=main", *args], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"})
+    return done.stdout + done.stderr
+
+
+@needs_bwrap
+async def test_a_git_repository_made_inside_never_reaches_the_users_git(place: Path) -> None:
+    # issue 30: a sandboxed `git init` plus a hook and core.fsmonitor ran at the user's next `git status`
+    # (the workspace had no .git at its root, so nothing was protected). What the run left named .git is
+    # put aside as soon as the command ends.
+    (place / "plain").mkdir()
+    context = ToolContext(place / "plain", sandbox=Sandbox("workspace-write", False, str(place / "tmp")))
+    out = await _run(f"git init -q . && git config core.fsmonitor 'touch {place}/outside/ran' && mkdir -p sub && "
+                     "echo 'gitdir: ../evil' > sub/.git && echo ok", context)
+    assert "put aside" in out, out
+    assert not (place / "plain/.git").exists() and not (place / "plain/sub/.git").exists()
+    _git(place / "plain", "status")
+    assert not (place / "outside/ran").exists()
+
+
+@needs_bwrap
+async def test_a_submodules_git_dir_is_read_only(place: Path) -> None:
+    # issue 30: a submodule whose git dir is sub/.git had its fsmonitor run by a top-level `git status`
+    (place / "ws/sub/.git").mkdir(parents=True)
+    (place / "ws/sub/.git/config").write_text("[core]\n")
+    (place / "ws/deep/er").mkdir(parents=True)
+    (place / "ws/deep/er/.git").write_text("gitdir: /elsewhere\n")
+    out = await _run(f"echo '[core] fsmonitor=touch {place}/outside/ran' >> sub/.git/config; "
+                     "echo 'gitdir: ./evil' > deep/er/.git; mv sub/.git sub/.g", _context(place))
+    assert out.startswith("BLOCKED"), out
+    assert (place / "ws/sub/.git/config").read_text() == "[core]\n"
+    assert (place / "ws/deep/er/.git").read_text() == "gitdir: /elsewhere\n"
+
+
+def test_file_tools_refuse_any_git_dir_in_the_workspace(place: Path) -> None:
+    # issue 30: only the workspace root's .git was refused to write_file / edit_file
+    from crow_cli.errors import ToolError
+    from crow_cli.tools.workspace import resolve_for_write
+
+    context = _context(place)
+    for path in ("sub/.git/config", "a/b/.git", ".git/hooks/x"):
+        with pytest.raises(ToolError, match="git"):
+            resolve_for_write(path, context)
+    assert resolve_for_write("sub/.github/x", context) == place / "ws/sub/.github/x"
+
+
+@needs_bwrap
+async def test_a_dangling_git_symlink_in_the_workspace_does_not_stop_every_command(place: Path) -> None:
+    # a fixture's `.git` symlink leading nowhere: binding it read-only must not fail the sandbox's start
+    (place / "ws/fixture").mkdir()
+    (place / "ws/fixture/.git").symlink_to(place / "nowhere")
+    assert await _run("echo hi", _context(place)) == "[exit code 0]\nhi\n"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the socket filter is bubblewrap's")
+def test_a_bwrap_that_cannot_take_the_socket_filter_is_no_sandbox(tmp_path: Path) -> None:
+    # a kernel without seccomp filters would fail every offline command: no sandbox then (asked about each).
+    # A process of its own: the probe runs once per process.
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\ncase \"$*\" in *--seccomp*) echo 'bwrap: seccomp not supported' >&2; exit 1;; "
+                    "esac\nexit 0\n")
+    fake.chmod(0o755)
+    code = "from crow_cli.tools.sandbox import backend, unavailable_reason; print(backend(), unavailable_reason())"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"})
+    assert done.stdout == "None bwrap cannot make a sandbox here (bwrap: seccomp not supported)\n", done.stderr

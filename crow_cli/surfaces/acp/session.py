@@ -44,7 +44,7 @@ from ...tools.context import ToolContext
 from ...tools.dispatch import EscalatingApprover
 from ...tools.registry import Tool, ToolRegistry
 from ...tools.sandbox import Mode as SandboxMode
-from ...tools.sandbox import Sandbox
+from ...tools.sandbox import Sandbox, is_guarded
 from ...tools.workspace import resolve_for_write
 from ...wire.client import ChatClient
 from ..persist import SessionRecorder
@@ -191,6 +191,7 @@ class Session:
             ToolError: an edit that cannot be made in the editor's buffer: the tool's own error, nobody asked.
         """
         self._refuse(tool)
+        self._check_write(call, tool)
         if self.editor_reads:
             await self._buffer_diff(call, tool)
         await self.approvals(call, tool)
@@ -205,6 +206,15 @@ class Session:
             return await self.approvals.escalate(call, tool, reason)
         except ToolDenied:  # also the editor failing the question
             return False
+
+    def _check_write(self, call: ToolCall, tool: Tool) -> None:
+        """Raise the file tool's own error for a write no answer can allow (outside the workspace, into a
+        .git), before anyone is asked: the editor's file tools have no preview to find it, and crow run's
+        built-ins answer it unasked from theirs."""
+        args = arguments(call) if tool.kind == "write" else None
+        path = args.get("path") if args is not None else None
+        if isinstance(path, str):
+            resolve_for_write(path, self.context)
 
     async def _buffer_diff(self, call: ToolCall, tool: Tool) -> None:
         """The diff of an edit from the editor's buffer (`fs/read_text_file`), sent before it is asked about;
@@ -238,11 +248,15 @@ class Session:
         waited its turn ("reject always", a switch to yolo or read-only) decides it without asking.
         """
         self._refuse(tool)
-        if self.approvals.policy.allowed_by(tool, None) is not None and not preview.startswith(UNCONFINED_MARK):
-            # the mode changed to yolo / auto-edit (no mode runs a command outside the sandbox unasked)
+        args = arguments(call)
+        target = edit_target(tool, args, self.cwd)
+        guarded = target is not None and is_guarded(target) and self.approvals.policy.mode != "yolo"
+        if self.approvals.policy.allowed_by(tool, None) is not None and not preview.startswith(UNCONFINED_MARK) \
+                and not guarded:
+            # the mode changed to yolo / auto-edit (no mode runs a command outside the sandbox unasked, nor
+            # does auto-edit write crow's own files: `approval.decide`)
             return "yes"
         acp_id = self.calls.get(call.index, "")
-        args = arguments(call)
         diff = self.diffs.get(call.index)
         content = [diff] if diff is not None else [acp.tool_content(acp.text_block(preview))]
         options = [

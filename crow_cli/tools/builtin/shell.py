@@ -11,7 +11,8 @@ Confined (`ToolContext.sandbox`, see `tools.sandbox`), the shell runs inside bub
 allowed, and on Linux every process of the command lives in a pid namespace that dies with the call
 and with crow (`--die-with-parent`, also on `kill -9`). A confined command that failed because of the
 sandbox raises `SandboxBlocked` with the reason and its output: dispatch reports it to the model, or
-runs it once more outside the sandbox when the user approves.
+runs it once more outside the sandbox when the user approves. So does one that made git metadata (a
+`.git`) in the workspace, which is put aside as it ends (`sandbox.put_aside_new_git`).
 
 Unconfined (`off`, or no sandbox on this machine after the user approved the command), a process that
 leaves the group (`setsid`, a double-forking daemon) is found on Linux by a marker variable in its
@@ -46,7 +47,15 @@ from ...history import ToolDisplay
 from ...text import mask_secrets
 from ..context import ToolContext
 from ..registry import ToolOutput, tool
-from ..sandbox import SandboxBlocked, blocked_reason, sandbox_argv
+from ..sandbox import (
+    SandboxBlocked,
+    backend,
+    blocked_reason,
+    git_metadata,
+    put_aside_new_git,
+    sandbox_argv,
+    seccomp_fd,
+)
 
 __all__ = ["run_shell", "scrubbed_environ"]
 
@@ -180,14 +189,21 @@ async def run_shell(command: str, timeout_s: float | None = None, context: ToolC
     limit = min(float(timeout_s or DEFAULT_TIMEOUT_S), MAX_TIMEOUT_S)
     context = context or ToolContext.current()
     token = secrets.token_hex(8)
-    confined = sandbox_argv(context.sandbox, context.workspace, command)
+    # what a confined command may write in: its git metadata is bound read-only, and checked afterwards
+    watch_git = context.sandbox.mode == "workspace-write" and backend() is not None
+    git_before = git_metadata(context.workspace) if watch_git else []
     read_fd, write_fd = os.pipe()
     try:
-        how: dict[str, Any] = {"cwd": context.workspace, "env": _command_env(token, context.secrets),
-                               "stdin": asyncio.subprocess.DEVNULL, "stdout": write_fd,
-                               "stderr": asyncio.subprocess.STDOUT, "start_new_session": True}
-        proc = await (asyncio.create_subprocess_exec(*confined, **how) if confined is not None
-                      else asyncio.create_subprocess_shell(command, **how))
+        with seccomp_fd(context.sandbox) as program:
+            confined = sandbox_argv(context.sandbox, context.workspace, command, seccomp=program,
+                                    git_dirs=git_before)
+            how: dict[str, Any] = {"cwd": context.workspace, "env": _command_env(token, context.secrets),
+                                   "stdin": asyncio.subprocess.DEVNULL, "stdout": write_fd,
+                                   "stderr": asyncio.subprocess.STDOUT, "start_new_session": True}
+            if confined is not None and program is not None:
+                how["pass_fds"] = (program,)
+            proc = await (asyncio.create_subprocess_exec(*confined, **how) if confined is not None
+                          else asyncio.create_subprocess_shell(command, **how))
     except BaseException:
         os.close(read_fd)
         raise
@@ -228,7 +244,14 @@ async def run_shell(command: str, timeout_s: float | None = None, context: ToolC
     else:
         status = f"exit code {code}" if code is not None and code >= 0 else f"killed by signal {-(code or 0)}"
     result = f"[{status}]\n{output}" if output else f"[{status}] (no output)"
-    reason = blocked_reason(context.sandbox, output) if confined is not None and proc.returncode else None
+    reason = blocked_reason(context.sandbox, output, bool(proc.returncode)) if confined is not None else None
+    moved = put_aside_new_git(context.workspace, git_before) if confined is not None and watch_git else []
+    if moved:
+        names = ", ".join(f"{os.path.relpath(old, context.workspace)} -> {os.path.relpath(new, context.workspace)}"
+                          for old, new in moved)
+        result += (f"\n[the sandbox put aside the git metadata this command made ({names}): its hooks and config "
+                   "would run outside the sandbox at the next git command]")
+        reason = "the sandbox does not let a command make a git repository or gitdir file (.git) in the workspace"
     if reason is not None:
         raise SandboxBlocked(reason, result)
     exited = code if not timed_out and code is not None and code >= 0 else None
