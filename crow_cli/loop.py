@@ -29,7 +29,7 @@ from .context.compact import Compactor
 from .context.send import send
 from .errors import CrowError, MaxTurnsExceeded, StreamCut
 from .events import Event, MessageAppended, Notice, RunFinished, TextDelta, ToolResultReady, TurnFinished, WarningEvent
-from .history import AssistantTurn, Message, ToolCall, ToolResult, assistant_message
+from .history import AUTHOR_KEY, AssistantTurn, Message, ToolCall, ToolResult, as_json, assistant_message
 from .tools.context import ToolContext
 from .tools.dispatch import Approver, dispatch
 from .tools.names import ToolNameCleaner
@@ -116,7 +116,12 @@ async def react(
             for warning in names.clean(turn):
                 yield warning
             closing.turn_assembled(turn.tool_calls)
-            yield _append(history, turn.to_message())
+            message = turn.to_message()
+            # who wrote it (`history.AUTHOR_KEY`): a client that knows its server and model says so
+            author = getattr(client, "author", None)
+            if isinstance(author, dict):
+                as_json(message)[AUTHOR_KEY] = dict(author)
+            yield _append(history, message)
             yield TurnFinished(closing.turn, turn.finish_reason, turn.usage, turn.content, tuple(turn.tool_calls))
             if not turn.is_tool_turn:
                 yield RunFinished("completed", turn.content or "", closing.turn)

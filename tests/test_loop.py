@@ -326,3 +326,14 @@ async def test_cancelled_before_any_text_appends_nothing():
     with pytest.raises(asyncio.CancelledError):
         await task
     assert history == [user_message("go")] and events[-1].status == "cancelled"
+
+
+# issue 29 §3: the history did not know who wrote it, so a session moved to another model sent model A's
+# signed output to B as if it were B's own
+async def test_each_assistant_message_records_its_author_and_the_wire_never_sees_it():
+    registry = ToolRegistry()
+    registry.register(nap)
+    history, _, bodies = await drive(registry, [calls_sse(("a", "nap", {"seconds": 0})), text_sse("fin")])
+    authors = [m.get("crow_author") for m in history if m["role"] == "assistant"]
+    assert authors == [{"base_url": "http://llm.test/v1", "model": "m"}] * 2
+    assert all("crow_author" not in m for body in bodies for m in body["messages"])

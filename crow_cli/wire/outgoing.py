@@ -13,6 +13,21 @@ any other key). `Outgoing.messages` makes the copy that is sent, one message at 
   under another reasoning name, else `""`); tool messages carry the function `name` when the server
   demanded it (Gemini's OpenAI-compatible endpoint) and never when it refused it.
 
+Each assistant message records who wrote it (`history.AUTHOR_KEY`, never sent). A session moves between
+models and servers (`crow run -c --model B`, `/model`, a gateway routing elsewhere), so the reader of a
+request is not always the author of its messages. The model's own output is sacred in the stored history and
+for the model that produced it: its messages go back exactly as kept. Toward another reader (an author of
+another base URL or model), what is bound to its author is made fit in the outgoing copy only (the stored
+session keeps the originals, so switching back resends them):
+
+* signed and encrypted reasoning is dropped: `reasoning_details` / `thinking_blocks` blocks (signatures,
+  `reasoning.encrypted`, `redacted_thinking`), thinking content parts with a `signature`, and the keys a
+  server attached to a tool call or its function (Gemini's `extra_content` thought signature); their text
+  goes as plain reasoning only where the reader demands a reasoning field;
+* reasoning text fields follow the reader's profile: a field the reader does not read is sent under its
+  first reasoning field name.
+A message without a recorded author (an older session) goes as kept.
+
 What a refusal taught is applied for the client's life and returned by `Outgoing.learned` as facts
 (`wire.facts`), so later runs start with it. Each message's outgoing form depends only on the
 message, its exchange and the policy, so it is computed once and kept (per-turn work is proportional
@@ -25,7 +40,7 @@ import operator
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, get_args
 
-from ..history import Message, WireToolCall, as_json, thinking_of, tool_calls_of
+from ..history import AUTHOR_KEY, Message, WireToolCall, as_json, author_of, thinking_of, tool_calls_of
 from .profiles import REASONING_BLOCK_FIELDS, REASONING_FIELDS, field_demanded, field_refused
 
 __all__ = ["REASONING_ECHO", "Adaptation", "Outgoing", "ReasoningEcho"]
@@ -60,11 +75,15 @@ class Outgoing:
         reasoning_fields: the reasoning text field names.
         known: facts remembered for this server (`wire.facts.recall`): `refused_fields`,
             `required_fields`, `tool_message_name`.
+        author: the reader, `{"base_url": PUBLIC_URL, "model": M}` as `history.AUTHOR_KEY` records it;
+            messages another author wrote are made fit for it (module docstring). None: every message is
+            the reader's own.
     """
 
     def __init__(self, echo: ReasoningEcho = "auto", *, reasoning_fields: tuple[str, ...] = REASONING_FIELDS,
-                 known: Mapping[str, Any] | None = None) -> None:
+                 known: Mapping[str, Any] | None = None, author: Mapping[str, str] | None = None) -> None:
         self.echo = echo
+        self.author = dict(author) if author is not None else None
         self.reasoning = (*reasoning_fields, *REASONING_BLOCK_FIELDS)
         self._text_fields = reasoning_fields
         self.dropped: list[str] = []
@@ -141,11 +160,13 @@ class Outgoing:
         for a tool message, the function name of the call it answers."""
         role = message["role"]
         message_json = as_json(message)  # reasoning and other attached fields are dropped or added by name
-        drop = [k for k in self.dropped if k in message and k not in _CORE]
+        if role == "assistant" and AUTHOR_KEY in message_json:
+            message_json = self._for_reader(message)
+        drop = [k for k in self.dropped if k in message_json and k not in _CORE]
         add: dict[str, Any] = {}
         if role == "assistant":
             if self.echo == "never" or (self.echo == "auto" and not tools_used):
-                drop += [k for k in self.reasoning if k in message]
+                drop += [k for k in self.reasoning if k in message_json]
                 for key, value in message_json.items():  # blocks held in another field (LiteLLM's
                     if isinstance(value, dict) and not _BLOCKS.isdisjoint(value):  # provider_specific_fields)
                         if rest := {k: v for k, v in value.items() if k not in _BLOCKS}:
@@ -154,17 +175,17 @@ class Outgoing:
                             drop.append(key)
             if self.echo != "never":
                 for key in self.required:
-                    if key not in message or key in drop:
+                    if key not in message_json or key in drop:
                         add[key] = next((message_json[k] for k in self._text_fields
                                          if isinstance(message_json.get(k), str)), "")
         elif self.echo != "always":  # reasoning belongs to assistant messages only
-            drop += [k for k in self.reasoning if k in message]
+            drop += [k for k in self.reasoning if k in message_json]
         if role == "tool":
             if self.tool_name and "name" not in message and call_name and "name" not in self.dropped:
                 add["name"] = call_name
             elif self.tool_name is False and "name" in message:
                 drop.append("name")
-        calls = tool_calls_of(message)
+        calls = message_json.get("tool_calls") or [] if role == "assistant" else []
         new_calls = self._shape_calls(calls) if self.dropped and calls else calls
         content = message_json.get("content")
         if role == "assistant" and isinstance(content, list) and (
@@ -177,6 +198,43 @@ class Outgoing:
         out.update(add)
         if new_calls is not calls:
             out["tool_calls"] = new_calls
+        return out
+
+    def _for_reader(self, message: Message) -> dict[str, Any]:
+        """An assistant message with a recorded author, without that record, made fit for this reader when
+        another author wrote it (module docstring). A copy; the stored message is never changed."""
+        out = {k: v for k, v in as_json(message).items() if k != AUTHOR_KEY}
+        author = author_of(message)
+        if author is None or self.author is None or author == self.author:
+            return out
+        text = next((out[k] for k in REASONING_FIELDS if isinstance(out.get(k), str) and out[k]), None)
+        blocks_text = _blocks_text([out[k] for k in _BLOCKS if k in out])
+        for key in list(out):
+            value = out[key]
+            if key in _BLOCKS:
+                del out[key]
+            elif isinstance(value, dict) and not _BLOCKS.isdisjoint(value):  # LiteLLM's provider_specific_fields
+                blocks_text = blocks_text or _blocks_text([v for k, v in value.items() if k in _BLOCKS])
+                rest = {k: v for k, v in value.items() if k not in _BLOCKS}
+                if rest:
+                    out[key] = rest
+                else:
+                    del out[key]
+        for key in [k for k in REASONING_FIELDS if k in out and k not in self._text_fields]:
+            value = out.pop(key)  # the reader reads its reasoning under its own name
+            if self._text_fields and self._text_fields[0] not in out:
+                out[self._text_fields[0]] = value
+        if text is None and blocks_text and self.required:  # plain reasoning, where the reader demands it
+            out.setdefault(self.required[0], blocks_text)
+        content = out.get("content")
+        if isinstance(content, list) and any(thinking_of(p) is not None and "signature" in p for p in content):
+            kept = [p for p in content if not (thinking_of(p) is not None and "signature" in p)]
+            out["content"] = _without_thinking(kept, bool(out.get("tool_calls"))) if not any(
+                thinking_of(p) is not None for p in kept) else kept
+        calls = out.get("tool_calls")
+        if isinstance(calls, list) and any(isinstance(c, dict) and (set(c) - _CALL_CORE or (
+                isinstance(c.get("function"), dict) and set(c["function"]) - _FUNCTION_CORE)) for c in calls):
+            out["tool_calls"] = [_bare_call(c) if isinstance(c, dict) else c for c in calls]
         return out
 
     def _shape_calls(self, calls: list[WireToolCall]) -> list[WireToolCall] | list[dict[str, Any]]:
@@ -286,6 +344,29 @@ def _sent_fields(messages: Iterable[Mapping[str, Any]]) -> list[str]:
                         if key not in _FUNCTION_CORE:
                             seen.setdefault(key)
     return [k for k in seen if k != "role"]
+
+
+def _bare_call(call: dict[str, Any]) -> dict[str, Any]:
+    """A tool call with only id, type and function (name, arguments): what its server attached (a thought
+    signature) is bound to the model that made it."""
+    out = {k: v for k, v in call.items() if k in _CALL_CORE}
+    fn = out.get("function")
+    if isinstance(fn, dict):
+        out["function"] = {k: v for k, v in fn.items() if k in _FUNCTION_CORE}
+    return out
+
+
+def _blocks_text(values: list[Any]) -> str:
+    """The readable text of reasoning blocks (`reasoning.text` / `thinking` text; summaries), joined."""
+    parts: list[str] = []
+    for value in values:
+        for block in value if isinstance(value, list) else ():
+            if isinstance(block, Mapping):
+                for key in ("text", "thinking", "summary"):
+                    if isinstance(block.get(key), str) and block[key]:
+                        parts.append(block[key])
+                        break
+    return "".join(parts)
 
 
 def _without_thinking(content: list[Any], tool_calls: bool) -> Any:

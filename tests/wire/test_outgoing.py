@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -211,3 +212,62 @@ def test_reasoning_blocks_inside_another_attached_field_follow_reasoning_echo():
     assert Outgoing("always").messages(history) == history
     only = [user_message("x"), {"role": "assistant", "content": "hi", "x": {"reasoning_details": [block]}}]
     assert Outgoing("never").messages(only)[1] == {"role": "assistant", "content": "hi"}
+
+
+# issue 29 §3: a session moved to another model (`crow run -c --model B`) sent model A's signed thinking and
+# Gemini thought signatures to B, which refuses them ("Invalid `signature` in `thinking` block")
+_A = {"base_url": "http://a.example/v1", "model": "A"}
+_B = {"base_url": "http://a.example/v1", "model": "B"}
+
+
+def _signed_history() -> list[Any]:
+    return [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": None, "crow_author": dict(_A),
+         "thinking_blocks": [{"type": "thinking", "thinking": "plan it", "signature": "sig-A"}],
+         "tool_calls": [{"id": "call_1", "type": "function", "extra_content": {"google": {"thought_signature": "t"}},
+                         "function": {"name": "lookup", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "ok"},
+    ]
+
+
+def test_the_author_record_is_never_sent() -> None:
+    sent = Outgoing(author=_A).messages(_signed_history())
+    assert all("crow_author" not in m for m in sent)
+    assert sent[1]["thinking_blocks"][0]["signature"] == "sig-A"  # the author's own: sent back as kept
+    assert sent[1]["tool_calls"][0]["extra_content"] == {"google": {"thought_signature": "t"}}
+
+
+def test_another_readers_copy_drops_what_is_bound_to_the_author() -> None:
+    history = _signed_history()
+    sent = Outgoing(author=_B).messages(history)
+    assert "thinking_blocks" not in sent[1]
+    assert sent[1]["tool_calls"] == [{"id": "call_1", "type": "function",
+                                      "function": {"name": "lookup", "arguments": "{}"}}]  # the id is kept
+    assert sent[2]["tool_call_id"] == "call_1"
+    assert history[1]["thinking_blocks"][0]["signature"] == "sig-A"  # the stored session keeps the originals
+    assert "extra_content" in history[1]["tool_calls"][0]
+
+
+def test_another_reader_that_demands_reasoning_gets_the_blocks_text() -> None:
+    sent = Outgoing(author=_B, known={"required_fields": ["reasoning_content"]}).messages(_signed_history())
+    assert sent[1]["reasoning_content"] == "plan it"
+    assert "thinking_blocks" not in sent[1]
+
+
+def test_reasoning_text_follows_the_readers_field_name() -> None:
+    history = [{"role": "user", "content": "go"},
+               {"role": "assistant", "content": None, "crow_author": dict(_A), "reasoning_content": "why",
+                "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+               {"role": "tool", "tool_call_id": "c", "content": "ok"}]
+    sent = Outgoing(author=_B, reasoning_fields=("reasoning",)).messages(history)
+    assert sent[1]["reasoning"] == "why" and "reasoning_content" not in sent[1]
+    own = Outgoing(author=_A, reasoning_fields=("reasoning",)).messages(history)
+    assert own[1]["reasoning_content"] == "why"
+
+
+def test_a_message_without_an_author_goes_as_kept() -> None:
+    history = _signed_history()
+    del history[1]["crow_author"]
+    sent = Outgoing(author=_B).messages(history)
+    assert sent[1]["thinking_blocks"][0]["signature"] == "sig-A"
