@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NotRequired, TypedDict, cast
 
 __all__ = [
+    "AUTHOR_KEY",
     "OUTCOMES",
     "AssistantMessage",
     "AssistantTurn",
@@ -35,7 +36,6 @@ __all__ = [
     "ToolResult",
     "UserMessage",
     "WireToolCall",
-    "AUTHOR_KEY",
     "as_json",
     "assistant_message",
     "author_of",
