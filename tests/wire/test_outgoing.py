@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -271,3 +273,45 @@ def test_a_message_without_an_author_goes_as_kept() -> None:
     del history[1]["crow_author"]
     sent = Outgoing(author=_B).messages(history)
     assert sent[1]["thinking_blocks"][0]["signature"] == "sig-A"
+
+
+# issue 29 §3: Kimi's ids (`functions.lookup_order:0`) sent on to an Anthropic-compatible reader were refused:
+# 'messages.1.content.0.tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'' (and Mistral's 9-character rule)
+_ANTHROPIC_ID = ('{"type":"error","error":{"type":"invalid_request_error","message":"messages.1.content.0.tool_use.id: '
+                 "String should match pattern '^[a-zA-Z0-9_-]+$'\"}}")
+_MISTRAL_ID = ('{"object":"error","message":"Tool call id was functions.lookup_order:0 but must be a-z, A-Z, 0-9, with '
+               'a length of 9.","type":"invalid_request_message_error","code":3280}')
+
+
+def _kimi_history(author: dict[str, str]) -> list[Any]:
+    return [{"role": "user", "content": "go"},
+            {"role": "assistant", "content": None, "crow_author": dict(author),
+             "tool_calls": [{"id": "functions.lookup_order:0", "type": "function",
+                             "function": {"name": "lookup_order", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "functions.lookup_order:0", "content": "ok"}]
+
+
+@pytest.mark.parametrize(("body", "shape"), [(_ANTHROPIC_ID, r"call_[A-Za-z0-9]{24}"), (_MISTRAL_ID, r"[A-Za-z0-9]{9}")])
+def test_ids_another_model_wrote_are_mapped_to_the_readers_shape_on_its_refusal(body: str, shape: str) -> None:
+    import re
+
+    history = _kimi_history(_A)
+    out = Outgoing(author=_B)
+    sent = out.messages(history)
+    change = out.adapt(400, body, sent)
+    assert change is not None and "tool_call_id_rule" in change.fact
+    again = out.messages(history)
+    new_id = again[1]["tool_calls"][0]["id"]
+    assert re.fullmatch(shape, new_id) and again[2]["tool_call_id"] == new_id
+    assert out.messages(history)[1]["tool_calls"][0]["id"] == new_id  # derived, not random
+    assert history[1]["tool_calls"][0]["id"] == "functions.lookup_order:0"  # the session keeps the original
+    later = Outgoing(author=_B, known=out.learned()).messages(history)  # a later run starts with the rule
+    assert later[1]["tool_calls"][0]["id"] == new_id
+
+
+def test_the_authors_own_ids_are_never_mapped() -> None:
+    out = Outgoing(author=_A)
+    sent = out.messages(_kimi_history(_A))
+    assert out.adapt(400, _ANTHROPIC_ID, sent) is None  # nothing another model wrote: the refusal is final
+    out = Outgoing(author=_A, known={"tool_call_id_rule": {"chars": "alnum_dash", "length": None}})
+    assert out.messages(_kimi_history(_A))[1]["tool_calls"][0]["id"] == "functions.lookup_order:0"
