@@ -6,7 +6,6 @@ import json
 from typing import Any
 
 import pytest
-
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -291,7 +290,8 @@ def _kimi_history(author: dict[str, str]) -> list[Any]:
             {"role": "tool", "tool_call_id": "functions.lookup_order:0", "content": "ok"}]
 
 
-@pytest.mark.parametrize(("body", "shape"), [(_ANTHROPIC_ID, r"call_[A-Za-z0-9]{24}"), (_MISTRAL_ID, r"[A-Za-z0-9]{9}")])
+@pytest.mark.parametrize(("body", "shape"), [(_ANTHROPIC_ID, r"call_[A-Za-z0-9]{24}"),
+                                             (_MISTRAL_ID, r"[A-Za-z0-9]{9}")])
 def test_ids_another_model_wrote_are_mapped_to_the_readers_shape_on_its_refusal(body: str, shape: str) -> None:
     import re
 
