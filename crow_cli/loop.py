@@ -159,7 +159,8 @@ async def _stream_turn(history: list[Message], client: ChatStream, tools: list[d
         attempt += 1
         # a client that knows its server's reasoning field names (`ChatClient.reasoning_fields`) says so
         accumulator = StreamAccumulator(trace=settings.trace,
-                                        reasoning_fields=getattr(client, "reasoning_fields", REASONING_FIELDS))
+                                        reasoning_fields=getattr(client, "reasoning_fields", REASONING_FIELDS),
+                                        choices=getattr(client, "choices", 1))
         try:
             async with aclosing(send(history, client, tools, compactor)) as chunks:  # closes the response on cancel
                 async for chunk in chunks:

@@ -177,6 +177,12 @@ class ChatClient:
         return {"base_url": self._shown_url.rstrip("/"), "model": self.settings.model}
 
     @property
+    def choices(self) -> int:
+        """The number of choices each request asks for (`n` in the params; 1 when unset or not a number)."""
+        n = self.settings.params.get("n")
+        return n if type(n) is int and n > 0 else 1
+
+    @property
     def reasoning_fields(self) -> tuple[str, ...]:
         """The delta fields this server's reasoning text comes in (for the accumulator)."""
         return self.profile.reasoning_fields
