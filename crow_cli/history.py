@@ -27,6 +27,7 @@ from typing import Any, Literal, NotRequired, TypedDict, cast
 from .images import Image, describe_part, is_tool_images
 
 __all__ = [
+    "AUTHOR_KEY",
     "OUTCOMES",
     "AssistantMessage",
     "AssistantTurn",
@@ -43,6 +44,7 @@ __all__ = [
     "WireToolCall",
     "as_json",
     "assistant_message",
+    "author_of",
     "content_text",
     "is_prompt",
     "pending_tool_calls",
@@ -114,6 +116,22 @@ def as_json(item: Message | WireToolCall | FunctionCall) -> dict[str, Any]:
     A change made through it is a change of `item`; the typed keys keep their types only if it keeps them.
     """
     return cast(dict[str, Any], item)
+
+
+AUTHOR_KEY = "crow_author"
+"""The key of an assistant message that records who wrote it: `{"base_url": PUBLIC_URL, "model": M}` (the base
+URL without credentials or query, `text.public_url`). Stored with the message in the session, never sent on the
+wire (`wire.outgoing` drops it): it tells the outgoing copy whether what the message carries (signed thinking,
+encrypted reasoning, per-call signatures) is the reader's own."""
+
+
+def author_of(message: Message) -> dict[str, str] | None:
+    """Who wrote an assistant message (`AUTHOR_KEY`), or None when it is not recorded (an older session, a
+    message of another role, a damaged value)."""
+    author = as_json(message).get(AUTHOR_KEY)
+    if isinstance(author, dict) and isinstance(author.get("base_url"), str) and isinstance(author.get("model"), str):
+        return {"base_url": author["base_url"], "model": author["model"]}
+    return None
 
 
 @dataclass(frozen=True, slots=True)

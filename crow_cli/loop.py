@@ -29,9 +29,9 @@ from typing import Any, Protocol, cast
 
 from .context.compact import Compactor
 from .context.send import send
-from .errors import CrowError, MaxTurnsExceeded, StreamCut
+from .errors import CrowError, MaxTurnsExceeded, ProviderError, StreamCut
 from .events import Event, MessageAppended, Notice, RunFinished, TextDelta, ToolResultReady, TurnFinished, WarningEvent
-from .history import AssistantTurn, Message, ToolCall, ToolResult, assistant_message
+from .history import AUTHOR_KEY, AssistantTurn, Message, ToolCall, ToolResult, as_json, assistant_message
 from .images import tool_images_message
 from .tools.context import ToolContext
 from .tools.dispatch import Approver, dispatch
@@ -74,6 +74,9 @@ class LoopSettings:
     images: bool = True
     """Show the model the images tools return (a user message after the turn's tool results); False for a
     model known to take no images: their placeholders in the tool results stand alone."""
+    generation_attempts: int = 3
+    """Requests per turn when the server says the model's generation failed (`tool_use_failed`, Groq:
+    a 400 or an error event inside a 200 stream, with `failed_generation`): 3 = asked again twice."""
 
 
 async def react(
@@ -123,7 +126,12 @@ async def react(
             for warning in names.clean(turn):
                 yield warning
             closing.turn_assembled(turn.tool_calls)
-            yield _append(history, turn.to_message())
+            message = turn.to_message()
+            # who wrote it (`history.AUTHOR_KEY`): a client that knows its server and model says so
+            author = getattr(client, "author", None)
+            if isinstance(author, dict):
+                as_json(message)[AUTHOR_KEY] = dict(author)
+            yield _append(history, message)
             yield TurnFinished(closing.turn, turn.finish_reason, turn.usage, turn.content, tuple(turn.tool_calls),
                                timings=turn.timings)
             if not turn.is_tool_turn:
@@ -153,10 +161,14 @@ async def _stream_turn(history: list[Message], client: ChatStream, tools: list[d
     behind it: asking again from the same history is safe. The retry is announced with a
     `Notice(code="turn_restarted")`: what the cut attempt streamed is superseded, not continued.
     """
-    for attempt in range(1, settings.stream_attempts + 1):
+    failed = 0
+    attempt = 0
+    while attempt < settings.stream_attempts:
+        attempt += 1
         # a client that knows its server's reasoning field names (`ChatClient.reasoning_fields`) says so
         accumulator = StreamAccumulator(trace=settings.trace,
-                                        reasoning_fields=getattr(client, "reasoning_fields", REASONING_FIELDS))
+                                        reasoning_fields=getattr(client, "reasoning_fields", REASONING_FIELDS),
+                                        choices=getattr(client, "choices", 1))
         try:
             async with aclosing(send(history, client, tools, compactor)) as chunks:  # closes the response on cancel
                 async for chunk in chunks:
@@ -169,6 +181,21 @@ async def _stream_turn(history: list[Message], client: ChatStream, tools: list[d
             if attempt == settings.stream_attempts:
                 raise StreamCut(f"{exc} (after {attempt} attempts)", status=exc.status) from exc
             yield Notice(f"crow: {exc}; asking again, the answer restarts", code="turn_restarted")
+            continue
+        except ProviderError as exc:
+            # Groq: {"error": {"code": "tool_use_failed", "failed_generation": …}}, as a 400 or inside a 200
+            # stream: the model's output could not be parsed as a tool call; no tool of the turn has run, so
+            # the same request is asked for again
+            if exc.code != "tool_use_failed":
+                raise
+            failed += 1
+            if failed >= settings.generation_attempts:
+                raise ProviderError(f"{exc} (the model's generation failed {failed} times)", status=exc.status,
+                                    code=exc.code) from exc
+            attempt -= 1  # a failed generation has its own bound
+            yield Notice(f"crow: the server says the model's generation failed ({exc.code}); asking again "
+                         f"(attempt {failed + 1} of {settings.generation_attempts}), the answer restarts",
+                         code="turn_restarted")
             continue
         turn, events = accumulator.finish()
         for event in events:

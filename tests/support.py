@@ -559,3 +559,12 @@ def gzip_bomb(handler: Any, decoded_bytes: int = 40 * 1024 * 1024, status: int =
     handler.send_header("content-length", str(len(body)))
     handler.end_headers()
     handler.wfile.write(body)
+
+
+def authorless(messages):
+    """Messages without the author record (`history.AUTHOR_KEY`) that stored assistant messages carry and the
+    wire never does: what a request sent is the stored history without it."""
+    from crow_cli.history import AUTHOR_KEY
+
+    strip = lambda m: {k: v for k, v in m.items() if k != AUTHOR_KEY} if isinstance(m, dict) else m  # noqa: E731
+    return strip(messages) if isinstance(messages, dict) else [strip(m) for m in messages]

@@ -11,7 +11,7 @@ import httpx
 import pytest
 import respx
 
-from crow_cli.events import MessageAppended, RunFinished, ToolResultReady, ToolRunStarted, TurnFinished
+from crow_cli.events import MessageAppended, Notice, RunFinished, ToolResultReady, ToolRunStarted, TurnFinished
 from crow_cli.history import user_message
 from crow_cli.loop import LoopSettings, react
 from crow_cli.tools.registry import ToolRegistry, tool
@@ -326,3 +326,47 @@ async def test_cancelled_before_any_text_appends_nothing():
     with pytest.raises(asyncio.CancelledError):
         await task
     assert history == [user_message("go")] and events[-1].status == "cancelled"
+
+
+# issue 29 §3: the history did not know who wrote it, so a session moved to another model sent model A's
+# signed output to B as if it were B's own
+async def test_each_assistant_message_records_its_author_and_the_wire_never_sees_it():
+    registry = ToolRegistry()
+    registry.register(nap)
+    history, _, bodies = await drive(registry, [calls_sse(("a", "nap", {"seconds": 0})), text_sse("fin")])
+    authors = [m.get("crow_author") for m in history if m["role"] == "assistant"]
+    assert authors == [{"base_url": "http://llm.test/v1", "model": "m"}] * 2
+    assert all("crow_author" not in m for body in bodies for m in body["messages"])
+
+
+# issue 29 §4: Groq answers a tool call its parser could not read with code tool_use_failed and the text in
+# failed_generation, as a 400 or as an error event inside a 200 stream; the same request usually succeeds
+_FAILED = {"error": {"message": "Failed to call a function. Please adjust your prompt. See 'failed_generation' for "
+                     "more details.", "type": "invalid_request_error", "code": "tool_use_failed",
+                     "failed_generation": "<function=nap>{\"seconds\": 0</function>"}}
+
+
+async def test_a_failed_generation_is_asked_for_again_the_same_request():
+    history = [user_message("go")]
+    c = ChatClient(ClientSettings(base_url="http://llm.test/v1", model="m", api_key="k", max_retries=0))
+    in_stream = "data: " + json.dumps(_FAILED) + "\n\n"
+    with respx.mock(assert_all_called=True) as mock:
+        route = mock.post(URL).mock(side_effect=[httpx.Response(400, json=_FAILED), stream(in_stream),
+                                                 stream(text_sse("fin"))])
+        events = [e async for e in react(history, c, None, LoopSettings())]
+    await c.aclose()
+    bodies = [json.loads(call.request.content) for call in route.calls]
+    assert bodies[0] == bodies[1] == bodies[2]
+    assert [e.code for e in events if isinstance(e, Notice)].count("turn_restarted") == 2
+    assert events[-1].status == "completed" and history[-1]["content"] == "fin"
+
+
+async def test_a_generation_that_fails_three_times_ends_the_run_with_one_line():
+    history = [user_message("go")]
+    c = ChatClient(ClientSettings(base_url="http://llm.test/v1", model="m", api_key="k", max_retries=0))
+    with respx.mock(assert_all_called=True) as mock:
+        route = mock.post(URL).mock(side_effect=[httpx.Response(400, json=_FAILED)] * 3)
+        events = [e async for e in react(history, c, None, LoopSettings())]
+    await c.aclose()
+    assert len(route.calls) == 3
+    assert events[-1].status == "error" and "failed 3 times" in events[-1].error and "\n" not in events[-1].error

@@ -29,7 +29,18 @@ from crow_cli.surfaces.run import RunOptions, run_prompt
 from crow_cli.text import public_url
 from tests.conftest import chunk, sse, text_sse, tool_delta
 from tests.replay_server import ReplayServer, text_stream
-from tests.support import CROW, assert_contract, chat, crow, crow_here, run_args, run_here, wait_for, write_config
+from tests.support import (
+    CROW,
+    assert_contract,
+    authorless,
+    chat,
+    crow,
+    crow_here,
+    run_args,
+    run_here,
+    wait_for,
+    write_config,
+)
 
 SLOW_TOOL = '''
 import time
@@ -263,7 +274,7 @@ async def test_run_records_and_continues_and_never_stores_the_key(_isolated_home
     assert sent[-1]["content"] == "third question"
     with SessionStore() as store:
         assert [s.id for s in store.recent()] == [first.id]
-        assert store.messages(first.id) == [*sent, {"role": "assistant", "content": "Third answer."}]
+        assert authorless(store.messages(first.id)) == [*sent, {"role": "assistant", "content": "Third answer."}]
         assert store.get(first.id).title == "first question"
     assert default_db_path().is_relative_to(_isolated_home)
     for path in _isolated_home.rglob("*"):
@@ -312,7 +323,7 @@ async def test_crash_mid_turn_loses_only_the_turn_in_flight_and_resumes(_isolate
                             continue_last=True)
     assert result.code == 0, result.stderr
     sent = result.requests[0]["messages"]
-    assert sent == [*stored, {"role": "tool", "tool_call_id": "call_1",
+    assert sent == [*authorless(stored), {"role": "tool", "tool_call_id": "call_1",
                               "content": "Error: the tool call was interrupted; no result."},
                     {"role": "user", "content": "are you there?"}]
 

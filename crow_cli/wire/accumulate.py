@@ -367,13 +367,18 @@ class StreamAccumulator:
         trace: also emit a `ToolCallDelta` for every raw tool-call delta, and a `Notice(code="debug")` for
             the first firing of each rule that keeps something the server attached (for `--debug`).
         reasoning_fields: the delta fields that carry reasoning text (`profiles.REASONING_FIELDS`).
+        choices: the number of choices the request asked for (`n`). The turn is choice 0; other choices
+            (several in one chunk, `n` above 1, or a choice numbered otherwise after choice 0 finished)
+            are ignored with one notice, never merged into it.
 
     Raises:
         ServerError: from `feed`, for a chunk carrying an `error` object instead of choices.
     """
 
-    def __init__(self, *, trace: bool = False, reasoning_fields: tuple[str, ...] = REASONING_FIELDS) -> None:
+    def __init__(self, *, trace: bool = False, reasoning_fields: tuple[str, ...] = REASONING_FIELDS,
+                 choices: int = 1) -> None:
         self._trace = trace
+        self._many_choices = choices > 1
         self._reasoning_names = reasoning_fields
         self._calls: list[_PartialCall] = []
         self._by_key: dict[int, _PartialCall] = {}
@@ -429,8 +434,13 @@ class StreamAccumulator:
             if not isinstance(choice, Mapping):
                 continue
             if choice.get("index") not in (0, None):
-                if len(choices) > 1:
-                    continue  # several answers in one chunk: ours is index 0
+                if len(choices) > 1 or self._many_choices or self._finish_reason is not None:
+                    if not self._choice_index_warned:  # another answer (n > 1): ours is choice 0
+                        self._choice_index_warned = True
+                        self._fired("other-choices-ignored")
+                        events.append(Notice("crow: the server sent several choices; the turn is choice 0, "
+                                             "the others are ignored", code="choices_ignored"))
+                    continue
                 if not self._choice_index_warned:  # one choice, counted up (a local runtime): still ours
                     self._choice_index_warned = True
                     self._fired("choice-index-varies")

@@ -137,7 +137,7 @@ class ChatClient:
         # what goes back of what servers attached to messages, and the fields this one refused or demanded:
         # the profile, then what earlier runs learned
         self._outgoing = Outgoing(settings.reasoning_echo, reasoning_fields=self.profile.reasoning_fields,
-                                  known={**self.profile.facts(), **known})
+                                  known={**self.profile.facts(), **known}, author=self.author)
         if settings.adapt_requests:
             from .adapt import known_rules, rules_from_json
 
@@ -178,6 +178,18 @@ class ChatClient:
             )
             startup.loaded()  # the SDK is in: collect again, skipping what start-up made
         return self._sdk
+
+    @property
+    def author(self) -> dict[str, str]:
+        """Who writes this client's turns, as recorded on each assistant message (`history.AUTHOR_KEY`):
+        the public base URL (no credentials, no query) and the model."""
+        return {"base_url": self._shown_url.rstrip("/"), "model": self.settings.model}
+
+    @property
+    def choices(self) -> int:
+        """The number of choices each request asks for (`n` in the params; 1 when unset or not a number)."""
+        n = self.settings.params.get("n")
+        return n if type(n) is int and n > 0 else 1
 
     @property
     def reasoning_fields(self) -> tuple[str, ...]:

@@ -13,6 +13,28 @@ any other key). `Outgoing.messages` makes the copy that is sent, one message at 
   under another reasoning name, else `""`); tool messages carry the function `name` when the server
   demanded it (Gemini's OpenAI-compatible endpoint) and never when it refused it.
 
+Each assistant message records who wrote it (`history.AUTHOR_KEY`, never sent). A session moves between
+models and servers (`crow run -c --model B`, `/model`, a gateway routing elsewhere), so the reader of a
+request is not always the author of its messages. The model's own output is sacred in the stored history and
+for the model that produced it: its messages go back exactly as kept. Toward another reader (an author of
+another base URL or model), what is bound to its author is made fit in the outgoing copy only (the stored
+session keeps the originals, so switching back resends them):
+
+* signed and encrypted reasoning is dropped: `reasoning_details` / `thinking_blocks` blocks (signatures,
+  `reasoning.encrypted`, `redacted_thinking`), thinking content parts with a `signature`, and the keys a
+  server attached to a tool call or its function (Gemini's `extra_content` thought signature); their text
+  goes as plain reasoning only where the reader demands a reasoning field;
+* reasoning text fields follow the reader's profile: a field the reader does not read is sent under its
+  first reasoning field name;
+* tool-call ids of a shape the reader refuses (a refusal names its rule: Anthropic-compatible
+  `tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'`, Bedrock's `toolUseId` constraint, Mistral's
+  "a-z, A-Z, 0-9, with a length of 9") are mapped to ids of its shape, the same in the assistant message and
+  in the tool messages answering it. The mapped id is derived from a hash of the original (never random), so
+  every request sends the same one, and is used for nothing else: the stored history, events and the model
+  that wrote the id keep the original. The rule is taken from a fixed set of id shapes the refusal words
+  match; no pattern a server sends is compiled.
+A message without a recorded author (an older session) goes as kept.
+
 What a refusal taught is applied for the client's life and returned by `Outgoing.learned` as facts
 (`wire.facts`), so later runs start with it. Each message's outgoing form depends only on the
 message, its exchange and the policy, so it is computed once and kept (per-turn work is proportional
@@ -21,11 +43,13 @@ to what the turn added). Pure: no I/O.
 
 from __future__ import annotations
 
+import hashlib
 import operator
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, get_args
 
-from ..history import Message, WireToolCall, as_json, thinking_of, tool_calls_of
+from ..history import AUTHOR_KEY, Message, WireToolCall, as_json, author_of, thinking_of, tool_calls_of
 from .profiles import REASONING_BLOCK_FIELDS, REASONING_FIELDS, field_demanded, field_refused
 
 __all__ = ["REASONING_ECHO", "Adaptation", "Outgoing", "ReasoningEcho"]
@@ -60,11 +84,15 @@ class Outgoing:
         reasoning_fields: the reasoning text field names.
         known: facts remembered for this server (`wire.facts.recall`): `refused_fields`,
             `required_fields`, `tool_message_name`.
+        author: the reader, `{"base_url": PUBLIC_URL, "model": M}` as `history.AUTHOR_KEY` records it;
+            messages another author wrote are made fit for it (module docstring). None: every message is
+            the reader's own.
     """
 
     def __init__(self, echo: ReasoningEcho = "auto", *, reasoning_fields: tuple[str, ...] = REASONING_FIELDS,
-                 known: Mapping[str, Any] | None = None) -> None:
+                 known: Mapping[str, Any] | None = None, author: Mapping[str, str] | None = None) -> None:
         self.echo = echo
+        self.author = dict(author) if author is not None else None
         self.reasoning = (*reasoning_fields, *REASONING_BLOCK_FIELDS)
         self._text_fields = reasoning_fields
         self.dropped: list[str] = []
@@ -78,6 +106,15 @@ class Outgoing:
         self.required += [f for f in known.get("required_fields") or () if isinstance(f, str)]
         if isinstance(known.get("tool_message_name"), bool):
             self.tool_name = known["tool_message_name"]
+        self.id_rule: tuple[str, int | None] | None = None
+        """The tool-call id shape the reader demands of ids it did not write: (`alnum_dash` or `alnum`, a
+        length or None); None: ids go as written."""
+        rule = known.get("tool_call_id_rule")
+        if isinstance(rule, dict) and rule.get("chars") in _ID_CHARS and (
+                rule.get("length") is None or (type(rule.get("length")) is int and 0 < rule["length"] <= 64)):
+            self.id_rule = (rule["chars"], rule.get("length"))
+        self._call_ids: dict[int, str] = {}
+        """Mapped ids of the calls of messages another author wrote, by the identity of the stored call."""
         self._version = 0
         # The last history (kept alive, so identities stay unique) and its outgoing form, message for
         # message, under policy `_seen_version`; where its open (last) exchange starts, whether that
@@ -95,6 +132,8 @@ class Outgoing:
         facts: dict[str, Any] = {"refused_fields": list(self.dropped), "required_fields": list(self.required)}
         if self.tool_name is not None:
             facts["tool_message_name"] = self.tool_name
+        if self.id_rule is not None:
+            facts["tool_call_id_rule"] = {"chars": self.id_rule[0], "length": self.id_rule[1]}
         return facts
 
     def messages(self, history: list[Message]) -> list[dict[str, Any]]:
@@ -109,6 +148,7 @@ class Outgoing:
                 or not all(map(operator.is_, history, self._seen))):
             self._seen, self._sent, known, self._seen_version = [], [], 0, self._version
             self._open, self._open_tools, self._open_state, self._state = 0, False, ([], 0), ([], 0)
+            self._call_ids = {}
         new = history[known:]
         if not new:
             return list(self._sent)
@@ -119,7 +159,7 @@ class Outgoing:
         used = [tools] * (known - begin + cut) + _tool_exchanges(new[cut:])
         shaped: list[dict[str, Any]] = []
         for message, tools_used in zip(history[begin:], used, strict=True):
-            name = None
+            name, call = None, None
             if message["role"] == "user":
                 self._open, self._open_state = begin + len(shaped), (calls, answered)
             elif message["role"] == "assistant":
@@ -127,25 +167,29 @@ class Outgoing:
                 answered = 0
             elif message["role"] == "tool":
                 if answered < len(calls):
-                    name = calls[answered]["function"]["name"]
+                    call = calls[answered]
+                    name = call["function"]["name"]
                 answered += 1
-            shaped.append(self.shape(message, tools_used=tools_used, call_name=name))
+            shaped.append(self.shape(message, tools_used=tools_used, call_name=name, call=call))
         del self._sent[begin:]
         self._sent += shaped
         self._seen += new
         self._open_tools, self._state = used[-1], (calls, answered)
         return list(self._sent)
 
-    def shape(self, message: Message, *, tools_used: bool, call_name: str | None = None) -> dict[str, Any]:
-        """One message as sent (itself when unchanged). `tools_used`: its exchange used tools; `call_name`:
-        for a tool message, the function name of the call it answers."""
+    def shape(self, message: Message, *, tools_used: bool, call_name: str | None = None,
+              call: WireToolCall | None = None) -> dict[str, Any]:
+        """One message as sent (itself when unchanged). `tools_used`: its exchange used tools; `call_name`
+        and `call`: for a tool message, the function name of the call it answers and that call."""
         role = message["role"]
         message_json = as_json(message)  # reasoning and other attached fields are dropped or added by name
-        drop = [k for k in self.dropped if k in message and k not in _CORE]
+        if role == "assistant" and AUTHOR_KEY in message_json:
+            message_json = self._for_reader(message)
+        drop = [k for k in self.dropped if k in message_json and k not in _CORE]
         add: dict[str, Any] = {}
         if role == "assistant":
             if self.echo == "never" or (self.echo == "auto" and not tools_used):
-                drop += [k for k in self.reasoning if k in message]
+                drop += [k for k in self.reasoning if k in message_json]
                 for key, value in message_json.items():  # blocks held in another field (LiteLLM's
                     if isinstance(value, dict) and not _BLOCKS.isdisjoint(value):  # provider_specific_fields)
                         if rest := {k: v for k, v in value.items() if k not in _BLOCKS}:
@@ -154,17 +198,19 @@ class Outgoing:
                             drop.append(key)
             if self.echo != "never":
                 for key in self.required:
-                    if key not in message or key in drop:
+                    if key not in message_json or key in drop:
                         add[key] = next((message_json[k] for k in self._text_fields
                                          if isinstance(message_json.get(k), str)), "")
         elif self.echo != "always":  # reasoning belongs to assistant messages only
-            drop += [k for k in self.reasoning if k in message]
+            drop += [k for k in self.reasoning if k in message_json]
         if role == "tool":
+            if call is not None and id(call) in self._call_ids:
+                add["tool_call_id"] = self._call_ids[id(call)]
             if self.tool_name and "name" not in message and call_name and "name" not in self.dropped:
                 add["name"] = call_name
             elif self.tool_name is False and "name" in message:
                 drop.append("name")
-        calls = tool_calls_of(message)
+        calls = message_json.get("tool_calls") or [] if role == "assistant" else []
         new_calls = self._shape_calls(calls) if self.dropped and calls else calls
         content = message_json.get("content")
         if role == "assistant" and isinstance(content, list) and (
@@ -177,6 +223,52 @@ class Outgoing:
         out.update(add)
         if new_calls is not calls:
             out["tool_calls"] = new_calls
+        return out
+
+    def _for_reader(self, message: Message) -> dict[str, Any]:
+        """An assistant message with a recorded author, without that record, made fit for this reader when
+        another author wrote it (module docstring). A copy; the stored message is never changed."""
+        out = {k: v for k, v in as_json(message).items() if k != AUTHOR_KEY}
+        author = author_of(message)
+        if author is None or self.author is None or author == self.author:
+            return out
+        text = next((out[k] for k in REASONING_FIELDS if isinstance(out.get(k), str) and out[k]), None)
+        blocks_text = _blocks_text([out[k] for k in _BLOCKS if k in out])
+        for key in list(out):
+            value = out[key]
+            if key in _BLOCKS:
+                del out[key]
+            elif isinstance(value, dict) and not _BLOCKS.isdisjoint(value):  # LiteLLM's provider_specific_fields
+                blocks_text = blocks_text or _blocks_text([v for k, v in value.items() if k in _BLOCKS])
+                rest = {k: v for k, v in value.items() if k not in _BLOCKS}
+                if rest:
+                    out[key] = rest
+                else:
+                    del out[key]
+        for key in [k for k in REASONING_FIELDS if k in out and k not in self._text_fields]:
+            value = out.pop(key)  # the reader reads its reasoning under its own name
+            if self._text_fields and self._text_fields[0] not in out:
+                out[self._text_fields[0]] = value
+        if text is None and blocks_text and self.required:  # plain reasoning, where the reader demands it
+            out.setdefault(self.required[0], blocks_text)
+        content = out.get("content")
+        if isinstance(content, list) and any(thinking_of(p) is not None and "signature" in p for p in content):
+            kept = [p for p in content if not (thinking_of(p) is not None and "signature" in p)]
+            out["content"] = _without_thinking(kept, bool(out.get("tool_calls"))) if not any(
+                thinking_of(p) is not None for p in kept) else kept
+        calls = out.get("tool_calls")
+        if isinstance(calls, list) and any(isinstance(c, dict) and (set(c) - _CALL_CORE or (
+                isinstance(c.get("function"), dict) and set(c["function"]) - _FUNCTION_CORE)) for c in calls):
+            out["tool_calls"] = [_bare_call(c) if isinstance(c, dict) else c for c in calls]
+        if self.id_rule is not None and isinstance(calls, list):
+            mapped = []
+            for stored, sent in zip(calls, out["tool_calls"], strict=True):
+                wire_id = sent.get("id") if isinstance(sent, dict) else None
+                if isinstance(wire_id, str) and not _fits(wire_id, self.id_rule):
+                    self._call_ids[id(stored)] = new_id = _mapped_id(wire_id, self.id_rule)
+                    sent = {**sent, "id": new_id}
+                mapped.append(sent)
+            out["tool_calls"] = mapped
         return out
 
     def _shape_calls(self, calls: list[WireToolCall]) -> list[WireToolCall] | list[dict[str, Any]]:
@@ -201,6 +293,17 @@ class Outgoing:
         A field that was `sent` and is refused is dropped everywhere; a reasoning field (echo `auto`)
         or a tool message's `name` that some message lacks and that is demanded is added everywhere.
         """
+        if self.id_rule is None and (rule := _id_rule(status, text)) is not None and self.author is not None:
+            self.id_rule = rule
+            self._version += 1
+            if any(not _fits(c.get("id") or "", rule) for m in sent if m.get("role") == "assistant"
+                   for c in m.get("tool_calls") or () if isinstance(c, dict)) and self._foreign_ids(rule):
+                return Adaptation(f"the server refuses tool-call ids another model wrote ({status}); sending them "
+                                  "in its id shape (mapped in this request only; the session keeps them)",
+                                  {"tool_call_id_rule": {"chars": rule[0], "length": rule[1]}},
+                                  f"tool-call ids of other models mapped to {rule}: a {status} names the id rule")
+            self.id_rule = None
+            self._version -= 1
         candidates = _sent_fields(sent)
         if self.echo != "auto":  # reasoning goes as the user said
             candidates = [k for k in candidates if k not in self.reasoning]
@@ -236,6 +339,11 @@ class Outgoing:
         return Adaptation(f"the server requires {demanded} on assistant messages ({status}); sending the request "
                           "again with it", {"required_fields": list(self.required)},
                           f"added {demanded} to every assistant message: a {status} names it as required or missing")
+
+    def _foreign_ids(self, rule: tuple[str, int | None]) -> bool:
+        """Whether some call of a message another author wrote (in the last history) has an id `rule` refuses."""
+        return any(not _fits(c.get("id") or "", rule) for m in self._seen if m["role"] == "assistant"
+                   and (a := author_of(m)) is not None and a != self.author for c in tool_calls_of(m))
 
     def describe(self) -> str:
         """The policy in words, for `--debug`."""
@@ -286,6 +394,72 @@ def _sent_fields(messages: Iterable[Mapping[str, Any]]) -> list[str]:
                         if key not in _FUNCTION_CORE:
                             seen.setdefault(key)
     return [k for k in seen if k != "role"]
+
+
+_ID_CHARS = {"alnum_dash": re.compile(r"[A-Za-z0-9_-]+"), "alnum": re.compile(r"[A-Za-z0-9]+")}
+"""The tool-call id shapes crow knows (fixed patterns: no pattern from a server is compiled)."""
+_ID_CONTEXT = re.compile(r"tool_use\.id|tool_use_id|toolUseId|tool_call_id|tool[ _]?call[ _]?id|tool_calls\[\d+\]\.id|"
+                         r"tool_calls\.\d+\.id", re.IGNORECASE)
+_ID_ALNUM_DASH = re.compile(r"\[a-zA-Z0-9_-\]|\[a-zA-Z0-9-_\]|\[A-Za-z0-9_-\]|\[a-z0-9A-Z_-\]")
+_ID_NINE = re.compile(r"a-z, A-Z, 0-9,? with a length of (\d{1,2})", re.IGNORECASE)
+
+
+def _id_rule(status: int, text: str) -> tuple[str, int | None] | None:
+    """The id shape a 400/422 refusal of tool-call ids names, or None (`text` is read only up to 4000 characters)."""
+    text = text[:4000]
+    if status not in (400, 422) or not _ID_CONTEXT.search(text.replace('\\"', '"')):
+        return None
+    if (nine := _ID_NINE.search(text)) is not None:  # Mistral
+        return "alnum", int(nine.group(1)) if 0 < int(nine.group(1)) <= 64 else None
+    if _ID_ALNUM_DASH.search(text):  # Anthropic-compatible, Bedrock
+        return "alnum_dash", None
+    return None
+
+
+def _fits(call_id: str, rule: tuple[str, int | None]) -> bool:
+    chars, length = rule
+    return _ID_CHARS[chars].fullmatch(call_id) is not None and (length is None or len(call_id) == length) \
+        and len(call_id) <= 64
+
+
+_BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def _mapped_id(call_id: str, rule: tuple[str, int | None]) -> str:
+    """The id `call_id` is sent as to a reader of shape `rule`: derived from its SHA-256 (the same every time)."""
+    number = int.from_bytes(hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).digest(), "big")
+    digits = []
+    while number:
+        number, rest = divmod(number, 62)
+        digits.append(_BASE62[rest])
+    text = "".join(digits)
+    length = rule[1]
+    if length is not None:
+        return text[:length]
+    return f"call_{text[:24]}"
+
+
+def _bare_call(call: dict[str, Any]) -> dict[str, Any]:
+    """A tool call with only id, type and function (name, arguments): what its server attached (a thought
+    signature) is bound to the model that made it."""
+    out = {k: v for k, v in call.items() if k in _CALL_CORE}
+    fn = out.get("function")
+    if isinstance(fn, dict):
+        out["function"] = {k: v for k, v in fn.items() if k in _FUNCTION_CORE}
+    return out
+
+
+def _blocks_text(values: list[Any]) -> str:
+    """The readable text of reasoning blocks (`reasoning.text` / `thinking` text; summaries), joined."""
+    parts: list[str] = []
+    for value in values:
+        for block in value if isinstance(value, list) else ():
+            if isinstance(block, Mapping):
+                for key in ("text", "thinking", "summary"):
+                    if isinstance(block.get(key), str) and block[key]:
+                        parts.append(block[key])
+                        break
+    return "".join(parts)
 
 
 def _without_thinking(content: list[Any], tool_calls: bool) -> Any:

@@ -23,7 +23,17 @@ from crow_cli.sessions import SessionStore
 from crow_cli.surfaces.chat import ChatApp, ChatOptions, help_text
 from tests.conftest import text_sse
 from tests.replay_server import ReplayServer, text_stream
-from tests.support import ChatTerminal, assert_valid, chat, crow, script, tool_calls_sse, tools_folder, wait_for
+from tests.support import (
+    ChatTerminal,
+    assert_valid,
+    authorless,
+    chat,
+    crow,
+    script,
+    tool_calls_sse,
+    tools_folder,
+    wait_for,
+)
 
 SLOW_TOOLS = '''
 import asyncio, os, signal
@@ -94,7 +104,7 @@ async def test_turn_with_tool_calls(store: SessionStore, tools_dir: Path) -> Non
     assert "last turn: 11 in · 7 out" in output
     assert "guarded" in app.approver.always
     stored = store.messages(app.recorder.session_id)
-    assert stored == [*sent, {"role": "assistant", "content": "Both tools ran."}]
+    assert authorless(stored) == [*sent, {"role": "assistant", "content": "Both tools ran."}]
     assert store.get(app.recorder.session_id).title == "use the tools"
 
 
@@ -304,7 +314,7 @@ async def test_slash_commands(store: SessionStore, tmp_path: Path, monkeypatch: 
     assert "unknown command /bogus; /help lists the commands" in output
     assert "reasoning is now hidden" in output
     first = next(s for s in store.recent() if s.title == "hello")
-    assert store.messages(first.id) == [{"role": "user", "content": "hello"},
+    assert authorless(store.messages(first.id)) == [{"role": "user", "content": "hello"},
                                         {"role": "assistant", "content": "Retried."}]
     assert first.model == "other-model"
     assert "Retried." in (tmp_path / f"crow-session-{first.id}.md").read_text()
@@ -503,7 +513,7 @@ async def test_export_works_without_a_session_and_to_a_chosen_path(store: Sessio
     output, _, _ = await chat([{"sse": text_stream("Hi.")}], keys, store, options=ChatOptions(session=False))
     assert "nothing to export yet" in output.split("Hi.")[0]
     assert "Hi." in (tmp_path / "crow-session-unsaved.md").read_text()
-    assert json.loads(elsewhere.read_text())["messages"][-1] == {"role": "assistant", "content": "Hi."}
+    assert authorless(json.loads(elsewhere.read_text())["messages"][-1]) == {"role": "assistant", "content": "Hi."}
     assert "crow: error: cannot write" in output and store.recent() == []
     assert "Hi." in (tmp_path / "new" / "sub" / "x.md").read_text()
     assert "unknown format 'jsn'" in output and not (tmp_path / "jsn").exists()

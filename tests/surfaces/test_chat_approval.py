@@ -23,7 +23,7 @@ from crow_cli.tools.approval import describe_call
 from crow_cli.tools.builtin import BUILTIN_TOOLS
 from crow_cli.tools.context import ToolContext
 from tests.replay_server import ReplayServer, text_stream
-from tests.support import CANCELLED, assert_valid, chat, needs_sandbox, tool_calls_sse, wait_for
+from tests.support import CANCELLED, assert_valid, authorless, chat, needs_sandbox, tool_calls_sse, wait_for
 
 
 async def test_ctrl_c_at_the_approval_prompt_cancels_the_whole_turn(store: SessionStore,
@@ -45,8 +45,9 @@ async def test_ctrl_c_at_the_approval_prompt_cancels_the_whole_turn(store: Sessi
     assert [(m["tool_call_id"], m["content"]) for m in stored[2:5]] == [
         ("call_n", CANCELLED), ("call_g1", CANCELLED), ("call_g2", CANCELLED)]
     assert len(server.requests) == 2  # the turn was not continued with the results
-    assert server.requests[1]["messages"] == [*stored[:5], {"role": "user", "content": "what now?"}]
-    assert stored[5:] == [{"role": "user", "content": "what now?"}, {"role": "assistant", "content": "Stopped, then."}]
+    assert server.requests[1]["messages"] == [*authorless(stored[:5]), {"role": "user", "content": "what now?"}]
+    assert authorless(stored[5:]) == [{"role": "user", "content": "what now?"},
+                                      {"role": "assistant", "content": "Stopped, then."}]
 
 
 async def test_after_ctrl_c_at_the_approval_prompt_the_chat_prompt_behaves_as_after_a_stream(

@@ -11,7 +11,7 @@ import pytest
 from crow_cli.sessions import SessionStore
 from tests.conftest import chunk, sse, text_sse
 from tests.replay_server import ReplayServer, text_stream
-from tests.support import CANCELLED, ChatTerminal, assert_valid, tool_calls_sse, wait_for
+from tests.support import CANCELLED, ChatTerminal, assert_valid, authorless, tool_calls_sse, wait_for
 
 
 def chat_args(base_url: str, tools_dir: Path) -> list[str]:
@@ -76,7 +76,8 @@ def test_sigterm_at_the_prompt_exits_143(tmp_path: Path, approval_tools: Path) -
         assert term.wait() == 143
         err = term.stderr()
     assert "Traceback" not in err, err
-    assert stored_session() == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello there."}]
+    assert authorless(stored_session()) == [{"role": "user", "content": "hi"},
+                                            {"role": "assistant", "content": "Hello there."}]
 
 
 def test_ctrl_c_at_an_approval_prompt_on_a_terminal_stops_the_turn(tmp_path: Path, approval_tools: Path) -> None:

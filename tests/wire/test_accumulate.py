@@ -452,3 +452,31 @@ def test_an_unknown_text_key_is_cut_at_its_bound_and_debug_names_it_once(monkeyp
     notes = [e.message for e in events if getattr(e, "code", "") == "debug"]
     assert sum("'thoughts' arrives in pieces" in n for n in notes) == 1
     assert sum("'thoughts' is over 10 characters" in n for n in notes) == 1
+
+
+# issue 29 §4: with n > 1 a server streams each choice in its own chunks; choice 1 after choice 0 finished was
+# assembled into the turn as if a counting runtime had numbered its one choice
+def _choice(index, delta, finish=None):
+    return {"choices": [{"index": index, "delta": delta, "finish_reason": finish}]}
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_other_choices_are_ignored_with_one_notice_not_merged(n):
+    from crow_cli.events import Notice
+
+    acc = StreamAccumulator(choices=n)
+    events = []
+    for piece in ([_choice(0, {"content": "first"}), _choice(0, {}, "stop"), _choice(1, {"content": "second"}),
+                   _choice(1, {"content": " more"}), _choice(1, {}, "stop")]):
+        events += acc.feed(piece)
+    turn, _ = acc.finish()
+    assert turn.content == "first"
+    assert [e.code for e in events if isinstance(e, Notice)] == ["choices_ignored"]
+
+
+def test_n_above_one_ignores_interleaved_choices():
+    acc = StreamAccumulator(choices=2)
+    for piece in ([_choice(0, {"content": "a"}), _choice(1, {"content": "X"}), _choice(0, {"content": "b"}),
+                   _choice(1, {}, "stop"), _choice(0, {}, "stop")]):
+        acc.feed(piece)
+    assert acc.finish()[0].content == "ab"

@@ -15,6 +15,7 @@ from crow_cli.tools.registry import Tool, ToolRegistry
 from crow_cli.wire import facts
 from crow_cli.wire.client import ChatClient, ClientSettings
 from tests.conftest import chunk, sse, text_sse
+from tests.support import authorless
 
 BASE = "http://llm.test/v1"
 URL = f"{BASE}/chat/completions"
@@ -81,7 +82,7 @@ async def test_blocks_and_call_extensions_go_back_exactly_on_every_later_request
     history.append(user_message("and USD?"))
     later, _ = await run(history, [streamed(text_sse("1 USD."))])
     sent = body(later, 0)["messages"]
-    assert json.dumps(sent[:4]) == json.dumps([*body(route, 1)["messages"][:3], history[3]])
+    assert json.dumps(sent[:4]) == json.dumps([*body(route, 1)["messages"][:3], authorless(history[3])])
 
 
 async def test_a_required_tool_message_name_is_added_once_announced_and_remembered_for_the_next_run() -> None:

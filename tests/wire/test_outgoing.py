@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -211,3 +213,105 @@ def test_reasoning_blocks_inside_another_attached_field_follow_reasoning_echo():
     assert Outgoing("always").messages(history) == history
     only = [user_message("x"), {"role": "assistant", "content": "hi", "x": {"reasoning_details": [block]}}]
     assert Outgoing("never").messages(only)[1] == {"role": "assistant", "content": "hi"}
+
+
+# issue 29 §3: a session moved to another model (`crow run -c --model B`) sent model A's signed thinking and
+# Gemini thought signatures to B, which refuses them ("Invalid `signature` in `thinking` block")
+_A = {"base_url": "http://a.example/v1", "model": "A"}
+_B = {"base_url": "http://a.example/v1", "model": "B"}
+
+
+def _signed_history() -> list[Any]:
+    return [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": None, "crow_author": dict(_A),
+         "thinking_blocks": [{"type": "thinking", "thinking": "plan it", "signature": "sig-A"}],
+         "tool_calls": [{"id": "call_1", "type": "function", "extra_content": {"google": {"thought_signature": "t"}},
+                         "function": {"name": "lookup", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "ok"},
+    ]
+
+
+def test_the_author_record_is_never_sent() -> None:
+    sent = Outgoing(author=_A).messages(_signed_history())
+    assert all("crow_author" not in m for m in sent)
+    assert sent[1]["thinking_blocks"][0]["signature"] == "sig-A"  # the author's own: sent back as kept
+    assert sent[1]["tool_calls"][0]["extra_content"] == {"google": {"thought_signature": "t"}}
+
+
+def test_another_readers_copy_drops_what_is_bound_to_the_author() -> None:
+    history = _signed_history()
+    sent = Outgoing(author=_B).messages(history)
+    assert "thinking_blocks" not in sent[1]
+    assert sent[1]["tool_calls"] == [{"id": "call_1", "type": "function",
+                                      "function": {"name": "lookup", "arguments": "{}"}}]  # the id is kept
+    assert sent[2]["tool_call_id"] == "call_1"
+    assert history[1]["thinking_blocks"][0]["signature"] == "sig-A"  # the stored session keeps the originals
+    assert "extra_content" in history[1]["tool_calls"][0]
+
+
+def test_another_reader_that_demands_reasoning_gets_the_blocks_text() -> None:
+    sent = Outgoing(author=_B, known={"required_fields": ["reasoning_content"]}).messages(_signed_history())
+    assert sent[1]["reasoning_content"] == "plan it"
+    assert "thinking_blocks" not in sent[1]
+
+
+def test_reasoning_text_follows_the_readers_field_name() -> None:
+    history = [{"role": "user", "content": "go"},
+               {"role": "assistant", "content": None, "crow_author": dict(_A), "reasoning_content": "why",
+                "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+               {"role": "tool", "tool_call_id": "c", "content": "ok"}]
+    sent = Outgoing(author=_B, reasoning_fields=("reasoning",)).messages(history)
+    assert sent[1]["reasoning"] == "why" and "reasoning_content" not in sent[1]
+    own = Outgoing(author=_A, reasoning_fields=("reasoning",)).messages(history)
+    assert own[1]["reasoning_content"] == "why"
+
+
+def test_a_message_without_an_author_goes_as_kept() -> None:
+    history = _signed_history()
+    del history[1]["crow_author"]
+    sent = Outgoing(author=_B).messages(history)
+    assert sent[1]["thinking_blocks"][0]["signature"] == "sig-A"
+
+
+# issue 29 §3: Kimi's ids (`functions.lookup_order:0`) sent on to an Anthropic-compatible reader were refused:
+# 'messages.1.content.0.tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'' (and Mistral's 9-character rule)
+_ANTHROPIC_ID = ('{"type":"error","error":{"type":"invalid_request_error","message":"messages.1.content.0.tool_use.id: '
+                 "String should match pattern '^[a-zA-Z0-9_-]+$'\"}}")
+_MISTRAL_ID = ('{"object":"error","message":"Tool call id was functions.lookup_order:0 but must be a-z, A-Z, 0-9, with '
+               'a length of 9.","type":"invalid_request_message_error","code":3280}')
+
+
+def _kimi_history(author: dict[str, str]) -> list[Any]:
+    return [{"role": "user", "content": "go"},
+            {"role": "assistant", "content": None, "crow_author": dict(author),
+             "tool_calls": [{"id": "functions.lookup_order:0", "type": "function",
+                             "function": {"name": "lookup_order", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "functions.lookup_order:0", "content": "ok"}]
+
+
+@pytest.mark.parametrize(("body", "shape"), [(_ANTHROPIC_ID, r"call_[A-Za-z0-9]{24}"),
+                                             (_MISTRAL_ID, r"[A-Za-z0-9]{9}")])
+def test_ids_another_model_wrote_are_mapped_to_the_readers_shape_on_its_refusal(body: str, shape: str) -> None:
+    import re
+
+    history = _kimi_history(_A)
+    out = Outgoing(author=_B)
+    sent = out.messages(history)
+    change = out.adapt(400, body, sent)
+    assert change is not None and "tool_call_id_rule" in change.fact
+    again = out.messages(history)
+    new_id = again[1]["tool_calls"][0]["id"]
+    assert re.fullmatch(shape, new_id) and again[2]["tool_call_id"] == new_id
+    assert out.messages(history)[1]["tool_calls"][0]["id"] == new_id  # derived, not random
+    assert history[1]["tool_calls"][0]["id"] == "functions.lookup_order:0"  # the session keeps the original
+    later = Outgoing(author=_B, known=out.learned()).messages(history)  # a later run starts with the rule
+    assert later[1]["tool_calls"][0]["id"] == new_id
+
+
+def test_the_authors_own_ids_are_never_mapped() -> None:
+    out = Outgoing(author=_A)
+    sent = out.messages(_kimi_history(_A))
+    assert out.adapt(400, _ANTHROPIC_ID, sent) is None  # nothing another model wrote: the refusal is final
+    out = Outgoing(author=_A, known={"tool_call_id_rule": {"chars": "alnum_dash", "length": None}})
+    assert out.messages(_kimi_history(_A))[1]["tool_calls"][0]["id"] == "functions.lookup_order:0"
