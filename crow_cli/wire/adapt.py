@@ -31,8 +31,8 @@ from urllib.parse import urlsplit
 from ..history import thinking_of
 from . import schema as schemas
 
-__all__ = ["NAME_RULES", "NO_OUTPUT", "Change", "Rule", "apply_rules", "change_for", "known_rules", "name_rule", "rules_from_json",
-           "tool_renames"]
+__all__ = ["NAME_RULES", "NO_OUTPUT", "Change", "Rule", "apply_rules", "change_for", "known_rules", "name_rule",
+           "rules_from_json", "tool_renames", "value_refused"]
 
 CORE = frozenset({"model", "messages", "stream", "tools"})
 """Body fields no parameter rule touches (the request itself)."""
@@ -614,6 +614,30 @@ def _param_change(text: str, body: dict[str, Any]) -> Change | None:
             if isinstance(wanted, bool | int | float) and wanted != body[named[0]]:
                 return Change((Rule("set_param", named[0], wanted),), why)
     return Change(tuple(Rule("drop_param", k) for k in named), why)
+
+
+# a value refused, not the parameter: OpenAI "Invalid 'temperature': decimal above maximum value. Expected a value
+#   <= 2, but got 5 instead." (param temperature, code decimal_above_max_value); vLLM "temperature must be in
+#   [0, 2], got 5.0." / pydantic "Input should be less than or equal to 2"; Anthropic "temperature: range: 0..1".
+# The parameter itself refused: vLLM "Extra inputs are not permitted", OpenAI "Unsupported parameter",
+#   "Unrecognized request argument", LiteLLM "does not support parameters".
+_PARAM_REFUSED = re.compile(r"extra inputs|extra_forbidden|unrecogni[sz]ed|unsupported parameter|unknown (parameter|"
+                            r"field|name|argument)|does not support parameters|argument not supported|"
+                            r"please remove|not supported with this model|cannot both|only one of|use only one|"
+                            r"mutually exclusive|not both|cannot find field", re.IGNORECASE)
+_VALUE_REFUSED = re.compile(r"\bvalue\b|\brange\b|maximum|minimum|\bbetween\b|greater|less than|\babove\b|\bbelow\b|"
+                            r"must be (in|at)|should be (in|at)|\bgot\b|out of bounds|too (large|small|high|low)",
+                            re.IGNORECASE)
+
+
+def value_refused(text: str, name: str, value: Any) -> bool:
+    """Whether a refusal naming parameter `name` refuses its value (out of range, a typo) rather than the
+    parameter itself: then dropping it would silently lose what the user configured."""
+    words = _unescape(_readable(text))
+    if _PARAM_REFUSED.search(words) or not _names(words, name):
+        return False
+    shown = json.dumps(value) if not isinstance(value, str) else value
+    return bool(_VALUE_REFUSED.search(words)) or (len(shown) <= 40 and _names_exactly(words, shown))
 
 
 # ---- known in advance -----------------------------------------------------------------------------

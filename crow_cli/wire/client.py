@@ -125,6 +125,11 @@ class ChatClient:
         self.profile = profile_for(settings.base_url, settings.provider)
         """What is known of this server in advance (`wire.profiles`), config overrides applied."""
         known = recall(settings.base_url, settings.model) if settings.adapt_requests else {}
+        from .facts import problem
+
+        self._facts_problem = problem() if settings.adapt_requests else None  # said once, before the first request
+        if known.get("usage_option_refused") is True:  # what `crow probe` found: no stream_options to send
+            self._usage_option = False
         # what goes back of what servers attached to messages, and the fields this one refused or demanded:
         # the profile, then what earlier runs learned
         self._outgoing = Outgoing(settings.reasoning_echo, reasoning_fields=self.profile.reasoning_fields,
@@ -222,6 +227,9 @@ class ChatClient:
                             "model with --local")
         from .stream import iter_chunks
 
+        if self._facts_problem:
+            yield Notice(self._facts_problem, "facts_damaged")
+            self._facts_problem = None
         if self.settings.trace and not self._fields_traced:
             self._fields_traced = True
             yield Notice(f"crow: debug: server profile {self.profile.name!r}; messages go as "
@@ -387,6 +395,16 @@ class ChatClient:
         change = change_for(status, text, body)
         if change is None:
             return None
+        from .adapt import value_refused
+
+        for rule in change.rules:  # a value the user configured: theirs to fix, never dropped on a server's word
+            if rule.op == "drop_param" and rule.target in self.settings.params \
+                    and value_refused(text, rule.target, self.settings.params[rule.target]):
+                from .stream import short_text
+
+                raise ProviderError(
+                    f"the server refused {rule.target} = {short_text(_json(self.settings.params[rule.target]), 40)}"
+                    f" ({status}: {change.why}); fix it in [params] (or the flag that sets it)", status=status)
         key = "rules:" + _json([r.to_json() for r in change.rules])
         if key in done or all(r in self._rules for r in change.rules):
             return None

@@ -65,6 +65,7 @@ _NAMES = ("refused_fields", "required_fields", "quirks")
 _TYPES: dict[str, tuple[type, ...]] = {"tool_message_name": (bool,), "tool_calling": (bool,),
                                        "usage_option_refused": (bool,), "context_window": (int,),
                                        "reasoning_echo": (str, type(None)), "learned_at": (int, float),
+                                       "probed_at": (str,),
                                        "why": (str,)}
 """The type of each other fact crow reads: a value of another type (a file edited by hand, another version) is
 left out, as if not known; a key not named here or in `_NAMES` / `request_rules` is left out too."""

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
+import stat
 import subprocess
 import sys
 import time
-import stat
 from pathlib import Path
 
 import pytest
