@@ -116,6 +116,7 @@ class ChatClient:
         self._rules: list[Rule] = []  # what the server refuses, changed in every request (`wire.adapt`)
         self._known = 0  # how many of `_rules` were known in advance or recalled (not to be stored again)
         self._unsaved = False  # a rule learned in this run, stored once a request with it is accepted
+        self._why = ""  # the last refusal that changed this client: stored as the facts' `why`
         self._traced = False
         self._fields_traced = False
         self._offered_tools: list[dict[str, Any]] = []
@@ -337,6 +338,9 @@ class ChatClient:
         status, text = exc.status_code, _error_text(exc)
         for adapter in (self._adapt_reasoning, self._adapt_request, self._adapt_usage):
             if (notices := adapter(status, text, body, done)) is not None:
+                from .stream import short_text
+
+                self._why = f"{status}: {short_text(' '.join(text.split()), 200)}"  # stored with what it taught
                 return notices
         return None
 
@@ -435,7 +439,8 @@ class ChatClient:
         stored = recall(self.settings.base_url, self.settings.model).get("request_rules")
         merged = list(stored) if isinstance(stored, list) else []
         merged += [r.to_json() for r in self._rules[self._known:] if r.to_json() not in merged]
-        learn(self.settings.base_url, self.settings.model, request_rules=merged, **self._outgoing.learned())
+        learn(self.settings.base_url, self.settings.model, request_rules=merged, why=self._why,
+              **self._outgoing.learned())
 
     def _retry(self, exc: Exception, retries: int) -> tuple[float, Notice | None]:
         """The wait and notice for another try after `exc`, or `(0, None)` when it is final."""
