@@ -26,6 +26,7 @@ QUIRKS: dict[str, set[str]] = {
     "openai-plugin-tool-name-outside-pattern": set(),
     "vllm-gemma-system-role-not-supported": set(),
     "gemini-tool-name-must-start-with-a-letter": set(),
+    "hostile-name-pattern-in-a-refusal-is-never-compiled": set(),
     "vllm-extra-forbidden-stream-options-remembered": set(),
     "leaked-template-token-in-tool-name": {"name-leaked-tokens"},
     "leaked-whitespace-and-constrain-suffix-in-tool-names": {"name-leaked-tokens"},
