@@ -42,6 +42,8 @@ def probe(
 
     if show:
         facts = learned.recall_all()
+        if learned.problem():  # damaged: counted as empty, said once
+            print(learned.problem(), file=sys.stderr)
         if json_out:
             print(json.dumps(facts, indent=2, sort_keys=True))
         elif not facts:

@@ -31,8 +31,8 @@ from urllib.parse import urlsplit
 from ..history import thinking_of
 from . import schema as schemas
 
-__all__ = ["NO_OUTPUT", "Change", "Rule", "apply_rules", "change_for", "known_rules", "rules_from_json",
-           "tool_renames"]
+__all__ = ["NAME_RULES", "NO_OUTPUT", "Change", "Rule", "apply_rules", "change_for", "known_rules", "name_rule",
+           "rules_from_json", "tool_renames", "value_refused"]
 
 CORE = frozenset({"model", "messages", "stream", "tools"})
 """Body fields no parameter rule touches (the request itself)."""
@@ -84,7 +84,8 @@ class Rule:
             case "fold_role":
                 return f"sent {self.target} messages as part of the first user message"
             case "rename_tools":
-                return f"renamed tools whose names do not match {self.value} (mapped back when called)"
+                return f"renamed tools whose names do not match {NAME_RULES[name_rule(self.value)].pattern} " \
+                       "(mapped back when called)"
             case "assistant_content_text":
                 return "sent the content of assistant messages as text, without its thinking parts"
         return self.op
@@ -145,17 +146,42 @@ def apply_rules(body: dict[str, Any], rules: Iterable[Rule]) -> dict[str, Any]:
     return out
 
 
-_LETTER_FIRST = "[A-Za-z_][A-Za-z0-9_-]{0,63}"
-"""Gemini's rule for function names ("Must start with a letter or an underscore"); Moonshot refuses a digit first."""
+NAME_RULES: dict[str, re.Pattern[str]] = {
+    "letter_first": re.compile("[A-Za-z_][A-Za-z0-9_-]{0,63}"),
+    "strict": re.compile("[A-Za-z0-9_-]{1,64}"),
+    "word": re.compile("[A-Za-z0-9_]{1,64}"),
+}
+"""The tool-name rules a `rename_tools` rule may name (its `value`): a server's pattern is never compiled, it only
+chooses one of these. letter_first: Gemini's "Must start with a letter or an underscore" (Moonshot refuses a digit
+first); strict: OpenAI/Anthropic `^[a-zA-Z0-9_-]{1,64}$`; word: `^[a-zA-Z0-9_]+$` (no dash)."""
+_LEGACY_NAME_RULES = {"[A-Za-z_][A-Za-z0-9_-]{0,63}": "letter_first", "[a-zA-Z0-9_-]{1,64}": "strict",
+                      "[a-zA-Z0-9_-]+": "strict", "[a-zA-Z0-9_]+": "word", "[a-zA-Z0-9_]{1,64}": "word"}
+"""Patterns earlier versions stored as the rule's value, read as the known rule they are."""
+
+
+def name_rule(value: Any) -> str:
+    """The known name rule (a key of `NAME_RULES`) a stored or chosen `rename_tools` value stands for: a key as
+    is, a pattern earlier versions stored as its rule, anything else "strict" (never compiled)."""
+    if isinstance(value, str) and value in NAME_RULES:
+        return value
+    return _LEGACY_NAME_RULES.get(value, "strict") if isinstance(value, str) else "letter_first"
+
+
+def _name_rule_of(pattern: str, text: str) -> str:
+    """The known rule closest to a server's quoted name `pattern` (only looked at, at most 100 characters)."""
+    pattern = pattern[:100]
+    if re.search(r"start with a letter", text, re.IGNORECASE) or re.match(r"\[(a-zA-Z|A-Za-z)_?\]", pattern):
+        return "letter_first"
+    if pattern.startswith("[") and "-" not in pattern.replace("a-z", "").replace("A-Z", "").replace("0-9", ""):
+        return "word"
+    return "strict"
 
 
 def tool_renames(body: dict[str, Any], rule: Rule) -> dict[str, str]:
     """The tool names of `body` a `rename_tools` rule changes: name -> the name sent (unique, at most 64
-    characters, matching the rule's pattern where a letter prefix and `_` for other characters can)."""
-    try:
-        pattern = re.compile(str(rule.value or _LETTER_FIRST))
-    except re.error:
-        pattern = re.compile(_LETTER_FIRST)
+    characters, matching the rule's known name rule (`NAME_RULES`) where a letter prefix and `_` for other
+    characters can)."""
+    pattern = NAME_RULES[name_rule(rule.value)]
     names = [t["function"]["name"] for t in body.get("tools") or [] if isinstance(t, dict)
              and isinstance(t.get("function"), dict) and isinstance(t["function"].get("name"), str)]
     taken, out = set(names), {}
@@ -163,9 +189,9 @@ def tool_renames(body: dict[str, Any], rule: Rule) -> dict[str, str]:
         if pattern.fullmatch(name):
             continue
         base = re.sub(r"[^A-Za-z0-9_-]", "_", name)
-        if not pattern.fullmatch(base):
+        if not pattern.fullmatch(base[:64]):
             base = base.replace("-", "_")
-        if not pattern.fullmatch(base):
+        if not pattern.fullmatch(base[:64]):
             base = f"t_{base}"
         new, k = base[:64], 1
         while new in taken:
@@ -403,19 +429,16 @@ def _tool_parameters(body: dict[str, Any]) -> list[Any]:
 #   pattern '^[a-zA-Z0-9_-]+$'", hackers365/xiaozhi-esp32-server-golang#268).
 _NAME_CONTEXT = re.compile(r"function[_ ]?name|function\.name|declarations\[\d+\]\.name|custom\.name|tool names?\b|"
                            r"invalid (function|tool) name", re.IGNORECASE)
-_PATTERN = re.compile(r"pattern[^'\"`]{0,20}['\"`]\^?(.+?)\$?['\"`]")
+_PATTERN = re.compile(r"pattern[^'\"`]{0,20}['\"`]\^?([^'\"`]{1,100})")
 
 
 def _name_change(text: str, body: dict[str, Any]) -> Change | None:
     if not _NAME_CONTEXT.search(text):
         return None
     found = _PATTERN.search(text)
-    pattern = found.group(1) if found else _LETTER_FIRST
-    try:
-        re.compile(pattern)
-    except re.error:
-        pattern = _LETTER_FIRST
-    rule = Rule("rename_tools", value=pattern)
+    rule = Rule("rename_tools", value=_name_rule_of(found.group(1) if found else "", text))
+    if not tool_renames(body, rule) and rule.value == "strict":
+        rule = Rule("rename_tools", value="letter_first")
     return Change((rule,), text) if tool_renames(body, rule) else None
 
 
@@ -591,6 +614,30 @@ def _param_change(text: str, body: dict[str, Any]) -> Change | None:
             if isinstance(wanted, bool | int | float) and wanted != body[named[0]]:
                 return Change((Rule("set_param", named[0], wanted),), why)
     return Change(tuple(Rule("drop_param", k) for k in named), why)
+
+
+# a value refused, not the parameter: OpenAI "Invalid 'temperature': decimal above maximum value. Expected a value
+#   <= 2, but got 5 instead." (param temperature, code decimal_above_max_value); vLLM "temperature must be in
+#   [0, 2], got 5.0." / pydantic "Input should be less than or equal to 2"; Anthropic "temperature: range: 0..1".
+# The parameter itself refused: vLLM "Extra inputs are not permitted", OpenAI "Unsupported parameter",
+#   "Unrecognized request argument", LiteLLM "does not support parameters".
+_PARAM_REFUSED = re.compile(r"extra inputs|extra_forbidden|unrecogni[sz]ed|unsupported parameter|unknown (parameter|"
+                            r"field|name|argument)|does not support parameters|argument not supported|"
+                            r"please remove|not supported with this model|cannot both|only one of|use only one|"
+                            r"mutually exclusive|not both|cannot find field", re.IGNORECASE)
+_VALUE_REFUSED = re.compile(r"\bvalue\b|\brange\b|maximum|minimum|\bbetween\b|greater|less than|\babove\b|\bbelow\b|"
+                            r"must be (in|at)|should be (in|at)|\bgot\b|out of bounds|too (large|small|high|low)",
+                            re.IGNORECASE)
+
+
+def value_refused(text: str, name: str, value: Any) -> bool:
+    """Whether a refusal naming parameter `name` refuses its value (out of range, a typo) rather than the
+    parameter itself: then dropping it would silently lose what the user configured."""
+    words = _unescape(_readable(text))
+    if _PARAM_REFUSED.search(words) or not _names(words, name):
+        return False
+    shown = json.dumps(value) if not isinstance(value, str) else value
+    return bool(_VALUE_REFUSED.search(words)) or (len(shown) <= 40 and _names_exactly(words, shown))
 
 
 # ---- known in advance -----------------------------------------------------------------------------

@@ -120,6 +120,7 @@ class ChatClient:
         self._rules: list[Rule] = []  # what the server refuses, changed in every request (`wire.adapt`)
         self._known = 0  # how many of `_rules` were known in advance or recalled (not to be stored again)
         self._unsaved = False  # a rule learned in this run, stored once a request with it is accepted
+        self._why = ""  # the last refusal that changed this client: stored as the facts' `why`
         self._traced = False
         self._fields_traced = False
         self._offered_tools: list[dict[str, Any]] = []
@@ -134,6 +135,12 @@ class ChatClient:
         self.takes_images = not known_text_only(settings.model, known)
         """Whether the model may be sent images: False once known text-only (`wire.vision`): by its name, or
         learned from a refusal of image parts (then requests holding images fail before they are sent)."""
+
+        from .facts import problem
+
+        self._facts_problem = problem() if settings.adapt_requests else None  # said once, before the first request
+        if known.get("usage_option_refused") is True:  # what `crow probe` found: no stream_options to send
+            self._usage_option = False
         # what goes back of what servers attached to messages, and the fields this one refused or demanded:
         # the profile, then what earlier runs learned
         self._outgoing = Outgoing(settings.reasoning_echo, reasoning_fields=self.profile.reasoning_fields,
@@ -249,6 +256,9 @@ class ChatClient:
 
         if not self.takes_images and holds_images(messages):  # it would only refuse them
             raise ImagesRefused(self.settings.model)
+        if self._facts_problem:
+            yield Notice(self._facts_problem, "facts_damaged")
+            self._facts_problem = None
         if self.settings.trace and not self._fields_traced:
             self._fields_traced = True
             yield Notice(f"crow: debug: server profile {self.profile.name!r}; messages go as "
@@ -359,6 +369,9 @@ class ChatClient:
         status, text = exc.status_code, _error_text(exc)
         for adapter in (self._adapt_reasoning, self._adapt_request, self._adapt_usage):
             if (notices := adapter(status, text, body, done)) is not None:
+                from .stream import short_text
+
+                self._why = f"{status}: {short_text(' '.join(text.split()), 200)}"  # stored with what it taught
                 return notices
         return None
 
@@ -435,6 +448,16 @@ class ChatClient:
         change = change_for(status, text, body)
         if change is None:
             return None
+        from .adapt import value_refused
+
+        for rule in change.rules:  # a value the user configured: theirs to fix, never dropped on a server's word
+            if rule.op == "drop_param" and rule.target in self.settings.params \
+                    and value_refused(text, rule.target, self.settings.params[rule.target]):
+                from .stream import short_text
+
+                raise ProviderError(
+                    f"the server refused {rule.target} = {short_text(_json(self.settings.params[rule.target]), 40)}"
+                    f" ({status}: {change.why}); fix it in [params] (or the flag that sets it)", status=status)
         key = "rules:" + _json([r.to_json() for r in change.rules])
         if key in done or all(r in self._rules for r in change.rules):
             return None
@@ -465,7 +488,8 @@ class ChatClient:
         stored = recall(self.settings.base_url, self.settings.model).get("request_rules")
         merged = list(stored) if isinstance(stored, list) else []
         merged += [r.to_json() for r in self._rules[self._known:] if r.to_json() not in merged]
-        learn(self.settings.base_url, self.settings.model, request_rules=merged, **self._outgoing.learned())
+        learn(self.settings.base_url, self.settings.model, request_rules=merged, why=self._why,
+              **self._outgoing.learned())
 
     def _retry(self, exc: Exception, retries: int) -> tuple[float, Notice | None]:
         """The wait and notice for another try after `exc`, or `(0, None)` when it is final."""

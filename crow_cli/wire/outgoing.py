@@ -321,8 +321,10 @@ class Outgoing:
         missing: list[str] = []
         assistants = [m for m in sent if m.get("role") == "assistant"]
         if self.echo == "auto":
+            # a field refused before (learned, or from another server at this URL) that is now demanded: the
+            # fact was wrong, the demand replaces it
             missing += [k for k in self._text_fields
-                        if k not in self.dropped and k not in self.required and any(k not in m for m in assistants)]
+                        if k not in self.required and any(k not in m for m in assistants)]
         if self.tool_name is not True and "name" not in self.dropped and any(
                 m.get("role") == "tool" and not m.get("name") for m in sent):
             missing.append("name")
@@ -336,8 +338,10 @@ class Outgoing:
                               "request again with it", {"tool_message_name": True},
                               f"added name to tool messages: a {status} names it as required or missing")
         self.required.append(demanded)
+        self.dropped = [k for k in self.dropped if k != demanded]
         return Adaptation(f"the server requires {demanded} on assistant messages ({status}); sending the request "
-                          "again with it", {"required_fields": list(self.required)},
+                          "again with it", {"required_fields": list(self.required),
+                                            "refused_fields": list(self.dropped)},
                           f"added {demanded} to every assistant message: a {status} names it as required or missing")
 
     def _foreign_ids(self, rule: tuple[str, int | None]) -> bool:

@@ -134,8 +134,17 @@ PROFILE_FIELDS: dict[str, type] = {"needs_key": bool, "reasoning_fields": list, 
 """The fields the config's `[provider]` table may override, with their TOML types."""
 
 
+MESSAGE_FIELDS = frozenset({"role", "content", "tool_calls", "tool_call_id", "name", "id", "type", "function",
+                            "arguments", "refusal", "audio"})
+"""Fields of the Chat Completions message itself: never a reasoning field, never dropped or demanded as one
+(`reasoning_fields = ["content"]` would send the prompt as reasoning, that is, not at all)."""
+_FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,63}")
+_MAX_NAMES = 32
+
+
 def check_overrides(table: Mapping[str, Any]) -> str | None:
-    """What is wrong with a config `[provider]` table, or None."""
+    """What is wrong with a config `[provider]` table (one line naming the key), or None: known keys, their
+    TOML types, list items names of at most 64 characters, at most 32 of them, none of `MESSAGE_FIELDS`."""
     for key, value in table.items():
         kind = PROFILE_FIELDS.get(key)
         if kind is None:
@@ -143,6 +152,15 @@ def check_overrides(table: Mapping[str, Any]) -> str | None:
         if not isinstance(value, kind) or (isinstance(value, list) and not all(isinstance(v, str) and v
                                                                                 for v in value)):
             return f"[provider] {key} must be {'a list of names' if kind is list else 'true or false'}"
+        if isinstance(value, list):
+            if len(value) > _MAX_NAMES:
+                return f"[provider] {key} may hold at most {_MAX_NAMES} names"
+            for name in value:
+                if not _FIELD_NAME.fullmatch(name):
+                    return f"[provider] {key}: {name[:64]!r} is not a field name (letters, digits, _ . : -)"
+                if name in MESSAGE_FIELDS:
+                    return (f"[provider] {key} may not name {name!r}: it is a field of the message itself "
+                            f"({', '.join(sorted(MESSAGE_FIELDS))})")
     return None
 
 

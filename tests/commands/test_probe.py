@@ -212,3 +212,17 @@ def unused_port_url() -> str:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     return f"http://127.0.0.1:{port}/v1"
+
+
+# issue 29: a deeply nested facts.json was `internal error: RecursionError` in crow probe --show
+def test_show_of_a_damaged_facts_file_is_one_warning_and_nothing_known(capsys) -> None:
+    from crow_cli.wire import facts
+    from tests.support import crow_here
+
+    path = facts.facts_path()
+    path.parent.mkdir(parents=True)
+    path.write_text('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    assert crow_here("probe", "--show") == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("nothing probed yet") and captured.err.count("\n") == 1
+    assert "damaged" in captured.err

@@ -368,7 +368,7 @@ def test_a_name_starting_with_a_digit_gets_a_letter_first_in_tools_and_history()
     request["tools"][1]["function"]["name"] = "21st_magic"
     request["messages"][1]["tool_calls"][0]["function"]["name"] = "21st_magic"
     found = rules(400, GEMINI_NAME, request)
-    assert found == [Rule("rename_tools", value="[A-Za-z_][A-Za-z0-9_-]{0,63}")]
+    assert found == [Rule("rename_tools", value="letter_first")]
     sent = apply_rules(request, found)
     assert [t["function"]["name"] for t in sent["tools"]] == ["create_event", "t_21st_magic"]
     assert sent["messages"][1]["tool_calls"][0]["function"]["name"] == "t_21st_magic"
@@ -400,7 +400,7 @@ def test_an_anthropic_compatible_name_pattern_renames_what_fails_it() -> None:
     request = body()
     request["tools"][1]["function"]["name"] = "josef.prochazka--webpage-singer"
     found = rules(400, text, request)
-    assert found == [Rule("rename_tools", value="[a-zA-Z0-9_-]{1,64}")]
+    assert found == [Rule("rename_tools", value="strict")]
     assert apply_rules(request, found)["tools"][1]["function"]["name"] == "josef_prochazka--webpage-singer"
 
 
@@ -409,3 +409,25 @@ def test_an_anthropic_compatible_name_pattern_renames_what_fails_it() -> None:
 def test_a_refusal_nested_deeper_than_the_parser_goes_names_nothing() -> None:
     deep = '{"error": {"message": "x", "param": ' + "[" * 100_000 + "]" * 100_000 + "}}"
     assert change_for(400, deep, {"model": "m", "messages": []}) is None
+
+
+# issue 29: a refusal's quoted "pattern '…'" was compiled and run unbounded on the event loop and stored; a
+# catastrophic one (here nested quantifiers against a long name) never finished
+def test_a_servers_name_pattern_is_never_compiled_only_a_known_rule_chosen() -> None:
+    hostile = "(a+)+" * 2000 + "b"
+    text = err(f"Invalid 'tools[1].function.name': Expected a string that matches the pattern '^{hostile}$'.")
+    request = body()
+    request["tools"][1]["function"]["name"] = "read.file" + "a" * 50
+    found = rules(400, text, request)
+    assert found == [Rule("rename_tools", value="strict")]
+    assert len(json.dumps(found[0].to_json())) < 100  # what is stored is the rule's name, not the pattern
+    assert apply_rules(request, found)["tools"][1]["function"]["name"] == "read_file" + "a" * 50
+
+
+def test_a_stored_pattern_of_an_earlier_version_is_read_as_a_known_rule_or_strict() -> None:
+    from crow_cli.wire.adapt import name_rule
+
+    assert name_rule("[A-Za-z_][A-Za-z0-9_-]{0,63}") == "letter_first"
+    assert name_rule("[a-zA-Z0-9_]+") == "word"
+    assert name_rule("(a+)+" * 1000) == "strict"
+    assert name_rule(None) == "letter_first"

@@ -67,6 +67,7 @@ async def test_a_named_parameter_is_dropped_the_request_sent_once_more_and_the_c
     assert {k: v for k, v in first.items() if k != "seed"} == second  # everything else unchanged
     assert history == HISTORY  # the history keeps what happened
     assert facts.recall(BASE, "m")["request_rules"] == [{"op": "drop_param", "target": "seed", "value": None}]
+    assert "Extra inputs are not permitted" in facts.recall_all()[f"{BASE} m"]["why"]  # from which refusal
     # the next run against the same base URL + model applies it before its first request: no failed request
     with respx.mock(assert_all_called=True) as mock:
         route = mock.post(URL).mock(side_effect=[ok()])
@@ -159,3 +160,50 @@ async def test_a_renamed_tool_is_called_by_its_own_name_and_the_history_keeps_it
     names = [tc["function"]["name"] for i in items if isinstance(i, dict) for ch in i["choices"]
              for tc in ch["delta"].get("tool_calls") or [] if "name" in tc.get("function", {})]
     assert names == ["21st_magic"]  # the loop runs the tool by its own name
+
+
+# issue 29: `temperature = 5` (a typo in the config) refused for its value was learned as "drop temperature"; fixed
+# to 0.2, crow then silently sent no temperature at all
+@pytest.mark.parametrize("refusal", [
+    # OpenAI (the platform's answer for a temperature above 2)
+    {"error": {"message": "Invalid 'temperature': decimal above maximum value. Expected a value <= 2, but got 5 "
+                          "instead.", "type": "invalid_request_error", "param": "temperature",
+               "code": "decimal_above_max_value"}},
+    # an OpenAI-compatible endpoint (Frrrrrrrrank/auto_job__find__chatgpt__rpa#40, there for 3.0)
+    {"error": {"message": "5 is greater than the maximum of 2 - 'temperature'", "type": "invalid_request_error",
+               "param": None, "code": None}},
+])
+async def test_a_refused_value_the_user_configured_ends_the_run_naming_it_and_is_not_learned(refusal) -> None:
+    c = ChatClient(ClientSettings(base_url=BASE, model="m", api_key="sk-test", max_retries=0,
+                                  params={"temperature": 5}))
+    with respx.mock(assert_all_called=True) as mock:
+        route = mock.post(URL).mock(side_effect=[httpx.Response(400, json=refusal), ok()])
+        with pytest.raises(ProviderError) as info:
+            await drain(c)
+    message = str(info.value)
+    assert "temperature = 5" in message and "(400" in message and "[params]" in message and "\n" not in message
+    assert route.call_count == 1
+    assert facts.recall(BASE, "m") == {}
+
+
+async def test_a_recalled_usage_option_refusal_sends_no_stream_options() -> None:
+    # issue 29: crow probe said "remembered for later runs: usage_option_refused" but no run read it
+    facts.learn(BASE, "m", usage_option_refused=True)
+    with respx.mock(assert_all_called=True) as mock:
+        route = mock.post(URL).mock(side_effect=[ok()])
+        await drain(client())
+    assert "stream_options" not in sent(route, 0)
+
+
+async def test_a_damaged_facts_file_is_one_notice_and_the_request_goes_out() -> None:
+    path = facts.facts_path()
+    path.parent.mkdir(parents=True)
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with respx.mock(assert_all_called=True) as mock:
+        route = mock.post(URL).mock(side_effect=[ok(), ok()])
+        c = client()
+        items = [i async for i in c.stream(json.loads(json.dumps(HISTORY)), TOOLS)]
+        items += [i async for i in c.stream(json.loads(json.dumps(HISTORY)), TOOLS)]
+        await c.aclose()
+    assert [i.code for i in items if isinstance(i, Notice)] == ["facts_damaged"]
+    assert route.call_count == 2

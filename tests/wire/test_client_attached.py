@@ -133,3 +133,17 @@ async def test_debug_traces_the_policy_each_field_change_and_why_and_the_fact_re
     assert any("reasoning_details pieces of one block" in m for m in debug)  # a block merged
     assert any("dropped reasoning_details" in m and "extra_forbidden" in m for m in debug)  # and why
     assert any("remembered for" in m and "refused_fields" in m for m in debug)
+
+
+# issue 29: reasoning_content refused by server A at a URL and model made every later tool run against server B
+# at the same URL and model fail for good, though B demands the field (DeepSeek thinking mode's 400)
+async def test_a_demand_for_a_field_learned_as_refused_replaces_the_fact() -> None:
+    facts.learn(BASE, "m", refused_fields=["reasoning_content"])
+    demand = {"error": {"message": "The reasoning_content in the thinking mode must be passed back to the API.",
+                        "type": "invalid_request_error", "param": None, "code": "invalid_request_error"}}
+    history = [user_message("rate?")]
+    route, _ = await run(history, [tool_turn(), httpx.Response(400, json=demand), streamed(text_sse("160."))])
+    assert "reasoning_content" not in body(route, 1)["messages"][1]
+    assert "reasoning_content" in body(route, 2)["messages"][1]  # sent once more with the fact undone
+    known = facts.recall(BASE, "m")
+    assert known["required_fields"] == ["reasoning_content"] and "reasoning_content" not in known["refused_fields"]

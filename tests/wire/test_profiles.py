@@ -32,6 +32,14 @@ def test_a_profile_is_found_by_host_and_overridden_by_the_config_table():
     ({"nope": 1}, "[provider] has no key 'nope'"),
     ({"refused_fields": "reasoning"}, "must be a list of names"),
     ({"tool_message_name": "yes"}, "must be true or false"),
+    # issue 29: reasoning_fields = ["content"] sent [{"role": "user"}] without the prompt and exited 0
+    ({"reasoning_fields": ["content"]}, "[provider] reasoning_fields may not name 'content'"),
+    ({"refused_fields": ["tool_calls"]}, "[provider] refused_fields may not name 'tool_calls'"),
+    ({"required_fields": ["role"]}, "[provider] required_fields may not name 'role'"),
+    ({"refused_fields": ["x" * 100]}, "is not a field name"),
+    ({"refused_fields": ["a b"]}, "is not a field name"),
+    ({"refused_fields": [f"f{i}" for i in range(40)]}, "at most 32"),
+    ({"reasoning_fields": ["reasoning_content", "thinking"]}, None),
 ])
 def test_the_config_table_is_checked(table, problem):
     found = check_overrides(table)
@@ -92,3 +100,14 @@ def test_a_demand_names_the_tool_message_name_only_where_it_is_that_field():
                                   "function_response.name: Name cannot be empty."])
 def test_ways_servers_say_a_tool_message_needs_its_name(text):
     assert field_demanded(400, text, ["name"]) == "name"
+
+
+# issue 29: `[provider] reasoning_fields = ["content"]` sent [{"role": "user"}] without the prompt and exited 0
+def test_a_message_field_named_in_the_provider_table_ends_crow_run_in_one_line_exit_2(tmp_path) -> None:
+    from tests.support import crow
+
+    config = tmp_path / "c.toml"
+    config.write_text('base_url = "http://127.0.0.1:9/v1"\n[provider]\nreasoning_fields = ["content"]\n')
+    proc = crow("run", "--config", str(config), "--api-key", "sk-test", "--model", "m", "hi")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "[provider] reasoning_fields may not name 'content'" in proc.stderr

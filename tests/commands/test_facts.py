@@ -1,0 +1,56 @@
+"""`crow facts list | forget`: what crow learned about servers, shown and dropped (issue 29)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from crow_cli.wire import facts
+from tests.support import crow_here
+
+
+def test_list_shows_each_endpoint_what_when_and_why(capsys: pytest.CaptureFixture[str]) -> None:
+    facts.learn("http://a.test/v1", "m", request_rules=[{"op": "drop_param", "target": "seed", "value": None}],
+                why="Extra inputs are not permitted: seed\x1b]0;owned\x07")
+    assert crow_here("facts", "list") == 0
+    out = capsys.readouterr().out
+    assert out.startswith("http://a.test/v1 m\n")
+    assert "adapted requests: dropped parameter seed" in out and "learned: 20" in out
+    assert "from the refusal: Extra inputs are not permitted: seed" in out and "\x1b" not in out
+    assert crow_here("facts", "list", "--json") == 0
+    assert json.loads(capsys.readouterr().out)["http://a.test/v1 m"]["request_rules"][0]["target"] == "seed"
+
+
+def test_forget_by_model_then_everything(capsys: pytest.CaptureFixture[str]) -> None:
+    facts.learn("http://a.test/v1", "m", tool_calling=True)
+    facts.learn("http://a.test/v1", "n", tool_calling=True)
+    assert crow_here("facts", "forget", "--model", "n") == 0
+    assert capsys.readouterr().out == "forgot http://a.test/v1 n\n"
+    assert list(facts.recall_all()) == ["http://a.test/v1 m"]
+    assert crow_here("facts", "forget", "--base-url", "http://a.test/v1/") == 0
+    assert facts.recall_all() == {}
+    assert crow_here("facts", "forget") == 0
+    assert capsys.readouterr().out.endswith("nothing to forget\n")
+
+
+def test_a_damaged_file_is_one_warning_and_nothing_listed(capsys: pytest.CaptureFixture[str]) -> None:
+    path = facts.facts_path()
+    path.parent.mkdir(parents=True)
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    assert crow_here("facts", "list") == 0
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and "damaged" in captured.err
+    assert captured.out.startswith("nothing learned yet")
+
+
+def test_facts_list_imports_neither_openai_nor_rich() -> None:
+    code = ("import sys\nsys.argv = ['crow', 'facts', 'list']\nfrom crow_cli.cli import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('openai', 'rich', 'prompt_toolkit', 'httpx') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                            env={**os.environ})
+    assert result.stdout.strip().splitlines()[-1] == "[]", result.stderr
