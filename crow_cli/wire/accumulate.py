@@ -46,6 +46,7 @@ cases: `tests/cases/*.json`, each a shape a real server sent):
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -151,6 +152,42 @@ class _TextBuffer:
 
     def value(self) -> str | None:
         return "".join(self.parts) or None
+
+
+_LEAKED_TAGS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<|im_end|>")
+"""Tags of the Hermes/ChatML tool-call templates (Qwen, SmolLM2 under crow's `data/llama-tools.jinja`) that
+small models served by llama.cpp leak into the answer text (`</tool_response>` after a result)."""
+_LEAKED_TAG = re.compile("(?:" + "|".join(re.escape(tag) for tag in _LEAKED_TAGS) + r")\n?")
+
+
+class _LeakFilter:
+    """Drops `_LEAKED_TAGS` from content text, also when a tag arrives split over deltas: a trailing piece
+    that may still become one is held back until it does or cannot. Linear; text without `<` passes as is."""
+
+    __slots__ = ("_held", "dropped")
+
+    def __init__(self) -> None:
+        self._held = ""
+        self.dropped = False
+
+    def feed(self, text: str) -> str:
+        if not self._held and "<" not in text:
+            return text
+        text, self._held = self._held + text, ""
+        if "<" not in text:
+            return text
+        cleaned = _LEAKED_TAG.sub("", text)
+        self.dropped = self.dropped or cleaned != text
+        start = cleaned.rfind("<")
+        tail = cleaned[start:]
+        if start >= 0 and len(tail) < 16 and any(tag.startswith(tail) for tag in _LEAKED_TAGS):
+            cleaned, self._held = cleaned[:start], tail
+        return cleaned
+
+    def flush(self) -> str:
+        """What was held back: it never became a tag, so it is text."""
+        tail, self._held = self._held, ""
+        return tail
 
 
 _CALL_KEYS = frozenset(("index", "id", "type", "function"))
@@ -388,6 +425,7 @@ class StreamAccumulator:
         self._latest_key: int | None = None
         self._text = _TextBuffer()
         self._think = _ThinkSplit()
+        self._leaks = _LeakFilter()
         self._reasoning = _TextBuffer()  # what is shown: per delta, its first reasoning source
         self._fields: dict[str, _TextBuffer] = {}  # reasoning text per field name, as sent
         self._blocks: dict[str, _Blocks] = {}  # per reasoning-block field, in arrival order
@@ -456,7 +494,7 @@ class StreamAccumulator:
                 content = self._content_parts(content, events)
             elif self._parts is not None and isinstance(content, str) and content:
                 self._parts.text(content)
-            if isinstance(content, str) and content and (shown := self._text.add(content)) \
+            if isinstance(content, str) and content and (shown := self._text.add(self._leaks.feed(content))) \
                     and self._think.split(shown, events):
                 self._fired("think-in-content", events, "a <think> block opens the content: shown as "
                             "reasoning, kept in the content as sent")
@@ -486,7 +524,7 @@ class StreamAccumulator:
             return False
         content = delta.get("content")
         if type(content) is str and self._parts is None:
-            if content and (shown := self._text.add(content)):
+            if content and (shown := self._text.add(self._leaks.feed(content))):
                 if self._think.plain:
                     events.append(TextDelta(shown))
                 elif self._think.split(shown, events):
@@ -781,6 +819,10 @@ class StreamAccumulator:
         events: list[Event] = []
         if tail := self._reasoning.flush():
             events.append(ReasoningDelta(tail))
+        if (held := self._leaks.flush()) and (shown := self._text.add(held)):
+            self._think.split(shown, events)
+        if self._leaks.dropped:
+            self._fired("template-tags-in-content")
         if tail := self._text.flush():
             self._think.split(tail, events)
         self._think.flush(events)

@@ -480,3 +480,24 @@ def test_n_above_one_ignores_interleaved_choices():
                    _choice(1, {}, "stop"), _choice(0, {}, "stop")]):
         acc.feed(piece)
     assert acc.finish()[0].content == "ab"
+
+
+# issue 34 §5: SmolLM2 under crow's Hermes-style template (llama.cpp) answered "The result is 4.\n</tool_response>":
+# the template's tags leaked into the answer text, shown and stored
+@pytest.mark.parametrize("pieces", [
+    ["The result is 4.", "\n</tool_", "response>"],
+    ["</tool_response>\n", "The result is 4.\n"],
+    ["The result is 4.<|im_", "end|>"],
+    ["<", "tool_call>", "\nThe result is 4.</tool_call>"],
+])
+def test_leaked_template_tags_are_neither_shown_nor_stored(pieces: list[str]) -> None:
+    turn, events = assemble(*[chunk({"content": p}) for p in pieces], chunk({}, "stop"))
+    shown = "".join(e.text for e in events if isinstance(e, TextDelta))
+    assert shown.strip() == "The result is 4." and turn.content.strip() == "The result is 4."
+    assert "template-tags-in-content" in turn.rules
+
+
+def test_text_that_only_looks_like_the_start_of_a_tag_is_kept() -> None:
+    turn, events = assemble(chunk({"content": "a <tool"}), chunk({"content": " b < c <"}), chunk({}, "stop"))
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "a <tool b < c <"
+    assert turn.content == "a <tool b < c <" and "template-tags-in-content" not in turn.rules
