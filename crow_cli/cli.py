@@ -73,7 +73,8 @@ app.command(epilog=examples("crow probe --base-url http://127.0.0.1:8080/v1", "c
             short_help="Probe a server: streaming and tool calling.")(probe)
 app.command(epilog=examples("crow models", "crow models --base-url http://127.0.0.1:11434/v1 --json"),
             short_help="List the server's models (GET /models).")(models)
-app.add_typer(facts_app, epilog=examples("crow facts list", "crow facts forget --model qwen3"))
+app.add_typer(facts_app, epilog=examples("crow facts list", "crow facts forget --model qwen3"),
+              short_help="Show and forget what crow learned about servers.")
 app.add_typer(sessions_app, epilog=examples("crow sessions list", "crow sessions show ID",
                                              "crow sessions export ID --format md"))
 
