@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+import stat
 from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
@@ -65,11 +66,7 @@ def default_prompt(*, workspace: Path, sandbox: str, network: bool = False, appr
     """
     template = _TEMPLATE
     if file is not None:
-        try:
-            template = Path(file).expanduser().read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "it is not UTF-8 text"
-            raise ConfigError(f"system prompt file {file!r} cannot be read: {why}") from None
+        template = _read_prompt_file(file)
     offered = set(tools)
     hints = [hint for name, hint in _TOOL_HINTS if name in offered]
     sandboxed = _SANDBOX.get(sandbox, sandbox)
@@ -84,6 +81,35 @@ def default_prompt(*, workspace: Path, sandbox: str, network: bool = False, appr
     # a value never adds a paragraph: `without_default` counts them
     return Template(template).safe_substitute({k: " ".join(v.split()) if k != "tools" else v.replace("\n\n", "\n")
                                                for k, v in values.items()})
+
+
+MAX_FILE_BYTES = 64 * 1024
+"""Bytes of a system prompt file at most: it goes with every request (AGENTS.md files get the same)."""
+
+
+def _read_prompt_file(file: str) -> str:
+    """The text of a system prompt file: a regular file (never a FIFO or /dev/zero, which would hang or fill
+    the memory) of at most `MAX_FILE_BYTES`, UTF-8.
+
+    Raises:
+        ConfigError: it cannot be read, is not a regular file, is larger, or is not UTF-8 text.
+    """
+    path = Path(file).expanduser()
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise ConfigError(f"system prompt file {file!r} cannot be read: {exc.strerror or exc}") from None
+    with open(fd, "rb") as fh:
+        info = os.fstat(fh.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(f"system prompt file {file!r} is not a regular file")
+        if info.st_size > MAX_FILE_BYTES:
+            raise ConfigError(f"system prompt file {file!r} is {info.st_size:,} bytes; at most {MAX_FILE_BYTES:,}")
+        data = fh.read(MAX_FILE_BYTES + 1)
+    try:
+        return data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ConfigError(f"system prompt file {file!r} cannot be read: it is not UTF-8 text") from None
 
 
 def without_default(system: str | None) -> str | None:

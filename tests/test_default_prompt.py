@@ -97,3 +97,22 @@ def test_crow_prompt_prints_the_system_message(tmp_path: Path, capsys: pytest.Ca
     assert out.startswith(FIRST_LINE) and "are refused" in out and out.rstrip().endswith("Use tabs.")
     assert crow_here("prompt", "--no-default-prompt", "--no-project-instructions") == 0
     assert capsys.readouterr().out == ""
+
+
+# found by a new-user tester: `--system-file /dev/zero` hung crow prompt and crow run; a 40 MB file was taken
+def test_a_prompt_file_must_be_a_small_regular_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="is not a regular file"):
+        default_prompt(workspace=tmp_path, sandbox="off", file="/dev/zero")
+    (tmp_path / "big.md").write_text("x" * 70_000)
+    with pytest.raises(ConfigError, match="at most 65,536"):
+        default_prompt(workspace=tmp_path, sandbox="off", file=str(tmp_path / "big.md"))
+
+
+# found by a new-user tester: `crow run -c --system-file F` and `-c --no-default-prompt` went on with the stored
+# prompt without a word, where `-c --system X` is refused
+@pytest.mark.parametrize("flags", [["--system-file", "x.md"], ["--no-default-prompt"]])
+def test_a_continued_session_refuses_a_flag_that_would_change_its_prompt(
+        tmp_path: Path, flags: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    code = crow_here("run", "--base-url", "http://127.0.0.1:9/v1", "--api-key", "k", "-c", *flags, "more")
+    assert code == 2 and "cannot change the system prompt of a continued session" in capsys.readouterr().err

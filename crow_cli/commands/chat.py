@@ -70,6 +70,9 @@ def chat(
     from ..surfaces.chat import ChatOptions, run_chat
 
     try:
+        if resume and (system_file is not None or no_default_prompt):
+            raise ConfigError(f"{'--system-file' if system_file is not None else '--no-default-prompt'} cannot change "
+                              "the system prompt of a resumed session; start a new chat for a new one")
         if session_id is not None and not resume:
             raise ConfigError(f"unexpected argument {session_id!r}: to continue a session, use --resume {session_id}")
         if session_id is not None and not session_id.strip():

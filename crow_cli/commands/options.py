@@ -59,7 +59,7 @@ ApiKeyOpt = Annotated[str | None, typer.Option("--api-key", metavar="KEY",
                                                "configured for). Never printed or stored.",
                                                show_default=False)]
 SystemOpt = Annotated[str | None, typer.Option("--system", metavar="TEXT", help="System prompt, after crow's "
-                                               "built-in one (\"\": no system prompt at all).")]
+                                               "built-in one (\"\": neither; AGENTS.md files still follow).")]
 SystemFileOpt = Annotated[str | None, typer.Option("--system-file", metavar="FILE", help="A file whose text replaces "
                                                    "crow's built-in system prompt ($workspace, $os, $shell, $date, "
                                                    "$sandbox, $approval, $tools are filled in).")]

@@ -184,6 +184,9 @@ def run(
             raise ConfigError("--no-session cannot be combined with --continue or --session")
         if continue_last and session:
             raise ConfigError("--continue and --session cannot be combined")
+        if (continue_last or session) and (system_file is not None or no_default_prompt):
+            raise ConfigError(f"{'--system-file' if system_file is not None else '--no-default-prompt'} cannot change "
+                              "the system prompt of a continued session; start a new session for a new one")
         if session is not None and not session.strip():
             raise ConfigError("--session needs a session id (crow sessions list shows them)")
         text, piped_image = _read_prompt(prompt, use_stdin)
