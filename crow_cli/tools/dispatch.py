@@ -213,7 +213,8 @@ async def _run_one(
             escalate = getattr(approve, "escalate", None)
             if escalate is None or not await escalate(call, t, blocked.reason):
                 return fail(blocked.reason, "denied", f"{blocked.output}\n[{blocked.reason}. It was not run outside "
-                            "the sandbox. Do not retry it unchanged; work inside the workspace]")
+                            "the sandbox. Do not retry it unchanged; work inside the workspace]",
+                            display=blocked.display)
             unconfined = replace(context, sandbox=Sandbox("off"))
             async with exclusive.hold(not t.parallel):
                 started = time.perf_counter()

@@ -50,6 +50,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
+from ..history import ToolDisplay
+
 __all__ = ["DEFAULT_MODE", "MODES", "Mode", "Sandbox", "SandboxBlocked", "backend", "blocked_reason", "bwrap_argv",
            "git_metadata", "guarded_paths", "is_guarded", "put_aside_new_git", "sandbox_argv", "seatbelt_profile",
            "seccomp_fd", "socket_filter", "startup_notice", "unavailable_reason"]
@@ -120,12 +122,14 @@ class SandboxBlocked(Exception):
     Attributes:
         reason: what the sandbox refused, one line.
         output: the command's result text as the model would have read it.
+        display: what the person is shown of the command (its output and exit status), as for any command.
     """
 
-    def __init__(self, reason: str, output: str) -> None:
+    def __init__(self, reason: str, output: str, display: ToolDisplay | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.output = output
+        self.display = display
 
 
 def _temp(sandbox: Sandbox) -> str:

@@ -14,7 +14,7 @@ from crow_cli.sessions import SessionStore
 from crow_cli.surfaces.chat import ChatOptions
 from crow_cli.surfaces.render import TurnView
 from crow_cli.surfaces.shown import display_lines, display_status
-from tests.support import chat, run_here, script
+from tests.support import chat, needs_sandbox, run_here, script
 
 SEQ = "seq 1 40"  # 40 lines: 1..5, "… 30 lines …", 36..40
 
@@ -63,6 +63,19 @@ async def test_crow_run_shows_a_commands_first_and_last_lines_and_exit_code_on_s
     assert ran.requests[1]["messages"][-2]["content"] == "[exit code 0]\n" + "".join(f"{n}\n" for n in range(1, 41))
     quiet = await run_here(turns, "go", yes=True, session=False, quiet=True, cwd=tmp_path)
     assert quiet.code == 0 and "oops" not in quiet.stderr and "36" not in quiet.stderr
+
+
+# found by a new-user tester: a command the sandbox refused showed one cut line ("✗ run_shell 0.02s: [exit code 5]
+# 1 2 3 … touch: cannot touch …") instead of its exit status and first and last lines
+@needs_sandbox()
+async def test_a_command_the_sandbox_refused_shows_its_status_and_output(tmp_path: Path) -> None:
+    turns = script([("c1", "run_shell", {"command": "seq 1 30; touch /var/tmp/crow-x; echo end; exit 5"})])
+    ran = await run_here(turns, "go", yes=True, session=False, cwd=tmp_path)
+    assert ran.code == 0, ran.stderr
+    assert "s · exit code 5\n" in ran.stderr and "  ✗ run_shell " in ran.stderr
+    lines = [line.strip() for line in ran.stderr.splitlines()]
+    assert lines[lines.index("1"):lines.index("1") + 6] == ["1", "2", "3", "4", "5", "… 22 lines …"]
+    assert "end" in lines
 
 
 # issue 34: under --yes and auto-edit nobody sees a preview, and the applied edit was not shown either

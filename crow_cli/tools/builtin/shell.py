@@ -252,10 +252,10 @@ async def run_shell(command: str, timeout_s: float | None = None, context: ToolC
         result += (f"\n[the sandbox put aside the git metadata this command made ({names}): its hooks and config "
                    "would run outside the sandbox at the next git command]")
         reason = "the sandbox does not let a command make a git repository or gitdir file (.git) in the workspace"
-    if reason is not None:
-        raise SandboxBlocked(reason, result)
     exited = code if not timed_out and code is not None and code >= 0 else None
     shown = ToolDisplay(output=output, exit_code=exited, status=status)  # the person sees it too
+    if reason is not None:
+        raise SandboxBlocked(reason, result, shown)
     if timed_out or proc.returncode:  # the model reads `result` all the same; the call is shown failed
         raise ToolFailed(status, result, display=shown)
     return ToolOutput(result, shown)
