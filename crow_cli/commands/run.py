@@ -89,6 +89,9 @@ def _read_stdin() -> str | bytes:
             raise ConfigError(f"cannot attach the image on standard input: it is {len(data):,} bytes; images are "
                               f"attached up to {MAX_IMAGE_BYTES:,}")
         return data
+    if b"\0" in data[:8192] and not data.startswith((b"\xff\xfe", b"\xfe\xff", b"\0\0\xfe\xff")):
+        raise ConfigError("standard input is binary, not text nor a PNG, JPEG, GIF or WebP image; it was not sent "
+                          "(--no-stdin leaves it unread)")
     return decode_text(data)
 
 

@@ -63,3 +63,11 @@ def test_dash_i_attaches_an_image_and_refuses_a_text_file(tmp_path: Path, monkey
     assert "[attached image: d.png]" in content[0]["text"]
     assert "cannot attach notes.txt with -i: not a PNG, JPEG, GIF or WebP image" in capsys.readouterr().err
     assert len(server.requests) == 1
+
+
+# found by a new-user tester: binary stdin that is no image went into the prompt, NULs and U+FFFD included
+def test_binary_stdin_that_is_no_image_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    piped = tmp_path / "blob"
+    piped.write_bytes(b"\0\1\xff\xfe\x00binary")
+    assert crow_here("run", "--base-url", "http://127.0.0.1:9/v1", "--api-key", "k", "what", stdin=piped) == 2
+    assert "standard input is binary" in capsys.readouterr().err  # UTF-16 text has NULs too: tested above
