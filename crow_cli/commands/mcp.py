@@ -17,9 +17,11 @@ from .options import (
     DenyOpt,
     MaxTurnsOpt,
     ModelOpt,
+    NoDefaultPromptOpt,
     NoToolsOpt,
     ProfileOpt,
     SandboxOpt,
+    SystemFileOpt,
     SystemOpt,
     ToolsDirOpt,
     WorkspaceOpt,
@@ -36,6 +38,8 @@ def mcp(
     base_url: BaseUrlOpt = None,
     api_key: ApiKeyOpt = None,
     system: SystemOpt = None,
+    system_file: SystemFileOpt = None,
+    no_default_prompt: NoDefaultPromptOpt = False,
     max_turns: MaxTurnsOpt = None,
     tools_dir: ToolsDirOpt = None,
     no_tools: NoToolsOpt = False,
@@ -62,8 +66,10 @@ def mcp(
 
     try:
         settings = load_settings(
-            {"model": model, "base_url": base_url, "api_key": api_key, "system": system, "max_turns": max_turns,
-             "approval": approval, "allow": allow, "deny": deny, "workspace": workspace, "sandbox": sandbox},
+            {"model": model, "base_url": base_url, "api_key": api_key, "system": system,
+             "system_prompt_file": system_file, "default_prompt": False if no_default_prompt else None,
+             "max_turns": max_turns, "approval": approval, "allow": allow, "deny": deny, "workspace": workspace,
+             "sandbox": sandbox},
             config_path=config, profile=profile,
         )
         check_before_start(settings, yes=yes)
