@@ -863,6 +863,10 @@ def test_delete_by_a_prefix_asks_or_needs_yes(_isolated_home: Path, capsys: pyte
     assert crow_here("sessions", "delete", info.id[:2], "--yes") == 0
     with SessionStore() as store, pytest.raises(SessionError):
         store.get(info.id)
+    # found by a new-user tester: the whole id in capitals, or with a space after it, was called a prefix
+    with SessionStore() as store:
+        other = store.create(model="m")
+    assert crow_here("sessions", "delete", f"{other.id.upper()} ") == 0
 
 
 # issue 32: a stored title's bidi override reached `crow sessions list` on a terminal and reordered its line

@@ -161,7 +161,7 @@ def delete(
     try:
         with _store() as store:
             info = store.get(session_id)
-            if info.id != session_id and not yes:  # a slip of two characters must not delete a conversation
+            if len(session_id.strip()) < len(info.id) and not yes:  # a slip of two characters must not delete one
                 if not sys.stdin.isatty():
                     raise ConfigError(f"{session_id!r} is a prefix of session {info.id}: give the whole id, or "
                                       "--yes to delete it")

@@ -50,6 +50,8 @@ def endpoint_key(base_url: str, model: str) -> str:
 
 
 MAX_AGE = 30 * 24 * 3600.0
+_SKEW_S = 3600.0
+"""How far in the future a record's `learned_at` may be (a clock set back, rounding): later, it is not known."""
 """Seconds a record is trusted after it was last learned (30 days): older ones count as not known and are
 learned again, so a server that changed is not held to what it once refused."""
 MAX_FILE = 1 << 20
@@ -140,7 +142,7 @@ def _read() -> dict[str, dict[str, Any]]:
     for key, record in list(data.items())[:MAX_ENDPOINTS]:
         if isinstance(key, str) and len(key) <= 1024 and isinstance(record, dict):
             checked = _checked(record)
-            if now - checked.get("learned_at", now) <= MAX_AGE:
+            if -_SKEW_S <= now - checked.get("learned_at", now) <= MAX_AGE:  # dated in the future: learned again
                 out[key] = checked
     return out
 

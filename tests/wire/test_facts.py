@@ -124,6 +124,14 @@ def test_a_record_older_than_max_age_is_not_known_and_is_learned_again() -> None
     assert facts.recall("http://h/v1", "m") == {"tool_calling": False}
 
 
+# found by a new-user tester: a record dated in the year 2286 was trusted and so never reached its expiry
+def test_a_record_dated_in_the_future_is_not_known() -> None:
+    path = facts.facts_path()
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"http://h/v1 m": {"tool_calling": True, "learned_at": 9_999_999_999}}))
+    assert facts.recall("http://h/v1", "m") == {}
+
+
 def test_forget_drops_by_base_url_and_model() -> None:
     facts.learn("http://a/v1", "m", tool_calling=True)
     facts.learn("http://a/v1", "n", tool_calling=True)
