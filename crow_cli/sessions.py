@@ -464,10 +464,11 @@ class SessionStore:
 
     # messages
 
-    def append(self, session_id: str, message: Message) -> int:
+    def append(self, session_id: str, message: Message, *, title: str | None = None) -> int:
         """Store `message` after the session's last one and commit; returns its 0-based position.
 
-        The first user message also becomes the session's title.
+        The first user message also gives the session its title: `title` when given (the prompt as typed,
+        without the piped input or attached files the message also holds), else the message's text.
         """
         data = json.dumps(by_reference(message, self._keep_image), ensure_ascii=False)
         now = time.time()
@@ -478,7 +479,7 @@ class SessionStore:
             self._db.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, session_id))
             if message.get("role") == "user":
                 self._db.execute("UPDATE sessions SET title = ? WHERE id = ? AND title = ''",
-                                 (_title(message.get("content")), session_id))
+                                 (_title(message.get("content") if title is None else title), session_id))
         return int(position)
 
     def messages(self, session_id: str) -> list[Message]:
@@ -613,6 +614,12 @@ _SELECT = ("SELECT s.id, s.title, s.created_at, s.updated_at, s.model, s.base_ur
 def _title(content: str | list[ContentPart] | None) -> str:
     line = " ".join(content_text(content).split())
     return line if len(line) <= _TITLE_CHARS else line[: _TITLE_CHARS - 1] + "…"
+
+
+def exports_dir() -> Path:
+    """`crow/exports` in the platformdirs user data dir, beside the store: where chat's `/export` writes
+    when given no path (never into the repository the chat works in)."""
+    return default_db_path().parent / "exports"
 
 
 def write_export(path: Path, data: bytes) -> None:

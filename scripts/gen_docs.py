@@ -9,6 +9,8 @@
   crow_cli/schemas/events.schema.json.
 - docs/configuration.md, between `<!-- generated: settings -->` and `<!-- end generated -->`: the config keys,
   from the settings table `crow_cli.config.OPTIONS`.
+- docs/chat.md, between `<!-- generated: slash-commands -->` and `<!-- end generated -->`: chat's slash
+  commands, from its command table `crow_cli.surfaces.chat.ChatApp.COMMANDS`.
 """
 
 from __future__ import annotations
@@ -80,6 +82,18 @@ def settings_table() -> str:
     return "\n".join(rows)
 
 
+def slash_commands_table() -> str:
+    """Chat's slash commands: what is typed (aliases after it) and what it does, in /help's order."""
+    from crow_cli.surfaces.chat import ChatApp
+
+    rows = ["| command | what it does |", "|---|---|"]
+    for command in ChatApp.COMMANDS:
+        typed = ", ".join(f"`/{name}{' ' + command.args if command.args else ''}`"
+                          for name in (command.name, *command.aliases))
+        rows.append(f"| {typed} | {command.doc.replace('|', chr(92) + '|')} |")
+    return "\n".join(rows)
+
+
 def _splice(text: str, name: str, body: str) -> str:
     pattern = re.compile(rf"(<!-- generated: {name} -->\n).*?(<!-- end generated -->)", re.S)
     if not pattern.search(text):
@@ -91,10 +105,12 @@ def pages() -> dict[Path, str]:
     """Every generated page's wanted content."""
     scripting = DOCS / "scripting.md"
     configuration = DOCS / "configuration.md"
+    chat = DOCS / "chat.md"
     return {
         DOCS / "cli.md": cli_reference(),
         scripting: _splice(scripting.read_text(encoding="utf-8"), "events", events_table()),
         configuration: _splice(configuration.read_text(encoding="utf-8"), "settings", settings_table()),
+        chat: _splice(chat.read_text(encoding="utf-8"), "slash-commands", slash_commands_table()),
     }
 
 

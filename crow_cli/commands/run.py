@@ -95,9 +95,10 @@ def _read_stdin() -> str | bytes:
     return decode_text(data)
 
 
-def _read_prompt(prompt: str | None, use_stdin: bool | None) -> tuple[str, bytes | None]:
-    """The argument, with piped stdin after it (`git diff | crow run "Review this"`), or stdin alone; and the
-    image piped on stdin (None when none was).
+def _read_prompt(prompt: str | None, use_stdin: bool | None) -> tuple[str, str, bytes | None]:
+    """The argument, with piped stdin after it (`git diff | crow run "Review this"`), or stdin alone; the
+    prompt as typed (the argument, or stdin when it is the prompt: the session's title); and the image piped
+    on stdin (None when none was).
 
     With a prompt argument, stdin is added when `use_stdin` is True, or (None) when it is a pipe or a
     file piped to this command, not the starting shell's own input (`printf 'a\\nb\\n' | while read l; do
@@ -105,6 +106,7 @@ def _read_prompt(prompt: str | None, use_stdin: bool | None) -> tuple[str, bytes
     is attached to the prompt argument (it cannot be the prompt).
     """
     image: bytes | None = None
+    typed = prompt or ""
     if prompt is None or prompt == "-":
         if use_stdin is False:
             raise ConfigError("no prompt: pass it as an argument (--no-stdin keeps standard input unread)")
@@ -112,7 +114,7 @@ def _read_prompt(prompt: str | None, use_stdin: bool | None) -> tuple[str, bytes
         if isinstance(piped, bytes):
             raise ConfigError("no prompt: standard input is an image; pass the prompt as an argument "
                               "(the image is attached to it)")
-        prompt = piped
+        prompt = typed = piped
         if not prompt.strip():
             raise ConfigError("no prompt: pass it as an argument or on standard input")
     else:
@@ -125,7 +127,7 @@ def _read_prompt(prompt: str | None, use_stdin: bool | None) -> tuple[str, bytes
             prompt = f"{prompt}\n\n{piped}"
     if not prompt.strip():
         raise ConfigError("the prompt is empty")
-    return clean_text(prompt), image  # argv bytes that did not decode arrive as lone surrogates
+    return clean_text(prompt), clean_text(typed), image  # argv bytes that did not decode arrive as lone surrogates
 
 
 def run(
@@ -192,7 +194,7 @@ def run(
                               "the system prompt of a continued session; start a new session for a new one")
         if session is not None and not session.strip():
             raise ConfigError("--session needs a session id (crow sessions list shows them)")
-        text, piped_image = _read_prompt(prompt, use_stdin)
+        text, typed, piped_image = _read_prompt(prompt, use_stdin)
         settings = load_settings(
             {"model": model, "base_url": base_url, "api_key": api_key, "system": system,
              "system_prompt_file": system_file,
@@ -206,7 +208,7 @@ def run(
 
             prepare_record_dir(record)
         check_before_start(settings, yes=yes, local=local or bool(local_model))
-        options = RunOptions(prompt=text, tools_dirs=tuple(tools_dir or ()), no_tools=no_tools, yes=yes,
+        options = RunOptions(prompt=text, title=typed, tools_dirs=tuple(tools_dir or ()), no_tools=no_tools, yes=yes,
                              debug=debug, json=json_events, quiet=quiet, exit_grace_s=_EXIT_GRACE_S,
                              session=not no_session, session_id=session, continue_last=continue_last,
                              record_dir=record, system=system, project_instructions=not no_project_instructions,

@@ -45,7 +45,7 @@ from ..events import (
     WarningEvent,
 )
 from ..history import Message, ToolCall, content_text, is_prompt, user_message
-from ..sessions import EXPORT_FORMATS, SessionInfo, SessionStore, export_session, write_export
+from ..sessions import EXPORT_FORMATS, SessionInfo, SessionStore, export_session, exports_dir, write_export
 from ..text import clean_text, public_url, strip_controls
 from ..tools.approval import approval_question, make_approver, parse_answer
 from ..tools.mcp import end_task
@@ -399,6 +399,8 @@ class ChatApp:
                 except CrowError as exc:  # an @file too big, binary or outside the workspace: not sent
                     self.view.line(f"crow: error: {exc}; the message was not sent", "red")
                     continue
+                if self.recorder is not None:
+                    self.recorder.title = text  # a new session's title: what was typed, not the files attached
                 keep = len(self.history)
                 self.history.append(message)
                 if not await self._run_turn() and len(self.history) == keep + 1:
@@ -625,9 +627,9 @@ class ChatApp:
         self._open(arg or None, latest=not arg)
 
     async def _export(self, arg: str) -> None:
-        """`/export [md|json|jsonl] [PATH]`: the session to PATH (any folder; default
-        `crow-session-ID.FMT` here, quoted as in a shell when it holds spaces); the format follows PATH's
-        suffix when not given."""
+        """`/export [md|json|jsonl] [PATH]`: the session to PATH (any folder, quoted as in a shell when it holds
+        spaces; default `crow-session-ID.FMT` in the data folder's `exports`, not the repository); the format
+        follows PATH's suffix when not given."""
         try:
             words = shlex.split(arg)
         except ValueError as exc:  # an unbalanced quote
@@ -653,14 +655,15 @@ class ChatApp:
             now = time.time()
             info = SessionInfo("unsaved", "", now, now, self.settings.model, public_url(self.settings.base_url),
                                str(Path.cwd()))
-        path = target or Path(f"crow-session-{info.id}.{fmt}")
+        name = info.id if info.id != "unsaved" else "unsaved-" + time.strftime("%Y%m%d-%H%M%S")
+        path = target or exports_dir() / f"crow-session-{name}.{fmt}"
         data = export_session(info, self.history, fmt).encode("utf-8")
         try:  # off the loop: a slow disk must not freeze the chat; a FIFO is refused, never waited on
             await asyncio.to_thread(write_export, path, data)
         except OSError as exc:
             self.view.line(f"crow: error: cannot write {strip_controls(str(path))}: {exc.strerror or exc}", "red")
             return
-        self.view.line(f"wrote {path}")
+        self.view.line(f"wrote {strip_controls(str(path))}")
 
     async def _usage(self, arg: str) -> None:
         self.view.line(f"last turn: {self.last_usage.text()}")
@@ -762,8 +765,8 @@ class ChatApp:
         SlashCommand("tools", "", "the tools the model is offered", _tools),
         SlashCommand("sessions", "", "recent sessions", _sessions),
         SlashCommand("resume", "[ID]", "continue a session (the most recent when no id)", _resume),
-        SlashCommand("export", "[FMT] [PATH]", "write this conversation to PATH (md, json or jsonl; default here)",
-                     _export),
+        SlashCommand("export", "[FMT] [PATH]",
+                     "write this conversation to PATH (md, json or jsonl; default: crow's data folder)", _export),
         SlashCommand("usage", "", "token usage of the last turn and of this session; context used / window",
                      _usage),
         SlashCommand("compact", "[FOCUS]", "summarise older exchanges now (keeping FOCUS in particular)",

@@ -47,6 +47,9 @@ class SessionRecorder:
         self._backups: list[tuple[int, str, bytes | None, str]] = []
         self.previous_model: str | None = None
         """The model a continued session was using when it differs from this run's (say so once)."""
+        self.title: str | None = None
+        """The prompt as the person typed it: the title a new session gets from its first user message, which
+        may also hold piped input and attached files (None: the message's own text)."""
 
     @property
     def session_id(self) -> str | None:
@@ -66,7 +69,7 @@ class SessionRecorder:
                 self.info = self.store.create(model=self.settings.model, base_url=self.settings.base_url,
                                               cwd=os.getcwd())
             for message in history[self.stored:]:
-                self.store.append(self.info.id, message)
+                self.store.append(self.info.id, message, title=self.title)
                 self.stored += 1
         except SessionError:
             self.broken = True  # said once; the conversation goes on unrecorded

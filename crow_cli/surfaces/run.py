@@ -61,6 +61,8 @@ __all__ = ["PlainPrinter", "RunOptions", "run_prompt"]
 @dataclass(frozen=True)
 class RunOptions:
     prompt: str
+    title: str | None = None
+    """The prompt as typed, without piped input: a new session's title (None: the prompt's own text)."""
     tools_dirs: tuple[str, ...] = ()
     no_tools: bool = False
     yes: bool = False
@@ -245,6 +247,8 @@ def _start_history(settings: Settings, options: RunOptions, content: Any = None
             if options.session_id or options.continue_last:
                 raise
             warning = WarningEvent(f"{exc}; this run is not recorded")
+    if recorder is not None:
+        recorder.title = options.title
     try:
         if settings.system and not history:
             history.append({"role": "system", "content": settings.system})

@@ -24,6 +24,24 @@ def test_piped_text_is_decoded_by_its_byte_order_mark(encoding: str, tmp_path: P
     assert server.requests[0]["messages"][-1]["content"] == "Review\n\ncafé\n"
 
 
+# the agent-experience issue (34 §3): `git diff | crow run "Review"` was titled "Review diff --git a/…", and a
+# `-f` file's text became the title of a short prompt; the title is the prompt as typed
+def test_a_sessions_title_is_the_typed_prompt_not_piped_input_or_files(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from crow_cli.sessions import SessionStore
+
+    monkeypatch.chdir(tmp_path)
+    piped = tmp_path / "piped"
+    piped.write_text("diff --git a/x b/x\n")
+    (tmp_path / "notes.txt").write_text("attached words\n")
+    with ReplayServer([{"sse": text_sse("ok")}, {"sse": text_sse("ok")}]) as server:
+        assert crow_here(*run_args(server, "--no-tools", "--stdin", "Review"), stdin=piped) == 0
+        assert crow_here(*run_args(server, "--no-tools", "-f", "notes.txt", "Summarise")) == 0
+    assert server.requests[0]["messages"][-1]["content"].startswith("Review\n\ndiff --git")
+    with SessionStore() as store:
+        assert sorted(s.title for s in store.recent()) == ["Review", "Summarise"]
+
+
 PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 24
 
 

@@ -497,6 +497,11 @@ async def test_resource_links_and_embedded_resources_join_the_user_message(works
     user = server.requests[0]["messages"][-1]["content"]
     assert user == (f"look at\n\n[main.py]({workspace}/main.py)\n\n"
                     f'<context uri="{workspace}/notes.md">\nremember this\n</context>')
+    # the agent-experience issue (34 §3): a session is titled by what was typed, not by the resources after it
+    from crow_cli.sessions import SessionStore
+
+    with SessionStore() as store:
+        assert [s.title for s in store.recent()] == ["look at"]
 
 
 async def test_acp_sessions_are_crow_sessions(workspace, capsys):

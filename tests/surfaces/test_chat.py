@@ -19,7 +19,7 @@ from rich.console import Console
 
 from crow_cli.config import Settings
 from crow_cli.errors import ConfigError, SessionError
-from crow_cli.sessions import SessionStore
+from crow_cli.sessions import SessionStore, exports_dir
 from crow_cli.surfaces.chat import ChatApp, ChatOptions, help_text
 from tests.conftest import text_sse
 from tests.replay_server import ReplayServer, text_stream
@@ -317,8 +317,13 @@ async def test_slash_commands(store: SessionStore, tmp_path: Path, monkeypatch: 
     assert authorless(store.messages(first.id)) == [{"role": "user", "content": "hello"},
                                         {"role": "assistant", "content": "Retried."}]
     assert first.model == "other-model"
-    assert "Retried." in (tmp_path / f"crow-session-{first.id}.md").read_text()
-    assert json.loads((tmp_path / f"crow-session-{first.id}.json").read_text())["session"]["id"] == first.id
+    # the agent-experience issue (34 §3): /export wrote into the repository chat works in; it writes to the
+    # data folder and says where
+    exports = exports_dir()
+    assert "Retried." in (exports / f"crow-session-{first.id}.md").read_text()
+    assert json.loads((exports / f"crow-session-{first.id}.json").read_text())["session"]["id"] == first.id
+    assert f"wrote {exports / f'crow-session-{first.id}.md'}" in output
+    assert not list(tmp_path.glob("crow-session-*"))
     assert app.recorder.session_id != first.id
 
 
@@ -478,6 +483,8 @@ async def test_at_mentions_attach_files(store: SessionStore, tmp_path: Path, mon
     sent = server.requests[0]["messages"][-1]["content"]
     assert sent == "what about @notes.txt?\n\n[attached file: notes.txt]\n```\nthe milk\n```"
     assert "attached: notes.txt" in output
+    # the agent-experience issue (34 §3): the session was titled with the attached file's text after the prompt
+    assert [s.title for s in store.recent()] == ["what about @notes.txt?"]
 
 
 # issue 13: /undo removes the last exchange and restores the files crow's file tools changed
@@ -512,7 +519,8 @@ async def test_export_works_without_a_session_and_to_a_chosen_path(store: Sessio
             f"/export md {tmp_path / 'new' / 'sub' / 'x.md'}\r/export jsn\r/exit\r")
     output, _, _ = await chat([{"sse": text_stream("Hi.")}], keys, store, options=ChatOptions(session=False))
     assert "nothing to export yet" in output.split("Hi.")[0]
-    assert "Hi." in (tmp_path / "crow-session-unsaved.md").read_text()
+    (unsaved,) = exports_dir().glob("crow-session-unsaved-*.md")
+    assert "Hi." in unsaved.read_text()
     assert authorless(json.loads(elsewhere.read_text())["messages"][-1]) == {"role": "assistant", "content": "Hi."}
     assert "crow: error: cannot write" in output and store.recent() == []
     assert "Hi." in (tmp_path / "new" / "sub" / "x.md").read_text()

@@ -168,6 +168,11 @@ def stored_diff(tool: Tool | None, args: dict[str, Any] | None, root: Path) -> A
     return acp.tool_diff_content(str(file), new, old) if isinstance(old, str) and isinstance(new, str) else None
 
 
+def typed_text(blocks: Sequence[Any]) -> str:
+    """The text blocks of a `session/prompt` alone, without its resources: what a new session is titled by."""
+    return " ".join(block.text for block in blocks if isinstance(block, TextContentBlock))
+
+
 def prompt_text(blocks: Sequence[Any]) -> str:
     """The user message of a `session/prompt`: text, resource links and embedded resources, in order.
 

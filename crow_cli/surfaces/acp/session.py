@@ -62,6 +62,7 @@ from .convert import (
     stored_diff,
     title,
     tool_kind,
+    typed_text,
 )
 
 if TYPE_CHECKING:
@@ -351,6 +352,7 @@ class Session:
         if self.busy:
             raise RequestError(-32600, "a prompt is already running in this session")
         text = prompt_text(blocks)
+        self.recorder.title = typed_text(blocks) or None  # a new session's title: never an embedded file's text
         self.busy, self.refused, self.finish_reason = True, False, ""
         self.idle.clear()
         try:
