@@ -387,6 +387,9 @@ def load_settings(
     values: dict[str, Any] = {}
     for option in OPTIONS:
         values[option.key] = _resolve(option, flags, env, layers)
+    if values["system_prompt_file"] is not None and "system_prompt_file" not in flags:
+        # a config file's path is the file's, wherever crow runs from (a flag's is the shell's)
+        values["system_prompt_file"] = str(path.parent / Path(values["system_prompt_file"]).expanduser())
     base_url = str(values["base_url"] or env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
     if values["base_url"] is None and (problem := _http_url(base_url)):
         raise ConfigError(f"OPENAI_BASE_URL {problem}")

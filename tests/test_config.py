@@ -35,6 +35,15 @@ def test_precedence_flags_env_config():
     assert load_settings({}, env={"CROW_BASE_URL": "http://crow/v1/"}).base_url == "http://crow/v1"
 
 
+# found trying the built-in prompt as a new user (wave 4): `system_prompt_file = "prompt.md"` in the config was
+# looked for in the folder crow ran from, so it worked in one folder and was "cannot be read" in the next
+def test_a_config_files_system_prompt_file_is_relative_to_the_config(tmp_path, monkeypatch):
+    config = write_config('system_prompt_file = "prompt.md"\n')
+    monkeypatch.chdir(tmp_path)
+    assert load_settings({}, env={}).system_prompt_file == str(config.parent / "prompt.md")
+    assert load_settings({"system_prompt_file": "here.md"}, env={}).system_prompt_file == "here.md"  # the shell's
+
+
 def test_api_key_lookup_order():
     write_config('api_key_env = "MY_KEY"\n')
     assert load_settings({}, env={"OPENAI_API_KEY": "o", "MY_KEY": "m"}).api_key == "m"

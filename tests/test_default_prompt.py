@@ -99,6 +99,19 @@ def test_crow_prompt_prints_the_system_message(tmp_path: Path, capsys: pytest.Ca
     assert capsys.readouterr().out == ""
 
 
+# found by a new-user tester (wave 4): `crow prompt --tools-dir /nope` printed the prompt without a word about the
+# missing folder, and an empty --system-file was blamed on "--no-default-prompt or --system \"\""
+def test_crow_prompt_says_what_is_missing(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CROW_DEFAULT_PROMPT", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert crow_here("prompt", "--tools-dir", str(tmp_path / "nope")) == 0
+    assert f"crow: warning: tools folder '{tmp_path / 'nope'}' does not exist" in capsys.readouterr().err
+    (tmp_path / "empty.md").write_text("")
+    assert crow_here("prompt", "--system-file", "empty.md", "--no-project-instructions") == 0
+    assert "(no system prompt: the system prompt file is empty, and no AGENTS.md)" in capsys.readouterr().err
+
+
 # found by a new-user tester: `--system-file /dev/zero` hung crow prompt and crow run; a 40 MB file was taken
 def test_a_prompt_file_must_be_a_small_regular_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="is not a regular file"):

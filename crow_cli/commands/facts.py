@@ -65,17 +65,22 @@ def list_facts(
 
 
 @facts_app.command("forget", epilog=examples("crow facts forget --base-url http://127.0.0.1:8080/v1",
-                                             "crow facts forget --model qwen3", "crow facts forget"))
+                                             "crow facts forget --model qwen3", "crow facts forget --all"))
 def forget_facts(
     base_url: Annotated[str | None, typer.Option("--base-url", help="Only this server (credentials and query "
                                                  "ignored).", show_default=False)] = None,
     model: Annotated[str | None, typer.Option("--model", help="Only this model.", show_default=False)] = None,
+    everything: Annotated[bool, typer.Option("--all", help="Everything learned, of every server.")] = False,
 ) -> None:
-    """Forget what crow learned: of one server, one model, or (neither given) everything.
+    """Forget what crow learned: of one server, one model, or (--all) everything.
 
     The next run sends requests as configured and learns again from what the server refuses.
     """
     from ..wire import facts
+
+    if base_url is None and model is None and not everything:  # a bare `forget` is a slip more often than a wish
+        raise typer.BadParameter("name --base-url or --model, or --all to forget everything learned",
+                                 param_hint="'crow facts forget'")
 
     gone = facts.forget(base_url, model)
     for key in gone:

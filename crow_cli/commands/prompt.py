@@ -44,11 +44,16 @@ def prompt(system: SystemOpt = None, system_file: SystemFileOpt = None, no_defau
             config_path=config, profile=profile)
         runtime = Runtime(settings, RuntimeOptions(tuple(tools_dir or ()), no_tools,
                                                    project_instructions=not no_project_instructions),
-                          warn=warning_to())
+                          warn=warning_to())  # a skipped AGENTS.md
     except CrowError as exc:
         raise fail(exc) from None
+    warn = warning_to()
+    for problem in runtime.registry.errors if runtime.registry is not None else ():
+        warn(problem)  # a tools folder that is not there: its tools' hints are missing from what is printed
     text = runtime.settings.system
     if not text:
-        typer.echo("(no system prompt: --no-default-prompt or --system \"\", and no AGENTS.md)", err=True)
+        why = ("the system prompt file is empty" if settings.system_prompt_file and settings.default_prompt
+               else "--no-default-prompt or --system \"\"")
+        typer.echo(f"(no system prompt: {why}, and no AGENTS.md)", err=True)
         return
     typer.echo(strip_controls(text))

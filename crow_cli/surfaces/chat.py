@@ -279,11 +279,13 @@ class ChatApp:
         return self.interrupts.exit_code
 
     async def _run(self) -> int:
-        self.view.line(f"crow chat · {self.settings.model} · /help for commands · Ctrl-D to quit", "dim")
+        early: list[str] = []  # said under the banner, which comes once the settings are known to hold
         runtime = Runtime(self.settings, RuntimeOptions(self.options.tools_dirs, self.options.no_tools,
                                                         self.options.debug, self.options.record_dir,
-                                                        self.options.project_instructions),
-                          warn=lambda line: self.view.line(f"crow: warning: {strip_controls(line)}", "yellow"))
+                                                        self.options.project_instructions), warn=early.append)
+        self.view.line(f"crow chat · {self.settings.model} · /help for commands · Ctrl-D to quit", "dim")
+        for line in early:
+            self.view.line(f"crow: warning: {strip_controls(line)}", "yellow")
         async with runtime:  # MCP servers stopped, the client closed
             try:
                 await self._start(runtime)

@@ -168,7 +168,7 @@ def _open(store: SessionStore, settings: Settings, session_id: str | None, lates
         info = store.latest(cwd=os.getcwd())
         if info is None:
             raise SessionError(f"no session to continue in {os.getcwd()} (crow sessions list shows every "
-                               "session; --session ID / --resume ID continues any of them)")
+                               "session; crow run --session ID or crow chat --resume ID continues any of them)")
     if info is None:
         return SessionRecorder(store, settings), []
     if system is not None:  # read before the session is taken: a refused one is left as it was

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import typer
 
 from crow_cli.wire import facts
 from tests.support import crow_here
@@ -33,8 +34,18 @@ def test_forget_by_model_then_everything(capsys: pytest.CaptureFixture[str]) -> 
     assert list(facts.recall_all()) == ["http://a.test/v1 m"]
     assert crow_here("facts", "forget", "--base-url", "http://a.test/v1/") == 0
     assert facts.recall_all() == {}
-    assert crow_here("facts", "forget") == 0
+    assert crow_here("facts", "forget", "--all") == 0
     assert capsys.readouterr().out.endswith("nothing to forget\n")
+
+
+# found by a new-user tester (wave 4): a bare `crow facts forget` wiped what was learned of every server
+def test_forget_without_a_filter_needs_all(capsys: pytest.CaptureFixture[str]) -> None:
+    facts.learn("http://a.test/v1", "m", tool_calling=True)
+    with pytest.raises(typer.BadParameter, match="--all to forget everything"):
+        crow_here("facts", "forget")
+    assert list(facts.recall_all()) == ["http://a.test/v1 m"]
+    assert crow_here("facts", "forget", "--all") == 0
+    assert facts.recall_all() == {}
 
 
 def test_a_damaged_file_is_one_warning_and_nothing_listed(capsys: pytest.CaptureFixture[str]) -> None:

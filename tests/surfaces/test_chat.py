@@ -287,6 +287,17 @@ def test_help_is_made_from_the_command_table() -> None:
     assert "/exit, /quit" in help_text()
 
 
+# found by a new-user tester (wave 4): `crow chat --system-file /nope.md` printed the welcome banner, then the error
+async def test_a_bad_system_file_is_the_only_line_before_the_chat_ends(store: SessionStore, tmp_path: Path) -> None:
+    out = io.StringIO()
+    app = ChatApp(Settings(model="test-model", api_key="sk-test", default_prompt=True,
+                           system_prompt_file=str(tmp_path / "nope.md")),
+                  ChatOptions(), console=Console(file=out, width=100), store=store)
+    with pytest.raises(ConfigError, match="cannot be read"):
+        await app.run()
+    assert out.getvalue() == ""
+
+
 async def test_quit_leaves(store: SessionStore) -> None:
     output, server, _ = await chat([], "/quit\r", store)
     assert "unknown command" not in output and server.requests == []
