@@ -210,6 +210,19 @@ async def test_fork_goes_on_in_a_copy_and_the_original_keeps_its_messages(store:
     assert "/fork" in help_text()
 
 
+async def test_a_fork_of_a_compacted_session_starts_its_requests_from_the_checkpoint(store: SessionStore) -> None:
+    old = store.create(model="test-model")
+    for m in ({"role": "user", "content": "long talk"}, {"role": "assistant", "content": "Long answer."},
+              {"role": "user", "content": "more"}, {"role": "assistant", "content": "More."}):
+        store.append(old.id, m)
+    summary = [{"role": "user", "content": "[summary] we talked at length"}, {"role": "assistant", "content": "Ok."}]
+    store.add_checkpoint(old.id, 2, summary, 900, 90, "we talked at length")
+    _, server, _ = await chat([{"sse": text_stream("Next.")}], f"/resume {old.id}\r/fork\rnext\r/exit\r", store)
+    assert server.requests[0]["messages"] == [*summary, {"role": "user", "content": "more"},
+                                              {"role": "assistant", "content": "More."},
+                                              {"role": "user", "content": "next"}]
+
+
 async def test_fork_with_nothing_stored_says_why_and_forks_nothing(store: SessionStore) -> None:
     output, _, app = await chat([], "/fork\r/exit\r", store)
     assert "nothing to fork yet (no message of this chat is stored)" in output
