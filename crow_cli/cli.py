@@ -76,7 +76,7 @@ app.command(epilog=examples("crow models", "crow models --base-url http://127.0.
 app.add_typer(facts_app, epilog=examples("crow facts list", "crow facts forget --model qwen3"),
               short_help="Show and forget what crow learned about servers.")
 app.add_typer(sessions_app, epilog=examples("crow sessions list", "crow sessions show ID",
-                                             "crow sessions export ID --format md"))
+                                             "crow sessions export ID --format md", "crow sessions fork ID"))
 
 
 def _reopen_closed_std_streams() -> None:

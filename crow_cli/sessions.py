@@ -168,7 +168,8 @@ class SessionInfo:
     id: str
     """Six lowercase letters and digits, e.g. `k3fq7x`; unique prefixes are accepted on lookup."""
     title: str
-    """The first user message, on one line, cut to 60 characters (`""` until there is one)."""
+    """The first user message, on one line, cut to 60 characters (`""` until there is one); a fork's is its
+    source's with " (fork)" after it."""
     created_at: float
     """Unix time, seconds."""
     updated_at: float
@@ -397,14 +398,18 @@ class SessionStore:
         base_url = public_url(base_url)  # never credentials, even in a URL
         now = time.time()
         with self._transaction():
-            while True:
-                sid = "".join(secrets.choice(_ID_ALPHABET) for _ in range(_ID_LENGTH))
-                if self._db.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone() is None:
-                    break
+            sid = self._new_id()
             self.lock(sid)  # before anyone can see it: `crow run -c` elsewhere must not take it
             self._db.execute("INSERT INTO sessions (id, created_at, updated_at, model, base_url, cwd) "
                              "VALUES (?, ?, ?, ?, ?, ?)", (sid, now, now, model, base_url, cwd))
         return SessionInfo(sid, "", now, now, model, base_url, cwd)
+
+    def _new_id(self) -> str:
+        """A fresh short id no session has (inside a transaction, so no other crow takes it meanwhile)."""
+        while True:
+            sid = "".join(secrets.choice(_ID_ALPHABET) for _ in range(_ID_LENGTH))
+            if self._db.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone() is None:
+                return sid
 
     def recent(self, limit: int | None = None) -> list[SessionInfo]:
         """Sessions, most recently updated first."""
@@ -437,6 +442,47 @@ class SessionStore:
         if not rows:
             raise SessionError(f"no session {session_id!r} (crow sessions list shows them)")
         raise SessionError(f"session id {session_id!r} is ambiguous: {', '.join(r[0] for r in rows[:5])}")
+
+    def fork(self, session_id: str) -> SessionInfo:
+        """A new session that is a copy of `session_id` (a unique prefix is enough), held by this store (`lock`).
+
+        Copied in one transaction: every message in order exactly as stored (its system prompt, its
+        author records and image references, so images are shared, not copied), its compaction
+        checkpoints and its undo records (`file_backups`); model, server and folder too. The title is
+        the source's with " (fork)" after it; the fork counts as just updated, so `crow run -c` in its
+        folder continues it. The source is only read: it may be in use by another crow (its turn in
+        flight, if any, is closed when the fork is loaded).
+
+        Raises:
+            SessionError: no session, or an ambiguous prefix.
+        """
+        source = self.get(session_id)
+        now = time.time()
+        sid = ""
+        try:
+            with self._transaction():
+                sid = self._new_id()
+                self.lock(sid)  # before anyone can see it, as `create`
+                copied = self._db.execute(
+                    "INSERT INTO sessions (id, title, created_at, updated_at, model, base_url, cwd) "
+                    "SELECT ?, CASE WHEN title = '' THEN '' ELSE title || ' (fork)' END, ?, ?, model, base_url, cwd "
+                    "FROM sessions WHERE id = ?", (sid, now, now, source.id)).rowcount
+                if copied != 1:
+                    raise SessionError(f"session {source.id} was deleted while it was being forked")
+                self._db.execute("INSERT INTO messages (session_id, position, message) "
+                                 "SELECT ?, position, message FROM messages WHERE session_id = ?", (sid, source.id))
+                self._db.execute("INSERT INTO checkpoints (session_id, position, created_at, tokens_before, "
+                                 "tokens_after, summary, view) SELECT ?, position, created_at, tokens_before, "
+                                 "tokens_after, summary, view FROM checkpoints WHERE session_id = ? "
+                                 "ORDER BY position, rowid", (sid, source.id))
+                self._db.execute("INSERT INTO file_backups (session_id, position, path, content, created_at, "
+                                 "written) SELECT ?, position, path, content, created_at, written FROM file_backups "
+                                 "WHERE session_id = ? ORDER BY position, rowid", (sid, source.id))
+        except BaseException:
+            if sid:
+                self.release(sid)  # no such session was made
+            raise
+        return self.get(sid)
 
     def set_model(self, session_id: str, model: str, base_url: str | None = None) -> None:
         """Record the model (and server) the session now talks to."""

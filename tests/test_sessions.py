@@ -119,6 +119,57 @@ def test_recent_latest_delete_truncate(tmp_path: Path) -> None:
         con.close()
 
 
+def test_fork_copies_everything_of_a_session_and_the_original_stays_as_it_was(tmp_path: Path) -> None:
+    from crow_cli.history import AUTHOR_KEY
+    from crow_cli.images import Image, image_part
+
+    png = b"\x89PNG\r\n\x1a\n" + bytes(range(64))
+    db = tmp_path / "s.db"
+    with SessionStore(db) as store:
+        info = store.create(model="m", base_url="http://h/v1", cwd="/w")
+        call = {"id": "c1", "type": "function", "function": {"name": "write_file", "arguments": "{}"}}
+        for m in ({"role": "system", "content": "You are terse."},
+                  {"role": "user", "content": [{"type": "text", "text": "look"}, image_part(Image(png))]},
+                  {"role": "assistant", "content": None, "tool_calls": [call], AUTHOR_KEY: {"model": "m"}},
+                  {"role": "tool", "tool_call_id": "c1", "content": "wrote it"},
+                  {"role": "assistant", "content": "Done.", AUTHOR_KEY: {"model": "m"}}):
+            store.append(info.id, m)
+        store.add_checkpoint(info.id, 4, [{"role": "user", "content": "summary so far"}], 900, 90, "so far")
+        store.add_file_backup(info.id, 2, "/w/a.txt", b"before", "hash-after")
+        source = store.get(info.id)
+
+        fork = store.fork(info.id[:4])  # a prefix, as every sessions command takes
+        assert fork.id != info.id and fork.title == "look (fork)" and fork.messages == 5
+        assert (fork.model, fork.base_url, fork.cwd) == ("m", "http://h/v1", "/w")
+        assert fork.updated_at >= source.updated_at
+        assert store.latest(cwd="/w").id == fork.id  # `crow run -c` there continues the fork
+        assert store.messages(fork.id) == store.messages(info.id)
+        assert store.checkpoints(fork.id) == store.checkpoints(info.id) != []
+        assert store.file_backups(fork.id, 0) == store.file_backups(info.id, 0) != []
+        raw = sqlite3.connect(db)  # each row exactly as stored: the image by reference, one file for both
+        rows = [raw.execute("SELECT position, message FROM messages WHERE session_id = ? ORDER BY position",
+                            (sid,)).fetchall() for sid in (info.id, fork.id)]
+        raw.close()
+        assert rows[0] == rows[1] and '"crow_image"' in rows[1][1][1]
+        assert len(list(store.images_dir.iterdir())) == 1
+        with SessionStore(db) as other, pytest.raises(SessionInUse):
+            other.load(fork.id)  # held by the store that forked it, as a created one is
+
+        store.append(fork.id, {"role": "user", "content": "another direction"})
+        store.truncate(fork.id, 2)  # /retry or /undo in the fork
+        store.add_checkpoint(fork.id, 2, [{"role": "user", "content": "x"}], 10, 5)
+    with SessionStore(db) as store:
+        assert store.get(info.id) == source
+        assert len(store.messages(info.id)) == 5
+        assert [c.position for c in store.checkpoints(info.id)] == [4]
+        assert store.file_backups(info.id, 0) == [("/w/a.txt", b"before", "hash-after")]
+        assert store.delete(fork.id).id == fork.id
+        assert len(store.messages(info.id)) == 5 and len(list(store.images_dir.iterdir())) == 1
+        with pytest.raises(SessionError, match="no session 'zzzz'"):
+            store.fork("zzzz")
+        assert [s.id for s in store.recent()] == [info.id]  # a refused fork leaves nothing behind
+
+
 def test_migrations_are_recorded_once_and_wal_is_on(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     with SessionStore(db) as store:

@@ -1,4 +1,4 @@
-"""`crow sessions list | show ID | export ID --format md|json|jsonl | undo ID | delete ID`.
+"""`crow sessions list | show ID | export ID --format md|json|jsonl | fork ID | undo ID | delete ID`.
 
 Starts fast: only the stdlib session store is imported (no openai, no rich). Reading never waits
 for, nor disturbs, a crow writing the session. Stored text is untrusted (model output, tool output):
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["sessions_app"]
 
-sessions_app = typer.Typer(name="sessions", help="List, show, export and delete stored sessions.",
+sessions_app = typer.Typer(name="sessions", help="List, show, export, fork and delete stored sessions.",
                            no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                            rich_markup_mode=None)
 
@@ -122,6 +122,25 @@ def _export(session_id: str, fmt: str, output: str | None) -> None:
             sys.stdout.write(_for_terminal(text, fmt))
     except CrowError as exc:
         raise fail(exc) from None
+
+
+@sessions_app.command("fork", epilog=examples("crow sessions fork k3fq7x",
+                                               'crow run --session "$(crow sessions fork k3)" "try it another way"'),
+                      short_help="Copy a session into a new one, to try another direction.")
+def fork(session_id: IdArg) -> None:
+    """Copy a session into a new one (its messages, system prompt, compaction checkpoints and undo records),
+    to try another direction without losing the first; prints the new id (crow run --session ID or crow
+    chat --resume ID continues it)."""
+    try:
+        with _store() as store:
+            source = store.get(session_id)
+            info = store.fork(source.id)
+    except CrowError as exc:
+        raise fail(exc) from None
+    print(info.id)
+    count = f"{source.messages} message" + ("" if source.messages == 1 else "s")
+    print(f"forked {source.id} ({visible(strip_controls(source.title)) or 'untitled'}, {count}) into {info.id}",
+          file=sys.stderr)
 
 
 @sessions_app.command("undo", epilog=examples("crow sessions undo k3fq7x --dry-run", "crow sessions undo k3fq7x"),

@@ -628,6 +628,25 @@ class ChatApp:
     async def _resume(self, arg: str) -> None:
         self._open(arg or None, latest=not arg)
 
+    async def _fork(self, arg: str) -> None:
+        """`/fork`: copy the current session (`SessionStore.fork`) and go on in the copy; the original stays
+        as it is, for `/resume`."""
+        if not self.options.session:
+            self.view.line("--no-session: nothing is stored, so there is no session to fork", "yellow")
+            return
+        if self.recorder is None or self.recorder.info is None:  # made by the first turn's first message
+            self.view.line("nothing to fork yet (no message of this chat is stored)", "yellow")
+            return
+        self.recorder.sync(self.history)  # nothing of this chat is left out of the copy
+        old = self.recorder.info.id
+        info = self.store.fork(old)
+        self.store.release(keep=info.id)  # the original may be continued elsewhere now
+        self.recorder = SessionRecorder(self.store, self.settings, info, stored=info.messages)
+        self.recorder.reload_checkpoint()
+        self.usage, self.last_usage = self._token_use(), self._token_use()
+        self._new_compactor()
+        self.view.line(f"forked {old} → {info.id}; /resume {old} goes back", "bold")
+
     async def _export(self, arg: str) -> None:
         """`/export [md|json|jsonl] [PATH]`: the session to PATH (any folder, quoted as in a shell when it holds
         spaces; default `crow-session-ID.FMT` in the data folder's `exports`, not the repository); the format
@@ -767,6 +786,7 @@ class ChatApp:
         SlashCommand("tools", "", "the tools the model is offered", _tools),
         SlashCommand("sessions", "", "recent sessions", _sessions),
         SlashCommand("resume", "[ID]", "continue a session (the most recent when no id)", _resume),
+        SlashCommand("fork", "", "copy this session into a new one and go on there (the original stays)", _fork),
         SlashCommand("export", "[FMT] [PATH]",
                      "write this conversation to PATH (md, json or jsonl; default: crow's data folder)", _export),
         SlashCommand("usage", "", "token usage of the last turn and of this session; context used / window",

@@ -190,6 +190,49 @@ async def test_resume_continues_a_stored_session(store: SessionStore) -> None:
     assert len(store.messages(old.id)) == 4
 
 
+async def test_fork_goes_on_in_a_copy_and_the_original_keeps_its_messages(store: SessionStore) -> None:
+    script = [{"sse": text_stream("Noted: ZEBRA-42.")}, {"sse": text_stream("It was ZEBRA-42.")}]
+    output, server, app = await chat(script, "remember ZEBRA-42\r/fork\rwhat was it?\r/exit\r", store)
+    fork = store.get(app.recorder.session_id)
+    (original,) = [s for s in store.recent() if s.id != fork.id]
+    assert f"forked {original.id} → {fork.id}; /resume {original.id} goes back" in output
+    assert server.requests[1]["messages"] == [
+        {"role": "user", "content": "remember ZEBRA-42"}, {"role": "assistant", "content": "Noted: ZEBRA-42."},
+        {"role": "user", "content": "what was it?"}]
+    assert original.messages == 2 and len(store.messages(original.id)) == 2
+    assert fork.title == "remember ZEBRA-42 (fork)"
+    assert [m["content"] for m in store.messages(fork.id)] == ["remember ZEBRA-42", "Noted: ZEBRA-42.",
+                                                               "what was it?", "It was ZEBRA-42."]
+    with SessionStore(store.path) as other:  # the chat holds only the fork now: the original can go on elsewhere
+        assert len(other.load(original.id)) == 2
+        with pytest.raises(SessionError, match="in use"):
+            other.load(fork.id)
+    assert "/fork" in help_text()
+
+
+async def test_a_fork_of_a_compacted_session_starts_its_requests_from_the_checkpoint(store: SessionStore) -> None:
+    old = store.create(model="test-model")
+    for m in ({"role": "user", "content": "long talk"}, {"role": "assistant", "content": "Long answer."},
+              {"role": "user", "content": "more"}, {"role": "assistant", "content": "More."}):
+        store.append(old.id, m)
+    summary = [{"role": "user", "content": "[summary] we talked at length"}, {"role": "assistant", "content": "Ok."}]
+    store.add_checkpoint(old.id, 2, summary, 900, 90, "we talked at length")
+    _, server, _ = await chat([{"sse": text_stream("Next.")}], f"/resume {old.id}\r/fork\rnext\r/exit\r", store)
+    assert server.requests[0]["messages"] == [*summary, {"role": "user", "content": "more"},
+                                              {"role": "assistant", "content": "More."},
+                                              {"role": "user", "content": "next"}]
+
+
+async def test_fork_with_nothing_stored_says_why_and_forks_nothing(store: SessionStore) -> None:
+    output, _, app = await chat([], "/fork\r/exit\r", store)
+    assert "nothing to fork yet (no message of this chat is stored)" in output
+    assert store.recent() == [] and app.recorder.info is None  # no empty session left behind either
+    output, _, _ = await chat([{"sse": text_stream("Hi.")}], "hello\r/fork\r/exit\r", store,
+                              options=ChatOptions(session=False))
+    assert "--no-session: nothing is stored, so there is no session to fork" in output
+    assert store.recent() == []
+
+
 async def test_resume_and_retry_show_the_text_of_a_message_with_an_image_not_its_parts(store: SessionStore) -> None:
     # issue 18 (found typing the history: content may be a list of parts): resuming showed the parts' repr,
     # the image's whole data: URL with it
