@@ -1,4 +1,5 @@
-"""Imports point one way: leaves ← wire ← loop ← surfaces ← commands/cli; tools and sessions use leaves only."""
+"""Imports point one way: leaves ← wire ← loop ← surfaces ← commands/cli; tools and sessions use leaves only.
+A module takes only public names of another (ruff's PLC2701 holds that for other packages, not inside crow_cli)."""
 
 from __future__ import annotations
 
@@ -125,7 +126,29 @@ def test_package_import_is_cheap():
     assert out.strip() == "[]"
 
 
+def private_imports(name: str, path: Path, text: str | None = None) -> list[str]:
+    """`name imports MODULE._NAME` for each private name `name` (at `path`) takes from another crow_cli module."""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text() if text is None else text)):
+        if not isinstance(node, ast.ImportFrom) or not (node.level or (node.module or "").startswith("crow_cli")):
+            continue
+        base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+        module = ".".join([*base, node.module] if node.module else base) if node.level else node.module
+        found += [f"{name} imports {module}.{a.name}" for a in node.names
+                  if a.name.startswith("_") and not a.name.startswith("__")]
+    return found
+
+
+def test_a_module_imports_no_private_name_of_another():
+    # a name another module needs is public (edits.py imported files._BOMS)
+    assert [hit for name, path in modules() for hit in private_imports(name, path)] == []
+
+
 def test_the_layer_rules_catch_what_they_name(tmp_path):
+    source = "from .files import _BOMS, file_type\nfrom crow_cli.text import _CONTROL\nfrom . import files\n"
+    assert private_imports("crow_cli.tools.x", PKG / "tools" / "x.py", source) == [
+        "crow_cli.tools.x imports crow_cli.tools.files._BOMS", "crow_cli.tools.x imports crow_cli.text._CONTROL"]
     fake = tmp_path / "fake.py"
     fake.write_text("from ..surfaces import chat\nimport rich\nfrom . import stream\n")
     assert offenders("crow_cli.wire.fake", fake) == ["crow_cli.wire.fake imports crow_cli.surfaces (up the layers)",

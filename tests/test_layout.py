@@ -17,18 +17,8 @@ NOT_MIRRORS = {
     "test_cases_real.py": "the recorded real-server cases, through the whole stack",
     "test_smoke_llama.py": "a smoke run against a real llama.cpp server",
     "test_wheel.py": "the built wheel, installed as a tool in a fresh venv",
-    "test_public_api.py": "no private member of another object, in crow_cli and the tests",
-    "test_asyncio_use.py": "no asyncio.wait_for in crow_cli (it can swallow a cancellation on Python 3.11)",
 }
 """Test modules that guard the project as a whole, so they mirror no single module."""
-
-PRIVATE_IMPORTS = {
-    ("surfaces/test_render.py", "_LiveArea"),
-    ("surfaces/test_chat.py", "_history_path"),
-    ("wire/test_accumulate.py", "_PartialCall"),
-}
-"""Private crow_cli names a test still imports: internals of the chat and render surfaces
-and the accumulator's per-call record. Shrink this set; never grow it where a public API or a fixture serves."""
 
 PERSON_OR_ROUND = re.compile(r"tester|defect|round|new_user|fixes", re.IGNORECASE)
 
@@ -103,19 +93,6 @@ def test_no_test_module_is_imported() -> None:
     offenders = [f"{path.relative_to(TESTS)} imports {module}" for path in _py_files() for module, _ in _imports(path)
                  if module.startswith("tests") and module.rsplit(".", 1)[-1].startswith("test_")]
     assert offenders == [], "shared helpers go to conftest.py or tests/support.py"
-
-
-def test_private_crow_cli_names_are_imported_only_where_listed() -> None:
-    offenders = []
-    for path in _py_files():
-        rel = str(path.relative_to(TESTS))
-        for module, names in _imports(path):
-            if module.split(".")[0] != "crow_cli":
-                continue
-            private = [n for n in [*names, module.rsplit(".", 1)[-1]] if n.startswith("_") and not n.startswith("__")]
-            offenders += [f"{rel} imports the private {module}.{name}" for name in private
-                          if (rel, name) not in PRIVATE_IMPORTS]
-    assert offenders == [], "use a public API"
 
 
 def test_the_layout_rules_catch_what_they_name() -> None:

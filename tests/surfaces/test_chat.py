@@ -474,7 +474,7 @@ async def test_a_chat_that_opened_the_store_leaves_its_session_free_when_it_ends
 
 # found trying it as a new user (third round)
 def test_state_folders_crow_creates_are_private(_isolated_home: Path) -> None:
-    from crow_cli.surfaces.chat import _history_path  # internals the chat surface rewrite replaces
+    from crow_cli.surfaces.chat import _history_path  # noqa: PLC2701  # where the input history lives
 
     path = _history_path()
     assert path.exists() and _mode_of(path) == 0o600
@@ -656,7 +656,7 @@ async def test_a_slash_alone_or_a_double_slash_is_not_sent(store: SessionStore) 
 
 def test_the_input_history_keeps_no_paste_and_is_cut_when_it_grows(tmp_path: Path) -> None:
     # issue: the chat input history grew by every paste and was loaded whole at start
-    from crow_cli.surfaces.chat import MAX_HISTORY_BYTES, _history_path, input_history
+    from crow_cli.surfaces.chat import MAX_HISTORY_BYTES, _history_path, input_history  # noqa: PLC2701
 
     path = _history_path()
     entry = "\n# 2026-01-01 00:00:00.000000\n+{}\n"
@@ -675,7 +675,7 @@ def test_the_input_history_keeps_no_paste_and_is_cut_when_it_grows(tmp_path: Pat
 # is a file) ended `crow chat` at start with `crow: internal error: IsADirectoryError`
 def test_an_input_history_that_cannot_be_used_leaves_the_chat_without_it(monkeypatch: pytest.MonkeyPatch,
                                                                           tmp_path: Path) -> None:
-    from crow_cli.surfaces.chat import _history_path, input_history
+    from crow_cli.surfaces.chat import _history_path, input_history  # noqa: PLC2701
 
     path = _history_path()
     path.unlink()

@@ -163,7 +163,7 @@ def test_lists_and_code_blocks_render_as_before() -> None:
 
 def test_the_live_tail_starts_where_its_frozen_block_will_be() -> None:
     """The growing paragraph does not jump down a line when its block is frozen."""
-    from crow_cli.surfaces.render import _LiveArea
+    from crow_cli.surfaces.render import _LiveArea  # noqa: PLC2701  # the live area
 
     view, _frozen = capture(plain=False)
     view.text("First.\n\nSecond, still growing")
@@ -215,7 +215,7 @@ def test_the_live_area_is_not_padded_to_the_terminal_width() -> None:
     # issue: resizing the terminal during a streamed answer left stale partial lines: every row of the live
     # area was padded to the full width, so a narrower terminal rewrapped each into two and the redraw, which
     # moves up as many rows as it drew, left the rest on the screen
-    from crow_cli.surfaces.render import _LiveArea
+    from crow_cli.surfaces.render import _LiveArea  # noqa: PLC2701  # the live area
 
     view, _frozen = capture(plain=False)
     view.text("A short paragraph that is still growing\n- an item\n- another")
@@ -261,7 +261,7 @@ def test_a_warning_that_comes_while_the_answer_streams_is_shown_after_it(plain: 
 
 # issue 34: a local model processing a long prompt on the CPU left "waiting for the model…" for minutes
 def test_the_wait_for_a_first_token_says_what_is_happening() -> None:
-    from crow_cli.surfaces.render import WAIT_SECONDS_AFTER_S, _LiveArea
+    from crow_cli.surfaces.render import WAIT_SECONDS_AFTER_S, _LiveArea  # noqa: PLC2701  # the live area
 
     view = TurnView(Console(file=io.StringIO(), width=80, force_terminal=True, color_system=None), plain=False)
     view.waiting(True)
