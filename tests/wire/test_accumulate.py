@@ -39,6 +39,67 @@ def test_conformance_case_assembles_expected_calls(case):
         call.arguments.encode("utf-8")  # no lone surrogates survive
 
 
+class _GeneralPathOnly(StreamAccumulator):
+    """The accumulator with its one-key hot path turned off: every chunk goes the general way."""
+
+    def _one_key(self, choice: object, events: list[object]) -> bool:  # type: ignore[override]
+        return False
+
+
+def _feed_all(acc: StreamAccumulator, chunks: list[dict]) -> tuple[object, list[object], str]:
+    events: list[object] = []
+    try:
+        for c in chunks:
+            events += acc.feed(c)
+        turn, tail = acc.finish()
+    except ServerError as exc:
+        return None, events, f"{type(exc).__name__}: {exc}"
+    return turn, events + tail, ""
+
+
+def _split_text(chunks: list[dict]) -> list[dict]:
+    """Each one-key content or argument delta cut into one-character deltas (the hot path's own shape)."""
+    out = []
+    for c in chunks:
+        choices = c.get("choices") if isinstance(c, dict) else None
+        delta = choices[0].get("delta") if isinstance(choices, list) and len(choices) == 1 \
+            and isinstance(choices[0], dict) else None
+        text = delta.get("content") if isinstance(delta, dict) and len(delta) == 1 else None
+        if isinstance(text, str) and len(text) > 1 and not choices[0].get("finish_reason"):
+            out += [{**c, "choices": [{**choices[0], "delta": {"content": ch}}]} for ch in text]
+        else:
+            out.append(c)
+    return out
+
+
+_ARGS = '{"path": "a.py"}'
+HOT_PATH_SHAPES = {
+    # a template tag leaking into the answer, one piece at a time (llama.cpp with a small model)
+    "leaked-tag": [chunk({"content": p}) for p in ("Done", ".</tool", "_response>", " Bye")],
+    # the whole arguments sent once more after their fragments (vLLM with GLM)
+    "arguments-repeated": [chunk({"tool_calls": [tool_delta(0, "call_1", "read_file", "")]}),
+                           *(chunk({"tool_calls": [{"index": 0, "function": {"arguments": p}}]})
+                             for p in ('{"path": ', '"a.py"}', _ARGS)),
+                           chunk({}, "tool_calls")],
+    # <think> in content, split across pieces (DeepSeek-R1 distills behind Ollama)
+    "think-in-content": [chunk({"content": p}) for p in ("<th", "ink>hmm</think>", "Answer")],
+}
+
+
+def _shapes() -> list[tuple[str, list[dict]]]:
+    recorded = [(c["id"], list(sse_chunks(expected_sse(c)))) for c in STREAM_CASES]
+    return [*recorded, *((f"{name} (one character each)", _split_text(chunks)) for name, chunks in recorded),
+            *HOT_PATH_SHAPES.items()]
+
+
+# the hot path's copy of the general rules (`_one_key`) is held to them: every corpus stream, as recorded and cut
+# into one-character pieces, and the shapes the hot path must hand on, give the same turn and events both ways
+@pytest.mark.parametrize(("name", "chunks"), _shapes(), ids=[name for name, _ in _shapes()])
+def test_the_hot_path_gives_what_the_general_path_gives(name, chunks):
+    fast, general = _feed_all(StreamAccumulator(), chunks), _feed_all(_GeneralPathOnly(), chunks)
+    assert repr(fast) == repr(general)
+
+
 def test_inband_error_case_raises_with_server_message_and_code():
     case = next(c for c in CASES if c["id"] == "vllm-inband-error-event")
     acc = StreamAccumulator()
