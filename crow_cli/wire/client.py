@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 import math
 import threading
-from collections.abc import AsyncGenerator, Iterable, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -654,6 +654,43 @@ def map_error(exc: BaseException, base_url: str, secret: str | Iterable[str | No
     return mapped
 
 
+@dataclass(frozen=True, slots=True)
+class _Refused:
+    """What `_STATUS_ERRORS` makes an error of: an HTTP error answer, read."""
+
+    status: int
+    message: str
+    code: str | None
+    retry_after: float | None
+    base_url: str
+    location: str
+    """A redirect's target (credentials and query removed), or ""."""
+
+
+_STATUS_ERRORS: tuple[tuple[Callable[[int], bool], Callable[[_Refused], ProviderError]], ...] = (
+    (lambda status: status == 401, lambda r: AuthError(
+        f"authentication failed (401 unauthorized): {r.message}; check the API key (--api-key, CROW_API_KEY or "
+        "OPENAI_API_KEY)", status=r.status, code=r.code)),
+    (lambda status: status == 403, lambda r: AuthError(
+        f"authentication failed (403 forbidden): {r.message}; the API key has no access to this model or endpoint",
+        status=r.status, code=r.code)),
+    (lambda status: 300 <= status < 400, lambda r: ProviderError(
+        f"the server redirected the request ({r.status}) to {r.location or 'no address given'}; it was not followed "
+        "(crow sends its credentials only to the configured server): set --base-url to the address it should be",
+        status=r.status, code=r.code)),
+    (lambda status: status == 429, lambda r: RateLimited(
+        f"rate limited (429): {r.message}", status=r.status, code=r.code, retry_after=r.retry_after)),
+    (lambda status: status == 404, lambda r: ProviderError(
+        f"not found (404): {r.message}; check --base-url ({r.base_url}) and --model", status=r.status, code=r.code)),
+    (lambda status: status >= 500, lambda r: ServerError(
+        f"server error ({r.status}): {r.message}", status=r.status, code=r.code, retry_after=r.retry_after)),
+    (lambda status: True, lambda r: ProviderError(
+        f"request rejected ({r.status}): {r.message}", status=r.status, code=r.code)),
+)
+"""An HTTP error status → crow's error, the first row that applies (as httpx's `HTTPCORE_EXC_MAP` maps
+httpcore's exceptions): what each says and whether it is retried follows from its class."""
+
+
 def _map_error(exc: BaseException, base_url: str) -> ProviderError | None:
     import httpx
     import openai
@@ -672,30 +709,15 @@ def _map_error(exc: BaseException, base_url: str) -> ProviderError | None:
                 _full_message(exc.body) or message, detail, status=status, code=code)) is not None:
             return overflow
         retry_after = _retry_after(exc.response.headers)
-        if status in (401, 403):
-            hint = "check the API key (--api-key, CROW_API_KEY or OPENAI_API_KEY)" if status == 401 else \
-                "the API key has no access to this model or endpoint"
-            return AuthError(f"authentication failed ({status} {'unauthorized' if status == 401 else 'forbidden'}): "
-                             f"{message}; {hint}", status=status, code=code)
-        if 300 <= status < 400:
-            where = public_url(exc.response.headers.get("location", "")) or "no address given"
-            return ProviderError(f"the server redirected the request ({status}) to {where}; it was not followed "
-                                 "(crow sends its credentials only to the configured server): set --base-url to "
-                                 "the address it should be", status=status, code=code)
         from .retries import MAX_RETRY_AFTER_S
 
-        if retry_after is not None and math.isfinite(retry_after) and retry_after > MAX_RETRY_AFTER_S:
+        if retry_after is not None and math.isfinite(retry_after) and retry_after > MAX_RETRY_AFTER_S \
+                and not 300 <= status < 400 and status not in (401, 403):
             message += (f"; the server asks to wait {retry_after:,.0f} s before trying again (crow waits at most "
                         f"{MAX_RETRY_AFTER_S:g} s: try later)")
-        if status == 429:
-            return RateLimited(f"rate limited (429): {message}", status=status, code=code, retry_after=retry_after)
-        if status == 404:
-            return ProviderError(f"not found (404): {message}; check --base-url ({base_url}) and --model",
-                                 status=status, code=code)
-        if status >= 500:
-            return ServerError(f"server error ({status}): {message}", status=status, code=code,
-                               retry_after=retry_after)
-        return ProviderError(f"request rejected ({status}): {message}", status=status, code=code)
+        refused = _Refused(status, message, code, retry_after, base_url,
+                           public_url(exc.response.headers.get("location", "")))
+        return next(make(refused) for applies, make in _STATUS_ERRORS if applies(status))
     if isinstance(exc, openai.APITimeoutError):  # before the stream started: retried already
         return ProviderError(f"no answer from {base_url} within the timeout (idle_timeout), after retries")
     if isinstance(exc, openai.APIConnectionError):
