@@ -5,7 +5,8 @@
 crow can change. `apply_rules(body, rules)` gives the body as it is sent with those rules (a new object:
 the history and the caller's body are never changed). The client (`wire.client`) sends the request
 once more with the change, says so with a `Notice(code="request_adapted")`, keeps applying it to
-every later request and remembers it per base URL + model (`wire.facts`, key `request_rules`).
+every later request and remembers it per base URL + model (`wire.facts`, key `request_rules`), unless it
+fits that request only (`Change.once`).
 
 Kinds, each from what real servers answer (sources beside each pattern and in tests/wire/test_adapt.py):
 - tool-schema keywords (`drop_schema_keyword`), local `$ref`s (`inline_schema_refs`), a `type` beside

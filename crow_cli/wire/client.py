@@ -18,7 +18,9 @@ decides), and any other part the server's message names (a tool-schema keyword, 
 such as `stream_options`, a message shape) is changed as `wire.adapt` decides. Each change applies to
 the outgoing request only (the history keeps what really happened); the request is sent once more with
 everything else unchanged, a `Notice` says what changed and why, and a refusal that teaches nothing new
-ends the turn with the server's message. What `wire.adapt` learns is remembered per base URL + model
+ends the turn with the server's message. A change that fits one prompt only (`max_tokens` lowered to the room
+that prompt leaves in the context window: `adapt.Change.once`) holds for that request and is never remembered.
+What `wire.adapt` learns is remembered per base URL + model
 (`wire.facts`) and applied before the first request of later runs, with the rules known in advance for
 the server (`adapt.known_rules`); `adapt_requests=False` turns that mechanism off (a refused
 `stream_options` is then still dropped, for the client's life).
