@@ -13,7 +13,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = ["BOMS", "SECRET_MASK", "SECRET_NAME", "clean_json", "clean_text", "decode_text", "has_surrogates",
-           "header_secrets", "is_secret_name", "mask_secrets", "public_url", "strip_controls", "url_secrets", "visible"]
+           "header_secrets", "is_secret_name", "mask_secrets", "public_url", "strip_controls", "truncate_output",
+           "url_secrets", "visible"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # C0 controls but tab and newline, DEL, C1 controls: what can move a cursor, retitle or clear a terminal
@@ -168,3 +169,12 @@ def mask_secrets(text: str, secrets: Iterable[str | None]) -> str:
                 if body.endswith(value[:size]):
                     return body[:-size] + SECRET_MASK + "…"
     return text
+
+
+def truncate_output(text: str, limit: int) -> str:
+    """Cap `text` at `limit` characters, with a marker telling the model it was cut (the marker comes on top:
+    at most 80 characters). The one marker a model sees for any cut output: a tool's, or a tool result cut to
+    fit a server's string limit (`wire.adapt`)."""
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n[output truncated: {len(text) - limit} of {len(text)} characters not shown]"

@@ -28,7 +28,7 @@ from ..errors import ToolDenied, ToolError, ToolFailed
 from ..events import Event, ToolResultReady, ToolRunStarted
 from ..history import Outcome, ToolCall, ToolDisplay, ToolResult
 from ..images import IMAGE_TYPES, MAX_IMAGE_BYTES, Image
-from ..text import clean_text, mask_secrets
+from ..text import clean_text, mask_secrets, truncate_output
 from .context import ToolContext, using_context
 from .registry import Tool, ToolRegistry
 from .sandbox import Sandbox, SandboxBlocked
@@ -57,13 +57,6 @@ class EscalatingApprover:
 
     async def __call__(self, call: ToolCall, tool: Tool) -> bool:
         return await self.approve(call, tool)
-
-
-def truncate_output(text: str, limit: int) -> str:
-    """Cap `text` at `limit` characters, with a marker telling the model it was cut."""
-    if len(text) <= limit:
-        return text
-    return text[:limit] + f"\n[output truncated: {len(text) - limit} of {len(text)} characters not shown]"
 
 
 async def dispatch(

@@ -5,13 +5,17 @@
 crow can change. `apply_rules(body, rules)` gives the body as it is sent with those rules (a new object:
 the history and the caller's body are never changed). The client (`wire.client`) sends the request
 once more with the change, says so with a `Notice(code="request_adapted")`, keeps applying it to
-every later request and remembers it per base URL + model (`wire.facts`, key `request_rules`).
+every later request and remembers it per base URL + model (`wire.facts`, key `request_rules`), unless it
+fits that request only (`Change.once`).
 
 Kinds, each from what real servers answer (sources beside each pattern and in tests/wire/test_adapt.py):
 - tool-schema keywords (`drop_schema_keyword`), local `$ref`s (`inline_schema_refs`), a `type` beside
   `anyOf`/`oneOf` (`schema_type_into_branches`), object schemas without properties (`schema_empty_object`);
 - request parameters: dropped (`drop_param`), set to the value the server names (`set_param`), renamed
   to the one it names instead (`rename_param`); several named at once are all changed at once;
+- sizes: `max_tokens` / `max_completion_tokens` above the most the server allows lowered to what it names
+  (`cap_param`; for one request only when that is the room the prompt leaves, `Change.once`), tool results
+  longer than the server's string limit cut to fit, with the marker of any cut output (`cut_tool_result`);
 - message shapes: `content` of assistant messages with tool calls null ↔ `""`
   (`assistant_tool_content`), a blank tool result given a placeholder (`tool_result_placeholder`), thinking
   parts of assistant content refused: the content sent as its text (`assistant_content_text`).
@@ -29,10 +33,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..history import thinking_of
+from ..text import truncate_output
 from . import schema as schemas
 
-__all__ = ["NAME_RULES", "NO_OUTPUT", "Change", "Rule", "apply_rules", "change_for", "known_rules", "name_rule",
-           "rules_from_json", "tool_renames", "value_refused"]
+__all__ = ["CUT_MARGIN", "MIN_ROOM", "NAME_RULES", "NO_OUTPUT", "OUTPUT_CAPS", "SIZED_OPS", "Change", "Rule",
+           "apply_rules", "change_for", "is_size", "known_rules", "name_rule", "rules_from_json", "tool_renames",
+           "value_refused"]
 
 CORE = frozenset({"model", "messages", "stream", "tools"})
 """Body fields no parameter rule touches (the request itself)."""
@@ -41,7 +47,14 @@ NO_OUTPUT = "(no output)"
 
 _OPS = ("drop_param", "set_param", "rename_param", "drop_schema_keyword", "inline_schema_refs",
         "schema_type_into_branches", "schema_empty_object", "assistant_tool_content", "tool_result_placeholder",
-        "fold_role", "rename_tools", "assistant_content_text")
+        "fold_role", "rename_tools", "assistant_content_text", "cap_param", "cut_tool_result")
+SIZED_OPS = frozenset({"cap_param", "cut_tool_result"})
+"""Ops whose value is a size: a positive int below 2**31, else the stored rule is left out."""
+OUTPUT_CAPS = ("max_tokens", "max_completion_tokens")
+"""The parameters that cap a reply's tokens, under either name (a `rename_param` rule may turn one into the
+other)."""
+CUT_MARGIN = 200
+"""Characters kept free below a server's string limit for the cut marker (`text.truncate_output`)."""
 _KEEP_KEYWORDS = frozenset({"type", "properties"})
 """Keywords never dropped on a server's word: without them the schema says nothing."""
 
@@ -59,9 +72,16 @@ class Rule:
         """The rule as stored in the learned facts."""
         return {"op": self.op, "target": self.target, "value": self.value}
 
-    def describe(self) -> str:
-        """What the rule does, for a notice: "dropped parameter seed"."""
+    def describe(self, before: Any = None) -> str:
+        """What the rule does, for a notice: "dropped parameter seed"; `before` is the value a `cap_param`
+        rule lowers (named beside the new one), when known."""
         match self.op:
+            case "cap_param":
+                was = f" from {before}" if type(before) is int else ""
+                return f"lowered parameter {self.target}{was} to {self.value}"
+            case "cut_tool_result":
+                return (f"cut tool results longer than {self.value} characters to fit (the server's limit; "
+                        "the session keeps them whole)")
             case "drop_param":
                 return f"dropped parameter {self.target}"
             case "set_param":
@@ -96,20 +116,31 @@ def rules_from_json(items: Any) -> list[Rule]:
     out = []
     for item in items if isinstance(items, list) else []:
         if isinstance(item, dict) and item.get("op") in _OPS and isinstance(item.get("target", ""), str):
+            if item["op"] in SIZED_OPS and not is_size(item.get("value")):
+                continue
             out.append(Rule(item["op"], item.get("target", ""), item.get("value")))
     return out
 
 
+def is_size(value: Any) -> bool:
+    """Whether `value` is a size a rule may hold: an int (no bool) in 1 .. 2**31 - 1."""
+    return type(value) is int and 0 < value < 1 << 31
+
+
 @dataclass(frozen=True)
 class Change:
-    """What to change in a refused request: its rules, and the server's words that asked for it."""
+    """What to change in a refused request: its rules, the server's words that asked for it, and whether
+    the change holds for this request only (`once`: the room the prompt leaves, which the next prompt
+    changes) rather than every later one."""
 
     rules: tuple[Rule, ...]
     why: str
+    once: bool = False
 
-    def describe(self) -> str:
-        """ "dropped parameter seed; set parameter temperature to 1" """
-        return "; ".join(rule.describe() for rule in self.rules)
+    def describe(self, body: dict[str, Any] | None = None) -> str:
+        """ "dropped parameter seed; set parameter temperature to 1"; with the refused `body`, a lowered
+        parameter names the value it had."""
+        return "; ".join(rule.describe((body or {}).get(rule.target)) for rule in self.rules)
 
 
 # ---- applying rules -------------------------------------------------------------------------------
@@ -135,6 +166,12 @@ def apply_rules(body: dict[str, Any], rules: Iterable[Rule]) -> dict[str, Any]:
         elif op in ("assistant_tool_content", "tool_result_placeholder", "assistant_content_text") \
                 and isinstance(out.get("messages"), list):
             out["messages"] = [_message(m, rule) for m in out["messages"]]
+        elif op == "cap_param" and is_size(rule.value):
+            for name in OUTPUT_CAPS if rule.target in OUTPUT_CAPS else (rule.target,):
+                if name not in CORE and type(out.get(name)) is int and out[name] > rule.value:
+                    out[name] = rule.value
+        elif op == "cut_tool_result" and is_size(rule.value) and isinstance(out.get("messages"), list):
+            out["messages"] = [_cut_tool_result(m, rule.value) for m in out["messages"]]
         elif op == "fold_role" and isinstance(out.get("messages"), list):
             out["messages"] = _fold_role(out["messages"], rule.target)
         elif op == "rename_tools" and isinstance(out.get("tools"), list):
@@ -269,6 +306,27 @@ def _fold_role(messages: list[Any], role: str) -> list[Any]:
     return [*rest[:at], {**user, "content": new}, *rest[at + 1:]]
 
 
+def _cut(text: Any, limit: int) -> Any:
+    """`text` (a string longer than `limit`) cut with the marker of cut output so that all of it fits."""
+    if not isinstance(text, str) or len(text) <= limit:
+        return text
+    return truncate_output(text, limit - CUT_MARGIN if limit > 2 * CUT_MARGIN else limit // 2)
+
+
+def _cut_tool_result(message: Any, limit: int) -> Any:
+    """A tool message whose content (a string, or the text of one of its parts) is longer than `limit`, cut."""
+    if not isinstance(message, dict) or message.get("role") != "tool":
+        return message
+    content = message.get("content")
+    if isinstance(content, str) and len(content) > limit:
+        return {**message, "content": _cut(content, limit)}
+    if isinstance(content, list) and any(isinstance(p, dict) and isinstance(p.get("text"), str)
+                                         and len(p["text"]) > limit for p in content):
+        return {**message, "content": [{**p, "text": _cut(p["text"], limit)} if isinstance(p, dict)
+                                       and isinstance(p.get("text"), str) else p for p in content]}
+    return message
+
+
 def _blank(content: Any) -> bool:
     if isinstance(content, str):
         return not content.strip()
@@ -359,11 +417,28 @@ def change_for(status: int, text: str, body: dict[str, Any]) -> Change | None:
     if status not in (400, 422) or not text:
         return None
     words = _unescape(_readable(text))
+    sized = _size_change(words, body)
+    if sized is not None:  # a size refusal: lowered or cut, or nothing here (an overflow, a user's own message)
+        return sized if sized.rules and apply_rules(body, sized.rules) != body else None
     for finder in (_name_change, _schema_change, _message_change, _param_change):
         change = finder(words, body)
         if change is not None and apply_rules(body, change.rules) != body:
-            return Change(change.rules, _short(_message_of(text) or words))
+            return Change(change.rules, _short(_message_of(text) or words), change.once)
+    named = _param_of(text)  # a relay's only word: the `param` of its error object
+    if named is not None and named not in CORE and named in body and not re.search(r"\d", _message_of(text)):
+        return Change((Rule("drop_param", named),), _short(_message_of(text) or words))
     return None
+
+
+def _param_of(text: str) -> str | None:
+    """The `error.param` of an error body (OpenAI's shape, kept by relays such as OpenRouter and LiteLLM)."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    error = data.get("error", data) if isinstance(data, dict) else None
+    param = error.get("param") if isinstance(error, dict) else None
+    return param if isinstance(param, str) else None
 
 
 def _message_of(text: str) -> str:
@@ -388,6 +463,66 @@ def _short(text: str) -> str:
     from .stream import short_text
 
     return short_text(" ".join(text.split()), 200)
+
+
+# -- sizes ----------------------------------------------------------------------------------------------
+# The room the prompt leaves (for this request only: the next prompt is longer), the window and the prompt named:
+#   vLLM (`serving_engine.py`, `_validate_input`; OpenAI's own wording before 2024): "This model's maximum context
+#   length is 4096 tokens. However, you requested 5000 tokens (1000 in the messages, 4000 in the completion).
+#   Please reduce the length of the messages or completion."; newer vLLM: "'max_tokens' or 'max_completion_tokens'
+#   is too large: 5000. This model's maximum context length is 4096 tokens and your request has 1000 input tokens
+#   (5000 > 4096 - 1000)."
+# The model's own limit (learned):
+#   OpenAI: "max_tokens is too large: 100000. This model supports at most 16384 completion tokens, whereas you
+#   provided 100000." (param max_tokens, code invalid_value); DeepSeek: "Invalid max_tokens value, the valid range
+#   of max_tokens is [1, 8192]"; Anthropic-compatible: "max_tokens: 200000 > 64000, which is the maximum allowed
+#   number of output tokens for claude-sonnet-4-20250514".
+# A string over the server's limit: OpenAI "Invalid 'messages[3].content': string too long. Expected a string with
+#   maximum length 10485760, but got a string with length 12000000 instead." (param messages[3].content, code
+#   string_above_max_length).
+# A relay naming only `param: "max_tokens"` (OpenRouter, LiteLLM) falls through to `_param_change`: dropped.
+_ROOM_LEFT = (re.compile(r"maximum context length is (\d+) tokens\. However, you requested \d+ tokens \((\d+) in the "
+                         r"messages, \d+ in the completion\)", re.IGNORECASE),
+              re.compile(r"is too large: \d+\. This model's maximum context length is (\d+) tokens and your request "
+                         r"has (\d+) input tokens", re.IGNORECASE))
+_MODEL_CAP = (re.compile(r"supports at most (\d+) completion tokens", re.IGNORECASE),
+              re.compile(r"valid range of \w+ is \[\s*\d+\s*,\s*(\d+)\s*\]", re.IGNORECASE),
+              re.compile(r"\d+ > (\d+), which is the maximum allowed number of output tokens", re.IGNORECASE))
+_STRING_LIMIT = re.compile(r"'?messages\[(\d+)\]\.content(?:\[\d+\]\.text)?'?: string too long\. Expected a string "
+                           r"with maximum length (\d+)", re.IGNORECASE)
+MIN_ROOM = 256
+"""Tokens a reply must have room for before `max_tokens` is lowered to the room left: with less, the refusal is the
+context overflow it is (the conversation is compacted)."""
+
+
+def _output_cap(text: str, body: dict[str, Any]) -> str | None:
+    """The reply-cap parameter of `body` a refusal is about (named, else the one the body has)."""
+    present = [k for k in OUTPUT_CAPS if type(body.get(k)) is int]
+    return next((k for k in present if _names(text, k)), present[0] if present else None)
+
+
+def _size_change(text: str, body: dict[str, Any]) -> Change | None:
+    """A refusal of a size: `max_tokens` above the room left or the model's limit (lowered), a tool result above
+    the server's string limit (cut); a `Change` without rules for a size refusal crow leaves as it is (too little
+    room: a context overflow; a string limit on a message that is no tool result); None for any other."""
+    why = _short(text)
+    for pattern in _ROOM_LEFT:
+        if (found := pattern.search(text)) is not None:
+            room, name = int(found.group(1)) - int(found.group(2)), _output_cap(text, body)
+            if name is None or room < MIN_ROOM:
+                return Change((), why)
+            return Change((Rule("cap_param", name, room),), why, once=True)
+    for pattern in _MODEL_CAP:
+        if (found := pattern.search(text)) is not None and (name := _output_cap(text, body)) is not None:
+            cap = int(found.group(1))
+            return Change((Rule("cap_param", name, cap),) if is_size(cap) else (), why)
+    if (found := _STRING_LIMIT.search(text)) is not None:
+        at, limit, msgs = int(found.group(1)), int(found.group(2)), body.get("messages")
+        target = msgs[at] if isinstance(msgs, list) and at < len(msgs) else None
+        if is_size(limit) and isinstance(target, dict) and target.get("role") == "tool":
+            return Change((Rule("cut_tool_result", value=limit),), why)
+        return Change((), why)
+    return None
 
 
 # -- tool schemas ---------------------------------------------------------------------------------------

@@ -18,7 +18,9 @@ decides), and any other part the server's message names (a tool-schema keyword, 
 such as `stream_options`, a message shape) is changed as `wire.adapt` decides. Each change applies to
 the outgoing request only (the history keeps what really happened); the request is sent once more with
 everything else unchanged, a `Notice` says what changed and why, and a refusal that teaches nothing new
-ends the turn with the server's message. What `wire.adapt` learns is remembered per base URL + model
+ends the turn with the server's message. A change that fits one prompt only (`max_tokens` lowered to the room
+that prompt leaves in the context window: `adapt.Change.once`) holds for that request and is never remembered.
+What `wire.adapt` learns is remembered per base URL + model
 (`wire.facts`) and applied before the first request of later runs, with the rules known in advance for
 the server (`adapt.known_rules`); `adapt_requests=False` turns that mechanism off (a refused
 `stream_options` is then still dropped, for the client's life).
@@ -118,6 +120,7 @@ class ChatClient:
         # redacted from errors and records: the key, those in the URL, credential header values
         self._secrets = [settings.api_key, *url_secrets(settings.base_url), *header_secrets(settings.headers)]
         self._rules: list[Rule] = []  # what the server refuses, changed in every request (`wire.adapt`)
+        self._once: list[Rule] = []  # changed in the request being sent only (the room its prompt leaves)
         self._known = 0  # how many of `_rules` were known in advance or recalled (not to be stored again)
         self._unsaved = False  # a rule learned in this run, stored once a request with it is accepted
         self._why = ""  # the last refusal that changed this client: stored as the facts' `why`
@@ -219,10 +222,10 @@ class ChatClient:
         self._offered_tools = tools or []
         if self._usage_option:
             body["stream_options"] = {"include_usage": True}
-        if self._rules:
+        if self._rules or self._once:
             from .adapt import apply_rules
 
-            body = apply_rules(body, self._rules)
+            body = apply_rules(body, [*self._rules, *self._once])
         return body
 
     async def stream(
@@ -272,6 +275,7 @@ class ChatClient:
         try:
             async with AsyncExitStack() as stack:
                 retries, adapted = 0, set[str]()
+                self._once = []
                 while True:
                     body = self.request_body(messages, tools)
                     try:
@@ -459,14 +463,20 @@ class ChatClient:
                     f"the server refused {rule.target} = {short_text(_json(self.settings.params[rule.target]), 40)}"
                     f" ({status}: {change.why}); fix it in [params] (or the flag that sets it)", status=status)
         key = "rules:" + _json([r.to_json() for r in change.rules])
-        if key in done or all(r in self._rules for r in change.rules):
+        kept = self._once if change.once else self._rules
+        if key in done or all(r in kept for r in change.rules):
             return None
         done.add(key)
-        self._rules += [r for r in change.rules if r not in self._rules]
-        self._unsaved = True
-        notices = [Notice(f"crow: the server refused the request ({status}: {change.why}); {change.describe()} "
-                          "and sent it again (remembered for this server and model once it accepts the changed "
-                          "request; adapt_requests = false turns this off)", "request_adapted")]
+        kept += [r for r in change.rules if r not in kept]
+        if change.once:
+            then = ("for this request only (the room its prompt leaves in the context window); adapt_requests = "
+                    "false turns this off")
+        else:
+            self._unsaved = True
+            then = ("remembered for this server and model once it accepts the changed request; adapt_requests = "
+                    "false turns this off")
+        notices = [Notice(f"crow: the server refused the request ({status}: {change.why}); "
+                          f"{change.describe(body)} and sent it again ({then})", "request_adapted")]
         if self.settings.trace:
             notices.append(Notice(f"crow: debug: rules now applied to every request: "
                                   f"{_json([r.to_json() for r in self._rules])}", "adapt_debug"))

@@ -33,6 +33,7 @@ from typing import Any
 
 from ..private import private_dir, private_file
 from ..text import public_url
+from .adapt import SIZED_OPS, is_size
 
 __all__ = ["MAX_AGE", "facts_path", "forget", "learn", "problem", "recall", "recall_all"]
 
@@ -90,7 +91,8 @@ def _rule(item: Any) -> dict[str, Any] | None:
         return None
     op, target, value = item.get("op"), item.get("target", ""), item.get("value")
     if not isinstance(op, str) or not _NAME.fullmatch(op) or not isinstance(target, str) \
-            or not (target == "" or _NAME.fullmatch(target)) or not _scalar(value):
+            or not (target == "" or _NAME.fullmatch(target)) or not _scalar(value) \
+            or (op in SIZED_OPS and not is_size(value)):  # a cap or limit: a positive size, or not known
         return None
     return {"op": op, "target": target, "value": value}
 

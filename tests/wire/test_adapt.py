@@ -211,6 +211,99 @@ def test_a_parameter_the_server_does_not_name_is_never_touched() -> None:
     assert change_for(400, err("Invalid 'messages': something else entirely"), body(seed=1)) is None
 
 
+# ---- sizes ------------------------------------------------------------------------------------------
+# Bodies as each server words them (from the provider's server code and documented errors; numbers as in the
+# examples they give).
+# vLLM `serving_engine._validate_input` (also OpenAI's own wording before 2024): the room the prompt leaves
+VLLM_ROOM = json.dumps({"object": "error", "message": "This model's maximum context length is 4096 tokens. However, "
+                        "you requested 5000 tokens (1000 in the messages, 4000 in the completion). Please reduce the "
+                        "length of the messages or completion.", "type": "BadRequestError", "param": None,
+                        "code": 400})
+# vLLM since 0.8, the same check worded anew
+VLLM_ROOM_NEW = json.dumps({"object": "error", "message": "'max_tokens' or 'max_completion_tokens' is too large: "
+                            "5000. This model's maximum context length is 4096 tokens and your request has 1000 "
+                            "input tokens (5000 > 4096 - 1000).", "type": "BadRequestError", "param": None,
+                            "code": 400})
+# OpenAI Chat Completions: the model's own completion limit
+OPENAI_CAP = err("max_tokens is too large: 100000. This model supports at most 16384 completion tokens, whereas you "
+                 "provided 100000.", type="invalid_request_error", param="max_tokens", code="invalid_value")
+# DeepSeek: the model's own limit as a range
+DEEPSEEK_CAP = err("Invalid max_tokens value, the valid range of max_tokens is [1, 8192]",
+                   type="invalid_request_error", param=None, code="invalid_request_error")
+# Anthropic-compatible endpoints: the model's output limit
+ANTHROPIC_CAP = err("max_tokens: 200000 > 64000, which is the maximum allowed number of output tokens for "
+                    "claude-sonnet-4-20250514", type="invalid_request_error")
+# a relay (OpenRouter, LiteLLM) naming the parameter only, in `param`
+RELAY_PARAM = err("Provider returned error", param="max_tokens", code=400)
+# OpenAI: one string (a tool result here) over the server's limit
+OPENAI_STRING = err("Invalid 'messages[2].content': string too long. Expected a string with maximum length 2000, "
+                    "but got a string with length 3000 instead.", type="invalid_request_error",
+                    param="messages[2].content", code="string_above_max_length")
+
+
+@pytest.mark.parametrize(("text", "cap"), [(OPENAI_CAP, 16384), (DEEPSEEK_CAP, 8192), (ANTHROPIC_CAP, 64000)])
+@pytest.mark.parametrize("name", ["max_tokens", "max_completion_tokens"])
+def test_max_tokens_above_the_models_limit_is_lowered_to_it_and_held_for_later_requests(text: str, cap: int,
+                                                                                        name: str) -> None:
+    request = body(**{name: 100000, "temperature": 0.2})
+    change = change_for(400, text, request)
+    assert change is not None and not change.once  # the model's limit: every later request, learned
+    assert list(change.rules) == [Rule("cap_param", name, cap)]
+    assert f"from 100000 to {cap}" in change.describe(request)
+    sent = apply_rules(request, change.rules)
+    assert sent[name] == cap and {k: v for k, v in sent.items() if k != name} == \
+        {k: v for k, v in request.items() if k != name}
+    assert apply_rules(body(**{name: 100}), change.rules)[name] == 100  # a smaller cap stays as it is
+    assert rules_from_json([r.to_json() for r in change.rules]) == list(change.rules)
+
+
+@pytest.mark.parametrize("text", [VLLM_ROOM, VLLM_ROOM_NEW])
+def test_max_tokens_above_the_room_the_prompt_leaves_is_lowered_for_that_request_only(text: str) -> None:
+    request = body(max_tokens=5000)
+    change = change_for(400, text, request)
+    assert change is not None and change.once  # the room depends on the prompt: never learned
+    assert list(change.rules) == [Rule("cap_param", "max_tokens", 4096 - 1000)]
+    assert apply_rules(request, change.rules)["max_tokens"] == 3096
+
+
+def test_a_prompt_that_leaves_too_little_room_is_the_overflow_it_is() -> None:
+    # 4000 of 4096 in the messages: 96 tokens of room; the conversation is compacted instead (ContextOverflow)
+    tight = VLLM_ROOM.replace("1000 in the messages", "4000 in the messages")
+    assert change_for(400, tight, body(max_tokens=5000)) is None
+    assert change_for(400, VLLM_ROOM_NEW, body()) is None  # no cap sent: nothing to lower, never a dropped param
+
+
+def test_a_relay_naming_only_the_parameter_drops_it() -> None:
+    assert rules(400, RELAY_PARAM, body(max_tokens=5000)) == [Rule("drop_param", "max_tokens")]
+
+
+def test_a_tool_result_over_the_servers_string_limit_is_cut_with_the_cut_output_marker() -> None:
+    request = body()
+    request["messages"][2]["content"] = "line\n" * 600  # 3000 characters
+    change = change_for(400, OPENAI_STRING, request)
+    assert change is not None and not change.once
+    assert list(change.rules) == [Rule("cut_tool_result", value=2000)]
+    sent = apply_rules(request, change.rules)
+    cut = sent["messages"][2]["content"]
+    assert len(cut) <= 2000 and cut.startswith("line\n") and "[output truncated: " in cut
+    assert sent["messages"][:2] == request["messages"][:2] and len(request["messages"][2]["content"]) == 3000
+    parts = body()  # the text of a part, the same way
+    parts["messages"][2]["content"] = [{"type": "text", "text": "x" * 3000}]
+    assert len(apply_rules(parts, change.rules)["messages"][2]["content"][0]["text"]) <= 2000
+
+
+def test_a_string_limit_on_a_message_that_is_no_tool_result_changes_nothing() -> None:
+    request = body()
+    request["messages"][0]["content"] = "y" * 3000  # the user's own words: never cut, nor another change made
+    request["messages"][2]["content"] = "z" * 3000  # a long tool result the refusal does not name: not cut for it
+    assert change_for(400, OPENAI_STRING.replace("messages[2]", "messages[0]"), request) is None
+
+
+def test_a_stored_size_that_is_no_positive_int_is_left_out() -> None:
+    stored = [{"op": "cap_param", "target": "max_tokens", "value": v} for v in (0, -5, True, "8192", 1 << 40, None)]
+    assert rules_from_json([*stored, {"op": "cut_tool_result", "target": "", "value": 1.5}]) == []
+
+
 # ---- message shapes ---------------------------------------------------------------------------------
 
 # Ollama (pydantic/pydantic-ai#5206)

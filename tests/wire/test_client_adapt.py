@@ -11,7 +11,7 @@ import httpx
 import pytest
 import respx
 
-from crow_cli.errors import ProviderError
+from crow_cli.errors import ContextOverflow, ProviderError
 from crow_cli.events import Notice
 from crow_cli.wire import facts
 from crow_cli.wire.client import ChatClient, ClientSettings
@@ -207,3 +207,88 @@ async def test_a_damaged_facts_file_is_one_notice_and_the_request_goes_out() -> 
         await c.aclose()
     assert [i.code for i in items if isinstance(i, Notice)] == ["facts_damaged"]
     assert route.call_count == 2
+
+
+# ---- sizes: a reply cap above what the server allows, a tool result above its string limit ----------------------
+# (a user's `max_tokens = 100000` in [params] ended the run with "fix it in [params]" although the server named the
+# number it takes; a 12 MB tool result was refused by OpenAI on every request of the session)
+OPENAI_CAP = {"error": {"message": "max_tokens is too large: 100000. This model supports at most 16384 completion "
+                                   "tokens, whereas you provided 100000.", "type": "invalid_request_error",
+                        "param": "max_tokens", "code": "invalid_value"}}
+VLLM_ROOM = {"object": "error", "message": "This model's maximum context length is 4096 tokens. However, you requested "
+             "5000 tokens (1000 in the messages, 4000 in the completion). Please reduce the length of the messages or "
+             "completion.", "type": "BadRequestError", "param": None, "code": 400}
+OPENAI_STRING = {"error": {"message": "Invalid 'messages[2].content': string too long. Expected a string with maximum "
+                                      "length 2000, but got a string with length 3000 instead.",
+                           "type": "invalid_request_error", "param": "messages[2].content",
+                           "code": "string_above_max_length"}}
+
+
+def capped(max_tokens: int) -> ChatClient:
+    return ChatClient(ClientSettings(base_url=BASE, model="m", api_key="sk-test", max_retries=0,
+                                     params={"max_tokens": max_tokens}))
+
+
+async def test_a_configured_max_tokens_above_the_models_limit_is_lowered_to_it_and_remembered() -> None:
+    with respx.mock(assert_all_called=True) as mock:
+        route = mock.post(URL).mock(side_effect=[httpx.Response(400, json=OPENAI_CAP), ok()])
+        items = await drain(capped(100000))
+    notices = [i for i in items if isinstance(i, Notice)]
+    assert [n.code for n in notices] == ["request_adapted"]
+    assert "from 100000 to 16384" in notices[0].message and "remembered" in notices[0].message
+    assert sent(route, 0)["max_tokens"] == 100000 and sent(route, 1)["max_tokens"] == 16384
+    assert facts.recall(BASE, "m")["request_rules"] == [{"op": "cap_param", "target": "max_tokens", "value": 16384}]
+    with respx.mock(assert_all_called=True) as mock:  # the next run: no refused request
+        route = mock.post(URL).mock(side_effect=[ok()])
+        await drain(capped(100000))
+    assert route.call_count == 1 and sent(route, 0)["max_tokens"] == 16384
+
+
+async def test_max_tokens_above_the_room_the_prompt_leaves_is_lowered_for_that_request_only() -> None:
+    c = capped(5000)
+    with respx.mock(assert_all_called=True) as mock:
+        route = mock.post(URL).mock(side_effect=[httpx.Response(400, json=VLLM_ROOM), ok(), ok()])
+        items = [i async for i in c.stream(json.loads(json.dumps(HISTORY)), TOOLS)]
+        items += [i async for i in c.stream(json.loads(json.dumps(HISTORY)), TOOLS)]  # the next turn
+        await c.aclose()
+    notices = [i for i in items if isinstance(i, Notice)]
+    assert [n.code for n in notices] == ["request_adapted"]
+    assert "from 5000 to 3096" in notices[0].message and "for this request only" in notices[0].message
+    assert [sent(route, n)["max_tokens"] for n in range(3)] == [5000, 3096, 5000]
+    assert facts.recall(BASE, "m") == {}  # it depends on the prompt: never learned
+
+
+async def test_a_prompt_that_leaves_too_little_room_is_a_context_overflow_not_a_refused_value() -> None:
+    tight = {**VLLM_ROOM, "message": VLLM_ROOM["message"].replace("1000 in the messages", "4000 in the messages")}
+    with respx.mock(assert_all_called=True) as mock:
+        route = mock.post(URL).mock(side_effect=[httpx.Response(400, json=tight)])
+        with pytest.raises(ContextOverflow):
+            await drain(capped(5000))
+    assert route.call_count == 1
+
+
+async def test_a_tool_result_over_the_servers_string_limit_is_cut_in_the_request_only_and_remembered() -> None:
+    history = json.loads(json.dumps(HISTORY))
+    history[2]["content"] = "z" * 3000
+    kept = json.loads(json.dumps(history))
+    c = client()
+    with respx.mock(assert_all_called=True) as mock:
+        route = mock.post(URL).mock(side_effect=[httpx.Response(400, json=OPENAI_STRING), ok(), ok()])
+        items = [i async for i in c.stream(history, TOOLS)]
+        items += [i async for i in c.stream(history, TOOLS)]
+        await c.aclose()
+    assert [i.code for i in items if isinstance(i, Notice)] == ["request_adapted"]
+    for n in (1, 2):  # the retried request and every later one: cut, with the marker of any cut output
+        result = sent(route, n)["messages"][2]["content"]
+        assert len(result) <= 2000 and "[output truncated: " in result
+    assert sent(route, 1)["messages"][:2] == sent(route, 0)["messages"][:2]
+    assert history == kept  # the session keeps the whole result
+    assert facts.recall(BASE, "m")["request_rules"] == [{"op": "cut_tool_result", "target": "", "value": 2000}]
+
+
+async def test_a_relay_that_names_only_the_parameter_gets_it_dropped() -> None:
+    relay = {"error": {"message": "Provider returned error", "code": 400, "param": "max_tokens"}}
+    with respx.mock(assert_all_called=True) as mock:
+        route = mock.post(URL).mock(side_effect=[httpx.Response(400, json=relay), ok()])
+        await drain(capped(5000))
+    assert "max_tokens" not in sent(route, 1)

@@ -112,6 +112,19 @@ def test_names_and_lists_are_bounded_when_learned_and_when_read() -> None:
     assert len(facts.recall_all()["http://h/v1 m"]["why"]) <= 200
 
 
+def test_a_learned_size_is_a_positive_int_when_learned_and_when_read() -> None:
+    # a cap or limit a server named: anything but a bounded positive int (a hand-edited file) is not known
+    path = facts.facts_path()
+    path.parent.mkdir(parents=True)
+    bad = [{"op": "cap_param", "target": "max_tokens", "value": v} for v in (0, -1, True, "8192", 1 << 40, 2.5)]
+    good = [{"op": "cap_param", "target": "max_tokens", "value": 16384},
+            {"op": "cut_tool_result", "target": "", "value": 10485760}]
+    path.write_text(json.dumps({"http://h/v1 m": {"request_rules": bad + good, "learned_at": time.time()}}))
+    assert facts.recall("http://h/v1", "m")["request_rules"] == good
+    facts.learn("http://h/v1", "n", request_rules=[*bad, good[0]])
+    assert facts.recall("http://h/v1", "n")["request_rules"] == [good[0]]
+
+
 def test_a_record_older_than_max_age_is_not_known_and_is_learned_again() -> None:
     path = facts.facts_path()
     path.parent.mkdir(parents=True)
