@@ -33,7 +33,7 @@ from .context import ToolContext, using_context
 from .registry import Tool, ToolRegistry
 from .sandbox import Sandbox, SandboxBlocked
 
-__all__ = ["Approver", "Escalate", "EscalatingApprover", "dispatch", "truncate_output"]
+__all__ = ["Approver", "Escalate", "EscalatingApprover", "dispatch"]
 
 Approver = Callable[[ToolCall, Tool], Awaitable[bool]]
 """Asked before a tool with `needs_approval` runs; True lets it run, False or `ToolDenied(reason)` refuses it,

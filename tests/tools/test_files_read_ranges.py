@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from crow_cli.errors import ToolError
+from crow_cli.text import truncate_output
 from crow_cli.tools.builtin.files import MAX_RETURN_CHARS, read_file
-from crow_cli.tools.dispatch import truncate_output
 
 
 def _big(ws: Path) -> list[str]:
