@@ -619,14 +619,14 @@ class SessionStore:
         return [str(r[0]) for r in rows]
 
     def _remove_unreferenced(self, files: list[str]) -> None:
-        """Remove those of `files` no row of the store references any more (a count over every session's rows,
+        """Remove those of `files` no row of the store references any more (a query over every session's rows,
         in the caller's transaction: an `append` that would reference one waits for it, and writes the file
         again). A file that cannot be removed stays: it is unused, not damage."""
         if not files:
             return
-        everywhere = _REFERENCES.format(messages="1", checkpoints="1")
-        rows = self._db.execute(f"SELECT f.value FROM json_each(?) f WHERE (SELECT COUNT(*) FROM ({everywhere}) r "
-                                "WHERE r.file = f.value) = 0", (json.dumps(files),)).fetchall()
+        everywhere = _REFERENCES.format(messages="1", checkpoints="1")  # one pass over the rows, for every file
+        rows = self._db.execute(f"SELECT value FROM json_each(?) WHERE value NOT IN (SELECT file FROM ({everywhere}) "
+                                "WHERE file IS NOT NULL)", (json.dumps(files),)).fetchall()
         for (file,) in rows:
             if isinstance(file, str) and _IMAGE_FILE.fullmatch(file):
                 with suppress(OSError):
