@@ -2,8 +2,9 @@
 
 A text file goes into the message's text under a line naming its path, fenced (the fence is longer
 than any backtick run in the file). An image (PNG, JPEG, GIF, WebP, told by its first bytes) goes as
-an OpenAI `image_url` content part with a `data:` URL, for vision models; the message's content is
-then a list of parts (`text` first). Paths are confined to the workspace, as the file tools are.
+an OpenAI `image_url` content part with a `data:` URL, for vision models, named by its path
+(`images.IMAGE_KEY`, kept in the session, never sent); the message's content is then a list of parts
+(`text` first). Paths are confined to the workspace, as the file tools are.
 
 Errors are `ConfigError`s (exit 2), one line each: outside the workspace, missing, a folder, too
 big (text 256 KiB, images 10 MiB), or binary and not an image.
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, ToolError
-from .images import MAX_IMAGE_BYTES, Image, image_type
+from .images import IMAGE_KEY, MAX_IMAGE_BYTES, Image, image_type
 from .text import BOMS, clean_text, decode_text, mask_secrets
 from .tools.workspace import resolve_in_workspace, workspace_root
 
@@ -114,14 +115,14 @@ def _fenced(item: Attachment) -> str:
 
 def user_content(prompt: str, attachments: list[Attachment]) -> str | list[dict[str, Any]]:
     """The user message's `content`: the prompt with the text files after it; a list of content parts
-    (text, then one `image_url` per image) when there are images."""
+    (text, then one `image_url` per image, named by its path under `images.IMAGE_KEY`) when there are images."""
     text = "\n\n".join([prompt, *(_fenced(a) for a in attachments if a.text is not None)])
     images = [a for a in attachments if a.data_url is not None]
     if not images:
         return text
     text += "\n\n" + "\n".join(f"[attached image: {a.shown}]" for a in images)
     return [{"type": "text", "text": text},
-            *({"type": "image_url", "image_url": {"url": a.data_url}} for a in images)]
+            *({"type": "image_url", "image_url": {"url": a.data_url}, IMAGE_KEY: {"name": a.shown}} for a in images)]
 
 
 def mentioned_files(text: str, root: Path | None = None) -> list[str]:

@@ -4,7 +4,12 @@ An `Image` is bytes and a MIME type. On the wire (OpenAI Chat Completions) an im
 content part `{"type": "image_url", "image_url": {"url": "data:image/png;base64,…"}}`: tool messages
 carry text only, so images a tool returns go in a user message right after the turn's tool results
 (`tool_images_message`). Their kind is told by their first bytes (PNG, JPEG, GIF, WebP), never by a
-name. Standard library only.
+name.
+
+What an image is called (an attached file's path, "stdin", "from TOOL" for a tool's image) rides on its part
+under `IMAGE_KEY` (`{"crow_image": {"name": …}}`), so the session store keeps it in its reference and a resumed
+chat, an export or an editor's replay shows `[image: NAME, SIZE]`. Servers never see that key: the outgoing
+copy of a message carries `sendable_content` (the parts as OpenAI defines them). Standard library only.
 """
 
 from __future__ import annotations
@@ -17,14 +22,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["IMAGE_TYPES", "MAX_IMAGE_BYTES", "TOOL_IMAGES_NOTE", "Image", "data_url_image", "describe_part",
-           "image_part", "image_parts", "image_type", "is_image_part", "is_tool_images", "size_text",
-           "tool_images_message"]
+__all__ = ["IMAGE_KEY", "IMAGE_TYPES", "MAX_IMAGE_BYTES", "TOOL_IMAGES_NOTE", "Image", "data_url_image",
+           "describe_part", "image_part", "image_parts", "image_type", "is_image_part", "is_tool_images",
+           "sendable_content", "size_text", "tool_images_message"]
 
 MAX_IMAGE_BYTES = 10 * 1024 * 1024
 """The largest image crow attaches or shows the model (a file, standard input, a tool's image)."""
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 """The MIME types vision servers take (OpenAI's list; vLLM, llama.cpp and Ollama decode the same)."""
+IMAGE_KEY = "crow_image"
+"""The key of an image part holding what crow knows of the image: its `name` (when one is known) and, in a row
+of the session store, its `file`, `mime_type` and `bytes`. Never sent to a server (`sendable_content`)."""
 
 _MAGIC = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"), (b"GIF87a", "image/gif"),
           (b"GIF89a", "image/gif"))
@@ -96,9 +104,20 @@ def data_url_image(url: str) -> Image | None:
         return None
 
 
-def image_part(image: Image) -> dict[str, Any]:
-    """The Chat Completions content part of `image`."""
-    return {"type": "image_url", "image_url": {"url": image.data_url()}}
+def image_part(image: Image, name: str | None = None) -> dict[str, Any]:
+    """The Chat Completions content part of `image`, with `name` (default `image.name`; `""`: none) under
+    `IMAGE_KEY` when there is one: transcripts name the image by it, servers never get it."""
+    part: dict[str, Any] = {"type": "image_url", "image_url": {"url": image.data_url()}}
+    if shown := image.name if name is None else name:
+        part[IMAGE_KEY] = {"name": shown}
+    return part
+
+
+def sendable_content(content: list[Any]) -> list[Any]:
+    """A content list as it goes to a server: its parts without `IMAGE_KEY`. The same list when no part has it."""
+    if not any(isinstance(p, dict) and IMAGE_KEY in p for p in content):
+        return content
+    return [{k: v for k, v in p.items() if k != IMAGE_KEY} if isinstance(p, dict) else p for p in content]
 
 
 def is_image_part(part: Any) -> bool:
@@ -111,15 +130,19 @@ def image_parts(content: Any) -> list[dict[str, Any]]:
     return [p for p in content if is_image_part(p)] if isinstance(content, list) else []
 
 
-def describe_part(part: dict[str, Any]) -> str:
-    """`[image: NAME, SIZE]` for an image part: a stored reference names its file, a data URL its type."""
+def describe_part(part: dict[str, Any], *, named: bool = True) -> str:
+    """`[image: NAME, SIZE]` for an image part: NAME is the image's name (`IMAGE_KEY`), else a stored reference's
+    file or a data URL's type (an image of an older session, which kept no name). `named=False`: never the name
+    (the text compaction sends the model stays as it was)."""
     image_url = part.get("image_url")
     url = image_url.get("url") if isinstance(image_url, dict) else image_url
-    ref = part.get("crow_image")
-    if isinstance(ref, dict):
-        return f"[image: {ref.get('name') or ref.get('file', '')}, {size_text(int(ref.get('bytes') or 0))}]"
+    ref = part.get(IMAGE_KEY)
+    ref = ref if isinstance(ref, dict) else {}
+    name = str(ref.get("name") or "") if named else ""
+    if "file" in ref:
+        return f"[image: {name or ref.get('file', '')}, {size_text(int(ref.get('bytes') or 0))}]"
     if isinstance(url, str) and (image := data_url_image(url)) is not None:
-        return f"[image: {image.mime_type}, {size_text(len(image.data))}]"
+        return f"[image: {name or image.mime_type}, {size_text(len(image.data))}]"
     return f"[image: {url if isinstance(url, str) and not url.startswith('data:') else 'inline'}]"
 
 
@@ -139,13 +162,14 @@ def tool_images_message(results: Iterable[tuple[str, str, Sequence[Image]]]) -> 
 
     `results`: `(tool name, tool_call_id, images)` per result, in call order. Chat Completions tool messages
     carry text only, so the images follow the turn's tool messages in one user message: a text part naming
-    whose they are, then one `image_url` part per image (the contract's order: every tool message first).
+    whose they are, then one `image_url` part per image (the contract's order: every tool message first),
+    named (`IMAGE_KEY`) by the image's own name, else `from TOOL`.
     """
     lines, parts = [], []
     for name, call_id, images in results:
         for image in images:
             lines.append(f"{name}{f' ({call_id})' if call_id else ''}: {image.placeholder()}")
-            parts.append(image_part(image))
+            parts.append(image_part(image, image.name or f"from {name}"))
     if not parts:
         return None
     text = TOOL_IMAGES_NOTE + "\n" + "\n".join(lines)

@@ -13,9 +13,14 @@ Linux), opened in WAL mode. Four tables:
 An image (an `image_url` part with a `data:` URL: an attachment, a tool's image) is stored once, by
 reference: its bytes go to `images/SHA256.EXT` beside the database (0600, written once per content), the
 row holds `{"type": "image_url", "image_url": {"url": "crow-image:sha256:HEX"}, "crow_image": {"file",
-"mime_type", "bytes"}}`, and reading a session puts the data URL back (`messages`, `load`, `checkpoints`);
-rows an older crow stored with the image inline load as they are. Exports carry the reference too, and the
-Markdown transcript shows `[image: FILE, SIZE]`.
+"mime_type", "bytes", "name"}}` (`name`: what the image was called, `images.IMAGE_KEY`, when known), and
+reading a session puts the data URL back, with its name (`messages`, `load`, `checkpoints`); rows an older
+crow stored with the image inline load as they are. Exports carry the reference too, and the Markdown
+transcript shows `[image: NAME, SIZE]` (an image stored without a name: its FILE).
+
+An image file belongs to every row that references it: deleting a session (`delete`) or the end of one
+(`truncate`) removes, in the same transaction, the image files no remaining row of any session references
+(a query over the stored references, so rows copied from another session count as references too).
 
 Each message is committed as it is appended, so a crash loses at most the turn in flight; `load`
 closes a history cut mid-turn (tool calls without results) with "interrupted" results, and stores
@@ -38,7 +43,7 @@ import secrets
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +51,7 @@ from typing import Any
 from .atomic import write_atomic
 from .errors import SessionError
 from .history import ContentPart, Message, content_text, repair_history, tool_calls_of
-from .images import IMAGE_TYPES, Image, data_url_image, image_part
+from .images import IMAGE_KEY, IMAGE_TYPES, Image, data_url_image, image_part
 from .lockfile import FileLock, LockHeld
 from .private import private_dir, private_file
 from .text import public_url
@@ -59,6 +64,8 @@ EXPORT_FORMATS = ("md", "json", "jsonl")
 IMAGE_REF = "crow-image:sha256:"
 """How a stored image part's URL starts; the hex SHA-256 of the image's bytes follows."""
 _EXTENSIONS = dict(zip(IMAGE_TYPES, ("png", "jpg", "gif", "webp"), strict=True))
+_IMAGE_FILE = re.compile(r"[0-9a-f]{64}\.[a-z]+")
+"""A file name the store gave an image: only such files are ever removed from the images folder."""
 _ID_ALPHABET = "23456789abcdefghjkmnpqrstuvwxyz"  # no 0/o, 1/l/i: ids are read aloud and typed
 _ID_LENGTH = 6
 _TITLE_CHARS = 60
@@ -245,8 +252,9 @@ def _image_file(image: Image) -> str:
 
 def by_reference(message: Message, keep: Callable[[str, Image], None] | None = None) -> Message:
     """`message` with each inline image (`data:` URL part) replaced by its reference (`IMAGE_REF` + hash, and a
-    `crow_image` object: `file`, `mime_type`, `bytes`); `keep(file, image)` is called for each (the store writes
-    the file). A message without inline images is returned as it is (not copied)."""
+    `crow_image` object: `file`, `mime_type`, `bytes`, and `name` when the part has one); `keep(file, image)` is
+    called for each (the store writes the file). A message without inline images is returned as it is (not
+    copied)."""
     content = message.get("content")
     if not isinstance(content, list) or not any(_inline_image(p) is not None for p in content):
         return message
@@ -259,9 +267,23 @@ def by_reference(message: Message, keep: Callable[[str, Image], None] | None = N
         file = _image_file(image)
         if keep is not None:
             keep(file, image)
-        parts.append({"type": "image_url", "image_url": {"url": IMAGE_REF + image.sha256},
-                      "crow_image": {"file": file, "mime_type": image.mime_type, "bytes": len(image.data)}})
+        ref: dict[str, Any] = {"file": file, "mime_type": image.mime_type, "bytes": len(image.data)}
+        known = part.get(IMAGE_KEY)
+        if isinstance(known, dict) and isinstance(known.get("name"), str) and known["name"]:
+            ref["name"] = known["name"]
+        parts.append({"type": "image_url", "image_url": {"url": IMAGE_REF + image.sha256}, IMAGE_KEY: ref})
     return {**message, "content": parts}  # type: ignore[return-value]  # the same role, other parts
+
+
+def _image_ref(part: Any) -> dict[str, Any] | None:
+    """The `crow_image` object of a stored image reference, or None for any other part (an inline image with a
+    name is no reference)."""
+    ref = part.get(IMAGE_KEY) if isinstance(part, dict) else None
+    if not isinstance(ref, dict):
+        return None
+    image_url = part.get("image_url")
+    url = image_url.get("url") if isinstance(image_url, dict) else None
+    return ref if "file" in ref or (isinstance(url, str) and url.startswith(IMAGE_REF)) else None
 
 
 def _inline_image(part: Any) -> Image | None:
@@ -492,7 +514,8 @@ class SessionStore:
                              (model, base_url, session_id))
 
     def delete(self, session_id: str) -> SessionInfo:
-        """Delete a session and its messages; returns what was deleted.
+        """Delete a session, its messages, checkpoints and file backups, and the image files no other session
+        references (module docstring); returns what was deleted.
 
         Raises:
             SessionInUse: another process is writing it.
@@ -502,8 +525,10 @@ class SessionStore:
         self.lock(info.id)
         try:
             with self._transaction():
+                files = self._image_files("m.session_id = :sid", "c.session_id = :sid", {"sid": info.id})
                 self._db.execute("DELETE FROM messages WHERE session_id = ?", (info.id,))
                 self._db.execute("DELETE FROM sessions WHERE id = ?", (info.id,))
+                self._remove_unreferenced(files)
         finally:
             self.release(info.id)
         return info
@@ -516,9 +541,9 @@ class SessionStore:
         The first user message also gives the session its title: `title` when given (the prompt as typed,
         without the piped input or attached files the message also holds), else the message's text.
         """
-        data = json.dumps(by_reference(message, self._keep_image), ensure_ascii=False)
         now = time.time()
-        with self._transaction():
+        with self._transaction():  # an image file is written under the write lock: a delete never races it
+            data = json.dumps(by_reference(message, self._keep_image), ensure_ascii=False)
             (position,) = self._db.execute("SELECT COALESCE(MAX(position) + 1, 0) FROM messages WHERE session_id = ?",
                                            (session_id,)).fetchone()
             self._db.execute("INSERT INTO messages VALUES (?, ?, ?)", (session_id, position, data))
@@ -568,11 +593,16 @@ class SessionStore:
         return history
 
     def truncate(self, session_id: str, keep: int) -> None:
-        """Drop every message from position `keep` on (used by `/retry`), and the checkpoints past it."""
+        """Drop every message from position `keep` on (used by `/retry`), and the checkpoints past it, and the
+        image files that no remaining row references (module docstring)."""
         with self._transaction():
+            where = {"sid": session_id, "keep": keep}
+            files = self._image_files("m.session_id = :sid AND m.position >= :keep",
+                                      "c.session_id = :sid AND c.position > :keep", where)
             self._db.execute("DELETE FROM messages WHERE session_id = ? AND position >= ?", (session_id, keep))
             self._db.execute("DELETE FROM checkpoints WHERE session_id = ? AND position > ?", (session_id, keep))
             self._db.execute("DELETE FROM file_backups WHERE session_id = ? AND position >= ?", (session_id, keep))
+            self._remove_unreferenced(files)
 
     # file backups for undo (`tools.backup`): a file's content before crow's file tools changed it
 
@@ -604,9 +634,9 @@ class SessionStore:
                        tokens_after: int, summary: str | None = None) -> None:
         """Store a compacted view that stands for the session's first `position` messages."""
         with self._transaction():
+            data = json.dumps([by_reference(m, self._keep_image) for m in view], ensure_ascii=False)
             self._db.execute("INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?)",
-                             (session_id, position, time.time(), tokens_before, tokens_after, summary,
-                              json.dumps([by_reference(m, self._keep_image) for m in view], ensure_ascii=False)))
+                             (session_id, position, time.time(), tokens_before, tokens_after, summary, data))
 
     def checkpoints(self, session_id: str) -> list[StoredCheckpoint]:
         """The session's compaction checkpoints, oldest first (later requests start from the last)."""
@@ -628,16 +658,37 @@ class SessionStore:
         except OSError as exc:
             raise SessionError(f"cannot store an image of the session in {str(self.images_dir)!r}: {exc}") from exc
 
+    def _image_files(self, messages: str, checkpoints: str, args: dict[str, Any]) -> list[str]:
+        """The image files the message rows matching `messages` and the checkpoint rows matching `checkpoints`
+        reference (SQL conditions on `m` and `c`, with named `args`); inside the caller's transaction."""
+        references = _REFERENCES.format(messages=messages, checkpoints=checkpoints)
+        rows = self._db.execute(f"SELECT DISTINCT file FROM ({references}) WHERE file IS NOT NULL", args).fetchall()
+        return [str(r[0]) for r in rows]
+
+    def _remove_unreferenced(self, files: list[str]) -> None:
+        """Remove those of `files` no row of the store references any more (a query over every session's rows,
+        in the caller's transaction: an `append` that would reference one waits for it, and writes the file
+        again). A file that cannot be removed stays: it is unused, not damage."""
+        if not files:
+            return
+        everywhere = _REFERENCES.format(messages="1", checkpoints="1")  # one pass over the rows, for every file
+        rows = self._db.execute(f"SELECT value FROM json_each(?) WHERE value NOT IN (SELECT file FROM ({everywhere}) "
+                                "WHERE file IS NOT NULL)", (json.dumps(files),)).fetchall()
+        for (file,) in rows:
+            if isinstance(file, str) and _IMAGE_FILE.fullmatch(file):
+                with suppress(OSError):
+                    (self.images_dir / file).unlink(missing_ok=True)
+
     def _with_images(self, message: Any) -> Any:
         """A stored row with its image references replaced by the images (`data:` URL parts); an image whose
         file is gone becomes a text part saying so, so the session still loads and can be sent."""
         content = message.get("content") if isinstance(message, dict) else None
-        if not isinstance(content, list) or not any(isinstance(p, dict) and "crow_image" in p for p in content):
+        if not isinstance(content, list) or not any(_image_ref(p) is not None for p in content):
             return message
         parts: list[Any] = []
         for part in content:
-            ref = part.get("crow_image") if isinstance(part, dict) else None
-            if not isinstance(ref, dict):
+            ref = _image_ref(part)
+            if ref is None:
                 parts.append(part)
                 continue
             file = str(ref.get("file") or "")
@@ -646,12 +697,23 @@ class SessionStore:
             except OSError:
                 data = b""
             if data:
-                parts.append(image_part(Image(data, str(ref.get("mime_type") or ""))))
+                parts.append(image_part(Image(data, str(ref.get("mime_type") or ""), str(ref.get("name") or ""))))
             else:
                 parts.append({"type": "text", "text": f"[image {file or '(unnamed)'}: missing from the session "
                                                       f"store's images folder]"})
         return {**message, "content": parts}
 
+
+_REFERENCES = """
+    SELECT json_extract(p.value, '$.crow_image.file') AS file FROM messages m,
+        json_each(CASE WHEN json_valid(m.message) THEN m.message ELSE '{{}}' END, '$.content') p
+        WHERE ({messages}) AND instr(m.message, '"crow_image"') AND p.type = 'object'
+    UNION ALL
+    SELECT json_extract(p.value, '$.crow_image.file') FROM checkpoints c,
+        json_each(CASE WHEN json_valid(c.view) THEN c.view ELSE '[]' END) v, json_each(v.value, '$.content') p
+        WHERE ({checkpoints}) AND instr(c.view, '"crow_image"') AND v.type = 'object' AND p.type = 'object'"""
+"""Every stored image reference (one row each, `file`) of the message rows and checkpoint views matching the
+conditions; a row that is no JSON references nothing (it is reported when read, never here)."""
 
 _SELECT = ("SELECT s.id, s.title, s.created_at, s.updated_at, s.model, s.base_url, s.cwd, "
            "(SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id) FROM sessions s")

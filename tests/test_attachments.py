@@ -41,8 +41,10 @@ def test_images_are_image_url_parts(tmp_path: Path, set_workspace: Callable[[Pat
     assert isinstance(content, list)
     assert content[0]["type"] == "text" and "[attached file: t.txt]" in content[0]["text"]
     assert "[attached image: d.png]" in content[0]["text"]
+    # named by its path for the session's transcripts (`crow_image`); the server gets the part without it
     assert content[1] == {"type": "image_url",
-                          "image_url": {"url": "data:image/png;base64," + base64.b64encode(PNG).decode()}}
+                          "image_url": {"url": "data:image/png;base64," + base64.b64encode(PNG).decode()},
+                          "crow_image": {"name": "d.png"}}
 
 
 @pytest.mark.parametrize(("name", "data", "error"), [

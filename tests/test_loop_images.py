@@ -99,6 +99,19 @@ async def test_a_tool_image_goes_in_a_user_message_after_every_tool_message() ->
     assert [m["role"] for m in history] == ["user", "assistant", "tool", "tool", "tool", "user", "assistant"]
 
 
+async def test_a_tool_image_is_named_in_the_history_and_not_on_the_wire() -> None:
+    # resume, export and an editor's replay show `[image: NAME, SIZE]`: the image's own name, else its tool's
+    from crow_cli.images import describe_part
+
+    history, _, bodies = await drive(registry(), [
+        calls_sse(("call_1", "screenshot", {"label": "home"}), ("call_2", "report", {"text": "caption"})),
+        text_sse("I see it")])
+    kept = history[4]["content"][1:]
+    assert [describe_part(p) for p in kept] == ["[image: home.png, 32 B]", "[image: from report, 32 B]"]
+    assert bodies[1]["messages"][-1]["content"][1:] == [
+        {"type": "image_url", "image_url": {"url": Image(PNG, "image/png").data_url()}}] * 2
+
+
 async def test_a_model_known_to_take_no_images_gets_the_placeholders_only() -> None:
     _, _, bodies = await drive(registry(), [calls_sse(("c1", "screenshot", {"label": "x"})), text_sse("ok")],
                                images=False)

@@ -206,7 +206,7 @@ class Compactor:
                     else:
                         yield item
             # a summary is text: the images of the summarised messages are named, never dropped unsaid
-            images = [describe_part(p) for m in old for p in image_parts(m.get("content"))]
+            images = [describe_part(p, named=False) for m in old for p in image_parts(m.get("content"))]
             note = ""
             if images:
                 left_out = f"; left out {len(images)} image{'s' if len(images) > 1 else ''} of the summarised " \

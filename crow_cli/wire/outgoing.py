@@ -33,7 +33,8 @@ session keeps the originals, so switching back resends them):
   every request sends the same one, and is used for nothing else: the stored history, events and the model
   that wrote the id keep the original. The rule is taken from a fixed set of id shapes the refusal words
   match; no pattern a server sends is compiled.
-A message without a recorded author (an older session) goes as kept.
+A message without a recorded author (an older session) goes as kept. What crow keeps on an image part (its
+name, `images.IMAGE_KEY`) is never sent.
 
 What a refusal taught is applied for the client's life and returned by `Outgoing.learned` as facts
 (`wire.facts`), so later runs start with it. Each message's outgoing form depends only on the
@@ -50,6 +51,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Literal, get_args
 
 from ..history import AUTHOR_KEY, Message, WireToolCall, as_json, author_of, thinking_of, tool_calls_of
+from ..images import sendable_content
 from .profiles import REASONING_BLOCK_FIELDS, REASONING_FIELDS, field_demanded, field_refused
 
 __all__ = ["REASONING_ECHO", "Adaptation", "Outgoing", "ReasoningEcho"]
@@ -217,6 +219,8 @@ class Outgoing:
                 self.echo == "never" or (self.echo == "auto" and not tools_used)) \
                 and any(thinking_of(part) is not None for part in content):
             add["content"] = _without_thinking(content, bool(calls))
+        elif isinstance(content, list) and (bare := sendable_content(content)) is not content:
+            add["content"] = bare  # what crow keeps on an image part (its name) is crow's own
         if not drop and not add and new_calls is calls:
             return message_json
         out = {k: v for k, v in message_json.items() if k not in drop}

@@ -55,6 +55,7 @@ def test_an_image_piped_on_stdin_is_attached_not_decoded(tmp_path: Path) -> None
     content = server.requests[0]["messages"][-1]["content"]
     assert content[0] == {"type": "text", "text": "What is this?\n\n[attached image: stdin]"}
     assert content[1]["image_url"]["url"].startswith("data:image/png;base64,iVBORw0KGgo")
+    assert set(content[1]) == {"type", "image_url"}  # its name ("stdin") is kept in the session, never sent
 
 
 def test_an_image_on_stdin_cannot_be_the_prompt(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -382,6 +382,23 @@ async def test_load_replays_a_stored_session_after_a_restart(workspace):
     assert editor.text().endswith("Still alpha.")
 
 
+async def test_load_replays_a_prompt_s_image_by_its_name(workspace):
+    # a session crow run -f made, loaded in an editor: the prompt's image was not shown, its name not kept
+    png = "data:image/png;base64,iVBORw0KGgo="
+    with SessionStore() as store:
+        info = store.create(model="test-model", cwd=str(workspace))
+        store.append(info.id, {"role": "user", "content": [
+            {"type": "text", "text": "what is it?"},
+            {"type": "image_url", "image_url": {"url": png}, "crow_image": {"name": "shot.png"}}]})
+        store.append(info.id, {"role": "assistant", "content": "A test pattern."})
+    editor = Editor()
+    with ReplayServer([]) as server:
+        async with acp_agent(server.base_url, workspace, editor) as (conn, _serving):
+            await conn.load_session(cwd=str(workspace), session_id=info.id, mcp_servers=[])
+    assert [type(u) for u in editor.updates] == [UserMessageChunk, AgentMessageChunk]
+    assert editor.updates[0].content.text == "what is it?\n[image: shot.png, 8 B]"
+
+
 async def test_a_provider_401_is_a_jsonrpc_error_and_the_session_lives_on(workspace):
     unauthorized = {"status": 401, "body": json.dumps({"error": {"message": "bad key", "type": "auth"}})}
     editor = Editor()

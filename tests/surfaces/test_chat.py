@@ -249,6 +249,20 @@ async def test_resume_and_retry_show_the_text_of_a_message_with_an_image_not_its
     assert server.requests[0]["messages"][0]["content"][1]["image_url"]["url"] == "data:image/png;base64,iVBORw0KGgo="
 
 
+async def test_resume_names_an_attached_image_by_its_file(store: SessionStore) -> None:
+    # the resumed last exchange said `[image: image/png, 8 B]`: the attached file's name was not kept
+    old = store.create(model="test-model", cwd="/tmp")
+    part = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    store.append(old.id, {"role": "user", "content": [{"type": "text", "text": "what is in it?"},
+                                                      {**part, "crow_image": {"name": "cat.png"}}]})
+    store.append(old.id, {"role": "assistant", "content": "A cat."})
+    store.release()
+    output, server, _ = await chat([{"sse": text_stream("Still a cat.")}], "and now?\r/exit\r", store,
+                                   options=ChatOptions(resume=old.id))
+    assert "› what is in it? [image: cat.png, 8 B]" in " ".join(output.split())
+    assert server.requests[0]["messages"][0]["content"][1] == part  # the name is crow's: never sent
+
+
 async def test_resume_refuses_a_system_prompt_it_would_not_use(store: SessionStore) -> None:
     # found trying `--system` on continued sessions as a new user: `crow run -c --system NEW` is refused, `crow chat
     # --resume --system NEW` went on with the session's own system prompt without a word

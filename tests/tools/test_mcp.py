@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from crow_cli.errors import ConfigError, ToolError
+from crow_cli.sessions import SessionStore, export_session
 from crow_cli.tools.mcp import McpServers
 from crow_cli.tools.registry import ToolRegistry
 from tests.conftest import text_sse
@@ -285,3 +286,17 @@ async def test_crow_run_shows_an_mcp_image_to_the_model(tmp_path: Path) -> None:
     assert [m["role"] for m in messages][-3:] == ["assistant", "tool", "user"]
     assert messages[-2]["content"] == "c\n[image: image/png, 32 B]"
     assert messages[-1]["content"][1]["image_url"]["url"].startswith("data:image/png;base64,iVBORw0KGgo")
+
+
+async def test_an_mcp_image_is_named_after_its_tool_in_the_session(tmp_path: Path) -> None:
+    # the session's transcript said `[image: image/png, 32 B]`: an image block has no file name, its tool names it
+    config = tmp_path / "config.toml"
+    config.write_text(f"[mcp_servers.img]\ncommand = {json.dumps(sys.executable)}\n"
+                      f"args = [{json.dumps(IMAGE_SERVER)}]\n")
+    ran = await run_here(script([("call_img", "snapshot", {"caption": "c"})]), "look", cwd=tmp_path, config=config)
+    assert ran.code == 0, ran.stderr
+    assert set(ran.requests[1]["messages"][-1]["content"][1]) == {"type", "image_url"}  # the name is never sent
+    with SessionStore() as store:
+        (info,) = store.recent()
+        md = export_session(info, store.messages(info.id), "md")
+    assert "snapshot (call_img): [image: image/png, 32 B]\n[image: from snapshot, 32 B]" in md

@@ -315,3 +315,16 @@ def test_the_authors_own_ids_are_never_mapped() -> None:
     assert out.adapt(400, _ANTHROPIC_ID, sent) is None  # nothing another model wrote: the refusal is final
     out = Outgoing(author=_A, known={"tool_call_id_rule": {"chars": "alnum_dash", "length": None}})
     assert out.messages(_kimi_history(_A))[1]["tool_calls"][0]["id"] == "functions.lookup_order:0"
+
+
+def test_an_image_part_goes_without_the_name_crow_keeps_on_it():
+    # the name is crow's (a transcript's `[image: shot.png, 41 KB]`): the server gets the part OpenAI defines
+    part = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    history = [{"role": "user", "content": [{"type": "text", "text": "what is it?"},
+                                            {**part, "crow_image": {"name": "shot.png"}}]}]
+    sent = [{"role": "user", "content": [{"type": "text", "text": "what is it?"}, part]}]
+    for echo in ("auto", "always", "never"):
+        assert Outgoing(echo).messages(history) == sent
+    assert history[0]["content"][1]["crow_image"] == {"name": "shot.png"}  # the history is never changed
+    plain = [user_message("hi")]
+    assert Outgoing("auto").messages(plain)[0] is plain[0]  # a message without one is not copied

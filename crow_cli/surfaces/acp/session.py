@@ -374,12 +374,13 @@ class Session:
         return PromptResponse(stop_reason=reason)
 
     async def replay(self) -> None:
-        """Send the stored history as `session/update` notifications: messages, tool calls with their outcome."""
+        """Send the stored history as `session/update` notifications: messages (a prompt's images named, as
+        `[image: NAME, SIZE]`), tool calls with their outcome."""
         messages = self.history
         for i, message in enumerate(messages):
             content = content_text(message.get("content"))
-            if is_prompt(message) and content:
-                self.send(acp.update_user_message_text(content))
+            if is_prompt(message) and (prompt := content_text(message.get("content"), images=True)):
+                self.send(acp.update_user_message_text(prompt))  # an image as `[image: NAME, SIZE]`
             elif message["role"] == "assistant":
                 reasoning = reasoning_text(message)
                 if reasoning:
