@@ -14,7 +14,8 @@ import respx
 from crow_cli.events import MessageAppended, Notice, RunFinished, ToolResultReady, ToolRunStarted, TurnFinished
 from crow_cli.history import user_message
 from crow_cli.loop import LoopSettings, react
-from crow_cli.tools.registry import ToolRegistry, tool
+from crow_cli.tools.registry import ToolRegistry
+from crow_cli.tools.tool import tool
 from crow_cli.wire.client import ChatClient, ClientSettings
 from tests.conftest import chunk, sse, text_sse, tool_delta
 

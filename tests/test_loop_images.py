@@ -11,7 +11,8 @@ import respx
 from crow_cli.history import ToolResult, user_message
 from crow_cli.images import Image
 from crow_cli.loop import LoopSettings, react
-from crow_cli.tools.registry import ToolRegistry, tool
+from crow_cli.tools.registry import ToolRegistry
+from crow_cli.tools.tool import tool
 from crow_cli.wire.client import ChatClient, ClientSettings
 from tests.conftest import chunk, sse, text_sse, tool_delta
 from tests.support import authorless

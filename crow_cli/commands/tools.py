@@ -14,7 +14,7 @@ from .options import ConfigOpt, ProfileOpt, ToolsDirOpt, fail
 
 if TYPE_CHECKING:
     from ..config import Settings
-    from ..tools.registry import Tool
+    from ..tools.tool import Tool
 
 __all__ = ["tools"]
 

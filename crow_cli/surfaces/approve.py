@@ -9,7 +9,7 @@ from typing import TextIO
 
 from ..history import ToolCall
 from ..tools.approval import Answer, AskFn, approval_question, parse_answer
-from ..tools.registry import Tool
+from ..tools.tool import Tool
 
 __all__ = ["terminal_ask"]
 

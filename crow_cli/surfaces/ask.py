@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..history import ToolCall
 from ..tools.approval import Answer, approval_question, parse_answer
-from ..tools.registry import Tool
+from ..tools.tool import Tool
 
 if TYPE_CHECKING:
     from prompt_toolkit.key_binding import KeyBindings

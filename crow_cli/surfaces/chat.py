@@ -49,7 +49,8 @@ from ..sessions import EXPORT_FORMATS, SessionInfo, SessionStore, export_session
 from ..text import clean_text, public_url, strip_controls
 from ..tools.approval import approval_question, make_approver, parse_answer
 from ..tools.mcp import end_task
-from ..tools.registry import Tool, ToolRegistry
+from ..tools.registry import ToolRegistry
+from ..tools.tool import Tool
 from ..wire.client import import_in_background
 from .ask import Answer, ask_approval, typed_keys
 from .common import (

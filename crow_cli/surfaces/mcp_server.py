@@ -58,9 +58,9 @@ from ..text import strip_controls
 from ..tools.approval import UNCONFINED_MARK, Answer, Policy, make_approver
 from ..tools.context import ToolContext
 from ..tools.mcp import end_task
-from ..tools.registry import Tool
 from ..tools.sandbox import Mode as SandboxMode
 from ..tools.sandbox import Sandbox
+from ..tools.tool import Tool
 from .common import build_client, short_json, with_instructions
 from .persist import SessionRecorder, open_session
 from .runtime import Runtime, RuntimeOptions, assemble_driver

@@ -38,7 +38,7 @@ from ..stdout import private_stdout
 from ..text import strip_controls
 from ..tools.approval import Answer, AskFn, make_approver
 from ..tools.dispatch import Approver
-from ..tools.registry import Tool
+from ..tools.tool import Tool
 from ..wire.client import import_in_background
 from ..wire.vision import holds_images
 from .approve import terminal_ask

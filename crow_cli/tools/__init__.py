@@ -31,7 +31,7 @@ entry point)::
 from ..errors import OutsideWorkspace, ToolError, ToolFailed
 from ..images import Image
 from .context import ToolContext
-from .registry import Tool, tool
+from .tool import Tool, tool
 from .workspace import resolve_in_workspace, workspace_root
 
 __all__ = ["Image", "OutsideWorkspace", "Tool", "ToolContext", "ToolError", "ToolFailed", "resolve_in_workspace",

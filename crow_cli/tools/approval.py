@@ -37,9 +37,9 @@ from ..paths import resolve_path
 from ..text import strip_controls, visible
 from .clip import clip_middle
 from .context import ToolContext, current_context
-from .registry import Tool
 from .sandbox import backend, is_guarded, unavailable_reason
 from .shellrules import allow_matches, deny_matches, rule_words
+from .tool import Tool
 
 __all__ = [
     "POLICIES",

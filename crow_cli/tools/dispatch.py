@@ -30,8 +30,9 @@ from ..history import Outcome, ToolCall, ToolDisplay, ToolResult
 from ..images import IMAGE_TYPES, MAX_IMAGE_BYTES, Image
 from ..text import clean_text, mask_secrets, truncate_output
 from .context import ToolContext, using_context
-from .registry import Tool, ToolRegistry
+from .registry import ToolRegistry
 from .sandbox import Sandbox, SandboxBlocked
+from .tool import Tool
 
 __all__ = ["Approver", "Escalate", "EscalatingApprover", "dispatch"]
 

@@ -38,7 +38,8 @@ from ..errors import ConfigError, ToolError
 from ..images import Image, image_type
 from .mcp_transport import StderrTail, TransportWatch
 from .names import wire_name
-from .registry import Tool, ToolRegistry
+from .registry import ToolRegistry
+from .tool import Tool
 
 __all__ = ["McpServerConfig", "McpServers", "cancellable", "end_task", "parse_mcp_servers"]
 

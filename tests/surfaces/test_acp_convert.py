@@ -27,7 +27,7 @@ from crow_cli.surfaces.acp.convert import (
     tool_kind,
 )
 from crow_cli.tools.builtin import BUILTIN_TOOLS
-from crow_cli.tools.registry import tool
+from crow_cli.tools.tool import tool
 
 TOOLS = {t.name: t for t in BUILTIN_TOOLS}
 

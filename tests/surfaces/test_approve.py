@@ -8,7 +8,7 @@ import os
 import pty
 
 from crow_cli.history import ToolCall
-from crow_cli.tools.registry import tool
+from crow_cli.tools.tool import tool
 
 
 @tool(needs_approval=True)

@@ -21,7 +21,8 @@ from crow_cli.tools.approval import (
     parse_answer,
 )
 from crow_cli.tools.builtin import BUILTIN_TOOLS
-from crow_cli.tools.registry import Tool, ToolRegistry, tool
+from crow_cli.tools.registry import ToolRegistry
+from crow_cli.tools.tool import Tool, tool
 
 TOOLS = {t.name: t for t in BUILTIN_TOOLS}
 

@@ -8,7 +8,8 @@ import pytest
 from crow_cli.errors import ToolDenied
 from crow_cli.history import ToolCall
 from crow_cli.tools.approval import make_approver
-from crow_cli.tools.registry import ToolRegistry, default_registry, tool
+from crow_cli.tools.registry import ToolRegistry, default_registry
+from crow_cli.tools.tool import tool
 from tests.support import run_here, script, tool_messages
 
 

@@ -11,7 +11,8 @@ import pytest
 
 from crow_cli.history import ToolCall, ToolResult
 from crow_cli.tools.dispatch import dispatch
-from crow_cli.tools.registry import ToolRegistry, tool
+from crow_cli.tools.registry import ToolRegistry
+from crow_cli.tools.tool import tool
 from tests.conftest import chunk, sse, text_sse, tool_delta
 from tests.support import needs_sandbox, run_against
 

@@ -8,7 +8,8 @@ import json
 from crow_cli.events import ToolResultReady
 from crow_cli.history import ToolCall
 from crow_cli.tools.dispatch import dispatch
-from crow_cli.tools.registry import Tool, ToolRegistry, tool
+from crow_cli.tools.registry import ToolRegistry
+from crow_cli.tools.tool import Tool, tool
 
 
 def _calls(*names: str) -> list[ToolCall]:

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from crow_cli.errors import ToolError
-from crow_cli.tools.registry import ToolRegistry, default_registry, tool
+from crow_cli.tools.registry import ToolRegistry, default_registry
+from crow_cli.tools.tool import tool
 from tests.support import TOOLS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -176,7 +177,7 @@ def test_plugin_names_servers_refuse_get_unique_wire_names_warned_once_each(tmp_
     # issue: one naming rule for every source of tools; OpenAI answers 400 for `tools[1].function.name`
     # outside ^[a-zA-Z0-9_-]+$ (hackers365/xiaozhi-esp32-server-golang#268)
     (tmp_path / "odd.py").write_text(textwrap.dedent('''
-        from crow_cli.tools.registry import Tool
+        from crow_cli.tools.tool import Tool
 
         def _f(**kw):
             return "ok"

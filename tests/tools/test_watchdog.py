@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from crow_cli.tools.registry import Tool
+from crow_cli.tools.tool import Tool
 from crow_cli.tools.watchdog import LoopWatchdog
 
 

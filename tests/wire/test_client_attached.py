@@ -11,7 +11,8 @@ import respx
 from crow_cli.events import Notice, RunFinished
 from crow_cli.history import user_message
 from crow_cli.loop import LoopSettings, react
-from crow_cli.tools.registry import Tool, ToolRegistry
+from crow_cli.tools.registry import ToolRegistry
+from crow_cli.tools.tool import Tool
 from crow_cli.wire import facts
 from crow_cli.wire.client import ChatClient, ClientSettings
 from tests.conftest import chunk, sse, text_sse

@@ -9,7 +9,8 @@ import pytest
 from crow_cli.events import ToolResultReady, WarningEvent
 from crow_cli.history import ToolCall
 from crow_cli.tools.dispatch import dispatch
-from crow_cli.tools.registry import ToolRegistry, tool
+from crow_cli.tools.registry import ToolRegistry
+from crow_cli.tools.tool import tool
 from crow_cli.wire.accumulate import StreamAccumulator
 from crow_cli.wire.repair import repair_arguments
 from tests.conftest import chunk, first_sse, load_cases, sse_chunks, tool_delta

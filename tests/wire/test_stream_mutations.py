@@ -38,7 +38,8 @@ from hypothesis import strategies as st
 from crow_cli.events import RunFinished, TurnFinished
 from crow_cli.history import user_message
 from crow_cli.loop import LoopSettings, react
-from crow_cli.tools.registry import Tool, ToolRegistry
+from crow_cli.tools.registry import ToolRegistry
+from crow_cli.tools.tool import Tool
 from crow_cli.wire.client import ChatClient, ClientSettings
 from tests.conftest import CaseReplay, load_cases
 

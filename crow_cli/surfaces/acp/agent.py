@@ -123,6 +123,11 @@ class CrowAgent:
     def on_connect(self, conn: acp.Client) -> None:
         self._conn = conn
 
+    @property
+    def yes(self) -> bool:
+        """`--yes`: sessions start in yolo mode."""
+        return self.options.yes
+
     def client(self) -> acp.Client:
         """The editor's side of the connection."""
         assert self._conn is not None, "used before the connection was made"

@@ -34,7 +34,7 @@ from ...errors import ToolError
 from ...history import AssistantMessage, ToolCall, as_json, thinking_of
 from ...text import clean_text, has_surrogates, strip_controls
 from ...tools.builtin.edits import MAX_EDIT_BYTES, apply_edit, check_edit
-from ...tools.registry import Tool
+from ...tools.tool import Tool
 from ...tools.workspace import resolve_in_workspace
 from ...wire.profiles import BLOCK_TEXT_FIELDS, REASONING_BLOCK_FIELDS, REASONING_FIELDS
 from ..common import short_json

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from ...errors import ToolError
 from ...tools.builtin.edits import apply_edit, check_edit, unified_diff
 from ...tools.builtin.files import MAX_RETURN_CHARS, check_line_range
-from ...tools.registry import Tool
+from ...tools.tool import Tool
 from ...tools.workspace import resolve_for_write, resolve_in_workspace, workspace_root
 from .convert import editor_failure
 

@@ -7,12 +7,13 @@ import logging
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import acp
 from acp import RequestError
 from acp.schema import (
     AllowedOutcome,
+    ClientCapabilities,
     PermissionOption,
     PromptResponse,
     SessionConfigOptionBoolean,
@@ -25,6 +26,7 @@ from acp.schema import (
 )
 from pydantic import ValidationError
 
+from ...config import Settings
 from ...errors import ToolDenied
 from ...events import (
     Event,
@@ -42,9 +44,10 @@ from ...history import Message, ToolCall, content_text, is_prompt, tool_calls_of
 from ...tools.approval import UNCONFINED_MARK, Answer, Approvals, Policy, make_approver
 from ...tools.context import ToolContext
 from ...tools.dispatch import EscalatingApprover
-from ...tools.registry import Tool, ToolRegistry
+from ...tools.registry import ToolRegistry
 from ...tools.sandbox import Mode as SandboxMode
 from ...tools.sandbox import Sandbox, is_guarded
+from ...tools.tool import Tool
 from ...tools.workspace import resolve_for_write
 from ...wire.client import ChatClient
 from ..persist import SessionRecorder
@@ -65,8 +68,18 @@ from .convert import (
     typed_text,
 )
 
-if TYPE_CHECKING:
-    from .agent import CrowAgent
+
+class AgentSide(Protocol):
+    """What a session takes of the agent that holds it (`agent.CrowAgent`): its settings, whether `--yes` was
+    given, what the editor can do, and the connection to the editor."""
+
+    settings: Settings
+    capabilities: ClientCapabilities
+
+    @property
+    def yes(self) -> bool: ...
+
+    def client(self) -> acp.Client: ...
 
 __all__ = ["MODES", "Session"]
 
@@ -94,7 +107,7 @@ class Session:
     order and sent by one task, so a slow client never blocks the loop.
     """
 
-    def __init__(self, agent: CrowAgent, session_id: str, cwd: Path, history: list[Message],
+    def __init__(self, agent: AgentSide, session_id: str, cwd: Path, history: list[Message],
                  recorder: SessionRecorder, registry: ToolRegistry | None, client: ChatClient) -> None:
         self.agent = agent
         self.id = session_id
@@ -103,7 +116,7 @@ class Session:
         self.recorder = recorder
         self.registry = registry
         settings = agent.settings
-        self.mode = "yolo" if agent.options.yes else (settings.approval or "ask")
+        self.mode = "yolo" if agent.yes else (settings.approval or "ask")
         self.approvals: Approvals = make_approver(self.mode if self.mode in ("ask", "auto-edit", "yolo") else "ask",
                                                   allow=settings.allow, deny=settings.deny, ask=self.ask)
         fs = agent.capabilities.fs

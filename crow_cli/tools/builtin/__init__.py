@@ -3,7 +3,7 @@ change files or run commands need approval and run exclusively."""
 
 from __future__ import annotations
 
-from ..registry import Tool
+from ..tool import Tool
 from .edits import edit_file, write_file
 from .files import list_directory, read_file
 from .search import search_files

@@ -16,7 +16,7 @@ from ...errors import ToolError
 from ...history import ToolDisplay
 from ..backup import before_write
 from ..context import ToolContext
-from ..registry import ToolOutput, tool
+from ..tool import ToolOutput, tool
 from ..workspace import resolve_for_write
 from .files import BOMS, file_type, require_regular_file
 

@@ -11,7 +11,7 @@ from ...atomic import file_kind
 from ...errors import ToolError
 from ...images import MAX_IMAGE_BYTES, Image, image_type
 from ...text import BOMS
-from ..registry import tool
+from ..tool import tool
 from ..workspace import resolve_in_workspace, workspace_root
 
 __all__ = ["BOMS", "MAX_RETURN_CHARS", "SNIFF_BYTES", "check_line_range", "file_type", "list_directory", "read_file",

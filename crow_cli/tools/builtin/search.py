@@ -24,7 +24,7 @@ from typing import Any
 from ...errors import ToolError
 from ...paths import resolve_path
 from ..context import current_context
-from ..registry import tool
+from ..tool import tool
 from ..workspace import resolve_in_workspace, workspace_root
 from .files import file_type
 from .shell import scrubbed_environ

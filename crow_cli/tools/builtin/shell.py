@@ -46,7 +46,6 @@ from ...errors import ToolError, ToolFailed
 from ...history import ToolDisplay
 from ...text import mask_secrets
 from ..context import ToolContext
-from ..registry import ToolOutput, tool
 from ..sandbox import (
     SandboxBlocked,
     backend,
@@ -56,6 +55,7 @@ from ..sandbox import (
     sandbox_argv,
     seccomp_fd,
 )
+from ..tool import ToolOutput, tool
 
 __all__ = ["run_shell", "scrubbed_environ"]
 
