@@ -366,3 +366,46 @@ def repair_history(messages: list[Message], reason: str = "interrupted") -> list
 def _attach(wire: dict[str, Any], attached: Mapping[str, Any]) -> None:
     """Add the keys a server attached, under its names; a key crow sets itself keeps crow's value."""
     wire.update((k, v) for k, v in attached.items() if k not in wire)
+
+
+_ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+def _kind(value: Any) -> str:
+    names = {str: "a string", bool: "a boolean", int: "a number", float: "a number", list: "a list",
+             dict: "an object", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def message_problem(message: Any) -> str | None:
+    """What makes a stored row no Chat Completions message (one phrase), or None when it is one.
+
+    A message is an object with a `role` among system, developer, user, assistant and tool; `content`
+    null, a string or a list of objects; an assistant's `tool_calls` a list of objects whose `function`
+    has a string `name` and string `arguments`; a tool result's `tool_call_id` a string.
+    """
+    if not isinstance(message, dict):
+        return f"it is {_kind(message)}, not a message object"
+    role = message.get("role")
+    if role not in _ROLES:
+        return "it has no role" if role is None else f"its role is {role!r}"
+    content = message.get("content")
+    if content is not None and not isinstance(content, str) and not (
+            isinstance(content, list) and all(isinstance(p, dict) for p in content)):
+        return f"its content is {_kind(content)}"
+    calls = message.get("tool_calls")
+    if calls is not None:
+        if role != "assistant" or not isinstance(calls, list):
+            return f"its tool_calls is {_kind(calls)}" if role == "assistant" else f"a {role} message has tool_calls"
+        for n, call in enumerate(calls):
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict):
+                return f"its tool_calls[{n}] has no function object"
+            for key in ("name", "arguments"):
+                if not isinstance(function.get(key), str):
+                    return f"its tool_calls[{n}].function.{key} is {_kind(function.get(key))}, not a string"
+            if not isinstance(call.get("id", ""), str):
+                return f"its tool_calls[{n}].id is {_kind(call.get('id'))}"
+    if role == "tool" and not isinstance(message.get("tool_call_id"), str):
+        return f"its tool_call_id is {_kind(message.get('tool_call_id'))}"
+    return None

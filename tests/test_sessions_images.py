@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from crow_cli.export import export_session
 from crow_cli.images import Image, describe_part, image_part
-from crow_cli.sessions import IMAGE_REF, SessionStore, export_session
+from crow_cli.sessions import IMAGE_REF, SessionStore
 from tests.conftest import text_sse
 from tests.replay_server import ReplayServer
 from tests.support import crow_here, run_args

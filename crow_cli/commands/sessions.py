@@ -104,7 +104,7 @@ def export(
 def _export(session_id: str, fmt: str, output: str | None) -> None:
     from pathlib import Path
 
-    from ..sessions import EXPORT_FORMATS, export_session, write_export
+    from ..export import EXPORT_FORMATS, export_session, write_export
 
     try:
         if fmt not in EXPORT_FORMATS:

@@ -44,8 +44,9 @@ from ..events import (
     TurnFinished,
     WarningEvent,
 )
+from ..export import EXPORT_FORMATS, export_session, exports_dir, write_export
 from ..history import Message, ToolCall, content_text, is_prompt, user_message
-from ..sessions import EXPORT_FORMATS, SessionInfo, SessionStore, export_session, exports_dir, write_export
+from ..sessions import SessionInfo, SessionStore
 from ..text import clean_text, public_url, strip_controls
 from ..tools.approval import approval_question, make_approver, parse_answer
 from ..tools.mcp import end_task

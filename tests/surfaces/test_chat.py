@@ -19,7 +19,8 @@ from rich.console import Console
 
 from crow_cli.config import Settings
 from crow_cli.errors import ConfigError, SessionError
-from crow_cli.sessions import SessionStore, exports_dir
+from crow_cli.export import exports_dir
+from crow_cli.sessions import SessionStore
 from crow_cli.surfaces.chat import ChatApp, ChatOptions, help_text
 from tests.conftest import text_sse
 from tests.replay_server import ReplayServer, text_stream

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from crow_cli.errors import ConfigError, ToolError
-from crow_cli.sessions import SessionStore, export_session
+from crow_cli.export import export_session
+from crow_cli.sessions import SessionStore
 from crow_cli.tools.mcp import McpServers
 from crow_cli.tools.registry import ToolRegistry
 from tests.conftest import text_sse
