@@ -8,13 +8,14 @@ reach a request body, a terminal or a session file.
 from __future__ import annotations
 
 import codecs
+import html
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = ["BOMS", "SECRET_MASK", "SECRET_NAME", "clean_json", "clean_text", "decode_text", "has_surrogates",
-           "header_secrets", "is_secret_name", "mask_secrets", "public_url", "strip_controls", "truncate_output",
-           "url_secrets", "visible"]
+           "header_secrets", "is_secret_name", "looks_like_html", "mask_secrets", "public_url", "short_text",
+           "strip_controls", "truncate_output", "url_secrets", "visible"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # C0 controls but tab and newline, DEL, C1 controls: what can move a cursor, retitle or clear a terminal
@@ -178,3 +179,19 @@ def truncate_output(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     return text[:limit] + f"\n[output truncated: {len(text) - limit} of {len(text)} characters not shown]"
+
+
+def short_text(text: str, limit: int = 200) -> str:
+    """`text` on one line of at most `limit` characters; an HTML page is reduced to its title (or its text)."""
+    if looks_like_html(text):
+        title = re.search(r"<(title|h1)[^>]*>(.*?)</\1>", text, re.IGNORECASE | re.DOTALL)
+        text = title.group(2) if title else re.sub(r"<(script|style)\b.*?</\1>", " ", text,
+                                                   flags=re.IGNORECASE | re.DOTALL)
+        text = html.unescape(re.sub(r"<[^>]+>", " ", text))
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def looks_like_html(text: str) -> bool:
+    """Whether `text` holds HTML markup (a proxy's error page, a login page)."""
+    return re.search(r"<(!doctype|html|head|body|title|h1)\b", text, re.IGNORECASE) is not None

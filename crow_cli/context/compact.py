@@ -23,6 +23,7 @@ from ..errors import ContextOverflow
 from ..events import Event, Notice, WarningEvent
 from ..history import Message, is_prompt, tool_calls_of
 from ..images import describe_part, image_parts
+from ..wire.accumulate import StreamAccumulator
 from .budget import CHARS_PER_TOKEN, Budget, estimate_tokens
 from .normalise import Normaliser, normalise
 
@@ -237,7 +238,6 @@ class Compactor:
 
     async def _summarise(self, client: _Stream, old: list[Message], focus: str | None
                          ) -> AsyncGenerator[Event | str, None]:
-        from ..wire.accumulate import StreamAccumulator
 
         window = self.budget.window
         limit = int(window * CHARS_PER_TOKEN * 0.6) if window else SUMMARY_INPUT_CHARS

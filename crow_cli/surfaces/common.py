@@ -7,13 +7,15 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..config import Settings
+from ..config import Settings, default_config_path
 from ..context.budget import Budget
 from ..context.compact import Checkpoint, Compactor
+from ..instructions import find_instructions, system_prompt
 from ..loop import LoopSettings
 from ..text import strip_controls, visible
 from ..tools.registry import ToolRegistry, default_registry
 from ..wire.client import ChatClient, ClientSettings
+from ..wire.window import discover_context_window
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -75,7 +77,6 @@ def build_compactor(settings: Settings, recorder: SessionRecorder | None = None,
                     checkpoint: Checkpoint | None = None) -> Compactor:
     """The conversation's compactor: the window from `context_window` or the server, the recorder's
     checkpoint (or `checkpoint`, without a recorder) to start from, and the recorder storing each new one."""
-    from ..wire.window import discover_context_window
 
     async def discover() -> int | None:
         return await discover_context_window(settings.base_url, settings.model, settings.api_key, settings.headers)
@@ -107,8 +108,6 @@ def with_instructions(settings: Settings, root: Path, enabled: bool = True,
     to `warn` (default: `warning_to()`, stderr)."""
     from dataclasses import replace
 
-    from ..config import default_config_path
-    from ..instructions import find_instructions, system_prompt
 
     found = find_instructions(root, default_config_path().parent, secrets=(settings.api_key, *settings.secrets),
                               warn=warn or warning_to()) if enabled else []

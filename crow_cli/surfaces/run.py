@@ -48,6 +48,7 @@ from .common import (
     warning_to,
 )
 from .jsonl import JsonlWriter
+from .persist import open_session
 from .runtime import Runtime, RuntimeOptions
 from .shown import display_lines, display_status
 from .usage import TokenUse, footer
@@ -238,7 +239,6 @@ def _start_history(settings: Settings, options: RunOptions, content: Any = None
     history: list[Message] = []
     warning = None
     if options.session or options.session_id or options.continue_last:
-        from .persist import open_session
 
         try:
             recorder, history = open_session(settings, session_id=options.session_id, latest=options.continue_last,

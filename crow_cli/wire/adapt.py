@@ -33,8 +33,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..history import thinking_of
-from ..text import truncate_output
+from ..text import short_text, truncate_output
 from . import schema as schemas
+from .profiles import KNOWN_REQUEST_RULES
 
 __all__ = ["CUT_MARGIN", "MIN_ROOM", "NAME_RULES", "NO_OUTPUT", "OUTPUT_CAPS", "SIZED_OPS", "Change", "Rule",
            "apply_rules", "change_for", "is_size", "known_rules", "name_rule", "rules_from_json", "tool_renames",
@@ -460,7 +461,6 @@ def _message_of(text: str) -> str:
 
 
 def _short(text: str) -> str:
-    from .stream import short_text
 
     return short_text(" ".join(text.split()), 200)
 
@@ -780,7 +780,6 @@ def value_refused(text: str, name: str, value: Any) -> bool:
 def known_rules(base_url: str, model: str) -> list[Rule]:
     """The rules known in advance for a server (its host, `:PORT` for a local server's usual port) and model
     family (a name prefix): `profiles.KNOWN_REQUEST_RULES`; [] for any other."""
-    from .profiles import KNOWN_REQUEST_RULES
 
     try:
         parts = urlsplit(base_url)

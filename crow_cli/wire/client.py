@@ -24,6 +24,10 @@ What `wire.adapt` learns is remembered per base URL + model
 (`wire.facts`) and applied before the first request of later runs, with the rules known in advance for
 the server (`adapt.known_rules`); `adapt_requests=False` turns that mechanism off (a refused
 `stream_options` is then still dropped, for the client's life).
+
+Imports: the SDK and the sibling modules that import httpx (`body`, `record`, `stream`) are imported where
+they are used, so that a surface can import this module, start its MCP servers and read its session while
+`import_in_background` loads them off the main thread; everything else is imported at the top.
 """
 
 from __future__ import annotations
@@ -41,9 +45,14 @@ from .. import startup
 from ..errors import AuthError, ContextOverflow, ProviderError, RateLimited, ServerError, StreamCut
 from ..events import Notice, WarningEvent
 from ..history import Message
-from ..text import header_secrets, mask_secrets, public_url, url_secrets
-from .adapt import Rule
+from ..text import header_secrets, mask_secrets, public_url, short_text, url_secrets
+from .accumulate import stream_error
+from .adapt import Change, Rule, apply_rules, change_for, known_rules, rules_from_json, tool_renames, value_refused
+from .facts import facts_path, learn, problem, recall
 from .outgoing import REASONING_ECHO, Outgoing, ReasoningEcho
+from .profiles import CONTEXT_OVERFLOW, OVERFLOW_NUMBERS, OVERFLOW_PROMPT, OVERFLOW_WINDOW, profile_for
+from .retries import MAX_RETRY_AFTER_S, retry_after_s, retry_notice, retry_wait_s, should_retry
+from .vision import ImagesRefused, holds_images, known_text_only, refuses_images
 
 if TYPE_CHECKING:
     from .stream import AfterDone
@@ -127,19 +136,15 @@ class ChatClient:
         self._traced = False
         self._fields_traced = False
         self._offered_tools: list[dict[str, Any]] = []
-        from .facts import recall
-        from .profiles import profile_for
 
         self.profile = profile_for(settings.base_url, settings.provider)
         """What is known of this server in advance (`wire.profiles`), config overrides applied."""
         known = recall(settings.base_url, settings.model) if settings.adapt_requests else {}
-        from .vision import known_text_only
 
         self.takes_images = not known_text_only(settings.model, known)
         """Whether the model may be sent images: False once known text-only (`wire.vision`): by its name, or
         learned from a refusal of image parts (then requests holding images fail before they are sent)."""
 
-        from .facts import problem
 
         self._facts_problem = problem() if settings.adapt_requests else None  # said once, before the first request
         if known.get("usage_option_refused") is True:  # what `crow probe` found: no stream_options to send
@@ -149,7 +154,6 @@ class ChatClient:
         self._outgoing = Outgoing(settings.reasoning_echo, reasoning_fields=self.profile.reasoning_fields,
                                   known={**self.profile.facts(), **known}, author=self.author)
         if settings.adapt_requests:
-            from .adapt import known_rules, rules_from_json
 
             self._rules = known_rules(settings.base_url, settings.model)
             recalled = rules_from_json(known.get("request_rules"))
@@ -223,7 +227,6 @@ class ChatClient:
         if self._usage_option:
             body["stream_options"] = {"include_usage": True}
         if self._rules or self._once:
-            from .adapt import apply_rules
 
             body = apply_rules(body, [*self._rules, *self._once])
         return body
@@ -252,7 +255,6 @@ class ChatClient:
                             "--api-key), or point --base-url at a server that needs none, or try a small local "
                             "model with --local")
         from .stream import AfterDone, iter_chunks
-        from .vision import ImagesRefused, holds_images
 
         if self._after_done is None:
             self._after_done = AfterDone()
@@ -268,7 +270,6 @@ class ChatClient:
                          f"{self._outgoing.describe()}", "adapt_debug")
         if self.settings.trace and self._rules and not self._traced:
             self._traced = True
-            from .adapt import Change
 
             yield Notice(f"crow: debug: adapting every request to this server as known or learned before: "
                          f"{Change(tuple(self._rules), '').describe()}", "adapt_debug")
@@ -299,7 +300,6 @@ class ChatClient:
                 if self._unsaved:  # the server took the changed request: remember the change
                     self._remember()
                     if self.settings.trace:
-                        from .facts import facts_path
 
                         yield Notice(f"crow: debug: remembered for {self._shown_url} {self.settings.model} in "
                                      f"{facts_path()}: {_json(self._learned_now())}", "adapt_debug")
@@ -350,7 +350,6 @@ class ChatClient:
 
     def _names_back(self, body: dict[str, Any]) -> dict[str, str]:
         """Tool name sent -> the tool's own name, for tools a `rename_tools` rule renamed in `body`."""
-        from .adapt import tool_renames
 
         back: dict[str, str] = {}
         for rule in self._rules:
@@ -373,7 +372,6 @@ class ChatClient:
         status, text = exc.status_code, _error_text(exc)
         for adapter in (self._adapt_reasoning, self._adapt_request, self._adapt_usage):
             if (notices := adapter(status, text, body, done)) is not None:
-                from .stream import short_text
 
                 self._why = f"{status}: {short_text(' '.join(text.split()), 200)}"  # stored with what it taught
                 return notices
@@ -384,14 +382,12 @@ class ChatClient:
         and model, so the next request holding images fails before it is sent), or None for any other."""
         import openai
 
-        from .vision import ImagesRefused, refuses_images
 
         if not isinstance(exc, openai.APIStatusError) \
                 or not refuses_images(exc.status_code, _error_text(exc), body["messages"]):
             return None
         self.takes_images = False
         if self.settings.adapt_requests:
-            from .facts import learn
 
             learn(self.settings.base_url, self.settings.model, images=False)
         said, _code = _body_message(exc.body, exc.message)
@@ -404,7 +400,6 @@ class ChatClient:
         if not self.settings.trace or not isinstance(exc, openai.APIStatusError) \
                 or exc.status_code not in (400, 422):
             return None
-        from .stream import short_text
 
         why = "adapting requests is off (adapt_requests = false)" if not self.settings.adapt_requests \
             else "it names no part of the request that crow has not changed already"
@@ -434,7 +429,6 @@ class ChatClient:
         self._unsaved = True
         notices = [Notice(f"crow: {change.notice}", "reasoning_echo")]
         if self.settings.trace:
-            from .stream import short_text
 
             notices.append(Notice(f"crow: debug: {change.why}: the server said "
                                   f"{short_text(' '.join(text.split()), 200)!r}; messages now go as "
@@ -447,17 +441,14 @@ class ChatClient:
         request, at most `_MAX_CHANGES` times per request, never the same change twice."""
         if not self.settings.adapt_requests or len([d for d in done if d.startswith("rules:")]) >= _MAX_CHANGES:
             return None
-        from .adapt import change_for
 
         change = change_for(status, text, body)
         if change is None:
             return None
-        from .adapt import value_refused
 
         for rule in change.rules:  # a value the user configured: theirs to fix, never dropped on a server's word
             if rule.op == "drop_param" and rule.target in self.settings.params \
                     and value_refused(text, rule.target, self.settings.params[rule.target]):
-                from .stream import short_text
 
                 raise ProviderError(
                     f"the server refused {rule.target} = {short_text(_json(self.settings.params[rule.target]), 40)}"
@@ -492,7 +483,6 @@ class ChatClient:
     def _remember(self) -> None:
         """Store the rules learned in this run for this base URL + model, and the message fields refused or
         demanded (`wire.outgoing`), in `wire.facts` (never raises)."""
-        from .facts import learn, recall
 
         self._unsaved = False
         stored = recall(self.settings.base_url, self.settings.model).get("request_rules")
@@ -505,7 +495,6 @@ class ChatClient:
         """The wait and notice for another try after `exc`, or `(0, None)` when it is final."""
         import openai
 
-        from .retries import retry_notice, retry_wait_s, should_retry
 
         if retries >= self.settings.max_retries:
             return 0.0, None
@@ -576,7 +565,6 @@ def _error_text(exc: Any) -> str:
 
 def _overflow_numbers(message: str) -> tuple[int | None, int | None]:
     """The context window and the prompt size a provider's overflow message names (None: not said)."""
-    from .profiles import OVERFLOW_NUMBERS, OVERFLOW_PROMPT, OVERFLOW_WINDOW
 
     for pattern, window, size in OVERFLOW_NUMBERS:
         if (found := pattern.search(message)) is not None:
@@ -591,11 +579,9 @@ def context_overflow(message: str, detail: Any = None, *, status: int | None = N
                      code: str | int | None = None) -> ContextOverflow | None:
     """The `ContextOverflow` for a provider's error `message` (and its error object `detail`, where
     llama.cpp puts `n_ctx` / `n_prompt_tokens`), or None when it is some other refusal."""
-    from .stream import short_text
 
     fields = detail if isinstance(detail, Mapping) else {}
     kind = " ".join(str(fields.get(k) or "") for k in ("type", "code"))
-    from .profiles import CONTEXT_OVERFLOW
 
     if not CONTEXT_OVERFLOW.search(f"{message} {kind}"):
         return None
@@ -609,7 +595,6 @@ def context_overflow(message: str, detail: Any = None, *, status: int | None = N
 
 
 def _body_message(body: Any, fallback: str) -> tuple[str, Any]:
-    from .stream import short_text
 
     if isinstance(body, dict):
         err = body.get("error", body)
@@ -637,7 +622,6 @@ def _json(value: Any) -> str:
 
 
 def _retry_after(headers: Any) -> float | None:
-    from .retries import retry_after_s
 
     try:
         return retry_after_s(headers)
@@ -705,7 +689,6 @@ def _map_error(exc: BaseException, base_url: str) -> ProviderError | None:
     import httpx
     import openai
 
-    from .stream import short_text
 
     if isinstance(exc, ServerError) and exc.status in (None, 400):  # an in-stream error object
         return context_overflow(str(exc), status=exc.status, code=exc.code) or exc
@@ -719,7 +702,6 @@ def _map_error(exc: BaseException, base_url: str) -> ProviderError | None:
                 _full_message(exc.body) or message, detail, status=status, code=code)) is not None:
             return overflow
         retry_after = _retry_after(exc.response.headers)
-        from .retries import MAX_RETRY_AFTER_S
 
         if retry_after is not None and math.isfinite(retry_after) and retry_after > MAX_RETRY_AFTER_S \
                 and not 300 <= status < 400 and status not in (401, 403):
@@ -734,7 +716,6 @@ def _map_error(exc: BaseException, base_url: str) -> ProviderError | None:
         cause = exc.__cause__ or exc
         return ProviderError(f"cannot reach {base_url}: {short_text(str(cause) or type(cause).__name__)}")
     if isinstance(exc, openai.APIError):  # any other SDK error that carries a body
-        from .accumulate import stream_error
 
         return stream_error(exc.body if exc.body is not None else exc.message)
     if isinstance(exc, httpx.TimeoutException):

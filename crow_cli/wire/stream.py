@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import html
 import json
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
@@ -43,12 +42,12 @@ from httpx_sse import EventSource
 
 from ..errors import ServerError
 from ..events import WarningEvent
+from ..text import looks_like_html, short_text
 from .accumulate import stream_error
 from .body import capped_events, read_parts
 from .shape import check_chunk, has_choice
 
-__all__ = ["DONE_GRACE_S", "AfterDone", "chunk_from_completion", "iter_chunks", "looks_like_html", "recover_frames",
-           "short_text"]
+__all__ = ["DONE_GRACE_S", "AfterDone", "chunk_from_completion", "iter_chunks", "recover_frames"]
 
 _SNIFF_BYTES = 4096
 DONE_GRACE_S = 0.5
@@ -67,22 +66,6 @@ class AfterDone:
 
 _MARKER = re.compile(r"data:|\n")
 _DECODER = json.JSONDecoder()
-
-
-def short_text(text: str, limit: int = 200) -> str:
-    """`text` on one line of at most `limit` characters; an HTML page is reduced to its title (or its text)."""
-    if looks_like_html(text):
-        title = re.search(r"<(title|h1)[^>]*>(.*?)</\1>", text, re.IGNORECASE | re.DOTALL)
-        text = title.group(2) if title else re.sub(r"<(script|style)\b.*?</\1>", " ", text,
-                                                   flags=re.IGNORECASE | re.DOTALL)
-        text = html.unescape(re.sub(r"<[^>]+>", " ", text))
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def looks_like_html(text: str) -> bool:
-    """Whether `text` holds HTML markup (a proxy's error page, a login page)."""
-    return re.search(r"<(!doctype|html|head|body|title|h1)\b", text, re.IGNORECASE) is not None
 
 
 def _error_in(payload: Any, event: str | None) -> Any:
