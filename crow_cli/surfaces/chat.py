@@ -8,8 +8,10 @@ Ctrl-C during a turn, at a tool approval question too, cancels the stream and th
 partial answer is kept and every tool call of the turn without a result gets a "cancelled by the
 user" one, so the history stays valid. At the prompt, a second Ctrl-C in a row (or Ctrl-D, or /exit)
 leaves. SIGTERM and SIGHUP end the chat the same way: the turn is cancelled, the session closed and
-stored, and the exit code is 143 / 129. The driver (`driver.Driver`) runs each turn and stores each
-message; the loop closes a cancelled turn's history; this module only draws events.
+stored, and the exit code is 143 / 129. Besides the built-in commands (`ChatApp.COMMANDS`), `/NAME`
+sends a prompt file (`prompt_files`: `.crow/prompts/NAME.md`) as the message. The driver
+(`driver.Driver`) runs each turn and stores each message; the loop closes a cancelled turn's history;
+this module only draws events.
 """
 
 from __future__ import annotations
@@ -488,22 +490,24 @@ class ChatApp:
         self.view.line(strip_controls(f"(prompt file {prompt.path})"), "dim")
         await self._send(text)
 
-    def _prompt_rows(self) -> list[tuple[str, str]]:
-        """/help's lines for the prompt files, (usage, first line); a file that cannot be used says why."""
+    def _prompt_rows(self) -> tuple[list[tuple[str, str]], list[str]]:
+        """/help's lines for the prompt files, (usage, first line) each (a file that cannot be used says why),
+        and the notes on files not used or hiding others."""
         rows: list[tuple[str, str]] = []
+        notes: list[str] = []
         for prompt in self._prompt_folders().all():
             if prompt.name in self._commands:
-                self._tell_once(f"{prompt.path} is not used: /{prompt.name} is a built-in command")
+                notes.append(f"{prompt.path} is not used: /{prompt.name} is a built-in command")
                 continue
             if (note := prompt.shadow_note()) is not None:
-                self._tell_once(note)
+                notes.append(note)
             try:
                 text = read_prompt(prompt, self._secrets())
             except CrowError as exc:
                 rows.append((f"/{prompt.name}", strip_controls(f"(cannot be used: {exc})")))
                 continue
             rows.append((f"/{prompt.name}" + (" TEXT" if ARGUMENTS in text else ""), summary(text)))
-        return rows
+        return rows, notes
 
     def _interrupt(self) -> bool:
         """Cancel the running turn (or /compact); False when none runs."""
@@ -636,7 +640,10 @@ class ChatApp:
     # slash commands
 
     async def _help(self, arg: str) -> None:
-        self.view.line(help_text(self._prompt_rows()))
+        rows, notes = self._prompt_rows()
+        self.view.line(help_text(rows))
+        for note in notes:
+            self._tell_once(note)
 
     async def _exit(self, arg: str) -> None:
         raise _Exit
