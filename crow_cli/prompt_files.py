@@ -10,7 +10,8 @@ A prompt file is a Markdown file whose text is sent as the user's message: `/NAM
 A project prompt shadows a user prompt of the same name (`PromptFile.shadows` says which). NAME is the
 file's stem, letters, digits, `_` and `-` only; other files there are not prompts. Every `$ARGUMENTS` in
 the text is replaced by the rest of the line; a text without it gets the rest after a blank line
-(`expand`).
+(`expand`). A leading `---` block (Claude Code's front matter) is not sent; its `description:` is the line
+listings show (`PromptText`).
 
 Files are read when used, so an edit takes effect at once. They get the care the AGENTS.md files get
 (`instructions`): a project file must resolve (symlinks followed) inside the project, so a repository
@@ -33,7 +34,7 @@ from .paths import SymlinkLoop, resolve_path
 from .text import mask_secrets, visible
 
 __all__ = ["ARGUMENTS", "MAX_BYTES", "NAME", "PROJECT_FOLDER", "USER_FOLDER", "PromptFile", "PromptFolders",
-           "expand", "read_prompt", "read_text_file", "summary"]
+           "PromptText", "expand", "parse_prompt", "read_prompt", "read_text_file", "summary"]
 
 PROJECT_FOLDER = Path(".crow") / "prompts"
 """Where a project keeps its prompt files, from its root."""
@@ -47,6 +48,32 @@ ARGUMENTS = "$ARGUMENTS"
 NAME = re.compile(r"[A-Za-z0-9_-]+")
 """What a prompt's name (the file's stem) is made of."""
 _SUMMARY_CHARS = 72
+_FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?)^---[ \t]*$\n?", re.DOTALL | re.MULTILINE)
+_DESCRIPTION = re.compile(r"^description:[ \t]*(.*?)[ \t]*$", re.MULTILINE)
+
+
+@dataclass(frozen=True, slots=True)
+class PromptText:
+    """A prompt file's text as read."""
+
+    body: str
+    """What is sent: the text without its front matter."""
+    description: str | None = None
+    """The front matter's `description:` (None: there is none)."""
+
+
+def parse_prompt(text: str) -> PromptText:
+    """`text` split into its front matter's description and the body sent. Front matter is a first line
+    `---`, then lines up to the next `---` line (Claude Code's; only `description: TEXT` is read, quotes
+    around TEXT dropped: the other keys are Claude Code's own)."""
+    match = _FRONT_MATTER.match(text)
+    if match is None:
+        return PromptText(text)
+    found = _DESCRIPTION.search(match.group(1))
+    description = found.group(1) if found else None
+    if description and len(description) > 1 and description[0] == description[-1] and description[0] in "'\"":
+        description = description[1:-1]
+    return PromptText(text[match.end():].strip(), description or None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,12 +181,12 @@ def read_text_file(path: Path, what: str, limit: int = MAX_BYTES) -> str:
         raise ConfigError(f"{what} cannot be read: it is not UTF-8 text") from None
 
 
-def read_prompt(prompt: PromptFile, secrets: Iterable[str | None] = ()) -> str:
-    """The text of `prompt`, with each of `secrets` (the run's API keys) masked.
+def read_prompt(prompt: PromptFile, secrets: Iterable[str | None] = ()) -> PromptText:
+    """The text of `prompt` (`parse_prompt`), with each of `secrets` (the run's API keys) masked.
 
     Raises:
-        ConfigError: a project file leads outside the project (or is a symlink loop), the file is empty, or
-            `read_text_file`'s.
+        ConfigError: a project file leads outside the project (or is a symlink loop), the file (without its
+            front matter) is empty, or `read_text_file`'s.
     """
     what = f"prompt file {str(prompt.path)!r}"
     path = prompt.path
@@ -173,10 +200,10 @@ def read_prompt(prompt: PromptFile, secrets: Iterable[str | None] = ()) -> str:
         root = resolve_path(prompt.root)
         if root not in path.parents:
             raise ConfigError(f"{what} leads to {path}, outside the project; not read")
-    text = read_text_file(path, what)
-    if not text:
+    text = parse_prompt(mask_secrets(read_text_file(path, what), secrets))
+    if not text.body:
         raise ConfigError(f"{what} is empty")
-    return mask_secrets(text, secrets)
+    return text
 
 
 def expand(text: str, arguments: str, *, usage: str) -> str:
@@ -196,9 +223,10 @@ def expand(text: str, arguments: str, *, usage: str) -> str:
     return f"{text}\n\n{arguments}" if arguments else text
 
 
-def summary(text: str) -> str:
-    """A prompt's first non-blank line for a list: terminal controls escaped (`text.visible`), at most 72
-    characters."""
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+def summary(text: PromptText) -> str:
+    """A prompt's line for a list: its description, else its first non-blank line (a heading's `#` dropped);
+    terminal controls escaped (`text.visible`), at most 72 characters."""
+    first = text.description or text.body
+    line = next((ln.strip() for ln in first.splitlines() if ln.strip()), "")
     line = visible(line.lstrip("#").strip() or line)
     return line if len(line) <= _SUMMARY_CHARS else line[:_SUMMARY_CHARS - 1] + "…"

@@ -8,7 +8,16 @@ from pathlib import Path
 import pytest
 
 from crow_cli.errors import ConfigError
-from crow_cli.prompt_files import MAX_BYTES, PromptFolders, expand, read_prompt, summary
+from crow_cli.prompt_files import (
+    MAX_BYTES,
+    PromptFile,
+    PromptFolders,
+    PromptText,
+    expand,
+    parse_prompt,
+    read_prompt,
+    summary,
+)
 
 
 def folders(workspace: Path, config: Path) -> PromptFolders:
@@ -78,7 +87,7 @@ def test_a_project_prompt_leading_out_of_the_project_is_not_read(tmp_path: Path)
     user_link.parent.mkdir(parents=True)
     user_link.symlink_to(secret)
     mine = folders(work, tmp_path / "config").find("mine")
-    assert mine is not None and read_prompt(mine) == "the key"
+    assert mine is not None and read_prompt(mine).body == "the key"
 
 
 @pytest.mark.parametrize(("content", "error"), [
@@ -109,6 +118,23 @@ def test_secrets_are_masked_and_the_summary_is_escaped_and_short(tmp_path: Path)
     write(tmp_path / "work/.crow/prompts/k.md", "Use sk-test-SECRET-123 here.")
     prompt = folders(tmp_path / "work", tmp_path / "config").find("k")
     assert prompt is not None
-    assert read_prompt(prompt, ["sk-test-SECRET-123"]) == "Use [REDACTED] here."
-    assert summary("\n\n# Review \x1b[2Jthe code\nmore") == "Review \\u001b[2Jthe code"
-    assert summary("x" * 100) == "x" * 71 + "…"
+    assert read_prompt(prompt, ["sk-test-SECRET-123"]).body == "Use [REDACTED] here."
+    assert summary(PromptText("\n\n# Review \x1b[2Jthe code\nmore")) == "Review \\u001b[2Jthe code"
+    assert summary(PromptText("x" * 100)) == "x" * 71 + "…"
+
+
+def test_front_matter_is_not_sent_and_its_description_is_the_summary(tmp_path: Path) -> None:
+    # Claude Code's command files start so: one copied into .crow/prompts must not send its front matter
+    write(tmp_path / "work/.crow/prompts/fix.md",
+          '---\ndescription: "Fix an issue"\nargument-hint: [issue]\nallowed-tools: Bash(git:*)\n---\n\n'
+          "Fix issue $ARGUMENTS.\n")
+    prompt = folders(tmp_path / "work", tmp_path / "config").find("fix")
+    assert prompt is not None
+    text = read_prompt(prompt)
+    assert text == PromptText("Fix issue $ARGUMENTS.", "Fix an issue") and summary(text) == "Fix an issue"
+    assert parse_prompt("---\nno end\nBody.") == PromptText("---\nno end\nBody.")
+    assert parse_prompt("---\nargument-hint: x\n---\nBody.") == PromptText("Body.")
+    assert summary(parse_prompt("---\n---\n# Title\nBody.")) == "Title"
+    write(tmp_path / "work/.crow/prompts/bare.md", "---\ndescription: only this\n---\n")
+    with pytest.raises(ConfigError, match="is empty"):
+        read_prompt(PromptFile("bare", tmp_path / "work/.crow/prompts/bare.md", "user"))

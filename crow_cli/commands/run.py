@@ -172,7 +172,7 @@ def _prompt_file_text(settings: Settings, name: str | None, file: str | None, ar
             warning_to()(note)
         prompt = found
         usage = f'crow run -p {name} "TEXT"'
-    return expand(read_prompt(prompt, (settings.api_key, *settings.secrets)), arguments, usage=usage)
+    return expand(read_prompt(prompt, (settings.api_key, *settings.secrets)).body, arguments, usage=usage)
 
 
 def run(

@@ -486,7 +486,7 @@ class ChatApp:
         """
         if (note := prompt.shadow_note()) is not None:
             self._tell_once(note)
-        text = expand(read_prompt(prompt, self._secrets()), arg, usage=f"/{prompt.name} TEXT")
+        text = expand(read_prompt(prompt, self._secrets()).body, arg, usage=f"/{prompt.name} TEXT")
         self.view.line(strip_controls(f"(prompt file {prompt.path})"), "dim")
         await self._send(text)
 
@@ -506,7 +506,7 @@ class ChatApp:
             except CrowError as exc:
                 rows.append((f"/{prompt.name}", strip_controls(f"(cannot be used: {exc})")))
                 continue
-            rows.append((f"/{prompt.name}" + (" TEXT" if ARGUMENTS in text else ""), summary(text)))
+            rows.append((f"/{prompt.name}" + (" TEXT" if ARGUMENTS in text.body else ""), summary(text)))
         return rows, notes
 
     def _interrupt(self) -> bool:
