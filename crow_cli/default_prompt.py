@@ -13,13 +13,12 @@ from __future__ import annotations
 import datetime
 import os
 import platform
-import stat
 from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
 from string import Template
 
-from .errors import ConfigError
+from .prompt_files import read_text_file
 
 __all__ = ["FIRST_LINE", "default_prompt", "without_default"]
 
@@ -88,28 +87,13 @@ MAX_FILE_BYTES = 64 * 1024
 
 
 def _read_prompt_file(file: str) -> str:
-    """The text of a system prompt file: a regular file (never a FIFO or /dev/zero, which would hang or fill
-    the memory) of at most `MAX_FILE_BYTES`, UTF-8.
+    """The text of a system prompt file (`prompt_files.read_text_file`: a regular file of at most
+    `MAX_FILE_BYTES`, UTF-8).
 
     Raises:
         ConfigError: it cannot be read, is not a regular file, is larger, or is not UTF-8 text.
     """
-    path = Path(file).expanduser()
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError as exc:
-        raise ConfigError(f"system prompt file {file!r} cannot be read: {exc.strerror or exc}") from None
-    with open(fd, "rb") as fh:
-        info = os.fstat(fh.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise ConfigError(f"system prompt file {file!r} is not a regular file")
-        if info.st_size > MAX_FILE_BYTES:
-            raise ConfigError(f"system prompt file {file!r} is {info.st_size:,} bytes; at most {MAX_FILE_BYTES:,}")
-        data = fh.read(MAX_FILE_BYTES + 1)
-    try:
-        return data.decode("utf-8").strip()
-    except UnicodeDecodeError:
-        raise ConfigError(f"system prompt file {file!r} cannot be read: it is not UTF-8 text") from None
+    return read_text_file(Path(file).expanduser(), f"system prompt file {file!r}", MAX_FILE_BYTES)
 
 
 def without_default(system: str | None) -> str | None:

@@ -32,7 +32,8 @@ from pathlib import Path
 from .paths import SymlinkLoop, resolve_path
 from .text import decode_text, mask_secrets
 
-__all__ = ["FILENAME", "MAX_BYTES", "MAX_TOTAL_BYTES", "Instructions", "find_instructions", "system_prompt"]
+__all__ = ["FILENAME", "MAX_BYTES", "MAX_TOTAL_BYTES", "Instructions", "find_instructions", "project_folders",
+           "system_prompt"]
 
 FILENAME = "AGENTS.md"
 MAX_BYTES = 32 * 1024
@@ -56,8 +57,9 @@ class Instructions:
     """`global` (crow's config folder) or `project`."""
 
 
-def _project_folders(workspace: Path) -> list[Path]:
-    """The folders from the repository root down to `workspace` (only `workspace` outside a repository)."""
+def project_folders(workspace: Path) -> list[Path]:
+    """The folders from the repository root (the nearest folder up from `workspace` that has a `.git`) down to
+    `workspace`; only `workspace` outside a repository. The first is the project's root."""
     chain = [workspace, *workspace.parents]
     for n, folder in enumerate(chain):
         if (folder / ".git").exists():
@@ -150,7 +152,7 @@ def find_instructions(workspace: Path, config_dir: Path | None, *, secrets: Iter
     """
     tell = warn if warn is not None else (lambda _line: None)
     found: list[Instructions] = []
-    folders = _project_folders(workspace)
+    folders = project_folders(workspace)
     project: tuple[Path, ...] = (folders[0],)
     if config_dir is not None:
         with contextlib.suppress(OSError):

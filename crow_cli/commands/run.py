@@ -1,15 +1,17 @@
-"""`crow run [PROMPT]`."""
+"""`crow run [PROMPT]`, and `crow run -p NAME [ARGUMENTS]`: a prompt file as the message (`prompt_files`)."""
 
 from __future__ import annotations
 
 import os
 import stat
 import sys
-from typing import Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ..errors import ConfigError, CrowError
+from ..prompt_files import NAME
 from ..text import clean_text
 from .options import (
     AllowOpt,
@@ -36,6 +38,9 @@ from .options import (
     check_before_start,
     fail,
 )
+
+if TYPE_CHECKING:
+    from ..config import Settings
 
 __all__ = ["run"]
 
@@ -130,8 +135,57 @@ def _read_prompt(prompt: str | None, use_stdin: bool | None) -> tuple[str, str, 
     return clean_text(prompt), clean_text(typed), image  # argv bytes that did not decode arrive as lone surrogates
 
 
+def _arguments(prompt: str | None, use_stdin: bool | None) -> tuple[str, bytes | None]:
+    """A prompt file's arguments and piped image: as `_read_prompt`'s prompt (the argument, piped stdin after
+    it), but none at all is no error (a prompt file without `$ARGUMENTS` needs none), and an image piped
+    without an argument is attached to the prompt file's text."""
+    if prompt is not None:
+        text, _typed, image = _read_prompt(prompt, use_stdin)
+        return text, image
+    if use_stdin is False or not _stdin_is_data():
+        return "", None
+    piped = _read_stdin()
+    return ("", piped) if isinstance(piped, bytes) else (clean_text(piped), None)
+
+
+def _prompt_file_text(settings: Settings, name: str | None, file: str | None, arguments: str) -> str:
+    """The message made of prompt file `name` (`-p`; the project's, else the user's) or `file`
+    (`--prompt-file`), `$ARGUMENTS` replaced by `arguments`. A project prompt hiding the user's says so on stderr.
+
+    Raises:
+        ConfigError: no prompt file has that name (the folders looked in are named), or it cannot be read,
+            or it uses `$ARGUMENTS` and none were given.
+    """
+    from ..config import default_config_path
+    from ..prompt_files import PromptFile, PromptFolders, expand, read_prompt
+    from ..surfaces.common import warning_to
+    from ..tools.context import ToolContext
+
+    if file is not None:
+        prompt = PromptFile(Path(file).stem, Path(file).expanduser(), "file")
+        usage = f'crow run --prompt-file {file} "TEXT"'
+    else:
+        assert name is not None
+        folders = PromptFolders.for_workspace(ToolContext.for_workspace(settings.workspace).workspace,
+                                              default_config_path().parent)
+        found = folders.find(name)
+        if found is None:
+            raise ConfigError(f"no prompt file {name}.md (looked in {folders.looked_in()})")
+        if (note := found.shadow_note()) is not None:
+            warning_to()(note)
+        prompt = found
+        usage = f'crow run -p {name} "TEXT"'
+    return expand(read_prompt(prompt, (settings.api_key, *settings.secrets)).body, arguments, usage=usage)
+
+
 def run(
-    prompt: Annotated[str | None, typer.Argument(help="The prompt; read from stdin when omitted or '-'.")] = None,
+    prompt: Annotated[str | None, typer.Argument(help="The prompt; read from stdin when omitted or '-'. With -p "
+                                                 "or --prompt-file: what replaces $ARGUMENTS in it.")] = None,
+    prompt_name: Annotated[str | None, typer.Option("--prompt", "-p", metavar="NAME", help="Send the prompt file "
+                                                    "NAME.md (.crow/prompts in the project, else prompts in "
+                                                    "crow's config folder) as the message.")] = None,
+    prompt_file: Annotated[str | None, typer.Option("--prompt-file", metavar="FILE", help="Send the prompt file "
+                                                    "FILE as the message (as -p).")] = None,
     use_stdin: Annotated[bool | None, typer.Option("--stdin/--no-stdin", help="Add standard input to the prompt "
                                                    "argument, or never read it [default: when it is piped to "
                                                    "crow, not a loop's or script's own input].",
@@ -194,7 +248,16 @@ def run(
                               "the system prompt of a continued session; start a new session for a new one")
         if session is not None and not session.strip():
             raise ConfigError("--session needs a session id (crow sessions list shows them)")
-        text, typed, piped_image = _read_prompt(prompt, use_stdin)
+        if prompt_name is not None and prompt_file is not None:
+            raise ConfigError("-p and --prompt-file cannot be combined")
+        from_file = prompt_name is not None or prompt_file is not None
+        if prompt_name is not None and not NAME.fullmatch(prompt_name):
+            raise ConfigError(f"-p {prompt_name!r}: a prompt name is letters, digits, '_' and '-' (the file's stem)")
+        typed: str | None = None  # a prompt file's run is titled by the expanded text
+        if from_file:
+            text, piped_image = _arguments(prompt, use_stdin)
+        else:
+            text, typed, piped_image = _read_prompt(prompt, use_stdin)
         settings = load_settings(
             {"model": model, "base_url": base_url, "api_key": api_key, "system": system,
              "system_prompt_file": system_file,
@@ -208,6 +271,8 @@ def run(
 
             prepare_record_dir(record)
         check_before_start(settings, yes=yes, local=local or bool(local_model))
+        if from_file:
+            text = _prompt_file_text(settings, prompt_name, prompt_file, text)
         options = RunOptions(prompt=text, title=typed, tools_dirs=tuple(tools_dir or ()), no_tools=no_tools, yes=yes,
                              debug=debug, json=json_events, quiet=quiet, exit_grace_s=_EXIT_GRACE_S,
                              session=not no_session, session_id=session, continue_last=continue_last,

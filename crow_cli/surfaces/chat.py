@@ -8,8 +8,10 @@ Ctrl-C during a turn, at a tool approval question too, cancels the stream and th
 partial answer is kept and every tool call of the turn without a result gets a "cancelled by the
 user" one, so the history stays valid. At the prompt, a second Ctrl-C in a row (or Ctrl-D, or /exit)
 leaves. SIGTERM and SIGHUP end the chat the same way: the turn is cancelled, the session closed and
-stored, and the exit code is 143 / 129. The driver (`driver.Driver`) runs each turn and stores each
-message; the loop closes a cancelled turn's history; this module only draws events.
+stored, and the exit code is 143 / 129. Besides the built-in commands (`ChatApp.COMMANDS`), `/NAME`
+sends a prompt file (`prompt_files`: `.crow/prompts/NAME.md`) as the message. The driver
+(`driver.Driver`) runs each turn and stores each message; the loop closes a cancelled turn's history;
+this module only draws events.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..config import Settings
+from ..config import Settings, default_config_path
 from ..context.compact import Checkpoint
 from ..driver import Driver, Interrupts, chat_interrupts, output_lost
 from ..errors import CrowError, SessionError
@@ -46,6 +48,7 @@ from ..events import (
 )
 from ..export import EXPORT_FORMATS, export_session, exports_dir, write_export
 from ..history import Message, ToolCall, content_text, is_prompt, user_message
+from ..prompt_files import ARGUMENTS, PromptFile, PromptFolders, expand, read_prompt, summary
 from ..sessions import SessionInfo, SessionStore
 from ..text import clean_text, public_url, strip_controls
 from ..tools.approval import approval_question, make_approver, parse_answer
@@ -71,7 +74,8 @@ __all__ = ["ChatApp", "ChatOptions", "SlashCommand", "help_text", "run_chat"]
 KEYS = "Enter sends · Alt-Enter (or Esc Enter) inserts a newline · Ctrl-C stops a turn · Ctrl-D quits"
 """The first line of /help: the keys."""
 
-_COMMAND = re.compile(r"^/([a-z]+)(?:\s+(.*))?$", re.DOTALL)
+_COMMAND = re.compile(r"^/([A-Za-z0-9_-]+)(?:\s+(.*))?$", re.DOTALL)
+"""`/NAME rest`: a built-in command, or a prompt file's name (`prompt_files.NAME`)."""
 
 
 @dataclass(frozen=True)
@@ -160,6 +164,7 @@ class ChatApp:
         self._in_tools = False
         self._commands: dict[str, Callable[[str], Awaitable[None]]] = {
             name: partial(command.run, self) for command in self.COMMANDS for name in (command.name, *command.aliases)}
+        self._told: set[str] = set()  # the prompt files' notes said in this chat (each once)
         self._compacting: asyncio.Task[None] | None = None
         self._mcp_joining: asyncio.Task[None] | None = None
         """Until it is awaited (`_mcp_ready`): the MCP servers' start, which says its problems when it ends."""
@@ -355,7 +360,7 @@ class ChatApp:
         else:
             from prompt_toolkit.completion import WordCompleter
 
-            commands = WordCompleter([f"/{name}" for name in self._commands], sentence=True)
+            commands = WordCompleter(self._completions, sentence=True)  # asked at each Tab: new prompt files too
             session: PromptSession[str] = PromptSession(
                 history=input_history(), input=self.pt_input, output=self.pt_output,
                 key_bindings=_key_bindings(), enable_history_search=False, completer=commands,
@@ -398,23 +403,7 @@ class ChatApp:
                         code = exc.code
                         break
                     continue
-                try:
-                    message = self._with_attachments(text)
-                except CrowError as exc:  # an @file too big, binary or outside the workspace: not sent
-                    self.view.line(f"crow: error: {exc}; the message was not sent", "red")
-                    continue
-                if self.recorder is not None:
-                    self.recorder.title = text  # a new session's title: what was typed, not the files attached
-                keep = len(self.history)
-                self.history.append(message)
-                if not await self._run_turn() and len(self.history) == keep + 1:
-                    # the turn failed before anything was added: a message that cannot be sent is not kept
-                    # to fail every later turn the same way
-                    if self.recorder is not None:
-                        self.recorder.truncate(self.history, keep)
-                    else:
-                        del self.history[keep:]
-                    self.view.line("(the message was not kept)", "dim")
+                await self._send(text)
         except _Exit as exc:  # the terminal went away during a turn
             code = exc.code
         except OSError as exc:  # ... or while the chat drew something else: the session is already stored
@@ -427,6 +416,26 @@ class ChatApp:
                 self.view.stop()
             sdk.join()  # never leave while that thread holds an import lock (shutdown would wait on it)
         return code
+
+    async def _send(self, text: str) -> None:
+        """Send `text` (what was typed, or a prompt file's) as the user's message and run the turn."""
+        try:
+            message = self._with_attachments(text)
+        except CrowError as exc:  # an @file too big, binary or outside the workspace: not sent
+            self.view.line(strip_controls(f"crow: error: {exc}; the message was not sent"), "red")
+            return
+        if self.recorder is not None:
+            self.recorder.title = text  # a new session's title: what was sent, not the files attached
+        keep = len(self.history)
+        self.history.append(message)
+        if not await self._run_turn() and len(self.history) == keep + 1:
+            # the turn failed before anything was added: a message that cannot be sent is not kept
+            # to fail every later turn the same way
+            if self.recorder is not None:
+                self.recorder.truncate(self.history, keep)
+            else:
+                del self.history[keep:]
+            self.view.line("(the message was not kept)", "dim")
 
     def _with_attachments(self, text: str) -> Message:
         """The user message for `text`, with the files its `@path` mentions name attached."""
@@ -441,14 +450,70 @@ class ChatApp:
         return {"role": "user", "content": user_content(text, attachments)}
 
     async def _command(self, name: str, arg: str) -> None:
+        """Run `/name arg`: a built-in command, else the prompt file named `name`."""
         handler = self._commands.get(name)
-        if handler is None:
-            self.view.line(f"unknown command /{name}; /help lists the commands", "yellow")
-            return
         try:
-            await handler(arg)
+            if handler is not None:
+                if (hidden := self._prompt_folders().find(name)) is not None:
+                    self._tell_once(f"{hidden.path} is not used: /{name} is a built-in command")
+                await handler(arg)
+            elif (prompt := self._prompt_folders().find(name)) is not None:
+                await self._use_prompt(prompt, arg)
+            else:
+                self.view.line(f"unknown command /{strip_controls(name)}; /help lists the commands", "yellow")
         except CrowError as exc:
-            self.view.line(f"crow: error: {exc}", "red")
+            self.view.line(strip_controls(f"crow: error: {exc}"), "red")
+
+    # prompt files: custom commands
+
+    def _prompt_folders(self) -> PromptFolders:
+        """Where prompt files are looked for: looked at each time, so a new or edited file is used at once."""
+        return PromptFolders.for_workspace(self.root, default_config_path().parent)
+
+    def _secrets(self) -> tuple[str, ...]:
+        return self.runtime.context.secrets if self.runtime is not None else ()
+
+    def _tell_once(self, note: str) -> None:
+        """Say `note` (about a prompt file) the first time only in this chat."""
+        if note not in self._told:
+            self._told.add(note)
+            self.view.line(strip_controls(note), "yellow")
+
+    def _completions(self) -> list[str]:
+        """What Tab completes: the built-in commands, then the prompt files' names."""
+        names = [*self._commands, *(p.name for p in self._prompt_folders().all() if p.name not in self._commands)]
+        return [f"/{name}" for name in names]
+
+    async def _use_prompt(self, prompt: PromptFile, arg: str) -> None:
+        """`/NAME rest`: the prompt file's text, `$ARGUMENTS` replaced by `rest`, sent as the user's message.
+
+        Raises:
+            ConfigError: the file cannot be read, or it uses `$ARGUMENTS` and no `rest` was given.
+        """
+        if (note := prompt.shadow_note()) is not None:
+            self._tell_once(note)
+        text = expand(read_prompt(prompt, self._secrets()).body, arg, usage=f"/{prompt.name} TEXT")
+        self.view.line(strip_controls(f"(prompt file {prompt.path})"), "dim")
+        await self._send(text)
+
+    def _prompt_rows(self) -> tuple[list[tuple[str, str]], list[str]]:
+        """/help's lines for the prompt files, (usage, first line) each (a file that cannot be used says why),
+        and the notes on files not used or hiding others."""
+        rows: list[tuple[str, str]] = []
+        notes: list[str] = []
+        for prompt in self._prompt_folders().all():
+            if prompt.name in self._commands:
+                notes.append(f"{prompt.path} is not used: /{prompt.name} is a built-in command")
+                continue
+            if (note := prompt.shadow_note()) is not None:
+                notes.append(note)
+            try:
+                text = read_prompt(prompt, self._secrets())
+            except CrowError as exc:
+                rows.append((f"/{prompt.name}", strip_controls(f"(cannot be used: {exc})")))
+                continue
+            rows.append((f"/{prompt.name}" + (" TEXT" if ARGUMENTS in text.body else ""), summary(text)))
+        return rows, notes
 
     def _interrupt(self) -> bool:
         """Cancel the running turn (or /compact); False when none runs."""
@@ -581,7 +646,10 @@ class ChatApp:
     # slash commands
 
     async def _help(self, arg: str) -> None:
-        self.view.line(help_text())
+        rows, notes = self._prompt_rows()
+        self.view.line(help_text(rows))
+        for note in notes:
+            self._tell_once(note)
 
     async def _exit(self, arg: str) -> None:
         raise _Exit
@@ -856,12 +924,14 @@ def _trim_history(path: Path, limit: int = MAX_HISTORY_BYTES) -> None:
         pass  # the history is a convenience: a chat starts without it
 
 
-def help_text() -> str:
-    """/help: the keys, then one aligned line per command of `ChatApp.COMMANDS` (aliases after the name)."""
-    usages = [", ".join(f"/{name}" for name in (c.name, *c.aliases)) + (f" {c.args}" if c.args else "")
-              for c in ChatApp.COMMANDS]
-    width = max(map(len, usages)) + 2
-    return "\n".join([KEYS, *(f"{usage:<{width}}{c.doc}" for usage, c in zip(usages, ChatApp.COMMANDS, strict=True))])
+def help_text(prompts: Iterable[tuple[str, str]] = ()) -> str:
+    """/help: the keys, then one aligned line per command of `ChatApp.COMMANDS` (aliases after the name),
+    then one per prompt file of `prompts`, (usage, its first line) each."""
+    rows = [(", ".join(f"/{name}" for name in (c.name, *c.aliases)) + (f" {c.args}" if c.args else ""), c.doc)
+            for c in ChatApp.COMMANDS]
+    rows += prompts
+    width = max(len(usage) for usage, _ in rows) + 2
+    return "\n".join([KEYS, *(f"{usage:<{width}}{doc}" for usage, doc in rows)])
 
 
 def _history_path() -> Path:

@@ -90,3 +90,54 @@ def test_binary_stdin_that_is_no_image_is_refused(tmp_path: Path, capsys: pytest
     piped.write_bytes(b"\0\1\xff\xfe\x00binary")
     assert crow_here("run", "--base-url", "http://127.0.0.1:9/v1", "--api-key", "k", "what", stdin=piped) == 2
     assert "standard input is binary" in capsys.readouterr().err  # UTF-16 text has NULs too: tested above
+
+
+# prompt files: `crow run -p NAME "ARGUMENTS"` as `/NAME ARGUMENTS` in crow chat
+def test_dash_p_sends_a_prompt_file_with_its_arguments(tmp_path: Path, _isolated_home: Path,
+                                                       monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    from crow_cli.sessions import SessionStore
+
+    project, mine = tmp_path / ".crow/prompts", _isolated_home / ".config/crow/prompts"
+    project.mkdir(parents=True)
+    mine.mkdir(parents=True)
+    (project / "review.md").write_text("Review $ARGUMENTS carefully.\n")
+    (mine / "review.md").write_text("Hidden by the project's.")
+    monkeypatch.chdir(tmp_path)
+    with ReplayServer([{"sse": text_sse("ok")}]) as server:
+        assert crow_here(*run_args(server, "--no-tools", "-p", "review", "src/app.py")) == 0
+        err = capsys.readouterr().err
+        assert crow_here(*run_args(server, "--no-tools", "-p", "review")) == 2
+        missing = capsys.readouterr().err
+        assert crow_here(*run_args(server, "--no-tools", "-p", "nope", "x")) == 2
+        unknown = capsys.readouterr().err
+    assert [r["messages"][-1] for r in server.requests] == [{"role": "user", "content": "Review src/app.py carefully."}]
+    assert err.count(f"/review: the project's {project / 'review.md'} is used, not your {mine / 'review.md'}") == 1
+    assert missing.splitlines()[1:] == ['crow: error: this prompt uses $ARGUMENTS and none were given '
+                                        '(crow run -p review "TEXT"); nothing was sent']
+    assert unknown == f"crow: error: no prompt file nope.md (looked in {project} and {mine})\n"
+    store = SessionStore()
+    try:
+        assert [s.title for s in store.recent()] == ["Review src/app.py carefully."]
+    finally:
+        store.close()
+
+
+def test_prompt_file_sends_a_file_and_the_arguments_after_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "ask.md").write_text("Explain this error.")
+    monkeypatch.chdir(tmp_path)
+    with ReplayServer([{"sse": text_sse("ok")}, {"sse": text_sse("ok")}]) as server:
+        code = crow_here(*run_args(server, "--no-tools", "--no-session", "--prompt-file", "ask.md", "exit 3"))
+        assert code == 0
+        piped = tmp_path / "piped"
+        piped.write_text("it failed\n")
+        code = crow_here(*run_args(server, "--no-tools", "--no-session", "--prompt-file", "ask.md"), stdin=piped)
+        assert code == 0
+        assert crow_here(*run_args(server, "--no-tools", "-p", "a/b", "x")) == 2
+        assert crow_here(*run_args(server, "--no-tools", "-p", "a", "--prompt-file", "ask.md")) == 2
+    assert [r["messages"][-1]["content"] for r in server.requests] == ["Explain this error.\n\nexit 3",
+                                                                       "Explain this error.\n\nit failed"]
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["crow: error: -p 'a/b': a prompt name is letters, digits, '_' and '-' (the file's stem)",
+                   "crow: error: -p and --prompt-file cannot be combined"]

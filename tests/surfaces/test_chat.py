@@ -540,6 +540,70 @@ async def test_instructions_are_loaded_and_shown(store: SessionStore, tmp_path: 
     assert system["role"] == "system" and system["content"].endswith("Use tabs.")
 
 
+# prompt files: custom slash commands (Claude Code's .claude/commands convention)
+async def test_a_prompt_file_is_a_slash_command(store: SessionStore, tmp_path: Path, _isolated_home: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    prompts, mine = tmp_path / ".crow/prompts", _isolated_home / ".config/crow/prompts"
+    prompts.mkdir(parents=True)
+    mine.mkdir(parents=True)
+    (prompts / "review.md").write_text("# Review \x1b[2Jcarefully\n\nReview $ARGUMENTS carefully.\n")
+    (mine / "review.md").write_text("The user's review, hidden by the project's.")
+    (mine / "hello.md").write_text("Say hello.")
+    (prompts / "help.md").write_text("Never used: /help is crow's.")
+    (prompts / "bad.md").write_bytes(b"caf\xe9")
+    monkeypatch.chdir(tmp_path)
+    script = [{"sse": text_stream("Reviewed.")}, {"sse": text_stream("Bonjour.")}]
+    keys = "/help\r/review\r/review src/app.py\r/hello in French\r/bad\r/nope\r/exit\r"
+    output, server, _ = await chat(script, keys, store)
+    assert [r["messages"][-1] for r in server.requests] == [
+        {"role": "user", "content": "# Review \x1b[2Jcarefully\n\nReview src/app.py carefully."},
+        {"role": "user", "content": "Say hello.\n\nin French"}]  # no $ARGUMENTS: the rest after a blank line
+    assert "uses $ARGUMENTS and none were given (/review TEXT); nothing was sent" in output
+    assert output.count(f"/review: the project's {prompts / 'review.md'} is used, not your {mine / 'review.md'}") == 1
+    assert output.count(f"{prompts / 'help.md'} is not used: /help is a built-in command") == 1
+    lines = output.splitlines()
+    assert any(line.startswith("/review TEXT") and line.endswith("Review \\u001b[2Jcarefully") for line in lines)
+    assert any(line.startswith("/hello ") and line.endswith("Say hello.") for line in lines)
+    assert "/resume [ID]" in output  # the built-in /help still
+    assert f"crow: error: prompt file {str(prompts / 'bad.md')!r} cannot be read: it is not UTF-8 text" in output
+    assert "\x1b" not in output
+    assert "unknown command /nope; /help lists the commands" in output
+    assert store.recent()[0].title.startswith("# Review")  # the title comes from the prompt's text
+
+
+async def test_a_prompt_file_never_replaces_a_built_in_command(store: SessionStore, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / ".crow/prompts").mkdir(parents=True)
+    (tmp_path / ".crow/prompts/new.md").write_text("Never sent.")
+    monkeypatch.chdir(tmp_path)
+    output, server, _ = await chat([], "/new\r/new\r/exit\r", store)
+    assert output.count(f"{tmp_path / '.crow/prompts/new.md'} is not used: /new is a built-in command") == 1
+    assert output.count("new session started") == 2 and server.requests == []
+
+
+def test_tab_completes_a_prompt_files_name_and_an_edit_is_used_at_once(tmp_path: Path) -> None:
+    prompt = tmp_path / ".crow/prompts/greet.md"
+    prompt.parent.mkdir(parents=True)
+    prompt.write_text("Greet $ARGUMENTS.")
+    script = [{"sse": text_stream("Hi.")}, {"sse": text_stream("Welcome.")}]
+    with ReplayServer(script) as server, ChatTerminal(
+            ["--base-url", server.base_url, "--api-key", "sk-test", "--model", "test-model", "--no-tools"],
+            cwd=tmp_path) as term:
+        term.expect("›")
+        term.send("/gre\t")  # Tab: the prompt file's name (completed in the background)
+        term.expect("/greet")
+        term.send(" Ann\r")
+        term.expect("Hi.")
+        prompt.write_text("Welcome $ARGUMENTS.")  # read when used: no restart
+        term.expect("›")
+        term.send("/greet Bob\r")
+        term.expect("Welcome.")
+        term.expect("›")
+        term.send("\x04")
+        assert term.wait() == 0
+    assert [r["messages"][-1]["content"] for r in server.requests] == ["Greet Ann.", "Welcome Bob."]
+
+
 # issue 13: @path mentions attach files in chat
 async def test_at_mentions_attach_files(store: SessionStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "notes.txt").write_text("the milk")
@@ -831,5 +895,6 @@ def test_mcp_tools_join_while_the_prompt_waits(tmp_path: Path) -> None:
         term.expect("MCP servers up: slow")
         term.send("/tools\r")
         term.expect("Echo text.")
+        term.expect("›")  # Ctrl-D before the prompt is back is lost to the cooked terminal, and the chat waits on
         term.send("\x04")
         assert term.wait() == 0
