@@ -29,6 +29,7 @@ from .images import Image, describe_part, is_tool_images
 __all__ = [
     "AUTHOR_KEY",
     "OUTCOMES",
+    "OUTCOME_KEY",
     "AssistantMessage",
     "AssistantTurn",
     "ContentPart",
@@ -47,6 +48,8 @@ __all__ = [
     "author_of",
     "content_text",
     "is_prompt",
+    "message_problem",
+    "outcome_of",
     "pending_tool_calls",
     "repair_history",
     "thinking_of",
@@ -103,6 +106,8 @@ class ToolMessage(TypedDict):
     content: str | list[ContentPart]
     name: NotRequired[str]
     """The function name, for servers that demand it (`wire.outgoing`)."""
+    crow_outcome: NotRequired[str]
+    """How the call ended (`OUTCOME_KEY`: one of `OUTCOMES`); crow's own record, never sent."""
 
 
 Message = SystemMessage | UserMessage | AssistantMessage | ToolMessage
@@ -119,6 +124,8 @@ def as_json(item: Message | WireToolCall | FunctionCall) -> dict[str, Any]:
 
 
 AUTHOR_KEY = "crow_author"
+OUTCOME_KEY = "crow_outcome"
+"""A tool message's record of how its call ended (`Outcome`): crow's own, stored with the session, never sent."""
 """The key of an assistant message that records who wrote it: `{"base_url": PUBLIC_URL, "model": M}` (the base
 URL without credentials or query, `text.public_url`). Stored with the message in the session, never sent on the
 wire (`wire.outgoing` drops it): it tells the outgoing copy whether what the message carries (signed thinking,
@@ -218,8 +225,8 @@ class ToolResult:
             object.__setattr__(self, "outcome", "error")
 
     def to_message(self) -> ToolMessage:
-        """The `role: "tool"` wire message."""
-        return tool_message(self.call_id, self.output)
+        """The `role: "tool"` message, with its outcome recorded (`OUTCOME_KEY`, never sent)."""
+        return tool_message(self.call_id, self.output, self.outcome)
 
 
 @dataclass(slots=True)
@@ -292,8 +299,21 @@ def assistant_message(content: str | None, tool_calls: list[ToolCall] | None = N
     return msg
 
 
-def tool_message(tool_call_id: str, content: str) -> ToolMessage:
-    return {"role": "tool", "tool_call_id": tool_call_id, "content": content}
+def tool_message(tool_call_id: str, content: str, outcome: Outcome | None = None) -> ToolMessage:
+    """A `role: "tool"` message; `outcome` (how the call ended) is recorded under `OUTCOME_KEY` when given."""
+    message: ToolMessage = {"role": "tool", "tool_call_id": tool_call_id, "content": content}
+    if outcome is not None:
+        message[OUTCOME_KEY] = outcome  # type: ignore[literal-required]
+    return message
+
+
+def outcome_of(message: Message) -> Outcome:
+    """How the call a tool message answers ended: its recorded `OUTCOME_KEY`; for a message stored before
+    outcomes were (an older session), `error` when its text is one of crow's error texts, else `ok`."""
+    recorded = as_json(message).get(OUTCOME_KEY)
+    if recorded in OUTCOMES:
+        return cast(Outcome, recorded)
+    return "error" if content_text(message.get("content")).startswith("Error:") else "ok"
 
 
 def content_text(content: str | list[ContentPart] | None, *, images: bool = False) -> str:
@@ -357,7 +377,7 @@ def repair_history(messages: list[Message], reason: str = "interrupted") -> list
     and returns the appended messages, so a history cut by a crash (a stored session the process never
     closed) is valid again before it is sent anywhere. The loop closes its own history when stopped.
     """
-    added = [tool_message(call.get("id") or "", f"Error: the tool call was {reason}; no result.")
+    added = [tool_message(call.get("id") or "", f"Error: the tool call was {reason}; no result.", "cancelled")
              for call in pending_tool_calls(messages)]
     messages.extend(added)
     return added

@@ -562,9 +562,11 @@ def gzip_bomb(handler: Any, decoded_bytes: int = 40 * 1024 * 1024, status: int =
 
 
 def authorless(messages):
-    """Messages without the author record (`history.AUTHOR_KEY`) that stored assistant messages carry and the
-    wire never does: what a request sent is the stored history without it."""
-    from crow_cli.history import AUTHOR_KEY
+    """Messages without crow's own records that stored messages carry and the wire never does (an assistant
+    message's author, `history.AUTHOR_KEY`; a tool message's outcome, `history.OUTCOME_KEY`): what a request
+    sent is the stored history without them."""
+    from crow_cli.history import AUTHOR_KEY, OUTCOME_KEY
 
-    strip = lambda m: {k: v for k, v in m.items() if k != AUTHOR_KEY} if isinstance(m, dict) else m  # noqa: E731
+    strip = lambda m: {k: v for k, v in m.items() if k not in (AUTHOR_KEY, OUTCOME_KEY)} \
+        if isinstance(m, dict) else m  # noqa: E731
     return strip(messages) if isinstance(messages, dict) else [strip(m) for m in messages]

@@ -9,6 +9,7 @@ from crow_cli.history import (
     as_json,
     assistant_message,
     content_text,
+    outcome_of,
     pending_tool_calls,
     repair_history,
     tool_calls_of,
@@ -28,7 +29,12 @@ def test_assistant_messages_carry_content_or_tool_calls_as_the_wire_wants() -> N
         {"id": "call_a", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "x"}'}}]}
     assert assistant_message(None, refusal="I can't.") == {"role": "assistant", "content": "I can't.",
                                                            "refusal": "I can't."}
-    assert ToolResult("", "run_shell", "out", index=1).to_message() == tool_message("", "out")
+    assert ToolResult("", "run_shell", "out", index=1).to_message() == tool_message("", "out", "ok")
+    # a call's outcome is stored with its tool message (crow's record, never sent): ACP's replay and the resume
+    # view read it instead of guessing from an "Error:" prefix
+    assert ToolResult("", "run_shell", "Error: no", ok=False).to_message()["crow_outcome"] == "error"  # type: ignore[typeddict-item]
+    assert outcome_of(tool_message("", "Error: old session")) == "error"
+    assert outcome_of(tool_message("", "Error: a file's text", "ok")) == "ok"
 
 
 def test_pending_calls_are_matched_by_position_since_ids_repeat_or_are_empty() -> None:
@@ -42,7 +48,7 @@ def test_pending_calls_are_matched_by_position_since_ids_repeat_or_are_empty() -
 def test_repair_answers_every_pending_call_once_in_call_order() -> None:
     history = [user_message("go"), assistant_message(None, CALLS), tool_message("call_a", "x")]
     added = repair_history(history, "interrupted")
-    assert added == [tool_message("", "Error: the tool call was interrupted; no result.")] * 2
+    assert added == [tool_message("", "Error: the tool call was interrupted; no result.", "cancelled")] * 2
     assert history[-2:] == added and pending_tool_calls(history) == []
     assert repair_history(history) == []  # a valid history is left alone
 

@@ -127,7 +127,8 @@ async def test_a_turn_without_images_adds_no_message() -> None:
 
 def test_a_tool_result_keeps_its_images_off_the_tool_message() -> None:
     result = ToolResult("c1", "shot", "[image: image/png, 32 B]", images=(Image(PNG),))
-    assert result.to_message() == {"role": "tool", "tool_call_id": "c1", "content": "[image: image/png, 32 B]"}
+    assert result.to_message() == {"role": "tool", "tool_call_id": "c1", "content": "[image: image/png, 32 B]",
+                                   "crow_outcome": "ok"}
 
 
 async def test_the_tool_api_returns_text_for_an_image() -> None:

@@ -190,7 +190,8 @@ def test_load_repairs_a_turn_cut_mid_way_and_stores_the_repair(tmp_path: Path) -
         store.append(info.id, {"role": "tool", "tool_call_id": "a", "content": "done"})
         history = store.load(info.id)
         assert history[3] == {"role": "tool", "tool_call_id": "b",
-                              "content": "Error: the tool call was interrupted; no result."}
+                              "content": "Error: the tool call was interrupted; no result.",
+                              "crow_outcome": "cancelled"}
         assert store.messages(info.id) == history
         assert store.load(info.id) == history  # already valid: nothing more added
 
@@ -362,7 +363,8 @@ def test_sigint_during_a_tool_stores_cancelled_results(_isolated_home: Path, tmp
     with SessionStore() as store:
         stored = store.messages(store.latest().id)
     assert stored[-1] == {"role": "tool", "tool_call_id": "call_9",
-                          "content": "Error: the tool call was cancelled by the user; no result."}
+                          "content": "Error: the tool call was cancelled by the user; no result.",
+                          "crow_outcome": "cancelled"}
 
 
 def _peek_latest_roles() -> str:

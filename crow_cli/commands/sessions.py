@@ -170,7 +170,8 @@ def undo(
 
 
 @sessions_app.command("delete", epilog=examples("crow sessions list", "crow sessions delete k3fq7x",
-                                                 "crow sessions delete k3 --yes"))
+                                                 "crow sessions delete k3 --yes"),
+                      short_help="Delete a session and the images only it holds.")
 def delete(
     session_id: IdArg,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Delete what a prefix of an id names without asking.")

@@ -90,7 +90,7 @@ class Normaliser:
 def _answer(out: list[Message], pending: list[WireToolCall]) -> None:
     """Give every call in `pending` an "interrupted" result (in call order), and empty it."""
     for call in pending:
-        out.append(tool_message(str(call.get("id") or ""), INTERRUPTED_OUTPUT))
+        out.append(tool_message(str(call.get("id") or ""), INTERRUPTED_OUTPUT, "cancelled"))
     pending.clear()
 
 

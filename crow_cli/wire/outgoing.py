@@ -50,7 +50,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, get_args
 
-from ..history import AUTHOR_KEY, Message, WireToolCall, as_json, author_of, thinking_of, tool_calls_of
+from ..history import AUTHOR_KEY, OUTCOME_KEY, Message, WireToolCall, as_json, author_of, thinking_of, tool_calls_of
 from ..images import sendable_content
 from .profiles import REASONING_BLOCK_FIELDS, REASONING_FIELDS, field_demanded, field_refused
 
@@ -188,6 +188,8 @@ class Outgoing:
         if role == "assistant" and AUTHOR_KEY in message_json:
             message_json = self._for_reader(message)
         drop = [k for k in self.dropped if k in message_json and k not in _CORE]
+        if OUTCOME_KEY in message_json:
+            drop.append(OUTCOME_KEY)  # crow's record of how the call ended
         add: dict[str, Any] = {}
         if role == "assistant":
             if self.echo == "never" or (self.echo == "auto" and not tools_used):

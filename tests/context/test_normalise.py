@@ -62,7 +62,7 @@ def test_unanswered_call_mid_history_gets_an_interrupted_result() -> None:
     history = [user_message("a"), assistant_message(None, calls), tool_message("c1", "r1"), user_message("b")]
     sent = normalise(history)
     assert _roles(sent) == ["user", "assistant", "tool", "tool", "user"]
-    assert sent[3] == tool_message("", INTERRUPTED_OUTPUT)
+    assert sent[3] == tool_message("", INTERRUPTED_OUTPUT, "cancelled")
     assert_contract(sent)
 
 

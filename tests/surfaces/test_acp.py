@@ -399,6 +399,23 @@ async def test_load_replays_a_prompt_s_image_by_its_name(workspace):
     assert editor.updates[0].content.text == "what is it?\n[image: shot.png, 8 B]"
 
 
+# a replayed call's status came from an "Error:" prefix: a failed command (its output as it is) replayed as
+# completed, a file that begins "Error:" as failed; the outcome stored with each tool message decides it
+async def test_load_replays_each_calls_stored_outcome(workspace):
+    (workspace / "notes.txt").write_text("Error: this line is a note\n")
+    turns = script([("r1", "read_file", {"path": "notes.txt"}), ("r2", "run_shell", {"command": "exit 3"})],
+                   final="Done.")
+    with ReplayServer(turns) as server:
+        async with acp_agent(server.base_url, workspace, Editor(), yes=True) as (conn, _serving):
+            sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            await conn.prompt(session_id=sid, prompt=[text_block("read it, then fail")])
+        editor = Editor()
+        async with acp_agent(server.base_url, workspace, editor) as (conn, _serving):
+            await conn.load_session(cwd=str(workspace), session_id=sid, mcp_servers=[])
+    starts = [u for u in editor.updates if isinstance(u, ToolCallStart)]
+    assert [u.status for u in starts] == ["completed", "failed"]
+
+
 async def test_a_provider_401_is_a_jsonrpc_error_and_the_session_lives_on(workspace):
     unauthorized = {"status": 401, "body": json.dumps({"error": {"message": "bad key", "type": "auth"}})}
     editor = Editor()

@@ -60,7 +60,7 @@ async def test_after_ctrl_c_at_the_approval_prompt_the_chat_prompt_behaves_as_af
     assert len(server.requests) == 1
     stored = store.messages(app.recorder.session_id)
     assert_valid(stored)
-    assert stored[-1] == {"role": "tool", "tool_call_id": "call_g", "content": CANCELLED}
+    assert stored[-1] == {"role": "tool", "tool_call_id": "call_g", "content": CANCELLED, "crow_outcome": "cancelled"}
     # and Ctrl-D leaves at once
     _, server, app = await chat(script, "go\r\x03\x04", store, options=ChatOptions(tools_dirs=(str(approval_tools),)))
     assert_valid(store.messages(app.recorder.session_id))

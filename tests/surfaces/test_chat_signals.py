@@ -61,7 +61,7 @@ def test_closing_the_terminal_at_an_approval_question_saves_a_valid_session(tmp_
     assert err == "crow: interrupted (SIGHUP)\n", err
     stored = stored_session()
     assert_valid(stored)
-    assert stored[-1] == {"role": "tool", "tool_call_id": "call_g", "content": CANCELLED}
+    assert stored[-1] == {"role": "tool", "tool_call_id": "call_g", "content": CANCELLED, "crow_outcome": "cancelled"}
     assert len(server.requests) == 1
 
 

@@ -328,3 +328,17 @@ def test_an_image_part_goes_without_the_name_crow_keeps_on_it():
     assert history[0]["content"][1]["crow_image"] == {"name": "shot.png"}  # the history is never changed
     plain = [user_message("hi")]
     assert Outgoing("auto").messages(plain)[0] is plain[0]  # a message without one is not copied
+
+
+# a tool message's stored outcome is crow's own record: no server gets it, in any echo mode
+@pytest.mark.parametrize("echo", ["auto", "never", "always"])
+def test_a_tool_messages_outcome_is_never_sent(echo: str) -> None:
+    from crow_cli.history import tool_message
+
+    history = [{"role": "user", "content": "go"},
+               {"role": "assistant", "content": None, "tool_calls": [
+                   {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+               tool_message("c1", "Error: no", "error")]
+    sent = Outgoing(echo).messages(history)
+    assert sent[-1] == {"role": "tool", "tool_call_id": "c1", "content": "Error: no"}
+    assert history[-1]["crow_outcome"] == "error"  # the stored history keeps it

@@ -40,7 +40,7 @@ from ...events import (
     TurnFinished,
     WarningEvent,
 )
-from ...history import Message, ToolCall, content_text, is_prompt, tool_calls_of, user_message
+from ...history import Message, ToolCall, content_text, is_prompt, outcome_of, tool_calls_of, user_message
 from ...tools.approval import UNCONFINED_MARK, Answer, Approvals, Policy, make_approver
 from ...tools.context import ToolContext
 from ...tools.dispatch import EscalatingApprover
@@ -409,7 +409,7 @@ class Session:
                     args = arguments(call)
                     output = content_text(result.get("content")) if result and result["role"] == "tool" else ""
                     tool = self.registry.get(call.name) if self.registry is not None else None
-                    failed = output.startswith("Error:")
+                    failed = result is not None and result["role"] == "tool" and outcome_of(result) != "ok"
                     shown = [acp.tool_content(acp.text_block(output))]
                     diff = None if failed else stored_diff(tool, args, self.cwd)
                     self.send(acp.start_tool_call(
