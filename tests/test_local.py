@@ -291,16 +291,20 @@ def test_serve_ends_on_sigterm_as_crow_run_does_and_stops_its_server(fake_engine
 
 
 def _rendered_prompt(tools: list[dict[str, Any]]) -> str:
-    """The prompt crow's template makes of one user message and `tools`, rendered as llama.cpp's server does
-    (its jinja engine takes the same template; jinja2 is the reference implementation of the language)."""
-    jinja2 = pytest.importorskip("jinja2")
-    template = jinja2.Environment().from_string(local_paths().template.read_text(encoding="utf-8"))
+    """The prompt crow's template makes of one user message and `tools`: jinja2's rendering is the one llama.cpp's
+    server makes (its /apply-template gave the same text for these tools) once `tojson` leaves quotes unescaped,
+    as llama.cpp's does (jinja2's escapes them for HTML)."""
+    import jinja2  # a dev dependency: only these tests render templates
+
+    env = jinja2.Environment()
+    env.filters["tojson"] = lambda value: json.dumps(value, ensure_ascii=False)
+    template = env.from_string(local_paths().template.read_text(encoding="utf-8"))
     return str(template.render(messages=[{"role": "user", "content": "Please use list_directory."}], tools=tools,
                                add_generation_prompt=True))
 
 
-# issue: the template's example calls carried values (`"pattern": "example"`, `"path": "."`, `"path": "a"`) that
-# SmolLM2-135M copied into its own calls: `Please use search_files to find TODO.` searched for "example".
+# issue: the template's example calls carried values (`"pattern": "example"`, `"path": "."`) that SmolLM2-135M
+# copied into its own calls: `Please use search_files to find TODO.` searched for "example" in "example.txt".
 @pytest.mark.parametrize("source", ["crow", "probe"])
 def test_the_template_shows_no_argument_value_a_model_could_copy(source: str) -> None:
     from crow_cli.probe.checks import TOOLS as PROBE_TOOLS
