@@ -288,3 +288,38 @@ def test_serve_ends_on_sigterm_as_crow_run_does_and_stops_its_server(fake_engine
             proc.kill()
     assert not alive(started["pid"])
     assert "stopped (SIGTERM)" in (proc.stderr.read() if proc.stderr else "")
+
+
+def _rendered_prompt(tools: list[dict[str, Any]]) -> str:
+    """The prompt crow's template makes of one user message and `tools`: jinja2's rendering is the one llama.cpp's
+    server makes (its /apply-template gave the same text for these tools) once `tojson` leaves quotes unescaped,
+    as llama.cpp's does (jinja2's escapes them for HTML)."""
+    import jinja2  # a dev dependency: only these tests render templates
+
+    env = jinja2.Environment()
+    env.filters["tojson"] = lambda value: json.dumps(value, ensure_ascii=False)
+    template = env.from_string(local_paths().template.read_text(encoding="utf-8"))
+    return str(template.render(messages=[{"role": "user", "content": "Please use list_directory."}], tools=tools,
+                               add_generation_prompt=True))
+
+
+# issue: the template's example calls carried values (`"pattern": "example"`, `"path": "."`) that SmolLM2-135M
+# copied into its own calls: `Please use search_files to find TODO.` searched for "example" in "example.txt".
+@pytest.mark.parametrize("source", ["crow", "probe"])
+def test_the_template_shows_no_argument_value_a_model_could_copy(source: str) -> None:
+    from crow_cli.probe.checks import TOOLS as PROBE_TOOLS
+    from crow_cli.tools.registry import default_registry
+
+    tools = default_registry([str(ROOT / "tools")]).schemas() if source == "crow" else PROBE_TOOLS
+    prompt = _rendered_prompt(tools)
+    listed = prompt.split("<tools>\n", 1)[1].split("\n</tools>", 1)[0].splitlines()
+    names = [tool["function"]["name"] for tool in tools]
+    assert [json.loads(line)["name"] for line in listed] == names
+    for line in listed:  # each parameter is a name and a JSON type: no value, not even a type name as a string
+        assert all(set(kind) == {"type"} for kind in json.loads(line)["parameters"].values()), line
+    turns = prompt.split("<|im_start|>assistant\n<tool_call>\n")[1:]  # the example exchanges' calls
+    calls = [json.loads(turn.split("\n</tool_call>", 1)[0]) for turn in turns]
+    assert [call["name"] for call in calls] == names[:8]  # one example call per tool: tiny models need them
+    assert all(call["arguments"] == {} for call in calls), calls
+    for value in ('"example"', '"a"', '"."'):
+        assert value not in prompt
