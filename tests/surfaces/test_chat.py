@@ -29,6 +29,7 @@ from tests.support import (
     authorless,
     chat,
     crow,
+    needs_sandbox,
     script,
     tool_calls_sse,
     tools_folder,
@@ -804,3 +805,22 @@ async def test_a_bang_without_a_command_or_a_denied_one_adds_nothing(store: Sess
     assert output.count(usage) == 2 and usage + "\n" + usage + "\n" in output  # one line each
     assert "denied run_shell" in output and not (tmp_path / "made").exists()  # deny rules hold for the person too
     assert server.requests[0]["messages"] == [{"role": "user", "content": "hello"}]
+
+
+@needs_sandbox()
+async def test_a_typed_shell_command_runs_in_the_sandbox(store: SessionStore, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    for folder in ("ws", "tmp", "away"):
+        (tmp_path / folder).mkdir()
+    monkeypatch.chdir(tmp_path / "ws")
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))  # the sandbox's writable temp dir: not where `away` is
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    outside = tmp_path / "away" / "outside.txt"
+    output, server, _ = await chat([{"sse": text_stream("OK.")}], f"!touch {outside}\rn\rwell?\r/exit\r", store)
+    assert "outside the sandbox" in output  # the sandbox stopped it; running it unconfined is asked about
+    assert not outside.exists()  # `n`: it stays stopped
+    assert "denied run_shell" in output
+    (user,) = [m for m in server.requests[0]["messages"] if m["role"] == "user"]
+    assert user["content"].startswith(f"{NOTE}touch {outside}\n") and user["content"].endswith("\n\nwell?")
