@@ -825,6 +825,9 @@ class ChatApp:
         if last_user is None:
             self.view.line("nothing to retry yet", "yellow")
             return
+        if is_shell_note(self.history[last_user]):  # no answer to ask for again: they wait for a message
+            self.view.line("the commands you ran go with your next message; send it instead of /retry", "yellow")
+            return
         if self.recorder is not None:
             self.recorder.truncate(self.history, last_user + 1)
             self.recorder.reload_checkpoint()

@@ -784,8 +784,9 @@ async def test_a_typed_shell_command_goes_with_the_next_message(store: SessionSt
 async def test_a_typed_shell_command_is_kept_in_the_session_until_the_next_message(
         store: SessionStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    _, server, app = await chat([], "!echo kept\r/exit\r", store)
-    assert server.requests == []
+    output, server, app = await chat([], "!echo kept\r/retry\r/exit\r", store)
+    assert server.requests == []  # nothing is sent for a command, nor for /retry after it
+    assert "the commands you ran go with your next message; send it instead of /retry" in output
     session = app.recorder.session_id
     assert store.messages(session) == [{"role": "user", "content": f"{NOTE}echo kept\n[exit code 0]\nkept"}]
     _, server, app = await chat([{"sse": text_stream("Seen.")}], "and so?\r/exit\r", store,
