@@ -24,7 +24,8 @@ from ..tools.context import ToolContext
 from ..tools.dispatch import EscalatingApprover, dispatch
 from ..tools.registry import ToolRegistry
 
-__all__ = ["NOTE_HEAD", "USAGE", "is_shell_note", "run_typed", "shell_note", "typed_command", "with_note"]
+__all__ = ["NOTE_HEAD", "USAGE", "is_shell_note", "run_typed", "shell_note", "typed_call", "typed_command",
+           "with_note"]
 
 USAGE = "usage: !COMMAND runs COMMAND in the workspace's shell; its output goes with your next message"
 """The one line a `!` with no command gets."""
