@@ -9,7 +9,8 @@ partial answer is kept and every tool call of the turn without a result gets a "
 user" one, so the history stays valid. At the prompt, a second Ctrl-C in a row (or Ctrl-D, or /exit)
 leaves. SIGTERM and SIGHUP end the chat the same way: the turn is cancelled, the session closed and
 stored, and the exit code is 143 / 129. Besides the built-in commands (`ChatApp.COMMANDS`), `/NAME`
-sends a prompt file (`prompt_files`: `.crow/prompts/NAME.md`) as the message. The driver
+sends a prompt file (`prompt_files`: `.crow/prompts/NAME.md`) as the message, and a line starting with `!`
+runs a shell command the way the model's `run_shell` calls run (`shell_escape`). The driver
 (`driver.Driver`) runs each turn and stores each message; the loop closes a cancelled turn's history;
 this module only draws events.
 """
@@ -47,7 +48,7 @@ from ..events import (
     WarningEvent,
 )
 from ..export import EXPORT_FORMATS, export_session, exports_dir, write_export
-from ..history import Message, ToolCall, content_text, is_prompt, user_message
+from ..history import Message, ToolCall, UserMessage, content_text, is_prompt, user_message
 from ..prompt_files import ARGUMENTS, PromptFile, PromptFolders, expand, read_prompt, summary
 from ..sessions import SessionInfo, SessionStore
 from ..text import clean_text, public_url, strip_controls
@@ -64,6 +65,7 @@ from .common import (
 from .persist import SessionRecorder, open_session
 from .render import TurnView
 from .runtime import Runtime, RuntimeOptions
+from .shell_escape import USAGE, is_shell_note, run_typed, shell_note, typed_command, with_note
 from .usage import TokenUse, footer
 
 if TYPE_CHECKING:
@@ -403,6 +405,10 @@ class ChatApp:
                         code = exc.code
                         break
                     continue
+                shell = typed_command(text)
+                if shell is not None:
+                    await self._shell(shell)
+                    continue
                 await self._send(text)
         except _Exit as exc:  # the terminal went away during a turn
             code = exc.code
@@ -418,7 +424,8 @@ class ChatApp:
         return code
 
     async def _send(self, text: str) -> None:
-        """Send `text` (what was typed, or a prompt file's) as the user's message and run the turn."""
+        """Send `text` (what was typed, or a prompt file's) as the user's message, with what the person ran
+        since the last one (`!COMMAND`), and run the turn."""
         try:
             message = self._with_attachments(text)
         except CrowError as exc:  # an @file too big, binary or outside the workspace: not sent
@@ -426,18 +433,19 @@ class ChatApp:
             return
         if self.recorder is not None:
             self.recorder.title = text  # a new session's title: what was sent, not the files attached
+        note = self._take_notes()
         keep = len(self.history)
-        self.history.append(message)
+        self.history.append(with_note(note, message) if note is not None else message)
         if not await self._run_turn() and len(self.history) == keep + 1:
             # the turn failed before anything was added: a message that cannot be sent is not kept
-            # to fail every later turn the same way
-            if self.recorder is not None:
-                self.recorder.truncate(self.history, keep)
-            else:
-                del self.history[keep:]
+            # to fail every later turn the same way (what the person ran still goes with the next)
+            self._cut(keep)
+            if note is not None:
+                self.history.append(note)
+                self._save()
             self.view.line("(the message was not kept)", "dim")
 
-    def _with_attachments(self, text: str) -> Message:
+    def _with_attachments(self, text: str) -> UserMessage:
         """The user message for `text`, with the files its `@path` mentions name attached."""
         from ..attachments import load_attachment, mentioned_files, user_content
 
@@ -448,6 +456,81 @@ class ChatApp:
         attachments = [load_attachment(f, self.root, secrets) for f in files]
         self.view.line("attached: " + ", ".join(strip_controls(a.shown) for a in attachments), "dim")
         return {"role": "user", "content": user_content(text, attachments)}
+
+    async def _shell(self, command: str) -> None:
+        """`!COMMAND`: run it as the model's run_shell calls run (`shell_escape.run_typed`), shown as they
+        are; Ctrl-C stops it. What it printed is kept for the next message (`_keep_note`)."""
+        if not command:
+            self.view.line(USAGE, "yellow")
+            return
+        assert self.driver is not None
+        calls: dict[int, ToolCall] = {}
+
+        def show(event: Event) -> None:
+            if isinstance(event, ToolRunStarted):
+                calls[event.call.index] = event.call
+                self.view.tool_started(event.call)
+            elif isinstance(event, ToolResultReady):
+                self.view.tool_finished(event.result, calls.get(event.result.index))
+
+        running = asyncio.ensure_future(run_typed(command, self.approver, self.driver.settings, self.driver.context,
+                                                  show))
+        ticker = asyncio.create_task(self._tick())
+        try:
+            with _no_echo(self.pt_input is None), self.interrupts.stopping(lambda _signum: running.cancel()):
+                result = await running
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+            self.view.cancel_tools()
+            self.view.line("interrupted: the command was stopped; nothing was added to the conversation", "yellow")
+            return
+        finally:
+            ticker.cancel()
+            with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
+                self.view.stop()
+        if result.display is None:  # refused before it ran (a deny rule, the read-only policy)
+            self.view.line("(it did not run; nothing was added to the conversation)", "dim")
+            return
+        if self.recorder is not None:
+            self.recorder.title = f"!{command}"  # a session started by a command is titled by it, not the note
+        self._keep_note(shell_note(command, result))
+        self.view.line("(the command and its output go to the model with your next message)", "dim")
+
+    def _keep_note(self, note: str) -> None:
+        """Keep `note` (a command the person ran) as the last message of the history, joined to the notes
+        already there, stored at once; the next message takes them (`_take_notes`)."""
+        earlier = self._take_notes()
+        if earlier is not None:
+            note = f"{content_text(earlier['content'])}\n\n{note}"
+        self.history.append(user_message(note))
+        self._save()
+
+    def _take_notes(self) -> Message | None:
+        """The shell notes that end the history, removed from it (and from the session), or None."""
+        if not self.history or not is_shell_note(self.history[-1]):
+            return None
+        note = self.history[-1]
+        self._cut(len(self.history) - 1)
+        return note
+
+    def _cut(self, keep: int) -> None:
+        """Keep the first `keep` messages of the history, in the session too."""
+        if self.recorder is not None:
+            self.recorder.truncate(self.history, keep)
+        else:
+            del self.history[keep:]
+
+    def _save(self) -> None:
+        """Store what the chat added to the history itself (the loop's messages are stored by the driver)."""
+        if self.recorder is None:
+            return
+        try:
+            self.recorder.sync(self.history)
+        except SessionError as exc:
+            self.view.line(f"crow: warning: {strip_controls(str(exc))}; the rest of this session is not recorded",
+                           "yellow")
 
     async def _command(self, name: str, arg: str) -> None:
         """Run `/name arg`: a built-in command, else the prompt file named `name`."""
@@ -839,6 +922,9 @@ class ChatApp:
         if last_user is None:
             self.view.line("nothing to retry yet", "yellow")
             return
+        if is_shell_note(self.history[last_user]):  # no answer to ask for again: they wait for a message
+            self.view.line("the commands you ran go with your next message; send it instead of /retry", "yellow")
+            return
         if self.recorder is not None:
             self.recorder.truncate(self.history, last_user + 1)
             self.recorder.reload_checkpoint()
@@ -924,12 +1010,16 @@ def _trim_history(path: Path, limit: int = MAX_HISTORY_BYTES) -> None:
         pass  # the history is a convenience: a chat starts without it
 
 
+SHELL_HELP = ("!COMMAND", "run COMMAND in the workspace's shell; it and its output go with your next message")
+"""/help's line for `!COMMAND` (`shell_escape`), after the slash commands."""
+
+
 def help_text(prompts: Iterable[tuple[str, str]] = ()) -> str:
     """/help: the keys, then one aligned line per command of `ChatApp.COMMANDS` (aliases after the name),
-    then one per prompt file of `prompts`, (usage, its first line) each."""
+    then `!COMMAND`, then one per prompt file of `prompts`, (usage, its first line) each."""
     rows = [(", ".join(f"/{name}" for name in (c.name, *c.aliases)) + (f" {c.args}" if c.args else ""), c.doc)
             for c in ChatApp.COMMANDS]
-    rows += prompts
+    rows += [SHELL_HELP, *prompts]
     width = max(len(usage) for usage, _ in rows) + 2
     return "\n".join([KEYS, *(f"{usage:<{width}}{doc}" for usage, doc in rows)])
 

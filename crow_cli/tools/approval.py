@@ -390,6 +390,21 @@ class Approvals:
             return True
         raise ToolDenied(f"the user declined {tool.name}; it was not run. Do not retry it unchanged")
 
+    async def typed(self, call: ToolCall, tool: Tool) -> bool:
+        """The approval of a call the person typed themselves (chat's `!COMMAND`): having typed it is their
+        yes, so a call the policy would ask about runs without a question; what the policy and rules
+        refuse (a deny rule, `read-only`) stays refused, and a command that would run unconfined although a
+        sandbox was asked for is still asked about (typing a command is no yes to leaving the sandbox).
+
+        Raises:
+            ToolDenied: refused (the reason is what the person is shown).
+            ToolError: the tool's pre-check found the call cannot work.
+        """
+        decision = decide(call, tool, self.policy, always=self.always)
+        if isinstance(decision, Ask) and decision.unconfined is None:
+            return True
+        return await self(call, tool)
+
     async def escalate(self, call: ToolCall, tool: Tool, reason: str) -> bool:
         """Whether `call`, which the sandbox stopped for `reason`, may run once outside it: the user is asked
         (an answer of "always" approves this once, not every later command); nobody to ask means no."""

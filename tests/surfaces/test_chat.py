@@ -30,6 +30,7 @@ from tests.support import (
     authorless,
     chat,
     crow,
+    needs_sandbox,
     script,
     tool_calls_sse,
     tools_folder,
@@ -339,10 +340,11 @@ async def test_resume_latest_repairs_a_crashed_turn(store: SessionStore) -> None
 def test_help_is_made_from_the_command_table() -> None:
     # issue 18: the hand-kept help missed /quit; now /help and the dispatch come from one table
     lines = help_text().splitlines()
-    assert len(lines) == 1 + len(ChatApp.COMMANDS) and lines[0].startswith("Enter sends")
-    for line, command in zip(lines[1:], ChatApp.COMMANDS, strict=True):
+    assert len(lines) == 2 + len(ChatApp.COMMANDS) and lines[0].startswith("Enter sends")
+    for line, command in zip(lines[1:], ChatApp.COMMANDS, strict=False):
         assert line.startswith(f"/{command.name}") and line.endswith(command.doc)
     assert "/exit, /quit" in help_text()
+    assert lines[-1].startswith("!COMMAND ") and "with your next message" in lines[-1]
 
 
 # found by a new-user tester (wave 4): `crow chat --system-file /nope.md` printed the welcome banner, then the error
@@ -898,3 +900,71 @@ def test_mcp_tools_join_while_the_prompt_waits(tmp_path: Path) -> None:
         term.expect("›")  # Ctrl-D before the prompt is back is lost to the cooked terminal, and the chat waits on
         term.send("\x04")
         assert term.wait() == 0
+
+
+NOTE = "I ran a command in the shell:\n$ "
+
+
+async def test_a_typed_shell_command_goes_with_the_next_message(store: SessionStore, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # the workspace the command runs in
+    keys = "!echo hello > said.txt; cat said.txt\r!exit 3\rwhat did it print?\r/exit\r"
+    output, server, app = await chat([{"sse": text_stream("It printed hello.")}], keys, store)
+    assert (tmp_path / "said.txt").read_text() == "hello\n"  # it ran in the workspace, nobody asked
+    assert "Allow run_shell" not in output
+    assert 'run_shell({"command": "echo hello > said.txt; cat said.txt"' in output  # shown as a tool call is
+    assert "ok run_shell" in output and "    hello" in output
+    assert "error run_shell" in output and "exit code 3" in output  # a failing command: its exit status
+    (request,) = server.requests  # nothing was sent before the message
+    assert request["messages"] == [{"role": "user", "content": (
+        f"{NOTE}echo hello > said.txt; cat said.txt\n[exit code 0]\nhello\n\n"
+        f"{NOTE}exit 3\n[exit code 3] (no output)\n\nwhat did it print?")}]  # one user message: no two in a row
+    stored = store.messages(app.recorder.session_id)
+    assert authorless(stored) == [*request["messages"], {"role": "assistant", "content": "It printed hello."}]
+
+
+async def test_a_typed_shell_command_is_kept_in_the_session_until_the_next_message(
+        store: SessionStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    output, server, app = await chat([], "!echo kept\r/retry\r/exit\r", store)
+    assert server.requests == []  # nothing is sent for a command, nor for /retry after it
+    assert "the commands you ran go with your next message; send it instead of /retry" in output
+    session = app.recorder.session_id
+    assert store.messages(session) == [{"role": "user", "content": f"{NOTE}echo kept\n[exit code 0]\nkept"}]
+    assert store.get(session).title == "!echo kept"  # what was typed, not the note the model reads
+    _, server, app = await chat([{"sse": text_stream("Seen.")}], "and so?\r/exit\r", store,
+                                options=ChatOptions(resume=session))
+    assert server.requests[0]["messages"] == [
+        {"role": "user", "content": f"{NOTE}echo kept\n[exit code 0]\nkept\n\nand so?"}]
+    assert_valid(store.messages(session))
+
+
+async def test_a_bang_without_a_command_or_a_denied_one_adds_nothing(store: SessionStore, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    settings = Settings(model="test-model", api_key="sk-test", deny=("run_shell:touch",))
+    output, server, _ = await chat([{"sse": text_stream("Hi.")}], "!\r!   \r!touch made\rhello\r/exit\r", store,
+                                   settings=settings)
+    usage = "usage: !COMMAND runs COMMAND in the workspace's shell; its output goes with your next message"
+    assert output.count(usage) == 2 and usage + "\n" + usage + "\n" in output  # one line each
+    assert "denied run_shell" in output and not (tmp_path / "made").exists()  # deny rules hold for the person too
+    assert server.requests[0]["messages"] == [{"role": "user", "content": "hello"}]
+
+
+@needs_sandbox()
+async def test_a_typed_shell_command_runs_in_the_sandbox(store: SessionStore, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    for folder in ("ws", "tmp", "away"):
+        (tmp_path / folder).mkdir()
+    monkeypatch.chdir(tmp_path / "ws")
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))  # the sandbox's writable temp dir: not where `away` is
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    outside = tmp_path / "away" / "outside.txt"
+    output, server, _ = await chat([{"sse": text_stream("OK.")}], f"!touch {outside}\rn\rwell?\r/exit\r", store)
+    assert "outside the sandbox" in output  # the sandbox stopped it; running it unconfined is asked about
+    assert not outside.exists()  # `n`: it stays stopped
+    assert "denied run_shell" in output
+    (user,) = [m for m in server.requests[0]["messages"] if m["role"] == "user"]
+    assert user["content"].startswith(f"{NOTE}touch {outside}\n") and user["content"].endswith("\n\nwell?")

@@ -164,3 +164,23 @@ def test_a_terminal_that_goes_away_without_sighup_ends_the_chat_with_129(tmp_pat
     stored = stored_session()
     assert_valid(stored)
     assert stored[-1]["role"] == "assistant"  # the whole answer, or what came before the failed write
+
+
+def test_ctrl_c_stops_a_typed_shell_command_and_the_chat_goes_on(tmp_path: Path, approval_tools: Path) -> None:
+    script = [{"sse": text_stream("Still here.")}]
+    with ReplayServer(script) as server, ChatTerminal(chat_args(server.base_url, approval_tools), cwd=tmp_path) as term:
+        term.expect("›")
+        term.send("!touch started; sleep 60; touch finished\r")
+        wait_for((tmp_path / "started").exists)  # the command runs
+        term.signal(signal.SIGINT)  # Ctrl-C as the terminal sends it while a command runs (the chat reads no key)
+        term.expect("interrupted: the command was stopped")
+        term.expect("›")
+        term.send("still there?\r")
+        term.expect("Still here.")
+        term.expect("›")
+        term.send("\x04")
+        assert term.wait() == 0
+        err = term.stderr()
+    assert "Traceback" not in err, err
+    assert not (tmp_path / "finished").exists()
+    assert server.requests[0]["messages"] == [{"role": "user", "content": "still there?"}]  # nothing was added
