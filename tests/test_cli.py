@@ -108,7 +108,7 @@ def test_version():
     assert proc.returncode == 0 and proc.stdout.strip() == f"crow {__version__}"
 
 
-# issue 11 (smaller): found trying it as a new user; typer's own errors came as a usage box ending in "Error: …"
+# smaller: found trying it as a new user; typer's own errors came as a usage box ending in "Error: …" (issue 11)
 @pytest.mark.parametrize(("args", "line"), [
     (["run", "--max-turns", "x", "hi"],
      "invalid value for '--max-turns': 'x' is not a valid int (see crow run --help)"),
@@ -163,7 +163,7 @@ def test_no_traceback_from_python_m() -> None:
     assert proc.returncode == 0 and proc.stdout.startswith("crow ")
 
 
-# issue 11 item 1: found trying it as a new user (an OpenAI key went to the profile's server)
+# Found trying it as a new user (an OpenAI key went to the profile's server) (issue 11 item 1)
 def test_a_profile_whose_key_variable_is_unset_stops_before_sending_any_key(tmp_path, monkeypatch):
     with ReplayServer([{"sse": text_sse("hi")}]) as srv:
         cfg = _config(tmp_path, f'[profiles.other]\nbase_url = "{srv.base_url}"\napi_key_env = "OTHER_KEY"')
@@ -179,7 +179,7 @@ def test_a_profile_whose_key_variable_is_unset_stops_before_sending_any_key(tmp_
         assert SECRET not in json.dumps(sent)
 
 
-# issue 11 (smaller): found trying it as a new user; the missing key was only noticed at request time
+# smaller: found trying it as a new user; the missing key was only noticed at request time (issue 11)
 def test_a_hosted_api_without_a_key_is_exit_2_after_the_options_are_checked(capsys: pytest.CaptureFixture[str]
                                                                            ) -> None:
     assert crow_here("run", "--no-tools", "hi") == 2  # no OPENAI_API_KEY or CROW_API_KEY (conftest drops them)
@@ -189,7 +189,7 @@ def test_a_hosted_api_without_a_key_is_exit_2_after_the_options_are_checked(caps
     assert "--approval must be one of ask, auto-edit, yolo, read-only (got 'sometimes')" in capsys.readouterr().err
 
 
-# issue 11 (smaller): found trying it as a new user; `--session ""` continued nothing in particular
+# smaller: found trying it as a new user; `--session ""` continued nothing in particular (issue 11)
 def test_an_empty_session_id_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     code = crow_here("run", "--session", "", "--base-url", "http://127.0.0.1:9/v1", "hi")
     assert (code, capsys.readouterr().err.strip()) == (2, "crow: error: --session needs a session id (crow sessions "
@@ -292,8 +292,8 @@ def test_output_that_cannot_be_written_fails_in_one_line(args: list[str], stdout
     assert ran.stderr.startswith("crow: error: cannot write the output: ") and ran.stderr.count("\n") == 1
 
 
-# issue 34: click cut `crow --help`'s command summaries at 45 characters ("Run one prompt: stream the answer to stdout,
-# tool activity to...")
+# Click cut `crow --help`'s command summaries at 45 characters ("Run one prompt: stream the answer to stdout,
+# tool activity to...") (issue 34)
 @pytest.mark.parametrize("group", [[], ["sessions"]])
 def test_help_summaries_are_not_cut_mid_sentence(group: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     crow_here(*group, "--help")

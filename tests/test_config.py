@@ -52,7 +52,7 @@ def test_api_key_lookup_order():
     assert "sk-SECRET" not in repr(load_settings({"api_key": "sk-SECRET"}, env={}))
 
 
-# issue 11 item 1: found trying it as a new user (the shipped [profiles.openrouter] got the OpenAI key)
+# Found trying it as a new user (the shipped [profiles.openrouter] got the OpenAI key) (issue 11 item 1)
 def test_a_named_key_variable_that_is_unset_is_an_error_not_a_fallback_to_openai_api_key():
     write_config('[profiles.other]\nbase_url = "https://other.example/v1"\napi_key_env = "OTHER_KEY"\n')
     env = {"OPENAI_API_KEY": "sk-openai", "CROW_API_KEY": "sk-crow"}
@@ -67,7 +67,7 @@ def test_a_named_key_variable_that_is_unset_is_an_error_not_a_fallback_to_openai
         require_api_key(load_settings({}, env={"OPENAI_API_KEY": "o"}))
 
 
-# issue 11 item 1: found trying it as a new user
+# Found trying it as a new user (issue 11 item 1)
 @pytest.mark.parametrize(("config", "flags", "env", "key"), [
     # OPENAI_API_KEY: OpenAI's own API, or the OPENAI_BASE_URL beside it; never another server
     ("", {}, {"OPENAI_API_KEY": "o"}, "o"),
@@ -98,7 +98,7 @@ def test_a_key_goes_only_to_the_server_it_was_configured_for(config, flags, env,
     assert load_settings(flags, env=env).api_key == key
 
 
-# issue 11 item 1: found trying it as a new user (an Authorization header in a profile)
+# Found trying it as a new user (an Authorization header in a profile) (issue 11 item 1)
 def test_credential_headers_go_only_to_the_server_of_their_table():
     write_config('base_url = "http://file/v1"\n[headers]\nAuthorization = "Bearer t"\nX-Title = "crow"\n'
                  '[profiles.p]\nbase_url = "http://p/v1"\nheaders = { "x-api-key" = "pk", X-Title = "p" }\n')
@@ -109,7 +109,7 @@ def test_credential_headers_go_only_to_the_server_of_their_table():
     assert "Bearer t" not in repr(load_settings({}, env={}))
 
 
-# issue 11 item 1: a key not sent to this server is still a secret (run_shell hides every one)
+# A key not sent to this server is still a secret (run_shell hides every one) (issue 11 item 1)
 def test_every_configured_credential_is_a_secret_whether_sent_or_not():
     write_config('api_key_env = "K"\n[headers]\nAuthorization = "Bearer tok-123456"\n'
                  '[profiles.p]\napi_key_env = "PK"\n')
@@ -119,7 +119,7 @@ def test_every_configured_credential_is_a_secret_whether_sent_or_not():
     assert set(s.secrets) == {"k-secret", "pk-secret", "o-secret", "Bearer tok-123456", "tok-123456"}
 
 
-# issue 11 (smaller): a missing key for a hosted API is a configuration error, before any request
+# smaller: a missing key for a hosted API is a configuration error, before any request (issue 11)
 def test_a_hosted_api_without_a_key_is_a_config_error():
     require_api_key(load_settings({"base_url": "http://127.0.0.1:8080/v1"}, env={}))  # local: no key needed
     require_api_key(load_settings({}, env={"OPENAI_API_KEY": "o"}))
@@ -145,12 +145,12 @@ def test_profiles_override_top_level_and_unknown_profile_fails():
     ("model = ", "not valid TOML"),
     ("colour = 1\n", "unknown key 'colour'"),
     ("max_turns = 'many'\n", "'max_turns' has the wrong type"),
-    # issue 11 (smaller): found trying it as a new user; the file's key was reported as the flag --max-turns
+    # smaller: found trying it as a new user; the file's key was reported as the flag --max-turns (issue 11)
     ("max_turns = 0\n", r"^/.*/config\.toml: max_turns must be at least 1 \(got 0\)$"),
     ("max_retries = -1\n", r"config\.toml: max_retries must be 0 or more \(got -1\)$"),
     ("tool_timeout = 0\n", r"config\.toml: tool_timeout must be greater than 0"),
     ('base_url = "ftp://x"\n', r"config\.toml: base_url must start with http:// or https://"),
-    # issue 11 (smaller): keys crow owns in the request body were silently overwritten or broke the stream
+    # smaller: keys crow owns in the request body were silently overwritten or broke the stream (issue 11)
     ('[params]\nmodel = "x"\n', r"config\.toml: \[params\] cannot set 'model': crow sets"),
     ('[params]\nstream = false\n', r"\[params\] cannot set 'stream'"),
     ('[params]\nmessages = []\n', r"\[params\] cannot set 'messages'"),
@@ -176,7 +176,7 @@ def test_example_config_is_valid(tmp_path):
     example = Path(__file__).resolve().parent.parent / "config.example.toml"
     s = load_settings({}, env={"OPENROUTER_API_KEY": "k"}, config_path=str(example), profile="openrouter")
     assert s.base_url == "https://openrouter.ai/api/v1" and s.headers == {"X-Title": "crow"}
-    # issue 11 item 1: the shipped profiles never receive the OpenAI key
+    # The shipped profiles never receive the OpenAI key (issue 11 item 1)
     assert load_settings({}, env={"OPENAI_API_KEY": "k"}, config_path=str(example), profile="local").api_key is None
     with pytest.raises(ConfigError, match=r"^OPENROUTER_API_KEY is not set"):
         require_api_key(load_settings({}, env={"OPENAI_API_KEY": "k"}, config_path=str(example), profile="openrouter"))
@@ -284,7 +284,7 @@ def test_sandbox_mode_and_network_settings(tmp_path: Path) -> None:
         load_settings({}, env={}, config_path=str(config))
 
 
-# issue 18: `approval` took any text; a bad policy in the config file surfaced later, not naming the file
+# `approval` took any text; a bad policy in the config file surfaced later, not naming the file (issue 18)
 def test_a_bad_approval_policy_names_its_source_and_the_policies(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
     config.write_text('approval = "auto-edit"\n[profiles.ci]\napproval = "sometimes"\n')
@@ -297,7 +297,7 @@ def test_a_bad_approval_policy_names_its_source_and_the_policies(tmp_path: Path)
         load_settings({"approval": "x"}, env={})
 
 
-# issue 18: a setting with a fixed set of values is a Literal, and its decoding refuses anything else
+# A setting with a fixed set of values is a Literal, and its decoding refuses anything else (issue 18)
 def test_every_literal_setting_is_decoded_against_its_values() -> None:
     import typing
     from dataclasses import fields
@@ -447,7 +447,7 @@ def test_an_empty_api_key_env_counts_as_unset():
 
 
 def test_prices_per_model_are_read_in_dollars_per_million_tokens():
-    # issue 34: the cost beside token use comes from [prices."MODEL"]
+    # The cost beside token use comes from [prices."MODEL"] (issue 34)
     write_config('[prices."gpt-4o"]\ninput = 2.5\noutput = 10\ncached_input = 1.25\n')
     assert load_settings({}, env={}).prices == {"gpt-4o": {"input": 2.5, "output": 10.0, "cached_input": 1.25}}
 

@@ -48,7 +48,7 @@ def test_a_stored_prompt_is_compared_without_any_days_built_in_part(tmp_path: Pa
     assert without_default("Be terse.") == "Be terse."
 
 
-# issue 34: messages[0] was AGENTS.md alone or nothing; the model was not told where it works, on what, or when
+# Messages[0] was AGENTS.md alone or nothing; the model was not told where it works, on what, or when (issue 34)
 async def test_the_request_carries_the_default_prompt_then_system_then_agents_md(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CROW_DEFAULT_PROMPT", raising=False)

@@ -83,7 +83,7 @@ class Unwritable:
                                                          (errno.ENOSPC, 1, False)])
 async def test_output_that_cannot_be_written_ends_the_run_with_its_errno(code: int, exit_code: int,
                                                                          gone: bool) -> None:
-    # issue 18: the cause is typed (surfaces read output_errno / output_gone, never the error text)
+    # The cause is typed (surfaces read output_errno / output_gone, never the error text) (issue 18)
     history = [user_message("go")]
     finished = await driver(Stalling()).run(history, Unwritable(code))
     assert (finished.status, finished.exit_code, finished.output_errno, finished.output_gone) == (

@@ -50,7 +50,7 @@ def test_markdown_export_writes_the_text_of_content_parts(tmp_path: Path) -> Non
     assert "## Assistant\n\nSunny.\n" in md and "hidden" not in md
 
 
-# issue 11 item 7: found trying it as a new user (a tool result holding a fence closed it early)
+# Found trying it as a new user (a tool result holding a fence closed it early) (issue 11 item 7)
 def test_markdown_export_keeps_backticks_and_fences_inside_their_turn(tmp_path: Path) -> None:
     result = "README:\n```\n## You\nfake turn\n````\nend"
     msgs: list[dict[str, Any]] = [

@@ -60,7 +60,7 @@ def test_tool_calls_of_reads_an_assistant_message_and_nothing_else() -> None:
 
 
 def test_keys_a_server_attached_stay_on_the_message_and_are_reached_through_as_json() -> None:
-    # issue 18: the messages are typed, yet what a server attached goes back unchanged
+    # The messages are typed, yet what a server attached goes back unchanged (issue 18)
     call = ToolCall("c1", "read_file", "{}", extra={"extra_content": {"google": {"thought_signature": "s"}}},
                     function_extra={"strict": True, "name": "not this"})
     message = AssistantTurn(None, tool_calls=[call], fields={"reasoning_content": "why", "content": "not this"},
@@ -77,8 +77,8 @@ def test_content_text_is_the_string_or_the_text_parts() -> None:
                          {"type": "text", "text": "b"}]) == "ab"
 
 
-# issue 32: text / thinking / text content showed a line break on resume, ACP replay and export that the live
-# view, which streams the parts one after the other, did not
+# Text / thinking / text content showed a line break on resume, ACP replay and export that the live
+# view, which streams the parts one after the other, did not (issue 32)
 def test_text_parts_around_thinking_join_as_they_streamed() -> None:
     parts = [{"type": "text", "text": "The answer "}, {"type": "thinking", "thinking": "check it"},
              {"type": "text", "text": "is 4."}]

@@ -116,7 +116,7 @@ def test_imports_point_down_the_layers():
 
 
 def test_every_module_has_a_layer_rule():
-    # issue 9: the layer test covers every package (surfaces and config included)
+    # The layer test covers every package (surfaces and config included) (issue 9)
     uncovered = [name for name, _ in modules() if name != "crow_cli" and rule_for(name, ALLOWED) is None]
     assert not uncovered, f"add a rule to ALLOWED for {uncovered}"
 

@@ -216,7 +216,7 @@ def test_the_server_dies_with_crow_even_when_crow_is_killed(fake_engine: Path, t
         crow.wait()
 
 
-# issue 14: "with neither a key nor a base URL configured, crow's error message points to --local"
+# "with neither a key nor a base URL configured, crow's error message points to --local" (issue 14)
 def test_no_key_and_no_base_url_points_to_local(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     proc = crow_run(tmp_path, capfd, "hi")
     assert proc.returncode == 2  # a configuration error (issue 11), checked before any request
@@ -274,7 +274,7 @@ def test_a_bad_number_for_the_local_server_is_a_usage_error(monkeypatch: pytest.
                    name.removeprefix("CROW_LLAMA_").lower()) == 4096
 
 
-# issue 32: `python -m crow_cli.local serve` kept its own SIGTERM handler (exit 0) outside the one run scope
+# `python -m crow_cli.local serve` kept its own SIGTERM handler (exit 0) outside the one run scope (issue 32)
 def test_serve_ends_on_sigterm_as_crow_run_does_and_stops_its_server(fake_engine: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "crow_cli.local", "serve"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)

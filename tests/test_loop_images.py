@@ -216,7 +216,7 @@ async def test_a_cancelled_turn_still_shows_the_images_of_its_finished_calls() -
 
 
 async def test_read_file_shows_an_image_file(tmp_path, monkeypatch) -> None:
-    # issue 33 §2: a screenshot in the workspace was "a binary file; not read"
+    # A screenshot in the workspace was "a binary file; not read" (issue 33 §2)
     from crow_cli.tools.builtin.files import read_file
 
     monkeypatch.chdir(tmp_path)

@@ -66,9 +66,9 @@ def check(doc: dict[str, Any], name: str) -> dict[str, Any]:
     return next(c for c in doc["checks"] if c["name"] == name)
 
 
-# issue 14: "the probe against the scripted server for every corpus case (the quirk named)": every case runs
+# "the probe against the scripted server for every corpus case (the quirk named)": every case runs
 # in process (tests/probe/test_checks.py, the same assertions); one goes through `crow probe --json` here (crow's
-# app in this process: `here`)
+# app in this process: `here`) (issue 14)
 @pytest.mark.parametrize(("case_id", "code"), [("ollama-index-always-zero", "index-always-0")])
 def test_probe_names_the_quirk_of_a_corpus_case(case_id: str, code: str, here: Any) -> None:
     stream = first_sse(json.loads((CASES_DIR / f"{case_id}.json").read_text()))
@@ -101,7 +101,7 @@ def test_the_report_has_one_line_per_check_and_no_escapes_when_piped() -> None:
     assert lines[-1].startswith("streamed tool calling works")
 
 
-# issue 14: "against a server that ignores tools (✗ and exit non-zero)", as llama.cpp without a tool template
+# "against a server that ignores tools (✗ and exit non-zero)", as llama.cpp without a tool template (issue 14)
 def test_a_server_that_ignores_tools_fails_the_probe(here: Any) -> None:
     with ReplayServer([{"sse": text_stream("Hello, I cannot call tools but here is text.")}] * 7) as server:
         status, doc, _ = probe_json(here, server)
@@ -196,7 +196,7 @@ def test_models_on_an_unreachable_server_is_one_line(unused_port_url: str) -> No
     assert proc.stderr.startswith("crow: error: cannot reach") and len(proc.stderr.splitlines()) == 1
 
 
-# issue 34: with no key set, crow models against the default (OpenAI) said "cannot reach ...: ConnectError"
+# With no key set, crow models against the default (OpenAI) said "cannot reach ...: ConnectError" (issue 34)
 def test_models_without_a_key_says_so_in_one_line(here: Any) -> None:
     proc = here("models")
     assert proc.returncode == 2 and proc.stdout == ""
@@ -214,7 +214,7 @@ def unused_port_url() -> str:
     return f"http://127.0.0.1:{port}/v1"
 
 
-# issue 29: a deeply nested facts.json was `internal error: RecursionError` in crow probe --show
+# A deeply nested facts.json was `internal error: RecursionError` in crow probe --show (issue 29)
 def test_show_of_a_damaged_facts_file_is_one_warning_and_nothing_known(capsys) -> None:
     from crow_cli.wire import facts
     from tests.support import crow_here

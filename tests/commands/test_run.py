@@ -45,7 +45,7 @@ def test_a_sessions_title_is_the_typed_prompt_not_piped_input_or_files(tmp_path:
 PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 24
 
 
-# issue 33 §2: a screenshot piped in (`screencap | crow run "what is this?"`) was decoded as text
+# A screenshot piped in (`screencap | crow run "what is this?"`) was decoded as text (issue 33 §2)
 def test_an_image_piped_on_stdin_is_attached_not_decoded(tmp_path: Path) -> None:
     piped = tmp_path / "shot"
     piped.write_bytes(PNG)
@@ -67,7 +67,7 @@ def test_an_image_on_stdin_cannot_be_the_prompt(tmp_path: Path, capsys: pytest.C
     assert "standard input is an image; pass the prompt as an argument" in capsys.readouterr().err
 
 
-# issue 33 §2: Codex's -i/--image flag
+# Codex's -i/--image flag (issue 33 §2)
 def test_dash_i_attaches_an_image_and_refuses_a_text_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)

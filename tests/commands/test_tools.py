@@ -57,7 +57,7 @@ def _plugins(tmp_path: Path) -> Path:
 
 def test_a_tool_crow_run_would_drop_is_listed_as_unusable_with_why(tmp_path: Path,
                                                                     capfd: pytest.CaptureFixture[str]) -> None:
-    # issue 11 item 8: found trying it as a new user: `crow tools` listed `bad`, `crow run` dropped it
+    # Found trying it as a new user: `crow tools` listed `bad`, `crow run` dropped it (issue 11 item 8)
     stdout, stderr = crow_tools(capfd, tmp_path, "--tools-dir", str(_plugins(tmp_path)))
     usable, _, unusable = stdout.partition("unusable")
     assert "good" in usable and "bad" not in usable
@@ -66,7 +66,7 @@ def test_a_tool_crow_run_would_drop_is_listed_as_unusable_with_why(tmp_path: Pat
 
 
 def test_tools_json_describes_every_tool(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
-    # issue 11 (friction): `crow tools --json`
+    # friction: `crow tools --json` (issue 11)
     stdout, _ = crow_tools(capfd, tmp_path, "--json", "--tools-dir", str(_plugins(tmp_path)))
     tools = {t["name"]: t for t in json.loads(stdout)}
     assert tools["read_file"] | {"parameters": None, "description": None} == {

@@ -45,7 +45,7 @@ def test_the_estimate_starts_over_for_a_changed_history_and_adds_to_a_server_cou
     assert budget.prompt_tokens(history[:3]) == estimate_tokens(history[:3])
     budget.record_usage({"prompt_tokens": 500}, 3)
     assert budget.prompt_tokens(history) == 500 + estimate_tokens(history[3:])
-    # issue 34: llama.cpp's prompt_tokens leaves out the tokens it reused from its cache (timings.cache_n)
+    # Llama.cpp's prompt_tokens leaves out the tokens it reused from its cache (timings.cache_n) (issue 34)
     budget.record_usage({"prompt_tokens": 12}, 3, {"prompt_n": 12, "cache_n": 980})
     assert budget.prompt_tokens(history) == 992 + estimate_tokens(history[3:])
 

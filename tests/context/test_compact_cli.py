@@ -84,8 +84,8 @@ async def test_an_overflow_refusal_compacts_and_the_retried_turn_succeeds(tmp_pa
     assert_contract(ran.requests[2]["messages"])
 
 
-# issue 32: when the newest exchange alone is past the target (a long signed thinking block), summarising the small
-# older part cannot make the prompt fit: no summary request is spent, and one line says why
+# When the newest exchange alone is past the target (a long signed thinking block), summarising the small
+# older part cannot make the prompt fit: no summary request is spent, and one line says why (issue 32)
 async def test_no_summary_is_asked_for_when_the_newest_exchanges_alone_are_too_long(tmp_path: Path) -> None:
     with SessionStore() as store:
         info = store.create(model="test-model", cwd=str(Path.cwd()))

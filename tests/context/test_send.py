@@ -57,7 +57,7 @@ def _long_history(exchanges: int, tool_chars: int = 1500) -> list[Message]:
 
 
 async def test_after_a_failed_turn_the_next_request_has_no_two_user_messages_in_a_row() -> None:
-    # issue 13: a failed turn left its user message; Mistral/Gemma templates then refused every turn
+    # A failed turn left its user message; Mistral/Gemma templates then refused every turn (issue 13)
     history = [user_message("first")]
     client = Recording(["error", "text"])
     events = await _run(history, client)
@@ -141,7 +141,7 @@ async def test_a_failed_summary_is_a_warning_and_the_turn_goes_on() -> None:
 
 
 async def test_a_summary_names_the_images_it_leaves_out() -> None:
-    # issue 33 §2: a summary is text, so the images of the summarised messages were gone without a word
+    # A summary is text, so the images of the summarised messages were gone without a word (issue 33 §2)
     from crow_cli.images import Image, image_part, tool_images_message
 
     png = Image(b"\x89PNG\r\n\x1a\n" + b"\0" * 24, name="shot.png")

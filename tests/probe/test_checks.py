@@ -88,7 +88,7 @@ async def test_a_stream_ignored_json_answer_is_a_failed_text_check() -> None:
     assert report.exit_code() == 1
 
 
-# issue 14: "the probe against the scripted server for every corpus case (the quirk named)"
+# "the probe against the scripted server for every corpus case (the quirk named)" (issue 14)
 @pytest.mark.parametrize("case", [c for c in load_cases() if "sse" in c], ids=lambda c: c["id"])
 async def test_the_probe_names_every_corpus_cases_quirk(case: dict) -> None:
     with ReplayServer(script_for(case["sse"])) as server:

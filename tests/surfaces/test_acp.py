@@ -574,8 +574,8 @@ async def test_a_write_into_git_through_the_editor_is_refused_before_anyone_is_a
 
 
 async def test_a_write_outside_the_workspace_is_refused_before_anyone_is_asked(workspace):
-    # issue 30: `crow acp` asked the editor to approve a write_file outside the workspace, then refused it anyway
-    # (crow run answers it with its error, unasked)
+    # `crow acp` asked the editor to approve a write_file outside the workspace, then refused it anyway
+    # (crow run answers it with its error, unasked) (issue 30)
     editor = Editor(answers=["allow_once", "allow_once"], buffers={})
     turns = script([("w1", "write_file", {"path": "../outside.txt", "content": "x\n"})],
                    [("w2", "write_file", {"path": "/etc/crow-test-outside", "content": "x\n"})], final="OK.")
@@ -589,7 +589,7 @@ async def test_a_write_outside_the_workspace_is_refused_before_anyone_is_asked(w
 
 
 async def test_auto_edit_still_asks_before_a_write_of_crows_own_config(workspace, monkeypatch):
-    # issue 30: under auto-edit, write_file wrote ~/.config/crow/AGENTS.md without asking (the workspace is HOME)
+    # Under auto-edit, write_file wrote ~/.config/crow/AGENTS.md without asking (the workspace is HOME) (issue 30)
     monkeypatch.setenv("HOME", str(workspace))
     for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME"):
         monkeypatch.delenv(name, raising=False)

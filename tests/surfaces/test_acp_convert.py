@@ -68,8 +68,8 @@ def test_titles_arguments_and_locations(tmp_path: Path) -> None:
 
 
 def test_an_edit_diff_follows_the_builtin_edit_rules(tmp_path: Path) -> None:
-    # issue 18: in editor-buffer mode the permission diff had rules of its own: an old_string occurring
-    # twice showed the first occurrence (then the edit failed), a CRLF buffer showed no diff at all
+    # In editor-buffer mode the permission diff had rules of its own: an old_string occurring
+    # twice showed the first occurrence (then the edit failed), a CRLF buffer showed no diff at all (issue 18)
     edit = TOOLS["edit_file"]
     file = tmp_path / "a.txt"
     args = {"path": "a.txt", "old_string": "x = 1\n", "new_string": "x = 2\n"}
@@ -178,7 +178,7 @@ def test_reasoning_kept_as_thinking_parts_of_the_content_is_replayed_as_a_though
     assert reasoning_text({"role": "assistant", "content": content}) == "Step one.\n\nStep two."
 
 
-# issue 32: ACP log lines doubled the `crow:` prefix and named flags an editor's user cannot set
+# ACP log lines doubled the `crow:` prefix and named flags an editor's user cannot set (issue 32)
 def test_messages_for_the_editor_name_config_keys_and_drop_the_prefix() -> None:
     from crow_cli.surfaces.acp.convert import for_editor
 

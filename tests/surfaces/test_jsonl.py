@@ -134,7 +134,7 @@ def test_each_event_line_is_ascii_json_valid_against_the_schema(event: ev.Event)
 
 
 def test_the_schema_of_a_results_display_has_every_field_of_tool_display() -> None:
-    # issue 34: what the person sees of a call rides on the result; the schema must follow its fields
+    # What the person sees of a call rides on the result; the schema must follow its fields (issue 34)
     result = event_schema()["$defs"]["tool_result"]["properties"]["result"]
     assert set(result["properties"]) == {f.name for f in dataclasses.fields(ToolResult)} == set(result["required"])
     assert set(result["properties"]["display"]["properties"]) == {f.name for f in dataclasses.fields(ToolDisplay)}
@@ -151,7 +151,7 @@ def test_schema_rejects_a_renamed_field() -> None:
 
 
 async def test_fragments_no_call_can_take_are_a_warning_event(tmp_path: Path) -> None:
-    # issue 10 item 1: two calls open (headers at index 1 and 2), arguments at index 0 that never opened a call
+    # Two calls open (headers at index 1 and 2), arguments at index 0 that never opened a call (issue 10 item 1)
     headers = [tool_delta(1, "call_f", "roll_dice", ""), tool_delta(2, "call_g", "roll_dice", "")]
     turn = sse(chunk({"tool_calls": headers}),
                chunk({"tool_calls": [tool_delta(0, arguments='{"sides": 6}')]}), chunk({}, "tool_calls"))

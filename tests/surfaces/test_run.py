@@ -278,7 +278,7 @@ async def test_the_default_streams_are_those_of_the_call(tmp_path: Path) -> None
     assert (code, out.getvalue()) == (0, "Hello.\n"), err.getvalue()
 
 
-# issue 34: a warning that comes while the answer streams is shown after the answer, not inside it
+# A warning that comes while the answer streams is shown after the answer, not inside it (issue 34)
 def test_a_warning_while_the_answer_streams_waits_for_its_end() -> None:
     from crow_cli.events import RunFinished, TurnFinished, WarningEvent
 
@@ -298,7 +298,7 @@ def test_a_warning_while_the_answer_streams_waits_for_its_end() -> None:
 
 
 async def test_prompt_progress_is_an_event_for_scripts_and_no_line_on_stderr(tmp_path: Path) -> None:
-    # issue 34: llama.cpp's prompt_progress chunks come one per batch of the prompt
+    # Llama.cpp's prompt_progress chunks come one per batch of the prompt (issue 34)
     progress = [chunk({"role": "assistant", "content": None}, prompt_progress={"total": 4096, "processed": n})
                 for n in (1024, 2048, 4096)]
     turn = [{"sse": sse(*progress, chunk({"content": "Hi."}), chunk({}, "stop"))}]
@@ -309,8 +309,8 @@ async def test_prompt_progress_is_an_event_for_scripts_and_no_line_on_stderr(tmp
         f"processing the prompt ({n:,} of 4,096 tokens)…" for n in (1024, 2048, 4096)]
 
 
-# issue 33 §2: a text-only model refused an attached image and the new session, holding only the prompt, was
-# discarded with the errors that leave nothing worth continuing (401, unreachable)
+# A text-only model refused an attached image and the new session, holding only the prompt, was
+# discarded with the errors that leave nothing worth continuing (401, unreachable) (issue 33 §2)
 async def test_an_image_a_text_only_model_refused_keeps_its_session(tmp_path: Path) -> None:
     (tmp_path / "shot.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 24)
     refusal = {"status": 400, "body": json.dumps({"error": {"message": "Invalid content type. image_url is only "
@@ -328,8 +328,8 @@ async def test_an_image_a_text_only_model_refused_keeps_its_session(tmp_path: Pa
 
 
 async def test_a_model_known_text_only_gets_a_tool_image_as_its_name_only(tmp_path: Path) -> None:
-    # issue 33 §2: where crow knows the model takes no images, the images message is left out (the runtime
-    # gives the loop the client's `takes_images`), so the turn is not refused
+    # Where crow knows the model takes no images, the images message is left out (the runtime
+    # gives the loop the client's `takes_images`), so the turn is not refused (issue 33 §2)
     (tmp_path / "shot.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 24)
     calls = script([("c1", "read_file", {"path": "shot.png"})])
     for model, roles in (("deepseek-chat", ["assistant", "tool"]), ("vision-model", ["assistant", "tool", "user"])):
@@ -339,9 +339,9 @@ async def test_a_model_known_text_only_gets_a_tool_image_as_its_name_only(tmp_pa
         assert ran.requests[1]["messages"][-len(roles) + 1]["content"] == "[image: shot.png, image/png, 32 B]"
 
 
-# issue 30: the four holes a scripted model found through `crow run --yes`: a Unix socket outside with the
+# The four holes a scripted model found through `crow run --yes`: a Unix socket outside with the
 # network off, crow's own config in a workspace that is HOME, a `git init` with core.fsmonitor, and a refused
-# write hidden behind `; echo done`; none gets anything out
+# write hidden behind `; echo done`; none gets anything out (issue 30)
 @needs_sandbox()
 async def test_crow_run_yes_reaches_no_socket_config_or_git_outside(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
@@ -381,7 +381,7 @@ async def test_crow_run_yes_reaches_no_socket_config_or_git_outside(tmp_path: Pa
     assert not (ws / "sub/.git").exists() and sorted(p.name for p in outside.iterdir()) == ["cm-host"]
 
 
-# issue 30: `--sandbox read-only` with the workspace under /tmp: every command failed with "bwrap: Can't chdir"
+# `--sandbox read-only` with the workspace under /tmp: every command failed with "bwrap: Can't chdir" (issue 30)
 @needs_sandbox()
 async def test_crow_run_read_only_sandbox_runs_in_a_workspace_under_the_temp_dir(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

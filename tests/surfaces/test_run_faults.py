@@ -163,7 +163,7 @@ async def test_a_server_error_message_cannot_drive_the_terminal(tmp_path: Path) 
 
 
 async def test_a_damaged_event_mid_stream_is_a_warning_and_the_run_completes(tmp_path: Path) -> None:
-    # issue 10 item 2: one data: line held a chunk cut mid-JSON and the next data: frame; crow stopped the run
+    # One data: line held a chunk cut mid-JSON and the next data: frame; crow stopped the run (issue 10 item 2)
     config = write_config(tmp_path, max_retries=0)
     cut = json.dumps(chunk({"content": " lost"}))[:30]
     body = sse(chunk({"content": "Hel"}), done=False) + f"data: {cut}data: {json.dumps(chunk({'content': 'lo'}))}\n\n" \

@@ -61,7 +61,7 @@ def test_sigint_during_a_stalled_stream(tmp_path: Path) -> None:
     stalled = {"sse": text_sse("Partial answer that stalls"), "delay_ms": 600_000}
     code, events, err = run_until([stalled], ["hi"], tmp_path, "text", signal.SIGINT)
     assert code == 130
-    # issue 11 (smaller items): `turns` counts the turn cancelled mid-way (found trying it as a new user)
+    # smaller items: `turns` counts the turn cancelled mid-way (found trying it as a new user) (issue 11)
     assert events[-1] == {"type": "run_finished", "status": "cancelled", "final_text": "Parti", "turns": 1,
                           "error": "interrupted (SIGINT)", "exit_code": 130, "signal": 2, "output_errno": None}
     assert err.strip() == "crow: interrupted (SIGINT)"

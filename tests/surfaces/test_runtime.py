@@ -62,7 +62,7 @@ async def _until(predicate: Callable[[], bool]) -> None:
         await asyncio.sleep(0.01)
 
 
-# issue 34: `crow run` starts its MCP servers while it reads its session and loads the SDK, not after
+# `crow run` starts its MCP servers while it reads its session and loads the SDK, not after (issue 34)
 async def test_begin_starts_the_mcp_servers_before_start_is_awaited(tmp_path: Path) -> None:
     gate, started = tmp_path / "gate", tmp_path / "started"
     settings = _settings(tmp_path, mcp_servers=_gated_mcp_server(tmp_path, gate, started))
@@ -76,7 +76,7 @@ async def test_begin_starts_the_mcp_servers_before_start_is_awaited(tmp_path: Pa
         assert runtime.mcp_pending == [] and runtime.registry is not None and runtime.registry.get("echo")
 
 
-# issue 34: chat's prompt is up while its MCP servers start; their tools join when `mcp_ready` is awaited
+# Chat's prompt is up while its MCP servers start; their tools join when `mcp_ready` is awaited (issue 34)
 async def test_start_without_waiting_for_mcp_leaves_their_tools_to_mcp_ready(tmp_path: Path) -> None:
     gate, started = tmp_path / "gate", tmp_path / "started"
     settings = _settings(tmp_path, mcp_servers=_gated_mcp_server(tmp_path, gate, started), deny=("echo",))
@@ -92,9 +92,9 @@ async def test_start_without_waiting_for_mcp_leaves_their_tools_to_mcp_ready(tmp
         assert await ready == [] and runtime.registry.get("echo") is not None
 
 
-# issue 34: leaving a runtime whose MCP servers are still starting stops them, the start cut short. Found writing
+# Leaving a runtime whose MCP servers are still starting stops them, the start cut short. Found writing
 # it: a stdio server that ignores the end of its stdin was never killed (end_task's repeated cancellation broke the
-# client's shielded shutdown) and `crow tools` stopped by SIGTERM waited forever
+# client's shielded shutdown) and `crow tools` stopped by SIGTERM waited forever (issue 34)
 async def test_leaving_while_the_mcp_servers_start_stops_them(tmp_path: Path) -> None:
     gate, started = tmp_path / "gate", tmp_path / "started"
     settings = _settings(tmp_path, mcp_servers=_gated_mcp_server(tmp_path, gate, started))

@@ -49,7 +49,7 @@ def test_a_diff_is_coloured_on_a_terminal_and_plain_on_a_pipe() -> None:
     assert piped.getvalue() == "  ok edit_file 0.00s\n" + "".join(f"    {line}\n" for line in diff.splitlines())
 
 
-# issue 34: an approved command showed only `✓ run_shell(...) ok 0.17s`; the person did not see what it printed
+# An approved command showed only `✓ run_shell(...) ok 0.17s`; the person did not see what it printed (issue 34)
 async def test_crow_run_shows_a_commands_first_and_last_lines_and_exit_code_on_stderr(tmp_path: Path) -> None:
     turns = script([("c1", "run_shell", {"command": SEQ}), ("c2", "run_shell", {"command": "echo oops; exit 3"})])
     ran = await run_here(turns, "go", yes=True, session=False, cwd=tmp_path)
@@ -78,7 +78,7 @@ async def test_a_command_the_sandbox_refused_shows_its_status_and_output(tmp_pat
     assert "end" in lines
 
 
-# issue 34: under --yes and auto-edit nobody sees a preview, and the applied edit was not shown either
+# Under --yes and auto-edit nobody sees a preview, and the applied edit was not shown either (issue 34)
 async def test_crow_run_shows_an_applied_edits_diff_under_yes_and_auto_edit(tmp_path: Path) -> None:
     (tmp_path / "calc.py").write_text("def add(a, b):\n    return a - b\n")
     edit = {"path": "calc.py", "old_string": "a - b", "new_string": "a + b"}

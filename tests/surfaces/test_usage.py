@@ -37,7 +37,7 @@ def llama_turn(text: str, prompt_n: int, cache_n: int) -> str:
     return sse(chunk({"role": "assistant", "content": text}), chunk({}, "stop", usage=usage, timings=timings))
 
 
-# issue 34: behind llama.cpp the footer read "992 in" on a later turn although the history grew (cache_n uncounted)
+# Behind llama.cpp the footer read "992 in" on a later turn although the history grew (cache_n uncounted) (issue 34)
 async def test_chat_footer_counts_llama_cpps_cached_tokens_and_the_cost(tmp_path: Path) -> None:
     settings = Settings(model="test-model", api_key="sk-test", prices={"test-model": {"input": 1.0, "output": 2.0}})
     turns = [{"sse": llama_turn("One.", 1000, 0)}, {"sse": llama_turn("Two.", 12, 1000)}]

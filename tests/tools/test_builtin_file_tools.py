@@ -201,7 +201,7 @@ def test_edit_file_lf_files_are_untouched_by_the_crlf_path(ws: Path) -> None:
         edit_file(path="u.txt", old_string="x\r\ny", new_string="z")
 
 
-# issue 11 item 14: found trying it as a new user: write_file to a FIFO hung until the tool timeout
+# Found trying it as a new user: write_file to a FIFO hung until the tool timeout (issue 11 item 14)
 def test_non_regular_files_are_refused_by_every_file_tool(ws: Path) -> None:
     os.mkfifo(ws / "pipe")
     for call in (lambda: write_file(path="pipe", content="x"), lambda: read_file(path="pipe"),

@@ -73,7 +73,7 @@ def test_an_end_line_past_the_end_is_clamped(ws: Path) -> None:
 
 
 def test_the_rest_of_a_long_line_is_reached_with_start_char(ws: Path) -> None:
-    # issue 11 (smaller): the rest of a line longer than one call returns could not be read at all
+    # smaller: the rest of a line longer than one call returns could not be read at all (issue 11)
     line = "".join(f"{n:09d}," for n in range(12_000))  # 120 000 characters, one line
     (ws / "min.js").write_text(line + "\nnext\n")
     parts, start = [], 0
@@ -91,7 +91,7 @@ def test_the_rest_of_a_long_line_is_reached_with_start_char(ws: Path) -> None:
 
 
 def test_a_huge_single_line_is_not_read_whole_into_memory(ws: Path) -> None:
-    # issue 11 (smaller): read_file held the whole line (here 16 MB) in memory to return 40 000 characters
+    # smaller: read_file held the whole line (here 16 MB) in memory to return 40 000 characters (issue 11)
     import tracemalloc
 
     with (ws / "huge.txt").open("w") as fh:

@@ -267,7 +267,7 @@ IMAGE_SERVER = str(Path(__file__).with_name("mcp_image_server.py"))
 
 
 async def test_an_image_block_is_kept_as_an_image() -> None:
-    # issue 33 §2: an MCP image used to be replaced by "[image content: image/png]" and never reached the model
+    # An MCP image used to be replaced by "[image content: image/png]" and never reached the model (issue 33 §2)
     registry = ToolRegistry()
     async with McpServers({"img": {"command": sys.executable, "args": [IMAGE_SERVER]}}) as servers:
         await servers.register_tools(registry)

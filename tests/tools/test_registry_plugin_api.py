@@ -18,8 +18,8 @@ from crow_cli.tools.registry import ToolRegistry
 
 
 def test_the_exported_names_are_the_plugin_api() -> None:
-    # issue 9: a declared plugin API, guarded (as httpx's test_exported_members guards its exports);
-    # issue 18: compared with what the module really holds, so a name added or dropped without `__all__` fails
+    # A declared plugin API, guarded (as httpx's test_exported_members guards its exports); (issue 9)
+    # Compared with what the module really holds, so a name added or dropped without `__all__` fails (issue 18)
     public = {name for name, value in vars(crow_cli.tools).items()
               if not name.startswith("_") and not isinstance(value, types.ModuleType)}
     assert sorted(crow_cli.tools.__all__) == sorted(public) == [
@@ -52,7 +52,7 @@ async def _run(registry: ToolRegistry, call: ToolCall, context: ToolContext | No
 
 
 async def test_dispatch_hands_the_run_context_to_a_tool_that_declares_it(tmp_path: Path) -> None:
-    # issue 9: the workspace and secrets travel in an explicit context passed to dispatch
+    # The workspace and secrets travel in an explicit context passed to dispatch (issue 9)
     registry = ToolRegistry()
     registry.register(where)
     registry.register(where_async)

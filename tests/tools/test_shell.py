@@ -85,7 +85,7 @@ async def test_output_is_capped(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def test_capped_output_keeps_its_end(monkeypatch: pytest.MonkeyPatch) -> None:
-    # issue 11 (friction): the end of a test run holds its summary; the cut kept only the head
+    # friction: the end of a test run holds its summary; the cut kept only the head (issue 11)
     monkeypatch.setattr(shell, "MAX_OUTPUT_BYTES", 3000)
     out = await run_shell.invoke({"command": "seq 1 5000; echo '== 3 failed, 97 passed =='"})
     lines = out.splitlines()
@@ -126,7 +126,7 @@ async def test_background_processes_do_not_outlive_the_command(ws: Path) -> None
 
 @pytest.mark.parametrize("timeout_s", [0, -5, float("nan")])
 async def test_a_timeout_of_zero_or_less_is_refused_not_clamped(timeout_s: float) -> None:
-    # issue 11 (smaller): timeout_s <= 0 was clamped to 0.1 s and the command killed at once
+    # smaller: timeout_s <= 0 was clamped to 0.1 s and the command killed at once (issue 11)
     from crow_cli.errors import ToolError
 
     with pytest.raises(ToolError, match="timeout_s must be more than 0 seconds"):

@@ -101,7 +101,7 @@ class _ErrorBody(httpx.AsyncBaseTransport):
         return httpx.Response(400, stream=Body())
 
 
-# issue 32: a slowly sent error body had only the per-read timeout and no total deadline
+# A slowly sent error body had only the per-read timeout and no total deadline (issue 32)
 async def test_a_trickled_error_body_ends_at_its_deadline_with_what_came() -> None:
     transport = CappedErrorBodies(_ErrorBody([b'{"error": {"message": "bad temperature"'], hang=True),
                                   deadline_s=0.05)
@@ -109,7 +109,7 @@ async def test_a_trickled_error_body_ends_at_its_deadline_with_what_came() -> No
     assert response.status_code == 400 and response.content == b'{"error": {"message": "bad temperature"'
 
 
-# issue 32: a 12 MB error body cost 15 s of event-loop time when parsed: only its head is kept
+# A 12 MB error body cost 15 s of event-loop time when parsed: only its head is kept (issue 32)
 async def test_only_the_head_of_a_large_error_body_is_kept() -> None:
     body = b'{"error": {"message": "too long"}, "detail": "' + b"x" * (12 << 20)
     transport = CappedErrorBodies(_ErrorBody([body[at:at + 65536] for at in range(0, len(body), 65536)]))

@@ -162,8 +162,8 @@ async def test_a_renamed_tool_is_called_by_its_own_name_and_the_history_keeps_it
     assert names == ["21st_magic"]  # the loop runs the tool by its own name
 
 
-# issue 29: `temperature = 5` (a typo in the config) refused for its value was learned as "drop temperature"; fixed
-# to 0.2, crow then silently sent no temperature at all
+# `temperature = 5` (a typo in the config) refused for its value was learned as "drop temperature"; fixed
+# to 0.2, crow then silently sent no temperature at all (issue 29)
 @pytest.mark.parametrize("refusal", [
     # OpenAI (the platform's answer for a temperature above 2)
     {"error": {"message": "Invalid 'temperature': decimal above maximum value. Expected a value <= 2, but got 5 "
@@ -187,7 +187,7 @@ async def test_a_refused_value_the_user_configured_ends_the_run_naming_it_and_is
 
 
 async def test_a_recalled_usage_option_refusal_sends_no_stream_options() -> None:
-    # issue 29: crow probe said "remembered for later runs: usage_option_refused" but no run read it
+    # Crow probe said "remembered for later runs: usage_option_refused" but no run read it (issue 29)
     facts.learn(BASE, "m", usage_option_refused=True)
     with respx.mock(assert_all_called=True) as mock:
         route = mock.post(URL).mock(side_effect=[ok()])

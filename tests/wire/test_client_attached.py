@@ -136,8 +136,8 @@ async def test_debug_traces_the_policy_each_field_change_and_why_and_the_fact_re
     assert any("remembered for" in m and "refused_fields" in m for m in debug)
 
 
-# issue 29: reasoning_content refused by server A at a URL and model made every later tool run against server B
-# at the same URL and model fail for good, though B demands the field (DeepSeek thinking mode's 400)
+# Reasoning_content refused by server A at a URL and model made every later tool run against server B
+# at the same URL and model fail for good, though B demands the field (DeepSeek thinking mode's 400) (issue 29)
 async def test_a_demand_for_a_field_learned_as_refused_replaces_the_fact() -> None:
     facts.learn(BASE, "m", refused_fields=["reasoning_content"])
     demand = {"error": {"message": "The reasoning_content in the thinking mode must be passed back to the API.",

@@ -56,7 +56,7 @@ async def run_case(case: dict, history: list | None = None):
 async def test_case_round_trip_keeps_ids_results_and_the_history_contract(case, respx_mock):
     if (why := needs_the_cli(case)) is not None:
         pytest.skip(f"runs through the CLI only: {why}")
-    # issue 10: every request is checked against the history contract, as ../shared/conformance/run.py does
+    # Every request is checked against the history contract, as ../shared/conformance/run.py does (issue 10)
     replay = CaseReplay(case)
     respx_mock.post(URL).mock(side_effect=replay)
     history, events = await run_case(case)

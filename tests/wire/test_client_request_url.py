@@ -14,8 +14,8 @@ from crow_cli.history import user_message
 from crow_cli.wire.client import ChatClient, ClientSettings
 from tests.conftest import text_sse
 
-# issue 11 item 5: found trying it as a new user: `?api-version=…&key=…` became `/v1?…/chat/completions`,
-# and the query (with the key in it) was written to --record's metadata.
+# Found trying it as a new user: `?api-version=…&key=…` became `/v1?…/chat/completions`,
+# and the query (with the key in it) was written to --record's metadata. (issue 11 item 5)
 BASE = "http://llm.test/openai/deployments/gpt?api-version=2024-10-21&key=QUERY-SECRET-77"
 URL = "http://llm.test/openai/deployments/gpt/chat/completions"
 

@@ -77,7 +77,7 @@ def test_a_value_of_the_wrong_type_counts_as_not_known() -> None:
     assert Outgoing(known=known).learned() == {"refused_fields": [], "required_fields": []}
 
 
-# issue 29: a deeply nested facts.json was `internal error: RecursionError` in crow run and crow probe --show
+# A deeply nested facts.json was `internal error: RecursionError` in crow run and crow probe --show (issue 29)
 def test_a_file_nested_too_deep_counts_as_empty_with_one_warning() -> None:
     path = facts.facts_path()
     path.parent.mkdir(parents=True)
@@ -96,7 +96,7 @@ def test_a_file_larger_than_the_bound_counts_as_empty() -> None:
     assert facts.recall_all() == {} and facts.problem() is not None
 
 
-# issue 29: four 1 MB parameter names gave 2 MB notice lines, a 7 MB facts.json and a 1 MB key in later requests
+# Four 1 MB parameter names gave 2 MB notice lines, a 7 MB facts.json and a 1 MB key in later requests (issue 29)
 def test_names_and_lists_are_bounded_when_learned_and_when_read() -> None:
     huge = "p" * 1_000_000
     facts.learn("http://h/v1", "m", refused_fields=[huge, "reasoning_content", *[f"f{i}" for i in range(100)]],
@@ -162,7 +162,7 @@ facts.learn("http://h/v1", "m" + sys.argv[1], tool_calling=True)
 """
 
 
-# issue 29: four runs learning at once kept 1 of 4 facts (no lock)
+# Four runs learning at once kept 1 of 4 facts (no lock) (issue 29)
 def test_concurrent_writers_keep_every_fact() -> None:
     import os
 

@@ -32,7 +32,7 @@ def test_a_profile_is_found_by_host_and_overridden_by_the_config_table():
     ({"nope": 1}, "[provider] has no key 'nope'"),
     ({"refused_fields": "reasoning"}, "must be a list of names"),
     ({"tool_message_name": "yes"}, "must be true or false"),
-    # issue 29: reasoning_fields = ["content"] sent [{"role": "user"}] without the prompt and exited 0
+    # Reasoning_fields = ["content"] sent [{"role": "user"}] without the prompt and exited 0 (issue 29)
     ({"reasoning_fields": ["content"]}, "[provider] reasoning_fields may not name 'content'"),
     ({"refused_fields": ["tool_calls"]}, "[provider] refused_fields may not name 'tool_calls'"),
     ({"required_fields": ["role"]}, "[provider] required_fields may not name 'role'"),
@@ -102,7 +102,7 @@ def test_ways_servers_say_a_tool_message_needs_its_name(text):
     assert field_demanded(400, text, ["name"]) == "name"
 
 
-# issue 29: `[provider] reasoning_fields = ["content"]` sent [{"role": "user"}] without the prompt and exited 0
+# `[provider] reasoning_fields = ["content"]` sent [{"role": "user"}] without the prompt and exited 0 (issue 29)
 def test_a_message_field_named_in_the_provider_table_ends_crow_run_in_one_line_exit_2(tmp_path) -> None:
     from tests.support import crow
 

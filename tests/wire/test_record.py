@@ -186,8 +186,8 @@ def test_an_empty_record_folder_name_is_a_usage_error(name: str) -> None:
     assert caught.value.exit_code == 2
 
 
-# issue 32: --record decoded gzip parts with no size limit (the live path is capped): a compression bomb filled the
-# recording's memory and disk
+# --record decoded gzip parts with no size limit (the live path is capped): a compression bomb filled the
+# recording's memory and disk (issue 32)
 async def test_a_recorded_gzip_body_is_decoded_within_the_streams_cap(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     from crow_cli.wire import record

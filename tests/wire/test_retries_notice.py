@@ -101,8 +101,8 @@ async def test_no_retry_no_notice(respx_mock) -> None:
     assert not any(isinstance(i, Notice) for i in await collect(client()))
 
 
-# issue 9: the retry loop is crow's own now (the SDK's private hooks are gone); its policy is the one
-# the SDK documents: 408/409/429/5xx and connection errors, Retry-After(-Ms) up to 120 s, backoff with jitter.
+# The retry loop is crow's own now (the SDK's private hooks are gone); its policy is the one
+# the SDK documents: 408/409/429/5xx and connection errors, Retry-After(-Ms) up to 120 s, backoff with jitter. (issue 9)
 @pytest.mark.parametrize(("status", "retried"), [(408, True), (409, True), (429, True), (500, True), (529, True),
                                                  (400, False), (404, False), (422, False)])
 def test_which_statuses_are_retried(status: int, retried: bool) -> None:

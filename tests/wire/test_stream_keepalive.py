@@ -52,8 +52,8 @@ def test_a_body_held_open_after_done_does_not_hold_up_the_turn(tmp_path: Path) -
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "Hi there.\n", "")
 
 
-# issue 32: a body kept open after [DONE] added up to 0.5 s to every turn: once one was still open after the
-# grace, later turns of the same client close it at once (and a server that ends its bodies keeps the reuse)
+# A body kept open after [DONE] added up to 0.5 s to every turn: once one was still open after the
+# grace, later turns of the same client close it at once (and a server that ends its bodies keeps the reuse) (issue 32)
 async def test_a_body_left_open_after_done_is_closed_at_once_on_later_turns() -> None:
     import asyncio
 

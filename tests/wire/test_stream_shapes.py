@@ -67,7 +67,7 @@ async def test_non_streamed_json_completion_is_used_as_one_chunk():
 
 @pytest.mark.parametrize(("response", "message"), [
     (httpx.Response(200, json={"error": {"message": "model 'foo' not found"}}), "model 'foo' not found"),
-    # issue 10 item 2: a login or proxy page, or nothing at all, is named as such
+    # A login or proxy page, or nothing at all, is named as such (issue 10 item 2)
     (httpx.Response(200, html="<html><title>Please log in</title></html>"), "HTML page .*Please log in"),
     (event_stream("<!DOCTYPE html><html><head><title>Sign in</title></head></html>\n"), "HTML page .*Sign in"),
     (httpx.Response(200, content=b"", headers={"content-type": "text/event-stream"}), "empty body"),
@@ -102,8 +102,8 @@ def turn_of(items: list):
     return acc.finish()[0]
 
 
-# issue 10 item 2: a provider sent one `data:` line holding a chunk cut mid-JSON and, on the same line,
-# the next `data: {…}` frame; crow stopped the run ("not JSON"). Every complete frame is recovered.
+# A provider sent one `data:` line holding a chunk cut mid-JSON and, on the same line,
+# the next `data: {…}` frame; crow stopped the run ("not JSON"). Every complete frame is recovered. (issue 10 item 2)
 @pytest.mark.parametrize("glue", ["", " ", "\n"])
 async def test_a_damaged_event_keeps_the_frames_after_an_embedded_data_marker(glue):
     cut = json.dumps(chunk({"content": " wor"}))[:25]
