@@ -186,9 +186,10 @@ def _keep_line_breaks(tokens: Iterable[Any]) -> None:
 def _unpadded(console: Console, renderable: Any, options: ConsoleOptions) -> Iterator[Any]:
     """`renderable`'s lines without the spaces rich pads them with to the full width (uncoloured ones).
 
-    A terminal made narrower rewraps every row that is as wide as it was: padded, each row of the live area
-    would take two or more rows after it (`live.LiveArea` counts them and erases them all, yet the copy of the
-    area before the redraw fills more of the screen). Unpadded, only rows with text past the new width rewrap.
+    A terminal made narrower rewraps every row that is as wide as it was: padded, every row of the live area
+    would count as two or more at its next redraw (`live.LiveArea` counts from the drawn widths), and a terminal
+    that crops rows instead would lose that many more rows above the area. Unpadded, only rows with text past
+    the new width count.
     """
     from rich.segment import Segment
 
