@@ -371,12 +371,36 @@ async def chat(script: list[dict[str, Any]], keys: str | bytes, store: SessionSt
     assert code == 0
     return out.getvalue(), server, app
 
+
+def _rewrapped(screen: Any, columns: int, rows: int) -> Any:
+    """A pyte screen `columns` x `rows` showing `screen`'s rows as a rewrapping terminal does once resized: each
+    row's text on as many rows as it needs (rich ends each line itself: a row is never a wrapped part of another),
+    the cursor kept at its place in the text, rows pushed past the top dropped. pyte itself crops on resize."""
+    import pyte
+
+    shown: list[str] = []
+    cursor = (0, 0)
+    for y, text in enumerate(row.rstrip() for row in screen.display[: screen.cursor.y + 1]):
+        parts = [text[at : at + columns] for at in range(0, len(text), columns)] or [""]
+        if y == screen.cursor.y:
+            down = min(screen.cursor.x // columns, len(parts) - 1)
+            cursor = (len(shown) + down, screen.cursor.x - down * columns)
+        shown += parts
+    dropped = max(len(shown) - rows, 0)
+    new = pyte.Screen(columns, rows)
+    stream = pyte.Stream(new)
+    for y, text in enumerate(shown[dropped:]):
+        stream.feed(f"\x1b[{y + 1};1H{text}")
+    new.cursor.y, new.cursor.x = cursor[0] - dropped, cursor[1]
+    return new
+
+
 _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][0-9A-Za-z]|\x1b[=>78]")
 
 
 class ChatTerminal:
-    """`crow chat ARGS` (or another `command`) as a real subprocess on a 100x30 pseudo-terminal (stdin and stdout;
-    stderr is a pipe unless `stderr_on_terminal`).
+    """`crow chat ARGS` (or another `command`) as a real subprocess on a pseudo-terminal `columns` x `rows` (100x30
+    by default; stdin and stdout; stderr is a pipe unless `stderr_on_terminal`).
 
         with ChatTerminal(["--base-url", url, ...], cwd=tmp_path) as term:
             term.expect("› ")          # the prompt is up
@@ -385,14 +409,16 @@ class ChatTerminal:
             term.signal(signal.SIGTERM)
             code = term.wait()
 
-    The screen text is the child's output with escape sequences removed. stderr is a pipe of its own
-    (`term.stderr()` once the process ended), so a traceback cannot hide in the redrawn screen.
+    The screen text is the child's output with escape sequences removed; `display()` is what a terminal shows
+    in the end. stderr is a pipe of its own (`term.stderr()` once the process ended), so a traceback cannot hide
+    in the redrawn screen.
     """
 
     def __init__(self, args: list[str], *, cwd: Path, env: dict[str, str] | None = None, command: str = "chat",
-                 stderr_on_terminal: bool = False) -> None:
+                 stderr_on_terminal: bool = False, columns: int = 100, rows: int = 30) -> None:
         master, slave = pty.openpty()
-        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+        self._sizes = [(0, columns, rows)]  # (output bytes read before the size was set, columns, rows)
         environ = {**os.environ, "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1", **(env or {})}
         environ.pop("NO_COLOR", None)
         self.proc = subprocess.Popen([CROW, command, *args], cwd=cwd, env=environ, stdin=slave, stdout=slave,
@@ -451,6 +477,29 @@ class ChatTerminal:
 
     def signal(self, sig: int) -> None:
         self.proc.send_signal(sig)
+
+    def resize(self, columns: int, rows: int) -> None:
+        """Resize the terminal as a window drag does: the new size, then SIGWINCH (the child runs in a session of
+        its own, so the kernel signals no one). `display()` rewraps what was shown so far at this point."""
+        assert self.master is not None
+        with self._lock:
+            fcntl.ioctl(self.master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+            self._sizes.append((len(self._raw), columns, rows))
+        self.proc.send_signal(signal.SIGWINCH)
+
+    def display(self) -> list[str]:
+        """The rows a terminal that rewraps on resize (VTE, kitty, iTerm2 ...) shows after the output so far, trailing
+        spaces removed: the output is played on a pyte screen, rewrapped at each `resize`."""
+        import pyte
+
+        with self._lock:
+            raw, sizes = bytes(self._raw), list(self._sizes)
+        screen: Any = None
+        for n, (start, columns, rows) in enumerate(sizes):
+            screen = pyte.Screen(columns, rows) if screen is None else _rewrapped(screen, columns, rows)
+            end = sizes[n + 1][0] if n + 1 < len(sizes) else len(raw)
+            pyte.ByteStream(screen).feed(raw[start:end])
+        return [row.rstrip() for row in screen.display]
 
     def hang_up(self, closed_once_shown: str | None = None) -> None:
         """SIGHUP, as closing the terminal window sends, then close the terminal (the master side).

@@ -13,9 +13,10 @@ brings its own spacing, which a plain extra blank line would double).
 Soft line breaks are drawn as hard ones: the model's lines stay its lines (`honest_markdown`).
 
 `TurnView` draws one chat turn with rich: the Markdown tail and a spinner per running tool in one
-`Live`; reasoning dimmed; a line per finished tool call (ok/error and duration) with what the call shows
-the person below it (`shown`: a command's first and last lines, an applied edit's diff); warnings that
-come while the answer streams after it. With `plain=True`
+live area (`live.LiveArea`: redrawn at the terminal's current width, so a resize leaves no stale copy);
+reasoning dimmed; a line per finished tool call (ok/error and duration) with what the call shows the person
+below it (`shown`: a command's first and last lines, an applied edit's diff); warnings that come while the
+answer streams after it. With `plain=True`
 (NO_COLOR, a dumb terminal, not a terminal) text is written as it arrives, without Markdown,
 colour or cursor movement. While the user is asked something (`suspended`), lines are held back
 and shown once the question is answered, so none lands on the question's line.
@@ -36,8 +37,9 @@ from .shown import diff_style, display_lines, display_status
 
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderResult
-    from rich.live import Live
     from rich.markdown import Markdown
+
+    from .live import LiveArea
 
 __all__ = ["MarkdownBlocks", "TurnView", "honest_markdown"]
 
@@ -184,9 +186,10 @@ def _keep_line_breaks(tokens: Iterable[Any]) -> None:
 def _unpadded(console: Console, renderable: Any, options: ConsoleOptions) -> Iterator[Any]:
     """`renderable`'s lines without the spaces rich pads them with to the full width (uncoloured ones).
 
-    The live area is redrawn by moving the cursor up as many rows as it drew; a terminal made narrower
-    rewraps every row that is as wide as it was, so padded rows each became two and the rows above the
-    redraw stayed on the screen as stale copies. Unpadded, only rows with text past the new width rewrap.
+    A terminal made narrower rewraps every row that is as wide as it was: padded, every row of the live area
+    would count as two or more at its next redraw (`live.LiveArea` counts from the drawn widths), and a terminal
+    that crops rows instead would lose that many more rows above the area. Unpadded, only rows with text past
+    the new width count.
     """
     from rich.segment import Segment
 
@@ -201,7 +204,7 @@ def _unpadded(console: Console, renderable: Any, options: ConsoleOptions) -> Ite
 
 
 class _LiveArea:
-    """What the `Live` shows: the Markdown tail, the reasoning line, a spinner per running tool."""
+    """What the live area shows: the Markdown tail, the reasoning line, a spinner per running tool."""
 
     def __init__(self, view: TurnView) -> None:
         self.view = view
@@ -247,7 +250,7 @@ class TurnView:
         self.blocks = MarkdownBlocks()
         self.reasoning_line = ""
         self.spinners: dict[int, tuple[ToolCall, Any]] = {}
-        self._live: Live | None = None
+        self._live: LiveArea | None = None
         self._paused = 0  # > 0 while the user is being asked something: no live area
         self._at_line_start = True
         self._in_reasoning = False
@@ -265,10 +268,9 @@ class TurnView:
     def _ensure_live(self) -> None:
         if self.plain or self._live is not None or self._paused:
             return
-        from rich.live import Live
+        from .live import LiveArea
 
-        self._live = Live(_LiveArea(self), console=self.console, auto_refresh=False, transient=True,
-                          redirect_stdout=False, redirect_stderr=False)
+        self._live = LiveArea(self.console, _LiveArea(self))
         self._live.start()
 
     def _refresh(self) -> None:
