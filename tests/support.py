@@ -421,6 +421,9 @@ class ChatTerminal:
         self._sizes = [(0, columns, rows)]  # (output bytes read before the size was set, columns, rows)
         environ = {**os.environ, "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1", **(env or {})}
         environ.pop("NO_COLOR", None)
+        for name in ("COLUMNS", "LINES"):  # pytest-xdist's workers set 80x24, which rich takes over the pty's size
+            if env is None or name not in env:
+                environ.pop(name, None)
         self.proc = subprocess.Popen([CROW, command, *args], cwd=cwd, env=environ, stdin=slave, stdout=slave,
                                      stderr=slave if stderr_on_terminal else subprocess.PIPE, start_new_session=True)
         os.close(slave)
