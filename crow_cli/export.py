@@ -7,6 +7,7 @@ early or turn the next heading into code.
 
 from __future__ import annotations
 
+import errno
 import json
 import re
 import time
@@ -19,7 +20,7 @@ from .history import Message, content_text, tool_calls_of
 from .private import private_dir
 from .sessions import SessionInfo, StoredCheckpoint, by_reference, default_db_path
 
-__all__ = ["EXPORT_FORMATS", "export_session", "exports_dir", "write_export"]
+__all__ = ["EXPORT_FORMATS", "ExportExists", "export_session", "exports_dir", "write_export"]
 
 EXPORT_FORMATS = ("md", "json", "jsonl")
 
@@ -30,13 +31,22 @@ def exports_dir() -> Path:
     return default_db_path().parent / "exports"
 
 
-def write_export(path: Path, data: bytes) -> None:
+class ExportExists(FileExistsError):
+    """The export's path names a file already there (`write_export` without `replace`)."""
+
+
+def write_export(path: Path, data: bytes, *, replace: bool = False) -> None:
     """Write an export (`export_session`'s text, encoded) to `path`: private, as the session store is (a
-    new file 0600, folders crow creates 0700), and atomically (a failure leaves an older file whole).
+    new file 0600, folders crow creates 0700), and atomically (a failure leaves an older file whole). A file
+    already there is replaced only with `replace` (crow's own exports folder, `--force`): a path the person
+    names may be any file of theirs.
 
     Raises:
+        ExportExists: `path` is a file and `replace` is False.
         OSError: it cannot be written; `atomic.NotRegularFile` when `path` is a FIFO, device or folder.
     """
+    if not replace and (path.is_file() or path.is_symlink()):  # a FIFO or device: `write_atomic` says what it is
+        raise ExportExists(errno.EEXIST, "it exists; crow does not overwrite a file", str(path))
     private_dir(path.parent)
     write_atomic(path, data, private=True)
 

@@ -163,10 +163,11 @@ def read_text_file(path: Path, what: str, limit: int = MAX_BYTES) -> str:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         raise ConfigError(f"{what} cannot be read: {exc.strerror or exc}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):  # before `open`, which refuses a folder with IsADirectoryError
+        os.close(fd)
+        raise ConfigError(f"{what} is {'a folder' if stat.S_ISDIR(info.st_mode) else 'not a regular file'}")
     with open(fd, "rb") as fh:
-        info = os.fstat(fh.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise ConfigError(f"{what} is not a regular file")
         if info.st_size > limit:
             raise ConfigError(f"{what} is {info.st_size:,} bytes; at most {limit:,}")
         try:

@@ -11,7 +11,7 @@ import pytest
 
 from crow_cli.atomic import NotRegularFile
 from crow_cli.errors import SessionError
-from crow_cli.export import export_session, write_export
+from crow_cli.export import ExportExists, export_session, write_export
 from crow_cli.sessions import SessionStore
 
 
@@ -72,8 +72,6 @@ def test_markdown_export_keeps_backticks_and_fences_inside_their_turn(tmp_path: 
 
 # issue: every file holding conversation text is private, /export too; a FIFO target is refused, not waited on
 def test_write_export_is_private_atomic_and_refuses_a_fifo(tmp_path: Path) -> None:
-
-
     target = tmp_path / "new" / "chat.md"
     write_export(target, b"# chat\n")
     assert target.read_bytes() == b"# chat\n"
@@ -81,7 +79,11 @@ def test_write_export_is_private_atomic_and_refuses_a_fifo(tmp_path: Path) -> No
     old = tmp_path / "old.md"
     old.write_text("before")
     old.chmod(0o644)
-    write_export(old, b"after")
+    # found by a new-user tester (wave 5): `/export /etc/passwd` replaced it; a named file is never overwritten
+    with pytest.raises(ExportExists):
+        write_export(old, b"after")
+    assert old.read_text() == "before" and old.stat().st_mode & 0o777 == 0o644
+    write_export(old, b"after", replace=True)  # crow's own exports folder, `--force`
     assert old.read_text() == "after" and old.stat().st_mode & 0o777 == 0o600
     os.mkfifo(tmp_path / "pipe")
     with pytest.raises(NotRegularFile, match="FIFO"):

@@ -16,6 +16,7 @@ from crow_cli.prompt_files import (
     expand,
     parse_prompt,
     read_prompt,
+    read_text_file,
     summary,
 )
 
@@ -112,6 +113,13 @@ def test_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
     assert prompt is not None
     with pytest.raises(ConfigError, match="is not a regular file"):
         read_prompt(prompt)
+
+
+# found by a new-user tester (wave 5): `--prompt-file /tmp`, `--system-file /tmp` were "internal error:
+# IsADirectoryError"
+def test_a_folder_is_refused_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="^system prompt file 'x' is a folder$"):
+        read_text_file(tmp_path, "system prompt file 'x'")
 
 
 def test_secrets_are_masked_and_the_summary_is_escaped_and_short(tmp_path: Path) -> None:

@@ -404,6 +404,9 @@ def test_sessions_commands(_isolated_home: Path, tmp_path: Path, capsys: pytest.
     out = tmp_path / "s.json"
     assert here("export", info.id, "-f", "json", "-o", str(out))[0] == 0
     assert json.loads(out.read_text())["session"]["id"] == info.id
+    code, _, err = here("export", info.id, "-o", str(out))  # a file of the person's is never overwritten unasked
+    assert code == 2 and err == f"crow: error: {str(out)!r} exists; crow does not overwrite it (--force replaces it)\n"
+    assert here("export", info.id, "-o", str(out), "--force")[0] == 0 and out.read_text().startswith("# what is")
     code, _, err = here("export", info.id, "--format", "xml")
     assert code == 2 and err.startswith("crow: error: unknown format 'xml'")
     code, _, err = here("delete", info.id)

@@ -93,18 +93,20 @@ def show(session_id: IdArg) -> None:
                       short_help="Export a session as Markdown, JSON or JSONL.")
 def export(
     session_id: IdArg,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="md, json or jsonl.")] = "md",
-    output: Annotated[str | None, typer.Option("--output", "-o", help="Write to this file instead of "
-                                               "standard output.")] = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", metavar="FMT", help="md, json or jsonl.")] = "md",
+    output: Annotated[str | None, typer.Option("--output", "-o", metavar="FILE", help="Write to this file instead "
+                                               "of standard output (never over an existing one, unless --force).")
+                      ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace the --output file if it exists.")] = False,
 ) -> None:
     """Export a session: a Markdown transcript, one JSON object, or one JSON message per line."""
-    _export(session_id, fmt, output)
+    _export(session_id, fmt, output, force)
 
 
-def _export(session_id: str, fmt: str, output: str | None) -> None:
+def _export(session_id: str, fmt: str, output: str | None, force: bool = False) -> None:
     from pathlib import Path
 
-    from ..export import EXPORT_FORMATS, export_session, write_export
+    from ..export import EXPORT_FORMATS, ExportExists, export_session, write_export
 
     try:
         if fmt not in EXPORT_FORMATS:
@@ -114,7 +116,9 @@ def _export(session_id: str, fmt: str, output: str | None) -> None:
             text = export_session(info, store.messages(info.id), fmt, store.checkpoints(info.id))
         if output:
             try:
-                write_export(Path(output), text.encode("utf-8"))
+                write_export(Path(output), text.encode("utf-8"), replace=force)
+            except ExportExists:
+                raise ConfigError(f"{output!r} exists; crow does not overwrite it (--force replaces it)") from None
             except OSError as exc:
                 raise ConfigError(f"cannot write {output!r}: {exc.strerror}") from exc
             print(f"wrote {output}", file=sys.stderr)

@@ -47,7 +47,7 @@ from ..events import (
     TurnFinished,
     WarningEvent,
 )
-from ..export import EXPORT_FORMATS, export_session, exports_dir, write_export
+from ..export import EXPORT_FORMATS, ExportExists, export_session, exports_dir, write_export
 from ..history import Message, ToolCall, UserMessage, content_text, is_prompt, user_message
 from ..prompt_files import ARGUMENTS, PromptFile, PromptFolders, expand, read_prompt, summary
 from ..sessions import SessionInfo, SessionStore
@@ -801,9 +801,10 @@ class ChatApp:
         self.view.line(f"forked {old} → {info.id}; /resume {old} goes back", "bold")
 
     async def _export(self, arg: str) -> None:
-        """`/export [md|json|jsonl] [PATH]`: the session to PATH (any folder, quoted as in a shell when it holds
-        spaces; default `crow-session-ID.FMT` in the data folder's `exports`, not the repository); the format
-        follows PATH's suffix when not given."""
+        """`/export [md|json|jsonl] [PATH]`: the session to PATH (quoted as in a shell when it holds spaces; a
+        folder, or a path ending in `/`, gets `crow-session-ID.FMT` in it; default: the data folder's `exports`,
+        not the repository); the format follows PATH's suffix when not given. A file the person names is never
+        overwritten."""
         try:
             words = shlex.split(arg)
         except ValueError as exc:  # an unbalanced quote
@@ -813,10 +814,13 @@ class ChatApp:
         if len(words) > 1:  # never a path cut at its first space
             self.view.line("crow: error: /export takes one path (quote one that holds spaces)", "red")
             return
-        target = Path(words[0]).expanduser() if words else None
-        if fmt is None and words and "/" not in words[0] and "." not in words[0]:  # `/export jsn`: a typo
-            self.view.line(f"crow: error: unknown format {strip_controls(words[0])!r} (choose from "
-                           f"{', '.join(EXPORT_FORMATS)}, or give a path with a suffix)", "red")
+        word = words[0] if words else None
+        target = Path(word).expanduser() if word else None
+        if word and target is not None and "/" not in word and not target.suffix and not target.exists():
+            # `/export jsn`, `/export md json`: a typo, not a file to make here
+            what = "one format at a time" if word in EXPORT_FORMATS else f"unknown format {strip_controls(word)!r}"
+            self.view.line(f"crow: error: /export: {what} (choose from {', '.join(EXPORT_FORMATS)}, or give a "
+                           "path with a suffix, or a folder)", "red")
             return
         if fmt is None:
             suffix = target.suffix.lstrip(".") if target is not None else ""
@@ -825,15 +829,23 @@ class ChatApp:
             self.view.line("nothing to export yet", "yellow")
             return
         info = self.recorder.info if self.recorder else None
+        if info is not None:  # its title is set by the first message, after the session was made
+            info = self.store.get(info.id)
         if info is None:  # --no-session, or not stored yet: the conversation as it is in memory
             now = time.time()
             info = SessionInfo("unsaved", "", now, now, self.settings.model, public_url(self.settings.base_url),
                                str(Path.cwd()))
         name = info.id if info.id != "unsaved" else "unsaved-" + time.strftime("%Y%m%d-%H%M%S")
-        path = target or exports_dir() / f"crow-session-{name}.{fmt}"
+        default = f"crow-session-{name}.{fmt}"
+        into_folder = target is not None and (target.is_dir() or str(word).endswith("/"))
+        path = (target / default if into_folder else target) if target is not None else exports_dir() / default
         data = export_session(info, self.history, fmt).encode("utf-8")
         try:  # off the loop: a slow disk must not freeze the chat; a FIFO is refused, never waited on
-            await asyncio.to_thread(write_export, path, data)
+            await asyncio.to_thread(partial(write_export, replace=target is None), path, data)
+        except ExportExists:
+            self.view.line(f"crow: error: {strip_controls(str(path))} exists; crow does not overwrite a file "
+                           "(give another path, or a folder)", "red")
+            return
         except OSError as exc:
             self.view.line(f"crow: error: cannot write {strip_controls(str(path))}: {exc.strerror or exc}", "red")
             return

@@ -662,6 +662,24 @@ async def test_export_works_without_a_session_and_to_a_chosen_path(store: Sessio
     assert "unknown format 'jsn'" in output and not (tmp_path / "jsn").exists()
 
 
+# found by a new-user tester (wave 5): `/export /etc/passwd` replaced the file (mode 0600) without a word;
+# `/export md json` wrote a file `json` into the repository; `/export DIR/` was "a directory"; the transcript
+# was titled "Untitled session" (the session as it was before its first message)
+async def test_export_never_overwrites_takes_a_folder_and_has_the_title(store: SessionStore, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    mine = tmp_path / "mine.md"
+    mine.write_text("my own notes")
+    (tmp_path / "out").mkdir()
+    keys = f"first words\r/export {mine}\r/export md json\r/export {tmp_path / 'out'}\r/export new/\r/exit\r"
+    output, _, app = await chat([{"sse": text_stream("Hi.")}], keys, store)
+    assert mine.read_text() == "my own notes" and f"{mine} exists; crow does not overwrite" in output
+    assert "/export: one format at a time" in output and not (tmp_path / "json").exists()
+    sid = app.recorder.session_id
+    assert (tmp_path / "out" / f"crow-session-{sid}.md").read_text().startswith("# first words\n")
+    assert (tmp_path / "new" / f"crow-session-{sid}.md").exists()
+
+
 async def test_export_to_a_path_with_spaces_when_quoted(store: SessionStore, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     # issue: a new user's `/export "my notes.md"` was refused as an unknown format '"my': no path with a space
