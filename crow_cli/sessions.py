@@ -131,7 +131,7 @@ class SessionInfo:
     """Six lowercase letters and digits, e.g. `k3fq7x`; unique prefixes are accepted on lookup."""
     title: str
     """The first user message, on one line, cut to 60 characters (`""` until there is one); a fork's is its
-    source's with " (fork)" after it."""
+    source's with " (fork)" after it (once: a fork of a fork keeps its title)."""
     created_at: float
     """Unix time, seconds."""
     updated_at: float
@@ -442,7 +442,8 @@ class SessionStore:
                 self.lock(sid)  # before anyone can see it, as `create`
                 copied = self._db.execute(
                     "INSERT INTO sessions (id, title, created_at, updated_at, model, base_url, cwd) "
-                    "SELECT ?, CASE WHEN title = '' THEN '' ELSE title || ' (fork)' END, ?, ?, model, base_url, cwd "
+                    "SELECT ?, CASE WHEN title = '' OR title LIKE '% (fork)' THEN title ELSE title || ' (fork)' END, "
+                    "?, ?, model, base_url, cwd "
                     "FROM sessions WHERE id = ?", (sid, now, now, source.id)).rowcount
                 if copied != 1:
                     raise SessionError(f"session {source.id} was deleted while it was being forked")

@@ -71,7 +71,8 @@ class UndoPlan:
 
     def describe(self) -> list[str]:
         """Lines saying what the undo does, for a surface to show before doing it."""
-        lines = [f"undo: removes the last exchange ({self.removed} messages), starting with “{self.prompt[:60]}”"]
+        count = "1 message" if self.removed == 1 else f"{self.removed} messages"
+        lines = [f"undo: removes the last exchange ({count}), starting with “{self.prompt[:60]}”"]
         held = False
         for item in self.files:
             if not self.restored(item):

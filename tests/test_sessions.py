@@ -139,6 +139,10 @@ def test_fork_copies_everything_of_a_session_and_the_original_stays_as_it_was(tm
 
         fork = store.fork(info.id[:4])  # a prefix, as every sessions command takes
         assert fork.id != info.id and fork.title == "look (fork)" and fork.messages == 5
+        # found by a new-user tester (wave 5): a fork of a fork was "look (fork) (fork)"
+        second = store.fork(fork.id)
+        assert second.title == "look (fork)"
+        store.delete(second.id)
         assert (fork.model, fork.base_url, fork.cwd) == ("m", "http://h/v1", "/w")
         assert fork.updated_at >= source.updated_at
         assert store.latest(cwd="/w").id == fork.id  # `crow run -c` there continues the fork

@@ -153,3 +153,11 @@ async def test_a_path_that_now_leads_elsewhere_is_never_touched(tmp_path: Path, 
     assert f"changed since, not restored: {work / 'sub' / 'new.txt'} (now leads to {outside / 'new.txt'})" \
         in forced
     assert (outside / "new.txt").read_text() == "x\n"
+
+
+# found by a new-user tester (wave 5): "removes the last exchange (1 messages)"
+def test_the_plan_counts_one_message_in_the_singular() -> None:
+    from crow_cli.undo import UndoPlan
+
+    assert UndoPlan(keep=0, removed=1, prompt="hi").describe()[0] == \
+        "undo: removes the last exchange (1 message), starting with “hi”"

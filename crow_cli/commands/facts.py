@@ -78,6 +78,9 @@ def forget_facts(
     """
     from ..wire import facts
 
+    if everything and (base_url is not None or model is not None):
+        raise typer.BadParameter("--all forgets everything: give it alone, or --base-url / --model without it",
+                                 param_hint="'crow facts forget'")
     if base_url is None and model is None and not everything:  # a bare `forget` is a slip more often than a wish
         raise typer.BadParameter("name --base-url or --model, or --all to forget everything learned",
                                  param_hint="'crow facts forget'")

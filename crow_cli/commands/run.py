@@ -222,7 +222,7 @@ def run(
     no_session: NoSessionOpt = False,
     continue_last: Annotated[bool, typer.Option("--continue", "-c", help="Continue the most recent "
                                                 "session.")] = False,
-    session: Annotated[str | None, typer.Option("--session", help="Continue the session with this id "
+    session: Annotated[str | None, typer.Option("--session", metavar="ID", help="Continue the session with this id "
                                                 "(crow sessions list).")] = None,
     file: Annotated[list[str] | None, typer.Option("--file", "-f", metavar="FILE", help="Attach a file to the "
                                                    "prompt (repeatable): text into the message, images for "
@@ -253,9 +253,10 @@ def run(
         from_file = prompt_name is not None or prompt_file is not None
         if prompt_name is not None and not NAME.fullmatch(prompt_name):
             raise ConfigError(f"-p {prompt_name!r}: a prompt name is letters, digits, '_' and '-' (the file's stem)")
-        typed: str | None = None  # a prompt file's run is titled by the expanded text
         if from_file:
             text, piped_image = _arguments(prompt, use_stdin)
+            typed = " ".join(["-p", prompt_name] if prompt_name else ["--prompt-file", Path(str(prompt_file)).name])
+            typed += f" {prompt}" if prompt and prompt != "-" else ""  # a title, as chat's `/NAME TEXT`
         else:
             text, typed, piped_image = _read_prompt(prompt, use_stdin)
         settings = load_settings(

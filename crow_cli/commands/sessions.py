@@ -53,7 +53,7 @@ def _store() -> SessionStore:
 @sessions_app.command("list", epilog=examples("crow sessions list", "crow sessions list -n 0"),
                       short_help="Stored sessions, most recent first.")
 def list_sessions(
-    limit: Annotated[int, typer.Option("--limit", "-n", help="Show at most this many (0: all).")] = 20,
+    limit: Annotated[int, typer.Option("--limit", "-n", metavar="N", help="Show at most this many (0: all).")] = 20,
 ) -> None:
     """Stored sessions, most recent first, under a header row: id, last update, messages, model, title."""
     try:

@@ -423,16 +423,16 @@ class ChatApp:
             sdk.join()  # never leave while that thread holds an import lock (shutdown would wait on it)
         return code
 
-    async def _send(self, text: str) -> None:
+    async def _send(self, text: str, *, title: str | None = None) -> None:
         """Send `text` (what was typed, or a prompt file's) as the user's message, with what the person ran
-        since the last one (`!COMMAND`), and run the turn."""
+        since the last one (`!COMMAND`), and run the turn. `title`: what was typed, when `text` is not it."""
         try:
             message = self._with_attachments(text)
         except CrowError as exc:  # an @file too big, binary or outside the workspace: not sent
             self.view.line(strip_controls(f"crow: error: {exc}; the message was not sent"), "red")
             return
         if self.recorder is not None:
-            self.recorder.title = text  # a new session's title: what was sent, not the files attached
+            self.recorder.title = title or text  # a new session's title: what was typed, not the files attached
         note = self._take_notes()
         keep = len(self.history)
         self.history.append(with_note(note, message) if note is not None else message)
@@ -577,7 +577,7 @@ class ChatApp:
             self._tell_once(note)
         text = expand(read_prompt(prompt, self._secrets()).body, arg, usage=f"/{prompt.name} TEXT")
         self.view.line(strip_controls(f"(prompt file {prompt.path})"), "dim")
-        await self._send(text)
+        await self._send(text, title=f"/{prompt.name} {arg}".rstrip())
 
     def _prompt_rows(self) -> tuple[list[tuple[str, str]], list[str]]:
         """/help's lines for the prompt files, (usage, first line) each (a file that cannot be used says why),
@@ -784,6 +784,9 @@ class ChatApp:
     async def _fork(self, arg: str) -> None:
         """`/fork`: copy the current session (`SessionStore.fork`) and go on in the copy; the original stays
         as it is, for `/resume`."""
+        if arg:
+            self.view.line("crow: error: /fork takes no argument", "red")
+            return
         if not self.options.session:
             self.view.line("--no-session: nothing is stored, so there is no session to fork", "yellow")
             return

@@ -44,6 +44,8 @@ def test_forget_without_a_filter_needs_all(capsys: pytest.CaptureFixture[str]) -
     with pytest.raises(typer.BadParameter, match="--all to forget everything"):
         crow_here("facts", "forget")
     assert list(facts.recall_all()) == ["http://a.test/v1 m"]
+    with pytest.raises(typer.BadParameter, match="give it alone"):
+        crow_here("facts", "forget", "--all", "--model", "m")
     assert crow_here("facts", "forget", "--all") == 0
     assert facts.recall_all() == {}
 

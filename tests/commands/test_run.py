@@ -118,7 +118,7 @@ def test_dash_p_sends_a_prompt_file_with_its_arguments(tmp_path: Path, _isolated
     assert unknown == f"crow: error: no prompt file nope.md (looked in {project} and {mine})\n"
     store = SessionStore()
     try:
-        assert [s.title for s in store.recent()] == ["Review src/app.py carefully."]
+        assert [s.title for s in store.recent()] == ["-p review src/app.py"]  # as typed, not the file
     finally:
         store.close()
 
