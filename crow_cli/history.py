@@ -192,6 +192,9 @@ class ToolDisplay:
     """A command's exit code; None when it did not exit by itself (timed out, killed: `status` says)."""
     status: str | None = None
     """How a command ended, in words: `exit code 1`, `killed by signal 9`, `timed out after 5 s; …`."""
+    lines: int | None = None
+    """How many lines the command printed in all; `output` may hold only their head and tail (None: as many
+    as `output` holds)."""
     diff: str | None = None
     """The unified diff (`--- a/PATH` / `+++ b/PATH`) of the change the call made to a file."""
 

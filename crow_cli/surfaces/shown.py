@@ -38,10 +38,12 @@ def _line(raw: str) -> str:
     return line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 1] + "…"
 
 
-def _head_tail(text: str, head: int, tail: int) -> list[str]:
+def _head_tail(text: str, head: int, tail: int, total: int | None = None) -> list[str]:
+    """The first `head` and last `tail` lines of `text` around a `… N lines …` line; `total`: the lines there were
+    in all when `text` holds only their head and tail (a command's capped output)."""
     lines = text.replace("\r\n", "\n").removesuffix("\n").split("\n")
     if len(lines) > head + tail + 1:  # a marker only where it hides more than one line
-        hidden = len(lines) - head - tail
+        hidden = (total if total is not None else len(lines)) - head - tail
         return [*map(_line, lines[:head]), f"… {hidden} lines …", *map(_line, lines[len(lines) - tail:])]
     return [_line(line) for line in lines]
 
@@ -60,7 +62,7 @@ def display_lines(display: ToolDisplay | None) -> list[tuple[str, str]]:
         if not display.output.strip():
             return [(INDENT + "(no output)", "dim")]
         head, tail = OUTPUT_LINES
-        return [(INDENT + line, "dim") for line in _head_tail(display.output, head, tail)]
+        return [(INDENT + line, "dim") for line in _head_tail(display.output, head, tail, display.lines)]
     return []
 
 

@@ -95,6 +95,22 @@ async def test_capped_output_keeps_its_end(monkeypatch: pytest.MonkeyPatch) -> N
                for line in lines)
 
 
+# found by a new-user tester (wave 5): `!seq 1 200000` showed "… 5642 lines …" (the lines of the capped text, not
+# of the output), and the cut split lines in two ("42" then "572")
+async def test_a_capped_output_keeps_whole_lines_and_counts_all_of_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    from crow_cli.surfaces.shown import display_lines
+
+    monkeypatch.setattr(shell, "MAX_OUTPUT_BYTES", 3000)
+    ran = await run_shell.run(run_shell.validate({"command": "seq 1 5000"}))
+    kept = [line for line in ran.text.splitlines()[1:] if not line.startswith("[output truncated")]
+    numbers = [int(line) for line in kept]
+    assert numbers[:3] == [1, 2, 3] and numbers[-1] == 5000
+    assert numbers == sorted(numbers) and numbers[:300] == list(range(1, 301))  # whole lines, none cut
+    assert ran.display is not None and ran.display.lines == 5000
+    shown = [text.strip() for text, _style in display_lines(ran.display)]
+    assert "… 4990 lines …" in shown and shown[-1] == "5000"
+
+
 async def test_timeout_kills_the_whole_group(ws: Path) -> None:
     pidfile = ws / "grandchild.pid"
     command = f"sh -c 'sleep 300 & echo $! > {pidfile}; wait' ; echo never"

@@ -120,7 +120,7 @@ class _PipeReader:
     def __init__(self, fd: int) -> None:
         import asyncio
 
-        self.fd, self.buffer, self.tail, self.total = fd, bytearray(), bytearray(), 0
+        self.fd, self.buffer, self.tail, self.total, self.newlines = fd, bytearray(), bytearray(), 0, 0
         self.head_room = MAX_OUTPUT_BYTES - MAX_OUTPUT_BYTES // 3
         self.loop = asyncio.get_running_loop()
         self.eof = self.loop.create_future()
@@ -140,19 +140,27 @@ class _PipeReader:
                 self.loop.remove_reader(self.fd)
                 return
             self.total += len(chunk)
+            self.newlines += chunk.count(b"\n")
             room = self.head_room - len(self.buffer)
             if room > 0:
                 self.buffer.extend(chunk[:room])
             self.tail.extend(chunk[max(room, 0):])
             del self.tail[: max(len(self.tail) - MAX_OUTPUT_BYTES // 3, 0)]
 
+    @property
+    def lines(self) -> int:
+        """Lines the command printed in all (a last line without a newline counts)."""
+        return self.newlines + (1 if bytes((self.tail or self.buffer)[-1:]) not in (b"\n", b"") else 0)
+
     def text(self) -> str:
-        """The output read, decoded; when more came than fits, head and tail around a marker line."""
+        """The output read, decoded; when more came than fits, whole head and tail lines around a marker line."""
         if self.total <= MAX_OUTPUT_BYTES:
             return (self.buffer + self.tail).decode("utf-8", "replace")
-        hidden = self.total - len(self.buffer) - len(self.tail)
-        return (self.buffer.decode("utf-8", "replace") + f"\n[output truncated: {hidden} of {self.total} bytes "
-                "not shown]\n" + self.tail.decode("utf-8", "replace"))
+        head = self.buffer[: self.buffer.rfind(b"\n") + 1] or self.buffer  # a line cut in two is no line
+        tail = self.tail[self.tail.find(b"\n") + 1:] if b"\n" in self.tail[:-1] else self.tail
+        hidden = self.total - len(head) - len(tail)
+        return (head.decode("utf-8", "replace").removesuffix("\n") + f"\n[output truncated: {hidden} of "
+                f"{self.total} bytes not shown]\n" + tail.decode("utf-8", "replace"))
 
     def close(self) -> None:
         self.read()  # whatever is already in the pipe
@@ -253,7 +261,8 @@ async def run_shell(command: str, timeout_s: float | None = None, context: ToolC
                    "would run outside the sandbox at the next git command]")
         reason = "the sandbox does not let a command make a git repository or gitdir file (.git) in the workspace"
     exited = code if not timed_out and code is not None and code >= 0 else None
-    shown = ToolDisplay(output=output, exit_code=exited, status=status)  # the person sees it too
+    shown = ToolDisplay(output=output, exit_code=exited, status=status,  # the person sees it too
+                        lines=reader.lines if reader.total > MAX_OUTPUT_BYTES else None)
     if reason is not None:
         raise SandboxBlocked(reason, result, shown)
     if timed_out or proc.returncode:  # the model reads `result` all the same; the call is shown failed
