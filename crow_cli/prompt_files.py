@@ -132,6 +132,12 @@ class PromptFolders:
             return PromptFile(name, project, "project", self.root, shadows=user)
         return PromptFile(name, user, "user") if user is not None else None
 
+    def misnamed(self) -> list[Path]:
+        """The `.md` files of the folders whose stem is no prompt name (`with space.md`): never used, so
+        /help says so rather than leave them out without a word."""
+        return sorted(p for folder in (self.project, self.user) if folder is not None for p in _entries(folder)
+                      if p.name.endswith(SUFFIX) and not NAME.fullmatch(p.name[:-len(SUFFIX)]))
+
     def all(self) -> list[PromptFile]:
         """Every prompt file, by name (a project one in place of the user's of the same name)."""
         names = {p.name[:-len(SUFFIX)] for folder in (self.project, self.user) if folder is not None

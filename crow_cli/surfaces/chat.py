@@ -583,8 +583,10 @@ class ChatApp:
         """/help's lines for the prompt files, (usage, first line) each (a file that cannot be used says why),
         and the notes on files not used or hiding others."""
         rows: list[tuple[str, str]] = []
-        notes: list[str] = []
-        for prompt in self._prompt_folders().all():
+        folders = self._prompt_folders()
+        notes = [f"{path} is not used: a prompt file's name is letters, digits, '_' and '-' (NAME.md)"
+                 for path in folders.misnamed()]
+        for prompt in folders.all():
             if prompt.name in self._commands:
                 notes.append(f"{prompt.path} is not used: /{prompt.name} is a built-in command")
                 continue

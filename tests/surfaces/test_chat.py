@@ -554,6 +554,7 @@ async def test_a_prompt_file_is_a_slash_command(store: SessionStore, tmp_path: P
     (mine / "hello.md").write_text("Say hello.")
     (prompts / "help.md").write_text("Never used: /help is crow's.")
     (prompts / "bad.md").write_bytes(b"caf\xe9")
+    (prompts / "with space.md").write_text("Never used: no prompt name.")
     monkeypatch.chdir(tmp_path)
     script = [{"sse": text_stream("Reviewed.")}, {"sse": text_stream("Bonjour.")}]
     keys = "/help\r/review\r/review src/app.py\r/hello in French\r/bad\r/nope\r/exit\r"
@@ -564,6 +565,8 @@ async def test_a_prompt_file_is_a_slash_command(store: SessionStore, tmp_path: P
     assert "uses $ARGUMENTS and none were given (/review TEXT); nothing was sent" in output
     assert output.count(f"/review: the project's {prompts / 'review.md'} is used, not your {mine / 'review.md'}") == 1
     assert output.count(f"{prompts / 'help.md'} is not used: /help is a built-in command") == 1
+    # found by a new-user tester (wave 5): a misnamed file was left out of /help without a word
+    assert f"{prompts / 'with space.md'} is not used: a prompt file's name is letters" in output
     lines = output.splitlines()
     assert any(line.startswith("/review TEXT") and line.endswith("Review \\u001b[2Jcarefully") for line in lines)
     assert any(line.startswith("/hello ") and line.endswith("Say hello.") for line in lines)
