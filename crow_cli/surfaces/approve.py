@@ -1,4 +1,5 @@
-"""Asking a person on the terminal whether a tool call may run (yes / no / always for this tool)."""
+"""Asking a person on the terminal whether a tool call may run (yes / no, maybe saying why / always, for
+the command's prefix or the tool)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 from typing import TextIO
 
 from ..history import ToolCall
-from ..tools.approval import Answer, AskFn, approval_question, parse_answer
+from ..tools.approval import Answer, AskFn, always_scope, approval_question, parse_answer
 from ..tools.tool import Tool
 
 __all__ = ["terminal_ask"]
@@ -43,8 +44,9 @@ def terminal_ask(stdin: TextIO | None = None, err: TextIO | None = None) -> AskF
 
     async def ask(call: ToolCall, tool: Tool, preview: str) -> Answer:
         err.write(f"\n{preview}\n")
+        scope = always_scope(call, tool, preview)
         while True:
-            err.write(approval_question(tool.name, preview))
+            err.write(approval_question(tool.name, preview, scope))
             err.flush()
             try:
                 line = await read_line()
@@ -54,8 +56,8 @@ def terminal_ask(stdin: TextIO | None = None, err: TextIO | None = None) -> AskF
                 raise
             if line == "":
                 err.write("\n")
-                return "no"
-            answer = parse_answer(line)
+                return Answer("no")
+            answer = parse_answer(line, scope)
             if answer is not None:
                 return answer
 

@@ -1,4 +1,5 @@
-"""Asking the user in `crow chat` whether a tool call may run: yes, no, or always (for this tool, this chat).
+"""Asking the user in `crow chat` whether a tool call may run: yes; no, maybe saying why; or always (for
+the command's prefix or the tool, this chat).
 
 `ask_approval(call, tool)` prompts with prompt-toolkit; the caller shows the call's preview (the one
 `tools.approval.describe_call` makes, handed to the ask callback) above the question. The answer is
@@ -10,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..history import ToolCall
-from ..tools.approval import Answer, approval_question, parse_answer
+from ..tools.approval import Answer, always_scope, approval_question, parse_answer
 from ..tools.tool import Tool
 
 if TYPE_CHECKING:
@@ -21,7 +22,8 @@ __all__ = ["Answer", "ask_approval", "typed_keys"]
 
 async def ask_approval(call: ToolCall, tool: Tool | None = None, *, preview: str = "", pt_input: Any = None,
                        pt_output: Any = None) -> Answer:
-    """Prompt `Allow NAME? [y]es / [n]o / [a]lways for NAME` until a valid answer; Enter asks again, Ctrl-D says no.
+    """Prompt `Allow NAME? [y]es / [n]o [reason] / [a]lways for NAME` (or for the command's prefix,
+    `tools.approval.approval_question`) until a valid answer; Enter asks again, Ctrl-D says no.
 
     Args:
         call: the tool call waiting for approval.
@@ -35,13 +37,14 @@ async def ask_approval(call: ToolCall, tool: Tool | None = None, *, preview: str
     from prompt_toolkit import PromptSession
 
     session: PromptSession[str] = PromptSession(input=pt_input, output=pt_output, key_bindings=typed_keys())
-    question = approval_question(tool.name if tool is not None else call.name, preview)
+    scope = always_scope(call, tool, preview) if tool is not None else ()
+    question = approval_question(tool.name if tool is not None else call.name, preview, scope)
     while True:
         try:
             reply = await session.prompt_async(question, handle_sigint=False)
         except EOFError:
-            return "no"
-        answer = parse_answer(reply)
+            return Answer("no")
+        answer = parse_answer(reply, scope)
         if answer is not None:
             return answer
 

@@ -52,12 +52,12 @@ from ..history import Message, ToolCall, UserMessage, content_text, is_prompt, u
 from ..prompt_files import ARGUMENTS, PromptFile, PromptFolders, expand, read_prompt, summary
 from ..sessions import SessionInfo, SessionStore
 from ..text import clean_text, public_url, strip_controls
-from ..tools.approval import approval_question, make_approver, parse_answer
+from ..tools.approval import Answer, always_scope, approval_question, make_approver, parse_answer
 from ..tools.mcp import end_task
 from ..tools.registry import ToolRegistry
 from ..tools.tool import Tool
 from ..wire.client import import_in_background
-from .ask import Answer, ask_approval, typed_keys
+from .ask import ask_approval, typed_keys
 from .common import (
     make_console,
     plain_terminal,
@@ -702,13 +702,14 @@ class ChatApp:
         with self.view.suspended():
             self.view.call_preview(preview)
             if self._piped():  # the answer is the next piped line (prompt-toolkit would read past crow's buffer)
-                question = approval_question(tool.name, preview)
+                scope = always_scope(call, tool, preview)
+                question = approval_question(tool.name, preview, scope)
                 while True:
                     self.view.line(question)
                     try:
-                        answer = parse_answer(await _read_piped_line())
+                        answer = parse_answer(await _read_piped_line(), scope)
                     except EOFError:
-                        return "no"
+                        return Answer("no")
                     if answer is not None:
                         return answer
             try:
@@ -716,9 +717,9 @@ class ChatApp:
                                           pt_output=self.pt_output)
             except KeyboardInterrupt:
                 if not self._interrupt():
-                    return "no"
+                    return Answer("no")
         await asyncio.Event().wait()  # cancelled with the turn: dispatch cancels every call still open
-        return "no"  # not reached
+        return Answer("no")  # not reached
 
     def _footer(self) -> str:
         sid = self.recorder.session_id if self.recorder else None

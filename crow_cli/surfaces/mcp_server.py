@@ -55,7 +55,7 @@ from ..history import Message, ToolCall, user_message
 from ..sessions import SessionStore
 from ..stdout import private_stdout
 from ..text import strip_controls
-from ..tools.approval import UNCONFINED_MARK, Answer, Policy, make_approver
+from ..tools.approval import UNCONFINED_MARK, Choice, Policy, make_approver
 from ..tools.context import ToolContext
 from ..tools.mcp import end_task
 from ..tools.sandbox import Mode as SandboxMode
@@ -223,7 +223,7 @@ class Run:
             case RunFinished(status="error", error=error):
                 log.warning("%s", strip_controls(error or "the run failed"))
 
-    async def ask(self, call: ToolCall, tool: Tool, preview: str) -> Answer:
+    async def ask(self, call: ToolCall, tool: Tool, preview: str) -> Choice:
         """Ask the client (`elicitation/create`, form mode) whether `call` may run; anything but an
         accepted yes / always is no."""
         unconfined = preview.startswith(UNCONFINED_MARK)

@@ -36,7 +36,7 @@ from ..events import (
 from ..history import Message, ToolCall, user_message
 from ..stdout import private_stdout
 from ..text import strip_controls
-from ..tools.approval import Answer, AskFn, make_approver
+from ..tools.approval import Answer, AskFn, Choice, make_approver
 from ..tools.dispatch import Approver
 from ..tools.tool import Tool
 from ..wire.client import import_in_background
@@ -268,7 +268,7 @@ def _held_ask(ask: AskFn | None, printer: PlainPrinter | JsonlWriter) -> AskFn |
         return ask
     asking = ask
 
-    async def held(call: ToolCall, tool: Tool, preview: str) -> Answer:
+    async def held(call: ToolCall, tool: Tool, preview: str) -> Answer | Choice:
         with printer.held():
             return await asking(call, tool, preview)
 

@@ -9,12 +9,15 @@ command lines are matched by `tools.shellrules`. Only tools with `needs_approval
 1. a **deny** rule that matches refuses it (whatever the policy, even `yolo`); so does `read-only`;
 2. a command that would run unconfined although a sandbox was asked for (none on this machine) is
    always asked about;
-3. an **allow** rule that matches, an earlier "always" answer for the tool, the `yolo` policy, or the
-   `auto-edit` policy for a built-in tool of kind `write` (`write_file`, `edit_file`) approves it;
+3. an **allow** rule that matches, an earlier "always" answer (for the tool, or for command prefixes
+   the call's every command starts with), the `yolo` policy, or the `auto-edit` policy for a built-in
+   tool of kind `write` (`write_file`, `edit_file`) approves it;
 4. otherwise the tool's preview is made; a preview that finds the call cannot work (an `edit_file`
    whose `old_string` is not in the file) answers it with that error, nobody is asked;
-5. `Approvals` awaits the surface's `ask(call, tool, preview)` ("yes", "no" or "always" for this tool;
-   one prompt at a time); with no `ask` (nobody can answer: `crow run` without a terminal) it is denied.
+5. `Approvals` awaits the surface's `ask(call, tool, preview)`, an `Answer` (one prompt at a time): yes;
+   always, for the tool or for the command prefixes of the call (`always_scope`: `run_shell:pytest`,
+   remembered as allow rules are written); no, with what the user tells the model instead, if anything.
+   With no `ask` (nobody can answer: `crow run` without a terminal) it is denied.
 
 Surfaces only ask and report. A refused call is not run; the model gets a tool result saying why
 (dispatch turns `ToolDenied` into it, outcome `denied`); the text names policies and rules, never a
@@ -26,6 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import shlex
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +43,7 @@ from ..text import strip_controls, visible
 from .clip import clip_middle
 from .context import ToolContext, current_context
 from .sandbox import backend, is_guarded, unavailable_reason
-from .shellrules import allow_matches, deny_matches, rule_words
+from .shellrules import allow_matches, command_prefixes, deny_matches, rule_words
 from .tool import Tool
 
 __all__ = [
@@ -52,12 +57,15 @@ __all__ = [
     "ApprovalPolicy",
     "Approvals",
     "AskFn",
+    "Choice",
     "Policy",
+    "always_scope",
     "approval_question",
     "check_rule_names",
     "describe_call",
     "make_approver",
     "parse_answer",
+    "shown_scope",
 ]
 
 Policy = Literal["ask", "auto-edit", "yolo", "read-only"]
@@ -65,10 +73,25 @@ POLICIES: tuple[Policy, ...] = get_args(Policy)
 """Approval policies, the same values for `crow run --approval`, `crow chat` and the editor's session
 modes: `ask` the user, `auto-edit` (built-in file edits approved), `yolo` (all approved), `read-only`
 (every call that needs approval refused)."""
-Answer = Literal["yes", "no", "always"]
-AskFn = Callable[[ToolCall, Tool, str], Awaitable[Answer]]
+Choice = Literal["yes", "no", "always"]
+"""What a person chose about one call: run it, refuse it, or run it and later ones like it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A person's answer about one call waiting for approval."""
+
+    choice: Choice
+    scope: tuple[str, ...] = ()
+    """For "always": the command prefixes it approves (`("pytest", "git status")`, each in shell words, as
+    `always_scope` offers them); () approves every later call of the tool."""
+    reason: str = ""
+    """For "no": what the user tells the model instead ("run the tests first"); its tool result says it."""
+
+
+AskFn = Callable[[ToolCall, Tool, str], Awaitable[Answer | Choice]]
 """A surface's prompt: shown a call that needs approval and its preview (`describe_call`: clipped, no
-control characters), returns the person's answer."""
+control characters), returns the person's answer (a bare `Choice` is that choice, unscoped, no reason)."""
 PREVIEW_CHARS = 4000
 """Characters of a preview shown at most; a longer one keeps its head and tail around a marker."""
 PREVIEW_LINES = 60
@@ -87,23 +110,54 @@ the preview (where the question is: a terminal scrolls the start away)."""
 REVIEW_CHARS = 40_000
 """Characters of a command shown at most (as for lines)."""
 
-_ANSWERS: dict[str, Answer] = {"y": "yes", "yes": "yes", "n": "no", "no": "no", "a": "always",
-                               "always": "always"}
+_NO_BECAUSE = re.compile(r"(?is)no?(?:[\s,:;]+(.*))?")
 
 
-def parse_answer(reply: str) -> Answer | None:
-    """The answer a typed line means: `y`/`yes`, `n`/`no`, `a`/`always` (any case, spaces ignored); None for
-    anything else, an empty line (Enter) included: the question is asked again. Both surfaces use it."""
-    return _ANSWERS.get(reply.strip().lower())
+def parse_answer(reply: str, scope: tuple[str, ...] = ()) -> Answer | None:
+    """The answer a typed line means (any case, outer spaces ignored): `y`/`yes`; `a`/`always` (for the
+    command prefixes `scope` when the question offered them, else for the tool); `t`/`tool` (always, for
+    the tool); `n`/`no`, or `n REASON` / `no, REASON` (no, and the model reads REASON). None for anything
+    else, an empty line (Enter) included: the question is asked again. Every terminal surface uses it."""
+    text = reply.strip()
+    word = text.lower()
+    if word in ("y", "yes"):
+        return Answer("yes")
+    if word in ("a", "always"):
+        return Answer("always", scope)
+    if word in ("t", "tool"):
+        return Answer("always")
+    matched = _NO_BECAUSE.fullmatch(text)
+    if matched is not None:
+        return Answer("no", reason=" ".join((matched.group(1) or "").split()))
+    return None
 
 
-def approval_question(name: str, preview: str = "") -> str:
-    """The question both surfaces ask about a call of the tool `name`: `Allow NAME? [y]es / [n]o / [a]lways
-    for NAME: `; for the escalation (`preview` starts with `UNCONFINED_MARK`), which any yes approves only
-    once, `Run it outside the sandbox this once? [y]es / [n]o: `."""
+def shown_scope(scope: tuple[str, ...]) -> str:
+    """`("pytest", "git status")` → `` `pytest …`, `git status …` ``, as every surface's question shows it."""
+    return ", ".join(f"`{visible(prefix)} …`" for prefix in scope)
+
+
+def approval_question(name: str, preview: str = "", scope: tuple[str, ...] = ()) -> str:
+    """The question the terminal surfaces ask about a call of the tool `name`: `Allow NAME? [y]es / [n]o
+    [reason] / [a]lways for NAME: `, or, when an "always" can be scoped to the call's command prefixes
+    (`scope`, from `always_scope`), `Allow NAME? [y]es / [n]o [reason] / [a]lways for `pytest …` / always
+    for the [t]ool: `. For the escalation (`preview` starts with `UNCONFINED_MARK`), which any yes approves
+    only once, `Run it outside the sandbox this once? [y]es / [n]o: `."""
     if preview.startswith(UNCONFINED_MARK):
         return "Run it outside the sandbox this once? [y]es / [n]o: "
-    return f"Allow {name}? [y]es / [n]o / [a]lways for {name}: "
+    if scope:
+        shown = shown_scope(scope)
+        return f"Allow {name}? [y]es / [n]o [reason] / [a]lways for {shown} / always for the [t]ool: "
+    return f"Allow {name}? [y]es / [n]o [reason] / [a]lways for {name}: "
+
+
+def always_scope(call: ToolCall, tool: Tool, preview: str = "") -> tuple[str, ...]:
+    """The command prefixes an "always" about `call` can be scoped to (`pytest -k x` → `("pytest",)`, see
+    `shellrules.command_prefixes`), each as shell words; () when the tool has no subject, the line has no
+    prefix that stands for it, or the question is the escalation (`preview`), which approves once only."""
+    subject = None if preview.startswith(UNCONFINED_MARK) else _subject(call, tool)
+    prefixes = command_prefixes(subject) if subject is not None else None
+    return tuple(shlex.join(words) for words in prefixes or ())
 
 
 def check_rule_names(allow: Iterable[str], deny: Iterable[str], names: Iterable[str]) -> None:
@@ -173,12 +227,7 @@ class ApprovalPolicy:
             return "policy yolo"
         if self.mode == "auto-edit" and _auto_edit(tool):
             return "policy auto-edit"
-        if tool.name in self.allow:
-            return tool.name
-        prefixes = [w for name, w in map(_split_rule, self.allow) if name == tool.name and w]
-        if subject is not None and allow_matches(subject, prefixes):
-            return "allow rules"
-        return None
+        return _rules_allow(self.allow, tool, subject, "allow rules")
 
     def ways_to_allow(self, tool: Tool) -> str:
         """What would approve `tool`, for the text of a denied call, in terms every surface shares (policy
@@ -188,6 +237,18 @@ class ApprovalPolicy:
             ways.append("the auto-edit policy")
         ways.append(f"an allow rule for {tool.name}" + (" (or for this command's prefix)" if tool.subject else ""))
         return ", ".join(ways[:-1]) + " or " + ways[-1]
+
+
+def _rules_allow(rules: Iterable[str], tool: Tool, subject: str | None, why: str) -> str | None:
+    """What approves a call of `tool` with `subject` among `rules` (tool names or `NAME:PREFIX`): the
+    tool's name, `why` when every command of `subject` starts with one of the tool's prefixes, or None."""
+    rules = tuple(rules)
+    if tool.name in rules:
+        return tool.name
+    prefixes = [w for name, w in map(_split_rule, rules) if name == tool.name and w]
+    if subject is not None and allow_matches(subject, prefixes):
+        return why
+    return None
 
 
 def _auto_edit(tool: Tool) -> bool:
@@ -309,8 +370,9 @@ Decision = Allow | Ask | Deny
 def decide(call: ToolCall, tool: Tool, policy: ApprovalPolicy, *, always: frozenset[str] | set[str] = frozenset(),
            can_ask: bool = True, context: ToolContext | None = None) -> Decision:
     """The one approval decision for a call of a tool that needs approval: from the tool, its validated
-    arguments (its `subject`, the command line rules match), the policy and rules, the tools answered
-    "always", and the run's sandbox (`context`, default the current one).
+    arguments (its `subject`, the command line rules match), the policy and rules, the "always" answers
+    (`always`: rules as allow rules are written, tool names or `NAME:PREFIX`), and the run's sandbox
+    (`context`, default the current one).
 
     Order: a deny rule refuses (whatever the policy); `read-only` refuses, and so does a read-only sandbox a
     file edit (a tool of kind `write`); a command that would run
@@ -338,7 +400,8 @@ def decide(call: ToolCall, tool: Tool, policy: ApprovalPolicy, *, always: frozen
     unconfined = _unconfined_shell(tool, context)
     guarded = _guarded_write(call, tool, context) and policy.mode != "yolo"
     if unconfined is None and not guarded:
-        why = policy.allowed_by(tool, subject) or ("always" if tool.name in always else None)
+        why = policy.allowed_by(tool, subject) or (
+            "always" if _rules_allow(always, tool, subject, "always") is not None else None)
         if why is not None:
             return Allow(why, sandboxed)
     try:
@@ -362,14 +425,15 @@ class Approvals:
 
     Call it as `await approvals(call, tool)`: True to run; raises `ToolDenied` (with the reason the
     model will read) to refuse, or the tool's pre-check `ToolError`. Answers of "always" are remembered
-    per tool name for this object's life.
+    for this object's life as allow rules: the tool's name, or `NAME:PREFIX` for each prefix it was
+    scoped to. A "no" with a reason is refused with a result that gives the model the user's words.
     """
 
     policy: ApprovalPolicy = field(default_factory=ApprovalPolicy)
     ask: AskFn | None = None
     """The surface's prompt; None when nobody can answer (then calls that would ask are denied)."""
     always: set[str] = field(default_factory=set)
-    """Tool names the person approved for the rest of the session."""
+    """What the person approved for the rest of the session: tool names and `NAME:PREFIX` rules."""
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
 
     async def __call__(self, call: ToolCall, tool: Tool) -> bool:
@@ -380,14 +444,16 @@ class Approvals:
             return True
         assert self.ask is not None  # decide asks only when someone can answer
         async with self._lock:  # one prompt at a time
-            if tool.name in self.always and decision.unconfined is None:
-                return True
-            answer = await self.ask(call, tool, decision.preview)
-        if answer == "always":
-            self.always.add(tool.name)
+            if decision.unconfined is None and _rules_allow(self.always, tool, _subject(call, tool), "always"):
+                return True  # answered "always" while this call waited
+            answer = _answer(await self.ask(call, tool, decision.preview))
+        if answer.choice == "always":
+            self.always.update([f"{tool.name}:{prefix}" for prefix in answer.scope] or [tool.name])
             return True
-        if answer == "yes":
+        if answer.choice == "yes":
             return True
+        if answer.reason:
+            raise ToolDenied(f"The user denied this call: {strip_controls(answer.reason)} ({tool.name} was not run)")
         raise ToolDenied(f"the user declined {tool.name}; it was not run. Do not retry it unchanged")
 
     async def typed(self, call: ToolCall, tool: Tool) -> bool:
@@ -417,8 +483,12 @@ class Approvals:
         preview = (f"{UNCONFINED_MARK}[{reason}]\nRun it once more OUTSIDE the sandbox, with all your rights "
                    f"(files anywhere, network)?\n{preview}")
         async with self._lock:
-            answer = await self.ask(call, tool, preview)
-        return answer in ("yes", "always")
+            answer = _answer(await self.ask(call, tool, preview))
+        return answer.choice in ("yes", "always")
+
+
+def _answer(reply: Answer | Choice) -> Answer:
+    return reply if isinstance(reply, Answer) else Answer(reply)
 
 
 def make_approver(mode: Policy | None = None, *, allow: Iterable[str] = (), deny: Iterable[str] = (),

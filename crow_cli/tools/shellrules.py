@@ -34,7 +34,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
-__all__ = ["allow_matches", "deny_matches", "rule_words", "split_commands"]
+__all__ = ["allow_matches", "command_prefixes", "deny_matches", "rule_words", "split_commands"]
 
 _OPERATOR_CHARS = frozenset(";&|()<>\n`")
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
@@ -391,3 +391,43 @@ def allow_matches(line: str, prefixes: list[list[str]]) -> bool:
     commands = split_commands(line)
     return bool(prefixes and commands) and all(
         any(p and c[: len(p)] == p for p in prefixes) for c in commands)
+
+
+# programs whose first argument names what they do (`git status`, `npm test`): their prefix is two words
+_SUBCOMMANDS = frozenset({"git", "npm", "npx", "pnpm", "yarn", "bun", "cargo", "go", "uv", "uvx", "pip", "pip3",
+                          "poetry", "make", "docker", "podman", "kubectl", "gh", "dotnet", "mvn", "gradle",
+                          "just", "hatch", "pdm", "tox", "nox", "rustup", "deno", "brew", "conda"})
+_MODULE_RUNNERS = frozenset({"python", "python3", "pypy3"})
+
+
+def command_prefixes(line: str) -> list[list[str]] | None:
+    """The command prefix each simple command of `line` starts with, as an "always" answer would approve
+    it (`pytest -k x` → `[["pytest"]]`; `git status -s && npm test` → `[["git", "status"], ["npm", "test"]]`;
+    `python -m pytest` → `[["python", "-m", "pytest"]]`), duplicates left out; None when no prefix can
+    stand for the line: it has a command substitution or an output redirection (`allow_matches` never
+    approves it), or a command starts with an assignment, a keyword, a wrapper, a shell or interpreter
+    code (`sudo`, `sh -c`, `python -c`), or an option where its subcommand would be (`git -C x`).
+    Never raises."""
+    if "$(" in line or "`" in line or _has_output_redirect(line) or _unreadable(line):
+        return None
+    prefixes: list[list[str]] = []
+    for words in split_commands(line):
+        first = words[0]
+        base = _basename(first)
+        if _ASSIGNMENT.match(first) or first in _KEYWORDS or base in _WRAPPERS or base in _SHELLS:
+            return None
+        if base in _MODULE_RUNNERS and words[1:2] == ["-m"] and len(words) > 2:
+            prefix = words[:3]
+        elif base in _SUBCOMMANDS and len(words) > 1:
+            prefix = words[:2]
+        elif base in _INTERPRETERS:
+            if len(words) < 2:
+                return None
+            prefix = words[:2]  # the script it runs (`python build.py`), never its code
+        else:
+            prefix = words[:1]
+        if any(w.startswith("-") for w in prefix[1:] if w != "-m"):
+            return None
+        if prefix not in prefixes:
+            prefixes.append(prefix)
+    return prefixes or None

@@ -321,6 +321,22 @@ async def test_always_is_remembered_for_the_session(workspace):
     assert [s.tool_call_id for s in editor.of(ToolCallStart)] == ["1-0", "2-0"]
 
 
+async def test_always_can_be_scoped_to_the_command_prefix(workspace, tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text('sandbox = "off"\n')  # no escalation question, which approves once only
+    calls = [[("s1", "run_shell", {"command": "echo one"})], [("s2", "run_shell", {"command": "echo two"})],
+             [("s3", "run_shell", {"command": "ls"})]]
+    editor = Editor(answers=["allow_always_prefix", "reject_once"])
+    response, requests = await prompt_once(workspace, editor, script(*calls, final="Done."), "go", config=config)
+    assert response.stop_reason == "end_turn"
+    (first, options), (second, _) = editor.permissions  # echo two ran without asking
+    assert [(o.option_id, o.name) for o in options[:3]] == [
+        ("allow_once", "Allow"), ("allow_always_prefix", "Always allow `echo …`"),
+        ("allow_always", "Always allow run_shell")]
+    assert (first.raw_input, second.raw_input) == ({"command": "echo one"}, {"command": "ls"})
+    results = {m["tool_call_id"]: m["content"] for m in requests[-1]["messages"] if m["role"] == "tool"}
+    assert "two" in results["s2"] and "declined" in results["s3"]
+
 async def test_read_only_mode_refuses_without_asking(workspace):
     turns = script([("w1", "write_file", {"path": "x.txt", "content": "x"})], final="OK.")
     editor = Editor()

@@ -40,3 +40,28 @@ async def test_a_question_cut_by_a_signal_ends_its_line() -> None:
     os.close(slave)
     os.close(master)
     assert shown.endswith(b"for guarded: \r\nNEXT LINE"), shown
+
+
+async def test_the_terminal_question_offers_the_command_prefix_and_reads_a_reason() -> None:
+    from crow_cli.surfaces.approve import terminal_ask
+    from crow_cli.tools.approval import Answer
+    from crow_cli.tools.builtin import BUILTIN_TOOLS
+
+    shell = next(t for t in BUILTIN_TOOLS if t.name == "run_shell")
+    master, slave = pty.openpty()
+    with os.fdopen(slave, "r", closefd=False) as stdin, os.fdopen(slave, "w", closefd=False) as err:
+        ask = terminal_ask(stdin, err)
+        assert ask is not None
+        answers = []
+        call = ToolCall(id="c1", name="run_shell", arguments='{"command": "pytest -k x"}')
+        for typed in (b"a\n", b"n run the tests first\n"):
+            asking = asyncio.ensure_future(ask(call, shell, "$ pytest -k x"))
+            shown = b""
+            while not shown.endswith(b"/ always for the [t]ool: "):
+                shown += await asyncio.to_thread(os.read, master, 4096)
+            assert b"[a]lways for `pytest \xe2\x80\xa6`" in shown
+            os.write(master, typed)
+            answers.append(await asking)
+    os.close(slave)
+    os.close(master)
+    assert answers == [Answer("always", ("pytest",)), Answer("no", reason="run the tests first")]

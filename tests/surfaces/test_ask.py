@@ -19,8 +19,8 @@ async def test_enter_asks_again_in_chat_as_in_run() -> None:
         pipe.send_text("\rmaybe\rA\r")
         answer = await ask_approval(ToolCall("c1", "run_shell", "{}", 0), pt_input=pipe,
                                     pt_output=PlainTextOutput(screen))
-    assert answer == "always"  # neither the empty line nor "maybe" answered
-    assert "Allow run_shell? [y]es / [n]o / [a]lways for run_shell: " in screen.getvalue()
+    assert answer.choice == "always"  # neither the empty line nor "maybe" answered
+    assert "Allow run_shell? [y]es / [n]o [reason] / [a]lways for run_shell: " in screen.getvalue()
 
 
 async def test_end_of_input_says_no() -> None:
@@ -28,7 +28,7 @@ async def test_end_of_input_says_no() -> None:
         pipe.send_text("\x04")
         answer = await ask_approval(ToolCall("c1", "run_shell", "{}", 0), pt_input=pipe,
                                     pt_output=PlainTextOutput(io.StringIO()))
-    assert answer == "no"
+    assert answer.choice == "no"
 
 
 async def test_the_question_to_run_outside_the_sandbox_offers_no_always() -> None:
@@ -41,7 +41,7 @@ async def test_the_question_to_run_outside_the_sandbox_offers_no_always() -> Non
         pipe.send_text("y\r")
         answer = await ask_approval(ToolCall("c1", "run_shell", "{}", 0), preview=f"{UNCONFINED_MARK}[why]\n$ x",
                                     pt_input=pipe, pt_output=PlainTextOutput(screen))
-    assert answer == "yes"
+    assert answer.choice == "yes"
     assert "Run it outside the sandbox this once? [y]es / [n]o: " in screen.getvalue()
     assert "always" not in screen.getvalue()
 
@@ -55,5 +55,5 @@ async def test_a_typed_escape_sequence_that_looks_like_a_mouse_event_is_no_inter
         pipe.send_bytes(b"\x1b[31my\r")
         answer = await asyncio.wait_for(ask_approval(ToolCall("c1", "run_shell", "{}", 0), pt_input=pipe,
                                                      pt_output=PlainTextOutput(screen)), 60)  # bounds a hang
-    assert answer == "yes"
+    assert answer.choice == "yes"
     assert "Unhandled exception" not in screen.getvalue() and "Press ENTER" not in screen.getvalue()

@@ -871,7 +871,7 @@ def test_a_piped_chat_reads_the_answer_to_an_approval_question_from_its_input(tm
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "new.txt").read_text() == "hi\n"
     assert [m["content"] for m in server.requests[-1]["messages"] if m["role"] == "user"] == ["write it", "thanks"]
-    assert "Allow write_file? [y]es / [n]o / [a]lways for write_file: " in proc.stdout
+    assert "Allow write_file? [y]es / [n]o [reason] / [a]lways for write_file: " in proc.stdout
 
 
 # issue 34: chat's prompt is up at once while a slow MCP server starts; a message sent before it is up waits for it

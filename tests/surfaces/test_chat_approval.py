@@ -155,3 +155,24 @@ async def test_chat_yes_lets_no_escape_out(store: SessionStore, tmp_path: Path,
     assert list(outside.iterdir()) == [] and list((ws / ".git/hooks").iterdir()) == []
     sent = json.dumps(server.requests[1])
     assert key not in sent and "[REDACTED]" in sent and sent.count("Read-only file system") >= 2
+
+
+async def test_always_for_a_command_prefix_and_no_with_a_reason(store: SessionStore, tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    script = [{"sse": tool_calls_sse(("call_1", "run_shell", {"command": "pytest -q"}))},
+              {"sse": tool_calls_sse(("call_2", "run_shell", {"command": "pytest -k x"}),
+                                     ("call_3", "run_shell", {"command": "pytest; rm x"}))},
+              {"sse": tool_calls_sse(("call_4", "run_shell", {"command": "ls"}))},
+              {"sse": text_stream("I will run the tests first.")}]
+    settings = Settings(model="test-model", workspace=str(work), sandbox="off")
+    # `a` at the first question is "always for `pytest …`"; the later pytest call is not asked about, the line
+    # that also runs rm is, and so is ls, answered no with what the model should do instead
+    output, server, _ = await chat(script, "test it\ra\rn\rn run the tests first\r/exit\r", store, settings=settings)
+    asked = [line for line in output.splitlines() if line.startswith("$ ")]  # each question's preview
+    assert asked == ["$ pytest -q", "$ pytest; rm x", "$ ls"]
+    results = {m["tool_call_id"]: m["content"] for m in server.requests[3]["messages"] if m["role"] == "tool"}
+    assert list(results) == ["call_1", "call_2", "call_3", "call_4"]
+    assert "declined" not in results["call_2"]  # it ran
+    assert "the user declined run_shell" in results["call_3"]
+    assert results["call_4"] == "Error: The user denied this call: run the tests first (run_shell was not run)"

@@ -15,6 +15,8 @@ from crow_cli.tools.approval import (
     Answer,
     ApprovalPolicy,
     Approvals,
+    always_scope,
+    approval_question,
     check_rule_names,
     describe_call,
     make_approver,
@@ -250,11 +252,60 @@ async def test_an_edit_that_cannot_be_made_is_answered_without_asking(ws: Path) 
 
 @pytest.mark.parametrize(("reply", "answer"), [
     ("y", "yes"), ("YES\n", "yes"), (" n ", "no"), ("No", "no"), ("a", "always"), ("always\n", "always"),
-    ("", None), ("\n", None), ("maybe", None), ("ye", None),
+    ("", None), ("\n", None), ("maybe", None), ("ye", None), ("nope", None), ("not now", None),
 ])
 def test_one_answer_parser_and_enter_asks_again(reply: str, answer: str | None) -> None:
     # issue 9: Enter meant "no" in chat and asked again in run; both now ask again
-    assert parse_answer(reply) == answer
+    parsed = parse_answer(reply)
+    assert (parsed.choice if parsed is not None else None) == answer
+    assert parsed is None or (parsed.scope, parsed.reason) == ((), "")
+
+
+@pytest.mark.parametrize(("reply", "answer"), [
+    ("a", Answer("always", ("pytest",))), ("ALWAYS", Answer("always", ("pytest",))), ("t", Answer("always")),
+    ("tool", Answer("always")), ("y", Answer("yes")), ("n", Answer("no")),
+    ("n run the tests first", Answer("no", reason="run the tests first")),
+    ("No, Run The Tests  first ", Answer("no", reason="Run The Tests first")),
+    ("no: use make", Answer("no", reason="use make")), ("n:", Answer("no")),
+])
+def test_answers_carry_a_scope_and_a_reason(reply: str, answer: Answer) -> None:
+    assert parse_answer(reply, ("pytest",)) == answer
+
+
+def test_the_question_offers_always_for_the_command_prefix() -> None:
+    shell = TOOLS["run_shell"]
+    scope = always_scope(_call("run_shell", command="pytest -k x"), shell)
+    assert scope == ("pytest",)
+    assert approval_question("run_shell", "$ pytest -k x", scope) == (
+        "Allow run_shell? [y]es / [n]o [reason] / [a]lways for `pytest …` / always for the [t]ool: ")
+    assert approval_question("write_file") == "Allow write_file? [y]es / [n]o [reason] / [a]lways for write_file: "
+    assert always_scope(_call("run_shell", command="git status -s && python -m pytest -q"), shell) == (
+        "git status", "python -m pytest")
+    assert always_scope(_call("run_shell", command="pytest"), shell, f"{UNCONFINED_MARK}[why]\n$ pytest") == ()
+    assert always_scope(_call("write_file", path="a", content="x"), TOOLS["write_file"]) == ()
+
+
+async def test_an_always_scoped_to_a_command_prefix_approves_only_that_prefix() -> None:
+    asker = Asker(Answer("always", ("pytest",)))
+    approve = make_approver("ask", ask=asker)
+    shell = TOOLS["run_shell"]
+    assert await approve(_call("run_shell", command="pytest -q"), shell)
+    assert approve.always == {"run_shell:pytest"}
+    assert await approve(_call("run_shell", command="pytest -k x"), shell)
+    assert await approve(_call("run_shell", command="pytest -q && pytest -x"), shell)
+    assert len(asker.asked) == 1  # the later pytest calls were not asked about
+    asker.answer = "no"
+    for command in ("pytest; rm x", "ls", "pytest -q > out.txt", "pytest $(rm x)", "pytestx"):
+        with pytest.raises(ToolDenied, match="the user declined run_shell"):
+            await approve(_call("run_shell", command=command), shell)
+    assert len(asker.asked) == 6  # each of them was asked about
+
+
+async def test_a_no_with_a_reason_is_the_tool_result_the_model_reads() -> None:
+    approve = make_approver("ask", ask=Asker(Answer("no", reason="run the tests first")))
+    with pytest.raises(ToolDenied) as denied:
+        await approve(_call("run_shell", command="make deploy"), TOOLS["run_shell"])
+    assert str(denied.value) == "The user denied this call: run the tests first (run_shell was not run)"
 
 
 def test_each_builtin_declares_a_neutral_kind() -> None:

@@ -152,7 +152,7 @@ def test_on_a_terminal_the_person_is_asked(repo: Path) -> None:
         os.close(slave)
         seen = bytearray()
         try:
-            _read_until(master, b"Allow edit_file? [y]es / [n]o / [a]lways for edit_file: ", seen)
+            _read_until(master, b"Allow edit_file? [y]es / [n]o [reason] / [a]lways for edit_file: ", seen)
             assert b"-    return a - b" in seen  # the prompt shows the diff it asks about
             os.write(master, b"y\n")
             # without a sandbox the question is whether to run it outside one (issue 31: the suite passes there)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from crow_cli.tools.shellrules import allow_matches, deny_matches, rule_words, split_commands
+from crow_cli.tools.shellrules import allow_matches, command_prefixes, deny_matches, rule_words, split_commands
 
 
 @pytest.mark.parametrize(("line", "commands"), [
@@ -56,3 +56,19 @@ def test_deny_rules_fail_closed_on_what_they_cannot_read(line: str) -> None:
 ])
 def test_globs_and_redirects_outside_the_command_word_are_read_as_before(line: str) -> None:
     assert not deny_matches(line, rule_words("rm -rf"))
+
+
+@pytest.mark.parametrize(("line", "prefixes"), [
+    ("pytest -k x", [["pytest"]]), ("git status -s", [["git", "status"]]), ("npm test", [["npm", "test"]]),
+    ("cargo build --release", [["cargo", "build"]]), ("python -m pytest -q", [["python", "-m", "pytest"]]),
+    ("python build.py", [["python", "build.py"]]), ("make", [["make"]]),
+    ("pytest -q && pytest -x; ruff check .", [["pytest"], ["ruff"]]), ("pytest 2>&1 | tail", [["pytest"], ["tail"]]),
+    # nothing stands for these: a later call starting the same way could run anything
+    ("python -c 'import os'", None), ("python", None), ("sudo pytest", None), ("sh -c 'pytest'", None),
+    ("FOO=1 pytest", None), ("git -C x push", None), ("pytest > out.txt", None), ("echo $(rm x)", None),
+    ("$CMD -q", None), ("echo x | sh", None), ("", None),
+])
+def test_command_prefixes_are_what_an_always_answer_approves(line: str, prefixes: list[list[str]] | None) -> None:
+    assert command_prefixes(line) == prefixes
+    if prefixes is not None:
+        assert allow_matches(line, prefixes)

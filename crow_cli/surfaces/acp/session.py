@@ -41,7 +41,7 @@ from ...events import (
     WarningEvent,
 )
 from ...history import Message, ToolCall, content_text, is_prompt, outcome_of, tool_calls_of, user_message
-from ...tools.approval import UNCONFINED_MARK, Answer, Approvals, Policy, make_approver
+from ...tools.approval import UNCONFINED_MARK, Answer, Approvals, Policy, always_scope, make_approver, shown_scope
 from ...tools.context import ToolContext
 from ...tools.dispatch import EscalatingApprover
 from ...tools.registry import ToolRegistry
@@ -256,7 +256,8 @@ class Session:
             raise ToolDenied(f"the user rejected {tool.name} for this session; it was not run. Do not retry it")
 
     async def ask(self, call: ToolCall, tool: Tool, preview: str) -> Answer:
-        """Ask the editor about one call: allow once / always, reject once / always.
+        """Ask the editor about one call: allow once / always (for the command's prefix, when it has one,
+        or the tool), reject once / always.
 
         It runs one at a time (the approvals' lock): an answer or mode change given while this call
         waited its turn ("reject always", a switch to yolo or read-only) decides it without asking.
@@ -269,7 +270,7 @@ class Session:
                 and not guarded:
             # the mode changed to yolo / auto-edit (no mode runs a command outside the sandbox unasked, nor
             # does auto-edit write crow's own files: `approval.decide`)
-            return "yes"
+            return Answer("yes")
         acp_id = self.calls.get(call.index, "")
         diff = self.diffs.get(call.index)
         content = [diff] if diff is not None else [acp.tool_content(acp.text_block(preview))]
@@ -279,6 +280,10 @@ class Session:
             PermissionOption(option_id="reject_once", name="Reject", kind="reject_once"),
             PermissionOption(option_id="reject_always", name=f"Always reject {tool.name}", kind="reject_always"),
         ]
+        scope = always_scope(call, tool, preview)
+        if scope:  # "always" for what this command runs (`pytest …`) comes before "always" for the whole tool
+            options.insert(1, PermissionOption(option_id="allow_always_prefix", kind="allow_always",
+                                               name=f"Always allow {shown_scope(scope)}"))
         if preview.startswith(UNCONFINED_MARK):  # running outside the sandbox is approved one command at a time
             options = [PermissionOption(option_id="allow_once", name="Run outside the sandbox once",
                                         kind="allow_once"), options[2]]
@@ -294,12 +299,14 @@ class Session:
         outcome = response.outcome
         choice = outcome.option_id if isinstance(outcome, AllowedOutcome) else "cancelled"
         if choice == "allow_once":
-            return "yes"
+            return Answer("yes")
+        if choice == "allow_always_prefix" and scope:
+            return Answer("always", scope)
         if choice == "allow_always":
-            return "always"
+            return Answer("always")
         if choice == "reject_always":
             self.rejected.add(tool.name)
-        return "no"
+        return Answer("no")
 
     # the driver's sink
 
