@@ -13,7 +13,7 @@ from crow_cli.surfaces.ask import ask_approval
 
 
 async def test_enter_asks_again_in_chat_as_in_run() -> None:
-    # issue 9: Enter meant "no" in chat and asked again in run; now both ask again
+    # Enter meant "no" in chat and asked again in run; now both ask again (issue 9)
     screen = io.StringIO()
     with create_pipe_input() as pipe:
         pipe.send_text("\rmaybe\rA\r")

@@ -237,8 +237,8 @@ async def test_fork_with_nothing_stored_says_why_and_forks_nothing(store: Sessio
 
 
 async def test_resume_and_retry_show_the_text_of_a_message_with_an_image_not_its_parts(store: SessionStore) -> None:
-    # issue 18 (found typing the history: content may be a list of parts): resuming showed the parts' repr,
-    # the image's whole data: URL with it
+    # found typing the history: content may be a list of parts: resuming showed the parts' repr,
+    # the image's whole data: URL with it (issue 18)
     old = store.create(model="test-model", cwd="/tmp")
     store.append(old.id, {"role": "user", "content": [
         {"type": "text", "text": "what is in it?\n\n[attached image: cat.png]"},
@@ -284,8 +284,8 @@ async def test_resume_refuses_a_system_prompt_it_would_not_use(store: SessionSto
 
 
 async def test_no_session_resume_reads_the_session_and_writes_nothing_to_it(store: SessionStore) -> None:
-    # issue 18: `crow chat --no-session --resume ID` set the session's model and gave the compactor
-    # the session's recorder, so a compaction stored its checkpoint
+    # `crow chat --no-session --resume ID` set the session's model and gave the compactor
+    # the session's recorder, so a compaction stored its checkpoint (issue 18)
     old = store.create(model="old-model", base_url="http://x/v1", cwd="/tmp")
     for m in ({"role": "user", "content": "remember ZEBRA-42"}, {"role": "assistant", "content": "Noted: ZEBRA-42."}):
         store.append(old.id, m)
@@ -298,8 +298,8 @@ async def test_no_session_resume_reads_the_session_and_writes_nothing_to_it(stor
     assert len(store.messages(old.id)) == 2 and store.checkpoints(old.id) == []
 
 
-# issue 32: with --no-session, /resume loaded a session but recorded nothing, and /undo then found nothing,
-# without a word why
+# With --no-session, /resume loaded a session but recorded nothing, and /undo then found nothing,
+# without a word why (issue 32)
 async def test_no_session_resume_says_nothing_new_is_stored_and_undo_says_why(store: SessionStore) -> None:
     old = store.create(model="m", base_url="http://x/v1", cwd="/tmp")
     for m in ({"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello."}):
@@ -310,7 +310,7 @@ async def test_no_session_resume_says_nothing_new_is_stored_and_undo_says_why(st
 
 
 async def test_no_session_resume_of_a_crashed_turn_closes_it_in_memory_only(store: SessionStore) -> None:
-    # issue 18: `--no-session --resume ID` stored the "interrupted" results that close a cut turn
+    # `--no-session --resume ID` stored the "interrupted" results that close a cut turn (issue 18)
     old = store.create(model="test-model", cwd="/tmp")
     store.append(old.id, {"role": "user", "content": "list files"})
     store.append(old.id, {"role": "assistant", "content": None, "tool_calls": [
@@ -339,7 +339,7 @@ async def test_resume_latest_repairs_a_crashed_turn(store: SessionStore) -> None
 
 
 def test_help_is_made_from_the_command_table() -> None:
-    # issue 18: the hand-kept help missed /quit; now /help and the dispatch come from one table
+    # The hand-kept help missed /quit; now /help and the dispatch come from one table (issue 18)
     lines = help_text().splitlines()
     assert len(lines) == 2 + len(ChatApp.COMMANDS) and lines[0].startswith("Enter sends")
     for line, command in zip(lines[1:], ChatApp.COMMANDS, strict=False):
@@ -506,7 +506,7 @@ def _mode_of(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
-# issue 13: /compact and /usage with the context window in chat
+# /compact and /usage with the context window in chat (issue 13)
 async def test_compact_summarises_older_exchanges_and_later_requests_start_from_it(store: SessionStore) -> None:
     script = [{"sse": text_stream(f"answer {n}")} for n in range(3)]
     script += [{"sse": text_stream("SUMMARY: one, two")}, {"sse": text_stream("fine")}]
@@ -531,7 +531,7 @@ async def test_compact_summarises_older_exchanges_and_later_requests_start_from_
     assert len(store.checkpoints(app.recorder.session_id)) == 1
 
 
-# issue 13: AGENTS.md in chat, and /instructions says where they came from
+# AGENTS.md in chat, and /instructions says where they came from (issue 13)
 async def test_instructions_are_loaded_and_shown(store: SessionStore, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / ".git").mkdir()
@@ -611,7 +611,7 @@ def test_tab_completes_a_prompt_files_name_and_an_edit_is_used_at_once(tmp_path:
     assert [r["messages"][-1]["content"] for r in server.requests] == ["Greet Ann.", "Welcome Bob."]
 
 
-# issue 13: @path mentions attach files in chat
+# @path mentions attach files in chat (issue 13)
 async def test_at_mentions_attach_files(store: SessionStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "notes.txt").write_text("the milk")
     (tmp_path / "blob.bin").write_bytes(b"\0\1")
@@ -627,7 +627,7 @@ async def test_at_mentions_attach_files(store: SessionStore, tmp_path: Path, mon
     assert [s.title for s in store.recent()] == ["what about @notes.txt?"]
 
 
-# issue 13: /undo removes the last exchange and restores the files crow's file tools changed
+# /undo removes the last exchange and restores the files crow's file tools changed (issue 13)
 async def test_undo_restores_files_and_the_history(store: SessionStore, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "a.txt").write_text("before\n")
@@ -700,7 +700,7 @@ async def test_export_to_a_path_with_spaces_when_quoted(store: SessionStore, tmp
 
 
 async def test_tools_are_listed_in_aligned_columns(store: SessionStore, tools_dir: Path) -> None:
-    # issue 11 (smaller items): /tools was not aligned
+    # smaller items: /tools was not aligned (issue 11)
     output, _, _ = await chat([], "/tools\r/exit\r", store, options=ChatOptions(tools_dirs=(str(tools_dir),)))
     lines = [line for line in output.splitlines() if line.startswith(("read_file ", "run_shell ", "guarded "))]
     assert len(lines) == 3 and len({line.index(line.split()[1]) for line in lines}) == 1, lines
@@ -874,8 +874,8 @@ def test_a_piped_chat_reads_the_answer_to_an_approval_question_from_its_input(tm
     assert "Allow write_file? [y]es / [n]o [reason] / [a]lways for write_file: " in proc.stdout
 
 
-# issue 34: chat's prompt is up at once while a slow MCP server starts; a message sent before it is up waits for it
-# (one line naming it) and then has its tools
+# Chat's prompt is up at once while a slow MCP server starts; a message sent before it is up waits for it
+# (one line naming it) and then has its tools (issue 34)
 def _slow_mcp_config(tmp_path: Path, gate: Path, started: Path) -> Path:
     """A config whose one MCP server (the stdlib fault server) starts only once `gate` exists."""
     server_py = Path(__file__).resolve().parents[1] / "tools" / "mcp_fault_server.py"
@@ -905,7 +905,7 @@ def test_the_prompt_is_up_before_a_slow_mcp_server_has_started(tmp_path: Path) -
     assert [t["function"]["name"] for t in server.requests[0]["tools"] if t["function"]["name"] == "echo"] == ["echo"]
 
 
-# issue 34: a server that comes up while the prompt waits says so above the prompt, and its tools are listed
+# A server that comes up while the prompt waits says so above the prompt, and its tools are listed (issue 34)
 def test_mcp_tools_join_while_the_prompt_waits(tmp_path: Path) -> None:
     gate, started = tmp_path / "gate", tmp_path / "started"
     config = _slow_mcp_config(tmp_path, gate, started)

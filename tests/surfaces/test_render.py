@@ -145,7 +145,7 @@ def test_two_paragraphs_stay_apart() -> None:
     assert [line.rstrip() for line in shown.splitlines()] == ["First paragraph.", "", "Second paragraph."]
 
 
-# issue 34: a listing or a poem streamed line by line was shown as one paragraph (soft breaks joined it)
+# A listing or a poem streamed line by line was shown as one paragraph (soft breaks joined it) (issue 34)
 @given(st.lists(st.integers(min_value=1, max_value=7), max_size=20))
 def test_lines_streamed_as_separate_lines_stay_separate_lines(sizes: list[int]) -> None:
     shown = render_streamed("Roses are red,\nviolets are blue.\n", sizes)
@@ -227,7 +227,7 @@ def test_the_live_area_is_not_padded_to_the_terminal_width() -> None:
     assert all(line == line.rstrip(" ") for line in lines)
 
 
-# issue 34: tried beside Codex, a poem streamed line by line showed as one paragraph in a terminal chat
+# Tried beside Codex, a poem streamed line by line showed as one paragraph in a terminal chat (issue 34)
 def test_a_chat_on_a_terminal_shows_two_streamed_lines_as_two_lines(tmp_path: Path) -> None:
     with ReplayServer([{"sse": text_stream("Roses are red,\nviolets are blue.\n")}]) as server, ChatTerminal(
             ["--base-url", server.base_url, "--api-key", "sk-test", "--model", "test-model", "--no-tools",
@@ -243,8 +243,8 @@ def test_a_chat_on_a_terminal_shows_two_streamed_lines_as_two_lines(tmp_path: Pa
     assert "Roses are red, violets" not in screen, screen
 
 
-# issue 34: the token-cap warning comes as the stream ends, before the answer's last block is drawn: it showed
-# inside the answer
+# The token-cap warning comes as the stream ends, before the answer's last block is drawn: it showed
+# inside the answer (issue 34)
 @pytest.mark.parametrize("plain", [True, False])
 def test_a_warning_that_comes_while_the_answer_streams_is_shown_after_it(plain: bool) -> None:
     out = io.StringIO()  # not a terminal: the frozen output only, no live frames
@@ -259,7 +259,7 @@ def test_a_warning_that_comes_while_the_answer_streams_is_shown_after_it(plain: 
     assert out.getvalue().rstrip().endswith("between turns")
 
 
-# issue 34: a local model processing a long prompt on the CPU left "waiting for the model…" for minutes
+# A local model processing a long prompt on the CPU left "waiting for the model…" for minutes (issue 34)
 def test_the_wait_for_a_first_token_says_what_is_happening() -> None:
     from crow_cli.surfaces.render import WAIT_SECONDS_AFTER_S, _LiveArea  # noqa: PLC2701  # the live area
 

@@ -187,7 +187,7 @@ def test_describe_call(ws: Path) -> None:
     assert describe_call(_call("write_file", path="b.txt", content="hi"), write).startswith("create b.txt (2 bytes)")
 
 
-# issue 11 item 2: found trying it as a new user: a 4 000-character cut hid the end of a long command
+# Found trying it as a new user: a 4 000-character cut hid the end of a long command (issue 11 item 2)
 async def test_a_long_command_shows_its_end_and_says_what_was_cut() -> None:
     asker = Asker("no")
     command = "echo " + "harmless " * 1000 + "&& rm -rf ~/important"
@@ -218,7 +218,7 @@ async def test_a_command_too_long_to_review_is_denied_without_asking(command: st
 
 
 async def test_a_long_new_file_shows_head_and_tail_and_how_many_lines_were_cut(ws: Path) -> None:
-    # issue 11 item 2: write_file's preview was its first 20 lines, unmarked
+    # Write_file's preview was its first 20 lines, unmarked (issue 11 item 2)
     asker = Asker("yes")
     content = "".join(f"line {n}\n" for n in range(1, 501))
     await make_approver("ask", ask=asker)(_call("write_file", path="new.txt", content=content), TOOLS["write_file"])
@@ -230,7 +230,7 @@ async def test_a_long_new_file_shows_head_and_tail_and_how_many_lines_were_cut(w
 
 
 async def test_overwriting_a_file_shows_a_diff_and_says_overwrite(ws: Path) -> None:
-    # issue 11 item 2: an overwrite showed the new text only, as if the file were new
+    # An overwrite showed the new text only, as if the file were new (issue 11 item 2)
     (ws / "a.txt").write_text("keep\nold\n")
     asker = Asker("yes")
     call = _call("write_file", path="a.txt", content="keep\nnew\n")
@@ -241,7 +241,7 @@ async def test_overwriting_a_file_shows_a_diff_and_says_overwrite(ws: Path) -> N
 
 
 async def test_an_edit_that_cannot_be_made_is_answered_without_asking(ws: Path) -> None:
-    # issue 11 item 2: the user was asked to approve an edit_file whose old_string is not in the file
+    # The user was asked to approve an edit_file whose old_string is not in the file (issue 11 item 2)
     (ws / "a.txt").write_text("one\n")
     asker = Asker("yes")
     call = _call("edit_file", path="a.txt", old_string="two", new_string="2")
@@ -255,7 +255,7 @@ async def test_an_edit_that_cannot_be_made_is_answered_without_asking(ws: Path) 
     ("", None), ("\n", None), ("maybe", None), ("ye", None), ("nope", None), ("not now", None),
 ])
 def test_one_answer_parser_and_enter_asks_again(reply: str, answer: str | None) -> None:
-    # issue 9: Enter meant "no" in chat and asked again in run; both now ask again
+    # Enter meant "no" in chat and asked again in run; both now ask again (issue 9)
     parsed = parse_answer(reply)
     assert (parsed.choice if parsed is not None else None) == answer
     assert parsed is None or (parsed.scope, parsed.reason) == ((), "")
@@ -309,14 +309,14 @@ async def test_a_no_with_a_reason_is_the_tool_result_the_model_reads() -> None:
 
 
 def test_each_builtin_declares_a_neutral_kind() -> None:
-    # issue 9: the kind approval uses is the one the editor protocol (ACP) shows (mapped in surfaces/acp/convert.py)
+    # The kind approval uses is the one the editor protocol (ACP) shows (mapped in surfaces/acp/convert.py) (issue 9)
     assert {t.name: t.kind for t in BUILTIN_TOOLS} == {
         "read_file": "read", "list_directory": "read", "search_files": "search", "write_file": "write",
         "edit_file": "write", "run_shell": "shell"}
 
 
 async def test_a_plugin_shell_tool_gets_command_rules_through_its_subject() -> None:
-    # issue 9: approval names no built-in tool: any tool with a subject takes NAME:PREFIX rules
+    # Approval names no built-in tool: any tool with a subject takes NAME:PREFIX rules (issue 9)
     @tool(needs_approval=True, kind="shell", subject=lambda args: args["cmd"])
     def remote(cmd: str) -> str:
         """Run a command on the build host."""
@@ -441,8 +441,8 @@ def test_a_read_only_sandbox_refuses_file_edits_whatever_the_policy(tmp_path: Pa
                   context=writable) == Allow("policy yolo")
 
 
-# issue 30: under auto-edit, write_file wrote ~/.config/crow/AGENTS.md (instructions for every later session)
-# without asking; crow's own files and the user's start-up files are asked about in every policy but yolo
+# Under auto-edit, write_file wrote ~/.config/crow/AGENTS.md (instructions for every later session)
+# without asking; crow's own files and the user's start-up files are asked about in every policy but yolo (issue 30)
 @pytest.mark.parametrize("path", [".config/crow/AGENTS.md", "~/.config/crow/config.toml", ".bashrc",
                                   ".ssh/config", ".local/state/crow/x"])
 def test_edits_of_crow_config_and_start_up_files_are_asked_about(

@@ -75,7 +75,7 @@ async def test_allow_rules_stay_word_for_word() -> None:
         await approve(_call("ls -al src"), SHELL)
 
 
-# issue 11 item 4: found trying it as a new user: GNU getopt accepts an unambiguous prefix of a long option
+# Found trying it as a new user: GNU getopt accepts an unambiguous prefix of a long option (issue 11 item 4)
 @pytest.mark.parametrize(("rule", "command"), [
     ("rm -rf", "rm --rec --for DIR"), ("rm -rf", "rm --recursive=yes --f DIR"), ("rm -rf", "rm --forc -R DIR"),
     ("git push --force", "git push --forc origin main"), ("git push --force", "git push origin --fo"),
@@ -94,7 +94,7 @@ async def test_other_long_options_do_not_match(rule: str, command: str) -> None:
     assert not await _denied(rule, command)
 
 
-# issue 9: splitting is quote-aware: a quoted separator is an argument, so the words after it stay in the command
+# Splitting is quote-aware: a quoted separator is an argument, so the words after it stay in the command (issue 9)
 @pytest.mark.parametrize(("rule", "command"), [
     ("git push --force", 'git push ";" --force'), ("git push --force", "git push '&&' --force"),
     ("rm -rf", 'echo "$(rm -rf x)"'), ("rm -rf", "echo `rm -rf x`"), ("rm -rf", "cat <(rm -rf x)"),
@@ -104,7 +104,7 @@ async def test_quoted_separators_do_not_split_a_command(rule: str, command: str)
 
 
 async def test_a_quoted_separator_is_not_a_new_command_for_allow_rules() -> None:
-    # issue 9: `echo "a; b"` is one command: allowed by `echo`, though its text holds a `;`
+    # `echo "a; b"` is one command: allowed by `echo`, though its text holds a `;` (issue 9)
     approve = make_approver("ask", allow=["run_shell:echo"])
     assert await approve(_call('echo "a; rm -rf x"'), SHELL)
     with pytest.raises(ToolDenied, match="nobody can approve"):
