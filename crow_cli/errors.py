@@ -132,7 +132,15 @@ class ToolError(CrowError):
 
 
 class ToolDenied(ToolError):
-    """Approval was refused (by policy, by the user, or because nobody could be asked)."""
+    """Approval was refused (by policy, by the user, or because nobody could be asked).
+
+    The message is what the model reads (with what to do instead); `shown` is what the person is shown of
+    it, the refusal alone (`by the rule 'run_shell:rm'`), else the message.
+    """
+
+    def __init__(self, message: str, shown: str | None = None) -> None:
+        super().__init__(message)
+        self.shown = shown or message
 
 
 class OutsideWorkspace(ToolError):

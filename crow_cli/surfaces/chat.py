@@ -490,7 +490,7 @@ class ChatApp:
             ticker.cancel()
             with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
                 self.view.stop()
-        if result.display is None:  # refused before it ran (a deny rule, the read-only policy)
+        if result.display is None or result.display.output is None:  # refused before it ran (a deny rule, read-only)
             self.view.line("(it did not run; nothing was added to the conversation)", "dim")
             return
         if self.recorder is not None:

@@ -358,9 +358,11 @@ class Ask:
 
 @dataclass(frozen=True, slots=True)
 class Deny:
-    """Refuse the call; `reason` is what the model reads (no command-line flags: every surface shows it)."""
+    """Refuse the call; `reason` is what the model reads (no command-line flags: every surface shows it),
+    `shown` what the person reads of it (the refusal, without the advice to the model)."""
 
     reason: str
+    shown: str = ""
 
 
 Decision = Allow | Ask | Deny
@@ -390,13 +392,14 @@ def decide(call: ToolCall, tool: Tool, policy: ApprovalPolicy, *, always: frozen
     rule = policy.denied_by(tool, subject)
     if rule is not None:
         return Deny(f"{tool.name} was denied by the rule {rule!r}; it was not run. Do not retry it; find another "
-                    "way or ask the user")
+                    "way or ask the user", f"by the rule {rule!r}")
     if policy.mode == "read-only":
         return Deny(f"{tool.name} was not run: the approval policy is read-only (no tool that changes files or "
-                    "runs commands). Do not retry it; say what you would do instead")
+                    "runs commands). Do not retry it; say what you would do instead",
+                    "by the read-only approval policy")
     if tool.kind == "write" and context.sandbox.mode == "read-only":  # what commands may not write, edits neither
         return Deny(f"{tool.name} was not run: the sandbox is read-only (nothing in the workspace is written). Do "
-                    "not retry it; say what you would change instead")
+                    "not retry it; say what you would change instead", "by the read-only sandbox")
     unconfined = _unconfined_shell(tool, context)
     guarded = _guarded_write(call, tool, context) and policy.mode != "yolo"
     if unconfined is None and not guarded:
@@ -411,9 +414,10 @@ def decide(call: ToolCall, tool: Tool, policy: ApprovalPolicy, *, always: frozen
     if not can_ask:
         if unconfined is not None:
             return Deny(f"{tool.name} was not run: {unconfined}, so every command needs the user's yes, and "
-                        "nobody can answer here")
+                        "nobody can answer here", f"{unconfined}, and nobody can answer here")
         return Deny(f"{tool.name} needs approval and nobody can approve it here; it was not run. The user can "
-                    f"approve such calls with {policy.ways_to_allow(tool)}")
+                    f"approve such calls with {policy.ways_to_allow(tool)}",
+                    f"it needs approval and nobody can answer here ({policy.ways_to_allow(tool)} approves it)")
     if unconfined is not None:
         preview = f"{UNCONFINED_MARK}[{unconfined}: this command would run with all your rights]\n{preview}"
     return Ask(preview, sandboxed, unconfined)
@@ -439,7 +443,7 @@ class Approvals:
     async def __call__(self, call: ToolCall, tool: Tool) -> bool:
         decision = decide(call, tool, self.policy, always=self.always, can_ask=self.ask is not None)
         if isinstance(decision, Deny):
-            raise ToolDenied(decision.reason)
+            raise ToolDenied(decision.reason, decision.shown)
         if isinstance(decision, Allow):
             return True
         assert self.ask is not None  # decide asks only when someone can answer
@@ -453,8 +457,9 @@ class Approvals:
         if answer.choice == "yes":
             return True
         if answer.reason:
-            raise ToolDenied(f"The user denied this call: {strip_controls(answer.reason)} ({tool.name} was not run)")
-        raise ToolDenied(f"the user declined {tool.name}; it was not run. Do not retry it unchanged")
+            raise ToolDenied(f"The user denied this call: {strip_controls(answer.reason)} ({tool.name} was not run)",
+                             f"by you: {strip_controls(answer.reason)}")
+        raise ToolDenied(f"the user declined {tool.name}; it was not run. Do not retry it unchanged", "by you")
 
     async def typed(self, call: ToolCall, tool: Tool) -> bool:
         """The approval of a call the person typed themselves (chat's `!COMMAND`): having typed it is their

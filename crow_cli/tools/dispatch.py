@@ -219,8 +219,8 @@ async def _run_one(
         if deadline is None or not deadline.expired():  # the tool's own TimeoutError, not ours
             return fail(f"{call.name} raised TimeoutError: {exc}")
         return fail(f"{call.name} timed out after {t.timeout_s or default_timeout:g} s and was cancelled", "timeout")
-    except ToolDenied as exc:
-        return fail(str(exc), "denied")
+    except ToolDenied as exc:  # the person reads the refusal, the model what to do instead
+        return fail(str(exc), "denied", display=ToolDisplay(status=exc.shown))
     except ToolFailed as exc:  # it ran: the model reads its output as it is
         display = exc.display if isinstance(exc.display, ToolDisplay) else None
         return fail(str(exc), output=exc.output, display=display)

@@ -971,6 +971,9 @@ async def test_a_bang_without_a_command_or_a_denied_one_adds_nothing(store: Sess
     usage = "usage: !COMMAND runs COMMAND in the workspace's shell; its output goes with your next message"
     assert output.count(usage) == 2 and usage + "\n" + usage + "\n" in output  # one line each
     assert "denied run_shell" in output and not (tmp_path / "made").exists()  # deny rules hold for the person too
+    # found by a new-user tester (wave 5): the person read the model's advice ("Do not retry it; find another way
+    # or ask the us…"); the status line says the refusal
+    assert "s · by the rule 'run_shell:touch'\n" in output and "Do not retry" not in output
     assert server.requests[0]["messages"] == [{"role": "user", "content": "hello"}]
 
 

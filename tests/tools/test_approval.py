@@ -386,7 +386,7 @@ async def test_one_decision_per_call(tmp_path: Path) -> None:
         Allow("always")
     assert decide(ls, shell, ApprovalPolicy("yolo", deny=("run_shell:ls",))) == Deny(
         "run_shell was denied by the rule 'run_shell:ls'; it was not run. Do not retry it; find another way or ask "
-        "the user")
+        "the user", "by the rule 'run_shell:ls'")  # the person reads the refusal, the model also what to do
     denied = decide(_call("write_file", path="a", content="x"), write,
                     ApprovalPolicy("read-only", allow=("write_file",)))
     assert isinstance(denied, Deny) and "the approval policy is read-only" in denied.reason

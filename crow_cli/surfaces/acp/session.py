@@ -253,7 +253,8 @@ class Session:
             raise ToolDenied(f"{tool.name} was not run: the editor's session is in read-only mode. Do not retry it; "
                              "say what you would change instead")
         if tool.name in self.rejected:
-            raise ToolDenied(f"the user rejected {tool.name} for this session; it was not run. Do not retry it")
+            raise ToolDenied(f"the user rejected {tool.name} for this session; it was not run. Do not retry it",
+                             "rejected for this session")
 
     async def ask(self, call: ToolCall, tool: Tool, preview: str) -> Answer:
         """Ask the editor about one call: allow once / always (for the command's prefix, when it has one,
