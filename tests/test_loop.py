@@ -1,4 +1,18 @@
-"""The react loop through the real client (respx on the wire) with real tools."""
+"""The react loop through the real client (respx on the wire) with real tools.
+
+Properties guarded here (stream retries: test_loop_stream_retry.py; images: test_loop_images.py):
+
+- tool calls run concurrently; their results join the history in call order, each as soon as every call
+  before it has one; every failure is a tool result;
+- the run ends with exactly one `RunFinished`: completed (the answer), max_turns (after `max_turns` turns),
+  error (a one-line error, counting the turns that finished), cancelled;
+- a failed generation (`tool_use_failed`) is asked for again the same request, with its own bound;
+- a tool name with a leaked template token or namespace prefix is taken as the tool it names;
+- each assistant message records its author, which never reaches the wire;
+- cancelled, the loop closes the history: finished calls keep their results, the others are answered
+  "cancelled" in call order, a partial answer of the last attempt is kept with the canceller's note (none
+  when the turn has tool calls); a consumer that stops listening leaves a valid history too.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +20,22 @@ import asyncio
 import json
 import threading
 import time
+from contextlib import aclosing
 
 import httpx
 import pytest
 import respx
 
-from crow_cli.events import MessageAppended, Notice, RunFinished, ToolResultReady, ToolRunStarted, TurnFinished
+from crow_cli.errors import StreamCut
+from crow_cli.events import (
+    MessageAppended,
+    Notice,
+    RunFinished,
+    TextDelta,
+    ToolResultReady,
+    ToolRunStarted,
+    TurnFinished,
+)
 from crow_cli.history import user_message
 from crow_cli.loop import LoopSettings, react
 from crow_cli.tools.registry import ToolRegistry
@@ -241,6 +265,8 @@ class ScriptedStream:
 
     async def stream(self, messages, tools=None):
         for c in self.turns.pop(0):
+            if isinstance(c, BaseException):  # the stream breaks here
+                raise c
             yield c
         if self.stall and not self.turns:
             self.stalled.set()
@@ -265,15 +291,16 @@ async def stuck() -> str:
     return "never"
 
 
-async def run_until(history, client, registry, stop_when) -> list:
-    """Consume `react`, cancelling the consumer once `stop_when(events)` holds; return every event seen."""
+async def run_until(history, client, registry, stop_when, msg: str | None = None) -> list:
+    """Consume `react`, cancelling the consumer (with `msg`) once `stop_when(events)` holds; return every event
+    seen."""
     events: list = []
 
     async def consume() -> None:
         async for event in react(history, client, registry):
             events.append(event)
             if stop_when(events):
-                asyncio.current_task().cancel()
+                asyncio.current_task().cancel(msg)
 
     with pytest.raises(asyncio.CancelledError):
         await asyncio.create_task(consume())
@@ -371,3 +398,66 @@ async def test_a_generation_that_fails_three_times_ends_the_run_with_one_line():
     await c.aclose()
     assert len(route.calls) == 3
     assert events[-1].status == "error" and "failed 3 times" in events[-1].error and "\n" not in events[-1].error
+
+
+def saw_text(text: str):
+    return lambda seen: any(isinstance(e, TextDelta) and text in e.text for e in seen)
+
+
+# provenance: a mutation check (w5) — the canceller's message ignored, a partial answer kept beside a tool
+# turn's calls, and the text of a restarted attempt kept each passed every test of this file
+async def test_a_partial_answer_is_the_last_attempts_text_with_the_cancellers_note():
+    history = [user_message("go")]
+    client = ScriptedStream([chunk({"content": "Old start"}), StreamCut("the stream went idle")],
+                            [chunk({"content": "New start"})], stall=True)
+    await run_until(history, client, None, saw_text("New"), msg="stopped by the editor")
+    assert history[1:] == [{"role": "assistant", "content": "New start\n\n[stopped by the editor]"}]
+
+
+async def test_a_tool_turns_text_is_not_kept_again_as_a_partial_answer():
+    registry = ToolRegistry()
+    registry.register(stuck)
+    history = [user_message("go")]
+    client = ScriptedStream([chunk({"content": "Looking"}), *tool_turn(("s", "stuck"))])
+    await run_until(history, client, registry, lambda seen: any(isinstance(e, ToolRunStarted) for e in seen))
+    assert [(m["role"], m["content"]) for m in history[1:]] == [
+        ("assistant", "Looking"), ("tool", "Error: the tool call was cancelled by the user; no result.")]
+
+
+# provenance: a mutation check (w5) — a consumer that stopped listening left a tool call without a result
+async def test_a_consumer_that_stops_listening_leaves_every_call_answered():
+    registry = ToolRegistry()
+    registry.register(stuck)
+    history = [user_message("go")]
+    async with aclosing(react(history, ScriptedStream(tool_turn(("s", "stuck"))), registry)) as events:
+        async for event in events:
+            if isinstance(event, ToolRunStarted):
+                break
+    assert history[-1] == {"role": "tool", "tool_call_id": "s",
+                           "content": "Error: the tool call was cancelled by the user; no result.",
+                           "crow_outcome": "cancelled"}
+
+
+# provenance: a mutation check (w5) — an error counted the failed turn as finished
+async def test_an_error_ends_the_run_counting_the_turns_that_finished():
+    registry = ToolRegistry()
+    registry.register(nap)
+    history = [user_message("go")]
+    c = ChatClient(ClientSettings(base_url="http://llm.test/v1", model="m", api_key="k", max_retries=0))
+    with respx.mock(assert_all_called=True) as mock:
+        mock.post(URL).mock(side_effect=[stream(calls_sse(("a", "nap", {"seconds": 0}))),
+                                         httpx.Response(400, json={"error": {"message": "no such model"}})])
+        events = [e async for e in react(history, c, registry, LoopSettings())]
+    await c.aclose()
+    assert (events[-1].status, events[-1].turns) == ("error", 1) and "no such model" in events[-1].error
+
+
+# provenance: a mutation check (w5) — the loop not cleaning tool names passed every test of this file
+async def test_a_tool_name_with_a_namespace_prefix_runs_the_tool_it_names():
+    registry = ToolRegistry()
+    registry.register(quick)
+    history = [user_message("go")]
+    client = ScriptedStream(tool_turn(("q", "functions.quick")), [chunk({"content": "fin"}), chunk({}, "stop")])
+    events = [e async for e in react(history, client, registry)]
+    assert history[1]["tool_calls"][0]["function"]["name"] == "quick" and history[2]["content"] == "done"
+    assert events[-1].status == "completed"

@@ -1,4 +1,19 @@
-"""The session store on a real SQLite file, and `crow run` / `crow sessions` as subprocesses."""
+"""The session store on a real SQLite file, and `crow run` / `crow sessions` as subprocesses.
+
+Properties guarded here:
+
+- messages round-trip exactly, in order; `append` returns the position and makes the session the most recent;
+- ids are short; a unique prefix resolves (LIKE wildcards literal), an ambiguous one or none is an error;
+- `latest` is the most recently updated session, of the folder asked for when given;
+- the title is the first user message's (or the `title` given), set once, cut to fit;
+- `truncate` drops the messages from a position on, the checkpoints past it and the file backups from it;
+- `delete` drops a session with all it holds; `fork` copies all of it;
+- `load` repairs a turn cut mid-way and stores the repair; a damaged store or message fails in one line and
+  leaves nothing locked; one writer per session (created sessions are held at once; a dead holder's lock
+  does not block);
+- credentials in a base URL are never stored; files are private; `crow run` / `crow sessions` record,
+  continue, list and delete as documented.
+"""
 
 from __future__ import annotations
 
@@ -116,6 +131,40 @@ def test_recent_latest_delete_truncate(tmp_path: Path) -> None:
         con = sqlite3.connect(tmp_path / "s.db")  # the file as another reader sees it
         assert con.execute("SELECT COUNT(*) FROM messages WHERE session_id = ?", (a.id,)).fetchone() == (0,)
         con.close()
+
+
+# provenance: a mutation check (w5) — `latest` ignoring the folder, the title given ignored, truncate keeping
+# the file backups or dropping the checkpoint at the position kept, and set_model storing a URL's credentials
+# each passed every test of this file
+def test_latest_of_a_folder_and_a_title_given(tmp_path: Path) -> None:
+    with SessionStore(tmp_path / "s.db") as store:
+        here, there = store.create(cwd="/here"), store.create(cwd="/there")
+        store.append(here.id, {"role": "user", "content": "the prompt\n\npiped input"}, title="the prompt")
+        store.append(there.id, {"role": "user", "content": "later"})
+        assert store.latest("/here").id == here.id and store.latest().id == there.id
+        assert store.get(here.id).title == "the prompt"
+
+
+def test_truncate_keeps_the_checkpoint_at_the_position_kept_and_drops_the_backups_from_it(tmp_path: Path) -> None:
+    with SessionStore(tmp_path / "s.db") as store:
+        sid = store.create().id
+        for n in range(4):
+            store.append(sid, {"role": "user", "content": f"m{n}"})
+        for position in (1, 2):
+            store.add_checkpoint(sid, position, [{"role": "user", "content": "summary"}], 10, 5)
+        store.add_file_backup(sid, 0, "a.txt", b"a")
+        store.add_file_backup(sid, 1, "b.txt", b"b")
+        store.truncate(sid, 1)
+        assert [c.position for c in store.checkpoints(sid)] == [1]
+        assert store.file_backups(sid, 0) == [("a.txt", b"a", None)]
+
+
+def test_set_model_never_stores_credentials_of_the_url(tmp_path: Path) -> None:
+    with SessionStore(tmp_path / "s.db") as store:
+        sid = store.create().id
+        store.set_model(sid, "m2", "https://user:hunter2@llm.example/v1?key=hunter2")
+        info = store.get(sid)
+        assert info.model == "m2" and "hunter2" not in info.base_url and "llm.example" in info.base_url
 
 
 def test_fork_copies_everything_of_a_session_and_the_original_stays_as_it_was(tmp_path: Path) -> None:

@@ -1,4 +1,17 @@
-"""Dispatch: every call gets one result, whatever the tool raises or returns, and a hung tool cannot keep crow alive."""
+"""Dispatch: every call gets one result, whatever the tool raises or returns, and a hung tool cannot keep crow alive.
+
+Properties guarded here (scheduling, the readers-writer lock, is guarded in test_dispatch_scheduling.py):
+
+- every call gets exactly one result, with its own id and its call index, whatever happens to it;
+- a tool raising any Exception (or SystemExit, KeyboardInterrupt, its own CancelledError or TimeoutError) is
+  answered with an error naming it; a `ToolError` with its message; `ToolFailed` with its output as it is;
+- arguments failing the schema, cut-off calls and unknown tools are answered without running the tool;
+- a tool needing approval runs only when the approver says yes (denied: `denied`, not run);
+- a call past its tool's own `timeout_s` (else dispatch's) is cancelled and answered `timeout`;
+- every result's text and display is made sendable, masked of the run's secrets and capped at
+  `max_output_chars`; at most `MAX_IMAGES` images reach the model, the others are named;
+- every call runs with the run's `ToolContext` current.
+"""
 
 from __future__ import annotations
 
@@ -211,3 +224,117 @@ async def test_every_tools_output_is_masked_in_one_place(tmp_path: Path) -> None
     events = [e async for e in dispatch(calls, registry, context=ToolContext(tmp_path, (key,)))]
     outputs = {e.result.call_id: e.result.output for e in events if e.type == "tool_result"}
     assert all(key not in out and "[REDACTED]" in out for out in outputs.values()), outputs
+
+
+# provenance: a mutation check (w5) — dispatch catching only ToolError, or results losing their call index,
+# passed every test of this file
+async def test_every_call_gets_one_result_with_its_id_and_index() -> None:
+    from crow_cli.errors import ToolError
+
+    @tool
+    def fine() -> str:
+        """Works."""
+        return "yes"
+
+    @tool
+    def fails() -> str:
+        """Fails as tools should."""
+        raise ToolError("broken")
+
+    @tool
+    def crashes() -> str:
+        """A plugin's bug: any exception."""
+        raise ValueError("bad value")
+
+    registry = ToolRegistry()
+    for t in (fine, fails, crashes):
+        registry.register(t)
+    calls = [ToolCall(f"id_{n}", name, "{}", n) for n, name in enumerate(("crashes", "fine", "nope", "fails", "fine"))]
+    events = [e async for e in dispatch(calls, registry)]
+    results = [e.result for e in events if e.type == "tool_result"]
+    assert sorted((r.index, r.call_id) for r in results) == [(c.index, c.id) for c in calls]
+    by_id = {r.call_id: r for r in results}
+    assert by_id["id_0"].output == "Error: crashes raised ValueError: bad value" and not by_id["id_0"].ok
+    assert by_id["id_3"].output == "Error: broken" and by_id["id_1"].output == by_id["id_4"].output == "yes"
+
+
+# provenance: a mutation check (w5) — skipping the schema check passed every test of this file
+async def test_arguments_failing_the_schema_are_answered_without_running_the_tool() -> None:
+    ran: list[int] = []
+
+    @tool
+    def count(n: int) -> str:
+        """Takes a number."""
+        ran.append(n)
+        return str(n)
+
+    registry = ToolRegistry()
+    registry.register(count)
+    results = await results_of(registry, ToolCall("c", "count", json.dumps({"m": 1})))
+    assert results["c"].output.startswith("Error: invalid arguments for count: n: ") and ran == []
+
+
+# provenance: a mutation check (w5) — an approver's "no" ignored passed every test of this file
+async def test_a_tool_needing_approval_runs_only_on_a_yes() -> None:
+    ran: list[str] = []
+
+    @tool(needs_approval=True)
+    def guarded(label: str) -> str:
+        """Needs approval."""
+        ran.append(label)
+        return label
+
+    async def approve(call: ToolCall, t: object) -> bool:
+        return json.loads(call.arguments)["label"] == "yes"
+
+    registry = ToolRegistry()
+    registry.register(guarded)
+    calls = [ToolCall(label, "guarded", json.dumps({"label": label}), n) for n, label in enumerate(("yes", "no"))]
+    events = [e async for e in dispatch(calls, registry, approve=approve)]
+    results = {e.result.call_id: e.result for e in events if e.type == "tool_result"}
+    assert (results["yes"].output, results["no"].outcome, ran) == ("yes", "denied", ["yes"])
+
+
+# provenance: a mutation check (w5) — a tool's own timeout_s ignored (dispatch's used) passed every test of this
+# file, only slower
+async def test_a_tools_own_timeout_cuts_it_short_of_dispatchs() -> None:
+    @tool(timeout_s=0.01)
+    async def hangs() -> str:
+        """Never returns."""
+        await asyncio.Event().wait()
+        return ""
+
+    registry = ToolRegistry()
+    registry.register(hangs)
+    async with asyncio.timeout(60):  # a hang bound: dispatch's own limit is an hour
+        results = await results_of(registry, ToolCall("c", "hangs", "{}"), timeout_s=3600)
+    assert results["c"].outcome == "timeout"
+
+
+# provenance: a mutation check (w5) — no cap on a result's text, no masking of what the person is shown, and no
+# cap on the images each passed every test of this file
+async def test_a_results_text_is_capped_its_display_masked_and_its_images_counted() -> None:
+    from crow_cli.history import ToolDisplay
+    from crow_cli.images import Image
+    from crow_cli.tools.context import ToolContext
+    from crow_cli.tools.dispatch import MAX_IMAGES
+    from crow_cli.tools.tool import ToolOutput
+
+    key = "sk-proj-openai-key-123456"
+    images = tuple(Image(b"\x89PNG\r\n\x1a\n%d" % n, "image/png") for n in range(MAX_IMAGES + 2))
+
+    @tool
+    def big() -> ToolOutput:
+        """Long output, a secret on show, many images."""
+        return ToolOutput("x" * 500, ToolDisplay(output=f"out {key}", status=f"ended {key}"), images)
+
+    registry = ToolRegistry()
+    registry.register(big)
+    events = [e async for e in dispatch([ToolCall("c", "big", "{}")], registry, max_output_chars=100,
+                                        context=ToolContext(secrets=(key,)))]
+    result = next(e.result for e in events if e.type == "tool_result")
+    assert result.output.startswith("x" * 100 + "\n[output truncated: 400 of 500 characters not shown]")
+    assert result.output.endswith(f"[2 images not shown to the model (more than {MAX_IMAGES}, larger than 10 MiB, or "
+                                  "not PNG, JPEG, GIF or WebP): [image: image/png, 9 B], [image: image/png, 9 B]]")
+    assert result.images == images[:MAX_IMAGES]
+    assert result.display == ToolDisplay(output="out [REDACTED]", status="ended [REDACTED]")

@@ -1,6 +1,20 @@
 """The sandbox of `run_shell`: real bubblewrap on Linux (writes, network, .git hooks, crow killed), and the
 macOS profile as text.
 
+Properties guarded here:
+
+- `workspace-write` writes the workspace and the temp dir only; `read-only` writes nothing (a workspace under
+  the temp dir stays visible); `off` confines nothing;
+- every `.git` in the workspace (any case, a submodule's, a worktree's file) is read-only and cannot be moved
+  aside; `git_metadata` finds them without following symlinked folders; a `.git` a command made is put aside
+  under a name not taken;
+- crow's folders, the start-up files, `~/.ssh` and git's global config stay read-only (`is_guarded`: those
+  paths and below, not names that merely start alike);
+- /run and the temp dir's sockets are out of reach; no network nor Unix socket unless allowed; no
+  capabilities; no command outlives crow;
+- `blocked_reason` names a refused write or socket (also in a command that succeeded, in an error's form),
+  a network failure only in a command that failed, nothing when the sandbox is off.
+
 # issue: a command the user approved (or that --yes let through) could write anywhere the user can,
 # reach any host, and outlive `kill -9` of crow.
 """
@@ -485,3 +499,38 @@ def test_a_bwrap_that_cannot_take_the_socket_filter_is_no_sandbox(tmp_path: Path
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"})
     assert done.stdout == "None bwrap cannot make a sandbox here (bwrap: seccomp not supported)\n", done.stderr
+
+
+# provenance: a mutation check (w5) — `.GIT` not protected, a `.git` put aside over an earlier one, symlinked
+# folders followed, and guarded paths matched as bare prefixes each passed every test of this file
+def test_a_git_dir_in_any_case_is_protected_while_confined(place: Path) -> None:
+    ws = place / "ws"
+    assert Sandbox("workspace-write").protects(ws.resolve() / ".GIT" / "config", ws)
+    assert not Sandbox("off").protects(ws.resolve() / ".git" / "config", ws)
+
+
+def test_a_new_git_is_put_aside_under_a_name_not_taken(place: Path) -> None:
+    from crow_cli.tools.sandbox import put_aside_new_git
+
+    (place / "plain/.git").mkdir(parents=True)
+    (place / "plain/.git.crow-sandboxed").write_text("put aside earlier")
+    assert put_aside_new_git(place / "plain", []) == [(str(place / "plain/.git"),
+                                                       str(place / "plain/.git.crow-sandboxed-2"))]
+    assert (place / "plain/.git.crow-sandboxed").read_text() == "put aside earlier"
+
+
+def test_git_metadata_does_not_follow_symlinked_folders(place: Path) -> None:
+    from crow_cli.tools.sandbox import git_metadata
+
+    (place / "outside/repo/.git").mkdir(parents=True)
+    (place / "ws/link").symlink_to(place / "outside/repo")
+    assert git_metadata(place / "ws") == [str((place / "ws/.git").resolve())]
+
+
+def test_guarded_paths_are_those_and_below_not_names_alike(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from crow_cli.tools.sandbox import is_guarded
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    home = tmp_path.resolve()
+    assert is_guarded(home / ".ssh") and is_guarded(home / ".ssh/config")
+    assert not is_guarded(home / ".ssh-notes")

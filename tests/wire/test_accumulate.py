@@ -1,4 +1,19 @@
-"""The pure accumulator: every conformance case, then one test per rule."""
+"""The pure accumulator: every conformance case, then one test per rule.
+
+Properties guarded here (refusals and empty turns: test_accumulate_refusal_and_empty.py):
+
+- every conformance case assembles the calls, text, reasoning and finish reason expected;
+- calls are keyed by index (missing: the position or the latest call); id, type, name and every key a server
+  attaches to a call come from their first non-empty value, never overwritten;
+- a new id and name at a used index starts a call once the open one's arguments are complete (Ollama);
+- fragments are joined once; a final chunk repeating the whole arguments is not appended; orphan fragments
+  go to the one open call, else are dropped with a warning; nameless calls are dropped with a warning;
+- calls are indexed in call order; a turn with calls is a tool turn whatever `finish_reason` says;
+- cut arguments are repaired with a warning (`cut_off` where the repair had to guess);
+- reasoning blocks merge per index and type, a piece with another signature at that index is a block of its
+  own; whatever else the server attaches is kept to be sent back;
+- a token limit, a content filter or a missing finish reason is warned about.
+"""
 
 from __future__ import annotations
 
@@ -141,12 +156,14 @@ def test_object_arguments_are_serialised():
 
 
 def test_final_chunk_repeating_complete_arguments_is_not_appended():
-    turn, _ = assemble(
+    # provenance: a mutation check (w5) — with the repeat appended, the repair hid it: the warning shows it
+    turn, events = assemble(
         chunk({"tool_calls": [tool_delta(0, "c1", "f", '{"a": ')]}),
         chunk({"tool_calls": [tool_delta(0, arguments="1}")]}),
         chunk({"tool_calls": [tool_delta(0, arguments='{"a": 1}')]}, "tool_calls"),
     )
     assert turn.tool_calls[0].arguments == '{"a": 1}'
+    assert not [e for e in events if isinstance(e, WarningEvent)]  # not appended, then repaired away
 
 
 def test_missing_index_continues_the_latest_call():
@@ -562,3 +579,27 @@ def test_text_that_only_looks_like_the_start_of_a_tag_is_kept() -> None:
     turn, events = assemble(chunk({"content": "a <tool"}), chunk({"content": " b < c <"}), chunk({}, "stop"))
     assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "a <tool b < c <"
     assert turn.content == "a <tool b < c <" and "template-tags-in-content" not in turn.rules
+
+
+# provenance: a mutation check (w5) — a call's attached keys taking the last value, a reasoning piece of another
+# signature merged into the block before, and `cut_off` dropped each passed every test of this file
+def test_a_key_attached_to_a_call_keeps_its_first_value():
+    first = {"google": {"thought_signature": "G1"}}
+    turn, _ = assemble(
+        chunk({"tool_calls": [{**tool_delta(0, "c1", "f", "{}"), "extra_content": first}]}),
+        chunk({"tool_calls": [{"index": 0, "extra_content": {"google": {"thought_signature": "G2"}}}]}, "tool_calls"),
+    )
+    assert turn.tool_calls[0].extra == {"extra_content": first}
+
+
+def test_a_reasoning_piece_with_another_signature_is_a_block_of_its_own():
+    pieces = [{"type": "reasoning.text", "text": "a", "signature": "S1", "index": 0},
+              {"type": "reasoning.text", "signature": "S2"}]  # no index, no text: only its signature tells
+    turn, _ = assemble(*(chunk({"reasoning_details": [p]}) for p in pieces), chunk({"content": "x"}, "stop"))
+    assert turn.fields["reasoning_details"] == pieces
+
+
+def test_arguments_the_repair_had_to_guess_mark_the_call_cut_off():
+    turn, _ = assemble(chunk({"tool_calls": [tool_delta(0, "c1", "f", '{"path": "a.txt", "content": "li')]}),
+                       chunk({}, "tool_calls"))
+    assert turn.tool_calls[0].cut_off

@@ -1,7 +1,19 @@
 """Reading a server's refusal: which part of the request it names, and the change that makes it acceptable.
 
 Every error body here is a real one, quoted from the public report named beside it (ids and values kept
-as reported, only shortened where marked)."""
+as reported, only shortened where marked).
+
+Properties guarded here:
+
+- only a 400 or 422 is read; a change is returned only when its rules change the request, else None;
+- each refusal maps to exactly the rules that make the part it names acceptable (schema keywords, refs,
+  parameters dropped, set or renamed, sizes capped or cut, message shapes, roles folded, tool names);
+- parameter rules never touch the request itself (`model`, `messages`, `stream`, `tools`), not even by a
+  rename to one of them;
+- `apply_rules` returns a new body and never changes the one given; a cut applies to tool results only;
+- a folded role's text comes first in the first user message, or becomes one when there is none;
+- rules round-trip through JSON; known rules come by host and model family.
+"""
 
 from __future__ import annotations
 
@@ -524,3 +536,30 @@ def test_a_stored_pattern_of_an_earlier_version_is_read_as_a_known_rule_or_stric
     assert name_rule("[a-zA-Z0-9_]+") == "word"
     assert name_rule("(a+)+" * 1000) == "strict"
     assert name_rule(None) == "letter_first"
+
+
+# provenance: a mutation check (w5) — parameter rules touching the request's own fields, a status other than
+# 400/422 read, a cut of a message that is no tool result, and a folded role lost without a user message each
+# passed every test of this file
+def test_parameter_rules_never_touch_the_request_itself() -> None:
+    request = body(max_tokens=5)
+    assert apply_rules(request, [Rule("drop_param", "messages"), Rule("set_param", "model", "x"),
+                                 Rule("rename_param", "stream", "s"), Rule("rename_param", "max_tokens", "model")]
+                       ) == request
+
+
+@pytest.mark.parametrize("status", [401, 404, 429, 500])
+def test_only_a_400_or_422_is_read(status: int) -> None:
+    assert change_for(status, OPENAI_LOGPROBS, body(logprobs=True)) is None
+
+
+def test_a_cut_applies_to_tool_results_only() -> None:
+    request = body()
+    request["messages"][0]["content"] = "y" * 3000
+    assert apply_rules(request, [Rule("cut_tool_result", value=2000)]) == request
+
+
+def test_a_folded_role_without_a_user_message_becomes_one() -> None:
+    request = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "assistant", "content": "ok"}]}
+    assert apply_rules(request, [Rule("fold_role", "system")]) == {
+        "messages": [{"role": "user", "content": "Be brief."}, {"role": "assistant", "content": "ok"}]}

@@ -1,4 +1,17 @@
-"""The outgoing form of a history: what the server attached goes back exactly, minus what it refused."""
+"""The outgoing form of a history: what the server attached goes back exactly, minus what it refused.
+
+Properties guarded here:
+
+- reasoning follows `reasoning_echo`: `always` as kept, `never` none (a demanded field included), `auto` for
+  exchanges that used tools only; reasoning never goes on a user or tool message unless `always`;
+- a refused field is dropped from every message and tool call, a demanded one added to every assistant
+  message; the later lesson replaces an earlier contrary one, and `learned()` facts start the next run there;
+- tool messages carry `name` as the server demands or refuses;
+- each message is shaped once while the policy holds; a growing history is shaped as a fresh policy would;
+- another reader's copy drops what is bound to the author, renames reasoning to the reader's field and maps
+  tool-call ids it refuses (deterministically, in the call and its tool message); the author's own messages
+  and messages without an author go as kept; crow's own keys (author, image names) are never sent.
+"""
 
 from __future__ import annotations
 
@@ -342,3 +355,37 @@ def test_a_tool_messages_outcome_is_never_sent(echo: str) -> None:
     sent = Outgoing(echo).messages(history)
     assert sent[-1] == {"role": "tool", "tool_call_id": "c1", "content": "Error: no"}
     assert history[-1]["crow_outcome"] == "error"  # the stored history keeps it
+
+
+# provenance: a mutation check (w5) — reasoning kept on a tool message under `auto` passed every test of this file
+@pytest.mark.parametrize("echo", ["auto", "never", "always"])
+def test_reasoning_goes_on_assistant_messages_only_unless_always(echo):
+    history = [user_message("go"), {"role": "assistant", "content": None, "tool_calls": [CALL]},
+               {**tool_message("c1", "160"), "reasoning_content": "stray"}]
+    sent = Outgoing(echo).messages(history)
+    assert ("reasoning_content" in sent[2]) == (echo == "always")
+
+
+# provenance: a mutation check (w5) — `never` sending a demanded reasoning field passed every test of this file
+def test_never_sends_no_reasoning_even_where_it_was_demanded():
+    sent = Outgoing("never", known={"required_fields": ["reasoning_content"]}).messages(conversation())
+    assert not any("reasoning_content" in m for m in sent)
+
+
+def _refusal(field: str) -> str:
+    return json.dumps({"detail": [{"type": "extra_forbidden", "loc": ["body", "messages", 1, field],
+                                   "msg": "Extra inputs are not permitted"}]})
+
+
+# provenance: a mutation check (w5) — a refusal or a demand leaving the contrary fact in place passed every test
+# of this file
+def test_a_refusal_replaces_a_demand_and_a_demand_a_refusal():
+    out = Outgoing("auto", known={"required_fields": ["reasoning_content"]})
+    assert out.adapt(422, _refusal("reasoning_content"), out.messages(conversation())) is not None
+    assert not any("reasoning_content" in m for m in out.messages(conversation()))
+    assert out.learned() == {"refused_fields": ["reasoning_content"], "required_fields": []}
+    demand = '{"error": {"message": "The reasoning_content in the thinking mode must be passed back to the API."}}'
+    assert out.adapt(400, demand, out.messages(conversation())) is not None
+    assert out.learned() == {"refused_fields": [], "required_fields": ["reasoning_content"]}
+    assert [m.get("reasoning_content") for m in out.messages(conversation()) if m["role"] == "assistant"] == [
+        "r1", "r2", "r3"]
