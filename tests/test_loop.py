@@ -356,8 +356,8 @@ async def test_cancelled_before_any_text_appends_nothing():
     assert history == [user_message("go")] and events[-1].status == "cancelled"
 
 
-# issue 29 §3: the history did not know who wrote it, so a session moved to another model sent model A's
-# signed output to B as if it were B's own
+# The history did not know who wrote it, so a session moved to another model sent model A's
+# signed output to B as if it were B's own (issue 29 §3)
 async def test_each_assistant_message_records_its_author_and_the_wire_never_sees_it():
     registry = ToolRegistry()
     registry.register(nap)
@@ -367,8 +367,8 @@ async def test_each_assistant_message_records_its_author_and_the_wire_never_sees
     assert all("crow_author" not in m for body in bodies for m in body["messages"])
 
 
-# issue 29 §4: Groq answers a tool call its parser could not read with code tool_use_failed and the text in
-# failed_generation, as a 400 or as an error event inside a 200 stream; the same request usually succeeds
+# Groq answers a tool call its parser could not read with code tool_use_failed and the text in
+# failed_generation, as a 400 or as an error event inside a 200 stream; the same request usually succeeds (issue 29 §4)
 _FAILED = {"error": {"message": "Failed to call a function. Please adjust your prompt. See 'failed_generation' for "
                      "more details.", "type": "invalid_request_error", "code": "tool_use_failed",
                      "failed_generation": "<function=nap>{\"seconds\": 0</function>"}}

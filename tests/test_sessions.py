@@ -249,7 +249,7 @@ def test_load_repairs_a_turn_cut_mid_way_and_stores_the_repair(tmp_path: Path) -
         assert store.load(info.id) == history  # already valid: nothing more added
 
 
-# issue 11 item 13: found trying it as a new user (random bytes in sessions.db: "file is not a database")
+# Found trying it as a new user (random bytes in sessions.db: "file is not a database") (issue 11 item 13)
 def test_a_store_that_is_not_a_database_says_what_to_do(tmp_path: Path) -> None:
     bad = tmp_path / "sessions.db"
     bad.write_bytes(bytes(range(256)) * 40)
@@ -268,7 +268,7 @@ def _damage_the_last_pages(path: Path, pages: int = 4) -> None:
     path.write_bytes(bytes(data))
 
 
-# issue 11 item 13: a store damaged past its first pages opens, then fails on a read
+# A store damaged past its first pages opens, then fails on a read (issue 11 item 13)
 def test_a_damaged_store_fails_reads_with_the_same_error(tmp_path: Path) -> None:
     path = tmp_path / "sessions.db"
     with SessionStore(path) as store:
@@ -280,7 +280,7 @@ def test_a_damaged_store_fails_reads_with_the_same_error(tmp_path: Path) -> None
         store.messages(info.id)
 
 
-# issue 11 item 13: `crow sessions` reports a damaged store like chat and run do: one line, exit 1
+# `crow sessions` reports a damaged store like chat and run do: one line, exit 1 (issue 11 item 13)
 @pytest.mark.parametrize("args", [["list"], ["show", "abc"], ["export", "abc", "--format", "json"]])
 def test_crow_sessions_reports_a_damaged_store_in_one_line(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     path = default_db_path()
@@ -294,7 +294,7 @@ def test_crow_sessions_reports_a_damaged_store_in_one_line(args: list[str], caps
                                         f"{str(path) + '.damaged'!r}), or use --no-session"]
 
 
-# issue 11 (smaller): found trying it as a new user; a negative limit listed nothing, silently
+# smaller: found trying it as a new user; a negative limit listed nothing, silently (issue 11)
 def test_sessions_list_refuses_a_negative_limit(capsys: pytest.CaptureFixture[str]) -> None:
     assert crow_here("sessions", "list", "--limit", "-1") == 2
     assert capsys.readouterr().err.strip() == "crow: error: --limit must be 0 (all) or more (got -1)"
@@ -789,7 +789,7 @@ async def test_credentials_in_the_base_url_are_never_stored(_isolated_home: Path
             assert b"sk-URLSECRET2" not in path.read_bytes(), path
 
 
-# issue 34: the list has a header row and says "1 message", not "1 msgs"
+# The list has a header row and says "1 message", not "1 msgs" (issue 34)
 def test_sessions_list_has_a_header_and_says_1_message(_isolated_home: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     with SessionStore(default_db_path()) as store:
@@ -881,7 +881,7 @@ async def test_commands_on_a_damaged_session_fail_in_one_line_and_send_nothing(
     assert "internal error" not in err and sent == []
 
 
-# issue 32: `crow sessions delete` took a two-character prefix without asking
+# `crow sessions delete` took a two-character prefix without asking (issue 32)
 def test_delete_by_a_prefix_asks_or_needs_yes(_isolated_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with SessionStore() as store:
         info = store.create(model="m")
@@ -901,7 +901,7 @@ def test_delete_by_a_prefix_asks_or_needs_yes(_isolated_home: Path, capsys: pyte
     assert crow_here("sessions", "delete", f"{other.id.upper()} ") == 0
 
 
-# issue 32: a stored title's bidi override reached `crow sessions list` on a terminal and reordered its line
+# A stored title's bidi override reached `crow sessions list` on a terminal and reordered its line (issue 32)
 def test_a_titles_bidi_override_is_escaped_in_the_list(_isolated_home: Path) -> None:
     with SessionStore() as store:
         info = store.create(model="m")

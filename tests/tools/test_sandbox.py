@@ -342,9 +342,9 @@ _CONNECT = "import socket,sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1]
 
 @needs_bwrap
 async def test_unix_sockets_outside_are_out_of_reach_without_network(place: Path, home_listener: Path) -> None:
-    # issue 30: `tmux -S ~/.ssh/cm-…`, ssh ControlMaster, docker.sock, gpg-agent: with the network off a
+    # `tmux -S ~/.ssh/cm-…`, ssh ControlMaster, docker.sock, gpg-agent: with the network off a
     # sandboxed command still connected to any Unix socket outside /run and the temp dir, and the daemon ran
-    # what it was sent unconfined. No Unix socket can be made inside; socketpair still works.
+    # what it was sent unconfined. No Unix socket can be made inside; socketpair still works. (issue 30)
     out = await _run(f"{sys.executable} -c '{_CONNECT}' {home_listener}", _context(place))
     assert "CONNECTED" not in out and "Address family not supported" in out, out
     assert out.startswith("BLOCKED the sandbox has no network: no Unix socket")
@@ -388,8 +388,8 @@ def home_is_workspace(place: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @needs_bwrap
 async def test_crow_config_and_start_up_files_stay_read_only_when_the_workspace_is_home(
         home_is_workspace: Path, place: Path) -> None:
-    # issue 30: run from the home folder, a sandboxed command appended an [mcp_servers] entry to
-    # ~/.config/crow/config.toml, and the next crow run started it unconfined
+    # Run from the home folder, a sandboxed command appended an [mcp_servers] entry to
+    # ~/.config/crow/config.toml, and the next crow run started it unconfined (issue 30)
     home = home_is_workspace
     out = await _run("echo '[mcp_servers.x]' >> .config/crow/config.toml; echo evil >> .bashrc; "
                      "echo k > .ssh/authorized_keys; echo '[core]' >> .gitconfig; mkdir -p .local/share/crow/x; "
@@ -404,8 +404,8 @@ async def test_crow_config_and_start_up_files_stay_read_only_when_the_workspace_
 
 @needs_bwrap
 async def test_read_only_keeps_a_workspace_under_the_temp_dir_visible(place: Path) -> None:
-    # issue 30: --sandbox read-only with the workspace under /tmp: the tmpfs over the temp dir hid it and every
-    # command failed with "bwrap: Can't chdir"
+    # --sandbox read-only with the workspace under /tmp: the tmpfs over the temp dir hid it and every
+    # command failed with "bwrap: Can't chdir" (issue 30)
     (place / "tmp/ws").mkdir()
     (place / "tmp/ws/f").write_text("seen\n")
     (place / "tmp/other").write_text("hidden\n")
@@ -417,7 +417,7 @@ async def test_read_only_keeps_a_workspace_under_the_temp_dir_visible(place: Pat
 
 @needs_bwrap
 async def test_a_refused_write_is_blocked_even_when_the_command_then_succeeds(place: Path) -> None:
-    # issue 30: a refused write followed by `; echo done` exited 0, so nobody was asked to run it outside
+    # A refused write followed by `; echo done` exited 0, so nobody was asked to run it outside (issue 30)
     out = await _run(f"echo c > {place}/outside/x; echo done", _context(place))
     assert out.startswith("BLOCKED the sandbox (workspace-write) refused a write"), out
     assert "done" in out
@@ -440,9 +440,9 @@ def _git(cwd: Path, *args: str) -> str:
 
 @needs_bwrap
 async def test_a_git_repository_made_inside_never_reaches_the_users_git(place: Path) -> None:
-    # issue 30: a sandboxed `git init` plus a hook and core.fsmonitor ran at the user's next `git status`
+    # A sandboxed `git init` plus a hook and core.fsmonitor ran at the user's next `git status`
     # (the workspace had no .git at its root, so nothing was protected). What the run left named .git is
-    # put aside as soon as the command ends.
+    # put aside as soon as the command ends. (issue 30)
     (place / "plain").mkdir()
     context = ToolContext(place / "plain", sandbox=Sandbox("workspace-write", False, str(place / "tmp")))
     out = await _run(f"git init -q . && git config core.fsmonitor 'touch {place}/outside/ran' && mkdir -p sub && "
@@ -455,7 +455,7 @@ async def test_a_git_repository_made_inside_never_reaches_the_users_git(place: P
 
 @needs_bwrap
 async def test_a_submodules_git_dir_is_read_only(place: Path) -> None:
-    # issue 30: a submodule whose git dir is sub/.git had its fsmonitor run by a top-level `git status`
+    # A submodule whose git dir is sub/.git had its fsmonitor run by a top-level `git status` (issue 30)
     (place / "ws/sub/.git").mkdir(parents=True)
     (place / "ws/sub/.git/config").write_text("[core]\n")
     (place / "ws/deep/er").mkdir(parents=True)
@@ -468,7 +468,7 @@ async def test_a_submodules_git_dir_is_read_only(place: Path) -> None:
 
 
 def test_file_tools_refuse_any_git_dir_in_the_workspace(place: Path) -> None:
-    # issue 30: only the workspace root's .git was refused to write_file / edit_file
+    # Only the workspace root's .git was refused to write_file / edit_file (issue 30)
     from crow_cli.errors import ToolError
     from crow_cli.tools.workspace import resolve_for_write
 

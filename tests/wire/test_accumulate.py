@@ -495,7 +495,7 @@ def test_lone_surrogates_outside_text_become_replacement_characters() -> None:
     json.dumps(turn.to_message(), ensure_ascii=False).encode("utf-8")  # storable and sendable
 
 
-# issue 34: llama.cpp streams `prompt_progress` (with return_progress) before the first token; crow showed nothing
+# Llama.cpp streams `prompt_progress` (with return_progress) before the first token; crow showed nothing (issue 34)
 def test_llama_cpps_prompt_progress_is_a_notice_and_timings_are_kept() -> None:
     from crow_cli.events import Notice
 
@@ -511,8 +511,8 @@ def test_llama_cpps_prompt_progress_is_a_notice_and_timings_are_kept() -> None:
     assert turn.content == "Hi" and turn.timings == {"prompt_n": 12, "cache_n": 7988}
 
 
-# issue 32: a text-valued delta key crow does not know, streamed in pieces (reasoning under a new name), kept
-# only its first piece; a value sent whole on every delta is kept once, and the join is bounded
+# A text-valued delta key crow does not know, streamed in pieces (reasoning under a new name), kept
+# only its first piece; a value sent whole on every delta is kept once, and the join is bounded (issue 32)
 def test_an_unknown_text_key_streamed_in_pieces_is_joined():
     turn, _ = assemble(chunk({"thoughts": "Let me "}), chunk({"thoughts": "check."}),
                        chunk({"content": "4", "provider": "acme"}), chunk({"provider": "acme"}, "stop"))
@@ -532,8 +532,8 @@ def test_an_unknown_text_key_is_cut_at_its_bound_and_debug_names_it_once(monkeyp
     assert sum("'thoughts' is over 10 characters" in n for n in notes) == 1
 
 
-# issue 29 §4: with n > 1 a server streams each choice in its own chunks; choice 1 after choice 0 finished was
-# assembled into the turn as if a counting runtime had numbered its one choice
+# With n > 1 a server streams each choice in its own chunks; choice 1 after choice 0 finished was
+# assembled into the turn as if a counting runtime had numbered its one choice (issue 29 §4)
 def _choice(index, delta, finish=None):
     return {"choices": [{"index": index, "delta": delta, "finish_reason": finish}]}
 
@@ -560,8 +560,8 @@ def test_n_above_one_ignores_interleaved_choices():
     assert acc.finish()[0].content == "ab"
 
 
-# issue 34 §5: SmolLM2 under crow's Hermes-style template (llama.cpp) answered "The result is 4.\n</tool_response>":
-# the template's tags leaked into the answer text, shown and stored
+# SmolLM2 under crow's Hermes-style template (llama.cpp) answered "The result is 4.\n</tool_response>":
+# the template's tags leaked into the answer text, shown and stored (issue 34 §5)
 @pytest.mark.parametrize("pieces", [
     ["The result is 4.", "\n</tool_", "response>"],
     ["</tool_response>\n", "The result is 4.\n"],

@@ -516,8 +516,8 @@ def test_a_refusal_nested_deeper_than_the_parser_goes_names_nothing() -> None:
     assert change_for(400, deep, {"model": "m", "messages": []}) is None
 
 
-# issue 29: a refusal's quoted "pattern '…'" was compiled and run unbounded on the event loop and stored; a
-# catastrophic one (here nested quantifiers against a long name) never finished
+# A refusal's quoted "pattern '…'" was compiled and run unbounded on the event loop and stored; a
+# catastrophic one (here nested quantifiers against a long name) never finished (issue 29)
 def test_a_servers_name_pattern_is_never_compiled_only_a_known_rule_chosen() -> None:
     hostile = "(a+)+" * 2000 + "b"
     text = err(f"Invalid 'tools[1].function.name': Expected a string that matches the pattern '^{hostile}$'.")

@@ -228,8 +228,8 @@ def test_reasoning_blocks_inside_another_attached_field_follow_reasoning_echo():
     assert Outgoing("never").messages(only)[1] == {"role": "assistant", "content": "hi"}
 
 
-# issue 29 §3: a session moved to another model (`crow run -c --model B`) sent model A's signed thinking and
-# Gemini thought signatures to B, which refuses them ("Invalid `signature` in `thinking` block")
+# A session moved to another model (`crow run -c --model B`) sent model A's signed thinking and
+# Gemini thought signatures to B, which refuses them ("Invalid `signature` in `thinking` block") (issue 29 §3)
 _A = {"base_url": "http://a.example/v1", "model": "A"}
 _B = {"base_url": "http://a.example/v1", "model": "B"}
 
@@ -287,8 +287,9 @@ def test_a_message_without_an_author_goes_as_kept() -> None:
     assert sent[1]["thinking_blocks"][0]["signature"] == "sig-A"
 
 
-# issue 29 §3: Kimi's ids (`functions.lookup_order:0`) sent on to an Anthropic-compatible reader were refused:
+# Kimi's ids (`functions.lookup_order:0`) sent on to an Anthropic-compatible reader were refused:
 # 'messages.1.content.0.tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'' (and Mistral's 9-character rule)
+# (issue 29 §3)
 _ANTHROPIC_ID = ('{"type":"error","error":{"type":"invalid_request_error","message":"messages.1.content.0.tool_use.id: '
                  "String should match pattern '^[a-zA-Z0-9_-]+$'\"}}")
 _MISTRAL_ID = ('{"object":"error","message":"Tool call id was functions.lookup_order:0 but must be a-z, A-Z, 0-9, with '
