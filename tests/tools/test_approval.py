@@ -23,8 +23,9 @@ from crow_cli.tools.approval import (
     parse_answer,
 )
 from crow_cli.tools.builtin import BUILTIN_TOOLS
-from crow_cli.tools.registry import ToolRegistry
+from crow_cli.tools.registry import ToolRegistry, default_registry
 from crow_cli.tools.tool import Tool, tool
+from tests.support import run_here, script, tool_messages
 
 TOOLS = {t.name: t for t in BUILTIN_TOOLS}
 
@@ -466,3 +467,225 @@ def test_edits_of_crow_config_and_start_up_files_are_asked_about(
     edited = decide(_call("edit_file", path=".bashrc", old_string="x", new_string="y"), edit,
                     ApprovalPolicy("auto-edit"), context=context)
     assert isinstance(edited, Ask)
+
+
+# --- The hint of a call denied for want of a person to approve it names only what would allow it, as policies and
+# rules every surface shares, never a command-line flag (issue: an editor has no --yes).
+
+async def _denial(mode: str, name: str, arguments: str = "{}", registry: ToolRegistry | None = None) -> str:
+    t = (registry or default_registry(())).get(name)
+    assert t is not None
+    with pytest.raises(ToolDenied) as info:
+        await make_approver(mode)(ToolCall("c1", name, arguments), t)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("mode", ["ask", "auto-edit"])
+async def test_run_shell_hint_never_offers_auto_edit(mode):
+    message = await _denial(mode, "run_shell", '{"command": "ls"}')
+    assert "auto-edit" not in message and "--" not in message
+    assert message.endswith("the yolo policy or an allow rule for run_shell (or for this command's prefix)")
+
+
+async def test_a_file_edit_under_ask_is_offered_auto_edit():
+    message = await _denial("ask", "write_file", '{"path": "a", "content": "b"}')
+    assert message.endswith("the yolo policy, the auto-edit policy or an allow rule for write_file")
+
+
+async def test_a_plugin_tool_is_offered_yes_or_its_allow_rule_only():
+    @tool(needs_approval=True)
+    def deploy() -> str:
+        """Deploy."""
+        return "done"
+
+    registry = ToolRegistry()
+    registry.register(deploy)
+    message = await _denial("auto-edit", "deploy", registry=registry)
+    assert message.endswith("can approve such calls with the yolo policy or an allow rule for deploy")
+
+
+async def test_cli_auto_edit_denial_of_run_shell_names_what_would_allow_it(tmp_path):
+    ran = await run_here(script([("c1", "run_shell", {"command": "echo hi"})]), "go", cwd=tmp_path,
+                         flags={"approval": "auto-edit"}, session=False)
+    assert ran.code == 0, ran.stderr
+    [result] = tool_messages(ran.requests[1])
+    assert "needs approval" in result["content"] and "auto-edit" not in result["content"]
+
+
+# --- Deny rules see through assignments, shell keywords, wrappers, paths and `sh -c`; allow rules stay strict.
+
+SHELL = next(t for t in BUILTIN_TOOLS if t.name == "run_shell")
+
+
+def _shell_call(command: str) -> ToolCall:
+    return ToolCall("call_1", "run_shell", json.dumps({"command": command}), 0)
+
+
+@pytest.mark.parametrize("command", [
+    "FOO=1 rm -rf x", "{ rm -rf x; }", "if true; then rm -rf x; fi", "! rm -rf x", "exec rm -rf x",
+    "command rm -rf x", "time rm -rf x", "for i in 1; do rm -rf x; done", "env rm -rf x",
+    "env -i FOO=1 rm -rf x", "nohup rm -rf x", "sudo rm -rf x", "find . | xargs rm -rf", "/bin/rm -rf x",
+    "while rm -rf x; do :; done", "nice -n 10 rm -rf x", "sudo -u root rm -rf x", "timeout 5 rm -rf x",
+    "FOO='a b' BAR=2 rm -rf x", "xargs -0 rm -rf < list", "case a in a) rm -rf x;; esac", "\\rm -rf x",
+    "'rm' -rf x", "sh -c 'rm -rf x'", "bash -c \"cd y && rm -rf x\"", "bash -ec 'rm -rf x'",
+    "sh -c \"sh -c 'rm -rf x'\"", "eval rm -rf x", "eval 'rm -rf x'", "FOO=1 sudo env BAR=2 /usr/bin/rm -rf x",
+    "true\nrm -rf x", "time -p rm -rf x", "(rm -rf x)", "x=$(rm -rf y)",
+])
+async def test_deny_sees_through_wrappers(command: str) -> None:
+    approve = make_approver(yes=True, deny=["run_shell:rm -rf"])
+    with pytest.raises(ToolDenied, match="denied by the rule 'run_shell:rm -rf'"):
+        await approve(_shell_call(command), SHELL)
+
+
+@pytest.mark.parametrize("command", [
+    "echo rm -rf x", "rm -r x", "grep -rf rm x", "printf '%s' rm", "FOO=rm ls -rf", "ls /bin/rm",
+])
+async def test_deny_still_lets_unrelated_commands_run(command: str) -> None:
+    approve = make_approver(yes=True, deny=["run_shell:rm -rf"])
+    assert await approve(_shell_call(command), SHELL)
+
+
+@pytest.mark.parametrize("command", [
+    "sh -c 'git status'", "bash -c 'git status && rm x'", "FOO=1 git status", "env git status",
+    "sudo git status", "/usr/bin/git status", "{ git status; }", "xargs git status", "eval git status",
+])
+async def test_allow_rules_do_not_approve_wrapped_commands(command: str) -> None:
+    approve = make_approver("ask", allow=["run_shell:git status"])
+    with pytest.raises(ToolDenied, match="nobody can approve"):
+        await approve(_shell_call(command), SHELL)
+
+
+async def test_an_allow_rule_that_names_the_shell_approves_it() -> None:
+    approve = make_approver("ask", allow=["run_shell:sh -c"])
+    assert await approve(_shell_call("sh -c 'git status'"), SHELL)
+
+
+async def test_deny_of_a_command_with_arguments_inside_a_shell_script() -> None:
+    approve = make_approver(yes=True, deny=["run_shell:git push"])
+    for command in ("bash -lc 'git push origin main'", "env GIT_TRACE=1 git push", "time git push -f"):
+        with pytest.raises(ToolDenied, match="git push"):
+            await approve(_shell_call(command), SHELL)
+    assert await approve(_shell_call("git pushx"), SHELL)
+
+
+# found trying it as a new user (fourth round): ways past `--deny 'run_shell:rm -rf'`. A string a wrapper
+# evaluates is checked; what cannot be checked (a command word that is not a literal, input piped into a
+# shell) matches the rule: it fails closed.
+@pytest.mark.parametrize("command", [
+    "echo rm -rf v | sh", "cat script | bash", "echo rm -rf v | sudo bash -s", "trap 'rm -rf v' EXIT",
+    "su -c 'rm -rf v'", "find . -exec rm -rf {} +", "find . -name v -execdir rm -rf {} \\;",
+    "find . -ok rm -rf {} ';'", "echo v | xargs rm -rf", "xargs -I{} sh -c 'rm -rf {}'", "$(echo rm) -rf v",
+    "`echo rm` -rf v", "a=rm; $a -rf v", "${RM:-rm} -rf v", 'RM=rm; "$RM" -rf v', "sudo $CMD -rf v",
+    "perl -e 'system(\"rm -rf v\")'", "python3 -c 'import os; os.system(\"rm -rf v\")'",
+    "python -c \"import subprocess; subprocess.run(['rm', '-rf', 'v'])\"", "awk 'BEGIN{system(\"rm -rf v\")}'",
+    "bash -c 'rm -rf v'", "env -S 'rm -rf v'", "coproc rm -rf v",
+])
+async def test_deny_checks_evaluated_strings_and_fails_closed_on_what_it_cannot_read(command: str) -> None:
+    approve = make_approver(yes=True, deny=["run_shell:rm -rf"])
+    with pytest.raises(ToolDenied, match="denied by the rule 'run_shell:rm -rf'"):
+        await approve(_shell_call(command), SHELL)
+
+
+@pytest.mark.parametrize("command", [
+    "x=$(date) && echo $x", "echo $(date)", "for f in $(ls); do echo $f; done", "case $x in a) ls;; esac",
+    "echo v | python3 script.py", "find . -name '*.pyc' -exec ls {} +", "trap 'echo bye' EXIT",
+    "perl -e 'print \"rm\"'", "ls | grep rm", "echo `date`",
+])
+async def test_deny_still_lets_readable_commands_run(command: str) -> None:
+    approve = make_approver(yes=True, deny=["run_shell:rm -rf"])
+    assert await approve(_shell_call(command), SHELL)
+
+
+# --- Deny rules compare options as flags, not as words: `rm -fr`, `rm -r -f`, `rm --recursive --force`
+# are `rm -rf`. Allow rules stay literal.
+
+async def _denied(rule: str, command: str) -> bool:
+    try:
+        await make_approver(yes=True, deny=[f"run_shell:{rule}"])(_shell_call(command), SHELL)
+    except ToolDenied:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("command", [
+    "rm -fr x", "rm -r -f x", "rm -f -r x", "rm --recursive --force x", "rm --force --recursive x", "rm -Rf x",
+    "rm -R -f x", "rm -rfv x", "rm -v -r -f x", "rm -r --force x", "rm x -rf", "rm --recursive -f -- x",
+    "sudo rm -fr /", "sh -c 'rm -r -f x'", "cd /tmp && rm -f -R build", "/bin/rm --force=yes -r x",
+])
+async def test_rm_rf_rule_sees_every_spelling(command: str) -> None:
+    assert await _denied("rm -rf", command)
+
+
+@pytest.mark.parametrize("rule", ["rm -fr", "rm -r -f", "rm --recursive --force", "rm -R -f"])
+async def test_the_rule_itself_may_be_spelled_any_way(rule: str) -> None:
+    assert await _denied(rule, "rm -rf x")
+
+
+@pytest.mark.parametrize("command", ["rm -r x", "rm -f x", "rm -- -rf", "rm -i x", "echo rm -fr x", "grep -rf x y",
+                                     "rmdir -p x"])
+async def test_commands_without_both_flags_still_run(command: str) -> None:
+    assert not await _denied("rm -rf", command)
+
+
+@pytest.mark.parametrize(("command", "denied"), [
+    ("rm -fr /", True), ("rm -r -f /", True), ("rm --recursive --force /", True), ("rm -rf /tmp/x /", True),
+    ("rm -rf ./build", False), ("rm -r /", False),
+])
+async def test_a_rule_with_an_operand(command: str, denied: bool) -> None:
+    assert await _denied("rm -rf /", command) is denied
+
+
+@pytest.mark.parametrize(("command", "denied"), [
+    ("git push -f origin main", True), ("git push origin main --force", True), ("git push --force", True),
+    ("git push --force-with-lease", False), ("git push origin main", False), ("git pull -f", False),
+])
+async def test_git_push_force(command: str, denied: bool) -> None:
+    assert await _denied("git push --force", command) is denied
+
+
+async def test_chmod_recursive_long_option_is_capital_r() -> None:
+    assert await _denied("chmod -R 777", "chmod --recursive 777 .")
+    assert not await _denied("chmod -R 777", "chmod -r 777 .")  # for chmod, -r is a mode, not recursion
+
+
+async def test_allow_rules_stay_word_for_word() -> None:
+    approve = make_approver("ask", allow=["run_shell:ls -la"])
+    assert await approve(_shell_call("ls -la src"), SHELL)
+    with pytest.raises(ToolDenied, match="nobody can approve"):
+        await approve(_shell_call("ls -al src"), SHELL)
+
+
+# Found trying it as a new user: GNU getopt accepts an unambiguous prefix of a long option (issue 11 item 4)
+@pytest.mark.parametrize(("rule", "command"), [
+    ("rm -rf", "rm --rec --for DIR"), ("rm -rf", "rm --recursive=yes --f DIR"), ("rm -rf", "rm --forc -R DIR"),
+    ("git push --force", "git push --forc origin main"), ("git push --force", "git push origin --fo"),
+    ("chmod -R 777", "chmod --rec 777 ."), ("git reset --hard", "git reset --ha HEAD~1"),
+    ("rm -rf", "sudo rm --re=1 --fo x"),
+])
+async def test_abbreviated_long_options_match(rule: str, command: str) -> None:
+    assert await _denied(rule, command)
+
+
+@pytest.mark.parametrize(("rule", "command"), [
+    ("rm -rf", "rm --verbose --force x"), ("git push --force", "git push --force-with-lease"),
+    ("rm -rf", "rm -- --rec --for"),
+])
+async def test_other_long_options_do_not_match(rule: str, command: str) -> None:
+    assert not await _denied(rule, command)
+
+
+# Splitting is quote-aware: a quoted separator is an argument, so the words after it stay in the command (issue 9)
+@pytest.mark.parametrize(("rule", "command"), [
+    ("git push --force", 'git push ";" --force'), ("git push --force", "git push '&&' --force"),
+    ("rm -rf", 'echo "$(rm -rf x)"'), ("rm -rf", "echo `rm -rf x`"), ("rm -rf", "cat <(rm -rf x)"),
+])
+async def test_quoted_separators_do_not_split_a_command(rule: str, command: str) -> None:
+    assert await _denied(rule, command)
+
+
+async def test_a_quoted_separator_is_not_a_new_command_for_allow_rules() -> None:
+    # `echo "a; b"` is one command: allowed by `echo`, though its text holds a `;` (issue 9)
+    approve = make_approver("ask", allow=["run_shell:echo"])
+    assert await approve(_shell_call('echo "a; rm -rf x"'), SHELL)
+    with pytest.raises(ToolDenied, match="nobody can approve"):
+        await approve(_shell_call("echo a; rm -rf x"), SHELL)
