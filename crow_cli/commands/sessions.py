@@ -181,7 +181,10 @@ def delete(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Delete what a prefix of an id names without asking.")
                    ] = False,
 ) -> None:
-    """Delete a session, its messages and the image files no other session holds (a prefix of its id asks first)."""
+    """Delete a session, its messages and the image files no other session holds.
+
+    A prefix of its id asks first on a terminal; elsewhere it needs the whole id or --yes.
+    """
     try:
         with _store() as store:
             info = store.get(session_id)
