@@ -9,7 +9,7 @@ import sys
 from typing import TextIO
 
 from ..history import ToolCall
-from ..tools.approval import Answer, AskFn, always_scope, approval_question, parse_answer
+from ..tools.approval import Answer, AskFn, always_scope, answer_hint, approval_question, parse_answer
 from ..tools.tool import Tool
 
 __all__ = ["terminal_ask"]
@@ -60,5 +60,6 @@ def terminal_ask(stdin: TextIO | None = None, err: TextIO | None = None) -> AskF
             answer = parse_answer(line, scope)
             if answer is not None:
                 return answer
+            err.write(answer_hint(scope) + "\n")
 
     return ask

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..history import ToolCall
-from ..tools.approval import Answer, always_scope, approval_question, parse_answer
+from ..tools.approval import Answer, always_scope, answer_hint, approval_question, parse_answer
 from ..tools.tool import Tool
 
 if TYPE_CHECKING:
@@ -38,7 +38,8 @@ async def ask_approval(call: ToolCall, tool: Tool | None = None, *, preview: str
 
     session: PromptSession[str] = PromptSession(input=pt_input, output=pt_output, key_bindings=typed_keys())
     scope = always_scope(call, tool, preview) if tool is not None else ()
-    question = approval_question(tool.name if tool is not None else call.name, preview, scope)
+    asked = approval_question(tool.name if tool is not None else call.name, preview, scope)
+    question = asked
     while True:
         try:
             reply = await session.prompt_async(question, handle_sigint=False)
@@ -47,6 +48,7 @@ async def ask_approval(call: ToolCall, tool: Tool | None = None, *, preview: str
         answer = parse_answer(reply, scope)
         if answer is not None:
             return answer
+        question = f"{answer_hint(scope)}\n{asked}"  # no answer: say what is one, then ask again
 
 
 

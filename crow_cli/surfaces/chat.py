@@ -52,7 +52,7 @@ from ..history import Message, ToolCall, UserMessage, content_text, is_prompt, u
 from ..prompt_files import ARGUMENTS, PromptFile, PromptFolders, expand, read_prompt, summary
 from ..sessions import SessionInfo, SessionStore
 from ..text import clean_text, public_url, strip_controls
-from ..tools.approval import Answer, always_scope, approval_question, make_approver, parse_answer
+from ..tools.approval import Answer, always_scope, answer_hint, approval_question, make_approver, parse_answer
 from ..tools.mcp import end_task
 from ..tools.registry import ToolRegistry
 from ..tools.tool import Tool
@@ -712,6 +712,7 @@ class ChatApp:
                         return Answer("no")
                     if answer is not None:
                         return answer
+                    self.view.line(answer_hint(scope), "dim")
             try:
                 return await ask_approval(call, tool, preview=preview, pt_input=self.pt_input,
                                           pt_output=self.pt_output)

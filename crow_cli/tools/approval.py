@@ -60,6 +60,7 @@ __all__ = [
     "Choice",
     "Policy",
     "always_scope",
+    "answer_hint",
     "approval_question",
     "check_rule_names",
     "describe_call",
@@ -130,6 +131,12 @@ def parse_answer(reply: str, scope: tuple[str, ...] = ()) -> Answer | None:
     if matched is not None:
         return Answer("no", reason=" ".join((matched.group(1) or "").split()))
     return None
+
+
+def answer_hint(scope: tuple[str, ...] = ()) -> str:
+    """The line said when a reply is no answer (`parse_answer` gave None), before the question again."""
+    always = "a (always for this command), t (always for the tool)" if scope else "a (always)"
+    return f"(answer y, n or n REASON, {always})"
 
 
 def shown_scope(scope: tuple[str, ...]) -> str:

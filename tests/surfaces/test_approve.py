@@ -62,6 +62,17 @@ async def test_the_terminal_question_offers_the_command_prefix_and_reads_a_reaso
             assert b"[a]lways for `pytest \xe2\x80\xa6`" in shown
             os.write(master, typed)
             answers.append(await asking)
+        # found by a new-user tester (wave 5): a reply that is no answer ("nope") asked again without a word
+        asking = asyncio.ensure_future(ask(call, shell, "$ pytest -k x"))
+        shown = b""
+        for typed in (b"nope\n", b"y\n"):
+            while not shown.endswith(b"/ always for the [t]ool: "):
+                shown += await asyncio.to_thread(os.read, master, 4096)
+            os.write(master, typed)
+            shown = shown if typed == b"y\n" else b""
+        answers.append(await asking)
+        hint = b"(answer y, n or n REASON, a (always for this command), t (always for the tool))"
     os.close(slave)
     os.close(master)
-    assert answers == [Answer("always", ("pytest",)), Answer("no", reason="run the tests first")]
+    assert answers == [Answer("always", ("pytest",)), Answer("no", reason="run the tests first"), Answer("yes")]
+    assert hint in shown

@@ -168,7 +168,8 @@ async def test_always_for_a_command_prefix_and_no_with_a_reason(store: SessionSt
     settings = Settings(model="test-model", workspace=str(work), sandbox="off")
     # `a` at the first question is "always for `pytest …`"; the later pytest call is not asked about, the line
     # that also runs rm is, and so is ls, answered no with what the model should do instead
-    output, server, _ = await chat(script, "test it\ra\rn\rn run the tests first\r/exit\r", store, settings=settings)
+    keys = "test it\ra\rn\rnope\rn run the tests first\r/exit\r"  # nope is no answer: asked again
+    output, server, _ = await chat(script, keys, store, settings=settings)
     asked = [line for line in output.splitlines() if line.startswith("$ ")]  # each question's preview
     assert asked == ["$ pytest -q", "$ pytest; rm x", "$ ls"]
     results = {m["tool_call_id"]: m["content"] for m in server.requests[3]["messages"] if m["role"] == "tool"}
