@@ -2,7 +2,9 @@
 
 - `crow` as a subprocess against the replay server (`crow`, `run_crow`, `argv`, `run_args`, `Ran`), what
   `crow run` runs in this process (`run_here`), and crow's typer app in this process (`crow_here`);
-- SSE turns and replay scripts (`tool_calls_sse`, `tool_turn`, `script`);
+- SSE builders (`sse`, `chunk`, `tool_delta`, `text_sse`, `sse_chunks`, `assemble`) and turns and replay
+  scripts (`tool_calls_sse`, `tool_turn`, `script`);
+- the conformance cases (`load_cases`, `case_script`, `needs_the_cli`, `CaseReplay`);
 - `ChatTerminal`: `crow chat` on a pseudo-terminal; `chat`: the chat app in-process on a pipe;
 - the history contract (`assert_contract`, `assert_valid`), `wait_for` an event, `alive(pid)`,
   `needs_sandbox()` (a skip mark without bubblewrap);
@@ -15,6 +17,7 @@ import asyncio
 import contextlib
 import fcntl
 import io
+import itertools
 import json
 import os
 import pty
@@ -27,18 +30,28 @@ import sys
 import termios
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+import httpx
+
 from crow_cli.errors import ServerError, StreamCut
 from crow_cli.history import Message
 from crow_cli.tools import tool
-from tests.conftest import chunk, sse, text_sse, tool_delta
-from tests.replay_server import ReplayServer, history_violations
+from tests.replay_server import (
+    REQUEST_RULES,
+    ReplayServer,
+    assistant_fields_mismatch,
+    carries,
+    history_violations,
+    rule_matches,
+    stream_duplicate_ids,
+    text_stream,
+)
 
 if TYPE_CHECKING:
     from crow_cli.config import Settings
@@ -47,10 +60,232 @@ if TYPE_CHECKING:
 
 CROW = str(Path(sys.executable).with_name("crow"))
 ROOT = Path(__file__).resolve().parents[1]
+CASES_DIR = Path(__file__).parent / "cases"
 TOOLS = ROOT / "tools"
 SECRET = "sk-test-SECRET-123"
 CANCELLED = "Error: the tool call was cancelled by the user; no result."
 """The result of a call the user's Ctrl-C (or a signal) cancelled."""
+
+
+def load_cases() -> list[dict[str, Any]]:
+    """Every conformance case (tests/cases/*.json, copied from ../shared/conformance/cases)."""
+    cases = []
+    for f in sorted(CASES_DIR.glob("*.json")):
+        case = json.loads(f.read_text())
+        case.setdefault("id", f.stem)
+        cases.append(case)
+    return cases
+
+
+def first_sse(case: dict[str, Any]) -> str:
+    """The SSE body of the case's first streamed response."""
+    if "sse" in case:
+        return case["sse"]
+    return next(r["sse"] for r in case["responses"] if "sse" in r)
+
+
+def expected_sse(case: dict[str, Any]) -> str:
+    """The SSE body of the turn `expected` describes: with tool calls, the last tool turn (the streamed
+    response before the final answer, as ../shared/conformance/run.py reads it), else the first."""
+    if "sse" in case or not case["expected"].get("tool_calls"):
+        return first_sse(case)
+    streamed = [r["sse"] for r in case["responses"] if "sse" in r]
+    if (case.get("scenario") or {}).get("followup_runs"):  # later runs' answers follow the first run's
+        return [body for body in streamed if '"tool_calls"' in body][-1]
+    return streamed[-2] if len(streamed) > 1 else streamed[0]
+
+
+def sse_chunks(body: str) -> Iterator[dict[str, Any]]:
+    """Decode an SSE body into chunk dicts, for feeding the pure accumulator (test helper only)."""
+    for line in body.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
+        if line.startswith("data:"):
+            data = line[5:].strip()
+            if data == "[DONE]":
+                return
+            try:
+                yield json.loads(data)
+            except ValueError:  # a damaged event: the frames after an embedded `data:`, as wire.stream recovers
+                from crow_cli.wire.stream import recover_frames
+
+                yield from recover_frames(data)
+
+
+def assemble(*chunks: dict[str, Any], trace: bool = False) -> tuple[Any, list[Any]]:
+    """Feed chunk dicts to a fresh `StreamAccumulator`: the assembled turn and every event, in order."""
+    from crow_cli.wire.accumulate import StreamAccumulator
+
+    acc = StreamAccumulator(trace=trace)
+    events = []
+    for c in chunks:
+        events += acc.feed(c)
+    turn, tail = acc.finish()
+    return turn, events + tail
+
+
+def sse(*chunks: dict[str, Any], done: bool = True) -> str:
+    """An SSE body from chunk dicts (each becomes one `data:` event)."""
+    body = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks)
+    return body + ("data: [DONE]\n\n" if done else "")
+
+
+def chunk(delta: dict[str, Any] | None = None, finish_reason: str | None = None, **extra: Any) -> dict[str, Any]:
+    """One `chat.completion.chunk` with a single choice."""
+    return {"id": "chatcmpl-t", "object": "chat.completion.chunk", "created": 1, "model": "test-model",
+            "choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish_reason}], **extra}
+
+
+def tool_delta(index: int | None = None, id: str | None = None, name: str | None = None,
+               arguments: Any = None) -> dict[str, Any]:
+    """A `tool_calls[]` delta entry; None fields are left out."""
+    entry: dict[str, Any] = {}
+    if index is not None:
+        entry["index"] = index
+    if id is not None:
+        entry["id"] = id
+        entry["type"] = "function"
+    fn: dict[str, Any] = {}
+    if name is not None:
+        fn["name"] = name
+    if arguments is not None:
+        fn["arguments"] = arguments
+    if fn:
+        entry["function"] = fn
+    return entry
+
+
+def text_sse(text: str) -> str:
+    """A plain text answer, streamed in small pieces."""
+    pieces = [text[i : i + 5] for i in range(0, len(text), 5)] or [""]
+    return sse(*(chunk({"content": p}) for p in pieces), chunk({}, "stop"))
+
+
+FINAL_ANSWER = "All done: ZEBRA-42."
+
+
+def case_script(case: dict[str, Any]) -> list[dict[str, Any]]:
+    """A case's scripted responses as ../shared/conformance/run.py builds them: `responses`, or `sse`
+    followed (when tool calls are expected) by a final text answer."""
+    if "responses" in case:
+        return [dict(step) for step in case["responses"]]
+    script = [{"sse": case["sse"]}]
+    if case["expected"].get("tool_calls"):
+        script.append({"sse": text_stream(FINAL_ANSWER)})
+    return script
+
+
+def needs_the_cli(case: dict[str, Any]) -> str | None:
+    """Why a case runs only through the CLI (../shared/conformance/run.py over tests/cases, as .ci/run does),
+    not in process with stub tools: it configures the CLI (`extra_args`: a config file's [params], a tools
+    folder), runs it again (`followup_runs`), or refuses requests for what crow's own tools or parameters
+    carry (request-level `reject_if` rules, `tools_kept`); None when it runs in process too."""
+    scenario = case.get("scenario") or {}
+    if scenario.get("extra_args") or scenario.get("followup_runs"):
+        return "it configures or re-runs the CLI"
+    rules = [r["reject_if"]["rule"] for r in case.get("responses") or [] if isinstance(r.get("reject_if"), dict)]
+    if scenario.get("tools_kept") or any(k in REQUEST_RULES and k not in ("message_matches", "message_content_blank",
+                                                                          "message_role_present")
+                                         for rule in rules for k in rule):
+        return "its refusals are about the tools or parameters the CLI sends"
+    return None
+
+
+class CaseReplay:
+    """A case's script as a respx side effect: answers like tests/replay_server.py (`reject_if` included)
+    and records every request body with its history-contract violations (`history_violations`)."""
+
+    def __init__(self, case: dict[str, Any]) -> None:
+        self.case = case
+        self.script = case_script(case)
+        self.dup_ids = frozenset(stream_duplicate_ids(self.script))
+        self.allow_empty = bool((case.get("scenario") or {}).get("allow_empty_assistant_content"))
+        self.bodies: list[dict[str, Any]] = []
+        self.history_errors: list[tuple[int, str]] = []
+        self.refused: list[int] = []
+        """The numbers (from 1) of the requests a `reject_if` answered."""
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        self.bodies.append(body)
+        self.history_errors += [(len(self.bodies), v)
+                                for v in history_violations(body, self.dup_ids, self.allow_empty)]
+        if not self.script:
+            return httpx.Response(500, json={"error": {"message": "replay script exhausted"}})
+        step = self.script[0]
+        rejection = step.get("reject_if")
+        if rejection and rule_matches(rejection["rule"], body):
+            self.refused.append(len(self.bodies))
+            if not (rejection.get("retry_same_step") or step.get("retry_same_step")):
+                self.script.pop(0)
+            return self._response(rejection["response"])
+        return self._response(self.script.pop(0))
+
+    @staticmethod
+    def _response(step: dict[str, Any]) -> httpx.Response:
+        if "status" in step:
+            return httpx.Response(step["status"], content=step.get("body", "").encode(),
+                                  headers={"content-type": "application/json", **(step.get("headers") or {})})
+        if "json" in step:
+            return httpx.Response(200, json=step["json"])
+        return httpx.Response(200, content=step["sse"].encode(), headers={"content-type": "text/event-stream"})
+
+    def assert_requests(self) -> None:
+        """What ../shared/conformance/run.py `check_requests` checks: the history contract in every
+        request (unless `strict_history` is false), `assistant_content_key_present`,
+        `request_messages_equal`, `request_messages_prefix`, `max_requests` and `min_requests`, and
+        `expected.assistant_fields_by_turn` on every request no reject_if answered, and on the last."""
+        scenario = self.case.get("scenario") or {}
+        found = list(self.history_errors) if scenario.get("strict_history", True) else []
+        if scenario.get("assistant_content_key_present"):
+            found += [(n, f"messages[{i}] (assistant) has no 'content' key")
+                      for n, body in enumerate(self.bodies, 1) for i, m in enumerate(body["messages"])
+                      if m.get("role") == "assistant" and "content" not in m]
+        assert found == []
+        for key, same in (("request_messages_equal", True), ("request_messages_prefix", False)):
+            spec = scenario.get(key) or []
+            for group in [list(g) for g in spec] if spec and isinstance(spec[0], list) else [spec] if spec else []:
+                present = [self.bodies[n - 1]["messages"] for n in group if 1 <= n <= len(self.bodies)]
+                for a, b in itertools.pairwise(present):
+                    assert (b if same else b[: len(a)]) == a, (key, group)
+        per_message = (self.case.get("expected") or {}).get("assistant_fields_by_turn")
+        if per_message:
+            for n, body in enumerate(self.bodies, 1):
+                if n not in self.refused or n == len(self.bodies):
+                    assert assistant_fields_mismatch(per_message, body["messages"]) is None, (n, body["messages"])
+        assert len(self.bodies) <= scenario.get("max_requests", len(self.bodies))
+        assert len(self.bodies) >= scenario.get("min_requests", 0)
+        accepted = [b for n, b in enumerate(self.bodies, 1) if n not in self.refused]
+        if "accepted_request_carries" in scenario:
+            assert all(carries(b, scenario["accepted_request_carries"]) is None for b in accepted)
+        for n in self.refused:  # the request sent right after a refused one changes nothing else
+            if n < len(self.bodies):
+                for key in scenario.get("resend_unchanged") or []:
+                    assert self.bodies[n - 1].get(key) == self.bodies[n].get(key), (n, key)
+        for entry in scenario.get("tools_kept") or []:
+            name = entry if isinstance(entry, str) else entry["name"]
+            wire = re.sub(r"[^A-Za-z0-9_-]", "_", name)[:64]
+            assert all(any(t["function"]["name"] in (name, wire) for t in b.get("tools") or []) for b in accepted), name
+
+    def assert_tool_turn(self) -> None:
+        """What run.py `check_tool_round_trip` checks in the last request: the last assistant message with
+        tool_calls carries `expected` (ids, names, arguments, content, `assistant_fields`), its results
+        follow in call order, nothing after them; `tool_call_ids_by_turn` over the whole conversation."""
+        expected = self.case["expected"]
+        msgs = self.bodies[-1]["messages"]
+        at = max(i for i, m in enumerate(msgs) if m.get("role") == "assistant" and m.get("tool_calls"))
+        assistant, want = msgs[at], expected["tool_calls"]
+        calls = assistant["tool_calls"]
+        assert [(c["id"], c["type"], c["function"]["name"]) for c in calls] == \
+            [(c["id"], "function", c["function"]["name"]) for c in want]
+        assert [json.loads(c["function"]["arguments"]) for c in calls] == \
+            [json.loads(c["function"]["arguments"]) for c in want]
+        assert (assistant.get("content") or "").strip() == (expected.get("content") or "").strip()
+        for name, value in (expected.get("assistant_fields") or {}).items():
+            assert assistant.get(name) == value, name
+        if "tool_call_ids_by_turn" in expected:
+            assert [[c["id"] for c in m["tool_calls"]] for m in msgs
+                    if m.get("role") == "assistant" and m.get("tool_calls")] == expected["tool_call_ids_by_turn"]
+        results = msgs[at + 1 :]
+        assert [(m["role"], m["tool_call_id"]) for m in results] == [("tool", c["id"]) for c in want]
 
 
 def crow(*args: str, input: str | None = None, cwd: Path | None = None, env: dict[str, str] | None = None,

@@ -21,8 +21,8 @@ from crow_cli.loop import react
 from crow_cli.tools.registry import ToolRegistry
 from crow_cli.wire.accumulate import StreamAccumulator
 from crow_cli.wire.client import ChatClient, ClientSettings
-from tests.conftest import ROOT, sse_chunks
 from tests.replay_server import history_violations
+from tests.support import ROOT, sse_chunks
 
 CASES = sorted((Path(__file__).parent / "cases_real").glob("*.json"))
 BASE = "http://real.test/v1"

@@ -12,9 +12,22 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, chunk, sse, text_sse, tool_delta
 from tests.replay_server import ReplayServer
-from tests.support import CROW, SECRET, crow, crow_here, run_against, run_args, run_here, write_config
+from tests.support import (
+    CROW,
+    ROOT,
+    SECRET,
+    chunk,
+    crow,
+    crow_here,
+    run_against,
+    run_args,
+    run_here,
+    sse,
+    text_sse,
+    tool_delta,
+    write_config,
+)
 
 
 def dice_call(cid: str = "call_d1") -> str:

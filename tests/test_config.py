@@ -8,9 +8,8 @@ import pytest
 
 from crow_cli.config import DEFAULT_BASE_URL, DEFAULT_MODEL, default_config_path, load_settings, require_api_key
 from crow_cli.errors import ConfigError
-from tests.conftest import text_sse
 from tests.replay_server import ReplayServer
-from tests.support import crow
+from tests.support import crow, text_sse
 
 
 def write_config(text: str):

@@ -18,7 +18,7 @@ from crow_cli.history import Message, user_message
 from crow_cli.loop import LoopSettings
 from crow_cli.sessions import SessionStore
 from crow_cli.surfaces.persist import SessionRecorder
-from tests.conftest import chunk
+from tests.support import chunk
 
 
 class Stalling:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from crow_cli.local import LocalServer, bundled_spec, local_paths
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 pytestmark = [pytest.mark.smoke, pytest.mark.usefixtures("one_llama_at_a_time")]
 

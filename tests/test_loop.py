@@ -41,7 +41,7 @@ from crow_cli.loop import LoopSettings, react
 from crow_cli.tools.registry import ToolRegistry
 from crow_cli.tools.tool import tool
 from crow_cli.wire.client import ChatClient, ClientSettings
-from tests.conftest import chunk, sse, text_sse, tool_delta
+from tests.support import chunk, sse, text_sse, tool_delta
 
 URL = "http://llm.test/v1/chat/completions"
 

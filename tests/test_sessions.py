@@ -41,17 +41,20 @@ from crow_cli.sessions import SessionInUse, SessionStore, SessionStoreDamaged, d
 from crow_cli.surfaces.chat import ChatApp, ChatOptions
 from crow_cli.surfaces.run import RunOptions, run_prompt
 from crow_cli.text import public_url
-from tests.conftest import chunk, sse, text_sse, tool_delta
 from tests.replay_server import ReplayServer, text_stream
 from tests.support import (
     CROW,
     assert_contract,
     authorless,
     chat,
+    chunk,
     crow,
     crow_here,
     run_args,
     run_here,
+    sse,
+    text_sse,
+    tool_delta,
     wait_for,
     write_config,
 )

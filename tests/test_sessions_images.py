@@ -15,9 +15,8 @@ import pytest
 from crow_cli.export import export_session
 from crow_cli.images import Image, describe_part, image_part
 from crow_cli.sessions import IMAGE_REF, SessionStore
-from tests.conftest import text_sse
 from tests.replay_server import ReplayServer
-from tests.support import crow_here, run_args
+from tests.support import crow_here, run_args, text_sse
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(200))
 URL = Image(PNG).data_url()

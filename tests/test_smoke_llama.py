@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 pytestmark = [pytest.mark.smoke]
 

@@ -7,8 +7,8 @@ import os
 import subprocess
 import sys
 
-from tests.conftest import text_sse
 from tests.replay_server import ReplayServer
+from tests.support import text_sse
 
 # crow's main in a fresh interpreter; what the collector was doing when `import openai` began and at the end
 WATCHED = """

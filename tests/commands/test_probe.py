@@ -17,10 +17,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import CASES_DIR, first_sse
 from tests.probe.conftest import script_for
 from tests.replay_server import ReplayServer, text_stream
-from tests.support import crow_here
+from tests.support import CASES_DIR, crow_here, first_sse
 
 CROW = str(Path(sys.executable).with_name("crow"))
 

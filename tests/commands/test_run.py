@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import text_sse
 from tests.replay_server import ReplayServer
-from tests.support import crow_here, run_args
+from tests.support import crow_here, run_args, text_sse
 
 
 # found trying it as a new user (wave 3): UTF-16 piped in (with its byte-order mark, as Windows tools write it)

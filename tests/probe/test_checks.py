@@ -12,9 +12,9 @@ import respx
 from crow_cli.config import Settings
 from crow_cli.probe.checks import ProbeOptions, run_probe
 from crow_cli.probe.report import Report
-from tests.conftest import chunk, load_cases, sse, text_sse, tool_delta
 from tests.probe.conftest import QUIRKS, script_for
 from tests.replay_server import ReplayServer
+from tests.support import chunk, load_cases, sse, text_sse, tool_delta
 
 BASE = "http://probe.test/v1"
 

@@ -11,8 +11,8 @@ import json
 import pytest
 
 from crow_cli.probe.classify import classify, parse_sse
-from tests.conftest import CASES_DIR, ROOT, chunk, expected_sse, first_sse, load_cases, sse, tool_delta
 from tests.probe.conftest import QUIRKS
+from tests.support import CASES_DIR, ROOT, chunk, expected_sse, first_sse, load_cases, sse, tool_delta
 
 # Codes that name a quirk: a plain stream (the well-behaved cases) must carry none of them.
 QUIRK_CODES = set().union(*QUIRKS.values()) - {"arguments-whole", "arguments-fragmented", "finish-tool-calls"}

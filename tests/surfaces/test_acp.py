@@ -43,9 +43,8 @@ from crow_cli.config import Settings, load_settings
 from crow_cli.sessions import SessionStore
 from crow_cli.surfaces.acp import AcpOptions, serve_streams
 from crow_cli.surfaces.acp.transport import STDIN_LIMIT
-from tests.conftest import chunk, sse, text_sse
 from tests.replay_server import ReplayServer
-from tests.support import crow_here, needs_sandbox, run_here, script
+from tests.support import chunk, crow_here, needs_sandbox, run_here, script, sse, text_sse
 
 CROW = str(Path(sys.executable).with_name("crow"))
 

@@ -22,7 +22,6 @@ from crow_cli.errors import ConfigError, SessionError
 from crow_cli.export import exports_dir
 from crow_cli.sessions import SessionStore
 from crow_cli.surfaces.chat import ChatApp, ChatOptions, help_text
-from tests.conftest import text_sse
 from tests.replay_server import ReplayServer, text_stream
 from tests.support import (
     ChatTerminal,
@@ -32,6 +31,7 @@ from tests.support import (
     crow,
     needs_sandbox,
     script,
+    text_sse,
     tool_calls_sse,
     tools_folder,
     wait_for,

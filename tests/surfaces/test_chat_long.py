@@ -7,9 +7,8 @@ import json
 from pathlib import Path
 
 from crow_cli.sessions import SessionStore
-from tests.conftest import chunk, sse, tool_delta
 from tests.replay_server import ReplayServer, text_stream
-from tests.support import ChatTerminal
+from tests.support import ChatTerminal, chunk, sse, tool_delta
 
 
 def _write_turn(path: str, content: str) -> str:

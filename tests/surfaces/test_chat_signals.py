@@ -9,9 +9,18 @@ from pathlib import Path
 import pytest
 
 from crow_cli.sessions import SessionStore
-from tests.conftest import chunk, sse, text_sse
 from tests.replay_server import ReplayServer, text_stream
-from tests.support import CANCELLED, ChatTerminal, assert_valid, authorless, tool_calls_sse, wait_for
+from tests.support import (
+    CANCELLED,
+    ChatTerminal,
+    assert_valid,
+    authorless,
+    chunk,
+    sse,
+    text_sse,
+    tool_calls_sse,
+    wait_for,
+)
 
 
 def chat_args(base_url: str, tools_dir: Path) -> list[str]:

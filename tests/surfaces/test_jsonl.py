@@ -16,16 +16,19 @@ import pytest
 from crow_cli import events as ev
 from crow_cli.history import ToolCall, ToolDisplay, ToolResult
 from crow_cli.surfaces.jsonl import event_schema, event_to_json
-from tests.conftest import chunk, sse, text_sse, tool_delta
 from tests.replay_server import ReplayServer
 from tests.support import (
     TOOLS,
     assert_contract,
+    chunk,
     crow,
     run_args,
     run_crow,
     run_here,
     schema_validator,
+    sse,
+    text_sse,
+    tool_delta,
     tool_turn,
     write_config,
 )

@@ -9,9 +9,8 @@ from rich.console import Console
 from rich.text import Text
 
 from crow_cli.surfaces.live import LiveArea, rows_taken
-from tests.conftest import chunk, sse
 from tests.replay_server import ReplayServer
-from tests.support import ChatTerminal
+from tests.support import ChatTerminal, chunk, sse
 
 
 def test_rows_taken_counts_the_rows_a_narrower_terminal_wraps_lines_onto() -> None:

@@ -23,9 +23,8 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 
 from crow_cli.sessions import SessionStore
-from tests.conftest import text_sse
 from tests.replay_server import ReplayServer
-from tests.support import CANCELLED, CROW, tool_calls_sse, tool_messages
+from tests.support import CANCELLED, CROW, text_sse, tool_calls_sse, tool_messages
 
 
 @contextlib.asynccontextmanager

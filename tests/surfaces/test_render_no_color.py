@@ -15,9 +15,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import text_sse
 from tests.replay_server import ReplayServer
-from tests.support import TOOLS, argv, tool_turn, write_config
+from tests.support import TOOLS, argv, text_sse, tool_turn, write_config
 
 FORCING = ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "CLICOLOR_FORCE", "NO_COLOR")
 

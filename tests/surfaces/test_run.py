@@ -18,17 +18,20 @@ from crow_cli.events import TextDelta
 from crow_cli.sessions import SessionStore
 from crow_cli.surfaces.run import PlainPrinter
 from crow_cli.text import strip_controls
-from tests.conftest import chunk, sse, text_sse, tool_delta
 from tests.replay_server import ReplayServer, text_stream
 from tests.support import (
     CROW,
     ROOT,
     ChatTerminal,
+    chunk,
     needs_sandbox,
     run_against,
     run_args,
     run_here,
     script,
+    sse,
+    text_sse,
+    tool_delta,
     tool_messages,
     tools_folder,
     wait_for,

@@ -13,8 +13,7 @@ import io
 import json
 from pathlib import Path
 
-from tests.conftest import chunk, sse, text_sse
-from tests.support import TOOLS, Ran, assert_contract, run_here, tool_turn, write_config
+from tests.support import TOOLS, Ran, assert_contract, chunk, run_here, sse, text_sse, tool_turn, write_config
 
 ERROR_500 = {"status": 500, "body": json.dumps({"error": {"message": "internal error", "type": "server_error"}})}
 LONG = "The quick brown fox jumps over the lazy dog. " * 4

@@ -7,8 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.conftest import text_sse
-from tests.support import run_here, write_config
+from tests.support import run_here, text_sse, write_config
 
 LIMITED = {"status": 429, "body": json.dumps({"error": {"message": "slow down", "type": "rate_limit"}})}
 

@@ -8,9 +8,8 @@ import signal
 import subprocess
 from pathlib import Path
 
-from tests.conftest import text_sse
 from tests.replay_server import ReplayServer
-from tests.support import argv, schema_validator, tool_turn, wait_for, write_config
+from tests.support import argv, schema_validator, text_sse, tool_turn, wait_for, write_config
 
 SLOW_TOOLS = '''
 import asyncio

@@ -11,9 +11,8 @@ import pytest
 from crow_cli.config import Settings
 from crow_cli.sessions import SessionStore
 from crow_cli.surfaces.usage import TokenUse, footer
-from tests.conftest import chunk, sse
 from tests.replay_server import ReplayServer
-from tests.support import ChatTerminal, chat, run_here, write_config
+from tests.support import ChatTerminal, chat, chunk, run_here, sse, write_config
 
 
 def test_the_cost_comes_from_the_models_prices() -> None:

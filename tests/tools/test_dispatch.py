@@ -26,8 +26,7 @@ from crow_cli.history import ToolCall, ToolResult
 from crow_cli.tools.dispatch import dispatch
 from crow_cli.tools.registry import ToolRegistry
 from crow_cli.tools.tool import tool
-from tests.conftest import chunk, sse, text_sse, tool_delta
-from tests.support import needs_sandbox, run_against
+from tests.support import chunk, needs_sandbox, run_against, sse, text_sse, tool_delta
 
 
 async def results_of(registry: ToolRegistry, *calls: ToolCall, timeout_s: float = 60.0) -> dict[str, ToolResult]:

@@ -18,9 +18,8 @@ from crow_cli.export import export_session
 from crow_cli.sessions import SessionStore
 from crow_cli.tools.mcp import McpServers
 from crow_cli.tools.registry import ToolRegistry
-from tests.conftest import text_sse
 from tests.replay_server import ReplayServer
-from tests.support import CROW, crow, crow_here, run_here, script, tool_messages, wait_for
+from tests.support import CROW, crow, crow_here, run_here, script, text_sse, tool_messages, wait_for
 
 SERVER = str(Path(__file__).with_name("mcp_demo_server.py"))
 FAULT_SERVER = str(Path(__file__).with_name("mcp_fault_server.py"))

@@ -13,7 +13,7 @@ from crow_cli.loop import LoopSettings, react
 from crow_cli.tools.names import ToolNameCleaner, clean_tool_name
 from crow_cli.tools.registry import ToolRegistry
 from crow_cli.tools.tool import tool
-from tests.conftest import chunk, tool_delta
+from tests.support import chunk, tool_delta
 
 KNOWN = {"read_file", "lookup_order", "run_shell"}
 

@@ -18,9 +18,8 @@ import pytest
 from crow_cli.errors import ToolError
 from crow_cli.tools.builtin import search
 from crow_cli.tools.builtin.search import search_files
-from tests.conftest import text_sse
 from tests.replay_server import ReplayServer
-from tests.support import Ran, argv, run_crow, run_here, tool_turn, wait_for, write_config
+from tests.support import Ran, argv, run_crow, run_here, text_sse, tool_turn, wait_for, write_config
 
 NESTED = "^(a+)+$"  # the tester's pattern: exponential in `re`, linear in `regex`
 SLOW = "^(a|aa)+$"  # exponential in both: only a budget or a timeout stops it

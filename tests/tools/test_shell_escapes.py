@@ -16,9 +16,8 @@ import pytest
 
 from crow_cli.tools.builtin.shell import run_shell
 from crow_cli.tools.context import ToolContext
-from tests.conftest import chunk, sse, text_sse, tool_delta
 from tests.replay_server import ReplayServer
-from tests.support import alive, crow
+from tests.support import alive, chunk, crow, sse, text_sse, tool_delta
 
 
 @pytest.fixture(autouse=True)

@@ -25,7 +25,7 @@ from crow_cli.errors import ServerError
 from crow_cli.events import ReasoningDelta, TextDelta, ToolCallDelta, ToolCallStarted, WarningEvent
 from crow_cli.tools.names import ToolNameCleaner
 from crow_cli.wire.accumulate import StreamAccumulator, _PartialCall  # noqa: PLC2701  # the per-call record
-from tests.conftest import assemble, chunk, expected_sse, first_sse, load_cases, sse_chunks, tool_delta
+from tests.support import assemble, chunk, expected_sse, first_sse, load_cases, sse_chunks, tool_delta
 
 CASES = load_cases()
 

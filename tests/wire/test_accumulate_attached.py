@@ -14,7 +14,7 @@ import pytest
 from crow_cli.errors import ServerError
 from crow_cli.events import Notice, ReasoningDelta, TextDelta, WarningEvent
 from crow_cli.wire.accumulate import StreamAccumulator
-from tests.conftest import assemble, chunk, expected_sse, load_cases, sse_chunks, tool_delta
+from tests.support import assemble, chunk, expected_sse, load_cases, sse_chunks, tool_delta
 
 SIG = "EqQBCkYIBxgCKkB+/sig=="
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from crow_cli.events import TextDelta, WarningEvent
 from crow_cli.wire.accumulate import StreamAccumulator
-from tests.conftest import chunk, sse
-from tests.support import run_here
+from tests.support import chunk, run_here, sse
 
 REFUSAL = "I can't help with that."
 

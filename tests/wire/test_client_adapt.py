@@ -15,7 +15,7 @@ from crow_cli.errors import ContextOverflow, ProviderError
 from crow_cli.events import Notice
 from crow_cli.wire import facts
 from crow_cli.wire.client import ChatClient, ClientSettings
-from tests.conftest import text_sse
+from tests.support import text_sse
 
 BASE = "http://llm.test/v1"
 URL = f"{BASE}/chat/completions"
@@ -146,7 +146,7 @@ async def test_a_renamed_tool_is_called_by_its_own_name_and_the_history_keeps_it
                                     "function name. Must start with a letter or an underscore."}}
     tools = [{"type": "function", "function": {"name": "21st_magic", "description": "Make a component.",
                                                "parameters": {"type": "object", "properties": {}}}}]
-    from tests.conftest import chunk, sse, tool_delta
+    from tests.support import chunk, sse, tool_delta
 
     call = sse(chunk({"tool_calls": [tool_delta(0, "call_9", "t_21st_magic", "{}")]}), chunk({}, "tool_calls"))
     history = [{"role": "user", "content": "make one"}]

@@ -15,8 +15,7 @@ from crow_cli.tools.registry import ToolRegistry
 from crow_cli.tools.tool import Tool
 from crow_cli.wire import facts
 from crow_cli.wire.client import ChatClient, ClientSettings
-from tests.conftest import chunk, sse, text_sse
-from tests.support import authorless
+from tests.support import authorless, chunk, sse, text_sse
 
 BASE = "http://llm.test/v1"
 URL = f"{BASE}/chat/completions"

@@ -16,7 +16,7 @@ from crow_cli.loop import LoopSettings, react
 from crow_cli.tools.registry import ToolRegistry
 from crow_cli.tools.tool import Tool
 from crow_cli.wire.client import ChatClient, ClientSettings
-from tests.conftest import FINAL_ANSWER, CaseReplay, load_cases, needs_the_cli, text_sse
+from tests.support import FINAL_ANSWER, CaseReplay, load_cases, needs_the_cli, text_sse
 
 BASE = "http://llm.test/v1"
 URL = f"{BASE}/chat/completions"

@@ -12,7 +12,7 @@ import respx
 from crow_cli.errors import ContextOverflow, ProviderError
 from crow_cli.history import user_message
 from crow_cli.wire.client import ChatClient, ClientSettings
-from tests.conftest import chunk, sse
+from tests.support import chunk, sse
 
 BASE = "http://llm.test/v1"
 URL = f"{BASE}/chat/completions"

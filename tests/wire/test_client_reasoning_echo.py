@@ -20,7 +20,7 @@ from crow_cli.history import AssistantTurn, ToolCall, assistant_message, tool_me
 from crow_cli.loop import LoopSettings, react
 from crow_cli.wire.client import ChatClient, ClientSettings
 from crow_cli.wire.profiles import field_demanded, field_refused
-from tests.conftest import chunk, sse, text_sse, tool_delta
+from tests.support import chunk, sse, text_sse, tool_delta
 
 BASE = "http://llm.test/v1"
 URL = f"{BASE}/chat/completions"

@@ -12,7 +12,7 @@ import respx
 from crow_cli.errors import ProviderError
 from crow_cli.history import user_message
 from crow_cli.wire.client import ChatClient, ClientSettings
-from tests.conftest import text_sse
+from tests.support import text_sse
 
 # Found trying it as a new user: `?api-version=…&key=…` became `/v1?…/chat/completions`,
 # and the query (with the key in it) was written to --record's metadata. (issue 11 item 5)

@@ -13,7 +13,7 @@ from crow_cli.errors import ConfigError
 from crow_cli.history import AssistantTurn, ToolCall, tool_message, user_message
 from crow_cli.wire.client import ChatClient, ClientSettings
 from crow_cli.wire.profiles import KEYED_HOSTS, check_overrides, field_demanded, field_refused, profile_for
-from tests.conftest import text_sse
+from tests.support import text_sse
 
 GEMINI = "https://generativelanguage.googleapis.com/v1beta/openai"
 

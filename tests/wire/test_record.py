@@ -16,8 +16,8 @@ from crow_cli.errors import ConfigError, ProviderError
 from crow_cli.text import SECRET_MASK
 from crow_cli.wire.client import ChatClient, ClientSettings
 from crow_cli.wire.record import prepare_record_dir, recording_http_client
-from tests.conftest import ROOT, chunk, sse, text_sse, tool_delta
 from tests.replay_server import ReplayServer
+from tests.support import ROOT, chunk, sse, text_sse, tool_delta
 
 BASE = "http://llm.test/v1"
 KEY = "sk-very-secret-key-123"

@@ -13,7 +13,7 @@ from crow_cli.tools.registry import ToolRegistry
 from crow_cli.tools.tool import tool
 from crow_cli.wire.accumulate import StreamAccumulator
 from crow_cli.wire.repair import repair_arguments
-from tests.conftest import chunk, first_sse, load_cases, sse_chunks, tool_delta
+from tests.support import chunk, first_sse, load_cases, sse_chunks, tool_delta
 
 CUT_MESSAGE = ("Error: the arguments of this call were cut off or not valid JSON (repaired only for the history); "
                "it was not run. Send the complete call again.")
@@ -103,9 +103,8 @@ async def test_dispatch_does_not_run_a_cut_off_call_and_answers_it_once():
 
 
 def test_cli_keeps_the_old_file_when_write_file_arguments_were_cut(tmp_path):
-    from tests.conftest import sse, text_sse
     from tests.replay_server import ReplayServer
-    from tests.support import crow, tool_messages
+    from tests.support import crow, sse, text_sse, tool_messages
 
     target = tmp_path / "important.txt"
     target.write_text("precious\n")

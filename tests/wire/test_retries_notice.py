@@ -16,7 +16,7 @@ from crow_cli.history import user_message
 from crow_cli.loop import LoopSettings, react
 from crow_cli.wire.client import ChatClient, ClientSettings
 from crow_cli.wire.retries import backoff_s, retry_wait_s, should_retry
-from tests.conftest import text_sse
+from tests.support import text_sse
 
 BASE = "http://llm.test/v1"
 URL = f"{BASE}/chat/completions"

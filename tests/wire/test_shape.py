@@ -15,7 +15,7 @@ from crow_cli.history import user_message
 from crow_cli.loop import LoopSettings, react
 from crow_cli.wire.client import ChatClient, ClientSettings
 from crow_cli.wire.shape import check_chunk
-from tests.conftest import chunk, sse, tool_delta
+from tests.support import chunk, sse, tool_delta
 
 BASE = "http://llm.test/v1"
 URL = f"{BASE}/chat/completions"

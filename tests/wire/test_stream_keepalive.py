@@ -6,9 +6,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import text_sse
 from tests.replay_server import ReplayServer
-from tests.support import crow, raw_http_server, run_args, script
+from tests.support import crow, raw_http_server, run_args, script, text_sse
 
 
 # noticed at the end of wave 3: every request opened a new connection: the stream stopped at `data: [DONE]`

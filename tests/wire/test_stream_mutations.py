@@ -41,7 +41,7 @@ from crow_cli.loop import LoopSettings, react
 from crow_cli.tools.registry import ToolRegistry
 from crow_cli.tools.tool import Tool
 from crow_cli.wire.client import ChatClient, ClientSettings
-from tests.conftest import CaseReplay, load_cases
+from tests.support import CaseReplay, load_cases
 
 BASE = "http://llm.test/v1"
 URL = f"{BASE}/chat/completions"

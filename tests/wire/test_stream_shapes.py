@@ -13,7 +13,7 @@ from crow_cli.events import WarningEvent
 from crow_cli.history import user_message
 from crow_cli.wire.accumulate import StreamAccumulator
 from crow_cli.wire.client import ChatClient, ClientSettings
-from tests.conftest import chunk, sse, text_sse, tool_delta
+from tests.support import chunk, sse, text_sse, tool_delta
 
 BASE = "http://llm.test/v1"
 URL = f"{BASE}/chat/completions"

@@ -13,7 +13,7 @@ from crow_cli.errors import ProviderError
 from crow_cli.wire.client import ChatClient, ClientSettings
 from crow_cli.wire.facts import recall
 from crow_cli.wire.vision import ImagesRefused, refuses_images
-from tests.conftest import text_sse
+from tests.support import text_sse
 
 URL = "http://llm.test/v1/chat/completions"
 PART = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
