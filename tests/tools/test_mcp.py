@@ -134,6 +134,7 @@ def _config(tmp_path: Path) -> Path:
 [mcp_servers.demo]
 command = {sys.executable!r}
 args = [{SERVER!r}]
+startup_timeout = 600  # waits for the server (an event); 30 s was missed on a loaded machine
 
 [mcp_servers.missing]
 command = "/nonexistent/mcp-server"
@@ -172,12 +173,14 @@ def assert_quiet_run(code: int, stdout: str, stderr: str) -> None:
     for noise in ("Traceback", "Task was destroyed", "cancel scope", "RuntimeError", "ERROR"):
         assert noise not in stderr
     assert "crow: warning: MCP server 'missing' failed to start" in stderr
+    assert "MCP server 'demo'" not in stderr
 
 
 def test_crow_run_calls_mcp_tools_end_to_end(tmp_path: Path) -> None:
     with ReplayServer(script(CALLS)) as server:
         proc = crow("run", "--base-url", server.base_url, "--api-key", "sk-test", "--model", "test-model",
-                    "--config", str(_config(tmp_path)), "--yes", "use the tools", cwd=tmp_path)
+                    "--config", str(_config(tmp_path)), "--yes", "use the tools", cwd=tmp_path,
+                    timeout=600)
     assert_quiet_run(proc.returncode, proc.stdout, proc.stderr)
     results = tool_messages(server.requests[1])
     assert [m["tool_call_id"] for m in results] == ["call_a", "call_s", "call_r"]
