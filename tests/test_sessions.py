@@ -38,7 +38,7 @@ from prompt_toolkit.output import DummyOutput
 from crow_cli.config import Settings, load_settings
 from crow_cli.errors import SessionError
 from crow_cli.sessions import SessionInUse, SessionStore, SessionStoreDamaged, default_db_path
-from crow_cli.surfaces.chat import ChatApp, ChatOptions
+from crow_cli.surfaces.chat.app import ChatApp, ChatOptions
 from crow_cli.surfaces.run import RunOptions, run_prompt
 from crow_cli.text import public_url
 from tests.replay_server import ReplayServer, text_stream

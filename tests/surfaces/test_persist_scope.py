@@ -14,7 +14,7 @@ from prompt_toolkit.output import DummyOutput
 from crow_cli.config import Settings
 from crow_cli.errors import SessionError
 from crow_cli.sessions import SessionStore
-from crow_cli.surfaces.chat import ChatApp, ChatOptions
+from crow_cli.surfaces.chat.app import ChatApp, ChatOptions
 from tests.replay_server import text_stream
 from tests.support import run_here, write_config
 
