@@ -50,7 +50,7 @@ from crow_cli.export import export_session
 from crow_cli.history import AssistantTurn, ToolCall, tool_message, user_message
 from crow_cli.images import Image, describe_part, image_part
 from crow_cli.sessions import IMAGE_REF, SessionInUse, SessionStore, SessionStoreDamaged, default_db_path
-from crow_cli.surfaces.chat import ChatApp, ChatOptions
+from crow_cli.surfaces.chat.app import ChatApp, ChatOptions
 from crow_cli.surfaces.run import RunOptions, run_prompt
 from crow_cli.text import public_url
 from crow_cli.wire.outgoing import Outgoing

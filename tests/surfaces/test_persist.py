@@ -18,7 +18,7 @@ from crow_cli.config import Settings
 from crow_cli.errors import SessionError
 from crow_cli.history import assistant_message, user_message
 from crow_cli.sessions import SessionStore
-from crow_cli.surfaces.chat import ChatApp, ChatOptions
+from crow_cli.surfaces.chat.app import ChatApp, ChatOptions
 from crow_cli.surfaces.persist import SessionRecorder
 from tests.replay_server import text_stream
 from tests.support import run_here, write_config
