@@ -6,6 +6,7 @@
         warnings = await runtime.start()  their tools → schemas and their errors → rule names checked → client
         (chat: start(wait_for_mcp=False), then await runtime.mcp_ready() before its first turn)
         driver = runtime.new_driver(approve, recorder=…, interrupts=…)   approver → compactor → driver
+        (acp: each session's driver on its own folder and tools, `context_for(folder)`, `tools=…`)
         await runtime.switch_model("other")      the client and compactor follow; never assigned by a surface
         runtime.use_session(recorder)            the compactor of another session
 
@@ -49,7 +50,7 @@ def assemble_driver(settings: Settings, client: ChatClient, registry: ToolRegist
                     interrupts: Interrupts | None = None, checkpoint: Checkpoint | None = None) -> Driver:
     """The last steps of every run's assembly: loop limits, the session's compactor, the driver.
 
-    `Runtime.new_driver` uses it; so does an editor session (`surfaces.acp.session`), whose tools and
+    `Runtime.new_driver` uses it; so does a call of `crow mcp` (`surfaces.mcp_server`), whose model and
     workspace are its own. `recorder`: the session the runs are stored in (its compaction checkpoint,
     new ones stored); without one, the compactor starts from `checkpoint` and stores nothing.
     """
@@ -225,24 +226,42 @@ class Runtime:
             check_rule_names(self.settings.allow, self.settings.deny,
                              [*(t.name for t in self.registry), *self.registry.unusable])
 
+    def context_for(self, workspace: Path, *, backup: Callable[[Path, bytes | None, str], None] | None = None
+                    ) -> ToolContext:
+        """This runtime's tool context (its secrets and sandbox) on another folder: an editor session's.
+
+        Args:
+            workspace: the folder the tools are confined to and commands run in.
+            backup: keeps the files crow's tools change, for undo (`SessionRecorder.backup`).
+
+        Raises:
+            ConfigError: `workspace` is not a folder.
+        """
+        context = ToolContext.for_workspace(workspace, secrets=self.context.secrets, sandbox=self.context.sandbox)
+        return replace(context, backup=backup)
+
     def new_driver(self, approve: Approver | None, *, recorder: SessionRecorder | None = None,
-                   context: ToolContext | None = None, interrupts: Interrupts | None = None,
-                   checkpoint: Checkpoint | None = None) -> Driver:
+                   context: ToolContext | None = None, tools: ToolRegistry | None = None,
+                   interrupts: Interrupts | None = None, checkpoint: Checkpoint | None = None) -> Driver:
         """A driver on this runtime's client and tools, its compactor for `recorder`'s session (`use_session`).
 
         Args:
             approve: the surface's approver (`tools.approval.make_approver` with its question).
             recorder: the session the runs are stored in (None: not stored); its `backup` keeps the files
                 crow's tools change, for undo, unless `context` is given.
-            context: the tool context (default: this runtime's, with the recorder's backup).
+            context: the tool context (default: this runtime's, with the recorder's backup; an editor
+                session's: `context_for`).
+            tools: the tools offered (default: this runtime's registry; an editor session's own, which it
+                has exactly when the runtime has one).
             interrupts: the surface's signal policy (`driver.run_interrupts` …).
             checkpoint: without a recorder, the compaction checkpoint to start from.
         """
         if context is None:
             context = self.context if recorder is None else replace(self.context, backup=recorder.backup)
         self._recorder = recorder
-        self.driver = assemble_driver(self.settings, self.client, self.registry, approve, context, recorder,
-                                      trace=self.options.debug, interrupts=interrupts, checkpoint=checkpoint)
+        self.driver = assemble_driver(self.settings, self.client, self.registry if tools is None else tools, approve,
+                                      context, recorder, trace=self.options.debug, interrupts=interrupts,
+                                      checkpoint=checkpoint)
         return self.driver
 
     def use_session(self, recorder: SessionRecorder | None, checkpoint: Checkpoint | None = None) -> None:
