@@ -100,8 +100,10 @@ class Runtime:
                                                  sandbox=Sandbox(settings.sandbox, settings.sandbox_network))
         self.registry: ToolRegistry | None = (None if options.no_tools else
                                               build_registry(settings, extra_dirs=options.tools_dirs))
+        self.base_settings = settings
+        """The settings before a workspace's prompt was added (`settings_for` builds another folder's)."""
         self.settings = with_instructions(settings, self.context.workspace, options.project_instructions, warn=warn,
-                                          default=self._default_prompt(settings))
+                                          default=self._default_prompt(settings, self.context.workspace))
         self._mcp = McpServers({} if self.registry is None else self.settings.mcp_servers,
                                errlog=sys.stderr if options.debug else None, workspace=self.context.workspace)
         self._client: ChatClient | None = None
@@ -112,16 +114,28 @@ class Runtime:
         self._mcp_start: asyncio.Task[None] | None = None
         self._reported = 0  # how many of the registry's errors `start` / `mcp_ready` have returned
 
-    def _default_prompt(self, settings: Settings) -> str | None:
-        """crow's built-in system prompt for this run (or `system_prompt_file`'s); None when it is off or
-        `--system ""` asks for no system prompt at all.
+    def settings_for(self, root: Path, project_instructions: bool | None = None) -> Settings:
+        """The settings of a session whose workspace is `root` (an editor's session, a `crow mcp` call in
+        another folder): crow's built-in prompt naming `root`, then `--system`, then `root`'s AGENTS.md files
+        (when `project_instructions`, default the runtime's option). It reads files: call it off the event loop.
+
+        Raises:
+            ConfigError: the system prompt file cannot be read.
+        """
+        enabled = self.options.project_instructions if project_instructions is None else project_instructions
+        return with_instructions(self.base_settings, root, enabled,
+                                 default=self._default_prompt(self.base_settings, root))
+
+    def _default_prompt(self, settings: Settings, workspace: Path) -> str | None:
+        """crow's built-in system prompt for a run in `workspace` (or `system_prompt_file`'s); None when it is
+        off or `--system ""` asks for no system prompt at all.
 
         Raises:
             ConfigError: the system prompt file cannot be read.
         """
         if settings.system == "" or not (settings.default_prompt or settings.system_prompt_file):
             return None
-        return default_prompt(workspace=self.context.workspace, sandbox=settings.sandbox,
+        return default_prompt(workspace=workspace, sandbox=settings.sandbox,
                               network=settings.sandbox_network, approval=settings.approval,
                               tools=[t.name for t in self.registry or ()], file=settings.system_prompt_file)
 

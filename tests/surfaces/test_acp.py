@@ -971,6 +971,17 @@ async def test_a_new_session_loads_the_project_s_agents_md(workspace):
     assert [m["role"] for m in off[0]["messages"]] == ["user"]
 
 
+async def test_a_new_session_starts_with_crow_s_built_in_prompt_naming_its_folder(workspace, monkeypatch):
+    # an editor's sessions were told nothing of crow (no built-in prompt), unlike run, chat and mcp: seen reading
+    # acp/agent.py beside surfaces/runtime.py
+    monkeypatch.setenv("CROW_DEFAULT_PROMPT", "1")
+    (workspace / "AGENTS.md").write_text("Indent with tabs.")
+    _, requests = await prompt_once(workspace, Editor(), [{"sse": text_sse("ok")}], "hi")
+    system = requests[0]["messages"][0]["content"]
+    assert system.startswith("You are crow") and f"Workspace: {workspace}" in system
+    assert system.index("Workspace:") < system.index("Indent with tabs.")
+
+
 def test_an_edit_s_preview_never_reads_a_huge_file_and_a_loop_is_no_location(tmp_path: Path) -> None:
     # issue: edit_file read a 3 GB log whole before refusing it; the editor's diff preview did the same, and a
     # symlink loop (`ln -s loop loop`) raised where an unknown location is meant

@@ -40,7 +40,6 @@ from ...paths import resolve_path
 from ...sessions import SessionInUse, SessionStore
 from ...tools.mcp import McpServers
 from ...tools.registry import ToolRegistry
-from ..common import with_instructions
 from ..persist import SessionRecorder, open_session
 from ..runtime import Runtime
 from .convert import for_editor, mcp_tables
@@ -146,7 +145,7 @@ class CrowAgent:
         except SessionError as exc:
             raise RequestError(-32603, str(exc)) from None
         # the project's AGENTS.md files, as crow run and crow chat load them (read off the loop: files on disk)
-        settings = await asyncio.to_thread(with_instructions, self.settings, root, self.options.project_instructions)
+        settings = await asyncio.to_thread(self.runtime.settings_for, root, self.options.project_instructions)
         history: list[Message] = [{"role": "system", "content": settings.system}] if settings.system else []
         session = await self._open(info.id, root, history, SessionRecorder(self.store, self.settings, info),
                                    mcp_servers or [])
