@@ -23,7 +23,8 @@ ALLOWED = {
     "crow_cli.history": {"crow_cli.images"},
     "crow_cli.events": {"crow_cli.history"},
     "crow_cli.wire": LEAVES | {"crow_cli.wire"},
-    "crow_cli.tools": LEAVES | {"crow_cli.tools", "crow_cli.wire.profiles"},  # profiles: provider data
+    # profiles: provider data; names: the tool-name map (both pure, standard library only)
+    "crow_cli.tools": LEAVES | {"crow_cli.tools", "crow_cli.wire.profiles", "crow_cli.wire.names"},
     "crow_cli.context": LEAVES | {"crow_cli.context", "crow_cli.wire"},
     "crow_cli.loop": LEAVES | {"crow_cli.wire", "crow_cli.tools", "crow_cli.context"},
     "crow_cli.signals": set(),
