@@ -18,13 +18,14 @@ import base64
 import binascii
 import hashlib
 import re
+import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["IMAGE_KEY", "IMAGE_TYPES", "MAX_IMAGE_BYTES", "TOOL_IMAGES_NOTE", "Image", "data_url_image",
-           "describe_part", "image_part", "image_parts", "image_type", "is_image_part", "is_tool_images",
-           "sendable_content", "size_text", "tool_images_message"]
+           "describe_part", "image_part", "image_parts", "image_problem", "image_type", "is_image_part",
+           "is_tool_images", "sendable_content", "size_text", "tool_images_message"]
 
 MAX_IMAGE_BYTES = 10 * 1024 * 1024
 """The largest image crow attaches or shows the model (a file, standard input, a tool's image)."""
@@ -46,6 +47,57 @@ def image_type(data: bytes) -> str | None:
             return mime
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         return "image/webp"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """What a whole file of one image format holds: a header of `header` bytes starting with `tag` at
+    `tag_at`, its width and height (`dims`, a struct format read at `dims_at`; "" where the format puts
+    them elsewhere) and an end marker after the header."""
+
+    kind: str
+    header: int
+    header_name: str
+    end: bytes
+    end_name: str
+    tag: bytes = b""
+    tag_at: int = 0
+    dims: str = ""
+    dims_at: int = 0
+
+
+_LAYOUTS = {  # PNG: W3C PNG 3rd ed. §5.3, §11.2; JPEG: ITU T.81 B.1.1.2; GIF: GIF89a §17, §18, §27
+    "image/png": _Layout("PNG", 33, "IHDR header", b"IEND", "IEND chunk", b"\0\0\0\rIHDR", 8, ">II", 16),
+    "image/jpeg": _Layout("JPEG", 3, "start-of-image marker", b"\xff\xd9", "end-of-image marker"),
+    "image/gif": _Layout("GIF", 13, "header", b"\x3b", "trailer", dims="<HH", dims_at=6),
+}
+
+
+def image_problem(data: bytes) -> str | None:
+    """What makes `data` (a whole file told an image by `image_type`) no usable image, as a phrase ("a truncated
+    PNG: …"), or None when its header is whole and its size plausible. Headers and end markers only, never a
+    decode: a server refuses a cut-short file with a 400 that names no file, so an attachment is checked first.
+
+    PNG, JPEG, GIF (`_LAYOUTS`): the whole header, a width and height other than 0, and the end marker after
+    the header (IEND, FF D9, 3B). WebP (RIFF): as many bytes as the RIFF header's size field, and a VP8/VP8L/VP8X
+    chunk. Anything else: None.
+    """
+    mime = image_type(data)
+    if mime == "image/webp":
+        (riff_size,) = struct.unpack("<I", data[4:8])
+        if len(data) < max(riff_size + 8, 20) or data[12:15] != b"VP8":
+            return f"a truncated WebP: it is {len(data):,} bytes where its header gives {riff_size + 8:,}"
+        return None
+    if (layout := _LAYOUTS.get(mime or "")) is None:
+        return None
+    if len(data) < layout.header or data[layout.tag_at:layout.tag_at + len(layout.tag)] != layout.tag:
+        return f"a truncated {layout.kind}: it is {len(data):,} bytes and ends before its {layout.header_name}"
+    if layout.dims and 0 in struct.unpack_from(layout.dims, data, layout.dims_at):
+        return f"a damaged {layout.kind}: its {layout.header_name} gives a width or height of 0"
+    if layout.end not in data[layout.header:]:
+        return (f"a truncated {layout.kind}: it is {len(data):,} bytes and has no {layout.end_name} (the file is "
+                "cut short)")
     return None
 
 

@@ -63,6 +63,7 @@ from tests.support import (
     chunk,
     crow,
     crow_here,
+    png,
     run_args,
     run_here,
     sse,
@@ -947,7 +948,7 @@ def test_reasoning_blocks_signatures_and_extensions_survive_the_store_exactly(tm
     resumed = [*loaded, user_message("tomorrow?")]
     assert json.dumps(Outgoing("auto").messages(resumed)) == json.dumps([*history, user_message("tomorrow?")])
 
-PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(200))
+PNG = png() + bytes(range(141))  # 208 bytes: a whole PNG (an attachment is checked) and bytes after its end
 URL = Image(PNG).data_url()
 
 
