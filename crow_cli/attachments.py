@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, ToolError
-from .images import IMAGE_KEY, MAX_IMAGE_BYTES, Image, image_problem, image_type
+from .images import IMAGE_KEY, MAX_IMAGE_BYTES, Image, attached_line, image_problem, image_type
 from .text import BOMS, clean_text, decode_text, mask_secrets
 from .tools.workspace import resolve_in_workspace, workspace_root
 
@@ -124,7 +124,7 @@ def user_content(prompt: str, attachments: list[Attachment]) -> str | list[dict[
     images = [a for a in attachments if a.data_url is not None]
     if not images:
         return text
-    text += "\n\n" + "\n".join(f"[attached image: {a.shown}]" for a in images)
+    text += "\n\n" + "\n".join(attached_line(a.shown) for a in images)
     return [{"type": "text", "text": text},
             *({"type": "image_url", "image_url": {"url": a.data_url}, IMAGE_KEY: {"name": a.shown}} for a in images)]
 

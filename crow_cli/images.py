@@ -23,9 +23,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["IMAGE_KEY", "IMAGE_TYPES", "MAX_IMAGE_BYTES", "TOOL_IMAGES_NOTE", "Image", "data_url_image",
-           "describe_part", "image_part", "image_parts", "image_problem", "image_type", "is_image_part",
-           "is_tool_images", "sendable_content", "size_text", "tool_images_message"]
+__all__ = ["IMAGE_KEY", "IMAGE_TYPES", "MAX_IMAGE_BYTES", "TOOL_IMAGES_NOTE", "Image", "attached_line",
+           "data_url_image", "describe_part", "image_name", "image_part", "image_parts", "image_problem", "image_type",
+           "is_image_part", "is_tool_images", "sendable_content", "size_text", "tool_images_message"]
 
 MAX_IMAGE_BYTES = 10 * 1024 * 1024
 """The largest image crow attaches or shows the model (a file, standard input, a tool's image)."""
@@ -182,6 +182,18 @@ def image_parts(content: Any) -> list[dict[str, Any]]:
     return [p for p in content if is_image_part(p)] if isinstance(content, list) else []
 
 
+def attached_line(name: str) -> str:
+    """The line of a prompt's text that names an image attached to it (`attachments.user_content`): the model
+    reads which file each image is; a transcript shows the image there, once (`history.content_text`)."""
+    return f"[attached image: {name}]"
+
+
+def image_name(part: dict[str, Any]) -> str:
+    """The name an image part carries under `IMAGE_KEY`, `""` when it has none."""
+    ref = part.get(IMAGE_KEY)
+    return str(ref.get("name") or "") if isinstance(ref, dict) else ""
+
+
 def describe_part(part: dict[str, Any], *, named: bool = True) -> str:
     """`[image: NAME, SIZE]` for an image part: NAME is the image's name (`IMAGE_KEY`), else a stored reference's
     file or a data URL's type (an image of an older session, which kept no name). `named=False`: never the name
@@ -190,7 +202,7 @@ def describe_part(part: dict[str, Any], *, named: bool = True) -> str:
     url = image_url.get("url") if isinstance(image_url, dict) else image_url
     ref = part.get(IMAGE_KEY)
     ref = ref if isinstance(ref, dict) else {}
-    name = str(ref.get("name") or "") if named else ""
+    name = image_name(part) if named else ""
     if "file" in ref:
         return f"[image: {name or ref.get('file', '')}, {size_text(int(ref.get('bytes') or 0))}]"
     if isinstance(url, str) and (image := data_url_image(url)) is not None:

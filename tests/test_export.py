@@ -98,3 +98,20 @@ def test_write_export_makes_no_folder_for_a_path_given(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
     write_export(tmp_path / "chat.md", b"# chat\n")  # into a folder that is there
     assert (tmp_path / "chat.md").read_bytes() == b"# chat\n"
+
+
+# seen by a new-user tester: an attached image was in the transcript twice, the prompt's `[attached image: NAME]`
+# line and the image part's `[image: NAME, SIZE]` after it
+def test_an_attached_image_is_shown_once(tmp_path: Path) -> None:
+    from crow_cli.attachments import Attachment, user_content
+    from crow_cli.images import Image
+    from tests.support import png
+
+    image = Attachment("cat.png", data_url=Image(png(), "image/png").data_url())
+    with SessionStore(tmp_path / "s.db") as store:
+        info = store.create(model="m")
+        store.append(info.id, {"role": "user", "content": user_content("what is this?", [image])})
+        info, messages = store.get(info.id), store.messages(info.id)
+    turn = export_session(info, messages, "md").split("## You\n\n", 1)[1]
+    assert turn.count("cat.png") == 1
+    assert turn == "what is this?\n\n[image: cat.png, 67 B]\n"

@@ -1079,7 +1079,7 @@ def test_an_attached_file_s_name_reaches_the_export_and_not_the_server(
         (info,) = store.recent()
     capsys.readouterr()
     assert crow_here("sessions", "export", info.id, "-f", "md") == 0
-    assert "[attached image: screenshot.png]\n[image: screenshot.png, 208 B]" in capsys.readouterr().out
+    assert "what is this?\n\n[image: screenshot.png, 208 B]\n" in capsys.readouterr().out  # once, where it is named
     assert crow_here("sessions", "export", info.id, "-f", "jsonl") == 0
     first = json.loads(capsys.readouterr().out.splitlines()[0])
     assert first["content"][1]["crow_image"]["name"] == "screenshot.png"
