@@ -7,7 +7,7 @@ an OpenAI `image_url` content part with a `data:` URL, for vision models, named 
 (`text` first). Paths are confined to the workspace, as the file tools are.
 
 Errors are `ConfigError`s (exit 2), one line each: outside the workspace, missing, a folder, too
-big (text 256 KiB, images 10 MiB), or binary and not an image.
+big (text 256 KiB, images 10 MiB), binary and not an image, or an image cut short (`images.image_problem`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, ToolError
-from .images import IMAGE_KEY, MAX_IMAGE_BYTES, Image, image_type
+from .images import IMAGE_KEY, MAX_IMAGE_BYTES, Image, attached_line, image_problem, image_type
 from .text import BOMS, clean_text, decode_text, mask_secrets
 from .tools.workspace import resolve_in_workspace, workspace_root
 
@@ -49,7 +49,7 @@ def image_attachment(data: bytes, shown: str) -> Attachment:
     """An image given as bytes (piped on stdin) as an attachment named `shown`.
 
     Raises:
-        ConfigError: `data` is no PNG, JPEG, GIF or WebP image, or is over the 10 MiB cap.
+        ConfigError: `data` is no PNG, JPEG, GIF or WebP image, is over the 10 MiB cap, or is cut short.
     """
     mime = image_type(data)
     if mime is None:
@@ -57,6 +57,8 @@ def image_attachment(data: bytes, shown: str) -> Attachment:
     if len(data) > MAX_IMAGE_BYTES:
         raise ConfigError(f"cannot attach {shown}: it is {len(data):,} bytes; images are attached up to "
                           f"{MAX_IMAGE_BYTES:,}")
+    if problem := image_problem(data):
+        raise ConfigError(f"cannot attach {shown}: {problem}")
     return Attachment(shown, data_url=Image(data, mime).data_url())
 
 
@@ -69,8 +71,8 @@ def load_attachment(path: str, root: Path | None = None, secrets: Iterable[str |
     `image_only` (`-i FILE`): a file that is no image is refused.
 
     Raises:
-        ConfigError: outside the workspace, missing, not a file, over the size cap, or binary (with
-            `image_only`: not an image).
+        ConfigError: outside the workspace, missing, not a file, over the size cap, binary (with
+            `image_only`: not an image), or an image cut short.
     """
     try:
         root = root or workspace_root()
@@ -99,6 +101,8 @@ def load_attachment(path: str, root: Path | None = None, secrets: Iterable[str |
     except OSError as exc:
         raise ConfigError(f"cannot attach {shown}: {exc.strerror}") from None
     if mime:
+        if problem := image_problem(data):
+            raise ConfigError(f"cannot attach {shown}: {problem}")
         return Attachment(shown, data_url=f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}")
     if b"\0" in data and not data.startswith(tuple(bom for bom, _codec, _name in BOMS)):  # UTF-16/32 hold NULs
         raise ConfigError(f"cannot attach {shown}: a binary file (only text files and PNG, JPEG, GIF or WebP "
@@ -120,7 +124,7 @@ def user_content(prompt: str, attachments: list[Attachment]) -> str | list[dict[
     images = [a for a in attachments if a.data_url is not None]
     if not images:
         return text
-    text += "\n\n" + "\n".join(f"[attached image: {a.shown}]" for a in images)
+    text += "\n\n" + "\n".join(attached_line(a.shown) for a in images)
     return [{"type": "text", "text": text},
             *({"type": "image_url", "image_url": {"url": a.data_url}, IMAGE_KEY: {"name": a.shown}} for a in images)]
 

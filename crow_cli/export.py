@@ -35,19 +35,24 @@ class ExportExists(FileExistsError):
     """The export's path names a file already there (`write_export` without `replace`)."""
 
 
-def write_export(path: Path, data: bytes, *, replace: bool = False) -> None:
+def write_export(path: Path, data: bytes, *, replace: bool = False, make_folder: bool = False) -> None:
     """Write an export (`export_session`'s text, encoded) to `path`: private, as the session store is (a
     new file 0600, folders crow creates 0700), and atomically (a failure leaves an older file whole). A file
     already there is replaced only with `replace` (crow's own exports folder, `--force`): a path the person
-    names may be any file of theirs.
+    names may be any file of theirs. Its folder is created only with `make_folder` (crow's own exports
+    folder): as with `cp`, a folder the person names must exist, so a typo in it makes no folders.
 
     Raises:
         ExportExists: `path` is a file and `replace` is False.
+        FileNotFoundError: its folder does not exist and `make_folder` is False.
         OSError: it cannot be written; `atomic.NotRegularFile` when `path` is a FIFO, device or folder.
     """
     if not replace and (path.is_file() or path.is_symlink()):  # a FIFO or device: `write_atomic` says what it is
         raise ExportExists(errno.EEXIST, "it exists; crow does not overwrite a file", str(path))
-    private_dir(path.parent)
+    if make_folder:
+        private_dir(path.parent)
+    elif not path.parent.is_dir():
+        raise FileNotFoundError(errno.ENOENT, "no such folder (crow creates none for a path you give)", str(path))
     write_atomic(path, data, private=True)
 
 

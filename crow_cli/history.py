@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, NotRequired, TypedDict, cast
 
-from .images import Image, describe_part, is_tool_images
+from .images import Image, attached_line, describe_part, image_name, is_tool_images
 
 __all__ = [
     "AUTHOR_KEY",
@@ -322,7 +322,8 @@ def outcome_of(message: Message) -> Outcome:
 def content_text(content: str | list[ContentPart] | None, *, images: bool = False) -> str:
     """The text of a message's `content`: the string, or its text parts joined as they streamed (nothing between
     them: text / thinking / text reads as the live view showed it); an image or other part has none (with
-    `images`, an image part is its `[image: NAME, SIZE]` line); `""` for None."""
+    `images`, an image part is its `[image: NAME, SIZE]` line, in place of the prompt's line naming the
+    attached image, `images.attached_line`, when the text has it); `""` for None."""
     if isinstance(content, list):
         pieces: list[str] = []
         for p in content:
@@ -331,6 +332,10 @@ def content_text(content: str | list[ContentPart] | None, *, images: bool = Fals
             if p.get("type") == "text":
                 pieces.append(str(p.get("text", "")))
             elif images and p.get("type") == "image_url":
+                named = attached_line(name) if (name := image_name(p)) else ""
+                if named and named in (text := "".join(pieces)):  # the image where the prompt names it, once
+                    pieces = [text.replace(named, describe_part(p), 1)]
+                    continue
                 pieces.append(f"{chr(10) if pieces and not pieces[-1].endswith(chr(10)) else ''}{describe_part(p)}\n")
         return "".join(pieces).rstrip("\n") if images else "".join(pieces)
     return content or ""

@@ -18,13 +18,14 @@ import base64
 import binascii
 import hashlib
 import re
+import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["IMAGE_KEY", "IMAGE_TYPES", "MAX_IMAGE_BYTES", "TOOL_IMAGES_NOTE", "Image", "data_url_image",
-           "describe_part", "image_part", "image_parts", "image_type", "is_image_part", "is_tool_images",
-           "sendable_content", "size_text", "tool_images_message"]
+__all__ = ["IMAGE_KEY", "IMAGE_TYPES", "MAX_IMAGE_BYTES", "TOOL_IMAGES_NOTE", "Image", "attached_line",
+           "data_url_image", "describe_part", "image_name", "image_part", "image_parts", "image_problem", "image_type",
+           "is_image_part", "is_tool_images", "sendable_content", "size_text", "tool_images_message"]
 
 MAX_IMAGE_BYTES = 10 * 1024 * 1024
 """The largest image crow attaches or shows the model (a file, standard input, a tool's image)."""
@@ -46,6 +47,57 @@ def image_type(data: bytes) -> str | None:
             return mime
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         return "image/webp"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """What a whole file of one image format holds: a header of `header` bytes starting with `tag` at
+    `tag_at`, its width and height (`dims`, a struct format read at `dims_at`; "" where the format puts
+    them elsewhere) and an end marker after the header."""
+
+    kind: str
+    header: int
+    header_name: str
+    end: bytes
+    end_name: str
+    tag: bytes = b""
+    tag_at: int = 0
+    dims: str = ""
+    dims_at: int = 0
+
+
+_LAYOUTS = {  # PNG: W3C PNG 3rd ed. §5.3, §11.2; JPEG: ITU T.81 B.1.1.2; GIF: GIF89a §17, §18, §27
+    "image/png": _Layout("PNG", 33, "IHDR header", b"IEND", "IEND chunk", b"\0\0\0\rIHDR", 8, ">II", 16),
+    "image/jpeg": _Layout("JPEG", 3, "start-of-image marker", b"\xff\xd9", "end-of-image marker"),
+    "image/gif": _Layout("GIF", 13, "header", b"\x3b", "trailer", dims="<HH", dims_at=6),
+}
+
+
+def image_problem(data: bytes) -> str | None:
+    """What makes `data` (a whole file told an image by `image_type`) no usable image, as a phrase ("a truncated
+    PNG: …"), or None when its header is whole and its size plausible. Headers and end markers only, never a
+    decode: a server refuses a cut-short file with a 400 that names no file, so an attachment is checked first.
+
+    PNG, JPEG, GIF (`_LAYOUTS`): the whole header, a width and height other than 0, and the end marker after
+    the header (IEND, FF D9, 3B). WebP (RIFF): as many bytes as the RIFF header's size field, and a VP8/VP8L/VP8X
+    chunk. Anything else: None.
+    """
+    mime = image_type(data)
+    if mime == "image/webp":
+        (riff_size,) = struct.unpack("<I", data[4:8])
+        if len(data) < max(riff_size + 8, 20) or data[12:15] != b"VP8":
+            return f"a truncated WebP: it is {len(data):,} bytes where its header gives {riff_size + 8:,}"
+        return None
+    if (layout := _LAYOUTS.get(mime or "")) is None:
+        return None
+    if len(data) < layout.header or data[layout.tag_at:layout.tag_at + len(layout.tag)] != layout.tag:
+        return f"a truncated {layout.kind}: it is {len(data):,} bytes and ends before its {layout.header_name}"
+    if layout.dims and 0 in struct.unpack_from(layout.dims, data, layout.dims_at):
+        return f"a damaged {layout.kind}: its {layout.header_name} gives a width or height of 0"
+    if layout.end not in data[layout.header:]:
+        return (f"a truncated {layout.kind}: it is {len(data):,} bytes and has no {layout.end_name} (the file is "
+                "cut short)")
     return None
 
 
@@ -130,6 +182,18 @@ def image_parts(content: Any) -> list[dict[str, Any]]:
     return [p for p in content if is_image_part(p)] if isinstance(content, list) else []
 
 
+def attached_line(name: str) -> str:
+    """The line of a prompt's text that names an image attached to it (`attachments.user_content`): the model
+    reads which file each image is; a transcript shows the image there, once (`history.content_text`)."""
+    return f"[attached image: {name}]"
+
+
+def image_name(part: dict[str, Any]) -> str:
+    """The name an image part carries under `IMAGE_KEY`, `""` when it has none."""
+    ref = part.get(IMAGE_KEY)
+    return str(ref.get("name") or "") if isinstance(ref, dict) else ""
+
+
 def describe_part(part: dict[str, Any], *, named: bool = True) -> str:
     """`[image: NAME, SIZE]` for an image part: NAME is the image's name (`IMAGE_KEY`), else a stored reference's
     file or a data URL's type (an image of an older session, which kept no name). `named=False`: never the name
@@ -138,7 +202,7 @@ def describe_part(part: dict[str, Any], *, named: bool = True) -> str:
     url = image_url.get("url") if isinstance(image_url, dict) else image_url
     ref = part.get(IMAGE_KEY)
     ref = ref if isinstance(ref, dict) else {}
-    name = str(ref.get("name") or "") if named else ""
+    name = image_name(part) if named else ""
     if "file" in ref:
         return f"[image: {name or ref.get('file', '')}, {size_text(int(ref.get('bytes') or 0))}]"
     if isinstance(url, str) and (image := data_url_image(url)) is not None:

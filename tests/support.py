@@ -8,6 +8,7 @@
 - `ChatTerminal`: `crow chat` on a pseudo-terminal; `chat`: the chat app in-process on a pipe;
 - the history contract (`assert_contract`, `assert_valid`), `wait_for` an event, `alive(pid)`,
   `needs_sandbox()` (a skip mark without bubblewrap);
+- `png()`: a whole, tiny PNG file;
 - a scripted `loop.ChatStream` with a few tools for in-process loop properties.
 """
 
@@ -30,6 +31,7 @@ import sys
 import termios
 import threading
 import time
+import zlib
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import cache
@@ -341,6 +343,16 @@ def alive(pid: int) -> bool:
             return fh.read().split(")")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def png(width: int = 1, height: int = 1) -> bytes:
+    """A whole PNG file of `width` × `height` black pixels (signature, IHDR, IDAT, IEND; real CRCs)."""
+    def part(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rows = (b"\0" + b"\0" * width) * height  # filter byte 0, then one 8-bit grey sample per pixel
+    return (b"\x89PNG\r\n\x1a\n" + part(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
+            + part(b"IDAT", zlib.compress(rows)) + part(b"IEND", b""))
 
 
 def tools_folder(folder: Path, source: str) -> Path:

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from crow_cli.attachments import MAX_TEXT_BYTES, load_attachment, mentioned_files, user_content
+from crow_cli.attachments import MAX_TEXT_BYTES, image_attachment, load_attachment, mentioned_files, user_content
 from crow_cli.errors import ConfigError
 from crow_cli.tools.context import ToolContext, using_context
 from tests.replay_server import text_stream
-from tests.support import run_here, write_config
+from tests.support import png, run_here, write_config
 
-PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 20
+PNG = png()
 
 
 @pytest.fixture
@@ -59,6 +59,23 @@ def test_refusals_are_one_line(tmp_path: Path, name: str, data: bytes | None, er
         (tmp_path / name).write_bytes(data)
     with pytest.raises(ConfigError, match=error):
         load_attachment(name)
+
+
+# seen by a new-user tester: the first 30 bytes of a real PNG were attached (`-i`, `@path` in chat) and sent
+@pytest.mark.parametrize("image_only", [False, True])
+def test_a_truncated_image_is_refused_naming_the_file(tmp_path: Path, image_only: bool,
+                                                      set_workspace: Callable[[Path], None]) -> None:
+    set_workspace(tmp_path)
+    (tmp_path / "cut.png").write_bytes(PNG[:30])
+    with pytest.raises(ConfigError) as caught:
+        load_attachment("cut.png", image_only=image_only)
+    assert str(caught.value) == "cannot attach cut.png: a truncated PNG: it is 30 bytes and ends before its IHDR header"
+
+
+def test_a_truncated_image_on_stdin_is_refused() -> None:
+    with pytest.raises(ConfigError) as caught:
+        image_attachment(PNG[:-12], "stdin")
+    assert str(caught.value).startswith("cannot attach stdin: a truncated PNG: it is 55 bytes and has no IEND")
 
 
 def test_outside_the_workspace_is_refused(tmp_path: Path, set_workspace: Callable[[Path], None]) -> None:

@@ -109,7 +109,7 @@ def test_crow_prompt_says_what_is_missing(tmp_path: Path, capsys: pytest.Capture
     assert f"crow: warning: tools folder '{tmp_path / 'nope'}' does not exist" in capsys.readouterr().err
     (tmp_path / "empty.md").write_text("")
     assert crow_here("prompt", "--system-file", "empty.md", "--no-project-instructions") == 0
-    assert "(no system prompt: the system prompt file is empty, and no AGENTS.md)" in capsys.readouterr().err
+    assert "(no system prompt: the system prompt file 'empty.md' is empty, and no AGENTS.md)" in capsys.readouterr().err
 
 
 # found by a new-user tester: `--system-file /dev/zero` hung crow prompt and crow run; a 40 MB file was taken

@@ -73,7 +73,7 @@ def test_markdown_export_keeps_backticks_and_fences_inside_their_turn(tmp_path: 
 # issue: every file holding conversation text is private, /export too; a FIFO target is refused, not waited on
 def test_write_export_is_private_atomic_and_refuses_a_fifo(tmp_path: Path) -> None:
     target = tmp_path / "new" / "chat.md"
-    write_export(target, b"# chat\n")
+    write_export(target, b"# chat\n", make_folder=True)  # crow's own exports folder
     assert target.read_bytes() == b"# chat\n"
     assert target.stat().st_mode & 0o777 == 0o600 and target.parent.stat().st_mode & 0o777 == 0o700
     old = tmp_path / "old.md"
@@ -88,3 +88,30 @@ def test_write_export_is_private_atomic_and_refuses_a_fifo(tmp_path: Path) -> No
     os.mkfifo(tmp_path / "pipe")
     with pytest.raises(NotRegularFile, match="FIFO"):
         write_export(tmp_path / "pipe", b"x")
+
+
+# seen by a new-user tester: `/export nwe/sub/chat.md` (a typo) made both folders without a word; like `cp`, a
+# path the person gives needs its folder
+def test_write_export_makes_no_folder_for_a_path_given(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="no such folder"):
+        write_export(tmp_path / "nwe" / "sub" / "chat.md", b"# chat\n")
+    assert list(tmp_path.iterdir()) == []
+    write_export(tmp_path / "chat.md", b"# chat\n")  # into a folder that is there
+    assert (tmp_path / "chat.md").read_bytes() == b"# chat\n"
+
+
+# seen by a new-user tester: an attached image was in the transcript twice, the prompt's `[attached image: NAME]`
+# line and the image part's `[image: NAME, SIZE]` after it
+def test_an_attached_image_is_shown_once(tmp_path: Path) -> None:
+    from crow_cli.attachments import Attachment, user_content
+    from crow_cli.images import Image
+    from tests.support import png
+
+    image = Attachment("cat.png", data_url=Image(png(), "image/png").data_url())
+    with SessionStore(tmp_path / "s.db") as store:
+        info = store.create(model="m")
+        store.append(info.id, {"role": "user", "content": user_content("what is this?", [image])})
+        info, messages = store.get(info.id), store.messages(info.id)
+    turn = export_session(info, messages, "md").split("## You\n\n", 1)[1]
+    assert turn.count("cat.png") == 1
+    assert turn == "what is this?\n\n[image: cat.png, 67 B]\n"

@@ -63,6 +63,7 @@ from tests.support import (
     chunk,
     crow,
     crow_here,
+    png,
     run_args,
     run_here,
     sse,
@@ -947,7 +948,7 @@ def test_reasoning_blocks_signatures_and_extensions_survive_the_store_exactly(tm
     resumed = [*loaded, user_message("tomorrow?")]
     assert json.dumps(Outgoing("auto").messages(resumed)) == json.dumps([*history, user_message("tomorrow?")])
 
-PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(200))
+PNG = png() + bytes(range(141))  # 208 bytes: a whole PNG (an attachment is checked) and bytes after its end
 URL = Image(PNG).data_url()
 
 
@@ -1078,7 +1079,7 @@ def test_an_attached_file_s_name_reaches_the_export_and_not_the_server(
         (info,) = store.recent()
     capsys.readouterr()
     assert crow_here("sessions", "export", info.id, "-f", "md") == 0
-    assert "[attached image: screenshot.png]\n[image: screenshot.png, 208 B]" in capsys.readouterr().out
+    assert "what is this?\n\n[image: screenshot.png, 208 B]\n" in capsys.readouterr().out  # once, where it is named
     assert crow_here("sessions", "export", info.id, "-f", "jsonl") == 0
     first = json.loads(capsys.readouterr().out.splitlines()[0])
     assert first["content"][1]["crow_image"]["name"] == "screenshot.png"

@@ -52,8 +52,9 @@ def prompt(system: SystemOpt = None, system_file: SystemFileOpt = None, no_defau
         warn(problem)  # a tools folder that is not there: its tools' hints are missing from what is printed
     text = runtime.settings.system
     if not text:
-        why = ("the system prompt file is empty" if settings.system_prompt_file and settings.default_prompt
-               else "--no-default-prompt or --system \"\"")
+        # a file replaces the built-in prompt whatever --no-default-prompt says; only --system "" drops it
+        why = (f"the system prompt file {settings.system_prompt_file!r} is empty"
+               if settings.system_prompt_file and settings.system != "" else "--no-default-prompt or --system \"\"")
         typer.echo(f"(no system prompt: {why}, and no AGENTS.md)", err=True)
         return
     typer.echo(strip_controls(text))

@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable
 from dataclasses import replace
 
-from ..events import Event, ToolResultReady
+from ..events import Event, ToolResultReady, ToolRunStarted
 from ..history import ContentPart, Message, ToolCall, ToolResult, UserMessage, content_text
 from ..loop import LoopSettings
 from ..tools.approval import Approvals
@@ -50,7 +50,8 @@ async def run_typed(command: str, approvals: Approvals, settings: LoopSettings, 
                     sink: Callable[[Event], None]) -> ToolResult:
     """Run `command` as a call of the built-in `run_shell` (never a plugin's tool of that name), with the
     chat's sandbox and secrets (`context`) and output cap (`settings.max_output_chars`); `sink` gets the
-    call's `ToolRunStarted` and `ToolResultReady`. Returns its result (a refused call's says why).
+    call's `ToolRunStarted` (its arguments as typed: the command, not the time limit crow adds) and
+    `ToolResultReady`. Returns its result (a refused call's says why).
 
     Raises:
         asyncio.CancelledError: the caller was cancelled (Ctrl-C); the command and everything it started
@@ -59,10 +60,13 @@ async def run_typed(command: str, approvals: Approvals, settings: LoopSettings, 
     registry = ToolRegistry()
     registry.register(replace(run_shell), source="builtin")
     result: ToolResult | None = None
+    typed = json.dumps({"command": command}, ensure_ascii=False)
     async for event in dispatch([typed_call(command)], registry,
                                 approve=EscalatingApprover(approvals.typed, approvals.escalate),
                                 timeout_s=settings.tool_timeout_s, max_output_chars=settings.max_output_chars,
                                 context=context):
+        if isinstance(event, ToolRunStarted):
+            event = replace(event, call=replace(event.call, arguments=typed))
         sink(event)
         if isinstance(event, ToolResultReady):
             result = event.result

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.replay_server import ReplayServer
-from tests.support import crow_here, run_args, text_sse
+from tests.support import crow_here, png, run_args, text_sse
 
 
 # found trying it as a new user (wave 3): UTF-16 piped in (with its byte-order mark, as Windows tools write it)
@@ -41,7 +41,7 @@ def test_a_sessions_title_is_the_typed_prompt_not_piped_input_or_files(tmp_path:
         assert sorted(s.title for s in store.recent()) == ["Review", "Summarise"]
 
 
-PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 24
+PNG = png()
 
 
 # A screenshot piped in (`screencap | crow run "what is this?"`) was decoded as text (issue 33 §2)
@@ -81,6 +81,18 @@ def test_dash_i_attaches_an_image_and_refuses_a_text_file(tmp_path: Path, monkey
     assert "[attached image: d.png]" in content[0]["text"]
     assert "cannot attach notes.txt with -i: not a PNG, JPEG, GIF or WebP image" in capsys.readouterr().err
     assert len(server.requests) == 1
+
+
+# seen by a new-user tester: `crow run -i cut.png` (a real PNG's first 30 bytes) sent the image to the model
+def test_dash_i_refuses_a_truncated_image_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cut.png").write_bytes(PNG[:30])
+    with ReplayServer([]) as server:
+        assert crow_here(*run_args(server, "--no-tools", "--no-session", "-i", "cut.png", "Look")) == 2
+    assert server.requests == []
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "crow: error: cannot attach cut.png: a truncated PNG: it is 30 bytes and ends before its IHDR header"]
 
 
 # found by a new-user tester: binary stdin that is no image went into the prompt, NULs and U+FFFD included

@@ -25,6 +25,7 @@ from tests.support import (
     ChatTerminal,
     chunk,
     needs_sandbox,
+    png,
     run_against,
     run_args,
     run_here,
@@ -315,7 +316,7 @@ async def test_prompt_progress_is_an_event_for_scripts_and_no_line_on_stderr(tmp
 # A text-only model refused an attached image and the new session, holding only the prompt, was
 # discarded with the errors that leave nothing worth continuing (401, unreachable) (issue 33 §2)
 async def test_an_image_a_text_only_model_refused_keeps_its_session(tmp_path: Path) -> None:
-    (tmp_path / "shot.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 24)
+    (tmp_path / "shot.png").write_bytes(png())
     refusal = {"status": 400, "body": json.dumps({"error": {"message": "Invalid content type. image_url is only "
                                                              "supported by certain models.", "code": None}})}
     ran = await run_here([refusal], "what is this?", cwd=tmp_path, images=("shot.png",))

@@ -191,7 +191,8 @@ async def _export(app: ChatApp, arg: str) -> None:
     path = (target / default if into_folder else target) if target is not None else exports_dir() / default
     data = export_session(info, app.history, fmt).encode("utf-8")
     try:  # off the loop: a slow disk must not freeze the chat; a FIFO is refused, never waited on
-        await asyncio.to_thread(partial(write_export, replace=target is None), path, data)
+        await asyncio.to_thread(partial(write_export, replace=target is None, make_folder=target is None),
+                                path, data)
     except ExportExists:
         app.view.line(f"crow: error: {strip_controls(str(path))} exists; crow does not overwrite a file "
                       "(give another path, or a folder)", "red")
