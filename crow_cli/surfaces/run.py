@@ -9,7 +9,6 @@ a new line: the text of the cut attempt stays on stdout, so scripts wanting the 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import sys
 from collections.abc import Iterator, Mapping
@@ -18,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ..attachments import image_attachment, load_attachment, user_content
 from ..config import Settings
-from ..driver import Interrupts, output_lost, run_interrupts
+from ..driver import RunScope, output_lost, run_interrupts
 from ..errors import ConfigError, SessionError
 from ..events import (
     Event,
@@ -340,21 +339,15 @@ async def _run_in(runtime: Runtime, options: RunOptions, out: TextIO, err: TextI
             printer.handle(RunFinished("error", "", 0, str(exc), exc.exit_code))
             return exc.exit_code
         # From the first event on, a signal ends the run with one run_finished: before the driver runs, it
-        # cancels this task (MCP servers starting, the client being built); then it stops the driver.
+        # ends the scope (MCP servers starting, the client being built); then it stops the driver.
         try:
-            with run_interrupts(options.exit_grace_s) as interrupts:
+            with run_interrupts(options.exit_grace_s) as scope:
                 printer.handle(RunStarted(model=settings.model, session_id=recorder.session_id if recorder else None))
-                try:
-                    return await _drive(runtime, printer, history, recorder, new_session, warning, approve,
-                                        interrupts, err)
-                except asyncio.CancelledError:
-                    current = asyncio.current_task()
-                    if interrupts.signum is None or current is None:
-                        raise
-                    current.uncancel()
-                    printer.handle(RunFinished("cancelled", "", 0, f"interrupted ({interrupts.name})",
-                                               interrupts.exit_code, signal=interrupts.signum))
-                    return interrupts.exit_code
+                return await _drive(runtime, printer, history, recorder, new_session, warning, approve, scope, err)
+            finished = scope.finished
+            assert finished is not None  # the scope ends its block early for an end signal only
+            printer.handle(finished)
+            return finished.exit_code
         finally:  # however the run ended, its session is free again: a caller in this process (ACP, tests) may
             if recorder is not None:  # continue it next, where only a process exit freed it before
                 recorder.store.close()
@@ -365,7 +358,7 @@ async def _run_in(runtime: Runtime, options: RunOptions, out: TextIO, err: TextI
 
 async def _drive(runtime: Runtime, printer: PlainPrinter | JsonlWriter, history: list[Message],
                  recorder: SessionRecorder | None, new_session: bool, warning: WarningEvent | None,
-                 approve: Approver, interrupts: Interrupts, err: TextIO) -> int:
+                 approve: Approver, scope: RunScope, err: TextIO) -> int:
     if warning is not None:
         printer.handle(warning)
     if recorder is not None and recorder.previous_model:
@@ -385,7 +378,7 @@ async def _drive(runtime: Runtime, printer: PlainPrinter | JsonlWriter, history:
         printer.handle(RunFinished("error", "", 0, str(exc), exc.exit_code))
         return exc.exit_code
     # files crow's tools change can be restored by `sessions undo` (the recorder keeps them)
-    driver = runtime.new_driver(approve, recorder=recorder, interrupts=interrupts)
+    driver = runtime.new_driver(approve, recorder=recorder, interrupts=scope)
     finished = await driver.run(history, printer, recorder)
     _say_output_failed(finished, err)  # the printer cannot say it (its output is what failed)
     if (recorder is not None and new_session and finished.status == "error"

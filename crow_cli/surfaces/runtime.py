@@ -29,6 +29,7 @@ from ..config import Settings
 from ..context.compact import Checkpoint
 from ..default_prompt import default_prompt
 from ..driver import Driver, Interrupts, run_interrupts
+from ..events import RunFinished
 from ..tools.approval import check_rule_names
 from ..tools.context import ToolContext
 from ..tools.dispatch import Approver
@@ -276,18 +277,13 @@ class Runtime:
                 await self._exit.aclose()
 
 
-async def list_mcp_tools(settings: Settings, registry: ToolRegistry) -> Interrupts:
+async def list_mcp_tools(settings: Settings, registry: ToolRegistry) -> RunFinished | None:
     """Start the configured MCP servers in the workspace (where `crow run` starts them), add their tools to
     `registry`, stop them (`crow tools`). A signal (crow run's policy) stops the servers as leaving does, a
-    server that ignores the end of its stdin too; the returned `Interrupts` says which one came (`signum`,
-    `exit_code`: 128 + n), if any."""
+    server that ignores the end of its stdin too; the `RunFinished` returned then says which one came
+    (`signal`, `exit_code`: 128 + n); None when none came."""
     workspace = ToolContext.for_workspace(settings.workspace).workspace
-    with run_interrupts() as interrupts:
-        try:
-            async with McpServers(settings.mcp_servers, workspace=workspace) as servers:
-                await servers.register_tools(registry)
-        except asyncio.CancelledError:
-            if interrupts.signum is None or (task := asyncio.current_task()) is None:
-                raise
-            task.uncancel()
-    return interrupts
+    with run_interrupts() as scope:
+        async with McpServers(settings.mcp_servers, workspace=workspace) as servers:
+            await servers.register_tools(registry)
+    return scope.finished
