@@ -10,7 +10,7 @@
 - docs/configuration.md, between `<!-- generated: settings -->` and `<!-- end generated -->`: the config keys,
   from the settings table `crow_cli.config.OPTIONS`.
 - docs/chat.md, between `<!-- generated: slash-commands -->` and `<!-- end generated -->`: chat's slash
-  commands, from its command table `crow_cli.surfaces.chat.ChatApp.COMMANDS`.
+  commands, from its command table `crow_cli.surfaces.chat.commands.COMMANDS`.
 """
 
 from __future__ import annotations
@@ -84,10 +84,10 @@ def settings_table() -> str:
 
 def slash_commands_table() -> str:
     """Chat's slash commands: what is typed (aliases after it) and what it does, in /help's order."""
-    from crow_cli.surfaces.chat import ChatApp
+    from crow_cli.surfaces.chat.commands import COMMANDS
 
     rows = ["| command | what it does |", "|---|---|"]
-    for command in ChatApp.COMMANDS:
+    for command in COMMANDS:
         typed = ", ".join(f"`/{name}{' ' + command.args if command.args else ''}`"
                           for name in (command.name, *command.aliases))
         rows.append(f"| {typed} | {command.doc.replace('|', chr(92) + '|')} |")

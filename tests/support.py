@@ -56,7 +56,7 @@ from tests.replay_server import (
 if TYPE_CHECKING:
     from crow_cli.config import Settings
     from crow_cli.sessions import SessionStore
-    from crow_cli.surfaces.chat import ChatApp, ChatOptions
+    from crow_cli.surfaces.chat.app import ChatApp, ChatOptions
 
 CROW = str(Path(sys.executable).with_name("crow"))
 ROOT = Path(__file__).resolve().parents[1]
@@ -591,7 +591,7 @@ async def chat(script: list[dict[str, Any]], keys: str | bytes, store: SessionSt
     from rich.console import Console
 
     from crow_cli.config import Settings
-    from crow_cli.surfaces.chat import ChatApp, ChatOptions
+    from crow_cli.surfaces.chat.app import ChatApp, ChatOptions
 
     out = io.StringIO()
     with ReplayServer(script) as server, create_pipe_input() as pipe:

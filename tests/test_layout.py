@@ -92,7 +92,7 @@ def test_every_test_module_mirrors_a_crow_cli_module() -> None:
 def test_no_test_module_is_imported() -> None:
     offenders = [f"{path.relative_to(TESTS)} imports {module}" for path in _py_files() for module, _ in _imports(path)
                  if module.startswith("tests") and module.rsplit(".", 1)[-1].startswith("test_")]
-    assert offenders == [], "shared helpers go to conftest.py or tests/support.py"
+    assert offenders == [], "shared helpers go to tests/support.py (fixtures to conftest.py)"
 
 
 def test_the_layout_rules_catch_what_they_name() -> None:

@@ -67,7 +67,7 @@ def chat(
 ) -> None:
     """Chat with the model in the terminal; type /help for commands. Sessions are kept (crow sessions)."""
     from ..config import load_settings
-    from ..surfaces.chat import ChatOptions, run_chat
+    from ..surfaces.chat.app import ChatOptions, run_chat
 
     try:
         if resume and (system_file is not None or no_default_prompt):

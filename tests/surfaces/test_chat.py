@@ -21,7 +21,8 @@ from crow_cli.config import Settings
 from crow_cli.errors import ConfigError, SessionError
 from crow_cli.export import exports_dir
 from crow_cli.sessions import SessionStore
-from crow_cli.surfaces.chat import ChatApp, ChatOptions, help_text
+from crow_cli.surfaces.chat.app import ChatApp, ChatOptions
+from crow_cli.surfaces.chat.commands import COMMANDS, help_text
 from tests.replay_server import ReplayServer, text_stream
 from tests.support import (
     ChatTerminal,
@@ -341,8 +342,8 @@ async def test_resume_latest_repairs_a_crashed_turn(store: SessionStore) -> None
 def test_help_is_made_from_the_command_table() -> None:
     # The hand-kept help missed /quit; now /help and the dispatch come from one table (issue 18)
     lines = help_text().splitlines()
-    assert len(lines) == 2 + len(ChatApp.COMMANDS) and lines[0].startswith("Enter sends")
-    for line, command in zip(lines[1:], ChatApp.COMMANDS, strict=False):
+    assert len(lines) == 2 + len(COMMANDS) and lines[0].startswith("Enter sends")
+    for line, command in zip(lines[1:], COMMANDS, strict=False):
         assert line.startswith(f"/{command.name}") and line.endswith(command.doc)
     assert "/exit, /quit" in help_text()
     assert lines[-1].startswith("!COMMAND ") and "with your next message" in lines[-1]
@@ -455,7 +456,7 @@ async def test_chat_holds_only_the_session_it_is_in(tmp_path: Path) -> None:
     from rich.console import Console
 
     from crow_cli.config import Settings
-    from crow_cli.surfaces.chat import ChatApp, ChatOptions
+    from crow_cli.surfaces.chat.app import ChatApp, ChatOptions
 
     db = tmp_path / "s.db"
     store = SessionStore(db)
@@ -492,7 +493,7 @@ async def test_a_chat_that_opened_the_store_leaves_its_session_free_when_it_ends
 
 # found trying it as a new user (third round)
 def test_state_folders_crow_creates_are_private(_isolated_home: Path) -> None:
-    from crow_cli.surfaces.chat import _history_path  # noqa: PLC2701  # where the input history lives
+    from crow_cli.surfaces.chat.terminal import _history_path  # noqa: PLC2701  # where the input history lives
 
     path = _history_path()
     assert path.exists() and _mode_of(path) == 0o600
@@ -760,7 +761,7 @@ async def test_a_slash_alone_or_a_double_slash_is_not_sent(store: SessionStore) 
 
 def test_the_input_history_keeps_no_paste_and_is_cut_when_it_grows(tmp_path: Path) -> None:
     # issue: the chat input history grew by every paste and was loaded whole at start
-    from crow_cli.surfaces.chat import MAX_HISTORY_BYTES, _history_path, input_history  # noqa: PLC2701
+    from crow_cli.surfaces.chat.terminal import MAX_HISTORY_BYTES, _history_path, input_history  # noqa: PLC2701
 
     path = _history_path()
     entry = "\n# 2026-01-01 00:00:00.000000\n+{}\n"
@@ -779,7 +780,7 @@ def test_the_input_history_keeps_no_paste_and_is_cut_when_it_grows(tmp_path: Pat
 # is a file) ended `crow chat` at start with `crow: internal error: IsADirectoryError`
 def test_an_input_history_that_cannot_be_used_leaves_the_chat_without_it(monkeypatch: pytest.MonkeyPatch,
                                                                           tmp_path: Path) -> None:
-    from crow_cli.surfaces.chat import _history_path, input_history  # noqa: PLC2701
+    from crow_cli.surfaces.chat.terminal import _history_path, input_history  # noqa: PLC2701
 
     path = _history_path()
     path.unlink()

@@ -18,7 +18,7 @@ from rich.console import Console
 from crow_cli.config import Settings
 from crow_cli.history import ToolCall
 from crow_cli.sessions import SessionStore
-from crow_cli.surfaces.chat import ChatApp, ChatOptions
+from crow_cli.surfaces.chat.app import ChatApp, ChatOptions
 from crow_cli.tools.approval import describe_call
 from crow_cli.tools.builtin import BUILTIN_TOOLS
 from crow_cli.tools.context import ToolContext

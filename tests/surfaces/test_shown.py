@@ -11,7 +11,7 @@ from rich.console import Console
 
 from crow_cli.history import ToolCall, ToolDisplay, ToolResult
 from crow_cli.sessions import SessionStore
-from crow_cli.surfaces.chat import ChatOptions
+from crow_cli.surfaces.chat.app import ChatOptions
 from crow_cli.surfaces.render import TurnView
 from crow_cli.surfaces.shown import display_lines, display_status
 from tests.support import chat, needs_sandbox, run_here, script

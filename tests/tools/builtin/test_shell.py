@@ -1,4 +1,7 @@
-"""`run_shell`: secrets hidden by value, background processes that hold the output, `setsid` escapees."""
+"""`run_shell` with real subprocesses: output, workspace, caps, and killing the whole process group.
+
+`run_shell`: secrets hidden by value, background processes that hold the output, `setsid` escapees.
+"""
 
 from __future__ import annotations
 
@@ -14,16 +17,147 @@ from pathlib import Path
 
 import pytest
 
+from crow_cli.errors import ToolFailed
+from crow_cli.tools.builtin import shell
 from crow_cli.tools.builtin.shell import run_shell
 from crow_cli.tools.context import ToolContext
 from tests.replay_server import ReplayServer
-from tests.support import alive, chunk, crow, sse, text_sse, tool_delta
+from tests.support import ChatTerminal, alive, chunk, crow, run_here, script, sse, text_sse, tool_delta, tool_messages
 
 
 @pytest.fixture(autouse=True)
 def _in_workspace(ws: Path) -> Path:
     return ws
 
+
+async def _wait_gone(pid: int) -> bool:
+    for _ in range(1200):  # up to 60 s: bounds a hang
+        if not alive(pid):
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
+async def _read_pid(path: Path) -> int:
+    for _ in range(2400):  # up to 60 s: bounds a hang
+        if path.exists() and path.read_text().strip():
+            return int(path.read_text())
+        await asyncio.sleep(0.025)
+    raise AssertionError("the grandchild never wrote its pid")
+
+
+async def test_output_exit_code_and_cwd(ws: Path) -> None:
+    (ws / "f.txt").write_text("x")
+    with pytest.raises(ToolFailed) as failed:  # the model reads the output as it is; the call is failed
+        await run_shell.invoke({"command": "pwd; ls; echo oops >&2; exit 3"})
+    assert str(failed.value) == "exit code 3"
+    assert failed.value.output.splitlines() == ["[exit code 3]", str(ws), "f.txt", "oops"]
+
+
+# noticed at the end of wave 3: a command exiting non-zero showed ✓ in `crow run` and `crow chat`, and its
+# `--json` tool_result said ok/"ok": the display must show it failed, with its exit status
+async def test_a_command_exiting_non_zero_shows_as_failed_in_run_json_and_chat(tmp_path: Path) -> None:
+    failing = script([("c1", "run_shell", {"command": "echo nope; exit 3"})], final="Done.")
+    for json_mode in (False, True):
+        ran = await run_here(failing, "go", yes=True, json=json_mode, cwd=tmp_path)  # `crow run --yes [--json] go`
+        assert ran.code == 0, ran.stderr
+        assert tool_messages(ran.requests[1])[0]["content"] == "[exit code 3]\nnope\n"  # unchanged for the model
+        if json_mode:
+            result = next(e["result"] for e in ran.events() if e["type"] == "tool_result")
+            assert (result["ok"], result["outcome"], result["output"]) == (False, "error", "[exit code 3]\nnope\n")
+        else:
+            # the exit status on the end line, the output below it (issue 34)
+            assert "  ✗ run_shell " in ran.stderr and "s · exit code 3\n    nope\n" in ran.stderr, ran.stderr
+            assert "✓" not in ran.stderr
+    # the chat's line for a finished call is drawn on a terminal (a pipe gets plain lines): a pty
+    with ReplayServer(failing) as server, ChatTerminal(["--base-url", server.base_url, "--api-key", "sk-test",
+                                                        "--model", "m", "--yes"], cwd=tmp_path) as term:
+        term.expect("›")
+        term.send("go\r")
+        term.expect('✗ run_shell({"command": "echo nope; exit 3"}) error ')
+        term.expect(" · exit code 3")
+        term.expect("    nope")
+        term.expect("Done.")
+        term.expect("›")  # the next prompt is up: a Ctrl-D sent before it can be lost (a CI dry run hung on it)
+        term.send("\x04")
+        assert term.wait() == 0
+
+
+async def test_stdin_is_empty_and_secrets_are_hidden(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-should-not-leak")
+    out = await run_shell.invoke({"command": "cat; echo \"key=${OPENAI_API_KEY:-unset}\""})
+    assert out == "[exit code 0]\nkey=unset\n"
+
+
+async def test_output_is_capped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shell, "MAX_OUTPUT_BYTES", 1000)
+    out = await run_shell.invoke({"command": "head -c 5000 /dev/zero | tr '\\0' a"})
+    assert out.splitlines()[1:] == ["a" * 667, "[output truncated: 4000 of 5000 bytes not shown]", "a" * 333]
+
+
+async def test_capped_output_keeps_its_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    # friction: the end of a test run holds its summary; the cut kept only the head (issue 11)
+    monkeypatch.setattr(shell, "MAX_OUTPUT_BYTES", 3000)
+    out = await run_shell.invoke({"command": "seq 1 5000; echo '== 3 failed, 97 passed =='"})
+    lines = out.splitlines()
+    assert lines[:3] == ["[exit code 0]", "1", "2"]
+    assert lines[-2:] == ["5000", "== 3 failed, 97 passed =="]
+    assert any(line.startswith("[output truncated: ") and line.endswith(" of 23919 bytes not shown]")
+               for line in lines)
+
+
+# found by a new-user tester (wave 5): `!seq 1 200000` showed "… 5642 lines …" (the lines of the capped text, not
+# of the output), and the cut split lines in two ("42" then "572")
+async def test_a_capped_output_keeps_whole_lines_and_counts_all_of_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    from crow_cli.surfaces.shown import display_lines
+
+    monkeypatch.setattr(shell, "MAX_OUTPUT_BYTES", 3000)
+    ran = await run_shell.run(run_shell.validate({"command": "seq 1 5000"}))
+    kept = [line for line in ran.text.splitlines()[1:] if not line.startswith("[output truncated")]
+    numbers = [int(line) for line in kept]
+    assert numbers[:3] == [1, 2, 3] and numbers[-1] == 5000
+    assert numbers == sorted(numbers) and numbers[:300] == list(range(1, 301))  # whole lines, none cut
+    assert ran.display is not None and ran.display.lines == 5000
+    shown = [text.strip() for text, _style in display_lines(ran.display)]
+    assert "… 4990 lines …" in shown and shown[-1] == "5000"
+
+
+async def test_timeout_kills_the_whole_group(ws: Path) -> None:
+    pidfile = ws / "grandchild.pid"
+    command = f"sh -c 'sleep 300 & echo $! > {pidfile}; wait' ; echo never"
+    with pytest.raises(ToolFailed) as failed:
+        await run_shell.invoke({"command": command, "timeout_s": 1})
+    out = failed.value.output
+    assert out.startswith("[timed out after 1 s; the command and its process group were killed]")
+    assert "never" not in out
+    assert await _wait_gone(int(pidfile.read_text()))
+
+
+async def test_cancellation_kills_the_whole_group(ws: Path) -> None:
+    pidfile = ws / "grandchild.pid"
+    task = asyncio.create_task(run_shell.invoke({"command": f"sleep 300 & echo $! > {pidfile}; wait"}))
+    pid = await _read_pid(pidfile)
+    assert alive(pid)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await _wait_gone(pid)
+
+
+async def test_background_processes_do_not_outlive_the_command(ws: Path) -> None:
+    pidfile = ws / "bg.pid"
+    out = await run_shell.invoke({"command": f"sleep 300 > /dev/null 2>&1 & echo $! > {pidfile}; echo started"})
+    assert out == "[exit code 0]\nstarted\n"
+    assert await _wait_gone(int(pidfile.read_text()))
+
+
+@pytest.mark.parametrize("timeout_s", [0, -5, float("nan")])
+async def test_a_timeout_of_zero_or_less_is_refused_not_clamped(timeout_s: float) -> None:
+    # smaller: timeout_s <= 0 was clamped to 0.1 s and the command killed at once (issue 11)
+    from crow_cli.errors import ToolError
+
+    with pytest.raises(ToolError, match="timeout_s must be more than 0 seconds"):
+        await run_shell.invoke({"command": "echo hi", "timeout_s": timeout_s})
 
 def _hiding(ws: Path, *secrets: str | None) -> ToolContext:
     """The context of a run whose secrets are `secrets` (issue 9: passed to dispatch, no module-level set)."""

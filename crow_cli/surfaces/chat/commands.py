@@ -1,0 +1,327 @@
+"""The chat's slash commands: each a function of the app and the text after its name, and the table
+(`COMMANDS`: name, aliases, arguments, one line of help) that /help, Tab completion, the dispatch and the manual's
+table (`scripts/gen_docs.py`) are made from."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shlex
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ...export import EXPORT_FORMATS, ExportExists, export_session, exports_dir, write_export
+from ...sessions import SessionInfo
+from ...text import public_url, strip_controls
+from ..persist import SessionRecorder
+from ..shell_escape import is_shell_note
+from .sink import ChatSink
+
+if TYPE_CHECKING:
+    from .app import ChatApp
+
+__all__ = ["COMMANDS", "ChatExit", "SlashCommand", "help_text"]
+
+KEYS = "Enter sends · Alt-Enter (or Esc Enter) inserts a newline · Ctrl-C stops a turn · Ctrl-D quits"
+"""The first line of /help: the keys."""
+
+
+class ChatExit(Exception):
+    """Raised by /exit (code 0), or when the terminal is gone (the code the driver gave the run)."""
+
+    def __init__(self, code: int = 0) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class SlashCommand:
+    """One chat command: what is typed, one line of help, and the function that runs it."""
+
+    name: str
+    """Typed as `/NAME`."""
+    args: str
+    """Its arguments as /help shows them (`[NAME]`), or ""."""
+    doc: str
+    """One line for /help."""
+    run: Callable[[ChatApp, str], Awaitable[None]]
+    """Given the app and the text after the name."""
+    aliases: tuple[str, ...] = ()
+
+
+SHELL_HELP = ("!COMMAND", "run COMMAND in the workspace's shell; it and its output go with your next message")
+"""/help's line for `!COMMAND` (`shell_escape`), after the slash commands."""
+
+
+def help_text(prompts: Iterable[tuple[str, str]] = ()) -> str:
+    """/help: the keys, then one aligned line per command of `COMMANDS` (aliases after the name),
+    then `!COMMAND`, then one per prompt file of `prompts`, (usage, its first line) each."""
+    rows = [(", ".join(f"/{name}" for name in (c.name, *c.aliases)) + (f" {c.args}" if c.args else ""), c.doc)
+            for c in COMMANDS]
+    rows += [SHELL_HELP, *prompts]
+    width = max(len(usage) for usage, _ in rows) + 2
+    return "\n".join([KEYS, *(f"{usage:<{width}}{doc}" for usage, doc in rows)])
+
+
+async def _help(app: ChatApp, arg: str) -> None:
+    rows, notes = app.prompt_rows()
+    app.view.line(help_text(rows))
+    for note in notes:
+        app.tell_once(note)
+
+
+async def _exit(app: ChatApp, arg: str) -> None:
+    raise ChatExit
+
+
+async def _new(app: ChatApp, arg: str) -> None:
+    app.fresh()
+    app.view.line("new session started", "bold")
+
+
+async def _model(app: ChatApp, arg: str) -> None:
+    if not arg:
+        app.view.line(f"model: {app.settings.model} at {public_url(app.settings.base_url)}")
+        return
+    if app.runtime is not None:
+        await app.runtime.switch_model(arg)  # its client and compactor follow
+        app.settings = app.runtime.settings
+    else:
+        app.settings = replace(app.settings, model=arg)
+    if app.recorder is not None:
+        app.recorder.set_model(app.settings)
+    app.view.line(f"model: {arg}")
+
+
+async def _tools(app: ChatApp, arg: str) -> None:
+    if app.runtime is not None and app.mcp_joining is not None and (pending := app.runtime.mcp_pending):
+        app.view.line(f"(MCP servers still starting: {', '.join(pending)}; their tools join when they are up)",
+                      "dim")
+    tools = list(app.registry or ())
+    if not tools:
+        app.view.line("no tools are offered (--no-tools, or none loaded)")
+        return
+    width = max(len(t.name) for t in tools)
+    for t in tools:
+        summary = t.description.strip().splitlines()[0] if t.description.strip() else ""
+        flag = "  [needs approval]" if t.needs_approval else ""
+        app.view.line(strip_controls(f"{t.name:<{width}}  {summary}{flag}"))
+
+
+async def _sessions(app: ChatApp, arg: str) -> None:
+    current = app.recorder.session_id if app.recorder else None
+    found = app.store.recent(10)
+    if not found:
+        app.view.line("no sessions yet")
+    for s in found:
+        mark = "*" if s.id == current else " "
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.updated_at))
+        app.view.line(f"{mark} {s.id}  {when}  {s.messages:>3} msgs  {strip_controls(s.title) or '(untitled)'}")
+
+
+async def _resume(app: ChatApp, arg: str) -> None:
+    app.open(arg or None, latest=not arg)
+
+
+async def _fork(app: ChatApp, arg: str) -> None:
+    """`/fork`: copy the current session (`SessionStore.fork`) and go on in the copy; the original stays
+    as it is, for `/resume`."""
+    if arg:
+        app.view.line("crow: error: /fork takes no argument", "red")
+        return
+    if not app.options.session:
+        app.view.line("--no-session: nothing is stored, so there is no session to fork", "yellow")
+        return
+    if app.recorder is None or app.recorder.info is None:  # made by the first turn's first message
+        app.view.line("nothing to fork yet (no message of this chat is stored)", "yellow")
+        return
+    app.recorder.sync(app.history)  # nothing of this chat is left out of the copy
+    old = app.recorder.info.id
+    info = app.store.fork(old)
+    app.store.release(keep=info.id)  # the original may be continued elsewhere now
+    app.recorder = SessionRecorder(app.store, app.settings, info, stored=info.messages)
+    app.recorder.reload_checkpoint()
+    app.usage, app.last_usage = app.token_use(), app.token_use()
+    app.new_compactor()
+    app.view.line(f"forked {old} → {info.id}; /resume {old} goes back", "bold")
+
+
+async def _export(app: ChatApp, arg: str) -> None:
+    """`/export [md|json|jsonl] [PATH]`: the session to PATH (quoted as in a shell when it holds spaces; a
+    folder, or a path ending in `/`, gets `crow-session-ID.FMT` in it; default: the data folder's `exports`,
+    not the repository); the format follows PATH's suffix when not given. A file the person names is never
+    overwritten."""
+    try:
+        words = shlex.split(arg)
+    except ValueError as exc:  # an unbalanced quote
+        app.view.line(f"crow: error: /export: {exc}", "red")
+        return
+    fmt = words.pop(0) if words and words[0] in EXPORT_FORMATS else None
+    if len(words) > 1:  # never a path cut at its first space
+        app.view.line("crow: error: /export takes one path (quote one that holds spaces)", "red")
+        return
+    word = words[0] if words else None
+    target = Path(word).expanduser() if word else None
+    if word and target is not None and "/" not in word and not target.suffix and not target.exists():
+        # `/export jsn`, `/export md json`: a typo, not a file to make here
+        what = "one format at a time" if word in EXPORT_FORMATS else f"unknown format {strip_controls(word)!r}"
+        app.view.line(f"crow: error: /export: {what} (choose from {', '.join(EXPORT_FORMATS)}, or give a "
+                      "path with a suffix, or a folder)", "red")
+        return
+    if fmt is None:
+        suffix = target.suffix.lstrip(".") if target is not None else ""
+        fmt = suffix if suffix in EXPORT_FORMATS else "md"
+    if not any(m.get("role") != "system" for m in app.history):
+        app.view.line("nothing to export yet", "yellow")
+        return
+    info = app.recorder.info if app.recorder else None
+    if info is not None:  # its title is set by the first message, after the session was made
+        info = app.store.get(info.id)
+    if info is None:  # --no-session, or not stored yet: the conversation as it is in memory
+        now = time.time()
+        info = SessionInfo("unsaved", "", now, now, app.settings.model, public_url(app.settings.base_url),
+                           str(Path.cwd()))
+    name = info.id if info.id != "unsaved" else "unsaved-" + time.strftime("%Y%m%d-%H%M%S")
+    default = f"crow-session-{name}.{fmt}"
+    into_folder = target is not None and (target.is_dir() or str(word).endswith("/"))
+    path = (target / default if into_folder else target) if target is not None else exports_dir() / default
+    data = export_session(info, app.history, fmt).encode("utf-8")
+    try:  # off the loop: a slow disk must not freeze the chat; a FIFO is refused, never waited on
+        await asyncio.to_thread(partial(write_export, replace=target is None), path, data)
+    except ExportExists:
+        app.view.line(f"crow: error: {strip_controls(str(path))} exists; crow does not overwrite a file "
+                      "(give another path, or a folder)", "red")
+        return
+    except OSError as exc:
+        app.view.line(f"crow: error: cannot write {strip_controls(str(path))}: {exc.strerror or exc}", "red")
+        return
+    app.view.line(f"wrote {strip_controls(str(path))}")
+
+
+async def _usage(app: ChatApp, arg: str) -> None:
+    app.view.line(f"last turn: {app.last_usage.text()}")
+    app.view.line(f"this session (since started or resumed here): {app.usage.text()}")
+    compactor = app.driver.compactor if app.driver is not None else None
+    if compactor is not None:
+        await compactor.budget.ensure_window()
+        app.view.line(f"context: {compactor.budget.describe(compactor.outgoing(app.history))}")
+
+
+async def _undo(app: ChatApp, arg: str) -> None:
+    from ...undo import apply_undo, plan_undo
+
+    if app.recorder is None or app.recorder.info is None:
+        why = "--no-session records nothing, so there is nothing to undo" if not app.options.session else \
+            "nothing to undo (no exchange is recorded in this chat)"
+        app.view.line(why, "yellow")
+        return
+    if arg.strip() not in ("", "--force", "force"):
+        app.view.line("usage: /undo [--force]  (--force: restore files changed since crow wrote them too)",
+                      "yellow")
+        return
+    plan = plan_undo(app.store, app.recorder.info.id, force=arg.strip() in ("--force", "force"))
+    for line in plan.describe():
+        app.view.line(strip_controls(line))
+    for problem in apply_undo(app.store, app.recorder.info.id, plan):
+        app.view.line(f"crow: warning: {strip_controls(problem)}", "yellow")
+    app.recorder.truncate(app.history, plan.keep)
+    app.recorder.reload_checkpoint()
+    app.new_compactor()
+    app.view.line("undone", "bold")
+
+
+async def _instructions(app: ChatApp, arg: str) -> None:
+    if not app.options.project_instructions:
+        app.view.line("project instructions are off (--no-project-instructions)")
+        return
+    if not app.settings.instructions:
+        app.view.line(f"no AGENTS.md loaded (looked in crow's config folder, and from the repository root "
+                      f"down to {app.root})")
+        return
+    for item in app.settings.instructions:
+        app.view.line(f"{item.scope}: {item.path} ({item.size:,} bytes)")
+    app.view.line("(read when a session starts; nearest last, so they have the last word)", "dim")
+
+
+async def _compact(app: ChatApp, arg: str) -> None:
+    compactor = app.driver.compactor if app.driver is not None else None
+    if compactor is None or not any(m.get("role") == "user" for m in app.history):
+        app.view.line("nothing to compact yet", "yellow")
+        return
+
+    sink = ChatSink(app.view, app.usage, app.last_usage)
+
+    async def compact() -> None:
+        assert compactor is not None
+        await compactor.budget.ensure_window()
+        assert app.runtime is not None
+        async for event in compactor.compact(app.history, app.runtime.client, focus=arg or None,
+                                             asked=True):
+            sink.handle(event)
+
+    app.compacting = asyncio.ensure_future(compact())
+    try:
+        with app.interrupts.stopping(lambda _signum: app.interrupt()):
+            await app.compacting
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise
+        app.view.line("compaction interrupted: the conversation is as it was", "yellow")
+    finally:
+        app.compacting = None
+        with contextlib.suppress(OSError):
+            app.view.stop()
+
+
+async def _reasoning(app: ChatApp, arg: str) -> None:
+    app.view.show_reasoning = not app.view.show_reasoning
+    app.view.line(f"reasoning is now {'shown' if app.view.show_reasoning else 'hidden'}")
+
+
+async def _retry(app: ChatApp, arg: str) -> None:
+    last_user = app.last_user()
+    if last_user is None:
+        app.view.line("nothing to retry yet", "yellow")
+        return
+    if is_shell_note(app.history[last_user]):  # no answer to ask for again: they wait for a message
+        app.view.line("the commands you ran go with your next message; send it instead of /retry", "yellow")
+        return
+    if app.recorder is not None:
+        app.recorder.truncate(app.history, last_user + 1)
+        app.recorder.reload_checkpoint()
+        app.new_compactor()
+    else:
+        del app.history[last_user + 1:]
+    app.show_user(last_user)
+    await app.run_turn()
+
+
+COMMANDS: tuple[SlashCommand, ...] = (
+    SlashCommand("help", "", "this list", _help),
+    SlashCommand("exit", "", "leave (Ctrl-D, or Ctrl-C twice, too)", _exit, aliases=("quit",)),
+    SlashCommand("new", "", "start a new session", _new, aliases=("clear",)),
+    SlashCommand("model", "[NAME]", "show or switch the model", _model),
+    SlashCommand("tools", "", "the tools the model is offered", _tools),
+    SlashCommand("sessions", "", "recent sessions", _sessions),
+    SlashCommand("resume", "[ID]", "continue a session (the most recent when no id)", _resume),
+    SlashCommand("fork", "", "copy this session into a new one and go on there (the original stays)", _fork),
+    SlashCommand("export", "[FMT] [PATH]",
+                 "write this conversation to PATH (md, json or jsonl; default: crow's data folder)", _export),
+    SlashCommand("usage", "", "token usage of the last turn and of this session; context used / window",
+                 _usage),
+    SlashCommand("compact", "[FOCUS]", "summarise older exchanges now (keeping FOCUS in particular)",
+                 _compact),
+    SlashCommand("instructions", "", "the AGENTS.md files in the system prompt, and where they came from",
+                 _instructions),
+    SlashCommand("undo", "[--force]",
+                 "remove the last exchange and restore the files crow's file tools changed in it", _undo),
+    SlashCommand("reasoning", "", "show or hide the model's reasoning", _reasoning),
+    SlashCommand("retry", "", "run your last message again", _retry),
+)
+"""The chat's slash commands, in /help's order; /help and the dispatch are made from this table."""
+
