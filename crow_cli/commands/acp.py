@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 
 from ..errors import CrowError
@@ -18,6 +16,7 @@ from .options import (
     MaxTurnsOpt,
     ModelOpt,
     NoDefaultPromptOpt,
+    NoProjectInstructionsOpt,
     NoToolsOpt,
     ProfileOpt,
     SandboxOpt,
@@ -26,6 +25,7 @@ from .options import (
     ToolsDirOpt,
     YesOpt,
     fail,
+    surface_options,
 )
 
 __all__ = ["acp"]
@@ -49,15 +49,14 @@ def acp(
     profile: ProfileOpt = None,
     config: ConfigOpt = None,
     debug: DebugOpt = False,
-    no_project_instructions: Annotated[bool, typer.Option("--no-project-instructions", help="Do not put AGENTS.md "
-                                                          "files into the system prompt.")] = False,
+    no_project_instructions: NoProjectInstructionsOpt = False,
 ) -> None:
     """Be an Agent Client Protocol agent for an editor (Zed, JetBrains, Neovim): JSON-RPC on stdin/stdout.
 
     The workspace of each session is the folder the editor names; sessions are crow sessions.
     """
     from ..config import load_settings
-    from ..surfaces.acp import AcpOptions, serve_acp
+    from ..surfaces.acp import serve_acp
 
     try:
         settings = load_settings(
@@ -72,8 +71,8 @@ def acp(
         # checked now, not at the first session/new: the policy (or the ACP mode read-only) and the rules
         make_approver(None if settings.approval == "read-only" else settings.approval, allow=settings.allow,
                       deny=settings.deny, yes=yes)
-        options = AcpOptions(tools_dirs=tuple(tools_dir or ()), no_tools=no_tools, yes=yes, debug=debug,
-                             project_instructions=not no_project_instructions)
+        options = surface_options(tools_dir, no_tools=no_tools, yes=yes, debug=debug,
+                                  no_project_instructions=no_project_instructions)
         import asyncio  # not at import time: `crow --version` does without it
 
         code = asyncio.run(serve_acp(settings, options))

@@ -20,6 +20,7 @@ from .options import (
     MaxTurnsOpt,
     ModelOpt,
     NoDefaultPromptOpt,
+    NoProjectInstructionsOpt,
     NoSessionOpt,
     NoToolsOpt,
     ProfileOpt,
@@ -31,6 +32,7 @@ from .options import (
     YesOpt,
     check_before_start,
     fail,
+    surface_options,
 )
 
 __all__ = ["chat"]
@@ -62,8 +64,7 @@ def chat(
     debug: DebugOpt = False,
     local: LocalOpt = False,
     local_model: LocalModelOpt = None,
-    no_project_instructions: Annotated[bool, typer.Option("--no-project-instructions", help="Do not put AGENTS.md "
-                                                          "files into the system prompt.")] = False,
+    no_project_instructions: NoProjectInstructionsOpt = False,
 ) -> None:
     """Chat with the model in the terminal; type /help for commands. Sessions are kept (crow sessions)."""
     from ..config import load_settings
@@ -86,9 +87,10 @@ def chat(
             config_path=config, profile=profile,
         )
         check_before_start(settings, yes=yes, local=local or bool(local_model))
-        options = ChatOptions(tools_dirs=tuple(tools_dir or ()), no_tools=no_tools, yes=yes, debug=debug,
-                              resume=(session_id or "") if resume else None, session=not no_session,
-                              project_instructions=not no_project_instructions, system=system)
+        surface = surface_options(tools_dir, no_tools=no_tools, yes=yes, debug=debug,
+                                  no_project_instructions=no_project_instructions)
+        options = ChatOptions(surface=surface, resume=(session_id or "") if resume else None, session=not no_session,
+                              system=system)
         import asyncio  # not at import time: `crow tools` and `--help` do without it
 
         from ..local import local_session  # start, then stop, the local server

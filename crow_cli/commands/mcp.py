@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 
 from ..errors import CrowError
@@ -18,6 +16,7 @@ from .options import (
     MaxTurnsOpt,
     ModelOpt,
     NoDefaultPromptOpt,
+    NoProjectInstructionsOpt,
     NoToolsOpt,
     ProfileOpt,
     SandboxOpt,
@@ -28,6 +27,7 @@ from .options import (
     YesOpt,
     check_before_start,
     fail,
+    surface_options,
 )
 
 __all__ = ["mcp"]
@@ -52,8 +52,7 @@ def mcp(
     profile: ProfileOpt = None,
     config: ConfigOpt = None,
     debug: DebugOpt = False,
-    no_project_instructions: Annotated[bool, typer.Option("--no-project-instructions", help="Do not put AGENTS.md "
-                                                          "files into the system prompt.")] = False,
+    no_project_instructions: NoProjectInstructionsOpt = False,
 ) -> None:
     """Be an MCP server for other agents and MCP clients (Claude Desktop, Cursor, Codex): JSON-RPC on stdin/stdout.
 
@@ -62,7 +61,7 @@ def mcp(
     elicitation, otherwise refused.
     """
     from ..config import load_settings
-    from ..surfaces.mcp_server import McpServeOptions, serve_mcp
+    from ..surfaces.mcp_server import serve_mcp
 
     try:
         settings = load_settings(
@@ -73,8 +72,8 @@ def mcp(
             config_path=config, profile=profile,
         )
         check_before_start(settings, yes=yes)
-        options = McpServeOptions(tools_dirs=tuple(tools_dir or ()), no_tools=no_tools, yes=yes, debug=debug,
-                                  project_instructions=not no_project_instructions)
+        options = surface_options(tools_dir, no_tools=no_tools, yes=yes, debug=debug,
+                                  no_project_instructions=no_project_instructions)
         import asyncio  # not at import time: `crow --version` does without it
 
         code = asyncio.run(serve_mcp(settings, options))

@@ -12,6 +12,7 @@ from ..text import strip_controls
 
 if TYPE_CHECKING:
     from ..config import Settings
+    from ..surfaces.options import SurfaceOptions
 
 __all__ = [
     "AllowOpt",
@@ -26,6 +27,7 @@ __all__ = [
     "MaxTurnsOpt",
     "ModelOpt",
     "NoDefaultPromptOpt",
+    "NoProjectInstructionsOpt",
     "NoSessionOpt",
     "NoToolsOpt",
     "ProfileOpt",
@@ -38,6 +40,7 @@ __all__ = [
     "check_before_start",
     "examples",
     "fail",
+    "surface_options",
 ]
 
 DOCS = "Manual: docs/ in crow's source (an MkDocs site); every option: docs/cli.md."
@@ -118,6 +121,19 @@ LocalModelOpt = Annotated[str | None, typer.Option("--local-model", metavar="FIL
                                                    "this GGUF model (its own chat template) instead of the bundled "
                                                    "one; implies --local.")]
 NoSessionOpt = Annotated[bool, typer.Option("--no-session", help="Do not record this in the session store.")]
+NoProjectInstructionsOpt = Annotated[bool, typer.Option("--no-project-instructions", help="Do not put AGENTS.md "
+                                                        "files into the system prompt.")]
+
+
+def surface_options(tools_dir: list[str] | None = None, *, no_tools: bool = False, yes: bool = False,
+                    debug: bool = False, record: str | None = None,
+                    no_project_instructions: bool = False) -> SurfaceOptions:
+    """The record of the flags every surface shares (`--tools-dir`, `--no-tools`, `--yes`, `--debug`, `--record`,
+    `--no-project-instructions`), built once by each command and passed whole to its surface."""
+    from ..surfaces.options import SurfaceOptions
+
+    return SurfaceOptions(tools_dirs=tuple(tools_dir or ()), no_tools=no_tools, yes=yes, debug=debug,
+                          record_dir=record, project_instructions=not no_project_instructions)
 
 
 def fail(exc: CrowError, *, debug: bool = False) -> typer.Exit:

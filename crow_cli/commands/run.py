@@ -26,6 +26,7 @@ from .options import (
     MaxTurnsOpt,
     ModelOpt,
     NoDefaultPromptOpt,
+    NoProjectInstructionsOpt,
     NoSessionOpt,
     NoToolsOpt,
     ProfileOpt,
@@ -37,6 +38,7 @@ from .options import (
     YesOpt,
     check_before_start,
     fail,
+    surface_options,
 )
 
 if TYPE_CHECKING:
@@ -231,8 +233,7 @@ def run(
                                                     "(PNG, JPEG, GIF, WebP) to the prompt for a vision model "
                                                     "(repeatable; as -f, which also takes text files). An "
                                                     "image piped on stdin is attached too.")] = None,
-    no_project_instructions: Annotated[bool, typer.Option("--no-project-instructions", help="Do not put AGENTS.md "
-                                                          "files into the system prompt.")] = False,
+    no_project_instructions: NoProjectInstructionsOpt = False,
 ) -> None:
     """Run one prompt: stream the answer to stdout, tool activity to stderr (or JSONL events with --json)."""
     from ..config import load_settings
@@ -274,11 +275,12 @@ def run(
         check_before_start(settings, yes=yes, local=local or bool(local_model))
         if from_file:
             text = _prompt_file_text(settings, prompt_name, prompt_file, text)
-        options = RunOptions(prompt=text, title=typed, tools_dirs=tuple(tools_dir or ()), no_tools=no_tools, yes=yes,
-                             debug=debug, json=json_events, quiet=quiet, exit_grace_s=_EXIT_GRACE_S,
-                             session=not no_session, session_id=session, continue_last=continue_last,
-                             record_dir=record, system=system, project_instructions=not no_project_instructions,
-                             files=tuple(file or ()), images=tuple(image or ()), stdin_image=piped_image)
+        surface = surface_options(tools_dir, no_tools=no_tools, yes=yes, debug=debug, record=record,
+                                  no_project_instructions=no_project_instructions)
+        options = RunOptions(prompt=text, title=typed, surface=surface, json=json_events, quiet=quiet,
+                             exit_grace_s=_EXIT_GRACE_S, session=not no_session, session_id=session,
+                             continue_last=continue_last, system=system, files=tuple(file or ()),
+                             images=tuple(image or ()), stdin_image=piped_image)
         import asyncio  # not at import time: `crow tools` and `--help` do without it
 
         from ..local import local_session  # start, then stop, the local server

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..attachments import image_attachment, load_attachment, user_content
@@ -47,8 +47,9 @@ from .common import (
     warning_to,
 )
 from .jsonl import JsonlWriter
+from .options import SurfaceOptions
 from .persist import open_session
-from .runtime import Runtime, RuntimeOptions
+from .runtime import Runtime
 from .shown import display_lines, display_status
 from .usage import TokenUse, footer
 
@@ -63,11 +64,8 @@ class RunOptions:
     prompt: str
     title: str | None = None
     """The prompt as typed, without piped input: a new session's title (None: the prompt's own text)."""
-    tools_dirs: tuple[str, ...] = ()
-    no_tools: bool = False
-    yes: bool = False
-    debug: bool = False
-    record_dir: str | None = None
+    surface: SurfaceOptions = field(default_factory=SurfaceOptions)
+    """The flags every surface shares (tools, `--yes`, `--debug`, `--record`, AGENTS.md)."""
     json: bool = False
     """Write JSONL events to stdout instead of the answer (`surfaces.jsonl`)."""
     quiet: bool = False
@@ -88,8 +86,6 @@ class RunOptions:
     """Images attached to the prompt (`-i`): as `files`, but a file that is no image is refused."""
     stdin_image: bytes | None = None
     """An image piped on standard input, attached after the files."""
-    project_instructions: bool = True
-    """Put AGENTS.md files into the system prompt of a new session (`--no-project-instructions` turns it off)."""
 
 
 class PlainPrinter:
@@ -306,8 +302,7 @@ def _say_output_failed(finished: RunFinished, err: TextIO) -> int:
 
 async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err: TextIO) -> int:
     # Usage errors (ConfigError, exit 2) come before any event and before a session is stored.
-    runtime = Runtime(settings, RuntimeOptions(options.tools_dirs, options.no_tools, options.debug, options.record_dir,
-                                               options.project_instructions), warn=warning_to(err))
+    runtime = Runtime(settings, options.surface, warn=warning_to(err))
     async with runtime:  # MCP servers stopped, the client closed
         return await _run_in(runtime, options, out, err)
 
@@ -319,11 +314,11 @@ async def _run_in(runtime: Runtime, options: RunOptions, out: TextIO, err: TextI
                 *(load_attachment(f, runtime.workspace, secrets, image_only=True) for f in options.images),
                 *([image_attachment(options.stdin_image, "stdin")] if options.stdin_image is not None else [])]
     content = user_content(options.prompt, attached) if attached else None
-    printer: PlainPrinter | JsonlWriter = (JsonlWriter(out, err, debug=options.debug) if options.json
-                                           else PlainPrinter(out, err, debug=options.debug, quiet=options.quiet,
+    printer: PlainPrinter | JsonlWriter = (JsonlWriter(out, err, debug=options.surface.debug) if options.json
+                                           else PlainPrinter(out, err, debug=options.surface.debug, quiet=options.quiet,
                                                              prices=settings.prices.get(settings.model)))
     # with --yes too: the policy asks nothing then, but running a command outside the sandbox is a question
-    approve = make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=options.yes,
+    approve = make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=options.surface.yes,
                             ask=_held_ask(terminal_ask(), printer))
     if not runtime.mcp_server_names:  # every tool is known already: a rule naming none is refused before any event
         runtime.check_rules()

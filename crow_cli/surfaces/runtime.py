@@ -20,7 +20,7 @@ import dataclasses
 import sys
 from collections.abc import Callable
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -38,11 +38,12 @@ from ..tools.registry import ToolRegistry
 from ..tools.sandbox import Sandbox, startup_notice
 from ..wire.client import ChatClient
 from .common import build_client, build_compactor, build_registry, loop_settings, with_instructions
+from .options import SurfaceOptions
 
 if TYPE_CHECKING:
     from .persist import SessionRecorder
 
-__all__ = ["Runtime", "RuntimeOptions", "assemble_driver", "list_mcp_tools"]
+__all__ = ["Runtime", "assemble_driver", "list_mcp_tools"]
 
 
 def assemble_driver(settings: Settings, client: ChatClient, registry: ToolRegistry | None, approve: Approver | None,
@@ -60,22 +61,6 @@ def assemble_driver(settings: Settings, client: ChatClient, registry: ToolRegist
                   build_compactor(settings, recorder, checkpoint=checkpoint), interrupts)
 
 
-@dataclass(frozen=True)
-class RuntimeOptions:
-    """What a surface's flags say about the run's parts (the rest is in `Settings`)."""
-
-    tools_dirs: tuple[str, ...] = ()
-    """`--tools-dir` folders, after the config's `tool_paths`."""
-    no_tools: bool = False
-    """Offer no tools (and start no MCP server)."""
-    debug: bool = False
-    """Trace deltas and request adaptations; MCP servers' stderr shown."""
-    record_dir: str | None = None
-    """`--record`: the raw exchanges go to this folder."""
-    project_instructions: bool = True
-    """Put AGENTS.md files into the system prompt (`--no-project-instructions` turns it off)."""
-
-
 class Runtime:
     """The parts of one surface's runs, built in the order every surface needs.
 
@@ -86,14 +71,14 @@ class Runtime:
 
     Args:
         settings: the run's settings.
-        options: the surface's flags.
+        options: the surface's flags (`yes` is its approver's, not read here).
         warn: where a skipped AGENTS.md file is said (default: stderr).
 
     Raises:
         ConfigError: the workspace is not a folder, or an MCP server table is invalid.
     """
 
-    def __init__(self, settings: Settings, options: RuntimeOptions,
+    def __init__(self, settings: Settings, options: SurfaceOptions,
                  warn: Callable[[str], None] | None = None) -> None:
         self.options = options
         self.context = ToolContext.for_workspace(settings.workspace, secrets=[settings.api_key, *settings.secrets],

@@ -23,7 +23,7 @@ import contextlib
 import re
 import sys
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,9 +51,10 @@ from ..common import (
     make_console,
     plain_terminal,
 )
+from ..options import SurfaceOptions
 from ..persist import SessionRecorder, open_session
 from ..render import TurnView
-from ..runtime import Runtime, RuntimeOptions
+from ..runtime import Runtime
 from ..shell_escape import USAGE, is_shell_note, run_typed, shell_note, typed_command, with_note
 from ..usage import TokenUse, footer
 from .commands import COMMANDS, ChatExit
@@ -71,18 +72,12 @@ _COMMAND = re.compile(r"^/([A-Za-z0-9_-]+)(?:\s+(.*))?$", re.DOTALL)
 
 @dataclass(frozen=True)
 class ChatOptions:
-    tools_dirs: tuple[str, ...] = ()
-    no_tools: bool = False
-    yes: bool = False
-    """Approve every tool call without asking."""
-    debug: bool = False
-    record_dir: str | None = None
+    surface: SurfaceOptions = field(default_factory=SurfaceOptions)
+    """The flags every surface shares (tools, `--yes`, `--debug`, `--record`, AGENTS.md)."""
     resume: str | None = None
     """Continue this session id; `""` continues the most recent one; None starts a new session."""
     session: bool = True
     """Record the chat in the session store."""
-    project_instructions: bool = True
-    """Put AGENTS.md files into the system prompt of new sessions (`--no-project-instructions`: off)."""
     system: str | None = None
     """The `--system` flag (None: not given): a resumed session whose system prompt it would change is refused."""
 
@@ -122,8 +117,8 @@ class ChatApp:
         self.history: list[Message] = []
         self.usage = self.token_use()
         self.last_usage = self.token_use()
-        self.approver = make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=options.yes,
-                                      ask=self.ask)
+        self.approver = make_approver(settings.approval, allow=settings.allow, deny=settings.deny,
+                                      yes=options.surface.yes, ask=self.ask)
         """The approval policy (--approval, --allow, --deny, --yes); "always" answers last for this chat."""
         self.driver: Driver | None = None
         self._unrecorded = False  # the store could not be opened: said once, not retried
@@ -252,9 +247,7 @@ class ChatApp:
 
     async def _run(self) -> int:
         early: list[str] = []  # said under the banner, which comes once the settings are known to hold
-        runtime = Runtime(self.settings, RuntimeOptions(self.options.tools_dirs, self.options.no_tools,
-                                                        self.options.debug, self.options.record_dir,
-                                                        self.options.project_instructions), warn=early.append)
+        runtime = Runtime(self.settings, self.options.surface, warn=early.append)
         self.view.line(f"crow chat · {self.settings.model} · /help for commands · Ctrl-D to quit", "dim")
         for line in early:
             self.view.line(f"crow: warning: {strip_controls(line)}", "yellow")
