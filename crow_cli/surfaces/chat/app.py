@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...config import Settings, default_config_path
 from ...context.compact import Checkpoint
-from ...driver import Driver, Interrupts, chat_interrupts, output_lost
+from ...driver import Driver, RunScope, chat_interrupts, output_lost
 from ...errors import CrowError, SessionError
 from ...events import (
     Event,
@@ -98,7 +98,7 @@ class ChatApp:
 
     def __init__(self, settings: Settings, options: ChatOptions, *, console: Console | None = None,
                  pt_input: Any = None, pt_output: Any = None, store: SessionStore | None = None,
-                 interrupts: Interrupts | None = None) -> None:
+                 interrupts: RunScope | None = None) -> None:
         self.settings = settings
         self.interrupts = interrupts or chat_interrupts()
         self.options = options
@@ -226,24 +226,20 @@ class ChatApp:
             CrowError: the session store could not be opened, `--resume ID` matched nothing, `--system`
                 would change the resumed session's system prompt, or the workspace or an MCP server table is invalid.
         """
-        with self.interrupts:
+        code = 0
+        with self.interrupts as scope:  # a signal at start-up or between turns ends the scope early
             try:
                 code = await self._run()
-            except asyncio.CancelledError:
-                current = asyncio.current_task()
-                if self.interrupts.signum is None or current is None:
-                    raise
-                current.uncancel()
             finally:  # its session is free again for a caller in this process; a given store stays its owner's
                 if self._owns_store and self._store is not None:
                     self._store.close()
                     self._store = None
-            if self.interrupts.signum is None:
-                return code
+        if (finished := scope.finished) is None:
+            return code
         with contextlib.suppress(OSError, ValueError):  # stderr may be the closed terminal
-            sys.stderr.write(f"crow: interrupted ({self.interrupts.name})\n")
+            sys.stderr.write(f"crow: {finished.error}\n")
             sys.stderr.flush()
-        return self.interrupts.exit_code
+        return finished.exit_code
 
     async def _run(self) -> int:
         early: list[str] = []  # said under the banner, which comes once the settings are known to hold
