@@ -104,8 +104,7 @@ async def react(
         asyncio.CancelledError: after closing the history and yielding `RunFinished("cancelled")`.
     """
     tools = registry.schemas() if registry else None
-    names = ToolNameCleaner((registry.wire_name(t.name) for t in registry) if registry else (), trace=settings.trace,
-                            aliases=registry.wire_aliases() if registry else None)
+    names = ToolNameCleaner(registry.names if registry else (), trace=settings.trace)
     closing = _Closing(history)
     closing.images = settings.images
     try:

@@ -23,7 +23,8 @@ ALLOWED = {
     "crow_cli.history": {"crow_cli.images"},
     "crow_cli.events": {"crow_cli.history"},
     "crow_cli.wire": LEAVES | {"crow_cli.wire"},
-    "crow_cli.tools": LEAVES | {"crow_cli.tools", "crow_cli.wire.profiles"},  # profiles: provider data
+    # profiles: provider data; names: the tool-name map (both pure, standard library only)
+    "crow_cli.tools": LEAVES | {"crow_cli.tools", "crow_cli.wire.profiles", "crow_cli.wire.names"},
     "crow_cli.context": LEAVES | {"crow_cli.context", "crow_cli.wire"},
     "crow_cli.loop": LEAVES | {"crow_cli.wire", "crow_cli.tools", "crow_cli.context"},
     "crow_cli.signals": set(),
@@ -181,10 +182,40 @@ def test_a_module_imports_no_private_name_of_another():
     assert [hit for name, path in modules() for hit in private_imports(name, path)] == []
 
 
+# A run's tool context and driver are assembled in one place, `surfaces.runtime`: ACP's sessions built their own
+# beside it (issue 31). `crow mcp`'s calls, each with its own model and folder, still assemble theirs.
+ASSEMBLERS = {"crow_cli.surfaces.runtime", "crow_cli.surfaces.mcp_server"}
+ASSEMBLY = {"Driver", "ToolContext", "ToolContext.for_workspace", "assemble_driver"}
+
+
+def assemblies(name: str, path: Path, text: str | None = None) -> list[str]:
+    """`name builds CALLED` for each driver or tool context `name` (at `path`) constructs itself (`ASSEMBLY`)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text() if text is None else text)):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        called = func.id if isinstance(func, ast.Name) else \
+            f"{func.value.id}.{func.attr}" if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) \
+            else ""
+        found += [f"{name} builds {called}"] if called in ASSEMBLY else []
+    return found
+
+
+def test_surfaces_take_their_tool_context_and_driver_from_the_runtime():
+    found = [hit for name, path in modules() if name.startswith("crow_cli.surfaces.") and name not in ASSEMBLERS
+             for hit in assemblies(name, path)]
+    assert found == []
+
+
 def test_the_layer_rules_catch_what_they_name(tmp_path):
     source = "from .files import _BOMS, file_type\nfrom crow_cli.text import _CONTROL\nfrom . import files\n"
     assert private_imports("crow_cli.tools.x", PKG / "tools" / "x.py", source) == [
         "crow_cli.tools.x imports crow_cli.tools.files._BOMS", "crow_cli.tools.x imports crow_cli.text._CONTROL"]
+    built = "d = Driver(c)\nt = ToolContext.for_workspace(p)\nassemble_driver(s)\nruntime.new_driver(a)\n"
+    assert assemblies("crow_cli.surfaces.x", PKG / "surfaces" / "x.py", built) == [
+        "crow_cli.surfaces.x builds Driver", "crow_cli.surfaces.x builds ToolContext.for_workspace",
+        "crow_cli.surfaces.x builds assemble_driver"]
     fake = tmp_path / "fake.py"
     fake.write_text("from ..surfaces import chat\nimport rich\nfrom . import stream\n")
     assert offenders("crow_cli.wire.fake", fake) == ["crow_cli.wire.fake imports crow_cli.surfaces (up the layers)",

@@ -61,7 +61,7 @@ from ..tools.mcp import end_task
 from ..tools.sandbox import Mode as SandboxMode
 from ..tools.sandbox import Sandbox
 from ..tools.tool import Tool
-from .common import build_client, short_json, with_instructions
+from .common import build_client, short_json
 from .options import SurfaceOptions
 from .persist import SessionRecorder, open_session
 from .runtime import Runtime, assemble_driver
@@ -235,14 +235,11 @@ class McpSurface:
     Args:
         runtime: the started runtime (tools, MCP servers, client) every call shares.
         options: the server's flags (`yes`: its policy is yolo, calls may still ask for a stricter one).
-        settings: the settings before the runtime added its workspace's AGENTS.md files (a call in another
-            folder gets that folder's instead).
     """
 
-    def __init__(self, runtime: Runtime, options: SurfaceOptions, settings: Settings | None = None) -> None:
+    def __init__(self, runtime: Runtime, options: SurfaceOptions) -> None:
         self.runtime = runtime
         self.options = options
-        self.base_settings = settings or runtime.settings
         settings = runtime.settings
         self.policy: Policy = "yolo" if options.yes else (settings.approval or "ask")
         self.sandbox: SandboxMode = settings.sandbox
@@ -289,8 +286,7 @@ class McpSurface:
         root = self.runtime.workspace if args.cwd is None else _folder(args.cwd)
         settings = self.runtime.settings
         if root != self.runtime.workspace:  # that folder's AGENTS.md files (read off the loop: files on disk)
-            settings = await asyncio.to_thread(with_instructions, self.base_settings, root,
-                                               self.options.project_instructions)
+            settings = await asyncio.to_thread(self.runtime.settings_for, root)
         if args.model:
             settings = replace(settings, model=args.model)
         try:  # the session's folder is its workspace: crow_reply and `crow run -c` there continue in it
@@ -415,7 +411,7 @@ async def serve_mcp(settings: Settings, options: SurfaceOptions) -> int:
         reader, writer = await _pipes(protocol.fileno())
         runtime = Runtime(settings, options)
         async with runtime:
-            surface = McpSurface(runtime, options, settings)
+            surface = McpSurface(runtime, options)
             with editor_interrupts() as interrupts:
                 serving = asyncio.ensure_future(_serve(surface.server, reader, writer))
 

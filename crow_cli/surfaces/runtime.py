@@ -6,6 +6,7 @@
         warnings = await runtime.start()  their tools → schemas and their errors → rule names checked → client
         (chat: start(wait_for_mcp=False), then await runtime.mcp_ready() before its first turn)
         driver = runtime.new_driver(approve, recorder=…, interrupts=…)   approver → compactor → driver
+        (acp: each session's driver on its own folder and tools, `context_for(folder)`, `tools=…`)
         await runtime.switch_model("other")      the client and compactor follow; never assigned by a surface
         runtime.use_session(recorder)            the compactor of another session
 
@@ -51,7 +52,7 @@ def assemble_driver(settings: Settings, client: ChatClient, registry: ToolRegist
                     interrupts: Interrupts | None = None, checkpoint: Checkpoint | None = None) -> Driver:
     """The last steps of every run's assembly: loop limits, the session's compactor, the driver.
 
-    `Runtime.new_driver` uses it; so does an editor session (`surfaces.acp.session`), whose tools and
+    `Runtime.new_driver` uses it; so does a call of `crow mcp` (`surfaces.mcp_server`), whose model and
     workspace are its own. `recorder`: the session the runs are stored in (its compaction checkpoint,
     new ones stored); without one, the compactor starts from `checkpoint` and stores nothing.
     """
@@ -85,8 +86,10 @@ class Runtime:
                                                  sandbox=Sandbox(settings.sandbox, settings.sandbox_network))
         self.registry: ToolRegistry | None = (None if options.no_tools else
                                               build_registry(settings, extra_dirs=options.tools_dirs))
+        self.base_settings = settings
+        """The settings before a workspace's prompt was added (`settings_for` builds another folder's)."""
         self.settings = with_instructions(settings, self.context.workspace, options.project_instructions, warn=warn,
-                                          default=self._default_prompt(settings))
+                                          default=self._default_prompt(settings, self.context.workspace))
         self._mcp = McpServers({} if self.registry is None else self.settings.mcp_servers,
                                errlog=sys.stderr if options.debug else None, workspace=self.context.workspace)
         self._client: ChatClient | None = None
@@ -97,16 +100,28 @@ class Runtime:
         self._mcp_start: asyncio.Task[None] | None = None
         self._reported = 0  # how many of the registry's errors `start` / `mcp_ready` have returned
 
-    def _default_prompt(self, settings: Settings) -> str | None:
-        """crow's built-in system prompt for this run (or `system_prompt_file`'s); None when it is off or
-        `--system ""` asks for no system prompt at all.
+    def settings_for(self, root: Path, project_instructions: bool | None = None) -> Settings:
+        """The settings of a session whose workspace is `root` (an editor's session, a `crow mcp` call in
+        another folder): crow's built-in prompt naming `root`, then `--system`, then `root`'s AGENTS.md files
+        (when `project_instructions`, default the runtime's option). It reads files: call it off the event loop.
+
+        Raises:
+            ConfigError: the system prompt file cannot be read.
+        """
+        enabled = self.options.project_instructions if project_instructions is None else project_instructions
+        return with_instructions(self.base_settings, root, enabled,
+                                 default=self._default_prompt(self.base_settings, root))
+
+    def _default_prompt(self, settings: Settings, workspace: Path) -> str | None:
+        """crow's built-in system prompt for a run in `workspace` (or `system_prompt_file`'s); None when it is
+        off or `--system ""` asks for no system prompt at all.
 
         Raises:
             ConfigError: the system prompt file cannot be read.
         """
         if settings.system == "" or not (settings.default_prompt or settings.system_prompt_file):
             return None
-        return default_prompt(workspace=self.context.workspace, sandbox=settings.sandbox,
+        return default_prompt(workspace=workspace, sandbox=settings.sandbox,
                               network=settings.sandbox_network, approval=settings.approval,
                               tools=[t.name for t in self.registry or ()], file=settings.system_prompt_file)
 
@@ -211,24 +226,42 @@ class Runtime:
             check_rule_names(self.settings.allow, self.settings.deny,
                              [*(t.name for t in self.registry), *self.registry.unusable])
 
+    def context_for(self, workspace: Path, *, backup: Callable[[Path, bytes | None, str], None] | None = None
+                    ) -> ToolContext:
+        """This runtime's tool context (its secrets and sandbox) on another folder: an editor session's.
+
+        Args:
+            workspace: the folder the tools are confined to and commands run in.
+            backup: keeps the files crow's tools change, for undo (`SessionRecorder.backup`).
+
+        Raises:
+            ConfigError: `workspace` is not a folder.
+        """
+        context = ToolContext.for_workspace(workspace, secrets=self.context.secrets, sandbox=self.context.sandbox)
+        return replace(context, backup=backup)
+
     def new_driver(self, approve: Approver | None, *, recorder: SessionRecorder | None = None,
-                   context: ToolContext | None = None, interrupts: Interrupts | None = None,
-                   checkpoint: Checkpoint | None = None) -> Driver:
+                   context: ToolContext | None = None, tools: ToolRegistry | None = None,
+                   interrupts: Interrupts | None = None, checkpoint: Checkpoint | None = None) -> Driver:
         """A driver on this runtime's client and tools, its compactor for `recorder`'s session (`use_session`).
 
         Args:
             approve: the surface's approver (`tools.approval.make_approver` with its question).
             recorder: the session the runs are stored in (None: not stored); its `backup` keeps the files
                 crow's tools change, for undo, unless `context` is given.
-            context: the tool context (default: this runtime's, with the recorder's backup).
+            context: the tool context (default: this runtime's, with the recorder's backup; an editor
+                session's: `context_for`).
+            tools: the tools offered (default: this runtime's registry; an editor session's own, which it
+                has exactly when the runtime has one).
             interrupts: the surface's signal policy (`driver.run_interrupts` …).
             checkpoint: without a recorder, the compaction checkpoint to start from.
         """
         if context is None:
             context = self.context if recorder is None else replace(self.context, backup=recorder.backup)
         self._recorder = recorder
-        self.driver = assemble_driver(self.settings, self.client, self.registry, approve, context, recorder,
-                                      trace=self.options.debug, interrupts=interrupts, checkpoint=checkpoint)
+        self.driver = assemble_driver(self.settings, self.client, self.registry if tools is None else tools, approve,
+                                      context, recorder, trace=self.options.debug, interrupts=interrupts,
+                                      checkpoint=checkpoint)
         return self.driver
 
     def use_session(self, recorder: SessionRecorder | None, checkpoint: Checkpoint | None = None) -> None:

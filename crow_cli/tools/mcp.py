@@ -36,8 +36,8 @@ from typing import Any, TextIO, TypeVar
 
 from ..errors import ConfigError, ToolError
 from ..images import Image, image_type
+from ..wire.names import wire_name
 from .mcp_transport import StderrTail, TransportWatch
-from .names import wire_name
 from .registry import ToolRegistry
 from .tool import Tool
 

@@ -2,8 +2,8 @@
 
 Duplicate names get a `_2`, `_3` … suffix and every tool keeps its source (`builtin`, `entry point NAME`, a
 file path, `mcp:SERVER`), as `crow tools` shows. A name servers refuse (outside `^[a-zA-Z0-9_-]{1,64}$`) is
-offered to the model under a unique wire name (`names.wire_name`), with one warning in `errors`; `get` finds a
-tool by either name.
+offered to the model under a unique wire name (`names`, a `wire.names.ToolNames`), with one warning in
+`errors`; `get` finds a tool by either name.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from types import ModuleType
 from typing import Any
 
 from ..paths import resolve_path
+from ..wire.names import ToolNames
 from .builtin import BUILTIN_TOOLS
-from .names import WIRE_NAME, wire_name
 from .tool import Tool, tool
 
 __all__ = ["ENTRY_POINT_GROUP", "ToolRegistry", "default_registry"]
@@ -36,8 +36,7 @@ class ToolRegistry:
         self.errors: list[str] = []
         self.unusable: dict[str, tuple[Tool, str]] = {}
         """Tools dropped by `schemas()`, by name, with why (their schema cannot be derived)."""
-        self._wire: dict[str, str] = {}
-        """Wire name -> registered name, for tools whose names servers refuse."""
+        self._names = ToolNames(())
         self._stale = False
         self._renamed: set[str] = set()
 
@@ -57,47 +56,31 @@ class ToolRegistry:
         self._stale = True
         return t
 
-    def _assign_wire_names(self) -> None:
-        """Give each tool whose name servers refuse a unique wire name; names servers take keep theirs
-        (whatever the order of registration). Each renamed tool gets one line in `errors`."""
-        if not self._stale:
-            return
-        self._stale = False
-        taken = {name for name in self._tools if WIRE_NAME.fullmatch(name)}
-        self._wire = {}
-        for name in self._tools:
-            if WIRE_NAME.fullmatch(name):
-                continue
-            base = wire = wire_name(name)
-            k = 1
-            while wire in taken:
-                k += 1
-                wire = f"{base[: 63 - len(str(k))]}_{k}"
-            taken.add(wire)
-            self._wire[wire] = name
-            if name not in self._renamed:
-                self._renamed.add(name)
-                self.errors.append(f"tool {name!r} from {self._tools[name].source} is offered to the model as "
-                                   f"{wire!r} (servers take only letters, digits, _ and - in tool names, at most 64)")
+    @property
+    def names(self) -> ToolNames:
+        """Each tool's name and its wire name, both ways: a name servers refuse gets a unique one, names servers
+        take keep theirs (whatever the order of registration). Each renamed tool gets one line in `errors`."""
+        if self._stale:
+            self._stale = False
+            self._names = ToolNames(self._tools)
+            for name, wire in self._names.renamed.items():
+                if name not in self._renamed:
+                    self._renamed.add(name)
+                    self.errors.append(f"tool {name!r} from {self._tools[name].source} is offered to the model "
+                                       f"as {wire!r} (servers take only letters, digits, _ and - in tool names, "
+                                       "at most 64)")
+        return self._names
 
     def get(self, name: str) -> Tool | None:
         """The tool registered as `name`, or offered to the model as `name` (its wire name)."""
         found = self._tools.get(name)
-        if found is None:
-            self._assign_wire_names()
-            if name in self._wire:
-                found = self._tools.get(self._wire[name])
+        if found is None and (registered := self.names.own(name)) is not None:
+            found = self._tools.get(registered)
         return found
 
     def wire_name(self, name: str) -> str:
         """The name the model is offered the tool registered as `name` under (the same for most tools)."""
-        self._assign_wire_names()
-        return next((wire for wire, registered in self._wire.items() if registered == name), name)
-
-    def wire_aliases(self) -> dict[str, str]:
-        """Registered name -> wire name, for the tools whose names differ."""
-        self._assign_wire_names()
-        return {registered: wire for wire, registered in self._wire.items()}
+        return self.names.wire(name)
 
     def __iter__(self) -> Iterator[Tool]:
         return iter(self._tools.values())

@@ -35,11 +35,12 @@ from urllib.parse import urlsplit
 from ..history import thinking_of
 from ..text import short_text, truncate_output
 from . import schema as schemas
+from .names import WIRE_NAME, ToolNames
 from .profiles import KNOWN_REQUEST_RULES
 
 __all__ = ["CUT_MARGIN", "MIN_ROOM", "NAME_RULES", "NO_OUTPUT", "OUTPUT_CAPS", "SIZED_OPS", "Change", "Rule",
-           "apply_rules", "change_for", "is_size", "known_rules", "name_rule", "rules_from_json", "tool_renames",
-           "value_refused"]
+           "apply_rules", "change_for", "is_size", "known_rules", "name_rule", "rules_from_json", "tool_names",
+           "tool_renames", "value_refused"]
 
 CORE = frozenset({"model", "messages", "stream", "tools"})
 """Body fields no parameter rule touches (the request itself)."""
@@ -186,7 +187,7 @@ def apply_rules(body: dict[str, Any], rules: Iterable[Rule]) -> dict[str, Any]:
 
 NAME_RULES: dict[str, re.Pattern[str]] = {
     "letter_first": re.compile("[A-Za-z_][A-Za-z0-9_-]{0,63}"),
-    "strict": re.compile("[A-Za-z0-9_-]{1,64}"),
+    "strict": WIRE_NAME,
     "word": re.compile("[A-Za-z0-9_]{1,64}"),
 }
 """The tool-name rules a `rename_tools` rule may name (its `value`): a server's pattern is never compiled, it only
@@ -215,29 +216,17 @@ def _name_rule_of(pattern: str, text: str) -> str:
     return "strict"
 
 
-def tool_renames(body: dict[str, Any], rule: Rule) -> dict[str, str]:
-    """The tool names of `body` a `rename_tools` rule changes: name -> the name sent (unique, at most 64
-    characters, matching the rule's known name rule (`NAME_RULES`) where a letter prefix and `_` for other
-    characters can)."""
-    pattern = NAME_RULES[name_rule(rule.value)]
+def tool_names(body: dict[str, Any], rule: Rule) -> ToolNames:
+    """The tool names of `body` and the names a `rename_tools` rule sends them under, both ways: each name its
+    known name rule (`NAME_RULES`) refuses made to match it (`wire.names.wire_name`) and unique."""
     names = [t["function"]["name"] for t in body.get("tools") or [] if isinstance(t, dict)
              and isinstance(t.get("function"), dict) and isinstance(t["function"].get("name"), str)]
-    taken, out = set(names), {}
-    for name in names:
-        if pattern.fullmatch(name):
-            continue
-        base = re.sub(r"[^A-Za-z0-9_-]", "_", name)
-        if not pattern.fullmatch(base[:64]):
-            base = base.replace("-", "_")
-        if not pattern.fullmatch(base[:64]):
-            base = f"t_{base}"
-        new, k = base[:64], 1
-        while new in taken:
-            k += 1
-            new = f"{base[: 63 - len(str(k))]}_{k}"
-        taken.add(new)
-        out[name] = new
-    return out
+    return ToolNames(names, NAME_RULES[name_rule(rule.value)])
+
+
+def tool_renames(body: dict[str, Any], rule: Rule) -> dict[str, str]:
+    """The tool names of `body` a `rename_tools` rule changes: name -> the name sent (`tool_names`)."""
+    return tool_names(body, rule).renamed
 
 
 def _renamed_tool(tool: Any, names: dict[str, str]) -> Any:

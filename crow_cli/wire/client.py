@@ -47,7 +47,7 @@ from ..events import Notice, WarningEvent
 from ..history import Message
 from ..text import header_secrets, mask_secrets, public_url, short_text, url_secrets
 from .accumulate import stream_error
-from .adapt import Change, Rule, apply_rules, change_for, known_rules, rules_from_json, tool_renames, value_refused
+from .adapt import Change, Rule, apply_rules, change_for, known_rules, rules_from_json, tool_names, value_refused
 from .facts import facts_path, learn, problem, recall
 from .outgoing import REASONING_ECHO, Outgoing, ReasoningEcho
 from .profiles import CONTEXT_OVERFLOW, OVERFLOW_NUMBERS, OVERFLOW_PROMPT, OVERFLOW_WINDOW, profile_for
@@ -355,7 +355,7 @@ class ChatClient:
         for rule in self._rules:
             if rule.op == "rename_tools":  # the body has the new names: map them from the names offered
                 offered = {**body, "tools": self._offered_tools}
-                back.update({new: old for old, new in tool_renames(offered, rule).items()})
+                back.update(tool_names(offered, rule).back)
         return back
 
     def _adapt(self, exc: Exception, body: dict[str, Any], done: set[str]) -> list[Notice] | None:

@@ -195,7 +195,7 @@ OVERFLOW_WINDOW = re.compile(r"maximum context length is (\d+) tokens", re.I)
 OVERFLOW_PROMPT = (re.compile(r"\((\d+) in the messages"), re.compile(r"resulted in (\d+) tokens"),
                    re.compile(r"requested (?:about )?(\d+) tokens"))
 
-# Chat-template tokens served models leak into function names (`tools.names`): gpt-oss / Harmony
+# Chat-template tokens served models leak into function names (`wire.names`): gpt-oss / Harmony
 # `<|channel|>`, `<|constrain|>`; the `functions.` namespace of Kimi K2 and Harmony.
 LEAKED_TOKEN = "<|"
 TOOL_NAMESPACE = "functions."

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -167,13 +168,13 @@ async def agent_pipes(settings: Settings, options: SurfaceOptions, cwd: Path
 
 @contextlib.asynccontextmanager
 async def acp_agent(url: str, cwd: Path, editor: Editor, *, yes: bool = False, max_turns: int | None = None,
-                    config: Path | None = None, project_instructions: bool = True
+                    config: Path | None = None, project_instructions: bool = True, debug: bool = False
                     ) -> AsyncIterator[tuple[Any, asyncio.Task[int]]]:
     """What `crow acp --base-url URL … ` serves, run in this process in `cwd` on two pipes (`agent_pipes`),
     connected and initialized; yields (connection, the serving task)."""
     settings = load_settings({"base_url": url, "api_key": "sk-test", "model": "test-model", "max_turns": max_turns},
                              config_path=None if config is None else str(config))
-    options = SurfaceOptions(yes=yes, project_instructions=project_instructions)
+    options = SurfaceOptions(yes=yes, project_instructions=project_instructions, debug=debug)
     async with agent_pipes(settings, options, cwd) as (to_agent, from_agent, serving):
         conn = connect_to_agent(editor, to_agent, from_agent)
         try:
@@ -215,6 +216,18 @@ async def test_initialize_reports_version_1_and_honest_capabilities(workspace):
     assert caps.mcp_capabilities.http is True and caps.mcp_capabilities.sse is False
     assert caps.session_capabilities.list is not None
     assert response.agent_info.name == "crow"
+
+
+# `--debug` traces a session's loop as its help says and crow run's does: a stream rule firing is logged (the
+# sessions' drivers were assembled without the run's trace)
+@pytest.mark.parametrize("debug", [True, False])
+async def test_debug_traces_the_sessions_loop(workspace, caplog, debug):
+    with caplog.at_level(logging.WARNING, logger="crow.acp"):
+        response, _ = await prompt_once(workspace, Editor(), [{"sse": text_sse("<think>plan</think>Done.")}], "hi",
+                                        debug=debug)
+    assert response.stop_reason == "end_turn"
+    traced = [r for r in caplog.records if "a <think> block opens the content" in r.getMessage()]
+    assert len(traced) == (1 if debug else 0)
 
 
 async def test_two_parallel_tool_calls_get_unique_acp_ids_and_keep_the_models_ids(workspace):
@@ -957,6 +970,17 @@ async def test_a_new_session_loads_the_project_s_agents_md(workspace):
     assert system["role"] == "system" and "Indent with tabs." in system["content"]
     _, off = await prompt_once(workspace, Editor(), [{"sse": text_sse("ok")}], "hi", project_instructions=False)
     assert [m["role"] for m in off[0]["messages"]] == ["user"]
+
+
+async def test_a_new_session_starts_with_crow_s_built_in_prompt_naming_its_folder(workspace, monkeypatch):
+    # an editor's sessions were told nothing of crow (no built-in prompt), unlike run, chat and mcp: seen reading
+    # acp/agent.py beside surfaces/runtime.py
+    monkeypatch.setenv("CROW_DEFAULT_PROMPT", "1")
+    (workspace / "AGENTS.md").write_text("Indent with tabs.")
+    _, requests = await prompt_once(workspace, Editor(), [{"sse": text_sse("ok")}], "hi")
+    system = requests[0]["messages"][0]["content"]
+    assert system.startswith("You are crow") and f"Workspace: {workspace}" in system
+    assert system.index("Workspace:") < system.index("Indent with tabs.")
 
 
 def test_an_edit_s_preview_never_reads_a_huge_file_and_a_loop_is_no_location(tmp_path: Path) -> None:

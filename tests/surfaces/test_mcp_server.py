@@ -263,3 +263,20 @@ def test_the_mcp_inspector_lists_the_tools(tmp_path: Path) -> None:
     if ran.returncode != 0 and "crow_run" not in ran.stdout:
         pytest.skip(f"the MCP inspector did not run here: {ran.stderr.strip()[-200:]}")
     assert "crow_run" in ran.stdout and "crow_reply" in ran.stdout
+
+
+async def test_a_call_in_another_folder_is_told_crow_s_prompt_for_that_folder(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # a crow_run with `cwd` lost crow's built-in prompt (only that folder's AGENTS.md was sent): seen reading
+    # mcp_server.py beside surfaces/runtime.py
+    monkeypatch.setenv("CROW_DEFAULT_PROMPT", "1")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "AGENTS.md").write_text("Indent with tabs.")
+    with ReplayServer([{"sse": text_sse("ok")}]) as server:
+        async with crow_mcp(server, tmp_path) as client:
+            result = await client.call_tool("crow_run", {"prompt": "hi", "cwd": str(project)})
+            assert text_of(result) == "ok"
+    system = server.requests[0]["messages"][0]["content"]
+    assert system.startswith("You are crow") and f"Workspace: {project}" in system
+    assert "Indent with tabs." in system

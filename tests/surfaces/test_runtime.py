@@ -13,6 +13,7 @@ from crow_cli.config import Settings
 from crow_cli.errors import ConfigError
 from crow_cli.surfaces.options import SurfaceOptions
 from crow_cli.surfaces.runtime import Runtime
+from crow_cli.tools.registry import ToolRegistry
 from tests.support import alive
 
 
@@ -34,6 +35,26 @@ async def test_the_parts_come_in_order_and_a_model_switch_goes_through_the_runti
         await runtime.switch_model("other")
         assert runtime.settings.model == "other" and driver.client is runtime.client is not first
         assert runtime.driver is driver
+
+
+# An editor session's parts come from the runtime: its own folder and tools, the run's secrets, sandbox and client
+# (ACP's sessions built theirs beside it, issue 31)
+async def test_a_session_elsewhere_gets_the_runs_secrets_sandbox_and_client_with_its_own_tools(tmp_path: Path) -> None:
+    folder = tmp_path / "other"
+    folder.mkdir()
+    settings = _settings(tmp_path, secrets=("s3cret-value",), sandbox="read-only")
+    async with Runtime(settings, SurfaceOptions()) as runtime:
+        await runtime.start()
+        context = runtime.context_for(folder, backup=lambda _path, _old, _sha: None)
+        assert context.workspace == folder.resolve() != runtime.workspace
+        assert "s3cret-value" in context.secrets and context.secrets == runtime.context.secrets
+        assert context.sandbox.mode == "read-only" and context.sandbox == runtime.context.sandbox
+        assert context.backup is not None and runtime.context.backup is None
+        tools = ToolRegistry()
+        driver = runtime.new_driver(None, context=context, tools=tools)
+        assert driver.registry is tools and driver.context is context and driver.client is runtime.client
+        with pytest.raises(ConfigError, match="not an existing folder"):
+            runtime.context_for(tmp_path / "missing")
 
 
 async def test_a_rule_naming_no_tool_is_refused_once_every_tool_is_known(tmp_path: Path) -> None:

@@ -173,7 +173,7 @@ def assert_quiet_run(code: int, stdout: str, stderr: str) -> None:
     for noise in ("Traceback", "Task was destroyed", "cancel scope", "RuntimeError", "ERROR"):
         assert noise not in stderr
     assert "crow: warning: MCP server 'missing' failed to start" in stderr
-    assert "MCP server 'demo'" not in stderr
+    assert "MCP server 'demo' failed" not in stderr
 
 
 def test_crow_run_calls_mcp_tools_end_to_end(tmp_path: Path) -> None:

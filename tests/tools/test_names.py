@@ -10,9 +10,10 @@ import pytest
 from crow_cli.events import MessageAppended, ToolResultReady, TurnFinished, WarningEvent
 from crow_cli.history import AssistantTurn, ToolCall, user_message
 from crow_cli.loop import LoopSettings, react
-from crow_cli.tools.names import ToolNameCleaner, clean_tool_name
+from crow_cli.tools.names import ToolNameCleaner
 from crow_cli.tools.registry import ToolRegistry
 from crow_cli.tools.tool import tool
+from crow_cli.wire.names import clean_tool_name
 from tests.support import chunk, tool_delta
 
 KNOWN = {"read_file", "lookup_order", "run_shell"}
@@ -127,7 +128,7 @@ async def test_a_name_that_cleans_to_no_tool_gets_the_unknown_tool_result():
     ("github.create-issue", "github_create-issue"), ("x" * 70, "x" * 64), ("", "tool"), ("café", "caf_"),
 ])
 def test_wire_name_keeps_what_servers_take_and_replaces_the_rest(name, wire):
-    from crow_cli.tools.names import WIRE_NAME, wire_name
+    from crow_cli.wire.names import WIRE_NAME, wire_name
 
     assert wire_name(name) == wire and WIRE_NAME.fullmatch(wire)
 

@@ -39,10 +39,9 @@ from ...paths import resolve_path
 from ...sessions import SessionInUse, SessionStore
 from ...tools.mcp import McpServers
 from ...tools.registry import ToolRegistry
-from ...wire.client import ChatClient
-from ..common import with_instructions
 from ..options import SurfaceOptions
 from ..persist import SessionRecorder, open_session
+from ..runtime import Runtime
 from .convert import for_editor, mcp_tables
 from .editor_files import client_file_tools
 from .session import Session
@@ -61,37 +60,25 @@ class CrowAgent:
         settings: the connection, model, approval policy and rules.
         options: tool loading and the start mode (`yes`: sessions start in the `yolo` mode).
         store: the session store (its own connection; closed by `close`).
-        registry: the tools every session starts with (None: no tools); a session copies it and adds
-            the MCP servers the editor names.
-        client: streams the model's turns for every session.
-        starting: when given, `registry` and `client` are not ready yet: this task (the configured MCP
-            servers starting) sets them through `started`; session requests wait for it, `initialize`
-            does not.
+        runtime: the run's parts: its registry holds the tools every session starts with (None: no tools;
+            a session copies it and adds the MCP servers the editor names), its client streams the model's
+            turns, and it makes each session's tool context and driver.
+        starting: when given, the runtime is not started yet: this task (the configured MCP servers
+            starting, `Runtime.start`); session requests wait for it, `initialize` does not.
     """
 
-    def __init__(self, settings: Settings, options: SurfaceOptions, store: SessionStore,
-                 registry: ToolRegistry | None, client: ChatClient | None,
+    def __init__(self, settings: Settings, options: SurfaceOptions, store: SessionStore, runtime: Runtime,
                  starting: asyncio.Future[None] | None = None) -> None:
         self.settings = settings
         self.options = options
         self.store = store
-        self.registry = registry
-        self._client = client
+        self.runtime = runtime
         self.starting = starting
         self.sessions: dict[str, Session] = {}
         self.capabilities = ClientCapabilities()
         self._conn: acp.Client | None = None
         self._servers: dict[str, McpServers] = {}
         """The editor's MCP servers of each open session (one set per session: a reload replaces it)."""
-
-    def started(self, registry: ToolRegistry | None, client: ChatClient) -> None:
-        """The tools and model client, once the configured MCP servers have started."""
-        self.registry, self._client = registry, client
-
-    @property
-    def model_client(self) -> ChatClient:
-        assert self._client is not None, "used before the start finished (await self.ready())"
-        return self._client
 
     async def ready(self) -> None:
         """Wait for the configured MCP servers to have started (session requests need their tools).
@@ -144,7 +131,7 @@ class CrowAgent:
         except SessionError as exc:
             raise RequestError(-32603, str(exc)) from None
         # the project's AGENTS.md files, as crow run and crow chat load them (read off the loop: files on disk)
-        settings = await asyncio.to_thread(with_instructions, self.settings, root, self.options.project_instructions)
+        settings = await asyncio.to_thread(self.runtime.settings_for, root, self.options.project_instructions)
         history: list[Message] = [{"role": "system", "content": settings.system}] if settings.system else []
         session = await self._open(info.id, root, history, SessionRecorder(self.store, self.settings, info),
                                    mcp_servers or [])
@@ -236,9 +223,9 @@ class CrowAgent:
         """A session with its workspace `root`, the editor's MCP servers added; `keep`: the open session it
         replaces, whose mode and "always" answers carry over."""
         registry = None
-        if self.registry is not None:
+        if self.runtime.registry is not None:
             registry = ToolRegistry()
-            for tool in client_file_tools(self.registry, self.client(), session_id, self.capabilities.fs):
+            for tool in client_file_tools(self.runtime.registry, self.client(), session_id, self.capabilities.fs):
                 registry.register(tool)
             tables = mcp_tables(mcp_servers)
             servers = None
@@ -256,7 +243,7 @@ class CrowAgent:
                 registry.schemas()
                 for problem in registry.errors:
                     log.warning("session %s: %s", session_id, for_editor(problem))
-        session = Session(self, session_id, root, history, recorder, registry, self.model_client)
+        session = Session(self, session_id, root, history, recorder, registry)
         if keep is not None:
             session.set_mode(keep.mode)
             session.approvals.always |= keep.approvals.always

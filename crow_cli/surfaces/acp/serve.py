@@ -84,14 +84,13 @@ async def serve_streams(settings: Settings, options: SurfaceOptions, stdin: asyn
     async with runtime:  # MCP servers stopped, the client closed
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader(limit=STDIN_LIMIT)
-        agent = CrowAgent(settings, options, store, None, None)
+        agent = CrowAgent(settings, options, store, runtime)
 
         async def start() -> None:
             # the configured MCP servers start while the editor's `initialize` is answered; session
             # requests wait for them (`CrowAgent.ready`)
             for problem in await runtime.start():
                 log.warning("%s", for_editor(problem))
-            agent.started(runtime.registry, runtime.client)
 
         agent.starting = starting = loop.create_task(start(), name="acp-start")
         objects = loop.create_task(objects_only(stdin, reader, writer, agent), name="acp-stdin")

@@ -42,16 +42,14 @@ from ...events import (
 )
 from ...history import Message, ToolCall, content_text, is_prompt, outcome_of, tool_calls_of, user_message
 from ...tools.approval import UNCONFINED_MARK, Answer, Approvals, Policy, always_scope, make_approver, shown_scope
-from ...tools.context import ToolContext
 from ...tools.dispatch import EscalatingApprover
 from ...tools.registry import ToolRegistry
 from ...tools.sandbox import Mode as SandboxMode
-from ...tools.sandbox import Sandbox, is_guarded
+from ...tools.sandbox import is_guarded
 from ...tools.tool import Tool
 from ...tools.workspace import resolve_for_write
-from ...wire.client import ChatClient
 from ..persist import SessionRecorder
-from ..runtime import assemble_driver
+from ..runtime import Runtime
 from .convert import (
     arguments,
     diff_of,
@@ -70,10 +68,12 @@ from .convert import (
 
 
 class AgentSide(Protocol):
-    """What a session takes of the agent that holds it (`agent.CrowAgent`): its settings, whether `--yes` was
-    given, what the editor can do, and the connection to the editor."""
+    """What a session takes of the agent that holds it (`agent.CrowAgent`): its settings, the run's parts
+    (its tool context and driver come from them), whether `--yes` was given, what the editor can do, and the
+    connection to the editor."""
 
     settings: Settings
+    runtime: Runtime
     capabilities: ClientCapabilities
 
     @property
@@ -108,7 +108,7 @@ class Session:
     """
 
     def __init__(self, agent: AgentSide, session_id: str, cwd: Path, history: list[Message],
-                 recorder: SessionRecorder, registry: ToolRegistry | None, client: ChatClient) -> None:
+                 recorder: SessionRecorder, registry: ToolRegistry | None) -> None:
         self.agent = agent
         self.id = session_id
         self.cwd = cwd
@@ -124,11 +124,10 @@ class Session:
         """The file tools read through the editor: edit diffs come from its buffers."""
         self.rejected: set[str] = set()
         """Tool names the user rejected for the rest of the session ("reject always")."""
-        self.context = replace(ToolContext.for_workspace(cwd, secrets=[settings.api_key, *settings.secrets],
-                                                         sandbox=Sandbox(settings.sandbox, settings.sandbox_network)),
-                               backup=recorder.backup)  # files crow's tools change: undo restores them
-        self.driver = assemble_driver(settings, client, registry, EscalatingApprover(self.approve, self.escalate),
-                                      self.context, recorder)  # compaction near the context window, stored
+        # the recorder keeps the files crow's tools change (undo restores them) and the compaction checkpoints
+        self.context = agent.runtime.context_for(cwd, backup=recorder.backup)
+        self.driver = agent.runtime.new_driver(EscalatingApprover(self.approve, self.escalate), recorder=recorder,
+                                               context=self.context, tools=registry)
         self.turns = 0
         """Model turns with tool calls so far in this session (the first part of ACP tool-call ids)."""
         self.calls: dict[int, str] = {}
