@@ -5,13 +5,18 @@
                   └────────────── RunFinished (status, exit code) ◄┘
 
 The driver adds what every surface needs and none should repeat: a signal (through the surface's
-`Interrupts`, whose policies are here: `run_interrupts`, `chat_interrupts`, `editor_interrupts`) or
+`RunScope`, whose policies are here: `run_interrupts`, `chat_interrupts`, `editor_interrupts`) or
 `cancel()` cancels the loop, which closes its own history; each appended message is stored as it is
 appended; output that cannot be written stops the run (`output_lost`); the run ends with one
 `RunFinished` whose cause is typed (`status`, `signal`, `output_errno`) and whose `exit_code` is the
 process's (130 / 143 / 129 after a signal, 141 / 129 when the pipe or terminal went away).
 Surfaces are sinks: they show events and never repair, count or store the history, install a signal
-handler or read an errno.
+handler, take a cancellation back or read an errno. A surface enters its `RunScope` once around all it
+does (set-up, MCP servers starting, every run) and reads how a signal ended it from `RunScope.finished`:
+
+    with run_interrupts(grace) as scope:                 set-up, then driver.run(...) (interrupts=scope)
+        ...
+    scope.finished                                       RunFinished(signal=n, exit_code=128 + n), or None
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ import errno
 import signal
 from contextlib import aclosing, nullcontext
 from dataclasses import replace
-from typing import Protocol
+from types import TracebackType
+from typing import Any, Protocol
 
 from .context.compact import Compactor
 from .errors import SessionError
@@ -37,27 +43,65 @@ from .tools.registry import ToolRegistry
 OUTPUT_LOST_NOTE = "interrupted: the output could not be written"
 """How a partial answer stored after its output vanished ends (the user did not stop it)."""
 
-__all__ = ["Driver", "Interrupts", "Recorder", "Sink", "chat_interrupts", "editor_interrupts", "output_lost",
-           "run_interrupts"]
+__all__ = ["Driver", "Interrupts", "Recorder", "RunScope", "Sink", "chat_interrupts", "editor_interrupts",
+           "output_lost", "run_interrupts"]
 
 
-def run_interrupts(exit_grace_s: float | None = None) -> Interrupts:
+def _by_signal(signum: int) -> RunFinished:
+    """How a run (or a surface) that signal `signum` stopped ends: cancelled, exit 128 + n."""
+    return RunFinished("cancelled", "", 0, f"interrupted ({signal_name(signum)})", exit_code(signum), signal=signum)
+
+
+class RunScope(Interrupts):
+    """A surface's whole run under its signal policy (`run_interrupts`, `chat_interrupts`, `editor_interrupts`).
+
+    The surface's main task enters it once around everything it does: set-up (the session read, MCP
+    servers starting, the client built), each `Driver.run` (given the scope as its `interrupts`) and the
+    way out. A signal while a run lasts stops that run (`RunFinished.signal`); an `end` signal with
+    nothing to stop cancels the surface's task, and leaving the scope takes that cancellation back, so
+    the code after the `with` block runs and reads `finished`. Any other cancellation passes through.
+    """
+
+    _entered: asyncio.Task[Any] | None = None
+
+    def __enter__(self) -> RunScope:
+        self._entered = asyncio.current_task()
+        super().__enter__()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> bool:
+        task = self._entered
+        absorbed = isinstance(exc, asyncio.CancelledError) and self.signum is not None and task is not None
+        if absorbed and task is not None:
+            task.uncancel()  # the cancellation the end signal made: the surface ends by it, not by an exception
+        super().__exit__(exc_type, exc, tb)
+        return absorbed
+
+    @property
+    def finished(self) -> RunFinished | None:
+        """How the signal that ended the surface ends its run: `RunFinished("cancelled", error="interrupted
+        (SIGTERM)", exit_code=143, signal=15)`; None when no `end` signal came."""
+        return None if self.signum is None else _by_signal(self.signum)
+
+
+def run_interrupts(exit_grace_s: float | None = None) -> RunScope:
     """`crow run`'s policy: SIGINT, SIGTERM and SIGHUP end it (the run, or its set-up, is stopped; exit
     128 + n); a second signal exits at once; `exit_grace_s` after the run a tool thread is not waited for."""
-    return Interrupts(end=ALL_SIGNALS, exit_grace_s=exit_grace_s)
+    return RunScope(end=ALL_SIGNALS, exit_grace_s=exit_grace_s)
 
 
-def chat_interrupts() -> Interrupts:
+def chat_interrupts() -> RunScope:
     """`crow chat`'s policy: Ctrl-C (SIGINT) stops the turn (or /compact) and the chat goes on; with nothing
     to stop (start-up, piped input, a turn already stopping) it ends the chat, exit 130. At the prompt the
     terminal reads Ctrl-C as a key (twice in a row quits). SIGTERM and SIGHUP end the chat."""
-    return Interrupts(end=(signal.SIGTERM, signal.SIGHUP), stop=(signal.SIGINT,))
+    return RunScope(end=(signal.SIGTERM, signal.SIGHUP), stop=(signal.SIGINT,))
 
 
-def editor_interrupts() -> Interrupts:
+def editor_interrupts() -> RunScope:
     """`crow acp`'s policy: SIGTERM, SIGHUP and SIGINT (Ctrl-C where it runs by hand) end the connection as the
     end of stdin does (prompts are stopped, answered and stored first; exit 128 + n); a second one exits at once."""
-    return Interrupts(end=ALL_SIGNALS)
+    return RunScope(end=ALL_SIGNALS)
 
 
 def output_lost(exc: OSError, final_text: str = "", turns: int = 0) -> RunFinished:
@@ -159,8 +203,7 @@ class Driver:
         self._task = asyncio.ensure_future(self._consume(history, sink, recorder))
 
         def on_signal(signum: int) -> bool:
-            reason = f"interrupted ({signal_name(signum)})"
-            return self._cancel(RunFinished("cancelled", "", 0, reason, exit_code(signum), signal=signum))
+            return self._cancel(_by_signal(signum))
 
         with self.interrupts.stopping(on_signal) if self.interrupts is not None else nullcontext():
             try:

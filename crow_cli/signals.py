@@ -90,7 +90,7 @@ class Interrupts:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+                 tb: TracebackType | None) -> bool:
         loop = asyncio.get_running_loop()
         for sig in self._installed:
             loop.remove_signal_handler(sig)
@@ -99,6 +99,7 @@ class Interrupts:
                 signal.signal(sig, lambda received, _frame: exit_now(exit_code(received)))
         self._installed.clear()
         self._exit_soon()
+        return False  # what ended the block goes on (`driver.RunScope` takes its own cancellation back)
 
     @contextlib.contextmanager
     def stopping(self, stop: Callable[[int], bool]) -> Iterator[None]:

@@ -33,7 +33,7 @@ import threading
 import time
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import cache
 from pathlib import Path
 from types import TracebackType
@@ -43,6 +43,7 @@ import httpx
 
 from crow_cli.errors import ServerError, StreamCut
 from crow_cli.history import Message
+from crow_cli.surfaces.options import SurfaceOptions
 from crow_cli.tools import tool
 from tests.replay_server import (
     REQUEST_RULES,
@@ -440,6 +441,10 @@ def run_crow(script: list[dict[str, Any]], *args: str, cwd: Path, config: Path |
     return ran
 
 
+SURFACE_FIELDS = {f.name for f in fields(SurfaceOptions)}
+"""The `run_here` options that go to `RunOptions.surface`."""
+
+
 async def run_here(script: list[dict[str, Any]], prompt: str = "hi", *, cwd: Path, config: Path | None = None,
                    base_url: str | None = None, model: str = "test-model", flags: dict[str, Any] | None = None,
                    **options: Any) -> Ran:
@@ -449,7 +454,8 @@ async def run_here(script: list[dict[str, Any]], prompt: str = "hi", *, cwd: Pat
 
     `flags` are more command-line settings, as `load_settings` takes them (`{"deny": ["run_shell"]}` for
     `--deny run_shell`; `system`, `approval`, `allow`, `workspace`…). `options` are `RunOptions` fields
-    (`json`, `tools_dirs`, `continue_last`, `session_id`, `system`…). A `CrowError` ends the run as `crow
+    (`json`, `continue_last`, `session_id`, `system`…) and `SurfaceOptions` ones (`tools_dirs`, `yes`…) for
+    its `surface`. A `CrowError` ends the run as `crow
     run` ends it (`commands.options.fail`): its one `crow: error:` line on stderr, its exit code (2 for
     a usage error).
     """
@@ -458,13 +464,15 @@ async def run_here(script: list[dict[str, Any]], prompt: str = "hi", *, cwd: Pat
     from crow_cli.errors import CrowError
     from crow_cli.surfaces.run import RunOptions, run_prompt
 
+    shared = {name: options.pop(name) for name in [*options] if name in SURFACE_FIELDS}
     with ReplayServer(script) as server:
         out, err = io.StringIO(), io.StringIO()
         try:
             settings = load_settings({"base_url": base_url or server.base_url, "api_key": "sk-test", "model": model,
                                       **(flags or {})}, config_path=None if config is None else str(config))
             with contextlib.chdir(cwd):
-                code = await run_prompt(settings, RunOptions(prompt=prompt, **options), out, err)
+                run = RunOptions(prompt=prompt, surface=SurfaceOptions(**shared), **options)
+                code = await run_prompt(settings, run, out, err)
         except CrowError as exc:
             with contextlib.redirect_stderr(err):
                 code = fail(exc).exit_code
@@ -591,6 +599,15 @@ class ScriptedStream:
     def assert_used_up(self) -> None:
         """Fail when the loop did not ask for every scripted step."""
         assert self.steps == [], f"{len(self.steps)} scripted steps never asked for: {self.steps}"
+
+
+def chat_options(**fields: Any) -> ChatOptions:
+    """`ChatOptions` of `fields`: its own (`resume`, `session`, `system`) and `SurfaceOptions` ones (`tools_dirs`,
+    `yes`…) for its `surface`."""
+    from crow_cli.surfaces.chat.app import ChatOptions
+
+    shared = {name: fields.pop(name) for name in [*fields] if name in SURFACE_FIELDS}
+    return ChatOptions(surface=SurfaceOptions(**shared), **fields)
 
 
 async def chat(script: list[dict[str, Any]], keys: str | bytes, store: SessionStore, *,

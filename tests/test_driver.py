@@ -68,6 +68,29 @@ async def test_a_signal_cancels_the_run_and_sets_the_exit_code():
     assert (finished.signal, finished.output_errno, interrupts.signum) == (signal.SIGHUP, None, signal.SIGHUP)
 
 
+async def test_a_signal_before_the_run_ends_the_scope_and_the_code_after_it_reads_how():
+    # the run scope owns signal -> cancel -> uncancel -> exit code, start-up included (surfaces call none of it)
+    with run_interrupts() as scope:
+        os.kill(os.getpid(), signal.SIGTERM)  # no driver runs yet (MCP servers starting): the task is cancelled
+        await asyncio.Event().wait()
+    after = asyncio.current_task().cancelling()  # type: ignore[union-attr]
+    assert scope.finished == RunFinished("cancelled", "", 0, "interrupted (SIGTERM)", 143, signal=signal.SIGTERM)
+    assert after == 0 and scope.exit_code == 143
+
+
+async def test_a_cancellation_that_no_signal_made_passes_through_the_scope():
+    async def inside() -> None:
+        with run_interrupts() as scope:
+            await asyncio.Event().wait()
+        raise AssertionError(f"the scope swallowed the caller's cancellation ({scope.finished})")
+
+    task = asyncio.ensure_future(inside())
+    await asyncio.sleep(0)  # the task enters its scope
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
 class Unwritable:
     """A sink whose output fails with `errno` at the first text."""
 

@@ -122,6 +122,38 @@ def test_every_module_has_a_layer_rule():
     assert not uncovered, f"add a rule to ALLOWED for {uncovered}"
 
 
+SIGNAL_OWNERS = {"uncancel", "add_signal_handler", "remove_signal_handler", "set_wakeup_fd", "Interrupts", "RunScope"}
+"""What takes part in signal -> cancel -> uncancel -> exit code: the driver's run scope does, no surface."""
+
+
+def signal_handling(name: str, path: Path, text: str | None = None) -> list[str]:
+    """`name calls X` for each call in `name` (at `path`) that handles signals or takes a cancellation back,
+    and `name imports signal`: what only `driver.RunScope` (through `signals.Interrupts`) may do."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text() if text is None else text)):
+        if isinstance(node, ast.Call):
+            called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if called in SIGNAL_OWNERS:
+                found.append(f"{name} calls {called}")
+        elif isinstance(node, ast.Import):
+            found += [f"{name} imports signal" for a in node.names if a.name.split(".")[0] == "signal"]
+        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "signal":
+            found.append(f"{name} imports signal")
+    return found
+
+
+def test_no_surface_handles_a_signal_or_takes_a_cancellation_back():
+    # surfaces choose a policy (`driver.run_interrupts` ...) and read `RunScope.finished`; run.py, chat.py and
+    # runtime.py each wrote signal -> cancel -> uncancel -> exit code themselves before the run scope
+    found = [hit for name, path in modules() if name.startswith("crow_cli.surfaces")
+             for hit in signal_handling(name, path)]
+    assert found == []
+    source = "import signal\nfrom . import signal as s\ntask.uncancel()\nloop.add_signal_handler(2, f)\nInterrupts()\n"
+    assert signal_handling("crow_cli.surfaces.x", PKG / "surfaces" / "x.py", source) == [
+        "crow_cli.surfaces.x imports signal", "crow_cli.surfaces.x calls uncancel",
+        "crow_cli.surfaces.x calls add_signal_handler", "crow_cli.surfaces.x calls Interrupts"]
+
+
 def test_package_import_is_cheap():
     import subprocess
     import sys

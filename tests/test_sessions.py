@@ -51,6 +51,7 @@ from crow_cli.history import AssistantTurn, ToolCall, tool_message, user_message
 from crow_cli.images import Image, describe_part, image_part
 from crow_cli.sessions import IMAGE_REF, SessionInUse, SessionStore, SessionStoreDamaged, default_db_path
 from crow_cli.surfaces.chat.app import ChatApp, ChatOptions
+from crow_cli.surfaces.options import SurfaceOptions
 from crow_cli.surfaces.run import RunOptions, run_prompt
 from crow_cli.text import public_url
 from crow_cli.wire.outgoing import Outgoing
@@ -799,7 +800,8 @@ async def test_credentials_in_the_base_url_are_never_stored(_isolated_home: Path
     with ReplayServer([{"sse": text_stream("ok")}]) as srv, contextlib.chdir(tmp_path):  # `crow run` in process
         url = srv.base_url.replace("http://", "http://user:sk-URLSECRET2@")
         err = io.StringIO()
-        code = await run_prompt(load_settings({"base_url": url}), RunOptions("hi", no_tools=True), io.StringIO(), err)
+        options = RunOptions("hi", surface=SurfaceOptions(no_tools=True))
+        code = await run_prompt(load_settings({"base_url": url}), options, io.StringIO(), err)
     assert code == 0 and len(srv.requests) == 1, err.getvalue()
     for path in _isolated_home.rglob("*"):
         if path.is_file():

@@ -2,82 +2,31 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 
 from ..errors import CrowError
-from .options import (
-    AllowOpt,
-    ApiKeyOpt,
-    ApprovalOpt,
-    BaseUrlOpt,
-    ConfigOpt,
-    DebugOpt,
-    DenyOpt,
-    MaxTurnsOpt,
-    ModelOpt,
-    NoDefaultPromptOpt,
-    NoToolsOpt,
-    ProfileOpt,
-    SandboxOpt,
-    SystemFileOpt,
-    SystemOpt,
-    ToolsDirOpt,
-    WorkspaceOpt,
-    YesOpt,
-    check_before_start,
-    fail,
-)
+from .options import RunFlags, check_before_start, fail, with_run_flags
 
 __all__ = ["mcp"]
 
 
-def mcp(
-    model: ModelOpt = None,
-    base_url: BaseUrlOpt = None,
-    api_key: ApiKeyOpt = None,
-    system: SystemOpt = None,
-    system_file: SystemFileOpt = None,
-    no_default_prompt: NoDefaultPromptOpt = False,
-    max_turns: MaxTurnsOpt = None,
-    tools_dir: ToolsDirOpt = None,
-    no_tools: NoToolsOpt = False,
-    yes: YesOpt = False,
-    approval: ApprovalOpt = None,
-    allow: AllowOpt = None,
-    deny: DenyOpt = None,
-    workspace: WorkspaceOpt = None,
-    sandbox: SandboxOpt = None,
-    profile: ProfileOpt = None,
-    config: ConfigOpt = None,
-    debug: DebugOpt = False,
-    no_project_instructions: Annotated[bool, typer.Option("--no-project-instructions", help="Do not put AGENTS.md "
-                                                          "files into the system prompt.")] = False,
-) -> None:
+@with_run_flags()
+def mcp(*, flags: RunFlags) -> None:
     """Be an MCP server for other agents and MCP clients (Claude Desktop, Cursor, Codex): JSON-RPC on stdin/stdout.
 
     Tools: crow_run (a prompt; optional cwd, model, approval, sandbox, never looser than these options)
     and crow_reply (a session_id and a prompt). Approvals are asked of the client where it supports
     elicitation, otherwise refused.
     """
-    from ..config import load_settings
-    from ..surfaces.mcp_server import McpServeOptions, serve_mcp
+    from ..surfaces.mcp_server import serve_mcp
 
     try:
-        settings = load_settings(
-            {"model": model, "base_url": base_url, "api_key": api_key, "system": system,
-             "system_prompt_file": system_file, "default_prompt": False if no_default_prompt else None,
-             "max_turns": max_turns, "approval": approval, "allow": allow, "deny": deny, "workspace": workspace,
-             "sandbox": sandbox},
-            config_path=config, profile=profile,
-        )
-        check_before_start(settings, yes=yes)
-        options = McpServeOptions(tools_dirs=tuple(tools_dir or ()), no_tools=no_tools, yes=yes, debug=debug,
-                                  project_instructions=not no_project_instructions)
+        settings = flags.settings()
+        check_before_start(settings, yes=flags.yes)
+        options = flags.surface()
         import asyncio  # not at import time: `crow --version` does without it
 
         code = asyncio.run(serve_mcp(settings, options))
     except CrowError as exc:
-        raise fail(exc, debug=debug) from None
+        raise fail(exc, debug=flags.debug) from None
     raise typer.Exit(code)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import sys
-from typing import TYPE_CHECKING, Annotated
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
 
 import typer
 
@@ -12,6 +16,7 @@ from ..text import strip_controls
 
 if TYPE_CHECKING:
     from ..config import Settings
+    from ..surfaces.options import SurfaceOptions
 
 __all__ = [
     "AllowOpt",
@@ -26,9 +31,11 @@ __all__ = [
     "MaxTurnsOpt",
     "ModelOpt",
     "NoDefaultPromptOpt",
+    "NoProjectInstructionsOpt",
     "NoSessionOpt",
     "NoToolsOpt",
     "ProfileOpt",
+    "RunFlags",
     "SandboxOpt",
     "SystemFileOpt",
     "SystemOpt",
@@ -38,6 +45,8 @@ __all__ = [
     "check_before_start",
     "examples",
     "fail",
+    "surface_options",
+    "with_run_flags",
 ]
 
 DOCS = "Manual: docs/ in crow's source (an MkDocs site); every option: docs/cli.md."
@@ -118,6 +127,91 @@ LocalModelOpt = Annotated[str | None, typer.Option("--local-model", metavar="FIL
                                                    "this GGUF model (its own chat template) instead of the bundled "
                                                    "one; implies --local.")]
 NoSessionOpt = Annotated[bool, typer.Option("--no-session", help="Do not record this in the session store.")]
+NoProjectInstructionsOpt = Annotated[bool, typer.Option("--no-project-instructions", help="Do not put AGENTS.md "
+                                                        "files into the system prompt.")]
+
+
+def surface_options(tools_dir: list[str] | None = None, *, no_tools: bool = False, yes: bool = False,
+                    debug: bool = False, record: str | None = None,
+                    no_project_instructions: bool = False) -> SurfaceOptions:
+    """The record of the flags every surface shares (`--tools-dir`, `--no-tools`, `--yes`, `--debug`, `--record`,
+    `--no-project-instructions`), built once by each command and passed whole to its surface."""
+    from ..surfaces.options import SurfaceOptions
+
+    return SurfaceOptions(tools_dirs=tuple(tools_dir or ()), no_tools=no_tools, yes=yes, debug=debug,
+                          record_dir=record, project_instructions=not no_project_instructions)
+
+
+@dataclass(frozen=True)
+class RunFlags:
+    """The flags `crow run`, `chat`, `acp` and `mcp` share, as given (None, False: not given): how to reach
+    the model, what its tools may do, which config. A command declares them with `with_run_flags`."""
+
+    model: ModelOpt = None
+    base_url: BaseUrlOpt = None
+    api_key: ApiKeyOpt = None
+    system: SystemOpt = None
+    system_file: SystemFileOpt = None
+    no_default_prompt: NoDefaultPromptOpt = False
+    max_turns: MaxTurnsOpt = None
+    tools_dir: ToolsDirOpt = None
+    no_tools: NoToolsOpt = False
+    yes: YesOpt = False
+    approval: ApprovalOpt = None
+    allow: AllowOpt = None
+    deny: DenyOpt = None
+    workspace: WorkspaceOpt = None
+    sandbox: SandboxOpt = None
+    profile: ProfileOpt = None
+    config: ConfigOpt = None
+    debug: DebugOpt = False
+    no_project_instructions: NoProjectInstructionsOpt = False
+
+    def settings(self, local_model: str | None = None) -> Settings:
+        """The settings these flags (and `--local-model`), the environment and the config file resolve.
+
+        Raises:
+            ConfigError: a flag's or the config file's value is invalid (exit 2).
+        """
+        from ..config import load_settings
+
+        return load_settings(
+            {"model": self.model, "base_url": self.base_url, "api_key": self.api_key, "system": self.system,
+             "system_prompt_file": self.system_file, "default_prompt": False if self.no_default_prompt else None,
+             "max_turns": self.max_turns, "approval": self.approval, "allow": self.allow, "deny": self.deny,
+             "workspace": self.workspace, "sandbox": self.sandbox, "local_model": local_model},
+            config_path=self.config, profile=self.profile)
+
+    def surface(self, record: str | None = None) -> SurfaceOptions:
+        """The surface's record of these flags (and `--record`)."""
+        return surface_options(self.tools_dir, no_tools=self.no_tools, yes=self.yes, debug=self.debug, record=record,
+                               no_project_instructions=self.no_project_instructions)
+
+
+def with_run_flags(*, omit: tuple[str, ...] = ()) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Declare `RunFlags`' options (but those named in `omit`) on a typer command, where its keyword-only
+    parameter `flags: RunFlags` stands (so they keep that place in `--help`); the command is called with
+    them gathered in `flags`. Typer reads a command's options from its signature and has no group of
+    options to share, so the signature typer sees is the command's with `flags` spelled out."""
+    types = get_type_hints(RunFlags, include_extras=True)  # the options' typer annotations, evaluated
+    shared = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=types[f.name])
+              for f in fields(RunFlags) if f.name not in omit]
+    names = [p.name for p in shared]
+
+    def declare(command: Callable[..., None]) -> Callable[..., None]:
+        own = inspect.signature(command, eval_str=True).parameters.values()
+        assert any(p.name == "flags" for p in own), f"{command.__name__} takes no `flags: RunFlags`"
+        params = [q for p in own for q in (shared if p.name == "flags" else [p.replace(kind=p.KEYWORD_ONLY)])]
+
+        @functools.wraps(command)
+        def with_flags(**given: Any) -> None:
+            command(flags=RunFlags(**{name: given.pop(name) for name in names}), **given)
+
+        with_flags.__annotations__ = {}  # typer reads the signature below, whose annotations are evaluated
+        setattr(with_flags, "__signature__", inspect.Signature(params))  # noqa: B010 (not a known attribute)
+        return with_flags
+
+    return declare
 
 
 def fail(exc: CrowError, *, debug: bool = False) -> typer.Exit:

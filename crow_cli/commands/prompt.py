@@ -19,6 +19,7 @@ from .options import (
     ToolsDirOpt,
     WorkspaceOpt,
     fail,
+    surface_options,
 )
 
 __all__ = ["prompt"]
@@ -33,7 +34,7 @@ def prompt(system: SystemOpt = None, system_file: SystemFileOpt = None, no_defau
     """Print the system message a new crow run here would send (built-in prompt, --system, AGENTS.md)."""
     from ..config import load_settings
     from ..surfaces.common import warning_to
-    from ..surfaces.runtime import Runtime, RuntimeOptions
+    from ..surfaces.runtime import Runtime
     from ..text import strip_controls
 
     try:
@@ -42,8 +43,8 @@ def prompt(system: SystemOpt = None, system_file: SystemFileOpt = None, no_defau
              "default_prompt": False if no_default_prompt else None, "approval": approval, "sandbox": sandbox,
              "workspace": workspace},
             config_path=config, profile=profile)
-        runtime = Runtime(settings, RuntimeOptions(tuple(tools_dir or ()), no_tools,
-                                                   project_instructions=not no_project_instructions),
+        runtime = Runtime(settings, surface_options(tools_dir, no_tools=no_tools,
+                                                    no_project_instructions=no_project_instructions),
                           warn=warning_to())  # a skipped AGENTS.md
     except CrowError as exc:
         raise fail(exc) from None

@@ -14,29 +14,13 @@ from ..errors import ConfigError, CrowError
 from ..prompt_files import NAME
 from ..text import clean_text
 from .options import (
-    AllowOpt,
-    ApiKeyOpt,
-    ApprovalOpt,
-    BaseUrlOpt,
-    ConfigOpt,
-    DebugOpt,
-    DenyOpt,
     LocalModelOpt,
     LocalOpt,
-    MaxTurnsOpt,
-    ModelOpt,
-    NoDefaultPromptOpt,
     NoSessionOpt,
-    NoToolsOpt,
-    ProfileOpt,
-    SandboxOpt,
-    SystemFileOpt,
-    SystemOpt,
-    ToolsDirOpt,
-    WorkspaceOpt,
-    YesOpt,
+    RunFlags,
     check_before_start,
     fail,
+    with_run_flags,
 )
 
 if TYPE_CHECKING:
@@ -178,7 +162,9 @@ def _prompt_file_text(settings: Settings, name: str | None, file: str | None, ar
     return expand(read_prompt(prompt, (settings.api_key, *settings.secrets)).body, arguments, usage=usage)
 
 
+@with_run_flags()
 def run(
+    *,
     prompt: Annotated[str | None, typer.Argument(help="The prompt; read from stdin when omitted or '-'. With -p "
                                                  "or --prompt-file: what replaces $ARGUMENTS in it.")] = None,
     prompt_name: Annotated[str | None, typer.Option("--prompt", "-p", metavar="NAME", help="Send the prompt file "
@@ -190,33 +176,16 @@ def run(
                                                    "argument, or never read it [default: when it is piped to "
                                                    "crow, not a loop's or script's own input].",
                                                    show_default=False)] = None,
-    model: ModelOpt = None,
-    base_url: BaseUrlOpt = None,
-    api_key: ApiKeyOpt = None,
-    system: SystemOpt = None,
-    system_file: SystemFileOpt = None,
-    no_default_prompt: NoDefaultPromptOpt = False,
-    max_turns: MaxTurnsOpt = None,
-    tools_dir: ToolsDirOpt = None,
-    no_tools: NoToolsOpt = False,
-    yes: YesOpt = False,
-    approval: ApprovalOpt = None,
-    allow: AllowOpt = None,
-    deny: DenyOpt = None,
-    workspace: WorkspaceOpt = None,
-    sandbox: SandboxOpt = None,
+    flags: RunFlags,
     json_events: Annotated[bool, typer.Option("--json", help="Write JSONL events to stdout instead of the answer "
                                               "(schema: crow_cli/schemas/events.schema.json).")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No tool activity, reasoning or notices on stderr "
                                         "(errors and warnings still show). Reasoning includes a <think> block in "
                                         "the answer: stdout leaves it out; the session and --json's final_text "
                                         "keep it verbatim.")] = False,
-    profile: ProfileOpt = None,
-    config: ConfigOpt = None,
     record: Annotated[str | None, typer.Option("--record", metavar="DIR", help="Write every request body and "
                                                "raw response stream to numbered files in DIR (API key and auth "
                                                "headers removed).")] = None,
-    debug: DebugOpt = False,
     local: LocalOpt = False,
     local_model: LocalModelOpt = None,
     no_session: NoSessionOpt = False,
@@ -231,11 +200,8 @@ def run(
                                                     "(PNG, JPEG, GIF, WebP) to the prompt for a vision model "
                                                     "(repeatable; as -f, which also takes text files). An "
                                                     "image piped on stdin is attached too.")] = None,
-    no_project_instructions: Annotated[bool, typer.Option("--no-project-instructions", help="Do not put AGENTS.md "
-                                                          "files into the system prompt.")] = False,
 ) -> None:
     """Run one prompt: stream the answer to stdout, tool activity to stderr (or JSONL events with --json)."""
-    from ..config import load_settings
     from ..surfaces.run import RunOptions, run_prompt
 
     try:
@@ -243,8 +209,9 @@ def run(
             raise ConfigError("--no-session cannot be combined with --continue or --session")
         if continue_last and session:
             raise ConfigError("--continue and --session cannot be combined")
-        if (continue_last or session) and (system_file is not None or no_default_prompt):
-            raise ConfigError(f"{'--system-file' if system_file is not None else '--no-default-prompt'} cannot change "
+        if (continue_last or session) and (flags.system_file is not None or flags.no_default_prompt):
+            flag = "--system-file" if flags.system_file is not None else "--no-default-prompt"
+            raise ConfigError(f"{flag} cannot change "
                               "the system prompt of a continued session; start a new session for a new one")
         if session is not None and not session.strip():
             raise ConfigError("--session needs a session id (crow sessions list shows them)")
@@ -259,26 +226,18 @@ def run(
             typed += f" {prompt}" if prompt and prompt != "-" else ""  # a title, as chat's `/NAME TEXT`
         else:
             text, typed, piped_image = _read_prompt(prompt, use_stdin)
-        settings = load_settings(
-            {"model": model, "base_url": base_url, "api_key": api_key, "system": system,
-             "system_prompt_file": system_file,
-             "default_prompt": False if no_default_prompt else None, "max_turns": max_turns,
-             "approval": approval, "allow": allow, "deny": deny, "workspace": workspace,
-             "sandbox": sandbox, "local_model": local_model},
-            config_path=config, profile=profile,
-        )
+        settings = flags.settings(local_model)
         if record is not None:
             from ..wire.record import prepare_record_dir
 
             prepare_record_dir(record)
-        check_before_start(settings, yes=yes, local=local or bool(local_model))
+        check_before_start(settings, yes=flags.yes, local=local or bool(local_model))
         if from_file:
             text = _prompt_file_text(settings, prompt_name, prompt_file, text)
-        options = RunOptions(prompt=text, title=typed, tools_dirs=tuple(tools_dir or ()), no_tools=no_tools, yes=yes,
-                             debug=debug, json=json_events, quiet=quiet, exit_grace_s=_EXIT_GRACE_S,
-                             session=not no_session, session_id=session, continue_last=continue_last,
-                             record_dir=record, system=system, project_instructions=not no_project_instructions,
-                             files=tuple(file or ()), images=tuple(image or ()), stdin_image=piped_image)
+        options = RunOptions(prompt=text, title=typed, surface=flags.surface(record), json=json_events, quiet=quiet,
+                             exit_grace_s=_EXIT_GRACE_S, session=not no_session, session_id=session,
+                             continue_last=continue_last, system=flags.system, files=tuple(file or ()),
+                             images=tuple(image or ()), stdin_image=piped_image)
         import asyncio  # not at import time: `crow tools` and `--help` do without it
 
         from ..local import local_session  # start, then stop, the local server
@@ -286,5 +245,5 @@ def run(
         with local_session(settings, enabled=local or bool(local_model)) as settings:
             code = asyncio.run(run_prompt(settings, options))
     except CrowError as exc:
-        raise fail(exc, debug=debug) from None
+        raise fail(exc, debug=flags.debug) from None
     raise typer.Exit(code)

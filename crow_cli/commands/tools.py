@@ -47,12 +47,12 @@ def _list(settings: Settings, tools_dir: list[str] | None, as_json: bool, out: T
         from ..surfaces.runtime import list_mcp_tools
 
         try:
-            interrupts = asyncio.run(list_mcp_tools(settings, registry))
+            stopped = asyncio.run(list_mcp_tools(settings, registry))
         except CrowError as exc:
             raise fail(exc) from None
-        if interrupts.signum is not None:  # the servers are stopped: end as crow run ends
-            print(f"crow: interrupted ({interrupts.name})", file=sys.stderr)
-            raise typer.Exit(interrupts.exit_code)
+        if stopped is not None:  # a signal: the servers are stopped, end as crow run ends
+            print(f"crow: {stopped.error}", file=sys.stderr)
+            raise typer.Exit(stopped.exit_code)
     # dropped as `crow run` drops them; the built-ins' schemas are known good (a test derives them)
     derived = registry.schemas(None if as_json else (lambda t: t.source != "builtin"))
     schemas = {s["function"]["name"]: s["function"]["parameters"] for s in derived}

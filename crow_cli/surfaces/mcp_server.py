@@ -35,7 +35,7 @@ import logging
 import os
 import stat
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -62,10 +62,11 @@ from ..tools.sandbox import Mode as SandboxMode
 from ..tools.sandbox import Sandbox
 from ..tools.tool import Tool
 from .common import build_client, short_json
+from .options import SurfaceOptions
 from .persist import SessionRecorder, open_session
-from .runtime import Runtime, RuntimeOptions, assemble_driver
+from .runtime import Runtime, assemble_driver
 
-__all__ = ["POLICY_ORDER", "SANDBOX_ORDER", "McpServeOptions", "McpSurface", "serve_mcp"]
+__all__ = ["POLICY_ORDER", "SANDBOX_ORDER", "McpSurface", "serve_mcp"]
 
 log = logging.getLogger("crow.mcp")
 
@@ -76,19 +77,6 @@ SANDBOX_ORDER: tuple[SandboxMode, ...] = ("read-only", "workspace-write", "off")
 
 _LINE_LIMIT = 50 * 1024 * 1024
 """Bytes one JSON-RPC line may hold (a long prompt)."""
-
-
-@dataclass(frozen=True)
-class McpServeOptions:
-    """`crow mcp`'s own options (the connection, approval and sandbox ones are in `Settings`)."""
-
-    tools_dirs: tuple[str, ...] = ()
-    no_tools: bool = False
-    yes: bool = False
-    """The server's policy is yolo (calls may still ask for a stricter one)."""
-    debug: bool = False
-    project_instructions: bool = True
-    """Put the AGENTS.md files of a call's folder into a new session's system prompt."""
 
 
 class RunArgs(BaseModel):
@@ -246,10 +234,10 @@ class McpSurface:
 
     Args:
         runtime: the started runtime (tools, MCP servers, client) every call shares.
-        options: the server's own options.
+        options: the server's flags (`yes`: its policy is yolo, calls may still ask for a stricter one).
     """
 
-    def __init__(self, runtime: Runtime, options: McpServeOptions) -> None:
+    def __init__(self, runtime: Runtime, options: SurfaceOptions) -> None:
         self.runtime = runtime
         self.options = options
         settings = runtime.settings
@@ -408,7 +396,7 @@ def _folder(cwd: str) -> Path:
     return path.resolve()
 
 
-async def serve_mcp(settings: Settings, options: McpServeOptions) -> int:
+async def serve_mcp(settings: Settings, options: SurfaceOptions) -> int:
     """Serve one MCP client on stdin/stdout until it closes stdin; the exit code (0, or 128 + n after a signal).
 
     Raises:
@@ -421,8 +409,7 @@ async def serve_mcp(settings: Settings, options: McpServeOptions) -> int:
     logging.basicConfig(level=logging.DEBUG if options.debug else logging.WARNING, handlers=[handler])
     with private_stdout() as protocol:  # stdout is the protocol's alone: whatever else prints goes to stderr
         reader, writer = await _pipes(protocol.fileno())
-        runtime = Runtime(settings, RuntimeOptions(options.tools_dirs, options.no_tools, options.debug,
-                                                   project_instructions=options.project_instructions))
+        runtime = Runtime(settings, options)
         async with runtime:
             surface = McpSurface(runtime, options)
             with editor_interrupts() as interrupts:

@@ -9,16 +9,15 @@ a new line: the text of the cut attempt stays on stdout, so scripts wanting the 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import sys
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..attachments import image_attachment, load_attachment, user_content
 from ..config import Settings
-from ..driver import Interrupts, output_lost, run_interrupts
+from ..driver import RunScope, output_lost, run_interrupts
 from ..errors import ConfigError, SessionError
 from ..events import (
     Event,
@@ -48,8 +47,9 @@ from .common import (
     warning_to,
 )
 from .jsonl import JsonlWriter
+from .options import SurfaceOptions
 from .persist import open_session
-from .runtime import Runtime, RuntimeOptions
+from .runtime import Runtime
 from .shown import display_lines, display_status
 from .usage import TokenUse, footer
 
@@ -64,11 +64,8 @@ class RunOptions:
     prompt: str
     title: str | None = None
     """The prompt as typed, without piped input: a new session's title (None: the prompt's own text)."""
-    tools_dirs: tuple[str, ...] = ()
-    no_tools: bool = False
-    yes: bool = False
-    debug: bool = False
-    record_dir: str | None = None
+    surface: SurfaceOptions = field(default_factory=SurfaceOptions)
+    """The flags every surface shares (tools, `--yes`, `--debug`, `--record`, AGENTS.md)."""
     json: bool = False
     """Write JSONL events to stdout instead of the answer (`surfaces.jsonl`)."""
     quiet: bool = False
@@ -89,8 +86,6 @@ class RunOptions:
     """Images attached to the prompt (`-i`): as `files`, but a file that is no image is refused."""
     stdin_image: bytes | None = None
     """An image piped on standard input, attached after the files."""
-    project_instructions: bool = True
-    """Put AGENTS.md files into the system prompt of a new session (`--no-project-instructions` turns it off)."""
 
 
 class PlainPrinter:
@@ -307,8 +302,7 @@ def _say_output_failed(finished: RunFinished, err: TextIO) -> int:
 
 async def _run_prompt(settings: Settings, options: RunOptions, out: TextIO, err: TextIO) -> int:
     # Usage errors (ConfigError, exit 2) come before any event and before a session is stored.
-    runtime = Runtime(settings, RuntimeOptions(options.tools_dirs, options.no_tools, options.debug, options.record_dir,
-                                               options.project_instructions), warn=warning_to(err))
+    runtime = Runtime(settings, options.surface, warn=warning_to(err))
     async with runtime:  # MCP servers stopped, the client closed
         return await _run_in(runtime, options, out, err)
 
@@ -320,11 +314,11 @@ async def _run_in(runtime: Runtime, options: RunOptions, out: TextIO, err: TextI
                 *(load_attachment(f, runtime.workspace, secrets, image_only=True) for f in options.images),
                 *([image_attachment(options.stdin_image, "stdin")] if options.stdin_image is not None else [])]
     content = user_content(options.prompt, attached) if attached else None
-    printer: PlainPrinter | JsonlWriter = (JsonlWriter(out, err, debug=options.debug) if options.json
-                                           else PlainPrinter(out, err, debug=options.debug, quiet=options.quiet,
+    printer: PlainPrinter | JsonlWriter = (JsonlWriter(out, err, debug=options.surface.debug) if options.json
+                                           else PlainPrinter(out, err, debug=options.surface.debug, quiet=options.quiet,
                                                              prices=settings.prices.get(settings.model)))
     # with --yes too: the policy asks nothing then, but running a command outside the sandbox is a question
-    approve = make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=options.yes,
+    approve = make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=options.surface.yes,
                             ask=_held_ask(terminal_ask(), printer))
     if not runtime.mcp_server_names:  # every tool is known already: a rule naming none is refused before any event
         runtime.check_rules()
@@ -340,21 +334,15 @@ async def _run_in(runtime: Runtime, options: RunOptions, out: TextIO, err: TextI
             printer.handle(RunFinished("error", "", 0, str(exc), exc.exit_code))
             return exc.exit_code
         # From the first event on, a signal ends the run with one run_finished: before the driver runs, it
-        # cancels this task (MCP servers starting, the client being built); then it stops the driver.
+        # ends the scope (MCP servers starting, the client being built); then it stops the driver.
         try:
-            with run_interrupts(options.exit_grace_s) as interrupts:
+            with run_interrupts(options.exit_grace_s) as scope:
                 printer.handle(RunStarted(model=settings.model, session_id=recorder.session_id if recorder else None))
-                try:
-                    return await _drive(runtime, printer, history, recorder, new_session, warning, approve,
-                                        interrupts, err)
-                except asyncio.CancelledError:
-                    current = asyncio.current_task()
-                    if interrupts.signum is None or current is None:
-                        raise
-                    current.uncancel()
-                    printer.handle(RunFinished("cancelled", "", 0, f"interrupted ({interrupts.name})",
-                                               interrupts.exit_code, signal=interrupts.signum))
-                    return interrupts.exit_code
+                return await _drive(runtime, printer, history, recorder, new_session, warning, approve, scope, err)
+            finished = scope.finished
+            assert finished is not None  # the scope ends its block early for an end signal only
+            printer.handle(finished)
+            return finished.exit_code
         finally:  # however the run ended, its session is free again: a caller in this process (ACP, tests) may
             if recorder is not None:  # continue it next, where only a process exit freed it before
                 recorder.store.close()
@@ -365,7 +353,7 @@ async def _run_in(runtime: Runtime, options: RunOptions, out: TextIO, err: TextI
 
 async def _drive(runtime: Runtime, printer: PlainPrinter | JsonlWriter, history: list[Message],
                  recorder: SessionRecorder | None, new_session: bool, warning: WarningEvent | None,
-                 approve: Approver, interrupts: Interrupts, err: TextIO) -> int:
+                 approve: Approver, scope: RunScope, err: TextIO) -> int:
     if warning is not None:
         printer.handle(warning)
     if recorder is not None and recorder.previous_model:
@@ -385,7 +373,7 @@ async def _drive(runtime: Runtime, printer: PlainPrinter | JsonlWriter, history:
         printer.handle(RunFinished("error", "", 0, str(exc), exc.exit_code))
         return exc.exit_code
     # files crow's tools change can be restored by `sessions undo` (the recorder keeps them)
-    driver = runtime.new_driver(approve, recorder=recorder, interrupts=interrupts)
+    driver = runtime.new_driver(approve, recorder=recorder, interrupts=scope)
     finished = await driver.run(history, printer, recorder)
     _say_output_failed(finished, err)  # the printer cannot say it (its output is what failed)
     if (recorder is not None and new_session and finished.status == "error"

@@ -21,7 +21,7 @@ import dataclasses
 import sys
 from collections.abc import Callable
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -30,6 +30,7 @@ from ..config import Settings
 from ..context.compact import Checkpoint
 from ..default_prompt import default_prompt
 from ..driver import Driver, Interrupts, run_interrupts
+from ..events import RunFinished
 from ..tools.approval import check_rule_names
 from ..tools.context import ToolContext
 from ..tools.dispatch import Approver
@@ -38,11 +39,12 @@ from ..tools.registry import ToolRegistry
 from ..tools.sandbox import Sandbox, startup_notice
 from ..wire.client import ChatClient
 from .common import build_client, build_compactor, build_registry, loop_settings, with_instructions
+from .options import SurfaceOptions
 
 if TYPE_CHECKING:
     from .persist import SessionRecorder
 
-__all__ = ["Runtime", "RuntimeOptions", "assemble_driver", "list_mcp_tools"]
+__all__ = ["Runtime", "assemble_driver", "list_mcp_tools"]
 
 
 def assemble_driver(settings: Settings, client: ChatClient, registry: ToolRegistry | None, approve: Approver | None,
@@ -60,22 +62,6 @@ def assemble_driver(settings: Settings, client: ChatClient, registry: ToolRegist
                   build_compactor(settings, recorder, checkpoint=checkpoint), interrupts)
 
 
-@dataclass(frozen=True)
-class RuntimeOptions:
-    """What a surface's flags say about the run's parts (the rest is in `Settings`)."""
-
-    tools_dirs: tuple[str, ...] = ()
-    """`--tools-dir` folders, after the config's `tool_paths`."""
-    no_tools: bool = False
-    """Offer no tools (and start no MCP server)."""
-    debug: bool = False
-    """Trace deltas and request adaptations; MCP servers' stderr shown."""
-    record_dir: str | None = None
-    """`--record`: the raw exchanges go to this folder."""
-    project_instructions: bool = True
-    """Put AGENTS.md files into the system prompt (`--no-project-instructions` turns it off)."""
-
-
 class Runtime:
     """The parts of one surface's runs, built in the order every surface needs.
 
@@ -86,14 +72,14 @@ class Runtime:
 
     Args:
         settings: the run's settings.
-        options: the surface's flags.
+        options: the surface's flags (`yes` is its approver's, not read here).
         warn: where a skipped AGENTS.md file is said (default: stderr).
 
     Raises:
         ConfigError: the workspace is not a folder, or an MCP server table is invalid.
     """
 
-    def __init__(self, settings: Settings, options: RuntimeOptions,
+    def __init__(self, settings: Settings, options: SurfaceOptions,
                  warn: Callable[[str], None] | None = None) -> None:
         self.options = options
         self.context = ToolContext.for_workspace(settings.workspace, secrets=[settings.api_key, *settings.secrets],
@@ -309,18 +295,13 @@ class Runtime:
                 await self._exit.aclose()
 
 
-async def list_mcp_tools(settings: Settings, registry: ToolRegistry) -> Interrupts:
+async def list_mcp_tools(settings: Settings, registry: ToolRegistry) -> RunFinished | None:
     """Start the configured MCP servers in the workspace (where `crow run` starts them), add their tools to
     `registry`, stop them (`crow tools`). A signal (crow run's policy) stops the servers as leaving does, a
-    server that ignores the end of its stdin too; the returned `Interrupts` says which one came (`signum`,
-    `exit_code`: 128 + n), if any."""
+    server that ignores the end of its stdin too; the `RunFinished` returned then says which one came
+    (`signal`, `exit_code`: 128 + n); None when none came."""
     workspace = ToolContext.for_workspace(settings.workspace).workspace
-    with run_interrupts() as interrupts:
-        try:
-            async with McpServers(settings.mcp_servers, workspace=workspace) as servers:
-                await servers.register_tools(registry)
-        except asyncio.CancelledError:
-            if interrupts.signum is None or (task := asyncio.current_task()) is None:
-                raise
-            task.uncancel()
-    return interrupts
+    with run_interrupts() as scope:
+        async with McpServers(settings.mcp_servers, workspace=workspace) as servers:
+            await servers.register_tools(registry)
+    return scope.finished

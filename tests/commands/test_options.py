@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
+from typing import Annotated
 
 import pytest
+import typer
+from typer.testing import CliRunner
 
+from crow_cli.commands.options import RunFlags, with_run_flags
 from tests.support import crow_here
 
 
@@ -23,3 +27,24 @@ def test_an_empty_tools_dir_or_config_is_refused_naming_it(tmp_path: Path, comma
     assert getattr(caught.value, "exit_code", None) == 2
     assert f"'{flag}'" in caught.value.format_message() and "empty" in caught.value.format_message()
     assert not (tmp_path / "imported").exists()
+
+
+def test_the_shared_run_flags_stand_where_the_command_puts_them_and_reach_it_gathered() -> None:
+    # run, chat, acp and mcp declared these 19 options one by one, each a near-copy of the others
+    seen: list[tuple[str, RunFlags, bool]] = []
+
+    @with_run_flags(omit=("workspace",))
+    def command(*, text: Annotated[str, typer.Argument()], flags: RunFlags,
+                loud: Annotated[bool, typer.Option("--loud")] = False) -> None:
+        seen.append((text, flags, loud))
+
+    app = typer.Typer()
+    app.command()(command)
+    app.command("other")(lambda: None)  # two commands: `command` is named on the command line
+    result = CliRunner().invoke(app, ["command", "hi", "-m", "m1", "--deny", "a", "--deny", "b", "--loud", "-y"])
+    assert result.exit_code == 0, result.output
+    assert seen == [("hi", RunFlags(model="m1", deny=["a", "b"], yes=True), True)]
+    shown = CliRunner().invoke(app, ["command", "--help"]).output
+    assert shown.index("--model") < shown.index("--debug") < shown.index("--loud") and "--workspace" not in shown
+    refused = CliRunner().invoke(app, ["command", "hi", "--workspace", "/tmp"])
+    assert refused.exit_code == 2

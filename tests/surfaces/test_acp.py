@@ -42,8 +42,9 @@ from acp.schema import (
 
 from crow_cli.config import Settings, load_settings
 from crow_cli.sessions import SessionStore
-from crow_cli.surfaces.acp import AcpOptions, serve_streams
+from crow_cli.surfaces.acp import serve_streams
 from crow_cli.surfaces.acp.transport import STDIN_LIMIT
+from crow_cli.surfaces.options import SurfaceOptions
 from tests.replay_server import ReplayServer
 from tests.support import chunk, crow_here, needs_sandbox, run_here, script, sse, text_sse
 
@@ -145,7 +146,7 @@ async def _pipe(loop: asyncio.AbstractEventLoop, limit: int = 2**16) -> tuple[as
 
 
 @contextlib.asynccontextmanager
-async def agent_pipes(settings: Settings, options: AcpOptions, cwd: Path
+async def agent_pipes(settings: Settings, options: SurfaceOptions, cwd: Path
                       ) -> AsyncIterator[tuple[asyncio.StreamWriter, asyncio.StreamReader, asyncio.Task[int]]]:
     """`serve_streams` (what `crow acp` serves) in this process in `cwd`, on two pipes; yields (the agent's
     stdin, its stdout, the serving task). Leaving closes the agent's stdin, as an editor does; the agent must
@@ -173,7 +174,7 @@ async def acp_agent(url: str, cwd: Path, editor: Editor, *, yes: bool = False, m
     connected and initialized; yields (connection, the serving task)."""
     settings = load_settings({"base_url": url, "api_key": "sk-test", "model": "test-model", "max_turns": max_turns},
                              config_path=None if config is None else str(config))
-    options = AcpOptions(yes=yes, project_instructions=project_instructions, debug=debug)
+    options = SurfaceOptions(yes=yes, project_instructions=project_instructions, debug=debug)
     async with agent_pipes(settings, options, cwd) as (to_agent, from_agent, serving):
         conn = connect_to_agent(editor, to_agent, from_agent)
         try:
@@ -486,7 +487,7 @@ async def hand_written(workspace: Path) -> AsyncIterator[Lines]:
     """What `crow acp` serves (`agent_pipes`), written to and read line by line; it must end with exit code 0
     when its stdin closes."""
     settings = load_settings({"model": "m", "base_url": "http://127.0.0.1:9/v1"})
-    async with agent_pipes(settings, AcpOptions(), workspace) as (to_agent, from_agent, _serving):
+    async with agent_pipes(settings, SurfaceOptions(), workspace) as (to_agent, from_agent, _serving):
         yield Lines(to_agent, from_agent)
 
 

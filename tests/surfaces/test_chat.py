@@ -29,6 +29,7 @@ from tests.support import (
     assert_valid,
     authorless,
     chat,
+    chat_options,
     crow,
     needs_sandbox,
     script,
@@ -93,7 +94,7 @@ async def test_turn_with_tool_calls(store: SessionStore, tools_dir: Path) -> Non
         {"sse": text_stream("Both tools ran.")},
     ]
     keys = "use the tools\ra\r/usage\r/exit\r"  # `a`: always allow `guarded`
-    output, server, app = await chat(script, keys, store, options=ChatOptions(tools_dirs=(str(tools_dir),)))
+    output, server, app = await chat(script, keys, store, options=chat_options(tools_dirs=(str(tools_dir),)))
 
     sent = server.requests[1]["messages"]
     assert [m["role"] for m in sent] == ["user", "assistant", "tool", "tool"]
@@ -113,7 +114,7 @@ async def test_turn_with_tool_calls(store: SessionStore, tools_dir: Path) -> Non
 
 async def test_denied_tool_gets_a_result(store: SessionStore, tools_dir: Path) -> None:
     script = [{"sse": tool_calls_sse(("call_g", "guarded", {"text": "x"}))}, {"sse": text_stream("OK, not run.")}]
-    _, server, _ = await chat(script, "go\rn\r/exit\r", store, options=ChatOptions(tools_dirs=(str(tools_dir),)))
+    _, server, _ = await chat(script, "go\rn\r/exit\r", store, options=chat_options(tools_dirs=(str(tools_dir),)))
     tool_msg = server.requests[1]["messages"][2]
     assert tool_msg["tool_call_id"] == "call_g" and "the user declined guarded" in tool_msg["content"]
 
@@ -122,7 +123,7 @@ async def test_approval_policy_rules_apply_in_chat(store: SessionStore, tools_di
     script = [{"sse": tool_calls_sse(("call_g", "guarded", {"text": "x"}))}, {"sse": text_stream("Refused.")}]
     settings = Settings(model="test-model", deny=("guarded",))  # deny rules hold even with --yes
     _, server, _ = await chat(script, "go\r/exit\r", store, settings=settings,  # nothing typed for a question
-                              options=ChatOptions(tools_dirs=(str(tools_dir),), yes=True))
+                              options=chat_options(tools_dirs=(str(tools_dir),), yes=True))
     tool_msg = server.requests[1]["messages"][2]
     assert "denied by the rule 'guarded'" in tool_msg["content"]
 
@@ -134,7 +135,7 @@ async def test_ctrl_c_in_the_middle_of_a_tool_leaves_a_valid_history(store: Sess
     ]
     keys = "run the slow tool\rwhat happened?\r/exit\r"
     # the hour-long tool is cancelled, not waited for: `chat` bounds the whole conversation
-    output, server, app = await chat(script, keys, store, options=ChatOptions(tools_dirs=(str(tools_dir),)))
+    output, server, app = await chat(script, keys, store, options=chat_options(tools_dirs=(str(tools_dir),)))
     assert "interrupted" in output
 
     stored = store.messages(app.recorder.session_id)
@@ -437,8 +438,9 @@ async def test_a_tool_turn_in_a_colour_terminal(store: SessionStore, tools_dir: 
     with ReplayServer(script) as server, create_pipe_input() as pipe:
         pipe.send_text("go\ry\r/exit\r")
         console = Console(file=out, width=80, force_terminal=True, color_system=None)
-        app = ChatApp(Settings(model="test-model", base_url=server.base_url), ChatOptions(tools_dirs=(str(tools_dir),)),
-                      console=console, pt_input=pipe, pt_output=DummyOutput(), store=store)
+        app = ChatApp(Settings(model="test-model", base_url=server.base_url),
+                      chat_options(tools_dirs=(str(tools_dir),)), console=console, pt_input=pipe,
+                      pt_output=DummyOutput(), store=store)
         assert not app.view.plain
         await asyncio.wait_for(app.run(), 120)  # bounds a hang
     text = out.getvalue()
@@ -637,7 +639,7 @@ async def test_undo_restores_files_and_the_history(store: SessionStore, tmp_path
     script = [{"sse": text_stream("hello")}, {"sse": tool_calls_sse(("c1", "write_file", json.loads(write)))},
               {"sse": text_stream("written")}, {"sse": text_stream("again")}]
     keys = "hi\rchange a.txt\r/undo\rnext\r/exit\r"
-    output, server, app = await chat(script, keys, store, options=ChatOptions(yes=True))
+    output, server, app = await chat(script, keys, store, options=chat_options(yes=True))
     assert f"restores {tmp_path / 'a.txt'}" in output and "undone" in output
     assert output.index("restores") < output.index("undone")
     assert (tmp_path / "a.txt").read_text() == "before\n"
@@ -705,7 +707,7 @@ async def test_export_to_a_path_with_spaces_when_quoted(store: SessionStore, tmp
 
 async def test_tools_are_listed_in_aligned_columns(store: SessionStore, tools_dir: Path) -> None:
     # smaller items: /tools was not aligned (issue 11)
-    output, _, _ = await chat([], "/tools\r/exit\r", store, options=ChatOptions(tools_dirs=(str(tools_dir),)))
+    output, _, _ = await chat([], "/tools\r/exit\r", store, options=chat_options(tools_dirs=(str(tools_dir),)))
     lines = [line for line in output.splitlines() if line.startswith(("read_file ", "run_shell ", "guarded "))]
     assert len(lines) == 3 and len({line.index(line.split()[1]) for line in lines}) == 1, lines
 

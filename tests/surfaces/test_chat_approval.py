@@ -18,12 +18,21 @@ from rich.console import Console
 from crow_cli.config import Settings
 from crow_cli.history import ToolCall
 from crow_cli.sessions import SessionStore
-from crow_cli.surfaces.chat.app import ChatApp, ChatOptions
+from crow_cli.surfaces.chat.app import ChatApp
 from crow_cli.tools.approval import describe_call
 from crow_cli.tools.builtin import BUILTIN_TOOLS
 from crow_cli.tools.context import ToolContext
 from tests.replay_server import ReplayServer, text_stream
-from tests.support import CANCELLED, assert_valid, authorless, chat, needs_sandbox, tool_calls_sse, wait_for
+from tests.support import (
+    CANCELLED,
+    assert_valid,
+    authorless,
+    chat,
+    chat_options,
+    needs_sandbox,
+    tool_calls_sse,
+    wait_for,
+)
 
 
 async def test_ctrl_c_at_the_approval_prompt_cancels_the_whole_turn(store: SessionStore,
@@ -35,7 +44,7 @@ async def test_ctrl_c_at_the_approval_prompt_cancels_the_whole_turn(store: Sessi
     ]
     # Ctrl-C at the first approval prompt; the next line is a new message, not an answer to a prompt
     output, server, app = await chat(script, "go\r\x03what now?\r/exit\r", store,
-                                     options=ChatOptions(tools_dirs=(str(approval_tools),)))
+                                     options=chat_options(tools_dirs=(str(approval_tools),)))
     assert "interrupted: unfinished tool calls were cancelled" in output
     assert output.count('{"text": "one"}') == 2  # its → line and its preview
     assert output.count('{"text": "two"}') == 1  # its → line only: the second call was never asked about
@@ -55,14 +64,14 @@ async def test_after_ctrl_c_at_the_approval_prompt_the_chat_prompt_behaves_as_af
     script = [{"sse": tool_calls_sse(("call_g", "guarded", {"text": "x"}))}]
     # Ctrl-C at the approval prompt stops the turn; at the chat prompt, Ctrl-C twice leaves
     output, server, app = await chat(script, "go\r\x03\x03\x03", store,
-                                     options=ChatOptions(tools_dirs=(str(approval_tools),)))
+                                     options=chat_options(tools_dirs=(str(approval_tools),)))
     assert output.count("press Ctrl-C again") == 1
     assert len(server.requests) == 1
     stored = store.messages(app.recorder.session_id)
     assert_valid(stored)
     assert stored[-1] == {"role": "tool", "tool_call_id": "call_g", "content": CANCELLED, "crow_outcome": "cancelled"}
     # and Ctrl-D leaves at once
-    _, server, app = await chat(script, "go\r\x03\x04", store, options=ChatOptions(tools_dirs=(str(approval_tools),)))
+    _, server, app = await chat(script, "go\r\x03\x04", store, options=chat_options(tools_dirs=(str(approval_tools),)))
     assert_valid(store.messages(app.recorder.session_id))
 
 
@@ -106,7 +115,7 @@ async def test_a_tool_line_never_lands_on_the_approval_prompt_line(store: Sessio
         pipe.send_text("go\r")
         console = Console(file=screen, width=100, force_terminal=terminal, color_system=None)
         app = ChatApp(Settings(model="test-model", base_url=server.base_url),
-                      ChatOptions(tools_dirs=(str(approval_tools),)), console=console, pt_input=pipe,
+                      chat_options(tools_dirs=(str(approval_tools),)), console=console, pt_input=pipe,
                       pt_output=PlainTextOutput(screen), store=store)
         threading.Thread(target=answer_late, args=(pipe,), daemon=True).start()
         await asyncio.wait_for(app.run(), 120)  # bounds a hang
@@ -150,7 +159,7 @@ async def test_chat_yes_lets_no_escape_out(store: SessionStore, tmp_path: Path,
     script = [{"sse": tool_calls_sse(*calls)}, {"sse": text_stream("Nothing got out.")}]
     settings = Settings(model="test-model", api_key="sk-test", workspace=str(ws), secrets=(key,))
     output, server, _ = await chat(script, "go\rn\rn\r/exit\r", store, settings=settings,
-                                   options=ChatOptions(yes=True))
+                                   options=chat_options(yes=True))
     assert output.count("Run it once more OUTSIDE the sandbox") == 2
     assert list(outside.iterdir()) == [] and list((ws / ".git/hooks").iterdir()) == []
     sent = json.dumps(server.requests[1])

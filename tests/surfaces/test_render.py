@@ -327,6 +327,7 @@ async def _run_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, terminal
     stdout and stderr on one pseudo-terminal (`terminal`) or one pipe, in `_env`'s environment (NO_COLOR:
     `no_color`); the exit code and what was written there."""
     from crow_cli.config import load_settings
+    from crow_cli.surfaces.options import SurfaceOptions
     from crow_cli.surfaces.run import RunOptions, run_prompt
 
     for name in FORCING:
@@ -350,8 +351,8 @@ async def _run_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, terminal
                 open(os.dup(writing), "w", buffering=1, encoding="utf-8") as err:  # line-buffered as on a terminal
             settings = load_settings({"base_url": server.base_url, "api_key": "sk-test", "model": "test-model"},
                                      config_path=str(write_config(tmp_path, max_retries=2)))
-            code = await run_prompt(settings, RunOptions(prompt="roll", tools_dirs=(str(TOOLS),), yes=True, **options),
-                                    out, err)
+            surface = SurfaceOptions(tools_dirs=(str(TOOLS),), yes=True)
+            code = await run_prompt(settings, RunOptions(prompt="roll", surface=surface, **options), out, err)
     finally:
         os.close(writing)
         reader.join()  # ends once every writing end is closed

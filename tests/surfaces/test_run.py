@@ -272,13 +272,14 @@ async def test_the_default_streams_are_those_of_the_call(tmp_path: Path) -> None
     import contextlib
 
     from crow_cli.config import load_settings
+    from crow_cli.surfaces.options import SurfaceOptions
     from crow_cli.surfaces.run import RunOptions, run_prompt
 
     out, err = io.StringIO(), io.StringIO()
     with ReplayServer([{"sse": text_sse("Hello.")}]) as server, contextlib.chdir(tmp_path), \
             contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         settings = load_settings({"base_url": server.base_url, "api_key": "sk-test", "model": "test-model"})
-        code = await run_prompt(settings, RunOptions(prompt="hi", no_tools=True))
+        code = await run_prompt(settings, RunOptions(prompt="hi", surface=SurfaceOptions(no_tools=True)))
     assert (code, out.getvalue()) == (0, "Hello.\n"), err.getvalue()
 
 

@@ -11,7 +11,8 @@ import pytest
 
 from crow_cli.config import Settings
 from crow_cli.errors import ConfigError
-from crow_cli.surfaces.runtime import Runtime, RuntimeOptions
+from crow_cli.surfaces.options import SurfaceOptions
+from crow_cli.surfaces.runtime import Runtime
 from crow_cli.tools.registry import ToolRegistry
 from tests.support import alive
 
@@ -24,7 +25,7 @@ def _settings(tmp_path: Path, **values: object) -> Settings:
 async def test_the_parts_come_in_order_and_a_model_switch_goes_through_the_runtime(tmp_path: Path) -> None:
     (tmp_path / "AGENTS.md").write_text("Use tabs.")
     (tmp_path / ".git").mkdir()
-    async with Runtime(_settings(tmp_path), RuntimeOptions()) as runtime:
+    async with Runtime(_settings(tmp_path), SurfaceOptions()) as runtime:
         assert runtime.workspace == tmp_path.resolve() and "Use tabs." in (runtime.settings.system or "")
         assert runtime.registry is not None and "read_file" in [t.name for t in runtime.registry]
         await runtime.start()
@@ -42,7 +43,7 @@ async def test_a_session_elsewhere_gets_the_runs_secrets_sandbox_and_client_with
     folder = tmp_path / "other"
     folder.mkdir()
     settings = _settings(tmp_path, secrets=("s3cret-value",), sandbox="read-only")
-    async with Runtime(settings, RuntimeOptions()) as runtime:
+    async with Runtime(settings, SurfaceOptions()) as runtime:
         await runtime.start()
         context = runtime.context_for(folder, backup=lambda _path, _old, _sha: None)
         assert context.workspace == folder.resolve() != runtime.workspace
@@ -57,14 +58,14 @@ async def test_a_session_elsewhere_gets_the_runs_secrets_sandbox_and_client_with
 
 
 async def test_a_rule_naming_no_tool_is_refused_once_every_tool_is_known(tmp_path: Path) -> None:
-    async with Runtime(_settings(tmp_path, deny=("no_such_tool",)), RuntimeOptions()) as runtime:
+    async with Runtime(_settings(tmp_path, deny=("no_such_tool",)), SurfaceOptions()) as runtime:
         with pytest.raises(ConfigError, match="no_such_tool"):
             await runtime.start()
 
 
 async def test_no_tools_means_no_registry_and_no_instructions_when_off(tmp_path: Path) -> None:
     (tmp_path / "AGENTS.md").write_text("Use tabs.")
-    async with Runtime(_settings(tmp_path), RuntimeOptions(no_tools=True, project_instructions=False)) as runtime:
+    async with Runtime(_settings(tmp_path), SurfaceOptions(no_tools=True, project_instructions=False)) as runtime:
         assert runtime.registry is None and "Use tabs." not in (runtime.settings.system or "")
         assert await runtime.start() == []
 
@@ -87,7 +88,7 @@ async def _until(predicate: Callable[[], bool]) -> None:
 async def test_begin_starts_the_mcp_servers_before_start_is_awaited(tmp_path: Path) -> None:
     gate, started = tmp_path / "gate", tmp_path / "started"
     settings = _settings(tmp_path, mcp_servers=_gated_mcp_server(tmp_path, gate, started))
-    async with Runtime(settings, RuntimeOptions()) as runtime:
+    async with Runtime(settings, SurfaceOptions()) as runtime:
         assert runtime.mcp_pending == ["slow"]
         runtime.begin()
         await _until(started.exists)  # the server's process runs: nobody has awaited `start` yet
@@ -101,7 +102,7 @@ async def test_begin_starts_the_mcp_servers_before_start_is_awaited(tmp_path: Pa
 async def test_start_without_waiting_for_mcp_leaves_their_tools_to_mcp_ready(tmp_path: Path) -> None:
     gate, started = tmp_path / "gate", tmp_path / "started"
     settings = _settings(tmp_path, mcp_servers=_gated_mcp_server(tmp_path, gate, started), deny=("echo",))
-    async with Runtime(settings, RuntimeOptions()) as runtime:
+    async with Runtime(settings, SurfaceOptions()) as runtime:
         assert runtime.registry is not None
         await runtime.start(wait_for_mcp=False)  # no wait, and the rule naming an MCP tool is not
         assert runtime.registry.get("echo") is None  # refused before it is known
@@ -119,7 +120,7 @@ async def test_start_without_waiting_for_mcp_leaves_their_tools_to_mcp_ready(tmp
 async def test_leaving_while_the_mcp_servers_start_stops_them(tmp_path: Path) -> None:
     gate, started = tmp_path / "gate", tmp_path / "started"
     settings = _settings(tmp_path, mcp_servers=_gated_mcp_server(tmp_path, gate, started))
-    async with Runtime(settings, RuntimeOptions()) as runtime:
+    async with Runtime(settings, SurfaceOptions()) as runtime:
         runtime.begin()
         await _until(lambda: started.exists() and started.read_text().endswith("\n"))
     assert runtime.mcp_pending == ["slow"]  # never listed: stopped while it started

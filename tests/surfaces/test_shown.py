@@ -11,10 +11,9 @@ from rich.console import Console
 
 from crow_cli.history import ToolCall, ToolDisplay, ToolResult
 from crow_cli.sessions import SessionStore
-from crow_cli.surfaces.chat.app import ChatOptions
 from crow_cli.surfaces.render import TurnView
 from crow_cli.surfaces.shown import display_lines, display_status
-from tests.support import chat, needs_sandbox, run_here, script
+from tests.support import chat, chat_options, needs_sandbox, run_here, script
 
 SEQ = "seq 1 40"  # 40 lines: 1..5, "… 30 lines …", 36..40
 
@@ -111,7 +110,7 @@ async def test_chat_shows_a_commands_output_and_an_applied_edits_diff(tmp_path: 
     turns = script([("c1", "run_shell", {"command": SEQ}),
                     ("e1", "edit_file", {"path": "f.txt", "old_string": "old", "new_string": "new"})])
     with SessionStore(tmp_path / "s.db") as store:
-        out, _server, _app = await chat(turns, "go\r/exit\r", store, options=ChatOptions(yes=True))
+        out, _server, _app = await chat(turns, "go\r/exit\r", store, options=chat_options(yes=True))
     assert "  ok run_shell " in out and "s · exit code 0\n" in out
     lines = [line.strip() for line in out.splitlines()]
     at = lines.index("1")

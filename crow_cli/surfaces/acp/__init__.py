@@ -25,9 +25,9 @@ request as a task of its own, so `session/cancel` arrives while a prompt runs.
 
 from __future__ import annotations
 
-from .agent import AcpOptions, CrowAgent
+from .agent import CrowAgent
 from .convert import prompt_text, tool_kind
 from .serve import serve_acp, serve_streams
 from .session import MODES
 
-__all__ = ["MODES", "AcpOptions", "CrowAgent", "prompt_text", "serve_acp", "serve_streams", "tool_kind"]
+__all__ = ["MODES", "CrowAgent", "prompt_text", "serve_acp", "serve_streams", "tool_kind"]

@@ -7,7 +7,6 @@ import contextlib
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -40,31 +39,18 @@ from ...paths import resolve_path
 from ...sessions import SessionInUse, SessionStore
 from ...tools.mcp import McpServers
 from ...tools.registry import ToolRegistry
+from ..options import SurfaceOptions
 from ..persist import SessionRecorder, open_session
 from ..runtime import Runtime
 from .convert import for_editor, mcp_tables
 from .editor_files import client_file_tools
 from .session import Session
 
-__all__ = ["AcpOptions", "CrowAgent"]
+__all__ = ["CrowAgent"]
 
 log = logging.getLogger("crow.acp")
 
 _LIST_PAGE = 100
-
-
-@dataclass(frozen=True)
-class AcpOptions:
-    """`crow acp`'s own options (the connection and approval ones are in `Settings`)."""
-
-    tools_dirs: tuple[str, ...] = ()
-    no_tools: bool = False
-    yes: bool = False
-    """Start sessions in the `yolo` mode."""
-    debug: bool = False
-    project_instructions: bool = True
-    """Put the AGENTS.md files of a new session's folder into its system prompt (`--no-project-instructions`: off)."""
-
 
 
 class CrowAgent:
@@ -72,7 +58,7 @@ class CrowAgent:
 
     Args:
         settings: the connection, model, approval policy and rules.
-        options: tool loading and the start mode.
+        options: tool loading and the start mode (`yes`: sessions start in the `yolo` mode).
         store: the session store (its own connection; closed by `close`).
         runtime: the run's parts: its registry holds the tools every session starts with (None: no tools;
             a session copies it and adds the MCP servers the editor names), its client streams the model's
@@ -81,7 +67,7 @@ class CrowAgent:
             starting, `Runtime.start`); session requests wait for it, `initialize` does not.
     """
 
-    def __init__(self, settings: Settings, options: AcpOptions, store: SessionStore, runtime: Runtime,
+    def __init__(self, settings: Settings, options: SurfaceOptions, store: SessionStore, runtime: Runtime,
                  starting: asyncio.Future[None] | None = None) -> None:
         self.settings = settings
         self.options = options

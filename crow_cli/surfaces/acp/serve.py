@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+from dataclasses import replace
 from typing import cast
 
 import acp
@@ -14,8 +15,9 @@ from ...driver import editor_interrupts
 from ...sessions import SessionStore
 from ...stdout import private_stdout
 from ...tools.mcp import end_task
-from ..runtime import Runtime, RuntimeOptions
-from .agent import AcpOptions, CrowAgent
+from ..options import SurfaceOptions
+from ..runtime import Runtime
+from .agent import CrowAgent
 from .convert import for_editor
 from .transport import STDIN_LIMIT, ProtocolOutput, objects_only, streams
 
@@ -33,7 +35,7 @@ def _one_line(record: logging.LogRecord) -> bool:
     return True
 
 
-async def serve_acp(settings: Settings, options: AcpOptions) -> int:
+async def serve_acp(settings: Settings, options: SurfaceOptions) -> int:
     """Serve one editor on stdin/stdout until it closes stdin; returns the exit code (0).
 
     Raises:
@@ -46,7 +48,7 @@ async def serve_acp(settings: Settings, options: AcpOptions) -> int:
         return await _serve(settings, options, protocol.fileno())
 
 
-async def _serve(settings: Settings, options: AcpOptions, protocol_fd: int) -> int:
+async def _serve(settings: Settings, options: SurfaceOptions, protocol_fd: int) -> int:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("crow acp: %(levelname)s: %(message)s"))
     if not options.debug:
@@ -57,7 +59,7 @@ async def _serve(settings: Settings, options: AcpOptions, protocol_fd: int) -> i
     return await serve_streams(settings, options, stdin, writer, output)
 
 
-async def serve_streams(settings: Settings, options: AcpOptions, stdin: asyncio.StreamReader,
+async def serve_streams(settings: Settings, options: SurfaceOptions, stdin: asyncio.StreamReader,
                         writer: asyncio.StreamWriter, output: ProtocolOutput | None = None) -> int:
     """Serve one editor until `stdin` ends: its JSON-RPC lines are read from `stdin`, crow's written to
     `writer` (`crow acp` passes its pipes; an editor in the same process, as in the tests, any stream pair).
@@ -76,8 +78,8 @@ async def serve_streams(settings: Settings, options: AcpOptions, stdin: asyncio.
         OSError: `output` could not be written (a closed stdout, a full disk, the editor gone: EPIPE).
     """
     lost: OSError | None = None
-    runtime = Runtime(settings, RuntimeOptions(options.tools_dirs, options.no_tools, options.debug,
-                                               project_instructions=False))
+    # each session puts its own folder's AGENTS.md files into its system prompt (`CrowAgent`), none is the runtime's
+    runtime = Runtime(settings, replace(options, project_instructions=False))
     store = SessionStore()
     async with runtime:  # MCP servers stopped, the client closed
         loop = asyncio.get_running_loop()

@@ -23,14 +23,14 @@ import contextlib
 import re
 import sys
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...config import Settings, default_config_path
 from ...context.compact import Checkpoint
-from ...driver import Driver, Interrupts, chat_interrupts, output_lost
+from ...driver import Driver, RunScope, chat_interrupts, output_lost
 from ...errors import CrowError, SessionError
 from ...events import (
     Event,
@@ -51,9 +51,10 @@ from ..common import (
     make_console,
     plain_terminal,
 )
+from ..options import SurfaceOptions
 from ..persist import SessionRecorder, open_session
 from ..render import TurnView
-from ..runtime import Runtime, RuntimeOptions
+from ..runtime import Runtime
 from ..shell_escape import USAGE, is_shell_note, run_typed, shell_note, typed_command, with_note
 from ..usage import TokenUse, footer
 from .commands import COMMANDS, ChatExit
@@ -71,18 +72,12 @@ _COMMAND = re.compile(r"^/([A-Za-z0-9_-]+)(?:\s+(.*))?$", re.DOTALL)
 
 @dataclass(frozen=True)
 class ChatOptions:
-    tools_dirs: tuple[str, ...] = ()
-    no_tools: bool = False
-    yes: bool = False
-    """Approve every tool call without asking."""
-    debug: bool = False
-    record_dir: str | None = None
+    surface: SurfaceOptions = field(default_factory=SurfaceOptions)
+    """The flags every surface shares (tools, `--yes`, `--debug`, `--record`, AGENTS.md)."""
     resume: str | None = None
     """Continue this session id; `""` continues the most recent one; None starts a new session."""
     session: bool = True
     """Record the chat in the session store."""
-    project_instructions: bool = True
-    """Put AGENTS.md files into the system prompt of new sessions (`--no-project-instructions`: off)."""
     system: str | None = None
     """The `--system` flag (None: not given): a resumed session whose system prompt it would change is refused."""
 
@@ -103,7 +98,7 @@ class ChatApp:
 
     def __init__(self, settings: Settings, options: ChatOptions, *, console: Console | None = None,
                  pt_input: Any = None, pt_output: Any = None, store: SessionStore | None = None,
-                 interrupts: Interrupts | None = None) -> None:
+                 interrupts: RunScope | None = None) -> None:
         self.settings = settings
         self.interrupts = interrupts or chat_interrupts()
         self.options = options
@@ -122,8 +117,8 @@ class ChatApp:
         self.history: list[Message] = []
         self.usage = self.token_use()
         self.last_usage = self.token_use()
-        self.approver = make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=options.yes,
-                                      ask=self.ask)
+        self.approver = make_approver(settings.approval, allow=settings.allow, deny=settings.deny,
+                                      yes=options.surface.yes, ask=self.ask)
         """The approval policy (--approval, --allow, --deny, --yes); "always" answers last for this chat."""
         self.driver: Driver | None = None
         self._unrecorded = False  # the store could not be opened: said once, not retried
@@ -231,30 +226,24 @@ class ChatApp:
             CrowError: the session store could not be opened, `--resume ID` matched nothing, `--system`
                 would change the resumed session's system prompt, or the workspace or an MCP server table is invalid.
         """
-        with self.interrupts:
+        code = 0
+        with self.interrupts as scope:  # a signal at start-up or between turns ends the scope early
             try:
                 code = await self._run()
-            except asyncio.CancelledError:
-                current = asyncio.current_task()
-                if self.interrupts.signum is None or current is None:
-                    raise
-                current.uncancel()
             finally:  # its session is free again for a caller in this process; a given store stays its owner's
                 if self._owns_store and self._store is not None:
                     self._store.close()
                     self._store = None
-            if self.interrupts.signum is None:
-                return code
+        if (finished := scope.finished) is None:
+            return code
         with contextlib.suppress(OSError, ValueError):  # stderr may be the closed terminal
-            sys.stderr.write(f"crow: interrupted ({self.interrupts.name})\n")
+            sys.stderr.write(f"crow: {finished.error}\n")
             sys.stderr.flush()
-        return self.interrupts.exit_code
+        return finished.exit_code
 
     async def _run(self) -> int:
         early: list[str] = []  # said under the banner, which comes once the settings are known to hold
-        runtime = Runtime(self.settings, RuntimeOptions(self.options.tools_dirs, self.options.no_tools,
-                                                        self.options.debug, self.options.record_dir,
-                                                        self.options.project_instructions), warn=early.append)
+        runtime = Runtime(self.settings, self.options.surface, warn=early.append)
         self.view.line(f"crow chat · {self.settings.model} · /help for commands · Ctrl-D to quit", "dim")
         for line in early:
             self.view.line(f"crow: warning: {strip_controls(line)}", "yellow")

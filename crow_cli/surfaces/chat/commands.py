@@ -236,7 +236,7 @@ async def _undo(app: ChatApp, arg: str) -> None:
 
 
 async def _instructions(app: ChatApp, arg: str) -> None:
-    if not app.options.project_instructions:
+    if not app.options.surface.project_instructions:
         app.view.line("project instructions are off (--no-project-instructions)")
         return
     if not app.settings.instructions:
