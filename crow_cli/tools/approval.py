@@ -32,7 +32,7 @@ import json
 import re
 import shlex
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -74,8 +74,9 @@ POLICIES: tuple[Policy, ...] = get_args(Policy)
 """Approval policies, the same values for `crow run --approval`, `crow chat` and the editor's session
 modes: `ask` the user, `auto-edit` (built-in file edits approved), `yolo` (all approved), `read-only`
 (every call that needs approval refused)."""
-Choice = Literal["yes", "no", "always"]
-"""What a person chose about one call: run it, refuse it, or run it and later ones like it."""
+Choice = Literal["yes", "no", "always", "never"]
+"""What a person chose about one call: run it, refuse it, run it and later ones like it, or refuse it and
+every later call of its tool (an editor's "reject always")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +163,7 @@ def always_scope(call: ToolCall, tool: Tool, preview: str = "") -> tuple[str, ..
     """The command prefixes an "always" about `call` can be scoped to (`pytest -k x` → `("pytest",)`, see
     `shellrules.command_prefixes`), each as shell words; () when the tool has no subject, the line has no
     prefix that stands for it, or the question is the escalation (`preview`), which approves once only."""
-    subject = None if preview.startswith(UNCONFINED_MARK) else _subject(call, tool)
+    subject = None if preview.startswith(UNCONFINED_MARK) else _subject(tool, _arguments(call, tool))
     prefixes = command_prefixes(subject) if subject is not None else None
     return tuple(shlex.join(words) for words in prefixes or ())
 
@@ -272,12 +273,12 @@ def _unconfined_shell(tool: Tool, context: ToolContext) -> str | None:
     return f"no sandbox is available ({unavailable_reason()})"
 
 
-def _guarded_write(call: ToolCall, tool: Tool, context: ToolContext) -> bool:
-    """Whether `call` is a file edit (a tool of kind `write`) of one of `sandbox.guarded_paths()` (crow's
-    config, the shell start-up files, ~/.ssh …): asked about whatever rule, policy (but yolo) or
-    "always" answer, since what is written there runs or instructs later, outside this run."""
-    arguments = _arguments(call, tool) if tool.kind == "write" else None
-    path = arguments.get("path") if arguments is not None else None
+def _guarded_write(tool: Tool, arguments: dict[str, Any] | None, context: ToolContext) -> bool:
+    """Whether a call of `tool` with `arguments` is a file edit (a tool of kind `write`) of one of
+    `sandbox.guarded_paths()` (crow's config, the shell start-up files, ~/.ssh …): asked about whatever
+    rule, policy (but yolo) or "always" answer, since what is written there runs or instructs later,
+    outside this run."""
+    path = arguments.get("path") if arguments is not None and tool.kind == "write" else None
     if not isinstance(path, str):
         return False
     raw = Path(path).expanduser()
@@ -288,14 +289,14 @@ def _guarded_write(call: ToolCall, tool: Tool, context: ToolContext) -> bool:
 
 
 def _arguments(call: ToolCall, tool: Tool) -> dict[str, Any] | None:
+    """The validated arguments of `call`, for a caller that has not validated them (the orchestrator has)."""
     try:
         return tool.validate(json.loads(call.arguments))
     except (ValueError, ToolError):
         return None
 
 
-def _subject(call: ToolCall, tool: Tool) -> str | None:
-    arguments = _arguments(call, tool) if tool.subject is not None else None
+def _subject(tool: Tool, arguments: dict[str, Any] | None) -> str | None:
     if tool.subject is None or arguments is None:
         return None
     try:
@@ -305,7 +306,8 @@ def _subject(call: ToolCall, tool: Tool) -> str | None:
     return subject if isinstance(subject, str) else None
 
 
-def describe_call(call: ToolCall, tool: Tool, context: ToolContext | None = None) -> str:
+def describe_call(call: ToolCall, tool: Tool, context: ToolContext | None = None, *,
+                  arguments: dict[str, Any] | None = None) -> str:
     """What an approval question shows about `call`: the tool's preview (the command, the diff of an edit)
     or the arguments as JSON, clipped to `PREVIEW_LINES` / `PREVIEW_CHARS` (head and tail kept, the cut
     marked) and without terminal control characters (the model wrote them). A command (a tool of kind
@@ -315,12 +317,13 @@ def describe_call(call: ToolCall, tool: Tool, context: ToolContext | None = None
         call: the call waiting for approval.
         tool: its tool.
         context: the run's context (default: the current one, as dispatch sets it for the call).
+        arguments: the call's validated arguments (None: validated here; not valid, the raw text is shown).
 
     Raises:
         ToolError: the tool's pre-check found the call cannot work (the message is the call's result).
         ToolDenied: a command too long to review.
     """
-    arguments = _arguments(call, tool)
+    arguments = arguments if arguments is not None else _arguments(call, tool)
     if arguments is None:
         text = call.arguments
     else:
@@ -376,25 +379,30 @@ Decision = Allow | Ask | Deny
 """What approval decides about one call (`decide`)."""
 
 
-def decide(call: ToolCall, tool: Tool, policy: ApprovalPolicy, *, always: frozenset[str] | set[str] = frozenset(),
+def decide(call: ToolCall, tool: Tool, policy: ApprovalPolicy, *, arguments: dict[str, Any] | None = None,
+           always: frozenset[str] | set[str] = frozenset(), never: frozenset[str] | set[str] = frozenset(),
            can_ask: bool = True, context: ToolContext | None = None) -> Decision:
     """The one approval decision for a call of a tool that needs approval: from the tool, its validated
-    arguments (its `subject`, the command line rules match), the policy and rules, the "always" answers
-    (`always`: rules as allow rules are written, tool names or `NAME:PREFIX`), and the run's sandbox
-    (`context`, default the current one).
+    arguments (its `subject`, the command line rules match), the policy and rules, the "always" and "never"
+    answers (`always`: rules as allow rules are written, tool names or `NAME:PREFIX`; `never`: tool names),
+    and the run's sandbox (`context`, default the current one).
 
-    Order: a deny rule refuses (whatever the policy); `read-only` refuses, and so does a read-only sandbox a
-    file edit (a tool of kind `write`); a command that would run
+    Order: a deny rule refuses (whatever the policy); `read-only` refuses, and so does a "never" answer and
+    a read-only sandbox a file edit (a tool of kind `write`); a command that would run
     unconfined although a sandbox was asked for, and (but under yolo) a file edit of crow's own config or
     the user's start-up files (`sandbox.guarded_paths`), are asked about (never approved by a rule, policy
     or "always"); an allow rule, the policy or "always" approves; otherwise the preview is made and the user
     asked, or, when nobody can answer (`can_ask` False), the call is refused.
 
+    Args:
+        arguments: the call's validated arguments (the orchestrator validates once); None: validated here.
+
     Raises:
         ToolError: the tool's pre-check found the call cannot work (its message answers the call).
     """
     context = context if context is not None else current_context()
-    subject = _subject(call, tool)
+    arguments = arguments if arguments is not None else _arguments(call, tool)
+    subject = _subject(tool, arguments)
     sandboxed = tool.kind == "shell" and context.sandbox.confines and backend() is not None
     rule = policy.denied_by(tool, subject)
     if rule is not None:
@@ -404,18 +412,21 @@ def decide(call: ToolCall, tool: Tool, policy: ApprovalPolicy, *, always: frozen
         return Deny(f"{tool.name} was not run: the approval policy is read-only (no tool that changes files or "
                     "runs commands). Do not retry it; say what you would do instead",
                     "by the read-only approval policy")
+    if tool.name in never:
+        return Deny(f"the user rejected {tool.name} for this session; it was not run. Do not retry it",
+                    "rejected for this session")
     if tool.kind == "write" and context.sandbox.mode == "read-only":  # what commands may not write, edits neither
         return Deny(f"{tool.name} was not run: the sandbox is read-only (nothing in the workspace is written). Do "
                     "not retry it; say what you would change instead", "by the read-only sandbox")
     unconfined = _unconfined_shell(tool, context)
-    guarded = _guarded_write(call, tool, context) and policy.mode != "yolo"
+    guarded = _guarded_write(tool, arguments, context) and policy.mode != "yolo"
     if unconfined is None and not guarded:
         why = policy.allowed_by(tool, subject) or (
             "always" if _rules_allow(always, tool, subject, "always") is not None else None)
         if why is not None:
             return Allow(why, sandboxed)
     try:
-        preview = describe_call(call, tool, context)
+        preview = describe_call(call, tool, context, arguments=arguments)
     except ToolDenied as exc:
         return Deny(f"{exc}. The user can approve such calls with {policy.ways_to_allow(tool)}")
     if not can_ask:
@@ -432,70 +443,119 @@ def decide(call: ToolCall, tool: Tool, policy: ApprovalPolicy, *, always: frozen
 
 @dataclass
 class Approvals:
-    """An `Approver` (see `tools.dispatch`): the policy, plus `ask` for what the policy leaves open.
+    """The approval of one surface's calls: the policy, the answers remembered, and the surface's `ask`.
 
-    Call it as `await approvals(call, tool)`: True to run; raises `ToolDenied` (with the reason the
-    model will read) to refuse, or the tool's pre-check `ToolError`. Answers of "always" are remembered
-    for this object's life as allow rules: the tool's name, or `NAME:PREFIX` for each prefix it was
-    scoped to. A "no" with a reason is refused with a result that gives the model the user's words.
+    `tools.orchestrator` is its one caller in crow (`approve` before a call that needs approval runs,
+    `escalate` when the sandbox stopped one); a surface builds it (`make_approver`) and answers its
+    questions. Answers of "always" are remembered for this object's life as allow rules (the tool's name,
+    or `NAME:PREFIX` for each prefix it was scoped to), answers of "never" as the tool's refusal. A "no"
+    with a reason is refused with a result that gives the model the user's words.
     """
 
     policy: ApprovalPolicy = field(default_factory=ApprovalPolicy)
+    """The policy and rules; a surface may replace it (an editor's mode switch): the next decision uses it."""
     ask: AskFn | None = None
     """The surface's prompt; None when nobody can answer (then calls that would ask are denied)."""
     always: set[str] = field(default_factory=set)
     """What the person approved for the rest of the session: tool names and `NAME:PREFIX` rules."""
+    never: set[str] = field(default_factory=set)
+    """The tools the person refused for the rest of the session (an editor's "reject always")."""
+    typed: bool = False
+    """The calls are the person's own (chat's `!COMMAND`, see `typed_by_person`)."""
+    before: Callable[[ToolCall, Tool], Awaitable[None]] | None = None
+    """Awaited before each decision about a call that needs approval, to fetch what the surface shows of
+    it (the editor's buffer an edit changes, for its diff); it decides nothing, but may raise the tool's
+    own `ToolError` (the edit cannot be made in that buffer), which answers the call unasked."""
+    allowed: Callable[[ToolCall], None] | None = None
+    """Told that a call needing approval was allowed and runs now (an editor shows it in progress)."""
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
 
-    async def __call__(self, call: ToolCall, tool: Tool) -> bool:
-        decision = decide(call, tool, self.policy, always=self.always, can_ask=self.ask is not None)
+    async def __call__(self, call: ToolCall, tool: Tool, arguments: dict[str, Any] | None = None) -> bool:
+        """Whether `call` may run: True to run; raises `ToolDenied` (with the reason the model will read)
+        to refuse, or the tool's pre-check `ToolError`.
+
+        A question waits for the one before it (one prompt at a time); what changed meanwhile (an answer
+        of "always" or "never", a new policy) decides it without asking.
+
+        Args:
+            arguments: the call's validated arguments (None: validated here).
+        """
+        if self.before is not None:
+            await self.before(call, tool)
+        seen = self._state()
+        decision = self._decide(call, tool, arguments)
+        if isinstance(decision, Ask):
+            async with self._lock:  # one prompt at a time
+                if self._state() != seen:  # answered or switched while this call waited: decided again
+                    decision = self._decide(call, tool, arguments)
+                if isinstance(decision, Ask):
+                    assert self.ask is not None  # decide asks only when someone can answer
+                    answer = _answer(await self.ask(call, tool, decision.preview))
+                    decision = self._answered(tool, answer)
         if isinstance(decision, Deny):
             raise ToolDenied(decision.reason, decision.shown)
-        if isinstance(decision, Allow):
-            return True
-        assert self.ask is not None  # decide asks only when someone can answer
-        async with self._lock:  # one prompt at a time
-            if decision.unconfined is None and _rules_allow(self.always, tool, _subject(call, tool), "always"):
-                return True  # answered "always" while this call waited
-            answer = _answer(await self.ask(call, tool, decision.preview))
+        if self.allowed is not None:
+            self.allowed(call)
+        return True
+
+    def _state(self) -> tuple[ApprovalPolicy, frozenset[str], frozenset[str]]:
+        return self.policy, frozenset(self.always), frozenset(self.never)
+
+    def _decide(self, call: ToolCall, tool: Tool, arguments: dict[str, Any] | None) -> Decision:
+        decision = decide(call, tool, self.policy, arguments=arguments, always=self.always, never=self.never,
+                          can_ask=self.ask is not None)
+        if self.typed and isinstance(decision, Ask) and decision.unconfined is None:
+            return Allow("typed by the person")  # having typed it is their yes; leaving the sandbox is not
+        return decision
+
+    def _answered(self, tool: Tool, answer: Answer) -> Allow | Deny:
+        """The decision an answer makes, remembered for later calls when it says "always" or "never"."""
         if answer.choice == "always":
             self.always.update([f"{tool.name}:{prefix}" for prefix in answer.scope] or [tool.name])
-            return True
+            return Allow("always")
         if answer.choice == "yes":
-            return True
+            return Allow("yes")
+        if answer.choice == "never":
+            self.never.add(tool.name)
         if answer.reason:
-            raise ToolDenied(f"The user denied this call: {strip_controls(answer.reason)} ({tool.name} was not run)",
-                             f"by you: {strip_controls(answer.reason)}")
-        raise ToolDenied(f"the user declined {tool.name}; it was not run. Do not retry it unchanged", "by you")
+            return Deny(f"The user denied this call: {strip_controls(answer.reason)} ({tool.name} was not run)",
+                        f"by you: {strip_controls(answer.reason)}")
+        return Deny(f"the user declined {tool.name}; it was not run. Do not retry it unchanged", "by you")
 
-    async def typed(self, call: ToolCall, tool: Tool) -> bool:
-        """The approval of a call the person typed themselves (chat's `!COMMAND`): having typed it is their
-        yes, so a call the policy would ask about runs without a question; what the policy and rules
+    def typed_by_person(self) -> Approvals:
+        """These approvals for calls the person typed themselves (chat's `!COMMAND`): having typed it is
+        their yes, so a call the policy would ask about runs without a question; what the policy and rules
         refuse (a deny rule, `read-only`) stays refused, and a command that would run unconfined although a
         sandbox was asked for is still asked about (typing a command is no yes to leaving the sandbox).
+        The answers remembered and the one-prompt-at-a-time order are shared with these approvals."""
+        return replace(self, typed=True, before=None, allowed=None)
 
-        Raises:
-            ToolDenied: refused (the reason is what the person is shown).
-            ToolError: the tool's pre-check found the call cannot work.
-        """
-        decision = decide(call, tool, self.policy, always=self.always)
-        if isinstance(decision, Ask) and decision.unconfined is None:
-            return True
-        return await self(call, tool)
+    def _stays_inside(self, tool: Tool) -> bool:
+        """Whether no answer may run a call of `tool` outside the sandbox: read-only, or refused for good."""
+        return self.policy.mode == "read-only" or tool.name in self.never
 
-    async def escalate(self, call: ToolCall, tool: Tool, reason: str) -> bool:
+    async def escalate(self, call: ToolCall, tool: Tool, reason: str, arguments: dict[str, Any] | None = None
+                       ) -> bool:
         """Whether `call`, which the sandbox stopped for `reason`, may run once outside it: the user is asked
-        (an answer of "always" approves this once, not every later command); nobody to ask means no."""
-        if self.ask is None:
+        (an answer of "always" approves this once, not every later command); nobody to ask, the read-only
+        policy or a "never" answer about the tool means no."""
+        if self.ask is None or self._stays_inside(tool):
             return False
         try:
-            preview = describe_call(call, tool)
+            preview = describe_call(call, tool, arguments=arguments)
         except ToolError:
             return False
         preview = (f"{UNCONFINED_MARK}[{reason}]\nRun it once more OUTSIDE the sandbox, with all your rights "
                    f"(files anywhere, network)?\n{preview}")
         async with self._lock:
-            answer = _answer(await self.ask(call, tool, preview))
+            if self._stays_inside(tool):  # switched or answered while this call waited
+                return False
+            try:
+                answer = _answer(await self.ask(call, tool, preview))
+            except ToolDenied:  # the question failed (an editor's error): nobody said yes
+                return False
+        if answer.choice == "never":
+            self.never.add(tool.name)
         return answer.choice in ("yes", "always")
 
 

@@ -283,8 +283,12 @@ async def test_a_tool_needing_approval_runs_only_on_a_yes() -> None:
         ran.append(label)
         return label
 
-    async def approve(call: ToolCall, t: object) -> bool:
-        return json.loads(call.arguments)["label"] == "yes"
+    async def ask(call: ToolCall, t: object, preview: str) -> str:
+        return "yes" if json.loads(call.arguments)["label"] == "yes" else "no"
+
+    from crow_cli.tools.approval import make_approver
+
+    approve = make_approver("ask", ask=ask)  # type: ignore[arg-type]
 
     registry = ToolRegistry()
     registry.register(guarded)
