@@ -209,8 +209,8 @@ async def test_approver_is_asked_and_can_allow():
 
     asked = []
 
-    async def ask(call, t, preview):
-        asked.append((call.id, t.name))
+    async def ask(question):
+        asked.append((question.call.id, question.tool.name))
         return "yes"
 
     approve = make_approver("ask", ask=ask)

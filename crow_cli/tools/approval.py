@@ -47,6 +47,8 @@ from .shellrules import allow_matches, command_prefixes, deny_matches, rule_word
 from .tool import Tool
 
 __all__ = [
+    "ASK_CHOICES",
+    "OUTSIDE_CHOICES",
     "POLICIES",
     "PREVIEW_CHARS",
     "PREVIEW_LINES",
@@ -59,6 +61,7 @@ __all__ = [
     "AskFn",
     "Choice",
     "Policy",
+    "Question",
     "always_scope",
     "answer_hint",
     "approval_question",
@@ -91,17 +94,40 @@ class Answer:
     """For "no": what the user tells the model instead ("run the tests first"); its tool result says it."""
 
 
-AskFn = Callable[[ToolCall, Tool, str], Awaitable[Answer | Choice]]
-"""A surface's prompt: shown a call that needs approval and its preview (`describe_call`: clipped, no
-control characters), returns the person's answer (a bare `Choice` is that choice, unscoped, no reason)."""
+ASK_CHOICES: tuple[Choice, ...] = ("yes", "no", "always", "never")
+"""What may be answered about running a call (a terminal offers no key for "never": it asks every run anew)."""
+OUTSIDE_CHOICES: tuple[Choice, ...] = ("yes", "no")
+"""What may be answered about running a call once outside the sandbox: a yes is for this call only."""
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    """One question about a call that needs approval, as every surface is handed it."""
+
+    call: ToolCall
+    tool: Tool
+    preview: str
+    """What the question shows of the call (`describe_call`: clipped, no control characters)."""
+    choices: tuple[Choice, ...] = ASK_CHOICES
+    """The answers it offers, in order (`ASK_CHOICES`, or `OUTSIDE_CHOICES` when `outside`)."""
+    scope: tuple[str, ...] = ()
+    """The command prefixes an "always" is scoped to (`always_scope`: `("pytest",)`); (): the whole tool."""
+    outside: bool = False
+    """Whether it asks to run the call outside any sandbox (one stopped it, or none is on this machine):
+    no policy answers it by itself, and any yes is for this call only."""
+
+
+AskFn = Callable[[Question], Awaitable[Answer | Choice]]
+"""A surface's prompt: shown a `Question`, returns the person's answer among its `choices` (a bare
+`Choice` is that choice, unscoped, no reason)."""
 PREVIEW_CHARS = 4000
 """Characters of a preview shown at most; a longer one keeps its head and tail around a marker."""
 PREVIEW_LINES = 60
 """Lines of a preview shown at most (head and tail, as for characters)."""
 
 UNCONFINED_MARK = "⚠ outside the sandbox "
-"""How a preview starts when the question is about running a command unconfined (no sandbox here, or
-one the sandbox stopped): a surface that answers questions by itself (a yolo mode) must ask these."""
+"""How the preview of a question about running a command unconfined starts (`Question.outside`: no
+sandbox here, or one the sandbox stopped), so that the person reads it first."""
 
 REVIEW_LINES = 400
 """Lines of a command (a tool of kind `shell`) shown at most: it is shown whole, and a longer one is
@@ -145,25 +171,26 @@ def shown_scope(scope: tuple[str, ...]) -> str:
     return ", ".join(f"`{visible(prefix)} …`" for prefix in scope)
 
 
-def approval_question(name: str, preview: str = "", scope: tuple[str, ...] = ()) -> str:
-    """The question the terminal surfaces ask about a call of the tool `name`: `Allow NAME? [y]es / [n]o
-    [reason] / [a]lways for NAME: `, or, when an "always" can be scoped to the call's command prefixes
-    (`scope`, from `always_scope`), `Allow NAME? [y]es / [n]o [reason] / [a]lways for `pytest …` / always
-    for the [t]ool: `. For the escalation (`preview` starts with `UNCONFINED_MARK`), which any yes approves
-    only once, `Run it outside the sandbox this once? [y]es / [n]o: `."""
-    if preview.startswith(UNCONFINED_MARK):
+def approval_question(question: Question) -> str:
+    """What the terminal surfaces ask about `question`: `Allow NAME? [y]es / [n]o [reason] / [a]lways for
+    NAME: `, or, when its "always" is scoped to the call's command prefixes (`Question.scope`), `Allow
+    NAME? [y]es / [n]o [reason] / [a]lways for `pytest …` / always for the [t]ool: `. About running a call
+    outside the sandbox (`Question.outside`), which any yes approves only once, `Run it outside the
+    sandbox this once? [y]es / [n]o: `."""
+    name = question.tool.name
+    if question.outside:
         return "Run it outside the sandbox this once? [y]es / [n]o: "
-    if scope:
-        shown = shown_scope(scope)
+    if question.scope:
+        shown = shown_scope(question.scope)
         return f"Allow {name}? [y]es / [n]o [reason] / [a]lways for {shown} / always for the [t]ool: "
     return f"Allow {name}? [y]es / [n]o [reason] / [a]lways for {name}: "
 
 
-def always_scope(call: ToolCall, tool: Tool, preview: str = "") -> tuple[str, ...]:
+def always_scope(call: ToolCall, tool: Tool, arguments: dict[str, Any] | None = None) -> tuple[str, ...]:
     """The command prefixes an "always" about `call` can be scoped to (`pytest -k x` → `("pytest",)`, see
-    `shellrules.command_prefixes`), each as shell words; () when the tool has no subject, the line has no
-    prefix that stands for it, or the question is the escalation (`preview`), which approves once only."""
-    subject = None if preview.startswith(UNCONFINED_MARK) else _subject(tool, _arguments(call, tool))
+    `shellrules.command_prefixes`), each as shell words; () when the tool has no subject or the line has
+    no prefix that stands for it. `arguments`: the call's validated arguments (None: validated here)."""
+    subject = _subject(tool, arguments if arguments is not None else _arguments(call, tool))
     prefixes = command_prefixes(subject) if subject is not None else None
     return tuple(shlex.join(words) for words in prefixes or ())
 
@@ -490,8 +517,10 @@ class Approvals:
                     decision = self._decide(call, tool, arguments)
                 if isinstance(decision, Ask):
                     assert self.ask is not None  # decide asks only when someone can answer
-                    answer = _answer(await self.ask(call, tool, decision.preview))
-                    decision = self._answered(tool, answer)
+                    outside = decision.unconfined is not None
+                    question = Question(call, tool, decision.preview, OUTSIDE_CHOICES if outside else ASK_CHOICES,
+                                        () if outside else always_scope(call, tool, arguments), outside)
+                    decision = self._answered(tool, _answer(await self.ask(question)))
         if isinstance(decision, Deny):
             raise ToolDenied(decision.reason, decision.shown)
         if self.allowed is not None:
@@ -551,7 +580,7 @@ class Approvals:
             if self._stays_inside(tool):  # switched or answered while this call waited
                 return False
             try:
-                answer = _answer(await self.ask(call, tool, preview))
+                answer = _answer(await self.ask(Question(call, tool, preview, OUTSIDE_CHOICES, outside=True)))
             except ToolDenied:  # the question failed (an editor's error): nobody said yes
                 return False
         if answer.choice == "never":

@@ -7,7 +7,7 @@ import json
 
 from crow_cli.events import ToolResultReady
 from crow_cli.history import ToolCall
-from crow_cli.tools.approval import Answer, ApprovalPolicy, Approvals
+from crow_cli.tools.approval import Answer, ApprovalPolicy, Approvals, Question
 from crow_cli.tools.dispatch import dispatch
 from crow_cli.tools.registry import ToolRegistry
 from crow_cli.tools.tool import Tool, tool
@@ -85,8 +85,8 @@ async def test_parallel_calls_keep_running_while_a_prompt_waits() -> None:
         """Needs approval."""
         return label
 
-    async def ask(call: ToolCall, t: Tool, preview: str) -> Answer:
-        asked.append(call.name)
+    async def ask(question: Question) -> Answer:
+        asked.append(question.call.name)
         await reader_done.wait()  # the prompt is answered only after the reader has finished
         return Answer("yes")
 

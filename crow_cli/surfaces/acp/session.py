@@ -41,7 +41,7 @@ from ...events import (
     WarningEvent,
 )
 from ...history import Message, ToolCall, content_text, is_prompt, outcome_of, tool_calls_of, user_message
-from ...tools.approval import UNCONFINED_MARK, Answer, Approvals, Policy, always_scope, make_approver, shown_scope
+from ...tools.approval import Answer, Approvals, Policy, Question, make_approver, shown_scope
 from ...tools.registry import ToolRegistry
 from ...tools.sandbox import Mode as SandboxMode
 from ...tools.tool import Tool
@@ -215,28 +215,28 @@ class Session:
             self.diffs[call.index] = diff
             self._update(call.index, content=[diff])
 
-    async def ask(self, call: ToolCall, tool: Tool, preview: str) -> Answer:
+    async def ask(self, question: Question) -> Answer:
         """Ask the editor about one call (`session/request_permission`): allow once / always (for the
         command's prefix, when it has one, or the tool), reject once / always; run once outside the sandbox.
 
         Raises:
             ToolDenied: the editor failed the request (nobody said yes).
         """
+        call, tool, scope = question.call, question.tool, question.scope
         args = arguments(call)
         acp_id = self.calls.get(call.index, "")
         diff = self.diffs.get(call.index)
-        content = [diff] if diff is not None else [acp.tool_content(acp.text_block(preview))]
+        content = [diff] if diff is not None else [acp.tool_content(acp.text_block(question.preview))]
         options = [
             PermissionOption(option_id="allow_once", name="Allow", kind="allow_once"),
             PermissionOption(option_id="allow_always", name=f"Always allow {tool.name}", kind="allow_always"),
             PermissionOption(option_id="reject_once", name="Reject", kind="reject_once"),
             PermissionOption(option_id="reject_always", name=f"Always reject {tool.name}", kind="reject_always"),
         ]
-        scope = always_scope(call, tool, preview)
         if scope:  # "always" for what this command runs (`pytest …`) comes before "always" for the whole tool
             options.insert(1, PermissionOption(option_id="allow_always_prefix", kind="allow_always",
                                                name=f"Always allow {shown_scope(scope)}"))
-        if preview.startswith(UNCONFINED_MARK):  # running outside the sandbox is approved one command at a time
+        if question.outside:  # running outside the sandbox is approved one command at a time
             options = [PermissionOption(option_id="allow_once", name="Run outside the sandbox once",
                                         kind="allow_once"), options[2]]
         await self.flush()  # the editor knows the call before it is asked about it
