@@ -6,7 +6,8 @@ command lines are matched by `tools.shellrules`. Only tools with `needs_approval
 (dispatch runs the others straight away). `decide` turns a call, the policy, the rules, the earlier
 "always" answers and the run's sandbox into `Allow | Ask(preview) | Deny(reason)`:
 
-1. a **deny** rule that matches refuses it (whatever the policy, even `yolo`); so does `read-only`;
+1. a **deny** rule that matches refuses it (whatever the policy, even `yolo`); so do `read-only` and an
+   earlier "never" answer about the tool (an editor's "reject always");
 2. a command that would run unconfined although a sandbox was asked for (none on this machine) is
    always asked about;
 3. an **allow** rule that matches, an earlier "always" answer (for the tool, or for command prefixes
@@ -14,15 +15,19 @@ command lines are matched by `tools.shellrules`. Only tools with `needs_approval
    tool of kind `write` (`write_file`, `edit_file`) approves it;
 4. otherwise the tool's preview is made; a preview that finds the call cannot work (an `edit_file`
    whose `old_string` is not in the file) answers it with that error, nobody is asked;
-5. `Approvals` awaits the surface's `ask(call, tool, preview)`, an `Answer` (one prompt at a time): yes;
-   always, for the tool or for the command prefixes of the call (`always_scope`: `run_shell:pytest`,
-   remembered as allow rules are written); no, with what the user tells the model instead, if anything.
-   With no `ask` (nobody can answer: `crow run` without a terminal) it is denied.
+5. `Approvals` hands the surface's `ask` a `Question` (the preview, the choices it offers, the command
+   prefixes an "always" is scoped to, whether it asks to run outside the sandbox) and awaits an `Answer`
+   (one prompt at a time): yes; always, for the tool or for the command prefixes of the call
+   (`always_scope`: `run_shell:pytest`, remembered as allow rules are written); never (the tool, for the
+   rest of the session); no, with what the user tells the model instead, if anything. With no `ask`
+   (nobody can answer: `crow run` without a terminal) it is denied.
 
-Surfaces only ask and report. A refused call is not run; the model gets a tool result saying why
-(dispatch turns `ToolDenied` into it, outcome `denied`); the text names policies and rules, never a
-command-line flag. Rules are strings: a tool name (`"write_file"`, `"docs_search"`) or `NAME:PREFIX`
-for a tool with a subject (`"run_shell:git status"`), a command prefix compared as `shellrules` says.
+`tools.orchestrator` is the one caller of `Approvals` (before a call runs, and `escalate` when the
+sandbox stopped one); surfaces only answer questions and report. A refused call is not run; the model
+gets a tool result saying why (the orchestrator turns `ToolDenied` into it, outcome `denied`); the text
+names policies and rules, never a command-line flag. Rules are strings: a tool name (`"write_file"`,
+`"docs_search"`) or `NAME:PREFIX` for a tool with a subject (`"run_shell:git status"`), a command prefix
+compared as `shellrules` says.
 """
 
 from __future__ import annotations
