@@ -18,6 +18,7 @@ import respx
 
 from crow_cli.events import RunFinished
 from crow_cli.loop import react
+from crow_cli.tools.approval import make_approver
 from crow_cli.tools.registry import ToolRegistry
 from crow_cli.wire.accumulate import StreamAccumulator
 from crow_cli.wire.client import ChatClient, ClientSettings
@@ -75,9 +76,7 @@ async def test_replay_through_client_and_loop(path: Path) -> None:
         ])
         client = ChatClient(ClientSettings(base_url=BASE, model=recorded[0]["model"], max_retries=0))
         history = [dict(m) for m in first_user]
-        async def approve(*_: Any) -> bool:
-            return True
-
+        approve = make_approver("yolo")
         try:
             events = [e async for e in react(history, client, _registry(), approve=approve)]
         finally:

@@ -220,3 +220,122 @@ def test_the_layer_rules_catch_what_they_name(tmp_path):
     fake.write_text("from ..surfaces import chat\nimport rich\nfrom . import stream\n")
     assert offenders("crow_cli.wire.fake", fake) == ["crow_cli.wire.fake imports crow_cli.surfaces (up the layers)",
                                                      "crow_cli.wire.fake imports rich (banned there)"]
+
+
+# The orchestrator (`tools.orchestrator`) is the one caller of the approver and the one place a call is run
+# outside the sandbox; the others take from `tools.approval` and `tools.sandbox` only what builds a run
+# (a policy, the sandbox's mode) and asks or shows a question. Module -> the names it may import from them.
+APPROVAL_USERS = {
+    "crow_cli.tools.orchestrator": {"Approvals"},
+    "crow_cli.surfaces.run": {"Answer", "AskFn", "Choice", "Question", "make_approver"},
+    "crow_cli.surfaces.chat.app": {"Answer", "Question", "answer_hint", "approval_question", "make_approver",
+                                   "parse_answer"},
+    "crow_cli.surfaces.approve": {"Answer", "AskFn", "Question", "answer_hint", "approval_question", "parse_answer"},
+    "crow_cli.surfaces.ask": {"Answer", "Question", "answer_hint", "approval_question", "parse_answer"},
+    "crow_cli.surfaces.shell_escape": {"Approvals"},
+    "crow_cli.surfaces.mcp_server": {"Choice", "Policy", "Question", "make_approver"},
+    "crow_cli.surfaces.runtime": {"check_rule_names"},
+    "crow_cli.surfaces.acp.session": {"Answer", "Approvals", "Policy", "Question", "make_approver", "shown_scope"},
+    "crow_cli.commands.options": {"make_approver"},
+    "crow_cli.commands.acp": {"make_approver"},
+}
+SANDBOX_USERS = {
+    "crow_cli.tools.orchestrator": {"Sandbox", "SandboxBlocked"},
+    "crow_cli.tools.approval": {"backend", "is_guarded", "unavailable_reason"},
+    "crow_cli.tools.context": {"Sandbox"},
+    "crow_cli.tools.builtin.shell": "*",  # the tool the sandbox confines: it wraps its commands
+    "crow_cli.surfaces.runtime": {"Sandbox", "startup_notice"},
+    "crow_cli.surfaces.mcp_server": {"Mode", "Sandbox"},
+    "crow_cli.surfaces.acp.session": {"Mode", "Sandbox"},
+}
+ORCHESTRATED = {"crow_cli.tools.approval": APPROVAL_USERS, "crow_cli.tools.sandbox": SANDBOX_USERS}
+
+
+def taken_from(name: str, path: Path, module: str, text: str | None = None) -> set[str]:
+    """The names `name` (at `path`) imports from `module` (`"*"` for `import module` itself)."""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    taken: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text() if text is None else text)):
+        if isinstance(node, ast.Import):
+            taken |= {"*" for a in node.names if a.name == module}
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            source = ".".join([*base, node.module] if node.module else base) if node.level else node.module
+            if source == module:
+                taken |= {a.name for a in node.names}
+            elif source == module.rsplit(".", 1)[0]:  # `from . import approval`
+                taken |= {"*" for a in node.names if a.name == module.rsplit(".", 1)[1]}
+    return taken
+
+
+def orchestration_offenders(name: str, path: Path, text: str | None = None) -> list[str]:
+    """What `name` takes from the approver or the sandbox beyond what its entry above allows, and any
+    `.escalate(…)` call outside the orchestrator (the question of running a call outside the sandbox)."""
+    found = []
+    for module, users in ORCHESTRATED.items():
+        if name == module:
+            continue
+        allowed = users.get(name, set())
+        taken = taken_from(name, path, module, text)
+        if allowed != "*":
+            found += [f"{name} imports {module}.{n}" for n in sorted(taken - set(allowed))]
+    if name != "crow_cli.tools.orchestrator":
+        tree = ast.parse(path.read_text() if text is None else text)
+        found += [f"{name} calls .escalate() (line {node.lineno})" for node in ast.walk(tree)
+                  if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                  and node.func.attr == "escalate"]
+    return found
+
+
+def test_only_the_orchestrator_calls_the_approver_and_the_sandbox():
+    # one owner for a tool call's fate (issue 30): escalation sat in dispatch behind a getattr, an approver
+    # wrapper carried it, and the editor surface re-implemented read-only mode and its refusals
+    assert [hit for name, path in modules() for hit in orchestration_offenders(name, path)] == []
+    listed = {name for users in ORCHESTRATED.values() for name in users}
+    assert listed <= {name for name, _ in modules()}, "a listed module no longer exists"
+
+
+def test_the_orchestration_rule_catches_what_it_names():
+    source = ("from ..tools.approval import decide, make_approver\nfrom ..tools import sandbox\n"
+              "async def f(a, c, t):\n    return await a.escalate(c, t, 'why')\n")
+    assert orchestration_offenders("crow_cli.surfaces.run", PKG / "surfaces" / "run.py", source) == [
+        "crow_cli.surfaces.run imports crow_cli.tools.approval.decide",
+        "crow_cli.surfaces.run imports crow_cli.tools.sandbox.*",
+        "crow_cli.surfaces.run calls .escalate() (line 4)"]
+
+
+def decided_by_name_or_text(name: str, path: Path, builtin: set[str], text: str | None = None) -> list[str]:
+    """Where surface module `name` compares with a built-in tool's name (`== "run_shell"`, `in (…)`, a
+    `case "run_shell":`) or looks at a result's text for how it ended (`startswith("Error")`)."""
+    def constants(node: ast.AST) -> list[str]:
+        return [c.value for c in ast.walk(node) if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text() if text is None else text)):
+        if isinstance(node, ast.Compare):
+            named = [v for part in (node.left, *node.comparators) for v in constants(part) if v in builtin]
+            found += [f"{name} compares with the tool name {v!r} (line {node.lineno})" for v in named]
+        elif isinstance(node, ast.MatchValue):
+            found += [f"{name} matches the tool name {v!r} (line {node.lineno})" for v in constants(node)
+                      if v in builtin]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
+                "startswith", "endswith") and any(v.startswith(("Error", "[exit code")) for a in node.args
+                                                  for v in constants(a)):
+            found += [f"{name} reads how a call ended from its text (line {node.lineno})"]
+    return found
+
+
+def test_no_surface_decides_by_a_tool_name_or_a_results_text():
+    # what happens to a call is the orchestrator's, and how it ended is the result's `outcome` (issue 30)
+    from crow_cli.tools.builtin import BUILTIN_TOOLS
+
+    builtin = {t.name for t in BUILTIN_TOOLS}
+    surfaces = [(name, path) for name, path in modules() if name.startswith(("crow_cli.surfaces", "crow_cli.loop",
+                                                                             "crow_cli.driver"))]
+    assert [hit for name, path in surfaces for hit in decided_by_name_or_text(name, path, builtin)] == []
+    source = ('if call.name == "run_shell":\n    pass\nmatch n:\n    case "write_file":\n        pass\n'
+              'ok = not out.startswith("Error:")\n')
+    assert decided_by_name_or_text("crow_cli.surfaces.x", PKG / "x.py", builtin, source) == [
+        "crow_cli.surfaces.x compares with the tool name 'run_shell' (line 1)",
+        "crow_cli.surfaces.x matches the tool name 'write_file' (line 4)",
+        "crow_cli.surfaces.x reads how a call ended from its text (line 6)"]

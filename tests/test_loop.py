@@ -53,6 +53,7 @@ from crow_cli.events import (
 from crow_cli.history import Message, ToolResult, pending_tool_calls, repair_history, user_message
 from crow_cli.images import Image
 from crow_cli.loop import LoopSettings, react
+from crow_cli.tools.approval import make_approver
 from crow_cli.tools.registry import ToolRegistry
 from crow_cli.tools.tool import tool
 from crow_cli.wire.client import ChatClient, ClientSettings
@@ -208,9 +209,11 @@ async def test_approver_is_asked_and_can_allow():
 
     asked = []
 
-    async def approve(call, t):
-        asked.append((call.id, t.name))
-        return True
+    async def ask(question):
+        asked.append((question.call.id, question.tool.name))
+        return "yes"
+
+    approve = make_approver("ask", ask=ask)
 
     registry = ToolRegistry()
     registry.register(guarded)

@@ -8,9 +8,7 @@ import os
 import sys
 from typing import TextIO
 
-from ..history import ToolCall
-from ..tools.approval import Answer, AskFn, always_scope, answer_hint, approval_question, parse_answer
-from ..tools.tool import Tool
+from ..tools.approval import Answer, AskFn, Question, answer_hint, approval_question, parse_answer
 
 __all__ = ["terminal_ask"]
 
@@ -42,11 +40,11 @@ def terminal_ask(stdin: TextIO | None = None, err: TextIO | None = None) -> AskF
         finally:
             loop.remove_reader(fd)
 
-    async def ask(call: ToolCall, tool: Tool, preview: str) -> Answer:
-        err.write(f"\n{preview}\n")
-        scope = always_scope(call, tool, preview)
+    async def ask(question: Question) -> Answer:
+        err.write(f"\n{question.preview}\n")
+        scope = question.scope
         while True:
-            err.write(approval_question(tool.name, preview, scope))
+            err.write(approval_question(question))
             err.flush()
             try:
                 line = await read_line()

@@ -1,8 +1,8 @@
 """Asking the user in `crow chat` whether a tool call may run: yes; no, maybe saying why; or always (for
 the command's prefix or the tool, this chat).
 
-`ask_approval(call, tool)` prompts with prompt-toolkit; the caller shows the call's preview (the one
-`tools.approval.describe_call` makes, handed to the ask callback) above the question. The answer is
+`ask_approval(question)` prompts with prompt-toolkit; the caller shows the call's preview (the one
+`tools.approval.describe_call` makes, in the `Question` handed to the ask callback) above the question. The answer is
 read with `tools.approval.parse_answer`, as `crow run` reads it.
 """
 
@@ -10,9 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..history import ToolCall
-from ..tools.approval import Answer, always_scope, answer_hint, approval_question, parse_answer
-from ..tools.tool import Tool
+from ..tools.approval import Answer, Question, answer_hint, approval_question, parse_answer
 
 if TYPE_CHECKING:
     from prompt_toolkit.key_binding import KeyBindings
@@ -20,15 +18,12 @@ if TYPE_CHECKING:
 __all__ = ["Answer", "ask_approval", "typed_keys"]
 
 
-async def ask_approval(call: ToolCall, tool: Tool | None = None, *, preview: str = "", pt_input: Any = None,
-                       pt_output: Any = None) -> Answer:
+async def ask_approval(question: Question, *, pt_input: Any = None, pt_output: Any = None) -> Answer:
     """Prompt `Allow NAME? [y]es / [n]o [reason] / [a]lways for NAME` (or for the command's prefix,
     `tools.approval.approval_question`) until a valid answer; Enter asks again, Ctrl-D says no.
 
     Args:
-        call: the tool call waiting for approval.
-        tool: the tool it calls.
-        preview: the call's preview shown above (it tells the escalation question apart).
+        question: what is asked (its preview is shown above by the caller).
         pt_input, pt_output: prompt-toolkit input/output (None: the terminal); tests pass pipes.
 
     Raises:
@@ -37,18 +32,18 @@ async def ask_approval(call: ToolCall, tool: Tool | None = None, *, preview: str
     from prompt_toolkit import PromptSession
 
     session: PromptSession[str] = PromptSession(input=pt_input, output=pt_output, key_bindings=typed_keys())
-    scope = always_scope(call, tool, preview) if tool is not None else ()
-    asked = approval_question(tool.name if tool is not None else call.name, preview, scope)
-    question = asked
+    scope = question.scope
+    asked = approval_question(question)
+    shown = asked
     while True:
         try:
-            reply = await session.prompt_async(question, handle_sigint=False)
+            reply = await session.prompt_async(shown, handle_sigint=False)
         except EOFError:
             return Answer("no")
         answer = parse_answer(reply, scope)
         if answer is not None:
             return answer
-        question = f"{answer_hint(scope)}\n{asked}"  # no answer: say what is one, then ask again
+        shown = f"{answer_hint(scope)}\n{asked}"  # no answer: say what is one, then ask again
 
 
 

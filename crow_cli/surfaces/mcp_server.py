@@ -51,16 +51,15 @@ from ..config import Settings
 from ..driver import Driver, editor_interrupts
 from ..errors import ConfigError, SessionError
 from ..events import Event, Notice, RunFinished, ToolResultReady, ToolRunStarted, TurnFinished, WarningEvent
-from ..history import Message, ToolCall, user_message
+from ..history import Message, user_message
 from ..sessions import SessionStore
 from ..stdout import private_stdout
 from ..text import strip_controls
-from ..tools.approval import UNCONFINED_MARK, Choice, Policy, make_approver
+from ..tools.approval import Choice, Policy, Question, make_approver
 from ..tools.context import ToolContext
 from ..tools.mcp import end_task
 from ..tools.sandbox import Mode as SandboxMode
 from ..tools.sandbox import Sandbox
-from ..tools.tool import Tool
 from .common import build_client, short_json
 from .options import SurfaceOptions
 from .persist import SessionRecorder, open_session
@@ -211,11 +210,12 @@ class Run:
             case RunFinished(status="error", error=error):
                 log.warning("%s", strip_controls(error or "the run failed"))
 
-    async def ask(self, call: ToolCall, tool: Tool, preview: str) -> Choice:
-        """Ask the client (`elicitation/create`, form mode) whether `call` may run; anything but an
+    async def ask(self, question: Question) -> Choice:
+        """Ask the client (`elicitation/create`, form mode) whether the call may run; anything but an
         accepted yes / always is no."""
-        unconfined = preview.startswith(UNCONFINED_MARK)
-        message = f"crow wants to run {tool.name}:\n{preview}"
+        tool = question.tool
+        unconfined = question.outside
+        message = f"crow wants to run {tool.name}:\n{question.preview}"
         await self.flush()  # the client has shown the call before it is asked about it
         try:
             result = await self.ctx.session.elicit_form(message, _ESCALATION_SCHEMA if unconfined

@@ -32,12 +32,11 @@ from ..events import (
     TurnFinished,
     WarningEvent,
 )
-from ..history import Message, ToolCall, user_message
+from ..history import Message, user_message
 from ..stdout import private_stdout
 from ..text import strip_controls
-from ..tools.approval import Answer, AskFn, Choice, make_approver
+from ..tools.approval import Answer, AskFn, Choice, Question, make_approver
 from ..tools.dispatch import Approver
-from ..tools.tool import Tool
 from ..wire.client import import_in_background
 from ..wire.vision import holds_images
 from .approve import terminal_ask
@@ -263,9 +262,9 @@ def _held_ask(ask: AskFn | None, printer: PlainPrinter | JsonlWriter) -> AskFn |
         return ask
     asking = ask
 
-    async def held(call: ToolCall, tool: Tool, preview: str) -> Answer | Choice:
+    async def held(question: Question) -> Answer | Choice:
         with printer.held():
-            return await asking(call, tool, preview)
+            return await asking(question)
 
     return held
 

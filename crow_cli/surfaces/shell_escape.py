@@ -2,7 +2,7 @@
 
 The command is a call of the built-in `run_shell` tool that the person makes, dispatched as the model's
 calls are (`tools.dispatch`): the same sandbox, environment, output cap and approval rules, except that
-having typed it is the person's yes (`Approvals.typed`). The model is told of it as the person's context
+having typed it is the person's yes (`Approvals.typed_by_person`). The model is told of it as the person's context
 for their next message, never as a tool call it did not make: a user message (`shell_note`) that the chat
 keeps as the last message of the history (stored at once, so a resumed session has it) until the next
 message is sent, joined to it (`with_note`). So no request carries two user messages in a row, which
@@ -21,7 +21,7 @@ from ..loop import LoopSettings
 from ..tools.approval import Approvals
 from ..tools.builtin.shell import MAX_TIMEOUT_S, run_shell
 from ..tools.context import ToolContext
-from ..tools.dispatch import EscalatingApprover, dispatch
+from ..tools.dispatch import dispatch
 from ..tools.registry import ToolRegistry
 
 __all__ = ["NOTE_HEAD", "USAGE", "is_shell_note", "run_typed", "shell_note", "typed_call", "typed_command",
@@ -62,7 +62,7 @@ async def run_typed(command: str, approvals: Approvals, settings: LoopSettings, 
     result: ToolResult | None = None
     typed = json.dumps({"command": command}, ensure_ascii=False)
     async for event in dispatch([typed_call(command)], registry,
-                                approve=EscalatingApprover(approvals.typed, approvals.escalate),
+                                approve=approvals.typed_by_person(),
                                 timeout_s=settings.tool_timeout_s, max_output_chars=settings.max_output_chars,
                                 context=context):
         if isinstance(event, ToolRunStarted):

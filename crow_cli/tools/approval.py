@@ -6,7 +6,8 @@ command lines are matched by `tools.shellrules`. Only tools with `needs_approval
 (dispatch runs the others straight away). `decide` turns a call, the policy, the rules, the earlier
 "always" answers and the run's sandbox into `Allow | Ask(preview) | Deny(reason)`:
 
-1. a **deny** rule that matches refuses it (whatever the policy, even `yolo`); so does `read-only`;
+1. a **deny** rule that matches refuses it (whatever the policy, even `yolo`); so do `read-only` and an
+   earlier "never" answer about the tool (an editor's "reject always");
 2. a command that would run unconfined although a sandbox was asked for (none on this machine) is
    always asked about;
 3. an **allow** rule that matches, an earlier "always" answer (for the tool, or for command prefixes
@@ -14,15 +15,19 @@ command lines are matched by `tools.shellrules`. Only tools with `needs_approval
    tool of kind `write` (`write_file`, `edit_file`) approves it;
 4. otherwise the tool's preview is made; a preview that finds the call cannot work (an `edit_file`
    whose `old_string` is not in the file) answers it with that error, nobody is asked;
-5. `Approvals` awaits the surface's `ask(call, tool, preview)`, an `Answer` (one prompt at a time): yes;
-   always, for the tool or for the command prefixes of the call (`always_scope`: `run_shell:pytest`,
-   remembered as allow rules are written); no, with what the user tells the model instead, if anything.
-   With no `ask` (nobody can answer: `crow run` without a terminal) it is denied.
+5. `Approvals` hands the surface's `ask` a `Question` (the preview, the choices it offers, the command
+   prefixes an "always" is scoped to, whether it asks to run outside the sandbox) and awaits an `Answer`
+   (one prompt at a time): yes; always, for the tool or for the command prefixes of the call
+   (`always_scope`: `run_shell:pytest`, remembered as allow rules are written); never (the tool, for the
+   rest of the session); no, with what the user tells the model instead, if anything. With no `ask`
+   (nobody can answer: `crow run` without a terminal) it is denied.
 
-Surfaces only ask and report. A refused call is not run; the model gets a tool result saying why
-(dispatch turns `ToolDenied` into it, outcome `denied`); the text names policies and rules, never a
-command-line flag. Rules are strings: a tool name (`"write_file"`, `"docs_search"`) or `NAME:PREFIX`
-for a tool with a subject (`"run_shell:git status"`), a command prefix compared as `shellrules` says.
+`tools.orchestrator` is the one caller of `Approvals` (before a call runs, and `escalate` when the
+sandbox stopped one); surfaces only answer questions and report. A refused call is not run; the model
+gets a tool result saying why (the orchestrator turns `ToolDenied` into it, outcome `denied`); the text
+names policies and rules, never a command-line flag. Rules are strings: a tool name (`"write_file"`,
+`"docs_search"`) or `NAME:PREFIX` for a tool with a subject (`"run_shell:git status"`), a command prefix
+compared as `shellrules` says.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import json
 import re
 import shlex
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -47,6 +52,8 @@ from .shellrules import allow_matches, command_prefixes, deny_matches, rule_word
 from .tool import Tool
 
 __all__ = [
+    "ASK_CHOICES",
+    "OUTSIDE_CHOICES",
     "POLICIES",
     "PREVIEW_CHARS",
     "PREVIEW_LINES",
@@ -59,6 +66,7 @@ __all__ = [
     "AskFn",
     "Choice",
     "Policy",
+    "Question",
     "always_scope",
     "answer_hint",
     "approval_question",
@@ -74,8 +82,9 @@ POLICIES: tuple[Policy, ...] = get_args(Policy)
 """Approval policies, the same values for `crow run --approval`, `crow chat` and the editor's session
 modes: `ask` the user, `auto-edit` (built-in file edits approved), `yolo` (all approved), `read-only`
 (every call that needs approval refused)."""
-Choice = Literal["yes", "no", "always"]
-"""What a person chose about one call: run it, refuse it, or run it and later ones like it."""
+Choice = Literal["yes", "no", "always", "never"]
+"""What a person chose about one call: run it, refuse it, run it and later ones like it, or refuse it and
+every later call of its tool (an editor's "reject always")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,17 +99,40 @@ class Answer:
     """For "no": what the user tells the model instead ("run the tests first"); its tool result says it."""
 
 
-AskFn = Callable[[ToolCall, Tool, str], Awaitable[Answer | Choice]]
-"""A surface's prompt: shown a call that needs approval and its preview (`describe_call`: clipped, no
-control characters), returns the person's answer (a bare `Choice` is that choice, unscoped, no reason)."""
+ASK_CHOICES: tuple[Choice, ...] = ("yes", "no", "always", "never")
+"""What may be answered about running a call (a terminal offers no key for "never": it asks every run anew)."""
+OUTSIDE_CHOICES: tuple[Choice, ...] = ("yes", "no")
+"""What may be answered about running a call once outside the sandbox: a yes is for this call only."""
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    """One question about a call that needs approval, as every surface is handed it."""
+
+    call: ToolCall
+    tool: Tool
+    preview: str
+    """What the question shows of the call (`describe_call`: clipped, no control characters)."""
+    choices: tuple[Choice, ...] = ASK_CHOICES
+    """The answers it offers, in order (`ASK_CHOICES`, or `OUTSIDE_CHOICES` when `outside`)."""
+    scope: tuple[str, ...] = ()
+    """The command prefixes an "always" is scoped to (`always_scope`: `("pytest",)`); (): the whole tool."""
+    outside: bool = False
+    """Whether it asks to run the call outside any sandbox (one stopped it, or none is on this machine):
+    no policy answers it by itself, and any yes is for this call only."""
+
+
+AskFn = Callable[[Question], Awaitable[Answer | Choice]]
+"""A surface's prompt: shown a `Question`, returns the person's answer among its `choices` (a bare
+`Choice` is that choice, unscoped, no reason)."""
 PREVIEW_CHARS = 4000
 """Characters of a preview shown at most; a longer one keeps its head and tail around a marker."""
 PREVIEW_LINES = 60
 """Lines of a preview shown at most (head and tail, as for characters)."""
 
 UNCONFINED_MARK = "⚠ outside the sandbox "
-"""How a preview starts when the question is about running a command unconfined (no sandbox here, or
-one the sandbox stopped): a surface that answers questions by itself (a yolo mode) must ask these."""
+"""How the preview of a question about running a command unconfined starts (`Question.outside`: no
+sandbox here, or one the sandbox stopped), so that the person reads it first."""
 
 REVIEW_LINES = 400
 """Lines of a command (a tool of kind `shell`) shown at most: it is shown whole, and a longer one is
@@ -144,25 +176,26 @@ def shown_scope(scope: tuple[str, ...]) -> str:
     return ", ".join(f"`{visible(prefix)} …`" for prefix in scope)
 
 
-def approval_question(name: str, preview: str = "", scope: tuple[str, ...] = ()) -> str:
-    """The question the terminal surfaces ask about a call of the tool `name`: `Allow NAME? [y]es / [n]o
-    [reason] / [a]lways for NAME: `, or, when an "always" can be scoped to the call's command prefixes
-    (`scope`, from `always_scope`), `Allow NAME? [y]es / [n]o [reason] / [a]lways for `pytest …` / always
-    for the [t]ool: `. For the escalation (`preview` starts with `UNCONFINED_MARK`), which any yes approves
-    only once, `Run it outside the sandbox this once? [y]es / [n]o: `."""
-    if preview.startswith(UNCONFINED_MARK):
+def approval_question(question: Question) -> str:
+    """What the terminal surfaces ask about `question`: `Allow NAME? [y]es / [n]o [reason] / [a]lways for
+    NAME: `, or, when its "always" is scoped to the call's command prefixes (`Question.scope`), `Allow
+    NAME? [y]es / [n]o [reason] / [a]lways for `pytest …` / always for the [t]ool: `. About running a call
+    outside the sandbox (`Question.outside`), which any yes approves only once, `Run it outside the
+    sandbox this once? [y]es / [n]o: `."""
+    name = question.tool.name
+    if question.outside:
         return "Run it outside the sandbox this once? [y]es / [n]o: "
-    if scope:
-        shown = shown_scope(scope)
+    if question.scope:
+        shown = shown_scope(question.scope)
         return f"Allow {name}? [y]es / [n]o [reason] / [a]lways for {shown} / always for the [t]ool: "
     return f"Allow {name}? [y]es / [n]o [reason] / [a]lways for {name}: "
 
 
-def always_scope(call: ToolCall, tool: Tool, preview: str = "") -> tuple[str, ...]:
+def always_scope(call: ToolCall, tool: Tool, arguments: dict[str, Any] | None = None) -> tuple[str, ...]:
     """The command prefixes an "always" about `call` can be scoped to (`pytest -k x` → `("pytest",)`, see
-    `shellrules.command_prefixes`), each as shell words; () when the tool has no subject, the line has no
-    prefix that stands for it, or the question is the escalation (`preview`), which approves once only."""
-    subject = None if preview.startswith(UNCONFINED_MARK) else _subject(call, tool)
+    `shellrules.command_prefixes`), each as shell words; () when the tool has no subject or the line has
+    no prefix that stands for it. `arguments`: the call's validated arguments (None: validated here)."""
+    subject = _subject(tool, arguments if arguments is not None else _arguments(call, tool))
     prefixes = command_prefixes(subject) if subject is not None else None
     return tuple(shlex.join(words) for words in prefixes or ())
 
@@ -272,12 +305,12 @@ def _unconfined_shell(tool: Tool, context: ToolContext) -> str | None:
     return f"no sandbox is available ({unavailable_reason()})"
 
 
-def _guarded_write(call: ToolCall, tool: Tool, context: ToolContext) -> bool:
-    """Whether `call` is a file edit (a tool of kind `write`) of one of `sandbox.guarded_paths()` (crow's
-    config, the shell start-up files, ~/.ssh …): asked about whatever rule, policy (but yolo) or
-    "always" answer, since what is written there runs or instructs later, outside this run."""
-    arguments = _arguments(call, tool) if tool.kind == "write" else None
-    path = arguments.get("path") if arguments is not None else None
+def _guarded_write(tool: Tool, arguments: dict[str, Any] | None, context: ToolContext) -> bool:
+    """Whether a call of `tool` with `arguments` is a file edit (a tool of kind `write`) of one of
+    `sandbox.guarded_paths()` (crow's config, the shell start-up files, ~/.ssh …): asked about whatever
+    rule, policy (but yolo) or "always" answer, since what is written there runs or instructs later,
+    outside this run."""
+    path = arguments.get("path") if arguments is not None and tool.kind == "write" else None
     if not isinstance(path, str):
         return False
     raw = Path(path).expanduser()
@@ -288,14 +321,14 @@ def _guarded_write(call: ToolCall, tool: Tool, context: ToolContext) -> bool:
 
 
 def _arguments(call: ToolCall, tool: Tool) -> dict[str, Any] | None:
+    """The validated arguments of `call`, for a caller that has not validated them (the orchestrator has)."""
     try:
         return tool.validate(json.loads(call.arguments))
     except (ValueError, ToolError):
         return None
 
 
-def _subject(call: ToolCall, tool: Tool) -> str | None:
-    arguments = _arguments(call, tool) if tool.subject is not None else None
+def _subject(tool: Tool, arguments: dict[str, Any] | None) -> str | None:
     if tool.subject is None or arguments is None:
         return None
     try:
@@ -305,7 +338,8 @@ def _subject(call: ToolCall, tool: Tool) -> str | None:
     return subject if isinstance(subject, str) else None
 
 
-def describe_call(call: ToolCall, tool: Tool, context: ToolContext | None = None) -> str:
+def describe_call(call: ToolCall, tool: Tool, context: ToolContext | None = None, *,
+                  arguments: dict[str, Any] | None = None) -> str:
     """What an approval question shows about `call`: the tool's preview (the command, the diff of an edit)
     or the arguments as JSON, clipped to `PREVIEW_LINES` / `PREVIEW_CHARS` (head and tail kept, the cut
     marked) and without terminal control characters (the model wrote them). A command (a tool of kind
@@ -315,12 +349,13 @@ def describe_call(call: ToolCall, tool: Tool, context: ToolContext | None = None
         call: the call waiting for approval.
         tool: its tool.
         context: the run's context (default: the current one, as dispatch sets it for the call).
+        arguments: the call's validated arguments (None: validated here; not valid, the raw text is shown).
 
     Raises:
         ToolError: the tool's pre-check found the call cannot work (the message is the call's result).
         ToolDenied: a command too long to review.
     """
-    arguments = _arguments(call, tool)
+    arguments = arguments if arguments is not None else _arguments(call, tool)
     if arguments is None:
         text = call.arguments
     else:
@@ -376,25 +411,30 @@ Decision = Allow | Ask | Deny
 """What approval decides about one call (`decide`)."""
 
 
-def decide(call: ToolCall, tool: Tool, policy: ApprovalPolicy, *, always: frozenset[str] | set[str] = frozenset(),
+def decide(call: ToolCall, tool: Tool, policy: ApprovalPolicy, *, arguments: dict[str, Any] | None = None,
+           always: frozenset[str] | set[str] = frozenset(), never: frozenset[str] | set[str] = frozenset(),
            can_ask: bool = True, context: ToolContext | None = None) -> Decision:
     """The one approval decision for a call of a tool that needs approval: from the tool, its validated
-    arguments (its `subject`, the command line rules match), the policy and rules, the "always" answers
-    (`always`: rules as allow rules are written, tool names or `NAME:PREFIX`), and the run's sandbox
-    (`context`, default the current one).
+    arguments (its `subject`, the command line rules match), the policy and rules, the "always" and "never"
+    answers (`always`: rules as allow rules are written, tool names or `NAME:PREFIX`; `never`: tool names),
+    and the run's sandbox (`context`, default the current one).
 
-    Order: a deny rule refuses (whatever the policy); `read-only` refuses, and so does a read-only sandbox a
-    file edit (a tool of kind `write`); a command that would run
+    Order: a deny rule refuses (whatever the policy); `read-only` refuses, and so does a "never" answer and
+    a read-only sandbox a file edit (a tool of kind `write`); a command that would run
     unconfined although a sandbox was asked for, and (but under yolo) a file edit of crow's own config or
     the user's start-up files (`sandbox.guarded_paths`), are asked about (never approved by a rule, policy
     or "always"); an allow rule, the policy or "always" approves; otherwise the preview is made and the user
     asked, or, when nobody can answer (`can_ask` False), the call is refused.
 
+    Args:
+        arguments: the call's validated arguments (the orchestrator validates once); None: validated here.
+
     Raises:
         ToolError: the tool's pre-check found the call cannot work (its message answers the call).
     """
     context = context if context is not None else current_context()
-    subject = _subject(call, tool)
+    arguments = arguments if arguments is not None else _arguments(call, tool)
+    subject = _subject(tool, arguments)
     sandboxed = tool.kind == "shell" and context.sandbox.confines and backend() is not None
     rule = policy.denied_by(tool, subject)
     if rule is not None:
@@ -404,18 +444,21 @@ def decide(call: ToolCall, tool: Tool, policy: ApprovalPolicy, *, always: frozen
         return Deny(f"{tool.name} was not run: the approval policy is read-only (no tool that changes files or "
                     "runs commands). Do not retry it; say what you would do instead",
                     "by the read-only approval policy")
+    if tool.name in never:
+        return Deny(f"the user rejected {tool.name} for this session; it was not run. Do not retry it",
+                    "rejected for this session")
     if tool.kind == "write" and context.sandbox.mode == "read-only":  # what commands may not write, edits neither
         return Deny(f"{tool.name} was not run: the sandbox is read-only (nothing in the workspace is written). Do "
                     "not retry it; say what you would change instead", "by the read-only sandbox")
     unconfined = _unconfined_shell(tool, context)
-    guarded = _guarded_write(call, tool, context) and policy.mode != "yolo"
+    guarded = _guarded_write(tool, arguments, context) and policy.mode != "yolo"
     if unconfined is None and not guarded:
         why = policy.allowed_by(tool, subject) or (
             "always" if _rules_allow(always, tool, subject, "always") is not None else None)
         if why is not None:
             return Allow(why, sandboxed)
     try:
-        preview = describe_call(call, tool, context)
+        preview = describe_call(call, tool, context, arguments=arguments)
     except ToolDenied as exc:
         return Deny(f"{exc}. The user can approve such calls with {policy.ways_to_allow(tool)}")
     if not can_ask:
@@ -432,70 +475,121 @@ def decide(call: ToolCall, tool: Tool, policy: ApprovalPolicy, *, always: frozen
 
 @dataclass
 class Approvals:
-    """An `Approver` (see `tools.dispatch`): the policy, plus `ask` for what the policy leaves open.
+    """The approval of one surface's calls: the policy, the answers remembered, and the surface's `ask`.
 
-    Call it as `await approvals(call, tool)`: True to run; raises `ToolDenied` (with the reason the
-    model will read) to refuse, or the tool's pre-check `ToolError`. Answers of "always" are remembered
-    for this object's life as allow rules: the tool's name, or `NAME:PREFIX` for each prefix it was
-    scoped to. A "no" with a reason is refused with a result that gives the model the user's words.
+    `tools.orchestrator` is its one caller in crow (`approve` before a call that needs approval runs,
+    `escalate` when the sandbox stopped one); a surface builds it (`make_approver`) and answers its
+    questions. Answers of "always" are remembered for this object's life as allow rules (the tool's name,
+    or `NAME:PREFIX` for each prefix it was scoped to), answers of "never" as the tool's refusal. A "no"
+    with a reason is refused with a result that gives the model the user's words.
     """
 
     policy: ApprovalPolicy = field(default_factory=ApprovalPolicy)
+    """The policy and rules; a surface may replace it (an editor's mode switch): the next decision uses it."""
     ask: AskFn | None = None
     """The surface's prompt; None when nobody can answer (then calls that would ask are denied)."""
     always: set[str] = field(default_factory=set)
     """What the person approved for the rest of the session: tool names and `NAME:PREFIX` rules."""
+    never: set[str] = field(default_factory=set)
+    """The tools the person refused for the rest of the session (an editor's "reject always")."""
+    typed: bool = False
+    """The calls are the person's own (chat's `!COMMAND`, see `typed_by_person`)."""
+    before: Callable[[ToolCall, Tool], Awaitable[None]] | None = None
+    """Awaited before each decision about a call that needs approval, to fetch what the surface shows of
+    it (the editor's buffer an edit changes, for its diff); it decides nothing, but may raise the tool's
+    own `ToolError` (the edit cannot be made in that buffer), which answers the call unasked."""
+    allowed: Callable[[ToolCall], None] | None = None
+    """Told that a call needing approval was allowed and runs now (an editor shows it in progress)."""
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
 
-    async def __call__(self, call: ToolCall, tool: Tool) -> bool:
-        decision = decide(call, tool, self.policy, always=self.always, can_ask=self.ask is not None)
+    async def __call__(self, call: ToolCall, tool: Tool, arguments: dict[str, Any] | None = None) -> bool:
+        """Whether `call` may run: True to run; raises `ToolDenied` (with the reason the model will read)
+        to refuse, or the tool's pre-check `ToolError`.
+
+        A question waits for the one before it (one prompt at a time); what changed meanwhile (an answer
+        of "always" or "never", a new policy) decides it without asking.
+
+        Args:
+            arguments: the call's validated arguments (None: validated here).
+        """
+        if self.before is not None:
+            await self.before(call, tool)
+        seen = self._state()
+        decision = self._decide(call, tool, arguments)
+        if isinstance(decision, Ask):
+            async with self._lock:  # one prompt at a time
+                if self._state() != seen:  # answered or switched while this call waited: decided again
+                    decision = self._decide(call, tool, arguments)
+                if isinstance(decision, Ask):
+                    assert self.ask is not None  # decide asks only when someone can answer
+                    outside = decision.unconfined is not None
+                    question = Question(call, tool, decision.preview, OUTSIDE_CHOICES if outside else ASK_CHOICES,
+                                        () if outside else always_scope(call, tool, arguments), outside)
+                    decision = self._answered(tool, _answer(await self.ask(question)))
         if isinstance(decision, Deny):
             raise ToolDenied(decision.reason, decision.shown)
-        if isinstance(decision, Allow):
-            return True
-        assert self.ask is not None  # decide asks only when someone can answer
-        async with self._lock:  # one prompt at a time
-            if decision.unconfined is None and _rules_allow(self.always, tool, _subject(call, tool), "always"):
-                return True  # answered "always" while this call waited
-            answer = _answer(await self.ask(call, tool, decision.preview))
+        if self.allowed is not None:
+            self.allowed(call)
+        return True
+
+    def _state(self) -> tuple[ApprovalPolicy, frozenset[str], frozenset[str]]:
+        return self.policy, frozenset(self.always), frozenset(self.never)
+
+    def _decide(self, call: ToolCall, tool: Tool, arguments: dict[str, Any] | None) -> Decision:
+        decision = decide(call, tool, self.policy, arguments=arguments, always=self.always, never=self.never,
+                          can_ask=self.ask is not None)
+        if self.typed and isinstance(decision, Ask) and decision.unconfined is None:
+            return Allow("typed by the person")  # having typed it is their yes; leaving the sandbox is not
+        return decision
+
+    def _answered(self, tool: Tool, answer: Answer) -> Allow | Deny:
+        """The decision an answer makes, remembered for later calls when it says "always" or "never"."""
         if answer.choice == "always":
             self.always.update([f"{tool.name}:{prefix}" for prefix in answer.scope] or [tool.name])
-            return True
+            return Allow("always")
         if answer.choice == "yes":
-            return True
+            return Allow("yes")
+        if answer.choice == "never":
+            self.never.add(tool.name)
         if answer.reason:
-            raise ToolDenied(f"The user denied this call: {strip_controls(answer.reason)} ({tool.name} was not run)",
-                             f"by you: {strip_controls(answer.reason)}")
-        raise ToolDenied(f"the user declined {tool.name}; it was not run. Do not retry it unchanged", "by you")
+            return Deny(f"The user denied this call: {strip_controls(answer.reason)} ({tool.name} was not run)",
+                        f"by you: {strip_controls(answer.reason)}")
+        return Deny(f"the user declined {tool.name}; it was not run. Do not retry it unchanged", "by you")
 
-    async def typed(self, call: ToolCall, tool: Tool) -> bool:
-        """The approval of a call the person typed themselves (chat's `!COMMAND`): having typed it is their
-        yes, so a call the policy would ask about runs without a question; what the policy and rules
+    def typed_by_person(self) -> Approvals:
+        """These approvals for calls the person typed themselves (chat's `!COMMAND`): having typed it is
+        their yes, so a call the policy would ask about runs without a question; what the policy and rules
         refuse (a deny rule, `read-only`) stays refused, and a command that would run unconfined although a
         sandbox was asked for is still asked about (typing a command is no yes to leaving the sandbox).
+        The answers remembered and the one-prompt-at-a-time order are shared with these approvals."""
+        return replace(self, typed=True, before=None, allowed=None)
 
-        Raises:
-            ToolDenied: refused (the reason is what the person is shown).
-            ToolError: the tool's pre-check found the call cannot work.
-        """
-        decision = decide(call, tool, self.policy, always=self.always)
-        if isinstance(decision, Ask) and decision.unconfined is None:
-            return True
-        return await self(call, tool)
+    def _stays_inside(self, tool: Tool) -> bool:
+        """Whether no answer may run a call of `tool` outside the sandbox: read-only, or refused for good."""
+        return self.policy.mode == "read-only" or tool.name in self.never
 
-    async def escalate(self, call: ToolCall, tool: Tool, reason: str) -> bool:
+    async def escalate(self, call: ToolCall, tool: Tool, reason: str, arguments: dict[str, Any] | None = None
+                       ) -> bool:
         """Whether `call`, which the sandbox stopped for `reason`, may run once outside it: the user is asked
-        (an answer of "always" approves this once, not every later command); nobody to ask means no."""
-        if self.ask is None:
+        (an answer of "always" approves this once, not every later command); nobody to ask, the read-only
+        policy or a "never" answer about the tool means no."""
+        if self.ask is None or self._stays_inside(tool):
             return False
         try:
-            preview = describe_call(call, tool)
+            preview = describe_call(call, tool, arguments=arguments)
         except ToolError:
             return False
         preview = (f"{UNCONFINED_MARK}[{reason}]\nRun it once more OUTSIDE the sandbox, with all your rights "
                    f"(files anywhere, network)?\n{preview}")
         async with self._lock:
-            answer = _answer(await self.ask(call, tool, preview))
+            if self._stays_inside(tool):  # switched or answered while this call waited
+                return False
+            try:
+                answer = _answer(await self.ask(Question(call, tool, preview, OUTSIDE_CHOICES, outside=True)))
+            except ToolDenied:  # the question failed (an editor's error): nobody said yes
+                return False
+        if answer.choice == "never":
+            self.never.add(tool.name)
         return answer.choice in ("yes", "always")
 
 

@@ -8,6 +8,7 @@ import os
 import pty
 
 from crow_cli.history import ToolCall
+from crow_cli.tools.approval import Question
 from crow_cli.tools.tool import tool
 
 
@@ -26,7 +27,8 @@ async def test_a_question_cut_by_a_signal_ends_its_line() -> None:
     with os.fdopen(slave, "r", closefd=False) as stdin, os.fdopen(slave, "w", closefd=False) as err:
         ask = terminal_ask(stdin, err)
         assert ask is not None
-        asking = asyncio.ensure_future(ask(ToolCall(id="c1", name="guarded", arguments="{}"), guarded, "$ go"))
+        call = ToolCall(id="c1", name="guarded", arguments="{}")
+        asking = asyncio.ensure_future(ask(Question(call, guarded, "$ go")))
         shown = b""
         while b"Allow guarded?" not in shown:
             shown += await asyncio.to_thread(os.read, master, 4096)
@@ -55,7 +57,7 @@ async def test_the_terminal_question_offers_the_command_prefix_and_reads_a_reaso
         answers = []
         call = ToolCall(id="c1", name="run_shell", arguments='{"command": "pytest -k x"}')
         for typed in (b"a\n", b"n run the tests first\n"):
-            asking = asyncio.ensure_future(ask(call, shell, "$ pytest -k x"))
+            asking = asyncio.ensure_future(ask(Question(call, shell, "$ pytest -k x", scope=("pytest",))))
             shown = b""
             while not shown.endswith(b"/ always for the [t]ool: "):
                 shown += await asyncio.to_thread(os.read, master, 4096)
@@ -63,7 +65,7 @@ async def test_the_terminal_question_offers_the_command_prefix_and_reads_a_reaso
             os.write(master, typed)
             answers.append(await asking)
         # found by a new-user tester (wave 5): a reply that is no answer ("nope") asked again without a word
-        asking = asyncio.ensure_future(ask(call, shell, "$ pytest -k x"))
+        asking = asyncio.ensure_future(ask(Question(call, shell, "$ pytest -k x", scope=("pytest",))))
         shown = b""
         for typed in (b"nope\n", b"y\n"):
             while not shown.endswith(b"/ always for the [t]ool: "):

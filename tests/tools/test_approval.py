@@ -15,6 +15,7 @@ from crow_cli.tools.approval import (
     Answer,
     ApprovalPolicy,
     Approvals,
+    Question,
     always_scope,
     approval_question,
     check_rule_names,
@@ -52,10 +53,12 @@ class Asker:
         self.answer = answer
         self.asked: list[str] = []
         self.previews: list[str] = []
+        self.questions: list[Question] = []
 
-    async def __call__(self, call: ToolCall, t: Tool, preview: str) -> Answer:
-        self.asked.append(t.name)
-        self.previews.append(preview)
+    async def __call__(self, question: Question) -> Answer:
+        self.asked.append(question.tool.name)
+        self.previews.append(question.preview)
+        self.questions.append(question)
         return self.answer
 
 
@@ -164,7 +167,7 @@ async def test_prompts_are_one_at_a_time() -> None:
 
     active, peak = 0, 0
 
-    async def slow_ask(call: ToolCall, t: Tool, preview: str) -> Answer:
+    async def slow_ask(question: Question) -> Answer:
         nonlocal active, peak
         active += 1
         peak = max(peak, active)
@@ -277,12 +280,12 @@ def test_the_question_offers_always_for_the_command_prefix() -> None:
     shell = TOOLS["run_shell"]
     scope = always_scope(_call("run_shell", command="pytest -k x"), shell)
     assert scope == ("pytest",)
-    assert approval_question("run_shell", "$ pytest -k x", scope) == (
+    assert approval_question(Question(_call("run_shell"), shell, "$ pytest -k x", scope=scope)) == (
         "Allow run_shell? [y]es / [n]o [reason] / [a]lways for `pytest …` / always for the [t]ool: ")
-    assert approval_question("write_file") == "Allow write_file? [y]es / [n]o [reason] / [a]lways for write_file: "
+    assert approval_question(Question(_call("write_file"), TOOLS["write_file"], "")) == (
+        "Allow write_file? [y]es / [n]o [reason] / [a]lways for write_file: ")
     assert always_scope(_call("run_shell", command="git status -s && python -m pytest -q"), shell) == (
         "git status", "python -m pytest")
-    assert always_scope(_call("run_shell", command="pytest"), shell, f"{UNCONFINED_MARK}[why]\n$ pytest") == ()
     assert always_scope(_call("write_file", path="a", content="x"), TOOLS["write_file"]) == ()
 
 
@@ -295,6 +298,7 @@ async def test_an_always_scoped_to_a_command_prefix_approves_only_that_prefix() 
     assert await approve(_call("run_shell", command="pytest -k x"), shell)
     assert await approve(_call("run_shell", command="pytest -q && pytest -x"), shell)
     assert len(asker.asked) == 1  # the later pytest calls were not asked about
+    assert (asker.questions[0].scope, asker.questions[0].choices) == (("pytest",), ("yes", "no", "always", "never"))
     asker.answer = "no"
     for command in ("pytest; rm x", "ls", "pytest -q > out.txt", "pytest $(rm x)", "pytestx"):
         with pytest.raises(ToolDenied, match="the user declined run_shell"):
@@ -361,6 +365,8 @@ async def test_without_a_sandbox_every_command_is_asked_about(mode: str, monkeyp
         assert asker.asked == ["run_shell", "run_shell"]
         assert asker.previews[0] == (f"{UNCONFINED_MARK}[no sandbox is available (bubblewrap (bwrap) is not "
                                      "installed): this command would run with all your rights]\n$ ls")
+        # the question says what it is about, as a value: no surface reads it from the preview's text
+        assert {(q.outside, q.choices, q.scope) for q in asker.questions} == {(True, ("yes", "no"), ())}
         with pytest.raises(ToolDenied, match=r"no sandbox is available .* nobody can answer here"):
             await make_approver("yolo")(_call("run_shell", command="ls"), TOOLS["run_shell"])
     with using_context(ToolContext(tmp_path, sandbox=sandbox.Sandbox("off"))):  # an explicit choice: not asked

@@ -19,6 +19,7 @@ import asyncio
 import json
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -126,8 +127,8 @@ async def test_a_command_the_sandbox_stopped_runs_outside_it_only_with_a_yes(tmp
     (tmp_path / "ws").mkdir()
     asked: list[str] = []
 
-    async def ask(call: ToolCall, t: object, preview: str) -> str:
-        asked.append(preview)
+    async def ask(question: Any) -> str:
+        asked.append(question.preview)
         return str(answer)
 
     registry = ToolRegistry()
@@ -283,8 +284,12 @@ async def test_a_tool_needing_approval_runs_only_on_a_yes() -> None:
         ran.append(label)
         return label
 
-    async def approve(call: ToolCall, t: object) -> bool:
-        return json.loads(call.arguments)["label"] == "yes"
+    async def ask(question: Any) -> str:
+        return "yes" if json.loads(question.call.arguments)["label"] == "yes" else "no"
+
+    from crow_cli.tools.approval import make_approver
+
+    approve = make_approver("ask", ask=ask)  # type: ignore[arg-type]
 
     registry = ToolRegistry()
     registry.register(guarded)

@@ -7,6 +7,7 @@ import json
 
 from crow_cli.events import ToolResultReady
 from crow_cli.history import ToolCall
+from crow_cli.tools.approval import Answer, ApprovalPolicy, Approvals, Question
 from crow_cli.tools.dispatch import dispatch
 from crow_cli.tools.registry import ToolRegistry
 from crow_cli.tools.tool import Tool, tool
@@ -84,10 +85,12 @@ async def test_parallel_calls_keep_running_while_a_prompt_waits() -> None:
         """Needs approval."""
         return label
 
-    async def approve(call: ToolCall, t: Tool) -> bool:
-        asked.append(call.name)
+    async def ask(question: Question) -> Answer:
+        asked.append(question.call.name)
         await reader_done.wait()  # the prompt is answered only after the reader has finished
-        return True
+        return Answer("yes")
+
+    approve = Approvals(ApprovalPolicy("ask"), ask)
 
     registry = ToolRegistry()
     registry.register(reader)
@@ -106,10 +109,11 @@ async def test_a_writer_waiting_for_approval_does_not_block_other_writers() -> N
             second_done.set()
         return label
 
-    async def approve(call: ToolCall, t: Tool) -> bool:
+    async def before(call: ToolCall, t: Tool) -> None:  # what a surface fetches before the decision
         if call.index == 0:
             await second_done.wait()
-        return True
+
+    approve = Approvals(ApprovalPolicy("yolo"), before=before)
 
     registry = ToolRegistry()
     registry.register(writer)

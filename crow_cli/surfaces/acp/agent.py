@@ -247,7 +247,7 @@ class CrowAgent:
         if keep is not None:
             session.set_mode(keep.mode)
             session.approvals.always |= keep.approvals.always
-            session.rejected |= keep.rejected
+            session.approvals.never |= keep.approvals.never
         self.sessions[session_id] = session
         return session
 

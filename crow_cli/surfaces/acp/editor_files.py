@@ -8,6 +8,7 @@ before the editor is asked). `edit_file` needs both capabilities.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
@@ -20,6 +21,7 @@ from pydantic import ValidationError
 from ...errors import ToolError
 from ...tools.builtin.edits import apply_edit, check_edit, unified_diff
 from ...tools.builtin.files import MAX_RETURN_CHARS, check_line_range
+from ...tools.context import ToolContext
 from ...tools.tool import Tool
 from ...tools.workspace import resolve_for_write, resolve_in_workspace, workspace_root
 from .convert import editor_failure
@@ -44,9 +46,23 @@ def client_file_tools(tools: Iterable[Tool], client: Client, session_id: str,
         fn = fns.get(tool.name) if tool.source == "builtin" else None
         if fn is not None:
             tool.schema()  # the built-in's schema and validator, derived once, are kept
-            tool = replace(tool, fn=fn, preview=None)  # the built-in's preview reads the disk, not the buffer
+            # the built-in's preview reads the disk, not the buffer; what no answer can allow is still refused
+            tool = replace(tool, fn=fn, preview=_checked_write if tool.kind == "write" else None)
         out.append(tool)
     return out
+
+
+def _checked_write(arguments: dict[str, Any], context: ToolContext) -> str:
+    """The preview of a write through the editor: the arguments as JSON (the editor shows the edit's diff
+    from its buffer), once the path is one a write may go to.
+
+    Raises:
+        ToolError: outside the workspace, into a .git (the built-in's own refusal: nobody is asked).
+    """
+    path = arguments.get("path")
+    if isinstance(path, str):
+        resolve_for_write(path, context)
+    return json.dumps(arguments, ensure_ascii=False, default=str)
 
 
 class _Editor:

@@ -41,11 +41,9 @@ from ...events import (
     WarningEvent,
 )
 from ...history import Message, ToolCall, content_text, is_prompt, outcome_of, tool_calls_of, user_message
-from ...tools.approval import UNCONFINED_MARK, Answer, Approvals, Policy, always_scope, make_approver, shown_scope
-from ...tools.dispatch import EscalatingApprover
+from ...tools.approval import Answer, Approvals, Policy, Question, make_approver, shown_scope
 from ...tools.registry import ToolRegistry
 from ...tools.sandbox import Mode as SandboxMode
-from ...tools.sandbox import is_guarded
 from ...tools.tool import Tool
 from ...tools.workspace import resolve_for_write
 from ..persist import SessionRecorder
@@ -91,7 +89,7 @@ MODES: dict[Policy, tuple[str, str]] = {
     "read-only": ("Read-only", "Refuse every tool that changes files or runs commands"),
     "yolo": ("Yolo", "Run every tool without asking (deny rules still apply)"),
 }
-"""Session mode id → (name, description). Every mode but `read-only` is a crow approval policy."""
+"""Session mode id → (name, description): crow's approval policies."""
 SANDBOX_MODES: dict[SandboxMode, tuple[str, str]] = {
     "workspace-write": ("Workspace write", "Commands write only the workspace and temp dir; no network"),
     "read-only": ("Read-only", "Nothing is written: no command writes, no file is edited; no network"),
@@ -116,18 +114,19 @@ class Session:
         self.recorder = recorder
         self.registry = registry
         settings = agent.settings
-        self.mode = "yolo" if agent.yes else (settings.approval or "ask")
-        self.approvals: Approvals = make_approver(self.mode if self.mode in ("ask", "auto-edit", "yolo") else "ask",
-                                                  allow=settings.allow, deny=settings.deny, ask=self.ask)
+        self.approvals: Approvals = make_approver(settings.approval, allow=settings.allow, deny=settings.deny,
+                                                  yes=agent.yes, ask=self.ask)
+        """The session's approval (its mode is the policy); the editor answers its questions (`ask`)."""
         fs = agent.capabilities.fs
         self.editor_reads = registry is not None and bool(fs and fs.read_text_file)
         """The file tools read through the editor: edit diffs come from its buffers."""
-        self.rejected: set[str] = set()
-        """Tool names the user rejected for the rest of the session ("reject always")."""
+        if self.editor_reads:
+            self.approvals.before = self._buffer_diff
+        self.approvals.allowed = lambda call: self._update(call.index, status="in_progress")
         # the recorder keeps the files crow's tools change (undo restores them) and the compaction checkpoints
         self.context = agent.runtime.context_for(cwd, backup=recorder.backup)
-        self.driver = agent.runtime.new_driver(EscalatingApprover(self.approve, self.escalate), recorder=recorder,
-                                               context=self.context, tools=registry)
+        self.driver = agent.runtime.new_driver(self.approvals, recorder=recorder, context=self.context,
+                                               tools=registry)
         self.turns = 0
         """Model turns with tool calls so far in this session (the first part of ACP tool-call ids)."""
         self.calls: dict[int, str] = {}
@@ -187,51 +186,21 @@ class Session:
         self.context = replace(self.context, sandbox=replace(self.context.sandbox, mode=chosen))
         self.driver.context = self.context
 
+    @property
+    def mode(self) -> Policy:
+        """The session's mode: its approval policy."""
+        return self.approvals.policy.mode
+
     def set_mode(self, mode: str) -> None:
-        """Switch the approval policy; "always" answers given so far stay."""
+        """Switch the approval policy; "always" and "never" answers given so far stay."""
         chosen = next((known for known in MODES if known == mode), None)  # as its Literal
         if chosen is None:
             raise RequestError(-32602, f"unknown mode {mode!r} (modes: {', '.join(MODES)})")
-        self.mode = chosen
-        if chosen != "read-only":
-            self.approvals.policy = replace(self.approvals.policy, mode=chosen)
-
-    async def approve(self, call: ToolCall, tool: Tool) -> bool:
-        """The driver's approver: the session's mode and rules, then the editor (`session/request_permission`).
-
-        Raises:
-            ToolDenied: refused (read-only mode, a deny rule, "reject always", or the user's answer).
-            ToolError: an edit that cannot be made in the editor's buffer: the tool's own error, nobody asked.
-        """
-        self._refuse(tool)
-        self._check_write(call, tool)
-        if self.editor_reads:
-            await self._buffer_diff(call, tool)
-        await self.approvals(call, tool)
-        self._update(call.index, status="in_progress")
-        return True
-
-    async def escalate(self, call: ToolCall, tool: Tool, reason: str) -> bool:
-        """Whether a command the sandbox stopped may run once outside it: the editor is asked (no mode
-        answers this by itself); the read-only mode and "reject always" say no."""
-        try:
-            self._refuse(tool)
-            return await self.approvals.escalate(call, tool, reason)
-        except ToolDenied:  # also the editor failing the question
-            return False
-
-    def _check_write(self, call: ToolCall, tool: Tool) -> None:
-        """Raise the file tool's own error for a write no answer can allow (outside the workspace, into a
-        .git), before anyone is asked: the editor's file tools have no preview to find it, and crow run's
-        built-ins answer it unasked from theirs."""
-        args = arguments(call) if tool.kind == "write" else None
-        path = args.get("path") if args is not None else None
-        if isinstance(path, str):
-            resolve_for_write(path, self.context)
+        self.approvals.policy = replace(self.approvals.policy, mode=chosen)
 
     async def _buffer_diff(self, call: ToolCall, tool: Tool) -> None:
-        """The diff of an edit from the editor's buffer (`fs/read_text_file`), sent before it is asked about;
-        an edit the buffer cannot take raises the tool's own error (`convert.diff_of`)."""
+        """The diff of an edit from the editor's buffer (`fs/read_text_file`), sent before it is asked about
+        (`Approvals.before`); an edit the buffer cannot take raises the tool's own error (`convert.diff_of`)."""
         args = arguments(call)
         file = edit_target(tool, args, self.cwd)
         if file is None or args is None:
@@ -246,45 +215,28 @@ class Session:
             self.diffs[call.index] = diff
             self._update(call.index, content=[diff])
 
-    def _refuse(self, tool: Tool) -> None:
-        """Raise ToolDenied when the read-only mode or a "reject always" refuses `tool`."""
-        if self.mode == "read-only":
-            raise ToolDenied(f"{tool.name} was not run: the editor's session is in read-only mode. Do not retry it; "
-                             "say what you would change instead")
-        if tool.name in self.rejected:
-            raise ToolDenied(f"the user rejected {tool.name} for this session; it was not run. Do not retry it",
-                             "rejected for this session")
+    async def ask(self, question: Question) -> Answer:
+        """Ask the editor about one call (`session/request_permission`): allow once / always (for the
+        command's prefix, when it has one, or the tool), reject once / always; run once outside the sandbox.
 
-    async def ask(self, call: ToolCall, tool: Tool, preview: str) -> Answer:
-        """Ask the editor about one call: allow once / always (for the command's prefix, when it has one,
-        or the tool), reject once / always.
-
-        It runs one at a time (the approvals' lock): an answer or mode change given while this call
-        waited its turn ("reject always", a switch to yolo or read-only) decides it without asking.
+        Raises:
+            ToolDenied: the editor failed the request (nobody said yes).
         """
-        self._refuse(tool)
+        call, tool, scope = question.call, question.tool, question.scope
         args = arguments(call)
-        target = edit_target(tool, args, self.cwd)
-        guarded = target is not None and is_guarded(target) and self.approvals.policy.mode != "yolo"
-        if self.approvals.policy.allowed_by(tool, None) is not None and not preview.startswith(UNCONFINED_MARK) \
-                and not guarded:
-            # the mode changed to yolo / auto-edit (no mode runs a command outside the sandbox unasked, nor
-            # does auto-edit write crow's own files: `approval.decide`)
-            return Answer("yes")
         acp_id = self.calls.get(call.index, "")
         diff = self.diffs.get(call.index)
-        content = [diff] if diff is not None else [acp.tool_content(acp.text_block(preview))]
+        content = [diff] if diff is not None else [acp.tool_content(acp.text_block(question.preview))]
         options = [
             PermissionOption(option_id="allow_once", name="Allow", kind="allow_once"),
             PermissionOption(option_id="allow_always", name=f"Always allow {tool.name}", kind="allow_always"),
             PermissionOption(option_id="reject_once", name="Reject", kind="reject_once"),
             PermissionOption(option_id="reject_always", name=f"Always reject {tool.name}", kind="reject_always"),
         ]
-        scope = always_scope(call, tool, preview)
         if scope:  # "always" for what this command runs (`pytest …`) comes before "always" for the whole tool
             options.insert(1, PermissionOption(option_id="allow_always_prefix", kind="allow_always",
                                                name=f"Always allow {shown_scope(scope)}"))
-        if preview.startswith(UNCONFINED_MARK):  # running outside the sandbox is approved one command at a time
+        if question.outside:  # running outside the sandbox is approved one command at a time
             options = [PermissionOption(option_id="allow_once", name="Run outside the sandbox once",
                                         kind="allow_once"), options[2]]
         await self.flush()  # the editor knows the call before it is asked about it
@@ -304,9 +256,7 @@ class Session:
             return Answer("always", scope)
         if choice == "allow_always":
             return Answer("always")
-        if choice == "reject_always":
-            self.rejected.add(tool.name)
-        return Answer("no")
+        return Answer("never" if choice == "reject_always" else "no")
 
     # the driver's sink
 

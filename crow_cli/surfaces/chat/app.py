@@ -41,10 +41,9 @@ from ...history import Message, ToolCall, UserMessage, content_text, is_prompt, 
 from ...prompt_files import ARGUMENTS, PromptFile, PromptFolders, expand, read_prompt, summary
 from ...sessions import SessionStore
 from ...text import clean_text, strip_controls
-from ...tools.approval import Answer, always_scope, answer_hint, approval_question, make_approver, parse_answer
+from ...tools.approval import Answer, Question, answer_hint, approval_question, make_approver, parse_answer
 from ...tools.mcp import end_task
 from ...tools.registry import ToolRegistry
-from ...tools.tool import Tool
 from ...wire.client import import_in_background
 from ..ask import ask_approval
 from ..common import (
@@ -605,7 +604,7 @@ class ChatApp:
         """Whether input is piped (not a terminal, no test input): read line by line (`read_piped_line`)."""
         return self.pt_input is None and not sys.stdin.isatty()
 
-    async def ask(self, call: ToolCall, tool: Tool, preview: str) -> Answer:
+    async def ask(self, question: Question) -> Answer:
         """Ask the user about one call: the approval policy's ask callback (it asks one at a time).
 
         Shows the call's preview (`describe_call`, as `crow run` does) above the question. The live area
@@ -614,12 +613,11 @@ class ChatApp:
         """
         await asyncio.sleep(0)  # the turn first draws what is already queued (the lines of calls started)
         with self.view.suspended():
-            self.view.call_preview(preview)
+            self.view.call_preview(question.preview)
             if self._piped():  # the answer is the next piped line (prompt-toolkit would read past crow's buffer)
-                scope = always_scope(call, tool, preview)
-                question = approval_question(tool.name, preview, scope)
+                scope = question.scope
                 while True:
-                    self.view.line(question)
+                    self.view.line(approval_question(question))
                     try:
                         answer = parse_answer(await read_piped_line(), scope)
                     except EOFError:
@@ -628,8 +626,7 @@ class ChatApp:
                         return answer
                     self.view.line(answer_hint(scope), "dim")
             try:
-                return await ask_approval(call, tool, preview=preview, pt_input=self.pt_input,
-                                          pt_output=self.pt_output)
+                return await ask_approval(question, pt_input=self.pt_input, pt_output=self.pt_output)
             except KeyboardInterrupt:
                 if not self.interrupt():
                     return Answer("no")

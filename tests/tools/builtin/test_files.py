@@ -284,8 +284,8 @@ async def test_writing_a_fifo_is_refused_before_anyone_is_asked(linked_ws: Path)
     os.mkfifo(linked_ws / "pipe")
     asked: list[str] = []
 
-    async def ask(call: ToolCall, tool: object, preview: str) -> Any:
-        asked.append(preview)
+    async def ask(question: Any) -> Any:
+        asked.append(question.preview)
         return "yes"
 
     call = ToolCall("c1", "write_file", json.dumps({"path": "pipe", "content": "x"}), 0)
