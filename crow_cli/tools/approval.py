@@ -536,10 +536,16 @@ class Approvals:
         return self.policy, frozenset(self.always), frozenset(self.never)
 
     def _decide(self, call: ToolCall, tool: Tool, arguments: dict[str, Any] | None) -> Decision:
-        decision = decide(call, tool, self.policy, arguments=arguments, always=self.always, never=self.never,
-                          can_ask=self.ask is not None)
-        if self.typed and isinstance(decision, Ask) and decision.unconfined is None:
-            return Allow("typed by the person")  # having typed it is their yes; leaving the sandbox is not
+        def decided(can_ask: bool) -> Decision:
+            return decide(call, tool, self.policy, arguments=arguments, always=self.always, never=self.never,
+                          can_ask=can_ask)
+
+        decision = decided(self.ask is not None or self.typed)
+        if self.typed and isinstance(decision, Ask):
+            if decision.unconfined is None:
+                return Allow("typed by the person")  # having typed it is their yes; leaving the sandbox is not
+            if self.ask is None:
+                return decided(False)  # nobody to ask about leaving the sandbox
         return decision
 
     def _answered(self, tool: Tool, answer: Answer) -> Allow | Deny:
