@@ -46,8 +46,9 @@ def decode_text(data: bytes) -> str:
 
 
 def has_surrogates(text: str) -> bool:
-    """True when `text` holds any UTF-16 surrogate code point (C-speed scan)."""
-    return _SURROGATE.search(text) is not None
+    """True when `text` holds any UTF-16 surrogate code point (C-speed scan; ASCII text, most of every
+    stream, is known to hold none without one)."""
+    return not text.isascii() and _SURROGATE.search(text) is not None
 
 
 def clean_text(text: str) -> str:

@@ -56,10 +56,13 @@ async def send(history: list[Message], client: _Stream, tools: list[dict[str, An
         except CrowError as exc:
             yield WarningEvent(f"could not compact the conversation: {exc}; sending it as it is")
     started = False
-    try:
-        async with aclosing(_stream(client, compactor, history, tools)) as items:
+    messages = compactor.outgoing(history)
+    try:  # the client's stream is read here, not through a generator of its own: a layer less per chunk
+        async with aclosing(client.stream(messages, tools)) as items:
             async for item in items:
-                started = started or isinstance(item, dict)
+                if isinstance(item, dict):
+                    started = True
+                    _record_usage(compactor, item, messages)
                 yield item
         return
     except ContextOverflow as exc:
@@ -69,16 +72,15 @@ async def send(history: list[Message], client: _Stream, tools: list[dict[str, An
     async with aclosing(compactor.compact(history, client, overflow=overflow)) as events:
         async for event in events:
             yield event
-    async with aclosing(_stream(client, compactor, history, tools)) as items:
-        async for item in items:
-            yield item
-
-
-async def _stream(client: _Stream, compactor: Compactor, history: list[Message],
-                  tools: list[dict[str, Any]] | None) -> AsyncGenerator[dict[str, Any] | Event, None]:
     messages = compactor.outgoing(history)
     async with aclosing(client.stream(messages, tools)) as items:
         async for item in items:
-            if isinstance(item, dict) and item.get("usage"):
-                compactor.budget.record_usage(item["usage"], len(messages), item.get("timings"))
+            if isinstance(item, dict):
+                _record_usage(compactor, item, messages)
             yield item
+
+
+def _record_usage(compactor: Compactor, chunk: dict[str, Any], messages: list[Message]) -> None:
+    """Tell the budget what a chunk carrying `usage` says the request of `messages` cost."""
+    if chunk.get("usage"):
+        compactor.budget.record_usage(chunk["usage"], len(messages), chunk.get("timings"))

@@ -142,14 +142,15 @@ class PlainPrinter:
                 self._new_line()
             return
         match event:
-            case RunStarted(model=model, session_id=session_id):
-                self._model, self._session_id = model, session_id
-            case TextDelta(text=text):
-                self._close_reasoning()
+            case TextDelta(text=text):  # first: one per chunk
+                if self.reasoning_open:
+                    self._close_reasoning()
                 self.out.write(strip_controls(text) if self.out_is_terminal else text)
                 self.out.flush()
                 self.at_line_start = text.endswith("\n")
                 self._answering = True
+            case RunStarted(model=model, session_id=session_id):
+                self._model, self._session_id = model, session_id
             case ReasoningDelta(text=text) if self.err.is_terminal or self.debug:
                 self._print(text, "dim", end="")
                 self.reasoning_open = True

@@ -55,6 +55,21 @@ def _too_large(what: str, limit: int) -> BodyTooLarge:
     return BodyTooLarge(f"the server sent {what} of over {limit // _MiB} MiB (decoded); not read further")
 
 
+def _last_blank_end(data: bytes) -> int:
+    """Where the last `_BLANK_LINE` match of `data` ends (0: none), as `finditer` from the start finds it, without
+    visiting every event: the match lies in the run of line breaks holding the last occurrence of a blank line,
+    and matching restarts at each byte that is no line break, so only that run is searched."""
+    last = max(data.rfind(b"\r\n\r\n"), data.rfind(b"\n\n"), data.rfind(b"\r\r"))
+    if last < 0:
+        return 0
+    while last > 0 and data[last - 1] in b"\r\n":
+        last -= 1
+    end = 0
+    for blank in _BLANK_LINE.finditer(data, last):
+        end = blank.end()
+    return end
+
+
 async def capped_events(parts: AsyncIterator[bytes], *, max_event: int = MAX_EVENT_BYTES,
                         max_total: int = MAX_STREAM_BYTES) -> AsyncIterator[bytes]:
     """`parts` (an SSE body, content-decoded) passed on unchanged while no event holds more than
@@ -70,12 +85,16 @@ async def capped_events(parts: AsyncIterator[bytes], *, max_event: int = MAX_EVE
         if total > max_total:
             raise _too_large("a stream", max_total)
         data, start = tail + part, len(tail)
-        for blank in _BLANK_LINE.finditer(data):
-            if blank.end() <= start:
-                continue  # seen with the previous part
-            if pending + blank.end() - start > max_event:
-                raise _too_large("an event", max_event)
-            pending, start = 0, blank.end()
+        if pending + len(part) <= max_event:  # no event in this part can pass the cap: only its last blank line counts
+            start = max(start, _last_blank_end(data))
+            pending = 0 if start > len(tail) else pending
+        else:
+            for blank in _BLANK_LINE.finditer(data):
+                if blank.end() <= start:
+                    continue  # seen with the previous part
+                if pending + blank.end() - start > max_event:
+                    raise _too_large("an event", max_event)
+                pending, start = 0, blank.end()
         pending += len(data) - start
         if pending > max_event:
             raise _too_large("an event", max_event)

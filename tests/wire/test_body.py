@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from crow_cli.wire.body import ERROR_HEAD_BYTES, BodyTooLarge, CappedErrorBodies, capped_events, read_parts
 from tests.support import crow, gzip_bomb, raw_http_server
@@ -31,6 +34,45 @@ async def test_many_small_events_pass_even_when_their_blank_lines_straddle_parts
     for _ in range(100):
         parts += [b"data: " + b"x" * 50 + first, second]
     assert len(await _all(capped_events(_parts(*parts), max_event=100))) == 100 * (56 + len(first + second))
+
+
+def _event_cap_passed(parts: list[bytes], max_event: int) -> int | None:
+    """The part at which the event cap is passed, counted by visiting every blank line (the reference)."""
+    pending, tail = 0, b""
+    for number, part in enumerate(parts):
+        data, start = tail + part, len(tail)
+        for blank in re.finditer(rb"\r\n\r\n|\n\n|\r\r", data):
+            if blank.end() <= start:
+                continue
+            if pending + blank.end() - start > max_event:
+                return number
+            pending, start = 0, blank.end()
+        pending += len(data) - start
+        if pending > max_event:
+            return number
+        tail = part[-3:]
+    return None
+
+
+async def _cap_passed(parts: list[bytes], max_event: int) -> int | None:
+    passed: list[bytes] = []
+    try:
+        async for part in capped_events(_parts(*parts), max_event=max_event):
+            passed.append(part)
+    except BodyTooLarge:
+        return len(passed)
+    return None
+
+
+# a part's events are no longer visited one by one when none of them can pass the cap (the hot path of every
+# stream): the cap must be passed at the same byte as before, whatever the line breaks and where parts split
+@settings(max_examples=1000, deadline=None)
+@example(parts=[b"\n\n\nxx", b"x", b"xxxx", b"xxxxx"], max_event=12)  # an odd run of line breaks: where is its end?
+@given(st.lists(st.binary(min_size=1, max_size=12).map(lambda b: bytes(b"x\r\n"[n % 3] for n in b)),
+                min_size=1, max_size=12),
+       st.integers(min_value=1, max_value=24))
+def test_the_event_cap_is_passed_where_every_blank_line_says(parts: list[bytes], max_event: int) -> None:
+    assert asyncio.run(_cap_passed(parts, max_event)) == _event_cap_passed(parts, max_event)
 
 
 async def test_one_event_over_the_cap_is_refused() -> None:

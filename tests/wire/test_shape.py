@@ -101,6 +101,13 @@ async def test_a_wrong_typed_field_is_skipped_with_one_warning(bad):
     assert events[-1].status in ("completed", "max_turns"), events[-1]
 
 
+# well-formed chunks skip the path-naming checker (once per chunk, the stream's hot path): that shortcut must
+# never pass a chunk the checker would clean
+@pytest.mark.parametrize("bad", WRONG_TYPED.values(), ids=WRONG_TYPED.keys())
+def test_every_wrong_typed_field_is_named_by_check_chunk(bad):
+    assert check_chunk(json.loads(json.dumps(bad)))
+
+
 @pytest.mark.parametrize("bad", [{"choices": -1}, choice(delta="x"), {"choices": ["x"], "usage": 5}],
                          ids=["choices", "delta", "choice"])
 async def test_a_turn_with_no_chunk_of_the_right_shape_fails_with_one_line(bad):
