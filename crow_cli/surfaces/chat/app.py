@@ -28,6 +28,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ...attachments import load_attachment, mentioned_files, user_content
 from ...config import Settings, default_config_path
 from ...context.compact import Checkpoint
 from ...driver import Driver, RunScope, chat_interrupts, output_lost
@@ -398,7 +399,6 @@ class ChatApp:
 
     def _with_attachments(self, text: str) -> UserMessage:
         """The user message for `text`, with the files its `@path` mentions name attached."""
-        from ...attachments import load_attachment, mentioned_files, user_content
 
         files = mentioned_files(text, self.root)
         if not files:

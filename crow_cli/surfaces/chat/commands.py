@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from ...export import EXPORT_FORMATS, ExportExists, export_session, exports_dir, write_export
 from ...sessions import SessionInfo
 from ...text import public_url, strip_controls
+from ...undo import apply_undo, plan_undo
 from ..persist import SessionRecorder
 from ..shell_escape import is_shell_note
 from .sink import ChatSink
@@ -213,7 +214,6 @@ async def _usage(app: ChatApp, arg: str) -> None:
 
 
 async def _undo(app: ChatApp, arg: str) -> None:
-    from ...undo import apply_undo, plan_undo
 
     if app.recorder is None or app.recorder.info is None:
         why = "--no-session records nothing, so there is nothing to undo" if not app.options.session else \

@@ -12,6 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ...atomic import write_atomic
+from ...private import private_dir, private_file
 from ..ask import typed_keys
 
 MAX_HISTORY_ENTRY_CHARS = 4096
@@ -49,7 +51,6 @@ def input_history() -> Any:
 def _trim_history(path: Path, limit: int = MAX_HISTORY_BYTES) -> None:
     """Cut prompt-toolkit's history file (entries start with a `# <date>` line) to its newest entries
     within `limit` bytes; it is read only from where those start."""
-    from ...atomic import write_atomic
 
     try:
         size = path.stat().st_size
@@ -67,7 +68,6 @@ def _trim_history(path: Path, limit: int = MAX_HISTORY_BYTES) -> None:
 def _history_path() -> Path:
     import platformdirs
 
-    from ...private import private_dir, private_file
 
     return private_file(private_dir(Path(platformdirs.user_state_dir("crow", appauthor=False))) / "chat_history")
 
