@@ -22,8 +22,10 @@ def test_a_profile_is_found_by_host_and_overridden_by_the_config_table():
     assert profile_for("https://openrouter.ai/api/v1").name == "openrouter"
     assert profile_for("http://127.0.0.1:8080/v1").name == "generic"
     assert profile_for(GEMINI).tool_message_name is True
-    local = profile_for("http://127.0.0.1:8080/v1", {"reasoning_fields": ["thinking"], "refused_fields": ["x"]})
-    assert local.reasoning_fields == ("thinking",) and local.facts()["refused_fields"] == ["x"]
+    from crow_cli.wire.profile import build_profile
+
+    local = build_profile("http://127.0.0.1:8080/v1", "m", {"reasoning_fields": ["thinking"], "refused_fields": ["x"]})
+    assert local.reasoning_fields == ("thinking",) and local.message_facts()["refused_fields"] == ["x"]
     assert "api.openai.com" in KEYED_HOSTS and GEMINI.split("/")[2] in KEYED_HOSTS
 
 
