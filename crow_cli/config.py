@@ -225,6 +225,16 @@ class Option:
         return self.field or self.key
 
 
+
+def _check_provider(table: Mapping[str, Any]) -> str | None:
+    """`[provider]` as `wire.profiles.check_overrides` checks it, and its request rules as rules crow knows."""
+    problem = check_overrides(table)
+    if problem is None and "request_rules" in table:
+        from .wire.profile import rules_problem  # only for a config that sets rules: the rule classes load
+
+        problem = rules_problem(table["request_rules"])
+    return problem
+
 OPTIONS: tuple[Option, ...] = (
     Option("model", str, flag="--model", env="CROW_MODEL", default=DEFAULT_MODEL, check=_non_empty),
     Option("base_url", str, flag="--base-url", env="CROW_BASE_URL", check=_http_url),  # then OPENAI_BASE_URL
@@ -253,7 +263,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("reasoning_echo", str, env="CROW_REASONING_ECHO", default="auto", check=_one_of(REASONING_ECHO)),
     Option("context_window", int, check=_at_least(256)),
     Option("adapt_requests", bool, env="CROW_ADAPT_REQUESTS", default=True),
-    Option("provider", dict, check=check_overrides),  # overrides of the server's wire.profiles.Profile
+    Option("provider", dict, check=_check_provider),  # the config layer of the server's wire.profile
     Option("local_model", str, flag="--local-model", env="CROW_LOCAL_MODEL", check=_non_empty),
     Option("prices", dict, check=_prices),  # [prices."MODEL"]: the cost beside token use
 )

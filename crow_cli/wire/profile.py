@@ -5,7 +5,8 @@ by key:
 
 1. `built-in`: provider knowledge kept as data: `profiles.PROFILES` (by the base URL's host) and
    `profiles.KNOWN_REQUEST_RULES` (by host, or `:PORT`, and model-name prefix);
-2. `config`: the config's `[provider]` table (checked when the config is read: `profiles.check_overrides`);
+2. `config`: the config's `[provider]` table, request rules included (checked when the config is read:
+   `profiles.check_overrides`, `rules_problem`);
 3. `learned`: what the server taught earlier runs and `crow probe` (`wire.facts.recall`).
 
 A key is a field of `ServerProfile` (`refused_fields`, `tool_message_name` …) or one request rule, keyed by its
@@ -22,10 +23,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
-from .adapt import DropParam, Rule, known_rules, rules_from_json
+from .adapt import RULES, DropParam, Rule, known_rules, rule_from_json, rules_from_json
 from .profiles import PROFILE_FIELDS, REASONING_FIELDS, profile_for
 
-__all__ = ["LAYERS", "Layer", "ServerProfile", "build_profile", "rule_key"]
+__all__ = ["LAYERS", "Layer", "ServerProfile", "build_profile", "rule_key", "rules_problem"]
 
 Layer = Literal["built-in", "config", "learned"]
 """Where a value of a profile came from."""
@@ -104,7 +105,28 @@ def _builtin(base_url: str, model: str) -> dict[str, Any]:
 
 
 def _configured(table: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in table.items() if k in PROFILE_FIELDS}
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in table.items() if k in PROFILE_FIELDS}
+    if "request_rules" in table:
+        values["request_rules"] = rules_from_json(table["request_rules"])
+    return values
+
+
+def rules_problem(items: Any) -> str | None:
+    """What is wrong with the config's `[provider] request_rules` (one line naming the rule), or None: each a
+    table of `op` (a kind of `adapt.RULES`), `target` and `value` as that kind takes them."""
+    for i, item in enumerate(items if isinstance(items, list) else []):
+        where = f"[provider] request_rules[{i}]"
+        if not isinstance(item, dict) or set(item) - {"op", "target", "value"}:
+            return f"{where} may hold op, target and value only"
+        cls = RULES.get(item.get("op"))  # type: ignore[arg-type]
+        if cls is None:
+            return f"{where}: no rule {item.get('op')!r} (known: {', '.join(RULES)})"
+        takes = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        if "target" in takes and not item.get("target"):
+            return f"{where}: {cls.op} needs a target"
+        if ("value" in takes and "value" not in item) or rule_from_json(item) is None:
+            return f"{where}: {cls.op} needs a value"
+    return None
 
 
 def _learned(facts: Mapping[str, Any]) -> dict[str, Any]:

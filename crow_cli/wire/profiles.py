@@ -141,7 +141,7 @@ KEYED_HOSTS = tuple(host for profile in PROFILES if profile.needs_key for host i
 """Hosted APIs that refuse every request without a key (local servers often need none)."""
 
 PROFILE_FIELDS: dict[str, type] = {"needs_key": bool, "reasoning_fields": list, "tool_message_name": bool,
-                                   "refused_fields": list, "required_fields": list}
+                                   "refused_fields": list, "required_fields": list, "request_rules": list}
 """The fields the config's `[provider]` table may override, with their TOML types."""
 
 
@@ -159,10 +159,29 @@ _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,63}")
 _MAX_NAMES = 32
 
 
+def _rules_shape(value: Any) -> str | None:
+    """What is wrong with the shape of `[provider] request_rules` (tables of bounded names), or None; which rules
+    crow knows is checked by `wire.profile.rules_problem`."""
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        return "[provider] request_rules must be a list of tables (op, target, value)"
+    if len(value) > _MAX_NAMES:
+        return f"[provider] request_rules may hold at most {_MAX_NAMES} rules"
+    for item in value:
+        for name in (item.get("op"), item.get("target")):
+            if name is not None and (not isinstance(name, str) or not _FIELD_NAME.fullmatch(name)):
+                return f"[provider] request_rules: {str(name)[:64]!r} is not a field name (letters, digits, _ . : -)"
+    return None
+
+
 def check_overrides(table: Mapping[str, Any]) -> str | None:
     """What is wrong with a config `[provider]` table (one line naming the key), or None: known keys, their
     TOML types, list items names of at most 64 characters, at most 32 of them, none of `MESSAGE_FIELDS`."""
     for key, value in table.items():
+        if key == "request_rules":
+            problem = _rules_shape(value)
+            if problem:
+                return problem
+            continue
         kind = PROFILE_FIELDS.get(key)
         if kind is None:
             return f"[provider] has no key {key!r} (known: {', '.join(PROFILE_FIELDS)})"

@@ -306,3 +306,12 @@ async def test_debug_names_the_layer_of_each_profile_value() -> None:
     assert "needs_key false (built-in)" in debug
     assert "rule drop_param seed dropped parameter seed (DropParam) (learned)" in debug
     assert "seed" not in sent(route, 0)
+
+
+# A request rule in the config's [provider] table applies from the first request and is not learned (issue 29 §1)
+async def test_a_configured_rule_applies_from_the_first_request() -> None:
+    with respx.mock(assert_all_called=True) as mock:
+        route = mock.post(URL).mock(side_effect=[ok()])
+        await drain(client(provider={"request_rules": [{"op": "drop_param", "target": "seed"}]}))
+    assert "seed" not in sent(route, 0) and sent(route, 0)["temperature"] == 0.2
+    assert "request_rules" not in facts.recall(BASE, "m")

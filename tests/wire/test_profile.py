@@ -74,3 +74,26 @@ def test_the_profile_in_words_names_every_value_and_its_layer() -> None:
     assert described["rule drop_param seed"] == ("dropped parameter seed (DropParam)", "learned")
     assert {layer for _, layer in described.values()} <= set(LAYERS)
     assert profile.message_facts() == {"refused_fields": [], "required_fields": ["reasoning_content"]}
+
+
+def test_configured_request_rules_are_the_same_classes_in_their_layer() -> None:
+    config = {"request_rules": [{"op": "drop_param", "target": "seed"},
+                                {"op": "rename_param", "target": "max_tokens", "value": "max_output_tokens"}]}
+    profile = build_profile(OPENAI, "o3", config)
+    assert profile.request_rules == (RenameParam("max_tokens", "max_output_tokens"), DropParam("seed"))
+    assert profile.source("rule rename_param max_tokens") == "config"  # over the built-in one of its key
+    learned = {"request_rules": [{"op": "drop_param", "target": "seed", "value": None}]}
+    assert build_profile(OPENAI, "o3", config, learned).source("rule drop_param seed") == "learned"
+
+
+def test_a_configured_rule_crow_cannot_read_is_one_line() -> None:
+    from crow_cli.wire.profile import rules_problem
+
+    assert rules_problem([{"op": "drop_param", "target": "seed"}]) is None
+    assert rules_problem([{"op": "explode", "target": "x"}]).startswith(
+        "[provider] request_rules[0]: no rule 'explode' (known: drop_param, ")
+    assert rules_problem([{"op": "drop_param"}]) == "[provider] request_rules[0]: drop_param needs a target"
+    assert rules_problem([{"op": "cap_param", "target": "max_tokens", "value": 0}]) == \
+        "[provider] request_rules[0]: cap_param needs a value"
+    assert rules_problem([{"op": "drop_param", "target": "seed", "why": 1}]) == \
+        "[provider] request_rules[0] may hold op, target and value only"
