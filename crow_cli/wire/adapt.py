@@ -1,26 +1,31 @@
 """What to change in a request the server refused, read from its error (pure: no I/O, no state).
 
 `change_for(status, error_text, body)` maps a 400/422 whose message names a part of the request to a
-`Change`: the `Rule`s that make exactly that part acceptable, or None when the message names nothing
-crow can change. `apply_rules(body, rules)` gives the body as it is sent with those rules (a new object:
-the history and the caller's body are never changed). The client (`wire.client`) sends the request
-once more with the change, says so with a `Notice(code="request_adapted")`, keeps applying it to
-every later request and remembers it per base URL + model (`wire.facts`, key `request_rules`), unless it
-fits that request only (`Change.once`).
+`Change`: the rules that make exactly that part acceptable, or None when the message names nothing
+crow can change. Every rule is one small frozen class (a `Rule` subclass) with `apply(request)` and
+`describe()`, stored as `{"op", "target", "value"}` (`to_json`, `rule_from_json`): the same classes hold
+the rules known in advance, configured and learned (`wire.profile` layers them). `apply_rules(body, rules)`
+gives the body as it is sent with those rules (a new object: the history and the caller's body are never
+changed). The client (`wire.client`) sends the request once more with the change, says so with a
+`Notice(code="request_adapted")` naming the rule classes, keeps applying it to every later request and
+remembers it per base URL + model (`wire.facts`, key `request_rules`), unless it fits that request only
+(`Change.once`).
 
 Kinds, each from what real servers answer (sources beside each pattern and in tests/wire/test_adapt.py):
-- tool-schema keywords (`drop_schema_keyword`), local `$ref`s (`inline_schema_refs`), a `type` beside
-  `anyOf`/`oneOf` (`schema_type_into_branches`), object schemas without properties (`schema_empty_object`);
-- request parameters: dropped (`drop_param`), set to the value the server names (`set_param`), renamed
-  to the one it names instead (`rename_param`); several named at once are all changed at once;
+- tool-schema keywords (`DropSchemaKeyword`), local `$ref`s (`InlineSchemaRefs`), a `type` beside
+  `anyOf`/`oneOf` (`SchemaTypeIntoBranches`), object schemas without properties (`SchemaEmptyObject`);
+- request parameters: dropped (`DropParam`), set to the value the server names (`SetParam`), renamed
+  to the one it names instead (`RenameParam`); several named at once are all changed at once;
 - sizes: `max_tokens` / `max_completion_tokens` above the most the server allows lowered to what it names
-  (`cap_param`; for one request only when that is the room the prompt leaves, `Change.once`), tool results
-  longer than the server's string limit cut to fit, with the marker of any cut output (`cut_tool_result`);
+  (`CapParam`; for one request only when that is the room the prompt leaves, `Change.once`), tool results
+  longer than the server's string limit cut to fit, with the marker of any cut output (`CutToolResult`);
+- tool names a server's rule refuses (`RenameTools`, mapped back by the client when called);
 - message shapes: `content` of assistant messages with tool calls null ↔ `""`
-  (`assistant_tool_content`), a blank tool result given a placeholder (`tool_result_placeholder`), thinking
-  parts of assistant content refused: the content sent as its text (`assistant_content_text`).
+  (`AssistantToolContent`), a blank tool result given a placeholder (`ToolResultPlaceholder`), thinking
+  parts of assistant content refused: the content sent as its text (`AssistantContentText`), a system role
+  refused: folded into the first user message (`FoldRole`).
 Rules of a provider known in advance (its host or model family) are `known_rules`, from the data in
-`wire.profiles.KNOWN_REQUEST_RULES`.
+`wire.profiles.KNOWN_REQUEST_RULES`: the built-in layer of `wire.profile.build_profile`.
 """
 
 from __future__ import annotations

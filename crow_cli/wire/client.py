@@ -21,9 +21,10 @@ everything else unchanged, a `Notice` says what changed and why, and a refusal t
 ends the turn with the server's message. A change that fits one prompt only (`max_tokens` lowered to the room
 that prompt leaves in the context window: `adapt.Change.once`) holds for that request and is never remembered.
 What `wire.adapt` learns is remembered per base URL + model
-(`wire.facts`) and applied before the first request of later runs, with the rules known in advance for
-the server (`adapt.known_rules`); `adapt_requests=False` turns that mechanism off (a refused
-`stream_options` is then still dropped, for the client's life).
+(`wire.facts`) and applied before the first request of later runs: the client starts from one
+`wire.profile.ServerProfile`, built once from the built-in, configured and learned layers;
+`adapt_requests=False` turns that mechanism off (a refused `stream_options` is then still dropped, by a
+`DropParam` rule for the client's life, never remembered).
 
 Imports: the SDK and the sibling modules that import httpx (`body`, `record`, `stream`) are imported where
 they are used, so that a surface can import this module, start its MCP servers and read its session while
