@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 
 from .errors import ConfigError
 from .text import header_secrets, is_secret_name, public_url, strip_controls, url_secrets
-from .wire.profiles import KEYED_HOSTS, check_overrides, profile_for
+from .wire.profiles import KEYED_HOSTS, OWNED_PARAMS, check_overrides
 
 __all__ = ["DEFAULT_BASE_URL", "DEFAULT_MODEL", "KEYED_HOSTS", "OPTIONS", "OWNED_PARAMS", "Option", "Settings",
            "default_config_path", "load_settings", "require_api_key"]
@@ -51,8 +51,6 @@ REASONING_ECHO: tuple[ReasoningEcho, ...] = get_args(ReasoningEcho)
 ApprovalMode = Literal["ask", "auto-edit", "yolo", "read-only"]
 """`approval`: the approval policy (`tools.approval.Policy`)."""
 APPROVAL_MODES: tuple[ApprovalMode, ...] = get_args(ApprovalMode)
-OWNED_PARAMS = ("model", "messages", "stream", "stream_options", "tools")
-"""Request body fields crow sets itself; `[params]` may not set them."""
 _OPENAI_HOST = "api.openai.com"
 
 
@@ -227,6 +225,16 @@ class Option:
         return self.field or self.key
 
 
+
+def _check_provider(table: Mapping[str, Any]) -> str | None:
+    """`[provider]` as `wire.profiles.check_overrides` checks it, and its request rules as rules crow knows."""
+    problem = check_overrides(table)
+    if problem is None and "request_rules" in table:
+        from .wire.profile import rules_problem  # only for a config that sets rules: the rule classes load
+
+        problem = rules_problem(table["request_rules"])
+    return problem
+
 OPTIONS: tuple[Option, ...] = (
     Option("model", str, flag="--model", env="CROW_MODEL", default=DEFAULT_MODEL, check=_non_empty),
     Option("base_url", str, flag="--base-url", env="CROW_BASE_URL", check=_http_url),  # then OPENAI_BASE_URL
@@ -255,7 +263,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("reasoning_echo", str, env="CROW_REASONING_ECHO", default="auto", check=_one_of(REASONING_ECHO)),
     Option("context_window", int, check=_at_least(256)),
     Option("adapt_requests", bool, env="CROW_ADAPT_REQUESTS", default=True),
-    Option("provider", dict, check=check_overrides),  # overrides of the server's wire.profiles.Profile
+    Option("provider", dict, check=_check_provider),  # the config layer of the server's wire.profile
     Option("local_model", str, flag="--local-model", env="CROW_LOCAL_MODEL", check=_non_empty),
     Option("prices", dict, check=_prices),  # [prices."MODEL"]: the cost beside token use
 )
@@ -524,7 +532,9 @@ def require_api_key(settings: Settings) -> None:
     if settings.api_key or any(is_secret_name(name) for name in settings.headers):
         return
     host = (urlsplit(settings.base_url).hostname or "").lower()
-    if not profile_for(settings.base_url, settings.provider).needs_key:
+    from .wire.profile import build_profile  # the built-in and config layers: what is known before learning
+
+    if not build_profile(settings.base_url, settings.model, settings.provider, rules=False).needs_key:
         return
     hint = "set OPENAI_API_KEY or CROW_API_KEY, or pass --api-key" if host == _OPENAI_HOST else \
         "name the variable holding it with api_key_env beside base_url in the config, or pass --api-key"

@@ -39,7 +39,7 @@ ALLOWED = {
     "crow_cli.undo": LEAVES | {"crow_cli.sessions"},
     "crow_cli.local": LEAVES | {"crow_cli.config", "crow_cli.signals"},  # `serve` ends by the run scope
     "crow_cli.probe": LEAVES | {"crow_cli.config", "crow_cli.probe", "crow_cli.wire"},
-    "crow_cli.config": LEAVES | {"crow_cli.wire.profiles"},  # provider data (pure, standard library only)
+    "crow_cli.config": LEAVES | {"crow_cli.wire.profiles", "crow_cli.wire.profile"},  # provider data (pure)
     # no surface handles a signal itself: the driver does (its Interrupts policies)
     "crow_cli.surfaces": LEAVES | {"crow_cli.config", "crow_cli.driver", "crow_cli.loop", "crow_cli.sessions",
                                    "crow_cli.surfaces", "crow_cli.tools", "crow_cli.wire", "crow_cli.context",

@@ -25,8 +25,9 @@ def probe(
     record: Annotated[str | None, typer.Option("--record", metavar="DIR", help="Keep every raw request and "
                                                "response in DIR (API key and auth headers removed), for a bug "
                                                "report.")] = None,
-    show: Annotated[bool, typer.Option("--show", help="Show what earlier probes learned, per base URL and "
-                                       "model, and exit.")] = False,
+    show: Annotated[bool, typer.Option("--show", help="Show what earlier probes and runs learned, per base URL "
+                                       "and model, then the configured server's profile, each value with the "
+                                       "layer it came from (built-in, config, learned), and exit.")] = False,
     budget: Annotated[float, typer.Option("--budget", metavar="SECONDS", min=5.0, help="Stop probing after this "
                                           "long.")] = 50.0,
     debug: DebugOpt = False,
@@ -61,6 +62,8 @@ def probe(
                         continue
                     if fact not in ([], {}, None):  # an empty list learned nothing
                         print(f"  {name}: {shown(json.dumps(fact))}")
+        if not json_out:
+            _show_profile(model, base_url, config, profile, debug)
         raise typer.Exit(0)
     import asyncio
 
@@ -99,3 +102,25 @@ def probe(
     else:
         render_text(report)
     raise typer.Exit(report.exit_code())
+
+
+def _show_profile(model: str | None, base_url: str | None, config: str | None, profile: str | None,
+                  debug: bool) -> None:
+    """Print the profile of the configured server and model (`wire.profile`): each value and the layer it came
+    from (built-in, config, learned)."""
+    from ..config import load_settings
+    from ..probe.report import shown
+    from ..wire import facts as learned
+    from ..wire.profile import build_profile
+
+    try:
+        settings = load_settings({"model": model, "base_url": base_url}, config_path=config, profile=profile)
+    except CrowError as exc:
+        raise fail(exc, debug=debug) from None
+    known = learned.recall(settings.base_url, settings.model) if settings.adapt_requests else {}
+    server = build_profile(settings.base_url, settings.model, settings.provider, known,
+                           rules=settings.adapt_requests)
+    print(f"server profile of {shown(learned.endpoint_key(settings.base_url, settings.model))} "
+          "(value, and the layer it came from: built-in, config or learned):")
+    for key, value, layer in server.described():
+        print(f"  {shown(key)}: {shown(value)} ({layer})")

@@ -1,57 +1,60 @@
 """What to change in a request the server refused, read from its error (pure: no I/O, no state).
 
 `change_for(status, error_text, body)` maps a 400/422 whose message names a part of the request to a
-`Change`: the `Rule`s that make exactly that part acceptable, or None when the message names nothing
-crow can change. `apply_rules(body, rules)` gives the body as it is sent with those rules (a new object:
-the history and the caller's body are never changed). The client (`wire.client`) sends the request
-once more with the change, says so with a `Notice(code="request_adapted")`, keeps applying it to
-every later request and remembers it per base URL + model (`wire.facts`, key `request_rules`), unless it
-fits that request only (`Change.once`).
+`Change`: the rules that make exactly that part acceptable, or None when the message names nothing
+crow can change. Every rule is one small frozen class (a `Rule` subclass) with `apply(request)` and
+`describe()`, stored as `{"op", "target", "value"}` (`to_json`, `rule_from_json`): the same classes hold
+the rules known in advance, configured and learned (`wire.profile` layers them). `apply_rules(body, rules)`
+gives the body as it is sent with those rules (a new object: the history and the caller's body are never
+changed). The client (`wire.client`) sends the request once more with the change, says so with a
+`Notice(code="request_adapted")` naming the rule classes, keeps applying it to every later request and
+remembers it per base URL + model (`wire.facts`, key `request_rules`), unless it fits that request only
+(`Change.once`).
 
 Kinds, each from what real servers answer (sources beside each pattern and in tests/wire/test_adapt.py):
-- tool-schema keywords (`drop_schema_keyword`), local `$ref`s (`inline_schema_refs`), a `type` beside
-  `anyOf`/`oneOf` (`schema_type_into_branches`), object schemas without properties (`schema_empty_object`);
-- request parameters: dropped (`drop_param`), set to the value the server names (`set_param`), renamed
-  to the one it names instead (`rename_param`); several named at once are all changed at once;
+- tool-schema keywords (`DropSchemaKeyword`), local `$ref`s (`InlineSchemaRefs`), a `type` beside
+  `anyOf`/`oneOf` (`SchemaTypeIntoBranches`), object schemas without properties (`SchemaEmptyObject`);
+- request parameters: dropped (`DropParam`), set to the value the server names (`SetParam`), renamed
+  to the one it names instead (`RenameParam`); several named at once are all changed at once;
 - sizes: `max_tokens` / `max_completion_tokens` above the most the server allows lowered to what it names
-  (`cap_param`; for one request only when that is the room the prompt leaves, `Change.once`), tool results
-  longer than the server's string limit cut to fit, with the marker of any cut output (`cut_tool_result`);
+  (`CapParam`; for one request only when that is the room the prompt leaves, `Change.once`), tool results
+  longer than the server's string limit cut to fit, with the marker of any cut output (`CutToolResult`);
+- tool names a server's rule refuses (`RenameTools`, mapped back by the client when called);
 - message shapes: `content` of assistant messages with tool calls null ↔ `""`
-  (`assistant_tool_content`), a blank tool result given a placeholder (`tool_result_placeholder`), thinking
-  parts of assistant content refused: the content sent as its text (`assistant_content_text`).
+  (`AssistantToolContent`), a blank tool result given a placeholder (`ToolResultPlaceholder`), thinking
+  parts of assistant content refused: the content sent as its text (`AssistantContentText`), a system role
+  refused: folded into the first user message (`FoldRole`).
 Rules of a provider known in advance (its host or model family) are `known_rules`, from the data in
-`wire.profiles.KNOWN_REQUEST_RULES`.
+`wire.profiles.KNOWN_REQUEST_RULES`: the built-in layer of `wire.profile.build_profile`.
 """
 
 from __future__ import annotations
 
 import json
+import operator
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from ..history import thinking_of
 from ..text import short_text, truncate_output
 from . import schema as schemas
 from .names import WIRE_NAME, ToolNames
-from .profiles import KNOWN_REQUEST_RULES
+from .profiles import KNOWN_REQUEST_RULES, REQUEST_CORE
 
-__all__ = ["CUT_MARGIN", "MIN_ROOM", "NAME_RULES", "NO_OUTPUT", "OUTPUT_CAPS", "SIZED_OPS", "Change", "Rule",
-           "apply_rules", "change_for", "is_size", "known_rules", "name_rule", "rules_from_json", "tool_names",
+__all__ = ["CUT_MARGIN", "MIN_ROOM", "NAME_RULES", "NO_OUTPUT", "OUTPUT_CAPS", "RULES", "SIZED_OPS",
+           "AssistantContentText", "AssistantToolContent", "CapParam", "Change", "CutToolResult", "DropParam",
+           "DropSchemaKeyword", "FoldRole", "InlineSchemaRefs", "RenameParam", "RenameTools", "Rule",
+           "SchemaEmptyObject", "SchemaTypeIntoBranches", "SetParam", "ToolResultPlaceholder", "apply_rules",
+           "change_for", "is_size", "known_rules", "name_rule", "rule_from_json", "rules_from_json", "tool_names",
            "tool_renames", "value_refused"]
 
-CORE = frozenset({"model", "messages", "stream", "tools"})
-"""Body fields no parameter rule touches (the request itself)."""
+CORE = REQUEST_CORE
+"""Body fields no parameter rule touches (the request itself: `profiles.REQUEST_CORE`)."""
 NO_OUTPUT = "(no output)"
 """The text a blank tool result is sent as, for servers that refuse an empty one."""
-
-_OPS = ("drop_param", "set_param", "rename_param", "drop_schema_keyword", "inline_schema_refs",
-        "schema_type_into_branches", "schema_empty_object", "assistant_tool_content", "tool_result_placeholder",
-        "fold_role", "rename_tools", "assistant_content_text", "cap_param", "cut_tool_result")
-SIZED_OPS = frozenset({"cap_param", "cut_tool_result"})
-"""Ops whose value is a size: a positive int below 2**31, else the stored rule is left out."""
 OUTPUT_CAPS = ("max_tokens", "max_completion_tokens")
 """The parameters that cap a reply's tokens, under either name (a `rename_param` rule may turn one into the
 other)."""
@@ -61,67 +64,354 @@ _KEEP_KEYWORDS = frozenset({"type", "properties"})
 """Keywords never dropped on a server's word: without them the schema says nothing."""
 
 
-@dataclass(frozen=True)
 class Rule:
-    """One change to every request: `op` (see the module docstring), on `target` (a parameter or
-    keyword name), with `value` (the value set, the new name, the content used)."""
+    """One change to every request: a small class per kind, the same for rules known in advance, configured
+    and learned. A rule is a frozen value (compared and hashed by kind and fields); `op` names its kind in the
+    stored form `{"op": …, "target": …, "value": …}` (`to_json`, `rule_from_json`).
 
-    op: str
+    Subclasses set `op`, hold `target` (a parameter, keyword or role name) and/or `value` (the value set, the
+    new name, the content used, a size) and implement `apply` and `describe`.
+    """
+
+    op: ClassVar[str] = ""
+    sized: ClassVar[bool] = False
+    """Whether `value` is a size (`is_size`): a stored rule with any other value is left out."""
     target: str = ""
     value: Any = None
 
-    def to_json(self) -> dict[str, Any]:
-        """The rule as stored in the learned facts."""
-        return {"op": self.op, "target": self.target, "value": self.value}
+    def apply(self, request: dict[str, Any]) -> dict[str, Any]:
+        """`request` (a Chat Completions body) as sent under this rule: a new dict where anything changed
+        (only what changes is copied), `request` itself when the rule does not apply to it."""
+        raise NotImplementedError
 
     def describe(self, before: Any = None) -> str:
-        """What the rule does, for a notice: "dropped parameter seed"; `before` is the value a `cap_param`
-        rule lowers (named beside the new one), when known."""
-        match self.op:
-            case "cap_param":
-                was = f" from {before}" if type(before) is int else ""
-                return f"lowered parameter {self.target}{was} to {self.value}"
-            case "cut_tool_result":
-                return (f"cut tool results longer than {self.value} characters to fit (the server's limit; "
-                        "the session keeps them whole)")
-            case "drop_param":
-                return f"dropped parameter {self.target}"
-            case "set_param":
-                return f"set parameter {self.target} to {json.dumps(self.value)}"
-            case "rename_param":
-                return f"renamed parameter {self.target} to {self.value}"
-            case "drop_schema_keyword":
-                return f"dropped the schema keyword {self.target} from tool parameters"
-            case "inline_schema_refs":
-                return "inlined the $refs of tool parameters (no $defs)"
-            case "schema_type_into_branches":
-                return "moved the type beside anyOf/oneOf into their branches"
-            case "schema_empty_object":
-                return ("dropped empty properties of object schemas" if self.value == "drop"
-                        else "gave object schemas without properties an empty properties object")
-            case "assistant_tool_content":
-                return f"sent content {json.dumps(self.value)} on assistant messages with tool calls"
-            case "tool_result_placeholder":
-                return f"sent blank tool results as {json.dumps(self.value)}"
-            case "fold_role":
-                return f"sent {self.target} messages as part of the first user message"
-            case "rename_tools":
-                return f"renamed tools whose names do not match {NAME_RULES[name_rule(self.value)].pattern} " \
-                       "(mapped back when called)"
-            case "assistant_content_text":
-                return "sent the content of assistant messages as text, without its thinking parts"
-        return self.op
+        """What the rule does, in words for a notice ("dropped parameter seed"); `before`: the value the
+        rule's target had in the refused request, where the words name it (`CapParam`)."""
+        raise NotImplementedError
+
+    def to_json(self) -> dict[str, Any]:
+        """The rule as stored in the learned facts (`wire.facts`, `request_rules`)."""
+        return {"op": self.op, "target": self.target, "value": self.value}
+
+
+def _with(request: dict[str, Any], key: str, old: list[Any], new: list[Any]) -> dict[str, Any]:
+    """`request` with `new` as its `key` list, or `request` itself when every item of `new` is the one of `old`."""
+    if len(new) == len(old) and all(map(operator.is_, new, old)):
+        return request
+    return {**request, key: new}
+
+
+def _param_present(request: dict[str, Any], name: str) -> bool:
+    return name not in CORE and name in request
+
+
+@dataclass(frozen=True)
+class DropParam(Rule):
+    """Drop the request parameter `target` (vLLM "Extra inputs are not permitted", OpenAI "Unrecognized
+    request argument supplied")."""
+
+    op: ClassVar[str] = "drop_param"
+    target: str
+
+    def apply(self, request: dict[str, Any]) -> dict[str, Any]:
+        if not _param_present(request, self.target):
+            return request
+        return {k: v for k, v in request.items() if k != self.target}
+
+    def describe(self, before: Any = None) -> str:
+        return f"dropped parameter {self.target}"
+
+
+@dataclass(frozen=True)
+class SetParam(Rule):
+    """Set the parameter `target`, where the request has it, to `value` (OpenAI "Only the default (1) value is
+    supported")."""
+
+    op: ClassVar[str] = "set_param"
+    target: str
+    value: Any
+
+    def apply(self, request: dict[str, Any]) -> dict[str, Any]:
+        if not _param_present(request, self.target):
+            return request
+        return {**request, self.target: self.value}
+
+    def describe(self, before: Any = None) -> str:
+        return f"set parameter {self.target} to {json.dumps(self.value)}"
+
+
+@dataclass(frozen=True)
+class RenameParam(Rule):
+    """Send the parameter `target` under the name `value` (OpenAI "Use 'max_completion_tokens' instead"); its
+    place in the body is kept."""
+
+    op: ClassVar[str] = "rename_param"
+    target: str
+    value: Any
+
+    def apply(self, request: dict[str, Any]) -> dict[str, Any]:
+        if not _param_present(request, self.target) or not isinstance(self.value, str) or self.value in CORE:
+            return request
+        return {(self.value if k == self.target else k): v for k, v in request.items()}
+
+    def describe(self, before: Any = None) -> str:
+        return f"renamed parameter {self.target} to {self.value}"
+
+
+@dataclass(frozen=True)
+class CapParam(Rule):
+    """Lower the integer parameter `target` to `value` where it is above it; a reply cap (`OUTPUT_CAPS`) is
+    capped under either name (OpenAI "supports at most 16384 completion tokens")."""
+
+    op: ClassVar[str] = "cap_param"
+    sized: ClassVar[bool] = True
+    target: str
+    value: Any
+
+    def apply(self, request: dict[str, Any]) -> dict[str, Any]:
+        if not is_size(self.value):
+            return request
+        out = request
+        for name in OUTPUT_CAPS if self.target in OUTPUT_CAPS else (self.target,):
+            if name not in CORE and type(out.get(name)) is int and out[name] > self.value:
+                out = {**out, name: self.value}
+        return out
+
+    def describe(self, before: Any = None) -> str:
+        was = f" from {before}" if type(before) is int else ""
+        return f"lowered parameter {self.target}{was} to {self.value}"
+
+
+@dataclass(frozen=True)
+class _SchemaRule(Rule):
+    """A rule that rewrites the `parameters` schema of every offered tool (`wire.schema`)."""
+
+    def rewrite(self, parameters: dict[str, Any]) -> Any:
+        """One tool's `parameters` as sent under this rule."""
+        raise NotImplementedError
+
+    def apply(self, request: dict[str, Any]) -> dict[str, Any]:
+        tools = request.get("tools")
+        if not isinstance(tools, list):
+            return request
+        return _with(request, "tools", tools, _map_schemas(tools, self.rewrite))
+
+
+@dataclass(frozen=True)
+class DropSchemaKeyword(_SchemaRule):
+    """Drop the JSON-schema keyword `target` from tool parameters (Gemini 'Unknown name "additionalProperties"
+    … Cannot find field')."""
+
+    op: ClassVar[str] = "drop_schema_keyword"
+    target: str
+
+    def rewrite(self, parameters: dict[str, Any]) -> Any:
+        return schemas.drop_keywords(parameters, [self.target])
+
+    def describe(self, before: Any = None) -> str:
+        return f"dropped the schema keyword {self.target} from tool parameters"
+
+
+@dataclass(frozen=True)
+class InlineSchemaRefs(_SchemaRule):
+    """Inline the local `$ref`s of tool parameters, without `$defs` (Moonshot "conflicting keywords found after
+    $ref expansion")."""
+
+    op: ClassVar[str] = "inline_schema_refs"
+
+    def rewrite(self, parameters: dict[str, Any]) -> Any:
+        return schemas.inline_refs(parameters)
+
+    def describe(self, before: Any = None) -> str:
+        return "inlined the $refs of tool parameters (no $defs)"
+
+
+@dataclass(frozen=True)
+class SchemaTypeIntoBranches(_SchemaRule):
+    """Move a `type` beside `anyOf`/`oneOf` into their branches (Moonshot "when using anyOf, type should be
+    defined in anyOf items")."""
+
+    op: ClassVar[str] = "schema_type_into_branches"
+
+    def rewrite(self, parameters: dict[str, Any]) -> Any:
+        return schemas.type_into_branches(parameters)
+
+    def describe(self, before: Any = None) -> str:
+        return "moved the type beside anyOf/oneOf into their branches"
+
+
+@dataclass(frozen=True)
+class SchemaEmptyObject(_SchemaRule):
+    """Object schemas without properties: `value` "drop" drops an empty `properties` (Gemini "should be
+    non-empty for OBJECT type"), anything else gives a missing one `{}` (OpenAI "object schema missing
+    properties")."""
+
+    op: ClassVar[str] = "schema_empty_object"
+    value: Any
+
+    def rewrite(self, parameters: dict[str, Any]) -> Any:
+        return schemas.drop_empty_objects(parameters) if self.value == "drop" \
+            else schemas.fill_missing_properties(parameters)
+
+    def describe(self, before: Any = None) -> str:
+        return ("dropped empty properties of object schemas" if self.value == "drop"
+                else "gave object schemas without properties an empty properties object")
+
+
+@dataclass(frozen=True)
+class _MessageRule(Rule):
+    """A message-shape rule: changes each message it applies to, one at a time."""
+
+    def message(self, message: dict[str, Any]) -> dict[str, Any]:
+        """One message as sent under this rule (itself when unchanged)."""
+        raise NotImplementedError
+
+    def apply(self, request: dict[str, Any]) -> dict[str, Any]:
+        messages = request.get("messages")
+        if not isinstance(messages, list):
+            return request
+        return _with(request, "messages", messages, [self.message(m) if isinstance(m, dict) else m for m in messages])
+
+
+@dataclass(frozen=True)
+class AssistantToolContent(_MessageRule):
+    """Send the blank `content` of assistant messages with tool calls as `value` (`""` for Ollama's "invalid
+    message content type: <nil>", None for Anthropic-compatible "text content blocks must be non-empty")."""
+
+    op: ClassVar[str] = "assistant_tool_content"
+    value: Any
+
+    def message(self, message: dict[str, Any]) -> dict[str, Any]:
+        if message.get("role") == "assistant" and message.get("tool_calls") and _blank(message.get("content")) \
+                and message.get("content") != self.value:
+            return {**message, "content": self.value}
+        return message
+
+    def describe(self, before: Any = None) -> str:
+        return f"sent content {json.dumps(self.value)} on assistant messages with tool calls"
+
+
+@dataclass(frozen=True)
+class ToolResultPlaceholder(_MessageRule):
+    """Send blank tool results as `value` (`NO_OUTPUT`) (Anthropic-compatible "text content blocks must be
+    non-empty")."""
+
+    op: ClassVar[str] = "tool_result_placeholder"
+    value: Any
+
+    def message(self, message: dict[str, Any]) -> dict[str, Any]:
+        if message.get("role") == "tool" and _blank(message.get("content")):
+            return {**message, "content": self.value}
+        return message
+
+    def describe(self, before: Any = None) -> str:
+        return f"sent blank tool results as {json.dumps(self.value)}"
+
+
+@dataclass(frozen=True)
+class AssistantContentText(_MessageRule):
+    """Send assistant content with thinking parts as its text (vLLM "Input should be 'text' or 'refusal'")."""
+
+    op: ClassVar[str] = "assistant_content_text"
+
+    def message(self, message: dict[str, Any]) -> dict[str, Any]:
+        if message.get("role") == "assistant" and _has_thinking(message.get("content")):
+            text = _text_of([p for p in message["content"] if thinking_of(p) is None])
+            return {**message, "content": text or (None if message.get("tool_calls") else "")}
+        return message
+
+    def describe(self, before: Any = None) -> str:
+        return "sent the content of assistant messages as text, without its thinking parts"
+
+
+@dataclass(frozen=True)
+class CutToolResult(_MessageRule):
+    """Cut tool results longer than `value` characters to fit, with the marker of cut output (OpenAI "string too
+    long. Expected a string with maximum length N")."""
+
+    op: ClassVar[str] = "cut_tool_result"
+    sized: ClassVar[bool] = True
+    value: Any
+
+    def apply(self, request: dict[str, Any]) -> dict[str, Any]:
+        return super().apply(request) if is_size(self.value) else request
+
+    def message(self, message: dict[str, Any]) -> dict[str, Any]:
+        return _cut_tool_result(message, self.value)  # type: ignore[no-any-return]
+
+    def describe(self, before: Any = None) -> str:
+        return (f"cut tool results longer than {self.value} characters to fit (the server's limit; "
+                "the session keeps them whole)")
+
+
+@dataclass(frozen=True)
+class FoldRole(Rule):
+    """Send the messages of role `target` (system, developer) as part of the first user message (a chat template
+    that takes no system role: "System role not supported")."""
+
+    op: ClassVar[str] = "fold_role"
+    target: str
+
+    def apply(self, request: dict[str, Any]) -> dict[str, Any]:
+        messages = request.get("messages")
+        if not isinstance(messages, list):
+            return request
+        return _with(request, "messages", messages, _fold_role(messages, self.target))
+
+    def describe(self, before: Any = None) -> str:
+        return f"sent {self.target} messages as part of the first user message"
+
+
+@dataclass(frozen=True)
+class RenameTools(Rule):
+    """Rename offered tools whose names break the name rule `value` (a key of `NAME_RULES`), in the tools and in
+    the history's calls (`tool_renames`); the client maps the names back when they are called."""
+
+    op: ClassVar[str] = "rename_tools"
+    value: Any
+
+    def apply(self, request: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(request.get("tools"), list):
+            return request
+        names = tool_renames(request, self)
+        if not names:
+            return request
+        out = {**request, "tools": [_renamed_tool(t, names) for t in request["tools"]]}
+        if isinstance(out.get("messages"), list):
+            out["messages"] = [_renamed_calls(m, names) for m in out["messages"]]
+        return out
+
+    def describe(self, before: Any = None) -> str:
+        return f"renamed tools whose names do not match {NAME_RULES[name_rule(self.value)].pattern} " \
+               "(mapped back when called)"
+
+
+RULES: dict[str, type[Rule]] = {cls.op: cls for cls in (
+    DropParam, SetParam, RenameParam, CapParam, DropSchemaKeyword, InlineSchemaRefs, SchemaTypeIntoBranches,
+    SchemaEmptyObject, AssistantToolContent, ToolResultPlaceholder, AssistantContentText, CutToolResult, FoldRole,
+    RenameTools)}
+"""Every kind of request rule, by its stored `op`."""
+SIZED_OPS = frozenset(op for op, cls in RULES.items() if cls.sized)
+"""Ops whose value is a size: a positive int below 2**31, else the stored rule is left out."""
+
+
+def rule_from_json(item: Any) -> Rule | None:
+    """The rule a stored `{"op", "target", "value"}` object stands for; None for an unknown op, a target that is
+    no string, a sized rule without a size, or anything else damaged."""
+    if not isinstance(item, dict) or not isinstance(item.get("target", ""), str):
+        return None
+    cls = RULES.get(item.get("op"))  # type: ignore[arg-type]
+    if cls is None or (cls.sized and not is_size(item.get("value"))):
+        return None
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    args = {k: v for k, v in (("target", item.get("target", "")), ("value", item.get("value"))) if k in names}
+    return cls(**args)
 
 
 def rules_from_json(items: Any) -> list[Rule]:
     """The rules of a stored list (unknown or damaged entries are left out)."""
-    out = []
-    for item in items if isinstance(items, list) else []:
-        if isinstance(item, dict) and item.get("op") in _OPS and isinstance(item.get("target", ""), str):
-            if item["op"] in SIZED_OPS and not is_size(item.get("value")):
-                continue
-            out.append(Rule(item["op"], item.get("target", ""), item.get("value")))
-    return out
+    found = (rule_from_json(item) for item in (items if isinstance(items, list) else []))
+    return [rule for rule in found if rule is not None]
 
 
 def is_size(value: Any) -> bool:
@@ -144,45 +434,20 @@ class Change:
         parameter names the value it had."""
         return "; ".join(rule.describe((body or {}).get(rule.target)) for rule in self.rules)
 
+    def kinds(self) -> str:
+        """The rule classes of the change, for a notice: "DropParam, SetParam"."""
+        return ", ".join(dict.fromkeys(type(rule).__name__ for rule in self.rules))
+
 
 # ---- applying rules -------------------------------------------------------------------------------
 
 
 def apply_rules(body: dict[str, Any], rules: Iterable[Rule]) -> dict[str, Any]:
     """`body` as sent under `rules`, in order. Only what a rule changes is copied; `body` is untouched."""
-    out = dict(body)
+    out = body
     for rule in rules:
-        op = rule.op
-        if op in ("drop_param", "set_param", "rename_param"):
-            if rule.target in CORE or rule.target not in out:
-                continue
-            if op == "drop_param":
-                del out[rule.target]
-            elif op == "set_param":
-                out[rule.target] = rule.value
-            elif isinstance(rule.value, str) and rule.value not in CORE:
-                out = {(rule.value if k == rule.target else k): v for k, v in out.items()}
-        elif op in ("drop_schema_keyword", "inline_schema_refs", "schema_type_into_branches",
-                    "schema_empty_object") and isinstance(out.get("tools"), list):
-            out["tools"] = _map_schemas(out["tools"], rule)
-        elif op in ("assistant_tool_content", "tool_result_placeholder", "assistant_content_text") \
-                and isinstance(out.get("messages"), list):
-            out["messages"] = [_message(m, rule) for m in out["messages"]]
-        elif op == "cap_param" and is_size(rule.value):
-            for name in OUTPUT_CAPS if rule.target in OUTPUT_CAPS else (rule.target,):
-                if name not in CORE and type(out.get(name)) is int and out[name] > rule.value:
-                    out[name] = rule.value
-        elif op == "cut_tool_result" and is_size(rule.value) and isinstance(out.get("messages"), list):
-            out["messages"] = [_cut_tool_result(m, rule.value) for m in out["messages"]]
-        elif op == "fold_role" and isinstance(out.get("messages"), list):
-            out["messages"] = _fold_role(out["messages"], rule.target)
-        elif op == "rename_tools" and isinstance(out.get("tools"), list):
-            names = tool_renames(out, rule)
-            if names:
-                out["tools"] = [_renamed_tool(t, names) for t in out["tools"]]
-                if isinstance(out.get("messages"), list):
-                    out["messages"] = [_renamed_calls(m, names) for m in out["messages"]]
-    return out
+        out = rule.apply(out)
+    return out if out is not body else dict(body)
 
 
 NAME_RULES: dict[str, re.Pattern[str]] = {
@@ -244,26 +509,12 @@ def _renamed_calls(message: Any, names: dict[str, str]) -> Any:
     return {**message, "tool_calls": [_renamed_tool(c, names) for c in calls]}
 
 
-def _rewrite(parameters: Any, rule: Rule) -> Any:
-    match rule.op:
-        case "drop_schema_keyword":
-            return schemas.drop_keywords(parameters, [rule.target])
-        case "inline_schema_refs":
-            return schemas.inline_refs(parameters)
-        case "schema_type_into_branches":
-            return schemas.type_into_branches(parameters)
-        case "schema_empty_object":
-            return schemas.drop_empty_objects(parameters) if rule.value == "drop" \
-                else schemas.fill_missing_properties(parameters)
-    return parameters
-
-
-def _map_schemas(tools: list[Any], rule: Rule) -> list[Any]:
+def _map_schemas(tools: list[Any], rewrite: Callable[[dict[str, Any]], Any]) -> list[Any]:
     out = []
     for tool in tools:
         fn = tool.get("function") if isinstance(tool, dict) else None
         if isinstance(fn, dict) and isinstance(fn.get("parameters"), dict):
-            new = _rewrite(fn["parameters"], rule)
+            new = rewrite(fn["parameters"])
             if new != fn["parameters"]:
                 tool = {**tool, "function": {**fn, "parameters": new}}
         out.append(tool)
@@ -328,22 +579,6 @@ def _blank(content: Any) -> bool:
 
 def _has_thinking(content: Any) -> bool:
     return isinstance(content, list) and any(thinking_of(part) is not None for part in content)
-
-
-def _message(message: Any, rule: Rule) -> Any:
-    if not isinstance(message, dict):
-        return message
-    if rule.op == "assistant_content_text":
-        if message.get("role") == "assistant" and _has_thinking(message.get("content")):
-            text = _text_of([p for p in message["content"] if thinking_of(p) is None])
-            return {**message, "content": text or (None if message.get("tool_calls") else "")}
-    elif rule.op == "assistant_tool_content":
-        if message.get("role") == "assistant" and message.get("tool_calls") and _blank(message.get("content")) \
-                and message.get("content", None) != rule.value:
-            return {**message, "content": rule.value}
-    elif message.get("role") == "tool" and _blank(message.get("content")):
-        return {**message, "content": rule.value}
-    return message
 
 
 # ---- reading a refusal ----------------------------------------------------------------------------
@@ -416,7 +651,7 @@ def change_for(status: int, text: str, body: dict[str, Any]) -> Change | None:
             return Change(change.rules, _short(_message_of(text) or words), change.once)
     named = _param_of(text)  # a relay's only word: the `param` of its error object
     if named is not None and named not in CORE and named in body and not re.search(r"\d", _message_of(text)):
-        return Change((Rule("drop_param", named),), _short(_message_of(text) or words))
+        return Change((DropParam(named),), _short(_message_of(text) or words))
     return None
 
 
@@ -500,16 +735,16 @@ def _size_change(text: str, body: dict[str, Any]) -> Change | None:
             room, name = int(found.group(1)) - int(found.group(2)), _output_cap(text, body)
             if name is None or room < MIN_ROOM:
                 return Change((), why)
-            return Change((Rule("cap_param", name, room),), why, once=True)
+            return Change((CapParam(name, room),), why, once=True)
     for pattern in _MODEL_CAP:
         if (found := pattern.search(text)) is not None and (name := _output_cap(text, body)) is not None:
             cap = int(found.group(1))
-            return Change((Rule("cap_param", name, cap),) if is_size(cap) else (), why)
+            return Change((CapParam(name, cap),) if is_size(cap) else (), why)
     if (found := _STRING_LIMIT.search(text)) is not None:
         at, limit, msgs = int(found.group(1)), int(found.group(2)), body.get("messages")
         target = msgs[at] if isinstance(msgs, list) and at < len(msgs) else None
         if is_size(limit) and isinstance(target, dict) and target.get("role") == "tool":
-            return Change((Rule("cut_tool_result", value=limit),), why)
+            return Change((CutToolResult(limit),), why)
         return Change((), why)
     return None
 
@@ -560,9 +795,9 @@ def _name_change(text: str, body: dict[str, Any]) -> Change | None:
     if not _NAME_CONTEXT.search(text):
         return None
     found = _PATTERN.search(text)
-    rule = Rule("rename_tools", value=_name_rule_of(found.group(1) if found else "", text))
+    rule = RenameTools(_name_rule_of(found.group(1) if found else "", text))
     if not tool_renames(body, rule) and rule.value == "strict":
-        rule = Rule("rename_tools", value="letter_first")
+        rule = RenameTools("letter_first")
     return Change((rule,), text) if tool_renames(body, rule) else None
 
 
@@ -574,16 +809,16 @@ def _schema_change(text: str, body: dict[str, Any]) -> Change | None:
     nodes = [n for p in params for n in schemas.schema_nodes(p)]
     why = _short(text)
     if "$ref" in used and _REFS.search(text):
-        return Change((Rule("inline_schema_refs"),), why)
+        return Change((InlineSchemaRefs(),), why)
     if _BRANCH_TYPE.search(text) and any("type" in n and any(k in n for k in ("anyOf", "oneOf")) for n in nodes):
-        return Change((Rule("schema_type_into_branches"),), why)
+        return Change((SchemaTypeIntoBranches(),), why)
     named = _schema_keywords(text, used)
     if named:
-        return Change(tuple(Rule("drop_schema_keyword", k) for k in named), why)
+        return Change(tuple(DropSchemaKeyword(k) for k in named), why)
     if _EMPTY_PROPS.search(text) and any(n.get("type") == "object" and n.get("properties") == {} for n in nodes):
-        return Change((Rule("schema_empty_object", value="drop"),), why)
+        return Change((SchemaEmptyObject("drop"),), why)
     if _MISSING_PROPS.search(text) and any(n.get("type") == "object" and "properties" not in n for n in nodes):
-        return Change((Rule("schema_empty_object", value="add"),), why)
+        return Change((SchemaEmptyObject("add"),), why)
     return None
 
 
@@ -662,22 +897,22 @@ def _message_change(text: str, body: dict[str, Any]) -> Change | None:
     if _ROLE_REFUSED.search(text):
         for role in ("developer", "system"):
             if any(m.get("role") == role for m in msgs) and (_names(text, role) or role == "system"):
-                return Change((Rule("fold_role", role),), text)
+                return Change((FoldRole(role),), text)
     if not _MESSAGE_CONTEXT.search(text):
         return None
     tool_turns = [m for m in msgs if m.get("role") == "assistant" and m.get("tool_calls")]
     why = _short(text)
     if (_names(text, "thinking") or _WANTS_STRING.search(text) or _TEXT_PARTS_ONLY.search(text)) \
             and any(m.get("role") == "assistant" and _has_thinking(m.get("content")) for m in msgs):
-        return Change((Rule("assistant_content_text"),), why)
+        return Change((AssistantContentText(),), why)
     if _WANTS_STRING.search(text) and any(m.get("content") is None for m in tool_turns):
-        return Change((Rule("assistant_tool_content", value=""),), why)
+        return Change((AssistantToolContent(""),), why)
     if _WANTS_TEXT.search(text):
-        rules = []
+        rules: list[Rule] = []
         if any(m.get("role") == "tool" and _blank(m.get("content")) for m in msgs):
-            rules.append(Rule("tool_result_placeholder", value=NO_OUTPUT))
+            rules.append(ToolResultPlaceholder(NO_OUTPUT))
         if any(isinstance(m.get("content"), str | list) and _blank(m.get("content")) for m in tool_turns):
-            rules.append(Rule("assistant_tool_content", value=None))
+            rules.append(AssistantToolContent(None))
         if rules:
             return Change(tuple(rules), why)
     return None
@@ -730,14 +965,14 @@ def _param_change(text: str, body: dict[str, Any]) -> Change | None:
     rename = _INSTEAD.search(text)
     if rename and len(named) == 1 and rename.group(1) not in CORE and rename.group(1) != named[0] \
             and rename.group(1) not in body:
-        return Change((Rule("rename_param", named[0], rename.group(1)),), why)
+        return Change((RenameParam(named[0], rename.group(1)),), why)
     if len(named) == 1:
         value = _ONLY_VALUE.search(text)
         if value is not None:
             wanted = _value(next(g for g in value.groups() if g is not None))
             if isinstance(wanted, bool | int | float) and wanted != body[named[0]]:
-                return Change((Rule("set_param", named[0], wanted),), why)
-    return Change(tuple(Rule("drop_param", k) for k in named), why)
+                return Change((SetParam(named[0], wanted),), why)
+    return Change(tuple(DropParam(k) for k in named), why)
 
 
 # a value refused, not the parameter: OpenAI "Invalid 'temperature': decimal above maximum value. Expected a value

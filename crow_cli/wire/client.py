@@ -21,9 +21,10 @@ everything else unchanged, a `Notice` says what changed and why, and a refusal t
 ends the turn with the server's message. A change that fits one prompt only (`max_tokens` lowered to the room
 that prompt leaves in the context window: `adapt.Change.once`) holds for that request and is never remembered.
 What `wire.adapt` learns is remembered per base URL + model
-(`wire.facts`) and applied before the first request of later runs, with the rules known in advance for
-the server (`adapt.known_rules`); `adapt_requests=False` turns that mechanism off (a refused
-`stream_options` is then still dropped, for the client's life).
+(`wire.facts`) and applied before the first request of later runs: the client starts from one
+`wire.profile.ServerProfile`, built once from the built-in, configured and learned layers;
+`adapt_requests=False` turns that mechanism off (a refused `stream_options` is then still dropped, by a
+`DropParam` rule for the client's life, never remembered).
 
 Imports: the SDK and the sibling modules that import httpx (`body`, `record`, `stream`) are imported where
 they are used, so that a surface can import this module, start its MCP servers and read its session while
@@ -47,10 +48,20 @@ from ..events import Notice, WarningEvent
 from ..history import Message
 from ..text import header_secrets, mask_secrets, public_url, short_text, url_secrets
 from .accumulate import stream_error
-from .adapt import Change, Rule, apply_rules, change_for, known_rules, rules_from_json, tool_names, value_refused
+from .adapt import (
+    Change,
+    DropParam,
+    RenameTools,
+    Rule,
+    apply_rules,
+    change_for,
+    tool_names,
+    value_refused,
+)
 from .facts import facts_path, learn, problem, recall
 from .outgoing import REASONING_ECHO, Outgoing, ReasoningEcho
-from .profiles import CONTEXT_OVERFLOW, OVERFLOW_NUMBERS, OVERFLOW_PROMPT, OVERFLOW_WINDOW, profile_for
+from .profile import build_profile
+from .profiles import CONTEXT_OVERFLOW, OVERFLOW_NUMBERS, OVERFLOW_PROMPT, OVERFLOW_WINDOW
 from .retries import MAX_RETRY_AFTER_S, retry_after_s, retry_notice, retry_wait_s, should_retry
 from .vision import ImagesRefused, holds_images, known_text_only, refuses_images
 
@@ -122,7 +133,6 @@ class ChatClient:
             raise ValueError(f"reasoning_echo must be auto, always or never, not {settings.reasoning_echo!r}")
         self.settings = settings
         self._sdk: Any = None
-        self._usage_option = True  # stream_options.include_usage, dropped if the server rejects it
         self._after_done: AfterDone | None = None  # learned: a server keeps its bodies open after [DONE]
         self._url, self._query = split_base_url(settings.base_url)
         self._shown_url = public_url(settings.base_url)
@@ -137,28 +147,22 @@ class ChatClient:
         self._fields_traced = False
         self._offered_tools: list[dict[str, Any]] = []
 
-        self.profile = profile_for(settings.base_url, settings.provider)
-        """What is known of this server in advance (`wire.profiles`), config overrides applied."""
         known = recall(settings.base_url, settings.model) if settings.adapt_requests else {}
+        self.profile = build_profile(settings.base_url, settings.model, settings.provider, known,
+                                     rules=settings.adapt_requests)
+        """What is known of this server (`wire.profile`): built-in knowledge, the config's `[provider]` table, then
+        what earlier runs learned (none, and no request rule, when `adapt_requests` is off)."""
 
         self.takes_images = not known_text_only(settings.model, known)
         """Whether the model may be sent images: False once known text-only (`wire.vision`): by its name, or
         learned from a refusal of image parts (then requests holding images fail before they are sent)."""
 
-
         self._facts_problem = problem() if settings.adapt_requests else None  # said once, before the first request
-        if known.get("usage_option_refused") is True:  # what `crow probe` found: no stream_options to send
-            self._usage_option = False
-        # what goes back of what servers attached to messages, and the fields this one refused or demanded:
-        # the profile, then what earlier runs learned
+        # what goes back of what servers attached to messages, and the fields this one refused or demanded
         self._outgoing = Outgoing(settings.reasoning_echo, reasoning_fields=self.profile.reasoning_fields,
-                                  known={**self.profile.facts(), **known}, author=self.author)
-        if settings.adapt_requests:
-
-            self._rules = known_rules(settings.base_url, settings.model)
-            recalled = rules_from_json(known.get("request_rules"))
-            self._rules += [r for r in recalled if r not in self._rules]
-            self._known = len(self._rules)
+                                  known=self.profile.message_facts(), author=self.author)
+        self._rules = list(self.profile.request_rules)
+        self._known = len(self._rules)
 
     def _client(self) -> Any:
         if self._sdk is None:
@@ -224,8 +228,7 @@ class ChatClient:
         if tools:
             body["tools"] = tools
         self._offered_tools = tools or []
-        if self._usage_option:
-            body["stream_options"] = {"include_usage": True}
+        body["stream_options"] = {"include_usage": True}  # dropped by a rule where the server refuses it
         if self._rules or self._once:
 
             body = apply_rules(body, [*self._rules, *self._once])
@@ -268,6 +271,8 @@ class ChatClient:
             self._fields_traced = True
             yield Notice(f"crow: debug: server profile {self.profile.name!r}; messages go as "
                          f"{self._outgoing.describe()}", "adapt_debug")
+            yield Notice("crow: debug: server profile values (and the layer each came from): " + "; ".join(
+                f"{key} {value} ({layer})" for key, value, layer in self.profile.described()), "adapt_debug")
         if self.settings.trace and self._rules and not self._traced:
             self._traced = True
 
@@ -353,7 +358,7 @@ class ChatClient:
 
         back: dict[str, str] = {}
         for rule in self._rules:
-            if rule.op == "rename_tools":  # the body has the new names: map them from the names offered
+            if isinstance(rule, RenameTools):  # the body has the new names: map them from the names offered
                 offered = {**body, "tools": self._offered_tools}
                 back.update(tool_names(offered, rule).back)
         return back
@@ -409,8 +414,9 @@ class ChatClient:
     def _adapt_usage(self, status: int, text: str, body: dict[str, Any], done: set[str]) -> list[Notice] | None:
         """`stream_options` refused and `adapt_requests` off (else `wire.adapt` drops it, remembered): servers
         that reject include_usage just get no usage (silently, for this client's life)."""
-        if self._usage_option and "stream_options" in text and "stream_options" not in done:
-            self._usage_option = False
+        rule = DropParam("stream_options")
+        if "stream_options" in text and rule not in self._rules and "stream_options" in body:
+            self._rules.append(rule)
             done.add("stream_options")
             return []
         return None
@@ -447,7 +453,7 @@ class ChatClient:
             return None
 
         for rule in change.rules:  # a value the user configured: theirs to fix, never dropped on a server's word
-            if rule.op == "drop_param" and rule.target in self.settings.params \
+            if isinstance(rule, DropParam) and rule.target in self.settings.params \
                     and value_refused(text, rule.target, self.settings.params[rule.target]):
 
                 raise ProviderError(
@@ -467,7 +473,7 @@ class ChatClient:
             then = ("remembered for this server and model once it accepts the changed request; adapt_requests = "
                     "false turns this off")
         notices = [Notice(f"crow: the server refused the request ({status}: {change.why}); "
-                          f"{change.describe(body)} and sent it again ({then})", "request_adapted")]
+                          f"{change.describe(body)} ({change.kinds()}) and sent it again ({then})", "request_adapted")]
         if self.settings.trace:
             notices.append(Notice(f"crow: debug: rules now applied to every request: "
                                   f"{_json([r.to_json() for r in self._rules])}", "adapt_debug"))

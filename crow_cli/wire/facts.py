@@ -31,7 +31,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..private import private_dir, private_file
+from ..atomic import write_atomic
+from ..private import private_dir
 from ..text import public_url
 from .adapt import SIZED_OPS, is_size
 
@@ -210,13 +211,7 @@ def forget(base_url: str | None = None, model: str | None = None) -> list[str]:
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    private_file(tmp)
-    try:
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_atomic(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8"), private=True)
 
 
 @contextlib.contextmanager

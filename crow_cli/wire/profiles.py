@@ -2,9 +2,10 @@
 
 One place for provider knowledge (the way pydantic-ai keeps `profiles/`): the wire code, the config and
 the tool-name cleaner read these tables instead of naming providers themselves. A `Profile` says what
-is known of a provider in advance (matched by the base URL's host); the config's `[provider]` table
-overrides any of its fields for the configured server; what a server teaches at run time is kept
-per base URL + model in `wire.facts` and wins over both. Pure data and pure functions: no I/O.
+is known of a provider in advance (matched by the base URL's host), `KNOWN_REQUEST_RULES` the request
+rules known for a host and model family: together the built-in layer of a server's profile, which
+`wire.profile.build_profile` overlays with the config's `[provider]` table and what a server taught
+(`wire.facts`). Pure data and pure functions: no I/O.
 Sources are given beside each entry.
 """
 
@@ -12,15 +13,33 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-__all__ = ["BLOCK_TEXT_FIELDS", "CONTEXT_OVERFLOW", "KEYED_HOSTS", "KNOWN_REQUEST_RULES", "LEAKED_TOKEN",
-           "OVERFLOW_NUMBERS", "OVERFLOW_PROMPT", "OVERFLOW_WINDOW", "PROFILES", "PROFILE_FIELDS",
-           "REASONING_BLOCK_FIELDS", "REASONING_FIELDS",
-           "TOOL_NAMESPACE", "Profile", "check_overrides", "field_demanded", "field_refused", "mentions_field",
-           "profile_for"]
+__all__ = [
+    "BLOCK_TEXT_FIELDS",
+    "CONTEXT_OVERFLOW",
+    "KEYED_HOSTS",
+    "KNOWN_REQUEST_RULES",
+    "LEAKED_TOKEN",
+    "OVERFLOW_NUMBERS",
+    "OVERFLOW_PROMPT",
+    "OVERFLOW_WINDOW",
+    "OWNED_PARAMS",
+    "PROFILES",
+    "PROFILE_FIELDS",
+    "REASONING_BLOCK_FIELDS",
+    "REASONING_FIELDS",
+    "REQUEST_CORE",
+    "TOOL_NAMESPACE",
+    "Profile",
+    "check_overrides",
+    "field_demanded",
+    "field_refused",
+    "mentions_field",
+    "profile_for",
+]
 
 REASONING_FIELDS = ("reasoning_content", "reasoning")
 """Delta / message fields that carry a turn's reasoning as text: `reasoning_content` (DeepSeek, vLLM,
@@ -108,14 +127,6 @@ class Profile:
     refused_fields: tuple[str, ...] = ()
     required_fields: tuple[str, ...] = ()
 
-    def facts(self) -> dict[str, Any]:
-        """The message policy as facts, in `wire.facts` / `wire.outgoing.Outgoing(known=…)` form."""
-        facts: dict[str, Any] = {"refused_fields": list(self.refused_fields),
-                                 "required_fields": list(self.required_fields)}
-        if self.tool_message_name is not None:
-            facts["tool_message_name"] = self.tool_message_name
-        return facts
-
 
 PROFILES: tuple[Profile, ...] = (
     Profile("openai", hosts=("api.openai.com",), needs_key=True),
@@ -130,9 +141,15 @@ KEYED_HOSTS = tuple(host for profile in PROFILES if profile.needs_key for host i
 """Hosted APIs that refuse every request without a key (local servers often need none)."""
 
 PROFILE_FIELDS: dict[str, type] = {"needs_key": bool, "reasoning_fields": list, "tool_message_name": bool,
-                                   "refused_fields": list, "required_fields": list}
+                                   "refused_fields": list, "required_fields": list, "request_rules": list}
 """The fields the config's `[provider]` table may override, with their TOML types."""
 
+
+OWNED_PARAMS = ("model", "messages", "stream", "stream_options", "tools")
+"""Body fields crow sets itself, which the config's `[params]` may not set."""
+REQUEST_CORE = frozenset(OWNED_PARAMS) - {"stream_options"}
+"""Body fields no request rule drops, sets or renames: the request itself (`stream_options` is crow's own, and
+dropped where a server refuses it)."""
 
 MESSAGE_FIELDS = frozenset({"role", "content", "tool_calls", "tool_call_id", "name", "id", "type", "function",
                             "arguments", "refusal", "audio"})
@@ -142,10 +159,29 @@ _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,63}")
 _MAX_NAMES = 32
 
 
+def _rules_shape(value: Any) -> str | None:
+    """What is wrong with the shape of `[provider] request_rules` (tables of bounded names), or None; which rules
+    crow knows is checked by `wire.profile.rules_problem`."""
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        return "[provider] request_rules must be a list of tables (op, target, value)"
+    if len(value) > _MAX_NAMES:
+        return f"[provider] request_rules may hold at most {_MAX_NAMES} rules"
+    for item in value:
+        for name in (item.get("op"), item.get("target")):
+            if name is not None and (not isinstance(name, str) or not _FIELD_NAME.fullmatch(name)):
+                return f"[provider] request_rules: {str(name)[:64]!r} is not a field name (letters, digits, _ . : -)"
+    return None
+
+
 def check_overrides(table: Mapping[str, Any]) -> str | None:
     """What is wrong with a config `[provider]` table (one line naming the key), or None: known keys, their
     TOML types, list items names of at most 64 characters, at most 32 of them, none of `MESSAGE_FIELDS`."""
     for key, value in table.items():
+        if key == "request_rules":
+            problem = _rules_shape(value)
+            if problem:
+                return problem
+            continue
         kind = PROFILE_FIELDS.get(key)
         if kind is None:
             return f"[provider] has no key {key!r} (known: {', '.join(PROFILE_FIELDS)})"
@@ -164,19 +200,14 @@ def check_overrides(table: Mapping[str, Any]) -> str | None:
     return None
 
 
-def profile_for(base_url: str, overrides: Mapping[str, Any] | None = None) -> Profile:
-    """The profile of the server at `base_url` (by host), with the config's `[provider]` overrides."""
+def profile_for(base_url: str) -> Profile:
+    """The built-in profile of the server at `base_url` (by host); `Profile()` for any other. The profile a
+    client uses, with the config's and learned layers, is `wire.profile.build_profile`'s."""
     try:
         host = (urlsplit(base_url).hostname or "").lower()
     except ValueError:
         host = ""
-    profile = next((p for p in PROFILES if host in p.hosts), Profile())
-    if overrides:
-        known = {f.name for f in fields(Profile)}
-        changes: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()
-                                   if k in known}
-        profile = replace(profile, **changes)
-    return profile
+    return next((p for p in PROFILES if host in p.hosts), Profile())
 
 
 # Context-window overflow, as each provider words it (the client maps it to `ContextOverflow`).

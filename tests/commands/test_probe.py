@@ -175,6 +175,21 @@ def test_show_lists_the_request_changes_a_run_learned(here: Any) -> None:
     assert shown["http://127.0.0.1:9/v1 m"]["request_rules"][0]["target"] == "seed"
 
 
+# `crow probe --show` says which layer each value of the server's profile came from (issue 29 §1)
+def test_show_names_the_layer_of_each_value_of_the_configured_servers_profile(here: Any, tmp_path: Path) -> None:
+    from crow_cli.wire import facts
+
+    facts.learn("http://127.0.0.1:9/v1", "m", request_rules=[{"op": "drop_param", "target": "seed", "value": None}])
+    config = tmp_path / "config.toml"
+    config.write_text('base_url = "http://127.0.0.1:9/v1"\nmodel = "m"\n[provider]\nreasoning_fields = ["thinking"]\n')
+    proc = here("probe", "--show", "--config", str(config))
+    assert proc.returncode == 0, proc.stderr
+    profile = proc.stdout.split("server profile of http://127.0.0.1:9/v1 m", 1)[1]
+    assert '  reasoning_fields: ["thinking"] (config)' in profile
+    assert "  needs_key: false (built-in)" in profile
+    assert "  rule drop_param seed: dropped parameter seed (DropParam) (learned)" in profile
+
+
 def test_show_with_nothing_probed(here: Any) -> None:
     proc = here("probe", "--show")
     assert proc.returncode == 0 and proc.stdout.startswith("nothing probed yet")

@@ -19,10 +19,32 @@ from __future__ import annotations
 
 import copy
 import json
+from typing import Any
 
 import pytest
 
-from crow_cli.wire.adapt import NO_OUTPUT, Rule, apply_rules, change_for, known_rules, rules_from_json
+from crow_cli.wire.adapt import (
+    NO_OUTPUT,
+    AssistantContentText,
+    AssistantToolContent,
+    CapParam,
+    CutToolResult,
+    DropParam,
+    DropSchemaKeyword,
+    FoldRole,
+    InlineSchemaRefs,
+    RenameParam,
+    RenameTools,
+    Rule,
+    SchemaEmptyObject,
+    SchemaTypeIntoBranches,
+    SetParam,
+    ToolResultPlaceholder,
+    apply_rules,
+    change_for,
+    known_rules,
+    rules_from_json,
+)
 
 
 def tool(name: str, parameters: dict) -> dict:
@@ -102,7 +124,7 @@ GEMINI_EMPTY_OBJECT = err("* GenerateContentRequest.tools[0].function_declaratio
 def test_a_named_schema_keyword_is_dropped_from_every_tool_schema(text: str, keywords: list[str]) -> None:
     request = body()
     found = rules(400, text, request)
-    assert found == [Rule("drop_schema_keyword", k) for k in keywords]
+    assert found == [DropSchemaKeyword(k) for k in keywords]
     sent = apply_rules(request, found)
     assert request == body()  # the request as built is never changed
     from crow_cli.wire.schema import keywords_used
@@ -126,7 +148,7 @@ def test_a_path_ending_in_a_keyword_names_it_and_a_property_named_like_one_is_ke
 
 def test_refused_refs_are_inlined_and_defs_dropped() -> None:
     found = rules(400, MOONSHOT_REF, body())
-    assert found == [Rule("inline_schema_refs")]
+    assert found == [InlineSchemaRefs()]
     params = apply_rules(body(), found)["tools"][0]["function"]["parameters"]
     assert "$defs" not in params
     assert params["properties"]["asset"] == {"type": "object", "description": "the asset",
@@ -135,7 +157,7 @@ def test_refused_refs_are_inlined_and_defs_dropped() -> None:
 
 def test_a_type_beside_any_of_moves_into_its_branches() -> None:
     found = rules(400, MOONSHOT_ANY_OF, body())
-    assert found == [Rule("schema_type_into_branches")]
+    assert found == [SchemaTypeIntoBranches()]
     params = apply_rules(body(), found)["tools"][0]["function"]["parameters"]
     assert params["properties"]["mode"] == {"anyOf": [{"enum": ["a"], "type": "string"},
                                                       {"enum": ["b"], "type": "string"}]}
@@ -148,7 +170,7 @@ def test_an_object_with_empty_properties_gets_the_shape_gemini_asks_for() -> Non
 
 
 def test_a_keyword_already_gone_teaches_nothing() -> None:
-    request = apply_rules(body(), [Rule("drop_schema_keyword", "additionalProperties")])
+    request = apply_rules(body(), [DropSchemaKeyword("additionalProperties")])
     assert change_for(400, GEMINI_ADDITIONAL, request) is None
 
 
@@ -185,10 +207,10 @@ GAUDI_LOGPROBS = json.dumps({"error": {"message": "Gaudi doesn't support logprob
 
 
 @pytest.mark.parametrize(("text", "params", "expected"), [
-    (OPENAI_LOGPROBS, {"logprobs": True, "temperature": 0.2}, [Rule("drop_param", "logprobs")]),
-    (VLLM_EXTRA, {"seed": 42, "top_p": 0.9}, [Rule("drop_param", "seed")]),
-    (LITELLM_SEED, {"seed": 1, "temperature": 0}, [Rule("drop_param", "seed")]),
-    (XAI_CAMEL, {"frequency_penalty": 0.5, "top_p": 1}, [Rule("drop_param", "frequency_penalty")]),
+    (OPENAI_LOGPROBS, {"logprobs": True, "temperature": 0.2}, [DropParam("logprobs")]),
+    (VLLM_EXTRA, {"seed": 42, "top_p": 0.9}, [DropParam("seed")]),
+    (LITELLM_SEED, {"seed": 1, "temperature": 0}, [DropParam("seed")]),
+    (XAI_CAMEL, {"frequency_penalty": 0.5, "top_p": 1}, [DropParam("frequency_penalty")]),
 ])
 def test_an_unsupported_parameter_is_dropped_and_only_it(text: str, params: dict, expected: list[Rule]) -> None:
     request = body(**params)
@@ -201,19 +223,19 @@ def test_an_unsupported_parameter_is_dropped_and_only_it(text: str, params: dict
 def test_several_parameters_named_at_once_are_dropped_at_once() -> None:
     request = body(logprobs=True, top_logprobs=3, seed=7)
     found = rules(400, GAUDI_LOGPROBS, request)
-    assert found == [Rule("drop_param", "logprobs"), Rule("drop_param", "top_logprobs")]
+    assert found == [DropParam("logprobs"), DropParam("top_logprobs")]
     assert apply_rules(request, found)["seed"] == 7
 
 
 def test_a_refused_value_is_set_to_the_value_the_server_names() -> None:
-    assert rules(400, OPENAI_TEMPERATURE, body(temperature=0.2)) == [Rule("set_param", "temperature", 1)]
-    assert rules(400, DASHSCOPE_THINKING, body(enable_thinking=True)) == [Rule("set_param", "enable_thinking",
+    assert rules(400, OPENAI_TEMPERATURE, body(temperature=0.2)) == [SetParam("temperature", 1)]
+    assert rules(400, DASHSCOPE_THINKING, body(enable_thinking=True)) == [SetParam("enable_thinking",
                                                                                False)]
 
 
 def test_use_x_instead_renames_keeping_the_value() -> None:
     found = rules(400, OPENAI_MAX_TOKENS, body(max_tokens=500, temperature=1))
-    assert found == [Rule("rename_param", "max_tokens", "max_completion_tokens")]
+    assert found == [RenameParam("max_tokens", "max_completion_tokens")]
     sent = apply_rules(body(max_tokens=500, temperature=1), found)
     assert sent["max_completion_tokens"] == 500 and "max_tokens" not in sent and sent["temperature"] == 1
 
@@ -260,7 +282,7 @@ def test_max_tokens_above_the_models_limit_is_lowered_to_it_and_held_for_later_r
     request = body(**{name: 100000, "temperature": 0.2})
     change = change_for(400, text, request)
     assert change is not None and not change.once  # the model's limit: every later request, learned
-    assert list(change.rules) == [Rule("cap_param", name, cap)]
+    assert list(change.rules) == [CapParam(name, cap)]
     assert f"from 100000 to {cap}" in change.describe(request)
     sent = apply_rules(request, change.rules)
     assert sent[name] == cap and {k: v for k, v in sent.items() if k != name} == \
@@ -274,7 +296,7 @@ def test_max_tokens_above_the_room_the_prompt_leaves_is_lowered_for_that_request
     request = body(max_tokens=5000)
     change = change_for(400, text, request)
     assert change is not None and change.once  # the room depends on the prompt: never learned
-    assert list(change.rules) == [Rule("cap_param", "max_tokens", 4096 - 1000)]
+    assert list(change.rules) == [CapParam("max_tokens", 4096 - 1000)]
     assert apply_rules(request, change.rules)["max_tokens"] == 3096
 
 
@@ -286,7 +308,7 @@ def test_a_prompt_that_leaves_too_little_room_is_the_overflow_it_is() -> None:
 
 
 def test_a_relay_naming_only_the_parameter_drops_it() -> None:
-    assert rules(400, RELAY_PARAM, body(max_tokens=5000)) == [Rule("drop_param", "max_tokens")]
+    assert rules(400, RELAY_PARAM, body(max_tokens=5000)) == [DropParam("max_tokens")]
 
 
 def test_a_tool_result_over_the_servers_string_limit_is_cut_with_the_cut_output_marker() -> None:
@@ -294,7 +316,7 @@ def test_a_tool_result_over_the_servers_string_limit_is_cut_with_the_cut_output_
     request["messages"][2]["content"] = "line\n" * 600  # 3000 characters
     change = change_for(400, OPENAI_STRING, request)
     assert change is not None and not change.once
-    assert list(change.rules) == [Rule("cut_tool_result", value=2000)]
+    assert list(change.rules) == [CutToolResult(2000)]
     sent = apply_rules(request, change.rules)
     cut = sent["messages"][2]["content"]
     assert len(cut) <= 2000 and cut.startswith("line\n") and "[output truncated: " in cut
@@ -335,7 +357,7 @@ ANTHROPIC_EMPTY = json.dumps({"type": "error", "error": {"type": "invalid_reques
 def test_null_content_beside_tool_calls_becomes_an_empty_string(text: str) -> None:
     request = body()
     found = rules(400, text, request)
-    assert found == [Rule("assistant_tool_content", value="")]
+    assert found == [AssistantToolContent("")]
     sent = apply_rules(request, found)
     assert sent["messages"][1]["content"] == "" and sent["messages"][1]["tool_calls"] == HISTORY[1]["tool_calls"]
     assert request["messages"] == HISTORY and sent["tools"] == request["tools"]
@@ -345,7 +367,7 @@ def test_a_blank_tool_result_gets_a_placeholder_and_empty_content_becomes_null()
     request = body()
     request["messages"][1]["content"] = ""
     found = rules(400, ANTHROPIC_EMPTY, request)
-    assert found == [Rule("tool_result_placeholder", value=NO_OUTPUT), Rule("assistant_tool_content", value=None)]
+    assert found == [ToolResultPlaceholder(NO_OUTPUT), AssistantToolContent(None)]
     sent = apply_rules(request, found)
     assert sent["messages"][2] == {"role": "tool", "tool_call_id": "call_1", "content": NO_OUTPUT}
     assert sent["messages"][1]["content"] is None
@@ -362,11 +384,11 @@ def test_content_parts_other_than_text_are_not_blank() -> None:
     request["messages"][1]["content"] = thought
     request["messages"][2]["content"] = [{"type": "image_url", "image_url": {"url": "data:,"}}]
     for value in ("", None):
-        sent = apply_rules(request, [Rule("assistant_tool_content", value=value),
-                                     Rule("tool_result_placeholder", value=NO_OUTPUT)])
+        sent = apply_rules(request, [AssistantToolContent(value),
+                                     ToolResultPlaceholder(NO_OUTPUT)])
         assert sent["messages"][1]["content"] == thought and sent["messages"][2] == request["messages"][2]
     request["messages"][1]["content"] = [{"type": "text", "text": " "}]
-    assert apply_rules(request, [Rule("assistant_tool_content", value="")])["messages"][1]["content"] == ""
+    assert apply_rules(request, [AssistantToolContent("")])["messages"][1]["content"] == ""
 
 
 VLLM_PARTS = ("[{'type': 'literal_error', 'loc': ('body', 'messages', 1, 'assistant', 'content', 'list[union["
@@ -387,13 +409,13 @@ def test_refused_thinking_parts_go_as_the_text_of_the_content(text: str) -> None
     request["messages"][1]["content"] = [thought]
     request["messages"].append({"role": "assistant", "content": [thought, {"type": "text", "text": "done"}]})
     found = rules(400, text, request)
-    assert found == [Rule("assistant_content_text")]
+    assert found == [AssistantContentText()]
     sent = apply_rules(request, found)
     assert sent["messages"][1]["content"] is None and sent["messages"][3]["content"] == "done"
     assert request["messages"][3]["content"][0] == thought  # the history is never changed
     assert rules_from_json([r.to_json() for r in found]) == found  # remembered
     again = change_for(400, text, apply_rules(request, found))  # a string wanted: then "" for the null beside calls
-    assert again is None or again.rules == (Rule("assistant_tool_content", value=""),)
+    assert again is None or again.rules == (AssistantToolContent(""),)
 
 
 def test_json_nulls_of_the_error_object_are_not_read_as_the_message() -> None:
@@ -406,17 +428,17 @@ def test_json_nulls_of_the_error_object_are_not_read_as_the_message() -> None:
 
 
 def test_rules_round_trip_through_json_and_damaged_entries_are_left_out() -> None:
-    stored = [Rule("drop_param", "seed").to_json(), {"op": "explode"}, "x", Rule("inline_schema_refs").to_json()]
-    assert rules_from_json(json.loads(json.dumps(stored))) == [Rule("drop_param", "seed"), Rule("inline_schema_refs")]
+    stored = [DropParam("seed").to_json(), {"op": "explode"}, "x", InlineSchemaRefs().to_json()]
+    assert rules_from_json(json.loads(json.dumps(stored))) == [DropParam("seed"), InlineSchemaRefs()]
     assert rules_from_json(None) == []
 
 
 def test_rules_known_in_advance_by_host_and_model_family() -> None:
-    assert Rule("drop_schema_keyword", "additionalProperties") in known_rules(
+    assert DropSchemaKeyword("additionalProperties") in known_rules(
         "https://generativelanguage.googleapis.com/v1beta/openai", "gemini-2.5-flash")
-    assert known_rules("https://api.moonshot.ai/v1", "kimi-k2")[0] == Rule("inline_schema_refs")
-    assert known_rules("http://localhost:11434/v1", "qwen3") == [Rule("assistant_tool_content", value="")]
-    assert known_rules("https://api.openai.com/v1", "o3-mini") == [Rule("rename_param", "max_tokens",
+    assert known_rules("https://api.moonshot.ai/v1", "kimi-k2")[0] == InlineSchemaRefs()
+    assert known_rules("http://localhost:11434/v1", "qwen3") == [AssistantToolContent("")]
+    assert known_rules("https://api.openai.com/v1", "o3-mini") == [RenameParam("max_tokens",
                                                                         "max_completion_tokens")]
     assert known_rules("https://api.openai.com/v1", "gpt-4o") == []
     assert known_rules("http://127.0.0.1:8080/v1", "test-model") == []
@@ -429,9 +451,9 @@ def test_rules_known_in_advance_by_host_and_model_family() -> None:
 def test_an_unquoted_camel_case_keyword_and_keyword_x_are_read() -> None:
     # a gateway's plain-text wording; camelCase names can only be keywords
     text = "tools[0].function.parameters: additionalProperties is not supported by this model"
-    assert rules(400, text, body()) == [Rule("drop_schema_keyword", "additionalProperties")]
+    assert rules(400, text, body()) == [DropSchemaKeyword("additionalProperties")]
     text = err("function parameters schema uses unsupported keyword const")
-    assert rules(400, text, body()) == [Rule("drop_schema_keyword", "const")]
+    assert rules(400, text, body()) == [DropSchemaKeyword("const")]
 
 
 def test_vertex_any_of_must_be_the_only_field_moves_the_type_into_the_branches() -> None:
@@ -439,7 +461,7 @@ def test_vertex_any_of_must_be_the_only_field_moves_the_type_into_the_branches()
     # field set." (google-gemini/gemini-cli reports on Vertex)
     text = err("Unable to submit request because `create_event` functionDeclaration `parameters.mode` schema "
                "specified other fields alongside any_of. When using any_of, it must be the only field set.")
-    assert rules(400, text, body()) == [Rule("schema_type_into_branches")]
+    assert rules(400, text, body()) == [SchemaTypeIntoBranches()]
 
 
 # vLLM serving Gemma 2 (vllm-project/vllm#2964, huggingface/chat-ui#1386)
@@ -450,7 +472,7 @@ GEMMA_SYSTEM = json.dumps({"object": "error", "message": "System role not suppor
 def test_a_refused_system_role_is_folded_into_the_first_user_message() -> None:
     request = {**body(), "messages": [{"role": "system", "content": "Be brief."}, *copy.deepcopy(HISTORY)]}
     found = rules(400, GEMMA_SYSTEM, request)
-    assert found == [Rule("fold_role", "system")]
+    assert found == [FoldRole("system")]
     sent = apply_rules(request, found)
     assert sent["messages"][0] == {"role": "user", "content": "Be brief.\n\ngo"}
     assert sent["messages"][1:] == HISTORY[1:] and request["messages"][0]["role"] == "system"
@@ -473,7 +495,7 @@ def test_a_name_starting_with_a_digit_gets_a_letter_first_in_tools_and_history()
     request["tools"][1]["function"]["name"] = "21st_magic"
     request["messages"][1]["tool_calls"][0]["function"]["name"] = "21st_magic"
     found = rules(400, GEMINI_NAME, request)
-    assert found == [Rule("rename_tools", value="letter_first")]
+    assert found == [RenameTools("letter_first")]
     sent = apply_rules(request, found)
     assert [t["function"]["name"] for t in sent["tools"]] == ["create_event", "t_21st_magic"]
     assert sent["messages"][1]["tool_calls"][0]["function"]["name"] == "t_21st_magic"
@@ -495,7 +517,7 @@ def test_two_parameters_of_which_only_one_may_be_sent_keep_the_first_named() -> 
     text = err("litellm.BadRequestError: BedrockException - {\"message\":\"The model returned the following errors: "
                "`temperature` and `top_p` cannot both be specified for this model. Please use only one.\"}")
     request = body(top_p=0.9, temperature=0.2, seed=3)
-    assert rules(400, text, request) == [Rule("drop_param", "top_p")]
+    assert rules(400, text, request) == [DropParam("top_p")]
 
 
 def test_an_anthropic_compatible_name_pattern_renames_what_fails_it() -> None:
@@ -505,7 +527,7 @@ def test_an_anthropic_compatible_name_pattern_renames_what_fails_it() -> None:
     request = body()
     request["tools"][1]["function"]["name"] = "josef.prochazka--webpage-singer"
     found = rules(400, text, request)
-    assert found == [Rule("rename_tools", value="strict")]
+    assert found == [RenameTools("strict")]
     assert apply_rules(request, found)["tools"][1]["function"]["name"] == "josef_prochazka--webpage-singer"
 
 
@@ -524,7 +546,7 @@ def test_a_servers_name_pattern_is_never_compiled_only_a_known_rule_chosen() -> 
     request = body()
     request["tools"][1]["function"]["name"] = "read.file" + "a" * 50
     found = rules(400, text, request)
-    assert found == [Rule("rename_tools", value="strict")]
+    assert found == [RenameTools("strict")]
     assert len(json.dumps(found[0].to_json())) < 100  # what is stored is the rule's name, not the pattern
     assert apply_rules(request, found)["tools"][1]["function"]["name"] == "read_file" + "a" * 50
 
@@ -543,8 +565,8 @@ def test_a_stored_pattern_of_an_earlier_version_is_read_as_a_known_rule_or_stric
 # passed every test of this file
 def test_parameter_rules_never_touch_the_request_itself() -> None:
     request = body(max_tokens=5)
-    assert apply_rules(request, [Rule("drop_param", "messages"), Rule("set_param", "model", "x"),
-                                 Rule("rename_param", "stream", "s"), Rule("rename_param", "max_tokens", "model")]
+    assert apply_rules(request, [DropParam("messages"), SetParam("model", "x"),
+                                 RenameParam("stream", "s"), RenameParam("max_tokens", "model")]
                        ) == request
 
 
@@ -556,10 +578,128 @@ def test_only_a_400_or_422_is_read(status: int) -> None:
 def test_a_cut_applies_to_tool_results_only() -> None:
     request = body()
     request["messages"][0]["content"] = "y" * 3000
-    assert apply_rules(request, [Rule("cut_tool_result", value=2000)]) == request
+    assert apply_rules(request, [CutToolResult(2000)]) == request
 
 
 def test_a_folded_role_without_a_user_message_becomes_one() -> None:
     request = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "assistant", "content": "ok"}]}
-    assert apply_rules(request, [Rule("fold_role", "system")]) == {
+    assert apply_rules(request, [FoldRole("system")]) == {
         "messages": [{"role": "user", "content": "Be brief."}, {"role": "assistant", "content": "ok"}]}
+
+
+# Every request rule is one small class with apply and describe (issue 29 §1): each kind, on a request it
+# changes (the change exactly) and on one it leaves alone (the same object back), with its words and stored form
+def _tool(name: str, parameters: dict) -> dict:
+    return {"type": "function", "function": {"name": name, "parameters": parameters}}
+
+
+_SCHEMA = {"type": "object", "$defs": {"P": {"type": "string"}}, "additionalProperties": False,
+           "properties": {"p": {"$ref": "#/$defs/P"}, "q": {"type": "string", "anyOf": [{"minLength": 1}]},
+                          "o": {"type": "object", "properties": {}}, "e": {"type": "object"}}}
+_CALL = {"id": "c1", "type": "function", "function": {"name": "my.tool", "arguments": "{}"}}
+_FULL = {"model": "m", "stream": True, "seed": 7, "max_tokens": 9000, "temperature": 0.2,
+         "tools": [_tool("my.tool", _SCHEMA)],
+         "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"},
+                      {"role": "assistant", "content": [{"type": "thinking", "thinking": "hm"},
+                                                        {"type": "text", "text": "ok"}]},
+                      {"role": "assistant", "content": None, "tool_calls": [_CALL]},
+                      {"role": "tool", "tool_call_id": "c1", "content": ""},
+                      {"role": "tool", "tool_call_id": "c1", "content": "x" * 3000}]}
+_BARE = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+
+
+def _expect(rule: Rule) -> tuple[Any, str]:
+    """What `rule` makes of `_FULL` (computed here by hand, a part at a time) and its words."""
+    full, msgs = copy.deepcopy(_FULL), copy.deepcopy(_FULL["messages"])
+    params = full["tools"][0]["function"]["parameters"]
+    match rule:
+        case DropParam():
+            del full["seed"]
+            return full, "dropped parameter seed"
+        case SetParam():
+            full["temperature"] = 1
+            return full, "set parameter temperature to 1"
+        case RenameParam():
+            return {("max_completion_tokens" if k == "max_tokens" else k): v for k, v in full.items()}, \
+                "renamed parameter max_tokens to max_completion_tokens"
+        case CapParam():
+            full["max_tokens"] = 4096
+            return full, "lowered parameter max_tokens from 9000 to 4096"
+        case DropSchemaKeyword():
+            del params["additionalProperties"]
+            return full, "dropped the schema keyword additionalProperties from tool parameters"
+        case InlineSchemaRefs():
+            del params["$defs"]
+            params["properties"]["p"] = {"type": "string"}
+            return full, "inlined the $refs of tool parameters (no $defs)"
+        case SchemaTypeIntoBranches():
+            params["properties"]["q"] = {"anyOf": [{"minLength": 1, "type": "string"}]}
+            return full, "moved the type beside anyOf/oneOf into their branches"
+        case SchemaEmptyObject():
+            params["properties"]["e"] = {"type": "object", "properties": {}}
+            return full, "gave object schemas without properties an empty properties object"
+        case AssistantToolContent():
+            msgs[3]["content"] = ""
+            return {**full, "messages": msgs}, 'sent content "" on assistant messages with tool calls'
+        case ToolResultPlaceholder():
+            msgs[4]["content"] = NO_OUTPUT
+            return {**full, "messages": msgs}, 'sent blank tool results as "(no output)"'
+        case AssistantContentText():
+            msgs[2]["content"] = "ok"
+            return {**full, "messages": msgs}, \
+                "sent the content of assistant messages as text, without its thinking parts"
+        case CutToolResult():
+            assert len(apply_rules(_FULL, [rule])["messages"][5]["content"]) <= 2000
+            msgs[5]["content"] = apply_rules(_FULL, [rule])["messages"][5]["content"]
+            return {**full, "messages": msgs}, ("cut tool results longer than 2000 characters to fit (the "
+                                                "server's limit; the session keeps them whole)")
+        case FoldRole():
+            return {**full, "messages": [{"role": "user", "content": "Be brief.\n\nhi"}, *msgs[2:]]}, \
+                "sent system messages as part of the first user message"
+        case RenameTools():
+            full["tools"][0]["function"]["name"] = "my_tool"
+            msgs[3]["tool_calls"][0]["function"]["name"] = "my_tool"
+            return {**full, "messages": msgs}, \
+                "renamed tools whose names do not match [A-Za-z0-9_-]{1,64} (mapped back when called)"
+    raise AssertionError(rule)
+
+
+EVERY_RULE = [DropParam("seed"), SetParam("temperature", 1), RenameParam("max_tokens", "max_completion_tokens"),
+              CapParam("max_tokens", 4096), DropSchemaKeyword("additionalProperties"), InlineSchemaRefs(),
+              SchemaTypeIntoBranches(), SchemaEmptyObject("add"), AssistantToolContent(""),
+              ToolResultPlaceholder(NO_OUTPUT), AssistantContentText(), CutToolResult(2000), FoldRole("system"),
+              RenameTools("strict")]
+
+
+@pytest.mark.parametrize("rule", EVERY_RULE, ids=lambda r: type(r).__name__)
+def test_every_rule_class_applies_exactly_its_change_and_says_what_it_did(rule: Rule) -> None:
+    from crow_cli.wire.adapt import RULES, rule_from_json
+
+    before = copy.deepcopy(_FULL)
+    expected, words = _expect(rule)
+    assert rule.apply(_FULL) == expected
+    assert before == _FULL  # the request given is never changed
+    assert rule.describe(_FULL.get(rule.target)) == words
+    assert rule.apply(_BARE) is _BARE  # nothing of its kind in the request: the request itself
+    assert rule_from_json(json.loads(json.dumps(rule.to_json()))) == rule  # stored and read back as itself
+    assert RULES[rule.op] is type(rule)
+
+
+def test_every_rule_kind_is_covered_by_the_test_above() -> None:
+    from crow_cli.wire.adapt import RULES
+
+    assert {type(r) for r in EVERY_RULE} == set(RULES.values())
+
+
+def test_a_rule_is_a_value_of_its_class() -> None:
+    from crow_cli.wire.adapt import rule_from_json
+
+    assert DropParam("seed") != DropSchemaKeyword("seed")  # same fields, another kind
+    assert len({DropParam("seed"), DropParam("seed")}) == 1
+    assert rule_from_json({"op": "cap_param", "target": "max_tokens", "value": True}) is None  # no size
+    assert rule_from_json({"op": "drop_param", "target": 3}) is None
+    assert rule_from_json({"op": "schema_empty_object", "target": "", "value": "drop"}) == \
+        SchemaEmptyObject("drop")
+    assert SchemaEmptyObject("drop").apply({"tools": [_tool("f", {"type": "object", "properties": {}})]}) == \
+        {"tools": [_tool("f", {"type": "object"})]}
+    assert SchemaEmptyObject("drop").describe() == "dropped empty properties of object schemas"

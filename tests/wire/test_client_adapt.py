@@ -62,6 +62,7 @@ async def test_a_named_parameter_is_dropped_the_request_sent_once_more_and_the_c
     notices = [i for i in items if isinstance(i, Notice)]
     assert [n.code for n in notices] == ["request_adapted"]
     assert "dropped parameter seed" in notices[0].message and "(400" in notices[0].message
+    assert "(DropParam)" in notices[0].message  # the notice names the rule class (issue 29)
     first, second = sent(route, 0), sent(route, 1)
     assert first["seed"] == 7 and "seed" not in second
     assert {k: v for k, v in first.items() if k != "seed"} == second  # everything else unchanged
@@ -292,3 +293,25 @@ async def test_a_relay_that_names_only_the_parameter_gets_it_dropped() -> None:
         route = mock.post(URL).mock(side_effect=[httpx.Response(400, json=relay), ok()])
         await drain(capped(5000))
     assert "max_tokens" not in sent(route, 1)
+
+
+# --debug says which layer each value of the server's profile came from (issue 29 §1)
+async def test_debug_names_the_layer_of_each_profile_value() -> None:
+    facts.learn(BASE, "m", request_rules=[{"op": "drop_param", "target": "seed", "value": None}])
+    with respx.mock(assert_all_called=True) as mock:
+        route = mock.post(URL).mock(side_effect=[ok()])
+        items = await drain(client(trace=True, provider={"reasoning_fields": ["thinking"]}))
+    debug = " ".join(i.message for i in items if isinstance(i, Notice) and i.code == "adapt_debug")
+    assert 'reasoning_fields ["thinking"] (config)' in debug
+    assert "needs_key false (built-in)" in debug
+    assert "rule drop_param seed dropped parameter seed (DropParam) (learned)" in debug
+    assert "seed" not in sent(route, 0)
+
+
+# A request rule in the config's [provider] table applies from the first request and is not learned (issue 29 §1)
+async def test_a_configured_rule_applies_from_the_first_request() -> None:
+    with respx.mock(assert_all_called=True) as mock:
+        route = mock.post(URL).mock(side_effect=[ok()])
+        await drain(client(provider={"request_rules": [{"op": "drop_param", "target": "seed"}]}))
+    assert "seed" not in sent(route, 0) and sent(route, 0)["temperature"] == 0.2
+    assert "request_rules" not in facts.recall(BASE, "m")

@@ -22,8 +22,10 @@ def test_a_profile_is_found_by_host_and_overridden_by_the_config_table():
     assert profile_for("https://openrouter.ai/api/v1").name == "openrouter"
     assert profile_for("http://127.0.0.1:8080/v1").name == "generic"
     assert profile_for(GEMINI).tool_message_name is True
-    local = profile_for("http://127.0.0.1:8080/v1", {"reasoning_fields": ["thinking"], "refused_fields": ["x"]})
-    assert local.reasoning_fields == ("thinking",) and local.facts()["refused_fields"] == ["x"]
+    from crow_cli.wire.profile import build_profile
+
+    local = build_profile("http://127.0.0.1:8080/v1", "m", {"reasoning_fields": ["thinking"], "refused_fields": ["x"]})
+    assert local.reasoning_fields == ("thinking",) and local.message_facts()["refused_fields"] == ["x"]
     assert "api.openai.com" in KEYED_HOSTS and GEMINI.split("/")[2] in KEYED_HOSTS
 
 
@@ -32,6 +34,9 @@ def test_a_profile_is_found_by_host_and_overridden_by_the_config_table():
     ({"nope": 1}, "[provider] has no key 'nope'"),
     ({"refused_fields": "reasoning"}, "must be a list of names"),
     ({"tool_message_name": "yes"}, "must be true or false"),
+    # request rules in the config are the same rules as built-in and learned ones (issue 29 §1)
+    ({"request_rules": ["drop seed"]}, "[provider] request_rules must be a list of tables (op, target, value)"),
+    ({"request_rules": [{"op": "drop_param", "target": "x" * 65}]}, "[provider] request_rules: 'xxxx"),
     # Reasoning_fields = ["content"] sent [{"role": "user"}] without the prompt and exited 0 (issue 29)
     ({"reasoning_fields": ["content"]}, "[provider] reasoning_fields may not name 'content'"),
     ({"refused_fields": ["tool_calls"]}, "[provider] refused_fields may not name 'tool_calls'"),
@@ -56,6 +61,13 @@ def test_provider_table_in_the_config_file_reaches_the_settings(tmp_path):
         require_api_key(settings)
     config.write_text('[provider]\nrefused_fields = "x"\n')
     with pytest.raises(ConfigError, match="must be a list of names"):
+        load_settings({}, env={}, config_path=str(config))
+    # request rules in the config are read as rules when the config is read (issue 29 §1)
+    config.write_text('[provider]\nrequest_rules = [{op = "drop_param", target = "seed"}]\n')
+    assert load_settings({}, env={}, config_path=str(config)).provider["request_rules"] == [
+        {"op": "drop_param", "target": "seed"}]
+    config.write_text('[provider]\nrequest_rules = [{op = "drop_parameter", target = "seed"}]\n')
+    with pytest.raises(ConfigError, match=r"request_rules\[0\]: no rule 'drop_parameter'"):
         load_settings({}, env={}, config_path=str(config))
 
 
