@@ -55,9 +55,9 @@ def terminal_ask(stdin: TextIO | None = None, err: TextIO | None = None) -> AskF
             if line == "":
                 err.write("\n")
                 return Answer("no")
-            answer = parse_answer(line, scope)
+            answer = parse_answer(line, scope, question.choices)
             if answer is not None:
                 return answer
-            err.write(answer_hint(scope) + "\n")
+            err.write(answer_hint(scope, question.choices) + "\n")
 
     return ask

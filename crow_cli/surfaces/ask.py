@@ -40,10 +40,10 @@ async def ask_approval(question: Question, *, pt_input: Any = None, pt_output: A
             reply = await session.prompt_async(shown, handle_sigint=False)
         except EOFError:
             return Answer("no")
-        answer = parse_answer(reply, scope)
+        answer = parse_answer(reply, scope, question.choices)
         if answer is not None:
             return answer
-        shown = f"{answer_hint(scope)}\n{asked}"  # no answer: say what is one, then ask again
+        shown = f"{answer_hint(scope, question.choices)}\n{asked}"  # no answer: say what is one, then ask again
 
 
 

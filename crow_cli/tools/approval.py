@@ -146,15 +146,20 @@ REVIEW_CHARS = 40_000
 _NO_BECAUSE = re.compile(r"(?is)no?(?:[\s,:;]+(.*))?")
 
 
-def parse_answer(reply: str, scope: tuple[str, ...] = ()) -> Answer | None:
+def parse_answer(reply: str, scope: tuple[str, ...] = (),
+                 choices: tuple[Choice, ...] = ASK_CHOICES) -> Answer | None:
     """The answer a typed line means (any case, outer spaces ignored): `y`/`yes`; `a`/`always` (for the
     command prefixes `scope` when the question offered them, else for the tool); `t`/`tool` (always, for
-    the tool); `n`/`no`, or `n REASON` / `no, REASON` (no, and the model reads REASON). None for anything
-    else, an empty line (Enter) included: the question is asked again. Every terminal surface uses it."""
+    the tool); `n`/`no`, or `n REASON` / `no, REASON` (no, and the model reads REASON). An "always" the
+    question does not offer (`choices`: the question about running outside the sandbox offers yes and no
+    only) is no answer. None for anything else, an empty line (Enter) included: the question is asked
+    again. Every terminal surface uses it."""
     text = reply.strip()
     word = text.lower()
     if word in ("y", "yes"):
         return Answer("yes")
+    if word in ("a", "always", "t", "tool") and "always" not in choices:
+        return None
     if word in ("a", "always"):
         return Answer("always", scope)
     if word in ("t", "tool"):
@@ -165,8 +170,10 @@ def parse_answer(reply: str, scope: tuple[str, ...] = ()) -> Answer | None:
     return None
 
 
-def answer_hint(scope: tuple[str, ...] = ()) -> str:
+def answer_hint(scope: tuple[str, ...] = (), choices: tuple[Choice, ...] = ASK_CHOICES) -> str:
     """The line said when a reply is no answer (`parse_answer` gave None), before the question again."""
+    if "always" not in choices:
+        return "(answer y or n)"
     always = "a (always for this command), t (always for the tool)" if scope else "a (always)"
     return f"(answer y, n or n REASON, {always})"
 

@@ -78,3 +78,27 @@ async def test_the_terminal_question_offers_the_command_prefix_and_reads_a_reaso
     os.close(master)
     assert answers == [Answer("always", ("pytest",)), Answer("no", reason="run the tests first"), Answer("yes")]
     assert hint in shown
+
+
+async def test_the_question_about_running_outside_the_sandbox_takes_yes_or_no_only() -> None:
+    # seen by a new-user tester (wave 6): `a` at "Run it outside the sandbox this once? [y]es / [n]o:" ran the
+    # command unconfined, and a reply that was no answer was told about "a (always)"
+    from crow_cli.surfaces.approve import terminal_ask
+    from crow_cli.tools.approval import OUTSIDE_CHOICES, Answer
+
+    master, slave = pty.openpty()
+    with os.fdopen(slave, "r", closefd=False) as stdin, os.fdopen(slave, "w", closefd=False) as err:
+        ask = terminal_ask(stdin, err)
+        assert ask is not None
+        call = ToolCall(id="c1", name="guarded", arguments="{}")
+        asking = asyncio.ensure_future(ask(Question(call, guarded, "$ go", OUTSIDE_CHOICES, outside=True)))
+        shown = b""
+        for typed in (b"a\n", b"n\n"):
+            while not shown.endswith(b": "):
+                shown += await asyncio.to_thread(os.read, master, 4096)
+            os.write(master, typed)
+            shown = b"" if typed == b"n\n" else shown + await asyncio.to_thread(os.read, master, 4096)
+        answer = await asking
+    os.close(slave)
+    os.close(master)
+    assert answer == Answer("no")

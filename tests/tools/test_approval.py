@@ -276,6 +276,16 @@ def test_answers_carry_a_scope_and_a_reason(reply: str, answer: Answer) -> None:
     assert parse_answer(reply, ("pytest",)) == answer
 
 
+@pytest.mark.parametrize("reply", ["a", "always", "t", "tool"])
+def test_the_question_about_running_outside_offers_no_always(reply: str) -> None:
+    # seen by a new-user tester (wave 6): `a` at the question about running outside the sandbox ran it there
+    from crow_cli.tools.approval import OUTSIDE_CHOICES, answer_hint
+
+    assert parse_answer(reply, (), OUTSIDE_CHOICES) is None
+    assert parse_answer("y", (), OUTSIDE_CHOICES) == Answer("yes")
+    assert answer_hint((), OUTSIDE_CHOICES) == "(answer y or n)"
+
+
 def test_the_question_offers_always_for_the_command_prefix() -> None:
     shell = TOOLS["run_shell"]
     scope = always_scope(_call("run_shell", command="pytest -k x"), shell)

@@ -619,12 +619,12 @@ class ChatApp:
                 while True:
                     self.view.line(approval_question(question))
                     try:
-                        answer = parse_answer(await read_piped_line(), scope)
+                        answer = parse_answer(await read_piped_line(), scope, question.choices)
                     except EOFError:
                         return Answer("no")
                     if answer is not None:
                         return answer
-                    self.view.line(answer_hint(scope), "dim")
+                    self.view.line(answer_hint(scope, question.choices), "dim")
             try:
                 return await ask_approval(question, pt_input=self.pt_input, pt_output=self.pt_output)
             except KeyboardInterrupt:
