@@ -617,7 +617,11 @@ def make_approver(mode: Policy | None = None, *, allow: Iterable[str] = (), deny
     Typical use: `make_approver(settings.approval, allow=settings.allow, deny=settings.deny, ask=prompt)`.
 
     Raises:
-        ConfigError: an unknown policy or an empty/invalid rule.
+        ConfigError: an unknown policy or an empty/invalid rule; `yes` with the `read-only` policy (the
+            stricter one is never silently loosened).
     """
+    if yes and mode == "read-only":
+        raise ConfigError("--yes conflicts with the approval policy 'read-only' (it never runs a change): "
+                          "drop one of them")
     policy = ApprovalPolicy("yolo" if yes else (mode or "ask"), tuple(allow), tuple(deny))
     return Approvals(policy, ask)

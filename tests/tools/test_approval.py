@@ -705,3 +705,13 @@ async def test_a_quoted_separator_is_not_a_new_command_for_allow_rules() -> None
     assert await approve(_shell_call('echo "a; rm -rf x"'), SHELL)
     with pytest.raises(ToolDenied, match="nobody can approve"):
         await approve(_shell_call("echo a; rm -rf x"), SHELL)
+
+
+def test_yes_with_the_read_only_policy_is_refused_not_loosened() -> None:
+    # seen by a new-user tester (wave 6): `crow run --yes --approval read-only` ran a write
+    from crow_cli.errors import ConfigError
+    from crow_cli.tools.approval import make_approver
+
+    with pytest.raises(ConfigError, match="--yes conflicts with the approval policy 'read-only'"):
+        make_approver("read-only", yes=True)
+    assert make_approver("auto-edit", yes=True).policy.mode == "yolo"
