@@ -45,7 +45,7 @@ import struct
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
@@ -53,7 +53,8 @@ from typing import Literal, get_args
 from ..history import ToolDisplay
 
 __all__ = ["DEFAULT_MODE", "MODES", "Mode", "Sandbox", "SandboxBlocked", "backend", "blocked_reason", "bwrap_argv",
-           "git_metadata", "guarded_paths", "is_guarded", "put_aside_new_git", "sandbox_argv", "seatbelt_profile",
+           "git_metadata", "guarded_paths", "is_guarded", "missing_start_up_files", "put_aside_new_git",
+           "put_aside_new_start_up_files", "sandbox_argv", "seatbelt_profile",
            "seccomp_fd", "socket_filter", "startup_notice", "unavailable_reason"]
 
 Mode = Literal["workspace-write", "read-only", "off"]
@@ -181,10 +182,30 @@ def put_aside_new_git(workspace: Path, before: list[str]) -> list[tuple[str, str
     gitdir file) would run its hooks and `core.fsmonitor` at the user's next git command there,
     unconfined. Returns (old path, new path) pairs; one that cannot be renamed is left out."""
     known = set(before)
+    return _put_aside(path for path in git_metadata(workspace) if path not in known)
+
+
+def missing_start_up_files() -> list[str]:
+    """The shell start-up files, `~/.ssh` and git's global config (of `guarded_paths`) that do not exist:
+    the sandbox cannot bind them read-only (a mount point would make them, and an empty `.bash_profile`
+    already changes what a login shell reads), so what a command makes of them is put aside when it ends
+    (`put_aside_new_start_up_files`)."""
+    home = os.path.expanduser("~")
+    paths = (os.path.realpath(os.path.join(home, name)) for name in _HOME_GUARDED)
+    return [path for path in paths if not os.path.lexists(path)]
+
+
+def put_aside_new_start_up_files(before: list[str]) -> list[tuple[str, str]]:
+    """Rename each of `before` (`missing_start_up_files` as the command started) that exists now to
+    `NAME.crow-sandboxed` (numbered when taken): a `~/.bash_profile`, `~/.ssh/authorized_keys` or
+    `~/.gitconfig` a confined command made would act outside the sandbox later. Returns (old path, new
+    path) pairs; one that cannot be renamed is left out."""
+    return _put_aside(path for path in before if os.path.lexists(path))
+
+
+def _put_aside(paths: Iterable[str]) -> list[tuple[str, str]]:
     moved: list[tuple[str, str]] = []
-    for path in git_metadata(workspace):
-        if path in known:
-            continue
+    for path in paths:
         target, number = path + ".crow-sandboxed", 1
         while os.path.lexists(target):
             number += 1

@@ -403,6 +403,21 @@ async def test_crow_config_and_start_up_files_stay_read_only_when_the_workspace_
 
 
 @needs_bwrap
+async def test_start_up_files_a_command_makes_in_home_are_put_aside(home_is_workspace: Path, place: Path) -> None:
+    # seen by a new-user tester (wave 6): from the home folder, a confined command made a missing
+    # ~/.bash_profile, ~/.zshrc, ~/.ssh/authorized_keys (with ~/.ssh) and ~/.gitconfig, which act unconfined later
+    home = home_is_workspace
+    (home / ".ssh").rmdir()
+    (home / ".gitconfig").unlink()
+    out = await _run("echo a >> .bash_profile; echo b >> .zshrc; mkdir -p .ssh && echo c >> .ssh/authorized_keys; "
+                     "echo d >> .gitconfig; echo ok > notes", _context(place))
+    assert out.startswith("BLOCKED the sandbox does not let a command make shell start-up files"), out
+    for name in (".bash_profile", ".zshrc", ".ssh", ".gitconfig"):
+        assert not (home / name).exists() and (home / f"{name}.crow-sandboxed").exists(), name
+    assert (home / ".bashrc").read_text() == "# rc\n" and (home / "notes").read_text() == "ok\n"
+
+
+@needs_bwrap
 async def test_read_only_keeps_a_workspace_under_the_temp_dir_visible(place: Path) -> None:
     # --sandbox read-only with the workspace under /tmp: the tmpfs over the temp dir hid it and every
     # command failed with "bwrap: Can't chdir" (issue 30)

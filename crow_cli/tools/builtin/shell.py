@@ -51,7 +51,9 @@ from ..sandbox import (
     backend,
     blocked_reason,
     git_metadata,
+    missing_start_up_files,
     put_aside_new_git,
+    put_aside_new_start_up_files,
     sandbox_argv,
     seccomp_fd,
 )
@@ -200,6 +202,7 @@ async def run_shell(command: str, timeout_s: float | None = None, context: ToolC
     # what a confined command may write in: its git metadata is bound read-only, and checked afterwards
     watch_git = context.sandbox.mode == "workspace-write" and backend() is not None
     git_before = git_metadata(context.workspace) if watch_git else []
+    start_up_before = missing_start_up_files() if watch_git else []
     read_fd, write_fd = os.pipe()
     try:
         with seccomp_fd(context.sandbox) as program:
@@ -260,6 +263,12 @@ async def run_shell(command: str, timeout_s: float | None = None, context: ToolC
         result += (f"\n[the sandbox put aside the git metadata this command made ({names}): its hooks and config "
                    "would run outside the sandbox at the next git command]")
         reason = "the sandbox does not let a command make a git repository or gitdir file (.git) in the workspace"
+    made = put_aside_new_start_up_files(start_up_before) if confined is not None and watch_git else []
+    if made:
+        names = ", ".join(f"{old} -> {new}" for old, new in made)
+        result += (f"\n[the sandbox put aside the start-up files this command made ({names}): they would act "
+                   "outside the sandbox later]")
+        reason = "the sandbox does not let a command make shell start-up files, ~/.ssh or git's global config"
     exited = code if not timed_out and code is not None and code >= 0 else None
     shown = ToolDisplay(output=output, exit_code=exited, status=status,  # the person sees it too
                         lines=reader.lines if reader.total > MAX_OUTPUT_BYTES else None)
