@@ -472,6 +472,10 @@ def decide(call: ToolCall, tool: Tool, policy: ApprovalPolicy, *, arguments: dic
         if unconfined is not None:
             return Deny(f"{tool.name} was not run: {unconfined}, so every command needs the user's yes, and "
                         "nobody can answer here", f"{unconfined}, and nobody can answer here")
+        if guarded:  # no rule or "always" approves these: only a yes or yolo
+            return Deny(f"{tool.name} was not run: it writes crow's own files or the user's start-up files, which "
+                        "only the user's yes or the yolo policy approves, and nobody can answer here",
+                        "it writes crow's own or your start-up files: only a yes or yolo approves that")
         return Deny(f"{tool.name} needs approval and nobody can approve it here; it was not run. The user can "
                     f"approve such calls with {policy.ways_to_allow(tool)}",
                     f"it needs approval and nobody can answer here ({policy.ways_to_allow(tool)} approves it)")

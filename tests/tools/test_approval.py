@@ -464,7 +464,7 @@ def test_a_read_only_sandbox_refuses_file_edits_whatever_the_policy(tmp_path: Pa
                                   ".ssh/config", ".local/state/crow/x"])
 def test_edits_of_crow_config_and_start_up_files_are_asked_about(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str) -> None:
-    from crow_cli.tools.approval import Allow, Ask, decide
+    from crow_cli.tools.approval import Allow, Ask, Deny, decide
     from crow_cli.tools.context import ToolContext
 
     monkeypatch.setenv("HOME", str(tmp_path))
@@ -483,6 +483,10 @@ def test_edits_of_crow_config_and_start_up_files_are_asked_about(
     edited = decide(_call("edit_file", path=".bashrc", old_string="x", new_string="y"), edit,
                     ApprovalPolicy("auto-edit"), context=context)
     assert isinstance(edited, Ask)
+    # seen by a new-user tester (wave 6): with nobody to ask, the refusal pointed at an allow rule (already given)
+    denied = decide(call, write, ApprovalPolicy("auto-edit", allow=("write_file",)), context=context, can_ask=False)
+    assert isinstance(denied, Deny) and "only the user's yes or the yolo policy" in denied.reason
+    assert "allow rule" not in denied.reason and "allow rule" not in denied.shown
 
 
 # --- The hint of a call denied for want of a person to approve it names only what would allow it, as policies and
