@@ -102,9 +102,13 @@ class Orchestrator:
                 output = await self._attempt(tool, arguments, self.context, clock)
             except SandboxBlocked as blocked:  # asked outside the hold and the call's time limit
                 if self.approvals is None or not await self.approvals.escalate(call, tool, blocked.reason, arguments):
+                    shown = blocked.display  # the person reads why too, not only the command's exit code
+                    if shown is not None:
+                        shown = replace(shown, status=f"{shown.status or 'refused'}; {blocked.reason}; "
+                                                      "not run outside it")
                     return fail(blocked.reason, "denied", f"{blocked.output}\n[{blocked.reason}. It was not run "
                                 "outside the sandbox. Do not retry it unchanged; work inside the workspace]",
-                                display=blocked.display)
+                                display=shown)
                 output = await self._attempt(tool, arguments, replace(self.context, sandbox=Sandbox("off")), clock)
         except TimeoutError as exc:
             if clock.deadline is None or not clock.deadline.expired():  # the tool's own TimeoutError, not ours

@@ -149,6 +149,10 @@ async def test_a_command_the_sandbox_stopped_runs_outside_it_only_with_a_yes(tmp
                                       "temp dir (or to .git): read-only file system. It was not "
                                       "run outside the sandbox. Do not retry it unchanged; work inside the "
                                       "workspace]")
+        # seen by a new-user tester (wave 6): the person read only "✗ run_shell · exit code 1", not why
+        assert result.display is not None and result.display.status is not None
+        assert "the sandbox (workspace-write) refused a write" in result.display.status
+        assert result.display.status.endswith("not run outside it")
     assert len(asked) == (0 if answer is None else 1)
 
 
