@@ -198,7 +198,8 @@ class Compactor:
             why = (f"compacting as asked ({self._of(before)})" if asked and overflow is None else
                    f"the conversation is {'past' if overflow else 'near'} the model's context window "
                    f"({self._of(before)})")
-            yield Notice(f"crow: {why}; asking the model to summarise {len(old)} earlier messages",
+            yield Notice(f"crow: {why}; asking the model to summarise {len(old)} earlier "
+                         f"message{'s' if len(old) > 1 else ''}",
                          code="compacting", tokens_before=before)
             async with aclosing(self._summarise(client, old, focus)) as items:
                 async for item in items:
@@ -224,6 +225,10 @@ class Compactor:
                                       "does not fit the model's context window")
             view = shorter
         after = estimate_tokens(view)
+        if asked and overflow is None and after >= before:  # a summary longer than what it stands for
+            yield WarningEvent(f"compacting would not make the conversation smaller ({before:,} → {after:,} "
+                               "tokens): it is left as it was")
+            return
         self.checkpoint = Checkpoint(len(history), view, before, after, summary)
         self.budget.forget_usage()
         for callback in self.on_checkpoint:

@@ -511,7 +511,7 @@ def _mode_of(path: Path) -> int:
 
 # /compact and /usage with the context window in chat (issue 13)
 async def test_compact_summarises_older_exchanges_and_later_requests_start_from_it(store: SessionStore) -> None:
-    script = [{"sse": text_stream(f"answer {n}")} for n in range(3)]
+    script = [{"sse": text_stream(f"answer {n}" + " and more" * 200 * (n == 0))} for n in range(3)]
     script += [{"sse": text_stream("SUMMARY: one, two")}, {"sse": text_stream("fine")}]
     keys = "one\rtwo\rthree\r/compact the numbers\rfour\r/usage\r/exit\r"
     settings = Settings(model="test-model", api_key="sk-test", context_window=8192)
@@ -532,6 +532,17 @@ async def test_compact_summarises_older_exchanges_and_later_requests_start_from_
     stored = store.messages(app.recorder.session_id)
     assert [m["content"] for m in stored if m["role"] == "user"] == ["one", "two", "three", "four"]
     assert len(store.checkpoints(app.recorder.session_id)) == 1
+
+
+async def test_compact_that_would_make_the_conversation_longer_leaves_it(store: SessionStore) -> None:
+    # seen by a new-user tester (wave 6): /compact of one short exchange said "compacted … 333 → 356 tokens"
+    script = [{"sse": text_stream(f"answer {n}")} for n in range(3)]
+    script += [{"sse": text_stream("SUMMARY: the user counted one and two, and was answered each time.")}]
+    settings = Settings(model="test-model", api_key="sk-test", context_window=8192)
+    output, _, app = await chat(script, "one\rtwo\rthree\r/compact\r/exit\r", store, settings=settings)
+    assert "compacting would not make the conversation smaller" in output and "compacted the" not in output
+    assert "1 earlier messages" not in output
+    assert store.checkpoints(app.recorder.session_id) == []
 
 
 # AGENTS.md in chat, and /instructions says where they came from (issue 13)
