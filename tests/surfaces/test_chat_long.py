@@ -20,7 +20,8 @@ def _write_turn(path: str, content: str) -> str:
 
 def test_compact_and_undo_on_a_terminal(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("original\n")
-    script = [{"sse": text_stream("first answer")}, {"sse": text_stream("second answer")},
+    long = " and more" * 100  # a summary shorter than what it stands for (a longer one is not installed)
+    script = [{"sse": text_stream("first answer" + long)}, {"sse": text_stream("second answer")},
               {"sse": text_stream("third answer")}, {"sse": text_stream("SUMMARY: three questions")},
               {"sse": _write_turn("a.txt", "changed\n")}, {"sse": text_stream("file written")}]
     with ReplayServer(script) as server:

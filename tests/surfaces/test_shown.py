@@ -71,7 +71,8 @@ async def test_a_command_the_sandbox_refused_shows_its_status_and_output(tmp_pat
     turns = script([("c1", "run_shell", {"command": "seq 1 30; touch /var/tmp/crow-x; echo end; exit 5"})])
     ran = await run_here(turns, "go", yes=True, session=False, cwd=tmp_path)
     assert ran.code == 0, ran.stderr
-    assert "s · exit code 5\n" in ran.stderr and "  ✗ run_shell " in ran.stderr
+    assert "s · exit code 5; the sandbox" in ran.stderr and "not run outside it\n" in ran.stderr
+    assert "  ✗ run_shell " in ran.stderr
     lines = [line.strip() for line in ran.stderr.splitlines()]
     assert lines[lines.index("1"):lines.index("1") + 6] == ["1", "2", "3", "4", "5", "… 22 lines …"]
     assert "end" in lines
