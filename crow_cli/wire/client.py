@@ -53,6 +53,7 @@ from .adapt import (
     DropParam,
     RenameTools,
     Rule,
+    SetParam,
     apply_rules,
     change_for,
     tool_names,
@@ -140,6 +141,9 @@ class ChatClient:
         self._secrets = [settings.api_key, *url_secrets(settings.base_url), *header_secrets(settings.headers)]
         self._rules: list[Rule] = []  # what the server refuses, changed in every request (`wire.adapt`)
         self._once: list[Rule] = []  # changed in the request being sent only (the room its prompt leaves)
+        # a value the user configured, set to the one the server names: for this run only, never stored (a
+        # later run with another value asks the server again)
+        self._run_only: list[Rule] = []
         self._known = 0  # how many of `_rules` were known in advance or recalled (not to be stored again)
         self._unsaved = False  # a rule learned in this run, stored once a request with it is accepted
         self._why = ""  # the last refusal that changed this client: stored as the facts' `why`
@@ -229,9 +233,8 @@ class ChatClient:
             body["tools"] = tools
         self._offered_tools = tools or []
         body["stream_options"] = {"include_usage": True}  # dropped by a rule where the server refuses it
-        if self._rules or self._once:
-
-            body = apply_rules(body, [*self._rules, *self._once])
+        if self._rules or self._once or self._run_only:
+            body = apply_rules(body, [*self._rules, *self._run_only, *self._once])
         return body
 
     async def stream(
@@ -460,7 +463,8 @@ class ChatClient:
                     f"the server refused {rule.target} = {short_text(_json(self.settings.params[rule.target]), 40)}"
                     f" ({status}: {change.why}); fix it in [params] (or the flag that sets it)", status=status)
         key = "rules:" + _json([r.to_json() for r in change.rules])
-        kept = self._once if change.once else self._rules
+        configured = all(isinstance(r, SetParam) and r.target in self.settings.params for r in change.rules)
+        kept = self._once if change.once else self._run_only if configured else self._rules
         if key in done or all(r in kept for r in change.rules):
             return None
         done.add(key)
@@ -468,6 +472,8 @@ class ChatClient:
         if change.once:
             then = ("for this request only (the room its prompt leaves in the context window); adapt_requests = "
                     "false turns this off")
+        elif configured:
+            then = "for this run only: the value is yours, so a later run asks the server again"
         else:
             self._unsaved = True
             then = ("remembered for this server and model once it accepts the changed request; adapt_requests = "

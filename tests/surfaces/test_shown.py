@@ -104,6 +104,7 @@ async def test_crow_run_json_carries_the_display_on_the_tool_result(tmp_path: Pa
     assert result["output"] == "[exit code 2]\nhi\n"
 
 
+@needs_sandbox()  # without one, --yes still asks about every command, and this chat's input has no answer
 async def test_chat_shows_a_commands_output_and_an_applied_edits_diff(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)

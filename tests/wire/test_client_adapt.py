@@ -187,6 +187,29 @@ async def test_a_refused_value_the_user_configured_ends_the_run_naming_it_and_is
     assert facts.recall(BASE, "m") == {}
 
 
+async def test_a_configured_value_set_to_the_one_the_server_names_holds_for_this_run_only() -> None:
+    # seen by a new-user tester (wave 6): temperature 0.3 refused ("Only the default (1) value is supported")
+    # was learned as "set temperature to 1", and a later run configured with 0.7 silently sent 1
+    refusal = {"error": {"message": "Unsupported value: 'temperature' does not support 0.3 with this model. Only "
+                                    "the default (1) value is supported.", "type": "invalid_request_error",
+                         "param": "temperature", "code": "unsupported_value"}}
+    c = ChatClient(ClientSettings(base_url=BASE, model="m", api_key="sk-test", max_retries=0,
+                                  params={"temperature": 0.3}))
+    with respx.mock(assert_all_called=True) as mock:
+        route = mock.post(URL).mock(side_effect=[httpx.Response(400, json=refusal), ok(), ok()])
+        notices = [i async for i in c.stream(json.loads(json.dumps(HISTORY)), TOOLS)]
+        await drain(c)  # the next turn of the same run keeps the value the server named
+    assert [sent(route, n)["temperature"] for n in range(3)] == [0.3, 1, 1]
+    assert any("for this run only" in n.message for n in notices if isinstance(n, Notice))
+    assert facts.recall(BASE, "m") == {}
+    later = ChatClient(ClientSettings(base_url=BASE, model="m", api_key="sk-test", max_retries=0,
+                                      params={"temperature": 0.7}))
+    with respx.mock(assert_all_called=True) as mock:
+        route = mock.post(URL).mock(side_effect=[ok()])
+        await drain(later)
+    assert sent(route, 0)["temperature"] == 0.7
+
+
 async def test_a_recalled_usage_option_refusal_sends_no_stream_options() -> None:
     # Crow probe said "remembered for later runs: usage_option_refused" but no run read it (issue 29)
     facts.learn(BASE, "m", usage_option_refused=True)
