@@ -190,9 +190,7 @@ def missing_start_up_files() -> list[str]:
     the sandbox cannot bind them read-only (a mount point would make them, and an empty `.bash_profile`
     already changes what a login shell reads), so what a command makes of them is put aside when it ends
     (`put_aside_new_start_up_files`)."""
-    home = os.path.expanduser("~")
-    paths = (os.path.realpath(os.path.join(home, name)) for name in _HOME_GUARDED)
-    return [path for path in paths if not os.path.lexists(path)]
+    return [path for path in _home_guarded() if not os.path.lexists(path)]
 
 
 def put_aside_new_start_up_files(before: list[str]) -> list[tuple[str, str]]:
@@ -227,8 +225,13 @@ def guarded_paths() -> list[str]:
     folders = [platformdirs.user_config_dir("crow", appauthor=False),
                platformdirs.user_data_dir("crow", appauthor=False),
                platformdirs.user_state_dir("crow", appauthor=False)]
+    return [*(os.path.realpath(path) for path in folders), *_home_guarded()]
+
+
+def _home_guarded() -> list[str]:
+    """The shell start-up files, `~/.ssh` and git's global config, resolved (of `guarded_paths`)."""
     home = os.path.expanduser("~")
-    return [os.path.realpath(path) for path in (*folders, *(os.path.join(home, name) for name in _HOME_GUARDED))]
+    return [os.path.realpath(os.path.join(home, name)) for name in _HOME_GUARDED]
 
 
 def is_guarded(path: Path) -> bool:
