@@ -81,6 +81,10 @@ def forget_facts(
     if everything and (base_url is not None or model is not None):
         raise typer.BadParameter("--all forgets everything: give it alone, or --base-url / --model without it",
                                  param_hint="'crow facts forget'")
+    for flag, value in (("--base-url", base_url), ("--model", model)):
+        if value is not None and not value.strip():  # an empty filter would match nothing, or be read as none
+            raise typer.BadParameter(f"{flag} is empty: name a server or model, or --all to forget everything",
+                                     param_hint="'crow facts forget'")
     if base_url is None and model is None and not everything:  # a bare `forget` is a slip more often than a wish
         raise typer.BadParameter("name --base-url or --model, or --all to forget everything learned",
                                  param_hint="'crow facts forget'")

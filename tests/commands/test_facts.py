@@ -67,3 +67,17 @@ def test_facts_list_imports_neither_openai_nor_rich() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                             env={**os.environ})
     assert result.stdout.strip().splitlines()[-1] == "[]", result.stderr
+
+
+# a new-user tester of learned facts: `crow facts forget --model ""` was not a usage error
+@pytest.mark.parametrize("flag", ["--model", "--base-url"])
+def test_forget_with_an_empty_value_is_a_usage_error_and_forgets_nothing(flag: str) -> None:
+    facts.learn("http://a.test/v1", "m", tool_calling=True)
+    with pytest.raises(typer.BadParameter, match="empty") as raised:
+        crow_here("facts", "forget", flag, "")
+    assert "\n" not in str(raised.value)
+    assert list(facts.recall_all()) == ["http://a.test/v1 m"]
+    proc = subprocess.run([sys.executable, "-m", "crow_cli", "facts", "forget", flag, " "], capture_output=True,
+                          text=True, timeout=60, env={**os.environ})
+    assert proc.returncode == 2 and proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert list(facts.recall_all()) == ["http://a.test/v1 m"]
