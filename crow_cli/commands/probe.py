@@ -92,15 +92,19 @@ def probe(
                 print("\r\x1b[K", end="", file=sys.stderr, flush=True)
     except CrowError as exc:
         raise fail(exc, debug=debug) from None
+    unsaved = None
     if any(c.name == "tool calling" for c in report.checks):  # the server was reached: remember what it did
         import time
 
-        learned.learn(settings.base_url, settings.model, **report.facts, tool_calling=report.tool_calling,
-                      probed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        unsaved = learned.learn(settings.base_url, settings.model, **report.facts, tool_calling=report.tool_calling,
+                                probed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    if unsaved is not None:
+        print(f"crow: warning: what the probe found could not be remembered for later runs ({unsaved})",
+              file=sys.stderr)
     if json_out:
         print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
     else:
-        render_text(report)
+        render_text(report, remembered=unsaved is None)
     raise typer.Exit(report.exit_code())
 
 

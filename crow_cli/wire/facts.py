@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..atomic import write_atomic
+from ..atomic import NotRegularFile, write_atomic
 from ..private import private_dir
 from ..text import public_url
 from .adapt import SIZED_OPS, is_size
@@ -164,16 +164,20 @@ def recall(base_url: str, model: str) -> dict[str, Any]:
     return {k: v for k, v in record.items() if k not in ("learned_at", "why")}
 
 
-def learn(base_url: str, model: str, **facts: Any) -> None:
+def learn(base_url: str, model: str, **facts: Any) -> str | None:
     """Merge `facts` (JSON values; checked as when read, what does not fit is left out) into this endpoint's
     record, stamped `learned_at` now, and write the file atomically (0600) under an exclusive lock of its
     directory, so concurrent runs each add theirs.
 
-    Never raises for the file system: an OSError (read-only home, full disk) is ignored.
+    Returns:
+        None when the facts are stored (or there is nothing new to store); else why they could not be, in one
+        line naming the path and the system's reason (`"/home/u/.local/state/crow: Permission denied"`).
+        Never raises for the file system (read-only home, full disk): facts are an optimisation, and the
+        caller says once that they were not kept.
     """
     facts = _checked({k: v for k, v in facts.items() if k != "learned_at"})
     if not facts:
-        return
+        return None
     try:
         path = facts_path()
         private_dir(path.parent)
@@ -183,13 +187,15 @@ def learn(base_url: str, model: str, **facts: Any) -> None:
             record = dict(data.get(key) or {})
             if all(k in record and record[k] == v for k, v in facts.items()) and \
                     time.time() - record.get("learned_at", 0) < MAX_AGE / 2:
-                return  # nothing new: no write
+                return None  # nothing new: no write
             record.update(facts, learned_at=round(time.time(), 3))
             data.pop(key, None)
             data[key] = record
             _write(path, dict(list(data.items())[-MAX_ENDPOINTS:]))
-    except OSError:
-        pass
+    except OSError as exc:
+        reason = f"it is {exc.strerror}" if isinstance(exc, NotRegularFile) else exc.strerror
+        return f"{exc.filename or facts_path()}: {reason or 'cannot be written'}"
+    return None
 
 
 def forget(base_url: str | None = None, model: str | None = None) -> list[str]:

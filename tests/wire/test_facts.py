@@ -58,8 +58,12 @@ def test_an_unwritable_state_dir_is_ignored(monkeypatch: pytest.MonkeyPatch, tmp
     blocker = tmp_path / "file"
     blocker.write_text("")
     monkeypatch.setattr(facts, "facts_path", lambda: blocker / "crow" / "facts.json")
-    facts.learn("http://h/v1", "m", tool_calling=True)
+    reason = facts.learn("http://h/v1", "m", tool_calling=True)
     assert facts.recall("http://h/v1", "m") == {}
+    # a new-user tester of learned facts: a store that could not be written was silent; now learn says why
+    assert reason is not None and str(blocker) in reason and "File exists" in reason
+    assert "\n" not in reason and "Error" not in reason
+    assert facts.learn("http://h/v1", "m") is None  # nothing to remember: nothing to report
 
 
 # found trying it as a new user (wave 3): a facts file edited by hand or by another version, holding
