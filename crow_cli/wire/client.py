@@ -59,7 +59,7 @@ from .adapt import (
     tool_names,
     value_refused,
 )
-from .facts import facts_path, learn, problem, recall
+from .facts import facts_path, learn, problems, recall
 from .outgoing import REASONING_ECHO, Outgoing, ReasoningEcho
 from .profile import build_profile
 from .profiles import CONTEXT_OVERFLOW, OVERFLOW_NUMBERS, OVERFLOW_PROMPT, OVERFLOW_WINDOW
@@ -162,7 +162,7 @@ class ChatClient:
         """Whether the model may be sent images: False once known text-only (`wire.vision`): by its name, or
         learned from a refusal of image parts (then requests holding images fail before they are sent)."""
 
-        self._facts_problem = problem() if settings.adapt_requests else None  # said once, before the first request
+        self._facts_problems = problems() if settings.adapt_requests else []  # said once, before the first request
         # what goes back of what servers attached to messages, and the fields this one refused or demanded
         self._outgoing = Outgoing(settings.reasoning_echo, reasoning_fields=self.profile.reasoning_fields,
                                   known=self.profile.message_facts(), author=self.author)
@@ -268,9 +268,9 @@ class ChatClient:
 
         if not self.takes_images and holds_images(messages):  # it would only refuse them
             raise ImagesRefused(self.settings.model)
-        if self._facts_problem:
-            yield Notice(self._facts_problem, "facts_damaged")
-            self._facts_problem = None
+        for warning in self._facts_problems:
+            yield Notice(warning, "facts_damaged")
+        self._facts_problems = []
         if self.settings.trace and not self._fields_traced:
             self._fields_traced = True
             yield Notice(f"crow: debug: server profile {self.profile.name!r}; messages go as "

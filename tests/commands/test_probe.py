@@ -184,7 +184,8 @@ def test_show_lists_the_request_changes_a_run_learned(here: Any) -> None:
     facts.learn("http://127.0.0.1:9/v1", "m", refused_fields=[], required_fields=[])  # what every adapted run stores
     text = here("probe", "--show").stdout
     assert "http://127.0.0.1:9/v1 m" in text
-    assert "adapted requests: dropped parameter seed; dropped the schema keyword default from tool parameters" in text
+    assert "  adapted requests: dropped parameter seed\n" in text  # one line per fact, then when it was learned
+    assert "  adapted requests: dropped the schema keyword default from tool parameters\n    learned 20" in text
     # issue: a new user's `crow probe --show` listed "refused_fields: []" and "required_fields: []": nothing learned
     assert "[]" not in text and "refused_fields" not in text
     shown = json.loads(here("probe", "--show", "--json").stdout)

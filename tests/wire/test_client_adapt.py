@@ -68,7 +68,8 @@ async def test_a_named_parameter_is_dropped_the_request_sent_once_more_and_the_c
     assert {k: v for k, v in first.items() if k != "seed"} == second  # everything else unchanged
     assert history == HISTORY  # the history keeps what happened
     assert facts.recall(BASE, "m")["request_rules"] == [{"op": "drop_param", "target": "seed", "value": None}]
-    assert "Extra inputs are not permitted" in facts.recall_all()[f"{BASE} m"]["why"]  # from which refusal
+    provenance = facts.recall_all()[f"{BASE} m"]["provenance"]["request_rules drop_param seed"]
+    assert "Extra inputs are not permitted" in provenance["why"]  # from which refusal
     # the next run against the same base URL + model applies it before its first request: no failed request
     with respx.mock(assert_all_called=True) as mock:
         route = mock.post(URL).mock(side_effect=[ok()])
