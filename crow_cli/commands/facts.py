@@ -15,7 +15,7 @@ import typer
 from ..text import clean_text, strip_controls
 from .options import examples
 
-__all__ = ["facts_app"]
+__all__ = ["facts_app", "record_lines", "when"]
 
 facts_app = typer.Typer(name="facts", help="Show and forget what crow learned about servers (per base URL and model).",
                         no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -26,16 +26,58 @@ def _shown(text: str) -> str:
     return " ".join(strip_controls(clean_text(text)).split())
 
 
-def _line(name: str, value: Any) -> str:
-    if name == "request_rules":
-        from ..wire.adapt import rules_from_json
+def when(seconds: float) -> str:
+    """A Unix time as the local date and time, to the minute: how `crow facts list` and `crow probe --show`
+    date what was learned."""
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(seconds))
 
-        return f"adapted requests: {'; '.join(r.describe() for r in rules_from_json(value)) or 'none'}"
-    if name == "learned_at" and isinstance(value, int | float):
-        return f"learned: {time.strftime('%Y-%m-%d %H:%M:%SZ', time.gmtime(value))}"
-    if name == "why":
-        return f"from the refusal: {value}"
-    return f"{name}: {json.dumps(value)}"
+
+def _probed(stamp: str) -> str:
+    """A stored `probed_at` (`2026-12-03T08:00:00Z`, UTC) as `when` shows a time; as stored if it is no date."""
+    import calendar
+
+    try:
+        return when(calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")))
+    except ValueError:
+        return stamp
+
+
+def _fact(item: str, value: Any) -> str:
+    name = item.split(" ", 1)[0]
+    if name == "request_rules":
+        from ..wire.adapt import rule_from_json
+
+        rule = rule_from_json(value)
+        return f"adapted requests: {rule.describe() if rule is not None else json.dumps(value)}"
+    return f"{name}: {value if isinstance(value, str) and item != name else json.dumps(value)}"
+
+
+def record_lines(record: dict[str, Any]) -> list[str]:
+    """What crow remembers of one server and model (a record of `wire.facts.recall_all`), line by line for a
+    terminal: each fact (each request rule, each name of a list) with, under it, when it was learned and from
+    which refusal. A record written before each fact kept its own says when and why once, for the record.
+    Learned text came from servers: shown on one line, without control characters."""
+    from ..wire.facts import each_fact
+
+    lines: list[str] = []
+    provenance = record.get("provenance") or {}
+    undated = False
+    for item, value in sorted(each_fact(record).items()):
+        if value in ([], {}, None):  # an empty list learned nothing
+            continue
+        lines.append(_shown(_fact(item, value)))
+        source = provenance.get(item)
+        if source is None:
+            undated = True
+            continue
+        why = f" from the refusal: {source['why']}" if source.get("why") else ""
+        lines.append("  " + _shown(f"learned {when(source['learned_at'])}{why}"))
+    if isinstance(record.get("probed_at"), str):
+        lines.append(_shown(f"probed: {_probed(record['probed_at'])}"))
+    if undated and isinstance(record.get("learned_at"), int | float):
+        why = f", from the refusal: {record['why']}" if record.get("why") else ""
+        lines.append(_shown(f"last learned {when(record['learned_at'])}{why}"))
+    return lines
 
 
 @facts_app.command("list", epilog=examples("crow facts list", "crow facts list --json"))
@@ -49,8 +91,8 @@ def list_facts(
     from ..wire import facts
 
     known = facts.recall_all()
-    if facts.problem():
-        typer.echo(_shown(facts.problem() or ""), err=True)
+    for warning in facts.problems():
+        typer.echo(_shown(warning), err=True)
     if json_out:
         print(json.dumps(known, indent=2, sort_keys=True))
         return
@@ -59,9 +101,8 @@ def list_facts(
         return
     for key, record in sorted(known.items()):
         print(_shown(key))
-        for name, value in sorted(record.items()):
-            if value not in ([], {}, None):
-                print(f"  {_shown(_line(name, value))}")
+        for line in record_lines(record):
+            print(f"  {line}")
 
 
 @facts_app.command("forget", epilog=examples("crow facts forget --base-url http://127.0.0.1:8080/v1",
@@ -81,6 +122,10 @@ def forget_facts(
     if everything and (base_url is not None or model is not None):
         raise typer.BadParameter("--all forgets everything: give it alone, or --base-url / --model without it",
                                  param_hint="'crow facts forget'")
+    for flag, value in (("--base-url", base_url), ("--model", model)):
+        if value is not None and not value.strip():  # an empty filter would match nothing, or be read as none
+            raise typer.BadParameter(f"{flag} is empty: name a server or model, or --all to forget everything",
+                                     param_hint="'crow facts forget'")
     if base_url is None and model is None and not everything:  # a bare `forget` is a slip more often than a wish
         raise typer.BadParameter("name --base-url or --model, or --all to forget everything learned",
                                  param_hint="'crow facts forget'")

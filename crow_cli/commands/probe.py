@@ -43,25 +43,20 @@ def probe(
 
     if show:
         facts = learned.recall_all()
-        if learned.problem():  # damaged: counted as empty, said once
-            print(learned.problem(), file=sys.stderr)
+        for warning in learned.problems():  # each damaged entry: counted as not known, said once
+            print(warning, file=sys.stderr)
         if json_out:
             print(json.dumps(facts, indent=2, sort_keys=True))
         elif not facts:
             print(f"nothing probed yet ({learned.facts_path()})")
         else:
             from ..probe.report import shown
-            from ..wire.adapt import rules_from_json
+            from .facts import record_lines  # as `crow facts list` shows them: each fact, when and why
 
-            for key, value in sorted(facts.items()):
+            for key, entry in sorted(facts.items()):
                 print(shown(key))
-                for name, fact in sorted(value.items()):
-                    if name == "request_rules":  # what the server refused and how crow changes its requests
-                        rules = "; ".join(r.describe() for r in rules_from_json(fact)) or "none"
-                        print(f"  adapted requests: {shown(rules)}")
-                        continue
-                    if fact not in ([], {}, None):  # an empty list learned nothing
-                        print(f"  {name}: {shown(json.dumps(fact))}")
+                for line in record_lines(entry):
+                    print(f"  {line}")
         if not json_out:
             _show_profile(model, base_url, config, profile, debug)
         raise typer.Exit(0)
@@ -92,15 +87,19 @@ def probe(
                 print("\r\x1b[K", end="", file=sys.stderr, flush=True)
     except CrowError as exc:
         raise fail(exc, debug=debug) from None
+    unsaved = None
     if any(c.name == "tool calling" for c in report.checks):  # the server was reached: remember what it did
         import time
 
-        learned.learn(settings.base_url, settings.model, **report.facts, tool_calling=report.tool_calling,
-                      probed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        unsaved = learned.learn(settings.base_url, settings.model, **report.facts, tool_calling=report.tool_calling,
+                                probed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    if unsaved is not None:
+        print(f"crow: warning: what the probe found could not be remembered for later runs ({unsaved})",
+              file=sys.stderr)
     if json_out:
         print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
     else:
-        render_text(report)
+        render_text(report, remembered=unsaved is None)
     raise typer.Exit(report.exit_code())
 
 

@@ -99,8 +99,9 @@ def _line(level: CheckLevel, name: str, seen: str, crow: str, colour: bool, inde
     return text
 
 
-def render_text(report: Report, out: TextIO | None = None) -> None:
-    """Write the report, one line per check, the stream shape indented under `stream shape`."""
+def render_text(report: Report, out: TextIO | None = None, *, remembered: bool = True) -> None:
+    """Write the report, one line per check, the stream shape indented under `stream shape`; `remembered`:
+    whether what it found was stored for later runs (`wire.facts.learn`)."""
     out = out or sys.stdout
     colour = use_colour(out)
     print(f"crow probe: {shown(public_url(report.base_url))}  model {shown(report.model)}", file=out)
@@ -112,8 +113,8 @@ def render_text(report: Report, out: TextIO | None = None) -> None:
                 print(_line(level, f.label, f.seen, f.crow, colour, indent="    "), file=out)
     learned = {k: v for k, v in report.facts.items() if k != "quirks" and v not in (None, [], False)}
     if learned:  # what later runs start with (`crow probe --show` lists it)
-        print("remembered for later runs: " + shown(", ".join(f"{k} {json.dumps(v)}" for k, v in learned.items())),
-              file=out)
+        head = "remembered for later runs: " if remembered else "found, but not remembered: "
+        print(head + shown(", ".join(f"{k} {json.dumps(v)}" for k, v in learned.items())), file=out)
     verdict = "streamed tool calling works" if report.tool_calling else "no streamed tool calling"
     print(f"{verdict} ({report.elapsed_s:.1f} s)", file=out)
 

@@ -59,7 +59,7 @@ from .adapt import (
     tool_names,
     value_refused,
 )
-from .facts import facts_path, learn, problem, recall
+from .facts import facts_path, learn, problems, recall
 from .outgoing import REASONING_ECHO, Outgoing, ReasoningEcho
 from .profile import build_profile
 from .profiles import CONTEXT_OVERFLOW, OVERFLOW_NUMBERS, OVERFLOW_PROMPT, OVERFLOW_WINDOW
@@ -147,6 +147,7 @@ class ChatClient:
         self._known = 0  # how many of `_rules` were known in advance or recalled (not to be stored again)
         self._unsaved = False  # a rule learned in this run, stored once a request with it is accepted
         self._why = ""  # the last refusal that changed this client: stored as the facts' `why`
+        self._unremembered = False  # the facts store could not be written: said once
         self._traced = False
         self._fields_traced = False
         self._offered_tools: list[dict[str, Any]] = []
@@ -161,7 +162,7 @@ class ChatClient:
         """Whether the model may be sent images: False once known text-only (`wire.vision`): by its name, or
         learned from a refusal of image parts (then requests holding images fail before they are sent)."""
 
-        self._facts_problem = problem() if settings.adapt_requests else None  # said once, before the first request
+        self._facts_problems = problems() if settings.adapt_requests else []  # said once, before the first request
         # what goes back of what servers attached to messages, and the fields this one refused or demanded
         self._outgoing = Outgoing(settings.reasoning_echo, reasoning_fields=self.profile.reasoning_fields,
                                   known=self.profile.message_facts(), author=self.author)
@@ -267,9 +268,9 @@ class ChatClient:
 
         if not self.takes_images and holds_images(messages):  # it would only refuse them
             raise ImagesRefused(self.settings.model)
-        if self._facts_problem:
-            yield Notice(self._facts_problem, "facts_damaged")
-            self._facts_problem = None
+        for warning in self._facts_problems:
+            yield Notice(warning, "facts_damaged")
+        self._facts_problems = []
         if self.settings.trace and not self._fields_traced:
             self._fields_traced = True
             yield Notice(f"crow: debug: server profile {self.profile.name!r}; messages go as "
@@ -306,7 +307,8 @@ class ChatClient:
                         retries += 1
                         await asyncio.sleep(wait)
                 if self._unsaved:  # the server took the changed request: remember the change
-                    self._remember()
+                    if (unsaved := self._remember()) is not None:
+                        yield unsaved
                     if self.settings.trace:
 
                         yield Notice(f"crow: debug: remembered for {self._shown_url} {self.settings.model} in "
@@ -492,16 +494,22 @@ class ChatClient:
             learned["request_rules"] = [r.to_json() for r in self._rules[self._known:]]
         return learned
 
-    def _remember(self) -> None:
+    def _remember(self) -> Notice | None:
         """Store the rules learned in this run for this base URL + model, and the message fields refused or
-        demanded (`wire.outgoing`), in `wire.facts` (never raises)."""
+        demanded (`wire.outgoing`), in `wire.facts` (never raises). When the store cannot be written, a notice
+        saying so, the first time only: the run goes on, and the next run learns it again."""
 
         self._unsaved = False
         stored = recall(self.settings.base_url, self.settings.model).get("request_rules")
         merged = list(stored) if isinstance(stored, list) else []
         merged += [r.to_json() for r in self._rules[self._known:] if r.to_json() not in merged]
-        learn(self.settings.base_url, self.settings.model, request_rules=merged, why=self._why,
-              **self._outgoing.learned())
+        failed = learn(self.settings.base_url, self.settings.model, request_rules=merged, why=self._why,
+                       **self._outgoing.learned())
+        if failed is None or self._unremembered:
+            return None
+        self._unremembered = True
+        return Notice(f"crow: warning: what this server refused could not be remembered for later runs ({failed});"
+                      " this run goes on with the change, and the next one learns it again", "facts_unwritable")
 
     def _retry(self, exc: Exception, retries: int) -> tuple[float, Notice | None]:
         """The wait and notice for another try after `exc`, or `(0, None)` when it is final."""

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import typer
@@ -19,8 +20,7 @@ def test_list_shows_each_endpoint_what_when_and_why(capsys: pytest.CaptureFixtur
                 why="Extra inputs are not permitted: seed\x1b]0;owned\x07")
     assert crow_here("facts", "list") == 0
     out = capsys.readouterr().out
-    assert out.startswith("http://a.test/v1 m\n")
-    assert "adapted requests: dropped parameter seed" in out and "learned: 20" in out
+    assert out.startswith("http://a.test/v1 m\n  adapted requests: dropped parameter seed\n    learned 20")
     assert "from the refusal: Extra inputs are not permitted: seed" in out and "\x1b" not in out
     assert crow_here("facts", "list", "--json") == 0
     assert json.loads(capsys.readouterr().out)["http://a.test/v1 m"]["request_rules"][0]["target"] == "seed"
@@ -67,3 +67,56 @@ def test_facts_list_imports_neither_openai_nor_rich() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                             env={**os.environ})
     assert result.stdout.strip().splitlines()[-1] == "[]", result.stderr
+
+
+# a new-user tester of learned facts: `crow facts forget --model ""` was not a usage error
+@pytest.mark.parametrize("flag", ["--model", "--base-url"])
+def test_forget_with_an_empty_value_is_a_usage_error_and_forgets_nothing(flag: str) -> None:
+    facts.learn("http://a.test/v1", "m", tool_calling=True)
+    with pytest.raises(typer.BadParameter, match="empty") as raised:
+        crow_here("facts", "forget", flag, "")
+    assert "\n" not in str(raised.value)
+    assert list(facts.recall_all()) == ["http://a.test/v1 m"]
+    proc = subprocess.run([sys.executable, "-m", "crow_cli", "facts", "forget", flag, " "], capture_output=True,
+                          text=True, timeout=60, env={**os.environ})
+    assert proc.returncode == 2 and proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert list(facts.recall_all()) == ["http://a.test/v1 m"]
+
+
+# a new-user tester of learned facts: one `why` per server and model, shown for every fact, and a date in UTC
+# seconds where `crow probe --show` printed a raw timestamp; each fact now says when and from which refusal,
+# in the local date and time to the minute, the same in both
+def test_each_fact_is_listed_with_its_own_date_and_refusal(capsys: pytest.CaptureFixture[str]) -> None:
+    from crow_cli.commands.facts import when
+
+    path = facts.facts_path()
+    path.parent.mkdir(parents=True)
+    now = time.time()
+    seed, default = now - 7200, now - 60
+    path.write_text(json.dumps({
+        "http://a.test/v1 m": {
+            "request_rules": [{"op": "drop_param", "target": "seed", "value": None},
+                              {"op": "drop_schema_keyword", "target": "default", "value": None}],
+            "tool_calling": True, "probed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seed)),
+            "learned_at": now, "provenance": {
+                "request_rules drop_param seed": {"learned_at": seed, "why": "400: seed"},
+                "request_rules drop_schema_keyword default": {"learned_at": default, "why": "400: default"},
+                "tool_calling": {"learned_at": seed}}},
+        "http://b.test/v1 m": {"tool_calling": True, "learned_at": seed, "why": "400: old"}}))
+    assert crow_here("facts", "list") == 0
+    listed = capsys.readouterr().out
+    assert listed == (
+        "http://a.test/v1 m\n"
+        "  adapted requests: dropped parameter seed\n"
+        f"    learned {when(seed)} from the refusal: 400: seed\n"
+        "  adapted requests: dropped the schema keyword default from tool parameters\n"
+        f"    learned {when(default)} from the refusal: 400: default\n"
+        "  tool_calling: true\n"
+        f"    learned {when(seed)}\n"
+        f"  probed: {when(seed)}\n"
+        "http://b.test/v1 m\n"  # written before each fact kept its own: said once, for the record
+        "  tool_calling: true\n"
+        f"  last learned {when(seed)}, from the refusal: 400: old\n")
+    assert when(seed) == time.strftime("%Y-%m-%d %H:%M", time.localtime(seed))
+    assert crow_here("probe", "--show") == 0
+    assert capsys.readouterr().out.startswith(listed)  # then the configured server's profile

@@ -158,6 +158,22 @@ def test_show_lists_what_earlier_probes_learned(here: Any) -> None:
     assert f"{base} test-model" in text and "tool_calling: true" in text
 
 
+# a new-user tester of learned facts: with the facts store unwritable, `crow probe` still said what it found was
+# "remembered for later runs"
+def test_a_probe_whose_findings_cannot_be_stored_says_so_in_one_line(here: Any, monkeypatch: pytest.MonkeyPatch,
+                                                                    tmp_path: Path) -> None:
+    blocker = tmp_path / "state"
+    blocker.write_text("")  # the state folder's place is a file
+    monkeypatch.setenv("XDG_STATE_HOME", str(blocker))
+    stream = first_sse(json.loads((CASES_DIR / "minimax-args-object.json").read_text()))
+    with ReplayServer(script_for(stream)) as server:
+        proc = here("probe", "--base-url", server.base_url, "--model", "test-model")
+    assert proc.returncode == 0 and "remembered for later runs" not in proc.stdout
+    warning = proc.stderr.strip()
+    assert "could not be remembered" in warning and str(blocker) in warning and len(warning.splitlines()) == 1
+    assert "Error" not in warning
+
+
 def test_show_lists_the_request_changes_a_run_learned(here: Any) -> None:
     # issue: a fix learned from a server's refusal is listed by `crow probe --show`
     from crow_cli.wire import facts
@@ -168,7 +184,8 @@ def test_show_lists_the_request_changes_a_run_learned(here: Any) -> None:
     facts.learn("http://127.0.0.1:9/v1", "m", refused_fields=[], required_fields=[])  # what every adapted run stores
     text = here("probe", "--show").stdout
     assert "http://127.0.0.1:9/v1 m" in text
-    assert "adapted requests: dropped parameter seed; dropped the schema keyword default from tool parameters" in text
+    assert "  adapted requests: dropped parameter seed\n" in text  # one line per fact, then when it was learned
+    assert "  adapted requests: dropped the schema keyword default from tool parameters\n    learned 20" in text
     # issue: a new user's `crow probe --show` listed "refused_fields: []" and "required_fields: []": nothing learned
     assert "[]" not in text and "refused_fields" not in text
     shown = json.loads(here("probe", "--show", "--json").stdout)

@@ -58,8 +58,12 @@ def test_an_unwritable_state_dir_is_ignored(monkeypatch: pytest.MonkeyPatch, tmp
     blocker = tmp_path / "file"
     blocker.write_text("")
     monkeypatch.setattr(facts, "facts_path", lambda: blocker / "crow" / "facts.json")
-    facts.learn("http://h/v1", "m", tool_calling=True)
+    reason = facts.learn("http://h/v1", "m", tool_calling=True)
     assert facts.recall("http://h/v1", "m") == {}
+    # a new-user tester of learned facts: a store that could not be written was silent; now learn says why
+    assert reason is not None and str(blocker) in reason and "File exists" in reason
+    assert "\n" not in reason and "Error" not in reason
+    assert facts.learn("http://h/v1", "m") is None  # nothing to remember: nothing to report
 
 
 # found trying it as a new user (wave 3): a facts file edited by hand or by another version, holding
@@ -74,6 +78,13 @@ def test_a_value_of_the_wrong_type_counts_as_not_known() -> None:
         "tool_message_name": "yes", "quirks": [1, "index-always-0"], "tool_calling": True, "future_key": {"a": 1}}}))
     known = facts.recall("http://h/v1", "m")
     assert known == {"quirks": ["index-always-0"], "tool_calling": True}  # a key of no known schema too
+    # a new-user tester of learned facts: some of these were dropped silently; each is one plain warning now
+    warnings = facts.problems()
+    assert len(warnings) == 7 and all(w.startswith("crow: warning: learned facts for http://h/v1 m, ")
+                                      for w in warnings)
+    for key in ("refused_fields", "required_fields", "request_rules", "context_window", "tool_message_name",
+                "quirks[0]", "future_key"):
+        assert sum(f"m, {key}:" in w for w in warnings) == 1, (key, warnings)
     assert Outgoing(known=known).learned() == {"refused_fields": [], "required_fields": []}
 
 
@@ -83,17 +94,97 @@ def test_a_file_nested_too_deep_counts_as_empty_with_one_warning() -> None:
     path.parent.mkdir(parents=True)
     path.write_text('{"http://h/v1 m": ' + "[" * 100_000 + "]" * 100_000 + "}")
     assert facts.recall("http://h/v1", "m") == {}
-    warning = facts.problem()
-    assert warning is not None and "RecursionError" in warning and "\n" not in warning
+    [warning] = facts.problems()
+    assert "nested too deep" in warning and str(path) in warning and "\n" not in warning
+    assert "Error" not in warning  # a new-user tester of learned facts: it named Python's RecursionError
     facts.learn("http://h/v1", "m", tool_calling=True)  # replaced on the next write
-    assert facts.recall("http://h/v1", "m") == {"tool_calling": True} and facts.problem() is None
+    assert facts.recall("http://h/v1", "m") == {"tool_calling": True} and facts.problems() == []
+
+
+# a new-user tester of learned facts: warnings named JSONDecodeError, RecursionError, TypeError; each damaged
+# entry is one plain line (the file, or which server and model, which key, what is wrong)
+@pytest.mark.parametrize(("content", "words"), [
+    ("{not json", "not JSON (Expecting property name enclosed in double quotes at line 1 column 2)"),
+    (b"{\xff}", "not UTF-8 text"), ("[1]", "a list, not a table of servers and models")])
+def test_a_damaged_file_is_one_plain_warning(content: str | bytes, words: str) -> None:
+    path = facts.facts_path()
+    path.parent.mkdir(parents=True)
+    path.write_bytes(content.encode() if isinstance(content, str) else content)
+    assert facts.recall_all() == {}
+    assert facts.problems() == [f"crow: warning: learned facts in {path} are damaged: it is {words}; none are "
+                                "used (the file is replaced on the next write)"]
+
+
+def test_each_damaged_entry_is_one_warning_and_the_rest_is_used() -> None:
+    path = facts.facts_path()
+    path.parent.mkdir(parents=True)
+    now = time.time()
+    records = {f"http://e{i}/v1 m": {"tool_calling": True, "learned_at": now} for i in range(facts.MAX_ENDPOINTS - 4)}
+    path.write_text(json.dumps({
+        "http://old/v1 m": {"tool_calling": True},  # the oldest, one beyond the bound
+        **records,
+        "http://a/v1 m": [1, 2],
+        "http://b/v1 m\x1b[2J": {"quirks": ["q"] * (facts.MAX_ITEMS + 1), "learned_at": now},
+        "http://c/v1 m": {"tool_calling": True, "learned_at": now + 10 * 24 * 3600},
+        "http://d/v1 m": {"request_rules": [7, {"op": [1]}], "provenance": {"request_rules": 5, "tool_calling": "x"},
+                          "tool_calling": True, "learned_at": now}}))
+    known = facts.recall_all()
+    warnings = facts.problems()
+    assert "http://d/v1 m" in known and "http://a/v1 m" not in known and "http://c/v1 m" not in known
+    assert len(known["http://b/v1 m\x1b[2J"]["quirks"]) == facts.MAX_ITEMS
+    assert not any("\x1b" in w or "Error" in w or "\n" in w for w in warnings)
+    said = "\n".join(warnings)
+    for words in ("than the 256 kept; the 1 oldest are not used", "http://a/v1 m: it is a list, not a table",
+                  "quirks: 33 items, more than the 32 kept", "http://c/v1 m, learned_at: in the future",
+                  "http://d/v1 m, request_rules[0]: a number, not a table", '"tool_calling": not a date'):
+        assert words in said, words
+    assert len(warnings) == 8 and 'request_rules[1]: the kind "[1]" is not a name' in said
+    path.write_text(json.dumps({"http://h/v1 m": {f"k{i}": 1 for i in range(12)}}))  # many: the rest counted
+    assert facts.recall_all() == {"http://h/v1 m": {}}
+    assert len(facts.problems()) == 11
+    assert facts.problems()[-1] == f"crow: warning: 2 more damaged entries in {path}, not used"
+
+
+# a new-user tester of learned facts: a fact was checked more loosely than the same value in the config
+# (`refused_fields = ["content"]` would drop every message's text); one set of checks for both
+def test_a_fact_the_config_would_refuse_is_no_fact_with_one_warning() -> None:
+    from crow_cli.wire.adapt import RULES
+    from crow_cli.wire.profile import rules_problem
+    from crow_cli.wire.profiles import MESSAGE_FIELDS, check_overrides
+
+    bad = {"refused_fields": ["content", "reasoning_content"], "required_fields": ["role"],
+           "request_rules": [{"op": "explode", "target": "seed", "value": None},
+                             {"op": "drop_param", "target": "", "value": None},
+                             {"op": "drop_param", "target": "seed", "value": None}]}
+    for key, value in bad.items():  # the config refuses each
+        assert check_overrides({key: value}) or rules_problem(value)
+    path = facts.facts_path()
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"http://h/v1 m": {**bad, "learned_at": time.time()}}))
+    assert facts.recall("http://h/v1", "m") == {"refused_fields": ["reasoning_content"], "required_fields": [],
+                                                 "request_rules": [bad["request_rules"][2]]}
+    message_fields = ", ".join(sorted(MESSAGE_FIELDS))
+    assert [w.split(", ", 1)[1] for w in facts.problems()] == [
+        f"refused_fields[0]: may not name 'content': it is a field of the message itself ({message_fields}); not used",
+        f"required_fields[0]: may not name 'role': it is a field of the message itself ({message_fields}); not used",
+        f"request_rules[0]: no rule 'explode' (known: {', '.join(RULES)}); not used",
+        "request_rules[1]: drop_param needs a target; not used"]
+    facts.learn("http://h/v1", "n", **bad)  # and none is learned
+    assert facts.recall("http://h/v1", "n") == facts.recall("http://h/v1", "m")
 
 
 def test_a_file_larger_than_the_bound_counts_as_empty() -> None:
     path = facts.facts_path()
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"http://h/v1 m": {"tool_calling": True, "why": "x" * (facts.MAX_FILE + 1)}}))
-    assert facts.recall_all() == {} and facts.problem() is not None
+    assert facts.recall_all() == {} and len(facts.problems()) == 1
+
+
+def test_a_facts_file_that_cannot_be_read_is_one_warning() -> None:
+    facts.facts_path().mkdir(parents=True)  # a folder where the file should be
+    assert facts.recall_all() == {}
+    assert facts.problems() == [f"crow: warning: learned facts in {facts.facts_path()} cannot be read (Is a "
+                                "directory); none are used"]
 
 
 # Four 1 MB parameter names gave 2 MB notice lines, a 7 MB facts.json and a 1 MB key in later requests (issue 29)
@@ -105,11 +196,12 @@ def test_names_and_lists_are_bounded_when_learned_and_when_read() -> None:
                                {"op": "set_param", "target": "temperature", "value": {"deep": [1]}},
                                {"op": "drop_param", "target": "seed", "value": None}],
                 why=huge)
-    assert facts.facts_path().stat().st_size < 10_000
+    assert facts.facts_path().stat().st_size < 30_000  # each of 33 facts with a refusal of at most 200 characters
     known = facts.recall("http://h/v1", "m")
     assert known["refused_fields"][0] == "reasoning_content" and len(known["refused_fields"]) <= facts.MAX_ITEMS
     assert known["request_rules"] == [{"op": "drop_param", "target": "seed", "value": None}]
-    assert len(facts.recall_all()["http://h/v1 m"]["why"]) <= 200
+    whys = [p["why"] for p in facts.recall_all()["http://h/v1 m"]["provenance"].values()]
+    assert whys and all(len(why) <= facts.MAX_WHY for why in whys)
 
 
 def test_a_learned_size_is_a_positive_int_when_learned_and_when_read() -> None:
@@ -170,3 +262,39 @@ def test_concurrent_writers_keep_every_fact() -> None:
     procs = [subprocess.Popen([sys.executable, "-c", _WRITER, str(i)], env=env) for i in range(8)]
     assert [p.wait() for p in procs] == [0] * 8
     assert sorted(facts.recall_all()) == sorted(f"http://h/v1 m{i}" for i in range(8))
+
+
+# a new-user tester of learned facts: a record had one `why` per server and model, so every fact seemed learned
+# from the last refusal; each fact keeps its own refusal and date, and records written before still read
+def test_each_fact_keeps_its_own_refusal_and_date() -> None:
+    rule = {"op": "drop_param", "target": "seed", "value": None}
+    other = {"op": "drop_schema_keyword", "target": "default", "value": None}
+    facts.learn("http://h/v1", "m", request_rules=[rule], refused_fields=["reasoning_content"], why="400: seed")
+    first = facts.recall_all()["http://h/v1 m"]["provenance"]
+    assert first["request_rules drop_param seed"]["why"] == "400: seed"
+    assert first["refused_fields reasoning_content"]["why"] == "400: seed"
+    facts.learn("http://h/v1", "m", request_rules=[rule, other], refused_fields=["reasoning_content"],
+                why="400: default")
+    record = facts.recall_all()["http://h/v1 m"]
+    assert record["provenance"]["request_rules drop_param seed"] == first["request_rules drop_param seed"]
+    assert record["provenance"]["request_rules drop_schema_keyword default"]["why"] == "400: default"
+    assert record["provenance"]["request_rules drop_schema_keyword default"]["learned_at"] == record["learned_at"]
+    assert "why" not in record and "provenance" not in facts.recall("http://h/v1", "m")
+    facts.learn("http://h/v1", "m", request_rules=[other])  # a fact gone takes its provenance with it
+    assert set(facts.recall_all()["http://h/v1 m"]["provenance"]) == {
+        "request_rules drop_schema_keyword default", "refused_fields reasoning_content"}
+
+
+def test_a_record_written_before_facts_kept_their_own_provenance_still_reads() -> None:
+    path = facts.facts_path()
+    path.parent.mkdir(parents=True)
+    now = time.time()
+    path.write_text(json.dumps({"http://h/v1 m": {
+        "request_rules": [{"op": "drop_param", "target": "seed", "value": None}], "learned_at": now,
+        "why": "400: seed"}}))
+    assert facts.recall("http://h/v1", "m") == {"request_rules": [{"op": "drop_param", "target": "seed",
+                                                                   "value": None}]}
+    assert facts.recall_all()["http://h/v1 m"]["why"] == "400: seed" and facts.problems() == []
+    facts.learn("http://h/v1", "m", tool_calling=True)
+    record = facts.recall_all()["http://h/v1 m"]
+    assert record["why"] == "400: seed" and list(record["provenance"]) == ["tool_calling"]  # no guessed why
