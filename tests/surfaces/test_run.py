@@ -144,7 +144,7 @@ class _Terminal(io.StringIO):
         return True
 
 
-# found trying it as a new user (second round)
+# Model text cannot drive the terminal: its escape sequences are shown, not run (found trying it as a new user)
 def test_model_text_cannot_drive_the_terminal() -> None:
     hostile = "ok\x1b[2J\x1b[H\x1b]0;PWNED\x07 done\r\n"
     assert strip_controls(hostile) == "ok[2J[H]0;PWNED done\n"
@@ -156,14 +156,14 @@ def test_model_text_cannot_drive_the_terminal() -> None:
     assert piped.getvalue() == hostile  # a pipe gets the text as the model sent it
 
 
-# found trying it as a new user
+# A latin-1 stdout still gets the answer (found trying it as a new user)
 def test_latin1_stdout_still_gets_the_answer() -> None:
     proc, _ = run_against([{"sse": text_sse("Eagle 🦅 done")}], "--no-tools", "hi",
                           env={"PYTHONIOENCODING": "latin-1"})
     assert proc.returncode == 0 and proc.stdout == "Eagle ? done\n"
 
 
-# found trying it as a new user
+# The text of consecutive turns is not glued together in a pipe (found trying it as a new user)
 async def test_text_of_consecutive_turns_is_not_glued_in_a_pipe(tmp_path: Path) -> None:
     first = sse(chunk({"content": "Let me look."}),
                 chunk({"tool_calls": [tool_delta(0, "l1", "list_directory", "{}")]}), chunk({}, "tool_calls"))

@@ -40,7 +40,7 @@ async def results_of(registry: ToolRegistry, *calls: ToolCall, timeout_s: float 
     return {e.result.call_id: e.result for e in events if e.type == "tool_result"}
 
 
-# found trying it as a new user
+# A tool raising CancelledError gets a result instead of hanging the run (found trying it as a new user)
 async def test_tool_raising_cancelled_error_gets_a_result_instead_of_hanging() -> None:
     @tool
     async def cancel_tool() -> str:
@@ -53,7 +53,7 @@ async def test_tool_raising_cancelled_error_gets_a_result_instead_of_hanging() -
     assert results["c"].output == "Error: cancel_tool raised CancelledError"
 
 
-# found trying it as a new user
+# A tool raising SystemExit or KeyboardInterrupt gets a result (found trying it as a new user)
 @pytest.mark.parametrize("exc", [SystemExit(3), KeyboardInterrupt()])
 async def test_tool_raising_base_exceptions_gets_a_result(exc: BaseException) -> None:
     def bad() -> str:
@@ -66,7 +66,7 @@ async def test_tool_raising_base_exceptions_gets_a_result(exc: BaseException) ->
     assert results["c"].output.startswith(f"Error: bad raised {type(exc).__name__}")
 
 
-# found trying it as a new user
+# A tool's own TimeoutError is not reported as crow's timeout (found trying it as a new user)
 async def test_a_tools_own_timeout_error_is_not_reported_as_ours() -> None:
     @tool
     async def own_timeout() -> str:
@@ -79,7 +79,7 @@ async def test_a_tools_own_timeout_error_is_not_reported_as_ours() -> None:
     assert results["c"].output == "Error: own_timeout raised TimeoutError: upstream socket timed out"
 
 
-# found trying it as a new user
+# Undecodable text in a tool's output is made sendable (found trying it as a new user)
 async def test_undecodable_text_in_tool_output_is_made_sendable() -> None:
     @tool
     def listing() -> str:
@@ -93,7 +93,7 @@ async def test_undecodable_text_in_tool_output_is_made_sendable() -> None:
     results["c"].output.encode("utf-8")
 
 
-# found trying it as a new user
+# A sync tool past its timeout does not keep crow alive (found trying it as a new user)
 def test_sync_tool_past_its_timeout_does_not_keep_crow_alive(tmp_path: Path) -> None:
     plugins = tmp_path / "plugins"
     plugins.mkdir()

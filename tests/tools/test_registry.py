@@ -156,7 +156,7 @@ async def test_sync_tools_run_in_a_worker_thread_and_async_on_the_loop():
     assert await tool(lambda: {"a": 1}, name="obj").invoke({}) == '{"a": 1}'
 
 
-# found trying it as a new user
+# A plugin exiting at import is a load error, not crow's exit (found trying it as a new user)
 def test_plugin_exiting_at_import_is_a_load_error(tmp_path: Path) -> None:
     (tmp_path / "exits.py").write_text("import sys\nsys.exit(5)\n")
     registry = ToolRegistry()
@@ -168,7 +168,7 @@ class Weird:
     """An arbitrary class: pydantic has no schema for it."""
 
 
-# found trying it as a new user
+# A tool with a type no schema can describe is dropped with a reason (found trying it as a new user)
 def test_tool_with_an_undescribable_type_is_dropped_with_a_reason() -> None:
     def weird(w: Weird) -> str:
         """Takes something pydantic cannot describe."""
@@ -180,7 +180,7 @@ def test_tool_with_an_undescribable_type_is_dropped_with_a_reason() -> None:
     assert "weird" in registry.errors[0] and "dropped" in registry.errors[0]
 
 
-# found trying it as a new user
+# The same tools folder given twice loads once (found trying it as a new user)
 def test_same_folder_twice_loads_once() -> None:
     registry = ToolRegistry()
     registry.load_folder(TOOLS)

@@ -189,7 +189,7 @@ async def test_a_path_is_a_message_not_a_command(store: SessionStore) -> None:
     assert server.requests[0]["messages"] == [{"role": "user", "content": "/etc/hosts is what?"}]
 
 
-# found trying it as a new user (third round)
+# A chat locks only the session it is in, never the others in the store (found trying it as a new user)
 async def test_chat_holds_only_the_session_it_is_in(tmp_path: Path) -> None:
 
     from prompt_toolkit.input import create_pipe_input
@@ -232,7 +232,7 @@ async def test_a_chat_that_opened_the_store_leaves_its_session_free_when_it_ends
         assert [m["content"] for m in store.load(app.recorder.session_id)] == ["hi", "one"]  # not "in use"
 
 
-# found trying it as a new user (third round)
+# The state folders crow creates are readable by their owner only (found trying it as a new user)
 def test_state_folders_crow_creates_are_private(_isolated_home: Path) -> None:
     from crow_cli.surfaces.chat.terminal import _history_path  # noqa: PLC2701  # where the input history lives
 
