@@ -64,7 +64,7 @@ def _test_servers_stop_at_once() -> Iterator[None]:
     """The replay server (tests/replay_server.py, a verbatim copy of ../shared's) and `support.raw_http_server`
     serve with `serve_forever()`, whose default poll of 0.5 s made leaving each `with ReplayServer(...)` wait up
     to 0.5 s for `shutdown()`: idle wall time in ~300 tests (tests/probe/test_checks.py and
-    tests/surfaces/test_run_faults.py: 46 s -> 28 s, the same CPU). Polling every 0.05 s ends them at once."""
+    tests/surfaces/test_run.py: 46 s -> 28 s, the same CPU). Polling every 0.05 s ends them at once."""
     serve = socketserver.BaseServer.serve_forever
 
     def serve_forever(self: socketserver.BaseServer, poll_interval: float = 0.05) -> None:

@@ -134,7 +134,7 @@ def test_usage_errors_are_one_crow_line_exit_2(args, line):
     assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"crow: error: {line}\n")
 
 
-# issue 11 friction: found trying it as a new user (no shell completion)
+# `crow --install-completion` installs shell completion, and it completes (found trying it as a new user, issue 11)
 def test_shell_completion_installs_and_completes(tmp_path):
     def from_bash(command: str) -> subprocess.CompletedProcess:  # the shell is detected from the parent
         return subprocess.run(["bash", "-c", f"'{CROW}' {command}; exit $?"], capture_output=True, text=True,
@@ -159,7 +159,7 @@ def test_output_piped_into_a_reader_that_leaves_early(tmp_path):
     assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
 
 
-# found trying it as a new user
+# Piped stdin goes after the prompt (found trying it as a new user)
 def test_piped_stdin_goes_after_the_prompt() -> None:
     with ReplayServer([{"sse": text_sse("ok")}]) as srv:
         proc = subprocess.run(f"printf 'diff --git a b\\n' | '{CROW}' run --base-url {srv.base_url} --no-tools "
@@ -169,7 +169,7 @@ def test_piped_stdin_goes_after_the_prompt() -> None:
     assert body["messages"][-1]["content"] == "Review this diff\n\ndiff --git a b\n"
 
 
-# found trying it as a new user
+# `python -m crow_cli` runs, without a traceback (found trying it as a new user)
 def test_no_traceback_from_python_m() -> None:
     proc = subprocess.run([sys.executable, "-m", "crow_cli", "--version"], capture_output=True, text=True,
                           timeout=60)
@@ -212,7 +212,7 @@ def test_an_empty_session_id_is_refused(capsys: pytest.CaptureFixture[str]) -> N
                                                        "most recent session")
 
 
-# issue 11 friction: found trying it as a new user; the first run swallowed the loop's remaining lines
+# A `while read` loop runs one prompt per line: crow run never reads the loop's remaining lines (issue 11)
 def test_a_while_read_loop_runs_one_prompt_per_line():
     with ReplayServer([{"sse": text_sse("one")}, {"sse": text_sse("two")}]) as srv:
         shell = (f"printf 'a\\nb\\n' | while read l; do '{CROW}' run --base-url {srv.base_url} --model m "

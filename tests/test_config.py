@@ -187,7 +187,7 @@ def test_a_bad_number_from_the_environment_names_the_variable():
         load_settings({}, env={"CROW_IDLE_TIMEOUT": "abc"})
 
 
-# found trying it as a new user
+# A key's trailing newline is stripped; odd keys are refused, unechoed (found trying it as a new user)
 def test_key_with_trailing_newline_is_stripped_and_odd_keys_are_refused_unechoed() -> None:
     with ReplayServer([{"sse": text_sse("ok")}]) as srv:
         proc = crow("run", "--base-url", srv.base_url, "--api-key", "sk-SECRET-1\n", "--no-tools", "hi")
@@ -197,7 +197,7 @@ def test_key_with_trailing_newline_is_stripped_and_odd_keys_are_refused_unechoed
     assert proc.returncode == 2 and "SECR" not in proc.stderr and "API key" in proc.stderr
 
 
-# found trying it as a new user
+# A bad value in the config is a config error, exit 2 (found trying it as a new user)
 @pytest.mark.parametrize(("text", "message"), [
     ("max_retries = -1", "max_retries must be 0 or more"),
     ("idle_timeout = 0", "idle_timeout must be greater than 0"),
@@ -223,7 +223,7 @@ def test_a_bad_value_ends_crow_run_in_one_line_exit_2(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
-# found trying it as a new user
+# CROW_PROFILE beats the config file's profile (found trying it as a new user)
 def test_crow_profile_env_beats_the_files_profile(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
     config.write_text('profile = "a"\n[profiles.a]\nmodel = "ma"\n[profiles.b]\nmodel = "mb"\n')

@@ -636,7 +636,7 @@ async def test_a_session_in_use_is_refused_and_its_history_stays_valid(tmp_path:
     assert again.code == 0, again.stderr
 
 
-# found trying it as a new user (third round)
+# The lock of a killed crow does not block the session (found trying it as a new user)
 async def test_the_lock_of_a_killed_crow_does_not_block(tmp_path: Path, _isolated_home: Path) -> None:
     holder = _Holder(tmp_path, "A")
     try:
@@ -653,7 +653,7 @@ async def test_the_lock_of_a_killed_crow_does_not_block(tmp_path: Path, _isolate
     assert_contract(stored)
 
 
-# found trying it as a new user (third round)
+# The store grants one writer per session (found trying it as a new user)
 def test_the_store_grants_one_writer_per_session(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     with SessionStore(db) as first, SessionStore(db) as second:
@@ -738,7 +738,7 @@ def _controls(text: str) -> set[str]:
     return {c for c in text if (ord(c) < 32 and c not in "\r\n\t") or 0x7F <= ord(c) <= 0x9F}
 
 
-# found trying it as a new user (third round)
+# The sessions commands neutralise control characters on a terminal (found trying it as a new user)
 def test_sessions_commands_neutralise_control_characters_on_a_terminal(_isolated_home: Path,
                                                                        capsys: pytest.CaptureFixture[str]) -> None:
     with SessionStore() as store:
@@ -768,7 +768,7 @@ def _mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
-# found trying it as a new user (third round)
+# Session files are private; existing folders keep their mode (found trying it as a new user)
 async def test_session_files_are_private_and_existing_folders_keep_their_mode(_isolated_home: Path,
                                                                              tmp_path: Path) -> None:
     share = _isolated_home / ".local" / "share"
@@ -785,7 +785,7 @@ async def test_session_files_are_private_and_existing_folders_keep_their_mode(_i
                 assert _mode(path) == 0o600, path
 
 
-# found trying it as a new user (third round)
+# An old world-readable store is made private (found trying it as a new user)
 def test_an_old_world_readable_store_is_made_private(_isolated_home: Path) -> None:
     db = default_db_path()
     SessionStore().close()
@@ -794,7 +794,7 @@ def test_an_old_world_readable_store_is_made_private(_isolated_home: Path) -> No
     assert _mode(db) == 0o600
 
 
-# found trying it as a new user (second round)
+# Credentials in the base URL are never stored (found trying it as a new user)
 async def test_credentials_in_the_base_url_are_never_stored(_isolated_home: Path, tmp_path: Path) -> None:
     assert public_url("http://user:sk-URLSECRET2@127.0.0.1:8080/v1?key=sk-Q") == "http://127.0.0.1:8080/v1"
     with ReplayServer([{"sse": text_stream("ok")}]) as srv, contextlib.chdir(tmp_path):  # `crow run` in process
@@ -819,7 +819,7 @@ def test_sessions_list_has_a_header_and_says_1_message(_isolated_home: Path,
     assert " 1 message " in row and "msgs" not in row
 
 
-# found trying it as a new user (second round)
+# `crow sessions` says when older sessions are not shown (found trying it as a new user)
 def test_sessions_list_says_when_older_sessions_are_not_shown(_isolated_home: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     with SessionStore(default_db_path()) as store:

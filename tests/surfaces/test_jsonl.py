@@ -166,7 +166,7 @@ async def test_fragments_no_call_can_take_are_a_warning_event(tmp_path: Path) ->
     assert [c["id"] for c in ran.requests[1]["messages"][-3]["tool_calls"]] == ["call_f", "call_g"]
 
 
-# found trying it as a new user (second round)
+# A usage error with --json prints no event and stores no session (found trying it as a new user)
 def test_usage_errors_with_json_print_no_event_and_store_no_session(tmp_path: Path, _isolated_home: Path) -> None:
     for args in (["--approval", "bogus"], ["--workspace", str(tmp_path / "nope")]):
         proc = crow("run", "--json", "--base-url", "http://127.0.0.1:9/v1", *args, "hi")
@@ -176,7 +176,7 @@ def test_usage_errors_with_json_print_no_event_and_store_no_session(tmp_path: Pa
             assert conn.execute("SELECT id FROM sessions").fetchall() == []
 
 
-# found trying it as a new user (third round)
+# --json on an unknown session still emits run_started and run_finished (found trying it as a new user)
 async def test_json_run_on_an_unknown_session_starts_and_finishes(tmp_path: Path) -> None:
     result = await run_here([], json=True, session_id="nope", cwd=tmp_path)  # `crow run --json --session nope hi`
     assert result.requests == []

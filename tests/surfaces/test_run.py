@@ -1,12 +1,30 @@
-"""`crow run`'s plain surface: what reaches stdout on a terminal, a pipe, a latin-1 stream or a closed stdout, and
-what stderr shows around an approval question on a terminal."""
+"""`crow run` (`surfaces/run`): its plain surface, its faults, its retries and its signals.
+
+Properties guarded here:
+
+- what reaches stdout on a terminal, a pipe, a latin-1 stream or a closed stdout, and what stderr shows
+  around an approval question on a terminal;
+- faults (retries, final errors, cut and stalled streams, bad bodies) end in a result or one clear line, and
+  each stdout line of `--json` is valid against the shipped schema;
+- what a plugin tool prints (at import, in its thread or on the loop) goes to stderr, never into stdout;
+- retries are shown: one dim stderr line in plain mode, a `notice` event with `--json`, nothing with
+  `--quiet`;
+- SIGINT / SIGTERM cancel the stream or the tools, every call still gets a result, the last JSONL event says
+  `cancelled`, and the exit code is 130 / 143.
+
+Every run goes to the replay server over real sockets, in this process through `run_here` (what `crow run`
+runs); only what needs a process (a signal, its stdout a full disk) spawns `crow run`. Retries and timeouts
+are made small through the config file.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -22,23 +40,31 @@ from tests.replay_server import ReplayServer, text_stream
 from tests.support import (
     CROW,
     ROOT,
+    TOOLS,
     ChatTerminal,
+    Ran,
+    argv,
+    assert_contract,
     chunk,
+    crow,
     needs_sandbox,
     png,
     run_against,
     run_args,
     run_here,
+    schema_validator,
     script,
     sse,
     text_sse,
     tool_delta,
     tool_messages,
+    tool_turn,
     tools_folder,
     wait_for,
+    write_config,
 )
 
-TOOLS = '''
+FETCH_TOOLS = '''
 import asyncio, pathlib
 from crow_cli.tools import tool
 
@@ -60,7 +86,7 @@ def guarded(text: str) -> str:
 def test_no_progress_line_lands_on_the_approval_question(tmp_path: Path) -> None:
     # issue 11 item 11 (found trying it as a new user): "✓ fetch" was printed onto the question line,
     # so it read as if the guarded tool had already run
-    tools = tools_folder(tmp_path / "run-tools", TOOLS)
+    tools = tools_folder(tmp_path / "run-tools", FETCH_TOOLS)
     marker = tmp_path / "fetched"
     turns = script([("c1", "guarded", {"text": "x"}), ("c2", "fetch", {"marker": str(marker)})], final="Done.")
     with ReplayServer(turns) as server, ChatTerminal(
@@ -118,7 +144,7 @@ class _Terminal(io.StringIO):
         return True
 
 
-# found trying it as a new user (second round)
+# Model text cannot drive the terminal: its escape sequences are shown, not run (found trying it as a new user)
 def test_model_text_cannot_drive_the_terminal() -> None:
     hostile = "ok\x1b[2J\x1b[H\x1b]0;PWNED\x07 done\r\n"
     assert strip_controls(hostile) == "ok[2J[H]0;PWNED done\n"
@@ -130,14 +156,14 @@ def test_model_text_cannot_drive_the_terminal() -> None:
     assert piped.getvalue() == hostile  # a pipe gets the text as the model sent it
 
 
-# found trying it as a new user
+# A latin-1 stdout still gets the answer (found trying it as a new user)
 def test_latin1_stdout_still_gets_the_answer() -> None:
     proc, _ = run_against([{"sse": text_sse("Eagle 🦅 done")}], "--no-tools", "hi",
                           env={"PYTHONIOENCODING": "latin-1"})
     assert proc.returncode == 0 and proc.stdout == "Eagle ? done\n"
 
 
-# found trying it as a new user
+# The text of consecutive turns is not glued together in a pipe (found trying it as a new user)
 async def test_text_of_consecutive_turns_is_not_glued_in_a_pipe(tmp_path: Path) -> None:
     first = sse(chunk({"content": "Let me look."}),
                 chunk({"tool_calls": [tool_delta(0, "l1", "list_directory", "{}")]}), chunk({}, "tool_calls"))
@@ -399,3 +425,488 @@ async def test_crow_run_read_only_sandbox_runs_in_a_workspace_under_the_temp_dir
                          yes=True, json=True, session=False, cwd=ws)
     assert ran.code == 0, ran.stderr
     assert [m["content"] for m in tool_messages(ran.requests[1])] == ["[exit code 0]\nseen\n"]
+
+ERROR_500 = {"status": 500, "body": json.dumps({"error": {"message": "internal error", "type": "server_error"}})}
+LONG = "The quick brown fox jumps over the lazy dog. " * 4
+HTML_502 = ("<!DOCTYPE html>\n<html><head><title>502 Bad Gateway</title><style>body { font: 12px monospace; }"
+            "</style></head>\n<body><center><h1>502 Bad Gateway</h1></center><hr><center>nginx/1.25.3</center>"
+            "</body></html>\n")
+
+
+def fails_in_one_line(ran: Ran, *needles: str) -> str:
+    """The run failed with exit 1, one `crow: error:` line on stderr, and a final `error` event."""
+    assert ran.code == 1, (ran.stdout, ran.stderr)
+    assert "Traceback" not in ran.stderr + ran.stdout
+    lines = ran.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("crow: error: "), ran.stderr
+    for needle in needles:
+        assert needle in lines[0]
+    events = ran.events()
+    assert events[0]["type"] == "run_started"
+    assert events[-1]["type"] == "run_finished" and events[-1]["status"] == "error"
+    assert events[-1]["error"] == lines[0].removeprefix("crow: error: ")
+    return lines[0]
+
+
+def completes(ran: Ran, answer: str) -> list[dict]:
+    assert ran.code == 0, ran.stderr
+    events = ran.events()
+    assert events[-1]["status"] == "completed" and events[-1]["final_text"] == answer
+    return events
+
+
+async def test_500_then_success_is_retried(tmp_path: Path) -> None:
+    config = write_config(tmp_path, max_retries=2)
+    ran = await run_here([ERROR_500, {"sse": text_sse("recovered")}], json=True, cwd=tmp_path, config=config)
+    completes(ran, "recovered")
+    assert len(ran.requests) == 2 and ran.requests[0] == ran.requests[1]
+
+
+async def test_429_waits_for_retry_after(tmp_path: Path) -> None:
+    config = write_config(tmp_path, max_retries=2)
+    limited = {"status": 429, "headers": {"retry-after": "0.05"},
+               "body": json.dumps({"error": {"message": "slow down", "type": "rate_limit"}})}
+    ran = await run_here([limited, {"sse": text_sse("after the wait")}], json=True, cwd=tmp_path, config=config)
+    events = completes(ran, "after the wait")
+    assert len(ran.requests) == 2
+    # what crow waited, as it reports it (a measured time is a margin): the server's 0.05 s, not its own
+    # backoff (0.375 to 0.5 s before the first retry)
+    assert [e["wait_s"] for e in events if e["type"] == "notice" and e["code"] == "retrying"] == [0.05]
+
+
+async def test_429_past_the_retries_is_one_line(tmp_path: Path) -> None:
+    config = write_config(tmp_path, max_retries=0)
+    limited = {"status": 429, "headers": {"retry-after": "0"},
+               "body": json.dumps({"error": {"message": "quota exceeded", "type": "rate_limit"}})}
+    line = fails_in_one_line(await run_here([limited], json=True, cwd=tmp_path, config=config),
+                             "rate limited (429)", "quota exceeded")
+    assert "sk-test" not in line
+
+
+async def test_401_is_final_and_one_line(tmp_path: Path) -> None:
+    config = write_config(tmp_path, max_retries=3)
+    denied = {"status": 401, "body": json.dumps({"error": {"message": "Incorrect API key provided.",
+                                                           "code": "invalid_api_key"}})}
+    ran = await run_here([denied] * 4, json=True, cwd=tmp_path, config=config)
+    fails_in_one_line(ran, "authentication failed (401", "Incorrect API key provided.", "API key")
+    assert len(ran.requests) == 1
+
+
+async def test_html_502_is_one_line_without_markup(tmp_path: Path) -> None:
+    config = write_config(tmp_path, max_retries=1)
+    page = {"status": 502, "body": HTML_502, "headers": {"content-type": "text/html"}}
+    ran = await run_here([page, page], json=True, cwd=tmp_path, config=config)
+    line = fails_in_one_line(ran, "server error (502)", "502 Bad Gateway")
+    assert "<" not in line and "font" not in line and "nginx" not in line
+    assert len(ran.requests) == 2
+
+
+async def test_a_chunk_that_is_not_json_is_a_clear_error(tmp_path: Path) -> None:
+    config = write_config(tmp_path, max_retries=0)
+    body = sse(chunk({"content": "Hel"}), done=False) + "data: {\"choices\": [{\"delta\": {\"content\": \"lo\n\n"
+    ran = await run_here([{"sse": body}], json=True, cwd=tmp_path, config=config)
+    fails_in_one_line(ran, "not JSON")
+    assert len(ran.requests) == 1
+
+
+async def test_stream_cut_mid_answer_is_asked_again_once(tmp_path: Path) -> None:
+    config = write_config(tmp_path, max_retries=0)
+    ran = await run_here([{"sse": text_sse(LONG), "cut_after_events": 3}, {"sse": text_sse("Second try.")}],
+                         json=True, cwd=tmp_path, config=config)
+    events = completes(ran, "Second try.")
+    notice = next(i for i, e in enumerate(events) if e["type"] == "notice")
+    assert events[notice]["code"] == "turn_restarted" and "broke" in events[notice]["message"]
+    assert "".join(e["text"] for e in events[:notice] if e["type"] == "text") == LONG[:15]  # three 5-char deltas
+    assert "".join(e["text"] for e in events[notice:] if e["type"] == "text") == "Second try."
+    assert len(ran.requests) == 2 and ran.requests[0]["messages"] == ran.requests[1]["messages"]
+
+
+async def test_plain_mode_restarts_the_answer_on_a_new_line_with_a_notice(tmp_path: Path) -> None:
+    config = write_config(tmp_path, max_retries=0)
+    ran = await run_here([{"sse": text_sse(LONG), "cut_after_events": 3}, {"sse": text_sse("Second try.")}],
+                         cwd=tmp_path, config=config)
+    assert ran.code == 0, ran.stderr
+    assert ran.stdout == LONG[:15] + "\nSecond try.\n"
+    assert "the stream broke mid-way" in ran.stderr and "the answer restarts" in ran.stderr
+
+
+async def test_a_stream_cut_twice_fails_with_a_valid_history(tmp_path: Path) -> None:
+    config = write_config(tmp_path, max_retries=0)
+    first = {"sse": tool_turn(("call_d", "roll_dice", '{"sides": 6}'))}
+    cut = {"sse": text_sse(LONG), "cut_after_events": 2}
+    ran = await run_here([first, cut, cut, {"sse": text_sse("never")}], json=True, tools_dirs=(str(TOOLS),),
+                         cwd=tmp_path, config=config)
+    fails_in_one_line(ran, "the stream broke mid-way", "after 2 attempts")
+    assert len(ran.requests) == 3
+    assert ran.requests[1]["messages"] == ran.requests[2]["messages"]  # asked again from the same history
+    assert_contract(ran.requests[2]["messages"])
+    assert ran.requests[2]["messages"][-1]["tool_call_id"] == "call_d"
+
+
+async def test_a_stalled_stream_past_idle_timeout_is_asked_again(tmp_path: Path) -> None:
+    config = write_config(tmp_path, max_retries=0, idle_timeout=2)  # a fresh stream on a loaded machine is in time
+    stalled = {"sse": text_sse("Stalled answer that never ends"), "delay_ms": 600_000}
+    ran = await run_here([stalled, {"sse": text_sse("Fresh.")}], json=True, cwd=tmp_path, config=config)
+    events = completes(ran, "Fresh.")
+    notice = next(e for e in events if e["type"] == "notice")
+    assert notice["code"] == "turn_restarted" and "idle" in notice["message"]
+    assert len(ran.requests) == 2
+
+
+async def test_a_server_that_never_answers_fails_after_retries(tmp_path: Path) -> None:
+    config = write_config(tmp_path, max_retries=0, idle_timeout=2)
+    stalled = {"sse": text_sse("late"), "delay_ms": 600_000}
+    ran = await run_here([stalled, stalled], json=True, cwd=tmp_path, config=config)
+    fails_in_one_line(ran, "idle", "after 2 attempts")
+
+
+async def test_a_server_error_message_cannot_drive_the_terminal(tmp_path: Path) -> None:
+    # issue 11 item 3 (found trying it as a new user): escape sequences (screen clear, colours, an OSC 8
+    # link) in a provider's error message reached stderr unfiltered, in plain mode and with --json
+    hostile = "bad model\x1b[2J\x1b[31m red \x1b]8;;http://evil.test\x07link\x1b]8;;\x07\x9b2J"
+    denied = {"status": 400, "body": json.dumps({"error": {"message": hostile}})}
+    config = write_config(tmp_path, max_retries=0)
+    for json_mode in (False, True):
+        ran = await run_here([denied], json=json_mode, cwd=tmp_path, config=config)
+        assert ran.code == 1 and "bad model" in ran.stderr
+        assert not any(c in ran.stderr for c in "\x1b\x07\x9b"), repr(ran.stderr)
+
+
+async def test_a_damaged_event_mid_stream_is_a_warning_and_the_run_completes(tmp_path: Path) -> None:
+    # One data: line held a chunk cut mid-JSON and the next data: frame; crow stopped the run (issue 10 item 2)
+    config = write_config(tmp_path, max_retries=0)
+    cut = json.dumps(chunk({"content": " lost"}))[:30]
+    body = sse(chunk({"content": "Hel"}), done=False) + f"data: {cut}data: {json.dumps(chunk({'content': 'lo'}))}\n\n" \
+        + sse(chunk({}, "stop"))
+    ran = await run_here([{"sse": body}], json=True, cwd=tmp_path, config=config)
+    events = completes(ran, "Hello")
+    warnings = [e for e in events if e["type"] == "warning"]
+    assert len(warnings) == 1 and "damaged event" in warnings[0]["message"]
+    assert len(ran.requests) == 1
+    plain = await run_here([{"sse": body}], cwd=tmp_path, config=config)
+    assert plain.code == 0 and plain.stdout == "Hello\n"
+    assert plain.stderr.startswith("crow: warning: the server sent a damaged event")
+
+
+# found trying it as a new user (fourth round): `crow run … > /dev/full` exited 141 silently (plain) or with
+# "internal error: OSError" (--json)
+def test_an_output_that_cannot_be_written_is_said_on_stderr_and_exits_1(tmp_path: Path) -> None:
+    import subprocess
+
+    from tests.replay_server import ReplayServer
+    from tests.support import argv
+
+    for mode in ([], ["--json"]):
+        with ReplayServer([{"sse": text_sse("hello world")}]) as server, open("/dev/full", "w") as full:
+            proc = subprocess.run(argv(server.base_url, *mode, "--no-session", "hi"), stdout=full,
+                                  stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, cwd=tmp_path)
+        assert proc.returncode == 1, (mode, proc.stderr)
+        assert proc.stderr.strip().splitlines()[-1] == "crow: error: cannot write the output: No space left on device"
+        assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+# found running it in process: the "cannot write the output" line went to sys.stderr, not to run_prompt's
+# err (its docstring: everything but the answer goes to `err`); a process has them the same
+async def test_an_output_that_cannot_be_written_is_said_on_runs_err(tmp_path: Path) -> None:
+    from crow_cli.config import load_settings
+    from crow_cli.surfaces.run import RunOptions, run_prompt
+    from tests.replay_server import ReplayServer
+
+    for json_mode in (False, True):
+        err, full = io.StringIO(), open("/dev/full", "w")  # noqa: SIM115 - closed below, its failed flush ignored
+        with ReplayServer([{"sse": text_sse("hello world")}]) as server, \
+                contextlib.redirect_stderr(io.StringIO()) as elsewhere:
+            settings = load_settings({"base_url": server.base_url, "api_key": "sk-test", "model": "test-model"})
+            code = await run_prompt(settings, RunOptions(prompt="hi", json=json_mode, session=False), full, err)
+        with contextlib.suppress(OSError):
+            full.close()
+        assert code == 1, err.getvalue()
+        assert err.getvalue().splitlines()[-1:] == ["crow: error: cannot write the output: No space left on device"]
+        assert elsewhere.getvalue() == "", elsewhere.getvalue()
+
+
+# issue: while MCP servers started (up to their startup_timeout), crow run was silent: say what is awaited
+async def test_run_says_it_is_starting_mcp_servers_before_it_waits_for_them(tmp_path: Path) -> None:
+    import sys
+
+    server = Path(__file__).resolve().parents[1] / "tools" / "mcp_fault_server.py"
+    config = tmp_path / "c.toml"
+    config.write_text(f'[mcp_servers.slowpoke]\ncommand = {sys.executable!r}\nargs = [{str(server)!r}, ""]\n')
+    plain = await run_here([{"sse": text_sse("Done.")}], cwd=tmp_path, config=config)
+    assert plain.code == 0 and plain.stdout == "Done.\n", plain.stderr
+    assert plain.stderr.splitlines()[0] == "crow: starting MCP servers: slowpoke"
+    ran = await run_here([{"sse": text_sse("Done.")}], json=True, cwd=tmp_path, config=config)
+    notices = [e for e in ran.events() if e["type"] == "notice"]
+    assert notices[0]["code"] == "mcp_starting" and "slowpoke" in notices[0]["message"]
+
+NOISY = '''
+import os
+import subprocess
+import sys
+from crow_cli.tools import tool
+
+print("NOISE AT IMPORT")
+
+
+@tool
+def noisy_sync(x: int) -> str:
+    """Prints from its worker thread."""
+    print("NOISE FROM THREAD")
+    sys.stdout.write("more noise\\n")
+    return f"x={x}"
+
+
+@tool
+async def noisy_async(x: int) -> str:
+    """Prints on the event loop."""
+    print("NOISE FROM LOOP")
+    # issue 11 item 6 (found trying it as a new user): writes to fd 1 itself, and a child's output
+    os.write(1, b"FD NOISE\\n")
+    subprocess.run(["echo", "CHILD NOISE"], check=True)
+    return f"y={x}"
+'''
+
+
+def _tools(tmp_path):
+    tools = tmp_path / "tools"
+    tools.mkdir(exist_ok=True)
+    (tools / "noisy.py").write_text(NOISY)
+    return tools
+
+
+TURNS = script([("c1", "noisy_sync", {"x": 1}), ("c2", "noisy_async", {"x": 2})], final="The answer.")
+PRINTED = ("NOISE AT IMPORT", "NOISE FROM THREAD", "more noise", "NOISE FROM LOOP")
+"""What the plugin prints through `sys.stdout`; it also writes to descriptor 1 itself and starts a child that does."""
+
+
+def test_json_stdout_carries_events_only(tmp_path):
+    # a crow process: only there is descriptor 1 the real stdout (`stdout.private_stdout`), whatever the mode
+    with ReplayServer(TURNS) as srv:
+        proc = crow("run", "--base-url", srv.base_url, "--model", "m", "--no-session", "--tools-dir",
+                    str(_tools(tmp_path)), "--json", "go", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    for noise in (*PRINTED, "FD NOISE", "CHILD NOISE"):
+        assert noise in proc.stderr and noise not in proc.stdout
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert events[0]["type"] == "run_started" and events[-1]["final_text"] == "The answer."
+    assert sorted(e["result"]["output"] for e in events if e["type"] == "tool_result") == ["x=1", "y=2"]
+
+
+async def test_plain_stdout_carries_the_answer_only(tmp_path):
+    # in process (`run_here`): what goes through sys.stdout; descriptor 1 is the test process's here
+    ran = await run_here(TURNS, "go", model="m", session=False, tools_dirs=(str(_tools(tmp_path)),), cwd=tmp_path)
+    assert ran.code == 0, ran.stderr
+    for noise in PRINTED:
+        assert noise in ran.stderr and noise not in ran.stdout
+    assert ran.stdout == "The answer.\n"
+
+LIMITED = {"status": 429, "body": json.dumps({"error": {"message": "slow down", "type": "rate_limit"}})}
+
+
+def retry_script(**headers: str) -> list[dict]:
+    return [{**LIMITED, "headers": headers}, {"sse": text_sse("after the wait")}]
+
+
+async def test_json_has_a_schema_valid_retrying_notice(tmp_path: Path) -> None:
+    config = write_config(tmp_path, max_retries=2)
+    ran = await run_here(retry_script(**{"retry-after": "0.05"}), json=True, cwd=tmp_path, config=config)
+    assert ran.code == 0, ran.stderr
+    events = ran.events()  # each validated against the shipped schema
+    notices = [e for e in events if e["type"] == "notice"]
+    assert notices == [{"type": "notice", "message": "crow: rate limited (429); retrying in 0.05 s (attempt 2 of 3)",
+                        "code": "retrying", "attempt": 2, "wait_s": 0.05, "status": 429,
+                        "tokens_before": None, "tokens_after": None}]
+    assert [e["type"] for e in events].index("notice") < [e["type"] for e in events].index("text")
+    assert ran.stderr == "" and len(ran.requests) == 2
+
+
+async def test_plain_mode_prints_one_line_on_stderr_and_quiet_hides_it(tmp_path: Path) -> None:
+    config = write_config(tmp_path, max_retries=2)
+    loud = await run_here(retry_script(**{"retry-after-ms": "50"}), cwd=tmp_path, config=config)
+    quiet = await run_here(retry_script(**{"retry-after-ms": "50"}), quiet=True, cwd=tmp_path, config=config)
+    for ran in (loud, quiet):
+        assert ran.code == 0, ran.stderr
+        assert ran.stdout == "after the wait\n"
+    assert loud.stderr == "crow: rate limited (429); retrying in 0.05 s (attempt 2 of 3)\n"
+    assert quiet.stderr == ""
+
+
+def test_sigint_during_a_retry_wait_ends_the_run_cancelled(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+
+    from tests.replay_server import ReplayServer
+    from tests.support import argv, schema_validator
+
+    config = write_config(tmp_path, max_retries=2)
+    with ReplayServer(retry_script(**{"retry-after": "50"})) as server:
+        proc = subprocess.Popen(argv(server.base_url, "--json", "hi", config=config), cwd=tmp_path, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout is not None
+        events = []
+        for line in proc.stdout:
+            events.append(json.loads(line))
+            if events[-1]["type"] == "notice":
+                proc.send_signal(signal.SIGINT)
+                break
+        try:
+            rest, err = proc.communicate(timeout=120)  # bounds a hang; a run that waited 50 s would exit 0, not 130
+        finally:
+            proc.kill()
+    events += [json.loads(line) for line in rest.splitlines()]
+    for event in events:
+        schema_validator().validate(event)
+    assert events[1]["code"] == "retrying" and events[1]["wait_s"] == 50
+    assert proc.returncode == 130, err
+    assert events[-1]["type"] == "run_finished" and events[-1]["status"] == "cancelled"
+    assert err == "crow: interrupted (SIGINT)\n" and len(server.requests) == 1
+
+SLOW_TOOLS = '''
+import asyncio
+import time
+
+from crow_cli.tools import tool
+
+
+@tool
+async def nap(seconds: float) -> str:
+    """Sleep on the event loop."""
+    await asyncio.sleep(seconds)
+    return "rested"
+
+
+@tool
+def block(seconds: float) -> str:
+    """Sleep in a worker thread (cannot be interrupted)."""
+    time.sleep(seconds)
+    return "done"
+'''
+
+
+def run_until(script: list[dict], args: list[str], cwd: Path, wait_for: str, sig: int) -> tuple[int, list[dict], str]:
+    """Start `crow run --json`, send `sig` once an event of type `wait_for` is out, collect the rest."""
+    config = write_config(cwd, max_retries=0, idle_timeout=60)
+    with ReplayServer(script) as server:
+        proc = subprocess.Popen(argv(server.base_url, "--json", *args, config=config), cwd=cwd, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        events = []
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            events.append(json.loads(line))
+            if events[-1]["type"] == wait_for:
+                proc.send_signal(sig)
+                break
+        try:
+            rest, err = proc.communicate(timeout=120)  # bounds a hang: the stream and the tools run far longer
+        finally:
+            proc.kill()
+    events += [json.loads(line) for line in rest.splitlines()]
+    for event in events:
+        schema_validator().validate(event)
+    return proc.returncode, events, err
+
+
+def test_sigint_during_a_stalled_stream(tmp_path: Path) -> None:
+    stalled = {"sse": text_sse("Partial answer that stalls"), "delay_ms": 600_000}
+    code, events, err = run_until([stalled], ["hi"], tmp_path, "text", signal.SIGINT)
+    assert code == 130
+    # smaller items: `turns` counts the turn cancelled mid-way (found trying it as a new user) (issue 11)
+    assert events[-1] == {"type": "run_finished", "status": "cancelled", "final_text": "Parti", "turns": 1,
+                          "error": "interrupted (SIGINT)", "exit_code": 130, "signal": 2, "output_errno": None}
+    assert err.strip() == "crow: interrupted (SIGINT)"
+
+
+def test_sigterm_during_parallel_tools_answers_every_call(tmp_path: Path) -> None:
+    (tmp_path / "slow").mkdir()
+    (tmp_path / "slow" / "slow.py").write_text(SLOW_TOOLS)
+    turn = tool_turn(("call_a", "nap", '{"seconds": 60}'), ("", "block", '{"seconds": 60}'))
+    code, events, err = run_until([{"sse": turn}, {"sse": text_sse("never")}],
+                                  ["--tools-dir", str(tmp_path / "slow"), "nap"], tmp_path, "tool_call", signal.SIGTERM)
+    assert code == 143, err
+    assert "Traceback" not in err
+    results = [e["result"] for e in events if e["type"] == "tool_result"]
+    assert [(r["call_id"], r["index"], r["ok"]) for r in results] == [("call_a", 0, False), ("", 1, False)]
+    assert all("cancelled" in r["output"] for r in results)
+    assert events[-1]["status"] == "cancelled" and events[-1]["exit_code"] == 143 and events[-1]["turns"] == 1
+
+
+def test_sigint_after_one_tool_finished_keeps_its_result_and_answers_each_call_once(tmp_path: Path) -> None:
+    """Found by a tester: the finished call was reported and stored a second time, as cancelled."""
+    (tmp_path / "slow").mkdir()
+    (tmp_path / "slow" / "slow.py").write_text(SLOW_TOOLS)
+    turn = tool_turn(("call_quick", "nap", '{"seconds": 0}'), ("call_slow", "nap", '{"seconds": 60}'))
+    with ReplayServer([{"sse": turn}, {"sse": text_sse("never")}]) as server:
+        config = write_config(tmp_path, max_retries=0, idle_timeout=60)
+        proc = subprocess.Popen(argv(server.base_url, "--json", "--tools-dir", str(tmp_path / "slow"), "go",
+                                     config=config), cwd=tmp_path, text=True, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        events = []
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            events.append(json.loads(line))
+            if events[-1]["type"] == "tool_result":  # the quick one is done, the slow one runs
+                proc.send_signal(signal.SIGINT)
+                break
+        try:
+            rest, _ = proc.communicate(timeout=120)  # bounds a hang
+        finally:
+            proc.kill()
+    events += [json.loads(line) for line in rest.splitlines()]
+    results = [(e["result"]["call_id"], e["result"]["ok"]) for e in events if e["type"] == "tool_result"]
+    assert results == [("call_quick", True), ("call_slow", False)]
+    assert proc.returncode == 130
+
+
+def test_sigkill_keeps_the_results_of_tools_that_had_finished(tmp_path: Path) -> None:
+    # The results of a turn used to be stored only when its whole batch had finished: after SIGKILL a
+    # finished call was stored as "interrupted". Now each result is stored once the calls before it are.
+    import contextlib
+    import sqlite3
+
+    from crow_cli.sessions import SessionStore, default_db_path
+
+    (tmp_path / "slow").mkdir()
+    (tmp_path / "slow" / "slow.py").write_text(SLOW_TOOLS)
+    turn = tool_turn(("call_quick", "nap", '{"seconds": 0}'), ("call_slow", "nap", '{"seconds": 60}'))
+    config = write_config(tmp_path, max_retries=0, idle_timeout=60)
+    with ReplayServer([{"sse": turn}, {"sse": text_sse("never")}]) as server:
+        proc = subprocess.Popen(argv(server.base_url, "--json", "--tools-dir", str(tmp_path / "slow"), "go",
+                                     config=config), cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        def stored() -> int:
+            assert proc.poll() is None
+            uri = f"file:{default_db_path()}?mode=ro"
+            with contextlib.suppress(sqlite3.OperationalError), \
+                    contextlib.closing(sqlite3.connect(uri, uri=True)) as db:  # may not exist yet
+                return int(db.execute("SELECT COUNT(*) FROM messages").fetchone()[0])
+            return 0
+
+        try:
+            wait_for(lambda: stored() >= 3)  # user, assistant, the quick call's result
+            assert stored() == 3
+        finally:
+            proc.kill()
+            proc.wait()
+    with SessionStore() as store:
+        session = store.latest()
+        assert session is not None
+        messages = store.load(session.id)
+    assert [(m.get("tool_call_id"), m["content"]) for m in messages[2:]] == [
+        ("call_quick", "rested"), ("call_slow", "Error: the tool call was interrupted; no result.")]
+
+
+def test_a_signal_right_after_run_started_ends_with_one_run_finished(tmp_path: Path) -> None:
+    # found trying it as a new user (fourth round): between run_started and the driver's start (the client
+    # being built, openai imported) a signal was unhandled: no run_finished, death by SIGTERM/SIGHUP
+    for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)):
+        with ReplayServer([{"sse": text_sse("hello"), "delay_ms": 2000}]) as server:
+            proc = subprocess.Popen(argv(server.base_url, "--json", "--no-tools", "hi"), cwd=tmp_path,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            assert proc.stdout is not None
+            first = proc.stdout.readline()  # run_started is out: the signal comes as early as a script can send it
+            proc.send_signal(sig)
+            out, err = proc.communicate(timeout=120)
+        events = [json.loads(line) for line in [first, *out.splitlines()]]
+        assert proc.returncode == code, (sig, err)
+        types = [e["type"] for e in events]
+        assert types[0] == "run_started" and types.count("run_finished") == 1
+        assert events[-1]["status"] == "cancelled" and "Traceback" not in err

@@ -1,6 +1,6 @@
 """Dispatch: every call gets one result, whatever the tool raises or returns, and a hung tool cannot keep crow alive.
 
-Properties guarded here (scheduling, the readers-writer lock, is guarded in test_dispatch_scheduling.py):
+Properties guarded here:
 
 - every call gets exactly one result, with its own id and its call index, whatever happens to it;
 - a tool raising any Exception (or SystemExit, KeyboardInterrupt, its own CancelledError or TimeoutError) is
@@ -10,7 +10,9 @@ Properties guarded here (scheduling, the readers-writer lock, is guarded in test
 - a call past its tool's own `timeout_s` (else dispatch's) is cancelled and answered `timeout`;
 - every result's text and display is made sendable, masked of the run's secrets and capped at
   `max_output_chars`; at most `MAX_IMAGES` images reach the model, the others are named;
-- every call runs with the run's `ToolContext` current.
+- every call runs with the run's `ToolContext` current;
+- scheduling (the readers-writer lock): exclusive tools run alone; parallel-safe ones overlap and are not held
+  up by prompts.
 """
 
 from __future__ import annotations
@@ -23,10 +25,12 @@ from typing import Any
 
 import pytest
 
+from crow_cli.events import ToolResultReady
 from crow_cli.history import ToolCall, ToolResult
+from crow_cli.tools.approval import Answer, ApprovalPolicy, Approvals, Question
 from crow_cli.tools.dispatch import dispatch
 from crow_cli.tools.registry import ToolRegistry
-from crow_cli.tools.tool import tool
+from crow_cli.tools.tool import Tool, tool
 from tests.support import chunk, needs_sandbox, run_against, sse, text_sse, tool_delta
 
 
@@ -36,7 +40,7 @@ async def results_of(registry: ToolRegistry, *calls: ToolCall, timeout_s: float 
     return {e.result.call_id: e.result for e in events if e.type == "tool_result"}
 
 
-# found trying it as a new user
+# A tool raising CancelledError gets a result instead of hanging the run (found trying it as a new user)
 async def test_tool_raising_cancelled_error_gets_a_result_instead_of_hanging() -> None:
     @tool
     async def cancel_tool() -> str:
@@ -49,7 +53,7 @@ async def test_tool_raising_cancelled_error_gets_a_result_instead_of_hanging() -
     assert results["c"].output == "Error: cancel_tool raised CancelledError"
 
 
-# found trying it as a new user
+# A tool raising SystemExit or KeyboardInterrupt gets a result (found trying it as a new user)
 @pytest.mark.parametrize("exc", [SystemExit(3), KeyboardInterrupt()])
 async def test_tool_raising_base_exceptions_gets_a_result(exc: BaseException) -> None:
     def bad() -> str:
@@ -62,7 +66,7 @@ async def test_tool_raising_base_exceptions_gets_a_result(exc: BaseException) ->
     assert results["c"].output.startswith(f"Error: bad raised {type(exc).__name__}")
 
 
-# found trying it as a new user
+# A tool's own TimeoutError is not reported as crow's timeout (found trying it as a new user)
 async def test_a_tools_own_timeout_error_is_not_reported_as_ours() -> None:
     @tool
     async def own_timeout() -> str:
@@ -75,7 +79,7 @@ async def test_a_tools_own_timeout_error_is_not_reported_as_ours() -> None:
     assert results["c"].output == "Error: own_timeout raised TimeoutError: upstream socket timed out"
 
 
-# found trying it as a new user
+# Undecodable text in a tool's output is made sendable (found trying it as a new user)
 async def test_undecodable_text_in_tool_output_is_made_sendable() -> None:
     @tool
     def listing() -> str:
@@ -89,7 +93,7 @@ async def test_undecodable_text_in_tool_output_is_made_sendable() -> None:
     results["c"].output.encode("utf-8")
 
 
-# found trying it as a new user
+# A sync tool past its timeout does not keep crow alive (found trying it as a new user)
 def test_sync_tool_past_its_timeout_does_not_keep_crow_alive(tmp_path: Path) -> None:
     plugins = tmp_path / "plugins"
     plugins.mkdir()
@@ -346,3 +350,109 @@ async def test_a_results_text_is_capped_its_display_masked_and_its_images_counte
                                   "not PNG, JPEG, GIF or WebP): [image: image/png, 9 B], [image: image/png, 9 B]]")
     assert result.images == images[:MAX_IMAGES]
     assert result.display == ToolDisplay(output="out [REDACTED]", status="ended [REDACTED]")
+
+def _calls(*names: str) -> list[ToolCall]:
+    return [ToolCall(f"call_{i}", n, json.dumps({"label": f"{n}{i}"}), i) for i, n in enumerate(names)]
+
+
+async def _results(calls: list[ToolCall], registry: ToolRegistry, approve=None) -> dict[int, str]:
+    out = {}
+    async with asyncio.timeout(60):  # a scheduling bug shows as a deadlock: fail instead of hanging
+        async for event in dispatch(calls, registry, approve=approve):
+            if isinstance(event, ToolResultReady):
+                out[event.result.index] = event.result.output
+    return out
+
+
+async def test_exclusive_calls_overlap_nothing() -> None:
+    active: list[str] = []
+    overlaps: list[tuple[str, list[str]]] = []
+
+    def make(name: str, parallel: bool) -> Tool:
+        async def body(label: str) -> str:
+            active.append(label)
+            for _ in range(5):  # give every other task a chance to start while this one runs
+                if not parallel and len(active) > 1:
+                    overlaps.append((label, list(active)))
+                await asyncio.sleep(0.001)
+            active.remove(label)
+            return label
+        return tool(body, name=name, parallel=parallel)
+
+    registry = ToolRegistry()
+    registry.register(make("reader", True))
+    registry.register(make("writer", False))
+    calls = _calls("reader", "writer", "reader", "writer", "writer", "reader", "reader")
+    results = await _results(calls, registry)
+    assert results == {c.index: json.loads(c.arguments)["label"] for c in calls}
+    assert overlaps == []
+
+
+async def test_parallel_calls_run_together() -> None:
+    started = 0
+    all_started = asyncio.Event()
+
+    @tool
+    async def reader(label: str) -> str:
+        """Waits until all three readers are running at once."""
+        nonlocal started
+        started += 1
+        if started == 3:
+            all_started.set()
+        await all_started.wait()
+        return label
+
+    registry = ToolRegistry()
+    registry.register(reader)
+    assert await _results(_calls("reader", "reader", "reader"), registry) == {0: "reader0", 1: "reader1",
+                                                                             2: "reader2"}
+
+
+async def test_parallel_calls_keep_running_while_a_prompt_waits() -> None:
+    reader_done = asyncio.Event()
+    asked: list[str] = []
+
+    @tool
+    async def reader(label: str) -> str:
+        """Read-only."""
+        reader_done.set()
+        return label
+
+    @tool(needs_approval=True, parallel=False)
+    async def writer(label: str) -> str:
+        """Needs approval."""
+        return label
+
+    async def ask(question: Question) -> Answer:
+        asked.append(question.call.name)
+        await reader_done.wait()  # the prompt is answered only after the reader has finished
+        return Answer("yes")
+
+    approve = Approvals(ApprovalPolicy("ask"), ask)
+
+    registry = ToolRegistry()
+    registry.register(reader)
+    registry.register(writer)
+    assert await _results(_calls("writer", "reader"), registry, approve) == {0: "writer0", 1: "reader1"}
+    assert asked == ["writer"]
+
+
+async def test_a_writer_waiting_for_approval_does_not_block_other_writers() -> None:
+    second_done = asyncio.Event()
+
+    @tool(needs_approval=True, parallel=False)
+    async def writer(label: str) -> str:
+        """Needs approval."""
+        if label == "writer1":
+            second_done.set()
+        return label
+
+    async def before(call: ToolCall, t: Tool) -> None:  # what a surface fetches before the decision
+        if call.index == 0:
+            await second_done.wait()
+
+    approve = Approvals(ApprovalPolicy("yolo"), before=before)
+
+    registry = ToolRegistry()
+    registry.register(writer)
+    assert await _results(_calls("writer", "writer"), registry, approve) == {0: "writer0", 1: "writer1"}

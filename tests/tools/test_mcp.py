@@ -198,7 +198,7 @@ async def test_without_a_terminal_only_the_read_only_mcp_tool_runs(tmp_path: Pat
         assert "needs approval and nobody can approve it" in m["content"]
 
 
-# found trying it as a new user (second round)
+# SIGINT while an MCP server starts ends the run promptly (found trying it as a new user)
 def test_sigint_while_an_mcp_server_starts_ends_the_run_promptly(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
     config.write_text(f'[mcp_servers.mute]\ncommand = "sh"\nargs = ["-c", "{MUTE}"]\nstartup_timeout = 3000\n')
@@ -239,7 +239,7 @@ def _command(pid: int) -> str:
         return ""
 
 
-# found trying it as a new user (second round)
+# An MCP server's startup timeout is honoured (found trying it as a new user)
 def test_mcp_startup_timeout_is_honoured(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "c.toml"  # a server that never answers: the smallest timeout shows it is honoured
     config.write_text(f'[mcp_servers.mute]\ncommand = "sh"\nargs = ["-c", "{MUTE}"]\nstartup_timeout = 0.01\n')

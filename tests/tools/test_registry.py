@@ -1,17 +1,32 @@
-"""The registry: schemas from hints and docstrings, plugin folders, entry points, built-ins."""
+"""The registry (`tools/registry`) and the plugin API.
+
+Properties guarded here:
+
+- schemas come from type hints and docstrings; tools load from plugin folders and the built-ins;
+- plugin tools shipped as a package load through a real `*.dist-info` entry point on sys.path;
+- the plugin API: what `crow_cli.tools` exports, and the context dispatch hands a tool.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
 
-from crow_cli.errors import ToolError
+import crow_cli.tools
+from crow_cli.errors import ConfigError, ToolError
+from crow_cli.events import ToolResultReady
+from crow_cli.history import ToolCall
+from crow_cli.tools import ToolContext, ToolFailed, resolve_in_workspace, tool, workspace_root
+from crow_cli.tools.dispatch import dispatch
 from crow_cli.tools.registry import ToolRegistry, default_registry
-from crow_cli.tools.tool import tool
-from tests.support import TOOLS
+from tests.support import CROW, TOOLS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -141,7 +156,7 @@ async def test_sync_tools_run_in_a_worker_thread_and_async_on_the_loop():
     assert await tool(lambda: {"a": 1}, name="obj").invoke({}) == '{"a": 1}'
 
 
-# found trying it as a new user
+# A plugin exiting at import is a load error, not crow's exit (found trying it as a new user)
 def test_plugin_exiting_at_import_is_a_load_error(tmp_path: Path) -> None:
     (tmp_path / "exits.py").write_text("import sys\nsys.exit(5)\n")
     registry = ToolRegistry()
@@ -153,7 +168,7 @@ class Weird:
     """An arbitrary class: pydantic has no schema for it."""
 
 
-# found trying it as a new user
+# A tool with a type no schema can describe is dropped with a reason (found trying it as a new user)
 def test_tool_with_an_undescribable_type_is_dropped_with_a_reason() -> None:
     def weird(w: Weird) -> str:
         """Takes something pydantic cannot describe."""
@@ -165,7 +180,7 @@ def test_tool_with_an_undescribable_type_is_dropped_with_a_reason() -> None:
     assert "weird" in registry.errors[0] and "dropped" in registry.errors[0]
 
 
-# found trying it as a new user
+# The same tools folder given twice loads once (found trying it as a new user)
 def test_same_folder_twice_loads_once() -> None:
     registry = ToolRegistry()
     registry.load_folder(TOOLS)
@@ -206,3 +221,193 @@ def test_a_tools_dir_that_is_a_symlink_loop_is_reported(tmp_path):
     registry = ToolRegistry()
     registry.load_folder(tmp_path / "loop")
     assert registry.errors == [f"tools folder {str(tmp_path / 'loop')!r} is a symlink loop"]
+
+PLUGIN = '''
+from crow_cli.tools import tool
+
+
+@tool
+def reverse(text: str) -> str:
+    """Reverse some text.
+
+    Args:
+        text: what to reverse.
+    """
+    return text[::-1]
+
+
+@tool(needs_approval=True, parallel=False)
+def read_file(path: str) -> str:
+    """A plugin tool whose name is taken by a built-in."""
+    return path
+'''
+
+BROKEN = "raise ImportError('the plugin needs numpy')\n"
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Path:
+    """A folder laid out like site-packages: two packages, each with its dist-info and entry point."""
+    for name, body in (("crow_reverse", PLUGIN), ("crow_broken", BROKEN)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text(body)
+        info = tmp_path / f"{name}-0.1.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+        (info / "entry_points.txt").write_text(f"[crow_cli.tools]\n{name.split('_')[1]} = {name}\n")
+    return tmp_path
+
+
+def test_entry_points_load_in_process(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(site))
+    registry = ToolRegistry()
+    registry.load_builtins()
+    registry.load_entry_points()
+    reverse = registry.get("reverse")
+    assert reverse is not None and reverse.source == "entry point reverse"
+    assert reverse.schema()["function"]["parameters"] == {"type": "object", "required": ["text"],
+                                  "properties": {"text": {"type": "string", "description": "what to reverse."}}}
+    assert registry.get("read_file").source == "builtin"
+    assert registry.get("read_file_2").source == "entry point reverse"
+    assert sorted(registry.errors) == [
+        "tool 'read_file' from entry point reverse is named 'read_file_2': 'read_file' is taken (builtin)",
+        "tool plugin 'broken' failed to load: ImportError: the plugin needs numpy",
+    ]
+
+
+def test_crow_tools_lists_entry_point_tools(site: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    proc = subprocess.run([str(CROW), "tools"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "reverse         Reverse some text.\n                source: entry point reverse\n" in proc.stdout
+    assert "read_file_2" in proc.stdout
+    assert "crow: warning: tool plugin 'broken' failed to load: ImportError: the plugin needs numpy\n" in proc.stderr
+    assert "crow: warning: tool 'read_file' from entry point reverse is named 'read_file_2'" in proc.stderr
+
+def test_the_exported_names_are_the_plugin_api() -> None:
+    # A declared plugin API, guarded (as httpx's test_exported_members guards its exports); (issue 9)
+    # Compared with what the module really holds, so a name added or dropped without `__all__` fails (issue 18)
+    public = {name for name, value in vars(crow_cli.tools).items()
+              if not name.startswith("_") and not isinstance(value, types.ModuleType)}
+    assert sorted(crow_cli.tools.__all__) == sorted(public) == [
+        "Image", "OutsideWorkspace", "Tool", "ToolContext", "ToolError", "ToolFailed", "resolve_in_workspace", "tool",
+        "workspace_root"]
+
+
+@tool
+def where(path: str, context: ToolContext) -> str:
+    """Say where a path is and which secrets the run has.
+
+    Args:
+        path: a path in the workspace.
+    """
+    # the secrets reversed: dispatch masks them as they are in every tool's output
+    return json.dumps([str(context.workspace), [s[::-1] for s in context.secrets], str(resolve_in_workspace(path)),
+                       str(workspace_root())])
+
+
+@tool
+async def where_async(context: ToolContext | None = None) -> str:
+    """The workspace, from an async tool."""
+    assert context is not None
+    return str(context.workspace)
+
+
+async def _run(registry: ToolRegistry, call: ToolCall, context: ToolContext | None) -> str:
+    events = [e async for e in dispatch([call], registry, context=context)]
+    return next(e.result.output for e in events if isinstance(e, ToolResultReady))
+
+
+async def test_dispatch_hands_the_run_context_to_a_tool_that_declares_it(tmp_path: Path) -> None:
+    # The workspace and secrets travel in an explicit context passed to dispatch (issue 9)
+    registry = ToolRegistry()
+    registry.register(where)
+    registry.register(where_async)
+    assert "context" not in where.schema()["function"]["parameters"]["properties"]
+    assert where.schema()["function"]["parameters"]["required"] == ["path"]
+    assert where_async.schema()["function"]["parameters"]["properties"] == {}
+    context = ToolContext.for_workspace(tmp_path, secrets=["sk-test-123456"])
+    # what the model sends for `context` is ignored: dispatch fills it in
+    call = ToolCall("c1", "where", json.dumps({"path": "sub/x", "context": "fake"}), 0)
+    root, secrets, resolved, current = json.loads(await _run(registry, call, context))
+    assert (root, secrets, current) == (str(tmp_path.resolve()), ["654321-tset-ks"], str(tmp_path.resolve()))
+    assert resolved == str(tmp_path.resolve() / "sub" / "x")
+    assert await _run(registry, ToolCall("c2", "where_async", "{}", 1), context) == str(tmp_path.resolve())
+
+
+async def test_without_a_context_tools_run_in_the_working_directory(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    registry = ToolRegistry()
+    registry.register(where)
+    monkeypatch.chdir(tmp_path)
+    root, secrets, _resolved, _current = json.loads(
+        await _run(registry, ToolCall("c1", "where", json.dumps({"path": "."}), 0), None))
+    assert (root, secrets) == (str(tmp_path.resolve()), [])
+
+
+def test_a_workspace_that_is_not_a_folder_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="is not an existing folder"):
+        ToolContext.for_workspace(tmp_path / "missing")
+
+
+@tool
+def lint(path: str) -> str:
+    """Lint a file.
+
+    Args:
+        path: the file.
+    """
+    raise ToolFailed("2 problems", f"{path}:1: unused import\n{path}:3: line too long")
+
+
+# noticed in issue 20's work: run_shell could say "it ran and failed" (ToolFailed), a plugin could not: its only
+# way was ToolError, whose result the model reads as "Error: ..." instead of the tool's own output
+async def test_a_plugin_tool_that_ran_and_failed_gives_its_output_as_a_failed_call() -> None:
+    registry = ToolRegistry()
+    registry.register(lint)
+    events = [e async for e in dispatch([ToolCall("c1", "lint", json.dumps({"path": "a.py"}), 0)], registry)]
+    result = next(e.result for e in events if isinstance(e, ToolResultReady))
+    assert (result.output, result.outcome, result.ok) == ("a.py:1: unused import\na.py:3: line too long", "error",
+                                                          False)
+
+
+@tool
+def lint_rows(path: str) -> str:
+    """Lint a file, the problems as rows."""
+    raise ToolFailed("2 problems", [{"file": path, "line": 1}, {"file": path, "line": 3}])  # type: ignore[arg-type]
+
+
+@tool
+async def lint_later(path: str) -> str:
+    """Lint a file, asynchronously."""
+    raise ToolFailed("1 problem", {"file": path, "line": 2})  # type: ignore[arg-type]
+
+
+# found trying ToolFailed as a new plugin author: output that was not text (rows, as a tool may return them)
+# ended the whole run with "internal error: ExceptionGroup" and no result for any call of the turn
+async def test_a_failed_call_whose_output_is_not_text_gives_it_as_json() -> None:
+    registry = ToolRegistry()
+    registry.register(lint_rows)
+    registry.register(lint_later)
+    calls = [ToolCall("c1", "lint_rows", '{"path": "a.py"}', 0), ToolCall("c2", "lint_later", '{"path": "b.py"}', 1)]
+    events = [e async for e in dispatch(calls, registry)]
+    results = {e.result.call_id: e.result for e in events if isinstance(e, ToolResultReady)}
+    assert json.loads(results["c1"].output) == [{"file": "a.py", "line": 1}, {"file": "a.py", "line": 3}]
+    assert json.loads(results["c2"].output) == {"file": "b.py", "line": 2}
+    assert {(r.outcome, r.ok) for r in results.values()} == {("error", False)}
+
+
+@tool
+def check() -> str:
+    """Check the project."""
+    raise ToolFailed("3 tests failed")
+
+
+# tester4 (this session's changes, as a new user): ToolFailed("msg") without an output gave the model
+# "TypeError: ... missing 1 required positional argument: 'output'"
+async def test_a_tool_failed_without_an_output_gives_its_message() -> None:
+    registry = ToolRegistry()
+    registry.register(check)
+    events = [e async for e in dispatch([ToolCall("c1", "check", "{}", 0)], registry)]
+    result = next(e.result for e in events if isinstance(e, ToolResultReady))
+    assert (result.output, result.outcome) == ("3 tests failed", "error")

@@ -57,8 +57,8 @@ async def streams(protocol_fd: int) -> tuple[asyncio.StreamReader, asyncio.Strea
 
     Raises:
         ConfigError: stdin or stdout is a terminal, a regular file or a device other than the output.
-        OSError: the output cannot be written at all (a closed stdout: EBADF; /dev/full: ENOSPC), found by
-            writing nothing to it: an editor that never asks anything still learns it.
+        OSError: the output cannot be written at all (a closed stdout: EBADF; /dev/full: ENOSPC); a write of
+            zero bytes at the start tells, so an editor that never asks anything still learns it.
     """
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=STDIN_LIMIT)

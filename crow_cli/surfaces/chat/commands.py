@@ -12,20 +12,77 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from ...config import Settings
+from ...context.compact import Checkpoint
+from ...driver import Driver, RunScope
 from ...export import EXPORT_FORMATS, ExportExists, export_session, exports_dir, write_export
-from ...sessions import SessionInfo
+from ...history import Message
+from ...sessions import SessionInfo, SessionStore
 from ...text import public_url, strip_controls
+from ...tools.registry import ToolRegistry
 from ...undo import apply_undo, plan_undo
+from ..options import SurfaceOptions
 from ..persist import SessionRecorder
+from ..render import TurnView
+from ..runtime import Runtime
 from ..shell_escape import is_shell_note
+from ..usage import TokenUse
 from .sink import ChatSink
 
-if TYPE_CHECKING:
-    from .app import ChatApp
+__all__ = ["COMMANDS", "App", "ChatExit", "SlashCommand", "help_text"]
 
-__all__ = ["COMMANDS", "ChatExit", "SlashCommand", "help_text"]
+
+class Options(Protocol):
+    """What a command reads of the chat's options (`app.ChatOptions` is one)."""
+
+    @property
+    def surface(self) -> SurfaceOptions: ...
+    @property
+    def session(self) -> bool: ...
+
+
+class App(Protocol):
+    """What a command uses of the chat app (`app.ChatApp` is one): the commands name this, not the app, so the
+    app imports its commands and nothing imports the app back."""
+
+    settings: Settings
+    recorder: SessionRecorder | None
+    history: list[Message]
+    usage: TokenUse
+    last_usage: TokenUse
+    compacting: asyncio.Task[None] | None
+
+    @property
+    def view(self) -> TurnView: ...
+    @property
+    def options(self) -> Options: ...
+    @property
+    def store(self) -> SessionStore: ...
+    @property
+    def runtime(self) -> Runtime | None: ...
+    @property
+    def registry(self) -> ToolRegistry | None: ...
+    @property
+    def driver(self) -> Driver | None: ...
+    @property
+    def mcp_joining(self) -> asyncio.Task[None] | None: ...
+    @property
+    def interrupts(self) -> RunScope: ...
+    @property
+    def root(self) -> Path: ...
+
+    def fresh(self) -> None: ...
+    def new_compactor(self, checkpoint: Checkpoint | None = None) -> None: ...
+    def open(self, session_id: str | None, *, latest: bool, system: str | None = None) -> None: ...
+    def last_user(self) -> int | None: ...
+    def show_user(self, at: int) -> None: ...
+    def tell_once(self, note: str) -> None: ...
+    def prompt_rows(self) -> tuple[list[tuple[str, str]], list[str]]: ...
+    def interrupt(self) -> bool: ...
+    async def run_turn(self) -> bool: ...
+    def token_use(self) -> TokenUse: ...
 
 KEYS = "Enter sends · Alt-Enter (or Esc Enter) inserts a newline · Ctrl-C stops a turn · Ctrl-D quits"
 """The first line of /help: the keys."""
@@ -49,7 +106,7 @@ class SlashCommand:
     """Its arguments as /help shows them (`[NAME]`), or ""."""
     doc: str
     """One line for /help."""
-    run: Callable[[ChatApp, str], Awaitable[None]]
+    run: Callable[[App, str], Awaitable[None]]
     """Given the app and the text after the name."""
     aliases: tuple[str, ...] = ()
 
@@ -68,23 +125,23 @@ def help_text(prompts: Iterable[tuple[str, str]] = ()) -> str:
     return "\n".join([KEYS, *(f"{usage:<{width}}{doc}" for usage, doc in rows)])
 
 
-async def _help(app: ChatApp, arg: str) -> None:
+async def _help(app: App, arg: str) -> None:
     rows, notes = app.prompt_rows()
     app.view.line(help_text(rows))
     for note in notes:
         app.tell_once(note)
 
 
-async def _exit(app: ChatApp, arg: str) -> None:
+async def _exit(app: App, arg: str) -> None:
     raise ChatExit
 
 
-async def _new(app: ChatApp, arg: str) -> None:
+async def _new(app: App, arg: str) -> None:
     app.fresh()
     app.view.line("new session started", "bold")
 
 
-async def _model(app: ChatApp, arg: str) -> None:
+async def _model(app: App, arg: str) -> None:
     if not arg:
         app.view.line(f"model: {app.settings.model} at {public_url(app.settings.base_url)}")
         return
@@ -98,7 +155,7 @@ async def _model(app: ChatApp, arg: str) -> None:
     app.view.line(f"model: {arg}")
 
 
-async def _tools(app: ChatApp, arg: str) -> None:
+async def _tools(app: App, arg: str) -> None:
     if app.runtime is not None and app.mcp_joining is not None and (pending := app.runtime.mcp_pending):
         app.view.line(f"(MCP servers still starting: {', '.join(pending)}; their tools join when they are up)",
                       "dim")
@@ -113,7 +170,7 @@ async def _tools(app: ChatApp, arg: str) -> None:
         app.view.line(strip_controls(f"{t.name:<{width}}  {summary}{flag}"))
 
 
-async def _sessions(app: ChatApp, arg: str) -> None:
+async def _sessions(app: App, arg: str) -> None:
     current = app.recorder.session_id if app.recorder else None
     found = app.store.recent(10)
     if not found:
@@ -124,11 +181,11 @@ async def _sessions(app: ChatApp, arg: str) -> None:
         app.view.line(f"{mark} {s.id}  {when}  {s.messages:>3} msgs  {strip_controls(s.title) or '(untitled)'}")
 
 
-async def _resume(app: ChatApp, arg: str) -> None:
+async def _resume(app: App, arg: str) -> None:
     app.open(arg or None, latest=not arg)
 
 
-async def _fork(app: ChatApp, arg: str) -> None:
+async def _fork(app: App, arg: str) -> None:
     """`/fork`: copy the current session (`SessionStore.fork`) and go on in the copy; the original stays
     as it is, for `/resume`."""
     if arg:
@@ -151,7 +208,7 @@ async def _fork(app: ChatApp, arg: str) -> None:
     app.view.line(f"forked {old} → {info.id}; /resume {old} goes back", "bold")
 
 
-async def _export(app: ChatApp, arg: str) -> None:
+async def _export(app: App, arg: str) -> None:
     """`/export [md|json|jsonl] [PATH]`: the session to PATH (quoted as in a shell when it holds spaces; a
     folder, or a path ending in `/`, gets `crow-session-ID.FMT` in it; default: the data folder's `exports`,
     not the repository); the format follows PATH's suffix when not given. A file the person names is never
@@ -204,7 +261,7 @@ async def _export(app: ChatApp, arg: str) -> None:
     app.view.line(f"wrote {strip_controls(str(path))}")
 
 
-async def _usage(app: ChatApp, arg: str) -> None:
+async def _usage(app: App, arg: str) -> None:
     app.view.line(f"last turn: {app.last_usage.text()}")
     app.view.line(f"this session (since started or resumed here): {app.usage.text()}")
     compactor = app.driver.compactor if app.driver is not None else None
@@ -213,7 +270,7 @@ async def _usage(app: ChatApp, arg: str) -> None:
         app.view.line(f"context: {compactor.budget.describe(compactor.outgoing(app.history))}")
 
 
-async def _undo(app: ChatApp, arg: str) -> None:
+async def _undo(app: App, arg: str) -> None:
 
     if app.recorder is None or app.recorder.info is None:
         why = "--no-session records nothing, so there is nothing to undo" if not app.options.session else \
@@ -235,7 +292,7 @@ async def _undo(app: ChatApp, arg: str) -> None:
     app.view.line("undone", "bold")
 
 
-async def _instructions(app: ChatApp, arg: str) -> None:
+async def _instructions(app: App, arg: str) -> None:
     if not app.options.surface.project_instructions:
         app.view.line("project instructions are off (--no-project-instructions)")
         return
@@ -248,7 +305,7 @@ async def _instructions(app: ChatApp, arg: str) -> None:
     app.view.line("(read when a session starts; nearest last, so they have the last word)", "dim")
 
 
-async def _compact(app: ChatApp, arg: str) -> None:
+async def _compact(app: App, arg: str) -> None:
     compactor = app.driver.compactor if app.driver is not None else None
     if compactor is None or not any(m.get("role") == "user" for m in app.history):
         app.view.line("nothing to compact yet", "yellow")
@@ -279,12 +336,12 @@ async def _compact(app: ChatApp, arg: str) -> None:
             app.view.stop()
 
 
-async def _reasoning(app: ChatApp, arg: str) -> None:
+async def _reasoning(app: App, arg: str) -> None:
     app.view.show_reasoning = not app.view.show_reasoning
     app.view.line(f"reasoning is now {'shown' if app.view.show_reasoning else 'hidden'}")
 
 
-async def _retry(app: ChatApp, arg: str) -> None:
+async def _retry(app: App, arg: str) -> None:
     last_user = app.last_user()
     if last_user is None:
         app.view.line("nothing to retry yet", "yellow")

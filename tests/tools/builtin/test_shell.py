@@ -282,7 +282,7 @@ async def test_an_escapee_that_keeps_forking_leaves_no_process_behind() -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
-# found trying it as a new user (second round)
+# A key in a custom variable never reaches the model through run_shell (found trying it as a new user)
 def test_a_key_from_a_custom_variable_never_reaches_the_model_through_run_shell(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
     config.write_text('api_key_env = "MY_LLM_KEY"\n')

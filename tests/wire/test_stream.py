@@ -1,19 +1,20 @@
-"""Property: every conformance case, mutated the ways real servers and networks mutate streams, ends in
-a correct result or one clear error line, never an internal error or a hang, and keeps the history contract.
+"""The stream reader (`wire/stream`): SSE bodies as servers and networks really send them.
 
-issue: a mutation run over the corpus (1,600 streams re-chunked, re-enveloped, cut, given wrong-typed
-fields) found internal errors; this is that run, in-process (the real client and loop, respx on the wire).
+Properties guarded here:
 
-Mutations that keep a stream's meaning (the same calls, ids and text must come out as from the case
-itself): arguments re-chunked, text deltas split or merged, SSE comments / `event:` / `id:` / `retry:`
-lines, `data:` without its space, a byte order mark before the body, CR or CRLF line endings,
-`[DONE]` dropped or repeated, `finish_reason` dropped or repeated,
-id / type / name repeated on continuations (the same value, null or `""`), the body split into
-network reads at random byte offsets (mid UTF-8 too). Mutations that break it: a field given a wrong
-type, the connection cut at a random byte; then only the invariants hold (a result or one crow error
-line, the history contract in every request, every id sent back is one the stream gave, or `""`).
-
-CI runs a fixed number of examples with a fixed seed; `CROW_MUTATION_EXAMPLES=2000` runs more.
+- after `data: [DONE]` the rest of the body is read, so the connection goes back to the pool (keep-alive);
+- every conformance case, mutated the ways real servers and networks mutate streams, ends in a correct result
+  or one clear error line, never an internal error or a hang, and keeps the history contract. Mutations that
+  keep a stream's meaning (the same calls, ids and text must come out): arguments re-chunked, text deltas
+  split or merged, SSE comments / `event:` / `id:` / `retry:` lines, `data:` without its space, a byte order
+  mark, CR or CRLF line endings, `[DONE]` dropped or repeated, `finish_reason` dropped or repeated, id / type
+  / name repeated on continuations (the same value, null or `""`), the body split into network reads at
+  random byte offsets (mid UTF-8 too). Mutations that break it: a field given a wrong type, the connection
+  cut at a random byte; then only the invariants hold (a result or one crow error line, the history contract
+  in every request, every id sent back is one the stream gave, or `""`). CI runs a fixed number of examples
+  with a fixed seed; `CROW_MUTATION_EXAMPLES=2000` runs more (a mutation run over the corpus once found
+  internal errors);
+- response shapes beyond the corpus: SSE events without data, other error shapes, non-SSE 200s.
 """
 
 from __future__ import annotations
@@ -26,22 +27,102 @@ import json
 import os
 import random
 import tempfile
+import threading
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 from unittest import mock
 
 import httpx
+import pytest
 import respx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from crow_cli.events import RunFinished, TurnFinished
+from crow_cli.errors import ServerError
+from crow_cli.events import RunFinished, TurnFinished, WarningEvent
 from crow_cli.history import user_message
 from crow_cli.loop import LoopSettings, react
 from crow_cli.tools.registry import ToolRegistry
 from crow_cli.tools.tool import Tool
+from crow_cli.wire.accumulate import StreamAccumulator
 from crow_cli.wire.client import ChatClient, ClientSettings
-from tests.support import CaseReplay, load_cases
+from tests.replay_server import ReplayServer
+from tests.support import (
+    CaseReplay,
+    chunk,
+    crow,
+    load_cases,
+    raw_http_server,
+    run_args,
+    script,
+    sse,
+    text_sse,
+    tool_delta,
+)
+
+
+# noticed at the end of wave 3: every request opened a new connection: the stream stopped at `data: [DONE]`
+# before the body's end, so the connection was closed instead of going back to the pool
+def test_a_tool_turn_and_its_answer_share_one_connection(tmp_path: Path) -> None:
+    with ReplayServer(script([("l1", "list_directory", {})], final="Done.")) as server:
+        peers: list[Any] = []
+        accept = server.httpd.process_request  # socketserver's public hook, once per accepted connection
+
+        def counting(request: Any, client_address: Any) -> None:
+            peers.append(client_address)
+            accept(request, client_address)
+
+        server.httpd.process_request = counting  # type: ignore[method-assign]
+        proc = crow(*run_args(server, "--yes", "go"), cwd=tmp_path)
+    assert (proc.returncode, proc.stdout) == (0, "Done.\n"), proc.stderr
+    assert len(server.requests) == 2 and len(peers) == 1, peers
+
+
+def test_a_body_held_open_after_done_does_not_hold_up_the_turn(tmp_path: Path) -> None:
+    released = threading.Event()
+
+    def done_then_hold(handler: Any) -> None:  # the terminating chunk comes only once crow has finished
+        handler.protocol_version = "HTTP/1.1"
+        handler.send_response(200)
+        handler.send_header("content-type", "text/event-stream")
+        handler.send_header("transfer-encoding", "chunked")
+        handler.end_headers()
+        data = text_sse("Hi there.").encode()
+        handler.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        handler.wfile.flush()
+        released.wait(120)
+        handler.wfile.write(b"0\r\n\r\n")
+
+    with raw_http_server(done_then_hold) as base_url:
+        try:
+            proc = crow("run", "--base-url", base_url, "--api-key", "sk-test", "--model", "m", "--no-tools", "hi",
+                        cwd=tmp_path)
+        finally:
+            released.set()
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "Hi there.\n", "")
+
+
+# A body kept open after [DONE] added up to 0.5 s to every turn: once one was still open after the
+# grace, later turns of the same client close it at once (and a server that ends its bodies keeps the reuse) (issue 32)
+async def test_a_body_left_open_after_done_is_closed_at_once_on_later_turns() -> None:
+    import asyncio
+
+    from crow_cli.wire.stream import AfterDone, iter_chunks
+
+    read_after_done: list[bool] = []
+
+    async def held_open():  # type: ignore[no-untyped-def]
+        yield text_sse("Hi.").encode()  # ends with data: [DONE]
+        read_after_done.append(True)
+        await asyncio.Event().wait()  # the body never ends
+
+    after = AfterDone(grace_s=0.01)
+    assert [c async for c in iter_chunks(held_open(), "text/event-stream", after)]
+    assert read_after_done == [True] and after.grace_s == 0  # it waited once, and learned
+    read_after_done.clear()
+    assert [c async for c in iter_chunks(held_open(), "text/event-stream", after)]
+    assert read_after_done == []  # closed at once: the rest of the body was never asked for
 
 BASE = "http://llm.test/v1"
 URL = f"{BASE}/chat/completions"
@@ -466,3 +547,215 @@ def test_a_mutated_stream_ends_in_a_result_or_one_error_line(case: dict[str, Any
             assert set(sent) <= ids, (sent, ids)
     if plan.keeps_meaning:
         assert outcome == original(case["id"])
+
+async def assemble(response: httpx.Response, **settings):
+    c = ChatClient(ClientSettings(base_url=BASE, model="m", api_key="k", max_retries=0, **settings))
+    acc = StreamAccumulator()
+    with respx.mock() as mock:
+        route = mock.post(URL).mock(return_value=response)
+        try:
+            async for ch in c.stream([user_message("x")]):
+                acc.feed(ch)
+        finally:
+            await c.aclose()
+    return acc.finish()[0], route
+
+
+def event_stream(body: str) -> httpx.Response:
+    return httpx.Response(200, content=body.encode(), headers={"content-type": "text/event-stream"})
+
+
+@pytest.mark.parametrize("noise", ["event: ping\n\n", "data:\n\n", "data: \n\n", "retry: 1000\n\n", ": comment\n\n",
+                                   "id: 7\n\n"])
+async def test_events_without_data_are_skipped(noise):
+    body = noise + text_sse("hello").replace("data: [DONE]", noise + "data:  [DONE] ")
+    turn, _ = await assemble(event_stream(body))
+    assert turn.content == "hello"
+
+
+@pytest.mark.parametrize("error_event", [
+    'data: {"object": "error", "message": "upstream overloaded", "code": 500}\n\n',
+    'event: error\ndata: {"message": "upstream overloaded", "code": 500}\n\n',
+    'data: {"error": {"message": "upstream overloaded", "code": 500}}\n\n',
+])
+async def test_every_error_shape_in_a_stream_fails_the_turn(error_event):
+    body = sse(chunk({"content": "Partial"}), done=False) + error_event + "data: [DONE]\n\n"
+    with pytest.raises(ServerError, match="upstream overloaded"):
+        await assemble(event_stream(body))
+
+
+async def test_non_streamed_json_completion_is_used_as_one_chunk():
+    completion = {"id": "x", "object": "chat.completion", "choices": [{"index": 0, "finish_reason": "tool_calls",
+                  "message": {"role": "assistant", "content": "Let me look.", "tool_calls": [
+                      {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}]}}],
+                  "usage": {"total_tokens": 5}}
+    turn, _ = await assemble(httpx.Response(200, json=completion))
+    assert turn.content == "Let me look." and turn.usage == {"total_tokens": 5}
+    assert [(c.id, c.name, c.arguments) for c in turn.tool_calls] == [("call_1", "f", '{"a": 1}')]
+
+
+@pytest.mark.parametrize(("response", "message"), [
+    (httpx.Response(200, json={"error": {"message": "model 'foo' not found"}}), "model 'foo' not found"),
+    # A login or proxy page, or nothing at all, is named as such (issue 10 item 2)
+    (httpx.Response(200, html="<html><title>Please log in</title></html>"), "HTML page .*Please log in"),
+    (event_stream("<!DOCTYPE html><html><head><title>Sign in</title></head></html>\n"), "HTML page .*Sign in"),
+    (httpx.Response(200, content=b"", headers={"content-type": "text/event-stream"}), "empty body"),
+    (httpx.Response(200, content=b""), "empty body"),
+    (httpx.Response(200, content=b"  ", headers={"content-type": "application/json"}), "empty body"),
+    (httpx.Response(200, json={"hello": "world"}), "neither a stream nor a completion"),
+    (event_stream("data: [DONE]\n\n"), "without sending a single chunk"),
+    (event_stream(": ping\n\n"), "without sending a single chunk"),
+    (httpx.Response(200, text="Unauthorized: sign in first"), "text that is not an event stream.*Unauthorized"),
+    (event_stream("data: {not json\n\n"), "not JSON"),
+])
+async def test_a_200_without_an_answer_is_an_error(response, message):
+    with pytest.raises(ServerError, match=message):
+        await assemble(response)
+
+
+async def items_of(body: str) -> list:
+    c = ChatClient(ClientSettings(base_url=BASE, model="m", api_key="k", max_retries=0))
+    with respx.mock() as mock:
+        mock.post(URL).mock(return_value=event_stream(body))
+        try:
+            return [item async for item in c.stream([user_message("x")])]
+        finally:
+            await c.aclose()
+
+
+def turn_of(items: list):
+    acc = StreamAccumulator()
+    for item in items:
+        if isinstance(item, dict):
+            acc.feed(item)
+    return acc.finish()[0]
+
+
+# A provider sent one `data:` line holding a chunk cut mid-JSON and, on the same line,
+# the next `data: {…}` frame; crow stopped the run ("not JSON"). Every complete frame is recovered. (issue 10 item 2)
+@pytest.mark.parametrize("glue", ["", " ", "\n"])
+async def test_a_damaged_event_keeps_the_frames_after_an_embedded_data_marker(glue):
+    cut = json.dumps(chunk({"content": " wor"}))[:25]
+    # glue "\n": the next frame is the event's second data: line (joined to the first with a line break)
+    body = (sse(chunk({"content": "Hello"}), done=False) + f"data: {cut}{glue}data: "
+            + json.dumps(chunk({"content": " world"})) + "\n\n" + sse(chunk({}, "stop")))
+    items = await items_of(body)
+    warnings = [i for i in items if isinstance(i, WarningEvent)]
+    assert len(warnings) == 1 and "damaged" in warnings[0].message and "recovered 1 frame" in warnings[0].message
+    turn = turn_of(items)
+    assert turn.content == "Hello world" and turn.finish_reason == "stop" and "finish-missing" not in turn.rules
+
+
+async def test_a_damaged_event_with_two_frames_after_it_keeps_both():
+    frames = "".join(f"data: {json.dumps(chunk({'content': t}))}" for t in (" a", " b"))
+    body = sse(chunk({"content": "x"}), done=False) + 'data: {"choices": [{"del' + frames + "\n\n" + \
+        sse(chunk({}, "stop"))
+    items = await items_of(body)
+    assert turn_of(items).content == "x a b"
+    assert sum(isinstance(i, WarningEvent) for i in items) == 1
+
+
+async def test_a_damaged_event_followed_by_a_valid_one_is_skipped_with_one_warning():
+    body = sse(chunk({"content": "Hel"}), done=False) + 'data: {"choices": [{"delta": {"cont\n\n' + \
+        sse(chunk({"content": "lo"}), chunk({}, "stop"))
+    items = await items_of(body)
+    warnings = [i for i in items if isinstance(i, WarningEvent)]
+    assert len(warnings) == 1 and "not JSON" in warnings[0].message
+    assert turn_of(items).content == "Hello"
+
+
+async def test_a_frame_whose_text_holds_data_marker_is_not_split():
+    text = 'see "data: {}" here'
+    body = sse(chunk({"content": "a"}), done=False) + "data: {cut data: " + json.dumps(chunk({"content": text})) \
+        + "\n\n" + sse(chunk({}, "stop"))
+    assert turn_of(await items_of(body)).content == "a" + text
+
+
+async def test_a_damaged_event_at_the_end_of_the_body_is_a_cut_stream():
+    body = sse(chunk({"content": "Hel"}), done=False) + 'data: {"choices": [{"delta": {"content": "lo\n\n'
+    with pytest.raises(ServerError, match="not JSON"):
+        await items_of(body)
+
+
+async def test_api_key_beats_a_configured_authorization_header():
+    _, route = await assemble(event_stream(text_sse("ok")), headers={"Authorization": "Basic abc"})
+    assert route.calls[0].request.headers["authorization"] == "Bearer k"
+
+
+async def test_configured_authorization_header_is_sent_without_a_key():
+    c = ChatClient(ClientSettings(base_url=BASE, model="m", max_retries=0, headers={"Authorization": "Basic abc"}))
+    with respx.mock() as mock:
+        route = mock.post(URL).mock(return_value=event_stream(text_sse("ok")))
+        [_ async for _ in c.stream([user_message("x")])]
+    assert route.calls[0].request.headers["authorization"] == "Basic abc"
+
+
+async def test_tool_calls_in_one_chunk_with_the_finish():
+    turn, _ = await assemble(event_stream(sse(chunk({"tool_calls": [tool_delta(0, "c", "f", "{}")]}, "tool_calls"))))
+    assert json.loads(turn.tool_calls[0].arguments) == {}
+
+
+# found trying it as a new user (fourth round): valid JSON that is not an object reached the loop as an event
+@pytest.mark.parametrize("data", ["[1, 2]", '"hi"', "5", "null", "true"])
+async def test_a_chunk_that_is_not_an_object_is_skipped_with_one_warning(data):
+    body = sse(chunk({"content": "Hel"}), done=False) + f"data: {data}\n\n" + sse(chunk({"content": "lo"}),
+                                                                                 chunk({}, "stop"))
+    items = await items_of(body)
+    warnings = [i for i in items if isinstance(i, WarningEvent)]
+    assert len(warnings) == 1 and "not a JSON object" in warnings[0].message
+    assert all(isinstance(i, (dict, WarningEvent)) for i in items)
+    assert turn_of(items).content == "Hello"
+
+
+# issue: ~300 KB of gzip on the wire became 1-1.6 GB in one SSE event; decoded bytes per event are capped
+async def test_a_gzip_bomb_in_one_event_is_a_one_line_error():
+    import gzip
+
+    from crow_cli.wire.body import MAX_EVENT_BYTES
+
+    body = gzip.compress(b'data: {"choices": [{"index": 0, "delta": {"content": "' + b"a" * (MAX_EVENT_BYTES + 10)
+                         + b'"}}]}\n\ndata: [DONE]\n\n')
+    assert len(body) < MAX_EVENT_BYTES // 100
+    response = httpx.Response(200, stream=httpx.ByteStream(body), headers={"content-type": "text/event-stream",
+                                                                          "content-encoding": "gzip"})
+    with pytest.raises(ServerError, match=r"sent an event of over 8 MiB \(decoded\); not read further$"):
+        await assemble(response)
+
+
+async def test_a_huge_non_streamed_completion_is_a_one_line_error():
+    import gzip
+
+    from crow_cli.wire.body import MAX_BODY_BYTES
+
+    body = gzip.compress(b'{"choices": [{"index": 0, "message": {"content": "' + b"a" * MAX_BODY_BYTES + b'"}}]}')
+    response = httpx.Response(200, stream=httpx.ByteStream(body), headers={"content-type": "application/json",
+                                                                          "content-encoding": "gzip"})
+    with pytest.raises(ServerError, match=r"sent a completion of over 16 MiB \(decoded\)"):
+        await assemble(response)
+
+
+# found by the mutation property test: a body starting with a UTF-8 byte order mark lost its first chunk
+# silently (the first line's field name became "\ufeffdata"); the SSE spec's UTF-8 decode strips it
+@pytest.mark.parametrize("split", [0, 1, 2, 3])
+async def test_a_byte_order_mark_before_the_first_event_is_not_part_of_it(split):
+    body = b"\xef\xbb\xbf" + text_sse("hello world").encode()
+
+    async def parts():
+        yield body[:split]
+        yield body[split:]
+
+    from crow_cli.wire.stream import iter_chunks
+
+    items = [item async for item in iter_chunks(parts(), "text/event-stream")]
+    assert turn_of(items).content == "hello world"
+
+
+# found trying it as a new user (wave 3): one event nested 100,000 deep (`"x": [[[…]]]`) ended the run with
+# `crow: internal error: RecursionError`; it is a damaged event like any other
+async def test_an_event_nested_deeper_than_the_parser_goes_is_skipped_with_a_warning():
+    deep = "[" * 100_000 + "]" * 100_000
+    body = f'data: {{"choices": [], "x": {deep}}}\n\n' + sse(chunk({"content": "lo"}), chunk({}, "stop"))
+    items = await items_of(body)
+    warnings = [i.message for i in items if isinstance(i, WarningEvent)]
+    assert len(warnings) == 1 and warnings[0].startswith("the server sent an event that is not JSON")
+    assert turn_of(items).content == "lo"

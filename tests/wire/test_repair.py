@@ -1,4 +1,5 @@
-"""Tool calls whose arguments the stream cut off: repaired for the history, run only when nothing was guessed."""
+"""Tool calls whose arguments the stream cut off: repaired for the history, run only when nothing was guessed.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Retries (429 / 5xx / connection errors before a stream starts) are reported as `Notice(code="retrying")`
-events by the wire layer, with the attempt, the wait and the status."""
+events by the wire layer, with the attempt, the wait and the status.
+"""
 
 from __future__ import annotations
 

@@ -1,0 +1,470 @@
+"""The chat's slash commands (`surfaces/chat/commands`), driven through the chat.
+
+Properties guarded here:
+
+- /help is made from the command table; /quit, /exit, /clear and /new; a lone `/` or `//x` is not sent;
+- /resume and /fork continue a stored session (or a copy of it), show a message's text, not its parts,
+  refuse a system prompt they would not use, and with `--no-session` read but never write the store;
+- /compact summarises older exchanges (and leaves a conversation it would make longer); /undo removes the
+  last exchange and restores the files crow's tools changed (in-process and on a pty);
+- /export never overwrites, takes a folder, a quoted path with spaces, refuses a FIFO;
+- /instructions, /tools, prompt files as slash commands that never replace a built-in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from crow_cli.config import Settings
+from crow_cli.errors import ConfigError, SessionError
+from crow_cli.export import exports_dir
+from crow_cli.sessions import SessionStore
+from crow_cli.surfaces.chat.app import ChatOptions
+from crow_cli.surfaces.chat.commands import COMMANDS, help_text
+from tests.replay_server import ReplayServer, text_stream
+from tests.support import ChatTerminal, authorless, chat, chat_options, chunk, sse, tool_calls_sse, tool_delta
+
+
+async def test_resume_continues_a_stored_session(store: SessionStore) -> None:
+    old = store.create(model="test-model", base_url="http://x/v1", cwd="/tmp")
+    for m in ({"role": "user", "content": "remember ZEBRA-42"}, {"role": "assistant", "content": "Noted: ZEBRA-42."}):
+        store.append(old.id, m)
+    other = store.create(model="test-model")
+    store.append(other.id, {"role": "user", "content": "unrelated"})
+
+    output, server, app = await chat([{"sse": text_stream("It was ZEBRA-42.")}],
+                                     f"/resume {old.id[:4]}\rwhat was it?\r/exit\r", store)
+    assert f"resumed session {old.id}" in output
+    assert "Noted: ZEBRA-42." in output  # the last exchange is shown again
+    assert server.requests[0]["messages"] == [
+        {"role": "user", "content": "remember ZEBRA-42"}, {"role": "assistant", "content": "Noted: ZEBRA-42."},
+        {"role": "user", "content": "what was it?"}]
+    assert app.recorder.session_id == old.id
+    assert len(store.messages(old.id)) == 4
+
+
+async def test_fork_goes_on_in_a_copy_and_the_original_keeps_its_messages(store: SessionStore) -> None:
+    script = [{"sse": text_stream("Noted: ZEBRA-42.")}, {"sse": text_stream("It was ZEBRA-42.")}]
+    output, server, app = await chat(script, "remember ZEBRA-42\r/fork\rwhat was it?\r/exit\r", store)
+    fork = store.get(app.recorder.session_id)
+    (original,) = [s for s in store.recent() if s.id != fork.id]
+    assert f"forked {original.id} → {fork.id}; /resume {original.id} goes back" in output
+    assert server.requests[1]["messages"] == [
+        {"role": "user", "content": "remember ZEBRA-42"}, {"role": "assistant", "content": "Noted: ZEBRA-42."},
+        {"role": "user", "content": "what was it?"}]
+    assert original.messages == 2 and len(store.messages(original.id)) == 2
+    assert fork.title == "remember ZEBRA-42 (fork)"
+    assert [m["content"] for m in store.messages(fork.id)] == ["remember ZEBRA-42", "Noted: ZEBRA-42.",
+                                                               "what was it?", "It was ZEBRA-42."]
+    with SessionStore(store.path) as other:  # the chat holds only the fork now: the original can go on elsewhere
+        assert len(other.load(original.id)) == 2
+        with pytest.raises(SessionError, match="in use"):
+            other.load(fork.id)
+    assert "/fork" in help_text()
+
+
+async def test_a_fork_of_a_compacted_session_starts_its_requests_from_the_checkpoint(store: SessionStore) -> None:
+    old = store.create(model="test-model")
+    for m in ({"role": "user", "content": "long talk"}, {"role": "assistant", "content": "Long answer."},
+              {"role": "user", "content": "more"}, {"role": "assistant", "content": "More."}):
+        store.append(old.id, m)
+    summary = [{"role": "user", "content": "[summary] we talked at length"}, {"role": "assistant", "content": "Ok."}]
+    store.add_checkpoint(old.id, 2, summary, 900, 90, "we talked at length")
+    _, server, _ = await chat([{"sse": text_stream("Next.")}], f"/resume {old.id}\r/fork\rnext\r/exit\r", store)
+    assert server.requests[0]["messages"] == [*summary, {"role": "user", "content": "more"},
+                                              {"role": "assistant", "content": "More."},
+                                              {"role": "user", "content": "next"}]
+
+
+async def test_fork_with_nothing_stored_says_why_and_forks_nothing(store: SessionStore) -> None:
+    output, _, app = await chat([], "/fork\r/fork now\r/exit\r", store)
+    assert "nothing to fork yet (no message of this chat is stored)" in output
+    assert "crow: error: /fork takes no argument" in output  # found by a new-user tester (wave 5): it was ignored
+    assert store.recent() == [] and app.recorder.info is None  # no empty session left behind either
+    output, _, _ = await chat([{"sse": text_stream("Hi.")}], "hello\r/fork\r/exit\r", store,
+                              options=ChatOptions(session=False))
+    assert "--no-session: nothing is stored, so there is no session to fork" in output
+    assert store.recent() == []
+
+
+async def test_resume_and_retry_show_the_text_of_a_message_with_an_image_not_its_parts(store: SessionStore) -> None:
+    # found typing the history: content may be a list of parts: resuming showed the parts' repr,
+    # the image's whole data: URL with it (issue 18)
+    old = store.create(model="test-model", cwd="/tmp")
+    store.append(old.id, {"role": "user", "content": [
+        {"type": "text", "text": "what is in it?\n\n[attached image: cat.png]"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]})
+    store.append(old.id, {"role": "assistant", "content": "A cat."})
+    store.release()
+    output, server, _ = await chat([{"sse": text_stream("A tabby cat.")}], "/retry\r/exit\r", store,
+                                   options=ChatOptions(resume=old.id))
+    assert " ".join(output.split()).count("› what is in it? [attached image: cat.png]") == 2  # resumed, retried
+    assert "base64" not in output and "image_url" not in output and "A cat." in output and "A tabby cat." in output
+    assert server.requests[0]["messages"][0]["content"][1]["image_url"]["url"] == "data:image/png;base64,iVBORw0KGgo="
+
+
+async def test_resume_names_an_attached_image_by_its_file(store: SessionStore) -> None:
+    # the resumed last exchange said `[image: image/png, 8 B]`: the attached file's name was not kept
+    old = store.create(model="test-model", cwd="/tmp")
+    part = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    store.append(old.id, {"role": "user", "content": [{"type": "text", "text": "what is in it?"},
+                                                      {**part, "crow_image": {"name": "cat.png"}}]})
+    store.append(old.id, {"role": "assistant", "content": "A cat."})
+    store.release()
+    output, server, _ = await chat([{"sse": text_stream("Still a cat.")}], "and now?\r/exit\r", store,
+                                   options=ChatOptions(resume=old.id))
+    assert "› what is in it? [image: cat.png, 8 B]" in " ".join(output.split())
+    assert server.requests[0]["messages"][0]["content"][1] == part  # the name is crow's: never sent
+
+
+async def test_resume_refuses_a_system_prompt_it_would_not_use(store: SessionStore) -> None:
+    # found trying `--system` on continued sessions as a new user: `crow run -c --system NEW` is refused, `crow chat
+    # --resume --system NEW` went on with the session's own system prompt without a word
+    old = store.create(model="test-model", cwd="/tmp")
+    for m in ({"role": "system", "content": "OLD"}, {"role": "user", "content": "hi"},
+              {"role": "assistant", "content": "Hello."}):
+        store.append(old.id, m)
+    store.release()
+    with pytest.raises(ConfigError, match="--system cannot change the system prompt"):
+        await chat([], "/exit\r", store, options=ChatOptions(resume=old.id, system="NEW"))
+    assert len(store.messages(old.id)) == 3
+    store.release()
+    _, server, _ = await chat([{"sse": text_stream("Again.")}], "again\r/exit\r", store,
+                              options=ChatOptions(resume=old.id, system="OLD"))
+    assert server.requests[0]["messages"][0] == {"role": "system", "content": "OLD"}
+
+
+async def test_no_session_resume_reads_the_session_and_writes_nothing_to_it(store: SessionStore) -> None:
+    # `crow chat --no-session --resume ID` set the session's model and gave the compactor
+    # the session's recorder, so a compaction stored its checkpoint (issue 18)
+    old = store.create(model="old-model", base_url="http://x/v1", cwd="/tmp")
+    for m in ({"role": "user", "content": "remember ZEBRA-42"}, {"role": "assistant", "content": "Noted: ZEBRA-42."}):
+        store.append(old.id, m)
+    script = [{"sse": text_stream("It was ZEBRA-42.")}, {"sse": text_stream("Summary: ZEBRA-42.")}]
+    output, server, app = await chat(script, "what was it?\r/compact\r/exit\r", store,
+                                     options=ChatOptions(session=False, resume=old.id))
+    assert f"resumed session {old.id}" in output and app.recorder is None
+    assert server.requests[0]["messages"][-1] == {"role": "user", "content": "what was it?"}
+    assert (store.get(old.id).model, store.get(old.id).base_url) == ("old-model", "http://x/v1")
+    assert len(store.messages(old.id)) == 2 and store.checkpoints(old.id) == []
+
+
+# With --no-session, /resume loaded a session but recorded nothing, and /undo then found nothing,
+# without a word why (issue 32)
+async def test_no_session_resume_says_nothing_new_is_stored_and_undo_says_why(store: SessionStore) -> None:
+    old = store.create(model="m", base_url="http://x/v1", cwd="/tmp")
+    for m in ({"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello."}):
+        store.append(old.id, m)
+    output, _, _ = await chat([], "/undo\r/exit\r", store, options=ChatOptions(session=False, resume=old.id))
+    assert "--no-session: this session is read, but nothing new is stored in it" in output
+    assert "--no-session records nothing, so there is nothing to undo" in output
+
+
+async def test_no_session_resume_of_a_crashed_turn_closes_it_in_memory_only(store: SessionStore) -> None:
+    # `--no-session --resume ID` stored the "interrupted" results that close a cut turn (issue 18)
+    old = store.create(model="test-model", cwd="/tmp")
+    store.append(old.id, {"role": "user", "content": "list files"})
+    store.append(old.id, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "list_directory", "arguments": "{}"}}]})
+    store.release()  # as a crashed process leaves it
+    _, server, app = await chat([{"sse": text_stream("Sorry, try again?")}], "go on\r/exit\r", store,
+                                options=ChatOptions(session=False, resume=old.id))
+    assert app.recorder is None
+    assert server.requests[0]["messages"][2] == {"role": "tool", "tool_call_id": "call_1",
+                                                 "content": "Error: the tool call was interrupted; no result."}
+    assert len(store.messages(old.id)) == 2
+
+
+def test_help_is_made_from_the_command_table() -> None:
+    # The hand-kept help missed /quit; now /help and the dispatch come from one table (issue 18)
+    lines = help_text().splitlines()
+    assert len(lines) == 2 + len(COMMANDS) and lines[0].startswith("Enter sends")
+    for line, command in zip(lines[1:], COMMANDS, strict=False):
+        assert line.startswith(f"/{command.name}") and line.endswith(command.doc)
+    assert "/exit, /quit" in help_text()
+    assert lines[-1].startswith("!COMMAND ") and "with your next message" in lines[-1]
+
+
+async def test_quit_leaves(store: SessionStore) -> None:
+    output, server, _ = await chat([], "/quit\r", store)
+    assert "unknown command" not in output and server.requests == []
+
+
+# issue: a new user typed /clear (Claude Code's and goose's word for a fresh conversation) and got "unknown command"
+async def test_clear_starts_a_new_session(store: SessionStore) -> None:
+    script = [{"sse": text_stream("One.")}, {"sse": text_stream("Two.")}]
+    output, server, _ = await chat(script, "hello\r/clear\rfresh start\r/exit\r", store)
+    assert "unknown command" not in output
+    assert server.requests[1]["messages"] == [{"role": "user", "content": "fresh start"}]
+    assert "/new, /clear" in help_text()
+
+
+async def test_slash_commands(store: SessionStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    script = [{"sse": text_stream("First.")}, {"sse": text_stream("Retried.")}, {"sse": text_stream("New one.")}]
+    keys = ("/help\rhello\r/retry\r/model other-model\r/export md\r/export json\r/reasoning\r/bogus\r/tools\r"
+            "/sessions\r/new\rfresh start\r/exit\r")
+    output, server, app = await chat(script, keys, store)
+    assert "/resume [ID]" in output
+    assert server.requests[1]["messages"] == [{"role": "user", "content": "hello"}]  # /retry resent it
+    assert server.requests[2]["model"] == "other-model"
+    assert server.requests[2]["messages"] == [{"role": "user", "content": "fresh start"}]  # /new
+    assert "unknown command /bogus; /help lists the commands" in output
+    assert "reasoning is now hidden" in output
+    first = next(s for s in store.recent() if s.title == "hello")
+    assert authorless(store.messages(first.id)) == [{"role": "user", "content": "hello"},
+                                        {"role": "assistant", "content": "Retried."}]
+    assert first.model == "other-model"
+    # the agent-experience issue (34 §3): /export wrote into the repository chat works in; it writes to the
+    # data folder and says where
+    exports = exports_dir()
+    assert "Retried." in (exports / f"crow-session-{first.id}.md").read_text()
+    assert json.loads((exports / f"crow-session-{first.id}.json").read_text())["session"]["id"] == first.id
+    assert f"wrote {exports / f'crow-session-{first.id}.md'}" in output
+    assert not list(tmp_path.glob("crow-session-*"))
+    assert app.recorder.session_id != first.id
+
+
+# /compact and /usage with the context window in chat (issue 13)
+async def test_compact_summarises_older_exchanges_and_later_requests_start_from_it(store: SessionStore) -> None:
+    script = [{"sse": text_stream(f"answer {n}" + " and more" * 200 * (n == 0))} for n in range(3)]
+    script += [{"sse": text_stream("SUMMARY: one, two")}, {"sse": text_stream("fine")}]
+    keys = "one\rtwo\rthree\r/compact the numbers\rfour\r/usage\r/exit\r"
+    settings = Settings(model="test-model", api_key="sk-test", context_window=8192)
+    output, server, app = await chat(script, keys, store, settings=settings)
+    summary_request = server.requests[3]
+    assert "tools" not in summary_request
+    assert "USER: one" in summary_request["messages"][-1]["content"]
+    assert "keep in particular: the numbers" in summary_request["messages"][-1]["content"]
+    sent = server.requests[4]["messages"]
+    # the summary message, merged with the first exchange kept verbatim (one user message, not two in a row)
+    assert sent[0]["content"].endswith("SUMMARY: one, two\n\ntwo") and "one\n" not in sent[0]["content"]
+    assert [m["content"] for m in sent[1:]] == ["answer 1", "three", "answer 2", "four"]
+    assert "compacted the conversation" in output
+    # issue: a new user's /compact was announced as "the conversation is near the model's context window" at
+    # a few tokens of 8,192: it is compacted because the user asked
+    assert "near the model's context window" not in output and "compacting as asked" in output
+    assert "context: " in output and "/ 8,192 tokens" in output
+    stored = store.messages(app.recorder.session_id)
+    assert [m["content"] for m in stored if m["role"] == "user"] == ["one", "two", "three", "four"]
+    assert len(store.checkpoints(app.recorder.session_id)) == 1
+
+
+async def test_compact_that_would_make_the_conversation_longer_leaves_it(store: SessionStore) -> None:
+    # seen by a new-user tester (wave 6): /compact of one short exchange said "compacted … 333 → 356 tokens"
+    script = [{"sse": text_stream(f"answer {n}")} for n in range(3)]
+    script += [{"sse": text_stream("SUMMARY: the user counted one and two, and was answered each time.")}]
+    settings = Settings(model="test-model", api_key="sk-test", context_window=8192)
+    output, _, app = await chat(script, "one\rtwo\rthree\r/compact\r/exit\r", store, settings=settings)
+    assert "compacting would not make the conversation smaller" in output and "compacted the" not in output
+    assert "1 earlier messages" not in output
+    assert store.checkpoints(app.recorder.session_id) == []
+
+
+# AGENTS.md in chat, and /instructions says where they came from (issue 13)
+async def test_instructions_are_loaded_and_shown(store: SessionStore, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "AGENTS.md").write_text("Use tabs.")
+    monkeypatch.chdir(tmp_path)
+    output, server, _ = await chat([{"sse": text_stream("ok")}], "/instructions\rhi\r/exit\r", store)
+    assert f"project: {tmp_path / 'AGENTS.md'} (9 bytes)" in output
+    system = server.requests[0]["messages"][0]
+    assert system["role"] == "system" and system["content"].endswith("Use tabs.")
+
+
+# prompt files: custom slash commands (Claude Code's .claude/commands convention)
+async def test_a_prompt_file_is_a_slash_command(store: SessionStore, tmp_path: Path, _isolated_home: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    prompts, mine = tmp_path / ".crow/prompts", _isolated_home / ".config/crow/prompts"
+    prompts.mkdir(parents=True)
+    mine.mkdir(parents=True)
+    (prompts / "review.md").write_text("# Review \x1b[2Jcarefully\n\nReview $ARGUMENTS carefully.\n")
+    (mine / "review.md").write_text("The user's review, hidden by the project's.")
+    (mine / "hello.md").write_text("Say hello.")
+    (prompts / "help.md").write_text("Never used: /help is crow's.")
+    (prompts / "bad.md").write_bytes(b"caf\xe9")
+    (prompts / "with space.md").write_text("Never used: no prompt name.")
+    monkeypatch.chdir(tmp_path)
+    script = [{"sse": text_stream("Reviewed.")}, {"sse": text_stream("Bonjour.")}]
+    keys = "/help\r/review\r/review src/app.py\r/hello in French\r/bad\r/nope\r/exit\r"
+    output, server, _ = await chat(script, keys, store)
+    assert [r["messages"][-1] for r in server.requests] == [
+        {"role": "user", "content": "# Review \x1b[2Jcarefully\n\nReview src/app.py carefully."},
+        {"role": "user", "content": "Say hello.\n\nin French"}]  # no $ARGUMENTS: the rest after a blank line
+    assert "uses $ARGUMENTS and none were given (/review TEXT); nothing was sent" in output
+    assert output.count(f"/review: the project's {prompts / 'review.md'} is used, not your {mine / 'review.md'}") == 1
+    assert output.count(f"{prompts / 'help.md'} is not used: /help is a built-in command") == 1
+    # found by a new-user tester (wave 5): a misnamed file was left out of /help without a word
+    assert f"{prompts / 'with space.md'} is not used: a prompt file's name is letters" in output
+    lines = output.splitlines()
+    assert any(line.startswith("/review TEXT") and line.endswith("Review \\u001b[2Jcarefully") for line in lines)
+    assert any(line.startswith("/hello ") and line.endswith("Say hello.") for line in lines)
+    assert "/resume [ID]" in output  # the built-in /help still
+    assert f"crow: error: prompt file {str(prompts / 'bad.md')!r} cannot be read: it is not UTF-8 text" in output
+    assert "\x1b" not in output
+    assert "unknown command /nope; /help lists the commands" in output
+    # found by a new-user tester (wave 5): the title was the file's text; it is what was typed
+    assert store.recent()[0].title == "/review src/app.py"
+
+
+async def test_a_prompt_file_never_replaces_a_built_in_command(store: SessionStore, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / ".crow/prompts").mkdir(parents=True)
+    (tmp_path / ".crow/prompts/new.md").write_text("Never sent.")
+    monkeypatch.chdir(tmp_path)
+    output, server, _ = await chat([], "/new\r/new\r/exit\r", store)
+    assert output.count(f"{tmp_path / '.crow/prompts/new.md'} is not used: /new is a built-in command") == 1
+    assert output.count("new session started") == 2 and server.requests == []
+
+
+# /undo removes the last exchange and restores the files crow's file tools changed (issue 13)
+async def test_undo_restores_files_and_the_history(store: SessionStore, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "a.txt").write_text("before\n")
+    monkeypatch.chdir(tmp_path)
+    write = json.dumps({"path": "a.txt", "content": "after\n"})
+    script = [{"sse": text_stream("hello")}, {"sse": tool_calls_sse(("c1", "write_file", json.loads(write)))},
+              {"sse": text_stream("written")}, {"sse": text_stream("again")}]
+    keys = "hi\rchange a.txt\r/undo\rnext\r/exit\r"
+    output, server, app = await chat(script, keys, store, options=chat_options(yes=True))
+    assert f"restores {tmp_path / 'a.txt'}" in output and "undone" in output
+    assert output.index("restores") < output.index("undone")
+    assert (tmp_path / "a.txt").read_text() == "before\n"
+    sent = server.requests[3]["messages"]
+    assert [m["content"] for m in sent if m["role"] == "user"] == ["hi", "next"]
+    stored = store.messages(app.recorder.session_id)
+    assert [m["content"] for m in stored] == ["hi", "hello", "next", "again"]
+
+
+async def test_export_works_without_a_session_and_to_a_chosen_path(store: SessionStore, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 11 item 10 and friction (found trying it as a new user): `crow chat --no-session` then /export said
+    # "nothing to export yet" after several turns; /export could not write outside the current folder
+    monkeypatch.chdir(tmp_path)
+    elsewhere = tmp_path / "out" / "talk.json"
+    elsewhere.parent.mkdir()
+    (tmp_path / "afile").write_text("")
+    # found trying it as a new user (fourth round): `/export jsn` wrote `jsn`
+    keys = (f"/export\rhello\r/export\r/export {elsewhere}\r/export md {tmp_path / 'afile' / 'x.md'}\r"
+            f"/export md {tmp_path / 'new' / 'sub' / 'x.md'}\r/export jsn\r/exit\r")
+    output, _, _ = await chat([{"sse": text_stream("Hi.")}], keys, store, options=ChatOptions(session=False))
+    assert "nothing to export yet" in output.split("Hi.")[0]
+    (unsaved,) = exports_dir().glob("crow-session-unsaved-*.md")
+    assert "Hi." in unsaved.read_text()
+    assert authorless(json.loads(elsewhere.read_text())["messages"][-1]) == {"role": "assistant", "content": "Hi."}
+    assert "crow: error: cannot write" in output and store.recent() == []
+    # seen by a new-user tester: a missing folder was made without a word; it is refused, as `cp` does
+    assert f"crow: error: cannot write {tmp_path / 'new' / 'sub' / 'x.md'}: no such folder" in output
+    assert not (tmp_path / "new").exists()
+    assert "unknown format 'jsn'" in output and not (tmp_path / "jsn").exists()
+
+
+# found by a new-user tester (wave 5): `/export /etc/passwd` replaced the file (mode 0600) without a word;
+# `/export md json` wrote a file `json` into the repository; `/export DIR/` was "a directory"; the transcript
+# was titled "Untitled session" (the session as it was before its first message)
+async def test_export_never_overwrites_takes_a_folder_and_has_the_title(store: SessionStore, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    mine = tmp_path / "mine.md"
+    mine.write_text("my own notes")
+    (tmp_path / "out").mkdir()
+    keys = f"first words\r/export {mine}\r/export md json\r/export {tmp_path / 'out'}\r/export new/\r/exit\r"
+    output, _, app = await chat([{"sse": text_stream("Hi.")}], keys, store)
+    assert mine.read_text() == "my own notes" and f"{mine} exists; crow does not overwrite" in output
+    assert "/export: one format at a time" in output and not (tmp_path / "json").exists()
+    sid = app.recorder.session_id
+    assert (tmp_path / "out" / f"crow-session-{sid}.md").read_text().startswith("# first words\n")
+    assert not (tmp_path / "new").exists() and "no such folder" in output  # `/export new/`: no folder made
+
+
+async def test_export_to_a_path_with_spaces_when_quoted(store: SessionStore, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue: a new user's `/export "my notes.md"` was refused as an unknown format '"my': no path with a space
+    # in it could be exported to
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "out dir").mkdir()
+    keys = ("hello\r/export \"my notes.md\"\r/export json 'out dir/t.json'\r/export \"x.md\r"
+            "/export md two words.md\r/exit\r")
+    output, _, _ = await chat([{"sse": text_stream("Hi.")}], keys, store)
+    assert "Hi." in (tmp_path / "my notes.md").read_text()
+    assert json.loads((tmp_path / "out dir" / "t.json").read_text())["messages"][-1]["content"] == "Hi."
+    assert "crow: error: /export: No closing quotation" in output and not (tmp_path / '"x.md').exists()
+    assert "takes one path (quote one that holds spaces)" in output and not (tmp_path / "two").exists()
+
+
+async def test_tools_are_listed_in_aligned_columns(store: SessionStore, tools_dir: Path) -> None:
+    # smaller items: /tools was not aligned (issue 11)
+    output, _, _ = await chat([], "/tools\r/exit\r", store, options=chat_options(tools_dirs=(str(tools_dir),)))
+    lines = [line for line in output.splitlines() if line.startswith(("read_file ", "run_shell ", "guarded "))]
+    assert len(lines) == 3 and len({line.index(line.split()[1]) for line in lines}) == 1, lines
+
+
+async def test_export_to_a_fifo_is_refused_and_the_chat_goes_on(store: SessionStore, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue: a new user's `/export pipe` (a FIFO) blocked chat for good, deaf to Ctrl-C, SIGTERM and SIGHUP;
+    # the export is private (0600) as the session store is
+
+    monkeypatch.chdir(tmp_path)
+    os.mkfifo(tmp_path / "pipe")
+    keys = "hello\r/export md pipe\r/export md talk.md\r/exit\r"
+    output, _, _ = await chat([{"sse": text_stream("Hi.")}], keys, store, options=ChatOptions(session=False))
+    assert "crow: error: cannot write pipe: a FIFO (named pipe)" in output
+    assert "Hi." in (tmp_path / "talk.md").read_text()
+    assert (tmp_path / "talk.md").stat().st_mode & 0o777 == 0o600
+
+
+async def test_a_slash_alone_or_a_double_slash_is_not_sent(store: SessionStore) -> None:
+    # issue: `/` alone and `//x` went to the model as messages
+    output, server, _ = await chat([{"sse": text_stream("Hi.")}], "/\r//x\rhello\r/exit\r", store)
+    assert "unknown command /; /help lists the commands" in output
+    assert "unknown command //x; /help lists the commands" in output
+    assert [m["content"] for m in server.requests[0]["messages"] if m["role"] == "user"] == ["hello"]
+
+
+def _write_turn(path: str, content: str) -> str:
+    args = json.dumps({"path": path, "content": content})
+    return sse(chunk({"role": "assistant", "content": None}), chunk({"tool_calls": [tool_delta(0, "c1", "write_file",
+                                                                                               args)]}),
+               chunk({}, "tool_calls"))
+
+
+def test_compact_and_undo_on_a_terminal(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("original\n")
+    long = " and more" * 100  # a summary shorter than what it stands for (a longer one is not installed)
+    script = [{"sse": text_stream("first answer" + long)}, {"sse": text_stream("second answer")},
+              {"sse": text_stream("third answer")}, {"sse": text_stream("SUMMARY: three questions")},
+              {"sse": _write_turn("a.txt", "changed\n")}, {"sse": text_stream("file written")}]
+    with ReplayServer(script) as server:
+        args = ["--base-url", server.base_url, "--api-key", "sk-test", "--model", "test-model", "--yes"]
+        with ChatTerminal(args, cwd=tmp_path) as term:
+            for n, word in enumerate(("first", "second", "third")):
+                term.expect("›")
+                term.send(f"question {n}\r")
+                term.expect(f"{word} answer")
+            term.send("/compact\r")
+            term.expect("compacted the conversation (summarised earlier exchanges)")
+            term.send("change a.txt\r")
+            term.expect("file written")
+            assert (tmp_path / "a.txt").read_text() == "changed\n"
+            term.send("/undo\r")
+            term.expect("undone")
+            term.expect("›")  # the next prompt is up: a Ctrl-D sent before it can be lost
+            screen = term.screen()
+            term.send("\x04")  # Ctrl-D
+            assert term.wait() == 0
+            err = term.stderr()
+    assert "Traceback" not in err, err
+    assert "restores" in screen and screen.index("restores") < screen.index("undone")
+    assert (tmp_path / "a.txt").read_text() == "original\n"
+    assert "question 0" in server.requests[3]["messages"][-1]["content"]  # the summary request
+    assert server.requests[4]["messages"][0]["content"].startswith("[crow: the earlier conversation was compacted")
+    with SessionStore() as store:
+        (info,) = store.recent()
+        assert [m["content"] for m in store.messages(info.id) if m["role"] == "user"] == [
+            "question 0", "question 1", "question 2"]
+        assert len(store.checkpoints(info.id)) == 1
