@@ -110,7 +110,8 @@ async def test_a_named_parameter_is_dropped_the_request_sent_once_more_and_the_c
     assert {k: v for k, v in first.items() if k != "seed"} == second  # everything else unchanged
     assert history == HISTORY  # the history keeps what happened
     assert facts.recall(BASE, "m")["request_rules"] == [{"op": "drop_param", "target": "seed", "value": None}]
-    assert "Extra inputs are not permitted" in facts.recall_all()[f"{BASE} m"]["why"]  # from which refusal
+    provenance = facts.recall_all()[f"{BASE} m"]["provenance"]["request_rules drop_param seed"]
+    assert "Extra inputs are not permitted" in provenance["why"]  # from which refusal
     # the next run against the same base URL + model applies it before its first request: no failed request
     with respx.mock(assert_all_called=True) as mock:
         route = mock.post(URL).mock(side_effect=[ok()])
@@ -380,6 +381,28 @@ async def test_a_configured_rule_applies_from_the_first_request() -> None:
         await drain(adapt_client(provider={"request_rules": [{"op": "drop_param", "target": "seed"}]}))
     assert "seed" not in sent(route, 0) and sent(route, 0)["temperature"] == 0.2
     assert "request_rules" not in facts.recall(BASE, "m")
+
+
+# a new-user tester of learned facts: with the facts store unwritable, the notice still said the change was
+# "remembered for this server and model" and nothing said it was not
+async def test_a_change_that_cannot_be_remembered_says_so_once_in_one_line(monkeypatch: pytest.MonkeyPatch,
+                                                                             tmp_path) -> None:
+    blocker = tmp_path / "state"
+    blocker.write_text("")  # the state folder's place is a file: no facts store can be made there
+    monkeypatch.setenv("XDG_STATE_HOME", str(blocker))
+    with respx.mock(assert_all_called=True) as mock:
+        route = mock.post(URL).mock(side_effect=[httpx.Response(400, json=VLLM_SEED), ok(),
+                                                 httpx.Response(400, json=GEMINI_DEFAULT), ok()])
+        c = adapt_client()
+        items = [i async for i in c.stream(json.loads(json.dumps(HISTORY)), TOOLS)]
+        items += [i async for i in c.stream(json.loads(json.dumps(HISTORY)), TOOLS)]
+        await c.aclose()
+    assert route.call_count == 4  # the run goes on
+    notices = [i for i in items if isinstance(i, Notice)]
+    assert [n.code for n in notices] == ["request_adapted", "facts_unwritable", "request_adapted"]
+    warning = notices[1].message
+    assert "could not be remembered" in warning and str(blocker) in warning and "\n" not in warning
+    assert "File exists" in warning and "Error" not in warning  # the OS reason, no exception name
 
 BLOCKS = [{"type": "reasoning.text", "text": "Need it.", "index": 0, "signature": "S1+/="},
           {"type": "reasoning.encrypted", "data": "E1", "index": 0}]
