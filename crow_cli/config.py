@@ -4,7 +4,9 @@ Config file: `crow/config.toml` in the platformdirs user config dir (`~/.config/
 Linux), or `--config PATH`. Every key is one row of `OPTIONS` (name, type, flag, environment
 variable, default, check) and is shown in `config.example.toml`. A profile's keys
 (`[profiles.NAME]`, chosen by `--profile`, `CROW_PROFILE` or top-level `profile`) override the
-top-level keys of the file.
+top-level keys of the file; a table of them (`[params]`, `[headers]` …) replaces the top-level one, except
+`[provider]`, which is layered key by key (`Option.merge`: a profile's `[profiles.NAME.provider]` overrides the
+keys it names, its request rules join the top level's).
 
 Base URL: `--base-url` > `CROW_BASE_URL` > config `base_url` > `OPENAI_BASE_URL` > OpenAI.
 
@@ -218,6 +220,9 @@ class Option:
     default: Any = None
     check: Callable[[Any], str | None] | None = None
     """Returns what is wrong with a value (the message after the source), or None."""
+    merge: Callable[[list[dict[str, Any]]], dict[str, Any]] | None = None
+    """For a table: how the tables of the file's layers (top level first, then the profile's) make one, each
+    checked on its own; None: the last table that sets the key is the value."""
 
     @property
     def name(self) -> str:
@@ -234,6 +239,17 @@ def _check_provider(table: Mapping[str, Any]) -> str | None:
 
         problem = rules_problem(table["request_rules"])
     return problem
+
+
+def _merge_provider(tables: list[dict[str, Any]]) -> dict[str, Any]:
+    """The `[provider]` tables of the file's layers as one, as the server profile layers them
+    (`wire.profile.build_profile`): a later table's key replaces an earlier one's, its `request_rules` join the
+    earlier ones (a rule of the same decision replacing the earlier one there)."""
+    merged: dict[str, Any] = {}
+    for table in tables:
+        for key, value in table.items():
+            merged[key] = [*merged.get(key, []), *value] if key == "request_rules" else value
+    return merged
 
 OPTIONS: tuple[Option, ...] = (
     Option("model", str, flag="--model", env="CROW_MODEL", default=DEFAULT_MODEL, check=_non_empty),
@@ -263,7 +279,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("reasoning_echo", str, env="CROW_REASONING_ECHO", default="auto", check=_one_of(REASONING_ECHO)),
     Option("context_window", int, check=_at_least(256)),
     Option("adapt_requests", bool, env="CROW_ADAPT_REQUESTS", default=True),
-    Option("provider", dict, check=_check_provider),  # the config layer of the server's wire.profile
+    Option("provider", dict, check=_check_provider, merge=_merge_provider),  # the config layer of wire.profile
     Option("local_model", str, flag="--local-model", env="CROW_LOCAL_MODEL", check=_non_empty),
     Option("prices", dict, check=_prices),  # [prices."MODEL"]: the cost beside token use
 )
@@ -398,6 +414,7 @@ def load_settings(
     if values["system_prompt_file"] is not None and "system_prompt_file" not in flags:
         # a config file's path is the file's, wherever crow runs from (a flag's is the shell's)
         values["system_prompt_file"] = str(path.parent / Path(values["system_prompt_file"]).expanduser())
+    _check_set_params(layers, values["params"])
     base_url = str(values["base_url"] or env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
     if values["base_url"] is None and (problem := _http_url(base_url)):
         raise ConfigError(f"OPENAI_BASE_URL {problem}")
@@ -441,6 +458,12 @@ def _resolve(option: Option, flags: Mapping[str, Any], env: Mapping[str, str], l
     if option.kind is list:  # file and flags add up
         file_items = tuple(str(v) for v in file_layer.values[option.key]) if file_layer else ()
         return file_items + tuple(str(v) for v in flags.get(option.name, ()))
+    if option.kind is dict and option.merge is not None:
+        tables = [layer for layer in layers if option.key in layer.values]
+        for layer in tables:  # each checked on its own: the error names the table it is in
+            if option.check is not None and (problem := option.check(layer.values[option.key])):
+                raise ConfigError(f"{layer.where}: {problem}")
+        return option.merge([layer.values[option.key] for layer in tables])
     if option.kind is dict:
         value: Any = file_layer.values[option.key] if file_layer else {}
         source = f"{file_layer.where}:" if file_layer else option.key
@@ -468,6 +491,17 @@ def _resolve(option: Option, flags: Mapping[str, Any], env: Mapping[str, str], l
     if option.check is not None and (problem := option.check(value)):
         raise ConfigError(f"{source} {problem}")
     return value
+
+
+def _check_set_params(layers: list[_Layer], params: Mapping[str, Any]) -> None:
+    """Refuse a configured `set_param` rule with no parameter to set (`wire.profile.unsent_set_param`)."""
+    for layer in layers:
+        provider = layer.values.get("provider")
+        if isinstance(provider, dict) and provider.get("request_rules"):
+            from .wire.profile import unsent_set_param
+
+            if problem := unsent_set_param(provider["request_rules"], params):
+                raise ConfigError(f"{layer.where}: {problem}")
 
 
 def _home(layer: _Layer, layers: list[_Layer], env: Mapping[str, str]) -> str:

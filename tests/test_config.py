@@ -464,3 +464,46 @@ def test_a_bad_price_is_a_one_line_config_error(text, said):
     with pytest.raises(ConfigError) as caught:
         load_settings({}, env={})
     assert said in str(caught.value) and "\n" not in str(caught.value)
+
+
+# a new-user tester of the layered profile: `[profiles.NAME.provider]` replaced the whole `[provider]` table
+def test_a_profiles_provider_table_is_layered_key_by_key_over_the_top_level_one():
+    write_config('[provider]\nneeds_key = true\nrefused_fields = ["x"]\n'
+                 'request_rules = [{op = "drop_param", target = "seed"}, {op = "cap_param", target = "max_tokens", '
+                 'value = 100}]\n'
+                 '[profiles.p.provider]\nrefused_fields = ["y"]\n'
+                 'request_rules = [{op = "cap_param", target = "max_tokens", value = 200}]\n')
+    provider = load_settings({}, env={}, profile="p").provider
+    assert provider["needs_key"] is True and provider["refused_fields"] == ["y"]
+    from crow_cli.wire.adapt import CapParam, DropParam
+    from crow_cli.wire.profile import build_profile
+
+    profile = build_profile("http://127.0.0.1:9/v1", "m", provider)
+    assert profile.request_rules == (DropParam("seed"), CapParam("max_tokens", 200))  # the profile's cap wins
+    assert load_settings({}, env={}).provider["request_rules"][1]["value"] == 100
+
+
+# a new-user tester of the layered profile: malformed rules were taken; each is one line naming where it is
+@pytest.mark.parametrize(("text", "message"), [
+    ('[provider]\nrequest_rules = [{op = "drop_param", target = "seed"}, {op = "fold_role", target = "bogus"}]\n',
+     r"^/.*/config\.toml: \[provider\] request_rules\[1\]: fold_role target must be system or developer"),
+    ('[profiles.p.provider]\nrequest_rules = [{op = "rename_tools", value = "regex.*"}]\n',
+     r"config\.toml \[profiles\.p\]: \[provider\] request_rules\[0\]: rename_tools value must be one of"),
+    ('[provider]\nrequest_rules = [{op = "set_param", target = "temperature", value = 1}]\n',
+     r"config\.toml: \[provider\] request_rules\[0\]: set_param changes temperature only where a request has it, "
+     r"and \[params\] sets no temperature: to send it, set it in \[params\] \(temperature = 1\)$"),
+    ('[provider]\nrequest_rules = [{op = "set_param", target = "seed", value = 1979-05-27}]\n[params]\nseed = 1\n',
+     r"set_param value must be JSON"),
+])
+def test_a_provider_rule_that_cannot_act_is_a_config_error_naming_it(text, message):
+    write_config(text)
+    with pytest.raises(ConfigError, match=message):
+        load_settings({}, env={}, profile="p" if "profiles.p" in text else None)
+
+
+def test_a_set_param_of_a_parameter_the_chosen_profile_sets_is_taken():
+    write_config('[provider]\nrequest_rules = [{op = "set_param", target = "temperature", value = 1}]\n'
+                 '[profiles.p.params]\ntemperature = 0.2\n')
+    assert load_settings({}, env={}, profile="p").provider["request_rules"][0]["value"] == 1
+    with pytest.raises(ConfigError, match="set_param changes temperature"):
+        load_settings({}, env={})

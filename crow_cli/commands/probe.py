@@ -42,23 +42,7 @@ def probe(
     from ..wire import facts as learned
 
     if show:
-        facts = learned.recall_all()
-        for warning in learned.problems():  # each damaged entry: counted as not known, said once
-            print(warning, file=sys.stderr)
-        if json_out:
-            print(json.dumps(facts, indent=2, sort_keys=True))
-        elif not facts:
-            print(f"nothing probed yet ({learned.facts_path()})")
-        else:
-            from ..probe.report import shown
-            from .facts import record_lines  # as `crow facts list` shows them: each fact, when and why
-
-            for key, entry in sorted(facts.items()):
-                print(shown(key))
-                for line in record_lines(entry):
-                    print(f"  {line}")
-        if not json_out:
-            _show_profile(model, base_url, config, profile, debug)
+        _show(model, base_url, config, profile, debug, json_out)
         raise typer.Exit(0)
     import asyncio
 
@@ -103,23 +87,43 @@ def probe(
     raise typer.Exit(report.exit_code())
 
 
-def _show_profile(model: str | None, base_url: str | None, config: str | None, profile: str | None,
-                  debug: bool) -> None:
-    """Print the profile of the configured server and model (`wire.profile`): each value and the layer it came
-    from (built-in, config, learned)."""
+def _show(model: str | None, base_url: str | None, config: str | None, profile: str | None, debug: bool,
+          json_out: bool) -> None:
+    """`--show`: what earlier probes and runs learned, per base URL and model, then the profile of the configured
+    server and model (`wire.profile`): each value, the layer it came from (built-in, config, learned) and what
+    of an earlier layer it replaced. `--json`: one document, `{"learned": {KEY: facts}, "profile": {…}}`."""
     from ..config import load_settings
     from ..probe.report import shown
     from ..wire import facts as learned
     from ..wire.profile import build_profile
+    from .facts import record_lines
 
-    try:
+    try:  # first: a config crow cannot read is one line, before anything is shown
         settings = load_settings({"model": model, "base_url": base_url}, config_path=config, profile=profile)
     except CrowError as exc:
         raise fail(exc, debug=debug) from None
+    facts = learned.recall_all()
+    for warning in learned.problems():  # each damaged entry: counted as not known, said once
+        print(warning, file=sys.stderr)
     known = learned.recall(settings.base_url, settings.model) if settings.adapt_requests else {}
     server = build_profile(settings.base_url, settings.model, settings.provider, known,
                            rules=settings.adapt_requests)
-    print(f"server profile of {shown(learned.endpoint_key(settings.base_url, settings.model))} "
+    endpoint = learned.endpoint_key(settings.base_url, settings.model)
+    if json_out:
+        print(json.dumps({"learned": facts, "profile": {
+            "endpoint": endpoint, "adapt_requests": settings.adapt_requests, "values": server.entries()}},
+            indent=2, sort_keys=True))
+        return
+    if not facts:
+        print(f"nothing probed yet ({learned.facts_path()})")
+    for key, entry in sorted(facts.items()):
+        print(shown(key))
+        for line in record_lines(entry):  # as `crow facts list` shows them: each fact, when and why
+            print(f"  {line}")
+    print(f"server profile of {shown(endpoint)} "
           "(value, and the layer it came from: built-in, config or learned):")
-    for key, value, layer in server.described():
-        print(f"  {shown(key)}: {shown(value)} ({layer})")
+    for key, words, came in server.described():
+        print(f"  {shown(key)}: {shown(words)} ({shown(came)})")
+    if not settings.adapt_requests:
+        print("  (adapt_requests = false: nothing learned and no built-in request rule is used; the configured "
+              "rules are)")

@@ -9,24 +9,42 @@ by key:
    `profiles.check_overrides`, `rules_problem`);
 3. `learned`: what the server taught earlier runs and `crow probe` (`wire.facts.recall`).
 
-A key is a field of `ServerProfile` (`refused_fields`, `tool_message_name` …) or one request rule, keyed by its
-kind and target (`rule drop_param seed`): a learned `CapParam("max_tokens", 4096)` replaces a built-in one,
-a learned `DropParam("seed")` joins the built-in rules. `ServerProfile.sources` says which layer each value came
-from (`crow probe --show`, `--debug`). Pure: the caller reads the learned facts; no I/O here. Built once per
-client, never per request or chunk.
+A key is a field of `ServerProfile` (`refused_fields`, `tool_message_name` …) or one request rule, keyed by what
+it decides (`rule_keys`): a learned `CapParam("max_tokens", 4096)` replaces a built-in or configured reply cap
+(under either name), a configured `DropParam("max_tokens")` replaces a built-in `RenameParam("max_tokens", …)`,
+a learned `DropParam("seed")` joins the built-in rules; no two rules of a profile decide the same thing.
+`ServerProfile.sources` says which layer each value came from and `ServerProfile.replaced` what it replaced
+(`crow probe --show`, `--debug`). The configured rules are the user's: they apply whether or not crow adapts
+requests (`adapt_requests`). Pure: the caller reads the learned facts; no I/O here. Built once per client,
+never per request or chunk.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
-from .adapt import RULES, DropParam, Rule, known_rules, rule_from_json, rules_from_json
-from .profiles import PROFILE_FIELDS, REASONING_FIELDS, profile_for
+from .adapt import (
+    NAME_RULES,
+    OUTPUT_CAPS,
+    RULES,
+    CapParam,
+    DropParam,
+    RenameParam,
+    Rule,
+    SetParam,
+    is_size,
+    known_rules,
+    rule_from_json,
+    rules_from_json,
+)
+from .profiles import OWNED_PARAMS, PROFILE_FIELDS, REASONING_FIELDS, profile_for
 
-__all__ = ["LAYERS", "Layer", "ServerProfile", "build_profile", "rule_key", "rules_problem"]
+__all__ = ["LAYERS", "Layer", "ServerProfile", "build_profile", "rule_key", "rule_keys", "rules_problem",
+           "unsent_set_param"]
 
 Layer = Literal["built-in", "config", "learned"]
 """Where a value of a profile came from."""
@@ -49,6 +67,8 @@ class ServerProfile:
             (`{"chars": …, "length": …}`, `wire.outgoing`), or None.
         request_rules: the rules applied to every request (`wire.adapt`), in order.
         sources: the layer of each value, by key: a field name, or `rule_key(rule)` for a request rule.
+        replaced: what each value replaced, by the same key: (layer, the earlier value or `Rule`) pairs, earliest
+            first; a key whose value no later layer changed is absent.
     """
 
     name: str = "generic"
@@ -60,6 +80,7 @@ class ServerProfile:
     tool_call_id_rule: Mapping[str, Any] | None = None
     request_rules: tuple[Rule, ...] = ()
     sources: Mapping[str, Layer] = field(default_factory=dict)
+    replaced: Mapping[str, tuple[tuple[Layer, Any], ...]] = field(default_factory=dict)
 
     def source(self, key: str) -> Layer:
         """The layer the value of `key` (a field name or a `rule_key`) came from; "built-in" for a default."""
@@ -75,26 +96,68 @@ class ServerProfile:
             facts["tool_call_id_rule"] = dict(self.tool_call_id_rule)
         return facts
 
-    def described(self) -> list[tuple[str, str, Layer]]:
-        """Each value as (key, value in words, layer), fields first, then the request rules in order: what
-        `crow probe --show` and `--debug` print. An empty value (no names, None) says nothing and is left out."""
-        out: list[tuple[str, str, Layer]] = []
+    def entries(self) -> list[dict[str, Any]]:
+        """Each value of the profile as `{"key", "value", "text", "layer", "replaced"}`, fields first, then the
+        request rules in order: what `crow probe --show` prints, and `--json` as it is. `value` is JSON (a
+        rule's stored form, `Rule.to_json`), `text` the same in words, `replaced` the earlier layers' values it
+        replaced (`{"layer", "value", "text"}`). A field no layer set to anything (no names, None) is left out;
+        one a layer set is shown, an empty list too."""
+        out: list[dict[str, Any]] = []
         for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name in ("request_rules", "sources") or value in ((), None):
-                continue
-            shown = json.dumps(list(value) if isinstance(value, tuple) else
-                               dict(value) if isinstance(value, Mapping) else value)
-            out.append((f.name, shown, self.source(f.name)))
-        for rule in self.request_rules:
-            out.append((rule_key(rule), f"{rule.describe()} ({type(rule).__name__})", self.source(rule_key(rule))))
+            if f.name not in ("request_rules", "sources", "replaced") and _shown(getattr(self, f.name),
+                                                                                self.source(f.name)):
+                out.append(self._entry(f.name, getattr(self, f.name)))
+        out += [self._entry(rule_key(rule), rule) for rule in self.request_rules]
+        return out
+
+    def _entry(self, key: str, value: Any) -> dict[str, Any]:
+        return {"key": key, **_value(value), "layer": self.source(key),
+                "replaced": [{"layer": layer, **_value(old)} for layer, old in self.replaced.get(key, ())]}
+
+    def described(self) -> list[tuple[str, str, str]]:
+        """Each value as (key, value in words, where it came from in words: its layer, and what of an earlier
+        layer it replaced), as `entries` orders them: what `crow probe --show` and `--debug` print."""
+        out = []
+        for entry in self.entries():
+            came = entry["layer"] + "".join(f", replacing {old['layer']}: {old['text']}" for old in entry["replaced"])
+            out.append((entry["key"], entry["text"], came))
         return out
 
 
+def _shown(value: Any, layer: Layer) -> bool:
+    """Whether a field's value says something: any value a layer set, a built-in one unless empty."""
+    return layer != "built-in" or value not in ((), None)
+
+
+def _value(value: Any) -> dict[str, Any]:
+    """A field value or rule as `{"value": JSON, "text": words}`."""
+    if isinstance(value, Rule):
+        return {"value": value.to_json(), "text": f"{value.describe()} ({type(value).__name__})"}
+    shown = list(value) if isinstance(value, tuple) else dict(value) if isinstance(value, Mapping) else value
+    return {"value": shown, "text": json.dumps(shown)}
+
+
 def rule_key(rule: Rule) -> str:
-    """The key of a request rule among a profile's values: its kind and target (`rule drop_param seed`); a later
-    layer's rule of the same key replaces an earlier one's."""
+    """The key of a request rule among a profile's values (`sources`, `replaced`): its kind and target
+    (`rule drop_param seed`)."""
     return f"rule {rule.op} {rule.target}".rstrip()
+
+
+def rule_keys(rule: Rule) -> frozenset[str]:
+    """What a request rule decides: a later layer's rule replaces every earlier rule sharing one of these, so
+    that no two rules of a profile contradict each other. A parameter's name (`name P`) is decided by dropping
+    or renaming it (both names of a rename: `max_tokens` → `max_completion_tokens` and back are one
+    decision), its value (`value P`) by dropping, setting or capping it, the reply cap under either name of
+    `adapt.OUTPUT_CAPS` being one value (`CapParam` caps both); any other rule decides its own `rule_key`."""
+    if isinstance(rule, DropParam):
+        return frozenset({f"name {rule.target}", f"value {rule.target}"})
+    if isinstance(rule, RenameParam):
+        return frozenset({f"name {rule.target}", f"name {rule.value}"})
+    if isinstance(rule, CapParam):
+        return frozenset({f"value {OUTPUT_CAPS[0] if rule.target in OUTPUT_CAPS else rule.target}"})
+    if isinstance(rule, SetParam):
+        return frozenset({f"value {rule.target}"})
+    return frozenset({rule_key(rule)})
 
 
 def _builtin(base_url: str, model: str) -> dict[str, Any]:
@@ -111,29 +174,117 @@ def _configured(table: Mapping[str, Any]) -> dict[str, Any]:
     return values
 
 
+_PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+"""A request parameter's name (`top_p`, DashScope's `parameter.enable_thinking`)."""
+_KEYWORD = re.compile(r"\$?[A-Za-z_][A-Za-z0-9_-]{0,63}")
+"""A JSON-schema keyword (`additionalProperties`, `$schema`)."""
+_PARAM_OPS = frozenset(cls.op for cls in (DropParam, SetParam, RenameParam, CapParam))
+_FOLDED_ROLES = ("system", "developer")
+_OWN_CHANGEABLE = {("drop_param", "stream_options"), ("set_param", "stream_options")}
+"""Of the fields crow sets itself, the ones a rule may change: the usage option, dropped or set."""
+_VALUES: dict[str, tuple[str, Any]] = {
+    "set_param": ("JSON: a string, number, boolean, list or table (no date or time)", lambda v: _is_json(v)),
+    "cap_param": ("a positive integer (a number of tokens, below 2**31)", is_size),
+    "cut_tool_result": ("a positive integer (a number of characters, below 2**31)", is_size),
+    "rename_param": ("a parameter name (letters, digits, _ . -)", lambda v: isinstance(v, str)
+                     and _PARAM_NAME.fullmatch(v) is not None),
+    "rename_tools": (f"one of the known name rules: {', '.join(NAME_RULES)}", lambda v: v in NAME_RULES),
+    "schema_empty_object": ('"drop" (drop empty properties) or "add" (add missing ones)',
+                            lambda v: v in ("drop", "add")),
+    "assistant_tool_content": ('a string (the content sent, "" for a server that refuses null)',
+                               lambda v: isinstance(v, str)),
+    "tool_result_placeholder": ('a string that is not blank (what a blank tool result is sent as)',
+                                lambda v: isinstance(v, str) and v.strip() != ""),
+}
+"""What the `value` of each kind that takes one must be, in words and as a check."""
+
+
+def _is_json(value: Any) -> bool:
+    """Whether a TOML value is JSON too (a request body holds it): no date or time at any depth."""
+    if isinstance(value, list):
+        return all(_is_json(v) for v in value)
+    if isinstance(value, dict):
+        return all(_is_json(v) for v in value.values())
+    return isinstance(value, str | int | float | bool)
+
+
 def rules_problem(items: Any) -> str | None:
-    """What is wrong with the config's `[provider] request_rules` (one line naming the rule), or None: each a
-    table of `op` (a kind of `adapt.RULES`), `target` and `value` as that kind takes them."""
+    """What is wrong with the config's `[provider] request_rules` (one line naming the rule,
+    `[provider] request_rules[2]: …`), or None: each a table of `op` (a kind of `adapt.RULES`) and the
+    `target` and `value` that kind takes, no other; a target and value that rule can act on (a parameter
+    name, never one crow sets itself; a schema keyword; a role crow folds: system, developer); no two rules
+    deciding the same (`rule_keys`). Whether a `set_param` has a parameter to set is `unsent_set_param`."""
+    seen: list[tuple[int, Rule]] = []
     for i, item in enumerate(items if isinstance(items, list) else []):
         where = f"[provider] request_rules[{i}]"
-        if not isinstance(item, dict) or set(item) - {"op", "target", "value"}:
-            return f"{where} may hold op, target and value only"
-        cls = RULES.get(item.get("op"))  # type: ignore[arg-type]
-        if cls is None:
-            return f"{where}: no rule {item.get('op')!r} (known: {', '.join(RULES)})"
-        takes = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-        if "target" in takes and not item.get("target"):
-            return f"{where}: {cls.op} needs a target"
-        if ("value" in takes and "value" not in item) or rule_from_json(item) is None:
-            return f"{where}: {cls.op} needs a value"
+        problem = _rule_problem(item)
+        if problem:
+            return f"{where}{problem}"
+        rule = rule_from_json(item)
+        assert rule is not None  # every field was checked above
+        twin = next((j for j, old in seen if rule_keys(old) & rule_keys(rule)), None)
+        if twin is not None:
+            return (f"{where}: {rule.describe()} decides what request_rules[{twin}] does "
+                    f"({dict(seen)[twin].describe()}): keep one")
+        seen.append((i, rule))
+    return None
+
+
+def _rule_problem(item: Any) -> str | None:
+    """What is wrong with one configured rule, after its place (`: drop_param needs a target`), or None."""
+    if not isinstance(item, dict) or set(item) - {"op", "target", "value"}:
+        return " may hold op, target and value only"
+    cls = RULES.get(item.get("op"))  # type: ignore[arg-type]
+    if cls is None:
+        return f": no rule {item.get('op')!r} (known: {', '.join(RULES)})"
+    takes = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    op, target, value = cls.op, item.get("target"), item.get("value")
+    for name in ("target", "value"):
+        if name not in takes and item.get(name) is not None:  # the stored form writes "value": null
+            return f": {op} takes no {name}"
+    if "target" in takes and (not isinstance(target, str) or not target):
+        return f": {op} needs a target"
+    if "value" in takes and "value" not in item:
+        wanted = _VALUES.get(op, ("a value",))[0]
+        return f": {op} needs a value: {wanted}"
+    if op in _PARAM_OPS:
+        if target in OWNED_PARAMS and (op, target) not in _OWN_CHANGEABLE:
+            return (f": {op} cannot change {target!r}: crow sets {', '.join(OWNED_PARAMS)} itself "
+                    "(only stream_options may be dropped or set)")
+        if not _PARAM_NAME.fullmatch(str(target)):
+            return f": {op} target {str(target)[:64]!r} is not a parameter name (letters, digits, _ . -)"
+    if op == "drop_schema_keyword" and not _KEYWORD.fullmatch(str(target)):
+        return f": drop_schema_keyword target {str(target)[:64]!r} is not a schema keyword (like $schema, default)"
+    if op == "fold_role" and target not in _FOLDED_ROLES:
+        return f": fold_role target must be {' or '.join(_FOLDED_ROLES)} (got {str(target)[:64]!r})"
+    wanted, fits = _VALUES.get(op, ("", None))
+    if fits is not None and not fits(value):
+        return f": {op} value must be {wanted} (got {json.dumps(value, default=str)[:64]})"
+    if op == "rename_param" and (value == target or value in OWNED_PARAMS):
+        return f": rename_param cannot rename {target} to {value}" + (
+            " (the same name)" if value == target else f": crow sets {value} itself")
+    return None
+
+
+def unsent_set_param(items: Any, params: Collection[str]) -> str | None:
+    """The first configured `set_param` (one line naming it) whose parameter no request has: neither `[params]`
+    (`params`: the names it sets) nor crow sends it, so the rule could never set anything; or None. A
+    `set_param` changes the value of a parameter a request has, in every layer; a value to send is `[params]`'s."""
+    for i, item in enumerate(items if isinstance(items, list) else []):
+        if isinstance(item, dict) and item.get("op") == "set_param" and item.get("target") not in params \
+                and item.get("target") != "stream_options":
+            name, value = str(item.get("target")), json.dumps(item.get("value"), default=str)
+            return (f"[provider] request_rules[{i}]: set_param changes {name} only where a request has it, and "
+                    f"[params] sets no {name}: to send it, set it in [params] ({name} = {value})")
     return None
 
 
 def _learned(facts: Mapping[str, Any]) -> dict[str, Any]:
-    """The profile's keys among learned facts (`wire.facts` form; already checked when read)."""
+    """The profile's keys among learned facts (`wire.facts` form; already checked when read). An empty list
+    learned nothing (every adapted run stores its lists): it never replaces a configured one."""
     values: dict[str, Any] = {}
     for key in ("refused_fields", "required_fields"):
-        if isinstance(facts.get(key), list):
+        if isinstance(facts.get(key), list) and facts[key]:
             values[key] = tuple(v for v in facts[key] if isinstance(v, str))
     if isinstance(facts.get("tool_message_name"), bool):
         values["tool_message_name"] = facts["tool_message_name"]
@@ -151,18 +302,40 @@ def build_profile(base_url: str, model: str, provider: Mapping[str, Any] | None 
                   learned: Mapping[str, Any] | None = None, *, rules: bool = True) -> ServerProfile:
     """The profile of the server at `base_url` for `model`: the built-in layer, the config's `[provider]` table
     (`provider`), then the `learned` facts (`wire.facts.recall`), later layers overriding earlier ones key by
-    key (module docstring). `rules=False` (`adapt_requests = false`): no request rule of any layer."""
+    key (module docstring; a request rule replaces the earlier ones that decide the same, `rule_keys`, in the
+    place of the first). `rules=False` (`adapt_requests = false`): no built-in or learned request rule; the
+    configured ones are the user's and always apply."""
     values: dict[str, Any] = {}
     sources: dict[str, Layer] = {}
-    by_key: dict[str, Rule] = {}
+    replaced: dict[str, tuple[tuple[Layer, Any], ...]] = {}
+    kept: list[tuple[Rule, Layer]] = []
     layers: tuple[tuple[Layer, dict[str, Any]], ...] = (
         ("built-in", _builtin(base_url, model)), ("config", _configured(provider or {})),
         ("learned", _learned(learned or {})))
     for layer, entries in layers:
         for key, value in entries.items():
-            if key != "request_rules":
-                values[key], sources[key] = value, layer
+            if key == "request_rules":
+                for rule in value if rules or layer == "config" else ():
+                    kept = _merged(kept, rule, layer, replaced)
                 continue
-            for rule in value if rules else ():
-                by_key[rule_key(rule)], sources[rule_key(rule)] = rule, layer
-    return ServerProfile(**values, request_rules=tuple(by_key.values()), sources=sources)
+            if key in values and values[key] != value and _shown(values[key], sources[key]):
+                replaced[key] = (*replaced.get(key, ()), (sources[key], values[key]))
+            values[key], sources[key] = value, layer
+    sources |= {rule_key(rule): layer for rule, layer in kept}
+    return ServerProfile(**values, request_rules=tuple(rule for rule, _ in kept), sources=sources,
+                         replaced=replaced)
+
+
+def _merged(kept: list[tuple[Rule, Layer]], rule: Rule, layer: Layer,
+            replaced: dict[str, tuple[tuple[Layer, Any], ...]]) -> list[tuple[Rule, Layer]]:
+    """`kept` with `rule` of `layer` in the place of the first earlier rule deciding the same (`rule_keys`), those
+    rules gone; what it replaced (other than itself) noted in `replaced`."""
+    decides = rule_keys(rule)
+    at = next((i for i, (old, _) in enumerate(kept) if rule_keys(old) & decides), len(kept))
+    gone = [(old, where) for old, where in kept if rule_keys(old) & decides]
+    earlier = tuple(item for old, where in gone for item in (*replaced.pop(rule_key(old), ()), (where, old))
+                    if item[1] != rule)
+    if earlier:
+        replaced[rule_key(rule)] = earlier
+    rest = [(old, where) for old, where in kept if not rule_keys(old) & decides]
+    return [*rest[:at], (rule, layer), *rest[at:]]

@@ -150,7 +150,7 @@ def test_show_lists_what_earlier_probes_learned(here: Any) -> None:
         probe_json(here, server)
         base = server.base_url
     proc = here("probe", "--show", "--json")
-    facts = json.loads(proc.stdout)
+    facts = json.loads(proc.stdout)["learned"]
     assert proc.returncode == 0
     assert facts[f"{base} test-model"]["tool_calling"] is True
     assert "arguments-object" in facts[f"{base} test-model"]["quirks"]
@@ -188,7 +188,7 @@ def test_show_lists_the_request_changes_a_run_learned(here: Any) -> None:
     assert "  adapted requests: dropped the schema keyword default from tool parameters\n    learned 20" in text
     # issue: a new user's `crow probe --show` listed "refused_fields: []" and "required_fields: []": nothing learned
     assert "[]" not in text and "refused_fields" not in text
-    shown = json.loads(here("probe", "--show", "--json").stdout)
+    shown = json.loads(here("probe", "--show", "--json").stdout)["learned"]
     assert shown["http://127.0.0.1:9/v1 m"]["request_rules"][0]["target"] == "seed"
 
 
@@ -202,7 +202,8 @@ def test_show_names_the_layer_of_each_value_of_the_configured_servers_profile(he
     proc = here("probe", "--show", "--config", str(config))
     assert proc.returncode == 0, proc.stderr
     profile = proc.stdout.split("server profile of http://127.0.0.1:9/v1 m", 1)[1]
-    assert '  reasoning_fields: ["thinking"] (config)' in profile
+    assert '  reasoning_fields: ["thinking"] (config, replacing built-in: ["reasoning_content", "reasoning"])' \
+        in profile
     assert "  needs_key: false (built-in)" in profile
     assert "  rule drop_param seed: dropped parameter seed (DropParam) (learned)" in profile
 
@@ -257,3 +258,64 @@ def test_show_of_a_damaged_facts_file_is_one_warning_and_nothing_known(capsys) -
     captured = capsys.readouterr()
     assert captured.out.startswith("nothing probed yet") and captured.err.count("\n") == 1
     assert "damaged" in captured.err
+
+
+def _provider_config(tmp_path: Path, provider: str, top: str = "") -> Path:
+    config = tmp_path / "config.toml"
+    config.write_text(f'base_url = "http://127.0.0.1:9/v1"\nmodel = "m"\n{top}[provider]\n{provider}')
+    return config
+
+
+# a new-user tester of the layered profile: `probe --show --json` had the learned facts but not the profile
+def test_show_json_holds_the_profile_the_text_shows_with_its_layers(here: Any, tmp_path: Path) -> None:
+    from crow_cli.wire import facts
+
+    facts.learn("http://127.0.0.1:9/v1", "m", request_rules=[
+        {"op": "cap_param", "target": "max_tokens", "value": 4096}])
+    config = _provider_config(tmp_path, 'reasoning_fields = []\nrequest_rules = [{op = "cap_param", '
+                                        'target = "max_tokens", value = 8192}]\n')
+    doc = json.loads(here("probe", "--show", "--json", "--config", str(config)).stdout)
+    assert doc["learned"]["http://127.0.0.1:9/v1 m"]["request_rules"][0]["value"] == 4096
+    profile = doc["profile"]
+    assert profile["endpoint"] == "http://127.0.0.1:9/v1 m" and profile["adapt_requests"] is True
+    values = {v["key"]: v for v in profile["values"]}
+    assert values["reasoning_fields"]["value"] == [] and values["reasoning_fields"]["layer"] == "config"
+    assert values["rule cap_param max_tokens"] == {
+        "key": "rule cap_param max_tokens", "layer": "learned",
+        "value": {"op": "cap_param", "target": "max_tokens", "value": 4096},
+        "text": "lowered parameter max_tokens to 4096 (CapParam)",
+        "replaced": [{"layer": "config", "value": {"op": "cap_param", "target": "max_tokens", "value": 8192},
+                      "text": "lowered parameter max_tokens to 8192 (CapParam)"}]}
+    text = here("probe", "--show", "--config", str(config)).stdout
+    # a new-user tester of the layered profile: the text said neither the empty list nor what the learned rule
+    # replaced
+    assert '  reasoning_fields: [] (config, replacing built-in: ["reasoning_content", "reasoning"])' in text
+    assert ("  rule cap_param max_tokens: lowered parameter max_tokens to 4096 (CapParam) (learned, replacing "
+            "config: lowered parameter max_tokens to 8192 (CapParam))") in text
+    assert [line.split(":")[0].strip() for line in text.split("server profile of")[1].splitlines()[1:]] == \
+        [v["key"] for v in profile["values"]]  # the same values, in the same order
+
+
+# a new-user tester of the layered profile: with `adapt_requests = false`, `probe --show` hid the configured rules
+def test_show_lists_configured_rules_when_adapting_requests_is_off(here: Any, tmp_path: Path) -> None:
+    from crow_cli.wire import facts
+
+    facts.learn("http://127.0.0.1:9/v1", "m", request_rules=[{"op": "drop_param", "target": "top_k", "value": None}])
+    config = _provider_config(tmp_path, 'request_rules = [{op = "drop_param", target = "seed"}]\n',
+                              top="adapt_requests = false\n")
+    proc = here("probe", "--show", "--config", str(config))
+    profile = proc.stdout.split("server profile of", 1)[1]
+    assert "  rule drop_param seed: dropped parameter seed (DropParam) (config)" in profile
+    assert "top_k" not in profile and "adapt_requests = false" in profile
+
+
+# a new-user tester of the layered profile: a configured rule that cannot act was taken by every command
+@pytest.mark.parametrize("command", [("run", "hi"), ("chat",), ("probe",), ("probe", "--show")])
+def test_a_rule_that_cannot_act_ends_each_command_in_one_line_exit_2(here: Any, tmp_path: Path,
+                                                                    command: tuple[str, ...]) -> None:
+    config = _provider_config(tmp_path, 'request_rules = [{op = "drop_param", target = "seed"}, '
+                                        '{op = "rename_param", target = "max_tokens", value = "a b"}]\n')
+    proc = here(*command, "--config", str(config), "--api-key", "sk-test")
+    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(f"crow: error: {config}: [provider] request_rules[1]: rename_param value must be "
+                                  "a parameter name")

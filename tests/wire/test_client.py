@@ -368,9 +368,30 @@ async def test_debug_names_the_layer_of_each_profile_value() -> None:
         route = mock.post(URL).mock(side_effect=[ok()])
         items = await drain(adapt_client(trace=True, provider={"reasoning_fields": ["thinking"]}))
     debug = " ".join(i.message for i in items if isinstance(i, Notice) and i.code == "adapt_debug")
-    assert 'reasoning_fields ["thinking"] (config)' in debug
+    assert 'reasoning_fields ["thinking"] (config, replacing built-in: ["reasoning_content", "reasoning"])' in debug
     assert "needs_key false (built-in)" in debug
     assert "rule drop_param seed dropped parameter seed (DropParam) (learned)" in debug
+    assert "seed" not in sent(route, 0)
+
+
+# a new-user tester of the layered profile: a learned rule replaced a configured one and --debug did not say so
+async def test_debug_says_what_a_learned_rule_replaced_of_the_config() -> None:
+    facts.learn(BASE, "m", request_rules=[{"op": "cap_param", "target": "max_tokens", "value": 4096}])
+    with respx.mock(assert_all_called=True) as mock:
+        mock.post(URL).mock(side_effect=[ok()])
+        items = await drain(adapt_client(trace=True, provider={"request_rules": [
+            {"op": "cap_param", "target": "max_completion_tokens", "value": 8192}]}))
+    debug = " ".join(i.message for i in items if isinstance(i, Notice) and i.code == "adapt_debug")
+    assert ("rule cap_param max_tokens lowered parameter max_tokens to 4096 (CapParam) (learned, replacing config: "
+            "lowered parameter max_completion_tokens to 8192 (CapParam))") in debug
+
+
+# a new-user tester of the layered profile: `adapt_requests = false` dropped the rules the user configured
+async def test_a_configured_rule_applies_when_adapting_requests_is_off() -> None:
+    with respx.mock(assert_all_called=True) as mock:
+        route = mock.post(URL).mock(side_effect=[ok()])
+        await drain(adapt_client(adapt_requests=False,
+                                 provider={"request_rules": [{"op": "drop_param", "target": "seed"}]}))
     assert "seed" not in sent(route, 0)
 
 

@@ -6,8 +6,12 @@ where a value came from.)"""
 
 from __future__ import annotations
 
-from crow_cli.wire.adapt import CapParam, DropParam, DropSchemaKeyword, RenameParam
-from crow_cli.wire.profile import LAYERS, ServerProfile, build_profile, rule_key
+from typing import Any
+
+import pytest
+
+from crow_cli.wire.adapt import CapParam, DropParam, DropSchemaKeyword, RenameParam, rule_from_json
+from crow_cli.wire.profile import LAYERS, ServerProfile, build_profile, rule_key, rule_keys
 
 GEMINI = "https://generativelanguage.googleapis.com/v1beta/openai"
 OPENAI = "https://api.openai.com/v1"
@@ -94,6 +98,136 @@ def test_a_configured_rule_crow_cannot_read_is_one_line() -> None:
         "[provider] request_rules[0]: no rule 'explode' (known: drop_param, ")
     assert rules_problem([{"op": "drop_param"}]) == "[provider] request_rules[0]: drop_param needs a target"
     assert rules_problem([{"op": "cap_param", "target": "max_tokens", "value": 0}]) == \
-        "[provider] request_rules[0]: cap_param needs a value"
+        "[provider] request_rules[0]: cap_param value must be a positive integer (a number of tokens, below 2**31)" \
+        " (got 0)"
     assert rules_problem([{"op": "drop_param", "target": "seed", "why": 1}]) == \
         "[provider] request_rules[0] may hold op, target and value only"
+
+
+# a new-user tester of the layered profile: `adapt_requests = false` also dropped the rules the user configured
+def test_configured_rules_apply_when_adapting_requests_is_off_and_the_others_do_not() -> None:
+    config = {"request_rules": [{"op": "drop_param", "target": "seed"}]}
+    learned = {"request_rules": [{"op": "drop_param", "target": "top_k", "value": None}]}
+    profile = build_profile(OPENAI, "o3", config, learned, rules=False)
+    assert profile.request_rules == (DropParam("seed"),)  # no built-in rename, no learned drop
+    assert [(key, came) for key, _, came in profile.described() if key.startswith("rule")] == [
+        ("rule drop_param seed", "config")]
+
+
+# a new-user tester of the layered profile: a rule of another spelling of a built-in one's target (the reply cap
+# under its other name, a rename back, a drop of the renamed parameter) was kept beside it, both applied
+@pytest.mark.parametrize(("earlier", "later"), [
+    ({"op": "cap_param", "target": "max_completion_tokens", "value": 8192},
+     {"op": "cap_param", "target": "max_tokens", "value": 4096}),
+    ({"op": "rename_param", "target": "max_tokens", "value": "max_completion_tokens"},
+     {"op": "rename_param", "target": "max_completion_tokens", "value": "max_tokens"}),
+    ({"op": "rename_param", "target": "max_tokens", "value": "max_completion_tokens"},
+     {"op": "drop_param", "target": "max_tokens"}),
+    ({"op": "drop_param", "target": "temperature"}, {"op": "set_param", "target": "temperature", "value": 1}),
+])
+def test_a_later_layers_rule_replaces_every_earlier_one_deciding_the_same(earlier: dict[str, Any],
+                                                                          later: dict[str, Any]) -> None:
+    profile = build_profile(LOCAL, "m", {"request_rules": [earlier]}, {"request_rules": [later]})
+    old, new = rule_from_json(earlier), rule_from_json(later)
+    assert old is not None and new is not None and rule_keys(old) & rule_keys(new)
+    assert profile.request_rules == (new,)
+    assert profile.entries()[-1]["layer"] == "learned" and profile.entries()[-1]["replaced"] == [
+        {"layer": "config", "value": old.to_json(), "text": f"{old.describe()} ({type(old).__name__})"}]
+
+
+def test_a_configured_rule_replaces_the_built_in_one_deciding_the_same_in_its_place() -> None:
+    config = {"request_rules": [{"op": "drop_param", "target": "seed"}, {"op": "drop_param", "target": "max_tokens"}]}
+    profile = build_profile(OPENAI, "o3", config)
+    assert profile.request_rules == (DropParam("max_tokens"), DropParam("seed"))
+    assert profile.replaced == {"rule drop_param max_tokens": (
+        ("built-in", RenameParam("max_tokens", "max_completion_tokens")),)}
+
+
+# a new-user tester of the layered profile: a learned rule replaced a configured one without a word
+def test_what_a_later_layer_replaced_is_said_with_its_layer() -> None:
+    config = {"request_rules": [{"op": "cap_param", "target": "max_tokens", "value": 8192}],
+              "refused_fields": ["thinking"]}
+    learned = {"request_rules": [{"op": "cap_param", "target": "max_tokens", "value": 4096}],
+               "refused_fields": ["reasoning_content"]}
+    described = {key: came for key, _, came in build_profile(LOCAL, "m", config, learned).described()}
+    assert described["rule cap_param max_tokens"] == \
+        "learned, replacing config: lowered parameter max_tokens to 8192 (CapParam)"
+    assert described["refused_fields"] == 'learned, replacing config: ["thinking"]'
+    assert described["needs_key"] == "built-in"
+
+
+# a new-user tester of the layered profile: `reasoning_fields = []` was not shown (an empty list is a value)
+def test_an_empty_list_a_layer_sets_is_shown_and_an_empty_learned_one_learned_nothing() -> None:
+    profile = build_profile(LOCAL, "m", {"reasoning_fields": [], "refused_fields": ["x"]},
+                            {"refused_fields": [], "required_fields": []})
+    described = {key: (value, came) for key, value, came in profile.described()}
+    assert described["reasoning_fields"] == ("[]", 'config, replacing built-in: ["reasoning_content", "reasoning"]')
+    assert profile.refused_fields == ("x",) and described["refused_fields"] == ('["x"]', "config")
+    assert "required_fields" not in described  # empty, and set by no layer
+
+
+# a new-user tester of the layered profile: config rules that could never do anything, or malformed ones, were
+# accepted (or refused as "needs a value" without saying what value)
+@pytest.mark.parametrize(("rule", "problem"), [
+    ({"op": "drop_param", "target": "messages"}, "drop_param cannot change 'messages': crow sets model, messages, "
+                                                 "stream, stream_options, tools itself"),
+    ({"op": "set_param", "target": "stream", "value": False}, "set_param cannot change 'stream'"),
+    ({"op": "rename_param", "target": "model", "value": "engine"}, "rename_param cannot change 'model'"),
+    ({"op": "cap_param", "target": "tools", "value": 3}, "cap_param cannot change 'tools'"),
+    ({"op": "rename_param", "target": "max_tokens", "value": "a b"},
+     "rename_param value must be a parameter name (letters, digits, _ . -) (got \"a b\")"),
+    ({"op": "rename_param", "target": "max_tokens", "value": "max_tokens"}, "(the same name)"),
+    ({"op": "rename_param", "target": "max_tokens", "value": "messages"}, "crow sets messages itself"),
+    ({"op": "drop_param", "target": "a b"}, "drop_param target 'a b' is not a parameter name"),
+    ({"op": "rename_tools", "value": "regex.*"},
+     "rename_tools value must be one of the known name rules: letter_first, strict, word (got \"regex.*\")"),
+    ({"op": "fold_role", "target": "bogus"}, "fold_role target must be system or developer (got 'bogus')"),
+    ({"op": "inline_schema_refs", "target": "x"}, "inline_schema_refs takes no target"),
+    ({"op": "drop_param", "target": "seed", "value": 1}, "drop_param takes no value"),
+    ({"op": "rename_tools", "target": "x", "value": "strict"}, "rename_tools takes no target"),
+    ({"op": "cap_param", "target": "max_tokens", "value": "big"}, "cap_param value must be a positive integer"),
+    ({"op": "cap_param", "target": "max_tokens"}, "cap_param needs a value: a positive integer"),
+    ({"op": "cut_tool_result", "value": -1}, "cut_tool_result value must be a positive integer"),
+    ({"op": "schema_empty_object", "value": "maybe"}, 'schema_empty_object value must be "drop"'),
+    ({"op": "tool_result_placeholder", "value": " "}, "tool_result_placeholder value must be a string that is not"),
+    ({"op": "assistant_tool_content", "value": 0}, "assistant_tool_content value must be a string"),
+    ({"op": "drop_schema_keyword", "target": "a b"}, "is not a schema keyword"),
+])
+def test_a_configured_rule_that_cannot_act_is_refused_naming_it(rule: dict[str, Any], problem: str) -> None:
+    from crow_cli.wire.profile import rules_problem
+
+    found = rules_problem([{"op": "drop_param", "target": "seed"}, rule]) or ""
+    assert found.startswith("[provider] request_rules[1]: ") and problem in found, found
+
+
+def test_configured_rules_crow_can_act_on_are_taken() -> None:
+    from crow_cli.wire.profile import rules_problem
+
+    assert rules_problem([{"op": "drop_schema_keyword", "target": "$schema"},  # Gemini's, as built in
+                          {"op": "drop_param", "target": "stream_options"},
+                          {"op": "fold_role", "target": "developer"}, {"op": "rename_tools", "value": "word"},
+                          {"op": "set_param", "target": "temperature", "value": 1},
+                          {"op": "assistant_tool_content", "value": ""}, {"op": "schema_empty_object", "value": "add"},
+                          {"op": "rename_param", "target": "max_tokens", "value": "max_completion_tokens"},
+                          {"op": "cap_param", "target": "max_completion_tokens", "value": 4096}]) is None
+
+
+# a new-user tester of the layered profile: two rules of one table deciding the same were both kept
+def test_two_configured_rules_deciding_the_same_are_refused() -> None:
+    from crow_cli.wire.profile import rules_problem
+
+    assert rules_problem([{"op": "cap_param", "target": "max_tokens", "value": 100},
+                          {"op": "cap_param", "target": "max_completion_tokens", "value": 200}]) == (
+        "[provider] request_rules[1]: lowered parameter max_completion_tokens to 200 decides what "
+        "request_rules[0] does (lowered parameter max_tokens to 100): keep one")
+
+
+# a new-user tester of the layered profile: a set_param on a parameter no request has could never set anything
+def test_a_set_param_without_the_parameter_in_params_says_to_set_it_there() -> None:
+    from crow_cli.wire.profile import unsent_set_param
+
+    rules = [{"op": "drop_param", "target": "seed"}, {"op": "set_param", "target": "temperature", "value": 1}]
+    assert unsent_set_param(rules, {"temperature"}) is None
+    assert unsent_set_param(rules, {}) == (
+        "[provider] request_rules[1]: set_param changes temperature only where a request has it, and [params] "
+        "sets no temperature: to send it, set it in [params] (temperature = 1)")

@@ -36,7 +36,7 @@ def test_a_profile_is_found_by_host_and_overridden_by_the_config_table():
     ({"tool_message_name": "yes"}, "must be true or false"),
     # request rules in the config are the same rules as built-in and learned ones (issue 29 §1)
     ({"request_rules": ["drop seed"]}, "[provider] request_rules must be a list of tables (op, target, value)"),
-    ({"request_rules": [{"op": "drop_param", "target": "x" * 65}]}, "[provider] request_rules: 'xxxx"),
+    ({"request_rules": [{"op": "drop_param", "target": "x" * 65}]}, "[provider] request_rules[0]: 'xxxx"),
     # Reasoning_fields = ["content"] sent [{"role": "user"}] without the prompt and exited 0 (issue 29)
     ({"reasoning_fields": ["content"]}, "[provider] reasoning_fields may not name 'content'"),
     ({"refused_fields": ["tool_calls"]}, "[provider] refused_fields may not name 'tool_calls'"),
