@@ -43,6 +43,8 @@ from ..text import short_text, truncate_output
 from . import schema as schemas
 from .names import WIRE_NAME, ToolNames
 from .profiles import KNOWN_REQUEST_RULES, REQUEST_CORE
+from .refusal import ASKS_CHANGE, WORD, message_of, names, names_exactly, param_of, value_refused
+from .refusal import words as refusal_words
 
 __all__ = ["CUT_MARGIN", "MIN_ROOM", "NAME_RULES", "NO_OUTPUT", "OUTPUT_CAPS", "RULES", "SIZED_OPS",
            "AssistantContentText", "AssistantToolContent", "CapParam", "Change", "CutToolResult", "DropParam",
@@ -583,49 +585,7 @@ def _has_thinking(content: Any) -> bool:
 
 # ---- reading a refusal ----------------------------------------------------------------------------
 
-_REFUSAL = re.compile(
-    r"unsupported|not supported|unrecogni[sz]ed|unknown|not permitted|not allowed|extra_forbidden|extra inputs?|"
-    r"invalid|cannot find field|does not support|doesn'?t support|not available|not enabled|must be|"
-    r"only the default|please remove|remove|conflict|should|expected|not a valid|not accepted|unexpected|"
-    r"forbidden|deprecated|instead|cannot|can.t|only one", re.IGNORECASE)
 _QUOTED = re.compile(r"""["'`‘’“”]([A-Za-z_$][\w$.-]{0,80})["'`‘’“”]""")
-_WORD = r"(?<![\w$]){}(?![\w$])"
-
-
-def _unescape(text: str) -> str:
-    """The error body with JSON/Python escaping of quotes undone (messages quote names as \\"x\\" or \\'x\\')."""
-    return text.replace('\\\\"', '"').replace("\\\\'", "'").replace('\\"', '"').replace("\\'", "'")
-
-
-def _readable(text: str) -> str:
-    """The words of an error body: every string in its JSON (a message, a `param`, a pydantic `loc`), joined;
-    not the JSON's own `null`s and keys, nor the request's values a validator echoes back (`input`). A body
-    that is no JSON is read as it is."""
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
-        return text
-    words: list[str] = []
-
-    def walk(value: Any) -> None:
-        if isinstance(value, str):
-            words.append(value)
-        elif isinstance(value, dict):
-            for key, item in value.items():
-                if key not in ("input", "ctx", "url", "request_id", "requestId"):
-                    walk(item)
-        elif isinstance(value, list):
-            for item in value:
-                walk(item)
-
-    walk(data)
-    return " | ".join(words) if words else text
-
-
-def _names(text: str, name: str) -> bool:
-    """Whether `text` names `name` as a whole word (also in camelCase: xAI's `frequencyPenalty`)."""
-    camel = re.sub(r"_([a-z])", lambda m: m.group(1).upper(), name)
-    return any(re.search(_WORD.format(re.escape(n)), text) for n in {name, camel})
 
 
 def change_for(status: int, text: str, body: dict[str, Any]) -> Change | None:
@@ -641,47 +601,18 @@ def change_for(status: int, text: str, body: dict[str, Any]) -> Change | None:
     """
     if status not in (400, 422) or not text:
         return None
-    words = _unescape(_readable(text))
+    words = refusal_words(text)
     sized = _size_change(words, body)
     if sized is not None:  # a size refusal: lowered or cut, or nothing here (an overflow, a user's own message)
         return sized if sized.rules and apply_rules(body, sized.rules) != body else None
     for finder in (_name_change, _schema_change, _message_change, _param_change):
         change = finder(words, body)
         if change is not None and apply_rules(body, change.rules) != body:
-            return Change(change.rules, _short(_message_of(text) or words), change.once)
-    named = _param_of(text)  # a relay's only word: the `param` of its error object
-    if named is not None and named not in CORE and named in body and not re.search(r"\d", _message_of(text)):
-        return Change((DropParam(named),), _short(_message_of(text) or words))
+            return Change(change.rules, _short(message_of(text) or words), change.once)
+    named = param_of(text)  # a relay's only word: the `param` of its error object
+    if named is not None and named not in CORE and named in body and not re.search(r"\d", message_of(text)):
+        return Change((DropParam(named),), _short(message_of(text) or words))
     return None
-
-
-def _param_of(text: str) -> str | None:
-    """The `error.param` of an error body (OpenAI's shape, kept by relays such as OpenRouter and LiteLLM)."""
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-    error = data.get("error", data) if isinstance(data, dict) else None
-    param = error.get("param") if isinstance(error, dict) else None
-    return param if isinstance(param, str) else None
-
-
-def _message_of(text: str) -> str:
-    """The human part of an error body: its (first) `message` string; "" when there is none."""
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
-        return ""
-    stack = [data]
-    while stack:
-        value = stack.pop(0)
-        if isinstance(value, dict):
-            if isinstance(value.get("message"), str) and value["message"].strip():
-                return str(value["message"])
-            stack += list(value.values())
-        elif isinstance(value, list):
-            stack += value
-    return ""
 
 
 def _short(text: str) -> str:
@@ -722,7 +653,7 @@ context overflow it is (the conversation is compacted)."""
 def _output_cap(text: str, body: dict[str, Any]) -> str | None:
     """The reply-cap parameter of `body` a refusal is about (named, else the one the body has)."""
     present = [k for k in OUTPUT_CAPS if type(body.get(k)) is int]
-    return next((k for k in present if _names(text, k)), present[0] if present else None)
+    return next((k for k in present if names(text, k)), present[0] if present else None)
 
 
 def _size_change(text: str, body: dict[str, Any]) -> Change | None:
@@ -829,10 +760,6 @@ _KEYWORD_NAMED = (re.compile(r"\bkeywords?\s+[\"'`]?([A-Za-z_$][\w$]*)", re.IGNO
                   re.compile(r"([A-Za-z_$][\w$]*)[\"'`]?\s+keyword\b", re.IGNORECASE))
 
 
-def _names_exactly(text: str, name: str) -> bool:
-    return re.search(_WORD.format(re.escape(name)), text) is not None
-
-
 def _camel(name: str) -> str:
     return re.sub(r"_([a-z])", lambda m: m.group(1).upper(), name)
 
@@ -845,8 +772,8 @@ def _schema_keywords(text: str, used: set[str]) -> list[str]:
     candidates += [m.group(1) for pattern in _KEYWORD_NAMED for m in pattern.finditer(text)]
     # unquoted names that can only be keywords (camelCase or $-prefixed: additionalProperties, $schema)
     candidates += [k for k in sorted(used) if (k.startswith("$") or k != k.lower()) and k not in _COMBINERS
-                   and _names_exactly(text, k)]
-    if not _REFUSAL.search(text):
+                   and names_exactly(text, k)]
+    if not ASKS_CHANGE.search(text):
         return []
     found: list[str] = []
     for name in candidates:
@@ -896,13 +823,13 @@ def _message_change(text: str, body: dict[str, Any]) -> Change | None:
     msgs = _messages(body)
     if _ROLE_REFUSED.search(text):
         for role in ("developer", "system"):
-            if any(m.get("role") == role for m in msgs) and (_names(text, role) or role == "system"):
+            if any(m.get("role") == role for m in msgs) and (names(text, role) or role == "system"):
                 return Change((FoldRole(role),), text)
     if not _MESSAGE_CONTEXT.search(text):
         return None
     tool_turns = [m for m in msgs if m.get("role") == "assistant" and m.get("tool_calls")]
     why = _short(text)
-    if (_names(text, "thinking") or _WANTS_STRING.search(text) or _TEXT_PARTS_ONLY.search(text)) \
+    if (names(text, "thinking") or _WANTS_STRING.search(text) or _TEXT_PARTS_ONLY.search(text)) \
             and any(m.get("role") == "assistant" and _has_thinking(m.get("content")) for m in msgs):
         return Change((AssistantContentText(),), why)
     if _WANTS_STRING.search(text) and any(m.get("content") is None for m in tool_turns):
@@ -941,7 +868,7 @@ _ONLY_VALUE = re.compile(r"only the default \(([^)]{1,40})\)|must be (?:set to |
 
 
 def _first_at(text: str, name: str) -> int:
-    found = re.search(_WORD.format(re.escape(name)), text)
+    found = re.search(WORD.format(re.escape(name)), text)
     return found.start() if found else len(text)
 
 
@@ -954,9 +881,9 @@ def _value(token: str) -> Any:
 
 
 def _param_change(text: str, body: dict[str, Any]) -> Change | None:
-    if not _REFUSAL.search(text):
+    if not ASKS_CHANGE.search(text):
         return None
-    named = sorted((k for k in body if k not in CORE and _names(text, k)), key=lambda k: _first_at(text, k))
+    named = sorted((k for k in body if k not in CORE and names(text, k)), key=lambda k: _first_at(text, k))
     if not named:
         return None
     if len(named) > 1 and _ONLY_ONE.search(text):
@@ -973,30 +900,6 @@ def _param_change(text: str, body: dict[str, Any]) -> Change | None:
             if isinstance(wanted, bool | int | float) and wanted != body[named[0]]:
                 return Change((SetParam(named[0], wanted),), why)
     return Change(tuple(DropParam(k) for k in named), why)
-
-
-# a value refused, not the parameter: OpenAI "Invalid 'temperature': decimal above maximum value. Expected a value
-#   <= 2, but got 5 instead." (param temperature, code decimal_above_max_value); vLLM "temperature must be in
-#   [0, 2], got 5.0." / pydantic "Input should be less than or equal to 2"; Anthropic "temperature: range: 0..1".
-# The parameter itself refused: vLLM "Extra inputs are not permitted", OpenAI "Unsupported parameter",
-#   "Unrecognized request argument", LiteLLM "does not support parameters".
-_PARAM_REFUSED = re.compile(r"extra inputs|extra_forbidden|unrecogni[sz]ed|unsupported parameter|unknown (parameter|"
-                            r"field|name|argument)|does not support parameters|argument not supported|"
-                            r"please remove|not supported with this model|cannot both|only one of|use only one|"
-                            r"mutually exclusive|not both|cannot find field", re.IGNORECASE)
-_VALUE_REFUSED = re.compile(r"\bvalue\b|\brange\b|maximum|minimum|\bbetween\b|greater|less than|\babove\b|\bbelow\b|"
-                            r"must be (in|at)|should be (in|at)|\bgot\b|out of bounds|too (large|small|high|low)",
-                            re.IGNORECASE)
-
-
-def value_refused(text: str, name: str, value: Any) -> bool:
-    """Whether a refusal naming parameter `name` refuses its value (out of range, a typo) rather than the
-    parameter itself: then dropping it would silently lose what the user configured."""
-    words = _unescape(_readable(text))
-    if _PARAM_REFUSED.search(words) or not _names(words, name):
-        return False
-    shown = json.dumps(value) if not isinstance(value, str) else value
-    return bool(_VALUE_REFUSED.search(words)) or (len(shown) <= 40 and _names_exactly(words, shown))
 
 
 # ---- known in advance -----------------------------------------------------------------------------

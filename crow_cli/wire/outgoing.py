@@ -52,7 +52,8 @@ from typing import Any, Literal, get_args
 
 from ..history import AUTHOR_KEY, OUTCOME_KEY, Message, WireToolCall, as_json, author_of, thinking_of, tool_calls_of
 from ..images import sendable_content
-from .profiles import REASONING_BLOCK_FIELDS, REASONING_FIELDS, field_demanded, field_refused
+from .profiles import REASONING_BLOCK_FIELDS, REASONING_FIELDS
+from .refusal import field_demanded, field_refused
 
 __all__ = ["REASONING_ECHO", "Adaptation", "Outgoing", "ReasoningEcho"]
 
