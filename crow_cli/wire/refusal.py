@@ -199,13 +199,14 @@ def message_of(text: str) -> str:
 # 'seed'), 'msg': 'Extra inputs are not permitted', 'input': 7}]"): its `msg` and `loc` are the reason
 _PYDANTIC_ITEM = re.compile(r"""['"]loc['"]:\s*[(\[]([^)\]]{0,200})[)\]].{0,200}?['"]msg['"]:\s*(['"])(.{1,200}?)\2""",
                             re.S)
-_BRACKETS = re.compile(r"[()\[\]{}]")
+_BRACES = re.compile(r"[{}]")
 
 
 def reason(text: str, limit: int = 200) -> str:
     """The server's reason for a refusal as plain words for a one-line notice: its message (a pydantic error list
-    read as "msg at loc"), else the strings of its body joined with "; ", on one line, without brackets of its
-    own (a notice's parentheses are crow's) and at most `limit` characters."""
+    read as "msg at loc"), else the strings of its body joined with "; ", on one line, without the braces of a
+    serialised object, without a closing period and at most `limit` characters. It is never put in parentheses
+    of crow's (a reason has its own)."""
     said = message_of(text)
     items = [(m.group(3), ".".join(p.strip(" '\"") for p in m.group(1).split(",") if p.strip(" '\"")))
              for m in _PYDANTIC_ITEM.finditer(said or text)]
@@ -214,5 +215,5 @@ def reason(text: str, limit: int = 200) -> str:
     elif not said:
         found = _strings(text)
         said = "; ".join(dict.fromkeys(s for s in found if s.strip())) if found else text
-    said = _BRACKETS.sub(lambda m: "" if m.group(0) in "(){}" else m.group(0), unescape(said))
-    return short_text(" ".join(said.split()), limit)
+    said = _BRACES.sub("", unescape(said))
+    return short_text(" ".join(said.split()), limit).rstrip(" .;:") or "no reason given"
