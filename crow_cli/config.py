@@ -67,6 +67,9 @@ class Settings:
     headers: dict[str, str] = field(default_factory=dict, repr=False)
     """Extra request headers; may hold credentials (`Authorization`), so not in the repr."""
     params: dict[str, Any] = field(default_factory=dict)
+    params_from: str | None = None
+    """Where `params` were set (`[params] in FILE`, `[profiles.NAME.params] in FILE`), as errors about a refused
+    value name it; None: not from a config file."""
     system: str | None = None
     default_prompt: bool = False
     """Start the system prompt with crow's built-in one (`default_prompt`): workspace, OS, date, modes, tools.
@@ -428,7 +431,8 @@ def load_settings(
         headers = {k: v for k, v in headers.items() if not is_secret_name(k)}  # not this server's
     return Settings(
         model=str(values["model"]), base_url=base_url, api_key=api_key, headers=headers,
-        params=dict(values["params"]), system=values["system"], max_turns=int(values["max_turns"]),
+        params=dict(values["params"]), params_from=_params_from(layers, path, chosen), system=values["system"],
+        max_turns=int(values["max_turns"]),
         default_prompt=bool(values["default_prompt"]), system_prompt_file=values["system_prompt_file"],
         tool_timeout_s=float(values["tool_timeout"]), idle_timeout_s=float(values["idle_timeout"]),
         first_byte_timeout_s=float(values["first_byte_timeout"]), reasoning_echo=values["reasoning_echo"],
@@ -448,6 +452,14 @@ def load_settings(
 
 _BOOL_WORDS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False,
                "off": False}
+
+
+def _params_from(layers: list[_Layer], path: Path, profile: str | None) -> str | None:
+    """Where the `params` table in force was set: `[params] in FILE` or `[profiles.NAME.params] in FILE`."""
+    layer = next((layer for layer in reversed(layers) if "params" in layer.values), None)
+    if layer is None:
+        return None
+    return f"[params] in {path}" if layer is layers[0] else f"[profiles.{profile}.params] in {path}"
 
 
 def _resolve(option: Option, flags: Mapping[str, Any], env: Mapping[str, str], layers: list[_Layer]) -> Any:

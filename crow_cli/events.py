@@ -123,7 +123,8 @@ class Notice:
     wait_s: float | None = None
     """`retrying`: seconds waited before it (the server's Retry-After, else backoff with jitter)."""
     status: int | None = None
-    """`retrying`: the HTTP status of the failed request; None for a connection error or timeout."""
+    """`retrying`: the HTTP status of the failed request, None for a connection error or timeout;
+    `request_adapted` / `reasoning_echo`: the HTTP status of the refusal (always set)."""
     tokens_before: int | None = None
     """`compacting` / `compacted`: the prompt's size in tokens before compaction (the server's count
     when it gave one, else an estimate)."""

@@ -223,6 +223,18 @@ def test_a_bad_value_ends_crow_run_in_one_line_exit_2(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
+# a refused configured value said "fix it in [params]" when it came from [profiles.NAME.params] (issue 29)
+def test_settings_say_which_table_the_params_came_from(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('[params]\ntemperature = 0.2\n[profiles.a]\nmodel = "ma"\n[profiles.b.params]\nseed = 1\n')
+    assert load_settings({}, env={}, config_path=str(config)).params_from == f"[params] in {config}"
+    assert load_settings({}, env={}, config_path=str(config), profile="a").params_from == f"[params] in {config}"
+    chosen = load_settings({}, env={}, config_path=str(config), profile="b")
+    assert (chosen.params, chosen.params_from) == ({"seed": 1}, f"[profiles.b.params] in {config}")
+    config.write_text('model = "m"\n')
+    assert load_settings({}, env={}, config_path=str(config)).params_from is None
+
+
 # CROW_PROFILE beats the config file's profile (found trying it as a new user)
 def test_crow_profile_env_beats_the_files_profile(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"

@@ -31,7 +31,7 @@ def build_client(settings: Settings, record_dir: str | None = None, *, trace: bo
     return ChatClient(ClientSettings(
         base_url=settings.base_url, model=settings.model, api_key=settings.api_key, headers=settings.headers,
         max_retries=settings.max_retries, idle_timeout_s=settings.idle_timeout_s, params=settings.params,
-        record_dir=record_dir,
+        params_from=settings.params_from, record_dir=record_dir,
         first_byte_timeout_s=settings.first_byte_timeout_s, reasoning_echo=settings.reasoning_echo,
         adapt_requests=settings.adapt_requests, trace=trace, provider=settings.provider,
     ))

@@ -14,7 +14,8 @@ so consumers must ignore fields they do not know.
   drop the `text` / `reasoning` / `tool_call_started` events of that turn received so far.
 * `notice` with `code: "retrying"`: the request failed before its stream started (429, 5xx, a
   connection error) and is sent again after `wait_s` seconds (`attempt`: its number, 2 = the first
-  retry; `status`: the HTTP status, null for a connection error). Other notices have these null.
+  retry; `status`: the HTTP status, null for a connection error). `request_adapted` and `reasoning_echo`
+  notices carry the refusal's HTTP `status` too. Other notices have these null.
 * `tool_call.call.id` and `tool_result.result.call_id` are the model's ids, unchanged (`""` when it
   sent none; `index` then links a result to its call).
 * `tool_result.result.output` is what the model was sent: capped at `max_output_chars` with a

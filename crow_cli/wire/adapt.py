@@ -7,9 +7,9 @@ crow can change. Every rule is one small frozen class (a `Rule` subclass) with `
 the rules known in advance, configured and learned (`wire.profile` layers them). `apply_rules(body, rules)`
 gives the body as it is sent with those rules (a new object: the history and the caller's body are never
 changed). The client (`wire.client`) sends the request once more with the change, says so with a
-`Notice(code="request_adapted")` naming the rule classes, keeps applying it to every later request and
-remembers it per base URL + model (`wire.facts`, key `request_rules`), unless it fits that request only
-(`Change.once`).
+`Notice(code="request_adapted")` (message fields: `"reasoning_echo"`) naming the rule classes, keeps applying it
+to every later request and remembers it per base URL + model (`wire.facts`, key `request_rules`), unless it fits
+that request only (`Change.once`).
 
 Kinds, each from what real servers answer (sources beside each pattern and in tests/wire/test_adapt.py):
 - tool-schema keywords (`DropSchemaKeyword`), local `$ref`s (`InlineSchemaRefs`), a `type` beside
@@ -23,17 +23,23 @@ Kinds, each from what real servers answer (sources beside each pattern and in te
 - message shapes: `content` of assistant messages with tool calls null ↔ `""`
   (`AssistantToolContent`), a blank tool result given a placeholder (`ToolResultPlaceholder`), thinking
   parts of assistant content refused: the content sent as its text (`AssistantContentText`), a system role
-  refused: folded into the first user message (`FoldRole`).
+  refused: folded into the first user message (`FoldRole`);
+- message fields (`FieldRule`s, applied by `wire.outgoing` as it copies the history, knowing who wrote each
+  message): a field refused (`DropField`) or a reasoning field demanded (`RequireField`), the function `name`
+  on tool messages (`ToolMessageName`), tool-call ids another model wrote in a shape the reader refuses
+  (`MapToolCallIds`); stored as the facts `refused_fields`, `required_fields`, `tool_message_name`,
+  `tool_call_id_rule` (`field_rules`, `field_facts`).
 Rules of a provider known in advance (its host or model family) are `known_rules`, from the data in
 `wire.profiles.KNOWN_REQUEST_RULES`: the built-in layer of `wire.profile.build_profile`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import operator
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -42,7 +48,20 @@ from ..history import thinking_of
 from ..text import short_text, truncate_output
 from . import schema as schemas
 from .names import WIRE_NAME, ToolNames
-from .profiles import KNOWN_REQUEST_RULES, REQUEST_CORE
+from .profiles import KNOWN_REQUEST_RULES, MESSAGE_FIELDS, REASONING_FIELDS, REQUEST_CORE
+from .refusal import (
+    ASKS_CHANGE,
+    WORD,
+    field_demanded,
+    field_refused,
+    message_of,
+    names,
+    names_exactly,
+    param_of,
+    reason,
+    value_refused,
+)
+from .refusal import words as refusal_words
 
 __all__ = ["CUT_MARGIN", "MIN_ROOM", "NAME_RULES", "NO_OUTPUT", "OUTPUT_CAPS", "RULES", "SIZED_OPS",
            "AssistantContentText", "AssistantToolContent", "CapParam", "Change", "CutToolResult", "DropParam",
@@ -88,6 +107,10 @@ class Rule:
         """What the rule does, in words for a notice ("dropped parameter seed"); `before`: the value the
         rule's target had in the refused request, where the words name it (`CapParam`)."""
         raise NotImplementedError
+
+    def valid(self) -> bool:
+        """Whether the rule's fields are of a kind it can apply (a rule read back that is not: left out)."""
+        return True
 
     def to_json(self) -> dict[str, Any]:
         """The rule as stored in the learned facts (`wire.facts`, `request_rules`)."""
@@ -386,11 +409,264 @@ class RenameTools(Rule):
                "(mapped back when called)"
 
 
-RULES: dict[str, type[Rule]] = {cls.op: cls for cls in (
+# ---- message fields ---------------------------------------------------------------------------------
+
+MESSAGE_CORE = frozenset(("role", "content", "tool_calls", "tool_call_id"))
+"""Message keys no field rule drops: without them there is no message."""
+CALL_CORE = frozenset(("id", "type", "function"))
+"""Tool-call keys no field rule drops."""
+FUNCTION_CORE = frozenset(("name", "arguments"))
+"""Keys of a tool call's function no field rule drops."""
+
+
+@dataclass(frozen=True)
+class FieldRule(_MessageRule):
+    """A rule on the fields of messages: a field dropped (`DropField`) or required (`RequireField`), the function
+    `name` on tool messages (`ToolMessageName`), tool-call ids in the reader's shape (`MapToolCallIds`).
+
+    Their stored form is the facts of the message policy (`refused_fields`, `required_fields`,
+    `tool_message_name`, `tool_call_id_rule`: `field_facts`, `field_rules`), which earlier versions wrote too.
+    The client hands them to `wire.outgoing.Outgoing`, which applies them as it makes the outgoing copy of the
+    history, message by message and once per message, knowing who wrote each (the stored session keeps the
+    originals); `apply` gives the same change to a request on its own. `slot` names what a rule decides: a later
+    rule of the same slot replaces an earlier one (a field demanded after it was refused).
+    """
+
+    @property
+    def slot(self) -> str:
+        """What the rule decides; two rules of one slot contradict each other."""
+        return self.op
+
+    def asked(self) -> str:
+        """What the server asked for, in words for a notice ("refuses reasoning_content in messages")."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class DropField(FieldRule):
+    """Drop the field `target` from every message, tool call and function (Mistral/pydantic `extra_forbidden`,
+    Gemini 'Unknown name "x"', strict gateways refusing `reasoning_details`); core keys are never dropped."""
+
+    op: ClassVar[str] = "drop_field"
+    target: str
+
+    def valid(self) -> bool:
+        return bool(self.target)
+
+    @property
+    def slot(self) -> str:
+        return f"field {self.target}"
+
+    def message(self, message: dict[str, Any]) -> dict[str, Any]:
+        key = self.target
+        out = {k: v for k, v in message.items() if k != key} if key in message and key not in MESSAGE_CORE \
+            else message
+        calls = out.get("tool_calls")
+        if isinstance(calls, list) and any(isinstance(c, dict) and _call_has(c, key) for c in calls):
+            out = {**out, "tool_calls": [_call_without(c, key) if isinstance(c, dict) else c for c in calls]}
+        return out
+
+    def describe(self, before: Any = None) -> str:
+        return f"dropped {self.target} from every message and tool call"
+
+    def asked(self) -> str:
+        return f"refuses {self.target} in {'tool messages' if self.target == 'name' else 'messages'}"
+
+
+def _call_has(call: dict[str, Any], key: str) -> bool:
+    fn = call.get("function")
+    return (key in call and key not in CALL_CORE) or (isinstance(fn, dict) and key in fn and key not in FUNCTION_CORE)
+
+
+def _call_without(call: dict[str, Any], key: str) -> dict[str, Any]:
+    """A tool call without the field `key` (itself when it has none)."""
+    if not _call_has(call, key):
+        return call
+    out = {k: v for k, v in call.items() if k in CALL_CORE or k != key}
+    fn = out.get("function")
+    if isinstance(fn, dict) and key in fn and key not in FUNCTION_CORE:
+        out["function"] = {k: v for k, v in fn.items() if k != key}
+    return out
+
+
+@dataclass(frozen=True)
+class RequireField(FieldRule):
+    """Send the reasoning field `target` on every assistant message: its text under another reasoning name, else
+    `""` (DeepSeek thinking mode "The reasoning_content in the thinking mode must be passed back to the API")."""
+
+    op: ClassVar[str] = "require_field"
+    target: str
+
+    def valid(self) -> bool:
+        return bool(self.target) and self.target not in MESSAGE_FIELDS
+
+    @property
+    def slot(self) -> str:
+        return f"field {self.target}"
+
+    def text(self, message: dict[str, Any], fields: Iterable[str] = REASONING_FIELDS) -> Any:
+        """What the field is sent as on `message`: its first reasoning text among `fields`, else `""`."""
+        return next((message[k] for k in fields if isinstance(message.get(k), str)), "")
+
+    def message(self, message: dict[str, Any]) -> dict[str, Any]:
+        if message.get("role") != "assistant" or self.target in message:
+            return message
+        return {**message, self.target: self.text(message)}
+
+    def describe(self, before: Any = None) -> str:
+        return f"sent {self.target} on every assistant message"
+
+    def asked(self) -> str:
+        return f"requires {self.target} on assistant messages"
+
+
+@dataclass(frozen=True)
+class ToolMessageName(FieldRule):
+    """`value` True: tool messages carry the function `name` of the call they answer (Gemini's OpenAI-compatible
+    endpoint: "function_response.name: Name cannot be empty"); False: never (a server that refuses it)."""
+
+    op: ClassVar[str] = "tool_message_name"
+    value: Any
+
+    def valid(self) -> bool:
+        return isinstance(self.value, bool)
+
+    def named(self, message: dict[str, Any], call_name: str | None) -> dict[str, Any]:
+        """A tool message as sent under this rule, `call_name` the name of the call it answers."""
+        if self.value is True and "name" not in message and call_name:
+            return {**message, "name": call_name}
+        if self.value is False and "name" in message:
+            return {k: v for k, v in message.items() if k != "name"}
+        return message
+
+    def apply(self, request: dict[str, Any]) -> dict[str, Any]:
+        messages = request.get("messages")
+        if not isinstance(messages, list) or not isinstance(self.value, bool):
+            return request
+        out, calls, answered = [], [], 0
+        for message in messages:
+            if isinstance(message, dict) and message.get("role") == "assistant":
+                calls, answered = [c for c in message.get("tool_calls") or () if isinstance(c, dict)], 0
+            elif isinstance(message, dict) and message.get("role") == "tool":
+                call = calls[answered] if answered < len(calls) else {}
+                fn = call.get("function")
+                name = fn.get("name") if isinstance(fn, dict) else None
+                message = self.named(message, name if isinstance(name, str) else None)
+                answered += 1
+            out.append(message)
+        return _with(request, "messages", messages, out)
+
+    def describe(self, before: Any = None) -> str:
+        return "sent the function name on tool messages" if self.value else \
+            "sent tool messages without the function name"
+
+    def asked(self) -> str:
+        return "requires the function name on tool messages" if self.value else \
+            "refuses the function name on tool messages"
+
+
+ID_CHARS = {"alnum_dash": re.compile(r"[A-Za-z0-9_-]+"), "alnum": re.compile(r"[A-Za-z0-9]+")}
+"""The tool-call id shapes a `MapToolCallIds` rule may name (fixed patterns: no pattern from a server is compiled)."""
+_BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+@dataclass(frozen=True)
+class MapToolCallIds(FieldRule):
+    """Send tool-call ids of a shape the reader refuses as ids of its shape: `target` the characters (a key of
+    `ID_CHARS`), `value` the length (None: any up to 64), the same in an assistant message's calls and in the tool
+    messages answering them (Anthropic-compatible "tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'",
+    Mistral "must be a-z, A-Z, 0-9, with a length of 9"). A mapped id derives from a hash of the original, so
+    every request sends the same one. `Outgoing` maps only ids another model wrote; `apply` maps every id that
+    does not fit."""
+
+    op: ClassVar[str] = "map_tool_call_ids"
+    target: str
+    value: Any = None
+
+    def valid(self) -> bool:
+        """Whether the rule names a known shape (`ID_CHARS`) and a length of 1 to 64 or None."""
+        return self.target in ID_CHARS and (self.value is None or (type(self.value) is int and 0 < self.value <= 64))
+
+    def fits(self, call_id: str) -> bool:
+        """Whether `call_id` is of the shape (so it is sent as it is)."""
+        return not self.valid() or (ID_CHARS[self.target].fullmatch(call_id) is not None and len(call_id) <= 64
+                                    and (self.value is None or len(call_id) == self.value))
+
+    def mapped(self, call_id: str) -> str:
+        """The id `call_id` is sent as: from its SHA-256, in base 62 (the same every time)."""
+        number = int.from_bytes(hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).digest(), "big")
+        digits = []
+        while number:
+            number, rest = divmod(number, 62)
+            digits.append(_BASE62[rest])
+        text = "".join(digits)
+        return text[:self.value] if self.value is not None else f"call_{text[:24]}"
+
+    def apply(self, request: dict[str, Any]) -> dict[str, Any]:
+        messages = request.get("messages")
+        if not isinstance(messages, list) or not self.valid():
+            return request
+        ids: dict[str, str] = {}
+        out = []
+        for message in messages:
+            if isinstance(message, dict) and message.get("role") == "assistant" \
+                    and isinstance(message.get("tool_calls"), list):
+                calls = [{**c, "id": ids.setdefault(c["id"], self.mapped(c["id"]))} if isinstance(c, dict)
+                         and isinstance(c.get("id"), str) and not self.fits(c["id"]) else c
+                         for c in message["tool_calls"]]
+                message = _with(message, "tool_calls", message["tool_calls"], calls)
+            elif isinstance(message, dict) and message.get("role") == "tool" and message.get("tool_call_id") in ids:
+                message = {**message, "tool_call_id": ids[message["tool_call_id"]]}
+            out.append(message)
+        return _with(request, "messages", messages, out)
+
+    def describe(self, before: Any = None) -> str:
+        shape = ID_CHARS[self.target].pattern if self.target in ID_CHARS else self.target
+        length = f" of length {self.value}" if self.value is not None else ""
+        return f"sent tool-call ids other models wrote as ids matching {shape}{length} (in the request only)"
+
+    def asked(self) -> str:
+        return "refuses tool-call ids another model wrote"
+
+
+FIELD_RULES: tuple[type[FieldRule], ...] = (DropField, RequireField, ToolMessageName, MapToolCallIds)
+"""The kinds of message-field rule (held by `wire.outgoing.Outgoing`, stored as facts: `field_facts`)."""
+
+
+def field_rules(facts: Mapping[str, Any]) -> list[FieldRule]:
+    """The field rules stored facts stand for (`refused_fields`, `required_fields`, `tool_message_name`,
+    `tool_call_id_rule` of `wire.facts` or `ServerProfile.message_facts`); damaged entries are left out."""
+    rules: list[FieldRule] = [DropField(f) for f in facts.get("refused_fields") or () if isinstance(f, str)]
+    rules += [RequireField(f) for f in facts.get("required_fields") or () if isinstance(f, str)]
+    if isinstance(facts.get("tool_message_name"), bool):
+        rules.append(ToolMessageName(facts["tool_message_name"]))
+    shape = facts.get("tool_call_id_rule")
+    if isinstance(shape, Mapping) and isinstance(shape.get("chars"), str) \
+            and (ids := MapToolCallIds(shape["chars"], shape.get("length"))).valid():
+        rules.append(ids)
+    return rules
+
+
+def field_facts(rules: Iterable[Rule]) -> dict[str, Any]:
+    """The facts field rules are stored as (`field_rules` reads them back): `refused_fields` and `required_fields`
+    always, `tool_message_name` and `tool_call_id_rule` where a rule decides them."""
+    rules = list(rules)
+    facts: dict[str, Any] = {"refused_fields": [r.target for r in rules if isinstance(r, DropField)],
+                             "required_fields": [r.target for r in rules if isinstance(r, RequireField)]}
+    for rule in rules:
+        if isinstance(rule, ToolMessageName):
+            facts["tool_message_name"] = rule.value
+        elif isinstance(rule, MapToolCallIds):
+            facts["tool_call_id_rule"] = {"chars": rule.target, "length": rule.value}
+    return facts
+
+
+_REQUEST_KINDS: tuple[type[Rule], ...] = (
     DropParam, SetParam, RenameParam, CapParam, DropSchemaKeyword, InlineSchemaRefs, SchemaTypeIntoBranches,
     SchemaEmptyObject, AssistantToolContent, ToolResultPlaceholder, AssistantContentText, CutToolResult, FoldRole,
-    RenameTools)}
-"""Every kind of request rule, by its stored `op`."""
+    RenameTools)
+RULES: dict[str, type[Rule]] = {cls.op: cls for cls in (*_REQUEST_KINDS, *FIELD_RULES)}
+"""Every kind of request rule, by its stored `op` (the message-field rules included: `FIELD_RULES`)."""
 SIZED_OPS = frozenset(op for op, cls in RULES.items() if cls.sized)
 """Ops whose value is a size: a positive int below 2**31, else the stored rule is left out."""
 
@@ -405,7 +681,8 @@ def rule_from_json(item: Any) -> Rule | None:
         return None
     names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
     args = {k: v for k, v in (("target", item.get("target", "")), ("value", item.get("value"))) if k in names}
-    return cls(**args)
+    rule = cls(**args)
+    return rule if rule.valid() else None
 
 
 def rules_from_json(items: Any) -> list[Rule]:
@@ -427,7 +704,15 @@ class Change:
 
     rules: tuple[Rule, ...]
     why: str
+    """The server's reason, as plain words (`refusal.reason`)."""
     once: bool = False
+    learned: bool = True
+    """False: the change holds for the client's life and is never remembered (`adapt_requests = false`)."""
+
+    @property
+    def fields(self) -> bool:
+        """Whether the change is to the message policy (its rules are `FieldRule`s, held by `wire.outgoing`)."""
+        return all(isinstance(rule, FieldRule) for rule in self.rules)
 
     def describe(self, body: dict[str, Any] | None = None) -> str:
         """ "dropped parameter seed; set parameter temperature to 1"; with the refused `body`, a lowered
@@ -583,105 +868,146 @@ def _has_thinking(content: Any) -> bool:
 
 # ---- reading a refusal ----------------------------------------------------------------------------
 
-_REFUSAL = re.compile(
-    r"unsupported|not supported|unrecogni[sz]ed|unknown|not permitted|not allowed|extra_forbidden|extra inputs?|"
-    r"invalid|cannot find field|does not support|doesn'?t support|not available|not enabled|must be|"
-    r"only the default|please remove|remove|conflict|should|expected|not a valid|not accepted|unexpected|"
-    r"forbidden|deprecated|instead|cannot|can.t|only one", re.IGNORECASE)
 _QUOTED = re.compile(r"""["'`‘’“”]([A-Za-z_$][\w$.-]{0,80})["'`‘’“”]""")
-_WORD = r"(?<![\w$]){}(?![\w$])"
 
 
-def _unescape(text: str) -> str:
-    """The error body with JSON/Python escaping of quotes undone (messages quote names as \\"x\\" or \\'x\\')."""
-    return text.replace('\\\\"', '"').replace("\\\\'", "'").replace('\\"', '"').replace("\\'", "'")
+@dataclass(frozen=True)
+class FieldPolicy:
+    """What a refusal of message fields is read against (`change_for(fields=…)`): `wire.outgoing.Outgoing.policy`.
+
+    Attributes:
+        rules: the field rules in force.
+        reasoning: every reasoning field name (text and blocks); offered for dropping only when `echo_auto`.
+        text_fields: the reader's reasoning text fields (those a refusal may demand).
+        echo_auto: `reasoning_echo` is `auto` (else reasoning goes as the user said: never dropped or added).
+        foreign_ids: whether messages another model wrote hold call ids a `MapToolCallIds` rule would map; None:
+            the reader is unknown, so ids are never mapped.
+    """
+
+    rules: tuple[FieldRule, ...] = ()
+    reasoning: tuple[str, ...] = ()
+    text_fields: tuple[str, ...] = REASONING_FIELDS
+    echo_auto: bool = True
+    foreign_ids: Callable[[MapToolCallIds], bool] | None = None
 
 
-def _readable(text: str) -> str:
-    """The words of an error body: every string in its JSON (a message, a `param`, a pydantic `loc`), joined;
-    not the JSON's own `null`s and keys, nor the request's values a validator echoes back (`input`). A body
-    that is no JSON is read as it is."""
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
-        return text
-    words: list[str] = []
+def change_for(status: int, text: str, body: dict[str, Any], fields: FieldPolicy | None = None, *,
+               adapting: bool = True) -> Change | None:
+    """The change a refusal asks for, or None when it names nothing crow can change: the one reading of a refusal.
 
-    def walk(value: Any) -> None:
-        if isinstance(value, str):
-            words.append(value)
-        elif isinstance(value, dict):
-            for key, item in value.items():
-                if key not in ("input", "ctx", "url", "request_id", "requestId"):
-                    walk(item)
-        elif isinstance(value, list):
-            for item in value:
-                walk(item)
-
-    walk(data)
-    return " | ".join(words) if words else text
-
-
-def _names(text: str, name: str) -> bool:
-    """Whether `text` names `name` as a whole word (also in camelCase: xAI's `frequencyPenalty`)."""
-    camel = re.sub(r"_([a-z])", lambda m: m.group(1).upper(), name)
-    return any(re.search(_WORD.format(re.escape(n)), text) for n in {name, camel})
-
-
-def change_for(status: int, text: str, body: dict[str, Any]) -> Change | None:
-    """The change a refusal asks for, or None when it names nothing crow can change.
+    Message fields first (with `fields`: a field refused or demanded, tool messages' `name`, tool-call ids of
+    other models), then sizes, tool names, schemas, message shapes and parameters.
 
     Args:
         status: the HTTP status (only 400 and 422 are read).
         text: the error body as the server sent it (JSON or plain text).
         body: the request as it was sent (with the rules already in force applied).
+        fields: the message policy in force; None: message fields are not changed.
+        adapting: False (`adapt_requests = false`): only a refused `stream_options` is read (dropped, as crow's
+            own parameter, for the client's life: `Change.learned` is False).
 
     Returns:
-        A `Change` whose rules change `body` (`apply_rules(body, rules) != body`), else None.
+        A `Change` whose rules change `body` (`apply_rules(body, rules) != body`; for field rules: that the
+        policy does not hold already), else None.
     """
     if status not in (400, 422) or not text:
         return None
-    words = _unescape(_readable(text))
+    if not adapting:
+        usage = DropParam("stream_options")
+        return Change((usage,), reason(text), learned=False) if "stream_options" in text \
+            and usage.apply(body) != body else None
+    if fields is not None and (change := _field_change(status, text, body, fields)) is not None:
+        return change
+    words = refusal_words(text)
     sized = _size_change(words, body)
     if sized is not None:  # a size refusal: lowered or cut, or nothing here (an overflow, a user's own message)
-        return sized if sized.rules and apply_rules(body, sized.rules) != body else None
+        return Change(sized.rules, reason(text), sized.once) if sized.rules \
+            and apply_rules(body, sized.rules) != body else None
     for finder in (_name_change, _schema_change, _message_change, _param_change):
         change = finder(words, body)
         if change is not None and apply_rules(body, change.rules) != body:
-            return Change(change.rules, _short(_message_of(text) or words), change.once)
-    named = _param_of(text)  # a relay's only word: the `param` of its error object
-    if named is not None and named not in CORE and named in body and not re.search(r"\d", _message_of(text)):
-        return Change((DropParam(named),), _short(_message_of(text) or words))
+            return Change(change.rules, reason(text), change.once)
+    named = param_of(text)  # a relay's only word: the `param` of its error object
+    if named is not None and named not in CORE and named in body and not re.search(r"\d", message_of(text)):
+        return Change((DropParam(named),), reason(text))
     return None
 
 
-def _param_of(text: str) -> str | None:
-    """The `error.param` of an error body (OpenAI's shape, kept by relays such as OpenRouter and LiteLLM)."""
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
+# -- message fields -------------------------------------------------------------------------------------
+# Refused: Mistral/pydantic "extra_forbidden" with a `loc` into the messages, strict gateways "Extra inputs are not
+#   permitted" for `reasoning_details`, Gemini 'Unknown name "x_vendor"'; demanded: DeepSeek "The
+#   reasoning_content in the thinking mode must be passed back to the API.", Gemini "function_response.name: Name
+#   cannot be empty." (tests/wire/test_outgoing.py, test_client_reasoning_echo.py).
+# Tool-call ids of another model: Anthropic-compatible "messages.1.content.0.tool_use.id: String should match
+#   pattern '^[a-zA-Z0-9_-]+$'", Bedrock's toolUseId constraint, Mistral "Tool call id was functions.lookup_order:0
+#   but must be a-z, A-Z, 0-9, with a length of 9." (the rule is taken from a fixed set of shapes the words match;
+#   no pattern a server sends is compiled).
+_ID_CONTEXT = re.compile(r"tool_use\.id|tool_use_id|toolUseId|tool_call_id|tool[ _]?call[ _]?id|tool_calls\[\d+\]\.id|"
+                         r"tool_calls\.\d+\.id", re.IGNORECASE)
+_ID_ALNUM_DASH = re.compile(r"\[a-zA-Z0-9_-\]|\[a-zA-Z0-9-_\]|\[A-Za-z0-9_-\]|\[a-z0-9A-Z_-\]")
+_ID_NINE = re.compile(r"a-z, A-Z, 0-9,? with a length of (\d{1,2})", re.IGNORECASE)
+
+
+def _id_rule(text: str) -> MapToolCallIds | None:
+    """The id shape a refusal of tool-call ids names, or None (`text` is read only up to 4000 characters)."""
+    text = text[:4000]
+    if not _ID_CONTEXT.search(text.replace('\\"', '"')):
         return None
-    error = data.get("error", data) if isinstance(data, dict) else None
-    param = error.get("param") if isinstance(error, dict) else None
-    return param if isinstance(param, str) else None
+    if (nine := _ID_NINE.search(text)) is not None:  # Mistral
+        return MapToolCallIds("alnum", int(nine.group(1)) if 0 < int(nine.group(1)) <= 64 else None)
+    if _ID_ALNUM_DASH.search(text):  # Anthropic-compatible, Bedrock
+        return MapToolCallIds("alnum_dash")
+    return None
 
 
-def _message_of(text: str) -> str:
-    """The human part of an error body: its (first) `message` string; "" when there is none."""
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
-        return ""
-    stack = [data]
-    while stack:
-        value = stack.pop(0)
-        if isinstance(value, dict):
-            if isinstance(value.get("message"), str) and value["message"].strip():
-                return str(value["message"])
-            stack += list(value.values())
-        elif isinstance(value, list):
-            stack += value
-    return ""
+def sent_fields(messages: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Every optional key on the messages, their tool calls and functions, in first-seen order."""
+    seen: dict[str, None] = {}
+    for message in messages:
+        seen.update((k, None) for k in message if k not in MESSAGE_CORE)
+        for call in message.get("tool_calls") or ():
+            if isinstance(call, Mapping):
+                seen.update((k, None) for k in call if k not in CALL_CORE)
+                fn = call.get("function")
+                if isinstance(fn, Mapping):
+                    seen.update((k, None) for k in fn if k not in FUNCTION_CORE)
+    return [k for k in seen if k != "role"]
+
+
+def _field_change(status: int, text: str, body: dict[str, Any], policy: FieldPolicy) -> Change | None:
+    """A field of the messages refused (dropped from every message and tool call) or demanded (a reasoning field
+    on every assistant message, the function `name` on tool messages), or tool-call ids another model wrote in a
+    shape the reader refuses; None when the policy already holds what the refusal asks."""
+    sent = [m for m in body.get("messages") or () if isinstance(m, dict)]
+    rules = policy.rules
+    dropped = [r.target for r in rules if isinstance(r, DropField)]
+    required = [r.target for r in rules if isinstance(r, RequireField)]
+    tool_name = next((r.value for r in rules if isinstance(r, ToolMessageName)), None)
+    why = reason(text)
+    if policy.foreign_ids is not None and not any(isinstance(r, MapToolCallIds) for r in rules) \
+            and (ids := _id_rule(text)) is not None and policy.foreign_ids(ids) \
+            and any(not ids.fits(c.get("id") or "") for m in sent if m.get("role") == "assistant"
+                    for c in m.get("tool_calls") or () if isinstance(c, dict)):
+        return Change((ids,), why)
+    candidates = sent_fields(sent)
+    if not policy.echo_auto:  # reasoning goes as the user said
+        candidates = [k for k in candidates if k not in policy.reasoning]
+    refused = field_refused(status, text, [k for k in candidates if k not in dropped])
+    if refused is not None:
+        return Change((DropField(refused), *((ToolMessageName(False),) if refused == "name" else ())), why)
+    missing: list[str] = []
+    if policy.echo_auto:
+        # a field refused before (learned, or from another server at this URL) that is now demanded: the fact
+        # was wrong, the demand replaces it
+        missing += [k for k in policy.text_fields if k not in required
+                    and any(k not in m for m in sent if m.get("role") == "assistant")]
+    if tool_name is not True and "name" not in dropped and any(
+            m.get("role") == "tool" and not m.get("name") for m in sent):
+        missing.append("name")
+    demanded = field_demanded(status, text, missing)
+    if demanded is None:
+        return None
+    return Change((ToolMessageName(True),) if demanded == "name" else (RequireField(demanded),), why)
 
 
 def _short(text: str) -> str:
@@ -722,7 +1048,7 @@ context overflow it is (the conversation is compacted)."""
 def _output_cap(text: str, body: dict[str, Any]) -> str | None:
     """The reply-cap parameter of `body` a refusal is about (named, else the one the body has)."""
     present = [k for k in OUTPUT_CAPS if type(body.get(k)) is int]
-    return next((k for k in present if _names(text, k)), present[0] if present else None)
+    return next((k for k in present if names(text, k)), present[0] if present else None)
 
 
 def _size_change(text: str, body: dict[str, Any]) -> Change | None:
@@ -829,10 +1155,6 @@ _KEYWORD_NAMED = (re.compile(r"\bkeywords?\s+[\"'`]?([A-Za-z_$][\w$]*)", re.IGNO
                   re.compile(r"([A-Za-z_$][\w$]*)[\"'`]?\s+keyword\b", re.IGNORECASE))
 
 
-def _names_exactly(text: str, name: str) -> bool:
-    return re.search(_WORD.format(re.escape(name)), text) is not None
-
-
 def _camel(name: str) -> str:
     return re.sub(r"_([a-z])", lambda m: m.group(1).upper(), name)
 
@@ -845,8 +1167,8 @@ def _schema_keywords(text: str, used: set[str]) -> list[str]:
     candidates += [m.group(1) for pattern in _KEYWORD_NAMED for m in pattern.finditer(text)]
     # unquoted names that can only be keywords (camelCase or $-prefixed: additionalProperties, $schema)
     candidates += [k for k in sorted(used) if (k.startswith("$") or k != k.lower()) and k not in _COMBINERS
-                   and _names_exactly(text, k)]
-    if not _REFUSAL.search(text):
+                   and names_exactly(text, k)]
+    if not ASKS_CHANGE.search(text):
         return []
     found: list[str] = []
     for name in candidates:
@@ -896,13 +1218,13 @@ def _message_change(text: str, body: dict[str, Any]) -> Change | None:
     msgs = _messages(body)
     if _ROLE_REFUSED.search(text):
         for role in ("developer", "system"):
-            if any(m.get("role") == role for m in msgs) and (_names(text, role) or role == "system"):
+            if any(m.get("role") == role for m in msgs) and (names(text, role) or role == "system"):
                 return Change((FoldRole(role),), text)
     if not _MESSAGE_CONTEXT.search(text):
         return None
     tool_turns = [m for m in msgs if m.get("role") == "assistant" and m.get("tool_calls")]
     why = _short(text)
-    if (_names(text, "thinking") or _WANTS_STRING.search(text) or _TEXT_PARTS_ONLY.search(text)) \
+    if (names(text, "thinking") or _WANTS_STRING.search(text) or _TEXT_PARTS_ONLY.search(text)) \
             and any(m.get("role") == "assistant" and _has_thinking(m.get("content")) for m in msgs):
         return Change((AssistantContentText(),), why)
     if _WANTS_STRING.search(text) and any(m.get("content") is None for m in tool_turns):
@@ -941,7 +1263,7 @@ _ONLY_VALUE = re.compile(r"only the default \(([^)]{1,40})\)|must be (?:set to |
 
 
 def _first_at(text: str, name: str) -> int:
-    found = re.search(_WORD.format(re.escape(name)), text)
+    found = re.search(WORD.format(re.escape(name)), text)
     return found.start() if found else len(text)
 
 
@@ -954,9 +1276,9 @@ def _value(token: str) -> Any:
 
 
 def _param_change(text: str, body: dict[str, Any]) -> Change | None:
-    if not _REFUSAL.search(text):
+    if not ASKS_CHANGE.search(text):
         return None
-    named = sorted((k for k in body if k not in CORE and _names(text, k)), key=lambda k: _first_at(text, k))
+    named = sorted((k for k in body if k not in CORE and names(text, k)), key=lambda k: _first_at(text, k))
     if not named:
         return None
     if len(named) > 1 and _ONLY_ONE.search(text):
@@ -973,30 +1295,6 @@ def _param_change(text: str, body: dict[str, Any]) -> Change | None:
             if isinstance(wanted, bool | int | float) and wanted != body[named[0]]:
                 return Change((SetParam(named[0], wanted),), why)
     return Change(tuple(DropParam(k) for k in named), why)
-
-
-# a value refused, not the parameter: OpenAI "Invalid 'temperature': decimal above maximum value. Expected a value
-#   <= 2, but got 5 instead." (param temperature, code decimal_above_max_value); vLLM "temperature must be in
-#   [0, 2], got 5.0." / pydantic "Input should be less than or equal to 2"; Anthropic "temperature: range: 0..1".
-# The parameter itself refused: vLLM "Extra inputs are not permitted", OpenAI "Unsupported parameter",
-#   "Unrecognized request argument", LiteLLM "does not support parameters".
-_PARAM_REFUSED = re.compile(r"extra inputs|extra_forbidden|unrecogni[sz]ed|unsupported parameter|unknown (parameter|"
-                            r"field|name|argument)|does not support parameters|argument not supported|"
-                            r"please remove|not supported with this model|cannot both|only one of|use only one|"
-                            r"mutually exclusive|not both|cannot find field", re.IGNORECASE)
-_VALUE_REFUSED = re.compile(r"\bvalue\b|\brange\b|maximum|minimum|\bbetween\b|greater|less than|\babove\b|\bbelow\b|"
-                            r"must be (in|at)|should be (in|at)|\bgot\b|out of bounds|too (large|small|high|low)",
-                            re.IGNORECASE)
-
-
-def value_refused(text: str, name: str, value: Any) -> bool:
-    """Whether a refusal naming parameter `name` refuses its value (out of range, a typo) rather than the
-    parameter itself: then dropping it would silently lose what the user configured."""
-    words = _unescape(_readable(text))
-    if _PARAM_REFUSED.search(words) or not _names(words, name):
-        return False
-    shown = json.dumps(value) if not isinstance(value, str) else value
-    return bool(_VALUE_REFUSED.search(words)) or (len(shown) <= 40 and _names_exactly(words, shown))
 
 
 # ---- known in advance -----------------------------------------------------------------------------

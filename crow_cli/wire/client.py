@@ -11,20 +11,20 @@ classes. The SDK's own retries are off (`max_retries=0`): crow's loop here retri
 each retry as a `Notice(code="retrying")` before its wait. Every SDK/httpx error is mapped here, once,
 to a `ProviderError` subclass.
 
-Per request, the client also adapts to what the server accepts. A 400/422 refusal goes through the
-client's adapters in order (`ChatClient._adapt`): fields the server attached to assistant messages are
-dropped or added as it says (`wire.outgoing`: what the server attached goes back as `reasoning_echo`
-decides), and any other part the server's message names (a tool-schema keyword, a tool name, a parameter
-such as `stream_options`, a message shape) is changed as `wire.adapt` decides. Each change applies to
-the outgoing request only (the history keeps what really happened); the request is sent once more with
-everything else unchanged, a `Notice` says what changed and why, and a refusal that teaches nothing new
-ends the turn with the server's message. A change that fits one prompt only (`max_tokens` lowered to the room
-that prompt leaves in the context window: `adapt.Change.once`) holds for that request and is never remembered.
-What `wire.adapt` learns is remembered per base URL + model
-(`wire.facts`) and applied before the first request of later runs: the client starts from one
-`wire.profile.ServerProfile`, built once from the built-in, configured and learned layers;
-`adapt_requests=False` turns that mechanism off (a refused `stream_options` is then still dropped, by a
-`DropParam` rule for the client's life, never remembered).
+Per request, the client also adapts to what the server accepts. A 400/422 refusal is read once
+(`ChatClient._adapt`, through `wire.adapt.change_for`) into one `adapt.Change` of rule classes: message-field
+rules (`DropField`, `RequireField`, `ToolMessageName`, `MapToolCallIds`) shape the outgoing copy of the history
+(`wire.outgoing`: what the server attached goes back as `reasoning_echo` decides), the others (a tool-schema
+keyword, a tool name, a parameter such as `stream_options`, a message shape) the request body. Each change
+applies to the outgoing request only (the history keeps what really happened); the request is sent once more
+with everything else unchanged, a `Notice` names the rule classes and the server's reason, and a refusal that
+teaches nothing new ends the turn with the server's message. A change that fits one prompt only (`max_tokens`
+lowered to the room that prompt leaves in the context window: `adapt.Change.once`) holds for that request and
+is never remembered; a value the user configured that the server refuses for its value ends the run with one
+line. What is learned is remembered per base URL + model (`wire.facts`) and applied before the first request
+of later runs: the client starts from one `wire.profile.ServerProfile`, built once from the built-in,
+configured and learned layers; `adapt_requests=False` turns that mechanism off (a refused `stream_options` is
+then still dropped, by a `DropParam` rule for the client's life, never remembered).
 
 Imports: the SDK and the sibling modules that import httpx (`body`, `record`, `stream`) are imported where
 they are used, so that a surface can import this module, start its MCP servers and read its session while
@@ -51,6 +51,7 @@ from .accumulate import stream_error
 from .adapt import (
     Change,
     DropParam,
+    FieldRule,
     RenameTools,
     Rule,
     SetParam,
@@ -105,6 +106,9 @@ class ClientSettings:
     """Report each adaptation decision as a `Notice(code="adapt_debug")` (for `--debug`)."""
     provider: dict[str, Any] = field(default_factory=dict)
     """Overrides of the server's `wire.profiles.Profile` (the config's `[provider]` table)."""
+    params_from: str | None = None
+    """Where `params` were set, as a refused value's error names it (`[profiles.fast.params] in FILE`); None:
+    not known (the error then points at the config and the flags)."""
 
 
 def split_base_url(base_url: str) -> tuple[str, dict[str, str | list[str]]]:
@@ -166,7 +170,11 @@ class ChatClient:
         # what goes back of what servers attached to messages, and the fields this one refused or demanded
         self._outgoing = Outgoing(settings.reasoning_echo, reasoning_fields=self.profile.reasoning_fields,
                                   known=self.profile.message_facts(), author=self.author)
-        self._rules = list(self.profile.request_rules)
+        # message-field rules among the request rules (built-in or configured: learned ones are stored as the
+        # message facts above) are the message policy's (`wire.outgoing`), applied and never stored as learned
+        if fields := [r for r in self.profile.request_rules if isinstance(r, FieldRule)]:
+            self._outgoing.add(fields, learned=False)
+        self._rules = [r for r in self.profile.request_rules if not isinstance(r, FieldRule)]
         self._known = len(self._rules)
 
     def _client(self) -> Any:
@@ -370,22 +378,73 @@ class ChatClient:
 
     def _adapt(self, exc: Exception, body: dict[str, Any], done: set[str]) -> list[Notice] | None:
         """The notices to send the request again with, once `exc` (a 400/422) was answered by a change to
-        this client's requests ([]: changed silently); None when no adapter has a change for it.
+        this client's requests ([]: changed silently); None when the refusal asks for no change crow can make.
 
-        Adapters are asked in order; each changes this client for good (every later request too) and adds
-        what it did to `done`, the changes made for this request, so that none is made twice: a refusal
-        that teaches nothing new ends the request with the server's message."""
+        The refusal is read once (`wire.adapt.change_for`, against the message policy in force) into one
+        `Change`, whose rules apply from then on: message-field rules through `wire.outgoing` (the outgoing
+        copy of the history), the others to the request body. `done`, the changes made for this request,
+        holds each change once, at most `_MAX_CHANGES` of them: a refusal that teaches nothing new ends the
+        request with the server's message."""
         import openai
 
-        if not isinstance(exc, openai.APIStatusError) or exc.status_code not in (400, 422):
+        if not isinstance(exc, openai.APIStatusError) or exc.status_code not in (400, 422) \
+                or len(done) >= _MAX_CHANGES:
             return None
         status, text = exc.status_code, _error_text(exc)
-        for adapter in (self._adapt_reasoning, self._adapt_request, self._adapt_usage):
-            if (notices := adapter(status, text, body, done)) is not None:
+        adapting = self.settings.adapt_requests
+        change = change_for(status, text, body, self._outgoing.policy() if adapting else None, adapting=adapting)
+        if change is None:
+            return None
+        key = _json([r.to_json() for r in change.rules])
+        if change.fields:
+            if key in done:
+                return None
+            self._outgoing.add(r for r in change.rules if isinstance(r, FieldRule))
+            kept: list[Rule] | None = None
+        else:
+            self._refused_value(status, text, change)
+            configured = all(isinstance(r, SetParam) and r.target in self.settings.params for r in change.rules)
+            kept = self._once if change.once else self._run_only if configured or not change.learned \
+                else self._rules
+            if key in done or all(r in kept for r in change.rules):
+                return None
+            kept += [r for r in change.rules if r not in kept]
+        done.add(key)
+        if not change.learned:  # adapting is off: crow's own `stream_options` just goes unsent
+            return []
+        self._why = f"{status}: {short_text(' '.join(text.split()), 200)}"  # stored with what it taught
+        if change.once:
+            then = ("for this request only, as the room a prompt leaves in the context window differs; "
+                    "adapt_requests = false turns this off")
+        elif kept is self._run_only:
+            then = "for this run only: the value is yours, so a later run asks the server again"
+        else:
+            self._unsaved = True
+            then = ("remembered for this server and model once it accepts the changed request; adapt_requests = "
+                    "false turns this off")
+        first = change.rules[0]
+        asked = first.asked() if isinstance(first, FieldRule) else "refused the request"
+        notices = [Notice(f"crow: the server {asked} ({status}): {change.why}; {change.describe(body)} "
+                          f"({change.kinds()}) and sent the request again, {then}",
+                          "reasoning_echo" if change.fields else "request_adapted", status=status)]
+        if self.settings.trace:
+            now = (f"messages now go as {self._outgoing.describe()}" if change.fields else
+                   f"rules now applied to every request: {_json([r.to_json() for r in self._rules])}")
+            notices.append(Notice(f"crow: debug: {change.describe(body)}: the server said "
+                                  f"{short_text(' '.join(text.split()), 200)!r}; {now}", "adapt_debug"))
+        return notices
 
-                self._why = f"{status}: {short_text(' '.join(text.split()), 200)}"  # stored with what it taught
-                return notices
-        return None
+    def _refused_value(self, status: int, text: str, change: Change) -> None:
+        """Raise the one-line error for a change that would drop a value the user configured for its value (out
+        of range, a typo): theirs to fix, never dropped on a server's word."""
+        for rule in change.rules:
+            if isinstance(rule, DropParam) and rule.target in self.settings.params \
+                    and value_refused(text, rule.target, self.settings.params[rule.target]):
+                where = self.settings.params_from \
+                    or "[params] or [profiles.NAME.params] of your config, or the flag that sets it"
+                raise ProviderError(
+                    f"the server refused {rule.target} = {short_text(_json(self.settings.params[rule.target]), 40)}"
+                    f" ({status}): {change.why}; fix it in {where}", status=status)
 
     def _images_refused(self, exc: Exception, body: dict[str, Any]) -> ProviderError | None:
         """The `vision.ImagesRefused` for a refusal of the request's image parts (remembered for this base URL
@@ -404,7 +463,7 @@ class ChatClient:
         return ImagesRefused(self.settings.model, said, status=exc.status_code)
 
     def _final_refusal(self, exc: Exception) -> Notice | None:
-        """Under --debug: why a 400/422 ends the request (no adapter had a change for it)."""
+        """Under --debug: why a 400/422 ends the request (`wire.adapt.change_for` had no change for it)."""
         import openai
 
         if not self.settings.trace or not isinstance(exc, openai.APIStatusError) \
@@ -415,77 +474,6 @@ class ChatClient:
             else "it names no part of the request that crow has not changed already"
         return Notice(f"crow: debug: the refusal ({exc.status_code}) is final: {why}: "
                       f"{short_text(' '.join(_error_text(exc).split()), 200)}", "adapt_debug")
-
-    def _adapt_usage(self, status: int, text: str, body: dict[str, Any], done: set[str]) -> list[Notice] | None:
-        """`stream_options` refused and `adapt_requests` off (else `wire.adapt` drops it, remembered): servers
-        that reject include_usage just get no usage (silently, for this client's life)."""
-        rule = DropParam("stream_options")
-        if "stream_options" in text and rule not in self._rules and "stream_options" in body:
-            self._rules.append(rule)
-            done.add("stream_options")
-            return []
-        return None
-
-    def _adapt_reasoning(self, status: int, text: str, body: dict[str, Any], done: set[str]
-                         ) -> list[Notice] | None:
-        """A field of the messages refused (dropped from every message and tool call from then on) or
-        demanded (a reasoning field on every assistant message, the function `name` on tool messages):
-        `wire.outgoing` decides; one change per field, never the same twice."""
-        if not self.settings.adapt_requests:
-            return None
-        change = self._outgoing.adapt(status, text, body["messages"])
-        if change is None:
-            return None
-        done.add("fields:" + _json(change.fact))
-        self._unsaved = True
-        notices = [Notice(f"crow: {change.notice}", "reasoning_echo")]
-        if self.settings.trace:
-
-            notices.append(Notice(f"crow: debug: {change.why}: the server said "
-                                  f"{short_text(' '.join(text.split()), 200)!r}; messages now go as "
-                                  f"{self._outgoing.describe()}", "adapt_debug"))
-        return notices
-
-    def _adapt_request(self, status: int, text: str, body: dict[str, Any], done: set[str]
-                       ) -> list[Notice] | None:
-        """Any other part the refusal names (`wire.adapt.change_for`): changed in this and every later
-        request, at most `_MAX_CHANGES` times per request, never the same change twice."""
-        if not self.settings.adapt_requests or len([d for d in done if d.startswith("rules:")]) >= _MAX_CHANGES:
-            return None
-
-        change = change_for(status, text, body)
-        if change is None:
-            return None
-
-        for rule in change.rules:  # a value the user configured: theirs to fix, never dropped on a server's word
-            if isinstance(rule, DropParam) and rule.target in self.settings.params \
-                    and value_refused(text, rule.target, self.settings.params[rule.target]):
-
-                raise ProviderError(
-                    f"the server refused {rule.target} = {short_text(_json(self.settings.params[rule.target]), 40)}"
-                    f" ({status}: {change.why}); fix it in [params] (or the flag that sets it)", status=status)
-        key = "rules:" + _json([r.to_json() for r in change.rules])
-        configured = all(isinstance(r, SetParam) and r.target in self.settings.params for r in change.rules)
-        kept = self._once if change.once else self._run_only if configured else self._rules
-        if key in done or all(r in kept for r in change.rules):
-            return None
-        done.add(key)
-        kept += [r for r in change.rules if r not in kept]
-        if change.once:
-            then = ("for this request only (the room its prompt leaves in the context window); adapt_requests = "
-                    "false turns this off")
-        elif configured:
-            then = "for this run only: the value is yours, so a later run asks the server again"
-        else:
-            self._unsaved = True
-            then = ("remembered for this server and model once it accepts the changed request; adapt_requests = "
-                    "false turns this off")
-        notices = [Notice(f"crow: the server refused the request ({status}: {change.why}); "
-                          f"{change.describe(body)} ({change.kinds()}) and sent it again ({then})", "request_adapted")]
-        if self.settings.trace:
-            notices.append(Notice(f"crow: debug: rules now applied to every request: "
-                                  f"{_json([r.to_json() for r in self._rules])}", "adapt_debug"))
-        return notices
 
     def _learned_now(self) -> dict[str, Any]:
         """What this client learned from the server's refusals (as `_remember` stores it)."""

@@ -44,23 +44,30 @@ to what the turn added). Pure: no I/O.
 
 from __future__ import annotations
 
-import hashlib
 import operator
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, get_args
 
 from ..history import AUTHOR_KEY, OUTCOME_KEY, Message, WireToolCall, as_json, author_of, thinking_of, tool_calls_of
 from ..images import sendable_content
-from .profiles import REASONING_BLOCK_FIELDS, REASONING_FIELDS, field_demanded, field_refused
+from .adapt import (
+    CALL_CORE,
+    FUNCTION_CORE,
+    DropField,
+    FieldPolicy,
+    FieldRule,
+    MapToolCallIds,
+    RequireField,
+    ToolMessageName,
+    change_for,
+    field_facts,
+    field_rules,
+)
+from .profiles import REASONING_BLOCK_FIELDS, REASONING_FIELDS
 
 __all__ = ["REASONING_ECHO", "Adaptation", "Outgoing", "ReasoningEcho"]
 
-_CORE = frozenset(("role", "content", "tool_calls", "tool_call_id"))
-"""Message keys never dropped: without them there is no message."""
-_CALL_CORE = frozenset(("id", "type", "function"))
 _BLOCKS = frozenset(REASONING_BLOCK_FIELDS)
-_FUNCTION_CORE = frozenset(("name", "arguments"))
 
 ReasoningEcho = Literal["auto", "always", "never"]
 """`reasoning_echo`: which assistant messages' reasoning goes back (module docstring)."""
@@ -97,24 +104,22 @@ class Outgoing:
         self.author = dict(author) if author is not None else None
         self.reasoning = (*reasoning_fields, *REASONING_BLOCK_FIELDS)
         self._text_fields = reasoning_fields
+        self.rules: list[FieldRule] = [r for r in field_rules(known or {}) if r.valid()]
+        """The message-field rules in force (`wire.adapt.FieldRule`): what the server refused or demanded."""
         self.dropped: list[str] = []
-        """Fields refused by the server: sent on no message, tool call or function."""
+        """Fields refused by the server: sent on no message, tool call or function (`DropField`)."""
         self.required: list[str] = []
-        """Reasoning fields the server demanded on every assistant message."""
+        """Reasoning fields the server demanded on every assistant message (`RequireField`)."""
         self.tool_name: bool | None = None
-        """True: tool messages carry the function `name`; False: never (refused); None: as stored."""
-        known = known or {}
-        self.dropped += [f for f in known.get("refused_fields") or () if isinstance(f, str)]
-        self.required += [f for f in known.get("required_fields") or () if isinstance(f, str)]
-        if isinstance(known.get("tool_message_name"), bool):
-            self.tool_name = known["tool_message_name"]
-        self.id_rule: tuple[str, int | None] | None = None
-        """The tool-call id shape the reader demands of ids it did not write: (`alnum_dash` or `alnum`, a
-        length or None); None: ids go as written."""
-        rule = known.get("tool_call_id_rule")
-        if isinstance(rule, dict) and rule.get("chars") in _ID_CHARS and (
-                rule.get("length") is None or (type(rule.get("length")) is int and 0 < rule["length"] <= 64)):
-            self.id_rule = (rule["chars"], rule.get("length"))
+        """True: tool messages carry the function `name`; False: never (refused); None: as stored
+        (`ToolMessageName`)."""
+        self.ids: MapToolCallIds | None = None
+        """The tool-call id shape the reader demands of ids it did not write; None: ids go as written."""
+        self._given: list[FieldRule] = []  # added by the config: applied, never remembered
+        self._drops: list[DropField] = []
+        self._required: list[RequireField] = []
+        self._name: ToolMessageName | None = None
+        self._rules_changed()
         self._call_ids: dict[int, str] = {}
         """Mapped ids of the calls of messages another author wrote, by the identity of the stored call."""
         self._version = 0
@@ -129,14 +134,34 @@ class Outgoing:
         self._open_state: tuple[list[WireToolCall], int] = ([], 0)
         self._state: tuple[list[WireToolCall], int] = ([], 0)
 
+    def _rules_changed(self) -> None:
+        self._drops = [r for r in self.rules if isinstance(r, DropField)]
+        self._required = [r for r in self.rules if isinstance(r, RequireField)]
+        self._name = next((r for r in self.rules if isinstance(r, ToolMessageName)), None)
+        self.ids = next((r for r in self.rules if isinstance(r, MapToolCallIds)), None)
+        self.dropped = [r.target for r in self._drops]
+        self.required = [r.target for r in self._required]
+        self.tool_name = self._name.value if self._name is not None else None
+
+    def add(self, rules: Iterable[FieldRule], *, learned: bool = True) -> None:
+        """Apply `rules` from now on, each replacing a rule in force of its slot (`FieldRule.slot`: a field
+        demanded after it was refused, or the reverse); every message is shaped again for the next request.
+        `learned` False (rules the config gives): applied, never part of `learned()`."""
+        for rule in rules:
+            self.rules = [r for r in self.rules if r.slot != rule.slot] + [rule]
+            self._given = [r for r in self._given if r.slot != rule.slot] + ([] if learned else [rule])
+        self._rules_changed()
+        self._version += 1
+
+    def policy(self) -> FieldPolicy:
+        """The message policy a refusal is read against (`wire.adapt.change_for`)."""
+        return FieldPolicy(tuple(self.rules), self.reasoning, self._text_fields, self.echo == "auto",
+                           self._foreign_ids if self.author is not None else None)
+
     def learned(self) -> dict[str, Any]:
-        """The policy as facts to remember (`wire.facts.learn`)."""
-        facts: dict[str, Any] = {"refused_fields": list(self.dropped), "required_fields": list(self.required)}
-        if self.tool_name is not None:
-            facts["tool_message_name"] = self.tool_name
-        if self.id_rule is not None:
-            facts["tool_call_id_rule"] = {"chars": self.id_rule[0], "length": self.id_rule[1]}
-        return facts
+        """The policy as facts to remember (`wire.facts.learn`): `wire.adapt.field_facts` of its rules, those
+        added as not learned (`add(learned=False)`) left out."""
+        return field_facts(r for r in self.rules if r not in self._given)
 
     def messages(self, history: list[Message]) -> list[dict[str, Any]]:
         """`history` as it is sent, JSON objects (copies where changed; the history itself is never modified).
@@ -187,7 +212,7 @@ class Outgoing:
         message_json = as_json(message)  # reasoning and other attached fields are dropped or added by name
         if role == "assistant" and AUTHOR_KEY in message_json:
             message_json = self._for_reader(message)
-        drop = [k for k in self.dropped if k in message_json and k not in _CORE]
+        drop: list[str] = []
         if OUTCOME_KEY in message_json:
             drop.append(OUTCOME_KEY)  # crow's record of how the call ended
         add: dict[str, Any] = {}
@@ -201,21 +226,14 @@ class Outgoing:
                         else:
                             drop.append(key)
             if self.echo != "never":
-                for key in self.required:
-                    if key not in message_json or key in drop:
-                        add[key] = next((message_json[k] for k in self._text_fields
-                                         if isinstance(message_json.get(k), str)), "")
+                for required in self._required:
+                    if required.target not in message_json or required.target in drop:
+                        add[required.target] = required.text(message_json, self._text_fields)
         elif self.echo != "always":  # reasoning belongs to assistant messages only
             drop += [k for k in self.reasoning if k in message_json]
-        if role == "tool":
-            if call is not None and id(call) in self._call_ids:
-                add["tool_call_id"] = self._call_ids[id(call)]
-            if self.tool_name and "name" not in message and call_name and "name" not in self.dropped:
-                add["name"] = call_name
-            elif self.tool_name is False and "name" in message:
-                drop.append("name")
+        if role == "tool" and call is not None and id(call) in self._call_ids:
+            add["tool_call_id"] = self._call_ids[id(call)]
         calls = message_json.get("tool_calls") or [] if role == "assistant" else []
-        new_calls = self._shape_calls(calls) if self.dropped and calls else calls
         content = message_json.get("content")
         if role == "assistant" and isinstance(content, list) and (
                 self.echo == "never" or (self.echo == "auto" and not tools_used)) \
@@ -223,12 +241,14 @@ class Outgoing:
             add["content"] = _without_thinking(content, bool(calls))
         elif isinstance(content, list) and (bare := sendable_content(content)) is not content:
             add["content"] = bare  # what crow keeps on an image part (its name) is crow's own
-        if not drop and not add and new_calls is calls:
-            return message_json
-        out = {k: v for k, v in message_json.items() if k not in drop}
-        out.update(add)
-        if new_calls is not calls:
-            out["tool_calls"] = new_calls
+        out = message_json
+        if drop or add:
+            out = {k: v for k, v in message_json.items() if k not in drop}
+            out.update(add)
+        if role == "tool" and self._name is not None:
+            out = self._name.named(out, call_name)
+        for rule in self._drops:  # after the name: a refused `name` is never sent
+            out = rule.message(out)
         return out
 
     def _for_reader(self, message: Message) -> dict[str, Any]:
@@ -255,104 +275,48 @@ class Outgoing:
             value = out.pop(key)  # the reader reads its reasoning under its own name
             if self._text_fields and self._text_fields[0] not in out:
                 out[self._text_fields[0]] = value
-        if text is None and blocks_text and self.required:  # plain reasoning, where the reader demands it
-            out.setdefault(self.required[0], blocks_text)
+        if text is None and blocks_text and self._required:  # plain reasoning, where the reader demands it
+            out.setdefault(self._required[0].target, blocks_text)
         content = out.get("content")
         if isinstance(content, list) and any(thinking_of(p) is not None and "signature" in p for p in content):
             kept = [p for p in content if not (thinking_of(p) is not None and "signature" in p)]
             out["content"] = _without_thinking(kept, bool(out.get("tool_calls"))) if not any(
                 thinking_of(p) is not None for p in kept) else kept
         calls = out.get("tool_calls")
-        if isinstance(calls, list) and any(isinstance(c, dict) and (set(c) - _CALL_CORE or (
-                isinstance(c.get("function"), dict) and set(c["function"]) - _FUNCTION_CORE)) for c in calls):
+        if isinstance(calls, list) and any(isinstance(c, dict) and (set(c) - CALL_CORE or (
+                isinstance(c.get("function"), dict) and set(c["function"]) - FUNCTION_CORE)) for c in calls):
             out["tool_calls"] = [_bare_call(c) if isinstance(c, dict) else c for c in calls]
-        if self.id_rule is not None and isinstance(calls, list):
+        if self.ids is not None and isinstance(calls, list):
             mapped = []
             for stored, sent in zip(calls, out["tool_calls"], strict=True):
                 wire_id = sent.get("id") if isinstance(sent, dict) else None
-                if isinstance(wire_id, str) and not _fits(wire_id, self.id_rule):
-                    self._call_ids[id(stored)] = new_id = _mapped_id(wire_id, self.id_rule)
+                if isinstance(wire_id, str) and not self.ids.fits(wire_id):
+                    self._call_ids[id(stored)] = new_id = self.ids.mapped(wire_id)
                     sent = {**sent, "id": new_id}
                 mapped.append(sent)
             out["tool_calls"] = mapped
         return out
 
-    def _shape_calls(self, calls: list[WireToolCall]) -> list[WireToolCall] | list[dict[str, Any]]:
-        refused = self.dropped
-        changed = False
-        out = []
-        for wire in calls:
-            call, fn = as_json(wire), as_json(wire["function"])
-            if any(k in call and k not in _CALL_CORE for k in refused):
-                call = {k: v for k, v in call.items() if k in _CALL_CORE or k not in refused}
-                changed = True
-            if any(k in fn and k not in _FUNCTION_CORE for k in refused):
-                call = {**call, "function": {k: v for k, v in fn.items() if k in _FUNCTION_CORE or k not in refused}}
-                changed = True
-            out.append(call)
-        return out if changed else calls
-
     def adapt(self, status: int, text: str, sent: list[dict[str, Any]]) -> Adaptation | None:
-        """The change a 400/422 body asks for, applied to the policy; None when it names no field this
-        policy can add or drop (or one it changed already).
+        """The change to this policy a 400/422 body asks for (`wire.adapt.change_for`, read against `policy`),
+        applied (`add`); None when it names no field this policy can add or drop (or one it changed already).
 
         A field that was `sent` and is refused is dropped everywhere; a reasoning field (echo `auto`)
         or a tool message's `name` that some message lacks and that is demanded is added everywhere.
         """
-        if self.id_rule is None and (rule := _id_rule(status, text)) is not None and self.author is not None:
-            self.id_rule = rule
-            self._version += 1
-            if any(not _fits(c.get("id") or "", rule) for m in sent if m.get("role") == "assistant"
-                   for c in m.get("tool_calls") or () if isinstance(c, dict)) and self._foreign_ids(rule):
-                return Adaptation(f"the server refuses tool-call ids another model wrote ({status}); sending them "
-                                  "in its id shape (mapped in this request only; the session keeps them)",
-                                  {"tool_call_id_rule": {"chars": rule[0], "length": rule[1]}},
-                                  f"tool-call ids of other models mapped to {rule}: a {status} names the id rule")
-            self.id_rule = None
-            self._version -= 1
-        candidates = _sent_fields(sent)
-        if self.echo != "auto":  # reasoning goes as the user said
-            candidates = [k for k in candidates if k not in self.reasoning]
-        refused = field_refused(status, text, [k for k in candidates if k not in self.dropped])
-        if refused is not None:
-            self.dropped.append(refused)
-            self.required = [k for k in self.required if k != refused]
-            where = "tool messages" if refused == "name" and self.tool_name else "messages"
-            if refused == "name":
-                self.tool_name = False
-            self._version += 1
-            return Adaptation(f"the server refuses {refused} in {where} ({status}); sending the request again "
-                              "without it (and without it from now on)", {"refused_fields": list(self.dropped)},
-                              f"dropped {refused}: a {status} names it, sent, as forbidden, unknown or extra")
-        missing: list[str] = []
-        assistants = [m for m in sent if m.get("role") == "assistant"]
-        if self.echo == "auto":
-            # a field refused before (learned, or from another server at this URL) that is now demanded: the
-            # fact was wrong, the demand replaces it
-            missing += [k for k in self._text_fields
-                        if k not in self.required and any(k not in m for m in assistants)]
-        if self.tool_name is not True and "name" not in self.dropped and any(
-                m.get("role") == "tool" and not m.get("name") for m in sent):
-            missing.append("name")
-        demanded = field_demanded(status, text, missing)
-        if demanded is None:
+        change = change_for(status, text, {"messages": sent}, self.policy())
+        if change is None or not change.fields:
             return None
-        self._version += 1
-        if demanded == "name":
-            self.tool_name = True
-            return Adaptation(f"the server requires the function name on tool messages ({status}); sending the "
-                              "request again with it", {"tool_message_name": True},
-                              f"added name to tool messages: a {status} names it as required or missing")
-        self.required.append(demanded)
-        self.dropped = [k for k in self.dropped if k != demanded]
-        return Adaptation(f"the server requires {demanded} on assistant messages ({status}); sending the request "
-                          "again with it", {"required_fields": list(self.required),
-                                            "refused_fields": list(self.dropped)},
-                          f"added {demanded} to every assistant message: a {status} names it as required or missing")
+        rules = [r for r in change.rules if isinstance(r, FieldRule)]
+        before = self.learned()
+        self.add(rules)
+        fact = {k: v for k, v in self.learned().items() if before.get(k) != v}
+        return Adaptation(f"the server {rules[0].asked()} ({status}): {change.why}; "
+                          f"{change.describe()} ({change.kinds()})", fact, change.describe())
 
-    def _foreign_ids(self, rule: tuple[str, int | None]) -> bool:
+    def _foreign_ids(self, rule: MapToolCallIds) -> bool:
         """Whether some call of a message another author wrote (in the last history) has an id `rule` refuses."""
-        return any(not _fits(c.get("id") or "", rule) for m in self._seen if m["role"] == "assistant"
+        return any(not rule.fits(c.get("id") or "") for m in self._seen if m["role"] == "assistant"
                    and (a := author_of(m)) is not None and a != self.author for c in tool_calls_of(m))
 
     def describe(self) -> str:
@@ -386,76 +350,13 @@ def _tool_exchanges(history: list[Message]) -> list[bool]:
     return used
 
 
-def _sent_fields(messages: Iterable[Mapping[str, Any]]) -> list[str]:
-    """Every optional key on the messages, their tool calls and functions, in first-seen order."""
-    seen: dict[str, None] = {}
-    for message in messages:
-        for key in message:
-            if key not in _CORE:
-                seen.setdefault(key)
-        for call in message.get("tool_calls") or ():
-            if isinstance(call, Mapping):
-                for key in call:
-                    if key not in _CALL_CORE:
-                        seen.setdefault(key)
-                fn = call.get("function")
-                if isinstance(fn, Mapping):
-                    for key in fn:
-                        if key not in _FUNCTION_CORE:
-                            seen.setdefault(key)
-    return [k for k in seen if k != "role"]
-
-
-_ID_CHARS = {"alnum_dash": re.compile(r"[A-Za-z0-9_-]+"), "alnum": re.compile(r"[A-Za-z0-9]+")}
-"""The tool-call id shapes crow knows (fixed patterns: no pattern from a server is compiled)."""
-_ID_CONTEXT = re.compile(r"tool_use\.id|tool_use_id|toolUseId|tool_call_id|tool[ _]?call[ _]?id|tool_calls\[\d+\]\.id|"
-                         r"tool_calls\.\d+\.id", re.IGNORECASE)
-_ID_ALNUM_DASH = re.compile(r"\[a-zA-Z0-9_-\]|\[a-zA-Z0-9-_\]|\[A-Za-z0-9_-\]|\[a-z0-9A-Z_-\]")
-_ID_NINE = re.compile(r"a-z, A-Z, 0-9,? with a length of (\d{1,2})", re.IGNORECASE)
-
-
-def _id_rule(status: int, text: str) -> tuple[str, int | None] | None:
-    """The id shape a 400/422 refusal of tool-call ids names, or None (`text` is read only up to 4000 characters)."""
-    text = text[:4000]
-    if status not in (400, 422) or not _ID_CONTEXT.search(text.replace('\\"', '"')):
-        return None
-    if (nine := _ID_NINE.search(text)) is not None:  # Mistral
-        return "alnum", int(nine.group(1)) if 0 < int(nine.group(1)) <= 64 else None
-    if _ID_ALNUM_DASH.search(text):  # Anthropic-compatible, Bedrock
-        return "alnum_dash", None
-    return None
-
-
-def _fits(call_id: str, rule: tuple[str, int | None]) -> bool:
-    chars, length = rule
-    return _ID_CHARS[chars].fullmatch(call_id) is not None and (length is None or len(call_id) == length) \
-        and len(call_id) <= 64
-
-
-_BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-
-
-def _mapped_id(call_id: str, rule: tuple[str, int | None]) -> str:
-    """The id `call_id` is sent as to a reader of shape `rule`: derived from its SHA-256 (the same every time)."""
-    number = int.from_bytes(hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).digest(), "big")
-    digits = []
-    while number:
-        number, rest = divmod(number, 62)
-        digits.append(_BASE62[rest])
-    text = "".join(digits)
-    length = rule[1]
-    if length is not None:
-        return text[:length]
-    return f"call_{text[:24]}"
-
-
 def _bare_call(call: dict[str, Any]) -> dict[str, Any]:
     """A tool call with only id, type and function (name, arguments): what its server attached (a thought
     signature) is bound to the model that made it."""
-    out = {k: v for k, v in call.items() if k in _CALL_CORE}
+    out = {k: v for k, v in call.items() if k in CALL_CORE}
     fn = out.get("function")
     if isinstance(fn, dict):
-        out["function"] = {k: v for k, v in fn.items() if k in _FUNCTION_CORE}
+        out["function"] = {k: v for k, v in fn.items() if k in FUNCTION_CORE}
     return out
 
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from .refusal import field_demanded, field_refused, mentions_field  # the words of a refusal: `wire.refusal`
+
 __all__ = [
     "BLOCK_TEXT_FIELDS",
     "CONTEXT_OVERFLOW",
@@ -54,56 +56,6 @@ Anthropic, Bedrock and Vertex: `thinking` pieces without an index, then a signat
 
 BLOCK_TEXT_FIELDS = ("text", "summary", "thinking")
 """Block fields streamed in pieces and joined; every other block field keeps its first non-empty value."""
-
-# A 400/422 that refuses a field (Mistral/pydantic `extra_forbidden`, "Extra inputs are not permitted",
-# strict OpenAI-compatible validators, Gemini "Unknown name", JSON-schema "additional properties").
-_REFUSED = re.compile(r"extra_forbidden|extra (inputs?|fields?)|not permitted|forbidden|unknown|unrecogni[sz]ed|"
-                      r"not allowed|unexpected|additional propert|not supported|unsupported|invalid field|"
-                      r"no such field|cannot find field", re.IGNORECASE)
-# A 400/422 that demands one (DeepSeek thinking mode "must be passed back", Gemini "name is required",
-# pydantic `missing`, "cannot be empty").
-_DEMANDED = re.compile(r"must be passed back|must be (provided|included|present|sent|set|non-?empty)|is required|"
-                       r"required|missing|must (include|contain|have)|cannot be (empty|blank)|"
-                       r"should not be empty|must not be empty", re.IGNORECASE)
-_COMMON_WORDS = frozenset({"name", "content", "type", "role", "index", "id", "data", "text", "format", "summary",
-                           "signature"})
-
-
-def mentions_field(text: str, key: str) -> bool:
-    """Whether an error text names the field `key`.
-
-    A plain English word (`name`, `content` …) counts only quoted (`"name"`, `'name'`, `` `name` ``), as
-    a path segment (`messages[2].name`, `/name`), or right beside what is said of it (`name is required`,
-    `missing name`): Gemini's `Unknown name "x"` names the field x, not `name`.
-    """
-    word = re.escape(key)
-    if key not in _COMMON_WORDS:
-        return re.search(rf"(?<![A-Za-z0-9_]){word}(?![A-Za-z0-9_])", text) is not None
-    if key == "name" and re.search(r"\b(tool|function)[ _]?(message|response|result|call_output)s?\b.{0,80}"
-                                   r"\bname\b|\bname\b.{0,40}\b(tool|function)[ _]?(message|response|result)",
-                                   text, re.IGNORECASE | re.DOTALL):
-        return True  # "tool messages need a name", "the name of the function response"
-    patterns = (rf"[\"'`]{word}\\?[\"'`]", rf"[.\]/]{word}(?![A-Za-z0-9_])",
-                rf"(?<![A-Za-z0-9_]){word}\s+(is|are|must|field|cannot|should|required|missing)\b",
-                rf"\b(missing|field|parameter|property)\s+\\?[\"'`]?{word}(?![A-Za-z0-9_])")
-    return any(re.search(p, text, re.IGNORECASE) for p in patterns)
-
-
-def field_refused(status: int, text: str, candidates: list[str]) -> str | None:
-    """The field among `candidates` (fields that were sent) that a 400/422 body refuses as forbidden,
-    unknown or extra; None when it refuses none of them."""
-    if status not in (400, 422) or not _REFUSED.search(text):
-        return None
-    return next((k for k in candidates if mentions_field(text, k)), None)
-
-
-def field_demanded(status: int, text: str, candidates: list[str]) -> str | None:
-    """The field among `candidates` that a 400/422 body demands (required, missing, must be passed
-    back); None when it demands none of them."""
-    if status not in (400, 422) or not _DEMANDED.search(text):
-        return None
-    return next((k for k in candidates if mentions_field(text, k)), None)
-
 
 @dataclass(frozen=True)
 class Profile:

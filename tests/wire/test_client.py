@@ -1170,3 +1170,68 @@ async def test_errors_show_the_url_without_its_query(failure) -> None:
             await drain_hi(ChatClient(ClientSettings(base_url=AZURE_BASE, model="m", api_key="sk-test", max_retries=0)))
     assert "http://llm.test/openai/deployments/gpt" in str(caught.value)
     assert "QUERY-SECRET" not in str(caught.value) and "api-version" not in str(caught.value)
+
+
+
+# The client had three adapters (message fields, request rules, the usage option), each with its own notice; one
+# reading of the refusal now gives one change of rule classes, and every notice names them (issue 29 §1)
+MISTRAL_FIELD = {"detail": [{"type": "extra_forbidden", "loc": ["body", "messages", 1, "reasoning_content"],
+                             "msg": "Extra inputs are not permitted", "input": "why"}]}
+
+
+def _depth(text: str) -> int:
+    """The deepest nesting of parentheses and brackets in `text`."""
+    depth = deepest = 0
+    for char in text:
+        depth += (char in "([" and 1) or -(char in ")]")
+        deepest = max(deepest, depth)
+    return deepest
+
+
+async def test_a_refused_message_field_is_one_change_whose_notice_names_its_rule_class() -> None:
+    history = json.loads(json.dumps(HISTORY))
+    history[1]["reasoning_content"] = "why"
+    with respx.mock(assert_all_called=True) as mock:
+        route = mock.post(URL).mock(side_effect=[httpx.Response(422, json=MISTRAL_FIELD), ok()])
+        items = await drain(adapt_client(), history)
+    notices = [i for i in items if isinstance(i, Notice)]
+    assert [(n.code, n.status) for n in notices] == [("reasoning_echo", 422)]
+    assert "(DropField)" in notices[0].message and "reasoning_content" in notices[0].message
+    assert "reasoning_content" in sent(route, 0)["messages"][1]
+    assert "reasoning_content" not in sent(route, 1)["messages"][1]
+    assert history[1]["reasoning_content"] == "why"  # the stored session keeps the original
+    assert facts.recall(BASE, "m")["refused_fields"] == ["reasoning_content"]  # stored as it always was
+
+
+async def test_the_notice_is_one_plain_sentence_with_the_http_status() -> None:
+    # before: "(400: [{'type': 'extra_forbidden', 'loc': ('body', 'seed'), …}]); dropped parameter seed (DropParam)
+    # and sent it again (remembered …)", with `status: null` in the JSON event
+    with respx.mock(assert_all_called=True) as mock:
+        mock.post(URL).mock(side_effect=[httpx.Response(400, json=VLLM_SEED), ok()])
+        items = await drain(adapt_client())
+    notice = next(i for i in items if isinstance(i, Notice))
+    assert notice.status == 400 and " | " not in notice.message and "\n" not in notice.message
+    assert _depth(notice.message) == 1
+    assert notice.message.count("Extra inputs are not permitted") == 1
+
+
+async def test_a_refused_configured_value_names_the_table_it_came_from() -> None:
+    refusal = {"object": "error", "message": "temperature must be in [0, 2], got 5.0.", "type": "BadRequestError",
+               "param": None, "code": 400}
+    c = ChatClient(ClientSettings(base_url=BASE, model="m", api_key="sk-test", max_retries=0,
+                                  params={"temperature": 5}, params_from="[profiles.fast.params] in /tmp/c.toml"))
+    with respx.mock(assert_all_called=True) as mock:
+        mock.post(URL).mock(side_effect=[httpx.Response(400, json=refusal)])
+        with pytest.raises(ProviderError) as info:
+            await drain(c)
+    assert str(info.value) == ("the server refused temperature = 5 (400): temperature must be in [0, 2], got 5.0; "
+                               "fix it in [profiles.fast.params] in /tmp/c.toml")
+
+
+async def test_a_configured_message_field_rule_applies_to_the_messages_from_the_first_request() -> None:
+    history = json.loads(json.dumps(HISTORY))
+    history[1]["x_vendor"] = 1
+    with respx.mock(assert_all_called=True) as mock:
+        route = mock.post(URL).mock(side_effect=[ok()])
+        await drain(adapt_client(provider={"request_rules": [{"op": "drop_field", "target": "x_vendor"}]}), history)
+    assert "x_vendor" not in sent(route, 0)["messages"][1] and history[1]["x_vendor"] == 1

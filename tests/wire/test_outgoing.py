@@ -390,3 +390,18 @@ def test_a_refusal_replaces_a_demand_and_a_demand_a_refusal():
     assert out.learned() == {"refused_fields": [], "required_fields": ["reasoning_content"]}
     assert [m.get("reasoning_content") for m in out.messages(conversation()) if m["role"] == "assistant"] == [
         "r1", "r2", "r3"]
+
+
+# message-field rules the config gives (`[provider] request_rules`, op drop_field) are the same classes as learned
+# ones, applied to the outgoing copy; only what a server taught is remembered (issue 29 §1)
+def test_field_rules_the_config_gives_apply_but_are_never_learned() -> None:
+    from crow_cli.wire.adapt import DropField, RequireField
+
+    history = conversation()
+    history[1]["x_vendor"] = 1
+    out = Outgoing("auto", known={"refused_fields": ["reasoning_details"]})
+    out.add([DropField("x_vendor")], learned=False)
+    assert all("x_vendor" not in m for m in out.messages(history)) and history[1]["x_vendor"] == 1
+    assert out.learned() == {"refused_fields": ["reasoning_details"], "required_fields": []}
+    out.add([RequireField("x_vendor")])  # a server demands what the config dropped: learned, replacing it
+    assert out.learned() == {"refused_fields": ["reasoning_details"], "required_fields": ["x_vendor"]}
