@@ -240,7 +240,7 @@ def _check_provider(table: Mapping[str, Any]) -> str | None:
     if problem is None and "request_rules" in table:
         from .wire.profile import rules_problem  # only for a config that sets rules: the rule classes load
 
-        problem = rules_problem(table["request_rules"])
+        problem = rules_problem(table["request_rules"], table)
     return problem
 
 

@@ -676,7 +676,7 @@ def rule_from_json(item: Any) -> Rule | None:
     no string, a sized rule without a size, or anything else damaged."""
     if not isinstance(item, dict) or not isinstance(item.get("target", ""), str):
         return None
-    cls = RULES.get(item.get("op"))  # type: ignore[arg-type]
+    cls = RULES.get(item["op"]) if isinstance(item.get("op"), str) else None
     if cls is None or (cls.sized and not is_size(item.get("value"))):
         return None
     names = {f.name for f in fields(cls)}  # type: ignore[arg-type]

@@ -64,6 +64,7 @@ from .facts import facts_path, learn, problems, recall
 from .outgoing import REASONING_ECHO, Outgoing, ReasoningEcho
 from .profile import build_profile
 from .profiles import CONTEXT_OVERFLOW, OVERFLOW_NUMBERS, OVERFLOW_PROMPT, OVERFLOW_WINDOW
+from .refusal import reason as refusal_reason
 from .retries import MAX_RETRY_AFTER_S, retry_after_s, retry_notice, retry_wait_s, should_retry
 from .vision import ImagesRefused, holds_images, known_text_only, refuses_images
 
@@ -607,7 +608,8 @@ def _body_message(body: Any, fallback: str) -> tuple[str, Any]:
     if isinstance(body, dict):
         err = body.get("error", body)
         if isinstance(err, dict):
-            message = err.get("message") or fallback
+            # FastAPI/pydantic bodies (Mistral, vLLM's validators) say it in `detail`, not `message`
+            message = err.get("message") or (refusal_reason(_json(err["detail"])) if err.get("detail") else fallback)
             return short_text(message if isinstance(message, str) else _json(message)), err.get("code")
         if isinstance(err, str):
             return short_text(err), None

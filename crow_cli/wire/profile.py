@@ -32,8 +32,10 @@ from .adapt import (
     OUTPUT_CAPS,
     RULES,
     CapParam,
+    DropField,
     DropParam,
     RenameParam,
+    RequireField,
     Rule,
     SetParam,
     is_size,
@@ -41,7 +43,7 @@ from .adapt import (
     rule_from_json,
     rules_from_json,
 )
-from .profiles import OWNED_PARAMS, PROFILE_FIELDS, REASONING_FIELDS, profile_for
+from .profiles import FIELD_NAME, MESSAGE_FIELDS, OWNED_PARAMS, PROFILE_FIELDS, REASONING_FIELDS, profile_for
 
 __all__ = ["LAYERS", "Layer", "ServerProfile", "build_profile", "rule_key", "rule_keys", "rules_problem",
            "unsent_set_param"]
@@ -157,6 +159,8 @@ def rule_keys(rule: Rule) -> frozenset[str]:
         return frozenset({f"value {OUTPUT_CAPS[0] if rule.target in OUTPUT_CAPS else rule.target}"})
     if isinstance(rule, SetParam):
         return frozenset({f"value {rule.target}"})
+    if isinstance(rule, DropField | RequireField):  # a field is sent or not: dropping and requiring it contradict
+        return frozenset({f"field {rule.target}"})
     return frozenset({rule_key(rule)})
 
 
@@ -180,6 +184,7 @@ _KEYWORD = re.compile(r"\$?[A-Za-z_][A-Za-z0-9_-]{0,63}")
 """A JSON-schema keyword (`additionalProperties`, `$schema`)."""
 _PARAM_OPS = frozenset(cls.op for cls in (DropParam, SetParam, RenameParam, CapParam))
 _FOLDED_ROLES = ("system", "developer")
+_FIELD_OPS = frozenset(cls.op for cls in (DropField, RequireField))
 _OWN_CHANGEABLE = {("drop_param", "stream_options"), ("set_param", "stream_options")}
 """Of the fields crow sets itself, the ones a rule may change: the usage option, dropped or set."""
 _VALUES: dict[str, tuple[str, Any]] = {
@@ -208,20 +213,29 @@ def _is_json(value: Any) -> bool:
     return isinstance(value, str | int | float | bool)
 
 
-def rules_problem(items: Any) -> str | None:
+def rules_problem(items: Any, table: Mapping[str, Any] | None = None) -> str | None:
     """What is wrong with the config's `[provider] request_rules` (one line naming the rule,
     `[provider] request_rules[2]: …`), or None: each a table of `op` (a kind of `adapt.RULES`) and the
     `target` and `value` that kind takes, no other; a target and value that rule can act on (a parameter
     name, never one crow sets itself; a schema keyword; a role crow folds: system, developer); no two rules
-    deciding the same (`rule_keys`). Whether a `set_param` has a parameter to set is `unsent_set_param`."""
+    deciding the same (`rule_keys`), also none deciding a field that `table`'s `refused_fields` or
+    `required_fields` (the rest of the same `[provider]` table) decides otherwise. Whether a `set_param` has a
+    parameter to set is `unsent_set_param`."""
     seen: list[tuple[int, Rule]] = []
+    decided = {f"field {name}": f"{key} = [{name!r}]" for key in ("refused_fields", "required_fields")
+               for name in (table or {}).get(key) or () if isinstance(name, str)}
     for i, item in enumerate(items if isinstance(items, list) else []):
         where = f"[provider] request_rules[{i}]"
         problem = _rule_problem(item)
         if problem:
             return f"{where}{problem}"
         rule = rule_from_json(item)
-        assert rule is not None  # every field was checked above
+        if rule is None:  # a check above misses what the rule itself refuses
+            return f"{where}: {item.get('op')} cannot act on {json.dumps(item, default=str)[:80]}"
+        if clash := next((said for key, said in decided.items() if key in rule_keys(rule)
+                          and not (isinstance(rule, DropField) and said.startswith("refused_fields"))
+                          and not (isinstance(rule, RequireField) and said.startswith("required_fields"))), None):
+            return f"{where}: {rule.describe()} contradicts [provider] {clash}: keep one"
         twin = next((j for j, old in seen if rule_keys(old) & rule_keys(rule)), None)
         if twin is not None:
             return (f"{where}: {rule.describe()} decides what request_rules[{twin}] does "
@@ -234,9 +248,10 @@ def _rule_problem(item: Any) -> str | None:
     """What is wrong with one configured rule, after its place (`: drop_param needs a target`), or None."""
     if not isinstance(item, dict) or set(item) - {"op", "target", "value"}:
         return " may hold op, target and value only"
-    cls = RULES.get(item.get("op"))  # type: ignore[arg-type]
+    cls = RULES.get(item["op"]) if isinstance(item.get("op"), str) else None
     if cls is None:
-        return f": no rule {item.get('op')!r} (known: {', '.join(RULES)})"
+        said = f"no rule {item['op'][:64]!r}" if isinstance(item.get("op"), str) else "needs an op, the name of a rule"
+        return f": {said} (known: {', '.join(RULES)})"
     takes = {f.name for f in fields(cls)}  # type: ignore[arg-type]
     op, target, value = cls.op, item.get("target"), item.get("value")
     for name in ("target", "value"):
@@ -255,6 +270,9 @@ def _rule_problem(item: Any) -> str | None:
             return f": {op} target {str(target)[:64]!r} is not a parameter name (letters, digits, _ . -)"
     if op == "drop_schema_keyword" and not _KEYWORD.fullmatch(str(target)):
         return f": drop_schema_keyword target {str(target)[:64]!r} is not a schema keyword (like $schema, default)"
+    if op in _FIELD_OPS and (not FIELD_NAME.fullmatch(str(target)) or target in MESSAGE_FIELDS):
+        return (f": {op} target {str(target)[:64]!r} is not a field crow may {op.split('_')[0]}: a name of letters, "
+                f"digits, _ . : -, never a field of the message itself ({', '.join(sorted(MESSAGE_FIELDS))})")
     if op == "fold_role" and target not in _FOLDED_ROLES:
         return f": fold_role target must be {' or '.join(_FOLDED_ROLES)} (got {str(target)[:64]!r})"
     wanted, fits = _VALUES.get(op, ("", None))

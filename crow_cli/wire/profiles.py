@@ -22,6 +22,7 @@ from .refusal import field_demanded, field_refused, mentions_field  # the words 
 __all__ = [
     "BLOCK_TEXT_FIELDS",
     "CONTEXT_OVERFLOW",
+    "FIELD_NAME",
     "KEYED_HOSTS",
     "KNOWN_REQUEST_RULES",
     "LEAKED_TOKEN",
@@ -107,7 +108,8 @@ MESSAGE_FIELDS = frozenset({"role", "content", "tool_calls", "tool_call_id", "na
                             "arguments", "refusal", "audio"})
 """Fields of the Chat Completions message itself: never a reasoning field, never dropped or demanded as one
 (`reasoning_fields = ["content"]` would send the prompt as reasoning, that is, not at all)."""
-_FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,63}")
+FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,63}")
+"""A field name the config may give (`reasoning_fields`, `drop_field` …): letters, digits, `_ . : -`, at most 64."""
 _MAX_NAMES = 32
 
 
@@ -144,7 +146,7 @@ def check_overrides(table: Mapping[str, Any]) -> str | None:
             if len(value) > _MAX_NAMES:
                 return f"[provider] {key} may hold at most {_MAX_NAMES} names"
             for name in value:
-                if not _FIELD_NAME.fullmatch(name):
+                if not FIELD_NAME.fullmatch(name):
                     return f"[provider] {key}: {name[:64]!r} is not a field name (letters, digits, _ . : -)"
                 if name in MESSAGE_FIELDS:
                     return (f"[provider] {key} may not name {name!r}: it is a field of the message itself "

@@ -719,6 +719,8 @@ def test_a_rule_is_a_value_of_its_class() -> None:
     assert len({DropParam("seed"), DropParam("seed")}) == 1
     assert rule_from_json({"op": "cap_param", "target": "max_tokens", "value": True}) is None  # no size
     assert rule_from_json({"op": "drop_param", "target": 3}) is None
+    # a new-user tester of the message-field rules: an op that is a list was a TypeError, not a damaged entry
+    assert rule_from_json({"op": ["drop_param"], "target": "seed"}) is None
     assert rule_from_json({"op": "schema_empty_object", "target": "", "value": "drop"}) == \
         SchemaEmptyObject("drop")
     assert SchemaEmptyObject("drop").apply({"tools": [_tool("f", {"type": "object", "properties": {}})]}) == \

@@ -805,6 +805,17 @@ def test_map_error_replaces_the_key_in_the_message():
     assert KEY not in str(mapped) and "Incorrect API key provided: [REDACTED]." in str(mapped)
 
 
+# a new-user tester of the message-field rules: a final Mistral 422 said "request rejected (422): Error code: 422 -
+# {'detail': [...]}", the SDK's dump of the body with the status twice
+def test_a_refusal_saying_it_in_detail_is_one_plain_line():
+    body = {"detail": [{"type": "extra_forbidden", "loc": ["body", "messages", 1, "reasoning_content"],
+                        "msg": "Extra inputs are not permitted", "input": "why"}]}
+    request = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
+    response = httpx.Response(422, json=body, request=request)
+    mapped = map_error(openai.APIStatusError(f"Error code: 422 - {body}", response=response, body=body), "http://x/v1")
+    assert str(mapped) == "request rejected (422): Extra inputs are not permitted at body.messages.1.reasoning_content"
+
+
 def test_a_key_cut_by_the_message_limit_is_redacted_too():
     mapped = map_error(_status_error(400, "x" * 190 + " key " + KEY), "http://x/v1", secret=KEY)
     assert "sk-S" not in str(mapped) and str(mapped).endswith("[REDACTED]…")

@@ -147,6 +147,19 @@ def test_each_damaged_entry_is_one_warning_and_the_rest_is_used() -> None:
 
 # a new-user tester of learned facts: a fact was checked more loosely than the same value in the config
 # (`refused_fields = ["content"]` would drop every message's text); one set of checks for both
+# a new-user tester of the message-field rules: a stored require_field of tool_calls was an internal
+# AssertionError in every run and in `crow facts list`; a stored drop_field of content was taken silently
+def test_a_stored_field_rule_on_a_field_of_the_message_itself_is_no_fact_with_a_warning() -> None:
+    path = facts.facts_path()
+    path.parent.mkdir(parents=True)
+    rules = [{"op": "require_field", "target": "tool_calls"}, {"op": "drop_field", "target": "content"},
+             {"op": "drop_param", "target": "seed", "value": None}]
+    path.write_text(json.dumps({"http://h/v1 m": {"request_rules": rules, "learned_at": time.time()}}))
+    assert facts.recall("http://h/v1", "m")["request_rules"] == [rules[2]]
+    warnings = facts.problems()
+    assert len(warnings) == 2 and all("not a field crow may" in w and w.endswith("not used") for w in warnings)
+
+
 def test_a_fact_the_config_would_refuse_is_no_fact_with_one_warning() -> None:
     from crow_cli.wire.adapt import RULES
     from crow_cli.wire.profile import rules_problem

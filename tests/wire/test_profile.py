@@ -192,6 +192,14 @@ def test_an_empty_list_a_layer_sets_is_shown_and_an_empty_learned_one_learned_no
     ({"op": "tool_result_placeholder", "value": " "}, "tool_result_placeholder value must be a string that is not"),
     ({"op": "assistant_tool_content", "value": 0}, "assistant_tool_content value must be a string"),
     ({"op": "drop_schema_keyword", "target": "a b"}, "is not a schema keyword"),
+    # a new-user tester of the message-field rules: require_field tool_calls was an internal AssertionError in
+    # every command (and from facts.json), drop_field content was shown as applied and did nothing
+    ({"op": "require_field", "target": "tool_calls"}, "require_field target 'tool_calls' is not a field crow may"),
+    ({"op": "drop_field", "target": "content"}, "drop_field target 'content' is not a field crow may drop"),
+    ({"op": "drop_field", "target": "role"}, "never a field of the message itself"),
+    ({"op": "drop_field", "target": "a b"}, "drop_field target 'a b' is not a field"),
+    ({}, "needs an op, the name of a rule (known: drop_param"),
+    ({"op": ["drop_param"]}, "needs an op, the name of a rule"),
 ])
 def test_a_configured_rule_that_cannot_act_is_refused_naming_it(rule: dict[str, Any], problem: str) -> None:
     from crow_cli.wire.profile import rules_problem
@@ -220,6 +228,23 @@ def test_two_configured_rules_deciding_the_same_are_refused() -> None:
                           {"op": "cap_param", "target": "max_completion_tokens", "value": 200}]) == (
         "[provider] request_rules[1]: lowered parameter max_completion_tokens to 200 decides what "
         "request_rules[0] does (lowered parameter max_tokens to 100): keep one")
+
+
+# a new-user tester of the message-field rules: dropping and requiring one field in one table were both taken
+def test_rules_contradicting_on_a_field_are_refused_also_against_the_tables_field_lists() -> None:
+    from crow_cli.wire.profile import rules_problem
+
+    drop = {"op": "drop_field", "target": "reasoning_content"}
+    need = {"op": "require_field", "target": "reasoning_content"}
+    assert "request_rules[1]: sent reasoning_content on every assistant message decides what request_rules[0]" \
+        in (rules_problem([drop, need]) or "")
+    assert rules_problem([need], {"refused_fields": ["reasoning_content"]}) == (
+        "[provider] request_rules[0]: sent reasoning_content on every assistant message contradicts [provider] "
+        "refused_fields = ['reasoning_content']: keep one")
+    required = {"required_fields": ["reasoning_content"]}
+    assert "contradicts [provider] required_fields" in (rules_problem([drop], required) or "")
+    assert rules_problem([drop], {"refused_fields": ["reasoning_content"]}) is None  # the same decision twice
+    assert rules_problem([need, {"op": "drop_field", "target": "x_vendor"}]) is None
 
 
 # a new-user tester of the layered profile: a set_param on a parameter no request has could never set anything
