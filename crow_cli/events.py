@@ -111,6 +111,9 @@ class Notice:
     request its message names (a tool-schema keyword, a parameter, a message shape); that part is changed
     in this and every later request (the history is not) and the request is sent again once
     (`wire.adapt`). `"adapt_debug"` (`--debug` only): an adaptation decision, traced.
+    `"facts_damaged"`: an entry of the learned facts is damaged and counts as not known (one per entry,
+    before the first request). `"facts_unwritable"`: what the server taught could not be remembered for
+    later runs (the path and the system's reason); the run goes on.
     `"debug"` / `"adapt_debug"` (only with `--debug`): why the accumulator or the client decided
     something (a reasoning block merged, a field dropped or added, a fact remembered).
     `"compacting"`: the history is near (or past) the model's context window; crow asks the model
