@@ -253,7 +253,7 @@ def test_a_client_gone_from_stdout_is_one_exit_not_a_traceback(tmp_path: Path) -
 INSPECTOR = "@modelcontextprotocol/inspector"
 # Read at import, before the autouse fixture gives each test a fresh HOME: the inspector installs into the
 # user's npm cache once (~240 MB, ~20 s of CPU) and runs from it after that (.ci/run fetches it beside mypy).
-NPM_CACHE = os.environ.get("npm_config_cache") or str(Path.home() / ".npm")
+NPM_CACHE = os.environ.get("NPM_CONFIG_CACHE") or str(Path.home() / ".npm")
 
 
 @pytest.mark.skipif(shutil.which("npx") is None, reason="no npx here for the MCP inspector's CLI")
@@ -263,7 +263,7 @@ def test_the_mcp_inspector_lists_the_tools(tmp_path: Path) -> None:
             ran = subprocess.run(["npx", "--yes", INSPECTOR, "--cli", CROW, "mcp",
                                   "--base-url", server.base_url, "--api-key", "sk-test", "--model", "test-model",
                                   "--method", "tools/list"], capture_output=True, text=True, timeout=120,
-                                 cwd=tmp_path, env={**os.environ, "npm_config_cache": NPM_CACHE})
+                                 cwd=tmp_path, env={**os.environ, "NPM_CONFIG_CACHE": NPM_CACHE})
         except subprocess.TimeoutExpired:
             pytest.skip("the MCP inspector could not be fetched in time")
     if ran.returncode != 0 and "crow_run" not in ran.stdout:
