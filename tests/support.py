@@ -628,7 +628,10 @@ async def chat(script: list[dict[str, Any]], keys: str | bytes, store: SessionSt
             pipe.send_bytes(keys)
         else:
             pipe.send_text(keys)
-        app = ChatApp(replace(settings or Settings(model="test-model", api_key="sk-test"), base_url=server.base_url),
+        # the sandbox as `crow chat` here resolves it (CROW_SANDBOX: `off` where conftest.py found no bubblewrap)
+        settings = settings or Settings(model="test-model", api_key="sk-test",
+                                        sandbox=os.environ.get("CROW_SANDBOX", "workspace-write"))  # type: ignore[arg-type]
+        app = ChatApp(replace(settings, base_url=server.base_url),
                       options or ChatOptions(), console=Console(file=out, width=100), pt_input=pipe,
                       pt_output=DummyOutput(), store=store)
         code = await asyncio.wait_for(app.run(), 120)  # bounds a hang
