@@ -356,6 +356,19 @@ def png(width: int = 1, height: int = 1) -> bytes:
             + part(b"IDAT", zlib.compress(rows)) + part(b"IEND", b""))
 
 
+GUARDED_TOOL = '''
+@tool(needs_approval=True)
+def guarded(text: str) -> str:
+    """Needs approval.
+
+    Args:
+        text: anything.
+    """
+    return "guarded ran: " + text
+'''
+"""The source of a plugin tool `guarded(text)` that needs approval (a tools folder's module imports `tool`)."""
+
+
 def tools_folder(folder: Path, source: str) -> Path:
     """`folder`, created, holding one tools module with `source` (for `--tools-dir`)."""
     folder.mkdir()

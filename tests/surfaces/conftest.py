@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from crow_cli.sessions import SessionStore
-from tests.support import tools_folder
+from tests.support import GUARDED_TOOL, tools_folder
 
 APPROVAL_TOOLS = '''
 import asyncio
@@ -26,16 +26,7 @@ async def nap(seconds: float = 0.2, flag: str = "") -> str:
     if flag:
         open(flag, "w").close()
     return "rested"
-
-@tool(needs_approval=True)
-def guarded(text: str) -> str:
-    """Needs approval.
-
-    Args:
-        text: anything.
-    """
-    return "guarded ran: " + text
-'''
+''' + GUARDED_TOOL
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[SessionStore]:

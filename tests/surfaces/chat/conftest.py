@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import tools_folder
+from tests.support import GUARDED_TOOL, tools_folder
 
 SLOW_TOOLS = '''
 import asyncio, os, signal
@@ -39,16 +39,7 @@ async def quick(text: str) -> str:
     """
     QUICK_DONE.set()
     return "echo: " + text
-
-@tool(needs_approval=True)
-def guarded(text: str) -> str:
-    """Needs approval.
-
-    Args:
-        text: anything.
-    """
-    return "guarded ran: " + text
-'''
+''' + GUARDED_TOOL
 
 
 @pytest.fixture
