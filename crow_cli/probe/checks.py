@@ -34,6 +34,7 @@ from ..config import Settings
 from ..history import Message, ToolCall, as_json, assistant_message, tool_message, user_message
 from ..text import mask_secrets, public_url
 from ..wire.body import BodyTooLarge, capped_events, read_body
+from ..wire.tls import ssl_context
 from .classify import Finding, RawStream, Shape, classify, parse_sse
 from .models import auth_headers, context_length
 from .report import Check, CheckLevel, Report, shown
@@ -263,7 +264,8 @@ async def run_probe(settings: Settings, options: ProbeOptions | None = None,
 
         transport = RecordingTransport(prepare_record_dir(options.record_dir), secrets=(settings.api_key,))
     # no redirect followed: the config's credential headers would go with it to another host
-    async with httpx.AsyncClient(headers=headers, transport=transport, timeout=options.request_timeout_s) as client:
+    async with httpx.AsyncClient(headers=headers, transport=transport, timeout=options.request_timeout_s,
+                                 verify=ssl_context()) as client:
         prober = _Prober(settings, options, client)
         report = Report(base_url=settings.base_url, model=settings.model)
         try:

@@ -36,6 +36,7 @@ from ..errors import ConfigError
 from ..private import open_private, private_dir
 from ..text import header_secrets, is_secret_name, mask_secrets
 from .body import MAX_STREAM_BYTES
+from .tls import ssl_context
 
 __all__ = ["RecordingTransport", "prepare_record_dir", "recording_http_client"]
 
@@ -74,7 +75,7 @@ class RecordingTransport(httpx.AsyncBaseTransport):
     def __init__(self, folder: Path, inner: httpx.AsyncBaseTransport | None = None,
                  secrets: Iterable[str | None] = ()) -> None:
         self.folder = folder
-        self.inner = inner or httpx.AsyncHTTPTransport()
+        self.inner = inner or httpx.AsyncHTTPTransport(verify=ssl_context())
         self._secrets = {s for s in secrets if s}
         self._number = max((int(m.group(1)) for f in folder.iterdir() if (m := _NUMBERED.match(f.name))),
                            default=0)
@@ -207,6 +208,7 @@ def recording_http_client(record_dir: str | Path, *, timeout: httpx.Timeout,
         ConfigError: the folder cannot be created or written.
     """
     folder = prepare_record_dir(record_dir)
-    transport = RecordingTransport(folder, inner or httpx.AsyncHTTPTransport(
-        limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100)), secrets=secrets)
+    inner = inner or httpx.AsyncHTTPTransport(
+        verify=ssl_context(), limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100))
+    transport = RecordingTransport(folder, inner, secrets=secrets)
     return httpx.AsyncClient(transport=transport, timeout=timeout, follow_redirects=True)

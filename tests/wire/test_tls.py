@@ -1,0 +1,54 @@
+"""crow_cli/wire/tls.py: one TLS context per process, shared by crow's HTTP clients, verifying as httpx's
+default does.
+
+Properties guarded here:
+- the context checks certificates and host names against loaded roots (sharing it turns nothing off);
+- clients made one after another load the CA roots once, not once each.
+"""
+
+from __future__ import annotations
+
+import ssl
+from typing import Any
+
+import httpx
+import pytest
+import respx
+
+from crow_cli.history import user_message
+from crow_cli.wire.client import ChatClient, ClientSettings
+from crow_cli.wire.tls import ssl_context
+from tests.support import text_sse
+
+BASE = "https://api.example.test/v1"
+
+
+def test_the_context_checks_certificates_and_host_names() -> None:
+    context = ssl_context()
+    assert context is ssl_context()
+    assert context.verify_mode is ssl.CERT_REQUIRED and context.check_hostname
+    assert context.get_ca_certs(), "the CA roots are loaded"
+
+
+async def test_clients_one_after_another_load_the_roots_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # each client made its own context, reading certifi's bundle each time: ~30 ms of CPU apiece (seen
+    # profiling tests/wire: 364 loads, 11.5 s)
+    loads: list[Any] = []
+    load = ssl.SSLContext.load_verify_locations
+
+    def counted(self: ssl.SSLContext, *args: Any, **kwargs: Any) -> None:
+        loads.append(args or kwargs)
+        load(self, *args, **kwargs)
+
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counted)
+    ssl_context.cache_clear()
+    with respx.mock() as mock:
+        mock.post(f"{BASE}/chat/completions").mock(return_value=httpx.Response(
+            200, content=text_sse("hi").encode(), headers={"content-type": "text/event-stream"}))
+        for _ in range(2):
+            client = ChatClient(ClientSettings(base_url=BASE, model="m", api_key="k", max_retries=0))
+            try:
+                assert [chunk async for chunk in client.stream([user_message("x")])]
+            finally:
+                await client.aclose()
+    assert len(loads) == 1
