@@ -1,4 +1,21 @@
-"""The approval matrix: policy × tool × whether someone can answer, plus allow/deny rules."""
+"""Approval (crow_cli/tools/approval.py): the matrix of policy × tool × whether someone can answer, rules,
+answers and the question shown.
+
+Properties guarded here:
+
+- one decision per call (`decide`): a deny rule refuses whatever the policy, then `read-only`, a "never"
+  answer and a read-only sandbox's file edit; a command that would leave the sandbox (or none can be had)
+  and an edit of crow's own or start-up files are asked about, never approved by a rule, policy or
+  "always"; else an allow rule, the policy or "always" approves, or the person is asked, or, with nobody
+  to ask, the call is refused with what would allow it;
+- answers: "always" is remembered as allow rules (scoped to command prefixes), "never" as the tool's
+  refusal for the session, a "no" with a reason is the result the model reads; one prompt at a time;
+- rules see through shell wrappers, spellings and quoting, and fail closed on what they cannot read;
+- leaving the sandbox (`escalate`) is asked once per call, never under read-only or after "never";
+- a command the person typed runs unasked, except what a rule refuses and leaving the sandbox;
+- the preview shows what will run (whole commands, diffs, long ones cut with what was cut said) with
+  control, bidi and zero-width characters escaped.
+"""
 
 from __future__ import annotations
 
@@ -719,3 +736,42 @@ def test_yes_with_the_read_only_policy_is_refused_not_loosened() -> None:
     with pytest.raises(ConfigError, match="--yes conflicts with the approval policy 'read-only'"):
         make_approver("read-only", yes=True)
     assert make_approver("auto-edit", yes=True).policy.mode == "yolo"
+
+
+async def test_a_never_answer_refuses_later_calls_of_the_tool_without_asking() -> None:
+    asker = Asker(Answer("never"))
+    approve = Approvals(ApprovalPolicy("ask"), asker)
+    with pytest.raises(ToolDenied, match="the user declined deploy"):
+        await approve(_call("deploy", target="prod"), deploy)
+    with pytest.raises(ToolDenied, match="the user rejected deploy for this session"):
+        await approve(_call("deploy", target="staging"), deploy)
+    assert asker.asked == ["deploy"]
+
+
+async def test_leaving_the_sandbox_is_never_asked_under_read_only_or_after_never() -> None:
+    asker = Asker(Answer("yes"))
+    call, shell = _call("run_shell", command="make"), TOOLS["run_shell"]
+    assert await Approvals(ApprovalPolicy("ask"), asker).escalate(call, shell, "no network")
+    assert not await Approvals(ApprovalPolicy("read-only"), asker).escalate(call, shell, "no network")
+    assert not await Approvals(ApprovalPolicy("ask"), asker, never={"run_shell"}).escalate(call, shell, "no network")
+    assert not await Approvals(ApprovalPolicy("ask")).escalate(call, shell, "no network")  # nobody to ask
+    assert asker.asked == ["run_shell"]
+
+
+async def test_a_command_the_person_typed_runs_unasked_unless_a_rule_or_leaving_the_sandbox_says_otherwise(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from crow_cli.tools import sandbox
+    from crow_cli.tools.context import ToolContext, using_context
+
+    asker = Asker(Answer("no"))
+    typed = make_approver("ask", deny=["run_shell:rm"], ask=asker).typed_by_person()
+    with using_context(ToolContext(tmp_path, sandbox=sandbox.Sandbox("off"))):
+        assert await typed(_call("run_shell", command="make test"), TOOLS["run_shell"])
+        with pytest.raises(ToolDenied, match="denied by the rule 'run_shell:rm'"):
+            await typed(_call("run_shell", command="rm -rf build"), TOOLS["run_shell"])
+    assert asker.asked == []
+    monkeypatch.setattr(sandbox, "_probe", lambda: (None, "bubblewrap (bwrap) is not installed"))
+    with using_context(ToolContext(tmp_path, sandbox=sandbox.Sandbox("workspace-write"))), \
+            pytest.raises(ToolDenied, match="the user declined run_shell"):
+        await typed(_call("run_shell", command="make test"), TOOLS["run_shell"])  # typing it is no yes to that
+    assert asker.asked == ["run_shell"]
