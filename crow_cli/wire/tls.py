@@ -9,9 +9,12 @@ makes httpx's once and hands the same one to each client (`verify=ssl_context()`
 from __future__ import annotations
 
 import functools
+import os
 import ssl
 
 import httpx
+
+from ..errors import ConfigError
 
 __all__ = ["ssl_context"]
 
@@ -19,5 +22,16 @@ __all__ = ["ssl_context"]
 @functools.cache
 def ssl_context() -> ssl.SSLContext:
     """The context httpx's `verify=True` gives (`httpx.create_ssl_context()`: certifi's roots, or the
-    SSL_CERT_FILE / SSL_CERT_DIR of the environment as the process first reads it), made once."""
-    return httpx.create_ssl_context()
+    SSL_CERT_FILE / SSL_CERT_DIR of the environment as the process first reads it), made once.
+
+    Raises:
+        ConfigError: the certificates cannot be loaded (SSL_CERT_FILE names no file, or one without
+            certificates): one line naming the variable, not an error about something else.
+    """
+    try:
+        return httpx.create_ssl_context()
+    except OSError as exc:  # ssl.SSLError is one
+        named = next((f"{name}={os.environ[name]}" for name in ("SSL_CERT_FILE", "SSL_CERT_DIR")
+                      if os.environ.get(name)), "certifi's bundle")
+        raise ConfigError(f"cannot load the TLS certificates of {named}: "
+                          f"{exc.strerror or getattr(exc, 'reason', None) or exc}") from None

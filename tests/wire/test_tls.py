@@ -3,22 +3,25 @@ default does.
 
 Properties guarded here:
 - the context checks certificates and host names against loaded roots (sharing it turns nothing off);
-- clients made one after another load the CA roots once, not once each.
+- clients made one after another load the CA roots once, not once each;
+- roots that cannot be loaded are one configuration error naming the variable that named them.
 """
 
 from __future__ import annotations
 
 import ssl
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import respx
 
+from crow_cli.errors import ConfigError
 from crow_cli.history import user_message
 from crow_cli.wire.client import ChatClient, ClientSettings
 from crow_cli.wire.tls import ssl_context
-from tests.support import text_sse
+from tests.support import run_here, text_sse
 
 BASE = "https://api.example.test/v1"
 
@@ -52,3 +55,24 @@ async def test_clients_one_after_another_load_the_roots_once(monkeypatch: pytest
             finally:
                 await client.aclose()
     assert len(loads) == 1
+
+
+# tried as a new user: a missing SSL_CERT_FILE said "cannot write the output: No such file or directory" (crow
+# run, also against a plain-HTTP server) or "internal error: FileNotFoundError" (crow models, crow probe)
+@pytest.mark.parametrize("content", [None, "not a certificate\n"])
+async def test_roots_that_cannot_be_loaded_are_one_config_error_naming_the_variable(
+        content: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "ca.pem"
+    if content is not None:
+        path.write_text(content)
+    monkeypatch.setenv("SSL_CERT_FILE", str(path))
+    ssl_context.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match=f"cannot load the TLS certificates of SSL_CERT_FILE={path}: "):
+            ssl_context()
+        ran = await run_here([], "hi", cwd=tmp_path)
+    finally:
+        ssl_context.cache_clear()  # the next test's clients load the roots of its own environment
+    assert ran.code == 2 and ran.stdout == ""
+    assert ran.stderr.startswith(f"crow: error: cannot load the TLS certificates of SSL_CERT_FILE={path}: ")
+    assert ran.stderr.count("\n") == 1
