@@ -34,6 +34,7 @@ from ..config import Settings
 from ..history import Message, ToolCall, as_json, assistant_message, tool_message, user_message
 from ..text import mask_secrets, public_url
 from ..wire.body import BodyTooLarge, capped_events, read_body
+from ..wire.proxy import proxy_for
 from ..wire.tls import ssl_context
 from .classify import Finding, RawStream, Shape, classify, parse_sse
 from .models import auth_headers, context_length
@@ -262,7 +263,9 @@ async def run_probe(settings: Settings, options: ProbeOptions | None = None,
     if options.record_dir is not None:  # "" too: prepare_record_dir refuses it
         from ..wire.record import RecordingTransport, prepare_record_dir
 
-        transport = RecordingTransport(prepare_record_dir(options.record_dir), secrets=(settings.api_key,))
+        # a client given a transport reads no proxy variable: this one gets the proxy (`wire.proxy`)
+        sends = httpx.AsyncHTTPTransport(verify=ssl_context(), proxy=proxy_for(settings.base_url))
+        transport = RecordingTransport(prepare_record_dir(options.record_dir), sends, secrets=(settings.api_key,))
     # no redirect followed: the config's credential headers would go with it to another host
     async with httpx.AsyncClient(headers=headers, transport=transport, timeout=options.request_timeout_s,
                                  verify=ssl_context()) as client:

@@ -184,13 +184,15 @@ class ChatClient:
             from openai import DEFAULT_CONNECTION_LIMITS, AsyncOpenAI
 
             from .body import CappedErrorBodies
+            from .proxy import proxy_for
             from .tls import ssl_context
 
             s = self.settings
             timeout = httpx.Timeout(connect=s.connect_timeout_s, read=s.idle_timeout_s, write=60.0, pool=30.0)
-            # the SDK reads a refusal's body whole: this transport reads it first, capped (`wire.body`)
-            transport = CappedErrorBodies(httpx.AsyncHTTPTransport(verify=ssl_context(),
-                                                                   limits=DEFAULT_CONNECTION_LIMITS))
+            # the SDK reads a refusal's body whole: this transport reads it first, capped (`wire.body`); a
+            # client given a transport reads no proxy variable, so the transport gets the proxy (`wire.proxy`)
+            transport = CappedErrorBodies(httpx.AsyncHTTPTransport(
+                verify=ssl_context(), proxy=proxy_for(self._url), limits=DEFAULT_CONNECTION_LIMITS))
             if s.record_dir:
                 from .record import recording_http_client
 
