@@ -267,8 +267,11 @@ async def run_probe(settings: Settings, options: ProbeOptions | None = None,
         sends = httpx.AsyncHTTPTransport(verify=ssl_context(), proxy=proxy_for(settings.base_url))
         transport = RecordingTransport(prepare_record_dir(options.record_dir), sends, secrets=(settings.api_key,))
     # no redirect followed: the config's credential headers would go with it to another host
+    # the proxy and the roots as crow's chat client has them (`wire.proxy`, `wire.tls`), not read again by httpx;
+    # a recording transport has its proxy (a proxy given here would route around it)
+    proxy = proxy_for(settings.base_url) if transport is None else None
     async with httpx.AsyncClient(headers=headers, transport=transport, timeout=options.request_timeout_s,
-                                 verify=ssl_context()) as client:
+                                 verify=ssl_context(), proxy=proxy, trust_env=False) as client:
         prober = _Prober(settings, options, client)
         report = Report(base_url=settings.base_url, model=settings.model)
         try:

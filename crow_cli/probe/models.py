@@ -18,6 +18,7 @@ from ..config import Settings
 from ..errors import AuthError, ProviderError
 from ..text import public_url
 from ..wire.body import BodyTooLarge, read_body_sync
+from ..wire.proxy import proxy_for
 from ..wire.tls import ssl_context
 
 __all__ = ["ModelInfo", "auth_headers", "context_length", "fetch_models"]
@@ -83,8 +84,8 @@ def fetch_models(settings: Settings, timeout_s: float = 15.0) -> list[ModelInfo]
     deadline = time.monotonic() + timeout_s
     try:
         # no redirect followed: the config's credential headers would go with it to another host
-        with httpx.stream("GET", url, headers=auth_headers(settings), timeout=timeout_s,
-                          verify=ssl_context()) as response:
+        with httpx.stream("GET", url, headers=auth_headers(settings), timeout=timeout_s, verify=ssl_context(),
+                          proxy=proxy_for(url), trust_env=False) as response:
             content = read_body_sync(response, deadline=deadline)
     except (httpx.TimeoutException, TimeoutError):
         raise ProviderError(f"no answer from {shown_url} within {timeout_s:g} s") from None

@@ -56,6 +56,7 @@ async def discover_context_window(base_url: str, model: str, api_key: str | None
     import httpx
 
     from .body import BodyTooLarge, read_body
+    from .proxy import proxy_for
     from .tls import ssl_context
 
     sent = dict(headers or {})
@@ -64,8 +65,8 @@ async def discover_context_window(base_url: str, model: str, api_key: str | None
     base = base_url.rstrip("/")
     root = base[:-3] if base.endswith("/v1") else base
     try:
-        async with asyncio.timeout(timeout_s), httpx.AsyncClient(timeout=timeout_s, headers=sent,
-                                                                        verify=ssl_context()) as http:
+        async with asyncio.timeout(timeout_s), httpx.AsyncClient(
+                timeout=timeout_s, headers=sent, verify=ssl_context(), proxy=proxy_for(base), trust_env=False) as http:
             for url in (f"{base}/models", f"{root}/props"):
                 try:
                     async with http.stream("GET", url) as response:

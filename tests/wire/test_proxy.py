@@ -2,18 +2,24 @@
 
 Properties guarded here:
 - a URL gets its scheme's proxy (else ALL_PROXY's), none when NO_PROXY names its host or none is set;
-- the chat request goes through that proxy, although the client brings its own transport.
+- a proxy crow cannot use is one configuration error that shows no credentials;
+- the chat request goes through that proxy, although the client brings its own transport, and so does
+  `crow models`.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
+
 import pytest
 
+from crow_cli.errors import ConfigError
 from crow_cli.history import user_message
 from crow_cli.wire.client import ChatClient, ClientSettings
 from crow_cli.wire.proxy import proxy_for
 from tests.replay_server import ReplayServer
-from tests.support import text_sse
+from tests.support import crow_here, text_sse
 
 VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
 
@@ -35,6 +41,25 @@ def test_a_url_gets_its_schemes_proxy_unless_no_proxy_names_its_host(monkeypatch
     assert proxy_for("http://api.example.com/v1") is None  # no proxy for plain HTTP was named
     monkeypatch.setenv("ALL_PROXY", "http://all.example:8080")
     assert proxy_for("http://api.example.com/v1") == "http://all.example:8080"
+    monkeypatch.setenv("ALL_PROXY", "all.example:8080")  # no scheme: http://, as httpx reads it
+    assert proxy_for("http://api.example.com/v1") == "http://all.example:8080"
+
+
+@pytest.mark.parametrize(("proxy", "said"), [
+    ("ftp://someone:hunter2@proxy.example:21", "(ftp://proxy.example:21, from HTTPS_PROXY, HTTP_PROXY or ALL_PROXY) "
+                                               "is not a proxy URL httpx can use"),
+    ("http://someone:hunter2@proxy.example:port", "(unreadable, from"),
+    ("socks5://someone:hunter2@proxy.example:1080", "is a SOCKS proxy, which needs httpx's SOCKS support"),
+])
+def test_a_proxy_that_cannot_be_used_is_one_line_without_its_credentials(proxy: str, said: str,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # seen adding proxy support: httpx raised ValueError or ImportError for these, crow's internal error
+    if "SOCKS" in said and importlib.util.find_spec("socksio") is not None:
+        pytest.skip("socksio is installed here: a SOCKS proxy can be used")
+    monkeypatch.setenv("HTTPS_PROXY", proxy)
+    with pytest.raises(ConfigError, match=r"^the proxy for https:// URLs ") as raised:
+        proxy_for("https://api.example.com/v1")
+    assert said in str(raised.value) and "someone" not in str(raised.value) and "hunter2" not in str(raised.value)
 
 
 # tried as a new user: with HTTPS_PROXY set, `crow models`, the probe and the context-window lookup went
@@ -49,3 +74,11 @@ async def test_the_chat_request_goes_through_the_proxy_the_environment_names(mon
         finally:
             await client.aclose()
     assert proxy.raw_requests[0]["path"] == "http://crow-proxy-test.invalid/v1/chat/completions"
+
+
+def test_crow_models_goes_through_the_same_proxy(monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    with ReplayServer([]) as proxy:
+        monkeypatch.setenv("HTTP_PROXY", proxy.base_url.removesuffix("/v1"))
+        code = crow_here("models", "--base-url", "http://crow-proxy-test.invalid/v1", "--json")
+    assert code == 0 and json.loads(capsys.readouterr().out)[0]["id"] == "test-model"
