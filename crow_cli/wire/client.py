@@ -26,7 +26,7 @@ of later runs: the client starts from one `wire.profile.ServerProfile`, built on
 configured and learned layers; `adapt_requests=False` turns that mechanism off (a refused `stream_options` is
 then still dropped, by a `DropParam` rule for the client's life, never remembered).
 
-Imports: the SDK and the sibling modules that import httpx (`body`, `record`, `stream`) are imported where
+Imports: the SDK and the sibling modules that import httpx (`body`, `record`, `stream`, `tls`) are imported where
 they are used, so that a surface can import this module, start its MCP servers and read its session while
 `import_in_background` loads them off the main thread; everything else is imported at the top.
 """
@@ -64,6 +64,7 @@ from .facts import facts_path, learn, problems, recall
 from .outgoing import REASONING_ECHO, Outgoing, ReasoningEcho
 from .profile import build_profile
 from .profiles import CONTEXT_OVERFLOW, OVERFLOW_NUMBERS, OVERFLOW_PROMPT, OVERFLOW_WINDOW
+from .proxy import proxy_for
 from .refusal import reason as refusal_reason
 from .retries import MAX_RETRY_AFTER_S, retry_after_s, retry_notice, retry_wait_s, should_retry
 from .vision import ImagesRefused, holds_images, known_text_only, refuses_images
@@ -141,6 +142,7 @@ class ChatClient:
         self._sdk: Any = None
         self._after_done: AfterDone | None = None  # learned: a server keeps its bodies open after [DONE]
         self._url, self._query = split_base_url(settings.base_url)
+        self._proxy = proxy_for(self._url)  # read once, now: a proxy crow cannot use is one line before the run
         self._shown_url = public_url(settings.base_url)
         # redacted from errors and records: the key, those in the URL, credential header values
         self._secrets = [settings.api_key, *url_secrets(settings.base_url), *header_secrets(settings.headers)]
@@ -184,7 +186,6 @@ class ChatClient:
             from openai import DEFAULT_CONNECTION_LIMITS, AsyncOpenAI
 
             from .body import CappedErrorBodies
-            from .proxy import proxy_for
             from .tls import ssl_context
 
             s = self.settings
@@ -192,7 +193,7 @@ class ChatClient:
             # the SDK reads a refusal's body whole: this transport reads it first, capped (`wire.body`); a
             # client given a transport reads no proxy variable, so the transport gets the proxy (`wire.proxy`)
             transport = CappedErrorBodies(httpx.AsyncHTTPTransport(
-                verify=ssl_context(), proxy=proxy_for(self._url), limits=DEFAULT_CONNECTION_LIMITS))
+                verify=ssl_context(), proxy=self._proxy, limits=DEFAULT_CONNECTION_LIMITS))
             if s.record_dir:
                 from .record import recording_http_client
 
@@ -333,7 +334,7 @@ class ChatClient:
                         _rename_calls(item, back)
                     yield item
         except Exception as exc:
-            mapped = map_error(exc, self._shown_url, secret=self._secrets)
+            mapped = map_error(exc, self._shown_url, secret=self._secrets, proxy=self._proxy)
             if mapped is None:
                 raise
             raise mapped from exc
@@ -643,16 +644,17 @@ def _retry_after(headers: Any) -> float | None:
         return None
 
 
-def map_error(exc: BaseException, base_url: str, secret: str | Iterable[str | None] | None = None
-              ) -> ProviderError | None:
+def map_error(exc: BaseException, base_url: str, secret: str | Iterable[str | None] | None = None,
+              proxy: str | None = None) -> ProviderError | None:
     """The `ProviderError` for an SDK or httpx exception, or None when `exc` is not one of theirs.
 
     `base_url` is shown as given: pass it through `text.public_url` (no query, no credentials).
     `secret` (the API key, or every secret: the key and those in the base URL's query, `text.url_secrets`)
     is replaced by `[REDACTED]` (`text.mask_secrets`) in the message: providers echo a wrong key in their 401
-    bodies, and the message is printed, sent in `run_finished.error` and may be stored.
+    bodies, and the message is printed, sent in `run_finished.error` and may be stored. `proxy`: the proxy
+    the requests went through (`wire.proxy`), named when it could not be reached.
     """
-    mapped = _map_error(exc, base_url)
+    mapped = _map_error(exc, base_url, proxy)
     secrets = [secret] if secret is None or isinstance(secret, str) else list(secret)
     if mapped is not None and mapped.args:
         message = str(mapped.args[0])
@@ -699,7 +701,7 @@ _STATUS_ERRORS: tuple[tuple[Callable[[int], bool], Callable[[_Refused], Provider
 httpcore's exceptions): what each says and whether it is retried follows from its class."""
 
 
-def _map_error(exc: BaseException, base_url: str) -> ProviderError | None:
+def _map_error(exc: BaseException, base_url: str, proxy: str | None = None) -> ProviderError | None:
     import httpx
     import openai
 
@@ -728,7 +730,8 @@ def _map_error(exc: BaseException, base_url: str) -> ProviderError | None:
         return ProviderError(f"no answer from {base_url} within the timeout (idle_timeout), after retries")
     if isinstance(exc, openai.APIConnectionError):
         cause = exc.__cause__ or exc
-        return ProviderError(f"cannot reach {base_url}: {short_text(str(cause) or type(cause).__name__)}")
+        through = f" through the proxy {public_url(proxy)} (HTTPS_PROXY, HTTP_PROXY or ALL_PROXY)" if proxy else ""
+        return ProviderError(f"cannot reach {base_url}{through}: {short_text(str(cause) or type(cause).__name__)}")
     if isinstance(exc, openai.APIError):  # any other SDK error that carries a body
 
         return stream_error(exc.body if exc.body is not None else exc.message)

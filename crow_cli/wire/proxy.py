@@ -13,21 +13,23 @@ import importlib.util
 import urllib.parse
 import urllib.request
 
-import httpx
-
 from ..errors import ConfigError
 from ..text import public_url
 
 __all__ = ["proxy_for"]
 
+SCHEMES = ("http", "https", "socks5", "socks5h")
+"""The proxy schemes httpx speaks (SOCKS with its `socks` extra)."""
+
 
 def proxy_for(url: str) -> str | None:
     """The proxy URL for requests to `url` (`http://proxy:3128`), or None: none is set for its scheme (nor
-    ALL_PROXY), or NO_PROXY names its host.
+    ALL_PROXY), or NO_PROXY names its host. Reads the environment only (no import of httpx: a client
+    asks when it is made, before the run starts); a proxy without a port has its scheme's (httpx's default).
 
     Raises:
-        ConfigError: the proxy named is no proxy URL httpx can use (an unknown scheme; SOCKS without the
-            socksio package); the line shows it without credentials.
+        ConfigError: the proxy named is none httpx can use (an unknown scheme, no host, a port that is none; SOCKS
+            without the socksio package); the line shows it without credentials.
     """
     parts = urllib.parse.urlsplit(url)
     proxies = urllib.request.getproxies()
@@ -35,20 +37,18 @@ def proxy_for(url: str) -> str | None:
     if not proxy or not parts.hostname or urllib.request.proxy_bypass(parts.hostname):
         return None
     proxy = proxy if "://" in proxy else f"http://{proxy}"
-    named = f"the proxy for {parts.scheme}:// URLs ({_shown(proxy)}, from HTTPS_PROXY, HTTP_PROXY or ALL_PROXY)"
     try:
-        scheme = httpx.Proxy(proxy).url.scheme
-    except (ValueError, TypeError, httpx.InvalidURL):  # its message may hold the proxy's user name
-        raise ConfigError(f"{named} is not a proxy URL httpx can use (http://, https://, socks5:// or "
-                          "socks5h://, a host and a port number)") from None
-    if scheme.startswith("socks") and importlib.util.find_spec("socksio") is None:
+        named = (f"the proxy for {parts.scheme}:// URLs ({public_url(proxy)}, from HTTPS_PROXY, HTTP_PROXY or "
+                 "ALL_PROXY)")
+        given = urllib.parse.urlsplit(proxy)
+        given.port  # noqa: B018 - raises ValueError for a port out of range or not a number
+        usable = given.scheme.lower() in SCHEMES and bool(given.hostname) and not any(c.isspace() for c in proxy)
+    except ValueError:  # an unreadable host or port
+        named, usable = "the proxy HTTPS_PROXY, HTTP_PROXY or ALL_PROXY names", False
+    if not usable:
+        raise ConfigError(f"{named} is not a proxy URL crow can use ({', '.join(s + '://' for s in SCHEMES)}, "
+                          "a host and, if any, a port number)")
+    if given.scheme.lower().startswith("socks") and importlib.util.find_spec("socksio") is None:
         raise ConfigError(f"{named} is a SOCKS proxy, which needs httpx's SOCKS support: "
                           "pip install 'httpx[socks]'")
     return proxy
-
-
-def _shown(proxy: str) -> str:
-    try:
-        return public_url(proxy)
-    except ValueError:  # a port that is no number
-        return "unreadable"

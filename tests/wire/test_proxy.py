@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from crow_cli.errors import ConfigError
+from crow_cli.errors import ConfigError, ProviderError
 from crow_cli.history import user_message
 from crow_cli.wire.client import ChatClient, ClientSettings
 from crow_cli.wire.proxy import proxy_for
@@ -47,17 +47,21 @@ def test_a_url_gets_its_schemes_proxy_unless_no_proxy_names_its_host(monkeypatch
 
 @pytest.mark.parametrize(("proxy", "said"), [
     ("ftp://someone:hunter2@proxy.example:21", "(ftp://proxy.example:21, from HTTPS_PROXY, HTTP_PROXY or ALL_PROXY) "
-                                               "is not a proxy URL httpx can use"),
-    ("http://someone:hunter2@proxy.example:port", "(unreadable, from"),
+                                               "is not a proxy URL crow can use"),
+    ("http://someone:hunter2@proxy.example:99999", "names is not a proxy URL crow can use"),
+    ("http://someone:hunter2@proxy.example:port", "names is not a proxy URL crow can use"),
+    ("http://[someone:hunter2", "names is not a proxy URL crow can use"),
+    ("not a url", "(http://not a url, from"),
     ("socks5://someone:hunter2@proxy.example:1080", "is a SOCKS proxy, which needs httpx's SOCKS support"),
 ])
 def test_a_proxy_that_cannot_be_used_is_one_line_without_its_credentials(proxy: str, said: str,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    # seen adding proxy support: httpx raised ValueError or ImportError for these, crow's internal error
+    # seen adding proxy support, and tried as a new user: httpx raised ValueError or ImportError (crow's internal
+    # error) or a port out of range was "unhandled errors in a TaskGroup"; a malformed one blamed the server
     if "SOCKS" in said and importlib.util.find_spec("socksio") is not None:
         pytest.skip("socksio is installed here: a SOCKS proxy can be used")
     monkeypatch.setenv("HTTPS_PROXY", proxy)
-    with pytest.raises(ConfigError, match=r"^the proxy for https:// URLs ") as raised:
+    with pytest.raises(ConfigError, match=r"^the proxy ") as raised:
         proxy_for("https://api.example.com/v1")
     assert said in str(raised.value) and "someone" not in str(raised.value) and "hunter2" not in str(raised.value)
 
@@ -82,3 +86,24 @@ def test_crow_models_goes_through_the_same_proxy(monkeypatch: pytest.MonkeyPatch
         monkeypatch.setenv("HTTP_PROXY", proxy.base_url.removesuffix("/v1"))
         code = crow_here("models", "--base-url", "http://crow-proxy-test.invalid/v1", "--json")
     assert code == 0 and json.loads(capsys.readouterr().out)[0]["id"] == "test-model"
+
+
+async def test_a_proxy_that_cannot_be_reached_is_named_in_the_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    # tried as a new user: "cannot reach http://host/v1: All connection attempts failed" blamed the server
+    with ReplayServer([]) as closed:
+        address = closed.base_url.removesuffix("/v1")
+    monkeypatch.setenv("HTTP_PROXY", address)  # nothing listens there any more
+    client = ChatClient(ClientSettings(base_url="http://crow-proxy-test.invalid/v1", model="m", api_key="k",
+                                       max_retries=0))
+    try:
+        with pytest.raises(ProviderError, match=f"^cannot reach http://crow-proxy-test.invalid/v1 through the "
+                                                f"proxy {address} "):
+            [chunk async for chunk in client.stream([user_message("x")])]
+    finally:
+        await client.aclose()
+
+
+def test_a_bad_proxy_stops_the_client_before_any_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "https://proxy.example:99999")
+    with pytest.raises(ConfigError, match="is not a proxy URL crow can use"):
+        ChatClient(ClientSettings(base_url="https://api.example.com/v1", model="m", api_key="k"))

@@ -76,3 +76,17 @@ async def test_roots_that_cannot_be_loaded_are_one_config_error_naming_the_varia
     assert ran.code == 2 and ran.stdout == ""
     assert ran.stderr.startswith(f"crow: error: cannot load the TLS certificates of SSL_CERT_FILE={path}: ")
     assert ran.stderr.count("\n") == 1
+
+
+def test_a_cert_folder_that_does_not_exist_is_one_config_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # tried as a new user: a missing SSL_CERT_DIR went unnoticed, then failed every https handshake, retried
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path / "none"))
+    ssl_context.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match=f"SSL_CERT_DIR={tmp_path / 'none'}: no such folder"):
+            ssl_context()
+        monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path))
+        assert ssl_context().verify_mode is ssl.CERT_REQUIRED
+    finally:
+        ssl_context.cache_clear()
