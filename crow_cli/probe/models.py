@@ -16,7 +16,7 @@ import httpx
 
 from ..config import Settings
 from ..errors import AuthError, ProviderError
-from ..text import public_url
+from ..text import mask_secrets, public_url, short_text
 from ..wire.body import BodyTooLarge, read_body_sync
 from ..wire.proxy import proxy_for
 from ..wire.tls import ssl_context
@@ -82,17 +82,20 @@ def fetch_models(settings: Settings, timeout_s: float = 15.0) -> list[ModelInfo]
     url = f"{settings.base_url.rstrip('/')}/models"
     shown_url = public_url(url)
     deadline = time.monotonic() + timeout_s
+    proxy = proxy_for(url)
     try:
         # no redirect followed: the config's credential headers would go with it to another host
         with httpx.stream("GET", url, headers=auth_headers(settings), timeout=timeout_s, verify=ssl_context(),
-                          proxy=proxy_for(url), trust_env=False) as response:
+                          proxy=proxy, trust_env=False) as response:
             content = read_body_sync(response, deadline=deadline)
     except (httpx.TimeoutException, TimeoutError):
         raise ProviderError(f"no answer from {shown_url} within {timeout_s:g} s") from None
     except BodyTooLarge as exc:
         raise ProviderError(f"{shown_url}: {exc}") from None
-    except httpx.HTTPError as exc:
-        raise ProviderError(f"cannot reach {shown_url}: {type(exc).__name__}") from None
+    except httpx.HTTPError as exc:  # the reason, as `crow run` gives it (a refused connection, a certificate)
+        through = f" through the proxy {public_url(proxy)} (HTTPS_PROXY, HTTP_PROXY or ALL_PROXY)" if proxy else ""
+        reason = mask_secrets(short_text(str(exc) or type(exc).__name__), [settings.api_key])
+        raise ProviderError(f"cannot reach {shown_url}{through}: {reason}") from None
     if response.status_code in (401, 403):
         raise AuthError(f"authentication failed ({response.status_code}) at {shown_url}; check the API key "
                         "(--api-key, CROW_API_KEY or OPENAI_API_KEY)", status=response.status_code)
