@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import ssl
 import threading
 from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from contextlib import AsyncExitStack
@@ -520,6 +521,8 @@ class ChatClient:
             wait = retry_wait_s(retries, headers)
             return wait, retry_notice(retries + 2, attempts, wait, exc.status_code)
         if isinstance(exc, openai.APIConnectionError):  # refused, reset, DNS, or a timeout before the answer
+            if _certificate_refused(exc):  # the same certificate fails the same check again
+                return 0.0, None
             wait = retry_wait_s(retries)
             timed_out = isinstance(exc, openai.APITimeoutError)
             return wait, retry_notice(retries + 2, attempts, wait, None, timed_out)
@@ -642,6 +645,19 @@ def _retry_after(headers: Any) -> float | None:
         return retry_after_s(headers)
     except (TypeError, AttributeError):
         return None
+
+
+def _certificate_refused(exc: BaseException) -> bool:
+    """Whether a failed connection was a server certificate that failed verification (the SDK's error, caused
+    by httpx's, by httpcore's, by the `ssl` module's)."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a chain, never a cycle, but bounded all the same
+        if seen is None:
+            return False
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def map_error(exc: BaseException, base_url: str, secret: str | Iterable[str | None] | None = None,

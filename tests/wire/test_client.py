@@ -23,7 +23,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import shutil
 import socket
+import ssl
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -633,6 +635,35 @@ async def test_401_is_final_without_retry(respx_mock):
     _, events = await run_case(case)
     assert route.call_count == 1
     assert events[-1].status == "error" and "401" in events[-1].error and "Incorrect API key" in events[-1].error
+
+
+# tried as a new user: a self-signed certificate was retried three times as "cannot connect" (~3 s), then
+# failed with the same certificate error
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="no openssl here to make a certificate")
+async def test_a_certificate_that_fails_verification_is_final(tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True, timeout=60)
+    served = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    served.load_cert_chain(cert, key)
+
+    async def never_reached(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()  # only after a handshake crow refuses
+
+    server = await asyncio.start_server(never_reached, "127.0.0.1", 0, ssl=served)
+    base = f"https://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+    client = ChatClient(ClientSettings(base_url=base, model="m", api_key="sk-test", max_retries=2))
+    items: list[object] = []
+    try:
+        with pytest.raises(ProviderError, match=f"^cannot reach {base}: .*CERTIFICATE_VERIFY_FAILED"):
+            async for item in client.stream([user_message("x")]):
+                items.append(item)
+    finally:
+        await client.aclose()
+        server.close()
+        await server.wait_closed()
+    assert [i for i in items if isinstance(i, Notice) and i.code == "retrying"] == []
 
 
 @respx.mock
