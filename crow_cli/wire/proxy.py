@@ -44,7 +44,7 @@ def proxy_for(url: str) -> str | None:
         given.port  # noqa: B018 - raises ValueError for a port out of range or not a number
         usable = given.scheme.lower() in SCHEMES and bool(given.hostname) and not any(c.isspace() for c in proxy)
     except ValueError:  # an unreadable host or port
-        named, usable = "the proxy HTTPS_PROXY, HTTP_PROXY or ALL_PROXY names", False
+        named, usable = "the proxy set in HTTPS_PROXY, HTTP_PROXY or ALL_PROXY", False
     if not usable:
         raise ConfigError(f"{named} is not a proxy URL crow can use ({', '.join(s + '://' for s in SCHEMES)}, "
                           "a host and, if any, a port number)")

@@ -26,12 +26,12 @@ def ssl_context() -> ssl.SSLContext:
 
     Raises:
         ConfigError: the certificates cannot be loaded (SSL_CERT_FILE names no file, or one without
-            certificates; SSL_CERT_DIR, which counts when SSL_CERT_FILE is unset, names no folder): one
+            certificates; SSL_CERT_DIR, which counts when SSL_CERT_FILE is unset, names no folder that exists): one
             line naming the variable, not an error about something else.
     """
-    folder = os.environ.get("SSL_CERT_DIR")
-    if folder and not os.environ.get("SSL_CERT_FILE") and not os.path.isdir(folder):  # else read at each handshake
-        raise ConfigError(f"cannot load the TLS certificates of SSL_CERT_DIR={folder}: no such folder")
+    folders = os.environ.get("SSL_CERT_DIR")  # OpenSSL's list (os.pathsep between folders), read at each handshake
+    if folders and not os.environ.get("SSL_CERT_FILE") and not any(os.path.isdir(f) for f in folders.split(os.pathsep)):
+        raise ConfigError(f"cannot load the TLS certificates of SSL_CERT_DIR={folders}: it names no folder")
     try:
         return httpx.create_ssl_context()
     except OSError as exc:  # ssl.SSLError is one

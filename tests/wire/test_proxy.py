@@ -48,9 +48,9 @@ def test_a_url_gets_its_schemes_proxy_unless_no_proxy_names_its_host(monkeypatch
 @pytest.mark.parametrize(("proxy", "said"), [
     ("ftp://someone:hunter2@proxy.example:21", "(ftp://proxy.example:21, from HTTPS_PROXY, HTTP_PROXY or ALL_PROXY) "
                                                "is not a proxy URL crow can use"),
-    ("http://someone:hunter2@proxy.example:99999", "names is not a proxy URL crow can use"),
-    ("http://someone:hunter2@proxy.example:port", "names is not a proxy URL crow can use"),
-    ("http://[someone:hunter2", "names is not a proxy URL crow can use"),
+    ("http://someone:hunter2@proxy.example:99999", "ALL_PROXY is not a proxy URL crow can use"),
+    ("http://someone:hunter2@proxy.example:port", "ALL_PROXY is not a proxy URL crow can use"),
+    ("http://[someone:hunter2", "ALL_PROXY is not a proxy URL crow can use"),
     ("not a url", "(http://not a url, from"),
     ("socks5://someone:hunter2@proxy.example:1080", "is a SOCKS proxy, which needs httpx's SOCKS support"),
 ])
