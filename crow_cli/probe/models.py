@@ -18,7 +18,7 @@ from ..config import Settings
 from ..errors import AuthError, ProviderError
 from ..text import mask_secrets, public_url, short_text
 from ..wire.body import BodyTooLarge, read_body_sync
-from ..wire.proxy import proxy_for
+from ..wire.proxy import proxy_for, through
 from ..wire.tls import ssl_context
 
 __all__ = ["ModelInfo", "auth_headers", "context_length", "fetch_models"]
@@ -93,9 +93,8 @@ def fetch_models(settings: Settings, timeout_s: float = 15.0) -> list[ModelInfo]
     except BodyTooLarge as exc:
         raise ProviderError(f"{shown_url}: {exc}") from None
     except httpx.HTTPError as exc:  # the reason, as `crow run` gives it (a refused connection, a certificate)
-        through = f" through the proxy {public_url(proxy)} (HTTPS_PROXY, HTTP_PROXY or ALL_PROXY)" if proxy else ""
         reason = mask_secrets(short_text(str(exc) or type(exc).__name__), [settings.api_key])
-        raise ProviderError(f"cannot reach {shown_url}{through}: {reason}") from None
+        raise ProviderError(f"cannot reach {shown_url}{through(proxy)}: {reason}") from None
     if response.status_code in (401, 403):
         raise AuthError(f"authentication failed ({response.status_code}) at {shown_url}; check the API key "
                         "(--api-key, CROW_API_KEY or OPENAI_API_KEY)", status=response.status_code)

@@ -65,7 +65,7 @@ from .facts import facts_path, learn, problems, recall
 from .outgoing import REASONING_ECHO, Outgoing, ReasoningEcho
 from .profile import build_profile
 from .profiles import CONTEXT_OVERFLOW, OVERFLOW_NUMBERS, OVERFLOW_PROMPT, OVERFLOW_WINDOW
-from .proxy import proxy_for
+from .proxy import proxy_for, through
 from .refusal import reason as refusal_reason
 from .retries import MAX_RETRY_AFTER_S, retry_after_s, retry_notice, retry_wait_s, should_retry
 from .vision import ImagesRefused, holds_images, known_text_only, refuses_images
@@ -651,7 +651,7 @@ def _certificate_refused(exc: BaseException) -> bool:
     """Whether a failed connection was a server certificate that failed verification (the SDK's error, caused
     by httpx's, by httpcore's, by the `ssl` module's)."""
     seen: BaseException | None = exc
-    for _ in range(8):  # a chain, never a cycle, but bounded all the same
+    for _ in range(8):  # bounded: a __context__ may lead back into the chain
         if seen is None:
             return False
         if isinstance(seen, ssl.SSLCertVerificationError):
@@ -746,8 +746,8 @@ def _map_error(exc: BaseException, base_url: str, proxy: str | None = None) -> P
         return ProviderError(f"no answer from {base_url} within the timeout (idle_timeout), after retries")
     if isinstance(exc, openai.APIConnectionError):
         cause = exc.__cause__ or exc
-        through = f" through the proxy {public_url(proxy)} (HTTPS_PROXY, HTTP_PROXY or ALL_PROXY)" if proxy else ""
-        return ProviderError(f"cannot reach {base_url}{through}: {short_text(str(cause) or type(cause).__name__)}")
+        return ProviderError(f"cannot reach {base_url}{through(proxy)}: "
+                             f"{short_text(str(cause) or type(cause).__name__)}")
     if isinstance(exc, openai.APIError):  # any other SDK error that carries a body
 
         return stream_error(exc.body if exc.body is not None else exc.message)
