@@ -5,10 +5,12 @@
     ├─ ProviderError       .status, .code, .retry_after (exit 1)
     │  ├─ AuthError        401/403: final, never retried
     │  ├─ RateLimited      429
+    │  ├─ QuotaExceeded    no credit or quota left (429 insufficient_quota, 402): a billing state, never retried
     │  ├─ ServerError      5xx, or an error object inside the stream
     │  │  └─ BodyTooLarge  a body or event larger than crow reads (`crow_cli.wire.body`)
     │  ├─ StreamCut        the stream broke or went idle mid-way
     │  ├─ ContextOverflow  the request is longer than the model's context window (.n_ctx, .prompt_tokens)
+    │  ├─ ContentFiltered  the server's content filter stopped the answer mid-way (exit 3)
     │  └─ ImagesRefused    the model takes no images: refused image parts, or known text-only (`crow_cli.wire.vision`)
     ├─ MaxTurnsExceeded    the loop hit --max-turns (exit 1)
     ├─ ToolError           raised by tools; dispatch turns it into a tool result
@@ -31,11 +33,13 @@ from __future__ import annotations
 __all__ = [
     "AuthError",
     "ConfigError",
+    "ContentFiltered",
     "ContextOverflow",
     "CrowError",
     "MaxTurnsExceeded",
     "OutsideWorkspace",
     "ProviderError",
+    "QuotaExceeded",
     "RateLimited",
     "ServerError",
     "SessionError",
@@ -87,6 +91,18 @@ class AuthError(ProviderError):
 
 class RateLimited(ProviderError):
     """429 after the client's own retries were spent."""
+
+
+class QuotaExceeded(ProviderError):
+    """The account has no credit or quota left: OpenAI's 429 with `insufficient_quota`, a 402 (DeepSeek's
+    "Insufficient Balance", OpenRouter's "more credits"). A billing state, not a rate: never retried."""
+
+
+class ContentFiltered(ProviderError):
+    """The server's content filter stopped the answer (`finish_reason: "content_filter"`, Azure AI Foundry
+    among others): what streamed is partial. Exit 3, so a script tells it from a complete answer."""
+
+    exit_code = 3
 
 
 class ServerError(ProviderError):

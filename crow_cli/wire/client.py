@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .. import startup
-from ..errors import AuthError, ContextOverflow, ProviderError, RateLimited, ServerError, StreamCut
+from ..errors import AuthError, ContextOverflow, ProviderError, QuotaExceeded, RateLimited, ServerError, StreamCut
 from ..events import Notice, WarningEvent
 from ..history import Message
 from ..text import header_secrets, mask_secrets, public_url, short_text, url_secrets
@@ -516,7 +516,7 @@ class ChatClient:
         attempts = self.settings.max_retries + 1
         if isinstance(exc, openai.APIStatusError):
             headers = exc.response.headers
-            if not should_retry(exc.status_code, headers):
+            if out_of_quota(exc.status_code, exc.body) or not should_retry(exc.status_code, headers):
                 return 0.0, None
             wait = retry_wait_s(retries, headers)
             return wait, retry_notice(retries + 2, attempts, wait, exc.status_code)
@@ -639,6 +639,16 @@ def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+def out_of_quota(status: int, body: Any) -> bool:
+    """Whether an error answer says the account has no credit or quota left: a 402 (DeepSeek's "Insufficient
+    Balance", OpenRouter), or a 429 whose error `code` or `type` is `insufficient_quota` (OpenAI; continue#10835:
+    retried four times as a rate limit). A billing state: waiting does not end it."""
+    if status == 402:
+        return True
+    err = body.get("error", body) if isinstance(body, dict) else None
+    return status == 429 and isinstance(err, dict) and "insufficient_quota" in (err.get("code"), err.get("type"))
+
+
 def _retry_after(headers: Any) -> float | None:
 
     try:
@@ -739,6 +749,11 @@ def _map_error(exc: BaseException, base_url: str, proxy: str | None = None) -> P
                 and not 300 <= status < 400 and status not in (401, 403):
             message += (f"; the server asks to wait {retry_after:,.0f} s before trying again (crow waits at most "
                         f"{MAX_RETRY_AFTER_S:g} s: try later)")
+        if out_of_quota(status, exc.body):
+            said = f"{status} insufficient_quota" if status == 429 else str(status)
+            return QuotaExceeded(f"no credit or quota left ({said}): {message}; this is the account's plan or billing, "
+                                 "not a rate: add credit or pick another key or server (not retried)",
+                                 status=status, code=code)
         refused = _Refused(status, message, code, retry_after, base_url,
                            public_url(exc.response.headers.get("location", "")))
         return next(make(refused) for applies, make in _STATUS_ERRORS if applies(status))
