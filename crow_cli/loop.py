@@ -29,7 +29,7 @@ from typing import Any, Protocol, cast
 
 from .context.compact import Compactor
 from .context.send import send
-from .errors import CrowError, MaxTurnsExceeded, ProviderError, StreamCut
+from .errors import ContentFiltered, CrowError, MaxTurnsExceeded, ProviderError, StreamCut
 from .events import Event, MessageAppended, Notice, RunFinished, TextDelta, ToolResultReady, TurnFinished, WarningEvent
 from .history import AUTHOR_KEY, AssistantTurn, Message, ToolCall, ToolResult, as_json, assistant_message
 from .images import tool_images_message
@@ -134,7 +134,7 @@ async def react(
             yield TurnFinished(closing.turn, turn.finish_reason, turn.usage, turn.content, tuple(turn.tool_calls),
                                timings=turn.timings)
             if not turn.is_tool_turn:
-                yield RunFinished("completed", turn.content or "", closing.turn)
+                yield _finished(turn, closing.turn)
                 return
             async for event in _run_tools(turn.tool_calls, history, registry, settings, approve, closing,
                                           context):
@@ -279,6 +279,16 @@ class _Closing:
             self.text.clear()
         events.append(RunFinished("cancelled", partial, self.turn, "interrupted", 130))
         return events
+
+
+def _finished(turn: AssistantTurn, turns: int) -> RunFinished:
+    """How a run ends on a turn without tool calls: completed, or, when the server's content filter stopped the
+    answer, an error (`ContentFiltered`, exit 3) carrying the partial text, so a script can tell them apart."""
+    if turn.finish_reason != "content_filter":
+        return RunFinished("completed", turn.content or "", turns)
+    error = ContentFiltered("the server's content filter stopped the answer (finish_reason: content_filter); "
+                            "the text shown is partial")
+    return RunFinished("error", turn.content or "", turns, str(error), error.exit_code)
 
 
 def _append(history: list[Message], message: Message) -> MessageAppended:

@@ -235,6 +235,15 @@ async def test_max_turns_stops_with_error_status():
     assert [m["role"] for m in history] == ["user", "assistant", "tool", "assistant", "tool"]
 
 
+async def test_an_answer_the_content_filter_stopped_ends_the_run_as_an_error_with_its_partial_text():
+    """A script must tell a stopped answer from a complete one: status error, exit 3, the partial text kept."""
+    stopped = sse(chunk({"role": "assistant", "content": "the first half"}), chunk({}, "content_filter"))
+    history, events, _ = await drive(ToolRegistry(), [stopped])
+    end = events[-1]
+    assert (end.status, end.final_text, end.exit_code) == ("error", "the first half", 3)
+    assert "content filter" in end.error and history[-1]["content"] == "the first half"
+
+
 async def test_history_events_and_order():
     registry = ToolRegistry()
     registry.register(nap)

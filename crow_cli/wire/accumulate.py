@@ -876,7 +876,7 @@ class StreamAccumulator:
         what = "tool call arguments may be incomplete" if calls else "the answer may be incomplete"
         if reason == "length":
             events.append(WarningEvent(f"the model hit its token limit (finish_reason: length); {what}"))
-        elif reason == "content_filter":
+        elif reason == "content_filter" and calls:  # a text turn so stopped ends the run (loop: ContentFiltered)
             events.append(WarningEvent(f"the server's content filter stopped the answer; {what}"))
         elif reason is None and not calls:
             events.append(WarningEvent(f"the stream ended without a finish_reason; {what}"))

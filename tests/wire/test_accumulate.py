@@ -348,11 +348,18 @@ def test_tool_calls_sent_as_an_object_instead_of_a_list():
     assert [c.id for c in turn.tool_calls] == ["c1"]
 
 
-@pytest.mark.parametrize(("reason", "needle"),
-                         [("content_filter", "content filter"), (None, "without a finish_reason")])
-def test_text_turn_cut_by_filter_or_missing_finish_warns(reason, needle):
-    _, events = assemble(chunk({"content": "x"}, reason))
-    assert any(isinstance(e, WarningEvent) and needle in e.message for e in events)
+def test_text_turn_without_finish_reason_warns():
+    _, events = assemble(chunk({"content": "x"}, None))
+    assert any(isinstance(e, WarningEvent) and "without a finish_reason" in e.message for e in events)
+
+
+def test_a_content_filter_warns_on_a_tool_turn_and_leaves_a_text_turn_to_the_loop():
+    """A text turn the filter stopped ends the run as an error (the loop's `ContentFiltered`): no warning
+    beside it; a tool turn so stopped warns that its arguments may be incomplete."""
+    turn, events = assemble(chunk({"content": "x"}, "content_filter"))
+    assert turn.finish_reason == "content_filter" and not any(isinstance(e, WarningEvent) for e in events)
+    _, events = assemble(chunk({"tool_calls": [tool_delta(0, "c1", "f", "{}")]}, "content_filter"))
+    assert any(isinstance(e, WarningEvent) and "content filter" in e.message for e in events)
 
 
 def test_repeated_names_without_ids_stay_linear():

@@ -332,7 +332,7 @@ class Session:
         finally:
             self.busy = False
             self.idle.set()
-        if finished.status == "error":
+        if finished.status == "error" and self.finish_reason != "content_filter":  # that one is ACP's refusal
             raise RequestError(-32603, finished.error or "the run failed", {"exitCode": finished.exit_code})
         reason: StopReason = "refusal" if self.refused or self.finish_reason == "content_filter" else "end_turn"
         if self.finish_reason == "length":
