@@ -857,9 +857,19 @@ class StreamAccumulator:
                 value = {sub: [b.value() for b in v.blocks] if isinstance(v, _Blocks) else v
                          for sub, v in self._nested[key].items()}
             fields.setdefault(key, clean_json(value))
+        content, reasoning = self._text.value(), self._reasoning.value()
+        if reasoning and reason == "stop" and not (content or calls or self._refusal.value()):
+            # vLLM's reasoning parser for Nemotron files the whole answer as reasoning (content null, finish_reason
+            # stop): it is the answer, shown and kept as content, and not sent back as reasoning too
+            self._fired("answer-in-reasoning")
+            events += [WarningEvent("the answer came only in the server's reasoning field (content was empty): "
+                                    "shown and kept as the answer"), TextDelta(reasoning)]
+            content, reasoning = reasoning, None
+            for name in (*self._fields, *self._blocks):
+                fields.pop(name, None)
         turn = AssistantTurn(
-            content=self._text.value(),
-            reasoning=self._reasoning.value(),
+            content=content,
+            reasoning=reasoning,
             tool_calls=calls,
             finish_reason="tool_calls" if calls else (reason or "stop"),
             usage=self._usage,

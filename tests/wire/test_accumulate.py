@@ -1075,3 +1075,14 @@ def test_an_empty_text_turn_is_stored_with_empty_content_not_null() -> None:
     assert assistant_message(None) == {"role": "assistant", "content": ""}
     with_calls = assistant_message(None, [ToolCall("c1", "f", "{}")])
     assert with_calls["content"] is None and with_calls["tool_calls"][0]["id"] == "c1"
+
+
+def test_an_answer_filed_only_as_reasoning_is_the_answer():
+    """content null, finish_reason stop, the whole answer as reasoning (vLLM's Nemotron parser): shown as text,
+    kept as content, not kept as reasoning too; cut by the token limit it stays reasoning."""
+    turn, events = assemble(chunk({"content": None, "reasoning": "Paris."}), chunk({}, "stop"))
+    assert (turn.content, turn.reasoning, turn.fields.get("reasoning")) == ("Paris.", None, None)
+    assert [e.text for e in events if isinstance(e, TextDelta)] == ["Paris."]
+    assert any(isinstance(e, WarningEvent) and "reasoning field" in e.message for e in events)
+    turn, _ = assemble(chunk({"content": None, "reasoning": "Let me think"}), chunk({}, "length"))
+    assert (turn.content, turn.reasoning) == (None, "Let me think")
