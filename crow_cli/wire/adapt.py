@@ -66,7 +66,8 @@ from .refusal import words as refusal_words
 __all__ = ["CUT_MARGIN", "MIN_ROOM", "NAME_RULES", "NO_OUTPUT", "OUTPUT_CAPS", "RULES", "SIZED_OPS",
            "AssistantContentText", "AssistantToolContent", "CapParam", "Change", "CutToolResult", "DropParam",
            "DropSchemaKeyword", "FoldRole", "InlineSchemaRefs", "RenameParam", "RenameTools", "Rule",
-           "SchemaEmptyObject", "SchemaTypeIntoBranches", "SetParam", "ToolResultPlaceholder", "apply_rules",
+           "SchemaEmptyObject", "SchemaTypeIntoBranches", "SetParam", "ToolContentBesideReasoning",
+           "ToolResultPlaceholder", "apply_rules",
            "change_for", "is_size", "known_rules", "name_rule", "rule_from_json", "rules_from_json", "tool_names",
            "tool_renames", "value_refused"]
 
@@ -312,6 +313,24 @@ class AssistantToolContent(_MessageRule):
 
     def describe(self, before: Any = None) -> str:
         return f"sent content {json.dumps(self.value)} on assistant messages with tool calls"
+
+
+@dataclass(frozen=True)
+class ToolContentBesideReasoning(_MessageRule):
+    """Send `content` as null on assistant messages with tool calls that carry reasoning text: gpt-oss's chat
+    template on llama.cpp takes one or the other ("Cannot pass both content and thinking in an assistant
+    message with tool calls!", a 500: openclaw/openclaw#6514)."""
+
+    op: ClassVar[str] = "tool_content_beside_reasoning"
+
+    def message(self, message: dict[str, Any]) -> dict[str, Any]:
+        if message.get("role") == "assistant" and message.get("tool_calls") and not _blank(message.get("content")) \
+                and any(isinstance(message.get(f), str) and message[f].strip() for f in REASONING_FIELDS):
+            return {**message, "content": None}
+        return message
+
+    def describe(self, before: Any = None) -> str:
+        return "sent content null on assistant messages with tool calls that carry reasoning"
 
 
 @dataclass(frozen=True)
@@ -663,8 +682,8 @@ def field_facts(rules: Iterable[Rule]) -> dict[str, Any]:
 
 _REQUEST_KINDS: tuple[type[Rule], ...] = (
     DropParam, SetParam, RenameParam, CapParam, DropSchemaKeyword, InlineSchemaRefs, SchemaTypeIntoBranches,
-    SchemaEmptyObject, AssistantToolContent, ToolResultPlaceholder, AssistantContentText, CutToolResult, FoldRole,
-    RenameTools)
+    SchemaEmptyObject, AssistantToolContent, ToolContentBesideReasoning, ToolResultPlaceholder, AssistantContentText,
+    CutToolResult, FoldRole, RenameTools)
 RULES: dict[str, type[Rule]] = {cls.op: cls for cls in (*_REQUEST_KINDS, *FIELD_RULES)}
 """Every kind of request rule, by its stored `op` (the message-field rules included: `FIELD_RULES`)."""
 SIZED_OPS = frozenset(op for op, cls in RULES.items() if cls.sized)
@@ -899,7 +918,7 @@ def change_for(status: int, text: str, body: dict[str, Any], fields: FieldPolicy
     other models), then sizes, tool names, schemas, message shapes and parameters.
 
     Args:
-        status: the HTTP status (only 400 and 422 are read).
+        status: the HTTP status (400 and 422 are read; a 5xx only for a chat template's refusal of the request).
         text: the error body as the server sent it (JSON or plain text).
         body: the request as it was sent (with the rules already in force applied).
         fields: the message policy in force; None: message fields are not changed.
@@ -910,6 +929,8 @@ def change_for(status: int, text: str, body: dict[str, Any], fields: FieldPolicy
         A `Change` whose rules change `body` (`apply_rules(body, rules) != body`; for field rules: that the
         policy does not hold already), else None.
     """
+    if status >= 500 and text and adapting:  # a chat template refusing the request's shape: a refusal to read
+        return _template_change(text, body)
     if status not in (400, 422) or not text:
         return None
     if not adapting:
@@ -1237,6 +1258,22 @@ def _message_change(text: str, body: dict[str, Any]) -> Change | None:
             rules.append(AssistantToolContent(None))
         if rules:
             return Change(tuple(rules), why)
+    return None
+
+
+# A chat template's own refusal, which llama.cpp answers with a 500 naming the Jinja exception:
+#   gpt-oss: "Jinja Exception: Cannot pass both content and thinking in an assistant message with tool calls! Put
+#   the analysis message in one or the other, but not both." (openclaw/openclaw#6514). Sent again unchanged it
+#   fails again: read as a refusal, not retried as a fault.
+_BOTH_CONTENT_AND_THINKING = re.compile(r"cannot pass both content and (thinking|reasoning)", re.IGNORECASE)
+
+
+def _template_change(text: str, body: dict[str, Any]) -> Change | None:
+    """The change for a 5xx whose body is a chat template's refusal of the request, or None (a fault to retry)."""
+    if _BOTH_CONTENT_AND_THINKING.search(text):
+        rule = ToolContentBesideReasoning()
+        if apply_rules(body, (rule,)) != body:
+            return Change((rule,), reason(text))
     return None
 
 

@@ -394,7 +394,7 @@ class ChatClient:
         request with the server's message."""
         import openai
 
-        if not isinstance(exc, openai.APIStatusError) or exc.status_code not in (400, 422) \
+        if not isinstance(exc, openai.APIStatusError) or not (exc.status_code in (400, 422) or exc.status_code >= 500) \
                 or len(done) >= _MAX_CHANGES:
             return None
         status, text = exc.status_code, _error_text(exc)

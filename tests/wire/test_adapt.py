@@ -43,6 +43,7 @@ from crow_cli.wire.adapt import (
     SchemaEmptyObject,
     SchemaTypeIntoBranches,
     SetParam,
+    ToolContentBesideReasoning,
     ToolMessageName,
     ToolResultPlaceholder,
     apply_rules,
@@ -370,6 +371,27 @@ def test_null_content_beside_tool_calls_becomes_an_empty_string(text: str) -> No
     assert request["messages"] == HISTORY and sent["tools"] == request["tools"]
 
 
+# llama.cpp's gpt-oss template, as a 500 (openclaw/openclaw#6514)
+GPT_OSS_BOTH = json.dumps({"error": {"code": 500, "type": "server_error", "message": (
+    "While executing CallExpression at line 296, column 36 in source: ... Error: Jinja Exception: Cannot pass both "
+    "content and thinking in an assistant message with tool calls! Put the analysis message in one or the other, "
+    "but not both.")}})
+
+
+def test_a_template_500_refusing_content_beside_thinking_sends_that_content_as_null() -> None:
+    """A 5xx is read only when its body is a chat template's refusal of the request's shape; the rule touches
+    only tool-call messages that carry both, and nothing else of the request."""
+    request = body()
+    request["messages"][1] = {**request["messages"][1], "content": "Checking.", "reasoning_content": "think"}
+    found = rules(500, GPT_OSS_BOTH, request)
+    assert found == [ToolContentBesideReasoning()]
+    sent = apply_rules(request, found)
+    assert sent["messages"][1]["content"] is None and sent["messages"][1]["reasoning_content"] == "think"
+    assert sent["messages"][2:] == request["messages"][2:] and request["messages"][1]["content"] == "Checking."
+    assert change_for(500, err("internal error"), request) is None  # any other 500 is a fault to retry
+    assert change_for(500, GPT_OSS_BOTH, body()) is None  # nothing to change: no message carries both
+
+
 def test_a_blank_tool_result_gets_a_placeholder_and_empty_content_becomes_null() -> None:
     request = body()
     request["messages"][1]["content"] = ""
@@ -648,6 +670,8 @@ def _expect(rule: Rule) -> tuple[Any, str]:
         case AssistantToolContent():
             msgs[3]["content"] = ""
             return {**full, "messages": msgs}, 'sent content "" on assistant messages with tool calls'
+        case ToolContentBesideReasoning():  # the tool-call message of _FULL has no content: nothing to null
+            return full, "sent content null on assistant messages with tool calls that carry reasoning"
         case ToolResultPlaceholder():
             msgs[4]["content"] = NO_OUTPUT
             return {**full, "messages": msgs}, 'sent blank tool results as "(no output)"'
@@ -687,7 +711,8 @@ def _expect(rule: Rule) -> tuple[Any, str]:
 EVERY_RULE = [DropParam("seed"), SetParam("temperature", 1), RenameParam("max_tokens", "max_completion_tokens"),
               CapParam("max_tokens", 4096), DropSchemaKeyword("additionalProperties"), InlineSchemaRefs(),
               SchemaTypeIntoBranches(), SchemaEmptyObject("add"), AssistantToolContent(""),
-              ToolResultPlaceholder(NO_OUTPUT), AssistantContentText(), CutToolResult(2000), FoldRole("system"),
+              ToolContentBesideReasoning(), ToolResultPlaceholder(NO_OUTPUT), AssistantContentText(),
+              CutToolResult(2000), FoldRole("system"),
               RenameTools("strict"), DropField("x_vendor"), RequireField("reasoning_content"), ToolMessageName(True),
               MapToolCallIds("alnum", 9)]
 
