@@ -161,6 +161,10 @@ class ToolCall:
     holding a thought signature), sent back on the call exactly; never invented."""
     function_extra: Mapping[str, Any] | None = None
     """Keys the server attached inside `function` beside name/arguments, sent back the same way."""
+    custom: bool = False
+    """The server sent a `type: "custom"` call (OpenAI's freeform tools, `custom: {name, input}`), which crow
+    never offers: it is answered without running (`arguments` holds `{"input": …}`) and goes back in the
+    function shape every server reads, its id unchanged. Never sent on the wire as a key."""
 
     def to_wire(self) -> WireToolCall:
         """The `tool_calls[]` entry of the assistant message (OpenAI Chat Completions shape), with the

@@ -87,6 +87,9 @@ class Orchestrator:
                               duration_s=time.perf_counter() - clock.started, index=call.index, outcome=outcome,
                               display=display)
 
+        if call.custom:  # a freeform call crow never offered: no tool of that name may run it
+            return fail(f"{call.name!r} was sent as a custom (freeform) tool call; crow offers no custom tools, so "
+                        "it was not run. Call one of the function tools offered instead.", "unknown_tool")
         tool = self.registry.get(call.name)
         if tool is None:
             known = ", ".join(sorted(self.registry.wire_name(x.name) for x in self.registry)) or "none"

@@ -95,6 +95,8 @@ class _PartialCall:
     """Tool-call keys beside index/id/type/function (`extra_content`), first non-empty value each."""
     fn_extra: dict[str, Any] | None = None
     """`function` keys beside name/arguments, the same way."""
+    custom: bool = False
+    """A `type: "custom"` call: its name came in `custom.name`, its fragments are `custom.input` text."""
 
     def joined(self) -> str:
         return "".join(self.fragments)
@@ -668,6 +670,10 @@ class StreamAccumulator:
         fn = tc.get("function") or {}
         if not isinstance(fn, Mapping):
             fn = {}
+        custom = tc.get("custom")
+        if isinstance(custom, Mapping) and not fn:  # OpenAI's freeform tools: {name, input}, input as text
+            fn = {"name": custom.get("name"), "arguments": custom.get("input")}
+            tc = {k: v for k, v in tc.items() if k != "custom"}
         raw_index = tc.get("index")
         raw_id, raw_name = tc.get("id"), fn.get("name")
         call_id: str = raw_id if isinstance(raw_id, str) else ""
@@ -694,6 +700,9 @@ class StreamAccumulator:
             self._by_key[key] = call
         elif raw_id is not None or raw_name is not None or args is None:
             self._continuation(call, raw_id, name, raw_name, args)
+        if isinstance(custom, Mapping) and not call.custom:
+            call.custom = True
+            self._fired("custom-tool-call")
         if call_id and not call.id:
             call.id = call_id
         if name and name != call.name:
@@ -829,6 +838,17 @@ class StreamAccumulator:
         self._refusal.flush()
         calls: list[ToolCall] = []
         for partial in self._named_calls(events):
+            if partial.custom:  # never offered, never run: answered by the orchestrator, sent back as a function
+                if not partial.id:
+                    events.append(WarningEvent(f"custom tool call {partial.name}: crow offers no custom tools, and "
+                                               "the call has no id to answer; dropped, neither run nor sent back"))
+                    continue
+                events.append(WarningEvent(f"custom tool call {partial.name} [{partial.id}]: crow offers no custom "
+                                           "tools; answered without running it", partial.id))
+                calls.append(ToolCall(id=clean_text(partial.id), name=clean_text(partial.name),
+                                      arguments=json.dumps({"input": clean_text(partial.joined())}, ensure_ascii=False),
+                                      index=len(calls), custom=True))
+                continue
             arguments, problem, cut_off = repair_arguments(partial.joined())
             if problem:
                 label = f"tool call {partial.name} [{partial.id or 'no id'}]"

@@ -282,6 +282,23 @@ async def test_arguments_failing_the_schema_are_answered_without_running_the_too
     assert results["c"].output.startswith("Error: invalid arguments for count: n: ") and ran == []
 
 
+async def test_a_custom_tool_call_is_answered_and_never_runs_a_tool_of_its_name() -> None:
+    """crow offers no custom (freeform) tools: a custom call named like a crow tool still does not run it."""
+    ran: list[str] = []
+
+    @tool
+    def count(input: str) -> str:
+        """Takes text."""
+        ran.append(input)
+        return input
+
+    registry = ToolRegistry()
+    registry.register(count)
+    results = await results_of(registry, ToolCall("c", "count", json.dumps({"input": "x"}), custom=True))
+    assert "crow offers no custom tools" in results["c"].output and results["c"].outcome == "unknown_tool"
+    assert ran == []
+
+
 # provenance: a mutation check (w5) — an approver's "no" ignored passed every test of this file
 async def test_a_tool_needing_approval_runs_only_on_a_yes() -> None:
     ran: list[str] = []
