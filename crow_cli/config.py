@@ -78,6 +78,9 @@ class Settings:
     system_prompt_file: str | None = None
     """A file whose text replaces the built-in prompt (`--system-file`), with the same `$name` placeholders."""
     max_turns: int = 25
+    max_repeats: int = 3
+    """The turn in a row repeating the same tool calls that is answered without running them; one more ends the
+    run (`--max-repeats`; 0: never)."""
     tool_timeout_s: float = 120.0
     idle_timeout_s: float = 300.0
     first_byte_timeout_s: float = 60.0
@@ -262,6 +265,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("default_prompt", bool, flag="--no-default-prompt", env="CROW_DEFAULT_PROMPT", default=True),
     Option("system_prompt_file", str, flag="--system-file", check=_non_empty),
     Option("max_turns", int, flag="--max-turns", default=25, check=_at_least(1)),
+    Option("max_repeats", int, flag="--max-repeats", default=3, check=_at_least(0)),
     Option("tool_timeout", float, field="tool_timeout_s", default=120.0, check=_positive),
     Option("idle_timeout", float, field="idle_timeout_s", env="CROW_IDLE_TIMEOUT", default=300.0, check=_positive),
     Option("max_retries", int, default=3, check=_at_least(0)),
@@ -432,7 +436,7 @@ def load_settings(
     return Settings(
         model=str(values["model"]), base_url=base_url, api_key=api_key, headers=headers,
         params=dict(values["params"]), params_from=_params_from(layers, path, chosen), system=values["system"],
-        max_turns=int(values["max_turns"]),
+        max_turns=int(values["max_turns"]), max_repeats=int(values["max_repeats"]),
         default_prompt=bool(values["default_prompt"]), system_prompt_file=values["system_prompt_file"],
         tool_timeout_s=float(values["tool_timeout"]), idle_timeout_s=float(values["idle_timeout"]),
         first_byte_timeout_s=float(values["first_byte_timeout"]), reasoning_echo=values["reasoning_echo"],

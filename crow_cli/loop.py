@@ -37,6 +37,7 @@ from .tools.context import ToolContext
 from .tools.dispatch import Approver, dispatch
 from .tools.names import ToolNameCleaner
 from .tools.registry import ToolRegistry
+from .tools.repeats import RepeatGuard
 from .wire.accumulate import StreamAccumulator
 from .wire.profiles import REASONING_FIELDS
 
@@ -77,6 +78,9 @@ class LoopSettings:
     generation_attempts: int = 3
     """Requests per turn when the server says the model's generation failed (`tool_use_failed`, Groq:
     a 400 or an error event inside a 200 stream, with `failed_generation`): 3 = asked again twice."""
+    max_repeats: int = 3
+    """The turn in a row repeating the same calls whose calls are answered without running; one more ends the
+    run (`tools.repeats.RepeatGuard`); 0: never."""
 
 
 async def react(
@@ -107,6 +111,7 @@ async def react(
     names = ToolNameCleaner(registry.names if registry else (), trace=settings.trace)
     closing = _Closing(history)
     closing.images = settings.images
+    repeats = RepeatGuard(settings.max_repeats)
     try:
         for closing.turn in range(1, settings.max_turns + 1):
             turn: AssistantTurn | None = None
@@ -137,8 +142,11 @@ async def react(
                 yield _finished(turn, closing.turn)
                 return
             async for event in _run_tools(turn.tool_calls, history, registry, settings, approve, closing,
-                                          context):
+                                          context, repeats):
                 yield event
+            if repeats.stopped:
+                yield RunFinished("error", "", closing.turn, repeats.reason(), 1)
+                return
     except asyncio.CancelledError as exc:
         # the canceller may say why (`Task.cancel(msg)`): the partial answer's note is what the model reads later
         for event in closing.close(exc.args[0] if exc.args and isinstance(exc.args[0], str) else INTERRUPTED):
@@ -205,12 +213,13 @@ async def _stream_turn(history: list[Message], client: ChatStream, tools: list[d
 
 async def _run_tools(calls: list[ToolCall], history: list[Message], registry: ToolRegistry | None,
                      settings: LoopSettings, approve: Approver | None, closing: _Closing,
-                     context: ToolContext | None = None) -> AsyncGenerator[Event, None]:
+                     context: ToolContext | None = None, repeats: RepeatGuard | None = None
+                     ) -> AsyncGenerator[Event, None]:
     # A result joins the history as soon as every call before it has one: call order is kept, and a
     # driver that stores each appended message loses no finished result if the process dies.
     async for event in dispatch(calls, registry or ToolRegistry(), approve=approve,
                                 timeout_s=settings.tool_timeout_s, max_output_chars=settings.max_output_chars,
-                                context=context):
+                                context=context, repeats=repeats):
         yield event
         if isinstance(event, ToolResultReady):
             closing.results[event.result.index] = event.result  # by position: ids may repeat or be ""

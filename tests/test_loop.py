@@ -190,11 +190,11 @@ async def test_every_failure_becomes_a_tool_result():
     ])
     results = {m["tool_call_id"]: m["content"] for m in history if m["role"] == "tool"}
     assert "unknown tool 'missing'" in results["1"] and "nap" in results["1"]
-    assert "invalid arguments for nap: seconds" in results["2"]
+    assert "invalid arguments for nap: 'seconds': expected number, got \"soon\"" in results["2"]
     assert "RuntimeError: kaput" in results["3"]
     assert "timed out after 0.1 s" in results["4"]
     assert "needs approval" in results["5"]
-    assert "seconds: Field required" in results["6"]
+    assert "invalid arguments for nap: 'seconds' is required" in results["6"]
     assert all(v.startswith("Error: ") for v in results.values())
     oks = [e.result.ok for e in events if isinstance(e, ToolResultReady)]
     assert oks == [False] * 6
@@ -242,6 +242,17 @@ async def test_an_answer_the_content_filter_stopped_ends_the_run_as_an_error_wit
     end = events[-1]
     assert (end.status, end.final_text, end.exit_code) == ("error", "the first half", 3)
     assert "content filter" in end.error and history[-1]["content"] == "the first half"
+
+
+async def test_the_same_call_four_turns_in_a_row_ends_the_run_with_every_call_answered():
+    registry = ToolRegistry()
+    registry.register(nap)
+    turn = calls_sse(("x", "nap", {"seconds": 0}))
+    history, events, _ = await drive(registry, [turn, turn, turn, turn], max_repeats=3)
+    end = events[-1]
+    assert (end.status, end.exit_code) == ("error", 1) and "same tool call 4 turns in a row" in end.error
+    results = [m["content"] for m in history if m["role"] == "tool"]
+    assert len(results) == 4 and "not run again" in results[2] and "not run again" in results[3]
 
 
 async def test_history_events_and_order():

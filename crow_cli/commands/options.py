@@ -28,6 +28,7 @@ __all__ = [
     "DenyOpt",
     "LocalModelOpt",
     "LocalOpt",
+    "MaxRepeatsOpt",
     "MaxTurnsOpt",
     "ModelOpt",
     "NoDefaultPromptOpt",
@@ -94,6 +95,9 @@ DebugOpt = Annotated[bool, typer.Option("--debug", help="Trace every tool-call d
                                                    "errors. Never shows the API key.")]
 MaxTurnsOpt = Annotated[int | None, typer.Option("--max-turns", metavar="N", help="Stop after this many model turns "
                                                  "[default: 25].")]
+MaxRepeatsOpt = Annotated[int | None, typer.Option("--max-repeats", metavar="N", help="The turn in a row making the "
+                                                   "same tool calls that is answered without running them; one "
+                                                   "more ends the run (0: never) [default: 3].")]
 NoToolsOpt = Annotated[bool, typer.Option("--no-tools", help="Offer the model no tools.")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Approve every tool call without asking "
                                       "(policy yolo; deny rules still apply).")]
@@ -154,6 +158,7 @@ class RunFlags:
     system_file: SystemFileOpt = None
     no_default_prompt: NoDefaultPromptOpt = False
     max_turns: MaxTurnsOpt = None
+    max_repeats: MaxRepeatsOpt = None
     tools_dir: ToolsDirOpt = None
     no_tools: NoToolsOpt = False
     yes: YesOpt = False
@@ -178,7 +183,8 @@ class RunFlags:
         return load_settings(
             {"model": self.model, "base_url": self.base_url, "api_key": self.api_key, "system": self.system,
              "system_prompt_file": self.system_file, "default_prompt": False if self.no_default_prompt else None,
-             "max_turns": self.max_turns, "approval": self.approval, "allow": self.allow, "deny": self.deny,
+             "max_turns": self.max_turns, "max_repeats": self.max_repeats, "approval": self.approval,
+             "allow": self.allow, "deny": self.deny,
              "workspace": self.workspace, "sandbox": self.sandbox, "local_model": local_model},
             config_path=self.config, profile=self.profile)
 

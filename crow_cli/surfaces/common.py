@@ -43,7 +43,8 @@ def build_registry(settings: Settings, *, extra_dirs: Iterable[str] = (), builti
 
 
 def loop_settings(settings: Settings, *, trace: bool = False) -> LoopSettings:
-    return LoopSettings(max_turns=settings.max_turns, tool_timeout_s=settings.tool_timeout_s,
+    return LoopSettings(max_turns=settings.max_turns, max_repeats=settings.max_repeats,
+                        tool_timeout_s=settings.tool_timeout_s,
                         max_output_chars=settings.max_output_chars, trace=trace)
 
 

@@ -28,6 +28,7 @@ from ..text import clean_text, mask_secrets, truncate_output
 from .context import ToolContext, using_context
 from .orchestrator import Approver, Orchestrator
 from .registry import ToolRegistry
+from .repeats import RepeatGuard
 
 __all__ = ["Approver", "dispatch"]
 
@@ -40,6 +41,7 @@ async def dispatch(
     timeout_s: float = 120.0,
     max_output_chars: int = 50_000,
     context: ToolContext | None = None,
+    repeats: RepeatGuard | None = None,
 ) -> AsyncIterator[Event]:
     """Run `calls` concurrently; yield `ToolRunStarted` and `ToolResultReady` as they happen.
 
@@ -54,10 +56,12 @@ async def dispatch(
         timeout_s: seconds a call may run when its tool sets no `timeout_s`.
         max_output_chars: a result's text is cut to this many characters, with a marker.
         context: the workspace and secrets of the run (None: the working directory, no secrets).
+        repeats: the run's streak of identical turns: a call repeated too often is answered without running.
     """
     queue: asyncio.Queue[Event] = asyncio.Queue()
     context = context if context is not None else ToolContext()
-    orchestrator = Orchestrator(registry, approve, context, _ReadWriteLock().hold, timeout_s)
+    not_run = repeats.admit(calls) if repeats is not None else {}
+    orchestrator = Orchestrator(registry, approve, context, _ReadWriteLock().hold, timeout_s, not_run)
 
     async def run(call: ToolCall) -> None:
         await queue.put(ToolRunStarted(call))
@@ -73,6 +77,8 @@ async def dispatch(
             result = replace(result, output=output, images=images)
         if result.display is not None:  # what the person sees is masked as what the model reads
             result = replace(result, display=_masked(result.display, context.secrets))
+        if repeats is not None:
+            repeats.record(call, result.output)
         await queue.put(ToolResultReady(result))
 
     async with asyncio.TaskGroup() as group:

@@ -23,7 +23,24 @@ from ..events import WarningEvent
 from ..history import AssistantTurn
 from ..wire.names import ToolNames
 
-__all__ = ["ToolNameCleaner"]
+__all__ = ["ToolNameCleaner", "similar_names"]
+
+
+def similar_names(name: str, names: Iterable[str], most: int = 3) -> list[str]:
+    """The offered names closest to an unknown `name` (`read` → `read_file`), best first, at most `most`: those
+    that contain it or that it contains (case aside), then difflib's close matches."""
+    import difflib
+
+    def plain(text: str) -> str:  # `ReadFile`, `read-file` and `read_file` read alike
+        return "".join(c for c in text.lower() if c.isalnum())
+
+    offered = list(names)
+    key = plain(name)
+    found = [n for n in offered if len(key) >= 3 and (key in plain(n) or plain(n) in key)]
+    by_plain = {plain(n): n for n in offered}
+    found += [by_plain[m] for m in difflib.get_close_matches(key, list(by_plain), n=most, cutoff=0.6)
+              if by_plain[m] not in found]
+    return found[:most]
 
 
 class ToolNameCleaner:

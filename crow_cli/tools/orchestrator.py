@@ -21,15 +21,17 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import ToolDenied, ToolError, ToolFailed
 from ..history import Outcome, ToolCall, ToolDisplay, ToolResult
 from .approval import Approvals
+from .arguments import check_arguments
 from .context import ToolContext, using_context
+from .names import similar_names
 from .registry import ToolRegistry
 from .sandbox import Sandbox, SandboxBlocked
 from .tool import Tool, ToolOutput
@@ -72,6 +74,9 @@ class Orchestrator:
     """Taken around each run of a tool (never while a question waits)."""
     timeout_s: float = 120.0
     """Seconds a call may run when its tool sets no `timeout_s`."""
+    not_run: Mapping[int, str] = field(default_factory=dict)
+    """By call index, the result text of calls the run's policy answers without running them (a call the model
+    repeated: `repeats.RepeatGuard`)."""
 
     async def run(self, call: ToolCall) -> ToolResult:
         """The result of `call`, after approval and the sandbox had their say (see the module).
@@ -87,18 +92,25 @@ class Orchestrator:
                               duration_s=time.perf_counter() - clock.started, index=call.index, outcome=outcome,
                               display=display)
 
+        if (said := self.not_run.get(call.index)) is not None:
+            return fail(said)
         if call.custom:  # a freeform call crow never offered: no tool of that name may run it
             return fail(f"{call.name!r} was sent as a custom (freeform) tool call; crow offers no custom tools, so "
                         "it was not run. Call one of the function tools offered instead.", "unknown_tool")
         tool = self.registry.get(call.name)
         if tool is None:
-            known = ", ".join(sorted(self.registry.wire_name(x.name) for x in self.registry)) or "none"
-            return fail(f"unknown tool {call.name!r}; available tools: {known}", "unknown_tool")
+            names = sorted(self.registry.wire_name(x.name) for x in self.registry)
+            similar = similar_names(call.name, names)
+            hint = f"; tools with a similar name: {', '.join(similar)}" if similar else ""
+            known = ", ".join(names) or "none"
+            return fail(f"unknown tool {call.name!r}{hint}; available tools: {known}", "unknown_tool")
         if call.cut_off:  # repaired for the history, but the values are guesses: never run them
             return fail("the arguments of this call were cut off or not valid JSON (repaired only for the history); "
                         "it was not run. Send the complete call again.")
         try:
-            arguments = tool.validate(json.loads(call.arguments))  # the one validation of the call
+            # the one validation of the call: the schema (with the coercions it allows, noted), then the tool's own
+            checked = check_arguments(tool.schema()["function"]["parameters"], json.loads(call.arguments), call.name)
+            arguments = tool.validate(checked.arguments)
             if tool.needs_approval:
                 await self._approve(call, tool, arguments)
             try:
@@ -134,7 +146,8 @@ class Orchestrator:
             return fail(f"{call.name} raised CancelledError")
         except (Exception, SystemExit, KeyboardInterrupt) as exc:  # a plugin's sys.exit() must not end the run
             return fail(f"{call.name} raised {type(exc).__name__}: {exc}")
-        return ToolResult(call.id, call.name, output.text, ok=True, duration_s=time.perf_counter() - clock.started,
+        text = output.text + (f"\n[crow read the arguments so: {'; '.join(checked.notes)}]" if checked.notes else "")
+        return ToolResult(call.id, call.name, text, ok=True, duration_s=time.perf_counter() - clock.started,
                           index=call.index, display=output.display, images=output.images)
 
     async def _approve(self, call: ToolCall, tool: Tool, arguments: dict[str, Any]) -> None:

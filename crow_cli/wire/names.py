@@ -54,15 +54,23 @@ def clean_tool_name(name: str, known: Collection[str]) -> tuple[str, bool]:
     Returns:
         `(name, False)` when `name` is known or no cleaning gives a known name; else `(clean, True)`:
         the first known name among `name` trimmed of whitespace, cut before its first `<|` (then
-        trimmed), and either of those without a leading `functions.` (gpt-oss / Harmony, Kimi K2).
+        trimmed), and either of those without a leading `functions.` (gpt-oss / Harmony, Kimi K2); else the
+        one known name that differs from one of those only in case (`Read_File`, small models).
     """
     if name in known:
         return name, False
     trimmed = name.strip()
     cut = name.split(LEAKED_TOKEN, 1)[0].strip()
-    for candidate in (trimmed, cut, trimmed.removeprefix(TOOL_NAMESPACE), cut.removeprefix(TOOL_NAMESPACE)):
+    candidates = (trimmed, cut, trimmed.removeprefix(TOOL_NAMESPACE), cut.removeprefix(TOOL_NAMESPACE))
+    for candidate in candidates:
         if candidate and candidate in known:
             return candidate, True
+    by_case: dict[str, list[str]] = {}
+    for known_name in known:
+        by_case.setdefault(known_name.lower(), []).append(known_name)
+    for candidate in candidates:  # `Read_File`: one offered name differs only in case
+        if len(same := by_case.get(candidate.lower(), [])) == 1:
+            return same[0], True
     return name, False
 
 

@@ -279,7 +279,30 @@ async def test_arguments_failing_the_schema_are_answered_without_running_the_too
     registry = ToolRegistry()
     registry.register(count)
     results = await results_of(registry, ToolCall("c", "count", json.dumps({"m": 1})))
-    assert results["c"].output.startswith("Error: invalid arguments for count: n: ") and ran == []
+    assert results["c"].output == "Error: invalid arguments for count: 'n' is required" and ran == []
+
+
+async def test_a_coercion_the_schema_allows_runs_the_tool_and_is_noted_in_its_result() -> None:
+    ran: list[int] = []
+
+    @tool
+    def count(n: int) -> str:
+        """Takes a number."""
+        ran.append(n)
+        return f"counted {n}"
+
+    registry = ToolRegistry()
+    registry.register(count)
+    results = await results_of(registry, ToolCall("c", "count", json.dumps({"n": "3"})))
+    assert results["c"].output == "counted 3\n[crow read the arguments so: 'n': read \"3\" as the integer 3]"
+    assert ran == [3]
+
+
+async def test_an_unknown_tool_gets_the_closest_names_offered() -> None:
+    registry = ToolRegistry()
+    registry.register(tool(lambda path: path, name="read_file", description="Reads."))
+    results = await results_of(registry, ToolCall("c", "read", "{}"))
+    assert "unknown tool 'read'; tools with a similar name: read_file" in results["c"].output
 
 
 async def test_a_custom_tool_call_is_answered_and_never_runs_a_tool_of_its_name() -> None:

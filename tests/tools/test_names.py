@@ -145,3 +145,22 @@ async def test_a_tool_offered_under_its_wire_name_runs_and_the_history_keeps_the
         assert result.ok and result.output == "order B-2: shipped"
         assert client.sent[1][1]["tool_calls"][0]["function"]["name"] == "orders_lookup"
         assert not [e for e in events if isinstance(e, WarningEvent)]
+
+
+def test_an_unknown_name_gets_the_closest_offered_names() -> None:
+    from crow_cli.tools.names import similar_names
+
+    offered = ["read_file", "write_file", "list_directory", "run_shell"]
+    assert similar_names("read", offered)[0] == "read_file"
+    assert similar_names("list_dir", offered) == ["list_directory"]
+    assert similar_names("zz", offered) == []
+
+
+def test_a_name_differing_only_in_case_is_the_offered_tool() -> None:
+    from crow_cli.wire.names import clean_tool_name
+
+    assert clean_tool_name("Read_File", ["read_file", "write_file"]) == ("read_file", True)
+    assert clean_tool_name("functions.READ_FILE", ["read_file"]) == ("read_file", True)
+    assert clean_tool_name("X", ["x", "X_"]) == ("x", True)
+    assert clean_tool_name("a", ["A", "a_"]) == ("A", True)
+    assert clean_tool_name("ab", ["AB", "Ab"]) == ("ab", False)  # two offered names differ only in case
