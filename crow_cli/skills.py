@@ -5,7 +5,7 @@ instructions, the body) and any other files it needs (references, scripts, templ
 skill's name and description (`Skills.listing`, bounded: `MAX_LISTED` skills, `MAX_DESCRIPTION_CHARS` each); it
 loads one with the built-in `skill` tool (`load_skill`: the body and the list of the folder's files), and reads
 those files with `read_file`. Where skills are found (the first found of a name wins; the others are said once,
-`Skill.shadow_note`):
+`Skills.shadowing`):
 
 1. the project's: `.crow/skills/`, `.agents/skills/` and `.claude/skills/` (read as they are), in each folder from
    the workspace up to the repository root, nearest first; only when the person trusts the project
@@ -35,11 +35,12 @@ from .front_matter import split_front_matter
 from .instructions import project_folders
 from .paths import resolve_path
 from .prompt_files import read_text_file, resolve_inside
-from .text import mask_secrets
+from .text import mask_secrets, strip_controls
+from .trust import is_trusted
 
 __all__ = ["HOME_FOLDERS", "MAX_BYTES", "MAX_DESCRIPTION_CHARS", "MAX_FILES", "MAX_LISTED", "MAX_SKILLS", "NAME",
            "PROJECT_FOLDERS", "SKILL_FILE", "USER_FOLDER", "Skill", "Skills", "find_skills", "load_skill",
-           "skill_files"]
+           "rows", "skill_files", "skills_here"]
 
 PROJECT_FOLDERS = (Path(".crow") / "skills", Path(".agents") / "skills", Path(".claude") / "skills")
 """Where a project keeps its skills, from each of its folders, in the order a name is looked for."""
@@ -85,20 +86,7 @@ class Skill:
     root: Path | None = None
     """The folder a project skill's files must resolve inside (None: a user's)."""
     shadows: tuple[Path, ...] = ()
-    """The SKILL.md files of the same name this one hides (a user's, or one found later)."""
-
-    def shadow_note(self) -> str | None:
-        """One line saying which files of the same name this skill hides (None: it hides none)."""
-        if not self.shadows:
-            return None
-        hidden = ", ".join(("your " if self.scope == "project" and _is_user(p) else "") + str(p)
-                           for p in self.shadows)
-        where = "the project's " if self.scope == "project" else ""
-        return f"skill {self.name!r}: {where}{self.path} is used, not {hidden}"
-
-
-def _is_user(path: Path) -> bool:
-    return str(path).startswith(os.path.expanduser("~"))
+    """The SKILL.md files of the same name this one hides (a user's, or one found later; `Skills.shadowing` says so)."""
 
 
 @dataclass(frozen=True)
@@ -110,7 +98,9 @@ class Skills:
     problems: tuple[str, ...] = ()
     """Skill files skipped (bad front matter, too big, not UTF-8, a link out of the project …), one line each."""
     notes: tuple[str, ...] = ()
-    """What else is worth one line: a skill hiding another of its name, an untrusted project's skills skipped."""
+    """What else is worth one line: an untrusted project's skills skipped, more skills than are read."""
+    shadowing: tuple[str, ...] = ()
+    """One line per skill hiding others of its name (a project's hiding the user's), saying which."""
     _by_name: dict[str, Skill] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -252,7 +242,7 @@ def find_skills(workspace: Path, config_dir: Path | None, home: Path | None = No
                          "trust")
         project_dirs = []
     found: dict[str, Skill] = {}
-    hidden: dict[str, list[Path]] = {}
+    hidden: dict[str, list[Skill]] = {}
     problems: list[str] = []
     places: tuple[tuple[Scope, list[Path], Path | None], ...] = (("project", project_dirs, root),
                                                                    ("user", user_dirs, None))
@@ -267,12 +257,45 @@ def find_skills(workspace: Path, config_dir: Path | None, home: Path | None = No
             problems.append(f"{str(exc).removesuffix('; not read')}; skipped")
             continue
         if skill.name in found:
-            hidden.setdefault(skill.name, []).append(skill.path)
+            hidden.setdefault(skill.name, []).append(skill)
         else:
             found[skill.name] = skill
-    skills = [replace(s, shadows=tuple(hidden.get(s.name, ()))) for s in sorted(found.values(), key=lambda s: s.name)]
-    notes += [note for s in skills if (note := s.shadow_note()) is not None]
-    return Skills(tuple(skills), tuple(problems), tuple(notes))
+    skills = [replace(s, shadows=tuple(h.path for h in hidden.get(s.name, ())))
+              for s in sorted(found.values(), key=lambda s: s.name)]
+    shadowing = tuple(_shadow_note(s, hidden[s.name]) for s in skills if s.shadows)
+    return Skills(tuple(skills), tuple(problems), tuple(notes), shadowing)
+
+
+def skills_here(workspace: Path, config_dir: Path | None, *, secrets: Iterable[str | None] = ()) -> Skills:
+    """`find_skills` for a run in the resolved `workspace`: crow's config folder `config_dir`, the home folder,
+    the project's skills when the person trusts it (`trust.is_trusted`)."""
+    return find_skills(workspace, config_dir, Path.home(), trusted=is_trusted(workspace), secrets=secrets)
+
+
+def rows(skills: Skills) -> list[str]:
+    """`crow skills list` and `/skills`: per skill, its name, scope and SKILL.md, then its description's first line
+    (at most 100 characters), the `allowed-tools` it names and the files of its name it hides; terminal controls
+    removed."""
+    width = max((len(s.name) for s in skills.found), default=0)
+    lines = []
+    for s in skills.found:
+        first = next((ln.strip() for ln in s.description.splitlines() if ln.strip()), "")
+        first = first if len(first) <= 100 else first[:99] + "…"
+        lines.append(strip_controls(f"{s.name:<{width}}  {s.scope}: {s.path}"))
+        lines.append(strip_controls(f"{'':<{width}}  {first}"))
+        if s.allowed_tools:
+            lines.append(strip_controls(f"{'':<{width}}  allowed-tools (shown, not obeyed): "
+                                        f"{', '.join(s.allowed_tools)}"))
+        if s.shadows:
+            lines.append(strip_controls(f"{'':<{width}}  hides: {', '.join(str(p) for p in s.shadows)}"))
+    return lines
+
+
+def _shadow_note(used: Skill, hidden: list[Skill]) -> str:
+    """One line saying which skill files of the same name `used` hides (a user's called yours)."""
+    names = ", ".join(("your " if h.scope == "user" and used.scope == "project" else "") + str(h.path) for h in hidden)
+    where = "the project's " if used.scope == "project" else ""
+    return f"skill {used.name!r}: {where}{used.path} is used, not {names}"
 
 
 def _shown(path: Path, workspace: Path) -> str:

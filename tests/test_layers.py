@@ -39,7 +39,7 @@ ALLOWED = {
     "crow_cli.prompt_files": {"crow_cli.errors", "crow_cli.text", "crow_cli.paths", "crow_cli.instructions"},
     "crow_cli.front_matter": {"crow_cli.errors"},
     "crow_cli.skills": {"crow_cli.errors", "crow_cli.text", "crow_cli.paths", "crow_cli.instructions",
-                        "crow_cli.prompt_files", "crow_cli.front_matter"},
+                        "crow_cli.prompt_files", "crow_cli.front_matter", "crow_cli.trust"},
     "crow_cli.attachments": LEAVES | {"crow_cli.tools"},
     "crow_cli.undo": LEAVES | {"crow_cli.sessions"},
     "crow_cli.local": LEAVES | {"crow_cli.config", "crow_cli.signals"},  # `serve` ends by the run scope

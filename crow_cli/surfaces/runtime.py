@@ -31,7 +31,7 @@ from ..context.compact import Checkpoint
 from ..default_prompt import default_prompt
 from ..driver import Driver, Interrupts, run_interrupts
 from ..events import RunFinished
-from ..skills import Skills, find_skills
+from ..skills import Skills, skills_here
 from ..tools.approval import check_rule_names
 from ..tools.builtin.skill import skill as skill_tool
 from ..tools.context import ToolContext
@@ -39,7 +39,6 @@ from ..tools.dispatch import Approver
 from ..tools.mcp import McpServers, end_task
 from ..tools.registry import ToolRegistry
 from ..tools.sandbox import Sandbox, startup_notice
-from ..trust import is_trusted
 from ..wire.client import ChatClient
 from .common import build_client, build_compactor, build_registry, loop_settings, warning_to, with_instructions
 from .options import SurfaceOptions
@@ -114,11 +113,9 @@ class Runtime:
         if self.registry is None or settings.system == "" or not (settings.default_prompt or
                                                                  settings.system_prompt_file):
             return Skills()
-        workspace = self.context.workspace
-        skills = find_skills(workspace, default_config_path().parent, Path.home(), trusted=is_trusted(workspace),
-                             secrets=self.context.secrets)
+        skills = skills_here(self.context.workspace, default_config_path().parent, secrets=self.context.secrets)
         tell = warn or warning_to()
-        for line in (*skills.problems, *skills.notes):
+        for line in (*skills.problems, *skills.notes, *skills.shadowing):
             tell(line)
         if skills:
             self.registry.register(replace(skill_tool), source="builtin")
