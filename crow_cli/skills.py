@@ -234,6 +234,8 @@ def find_skills(workspace: Path, config_dir: Path | None, home: Path | None = No
     users = {_real(d) for d in user_dirs}
     # nearest first; a folder that is the user's too (the workspace is the home folder) is the user's
     project_dirs = [f / sub for f in reversed(folders) for sub in PROJECT_FOLDERS if _real(f / sub) not in users]
+    # one folder linked under two names (`.agents/skills` -> `.claude/skills`) is read once
+    project_dirs = list({_real(d): d for d in reversed(project_dirs)}.values())[::-1]
     notes: list[str] = []
     if not trusted:
         present = [str(d) for d in project_dirs if _candidates(d)]
@@ -250,12 +252,16 @@ def find_skills(workspace: Path, config_dir: Path | None, home: Path | None = No
                for entry in _candidates(folder)]
     if len(entries) > MAX_SKILLS:
         notes.append(f"{len(entries)} skill folders found: only the first {MAX_SKILLS} are read")
+    read: set[Path] = set()
     for scope, within, entry in entries[:MAX_SKILLS]:
         try:
             skill = _skill(entry, scope, within, secrets)
         except ConfigError as exc:
             problems.append(f"{str(exc).removesuffix('; not read')}; skipped")
             continue
+        if skill.folder in read:  # the same folder by another link: the same skill
+            continue
+        read.add(skill.folder)
         if skill.name in found:
             hidden.setdefault(skill.name, []).append(skill)
         else:

@@ -164,3 +164,18 @@ def test_rows_name_the_scope_and_file_without_control_characters(tmp_path: Path)
     found = find_skills((tmp_path / "work").resolve(), config, trusted=True)
     assert rows(found) == [f"mine  user: {path}", "      Red [31mtext",
                            "      allowed-tools (shown, not obeyed): Bash(git add:*), Read"]
+
+
+def test_a_folder_linked_under_two_names_is_one_skill_and_no_shadow(tmp_path: Path) -> None:
+    work, home = tmp_path / "work", tmp_path / "home"
+    skill(work / ".claude/skills/alpha", md("alpha"))
+    skill(work / ".claude/skills/beta", md("beta"))
+    (work / ".agents").mkdir()
+    (work / ".agents/skills").symlink_to(work / ".claude/skills")  # one folder, two names
+    (work / ".crow/skills").mkdir(parents=True)
+    (work / ".crow/skills/beta").symlink_to(work / ".claude/skills/beta")
+    skill(home / ".claude/skills/mine", md("mine"))
+    (work / ".claude/skills/mine").symlink_to(home / ".claude/skills/mine")  # out of the project: skipped
+    found = find_skills(work.resolve(), None, home, trusted=True)
+    assert [(s.name, s.scope) for s in found.found] == [("alpha", "project"), ("beta", "project"), ("mine", "user")]
+    assert found.shadowing == () and len(found.problems) == 1 and "outside the project" in found.problems[0]
