@@ -244,9 +244,9 @@ class Runtime:
         Raises:
             ConfigError: the first such rule (a typo would never apply), exit 2.
         """
-        if self.registry is not None:
+        if self.registry is not None:  # `skill` is offered only where there are skills: a rule may name it anywhere
             check_rule_names(self.settings.allow, self.settings.deny,
-                             [*(t.name for t in self.registry), *self.registry.unusable])
+                             [*(t.name for t in self.registry), *self.registry.unusable, skill_tool.name])
 
     def context_for(self, workspace: Path, *, backup: Callable[[Path, bytes | None, str], None] | None = None
                     ) -> ToolContext:
