@@ -107,9 +107,8 @@ class Runtime:
 
     def _find_skills(self, settings: Settings, warn: Callable[[str], None] | None) -> Skills:
         """The skills for this runtime's workspace (a project's only when the person trusts it), each skipped one
-        and each note one line to `warn`; with any, the `skill` tool joins the registry. None without tools or
-        without a built-in prompt (or a prompt file) to list them in.
-        """
+        and each note one line to `warn`; with any, the `skill` tool joins the registry. None are looked for without
+        tools or without a built-in prompt (or a prompt file) to list them in."""
         if self.registry is None or settings.system == "" or not (settings.default_prompt or
                                                                  settings.system_prompt_file):
             return Skills()
