@@ -275,7 +275,9 @@ def find_skills(workspace: Path, config_dir: Path | None, home: Path | None = No
 def skills_here(workspace: Path, config_dir: Path | None, *, secrets: Iterable[str | None] = ()) -> Skills:
     """`find_skills` for a run in the resolved `workspace`: crow's config folder `config_dir`, the home folder,
     the project's skills when the person trusts it (`trust.is_trusted`)."""
-    return find_skills(workspace, config_dir, Path.home(), trusted=is_trusted(workspace), secrets=secrets)
+    home = os.path.expanduser("~")  # unchanged ("~") where no home folder is known: then none is read
+    return find_skills(workspace, config_dir, Path(home) if home != "~" else None, trusted=is_trusted(workspace),
+                       secrets=secrets)
 
 
 def rows(skills: Skills) -> list[str]:
