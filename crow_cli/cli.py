@@ -24,6 +24,7 @@ from .commands.probe import probe
 from .commands.prompt import prompt
 from .commands.run import run
 from .commands.sessions import sessions_app
+from .commands.skills import skills_app
 from .commands.tools import tools
 
 __all__ = ["app", "main"]
@@ -77,6 +78,8 @@ app.add_typer(facts_app, epilog=examples("crow facts list", "crow facts forget -
               short_help="Show and forget what crow learned about servers.")
 app.add_typer(sessions_app, epilog=examples("crow sessions list", "crow sessions show ID",
                                              "crow sessions export ID --format md", "crow sessions fork ID"))
+app.add_typer(skills_app, epilog=examples("crow skills list", "crow skills list --json"),
+              short_help="Show the skills (SKILL.md folders) a run here would offer.")
 
 
 def _reopen_closed_std_streams() -> None:

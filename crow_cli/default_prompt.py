@@ -48,7 +48,8 @@ _TOOL_HINTS = (
 
 
 def default_prompt(*, workspace: Path, sandbox: str, network: bool = False, approval: str | None = None,
-                   tools: Iterable[str] = (), file: str | None = None, today: datetime.date | None = None) -> str:
+                   tools: Iterable[str] = (), file: str | None = None, today: datetime.date | None = None,
+                   skills: Iterable[str] = ()) -> str:
     """The default system prompt (or `file`'s text) with its placeholders filled in.
 
     Args:
@@ -59,6 +60,7 @@ def default_prompt(*, workspace: Path, sandbox: str, network: bool = False, appr
         tools: the names of the tools offered: only the hints of those offered are given.
         file: `system_prompt_file`: a text replacing the built-in one (the same `$name` placeholders).
         today: the date given (default: today, local time).
+        skills: the skills' lines (`skills.Skills.listing`), listed with the tools' hints when `skill` is offered.
 
     Raises:
         ConfigError: `file` cannot be read, or is not UTF-8 text.
@@ -68,6 +70,10 @@ def default_prompt(*, workspace: Path, sandbox: str, network: bool = False, appr
         template = _read_prompt_file(file)
     offered = set(tools)
     hints = [hint for name, hint in _TOOL_HINTS if name in offered]
+    listed = list(skills) if "skill" in offered else []
+    if listed:  # names and descriptions only: a skill's body costs tokens when it is loaded
+        hints.append("Skills (load one with the skill tool before a task its description matches, then follow it):\n"
+                     + "\n".join(listed))
     sandboxed = _SANDBOX.get(sandbox, sandbox)
     if sandbox != "off":
         sandboxed += ", with the network on" if network else ", with no network"

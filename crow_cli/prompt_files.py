@@ -34,7 +34,7 @@ from .paths import SymlinkLoop, resolve_path
 from .text import mask_secrets, visible
 
 __all__ = ["ARGUMENTS", "MAX_BYTES", "NAME", "PROJECT_FOLDER", "USER_FOLDER", "PromptFile", "PromptFolders",
-           "PromptText", "expand", "parse_prompt", "read_prompt", "read_text_file", "summary"]
+           "PromptText", "expand", "parse_prompt", "read_prompt", "read_text_file", "resolve_inside", "summary"]
 
 PROJECT_FOLDER = Path(".crow") / "prompts"
 """Where a project keeps its prompt files, from its root."""
@@ -188,6 +188,24 @@ def read_text_file(path: Path, what: str, limit: int = MAX_BYTES) -> str:
         raise ConfigError(f"{what} cannot be read: it is not UTF-8 text") from None
 
 
+def resolve_inside(path: Path, root: Path, what: str) -> Path:
+    """`path` resolved (symlinks followed), when that is inside the folder `root` (a project's file a repository
+    brings: a link to `~/.ssh/id_rsa` must not be read). `what` names it in the error.
+
+    Raises:
+        ConfigError: it leads outside `root`, is a symlink loop, or is not there.
+    """
+    try:
+        real = resolve_path(path, strict=True)
+    except SymlinkLoop:
+        raise ConfigError(f"{what} is a symlink loop") from None
+    except OSError as exc:
+        raise ConfigError(f"{what} cannot be read: {exc.strerror or exc}") from None
+    if resolve_path(root) not in real.parents:
+        raise ConfigError(f"{what} leads to {real}, outside the project; not read")
+    return real
+
+
 def read_prompt(prompt: PromptFile, secrets: Iterable[str | None] = ()) -> PromptText:
     """The text of `prompt` (`parse_prompt`), with each of `secrets` (the run's API keys) masked.
 
@@ -196,17 +214,7 @@ def read_prompt(prompt: PromptFile, secrets: Iterable[str | None] = ()) -> Promp
             front matter) is empty, or `read_text_file`'s.
     """
     what = f"prompt file {str(prompt.path)!r}"
-    path = prompt.path
-    if prompt.root is not None:
-        try:
-            path = resolve_path(prompt.path, strict=True)
-        except SymlinkLoop:
-            raise ConfigError(f"{what} is a symlink loop") from None
-        except OSError as exc:
-            raise ConfigError(f"{what} cannot be read: {exc.strerror or exc}") from None
-        root = resolve_path(prompt.root)
-        if root not in path.parents:
-            raise ConfigError(f"{what} leads to {path}, outside the project; not read")
+    path = prompt.path if prompt.root is None else resolve_inside(prompt.path, prompt.root, what)
     text = parse_prompt(mask_secrets(read_text_file(path, what), secrets))
     if not text.body:
         raise ConfigError(f"{what} is empty")

@@ -32,6 +32,15 @@ def test_only_the_hints_of_offered_tools_are_given(tmp_path: Path) -> None:
     assert "No tools are offered" in default_prompt(workspace=tmp_path, sandbox="off")
 
 
+def test_skills_are_listed_with_the_hints_only_when_the_skill_tool_is_offered(tmp_path: Path) -> None:
+    listing = ["- forms: Fill in forms.", "- notes: Keep notes."]
+    text = default_prompt(workspace=tmp_path, sandbox="off", tools=("read_file", "skill"), skills=listing)
+    assert "(read_file; list_directory and search_files find files).\nSkills (load one with the skill tool before a " \
+           "task its description matches, then follow it):\n- forms: Fill in forms.\n- notes: Keep notes.\n\n" in text
+    assert without_default(f"{text}\n\nBe terse.") == "Be terse."  # the listing adds no paragraph
+    assert "forms" not in default_prompt(workspace=tmp_path, sandbox="off", tools=("read_file",), skills=listing)
+
+
 def test_a_prompt_file_replaces_it_with_the_same_placeholders(tmp_path: Path) -> None:
     (tmp_path / "p.md").write_text("Be terse. You work in $workspace.")
     assert default_prompt(workspace=tmp_path, sandbox="off", file=str(tmp_path / "p.md")) == \

@@ -24,7 +24,8 @@ ALLOWED = {
     "crow_cli.events": {"crow_cli.history"},
     "crow_cli.wire": LEAVES | {"crow_cli.wire"},
     # profiles: provider data; names: the tool-name map (both pure, standard library only)
-    "crow_cli.tools": LEAVES | {"crow_cli.tools", "crow_cli.wire.profiles", "crow_cli.wire.names"},
+    "crow_cli.tools": LEAVES | {"crow_cli.tools", "crow_cli.wire.profiles", "crow_cli.wire.names",
+                                "crow_cli.skills"},  # the `skill` tool loads one
     "crow_cli.context": LEAVES | {"crow_cli.context", "crow_cli.wire"},
     "crow_cli.loop": LEAVES | {"crow_cli.wire", "crow_cli.tools", "crow_cli.context"},
     "crow_cli.signals": set(),
@@ -36,6 +37,9 @@ ALLOWED = {
     "crow_cli.default_prompt": {"crow_cli.prompt_files"},
     "crow_cli.trust": {"crow_cli.atomic", "crow_cli.instructions", "crow_cli.private"},
     "crow_cli.prompt_files": {"crow_cli.errors", "crow_cli.text", "crow_cli.paths", "crow_cli.instructions"},
+    "crow_cli.front_matter": {"crow_cli.errors"},
+    "crow_cli.skills": {"crow_cli.errors", "crow_cli.text", "crow_cli.paths", "crow_cli.instructions",
+                        "crow_cli.prompt_files", "crow_cli.front_matter", "crow_cli.trust"},
     "crow_cli.attachments": LEAVES | {"crow_cli.tools"},
     "crow_cli.undo": LEAVES | {"crow_cli.sessions"},
     "crow_cli.local": LEAVES | {"crow_cli.config", "crow_cli.signals"},  # `serve` ends by the run scope
@@ -46,11 +50,11 @@ ALLOWED = {
                                    "crow_cli.surfaces", "crow_cli.tools", "crow_cli.wire", "crow_cli.context",
                                    "crow_cli.attachments", "crow_cli.instructions", "crow_cli.undo",
                                    "crow_cli.default_prompt", "crow_cli.export", "crow_cli.prompt_files",
-                                   "crow_cli.trust"},
+                                   "crow_cli.trust", "crow_cli.skills"},
     "crow_cli.commands": LEAVES | {"crow_cli.commands", "crow_cli.config", "crow_cli.sessions", "crow_cli.export",
                                    "crow_cli.surfaces",
                                    "crow_cli.tools", "crow_cli.wire", "crow_cli.undo", "crow_cli.local",
-                                   "crow_cli.probe", "crow_cli.prompt_files", "crow_cli.trust"},
+                                   "crow_cli.probe", "crow_cli.prompt_files", "crow_cli.trust", "crow_cli.skills"},
     "crow_cli.cli": {"crow_cli", "crow_cli.commands", "crow_cli.config", "crow_cli.errors", "crow_cli.text",
                      "crow_cli.startup"},
     "crow_cli.__main__": {"crow_cli.cli"},

@@ -325,7 +325,7 @@ class McpSurface:
                                      ask=run.ask if can_ask else None)
             context = replace(ToolContext.for_workspace(root, secrets=[settings.api_key, *settings.secrets],
                                                         sandbox=Sandbox(_sandbox(sandbox), settings.sandbox_network)),
-                              backup=recorder.backup)
+                              backup=recorder.backup, skills=self.runtime.context.skills)
             if settings.model != self.runtime.settings.model:
                 client = build_client(settings, trace=self.options.debug)
             driver = assemble_driver(settings, client or self.runtime.client, self.runtime.registry, approver,

@@ -26,19 +26,21 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from ..config import Settings
+from ..config import Settings, default_config_path
 from ..context.compact import Checkpoint
 from ..default_prompt import default_prompt
 from ..driver import Driver, Interrupts, run_interrupts
 from ..events import RunFinished
+from ..skills import Skills, skills_here
 from ..tools.approval import check_rule_names
+from ..tools.builtin.skill import skill as skill_tool
 from ..tools.context import ToolContext
 from ..tools.dispatch import Approver
 from ..tools.mcp import McpServers, end_task
 from ..tools.registry import ToolRegistry
 from ..tools.sandbox import Sandbox, startup_notice
 from ..wire.client import ChatClient
-from .common import build_client, build_compactor, build_registry, loop_settings, with_instructions
+from .common import build_client, build_compactor, build_registry, loop_settings, warning_to, with_instructions
 from .options import SurfaceOptions
 
 if TYPE_CHECKING:
@@ -86,6 +88,9 @@ class Runtime:
                                                  sandbox=Sandbox(settings.sandbox, settings.sandbox_network))
         self.registry: ToolRegistry | None = (None if options.no_tools else
                                               build_registry(settings, extra_dirs=options.tools_dirs))
+        self.skills = self._find_skills(settings, warn)
+        """The run's skills (`crow_cli.skills`): listed in the built-in prompt, loaded by the `skill` tool."""
+        self.context = replace(self.context, skills=self.skills or None)
         self.base_settings = settings
         """The settings before a workspace's prompt was added (`settings_for` builds another folder's)."""
         self.settings = with_instructions(settings, self.context.workspace, options.project_instructions, warn=warn,
@@ -99,6 +104,21 @@ class Runtime:
         self._exit = AsyncExitStack()
         self._mcp_start: asyncio.Task[None] | None = None
         self._reported = 0  # how many of the registry's errors `start` / `mcp_ready` have returned
+
+    def _find_skills(self, settings: Settings, warn: Callable[[str], None] | None) -> Skills:
+        """The skills for this runtime's workspace (a project's only when the person trusts it), each skipped one
+        and each note one line to `warn`; with any, the `skill` tool joins the registry. None are looked for without
+        tools or without a built-in prompt (or a prompt file) to list them in."""
+        if self.registry is None or settings.system == "" or not (settings.default_prompt or
+                                                                 settings.system_prompt_file):
+            return Skills()
+        skills = skills_here(self.context.workspace, default_config_path().parent, secrets=self.context.secrets)
+        tell = warn or warning_to()
+        for line in (*skills.problems, *skills.notes, *skills.shadowing):
+            tell(line)
+        if skills:
+            self.registry.register(replace(skill_tool), source="builtin")
+        return skills
 
     def settings_for(self, root: Path, project_instructions: bool | None = None) -> Settings:
         """The settings of a session whose workspace is `root` (an editor's session, a `crow mcp` call in
@@ -123,7 +143,8 @@ class Runtime:
             return None
         return default_prompt(workspace=workspace, sandbox=settings.sandbox,
                               network=settings.sandbox_network, approval=settings.approval,
-                              tools=[t.name for t in self.registry or ()], file=settings.system_prompt_file)
+                              tools=[t.name for t in self.registry or ()], file=settings.system_prompt_file,
+                              skills=self.skills.listing())
 
     @property
     def workspace(self) -> Path:
@@ -222,9 +243,9 @@ class Runtime:
         Raises:
             ConfigError: the first such rule (a typo would never apply), exit 2.
         """
-        if self.registry is not None:
+        if self.registry is not None:  # `skill` is offered only where there are skills: a rule may name it anywhere
             check_rule_names(self.settings.allow, self.settings.deny,
-                             [*(t.name for t in self.registry), *self.registry.unusable])
+                             [*(t.name for t in self.registry), *self.registry.unusable, skill_tool.name])
 
     def context_for(self, workspace: Path, *, backup: Callable[[Path, bytes | None, str], None] | None = None
                     ) -> ToolContext:
@@ -238,7 +259,7 @@ class Runtime:
             ConfigError: `workspace` is not a folder.
         """
         context = ToolContext.for_workspace(workspace, secrets=self.context.secrets, sandbox=self.context.sandbox)
-        return replace(context, backup=backup)
+        return replace(context, backup=backup, skills=self.context.skills)
 
     def new_driver(self, approve: Approver | None, *, recorder: SessionRecorder | None = None,
                    context: ToolContext | None = None, tools: ToolRegistry | None = None,

@@ -15,10 +15,14 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
 from ..paths import resolve_path
 from .sandbox import Sandbox
+
+if TYPE_CHECKING:
+    from ..skills import Skills
 
 __all__ = ["ToolContext", "current_context", "using_context"]
 
@@ -38,6 +42,9 @@ class ToolContext:
     """Called by crow's file tools before they write a file, with the file, its content (None: the file
     is new) and the SHA-256 (hex) of what they are about to write, so that `/undo` can restore it and
     tell whether it changed since (`tools.backup`); None keeps nothing."""
+    skills: Skills | None = None
+    """The run's skills (`crow_cli.skills`): what the `skill` tool loads. `read_file` and `list_directory` may read
+    their folders outside the workspace too (never write them); None: no skills."""
 
     @classmethod
     def for_workspace(cls, path: str | os.PathLike[str] | None = None, *,

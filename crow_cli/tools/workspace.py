@@ -13,7 +13,7 @@ from ..errors import OutsideWorkspace, ToolError
 from ..paths import resolve_path
 from .context import ToolContext, current_context
 
-__all__ = ["resolve_for_write", "resolve_in_workspace", "workspace_root"]
+__all__ = ["resolve_for_read", "resolve_for_write", "resolve_in_workspace", "shown_path", "workspace_root"]
 
 
 def workspace_root() -> Path:
@@ -60,3 +60,34 @@ def resolve_for_write(path: str | os.PathLike[str], context: ToolContext | None 
         raise ToolError(f"{os.fspath(path)!r} is in the workspace's .git, which the sandbox keeps read-only (hooks "
                         "and config there run at the next git command, outside the sandbox); refused")
     return file
+
+
+def resolve_for_read(path: str | os.PathLike[str], context: ToolContext | None = None) -> Path:
+    """`resolve_in_workspace(path)` for a file tool about to read it (`context` defaults to the current call's):
+    also taken is a path inside a folder of the run's skills (`ToolContext.skills`), which a loaded skill
+    lists for the model to read: a user's skill lives in crow's config folder, outside every workspace.
+    Symlinks are followed first, so a link in a skill's folder that leads out of it is refused too.
+
+    Raises:
+        OutsideWorkspace: the resolved path is neither in the workspace nor in a skill's folder.
+    """
+    context = context if context is not None else current_context()
+    try:
+        return resolve_in_workspace(path, context.workspace)
+    except OutsideWorkspace:
+        folders = context.skills.folders if context.skills is not None else ()
+        raw = Path(os.fspath(path)).expanduser()
+        candidate = resolve_path(raw if raw.is_absolute() else context.workspace / raw)  # a loop raised above
+        if any(candidate == folder or folder in candidate.parents for folder in folders):
+            return candidate
+        raise
+
+
+def shown_path(path: Path, context: ToolContext | None = None) -> str:
+    """`path` (resolved) as a tool's answer names it: relative to the workspace when inside it (`.` for the root),
+    else absolute (a skill's file)."""
+    root = (context if context is not None else current_context()).workspace
+    try:
+        return path.relative_to(root).as_posix() or "."
+    except ValueError:
+        return str(path)

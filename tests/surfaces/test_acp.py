@@ -1111,3 +1111,24 @@ async def test_the_sandbox_is_a_session_config_option(workspace, tmp_path_factor
                 await conn.set_config_option(config_id="sandbox", session_id=session.session_id, value="none")
             await conn.prompt(session_id=session.session_id, prompt=[text_block("write outside")])
     assert (outside / "f").read_text() == "x\n" and editor.permissions == []  # off: yolo runs it unconfined
+
+
+async def test_an_editor_session_loads_a_skill_and_reads_its_file_through_the_editor(workspace, monkeypatch,
+                                                                                      _isolated_home):
+    # skills (issue 41): an editor's session is offered the user's skills, and its read_file (the editor's
+    # fs/read_text_file) reads a skill's file outside the workspace as the built-in one does
+    monkeypatch.setenv("CROW_DEFAULT_PROMPT", "1")
+    folder = _isolated_home / ".config/crow/skills/notes"
+    folder.mkdir(parents=True)
+    (folder / "SKILL.md").write_text("---\nname: notes\ndescription: Keep notes.\n---\nRead notes.md.\n")
+    (folder / "notes.md").write_text("NOTES-41\n")
+    editor = Editor(buffers={str(folder.resolve() / "notes.md"): "NOTES-41 (buffer)\n"})
+    turns = script([("call_s", "skill", {"name": "notes"})],
+                   [("call_r", "read_file", {"path": str(folder / "notes.md")})], final="ok")
+    _, requests = await prompt_once(workspace, editor, turns, "take a note")
+    assert "- notes: Keep notes." in requests[0]["messages"][0]["content"]
+    results = {m["tool_call_id"]: m["content"] for m in requests[2]["messages"] if m["role"] == "tool"}
+    assert results["call_s"].endswith(f"Read notes.md.\n\nFiles of this skill (read them with read_file at these "
+                                      f"paths):\n{folder.resolve() / 'notes.md'}")
+    assert results["call_r"] == "NOTES-41 (buffer)\n"
+    assert editor.fs_calls == [("read", str(folder.resolve() / "notes.md"))]

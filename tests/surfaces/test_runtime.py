@@ -125,3 +125,25 @@ async def test_leaving_while_the_mcp_servers_start_stops_them(tmp_path: Path) ->
         await _until(lambda: started.exists() and started.read_text().endswith("\n"))
     assert runtime.mcp_pending == ["slow"]  # never listed: stopped while it started
     assert not alive(int(started.read_text()))  # a server that ignores the end of its stdin too
+
+
+async def test_the_skill_tool_joins_only_when_there_are_skills_and_a_rule_may_name_it_anywhere(
+        tmp_path: Path, _isolated_home: Path) -> None:
+    # skills (issue 41): the listing needs the built-in prompt; a `--deny skill` in a folder without skills is no typo
+    async with Runtime(_settings(tmp_path, default_prompt=True, deny=("skill",)), SurfaceOptions()) as runtime:
+        assert runtime.registry is not None and "skill" not in [t.name for t in runtime.registry]
+        assert not runtime.skills and runtime.context.skills is None
+        await runtime.start()  # the rule names no tool of this run, but one a run elsewhere has
+    mine = _isolated_home / ".config/crow/skills/mine/SKILL.md"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("---\nname: mine\ndescription: Mine.\n---\nBody.\n")
+    for values, offered in (({"default_prompt": True}, True), ({"default_prompt": False}, False),
+                            ({"default_prompt": True, "system": ""}, False)):
+        async with Runtime(_settings(tmp_path, **values), SurfaceOptions()) as runtime:
+            assert runtime.registry is not None
+            assert ("skill" in [t.name for t in runtime.registry]) is offered
+            assert ("- mine: Mine." in (runtime.settings.system or "")) is offered
+            assert (runtime.context.skills is None) is not offered
+            assert runtime.context_for(tmp_path).skills is runtime.context.skills
+    async with Runtime(_settings(tmp_path, default_prompt=True), SurfaceOptions(no_tools=True)) as runtime:
+        assert not runtime.skills

@@ -23,7 +23,7 @@ from ...tools.builtin.edits import apply_edit, check_edit, unified_diff
 from ...tools.builtin.files import MAX_RETURN_CHARS, check_line_range
 from ...tools.context import ToolContext
 from ...tools.tool import Tool
-from ...tools.workspace import resolve_for_write, resolve_in_workspace, workspace_root
+from ...tools.workspace import resolve_for_read, resolve_for_write, workspace_root
 from .convert import editor_failure
 
 __all__ = ["client_file_tools"]
@@ -71,7 +71,7 @@ class _Editor:
         self.session_id = session_id
 
     async def _read(self, path: str, line: int | None = None, limit: int | None = None) -> str:
-        file = resolve_in_workspace(path)
+        file = resolve_for_read(path)  # a skill's file too, as the built-in read_file
         try:
             response = await self.client.read_text_file(session_id=self.session_id, path=str(file), line=line,
                                                         limit=limit)

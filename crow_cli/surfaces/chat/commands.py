@@ -305,6 +305,19 @@ async def _instructions(app: App, arg: str) -> None:
     app.view.line("(read when a session starts; nearest last, so they have the last word)", "dim")
 
 
+async def _skills(app: App, arg: str) -> None:
+    from ...skills import rows
+
+    skills = app.runtime.skills if app.runtime is not None else None
+    if not skills:
+        app.view.line("no skills are offered (none found, --no-tools or --no-default-prompt; `crow skills list` "
+                      "says where it looks)")
+    for line in rows(skills) if skills is not None else ():
+        app.view.line(line)
+    if skills is not None and (said := len(skills.problems) + len(skills.notes)):
+        app.view.line(f"({said} warning{'s' if said > 1 else ''} about skills when this chat started)", "dim")
+
+
 async def _compact(app: App, arg: str) -> None:
     compactor = app.driver.compactor if app.driver is not None else None
     if compactor is None or not any(m.get("role") == "user" for m in app.history):
@@ -376,6 +389,7 @@ COMMANDS: tuple[SlashCommand, ...] = (
                  _compact),
     SlashCommand("instructions", "", "the AGENTS.md files in the system prompt, and where they came from",
                  _instructions),
+    SlashCommand("skills", "", "the skills the model may load, and where they came from", _skills),
     SlashCommand("undo", "[--force]",
                  "remove the last exchange and restore the files crow's file tools changed in it", _undo),
     SlashCommand("reasoning", "", "show or hide the model's reasoning", _reasoning),

@@ -12,7 +12,7 @@ from ...errors import ToolError
 from ...images import MAX_IMAGE_BYTES, Image, image_type
 from ...text import BOMS
 from ..tool import tool
-from ..workspace import resolve_in_workspace, workspace_root
+from ..workspace import resolve_for_read, shown_path
 
 __all__ = ["BOMS", "MAX_RETURN_CHARS", "SNIFF_BYTES", "check_line_range", "file_type", "list_directory", "read_file",
            "require_regular_file"]
@@ -125,12 +125,12 @@ def read_file(path: str, start_line: int | None = None, end_line: int | None = N
         start_char: characters of the first line to skip (0-based offset into start_line), to read on in a
             line longer than one call returns.
     """
-    file = resolve_in_workspace(path)
+    file = resolve_for_read(path)
     require_regular_file(file, path)
     check_line_range(start_line, end_line)
     if start_char < 0:
         raise ToolError(f"start_char must be 0 or more (an offset into start_line); got {start_char}")
-    shown = file.relative_to(workspace_root()).as_posix()
+    shown = shown_path(file)
     size = file.stat().st_size
     with file.open("rb") as raw:
         head = raw.read(SNIFF_BYTES + 1)
@@ -209,12 +209,12 @@ def list_directory(path: str = ".") -> str:
     Args:
         path: directory path, relative to the workspace root.
     """
-    folder = resolve_in_workspace(path)
+    folder = resolve_for_read(path)
     if not folder.is_dir():
         raise ToolError(f"{path!r} is not a directory")
     entries = sorted(folder.iterdir(), key=lambda p: (not p.is_dir(), p.name))
     lines = [p.name + ("/" if p.is_dir() else "") for p in entries[:MAX_ENTRIES]]
     if len(entries) > MAX_ENTRIES:
         lines.append(f"[… {len(entries) - MAX_ENTRIES} more entries]")
-    shown = folder.relative_to(workspace_root()).as_posix() or "."
+    shown = shown_path(folder)
     return f"{shown}/ ({len(entries)} entries)\n" + "\n".join(lines) if lines else f"{shown}/ is empty"

@@ -8,7 +8,7 @@ Properties guarded here:
 - /compact summarises older exchanges (and leaves a conversation it would make longer); /undo removes the
   last exchange and restores the files crow's tools changed (in-process and on a pty);
 - /export never overwrites, takes a folder, a quoted path with spaces, refuses a FIFO;
-- /instructions, /tools, prompt files as slash commands that never replace a built-in.
+- /instructions, /tools, /skills, prompt files as slash commands that never replace a built-in.
 """
 
 from __future__ import annotations
@@ -275,6 +275,24 @@ async def test_instructions_are_loaded_and_shown(store: SessionStore, tmp_path: 
     assert f"project: {tmp_path / 'AGENTS.md'} (9 bytes)" in output
     system = server.requests[0]["messages"][0]
     assert system["role"] == "system" and system["content"].endswith("Use tabs.")
+
+
+async def test_skills_says_what_was_found_and_where_and_a_shadowed_skill_once(
+        store: SessionStore, tmp_path: Path, _isolated_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from crow_cli.trust import TrustStore
+
+    (tmp_path / ".git").mkdir()
+    TrustStore().set(tmp_path, True)
+    ours, mine = tmp_path / ".crow/skills/forms/SKILL.md", _isolated_home / ".config/crow/skills/forms/SKILL.md"
+    for path, said in ((ours, "Fill forms."), (mine, "My forms.")):
+        path.parent.mkdir(parents=True)
+        path.write_text(f"---\nname: forms\ndescription: {said}\n---\nBody.\n")
+    monkeypatch.chdir(tmp_path)
+    settings = Settings(model="test-model", api_key="sk-test", default_prompt=True)
+    output, server, _ = await chat([{"sse": text_stream("ok")}], "/skills\rhi\r/exit\r", store, settings=settings)
+    assert f"forms  project: {ours.resolve()}\n       Fill forms.\n       hides: {mine}" in output
+    assert output.count(f"crow: warning: skill 'forms': the project's {ours.resolve()} is used, not your {mine}") == 1
+    assert "- forms: Fill forms." in server.requests[0]["messages"][0]["content"]
 
 
 # prompt files: custom slash commands (Claude Code's .claude/commands convention)
