@@ -30,6 +30,7 @@ __all__ = [
     "AUTHOR_KEY",
     "OUTCOMES",
     "OUTCOME_KEY",
+    "RECOVERED_KEY",
     "AssistantMessage",
     "AssistantTurn",
     "ContentPart",
@@ -124,6 +125,9 @@ def as_json(item: Message | WireToolCall | FunctionCall) -> dict[str, Any]:
 
 
 AUTHOR_KEY = "crow_author"
+RECOVERED_KEY = "crow_recovered"
+"""An assistant message's record of the text its tool calls were recovered from (`wire.textcalls`):
+`{"format": …, "text": …}`, stored with the session, never sent (the calls go as `tool_calls`)."""
 OUTCOME_KEY = "crow_outcome"
 """A tool message's record of how its call ended (`Outcome`): crow's own, stored with the session, never sent."""
 """The key of an assistant message that records who wrote it: `{"base_url": PUBLIC_URL, "model": M}` (the base

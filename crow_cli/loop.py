@@ -24,14 +24,24 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, cast
 
 from .context.compact import Compactor
 from .context.send import send
 from .errors import ContentFiltered, CrowError, MaxTurnsExceeded, ProviderError, StreamCut
-from .events import Event, MessageAppended, Notice, RunFinished, TextDelta, ToolResultReady, TurnFinished, WarningEvent
-from .history import AUTHOR_KEY, AssistantTurn, Message, ToolCall, ToolResult, as_json, assistant_message
+from .events import (
+    Event,
+    MessageAppended,
+    Notice,
+    RunFinished,
+    TextDelta,
+    ToolCallStarted,
+    ToolResultReady,
+    TurnFinished,
+    WarningEvent,
+)
+from .history import AUTHOR_KEY, RECOVERED_KEY, AssistantTurn, Message, ToolCall, ToolResult, as_json, assistant_message
 from .images import tool_images_message
 from .tools.context import ToolContext
 from .tools.dispatch import Approver, dispatch
@@ -40,6 +50,7 @@ from .tools.registry import ToolRegistry
 from .tools.repeats import RepeatGuard
 from .wire.accumulate import StreamAccumulator
 from .wire.profiles import REASONING_FIELDS
+from .wire.textcalls import Recovered, recover_calls
 
 __all__ = ["CANCELLED_OUTPUT", "ChatStream", "LoopSettings", "react"]
 
@@ -78,6 +89,9 @@ class LoopSettings:
     generation_attempts: int = 3
     """Requests per turn when the server says the model's generation failed (`tool_use_failed`, Groq:
     a 400 or an error event inside a 200 stream, with `failed_generation`): 3 = asked again twice."""
+    recover_tool_calls: bool = True
+    """Run the tool calls a turn's text ends with when the server's parser missed them (`wire.textcalls`;
+    a client whose profile says `recover_tool_calls = false` turns it off too)."""
     max_repeats: int = 3
     """The turn in a row repeating the same calls whose calls are answered without running; one more ends the
     run (`tools.repeats.RepeatGuard`); 0: never."""
@@ -112,6 +126,9 @@ async def react(
     closing = _Closing(history)
     closing.images = settings.images
     repeats = RepeatGuard(settings.max_repeats)
+    # a client that knows its server's profile says whether calls left in text are recovered
+    recover = settings.recover_tool_calls and bool(tools) and getattr(client, "recover_tool_calls", True)
+    told: set[str] = set()  # the formats recovered calls came in, said once per run
     try:
         for closing.turn in range(1, settings.max_turns + 1):
             turn: AssistantTurn | None = None
@@ -127,6 +144,10 @@ async def react(
                 yield RunFinished("error", "", closing.turn - 1, str(exc), exc.exit_code)
                 return
             assert turn is not None  # _stream_turn ends with its turn or raises
+            recovered = _recovered(turn, registry) if recover and registry and not turn.tool_calls else None
+            if recovered is not None:
+                for event in _recovery_events(turn, recovered, told):
+                    yield event
             for warning in names.clean(turn):
                 yield warning
             closing.turn_assembled(turn.tool_calls)
@@ -135,6 +156,8 @@ async def react(
             author = getattr(client, "author", None)
             if isinstance(author, dict):
                 as_json(message)[AUTHOR_KEY] = dict(author)
+            if recovered is not None:  # the text the calls came in: kept with the session, never sent back
+                as_json(message)[RECOVERED_KEY] = {"format": recovered.format, "text": recovered.raw}
             yield _append(history, message)
             yield TurnFinished(closing.turn, turn.finish_reason, turn.usage, turn.content, tuple(turn.tool_calls),
                                timings=turn.timings)
@@ -288,6 +311,31 @@ class _Closing:
             self.text.clear()
         events.append(RunFinished("cancelled", partial, self.turn, "interrupted", 130))
         return events
+
+
+def _recovered(turn: AssistantTurn, registry: ToolRegistry) -> Recovered | None:
+    """The calls `turn`'s text ends with, in a format known from open models (`wire.textcalls`), or None."""
+    names = registry.names
+    found = recover_calls(turn.content, names.sent, lambda name: names.called(name)[0])
+    if found is not None and found.format == "json" and "template-tags-in-content" in turn.rules:
+        found = replace(found, format="hermes")  # the accumulator dropped the <tool_call> tags around them
+    return found
+
+
+def _recovery_events(turn: AssistantTurn, found: Recovered, told: set[str]) -> list[Event]:
+    """Make `turn` a tool turn of the recovered calls (ids "": the model gave none; its lead-in its content)
+    and say so: once per format per run, then each call as if it had streamed."""
+    turn.tool_calls = [ToolCall("", name, arguments, index=n) for n, (name, arguments) in enumerate(found.calls)]
+    turn.content = found.lead_in or None
+    turn.finish_reason = "tool_calls"
+    events: list[Event] = []
+    if found.format not in told:
+        told.add(found.format)
+        events.append(Notice(f"crow: the model wrote its tool calls as text ({found.format} format) and the server did "
+                             "not read them as calls; crow runs them as calls (recover_tool_calls = false in the "
+                             "provider table turns this off)", code="tool_calls_recovered"))
+    events += [ToolCallStarted(call.index, call.id, call.name) for call in turn.tool_calls]
+    return events
 
 
 def _finished(turn: AssistantTurn, turns: int) -> RunFinished:

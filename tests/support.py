@@ -98,6 +98,12 @@ def expected_sse(case: dict[str, Any]) -> str:
     return streamed[-2] if len(streamed) > 1 else streamed[0]
 
 
+def calls_in_text(case: dict[str, Any]) -> bool:
+    """Whether the case's tool calls come as text the server's parser missed (`wire.textcalls`, recovered by the
+    loop): its expected turn streams no `tool_calls` at all."""
+    return bool(case["expected"].get("tool_calls")) and '"tool_calls"' not in expected_sse(case)
+
+
 def sse_chunks(body: str) -> Iterator[dict[str, Any]]:
     """Decode an SSE body into chunk dicts, for feeding the pure accumulator (test helper only)."""
     for line in body.replace("\r\n", "\n").replace("\r", "\n").split("\n"):

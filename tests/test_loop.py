@@ -255,6 +255,20 @@ async def test_the_same_call_four_turns_in_a_row_ends_the_run_with_every_call_an
     assert len(results) == 4 and "not run again" in results[2] and "not run again" in results[3]
 
 
+async def test_a_call_left_in_the_text_runs_once_said_and_its_text_is_kept_but_never_sent():
+    registry = ToolRegistry()
+    registry.register(nap)
+    leak = '<tool_call>{"name": "nap", "arguments": {"seconds": 0}}</tool_call>'
+    history, events, bodies = await drive(registry, [text_sse(leak), text_sse(leak), text_sse("fin")])
+    assistant = history[1]
+    assert [(c["id"], c["function"]["name"]) for c in assistant["tool_calls"]] == [("", "nap")]
+    assert assistant["crow_recovered"]["format"] == "hermes" and "nap" in assistant["crow_recovered"]["text"]
+    assert all("crow_recovered" not in m for body in bodies for m in body["messages"])
+    said = [e for e in events if isinstance(e, Notice) and e.code == "tool_calls_recovered"]
+    assert len(said) == 1 and "hermes" in said[0].message  # once per run, not per turn
+    assert history[-1]["content"] == "fin"
+
+
 async def test_history_events_and_order():
     registry = ToolRegistry()
     registry.register(nap)

@@ -230,6 +230,11 @@ class ChatClient:
         return n if type(n) is int and n > 0 else 1
 
     @property
+    def recover_tool_calls(self) -> bool:
+        """Whether tool calls a turn's text ends with are run as calls (the profile's `recover_tool_calls`)."""
+        return self.profile.recover_tool_calls
+
+    @property
     def reasoning_fields(self) -> tuple[str, ...]:
         """The delta fields this server's reasoning text comes in (for the accumulator)."""
         return self.profile.reasoning_fields

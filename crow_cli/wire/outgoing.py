@@ -48,7 +48,17 @@ import operator
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, get_args
 
-from ..history import AUTHOR_KEY, OUTCOME_KEY, Message, WireToolCall, as_json, author_of, thinking_of, tool_calls_of
+from ..history import (
+    AUTHOR_KEY,
+    OUTCOME_KEY,
+    RECOVERED_KEY,
+    Message,
+    WireToolCall,
+    as_json,
+    author_of,
+    thinking_of,
+    tool_calls_of,
+)
 from ..images import sendable_content
 from .adapt import (
     CALL_CORE,
@@ -215,6 +225,8 @@ class Outgoing:
         drop: list[str] = []
         if OUTCOME_KEY in message_json:
             drop.append(OUTCOME_KEY)  # crow's record of how the call ended
+        if RECOVERED_KEY in message_json:
+            drop.append(RECOVERED_KEY)  # the text recovered calls came in: they go as tool_calls
         add: dict[str, Any] = {}
         if role == "assistant":
             if self.echo == "never" or (self.echo == "auto" and not tools_used):

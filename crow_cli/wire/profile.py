@@ -68,6 +68,7 @@ class ServerProfile:
         tool_call_id_rule: the tool-call id shape the server demands of ids other models wrote
             (`{"chars": …, "length": …}`, `wire.outgoing`), or None.
         request_rules: the rules applied to every request (`wire.adapt`), in order.
+        recover_tool_calls: tool calls left in a turn's text are recovered (`wire.textcalls`).
         sources: the layer of each value, by key: a field name, or `rule_key(rule)` for a request rule.
         replaced: what each value replaced, by the same key: (layer, the earlier value or `Rule`) pairs, earliest
             first; a key whose value no later layer changed is absent.
@@ -81,6 +82,7 @@ class ServerProfile:
     required_fields: tuple[str, ...] = ()
     tool_call_id_rule: Mapping[str, Any] | None = None
     request_rules: tuple[Rule, ...] = ()
+    recover_tool_calls: bool = True
     sources: Mapping[str, Layer] = field(default_factory=dict)
     replaced: Mapping[str, tuple[tuple[Layer, Any], ...]] = field(default_factory=dict)
 

@@ -70,6 +70,8 @@ class Profile:
         tool_message_name: True: tool messages carry the function `name`; False: never; None: as stored.
         refused_fields: message / tool-call fields the server refuses (never sent).
         required_fields: reasoning fields wanted on every assistant message (`""` when none was kept).
+        recover_tool_calls: tool calls a turn's text ends with, in a format known from open models, are run
+            as calls when the server's parser missed them (`wire.textcalls`).
     """
 
     name: str = "generic"
@@ -79,6 +81,7 @@ class Profile:
     tool_message_name: bool | None = None
     refused_fields: tuple[str, ...] = ()
     required_fields: tuple[str, ...] = ()
+    recover_tool_calls: bool = True
 
 
 PROFILES: tuple[Profile, ...] = (
@@ -94,7 +97,8 @@ KEYED_HOSTS = tuple(host for profile in PROFILES if profile.needs_key for host i
 """Hosted APIs that refuse every request without a key (local servers often need none)."""
 
 PROFILE_FIELDS: dict[str, type] = {"needs_key": bool, "reasoning_fields": list, "tool_message_name": bool,
-                                   "refused_fields": list, "required_fields": list, "request_rules": list}
+                                   "refused_fields": list, "required_fields": list, "request_rules": list,
+                                   "recover_tool_calls": bool}
 """The fields the config's `[provider]` table may override, with their TOML types."""
 
 
