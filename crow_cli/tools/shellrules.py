@@ -86,6 +86,9 @@ _INTERPRETERS = _CODE_READERS | {"awk", "gawk", "mawk", "nawk"}
 _CODE_FLAGS = re.compile(r"-[A-Za-z]*[ceEr]|--eval|--command|--exec")  # `-c CODE`, `perl -e`, `php -r`, `node --eval`
 _VALUE_FLAGS = frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-file", "-W", "-X", "-I", "-M", "-r",
                           "--require", "-x"})  # options that take the next word as their value
+# bash builtins that take variable names (their subscripts are evaluated: `printf -v 'a[$(rm x)]'`)
+_NAME_TAKERS = frozenset({"printf", "let", "read", "mapfile", "readarray", "wait", "test", "unset", "declare",
+                          "typeset", "local", "export", "readonly", "getopts", "shift", "return", "exit"})
 _FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 _STRING_LITERAL = re.compile(r"\"((?:[^\"\\]|\\.)*)\"|'((?:[^'\\]|\\.)*)'")
 _MAX_NESTING = 4
@@ -137,7 +140,7 @@ def _encode(text: str) -> bytes:
 
 
 def _decode(data: bytes) -> str:
-    return data.decode("utf-8", "surrogatepass")
+    return data.decode("utf-8", "replace")  # a slice may cut an encoded lone surrogate: such a line is unreadable
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +154,8 @@ class _Command:
     assignments: int = 0
     simple: bool = True
     """A command that runs a program or builtin (not a bare assignment, `export …`, `[[ … ]]` or `(( … ))`)."""
+    stdin: str | None = None
+    """What its standard input is, when the line writes it (a here-document or here-string); else None."""
 
     @property
     def run(self) -> tuple[str, ...]:
@@ -171,6 +176,10 @@ class _Reading:
     """A redirection writes a file (not `2>&1`, not `>/dev/null`)."""
     evaluation: bool = False
     """bash evaluates some word as code (arithmetic, `[[ … ]]`, `${a[…]}`, `${x@P}`, `${!x}`)."""
+    names: bool = False
+    """A command takes variable names, whose subscripts bash evaluates (`declare`, `unset`, `printf -v`, `[ -v`)."""
+    latent: bool = False
+    """A literal holds a command substitution's text (`'a[$(rm x)]'`): code, if bash evaluates it."""
 
 
 def _joined(line: str) -> str:
@@ -207,44 +216,100 @@ def _ancestry(node: Node) -> list[Node]:
 
 @lru_cache(maxsize=256)
 def _read(line: str) -> _Reading:
-    """What the grammar finds in `line` (see the module docstring). Never raises."""
+    """What the grammar finds in `line` (see the module docstring). Never raises: what fails to be read is
+    unreadable."""
+    if _UNKNOWN in line or any("\ud800" <= c <= "\udfff" for c in line):
+        return _Reading(unreadable="a NUL or a lone surrogate, which no shell reads as written")
+    try:
+        return _reading(line)
+    except Exception as exc:  # a grammar that fails on some input must not let that input through
+        return _Reading(unreadable=f"the shell grammar failed ({type(exc).__name__})")
+
+
+def _reading(line: str) -> _Reading:
     text = _joined(line)
     data = _encode(text)
     reading = _Reading()
-    _walk(_parser().parse(data).root_node, data, reading, ())
+    root = _parser().parse(data).root_node
+    _walk(root, data, reading, ())
+    skipped = _skipped(root, data)
+    if skipped:  # text the grammar read as nothing: what sh makes of it is unknown
+        reading.unreadable = reading.unreadable or f"the shell grammar skips {skipped!r}"
     for command in reading.commands:
         why = _unjudgeable(command)
         if why:
             reading.unreadable = reading.unreadable or why
+        reading.names = reading.names or (command.simple and bool(command.run) and (
+            _basename(command.run[0]) in _NAME_TAKERS))
+    if reading.latent and (reading.evaluation or reading.names):  # `x='a[$(rm v)]'; echo $((x))` in bash
+        reading.unreadable = reading.unreadable or "a string that bash may evaluate as code"
     return reading
+
+
+_ADJACENT = frozenset({"concatenation", "simple_expansion"})  # pieces that touch: no blank between them
+_OPAQUE = frozenset({"heredoc_body", "string", "raw_string", "comment", "ansi_c_string", "translated_string"})
+
+
+def _skipped(root: Node, data: bytes) -> str:
+    """The first text of `data` (but blanks) that no node of the tree `root` covers, or ""."""
+    gaps = [data[:root.start_byte], data[root.end_byte:]]
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.child_count == 0 or node.type in _OPAQUE:
+            continue
+        position = node.start_byte
+        for n, child in enumerate(node.children):
+            gap = data[position:child.start_byte]
+            if not (gap.strip() == b"-" and n and _dash_before_heredoc(node.children[n - 1], [child], data)
+                    and node.children[n - 1].type == "command"):  # read as an argument: see `_walk`
+                gaps.append(gap)
+            stack.append(child)
+            position = child.end_byte
+        gaps.append(data[position:node.end_byte])
+        if node.type in _ADJACENT and any(gaps[-len(node.children) - 1:]):
+            return _text(node, data)  # `$ ${x}` read as one word: blanks inside it
+    return next((_decode(g).strip() for g in gaps if g.strip(b" \t\r\n")), "")
+
+
+def _dash_before_heredoc(body: Node, redirects: list[Node], data: bytes) -> bool:
+    """Whether the grammar dropped a `-` argument between the command `body` and its first redirection
+    (`python3 - <<'EOF'`: tree-sitter-bash reads the `-` as nothing)."""
+    first = min((r.start_byte for r in redirects), default=body.end_byte)
+    return first > body.end_byte and data[body.end_byte:first].strip() == b"-"
 
 
 def _text(node: Node, data: bytes) -> str:
     return _decode(data[node.start_byte:node.end_byte])
 
 
-def _walk(node: Node, data: bytes, reading: _Reading, extra: tuple[Node, ...]) -> None:
+def _walk(node: Node, data: bytes, reading: _Reading, extra: tuple[Node | str, ...],
+          redirects: Sequence[Node] = ()) -> None:
     """Collect the commands under `node` into `reading`; `extra`: words the grammar hung on a redirection that
-    are arguments of the command `node` (`rm >/dev/null -rf x`)."""
+    are arguments of the command `node` (`rm >/dev/null -rf x`), and `redirects` its redirections outside it."""
     kind = node.type
     if node.is_missing or kind == "ERROR":
         reading.unreadable = reading.unreadable or f"the shell grammar cannot read {_text(node, data)!r}"
         return
     if kind == "redirected_statement":
         body = node.child_by_field_name("body")
-        extras = tuple(word for redirect in node.children_by_field_name("redirect")
-                       for word in redirect.children_by_field_name("destination")[1:])
+        redirects = node.children_by_field_name("redirect")
+        extras: tuple[Node | str, ...] = tuple(word for redirect in redirects
+                                              for word in redirect.children_by_field_name("destination")[1:])
+        if body is not None and body.type == "command" and _dash_before_heredoc(body, redirects, data):
+            extras = ("-", *extras)
         for child in node.children:
             if child == body:
                 if extras and body.type != "command":
                     reading.unreadable = reading.unreadable or "words after a redirection of a compound command"
-                _walk(child, data, reading, extras)
+                _walk(child, data, reading, extras, redirects)
             else:
                 _walk(child, data, reading, ())
         return
     if kind == "command":
-        _command(node, data, reading, extra)
+        _command(node, data, reading, extra, redirects)
     elif kind in ("declaration_command", "unset_command"):
+        reading.names = True
         words = [_word(child, data) for child in node.children if child.is_named and not _is_redirect(child)]
         head = node.children[0]
         reading.commands.append(_Command((_text(head, data), *words), (_text(head, data), *(
@@ -260,6 +325,7 @@ def _walk(node: Node, data: bytes, reading: _Reading, extra: tuple[Node, ...]) -
         opening = _text(node.children[0], data)
         reading.commands.append(_Command((opening,), (opening,), simple=False))
         reading.evaluation = reading.evaluation or opening == "[["
+        reading.names = True  # `[ -v 'a[…]' ]`
     elif kind == "compound_statement" and node.children and node.children[0].type == "((":
         reading.commands.append(_Command(("((",), ("((",), simple=False))
         reading.evaluation = True
@@ -271,6 +337,10 @@ def _walk(node: Node, data: bytes, reading: _Reading, extra: tuple[Node, ...]) -
             reading.evaluation = True
     elif kind in ("command_substitution", "process_substitution"):
         reading.substitution = True
+        if node.children and node.children[0].type == "`" and "\\`" in _text(node, data):
+            reading.unreadable = reading.unreadable or "a command substitution inside backquotes"
+    elif kind in ("word", "raw_string", "string_content", "ansi_c_string", "heredoc_body", "heredoc_content"):
+        reading.latent = reading.latent or any(mark in _text(node, data) for mark in ("$(", "`", "$["))
     elif kind == "file_redirect":
         _redirect(node, data, reading)
     for child in node.children:
@@ -293,14 +363,18 @@ def _redirect(node: Node, data: bytes, reading: _Reading) -> None:
     reading.output = True
 
 
-def _command(node: Node, data: bytes, reading: _Reading, extra: tuple[Node, ...]) -> None:
-    """The simple command `node` (its assignments, command word and arguments; `extra` more arguments)."""
+def _command(node: Node, data: bytes, reading: _Reading, extra: tuple[Node | str, ...],
+             redirects: Sequence[Node]) -> None:
+    """The simple command `node` (its assignments, command word and arguments; `extra` more arguments; its
+    `redirects` outside it)."""
     assignments: list[Node] = []
-    words: list[Node] = []
+    words: list[Node | str] = []
+    inputs = [r for r in redirects if _is_input(r, data)]
     for child in node.children:
         if child.type == "variable_assignment" and not words:
             assignments.append(child)
         elif _is_redirect(child):
+            inputs += [child] if _is_input(child, data) else []
             if len(child.children_by_field_name("destination")) > 1:
                 reading.unreadable = reading.unreadable or "words after a redirection inside a command"
         elif child.type == "command_name":
@@ -311,10 +385,40 @@ def _command(node: Node, data: bytes, reading: _Reading, extra: tuple[Node, ...]
     shown = [_text(a, data) for a in assignments]
     literal = [_assignment(a, data) for a in assignments]
     for word in words:
-        value = _word(word, data)
+        value = word if isinstance(word, str) else _word(word, data)
         literal.append(value)
-        shown.append(value if _UNKNOWN not in value else _text(word, data))
-    reading.commands.append(_Command(tuple(literal), tuple(shown), len(assignments)))
+        shown.append(value if _UNKNOWN not in value or isinstance(word, str) else _text(word, data))
+    stdin = _input_text(inputs[0], data) if len(inputs) == 1 else None
+    reading.commands.append(_Command(tuple(literal), tuple(shown), len(assignments), stdin=stdin))
+
+
+def _is_input(redirect: Node, data: bytes) -> bool:
+    """Whether `redirect` gives the standard input (`<file`, a here-document or here-string)."""
+    if redirect.type in ("heredoc_redirect", "herestring_redirect"):
+        return True
+    descriptor = redirect.child_by_field_name("descriptor")
+    operator = next((_text(c, data) for c in redirect.children if not c.is_named), "")
+    return operator in ("<", "<&") and (descriptor is None or _text(descriptor, data) == "0")
+
+
+def _input_text(redirect: Node, data: bytes) -> str | None:
+    """The text a here-document or here-string gives as standard input, when it is written on the line
+    (a quoted here-document, or one without expansions); None otherwise (a file, an expansion)."""
+    if redirect.type == "herestring_redirect":
+        value = _word(redirect.named_children[-1], data) if redirect.named_children else _UNKNOWN
+        return None if _UNKNOWN in value else value
+    if redirect.type != "heredoc_redirect":
+        return None
+    start = next((c for c in redirect.children if c.type == "heredoc_start"), None)
+    body = next((c for c in redirect.children if c.type == "heredoc_body"), None)
+    if start is None:
+        return None
+    if body is None:
+        return ""
+    quoted = any(q in _text(start, data) for q in "'\"\\")
+    if not quoted and any(c.type != "heredoc_content" for c in body.named_children):
+        return None
+    return _text(body, data)
 
 
 def _assignment(node: Node, data: bytes) -> str:
@@ -384,13 +488,19 @@ def _unjudgeable(command: _Command) -> str:
     bases = [_basename(w) for w in run]
     if (bases[0] == "alias" and any("=" in w for w in run[1:])) or (bases[0] == "hash" and "-p" in run[1:]):
         return "a command renamed by an alias or hash"
-    if bases[0] in ("enable", "source", ".") and any(_UNKNOWN in w for w in run[1:]):
+    if bases[0] in ("enable", "source", ".") and any(_UNKNOWN in w or _is_stream(w) for w in run[1:]):
         return "a script that cannot be seen"
     starts = [0] if bases[0] not in _WRAPPERS else range(len(run))
     for i in starts:
-        if bases[i] in _CODE_READERS and _hidden_code(bases[i], run[i + 1:]):
+        if bases[i] in _CODE_READERS and _hidden_code(bases[i], run[i + 1:]) and (
+                command.stdin is None or _reads_a_stream(run[i + 1:])):
             return "a shell or interpreter whose code cannot be seen"
     return ""
+
+
+def _reads_a_stream(args: Sequence[str]) -> bool:
+    """Whether a code reader given `args` reads its code from a named stream rather than its standard input."""
+    return any(_is_stream(w) and w not in ("/dev/stdin", "/dev/fd/0") for w in args)
 
 
 def _hidden_code(program: str, args: Sequence[str]) -> bool:
@@ -410,8 +520,13 @@ def _hidden_code(program: str, args: Sequence[str]) -> bool:
         elif word == "--":
             return n + 1 >= len(args) or _UNKNOWN in args[n + 1]
         elif not word.startswith(("-", "+")) or _UNKNOWN in word:
-            return _UNKNOWN in word  # a script file (its code is a file, as for any program), or not a literal
+            return _UNKNOWN in word or _is_stream(word)  # a script file (as for any program's code), or not one
     return True
+
+
+def _is_stream(path: str) -> bool:
+    """Whether `path` names a stream, not a file (`/dev/stdin`, `/dev/fd/0`, `/proc/self/fd/3`)."""
+    return path.startswith(("/dev/", "/proc/"))
 
 
 def split_commands(line: str) -> list[list[str]]:
@@ -500,10 +615,32 @@ def _scripts(words: Sequence[str]) -> list[str]:
     assignment's value: `env A=$B make`); an alias's values."""
     if _basename(words[0]) == "alias":
         return [w.split("=", 1)[1] for w in words[1:] if "=" in w]
+    if _basename(words[0]) == "trap":  # `trap CMD EXIT`: its first argument, a word or a line
+        return [w for w in words[1:] if w != "--"]
+    script = _shell_script(words) if _basename(words[0]) in _SHELL_NAMES else None
     return [w for n, w in enumerate(words[1:], 1)
             if re.search(r"[\s;&|()<>`]|\$\(", w) or re.fullmatch(r"-[A-Za-z]*c|-S|--split-string|--command",
                                                                   words[n - 1])
-            or (_UNKNOWN in w and not _ASSIGNMENT.match(w))]
+            or (_UNKNOWN in w and not _ASSIGNMENT.match(w)) or n == script]
+
+
+def _shell_script(words: Sequence[str]) -> int | None:
+    """Where the command string of a shell `words[0]` given `-c` stands (`bash -cx 'CMD'`, `sh -ec CMD`: the
+    first word after its options), or None."""
+    command = False
+    skip = False
+    for n, word in enumerate(words[1:], 1):
+        if skip:
+            skip = False
+        elif word == "--":
+            return n + 1 if command else None
+        elif word in _VALUE_FLAGS:
+            skip = True
+        elif word.startswith(("-", "+")) and len(word) > 1:
+            command = command or (not word.startswith("--") and "c" in word)
+        else:
+            return n if command else None
+    return None
 
 
 def _matches_words(words: Sequence[str], prefix: list[str], depth: int) -> bool:
@@ -560,7 +697,20 @@ def deny_matches(line: str, prefix: list[str], depth: int = 0) -> bool:
     reading = _read(line)
     if reading.unreadable:
         return True
-    return any(_matches_words(c.run, prefix, depth) for c in reading.commands if c.simple and c.run)
+    return any(_matches_words(c.run, prefix, depth) or _matches_input(c, prefix, depth)
+               for c in reading.commands if c.simple and c.run)
+
+
+def _matches_input(command: _Command, prefix: list[str], depth: int) -> bool:
+    """Whether `prefix` matches the code a shell or interpreter of `command` reads from the here-document or
+    here-string the line gives it (`sh <<'EOF'`, `python3 - <<'EOF'`)."""
+    if command.stdin is None:
+        return False
+    bases = {_basename(w) for w in command.run}
+    if bases & _SHELL_NAMES and deny_matches(command.stdin, prefix, depth + 1):
+        return True
+    return bool(bases & _INTERPRETERS) and any(deny_matches(literal, prefix, depth + 1)
+                                               for literal in _literals(command.stdin))
 
 
 # --- allow and "always" -------------------------------------------------------------------------------------

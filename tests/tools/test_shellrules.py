@@ -177,6 +177,16 @@ def test_deny_looks_past_launchers(launcher: str) -> None:
     "echo rm -rf v | sh", "echo rm -rf v | bash -o errexit", "sh < script.sh", "bash <<EOF\nrm -rf v\nEOF",
     "sh <<< 'rm -rf v'", "sh -s < x", "sh <(echo rm -rf v)", "source <(echo rm -rf v)", "python3 < x.py",
     "alias x=rm\nx -rf v", "hash -p /bin/rm ls; ls -rf v", "ls <>f; rm -rf v", "<<x rm -rf v\nx",
+    # found trying it (differential runs against dash and bash): a trap's one-word command, backquotes in
+    # backquotes, a stream as a script, `-c` inside a cluster, words the grammar joins across a blank, and
+    # bash evaluating a string's `$(…)` in arithmetic, `[[ -eq ]]`, `${x@P}`, and names it takes
+    "trap rm\\ -rf\\ v EXIT", "echo `echo \\`rm -rf v\\``", "source /dev/stdin <<< 'rm -rf v'",
+    "sh /dev/fd/0 <<< 'rm -rf v'",
+    "bash -cx 'rm -rf v'", "bash -ctrue 'rm -rf v'", "bash -c -- 'rm -rf v'", "<<< $ ${x:-rm} -rf v",
+    "x='a[$(rm -rf v)]'; echo $((x))", "x='a[$(rm -rf v)]'; [[ $x -eq 0 ]]", "x='$(rm -rf v)'; echo ${x@P}",
+    "printf -v 'a[$(rm -rf v)]' x", "unset 'a[$(rm -rf v)]'", "[ -v 'a[$(rm -rf v)]' ]",
+    "sh <<'EOF'\nrm -rf v\nEOF", "python3 - <<'EOF'\nimport os; os.system('rm -rf v')\nEOF",
+    "sudo sh <<< 'rm -rf v'",
 ])
 def test_no_shell_spelling_gets_past_a_deny_rule(line: str) -> None:
     assert deny_matches(line, rule_words("rm -rf")), line
@@ -188,6 +198,9 @@ def test_no_shell_spelling_gets_past_a_deny_rule(line: str) -> None:
     "cat <<'EOF'\nrm -rf v\nEOF", "cat <<EOF\nrm -rf v\nEOF", "printf '%s\\n' \"# don't\" && ls",
     "echo x # rm -rf v", "rmdir v", "python3 tool.py < data.json", "sh script.sh < input.txt",
     "echo v | python3 script.py", "x=$(date) && echo $x", "for f in *.py; do echo $f; done",
+    # code a shell or interpreter reads from a here-document the line writes is read, not refused
+    "python3 - <<'EOF'\nprint('hello')\nEOF", "sh <<'EOF'\nls -la\nEOF", "bash <<< 'echo hi'",
+    "grep -n '$(' script.sh", "bash -c 'echo $1' _ x", "bash script.sh rm",
 ])
 def test_deny_still_lets_readable_commands_run(line: str) -> None:
     assert not deny_matches(line, rule_words("rm")), line
@@ -267,3 +280,12 @@ def test_crow_run_always_is_scoped_to_what_runs(tmp_path: Path) -> None:
         assert term.wait() == 0
     assert "always for `/dev/null" not in term.screen() and "always for `uv run …`" not in term.screen()
     assert not (tmp_path / "planted2").exists() and not (tmp_path / "planted3").exists()
+
+
+def test_a_line_shell_cannot_be_given_fails_closed() -> None:
+    for line in ("rm\0 -rf v", "ls \udcff"):
+        assert deny_matches(line, rule_words("git push")) and not allow_matches(line, [["ls"]])
+
+
+def test_a_traps_one_word_command_is_a_command() -> None:
+    assert deny_matches("trap rm EXIT", rule_words("rm")) and not deny_matches("trap 'echo bye' EXIT", ["rm"])
