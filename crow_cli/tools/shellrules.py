@@ -9,11 +9,15 @@ here-document text) before the line is read, so `r\\⏎m` is `rm`. Each word is 
 `'r'm`, `"rm"` are `rm`); a word that holds an expansion (`$X`, `$(…)`, `${…}`, a glob or brace pattern,
 `$'…'` with escapes) is *not a literal*: no rule can judge what it becomes.
 
-**Fail closed.** A line the grammar cannot read whole (an ERROR or MISSING node: `<<pytest touch x`, `<>f`), or a
-command whose word is not a literal (`$X -rf v`, `$(echo rm) v`, `"$RM"`, `/bin/r?`), a shell or interpreter whose
-code cannot be seen (`… | sh`, `bash <<EOF`, `sh -s`, `sh <(…)`, `source <(…)`), an alias definition or `hash
--p` (they rename commands), or nesting deeper than four scripts, matches every deny rule, no allow rule, and
-offers no scoped "always".
+**Fail closed.** A line the grammar cannot read whole (an ERROR or MISSING node: `<<pytest touch x`, `<>f`; text
+it skips or joins across a blank; a substitution it leaves inside a word or a here-document), or a command whose
+word is not a literal (`$X -rf v`, `$(echo rm) v`, `"$RM"`, `/bin/r?`), a shell or interpreter whose code cannot
+be seen (`… | sh`, `sh -s < f`, `sh <(…)`, `source /dev/stdin`, `xargs sh -c`, `find -exec sh -c {}`), interpreter
+code that runs a command it builds (`os.system("r" + "m")`, `subprocess`, perl's backquotes, awk's pipes), an
+alias definition or `hash -p` (they rename commands), a string holding `$(…)` where bash evaluates strings
+(`$((x))`, `[[ -eq ]]`, `${x@P}`, `printf -v`), or nesting deeper than four scripts, matches every deny rule,
+no allow rule, and offers no scoped "always". Code a shell or interpreter reads from a here-document or
+here-string the line writes (`python3 - <<'EOF'`, `sh <<'EOF'`) is judged as if given with `-c`.
 
 **Deny** (`deny_matches`) leans towards matching. A rule matches any simple command of the line, looking past
 assignments (`a=b rm`), wrappers (`env`, `sudo`, `command`, `exec`, `nice`, `time`, `nohup`, `timeout`, `xargs`,
@@ -82,7 +86,13 @@ _EVALUATORS = _SHELLS | {"trap", "su", "runuser", "env", "watch", "parallel", "f
 _CODE_READERS = _SHELL_NAMES | {"python", "python2", "python3", "pypy", "pypy3", "perl", "ruby", "node", "php",
                                 "lua", "tclsh", "irb", "deno", "bun"}
 # interpreters whose code can run a command through a string (`os.system("…")`, `system("…")`)
-_INTERPRETERS = _CODE_READERS | {"awk", "gawk", "mawk", "nawk"}
+_AWKS = frozenset({"awk", "gawk", "mawk", "nawk", "busybox awk"})
+_INTERPRETERS = _CODE_READERS | _AWKS
+# what runs a command from interpreter code (`os.system`, `subprocess`, `exec`, perl's backquotes, awk's pipes):
+# a rule cannot judge a command such code builds, so code holding one fails closed
+_SPAWNS = re.compile(r"system|exec|popen|spawn|subprocess|check_output|check_call|getoutput|__import__|importlib|"
+                     r"getattr|ctypes|child_process|require|readpipe|\bqx|%x|Open3|passthru|proc_open|pcntl|`|"
+                     r"\beval\b|\bfork\b")
 _CODE_FLAGS = re.compile(r"-[A-Za-z]*[ceEr]|--eval|--command|--exec")  # `-c CODE`, `perl -e`, `php -r`, `node --eval`
 _VALUE_FLAGS = frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-file", "-W", "-X", "-I", "-M", "-r",
                           "--require", "-x"})  # options that take the next word as their value
@@ -90,7 +100,7 @@ _VALUE_FLAGS = frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-file", "-W
 _NAME_TAKERS = frozenset({"printf", "let", "read", "mapfile", "readarray", "wait", "test", "unset", "declare",
                           "typeset", "local", "export", "readonly", "getopts", "shift", "return", "exit"})
 _FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
-_STRING_LITERAL = re.compile(r"\"((?:[^\"\\]|\\.)*)\"|'((?:[^'\\]|\\.)*)'")
+_STRING_LITERAL = re.compile(r"\"((?:[^\"\\]|\\.)*)\"|'((?:[^'\\]|\\.)*)'|`((?:[^`\\]|\\.)*)`")
 _MAX_NESTING = 4
 # where a backslash is no escape, so a backslash-newline in it is no line continuation
 _VERBATIM = frozenset({"raw_string", "comment", "heredoc_body", "heredoc_content", "ansi_c_string"})
@@ -341,10 +351,29 @@ def _walk(node: Node, data: bytes, reading: _Reading, extra: tuple[Node | str, .
             reading.unreadable = reading.unreadable or "a command substitution inside backquotes"
     elif kind in ("word", "raw_string", "string_content", "ansi_c_string", "heredoc_body", "heredoc_content"):
         reading.latent = reading.latent or any(mark in _text(node, data) for mark in ("$(", "`", "$["))
+        if kind in ("word", "string_content") and _substitutions(_text(node, data)):
+            reading.unreadable = reading.unreadable or "a substitution the shell grammar did not read"
+    elif kind == "heredoc_redirect":
+        start = next((c for c in node.children if c.type == "heredoc_start"), None)
+        body = next((c for c in node.children if c.type == "heredoc_body"), None)
+        if start is not None and body is not None and not any(q in _text(start, data) for q in "'\"\\") and (
+                _substitutions(_text(body, data)) > _count(body, "command_substitution")):
+            reading.unreadable = reading.unreadable or "a substitution in a here-document the grammar did not read"
     elif kind == "file_redirect":
         _redirect(node, data, reading)
     for child in node.children:
         _walk(child, data, reading, ())
+
+
+def _substitutions(text: str) -> int:
+    """How many command substitutions unquoted text opens (`$(`, a backquote pair), escapes left out."""
+    bare = re.sub(r"\\.", "", text, flags=re.DOTALL)
+    return len(re.findall(r"\$\((?!\()", bare)) + (bare.count("`") + 1) // 2
+
+
+def _count(node: Node, kind: str) -> int:
+    """How many nodes of type `kind` are under `node`."""
+    return sum(_count(child, kind) + (child.type == kind) for child in node.children)
 
 
 def _is_redirect(node: Node) -> bool:
@@ -379,6 +408,8 @@ def _command(node: Node, data: bytes, reading: _Reading, extra: tuple[Node | str
                 reading.unreadable = reading.unreadable or "words after a redirection inside a command"
         elif child.type == "command_name":
             words.extend(child.named_children)
+            if _text(child, data) == "!":  # `! ! rm`: bash negates twice
+                words.clear()
         elif child.is_named:
             words.append(child)
     words.extend(extra)
@@ -490,38 +521,74 @@ def _unjudgeable(command: _Command) -> str:
         return "a command renamed by an alias or hash"
     if bases[0] in ("enable", "source", ".") and any(_UNKNOWN in w or _is_stream(w) for w in run[1:]):
         return "a script that cannot be seen"
-    starts = [0] if bases[0] not in _WRAPPERS else range(len(run))
+    if bases[0] in _WRAPPERS or _launcher(run):
+        starts: Sequence[int] = range(len(run))
+    elif bases[0] == "find":
+        starts = [n + 1 for n, w in enumerate(run) if w in _FIND_EXEC and n + 1 < len(run)]
+    else:
+        starts = [0]
+    filled = _placeholders(run)
     for i in starts:
-        if bases[i] in _CODE_READERS and _hidden_code(bases[i], run[i + 1:]) and (
-                command.stdin is None or _reads_a_stream(run[i + 1:])):
+        if bases[i] not in _INTERPRETERS:
+            continue
+        code = _code(bases[i], run[i + 1:])
+        if code == "hidden" or (code == "stdin" and command.stdin is None):
             return "a shell or interpreter whose code cannot be seen"
+        if any(p in word for word in code if isinstance(code, list) for p in filled):
+            return "a shell or interpreter whose code its input fills in"
     return ""
 
 
-def _reads_a_stream(args: Sequence[str]) -> bool:
-    """Whether a code reader given `args` reads its code from a named stream rather than its standard input."""
-    return any(_is_stream(w) and w not in ("/dev/stdin", "/dev/fd/0") for w in args)
+def _placeholders(run: Sequence[str]) -> set[str]:
+    """What `xargs`, `parallel` or `find -exec` replace in the command they run (`{}`, `xargs -I %`'s `%`)."""
+    base = _basename(run[0])
+    if base not in ("xargs", "parallel", "find"):
+        return set()
+    found = {"{}"}
+    for n, word in enumerate(run[1:], 1):
+        if word in ("-I", "-i", "--replace") and n + 1 < len(run):
+            found.add(run[n + 1])
+        elif word.startswith(("-I", "--replace=")) and len(word) > 2:
+            found.add(word.split("=", 1)[1] if word.startswith("--") else word[2:])
+    return {p for p in found if p}
 
 
-def _hidden_code(program: str, args: Sequence[str]) -> bool:
-    """Whether `program` (a shell or interpreter) with `args` reads code that is not on the line: from its
-    standard input (no script argument, `-s`, `-`) or from a word that is not a literal (`sh <(…)`)."""
-    skip = False
+def _code(program: str, args: Sequence[str]) -> list[str] | str:
+    """The code `program` (a shell, an interpreter or awk) given `args` runs, as far as the line writes it: its
+    code words (`-c CODE`, `perl -e CODE`, awk's program), [] for a script file or module (code in a file, as
+    for any program), `"stdin"` when it reads its code from its standard input (no script, `-s`, `-`, or `-c`
+    with nothing after it: `xargs sh -c` fills it in), `"hidden"` when the code is not a literal (`sh <(…)`,
+    `sh -c "$X"`, `sh /dev/fd/3`)."""
+    shell, awk = program in _SHELL_NAMES, program in _AWKS
+    skip = code_next = False
     for n, word in enumerate(args):
         if skip:
             skip = False
-            continue
-        if word == "-" or (program in _SHELL_NAMES and re.fullmatch(r"-[A-Za-z]*s[A-Za-z]*", word)):
-            return True
-        if _CODE_FLAGS.fullmatch(word) or word in ("-m", "--module"):
-            return n + 1 < len(args) and _UNKNOWN in args[n + 1] and program != "awk"
-        if word in _VALUE_FLAGS:
-            skip = True
+        elif code_next:
+            return "hidden" if _UNKNOWN in word else [word]
+        elif word == "-" or (shell and re.fullmatch(r"-[A-Za-z]*s[A-Za-z]*", word)):
+            return "stdin"
         elif word == "--":
-            return n + 1 >= len(args) or _UNKNOWN in args[n + 1]
-        elif not word.startswith(("-", "+")) or _UNKNOWN in word:
-            return _UNKNOWN in word or _is_stream(word)  # a script file (as for any program's code), or not one
-    return True
+            rest = args[n + 1:]
+            if not rest:
+                return "stdin"
+            return "hidden" if _UNKNOWN in rest[0] or _is_stream(rest[0]) else [rest[0]] if awk else []
+        elif re.fullmatch(r"-[A-Za-z]*c[A-Za-z]*", word) if shell else (
+                _CODE_FLAGS.fullmatch(word) or word in ("--source", "--print")):
+            code_next = True
+        elif not shell and word in ("-m", "--module"):
+            return [] if n + 1 < len(args) and _UNKNOWN not in args[n + 1] else "hidden"
+        elif awk and word == "-f":
+            return []
+        elif word in _VALUE_FLAGS or (awk and word in ("-v", "-F")):
+            skip = True
+        elif word.startswith(("-", "+")) and len(word) > 1 and _UNKNOWN not in word:
+            continue
+        elif _UNKNOWN in word or _is_stream(word):
+            return "hidden"
+        else:
+            return [word] if awk else []  # awk's program; a script file
+    return "stdin"
 
 
 def _is_stream(path: str) -> bool:
@@ -605,8 +672,8 @@ def _flags_at(words: Sequence[str], i: int, prefix: list[str]) -> bool:
 def _literals(word: str) -> list[str]:
     """The string literals in an interpreter's code (`os.system("rm -rf x")` → `rm -rf x`), and all of
     them joined (`["rm", "-rf", "x"]` → `rm -rf x`)."""
-    found = [a or b for a, b in _STRING_LITERAL.findall(word)]
-    return [*found, " ".join(found)] if len(found) > 1 else found
+    found = [a or b or c for a, b, c in _STRING_LITERAL.findall(word)]
+    return [*found, " ".join(found), "".join(found)] if len(found) > 1 else found
 
 
 def _scripts(words: Sequence[str]) -> list[str]:
@@ -617,11 +684,13 @@ def _scripts(words: Sequence[str]) -> list[str]:
         return [w.split("=", 1)[1] for w in words[1:] if "=" in w]
     if _basename(words[0]) == "trap":  # `trap CMD EXIT`: its first argument, a word or a line
         return [w for w in words[1:] if w != "--"]
+    attached = [w.split("=", 1)[1] if w.startswith("--") else w[w.index("S") + 1:] for w in words[1:]
+                if re.fullmatch(r"-[A-Za-z]*S.+|--split-string=.*", w, re.DOTALL)]  # `env -S'CMD'`
     script = _shell_script(words) if _basename(words[0]) in _SHELL_NAMES else None
     return [w for n, w in enumerate(words[1:], 1)
             if re.search(r"[\s;&|()<>`]|\$\(", w) or re.fullmatch(r"-[A-Za-z]*c|-S|--split-string|--command",
                                                                   words[n - 1])
-            or (_UNKNOWN in w and not _ASSIGNMENT.match(w)) or n == script]
+            or (_UNKNOWN in w and not _ASSIGNMENT.match(w)) or n == script] + attached
 
 
 def _shell_script(words: Sequence[str]) -> int | None:
@@ -655,13 +724,14 @@ def _matches_words(words: Sequence[str], prefix: list[str], depth: int) -> bool:
             return True
         base = _basename(word)
         if base == "eval":
-            script = " ".join(words[i + 1:])
+            script = " ".join(words[i + 2:] if tuple(words[i + 1:i + 2]) == ("--",) else words[i + 1:])
             return _UNKNOWN in script or deny_matches(script, prefix, depth + 1)
         scripts = _scripts(words[i:]) if base in _EVALUATORS or base == "alias" else []
         if any(_UNKNOWN in s or deny_matches(s, prefix, depth + 1) for s in scripts):
             return True
-        if base in _INTERPRETERS and any(deny_matches(literal, prefix, depth + 1)
-                                         for w in words[i + 1:] for literal in _literals(w)):
+        if base in _INTERPRETERS and (any(deny_matches(literal, prefix, depth + 1)
+                                          for w in words[i + 1:] for literal in _literals(w))
+                                      or _spawns(base, _code(base, words[i + 1:]))):
             return True
         if base == "find":
             starts = [n + 1 for n, w in enumerate(words) if n > i and w in _FIND_EXEC]
@@ -709,8 +779,17 @@ def _matches_input(command: _Command, prefix: list[str], depth: int) -> bool:
     bases = {_basename(w) for w in command.run}
     if bases & _SHELL_NAMES and deny_matches(command.stdin, prefix, depth + 1):
         return True
-    return bool(bases & _INTERPRETERS) and any(deny_matches(literal, prefix, depth + 1)
-                                               for literal in _literals(command.stdin))
+    readers = bases & _INTERPRETERS
+    return bool(readers) and (any(deny_matches(literal, prefix, depth + 1) for literal in _literals(command.stdin))
+                              or any(_spawns(reader, [command.stdin]) for reader in readers))
+
+
+def _spawns(program: str, code: list[str] | str) -> bool:
+    """Whether interpreter code (`_code`) may run a command it builds (`os.system("r" + "m")`): then no rule
+    can judge it. A shell's code is read as a script instead."""
+    if program in _SHELL_NAMES or not isinstance(code, list):
+        return False
+    return any(_SPAWNS.search(word) or (program in _AWKS and "|" in word) for word in code)
 
 
 # --- allow and "always" -------------------------------------------------------------------------------------

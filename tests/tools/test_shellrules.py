@@ -187,6 +187,14 @@ def test_deny_looks_past_launchers(launcher: str) -> None:
     "printf -v 'a[$(rm -rf v)]' x", "unset 'a[$(rm -rf v)]'", "[ -v 'a[$(rm -rf v)]' ]",
     "sh <<'EOF'\nrm -rf v\nEOF", "python3 - <<'EOF'\nimport os; os.system('rm -rf v')\nEOF",
     "sudo sh <<< 'rm -rf v'",
+    # second round: `env -S` with its script attached, `eval --`, a shell's `-c` filled in by xargs or
+    # find, backquotes in interpreter code, code that builds its command, substitutions the grammar leaves
+    # in a word or a here-document, `! !`
+    "env -S'rm -rf v'", "env --split-string='rm -rf v'", "eval -- rm -rf v", "printf 'rm -rf v' | xargs sh -c",
+    "echo v | xargs -I% sh -c %", "find . -exec sh -c {} \\;", "perl -e '`rm -rf v`'",
+    "awk 'BEGIN { system(\"r\" \"m -rf v\") }'", "python3 -c 'import os; os.system(\"r\" + \"m -rf v\")'",
+    "python3 - <<'EOF'\nimport os\nos.system('r' + 'm -rf v')\nEOF", "echo ${x-`rm -rf v`}",
+    "cat <<-EOF\n\t$(rm -rf v)\n\tEOF", "cat <<EOF\n\t`rm -rf v`\nEOF", "! ! rm -rf v",
 ])
 def test_no_shell_spelling_gets_past_a_deny_rule(line: str) -> None:
     assert deny_matches(line, rule_words("rm -rf")), line
