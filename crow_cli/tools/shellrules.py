@@ -86,7 +86,7 @@ _EVALUATORS = _SHELLS | {"trap", "su", "runuser", "env", "watch", "parallel", "f
 _CODE_READERS = _SHELL_NAMES | {"python", "python2", "python3", "pypy", "pypy3", "perl", "ruby", "node", "php",
                                 "lua", "tclsh", "irb", "deno", "bun"}
 # interpreters whose code can run a command through a string (`os.system("…")`, `system("…")`)
-_AWKS = frozenset({"awk", "gawk", "mawk", "nawk", "busybox awk"})
+_AWKS = frozenset({"awk", "gawk", "mawk", "nawk"})
 _INTERPRETERS = _CODE_READERS | _AWKS
 # what runs a command from interpreter code (`os.system`, `subprocess`, `exec`, perl's backquotes, awk's pipes):
 # a rule cannot judge a command such code builds, so code holding one fails closed
@@ -94,8 +94,8 @@ _SPAWNS = re.compile(r"system|exec|popen|spawn|subprocess|check_output|check_cal
                      r"getattr|ctypes|child_process|require|readpipe|\bqx|%x|Open3|passthru|proc_open|pcntl|`|"
                      r"\beval\b|\bfork\b")
 _CODE_FLAGS = re.compile(r"-[A-Za-z]*[ceEr]|--eval|--command|--exec")  # `-c CODE`, `perl -e`, `php -r`, `node --eval`
-_VALUE_FLAGS = frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-file", "-W", "-X", "-I", "-M", "-r",
-                          "--require", "-x"})  # options that take the next word as their value
+_VALUE_FLAGS = frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-file", "-W", "-X", "-M", "--require"})
+"""Options of shells and interpreters that take the next word as their value (`bash -o errexit`, `python -W x`)."""
 # bash builtins that take variable names (their subscripts are evaluated: `printf -v 'a[$(rm x)]'`)
 _NAME_TAKERS = frozenset({"printf", "let", "read", "mapfile", "readarray", "wait", "test", "unset", "declare",
                           "typeset", "local", "export", "readonly", "getopts", "shift", "return", "exit"})

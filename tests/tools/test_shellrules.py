@@ -271,7 +271,7 @@ async def test_crow_run_allow_does_not_run_what_the_rule_does_not_name(tmp_path:
 def test_crow_run_always_is_scoped_to_what_runs(tmp_path: Path) -> None:
     calls = [[("ls", "run_shell", {"command": "</dev/null ls"})],
              [("touch", "run_shell", {"command": "</dev/null touch planted2"})],
-             [("uv", "run_shell", {"command": "uv run pytest -q"})],
+             [("uv", "run_shell", {"command": "uv run true -q"})],
              [("sh", "run_shell", {"command": "uv run sh -c 'touch planted3'"})]]
     with ReplayServer(script(*calls, final="Done.")) as server, ChatTerminal(
             ["--base-url", server.base_url, "--api-key", "sk-test", "--model", "m", "--no-session", "go"],
@@ -280,7 +280,7 @@ def test_crow_run_always_is_scoped_to_what_runs(tmp_path: Path) -> None:
         term.send("a\r")
         term.expect("Allow run_shell? [y]es / [n]o [reason] / [a]lways for `touch …`")  # asked, not approved
         term.send("n\r")
-        term.expect("[a]lways for `uv run pytest …` / always for the [t]ool: ")
+        term.expect("[a]lways for `uv run true …` / always for the [t]ool: ")
         term.send("a\r")
         term.expect("Allow run_shell? [y]es / [n]o [reason] / [a]lways for run_shell: ")  # no scope stands for it
         term.send("n\r")
