@@ -20,16 +20,17 @@ no allow rule, and offers no scoped "always". Code a shell or interpreter reads 
 here-string the line writes (`python3 - <<'EOF'`, `sh <<'EOF'`) is judged as if given with `-c`.
 
 **Deny** (`deny_matches`) leans towards matching. A rule matches any simple command of the line, looking past
-assignments (`a=b rm`), wrappers (`env`, `sudo`, `command`, `exec`, `nice`, `time`, `nohup`, `timeout`, `xargs`,
-… with their flags: after one, any later word may be the command), comparing the command word by basename
-(`/bin/rm`), and looking inside scripts given to a shell (`sh -c '…'`, `bash -lc`, `eval …`, read recursively by
-the same grammar), inside strings other commands evaluate (`trap '…' EXIT`, `su -c`, `env -S`, `find -exec … ;`,
-the string literals of `perl -e` / `python -c` / `awk` code). When the command word matches and an argument is
-not a literal (`rm $FLAGS x`, `rm *`: a file may be named `-rf`), the rule matches: its options cannot be
-judged. After the command word, options are compared as flags: the rule's flags must be among the command's
-and its other words must appear in the command in order. Combined, split, reordered or trailing short flags
-(`rm -fr`, `rm -r -f`, `rm x -rf`) are the same flags; long options are matched by any prefix (GNU getopt accepts
-an unambiguous one: `rm --rec --for` is `rm -rf`), with or without a value (`--recursive=yes`); common long
+assignments (`a=b rm`), wrappers (`env`, `sudo`, `command`, `exec`, `nice`, `time`, `nohup`, `timeout`, `xargs`, …
+with their flags: after one, any later word may be the command), comparing the command word by basename (`/bin/rm`),
+and looking inside scripts given to a shell (`sh -c '…'`, `bash -lc`, `eval …`, read recursively by the same
+grammar), inside strings other commands evaluate (`trap '…' EXIT`, `su -c`, `env -S`, `find -exec … ;`, options
+whose value is a command line: `git -c core.pager=…`, `ssh -o ProxyCommand=…`, `tar --to-command`, `rsync -e`, `make
+--eval`, `vim -c '!…'`; the string literals of `perl -e` / `python -c` / `awk` code). When the command word matches
+and an argument is not a literal (`rm $FLAGS x`, `rm *`: a file may be named `-rf`), the rule matches: its options
+cannot be judged. After the command word, options are compared as flags: the rule's flags must be among the
+command's and its other words must appear in the command in order. Combined, split, reordered or trailing short
+flags (`rm -fr`, `rm -r -f`, `rm x -rf`) are the same flags; long options are matched by any prefix (GNU getopt
+accepts an unambiguous one: `rm --rec --for` is `rm -rf`), with or without a value (`--recursive=yes`); common long
 spellings are their short flags (`--recursive` and `--force` are `-r` and `-f`; `--recursive` is `-R` for
 `chmod`/`chown`/`chgrp`; `-R` is `-r` for `rm` and `cp`). Words after `--` are not options.
 
@@ -47,9 +48,8 @@ by options or an image (`docker run`, `kubectl exec`, `cargo run`, `nix run`) ha
 would be (`git -C x push`).
 
 Rules are guard rails, not a sandbox: they judge the line, not the files it runs. A script file (`sh x.sh`,
-`. ./x`), a program copied or linked under another name, a command spelled through a program's own option
-(`git -c core.pager=…`), or the same effect by another program (`find -delete`, `shutil.rmtree`) is not
-recognised.
+`. ./x`), a program copied or linked under another name, a command given in a config file or an option not
+listed here, or the same effect by another program (`find -delete`, `shutil.rmtree`) is not recognised.
 """
 
 from __future__ import annotations
@@ -693,6 +693,35 @@ def _scripts(words: Sequence[str]) -> list[str]:
             or (_UNKNOWN in w and not _ASSIGNMENT.match(w)) or n == script] + attached
 
 
+# options whose value is a command line a program runs (`tar --to-command=CMD`, `git -c core.pager=CMD`, `ssh -o
+# ProxyCommand=CMD`, `make --eval='$(shell CMD)'`, `vim -c '!CMD'`)
+_COMMAND_OPTION = re.compile(r"--(?:eval|to-command|use-compress-program|compress-program|rsh|call|exec|command|"
+                             r"pager|editor|upload-pack|receive-pack|ssh|shell-command)(?:=(.*))?", re.DOTALL)
+_COMMAND_SHORT: dict[str, frozenset[str]] = {
+    "tar": frozenset({"-I", "-F"}), "rsync": frozenset({"-e"}), "npx": frozenset({"-c"}), "npm": frozenset({"-c"}),
+    "git": frozenset({"-c"}), "ssh": frozenset({"-o"}), "scp": frozenset({"-o", "-S"}), "sftp": frozenset({"-o", "-S"}),
+    "zip": frozenset({"-TT"}), "vim": frozenset({"-c"}), "vi": frozenset({"-c"}), "nvim": frozenset({"-c"}),
+    "ex": frozenset({"-c"}), "man": frozenset({"-P"}), "gdb": frozenset({"-ex"}), "less": frozenset({"-+"}),
+}
+_COMMAND_VALUE = re.compile(r"(?:[A-Za-z][\w-]*\.[\w.-]+=|\w*Command=)?(?:\$\(shell\s+)?[:!]*(.*?)\)?", re.DOTALL)
+
+
+def _option_scripts(words: Sequence[str]) -> list[str]:
+    """The command lines given to the program `words[0]` as an option's value (see `_COMMAND_OPTION`): a
+    `key=` is left out (`core.pager=CMD`), and so are a leading `!` or `:!` (a git alias, vim) and make's
+    `$(shell …)`."""
+    shorts = _COMMAND_SHORT.get(_basename(words[0]), frozenset())
+    values: list[str] = []
+    for n, word in enumerate(words[1:], 1):
+        option = _COMMAND_OPTION.fullmatch(word)
+        if option is not None and option.group(1) is not None:
+            values.append(option.group(1))
+        elif (option is not None or word in shorts) and n + 1 < len(words):
+            values.append(words[n + 1])
+    return [value if _UNKNOWN in value else _COMMAND_VALUE.fullmatch(value).group(1)  # type: ignore[union-attr]
+            for value in values]
+
+
 def _shell_script(words: Sequence[str]) -> int | None:
     """Where the command string of a shell `words[0]` given `-c` stands (`bash -cx 'CMD'`, `sh -ec CMD`: the
     first word after its options), or None."""
@@ -727,6 +756,7 @@ def _matches_words(words: Sequence[str], prefix: list[str], depth: int) -> bool:
             script = " ".join(words[i + 2:] if tuple(words[i + 1:i + 2]) == ("--",) else words[i + 1:])
             return _UNKNOWN in script or deny_matches(script, prefix, depth + 1)
         scripts = _scripts(words[i:]) if base in _EVALUATORS or base == "alias" else []
+        scripts += _option_scripts(words[i:])
         if any(_UNKNOWN in s or deny_matches(s, prefix, depth + 1) for s in scripts):
             return True
         if base in _INTERPRETERS and (any(deny_matches(literal, prefix, depth + 1)

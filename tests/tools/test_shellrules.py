@@ -297,3 +297,19 @@ def test_a_line_shell_cannot_be_given_fails_closed() -> None:
 
 def test_a_traps_one_word_command_is_a_command() -> None:
     assert deny_matches("trap rm EXIT", rule_words("rm")) and not deny_matches("trap 'echo bye' EXIT", ["rm"])
+
+
+# programs that run a command line given as an option's value: the value is read as a script
+@pytest.mark.parametrize("line", [
+    "git -c core.pager='rm -rf v' log", "git -c alias.x='!rm -rf v' x", "ssh -o ProxyCommand='rm -rf v' host",
+    "tar --to-command='rm -rf v' -xf a.tar", "tar -I 'rm -rf v' -cf x.tar .", "rsync -e 'rm -rf v' a host:",
+    "make --eval='$(shell rm -rf v)'", "vim -c ':!rm -rf v'", "npx -c 'rm -rf v'", "git push --exec='rm -rf v'",
+])
+def test_a_command_given_as_an_options_value_is_read(line: str) -> None:
+    assert deny_matches(line, rule_words("rm -rf"))
+
+
+@pytest.mark.parametrize("line", ["git -c user.name=x commit -m 'rm -rf v'", "tar -I zstd -cf x.tar .",
+                                  "git log --format='%h rm -rf'"])
+def test_other_option_values_are_not_commands(line: str) -> None:
+    assert not deny_matches(line, rule_words("rm -rf"))
