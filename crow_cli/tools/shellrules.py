@@ -78,6 +78,11 @@ _WRAPPERS = frozenset({"time", "exec", "command", "builtin", "env", "nohup", "ni
                        "proot", "firejail", "bwrap", "systemd-run", "setpriv", "capsh", "pkexec", "sg", "faketime",
                        "torsocks", "tsocks", "proxychains", "proxychains4", "rlwrap", "xvfb-run", "dbus-launch",
                        "dbus-run-session", "eatmydata", "nocache", "chronic", "caffeinate", "sandbox-exec"})
+# wrappers whose options take no value: the first word after their options is the command they run
+_PLAIN_WRAPPERS = frozenset({"nohup", "time", "command", "builtin", "setsid", "eatmydata", "chronic", "nocache",
+                             "unbuffer", "caffeinate", "fakeroot"})
+_RESERVED = frozenset({"{", "}", "(", ")", "!", "if", "then", "else", "elif", "fi", "do", "done", "while", "until",
+                       "for", "in", "case", "esac", "select", "function", "[[", "]]", "coproc", "time"})
 _SHELL_NAMES = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish", "rbash", "yash", "posh"})
 _SHELLS = _SHELL_NAMES | {"busybox", "eval"}
 # words whose later arguments may be a script they evaluate (`trap 'CMD' EXIT`, `su -c 'CMD'`, `env -S 'CMD'`)
@@ -769,11 +774,33 @@ def _matches_words(words: Sequence[str], prefix: list[str], depth: int) -> bool:
                 return True
         if loose:
             continue
-        if base in _WRAPPERS or _launcher(words[i:]):  # `sudo rm`, `uv run rm`, `docker run img rm`
+        launched = _launched(words, i)
+        if launched is not None:  # `uv run pytest "$f"`, `nohup ./x "$f"`: what runs is a command of its own
+            return _matches_words(words[launched:], prefix, depth)
+        if base in _WRAPPERS or _launcher(words[i:]):  # `sudo -u x rm`, `docker run img rm`: any later word
             loose = True
             continue
         break
     return False
+
+
+def _launched(words: Sequence[str], i: int) -> int | None:
+    """Where the command a launcher or a wrapper without option values at `words[i]` runs starts (`uv run
+    pytest` → `pytest`, `nohup -- ./x` → `./x`), when its words show it; None otherwise (then any later word
+    may be the command)."""
+    launcher = _launcher(words[i:])
+    if launcher is not None:
+        start = i + len(launcher) if _LAUNCHERS[launcher] else None
+    elif _basename(words[i]) in _PLAIN_WRAPPERS:
+        start = i + 1
+        while start < len(words) and words[start].startswith("-") and _UNKNOWN not in words[start]:
+            start += 1
+    else:
+        return None
+    if (start is None or start >= len(words) or words[start].startswith("-") or _UNKNOWN in words[start]
+            or words[start] in _RESERVED):
+        return None  # `time { rm; }`: a reserved word the grammar read as a word
+    return start
 
 
 def _launcher(words: Sequence[str]) -> tuple[str, ...] | None:

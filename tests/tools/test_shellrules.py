@@ -195,6 +195,8 @@ def test_deny_looks_past_launchers(launcher: str) -> None:
     "awk 'BEGIN { system(\"r\" \"m -rf v\") }'", "python3 -c 'import os; os.system(\"r\" + \"m -rf v\")'",
     "python3 - <<'EOF'\nimport os\nos.system('r' + 'm -rf v')\nEOF", "echo ${x-`rm -rf v`}",
     "cat <<-EOF\n\t$(rm -rf v)\n\tEOF", "cat <<EOF\n\t`rm -rf v`\nEOF", "! ! rm -rf v",
+    "time { rm -rf v; }", "coproc X { rm -rf v; }", "sudo -u \"$U\" rm -rf v", "nohup -- rm -rf v",
+    "uv run -- rm -rf v",
 ])
 def test_no_shell_spelling_gets_past_a_deny_rule(line: str) -> None:
     assert deny_matches(line, rule_words("rm -rf")), line
@@ -209,6 +211,8 @@ def test_no_shell_spelling_gets_past_a_deny_rule(line: str) -> None:
     # code a shell or interpreter reads from a here-document the line writes is read, not refused
     "python3 - <<'EOF'\nprint('hello')\nEOF", "sh <<'EOF'\nls -la\nEOF", "bash <<< 'echo hi'",
     "grep -n '$(' script.sh", "bash -c 'echo $1' _ x", "bash script.sh rm",
+    # what a launcher or a plain wrapper runs is a command of its own: its arguments are its own
+    "for f in src/*.ts; do npx tsc --noEmit \"$f\"; done", "uv run pytest \"$T\"", "nohup ./server \"$PORT\" &",
 ])
 def test_deny_still_lets_readable_commands_run(line: str) -> None:
     assert not deny_matches(line, rule_words("rm")), line
