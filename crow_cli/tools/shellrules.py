@@ -355,8 +355,9 @@ def _walk(node: Node, data: bytes, reading: _Reading, extra: tuple[Node | str, .
         if node.children and node.children[0].type == "`" and "\\`" in _text(node, data):
             reading.unreadable = reading.unreadable or "a command substitution inside backquotes"
     elif kind in ("word", "raw_string", "string_content", "ansi_c_string", "heredoc_body", "heredoc_content"):
-        reading.latent = reading.latent or any(mark in _text(node, data) for mark in ("$(", "`", "$["))
-        if kind in ("word", "string_content") and _substitutions(_text(node, data)):
+        text = _text(node, data)
+        reading.latent = reading.latent or any(mark in text for mark in ("$(", "`", "$["))
+        if kind in ("word", "string_content") and ("$(" in text or "`" in text) and _substitutions(text):
             reading.unreadable = reading.unreadable or "a substitution the shell grammar did not read"
     elif kind == "heredoc_redirect":
         start = next((c for c in node.children if c.type == "heredoc_start"), None)
@@ -805,9 +806,8 @@ def _launched(words: Sequence[str], i: int) -> int | None:
 
 def _launcher(words: Sequence[str]) -> tuple[str, ...] | None:
     """The launcher `words` start with (`("uv", "run")` for `uv run pytest`), or None."""
-    base = _basename(words[0])
-    for launcher in _LAUNCHER_ORDER:
-        if (base, *words[1:len(launcher)]) == launcher:
+    for launcher in _LAUNCHERS_BY_NAME.get(_basename(words[0]), ()):
+        if tuple(words[1:len(launcher)]) == launcher[1:]:
             return launcher
     return None
 
@@ -891,7 +891,9 @@ _LAUNCHERS: dict[tuple[str, ...], bool] = {
 }
 
 
-_LAUNCHER_ORDER = sorted(_LAUNCHERS, key=len, reverse=True)  # the longest first: `uv tool run` before `uv`
+_LAUNCHERS_BY_NAME: dict[str, list[tuple[str, ...]]] = {  # the longest first: `uv tool run` before `uv run`
+    name: sorted((words for words in _LAUNCHERS if words[0] == name), key=len, reverse=True)
+    for name in {words[0] for words in _LAUNCHERS}}
 
 
 def _prefix_of(words: Sequence[str], depth: int = 0) -> list[str] | None:
