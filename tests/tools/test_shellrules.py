@@ -25,7 +25,7 @@ from tests.support import ChatTerminal, run_here, script
     ("\\rm 'r'm \"r\"m r''m", [["rm", "rm", "rm", "rm"]]), ("r\\\nm -rf v", [["rm", "-rf", "v"]]),
     ("echo $X \"$Y\" *.py", [["echo", "$X", '"$Y"', "*.py"]]),  # not literals: as written
 ])
-def test_split_commands_is_quote_aware(line: str, commands: list[list[str]]) -> None:
+def test_split_commands_reads_the_words_sh_runs(line: str, commands: list[list[str]]) -> None:
     assert split_commands(line) == commands
 
 
