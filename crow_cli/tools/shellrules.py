@@ -102,7 +102,7 @@ _CODE_FLAGS = re.compile(r"-[A-Za-z]*[ceEr]|--eval|--command|--exec")  # `-c COD
 _VALUE_FLAGS = frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-file", "-W", "-X", "-M", "--require"})
 """Options of shells and interpreters that take the next word as their value (`bash -o errexit`, `python -W x`)."""
 # bash builtins that take variable names (their subscripts are evaluated: `printf -v 'a[$(rm x)]'`)
-_NAME_TAKERS = frozenset({"printf", "let", "read", "mapfile", "readarray", "wait", "test", "unset", "declare",
+_NAME_TAKERS = frozenset({"let", "read", "mapfile", "readarray", "wait", "unset", "declare",
                           "typeset", "local", "export", "readonly", "getopts", "shift", "return", "exit"})
 _FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 _STRING_LITERAL = re.compile(r"\"((?:[^\"\\]|\\.)*)\"|'((?:[^'\\]|\\.)*)'|`((?:[^`\\]|\\.)*)`")
@@ -254,11 +254,20 @@ def _reading(line: str) -> _Reading:
         why = _unjudgeable(command)
         if why:
             reading.unreadable = reading.unreadable or why
-        reading.names = reading.names or (command.simple and bool(command.run) and (
-            _basename(command.run[0]) in _NAME_TAKERS))
+        reading.names = reading.names or (command.simple and _takes_names(command.run))
     if reading.latent and (reading.evaluation or reading.names):  # `x='a[$(rm v)]'; echo $((x))` in bash
         reading.unreadable = reading.unreadable or "a string that bash may evaluate as code"
     return reading
+
+
+def _takes_names(run: Sequence[str]) -> bool:
+    """Whether the command `run` takes variable names, whose subscripts bash evaluates (`printf -v NAME`)."""
+    if not run:
+        return False
+    base = _basename(run[0])
+    if base in ("printf", "test", "["):
+        return "-v" in run[1:]
+    return base in _NAME_TAKERS
 
 
 _ADJACENT = frozenset({"concatenation", "simple_expansion"})  # pieces that touch: no blank between them
@@ -340,7 +349,7 @@ def _walk(node: Node, data: bytes, reading: _Reading, extra: tuple[Node | str, .
         opening = _text(node.children[0], data)
         reading.commands.append(_Command((opening,), (opening,), simple=False))
         reading.evaluation = reading.evaluation or opening == "[["
-        reading.names = True  # `[ -v 'a[…]' ]`
+        reading.names = reading.names or "-v" in _text(node, data).split()  # `[ -v 'a[…]' ]`
     elif kind == "compound_statement" and node.children and node.children[0].type == "((":
         reading.commands.append(_Command(("((",), ("((",), simple=False))
         reading.evaluation = True

@@ -185,6 +185,7 @@ def test_deny_looks_past_launchers(launcher: str) -> None:
     "bash -cx 'rm -rf v'", "bash -ctrue 'rm -rf v'", "bash -c -- 'rm -rf v'", "<<< $ ${x:-rm} -rf v",
     "x='a[$(rm -rf v)]'; echo $((x))", "x='a[$(rm -rf v)]'; [[ $x -eq 0 ]]", "x='$(rm -rf v)'; echo ${x@P}",
     "printf -v 'a[$(rm -rf v)]' x", "unset 'a[$(rm -rf v)]'", "[ -v 'a[$(rm -rf v)]' ]",
+    "test -v 'a[$(rm -rf v)]'",
     "sh <<'EOF'\nrm -rf v\nEOF", "python3 - <<'EOF'\nimport os; os.system('rm -rf v')\nEOF",
     "sudo sh <<< 'rm -rf v'",
     # second round: `env -S` with its script attached, `eval --`, a shell's `-c` filled in by xargs or
@@ -211,6 +212,7 @@ def test_no_shell_spelling_gets_past_a_deny_rule(line: str) -> None:
     # code a shell or interpreter reads from a here-document the line writes is read, not refused
     "python3 - <<'EOF'\nprint('hello')\nEOF", "sh <<'EOF'\nls -la\nEOF", "bash <<< 'echo hi'",
     "grep -n '$(' script.sh", "bash -c 'echo $1' _ x", "bash script.sh rm",
+    "printf '#!/bin/sh\\necho $(date)\\n' > x.sh", "[ -f '$(x)' ]",  # `$(…)` as text bash does not evaluate
     # what a launcher or a plain wrapper runs is a command of its own: its arguments are its own
     "for f in src/*.ts; do npx tsc --noEmit \"$f\"; done", "uv run pytest \"$T\"", "nohup ./server \"$PORT\" &",
 ])
