@@ -9,15 +9,16 @@ here-document text) before the line is read, so `r\\⏎m` is `rm`. Each word is 
 `'r'm`, `"rm"` are `rm`); a word that holds an expansion (`$X`, `$(…)`, `${…}`, a glob or brace pattern,
 `$'…'` with escapes) is *not a literal*: no rule can judge what it becomes.
 
-**Fail closed.** A line the grammar cannot read whole (an ERROR or MISSING node: `<<pytest touch x`, `<>f`; text
-it skips or joins across a blank; a substitution it leaves inside a word or a here-document), or a command whose
-word is not a literal (`$X -rf v`, `$(echo rm) v`, `"$RM"`, `/bin/r?`), a shell or interpreter whose code cannot
-be seen (`… | sh`, `sh -s < f`, `sh <(…)`, `source /dev/stdin`, `xargs sh -c`, `find -exec sh -c {}`), interpreter
-code that runs a command it builds (`os.system("r" + "m")`, `subprocess`, perl's backquotes, awk's pipes), an
-alias definition or `hash -p` (they rename commands), a string holding `$(…)` where bash evaluates strings
-(`$((x))`, `[[ -eq ]]`, `${x@P}`, `printf -v`), or nesting deeper than four scripts, matches every deny rule,
-no allow rule, and offers no scoped "always". Code a shell or interpreter reads from a here-document or
-here-string the line writes (`python3 - <<'EOF'`, `sh <<'EOF'`) is judged as if given with `-c`.
+**Fail closed.** A line the grammar cannot read whole (an ERROR or MISSING node: `<<pytest touch x`, `<>f`; text it
+skips or joins across a blank; a redirection's descriptor it reads as a word (`sh 0< <(…)`); a substitution it
+leaves inside a word or a here-document), or a command whose word is not a literal (`$X -rf v`, `$(echo rm) v`,
+`"$RM"`, `/bin/r?`), a shell or interpreter whose code cannot be seen (`… | sh`, `sh -s < f`, `sh <(…)`, `source
+/dev/stdin`, `xargs sh -c`, `find -exec sh -c {}`), interpreter code that runs a command it builds (`os.system("r" +
+"m")`, `subprocess`, perl's backquotes, awk's pipes), an alias definition or `hash -p` (they rename commands), a
+string holding `$(…)` where bash evaluates strings (`$((x))`, `[[ -eq ]]`, `${x@P}`, `printf -v`), or nesting deeper
+than four scripts, matches every deny rule, no allow rule, and offers no scoped "always". Code a shell or
+interpreter reads from a here-document or here-string the line writes (`python3 - <<'EOF'`, `sh <<'EOF'`) is judged
+as if given with `-c`.
 
 **Deny** (`deny_matches`) leans towards matching. A rule matches any simple command of the line, looking past
 assignments (`a=b rm`), wrappers (`env`, `sudo`, `command`, `exec`, `nice`, `time`, `nohup`, `timeout`, `xargs`, …
@@ -25,9 +26,10 @@ with their flags: after one, any later word may be the command), comparing the c
 and looking inside scripts given to a shell (`sh -c '…'`, `bash -lc`, `eval …`, read recursively by the same
 grammar), inside strings other commands evaluate (`trap '…' EXIT`, `su -c`, `env -S`, `find -exec … ;`, options
 whose value is a command line: `git -c core.pager=…`, `ssh -o ProxyCommand=…`, `tar --to-command`, `rsync -e`, `make
---eval`, `vim -c '!…'`; the string literals of `perl -e` / `python -c` / `awk` code). When the command word matches
-and an argument is not a literal (`rm $FLAGS x`, `rm *`: a file may be named `-rf`), the rule matches: its options
-cannot be judged. After the command word, options are compared as flags: the rule's flags must be among the
+--eval`, `vim -c '!…'`; values of variables a shell or program runs: `PS4`, `PROMPT_COMMAND`, `BASH_ENV`, `PAGER`,
+`EDITOR`, `GIT_SSH_COMMAND`, …; the string literals of `perl -e` / `python -c` / `awk` code). When the command word
+matches and an argument is not a literal (`rm $FLAGS x`, `rm *`: a file may be named `-rf`), the rule matches: its
+options cannot be judged. After the command word, options are compared as flags: the rule's flags must be among the
 command's and its other words must appear in the command in order. Combined, split, reordered or trailing short
 flags (`rm -fr`, `rm -r -f`, `rm x -rf`) are the same flags; long options are matched by any prefix (GNU getopt
 accepts an unambiguous one: `rm --rec --for` is `rm -rf`), with or without a value (`--recursive=yes`); common long
@@ -334,7 +336,8 @@ def _walk(node: Node, data: bytes, reading: _Reading, extra: tuple[Node | str, .
         _command(node, data, reading, extra, redirects)
     elif kind in ("declaration_command", "unset_command"):
         reading.names = True
-        words = [_word(child, data) for child in node.children if child.is_named and not _is_redirect(child)]
+        words = [_assignment(child, data) if child.type == "variable_assignment" else _word(child, data)
+                 for child in node.children if child.is_named and not _is_redirect(child)]
         head = node.children[0]
         reading.commands.append(_Command((_text(head, data), *words), (_text(head, data), *(
             _text(c, data) for c in node.children if c.is_named and not _is_redirect(c))), simple=False))
@@ -343,8 +346,8 @@ def _walk(node: Node, data: bytes, reading: _Reading, extra: tuple[Node | str, .
                                  "elif_clause", "else_clause", "case_item", "pipeline", "negated_command",
                                  "redirected_statement", "command_substitution", "process_substitution"))):
         pairs = node.named_children if kind == "variable_assignments" else [node]
-        shown = tuple(_text(p, data) for p in pairs)
-        reading.commands.append(_Command(shown, shown, len(shown), simple=False))
+        reading.commands.append(_Command(tuple(_assignment(p, data) for p in pairs),
+                                         tuple(_text(p, data) for p in pairs), len(pairs), simple=False))
     elif kind == "test_command":
         opening = _text(node.children[0], data)
         reading.commands.append(_Command((opening,), (opening,), simple=False))
@@ -376,6 +379,9 @@ def _walk(node: Node, data: bytes, reading: _Reading, extra: tuple[Node | str, .
             reading.unreadable = reading.unreadable or "a substitution in a here-document the grammar did not read"
     elif kind == "file_redirect":
         _redirect(node, data, reading)
+    if _is_redirect(node) and node.child_by_field_name("descriptor") is None and re.search(
+            rb"(?:^|[\s;&|()<>])(?:\d+|\{\w+\})$", data[max(0, node.start_byte - 64):node.start_byte]):
+        reading.unreadable = reading.unreadable or "a redirection's descriptor read as a word"  # `sh 0< <(…)`
     for child in node.children:
         _walk(child, data, reading, ())
 
@@ -594,7 +600,7 @@ def _code(program: str, args: Sequence[str]) -> list[str] | str:
         elif not shell and word in ("-m", "--module"):
             return [] if n + 1 < len(args) and _UNKNOWN not in args[n + 1] else "hidden"
         elif awk and word == "-f":
-            return []
+            return "hidden" if n + 1 >= len(args) or _UNKNOWN in args[n + 1] or _is_stream(args[n + 1]) else []
         elif word in _VALUE_FLAGS or (awk and word in ("-v", "-F")):
             skip = True
         elif word.startswith(("-", "+")) and len(word) > 1 and _UNKNOWN not in word:
@@ -833,8 +839,26 @@ def deny_matches(line: str, prefix: list[str], depth: int = 0) -> bool:
     reading = _read(line)
     if reading.unreadable:
         return True
+    if any(_UNKNOWN in value or deny_matches(value, prefix, depth + 1)
+           for c in reading.commands for value in _code_variables(c.words)):
+        return True
     return any(_matches_words(c.run, prefix, depth) or _matches_input(c, prefix, depth)
                for c in reading.commands if c.simple and c.run)
+
+
+# variables whose value a shell or a program runs as a command line, or expands as a prompt (`PS4='$(rm x)'` with
+# `set -x`), or whose file it runs as code (`BASH_ENV=<(…)`)
+_CODE_VARIABLES = frozenset({"PS0", "PS1", "PS2", "PS3", "PS4", "PROMPT_COMMAND", "BASH_ENV", "ENV", "PAGER",
+                             "MANPAGER", "GIT_PAGER", "EDITOR", "VISUAL", "GIT_EDITOR", "GIT_SSH_COMMAND", "GIT_SSH",
+                             "GIT_EXTERNAL_DIFF", "GIT_ASKPASS", "SSH_ASKPASS", "LESSOPEN", "LESSCLOSE",
+                             "SUDO_ASKPASS", "BROWSER", "FCEDIT", "RSYNC_RSH", "CVS_RSH", "TAR_OPTIONS"})
+
+
+def _code_variables(words: Sequence[str]) -> list[str]:
+    """The values `words` give to variables a shell or program runs (`PAGER='rm -rf x' git log`, `export
+    PS4=…`, `env GIT_SSH_COMMAND=…`)."""
+    return [word.split("=", 1)[1] for word in words
+            if "=" in word and word.split("=", 1)[0].rstrip("+") in _CODE_VARIABLES]
 
 
 def _matches_input(command: _Command, prefix: list[str], depth: int) -> bool:

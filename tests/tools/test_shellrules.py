@@ -198,6 +198,10 @@ def test_deny_looks_past_launchers(launcher: str) -> None:
     "cat <<-EOF\n\t$(rm -rf v)\n\tEOF", "cat <<EOF\n\t`rm -rf v`\nEOF", "! ! rm -rf v",
     "time { rm -rf v; }", "coproc X { rm -rf v; }", "sudo -u \"$U\" rm -rf v", "nohup -- rm -rf v",
     "uv run -- rm -rf v",
+    # third round: variables a shell or program runs, a descriptor the grammar read as a word, awk's program file
+    "x='$(rm -rf v)'; PS4=$x; set -x; :", "PS4='`rm -rf v`'; set -x; :", "PROMPT_COMMAND='rm -rf v' bash -i",
+    "BASH_ENV=<(echo rm -rf v) bash -c :", "PAGER='rm -rf v' git log", "export GIT_SSH_COMMAND='rm -rf v'",
+    "env EDITOR='rm -rf v' git commit", "sh 0< <(echo rm -rf v)", "awk -f <(echo 'BEGIN{system(\"rm -rf v\")}')",
 ])
 def test_no_shell_spelling_gets_past_a_deny_rule(line: str) -> None:
     assert deny_matches(line, rule_words("rm -rf")), line
@@ -213,6 +217,7 @@ def test_no_shell_spelling_gets_past_a_deny_rule(line: str) -> None:
     "python3 - <<'EOF'\nprint('hello')\nEOF", "sh <<'EOF'\nls -la\nEOF", "bash <<< 'echo hi'",
     "grep -n '$(' script.sh", "bash -c 'echo $1' _ x", "bash script.sh rm",
     "printf '#!/bin/sh\\necho $(date)\\n' > x.sh", "[ -f '$(x)' ]",  # `$(…)` as text bash does not evaluate
+    "export EDITOR=vim", "PAGER=cat git log", "ls 2>/dev/null", "echo x>out",
     # what a launcher or a plain wrapper runs is a command of its own: its arguments are its own
     "for f in src/*.ts; do npx tsc --noEmit \"$f\"; done", "uv run pytest \"$T\"", "nohup ./server \"$PORT\" &",
 ])
