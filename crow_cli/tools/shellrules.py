@@ -97,9 +97,9 @@ _AWKS = frozenset({"awk", "gawk", "mawk", "nawk"})
 _INTERPRETERS = _CODE_READERS | _AWKS
 # what runs a command from interpreter code (`os.system`, `subprocess`, `exec`, perl's backquotes, awk's pipes):
 # a rule cannot judge a command such code builds, so code holding one fails closed
-_SPAWNS = re.compile(r"system|exec|popen|spawn|subprocess|check_output|check_call|getoutput|__import__|importlib|"
-                     r"getattr|ctypes|child_process|require|readpipe|\bqx|%x|Open3|passthru|proc_open|pcntl|`|"
-                     r"\beval\b|\bfork\b")
+_SPAWNS = re.compile(r"(?<![a-z])system|exec(?!ut)|popen|spawn|subprocess|check_output|check_call|getoutput|"
+                     r"__import__|importlib|getattr|ctypes|child_process|\brequire\b|readpipe|\bqx|%x|Open3|passthru|"
+                     r"proc_open|pcntl|`|\beval\b|\bfork\b")
 _CODE_FLAGS = re.compile(r"-[A-Za-z]*[ceEr]|--eval|--command|--exec")  # `-c CODE`, `perl -e`, `php -r`, `node --eval`
 _VALUE_FLAGS = frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-file", "-W", "-X", "-M", "--require"})
 """Options of shells and interpreters that take the next word as their value (`bash -o errexit`, `python -W x`)."""

@@ -218,6 +218,7 @@ def test_no_shell_spelling_gets_past_a_deny_rule(line: str) -> None:
     "grep -n '$(' script.sh", "bash -c 'echo $1' _ x", "bash script.sh rm",
     "printf '#!/bin/sh\\necho $(date)\\n' > x.sh", "[ -f '$(x)' ]",  # `$(…)` as text bash does not evaluate
     "export EDITOR=vim", "PAGER=cat git log", "ls 2>/dev/null", "echo x>out",
+    "python3 -c 'import os, sys; print(os.path.exists(\"filesystem\"), sys.executable)'",  # runs no command
     # what a launcher or a plain wrapper runs is a command of its own: its arguments are its own
     "for f in src/*.ts; do npx tsc --noEmit \"$f\"; done", "uv run pytest \"$T\"", "nohup ./server \"$PORT\" &",
 ])
