@@ -584,7 +584,7 @@ async def test_deny_still_lets_unrelated_commands_run(command: str) -> None:
 
 @pytest.mark.parametrize("command", [
     "sh -c 'git status'", "bash -c 'git status && rm x'", "FOO=1 git status", "env git status",
-    "sudo git status", "/usr/bin/git status", "{ git status; }", "xargs git status", "eval git status",
+    "sudo git status", "/usr/bin/git status", "xargs git status", "eval git status",
 ])
 async def test_allow_rules_do_not_approve_wrapped_commands(command: str) -> None:
     approve = make_approver("ask", allow=["run_shell:git status"])
