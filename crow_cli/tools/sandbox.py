@@ -52,10 +52,11 @@ from typing import Literal, get_args
 
 from ..history import ToolDisplay
 
-__all__ = ["DEFAULT_MODE", "MODES", "Mode", "Sandbox", "SandboxBlocked", "backend", "blocked_reason", "bwrap_argv",
-           "git_metadata", "guarded_paths", "is_guarded", "missing_start_up_files", "put_aside_new_git",
-           "put_aside_new_start_up_files", "sandbox_argv", "seatbelt_profile",
-           "seccomp_fd", "socket_filter", "startup_notice", "unavailable_reason"]
+__all__ = ["DEFAULT_MODE", "MODES", "Layout", "Mode", "Sandbox", "SandboxBlocked", "backend", "blocked_reason",
+           "bwrap_argv", "git_metadata", "git_snapshot", "guarded_paths", "home_contained", "home_notice",
+           "install_paths", "is_guarded", "kept_from_commands", "path_folders", "plan", "private_temp",
+           "protected_paths", "put_aside_new_git", "sandbox_argv", "seatbelt_profile", "seccomp_fd",
+           "socket_filter", "startup_notice", "unavailable_reason"]
 
 Mode = Literal["workspace-write", "read-only", "off"]
 MODES: tuple[Mode, ...] = get_args(Mode)
@@ -161,14 +162,18 @@ def _sockets(folder: str) -> list[str]:
     return found
 
 
-def git_metadata(workspace: Path) -> list[str]:
+def git_metadata(workspace: Path, layout: Layout | None = None) -> list[str]:
     """Every `.git` entry in the workspace (a repository's folder, a submodule's or worktree's gitdir
-    file), sorted; symlinked folders not followed, `.git` folders not entered, unreadable ones skipped."""
+    file), sorted; symlinked folders not followed, `.git` folders not entered, unreadable ones skipped.
+    With `layout`, only where a confined command can write (`Layout.writable`): a `.git` elsewhere is out
+    of its reach already, and the walk skips a home folder's dot-folders."""
     found: list[str] = []
     folders = [os.path.realpath(workspace)]
     while folders:
         with contextlib.suppress(OSError), os.scandir(folders.pop()) as entries:
             for entry in entries:
+                if layout is not None and (not layout.writable(entry.path) or layout.private(entry.path)):
+                    continue
                 if entry.name.lower() == _PROTECTED:  # `.GIT` is git's on a case-insensitive disk (macOS)
                     found.append(entry.path)
                 elif entry.is_dir(follow_symlinks=False):
@@ -176,29 +181,31 @@ def git_metadata(workspace: Path) -> list[str]:
     return sorted(found)
 
 
-def put_aside_new_git(workspace: Path, before: list[str]) -> list[tuple[str, str]]:
-    """Rename each `.git` in the workspace that is not in `before` (`git_metadata` as the command started)
-    to `.git.crow-sandboxed` (numbered when taken): a repository a confined command made (`git init`, a
-    gitdir file) would run its hooks and `core.fsmonitor` at the user's next git command there,
-    unconfined. Returns (old path, new path) pairs; one that cannot be renamed is left out."""
-    known = set(before)
-    return _put_aside(path for path in git_metadata(workspace) if path not in known)
+def git_snapshot(workspace: Path, layout: Layout | None = None) -> dict[str, tuple[int, int, int]]:
+    """`git_metadata(workspace, layout)` with each entry's identity (device, inode, file type; from
+    `lstat`): what `put_aside_new_git` compares with. A path alone is not enough: a `.git` symlink (no
+    mount point can pin it) replaced by a repository, or a folder renamed and a new one made in its
+    place, keeps the path."""
+    snapshot: dict[str, tuple[int, int, int]] = {}
+    for path in git_metadata(workspace, layout):
+        with contextlib.suppress(OSError):
+            info = os.lstat(path)
+            snapshot[path] = (info.st_dev, info.st_ino, stat.S_IFMT(info.st_mode))
+    return snapshot
 
 
-def missing_start_up_files() -> list[str]:
-    """The shell start-up files, `~/.ssh` and git's global config (of `guarded_paths`) that do not exist:
-    the sandbox cannot bind them read-only (a mount point would make them, and an empty `.bash_profile`
-    already changes what a login shell reads), so what a command makes of them is put aside when it ends
-    (`put_aside_new_start_up_files`)."""
-    return [path for path in _home_guarded() if not os.path.lexists(path)]
-
-
-def put_aside_new_start_up_files(before: list[str]) -> list[tuple[str, str]]:
-    """Rename each of `before` (`missing_start_up_files` as the command started) that exists now to
-    `NAME.crow-sandboxed` (numbered when taken): a `~/.bash_profile`, `~/.ssh/authorized_keys` or
-    `~/.gitconfig` a confined command made would act outside the sandbox later. Returns (old path, new
-    path) pairs; one that cannot be renamed is left out."""
-    return _put_aside(path for path in before if os.path.lexists(path))
+def put_aside_new_git(workspace: Path, before: dict[str, tuple[int, int, int]] | list[str],
+                      layout: Layout | None = None) -> list[tuple[str, str]]:
+    """Rename each `.git` in the workspace that is not in `before` (`git_snapshot` as the command
+    started; a list of paths: identities not compared) to `.git.crow-sandboxed` (numbered when taken): a
+    repository a confined command made (`git init`, a gitdir file) would run its hooks and
+    `core.fsmonitor` at the user's next git command there, unconfined. With `layout`, only where the
+    command could write (`Layout.writable`): what it could not write is never its doing. Returns (old
+    path, new path) pairs; one that cannot be renamed is left out."""
+    known = before if isinstance(before, dict) else dict.fromkeys(before)
+    after = git_snapshot(workspace, layout)
+    return _put_aside(path for path, identity in after.items()
+                      if path not in known or (known[path] is not None and known[path] != identity))
 
 
 def _put_aside(paths: Iterable[str]) -> list[tuple[str, str]]:
@@ -214,18 +221,41 @@ def _put_aside(paths: Iterable[str]) -> list[tuple[str, str]]:
     return moved
 
 
+def _crow_folders() -> list[str]:
+    """crow's own config, data, state and cache folders (resolved): its config can start a program, its
+    AGENTS.md instructs every session, its cache holds the local model crow runs."""
+    import platformdirs
+
+    return [os.path.realpath(path) for path in (
+        platformdirs.user_config_dir("crow", appauthor=False), platformdirs.user_data_dir("crow", appauthor=False),
+        platformdirs.user_state_dir("crow", appauthor=False), platformdirs.user_cache_dir("crow", appauthor=False))]
+
+
+def _user_folders() -> list[str]:
+    """The per-user folders every program keeps its files in (XDG's `~/.config`, `~/.local/share`,
+    `~/.local/state`, `~/.cache`, or where `XDG_*_HOME` moved them), resolved: systemd user units,
+    autostart entries, every program's config and cache."""
+    import platformdirs
+
+    return [os.path.realpath(path) for path in (platformdirs.user_config_dir(), platformdirs.user_data_dir(),
+                                                platformdirs.user_state_dir(), platformdirs.user_cache_dir())]
+
+
 def guarded_paths() -> list[str]:
     """The paths a confined command may never write, wherever the workspace is (also when it is the home
-    folder), and the file tools write only with a yes (or `yolo`): crow's own config, data and state
+    folder), and the file tools write only with a yes (or `yolo`): crow's own config, data, state and cache
     folders (a `[mcp_servers]` entry in its config would start a program unconfined at the next run; its
     `AGENTS.md` instructs every later session), the shell start-up files, `~/.ssh`, git's global config.
     Resolved, existing or not. Read at each call: `HOME` and the XDG variables decide them."""
-    import platformdirs
+    return [*_crow_folders(), *_home_guarded()]
 
-    folders = [platformdirs.user_config_dir("crow", appauthor=False),
-               platformdirs.user_data_dir("crow", appauthor=False),
-               platformdirs.user_state_dir("crow", appauthor=False)]
-    return [*(os.path.realpath(path) for path in folders), *_home_guarded()]
+
+def protected_paths() -> list[str]:
+    """What a confined command never writes, even inside the workspace (unless one of them holds the
+    workspace: then working there is the person's choice): `guarded_paths()`, the per-user folders
+    (`~/.config` …), crow's own install (`install_paths`) and the PATH folders (`path_folders`).
+    Resolved, existing or not."""
+    return list(dict.fromkeys([*guarded_paths(), *_user_folders(), *install_paths(), *path_folders()]))
 
 
 def _home_guarded() -> list[str]:
@@ -234,31 +264,171 @@ def _home_guarded() -> list[str]:
     return [os.path.realpath(os.path.join(home, name)) for name in _HOME_GUARDED]
 
 
-def is_guarded(path: Path) -> bool:
-    """Whether `path` (resolved) is one of `guarded_paths()` or below one."""
+def install_paths() -> list[str]:
+    """crow's own install, resolved: its Python environment (`sys.prefix`, and the one it was made from)
+    and its launcher (`crow` on PATH, as a link and where it leads). What is written there runs at the
+    next `crow`, unconfined."""
+    paths = [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix]
+    launcher = shutil.which("crow")
+    if launcher is not None:
+        paths += [os.path.join(os.path.realpath(os.path.dirname(launcher)), os.path.basename(launcher)), launcher]
+    return list(dict.fromkeys(os.path.realpath(path) if path != launcher else os.path.abspath(path)
+                              for path in paths))
+
+
+def path_folders() -> list[str]:
+    """The folders of `PATH` (absolute ones; resolved): a program put there runs in place of the one the
+    person meant (`git`, `ls`) at their next command, unconfined. A relative entry (`.`, `bin`) names
+    whatever folder a shell is in, so it protects nothing and is skipped."""
+    return list(dict.fromkeys(os.path.realpath(entry) for entry in os.environ.get("PATH", "").split(os.pathsep)
+                              if os.path.isabs(entry)))
+
+
+def is_guarded(path: Path, workspace: Path | None = None) -> bool:
+    """Whether `path` (resolved) is one of `guarded_paths()` or below one; with `workspace`, also whether
+    it is in the workspace where a confined command cannot write (`kept_from_commands`): the file tools ask
+    before writing what the sandbox keeps from commands."""
     text = str(path)
-    return any(text == guarded or text.startswith(guarded.rstrip(os.sep) + os.sep) for guarded in guarded_paths())
+    if any(text == guarded or text.startswith(guarded.rstrip(os.sep) + os.sep) for guarded in guarded_paths()):
+        return True
+    return workspace is not None and kept_from_commands(text, workspace)
+
+
+def kept_from_commands(path: str, workspace: Path) -> bool:
+    """Whether `path` (absolute, resolved) is inside the workspace yet kept from a `workspace-write`
+    command (`plan`): in a dot-entry of the home folder the workspace holds, or in one of
+    `protected_paths()` strictly inside the workspace and not holding it. Reads nothing on disk."""
+    root = os.path.realpath(workspace)
+    if not _within(path, (root,)):
+        return False
+    home = home_contained(workspace)
+    if home is not None and path != home and _within(path, (home,)) and \
+            Path(path).relative_to(home).parts[0].startswith("."):
+        return True
+    return any(_within(path, (hole,)) and not _within(root, (hole,)) for hole in protected_paths())
 
 
 def _within(path: str, roots: tuple[str, ...]) -> bool:
     return any(path == root or path.startswith(root.rstrip(os.sep) + os.sep) for root in roots)
 
 
-def _guarded_binds(roots: tuple[str, ...]) -> list[str]:
-    """`--ro-bind` over each guarded path inside a writable root (elsewhere the read-only root covers it).
-    crow's own folders are made first when missing (crow makes them anyway; empty they are harmless),
-    so that none can be made and filled inside; a missing start-up file is not made (an empty `.zshrc`
-    changes zsh's behaviour)."""
-    argv: list[str] = []
-    for index, path in enumerate(guarded_paths()):
-        if not _within(path, roots):
+def _between(top: str, path: str) -> list[str]:
+    """The folders strictly between `top` and `path` (below `top`), outermost first."""
+    parts = Path(path).relative_to(top).parts[:-1]
+    return [os.path.join(top, *parts[:index]) for index in range(1, len(parts) + 1)]
+
+
+def home_contained(workspace: Path) -> str | None:
+    """The home folder (resolved) when the workspace is it or holds it, else None."""
+    home, root = os.path.realpath(os.path.expanduser("~")), os.path.realpath(workspace)
+    return home if _within(home, (root,)) else None
+
+
+_private_temps: dict[str, str] = {}
+
+
+def _remove_private_temps() -> None:
+    for backing in _private_temps.values():
+        shutil.rmtree(backing, ignore_errors=True)
+
+
+def private_temp(temp: str) -> str:
+    """The folder on disk that holds this process's (this run's) own temp dir, mounted at `temp` inside the
+    sandbox: made on first use (0700, in the system temp dir), again if it went away, removed when crow
+    exits. Commands of one run share it; nobody else sees it at `temp`."""
+    backing = _private_temps.get(temp)
+    if backing is None or not os.path.isdir(backing):
+        if not _private_temps:
+            import atexit
+
+            atexit.register(_remove_private_temps)
+        backing = _private_temps[temp] = tempfile.mkdtemp(prefix="crow-run-")
+    return backing
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a `workspace-write` command can write, as the mounts that make it (`plan`).
+
+    `mounts` are (path, writable, source) in mount order: a later mount covers what an earlier one showed
+    at or below its path, and what no mount covers is read-only (the root)."""
+
+    mounts: tuple[tuple[str, bool, str], ...] = ()
+
+    def writable(self, path: str) -> bool:
+        """Whether a confined command can write at `path` (absolute, resolved): the last mount over it decides."""
+        mount = self._over(path)
+        return mount is not None and mount[1]
+
+    def private(self, path: str) -> bool:
+        """Whether `path` is in the run's own temp dir (a mount of another folder): what is on disk at
+        `path` is not what a command sees there."""
+        mount = self._over(path)
+        return mount is not None and mount[0] != mount[2]
+
+    def _over(self, path: str) -> tuple[str, bool, str] | None:
+        found = None
+        for mount in self.mounts:
+            if _within(path, (mount[0],)):
+                found = mount
+        return found
+
+    def argv(self) -> list[str]:
+        """bubblewrap's arguments for these mounts (a `.git` symlink is bound where it leads, if anywhere)."""
+        out: list[str] = []
+        for where, writable, source in self.mounts:
+            option = "--bind" if writable else "--ro-bind-try" if os.path.islink(where) else "--ro-bind"
+            out += [option, source, where]
+        return out
+
+
+def plan(sandbox: Sandbox, workspace: Path) -> Layout:
+    """The mounts of a `workspace-write` command (none in other modes): the workspace writable, less what
+    runs code later outside the sandbox (`guarded_paths`), and a temp dir of the run's own.
+
+    - the workspace (resolved) writable;
+    - when it is the home folder or holds it: the home folder read-only, then each of its entries that is
+      not a dot-entry (`projects`, `todo.txt`; not symlinks) writable again: no `~/.xxx` is writable or
+      can be made, nor anything new at the home folder's top;
+    - each of `protected_paths()` strictly inside what is writable so far read-only (a missing folder of
+      them made first, so none can be made and filled inside; a missing file is not made), each
+      folder between it and its mount bound over itself, so that none above it can be renamed and a new
+      one made in its place. A guarded path that holds the workspace is the person's choice: not applied;
+    - the temp dir (`Sandbox.temp_dir`) is the run's own (`private_temp`), unless it is the workspace
+      itself; a workspace below it is bound back over it, so folders between the two are the run's own
+      too and a `git init ..` there reaches nobody.
+
+    Makes folders (crow's, missing PATH folders, the run's temp dir); reads the home folder's top."""
+    if sandbox.mode != "workspace-write":
+        return Layout()
+    root, temp = os.path.realpath(workspace), _temp(sandbox)
+    temp_mount = () if temp == root else ((temp, True, private_temp(temp)),)
+    layout = Layout((*(temp_mount if _within(root, (temp,)) else ()), (root, True, root)))
+    home = home_contained(workspace)
+    if home is not None:
+        tops: list[tuple[str, bool, str]] = [(folder, True, folder) for folder in _between(root, home)]
+        tops.append((home, False, home))
+        with contextlib.suppress(OSError), os.scandir(home) as entries:
+            tops += [(entry.path, True, entry.path) for entry in sorted(entries, key=lambda e: e.name)
+                     if not entry.name.startswith(".") and not entry.is_symlink()
+                     and (entry.is_dir() or entry.is_file())]
+        layout = Layout(layout.mounts + tuple(tops))
+    made = {*_crow_folders(), *_user_folders(), *path_folders()}
+    for path in sorted(protected_paths(), key=lambda p: p.count(os.sep)):
+        if _within(root, (path,)) or not _within(path, (root,)) or not layout.writable(path):
             continue
-        if index < 3:
+        if not os.path.lexists(path) and path in made:
             with contextlib.suppress(OSError):
                 os.makedirs(path, exist_ok=True)
-        if os.path.lexists(path):
-            argv += ["--ro-bind", path, path]
-    return argv
+        if not os.path.lexists(path):
+            continue  # a start-up file or launcher not there: the layout's read-only top keeps it so
+        mount = max((where for where, _w, _s in layout.mounts if _within(path, (where,))), key=len)
+        taken = {where for where, _w, _s in layout.mounts}
+        pins = tuple((folder, True, folder) for folder in _between(mount, path) if folder not in taken)
+        layout = Layout(layout.mounts + pins + ((path, False, path),))
+    if temp_mount and not _within(root, (temp,)):
+        layout = Layout(layout.mounts + temp_mount)
+    return layout
 
 
 # Classic BPF for seccomp (linux/filter.h, linux/seccomp.h, linux/audit.h): struct seccomp_data is
@@ -348,20 +518,21 @@ def _resolver_file() -> str:
 
 def bwrap_argv(sandbox: Sandbox, workspace: Path, command: str, bwrap: str = "bwrap",
                resolv_conf: str | None = None, seccomp: int | None = None,
-               git_dirs: list[str] | None = None) -> list[str]:
+               git_dirs: Iterable[str] | None = None, layout: Layout | None = None) -> list[str]:
     """The bubblewrap command line running `/bin/sh -c command` in `workspace` under `sandbox`.
 
-    Read-only root, a minimal /dev, a new /proc, an empty /run: the network namespace does not cover Unix
-    sockets that have a path, and /run holds the daemons' (docker.sock, the systemd and D-Bus buses behind
-    `systemd-run --user`), which would run what they are asked outside the sandbox. The sockets in the
-    temp dir (`_sockets`: the user's tmux server would run any command it is sent) are covered with
-    /dev/null likewise. With network, the resolver file (`resolv_conf`, default: where /etc/resolv.conf
-    leads) is kept when it lives under /run (systemd-resolved, NetworkManager). The workspace and temp
-    dir bound writable (`workspace-write`), each `.git` in the workspace (`git_dirs`, default
-    `git_metadata(workspace)`) bound read-only over itself (a mount point: neither renamed nor removed),
-    and so is each of `guarded_paths()` inside them. In
-    `read-only` the temp dir is a private tmpfs, and a workspace below it is bound back (read-only) over
-    it. `seccomp`: a file descriptor holding `socket_filter()` (see `seccomp_fd`), inherited by bwrap.
+    Read-only root, a minimal /dev (its /dev/shm private), a new /proc, an empty /run: the network
+    namespace does not cover Unix sockets that have a path, and /run holds the daemons' (docker.sock, the
+    systemd and D-Bus buses behind `systemd-run --user`), which would run what they are asked outside the
+    sandbox. With network, the resolver file (`resolv_conf`, default: where /etc/resolv.conf leads) is
+    kept when it lives under /run (systemd-resolved, NetworkManager). In `workspace-write`, the mounts of
+    `layout` (default `plan(sandbox, workspace)`: the workspace, less what runs code later, and the run's
+    own temp dir), then each `.git` in the workspace (`git_dirs`, default `git_metadata(workspace,
+    layout)`) bound read-only over itself (a mount point: neither renamed nor removed); a workspace that
+    is the temp dir itself has the sockets in it covered with /dev/null (the user's tmux server would run
+    any command it is sent). In `read-only` the temp dir is a private tmpfs, and a workspace below it is
+    bound back (read-only) over it. `seccomp`: a file descriptor holding `socket_filter()` (see
+    `seccomp_fd`), inherited by bwrap.
     """
     root = os.path.realpath(workspace)
     temp = _temp(sandbox)
@@ -372,14 +543,14 @@ def bwrap_argv(sandbox: Sandbox, workspace: Path, command: str, bwrap: str = "bw
     if sandbox.network and resolver.startswith("/run/"):
         argv += ["--ro-bind-try", resolver, resolver]
     if sandbox.mode == "workspace-write":
-        argv += ["--bind", temp, temp]
-        for path in _sockets(temp):
-            argv += ["--ro-bind", "/dev/null", path]
-        argv += ["--bind", root, root]
-        for path in git_dirs if git_dirs is not None else git_metadata(workspace):
+        layout = layout if layout is not None else plan(sandbox, workspace)
+        argv += layout.argv()
+        if temp == root:
+            for path in _sockets(temp):
+                argv += ["--ro-bind", "/dev/null", path]
+        for path in git_dirs if git_dirs is not None else git_metadata(workspace, layout):
             # a `.git` symlink is bound where it leads; one leading nowhere is skipped, not an error
             argv += ["--ro-bind-try" if os.path.islink(path) else "--ro-bind", path, path]
-        argv += _guarded_binds((temp, root))
     else:
         argv += ["--tmpfs", temp]
         if _within(root, (temp,)):
@@ -454,7 +625,7 @@ def unavailable_reason() -> str | None:
 
 
 def sandbox_argv(sandbox: Sandbox, workspace: Path, command: str, seccomp: int | None = None,
-                 git_dirs: list[str] | None = None) -> list[str] | None:
+                 git_dirs: Iterable[str] | None = None, layout: Layout | None = None) -> list[str] | None:
     """The program and arguments running `command` confined by `sandbox`, or None: run it unconfined
     (`off`, or no backend on this machine: approval has asked the user then). `seccomp`: see `bwrap_argv`
     (the caller passes that descriptor on to the child)."""
@@ -463,7 +634,8 @@ def sandbox_argv(sandbox: Sandbox, workspace: Path, command: str, seccomp: int |
         return None
     if sys.platform == "darwin":
         return [program, "-p", seatbelt_profile(sandbox, workspace), "/bin/sh", "-c", command]
-    return bwrap_argv(sandbox, workspace, command, program, seccomp=seccomp, git_dirs=git_dirs)
+    return bwrap_argv(sandbox, workspace, command, program, seccomp=seccomp, git_dirs=git_dirs,
+                      layout=layout)
 
 
 def blocked_reason(sandbox: Sandbox, output: str, failed: bool = True) -> str | None:
@@ -488,9 +660,27 @@ def blocked_reason(sandbox: Sandbox, output: str, failed: bool = True) -> str | 
     return None
 
 
-def startup_notice(sandbox: Sandbox) -> str | None:
-    """The one line a surface shows at start when commands are meant to be confined and cannot be, or None."""
-    if not sandbox.confines or backend() is not None:
+def home_notice(sandbox: Sandbox, workspace: Path) -> str | None:
+    """The one line a surface shows at start when the workspace is the home folder or holds it (`crow chat`
+    asks then whether to go on), or None. Confined, what a command can change there is said; off, that it
+    can change everything."""
+    home = home_contained(workspace)
+    if home is None:
         return None
+    what = "the workspace" if home == os.path.realpath(workspace) else f"the workspace {os.path.realpath(workspace)}"
+    where = f"{what} {home} is your home folder" if home == os.path.realpath(workspace) else \
+        f"{what} holds your home folder {home}"
+    if not sandbox.confines:
+        return f"{where}, and the sandbox is off: commands can change everything in it; start crow in a project folder"
+    return (f"{where}: commands can change its projects but not its dot-folders (~/.config, ~/.local …) nor "
+            "make anything new at its top; start crow in a project folder instead")
+
+
+def startup_notice(sandbox: Sandbox, workspace: Path | None = None) -> str | None:
+    """The one line a surface shows at start when commands are meant to be confined and cannot be, or when the
+    workspace is the home folder or holds it (`home_notice`), or None."""
+    home = home_notice(sandbox, workspace) if workspace is not None else None
+    if not sandbox.confines or backend() is not None:
+        return home
     return (f"no sandbox for commands: {unavailable_reason()}; every command will be asked about (none runs "
-            "unconfined without a yes; --sandbox off runs them with your full rights)")
+            "unconfined without a yes; --sandbox off runs them with your full rights)") + (f"; {home}" if home else "")

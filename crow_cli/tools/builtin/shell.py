@@ -50,10 +50,9 @@ from ..sandbox import (
     SandboxBlocked,
     backend,
     blocked_reason,
-    git_metadata,
-    missing_start_up_files,
+    git_snapshot,
+    plan,
     put_aside_new_git,
-    put_aside_new_start_up_files,
     sandbox_argv,
     seccomp_fd,
 )
@@ -199,15 +198,16 @@ async def run_shell(command: str, timeout_s: float | None = None, context: ToolC
     limit = min(float(timeout_s or DEFAULT_TIMEOUT_S), MAX_TIMEOUT_S)
     context = context or ToolContext.current()
     token = secrets.token_hex(8)
-    # what a confined command may write in: its git metadata is bound read-only, and checked afterwards
+    # what a confined command may write (`plan`); the git metadata there is bound read-only, and checked
+    # afterwards (off the event loop: the walk reads every folder a command can write)
     watch_git = context.sandbox.mode == "workspace-write" and backend() is not None
-    git_before = git_metadata(context.workspace) if watch_git else []
-    start_up_before = missing_start_up_files() if watch_git else []
+    layout = await asyncio.to_thread(plan, context.sandbox, context.workspace) if watch_git else None
+    git_before = await asyncio.to_thread(git_snapshot, context.workspace, layout) if watch_git else {}
     read_fd, write_fd = os.pipe()
     try:
         with seccomp_fd(context.sandbox) as program:
             confined = sandbox_argv(context.sandbox, context.workspace, command, seccomp=program,
-                                    git_dirs=git_before)
+                                    git_dirs=list(git_before), layout=layout)
             how: dict[str, Any] = {"cwd": context.workspace, "env": _command_env(token, context.secrets),
                                    "stdin": asyncio.subprocess.DEVNULL, "stdout": write_fd,
                                    "stderr": asyncio.subprocess.STDOUT, "start_new_session": True}
@@ -256,19 +256,14 @@ async def run_shell(command: str, timeout_s: float | None = None, context: ToolC
         status = f"exit code {code}" if code is not None and code >= 0 else f"killed by signal {-(code or 0)}"
     result = f"[{status}]\n{output}" if output else f"[{status}] (no output)"
     reason = blocked_reason(context.sandbox, output, bool(proc.returncode)) if confined is not None else None
-    moved = put_aside_new_git(context.workspace, git_before) if confined is not None and watch_git else []
+    moved = await asyncio.to_thread(put_aside_new_git, context.workspace, git_before, layout) \
+        if confined is not None and watch_git else []
     if moved:
         names = ", ".join(f"{os.path.relpath(old, context.workspace)} -> {os.path.relpath(new, context.workspace)}"
                           for old, new in moved)
         result += (f"\n[the sandbox put aside the git metadata this command made ({names}): its hooks and config "
                    "would run outside the sandbox at the next git command]")
         reason = "the sandbox does not let a command make a git repository or gitdir file (.git) in the workspace"
-    made = put_aside_new_start_up_files(start_up_before) if confined is not None and watch_git else []
-    if made:
-        names = ", ".join(f"{old} -> {new}" for old, new in made)
-        result += (f"\n[the sandbox put aside the start-up files this command made ({names}): they would act "
-                   "outside the sandbox later]")
-        reason = "the sandbox does not let a command make shell start-up files, ~/.ssh or git's global config"
     exited = code if not timed_out and code is not None and code >= 0 else None
     shown = ToolDisplay(output=output, exit_code=exited, status=status,  # the person sees it too
                         lines=reader.lines if reader.total > MAX_OUTPUT_BYTES else None)
