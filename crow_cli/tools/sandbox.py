@@ -2,19 +2,26 @@
 
 Modes (setting `sandbox`, flag `--sandbox`; default `workspace-write`):
 
-- `workspace-write`: the whole filesystem readable (but /run and the temp dir's sockets: daemons, tmux,
-  X11 would run what a command sends them, unconfined); writable only the workspace and the system temp dir
-  (`tempfile.gettempdir()`), less crow's own folders, the shell start-up files, `~/.ssh` and git's
-  global config (`guarded_paths`) wherever they are (also when the workspace is the home folder); every
-  `.git` in the workspace (folder, or a submodule's or linked worktree's file) read-only and bound in
-  place, so it cannot be moved aside or replaced either: its hooks, config (`core.fsmonitor`),
-  `commondir` and submodule configs all run code unconfined at the user's next git command (Codex
-  protects `.git` the same way; `git commit` then asks to run outside the sandbox), and one the command
-  made is put aside when it ends (`put_aside_new_git`); no network unless `network` (setting
-  `sandbox_network`), and without it no Unix socket either (`socket_filter`: a seccomp filter on the socket
-  family, since the network namespace does not cover sockets that have a path: ssh ControlMaster,
-  `tmux -S`, docker.sock, gpg-agent); no new privileges (setuid programs do not gain rights) and no
-  capabilities, also as root.
+- `workspace-write`: the whole filesystem readable (but /run: daemons would run what a command sends
+  them, unconfined); writable only what `plan` lays out, a list of what may be written, not of what may
+  not: the workspace, less what runs code later outside any sandbox (`protected_paths`: the PATH folders,
+  crow's own install, the per-user folders such as `~/.config` and `~/.cache`, crow's folders, the shell
+  start-up files, `~/.ssh`, git's global config), each pinned so that no folder above it can be renamed
+  and a new one made in its place; when the workspace is the home folder or holds it, the home folder
+  read-only but for its entries that are not dot-entries (no `~/.xxx` is writable or can be made, nor
+  anything new at its top; `home_notice` says so at start); and a temp dir of the run's own
+  (`private_temp`), mounted at the temp dir's path, so nothing a command leaves there (a repository with
+  `core.fsmonitor`, a socket) reaches the person's temp dir, and a workspace below the temp dir has no
+  folder above it on disk that a command could write (`git init ..`). Every `.git` in the workspace
+  (folder, or a submodule's or linked worktree's file) is read-only and bound in place, so it cannot be
+  moved aside or replaced either: its hooks, config (`core.fsmonitor`), `commondir` and submodule configs
+  all run code unconfined at the user's next git command (Codex protects `.git` the same way; `git
+  commit` then asks to run outside the sandbox), and one the command made where it could write is put
+  aside when it ends, also when it is cancelled (`put_aside_new_git`); no network unless `network`
+  (setting `sandbox_network`), and without it no Unix socket either (`socket_filter`: a seccomp filter on
+  the socket family, since the network namespace does not cover sockets that have a path: ssh
+  ControlMaster, `tmux -S`, docker.sock, gpg-agent); no new privileges (setuid programs do not gain
+  rights) and no capabilities, also as root.
 - `read-only`: as above, but nothing writable (a private, empty temp dir that is discarded; a workspace
   below the temp dir stays visible, read-only).
 - `off`: the command runs with the user's full rights (an explicit choice).
@@ -113,7 +120,8 @@ class Sandbox:
         if not self.confines:
             return "no sandbox"
         writes = "nothing is writable" if self.mode == "read-only" else \
-            "only the workspace and the temp dir are writable (no .git, nor crow's config or your start-up files)"
+            ("only the workspace and the run's own temp dir are writable (no .git, PATH folder or crow's install "
+             "in it, nor, in a home folder, its dot-folders or anything new at its top)")
         sockets = "" if self.network else " (no Unix socket either)"
         return f"sandbox {self.mode}: {writes}; network {'on' if self.network else 'off'}{sockets}"
 
@@ -567,20 +575,40 @@ def _quote(path: str) -> str:
     return '"' + path.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def seatbelt_profile(sandbox: Sandbox, workspace: Path) -> str:
-    """The macOS `sandbox-exec` profile (SBPL) for `sandbox`: reads allowed, writes only to the workspace,
-    the temp dir and the terminal devices (`workspace-write`), each `.git` of the workspace (at its root,
-    made or not; `git_metadata`) and each of `guarded_paths()` inside those denied, network denied
-    unless `network`. Later rules win in SBPL, so the denials come last."""
+def _regex(pattern: str) -> str:
+    return '#"' + pattern.replace('"', '\\"') + '"'
+
+
+def _literal(path: str) -> str:
+    """`path` as a POSIX extended regular expression matching it alone (SBPL's regex): each special
+    character in brackets (`[.]`), or after a backslash where brackets do not work (`\\`, `^`, `]`)."""
+    return "".join(f"[{ch}]" if ch in ".[()*+?{}|$" else f"\\{ch}" if ch in "\\^]" else ch for ch in path)
+
+
+def seatbelt_profile(sandbox: Sandbox, workspace: Path, temp: str | None = None) -> str:
+    """The macOS `sandbox-exec` profile (SBPL) for `sandbox`: reads allowed; writes only to the workspace,
+    the run's own temp dir (`temp`, default `private_temp` of the temp dir; commands get it as `TMPDIR`)
+    and the terminal devices (`workspace-write`); denied in the workspace: every `.git` (any case, made or
+    not: SBPL matches by name, so none can be made either), each of `protected_paths()` strictly inside it
+    and the folders above one (no renaming a parent to make a new one), and when the workspace is the home
+    folder or holds it, the home folder's dot-entries and its top; network denied unless `network`. Later
+    rules win in SBPL, so the denials come last."""
     root = os.path.realpath(workspace)
     lines = ["(version 1)", "(allow default)", "(deny file-write*)",
              '(allow file-write* (literal "/dev/null") (literal "/dev/tty") (regex #"^/dev/fd/"))']
     if sandbox.mode == "workspace-write":
-        temp = _temp(sandbox)
+        temp = temp or private_temp(_temp(sandbox))
         lines.append(f"(allow file-write* (subpath {_quote(root)}) (subpath {_quote(temp)}))")
-        denied = dict.fromkeys([os.path.join(root, _PROTECTED), *git_metadata(workspace),
-                                *(path for path in guarded_paths() if _within(path, (temp, root)))])
-        lines += [f"(deny file-write* (subpath {_quote(path)}))" for path in denied]
+        lines.append(f"(deny file-write* (regex {_regex('^' + _literal(root) + '/(.*/)?[.][gG][iI][tT](/|$)')}))")
+        home = home_contained(workspace)
+        if home is not None:
+            lines.append(f"(deny file-write* (literal {_quote(home)}) "
+                         f"(regex {_regex('^' + _literal(home) + '/([.]|[^/]*$)')}))")
+        for path in protected_paths():
+            if _within(path, (root,)) and not _within(root, (path,)):
+                above = [_quote(folder) for folder in _between(root, path)]
+                lines.append(f"(deny file-write* (subpath {_quote(path)})"
+                             + "".join(f" (literal {folder})" for folder in above) + ")")
     if not sandbox.network:
         lines.append("(deny network*)")
     return "\n".join(lines) + "\n"
@@ -633,7 +661,11 @@ def sandbox_argv(sandbox: Sandbox, workspace: Path, command: str, seccomp: int |
     if program is None:
         return None
     if sys.platform == "darwin":
-        return [program, "-p", seatbelt_profile(sandbox, workspace), "/bin/sh", "-c", command]
+        if sandbox.mode != "workspace-write":
+            return [program, "-p", seatbelt_profile(sandbox, workspace), "/bin/sh", "-c", command]
+        temp = private_temp(_temp(sandbox))  # no mount namespace: the run's temp dir is named by TMPDIR
+        return [program, "-p", seatbelt_profile(sandbox, workspace, temp), "/usr/bin/env", f"TMPDIR={temp}",
+                "/bin/sh", "-c", command]
     return bwrap_argv(sandbox, workspace, command, program, seccomp=seccomp, git_dirs=git_dirs,
                       layout=layout)
 
@@ -651,7 +683,8 @@ def blocked_reason(sandbox: Sandbox, output: str, failed: bool = True) -> str | 
         return None
     if any(sign in output for sign in _FS_SIGNS):
         where = "anywhere" if sandbox.mode == "read-only" else \
-            "outside the workspace and the temp dir (or to .git)"
+            "outside the workspace and the temp dir, or to what stays read-only in it (.git, PATH folders, crow's " \
+            "install, a home folder's dot-folders)"
         return f"the sandbox ({sandbox.mode}) refused a write {where}: read-only file system"
     if not sandbox.network and any(sign in output for sign in _SOCKET_SIGNS):
         return "the sandbox has no network: no Unix socket can be made (the daemons outside stay out of reach)"

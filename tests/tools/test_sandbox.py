@@ -303,19 +303,28 @@ def test_bwrap_arguments(place: Path) -> None:
     assert f"--tmpfs {place}/tmp" in " ".join(networked)
 
 
-def test_macos_profile_text(place: Path) -> None:
+def test_macos_profile_text(place: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ws = str(place / "ws")
-    profile = seatbelt_profile(Sandbox("workspace-write", False, str(place / "tmp")), place / "ws")
+    monkeypatch.setenv("PATH", f"{ws}/bin{os.pathsep}/usr/bin")
+    profile = seatbelt_profile(Sandbox("workspace-write", False, str(place / "tmp")), place / "ws", "/private/t")
     assert profile.splitlines() == [
         "(version 1)", "(allow default)", "(deny file-write*)",
         '(allow file-write* (literal "/dev/null") (literal "/dev/tty") (regex #"^/dev/fd/"))',
-        f'(allow file-write* (subpath "{ws}") (subpath "{place}/tmp"))',
-        f'(deny file-write* (subpath "{ws}/.git"))',
+        f'(allow file-write* (subpath "{ws}") (subpath "/private/t"))',
+        f'(deny file-write* (regex #"^{ws.replace(".", "[.]")}/(.*/)?[.][gG][iI][tT](/|$)"))',
+        f'(deny file-write* (subpath "{ws}/bin"))',
         "(deny network*)",
     ]
     read_only = seatbelt_profile(Sandbox("read-only", True), Path('/tmp/a "quoted" dir'))
     assert "(subpath" not in read_only and "network" not in read_only
-    assert seatbelt_profile(Sandbox("workspace-write", True), Path('/x/a"b')).count('"/x/a\\"b"') == 1
+    assert seatbelt_profile(Sandbox("workspace-write", True), Path('/x/a"b'), "/t").count('"/x/a\\"b"') == 1
+
+
+def test_macos_profile_keeps_a_home_folders_dot_entries_and_top(home_with_dot_folders: Path) -> None:
+    home = str(home_with_dot_folders.resolve())
+    profile = seatbelt_profile(Sandbox("workspace-write"), home_with_dot_folders, "/private/t")
+    assert f'(deny file-write* (literal "{home}") (regex #"^{home.replace(".", "[.]")}/([.]|[^/]*$)"))' in profile
+    assert f'(deny file-write* (subpath "{home}/bin"))' in profile
 
 
 def test_what_counts_as_blocked_by_the_sandbox() -> None:
@@ -762,3 +771,20 @@ def test_the_home_folder_as_workspace_is_said_at_start(home_with_dot_folders: Pa
     assert home_notice(Sandbox("workspace-write"), home.parent) is not None
     assert home_notice(Sandbox("workspace-write"), home / "projects/x") is None
     assert home_notice(Sandbox("off"), home) is not None
+
+
+@needs_bwrap
+async def test_a_git_made_by_a_cancelled_command_is_put_aside_too(place: Path) -> None:
+    # the put-aside ran only when the command ended by itself: Ctrl-C after a `git init` with a hook of the
+    # command's own left the repository for the user's next git command
+    import asyncio
+
+    (place / "plain").mkdir()
+    context = ToolContext(place / "plain", sandbox=Sandbox("workspace-write", False, str(place / "tmp")))
+    call = asyncio.ensure_future(run_shell.invoke(
+        {"command": "git init -q sub && touch made && sleep 60"}, context))
+    await _until(lambda: (place / "plain/made").exists() or call.done())
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert not (place / "plain/sub/.git").exists() and (place / "plain/sub/.git.crow-sandboxed").is_dir()

@@ -7,12 +7,13 @@ the shell itself exits, the whole process group is killed. The call returns when
 if a background process still holds the output open (its output after that is not read).
 
 Confined (`ToolContext.sandbox`, see `tools.sandbox`), the shell runs inside bubblewrap (Linux) or
-`sandbox-exec` (macOS): writes outside the workspace and the temp dir fail, the network is off unless
-allowed, and on Linux every process of the command lives in a pid namespace that dies with the call
-and with crow (`--die-with-parent`, also on `kill -9`). A confined command that failed because of the
-sandbox raises `SandboxBlocked` with the reason and its output: dispatch reports it to the model, or
-runs it once more outside the sandbox when the user approves. So does one that made git metadata (a
-`.git`) in the workspace, which is put aside as it ends (`sandbox.put_aside_new_git`).
+`sandbox-exec` (macOS): writes outside the workspace and the run's own temp dir fail (`sandbox.plan`),
+the network is off unless allowed, and on Linux every process of the command lives in a pid namespace
+that dies with the call and with crow (`--die-with-parent`, also on `kill -9`). A confined command that
+failed because of the sandbox raises `SandboxBlocked` with the reason and its output: dispatch reports
+it to the model, or runs it once more outside the sandbox when the user approves. So does one that made
+git metadata (a `.git`) where it could write in the workspace, which is put aside as it ends or is
+cancelled (`sandbox.put_aside_new_git`).
 
 Unconfined (`off`, or no sandbox on this machine after the user approved the command), a process that
 leaves the group (`setsid`, a double-forking daemon) is found on Linux by a marker variable in its
@@ -221,33 +222,38 @@ async def run_shell(command: str, timeout_s: float | None = None, context: ToolC
     finally:
         os.close(write_fd)  # only the command's processes hold the write end: EOF when they are all gone
     pgid = proc.pid  # start_new_session: the shell leads a new session and process group
-    reader = _PipeReader(read_fd)
-    timed_out = False
     try:
+        reader = _PipeReader(read_fd)
+        timed_out = False
         try:
-            async with asyncio.timeout(limit):
-                await proc.wait()
-        except TimeoutError:
-            timed_out = True
-    finally:
-        _kill_group(pgid)  # stragglers, the timed-out command, or everything on cancellation
-        _kill_marked(token)  # those that left the group (setsid)
-        try:
-            if proc.returncode is None:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.shield(proc.wait())
-            # Sweep again: a process caught mid-exec or mid-fork by the last sweep showed no environment
-            # (or was not listed yet). The pipe closes once every process holding it is dead; one that
-            # escaped both the group and the marker may keep it open: stop reading after the grace period.
-            for wait_s in _SWEEP_WAITS_S:
-                with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-                    async with asyncio.timeout(wait_s):
-                        await asyncio.shield(reader.eof)
-                _kill_marked(token)
-                if reader.eof.done():
-                    break
+            try:
+                async with asyncio.timeout(limit):
+                    await proc.wait()
+            except TimeoutError:
+                timed_out = True
         finally:
-            reader.close()
+            _kill_group(pgid)  # stragglers, the timed-out command, or everything on cancellation
+            _kill_marked(token)  # those that left the group (setsid)
+            try:
+                if proc.returncode is None:
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.shield(proc.wait())
+                # Sweep again: a process caught mid-exec or mid-fork by the last sweep showed no environment
+                # (or was not listed yet). The pipe closes once every process holding it is dead; one that
+                # escaped both the group and the marker may keep it open: stop reading after the grace period.
+                for wait_s in _SWEEP_WAITS_S:
+                    with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                        async with asyncio.timeout(wait_s):
+                            await asyncio.shield(reader.eof)
+                    _kill_marked(token)
+                    if reader.eof.done():
+                        break
+            finally:
+                reader.close()
+    except BaseException:  # cancelled (Ctrl-C, the run's end): what the command made is put aside all the same
+        if confined is not None and watch_git:
+            put_aside_new_git(context.workspace, git_before, layout)
+        raise
     output = _mask(reader.text(), context.secrets)
     code = proc.returncode
     if timed_out:
