@@ -170,15 +170,21 @@ def _sockets(folder: str) -> list[str]:
     return found
 
 
-def git_metadata(workspace: Path, layout: Layout | None = None) -> list[str]:
+def git_metadata(workspace: Path, layout: Layout | None = None,
+                 opened: list[tuple[str, int]] | None = None) -> list[str]:
     """Every `.git` entry in the workspace (a repository's folder, a submodule's or worktree's gitdir
     file), sorted; symlinked folders not followed, `.git` folders not entered, unreadable ones skipped.
     With `layout`, only where a confined command can write (`Layout.writable`): a `.git` elsewhere is out
-    of its reach already, and the walk skips a home folder's dot-folders."""
+    of its reach already, and the walk skips a home folder's dot-folders. With `opened`, a folder of
+    the user's own that cannot be listed or entered (`chmod 000 evil` after a `git init evil/sub`) is
+    opened (u+rx) and walked, and appended to `opened` with its mode, for the caller to restore."""
     found: list[str] = []
     folders = [os.path.realpath(workspace)]
     while folders:
-        with contextlib.suppress(OSError), os.scandir(folders.pop()) as entries:
+        folder = folders.pop()
+        if opened is not None:
+            _open_folder(folder, opened)
+        with contextlib.suppress(OSError), os.scandir(folder) as entries:
             for entry in entries:
                 if layout is not None and (not layout.writable(entry.path) or layout.private(entry.path)):
                     continue
@@ -189,13 +195,24 @@ def git_metadata(workspace: Path, layout: Layout | None = None) -> list[str]:
     return sorted(found)
 
 
-def git_snapshot(workspace: Path, layout: Layout | None = None) -> dict[str, tuple[int, int, int]]:
-    """`git_metadata(workspace, layout)` with each entry's identity (device, inode, file type; from
-    `lstat`): what `put_aside_new_git` compares with. A path alone is not enough: a `.git` symlink (no
-    mount point can pin it) replaced by a repository, or a folder renamed and a new one made in its
+def _open_folder(folder: str, opened: list[tuple[str, int]]) -> None:
+    """Add u+rx to `folder` when it is the user's own and lacks them (remembered in `opened`)."""
+    with contextlib.suppress(OSError):
+        info = os.lstat(folder)
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and \
+                info.st_mode & (stat.S_IRUSR | stat.S_IXUSR) != (stat.S_IRUSR | stat.S_IXUSR):
+            os.chmod(folder, stat.S_IMODE(info.st_mode) | stat.S_IRUSR | stat.S_IXUSR)
+            opened.append((folder, stat.S_IMODE(info.st_mode)))
+
+
+def git_snapshot(workspace: Path, layout: Layout | None = None,
+                 opened: list[tuple[str, int]] | None = None) -> dict[str, tuple[int, int, int]]:
+    """`git_metadata(workspace, layout, opened)` with each entry's identity (device, inode, file type;
+    from `lstat`): what `put_aside_new_git` compares with. A path alone is not enough: a `.git` symlink
+    (no mount point can pin it) replaced by a repository, or a folder renamed and a new one made in its
     place, keeps the path."""
     snapshot: dict[str, tuple[int, int, int]] = {}
-    for path in git_metadata(workspace, layout):
+    for path in git_metadata(workspace, layout, opened):
         with contextlib.suppress(OSError):
             info = os.lstat(path)
             snapshot[path] = (info.st_dev, info.st_ino, stat.S_IFMT(info.st_mode))
@@ -208,12 +225,20 @@ def put_aside_new_git(workspace: Path, before: dict[str, tuple[int, int, int]] |
     started; a list of paths: identities not compared) to `.git.crow-sandboxed` (numbered when taken): a
     repository a confined command made (`git init`, a gitdir file) would run its hooks and
     `core.fsmonitor` at the user's next git command there, unconfined. With `layout`, only where the
-    command could write (`Layout.writable`): what it could not write is never its doing. Returns (old
+    command could write (`Layout.writable`): what it could not write is never its doing. A folder of the
+    user's own that cannot be listed is opened for the walk and its mode restored after (one the
+    command locked would hide its `.git` from the walk, not from a later `cd` and `git`). Returns (old
     path, new path) pairs; one that cannot be renamed is left out."""
     known = before if isinstance(before, dict) else dict.fromkeys(before)
-    after = git_snapshot(workspace, layout)
-    return _put_aside(path for path, identity in after.items()
-                      if path not in known or (known[path] is not None and known[path] != identity))
+    opened: list[tuple[str, int]] = []
+    try:
+        after = git_snapshot(workspace, layout, opened)
+        return _put_aside(path for path, identity in after.items()
+                          if path not in known or (known[path] is not None and known[path] != identity))
+    finally:
+        for folder, mode in reversed(opened):
+            with contextlib.suppress(OSError):
+                os.chmod(folder, mode)
 
 
 def _put_aside(paths: Iterable[str]) -> list[tuple[str, str]]:
@@ -241,12 +266,15 @@ def _crow_folders() -> list[str]:
 
 def _user_folders() -> list[str]:
     """The per-user folders every program keeps its files in (XDG's `~/.config`, `~/.local/share`,
-    `~/.local/state`, `~/.cache`, or where `XDG_*_HOME` moved them), resolved: systemd user units,
-    autostart entries, every program's config and cache."""
+    `~/.local/state`, `~/.cache`, or where `XDG_*_HOME` moved them; macOS: `~/Library`), resolved: systemd
+    user units, autostart entries, launch agents, every program's config and cache."""
     import platformdirs
 
-    return [os.path.realpath(path) for path in (platformdirs.user_config_dir(), platformdirs.user_data_dir(),
-                                                platformdirs.user_state_dir(), platformdirs.user_cache_dir())]
+    folders = [platformdirs.user_config_dir(), platformdirs.user_data_dir(), platformdirs.user_state_dir(),
+               platformdirs.user_cache_dir()]
+    if sys.platform == "darwin":  # ~/Library/LaunchAgents starts programs at login
+        folders.append(os.path.join(os.path.expanduser("~"), "Library"))
+    return [os.path.realpath(path) for path in folders]
 
 
 def guarded_paths() -> list[str]:
@@ -382,11 +410,10 @@ class Layout:
         return found
 
     def argv(self) -> list[str]:
-        """bubblewrap's arguments for these mounts (a `.git` symlink is bound where it leads, if anywhere)."""
+        """bubblewrap's arguments for these mounts."""
         out: list[str] = []
         for where, writable, source in self.mounts:
-            option = "--bind" if writable else "--ro-bind-try" if os.path.islink(where) else "--ro-bind"
-            out += [option, source, where]
+            out += ["--bind" if writable else "--ro-bind", source, where]
         return out
 
 
@@ -557,8 +584,15 @@ def bwrap_argv(sandbox: Sandbox, workspace: Path, command: str, bwrap: str = "bw
             for path in _sockets(temp):
                 argv += ["--ro-bind", "/dev/null", path]
         for path in git_dirs if git_dirs is not None else git_metadata(workspace, layout):
-            # a `.git` symlink is bound where it leads; one leading nowhere is skipped, not an error
-            argv += ["--ro-bind-try" if os.path.islink(path) else "--ro-bind", path, path]
+            if not os.path.islink(path):
+                argv += ["--ro-bind", path, path]
+                continue
+            # a `.git` symlink: what it leads to is bound read-only where a command could write it (else
+            # it is read-only or the run's own already); binding where it leads elsewhere would show the
+            # command what the layout hides (`.git -> /tmp`: the person's temp dir and its sockets)
+            target = os.path.realpath(path)
+            if layout.writable(target) and not layout.private(target) and os.path.lexists(target):
+                argv += ["--ro-bind", target, target]
     else:
         argv += ["--tmpfs", temp]
         if _within(root, (temp,)):

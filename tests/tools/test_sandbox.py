@@ -788,3 +788,26 @@ async def test_a_git_made_by_a_cancelled_command_is_put_aside_too(place: Path) -
     with pytest.raises(asyncio.CancelledError):
         await call
     assert not (place / "plain/sub/.git").exists() and (place / "plain/sub/.git.crow-sandboxed").is_dir()
+
+
+@needs_bwrap
+async def test_a_git_symlink_does_not_show_what_the_layout_hides(place: Path) -> None:
+    # a `.git` symlink was bound read-only where it leads: one a command planted pointing at the temp dir
+    # brought the person's temp dir (its files, the tmux socket) back over the run's own at the next command
+    (place / "tmp/mine").write_text("kept-from-commands\n")
+    (place / "ws/x").mkdir()
+    (place / "ws/x/.git").symlink_to(place / "tmp")
+    out = await _run(f"ls {place}/tmp; cat {place}/tmp/mine", _context(place, network=True))
+    assert out.startswith("[exit code 1]\ncat: ") and "kept-from-commands" not in out, out
+
+
+@needs_bwrap
+async def test_a_git_in_a_folder_the_command_locked_is_put_aside(place: Path) -> None:
+    # a folder the walk cannot list hid the repository made in it (`chmod 000 evil`), not from the person's
+    # later `cd evil/sub` after a chmod; the folder keeps its mode (as root the walk lists it anyway)
+    (place / "plain").mkdir()
+    context = ToolContext(place / "plain", sandbox=Sandbox("workspace-write", False, str(place / "tmp")))
+    out = await _run("git init -q evil/sub && chmod 000 evil", context)
+    assert "put aside" in out, out
+    os.chmod(place / "plain/evil", 0o700)
+    assert not (place / "plain/evil/sub/.git").exists() and (place / "plain/evil/sub/.git.crow-sandboxed").is_dir()
