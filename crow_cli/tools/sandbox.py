@@ -729,18 +729,21 @@ def blocked_reason(sandbox: Sandbox, output: str, failed: bool = True) -> str | 
 
 def home_notice(sandbox: Sandbox, workspace: Path) -> str | None:
     """The one line a surface shows at start when the workspace is the home folder or holds it (`crow chat`
-    asks then whether to go on), or None. Confined, what a command can change there is said; off, that it
-    can change everything."""
+    asks then whether to go on), or None. It says what a command can change there in the sandbox's mode."""
     home = home_contained(workspace)
     if home is None:
         return None
-    what = "the workspace" if home == os.path.realpath(workspace) else f"the workspace {os.path.realpath(workspace)}"
-    where = f"{what} {home} is your home folder" if home == os.path.realpath(workspace) else \
-        f"{what} holds your home folder {home}"
-    if not sandbox.confines:
-        return f"{where}, and the sandbox is off: commands can change everything in it; start crow in a project folder"
-    return (f"{where}: commands can change its projects but not its dot-folders (~/.config, ~/.local …) nor "
-            "make anything new at its top; start crow in a project folder instead")
+    root = os.path.realpath(workspace)
+    where = f"the workspace {home} is your home folder" if home == root else \
+        f"the workspace {root} holds your home folder {home}"
+    if sandbox.mode == "off":
+        what = "and the sandbox is off: commands can change everything in it"
+    elif sandbox.mode == "read-only":
+        what = "commands can read all of it (the sandbox is read-only)"
+    else:
+        what = ("commands can change its projects but not its dot-folders (~/.config, ~/.local …) nor make "
+                "anything new at its top")
+    return f"{where}{',' if sandbox.mode == 'off' else ':'} {what}; start crow in a project folder instead"
 
 
 def startup_notice(sandbox: Sandbox, workspace: Path | None = None) -> str | None:

@@ -3,11 +3,17 @@ macOS profile as text.
 
 Properties guarded here:
 
-- `workspace-write` writes the workspace and the temp dir only; `read-only` writes nothing (a workspace under
-  the temp dir stays visible); `off` confines nothing;
+- `workspace-write` writes the workspace and the run's own temp dir only (the person's temp dir is neither
+  seen nor changed; nothing above a workspace under it can be made on disk); `read-only` writes nothing (a
+  workspace under the temp dir stays visible); `off` confines nothing;
+- from the home folder, only its projects are writable: no dot-entry, nothing new at its top; PATH folders,
+  crow's install, the per-user folders and crow's cache stay read-only inside any workspace, and renaming a
+  folder above one does not let a new one take its place; it is said at start;
+- what the person makes while a command runs is never put aside; the call's outcome is the command's;
 - every `.git` in the workspace (any case, a submodule's, a worktree's file) is read-only and cannot be moved
-  aside; `git_metadata` finds them without following symlinked folders; a `.git` a command made is put aside
-  under a name not taken;
+  aside; `git_metadata` finds them without following symlinked folders; a `.git` a command made (also one
+  replacing a `.git` symlink, behind a renamed folder, in a folder it locked, or when it is cancelled) is
+  put aside under a name not taken; a `.git` symlink brings back nothing the layout hides;
 - crow's folders, the start-up files, `~/.ssh` and git's global config stay read-only (`is_guarded`: those
   paths and below, not names that merely start alike);
 - /run and the temp dir's sockets are out of reach; no network nor Unix socket unless allowed; no
@@ -770,7 +776,10 @@ def test_the_home_folder_as_workspace_is_said_at_start(home_with_dot_folders: Pa
         "(~/.config, ~/.local …) nor make anything new at its top; start crow in a project folder instead")
     assert home_notice(Sandbox("workspace-write"), home.parent) is not None
     assert home_notice(Sandbox("workspace-write"), home / "projects/x") is None
-    assert home_notice(Sandbox("off"), home) is not None
+    assert home_notice(Sandbox("off"), home) == (f"the workspace {home} is your home folder, and the sandbox is "
+                                                 "off: commands can change everything in it; start crow in a "
+                                                 "project folder instead")
+    assert "commands can read all of it" in str(home_notice(Sandbox("read-only"), home))
 
 
 @needs_bwrap
