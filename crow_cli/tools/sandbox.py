@@ -421,7 +421,7 @@ def plan(sandbox: Sandbox, workspace: Path) -> Layout:
     """The mounts of a `workspace-write` command (none in other modes): the workspace writable, less what
     runs code later outside the sandbox (`guarded_paths`), and a temp dir of the run's own.
 
-    - the workspace (resolved) writable;
+    - the workspace (resolved) writable (read-only when it is inside a `.git`: git metadata whole);
     - when it is the home folder or holds it: the home folder read-only, then each of its entries that is
       not a dot-entry (`projects`, `todo.txt`; not symlinks) writable again: no `~/.xxx` is writable or
       can be made, nor anything new at the home folder's top;
@@ -438,7 +438,9 @@ def plan(sandbox: Sandbox, workspace: Path) -> Layout:
         return Layout()
     root, temp = os.path.realpath(workspace), _temp(sandbox)
     temp_mount = () if temp == root else ((temp, True, private_temp(temp)),)
-    layout = Layout((*(temp_mount if _within(root, (temp,)) else ()), (root, True, root)))
+    # a workspace inside a git directory (`repo/.git`, `.git/modules/x`) is git metadata whole: read-only
+    inside_git = any(part.lower() == _PROTECTED for part in Path(root).parts)
+    layout = Layout((*(temp_mount if _within(root, (temp,)) else ()), (root, not inside_git, root)))
     home = home_contained(workspace)
     if home is not None:
         tops: list[tuple[str, bool, str]] = [(folder, True, folder) for folder in _between(root, home)]
@@ -580,6 +582,8 @@ def bwrap_argv(sandbox: Sandbox, workspace: Path, command: str, bwrap: str = "bw
     if sandbox.mode == "workspace-write":
         layout = layout if layout is not None else plan(sandbox, workspace)
         argv += layout.argv()
+        if root == "/":  # the workspace bound over / brought the host's /dev, /proc and /run back
+            argv += ["--dev", "/dev", "--proc", "/proc", *(["--tmpfs", "/run"] if os.path.isdir("/run") else [])]
         if temp == root:
             for path in _sockets(temp):
                 argv += ["--ro-bind", "/dev/null", path]

@@ -44,6 +44,7 @@ from crow_cli.tools.builtin.shell import run_shell
 from crow_cli.tools.context import ToolContext
 from crow_cli.tools.sandbox import (
     MODES,
+    Layout,
     Sandbox,
     SandboxBlocked,
     blocked_reason,
@@ -820,3 +821,21 @@ async def test_a_git_in_a_folder_the_command_locked_is_put_aside(place: Path) ->
     assert "put aside" in out, out
     os.chmod(place / "plain/evil", 0o700)
     assert not (place / "plain/evil/sub/.git").exists() and (place / "plain/evil/sub/.git.crow-sandboxed").is_dir()
+
+
+@needs_bwrap
+async def test_a_workspace_inside_a_git_directory_is_read_only(place: Path) -> None:
+    # crow started in `repo/.git` (or `.git/modules/x`) had the hooks folder as part of a writable workspace
+    (place / "ws/.git/hooks").mkdir(parents=True, exist_ok=True)
+    context = ToolContext(place / "ws/.git", sandbox=Sandbox("workspace-write", False, str(place / "tmp")))
+    out = await _run("echo 'touch /tmp/ran' > hooks/post-checkout; chmod +x hooks/post-checkout", context)
+    assert out.startswith("BLOCKED") and not (place / "ws/.git/hooks/post-checkout").exists(), out
+
+
+def test_a_workspace_that_is_the_root_keeps_a_private_dev_proc_and_run(tmp_path: Path) -> None:
+    # `--bind / /` for a workspace at / brought the host's /dev, /proc and /run (docker.sock) back over the
+    # sandbox's own; they are mounted again after it
+    argv = bwrap_argv(Sandbox("workspace-write", False, str(tmp_path)), Path("/"), "true",
+                      layout=Layout((("/", True, "/"),)), git_dirs=[])
+    text = " ".join(argv)
+    assert "--bind / / --dev /dev --proc /proc" in text
