@@ -266,14 +266,17 @@ def _crow_folders() -> list[str]:
 
 def _user_folders() -> list[str]:
     """The per-user folders every program keeps its files in (XDG's `~/.config`, `~/.local/share`,
-    `~/.local/state`, `~/.cache`, or where `XDG_*_HOME` moved them; macOS: `~/Library`), resolved: systemd
-    user units, autostart entries, launch agents, every program's config and cache."""
+    `~/.local/state`, `~/.cache`, or where `XDG_*_HOME` moved them; `~/snap`; macOS: `~/Library`),
+    resolved: systemd user units, autostart entries, launch agents, every program's config and cache."""
     import platformdirs
 
     folders = [platformdirs.user_config_dir(), platformdirs.user_data_dir(), platformdirs.user_state_dir(),
                platformdirs.user_cache_dir()]
+    home = os.path.expanduser("~")
     if sys.platform == "darwin":  # ~/Library/LaunchAgents starts programs at login
-        folders.append(os.path.join(os.path.expanduser("~"), "Library"))
+        folders.append(os.path.join(home, "Library"))
+    else:  # snap applications keep their dot-folders (profiles, extensions) in ~/snap/APP
+        folders.append(os.path.join(home, "snap"))
     return [os.path.realpath(path) for path in folders]
 
 
