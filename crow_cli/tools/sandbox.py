@@ -109,11 +109,9 @@ class Sandbox:
         exist yet: one written in would be used the same way."""
         if not self.confines:
             return False
-        try:
-            inside = path.relative_to(os.path.realpath(workspace))
-        except ValueError:
+        if not path.is_relative_to(os.path.realpath(workspace)):
             return False
-        return any(part.lower() == _PROTECTED for part in inside.parts)
+        return any(part.lower() == _PROTECTED for part in path.parts)  # a workspace inside .git too
 
     def describe(self) -> str:
         """What the sandbox allows, in a few words (for the model and the escalation question)."""

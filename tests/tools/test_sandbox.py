@@ -546,6 +546,8 @@ def test_a_git_dir_in_any_case_is_protected_while_confined(place: Path) -> None:
     ws = place / "ws"
     assert Sandbox("workspace-write").protects(ws.resolve() / ".GIT" / "config", ws)
     assert not Sandbox("off").protects(ws.resolve() / ".git" / "config", ws)
+    assert Sandbox("workspace-write").protects(ws.resolve() / ".git/hooks/x", ws / ".git")  # a workspace inside .git
+    assert not Sandbox("workspace-write").protects(ws.resolve().parent / "outside" / ".git", ws)
 
 
 def test_a_new_git_is_put_aside_under_a_name_not_taken(place: Path) -> None:
