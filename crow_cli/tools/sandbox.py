@@ -303,14 +303,11 @@ def _home_guarded() -> list[str]:
 
 def install_paths() -> list[str]:
     """crow's own install, resolved: its Python environment (`sys.prefix`, and the one it was made from)
-    and its launcher (`crow` on PATH, as a link and where it leads). What is written there runs at the
-    next `crow`, unconfined."""
+    and where its launcher (`crow` on PATH) leads; the launcher's own folder is a PATH folder
+    (`path_folders`). What is written there runs at the next `crow`, unconfined."""
     paths = [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix]
     launcher = shutil.which("crow")
-    if launcher is not None:
-        paths += [os.path.join(os.path.realpath(os.path.dirname(launcher)), os.path.basename(launcher)), launcher]
-    return list(dict.fromkeys(os.path.realpath(path) if path != launcher else os.path.abspath(path)
-                              for path in paths))
+    return list(dict.fromkeys(os.path.realpath(path) for path in [*paths, *([launcher] if launcher else [])]))
 
 
 def path_folders() -> list[str]:
@@ -420,7 +417,7 @@ class Layout:
 
 def plan(sandbox: Sandbox, workspace: Path) -> Layout:
     """The mounts of a `workspace-write` command (none in other modes): the workspace writable, less what
-    runs code later outside the sandbox (`guarded_paths`), and a temp dir of the run's own.
+    runs code later outside the sandbox (`protected_paths`), and a temp dir of the run's own.
 
     - the workspace (resolved) writable (read-only when it is inside a `.git`: git metadata whole);
     - when it is the home folder or holds it: the home folder read-only, then each of its entries that is
@@ -429,7 +426,7 @@ def plan(sandbox: Sandbox, workspace: Path) -> Layout:
     - each of `protected_paths()` strictly inside what is writable so far read-only (a missing folder of
       them made first, so none can be made and filled inside; a missing file is not made), each
       folder between it and its mount bound over itself, so that none above it can be renamed and a new
-      one made in its place. A guarded path that holds the workspace is the person's choice: not applied;
+      one made in its place. One that holds the workspace is the person's choice: not applied;
     - the temp dir (`Sandbox.temp_dir`) is the run's own (`private_temp`), unless it is the workspace
       itself; a workspace below it is bound back over it, so folders between the two are the run's own
       too and a `git init ..` there reaches nobody.
