@@ -250,7 +250,7 @@ SANDBOX_USERS = {
     "crow_cli.tools.approval": {"backend", "is_guarded", "unavailable_reason"},
     "crow_cli.tools.context": {"Sandbox"},
     "crow_cli.tools.builtin.shell": "*",  # the tool the sandbox confines: it wraps its commands
-    "crow_cli.surfaces.runtime": {"Sandbox", "startup_notice"},
+    "crow_cli.surfaces.runtime": {"Sandbox", "home_notice", "startup_notice"},
     "crow_cli.surfaces.mcp_server": {"Mode", "Sandbox"},
     "crow_cli.surfaces.acp.session": {"Mode", "Sandbox"},
 }

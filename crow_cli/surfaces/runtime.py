@@ -38,7 +38,7 @@ from ..tools.context import ToolContext
 from ..tools.dispatch import Approver
 from ..tools.mcp import McpServers, end_task
 from ..tools.registry import ToolRegistry
-from ..tools.sandbox import Sandbox, startup_notice
+from ..tools.sandbox import Sandbox, home_notice, startup_notice
 from ..wire.client import ChatClient
 from .common import build_client, build_compactor, build_registry, loop_settings, warning_to, with_instructions
 from .options import SurfaceOptions
@@ -151,6 +151,12 @@ class Runtime:
         return self.context.workspace
 
     @property
+    def in_home(self) -> str | None:
+        """The line `start` warns with when the workspace is the home folder or holds it (`crow chat` asks
+        then whether to go on), or None."""
+        return home_notice(self.context.sandbox, self.context.workspace)
+
+    @property
     def mcp_server_names(self) -> list[str]:
         """The MCP servers `start` starts (none with no tools), by name: what a surface says it waits for."""
         return [c.name for c in self._mcp.configs]
@@ -207,7 +213,7 @@ class Runtime:
             else:
                 self.registry.schemas()  # the tools known already: one that cannot be described is reported now
                 warnings += self._new_errors()
-            notice = startup_notice(self.context.sandbox)
+            notice = startup_notice(self.context.sandbox, self.context.workspace)
             warnings += [notice] if notice else []
         self._client = build_client(self.settings, self.options.record_dir, trace=self.options.debug)
         return warnings

@@ -314,7 +314,9 @@ def _unconfined_shell(tool: Tool, context: ToolContext) -> str | None:
 
 def _guarded_write(tool: Tool, arguments: dict[str, Any] | None, context: ToolContext) -> bool:
     """Whether a call of `tool` with `arguments` is a file edit (a tool of kind `write`) of one of
-    `sandbox.guarded_paths()` (crow's config, the shell start-up files, ~/.ssh …): asked about whatever
+    `sandbox.guarded_paths()` (crow's config, the shell start-up files, ~/.ssh …), or, confined, of what the
+    sandbox keeps from commands in the workspace (`sandbox.kept_from_commands`: a home folder's dot-folders,
+    PATH folders, crow's install): asked about whatever
     rule, policy (but yolo) or "always" answer, since what is written there runs or instructs later,
     outside this run."""
     path = arguments.get("path") if arguments is not None and tool.kind == "write" else None
@@ -322,7 +324,8 @@ def _guarded_write(tool: Tool, arguments: dict[str, Any] | None, context: ToolCo
         return False
     raw = Path(path).expanduser()
     try:
-        return is_guarded(resolve_path(raw if raw.is_absolute() else context.workspace / raw))
+        return is_guarded(resolve_path(raw if raw.is_absolute() else context.workspace / raw),
+                          context.workspace if context.sandbox.confines else None)
     except OSError:
         return False
 

@@ -426,6 +426,17 @@ async def test_crow_run_read_only_sandbox_runs_in_a_workspace_under_the_temp_dir
     assert ran.code == 0, ran.stderr
     assert [m["content"] for m in tool_messages(ran.requests[1])] == ["[exit code 0]\nseen\n"]
 
+
+# issue 42: `crow run --yes` in the home folder said nothing of it; a command there could write ~/.local/bin
+async def test_crow_run_in_the_home_folder_says_so_in_one_line(_isolated_home: Path) -> None:
+    ran = await run_here(script([]), "go", yes=True, session=False, cwd=_isolated_home)
+    assert ran.code == 0, ran.stderr
+    said = [line for line in ran.stderr.splitlines() if "home folder" in line]
+    assert len(said) == 1 and f"the workspace {_isolated_home.resolve()} is your home folder" in said[0], ran.stderr
+    (_isolated_home / "project").mkdir()
+    elsewhere = await run_here(script([]), "go", yes=True, session=False, cwd=_isolated_home / "project")
+    assert "home folder" not in elsewhere.stderr
+
 ERROR_500 = {"status": 500, "body": json.dumps({"error": {"message": "internal error", "type": "server_error"}})}
 LONG = "The quick brown fox jumps over the lazy dog. " * 4
 HTML_502 = ("<!DOCTYPE html>\n<html><head><title>502 Bad Gateway</title><style>body { font: 12px monospace; }"

@@ -20,6 +20,7 @@ Properties guarded here:
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -504,6 +505,29 @@ def test_edits_of_crow_config_and_start_up_files_are_asked_about(
     denied = decide(call, write, ApprovalPolicy("auto-edit", allow=("write_file",)), context=context, can_ask=False)
     assert isinstance(denied, Deny) and "only the user's yes or the yolo policy" in denied.reason
     assert "allow rule" not in denied.reason and "allow rule" not in denied.shown
+
+
+# issue 42: the file tools follow the sandbox's lines: what a confined command cannot write in the workspace (a
+# home folder's dot-folders, a PATH folder, crow's install) is asked about under auto-edit too
+@pytest.mark.parametrize("path", [".local/bin/git", ".config/systemd/user/x.service", ".config/autostart/x.desktop",
+                                  "bin/git"])
+def test_edits_where_commands_cannot_write_are_asked_about(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           path: str) -> None:
+    from crow_cli.tools.approval import Allow, Ask, decide
+    from crow_cli.tools.context import ToolContext
+    from crow_cli.tools.sandbox import Sandbox
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("PATH", f"{tmp_path}/bin{os.pathsep}{os.environ['PATH']}")
+    call = _call("write_file", path=path, content="x")
+    confined = ToolContext(tmp_path, sandbox=Sandbox("workspace-write"))
+    assert isinstance(decide(call, TOOLS["write_file"], ApprovalPolicy("auto-edit"), context=confined), Ask)
+    assert decide(_call("write_file", path="projects/x/a.py", content="x"), TOOLS["write_file"],
+                  ApprovalPolicy("auto-edit"), context=confined) == Allow("policy auto-edit")
+    in_dot_folder = ToolContext(tmp_path / ".config/nvim", sandbox=Sandbox("workspace-write"))
+    (tmp_path / ".config/nvim").mkdir(parents=True)
+    assert decide(_call("write_file", path="init.lua", content="x"), TOOLS["write_file"],
+                  ApprovalPolicy("auto-edit"), context=in_dot_folder) == Allow("policy auto-edit")
 
 
 # --- The hint of a call denied for want of a person to approve it names only what would allow it, as policies and

@@ -150,7 +150,8 @@ async def test_a_command_the_sandbox_stopped_runs_outside_it_only_with_a_yes(tmp
     else:
         assert "Read-only file system" in result.output and not result.ok
         assert result.output.endswith("the sandbox (workspace-write) refused a write outside the workspace and the "
-                                      "temp dir (or to .git): read-only file system. It was not "
+                                      "temp dir, or to what stays read-only in it (.git, PATH folders, crow's "
+                                      "install, a home folder's dot-folders): read-only file system. It was not "
                                       "run outside the sandbox. Do not retry it unchanged; work inside the "
                                       "workspace]")
         # seen by a new-user tester (wave 6): the person read only "✗ run_shell · exit code 1", not why

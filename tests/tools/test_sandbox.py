@@ -3,11 +3,17 @@ macOS profile as text.
 
 Properties guarded here:
 
-- `workspace-write` writes the workspace and the temp dir only; `read-only` writes nothing (a workspace under
-  the temp dir stays visible); `off` confines nothing;
+- `workspace-write` writes the workspace and the run's own temp dir only (the person's temp dir is neither
+  seen nor changed; nothing above a workspace under it can be made on disk); `read-only` writes nothing (a
+  workspace under the temp dir stays visible); `off` confines nothing;
+- from the home folder, only its projects are writable: no dot-entry, nothing new at its top; PATH folders,
+  crow's install, the per-user folders and crow's cache stay read-only inside any workspace, and renaming a
+  folder above one does not let a new one take its place; it is said at start;
+- what the person makes while a command runs is never put aside; the call's outcome is the command's;
 - every `.git` in the workspace (any case, a submodule's, a worktree's file) is read-only and cannot be moved
-  aside; `git_metadata` finds them without following symlinked folders; a `.git` a command made is put aside
-  under a name not taken;
+  aside; `git_metadata` finds them without following symlinked folders; a `.git` a command made (also one
+  replacing a `.git` symlink, behind a renamed folder, in a folder it locked, or when it is cancelled) is
+  put aside under a name not taken; a `.git` symlink brings back nothing the layout hides;
 - crow's folders, the start-up files, `~/.ssh` and git's global config stay read-only (`is_guarded`: those
   paths and below, not names that merely start alike);
 - /run and the temp dir's sockets are out of reach; no network nor Unix socket unless allowed; no
@@ -28,7 +34,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -38,6 +44,7 @@ from crow_cli.tools.builtin.shell import run_shell
 from crow_cli.tools.context import ToolContext
 from crow_cli.tools.sandbox import (
     MODES,
+    Layout,
     Sandbox,
     SandboxBlocked,
     blocked_reason,
@@ -72,11 +79,12 @@ async def _run(command: str, context: ToolContext) -> str:
 
 
 @needs_bwrap
-async def test_workspace_write_writes_the_workspace_and_temp_dir_only(place: Path) -> None:
-    out = await _run(f"echo a > inside; echo b > {place}/tmp/t; echo c > {place}/outside/x", _context(place))
+async def test_workspace_write_writes_the_workspace_and_the_runs_temp_dir_only(place: Path) -> None:
+    out = await _run(f"echo a > inside; echo b > {place}/tmp/t; cat {place}/tmp/t; echo c > {place}/outside/x",
+                     _context(place))
     assert out.startswith("BLOCKED the sandbox (workspace-write) refused a write outside the workspace")
-    assert "Read-only file system" in out
-    assert (place / "ws/inside").read_text() == "a\n" and (place / "tmp/t").read_text() == "b\n"
+    assert "Read-only file system" in out and "\nb\n" in out
+    assert (place / "ws/inside").read_text() == "a\n" and not (place / "tmp/t").exists()
     assert not (place / "outside/x").exists()
 
 
@@ -139,8 +147,9 @@ async def test_daemon_sockets_under_run_are_out_of_reach(place: Path) -> None:
 @needs_bwrap
 async def test_sockets_in_the_temp_dir_are_out_of_reach(place: Path) -> None:
     # issue: the temp dir is shared, and holds the sockets of the user's tmux server (/tmp/tmux-UID/default:
-    # `tmux new-window CMD` runs CMD unconfined), X11 (keystrokes into any window), agents. Each socket in it
-    # (or one folder down) is covered inside; the temp dir's files stay readable and writable.
+    # `tmux new-window CMD` runs CMD unconfined), X11 (keystrokes into any window), agents. The run's own temp
+    # dir has none of them; a workspace that is the temp dir itself has each socket in it (or one folder down)
+    # covered, its files readable and writable.
     (place / "tmp/tmux-1").mkdir()
     servers = []
     for path in (place / "tmp/tmux-1/d", place / "tmp/a.s"):
@@ -150,12 +159,14 @@ async def test_sockets_in_the_temp_dir_are_out_of_reach(place: Path) -> None:
         servers.append(server)
     (place / "tmp/tmux-1/notes").write_text("kept\n")
     connect = "import socket,sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])"
+    in_temp = ToolContext(place / "tmp", sandbox=Sandbox("workspace-write", True, str(place / "tmp")))
     try:
         for path in ("tmux-1/d", "a.s"):
             out = await _run(f"{sys.executable} -c '{connect}' {place}/tmp/{path}", _context(place, network=True))
+            assert "FileNotFoundError" in out, out
+            out = await _run(f"{sys.executable} -c '{connect}' {place}/tmp/{path}", in_temp)
             assert "ConnectionRefusedError" in out, out
-        out = await _run(f"cat {place}/tmp/tmux-1/notes; echo more >> {place}/tmp/tmux-1/notes",
-                         _context(place))
+        out = await _run(f"cat {place}/tmp/tmux-1/notes; echo more >> {place}/tmp/tmux-1/notes", in_temp)
         assert "kept" in out and (place / "tmp/tmux-1/notes").read_text() == "kept\nmore\n"
     finally:
         for server in servers:
@@ -290,8 +301,8 @@ def test_bwrap_arguments(place: Path) -> None:
     argv = bwrap_argv(Sandbox("workspace-write", False, str(place / "tmp")), place / "ws", "make")
     assert argv[:8] == ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     text = " ".join(argv)
-    assert f"--bind {place}/tmp {place}/tmp --bind {ws} {ws}" in text
-    assert f"--bind {ws} {ws} --ro-bind {ws}/.git {ws}/.git --unshare-all" in text
+    assert f"--bind {ws} {ws} --bind " in text and "/crow-run-" in text and f" {place}/tmp --ro-bind" in text
+    assert f" {place}/tmp --ro-bind {ws}/.git {ws}/.git --unshare-all" in text
     assert "--unshare-all --cap-drop ALL --die-with-parent --new-session" in text and "--share-net" not in text
     assert argv[-4:] == ["--", "/bin/sh", "-c", "make"]
     networked = bwrap_argv(Sandbox("read-only", True, str(place / "tmp")), place / "ws", "make")
@@ -299,19 +310,28 @@ def test_bwrap_arguments(place: Path) -> None:
     assert f"--tmpfs {place}/tmp" in " ".join(networked)
 
 
-def test_macos_profile_text(place: Path) -> None:
+def test_macos_profile_text(place: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ws = str(place / "ws")
-    profile = seatbelt_profile(Sandbox("workspace-write", False, str(place / "tmp")), place / "ws")
+    monkeypatch.setenv("PATH", f"{ws}/bin{os.pathsep}/usr/bin")
+    profile = seatbelt_profile(Sandbox("workspace-write", False, str(place / "tmp")), place / "ws", "/private/t")
     assert profile.splitlines() == [
         "(version 1)", "(allow default)", "(deny file-write*)",
         '(allow file-write* (literal "/dev/null") (literal "/dev/tty") (regex #"^/dev/fd/"))',
-        f'(allow file-write* (subpath "{ws}") (subpath "{place}/tmp"))',
-        f'(deny file-write* (subpath "{ws}/.git"))',
+        f'(allow file-write* (subpath "{ws}") (subpath "/private/t"))',
+        f'(deny file-write* (regex #"^{ws.replace(".", "[.]")}/(.*/)?[.][gG][iI][tT](/|$)"))',
+        f'(deny file-write* (subpath "{ws}/bin"))',
         "(deny network*)",
     ]
     read_only = seatbelt_profile(Sandbox("read-only", True), Path('/tmp/a "quoted" dir'))
     assert "(subpath" not in read_only and "network" not in read_only
-    assert seatbelt_profile(Sandbox("workspace-write", True), Path('/x/a"b')).count('"/x/a\\"b"') == 1
+    assert seatbelt_profile(Sandbox("workspace-write", True), Path('/x/a"b'), "/t").count('"/x/a\\"b"') == 1
+
+
+def test_macos_profile_keeps_a_home_folders_dot_entries_and_top(home_with_dot_folders: Path) -> None:
+    home = str(home_with_dot_folders.resolve())
+    profile = seatbelt_profile(Sandbox("workspace-write"), home_with_dot_folders, "/private/t")
+    assert f'(deny file-write* (literal "{home}") (regex #"^{home.replace(".", "[.]")}/([.]|[^/]*$)"))' in profile
+    assert f'(deny file-write* (subpath "{home}/bin"))' in profile
 
 
 def test_what_counts_as_blocked_by_the_sandbox() -> None:
@@ -391,30 +411,34 @@ async def test_crow_config_and_start_up_files_stay_read_only_when_the_workspace_
     # Run from the home folder, a sandboxed command appended an [mcp_servers] entry to
     # ~/.config/crow/config.toml, and the next crow run started it unconfined (issue 30)
     home = home_is_workspace
+    (home / "proj").mkdir()
     out = await _run("echo '[mcp_servers.x]' >> .config/crow/config.toml; echo evil >> .bashrc; "
                      "echo k > .ssh/authorized_keys; echo '[core]' >> .gitconfig; mkdir -p .local/share/crow/x; "
-                     "echo a > .local/state/crow/AGENTS.md; echo ok > notes", _context(place))
+                     "echo a > .local/state/crow/AGENTS.md; echo ok > proj/notes", _context(place))
     assert out.startswith("BLOCKED") and out.count("Read-only file system") >= 5, out
     assert (home / ".config/crow/config.toml").read_text() == "model = 'm'\n"
     assert (home / ".bashrc").read_text() == "# rc\n" and (home / ".gitconfig").read_text() == "[user]\n"
     assert not (home / ".ssh/authorized_keys").exists() and not (home / ".local/share/crow/x").exists()
     assert not (home / ".local/state/crow/AGENTS.md").exists()
-    assert (home / "notes").read_text() == "ok\n"
+    assert (home / "proj/notes").read_text() == "ok\n"
 
 
 @needs_bwrap
-async def test_start_up_files_a_command_makes_in_home_are_put_aside(home_is_workspace: Path, place: Path) -> None:
+async def test_start_up_files_cannot_be_made_in_home(home_is_workspace: Path, place: Path) -> None:
     # seen by a new-user tester (wave 6): from the home folder, a confined command made a missing
-    # ~/.bash_profile, ~/.zshrc, ~/.ssh/authorized_keys (with ~/.ssh) and ~/.gitconfig, which act unconfined later
+    # ~/.bash_profile, ~/.zshrc, ~/.ssh/authorized_keys (with ~/.ssh) and ~/.gitconfig, which act unconfined
+    # later. They were put aside when it ended (issue 42: so was what the person made meanwhile); now nothing
+    # new can be made at the home folder's top.
     home = home_is_workspace
     (home / ".ssh").rmdir()
     (home / ".gitconfig").unlink()
+    (home / "proj").mkdir()
     out = await _run("echo a >> .bash_profile; echo b >> .zshrc; mkdir -p .ssh && echo c >> .ssh/authorized_keys; "
-                     "echo d >> .gitconfig; echo ok > notes", _context(place))
-    assert out.startswith("BLOCKED the sandbox does not let a command make shell start-up files"), out
+                     "echo d >> .gitconfig; echo ok > proj/notes", _context(place))
+    assert out.startswith("BLOCKED the sandbox (workspace-write) refused a write"), out
     for name in (".bash_profile", ".zshrc", ".ssh", ".gitconfig"):
-        assert not (home / name).exists() and (home / f"{name}.crow-sandboxed").exists(), name
-    assert (home / ".bashrc").read_text() == "# rc\n" and (home / "notes").read_text() == "ok\n"
+        assert not (home / name).exists() and not (home / f"{name}.crow-sandboxed").exists(), name
+    assert (home / ".bashrc").read_text() == "# rc\n" and (home / "proj/notes").read_text() == "ok\n"
 
 
 @needs_bwrap
@@ -522,6 +546,8 @@ def test_a_git_dir_in_any_case_is_protected_while_confined(place: Path) -> None:
     ws = place / "ws"
     assert Sandbox("workspace-write").protects(ws.resolve() / ".GIT" / "config", ws)
     assert not Sandbox("off").protects(ws.resolve() / ".git" / "config", ws)
+    assert Sandbox("workspace-write").protects(ws.resolve() / ".git/hooks/x", ws / ".git")  # a workspace inside .git
+    assert not Sandbox("workspace-write").protects(ws.resolve().parent / "outside" / ".git", ws)
 
 
 def test_a_new_git_is_put_aside_under_a_name_not_taken(place: Path) -> None:
@@ -549,3 +575,269 @@ def test_guarded_paths_are_those_and_below_not_names_alike(tmp_path: Path, monke
     home = tmp_path.resolve()
     assert is_guarded(home / ".ssh") and is_guarded(home / ".ssh/config")
     assert not is_guarded(home / ".ssh-notes")
+
+
+# issue 42 §2: the sandbox guards by what may be written (the workspace's project files, a temp dir of the
+# run's own), not by a list of what may not.
+
+
+@pytest.fixture
+def home_with_dot_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A home folder as a person's looks: projects, dot-folders, `~/.local/bin` and `~/bin` first on PATH
+    (crow's per-user launcher in the first), crow's model cache outside any dot-folder, a file at the top."""
+    home = tmp_path / "home"
+    for name in ("projects/x", ".local/bin", ".config", "bin", "cache"):
+        (home / name).mkdir(parents=True)
+    (home / ".local/bin/crow").write_text("#!/bin/sh\nexec crow-real \"$@\"\n")
+    (home / "todo.txt").write_text("- a\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))
+    for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PATH", f"{home}/.local/bin{os.pathsep}{home}/bin{os.pathsep}{os.environ['PATH']}")
+    return home
+
+
+@needs_bwrap
+async def test_from_the_home_folder_only_project_files_are_writable(home_with_dot_folders: Path,
+                                                                    place: Path) -> None:
+    # issue 42: `crow run --yes` in ~ let a confined command write ~/.local/bin/git (first on PATH: the user's
+    # next `git status` ran it unconfined), rewrite crow's per-user launcher, and leave systemd user units and
+    # autostart entries. The home folder's dot-folders, PATH folders and crow's model cache stay read-only, and
+    # nothing new is made at the home folder's top; the projects in it stay writable.
+    home = home_with_dot_folders
+    context = ToolContext(home, sandbox=Sandbox("workspace-write", False, str(place / "tmp")))
+    out = await _run("echo evil > .local/bin/git; echo evil > .local/bin/crow; "
+                     "mkdir -p .config/systemd/user && echo x > .config/systemd/user/evil.service; "
+                     "mkdir -p .config/autostart && echo x > .config/autostart/evil.desktop; "
+                     "echo x > .gitconfig; mkdir .newdot; echo evil > bin/git; echo x > cache/crow/model.gguf; "
+                     "echo x > cache/other; echo ok > projects/x/notes; mkdir -p projects/y/src; "
+                     "echo '- b' >> todo.txt", context)
+    assert out.startswith("BLOCKED the sandbox (workspace-write) refused a write"), out
+    for name in (".local/bin/git", ".config/systemd", ".config/autostart", ".gitconfig", ".newdot", "bin/git",
+                 "cache/crow/model.gguf", "cache/other"):
+        assert not (home / name).exists(), name
+    assert (home / ".local/bin/crow").read_text() == "#!/bin/sh\nexec crow-real \"$@\"\n"
+    assert (home / "projects/x/notes").read_text() == "ok\n" and (home / "projects/y/src").is_dir()
+    assert (home / "todo.txt").read_text() == "- a\n- b\n"
+
+
+@needs_bwrap
+async def test_crows_own_install_in_the_workspace_stays_read_only(place: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 42: crow's own install (its virtual environment, where its launcher and code live) runs unconfined
+    # at the next `crow`: a workspace holding it (crow developed with crow) cannot change it, and renaming a
+    # folder above it does not put a new one in its place
+    venv = place / "ws/tools/venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin/crow").write_text("real\n")
+    monkeypatch.setattr(sys, "prefix", str(venv))
+    out = await _run("echo evil > tools/venv/bin/crow; echo x > tools/venv/pyvenv.cfg; "
+                     "mv tools tools2 || mv tools/venv tools/v2; mkdir -p tools/venv/bin; echo ok > tools/notes",
+                     _context(place))
+    assert out.startswith("BLOCKED"), out
+    assert (venv / "bin/crow").read_text() == "real\n" and not (venv / "pyvenv.cfg").exists()
+    assert not (place / "ws/tools2").exists() and not (place / "ws/tools/v2").exists()
+    assert (place / "ws/tools/notes").read_text() == "ok\n"
+
+
+@needs_bwrap
+async def test_a_path_folder_in_the_workspace_cannot_be_moved_aside_and_replaced(
+        place: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a read-only folder is a mount point, but the folder above it can be renamed: then a new `bin` in its
+    # place would be on PATH all the same (the attacker's "rename a parent")
+    (place / "ws/a/b/bin").mkdir(parents=True)
+    monkeypatch.setenv("PATH", f"{place}/ws/a/b/bin{os.pathsep}{os.environ['PATH']}")
+    out = await _run("mv a a2; mv a/b a/b2; mkdir -p a/b/bin; echo evil > a/b/bin/git; echo ok > a/b/ok",
+                     _context(place))
+    assert out.startswith("BLOCKED"), out
+    assert sorted(p.name for p in (place / "ws/a").iterdir()) == ["b"]
+    assert not (place / "ws/a/b/bin/git").exists() and (place / "ws/a/b/ok").read_text() == "ok\n"
+
+
+@needs_bwrap
+async def test_the_temp_dir_is_the_runs_own(place: Path) -> None:
+    # issue 42: the temp dir was writable whole: a confined `git -C $TMPDIR/scratch config core.fsmonitor …`
+    # planted a command the user's later `git status` there ran. Each run has a temp dir of its own at the
+    # same path: what commands write there is seen by the run's later commands, never by the person's.
+    _git(place / "tmp", "init", "-q", "scratch")
+    config = (place / "tmp/scratch/.git/config").read_text()
+    tmp = place / "tmp"
+    out = await _run(f"git -C {tmp}/scratch config core.fsmonitor 'touch {place}/outside/ran'; "
+                     f"echo kept > {tmp}/t; ls {tmp}", _context(place))
+    assert out.startswith("[exit code 0]") and out.endswith("No such file or directory\nt\n"), out
+    assert (tmp / "scratch/.git/config").read_text() == config and not (tmp / "t").exists()
+    assert (await _run(f"cat {tmp}/t", _context(place))) == "[exit code 0]\nkept\n"
+    _git(tmp / "scratch", "status")
+    assert not (place / "outside/ran").exists()
+
+
+@needs_bwrap
+async def test_no_git_repository_can_be_made_above_a_workspace_in_the_temp_dir(place: Path) -> None:
+    # issue 42: `git init ..` above a workspace under the temp dir made a repository whose config the user's
+    # later `git status` in the workspace read (core.fsmonitor ran unconfined)
+    (place / "tmp/proj/ws").mkdir(parents=True)
+    context = ToolContext(place / "tmp/proj/ws", sandbox=Sandbox("workspace-write", False, str(place / "tmp")))
+    out = await _run(f"git init -q .. && git -C .. config core.fsmonitor 'touch {place}/outside/ran'; "
+                     "echo ok > notes; ls -a ..", context)
+    assert out.startswith("[exit code 0]") and ".git" in out, out
+    assert not (place / "tmp/proj/.git").exists() and (place / "tmp/proj/ws/notes").read_text() == "ok\n"
+    _git(place / "tmp/proj/ws", "status")
+    assert not (place / "outside/ran").exists()
+
+
+async def _until(predicate: Callable[[], bool]) -> None:
+    """Wait (on the event loop) until `predicate` holds; 60 s only bounds a hang."""
+    import asyncio
+
+    async with asyncio.timeout(60):
+        while not predicate():
+            await asyncio.sleep(0.02)
+
+
+def _wait_for_go(folder: str = ".") -> str:
+    """A command that makes `folder/started`, then waits until `folder/go` is there (60 s at most: a hang)."""
+    return (f"touch {folder}/started; i=0; while [ ! -e {folder}/go ] && [ $i -lt 6000 ]; do sleep 0.01; "
+            "i=$((i+1)); done; echo done")
+
+
+@needs_bwrap
+async def test_what_the_person_makes_while_a_command_runs_is_left_alone(home_with_dot_folders: Path,
+                                                                        place: Path) -> None:
+    # issue 42: while a confined `sleep 5` ran, the person's own new ~/.gitconfig, ~/.ssh and a cloned
+    # lib/.git were renamed *.crow-sandboxed, and the call was reported as stopped by the sandbox though sleep
+    # exited 0. What the command could not write is never put aside; the call's outcome is the command's.
+    import asyncio
+
+    home = home_with_dot_folders
+    context = ToolContext(home, sandbox=Sandbox("workspace-write", False, str(place / "tmp")))
+    call = asyncio.ensure_future(run_shell.invoke({"command": _wait_for_go("projects/x")}, context))
+    await _until(lambda: (home / "projects/x/started").exists() or call.done())
+    (home / ".gitconfig").write_text("[user]\n")
+    (home / ".ssh").mkdir()
+    _git(home, "init", "-q", "lib")
+    (home / "projects/x/go").touch()
+    assert await call == "[exit code 0]\ndone\n"
+    assert sorted(p.name for p in home.iterdir() if "crow-sandboxed" in p.name) == []
+    assert (home / ".gitconfig").read_text() == "[user]\n" and (home / ".ssh").is_dir()
+    assert (home / "lib/.git").is_dir() and not (home / "lib/.git.crow-sandboxed").exists()
+
+
+@needs_bwrap
+async def test_home_files_the_person_makes_while_a_project_command_runs_are_left_alone(
+        home_with_dot_folders: Path, place: Path) -> None:
+    import asyncio
+
+    home = home_with_dot_folders
+    call = asyncio.ensure_future(run_shell.invoke({"command": _wait_for_go()}, _context(place)))
+    await _until(lambda: (place / "ws/started").exists() or call.done())
+    (home / ".gitconfig").write_text("[user]\n")
+    (home / ".ssh").mkdir()
+    (place / "ws/go").touch()
+    assert await call == "[exit code 0]\ndone\n"
+    assert (home / ".gitconfig").read_text() == "[user]\n" and (home / ".ssh").is_dir()
+
+
+@needs_bwrap
+async def test_a_git_symlink_replaced_by_a_repository_is_put_aside(place: Path) -> None:
+    # a `.git` symlink is not a mount point: replacing it with a repository of the command's own kept the path
+    # that was there at the start, and a check by path alone let it stay
+    (place / "ws/fixture").mkdir()
+    (place / "ws/fixture/.git").symlink_to(place / "nowhere")
+    (place / "ws/sub/.git").mkdir(parents=True)
+    out = await _run("rm fixture/.git && git init -q fixture; mv sub sub2 && git init -q sub; echo ok",
+                     _context(place))
+    assert "put aside" in out, out
+    assert not (place / "ws/fixture/.git").exists() and not (place / "ws/sub/.git").exists()
+
+
+@needs_bwrap
+async def test_no_trick_writes_outside_the_writable_set(home_with_dot_folders: Path, place: Path) -> None:
+    # the attacker's spellings: a symlink planted in the workspace pointing out, a hard link, `..`,
+    # /proc/self/root, /dev/shm, the XDG folders and ~/.cache of a home-folder workspace
+    home = home_with_dot_folders
+    (home / ".bashrc").write_text("# rc\n")
+    context = ToolContext(home, sandbox=Sandbox("workspace-write", False, str(place / "tmp")))
+    out = await _run(f"ln -s {home}/.bashrc projects/x/rc; echo evil >> projects/x/rc; "
+                     "ln .bashrc projects/x/hard; echo evil >> projects/x/../../.bashrc; "
+                     f"echo evil >> /proc/self/root{home}/.bashrc; echo x > /dev/shm/crow-planted; "
+                     "mkdir -p .cache/x; mkdir -p .local/share/applications; echo ok > projects/x/ok",
+                     context)
+    assert out.startswith("BLOCKED"), out
+    assert (home / ".bashrc").read_text() == "# rc\n" and not (home / "projects/x/hard").exists()
+    assert not Path("/dev/shm/crow-planted").exists()
+    assert not (home / ".cache").exists() and not (home / ".local/share").exists()
+    assert (home / "projects/x/ok").read_text() == "ok\n"
+
+
+def test_the_home_folder_as_workspace_is_said_at_start(home_with_dot_folders: Path, place: Path) -> None:
+    from crow_cli.tools.sandbox import home_notice
+
+    home = home_with_dot_folders
+    assert home_notice(Sandbox("workspace-write"), home) == (
+        f"the workspace {home} is your home folder: commands can change its projects but not its dot-folders "
+        "(~/.config, ~/.local …) nor make anything new at its top; start crow in a project folder instead")
+    assert home_notice(Sandbox("workspace-write"), home.parent) is not None
+    assert home_notice(Sandbox("workspace-write"), home / "projects/x") is None
+    assert home_notice(Sandbox("off"), home) == (f"the workspace {home} is your home folder, and the sandbox is "
+                                                 "off: commands can change everything in it; start crow in a "
+                                                 "project folder instead")
+    assert "commands can read all of it" in str(home_notice(Sandbox("read-only"), home))
+
+
+@needs_bwrap
+async def test_a_git_made_by_a_cancelled_command_is_put_aside_too(place: Path) -> None:
+    # the put-aside ran only when the command ended by itself: Ctrl-C after a `git init` with a hook of the
+    # command's own left the repository for the user's next git command
+    import asyncio
+
+    (place / "plain").mkdir()
+    context = ToolContext(place / "plain", sandbox=Sandbox("workspace-write", False, str(place / "tmp")))
+    call = asyncio.ensure_future(run_shell.invoke(
+        {"command": "git init -q sub && touch made && sleep 60"}, context))
+    await _until(lambda: (place / "plain/made").exists() or call.done())
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert not (place / "plain/sub/.git").exists() and (place / "plain/sub/.git.crow-sandboxed").is_dir()
+
+
+@needs_bwrap
+async def test_a_git_symlink_does_not_show_what_the_layout_hides(place: Path) -> None:
+    # a `.git` symlink was bound read-only where it leads: one a command planted pointing at the temp dir
+    # brought the person's temp dir (its files, the tmux socket) back over the run's own at the next command
+    (place / "tmp/mine").write_text("kept-from-commands\n")
+    (place / "ws/x").mkdir()
+    (place / "ws/x/.git").symlink_to(place / "tmp")
+    out = await _run(f"ls {place}/tmp; cat {place}/tmp/mine", _context(place, network=True))
+    assert out.startswith("[exit code 1]\ncat: ") and "kept-from-commands" not in out, out
+
+
+@needs_bwrap
+async def test_a_git_in_a_folder_the_command_locked_is_put_aside(place: Path) -> None:
+    # a folder the walk cannot list hid the repository made in it (`chmod 000 evil`), not from the person's
+    # later `cd evil/sub` after a chmod; the folder keeps its mode (as root the walk lists it anyway)
+    (place / "plain").mkdir()
+    context = ToolContext(place / "plain", sandbox=Sandbox("workspace-write", False, str(place / "tmp")))
+    out = await _run("git init -q evil/sub && chmod 000 evil", context)
+    assert "put aside" in out, out
+    os.chmod(place / "plain/evil", 0o700)
+    assert not (place / "plain/evil/sub/.git").exists() and (place / "plain/evil/sub/.git.crow-sandboxed").is_dir()
+
+
+@needs_bwrap
+async def test_a_workspace_inside_a_git_directory_is_read_only(place: Path) -> None:
+    # crow started in `repo/.git` (or `.git/modules/x`) had the hooks folder as part of a writable workspace
+    (place / "ws/.git/hooks").mkdir(parents=True, exist_ok=True)
+    context = ToolContext(place / "ws/.git", sandbox=Sandbox("workspace-write", False, str(place / "tmp")))
+    out = await _run("echo 'touch /tmp/ran' > hooks/post-checkout; chmod +x hooks/post-checkout", context)
+    assert out.startswith("BLOCKED") and not (place / "ws/.git/hooks/post-checkout").exists(), out
+
+
+def test_a_workspace_that_is_the_root_keeps_a_private_dev_proc_and_run(tmp_path: Path) -> None:
+    # `--bind / /` for a workspace at / brought the host's /dev, /proc and /run (docker.sock) back over the
+    # sandbox's own; they are mounted again after it
+    argv = bwrap_argv(Sandbox("workspace-write", False, str(tmp_path)), Path("/"), "true",
+                      layout=Layout((("/", True, "/"),)), git_dirs=[])
+    text = " ".join(argv)
+    assert "--bind / / --dev /dev --proc /proc" in text

@@ -250,10 +250,34 @@ class ChatApp:
         async with runtime:  # MCP servers stopped, the client closed
             try:
                 await self._start(runtime)
+                if runtime.in_home is not None and not await self._go_on_in_home():
+                    self.view.line("crow: not started in the home folder; start crow in a project folder", "yellow")
+                    return 0
                 return await self._repl()
             finally:
                 if self.mcp_joining is not None:
                     await end_task(self.mcp_joining)
+
+    async def _go_on_in_home(self) -> bool:
+        """Ask whether to chat with the home folder as the workspace (its warning was shown by `_start`): yes
+        only for `y` / `yes`; Enter, anything else, Ctrl-C and the end of the input are no. Piped, the answer
+        is the next line."""
+        question = "Go on with your home folder as the workspace? [y/N]: "
+        if self._piped():
+            self.view.line(question)
+            try:
+                reply = await read_piped_line()
+            except EOFError:
+                return False
+        else:
+            from prompt_toolkit import PromptSession
+
+            session: PromptSession[str] = PromptSession(input=self.pt_input, output=self.pt_output)
+            try:
+                reply = await session.prompt_async(question, handle_sigint=False)
+            except (EOFError, KeyboardInterrupt):
+                return False
+        return reply.strip().lower() in ("y", "yes")
 
     async def _join_mcp(self, runtime: Runtime) -> None:
         """Wait for the MCP servers in the background; say their problems (and that they are up) at once,

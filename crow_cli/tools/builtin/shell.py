@@ -7,12 +7,13 @@ the shell itself exits, the whole process group is killed. The call returns when
 if a background process still holds the output open (its output after that is not read).
 
 Confined (`ToolContext.sandbox`, see `tools.sandbox`), the shell runs inside bubblewrap (Linux) or
-`sandbox-exec` (macOS): writes outside the workspace and the temp dir fail, the network is off unless
-allowed, and on Linux every process of the command lives in a pid namespace that dies with the call
-and with crow (`--die-with-parent`, also on `kill -9`). A confined command that failed because of the
-sandbox raises `SandboxBlocked` with the reason and its output: dispatch reports it to the model, or
-runs it once more outside the sandbox when the user approves. So does one that made git metadata (a
-`.git`) in the workspace, which is put aside as it ends (`sandbox.put_aside_new_git`).
+`sandbox-exec` (macOS): writes outside the workspace and the run's own temp dir fail (`sandbox.plan`),
+the network is off unless allowed, and on Linux every process of the command lives in a pid namespace
+that dies with the call and with crow (`--die-with-parent`, also on `kill -9`). A confined command that
+failed because of the sandbox raises `SandboxBlocked` with the reason and its output: dispatch reports
+it to the model, or runs it once more outside the sandbox when the user approves. So does one that made
+git metadata (a `.git`) where it could write in the workspace, which is put aside as it ends or is
+cancelled (`sandbox.put_aside_new_git`).
 
 Unconfined (`off`, or no sandbox on this machine after the user approved the command), a process that
 leaves the group (`setsid`, a double-forking daemon) is found on Linux by a marker variable in its
@@ -50,10 +51,9 @@ from ..sandbox import (
     SandboxBlocked,
     backend,
     blocked_reason,
-    git_metadata,
-    missing_start_up_files,
+    git_snapshot,
+    plan,
     put_aside_new_git,
-    put_aside_new_start_up_files,
     sandbox_argv,
     seccomp_fd,
 )
@@ -199,15 +199,16 @@ async def run_shell(command: str, timeout_s: float | None = None, context: ToolC
     limit = min(float(timeout_s or DEFAULT_TIMEOUT_S), MAX_TIMEOUT_S)
     context = context or ToolContext.current()
     token = secrets.token_hex(8)
-    # what a confined command may write in: its git metadata is bound read-only, and checked afterwards
+    # what a confined command may write (`plan`); the git metadata there is bound read-only, and checked
+    # afterwards (off the event loop: the walk reads every folder a command can write)
     watch_git = context.sandbox.mode == "workspace-write" and backend() is not None
-    git_before = git_metadata(context.workspace) if watch_git else []
-    start_up_before = missing_start_up_files() if watch_git else []
+    layout = await asyncio.to_thread(plan, context.sandbox, context.workspace) if watch_git else None
+    git_before = await asyncio.to_thread(git_snapshot, context.workspace, layout) if watch_git else {}
     read_fd, write_fd = os.pipe()
     try:
         with seccomp_fd(context.sandbox) as program:
             confined = sandbox_argv(context.sandbox, context.workspace, command, seccomp=program,
-                                    git_dirs=git_before)
+                                    git_dirs=list(git_before), layout=layout)
             how: dict[str, Any] = {"cwd": context.workspace, "env": _command_env(token, context.secrets),
                                    "stdin": asyncio.subprocess.DEVNULL, "stdout": write_fd,
                                    "stderr": asyncio.subprocess.STDOUT, "start_new_session": True}
@@ -221,33 +222,38 @@ async def run_shell(command: str, timeout_s: float | None = None, context: ToolC
     finally:
         os.close(write_fd)  # only the command's processes hold the write end: EOF when they are all gone
     pgid = proc.pid  # start_new_session: the shell leads a new session and process group
-    reader = _PipeReader(read_fd)
-    timed_out = False
     try:
+        reader = _PipeReader(read_fd)
+        timed_out = False
         try:
-            async with asyncio.timeout(limit):
-                await proc.wait()
-        except TimeoutError:
-            timed_out = True
-    finally:
-        _kill_group(pgid)  # stragglers, the timed-out command, or everything on cancellation
-        _kill_marked(token)  # those that left the group (setsid)
-        try:
-            if proc.returncode is None:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.shield(proc.wait())
-            # Sweep again: a process caught mid-exec or mid-fork by the last sweep showed no environment
-            # (or was not listed yet). The pipe closes once every process holding it is dead; one that
-            # escaped both the group and the marker may keep it open: stop reading after the grace period.
-            for wait_s in _SWEEP_WAITS_S:
-                with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-                    async with asyncio.timeout(wait_s):
-                        await asyncio.shield(reader.eof)
-                _kill_marked(token)
-                if reader.eof.done():
-                    break
+            try:
+                async with asyncio.timeout(limit):
+                    await proc.wait()
+            except TimeoutError:
+                timed_out = True
         finally:
-            reader.close()
+            _kill_group(pgid)  # stragglers, the timed-out command, or everything on cancellation
+            _kill_marked(token)  # those that left the group (setsid)
+            try:
+                if proc.returncode is None:
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.shield(proc.wait())
+                # Sweep again: a process caught mid-exec or mid-fork by the last sweep showed no environment
+                # (or was not listed yet). The pipe closes once every process holding it is dead; one that
+                # escaped both the group and the marker may keep it open: stop reading after the grace period.
+                for wait_s in _SWEEP_WAITS_S:
+                    with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                        async with asyncio.timeout(wait_s):
+                            await asyncio.shield(reader.eof)
+                    _kill_marked(token)
+                    if reader.eof.done():
+                        break
+            finally:
+                reader.close()
+    except BaseException:  # cancelled (Ctrl-C, the run's end): what the command made is put aside all the same
+        if confined is not None and watch_git:
+            put_aside_new_git(context.workspace, git_before, layout)
+        raise
     output = _mask(reader.text(), context.secrets)
     code = proc.returncode
     if timed_out:
@@ -256,19 +262,14 @@ async def run_shell(command: str, timeout_s: float | None = None, context: ToolC
         status = f"exit code {code}" if code is not None and code >= 0 else f"killed by signal {-(code or 0)}"
     result = f"[{status}]\n{output}" if output else f"[{status}] (no output)"
     reason = blocked_reason(context.sandbox, output, bool(proc.returncode)) if confined is not None else None
-    moved = put_aside_new_git(context.workspace, git_before) if confined is not None and watch_git else []
+    moved = await asyncio.to_thread(put_aside_new_git, context.workspace, git_before, layout) \
+        if confined is not None and watch_git else []
     if moved:
         names = ", ".join(f"{os.path.relpath(old, context.workspace)} -> {os.path.relpath(new, context.workspace)}"
                           for old, new in moved)
         result += (f"\n[the sandbox put aside the git metadata this command made ({names}): its hooks and config "
                    "would run outside the sandbox at the next git command]")
         reason = "the sandbox does not let a command make a git repository or gitdir file (.git) in the workspace"
-    made = put_aside_new_start_up_files(start_up_before) if confined is not None and watch_git else []
-    if made:
-        names = ", ".join(f"{old} -> {new}" for old, new in made)
-        result += (f"\n[the sandbox put aside the start-up files this command made ({names}): they would act "
-                   "outside the sandbox later]")
-        reason = "the sandbox does not let a command make shell start-up files, ~/.ssh or git's global config"
     exited = code if not timed_out and code is not None and code >= 0 else None
     shown = ToolDisplay(output=output, exit_code=exited, status=status,  # the person sees it too
                         lines=reader.lines if reader.total > MAX_OUTPUT_BYTES else None)

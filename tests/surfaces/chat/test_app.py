@@ -808,3 +808,19 @@ def test_ctrl_c_stops_a_typed_shell_command_and_the_chat_goes_on(tmp_path: Path,
     assert "Traceback" not in err, err
     assert not (tmp_path / "finished").exists()
     assert server.requests[0]["messages"] == [{"role": "user", "content": "still there?"}]  # nothing was added
+
+
+# issue 42: `crow chat` in the home folder started without a word; a command there could write ~/.local/bin.
+# Now the chat says so and asks whether to go on: no (or Enter) ends it before anything is sent.
+@pytest.mark.parametrize("reply", ["n", "", "y"])
+async def test_a_chat_in_the_home_folder_asks_whether_to_go_on(store: SessionStore, _isolated_home: Path,
+                                                               reply: str) -> None:
+    settings = Settings(model="test-model", api_key="sk-test", workspace=str(_isolated_home),
+                        sandbox=os.environ.get("CROW_SANDBOX", "workspace-write"))  # type: ignore[arg-type]
+    output, server, _app = await chat([{"sse": text_stream("Hello!")}], f"{reply}\rhi\r\x04", store,
+                                      settings=settings)
+    assert "is your home folder" in output  # the question itself is prompt-toolkit's (on the terminal)
+    if reply == "y":
+        assert "Hello!" in output and len(server.requests) == 1
+    else:
+        assert "not started in the home folder" in output and server.requests == []
