@@ -32,7 +32,8 @@ PERMISSION_MODES = {"ask": "default", "auto-edit": "acceptEdits", "yolo": "bypas
 
 def project_brings(workspace: Path) -> list[str]:
     """What the repository around `workspace` brings that acts only when trusted, as the question names it:
-    `.crow/settings.toml (hooks)`, `.crow/skills`, `.crow/agents` (those present)."""
+    `.crow/settings.toml (hooks)`, its skills folders (`.crow/skills`, `.agents/skills`, `.claude/skills`) and
+    agents folders (`.crow/agents`, `.claude/agents`), those present at its root."""
     root = project_root(workspace)
     found = []
     settings = root / PROJECT_SETTINGS
@@ -41,9 +42,10 @@ def project_brings(workspace: Path) -> list[str]:
             found.append(f"{PROJECT_SETTINGS} (hooks: commands crow runs as you)")
     except ConfigError:
         found.append(f"{PROJECT_SETTINGS} (hooks, not readable)")
-    for folder, what in (("skills", "skills"), ("agents", "agents")):
-        if (root / ".crow" / folder).is_dir():
-            found.append(f".crow/{folder} ({what})")
+    for folder, what in ((".crow/skills", "skills"), (".agents/skills", "skills"), (".claude/skills", "skills"),
+                         (".crow/agents", "agents"), (".claude/agents", "agents")):
+        if (root / folder).is_dir():
+            found.append(f"{folder} ({what})")
     return found
 
 
