@@ -140,6 +140,8 @@ async def react(
     recover = settings.recover_tool_calls and bool(tools) and getattr(client, "recover_tool_calls", True)
     told: set[str] = set()  # the formats recovered calls came in, said once per run
     hooks = context.hooks if context is not None else None
+    if hooks is not None:
+        hooks.stop_reason = None  # a `continue: false` of an earlier run (its prompt, its stop) is not this run's
     stop_hook_active = False
     try:
         for closing.turn in range(1, settings.max_turns + 1):
