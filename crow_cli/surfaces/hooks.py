@@ -74,9 +74,13 @@ def trust_question(workspace: Path, *, stdin: TextIO | None = None, err: TextIO 
               "model is told. [y]es / [N]o: ")
     err.flush()
     try:
-        reply = stdin.readline()
-    except (OSError, KeyboardInterrupt):
+        reply = stdin.readline()  # Ctrl-C: KeyboardInterrupt, crow ends (exit 130) and nothing is remembered
+    except OSError:
         reply = ""
+    if not reply:  # end of input (Ctrl-D): not trusted for this run, asked again next time
+        err.write("\nNot trusted for this run.\n")
+        err.flush()
+        return False
     trusted = reply.strip().lower() in ("y", "yes")
     try:
         store.set(root, trusted)

@@ -41,8 +41,10 @@ def test_no_is_remembered_and_nothing_is_asked_without_a_terminal(tmp_path: Path
     root = project(tmp_path)
     assert trust_question(root, stdin=io.StringIO("y\n"), err=Terminal()) is None  # stdin is no terminal
     assert TrustStore().decision(root) is None
+    assert trust_question(root, stdin=Terminal(""), err=Terminal()) is False  # Ctrl-D: no, for this run only
+    assert TrustStore().decision(root) is None
     assert trust_question(root, stdin=Terminal("\n"), err=Terminal()) is False  # Enter: the default, no
-    assert not is_trusted(root)
+    assert not is_trusted(root) and TrustStore().decision(root) is False
 
 
 def test_a_folder_that_brings_nothing_is_not_asked_about(tmp_path: Path) -> None:
