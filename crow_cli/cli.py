@@ -17,6 +17,7 @@ from . import __version__, startup
 from .commands.acp import acp
 from .commands.chat import chat
 from .commands.facts import facts_app
+from .commands.hooks import hooks_app
 from .commands.mcp import mcp
 from .commands.models import models
 from .commands.options import examples
@@ -76,6 +77,8 @@ app.command(epilog=examples("crow models", "crow models --base-url http://127.0.
             short_help="List the server's models (GET /models).")(models)
 app.add_typer(facts_app, epilog=examples("crow facts list", "crow facts forget --model qwen3"),
               short_help="Show and forget what crow learned about servers.")
+app.add_typer(hooks_app, epilog=examples("crow hooks list", "crow hooks list --json"),
+              short_help="Show the lifecycle hooks that would run here.")
 app.add_typer(sessions_app, epilog=examples("crow sessions list", "crow sessions show ID",
                                              "crow sessions export ID --format md", "crow sessions fork ID"))
 app.add_typer(skills_app, epilog=examples("crow skills list", "crow skills list --json"),

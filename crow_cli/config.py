@@ -122,6 +122,8 @@ class Settings:
     """A .gguf file `--local` serves instead of its bundled model (config `local_model`, `--local-model`)."""
     instructions: tuple[Any, ...] = ()
     """The `instructions.Instructions` (AGENTS.md files) whose text ends `system`, as a surface loaded them."""
+    hooks: dict[str, Any] = field(default_factory=dict)
+    """The `[[hooks.EVENT]]` tables (`tools.hooks.parse_hooks` reads and checks them when a run starts)."""
     prices: dict[str, dict[str, float]] = field(default_factory=dict)
     """`[prices."MODEL"]` tables: `input`, `output`, `cached_input` in US dollars per million tokens, for the
     cost shown beside token use (`surfaces.usage`)."""
@@ -200,6 +202,14 @@ def _prices(value: dict[str, Any]) -> str | None:
                 return f"{where} has an unknown key {strip_controls(str(key))!r} (keys: {', '.join(PRICE_KEYS)})"
             if isinstance(price, bool) or not isinstance(price, int | float) or not 0 <= price < float("inf"):
                 return f"{where} {key} must be a number of US dollars per million tokens, 0 or more (got {price!r})"
+    return None
+
+
+def _hook_tables(value: dict[str, Any]) -> str | None:
+    """The shape of `[[hooks.EVENT]]` (each event a list of tables); `tools.hooks.parse_hooks` checks the rest."""
+    for event, entries in value.items():
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            return f"hooks.{strip_controls(str(event))} must be tables, written [[hooks.{strip_controls(str(event))}]]"
     return None
 
 
@@ -289,6 +299,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("provider", dict, check=_check_provider, merge=_merge_provider),  # the config layer of wire.profile
     Option("local_model", str, flag="--local-model", env="CROW_LOCAL_MODEL", check=_non_empty),
     Option("prices", dict, check=_prices),  # [prices."MODEL"]: the cost beside token use
+    Option("hooks", dict, check=_hook_tables),  # [[hooks.EVENT]]: lifecycle hooks (tools.hooks)
 )
 _BY_KEY = {o.key: o for o in OPTIONS}
 
@@ -451,6 +462,7 @@ def load_settings(
         context_window=values["context_window"], adapt_requests=bool(values["adapt_requests"]),
         provider=dict(values["provider"] or {}), local_model=values["local_model"],
         prices={str(m): {k: float(v) for k, v in t.items()} for m, t in values["prices"].items()},
+        hooks=dict(values["hooks"]),
     )
 
 

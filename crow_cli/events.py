@@ -15,6 +15,7 @@ from .history import Message, ToolCall, ToolResult
 __all__ = [
     "SCHEMA_VERSION",
     "Event",
+    "HookRan",
     "MessageAppended",
     "Notice",
     "ReasoningDelta",
@@ -120,7 +121,9 @@ class Notice:
     for a summary of the oldest exchanges (a separate request). `"compacted"`: later requests start
     from the compacted history (`tokens_before` → `tokens_after`); the stored session keeps it all.
     `"prompt_progress"`: the server is still processing the prompt, before its first token (llama.cpp's
-    `prompt_progress` chunks, sent when the request has `return_progress`); the message says how far."""
+    `prompt_progress` chunks, sent when the request has `return_progress`); the message says how far.
+    `"hook_stopped"`: a hook answered `continue: false` (its `stopReason` in the message): the run ends
+    (`tools.hooks`)."""
     attempt: int | None = None
     """`retrying`: the number of the request about to be sent (2 = the first retry)."""
     wait_s: float | None = None
@@ -202,6 +205,31 @@ class RunFinished:
         return self.output_errno in (errno.EPIPE, errno.EIO)
 
 
+@dataclass(frozen=True, slots=True)
+class HookRan:
+    """A lifecycle hook's command ran (`tools.hooks`): which, for what, how it ended and how long it took."""
+
+    event: str
+    """The hook event (`PreToolUse`, `Stop` …, Claude Code's names)."""
+    command: str
+    """The command as configured (the run's secrets masked)."""
+    outcome: Literal["ok", "blocked", "error", "timeout"]
+    """`ok`: exit 0; `blocked`: it blocked or denied what it was asked about (exit 2, or a JSON `deny` /
+    `block`); `error`: another exit code or an answer crow could not read (the run goes on); `timeout`: it ran
+    past its `timeout_s` and was killed with its process group (the run goes on)."""
+    duration_s: float
+    """Seconds it ran."""
+    source: str = ""
+    """The file it is configured in (crow's config.toml or a project's `.crow/settings.toml`)."""
+    exit_code: int | None = None
+    """Its exit code; None when it was killed or could not start."""
+    message: str | None = None
+    """Why it blocked (its reason) or what went wrong, on one line; None when it went on quietly."""
+    call_id: str | None = None
+    """The tool call it was about (`PreToolUse`, `PostToolUse`), the model's id; None for other events."""
+    type: Literal["hook"] = "hook"
+
+
 Event = (
     RunStarted
     | TextDelta
@@ -215,4 +243,5 @@ Event = (
     | ToolResultReady
     | MessageAppended
     | RunFinished
+    | HookRan
 )

@@ -41,7 +41,17 @@ from .events import (
     TurnFinished,
     WarningEvent,
 )
-from .history import AUTHOR_KEY, RECOVERED_KEY, AssistantTurn, Message, ToolCall, ToolResult, as_json, assistant_message
+from .history import (
+    AUTHOR_KEY,
+    RECOVERED_KEY,
+    AssistantTurn,
+    Message,
+    ToolCall,
+    ToolResult,
+    as_json,
+    assistant_message,
+    user_message,
+)
 from .images import tool_images_message
 from .tools.context import ToolContext
 from .tools.dispatch import Approver, dispatch
@@ -129,6 +139,10 @@ async def react(
     # a client that knows its server's profile says whether calls left in text are recovered
     recover = settings.recover_tool_calls and bool(tools) and getattr(client, "recover_tool_calls", True)
     told: set[str] = set()  # the formats recovered calls came in, said once per run
+    hooks = context.hooks if context is not None else None
+    if hooks is not None:
+        hooks.stop_reason = None  # a `continue: false` of an earlier run (its prompt, its stop) is not this run's
+    stop_hook_active = False
     try:
         for closing.turn in range(1, settings.max_turns + 1):
             turn: AssistantTurn | None = None
@@ -162,13 +176,25 @@ async def react(
             yield TurnFinished(closing.turn, turn.finish_reason, turn.usage, turn.content, tuple(turn.tool_calls),
                                timings=turn.timings)
             if not turn.is_tool_turn:
-                yield _finished(turn, closing.turn)
-                return
+                # a Stop hook that blocks keeps the run going once, its reason the next user message
+                more = None if hooks is None or turn.finish_reason == "content_filter" else \
+                    await hooks.stop_continues(active=stop_hook_active)
+                if more is None:
+                    yield _finished(turn, closing.turn)
+                    return
+                stop_hook_active = True
+                yield _append(history, user_message(more))
+                continue
             async for event in _run_tools(turn.tool_calls, history, registry, settings, approve, closing,
                                           context, repeats):
                 yield event
             if repeats.stopped:
                 yield RunFinished("error", "", closing.turn, repeats.reason(), 1)
+                return
+            if hooks is not None and hooks.stop_reason is not None:  # a hook answered `continue: false`
+                reason, hooks.stop_reason = hooks.stop_reason, None
+                yield Notice(f"crow: a hook stopped the run{': ' + reason if reason else ''}", code="hook_stopped")
+                yield RunFinished("completed", "", closing.turn)
                 return
     except asyncio.CancelledError as exc:
         # the canceller may say why (`Task.cancel(msg)`): the partial answer's note is what the model reads later

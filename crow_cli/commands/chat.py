@@ -12,6 +12,7 @@ from .options import (
     LocalOpt,
     NoSessionOpt,
     RunFlags,
+    ask_trust,
     check_before_start,
     fail,
     with_run_flags,
@@ -46,6 +47,7 @@ def chat(
             raise ConfigError("--resume needs a session id, or none for the most recent session")
         settings = flags.settings(local_model)
         check_before_start(settings, yes=flags.yes, local=local or bool(local_model))
+        ask_trust(settings)  # before anything of the project is read: its hooks, skills and agents go by it
         options = ChatOptions(surface=flags.surface(), resume=(session_id or "") if resume else None,
                               session=not no_session, system=flags.system)
         import asyncio  # not at import time: `crow tools` and `--help` do without it

@@ -43,6 +43,7 @@ __all__ = [
     "ToolsDirOpt",
     "WorkspaceOpt",
     "YesOpt",
+    "ask_trust",
     "check_before_start",
     "examples",
     "fail",
@@ -245,3 +246,16 @@ def check_before_start(settings: Settings, *, yes: bool, local: bool = False) ->
     make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=yes)
     if not local:  # --local brings its own server, which needs no key
         require_api_key(settings)
+
+
+def ask_trust(settings: Settings) -> None:
+    """On a terminal, ask once whether the workspace's repository is trusted when it brings hooks, skills or
+    agents (`surfaces.hooks.trust_question`); elsewhere nothing is asked.
+
+    Raises:
+        ConfigError: the workspace is not a folder.
+    """
+    from ..surfaces.hooks import trust_question
+    from ..tools.context import ToolContext
+
+    trust_question(ToolContext.for_workspace(settings.workspace).workspace)

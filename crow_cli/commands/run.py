@@ -18,6 +18,7 @@ from .options import (
     LocalOpt,
     NoSessionOpt,
     RunFlags,
+    ask_trust,
     check_before_start,
     fail,
     with_run_flags,
@@ -232,6 +233,7 @@ def run(
 
             prepare_record_dir(record)
         check_before_start(settings, yes=flags.yes, local=local or bool(local_model))
+        ask_trust(settings)  # before anything of the project is read: its hooks, skills and agents go by it
         if from_file:
             text = _prompt_file_text(settings, prompt_name, prompt_file, text)
         options = RunOptions(prompt=text, title=typed, surface=flags.surface(record), json=json_events, quiet=quiet,

@@ -14,7 +14,7 @@ session is never changed: the compacted view is a `Checkpoint` that stands for t
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -146,6 +146,9 @@ class Compactor:
         self.keep_exchanges = keep_exchanges
         self.on_checkpoint: list[Any] = []
         """Callables given each new `Checkpoint` (the session recorder stores it)."""
+        self.before_compact: list[Callable[[str, str | None], Awaitable[Any]]] = []
+        """Awaited before a summary is asked for, with the trigger (`manual`: `/compact`, else `auto`) and the
+        focus asked for (the `PreCompact` hooks)."""
         self._normalise = Normaliser()  # each turn normalises only the messages it appended
 
     def outgoing(self, history: list[Message]) -> list[Message]:
@@ -198,6 +201,8 @@ class Compactor:
             why = (f"compacting as asked ({self._of(before)})" if asked and overflow is None else
                    f"the conversation is {'past' if overflow else 'near'} the model's context window "
                    f"({self._of(before)})")
+            for before_compact in self.before_compact:
+                await before_compact("manual" if asked else "auto", focus)
             yield Notice(f"crow: {why}; asking the model to summarise {len(old)} earlier "
                          f"message{'s' if len(old) > 1 else ''}",
                          code="compacting", tokens_before=before)

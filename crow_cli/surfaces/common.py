@@ -20,6 +20,7 @@ from ..wire.window import discover_context_window
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from ..tools.hooks import Hooks
     from .persist import SessionRecorder
 
 __all__ = ["build_client", "build_compactor", "build_registry", "loop_settings", "make_console", "plain_terminal",
@@ -75,9 +76,10 @@ def make_console(file: TextIO | None = None, **options: Any) -> Console:
 
 
 def build_compactor(settings: Settings, recorder: SessionRecorder | None = None, *,
-                    checkpoint: Checkpoint | None = None) -> Compactor:
+                    checkpoint: Checkpoint | None = None, hooks: Hooks | None = None) -> Compactor:
     """The conversation's compactor: the window from `context_window` or the server, the recorder's
-    checkpoint (or `checkpoint`, without a recorder) to start from, and the recorder storing each new one."""
+    checkpoint (or `checkpoint`, without a recorder) to start from, the recorder storing each new one, and the
+    `PreCompact` hooks fired before a summary is asked for."""
 
     async def discover() -> int | None:
         return await discover_context_window(settings.base_url, settings.model, settings.api_key, settings.headers)
@@ -86,6 +88,11 @@ def build_compactor(settings: Settings, recorder: SessionRecorder | None = None,
                           checkpoint=recorder.checkpoint if recorder is not None else checkpoint)
     if recorder is not None:
         compactor.on_checkpoint.append(recorder.save_checkpoint)
+    if hooks is not None and hooks.has("PreCompact"):
+        async def pre_compact(trigger: str, focus: str | None) -> None:
+            await hooks.fire("PreCompact", {"trigger": trigger, "custom_instructions": focus or ""})
+
+        compactor.before_compact.append(pre_compact)
     return compactor
 
 

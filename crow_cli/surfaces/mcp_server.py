@@ -326,6 +326,9 @@ class McpSurface:
             context = replace(ToolContext.for_workspace(root, secrets=[settings.api_key, *settings.secrets],
                                                         sandbox=Sandbox(_sandbox(sandbox), settings.sandbox_network)),
                               backup=recorder.backup, skills=self.runtime.context.skills)
+            if (hooks := self.runtime.context.hooks) is not None:  # each call its own session and folder
+                context = replace(context, hooks=hooks.copy(cwd=context.workspace,
+                                                            session_id=recorder.session_id or ""))
             if settings.model != self.runtime.settings.model:
                 client = build_client(settings, trace=self.options.debug)
             driver = assemble_driver(settings, client or self.runtime.client, self.runtime.registry, approver,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -32,11 +32,12 @@ from ..events import (
     TurnFinished,
     WarningEvent,
 )
-from ..history import Message, user_message
+from ..history import Message, as_json, user_message
 from ..stdout import private_stdout
 from ..text import strip_controls
 from ..tools.approval import Answer, AskFn, Choice, Question, make_approver
 from ..tools.dispatch import Approver
+from ..tools.hooks import Hooks
 from ..wire.client import import_in_background
 from ..wire.vision import holds_images
 from .approve import terminal_ask
@@ -351,6 +352,38 @@ async def _run_in(runtime: Runtime, options: RunOptions, out: TextIO, err: TextI
             sdk.join()  # never leave while that thread holds an import lock (shutdown would wait on it)
 
 
+def _warnings_to(err: TextIO) -> Callable[[Event], None]:
+    def say(event: Event) -> None:
+        if isinstance(event, WarningEvent):
+            print(f"crow: warning: {strip_controls(event.message)}", file=err, flush=True)
+    return say
+
+
+async def _submit(hooks: Hooks, printer: PlainPrinter | JsonlWriter, history: list[Message],
+                  recorder: SessionRecorder | None, new_session: bool) -> str | None:
+    """Fire `SessionStart` and `UserPromptSubmit` for the prompt that ends `history`: why a hook blocked it (it is
+    then taken out of the history and the session, a new session deleted), or None, with the hooks' context
+    added to the prompt (stored as sent)."""
+    hooks.report = printer.handle
+    hooks.session_id = recorder.session_id or "" if recorder is not None else ""
+    await hooks.session_start("startup" if new_session else "resume")
+    prompt = history[-1]
+    before = dict(prompt)
+    blocked = await hooks.submit(as_json(prompt))
+    if blocked is not None or prompt != before:
+        if recorder is not None and new_session and blocked is not None:
+            recorder.discard()
+            del history[-1]
+        elif recorder is not None:
+            recorder.truncate(history, len(history) - 1)  # the prompt is stored again as it is sent
+            if blocked is None:
+                history.append(prompt)
+                recorder.sync(history)
+        elif blocked is not None:
+            del history[-1]
+    return blocked
+
+
 async def _drive(runtime: Runtime, printer: PlainPrinter | JsonlWriter, history: list[Message],
                  recorder: SessionRecorder | None, new_session: bool, warning: WarningEvent | None,
                  approve: Approver, scope: RunScope, err: TextIO) -> int:
@@ -372,9 +405,21 @@ async def _drive(runtime: Runtime, printer: PlainPrinter | JsonlWriter, history:
                 recorder.truncate(history, len(history) - 1)
         printer.handle(RunFinished("error", "", 0, str(exc), exc.exit_code))
         return exc.exit_code
+    hooks = runtime.context.hooks
+    if hooks is not None:
+        blocked = await _submit(hooks, printer, history, recorder, new_session)
+        if blocked is not None:
+            printer.handle(RunFinished("error", "", 0, f"a UserPromptSubmit hook blocked the prompt; it was not "
+                                       f"sent: {blocked}", 1))
+            hooks.report = _warnings_to(err)  # after run_finished: only what went wrong, on stderr
+            await hooks.session_end()
+            return 1
     # files crow's tools change can be restored by `sessions undo` (the recorder keeps them)
     driver = runtime.new_driver(approve, recorder=recorder, interrupts=scope)
     finished = await driver.run(history, printer, recorder)
+    if hooks is not None:
+        hooks.report = _warnings_to(err)  # after run_finished: only what went wrong, on stderr
+        await hooks.session_end()
     _say_output_failed(finished, err)  # the printer cannot say it (its output is what failed)
     if (recorder is not None and new_session and finished.status == "error"
             and not any(m.get("role") in ("assistant", "tool") for m in history) and not holds_images(history)):

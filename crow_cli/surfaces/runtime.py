@@ -41,6 +41,7 @@ from ..tools.registry import ToolRegistry
 from ..tools.sandbox import Sandbox, home_notice, startup_notice
 from ..wire.client import ChatClient
 from .common import build_client, build_compactor, build_registry, loop_settings, warning_to, with_instructions
+from .hooks import load_hooks
 from .options import SurfaceOptions
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ def assemble_driver(settings: Settings, client: ChatClient, registry: ToolRegist
     # a model known to take no images gets the placeholders of the images tools return, not the images
     limits = dataclasses.replace(loop_settings(settings, trace=trace), images=client.takes_images)
     return Driver(client, registry, limits, approve, context,
-                  build_compactor(settings, recorder, checkpoint=checkpoint), interrupts)
+                  build_compactor(settings, recorder, checkpoint=checkpoint, hooks=context.hooks), interrupts)
 
 
 class Runtime:
@@ -86,6 +87,11 @@ class Runtime:
         self.options = options
         self.context = ToolContext.for_workspace(settings.workspace, secrets=[settings.api_key, *settings.secrets],
                                                  sandbox=Sandbox(settings.sandbox, settings.sandbox_network))
+        # the project's hooks only in a trusted folder
+        hooks = load_hooks(settings, self.context.workspace, warn=warn or warning_to())
+        if hooks is not None:
+            hooks.permission_mode = "bypassPermissions" if options.yes else hooks.permission_mode
+            self.context = replace(self.context, hooks=hooks)
         self.registry: ToolRegistry | None = (None if options.no_tools else
                                               build_registry(settings, extra_dirs=options.tools_dirs))
         self.skills = self._find_skills(settings, warn)
@@ -265,7 +271,8 @@ class Runtime:
             ConfigError: `workspace` is not a folder.
         """
         context = ToolContext.for_workspace(workspace, secrets=self.context.secrets, sandbox=self.context.sandbox)
-        return replace(context, backup=backup, skills=self.context.skills)
+        hooks = self.context.hooks.copy(cwd=context.workspace) if self.context.hooks is not None else None
+        return replace(context, backup=backup, skills=self.context.skills, hooks=hooks)
 
     def new_driver(self, approve: Approver | None, *, recorder: SessionRecorder | None = None,
                    context: ToolContext | None = None, tools: ToolRegistry | None = None,
@@ -296,7 +303,8 @@ class Runtime:
         recorder it starts from `checkpoint` and stores nothing."""
         self._recorder = recorder
         if self.driver is not None:
-            self.driver.compactor = build_compactor(self.settings, recorder, checkpoint=checkpoint)
+            self.driver.compactor = build_compactor(self.settings, recorder, checkpoint=checkpoint,
+                                                    hooks=self.driver.context.hooks if self.driver.context else None)
 
     async def switch_model(self, model: str) -> None:
         """Use `model` from the next run on: a new client (the old one closed) and compactor (its window)."""
@@ -310,8 +318,11 @@ class Runtime:
             await old.aclose()
 
     async def aclose(self) -> None:
-        """Close the client, stop the MCP servers (each once; those still starting too)."""
+        """Close the client, stop the MCP servers (each once; those still starting too) and the hooks still
+        running in the background."""
         try:
+            if self.context.hooks is not None:
+                await self.context.hooks.aclose()
             if self._client is not None:
                 await self._client.aclose()
         finally:

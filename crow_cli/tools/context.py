@@ -23,6 +23,7 @@ from .sandbox import Sandbox
 
 if TYPE_CHECKING:
     from ..skills import Skills
+    from .hooks import Hooks
 
 __all__ = ["ToolContext", "current_context", "using_context"]
 
@@ -45,6 +46,9 @@ class ToolContext:
     skills: Skills | None = None
     """The run's skills (`crow_cli.skills`): what the `skill` tool loads. `read_file` and `list_directory` may read
     their folders outside the workspace too (never write them); None: no skills."""
+    hooks: Hooks | None = None
+    """The run's lifecycle hooks (`tools.hooks`): the orchestrator fires `PreToolUse`/`PostToolUse`, the loop
+    `Stop`, the `task` tool `SubagentStop`; None: no hooks."""
 
     @classmethod
     def for_workspace(cls, path: str | os.PathLike[str] | None = None, *,

@@ -4,11 +4,16 @@ Each call goes one way, and every step's answer is a value (after Codex's `tools
 central place for approvals, sandbox selection and retry"):
 
     validate the arguments (once; cut off, unknown, invalid: answered, never run)
+      → `PreToolUse` hooks (`tools.hooks`): block (the reason is the result), deny, ask, allow, new arguments
       → approval (`approval.Approvals`: `decide`, and the surface's question when it asks)
       → run under the run's sandbox (`ToolContext.sandbox`)
       → the sandbox refused it (`sandbox.SandboxBlocked`)? the escalation question: run once outside?
       → yes: run once unconfined; no: the refusal
       → the `ToolResult` and its outcome: ok | error | denied | timeout | cancelled | unknown_tool
+      → `PostToolUse` hooks when the tool ran (what they say for the model follows the result)
+
+A hook's `allow` approves as an allow rule does (never past a deny rule, the read-only policy or a sandbox
+question); its `deny` refuses whatever the policy (`--yes` too); its `ask` asks even under `yolo`.
 
 No other module of crow calls the approver or chooses a sandbox (`tests/test_layers.py` lists who may
 import `tools.approval` and `tools.sandbox`); a surface supplies an `Approvals` with its question
@@ -28,9 +33,11 @@ from typing import Any
 
 from ..errors import ToolDenied, ToolError, ToolFailed
 from ..history import Outcome, ToolCall, ToolDisplay, ToolResult
+from ..text import clean_text, mask_secrets
 from .approval import Approvals
 from .arguments import check_arguments
 from .context import ToolContext, using_context
+from .hooks import Hooks
 from .names import similar_names
 from .registry import ToolRegistry
 from .sandbox import Sandbox, SandboxBlocked
@@ -52,6 +59,10 @@ class _Clock:
 
     started: float
     deadline: asyncio.Timeout | None = None
+    arguments: dict[str, Any] | None = None
+    """The arguments the tool ran with (a `PreToolUse` hook may change them); None: it did not run."""
+    said: list[str] = field(default_factory=list)
+    """What the `PreToolUse` hooks gave the model beside the call (`additionalContext`), after its result."""
 
 
 @dataclass(frozen=True)
@@ -79,13 +90,22 @@ class Orchestrator:
     repeated: `repeats.RepeatGuard`)."""
 
     async def run(self, call: ToolCall) -> ToolResult:
-        """The result of `call`, after approval and the sandbox had their say (see the module).
+        """The result of `call`, after hooks, approval and the sandbox had their say (see the module).
 
         Raises:
             asyncio.CancelledError: the run is being cancelled (its caller answers the call).
         """
         clock = _Clock(time.perf_counter())
+        result = await self._run(call, clock)
+        hooks = self.context.hooks
+        if clock.said:
+            result = replace(result, output="\n".join([result.output, *clock.said]))
+        if hooks is None or clock.arguments is None or not hooks.has("PostToolUse"):
+            return result
+        return await self._post_hooks(hooks, call, clock.arguments, result)
 
+    async def _run(self, call: ToolCall, clock: _Clock) -> ToolResult:
+        """The result of `call` before the `PostToolUse` hooks (`clock.arguments`: what it ran with)."""
         def fail(message: str, outcome: Outcome = "error", output: str | None = None,
                  display: ToolDisplay | None = None) -> ToolResult:
             return ToolResult(call.id, call.name, f"Error: {message}" if output is None else output, ok=False,
@@ -111,8 +131,11 @@ class Orchestrator:
             # the one validation of the call: the schema (with the coercions it allows, noted), then the tool's own
             checked = check_arguments(tool.schema()["function"]["parameters"], json.loads(call.arguments), call.name)
             arguments = tool.validate(checked.arguments)
-            if tool.needs_approval:
-                await self._approve(call, tool, arguments)
+            permission = None
+            if self.context.hooks is not None:
+                arguments, permission = await self._pre_hooks(self.context.hooks, call, tool, arguments, clock)
+            if tool.needs_approval or permission == "ask":
+                await self._approve(call, tool, arguments, permission)
             try:
                 output = await self._attempt(tool, arguments, self.context, clock)
             except SandboxBlocked as blocked:  # asked outside the hold and the call's time limit
@@ -150,11 +173,63 @@ class Orchestrator:
         return ToolResult(call.id, call.name, text, ok=True, duration_s=time.perf_counter() - clock.started,
                           index=call.index, display=output.display, images=output.images)
 
-    async def _approve(self, call: ToolCall, tool: Tool, arguments: dict[str, Any]) -> None:
-        """Return when the call may run; raise `ToolDenied` (or the tool's pre-check `ToolError`) when not."""
-        if self.approvals is None:
+    async def _pre_hooks(self, hooks: Hooks, call: ToolCall, tool: Tool, arguments: dict[str, Any],
+                         clock: _Clock) -> tuple[dict[str, Any], str | None]:
+        """The `PreToolUse` hooks' say: the arguments to run with and their permission (`allow`, `ask` or None);
+        raises `ToolDenied` naming the hook when one blocked or denied the call (`ToolError` for new arguments
+        that are not valid)."""
+        decision = await hooks.fire("PreToolUse", {"tool_name": self.registry.wire_name(tool.name),
+                                                   "tool_input": arguments, "tool_use_id": call.id},
+                                    call_id=call.id)
+        if decision.blocked is not None:
+            by = decision.by
+            shown = "blocked by a PreToolUse hook" if by is None else \
+                f"blocked by the PreToolUse hook `{by.command}`" + (f" ({by.source})" if by.source else "")
+            raise ToolDenied(f"a PreToolUse hook blocked this call; it was not run: {decision.blocked}", shown)
+        if decision.updated_input is not None:
+            arguments = tool.validate(decision.updated_input)
+        clock.said += [f"[PreToolUse hook context]\n{text}" for text in decision.context]
+        return arguments, decision.permission
+
+    async def _post_hooks(self, hooks: Hooks, call: ToolCall, arguments: dict[str, Any], result: ToolResult
+                          ) -> ToolResult:
+        """`result` with what the `PostToolUse` hooks say for the model after it (a block's reason, context)."""
+        response = {"output": mask_secrets(clean_text(result.output), self.context.secrets), "ok": result.ok,
+                    "outcome": result.outcome}
+        decision = await hooks.fire("PostToolUse", {"tool_name": self.registry.wire_name(call.name),
+                                                    "tool_input": arguments, "tool_response": response,
+                                                    "tool_use_id": call.id}, call_id=call.id)
+        said = [f"[PostToolUse hook: {decision.blocked}]"] if decision.blocked is not None else []
+        said += [f"[PostToolUse hook context]\n{text}" for text in decision.context]
+        return replace(result, output="\n".join([result.output, *said])) if said else result
+
+    async def _approve(self, call: ToolCall, tool: Tool, arguments: dict[str, Any],
+                       permission: str | None = None) -> None:
+        """Return when the call may run; raise `ToolDenied` (or the tool's pre-check `ToolError`) when not.
+
+        `permission`: a `PreToolUse` hook's `allow` (approves as an allow rule of the tool would) or `ask` (asks
+        whatever the policy and the rules approve; nobody to ask refuses)."""
+        approvals = self.approvals
+        if approvals is None:
             raise ToolDenied(f"{call.name} needs approval and nobody could approve it here; it was not run")
-        if not await self.approvals(call, tool, arguments):
+        if permission == "allow":
+            approvals = replace(approvals, policy=replace(approvals.policy, allow=(*approvals.policy.allow,
+                                                                                    tool.name)))
+        elif permission == "ask":
+            mode: Any = "read-only" if approvals.policy.mode == "read-only" else "ask"
+            approvals = replace(approvals, policy=replace(approvals.policy, mode=mode, allow=()), always=set())
+        hooks = self.context.hooks
+        if hooks is not None and approvals.ask is not None and hooks.has("Notification"):
+            asking = approvals.ask
+
+            async def ask(question: Any) -> Any:  # approval's Question, answered as the surface answers it
+                assert hooks is not None
+                hooks.notify({"message": f"crow needs your permission to use {call.name}",
+                              "notification_type": "permission_prompt"})
+                return await asking(question)
+
+            approvals = replace(approvals, ask=ask)
+        if not await approvals(call, tool, arguments):
             raise ToolDenied(f"the user denied {call.name}; do not retry it unchanged")
 
     async def _attempt(self, tool: Tool, arguments: dict[str, Any], context: ToolContext,
@@ -163,6 +238,7 @@ class Orchestrator:
         keeps when it started and its deadline, so a `TimeoutError` can be told apart from the tool's own)."""
         async with self.hold(not tool.parallel):
             clock.started = time.perf_counter()
+            clock.arguments = arguments
             async with asyncio.timeout(tool.timeout_s or self.timeout_s) as clock.deadline:
                 with using_context(context):
                     return await tool.run(arguments, context)

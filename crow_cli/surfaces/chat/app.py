@@ -37,8 +37,9 @@ from ...events import (
     Event,
     ToolResultReady,
     ToolRunStarted,
+    WarningEvent,
 )
-from ...history import Message, ToolCall, UserMessage, content_text, is_prompt, user_message
+from ...history import Message, ToolCall, UserMessage, as_json, content_text, is_prompt, user_message
 from ...prompt_files import ARGUMENTS, PromptFile, PromptFolders, expand, read_prompt, summary
 from ...sessions import SessionStore
 from ...text import clean_text, strip_controls
@@ -153,6 +154,15 @@ class ChatApp:
             self.open(self.options.resume or None, latest=not self.options.resume, system=self.options.system)
         else:
             self.fresh()
+        if (hooks := runtime.context.hooks) is not None:
+            hooks.report = self._hook_said
+            hooks.session_id = self.recorder.session_id or "" if self.recorder is not None else ""
+            await hooks.session_start("startup" if self.options.resume is None else "resume")
+
+    def _hook_said(self, event: Event) -> None:
+        """What a hook run reports: its warnings are shown (the `hook` events are for --json)."""
+        if isinstance(event, WarningEvent):
+            self.view.line(f"crow: warning: {strip_controls(event.message)}", "yellow")
 
     def fresh(self) -> None:
         if self._store is not None:
@@ -257,6 +267,11 @@ class ChatApp:
             finally:
                 if self.mcp_joining is not None:
                     await end_task(self.mcp_joining)
+                if runtime.context.hooks is not None:
+                    if self.recorder is not None:
+                        runtime.context.hooks.session_id = self.recorder.session_id or ""
+                    with contextlib.suppress(OSError):
+                        await runtime.context.hooks.session_end("prompt_input_exit")
 
     async def _go_on_in_home(self) -> bool:
         """Ask whether to chat with the home folder as the workspace (its warning was shown by `_start`): yes
@@ -407,6 +422,14 @@ class ChatApp:
         except CrowError as exc:  # an @file too big, binary or outside the workspace: not sent
             self.view.line(strip_controls(f"crow: error: {exc}; the message was not sent"), "red")
             return
+        hooks = self.runtime.context.hooks if self.runtime is not None else None
+        if hooks is not None:
+            hooks.session_id = self.recorder.session_id or "" if self.recorder is not None else ""
+            blocked = await hooks.submit(as_json(message))  # its context joins the message
+            if blocked is not None:
+                self.view.line(strip_controls(f"a UserPromptSubmit hook blocked the message; it was not sent: "
+                                              f"{blocked}"), "yellow")
+                return
         if self.recorder is not None:
             self.recorder.title = title or text  # a new session's title: what was typed, not the files attached
         note = self._take_notes()

@@ -1,0 +1,31 @@
+"""`crow hooks list`: what would run here and from which file; an untrusted project's hooks are listed as not run."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+
+import pytest
+
+from crow_cli.trust import TrustStore
+from tests.support import crow_here
+
+
+def test_hooks_list_names_each_hooks_file_and_whether_it_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                                             ) -> None:
+    config = tmp_path / "crow.toml"
+    config.write_text('[[hooks.Stop]]\ncommand = "notify-send done"\n')
+    project = tmp_path / "repo"
+    (project / ".crow").mkdir(parents=True)
+    (project / ".crow" / "settings.toml").write_text('[[hooks.PreToolUse]]\nmatcher = "run_shell"\n'
+                                                     'command = "./check.sh"\ntimeout_s = 5\n')
+    with contextlib.chdir(project):
+        assert crow_here("hooks", "list", "--json", "--config", str(config)) == 0
+        rows = json.loads(capsys.readouterr().out)
+        assert [(r["event"], r["source"], r["runs"]) for r in rows] == [
+            ("Stop", str(config), True), ("PreToolUse", str(project / ".crow" / "settings.toml"), False)]
+        TrustStore().set(project, True)
+        assert crow_here("hooks", "list", "--config", str(config)) == 0
+    out = capsys.readouterr().out
+    assert "PreToolUse [run_shell]: ./check.sh (timeout 5 s)" in out and "not run" not in out
