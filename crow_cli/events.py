@@ -21,6 +21,9 @@ __all__ = [
     "RunFinished",
     "RunStarted",
     "RunStatus",
+    "SubagentEvent",
+    "SubagentFinished",
+    "SubagentStarted",
     "TextDelta",
     "ToolCallDelta",
     "ToolCallStarted",
@@ -202,6 +205,49 @@ class RunFinished:
         return self.output_errno in (errno.EPIPE, errno.EIO)
 
 
+@dataclass(frozen=True, slots=True)
+class SubagentStarted:
+    """A `task` call started a subagent: a child loop with a history of its own (`surfaces.task`)."""
+
+    call_id: str
+    """The parent's `task` call (its id, unchanged; `""` when the model sent none)."""
+    index: int
+    """The call's position in its turn (links it when ids repeat or are `""`)."""
+    agent: str
+    """The agent's name (`general` when the call named none)."""
+    description: str
+    """The call's short description of the task."""
+    model: str
+    """The child's model."""
+    type: Literal["subagent_started"] = "subagent_started"
+
+
+@dataclass(frozen=True, slots=True)
+class SubagentEvent:
+    """Something the subagent of the parent's call `call_id` did: one of its own events (`tool_call`,
+    `tool_result`, `turn_finished`, `notice`, `warning`), never part of the parent's history."""
+
+    call_id: str
+    index: int
+    agent: str
+    event: ToolRunStarted | ToolResultReady | TurnFinished | Notice | WarningEvent
+    type: Literal["subagent_event"] = "subagent_event"
+
+
+@dataclass(frozen=True, slots=True)
+class SubagentFinished:
+    """The subagent of the parent's call `call_id` ended; its answer is that call's one result."""
+
+    call_id: str
+    index: int
+    agent: str
+    status: RunStatus
+    turns: int
+    """The child's model turns."""
+    error: str | None = None
+    type: Literal["subagent_finished"] = "subagent_finished"
+
+
 Event = (
     RunStarted
     | TextDelta
@@ -215,4 +261,7 @@ Event = (
     | ToolResultReady
     | MessageAppended
     | RunFinished
+    | SubagentStarted
+    | SubagentEvent
+    | SubagentFinished
 )

@@ -40,6 +40,8 @@ ALLOWED = {
     "crow_cli.front_matter": {"crow_cli.errors"},
     "crow_cli.skills": {"crow_cli.errors", "crow_cli.text", "crow_cli.paths", "crow_cli.instructions",
                         "crow_cli.prompt_files", "crow_cli.front_matter", "crow_cli.trust"},
+    "crow_cli.agents": {"crow_cli.errors", "crow_cli.text", "crow_cli.paths", "crow_cli.instructions",
+                        "crow_cli.prompt_files", "crow_cli.front_matter"},
     "crow_cli.attachments": LEAVES | {"crow_cli.tools"},
     "crow_cli.undo": LEAVES | {"crow_cli.sessions"},
     "crow_cli.local": LEAVES | {"crow_cli.config", "crow_cli.signals"},  # `serve` ends by the run scope
@@ -50,7 +52,8 @@ ALLOWED = {
                                    "crow_cli.surfaces", "crow_cli.tools", "crow_cli.wire", "crow_cli.context",
                                    "crow_cli.attachments", "crow_cli.instructions", "crow_cli.undo",
                                    "crow_cli.default_prompt", "crow_cli.export", "crow_cli.prompt_files",
-                                   "crow_cli.trust", "crow_cli.skills"},
+                                   "crow_cli.trust", "crow_cli.skills",
+                                   "crow_cli.agents"},
     "crow_cli.commands": LEAVES | {"crow_cli.commands", "crow_cli.config", "crow_cli.sessions", "crow_cli.export",
                                    "crow_cli.surfaces",
                                    "crow_cli.tools", "crow_cli.wire", "crow_cli.undo", "crow_cli.local",

@@ -243,12 +243,14 @@ def test_fork_copies_everything_of_a_session_and_the_original_stays_as_it_was(tm
 def test_migrations_are_recorded_once_and_wal_is_on(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     with SessionStore(db) as store:
-        assert store.migrations() == ["m001_initial", "m002_checkpoints", "m003_file_backups", "m004_file_written"]
+        assert store.migrations() == ["m001_initial", "m002_checkpoints", "m003_file_backups", "m004_file_written",
+                                      "m005_subagent_runs"]
     with SessionStore(db) as store:  # reopening applies nothing twice
-        assert store.migrations() == ["m001_initial", "m002_checkpoints", "m003_file_backups", "m004_file_written"]
+        assert store.migrations() == ["m001_initial", "m002_checkpoints", "m003_file_backups", "m004_file_written",
+                                      "m005_subagent_runs"]
     con = sqlite3.connect(db)
     assert con.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-    assert con.execute("SELECT COUNT(*) FROM _migrations").fetchone() == (4,)
+    assert con.execute("SELECT COUNT(*) FROM _migrations").fetchone() == (5,)
 
 
 def test_load_repairs_a_turn_cut_mid_way_and_stores_the_repair(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from ..agents import find_agents
 from ..config import Settings, default_config_path
 from ..context.compact import Checkpoint
 from ..default_prompt import default_prompt
@@ -39,9 +40,11 @@ from ..tools.dispatch import Approver
 from ..tools.mcp import McpServers, end_task
 from ..tools.registry import ToolRegistry
 from ..tools.sandbox import Sandbox, home_notice, startup_notice
+from ..trust import is_trusted
 from ..wire.client import ChatClient
 from .common import build_client, build_compactor, build_registry, loop_settings, warning_to, with_instructions
 from .options import SurfaceOptions
+from .task import Subagents
 
 if TYPE_CHECKING:
     from .persist import SessionRecorder
@@ -91,6 +94,10 @@ class Runtime:
         self.skills = self._find_skills(settings, warn)
         """The run's skills (`crow_cli.skills`): listed in the built-in prompt, loaded by the `skill` tool."""
         self.context = replace(self.context, skills=self.skills or None)
+        self.subagents = Subagents(lambda: self.settings, record_dir=options.record_dir, trace=options.debug)
+        """The built-in `task` tool's subagents (`surfaces.task`); its agents are read by `start`."""
+        if self.registry is not None:
+            self.registry.register(self.subagents.tool, source="builtin")
         self.base_settings = settings
         """The settings before a workspace's prompt was added (`settings_for` builds another folder's)."""
         self.settings = with_instructions(settings, self.context.workspace, options.project_instructions, warn=warn,
@@ -207,6 +214,9 @@ class Runtime:
         """
         warnings: list[str] = []
         if self.registry is not None:
+            self.subagents.set_agents(find_agents(self.workspace, default_config_path().parent,
+                                                  trusted=is_trusted(self.workspace), warn=warnings.append,
+                                                  secrets=self.context.secrets))
             self.begin()
             if wait_for_mcp or self._mcp_start is None:
                 warnings += await self.mcp_ready()
@@ -285,6 +295,8 @@ class Runtime:
         """
         if context is None:
             context = self.context if recorder is None else replace(self.context, backup=recorder.backup)
+        if recorder is not None:  # a subagent's transcript is kept with the session
+            context = replace(context, keep_transcript=recorder.keep_transcript)
         self._recorder = recorder
         self.driver = assemble_driver(self.settings, self.client, self.registry if tools is None else tools, approve,
                                       context, recorder, trace=self.options.debug, interrupts=interrupts,

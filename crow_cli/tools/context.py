@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
+from ..history import Message
 from ..paths import resolve_path
 from .sandbox import Sandbox
 
@@ -45,6 +46,10 @@ class ToolContext:
     skills: Skills | None = None
     """The run's skills (`crow_cli.skills`): what the `skill` tool loads. `read_file` and `list_directory` may read
     their folders outside the workspace too (never write them); None: no skills."""
+    keep_transcript: Callable[[str, int, str, list[Message]], None] | None = None
+    """Called by the `task` tool when its subagent ends, with the parent call's id and position, the agent's
+    name and the child's whole history, to keep it with the session (`SessionRecorder.keep_transcript`);
+    None keeps nothing."""
 
     @classmethod
     def for_workspace(cls, path: str | os.PathLike[str] | None = None, *,

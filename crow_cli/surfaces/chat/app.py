@@ -147,7 +147,8 @@ class ChatApp:
                            "dim")
             self.mcp_joining = asyncio.create_task(self._join_mcp(runtime), name="crow-mcp-join")
         # files crow's tools change: /undo restores them (the backup follows /new and /resume)
-        self.driver = runtime.new_driver(self.approver, context=replace(runtime.context, backup=self._backup),
+        self.driver = runtime.new_driver(self.approver, context=replace(runtime.context, backup=self._backup,
+                                                                        keep_transcript=self._keep_transcript),
                                          interrupts=self.interrupts)
         if self.options.resume is not None:
             self.open(self.options.resume or None, latest=not self.options.resume, system=self.options.system)
@@ -668,6 +669,10 @@ class ChatApp:
     def _backup(self, path: Path, content: bytes | None, written: str) -> None:
         if self.recorder is not None:
             self.recorder.backup(path, content, written)
+
+    def _keep_transcript(self, call_id: str, call_index: int, agent: str, messages: list[Message]) -> None:
+        if self.recorder is not None:  # a subagent's history, kept with the session it ran in
+            self.recorder.keep_transcript(call_id, call_index, agent, messages)
 
 
 
