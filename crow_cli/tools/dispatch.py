@@ -106,15 +106,24 @@ async def dispatch(
             repeats.record(call, result.output)
         await queue.put(ToolResultReady(result))
 
-    async with asyncio.TaskGroup() as group:
-        for call in calls:
-            group.create_task(run(call))
-        remaining = len(calls)
-        while remaining:
-            event = await queue.get()
-            if isinstance(event, ToolResultReady):
-                remaining -= 1
-            yield event
+    try:
+        async with asyncio.TaskGroup() as group:
+            for call in calls:
+                group.create_task(run(call))
+            remaining = len(calls)
+            while remaining:
+                event = await queue.get()
+                if isinstance(event, ToolResultReady):
+                    remaining -= 1
+                yield event
+    except asyncio.CancelledError:
+        # what the cancelled calls said on their way out (a subagent's end: `CallScope.emit`) still reaches the
+        # run's stream; their results are the loop's to give (`loop._Closing`)
+        while not queue.empty():
+            event = queue.get_nowait()
+            if not isinstance(event, ToolResultReady):
+                yield event
+        raise
 
 
 def _masked(display: ToolDisplay, secrets: tuple[str, ...]) -> ToolDisplay:

@@ -589,7 +589,7 @@ class ChatApp:
         if not await self._mcp_ready():
             return False
         self.last_usage = self.token_use()
-        sink = ChatSink(self.view, self.usage, self.last_usage)
+        sink = ChatSink(self.view, self.usage, self.last_usage, self.settings.prices)
         ticker = asyncio.create_task(self._tick())
         self.view.waiting(True)  # until the first token: a server that is slow to answer shows it
         finished = None
