@@ -42,7 +42,7 @@ from ..events import (
     TurnFinished,
     WarningEvent,
 )
-from ..history import Message
+from ..history import Message, ToolCall
 from ..loop import react
 from ..text import strip_controls
 from ..tools.context import ToolContext, current_context
@@ -160,7 +160,7 @@ class Subagents:
         client = build_client(settings, self.record_dir, trace=self.trace)
         try:
             limits = dataclasses.replace(loop_settings(settings, trace=self.trace), images=client.takes_images)
-            approvals = _labelled(scope.approvals, name)
+            approvals = _labelled(scope.approvals, name, call)
             async with aclosing(react(history, client, registry, limits, approvals, context,
                                       build_compactor(settings))) as events:
                 async for event in events:
@@ -217,19 +217,23 @@ def _server(url: str) -> tuple[str, str, int | None]:
     return scheme, (parts.hostname or "").lower(), port or {"http": 80, "https": 443}.get(scheme)
 
 
-def _labelled(approvals: Approver | None, name: str) -> Approver | None:
+def _labelled(approvals: Approver | None, name: str, parent: ToolCall) -> Approver | None:
     """The parent's approvals for a child's calls: the same policy, rules, remembered answers and one-question-
-    at-a-time order, each question's preview starting with `[subagent NAME]`."""
+    at-a-time order. Each question's preview starts with `[subagent NAME]` and it is asked at the parent's call's
+    position (an editor asks about the parent's `task` call, which it knows); the surface's hooks about the
+    parent's own calls (an editor's buffer diff, its in-progress mark) are left out."""
     if approvals is None:
         return None
     ask = approvals.ask
     if ask is None:
-        return dataclasses.replace(approvals, allowed=None)
+        return dataclasses.replace(approvals, before=None, allowed=None)
 
     async def labelled(question: Any) -> Any:
-        return await ask(dataclasses.replace(question, preview=f"[subagent {name}] {question.preview}"))
+        at_parent = dataclasses.replace(question.call, index=parent.index)
+        return await ask(dataclasses.replace(question, call=at_parent,
+                                             preview=f"[subagent {name}] {question.preview}"))
 
-    return dataclasses.replace(approvals, ask=labelled, allowed=None)
+    return dataclasses.replace(approvals, ask=labelled, before=None, allowed=None)
 
 
 def _clip(text: str) -> str:
