@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from typing import Any
 from urllib.parse import urlsplit
@@ -42,7 +42,7 @@ from ..events import (
     TurnFinished,
     WarningEvent,
 )
-from ..history import Message, ToolCall
+from ..history import Message, ToolCall, user_message
 from ..loop import react
 from ..text import strip_controls
 from ..tools.context import ToolContext, current_context
@@ -79,6 +79,10 @@ class Subagents:
         """The agent definitions found (`agents.find_agents`), by name; `set_agents` offers them."""
         self.record_dir = record_dir
         self.trace = trace
+        self.on_stop: Callable[[str, ToolCall, list[Message], bool], Awaitable[str | None]] | None = None
+        """The `SubagentStop` hook (issue 41 §1), awaited when a child has answered, with the agent's name, the
+        parent's call, the child's history and `stop_hook_active`; a reason it returns makes the child go on
+        once with it as the next user message. None: no hook."""
         self.tool: Tool = self._make_tool()
 
     def set_agents(self, agents: dict[str, AgentDefinition]) -> None:
@@ -161,13 +165,23 @@ class Subagents:
         try:
             limits = dataclasses.replace(loop_settings(settings, trace=self.trace), images=client.takes_images)
             approvals = _labelled(scope.approvals, name, call)
-            async with aclosing(react(history, client, registry, limits, approvals, context,
-                                      build_compactor(settings))) as events:
-                async for event in events:
-                    if isinstance(event, _FORWARDED):
-                        emit(event)
-                    elif isinstance(event, RunFinished):
-                        finished = event
+            compactor = build_compactor(settings)
+            for stop_hook_active in (False, True):
+                async with aclosing(react(history, client, registry, limits, approvals, context,
+                                          compactor)) as events:
+                    async for event in events:
+                        if isinstance(event, _FORWARDED):
+                            emit(event)
+                        elif isinstance(event, RunFinished):
+                            finished = event
+                # SubagentStop (issue 41 §1, hooks): the one place it fires, once the child has answered; a
+                # reason it returns (a blocking hook's) is the child's next message, once (`stop_hook_active`)
+                if self.on_stop is None or finished is None or finished.status != "completed" or stop_hook_active:
+                    break
+                reason = await self.on_stop(name, call, history, stop_hook_active)
+                if not reason:
+                    break
+                history.append(user_message(reason))
         except asyncio.CancelledError:
             finished = finished or RunFinished("cancelled", "", 0, "interrupted", 130)
             raise

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from crow_cli.config import Settings
-from crow_cli.events import SubagentEvent, SubagentStarted, ToolResultReady
+from crow_cli.events import SubagentEvent, SubagentFinished, SubagentStarted, ToolResultReady
 from crow_cli.history import ToolCall
 from crow_cli.sessions import SessionStore
 from crow_cli.surfaces.task import Subagents
@@ -207,3 +207,41 @@ async def test_the_childs_approval_question_is_labelled_with_the_agents_name(tmp
     started = [e for e in events if isinstance(e, SubagentStarted)]
     inner = [e.event for e in events if isinstance(e, SubagentEvent) and isinstance(e.event, ToolResultReady)]
     assert [s.call_id for s in started] == ["call_1"] and [r.result.outcome for r in inner] == ["denied"]
+
+
+async def _dispatch_task(subagents: Subagents, registry: ToolRegistry, call: ToolCall) -> list[Any]:
+    registry.register(subagents.tool)
+    return [e async for e in dispatch([call], registry, approve=Approvals(ApprovalPolicy("yolo")))]
+
+
+async def test_a_timeout_stops_the_child_and_its_call_gets_one_result() -> None:
+    script = [{"sse": text_sse("never finished"), "hold_after_events": 1}]
+    with ReplayServer(script) as server:
+        settings = Settings(model="test-model", base_url=server.base_url, api_key="sk-test")
+        subagents = Subagents(lambda: settings)
+        subagents.tool.timeout_s = 0.5  # the server holds the child's answer until the test ends
+        call = ToolCall("call_1", "task", json.dumps({"description": "wait", "prompt": "Wait."}))
+        events = await _dispatch_task(subagents, ToolRegistry(), call)
+    results = [e.result for e in events if isinstance(e, ToolResultReady)]
+    assert [(r.call_id, r.outcome) for r in results] == [("call_1", "timeout")]
+    assert [e.status for e in events if isinstance(e, SubagentFinished)] == ["cancelled"]
+
+
+async def test_the_subagent_stop_hook_can_make_the_child_go_on_once() -> None:
+    seen: list[tuple[str, str, bool]] = []
+
+    async def on_stop(agent: str, call: ToolCall, history: list[Any], active: bool) -> str | None:
+        seen.append((agent, call.id, active))
+        return "Check it once more."
+
+    script = [{"sse": text_sse("First answer.")}, {"sse": text_sse("Checked answer.")}]
+    with ReplayServer(script) as server:
+        settings = Settings(model="test-model", base_url=server.base_url, api_key="sk-test")
+        subagents = Subagents(lambda: settings)
+        subagents.on_stop = on_stop
+        call = ToolCall("call_1", "task", json.dumps({"description": "check", "prompt": "Answer."}))
+        events = await _dispatch_task(subagents, ToolRegistry(), call)
+        second = server.requests[1]["messages"]
+    assert seen == [("general", "call_1", False)]
+    assert second[-1] == {"role": "user", "content": "Check it once more."}
+    assert [e.result.output for e in events if isinstance(e, ToolResultReady)] == ["Checked answer."]
