@@ -123,7 +123,9 @@ class Notice:
     for a summary of the oldest exchanges (a separate request). `"compacted"`: later requests start
     from the compacted history (`tokens_before` → `tokens_after`); the stored session keeps it all.
     `"prompt_progress"`: the server is still processing the prompt, before its first token (llama.cpp's
-    `prompt_progress` chunks, sent when the request has `return_progress`); the message says how far."""
+    `prompt_progress` chunks, sent when the request has `return_progress`); the message says how far.
+    `"queued"`: the request waits for one of the server's request slots (`[provider] max_concurrent_requests`,
+    shared by a run and its subagents: `wire.slots`)."""
     attempt: int | None = None
     """`retrying`: the number of the request about to be sent (2 = the first retry)."""
     wait_s: float | None = None
