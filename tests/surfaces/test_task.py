@@ -245,3 +245,24 @@ async def test_the_subagent_stop_hook_can_make_the_child_go_on_once() -> None:
     assert seen == [("general", "call_1", False)]
     assert second[-1] == {"role": "user", "content": "Check it once more."}
     assert [e.result.output for e in events if isinstance(e, ToolResultReady)] == ["Checked answer."]
+
+
+async def test_project_agents_act_only_in_a_trusted_folder(tmp_path: Path) -> None:
+    from crow_cli.trust import TrustStore, project_root
+
+    folder = tmp_path / ".crow" / "agents"
+    folder.mkdir(parents=True)
+    (folder / "repo-agent.md").write_text("---\ndescription: the repository's agent\nmodel: repo-model\n---\nHi.\n")
+    script = [{"sse": tool_calls_sse(_task("call_1", "Go.", "repo-agent"))}, {"sse": text_sse("Done.")}]
+    ran = await run_here(script, "go", cwd=tmp_path)
+    assert ran.code == 0, ran.stderr
+    assert f"the agents in {folder} are not used: this folder is not trusted" in ran.stderr
+    assert "unknown agent 'repo-agent'" in _results(ran.requests[1])["call_1"]
+    assert "repo-agent" not in json.dumps(ran.requests[0]["tools"])  # not offered either
+
+    TrustStore().set(project_root(tmp_path), True)
+    script = [{"sse": tool_calls_sse(_task("call_1", "Go.", "repo-agent"))}, {"sse": text_sse("Hi back.")},
+              {"sse": text_sse("Done.")}]
+    ran = await run_here(script, "go", cwd=tmp_path)
+    assert ran.code == 0, ran.stderr
+    assert ran.requests[1]["model"] == "repo-model" and "not trusted" not in ran.stderr
