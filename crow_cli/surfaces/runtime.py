@@ -94,7 +94,8 @@ class Runtime:
         self.skills = self._find_skills(settings, warn)
         """The run's skills (`crow_cli.skills`): listed in the built-in prompt, loaded by the `skill` tool."""
         self.context = replace(self.context, skills=self.skills or None)
-        self.subagents = Subagents(lambda: self.settings, record_dir=options.record_dir, trace=options.debug)
+        self.subagents = Subagents(lambda: self.settings, record_dir=options.record_dir, trace=options.debug,
+                                   system_for=self.system_for)
         """The built-in `task` tool's subagents (`surfaces.task`); its agents are read by `start`."""
         if self.registry is not None:
             self.registry.register(self.subagents.tool, source="builtin")
@@ -139,9 +140,9 @@ class Runtime:
         return with_instructions(self.base_settings, root, enabled,
                                  default=self._default_prompt(self.base_settings, root))
 
-    def _default_prompt(self, settings: Settings, workspace: Path) -> str | None:
-        """crow's built-in system prompt for a run in `workspace` (or `system_prompt_file`'s); None when it is
-        off or `--system ""` asks for no system prompt at all.
+    def _default_prompt(self, settings: Settings, workspace: Path, tools: list[str] | None = None) -> str | None:
+        """crow's built-in system prompt for a run in `workspace` (or `system_prompt_file`'s) offering `tools`
+        (default: the registry's); None when it is off or `--system ""` asks for no system prompt at all.
 
         Raises:
             ConfigError: the system prompt file cannot be read.
@@ -150,8 +151,19 @@ class Runtime:
             return None
         return default_prompt(workspace=workspace, sandbox=settings.sandbox,
                               network=settings.sandbox_network, approval=settings.approval,
-                              tools=[t.name for t in self.registry or ()], file=settings.system_prompt_file,
-                              skills=self.skills.listing())
+                              tools=[t.name for t in self.registry or ()] if tools is None else tools,
+                              file=settings.system_prompt_file, skills=self.skills.listing())
+
+    def system_for(self, root: Path, tools: list[str]) -> str | None:
+        """The system prompt of a subagent working in `root` with `tools` (`surfaces.task`): crow's built-in
+        prompt naming them, `--system`, `root`'s AGENTS.md files (a file skipped is not said again). It reads
+        files: call it off the event loop.
+
+        Raises:
+            ConfigError: the system prompt file cannot be read.
+        """
+        return with_instructions(self.base_settings, root, self.options.project_instructions, warn=lambda _: None,
+                                 default=self._default_prompt(self.base_settings, root, tools)).system
 
     @property
     def workspace(self) -> Path:

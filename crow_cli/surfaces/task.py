@@ -1,7 +1,8 @@
 """The built-in `task` tool: a subagent, a child loop with a history of its own, whose answer is the call's result.
 
     parent turn ──► task(description, prompt, agent) ──► Subagents.run
-                       child history: system (the run's prompt + the agent's instructions), user (prompt)
+                       child history: system (the run's prompt for the child's tools + the agent's
+                       instructions), user (prompt)
                        child tools: the parent's (the agent's subset), never `task`   ──► loop.react
                        child client: the agent's model and profile (its own server and key)
                     ◄── the child's final answer: the call's one result, under the call's own id
@@ -25,6 +26,7 @@ import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -73,8 +75,11 @@ class Subagents:
     """
 
     def __init__(self, settings: Callable[[], Settings], *, record_dir: str | None = None,
-                 trace: bool = False) -> None:
+                 trace: bool = False, system_for: Callable[[Path, list[str]], str | None] | None = None) -> None:
         self.settings = settings
+        self.system_for = system_for
+        """The system prompt of a child working in a folder with some tools (`Runtime.system_for`); None: the
+        parent's system prompt as it is."""
         self.agents: dict[str, AgentDefinition] = {}
         """The agent definitions found (`agents.find_agents`), by name; `set_agents` offers them."""
         self.record_dir = record_dir
@@ -149,7 +154,13 @@ class Subagents:
                 registry.register(found)
         call = scope.call
         history: list[Message] = []
-        system = "\n\n".join(p for p in (parent.system, definition.instructions if definition else None) if p)
+        own = parent.system
+        if self.system_for is not None:
+            try:
+                own = await asyncio.to_thread(self.system_for, context.workspace, [t.name for t in registry])
+            except ConfigError as exc:
+                raise ToolError(f"agent {name!r} cannot run: {exc}") from None
+        system = "\n\n".join(p for p in (own, definition.instructions if definition else None) if p)
         if system:
             history.append({"role": "system", "content": system})
         history.append({"role": "user", "content": prompt})

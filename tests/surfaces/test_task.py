@@ -266,3 +266,16 @@ async def test_project_agents_act_only_in_a_trusted_folder(tmp_path: Path) -> No
     ran = await run_here(script, "go", cwd=tmp_path)
     assert ran.code == 0, ran.stderr
     assert ran.requests[1]["model"] == "repo-model" and "not trusted" not in ran.stderr
+
+
+async def test_the_childs_system_prompt_names_its_own_tools_not_task(tmp_path: Path) -> None:
+    _user_agent("reader", tools="Read")
+    script = [{"sse": tool_calls_sse(_task("call_1", "Read it.", "reader"))}, {"sse": text_sse("Read.")},
+              {"sse": text_sse("Done.")}]
+    ran = await run_here(script, "go", cwd=tmp_path, flags={"default_prompt": True})
+    assert ran.code == 0, ran.stderr
+    parent_system = ran.requests[0]["messages"][0]["content"]
+    child_system = ran.requests[1]["messages"][0]["content"]
+    assert "subagent with task" in parent_system and "subagent with task" not in child_system
+    assert "read_file" in child_system and "run_shell" not in child_system
+    assert child_system.endswith("You explore code and answer briefly.") and "PARENT" not in child_system
