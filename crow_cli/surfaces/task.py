@@ -51,6 +51,7 @@ from ..tools.context import ToolContext, current_context
 from ..tools.dispatch import Approver, CallScope, current_call
 from ..tools.registry import ToolRegistry
 from ..tools.tool import Tool, tool
+from ..wire.client import ChatClient
 from .common import build_client, build_compactor, loop_settings
 
 __all__ = ["GENERAL", "TASK_TIMEOUT_S", "TASK_TOOL", "Subagents"]
@@ -172,8 +173,9 @@ class Subagents:
         for problem in problems:
             emit(WarningEvent(problem))
         finished: RunFinished | None = None
-        client = build_client(settings, self.record_dir, trace=self.trace)
+        client: ChatClient | None = None
         try:
+            client = build_client(settings, self.record_dir, trace=self.trace)
             limits = dataclasses.replace(loop_settings(settings, trace=self.trace), images=client.takes_images)
             approvals = _labelled(scope.approvals, name, call)
             compactor = build_compactor(settings)
@@ -197,7 +199,8 @@ class Subagents:
             finished = finished or RunFinished("cancelled", "", 0, "interrupted", 130)
             raise
         finally:
-            await asyncio.shield(client.aclose())
+            if client is not None:
+                await asyncio.shield(client.aclose())
             done = finished or RunFinished("error", "", 0, "the subagent stopped", 1)
             scope.emit(SubagentFinished(call.id, call.index, name, done.status, done.turns, done.error))
             if context.keep_transcript is not None:
