@@ -121,17 +121,15 @@ class Subagents:
                 raise ToolError("task runs only as a tool call of a run")
             return await self.run(scope, current_context(), description, prompt, agent)
 
-        made = tool(task, name=TASK_TOOL, description=self._description(), timeout_s=TASK_TIMEOUT_S)
-        made.description = self._description()
-        return made
+        return tool(task, name=TASK_TOOL, description=self._description(), timeout_s=TASK_TIMEOUT_S)
 
     async def run(self, scope: CallScope, context: ToolContext, description: str, prompt: str,
                   agent: str | None) -> str:
         """The child's final answer to `prompt`; the call `scope.call` is the parent's.
 
         Raises:
-            ToolError: an unknown agent, or a profile that cannot be used (nothing was sent).
-            ToolError: the child ended without an answer (an error, its turn limit).
+            ToolError: an unknown agent, or a profile that cannot be used (nothing was sent); or the child
+                ended without an answer (an error, its turn limit).
             asyncio.CancelledError: the parent's call was cancelled (the child's history closed first).
         """
         definition = None
