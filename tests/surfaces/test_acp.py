@@ -1150,3 +1150,25 @@ async def test_a_subagents_calls_and_questions_show_inside_the_parents_task_call
     assert progress[-1].status == "completed" and progress[-1].content[0].content.text == "Written."
     assert [s.tool_call_id for s in editor.of(ToolCallStart)] == ["1-0"]  # the child's call is no call of the turn
     assert requests[-1]["messages"][-1] == {"role": "tool", "tool_call_id": "t1", "content": "Written."}
+
+
+async def test_an_editors_cancel_stops_a_subagent_and_its_call_gets_one_result(workspace):
+    task = {"description": "wait", "prompt": "Take your time."}
+    child = sse(chunk({"role": "assistant", "content": "Thinking"}), chunk({"content": " more"}), chunk({}, "stop"))
+    editor = Editor()
+    turns = [script([("t1", "task", task)])[0], {"sse": child, "hold_after_events": 1}]
+    with ReplayServer(turns) as server:
+        async with acp_agent(server.base_url, workspace, editor) as (conn, _serving):
+            session = await conn.new_session(cwd=str(workspace), mcp_servers=[])
+            sid = session.session_id
+            prompt = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text_block("go")]))
+            while len(server.requests) < 2:  # the child's request is in (its answer is held): polled, no margin
+                await asyncio.sleep(0.02)
+            await conn.cancel(session_id=sid)
+            assert (await prompt).stop_reason == "cancelled"
+    with SessionStore() as store:
+        messages = store.messages(sid)
+        (run,) = store.subagent_runs(sid)
+    assert [(m["role"], m.get("tool_call_id")) for m in messages[-2:]] == [("assistant", None), ("tool", "t1")]
+    assert "cancelled" in messages[-1]["content"]
+    assert run.call_id == "t1" and run.messages[-1]["content"].startswith("Thinking")  # the child's partial answer
