@@ -86,9 +86,10 @@ class Subagents:
         self.record_dir = record_dir
         self.trace = trace
         self.on_stop: Callable[[str, ToolCall, list[Message], bool], Awaitable[str | None]] | None = None
-        """The `SubagentStop` hook (issue 41 §1), awaited when a child has answered, with the agent's name, the
-        parent's call, the child's history and `stop_hook_active`; a reason it returns makes the child go on
-        once with it as the next user message. None: no hook."""
+        """The `SubagentStop` hook (issue 41 §1), awaited each time a child has answered, with the agent's name,
+        the parent's call, the child's history and `stop_hook_active` (True: the child goes on because of an
+        earlier reason); a reason it returns makes the child go on with it as the next user message, once.
+        None: no hook."""
         self.tool: Tool = self._make_tool()
 
     def set_agents(self, agents: dict[str, AgentDefinition]) -> None:
@@ -185,12 +186,12 @@ class Subagents:
                             emit(event)
                         elif isinstance(event, RunFinished):
                             finished = event
-                # SubagentStop (issue 41 §1, hooks): the one place it fires, once the child has answered; a
+                # SubagentStop (issue 41 §1, hooks): the one place it fires, each time the child has answered; a
                 # reason it returns (a blocking hook's) is the child's next message, once (`stop_hook_active`)
-                if self.on_stop is None or finished is None or finished.status != "completed" or stop_hook_active:
+                if self.on_stop is None or finished is None or finished.status != "completed":
                     break
                 reason = await self.on_stop(name, call, history, stop_hook_active)
-                if not reason:
+                if not reason or stop_hook_active:
                     break
                 history.append(user_message(reason))
         except asyncio.CancelledError:

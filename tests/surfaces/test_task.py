@@ -242,7 +242,7 @@ async def test_the_subagent_stop_hook_can_make_the_child_go_on_once() -> None:
         call = ToolCall("call_1", "task", json.dumps({"description": "check", "prompt": "Answer."}))
         events = await _dispatch_task(subagents, ToolRegistry(), call)
         second = server.requests[1]["messages"]
-    assert seen == [("general", "call_1", False)]
+    assert seen == [("general", "call_1", False), ("general", "call_1", True)]  # the second reason is not obeyed
     assert second[-1] == {"role": "user", "content": "Check it once more."}
     assert [e.result.output for e in events if isinstance(e, ToolResultReady)] == ["Checked answer."]
 
