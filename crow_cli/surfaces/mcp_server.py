@@ -325,7 +325,8 @@ class McpSurface:
                                      ask=run.ask if can_ask else None)
             context = replace(ToolContext.for_workspace(root, secrets=[settings.api_key, *settings.secrets],
                                                         sandbox=Sandbox(_sandbox(sandbox), settings.sandbox_network)),
-                              backup=recorder.backup, skills=self.runtime.context.skills)
+                              backup=recorder.backup, skills=self.runtime.context.skills,
+                              keep_transcript=recorder.keep_transcript)
             if settings.model != self.runtime.settings.model:
                 client = build_client(settings, trace=self.options.debug)
             driver = assemble_driver(settings, client or self.runtime.client, self.runtime.registry, approver,
