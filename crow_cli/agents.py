@@ -1,6 +1,6 @@
 """Agent definitions: the subagents the built-in `task` tool can start, as Markdown files with front matter.
 
-An agent is a file `NAME.md` whose YAML front matter says what it is and whose body is its instructions
+An agent is a file `NAME.md` whose YAML front matter (`front_matter`) says what it is and whose body is its instructions
 (the child's system prompt after crow's own). Claude Code's `.claude/agents/` files are read as they are:
 
     ---
@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .errors import ConfigError
+from .front_matter import split_front_matter
 from .instructions import project_folders
 from .paths import SymlinkLoop, resolve_path
 from .prompt_files import read_text_file
@@ -58,7 +59,6 @@ CLAUDE_TOOL_NAMES: dict[str, str | None] = {
 """Claude Code's tool names as crow's; None: not given to a subagent (a child starts no children)."""
 CLAUDE_MODEL_ALIASES = ("sonnet", "opus", "haiku")
 """Claude Code's model aliases: they name no model an OpenAI-compatible server knows; the parent's is used."""
-_FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?)^---[ \t]*$\n?", re.DOTALL | re.MULTILINE)
 Scope = Literal["user", "project"]
 
 
@@ -84,22 +84,13 @@ def parse_agent(text: str, path: Path, scope: Scope, warn: Callable[[str], None]
     """The agent that `text` (the file at `path`) defines.
 
     Raises:
-        ConfigError: no front matter, front matter that is not a YAML mapping, no description, a bad name,
-            a field of the wrong type, or an empty body.
+        ConfigError: no front matter, front matter that is not a YAML map (`front_matter.split_front_matter`), no
+            description, a bad name, a field of the wrong type, or an empty body.
     """
-    import yaml
-
-    match = _FRONT_MATTER.match(text)
-    if match is None:
+    meta, body = split_front_matter(text, f"agent file {str(path)!r}")
+    if meta is None:
         raise ConfigError(f"agent file {str(path)!r} has no front matter (a first line ---, then name and "
                           "description, then ---)")
-    try:
-        meta = yaml.safe_load(match.group(1)) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"agent file {str(path)!r}: the front matter is not valid YAML "
-                          f"({strip_controls(str(exc)).splitlines()[0]})") from None
-    if not isinstance(meta, dict):
-        raise ConfigError(f"agent file {str(path)!r}: the front matter is not a table of keys")
     name = _text(meta, "name", path) or path.stem
     if not NAME.fullmatch(name):
         raise ConfigError(f"agent file {str(path)!r}: name {strip_controls(name)[:64]!r} is not letters, digits, "
@@ -107,7 +98,6 @@ def parse_agent(text: str, path: Path, scope: Scope, warn: Callable[[str], None]
     description = " ".join((_text(meta, "description", path) or "").split())
     if not description:
         raise ConfigError(f"agent file {str(path)!r} has no description (the model reads it to choose the agent)")
-    body = text[match.end():].strip()
     if not body:
         raise ConfigError(f"agent file {str(path)!r} has no instructions (its body is empty)")
     model = _text(meta, "model", path)

@@ -100,9 +100,9 @@ class Subagents:
     def _description(self) -> str:
         text = ("Start a subagent: a separate model run whose final answer is this call's result.\n"
                 "It has a fresh history (it sees none of this conversation) and works on `prompt` with its own "
-                "tools. Use it for self-contained work whose details need not stay in this conversation (a search across "
-                "many files, a review). Give the subagent everything it needs in `prompt`. Several task calls in "
-                "one turn run at the same time. Subagents cannot start subagents.")
+                "tools. Use it for self-contained work whose details need not stay in this conversation (a search "
+                "across many files, a review). Give the subagent everything it needs in `prompt`. Several task "
+                "calls in one turn run at the same time. Subagents cannot start subagents.")
         if not self.agents:
             return text + f" `agent`: leave it out (only {GENERAL!r} exists here)."
         listed = "\n".join(f"- {a.name}: {_clip(a.description)}" for a in self.agents.values())
