@@ -25,6 +25,7 @@ matter, no description, a bad name, too big) is one warning line and is skipped,
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -164,11 +165,13 @@ def find_agents(workspace: Path, config_dir: Path | None, *, trusted: bool,
         trusted: whether the person trusts the project (`trust.is_trusted`); False skips its agents.
         warn: told each file skipped and why, and each untrusted project folder holding agents, one line each.
         secrets: the run's API keys, masked in what is read.
-        home: the home folder (its `.claude/agents/`); default `Path.home()`.
+        home: the home folder (its `.claude/agents/`); default the user's (none when it is not known).
     """
-    home = Path.home() if home is None else home
+    if home is None:
+        known = os.path.expanduser("~")
+        home = Path(known) if known != "~" else None  # no home folder known: no ~/.claude/agents
     root = project_folders(workspace)[0]
-    folders: list[tuple[Path, Scope]] = [(home / ".claude" / "agents", "user")]
+    folders: list[tuple[Path, Scope]] = [] if home is None else [(home / ".claude" / "agents", "user")]
     if config_dir is not None:
         folders.append((config_dir / USER_FOLDER, "user"))
     # a project at the home folder: its .claude/agents are the user's, read above
