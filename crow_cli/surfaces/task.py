@@ -64,6 +64,8 @@ TASK_TIMEOUT_S = 1800.0
 """Seconds a subagent may run before its call is stopped (a tool's default limit is far too short for one)."""
 _DESCRIPTION_CHARS = 300
 _FORWARDED = (ToolRunStarted, ToolResultReady, TurnFinished, Notice, WarningEvent)
+_NOT_FORWARDED = frozenset({"prompt_progress"})
+"""Notices of a child's that are the parent's spinner's business only (one per batch of llama.cpp's prompt)."""
 
 
 class Subagents:
@@ -182,7 +184,8 @@ class Subagents:
                 async with aclosing(react(history, client, registry, limits, approvals, context,
                                           compactor)) as events:
                     async for event in events:
-                        if isinstance(event, _FORWARDED):
+                        if isinstance(event, _FORWARDED) and not (isinstance(event, Notice)
+                                                                  and event.code in _NOT_FORWARDED):
                             emit(event)
                         elif isinstance(event, RunFinished):
                             finished = event
