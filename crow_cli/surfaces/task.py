@@ -65,7 +65,7 @@ TASK_TIMEOUT_S = 1800.0
 _DESCRIPTION_CHARS = 300
 _FORWARDED = (ToolRunStarted, ToolResultReady, TurnFinished, Notice, WarningEvent)
 _NOT_FORWARDED = frozenset({"prompt_progress"})
-"""Notices of a child's that are the parent's spinner's business only (one per batch of llama.cpp's prompt)."""
+"""Notices of a child's left out: llama.cpp's prompt progress, one per batch of the prompt, for a spinner only."""
 
 
 class Subagents:
