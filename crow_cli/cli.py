@@ -15,6 +15,7 @@ import typer
 
 from . import __version__, startup
 from .commands.acp import acp
+from .commands.agents import agents_app
 from .commands.chat import chat
 from .commands.facts import facts_app
 from .commands.hooks import hooks_app
@@ -83,6 +84,8 @@ app.add_typer(sessions_app, epilog=examples("crow sessions list", "crow sessions
                                              "crow sessions export ID --format md", "crow sessions fork ID"))
 app.add_typer(skills_app, epilog=examples("crow skills list", "crow skills list --json"),
               short_help="Show the skills (SKILL.md folders) a run here would offer.")
+app.add_typer(agents_app, epilog=examples("crow agents list", "crow agents list --json"),
+              short_help="Show the subagents (agent files) a run here would offer.")
 
 
 def _reopen_closed_std_streams() -> None:

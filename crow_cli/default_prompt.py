@@ -44,6 +44,8 @@ _TOOL_HINTS = (
     ("edit_file", "Change files with small edits (edit_file: old_string must match exactly once); write_file "
                   "only for new files or full rewrites."),
     ("run_shell", "Run tests, builds and git with run_shell, and check the exit code."),
+    ("task", "Hand a self-contained search or review to a subagent with task: it sees none of this conversation, "
+             "so its prompt must say everything it needs."),
 )
 
 

@@ -22,6 +22,9 @@ __all__ = [
     "RunFinished",
     "RunStarted",
     "RunStatus",
+    "SubagentEvent",
+    "SubagentFinished",
+    "SubagentStarted",
     "TextDelta",
     "ToolCallDelta",
     "ToolCallStarted",
@@ -123,7 +126,11 @@ class Notice:
     `"prompt_progress"`: the server is still processing the prompt, before its first token (llama.cpp's
     `prompt_progress` chunks, sent when the request has `return_progress`); the message says how far.
     `"hook_stopped"`: a hook answered `continue: false` (its `stopReason` in the message): the run ends
-    (`tools.hooks`)."""
+    (`tools.hooks`).
+    `"queued"`: the request waits for one of the server's request slots (`[provider] max_concurrent_requests`,
+    shared by a run and its subagents: `wire.slots`).
+    `"tool_calls_recovered"`: the model wrote tool calls as text the server did not read as calls; crow runs
+    them as calls (once per format per run, naming it: `wire.textcalls`)."""
     attempt: int | None = None
     """`retrying`: the number of the request about to be sent (2 = the first retry)."""
     wait_s: float | None = None
@@ -230,6 +237,49 @@ class HookRan:
     type: Literal["hook"] = "hook"
 
 
+@dataclass(frozen=True, slots=True)
+class SubagentStarted:
+    """A `task` call started a subagent: a child loop with a history of its own (`surfaces.task`)."""
+
+    call_id: str
+    """The parent's `task` call (its id, unchanged; `""` when the model sent none)."""
+    index: int
+    """The call's position in its turn (links it when ids repeat or are `""`)."""
+    agent: str
+    """The agent's name (`general` when the call named none)."""
+    description: str
+    """The call's short description of the task."""
+    model: str
+    """The child's model."""
+    type: Literal["subagent_started"] = "subagent_started"
+
+
+@dataclass(frozen=True, slots=True)
+class SubagentEvent:
+    """Something the subagent of the parent's call `call_id` did: one of its own events (`tool_call`,
+    `tool_result`, `turn_finished`, `notice`, `warning`), never part of the parent's history."""
+
+    call_id: str
+    index: int
+    agent: str
+    event: ToolRunStarted | ToolResultReady | TurnFinished | Notice | WarningEvent
+    type: Literal["subagent_event"] = "subagent_event"
+
+
+@dataclass(frozen=True, slots=True)
+class SubagentFinished:
+    """The subagent of the parent's call `call_id` ended; its answer is that call's one result."""
+
+    call_id: str
+    index: int
+    agent: str
+    status: RunStatus
+    turns: int
+    """The child's model turns."""
+    error: str | None = None
+    type: Literal["subagent_finished"] = "subagent_finished"
+
+
 Event = (
     RunStarted
     | TextDelta
@@ -244,4 +294,7 @@ Event = (
     | MessageAppended
     | RunFinished
     | HookRan
+    | SubagentStarted
+    | SubagentEvent
+    | SubagentFinished
 )

@@ -18,7 +18,7 @@ from .atomic import write_atomic
 from .errors import SessionError
 from .history import Message, content_text, tool_calls_of
 from .private import private_dir
-from .sessions import SessionInfo, StoredCheckpoint, by_reference, default_db_path
+from .sessions import SessionInfo, StoredCheckpoint, StoredSubagentRun, by_reference, default_db_path
 
 __all__ = ["EXPORT_FORMATS", "ExportExists", "export_session", "exports_dir", "write_export"]
 
@@ -57,11 +57,14 @@ def write_export(path: Path, data: bytes, *, replace: bool = False, make_folder:
 
 
 def export_session(info: SessionInfo, messages: list[Message], fmt: str,
-                   checkpoints: list[StoredCheckpoint] | None = None) -> str:
+                   checkpoints: list[StoredCheckpoint] | None = None,
+                   subagents: list[StoredSubagentRun] | None = None) -> str:
     """The session as text: `md` (a readable transcript), `json` (one object) or `jsonl` (a line per message).
 
     Compaction `checkpoints` are shown in `md` where they were made (with their summary) and listed
-    in `json` (`checkpoints`: position, tokens, summary, view); `jsonl` holds the messages only.
+    in `json` (`checkpoints`: position, tokens, summary, view); `jsonl` holds the messages only. The
+    transcripts of `subagents` follow their parent call's result in `md` and are listed in `json`
+    (`subagents`: position, call_id, call_index, agent, messages).
 
     Raises:
         SessionError: unknown format.
@@ -74,11 +77,15 @@ def export_session(info: SessionInfo, messages: list[Message], fmt: str,
                                     "tokens_before": c.tokens_before, "tokens_after": c.tokens_after,
                                     "summary": c.summary, "view": [by_reference(m) for m in c.view]}
                                    for c in checkpoints]
+        if subagents:
+            data["subagents"] = [{"position": r.position, "call_id": r.call_id, "call_index": r.call_index,
+                                  "agent": r.agent, "created_at": r.created_at, "messages": r.messages}
+                                 for r in subagents]
         return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
     if fmt == "jsonl":
         return "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in messages)
     if fmt == "md":
-        return _markdown(info, messages, checkpoints or [])
+        return _markdown(info, messages, checkpoints or [], subagents)
     raise SessionError(f"unknown export format {fmt!r} (use one of: {', '.join(EXPORT_FORMATS)})")
 
 
@@ -121,10 +128,12 @@ def _closed_fences(text: str) -> str:
     return f"{text}\n{open_fence}" if open_fence else text
 
 
-def _markdown(info: SessionInfo, messages: list[Message], checkpoints: list[StoredCheckpoint] | None = None) -> str:
+def _markdown(info: SessionInfo, messages: list[Message], checkpoints: list[StoredCheckpoint] | None = None,
+              subagents: list[StoredSubagentRun] | None = None) -> str:
     stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.created_at))
     out = [f"# {info.title or 'Untitled session'}\n",
            f"Session {_code_span(info.id)} · {stamp} · model {_code_span(info.model)} · {info.cwd}\n"]
+    left = list(subagents or [])  # each shown after its call's result: the first with its id at or after it
     marks: dict[int, list[StoredCheckpoint]] = {}
     for c in checkpoints or []:
         marks.setdefault(c.position, []).append(c)
@@ -137,18 +146,28 @@ def _markdown(info: SessionInfo, messages: list[Message], checkpoints: list[Stor
                 out.append("\n".join("> " + line for line in _closed_fences(c.summary).splitlines()) + "\n")
         if m is None:
             break
-        role = m.get("role")
-        content = m.get("content")
-        if role == "tool":
-            text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
-            fence = _fence(text)
-            out.append(f"**Tool result** ({_code_span(str(m.get('tool_call_id', '')))}):\n\n{fence}\n{text}\n{fence}\n")
-            continue
-        heading = {"user": "## You", "assistant": "## Assistant", "system": "## System"}.get(str(role), f"## {role}")
-        text = content_text(content, images=True)  # content parts: their text, an image as [image: FILE, SIZE]
-        body = [_closed_fences(text)] if text else []
-        for call in tool_calls_of(m):
-            call_text = f"{call['function']['name']}({call['function']['arguments']})"
-            body.append(f"→ {_code_span(call_text)}")
-        out.append(heading + "\n\n" + "\n\n".join(body) + "\n")
+        out.append(_message_markdown(m))
+        run = next((r for r in left if m.get("role") == "tool" and r.call_id == str(m.get("tool_call_id", ""))
+                    and r.position <= n), None)
+        if run is not None:
+            left.remove(run)
+            out.append(f"### Subagent {_code_span(run.agent)} (call {_code_span(run.call_id)})\n")
+            out += [_message_markdown(child, "####") for child in run.messages]
     return "\n".join(out)
+
+
+def _message_markdown(m: Message, level: str = "##") -> str:
+    """One message as Markdown: a heading of `level` and its text and tool calls, or a tool result's fence."""
+    role = m.get("role")
+    content = m.get("content")
+    if role == "tool":
+        text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+        fence = _fence(text)
+        return f"**Tool result** ({_code_span(str(m.get('tool_call_id', '')))}):\n\n{fence}\n{text}\n{fence}\n"
+    name = {"user": "You", "assistant": "Assistant", "system": "System"}.get(str(role), str(role))
+    text = content_text(content, images=True)  # content parts: their text, an image as [image: FILE, SIZE]
+    body = [_closed_fences(text)] if text else []
+    for call in tool_calls_of(m):
+        call_text = f"{call['function']['name']}({call['function']['arguments']})"
+        body.append(f"→ {_code_span(call_text)}")
+    return f"{level} {name}\n\n" + "\n\n".join(body) + "\n"

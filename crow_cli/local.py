@@ -390,8 +390,10 @@ def local_session(settings: Settings, enabled: bool = True, progress: Progress |
     try:
         server.start()
         # return_progress: llama.cpp streams how far it is with the prompt (shown while waiting for a token)
+        # one request at a time: a subagent beside its parent waits its turn in crow, not in the server
         yield dataclasses.replace(settings, base_url=server.base_url, model=name, api_key=None,
-                                  params={"return_progress": True, **settings.params})
+                                  params={"return_progress": True, **settings.params},
+                                  provider={"max_concurrent_requests": 1, **settings.provider})
     finally:
         server.stop()
 

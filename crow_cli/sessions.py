@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from .atomic import write_atomic
 from .errors import SessionError
@@ -57,7 +57,7 @@ from .private import private_dir, private_file
 from .text import public_url
 
 __all__ = ["IMAGE_REF", "SessionDamaged", "SessionInUse", "SessionInfo", "SessionStore", "SessionStoreDamaged",
-           "StoredCheckpoint", "by_reference", "default_db_path"]
+           "StoredCheckpoint", "StoredSubagentRun", "by_reference", "default_db_path"]
 
 IMAGE_REF = "crow-image:sha256:"
 """How a stored image part's URL starts; the hex SHA-256 of the image's bytes follows."""
@@ -144,6 +144,22 @@ class SessionInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class StoredSubagentRun:
+    """A subagent's transcript as stored, linked to the parent's `task` call."""
+
+    position: int
+    """The parent's message count when the subagent ended: its call's result comes at this position."""
+    call_id: str
+    """The parent's `task` call id (`""` when the model sent none)."""
+    call_index: int
+    """The call's position in its turn."""
+    agent: str
+    created_at: float
+    messages: list[Message]
+    """The child's whole history (system, the task prompt, its turns); images stand as `[image]` notes."""
+
+
+@dataclass(frozen=True, slots=True)
 class StoredCheckpoint:
     """A compaction checkpoint as stored: the view that stands for the first `position` messages."""
 
@@ -192,11 +208,20 @@ def _m4_file_written(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE file_backups ADD COLUMN written TEXT")  # SHA-256 of what crow wrote after it
 
 
+def _m5_subagent_runs(db: sqlite3.Connection) -> None:
+    db.execute("""CREATE TABLE subagent_runs (
+        session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE, position INTEGER NOT NULL,
+        call_id TEXT NOT NULL, call_index INTEGER NOT NULL, agent TEXT NOT NULL, created_at REAL NOT NULL,
+        messages TEXT NOT NULL)""")
+    db.execute("CREATE INDEX subagent_runs_session ON subagent_runs(session_id, position)")
+
+
 _MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_initial", _m1_initial),
     ("m002_checkpoints", _m2_checkpoints),
     ("m003_file_backups", _m3_file_backups),
     ("m004_file_written", _m4_file_written),
+    ("m005_subagent_runs", _m5_subagent_runs),
 ]
 """Applied in order, each once; append new ones, never edit or reorder applied ones."""
 
@@ -558,6 +583,7 @@ class SessionStore:
             self._db.execute("DELETE FROM messages WHERE session_id = ? AND position >= ?", (session_id, keep))
             self._db.execute("DELETE FROM checkpoints WHERE session_id = ? AND position > ?", (session_id, keep))
             self._db.execute("DELETE FROM file_backups WHERE session_id = ? AND position >= ?", (session_id, keep))
+            self._db.execute("DELETE FROM subagent_runs WHERE session_id = ? AND position >= ?", (session_id, keep))
             self._remove_unreferenced(files)
 
     # file backups for undo (`tools.backup`): a file's content before crow's file tools changed it
@@ -583,6 +609,31 @@ class SessionStore:
             first.setdefault(path, content)
             last[path] = written
         return [(path, content, last[path]) for path, content in first.items()]
+
+    # subagents' transcripts (`surfaces.task`), linked to the parent's `task` call
+
+    def add_subagent_run(self, session_id: str, position: int, call_id: str, call_index: int, agent: str,
+                         messages: list[Message]) -> None:
+        """Keep a subagent's whole history, linked to the parent's call `call_id` (at `call_index` in its turn),
+        whose result comes at message `position`. Images are kept as `[image]` notes (the image files belong
+        to the session's own messages)."""
+        with self._transaction():
+            data = json.dumps([_without_images(m) for m in messages], ensure_ascii=False)
+            self._db.execute("INSERT INTO subagent_runs VALUES (?, ?, ?, ?, ?, ?, ?)",
+                             (session_id, position, call_id, call_index, agent, time.time(), data))
+
+    def subagent_runs(self, session_id: str) -> list[StoredSubagentRun]:
+        """The session's subagent transcripts, in the order they ended.
+
+        Raises:
+            SessionStoreDamaged: a row is not JSON.
+        """
+        rows = self._read("SELECT position, call_id, call_index, agent, created_at, messages FROM subagent_runs "
+                          "WHERE session_id = ? ORDER BY position, rowid", (session_id,))
+        try:
+            return [StoredSubagentRun(p, c, i, a, t, json.loads(m)) for p, c, i, a, t, m in rows]
+        except ValueError as exc:
+            raise SessionStoreDamaged(self.path, f"a subagent transcript of session {session_id} is not JSON") from exc
 
     # compaction checkpoints (`context.compact`): the messages are never changed by them
 
@@ -673,6 +724,16 @@ conditions; a row that is no JSON references nothing (it is reported when read, 
 
 _SELECT = ("SELECT s.id, s.title, s.created_at, s.updated_at, s.model, s.base_url, s.cwd, "
            "(SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id) FROM sessions s")
+
+
+def _without_images(message: Message) -> Message:
+    """`message` with each image part as a text part `[image]` (the other parts as they are)."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        return message
+    parts = [{"type": "text", "text": "[image]"} if isinstance(p, dict) and p.get("type") == "image_url" else p
+             for p in content]
+    return cast(Message, {**message, "content": parts})
 
 
 def _title(content: str | list[ContentPart] | None) -> str:

@@ -243,12 +243,14 @@ def test_fork_copies_everything_of_a_session_and_the_original_stays_as_it_was(tm
 def test_migrations_are_recorded_once_and_wal_is_on(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     with SessionStore(db) as store:
-        assert store.migrations() == ["m001_initial", "m002_checkpoints", "m003_file_backups", "m004_file_written"]
+        assert store.migrations() == ["m001_initial", "m002_checkpoints", "m003_file_backups", "m004_file_written",
+                                      "m005_subagent_runs"]
     with SessionStore(db) as store:  # reopening applies nothing twice
-        assert store.migrations() == ["m001_initial", "m002_checkpoints", "m003_file_backups", "m004_file_written"]
+        assert store.migrations() == ["m001_initial", "m002_checkpoints", "m003_file_backups", "m004_file_written",
+                                      "m005_subagent_runs"]
     con = sqlite3.connect(db)
     assert con.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-    assert con.execute("SELECT COUNT(*) FROM _migrations").fetchone() == (4,)
+    assert con.execute("SELECT COUNT(*) FROM _migrations").fetchone() == (5,)
 
 
 def test_load_repairs_a_turn_cut_mid_way_and_stores_the_repair(tmp_path: Path) -> None:
@@ -1176,3 +1178,23 @@ def test_only_files_the_store_named_are_ever_removed(tmp_path: Path) -> None:
     with SessionStore(db) as store:
         store.delete(info.id)
     assert (tmp_path / "images" / "notes.txt").read_text() == "mine" and db.exists()
+
+
+def test_a_subagents_transcript_is_kept_linked_and_goes_with_its_session(tmp_path: Path) -> None:
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    child = [{"role": "user", "content": "Look."}, {"role": "user", "content": [{"type": "text", "text": "a"}, image]},
+             {"role": "assistant", "content": "Seen."}]
+    with SessionStore(tmp_path / "s.db") as store:
+        info = store.create(model="m")
+        for text in ("one", "two", "three"):
+            store.append(info.id, {"role": "user", "content": text})
+        store.add_subagent_run(info.id, 1, "call_1", 0, "explorer", child)
+        store.add_subagent_run(info.id, 3, "call_2", 1, "general", child[:1])
+        (first, second) = store.subagent_runs(info.id)
+        assert (first.position, first.call_id, first.call_index, first.agent) == (1, "call_1", 0, "explorer")
+        assert first.messages[1]["content"][1] == {"type": "text", "text": "[image]"}  # no image file to keep
+        store.truncate(info.id, 2)  # /retry: what came after position 2 goes, the runs of it too
+        assert [r.call_id for r in store.subagent_runs(info.id)] == ["call_1"]
+        store.delete(info.id)
+        assert store.subagent_runs(info.id) == []
+        assert second.messages == child[:1]

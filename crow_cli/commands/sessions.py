@@ -113,7 +113,8 @@ def _export(session_id: str, fmt: str, output: str | None, force: bool = False) 
             raise ConfigError(f"unknown format {fmt!r} (use one of: {', '.join(EXPORT_FORMATS)})")
         with _store() as store:
             info = store.get(session_id)
-            text = export_session(info, store.messages(info.id), fmt, store.checkpoints(info.id))
+            text = export_session(info, store.messages(info.id), fmt, store.checkpoints(info.id),
+                                  store.subagent_runs(info.id))
         if output:
             try:
                 write_export(Path(output), text.encode("utf-8"), replace=force)

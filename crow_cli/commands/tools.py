@@ -38,9 +38,11 @@ def tools(tools_dir: ToolsDirOpt = None, profile: ProfileOpt = None, config: Con
 
 
 def _list(settings: Settings, tools_dir: list[str] | None, as_json: bool, out: TextIO) -> None:
+    from ..surfaces.task import Subagents
     from ..tools.registry import default_registry
 
     registry = default_registry((*settings.tool_paths, *(tools_dir or ())))
+    registry.register(Subagents(lambda: settings).tool, source="builtin")  # as every run offers it
     if settings.mcp_servers:  # listing needs the servers: start them, list, stop them
         import asyncio
 

@@ -20,6 +20,11 @@ so consumers must ignore fields they do not know.
   sent none; `index` then links a result to its call).
 * `tool_result.result.output` is what the model was sent: capped at `max_output_chars` with a
   `[output truncated: …]` marker.
+* A `task` call's subagent (`docs/subagents.md`) reports between the call's `tool_call` and its `tool_result`:
+  `subagent_started`, its own `tool_call`, `tool_result`, `turn_finished` (its token use), `notice` and
+  `warning` events each wrapped in a `subagent_event`, then `subagent_finished`; all carry the parent call's
+  `call_id` and `index`. A `notice` with `code: "queued"` says a request waits for one of the server's
+  slots (`max_concurrent_requests`).
 
 Non-ASCII text is `\\u` escaped, so every line is plain ASCII whatever the locale. Raw tool-call
 deltas (`tool_call_delta`) are written only with `--debug`; `message` events are not written.
@@ -42,10 +47,13 @@ __all__ = ["JsonlWriter", "event_schema", "event_to_json"]
 def event_to_json(event: Event) -> str:
     """One JSONL line (without the newline) for `event`: its `asdict` with `type` first, ASCII-only."""
     fields = asdict(event)
-    result = fields.get("result")
-    if isinstance(result, dict) and isinstance(result.get("images"), list | tuple):  # named, not written out
-        result["images"] = [{"mime_type": i["mime_type"], "bytes": len(i["data"]), "name": i["name"]}
-                            for i in result["images"]]
+    inner = fields.get("event")  # a subagent's own event (`subagent_event`): shaped as the run's own are
+    if isinstance(inner, dict):
+        fields["event"] = {"type": inner.pop("type"), **inner}
+    for result in (fields.get("result"), inner.get("result") if isinstance(inner, dict) else None):
+        if isinstance(result, dict) and isinstance(result.get("images"), list | tuple):  # named, not written out
+            result["images"] = [{"mime_type": i["mime_type"], "bytes": len(i["data"]), "name": i["name"]}
+                                for i in result["images"]]
     return json.dumps({"type": fields.pop("type"), **fields}, ensure_ascii=True, default=str)
 
 

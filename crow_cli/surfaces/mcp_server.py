@@ -325,7 +325,8 @@ class McpSurface:
                                      ask=run.ask if can_ask else None)
             context = replace(ToolContext.for_workspace(root, secrets=[settings.api_key, *settings.secrets],
                                                         sandbox=Sandbox(_sandbox(sandbox), settings.sandbox_network)),
-                              backup=recorder.backup, skills=self.runtime.context.skills)
+                              backup=recorder.backup, skills=self.runtime.context.skills,
+                              keep_transcript=recorder.keep_transcript)
             if (hooks := self.runtime.context.hooks) is not None:  # each call its own session and folder
                 context = replace(context, hooks=hooks.copy(cwd=context.workspace,
                                                             session_id=recorder.session_id or ""))

@@ -103,6 +103,15 @@ class SessionRecorder:
         """
         self._backups.append((self.stored, str(path), content, written))  # list.append is atomic
 
+    def keep_transcript(self, call_id: str, call_index: int, agent: str, messages: list[Message]) -> None:
+        """Keep a subagent's whole history with the session, linked to the parent's `task` call (`surfaces.task`);
+        its result comes after the messages stored so far. A store that cannot be written loses the transcript
+        only: the session's messages stay complete."""
+        if self.info is None or self.broken:
+            return
+        with contextlib.suppress(SessionError):
+            self.store.add_subagent_run(self.info.id, self.stored, call_id, call_index, agent, messages)
+
     def _store_backups(self) -> None:
         while self._backups and self.info is not None and not self.broken:
             position, path, content, written = self._backups.pop(0)

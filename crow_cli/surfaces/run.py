@@ -25,6 +25,9 @@ from ..events import (
     ReasoningDelta,
     RunFinished,
     RunStarted,
+    SubagentEvent,
+    SubagentFinished,
+    SubagentStarted,
     TextDelta,
     ToolCallDelta,
     ToolResultReady,
@@ -97,8 +100,12 @@ class PlainPrinter:
     """
 
     def __init__(self, out: TextIO, err: TextIO, *, debug: bool, quiet: bool = False,
-                 prices: Mapping[str, float] | None = None) -> None:
+                 prices: Mapping[str, float] | None = None,
+                 all_prices: Mapping[str, Mapping[str, float]] | None = None) -> None:
         self.out = out
+        self.all_prices = all_prices or {}
+        """Every model's `[prices."MODEL"]`: a subagent's requests are priced at its model's."""
+        self._child_models: dict[tuple[str, int], str] = {}
         self.err = make_console(err, highlight=False, soft_wrap=True)  # no escapes under NO_COLOR
         self.debug = debug
         self.quiet = quiet
@@ -138,7 +145,8 @@ class PlainPrinter:
             self.at_line_start = True
 
     def handle(self, event: Event) -> None:
-        if self.quiet and isinstance(event, ReasoningDelta | ToolRunStarted | ToolResultReady | Notice):
+        if self.quiet and isinstance(event, ReasoningDelta | ToolRunStarted | ToolResultReady | Notice
+                                     | SubagentStarted | SubagentEvent | SubagentFinished):
             if isinstance(event, Notice) and event.code == "turn_restarted":
                 self._new_line()
             return
@@ -189,6 +197,21 @@ class PlainPrinter:
                 else:
                     self._break_line()
                 self._print(message, "dim")
+            case SubagentStarted(agent=agent, description=description, model=model):
+                self._child_models[(event.call_id, event.index)] = model
+                self._print(f"  ↳ {agent}: {description} ({model})", "cyan")
+            case SubagentEvent(event=TurnFinished() as turn):  # the child's token use counts with the run's
+                model = self._child_models.get((event.call_id, event.index), "")
+                self.usage.add_other(turn.usage, turn.timings, self.all_prices.get(model))
+            case SubagentEvent(agent=agent, event=ToolRunStarted(call=call)):
+                self._print(f"  ↳ {agent} → {call.name}({short_json(call.arguments)})", "cyan")
+            case SubagentEvent(agent=agent, event=ToolResultReady(result=r)):
+                mark, style = ("✓", "green") if r.ok else ("✗", "red")
+                ended = display_status(r.display)
+                detail = f" · {ended}" if ended else "" if r.ok else f": {short_json(r.output, 160)}"
+                self._print(f"  ↳ {agent} {mark} {r.name} {r.duration_s:.2f}s{detail}", style)
+            case SubagentEvent(agent=agent, event=Notice(message=message) | WarningEvent(message=message)):
+                self._print(f"  ↳ {agent}: {message}", "dim")
             case RunFinished():
                 self._close_reasoning()
                 if not self.at_line_start:
@@ -317,7 +340,8 @@ async def _run_in(runtime: Runtime, options: RunOptions, out: TextIO, err: TextI
     content = user_content(options.prompt, attached) if attached else None
     printer: PlainPrinter | JsonlWriter = (JsonlWriter(out, err, debug=options.surface.debug) if options.json
                                            else PlainPrinter(out, err, debug=options.surface.debug, quiet=options.quiet,
-                                                             prices=settings.prices.get(settings.model)))
+                                                             prices=settings.prices.get(settings.model),
+                                                             all_prices=settings.prices))
     # with --yes too: the policy asks nothing then, but running a command outside the sandbox is a question
     approve = make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=options.surface.yes,
                             ask=_held_ask(terminal_ask(), printer))

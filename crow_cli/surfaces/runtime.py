@@ -26,6 +26,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from ..agents import find_agents
 from ..config import Settings, default_config_path
 from ..context.compact import Checkpoint
 from ..default_prompt import default_prompt
@@ -39,10 +40,12 @@ from ..tools.dispatch import Approver
 from ..tools.mcp import McpServers, end_task
 from ..tools.registry import ToolRegistry
 from ..tools.sandbox import Sandbox, home_notice, startup_notice
+from ..trust import is_trusted
 from ..wire.client import ChatClient
 from .common import build_client, build_compactor, build_registry, loop_settings, warning_to, with_instructions
 from .hooks import load_hooks
 from .options import SurfaceOptions
+from .task import Subagents
 
 if TYPE_CHECKING:
     from .persist import SessionRecorder
@@ -97,6 +100,11 @@ class Runtime:
         self.skills = self._find_skills(settings, warn)
         """The run's skills (`crow_cli.skills`): listed in the built-in prompt, loaded by the `skill` tool."""
         self.context = replace(self.context, skills=self.skills or None)
+        self.subagents = Subagents(lambda: self.settings, record_dir=options.record_dir, trace=options.debug,
+                                   system_for=self.system_for)
+        """The built-in `task` tool's subagents (`surfaces.task`); its agents are read by `start`."""
+        if self.registry is not None:
+            self.registry.register(self.subagents.tool, source="builtin")
         self.base_settings = settings
         """The settings before a workspace's prompt was added (`settings_for` builds another folder's)."""
         self.settings = with_instructions(settings, self.context.workspace, options.project_instructions, warn=warn,
@@ -138,9 +146,9 @@ class Runtime:
         return with_instructions(self.base_settings, root, enabled,
                                  default=self._default_prompt(self.base_settings, root))
 
-    def _default_prompt(self, settings: Settings, workspace: Path) -> str | None:
-        """crow's built-in system prompt for a run in `workspace` (or `system_prompt_file`'s); None when it is
-        off or `--system ""` asks for no system prompt at all.
+    def _default_prompt(self, settings: Settings, workspace: Path, tools: list[str] | None = None) -> str | None:
+        """crow's built-in system prompt for a run in `workspace` (or `system_prompt_file`'s) offering `tools`
+        (default: the registry's); None when it is off or `--system ""` asks for no system prompt at all.
 
         Raises:
             ConfigError: the system prompt file cannot be read.
@@ -149,8 +157,19 @@ class Runtime:
             return None
         return default_prompt(workspace=workspace, sandbox=settings.sandbox,
                               network=settings.sandbox_network, approval=settings.approval,
-                              tools=[t.name for t in self.registry or ()], file=settings.system_prompt_file,
-                              skills=self.skills.listing())
+                              tools=[t.name for t in self.registry or ()] if tools is None else tools,
+                              file=settings.system_prompt_file, skills=self.skills.listing())
+
+    def system_for(self, root: Path, tools: list[str]) -> str | None:
+        """The system prompt of a subagent working in `root` with `tools` (`surfaces.task`): crow's built-in
+        prompt naming them, `--system`, `root`'s AGENTS.md files (a file skipped is not said again). It reads
+        files: call it off the event loop.
+
+        Raises:
+            ConfigError: the system prompt file cannot be read.
+        """
+        return with_instructions(self.base_settings, root, self.options.project_instructions, warn=lambda _: None,
+                                 default=self._default_prompt(self.base_settings, root, tools)).system
 
     @property
     def workspace(self) -> Path:
@@ -213,6 +232,9 @@ class Runtime:
         """
         warnings: list[str] = []
         if self.registry is not None:
+            self.subagents.set_agents(find_agents(self.workspace, default_config_path().parent,
+                                                  trusted=is_trusted(self.workspace), warn=warnings.append,
+                                                  secrets=self.context.secrets))
             self.begin()
             if wait_for_mcp or self._mcp_start is None:
                 warnings += await self.mcp_ready()
@@ -292,6 +314,8 @@ class Runtime:
         """
         if context is None:
             context = self.context if recorder is None else replace(self.context, backup=recorder.backup)
+        if recorder is not None:  # a subagent's transcript is kept with the session
+            context = replace(context, keep_transcript=recorder.keep_transcript)
         self._recorder = recorder
         self.driver = assemble_driver(self.settings, self.client, self.registry if tools is None else tools, approve,
                                       context, recorder, trace=self.options.debug, interrupts=interrupts,

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
+from ..history import Message
 from ..paths import resolve_path
 from .sandbox import Sandbox
 
@@ -49,6 +50,10 @@ class ToolContext:
     hooks: Hooks | None = None
     """The run's lifecycle hooks (`tools.hooks`): the orchestrator fires `PreToolUse`/`PostToolUse`, the loop
     `Stop`, the `task` tool `SubagentStop`; None: no hooks."""
+    keep_transcript: Callable[[str, int, str, list[Message]], None] | None = None
+    """Called by the `task` tool when its subagent ends, with the parent call's id and position, the agent's
+    name and the child's whole history, to keep it with the session (`SessionRecorder.keep_transcript`);
+    None keeps nothing."""
 
     @classmethod
     def for_workspace(cls, path: str | os.PathLike[str] | None = None, *,

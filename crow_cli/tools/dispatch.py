@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
-from dataclasses import replace
+import contextvars
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, replace
 
 from ..events import Event, ToolResultReady, ToolRunStarted
 from ..history import ToolCall, ToolDisplay
@@ -30,7 +31,30 @@ from .orchestrator import Approver, Orchestrator
 from .registry import ToolRegistry
 from .repeats import RepeatGuard
 
-__all__ = ["Approver", "dispatch"]
+__all__ = ["Approver", "CallScope", "current_call", "dispatch"]
+
+
+@dataclass(frozen=True)
+class CallScope:
+    """The tool call running in this task, and what its run lends a tool that runs a loop of its own (the
+    built-in `task` tool: its subagent asks the same approvals and reports through the same event stream)."""
+
+    call: ToolCall
+    emit: Callable[[Event], None]
+    """Puts an event into the run's stream, before this call's result (never a `ToolResultReady` of the
+    run's own calls)."""
+    approvals: Approver | None
+    """The run's approvals (None: nobody can approve)."""
+    registry: ToolRegistry
+    """The run's tools."""
+
+
+_SCOPE: contextvars.ContextVar[CallScope | None] = contextvars.ContextVar("crow_call_scope", default=None)
+
+
+def current_call() -> CallScope | None:
+    """The scope of the tool call running in this task (see `CallScope`); None outside `dispatch`."""
+    return _SCOPE.get()
 
 
 async def dispatch(
@@ -65,6 +89,7 @@ async def dispatch(
 
     async def run(call: ToolCall) -> None:
         await queue.put(ToolRunStarted(call))
+        _SCOPE.set(CallScope(call, queue.put_nowait, approve, registry))  # this call's task only
         with using_context(context):  # this call's task (and the thread a sync tool runs in) only
             result = await orchestrator.run(call)
         # sendable (error texts too can carry undecodable file names), without the run's secrets (every
@@ -81,15 +106,24 @@ async def dispatch(
             repeats.record(call, result.output)
         await queue.put(ToolResultReady(result))
 
-    async with asyncio.TaskGroup() as group:
-        for call in calls:
-            group.create_task(run(call))
-        remaining = len(calls)
-        while remaining:
-            event = await queue.get()
-            if isinstance(event, ToolResultReady):
-                remaining -= 1
-            yield event
+    try:
+        async with asyncio.TaskGroup() as group:
+            for call in calls:
+                group.create_task(run(call))
+            remaining = len(calls)
+            while remaining:
+                event = await queue.get()
+                if isinstance(event, ToolResultReady):
+                    remaining -= 1
+                yield event
+    except asyncio.CancelledError:
+        # what the cancelled calls said on their way out (a subagent's end: `CallScope.emit`) still reaches the
+        # run's stream; their results are the loop's to give (`loop._Closing`)
+        while not queue.empty():
+            event = queue.get_nowait()
+            if not isinstance(event, ToolResultReady):
+                yield event
+        raise
 
 
 def _masked(display: ToolDisplay, secrets: tuple[str, ...]) -> ToolDisplay:

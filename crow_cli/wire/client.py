@@ -39,7 +39,7 @@ import math
 import ssl
 import threading
 from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, aclosing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +68,7 @@ from .profiles import CONTEXT_OVERFLOW, OVERFLOW_NUMBERS, OVERFLOW_PROMPT, OVERF
 from .proxy import proxy_for, through
 from .refusal import reason as refusal_reason
 from .retries import MAX_RETRY_AFTER_S, retry_after_s, retry_notice, retry_wait_s, should_retry
+from .slots import server_slots
 from .vision import ImagesRefused, holds_images, known_text_only, refuses_images
 
 if TYPE_CHECKING:
@@ -259,6 +260,22 @@ class ChatClient:
         return body
 
     async def stream(
+        self, messages: list[Message], tools: list[dict[str, Any]] | None = None
+    ) -> AsyncGenerator[dict[str, Any] | Notice | WarningEvent, None]:
+        """`_stream` within one of the server's request slots (`wire.slots`: `[provider] max_concurrent_requests`),
+        shared by every client of the run on that server; a request that must wait for one is announced first
+        with a `Notice(code="queued")`. Raises what `_stream` raises."""
+        limit = self.settings.provider.get("max_concurrent_requests")
+        slots = server_slots(self.settings.base_url, limit if isinstance(limit, int) else None)
+        if slots is not None and slots.locked():
+            yield Notice(f"crow: waiting for a free request slot at {self._shown_url} (max_concurrent_requests = "
+                         f"{limit})", "queued")
+        async with slots if slots is not None else contextlib.nullcontext(), \
+                aclosing(self._stream(messages, tools)) as items:
+            async for item in items:
+                yield item
+
+    async def _stream(
         self, messages: list[Message], tools: list[dict[str, Any]] | None = None
     ) -> AsyncGenerator[dict[str, Any] | Notice | WarningEvent, None]:
         """Yield each chunk of one turn as the decoded JSON of its SSE `data:` line.

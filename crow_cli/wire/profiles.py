@@ -140,9 +140,13 @@ def check_overrides(table: Mapping[str, Any]) -> str | None:
             if problem:
                 return problem
             continue
+        if key == "max_concurrent_requests":  # the client's, not the profile's (`wire.slots`)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1024:
+                return "[provider] max_concurrent_requests must be a whole number from 1 to 1024"
+            continue
         kind = PROFILE_FIELDS.get(key)
         if kind is None:
-            return f"[provider] has no key {key!r} (known: {', '.join(PROFILE_FIELDS)})"
+            return f"[provider] has no key {key!r} (known: {', '.join([*PROFILE_FIELDS, 'max_concurrent_requests'])})"
         if not isinstance(value, kind) or (isinstance(value, list) and not all(isinstance(v, str) and v
                                                                                 for v in value)):
             return f"[provider] {key} must be {'a list of names' if kind is list else 'true or false'}"

@@ -1132,3 +1132,43 @@ async def test_an_editor_session_loads_a_skill_and_reads_its_file_through_the_ed
                                       f"paths):\n{folder.resolve() / 'notes.md'}")
     assert results["call_r"] == "NOTES-41 (buffer)\n"
     assert editor.fs_calls == [("read", str(folder.resolve() / "notes.md"))]
+
+
+async def test_a_subagents_calls_and_questions_show_inside_the_parents_task_call(workspace):
+    task = {"description": "write it", "prompt": "Write new.txt"}
+    parent = script([("t1", "task", task)], final="The child wrote it.")
+    child = script([("c1", "write_file", {"path": "new.txt", "content": "hi\n"})], final="Written.")
+    turns = [parent[0], *child, parent[1]]
+    editor = Editor(answers=["allow_once"])
+    response, requests = await prompt_once(workspace, editor, turns, "delegate")
+    assert response.stop_reason == "end_turn" and (workspace / "new.txt").read_text() == "hi\n"
+    (tool_call, _options), = editor.permissions  # asked about the parent's call, labelled with the agent
+    assert tool_call.tool_call_id == "1-0" and tool_call.content[0].content.text.startswith("[subagent general] ")
+    progress = [u for u in editor.of(ToolCallProgress) if u.tool_call_id == "1-0"]
+    shown = [c.content.text for u in progress for c in (u.content or [])]
+    assert any("general → write_file" in text for text in shown)
+    assert progress[-1].status == "completed" and progress[-1].content[0].content.text == "Written."
+    assert [s.tool_call_id for s in editor.of(ToolCallStart)] == ["1-0"]  # the child's call is no call of the turn
+    assert requests[-1]["messages"][-1] == {"role": "tool", "tool_call_id": "t1", "content": "Written."}
+
+
+async def test_an_editors_cancel_stops_a_subagent_and_its_call_gets_one_result(workspace):
+    task = {"description": "wait", "prompt": "Take your time."}
+    child = sse(chunk({"role": "assistant", "content": "Thinking"}), chunk({"content": " more"}), chunk({}, "stop"))
+    editor = Editor()
+    turns = [script([("t1", "task", task)])[0], {"sse": child, "hold_after_events": 1}]
+    with ReplayServer(turns) as server:
+        async with acp_agent(server.base_url, workspace, editor) as (conn, _serving):
+            session = await conn.new_session(cwd=str(workspace), mcp_servers=[])
+            sid = session.session_id
+            prompt = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text_block("go")]))
+            while len(server.requests) < 2:  # the child's request is in (its answer is held): polled, no margin
+                await asyncio.sleep(0.02)
+            await conn.cancel(session_id=sid)
+            assert (await prompt).stop_reason == "cancelled"
+    with SessionStore() as store:
+        messages = store.messages(sid)
+        (run,) = store.subagent_runs(sid)
+    assert [(m["role"], m.get("tool_call_id")) for m in messages[-2:]] == [("assistant", None), ("tool", "t1")]
+    assert "cancelled" in messages[-1]["content"]
+    assert run.call_id == "t1" and run.messages[-1]["content"].startswith("Thinking")  # the child's partial answer

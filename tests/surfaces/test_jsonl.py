@@ -101,7 +101,8 @@ async def test_oversized_tool_output_is_capped_with_a_marker(tmp_path: Path) -> 
 
 
 WRITTEN = [ev.RunStarted, ev.TextDelta, ev.ReasoningDelta, ev.ToolCallStarted, ev.ToolCallDelta, ev.WarningEvent,
-           ev.Notice, ev.TurnFinished, ev.ToolRunStarted, ev.ToolResultReady, ev.RunFinished, ev.HookRan]
+           ev.Notice, ev.TurnFinished, ev.ToolRunStarted, ev.ToolResultReady, ev.RunFinished, ev.HookRan,
+           ev.SubagentStarted, ev.SubagentEvent, ev.SubagentFinished]
 
 
 def test_every_event_written_is_in_the_union_and_the_schema() -> None:
@@ -127,6 +128,10 @@ def test_every_event_written_is_in_the_union_and_the_schema() -> None:
     ev.ToolResultReady(ToolResult("id", "edit_file", "edited", display=ToolDisplay(diff="--- a/f\n+++ b/f\n"))),
     ev.RunFinished("cancelled", "", 0, "interrupted (SIGINT)", 130),
     ev.HookRan("PreToolUse", "./check.sh", "blocked", 0.02, "/p/.crow/settings.toml", 2, "no rm", "call_1"),
+    ev.SubagentStarted("call_1", 0, "explorer", "find x", "small-model"),
+    ev.SubagentEvent("call_1", 0, "explorer", ev.ToolRunStarted(ToolCall("c", "read_file", "{}"))),
+    ev.SubagentEvent("call_1", 0, "explorer", ev.Notice("crow: waiting", "queued")),
+    ev.SubagentFinished("", 1, "general", "cancelled", 2, "interrupted"),
 ])
 def test_each_event_line_is_ascii_json_valid_against_the_schema(event: ev.Event) -> None:
     line = event_to_json(event)

@@ -286,3 +286,31 @@ async def test_a_call_in_another_folder_is_told_crow_s_prompt_for_that_folder(tm
     system = server.requests[0]["messages"][0]["content"]
     assert system.startswith("You are crow") and f"Workspace: {project}" in system
     assert "Indent with tabs." in system
+
+
+async def test_a_cancelled_call_stops_its_subagent_and_stores_both_histories(tmp_path: Path) -> None:
+    task = {"description": "wait", "prompt": "Take your time."}
+    steps = [{"sse": tool_calls_sse(("call_t", "task", task))},
+             {"sse": text_sse("The child never finishes this."), "hold_after_events": 1}]
+    with ReplayServer(steps) as server:
+        async with crow_mcp(server, tmp_path) as client:
+            call = asyncio.ensure_future(client.call_tool("crow_run", {"prompt": "Delegate"}))
+            while len(server.requests) < 2:  # the child's request is in (its answer is held): polled, no margin
+                await asyncio.sleep(0.02)
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+
+            def stored() -> tuple[list[dict[str, Any]], list[Any]] | None:
+                with SessionStore() as store:
+                    for info in store.recent():
+                        history = store.messages(info.id)
+                        if history and history[0].get("content") == "Delegate" and history[-1]["role"] == "tool":
+                            return history, store.subagent_runs(info.id)
+                return None
+
+            while (found := stored()) is None:  # the cancellation reaches the server after the client stopped
+                await asyncio.sleep(0.05)
+    history, runs = found
+    assert history[-1]["tool_call_id"] == "call_t" and history[-1]["content"] == CANCELLED
+    assert [(r.call_id, r.messages[0]["content"]) for r in runs] == [("call_t", "Take your time.")]

@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
 import pytest
 
 from crow_cli.config import Settings
+from crow_cli.events import SubagentEvent, SubagentStarted, TurnFinished
 from crow_cli.sessions import SessionStore
+from crow_cli.surfaces.run import PlainPrinter
 from crow_cli.surfaces.usage import TokenUse, footer
 from tests.replay_server import ReplayServer
 from tests.support import ChatTerminal, chat, chunk, run_here, sse, write_config
@@ -27,6 +30,28 @@ def test_the_cost_comes_from_the_models_prices() -> None:
     no_cached_price.add({"prompt_tokens": 10, "completion_tokens": 0, "prompt_tokens_details": {"cached_tokens": 4}})
     assert no_cached_price.cost == pytest.approx(10 / 1e6)  # a cached token costs the input price then
     assert footer(TokenUse(), TokenUse(), "m", None) == "── no token usage reported · m"
+
+
+def test_a_subagents_tokens_count_in_the_total_at_its_own_models_prices() -> None:
+    use = TokenUse({"input": 10.0, "output": 10.0})
+    use.add({"prompt_tokens": 1000, "completion_tokens": 100})
+    use.add_other({"prompt_tokens": 2000, "completion_tokens": 200}, None, {"input": 1.0, "output": 1.0})
+    use.add_other({"prompt_tokens": 50, "completion_tokens": 5}, None, None)  # a model without prices
+    assert (use.prompt, use.completion) == (3050, 305)
+    assert use.cost == pytest.approx((1100 * 10.0 + 2200 * 1.0) / 1e6)
+    only_child = TokenUse()
+    only_child.add_other({"prompt_tokens": 1000, "completion_tokens": 0}, None, {"input": 2.0})
+    assert only_child.cost == pytest.approx(2000 / 1e6)
+
+
+def test_crow_runs_count_includes_the_childs_requests() -> None:
+    printer = PlainPrinter(io.StringIO(), io.StringIO(), debug=False, prices={"input": 10.0},
+                           all_prices={"parent": {"input": 10.0}, "small": {"input": 1.0}})
+    printer.handle(TurnFinished(1, "tool_calls", {"prompt_tokens": 100, "completion_tokens": 1}, None))
+    printer.handle(SubagentStarted("call_1", 0, "explorer", "find", "small"))
+    printer.handle(SubagentEvent("call_1", 0, "explorer", TurnFinished(1, "stop", {"prompt_tokens": 1000,
+                                                                                    "completion_tokens": 0}, "x")))
+    assert printer.usage.prompt == 1100 and printer.usage.cost == pytest.approx((100 * 10.0 + 1000 * 1.0) / 1e6)
 
 
 def llama_turn(text: str, prompt_n: int, cache_n: int) -> str:

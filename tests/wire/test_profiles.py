@@ -123,3 +123,10 @@ def test_a_message_field_named_in_the_provider_table_ends_crow_run_in_one_line_e
     proc = crow("run", "--config", str(config), "--api-key", "sk-test", "--model", "m", "hi")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "[provider] reasoning_fields may not name 'content'" in proc.stderr
+
+
+def test_max_concurrent_requests_is_a_whole_number_of_slots() -> None:
+    assert check_overrides({"max_concurrent_requests": 2}) is None
+    for bad in (0, True, 1.5, "2", 5000):
+        assert "max_concurrent_requests must be a whole number" in (check_overrides(
+            {"max_concurrent_requests": bad}) or "")

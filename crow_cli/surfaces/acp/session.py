@@ -34,6 +34,7 @@ from ...events import (
     Notice,
     ReasoningDelta,
     RunFinished,
+    SubagentEvent,
     TextDelta,
     ToolResultReady,
     ToolRunStarted,
@@ -41,6 +42,7 @@ from ...events import (
     WarningEvent,
 )
 from ...history import Message, ToolCall, content_text, is_prompt, outcome_of, tool_calls_of, user_message
+from ...text import strip_controls
 from ...tools.approval import Answer, Approvals, Policy, Question, make_approver, shown_scope
 from ...tools.registry import ToolRegistry
 from ...tools.sandbox import Mode as SandboxMode
@@ -82,6 +84,8 @@ class AgentSide(Protocol):
 __all__ = ["MODES", "Session"]
 
 log = logging.getLogger("crow.acp")
+_CHILD_LINES = 40
+"""Lines of what a subagent did shown inside its parent's call at most (the latest)."""
 
 MODES: dict[Policy, tuple[str, str]] = {
     "ask": ("Ask", "Ask before every tool that changes files or runs commands"),
@@ -132,6 +136,8 @@ class Session:
         self.calls: dict[int, str] = {}
         """ACP tool-call id of each call of the current turn, by the call's position."""
         self.diffs: dict[int, Any] = {}
+        self.child_lines: dict[int, list[str]] = {}
+        """What the subagent of each `task` call of the turn did, by the call's position (`_child_line`)."""
         self.refused = False
         self.finish_reason = ""
         """The last model turn's finish_reason (`length` → `max_tokens`, `content_filter` → `refusal`)."""
@@ -280,6 +286,8 @@ class Session:
                 output = acp.tool_content(acp.text_block(result.output))
                 self._update(result.index, status="completed" if result.ok else "failed",
                              content=[diff, output] if diff is not None else [output])
+            case SubagentEvent(index=index, agent=agent, event=ToolRunStarted() | ToolResultReady() as inner):
+                self._child_line(index, agent, inner)
             case MessageAppended(message=message) if message.get("role") == "assistant":
                 self.refused = bool(message.get("refusal"))
             case Notice(code="turn_restarted"):
@@ -291,7 +299,7 @@ class Session:
 
     def _announce(self, calls: Sequence[ToolCall]) -> None:
         self.turns += 1
-        self.calls, self.diffs = {}, {}
+        self.calls, self.diffs, self.child_lines = {}, {}, {}
         for call in calls:
             acp_id = self.calls[call.index] = f"{self.turns}-{call.index}"
             args = arguments(call)
@@ -303,6 +311,17 @@ class Session:
                                           status="pending", locations=locations(args, self.cwd),
                                           raw_input=args if args is not None else call.arguments,
                                           content=[diff] if diff is not None else None))
+
+    def _child_line(self, index: int, agent: str, event: ToolRunStarted | ToolResultReady) -> None:
+        """What a subagent does, inside the parent's `task` call (at `index`): a line per call it starts and ends,
+        the call's content until its own result replaces them."""
+        if isinstance(event, ToolRunStarted):
+            line = f"{agent} → {title(event.call, arguments(event.call))}"
+        else:
+            line = f"{agent} {'✓' if event.result.ok else '✗'} {strip_controls(event.result.name)}"
+        lines = self.child_lines.setdefault(index, [])
+        lines.append(strip_controls(line))
+        self._update(index, content=[acp.tool_content(acp.text_block("\n".join(lines[-_CHILD_LINES:])))])
 
     def _update(self, index: int, **fields: Any) -> None:
         acp_id = self.calls.get(index)

@@ -148,7 +148,8 @@ class ChatApp:
                            "dim")
             self.mcp_joining = asyncio.create_task(self._join_mcp(runtime), name="crow-mcp-join")
         # files crow's tools change: /undo restores them (the backup follows /new and /resume)
-        self.driver = runtime.new_driver(self.approver, context=replace(runtime.context, backup=self._backup),
+        self.driver = runtime.new_driver(self.approver, context=replace(runtime.context, backup=self._backup,
+                                                                        keep_transcript=self._keep_transcript),
                                          interrupts=self.interrupts)
         if self.options.resume is not None:
             self.open(self.options.resume or None, latest=not self.options.resume, system=self.options.system)
@@ -611,7 +612,7 @@ class ChatApp:
         if not await self._mcp_ready():
             return False
         self.last_usage = self.token_use()
-        sink = ChatSink(self.view, self.usage, self.last_usage)
+        sink = ChatSink(self.view, self.usage, self.last_usage, self.settings.prices)
         ticker = asyncio.create_task(self._tick())
         self.view.waiting(True)  # until the first token: a server that is slow to answer shows it
         finished = None
@@ -691,6 +692,10 @@ class ChatApp:
     def _backup(self, path: Path, content: bytes | None, written: str) -> None:
         if self.recorder is not None:
             self.recorder.backup(path, content, written)
+
+    def _keep_transcript(self, call_id: str, call_index: int, agent: str, messages: list[Message]) -> None:
+        if self.recorder is not None:  # a subagent's history, kept with the session it ran in
+            self.recorder.keep_transcript(call_id, call_index, agent, messages)
 
 
 
