@@ -33,7 +33,6 @@ import errno
 import json
 import logging
 import os
-import stat
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -49,13 +48,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from .. import __version__
 from ..config import Settings
 from ..driver import Driver, editor_interrupts
-from ..errors import ConfigError, SessionError
+from ..errors import SessionError
 from ..events import Event, Notice, RunFinished, ToolResultReady, ToolRunStarted, TurnFinished, WarningEvent
 from ..history import Message, user_message
 from ..sessions import SessionStore
 from ..stdout import private_stdout
 from ..text import strip_controls
-from ..tools.approval import Choice, Policy, Question, make_approver
+from ..tools.approval import Choice, Policy, Question, make_approver, start_policy
 from ..tools.context import ToolContext
 from ..tools.mcp import end_task
 from ..tools.sandbox import Mode as SandboxMode
@@ -64,6 +63,7 @@ from .common import build_client, short_json
 from .options import SurfaceOptions
 from .persist import SessionRecorder, open_session
 from .runtime import Runtime, assemble_driver
+from .stdio import LineTooLong, ProtocolOutput, pipes, read_line, too_long_answer
 
 __all__ = ["POLICY_ORDER", "SANDBOX_ORDER", "McpSurface", "serve_mcp"]
 
@@ -73,9 +73,6 @@ POLICY_ORDER: tuple[Policy, ...] = ("read-only", "ask", "auto-edit", "yolo")
 """Approval policies from the strictest to the loosest: a call may ask for one at or before the server's."""
 SANDBOX_ORDER: tuple[SandboxMode, ...] = ("read-only", "workspace-write", "off")
 """Sandbox modes from the strictest to the loosest (as `POLICY_ORDER`)."""
-
-_LINE_LIMIT = 50 * 1024 * 1024
-"""Bytes one JSON-RPC line may hold (a long prompt)."""
 
 
 class RunArgs(BaseModel):
@@ -241,7 +238,7 @@ class McpSurface:
         self.runtime = runtime
         self.options = options
         settings = runtime.settings
-        self.policy: Policy = "yolo" if options.yes else (settings.approval or "ask")
+        self.policy: Policy = start_policy(settings.approval, yes=options.yes)
         self.sandbox: SandboxMode = settings.sandbox
         self.starting: asyncio.Future[None] | None = None
         """The runtime's start (MCP servers, the client) while it may still run; calls wait for it."""
@@ -408,7 +405,7 @@ async def serve_mcp(settings: Settings, options: SurfaceOptions) -> int:
     handler.setFormatter(logging.Formatter("crow mcp: %(levelname)s: %(message)s"))
     logging.basicConfig(level=logging.DEBUG if options.debug else logging.WARNING, handlers=[handler])
     with private_stdout() as protocol:  # stdout is the protocol's alone: whatever else prints goes to stderr
-        reader, writer = await _pipes(protocol.fileno())
+        reader, writer, _output = await pipes(protocol.fileno(), "crow mcp talks to an MCP client")
         runtime = Runtime(settings, options)
         async with runtime:
             surface = McpSurface(runtime, options)
@@ -450,45 +447,6 @@ async def serve_mcp(settings: Settings, options: SurfaceOptions) -> int:
     return interrupts.exit_code
 
 
-async def _pipes(protocol_fd: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """asyncio streams on stdin and the protocol descriptor (kept by `private_stdout`).
-
-    Raises:
-        ConfigError: stdin or stdout is a regular file or a device other than a terminal, not a pipe.
-    """
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=_LINE_LIMIT)
-    mode = os.fstat(sys.stdin.fileno()).st_mode
-    if stat.S_ISCHR(mode) and not sys.stdin.isatty():  # /dev/null: accepted by asyncio, then unpollable
-        raise ConfigError("crow mcp talks to an MCP client over pipes on stdin and stdout (stdin is a device)")
-    try:
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-        out = os.fdopen(protocol_fd, "wb", buffering=0, closefd=False)
-        transport, protocol = await loop.connect_write_pipe(_Output, out)
-    except ValueError as exc:
-        raise ConfigError(f"crow mcp talks to an MCP client over pipes on stdin and stdout ({exc})") from None
-    return reader, asyncio.StreamWriter(transport, protocol, None, loop)
-
-
-class _Output(asyncio.StreamReaderProtocol):
-    """The stdout pipe's protocol, keeping why it ended: asyncio tells only `connection_lost` the write
-    error (EBADF, ENOSPC), and none when the client closed its end; the writer then raises a bare
-    `ConnectionResetError`."""
-
-    def __init__(self) -> None:
-        super().__init__(asyncio.StreamReader())
-        self.error: OSError | None = None
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if isinstance(exc, OSError):
-            self.error = exc
-        super().connection_lost(exc)
-
-    def failure(self) -> OSError:
-        """Why writing failed: the write's error, else EPIPE (the client closed its end)."""
-        return self.error or BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
-
-
 async def _serve(server: Server[Any], reader: asyncio.StreamReader,
                  writer: asyncio.StreamWriter) -> OSError | None:
     """Run `server` on JSON-RPC lines: read from `reader` until its end, written to `writer`; the error that
@@ -501,7 +459,15 @@ async def _serve(server: Server[Any], reader: asyncio.StreamReader,
 
     async def read() -> None:
         async with read_send:
-            while line := await _read_line(reader):
+            while True:
+                try:
+                    line = await read_line(reader)
+                except LineTooLong as exc:  # dropped as it arrived, answered once (JSON-RPC 2.0 §5.1)
+                    log.debug("answered a line over the limit: %s", exc)
+                    writer.write(too_long_answer(exc.limit))
+                    continue
+                if not line:
+                    break
                 if not line.strip():
                     continue
                 try:
@@ -522,7 +488,7 @@ async def _serve(server: Server[Any], reader: asyncio.StreamReader,
                     await writer.drain()
                 except OSError:  # the client is gone (or the disk full): nobody reads what comes next
                     protocol = writer.transport.get_protocol()
-                    lost.append(protocol.failure() if isinstance(protocol, _Output) else BrokenPipeError(
+                    lost.append(protocol.failure() if isinstance(protocol, ProtocolOutput) else BrokenPipeError(
                         errno.EPIPE, os.strerror(errno.EPIPE)))
                     group.cancel_scope.cancel()
                     return
@@ -549,17 +515,3 @@ def _malformed(line: bytes) -> bytes:
         code, message = types.INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message"
     answer = {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
     return json.dumps(answer).encode() + b"\n"
-
-
-async def _read_line(source: asyncio.StreamReader) -> bytes:
-    """One line of any length (b"" at the end of input)."""
-    chunks: list[bytes] = []
-    while True:
-        try:
-            chunks.append(await source.readuntil(b"\n"))
-            return b"".join(chunks)
-        except asyncio.LimitOverrunError as exc:
-            chunks.append(await source.readexactly(exc.consumed))
-        except asyncio.IncompleteReadError as exc:
-            chunks.append(exc.partial)
-            return b"".join(chunks)

@@ -286,3 +286,46 @@ async def test_a_call_in_another_folder_is_told_crow_s_prompt_for_that_folder(tm
     system = server.requests[0]["messages"][0]["content"]
     assert system.startswith("You are crow") and f"Workspace: {project}" in system
     assert "Indent with tabs." in system
+
+
+def _peak_rss_bytes(pid: int) -> int:
+    """The process's peak resident memory (VmHWM), in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="peak memory is read from /proc")
+def test_a_line_over_the_limit_is_answered_once_skipped_and_never_held(tmp_path: Path) -> None:
+    # 600 MB with no newline held 672 MB: a line over the 50 MiB limit is dropped as it arrives
+    from crow_cli.surfaces.stdio import LINE_LIMIT
+
+    proc = subprocess.Popen([CROW, "mcp", "--base-url", "http://127.0.0.1:9/v1", "--api-key", "sk-test", "--model",
+                             "m", "--workspace", str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=tmp_path)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+        proc.stdin.write(json.dumps(hello).encode() + b"\n")
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["id"] == 1
+        before = _peak_rss_bytes(proc.pid)
+        piece = b"x" * (1 << 20)
+        for _ in range(3 * LINE_LIMIT // len(piece)):  # three times the limit, no newline
+            proc.stdin.write(piece)
+        proc.stdin.write(b"\n" + json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode()
+                         + b"\n" + json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).encode() + b"\n")
+        proc.stdin.flush()
+        refused, listed = json.loads(proc.stdout.readline()), json.loads(proc.stdout.readline())
+        peak = _peak_rss_bytes(proc.pid)
+        proc.stdin.close()
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert refused["id"] is None and refused["error"]["code"] == -32600
+    assert listed["id"] == 2 and [t["name"] for t in listed["result"]["tools"]] == ["crow_run", "crow_reply"]
+    assert peak - before < LINE_LIMIT + (16 << 20), (before, peak)  # at most the limit (and a slice) held
