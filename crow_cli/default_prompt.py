@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+import re
 from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
@@ -20,7 +21,7 @@ from string import Template
 
 from .prompt_files import read_text_file
 
-__all__ = ["FIRST_LINE", "default_prompt", "without_default"]
+__all__ = ["FIRST_LINE", "default_prompt", "mode_phrases", "retell_modes", "without_default"]
 
 _TEMPLATE = resources.files("crow_cli").joinpath("data/system.md").read_text(encoding="utf-8").strip()
 FIRST_LINE = _TEMPLATE.split("\n", 1)[0]
@@ -45,6 +46,36 @@ _TOOL_HINTS = (
                   "only for new files or full rewrites."),
     ("run_shell", "Run tests, builds and git with run_shell, and check the exit code."),
 )
+
+
+def mode_phrases(*, approval: str | None, sandbox: str, network: bool = False) -> tuple[str, str]:
+    """What the prompt says of the modes a run's calls run under: (the sandbox's phrase, the approval's).
+
+    Args:
+        approval: the approval policy in force (`--yes` already made `yolo`; None: `ask`).
+        sandbox: the sandbox mode; `network`: whether confined commands may use the network.
+    """
+    sandboxed = _SANDBOX.get(sandbox, sandbox)
+    if sandbox != "off":
+        sandboxed += ", with the network on" if network else ", with no network"
+    return sandboxed, _APPROVAL.get(approval or "ask", approval or "ask")
+
+
+_TOLD_SANDBOX = re.compile("|".join(f"{re.escape(p)}(?:, with the network on|, with no network)?"
+                                    for p in sorted(_SANDBOX.values(), key=len, reverse=True)))
+_TOLD_APPROVAL = re.compile("|".join(re.escape(p) for p in sorted(_APPROVAL.values(), key=len, reverse=True)))
+
+
+def retell_modes(system: str, *, approval: str | None, sandbox: str, network: bool = False) -> str:
+    """`system` (a system message built with `default_prompt`, or from a file with `$sandbox` and `$approval`)
+    telling the modes given instead of the ones it was built with: the first phrase of each kind is replaced.
+
+    The one place a change of mode keeps the model told the truth: a continued session whose modes were
+    tightened, a `crow mcp` call stricter than the server, and any later change of mode mid-session. A text
+    that names no mode is returned as it is."""
+    sandboxed, approved = mode_phrases(approval=approval, sandbox=sandbox, network=network)
+    system = _TOLD_SANDBOX.sub(lambda _m: sandboxed, system, count=1)
+    return _TOLD_APPROVAL.sub(lambda _m: approved, system, count=1)
 
 
 def default_prompt(*, workspace: Path, sandbox: str, network: bool = False, approval: str | None = None,
@@ -74,13 +105,11 @@ def default_prompt(*, workspace: Path, sandbox: str, network: bool = False, appr
     if listed:  # names and descriptions only: a skill's body costs tokens when it is loaded
         hints.append("Skills (load one with the skill tool before a task its description matches, then follow it):\n"
                      + "\n".join(listed))
-    sandboxed = _SANDBOX.get(sandbox, sandbox)
-    if sandbox != "off":
-        sandboxed += ", with the network on" if network else ", with no network"
+    sandboxed, approved = mode_phrases(approval=approval, sandbox=sandbox, network=network)
     values = {
         "workspace": str(workspace), "os": f"{platform.system()} {platform.release()}".strip(),
         "shell": os.environ.get("SHELL") or "sh", "date": (today or datetime.date.today()).isoformat(),
-        "sandbox": sandboxed, "approval": _APPROVAL.get(approval or "ask", approval or "ask"),
+        "sandbox": sandboxed, "approval": approved,
         "tools": "\n".join(hints) if hints else "No tools are offered: answer from what you are told.",
     }
     # a value never adds a paragraph: `without_default` counts them

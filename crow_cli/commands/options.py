@@ -137,13 +137,15 @@ NoProjectInstructionsOpt = Annotated[bool, typer.Option("--no-project-instructio
 
 def surface_options(tools_dir: list[str] | None = None, *, no_tools: bool = False, yes: bool = False,
                     debug: bool = False, record: str | None = None,
-                    no_project_instructions: bool = False) -> SurfaceOptions:
+                    no_project_instructions: bool = False, modes_given: frozenset[str] = frozenset()) -> SurfaceOptions:
     """The record of the flags every surface shares (`--tools-dir`, `--no-tools`, `--yes`, `--debug`, `--record`,
-    `--no-project-instructions`), built once by each command and passed whole to its surface."""
+    `--no-project-instructions`, which of `--approval`/`--yes` and `--sandbox` were given), built once by each
+    command and passed whole to its surface."""
     from ..surfaces.options import SurfaceOptions
 
     return SurfaceOptions(tools_dirs=tuple(tools_dir or ()), no_tools=no_tools, yes=yes, debug=debug,
-                          record_dir=record, project_instructions=not no_project_instructions)
+                          record_dir=record, project_instructions=not no_project_instructions,
+                          modes_given=modes_given)
 
 
 @dataclass(frozen=True)
@@ -190,8 +192,10 @@ class RunFlags:
 
     def surface(self, record: str | None = None) -> SurfaceOptions:
         """The surface's record of these flags (and `--record`)."""
+        given = frozenset(name for name, on in (("approval", self.yes or self.approval is not None),
+                                                ("sandbox", self.sandbox is not None)) if on)
         return surface_options(self.tools_dir, no_tools=self.no_tools, yes=self.yes, debug=self.debug, record=record,
-                               no_project_instructions=self.no_project_instructions)
+                               no_project_instructions=self.no_project_instructions, modes_given=given)
 
 
 def with_run_flags(*, omit: tuple[str, ...] = ()) -> Callable[[Callable[..., None]], Callable[..., None]]:

@@ -17,7 +17,9 @@ session store `crow run -c` uses). The result is the final answer as text conten
   stored, and, as the spec says, the cancelled request gets no answer.
 - A call that needs approval is asked of the client through `elicitation/create` where the client
   declared the elicitation capability; otherwise nobody can answer and it is denied, as in `crow run`
-  without a terminal. A call's `approval` and `sandbox` may only be stricter than the server's.
+  without a terminal. A call's `approval` and `sandbox` may only be stricter than the server's; they are
+  stored with the session, and a reply keeps them (`persist.settle_modes`) unless it names its own.
+- A reply runs in its session's folder; a folder that is gone is an error naming it.
 - stdout carries only the protocol (`stdout.private_stdout`); logs go to stderr. Signals follow
   `driver.editor_interrupts`: running calls are stopped and stored, then the server ends (128 + n).
 
@@ -61,7 +63,7 @@ from ..tools.sandbox import Mode as SandboxMode
 from ..tools.sandbox import Sandbox
 from .common import build_client, short_json
 from .options import SurfaceOptions
-from .persist import SessionRecorder, open_session
+from .persist import POLICY_ORDER, SANDBOX_ORDER, RunModes, SessionRecorder, open_session, settle_modes
 from .runtime import Runtime, assemble_driver
 from .stdio import LineTooLong, ProtocolOutput, pipes, read_line, too_long_answer
 
@@ -69,10 +71,6 @@ __all__ = ["POLICY_ORDER", "SANDBOX_ORDER", "McpSurface", "serve_mcp"]
 
 log = logging.getLogger("crow.mcp")
 
-POLICY_ORDER: tuple[Policy, ...] = ("read-only", "ask", "auto-edit", "yolo")
-"""Approval policies from the strictest to the loosest: a call may ask for one at or before the server's."""
-SANDBOX_ORDER: tuple[SandboxMode, ...] = ("read-only", "workspace-write", "off")
-"""Sandbox modes from the strictest to the loosest (as `POLICY_ORDER`)."""
 
 
 class RunArgs(BaseModel):
@@ -96,6 +94,12 @@ class ReplyArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
     session_id: str = Field(min_length=1, description="The session_id a crow_run (or crow run) returned.")
     prompt: str = Field(min_length=1, description="The next user message.")
+    approval: Literal["read-only", "ask", "auto-edit", "yolo"] | None = Field(
+        None, description="Approval policy for this reply (default: the session's, never looser than the "
+        "server's); never looser than the server's.")
+    sandbox: Literal["read-only", "workspace-write", "off"] | None = Field(
+        None, description="How commands are confined for this reply (default: the session's); never looser "
+        "than the server's.")
 
 
 _OUTPUT_SCHEMA: dict[str, Any] = {
@@ -291,13 +295,17 @@ class McpSurface:
         except SessionError as exc:
             raise MCPError(types.INTERNAL_ERROR, str(exc)) from None
         try:
-            info = store.create(model=settings.model, base_url=settings.base_url, cwd=str(root))
+            info = store.create(model=settings.model, base_url=settings.base_url, cwd=str(root), approval=policy,
+                                sandbox=sandbox)
         except SessionError as exc:
             store.close()
             raise MCPError(types.INTERNAL_ERROR, str(exc)) from None
         history: list[Message] = [{"role": "system", "content": settings.system}] if settings.system else []
-        return await self._drive(ctx, settings, root, SessionRecorder(store, settings, info), history, args.prompt,
-                                 policy, sandbox, new=True)
+        recorder = SessionRecorder(store, settings, info)
+        # the call's modes, recorded with the session and told in its prompt (built with the server's)
+        modes = settle_modes(recorder, history, RunModes(_policy(policy), _sandbox(sandbox)),
+                             network=settings.sandbox_network)
+        return await self._drive(ctx, settings, root, recorder, history, args.prompt, modes, new=True)
 
     async def _reply(self, ctx: ServerRequestContext[Any], args: ReplyArgs) -> types.CallToolResult:
         settings = self.runtime.settings
@@ -305,12 +313,27 @@ class McpSurface:
             recorder, history = open_session(settings, session_id=args.session_id)
         except SessionError as exc:  # no such session, or one in use (a call still running it)
             raise MCPError(types.INVALID_PARAMS, str(exc)) from None
-        folder = Path(recorder.info.cwd) if recorder.info is not None and recorder.info.cwd else None
-        root = folder if folder is not None and folder.is_absolute() and folder.is_dir() else self.runtime.workspace
-        return await self._drive(ctx, settings, root, recorder, history, args.prompt, self.policy, self.sandbox)
+        try:
+            policy = _stricter(args.approval, self.policy, POLICY_ORDER, "approval")
+            sandbox = _stricter(args.sandbox, self.sandbox, SANDBOX_ORDER, "sandbox")
+            info = recorder.info
+            folder = Path(info.cwd) if info is not None and info.cwd else None
+            if folder is not None and not (folder.is_absolute() and folder.is_dir()):
+                # never the server's folder in its place: the reply would write into another project
+                raise MCPError(types.INVALID_PARAMS, f"session {args.session_id}'s folder {str(folder)!r} is gone "
+                               "(moved or deleted): it cannot be continued there")
+        except MCPError:
+            recorder.store.close()  # the session is free again
+            raise
+        root = folder if folder is not None else self.runtime.workspace
+        # the session keeps the modes it ran under: a reply never loosens them unless it names them
+        given = frozenset(name for name, asked in (("approval", args.approval), ("sandbox", args.sandbox)) if asked)
+        modes = settle_modes(recorder, history, RunModes(_policy(policy), _sandbox(sandbox)), given=given,
+                             network=settings.sandbox_network)
+        return await self._drive(ctx, settings, root, recorder, history, args.prompt, modes)
 
     async def _drive(self, ctx: ServerRequestContext[Any], settings: Settings, root: Path, recorder: SessionRecorder,
-                     history: list[Message], prompt: str, policy: str, sandbox: str, *,
+                     history: list[Message], prompt: str, modes: RunModes, *,
                      new: bool = False) -> types.CallToolResult:
         run = Run(ctx)
         client = None
@@ -318,10 +341,10 @@ class McpSurface:
             caps = ctx.session.client_capabilities
             elicitation = caps.elicitation if caps is not None else None  # `{}` means form mode (the spec)
             can_ask = elicitation is not None and (elicitation.form is not None or elicitation.url is None)
-            approver = make_approver(_policy(policy), allow=settings.allow, deny=settings.deny,
+            approver = make_approver(modes.approval, allow=settings.allow, deny=settings.deny,
                                      ask=run.ask if can_ask else None)
             context = replace(ToolContext.for_workspace(root, secrets=[settings.api_key, *settings.secrets],
-                                                        sandbox=Sandbox(_sandbox(sandbox), settings.sandbox_network)),
+                                                        sandbox=Sandbox(modes.sandbox, settings.sandbox_network)),
                               backup=recorder.backup, skills=self.runtime.context.skills)
             if settings.model != self.runtime.settings.model:
                 client = build_client(settings, trace=self.options.debug)

@@ -32,7 +32,7 @@ from ..default_prompt import default_prompt
 from ..driver import Driver, Interrupts, run_interrupts
 from ..events import RunFinished
 from ..skills import Skills, skills_here
-from ..tools.approval import check_rule_names
+from ..tools.approval import check_rule_names, start_policy
 from ..tools.builtin.skill import skill as skill_tool
 from ..tools.context import ToolContext
 from ..tools.dispatch import Approver
@@ -74,7 +74,7 @@ class Runtime:
 
     Args:
         settings: the run's settings.
-        options: the surface's flags (`yes` is its approver's, not read here).
+        options: the surface's flags (`yes`: the policy the built-in prompt tells, `approval.start_policy`).
         warn: where a skipped AGENTS.md file is said (default: stderr).
 
     Raises:
@@ -141,8 +141,10 @@ class Runtime:
         """
         if settings.system == "" or not (settings.default_prompt or settings.system_prompt_file):
             return None
+        # the policy the run starts in (`--yes`: yolo), not the configured one: the model is told what is true
         return default_prompt(workspace=workspace, sandbox=settings.sandbox,
-                              network=settings.sandbox_network, approval=settings.approval,
+                              network=settings.sandbox_network, approval=start_policy(settings.approval,
+                                                                                      yes=self.options.yes),
                               tools=[t.name for t in self.registry or ()], file=settings.system_prompt_file,
                               skills=self.skills.listing())
 

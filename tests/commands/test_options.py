@@ -48,3 +48,9 @@ def test_the_shared_run_flags_stand_where_the_command_puts_them_and_reach_it_gat
     assert shown.index("--model") < shown.index("--debug") < shown.index("--loud") and "--workspace" not in shown
     refused = CliRunner().invoke(app, ["command", "hi", "--workspace", "/tmp"])
     assert refused.exit_code == 2
+
+
+def test_the_modes_a_flag_names_are_the_ones_a_continued_session_may_be_loosened_to() -> None:
+    assert RunFlags().surface().modes_given == frozenset()
+    assert RunFlags(yes=True).surface().modes_given == {"approval"}
+    assert RunFlags(approval="ask", sandbox="off").surface().modes_given == {"approval", "sandbox"}

@@ -329,3 +329,47 @@ def test_a_line_over_the_limit_is_answered_once_skipped_and_never_held(tmp_path:
     assert refused["id"] is None and refused["error"]["code"] == -32600
     assert listed["id"] == 2 and [t["name"] for t in listed["result"]["tools"]] == ["crow_run", "crow_reply"]
     assert peak - before < LINE_LIMIT + (16 << 20), (before, peak)  # at most the limit (and a slice) held
+
+
+async def test_a_reply_keeps_the_modes_its_session_ran_under_and_is_told_them(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # a crow_run asked for read-only approval and sandbox; crow_reply to it then wrote a file under the
+    # server's looser modes (yolo here), and the run had been told the server's modes
+    monkeypatch.setenv("CROW_DEFAULT_PROMPT", "1")
+    steps = [
+        {"sse": text_sse("Looked.")},
+        {"sse": tool_calls_sse(("call_w1", "write_file", {"path": "planted.txt", "content": "x"}))},
+        {"sse": text_sse("Refused.")},
+    ]
+    with ReplayServer(steps) as server:
+        async with crow_mcp(server, tmp_path, "--approval", "yolo") as client:
+            first = await client.call_tool("crow_run", {"prompt": "Look", "approval": "read-only",
+                                                        "sandbox": "read-only"})
+            assert first.structured_content is not None
+            session_id = first.structured_content["session_id"]
+            reply = await client.call_tool("crow_reply", {"session_id": session_id, "prompt": "Write planted.txt"})
+            assert text_of(reply) == "Refused."
+    assert not (tmp_path / "planted.txt").exists()
+    assert "read-only" in tool_messages(server.requests[2])[0]["content"]
+    for request in server.requests:  # told the call's modes, not the server's (yolo, workspace-write)
+        system = request["messages"][0]["content"]
+        assert "are not read-only are refused" in system and "may write nowhere" in system, system
+        assert "calls run without asking" not in system
+    with SessionStore() as store:
+        info = store.get(session_id)
+    assert (info.approval, info.sandbox) == ("read-only", "read-only")
+
+
+async def test_a_reply_to_a_session_whose_folder_is_gone_is_an_error_naming_it(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    with ReplayServer([{"sse": text_sse("ok")}]) as server:
+        async with crow_mcp(server, tmp_path, "--approval", "yolo") as client:
+            first = await client.call_tool("crow_run", {"prompt": "hi", "cwd": str(project)})
+            assert first.structured_content is not None
+            project.rmdir()
+            with pytest.raises(MCPError) as gone:
+                await client.call_tool("crow_reply", {"session_id": first.structured_content["session_id"],
+                                                      "prompt": "Write here"})
+    assert gone.value.code == types.INVALID_PARAMS and str(project) in gone.value.message
+    assert len(server.requests) == 1  # the reply never reached the model

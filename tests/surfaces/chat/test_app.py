@@ -161,6 +161,25 @@ async def test_resume_latest_repairs_a_crashed_turn(store: SessionStore) -> None
     assert authorless(store.messages(info.id)[2]) == sent[2]
 
 
+async def test_a_resumed_session_keeps_its_stricter_modes_and_a_new_one_the_chats(
+        store: SessionStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `crow chat --resume` of a session that ran read-only, under a looser config, ran its writes
+    monkeypatch.chdir(tmp_path)
+    info = store.create(model="test-model", cwd=str(Path.cwd()), approval="read-only", sandbox="read-only")
+    store.append(info.id, {"role": "user", "content": "look"})
+    store.append(info.id, {"role": "assistant", "content": "Looked."})
+    store.release(info.id)
+    script = [{"sse": tool_calls_sse(("call_w1", "write_file", {"path": "planted.txt", "content": "x"}))},
+              {"sse": text_sse("Refused.")}]
+    _, server, app = await chat(script, "write it\r/exit\r", store, options=ChatOptions(resume=info.id),
+                                settings=Settings(model="test-model", api_key="sk-test", approval="yolo"))
+    assert not (Path.cwd() / "planted.txt").exists()
+    assert "read-only" in server.requests[1]["messages"][-1]["content"]
+    assert app.approver.policy.mode == "read-only"
+    app.fresh()  # /new: a new session runs under the chat's own modes
+    assert app.approver.policy.mode == "yolo"
+
+
 # found by a new-user tester (wave 4): `crow chat --system-file /nope.md` printed the welcome banner, then the error
 async def test_a_bad_system_file_is_the_only_line_before_the_chat_ends(store: SessionStore, tmp_path: Path) -> None:
     out = io.StringIO()
