@@ -143,6 +143,23 @@ async def test_a_continued_session_keeps_its_stricter_modes_unless_a_flag_names_
         assert store.get(info.id).approval == "auto-edit"
 
 
+async def test_a_proxy_password_never_reaches_the_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `HTTP_PROXY=http://user:password@…`: the model's `env | grep -i proxy` sent the password to the model
+    # server and stored it in the session
+    monkeypatch.setenv("HTTP_PROXY", "http://proxyuser:pr0xy-pass@proxy.test:3128")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")  # the replay server is reached directly
+    (tmp_path / "notes.txt").write_text("proxy is http://proxyuser:pr0xy-pass@proxy.test:3128\n")
+    ran = await run_here([{"sse": tool_calls_sse(("call_e", "run_shell",
+                                                  {"command": "env | grep -i proxy; cat notes.txt"}))},
+                          {"sse": text_sse("Done.")}], "Show the proxy", yes=True, cwd=tmp_path)
+    assert ran.code == 0, ran.stderr
+    shown = tool_messages(ran.requests[1])[0]["content"]
+    assert "pr0xy-pass" not in shown and "HTTP_PROXY=http://proxy.test:3128" in shown and "[REDACTED]" in shown
+    with SessionStore() as store:
+        (info,) = store.recent()
+        assert "pr0xy-pass" not in json.dumps(store.messages(info.id))
+
+
 async def test_the_system_prompt_a_session_has_continues_it(tmp_path: Path) -> None:
     # found trying `--system ""` (no system prompt) as a new user: `crow run -c --system ""` on a session without
     # a system prompt, and `-c --system S` beside an AGENTS.md (S and the file are the session's system prompt),
