@@ -1,7 +1,7 @@
 """The built-in system prompt: what the model is told before the `--system` text and the AGENTS.md files.
 
 The text is a package data file (`data/system.md`) with `$name` placeholders filled in here: the workspace,
-OS, shell, today's date, the sandbox and approval mode in force (so a refused write reads as a policy), and
+OS, the shell that runs commands (`/bin/sh`, never `$SHELL`: `command_shell`), today's date, the sandbox and approval mode in force (so a refused write reads as a policy), and
 how to use the built-in tools offered. It stays small (well under 1k tokens): small local models have small
 context windows. `system_prompt_file` (`--system-file FILE`) replaces it, with the same placeholders;
 `default_prompt = false` (`--no-default-prompt`) leaves it out. A continued session keeps the system message
@@ -21,7 +21,7 @@ from string import Template
 
 from .prompt_files import read_text_file
 
-__all__ = ["FIRST_LINE", "default_prompt", "mode_phrases", "retell_modes", "without_default"]
+__all__ = ["FIRST_LINE", "command_shell", "default_prompt", "mode_phrases", "retell_modes", "without_default"]
 
 _TEMPLATE = resources.files("crow_cli").joinpath("data/system.md").read_text(encoding="utf-8").strip()
 FIRST_LINE = _TEMPLATE.split("\n", 1)[0]
@@ -46,6 +46,14 @@ _TOOL_HINTS = (
                   "only for new files or full rewrites."),
     ("run_shell", "Run tests, builds and git with run_shell, and check the exit code."),
 )
+
+
+def command_shell(sh: str = "/bin/sh") -> str:
+    """What runs the model's commands (`run_shell` runs `/bin/sh -c`; `$SHELL`, the user's login shell, never
+    does), named with what `/bin/sh` is here: "/bin/sh (dash: POSIX sh, no bash extensions …)"."""
+    real = os.path.basename(os.path.realpath(sh))
+    what = f"{real}: POSIX sh" if real not in ("sh", "") else "POSIX sh"
+    return f"{sh} ({what}, no bash extensions such as [[ ]], {{1..3}}, source, pipefail; bash -c '…' for them)"
 
 
 def mode_phrases(*, approval: str | None, sandbox: str, network: bool = False) -> tuple[str, str]:
@@ -108,7 +116,7 @@ def default_prompt(*, workspace: Path, sandbox: str, network: bool = False, appr
     sandboxed, approved = mode_phrases(approval=approval, sandbox=sandbox, network=network)
     values = {
         "workspace": str(workspace), "os": f"{platform.system()} {platform.release()}".strip(),
-        "shell": os.environ.get("SHELL") or "sh", "date": (today or datetime.date.today()).isoformat(),
+        "shell": command_shell(), "date": (today or datetime.date.today()).isoformat(),
         "sandbox": sandboxed, "approval": approved,
         "tools": "\n".join(hints) if hints else "No tools are offered: answer from what you are told.",
     }

@@ -48,6 +48,23 @@ async def test_yes_tells_the_model_calls_run_without_asking(tmp_path: Path, monk
     assert "Approval: calls run without asking." in system and "approves each" not in system
 
 
+def test_it_names_the_shell_that_runs_commands_not_the_login_shell(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # the prompt named $SHELL (/bin/bash) while run_shell runs /bin/sh (dash): [[ ]], {1..3}, source failed
+    import os
+
+    from crow_cli.tools.builtin import BUILTIN_TOOLS
+
+    monkeypatch.setenv("SHELL", "/bin/bash")
+    text = default_prompt(workspace=tmp_path, sandbox="off")
+    real = os.path.basename(os.path.realpath("/bin/sh"))
+    assert "Commands run with /bin/sh (" in text and "no bash extensions" in text and "/bin/bash" not in text
+    assert real == "sh" or f"/bin/sh ({real}: POSIX sh" in text
+    (shell,) = [t for t in BUILTIN_TOOLS if t.name == "run_shell"]
+    told = shell.schema()["function"]["parameters"]["properties"]["command"]["description"]
+    assert "/bin/sh -c: POSIX sh" in told and "no bash" in told
+
+
 def test_only_the_hints_of_offered_tools_are_given(tmp_path: Path) -> None:
     text = default_prompt(workspace=tmp_path, sandbox="off", tools=("read_file",))
     assert "read_file" in text and "run_shell" not in text and "unconfined" in text

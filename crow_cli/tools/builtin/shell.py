@@ -191,7 +191,8 @@ async def run_shell(command: str, timeout_s: float | None = None, context: ToolC
     it started are stopped then, and their later output is not returned.
 
     Args:
-        command: the command line, run with /bin/sh -c.
+        command: the command line, run with /bin/sh -c: POSIX sh (dash on Debian and Ubuntu), so no bash
+            extensions such as [[ ]], {1..3}, source or set -o pipefail; run bash -c '...' for those.
         timeout_s: seconds before the command and everything it started are killed (default 120, more than 0,
             at most 600).
     """
