@@ -1,11 +1,12 @@
 """The built-in system prompt: what the model is told before the `--system` text and the AGENTS.md files.
 
 The text is a package data file (`data/system.md`) with `$name` placeholders filled in here: the workspace,
-OS, the shell that runs commands (`/bin/sh`, never `$SHELL`: `command_shell`), today's date, the sandbox and approval mode in force (so a refused write reads as a policy), and
-how to use the built-in tools offered. It stays small (well under 1k tokens): small local models have small
-context windows. `system_prompt_file` (`--system-file FILE`) replaces it, with the same placeholders;
-`default_prompt = false` (`--no-default-prompt`) leaves it out. A continued session keeps the system message
-it was started with, so a prompt dated yesterday is still the session's own (`without_default`).
+OS, the shell that runs commands (`/bin/sh`, never `$SHELL`: `command_shell`), today's date, the sandbox
+and approval mode in force (so a refused write reads as a policy; `retell_modes` keeps them true when they
+change), and how to use the built-in tools offered. It stays small (well under 1k tokens): small local
+models have small context windows. `system_prompt_file` (`--system-file FILE`) replaces it, with the same
+placeholders; `default_prompt = false` (`--no-default-prompt`) leaves it out. A continued session keeps the
+system message it was started with, so a prompt dated yesterday is still the session's own (`without_default`).
 """
 
 from __future__ import annotations
