@@ -367,6 +367,18 @@ async def test_read_only_mode_refuses_without_asking(workspace):
     assert "read-only" in server.requests[1]["messages"][-1]["content"]
 
 
+async def test_a_mode_switched_by_the_editor_is_what_the_model_is_told(workspace, monkeypatch):
+    monkeypatch.setenv("CROW_DEFAULT_PROMPT", "1")
+    with ReplayServer([{"sse": text_sse("ok")}]) as server:
+        async with acp_agent(server.base_url, workspace, Editor()) as (conn, _serving):
+            session = await conn.new_session(cwd=str(workspace), mcp_servers=[])
+            await conn.set_session_mode(session_id=session.session_id, mode_id="read-only")
+            await conn.prompt(session_id=session.session_id, prompt=[text_block("look")])
+    system = server.requests[0]["messages"][0]["content"]
+    assert "Approval: file changes and commands that are not read-only are refused." in system
+    assert "approves each" not in system
+
+
 async def test_cancel_mid_stream_answers_cancelled_and_keeps_a_valid_history(workspace):
     slow = sse(chunk({"role": "assistant", "content": "Part one"}), chunk({"content": " never"}), chunk({}, "stop"))
     editor = Editor()

@@ -27,6 +27,7 @@ from acp.schema import (
 from pydantic import ValidationError
 
 from ...config import Settings
+from ...default_prompt import retell_modes
 from ...errors import ToolDenied
 from ...events import (
     Event,
@@ -185,6 +186,7 @@ class Session:
             raise RequestError(-32602, f"unknown sandbox mode {mode!r} (modes: {', '.join(SANDBOX_MODES)})")
         self.context = replace(self.context, sandbox=replace(self.context.sandbox, mode=chosen))
         self.driver.context = self.context
+        self._retell_modes()
 
     @property
     def mode(self) -> Policy:
@@ -197,6 +199,15 @@ class Session:
         if chosen is None:
             raise RequestError(-32602, f"unknown mode {mode!r} (modes: {', '.join(MODES)})")
         self.approvals.policy = replace(self.approvals.policy, mode=chosen)
+        self._retell_modes()
+
+    def _retell_modes(self) -> None:
+        """The system message tells the modes now in force (`default_prompt.retell_modes`; the stored one stays)."""
+        first = self.history[0] if self.history else None
+        if first is not None and first["role"] == "system" and isinstance(text := first["content"], str):
+            sandbox = self.context.sandbox
+            self.history[0] = {"role": "system", "content": retell_modes(
+                text, approval=self.mode, sandbox=sandbox.mode, network=sandbox.network)}
 
     async def _buffer_diff(self, call: ToolCall, tool: Tool) -> None:
         """The diff of an edit from the editor's buffer (`fs/read_text_file`), sent before it is asked about
