@@ -157,11 +157,12 @@ def test_crow_prompt_says_what_is_missing(tmp_path: Path, capsys: pytest.Capture
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CROW_DEFAULT_PROMPT", raising=False)
     monkeypatch.chdir(tmp_path)
-    assert crow_here("prompt", "--tools-dir", str(tmp_path / "nope")) == 0
-    assert f"crow: warning: tools folder '{tmp_path / 'nope'}' does not exist" in capsys.readouterr().err
+    assert crow_here("prompt", "--tools-dir", str(tmp_path / "nope")) == 2  # as a missing --workspace
+    assert capsys.readouterr().err == f"crow: error: --tools-dir {str(tmp_path / 'nope')!r} does not exist\n"
     (tmp_path / "empty.md").write_text("")
     assert crow_here("prompt", "--system-file", "empty.md", "--no-project-instructions") == 0
-    assert "(no system prompt: the system prompt file 'empty.md' is empty, and no AGENTS.md)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "the system prompt file 'empty.md' is empty" in err and "(no system prompt, and no AGENTS.md)" in err
 
 
 # found by a new-user tester: `--system-file /dev/zero` hung crow prompt and crow run; a 40 MB file was taken

@@ -35,7 +35,6 @@ import errno
 import json
 import logging
 import os
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
@@ -65,7 +64,7 @@ from .common import build_client, short_json
 from .options import SurfaceOptions
 from .persist import POLICY_ORDER, SANDBOX_ORDER, RunModes, SessionRecorder, open_session, settle_modes
 from .runtime import Runtime, assemble_driver
-from .stdio import LineTooLong, ProtocolOutput, pipes, read_line, too_long_answer
+from .stdio import LineTooLong, ProtocolOutput, log_handler, pipes, read_line, too_long_answer
 
 __all__ = ["POLICY_ORDER", "SANDBOX_ORDER", "McpSurface", "serve_mcp"]
 
@@ -424,8 +423,7 @@ async def serve_mcp(settings: Settings, options: SurfaceOptions) -> int:
             invalid.
         OSError: the protocol could not be written (the client gone), once the sessions are stored.
     """
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("crow mcp: %(levelname)s: %(message)s"))
+    handler = log_handler()  # `crow: warning: …`, as run and chat say it
     logging.basicConfig(level=logging.DEBUG if options.debug else logging.WARNING, handlers=[handler])
     with private_stdout() as protocol:  # stdout is the protocol's alone: whatever else prints goes to stderr
         reader, writer, _output = await pipes(protocol.fileno(), "crow mcp talks to an MCP client")

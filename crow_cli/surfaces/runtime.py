@@ -93,8 +93,12 @@ class Runtime:
         self.context = replace(self.context, skills=self.skills or None)
         self.base_settings = settings
         """The settings before a workspace's prompt was added (`settings_for` builds another folder's)."""
+        default = self._default_prompt(settings, self.context.workspace)
+        if default == "" and settings.system_prompt_file:  # it replaces crow's prompt with nothing: said, not silent
+            (warn or warning_to())(f"the system prompt file {settings.system_prompt_file!r} is empty: it replaces "
+                                   "crow's built-in system prompt with nothing")
         self.settings = with_instructions(settings, self.context.workspace, options.project_instructions, warn=warn,
-                                          default=self._default_prompt(settings, self.context.workspace))
+                                          default=default)
         self._mcp = McpServers({} if self.registry is None else self.settings.mcp_servers,
                                errlog=sys.stderr if options.debug else None, workspace=self.context.workspace)
         self._client: ChatClient | None = None

@@ -14,13 +14,16 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
+import logging
 import os
 import stat
 import sys
 
 from ..errors import ConfigError
+from ..text import strip_controls
 
-__all__ = ["CHUNK_LIMIT", "LINE_LIMIT", "LineTooLong", "ProtocolOutput", "pipes", "read_line", "too_long_answer"]
+__all__ = ["CHUNK_LIMIT", "LINE_LIMIT", "LineTooLong", "ProtocolOutput", "log_handler", "pipes", "read_line",
+           "too_long_answer"]
 
 LINE_LIMIT = 50 * 1024 * 1024
 """Bytes one JSON-RPC line may hold (a long prompt, an embedded file): the ACP SDK's own default."""
@@ -128,3 +131,18 @@ async def pipes(protocol_fd: int, talks: str) -> tuple[asyncio.StreamReader, asy
     except ValueError as exc:  # a terminal or a regular file, not a pipe
         raise ConfigError(f"{talks} over pipes on stdin and stdout ({exc})") from None
     return reader, asyncio.StreamWriter(transport, output, None, loop), output
+
+
+class _CrowLines(logging.Formatter):
+    """A record as `crow run` and `crow chat` say theirs: `crow: warning: MESSAGE`, control characters removed."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"crow: {record.levelname.lower()}: {strip_controls(super().format(record))}"
+
+
+def log_handler() -> logging.Handler:
+    """The stderr handler of `crow acp` and `crow mcp`: each record as `crow: warning: …` (`crow: error: …`), the
+    lines `crow run` and `crow chat` print, so an editor's agent log reads the same whichever surface wrote it."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_CrowLines("%(message)s"))
+    return handler

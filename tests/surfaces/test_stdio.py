@@ -46,3 +46,14 @@ async def test_a_line_over_the_limit_at_the_end_of_input_is_refused_then_the_inp
 def test_the_answer_to_a_line_over_the_limit_is_one_invalid_request_error() -> None:
     answer = json.loads(too_long_answer(4096))
     assert answer["id"] is None and answer["error"]["code"] == -32600 and "4096" in answer["error"]["message"]
+
+
+def test_acp_and_mcp_log_lines_read_as_run_and_chat_s_warnings(capsys: pytest.CaptureFixture[str]) -> None:
+    import logging
+
+    from crow_cli.surfaces.stdio import log_handler
+
+    handler = log_handler()
+    record = logging.LogRecord("crow.mcp", logging.WARNING, __file__, 1, "MCP server %r failed\x1b[2J", ("docs",),
+                               None)
+    assert handler.format(record) == "crow: warning: MCP server 'docs' failed[2J"

@@ -259,6 +259,8 @@ class ChatApp:
     async def _run(self) -> int:
         early: list[str] = []  # said under the banner, which comes once the settings are known to hold
         runtime = Runtime(self.settings, self.options.surface, warn=early.append)
+        if not runtime.mcp_server_names:  # every tool is known: a rule naming none is refused before the banner
+            runtime.check_rules()
         self.view.line(f"crow chat · {self.settings.model} · /help for commands · Ctrl-D to quit", "dim")
         for line in early:
             self.view.line(f"crow: warning: {strip_controls(line)}", "yellow")

@@ -191,6 +191,26 @@ async def test_a_bad_system_file_is_the_only_line_before_the_chat_ends(store: Se
     assert out.getvalue() == ""
 
 
+async def test_a_rule_naming_no_tool_is_the_only_line_before_the_chat_ends(store: SessionStore) -> None:
+    # `crow chat --allow run_shel:ls` printed the banner before its error: validated first
+    out = io.StringIO()
+    app = ChatApp(Settings(model="test-model", api_key="sk-test", allow=("run_shel:ls",)), ChatOptions(),
+                  console=Console(file=out, width=100), store=store)
+    with pytest.raises(ConfigError, match="run_shel"):
+        await app.run()
+    assert out.getvalue() == ""
+
+
+async def test_an_empty_system_file_is_said_under_the_banner(store: SessionStore, tmp_path: Path) -> None:
+    # an empty --system-file sent no system prompt without a word
+    (tmp_path / "empty.md").write_text("")
+    output, server, _ = await chat([{"sse": text_stream("Hi.")}], "hello\r/exit\r", store,
+                                   settings=Settings(model="test-model", api_key="sk-test", default_prompt=True,
+                                                     system_prompt_file=str(tmp_path / "empty.md")))
+    assert f"crow: warning: the system prompt file '{tmp_path / 'empty.md'}' is empty" in output
+    assert server.requests[0]["messages"][0]["role"] == "user"
+
+
 async def test_ctrl_d_and_double_ctrl_c_leave(store: SessionStore) -> None:
     output, _, _ = await chat([], "\x04", store)  # Ctrl-D
     output, _, _ = await chat([], "\x03\x03", store)  # Ctrl-C twice
