@@ -423,6 +423,23 @@ async def test_load_replays_a_stored_session_after_a_restart(workspace):
     assert editor.text().endswith("Still alpha.")
 
 
+async def test_a_loaded_session_keeps_the_stricter_mode_it_ran_under(workspace):
+    # a session keeps the modes it ran under: loaded again, it is not loosened by the start mode (`ask`)
+    write = script([("w1", "write_file", {"path": "x.txt", "content": "x"})], final="Refused.")
+    with ReplayServer([{"sse": text_sse("Looked.")}, *write]) as server:
+        async with acp_agent(server.base_url, workspace, Editor()) as (conn, _serving):
+            sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            await conn.set_session_mode(session_id=sid, mode_id="read-only")
+            await conn.prompt(session_id=sid, prompt=[text_block("look")])
+        editor = Editor()
+        async with acp_agent(server.base_url, workspace, editor, yes=True) as (conn, _serving):
+            loaded = await conn.load_session(cwd=str(workspace), session_id=sid, mcp_servers=[])
+            await conn.prompt(session_id=sid, prompt=[text_block("write x.txt")])
+    assert loaded.modes.current_mode_id == "read-only"
+    assert editor.permissions == [] and not (workspace / "x.txt").exists()
+    assert "read-only" in server.requests[2]["messages"][-1]["content"]
+
+
 async def test_load_replays_a_prompt_s_image_by_its_name(workspace):
     # a session crow run -f made, loaded in an editor: the prompt's image was not shown, its name not kept
     png = "data:image/png;base64,iVBORw0KGgo="

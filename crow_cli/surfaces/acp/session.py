@@ -47,7 +47,7 @@ from ...tools.registry import ToolRegistry
 from ...tools.sandbox import Mode as SandboxMode
 from ...tools.tool import Tool
 from ...tools.workspace import resolve_for_write
-from ..persist import SessionRecorder
+from ..persist import RunModes, SessionRecorder, settle_modes
 from ..runtime import Runtime
 from .convert import (
     arguments,
@@ -128,6 +128,13 @@ class Session:
         self.context = agent.runtime.context_for(cwd, backup=recorder.backup)
         self.driver = agent.runtime.new_driver(self.approvals, recorder=recorder, context=self.context,
                                                tools=registry)
+        # a loaded session keeps the modes it ran under where they are stricter (the editor may switch them)
+        kept = settle_modes(recorder, history, RunModes(self.approvals.policy.mode, self.context.sandbox.mode),
+                            given=agent.runtime.options.modes_given, network=self.context.sandbox.network)
+        self.approvals.policy = replace(self.approvals.policy, mode=kept.approval)
+        if kept.sandbox != self.context.sandbox.mode:
+            self.context = replace(self.context, sandbox=replace(self.context.sandbox, mode=kept.sandbox))
+            self.driver.context = self.context
         self.turns = 0
         """Model turns with tool calls so far in this session (the first part of ACP tool-call ids)."""
         self.calls: dict[int, str] = {}
@@ -202,7 +209,9 @@ class Session:
         self._retell_modes()
 
     def _retell_modes(self) -> None:
-        """The system message tells the modes now in force (`default_prompt.retell_modes`; the stored one stays)."""
+        """The modes now in force, recorded with the session (the editor chose them) and told in the system message
+        (`default_prompt.retell_modes`; the stored message stays)."""
+        self.recorder.keep_modes(RunModes(self.mode, self.context.sandbox.mode))
         first = self.history[0] if self.history else None
         if first is not None and first["role"] == "system" and isinstance(text := first["content"], str):
             sandbox = self.context.sandbox
