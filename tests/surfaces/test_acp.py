@@ -870,6 +870,31 @@ def test_an_unknown_notification_logs_one_line_without_a_traceback(workspace, tm
     assert "Traceback" not in stderr and stderr.count("\n") <= 1, stderr
 
 
+def test_a_line_over_the_limit_is_answered_once_and_the_next_line_served(workspace):
+    # the twin of crow mcp's reader (surfaces/stdio.py now serves both): a line over 50 MiB is dropped as it
+    # arrives, answered with one -32600, and the next line is read whole
+    from crow_cli.surfaces.stdio import LINE_LIMIT
+
+    proc = subprocess.Popen([CROW, "acp", "--model", "m", "--base-url", "http://127.0.0.1:9/v1"], cwd=workspace,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        piece = b"x" * (1 << 20)
+        for _ in range(LINE_LIMIT // len(piece) + 4):
+            proc.stdin.write(piece)
+        proc.stdin.write(b"\n" + b'{"jsonrpc":"2.0","id":1,"method":"session/list","params":{}}\n')
+        proc.stdin.flush()
+        refused, listed = json.loads(proc.stdout.readline()), json.loads(proc.stdout.readline())
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert refused["id"] is None and refused["error"]["code"] == -32600
+    assert listed["id"] == 1 and "result" in listed
+
+
 async def test_a_length_stop_is_max_tokens_and_a_content_filter_a_refusal(workspace):
     # found by an editor tester: both answered end_turn (ACP has max_tokens)
     cut = sse(chunk({"role": "assistant", "content": "cut off mid sen"}), chunk({}, "length"))
