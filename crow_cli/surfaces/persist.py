@@ -27,7 +27,7 @@ from ..tools.approval import Policy
 from ..tools.sandbox import Mode as SandboxMode
 
 __all__ = ["POLICY_ORDER", "SANDBOX_ORDER", "RunModes", "SessionRecorder", "kept_modes", "open_session",
-           "settle_modes"]
+           "settle_modes", "tell_modes"]
 
 POLICY_ORDER: tuple[Policy, ...] = ("read-only", "ask", "auto-edit", "yolo")
 """Approval policies from the strictest to the loosest."""
@@ -63,16 +63,22 @@ def settle_modes(recorder: SessionRecorder | None, history: list[Message], curre
                  given: frozenset[str] = frozenset(), network: bool = False, record: bool = True) -> RunModes:
     """The modes a run of `recorder`'s session runs under (`kept_modes` of the stored ones and `current`),
     recorded with the session (unless not `record`: a session only read), and `history`'s system message (if
-    any) telling them (`retell_modes`, in place: the stored message stays as it was). `network`: whether
-    confined commands may use the network."""
+    any) telling them (`tell_modes`). `network`: whether confined commands may use the network."""
     modes = kept_modes(recorder.info if recorder is not None else None, current, given=given)
     if recorder is not None and record:
         recorder.keep_modes(modes)
+    tell_modes(history, modes, network=network)
+    return modes
+
+
+def tell_modes(history: list[Message], modes: RunModes, *, network: bool = False) -> None:
+    """Make `history`'s system message (if any) tell `modes` (`default_prompt.retell_modes`, in place: a stored
+    message stays as it was). What every change of mode calls: a continued session, an editor's switch, and a
+    mode changed mid-chat (`ChatApp.change_modes`)."""
     first = history[0] if history else None
     if first is not None and first["role"] == "system" and isinstance(text := first["content"], str):
         history[0] = {"role": "system", "content": retell_modes(text, approval=modes.approval, sandbox=modes.sandbox,
                                                                 network=network)}
-    return modes
 
 
 class SessionRecorder:

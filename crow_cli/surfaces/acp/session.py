@@ -27,7 +27,6 @@ from acp.schema import (
 from pydantic import ValidationError
 
 from ...config import Settings
-from ...default_prompt import retell_modes
 from ...errors import ToolDenied
 from ...events import (
     Event,
@@ -47,7 +46,7 @@ from ...tools.registry import ToolRegistry
 from ...tools.sandbox import Mode as SandboxMode
 from ...tools.tool import Tool
 from ...tools.workspace import resolve_for_write
-from ..persist import RunModes, SessionRecorder, settle_modes
+from ..persist import RunModes, SessionRecorder, settle_modes, tell_modes
 from ..runtime import Runtime
 from .convert import (
     arguments,
@@ -210,13 +209,10 @@ class Session:
 
     def _retell_modes(self) -> None:
         """The modes now in force, recorded with the session (the editor chose them) and told in the system message
-        (`default_prompt.retell_modes`; the stored message stays)."""
-        self.recorder.keep_modes(RunModes(self.mode, self.context.sandbox.mode))
-        first = self.history[0] if self.history else None
-        if first is not None and first["role"] == "system" and isinstance(text := first["content"], str):
-            sandbox = self.context.sandbox
-            self.history[0] = {"role": "system", "content": retell_modes(
-                text, approval=self.mode, sandbox=sandbox.mode, network=sandbox.network)}
+        (`persist.tell_modes`; the stored message stays)."""
+        modes = RunModes(self.mode, self.context.sandbox.mode)
+        self.recorder.keep_modes(modes)
+        tell_modes(self.history, modes, network=self.context.sandbox.network)
 
     async def _buffer_diff(self, call: ToolCall, tool: Tool) -> None:
         """The diff of an edit from the editor's buffer (`fs/read_text_file`), sent before it is asked about

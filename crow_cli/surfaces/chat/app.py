@@ -52,7 +52,7 @@ from ..common import (
     plain_terminal,
 )
 from ..options import SurfaceOptions
-from ..persist import RunModes, SessionRecorder, open_session, settle_modes
+from ..persist import RunModes, SessionRecorder, open_session, settle_modes, tell_modes
 from ..render import TurnView
 from ..runtime import Runtime
 from ..shell_escape import USAGE, is_shell_note, run_typed, shell_note, typed_command, with_note
@@ -203,6 +203,18 @@ class ChatApp:
         recorded, and the system message tells them)."""
         modes = settle_modes(recorder, self.history, self.modes, given=self.options.surface.modes_given,
                              network=self.settings.sandbox_network, record=record)
+        self._use_modes(modes)
+
+    def change_modes(self, modes: RunModes) -> None:
+        """Run under `modes` from the next call on: the approver's policy and the commands' sandbox, recorded with
+        the session and told in the system message. What a change of mode in the chat calls (`/approval`,
+        plan mode), so the model is never told a mode it is not under."""
+        if self.recorder is not None:
+            self.recorder.keep_modes(modes)
+        tell_modes(self.history, modes, network=self.settings.sandbox_network)
+        self._use_modes(modes)
+
+    def _use_modes(self, modes: RunModes) -> None:
         self.approver.policy = replace(self.approver.policy, mode=modes.approval)
         if self.driver is not None:
             context = self.driver.context

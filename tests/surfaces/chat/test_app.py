@@ -180,6 +180,23 @@ async def test_a_resumed_session_keeps_its_stricter_modes_and_a_new_one_the_chat
     assert app.approver.policy.mode == "yolo"
 
 
+async def test_a_mode_changed_in_the_chat_is_recorded_and_told(store: SessionStore, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # the one call a change of mode makes (/approval, plan mode): the model is never told a mode it is not under
+    from crow_cli.surfaces.persist import RunModes
+
+    monkeypatch.chdir(tmp_path)
+    _, _, app = await chat([{"sse": text_sse("Hi.")}], "hello\r/exit\r", store,
+                           settings=Settings(model="test-model", api_key="sk-test", default_prompt=True))
+    assert "approves each file change" in app.history[0]["content"]
+    app.change_modes(RunModes("read-only", "read-only"))
+    assert "are not read-only are refused" in app.history[0]["content"]
+    assert "may write nowhere" in app.history[0]["content"]
+    assert app.approver.policy.mode == "read-only"
+    info = store.get(app.recorder.session_id)
+    assert (info.approval, info.sandbox) == ("read-only", "read-only")
+
+
 # found by a new-user tester (wave 4): `crow chat --system-file /nope.md` printed the welcome banner, then the error
 async def test_a_bad_system_file_is_the_only_line_before_the_chat_ends(store: SessionStore, tmp_path: Path) -> None:
     out = io.StringIO()
