@@ -340,6 +340,8 @@ async def test_a_reply_keeps_the_modes_its_session_ran_under_and_is_told_them(tm
         {"sse": text_sse("Looked.")},
         {"sse": tool_calls_sse(("call_w1", "write_file", {"path": "planted.txt", "content": "x"}))},
         {"sse": text_sse("Refused.")},
+        {"sse": tool_calls_sse(("call_w2", "write_file", {"path": "asked.txt", "content": "y"}))},
+        {"sse": text_sse("Written.")},
     ]
     with ReplayServer(steps) as server:
         async with crow_mcp(server, tmp_path, "--approval", "yolo") as client:
@@ -349,15 +351,20 @@ async def test_a_reply_keeps_the_modes_its_session_ran_under_and_is_told_them(tm
             session_id = first.structured_content["session_id"]
             reply = await client.call_tool("crow_reply", {"session_id": session_id, "prompt": "Write planted.txt"})
             assert text_of(reply) == "Refused."
-    assert not (tmp_path / "planted.txt").exists()
+            # a reply that names its modes is told to loosen them (never past the server's)
+            told = await client.call_tool("crow_reply", {"session_id": session_id, "prompt": "Write asked.txt",
+                                                         "approval": "yolo", "sandbox": "workspace-write"})
+            assert text_of(told) == "Written."
+    assert not (tmp_path / "planted.txt").exists() and (tmp_path / "asked.txt").read_text() == "y"
     assert "read-only" in tool_messages(server.requests[2])[0]["content"]
-    for request in server.requests:  # told the call's modes, not the server's (yolo, workspace-write)
+    for request in server.requests[:3]:  # told the call's modes, not the server's (yolo, workspace-write)
         system = request["messages"][0]["content"]
         assert "are not read-only are refused" in system and "may write nowhere" in system, system
         assert "calls run without asking" not in system
+    assert "calls run without asking" in server.requests[4]["messages"][0]["content"]
     with SessionStore() as store:
         info = store.get(session_id)
-    assert (info.approval, info.sandbox) == ("read-only", "read-only")
+    assert (info.approval, info.sandbox) == ("yolo", "workspace-write")
 
 
 async def test_a_reply_to_a_session_whose_folder_is_gone_is_an_error_naming_it(tmp_path: Path) -> None:
