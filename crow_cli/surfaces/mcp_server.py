@@ -71,7 +71,6 @@ __all__ = ["POLICY_ORDER", "SANDBOX_ORDER", "McpSurface", "serve_mcp"]
 log = logging.getLogger("crow.mcp")
 
 
-
 class RunArgs(BaseModel):
     """`crow_run`'s arguments (Codex's `codex` tool: `prompt`, `cwd`, `model`, `approval-policy`, `sandbox`)."""
 
@@ -94,11 +93,11 @@ class ReplyArgs(BaseModel):
     session_id: str = Field(min_length=1, description="The session_id a crow_run (or crow run) returned.")
     prompt: str = Field(min_length=1, description="The next user message.")
     approval: Literal["read-only", "ask", "auto-edit", "yolo"] | None = Field(
-        None, description="Approval policy for this reply (default: the session's, never looser than the "
-        "server's); never looser than the server's.")
+        None, description="Approval policy for this reply and the session from now on (default: the session's); "
+        "never looser than the server's.")
     sandbox: Literal["read-only", "workspace-write", "off"] | None = Field(
-        None, description="How commands are confined for this reply (default: the session's); never looser "
-        "than the server's.")
+        None, description="How commands are confined for this reply and the session from now on (default: the "
+        "session's); never looser than the server's.")
 
 
 _OUTPUT_SCHEMA: dict[str, Any] = {

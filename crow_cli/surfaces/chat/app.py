@@ -208,7 +208,8 @@ class ChatApp:
     def change_modes(self, modes: RunModes) -> None:
         """Run under `modes` from the next call on: the approver's policy and the commands' sandbox, recorded with
         the session and told in the system message. What a change of mode in the chat calls (`/approval`,
-        plan mode), so the model is never told a mode it is not under."""
+        plan mode), so the model is never told a mode it is not under; a new session (/new) keeps them."""
+        self.modes = modes
         if self.recorder is not None:
             self.recorder.keep_modes(modes)
         tell_modes(self.history, modes, network=self.settings.sandbox_network)
