@@ -52,7 +52,8 @@ async def read_line(source: asyncio.StreamReader, limit: int = LINE_LIMIT) -> by
         LineTooLong: the line was longer than `limit`; it has been read and dropped up to and including its
             newline, so the next call reads the next line.
     """
-    line = bytearray()
+    pieces: list[bytes] = []  # slices, never one growing buffer: no reallocation of the whole line
+    held = 0
     dropping = False
     while True:
         try:
@@ -63,14 +64,15 @@ async def read_line(source: asyncio.StreamReader, limit: int = LINE_LIMIT) -> by
         except asyncio.IncompleteReadError as exc:  # the end of input
             piece, ended = exc.partial, True
         if not dropping:
-            line += piece
-            if len(line) > limit:
+            pieces.append(piece)
+            held += len(piece)
+            if held > limit:
                 dropping = True
-                line = bytearray()
+                pieces.clear()
         if ended:
             if dropping:
                 raise LineTooLong(limit)
-            return bytes(line)
+            return b"".join(pieces)
 
 
 def too_long_answer(limit: int = LINE_LIMIT) -> bytes:
