@@ -36,7 +36,7 @@ from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from .errors import ConfigError
-from .text import header_secrets, is_secret_name, public_url, strip_controls, url_secrets
+from .text import header_secrets, is_secret_name, proxy_secrets, public_url, strip_controls, url_secrets
 from .wire.profiles import KEYED_HOSTS, OWNED_PARAMS, check_overrides
 
 __all__ = ["DEFAULT_BASE_URL", "DEFAULT_MODEL", "KEYED_HOSTS", "OPTIONS", "OWNED_PARAMS", "Option", "Settings",
@@ -567,14 +567,22 @@ def _api_key(env: Mapping[str, str], layers: list[_Layer], base_url: str) -> str
 
 
 def _secrets(flags: Mapping[str, Any], env: Mapping[str, str], tables: list[_Layer]) -> tuple[str, ...]:
-    """The values of every key source and credential header the flags, environment and file name."""
-    found = [flags.get("api_key"), env.get("CROW_API_KEY"), env.get("OPENAI_API_KEY")]
+    """The values of every key source and credential header the flags, environment and file name, and the
+    credentials of the proxy variables (`text.proxy_secrets`: crow reads them too, `wire.proxy`)."""
+    found: list[str | None] = [flags.get("api_key"), env.get("CROW_API_KEY"), env.get("OPENAI_API_KEY"),
+                               *proxy_secrets(env)]
     for table in tables:
         name = table.values.get("api_key_env")
         found.append(env.get(name) if isinstance(name, str) else None)
         headers = table.values.get("headers")
         if isinstance(headers, dict):  # the value, "Bearer TOKEN"'s token, each cookie's value
             found += header_secrets({str(k): str(v) for k, v in headers.items()})
+        servers = table.values.get("mcp_servers")
+        for server in servers.values() if isinstance(servers, dict) else ():  # keys given to MCP servers
+            if isinstance(server, dict) and isinstance(server.get("env"), dict):
+                found += [str(v) for k, v in server["env"].items() if is_secret_name(str(k))]
+            if isinstance(server, dict) and isinstance(server.get("url"), str):
+                found += url_secrets(server["url"])
     return tuple(dict.fromkeys(v.strip() for v in found if isinstance(v, str) and v.strip()))
 
 

@@ -1,11 +1,12 @@
 """The built-in system prompt: what the model is told before the `--system` text and the AGENTS.md files.
 
 The text is a package data file (`data/system.md`) with `$name` placeholders filled in here: the workspace,
-OS, shell, today's date, the sandbox and approval mode in force (so a refused write reads as a policy), and
-how to use the built-in tools offered. It stays small (well under 1k tokens): small local models have small
-context windows. `system_prompt_file` (`--system-file FILE`) replaces it, with the same placeholders;
-`default_prompt = false` (`--no-default-prompt`) leaves it out. A continued session keeps the system message
-it was started with, so a prompt dated yesterday is still the session's own (`without_default`).
+OS, the shell that runs commands (`/bin/sh`, never `$SHELL`: `command_shell`), today's date, the sandbox
+and approval mode in force (so a refused write reads as a policy; `retell_modes` keeps them true when they
+change), and how to use the built-in tools offered. It stays small (well under 1k tokens): small local
+models have small context windows. `system_prompt_file` (`--system-file FILE`) replaces it, with the same
+placeholders; `default_prompt = false` (`--no-default-prompt`) leaves it out. A continued session keeps the
+system message it was started with, so a prompt dated yesterday is still the session's own (`without_default`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+import re
 from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
@@ -20,7 +22,7 @@ from string import Template
 
 from .prompt_files import read_text_file
 
-__all__ = ["FIRST_LINE", "default_prompt", "without_default"]
+__all__ = ["FIRST_LINE", "command_shell", "default_prompt", "mode_phrases", "retell_modes", "without_default"]
 
 _TEMPLATE = resources.files("crow_cli").joinpath("data/system.md").read_text(encoding="utf-8").strip()
 FIRST_LINE = _TEMPLATE.split("\n", 1)[0]
@@ -47,6 +49,44 @@ _TOOL_HINTS = (
     ("task", "Hand a self-contained search or review to a subagent with task: it sees none of this conversation, "
              "so its prompt must say everything it needs."),
 )
+
+
+def command_shell(sh: str = "/bin/sh") -> str:
+    """What runs the model's commands (`run_shell` runs `/bin/sh -c`; `$SHELL`, the user's login shell, never
+    does), named with what `/bin/sh` is here: "/bin/sh (dash: POSIX sh, no bash extensions …)"."""
+    real = os.path.basename(os.path.realpath(sh))
+    what = f"{real}: POSIX sh" if real not in ("sh", "") else "POSIX sh"
+    return f"{sh} ({what}, no bash extensions such as [[ ]], {{1..3}}, source, pipefail; bash -c '…' for them)"
+
+
+def mode_phrases(*, approval: str | None, sandbox: str, network: bool = False) -> tuple[str, str]:
+    """What the prompt says of the modes a run's calls run under: (the sandbox's phrase, the approval's).
+
+    Args:
+        approval: the approval policy in force (`--yes` already made `yolo`; None: `ask`).
+        sandbox: the sandbox mode; `network`: whether confined commands may use the network.
+    """
+    sandboxed = _SANDBOX.get(sandbox, sandbox)
+    if sandbox != "off":
+        sandboxed += ", with the network on" if network else ", with no network"
+    return sandboxed, _APPROVAL.get(approval or "ask", approval or "ask")
+
+
+_TOLD_SANDBOX = re.compile("|".join(f"{re.escape(p)}(?:, with the network on|, with no network)?"
+                                    for p in sorted(_SANDBOX.values(), key=len, reverse=True)))
+_TOLD_APPROVAL = re.compile("|".join(re.escape(p) for p in sorted(_APPROVAL.values(), key=len, reverse=True)))
+
+
+def retell_modes(system: str, *, approval: str | None, sandbox: str, network: bool = False) -> str:
+    """`system` (a system message built with `default_prompt`, or from a file with `$sandbox` and `$approval`)
+    telling the modes given instead of the ones it was built with: the first phrase of each kind is replaced.
+
+    The one place a change of mode keeps the model told the truth: a continued session whose modes were
+    tightened, a `crow mcp` call stricter than the server, and any later change of mode mid-session. A text
+    that names no mode is returned as it is."""
+    sandboxed, approved = mode_phrases(approval=approval, sandbox=sandbox, network=network)
+    system = _TOLD_SANDBOX.sub(lambda _m: sandboxed, system, count=1)
+    return _TOLD_APPROVAL.sub(lambda _m: approved, system, count=1)
 
 
 def default_prompt(*, workspace: Path, sandbox: str, network: bool = False, approval: str | None = None,
@@ -76,13 +116,11 @@ def default_prompt(*, workspace: Path, sandbox: str, network: bool = False, appr
     if listed:  # names and descriptions only: a skill's body costs tokens when it is loaded
         hints.append("Skills (load one with the skill tool before a task its description matches, then follow it):\n"
                      + "\n".join(listed))
-    sandboxed = _SANDBOX.get(sandbox, sandbox)
-    if sandbox != "off":
-        sandboxed += ", with the network on" if network else ", with no network"
+    sandboxed, approved = mode_phrases(approval=approval, sandbox=sandbox, network=network)
     values = {
         "workspace": str(workspace), "os": f"{platform.system()} {platform.release()}".strip(),
-        "shell": os.environ.get("SHELL") or "sh", "date": (today or datetime.date.today()).isoformat(),
-        "sandbox": sandboxed, "approval": _APPROVAL.get(approval or "ask", approval or "ask"),
+        "shell": command_shell(), "date": (today or datetime.date.today()).isoformat(),
+        "sandbox": sandboxed, "approval": approved,
         "tools": "\n".join(hints) if hints else "No tools are offered: answer from what you are told.",
     }
     # a value never adds a paragraph: `without_default` counts them

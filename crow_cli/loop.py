@@ -22,6 +22,7 @@ messages and a `RunFinished("cancelled")`, then re-raises the `CancelledError`.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass, replace
@@ -38,6 +39,7 @@ from .events import (
     TextDelta,
     ToolCallStarted,
     ToolResultReady,
+    ToolRunStarted,
     TurnFinished,
     WarningEvent,
 )
@@ -269,6 +271,8 @@ async def _run_tools(calls: list[ToolCall], history: list[Message], registry: To
     async for event in dispatch(calls, registry or ToolRegistry(), approve=approve,
                                 timeout_s=settings.tool_timeout_s, max_output_chars=settings.max_output_chars,
                                 context=context, repeats=repeats):
+        if isinstance(event, ToolRunStarted):
+            closing.started[event.call.index] = time.monotonic()
         yield event
         if isinstance(event, ToolResultReady):
             closing.results[event.result.index] = event.result  # by position: ids may repeat or be ""
@@ -291,6 +295,8 @@ class _Closing:
         self.calls: list[ToolCall] = []
         """The calls of the turn whose tools are running."""
         self.results: dict[int, ToolResult] = {}
+        self.started: dict[int, float] = {}
+        """When each call of the turn was taken up (monotonic seconds, by position): a cancelled one's duration."""
         self.answered = 0
         self.images = True
         """Whether the images of finished results are shown to the model when the history is closed."""
@@ -305,7 +311,7 @@ class _Closing:
 
     def turn_assembled(self, calls: list[ToolCall]) -> None:
         self.text.clear()
-        self.calls, self.results, self.answered = calls, {}, 0
+        self.calls, self.results, self.started, self.answered = calls, {}, {}, 0
         self.images_shown = False
 
     def saw(self, event: Event) -> None:
@@ -324,8 +330,9 @@ class _Closing:
         for call in self.calls[self.answered:]:
             result = self.results.get(call.index)
             if result is None:
+                ran = time.monotonic() - self.started[call.index] if call.index in self.started else 0.0
                 result = ToolResult(call.id, call.name, CANCELLED_OUTPUT, ok=False, index=call.index,
-                                    outcome="cancelled")
+                                    outcome="cancelled", duration_s=ran)
                 events.append(ToolResultReady(result))
             events.append(_append(self.history, result.to_message()))
         self.answered = len(self.calls)

@@ -33,8 +33,9 @@ from .instructions import project_folders
 from .paths import SymlinkLoop, resolve_path
 from .text import mask_secrets, visible
 
-__all__ = ["ARGUMENTS", "MAX_BYTES", "NAME", "PROJECT_FOLDER", "USER_FOLDER", "PromptFile", "PromptFolders",
-           "PromptText", "expand", "parse_prompt", "read_prompt", "read_text_file", "resolve_inside", "summary"]
+__all__ = ["ARGUMENTS", "MAX_BYTES", "MAX_MESSAGE_CHARS", "NAME", "PROJECT_FOLDER", "USER_FOLDER", "PromptFile",
+           "PromptFolders", "PromptText", "expand", "parse_prompt", "read_prompt", "read_text_file", "resolve_inside",
+           "summary"]
 
 PROJECT_FOLDER = Path(".crow") / "prompts"
 """Where a project keeps its prompt files, from its root."""
@@ -45,6 +46,9 @@ MAX_BYTES = 64 * 1024
 """Bytes of one prompt file at most: as a system prompt file (`default_prompt.MAX_FILE_BYTES`)."""
 ARGUMENTS = "$ARGUMENTS"
 """The placeholder the rest of the command line replaces."""
+MAX_MESSAGE_CHARS = 1_000_000
+"""Characters of an expanded prompt at most (more than any model's context takes): the expansion is measured
+before it is built, so `$ARGUMENTS` written thousands of times never multiplies a long argument into memory."""
 NAME = re.compile(r"[A-Za-z0-9_-]+")
 """What a prompt's name (the file's stem) is made of."""
 _SUMMARY_CHARS = 72
@@ -228,12 +232,20 @@ def expand(text: str, arguments: str, *, usage: str) -> str:
     `usage` shows how to give them (`/review TEXT`), in the error.
 
     Raises:
-        ConfigError: the text uses `$ARGUMENTS` and none were given (nothing is to be sent).
+        ConfigError: the text uses `$ARGUMENTS` and none were given (nothing is to be sent), or the message
+            would be longer than `MAX_MESSAGE_CHARS` (measured before it is built).
     """
     arguments = arguments.strip()
-    if ARGUMENTS in text:
-        if not arguments:
-            raise ConfigError(f"this prompt uses {ARGUMENTS} and none were given ({usage}); nothing was sent")
+    count = text.count(ARGUMENTS)
+    if count and not arguments:
+        raise ConfigError(f"this prompt uses {ARGUMENTS} and none were given ({usage}); nothing was sent")
+    size = len(text) + count * (len(arguments) - len(ARGUMENTS)) if count else len(text) + 2 + len(arguments)
+    if size > MAX_MESSAGE_CHARS:
+        times = f"{ARGUMENTS} {count:,} times with {len(arguments):,} characters" if count else \
+            f"{len(arguments):,} characters of arguments"
+        raise ConfigError(f"this prompt would be {size:,} characters ({times}); at most {MAX_MESSAGE_CHARS:,}; "
+                          "nothing was sent")
+    if count:
         return text.replace(ARGUMENTS, arguments)
     return f"{text}\n\n{arguments}" if arguments else text
 

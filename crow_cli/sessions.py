@@ -3,7 +3,7 @@
 One file, `crow/sessions.db` in the platformdirs user data dir (`~/.local/share/crow/sessions.db` on
 Linux), opened in WAL mode. Four tables:
 
-    sessions(id, title, created_at, updated_at, model, base_url, cwd)
+    sessions(id, title, created_at, updated_at, model, base_url, cwd, approval, sandbox)
     messages(session_id, position, message)     -- one wire message per row, as JSON
     checkpoints(session_id, position, created_at, tokens_before, tokens_after, summary, view)
                                                 -- compacted views; the messages stay complete
@@ -141,6 +141,11 @@ class SessionInfo:
     cwd: str
     messages: int = 0
     """How many messages the session holds."""
+    approval: str | None = None
+    """The approval policy the session last ran under (`ask`, `auto-edit`, `yolo`, `read-only`; None: not
+    recorded, a session an older crow stored): a continued session keeps it unless a flag says otherwise."""
+    sandbox: str | None = None
+    """The sandbox mode it last ran under (`workspace-write`, `read-only`, `off`; None: not recorded)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,12 +221,18 @@ def _m5_subagent_runs(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX subagent_runs_session ON subagent_runs(session_id, position)")
 
 
+def _m6_session_modes(db: sqlite3.Connection) -> None:
+    db.execute("ALTER TABLE sessions ADD COLUMN approval TEXT")  # the modes the session ran under (NULL: unknown)
+    db.execute("ALTER TABLE sessions ADD COLUMN sandbox TEXT")
+
+
 _MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_initial", _m1_initial),
     ("m002_checkpoints", _m2_checkpoints),
     ("m003_file_backups", _m3_file_backups),
     ("m004_file_written", _m4_file_written),
     ("m005_subagent_runs", _m5_subagent_runs),
+    ("m006_session_modes", _m6_session_modes),
 ]
 """Applied in order, each once; append new ones, never edit or reorder applied ones."""
 
@@ -395,16 +406,19 @@ class SessionStore:
 
     # sessions
 
-    def create(self, *, model: str = "", base_url: str = "", cwd: str = "") -> SessionInfo:
-        """Start an empty session with a fresh short id, held by this store (`lock`)."""
+    def create(self, *, model: str = "", base_url: str = "", cwd: str = "", approval: str | None = None,
+               sandbox: str | None = None) -> SessionInfo:
+        """Start an empty session with a fresh short id, held by this store (`lock`), recording the approval
+        policy and sandbox mode it runs under (None: not known)."""
         base_url = public_url(base_url)  # never credentials, even in a URL
         now = time.time()
         with self._transaction():
             sid = self._new_id()
             self.lock(sid)  # before anyone can see it: `crow run -c` elsewhere must not take it
-            self._db.execute("INSERT INTO sessions (id, created_at, updated_at, model, base_url, cwd) "
-                             "VALUES (?, ?, ?, ?, ?, ?)", (sid, now, now, model, base_url, cwd))
-        return SessionInfo(sid, "", now, now, model, base_url, cwd)
+            self._db.execute("INSERT INTO sessions (id, created_at, updated_at, model, base_url, cwd, approval, "
+                             "sandbox) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                             (sid, now, now, model, base_url, cwd, approval, sandbox))
+        return SessionInfo(sid, "", now, now, model, base_url, cwd, approval=approval, sandbox=sandbox)
 
     def _new_id(self) -> str:
         """A fresh short id no session has (inside a transaction, so no other crow takes it meanwhile)."""
@@ -466,9 +480,10 @@ class SessionStore:
                 sid = self._new_id()
                 self.lock(sid)  # before anyone can see it, as `create`
                 copied = self._db.execute(
-                    "INSERT INTO sessions (id, title, created_at, updated_at, model, base_url, cwd) "
+                    "INSERT INTO sessions (id, title, created_at, updated_at, model, base_url, cwd, approval, "
+                    "sandbox) "
                     "SELECT ?, CASE WHEN title = '' OR title LIKE '% (fork)' THEN title ELSE title || ' (fork)' END, "
-                    "?, ?, model, base_url, cwd "
+                    "?, ?, model, base_url, cwd, approval, sandbox "
                     "FROM sessions WHERE id = ?", (sid, now, now, source.id)).rowcount
                 if copied != 1:
                     raise SessionError(f"session {source.id} was deleted while it was being forked")
@@ -493,6 +508,12 @@ class SessionStore:
         with self._transaction():
             self._db.execute("UPDATE sessions SET model = ?, base_url = COALESCE(?, base_url) WHERE id = ?",
                              (model, base_url, session_id))
+
+    def set_modes(self, session_id: str, approval: str, sandbox: str) -> None:
+        """Record the approval policy and sandbox mode the session now runs under."""
+        with self._transaction():
+            self._db.execute("UPDATE sessions SET approval = ?, sandbox = ? WHERE id = ?",
+                             (approval, sandbox, session_id))
 
     def delete(self, session_id: str) -> SessionInfo:
         """Delete a session, its messages, checkpoints and file backups, and the image files no other session
@@ -723,7 +744,7 @@ _REFERENCES = """
 conditions; a row that is no JSON references nothing (it is reported when read, never here)."""
 
 _SELECT = ("SELECT s.id, s.title, s.created_at, s.updated_at, s.model, s.base_url, s.cwd, "
-           "(SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id) FROM sessions s")
+           "(SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id), s.approval, s.sandbox FROM sessions s")
 
 
 def _without_images(message: Message) -> Message:

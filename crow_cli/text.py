@@ -14,8 +14,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = ["BOMS", "SECRET_MASK", "SECRET_NAME", "clean_json", "clean_text", "decode_text", "has_surrogates",
-           "header_secrets", "is_secret_name", "looks_like_html", "mask_secrets", "public_url", "short_text",
-           "strip_controls", "truncate_output", "url_secrets", "visible"]
+           "header_secrets", "is_proxy_variable", "is_secret_name", "looks_like_html", "mask_secrets",
+           "proxy_secrets", "public_url", "short_text", "strip_controls", "truncate_output", "url_secrets",
+           "visible", "without_userinfo"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # C0 controls but tab and newline, DEL, C1 controls: what can move a cursor, retitle or clear a terminal
@@ -130,6 +131,43 @@ def url_secrets(url: str) -> tuple[str, ...]:
     except ValueError:
         return ()
     return tuple(dict.fromkeys(v for v in found if len(v) >= _MIN_URL_SECRET))
+
+
+_PROXY_VARIABLES = frozenset({"http_proxy", "https_proxy", "all_proxy", "ftp_proxy", "rsync_proxy", "socks_proxy"})
+
+
+def is_proxy_variable(name: str) -> bool:
+    """Whether the environment variable `name` names a proxy (`HTTPS_PROXY`, `http_proxy`, `ALL_PROXY` …,
+    any case): its value may carry `user:password@`."""
+    return name.lower() in _PROXY_VARIABLES
+
+
+def without_userinfo(proxy: str) -> str:
+    """A proxy variable's value without its `user:password@` (`http://u:p@proxy:3128` → `http://proxy:3128`;
+    a value without a scheme too: `u:p@proxy:3128` → `proxy:3128`); anything else kept as it is."""
+    scheme, sep, rest = proxy.partition("://")
+    if not sep:
+        scheme, rest = "", proxy
+    host, slash, path = rest.partition("/")
+    if "@" not in host:
+        return proxy
+    host = host.rsplit("@", 1)[1]
+    return f"{scheme}{sep}{host}{slash}{path}"
+
+
+def proxy_secrets(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The credentials of the proxy variables in `env` (`is_proxy_variable`): each `user:password@`'s password,
+    or its user when it has no password (a token given as the user name), and the whole `user:password`, those
+    of at least `MIN_SECRET_CHARS` characters."""
+    found: list[str] = []
+    for name, value in env.items():
+        if not is_proxy_variable(name) or not value or value == without_userinfo(value):
+            continue
+        rest = value.partition("://")[2] or value
+        userinfo = rest.partition("/")[0].rsplit("@", 1)[0]
+        user, colon, password = userinfo.partition(":")
+        found += [userinfo, password] if colon and password else [user]
+    return tuple(dict.fromkeys(v for v in found if len(v) >= MIN_SECRET_CHARS))
 
 
 def is_secret_name(name: str) -> bool:

@@ -108,6 +108,17 @@ def test_credential_headers_go_only_to_the_server_of_their_table():
     assert "Bearer t" not in repr(load_settings({}, env={}))
 
 
+def test_proxy_credentials_and_mcp_server_keys_are_secrets() -> None:
+    # `HTTP_PROXY=http://user:password@…` reached every command and the model's `env | grep -i proxy` sent it
+    write_config('[mcp_servers.gh]\ncommand = "gh-mcp"\nenv = { GITHUB_TOKEN = "ghp-123456789", LEVEL = "debug" }\n'
+                 '[mcp_servers.docs]\nurl = "https://docs.test/mcp?key=doc-secret-1"\n')
+    s = load_settings({"base_url": "http://127.0.0.1:9/v1"},
+                      env={"HTTPS_PROXY": "http://proxyuser:pr0xy-pass@proxy.test:3128",
+                           "all_proxy": "socks5://tok-as-user-1@proxy.test:1080", "http_proxy": "http://proxy.test:3128"})
+    assert {"pr0xy-pass", "proxyuser:pr0xy-pass", "tok-as-user-1", "ghp-123456789", "doc-secret-1"} <= set(s.secrets)
+    assert "debug" not in s.secrets and "proxyuser" not in s.secrets
+
+
 # A key not sent to this server is still a secret (run_shell hides every one) (issue 11 item 1)
 def test_every_configured_credential_is_a_secret_whether_sent_or_not():
     write_config('api_key_env = "K"\n[headers]\nAuthorization = "Bearer tok-123456"\n'

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from crow_cli.default_prompt import FIRST_LINE, default_prompt, without_default
+from crow_cli.default_prompt import FIRST_LINE, default_prompt, retell_modes, without_default
 from crow_cli.errors import ConfigError
 from tests.replay_server import text_stream
 from tests.support import crow_here, run_here
@@ -24,6 +24,45 @@ def test_it_names_the_workspace_os_date_modes_and_stays_small(tmp_path: Path) ->
                  "file changes in the workspace apply without asking", "edit_file", "run_shell"):
         assert part in text, part
     assert len(text) / 4 < 500  # well under 1k tokens: small local models have small windows
+
+
+@pytest.mark.parametrize("network", [False, True])
+def test_retelling_the_modes_gives_the_prompt_built_with_them(tmp_path: Path, network: bool) -> None:
+    # the one function a change of mode calls (a continued session, a stricter crow mcp call, /approval)
+    modes = [(a, s) for a in ("ask", "auto-edit", "yolo", "read-only") for s in ("workspace-write", "read-only", "off")]
+    day = datetime.date(2026, 12, 2)
+    for was in modes:
+        built = default_prompt(workspace=tmp_path, approval=was[0], sandbox=was[1], network=network, today=day)
+        for now in modes:
+            told = retell_modes(f"{built}\n\nUser text.", approval=now[0], sandbox=now[1], network=network)
+            assert told == default_prompt(workspace=tmp_path, approval=now[0], sandbox=now[1], network=network,
+                                          today=day) + "\n\nUser text.", (was, now)
+    assert retell_modes("Be terse.", approval="yolo", sandbox="off") == "Be terse."
+
+
+async def test_yes_tells_the_model_calls_run_without_asking(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `crow run --yes` told the model "the user approves each file change": the config's policy, not the run's
+    monkeypatch.delenv("CROW_DEFAULT_PROMPT", raising=False)
+    ran = await run_here([{"sse": text_stream("ok")}], cwd=tmp_path, yes=True)
+    system = ran.requests[0]["messages"][0]["content"]
+    assert "Approval: calls run without asking." in system and "approves each" not in system
+
+
+def test_it_names_the_shell_that_runs_commands_not_the_login_shell(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # the prompt named $SHELL (/bin/bash) while run_shell runs /bin/sh (dash): [[ ]], {1..3}, source failed
+    import os
+
+    from crow_cli.tools.builtin import BUILTIN_TOOLS
+
+    monkeypatch.setenv("SHELL", "/bin/bash")
+    text = default_prompt(workspace=tmp_path, sandbox="off")
+    real = os.path.basename(os.path.realpath("/bin/sh"))
+    assert "Commands run with /bin/sh (" in text and "no bash extensions" in text and "/bin/bash" not in text
+    assert real == "sh" or f"/bin/sh ({real}: POSIX sh" in text
+    (shell,) = [t for t in BUILTIN_TOOLS if t.name == "run_shell"]
+    told = shell.schema()["function"]["parameters"]["properties"]["command"]["description"]
+    assert "/bin/sh -c: POSIX sh" in told and "no bash" in told
 
 
 def test_only_the_hints_of_offered_tools_are_given(tmp_path: Path) -> None:
@@ -93,7 +132,11 @@ async def test_a_continued_session_keeps_the_prompt_it_started_with(tmp_path: Pa
     later = await run_here([{"sse": text_stream("two")}], "and?", cwd=tmp_path, continue_last=True,
                            flags={"approval": "ask"})
     assert later.code == 0, later.stderr
-    assert later.requests[0]["messages"][0] == first.requests[0]["messages"][0]  # its modes, not today's flags
+    # its own prompt (its day, its folder), telling the modes it runs under now: the stricter `ask`
+    started = first.requests[0]["messages"][0]["content"]
+    assert "calls run without asking" in started
+    assert later.requests[0]["messages"][0]["content"] == started.replace(
+        "calls run without asking", "the user approves each file change and command before it runs")
 
 
 def test_crow_prompt_prints_the_system_message(tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -114,11 +157,12 @@ def test_crow_prompt_says_what_is_missing(tmp_path: Path, capsys: pytest.Capture
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CROW_DEFAULT_PROMPT", raising=False)
     monkeypatch.chdir(tmp_path)
-    assert crow_here("prompt", "--tools-dir", str(tmp_path / "nope")) == 0
-    assert f"crow: warning: tools folder '{tmp_path / 'nope'}' does not exist" in capsys.readouterr().err
+    assert crow_here("prompt", "--tools-dir", str(tmp_path / "nope")) == 2  # as a missing --workspace
+    assert capsys.readouterr().err == f"crow: error: --tools-dir {str(tmp_path / 'nope')!r} does not exist\n"
     (tmp_path / "empty.md").write_text("")
     assert crow_here("prompt", "--system-file", "empty.md", "--no-project-instructions") == 0
-    assert "(no system prompt: the system prompt file 'empty.md' is empty, and no AGENTS.md)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "the system prompt file 'empty.md' is empty" in err and "(no system prompt, and no AGENTS.md)" in err
 
 
 # found by a new-user tester: `--system-file /dev/zero` hung crow prompt and crow run; a 40 MB file was taken

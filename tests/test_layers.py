@@ -243,9 +243,10 @@ APPROVAL_USERS = {
     "crow_cli.surfaces.approve": {"Answer", "AskFn", "Question", "answer_hint", "approval_question", "parse_answer"},
     "crow_cli.surfaces.ask": {"Answer", "Question", "answer_hint", "approval_question", "parse_answer"},
     "crow_cli.surfaces.shell_escape": {"Approvals"},
-    "crow_cli.surfaces.mcp_server": {"Choice", "Policy", "Question", "make_approver"},
-    "crow_cli.surfaces.runtime": {"check_rule_names"},
+    "crow_cli.surfaces.mcp_server": {"Choice", "Policy", "Question", "make_approver", "start_policy"},
+    "crow_cli.surfaces.runtime": {"check_rule_names", "start_policy"},
     "crow_cli.surfaces.acp.session": {"Answer", "Approvals", "Policy", "Question", "make_approver", "shown_scope"},
+    "crow_cli.surfaces.persist": {"Policy"},
     "crow_cli.commands.options": {"make_approver"},
     "crow_cli.commands.acp": {"make_approver"},
 }
@@ -256,6 +257,7 @@ SANDBOX_USERS = {
     "crow_cli.tools.builtin.shell": "*",  # the tool the sandbox confines: it wraps its commands
     "crow_cli.surfaces.runtime": {"Sandbox", "home_notice", "startup_notice"},
     "crow_cli.surfaces.mcp_server": {"Mode", "Sandbox"},
+    "crow_cli.surfaces.persist": {"Mode"},
     "crow_cli.surfaces.acp.session": {"Mode", "Sandbox"},
 }
 ORCHESTRATED = {"crow_cli.tools.approval": APPROVAL_USERS, "crow_cli.tools.sandbox": SANDBOX_USERS}

@@ -378,6 +378,29 @@ async def test_cancelled_during_tools_keeps_finished_results_and_cancels_the_res
     assert closing[0].result.outcome == "cancelled"  # issue: the outcome is a field, never matched in the text
 
 
+async def test_a_cancelled_call_s_duration_is_how_long_it_ran_until_the_cancel():
+    # a cancelled MCP call's progress line read `0.00s` after the command ran ~2 s
+    import time
+
+    registry = ToolRegistry()
+    registry.register(quick)
+    registry.register(stuck)
+    seen_at: dict[str, float] = {}
+
+    def stop_when(seen: list) -> bool:
+        if isinstance(seen[-1], ToolRunStarted) and seen[-1].call.name == "stuck":
+            seen_at["started"] = time.monotonic()
+        if sum(isinstance(e, ToolResultReady) for e in seen) == 1:
+            seen_at["cancelled"] = time.monotonic()
+            return True
+        return False
+
+    events = await run_until([user_message("go")], TurnStream(tool_turn(("s", "stuck"), ("q", "quick"))), registry,
+                             stop_when)
+    (cancelled,) = [e.result for e in events if isinstance(e, ToolResultReady) and e.result.outcome == "cancelled"]
+    assert cancelled.duration_s >= seen_at["cancelled"] - seen_at["started"] > 0
+
+
 async def test_cancelled_mid_stream_keeps_the_partial_answer_and_drops_the_unfinished_call():
     history = [user_message("go")]
     client = TurnStream([chunk({"content": "Half an ans"}),

@@ -10,6 +10,7 @@ import pytest
 from crow_cli.errors import ConfigError
 from crow_cli.prompt_files import (
     MAX_BYTES,
+    MAX_MESSAGE_CHARS,
     PromptFile,
     PromptFolders,
     PromptText,
@@ -72,6 +73,20 @@ def test_arguments_replace_the_placeholder_or_follow_after_a_blank_line() -> Non
     assert expand("Say hello.", "", usage="/h TEXT") == "Say hello."
     with pytest.raises(ConfigError, match=r"uses \$ARGUMENTS and none were given \(/r TEXT\); nothing was sent"):
         expand("Review $ARGUMENTS.", "  ", usage="/r TEXT")
+
+
+def test_an_expansion_over_the_bound_is_refused_in_one_line_before_it_is_built() -> None:
+    # 2,900 `$ARGUMENTS` in a 64 KB file times a 100 KB argument made a 290 MB message (crow at 1.18 GB)
+    text = "$ARGUMENTS\n" * 2900
+    with pytest.raises(ConfigError) as refused:
+        expand(text, "x" * 100_000, usage="/r TEXT")
+    message = str(refused.value)
+    assert "\n" not in message and "2,900 times" in message and "nothing was sent" in message
+    assert f"at most {MAX_MESSAGE_CHARS:,}" in message
+    long = "y" * MAX_MESSAGE_CHARS  # appended arguments count too
+    with pytest.raises(ConfigError, match="characters of arguments"):
+        expand("Say hello.", long, usage="/h TEXT")
+    assert expand("Review $ARGUMENTS.", "z" * 100_000, usage="/r TEXT") == f"Review {'z' * 100_000}."
 
 
 def test_a_project_prompt_leading_out_of_the_project_is_not_read(tmp_path: Path) -> None:

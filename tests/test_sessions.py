@@ -244,13 +244,26 @@ def test_migrations_are_recorded_once_and_wal_is_on(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     with SessionStore(db) as store:
         assert store.migrations() == ["m001_initial", "m002_checkpoints", "m003_file_backups", "m004_file_written",
-                                      "m005_subagent_runs"]
+                                      "m005_subagent_runs", "m006_session_modes"]
     with SessionStore(db) as store:  # reopening applies nothing twice
         assert store.migrations() == ["m001_initial", "m002_checkpoints", "m003_file_backups", "m004_file_written",
-                                      "m005_subagent_runs"]
+                                      "m005_subagent_runs", "m006_session_modes"]
     con = sqlite3.connect(db)
     assert con.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-    assert con.execute("SELECT COUNT(*) FROM _migrations").fetchone() == (5,)
+    assert con.execute("SELECT COUNT(*) FROM _migrations").fetchone() == (6,)
+
+
+def test_a_session_keeps_the_modes_it_ran_under_and_an_older_one_has_none(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    with SessionStore(db) as store:
+        old = store.create(model="m")
+        new = store.create(model="m", approval="read-only", sandbox="read-only")
+        assert (store.get(old.id).approval, store.get(old.id).sandbox) == (None, None)
+        assert (store.get(new.id).approval, store.get(new.id).sandbox) == ("read-only", "read-only")
+        store.set_modes(old.id, "auto-edit", "workspace-write")
+        assert (store.get(old.id).approval, store.get(old.id).sandbox) == ("auto-edit", "workspace-write")
+        fork = store.fork(new.id)
+        assert (fork.approval, fork.sandbox) == ("read-only", "read-only")  # a fork keeps them too
 
 
 def test_load_repairs_a_turn_cut_mid_way_and_stores_the_repair(tmp_path: Path) -> None:

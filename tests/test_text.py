@@ -107,3 +107,14 @@ def test_visible_shows_control_characters_as_escapes() -> None:
 
     assert visible("echo \x1b]0;T\x07 hi\x08\x9b\rx\n\ty") == "echo \\u001b]0;T\\u0007 hi\\u0008\\u009b\\u000dx\n\ty"
     assert visible("rm\u200b -rf") == "rm\\u200b -rf" and visible("plain") == "plain"
+
+
+def test_a_proxy_variable_s_credentials_are_found_and_taken_out() -> None:
+    from crow_cli.text import proxy_secrets, without_userinfo
+
+    assert without_userinfo("http://u:pass-word@proxy:3128/") == "http://proxy:3128/"
+    assert without_userinfo("u:pass-word@proxy:3128") == "proxy:3128"
+    assert without_userinfo("http://proxy:3128") == "http://proxy:3128"
+    env = {"HTTPS_PROXY": "http://user:pass-word@proxy:1", "Http_Proxy": "http://token-user@proxy:2",
+           "NO_PROXY": "a@b", "OTHER": "http://x:other-pass@h"}
+    assert set(proxy_secrets(env)) == {"pass-word", "user:pass-word", "token-user"}

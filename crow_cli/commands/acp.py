@@ -22,9 +22,8 @@ def acp(*, flags: RunFlags) -> None:
         settings = flags.settings()
         from ..tools.approval import make_approver
 
-        # checked now, not at the first session/new: the policy (or the ACP mode read-only) and the rules
-        make_approver(None if settings.approval == "read-only" else settings.approval, allow=settings.allow,
-                      deny=settings.deny, yes=flags.yes)
+        # checked now, as every session/new checks it (`approval.start_policy`): the policy with --yes, the rules
+        make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=flags.yes)
         options = flags.surface()
         import asyncio  # not at import time: `crow --version` does without it
 

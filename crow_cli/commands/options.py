@@ -45,6 +45,7 @@ __all__ = [
     "YesOpt",
     "ask_trust",
     "check_before_start",
+    "check_tools_dirs",
     "examples",
     "fail",
     "surface_options",
@@ -136,15 +137,39 @@ NoProjectInstructionsOpt = Annotated[bool, typer.Option("--no-project-instructio
                                                         "files into the system prompt.")]
 
 
+def check_tools_dirs(tools_dir: list[str] | None) -> None:
+    """Refuse a `--tools-dir` that names no folder, as a missing `--workspace` is refused (a `tool_paths` entry
+    of the config file stays a warning: one file may serve machines where it is missing).
+
+    Raises:
+        ConfigError: a folder given does not exist or is not a folder (exit 2).
+    """
+    from pathlib import Path
+
+    from ..errors import ConfigError
+
+    for folder in tools_dir or ():
+        path = Path(folder).expanduser()
+        if not path.is_dir():
+            raise ConfigError(f"--tools-dir {folder!r} {'is not a folder' if path.exists() else 'does not exist'}")
+
+
 def surface_options(tools_dir: list[str] | None = None, *, no_tools: bool = False, yes: bool = False,
                     debug: bool = False, record: str | None = None,
-                    no_project_instructions: bool = False) -> SurfaceOptions:
+                    no_project_instructions: bool = False, modes_given: frozenset[str] = frozenset()) -> SurfaceOptions:
     """The record of the flags every surface shares (`--tools-dir`, `--no-tools`, `--yes`, `--debug`, `--record`,
-    `--no-project-instructions`), built once by each command and passed whole to its surface."""
+    `--no-project-instructions`, which of `--approval`/`--yes` and `--sandbox` were given), built once by each
+    command and passed whole to its surface.
+
+    Raises:
+        ConfigError: a `--tools-dir` names no folder (`check_tools_dirs`).
+    """
     from ..surfaces.options import SurfaceOptions
 
+    check_tools_dirs(tools_dir)
     return SurfaceOptions(tools_dirs=tuple(tools_dir or ()), no_tools=no_tools, yes=yes, debug=debug,
-                          record_dir=record, project_instructions=not no_project_instructions)
+                          record_dir=record, project_instructions=not no_project_instructions,
+                          modes_given=modes_given)
 
 
 @dataclass(frozen=True)
@@ -190,9 +215,15 @@ class RunFlags:
             config_path=self.config, profile=self.profile)
 
     def surface(self, record: str | None = None) -> SurfaceOptions:
-        """The surface's record of these flags (and `--record`)."""
+        """The surface's record of these flags (and `--record`).
+
+        Raises:
+            ConfigError: a `--tools-dir` names no folder (exit 2).
+        """
+        given = frozenset(name for name, on in (("approval", self.yes or self.approval is not None),
+                                                ("sandbox", self.sandbox is not None)) if on)
         return surface_options(self.tools_dir, no_tools=self.no_tools, yes=self.yes, debug=self.debug, record=record,
-                               no_project_instructions=self.no_project_instructions)
+                               no_project_instructions=self.no_project_instructions, modes_given=given)
 
 
 def with_run_flags(*, omit: tuple[str, ...] = ()) -> Callable[[Callable[..., None]], Callable[..., None]]:

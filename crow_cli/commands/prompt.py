@@ -54,8 +54,9 @@ def prompt(system: SystemOpt = None, system_file: SystemFileOpt = None, no_defau
     text = runtime.settings.system
     if not text:
         # a file replaces the built-in prompt whatever --no-default-prompt says; only --system "" drops it
-        why = (f"the system prompt file {settings.system_prompt_file!r} is empty"
-               if settings.system_prompt_file and settings.system != "" else "--no-default-prompt or --system \"\"")
-        typer.echo(f"(no system prompt: {why}, and no AGENTS.md)", err=True)
+        # an empty file was said by the runtime (a warning, as in run and chat)
+        why = ("" if settings.system_prompt_file and settings.system != ""
+               else ": --no-default-prompt or --system \"\"")
+        typer.echo(f"(no system prompt{why}, and no AGENTS.md)", err=True)
         return
     typer.echo(strip_controls(text))

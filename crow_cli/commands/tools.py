@@ -10,7 +10,7 @@ import typer
 
 from ..errors import CrowError
 from ..text import strip_controls
-from .options import ConfigOpt, ProfileOpt, ToolsDirOpt, fail
+from .options import ConfigOpt, ProfileOpt, ToolsDirOpt, check_tools_dirs, fail
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -30,6 +30,7 @@ def tools(tools_dir: ToolsDirOpt = None, profile: ProfileOpt = None, config: Con
 
     try:
         settings = load_settings({}, config_path=config, profile=profile)
+        check_tools_dirs(tools_dir)
     except CrowError as exc:
         raise fail(exc) from None
     # a plugin's import-time print or os.write(1, …) lands on stderr: stdout carries the listing only

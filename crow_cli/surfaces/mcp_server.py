@@ -17,7 +17,9 @@ session store `crow run -c` uses). The result is the final answer as text conten
   stored, and, as the spec says, the cancelled request gets no answer.
 - A call that needs approval is asked of the client through `elicitation/create` where the client
   declared the elicitation capability; otherwise nobody can answer and it is denied, as in `crow run`
-  without a terminal. A call's `approval` and `sandbox` may only be stricter than the server's.
+  without a terminal. A call's `approval` and `sandbox` may only be stricter than the server's; they are
+  stored with the session, and a reply keeps them (`persist.settle_modes`) unless it names its own.
+- A reply runs in its session's folder; a folder that is gone is an error naming it.
 - stdout carries only the protocol (`stdout.private_stdout`); logs go to stderr. Signals follow
   `driver.editor_interrupts`: running calls are stopped and stored, then the server ends (128 + n).
 
@@ -33,8 +35,6 @@ import errno
 import json
 import logging
 import os
-import stat
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
@@ -49,33 +49,26 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from .. import __version__
 from ..config import Settings
 from ..driver import Driver, editor_interrupts
-from ..errors import ConfigError, SessionError
+from ..errors import SessionError
 from ..events import Event, Notice, RunFinished, ToolResultReady, ToolRunStarted, TurnFinished, WarningEvent
 from ..history import Message, user_message
 from ..sessions import SessionStore
 from ..stdout import private_stdout
 from ..text import strip_controls
-from ..tools.approval import Choice, Policy, Question, make_approver
+from ..tools.approval import Choice, Policy, Question, make_approver, start_policy
 from ..tools.context import ToolContext
 from ..tools.mcp import end_task
 from ..tools.sandbox import Mode as SandboxMode
 from ..tools.sandbox import Sandbox
 from .common import build_client, short_json
 from .options import SurfaceOptions
-from .persist import SessionRecorder, open_session
+from .persist import POLICY_ORDER, SANDBOX_ORDER, RunModes, SessionRecorder, open_session, settle_modes
 from .runtime import Runtime, assemble_driver
+from .stdio import LineTooLong, ProtocolOutput, log_handler, pipes, read_line, too_long_answer
 
 __all__ = ["POLICY_ORDER", "SANDBOX_ORDER", "McpSurface", "serve_mcp"]
 
 log = logging.getLogger("crow.mcp")
-
-POLICY_ORDER: tuple[Policy, ...] = ("read-only", "ask", "auto-edit", "yolo")
-"""Approval policies from the strictest to the loosest: a call may ask for one at or before the server's."""
-SANDBOX_ORDER: tuple[SandboxMode, ...] = ("read-only", "workspace-write", "off")
-"""Sandbox modes from the strictest to the loosest (as `POLICY_ORDER`)."""
-
-_LINE_LIMIT = 50 * 1024 * 1024
-"""Bytes one JSON-RPC line may hold (a long prompt)."""
 
 
 class RunArgs(BaseModel):
@@ -99,6 +92,12 @@ class ReplyArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
     session_id: str = Field(min_length=1, description="The session_id a crow_run (or crow run) returned.")
     prompt: str = Field(min_length=1, description="The next user message.")
+    approval: Literal["read-only", "ask", "auto-edit", "yolo"] | None = Field(
+        None, description="Approval policy for this reply and the session from now on (default: the session's); "
+        "never looser than the server's.")
+    sandbox: Literal["read-only", "workspace-write", "off"] | None = Field(
+        None, description="How commands are confined for this reply and the session from now on (default: the "
+        "session's); never looser than the server's.")
 
 
 _OUTPUT_SCHEMA: dict[str, Any] = {
@@ -241,7 +240,7 @@ class McpSurface:
         self.runtime = runtime
         self.options = options
         settings = runtime.settings
-        self.policy: Policy = "yolo" if options.yes else (settings.approval or "ask")
+        self.policy: Policy = start_policy(settings.approval, yes=options.yes)
         self.sandbox: SandboxMode = settings.sandbox
         self.starting: asyncio.Future[None] | None = None
         """The runtime's start (MCP servers, the client) while it may still run; calls wait for it."""
@@ -294,13 +293,17 @@ class McpSurface:
         except SessionError as exc:
             raise MCPError(types.INTERNAL_ERROR, str(exc)) from None
         try:
-            info = store.create(model=settings.model, base_url=settings.base_url, cwd=str(root))
+            info = store.create(model=settings.model, base_url=settings.base_url, cwd=str(root), approval=policy,
+                                sandbox=sandbox)
         except SessionError as exc:
             store.close()
             raise MCPError(types.INTERNAL_ERROR, str(exc)) from None
         history: list[Message] = [{"role": "system", "content": settings.system}] if settings.system else []
-        return await self._drive(ctx, settings, root, SessionRecorder(store, settings, info), history, args.prompt,
-                                 policy, sandbox, new=True)
+        recorder = SessionRecorder(store, settings, info)
+        # the call's modes, recorded with the session and told in its prompt (built with the server's)
+        modes = settle_modes(recorder, history, RunModes(_policy(policy), _sandbox(sandbox)),
+                             network=settings.sandbox_network)
+        return await self._drive(ctx, settings, root, recorder, history, args.prompt, modes, new=True)
 
     async def _reply(self, ctx: ServerRequestContext[Any], args: ReplyArgs) -> types.CallToolResult:
         settings = self.runtime.settings
@@ -308,12 +311,27 @@ class McpSurface:
             recorder, history = open_session(settings, session_id=args.session_id)
         except SessionError as exc:  # no such session, or one in use (a call still running it)
             raise MCPError(types.INVALID_PARAMS, str(exc)) from None
-        folder = Path(recorder.info.cwd) if recorder.info is not None and recorder.info.cwd else None
-        root = folder if folder is not None and folder.is_absolute() and folder.is_dir() else self.runtime.workspace
-        return await self._drive(ctx, settings, root, recorder, history, args.prompt, self.policy, self.sandbox)
+        try:
+            policy = _stricter(args.approval, self.policy, POLICY_ORDER, "approval")
+            sandbox = _stricter(args.sandbox, self.sandbox, SANDBOX_ORDER, "sandbox")
+            info = recorder.info
+            folder = Path(info.cwd) if info is not None and info.cwd else None
+            if folder is not None and not (folder.is_absolute() and folder.is_dir()):
+                # never the server's folder in its place: the reply would write into another project
+                raise MCPError(types.INVALID_PARAMS, f"session {args.session_id}'s folder {str(folder)!r} is gone "
+                               "(moved or deleted): it cannot be continued there")
+        except MCPError:
+            recorder.store.close()  # the session is free again
+            raise
+        root = folder if folder is not None else self.runtime.workspace
+        # the session keeps the modes it ran under: a reply never loosens them unless it names them
+        given = frozenset(name for name, asked in (("approval", args.approval), ("sandbox", args.sandbox)) if asked)
+        modes = settle_modes(recorder, history, RunModes(_policy(policy), _sandbox(sandbox)), given=given,
+                             network=settings.sandbox_network)
+        return await self._drive(ctx, settings, root, recorder, history, args.prompt, modes)
 
     async def _drive(self, ctx: ServerRequestContext[Any], settings: Settings, root: Path, recorder: SessionRecorder,
-                     history: list[Message], prompt: str, policy: str, sandbox: str, *,
+                     history: list[Message], prompt: str, modes: RunModes, *,
                      new: bool = False) -> types.CallToolResult:
         run = Run(ctx)
         client = None
@@ -321,10 +339,10 @@ class McpSurface:
             caps = ctx.session.client_capabilities
             elicitation = caps.elicitation if caps is not None else None  # `{}` means form mode (the spec)
             can_ask = elicitation is not None and (elicitation.form is not None or elicitation.url is None)
-            approver = make_approver(_policy(policy), allow=settings.allow, deny=settings.deny,
+            approver = make_approver(modes.approval, allow=settings.allow, deny=settings.deny,
                                      ask=run.ask if can_ask else None)
             context = replace(ToolContext.for_workspace(root, secrets=[settings.api_key, *settings.secrets],
-                                                        sandbox=Sandbox(_sandbox(sandbox), settings.sandbox_network)),
+                                                        sandbox=Sandbox(modes.sandbox, settings.sandbox_network)),
                               backup=recorder.backup, skills=self.runtime.context.skills,
                               keep_transcript=recorder.keep_transcript)
             if (hooks := self.runtime.context.hooks) is not None:  # each call its own session and folder
@@ -408,11 +426,10 @@ async def serve_mcp(settings: Settings, options: SurfaceOptions) -> int:
             invalid.
         OSError: the protocol could not be written (the client gone), once the sessions are stored.
     """
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("crow mcp: %(levelname)s: %(message)s"))
+    handler = log_handler()  # `crow: warning: …`, as run and chat say it
     logging.basicConfig(level=logging.DEBUG if options.debug else logging.WARNING, handlers=[handler])
     with private_stdout() as protocol:  # stdout is the protocol's alone: whatever else prints goes to stderr
-        reader, writer = await _pipes(protocol.fileno())
+        reader, writer, _output = await pipes(protocol.fileno(), "crow mcp talks to an MCP client")
         runtime = Runtime(settings, options)
         async with runtime:
             surface = McpSurface(runtime, options)
@@ -454,45 +471,6 @@ async def serve_mcp(settings: Settings, options: SurfaceOptions) -> int:
     return interrupts.exit_code
 
 
-async def _pipes(protocol_fd: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """asyncio streams on stdin and the protocol descriptor (kept by `private_stdout`).
-
-    Raises:
-        ConfigError: stdin or stdout is a regular file or a device other than a terminal, not a pipe.
-    """
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=_LINE_LIMIT)
-    mode = os.fstat(sys.stdin.fileno()).st_mode
-    if stat.S_ISCHR(mode) and not sys.stdin.isatty():  # /dev/null: accepted by asyncio, then unpollable
-        raise ConfigError("crow mcp talks to an MCP client over pipes on stdin and stdout (stdin is a device)")
-    try:
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-        out = os.fdopen(protocol_fd, "wb", buffering=0, closefd=False)
-        transport, protocol = await loop.connect_write_pipe(_Output, out)
-    except ValueError as exc:
-        raise ConfigError(f"crow mcp talks to an MCP client over pipes on stdin and stdout ({exc})") from None
-    return reader, asyncio.StreamWriter(transport, protocol, None, loop)
-
-
-class _Output(asyncio.StreamReaderProtocol):
-    """The stdout pipe's protocol, keeping why it ended: asyncio tells only `connection_lost` the write
-    error (EBADF, ENOSPC), and none when the client closed its end; the writer then raises a bare
-    `ConnectionResetError`."""
-
-    def __init__(self) -> None:
-        super().__init__(asyncio.StreamReader())
-        self.error: OSError | None = None
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if isinstance(exc, OSError):
-            self.error = exc
-        super().connection_lost(exc)
-
-    def failure(self) -> OSError:
-        """Why writing failed: the write's error, else EPIPE (the client closed its end)."""
-        return self.error or BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
-
-
 async def _serve(server: Server[Any], reader: asyncio.StreamReader,
                  writer: asyncio.StreamWriter) -> OSError | None:
     """Run `server` on JSON-RPC lines: read from `reader` until its end, written to `writer`; the error that
@@ -505,7 +483,15 @@ async def _serve(server: Server[Any], reader: asyncio.StreamReader,
 
     async def read() -> None:
         async with read_send:
-            while line := await _read_line(reader):
+            while True:
+                try:
+                    line = await read_line(reader)
+                except LineTooLong as exc:  # dropped as it arrived, answered once (JSON-RPC 2.0 §5.1)
+                    log.debug("answered a line over the limit: %s", exc)
+                    writer.write(too_long_answer(exc.limit))
+                    continue
+                if not line:
+                    break
                 if not line.strip():
                     continue
                 try:
@@ -526,7 +512,7 @@ async def _serve(server: Server[Any], reader: asyncio.StreamReader,
                     await writer.drain()
                 except OSError:  # the client is gone (or the disk full): nobody reads what comes next
                     protocol = writer.transport.get_protocol()
-                    lost.append(protocol.failure() if isinstance(protocol, _Output) else BrokenPipeError(
+                    lost.append(protocol.failure() if isinstance(protocol, ProtocolOutput) else BrokenPipeError(
                         errno.EPIPE, os.strerror(errno.EPIPE)))
                     group.cancel_scope.cancel()
                     return
@@ -553,17 +539,3 @@ def _malformed(line: bytes) -> bytes:
         code, message = types.INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message"
     answer = {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
     return json.dumps(answer).encode() + b"\n"
-
-
-async def _read_line(source: asyncio.StreamReader) -> bytes:
-    """One line of any length (b"" at the end of input)."""
-    chunks: list[bytes] = []
-    while True:
-        try:
-            chunks.append(await source.readuntil(b"\n"))
-            return b"".join(chunks)
-        except asyncio.LimitOverrunError as exc:
-            chunks.append(await source.readexactly(exc.consumed))
-        except asyncio.IncompleteReadError as exc:
-            chunks.append(exc.partial)
-            return b"".join(chunks)

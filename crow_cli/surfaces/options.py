@@ -28,3 +28,6 @@ class SurfaceOptions:
     """`--record`: the raw exchanges go to this folder."""
     project_instructions: bool = True
     """Put AGENTS.md files into the system prompt of new sessions (`--no-project-instructions` turns it off)."""
+    modes_given: frozenset[str] = frozenset()
+    """The modes a flag named (`approval`: `--approval` or `--yes`; `sandbox`: `--sandbox`): a continued
+    session may be loosened to those (`persist.kept_modes`), never to the config's."""

@@ -2,23 +2,83 @@
 
 The driver calls `SessionRecorder.sync(history)` before a run and on every `MessageAppended` event,
 so each message is committed as it is appended (the loop closes a cancelled history itself).
+
+A session also keeps the modes it ran under (`RunModes`: the approval policy and the sandbox mode). A
+continued session (`crow run --session`/`-c`, `crow chat --resume`, `/resume`, `crow mcp`'s `crow_reply`)
+runs under the stricter of those and the surface's own (`kept_modes`), unless a flag names a mode: a
+session that ran read-only is never loosened by being continued from a looser configuration.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import Settings
 from ..context.compact import Checkpoint
-from ..default_prompt import without_default
+from ..default_prompt import retell_modes, without_default
 from ..errors import ConfigError, SessionError
 from ..history import Message, repair_history
 from ..instructions import system_prompt
 from ..sessions import SessionInfo, SessionStore
+from ..tools.approval import Policy
+from ..tools.sandbox import Mode as SandboxMode
 
-__all__ = ["SessionRecorder", "open_session"]
+__all__ = ["POLICY_ORDER", "SANDBOX_ORDER", "RunModes", "SessionRecorder", "kept_modes", "open_session",
+           "settle_modes", "tell_modes"]
+
+POLICY_ORDER: tuple[Policy, ...] = ("read-only", "ask", "auto-edit", "yolo")
+"""Approval policies from the strictest to the loosest."""
+SANDBOX_ORDER: tuple[SandboxMode, ...] = ("read-only", "workspace-write", "off")
+"""Sandbox modes from the strictest to the loosest (as `POLICY_ORDER`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunModes:
+    """The modes a run's tool calls run under."""
+
+    approval: Policy
+    """The approval policy in force (`--yes` already made `yolo`: `approval.start_policy`)."""
+    sandbox: SandboxMode
+    """How commands are confined."""
+
+
+def kept_modes(info: SessionInfo | None, current: RunModes, *, given: frozenset[str] = frozenset()) -> RunModes:
+    """The modes a continued session runs under: for each of `approval` and `sandbox`, the stricter of the
+    session's stored one and `current`, or `current` when the session stored none (an older crow's, or
+    `info` None: a new session) or when its name is in `given` (a flag named it: being told to loosen it)."""
+    if info is None:
+        return current
+    approval, sandbox = current.approval, current.sandbox
+    if "approval" not in given and info.approval in POLICY_ORDER:
+        approval = POLICY_ORDER[min(POLICY_ORDER.index(approval), POLICY_ORDER.index(info.approval))]
+    if "sandbox" not in given and info.sandbox in SANDBOX_ORDER:
+        sandbox = SANDBOX_ORDER[min(SANDBOX_ORDER.index(sandbox), SANDBOX_ORDER.index(info.sandbox))]
+    return RunModes(approval, sandbox)
+
+
+def settle_modes(recorder: SessionRecorder | None, history: list[Message], current: RunModes, *,
+                 given: frozenset[str] = frozenset(), network: bool = False, record: bool = True) -> RunModes:
+    """The modes a run of `recorder`'s session runs under (`kept_modes` of the stored ones and `current`),
+    recorded with the session (unless not `record`: a session only read), and `history`'s system message (if
+    any) telling them (`tell_modes`). `network`: whether confined commands may use the network."""
+    modes = kept_modes(recorder.info if recorder is not None else None, current, given=given)
+    if recorder is not None and record:
+        recorder.keep_modes(modes)
+    tell_modes(history, modes, network=network)
+    return modes
+
+
+def tell_modes(history: list[Message], modes: RunModes, *, network: bool = False) -> None:
+    """Make `history`'s system message (if any) tell `modes` (`default_prompt.retell_modes`, in place: a stored
+    message stays as it was). What every change of mode calls: a continued session, an editor's switch, and a
+    mode changed mid-chat (`ChatApp.change_modes`)."""
+    first = history[0] if history else None
+    if first is not None and first["role"] == "system" and isinstance(text := first["content"], str):
+        history[0] = {"role": "system", "content": retell_modes(text, approval=modes.approval, sandbox=modes.sandbox,
+                                                                network=network)}
 
 
 class SessionRecorder:
@@ -50,6 +110,8 @@ class SessionRecorder:
         self.title: str | None = None
         """The prompt as the person typed it: the title a new session gets from its first user message, which
         may also hold piped input and attached files (None: the message's own text)."""
+        self.modes: RunModes | None = None
+        """The modes the session runs under, recorded with it (`keep_modes`; None: not recorded)."""
 
     @property
     def session_id(self) -> str | None:
@@ -66,8 +128,10 @@ class SessionRecorder:
             return
         try:
             if self.info is None:
+                modes = self.modes
                 self.info = self.store.create(model=self.settings.model, base_url=self.settings.base_url,
-                                              cwd=os.getcwd())
+                                              cwd=os.getcwd(), approval=modes.approval if modes else None,
+                                              sandbox=modes.sandbox if modes else None)
             for message in history[self.stored:]:
                 self.store.append(self.info.id, message, title=self.title)
                 self.stored += 1
@@ -131,6 +195,16 @@ class SessionRecorder:
             with contextlib.suppress(SessionError):
                 self.store.delete(self.info.id)
             self.info, self.stored = None, 0
+
+    def keep_modes(self, modes: RunModes) -> None:
+        """Record `modes` as the ones the session runs under (now for a stored session, else when it is created).
+
+        A store that cannot be written loses the record only (the next run decides from what was stored)."""
+        self.modes = modes
+        if self.info is not None and not self.broken and (self.info.approval, self.info.sandbox) != (
+                modes.approval, modes.sandbox):
+            with contextlib.suppress(SessionError):
+                self.store.set_modes(self.info.id, modes.approval, modes.sandbox)
 
     def set_model(self, settings: Settings) -> None:
         self.settings = settings

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..attachments import image_attachment, load_attachment, user_content
@@ -51,7 +51,7 @@ from .common import (
 )
 from .jsonl import JsonlWriter
 from .options import SurfaceOptions
-from .persist import open_session
+from .persist import RunModes, open_session, settle_modes
 from .runtime import Runtime
 from .shown import display_lines, display_status
 from .usage import TokenUse, footer
@@ -247,12 +247,13 @@ class PlainPrinter:
             self.reasoning_open = False
 
 
-def _start_history(settings: Settings, options: RunOptions, content: Any = None
-                   ) -> tuple[list[Message], SessionRecorder | None, WarningEvent | None]:
+def _start_history(settings: Settings, options: RunOptions, content: Any = None, *, modes: RunModes | None = None
+                   ) -> tuple[list[Message], SessionRecorder | None, WarningEvent | None, RunModes | None]:
     """The history to run (a continued session's, or new) ending with the prompt, already stored.
 
-    Returns the history, the recorder (None when not recording) and a warning when the store could
-    not be used for a new session (the run goes on unrecorded).
+    Returns the history, the recorder (None when not recording), a warning when the store could
+    not be used for a new session (the run goes on unrecorded), and the modes the run runs under: `modes`,
+    kept as strict as a continued session's were (`persist.settle_modes`; None when `modes` is).
     """
     recorder: SessionRecorder | None = None
     history: list[Message] = []
@@ -271,6 +272,9 @@ def _start_history(settings: Settings, options: RunOptions, content: Any = None
     try:
         if settings.system and not history:
             history.append({"role": "system", "content": settings.system})
+        if modes is not None:  # a continued session is never loosened by a looser config (only by a flag)
+            modes = settle_modes(recorder, history, modes, given=options.surface.modes_given,
+                                 network=settings.sandbox_network)
         history.append(user_message(options.prompt) if content is None else {"role": "user", "content": content})
         if recorder is not None:
             recorder.sync(history)  # the session exists (and has its id) from the first event on
@@ -278,7 +282,7 @@ def _start_history(settings: Settings, options: RunOptions, content: Any = None
         if recorder is not None:
             recorder.store.close()
         raise
-    return history, recorder, warning
+    return history, recorder, warning, modes
 
 
 def _held_ask(ask: AskFn | None, printer: PlainPrinter | JsonlWriter) -> AskFn | None:
@@ -352,8 +356,13 @@ async def _run_in(runtime: Runtime, options: RunOptions, out: TextIO, err: TextI
     sdk = import_in_background() if runtime.mcp_server_names else None
     try:
         try:
-            history, recorder, warning = _start_history(settings, options, content)
+            current = RunModes(approve.policy.mode, runtime.context.sandbox.mode)
+            history, recorder, warning, modes = _start_history(settings, options, content, modes=current)
             new_session = not (options.session_id or options.continue_last)
+            if modes is not None and modes != current:  # the continued session's stricter modes
+                approve.policy = replace(approve.policy, mode=modes.approval)
+                runtime.context = replace(runtime.context, sandbox=replace(runtime.context.sandbox,
+                                                                           mode=modes.sandbox))
         except SessionError as exc:  # no such session, or one in use: a run that starts and fails (exit 1)
             printer.handle(RunStarted(model=settings.model))
             printer.handle(RunFinished("error", "", 0, str(exc), exc.exit_code))

@@ -33,7 +33,7 @@ from ..default_prompt import default_prompt
 from ..driver import Driver, Interrupts, run_interrupts
 from ..events import RunFinished
 from ..skills import Skills, skills_here
-from ..tools.approval import check_rule_names
+from ..tools.approval import check_rule_names, start_policy
 from ..tools.builtin.skill import skill as skill_tool
 from ..tools.context import ToolContext
 from ..tools.dispatch import Approver
@@ -78,7 +78,7 @@ class Runtime:
 
     Args:
         settings: the run's settings.
-        options: the surface's flags (`yes` is its approver's, not read here).
+        options: the surface's flags (`yes`: the policy the built-in prompt tells, `approval.start_policy`).
         warn: where a skipped AGENTS.md file is said (default: stderr).
 
     Raises:
@@ -107,8 +107,12 @@ class Runtime:
             self.registry.register(self.subagents.tool, source="builtin")
         self.base_settings = settings
         """The settings before a workspace's prompt was added (`settings_for` builds another folder's)."""
+        default = self._default_prompt(settings, self.context.workspace)
+        if default == "" and settings.system_prompt_file:  # it replaces crow's prompt with nothing: said, not silent
+            (warn or warning_to())(f"the system prompt file {settings.system_prompt_file!r} is empty: it replaces "
+                                   "crow's built-in system prompt with nothing")
         self.settings = with_instructions(settings, self.context.workspace, options.project_instructions, warn=warn,
-                                          default=self._default_prompt(settings, self.context.workspace))
+                                          default=default)
         self._mcp = McpServers({} if self.registry is None else self.settings.mcp_servers,
                                errlog=sys.stderr if options.debug else None, workspace=self.context.workspace)
         self._client: ChatClient | None = None
@@ -155,8 +159,10 @@ class Runtime:
         """
         if settings.system == "" or not (settings.default_prompt or settings.system_prompt_file):
             return None
+        # the policy the run starts in (`--yes`: yolo), not the configured one: the model is told what is true
         return default_prompt(workspace=workspace, sandbox=settings.sandbox,
-                              network=settings.sandbox_network, approval=settings.approval,
+                              network=settings.sandbox_network, approval=start_policy(settings.approval,
+                                                                                      yes=self.options.yes),
                               tools=[t.name for t in self.registry or ()] if tools is None else tools,
                               file=settings.system_prompt_file, skills=self.skills.listing())
 

@@ -75,6 +75,7 @@ __all__ = [
     "make_approver",
     "parse_answer",
     "shown_scope",
+    "start_policy",
 ]
 
 Policy = Literal["ask", "auto-edit", "yolo", "read-only"]
@@ -617,6 +618,19 @@ def _answer(reply: Answer | Choice) -> Answer:
     return reply if isinstance(reply, Answer) else Answer(reply)
 
 
+def start_policy(mode: Policy | None, *, yes: bool = False) -> Policy:
+    """The policy a surface starts in from the configured `mode` (None: `ask`) and `--yes` (`yolo`): the one
+    decision of whether `--yes` goes with `mode`, which every surface (run, chat, acp, mcp) makes through here.
+
+    Raises:
+        ConfigError: `yes` with the `read-only` policy (the stricter one is never silently loosened).
+    """
+    if yes and mode == "read-only":
+        raise ConfigError("--yes conflicts with the approval policy 'read-only' (it never runs a change): "
+                          "drop one of them")
+    return "yolo" if yes else (mode or "ask")
+
+
 def make_approver(mode: Policy | None = None, *, allow: Iterable[str] = (), deny: Iterable[str] = (),
                   ask: AskFn | None = None, yes: bool = False) -> Approvals:
     """The `Approver` for a surface: `mode` (default `ask`; `yes=True` means `yolo`), rules, and `ask`.
@@ -627,8 +641,5 @@ def make_approver(mode: Policy | None = None, *, allow: Iterable[str] = (), deny
         ConfigError: an unknown policy or an empty/invalid rule; `yes` with the `read-only` policy (the
             stricter one is never silently loosened).
     """
-    if yes and mode == "read-only":
-        raise ConfigError("--yes conflicts with the approval policy 'read-only' (it never runs a change): "
-                          "drop one of them")
-    policy = ApprovalPolicy("yolo" if yes else (mode or "ask"), tuple(allow), tuple(deny))
+    policy = ApprovalPolicy(start_policy(mode, yes=yes), tuple(allow), tuple(deny))
     return Approvals(policy, ask)

@@ -38,6 +38,7 @@ import contextlib
 import math
 import ssl
 import threading
+import time
 from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from contextlib import AsyncExitStack, aclosing
 from dataclasses import dataclass, field
@@ -303,8 +304,8 @@ class ChatClient:
         if self._after_done is None:
             self._after_done = AfterDone()
 
-        if not self.takes_images and holds_images(messages):  # it would only refuse them
-            raise ImagesRefused(self.settings.model)
+        # an image in the messages is one the person attached (the loop gives tools' images as their names to a
+        # model known text-only): it is sent whatever is known, and the server's answer is the news
         for warning in self._facts_problems:
             yield Notice(warning, "facts_damaged")
         self._facts_problems = []
@@ -327,6 +328,8 @@ class ChatClient:
                     body = self.request_body(messages, tools)
                     try:
                         response = await self._send(stack, body)
+                        if not self.takes_images and holds_images(body["messages"]):
+                            self._images_taken()  # what was known is stale: the model takes images now
                         break
                     except Exception as exc:
                         if (refused := self._images_refused(exc, body)) is not None:
@@ -485,11 +488,21 @@ class ChatClient:
                 or not refuses_images(exc.status_code, _error_text(exc), body["messages"]):
             return None
         self.takes_images = False
-        if self.settings.adapt_requests:
-
-            learn(self.settings.base_url, self.settings.model, images=False)
+        remembered = None
+        if self.settings.adapt_requests and learn(self.settings.base_url, self.settings.model, images=False,
+                                                  why=_error_text(exc)) is None:
+            remembered = (f"remembered from {time.strftime('%Y-%m-%d %H:%M')} for {self._shown_url} (tools' images "
+                          f"go to it as their names; crow facts forget --model {self.settings.model} forgets it, "
+                          "and an image that is accepted clears it)")
         said, _code = _body_message(exc.body, exc.message)
-        return ImagesRefused(self.settings.model, said, status=exc.status_code)
+        return ImagesRefused(self.settings.model, said, status=exc.status_code, remembered=remembered)
+
+    def _images_taken(self) -> None:
+        """A request holding images was accepted: the model takes images, whatever was known (a stored refusal,
+        its name), and that is remembered in place of a refusal."""
+        self.takes_images = True
+        if self.settings.adapt_requests:
+            learn(self.settings.base_url, self.settings.model, images=True, why="a request with images was accepted")
 
     def _final_refusal(self, exc: Exception) -> Notice | None:
         """Under --debug: why a 400/422 ends the request (`wire.adapt.change_for` had no change for it)."""

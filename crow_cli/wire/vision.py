@@ -16,9 +16,12 @@ A text-only model's server refuses a request holding an image part; what it says
 - servers validating parts as text only (pydantic): `Input should be 'text'` at `content … type`
   (thinking-machines-lab/tinker-feedback#83); DeepSeek's API: "unknown variant `image_url`, expected `text`".
 
-Such a refusal is final (`ImagesRefused`), never adapted or retried; the client remembers it for the base URL
-and model (`wire.facts`, `images: false`), so the next run says so before sending anything, and a model named
-in `TEXT_ONLY_MODELS` is known text-only in advance. Pure: no I/O.
+Such a refusal is final (`ImagesRefused`, saying it is remembered and how to forget it), never adapted or
+retried; the client remembers it for the base URL and model (`wire.facts`, `images: false`), and a model named
+in `TEXT_ONLY_MODELS` is known text-only in advance. What is known only decides what is offered: the images
+tools return go as their names. An image the person attaches is always sent (the server may have changed:
+llama-server restarted with `--mmproj`), and a request with images that is accepted makes the model one that
+takes images (`images: true`, which also outranks its name). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -53,10 +56,12 @@ class ImagesRefused(ProviderError):
         model: the model's name.
     """
 
-    def __init__(self, model: str, said: str | None = None, *, status: int | None = None) -> None:
+    def __init__(self, model: str, said: str | None = None, *, status: int | None = None,
+                 remembered: str | None = None) -> None:
         why = f"the server said: {said}" if said else "known from an earlier refusal or its name"
-        super().__init__(f"the model {model} takes no images ({why}); use a vision model (--model), or leave the "
-                         "image out", status=status)
+        kept = f"; {remembered}" if remembered else ""
+        super().__init__(f"the model {model} takes no images ({why}){kept}; use a vision model (--model), or leave "
+                         "the image out", status=status)
         self.model = model
 
 
@@ -76,5 +81,7 @@ def refuses_images(status: int, text: str, messages: Iterable[Any]) -> bool:
 
 
 def known_text_only(model: str, facts: dict[str, Any]) -> bool:
-    """Whether the model is known to take no images: learned (`facts["images"] is False`) or by its name."""
-    return facts.get("images") is False or TEXT_ONLY_MODELS.search(model) is not None
+    """Whether the model is known to take no images: learned (`facts["images"] is False`) or by its name, unless
+    a request with images was accepted since (`facts["images"] is True`)."""
+    learned = facts.get("images")
+    return learned is False or (learned is not True and TEXT_ONLY_MODELS.search(model) is not None)

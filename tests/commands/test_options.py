@@ -48,3 +48,22 @@ def test_the_shared_run_flags_stand_where_the_command_puts_them_and_reach_it_gat
     assert shown.index("--model") < shown.index("--debug") < shown.index("--loud") and "--workspace" not in shown
     refused = CliRunner().invoke(app, ["command", "hi", "--workspace", "/tmp"])
     assert refused.exit_code == 2
+
+
+def test_the_modes_a_flag_names_are_the_ones_a_continued_session_may_be_loosened_to() -> None:
+    assert RunFlags().surface().modes_given == frozenset()
+    assert RunFlags(yes=True).surface().modes_given == {"approval"}
+    assert RunFlags(approval="ask", sandbox="off").surface().modes_given == {"approval", "sandbox"}
+
+
+@pytest.mark.parametrize("command", [["run", "hi"], ["chat"], ["acp"], ["mcp"], ["tools"]])
+def test_a_tools_dir_that_is_no_folder_is_one_line_and_exit_2(tmp_path: Path, command: list[str],
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    # `--tools-dir /missing` was a warning where a missing `--workspace` is exit 2
+    (tmp_path / "file.py").write_text("")
+    connection = [] if command == ["tools"] else ["--base-url", "http://127.0.0.1:9/v1", "--api-key", "sk-test",
+                                                  "--model", "m"]
+    for folder, what in ((tmp_path / "missing", "does not exist"), (tmp_path / "file.py", "is not a folder")):
+        code = crow_here(command[0], *connection, "--tools-dir", str(folder), *command[1:])
+        err = capsys.readouterr().err
+        assert code == 2 and err == f"crow: error: --tools-dir {str(folder)!r} {what}\n"

@@ -18,8 +18,9 @@ def test_an_empty_system_file_is_named_as_the_reason(tmp_path: Path, flags: list
     monkeypatch.chdir(tmp_path)
     (tmp_path / "empty.md").write_text("")
     assert crow_here("prompt", *flags, "--system-file", "empty.md", "--no-project-instructions") == 0
-    assert capsys.readouterr().err == ("(no system prompt: the system prompt file 'empty.md' is empty, and no "
-                                       "AGENTS.md)\n")
+    assert capsys.readouterr().err == ("crow: warning: the system prompt file 'empty.md' is empty: it replaces "
+                                       "crow's built-in system prompt with nothing\n"
+                                       "(no system prompt, and no AGENTS.md)\n")
 
 
 def test_no_default_prompt_and_an_empty_system_are_named_as_the_reason(

@@ -367,6 +367,18 @@ async def test_read_only_mode_refuses_without_asking(workspace):
     assert "read-only" in server.requests[1]["messages"][-1]["content"]
 
 
+async def test_a_mode_switched_by_the_editor_is_what_the_model_is_told(workspace, monkeypatch):
+    monkeypatch.setenv("CROW_DEFAULT_PROMPT", "1")
+    with ReplayServer([{"sse": text_sse("ok")}]) as server:
+        async with acp_agent(server.base_url, workspace, Editor()) as (conn, _serving):
+            session = await conn.new_session(cwd=str(workspace), mcp_servers=[])
+            await conn.set_session_mode(session_id=session.session_id, mode_id="read-only")
+            await conn.prompt(session_id=session.session_id, prompt=[text_block("look")])
+    system = server.requests[0]["messages"][0]["content"]
+    assert "Approval: file changes and commands that are not read-only are refused." in system
+    assert "approves each" not in system
+
+
 async def test_cancel_mid_stream_answers_cancelled_and_keeps_a_valid_history(workspace):
     slow = sse(chunk({"role": "assistant", "content": "Part one"}), chunk({"content": " never"}), chunk({}, "stop"))
     editor = Editor()
@@ -409,6 +421,23 @@ async def test_load_replays_a_stored_session_after_a_restart(workspace):
     assert replayed[2].content.text == "It says alpha."
     assert [m["role"] for m in server.requests[2]["messages"]] == ["user", "assistant", "tool", "assistant", "user"]
     assert editor.text().endswith("Still alpha.")
+
+
+async def test_a_loaded_session_keeps_the_stricter_mode_it_ran_under(workspace):
+    # a session keeps the modes it ran under: loaded again, it is not loosened by the start mode (`ask`)
+    write = script([("w1", "write_file", {"path": "x.txt", "content": "x"})], final="Refused.")
+    with ReplayServer([{"sse": text_sse("Looked.")}, *write]) as server:
+        async with acp_agent(server.base_url, workspace, Editor()) as (conn, _serving):
+            sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            await conn.set_session_mode(session_id=sid, mode_id="read-only")
+            await conn.prompt(session_id=sid, prompt=[text_block("look")])
+        editor = Editor()
+        async with acp_agent(server.base_url, workspace, editor, yes=True) as (conn, _serving):
+            loaded = await conn.load_session(cwd=str(workspace), session_id=sid, mcp_servers=[])
+            await conn.prompt(session_id=sid, prompt=[text_block("write x.txt")])
+    assert loaded.modes.current_mode_id == "read-only"
+    assert editor.permissions == [] and not (workspace / "x.txt").exists()
+    assert "read-only" in server.requests[2]["messages"][-1]["content"]
 
 
 async def test_load_replays_a_prompt_s_image_by_its_name(workspace):
@@ -839,6 +868,31 @@ def test_an_unknown_notification_logs_one_line_without_a_traceback(workspace, tm
         assert proc.wait(timeout=60) == 0
     stderr = err.read_text()
     assert "Traceback" not in stderr and stderr.count("\n") <= 1, stderr
+
+
+def test_a_line_over_the_limit_is_answered_once_and_the_next_line_served(workspace):
+    # the twin of crow mcp's reader (surfaces/stdio.py now serves both): a line over 50 MiB is dropped as it
+    # arrives, answered with one -32600, and the next line is read whole
+    from crow_cli.surfaces.stdio import LINE_LIMIT
+
+    proc = subprocess.Popen([CROW, "acp", "--model", "m", "--base-url", "http://127.0.0.1:9/v1"], cwd=workspace,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        piece = b"x" * (1 << 20)
+        for _ in range(LINE_LIMIT // len(piece) + 4):
+            proc.stdin.write(piece)
+        proc.stdin.write(b"\n" + b'{"jsonrpc":"2.0","id":1,"method":"session/list","params":{}}\n')
+        proc.stdin.flush()
+        refused, listed = json.loads(proc.stdout.readline()), json.loads(proc.stdout.readline())
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert refused["id"] is None and refused["error"]["code"] == -32600
+    assert listed["id"] == 1 and "result" in listed
 
 
 async def test_a_length_stop_is_max_tokens_and_a_content_filter_a_refusal(workspace):

@@ -314,3 +314,97 @@ async def test_a_cancelled_call_stops_its_subagent_and_stores_both_histories(tmp
     history, runs = found
     assert history[-1]["tool_call_id"] == "call_t" and history[-1]["content"] == CANCELLED
     assert [(r.call_id, r.messages[0]["content"]) for r in runs] == [("call_t", "Take your time.")]
+
+
+def _peak_rss_bytes(pid: int) -> int:
+    """The process's peak resident memory (VmHWM), in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="peak memory is read from /proc")
+def test_a_line_over_the_limit_is_answered_once_skipped_and_never_held(tmp_path: Path) -> None:
+    # 600 MB with no newline held 672 MB: a line over the 50 MiB limit is dropped as it arrives
+    from crow_cli.surfaces.stdio import LINE_LIMIT
+
+    proc = subprocess.Popen([CROW, "mcp", "--base-url", "http://127.0.0.1:9/v1", "--api-key", "sk-test", "--model",
+                             "m", "--workspace", str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=tmp_path)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+        proc.stdin.write(json.dumps(hello).encode() + b"\n")
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["id"] == 1
+        before = _peak_rss_bytes(proc.pid)
+        piece = b"x" * (1 << 20)
+        for _ in range(3 * LINE_LIMIT // len(piece)):  # three times the limit, no newline
+            proc.stdin.write(piece)
+        proc.stdin.write(b"\n" + json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode()
+                         + b"\n" + json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).encode() + b"\n")
+        proc.stdin.flush()
+        refused, listed = json.loads(proc.stdout.readline()), json.loads(proc.stdout.readline())
+        peak = _peak_rss_bytes(proc.pid)
+        proc.stdin.close()
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert refused["id"] is None and refused["error"]["code"] == -32600
+    assert listed["id"] == 2 and [t["name"] for t in listed["result"]["tools"]] == ["crow_run", "crow_reply"]
+    assert peak - before < LINE_LIMIT + (16 << 20), (before, peak)  # at most the limit (and a slice) held
+
+
+async def test_a_reply_keeps_the_modes_its_session_ran_under_and_is_told_them(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # a crow_run asked for read-only approval and sandbox; crow_reply to it then wrote a file under the
+    # server's looser modes (yolo here), and the run had been told the server's modes
+    monkeypatch.setenv("CROW_DEFAULT_PROMPT", "1")
+    steps = [
+        {"sse": text_sse("Looked.")},
+        {"sse": tool_calls_sse(("call_w1", "write_file", {"path": "planted.txt", "content": "x"}))},
+        {"sse": text_sse("Refused.")},
+        {"sse": tool_calls_sse(("call_w2", "write_file", {"path": "asked.txt", "content": "y"}))},
+        {"sse": text_sse("Written.")},
+    ]
+    with ReplayServer(steps) as server:
+        async with crow_mcp(server, tmp_path, "--approval", "yolo") as client:
+            first = await client.call_tool("crow_run", {"prompt": "Look", "approval": "read-only",
+                                                        "sandbox": "read-only"})
+            assert first.structured_content is not None
+            session_id = first.structured_content["session_id"]
+            reply = await client.call_tool("crow_reply", {"session_id": session_id, "prompt": "Write planted.txt"})
+            assert text_of(reply) == "Refused."
+            # a reply that names its modes is told to loosen them (never past the server's)
+            told = await client.call_tool("crow_reply", {"session_id": session_id, "prompt": "Write asked.txt",
+                                                         "approval": "yolo", "sandbox": "workspace-write"})
+            assert text_of(told) == "Written."
+    assert not (tmp_path / "planted.txt").exists() and (tmp_path / "asked.txt").read_text() == "y"
+    assert "read-only" in tool_messages(server.requests[2])[0]["content"]
+    for request in server.requests[:3]:  # told the call's modes, not the server's (yolo, workspace-write)
+        system = request["messages"][0]["content"]
+        assert "are not read-only are refused" in system and "may write nowhere" in system, system
+        assert "calls run without asking" not in system
+    assert "calls run without asking" in server.requests[4]["messages"][0]["content"]
+    with SessionStore() as store:
+        info = store.get(session_id)
+    assert (info.approval, info.sandbox) == ("yolo", "workspace-write")
+
+
+async def test_a_reply_to_a_session_whose_folder_is_gone_is_an_error_naming_it(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    with ReplayServer([{"sse": text_sse("ok")}]) as server:
+        async with crow_mcp(server, tmp_path, "--approval", "yolo") as client:
+            first = await client.call_tool("crow_run", {"prompt": "hi", "cwd": str(project)})
+            assert first.structured_content is not None
+            project.rmdir()
+            with pytest.raises(MCPError) as gone:
+                await client.call_tool("crow_reply", {"session_id": first.structured_content["session_id"],
+                                                      "prompt": "Write here"})
+    assert gone.value.code == types.INVALID_PARAMS and str(project) in gone.value.message
+    assert len(server.requests) == 1  # the reply never reached the model

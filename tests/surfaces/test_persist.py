@@ -101,3 +101,19 @@ async def test_continuing_with_another_model_says_so_once(tmp_path: Path) -> Non
     assert [n["code"] for n in notices] == ["model_changed"]
     assert "was using test-model; continuing with other-model" in notices[0]["message"]
     assert '"model_changed"' not in second.stdout
+
+
+def test_a_continued_session_runs_under_the_stricter_modes_unless_a_flag_names_one() -> None:
+    from crow_cli.sessions import SessionInfo
+    from crow_cli.surfaces.persist import RunModes, kept_modes
+
+    loose = RunModes("yolo", "off")
+    stored = SessionInfo("abc234", "", 0.0, 0.0, "m", "", "/w", approval="read-only", sandbox="read-only")
+    assert kept_modes(stored, loose) == RunModes("read-only", "read-only")
+    assert kept_modes(stored, RunModes("read-only", "workspace-write")) == RunModes("read-only", "read-only")
+    assert kept_modes(stored, loose, given=frozenset({"approval"})) == RunModes("yolo", "read-only")
+    assert kept_modes(stored, loose, given=frozenset({"approval", "sandbox"})) == loose
+    stricter_now = SessionInfo("abc234", "", 0.0, 0.0, "m", "", "/w", approval="yolo", sandbox="off")
+    assert kept_modes(stricter_now, RunModes("ask", "read-only")) == RunModes("ask", "read-only")
+    older = SessionInfo("abc234", "", 0.0, 0.0, "m", "", "/w")  # stored by an older crow: nothing to keep
+    assert kept_modes(older, loose) == loose and kept_modes(None, loose) == loose

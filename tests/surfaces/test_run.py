@@ -56,6 +56,7 @@ from tests.support import (
     script,
     sse,
     text_sse,
+    tool_calls_sse,
     tool_delta,
     tool_messages,
     tool_turn,
@@ -116,6 +117,47 @@ async def test_system_cannot_silently_stay_unchanged_on_a_continued_session(tmp_
     same = await run_here([{"sse": text_sse("Three.")}], "again", flags={"system": "OLD"}, system="OLD",
                           continue_last=True, cwd=tmp_path)
     assert same.code == 0 and same.requests[0]["messages"][0] == {"role": "system", "content": "OLD"}
+
+
+async def test_a_continued_session_keeps_its_stricter_modes_unless_a_flag_names_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a session that ran read-only, continued with `crow run --session` under a looser config, wrote a file
+    monkeypatch.setenv("CROW_DEFAULT_PROMPT", "1")
+    write = [{"sse": tool_calls_sse(("call_w1", "write_file", {"path": "planted.txt", "content": "x"}))},
+             {"sse": text_sse("Done.")}]
+    first = await run_here([{"sse": text_sse("Looked.")}], "Look", flags={"approval": "read-only"}, cwd=tmp_path)
+    assert first.code == 0, first.stderr
+    with SessionStore() as store:
+        (info,) = store.recent()
+    assert info.approval == "read-only"
+    # the config's looser policy (no flag): the session's read-only holds, and the model is told it
+    strict = await run_here(write, "Write", session_id=info.id, flags={"approval": "auto-edit"}, cwd=tmp_path)
+    assert strict.code == 0 and not (tmp_path / "planted.txt").exists()
+    assert "read-only" in tool_messages(strict.requests[1])[0]["content"]
+    assert "are not read-only are refused" in strict.requests[0]["messages"][0]["content"]
+    # a flag naming the approval (`--approval auto-edit`, as `--yes`) loosens it, and that is recorded
+    told = await run_here(write, "Write", session_id=info.id, flags={"approval": "auto-edit"},
+                          modes_given=frozenset({"approval"}), cwd=tmp_path)
+    assert told.code == 0 and (tmp_path / "planted.txt").read_text() == "x"
+    with SessionStore() as store:
+        assert store.get(info.id).approval == "auto-edit"
+
+
+async def test_a_proxy_password_never_reaches_the_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `HTTP_PROXY=http://user:password@…`: the model's `env | grep -i proxy` sent the password to the model
+    # server and stored it in the session
+    monkeypatch.setenv("HTTP_PROXY", "http://proxyuser:pr0xy-pass@proxy.test:3128")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")  # the replay server is reached directly
+    (tmp_path / "notes.txt").write_text("proxy is http://proxyuser:pr0xy-pass@proxy.test:3128\n")
+    ran = await run_here([{"sse": tool_calls_sse(("call_e", "run_shell",
+                                                  {"command": "env | grep -i proxy; cat notes.txt"}))},
+                          {"sse": text_sse("Done.")}], "Show the proxy", yes=True, cwd=tmp_path)
+    assert ran.code == 0, ran.stderr
+    shown = tool_messages(ran.requests[1])[0]["content"]
+    assert "pr0xy-pass" not in shown and "HTTP_PROXY=http://proxy.test:3128" in shown and "[REDACTED]" in shown
+    with SessionStore() as store:
+        (info,) = store.recent()
+        assert "pr0xy-pass" not in json.dumps(store.messages(info.id))
 
 
 async def test_the_system_prompt_a_session_has_continues_it(tmp_path: Path) -> None:

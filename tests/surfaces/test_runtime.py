@@ -147,3 +147,17 @@ async def test_the_skill_tool_joins_only_when_there_are_skills_and_a_rule_may_na
             assert runtime.context_for(tmp_path).skills is runtime.context.skills
     async with Runtime(_settings(tmp_path, default_prompt=True), SurfaceOptions(no_tools=True)) as runtime:
         assert not runtime.skills
+
+
+def test_an_empty_system_prompt_file_is_one_warning_not_silence(tmp_path: Path) -> None:
+    # an empty --system-file in run/chat sent no system prompt without a word
+    (tmp_path / "empty.md").write_text("\n")
+    said: list[str] = []
+    runtime = Runtime(_settings(tmp_path, default_prompt=True, system_prompt_file=str(tmp_path / "empty.md")),
+                      SurfaceOptions(project_instructions=False), warn=said.append)
+    assert runtime.settings.system is None or runtime.settings.system == ""
+    assert said == [f"the system prompt file '{tmp_path / 'empty.md'}' is empty: it replaces crow's built-in "
+                    "system prompt with nothing"]
+    quiet: list[str] = []
+    Runtime(_settings(tmp_path, default_prompt=True), SurfaceOptions(project_instructions=False), warn=quiet.append)
+    assert quiet == []

@@ -762,6 +762,16 @@ def test_yes_with_the_read_only_policy_is_refused_not_loosened() -> None:
     assert make_approver("auto-edit", yes=True).policy.mode == "yolo"
 
 
+def test_every_surface_s_start_policy_is_one_decision() -> None:
+    from crow_cli.errors import ConfigError
+    from crow_cli.tools.approval import start_policy
+
+    assert start_policy(None) == "ask" and start_policy("read-only") == "read-only"
+    assert start_policy("auto-edit", yes=True) == "yolo" and start_policy(None, yes=True) == "yolo"
+    with pytest.raises(ConfigError, match="--yes conflicts"):
+        start_policy("read-only", yes=True)
+
+
 async def test_a_never_answer_refuses_later_calls_of_the_tool_without_asking() -> None:
     asker = Asker(Answer("never"))
     approve = Approvals(ApprovalPolicy("ask"), asker)

@@ -1,5 +1,6 @@
-"""A text-only model's refusal of image parts (`wire.vision`): one final error naming the model, remembered;
-a model known text-only fails before any request. Bodies from the servers named in `wire.vision`."""
+"""A text-only model's refusal of image parts (`wire.vision`): one final error naming the model, remembered and
+saying how to forget it; an image the person attaches is sent whatever is known, and an accepted one clears
+the refusal. Bodies from the servers named in `wire.vision`."""
 
 from __future__ import annotations
 
@@ -49,26 +50,40 @@ async def test_a_refusal_of_images_is_final_names_the_model_and_is_remembered(re
         assert route.call_count == 1  # not adapted, not retried (llama.cpp's 500 too)
     message = str(caught.value)
     assert message.startswith("the model text-model takes no images (the server said: ") and "\n" not in message
+    assert "remembered from " in message and "crow facts forget --model text-model" in message
     assert caught.value.exit_code == 1 and not c.takes_images
     assert recall("http://llm.test/v1", "text-model")["images"] is False
-    again = client("text-model")  # a later run knows it before sending anything
+    assert not client("text-model").takes_images  # a later run knows it: tools' images go as their names
+
+
+async def test_an_attached_image_is_sent_though_a_refusal_is_remembered_and_its_success_clears_it() -> None:
+    # llama-server restarted with --mmproj: every `-i` run failed with 0 requests, naming no fact
+    await refused_once("text-model")
+    again = client("text-model")
     assert not again.takes_images
     with respx.mock(assert_all_called=False) as mock:
-        route = mock.post(URL).mock(return_value=httpx.Response(200, text=text_sse("x")))
-        with pytest.raises(ImagesRefused, match="known from an earlier refusal"):
-            await consume(again, IMAGE)
-        assert route.call_count == 0
-        await consume(again, TEXT)  # text still goes
-        assert route.call_count == 1
+        route = mock.post(URL).mock(return_value=httpx.Response(200, text=text_sse("a cat")))
+        await consume(again, IMAGE)
+        assert route.call_count == 1 and json.loads(route.calls[0].request.content)["messages"] == IMAGE
+    assert again.takes_images and recall("http://llm.test/v1", "text-model")["images"] is True
+    assert client("text-model").takes_images
 
 
-async def test_a_model_known_to_be_text_only_fails_before_the_request() -> None:
+async def test_a_model_known_text_only_by_name_is_still_sent_an_attached_image() -> None:
     c = client("deepseek-chat")
+    assert not c.takes_images
     with respx.mock(assert_all_called=False) as mock:
         route = mock.post(URL).mock(return_value=httpx.Response(200, text=text_sse("x")))
+        await consume(c, IMAGE)
+        assert route.call_count == 1
+    assert c.takes_images and client("deepseek-chat").takes_images  # an accepted image outranks the name
+
+
+async def refused_once(model: str) -> None:
+    with respx.mock(assert_all_called=False) as mock:
+        mock.post(URL).mock(return_value=httpx.Response(OLLAMA[0], json=OLLAMA[1]))
         with pytest.raises(ImagesRefused):
-            await consume(c, IMAGE)
-        assert route.call_count == 0
+            await consume(client(model), IMAGE)
 
 
 async def test_the_same_words_without_an_image_in_the_request_are_an_ordinary_refusal() -> None:

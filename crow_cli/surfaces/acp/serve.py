@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 from dataclasses import replace
 from typing import cast
 
@@ -17,6 +16,7 @@ from ...stdout import private_stdout
 from ...tools.mcp import end_task
 from ..options import SurfaceOptions
 from ..runtime import Runtime
+from ..stdio import log_handler
 from .agent import CrowAgent
 from .convert import for_editor
 from .transport import STDIN_LIMIT, ProtocolOutput, objects_only, streams
@@ -49,8 +49,7 @@ async def serve_acp(settings: Settings, options: SurfaceOptions) -> int:
 
 
 async def _serve(settings: Settings, options: SurfaceOptions, protocol_fd: int) -> int:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("crow acp: %(levelname)s: %(message)s"))
+    handler = log_handler()  # `crow: warning: …`, as run and chat say it
     if not options.debug:
         handler.addFilter(_one_line)
     logging.basicConfig(level=logging.DEBUG if options.debug else logging.WARNING, handlers=[handler])

@@ -48,7 +48,7 @@ from ...tools.registry import ToolRegistry
 from ...tools.sandbox import Mode as SandboxMode
 from ...tools.tool import Tool
 from ...tools.workspace import resolve_for_write
-from ..persist import SessionRecorder
+from ..persist import RunModes, SessionRecorder, settle_modes, tell_modes
 from ..runtime import Runtime
 from .convert import (
     arguments,
@@ -131,6 +131,13 @@ class Session:
         self.context = agent.runtime.context_for(cwd, backup=recorder.backup)
         self.driver = agent.runtime.new_driver(self.approvals, recorder=recorder, context=self.context,
                                                tools=registry)
+        # a loaded session keeps the modes it ran under where they are stricter (the editor may switch them)
+        kept = settle_modes(recorder, history, RunModes(self.approvals.policy.mode, self.context.sandbox.mode),
+                            given=agent.runtime.options.modes_given, network=self.context.sandbox.network)
+        self.approvals.policy = replace(self.approvals.policy, mode=kept.approval)
+        if kept.sandbox != self.context.sandbox.mode:
+            self.context = replace(self.context, sandbox=replace(self.context.sandbox, mode=kept.sandbox))
+            self.driver.context = self.context
         self.turns = 0
         """Model turns with tool calls so far in this session (the first part of ACP tool-call ids)."""
         self.calls: dict[int, str] = {}
@@ -191,6 +198,7 @@ class Session:
             raise RequestError(-32602, f"unknown sandbox mode {mode!r} (modes: {', '.join(SANDBOX_MODES)})")
         self.context = replace(self.context, sandbox=replace(self.context.sandbox, mode=chosen))
         self.driver.context = self.context
+        self._retell_modes()
 
     @property
     def mode(self) -> Policy:
@@ -203,6 +211,14 @@ class Session:
         if chosen is None:
             raise RequestError(-32602, f"unknown mode {mode!r} (modes: {', '.join(MODES)})")
         self.approvals.policy = replace(self.approvals.policy, mode=chosen)
+        self._retell_modes()
+
+    def _retell_modes(self) -> None:
+        """The modes now in force, recorded with the session (the editor chose them) and told in the system message
+        (`persist.tell_modes`; the stored message stays)."""
+        modes = RunModes(self.mode, self.context.sandbox.mode)
+        self.recorder.keep_modes(modes)
+        tell_modes(self.history, modes, network=self.context.sandbox.network)
 
     async def _buffer_diff(self, call: ToolCall, tool: Tool) -> None:
         """The diff of an edit from the editor's buffer (`fs/read_text_file`), sent before it is asked about

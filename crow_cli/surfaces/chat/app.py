@@ -53,7 +53,7 @@ from ..common import (
     plain_terminal,
 )
 from ..options import SurfaceOptions
-from ..persist import SessionRecorder, open_session
+from ..persist import RunModes, SessionRecorder, open_session, settle_modes, tell_modes
 from ..render import TurnView
 from ..runtime import Runtime
 from ..shell_escape import USAGE, is_shell_note, run_typed, shell_note, typed_command, with_note
@@ -121,6 +121,8 @@ class ChatApp:
         self.approver = make_approver(settings.approval, allow=settings.allow, deny=settings.deny,
                                       yes=options.surface.yes, ask=self.ask)
         """The approval policy (--approval, --allow, --deny, --yes); "always" answers last for this chat."""
+        self.modes = RunModes(self.approver.policy.mode, settings.sandbox)
+        """The chat's own modes: a new session's; a resumed one keeps its stricter ones (`_settle_modes`)."""
         self.driver: Driver | None = None
         self._unrecorded = False  # the store could not be opened: said once, not retried
         self._commands: dict[str, Callable[[str], Awaitable[None]]] = {
@@ -176,6 +178,7 @@ class ChatApp:
                 self._unrecorded = True
                 self.view.line(f"crow: warning: {strip_controls(str(exc))}; this chat is not recorded", "yellow")
         self.history = [{"role": "system", "content": self.settings.system}] if self.settings.system else []
+        self._settle_modes(self.recorder)
         self.usage = self.token_use()
         self.last_usage = self.token_use()
         self.new_compactor()
@@ -192,6 +195,7 @@ class ChatApp:
         assert recorder.info is not None  # open_session raises when it finds none
         self.store.release(keep=recorder.info.id)
         self.recorder, self.history = recorder, history
+        self._settle_modes(recorder, record=self.options.session)
         if not self.options.session:  # --no-session: read the old one, record nothing new
             self.recorder = None
             self.view.line("--no-session: this session is read, but nothing new is stored in it (/undo has nothing "
@@ -204,6 +208,30 @@ class ChatApp:
             self.view.line(f"this session was using {strip_controls(recorder.previous_model)}; continuing with "
                            f"{self.settings.model}", "yellow")
         self._show_last_exchange()
+
+    def _settle_modes(self, recorder: SessionRecorder | None, *, record: bool = True) -> None:
+        """Run under the chat's modes, kept as strict as `recorder`'s session's were (`persist.settle_modes`:
+        recorded, and the system message tells them)."""
+        modes = settle_modes(recorder, self.history, self.modes, given=self.options.surface.modes_given,
+                             network=self.settings.sandbox_network, record=record)
+        self._use_modes(modes)
+
+    def change_modes(self, modes: RunModes) -> None:
+        """Run under `modes` from the next call on: the approver's policy and the commands' sandbox, recorded with
+        the session and told in the system message. What a change of mode in the chat calls (`/approval`,
+        plan mode), so the model is never told a mode it is not under; a new session (/new) keeps them."""
+        self.modes = modes
+        if self.recorder is not None:
+            self.recorder.keep_modes(modes)
+        tell_modes(self.history, modes, network=self.settings.sandbox_network)
+        self._use_modes(modes)
+
+    def _use_modes(self, modes: RunModes) -> None:
+        self.approver.policy = replace(self.approver.policy, mode=modes.approval)
+        if self.driver is not None:
+            context = self.driver.context
+            if context is not None and context.sandbox.mode != modes.sandbox:
+                self.driver.context = replace(context, sandbox=replace(context.sandbox, mode=modes.sandbox))
 
     def last_user(self) -> int | None:
         """Where the last user message is in the history (None: there is none)."""
@@ -255,6 +283,8 @@ class ChatApp:
     async def _run(self) -> int:
         early: list[str] = []  # said under the banner, which comes once the settings are known to hold
         runtime = Runtime(self.settings, self.options.surface, warn=early.append)
+        if not runtime.mcp_server_names:  # every tool is known: a rule naming none is refused before the banner
+            runtime.check_rules()
         self.view.line(f"crow chat · {self.settings.model} · /help for commands · Ctrl-D to quit", "dim")
         for line in early:
             self.view.line(f"crow: warning: {strip_controls(line)}", "yellow")

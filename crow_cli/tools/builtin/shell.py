@@ -45,7 +45,7 @@ from typing import Any
 
 from ...errors import ToolError, ToolFailed
 from ...history import ToolDisplay
-from ...text import mask_secrets
+from ...text import is_proxy_variable, mask_secrets, without_userinfo
 from ..context import ToolContext
 from ..sandbox import (
     SandboxBlocked,
@@ -77,9 +77,12 @@ def _is_secret(value: str, secrets: tuple[str, ...]) -> bool:
 
 
 def scrubbed_environ(secrets: tuple[str, ...]) -> dict[str, str]:
-    """The environment without the API key variables and any variable holding one of `secrets`: what
-    every program crow starts gets (`run_shell`'s commands, the git that `search_files` runs)."""
-    return {k: v for k, v in os.environ.items() if k not in _HIDDEN_ENV and not _is_secret(v, secrets)}
+    """The environment without the API key variables and any variable holding one of `secrets`, and the
+    proxy variables without their `user:password@` (a command still finds the proxy; one that needs the
+    credentials gets 407 from it, never the password): what every program crow starts gets (`run_shell`'s
+    commands, the git that `search_files` runs)."""
+    env = {k: without_userinfo(v) if is_proxy_variable(k) else v for k, v in os.environ.items()}
+    return {k: v for k, v in env.items() if k not in _HIDDEN_ENV and not _is_secret(v, secrets)}
 
 
 def _command_env(token: str, secrets: tuple[str, ...]) -> dict[str, str]:
@@ -188,7 +191,8 @@ async def run_shell(command: str, timeout_s: float | None = None, context: ToolC
     it started are stopped then, and their later output is not returned.
 
     Args:
-        command: the command line, run with /bin/sh -c.
+        command: the command line, run with /bin/sh -c: POSIX sh (dash on Debian and Ubuntu), so no bash
+            extensions such as [[ ]], {1..3}, source or set -o pipefail; run bash -c '...' for those.
         timeout_s: seconds before the command and everything it started are killed (default 120, more than 0,
             at most 600).
     """

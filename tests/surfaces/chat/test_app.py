@@ -161,6 +161,42 @@ async def test_resume_latest_repairs_a_crashed_turn(store: SessionStore) -> None
     assert authorless(store.messages(info.id)[2]) == sent[2]
 
 
+async def test_a_resumed_session_keeps_its_stricter_modes_and_a_new_one_the_chats(
+        store: SessionStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `crow chat --resume` of a session that ran read-only, under a looser config, ran its writes
+    monkeypatch.chdir(tmp_path)
+    info = store.create(model="test-model", cwd=str(Path.cwd()), approval="read-only", sandbox="read-only")
+    store.append(info.id, {"role": "user", "content": "look"})
+    store.append(info.id, {"role": "assistant", "content": "Looked."})
+    store.release(info.id)
+    script = [{"sse": tool_calls_sse(("call_w1", "write_file", {"path": "planted.txt", "content": "x"}))},
+              {"sse": text_sse("Refused.")}]
+    _, server, app = await chat(script, "write it\r/exit\r", store, options=ChatOptions(resume=info.id),
+                                settings=Settings(model="test-model", api_key="sk-test", approval="yolo"))
+    assert not (Path.cwd() / "planted.txt").exists()
+    assert "read-only" in server.requests[1]["messages"][-1]["content"]
+    assert app.approver.policy.mode == "read-only"
+    app.fresh()  # /new: a new session runs under the chat's own modes
+    assert app.approver.policy.mode == "yolo"
+
+
+async def test_a_mode_changed_in_the_chat_is_recorded_and_told(store: SessionStore, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # the one call a change of mode makes (/approval, plan mode): the model is never told a mode it is not under
+    from crow_cli.surfaces.persist import RunModes
+
+    monkeypatch.chdir(tmp_path)
+    _, _, app = await chat([{"sse": text_sse("Hi.")}], "hello\r/exit\r", store,
+                           settings=Settings(model="test-model", api_key="sk-test", default_prompt=True))
+    assert "approves each file change" in app.history[0]["content"]
+    app.change_modes(RunModes("read-only", "read-only"))
+    assert "are not read-only are refused" in app.history[0]["content"]
+    assert "may write nowhere" in app.history[0]["content"]
+    assert app.approver.policy.mode == "read-only"
+    info = store.get(app.recorder.session_id)
+    assert (info.approval, info.sandbox) == ("read-only", "read-only")
+
+
 # found by a new-user tester (wave 4): `crow chat --system-file /nope.md` printed the welcome banner, then the error
 async def test_a_bad_system_file_is_the_only_line_before_the_chat_ends(store: SessionStore, tmp_path: Path) -> None:
     out = io.StringIO()
@@ -170,6 +206,26 @@ async def test_a_bad_system_file_is_the_only_line_before_the_chat_ends(store: Se
     with pytest.raises(ConfigError, match="cannot be read"):
         await app.run()
     assert out.getvalue() == ""
+
+
+async def test_a_rule_naming_no_tool_is_the_only_line_before_the_chat_ends(store: SessionStore) -> None:
+    # `crow chat --allow run_shel:ls` printed the banner before its error: validated first
+    out = io.StringIO()
+    app = ChatApp(Settings(model="test-model", api_key="sk-test", allow=("run_shel:ls",)), ChatOptions(),
+                  console=Console(file=out, width=100), store=store)
+    with pytest.raises(ConfigError, match="run_shel"):
+        await app.run()
+    assert out.getvalue() == ""
+
+
+async def test_an_empty_system_file_is_said_under_the_banner(store: SessionStore, tmp_path: Path) -> None:
+    # an empty --system-file sent no system prompt without a word
+    (tmp_path / "empty.md").write_text("")
+    output, server, _ = await chat([{"sse": text_stream("Hi.")}], "hello\r/exit\r", store,
+                                   settings=Settings(model="test-model", api_key="sk-test", default_prompt=True,
+                                                     system_prompt_file=str(tmp_path / "empty.md")))
+    assert f"crow: warning: the system prompt file '{tmp_path / 'empty.md'}' is empty" in output
+    assert server.requests[0]["messages"][0]["role"] == "user"
 
 
 async def test_ctrl_d_and_double_ctrl_c_leave(store: SessionStore) -> None:

@@ -176,6 +176,16 @@ async def test_a_hidden_secret_leaves_the_environment_whatever_the_variable(
     assert "k=unset" in out and "HARMLESS=visible" in out and "MY_LLM_KEY" not in out and "AUTH_HEADER" not in out
 
 
+async def test_proxy_variables_reach_commands_without_their_credentials(
+        ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the model's `env | grep -i proxy` sent `HTTP_PROXY`'s password to the model server and into the session
+    monkeypatch.setenv("HTTP_PROXY", "http://proxyuser:pr0xy-pass@proxy.test:3128")
+    monkeypatch.setenv("https_proxy", "proxyuser:pr0xy-pass@proxy.test:3129")
+    out = await run_shell.invoke({"command": "env | grep -i _proxy= | sort"}, _hiding(ws, "pr0xy-pass"))
+    assert "pr0xy-pass" not in out and "proxyuser" not in out
+    assert "HTTP_PROXY=http://proxy.test:3128" in out and "https_proxy=proxy.test:3129" in out
+
+
 async def test_without_the_secret_in_the_context_a_custom_variable_is_visible(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MY_LLM_KEY", "sk-CUSTOMVARSECRET")  # the test above would pass for a broken `env`
     out = await run_shell.invoke({"command": "echo \"k=${MY_LLM_KEY:-unset}\""})
