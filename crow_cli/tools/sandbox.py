@@ -62,8 +62,8 @@ from ..history import ToolDisplay
 __all__ = ["DEFAULT_MODE", "MODES", "Layout", "Mode", "Sandbox", "SandboxBlocked", "backend", "blocked_reason",
            "bwrap_argv", "git_metadata", "git_snapshot", "guarded_paths", "home_contained", "home_notice",
            "install_paths", "is_guarded", "kept_from_commands", "path_folders", "plan", "private_temp",
-           "protected_paths", "put_aside_new_git", "sandbox_argv", "seatbelt_profile", "seccomp_fd",
-           "socket_filter", "startup_notice", "unavailable_reason"]
+           "protected_paths", "put_aside_new_git", "relative_path_notice", "sandbox_argv", "seatbelt_profile",
+           "seccomp_fd", "socket_filter", "startup_notice", "unavailable_reason"]
 
 Mode = Literal["workspace-write", "read-only", "off"]
 MODES: tuple[Mode, ...] = get_args(Mode)
@@ -748,10 +748,27 @@ def home_notice(sandbox: Sandbox, workspace: Path) -> str | None:
     return f"{where}{',' if sandbox.mode == 'off' else ':'} {what}; start crow in a project folder instead"
 
 
+def relative_path_notice(sandbox: Sandbox) -> str | None:
+    """What to say when `PATH` holds an empty or relative entry (`.`, `bin`) and commands may write the
+    workspace: a program a command writes there runs in place of the one the person meant, in whatever folder
+    their shell is in, unconfined. No mount can protect a folder that depends on where a shell stands."""
+    if sandbox.mode != "workspace-write":
+        return None
+    relative = [entry for entry in os.environ.get("PATH", "").split(os.pathsep) if not os.path.isabs(entry)]
+    if not relative:
+        return None
+    shown = ", ".join(repr(entry) if entry else "an empty entry" for entry in dict.fromkeys(relative))
+    return (f"PATH holds {shown}: a program a command writes in the workspace would run in place of the one you "
+            "meant from a shell in that folder; take such entries out of PATH")
+
+
 def startup_notice(sandbox: Sandbox, workspace: Path | None = None) -> str | None:
-    """The one line a surface shows at start when commands are meant to be confined and cannot be, or when the
-    workspace is the home folder or holds it (`home_notice`), or None."""
+    """The one line a surface shows at start when commands are meant to be confined and cannot be, when the
+    workspace is the home folder or holds it (`home_notice`), or when PATH holds a relative entry
+    (`relative_path_notice`), or None."""
     home = home_notice(sandbox, workspace) if workspace is not None else None
+    if (relative := relative_path_notice(sandbox)) is not None:
+        home = f"{home}; {relative}" if home else relative
     if not sandbox.confines or backend() is not None:
         return home
     return (f"no sandbox for commands: {unavailable_reason()}; every command will be asked about (none runs "

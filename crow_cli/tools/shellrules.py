@@ -252,6 +252,8 @@ def _reading(line: str) -> _Reading:
     skipped = _skipped(root, data)
     if skipped:  # text the grammar read as nothing: what sh makes of it is unknown
         reading.unreadable = reading.unreadable or f"the shell grammar skips {skipped!r}"
+    if hidden := _hidden(root, data):
+        reading.unreadable = reading.unreadable or hidden
     for command in reading.commands:
         why = _unjudgeable(command)
         if why:
@@ -260,6 +262,25 @@ def _reading(line: str) -> _Reading:
     if reading.latent and (reading.evaluation or reading.names):  # `x='a[$(rm v)]'; echo $((x))` in bash
         reading.unreadable = reading.unreadable or "a string that bash may evaluate as code"
     return reading
+
+
+_DASH_READS_OTHERWISE = frozenset({"ansi_c_string", "translated_string"})
+_SUBSTITUTING = re.compile(rb"\$\(|`|[<>]\(")
+
+
+def _hidden(root: Node, data: bytes) -> str:
+    """Why the tree hides what the line runs, or "": quoting bash has and /bin/sh (dash, which runs the
+    commands) reads otherwise (`$'\\' ; rm v ; '\\'` is one `echo` to bash, three commands to dash), or a
+    command substitution inside a `${x#pattern}` the grammar keeps as opaque text (both shells run it)."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.type in _DASH_READS_OTHERWISE:
+            return f"{_text(node, data)!r}: quoting /bin/sh reads otherwise than bash"
+        if node.type == "regex" and _SUBSTITUTING.search(data[node.start_byte:node.end_byte]):
+            return f"a command substitution inside the pattern {_text(node, data)!r}"
+        stack.extend(node.children)
+    return ""
 
 
 def _takes_names(run: Sequence[str]) -> bool:

@@ -77,8 +77,9 @@ def recover_calls(content: str | None, offered: Collection[str],
             continue
         start, fmt, entries = found
         lead_in = text[:start].strip()
-        if not _plain(lead_in):
-            return None
+        indent = text[text.rfind("\n", 0, start) + 1:start]
+        if not _plain(lead_in) or (lead_in and ("\t" in indent or len(indent) >= 4)):
+            return None  # (an indented line after a lead-in is a Markdown code block: shown, not called)
         calls = []
         for entry in entries:
             call = _call(entry, offered, name_of)

@@ -841,3 +841,15 @@ def test_a_workspace_that_is_the_root_keeps_a_private_dev_proc_and_run(tmp_path:
                       layout=Layout((("/", True, "/"),)), git_dirs=[])
     text = " ".join(argv)
     assert "--bind / / --dev /dev --proc /proc" in text
+
+
+def test_a_relative_path_entry_is_said_at_start_where_commands_may_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No mount protects `.` or `bin` in PATH (they name whatever folder a shell is in): crow says so."""
+    from crow_cli.tools.sandbox import relative_path_notice
+
+    monkeypatch.setenv("PATH", f":bin:{os.defpath}")
+    said = relative_path_notice(Sandbox("workspace-write"))
+    assert said is not None and "an empty entry" in said and "'bin'" in said
+    assert relative_path_notice(Sandbox("read-only")) is None
+    monkeypatch.setenv("PATH", os.defpath)
+    assert relative_path_notice(Sandbox("workspace-write")) is None

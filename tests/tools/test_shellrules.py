@@ -325,3 +325,24 @@ def test_a_command_given_as_an_options_value_is_read(line: str) -> None:
                                   "git log --format='%h rm -rf'"])
 def test_other_option_values_are_not_commands(line: str) -> None:
     assert not deny_matches(line, rule_words("rm -rf"))
+
+
+@pytest.mark.parametrize("line", [
+    "ls ${HOME#$(rm V)}", "echo ${HOME##`rm V`}", "echo ${HOME%%$(rm V)}", "echo ${HOME#*$(rm V)*}",
+    "echo ${HOME%'x'$(rm V)}", "echo ${UNSET_ZZ-${HOME#$(rm V)}}", "x=${HOME#$(rm V)}",
+    ": ${HOME#$(sh -c 'rm V')}", "echo > ${HOME#$(rm V)}/../ws/out",
+])
+def test_a_command_inside_an_expansions_pattern_is_never_past_a_rule(line: str) -> None:
+    """Both shells run a `$(…)` inside `${x#…}`; the grammar keeps the pattern as opaque text: fail closed."""
+    assert deny_matches(line, ["rm"]) and not allow_matches(line, [["ls"], ["echo"], ["x"], [":"]])
+
+
+@pytest.mark.parametrize("line", ["echo $'\\' ; rm V ; echo '\\'", "ls $'\\' ; touch W ; ls '\\'"])
+def test_quoting_dash_reads_otherwise_than_bash_fails_closed(line: str) -> None:
+    """run_shell runs /bin/sh (dash): `$'…'` is one word to bash and three commands to dash."""
+    assert deny_matches(line, ["rm"]) and not allow_matches(line, [["ls"], ["echo"]])
+    assert command_prefixes(line) is None
+
+
+def test_a_pattern_without_a_substitution_is_still_judged() -> None:
+    assert allow_matches("ls ${HOME#*.txt}", [["ls"]]) and not deny_matches("ls ${HOME%/x}", ["rm"])

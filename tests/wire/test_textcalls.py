@@ -55,6 +55,8 @@ def test_the_lead_in_is_the_content_and_the_arguments_are_json_text() -> None:
     f"Use `<tool_call>` like: <tool_call>{READ}</tool_call>",
     f"The format is {READ}",
     f"Here: `{READ}`",
+    f"Example:\n\n    <tool_call>{READ}</tool_call>",
+    f"Example:\n\t{READ}",
     '<tool_call>{"name": "delete_everything", "arguments": {}}</tool_call>',
     '<tool_call>{"name": "read_file", "arguments": [1]}</tool_call>',
     f"<tool_call>{READ}</tool_call> between <tool_call>{SHELL}</tool_call>",
