@@ -9,7 +9,7 @@ from its exit code and (optionally) JSON on its stdout.
 Events (`EVENTS`), each fired by its owner: `PreToolUse` and `PostToolUse` by `tools.orchestrator` (validate →
 hooks → approval → sandbox), `Notification` (an approval question is waiting) there too, `Stop` by the loop
 (`SubagentStop` in a subagent's), `UserPromptSubmit`, `SessionStart` and `SessionEnd` by the surfaces,
-`PreCompact` before a compaction. `Hooks.fire(event, fields, target=…)` runs every matching command at once and
+`PreCompact` before a compaction. `Hooks.fire(event, fields, call_id=…)` runs every matching command at once and
 returns one `HookDecision`:
 
 - exit 0: go on; stdout that is a JSON object is read as the answer, other stdout is context for the model
