@@ -180,7 +180,7 @@ async def react(
             if not turn.is_tool_turn:
                 # a Stop hook that blocks keeps the run going once, its reason the next user message
                 more = None if hooks is None or turn.finish_reason == "content_filter" else \
-                    await hooks.stop_continues(active=stop_hook_active)
+                    await hooks.stop_continues(hooks.stop_event, active=stop_hook_active)
                 if more is None:
                     yield _finished(turn, closing.turn)
                     return

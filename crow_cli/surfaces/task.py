@@ -180,6 +180,8 @@ class Subagents:
             limits = dataclasses.replace(loop_settings(settings, trace=self.trace), images=client.takes_images)
             approvals = _labelled(scope.approvals, name, call)
             compactor = build_compactor(settings)
+            if context.hooks is not None:  # the parent's hooks see the child's calls; its end is SubagentStop
+                context = dataclasses.replace(context, hooks=context.hooks.copy(stop_event="SubagentStop"))
             for stop_hook_active in (False, True):
                 async with aclosing(react(history, client, registry, limits, approvals, context,
                                           compactor)) as events:

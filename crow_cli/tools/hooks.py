@@ -7,9 +7,9 @@ from its exit code and (optionally) JSON on its stdout.
     timeout_s = 60                            killed (its process group) after this: a non-blocking error
 
 Events (`EVENTS`), each fired by its owner: `PreToolUse` and `PostToolUse` by `tools.orchestrator` (validate →
-hooks → approval → sandbox), `Notification` (an approval question is waiting) there too, `Stop` by the loop,
-`SubagentStop` by the `task` tool, `UserPromptSubmit`, `SessionStart` and `SessionEnd` by the surfaces,
-`PreCompact` before a compaction. `Hooks.fire(event, fields, target=…)` runs every matching command at once and
+hooks → approval → sandbox), `Notification` (an approval question is waiting) there too, `Stop` by the loop
+(`SubagentStop` in a subagent's), `UserPromptSubmit`, `SessionStart` and `SessionEnd` by the surfaces,
+`PreCompact` before a compaction. `Hooks.fire(event, fields, call_id=…)` runs every matching command at once and
 returns one `HookDecision`:
 
 - exit 0: go on; stdout that is a JSON object is read as the answer, other stdout is context for the model
@@ -23,12 +23,10 @@ returns one `HookDecision`:
 - anything else (another exit code, unreadable JSON, a timeout, a command that cannot start): one warning
   line, and the run goes on as if the hook had said nothing.
 
-A loop of its own (the `task` tool's child) fires its stop hooks through the run's `ToolContext.hooks`:
-
-    hooks = context.hooks                       # None: no hooks configured
-    more = None if hooks is None else await hooks.stop_continues("SubagentStop", active=went_on_once,
-                                                                  fields={"agent": name})
-    # more: the text to go on with as the child's next user message (once), or None: the child ends
+A subagent's loop (the `task` tool's child) runs with a copy of the parent's hooks whose `stop_event` is
+`SubagentStop` (`hooks.copy(stop_event="SubagentStop")`): its tool calls meet the same `PreToolUse` and
+`PostToolUse` hooks, and its end fires `SubagentStop` where the parent's fires `Stop`
+(`stop_continues(hooks.stop_event, active=…)`, in the loop).
 
 Each run is reported as an `events.HookRan` (and a `WarningEvent` for what went wrong) to `Hooks.report`.
 Hooks run with the environment `run_shell` commands get (crow's API keys and every variable holding one of the
@@ -233,6 +231,9 @@ class Hooks:
     """Where each `HookRan` (and a `WarningEvent` for what went wrong) goes; None: nowhere."""
     stop_reason: str | None = field(default=None, init=False)
     """Set when a hook answered `continue: false` (its `stopReason`); the loop ends the run and clears it."""
+    stop_event: Literal["Stop", "SubagentStop"] = "Stop"
+    """What the loop these hooks run in fires as it is about to end: `SubagentStop` in a subagent's (the `task`
+    tool's child) loop, whose tool calls the same hooks see."""
     pending_context: list[tuple[str, str]] = field(default_factory=list, init=False)
     """`SessionStart` hooks' context ((event, text) pairs), given to the model with the next prompt (`submit`)."""
     _background: set[asyncio.Task[HookDecision]] = field(default_factory=set, init=False, repr=False)

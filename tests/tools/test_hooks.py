@@ -17,7 +17,7 @@ import pytest
 from crow_cli.errors import ConfigError
 from crow_cli.tools.hooks import Hooks, HookSpec, parse_hooks
 from crow_cli.trust import TrustStore
-from tests.support import alive, run_here, script, text_sse, tool_messages, wait_for
+from tests.support import alive, run_here, script, text_sse, tool_calls_sse, tool_messages, wait_for
 
 SHELL = ("c1", "run_shell", {"command": "echo ran > made.txt"})
 
@@ -311,3 +311,18 @@ async def test_a_blocked_prompt_in_json_mode_ends_with_run_finished(tmp_path: Pa
     events = ran.events()
     assert ran.code == 1 and events[-1]["type"] == "run_finished" and "not today" in events[-1]["error"]
     assert json.loads((tmp_path / "ended.json").read_text())["hook_event_name"] == "SessionEnd"
+
+
+async def test_a_subagent_fires_subagentstop_not_stop_and_its_calls_meet_pretooluse(tmp_path: Path) -> None:
+    log = tmp_path / "input.json"
+    command = hook(tmp_path, "log.sh", f"cat >> {log}; echo >> {log}")
+    task = ("call_t", "task", {"description": "look", "prompt": "Run a command."})
+    ran = await run_here([{"sse": tool_calls_sse(task)},
+                          {"sse": tool_calls_sse(("child_1", "run_shell", {"command": "true"}))},
+                          {"sse": text_sse("Child done.")}, {"sse": text_sse("Parent done.")}],
+                         "go", cwd=tmp_path, yes=True,
+                         config=config(tmp_path, ("SubagentStop", {"command": command}), ("Stop", {"command": command}),
+                                       ("PreToolUse", {"command": command})))
+    assert ran.code == 0, ran.stderr
+    seen = [(s["hook_event_name"], s.get("tool_name")) for s in sent(tmp_path)]
+    assert seen == [("PreToolUse", "task"), ("PreToolUse", "run_shell"), ("SubagentStop", None), ("Stop", None)]
