@@ -155,8 +155,11 @@ def request_body(chat: Mapping[str, Any], history: list[Message], author: Mappin
     body["input"] = items
     if tools := chat.get("tools"):
         body["tools"] = [_function_tool(t) for t in tools if isinstance(t, Mapping)]
-        if "tool_choice" in chat:
-            body["tool_choice"] = chat["tool_choice"]
+        if "tool_choice" in chat:  # a named function: `{"type": "function", "name"}` here
+            choice = chat["tool_choice"]
+            function = choice.get("function") if isinstance(choice, Mapping) else None
+            body["tool_choice"] = {"type": "function", "name": function.get("name")} \
+                if isinstance(function, Mapping) else choice
     return body
 
 

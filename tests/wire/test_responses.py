@@ -229,7 +229,11 @@ async def test_an_error_event_ends_the_run_as_on_the_chat_wire(tmp_path: Path) -
     chat = await run_here([{"sse": 'data: {"error": {"message": "the model crashed", "code": "server_error"}}\n\n'}],
                           cwd=tmp_path, config=responses_config(tmp_path, wire_api="chat"))
     assert resp.code == chat.code != 0
-    assert "the model crashed" in resp.stderr
+    assert "the model crashed" in resp.stderr and "input" in resp.requests[0]
+    failed = {"type": "response.failed", "response": {"id": "r", "status": "failed",
+                                                      "error": {"code": "server_error", "message": "it broke"}}}
+    ran = await run_here([{"sse": rsse(failed)}], cwd=tmp_path, config=responses_config(tmp_path))
+    assert ran.code == chat.code and "it broke" in ran.stderr
 
 
 async def test_a_cut_stream_ends_the_run_as_on_the_chat_wire(tmp_path: Path) -> None:
