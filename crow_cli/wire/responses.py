@@ -14,15 +14,15 @@ a chat server and a Responses server as it moves between models; this module con
   false` unless the params say otherwise, so the reasoning items of the model's own turns go back with their
   `encrypted_content` (`include: ["reasoning.encrypted_content"]`), kept on the assistant message under
   `history.REASONING_ITEMS_KEY` and sent to that same author (base URL and model) only.
-* `ChunkTranslator`: each streamed Responses event becomes zero or more Chat Completions chunk dicts, so the
-  one pure accumulator (`wire.accumulate`) and the loop run unchanged: output text as `content`, reasoning
-  summaries (and raw reasoning text) as `reasoning`, each `function_call` output item as a tool call whose
-  `index` is its position among the turn's function calls (arguments in their fragments; a `.done` or
-  `output_item.done` whose arguments no delta carried sends them whole), the reasoning items as one private
-  delta field at the end, and `response.completed` as the finish chunk with its usage in Chat Completions
-  names (cached and reasoning tokens included). `response.failed` and an `error` event raise the
-  `ServerError` an error inside a chat stream raises; a stream that ends without `response.completed`
-  (or `response.incomplete`) is a `StreamCut`.
+* `ChunkTranslator`: each streamed Responses event becomes zero or more Chat Completions chunk dicts, so the one
+  pure accumulator (`wire.accumulate`) and the loop run unchanged: output text as `content`, a refusal as
+  `refusal`, reasoning summaries (and raw reasoning text) as `reasoning`, their parts a paragraph apart, each
+  `function_call` output item as a tool call whose `index` is its position among the turn's function calls
+  (arguments in their fragments; a `.done` or `output_item.done` whose arguments no delta carried sends them
+  whole), the reasoning items as one private delta field at the end, and `response.completed` as the finish
+  chunk with its usage in Chat Completions names (cached and reasoning tokens included). `response.failed`
+  and an `error` event raise the `ServerError` an error inside a chat stream raises; a stream that ends
+  without `response.completed` (or `response.incomplete`) is a `StreamCut`.
 
 Pure: no I/O.
 """
@@ -206,6 +206,7 @@ class ChunkTranslator:
         self._text_seen: set[int] = set()  # output indexes whose text came in deltas
         self._reasoning_seen: set[int] = set()
         self._reasoning: list[dict[str, Any]] = []
+        self._reasoning_part: tuple[Any, Any] | None = None  # (output index, part index) of the last reasoning
         self._finished = False
 
     def _call_index(self, event: Mapping[str, Any]) -> int | None:
@@ -242,9 +243,18 @@ class ChunkTranslator:
             return [_chunk({"content": delta})] if isinstance(delta, str) and delta else []
         if kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
             delta = event.get("delta")
+            if not isinstance(delta, str) or not delta:
+                return []
             if isinstance(event.get("output_index"), int):
                 self._reasoning_seen.add(event["output_index"])
-            return [_chunk({"reasoning": delta})] if isinstance(delta, str) and delta else []
+            part = (event.get("output_index"), event.get("summary_index", event.get("content_index")))
+            if self._reasoning_part is not None and part != self._reasoning_part:
+                delta = "\n\n" + delta  # summary parts are paragraphs: shown apart, not run together
+            self._reasoning_part = part
+            return [_chunk({"reasoning": delta})]
+        if kind == "response.refusal.delta":
+            delta = event.get("delta")
+            return [_chunk({"refusal": delta})] if isinstance(delta, str) and delta else []
         if kind == "response.output_item.added":
             item = event.get("item")
             if isinstance(item, Mapping) and item.get("type") == "function_call":

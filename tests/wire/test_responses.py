@@ -274,3 +274,27 @@ async def test_a_profile_may_choose_the_responses_wire(tmp_path: Path) -> None:
     ran = await run_here([{"sse": text_turn("hello")}], cwd=tmp_path, config=config)
     assert ran.code == 0, ran.stderr
     assert "input" in ran.requests[0] and "hello" in ran.stdout
+
+
+def test_summary_parts_show_as_paragraphs_and_a_refusal_as_the_models_refusal() -> None:
+    """Reasoning summary parts are shown a paragraph apart (not run together); `response.refusal.delta` is the
+    turn's refusal, as `delta.refusal` on the chat wire."""
+    def summary(index: int, text: str) -> dict[str, Any]:
+        return {"type": "response.reasoning_summary_text.delta", "output_index": 0, "summary_index": index,
+                "delta": text}
+
+    body = rsse(summary(0, "First."), summary(1, "Second."),
+                {"type": "response.refusal.delta", "output_index": 1, "delta": "I can't help with that."},
+                _completed())
+    turn, _ = assemble(*_translated(body))
+    assert turn.reasoning == "First.\n\nSecond."
+    assert turn.refusal == "I can't help with that."
+
+
+@pytest.mark.parametrize(("reason", "finish"), [("max_output_tokens", "length"), ("content_filter", "content_filter")])
+def test_an_incomplete_response_ends_with_the_chat_finish_reason_for_its_reason(reason: str, finish: str) -> None:
+    """`response.incomplete` is a finished stream whose finish_reason says why it stopped, as on the chat wire."""
+    body = rsse({"type": "response.output_text.delta", "output_index": 0, "delta": "Part"},
+                {"type": "response.incomplete", "response": {"incomplete_details": {"reason": reason}}})
+    turn, _ = assemble(*_translated(body))
+    assert (turn.content, turn.finish_reason) == ("Part", finish)
