@@ -362,15 +362,14 @@ class ChatClient:
                         yield Notice(f"crow: debug: remembered for {self._shown_url} {self.settings.model} in "
                                      f"{facts_path()}: {_json(self._learned_now())}", "adapt_debug")
                 back = self._names_back(body)
-                translator = ChunkTranslator() if responses else None
-                async for item in iter_chunks(response.aiter_bytes(), response.headers.get("content-type", ""),
-                                              self._after_done):
-                    for chunk in translator.chunks(item) if translator and isinstance(item, dict) else (item,):
-                        if back and isinstance(chunk, dict):
-                            _rename_calls(chunk, back)
-                        yield chunk
-                if translator is not None:
-                    translator.end()
+                items = iter_chunks(response.aiter_bytes(), response.headers.get("content-type", ""),
+                                    self._after_done)
+                if responses:  # its events as chunks (`wire.responses`); the chat path pays nothing for it
+                    items = _translated(items)
+                async for item in items:
+                    if back and isinstance(item, dict):
+                        _rename_calls(item, back)
+                    yield item
         except Exception as exc:
             mapped = map_error(exc, self._shown_url, secret=self._secrets, proxy=self._proxy)
             if mapped is None:
@@ -580,6 +579,20 @@ class ChatClient:
         """Close the connection pool (and a recording transport's files)."""
         if self._sdk is not None:
             await self._sdk.close()
+
+
+async def _translated(events: AsyncGenerator[dict[str, Any] | WarningEvent, None]
+                      ) -> AsyncGenerator[dict[str, Any] | WarningEvent, None]:
+    """Responses API events as Chat Completions chunk dicts (`wire.responses.ChunkTranslator`), warnings as they
+    are; raises `StreamCut` when the events end before `response.completed`."""
+    translator = ChunkTranslator()
+    async for event in events:
+        if isinstance(event, dict):
+            for chunk in translator.chunks(event):
+                yield chunk
+        else:
+            yield event
+    translator.end()
 
 
 def _rename_calls(chunk: dict[str, Any], back: Mapping[str, str]) -> None:
