@@ -225,8 +225,11 @@ class ChunkTranslator:
         if isinstance(item.get("id"), str):
             self._call_ids[item["id"]] = index
         call_id = item.get("call_id") if isinstance(item.get("call_id"), str) else ""
+        arguments = item.get("arguments") if isinstance(item.get("arguments"), str) else ""
+        if arguments:  # a server that opens the call whole (no argument deltas follow)
+            self._streamed.add(index)
         function: dict[str, Any] = {"name": item.get("name") if isinstance(item.get("name"), str) else "",
-                                    "arguments": ""}
+                                    "arguments": arguments}
         return [_chunk({"tool_calls": [{"index": index, "id": call_id, "type": "function", "function": function}]})]
 
     def chunks(self, event: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -298,3 +298,13 @@ def test_an_incomplete_response_ends_with_the_chat_finish_reason_for_its_reason(
                 {"type": "response.incomplete", "response": {"incomplete_details": {"reason": reason}}})
     turn, _ = assemble(*_translated(body))
     assert (turn.content, turn.finish_reason) == ("Part", finish)
+
+
+def test_a_call_opened_whole_keeps_its_arguments_once() -> None:
+    """A server that sends the function call whole in `output_item.added` (and again in `.done`) gives the
+    arguments once, not dropped and not doubled."""
+    added = _call_added(0, "fc_1", "call_A", "read_file")
+    added["item"]["arguments"] = '{"path": "a"}'
+    done = {"type": "response.output_item.done", "output_index": 0, "item": {**added["item"], "status": "completed"}}
+    turn, _ = assemble(*_translated(rsse(added, done, _completed())))
+    assert [(c.id, c.arguments) for c in turn.tool_calls] == [("call_A", '{"path": "a"}')]
