@@ -365,7 +365,7 @@ class ChatClient:
                 items = iter_chunks(response.aiter_bytes(), response.headers.get("content-type", ""),
                                     self._after_done)
                 if responses:  # its events as chunks (`wire.responses`); the chat path pays nothing for it
-                    items = _translated(items)
+                    items = _translated(items, stored=self.settings.params.get("store") is True)
                 async for item in items:
                     if back and isinstance(item, dict):
                         _rename_calls(item, back)
@@ -581,11 +581,12 @@ class ChatClient:
             await self._sdk.close()
 
 
-async def _translated(events: AsyncGenerator[dict[str, Any] | WarningEvent, None]
+async def _translated(events: AsyncGenerator[dict[str, Any] | WarningEvent, None], *, stored: bool
                       ) -> AsyncGenerator[dict[str, Any] | WarningEvent, None]:
-    """Responses API events as Chat Completions chunk dicts (`wire.responses.ChunkTranslator`), warnings as they
-    are; raises `StreamCut` when the events end before `response.completed`."""
-    translator = ChunkTranslator()
+    """Responses API events as Chat Completions chunk dicts (`wire.responses.ChunkTranslator`; `stored`: the
+    request had `store: true`), warnings as they are; raises `StreamCut` when the events end before
+    `response.completed`."""
+    translator = ChunkTranslator(stored=stored)
     async for event in events:
         if isinstance(event, dict):
             for chunk in translator.chunks(event):

@@ -13,7 +13,9 @@ a chat server and a Responses server as it moves between models; this module con
   function shape with `strict: false` (Responses defaults to strict, which refuses crow's schemas). `store:
   false` unless the params say otherwise, so the reasoning items of the model's own turns go back with their
   `encrypted_content` (`include: ["reasoning.encrypted_content"]`), kept on the assistant message under
-  `history.REASONING_ITEMS_KEY` and sent to that same author (base URL and model) only.
+  `history.REASONING_ITEMS_KEY` and sent to that same author (base URL and model) only. With `store: true` in
+  the params, a response's id is kept (`history.RESPONSE_ID_KEY`) and the next request to the same author
+  sends `previous_response_id` and only the items after that response (the instructions again).
 * `ChunkTranslator`: each streamed Responses event becomes zero or more Chat Completions chunk dicts, so the one
   pure accumulator (`wire.accumulate`) and the loop run unchanged: output text as `content`, a refusal as
   `refusal`, reasoning summaries (and raw reasoning text) as `reasoning`, their parts a paragraph apart, each
@@ -33,7 +35,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import StreamCut
-from ..history import REASONING_ITEMS_KEY, Message, author_of, content_text
+from ..history import REASONING_ITEMS_KEY, RESPONSE_ID_KEY, Message, author_of, content_text
 from .accumulate import stream_error
 
 __all__ = ["ChunkTranslator", "request_body", "wire_hint"]
@@ -87,6 +89,19 @@ def _function_tool(tool: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _previous(history: list[Message], author: Mapping[str, str] | None) -> tuple[int, str] | None:
+    """(position, response id) of the last message of `history` when it is an assistant message of `author`'s
+    whose response the server stored, or of the last one followed only by tool results and user messages; None
+    when there is none (then the whole history goes)."""
+    for position in range(len(history) - 1, -1, -1):
+        message = history[position]
+        if message.get("role") == "assistant":
+            response_id = message.get(RESPONSE_ID_KEY)
+            own = author is not None and author_of(message) == dict(author)
+            return (position, response_id) if own and isinstance(response_id, str) and response_id else None
+    return None
+
+
 def _reasoning_items(history: list[Message], author: Mapping[str, str] | None) -> list[list[dict[str, Any]]]:
     """Per assistant message of `history`, in order: the reasoning items to send before it (those it keeps
     under `REASONING_ITEMS_KEY`, for its own author only; [] for any other reader)."""
@@ -111,7 +126,9 @@ def request_body(chat: Mapping[str, Any], history: list[Message], author: Mappin
             only to it.
 
     Returns:
-        `{"model", "input", "stream": true, "store": false, "include": [...], "instructions"?, "tools"?, …}`.
+        `{"model", "input", "stream": true, "store": false, "include": [...], "instructions"?, "tools"?, …}`. With
+        `store: true` (from the params), and the last assistant message a response of `author`'s the server
+        stored: `previous_response_id` and the input items after that message only.
     """
     body: dict[str, Any] = {}
     for key, value in chat.items():
@@ -126,16 +143,19 @@ def request_body(chat: Mapping[str, Any], history: list[Message], author: Mappin
         include = list(include) if isinstance(include, list) else []
         body["include"] = include + [i for i in ("reasoning.encrypted_content",) if i not in include]
     reasoning = iter(_reasoning_items(history, author))
-    instructions: list[str] = []
     items: list[dict[str, Any]] = []
-    for message in chat.get("messages") or []:
+    messages = list(chat.get("messages") or [])
+    start = next((i for i, m in enumerate(messages) if m.get("role") not in ("system", "developer")), len(messages))
+    instructions = [content_text(m.get("content")) for m in messages[:start]]  # sent on every request
+    previous = _previous(history, author) if body["store"] is True and len(messages) == len(history) else None
+    if previous is not None:  # the server holds everything up to that response: send what came after it
+        body["previous_response_id"] = previous[1]
+        start = max(start, previous[0] + 1)
+    for message in messages[start:]:
         role = message.get("role")
         if role in ("system", "developer"):
             text = content_text(message.get("content"))
-            if not items:  # the leading instructions
-                instructions.append(text)
-            else:
-                items.append({"type": "message", "role": "developer", "content": _text_parts(text, "input_text")})
+            items.append({"type": "message", "role": "developer", "content": _text_parts(text, "input_text")})
         elif role == "user":
             items.append({"type": "message", "role": "user",
                           "content": _text_parts(message.get("content"), "input_text")})
@@ -199,7 +219,9 @@ class ChunkTranslator:
     One per request. `chunks(event)` for each event, then `end()` once the stream ends.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, stored: bool = False) -> None:
+        self.stored = stored
+        """The request asked the server to store the response (`store: true`): its id is kept for the next."""
         self._calls: dict[int, int] = {}  # output_index -> tool-call index (its position among function calls)
         self._call_ids: dict[str, int] = {}  # item id -> tool-call index, for events that name the item only
         self._streamed: set[int] = set()  # tool-call indexes whose arguments came in deltas
@@ -284,6 +306,8 @@ class ChunkTranslator:
                 reason = details.get("reason") if isinstance(details, Mapping) else None
                 finish = _INCOMPLETE.get(reason, "length") if isinstance(reason, str) else "length"
             end: dict[str, Any] = {REASONING_ITEMS_KEY: self._reasoning} if self._reasoning else {}
+            if isinstance(response.get("id"), str) and response["id"] and self.stored:
+                end[RESPONSE_ID_KEY] = response["id"]
             return [_chunk(end, finish, _usage(response.get("usage")))]
         if kind == "response.failed":
             failed = event.get("response")

@@ -195,6 +195,7 @@ async def test_tool_turn_over_responses_runs_both_calls_and_sends_each_call_id_b
     assert "alpha" in outputs[0]["output"] and "beta" in outputs[1]["output"]
     assert items.index(outputs[0]) > items.index(calls[1])
     assert REASONING_ITEM in items
+    assert "previous_response_id" not in second  # store: false: the whole history goes every time
 
 
 async def test_a_session_moves_from_chat_to_responses_and_back_with_continue(tmp_path: Path) -> None:
@@ -308,3 +309,21 @@ def test_a_call_opened_whole_keeps_its_arguments_once() -> None:
     done = {"type": "response.output_item.done", "output_index": 0, "item": {**added["item"], "status": "completed"}}
     turn, _ = assemble(*_translated(rsse(added, done, _completed())))
     assert [(c.id, c.arguments) for c in turn.tool_calls] == [("call_A", '{"path": "a"}')]
+
+
+async def test_with_store_true_the_next_request_chains_on_the_stored_response(tmp_path: Path) -> None:
+    """`[params] store = true`: the request after a stored response sends `previous_response_id` and only what
+    came after it (each function_call_output, its call_id unchanged), with the instructions again."""
+    (tmp_path / "a.txt").write_text("alpha")
+    (tmp_path / "b.txt").write_text("beta")
+    config = responses_config(tmp_path)
+    config.write_text(config.read_text().replace("[provider]", "[params]\nstore = true\n[provider]"))
+    ran = await run_here([{"sse": TOOL_TURN}, {"sse": text_turn("Both read.")}], "read a and b", cwd=tmp_path,
+                         config=config, yes=True, flags={"system": "Be brief."})
+    assert ran.code == 0, ran.stderr
+    first, second = ran.requests
+    assert first["store"] is True and "Be brief." in first["instructions"] and "previous_response_id" not in first
+    assert second["previous_response_id"] == "resp_1"
+    assert [(i["type"], i["call_id"]) for i in second["input"]] == [
+        ("function_call_output", "call_A"), ("function_call_output", "call_B")]
+    assert second["instructions"] == first["instructions"]
