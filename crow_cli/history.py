@@ -30,7 +30,9 @@ __all__ = [
     "AUTHOR_KEY",
     "OUTCOMES",
     "OUTCOME_KEY",
+    "REASONING_ITEMS_KEY",
     "RECOVERED_KEY",
+    "RESPONSE_ID_KEY",
     "AssistantMessage",
     "AssistantTurn",
     "ContentPart",
@@ -128,6 +130,14 @@ AUTHOR_KEY = "crow_author"
 RECOVERED_KEY = "crow_recovered"
 """An assistant message's record of the text its tool calls were recovered from (`wire.textcalls`):
 `{"format": …, "text": …}`, stored with the session, never sent (the calls go as `tool_calls`)."""
+REASONING_ITEMS_KEY = "crow_reasoning_items"
+"""An assistant message's Responses API reasoning items (`wire.responses`): `[{"type": "reasoning", "id", "summary",
+"encrypted_content"}]` as the server returned them, stored with the session, sent back (as input items) only to
+the message's own author over the Responses wire, never on the chat wire."""
+RESPONSE_ID_KEY = "crow_response_id"
+"""An assistant message's Responses API response id, kept when the server stores responses (`store: true`): the
+next request to the same author sends it as `previous_response_id` with only the items after it. Never sent
+on the chat wire."""
 OUTCOME_KEY = "crow_outcome"
 """A tool message's record of how its call ended (`Outcome`): crow's own, stored with the session, never sent."""
 """The key of an assistant message that records who wrote it: `{"base_url": PUBLIC_URL, "model": M}` (the base

@@ -68,6 +68,8 @@ from .profile import build_profile
 from .profiles import CONTEXT_OVERFLOW, OVERFLOW_NUMBERS, OVERFLOW_PROMPT, OVERFLOW_WINDOW
 from .proxy import proxy_for, through
 from .refusal import reason as refusal_reason
+from .responses import ChunkTranslator, wire_hint
+from .responses import request_body as responses_body
 from .retries import MAX_RETRY_AFTER_S, retry_after_s, retry_notice, retry_wait_s, should_retry
 from .slots import server_slots
 from .vision import ImagesRefused, holds_images, known_text_only, refuses_images
@@ -324,17 +326,23 @@ class ChatClient:
             async with AsyncExitStack() as stack:
                 retries, adapted = 0, set[str]()
                 self._once = []
+                responses = self.profile.wire_api == "responses"
                 while True:
                     body = self.request_body(messages, tools)
                     try:
-                        response = await self._send(stack, body)
+                        if responses:  # the same body, converted at the edge (`wire.responses`)
+                            response = await self._send(stack, responses_body(body, messages, self.author),
+                                                        "/responses")
+                        else:
+                            response = await self._send(stack, body)
                         if not self.takes_images and holds_images(body["messages"]):
                             self._images_taken()  # what was known is stale: the model takes images now
                         break
                     except Exception as exc:
                         if (refused := self._images_refused(exc, body)) is not None:
                             raise refused from exc  # final: no change to the request makes the model see
-                        if (notices := self._adapt(exc, body, adapted)) is not None:
+                        # a refusal is read against the Chat Completions body: not on the Responses wire
+                        if not responses and (notices := self._adapt(exc, body, adapted)) is not None:
                             for notice in notices:
                                 yield notice
                             continue
@@ -354,8 +362,11 @@ class ChatClient:
                         yield Notice(f"crow: debug: remembered for {self._shown_url} {self.settings.model} in "
                                      f"{facts_path()}: {_json(self._learned_now())}", "adapt_debug")
                 back = self._names_back(body)
-                async for item in iter_chunks(response.aiter_bytes(), response.headers.get("content-type", ""),
-                                              self._after_done):
+                items = iter_chunks(response.aiter_bytes(), response.headers.get("content-type", ""),
+                                    self._after_done)
+                if responses:  # its events as chunks (`wire.responses`); the chat path pays nothing for it
+                    items = _translated(items, stored=self.settings.params.get("store") is True)
+                async for item in items:
                     if back and isinstance(item, dict):
                         _rename_calls(item, back)
                     yield item
@@ -365,9 +376,10 @@ class ChatClient:
                 raise
             raise mapped from exc
 
-    async def _send(self, stack: AsyncExitStack, body: dict[str, Any]) -> Any:
-        """Send one request; return its `httpx.Response` (body unread, closed by `stack`) once its status
-        and headers are in. A refusal raises the SDK's `APIStatusError` (body read), as `create` would."""
+    async def _send(self, stack: AsyncExitStack, body: dict[str, Any], path: str = "/chat/completions") -> Any:
+        """Send one request (to `path` under the base URL); return its `httpx.Response` (body unread, closed by
+        `stack`) once its status and headers are in. A refusal raises the SDK's `APIStatusError` (body read), as
+        `create` would."""
         import httpx
         from openai import APIConnectionError, Omit
 
@@ -378,7 +390,7 @@ class ChatClient:
         headers: dict[str, Any] = {} if self.settings.api_key or own_auth else {"Authorization": Omit()}
         # `cast_to=httpx.Response` with `stream=True`: the SDK returns the response as it came, unread.
         # Bearer auth only, as `chat.completions.create` asks (post's default would add OPENAI_ADMIN_KEY).
-        request = self._client().post("/chat/completions", cast_to=httpx.Response, body=body, stream=True,
+        request = self._client().post(path, cast_to=httpx.Response, body=body, stream=True,
                                       options={"headers": headers, "security": {"bearer_auth": True},
                                                # credentials would go with a redirect to another host
                                                "follow_redirects": False})
@@ -569,6 +581,21 @@ class ChatClient:
             await self._sdk.close()
 
 
+async def _translated(events: AsyncGenerator[dict[str, Any] | WarningEvent, None], *, stored: bool
+                      ) -> AsyncGenerator[dict[str, Any] | WarningEvent, None]:
+    """Responses API events as Chat Completions chunk dicts (`wire.responses.ChunkTranslator`; `stored`: the
+    request had `store: true`), warnings as they are; raises `StreamCut` when the events end before
+    `response.completed`."""
+    translator = ChunkTranslator(stored=stored)
+    async for event in events:
+        if isinstance(event, dict):
+            for chunk in translator.chunks(event):
+                yield chunk
+        else:
+            yield event
+    translator.end()
+
+
 def _rename_calls(chunk: dict[str, Any], back: Mapping[str, str]) -> None:
     """Give streamed tool calls (in place) the names of the tools the server was offered renamed."""
     for choice in chunk.get("choices") or []:
@@ -752,11 +779,12 @@ _STATUS_ERRORS: tuple[tuple[Callable[[int], bool], Callable[[_Refused], Provider
     (lambda status: status == 429, lambda r: RateLimited(
         f"rate limited (429): {r.message}", status=r.status, code=r.code, retry_after=r.retry_after)),
     (lambda status: status == 404, lambda r: ProviderError(
-        f"not found (404): {r.message}; check --base-url ({r.base_url}) and --model", status=r.status, code=r.code)),
+        f"not found (404): {r.message}{wire_hint(r.message) or f'; check --base-url ({r.base_url}) and --model'}",
+        status=r.status, code=r.code)),
     (lambda status: status >= 500, lambda r: ServerError(
         f"server error ({r.status}): {r.message}", status=r.status, code=r.code, retry_after=r.retry_after)),
     (lambda status: True, lambda r: ProviderError(
-        f"request rejected ({r.status}): {r.message}", status=r.status, code=r.code)),
+        f"request rejected ({r.status}): {r.message}{wire_hint(r.message)}", status=r.status, code=r.code)),
 )
 """An HTTP error status → crow's error, the first row that applies (as httpx's `HTTPCORE_EXC_MAP` maps
 httpcore's exceptions): what each says and whether it is retried follows from its class."""

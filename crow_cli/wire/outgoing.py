@@ -51,7 +51,9 @@ from typing import Any, Literal, get_args
 from ..history import (
     AUTHOR_KEY,
     OUTCOME_KEY,
+    REASONING_ITEMS_KEY,
     RECOVERED_KEY,
+    RESPONSE_ID_KEY,
     Message,
     WireToolCall,
     as_json,
@@ -227,6 +229,10 @@ class Outgoing:
             drop.append(OUTCOME_KEY)  # crow's record of how the call ended
         if RECOVERED_KEY in message_json:
             drop.append(RECOVERED_KEY)  # the text recovered calls came in: they go as tool_calls
+        if REASONING_ITEMS_KEY in message_json:
+            drop.append(REASONING_ITEMS_KEY)  # Responses reasoning items: the Responses wire sends them itself
+        if RESPONSE_ID_KEY in message_json:
+            drop.append(RESPONSE_ID_KEY)  # a stored response's id: the Responses wire's own
         add: dict[str, Any] = {}
         if role == "assistant":
             if self.echo == "never" or (self.echo == "auto" and not tools_used):

@@ -69,6 +69,7 @@ class ServerProfile:
             (`{"chars": …, "length": …}`, `wire.outgoing`), or None.
         request_rules: the rules applied to every request (`wire.adapt`), in order.
         recover_tool_calls: tool calls left in a turn's text are recovered (`wire.textcalls`).
+        wire_api: the endpoint turns go to: `chat` or `responses` (`profiles.WIRE_APIS`).
         sources: the layer of each value, by key: a field name, or `rule_key(rule)` for a request rule.
         replaced: what each value replaced, by the same key: (layer, the earlier value or `Rule`) pairs, earliest
             first; a key whose value no later layer changed is absent.
@@ -83,6 +84,7 @@ class ServerProfile:
     tool_call_id_rule: Mapping[str, Any] | None = None
     request_rules: tuple[Rule, ...] = ()
     recover_tool_calls: bool = True
+    wire_api: str = "chat"
     sources: Mapping[str, Layer] = field(default_factory=dict)
     replaced: Mapping[str, tuple[tuple[Layer, Any], ...]] = field(default_factory=dict)
 

@@ -36,6 +36,7 @@ __all__ = [
     "REASONING_FIELDS",
     "REQUEST_CORE",
     "TOOL_NAMESPACE",
+    "WIRE_APIS",
     "Profile",
     "check_overrides",
     "field_demanded",
@@ -72,6 +73,8 @@ class Profile:
         required_fields: reasoning fields wanted on every assistant message (`""` when none was kept).
         recover_tool_calls: tool calls a turn's text ends with, in a format known from open models, are run
             as calls when the server's parser missed them (`wire.textcalls`).
+        wire_api: the endpoint turns go to (`WIRE_APIS`, Codex's key and values): `chat` (`/chat/completions`)
+            or `responses` (`/responses`, `wire.responses`).
     """
 
     name: str = "generic"
@@ -82,7 +85,11 @@ class Profile:
     refused_fields: tuple[str, ...] = ()
     required_fields: tuple[str, ...] = ()
     recover_tool_calls: bool = True
+    wire_api: str = "chat"
 
+
+WIRE_APIS = ("chat", "responses")
+"""The values of `[provider] wire_api`: Chat Completions (the default) or the Responses API."""
 
 PROFILES: tuple[Profile, ...] = (
     Profile("openai", hosts=("api.openai.com",), needs_key=True),
@@ -98,7 +105,7 @@ KEYED_HOSTS = tuple(host for profile in PROFILES if profile.needs_key for host i
 
 PROFILE_FIELDS: dict[str, type] = {"needs_key": bool, "reasoning_fields": list, "tool_message_name": bool,
                                    "refused_fields": list, "required_fields": list, "request_rules": list,
-                                   "recover_tool_calls": bool}
+                                   "recover_tool_calls": bool, "wire_api": str}
 """The fields the config's `[provider]` table may override, with their TOML types."""
 
 
@@ -147,6 +154,10 @@ def check_overrides(table: Mapping[str, Any]) -> str | None:
         kind = PROFILE_FIELDS.get(key)
         if kind is None:
             return f"[provider] has no key {key!r} (known: {', '.join([*PROFILE_FIELDS, 'max_concurrent_requests'])})"
+        if key == "wire_api":
+            if value not in WIRE_APIS:
+                return f"[provider] wire_api must be \"chat\" or \"responses\", not {str(value)[:64]!r}"
+            continue
         if not isinstance(value, kind) or (isinstance(value, list) and not all(isinstance(v, str) and v
                                                                                 for v in value)):
             return f"[provider] {key} must be {'a list of names' if kind is list else 'true or false'}"
