@@ -61,6 +61,8 @@ class Job:
     read_to: int = 0
     """Bytes of output (of `total`) returned by `read` so far."""
     watcher: asyncio.Task[None] | None = None
+    drain: Callable[[], None] | None = None
+    """Reads what is already in the output pipe (so that `read` returns all the command printed so far)."""
 
     @property
     def running(self) -> bool:
@@ -87,6 +89,8 @@ class Job:
 
     def read(self) -> tuple[bytes, int]:
         """The output that came since the last read, and how many bytes of it the buffer no longer held."""
+        if self.drain is not None:
+            self.drain()
         first = self.total - len(self.buffer)
         dropped = max(first - self.read_to, 0)
         start = max(self.read_to, first)
@@ -165,6 +169,7 @@ class BackgroundShells:
 
         os.set_blocking(read_fd, False)
         loop.add_reader(read_fd, read)
+        job.drain = read
         try:
             await job.process.wait()
             note = await job.finish()  # stragglers: the group, and those that left it
@@ -175,6 +180,7 @@ class BackgroundShells:
             if note:
                 job.add(f"\n{note}\n".encode())
         finally:
+            job.drain = None
             loop.remove_reader(read_fd)
             os.close(read_fd)
             if job.ended is None:
