@@ -365,13 +365,15 @@ class Runtime:
         """Stop the commands still running in the background (one line each, to `warn`), close the client, stop
         the MCP servers (each once; those still starting too) and the hooks still running in the background."""
         try:
-            if self.context.background is not None:
-                for line in await self.context.background.aclose():
-                    self.warn(line)
-            if self.context.hooks is not None:
-                await self.context.hooks.aclose()
-            if self._client is not None:
-                await self._client.aclose()
+            try:
+                if self.context.background is not None:
+                    for line in await self.context.background.aclose():
+                        self.warn(line)
+                if self.context.hooks is not None:
+                    await self.context.hooks.aclose()
+            finally:
+                if self._client is not None:
+                    await self._client.aclose()
         finally:
             try:
                 if self._mcp_start is not None:

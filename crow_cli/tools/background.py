@@ -131,25 +131,6 @@ class BackgroundShells:
         self._made += 1
         job = Job(f"bg{self._made}", command, process, stop, finish)
         self._jobs[job.id] = job
-        job.watcher = asyncio.get_running_loop().create_task(self._watch(job, read_fd), name=f"crow-{job.id}")
-        ended = [j for j in self._jobs.values() if not j.running]
-        for old in ended[: max(len(ended) - _KEEP_ENDED, 0)]:
-            del self._jobs[old.id]
-        return job
-
-    def get(self, job_id: str) -> Job:
-        """The job `job_id` names.
-
-        Raises:
-            ToolError: no such job (the message lists those there are).
-        """
-        job = self._jobs.get(job_id.strip())
-        if job is None:
-            known = ", ".join(self._jobs) or "none"
-            raise ToolError(f"no background command {job_id!r} (there are: {known})")
-        return job
-
-    async def _watch(self, job: Job, read_fd: int) -> None:
         loop = asyncio.get_running_loop()
         eof: asyncio.Future[None] = loop.create_future()
 
@@ -169,14 +150,36 @@ class BackgroundShells:
 
         os.set_blocking(read_fd, False)
         loop.add_reader(read_fd, read)
-        job.drain = read
+        job.drain = read  # from now on: a read returns all that is in the pipe
+        job.watcher = loop.create_task(self._watch(job, read_fd, eof), name=f"crow-{job.id}")
+        ended = [j for j in self._jobs.values() if not j.running]
+        for old in ended[: max(len(ended) - _KEEP_ENDED, 0)]:
+            del self._jobs[old.id]
+        return job
+
+    def get(self, job_id: str) -> Job:
+        """The job `job_id` names.
+
+        Raises:
+            ToolError: no such job (the message lists those there are).
+        """
+        job = self._jobs.get(job_id.strip())
+        if job is None:
+            known = ", ".join(self._jobs) or "none"
+            raise ToolError(f"no background command {job_id!r} (there are: {known})")
+        return job
+
+    async def _watch(self, job: Job, read_fd: int, eof: asyncio.Future[None]) -> None:
+        """Wait for the command's end, kill what is left of it, read the rest of its output, close the pipe."""
+        loop = asyncio.get_running_loop()
         try:
             await job.process.wait()
             note = await job.finish()  # stragglers: the group, and those that left it
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(_EOF_WAIT_S):
                     await asyncio.shield(eof)
-            read()
+            if job.drain is not None:
+                job.drain()
             if note:
                 job.add(f"\n{note}\n".encode())
         finally:

@@ -119,6 +119,11 @@ def check_url(url: str) -> tuple[str, str, int]:
         raise ToolError(f"{strip_controls(url)[:200]!r} has no host name")
     if parts.username is not None or parts.password is not None:
         raise ToolError("a URL with a user name or password in it is not fetched (credentials stay out of URLs)")
+    if not host.isascii():  # an international name: its DNS form (xn--…), as the Host header carries it
+        try:
+            host = host.encode("idna").decode("ascii")
+        except UnicodeError:
+            raise ToolError(f"{strip_controls(url)[:200]!r} has a host name that is not valid") from None
     return scheme, host, port or (443 if scheme == "https" else 80)
 
 
@@ -180,10 +185,12 @@ async def _checked(host: str, port: int, access: WebAccess) -> list[str]:
     return addresses
 
 
-def _pinned(url: str, address: str) -> tuple[str, str]:
-    """`url` with its host replaced by `address`, and the `Host` header value of the original."""
+def _pinned(url: str, host: str, address: str) -> tuple[str, str]:
+    """`url` with its host replaced by `address`, and the `Host` header value of the original (`host`, as
+    `check_url` gave it, with the URL's port if it names one)."""
     parts = urlsplit(url)
-    netloc = parts.netloc.rsplit("@", 1)[-1]
+    named = f"[{host}]" if ":" in host else host
+    netloc = f"{named}:{parts.port}" if parts.port else named
     host = f"[{address}]" if ":" in address else address
     pinned = f"{host}:{parts.port}" if parts.port else host
     return urlunsplit((parts.scheme, pinned, parts.path or "/", parts.query, "")), netloc
@@ -201,7 +208,7 @@ async def _get(url: str, host: str, addresses: list[str], *, headers: dict[str, 
     wanted = {"User-Agent": _USER_AGENT, "Accept": _ACCEPT, **(headers or {})}
     targets = [(url, {}, {})] if proxy is not None else [
         (pinned, {"Host": netloc}, {"sni_hostname": host} if url.lower().startswith("https:") else {})
-        for pinned, netloc in (_pinned(url, a) for a in addresses)]
+        for pinned, netloc in (_pinned(url, host, a) for a in addresses)]
     timeout = httpx.Timeout(TIMEOUT_S)
     async with httpx.AsyncClient(proxy=proxy, verify=ssl_context(), trust_env=False, timeout=timeout,
                                  follow_redirects=False) as client:

@@ -174,3 +174,18 @@ async def test_a_response_larger_than_the_cap_is_cut(monkeypatch: pytest.MonkeyP
     with serving({"/big": answer(b"x" * 5000, "text/plain")}) as (port, _):
         got = await fetch(f"http://127.0.0.1:{port}/big", WebAccess(("127.0.0.1",)))
     assert isinstance(got, Fetched) and got.truncated and got.body == b"x" * 1000
+
+
+async def test_the_request_keeps_the_host_name_and_an_international_name_goes_as_its_dns_form() -> None:
+    """The connection goes to the address checked; the server still reads the name the URL gave."""
+    hosts: list[str] = []
+
+    def respond(handler: Any) -> None:
+        hosts.append(handler.headers["Host"])
+        answer(b"ok", "text/plain")(handler)
+
+    with serving({"/": respond}) as (port, _):
+        got = await fetch(f"http://LocalHost:{port}/", WebAccess(("localhost",)))
+    assert isinstance(got, Fetched) and got.body == b"ok"
+    assert hosts == [f"localhost:{port}"]
+    assert check_url("https://bücher.example/x") == ("https", "xn--bcher-kva.example", 443)
