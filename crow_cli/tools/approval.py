@@ -284,7 +284,10 @@ class ApprovalPolicy:
         ways = ["the yolo policy"]
         if self.mode in ("ask", "read-only") and _auto_edit(tool):
             ways.append("the auto-edit policy")
-        ways.append(f"an allow rule for {tool.name}" + (" (or for this command's prefix)" if tool.subject else ""))
+        scope = " (or for this host)" if tool.kind == "fetch" else " (or for this command's prefix)"
+        ways.append(f"an allow rule for {tool.name}" + (scope if tool.subject else ""))
+        if tool.preapproved is not None and tool.kind == "fetch":
+            ways.append("[web] allow_hosts in the config")
         return ", ".join(ways[:-1]) + " or " + ways[-1]
 
 

@@ -112,7 +112,9 @@ async def test_a_redirect_from_an_allowed_host_to_a_loopback_address_is_refused(
 async def test_a_host_the_config_does_not_name_is_refused_with_nobody_to_ask_and_nothing_is_sent(
         tmp_path: Path) -> None:
     _, result = await fetch_once("https://docs.example.invalid/guide", tmp_path)
-    assert result.startswith("Error: web_fetch needs approval and nobody can approve it here; it was not run")
+    assert result == ("Error: web_fetch needs approval and nobody can approve it here; it was not run. The user can "
+                      "approve such calls with the yolo policy, an allow rule for web_fetch (or for this host) or "
+                      "[web] allow_hosts in the config")
 
 
 async def test_the_config_allows_a_host_under_the_read_only_policy_but_a_deny_rule_wins(tmp_path: Path) -> None:
