@@ -34,10 +34,10 @@ from ..driver import Driver, Interrupts, run_interrupts
 from ..events import RunFinished
 from ..skills import Skills, skills_here
 from ..tools.approval import check_rule_names, start_policy
-from ..tools.background import BackgroundShells
 from ..tools.builtin.skill import skill as skill_tool
 from ..tools.context import ToolContext
 from ..tools.dispatch import Approver
+from ..tools.jobs import BackgroundShells
 from ..tools.mcp import McpServers, end_task
 from ..tools.registry import ToolRegistry
 from ..tools.sandbox import Sandbox, home_notice, startup_notice

@@ -24,8 +24,8 @@ from .sandbox import Sandbox
 
 if TYPE_CHECKING:
     from ..skills import Skills
-    from .background import BackgroundShells
     from .hooks import Hooks
+    from .jobs import BackgroundShells
 
 __all__ = ["ToolContext", "WebAccess", "current_context", "using_context"]
 

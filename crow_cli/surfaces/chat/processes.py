@@ -1,4 +1,4 @@
-"""Chat's `/ps`: the commands `run_shell` keeps running in the background (`tools.background`), and stopping one."""
+"""Chat's `/ps`: the commands `run_shell` keeps running in the background (`tools.jobs`), and stopping one."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from ...errors import ToolError
 from ...text import strip_controls
-from ...tools.background import duration
+from ...tools.jobs import duration
 
 if TYPE_CHECKING:
     from .commands import App

@@ -48,8 +48,8 @@ from typing import Any
 from ...errors import ToolError, ToolFailed
 from ...history import ToolDisplay
 from ...text import is_proxy_variable, mask_secrets, without_userinfo
-from ..background import BackgroundShells, Job, duration
 from ..context import ToolContext
+from ..jobs import BackgroundShells, Job, duration
 from ..sandbox import (
     SandboxBlocked,
     backend,
@@ -247,7 +247,7 @@ async def _put_aside(started: _Started, context: ToolContext) -> tuple[str, str 
 
 
 async def _in_background(command: str, context: ToolContext) -> ToolOutput:
-    """Start `command` as a background job of the run (`tools.background`) and return its handle at once."""
+    """Start `command` as a background job of the run (`tools.jobs`) and return its handle at once."""
     shells = context.background
     if shells is None:
         raise ToolError("commands cannot run in the background here; run it without background")

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from crow_cli.errors import ToolError, ToolFailed
-from crow_cli.tools.background import BUFFER_BYTES, BackgroundShells
 from crow_cli.tools.builtin import shell
 from crow_cli.tools.builtin.shell import run_shell, shell_kill, shell_output
 from crow_cli.tools.context import ToolContext, using_context
+from crow_cli.tools.jobs import BUFFER_BYTES, BackgroundShells
 from tests.replay_server import ReplayServer
 from tests.support import (
     ChatTerminal,

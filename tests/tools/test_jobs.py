@@ -1,4 +1,4 @@
-"""`tools.background`: the bounded output of a background command, read in pieces, and the run's limit."""
+"""`tools.jobs`: the bounded output of a background command, read in pieces, and the run's limit."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import asyncio
 import pytest
 
 from crow_cli.errors import ToolError
-from crow_cli.tools import background
-from crow_cli.tools.background import BackgroundShells, duration
+from crow_cli.tools import jobs
+from crow_cli.tools.jobs import BackgroundShells, duration
 
 
-async def _job(shells: BackgroundShells, command: str) -> background.Job:
+async def _job(shells: BackgroundShells, command: str) -> jobs.Job:
     import os
 
     read_fd, write_fd = os.pipe()
@@ -35,7 +35,7 @@ async def _job(shells: BackgroundShells, command: str) -> background.Job:
 
 async def test_each_read_returns_what_came_since_the_last_and_the_dropped_bytes_are_counted(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(background, "BUFFER_BYTES", 10)
+    monkeypatch.setattr(jobs, "BUFFER_BYTES", 10)
     shells = BackgroundShells()
     job = await _job(shells, "printf 0123456789abcdef")
     assert job.watcher is not None
