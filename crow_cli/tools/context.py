@@ -1,4 +1,5 @@
-"""`ToolContext`: what a run hands its tools (the workspace root, the secrets commands must not see).
+"""`ToolContext`: what a run hands its tools (the workspace root, the secrets commands must not see, what
+`[web]` allows, the run's background commands).
 
 The surface builds one per run (`ToolContext.for_workspace(settings.workspace, secrets=[api_key])`) and
 passes it to `dispatch`. For the length of each call, dispatch makes it the *current* context, so a tool
