@@ -35,7 +35,6 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from ..errors import ToolError
 from ..text import strip_controls
-from ..wire.proxy import proxy_for, through
 from .context import WebAccess
 
 if TYPE_CHECKING:
@@ -202,6 +201,7 @@ async def _get(url: str, host: str, addresses: list[str], *, headers: dict[str, 
     the environment names; returns the response, its body (at most `MAX_BYTES`) and whether it was cut."""
     import httpx
 
+    from ..wire.proxy import proxy_for, through  # urllib.request: only once a page is fetched
     from ..wire.tls import ssl_context
 
     proxy = proxy_for(url)
