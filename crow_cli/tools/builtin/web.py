@@ -47,8 +47,8 @@ def _preview(arguments: dict[str, Any], context: ToolContext) -> str:
     _, host, _ = check_url(url)  # not a URL crow fetches: answered, nobody asked
     try:
         problem = address_problem(host)
-    except ValueError:  # a name: its addresses are checked when it is fetched
-        problem = None
+    except ValueError:  # a name: its addresses are checked when it is fetched, but for the loopback names
+        problem = "a loopback address" if host == "localhost" or host.endswith(".localhost") else None
     if problem is not None and not host_allowed(host, context.web.allow_hosts):
         raise ToolError(f"{host} is {problem}: web_fetch does not reach it unless [web] allow_hosts in crow's "
                         "config names the host. Do not retry it")
