@@ -49,7 +49,7 @@ class Job:
     stop: Callable[[], None]
     """Kills the command: its process group, and those of its processes that left it."""
     finish: Callable[[], Awaitable[str]]
-    """Called once the command's shell exited: kills what is left of it and makes the sandbox's checks;
+    """Awaited once the command's shell exited: kills what is left of it and makes the sandbox's checks;
     returns a note to add to its output ("" for none)."""
     started: float = field(default_factory=time.monotonic)
     ended: float | None = None

@@ -26,7 +26,7 @@ async def _job(shells: BackgroundShells, command: str) -> jobs.Job:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
 
-    def finish() -> str:
+    async def finish() -> str:
         stop()
         return "[the end]"
 
