@@ -127,6 +127,11 @@ class Settings:
     prices: dict[str, dict[str, float]] = field(default_factory=dict)
     """`[prices."MODEL"]` tables: `input`, `output`, `cached_input` in US dollars per million tokens, for the
     cost shown beside token use (`surfaces.usage`)."""
+    web: dict[str, Any] = field(default_factory=dict)
+    """The `[web]` table: `allow_hosts` (hosts `web_fetch` fetches without asking, private addresses too) and
+    `search_url` (a SearXNG instance for `web_search`; none: no such tool)."""
+    max_background_commands: int = 4
+    """Commands `run_shell` keeps running in the background at once at most (0: none)."""
 
 
 def _at_least(low: float) -> Callable[[Any], str | None]:
@@ -210,6 +215,21 @@ def _hook_tables(value: dict[str, Any]) -> str | None:
     for event, entries in value.items():
         if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
             return f"hooks.{strip_controls(str(event))} must be tables, written [[hooks.{strip_controls(str(event))}]]"
+    return None
+
+
+def _web(value: dict[str, Any]) -> str | None:
+    """`[web]`: `allow_hosts`, a list of host names or addresses; `search_url`, an http(s) URL."""
+    unknown = sorted(set(value) - {"allow_hosts", "search_url"})
+    if unknown:
+        return f"[web] has no key {unknown[0]!r} (its keys: allow_hosts, search_url)"
+    hosts = value.get("allow_hosts", [])
+    if not isinstance(hosts, list) or not all(isinstance(h, str) and h.strip() and not any(c.isspace() for c in h)
+                                              for h in hosts):
+        return "[web] allow_hosts must be a list of host names or addresses (\"localhost\", \"*.corp.example\")"
+    search = value.get("search_url")
+    if search is not None and (not isinstance(search, str) or _http_url(search) is not None):
+        return "[web] search_url must be an http:// or https:// URL (a SearXNG instance)"
     return None
 
 
@@ -300,6 +320,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("local_model", str, flag="--local-model", env="CROW_LOCAL_MODEL", check=_non_empty),
     Option("prices", dict, check=_prices),  # [prices."MODEL"]: the cost beside token use
     Option("hooks", dict, check=_hook_tables),  # [[hooks.EVENT]]: lifecycle hooks (tools.hooks)
+    Option("web", dict, check=_web),  # [web]: allow_hosts, search_url (web_fetch, web_search)
+    Option("max_background_commands", int, default=4, check=_at_least(0)),  # run_shell background
 )
 _BY_KEY = {o.key: o for o in OPTIONS}
 
@@ -463,6 +485,7 @@ def load_settings(
         provider=dict(values["provider"] or {}), local_model=values["local_model"],
         prices={str(m): {k: float(v) for k, v in t.items()} for m, t in values["prices"].items()},
         hooks=dict(values["hooks"]),
+        web=dict(values["web"] or {}), max_background_commands=int(values["max_background_commands"]),
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -530,3 +531,22 @@ def test_a_set_param_of_a_parameter_the_chosen_profile_sets_is_taken():
     assert load_settings({}, env={}, profile="p").provider["request_rules"][0]["value"] == 1
     with pytest.raises(ConfigError, match="set_param changes temperature"):
         load_settings({}, env={})
+
+
+def test_the_web_table_and_the_background_limit_are_read_and_checked(tmp_path):
+    """`[web]` takes allow_hosts (host names) and search_url (http(s)); anything else is one line, exit 2."""
+    path = tmp_path / "c.toml"
+    path.write_text('max_background_commands = 2\n[web]\nallow_hosts = ["localhost", "*.corp.example"]\n'
+                    'search_url = "http://127.0.0.1:8888"\n')
+    s = load_settings({}, env={}, config_path=str(path))
+    assert s.web == {"allow_hosts": ["localhost", "*.corp.example"], "search_url": "http://127.0.0.1:8888"}
+    assert s.max_background_commands == 2
+    assert load_settings({}, env={}).web == {} and load_settings({}, env={}).max_background_commands == 4
+    for body, message in (('[web]\nallow = ["x"]\n', "[web] has no key 'allow'"),
+                          ('[web]\nallow_hosts = ["two words"]\n', "[web] allow_hosts must be a list of host"),
+                          ('[web]\nsearch_url = "ftp://x"\n', "[web] search_url must be an http:// or https:// URL"),
+                          ("max_background_commands = -1\n", "must be 0 or more")):
+        path.write_text(body)
+        with pytest.raises(ConfigError, match=re.escape(message)) as bad:
+            load_settings({}, env={}, config_path=str(path))
+        assert bad.value.exit_code == 2

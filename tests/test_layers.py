@@ -24,8 +24,10 @@ ALLOWED = {
     "crow_cli.events": {"crow_cli.history"},
     "crow_cli.wire": LEAVES | {"crow_cli.wire"},
     # profiles: provider data; names: the tool-name map (both pure, standard library only)
+    # skills: the `skill` tool loads one; proxy, tls: web_fetch reaches the web with the proxy and TLS settings
+    # every client of crow uses
     "crow_cli.tools": LEAVES | {"crow_cli.tools", "crow_cli.wire.profiles", "crow_cli.wire.names",
-                                "crow_cli.skills"},  # the `skill` tool loads one
+                                "crow_cli.skills", "crow_cli.wire.proxy", "crow_cli.wire.tls"},
     "crow_cli.context": LEAVES | {"crow_cli.context", "crow_cli.wire"},
     "crow_cli.loop": LEAVES | {"crow_cli.wire", "crow_cli.tools", "crow_cli.context"},
     "crow_cli.signals": set(),

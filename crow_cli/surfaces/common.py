@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -13,6 +14,7 @@ from ..context.compact import Checkpoint, Compactor
 from ..instructions import find_instructions, system_prompt
 from ..loop import LoopSettings
 from ..text import strip_controls, visible
+from ..tools.context import WebAccess
 from ..tools.registry import ToolRegistry, default_registry
 from ..wire.client import ChatClient, ClientSettings
 from ..wire.window import discover_context_window
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
     from .persist import SessionRecorder
 
 __all__ = ["build_client", "build_compactor", "build_registry", "loop_settings", "make_console", "plain_terminal",
-            "short_json", "warning_to", "with_instructions"]
+            "short_json", "warning_to", "web_access", "with_instructions"]
 
 
 def build_client(settings: Settings, record_dir: str | None = None, *, trace: bool = False) -> ChatClient:
@@ -39,8 +41,20 @@ def build_client(settings: Settings, record_dir: str | None = None, *, trace: bo
 
 
 def build_registry(settings: Settings, *, extra_dirs: Iterable[str] = (), builtins: bool = True) -> ToolRegistry:
-    """Built-ins, then entry-point plugins, then tool folders (config `tool_paths`, then `--tools-dir`)."""
-    return default_registry((*settings.tool_paths, *extra_dirs), builtins=builtins)
+    """Built-ins, then entry-point plugins, then tool folders (config `tool_paths`, then `--tools-dir`); with
+    `[web] search_url` configured, `web_search` too (nothing is searched otherwise)."""
+    registry = default_registry((*settings.tool_paths, *extra_dirs), builtins=builtins)
+    if builtins and web_access(settings).search_url:
+        from ..tools.builtin.web import web_search
+
+        registry.register(replace(web_search), source="builtin")
+    return registry
+
+
+def web_access(settings: Settings) -> WebAccess:
+    """What the `[web]` table lets the web tools do."""
+    web = settings.web
+    return WebAccess(tuple(web.get("allow_hosts") or ()), web.get("search_url") or None)
 
 
 def loop_settings(settings: Settings, *, trace: bool = False) -> LoopSettings:

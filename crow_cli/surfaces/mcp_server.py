@@ -344,7 +344,7 @@ class McpSurface:
             context = replace(ToolContext.for_workspace(root, secrets=[settings.api_key, *settings.secrets],
                                                         sandbox=Sandbox(modes.sandbox, settings.sandbox_network)),
                               backup=recorder.backup, skills=self.runtime.context.skills,
-                              keep_transcript=recorder.keep_transcript)
+                              keep_transcript=recorder.keep_transcript, web=self.runtime.context.web)
             if (hooks := self.runtime.context.hooks) is not None:  # each call its own session and folder
                 context = replace(context, hooks=hooks.copy(cwd=context.workspace,
                                                             session_id=recorder.session_id or ""))

@@ -37,12 +37,21 @@ from ..tools.approval import check_rule_names, start_policy
 from ..tools.builtin.skill import skill as skill_tool
 from ..tools.context import ToolContext
 from ..tools.dispatch import Approver
+from ..tools.jobs import BackgroundShells
 from ..tools.mcp import McpServers, end_task
 from ..tools.registry import ToolRegistry
 from ..tools.sandbox import Sandbox, home_notice, startup_notice
 from ..trust import is_trusted
 from ..wire.client import ChatClient
-from .common import build_client, build_compactor, build_registry, loop_settings, warning_to, with_instructions
+from .common import (
+    build_client,
+    build_compactor,
+    build_registry,
+    loop_settings,
+    warning_to,
+    web_access,
+    with_instructions,
+)
 from .hooks import load_hooks
 from .options import SurfaceOptions
 from .task import Subagents
@@ -88,8 +97,12 @@ class Runtime:
     def __init__(self, settings: Settings, options: SurfaceOptions,
                  warn: Callable[[str], None] | None = None) -> None:
         self.options = options
-        self.context = ToolContext.for_workspace(settings.workspace, secrets=[settings.api_key, *settings.secrets],
-                                                 sandbox=Sandbox(settings.sandbox, settings.sandbox_network))
+        self.context = replace(
+            ToolContext.for_workspace(settings.workspace, secrets=[settings.api_key, *settings.secrets],
+                                      sandbox=Sandbox(settings.sandbox, settings.sandbox_network)),
+            web=web_access(settings), background=BackgroundShells(settings.max_background_commands))
+        self.warn = warn or warning_to()
+        """Where the lines said on the way out go (each command still running in the background, stopped)."""
         # the project's hooks only in a trusted folder
         hooks = load_hooks(settings, self.context.workspace, warn=warn or warning_to())
         if hooks is not None:
@@ -300,7 +313,8 @@ class Runtime:
         """
         context = ToolContext.for_workspace(workspace, secrets=self.context.secrets, sandbox=self.context.sandbox)
         hooks = self.context.hooks.copy(cwd=context.workspace) if self.context.hooks is not None else None
-        return replace(context, backup=backup, skills=self.context.skills, hooks=hooks)
+        return replace(context, backup=backup, skills=self.context.skills, hooks=hooks, web=self.context.web,
+                       background=self.context.background)
 
     def new_driver(self, approve: Approver | None, *, recorder: SessionRecorder | None = None,
                    context: ToolContext | None = None, tools: ToolRegistry | None = None,
@@ -348,13 +362,18 @@ class Runtime:
             await old.aclose()
 
     async def aclose(self) -> None:
-        """Close the client, stop the MCP servers (each once; those still starting too) and the hooks still
-        running in the background."""
+        """Stop the commands still running in the background (one line each, to `warn`), close the client, stop
+        the MCP servers (each once; those still starting too) and the hooks still running in the background."""
         try:
-            if self.context.hooks is not None:
-                await self.context.hooks.aclose()
-            if self._client is not None:
-                await self._client.aclose()
+            try:
+                if self.context.background is not None:
+                    for line in await self.context.background.aclose():
+                        self.warn(line)
+                if self.context.hooks is not None:
+                    await self.context.hooks.aclose()
+            finally:
+                if self._client is not None:
+                    await self._client.aclose()
         finally:
             try:
                 if self._mcp_start is not None:

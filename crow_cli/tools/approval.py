@@ -6,8 +6,9 @@ command lines are matched by `tools.shellrules`. Only tools with `needs_approval
 (dispatch runs the others straight away). `decide` turns a call, the policy, the rules, the earlier
 "always" answers and the run's sandbox into `Allow | Ask(preview) | Deny(reason)`:
 
-1. a **deny** rule that matches refuses it (whatever the policy, even `yolo`); so do `read-only` and an
-   earlier "never" answer about the tool (an editor's "reject always");
+1. a **deny** rule that matches refuses it (whatever the policy, even `yolo`); what the configuration
+   approves by itself (`Tool.preapproved`: `web_fetch` of a host `[web] allow_hosts` names) runs; `read-only`
+   and an earlier "never" answer about the tool (an editor's "reject always") refuse it;
 2. a command that would run unconfined although a sandbox was asked for (none on this machine) is
    always asked about;
 3. an **allow** rule that matches, an earlier "always" answer (for the tool, or for command prefixes
@@ -283,7 +284,10 @@ class ApprovalPolicy:
         ways = ["the yolo policy"]
         if self.mode in ("ask", "read-only") and _auto_edit(tool):
             ways.append("the auto-edit policy")
-        ways.append(f"an allow rule for {tool.name}" + (" (or for this command's prefix)" if tool.subject else ""))
+        scope = " (or for this host)" if tool.kind == "fetch" else " (or for this command's prefix)"
+        ways.append(f"an allow rule for {tool.name}" + (scope if tool.subject else ""))
+        if tool.preapproved is not None and tool.kind == "fetch":
+            ways.append("[web] allow_hosts in the config")
         return ", ".join(ways[:-1]) + " or " + ways[-1]
 
 
@@ -451,6 +455,10 @@ def decide(call: ToolCall, tool: Tool, policy: ApprovalPolicy, *, arguments: dic
     if rule is not None:
         return Deny(f"{tool.name} was denied by the rule {rule!r}; it was not run. Do not retry it; find another "
                     "way or ask the user", f"by the rule {rule!r}")
+    configured = (tool.preapproved(arguments, context) if tool.preapproved is not None and arguments is not None
+                  else None)
+    if configured is not None:  # the person's own configuration (`[web] allow_hosts`), whatever the policy
+        return Allow(configured)
     if policy.mode == "read-only":
         return Deny(f"{tool.name} was not run: the approval policy is read-only (no tool that changes files or "
                     "runs commands). Do not retry it; say what you would do instead",

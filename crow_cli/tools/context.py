@@ -1,4 +1,5 @@
-"""`ToolContext`: what a run hands its tools (the workspace root, the secrets commands must not see).
+"""`ToolContext`: what a run hands its tools (the workspace root, the secrets commands must not see, what
+`[web]` allows, the run's background commands).
 
 The surface builds one per run (`ToolContext.for_workspace(settings.workspace, secrets=[api_key])`) and
 passes it to `dispatch`. For the length of each call, dispatch makes it the *current* context, so a tool
@@ -25,8 +26,20 @@ from .sandbox import Sandbox
 if TYPE_CHECKING:
     from ..skills import Skills
     from .hooks import Hooks
+    from .jobs import BackgroundShells
 
-__all__ = ["ToolContext", "current_context", "using_context"]
+__all__ = ["ToolContext", "WebAccess", "current_context", "using_context"]
+
+
+@dataclass(frozen=True, slots=True)
+class WebAccess:
+    """What the configuration's `[web]` table lets the web tools do (`tools.web`)."""
+
+    allow_hosts: tuple[str, ...] = ()
+    """Hosts `web_fetch` fetches without asking, whatever the approval policy, even when they are loopback,
+    private or link-local addresses (`localhost`, `10.0.0.7`, `*.corp.example`)."""
+    search_url: str | None = None
+    """A SearXNG instance (its JSON API) that `web_search` asks; None: no `web_search` tool."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +67,11 @@ class ToolContext:
     """Called by the `task` tool when its subagent ends, with the parent call's id and position, the agent's
     name and the child's whole history, to keep it with the session (`SessionRecorder.keep_transcript`);
     None keeps nothing."""
+    web: WebAccess = field(default_factory=WebAccess)
+    """What `[web]` in the configuration allows the web tools (default: nothing without asking)."""
+    background: BackgroundShells | None = None
+    """The run's commands that keep running (`run_shell` with `background`), stopped when the run ends;
+    None: no command may run in the background here."""
 
     @classmethod
     def for_workspace(cls, path: str | os.PathLike[str] | None = None, *,

@@ -21,7 +21,7 @@ from ..images import Image
 from .context import ToolContext, current_context
 from .watchdog import track
 
-__all__ = ["Preview", "Subject", "Tool", "ToolKind", "ToolOutput", "tool"]
+__all__ = ["Preapproved", "Preview", "Subject", "Tool", "ToolKind", "ToolOutput", "tool"]
 
 ToolKind = Literal["read", "write", "search", "shell", "fetch", "other"]
 """What a tool does, in neutral terms each surface maps to its own: `read` (only reads), `write`
@@ -32,6 +32,9 @@ Preview = Callable[[dict[str, Any], ToolContext], str]
 may raise `ToolError` to answer the call with that error without asking (a pre-check)."""
 Subject = Callable[[dict[str, Any]], str | None]
 """The command line that `NAME:PREFIX` approval rules are matched against, from the validated arguments."""
+Preapproved = Callable[[dict[str, Any], ToolContext], str | None]
+"""Why the person's configuration approves a call without asking, whatever the approval policy (only a
+deny rule refuses it still), from the validated arguments and the run's context; None: approval decides."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +74,9 @@ class Tool:
     """What an approval question shows; None: the arguments as JSON. See `Preview`."""
     subject: Subject | None = field(default=None, repr=False)
     """The command line `NAME:PREFIX` rules match (a `shell` tool's command); None: only rules naming the tool."""
+    preapproved: Preapproved | None = field(default=None, repr=False)
+    """What the configuration approves of this tool's calls by itself (`web_fetch` of a host `[web]
+    allow_hosts` names); None: nothing. See `Preapproved`."""
 
     def __post_init__(self) -> None:
         if self.kind not in get_args(ToolKind):
@@ -273,14 +279,16 @@ def _type_hints(fn: Callable[..., Any]) -> dict[str, Any]:
 @overload
 def tool(fn: Callable[..., Any], *, name: str | None = None, description: str | None = None,
          needs_approval: bool = False, parallel: bool = True, timeout_s: float | None = None,
-         kind: ToolKind = "other", preview: Preview | None = None, subject: Subject | None = None) -> Tool: ...
+         kind: ToolKind = "other", preview: Preview | None = None, subject: Subject | None = None,
+         preapproved: Preapproved | None = None) -> Tool: ...
 
 
 @overload
 def tool(fn: None = None, *, name: str | None = None, description: str | None = None,
          needs_approval: bool = False, parallel: bool = True, timeout_s: float | None = None,
          kind: ToolKind = "other", preview: Preview | None = None,
-         subject: Subject | None = None) -> Callable[[Callable[..., Any]], Tool]: ...
+         subject: Subject | None = None,
+         preapproved: Preapproved | None = None) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
 def tool(
@@ -294,13 +302,14 @@ def tool(
     kind: ToolKind = "other",
     preview: Preview | None = None,
     subject: Subject | None = None,
+    preapproved: Preapproved | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a `Tool` of a typed function; use bare (`@tool`) or with options (`@tool(name=…)`).
 
     The schema comes from the type hints, the description from the docstring before its `Args:`
     section, and each parameter's description from its `Args:` entry (derived on first use). A
     parameter typed `ToolContext` is left out of the schema and filled in by dispatch. The result is
-    still callable like the function. `kind`, `preview` and `subject`: see `Tool`.
+    still callable like the function. `kind`, `preview`, `subject` and `preapproved`: see `Tool`.
 
     Raises:
         ValueError: an unknown `kind`.
@@ -309,6 +318,7 @@ def tool(
     def wrap(f: Callable[..., Any]) -> Tool:
         tool_name = name or f.__name__
         return Tool(tool_name, description or _summary(f) or tool_name, f, needs_approval=needs_approval,
-                    parallel=parallel, timeout_s=timeout_s, kind=kind, preview=preview, subject=subject)
+                    parallel=parallel, timeout_s=timeout_s, kind=kind, preview=preview, subject=subject,
+                    preapproved=preapproved)
 
     return wrap(fn) if fn is not None else wrap

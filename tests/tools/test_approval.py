@@ -345,7 +345,8 @@ def test_each_builtin_declares_a_neutral_kind() -> None:
     # The kind approval uses is the one the editor protocol (ACP) shows (mapped in surfaces/acp/convert.py) (issue 9)
     assert {t.name: t.kind for t in BUILTIN_TOOLS} == {
         "read_file": "read", "list_directory": "read", "search_files": "search", "write_file": "write",
-        "edit_file": "write", "run_shell": "shell"}
+        "edit_file": "write", "run_shell": "shell", "shell_output": "read", "shell_kill": "other",
+        "web_fetch": "fetch"}
 
 
 async def test_a_plugin_shell_tool_gets_command_rules_through_its_subject() -> None:
@@ -809,3 +810,34 @@ async def test_a_command_the_person_typed_runs_unasked_unless_a_rule_or_leaving_
             pytest.raises(ToolDenied, match="the user declined run_shell"):
         await typed(_call("run_shell", command="make test"), TOOLS["run_shell"])  # typing it is no yes to that
     assert asker.asked == ["run_shell"]
+
+
+async def test_web_fetch_is_asked_about_per_host_and_the_config_allows_a_host_whatever_the_policy() -> None:
+    """An "always" about web_fetch is for the URL's host; a host `[web] allow_hosts` names runs unasked, even
+    under read-only; a private address literal is answered without a question."""
+    from dataclasses import replace
+
+    from crow_cli.tools.context import ToolContext, WebAccess, using_context
+
+    fetch = TOOLS["web_fetch"]
+    call = _call("web_fetch", url="https://docs.python.org/3/library/")
+    assert always_scope(call, fetch) == ("docs.python.org",)
+    asked: list[Question] = []
+
+    async def ask(question: Question) -> Answer:
+        asked.append(question)
+        return Answer("always", question.scope)
+
+    approvals = make_approver("ask", ask=ask)
+    assert await approvals(call, fetch)
+    assert await approvals(_call("web_fetch", url="https://docs.python.org/other"), fetch)  # same host: unasked
+    assert len(asked) == 1 and asked[0].preview.startswith("fetch https://docs.python.org/3/library/")
+    with pytest.raises(ToolDenied):
+        await make_approver("read-only")(call, fetch)
+    with using_context(replace(ToolContext(), web=WebAccess(("docs.python.org",)))):
+        assert await make_approver("read-only")(call, fetch)
+        with pytest.raises(ToolDenied, match="denied by the rule"):
+            await make_approver("yolo", deny=["web_fetch:docs.python.org"])(call, fetch)
+    with pytest.raises(ToolError, match="is a link-local address"):
+        await make_approver("ask", ask=ask)(_call("web_fetch", url="http://169.254.169.254/latest/"), fetch)
+    assert len(asked) == 1

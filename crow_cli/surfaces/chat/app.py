@@ -288,6 +288,7 @@ class ChatApp:
         self.view.line(f"crow chat · {self.settings.model} · /help for commands · Ctrl-D to quit", "dim")
         for line in early:
             self.view.line(f"crow: warning: {strip_controls(line)}", "yellow")
+        runtime.warn = lambda line: self.view.line(f"crow: {strip_controls(line)}", "dim")  # on the way out
         async with runtime:  # MCP servers stopped, the client closed
             try:
                 await self._start(runtime)

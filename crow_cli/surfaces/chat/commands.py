@@ -29,6 +29,7 @@ from ..render import TurnView
 from ..runtime import Runtime
 from ..shell_escape import is_shell_note
 from ..usage import TokenUse
+from .processes import ps
 from .sink import ChatSink
 
 __all__ = ["COMMANDS", "App", "ChatExit", "SlashCommand", "help_text"]
@@ -394,6 +395,7 @@ COMMANDS: tuple[SlashCommand, ...] = (
                  "remove the last exchange and restore the files crow's file tools changed in it", _undo),
     SlashCommand("reasoning", "", "show or hide the model's reasoning", _reasoning),
     SlashCommand("retry", "", "run your last message again", _retry),
+    SlashCommand("ps", "[stop ID]", "the commands running in the background; stop one", ps),
 )
 """The chat's slash commands, in /help's order; /help and the dispatch are made from this table."""
 

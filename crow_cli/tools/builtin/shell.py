@@ -36,10 +36,12 @@ shown the output and the exit code too (`history.ToolDisplay`, carried on the re
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import secrets
 import signal
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,7 @@ from ...errors import ToolError, ToolFailed
 from ...history import ToolDisplay
 from ...text import is_proxy_variable, mask_secrets, without_userinfo
 from ..context import ToolContext
+from ..jobs import BackgroundShells, Job, duration
 from ..sandbox import (
     SandboxBlocked,
     backend,
@@ -59,7 +62,7 @@ from ..sandbox import (
 )
 from ..tool import ToolOutput, tool
 
-__all__ = ["run_shell", "scrubbed_environ"]
+__all__ = ["run_shell", "scrubbed_environ", "shell_kill", "shell_output"]
 
 DEFAULT_TIMEOUT_S = 120.0
 MAX_TIMEOUT_S = 600.0
@@ -182,27 +185,27 @@ def _preview(arguments: dict[str, Any], context: ToolContext) -> str:
     return f"$ {arguments.get('command')}"
 
 
-@tool(needs_approval=True, parallel=False, timeout_s=MAX_TIMEOUT_S + 30, kind="shell", preview=_preview,
-      subject=_command)
-async def run_shell(command: str, timeout_s: float | None = None, context: ToolContext | None = None) -> ToolOutput:
-    """Run a shell command in the workspace root and return its exit code and output (stdout and stderr merged).
+def _preview_shell(arguments: dict[str, Any], context: ToolContext) -> str:
+    shown = _preview(arguments, context)
+    return f"{shown}\n(runs in the background: it keeps running until it ends or is stopped)" if arguments.get(
+        "background") else shown
 
-    The command gets no input (stdin is empty). It is over when the shell exits: background processes
-    it started are stopped then, and their later output is not returned.
 
-    Args:
-        command: the command line, run with /bin/sh -c: POSIX sh (dash on Debian and Ubuntu), so no bash
-            extensions such as [[ ]], {1..3}, source or set -o pipefail; run bash -c '...' for those.
-        timeout_s: seconds before the command and everything it started are killed (default 120, more than 0,
-            at most 600).
-    """
-    import asyncio
+@dataclass(frozen=True)
+class _Started:
+    """A command started: its process, the read end of its output pipe, whether it runs confined, and what
+    the sandbox checks when it ends (what it may write, `layout`, and the git metadata there was before it)."""
 
-    if timeout_s is not None and not timeout_s > 0:  # NaN too
-        raise ToolError(f"timeout_s must be more than 0 seconds (at most {MAX_TIMEOUT_S:g}); got {timeout_s}")
-    limit = min(float(timeout_s or DEFAULT_TIMEOUT_S), MAX_TIMEOUT_S)
-    context = context or ToolContext.current()
-    token = secrets.token_hex(8)
+    proc: asyncio.subprocess.Process
+    read_fd: int
+    confined: bool
+    watch_git: bool
+    layout: Any = None
+    git_before: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+
+
+async def _start(command: str, token: str, context: ToolContext) -> _Started:
+    """Start `command` as `run_shell` runs it (the module says how), its output on a pipe."""
     # what a confined command may write (`plan`); the git metadata there is bound read-only, and checked
     # afterwards (off the event loop: the walk reads every folder a command can write)
     watch_git = context.sandbox.mode == "workspace-write" and backend() is not None
@@ -225,6 +228,75 @@ async def run_shell(command: str, timeout_s: float | None = None, context: ToolC
         raise
     finally:
         os.close(write_fd)  # only the command's processes hold the write end: EOF when they are all gone
+    return _Started(proc, read_fd, confined is not None, watch_git, layout, git_before)
+
+
+async def _put_aside(started: _Started, context: ToolContext) -> tuple[str, str | None]:
+    """What the sandbox put aside after a confined command: (the note for its result, the reason the
+    command counts as blocked, or None)."""
+    if not (started.confined and started.watch_git):
+        return "", None
+    moved = await asyncio.to_thread(put_aside_new_git, context.workspace, started.git_before, started.layout)
+    if not moved:
+        return "", None
+    names = ", ".join(f"{os.path.relpath(old, context.workspace)} -> {os.path.relpath(new, context.workspace)}"
+                      for old, new in moved)
+    return ((f"\n[the sandbox put aside the git metadata this command made ({names}): its hooks and config would "
+             "run outside the sandbox at the next git command]"),
+            "the sandbox does not let a command make a git repository or gitdir file (.git) in the workspace")
+
+
+async def _in_background(command: str, context: ToolContext) -> ToolOutput:
+    """Start `command` as a background job of the run (`tools.jobs`) and return its handle at once."""
+    shells = context.background
+    if shells is None:
+        raise ToolError("commands cannot run in the background here; run it without background")
+    shells.check_room()
+    token = secrets.token_hex(8)
+    started = await _start(command, token, context)
+    pgid = started.proc.pid
+
+    def stop() -> None:
+        _kill_group(pgid)
+        _kill_marked(token)
+
+    async def finish() -> str:
+        stop()
+        return (await _put_aside(started, context))[0].strip()
+
+    job = shells.add(command, started.proc, started.read_fd, stop, finish)
+    text = (f"[started in the background as {job.id}; it keeps running until it ends, shell_kill stops it, or "
+            f"crow exits. Read its output with shell_output (id {job.id!r})]")
+    return ToolOutput(text, ToolDisplay(status=f"running in the background as {job.id}"))
+
+
+@tool(needs_approval=True, parallel=False, timeout_s=MAX_TIMEOUT_S + 30, kind="shell", preview=_preview_shell,
+      subject=_command)
+async def run_shell(command: str, timeout_s: float | None = None, background: bool = False,
+                    context: ToolContext | None = None) -> ToolOutput:
+    """Run a shell command in the workspace root and return its exit code and output (stdout and stderr merged).
+
+    The command gets no input (stdin is empty). It is over when the shell exits: background processes
+    it started are stopped then, and their later output is not returned. For a command that keeps running
+    (a dev server, a watcher), set background: the call returns at once with an id; shell_output reads its
+    output, shell_kill stops it, and it is stopped when the session ends.
+
+    Args:
+        command: the command line, run with /bin/sh -c: POSIX sh (dash on Debian and Ubuntu), so no bash
+            extensions such as [[ ]], {1..3}, source or set -o pipefail; run bash -c '...' for those.
+        timeout_s: seconds before the command and everything it started are killed (default 120, more than 0,
+            at most 600); not used with background.
+        background: start it and return at once, leaving it running (default false).
+    """
+    if timeout_s is not None and not timeout_s > 0:  # NaN too
+        raise ToolError(f"timeout_s must be more than 0 seconds (at most {MAX_TIMEOUT_S:g}); got {timeout_s}")
+    limit = min(float(timeout_s or DEFAULT_TIMEOUT_S), MAX_TIMEOUT_S)
+    context = context or ToolContext.current()
+    if background:
+        return await _in_background(command, context)
+    token = secrets.token_hex(8)
+    started = await _start(command, token, context)
+    proc, read_fd = started.proc, started.read_fd
     pgid = proc.pid  # start_new_session: the shell leads a new session and process group
     try:
         reader = _PipeReader(read_fd)
@@ -255,8 +327,8 @@ async def run_shell(command: str, timeout_s: float | None = None, context: ToolC
             finally:
                 reader.close()
     except BaseException:  # cancelled (Ctrl-C, the run's end): what the command made is put aside all the same
-        if confined is not None and watch_git:
-            put_aside_new_git(context.workspace, git_before, layout)
+        if started.confined and started.watch_git:
+            put_aside_new_git(context.workspace, started.git_before, started.layout)
         raise
     output = _mask(reader.text(), context.secrets)
     code = proc.returncode
@@ -265,15 +337,10 @@ async def run_shell(command: str, timeout_s: float | None = None, context: ToolC
     else:
         status = f"exit code {code}" if code is not None and code >= 0 else f"killed by signal {-(code or 0)}"
     result = f"[{status}]\n{output}" if output else f"[{status}] (no output)"
-    reason = blocked_reason(context.sandbox, output, bool(proc.returncode)) if confined is not None else None
-    moved = await asyncio.to_thread(put_aside_new_git, context.workspace, git_before, layout) \
-        if confined is not None and watch_git else []
-    if moved:
-        names = ", ".join(f"{os.path.relpath(old, context.workspace)} -> {os.path.relpath(new, context.workspace)}"
-                          for old, new in moved)
-        result += (f"\n[the sandbox put aside the git metadata this command made ({names}): its hooks and config "
-                   "would run outside the sandbox at the next git command]")
-        reason = "the sandbox does not let a command make a git repository or gitdir file (.git) in the workspace"
+    reason = blocked_reason(context.sandbox, output, bool(proc.returncode)) if started.confined else None
+    note, blocked = await _put_aside(started, context)
+    result += note
+    reason = blocked or reason
     exited = code if not timed_out and code is not None and code >= 0 else None
     shown = ToolDisplay(output=output, exit_code=exited, status=status,  # the person sees it too
                         lines=reader.lines if reader.total > MAX_OUTPUT_BYTES else None)
@@ -282,3 +349,65 @@ async def run_shell(command: str, timeout_s: float | None = None, context: ToolC
     if timed_out or proc.returncode:  # the model reads `result` all the same; the call is shown failed
         raise ToolFailed(status, result, display=shown)
     return ToolOutput(result, shown)
+
+
+def _shells(context: ToolContext | None) -> BackgroundShells:
+    shells = (context or ToolContext.current()).background
+    if shells is None:
+        raise ToolError("no command runs in the background here")
+    return shells
+
+
+def _tail(data: bytes, dropped: int) -> str:
+    """New output of a background command, at most `MAX_OUTPUT_BYTES` (its last ones), with what was not kept."""
+    if len(data) > MAX_OUTPUT_BYTES:
+        cut = data[-MAX_OUTPUT_BYTES:]
+        cut = cut[cut.find(b"\n") + 1:] if b"\n" in cut[:-1] else cut  # a line cut in two is no line
+        dropped, data = dropped + len(data) - len(cut), cut
+    text = data.decode("utf-8", "replace")
+    return (f"[{dropped} earlier bytes of output not shown]\n" if dropped else "") + text
+
+
+def _job_status(job: Job) -> str:
+    if job.running:
+        return f"{job.id} is still running ({duration(job.elapsed())})"
+    if job.killed:
+        return f"{job.id} was stopped after {duration(job.elapsed())}"
+    code = job.process.returncode
+    ended = f"exit code {code}" if code is not None and code >= 0 else f"killed by signal {-(code or 0)}"
+    return f"{job.id} has ended ({ended}) after {duration(job.elapsed())}"
+
+
+@tool(kind="read")
+async def shell_output(id: str, context: ToolContext | None = None) -> ToolOutput:
+    """Read what a command run with run_shell background printed since the last read, whether it is still
+    running, and its exit status once it ended.
+
+    Args:
+        id: the command's id, as run_shell returned it (bg1, bg2 ...).
+    """
+    context = context or ToolContext.current()
+    job = _shells(context).get(id)
+    data, dropped = job.read()
+    output = _mask(_tail(data, dropped), context.secrets)
+    status = _job_status(job)
+    code = job.process.returncode if not job.running and not job.killed else None
+    shown = ToolDisplay(output=output, exit_code=code if code is not None and code >= 0 else None, status=status)
+    return ToolOutput(f"[{status}]\n{output}" if output else f"[{status}] (no new output)", shown)
+
+
+@tool(kind="other")
+async def shell_kill(id: str, context: ToolContext | None = None) -> ToolOutput:
+    """Stop a command run with run_shell background (it and every process it started); its last output
+    stays readable with shell_output.
+
+    Args:
+        id: the command's id, as run_shell returned it (bg1, bg2 ...).
+    """
+    shells = _shells(context)
+    job = shells.get(id)
+    if not job.running:
+        return ToolOutput(f"[{_job_status(job)}; nothing to stop]")
+    await shells.kill(job.id)
+    return ToolOutput(f"[{job.id} stopped after {duration(job.elapsed())}: {' '.join(job.command.split())[:200]}]",
+                      ToolDisplay(status=f"stopped {job.id}"))

@@ -13,16 +13,32 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from crow_cli.errors import ToolFailed
+from crow_cli.errors import ToolError, ToolFailed
 from crow_cli.tools.builtin import shell
-from crow_cli.tools.builtin.shell import run_shell
-from crow_cli.tools.context import ToolContext
+from crow_cli.tools.builtin.shell import run_shell, shell_kill, shell_output
+from crow_cli.tools.context import ToolContext, using_context
+from crow_cli.tools.jobs import BUFFER_BYTES, BackgroundShells
 from tests.replay_server import ReplayServer
-from tests.support import ChatTerminal, alive, chunk, crow, run_here, script, sse, text_sse, tool_delta, tool_messages
+from tests.support import (
+    ChatTerminal,
+    alive,
+    argv,
+    chunk,
+    crow,
+    run_here,
+    script,
+    sse,
+    text_sse,
+    tool_calls_sse,
+    tool_delta,
+    tool_messages,
+    wait_for,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -306,3 +322,111 @@ def test_a_key_from_a_custom_variable_never_reaches_the_model_through_run_shell(
     result = requests[1]["messages"][-1]
     assert result["tool_call_id"] == "s1" and "[exit code 0]" in result["content"]
     assert "sk-CUSTOMVARSECRET" not in json.dumps(requests)
+
+
+# issue 43 §4: commands that keep running (`run_shell` with `background`, `shell_output`, `shell_kill`)
+
+def _processes_with_args(*args: str) -> list[int]:
+    """The pids whose command line is exactly `args` (a unique `sleep N` names the command under test)."""
+    wanted = "\0".join(args).encode() + b"\0"
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if (entry / "cmdline").read_bytes() == wanted and alive(int(entry.name)):
+                    found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the command's processes in /proc")
+def test_a_background_command_returns_at_once_is_read_later_and_is_gone_when_crow_exits(tmp_path: Path) -> None:
+    """The background call is answered while its command still waits (for a file the test makes only after
+    that answer reached the server), `shell_output` then returns what it printed and that it still runs, and
+    when `crow run` ends the command is killed, with one line on stderr."""
+    seconds = str(900_000 + os.getpid() % 90_000)  # a `sleep` no other process runs
+    command = (f"echo first-line; while [ ! -e go ]; do sleep 0.02; done; echo second-line; touch said; "
+               f"exec sleep {seconds}")
+    steps = [{"sse": tool_calls_sse(("c1", "run_shell", {"command": command, "background": True}))},
+             {"sse": tool_calls_sse(("c2", "shell_output", {"id": "bg1"})), "hold_after_events": 1},
+             {"sse": text_sse("All done.")}]
+    with ReplayServer(steps) as server:
+        proc = subprocess.Popen(argv(server.base_url, "--yes", "start it"), cwd=tmp_path, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        try:
+            wait_for(lambda: len(server.requests) >= 2 or proc.poll() is not None)
+            assert len(server.requests) >= 2, proc.communicate()
+            started = tool_messages(server.requests[1])[0]["content"]
+            assert "started in the background as bg1" in started
+            assert not (tmp_path / "said").exists()  # the command waits for `go`: the call did not
+            (tmp_path / "go").touch()
+            wait_for(lambda: (tmp_path / "said").exists())
+            wait_for(lambda: bool(_processes_with_args("sleep", seconds)))
+            server.release()
+            out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 0, err
+    assert out.strip() == "All done."
+    read = tool_messages(server.requests[2])[1]["content"]
+    assert read.startswith("[bg1 is still running (")
+    assert "first-line\nsecond-line" in read
+    assert "stopped background command bg1" in err
+    wait_for(lambda: not _processes_with_args("sleep", seconds))
+
+
+async def test_shell_output_returns_only_new_output_and_the_exit_status(ws: Path) -> None:
+    """Each read returns what came since the last one; once the command ended, its exit code."""
+    shells = BackgroundShells()
+    with using_context(replace(ToolContext.current(), background=shells)):
+        await run_shell.invoke({"command": "echo one; while [ ! -e go ]; do sleep 0.02; done; echo two; exit 4",
+                                "background": True})
+        job = shells.get("bg1")
+        while b"one" not in job.buffer:
+            await asyncio.sleep(0.02)
+        first = (await shell_output.invoke({"id": "bg1"}))
+        assert first == "[bg1 is still running (0s)]\none\n"
+        (ws / "go").touch()
+        assert job.watcher is not None
+        await job.watcher
+        second = (await shell_output.invoke({"id": "bg1"}))
+        assert second.startswith("[bg1 has ended (exit code 4) after ") and second.endswith("\ntwo\n")
+        assert (await shell_output.invoke({"id": "bg1"})).endswith("(no new output)")
+
+
+async def test_shell_kill_stops_the_whole_process_group_and_the_limit_holds(ws: Path) -> None:
+    """`shell_kill` kills the command and what it started; no more than the limit run at once."""
+    shells = BackgroundShells(limit=1)
+    with using_context(replace(ToolContext.current(), background=shells)):
+        await run_shell.invoke({"command": "sleep 600 & echo $! > child; wait", "background": True})
+        child = await _read_pid(ws / "child")
+        with pytest.raises(ToolError, match="already run in the background"):
+            await run_shell.invoke({"command": "true", "background": True})
+        stopped = (await shell_kill.invoke({"id": "bg1"}))
+        assert stopped.startswith("[bg1 stopped after ")
+        assert await _wait_gone(child)
+        assert (await shell_output.invoke({"id": "bg1"})).startswith("[bg1 was stopped after ")
+        await run_shell.invoke({"command": "true", "background": True})  # room again
+        with pytest.raises(ToolError, match="no background command 'bg9'"):
+            await shell_kill.invoke({"id": "bg9"})
+        await shells.aclose()
+
+
+async def test_the_output_kept_of_a_background_command_is_bounded(ws: Path) -> None:
+    """A command printing more than the buffer keeps its last bytes, and the read says how many were dropped."""
+    shells = BackgroundShells()
+    with using_context(replace(ToolContext.current(), background=shells)):
+        await run_shell.invoke({"command": f"head -c {BUFFER_BYTES * 2} /dev/zero | tr '\\0' x; echo; echo end",
+                                "background": True})
+        job = shells.get("bg1")
+        assert job.watcher is not None
+        await job.watcher
+        assert len(job.buffer) <= BUFFER_BYTES
+        text = (await shell_output.invoke({"id": "bg1"}))
+        assert "earlier bytes of output not shown]" in text and text.endswith("\nend\n")
+        assert len(text) < shell.MAX_OUTPUT_BYTES + 200
+
+
+async def test_background_is_refused_where_the_run_keeps_no_commands(ws: Path) -> None:
+    with pytest.raises(ToolError, match="cannot run in the background here"):
+        await run_shell.invoke({"command": "true", "background": True})
