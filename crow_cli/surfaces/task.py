@@ -180,8 +180,10 @@ class Subagents:
             limits = dataclasses.replace(loop_settings(settings, trace=self.trace), images=client.takes_images)
             approvals = _labelled(scope.approvals, name, call)
             compactor = build_compactor(settings)
-            if context.hooks is not None:  # the parent's hooks see the child's calls; its end is SubagentStop
-                context = dataclasses.replace(context, hooks=context.hooks.copy(stop_event="SubagentStop"))
+            hooks = context.hooks
+            if hooks is not None:  # the child's calls meet PreToolUse/PostToolUse; its end is SubagentStop, not Stop
+                context = dataclasses.replace(context, hooks=hooks.copy(
+                    specs=[spec for spec in hooks.specs if spec.event != "Stop"]))
             for stop_hook_active in (False, True):
                 async with aclosing(react(history, client, registry, limits, approvals, context,
                                           compactor)) as events:
@@ -193,9 +195,15 @@ class Subagents:
                             finished = event
                 # SubagentStop (issue 41 §1, hooks): the one place it fires, each time the child has answered; a
                 # reason it returns (a blocking hook's) is the child's next message, once (`stop_hook_active`)
-                if self.on_stop is None or finished is None or finished.status != "completed":
+                if finished is None or finished.status != "completed":
                     break
-                reason = await self.on_stop(name, call, history, stop_hook_active)
+                if self.on_stop is not None:
+                    reason = await self.on_stop(name, call, history, stop_hook_active)
+                elif hooks is not None:
+                    reason = await hooks.stop_continues("SubagentStop", active=stop_hook_active,
+                                                        fields={"agent": name})
+                else:
+                    break
                 if not reason or stop_hook_active:
                     break
                 history.append(user_message(reason))

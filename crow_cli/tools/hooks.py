@@ -23,10 +23,9 @@ returns one `HookDecision`:
 - anything else (another exit code, unreadable JSON, a timeout, a command that cannot start): one warning
   line, and the run goes on as if the hook had said nothing.
 
-A subagent's loop (the `task` tool's child) runs with a copy of the parent's hooks whose `stop_event` is
-`SubagentStop` (`hooks.copy(stop_event="SubagentStop")`): its tool calls meet the same `PreToolUse` and
-`PostToolUse` hooks, and its end fires `SubagentStop` where the parent's fires `Stop`
-(`stop_continues(hooks.stop_event, active=…)`, in the loop).
+A subagent's loop (the `task` tool's child) runs with a copy of the parent's hooks less its `Stop` hooks: its
+tool calls meet the same `PreToolUse` and `PostToolUse` hooks, and its end fires `SubagentStop` once, with the
+agent's name, where the parent's fires `Stop` (`surfaces.task`, through `stop_continues("SubagentStop", …)`).
 
 Each run is reported as an `events.HookRan` (and a `WarningEvent` for what went wrong) to `Hooks.report`.
 Hooks run with the environment `run_shell` commands get (crow's API keys and every variable holding one of the

@@ -279,3 +279,31 @@ async def test_the_childs_system_prompt_names_its_own_tools_not_task(tmp_path: P
     assert "subagent with task" in parent_system and "subagent with task" not in child_system
     assert "read_file" in child_system and "run_shell" not in child_system
     assert child_system.endswith("You explore code and answer briefly.") and "PARENT" not in child_system
+
+
+async def test_hooks_guard_a_childs_calls_and_its_end_is_subagent_stop_not_stop(tmp_path: Path) -> None:
+    def hook(name: str, body: str) -> str:
+        path = tmp_path / name
+        path.write_text(f"#!/bin/sh\ncat >> {tmp_path}/{name}.json; echo >> {tmp_path}/{name}.json\n{body}\n")
+        path.chmod(0o755)
+        return str(path)
+
+    config = tmp_path / "crow.toml"
+    guard = hook("guard", "echo no shell >&2; exit 2")
+    config.write_text(f'[[hooks.PreToolUse]]\nmatcher = "run_shell"\ncommand = "{guard}"\n'
+                      f'[[hooks.SubagentStop]]\ncommand = "{hook("substop", "echo check again >&2; exit 2")}"\n'
+                      f'[[hooks.Stop]]\ncommand = "{hook("stop", "exit 0")}"\n')
+    script = [{"sse": tool_calls_sse(_task("call_1", "Run it."))},
+              {"sse": tool_calls_sse(("child_1", "run_shell", {"command": "touch made"}))},
+              {"sse": text_sse("Refused.")}, {"sse": text_sse("Checked again.")},
+              {"sse": text_sse("Done.")}]
+    ran = await run_here(script, "go", cwd=tmp_path, yes=True, config=config)
+    assert ran.code == 0, ran.stderr
+    assert "no shell" in _results(ran.requests[2])["child_1"] and not (tmp_path / "made").exists()
+    assert ran.requests[3]["messages"][-1] == {"role": "user", "content": "check again"}  # the child went on once
+    assert _results(ran.requests[4]) == {"call_1": "Checked again."}
+    substop = [json.loads(line) for line in (tmp_path / "substop.json").read_text().splitlines() if line.strip()]
+    assert [(s["hook_event_name"], s["agent"], s["stop_hook_active"]) for s in substop] == [
+        ("SubagentStop", "general", False), ("SubagentStop", "general", True)]
+    stops = [line for line in (tmp_path / "stop.json").read_text().splitlines() if line.strip()]
+    assert len(stops) == 1  # the parent's end only
