@@ -35,6 +35,7 @@ from .events import (
     Event,
     MessageAppended,
     Notice,
+    PlanReady,
     RunFinished,
     TextDelta,
     ToolCallStarted,
@@ -147,6 +148,8 @@ async def react(
     stop_hook_active = False
     try:
         for closing.turn in range(1, settings.max_turns + 1):
+            if approve is not None and (note := approve.mode_note(history)) is not None:
+                yield _append(history, note)  # the approval mode changed since the model was last told
             turn: AssistantTurn | None = None
             try:
                 async with aclosing(_stream_turn(history, client, tools, settings, compactor)) as items:
@@ -190,6 +193,11 @@ async def react(
             async for event in _run_tools(turn.tool_calls, history, registry, settings, approve, closing,
                                           context, repeats):
                 yield event
+            # a plan exit_plan_mode handed over with nobody to review it (crow run, a crow mcp call): the answer
+            if approve is not None and (plan := approve.take_plan()) is not None:
+                yield PlanReady(plan)
+                yield RunFinished("completed", plan, closing.turn)
+                return
             if repeats.stopped:
                 yield RunFinished("error", "", closing.turn, repeats.reason(), 1)
                 return

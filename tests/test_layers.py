@@ -9,7 +9,7 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parent.parent / "crow_cli"
 LEAVES = {"crow_cli.errors", "crow_cli.events", "crow_cli.history", "crow_cli.text", "crow_cli.private",
           "crow_cli.lockfile", "crow_cli.stdout", "crow_cli.paths",
-          "crow_cli.atomic", "crow_cli.startup", "crow_cli.images"}
+          "crow_cli.atomic", "crow_cli.startup", "crow_cli.images", "crow_cli.modes", "crow_cli.todos"}
 # module prefix -> crow_cli modules it may import (prefixes)
 ALLOWED = {
     "crow_cli.errors": set(),
@@ -20,8 +20,10 @@ ALLOWED = {
     "crow_cli.startup": set(),
     "crow_cli.lockfile": {"crow_cli.private"},
     "crow_cli.images": set(),
-    "crow_cli.history": {"crow_cli.images"},
-    "crow_cli.events": {"crow_cli.history"},
+    "crow_cli.modes": set(),
+    "crow_cli.todos": set(),
+    "crow_cli.history": {"crow_cli.images", "crow_cli.modes", "crow_cli.todos"},
+    "crow_cli.events": {"crow_cli.history", "crow_cli.todos"},
     "crow_cli.wire": LEAVES | {"crow_cli.wire"},
     # profiles: provider data; names: the tool-name map (both pure, standard library only)
     "crow_cli.tools": LEAVES | {"crow_cli.tools", "crow_cli.wire.profiles", "crow_cli.wire.names",
@@ -34,7 +36,7 @@ ALLOWED = {
     "crow_cli.sessions": LEAVES,
     "crow_cli.export": LEAVES | {"crow_cli.sessions"},
     "crow_cli.instructions": {"crow_cli.text", "crow_cli.paths"},
-    "crow_cli.default_prompt": {"crow_cli.prompt_files"},
+    "crow_cli.default_prompt": {"crow_cli.prompt_files", "crow_cli.modes"},
     "crow_cli.trust": {"crow_cli.atomic", "crow_cli.instructions", "crow_cli.private"},
     "crow_cli.prompt_files": {"crow_cli.errors", "crow_cli.text", "crow_cli.paths", "crow_cli.instructions"},
     "crow_cli.front_matter": {"crow_cli.errors"},

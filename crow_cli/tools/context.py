@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import ConfigError
 from ..history import Message
@@ -26,7 +26,19 @@ if TYPE_CHECKING:
     from ..skills import Skills
     from .hooks import Hooks
 
-__all__ = ["ToolContext", "current_context", "using_context"]
+__all__ = ["ModeSwitch", "ToolContext", "current_context", "using_context"]
+
+
+class ModeSwitch(Protocol):
+    """What the built-in `exit_plan_mode` asks of the run's approvals (`approval.Approvals` is one)."""
+
+    async def exit_plan(self, plan: str) -> str:
+        """Hand `plan` over (the person reviews it, or the run ends with it); the tool result's text.
+
+        Raises:
+            ToolDenied: not planning, or the person wants the model to keep planning (their note says why).
+        """
+        ...
 
 
 @dataclass(frozen=True)
@@ -54,6 +66,9 @@ class ToolContext:
     """Called by the `task` tool when its subagent ends, with the parent call's id and position, the agent's
     name and the child's whole history, to keep it with the session (`SessionRecorder.keep_transcript`);
     None keeps nothing."""
+    modes: ModeSwitch | None = None
+    """The run's approvals while a call runs (the orchestrator sets it): how `exit_plan_mode` hands over
+    its plan; None when nobody decides about calls."""
 
     @classmethod
     def for_workspace(cls, path: str | os.PathLike[str] | None = None, *,

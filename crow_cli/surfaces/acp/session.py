@@ -91,6 +91,7 @@ MODES: dict[Policy, tuple[str, str]] = {
     "ask": ("Ask", "Ask before every tool that changes files or runs commands"),
     "auto-edit": ("Auto-edit", "Edit files in the workspace without asking; ask before commands"),
     "read-only": ("Read-only", "Refuse every tool that changes files or runs commands"),
+    "plan": ("Plan", "Read and run read-only commands only; the agent hands over a plan for you to approve"),
     "yolo": ("Yolo", "Run every tool without asking (deny rules still apply)"),
 }
 """Session mode id → (name, description): crow's approval policies."""

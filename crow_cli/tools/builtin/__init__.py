@@ -6,9 +6,11 @@ from __future__ import annotations
 from ..tool import Tool
 from .edits import edit_file, write_file
 from .files import list_directory, read_file
+from .plan import exit_plan_mode, todo_write
 from .search import search_files
 from .shell import run_shell
 
 __all__ = ["BUILTIN_TOOLS"]
 
-BUILTIN_TOOLS: list[Tool] = [read_file, list_directory, search_files, write_file, edit_file, run_shell]
+BUILTIN_TOOLS: list[Tool] = [read_file, list_directory, search_files, write_file, edit_file, run_shell, todo_write,
+                             exit_plan_mode]
