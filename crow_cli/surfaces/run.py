@@ -30,7 +30,6 @@ from ..events import (
     SubagentFinished,
     SubagentStarted,
     TextDelta,
-    TodoUpdated,
     ToolCallDelta,
     ToolResultReady,
     ToolRunStarted,
@@ -40,7 +39,6 @@ from ..events import (
 from ..history import Message, as_json, user_message
 from ..stdout import private_stdout
 from ..text import strip_controls
-from ..todos import checklist
 from ..tools.approval import Answer, AskFn, Choice, Question, make_approver
 from ..tools.dispatch import Approver
 from ..tools.hooks import Hooks
@@ -185,9 +183,6 @@ class PlainPrinter:
                 self._print(f"  {mark} {r.name} {r.duration_s:.2f}s{detail}", style)
                 for line, line_style in display_lines(r.display):  # its output's first and last lines, a diff
                     self._print(line, line_style)
-            case TodoUpdated(todos=todos):
-                self._break_line()
-                self._print(checklist(todos), "cyan")
             case PlanReady(plan=plan):  # the run's answer: on stdout, as answer text is
                 self._close_reasoning()
                 self._new_line()
