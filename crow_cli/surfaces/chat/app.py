@@ -40,16 +40,14 @@ from ...events import (
     WarningEvent,
 )
 from ...history import Message, ToolCall, UserMessage, as_json, content_text, is_prompt, user_message
-from ...modes import SENTENCES, next_mode
+from ...modes import APPROVAL_MODES, SENTENCES, ApprovalMode, next_mode
 from ...prompt_files import ARGUMENTS, PromptFile, PromptFolders, expand, read_prompt, summary
 from ...sessions import SessionStore
 from ...text import clean_text, strip_controls
 from ...todos import latest_todos
 from ...tools.approval import (
-    POLICIES,
     Answer,
     PlanAnswer,
-    Policy,
     Question,
     answer_hint,
     approval_question,
@@ -741,7 +739,7 @@ class ChatApp:
 
     # approval modes and plans
 
-    def set_mode(self, mode: Policy, *, quiet: bool = False) -> None:
+    def set_mode(self, mode: ApprovalMode, *, quiet: bool = False) -> None:
         """Use the approval mode `mode` for the rest of the chat, recorded with the session and told in the system
         message (`change_modes`, through the approver's `mode_changed`) and in a note before the next request
         (`Approvals.mode_note`). `quiet`: the prompt line shows it (Shift+Tab), no line is printed."""
@@ -749,21 +747,21 @@ class ChatApp:
         if not quiet:
             self.view.line(f"approval mode: {mode} ({SENTENCES[mode]})")
 
-    async def pick_mode(self) -> Policy | None:
+    async def pick_mode(self) -> ApprovalMode | None:
         """The approval mode the person picks from a list (prompt-toolkit's `choice`); None when they leave it
         (Ctrl-C, Ctrl-D) or cannot pick (piped input: the modes are listed instead)."""
         current = self.approver.policy.mode
         if self._piped():
-            self.view.line(f"approval mode: {current}; /approval MODE switches to one of {', '.join(POLICIES)}")
+            self.view.line(f"approval mode: {current}; /approval MODE switches to one of {', '.join(APPROVAL_MODES)}")
             return None
         from prompt_toolkit.application import create_app_session
         from prompt_toolkit.shortcuts.choice_input import ChoiceInput
 
         picker = ChoiceInput(message="Approval mode (Enter picks, Ctrl-C leaves):", default=current,
-                             options=[(mode, f"{mode}: {SENTENCES[mode]}") for mode in POLICIES])
+                             options=[(mode, f"{mode}: {SENTENCES[mode]}") for mode in APPROVAL_MODES])
         try:
             with create_app_session(input=self.pt_input, output=self.pt_output):
-                picked: Policy = await picker.prompt_async()
+                picked: ApprovalMode = await picker.prompt_async()
         except (KeyboardInterrupt, EOFError):
             return None
         return picked
@@ -774,8 +772,7 @@ class ChatApp:
         Ctrl-C stops the turn, as at an approval question."""
         await asyncio.sleep(0)  # the turn first draws what is already queued
         with self.view.suspended():
-            self.view.line("The plan:", "bold")
-            self.view.document(strip_controls(plan))
+            self.view.document(f"**The plan:**\n\n{strip_controls(plan)}")  # now, above the question
             while True:
                 if self._piped():
                     self.view.line(PLAN_QUESTION)
