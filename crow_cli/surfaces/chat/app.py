@@ -40,7 +40,7 @@ from ...events import (
     WarningEvent,
 )
 from ...history import Message, ToolCall, UserMessage, as_json, content_text, is_prompt, user_message
-from ...modes import APPROVAL_MODES, SENTENCES, ApprovalMode, next_mode
+from ...modes import APPROVAL_MODES, SENTENCES, ApprovalMode, is_mode_note, next_mode
 from ...prompt_files import ARGUMENTS, PromptFile, PromptFolders, expand, read_prompt, summary
 from ...sessions import SessionStore
 from ...text import clean_text, strip_controls
@@ -492,8 +492,8 @@ class ChatApp:
         note = self._take_notes()
         keep = len(self.history)
         self.history.append(with_note(note, message) if note is not None else message)
-        if not await self.run_turn() and len(self.history) == keep + 1:
-            # the turn failed before anything was added: a message that cannot be sent is not kept
+        if not await self.run_turn() and all(is_mode_note(m) for m in self.history[keep + 1:]):
+            # the turn failed before anything but a mode note was added: a message that cannot be sent is not kept
             # to fail every later turn the same way (what the person ran still goes with the next)
             self._cut(keep)
             if note is not None:
