@@ -118,3 +118,12 @@ async def test_chat_shows_a_commands_output_and_an_applied_edits_diff(tmp_path: 
     at = lines.index("1")
     assert lines[at:at + 11] == ["1", "2", "3", "4", "5", "… 30 lines …", "36", "37", "38", "39", "40"]
     assert "    -old\n    +new\n" in out
+
+
+def test_a_todo_list_is_a_checklist_below_its_call() -> None:
+    from crow_cli.todos import TodoItem
+
+    todos = (TodoItem("read", "completed"), TodoItem("fix \x1b[31mit", "in_progress"), TodoItem("test"))
+    assert display_lines(ToolDisplay(todos=todos)) == [("    [x] read", "dim"), ("    [~] fix [31mit", "bold"),
+                                                       ("    [ ] test", "")]
+    assert display_lines(ToolDisplay(todos=())) == [("    (empty)", "dim")]
