@@ -100,7 +100,7 @@ async def test_crow_run_json_carries_the_display_on_the_tool_result(tmp_path: Pa
                          json=True, session=False, cwd=tmp_path)
     result = next(e["result"] for e in ran.events() if e["type"] == "tool_result")  # schema-valid
     assert result["display"] == {"output": "hi\n", "exit_code": 2, "status": "exit code 2", "diff": None,
-                                 "lines": None}
+                                 "lines": None, "todos": None}
     assert result["output"] == "[exit code 2]\nhi\n"
 
 
