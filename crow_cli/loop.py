@@ -10,7 +10,9 @@ every call before it has one, so a driver that stores appended messages keeps fi
 the turn's tools returned images, one user message holding them follows the last tool message (tool
 messages carry text only); `LoopSettings.images` False (a model known text-only) leaves it out.
 A turn whose stream breaks or goes idle mid-way is asked for once more from the same history (no
-tool of it has run yet).
+tool of it has run yet). Before each request, a change of the approval mode since the model was last
+told is noted in the history (`Approvals.mode_note`); a plan `exit_plan_mode` handed over with nobody
+to review it ends the run as its answer (`PlanReady`, then `RunFinished`).
 
 The loop owns its history to the end. Cancelled, it closes the history (`_Closing`): finished calls
 keep their results, every other call of the turn gets a "cancelled by the user" result, a call that
