@@ -349,7 +349,7 @@ def test_each_builtin_declares_a_neutral_kind() -> None:
     # The kind approval uses is the one the editor protocol (ACP) shows (mapped in surfaces/acp/convert.py) (issue 9)
     assert {t.name: t.kind for t in BUILTIN_TOOLS} == {
         "read_file": "read", "list_directory": "read", "search_files": "search", "write_file": "write",
-        "edit_file": "write", "run_shell": "shell", "todo_write": "other", "exit_plan_mode": "other"}
+        "edit_file": "write", "run_shell": "shell", "todo_write": "other", "exit_plan_mode": "plan"}
 
 
 async def test_a_plugin_shell_tool_gets_command_rules_through_its_subject() -> None:

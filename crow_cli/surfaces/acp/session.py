@@ -343,9 +343,9 @@ class Session:
             case TodoUpdated(todos=todos):
                 self.send(plan_update(todos))
             case ToolRunStarted(call=call):
-                if call.name == "exit_plan_mode":
-                    self._plan_call = self.calls.get(call.index, "")
                 tool = self.registry.get(call.name) if self.registry is not None else None
+                if tool is not None and tool.kind == "plan":  # its review is asked about this call
+                    self._plan_call = self.calls.get(call.index, "")
                 if tool is None or not tool.needs_approval:  # those go in progress once approved
                     self._update(call.index, status="in_progress")
             case ToolResultReady(result=result):

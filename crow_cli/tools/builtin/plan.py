@@ -52,7 +52,7 @@ todo_write = Tool(
 """`todo_write(todos)`: the model's todo list, checked (`todos.parse_todos`), shown as a checklist."""
 
 
-@tool(parallel=False, timeout_s=REVIEW_TIMEOUT_S)
+@tool(parallel=False, timeout_s=REVIEW_TIMEOUT_S, kind="plan")
 async def exit_plan_mode(plan: str, context: ToolContext | None = None) -> str:
     """In plan mode only: hand your finished plan to the user for review. The user approves it (then you carry
     it out) or asks you to keep planning.
