@@ -13,8 +13,7 @@ from ..tools.approval import Answer, AskFn, PlanAnswer, Question, answer_hint, a
 
 __all__ = ["PLAN_HINT", "PLAN_QUESTION", "parse_plan_answer", "terminal_ask"]
 
-PLAN_QUESTION = ("Approve the plan? [a]pprove, edits apply (auto-edit) / [y]es, approve and ask / "
-                 "[n]o NOTE, keep planning: ")
+PLAN_QUESTION = "Approve the plan? [a] yes, edits apply / [y] yes, ask first / [n NOTE] keep planning: "
 """What the chat asks about a plan the model handed over (`exit_plan_mode`)."""
 PLAN_HINT = "(answer a, y, or n with what to change)"
 """Said when a reply is no answer to `PLAN_QUESTION`, before it is asked again."""
