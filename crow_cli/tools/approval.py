@@ -7,7 +7,8 @@ command lines are matched by `tools.shellrules`. Only tools with `needs_approval
 "always" answers and the run's sandbox into `Allow | Ask(preview) | Deny(reason)`:
 
 1. a **deny** rule that matches refuses it (whatever the policy, even `yolo`); so do `read-only` and an
-   earlier "never" answer about the tool (an editor's "reject always");
+   earlier "never" answer about the tool (an editor's "reject always"), and `plan` every call but a
+   command that only reads (`read_only_command`), saying the session is planning;
 2. a command that would run unconfined although a sandbox was asked for (none on this machine) is
    always asked about;
 3. an **allow** rule that matches, an earlier "always" answer (for the tool, or for command prefixes
@@ -482,8 +483,9 @@ def decide(call: ToolCall, tool: Tool, policy: ApprovalPolicy, *, arguments: dic
     answers (`always`: rules as allow rules are written, tool names or `NAME:PREFIX`; `never`: tool names),
     and the run's sandbox (`context`, default the current one).
 
-    Order: a deny rule refuses (whatever the policy); `read-only` refuses, and so does a "never" answer and
-    a read-only sandbox a file edit (a tool of kind `write`); a command that would run
+    Order: a deny rule refuses (whatever the policy); `read-only` refuses, `plan` all but a command that only
+    reads (`read_only_command`), and so does a "never" answer and a read-only sandbox a file edit (a tool of
+    kind `write`); a command that would run
     unconfined although a sandbox was asked for, and (but under yolo) a file edit of crow's own config or
     the user's start-up files (`sandbox.guarded_paths`), are asked about (never approved by a rule, policy
     or "always"); an allow rule, the policy or "always" approves; otherwise the preview is made and the user
