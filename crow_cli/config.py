@@ -36,11 +36,12 @@ from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from .errors import ConfigError
+from .modes import APPROVAL_MODES, ApprovalMode
 from .text import header_secrets, is_secret_name, proxy_secrets, public_url, strip_controls, url_secrets
 from .wire.profiles import KEYED_HOSTS, OWNED_PARAMS, check_overrides
 
-__all__ = ["DEFAULT_BASE_URL", "DEFAULT_MODEL", "KEYED_HOSTS", "OPTIONS", "OWNED_PARAMS", "Option", "Settings",
-           "default_config_path", "load_settings", "require_api_key"]
+__all__ = ["APPROVAL_MODES", "DEFAULT_BASE_URL", "DEFAULT_MODEL", "KEYED_HOSTS", "OPTIONS", "OWNED_PARAMS", "Option",
+           "Settings", "default_config_path", "load_settings", "require_api_key"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_MODEL = "gpt-4o-mini"
@@ -50,9 +51,7 @@ SANDBOX_MODES: tuple[SandboxMode, ...] = get_args(SandboxMode)
 ReasoningEcho = Literal["auto", "always", "never"]
 """`reasoning_echo`: whether a turn's reasoning goes back to the server (`wire.client`)."""
 REASONING_ECHO: tuple[ReasoningEcho, ...] = get_args(ReasoningEcho)
-ApprovalMode = Literal["ask", "auto-edit", "yolo", "read-only"]
-"""`approval`: the approval policy (`tools.approval.Policy`)."""
-APPROVAL_MODES: tuple[ApprovalMode, ...] = get_args(ApprovalMode)
+# `approval`: the approval policy, declared once in `modes` (`tools.approval.Policy` is the same)
 _OPENAI_HOST = "api.openai.com"
 
 

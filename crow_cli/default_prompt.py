@@ -20,6 +20,7 @@ from importlib import resources
 from pathlib import Path
 from string import Template
 
+from .modes import SENTENCES
 from .prompt_files import read_text_file
 
 __all__ = ["FIRST_LINE", "command_shell", "default_prompt", "mode_phrases", "retell_modes", "without_default"]
@@ -35,12 +36,8 @@ _SANDBOX = {
     "read-only": "commands run confined and may write nowhere",
     "off": "commands run unconfined, with the user's rights",
 }
-_APPROVAL = {
-    "ask": "the user approves each file change and command before it runs",
-    "auto-edit": "file changes in the workspace apply without asking; commands are approved by the user",
-    "yolo": "calls run without asking",
-    "read-only": "file changes and commands that are not read-only are refused",
-}
+# one sentence per mode (`modes.SENTENCES`), shared with the notes that tell the model of a later change
+_APPROVAL: dict[str, str] = {str(mode): sentence for mode, sentence in SENTENCES.items()}
 _TOOL_HINTS = (
     ("read_file", "Read a file before you edit it (read_file; list_directory and search_files find files)."),
     ("edit_file", "Change files with small edits (edit_file: old_string must match exactly once); write_file "
@@ -48,6 +45,7 @@ _TOOL_HINTS = (
     ("run_shell", "Run tests, builds and git with run_shell, and check the exit code."),
     ("task", "Hand a self-contained search or review to a subagent with task: it sees none of this conversation, "
              "so its prompt must say everything it needs."),
+    ("todo_write", "For a task of three steps or more, keep a todo list with todo_write."),
 )
 
 

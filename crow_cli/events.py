@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .history import Message, ToolCall, ToolResult
+from .todos import TodoItem
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -18,6 +19,7 @@ __all__ = [
     "HookRan",
     "MessageAppended",
     "Notice",
+    "PlanReady",
     "ReasoningDelta",
     "RunFinished",
     "RunStarted",
@@ -26,6 +28,7 @@ __all__ = [
     "SubagentFinished",
     "SubagentStarted",
     "TextDelta",
+    "TodoUpdated",
     "ToolCallDelta",
     "ToolCallStarted",
     "ToolResultReady",
@@ -179,6 +182,24 @@ class ToolResultReady:
 
 
 @dataclass(frozen=True, slots=True)
+class TodoUpdated:
+    """The model wrote its todo list (`todo_write`): the whole list, before that call's `tool_result`."""
+
+    todos: tuple[TodoItem, ...]
+    type: Literal["todo"] = "todo"
+
+
+@dataclass(frozen=True, slots=True)
+class PlanReady:
+    """The model handed over its plan (`exit_plan_mode`) with nobody to review it: the run ends with it (the
+    `run_finished` after it has it as `final_text`)."""
+
+    plan: str
+    """The plan, Markdown, as the model wrote it."""
+    type: Literal["plan"] = "plan"
+
+
+@dataclass(frozen=True, slots=True)
 class MessageAppended:
     """The loop appended a message to the history (what a session store persists)."""
 
@@ -297,4 +318,6 @@ Event = (
     | SubagentStarted
     | SubagentEvent
     | SubagentFinished
+    | TodoUpdated
+    | PlanReady
 )

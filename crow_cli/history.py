@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NotRequired, TypedDict, cast
 
 from .images import Image, attached_line, describe_part, image_name, is_tool_images
+from .modes import is_mode_note
+from .todos import TodoItem
 
 __all__ = [
     "AUTHOR_KEY",
@@ -215,6 +217,8 @@ class ToolDisplay:
     as `output` holds)."""
     diff: str | None = None
     """The unified diff (`--- a/PATH` / `+++ b/PATH`) of the change the call made to a file."""
+    todos: tuple[TodoItem, ...] | None = None
+    """The todo list a `todo_write` call wrote (the whole list), shown as a checklist."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,8 +365,9 @@ def content_text(content: str | list[ContentPart] | None, *, images: bool = Fals
 
 def is_prompt(message: Message | dict[str, Any]) -> bool:
     """Whether `message` is a user's prompt: a user message other than the one the loop appends to show the
-    model the images a turn's tools returned (`images.tool_images_message`), which belongs to that turn."""
-    return message.get("role") == "user" and not is_tool_images(message)
+    model the images a turn's tools returned (`images.tool_images_message`), which belongs to that turn, and
+    a note that the approval mode changed (`modes.mode_note`)."""
+    return message.get("role") == "user" and not is_tool_images(message) and not is_mode_note(message)
 
 
 def thinking_of(part: Any) -> str | None:

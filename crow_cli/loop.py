@@ -10,7 +10,9 @@ every call before it has one, so a driver that stores appended messages keeps fi
 the turn's tools returned images, one user message holding them follows the last tool message (tool
 messages carry text only); `LoopSettings.images` False (a model known text-only) leaves it out.
 A turn whose stream breaks or goes idle mid-way is asked for once more from the same history (no
-tool of it has run yet).
+tool of it has run yet). Before each request, a change of the approval mode since the model was last
+told is noted in the history (`Approvals.mode_note`); a plan `exit_plan_mode` handed over with nobody
+to review it ends the run as its answer (`PlanReady`, then `RunFinished`).
 
 The loop owns its history to the end. Cancelled, it closes the history (`_Closing`): finished calls
 keep their results, every other call of the turn gets a "cancelled by the user" result, a call that
@@ -35,6 +37,7 @@ from .events import (
     Event,
     MessageAppended,
     Notice,
+    PlanReady,
     RunFinished,
     TextDelta,
     ToolCallStarted,
@@ -147,6 +150,8 @@ async def react(
     stop_hook_active = False
     try:
         for closing.turn in range(1, settings.max_turns + 1):
+            if approve is not None and (note := approve.mode_note(history)) is not None:
+                yield _append(history, note)  # the approval mode changed since the model was last told
             turn: AssistantTurn | None = None
             try:
                 async with aclosing(_stream_turn(history, client, tools, settings, compactor)) as items:
@@ -190,6 +195,11 @@ async def react(
             async for event in _run_tools(turn.tool_calls, history, registry, settings, approve, closing,
                                           context, repeats):
                 yield event
+            # a plan exit_plan_mode handed over with nobody to review it (crow run, a crow mcp call): the answer
+            if approve is not None and (plan := approve.take_plan()) is not None:
+                yield PlanReady(plan)
+                yield RunFinished("completed", plan, closing.turn)
+                return
             if repeats.stopped:
                 yield RunFinished("error", "", closing.turn, repeats.reason(), 1)
                 return

@@ -199,7 +199,8 @@ def test_a_hosted_api_without_a_key_is_exit_2_after_the_options_are_checked(caps
     assert capsys.readouterr().err.startswith("crow: error: no API key for https://api.openai.com/v1: set "
                                               "OPENAI_API_KEY")
     assert crow_here("run", "--approval", "sometimes", "hi") == 2  # the option error comes first
-    assert "--approval must be one of ask, auto-edit, yolo, read-only (got 'sometimes')" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert "--approval must be one of ask, auto-edit, yolo, read-only, plan (got 'sometimes')" in said
 
 
 # smaller: found trying it as a new user; `--session ""` continued nothing in particular (issue 11)

@@ -314,9 +314,10 @@ def test_a_bad_approval_policy_names_its_source_and_the_policies(tmp_path: Path)
     assert load_settings({}, env={}, config_path=str(config)).approval == "auto-edit"
     assert load_settings({"approval": "read-only"}, env={}, config_path=str(config)).approval == "read-only"
     with pytest.raises(ConfigError, match=r"^.*c\.toml \[profiles\.ci\]: approval must be one of ask, auto-edit, "
-                                          r"yolo, read-only \(got 'sometimes'\)$"):
+                                          r"yolo, read-only, plan \(got 'sometimes'\)$"):
         load_settings({}, env={}, config_path=str(config), profile="ci")
-    with pytest.raises(ConfigError, match=r"^--approval must be one of ask, auto-edit, yolo, read-only \(got 'x'\)$"):
+    with pytest.raises(ConfigError, match=r"^--approval must be one of ask, auto-edit, yolo, read-only, plan "
+                                          r"\(got .x.\)$"):
         load_settings({"approval": "x"}, env={})
 
 

@@ -182,3 +182,12 @@ def test_a_continued_session_refuses_a_flag_that_would_change_its_prompt(
     monkeypatch.chdir(tmp_path)
     code = crow_here("run", "--base-url", "http://127.0.0.1:9/v1", "--api-key", "k", "-c", *flags, "more")
     assert code == 2 and "cannot change the system prompt of a continued session" in capsys.readouterr().err
+
+
+def test_plan_mode_and_the_todo_list_are_said_in_one_short_line_each(tmp_path: Path) -> None:
+    text = default_prompt(workspace=tmp_path, sandbox="off", approval="plan", tools=["todo_write", "exit_plan_mode"])
+    assert "Approval: you are planning: read files and run read-only commands only" in text
+    assert "exit_plan_mode" in text
+    hint = next(line for line in text.splitlines() if "todo_write" in line)
+    assert hint == "For a task of three steps or more, keep a todo list with todo_write."
+    assert "todo_write" not in default_prompt(workspace=tmp_path, sandbox="off", tools=["read_file"])

@@ -9,7 +9,7 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parent.parent / "crow_cli"
 LEAVES = {"crow_cli.errors", "crow_cli.events", "crow_cli.history", "crow_cli.text", "crow_cli.private",
           "crow_cli.lockfile", "crow_cli.stdout", "crow_cli.paths",
-          "crow_cli.atomic", "crow_cli.startup", "crow_cli.images"}
+          "crow_cli.atomic", "crow_cli.startup", "crow_cli.images", "crow_cli.modes", "crow_cli.todos"}
 # module prefix -> crow_cli modules it may import (prefixes)
 ALLOWED = {
     "crow_cli.errors": set(),
@@ -20,8 +20,10 @@ ALLOWED = {
     "crow_cli.startup": set(),
     "crow_cli.lockfile": {"crow_cli.private"},
     "crow_cli.images": set(),
-    "crow_cli.history": {"crow_cli.images"},
-    "crow_cli.events": {"crow_cli.history"},
+    "crow_cli.modes": set(),
+    "crow_cli.todos": set(),
+    "crow_cli.history": {"crow_cli.images", "crow_cli.modes", "crow_cli.todos"},
+    "crow_cli.events": {"crow_cli.history", "crow_cli.todos"},
     "crow_cli.wire": LEAVES | {"crow_cli.wire"},
     # profiles: provider data; names: the tool-name map (both pure, standard library only)
     # skills: the `skill` tool loads one; proxy, tls: web_fetch reaches the web with the proxy and TLS settings
@@ -36,7 +38,7 @@ ALLOWED = {
     "crow_cli.sessions": LEAVES,
     "crow_cli.export": LEAVES | {"crow_cli.sessions"},
     "crow_cli.instructions": {"crow_cli.text", "crow_cli.paths"},
-    "crow_cli.default_prompt": {"crow_cli.prompt_files"},
+    "crow_cli.default_prompt": {"crow_cli.prompt_files", "crow_cli.modes"},
     "crow_cli.trust": {"crow_cli.atomic", "crow_cli.instructions", "crow_cli.private"},
     "crow_cli.prompt_files": {"crow_cli.errors", "crow_cli.text", "crow_cli.paths", "crow_cli.instructions"},
     "crow_cli.front_matter": {"crow_cli.errors"},
@@ -240,14 +242,16 @@ def test_the_layer_rules_catch_what_they_name(tmp_path):
 APPROVAL_USERS = {
     "crow_cli.tools.orchestrator": {"Approvals"},
     "crow_cli.surfaces.run": {"Answer", "AskFn", "Choice", "Question", "make_approver"},
-    "crow_cli.surfaces.chat.app": {"Answer", "Question", "answer_hint", "approval_question", "make_approver",
-                                   "parse_answer"},
-    "crow_cli.surfaces.approve": {"Answer", "AskFn", "Question", "answer_hint", "approval_question", "parse_answer"},
+    "crow_cli.surfaces.chat.app": {"Answer", "PlanAnswer", "Question", "answer_hint", "approval_question",
+                                   "make_approver", "parse_answer"},
+    "crow_cli.surfaces.approve": {"Answer", "AskFn", "PlanAnswer", "Question", "answer_hint", "approval_question",
+                                  "parse_answer"},
     "crow_cli.surfaces.ask": {"Answer", "Question", "answer_hint", "approval_question", "parse_answer"},
     "crow_cli.surfaces.shell_escape": {"Approvals"},
     "crow_cli.surfaces.mcp_server": {"Choice", "Policy", "Question", "make_approver", "start_policy"},
     "crow_cli.surfaces.runtime": {"check_rule_names", "start_policy"},
-    "crow_cli.surfaces.acp.session": {"Answer", "Approvals", "Policy", "Question", "make_approver", "shown_scope"},
+    "crow_cli.surfaces.acp.session": {"Answer", "Approvals", "PlanAnswer", "Policy", "Question", "make_approver",
+                                      "shown_scope"},
     "crow_cli.surfaces.persist": {"Policy"},
     "crow_cli.commands.options": {"make_approver"},
     "crow_cli.commands.acp": {"make_approver"},

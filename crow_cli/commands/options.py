@@ -105,7 +105,8 @@ YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Approve every tool ca
                                       "(policy yolo; deny rules still apply).")]
 ApprovalOpt = Annotated[str | None, typer.Option("--approval", metavar="POLICY", help="ask (default), auto-edit "
                                                  "(file edits approved), yolo (all approved; commands stay "
-                                                 "sandboxed) or read-only (all refused).")]
+                                                 "sandboxed), read-only (all refused) or plan (reads "
+                                                 "and read-only commands; the model hands over a plan).")]
 AllowOpt = Annotated[list[str] | None, typer.Option("--allow", metavar="RULE", help="Approve without asking: a "
                                                     "tool name or 'run_shell:COMMAND PREFIX' (repeatable).")]
 DenyOpt = Annotated[list[str] | None, typer.Option("--deny", metavar="RULE", help="Always refuse: a tool name or "

@@ -6,6 +6,9 @@
                                          │    the model (a separate request) │
     compacted view   ──► system prompt │ user: "[summary …]"               │ last exchanges
 
+A summary keeps what the model must not lose and the recent exchanges may not hold: its todo list as it
+last wrote it and the approval mode it was last told of (both read from the stored history).
+
 The history is cut only before a user message (or, when one exchange is all there is, before an
 assistant message), so an assistant tool call always stays together with its results. The stored
 session is never changed: the compacted view is a `Checkpoint` that stands for the first
@@ -23,6 +26,8 @@ from ..errors import ContextOverflow
 from ..events import Event, Notice, WarningEvent
 from ..history import Message, is_prompt, tool_calls_of
 from ..images import describe_part, image_parts
+from ..modes import mode_note, told_mode
+from ..todos import checklist, latest_todos
 from ..wire.accumulate import StreamAccumulator
 from .budget import CHARS_PER_TOKEN, Budget, estimate_tokens
 from .normalise import Normaliser, normalise
@@ -220,6 +225,7 @@ class Compactor:
                            f"messages: {', '.join(images)}"
                 note = (f"\n\n[crow: the summary stands for {len(images)} image{'s' if len(images) > 1 else ''} "
                         f"the model no longer sees: {', '.join(images)}]")
+            note += _kept_state(history, recent)
             view = normalise([*system, {"role": "user", "content": f"{SUMMARY_PREFIX}\n\n{summary}{note}"},
                               *recent])
         if not old or (window is not None and estimate_tokens(view) > TARGET * window):
@@ -267,6 +273,17 @@ class Compactor:
         if not text:
             raise ContextOverflow("the model wrote no summary when asked to compact the conversation")
         yield text
+
+
+def _kept_state(history: list[Message], recent: list[Message]) -> str:
+    """What a summary must not lose that the recent messages do not hold: the model's todo list as it last wrote
+    it (`todos.latest_todos`) and the approval mode it was last told of (`modes.told_mode`), as notes."""
+    kept = ""
+    if latest_todos(recent) is None and (todos := latest_todos(history)) is not None:
+        kept += f"\n\n[crow: your todo list (todo_write) so far:\n{checklist(todos)}]"
+    if told_mode(recent) is None and (mode := told_mode(history)) is not None:
+        kept += f"\n\n{mode_note(mode)['content']}"
+    return kept
 
 
 def _last_group(view: list[Message]) -> int:

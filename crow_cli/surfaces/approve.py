@@ -1,16 +1,39 @@
 """Asking a person on the terminal whether a tool call may run (yes / no, maybe saying why / always, for
-the command's prefix or the tool)."""
+the command's prefix or the tool), and what they answer about a plan the model handed over."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 import sys
 from typing import TextIO
 
-from ..tools.approval import Answer, AskFn, Question, answer_hint, approval_question, parse_answer
+from ..tools.approval import Answer, AskFn, PlanAnswer, Question, answer_hint, approval_question, parse_answer
 
-__all__ = ["terminal_ask"]
+__all__ = ["PLAN_HINT", "PLAN_QUESTION", "parse_plan_answer", "terminal_ask"]
+
+PLAN_QUESTION = "Approve the plan? [a] yes, edits apply / [y] yes, ask first / [n NOTE] keep planning: "
+"""What the chat asks about a plan the model handed over (`exit_plan_mode`)."""
+PLAN_HINT = "(answer a, y, or n with what to change)"
+"""Said when a reply is no answer to `PLAN_QUESTION`, before it is asked again."""
+_KEEP = re.compile(r"(?is)(?:n|no|k|keep)(?:[\s,:;]+(.*))?")
+
+
+def parse_plan_answer(reply: str) -> PlanAnswer | None:
+    """The answer a typed line means about a plan (any case, outer spaces ignored): `a` / `approve` /
+    `auto-edit` (approve, go on in auto-edit); `y` / `yes` (approve, go on asking); `n` / `no` / `keep`,
+    maybe followed by what to change (keep planning). None for anything else, an empty line included."""
+    text = reply.strip()
+    word = text.lower()
+    if word in ("a", "approve", "auto", "auto-edit"):
+        return PlanAnswer("auto-edit")
+    if word in ("y", "yes", "ask"):
+        return PlanAnswer("ask")
+    matched = _KEEP.fullmatch(text)
+    if matched is not None:
+        return PlanAnswer("keep", " ".join((matched.group(1) or "").split()))
+    return None
 
 
 def terminal_ask(stdin: TextIO | None = None, err: TextIO | None = None) -> AskFn | None:

@@ -79,9 +79,10 @@ class RunArgs(BaseModel):
     cwd: str | None = Field(None, description="The session's workspace, an absolute path to a folder "
                             "(default: the server's workspace).")
     model: str | None = Field(None, description="The model (default: the server's).")
-    approval: Literal["read-only", "ask", "auto-edit", "yolo"] | None = Field(
+    approval: Policy | None = Field(
         None, description="Approval policy for tool calls: read-only (refuse every call that changes files or runs "
-        "commands), ask (ask the client), auto-edit (file edits approved) or yolo; never looser than the server's.")
+        "commands), plan (reads and read-only commands only; the answer is the plan the model hands over), ask "
+        "(ask the client), auto-edit (file edits approved) or yolo; never looser than the server's.")
     sandbox: Literal["read-only", "workspace-write", "off"] | None = Field(
         None, description="How commands are confined; never looser than the server's.")
 

@@ -29,7 +29,7 @@ from ..tools.sandbox import Mode as SandboxMode
 __all__ = ["POLICY_ORDER", "SANDBOX_ORDER", "RunModes", "SessionRecorder", "kept_modes", "open_session",
            "settle_modes", "tell_modes"]
 
-POLICY_ORDER: tuple[Policy, ...] = ("read-only", "ask", "auto-edit", "yolo")
+POLICY_ORDER: tuple[Policy, ...] = ("read-only", "plan", "ask", "auto-edit", "yolo")
 """Approval policies from the strictest to the loosest."""
 SANDBOX_ORDER: tuple[SandboxMode, ...] = ("read-only", "workspace-write", "off")
 """Sandbox modes from the strictest to the loosest (as `POLICY_ORDER`)."""

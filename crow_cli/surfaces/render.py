@@ -493,6 +493,15 @@ class TurnView:
         self.console.print(_styled([(line, diff_style(line) if is_diff and not line.startswith(("---", "+++"))
                                      else "") for line in lines]), end="", highlight=False)
 
+    def document(self, text: str) -> None:
+        """A whole Markdown text drawn at once (a plan the model handed over), as answers are drawn; `text`
+        must have lost its control characters already."""
+        if self.plain:
+            self._end_plain_line()
+            self._write(text.rstrip("\n") + "\n")
+            return
+        self.console.print(honest_markdown(text, self.code_theme))
+
     def _write(self, text: str) -> None:
         self.console.file.write(text)
         self.console.file.flush()

@@ -22,6 +22,7 @@ from ..errors import ConfigError, SessionError
 from ..events import (
     Event,
     Notice,
+    PlanReady,
     ReasoningDelta,
     RunFinished,
     RunStarted,
@@ -182,6 +183,13 @@ class PlainPrinter:
                 self._print(f"  {mark} {r.name} {r.duration_s:.2f}s{detail}", style)
                 for line, line_style in display_lines(r.display):  # its output's first and last lines, a diff
                     self._print(line, line_style)
+            case PlanReady(plan=plan):  # the run's answer: on stdout, as answer text is
+                self._close_reasoning()
+                self._new_line()
+                self.out.write(strip_controls(plan) if self.out_is_terminal else plan)
+                self.out.write("" if plan.endswith("\n") else "\n")
+                self.out.flush()
+                self.at_line_start = True
             case WarningEvent(message=message) if self._answering:  # shown after the answer, never inside it
                 self._after_answer.append(message)
             case WarningEvent(message=message):

@@ -10,10 +10,13 @@ redrew with `\\r` shows what a terminal would, its last part. The surfaces (`cro
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..history import ToolDisplay
 from ..text import strip_controls
+from ..todos import TodoItem, checklist
 
-__all__ = ["DIFF_LINES", "OUTPUT_LINES", "diff_style", "display_lines", "display_status"]
+__all__ = ["DIFF_LINES", "OUTPUT_LINES", "diff_style", "display_lines", "display_status", "todo_lines"]
 
 OUTPUT_LINES = (5, 5)
 """(head, tail): lines of a command's output shown at most before and after the `… N lines …` line."""
@@ -55,6 +58,8 @@ def display_lines(display: ToolDisplay | None) -> list[tuple[str, str]]:
     """
     if display is None:
         return []
+    if display.todos is not None:
+        return todo_lines(display.todos)
     if display.diff:
         head, tail = DIFF_LINES
         return [(INDENT + line, diff_style(line)) for line in _head_tail(display.diff, head, tail)]
@@ -64,6 +69,17 @@ def display_lines(display: ToolDisplay | None) -> list[tuple[str, str]]:
         head, tail = OUTPUT_LINES
         return [(INDENT + line, "dim") for line in _head_tail(display.output, head, tail, display.lines)]
     return []
+
+
+_TODO_STYLES = {"completed": "dim", "in_progress": "bold", "pending": ""}
+
+
+def todo_lines(todos: Sequence[TodoItem]) -> list[tuple[str, str]]:
+    """The model's todo list as checklist lines (`[x] done`, `[~] doing`, `[ ] to do`), indented, each with its
+    rich style (done dimmed, the one in progress bold)."""
+    lines = checklist(todos).split("\n")
+    return [(INDENT + _line(line), _TODO_STYLES[item.status] if todos else "dim")
+            for line, item in zip(lines, todos or [TodoItem("")], strict=True)]
 
 
 def display_status(display: ToolDisplay | None) -> str | None:

@@ -8,7 +8,8 @@ command lines are matched by `tools.shellrules`. Only tools with `needs_approval
 
 1. a **deny** rule that matches refuses it (whatever the policy, even `yolo`); what the configuration
    approves by itself (`Tool.preapproved`: `web_fetch` of a host `[web] allow_hosts` names) runs; `read-only`
-   and an earlier "never" answer about the tool (an editor's "reject always") refuse it;
+   and an earlier "never" answer about the tool (an editor's "reject always") refuse it, and `plan` every call
+   but a command that only reads (`read_only_command`), saying the session is planning;
 2. a command that would run unconfined although a sandbox was asked for (none on this machine) is
    always asked about;
 3. an **allow** rule that matches, an earlier "always" answer (for the tool, or for command prefixes
@@ -40,10 +41,11 @@ import shlex
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast
 
 from ..errors import ConfigError, ToolDenied, ToolError
-from ..history import ToolCall
+from ..history import Message, ToolCall
+from ..modes import APPROVAL_MODES, SENTENCES, ApprovalMode, mode_note, told_mode
 from ..paths import resolve_path
 from ..text import strip_controls, visible
 from .clip import clip_middle
@@ -66,8 +68,10 @@ __all__ = [
     "Approvals",
     "AskFn",
     "Choice",
+    "PlanAnswer",
     "Policy",
     "Question",
+    "ReviewFn",
     "always_scope",
     "answer_hint",
     "approval_question",
@@ -75,15 +79,16 @@ __all__ = [
     "describe_call",
     "make_approver",
     "parse_answer",
+    "read_only_command",
     "shown_scope",
     "start_policy",
 ]
 
-Policy = Literal["ask", "auto-edit", "yolo", "read-only"]
-POLICIES: tuple[Policy, ...] = get_args(Policy)
-"""Approval policies, the same values for `crow run --approval`, `crow chat` and the editor's session
-modes: `ask` the user, `auto-edit` (built-in file edits approved), `yolo` (all approved), `read-only`
-(every call that needs approval refused)."""
+Policy = ApprovalMode
+POLICIES: tuple[Policy, ...] = APPROVAL_MODES
+"""Approval policies (`modes.ApprovalMode`), the same values for `crow run --approval`, `crow chat` and the
+editor's session modes: `ask` the user, `auto-edit` (built-in file edits approved), `yolo` (all approved),
+`read-only` (every call that needs approval refused), `plan` (reads and read-only commands only)."""
 Choice = Literal["yes", "no", "always", "never"]
 """What a person chose about one call: run it, refuse it, run it and later ones like it, or refuse it and
 every later call of its tool (an editor's "reject always")."""
@@ -123,6 +128,19 @@ class Question:
     """Whether it asks to run the call outside any sandbox (one stopped it, or none is on this machine):
     no policy answers it by itself, and any yes is for this call only."""
 
+
+@dataclass(frozen=True, slots=True)
+class PlanAnswer:
+    """What the person answered about a plan the model handed over (`exit_plan_mode`)."""
+
+    choice: Literal["auto-edit", "ask", "keep"]
+    """Approve it and go on in `auto-edit` or in `ask`, or `keep` planning."""
+    note: str = ""
+    """For `keep`: what the person tells the model to change."""
+
+
+ReviewFn = Callable[[str], Awaitable[PlanAnswer]]
+"""A surface's plan review: shown the plan (Markdown, from the model), returns the person's `PlanAnswer`."""
 
 AskFn = Callable[[Question], Awaitable[Answer | Choice]]
 """A surface's prompt: shown a `Question`, returns the person's answer among its `choices` (a bare
@@ -274,6 +292,8 @@ class ApprovalPolicy:
             return None
         if self.mode == "yolo":
             return "policy yolo"
+        if self.mode == "plan":  # `decide` lets only read-only commands through in plan mode
+            return "policy plan"
         if self.mode == "auto-edit" and _auto_edit(tool):
             return "policy auto-edit"
         return _rules_allow(self.allow, tool, subject, "allow rules")
@@ -301,6 +321,39 @@ def _rules_allow(rules: Iterable[str], tool: Tool, subject: str | None, why: str
     if subject is not None and allow_matches(subject, prefixes):
         return why
     return None
+
+
+_READ_ONLY: list[list[str]] = [[word] for word in (
+    "ls", "cat", "head", "tail", "wc", "grep", "egrep", "fgrep", "rg", "pwd", "echo", "printf", "find", "sort",
+    "cut", "tr", "nl", "stat", "du", "df", "which", "basename", "dirname", "realpath", "readlink", "true", "diff",
+    "cmp", "date", "whoami", "uname", "printenv")]
+"""Commands plan mode runs (every command of the line one of these, no output redirection, no substitution)."""
+_READ_ONLY_CONFINED: list[list[str]] = [["git", sub] for sub in (
+    "status", "log", "diff", "show", "blame", "ls-files", "grep", "rev-parse", "branch", "remote")]
+"""... and these too when the command runs confined (git reads the repository's config, which can name
+programs it runs: the read-only sandbox keeps them from writing)."""
+_WRITING: list[list[str]] = [
+    *(["find", flag] for flag in ("-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0",
+                                  "-fprintf", "-fls")),
+    ["rg", "--pre"], ["sort", "-o"], ["sort", "--output"], ["git", "--output"],
+    ["git", "branch", "-d"], ["git", "branch", "-D"], ["git", "branch", "-m"], ["git", "branch", "-M"],
+    ["git", "branch", "-c"], ["git", "branch", "-C"], ["git", "branch", "-u"], ["git", "branch", "--set-upstream-to"],
+    ["git", "remote", "add"], ["git", "remote", "remove"], ["git", "remote", "rm"], ["git", "remote", "rename"],
+    ["git", "remote", "set-url"], ["git", "remote", "prune"], ["git", "remote", "update"]]
+"""Options and subcommands of those commands that write or run something else: such a line is no read."""
+
+
+def read_only_command(line: str | None, confined: bool = False) -> bool:
+    """Whether the command line `line` only reads, as plan mode runs it: every simple command one of a short
+    list (`ls`, `cat`, `grep`, `find` without `-exec` or `-delete` …; `git status`, `git diff` … only when
+    `confined`), with no output redirection and no command substitution (`shellrules.allow_matches`).
+    False for None (no command line: not a command). Never raises."""
+    if line is None:
+        return False
+    prefixes = _READ_ONLY + (_READ_ONLY_CONFINED if confined else [])
+    if not allow_matches(line, prefixes):
+        return False
+    return not any(deny_matches(line, option) for option in _WRITING)
 
 
 def _auto_edit(tool: Tool) -> bool:
@@ -434,8 +487,9 @@ def decide(call: ToolCall, tool: Tool, policy: ApprovalPolicy, *, arguments: dic
     answers (`always`: rules as allow rules are written, tool names or `NAME:PREFIX`; `never`: tool names),
     and the run's sandbox (`context`, default the current one).
 
-    Order: a deny rule refuses (whatever the policy); `read-only` refuses, and so does a "never" answer and
-    a read-only sandbox a file edit (a tool of kind `write`); a command that would run
+    Order: a deny rule refuses (whatever the policy); `read-only` refuses, `plan` all but a command that only
+    reads (`read_only_command`), and so does a "never" answer and a read-only sandbox a file edit (a tool of
+    kind `write`); a command that would run
     unconfined although a sandbox was asked for, and (but under yolo) a file edit of crow's own config or
     the user's start-up files (`sandbox.guarded_paths`), are asked about (never approved by a rule, policy
     or "always"); an allow rule, the policy or "always" approves; otherwise the preview is made and the user
@@ -463,6 +517,10 @@ def decide(call: ToolCall, tool: Tool, policy: ApprovalPolicy, *, arguments: dic
         return Deny(f"{tool.name} was not run: the approval policy is read-only (no tool that changes files or "
                     "runs commands). Do not retry it; say what you would do instead",
                     "by the read-only approval policy")
+    if policy.mode == "plan" and not read_only_command(subject if tool.kind == "shell" else None, sandboxed):
+        return Deny(f"{tool.name} was not run: the session is planning (plan mode: only reads and read-only "
+                    "commands run). Do not retry it; go on planning, and hand the plan over with exit_plan_mode",
+                    "the session is planning")
     if tool.name in never:
         return Deny(f"the user rejected {tool.name} for this session; it was not run. Do not retry it",
                     "rejected for this session")
@@ -523,7 +581,70 @@ class Approvals:
     own `ToolError` (the edit cannot be made in that buffer), which answers the call unasked."""
     allowed: Callable[[ToolCall], None] | None = None
     """Told that a call needing approval was allowed and runs now (an editor shows it in progress)."""
+    review: ReviewFn | None = None
+    """The surface's review of a plan `exit_plan_mode` hands over (chat, an editor); None: nobody reviews it,
+    and the run ends with the plan as its answer (`crow run`, `crow mcp`'s calls)."""
+    mode_changed: Callable[[Policy], None] | None = None
+    """Told the new mode when `set_mode` changes it (an editor shows its mode selector)."""
+    prompt_mode: Policy | None = None
+    """The mode the system prompt states (default: the policy's at the start); a later one gets a note."""
+    handed_plan: str | None = None
+    """The plan handed over with nobody to review it: the run ends with it (`take_plan`)."""
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.prompt_mode is None:
+            self.prompt_mode = self.policy.mode
+
+    def set_mode(self, mode: Policy) -> None:
+        """Switch the approval mode from the next decision on ("always" and "never" answers stay); the model is
+        told in its next request (`mode_note`).
+
+        Raises:
+            ConfigError: an unknown mode.
+        """
+        self.policy = replace(self.policy, mode=mode)
+        if self.mode_changed is not None:
+            self.mode_changed(mode)
+
+    def mode_note(self, history: list[Message]) -> Message | None:
+        """The note to append before the next request when the mode changed since the model was last told
+        (`modes.mode_note`), or None."""
+        told = told_mode(history) or self.prompt_mode
+        if told == self.policy.mode:
+            return None
+        return cast(Message, mode_note(self.policy.mode))
+
+    async def exit_plan(self, plan: str) -> str:
+        """The plan `exit_plan_mode` hands over: the person reviews it (`review`) and the mode follows their
+        answer; with nobody to review it, it is kept (`take_plan`) and the run ends with it. Returns the
+        tool result's text.
+
+        Raises:
+            ToolDenied: not in plan mode, or the person wants the model to keep planning.
+        """
+        if self.policy.mode != "plan":
+            raise ToolDenied(f"the session is not planning (the approval mode is {self.policy.mode}): there is no "
+                             "plan to hand over; go on with the task", "not planning")
+        if self.review is None:
+            self.handed_plan = plan
+            return "The plan is handed to the user, who reads it as this run's answer. Stop here."
+        async with self._lock:  # one question at a time, approval questions included
+            answer = await self.review(plan)
+        if answer.choice == "keep":
+            note = strip_controls(answer.note).strip()
+            said = f": {note}" if note else ""
+            raise ToolDenied(f"The user read the plan and wants you to keep planning{said}. Revise the plan "
+                             "(still in plan mode) and hand it over again with exit_plan_mode",
+                             f"keep planning{said}")
+        self.set_mode(answer.choice)
+        return (f"The user approved the plan; the approval mode is now {answer.choice} "
+                f"({SENTENCES[answer.choice]}). Carry out the plan now.")
+
+    def take_plan(self) -> str | None:
+        """The plan handed over with nobody to review it, once (None when there is none): the run ends with it."""
+        plan, self.handed_plan = self.handed_plan, None
+        return plan
 
     async def __call__(self, call: ToolCall, tool: Tool, arguments: dict[str, Any] | None = None) -> bool:
         """Whether `call` may run: True to run; raises `ToolDenied` (with the reason the model will read)
@@ -595,7 +716,7 @@ class Approvals:
 
     def _stays_inside(self, tool: Tool) -> bool:
         """Whether no answer may run a call of `tool` outside the sandbox: read-only, or refused for good."""
-        return self.policy.mode == "read-only" or tool.name in self.never
+        return self.policy.mode in ("read-only", "plan") or tool.name in self.never
 
     async def escalate(self, call: ToolCall, tool: Tool, reason: str, arguments: dict[str, Any] | None = None
                        ) -> bool:
@@ -631,10 +752,10 @@ def start_policy(mode: Policy | None, *, yes: bool = False) -> Policy:
     decision of whether `--yes` goes with `mode`, which every surface (run, chat, acp, mcp) makes through here.
 
     Raises:
-        ConfigError: `yes` with the `read-only` policy (the stricter one is never silently loosened).
+        ConfigError: `yes` with the `read-only` or `plan` policy (the stricter one is never silently loosened).
     """
-    if yes and mode == "read-only":
-        raise ConfigError("--yes conflicts with the approval policy 'read-only' (it never runs a change): "
+    if yes and mode in ("read-only", "plan"):
+        raise ConfigError(f"--yes conflicts with the approval policy {mode!r} (it never runs a change): "
                           "drop one of them")
     return "yolo" if yes else (mode or "ask")
 
@@ -646,8 +767,8 @@ def make_approver(mode: Policy | None = None, *, allow: Iterable[str] = (), deny
     Typical use: `make_approver(settings.approval, allow=settings.allow, deny=settings.deny, ask=prompt)`.
 
     Raises:
-        ConfigError: an unknown policy or an empty/invalid rule; `yes` with the `read-only` policy (the
-            stricter one is never silently loosened).
+        ConfigError: an unknown policy or an empty/invalid rule; `yes` with the `read-only` or `plan` policy
+            (the stricter one is never silently loosened).
     """
     policy = ApprovalPolicy(start_policy(mode, yes=yes), tuple(allow), tuple(deny))
     return Approvals(policy, ask)

@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import ConfigError
 from ..history import Message
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from .hooks import Hooks
     from .jobs import BackgroundShells
 
-__all__ = ["ToolContext", "WebAccess", "current_context", "using_context"]
+__all__ = ["ModeSwitch", "ToolContext", "WebAccess", "current_context", "using_context"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +40,18 @@ class WebAccess:
     private or link-local addresses (`localhost`, `10.0.0.7`, `*.corp.example`)."""
     search_url: str | None = None
     """A SearXNG instance (its JSON API) that `web_search` asks; None: no `web_search` tool."""
+
+
+class ModeSwitch(Protocol):
+    """What the built-in `exit_plan_mode` asks of the run's approvals (`approval.Approvals` is one)."""
+
+    async def exit_plan(self, plan: str) -> str:
+        """Hand `plan` over (the person reviews it, or the run ends with it); the tool result's text.
+
+        Raises:
+            ToolDenied: not planning, or the person wants the model to keep planning (their note says why).
+        """
+        ...
 
 
 @dataclass(frozen=True)
@@ -72,6 +84,9 @@ class ToolContext:
     background: BackgroundShells | None = None
     """The run's commands that keep running (`run_shell` with `background`), stopped when the run ends;
     None: no command may run in the background here."""
+    modes: ModeSwitch | None = None
+    """The run's approvals while a call runs (the orchestrator sets it): how `exit_plan_mode` hands over
+    its plan; None when nobody decides about calls."""
 
     @classmethod
     def for_workspace(cls, path: str | os.PathLike[str] | None = None, *,

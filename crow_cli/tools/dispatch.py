@@ -22,7 +22,7 @@ import contextvars
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 
-from ..events import Event, ToolResultReady, ToolRunStarted
+from ..events import Event, TodoUpdated, ToolResultReady, ToolRunStarted
 from ..history import ToolCall, ToolDisplay
 from ..images import IMAGE_TYPES, MAX_IMAGE_BYTES, Image
 from ..text import clean_text, mask_secrets, truncate_output
@@ -101,7 +101,10 @@ async def dispatch(
         if output != result.output or images != result.images:
             result = replace(result, output=output, images=images)
         if result.display is not None:  # what the person sees is masked as what the model reads
-            result = replace(result, display=_masked(result.display, context.secrets))
+            display = _masked(result.display, context.secrets)
+            result = replace(result, display=display)
+            if result.ok and display.todos is not None:  # the model's todo list: its own event first
+                await queue.put(TodoUpdated(display.todos))
         if repeats is not None:
             repeats.record(call, result.output)
         await queue.put(ToolResultReady(result))
@@ -131,7 +134,9 @@ def _masked(display: ToolDisplay, secrets: tuple[str, ...]) -> ToolDisplay:
     def mask(text: str | None) -> str | None:
         return None if text is None else mask_secrets(clean_text(text), secrets)
 
-    return replace(display, output=mask(display.output), status=mask(display.status), diff=mask(display.diff))
+    todos = None if display.todos is None else tuple(replace(t, content=mask(t.content) or "") for t in display.todos)
+    return replace(display, output=mask(display.output), status=mask(display.status), diff=mask(display.diff),
+                   todos=todos)
 
 
 MAX_IMAGES = 8

@@ -127,6 +127,7 @@ class Orchestrator:
         if call.cut_off:  # repaired for the history, but the values are guesses: never run them
             return fail("the arguments of this call were cut off or not valid JSON (repaired only for the history); "
                         "it was not run. Send the complete call again.")
+        context = self._context()
         try:
             # the one validation of the call: the schema (with the coercions it allows, noted), then the tool's own
             checked = check_arguments(tool.schema()["function"]["parameters"], json.loads(call.arguments), call.name)
@@ -137,7 +138,7 @@ class Orchestrator:
             if tool.needs_approval or permission == "ask":
                 await self._approve(call, tool, arguments, permission)
             try:
-                output = await self._attempt(tool, arguments, self.context, clock)
+                output = await self._attempt(tool, arguments, context, clock)
             except SandboxBlocked as blocked:  # asked outside the hold and the call's time limit
                 if self.approvals is None or not await self.approvals.escalate(call, tool, blocked.reason, arguments):
                     shown = blocked.display  # the person reads why too, not only the command's exit code
@@ -147,7 +148,7 @@ class Orchestrator:
                     return fail(blocked.reason, "denied", f"{blocked.output}\n[{blocked.reason}. It was not run "
                                 "outside the sandbox. Do not retry it unchanged; work inside the workspace]",
                                 display=shown)
-                output = await self._attempt(tool, arguments, replace(self.context, sandbox=Sandbox("off")), clock)
+                output = await self._attempt(tool, arguments, replace(context, sandbox=Sandbox("off")), clock)
         except TimeoutError as exc:
             if clock.deadline is None or not clock.deadline.expired():  # the tool's own TimeoutError, not ours
                 return fail(f"{call.name} raised TimeoutError: {exc}")
@@ -203,6 +204,17 @@ class Orchestrator:
         said += [f"[PostToolUse hook context]\n{text}" for text in decision.context]
         return replace(result, output="\n".join([result.output, *said])) if said else result
 
+    def _context(self) -> ToolContext:
+        """The context a call runs under: the run's, with its approvals (`exit_plan_mode` hands its plan to
+        them); while planning, a confined command's sandbox is read-only (plan mode changes nothing, even
+        through a command its list of read-only ones let pass)."""
+        context = self.context
+        if self.approvals is None:
+            return context
+        if self.approvals.policy.mode == "plan" and context.sandbox.confines:
+            context = replace(context, sandbox=replace(context.sandbox, mode="read-only"))
+        return replace(context, modes=self.approvals)
+
     async def _approve(self, call: ToolCall, tool: Tool, arguments: dict[str, Any],
                        permission: str | None = None) -> None:
         """Return when the call may run; raise `ToolDenied` (or the tool's pre-check `ToolError`) when not.
@@ -216,7 +228,7 @@ class Orchestrator:
             approvals = replace(approvals, policy=replace(approvals.policy, allow=(*approvals.policy.allow,
                                                                                     tool.name)))
         elif permission == "ask":
-            mode: Any = "read-only" if approvals.policy.mode == "read-only" else "ask"
+            mode: Any = approvals.policy.mode if approvals.policy.mode in ("read-only", "plan") else "ask"
             approvals = replace(approvals, policy=replace(approvals.policy, mode=mode, allow=()), always=set())
         hooks = self.context.hooks
         if hooks is not None and approvals.ask is not None and hooks.has("Notification"):

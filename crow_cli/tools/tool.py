@@ -23,10 +23,10 @@ from .watchdog import track
 
 __all__ = ["Preapproved", "Preview", "Subject", "Tool", "ToolKind", "ToolOutput", "tool"]
 
-ToolKind = Literal["read", "write", "search", "shell", "fetch", "other"]
+ToolKind = Literal["read", "write", "search", "shell", "fetch", "plan", "other"]
 """What a tool does, in neutral terms each surface maps to its own: `read` (only reads), `write`
 (changes files of the workspace), `search` (searches files), `shell` (runs a command line), `fetch`
-(fetches from the network), `other`."""
+(fetches from the network), `plan` (hands a plan over, ending plan mode: `exit_plan_mode`), `other`."""
 Preview = Callable[[dict[str, Any], ToolContext], str]
 """Text shown before approval, from the validated arguments (the diff of an edit, a command line). It
 may raise `ToolError` to answer the call with that error without asking (a pre-check)."""

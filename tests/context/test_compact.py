@@ -101,3 +101,28 @@ async def test_no_summary_is_asked_for_when_the_newest_exchanges_alone_are_too_l
     assert len(ran.requests) == 1 and "tools" in ran.requests[0]  # the turn itself, no summary request
     warnings = [e["message"] for e in ran.events() if e["type"] == "warning"]
     assert any("summarising the 12 earlier messages cannot make the prompt fit" in w for w in warnings), warnings
+
+
+async def test_a_summary_keeps_the_todo_list_and_the_mode_the_model_was_told(tmp_path: Path) -> None:
+    # issue 43 §2: compaction keeps the list in what the model gets (and §1: the mode note it was last given)
+    from crow_cli.modes import mode_note
+
+    sid = _stored_session()
+    todos = [{"content": "read a.txt", "status": "completed"}, {"content": "sum it up", "status": "in_progress"}]
+    with SessionStore() as store:
+        store.append(sid, user_message("keep a list"))
+        store.append(sid, mode_note("auto-edit"))
+        store.append(sid, assistant_message(None, [ToolCall("call_t", "todo_write", json.dumps({"todos": todos}))]))
+        store.append(sid, tool_message("call_t", "Todo list saved", "ok"))
+        for n in range(3):  # the list's exchange is summarised: later ones are kept verbatim
+            store.append(sid, user_message(f"more {n} " + "z" * 1500))
+            store.append(sid, assistant_message(f"fine {n}"))
+    config = write_config(tmp_path, context_window=4096, max_retries=0)
+    ran = await run_here([{"sse": text_stream("SUMMARY: reads")}, {"sse": text_stream("Done.")}], "go on",
+                         cwd=tmp_path, config=config, session_id=sid, json=True, flags={"approval": "auto-edit"})
+    assert ran.code == 0, ran.stderr
+    sent = ran.requests[1]["messages"]
+    assert "todo_write" not in json.dumps(sent[2:])  # the call itself was summarised away
+    assert ("SUMMARY: reads\n\n[crow: your todo list (todo_write) so far:\n[x] read a.txt\n[~] sum it up]\n\n"
+            "[crow: the approval mode is now auto-edit: file changes in the workspace apply without asking; commands "
+            "are approved by the user]") in sent[1]["content"]

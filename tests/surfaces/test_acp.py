@@ -357,7 +357,7 @@ async def test_read_only_mode_refuses_without_asking(workspace):
         async with acp_agent(server.base_url, workspace, editor) as (conn, _serving):
             session = await conn.new_session(cwd=str(workspace), mcp_servers=[])
             assert session.modes.current_mode_id == "ask"
-            assert [m.id for m in session.modes.available_modes] == ["ask", "auto-edit", "read-only", "yolo"]
+            assert [m.id for m in session.modes.available_modes] == ["ask", "auto-edit", "read-only", "plan", "yolo"]
             await conn.set_session_mode(session_id=session.session_id, mode_id="read-only")
             await conn.prompt(session_id=session.session_id, prompt=[text_block("write")])
             with pytest.raises(RequestError) as bad:
@@ -1226,3 +1226,29 @@ async def test_an_editors_cancel_stops_a_subagent_and_its_call_gets_one_result(w
     assert [(m["role"], m.get("tool_call_id")) for m in messages[-2:]] == [("assistant", None), ("tool", "t1")]
     assert "cancelled" in messages[-1]["content"]
     assert run.call_id == "t1" and run.messages[-1]["content"].startswith("Thinking")  # the child's partial answer
+
+
+# plan mode, mode notes and the todo list over ACP (issue 43 §1, §2)
+
+async def test_an_editor_plans_approves_in_auto_edit_and_sees_the_todo_list_as_a_plan(workspace):
+    from acp.schema import AgentPlanUpdate, CurrentModeUpdate
+
+    todos = [{"content": "write x.txt", "status": "in_progress"}]
+    turns = script([("t1", "todo_write", {"todos": todos})], [("p1", "exit_plan_mode", {"plan": "# Plan\n1. x"})],
+                   [("w1", "write_file", {"path": "x.txt", "content": "x"})], final="Done.")
+    editor = Editor(answers=["plan_auto_edit"])
+    with ReplayServer(turns) as server:
+        async with acp_agent(server.base_url, workspace, editor) as (conn, _serving):
+            session = await conn.new_session(cwd=str(workspace), mcp_servers=[])
+            await conn.set_session_mode(session_id=session.session_id, mode_id="plan")
+            await conn.prompt(session_id=session.session_id, prompt=[text_block("plan it")])
+    (call, options), = editor.permissions  # the plan only: the write ran without a question
+    assert call.kind == "switch_mode" and call.content[0].content.text == "# Plan\n1. x"
+    assert [o.option_id for o in options] == ["plan_auto_edit", "plan_ask", "plan_keep"]
+    assert (workspace / "x.txt").read_text() == "x"
+    assert [u.current_mode_id for u in editor.of(CurrentModeUpdate)] == ["auto-edit"]
+    (plan,) = editor.of(AgentPlanUpdate)
+    assert [(e.content, e.status) for e in plan.entries] == [("write x.txt", "in_progress")]
+    first = server.requests[0]["messages"][-1]["content"]
+    assert first.startswith("plan it\n\n[crow: the approval mode is now plan:")  # told in its next request
+    assert server.requests[2]["messages"][-1]["content"].startswith("[crow: the approval mode is now auto-edit")

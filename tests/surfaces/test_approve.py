@@ -102,3 +102,15 @@ async def test_the_question_about_running_outside_the_sandbox_takes_yes_or_no_on
     os.close(slave)
     os.close(master)
     assert answer == Answer("no")
+
+
+def test_a_typed_answer_about_a_plan_approves_in_a_mode_or_keeps_planning_with_a_note() -> None:
+    from crow_cli.surfaces.approve import parse_plan_answer
+    from crow_cli.tools.approval import PlanAnswer
+
+    assert parse_plan_answer(" A ") == parse_plan_answer("auto-edit") == PlanAnswer("auto-edit")
+    assert parse_plan_answer("y") == parse_plan_answer("Yes") == PlanAnswer("ask")
+    assert parse_plan_answer("n") == PlanAnswer("keep")
+    assert parse_plan_answer("no, split  step 2") == parse_plan_answer("n split step 2") == PlanAnswer(
+        "keep", "split step 2")
+    assert parse_plan_answer("") is None and parse_plan_answer("maybe") is None

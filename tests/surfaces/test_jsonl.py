@@ -16,6 +16,7 @@ import pytest
 from crow_cli import events as ev
 from crow_cli.history import ToolCall, ToolDisplay, ToolResult
 from crow_cli.surfaces.jsonl import event_schema, event_to_json
+from crow_cli.todos import TodoItem
 from tests.replay_server import ReplayServer
 from tests.support import (
     TOOLS,
@@ -102,7 +103,8 @@ async def test_oversized_tool_output_is_capped_with_a_marker(tmp_path: Path) -> 
 
 WRITTEN = [ev.RunStarted, ev.TextDelta, ev.ReasoningDelta, ev.ToolCallStarted, ev.ToolCallDelta, ev.WarningEvent,
            ev.Notice, ev.TurnFinished, ev.ToolRunStarted, ev.ToolResultReady, ev.RunFinished, ev.HookRan,
-           ev.SubagentStarted, ev.SubagentEvent, ev.SubagentFinished]
+           ev.SubagentStarted, ev.SubagentEvent, ev.SubagentFinished,
+           ev.TodoUpdated, ev.PlanReady]
 
 
 def test_every_event_written_is_in_the_union_and_the_schema() -> None:
@@ -132,6 +134,9 @@ def test_every_event_written_is_in_the_union_and_the_schema() -> None:
     ev.SubagentEvent("call_1", 0, "explorer", ev.ToolRunStarted(ToolCall("c", "read_file", "{}"))),
     ev.SubagentEvent("call_1", 0, "explorer", ev.Notice("crow: waiting", "queued")),
     ev.SubagentFinished("", 1, "general", "cancelled", 2, "interrupted"),
+    ev.TodoUpdated((TodoItem("read the code", "completed"), TodoItem("fix it", "in_progress"), TodoItem("test"))),
+    ev.ToolResultReady(ToolResult("id", "todo_write", "saved", display=ToolDisplay(todos=(TodoItem("a"),)))),
+    ev.PlanReady("# Plan\n1. read\n2. fix"),
 ])
 def test_each_event_line_is_ascii_json_valid_against_the_schema(event: ev.Event) -> None:
     line = event_to_json(event)

@@ -408,3 +408,17 @@ async def test_a_reply_to_a_session_whose_folder_is_gone_is_an_error_naming_it(t
                                                       "prompt": "Write here"})
     assert gone.value.code == types.INVALID_PARAMS and str(project) in gone.value.message
     assert len(server.requests) == 1  # the reply never reached the model
+
+
+async def test_a_plan_call_refuses_writes_and_answers_with_the_plan(tmp_path: Path) -> None:
+    # issue 43 §1: `approval: plan` for a crow_run call; the plan exit_plan_mode hands over is its answer
+    plan = "# Plan\n1. write new.txt"
+    steps = [{"sse": tool_calls_sse(("call_w", "write_file", {"path": "new.txt", "content": "x"}))},
+             {"sse": tool_calls_sse(("call_p", "exit_plan_mode", {"plan": plan}))}]
+    with ReplayServer(steps) as server:
+        async with crow_mcp(server, tmp_path, "--approval", "auto-edit") as client:
+            result = await client.call_tool("crow_run", {"prompt": "plan a file", "approval": "plan"})
+    assert not result.is_error and text_of(result) == plan
+    assert result.structured_content is not None and result.structured_content["status"] == "completed"
+    assert "the session is planning" in tool_messages(server.requests[1])[0]["content"]
+    assert not (tmp_path / "new.txt").exists() and len(server.requests) == 2

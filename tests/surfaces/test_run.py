@@ -51,6 +51,7 @@ from tests.support import (
     png,
     run_against,
     run_args,
+    run_crow,
     run_here,
     schema_validator,
     script,
@@ -963,3 +964,80 @@ def test_a_signal_right_after_run_started_ends_with_one_run_finished(tmp_path: P
         types = [e["type"] for e in events]
         assert types[0] == "run_started" and types.count("run_finished") == 1
         assert events[-1]["status"] == "cancelled" and "Traceback" not in err
+
+
+# plan mode and the todo list in `crow run` (issue 43 §1, §2)
+
+PLAN = "# Plan\n\n1. Add `greet()` to app.py\n2. Test it"
+
+
+def test_plan_mode_refuses_a_write_and_exit_plan_mode_ends_the_run_with_the_plan_on_stdout(tmp_path: Path) -> None:
+    turns = script([("call_w", "write_file", {"path": "app.py", "content": "broken"})],
+                   [("call_r", "read_file", {"path": "app.py"})],
+                   [("call_p", "exit_plan_mode", {"plan": PLAN})], final="never asked for")[:3]
+    (tmp_path / "app.py").write_text("print('hi')\n")
+    ran = run_crow(turns, "--approval", "plan", "add a greeting", cwd=tmp_path)
+    assert ran.code == 0, ran.stderr
+    assert ran.stdout == PLAN + "\n"  # the plan is the answer
+    assert (tmp_path / "app.py").read_text() == "print('hi')\n"  # untouched
+    refused = tool_messages(ran.requests[1])[0]["content"]
+    assert refused.startswith("Error: write_file was not run: the session is planning")
+    assert len(ran.requests) == 3  # the run ended with the plan: no request after exit_plan_mode
+
+
+async def test_json_ends_with_the_plan_in_an_event_and_run_finished_carries_it(tmp_path: Path) -> None:
+    turns = [{"sse": tool_calls_sse(("call_p", "exit_plan_mode", {"plan": PLAN}))}]
+    ran = await run_here(turns, "plan it", cwd=tmp_path, flags={"approval": "plan"}, json=True)
+    events = ran.events()
+    assert ran.code == 0 and [e["type"] for e in events[-3:]] == ["tool_result", "plan", "run_finished"]
+    assert events[-2]["plan"] == PLAN and events[-1]["final_text"] == PLAN and events[-1]["status"] == "completed"
+    assert events[-3]["result"]["ok"] is True
+
+
+async def test_exit_plan_mode_outside_plan_mode_is_refused_and_the_run_goes_on(tmp_path: Path) -> None:
+    turns = script([("call_p", "exit_plan_mode", {"plan": PLAN})], final="Done without a plan.")
+    ran = await run_here(turns, "do it", cwd=tmp_path, flags={"approval": "auto-edit"})
+    assert ran.code == 0 and ran.stdout == "Done without a plan.\n"
+    assert tool_messages(ran.requests[1])[0]["content"].startswith(
+        "Error: the session is not planning (the approval mode is auto-edit)")
+
+
+def test_yes_with_the_plan_policy_is_a_usage_error(tmp_path: Path) -> None:
+    ran = run_crow([], "--approval", "plan", "--yes", "hi", cwd=tmp_path)
+    assert ran.code == 2 and "--yes conflicts with the approval policy 'plan'" in ran.stderr and not ran.requests
+
+
+TODOS = [{"content": "read the code", "status": "completed"}, {"content": "fix the bug", "status": "in_progress"},
+         {"content": "run the tests", "status": "pending"}]
+
+
+async def test_todo_write_is_a_todo_event_in_json_and_the_list_survives_continue(tmp_path: Path) -> None:
+    turns = script([("call_t", "todo_write", {"todos": TODOS})], final="Working on it.")
+    ran = await run_here(turns, "fix it", cwd=tmp_path, json=True)
+    events = ran.events()
+    kinds = [e["type"] for e in events]
+    assert kinds.index("tool_call") < kinds.index("todo") < kinds.index("tool_result")
+    todo = next(e for e in events if e["type"] == "todo")
+    assert todo["todos"] == TODOS
+    result = next(e for e in events if e["type"] == "tool_result")["result"]
+    assert result["display"]["todos"] == TODOS and result["output"].endswith(
+        "[x] read the code\n[~] fix the bug\n[ ] run the tests")
+    again = await run_here([{"sse": text_sse("Still on it.")}], "go on", cwd=tmp_path, continue_last=True)
+    sent = again.requests[0]["messages"]  # the list goes with the continued session
+    call = next(m for m in sent if m.get("tool_calls"))["tool_calls"][0]["function"]
+    assert call["name"] == "todo_write" and json.loads(call["arguments"])["todos"] == TODOS
+
+
+async def test_a_todo_list_with_two_items_in_progress_is_refused_and_no_event_is_written(tmp_path: Path) -> None:
+    two = [{"content": "a", "status": "in_progress"}, {"content": "b", "status": "in_progress"}]
+    ran = await run_here(script([("call_t", "todo_write", {"todos": two})]), "go", cwd=tmp_path, json=True)
+    events = ran.events()
+    assert "todo" not in [e["type"] for e in events]
+    result = next(e for e in events if e["type"] == "tool_result")["result"]
+    assert result["ok"] is False and "at most one item may be in_progress (2 are)" in result["output"]
+
+
+async def test_plain_run_shows_the_checklist_on_stderr(tmp_path: Path) -> None:
+    ran = await run_here(script([("call_t", "todo_write", {"todos": TODOS})]), "go", cwd=tmp_path)
+    assert "    [x] read the code\n    [~] fix the bug\n    [ ] run the tests\n" in ran.stderr
+    assert "read the code" not in ran.stdout

@@ -100,7 +100,7 @@ async def test_crow_run_json_carries_the_display_on_the_tool_result(tmp_path: Pa
                          json=True, session=False, cwd=tmp_path)
     result = next(e["result"] for e in ran.events() if e["type"] == "tool_result")  # schema-valid
     assert result["display"] == {"output": "hi\n", "exit_code": 2, "status": "exit code 2", "diff": None,
-                                 "lines": None}
+                                 "lines": None, "todos": None}
     assert result["output"] == "[exit code 2]\nhi\n"
 
 
@@ -118,3 +118,12 @@ async def test_chat_shows_a_commands_output_and_an_applied_edits_diff(tmp_path: 
     at = lines.index("1")
     assert lines[at:at + 11] == ["1", "2", "3", "4", "5", "… 30 lines …", "36", "37", "38", "39", "40"]
     assert "    -old\n    +new\n" in out
+
+
+def test_a_todo_list_is_a_checklist_below_its_call() -> None:
+    from crow_cli.todos import TodoItem
+
+    todos = (TodoItem("read", "completed"), TodoItem("fix \x1b[31mit", "in_progress"), TodoItem("test"))
+    assert display_lines(ToolDisplay(todos=todos)) == [("    [x] read", "dim"), ("    [~] fix [31mit", "bold"),
+                                                       ("    [ ] test", "")]
+    assert display_lines(ToolDisplay(todos=())) == [("    (empty)", "dim")]

@@ -33,6 +33,7 @@ from crow_cli.tools.approval import (
     Answer,
     ApprovalPolicy,
     Approvals,
+    PlanAnswer,
     Question,
     always_scope,
     approval_question,
@@ -40,9 +41,12 @@ from crow_cli.tools.approval import (
     describe_call,
     make_approver,
     parse_answer,
+    read_only_command,
 )
 from crow_cli.tools.builtin import BUILTIN_TOOLS
+from crow_cli.tools.context import ToolContext, using_context
 from crow_cli.tools.registry import ToolRegistry, default_registry
+from crow_cli.tools.sandbox import Sandbox
 from crow_cli.tools.tool import Tool, tool
 from tests.support import run_here, script, tool_messages
 
@@ -346,7 +350,7 @@ def test_each_builtin_declares_a_neutral_kind() -> None:
     assert {t.name: t.kind for t in BUILTIN_TOOLS} == {
         "read_file": "read", "list_directory": "read", "search_files": "search", "write_file": "write",
         "edit_file": "write", "run_shell": "shell", "shell_output": "read", "shell_kill": "other",
-        "web_fetch": "fetch"}
+        "web_fetch": "fetch", "todo_write": "other", "exit_plan_mode": "plan"}
 
 
 async def test_a_plugin_shell_tool_gets_command_rules_through_its_subject() -> None:
@@ -841,3 +845,84 @@ async def test_web_fetch_is_asked_about_per_host_and_the_config_allows_a_host_wh
     with pytest.raises(ToolError, match="is a link-local address"):
         await make_approver("ask", ask=ask)(_call("web_fetch", url="http://169.254.169.254/latest/"), fetch)
     assert len(asked) == 1
+
+
+# plan mode (issue 43 §1): reads and read-only commands only, decided here
+
+@pytest.mark.parametrize(("line", "confined", "reads"), [
+    ("ls -la", False, True), ("cat a | grep x | sort | wc -l", False, True), ("find . -name '*.py'", False, True),
+    ("head -n 5 a && tail b", False, True), ("git status", True, True), ("git diff HEAD~1", True, True),
+    ("git status", False, False),  # git runs what the repository's config names: only under the read-only sandbox
+    ("find . -delete", False, False), ("find . -exec rm {} ;", False, False), ("find . -fprint x", False, False),
+    ("ls > listing", False, False), ("echo $(touch x)", False, False), ("ls; rm x", False, False),
+    ("sort -o out a", False, False), ("rg --pre ./run x", False, False), ("git diff --output=x", True, False),
+    ("git branch -D main", True, False), ("rm -rf x", False, False), ("python -c 'print(1)'", False, False),
+    ("sudo ls", False, False), ("sh -c 'ls'", False, False),
+])
+def test_plan_mode_takes_only_commands_that_read(line: str, confined: bool, reads: bool) -> None:
+    assert read_only_command(line, confined) is reads
+
+
+async def test_plan_mode_refuses_a_write_and_a_command_that_writes_saying_the_session_is_planning() -> None:
+    asker = Asker(Answer("yes"))
+    approve = make_approver("plan", ask=asker)
+    for name, args in (("write_file", {"path": "a.txt", "content": "x"}), ("run_shell", {"command": "touch x"}),
+                       ("deploy", {"target": "prod"})):
+        tool_ = deploy if name == "deploy" else TOOLS[name]
+        with pytest.raises(ToolDenied) as denied:
+            await approve(_call(name, **args), tool_)
+        assert "the session is planning" in str(denied.value) and denied.value.shown == "the session is planning"
+    assert asker.asked == []  # refused, nobody asked
+
+
+async def test_plan_mode_runs_a_read_only_command_without_asking_and_never_outside_the_sandbox() -> None:
+    asker = Asker(Answer("yes"))
+    approve = make_approver("plan", ask=asker)
+    with using_context(ToolContext(sandbox=Sandbox("off"))):
+        assert await approve(_call("run_shell", command="ls -la"), TOOLS["run_shell"])
+    assert asker.asked == []
+    assert not await approve.escalate(_call("run_shell", command="ls"), TOOLS["run_shell"], "blocked")
+
+
+async def test_a_mode_change_is_noted_once_until_the_mode_changes_again() -> None:
+    approve = make_approver("ask")
+    history: list = [{"role": "user", "content": "hi"}]
+    assert approve.mode_note(history) is None  # the system prompt states the mode in force
+    approve.set_mode("plan")
+    note = approve.mode_note(history)
+    assert note is not None and note["content"].startswith("[crow: the approval mode is now plan: you are planning")
+    history.append(note)
+    assert approve.mode_note(history) is None
+    approve.set_mode("ask")  # back to what the system prompt says: the last note said plan, so a note again
+    assert approve.mode_note(history)["content"].startswith("[crow: the approval mode is now ask:")
+
+
+async def test_a_plan_with_nobody_to_review_it_ends_the_run_and_outside_plan_mode_is_refused() -> None:
+    approve = make_approver("plan")
+    assert "Stop here" in await approve.exit_plan("# Plan")
+    assert approve.take_plan() == "# Plan" and approve.take_plan() is None
+    approve.set_mode("ask")
+    with pytest.raises(ToolDenied, match="not planning"):
+        await approve.exit_plan("# Plan")
+
+
+async def test_the_review_decides_the_next_mode_or_keeps_planning_with_the_note() -> None:
+    answers = [PlanAnswer("keep", "name it b.txt"), PlanAnswer("auto-edit")]
+    changed: list[str] = []
+
+    async def review(plan: str) -> PlanAnswer:
+        return answers.pop(0)
+
+    approve = make_approver("plan")
+    approve.review, approve.mode_changed = review, changed.append
+    with pytest.raises(ToolDenied, match=r"keep planning: name it b\.txt"):
+        await approve.exit_plan("# Plan")
+    assert approve.policy.mode == "plan"
+    assert (await approve.exit_plan("# Plan 2")).startswith("The user approved the plan; the approval mode is now "
+                                                           "auto-edit")
+    assert approve.policy.mode == "auto-edit" and changed == ["auto-edit"] and approve.take_plan() is None
+
+
+def test_yes_is_refused_with_the_plan_policy() -> None:
+    with pytest.raises(ConfigError, match="--yes conflicts with the approval policy 'plan'"):
+        make_approver("plan", yes=True)

@@ -71,7 +71,7 @@ def for_editor(message: str) -> str:
 
 
 ACP_KINDS: dict[str, ToolKind] = {"read": "read", "write": "edit", "search": "search", "shell": "execute",
-                                  "fetch": "fetch", "other": "other"}
+                                  "fetch": "fetch", "plan": "switch_mode", "other": "other"}
 """A tool's neutral kind (`tools.registry.ToolKind`) as the editor protocol (ACP `ToolKind`) names it."""
 
 

@@ -14,6 +14,7 @@ from acp import RequestError
 from acp.schema import (
     AllowedOutcome,
     ClientCapabilities,
+    CurrentModeUpdate,
     PermissionOption,
     PromptResponse,
     SessionConfigOptionBoolean,
@@ -36,6 +37,7 @@ from ...events import (
     RunFinished,
     SubagentEvent,
     TextDelta,
+    TodoUpdated,
     ToolResultReady,
     ToolRunStarted,
     TurnFinished,
@@ -43,7 +45,8 @@ from ...events import (
 )
 from ...history import Message, ToolCall, content_text, is_prompt, outcome_of, tool_calls_of, user_message
 from ...text import strip_controls
-from ...tools.approval import Answer, Approvals, Policy, Question, make_approver, shown_scope
+from ...todos import TodoItem, latest_todos
+from ...tools.approval import Answer, Approvals, PlanAnswer, Policy, Question, make_approver, shown_scope
 from ...tools.registry import ToolRegistry
 from ...tools.sandbox import Mode as SandboxMode
 from ...tools.tool import Tool
@@ -81,7 +84,7 @@ class AgentSide(Protocol):
 
     def client(self) -> acp.Client: ...
 
-__all__ = ["MODES", "Session"]
+__all__ = ["MODES", "Session", "plan_update"]
 
 log = logging.getLogger("crow.acp")
 _CHILD_LINES = 40
@@ -91,6 +94,7 @@ MODES: dict[Policy, tuple[str, str]] = {
     "ask": ("Ask", "Ask before every tool that changes files or runs commands"),
     "auto-edit": ("Auto-edit", "Edit files in the workspace without asking; ask before commands"),
     "read-only": ("Read-only", "Refuse every tool that changes files or runs commands"),
+    "plan": ("Plan", "Read and run read-only commands only; the agent hands over a plan for you to approve"),
     "yolo": ("Yolo", "Run every tool without asking (deny rules still apply)"),
 }
 """Session mode id → (name, description): crow's approval policies."""
@@ -100,6 +104,11 @@ SANDBOX_MODES: dict[SandboxMode, tuple[str, str]] = {
     "off": ("Off", "Commands run with your full rights"),
 }
 """The session config option `sandbox`: `tools.sandbox.MODES` → (name, description)."""
+
+
+def plan_update(todos: Sequence[TodoItem]) -> Any:
+    """The `plan` session update showing the model's todo list (ACP's agent plan: the whole list each time)."""
+    return acp.update_plan([acp.plan_entry(item.content, status=item.status) for item in todos])
 
 
 class Session:
@@ -127,6 +136,8 @@ class Session:
         if self.editor_reads:
             self.approvals.before = self._buffer_diff
         self.approvals.allowed = lambda call: self._update(call.index, status="in_progress")
+        self.approvals.review = self.review_plan  # a plan exit_plan_mode hands over: the editor's answer
+        self.approvals.mode_changed = self._mode_changed  # an approved plan: the editor's mode selector follows
         # the recorder keeps the files crow's tools change (undo restores them) and the compaction checkpoints
         self.context = agent.runtime.context_for(cwd, backup=recorder.backup)
         self.driver = agent.runtime.new_driver(self.approvals, recorder=recorder, context=self.context,
@@ -152,6 +163,8 @@ class Session:
         self.idle = asyncio.Event()
         """Set while no prompt runs."""
         self.idle.set()
+        self._plan_call = ""
+        """The ACP id of the exit_plan_mode call of the turn (its review is asked about it)."""
         self._outbox: asyncio.Queue[Any] = asyncio.Queue()
         self._sender: asyncio.Task[None] | None = None
 
@@ -212,6 +225,12 @@ class Session:
             raise RequestError(-32602, f"unknown mode {mode!r} (modes: {', '.join(MODES)})")
         self.approvals.policy = replace(self.approvals.policy, mode=chosen)
         self._retell_modes()
+
+    def _mode_changed(self, mode: Policy) -> None:
+        """The mode changed from inside the session (an approved plan): recorded and told, and the editor's mode
+        selector follows (`current_mode_update`)."""
+        self._retell_modes()
+        self.send(CurrentModeUpdate(session_update="current_mode_update", current_mode_id=mode))
 
     def _retell_modes(self) -> None:
         """The modes now in force, recorded with the session (the editor chose them) and told in the system message
@@ -280,6 +299,34 @@ class Session:
             return Answer("always")
         return Answer("never" if choice == "reject_always" else "no")
 
+    async def review_plan(self, plan: str) -> PlanAnswer:
+        """Ask the editor about the plan `exit_plan_mode` handed over (`session/request_permission`, the plan as
+        the call's content): approve and go on in auto-edit, approve and go on asking, or keep planning. A
+        failed request keeps planning (nobody approved)."""
+        options = [
+            PermissionOption(option_id="plan_auto_edit", name="Yes, and edit files without asking",
+                             kind="allow_always"),
+            PermissionOption(option_id="plan_ask", name="Yes, and ask before each change", kind="allow_once"),
+            PermissionOption(option_id="plan_keep", name="No, keep planning", kind="reject_once"),
+        ]
+        await self.flush()
+        try:
+            response = await self.agent.client().request_permission(
+                session_id=self.id, options=options,
+                tool_call=ToolCallUpdate(tool_call_id=self._plan_call, title="Ready to carry out the plan?",
+                                         kind="switch_mode", status="pending",
+                                         content=[acp.tool_content(acp.text_block(plan))]))
+        except (RequestError, ValidationError) as exc:
+            log.warning("session %s: the plan was not reviewed (%s)", self.id, editor_failure(exc))
+            return PlanAnswer("keep")
+        outcome = response.outcome
+        choice = outcome.option_id if isinstance(outcome, AllowedOutcome) else "plan_keep"
+        if choice == "plan_auto_edit":
+            return PlanAnswer("auto-edit")
+        if choice == "plan_ask":
+            return PlanAnswer("ask")
+        return PlanAnswer("keep")
+
     # the driver's sink
 
     def handle(self, event: Event) -> None:
@@ -293,8 +340,12 @@ class Session:
                 self.finish_reason = finish
                 if calls:
                     self._announce(calls)
+            case TodoUpdated(todos=todos):
+                self.send(plan_update(todos))
             case ToolRunStarted(call=call):
                 tool = self.registry.get(call.name) if self.registry is not None else None
+                if tool is not None and tool.kind == "plan":  # its review is asked about this call
+                    self._plan_call = self.calls.get(call.index, "")
                 if tool is None or not tool.needs_approval:  # those go in progress once approved
                     self._update(call.index, status="in_progress")
             case ToolResultReady(result=result):
@@ -409,5 +460,7 @@ class Session:
                         status="failed" if failed else "completed", locations=locations(args, self.cwd),
                         raw_input=args if args is not None else call.arguments,
                         content=[diff, *shown] if diff is not None else shown))
+        if (todos := latest_todos(messages)) is not None:  # the model's todo list as it last wrote it
+            self.send(plan_update(todos))
         await self.flush()
 

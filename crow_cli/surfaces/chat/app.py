@@ -40,14 +40,25 @@ from ...events import (
     WarningEvent,
 )
 from ...history import Message, ToolCall, UserMessage, as_json, content_text, is_prompt, user_message
+from ...modes import APPROVAL_MODES, SENTENCES, ApprovalMode, is_mode_note, next_mode
 from ...prompt_files import ARGUMENTS, PromptFile, PromptFolders, expand, read_prompt, summary
 from ...sessions import SessionStore
 from ...text import clean_text, strip_controls
-from ...tools.approval import Answer, Question, answer_hint, approval_question, make_approver, parse_answer
+from ...todos import latest_todos
+from ...tools.approval import (
+    Answer,
+    PlanAnswer,
+    Question,
+    answer_hint,
+    approval_question,
+    make_approver,
+    parse_answer,
+)
 from ...tools.mcp import end_task
 from ...tools.registry import ToolRegistry
 from ...wire.client import import_in_background
-from ..ask import ask_approval
+from ..approve import PLAN_HINT, PLAN_QUESTION, parse_plan_answer
+from ..ask import ask_approval, typed_keys
 from ..common import (
     make_console,
     plain_terminal,
@@ -57,6 +68,7 @@ from ..persist import RunModes, SessionRecorder, open_session, settle_modes, tel
 from ..render import TurnView
 from ..runtime import Runtime
 from ..shell_escape import USAGE, is_shell_note, run_typed, shell_note, typed_command, with_note
+from ..shown import todo_lines
 from ..usage import TokenUse, footer
 from .commands import COMMANDS, ChatExit
 from .sink import ChatSink
@@ -123,6 +135,8 @@ class ChatApp:
         """The approval policy (--approval, --allow, --deny, --yes); "always" answers last for this chat."""
         self.modes = RunModes(self.approver.policy.mode, settings.sandbox)
         """The chat's own modes: a new session's; a resumed one keeps its stricter ones (`_settle_modes`)."""
+        self.approver.review = self.review_plan  # a plan exit_plan_mode hands over: the person's answer
+        self.approver.mode_changed = lambda mode: self.change_modes(replace(self.modes, approval=mode))
         self.driver: Driver | None = None
         self._unrecorded = False  # the store could not be opened: said once, not retried
         self._commands: dict[str, Callable[[str], Awaitable[None]]] = {
@@ -208,6 +222,10 @@ class ChatApp:
             self.view.line(f"this session was using {strip_controls(recorder.previous_model)}; continuing with "
                            f"{self.settings.model}", "yellow")
         self._show_last_exchange()
+        if (todos := latest_todos(self.history)) is not None:  # the model's todo list, as it last wrote it
+            self.view.line("todo list:", "bold")
+            for text, style in todo_lines(todos):
+                self.view.line(text, style)
 
     def _settle_modes(self, recorder: SessionRecorder | None, *, record: bool = True) -> None:
         """Run under the chat's modes, kept as strict as `recorder`'s session's were (`persist.settle_modes`:
@@ -386,14 +404,22 @@ class ChatApp:
             from prompt_toolkit.completion import WordCompleter
 
             commands = WordCompleter(self._completions, sentence=True)  # asked at each Tab: new prompt files too
+            bindings = key_bindings()
+
+            def _cycle(event: Any) -> None:
+                self.set_mode(next_mode(self.approver.policy.mode), quiet=True)
+                event.app.invalidate()
+
+            bindings.add("s-tab")(_cycle)  # Shift+Tab: the next mode (`modes.CYCLE`), shown on the prompt line
+
             session: PromptSession[str] = PromptSession(
                 history=input_history(), input=self.pt_input, output=self.pt_output,
-                key_bindings=key_bindings(), enable_history_search=False, completer=commands,
+                key_bindings=bindings, enable_history_search=False, completer=commands,
                 complete_while_typing=False,  # Tab completes the slash commands; typing stays quiet
             )
 
             async def read() -> str:
-                text: str = await session.prompt_async("› ", handle_sigint=False)
+                text: str = await session.prompt_async(lambda: f"{self.approver.policy.mode} › ", handle_sigint=False)
                 return text
         armed = False
         code = 0
@@ -467,8 +493,8 @@ class ChatApp:
         note = self._take_notes()
         keep = len(self.history)
         self.history.append(with_note(note, message) if note is not None else message)
-        if not await self.run_turn() and len(self.history) == keep + 1:
-            # the turn failed before anything was added: a message that cannot be sent is not kept
+        if not await self.run_turn() and all(is_mode_note(m) for m in self.history[keep + 1:]):
+            # the turn failed before anything but a mode note was added: a message that cannot be sent is not kept
             # to fail every later turn the same way (what the person ran still goes with the next)
             self._cut(keep)
             if note is not None:
@@ -711,6 +737,69 @@ class ChatApp:
                     return Answer("no")
         await asyncio.Event().wait()  # cancelled with the turn: dispatch cancels every call still open
         return Answer("no")  # not reached
+
+    # approval modes and plans
+
+    def set_mode(self, mode: ApprovalMode, *, quiet: bool = False) -> None:
+        """Use the approval mode `mode` for the rest of the chat, recorded with the session and told in the system
+        message (`change_modes`, through the approver's `mode_changed`) and in a note before the next request
+        (`Approvals.mode_note`). `quiet`: the prompt line shows it (Shift+Tab), no line is printed."""
+        self.approver.set_mode(mode)
+        if not quiet:
+            self.view.line(f"approval mode: {mode} ({SENTENCES[mode]})")
+
+    async def pick_mode(self) -> ApprovalMode | None:
+        """The approval mode the person picks from a list (prompt-toolkit's `choice`); None when they leave it
+        (Ctrl-C, Ctrl-D) or cannot pick (piped input: the modes are listed instead)."""
+        current = self.approver.policy.mode
+        if self._piped():
+            self.view.line(f"approval mode: {current}; /approval MODE switches to one of {', '.join(APPROVAL_MODES)}")
+            return None
+        from prompt_toolkit.application import create_app_session
+        from prompt_toolkit.shortcuts.choice_input import ChoiceInput
+
+        picker = ChoiceInput(message="Approval mode (Enter picks, Ctrl-C leaves):", default=current,
+                             options=[(mode, f"{mode}: {SENTENCES[mode]}") for mode in APPROVAL_MODES])
+        try:
+            with create_app_session(input=self.pt_input, output=self.pt_output):
+                picked: ApprovalMode = await picker.prompt_async()
+        except (KeyboardInterrupt, EOFError):
+            return None
+        return picked
+
+    async def review_plan(self, plan: str) -> PlanAnswer:
+        """Show the plan the model handed over (`exit_plan_mode`) and ask what to do with it: approve and go on
+        in auto-edit, approve and go on asking, or keep planning with a note (`approve.parse_plan_answer`).
+        Ctrl-C stops the turn, as at an approval question."""
+        await asyncio.sleep(0)  # the turn first draws what is already queued
+        with self.view.suspended():
+            self.view.document(f"**The plan:**\n\n{strip_controls(plan)}")  # now, above the question
+            while True:
+                if self._piped():
+                    self.view.line(PLAN_QUESTION)
+                    try:
+                        reply = await read_piped_line()
+                    except EOFError:
+                        return PlanAnswer("keep")
+                else:
+                    from prompt_toolkit import PromptSession
+
+                    session: PromptSession[str] = PromptSession(input=self.pt_input, output=self.pt_output,
+                                                                key_bindings=typed_keys())
+                    try:
+                        reply = await session.prompt_async(PLAN_QUESTION, handle_sigint=False)
+                    except EOFError:
+                        return PlanAnswer("keep")
+                    except KeyboardInterrupt:
+                        if not self.interrupt():
+                            return PlanAnswer("keep")
+                        break
+                answer = parse_plan_answer(reply)
+                if answer is not None:
+                    return answer
+                self.view.line(PLAN_HINT, "dim")
+        await asyncio.Event().wait()  # cancelled with the turn
+        return PlanAnswer("keep")  # not reached
 
     def _footer(self) -> str:
         sid = self.recorder.session_id if self.recorder else None

@@ -19,6 +19,7 @@ from ...context.compact import Checkpoint
 from ...driver import Driver, RunScope
 from ...export import EXPORT_FORMATS, ExportExists, export_session, exports_dir, write_export
 from ...history import Message
+from ...modes import APPROVAL_MODES, ApprovalMode
 from ...sessions import SessionInfo, SessionStore
 from ...text import public_url, strip_controls
 from ...tools.registry import ToolRegistry
@@ -75,6 +76,8 @@ class App(Protocol):
     def root(self) -> Path: ...
 
     def fresh(self) -> None: ...
+    def set_mode(self, mode: ApprovalMode, *, quiet: bool = False) -> None: ...
+    async def pick_mode(self) -> ApprovalMode | None: ...
     def new_compactor(self, checkpoint: Checkpoint | None = None) -> None: ...
     def open(self, session_id: str | None, *, latest: bool, system: str | None = None) -> None: ...
     def last_user(self) -> int | None: ...
@@ -350,6 +353,18 @@ async def _compact(app: App, arg: str) -> None:
             app.view.stop()
 
 
+async def _approval(app: App, arg: str) -> None:
+    """`/approval [MODE]`: switch the approval mode for the rest of the chat (no MODE: pick one from a list)."""
+    name = arg.strip()
+    mode = next((m for m in APPROVAL_MODES if m == name), None) if name else await app.pick_mode()
+    if name and mode is None:
+        app.view.line(f"unknown approval mode {strip_controls(name)!r} (choose from {', '.join(APPROVAL_MODES)})",
+                      "yellow")
+        return
+    if mode is not None:
+        app.set_mode(mode)
+
+
 async def _reasoning(app: App, arg: str) -> None:
     app.view.show_reasoning = not app.view.show_reasoning
     app.view.line(f"reasoning is now {'shown' if app.view.show_reasoning else 'hidden'}")
@@ -393,6 +408,8 @@ COMMANDS: tuple[SlashCommand, ...] = (
     SlashCommand("skills", "", "the skills the model may load, and where they came from", _skills),
     SlashCommand("undo", "[--force]",
                  "remove the last exchange and restore the files crow's file tools changed in it", _undo),
+    SlashCommand("approval", "[MODE]", "switch the approval mode (none: pick one; Shift+Tab cycles "
+                 "ask, auto-edit, plan)", _approval),
     SlashCommand("reasoning", "", "show or hide the model's reasoning", _reasoning),
     SlashCommand("retry", "", "run your last message again", _retry),
     SlashCommand("ps", "[stop ID]", "the commands running in the background; stop one", ps),

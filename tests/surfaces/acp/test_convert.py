@@ -36,7 +36,7 @@ def test_each_neutral_kind_has_its_acp_name_and_no_tool_is_named() -> None:
     assert {name: tool_kind(t) for name, t in TOOLS.items()} == {
         "read_file": "read", "list_directory": "read", "search_files": "search", "write_file": "edit",
         "edit_file": "edit", "run_shell": "execute", "shell_output": "read", "shell_kill": "other",
-        "web_fetch": "fetch"}
+        "web_fetch": "fetch", "todo_write": "other", "exit_plan_mode": "switch_mode"}
 
     @tool(kind="fetch")
     def get_page(url: str) -> str:

@@ -880,3 +880,52 @@ async def test_a_chat_in_the_home_folder_asks_whether_to_go_on(store: SessionSto
         assert "Hello!" in output and len(server.requests) == 1
     else:
         assert "not started in the home folder" in output and server.requests == []
+
+
+# the todo list and plans in chat (issue 43 §1, §2)
+
+TODOS = [{"content": "read the code", "status": "completed"}, {"content": "fix the bug", "status": "in_progress"},
+         {"content": "run the tests", "status": "pending"}]
+PLAN = "# Plan\n\n1. Write `a.txt`"
+
+
+async def test_todo_write_shows_a_checklist_and_a_resumed_chat_shows_the_list(store: SessionStore,
+                                                                            tmp_path: Path) -> None:
+    script = [{"sse": tool_calls_sse(("call_t", "todo_write", {"todos": TODOS}))}, {"sse": text_stream("On it.")}]
+    output, _, _ = await chat(script, "fix it\r/exit\r", store)
+    assert "[x] read the code\n    [~] fix the bug\n    [ ] run the tests" in output
+    output, _, _ = await chat([], "/exit\r", store, options=ChatOptions(resume=""))
+    shown = output.split("resumed session", 1)[1]
+    assert "todo list:" in shown and "[~] fix the bug" in shown and "[ ] run the tests" in shown
+
+
+def _plan_then_write() -> list[dict]:
+    return [{"sse": tool_calls_sse(("call_p", "exit_plan_mode", {"plan": PLAN}))},
+            {"sse": tool_calls_sse(("call_w", "write_file", {"path": "a.txt", "content": "done"}))},
+            {"sse": text_stream("Wrote it.")}]
+
+
+async def test_an_approved_plan_goes_on_in_auto_edit_and_the_model_reads_so(store: SessionStore, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    settings = Settings(model="test-model", api_key="sk-test", sandbox="off", approval="plan")
+    output, server, app = await chat(_plan_then_write(), "plan a file\ra\r/exit\r", store, settings=settings)
+    assert "The plan:**\n\n# Plan\n\n1. Write `a.txt`" in output and "Allow write_file" not in output
+    assert (tmp_path / "a.txt").read_text() == "done" and app.approver.policy.mode == "auto-edit"
+    after = server.requests[1]["messages"]
+    assert after[-2]["content"].startswith("The user approved the plan; the approval mode is now auto-edit")
+    assert after[-1] == {"role": "user", "content": "[crow: the approval mode is now auto-edit: file changes in the "
+                         "workspace apply without asking; commands are approved by the user]"}
+
+
+async def test_keep_planning_sends_the_note_and_stays_in_plan_mode(store: SessionStore, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    settings = Settings(model="test-model", api_key="sk-test", sandbox="off", approval="plan")
+    _, server, app = await chat(_plan_then_write(), "plan a file\rn name it b.txt\r/exit\r", store,
+                                settings=settings)
+    assert app.approver.policy.mode == "plan" and not (tmp_path / "a.txt").exists()
+    kept = server.requests[1]["messages"][-1]
+    assert kept["role"] == "tool" and kept["content"].startswith(
+        "Error: The user read the plan and wants you to keep planning: name it b.txt.")
+    assert "the session is planning" in server.requests[2]["messages"][-1]["content"]  # the write, refused

@@ -26,7 +26,17 @@ from crow_cli.sessions import SessionStore
 from crow_cli.surfaces.chat.app import ChatOptions
 from crow_cli.surfaces.chat.commands import COMMANDS, help_text
 from tests.replay_server import ReplayServer, text_stream
-from tests.support import ChatTerminal, authorless, chat, chat_options, chunk, sse, tool_calls_sse, tool_delta
+from tests.support import (
+    ChatTerminal,
+    authorless,
+    chat,
+    chat_options,
+    chunk,
+    sse,
+    tool_calls_sse,
+    tool_delta,
+    wait_for,
+)
 
 
 async def test_resume_continues_a_stored_session(store: SessionStore) -> None:
@@ -486,3 +496,76 @@ def test_compact_and_undo_on_a_terminal(tmp_path: Path) -> None:
         assert [m["content"] for m in store.messages(info.id) if m["role"] == "user"] == [
             "question 0", "question 1", "question 2"]
         assert len(store.checkpoints(info.id)) == 1
+
+
+# /approval and Shift+Tab: the approval mode changes inside a chat (issue 43 §1)
+
+def _write_turns(*names: str) -> list[dict]:
+    script = []
+    for n, name in enumerate(names):
+        script += [{"sse": tool_calls_sse((f"call_{n}", "write_file", {"path": name, "content": name}))},
+                   {"sse": text_stream(f"Wrote {name}.")}]
+    return script
+
+
+def test_approval_auto_edit_in_a_terminal_chat_stops_the_write_question_and_tells_the_model(tmp_path: Path) -> None:
+    base = ["--api-key", "sk-test", "--model", "test-model", "--sandbox", "off"]
+    with ReplayServer(_write_turns("a.txt", "b.txt")) as server, \
+            ChatTerminal(["--base-url", server.base_url, *base], cwd=tmp_path) as term:
+        term.expect("ask ›")  # the prompt line shows the mode in force
+        term.send("write a\r")
+        term.expect("Allow write_file?")
+        term.send("y\r")
+        term.expect("Wrote a.txt.")
+        term.send("/approval auto-edit\r")
+        term.expect("approval mode: auto-edit")
+        term.expect("auto-edit ›")
+        term.send("write b\r")
+        term.expect("Wrote b.txt.")
+        term.expect("auto-edit ›")
+        term.send("\x04")
+        assert term.wait() == 0
+        screen = term.screen()
+    asked, after = screen.split("approval mode: auto-edit", 1)
+    assert "Allow write_file?" in asked and "Allow write_file?" not in after  # the second write was not asked about
+    assert (tmp_path / "a.txt").read_text() == "a.txt" and (tmp_path / "b.txt").read_text() == "b.txt"
+    first, second, third, _ = server.requests
+    assert "approval mode is now" not in json.dumps(first["messages"])
+    # told in the next request, after the message (merged into it on the wire: the prefix stays as it was sent)
+    assert third["messages"][-1]["content"] == (
+        "write b\n\n[crow: the approval mode is now auto-edit: file changes in the workspace apply without asking; "
+        "commands are approved by the user]")
+    assert third["messages"][:len(second["messages"])] == second["messages"]
+
+
+def test_shift_tab_cycles_the_modes_on_the_prompt_line_and_plan_refuses_a_write(tmp_path: Path) -> None:
+    base = ["--api-key", "sk-test", "--model", "test-model", "--sandbox", "off"]
+    with ReplayServer(_write_turns("a.txt")) as server, \
+            ChatTerminal(["--base-url", server.base_url, *base], cwd=tmp_path) as term:
+        term.expect("ask ›")
+        term.send("\x1b[Z")  # Shift+Tab: the prompt line is redrawn (only what changed is written)
+        wait_for(lambda: any(row.startswith("auto-edit ›") for row in term.display()))
+        term.send("\x1b[Z")
+        wait_for(lambda: any(row.startswith("plan ›") for row in term.display()))
+        term.send("write a\r")
+        term.expect("Wrote a.txt.")
+        term.send("/approval\r")  # no mode: a picker, the mode in force chosen
+        term.expect("Approval mode")
+        term.send("\x1b[A")
+        term.send("\r")  # the one above plan
+        term.expect("approval mode: read-only")
+        term.send("\x04")
+        assert term.wait() == 0
+        screen = term.screen()
+    assert "Allow write_file?" not in screen and "the session is planning" in screen
+    assert not (tmp_path / "a.txt").exists()
+    sent = server.requests[0]["messages"][-1]["content"]
+    assert sent.startswith("write a\n\n[crow: the approval mode is now plan: you are planning")
+
+
+async def test_approval_refuses_an_unknown_mode_and_keeps_the_one_in_force(store: SessionStore) -> None:
+    output, server, app = await chat([], "/approval sometimes\r/approval read-only\r/exit\r", store)
+    text = " ".join(output.split())
+    assert "unknown approval mode 'sometimes' (choose from ask, auto-edit, yolo, read-only, plan)" in text
+    assert text.index("unknown approval mode") < text.index("approval mode: read-only")
+    assert app.approver.policy.mode == "read-only" and server.requests == []

@@ -212,7 +212,7 @@ async def test_workspace_flag_confines_tools_to_another_folder(repo: Path, tmp_p
 # `crow run --approval sometimes` / `--workspace /nonexistent/ws` (tests/surfaces/test_jsonl.py runs both
 # as processes: exit 2, no event, no session)
 @pytest.mark.parametrize(("flags", "message"), [
-    ({"approval": "sometimes"}, "--approval must be one of ask, auto-edit, yolo, read-only (got 'sometimes')"),
+    ({"approval": "sometimes"}, "--approval must be one of ask, auto-edit, yolo, read-only, plan (got 'sometimes')"),
     ({"workspace": "/nonexistent/ws"}, "workspace '/nonexistent/ws' is not an existing folder"),
 ])
 async def test_bad_flags_are_usage_errors(repo: Path, flags: dict[str, str], message: str) -> None:

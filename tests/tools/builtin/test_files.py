@@ -111,7 +111,7 @@ CALLS: dict[str, Any] = {
 
 
 def test_every_file_tool_is_covered() -> None:
-    # every built-in that takes a path (run_shell, shell_output, shell_kill and web_fetch take none)
+    # every built-in that takes a path (run_shell, shell_output, shell_kill, web_fetch and the plan tools take none)
     file_tools = {t.name for t in BUILTIN_TOOLS if "path" in t.schema()["function"]["parameters"]["properties"]}
     assert file_tools == set(CALLS)
 

@@ -1,0 +1,72 @@
+"""The approval modes, declared once: their names, what the model is told of each, the order Shift+Tab
+cycles through, and the note that tells the model of a change.
+
+Every surface, the config and the approval policy take their names from here (`ApprovalMode`). What the
+model reads of the mode in force is one sentence per mode (`SENTENCES`): the system prompt's `$approval`
+(`default_prompt`) at the start, and a short user note (`mode_note`) appended to the history when the
+mode changes later (`/approval`, Shift+Tab, an editor's mode switch, an approved plan). A note rather than
+a rewritten system message keeps every request a prefix of the next (a server's prompt cache stays warm),
+and the stored session says when the mode changed. Pure: standard library only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, get_args
+
+__all__ = ["APPROVAL_MODES", "CYCLE", "MODE_NOTE_HEAD", "SENTENCES", "ApprovalMode", "is_mode_note", "mode_note",
+           "next_mode", "told_mode"]
+
+ApprovalMode = Literal["ask", "auto-edit", "yolo", "read-only", "plan"]
+"""The approval policy: `ask` the user, `auto-edit` (built-in file edits approved), `yolo` (all approved),
+`read-only` (every call that needs approval refused), `plan` (reads and read-only commands only, until the
+model hands over its plan with `exit_plan_mode`)."""
+APPROVAL_MODES: tuple[ApprovalMode, ...] = get_args(ApprovalMode)
+
+SENTENCES: dict[ApprovalMode, str] = {
+    "ask": "the user approves each file change and command before it runs",
+    "auto-edit": "file changes in the workspace apply without asking; commands are approved by the user",
+    "yolo": "calls run without asking",
+    "read-only": "file changes and commands that are not read-only are refused",
+    "plan": "you are planning: read files and run read-only commands only (every change is refused); when the "
+            "plan is ready, call exit_plan_mode with it in Markdown for the user to review",
+}
+"""What the model is told of each mode (the system prompt's mode sentence, and every later note)."""
+
+CYCLE: tuple[ApprovalMode, ...] = ("ask", "auto-edit", "plan")
+"""The modes Shift+Tab cycles through in chat (`yolo` and `read-only` are chosen by name: `/approval`)."""
+
+MODE_NOTE_HEAD = "[crow: the approval mode is now "
+"""How a mode note starts: how one is known in a stored history."""
+
+
+def next_mode(mode: ApprovalMode) -> ApprovalMode:
+    """The mode after `mode` in `CYCLE` (`ask` after a mode outside it)."""
+    return CYCLE[(CYCLE.index(mode) + 1) % len(CYCLE)] if mode in CYCLE else CYCLE[0]
+
+
+def mode_note(mode: ApprovalMode) -> dict[str, Any]:
+    """The user message telling the model the approval mode is now `mode`: `[crow: the approval mode is now
+    auto-edit: file changes … ]`."""
+    return {"role": "user", "content": f"{MODE_NOTE_HEAD}{mode}: {SENTENCES[mode]}]"}
+
+
+def _noted(message: Mapping[str, Any]) -> ApprovalMode | None:
+    content = message.get("content")
+    if message.get("role") != "user" or not isinstance(content, str) or not content.startswith(MODE_NOTE_HEAD):
+        return None
+    name = content[len(MODE_NOTE_HEAD):].split(":", 1)[0]
+    return next((mode for mode in APPROVAL_MODES if mode == name), None)
+
+
+def is_mode_note(message: Mapping[str, Any]) -> bool:
+    """Whether `message` is a note `mode_note` made (not the user's prompt)."""
+    return _noted(message) is not None
+
+
+def told_mode(history: Sequence[Mapping[str, Any]]) -> ApprovalMode | None:
+    """The mode the last mode note of `history` names; None when it has none (the system prompt's holds)."""
+    for message in reversed(history):
+        if (mode := _noted(message)) is not None:
+            return mode
+    return None

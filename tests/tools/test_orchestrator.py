@@ -1,0 +1,58 @@
+"""The orchestrator: what a call runs under while the session plans (issue 43 §1)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+
+from crow_cli.history import ToolCall
+from crow_cli.tools.approval import make_approver
+from crow_cli.tools.context import ToolContext
+from crow_cli.tools.orchestrator import Orchestrator
+from crow_cli.tools.registry import ToolRegistry
+from crow_cli.tools.sandbox import Sandbox
+from crow_cli.tools.tool import tool
+
+
+@contextlib.asynccontextmanager
+async def _hold(exclusive: bool) -> AsyncIterator[None]:
+    yield
+
+
+def _shell_seeing(seen: list[str]) -> ToolRegistry:
+    @tool(needs_approval=True, kind="shell", subject=lambda args: args["command"])
+    def sh(command: str, context: ToolContext | None = None) -> str:
+        """A shell tool that says which sandbox it was handed."""
+        assert context is not None
+        seen.append(context.sandbox.mode)
+        return "ran"
+
+    registry = ToolRegistry()
+    registry.register(sh)
+    return registry
+
+
+async def test_a_read_only_command_runs_in_a_read_only_sandbox_while_planning_and_as_asked_otherwise() -> None:
+    seen: list[str] = []
+    registry = _shell_seeing(seen)
+    context = ToolContext(sandbox=Sandbox("workspace-write"))
+    call = ToolCall("c1", "sh", json.dumps({"command": "ls"}))
+    planning = Orchestrator(registry, make_approver("plan"), context, _hold)
+    result = await planning.run(call)
+    assert result.ok, result.output
+    working = Orchestrator(registry, make_approver("yolo"), context, _hold)
+    assert (await working.run(call)).ok
+    assert seen == ["read-only", "workspace-write"]
+
+
+async def test_exit_plan_mode_reaches_the_approvals_of_the_run() -> None:
+    from crow_cli.tools.builtin import BUILTIN_TOOLS
+
+    registry = ToolRegistry()
+    for builtin in BUILTIN_TOOLS:
+        registry.register(builtin)
+    approvals = make_approver("plan")
+    orchestrator = Orchestrator(registry, approvals, ToolContext(), _hold)
+    result = await orchestrator.run(ToolCall("p", "exit_plan_mode", json.dumps({"plan": "# Plan"})))
+    assert result.ok and approvals.take_plan() == "# Plan"
