@@ -480,7 +480,7 @@ async def test_a_typed_shell_command_goes_with_the_next_message(store: SessionSt
     output, server, app = await chat([{"sse": text_stream("It printed hello.")}], keys, store)
     assert (tmp_path / "said.txt").read_text() == "hello\n"  # it ran in the workspace, nobody asked
     assert "Allow run_shell" not in output
-    assert 'run_shell({"command": "echo hello > said.txt; cat said.txt"})' in output  # as typed: no time limit
+    assert 'run_shell(echo hello > said.txt; cat said.txt)\n' in output  # as typed: no time limit
     assert "ok run_shell" in output and "    hello" in output
     assert "error run_shell" in output and "exit code 3" in output  # a failing command: its exit status
     (request,) = server.requests  # nothing was sent before the message
