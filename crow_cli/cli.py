@@ -33,8 +33,8 @@ __all__ = ["app", "main"]
 
 app = typer.Typer(
     name="crow",
-    epilog=examples('crow run --local "Please use list_directory."', 'crow run "Summarise README.md"',
-                     "crow chat --resume"),
+    epilog=examples("crow", 'crow "Fix the failing test"', 'crow run --local "Please use list_directory."',
+                    'crow run "Summarise README.md"', "crow chat --resume"),
     help="A react-loop agent for any OpenAI-compatible Chat Completions server.",
     no_args_is_help=True,
     add_completion=True,  # --install-completion / --show-completion [bash|zsh|fish|powershell]
@@ -88,6 +88,31 @@ app.add_typer(agents_app, epilog=examples("crow agents list", "crow agents list 
               short_help="Show the subagents (agent files) a run here would offer.")
 
 
+_ROOT_OPTIONS = {"--version", "--help", "-h", "--install-completion", "--show-completion"}
+"""The options of `crow` itself (the rest belong to a command)."""
+
+
+def command_names() -> set[str]:
+    """The names of crow's commands and command groups (`run`, `chat`, `sessions` ...), as typer names them."""
+    names = {(info.name or info.callback.__name__).lower().replace("_", "-")
+             for info in app.registered_commands if info.callback is not None}
+    return names | {str(group.name or group.typer_instance.info.name) for group in app.registered_groups
+                    if group.typer_instance is not None}
+
+
+def chat_by_default(args: list[str], *, terminal: bool) -> list[str]:
+    """The command line crow runs for `args` (what followed `crow`), starting as Codex and Claude Code do:
+    nothing on a terminal opens a chat (help when stdin or stdout is not a terminal); a first word that is
+    not a command (`crow "fix the test"`), or an option of a command (`crow --model qwen3`), is `crow chat`'s.
+    A one-word prompt that is a command name is that command."""
+    if not args:
+        return ["chat"] if terminal else args
+    first = args[0]
+    if first in _ROOT_OPTIONS or first in command_names():
+        return args
+    return ["chat", *args]
+
+
 def _reopen_closed_std_streams() -> None:
     """A closed stdin, stdout or stderr (`crow run hi >&-`) is taken by /dev/null, so that no file crow
     opens later (the session store) can take descriptor 0, 1 or 2. stdout is opened read-only: writing
@@ -134,7 +159,8 @@ def main() -> None:
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="replace")
     try:
-        code = app(standalone_mode=False)  # crow prints typer's usage errors itself (_usage_error)
+        args = chat_by_default(sys.argv[1:], terminal=sys.stdin.isatty() and sys.stdout.isatty())
+        code = app(args=args, standalone_mode=False)  # crow prints typer's usage errors itself (_usage_error)
     except (KeyboardInterrupt, typer.Abort):
         print("\ncrow: interrupted", file=sys.stderr)
         sys.exit(130)

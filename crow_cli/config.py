@@ -131,6 +131,9 @@ class Settings:
     `search_url` (a SearXNG instance for `web_search`; none: no such tool)."""
     max_background_commands: int = 4
     """Commands `run_shell` keeps running in the background at once at most (0: none)."""
+    model_named: bool = True
+    """Whether a flag, `CROW_MODEL` or the config file named the model (False: `DEFAULT_MODEL` stands in, which
+    a server not OpenAI's likely does not serve; `crow run` and `crow chat` then ask its `/models`)."""
 
 
 def _at_least(low: float) -> Callable[[Any], str | None]:
@@ -361,7 +364,11 @@ def _check_table(table: Mapping[str, Any], where: str) -> dict[str, Any]:
     for key, value in table.items():
         option = _BY_KEY.get(key)
         if option is None:
-            raise ConfigError(f"unknown key {key!r} in {where}; see config.example.toml for the keys")
+            import difflib  # only for the error: a typo's nearest key, as a mistyped flag gets
+
+            close = difflib.get_close_matches(key, [*_BY_KEY, "profile", "profiles"], n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"unknown key {key!r} in {where}{hint}; see config.example.toml for the keys")
         kind: type | tuple[type, ...] = (int, float) if option.kind is float else option.kind
         if not isinstance(value, kind) or (isinstance(value, bool) and option.kind is not bool):
             raise ConfigError(f"{where}: {key!r} has the wrong type ({type(value).__name__})")
@@ -485,6 +492,8 @@ def load_settings(
         prices={str(m): {k: float(v) for k, v in t.items()} for m, t in values["prices"].items()},
         hooks=dict(values["hooks"]),
         web=dict(values["web"] or {}), max_background_commands=int(values["max_background_commands"]),
+        model_named=bool(flags.get("model") or env.get("CROW_MODEL") or any(layer.values.get("model")
+                                                                           for layer in layers)),
     )
 
 

@@ -229,7 +229,9 @@ class Driver:
                 if isinstance(event, MessageAppended):
                     recorder = self._store(recorder, history, sink)
                 elif isinstance(event, RunFinished):
-                    if event.status == "cancelled" and self._stop is not None:
+                    # an answer its sink could not write did not complete either (a sink may hold a turn's text
+                    # until the turn ends: `crow run > file`)
+                    if self._stop is not None and (event.status == "cancelled" or self._stop.output_errno is not None):
                         event = replace(self._stop, final_text=event.final_text, turns=event.turns)
                     self._finished = event
                 if sink is not None:

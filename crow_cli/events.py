@@ -225,6 +225,9 @@ class RunFinished:
     output_errno: int | None = None
     """The errno that stopped the run because its output could not be written (EPIPE: a closed pipe, EIO: a
     terminal that hung up, ENOSPC: a full disk …), or None."""
+    changes_refused: int = 0
+    """How many tool calls approval, a rule or the sandbox refused, when the run tried changes (edits, commands)
+    and every one was refused, so nothing was changed; 0 otherwise (`crow run` sets it)."""
     type: Literal["run_finished"] = "run_finished"
 
     @property

@@ -5,7 +5,8 @@ Read, in this order (nearest last, so the most specific instructions have the la
 1. the global one, `AGENTS.md` in crow's config folder (`~/.config/crow/AGENTS.md` on Linux);
 2. in the repository: from the repository root (the nearest folder up from the workspace that has a
    `.git`) down to the workspace root, each folder's `AGENTS.md`. Outside a repository only the
-   workspace root's own `AGENTS.md` is read.
+   workspace root's own `AGENTS.md` is read. A folder without `AGENTS.md` but with `CLAUDE.md` (Claude Code's
+   file) has that read instead, with one line saying so.
 
 crow reads them on its own, with no tool call and no approval, so they get the file tools' care: a
 project file must resolve (symlinks followed) inside the project (the repository root, or the
@@ -32,10 +33,12 @@ from pathlib import Path
 from .paths import SymlinkLoop, resolve_path
 from .text import decode_text, mask_secrets
 
-__all__ = ["FILENAME", "MAX_BYTES", "MAX_TOTAL_BYTES", "Instructions", "find_instructions", "project_folders",
-           "system_prompt"]
+__all__ = ["FALLBACK", "FILENAME", "MAX_BYTES", "MAX_TOTAL_BYTES", "Instructions", "find_instructions",
+           "project_folders", "system_prompt"]
 
 FILENAME = "AGENTS.md"
+FALLBACK = "CLAUDE.md"
+"""Read in a project folder that has no `AGENTS.md`: the same kind of file, kept for Claude Code."""
 MAX_BYTES = 32 * 1024
 """Bytes read of one instructions file at most (as codex's `project_doc_max_bytes`)."""
 MAX_TOTAL_BYTES = 64 * 1024
@@ -161,6 +164,10 @@ def find_instructions(workspace: Path, config_dir: Path | None, *, secrets: Iter
             found.append(item)
     for folder in folders:
         item = _read(folder / FILENAME, "project", project, tell)
+        if item is None and not os.path.lexists(folder / FILENAME):
+            item = _read(folder / FALLBACK, "project", project, tell)
+            if item is not None:
+                tell(f"no {FILENAME} in {folder}: reading its {FALLBACK} instead (an {FILENAME} is read first)")
         if item is not None and item.path not in {f.path for f in found}:
             found.append(item)
     kept = _within_budget(found, MAX_TOTAL_BYTES)
@@ -177,5 +184,5 @@ def system_prompt(system: str | None, instructions: list[Instructions], default:
     parts = [p for p in (default, system) if p]
     for item in instructions:
         where = "global instructions" if item.scope == "global" else "project instructions"
-        parts.append(f"# {FILENAME} ({where}: {item.path})\n\n{item.text}")
+        parts.append(f"# {item.path.name} ({where}: {item.path})\n\n{item.text}")
     return "\n\n".join(parts) if parts else None

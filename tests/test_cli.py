@@ -125,7 +125,7 @@ def test_version():
 @pytest.mark.parametrize(("args", "line"), [
     (["run", "--max-turns", "x", "hi"],
      "invalid value for '--max-turns': 'x' is not a valid int (see crow run --help)"),
-    (["nosuch"], "no such command 'nosuch' (see crow --help)"),
+    (["sessions", "nosuch"], "no such command 'nosuch' (see crow sessions --help)"),  # `crow nosuch`: a chat
     (["run", "--bogus", "hi"], "no such option: --bogus (see crow run --help)"),
     (["sessions", "show"], "missing argument 'session_id' (see crow sessions show --help)"),
 ])
@@ -315,3 +315,65 @@ def test_help_summaries_are_not_cut_mid_sentence(group: list[str], capsys: pytes
     assert len(listing.splitlines()) >= 5
     for line in listing.splitlines():
         assert line.endswith(".") and not line.endswith("..."), line
+
+
+# issue 44 §1: start like Codex and Claude Code
+@pytest.mark.parametrize(("args", "terminal", "expected"), [
+    ([], True, ["chat"]),  # `crow` on a terminal: a chat
+    ([], False, []),  # ... help when stdin or stdout is not one
+    (["fix the test"], False, ["chat", "fix the test"]),
+    (["fix the test", "--model", "m"], True, ["chat", "fix the test", "--model", "m"]),
+    (["--model", "m"], True, ["chat", "--model", "m"]),  # a command's option: chat's
+    (["tools"], True, ["tools"]),  # a one-word prompt that is a command is the command
+    (["sessions", "list"], True, ["sessions", "list"]),
+    (["--version"], True, ["--version"]),
+    (["--help"], True, ["--help"]),
+])
+def test_a_first_word_that_is_no_command_opens_chat_with_it(args: list[str], terminal: bool,
+                                                            expected: list[str]) -> None:
+    from crow_cli.cli import chat_by_default
+
+    assert chat_by_default(args, terminal=terminal) == expected
+
+
+def test_command_names_are_the_commands_typer_knows() -> None:
+    import typer
+
+    from crow_cli.cli import app, command_names
+
+    assert command_names() == set(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
+
+
+def test_bare_crow_off_a_terminal_prints_help(tmp_path: Path) -> None:
+    result = crow(cwd=tmp_path)  # stdin and stdout are pipes: help, as before (no chat waiting on a pipe)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.startswith("Usage: crow") and "crow chat --resume" in result.stderr
+
+
+def test_without_a_model_a_custom_server_gets_the_first_of_its_models(tmp_path: Path) -> None:
+    # issue 44 §1: not OpenAI's default name, which a local server does not serve
+    with ReplayServer([{"sse": text_sse("Hi.")}]) as server:
+        result = crow("run", "--base-url", server.base_url, "--api-key", "sk-test", "--no-tools", "hi", cwd=tmp_path,
+                      env={"CROW_MODEL": ""})
+    assert result.returncode == 0, result.stderr
+    assert server.requests[0]["model"] == "test-model"  # the replay server's /models lists test-model
+    assert [line for line in result.stderr.splitlines() if "model" in line] == [
+        "crow: model: test-model (the first of the server's /models; --model NAME or `model` in the config picks "
+        "another)"]
+
+
+def test_a_named_model_is_used_without_asking_the_server(tmp_path: Path) -> None:
+    with ReplayServer([{"sse": text_sse("Hi.")}]) as server:
+        result = crow("run", "--base-url", server.base_url, "--api-key", "sk-test", "--no-tools", "--model", "mine",
+                      "hi", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert server.requests[0]["model"] == "mine"
+    assert "crow: model:" not in result.stderr
+
+
+def test_help_names_the_installed_manual_that_exists(capsys: pytest.CaptureFixture[str]) -> None:
+    # issue 44 §5: `crow --help` names where the manual is, a path that exists
+    crow_here("--help")
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"Manual: {ROOT / 'docs'} (" in text
+    assert (ROOT / "docs" / "index.md").is_file()

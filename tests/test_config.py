@@ -154,7 +154,10 @@ def test_profiles_override_top_level_and_unknown_profile_fails():
 
 @pytest.mark.parametrize(("text", "message"), [
     ("model = ", "not valid TOML"),
-    ("colour = 1\n", "unknown key 'colour'"),
+    ("colour = 1\n", r"unknown key 'colour' in \S+; see"),  # nothing near it: no suggestion
+    # issue 44 §4: a mistyped key gets the nearest valid one, as a mistyped flag does
+    ("modle = 'x'\n", r"unknown key 'modle' in \S+config\.toml \(did you mean 'model'\?\); see"),
+    ("max_turn = 3\n", r"\(did you mean 'max_turns'\?\)"),
     ("max_turns = 'many'\n", "'max_turns' has the wrong type"),
     # smaller: found trying it as a new user; the file's key was reported as the flag --max-turns (issue 11)
     ("max_turns = 0\n", r"^/.*/config\.toml: max_turns must be at least 1 \(got 0\)$"),

@@ -149,3 +149,25 @@ async def test_crow_run_skips_a_link_out_with_a_warning_and_sends_no_secret(tmp_
     assert ran.code == 0, ran.stderr
     assert ran.requests[0]["messages"] == [{"role": "user", "content": "hi"}]
     assert ran.stderr.count("AGENTS.md leads to /proc/") == 1
+
+
+# issue 44 §5: a repository set up for Claude Code has CLAUDE.md and no AGENTS.md
+def test_claude_md_is_read_where_there_is_no_agents_md_with_one_line_saying_so(tmp_path: Path) -> None:
+    repo, pkg, _ = _repo(tmp_path)
+    (repo / "AGENTS.md").unlink()
+    (repo / "CLAUDE.md").write_text("CLAUDE rules")
+    (pkg / "CLAUDE.md").write_text("never read: pkg has an AGENTS.md")
+    lines: list[str] = []
+    found = find_instructions(pkg, None, warn=lines.append)
+    assert [f.text for f in found] == ["CLAUDE rules", "PKG rules"]
+    assert lines == [f"no AGENTS.md in {repo}: reading its CLAUDE.md instead (an AGENTS.md is read first)"]
+    prompt = system_prompt(None, found) or ""
+    assert f"# CLAUDE.md (project instructions: {repo / 'CLAUDE.md'})" in prompt
+
+
+async def test_crow_run_sends_claude_md_and_says_so_once(tmp_path: Path) -> None:
+    (tmp_path / "CLAUDE.md").write_text("Use tabs.")
+    ran = await run_here([{"sse": text_stream("ok")}], cwd=tmp_path, config=write_config(tmp_path, max_retries=0))
+    assert ran.code == 0, ran.stderr
+    assert "Use tabs." in ran.requests[0]["messages"][0]["content"]
+    assert ran.stderr.count("reading its CLAUDE.md instead") == 1

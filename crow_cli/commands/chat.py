@@ -15,6 +15,7 @@ from .options import (
     ask_trust,
     check_before_start,
     fail,
+    served_model,
     with_run_flags,
 )
 
@@ -24,8 +25,9 @@ __all__ = ["chat"]
 @with_run_flags()
 def chat(
     *,
-    session_id: Annotated[str | None, typer.Argument(metavar="ID", show_default=False,
-                                                     help="With --resume: the session to continue.")] = None,
+    session_id: Annotated[str | None, typer.Argument(metavar="PROMPT|ID", show_default=False,
+                                                     help="The first message to send; with --resume, the "
+                                                     "session to continue.")] = None,
     resume: Annotated[bool, typer.Option("--resume", "-r", help="Continue a session: the one with id ID, or "
                                          "the most recent one.")] = False,
     flags: RunFlags,
@@ -41,15 +43,18 @@ def chat(
             flag = "--system-file" if flags.system_file is not None else "--no-default-prompt"
             raise ConfigError(f"{flag} cannot change "
                               "the system prompt of a resumed session; start a new chat for a new one")
-        if session_id is not None and not resume:
-            raise ConfigError(f"unexpected argument {session_id!r}: to continue a session, use --resume {session_id}")
-        if session_id is not None and not session_id.strip():
+        first = session_id if not resume else None  # `crow chat "fix the test"`: the first message
+        if first is not None and not first.strip():
+            raise ConfigError("the first message is empty; give a prompt, or none to start with the prompt line")
+        if resume and session_id is not None and not session_id.strip():
             raise ConfigError("--resume needs a session id, or none for the most recent session")
         settings = flags.settings(local_model)
         check_before_start(settings, yes=flags.yes, local=local or bool(local_model))
         ask_trust(settings)  # before anything of the project is read: its hooks, skills and agents go by it
+        if not (local or local_model):  # no model named for a server not OpenAI's: one it serves
+            settings = served_model(settings)
         options = ChatOptions(surface=flags.surface(), resume=(session_id or "") if resume else None,
-                              session=not no_session, system=flags.system)
+                              session=not no_session, system=flags.system, first=first)
         import asyncio  # not at import time: `crow tools` and `--help` do without it
 
         from ..local import local_session  # start, then stop, the local server

@@ -7,6 +7,7 @@ import inspect
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
 
 import typer
@@ -48,11 +49,21 @@ __all__ = [
     "check_tools_dirs",
     "examples",
     "fail",
+    "served_model",
     "surface_options",
     "with_run_flags",
 ]
 
-DOCS = "Manual: docs/ in crow's source (an MkDocs site); every option: docs/cli.md."
+def _manual() -> str:
+    """Where the manual is, in one `Manual: …` line: the installed copy's folder when crow runs from its source
+    (a clone, an editable install), else where it is found in crow's source."""
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    if (docs / "index.md").is_file() and (docs / "cli.md").is_file():
+        return f"Manual: {docs} (Markdown, an MkDocs site; start at index.md; every option: cli.md)."
+    return "Manual: docs/ in crow's source (an MkDocs site); every option: docs/cli.md."
+
+
+DOCS = _manual()
 
 
 def examples(*lines: str) -> str:
@@ -291,3 +302,30 @@ def ask_trust(settings: Settings) -> None:
     from ..tools.context import ToolContext
 
     trust_question(ToolContext.for_workspace(settings.workspace).workspace)
+
+
+def served_model(settings: Settings) -> Settings:
+    """`settings` with a model the server serves when none was named (`Settings.model_named`) and the server is
+    not OpenAI's: the first of its `GET /models` list, said in one line on stderr. OpenAI's API, a named
+    model, or a list that cannot be read (said in one warning line) leave `settings` as they are."""
+    from urllib.parse import urlsplit
+
+    if settings.model_named or urlsplit(settings.base_url).hostname == "api.openai.com":
+        return settings
+    from dataclasses import replace
+
+    from ..probe.models import fetch_models
+
+    try:
+        found = fetch_models(settings, timeout_s=10.0)
+    except CrowError as exc:
+        print(strip_controls(f"crow: warning: no model named and the server's model list could not be read "
+                             f"({exc}); trying {settings.model} (--model NAME picks one)"), file=sys.stderr)
+        return settings
+    if not found:
+        print(f"crow: warning: no model named and the server lists none; trying {settings.model} "
+              "(--model NAME picks one)", file=sys.stderr)
+        return settings
+    print(strip_controls(f"crow: model: {found[0].id} (the first of the server's /models; --model NAME or "
+                         "`model` in the config picks another)"), file=sys.stderr)
+    return replace(settings, model=found[0].id, model_named=True)

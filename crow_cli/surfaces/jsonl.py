@@ -40,6 +40,7 @@ from typing import Any, TextIO
 
 from ..events import Event, MessageAppended, RunFinished, ToolCallDelta
 from ..text import strip_controls
+from .refusals import Refusals, refused_line
 
 __all__ = ["JsonlWriter", "event_schema", "event_to_json"]
 
@@ -77,8 +78,10 @@ class JsonlWriter:
         self.out = out
         self.err = err
         self.debug = debug
+        self._refusals = Refusals()  # run_finished.changes_refused
 
     def handle(self, event: Event) -> None:
+        event = self._refusals.saw(event)
         if isinstance(event, MessageAppended) or (isinstance(event, ToolCallDelta) and not self.debug):
             return
         self.out.write(event_to_json(event) + "\n")
@@ -86,3 +89,5 @@ class JsonlWriter:
         if isinstance(event, RunFinished) and event.error:
             prefix = "crow: " if event.status == "cancelled" else "crow: error: "
             print(strip_controls(prefix + event.error), file=self.err, flush=True)
+        if isinstance(event, RunFinished) and event.changes_refused:
+            print(refused_line(event.changes_refused), file=self.err, flush=True)

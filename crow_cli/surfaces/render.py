@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from ..history import ToolCall, ToolResult
 from ..text import strip_controls
 from .common import short_json
-from .shown import diff_style, display_lines, display_status
+from .shown import call_arguments, diff_style, display_lines, display_status
 
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderResult
@@ -429,7 +429,7 @@ class TurnView:
 
     def tool_started(self, call: ToolCall) -> None:
         """A tool call began running: a spinner (or a plain line) with its name and arguments."""
-        label = f"{strip_controls(call.name)}({short_json(call.arguments, 60)})"  # the model wrote the name
+        label = f"{strip_controls(call.name)}({call_arguments(call.arguments, 60)})"  # the model wrote the name
         if self.plain:
             self._end_plain_line()
             self._show(lambda: self._write(f"→ {label}\n"))
@@ -443,7 +443,7 @@ class TurnView:
     def tool_finished(self, result: ToolResult, call: ToolCall | None) -> None:
         """A tool call ended: its spinner becomes an ok/error line with the duration."""
         self.spinners.pop(result.index, None)
-        args = f"({short_json(call.arguments, 60)})" if call else ""
+        args = f"({call_arguments(call.arguments, 60)})" if call else ""
         name = strip_controls(result.name)  # the model wrote it
         status = "ok" if result.ok else result.outcome.replace("_", " ")  # error, denied, timeout ...
         ended = display_status(result.display)  # a command: its exit code, never read from the output

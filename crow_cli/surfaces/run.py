@@ -2,9 +2,10 @@
 
 SIGINT / SIGTERM / SIGHUP cancel the run (`driver.Driver`): the loop closes the history with a result
 for every unanswered call and the run ends `cancelled` with exit code 130 / 143 / 129.
-A turn whose stream was cut and is asked for again (a `turn_restarted` notice) restarts its answer on
-a new line: the text of the cut attempt stays on stdout, so scripts wanting the exact answer use
-`--json` (`run_finished.final_text`).
+A turn whose stream was cut and is asked for again (a `turn_restarted` notice) restarts its answer: on a
+terminal the cut text stays, marked `[cut]`, and the answer restarts on a new line; when stdout is not a
+terminal (`> answer.md`, a pipe), each turn's text is written once the turn has streamed whole, so only
+the answer that completed is there.
 """
 
 from __future__ import annotations
@@ -53,8 +54,9 @@ from .common import (
 from .jsonl import JsonlWriter
 from .options import SurfaceOptions
 from .persist import RunModes, open_session, settle_modes
+from .refusals import Refusals, refused_line
 from .runtime import Runtime
-from .shown import display_lines, display_status
+from .shown import call_arguments, display_lines, display_status
 from .usage import TokenUse, footer
 
 if TYPE_CHECKING:
@@ -121,6 +123,9 @@ class PlainPrinter:
         self.footer = self.err.is_terminal and not quiet  # the line chat ends a turn with: on a terminal only
         self._model = ""
         self._session_id: str | None = None
+        self._pending: list[str] = []
+        """Off a terminal: the text of the turn streaming, written once it ends (dropped if it is cut)."""
+        self._refusals = Refusals()
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
@@ -146,18 +151,20 @@ class PlainPrinter:
             self.at_line_start = True
 
     def handle(self, event: Event) -> None:
+        event = self._refusals.saw(event)
         if self.quiet and isinstance(event, ReasoningDelta | ToolRunStarted | ToolResultReady | Notice
                                      | SubagentStarted | SubagentEvent | SubagentFinished):
             if isinstance(event, Notice) and event.code == "turn_restarted":
-                self._new_line()
+                self._restart()
             return
         match event:
             case TextDelta(text=text):  # first: one per chunk
                 if self.reasoning_open:
                     self._close_reasoning()
-                self.out.write(strip_controls(text) if self.out_is_terminal else text)
-                self.out.flush()
-                self.at_line_start = text.endswith("\n")
+                if self.out_is_terminal:
+                    self._write(strip_controls(text))
+                else:
+                    self._pending.append(text)
                 self._answering = True
             case RunStarted(model=model, session_id=session_id):
                 self._model, self._session_id = model, session_id
@@ -166,6 +173,7 @@ class PlainPrinter:
                 self.reasoning_open = True
             case TurnFinished(tool_calls=calls):
                 self.usage.add(event.usage, event.timings)  # llama.cpp's cached tokens are in its timings
+                self._write_pending()
                 if calls:
                     self._new_line()  # the next turn's text starts on its own line, in a pipe too
                 self._end_answer()
@@ -175,7 +183,7 @@ class PlainPrinter:
             case ToolRunStarted(call=call):
                 self._close_reasoning()
                 self._break_line()
-                self._print(f"→ {call.name}({short_json(call.arguments)})", "cyan")
+                self._print(f"→ {call.name}({call_arguments(call.arguments)})", "cyan")
             case ToolResultReady(result=r):
                 mark, style = ("✓", "green") if r.ok else ("✗", "red")
                 ended = display_status(r.display)  # a command: its exit code, never read from the output
@@ -200,7 +208,7 @@ class PlainPrinter:
             case Notice(message=message):
                 self._close_reasoning()
                 if event.code == "turn_restarted":
-                    self._new_line()
+                    self._restart()
                     self._end_answer()
                 else:
                     self._break_line()
@@ -222,6 +230,7 @@ class PlainPrinter:
                 self._print(f"  ↳ {agent}: {message}", "dim")
             case RunFinished():
                 self._close_reasoning()
+                self._write_pending()  # a cancelled turn's partial answer is kept, as on a terminal
                 if not self.at_line_start:
                     self.out.write("\n")
                     self.out.flush()
@@ -233,6 +242,8 @@ class PlainPrinter:
                     self._print(f"crow: {event.error}", "bold red")
                 elif event.error:
                     self._print(f"crow: error: {event.error}", "bold red")
+                if event.changes_refused:  # last: what a person checks first after a run that changed nothing
+                    self._print(refused_line(event.changes_refused), "bold yellow")
 
     def _end_answer(self) -> None:
         """The answer of the turn has ended: the warnings that came while it streamed are shown now."""
@@ -241,6 +252,26 @@ class PlainPrinter:
         for message in held:
             self._break_line()
             self._print(f"crow: warning: {message}", "yellow")
+
+    def _write(self, text: str) -> None:
+        if text:
+            self.out.write(text)
+            self.out.flush()
+            self.at_line_start = text.endswith("\n")
+
+    def _write_pending(self) -> None:
+        """Off a terminal: the turn's text, now that it streamed whole."""
+        text, self._pending = "".join(self._pending), []
+        self._write(text)
+
+    def _restart(self) -> None:
+        """The turn's stream was cut and is asked for again: on a terminal the cut text is marked and the answer
+        restarts below it; off a terminal the cut text, never written, is dropped."""
+        if self._pending:
+            self._pending = []
+        elif not self.at_line_start and self.out_is_terminal:
+            self._write(" [cut]")
+        self._new_line()
 
     def _new_line(self) -> None:
         """End a partial answer line on stdout whatever it is (the answer restarts below it)."""

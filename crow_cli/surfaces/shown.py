@@ -10,13 +10,16 @@ redrew with `\\r` shows what a terminal would, its last part. The surfaces (`cro
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from typing import Any
 
 from ..history import ToolDisplay
-from ..text import strip_controls
+from ..text import strip_controls, visible
 from ..todos import TodoItem, checklist
 
-__all__ = ["DIFF_LINES", "OUTPUT_LINES", "diff_style", "display_lines", "display_status", "todo_lines"]
+__all__ = ["DIFF_LINES", "OUTPUT_LINES", "call_arguments", "diff_style", "display_lines", "display_status",
+           "todo_lines"]
 
 OUTPUT_LINES = (5, 5)
 """(head, tail): lines of a command's output shown at most before and after the `… N lines …` line."""
@@ -25,6 +28,30 @@ DIFF_LINES = (40, 10)
 MAX_LINE_CHARS = 240
 """A longer line is cut, with `…`: one line of output stays about one line on the screen."""
 INDENT = "    "
+
+
+_SUBJECTS = ("command", "path", "file_path", "pattern", "query", "url")
+"""The argument a call is about, shown first and bare (a command as a command, a path as a path)."""
+
+
+def call_arguments(arguments: str, limit: int = 80) -> str:
+    """A tool call's arguments (its JSON text) on one line of at most `limit` characters, as a person reads
+    them: the argument the call is about (`_SUBJECTS`: a command, a path ...) bare, the others as
+    `name=value` (JSON values: a string keeps its quotes). `{"command": "pytest -q"}` shows `pytest -q`;
+    `{"path": "a.py", "offset": 10}` shows `a.py, offset=10`. Arguments without such a subject, or that are no
+    JSON object, show as their JSON text. Newlines show as `⏎`; control characters are removed."""
+    try:
+        parsed: Any = json.loads(arguments)
+    except ValueError:
+        parsed = None
+    subject = next((key for key in _SUBJECTS if isinstance(parsed, dict) and isinstance(parsed.get(key), str)), None)
+    if subject is None:
+        line = " ".join(visible(arguments).split())  # as the approval question shows it
+    else:
+        rest = [f"{key}={json.dumps(value, ensure_ascii=False)}" for key, value in parsed.items() if key != subject]
+        line = ", ".join([parsed[subject], *rest])
+        line = visible(line.replace("\r\n", "\n").replace("\n", " ⏎ ").replace("\t", " "))
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def diff_style(line: str) -> str:

@@ -56,7 +56,8 @@ def test_two_parallel_tool_calls_as_schema_valid_events(tmp_path: Path) -> None:
     assert events[0]["model"] == "test-model" and len(events[0]["session_id"]) == 6  # recorded (crow sessions)
     assert types[-1] == "run_finished" and types.count("run_finished") == 1
     assert events[-1] == {"type": "run_finished", "status": "completed", "final_text": "Rolled and timed.",
-                          "turns": 2, "error": None, "exit_code": 0, "signal": None, "output_errno": None}
+                          "turns": 2, "error": None, "exit_code": 0, "signal": None, "output_errno": None,
+                          "changes_refused": 0}
     calls = [e["call"] for e in events if e["type"] == "tool_call"]
     results = {e["result"]["call_id"]: e["result"] for e in events if e["type"] == "tool_result"}
     assert [(c["id"], c["name"]) for c in calls] == [("call_dice_1", "roll_dice"), ("call_time_2", "current_time")]

@@ -105,13 +105,13 @@ def test_view_renders_a_turn(plain: bool) -> None:
     assert "thinking it over" in text
     if plain:
         assert "The **answer** is 42." in text  # no Markdown, exactly as streamed
-        assert "→ read_file({\"path\": \"README.md\"})" in text
+        assert "→ read_file(README.md)" in text  # a path as a path (issue 44 §4)
         assert "  ok read_file 0.25s" in text and "  error shell 1.50s: Error: exit 1" in text
         assert "\x1b" not in text
     else:
         assert "The answer is 42." in text  # rendered: no asterisks
         assert "**" not in text
-        assert "✓ read_file({\"path\": \"README.md\"}) ok 0.25s" in text
+        assert "✓ read_file(README.md) ok 0.25s" in text
         assert "✗ shell({\"cmd\": \"false\"}) error 1.50s: Error: exit 1" in text
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from crow_cli.events import TextDelta
+from crow_cli.events import TextDelta, TurnFinished
 from crow_cli.sessions import SessionStore
 from crow_cli.surfaces.run import PlainPrinter
 from crow_cli.text import strip_controls
@@ -195,7 +195,9 @@ def test_model_text_cannot_drive_the_terminal() -> None:
     PlainPrinter(out, err, debug=False).handle(TextDelta(hostile))
     assert "\x1b" not in out.getvalue() and "\x07" not in out.getvalue()
     piped = io.StringIO()
-    PlainPrinter(piped, err, debug=False).handle(TextDelta(hostile))
+    printer = PlainPrinter(piped, err, debug=False)
+    printer.handle(TextDelta(hostile))
+    printer.handle(TurnFinished(1, "stop", None, hostile, ()))  # off a terminal, a turn's text comes once it ends
     assert piped.getvalue() == hostile  # a pipe gets the text as the model sent it
 
 
@@ -575,12 +577,13 @@ async def test_stream_cut_mid_answer_is_asked_again_once(tmp_path: Path) -> None
     assert len(ran.requests) == 2 and ran.requests[0]["messages"] == ran.requests[1]["messages"]
 
 
-async def test_plain_mode_restarts_the_answer_on_a_new_line_with_a_notice(tmp_path: Path) -> None:
+async def test_plain_mode_off_a_terminal_keeps_only_the_answer_that_completed(tmp_path: Path) -> None:
+    # issue 44 §4: `crow run > answer.md` got the cut text, then the retried answer
     config = write_config(tmp_path, max_retries=0)
     ran = await run_here([{"sse": text_sse(LONG), "cut_after_events": 3}, {"sse": text_sse("Second try.")}],
                          cwd=tmp_path, config=config)
     assert ran.code == 0, ran.stderr
-    assert ran.stdout == LONG[:15] + "\nSecond try.\n"
+    assert ran.stdout == "Second try.\n"
     assert "the stream broke mid-way" in ran.stderr and "the answer restarts" in ran.stderr
 
 
@@ -866,7 +869,8 @@ def test_sigint_during_a_stalled_stream(tmp_path: Path) -> None:
     assert code == 130
     # smaller items: `turns` counts the turn cancelled mid-way (found trying it as a new user) (issue 11)
     assert events[-1] == {"type": "run_finished", "status": "cancelled", "final_text": "Parti", "turns": 1,
-                          "error": "interrupted (SIGINT)", "exit_code": 130, "signal": 2, "output_errno": None}
+                          "error": "interrupted (SIGINT)", "exit_code": 130, "signal": 2, "output_errno": None,
+                          "changes_refused": 0}
     assert err.strip() == "crow: interrupted (SIGINT)"
 
 
@@ -1041,3 +1045,56 @@ async def test_plain_run_shows_the_checklist_on_stderr(tmp_path: Path) -> None:
     ran = await run_here(script([("call_t", "todo_write", {"todos": TODOS})]), "go", cwd=tmp_path)
     assert "    [x] read the code\n    [~] fix the bug\n    [ ] run the tests\n" in ran.stderr
     assert "read the code" not in ran.stdout
+
+
+def test_crow_run_into_a_file_after_a_cut_stream_holds_only_the_completed_answer(tmp_path: Path) -> None:
+    # issue 44 §4, as a person runs it: `crow run "..." > out.md`
+    config = write_config(tmp_path, max_retries=0)
+    out = tmp_path / "out.md"
+    with ReplayServer([{"sse": text_sse(LONG), "cut_after_events": 3}, {"sse": text_sse("Second try.")}]) as server, \
+            out.open("w") as stdout:
+        proc = subprocess.run([*argv(server.base_url, "--config", str(config), "--no-tools", "hi")], stdout=stdout,
+                              stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_text() == "Second try.\n"
+    assert "the answer restarts" in proc.stderr
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_on_a_terminal_the_cut_text_is_marked_and_the_answer_restarts_below() -> None:
+    from crow_cli.events import Notice, RunFinished
+
+    out, err = _Terminal(), io.StringIO()
+    printer = PlainPrinter(out, err, debug=False)
+    for event in (TextDelta("Hello wor"), Notice("crow: the stream broke; asking again", code="turn_restarted"),
+                  TextDelta("Hello world."), TurnFinished(1, "stop", None, "Hello world.", ()),
+                  RunFinished("completed", "Hello world.", 1)):
+        printer.handle(event)
+    assert out.getvalue() == "Hello wor [cut]\nHello world.\n"
+
+
+# issue 44 §4: a run whose every change was refused says so last, and run_finished carries it
+async def test_a_run_whose_every_change_was_refused_says_so_on_its_last_line(tmp_path: Path) -> None:
+    turns = script([("w1", "write_file", {"path": "a.txt", "content": "x"})], final="I could not write it.")
+    ran = await run_here(turns, "write a.txt", flags={"deny": ["write_file"]}, cwd=tmp_path)
+    assert ran.code == 0, ran.stderr
+    assert ran.stderr.rstrip("\n").splitlines()[-1].startswith(
+        "crow: nothing was changed: every change was refused (1 tool call was refused;")
+    ran = await run_here(turns, "write a.txt", flags={"deny": ["write_file"]}, json=True, cwd=tmp_path)
+    finished = ran.events()[-1]
+    assert (finished["type"], finished["changes_refused"]) == ("run_finished", 1)
+    schema_validator().validate(finished)
+    assert not (tmp_path / "a.txt").exists()
+
+
+async def test_a_run_that_changed_something_is_not_said_to_have_refused_everything(tmp_path: Path) -> None:
+    turns = script([("w1", "write_file", {"path": "a.txt", "content": "x"}),
+                    ("w2", "edit_file", {"path": "a.txt", "old_string": "x", "new_string": "y"})], final="Half.")
+    ran = await run_here(turns, "go", flags={"deny": ["edit_file"]}, yes=True, json=True, cwd=tmp_path)
+    assert ran.events()[-1]["changes_refused"] == 0
+    assert (tmp_path / "a.txt").read_text() == "x"
+    assert "nothing was changed" not in ran.stderr

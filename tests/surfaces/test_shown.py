@@ -12,7 +12,7 @@ from rich.console import Console
 from crow_cli.history import ToolCall, ToolDisplay, ToolResult
 from crow_cli.sessions import SessionStore
 from crow_cli.surfaces.render import TurnView
-from crow_cli.surfaces.shown import display_lines, display_status
+from crow_cli.surfaces.shown import call_arguments, display_lines, display_status
 from tests.support import chat, chat_options, needs_sandbox, run_here, script
 
 SEQ = "seq 1 40"  # 40 lines: 1..5, "… 30 lines …", 36..40
@@ -127,3 +127,22 @@ def test_a_todo_list_is_a_checklist_below_its_call() -> None:
     assert display_lines(ToolDisplay(todos=todos)) == [("    [x] read", "dim"), ("    [~] fix [31mit", "bold"),
                                                        ("    [ ] test", "")]
     assert display_lines(ToolDisplay(todos=())) == [("    (empty)", "dim")]
+
+
+# issue 44 §4: tool lines show arguments as a person reads them, not JSON with its whitespace collapsed
+@pytest.mark.parametrize(("arguments", "shown"), [
+    ('{"command": "pytest -q   tests/a.py"}', "pytest -q   tests/a.py"),  # the command's own spacing
+    ('{"command": "cd src &&\\n  make"}', "cd src && ⏎   make"),
+    ('{"path": "src/a.py"}', "src/a.py"),
+    ('{"path": "a.py", "offset": 10}', "a.py, offset=10"),
+    ('{"path": "a.py", "old_string": "x", "new_string": "y"}', 'a.py, old_string="x", new_string="y"'),
+    ('{"text": "one"}', '{"text": "one"}'),  # no subject: its JSON
+    ('{"command": "echo \\u001b[31mred"}', "echo \\u001b[31mred"),  # an escape is shown, never sent to the terminal
+    ("not json", "not json"),
+])
+def test_call_arguments_show_a_command_as_a_command_and_a_path_as_a_path(arguments: str, shown: str) -> None:
+    assert call_arguments(arguments) == shown
+
+
+def test_call_arguments_are_cut_to_the_limit() -> None:
+    assert call_arguments('{"command": "' + "x" * 100 + '"}', 20) == "x" * 19 + "…"

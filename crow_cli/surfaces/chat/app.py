@@ -93,6 +93,8 @@ class ChatOptions:
     """Record the chat in the session store."""
     system: str | None = None
     """The `--system` flag (None: not given): a resumed session whose system prompt it would change is refused."""
+    first: str | None = None
+    """Sent as the first message, as if typed at the prompt (`crow chat "PROMPT"`, `crow "PROMPT"`)."""
 
 
 class ChatApp:
@@ -291,12 +293,22 @@ class ChatApp:
                 if self._owns_store and self._store is not None:
                     self._store.close()
                     self._store = None
+        self._say_how_to_come_back()
         if (finished := scope.finished) is None:
             return code
         with contextlib.suppress(OSError, ValueError):  # stderr may be the closed terminal
             sys.stderr.write(f"crow: {finished.error}\n")
             sys.stderr.flush()
         return finished.exit_code
+
+    def _say_how_to_come_back(self) -> None:
+        """The chat's last line: the command that continues the session it ends in (none when nothing was
+        stored). Said once, here; a terminal already gone is not written to."""
+        if self.recorder is None or self.recorder.session_id is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            self.view.line(f"to continue this session: crow chat --resume {self.recorder.session_id}", "dim")
+            self.view.stop()
 
     async def _run(self) -> int:
         early: list[str] = []  # said under the banner, which comes once the settings are known to hold
@@ -421,6 +433,9 @@ class ChatApp:
             async def read() -> str:
                 text: str = await session.prompt_async(lambda: f"{self.approver.policy.mode} › ", handle_sigint=False)
                 return text
+        if self.options.first is not None:  # typed on the command line: read first, as if typed at the prompt
+            self.view.line(f"› {strip_controls(self.options.first)}")
+            read = _first_then(self.options.first, read)
         armed = False
         code = 0
         sdk = import_in_background()  # the prompt is up: the SDK loads while the user types the first message
@@ -818,6 +833,18 @@ class ChatApp:
             self.recorder.keep_transcript(call_id, call_index, agent, messages)
 
 
+
+
+def _first_then(first: str, read: Callable[[], Awaitable[str]]) -> Callable[[], Awaitable[str]]:
+    """A reader that gives `first` once, then what `read` reads."""
+    pending = [first]
+
+    async def read_first() -> str:
+        if pending:
+            text = pending.pop()
+            return text
+        return await read()
+    return read_first
 
 
 async def run_chat(settings: Settings, options: ChatOptions) -> int:

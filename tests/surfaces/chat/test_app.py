@@ -480,7 +480,7 @@ async def test_a_typed_shell_command_goes_with_the_next_message(store: SessionSt
     output, server, app = await chat([{"sse": text_stream("It printed hello.")}], keys, store)
     assert (tmp_path / "said.txt").read_text() == "hello\n"  # it ran in the workspace, nobody asked
     assert "Allow run_shell" not in output
-    assert 'run_shell({"command": "echo hello > said.txt; cat said.txt"})' in output  # as typed: no time limit
+    assert 'run_shell(echo hello > said.txt; cat said.txt)\n' in output  # as typed: no time limit
     assert "ok run_shell" in output and "    hello" in output
     assert "error run_shell" in output and "exit code 3" in output  # a failing command: its exit status
     (request,) = server.requests  # nothing was sent before the message
@@ -599,7 +599,7 @@ async def test_the_approval_prompt_previews_the_call_as_crow_run_does(store: Ses
     assert "-two\n+2\n" in edit_preview
     assert edit_preview in output  # the diff, line for line, as `crow run` shows it
     assert "$ ls -la && echo done" in output
-    assert output.count('"old_string"') == 1  # in its → line only: the question shows the diff, not the JSON
+    assert output.count('old_string="two"') == 1  # in its → line only: the question shows the diff, not the JSON
     assert (work / "notes.txt").read_text() == "one\ntwo\nthree\n"
 
 
@@ -929,3 +929,42 @@ async def test_keep_planning_sends_the_note_and_stays_in_plan_mode(store: Sessio
     assert kept["role"] == "tool" and kept["content"].startswith(
         "Error: The user read the plan and wants you to keep planning: name it b.txt.")
     assert "the session is planning" in server.requests[2]["messages"][-1]["content"]  # the write, refused
+
+
+# issue 44 §1: start like the peers: `crow "PROMPT"` and `crow chat "PROMPT"` send PROMPT first; leaving says how
+# to come back
+def test_crow_with_a_prompt_on_a_terminal_opens_chat_and_sends_it(tmp_path: Path) -> None:
+    with ReplayServer([{"sse": text_stream("Fixed it.")}]) as server, ChatTerminal(
+            ["--base-url", server.base_url, "--api-key", "sk-test", "--model", "test-model", "--no-tools"],
+            cwd=tmp_path, command="fix the test") as term:
+        term.expect("Fixed it.")
+        term.expect("›")
+        term.send("\x04")
+        term.expect("to continue this session: crow chat --resume ")
+        assert term.wait() == 0
+        screen = term.screen()
+    assert [m["content"] for m in server.requests[0]["messages"] if m["role"] == "user"] == ["fix the test"]
+    with SessionStore() as store:
+        (info,) = store.recent()
+    assert screen.count("crow chat --resume") == 1
+    assert f"crow chat --resume {info.id}" in screen
+
+
+def test_crow_with_only_options_on_a_terminal_opens_chat(tmp_path: Path) -> None:
+    with ChatTerminal(["http://127.0.0.1:9/v1", "--api-key", "sk-test", "--model", "m", "--no-tools"],
+                      cwd=tmp_path, command="--base-url") as term:  # `crow --base-url URL ...`
+        term.expect("crow chat · m")
+        term.expect("›")
+        term.send("\x04")
+        assert term.wait() == 0
+        assert "--resume" not in term.screen()  # nothing was stored: nothing to come back to
+
+
+async def test_chat_sends_its_first_message_then_reads_the_prompt(store: SessionStore) -> None:
+    script = [{"sse": text_sse("One.")}, {"sse": text_sse("Two.")}]
+    out, server, app = await chat(script, "again\r/exit\r", store, options=chat_options(first="fix the test"))
+    assert [[m["content"] for m in r["messages"] if m["role"] == "user"][-1] for r in server.requests] == [
+        "fix the test", "again"]
+    assert app.recorder is not None and app.recorder.session_id is not None
+    assert out.count("to continue this session: crow chat --resume") == 1
+    assert out.rstrip().endswith(f"crow chat --resume {app.recorder.session_id}")
