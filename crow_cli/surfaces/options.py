@@ -30,9 +30,4 @@ class SurfaceOptions:
     """Put AGENTS.md files into the system prompt of new sessions (`--no-project-instructions` turns it off)."""
     modes_given: frozenset[str] = frozenset()
     """The modes a flag named (`approval`: `--approval` or `--yes`; `sandbox`: `--sandbox`): a continued
-    session may be loosened to those (`persist.kept_modes`), never to the config's. `yes` always names the
-    approval mode, also for a caller that builds these options itself."""
-
-    def __post_init__(self) -> None:
-        if self.yes and "approval" not in self.modes_given:  # `--yes` is a named mode, however it came
-            object.__setattr__(self, "modes_given", self.modes_given | {"approval"})
+    session may be loosened to those (`persist.kept_modes`), never to the config's."""

@@ -33,7 +33,8 @@ async def test_a_tool_turn_in_a_colour_terminal(store: SessionStore, tools_dir: 
     text = out.getvalue()
     assert '✓ guarded({"text": "x"}) ok' in text
     assert "The tool ran." in text  # rendered Markdown (live frames in between are erased on a terminal)
-    assert text.rstrip().endswith(f"session {app.recorder.session_id}")
+    sid = app.recorder.session_id
+    assert text.rstrip().endswith(f"session {sid}\nto continue this session: crow chat --resume {sid}")
     assert server.requests[1]["messages"][2]["content"] == "guarded ran: x"
 
 
