@@ -251,6 +251,16 @@ async def fetch(url: str, access: WebAccess, *, headers: dict[str, str] | None =
         ToolError: a URL or address refused, a host that cannot be resolved or reached, a timeout, more
             than `MAX_REDIRECTS` redirects; one line each.
     """
+    import httpx
+
+    try:
+        return await _follow(url, access, headers)
+    except httpx.InvalidURL as exc:  # a Location httpx cannot send to (`javascript:…` on a path): one line
+        raise ToolError(f"a URL of this fetch is not one crow can fetch ({strip_controls(str(exc))[:200]})") from None
+
+
+async def _follow(url: str, access: WebAccess, headers: dict[str, str] | None) -> Fetched | Redirected:
+    """`fetch`, hop by hop."""
     _, first, _ = check_url(url)
     for _hop in range(MAX_REDIRECTS + 1):
         _, host, port = check_url(url)

@@ -12,6 +12,7 @@ adds it): the person chose where queries go, so it asks nobody; nothing is searc
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
@@ -77,7 +78,7 @@ async def web_fetch(url: str, context: ToolContext | None = None) -> ToolOutput:
     if isinstance(fetched, Redirected):
         return ToolOutput(f"[{fetched.url} redirects to another host: {fetched.location}. It was not followed; "
                           "fetch that URL with web_fetch if it is what you need]")
-    kind, text = page_text(fetched)
+    kind, text = await asyncio.to_thread(page_text, fetched)  # parsing a large page must not stall the run
     cut = " (the response was larger than crow reads: only its start)" if fetched.truncated else ""
     head = f"[{fetched.url}: {kind}, HTTP {fetched.status}{cut}; {_NOTE}]"
     if fetched.status >= 400:
