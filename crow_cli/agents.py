@@ -55,7 +55,7 @@ USER_FOLDER = "agents"
 CLAUDE_TOOL_NAMES: dict[str, str | None] = {
     "Read": "read_file", "Write": "write_file", "Edit": "edit_file", "MultiEdit": "edit_file",
     "Bash": "run_shell", "Grep": "search_files", "Glob": "list_directory", "LS": "list_directory",
-    "Task": None, "Agent": None,
+    "WebFetch": "web_fetch", "WebSearch": "web_search", "TodoWrite": "todo_write", "Task": None, "Agent": None,
 }
 """Claude Code's tool names as crow's; None: not given to a subagent (a child starts no children)."""
 CLAUDE_MODEL_ALIASES = ("sonnet", "opus", "haiku")

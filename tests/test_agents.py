@@ -14,7 +14,7 @@ from crow_cli.errors import ConfigError
 CLAUDE_FILE = """---
 name: code-reviewer
 description: Expert code review specialist. Use after writing code.
-tools: Read, Grep, Glob, Bash, WebFetch
+tools: Read, Grep, Glob, Bash, WebFetch, NotebookEdit
 model: sonnet
 ---
 You are a senior code reviewer.
@@ -34,15 +34,16 @@ def test_a_claude_code_agent_file_is_read_as_it_is() -> None:
     agent = parse_agent(CLAUDE_FILE, Path("code-reviewer.md"), "project", warned.append)
     assert (agent.name, agent.instructions) == ("code-reviewer", "You are a senior code reviewer.")
     assert agent.description == "Expert code review specialist. Use after writing code."
-    assert agent.tools == ("Read", "Grep", "Glob", "Bash", "WebFetch")
+    assert agent.tools == ("Read", "Grep", "Glob", "Bash", "WebFetch", "NotebookEdit")
     assert agent.model is None and "sonnet" in warned[0]  # a Claude alias names no model a server here knows
 
 
 def test_claude_tool_names_map_to_crows_and_unknown_ones_are_warned_about() -> None:
     agent = parse_agent(CLAUDE_FILE, Path("r.md"), "user")
-    chosen, problems = resolve_tools(agent, ["read_file", "search_files", "list_directory", "run_shell", "task"])
-    assert chosen == ["read_file", "search_files", "list_directory", "run_shell"]
-    assert len(problems) == 1 and "WebFetch" in problems[0]
+    offered = ["read_file", "search_files", "list_directory", "run_shell", "web_fetch", "task"]
+    chosen, problems = resolve_tools(agent, offered)
+    assert chosen == ["read_file", "search_files", "list_directory", "run_shell", "web_fetch"]
+    assert len(problems) == 1 and "NotebookEdit" in problems[0]
 
 
 def test_a_child_is_never_given_the_task_tool() -> None:

@@ -217,6 +217,8 @@ def _problem(error: Any) -> str:
         nullable = " or null" if any(isinstance(b, dict) and b.get("type") == "null" for b in error.validator_value) \
             else ""
         return f"{where}: expected {' or '.join(wanted)}{nullable}, got {_shown(error.instance)}"
+    if error.validator in _BOUNDS:
+        return f"{where}: {_BOUNDS[error.validator].format(error.validator_value)}"
     if error.validator == "enum":
         return f"{where}: expected one of {_shown(error.validator_value)}, got {_shown(error.instance)}"
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
@@ -224,12 +226,22 @@ def _problem(error: Any) -> str:
         extra = sorted(k for k in error.instance if k not in allowed)
         known = f" (known: {', '.join(sorted(allowed))})" if allowed else ""
         return f"{where}: unexpected {', '.join(repr(k) for k in extra)}{known}"
-    return f"{where}: {error.message}"
+    return f"{where}: {_cut(error.message, 200)}"  # never the whole value: a list of 101 items is no message
+
+
+_BOUNDS = {"maxItems": "at most {} items", "minItems": "at least {} items", "maxLength": "at most {} characters",
+           "minLength": "at least {} characters", "maximum": "at most {}", "minimum": "at least {}",
+           "exclusiveMaximum": "less than {}", "exclusiveMinimum": "more than {}", "maxProperties": "at most {} keys",
+           "minProperties": "at least {} keys"}
+"""What a size or range keyword asks, in words (jsonschema's own message quotes the whole value)."""
 
 
 def _shown(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= _SHOWN else text[: _SHOWN - 1] + "…"
+    return _cut(json.dumps(value, ensure_ascii=False), _SHOWN)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _kind(value: Any) -> str:

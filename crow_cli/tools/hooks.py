@@ -411,7 +411,7 @@ class Hooks:
             self._say(HookRan(event, self._masked(one.spec.command), outcome, one.duration_s, one.spec.source,
                               one.code, self._masked(_one_line(message)) if message else None, call_id))
             if problem:
-                self._say(WarningEvent(f"{event} hook {_shown(one.spec, self.secrets)} {problem}; the run goes on"))
+                self._say(WarningEvent(f"{event} hook {_shown(one.spec, self.secrets)}: {problem}; the run goes on"))
                 continue
             if answer.blocked is not None and blocked is None:
                 blocked, by = answer.blocked, one.spec

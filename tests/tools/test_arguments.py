@@ -66,3 +66,12 @@ def test_an_optional_number_sent_as_a_string_is_read_as_the_number() -> None:
     assert checked.arguments == {"start_line": 2} and "'start_line': read \"2\" as the integer 2" in checked.notes
     with pytest.raises(ToolError, match="'start_line': expected integer or null, got \"two\""):
         check_arguments(optional, {"start_line": "two"}, "read_file")
+
+
+def test_a_size_or_range_is_said_in_words_never_with_the_whole_value() -> None:
+    """jsonschema's own message for maxItems quotes the whole list (4,000 characters for 101 items)."""
+    schema = {"type": "object", "properties": {"todos": {"type": "array", "maxItems": 100},
+                                               "n": {"type": "integer", "minimum": 1}}}
+    with pytest.raises(ToolError) as refused:
+        check_arguments(schema, {"todos": [{"content": "x"}] * 101, "n": 0}, "todo_write")
+    assert str(refused.value) == "invalid arguments for todo_write: 'n': at least 1; 'todos': at most 100 items"

@@ -170,9 +170,8 @@ async def test_every_redirect_is_checked_and_followed_only_to_the_same_or_an_all
 @pytest.mark.parametrize("location", ["javascript:alert(1)", "file:///etc/passwd", "http://[::1"])
 async def test_a_redirect_to_what_is_no_fetchable_url_is_one_line(location: str) -> None:
     """A Location crow cannot fetch is a ToolError saying so, never an exception of the HTTP library."""
-    with serving({"/": redirect(lambda: location)}) as (port, _asked):
-        with pytest.raises(ToolError):
-            await fetch(f"http://127.0.0.1:{port}/", WebAccess(("127.0.0.1",)))
+    with serving({"/": redirect(lambda: location)}) as (port, _asked), pytest.raises(ToolError):
+        await fetch(f"http://127.0.0.1:{port}/", WebAccess(("127.0.0.1",)))
 
 
 async def test_a_response_larger_than_the_cap_is_cut(monkeypatch: pytest.MonkeyPatch) -> None:
