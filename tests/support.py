@@ -484,7 +484,7 @@ async def run_here(script: list[dict[str, Any]], prompt: str = "hi", *, cwd: Pat
     from crow_cli.surfaces.run import RunOptions, run_prompt
 
     shared = {name: options.pop(name) for name in [*options] if name in SURFACE_FIELDS}
-    if shared.get("yes") or (flags or {}).get("approval"):  # as `crow run` says which modes its flags named
+    if shared.get("yes"):  # `--yes` names the approval mode, as `crow run` says of its flags
         shared.setdefault("modes_given", frozenset({"approval"}))
     with ReplayServer(script) as server:
         out, err = io.StringIO(), io.StringIO()

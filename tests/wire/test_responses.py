@@ -238,13 +238,14 @@ async def test_an_error_event_ends_the_run_as_on_the_chat_wire(tmp_path: Path) -
 
 
 async def test_a_cut_stream_ends_the_run_as_on_the_chat_wire(tmp_path: Path) -> None:
-    """A connection dropped mid-answer: the partial text is shown and the exit code is the chat wire's."""
+    """A connection dropped mid-answer: the exit code is the chat wire's, and stdout (not a terminal) holds no cut
+    text, as on the chat wire."""
     body = text_turn("partial answer here")
     resp = await run_here([{"sse": body, "cut_after_events": 3}], cwd=tmp_path, config=responses_config(tmp_path))
     chat = await run_here([{"sse": text_stream("partial answer here"), "cut_after_events": 2}], cwd=tmp_path,
                           config=responses_config(tmp_path, wire_api="chat"))
     assert resp.code == chat.code != 0
-    assert "part" in resp.stdout
+    assert resp.stdout == chat.stdout == ""
     ended = await run_here([{"sse": rsse(*_events(body)[:-1])}], cwd=tmp_path, config=responses_config(tmp_path))
     assert ended.code == chat.code  # the body ended before response.completed: cut as well
 

@@ -90,7 +90,7 @@ async def test_a_command_exiting_non_zero_shows_as_failed_in_run_json_and_chat(t
                                                         "--model", "m", "--yes"], cwd=tmp_path) as term:
         term.expect("›")
         term.send("go\r")
-        term.expect('✗ run_shell({"command": "echo nope; exit 3"}) error ')
+        term.expect("✗ run_shell(echo nope; exit 3) error ")  # a command shown as the command
         term.expect(" · exit code 3")
         term.expect("    nope")
         term.expect("Done.")
