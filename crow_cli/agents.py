@@ -35,8 +35,7 @@ from typing import Any, Literal
 from .errors import ConfigError
 from .front_matter import split_front_matter
 from .instructions import project_folders
-from .paths import SymlinkLoop, resolve_path
-from .prompt_files import read_text_file
+from .prompt_files import read_text_file, resolve_inside
 from .text import mask_secrets, strip_controls
 
 __all__ = ["CLAUDE_TOOL_NAMES", "MAX_AGENTS", "MAX_BYTES", "AgentDefinition", "find_agents", "parse_agent",
@@ -208,16 +207,7 @@ def _read(path: Path, scope: Scope, root: Path | None, warn: Callable[[str], Non
     """The agent at `path`, or None (`warn` told why) when it cannot be read or leads outside `root`."""
     what = f"agent file {str(path)!r}"
     try:
-        real = path
-        if root is not None:
-            try:
-                real = resolve_path(path, strict=True)
-            except SymlinkLoop:
-                raise ConfigError(f"{what} is a symlink loop") from None
-            except OSError as exc:
-                raise ConfigError(f"{what} cannot be read: {exc.strerror or exc}") from None
-            if resolve_path(root) not in real.parents:
-                raise ConfigError(f"{what} leads to {real}, outside the project")
+        real = path if root is None else resolve_inside(path, root, what)
         text = mask_secrets(read_text_file(real, what, MAX_BYTES), secrets)
         return parse_agent(text, path, scope, warn)
     except ConfigError as exc:
