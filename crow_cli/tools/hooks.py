@@ -387,7 +387,7 @@ class Hooks:
                 with contextlib.suppress(asyncio.CancelledError, ProcessLookupError):
                     await asyncio.shield(proc.wait())
         duration = time.perf_counter() - started
-        problem = f"it ran past its timeout_s ({spec.timeout_s:g} s) and was killed" if timed_out else None
+        problem = f"ran past its timeout_s ({spec.timeout_s:g} s) and was killed" if timed_out else None
         return _Ran(spec, None if timed_out else proc.returncode, out.text(), err.text(), duration, problem,
                     timed_out)
 
@@ -411,7 +411,7 @@ class Hooks:
             self._say(HookRan(event, self._masked(one.spec.command), outcome, one.duration_s, one.spec.source,
                               one.code, self._masked(_one_line(message)) if message else None, call_id))
             if problem:
-                self._say(WarningEvent(f"{event} hook {_shown(one.spec, self.secrets)}: {problem}; the run goes on"))
+                self._say(WarningEvent(f"{event} hook {_shown(one.spec, self.secrets)} {problem}; the run goes on"))
                 continue
             if answer.blocked is not None and blocked is None:
                 blocked, by = answer.blocked, one.spec
