@@ -188,6 +188,7 @@ def test_chat_asks_about_a_new_host_and_a_no_with_a_reason_reaches_the_model(tmp
                     "the [t]ool:")
         term.send("n use the copy in docs/\r")
         term.expect("Understood.")
+        term.expect("›")  # the next prompt is up: a Ctrl-D sent before it may reach the finishing turn
         term.send("\x04")
         assert term.wait() == 0
     assert tool_messages(server.requests[1])[0]["content"] == (
