@@ -41,7 +41,7 @@ from .text import header_secrets, is_secret_name, proxy_secrets, public_url, str
 from .wire.profiles import KEYED_HOSTS, OWNED_PARAMS, check_overrides
 
 __all__ = ["APPROVAL_MODES", "DEFAULT_BASE_URL", "DEFAULT_MODEL", "KEYED_HOSTS", "OPTIONS", "OWNED_PARAMS", "Option",
-           "Settings", "default_config_path", "load_settings", "require_api_key"]
+           "Settings", "default_config_path", "key_server", "load_settings", "require_api_key"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_MODEL = "gpt-4o-mini"
@@ -390,7 +390,7 @@ def _checked_key(key: str | None) -> str | None:
     return key
 
 
-def _server(url: str) -> tuple[str, str, int | None]:
+def key_server(url: str) -> tuple[str, str, int | None]:
     """What a key is bound to: scheme, host and port of `url` (default ports filled in)."""
     try:
         parts = urlsplit(url.strip())
@@ -470,7 +470,7 @@ def load_settings(
         api_key, problem = None, str(exc)
     headers_layer = next((layer for layer in reversed(layers) if "headers" in layer.values), None)
     headers = {str(k): str(v) for k, v in values["headers"].items()}
-    if headers_layer is not None and _server(_home(headers_layer, layers, env)) != _server(base_url):
+    if headers_layer is not None and key_server(_home(headers_layer, layers, env)) != key_server(base_url):
         headers = {k: v for k, v in headers.items() if not is_secret_name(k)}  # not this server's
     return Settings(
         model=str(values["model"]), base_url=base_url, api_key=api_key, headers=headers,
@@ -578,13 +578,13 @@ class _UnsetKey(ConfigError):
 
 def _api_key(env: Mapping[str, str], layers: list[_Layer], base_url: str) -> str | None:
     """The key from the environment that was configured for `base_url`'s server (module docstring)."""
-    server = _server(base_url)
+    server = key_server(base_url)
     crow_home = (env.get("CROW_BASE_URL") or layers[0].values.get("base_url") or env.get("OPENAI_BASE_URL")
                  or DEFAULT_BASE_URL)
-    if env.get("CROW_API_KEY", "").strip() and _server(crow_home) == server:
+    if env.get("CROW_API_KEY", "").strip() and key_server(crow_home) == server:
         return env["CROW_API_KEY"]
     named = next((layer for layer in reversed(layers) if layer.values.get("api_key_env", "") != ""), None)
-    if named is not None and _server(_home(named, layers, env)) == server:
+    if named is not None and key_server(_home(named, layers, env)) == server:
         name = str(named.values["api_key_env"])
         if not env.get(name, "").strip():
             raise _UnsetKey(f"{name} is not set: api_key_env in {named.where} names it as the API key for "
@@ -592,7 +592,7 @@ def _api_key(env: Mapping[str, str], layers: list[_Layer], base_url: str) -> str
         return env[name]
     openai_home = env.get("OPENAI_BASE_URL")
     if env.get("OPENAI_API_KEY", "").strip() and (
-            server[1] == _OPENAI_HOST or (openai_home and _server(openai_home) == server)):
+            server[1] == _OPENAI_HOST or (openai_home and key_server(openai_home) == server)):
         return env["OPENAI_API_KEY"]
     return None
 

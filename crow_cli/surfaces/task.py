@@ -28,10 +28,9 @@ from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from ..agents import AgentDefinition, resolve_tools
-from ..config import Settings, load_settings, require_api_key
+from ..config import Settings, key_server, load_settings, require_api_key
 from ..errors import ConfigError, CrowError, ToolError
 from ..events import (
     Notice,
@@ -238,7 +237,7 @@ def child_settings(parent: Settings, definition: AgentDefinition | None) -> Sett
     settings = parent
     if definition is not None and definition.profile:
         settings = load_settings(config_path=parent.config_path, profile=definition.profile)
-        if settings.api_key is None and _server(settings.base_url) == _server(parent.base_url):
+        if settings.api_key is None and key_server(settings.base_url) == key_server(parent.base_url):
             settings = dataclasses.replace(settings, api_key=parent.api_key)
         require_api_key(settings)
         settings = dataclasses.replace(settings, system=parent.system, secrets=(*parent.secrets, *settings.secrets))
@@ -246,15 +245,6 @@ def child_settings(parent: Settings, definition: AgentDefinition | None) -> Sett
         settings = dataclasses.replace(settings, model=definition.model)
     return settings
 
-
-def _server(url: str) -> tuple[str, str, int | None]:
-    try:
-        parts = urlsplit(url.strip())
-        port = parts.port
-    except ValueError:
-        return ("", url, None)
-    scheme = parts.scheme.lower()
-    return scheme, (parts.hostname or "").lower(), port or {"http": 80, "https": 443}.get(scheme)
 
 
 def _labelled(approvals: Approver | None, name: str, parent: ToolCall) -> Approver | None:
