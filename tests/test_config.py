@@ -35,8 +35,7 @@ def test_precedence_flags_env_config():
     assert load_settings({}, env={"CROW_BASE_URL": "http://crow/v1/"}).base_url == "http://crow/v1"
 
 
-# found trying the built-in prompt as a new user (wave 4): `system_prompt_file = "prompt.md"` in the config was
-# looked for in the folder crow ran from, so it worked in one folder and was "cannot be read" in the next
+# `system_prompt_file` in a config file is relative to that file, not to the folder crow runs in
 def test_a_config_files_system_prompt_file_is_relative_to_the_config(tmp_path, monkeypatch):
     config = write_config('system_prompt_file = "prompt.md"\n')
     monkeypatch.chdir(tmp_path)
@@ -52,7 +51,7 @@ def test_api_key_lookup_order():
     assert "sk-SECRET" not in repr(load_settings({"api_key": "sk-SECRET"}, env={}))
 
 
-# Found trying it as a new user (the shipped [profiles.openrouter] got the OpenAI key) (issue 11 item 1)
+# A profile naming its key variable never falls back to OPENAI_API_KEY when that variable is unset
 def test_a_named_key_variable_that_is_unset_is_an_error_not_a_fallback_to_openai_api_key():
     write_config('[profiles.other]\nbase_url = "https://other.example/v1"\napi_key_env = "OTHER_KEY"\n')
     env = {"OPENAI_API_KEY": "sk-openai", "CROW_API_KEY": "sk-crow"}
@@ -67,7 +66,7 @@ def test_a_named_key_variable_that_is_unset_is_an_error_not_a_fallback_to_openai
         require_api_key(load_settings({}, env={"OPENAI_API_KEY": "o"}))
 
 
-# Found trying it as a new user (issue 11 item 1)
+# Each key goes only to the server it was configured for
 @pytest.mark.parametrize(("config", "flags", "env", "key"), [
     # OPENAI_API_KEY: OpenAI's own API, or the OPENAI_BASE_URL beside it; never another server
     ("", {}, {"OPENAI_API_KEY": "o"}, "o"),
@@ -98,7 +97,7 @@ def test_a_key_goes_only_to_the_server_it_was_configured_for(config, flags, env,
     assert load_settings(flags, env=env).api_key == key
 
 
-# Found trying it as a new user (an Authorization header in a profile) (issue 11 item 1)
+# Credential headers go only to the server of the table that names them
 def test_credential_headers_go_only_to_the_server_of_their_table():
     write_config('base_url = "http://file/v1"\n[headers]\nAuthorization = "Bearer t"\nX-Title = "crow"\n'
                  '[profiles.p]\nbase_url = "http://p/v1"\nheaders = { "x-api-key" = "pk", X-Title = "p" }\n')
@@ -120,7 +119,7 @@ def test_proxy_credentials_and_mcp_server_keys_are_secrets() -> None:
     assert "debug" not in s.secrets and "proxyuser" not in s.secrets
 
 
-# A key not sent to this server is still a secret (run_shell hides every one) (issue 11 item 1)
+# A key not sent to this server is still a secret (run_shell hides every one)
 def test_every_configured_credential_is_a_secret_whether_sent_or_not():
     write_config('api_key_env = "K"\n[headers]\nAuthorization = "Bearer tok-123456"\n'
                  '[profiles.p]\napi_key_env = "PK"\n')
@@ -130,7 +129,7 @@ def test_every_configured_credential_is_a_secret_whether_sent_or_not():
     assert set(s.secrets) == {"k-secret", "pk-secret", "o-secret", "Bearer tok-123456", "tok-123456"}
 
 
-# smaller: a missing key for a hosted API is a configuration error, before any request (issue 11)
+# A missing key for a hosted API is a configuration error, before any request
 def test_a_hosted_api_without_a_key_is_a_config_error():
     require_api_key(load_settings({"base_url": "http://127.0.0.1:8080/v1"}, env={}))  # local: no key needed
     require_api_key(load_settings({}, env={"OPENAI_API_KEY": "o"}))
@@ -155,16 +154,16 @@ def test_profiles_override_top_level_and_unknown_profile_fails():
 @pytest.mark.parametrize(("text", "message"), [
     ("model = ", "not valid TOML"),
     ("colour = 1\n", r"unknown key 'colour' in \S+; see"),  # nothing near it: no suggestion
-    # issue 44 §4: a mistyped key gets the nearest valid one, as a mistyped flag does
+    # a mistyped key gets the nearest valid one, as a mistyped flag does
     ("modle = 'x'\n", r"unknown key 'modle' in \S+config\.toml \(did you mean 'model'\?\); see"),
     ("max_turn = 3\n", r"\(did you mean 'max_turns'\?\)"),
     ("max_turns = 'many'\n", "'max_turns' has the wrong type"),
-    # smaller: found trying it as a new user; the file's key was reported as the flag --max-turns (issue 11)
+    # a bad value is reported as the file's key, not as the flag of the same setting
     ("max_turns = 0\n", r"^/.*/config\.toml: max_turns must be at least 1 \(got 0\)$"),
     ("max_retries = -1\n", r"config\.toml: max_retries must be 0 or more \(got -1\)$"),
     ("tool_timeout = 0\n", r"config\.toml: tool_timeout must be greater than 0"),
     ('base_url = "ftp://x"\n', r"config\.toml: base_url must start with http:// or https://"),
-    # smaller: keys crow owns in the request body were silently overwritten or broke the stream (issue 11)
+    # keys crow owns in the request body cannot be set from [params]
     ('[params]\nmodel = "x"\n', r"config\.toml: \[params\] cannot set 'model': crow sets"),
     ('[params]\nstream = false\n', r"\[params\] cannot set 'stream'"),
     ('[params]\nmessages = []\n', r"\[params\] cannot set 'messages'"),
@@ -190,7 +189,7 @@ def test_example_config_is_valid(tmp_path):
     example = Path(__file__).resolve().parent.parent / "config.example.toml"
     s = load_settings({}, env={"OPENROUTER_API_KEY": "k"}, config_path=str(example), profile="openrouter")
     assert s.base_url == "https://openrouter.ai/api/v1" and s.headers == {"X-Title": "crow"}
-    # The shipped profiles never receive the OpenAI key (issue 11 item 1)
+    # The shipped profiles never receive the OpenAI key
     assert load_settings({}, env={"OPENAI_API_KEY": "k"}, config_path=str(example), profile="local").api_key is None
     with pytest.raises(ConfigError, match=r"^OPENROUTER_API_KEY is not set"):
         require_api_key(load_settings({}, env={"OPENAI_API_KEY": "k"}, config_path=str(example), profile="openrouter"))
@@ -202,7 +201,7 @@ def test_a_bad_number_from_the_environment_names_the_variable():
         load_settings({}, env={"CROW_IDLE_TIMEOUT": "abc"})
 
 
-# A key's trailing newline is stripped; odd keys are refused, unechoed (found trying it as a new user)
+# A key's trailing newline is stripped; odd keys are refused, unechoed
 def test_key_with_trailing_newline_is_stripped_and_odd_keys_are_refused_unechoed() -> None:
     with ReplayServer([{"sse": text_sse("ok")}]) as srv:
         proc = crow("run", "--base-url", srv.base_url, "--api-key", "sk-SECRET-1\n", "--no-tools", "hi")
@@ -212,7 +211,7 @@ def test_key_with_trailing_newline_is_stripped_and_odd_keys_are_refused_unechoed
     assert proc.returncode == 2 and "SECR" not in proc.stderr and "API key" in proc.stderr
 
 
-# A bad value in the config is a config error, exit 2 (found trying it as a new user)
+# A bad value in the config is a config error, exit 2
 @pytest.mark.parametrize(("text", "message"), [
     ("max_retries = -1", "max_retries must be 0 or more"),
     ("idle_timeout = 0", "idle_timeout must be greater than 0"),
@@ -238,7 +237,7 @@ def test_a_bad_value_ends_crow_run_in_one_line_exit_2(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
-# a refused configured value said "fix it in [params]" when it came from [profiles.NAME.params] (issue 29)
+# A refused configured value names the table it came from ([params] or [profiles.NAME.params])
 def test_settings_say_which_table_the_params_came_from(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
     config.write_text('[params]\ntemperature = 0.2\n[profiles.a]\nmodel = "ma"\n[profiles.b.params]\nseed = 1\n')
@@ -250,7 +249,7 @@ def test_settings_say_which_table_the_params_came_from(tmp_path: Path) -> None:
     assert load_settings({}, env={}, config_path=str(config)).params_from is None
 
 
-# CROW_PROFILE beats the config file's profile (found trying it as a new user)
+# CROW_PROFILE beats the config file's profile
 def test_crow_profile_env_beats_the_files_profile(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
     config.write_text('profile = "a"\n[profiles.a]\nmodel = "ma"\n[profiles.b]\nmodel = "mb"\n')
@@ -262,13 +261,13 @@ def test_the_flag_is_named_when_its_value_is_refused():
         load_settings({"max_turns": 0}, env={})
 
 
-# found trying it as a new user (fourth round): a key in the base URL's query is a credential too
+# A key in the base URL's query is a credential too
 def test_a_key_in_the_base_url_query_is_a_secret():
     s = load_settings({"base_url": "http://h/v1?api-version=1&key=SK-query-123&sig=sig-456789"}, env={})
     assert {"SK-query-123", "sig-456789"} <= set(s.secrets) and "1" not in s.secrets
 
 
-# found trying it as a new user (fourth round): a header value with a line break was accepted
+# A header value with a line break is a config error
 @pytest.mark.parametrize("value", ['"a\\r\\nX-Evil: 1"', '"tok\\n"', '"a\\rb"'])
 def test_a_header_with_a_line_break_is_a_config_error(value):
     write_config(f'[headers]\nX-Key = {value}\n')
@@ -310,7 +309,7 @@ def test_sandbox_mode_and_network_settings(tmp_path: Path) -> None:
         load_settings({}, env={}, config_path=str(config))
 
 
-# `approval` took any text; a bad policy in the config file surfaced later, not naming the file (issue 18)
+# A bad approval policy in the config file is refused at load, naming the file and the policies
 def test_a_bad_approval_policy_names_its_source_and_the_policies(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
     config.write_text('approval = "auto-edit"\n[profiles.ci]\napproval = "sometimes"\n')
@@ -324,7 +323,7 @@ def test_a_bad_approval_policy_names_its_source_and_the_policies(tmp_path: Path)
         load_settings({"approval": "x"}, env={})
 
 
-# A setting with a fixed set of values is a Literal, and its decoding refuses anything else (issue 18)
+# A setting with a fixed set of values is a Literal, and its decoding refuses anything else
 def test_every_literal_setting_is_decoded_against_its_values() -> None:
     import typing
     from dataclasses import fields
@@ -377,7 +376,7 @@ def test_the_settings_values_are_those_their_owners_take() -> None:
     assert (APPROVAL_MODES, SANDBOX_MODES, REASONING_ECHO) == (POLICIES, MODES, outgoing.REASONING_ECHO)
 
 
-# issue: a new user's `crow run --config FIFO` hung for good (the open blocked with no writer)
+# A FIFO as the config file is refused in one line (opening it would block for good with no writer)
 def test_a_fifo_as_the_config_file_is_refused_in_one_line(tmp_path: Path) -> None:
     import os
 
@@ -419,8 +418,7 @@ def test_an_unknown_profile_names_where_it_was_chosen():
         load_settings({}, env={})
 
 
-# found trying it as a new user (wave 3): `"Bad Name" = "v"` under [headers] read as "cannot connect" four
-# times (httpx refuses the name), and `X-U = "é"` was `crow: internal error: UnicodeEncodeError`
+# A header name httpx refuses or a value that is not ASCII is a config error naming the header
 @pytest.mark.parametrize(("line", "said"), [('"Bad Name" = "v"', "'Bad Name' is no header name"),
                                             ('"X:Y" = "v"', "'X:Y' is no header name"),
                                             ('X-U = "caf\\u00e9 sk-secret-99"', "'X-U' must be text of ASCII"),
@@ -434,8 +432,8 @@ def test_a_header_http_cannot_send_is_a_config_error(line, said):
     assert load_settings({}, env={}).headers == {"X-Ok": "v", "X-N": "5"}
 
 
-# noticed in issue 25's work: `crow run --model "$MODEL" …` with MODEL unset ran with the default model (and
-# `--api-key "$KEY"` with the environment's key) without a word
+# An empty value given for a setting (`--model "$MODEL"` with MODEL unset) is an error naming the flag,
+# not a silent fallback to the default
 @pytest.mark.parametrize(("flags", "profile", "named"), [
     ({"model": ""}, None, "--model"), ({"base_url": ""}, None, "--base-url"), ({"approval": ""}, None, "--approval"),
     ({"sandbox": ""}, None, "--sandbox"), ({"workspace": ""}, None, "--workspace"),
@@ -453,9 +451,7 @@ def test_an_empty_system_flag_means_no_system_prompt():
     assert load_settings({"system": ""}, env={}).system == ""
 
 
-# found trying empty values as a new user: an empty value in a profile counts as unset, as an empty variable
-# does, but it skipped the top-level value too: `[profiles.p] base_url = ""` sent the run to OpenAI and
-# `model = ""` to gpt-4o-mini instead of the file's own base_url and model
+# An empty value in a profile counts as unset and leaves the top-level value (base_url, model) in place
 def test_an_empty_value_in_a_profile_leaves_the_top_level_value():
     write_config('base_url = "http://a.example/v1"\nmodel = "top"\nmax_turns = 7\n'
                  '[profiles.p]\nbase_url = ""\nmodel = ""\n')
@@ -474,7 +470,7 @@ def test_an_empty_api_key_env_counts_as_unset():
 
 
 def test_prices_per_model_are_read_in_dollars_per_million_tokens():
-    # The cost beside token use comes from [prices."MODEL"] (issue 34)
+    # The cost beside token use comes from [prices."MODEL"]
     write_config('[prices."gpt-4o"]\ninput = 2.5\noutput = 10\ncached_input = 1.25\n')
     assert load_settings({}, env={}).prices == {"gpt-4o": {"input": 2.5, "output": 10.0, "cached_input": 1.25}}
 
