@@ -86,8 +86,8 @@ def guarded(text: str) -> str:
 
 
 def test_no_progress_line_lands_on_the_approval_question(tmp_path: Path) -> None:
-    # issue 11 item 11 (found trying it as a new user): "✓ fetch" was printed onto the question line,
-    # so it read as if the guarded tool had already run
+    # a tool's outcome line is never printed onto the question line, where it reads as if the guarded tool
+    # had already run
     tools = tools_folder(tmp_path / "run-tools", FETCH_TOOLS)
     marker = tmp_path / "fetched"
     turns = script([("c1", "guarded", {"text": "x"}), ("c2", "fetch", {"marker": str(marker)})], final="Done.")
@@ -107,7 +107,7 @@ def test_no_progress_line_lands_on_the_approval_question(tmp_path: Path) -> None
 
 
 async def test_system_cannot_silently_stay_unchanged_on_a_continued_session(tmp_path: Path) -> None:
-    # issue 11 item 9 (found trying it as a new user): `crow run -c --system NEW` kept the old system prompt
+    # `crow run -c --system NEW` replaces the session's system prompt
     first = await run_here([{"sse": text_sse("One.")}], "hi", flags={"system": "OLD"}, system="OLD", cwd=tmp_path)
     assert first.code == 0, first.stderr
     changed = await run_here([{"sse": text_sse("Two.")}], "again", flags={"system": "NEW"}, system="NEW",
@@ -162,9 +162,8 @@ async def test_a_proxy_password_never_reaches_the_model(tmp_path: Path, monkeypa
 
 
 async def test_the_system_prompt_a_session_has_continues_it(tmp_path: Path) -> None:
-    # found trying `--system ""` (no system prompt) as a new user: `crow run -c --system ""` on a session without
-    # a system prompt, and `-c --system S` beside an AGENTS.md (S and the file are the session's system prompt),
-    # were refused as changing the system prompt
+    # `-c --system ""` on a session without a system prompt, and `-c --system S` beside an AGENTS.md (S and the
+    # file are the session's system prompt), are not refused as changing the system prompt
     first = await run_here([{"sse": text_sse("One.")}], "hi", flags={"system": ""}, system="", cwd=tmp_path)
     again = await run_here([{"sse": text_sse("Two.")}], "again", flags={"system": ""}, system="",
                            continue_last=True, cwd=tmp_path)
@@ -187,7 +186,7 @@ class _Terminal(io.StringIO):
         return True
 
 
-# Model text cannot drive the terminal: its escape sequences are shown, not run (found trying it as a new user)
+# Model text cannot drive the terminal: its escape sequences are shown, not run
 def test_model_text_cannot_drive_the_terminal() -> None:
     hostile = "ok\x1b[2J\x1b[H\x1b]0;PWNED\x07 done\r\n"
     assert strip_controls(hostile) == "ok[2J[H]0;PWNED done\n"
@@ -201,14 +200,14 @@ def test_model_text_cannot_drive_the_terminal() -> None:
     assert piped.getvalue() == hostile  # a pipe gets the text as the model sent it
 
 
-# A latin-1 stdout still gets the answer (found trying it as a new user)
+# A latin-1 stdout still gets the answer
 def test_latin1_stdout_still_gets_the_answer() -> None:
     proc, _ = run_against([{"sse": text_sse("Eagle 🦅 done")}], "--no-tools", "hi",
                           env={"PYTHONIOENCODING": "latin-1"})
     assert proc.returncode == 0 and proc.stdout == "Eagle ? done\n"
 
 
-# The text of consecutive turns is not glued together in a pipe (found trying it as a new user)
+# The text of consecutive turns is not glued together in a pipe
 async def test_text_of_consecutive_turns_is_not_glued_in_a_pipe(tmp_path: Path) -> None:
     first = sse(chunk({"content": "Let me look."}),
                 chunk({"tool_calls": [tool_delta(0, "l1", "list_directory", "{}")]}), chunk({}, "tool_calls"))
@@ -216,8 +215,7 @@ async def test_text_of_consecutive_turns_is_not_glued_in_a_pipe(tmp_path: Path) 
     assert ran.stdout == "Let me look.\nAll done.\n"
 
 
-# found trying it as a new user (third round); issue: a new user's `crow run … >&-` lost the answer and
-# exited 0: it must fail as with /dev/full, the session still stored
+# `crow run … >&-` (stdout closed) fails as with /dev/full, the session still stored
 def test_run_with_stdout_closed_fails_like_a_full_disk(_isolated_home: Path) -> None:
     with ReplayServer([{"sse": text_stream("answer nobody reads")}]) as server:
         result = subprocess.run([CROW, *run_args(server, "hi")], stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -239,14 +237,14 @@ def test_run_with_stdout_closed_fails_like_a_full_disk(_isolated_home: Path) -> 
 
 
 async def test_a_rule_naming_an_unknown_tool_stops_the_run(tmp_path: Path) -> None:
-    # found trying it as a new user (fourth round): `--deny "run_shel:rm -rf"` was accepted and never applied
+    # a rule naming no tool (`run_shel:rm -rf`) is refused at start, before any request
     ran = await run_here([{"sse": text_sse("Hi.")}], flags={"deny": ["run_shel:rm -rf"]}, cwd=tmp_path)
     assert ran.code == 2 and ran.requests == []
     assert ran.stderr.strip().count("\n") == 0 and "did you mean 'run_shell'" in ran.stderr
     assert (await run_here([{"sse": text_sse("Hi.")}], flags={"deny": ["run_shell:rm -rf"]}, cwd=tmp_path)).code == 0
 
 
-# issue: a scripted model that tries every escape (writes outside, network, hooks, keys in files, deny bypasses)
+# a scripted model that tries every escape (writes outside, network, hooks, keys in files, deny bypasses)
 # gets nothing out of `crow run --yes` in CI
 @needs_sandbox()
 async def test_crow_run_yes_lets_no_escape_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -288,7 +286,7 @@ async def test_crow_run_yes_lets_no_escape_out(tmp_path: Path, monkeypatch: pyte
     assert key not in json.dumps(ran.requests[1]) and "[REDACTED]" in json.dumps(ran.requests[1])
 
 
-# issue: with --yes on a terminal, a command the sandbox stopped is still a question (the escalation), and a
+# with --yes on a terminal, a command the sandbox stopped is still a question (the escalation), and a
 # yes runs it once outside the sandbox
 @needs_sandbox()
 def test_crow_run_yes_on_a_terminal_asks_to_run_a_stopped_command_outside_the_sandbox(tmp_path: Path) -> None:
@@ -300,7 +298,7 @@ def test_crow_run_yes_on_a_terminal_asks_to_run_a_stopped_command_outside_the_sa
             ["--base-url", server.base_url, "--api-key", "sk-test", "--model", "m", "--no-session", "--yes", "go"],
             cwd=ws, command="run", stderr_on_terminal=True, env={"TMPDIR": str(temp)}) as term:
         term.expect("Run it once more OUTSIDE the sandbox")
-        # issue: a new user was offered "[a]lways for run_shell" here, which approves only this once
+        # the escalation offers no "always": a yes holds for this call only
         term.expect("Run it outside the sandbox this once? [y]es / [n]o: ")
         term.send("y\r")
         term.expect("Done.")
@@ -308,8 +306,8 @@ def test_crow_run_yes_on_a_terminal_asks_to_run_a_stopped_command_outside_the_sa
     assert (outside / "f").read_text() == "x\n"
 
 
-# found trying it as a new user (wave 3): `crow run --allow '((' x` refused the rule (exit 2) but left a
-# session holding the prompt behind, and `-c` with such a rule left the prompt in the continued session
+# `crow run --allow '((' x` (a rule naming no tool) stores no session, and with `-c` leaves the continued
+# session without the prompt
 async def test_a_rule_naming_no_tool_stores_nothing(tmp_path: Path) -> None:
     refused = await run_here([], "first", flags={"allow": ["(("]}, cwd=tmp_path)
     assert refused.code == 2 and refused.requests == [], refused.stderr
@@ -354,7 +352,7 @@ async def test_the_default_streams_are_those_of_the_call(tmp_path: Path) -> None
     assert (code, out.getvalue()) == (0, "Hello.\n"), err.getvalue()
 
 
-# A warning that comes while the answer streams is shown after the answer, not inside it (issue 34)
+# A warning that comes while the answer streams is shown after the answer, not inside it
 def test_a_warning_while_the_answer_streams_waits_for_its_end() -> None:
     from crow_cli.events import RunFinished, TurnFinished, WarningEvent
 
@@ -374,7 +372,7 @@ def test_a_warning_while_the_answer_streams_waits_for_its_end() -> None:
 
 
 async def test_prompt_progress_is_an_event_for_scripts_and_no_line_on_stderr(tmp_path: Path) -> None:
-    # Llama.cpp's prompt_progress chunks come one per batch of the prompt (issue 34)
+    # Llama.cpp's prompt_progress chunks come one per batch of the prompt
     progress = [chunk({"role": "assistant", "content": None}, prompt_progress={"total": 4096, "processed": n})
                 for n in (1024, 2048, 4096)]
     turn = [{"sse": sse(*progress, chunk({"content": "Hi."}), chunk({}, "stop"))}]
@@ -385,8 +383,8 @@ async def test_prompt_progress_is_an_event_for_scripts_and_no_line_on_stderr(tmp
         f"processing the prompt ({n:,} of 4,096 tokens)…" for n in (1024, 2048, 4096)]
 
 
-# A text-only model refused an attached image and the new session, holding only the prompt, was
-# discarded with the errors that leave nothing worth continuing (401, unreachable) (issue 33 §2)
+# A session whose attached image a text-only model refused is kept: only the errors that leave nothing worth
+# continuing (401, unreachable) discard a new session
 async def test_an_image_a_text_only_model_refused_keeps_its_session(tmp_path: Path) -> None:
     (tmp_path / "shot.png").write_bytes(png())
     refusal = {"status": 400, "body": json.dumps({"error": {"message": "Invalid content type. image_url is only "
@@ -405,7 +403,7 @@ async def test_an_image_a_text_only_model_refused_keeps_its_session(tmp_path: Pa
 
 async def test_a_model_known_text_only_gets_a_tool_image_as_its_name_only(tmp_path: Path) -> None:
     # Where crow knows the model takes no images, the images message is left out (the runtime
-    # gives the loop the client's `takes_images`), so the turn is not refused (issue 33 §2)
+    # gives the loop the client's `takes_images`), so the turn is not refused
     (tmp_path / "shot.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 24)
     calls = script([("c1", "read_file", {"path": "shot.png"})])
     for model, roles in (("deepseek-chat", ["assistant", "tool"]), ("vision-model", ["assistant", "tool", "user"])):
@@ -415,9 +413,9 @@ async def test_a_model_known_text_only_gets_a_tool_image_as_its_name_only(tmp_pa
         assert ran.requests[1]["messages"][-len(roles) + 1]["content"] == "[image: shot.png, image/png, 32 B]"
 
 
-# The four holes a scripted model found through `crow run --yes`: a Unix socket outside with the
-# network off, crow's own config in a workspace that is HOME, a `git init` with core.fsmonitor, and a refused
-# write hidden behind `; echo done`; none gets anything out (issue 30)
+# A Unix socket outside with the network off, crow's own config in a workspace that is HOME, a `git init`
+# with core.fsmonitor, and a refused write hidden behind `; echo done`: none gets anything out of
+# `crow run --yes`
 @needs_sandbox()
 async def test_crow_run_yes_reaches_no_socket_config_or_git_outside(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
@@ -457,7 +455,7 @@ async def test_crow_run_yes_reaches_no_socket_config_or_git_outside(tmp_path: Pa
     assert not (ws / "sub/.git").exists() and sorted(p.name for p in outside.iterdir()) == ["cm-host"]
 
 
-# `--sandbox read-only` with the workspace under /tmp: every command failed with "bwrap: Can't chdir" (issue 30)
+# `--sandbox read-only` runs commands in a workspace under /tmp (bwrap's chdir succeeds)
 @needs_sandbox()
 async def test_crow_run_read_only_sandbox_runs_in_a_workspace_under_the_temp_dir(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -472,7 +470,7 @@ async def test_crow_run_read_only_sandbox_runs_in_a_workspace_under_the_temp_dir
     assert [m["content"] for m in tool_messages(ran.requests[1])] == ["[exit code 0]\nseen\n"]
 
 
-# issue 42: `crow run --yes` in the home folder said nothing of it; a command there could write ~/.local/bin
+# `crow run --yes` in the home folder says so in one line (a command there could write ~/.local/bin)
 async def test_crow_run_in_the_home_folder_says_so_in_one_line(_isolated_home: Path) -> None:
     ran = await run_here(script([]), "go", yes=True, session=False, cwd=_isolated_home)
     assert ran.code == 0, ran.stderr
@@ -578,7 +576,7 @@ async def test_stream_cut_mid_answer_is_asked_again_once(tmp_path: Path) -> None
 
 
 async def test_plain_mode_off_a_terminal_keeps_only_the_answer_that_completed(tmp_path: Path) -> None:
-    # issue 44 §4: `crow run > answer.md` got the cut text, then the retried answer
+    # `crow run > answer.md` holds only the answer that completed, not the cut text before it
     config = write_config(tmp_path, max_retries=0)
     ran = await run_here([{"sse": text_sse(LONG), "cut_after_events": 3}, {"sse": text_sse("Second try.")}],
                          cwd=tmp_path, config=config)
@@ -618,8 +616,8 @@ async def test_a_server_that_never_answers_fails_after_retries(tmp_path: Path) -
 
 
 async def test_a_server_error_message_cannot_drive_the_terminal(tmp_path: Path) -> None:
-    # issue 11 item 3 (found trying it as a new user): escape sequences (screen clear, colours, an OSC 8
-    # link) in a provider's error message reached stderr unfiltered, in plain mode and with --json
+    # escape sequences (screen clear, colours, an OSC 8 link) in a provider's error message never reach
+    # stderr, in plain mode or with --json
     hostile = "bad model\x1b[2J\x1b[31m red \x1b]8;;http://evil.test\x07link\x1b]8;;\x07\x9b2J"
     denied = {"status": 400, "body": json.dumps({"error": {"message": hostile}})}
     config = write_config(tmp_path, max_retries=0)
@@ -630,7 +628,7 @@ async def test_a_server_error_message_cannot_drive_the_terminal(tmp_path: Path) 
 
 
 async def test_a_damaged_event_mid_stream_is_a_warning_and_the_run_completes(tmp_path: Path) -> None:
-    # One data: line held a chunk cut mid-JSON and the next data: frame; crow stopped the run (issue 10 item 2)
+    # One data: line holding a chunk cut mid-JSON and the next data: frame keeps the frame; the run goes on
     config = write_config(tmp_path, max_retries=0)
     cut = json.dumps(chunk({"content": " lost"}))[:30]
     body = sse(chunk({"content": "Hel"}), done=False) + f"data: {cut}data: {json.dumps(chunk({'content': 'lo'}))}\n\n" \
@@ -645,8 +643,7 @@ async def test_a_damaged_event_mid_stream_is_a_warning_and_the_run_completes(tmp
     assert plain.stderr.startswith("crow: warning: the server sent a damaged event")
 
 
-# found trying it as a new user (fourth round): `crow run … > /dev/full` exited 141 silently (plain) or with
-# "internal error: OSError" (--json)
+# `crow run … > /dev/full` says on stderr that the output cannot be written and exits 1, plain or --json
 def test_an_output_that_cannot_be_written_is_said_on_stderr_and_exits_1(tmp_path: Path) -> None:
     import subprocess
 
@@ -682,7 +679,7 @@ async def test_an_output_that_cannot_be_written_is_said_on_runs_err(tmp_path: Pa
         assert elsewhere.getvalue() == "", elsewhere.getvalue()
 
 
-# issue: while MCP servers started (up to their startup_timeout), crow run was silent: say what is awaited
+# while MCP servers start (up to their startup_timeout), crow run says what it is waiting for
 async def test_run_says_it_is_starting_mcp_servers_before_it_waits_for_them(tmp_path: Path) -> None:
     import sys
 
@@ -717,7 +714,7 @@ def noisy_sync(x: int) -> str:
 async def noisy_async(x: int) -> str:
     """Prints on the event loop."""
     print("NOISE FROM LOOP")
-    # issue 11 item 6 (found trying it as a new user): writes to fd 1 itself, and a child's output
+    # writes to fd 1 itself, and a child's output
     os.write(1, b"FD NOISE\\n")
     subprocess.run(["echo", "CHILD NOISE"], check=True)
     return f"y={x}"
@@ -867,7 +864,7 @@ def test_sigint_during_a_stalled_stream(tmp_path: Path) -> None:
     stalled = {"sse": text_sse("Partial answer that stalls"), "delay_ms": 600_000}
     code, events, err = run_until([stalled], ["hi"], tmp_path, "text", signal.SIGINT)
     assert code == 130
-    # smaller items: `turns` counts the turn cancelled mid-way (found trying it as a new user) (issue 11)
+    # `turns` counts the turn cancelled mid-way
     assert events[-1] == {"type": "run_finished", "status": "cancelled", "final_text": "Parti", "turns": 1,
                           "error": "interrupted (SIGINT)", "exit_code": 130, "signal": 2, "output_errno": None,
                           "changes_refused": 0}
@@ -889,7 +886,7 @@ def test_sigterm_during_parallel_tools_answers_every_call(tmp_path: Path) -> Non
 
 
 def test_sigint_after_one_tool_finished_keeps_its_result_and_answers_each_call_once(tmp_path: Path) -> None:
-    """Found by a tester: the finished call was reported and stored a second time, as cancelled."""
+    """A call that finished before the signal is reported and stored once, with its result, not as cancelled."""
     (tmp_path / "slow").mkdir()
     (tmp_path / "slow" / "slow.py").write_text(SLOW_TOOLS)
     turn = tool_turn(("call_quick", "nap", '{"seconds": 0}'), ("call_slow", "nap", '{"seconds": 60}'))
@@ -953,8 +950,8 @@ def test_sigkill_keeps_the_results_of_tools_that_had_finished(tmp_path: Path) ->
 
 
 def test_a_signal_right_after_run_started_ends_with_one_run_finished(tmp_path: Path) -> None:
-    # found trying it as a new user (fourth round): between run_started and the driver's start (the client
-    # being built, openai imported) a signal was unhandled: no run_finished, death by SIGTERM/SIGHUP
+    # a signal between run_started and the driver's start (the client being built, openai imported) still
+    # ends the run with run_finished and its exit code
     for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)):
         with ReplayServer([{"sse": text_sse("hello"), "delay_ms": 2000}]) as server:
             proc = subprocess.Popen(argv(server.base_url, "--json", "--no-tools", "hi"), cwd=tmp_path,
@@ -970,7 +967,7 @@ def test_a_signal_right_after_run_started_ends_with_one_run_finished(tmp_path: P
         assert events[-1]["status"] == "cancelled" and "Traceback" not in err
 
 
-# plan mode and the todo list in `crow run` (issue 43 §1, §2)
+# plan mode and the todo list in `crow run`
 
 PLAN = "# Plan\n\n1. Add `greet()` to app.py\n2. Test it"
 
@@ -1048,7 +1045,7 @@ async def test_plain_run_shows_the_checklist_on_stderr(tmp_path: Path) -> None:
 
 
 def test_crow_run_into_a_file_after_a_cut_stream_holds_only_the_completed_answer(tmp_path: Path) -> None:
-    # issue 44 §4, as a person runs it: `crow run "..." > out.md`
+    # as a person runs it: `crow run "..." > out.md`
     config = write_config(tmp_path, max_retries=0)
     out = tmp_path / "out.md"
     with ReplayServer([{"sse": text_sse(LONG), "cut_after_events": 3}, {"sse": text_sse("Second try.")}]) as server, \
@@ -1077,7 +1074,7 @@ def test_on_a_terminal_the_cut_text_is_marked_and_the_answer_restarts_below() ->
     assert out.getvalue() == "Hello wor [cut]\nHello world.\n"
 
 
-# issue 44 §4: a run whose every change was refused says so last, and run_finished carries it
+# a run whose every change was refused says so last, and run_finished carries it
 async def test_a_run_whose_every_change_was_refused_says_so_on_its_last_line(tmp_path: Path) -> None:
     turns = script([("w1", "write_file", {"path": "a.txt", "content": "x"})], final="I could not write it.")
     ran = await run_here(turns, "write a.txt", flags={"deny": ["write_file"]}, cwd=tmp_path)
