@@ -21,8 +21,8 @@ Properties guarded here:
 - `blocked_reason` names a refused write or socket (also in a command that succeeded, in an error's form),
   a network failure only in a command that failed, nothing when the sandbox is off.
 
-# issue: a command the user approved (or that --yes let through) could write anywhere the user can,
-# reach any host, and outlive `kill -9` of crow.
+# A command the user approved (or that --yes let through) writes only where the sandbox lets it, reaches no
+# host unless allowed, and does not outlive `kill -9` of crow.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ async def test_git_hooks_and_config_stay_read_only(place: Path) -> None:
     assert (place / "ws/.git/config").read_text() == "[core]\n"
 
 
-# issue: `mv .git .git2` and a fresh .git/hooks got past read-only hooks; a worktree's .git file could be
+# `mv .git .git2` and a fresh .git/hooks do not get past read-only hooks; a worktree's .git file cannot be
 # pointed at a gitdir the model wrote
 @needs_bwrap
 async def test_git_cannot_be_renamed_away_nor_a_worktree_pointer_rewritten(place: Path) -> None:
@@ -113,9 +113,9 @@ async def test_git_cannot_be_renamed_away_nor_a_worktree_pointer_rewritten(place
 
 @needs_bwrap
 async def test_git_metadata_cannot_be_moved_aside_or_redirected(place: Path) -> None:
-    # issue: a new user's sandboxed command wrote `.git/commondir` naming a git dir of its own (copied objects,
-    # a config with core.fsmonitor): the user's next `git status` ran that command unconfined. Pinning .git
-    # was not enough; all of .git stays as it is (submodule configs under .git/modules likewise).
+    # a sandboxed command cannot write `.git/commondir` naming a git dir of its own (copied objects, a config
+    # with core.fsmonitor) that the user's next `git status` would run unconfined: all of .git stays as it is
+    # (submodule configs under .git/modules likewise), not only the .git entry.
     (place / "ws/.git/HEAD").write_text("ref: refs/heads/main\n")
     out = await _run("mv .git .gitx; printf /x > .git/commondir; mkdir .git/modules; rm -rf .git",
                      _context(place))
@@ -126,9 +126,8 @@ async def test_git_metadata_cannot_be_moved_aside_or_redirected(place: Path) -> 
 
 @needs_bwrap
 async def test_daemon_sockets_under_run_are_out_of_reach(place: Path) -> None:
-    # issue: a new user's sandboxed command connected to a Unix socket under /run (the path of docker.sock, the
-    # systemd user bus behind `systemd-run --user`): the network namespace does not cover path sockets, so
-    # any daemon there would run what the command asked, unconfined. /run is an empty tmpfs inside.
+    # a sandboxed command cannot connect to a Unix socket under /run (docker.sock, the systemd user bus behind
+    # `systemd-run --user`): the network namespace does not cover path sockets, so /run is an empty tmpfs inside.
     if not os.access("/run", os.W_OK):
         pytest.skip("cannot place a socket under /run as this user")
     path = f"/run/crow-test-{os.getpid()}.sock"
@@ -146,7 +145,7 @@ async def test_daemon_sockets_under_run_are_out_of_reach(place: Path) -> None:
 
 @needs_bwrap
 async def test_sockets_in_the_temp_dir_are_out_of_reach(place: Path) -> None:
-    # issue: the temp dir is shared, and holds the sockets of the user's tmux server (/tmp/tmux-UID/default:
+    # the temp dir is shared and holds the sockets of the user's tmux server (/tmp/tmux-UID/default:
     # `tmux new-window CMD` runs CMD unconfined), X11 (keystrokes into any window), agents. The run's own temp
     # dir has none of them; a workspace that is the temp dir itself has each socket in it (or one folder down)
     # covered, its files readable and writable.
@@ -185,8 +184,8 @@ def test_run_is_hidden_and_a_resolver_file_under_it_kept_with_network(place: Pat
 
 @needs_bwrap
 async def test_a_command_has_no_capabilities_even_when_crow_runs_as_root(place: Path) -> None:
-    # issue: as root (a container, CI) bubblewrap keeps every capability unless told to drop them: a
-    # sandboxed command unmounted the read-only .git and remounted / read-write, then wrote anywhere.
+    # as root (a container, CI) bubblewrap drops every capability: a sandboxed command cannot unmount the
+    # read-only .git or remount / read-write.
     out = await _run(f"umount {place}/ws/.git; mount -o remount,rw,bind /; grep CapEff /proc/self/status; "
                      f"echo x > {place}/ws/.git/planted; echo y > {place}/outside/planted", _context(place))
     assert "CapEff:\t0000000000000000" in out
@@ -362,9 +361,9 @@ _CONNECT = "import socket,sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1]
 
 @needs_bwrap
 async def test_unix_sockets_outside_are_out_of_reach_without_network(place: Path, home_listener: Path) -> None:
-    # `tmux -S ~/.ssh/cm-…`, ssh ControlMaster, docker.sock, gpg-agent: with the network off a
-    # sandboxed command still connected to any Unix socket outside /run and the temp dir, and the daemon ran
-    # what it was sent unconfined. No Unix socket can be made inside; socketpair still works. (issue 30)
+    # `tmux -S ~/.ssh/cm-…`, ssh ControlMaster, docker.sock, gpg-agent: with the network off a sandboxed
+    # command connects to no Unix socket outside (a daemon there would run what it was sent unconfined).
+    # No Unix socket can be made inside; socketpair still works.
     out = await _run(f"{sys.executable} -c '{_CONNECT}' {home_listener}", _context(place))
     assert "CONNECTED" not in out and "Address family not supported" in out, out
     assert out.startswith("BLOCKED the sandbox has no network: no Unix socket")
@@ -408,8 +407,8 @@ def home_is_workspace(place: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @needs_bwrap
 async def test_crow_config_and_start_up_files_stay_read_only_when_the_workspace_is_home(
         home_is_workspace: Path, place: Path) -> None:
-    # Run from the home folder, a sandboxed command appended an [mcp_servers] entry to
-    # ~/.config/crow/config.toml, and the next crow run started it unconfined (issue 30)
+    # Run from the home folder, a sandboxed command cannot append an [mcp_servers] entry to
+    # ~/.config/crow/config.toml that the next crow run would start unconfined
     home = home_is_workspace
     (home / "proj").mkdir()
     out = await _run("echo '[mcp_servers.x]' >> .config/crow/config.toml; echo evil >> .bashrc; "
@@ -425,10 +424,9 @@ async def test_crow_config_and_start_up_files_stay_read_only_when_the_workspace_
 
 @needs_bwrap
 async def test_start_up_files_cannot_be_made_in_home(home_is_workspace: Path, place: Path) -> None:
-    # seen by a new-user tester (wave 6): from the home folder, a confined command made a missing
-    # ~/.bash_profile, ~/.zshrc, ~/.ssh/authorized_keys (with ~/.ssh) and ~/.gitconfig, which act unconfined
-    # later. They were put aside when it ended (issue 42: so was what the person made meanwhile); now nothing
-    # new can be made at the home folder's top.
+    # from the home folder, a confined command cannot make a missing ~/.bash_profile, ~/.zshrc,
+    # ~/.ssh/authorized_keys (with ~/.ssh) or ~/.gitconfig, which would act unconfined later: nothing new can
+    # be made at the home folder's top (so nothing the person makes meanwhile is ever put aside).
     home = home_is_workspace
     (home / ".ssh").rmdir()
     (home / ".gitconfig").unlink()
@@ -443,8 +441,8 @@ async def test_start_up_files_cannot_be_made_in_home(home_is_workspace: Path, pl
 
 @needs_bwrap
 async def test_read_only_keeps_a_workspace_under_the_temp_dir_visible(place: Path) -> None:
-    # --sandbox read-only with the workspace under /tmp: the tmpfs over the temp dir hid it and every
-    # command failed with "bwrap: Can't chdir" (issue 30)
+    # --sandbox read-only with the workspace under /tmp: the tmpfs over the temp dir must not hide the
+    # workspace (every command would fail with "bwrap: Can't chdir")
     (place / "tmp/ws").mkdir()
     (place / "tmp/ws/f").write_text("seen\n")
     (place / "tmp/other").write_text("hidden\n")
@@ -456,7 +454,7 @@ async def test_read_only_keeps_a_workspace_under_the_temp_dir_visible(place: Pat
 
 @needs_bwrap
 async def test_a_refused_write_is_blocked_even_when_the_command_then_succeeds(place: Path) -> None:
-    # A refused write followed by `; echo done` exited 0, so nobody was asked to run it outside (issue 30)
+    # A refused write followed by `; echo done` is still reported as refused, so the person is asked to run it outside
     out = await _run(f"echo c > {place}/outside/x; echo done", _context(place))
     assert out.startswith("BLOCKED the sandbox (workspace-write) refused a write"), out
     assert "done" in out
@@ -479,9 +477,9 @@ def _git(cwd: Path, *args: str) -> str:
 
 @needs_bwrap
 async def test_a_git_repository_made_inside_never_reaches_the_users_git(place: Path) -> None:
-    # A sandboxed `git init` plus a hook and core.fsmonitor ran at the user's next `git status`
-    # (the workspace had no .git at its root, so nothing was protected). What the run left named .git is
-    # put aside as soon as the command ends. (issue 30)
+    # A sandboxed `git init` plus a hook and core.fsmonitor never runs at the user's next `git status`
+    # (also when the workspace has no .git at its root): what the run left named .git is put aside as soon
+    # as the command ends.
     (place / "plain").mkdir()
     context = ToolContext(place / "plain", sandbox=Sandbox("workspace-write", False, str(place / "tmp")))
     out = await _run(f"git init -q . && git config core.fsmonitor 'touch {place}/outside/ran' && mkdir -p sub && "
@@ -494,7 +492,7 @@ async def test_a_git_repository_made_inside_never_reaches_the_users_git(place: P
 
 @needs_bwrap
 async def test_a_submodules_git_dir_is_read_only(place: Path) -> None:
-    # A submodule whose git dir is sub/.git had its fsmonitor run by a top-level `git status` (issue 30)
+    # A submodule whose git dir is sub/.git keeps its config read-only (a top-level `git status` runs its fsmonitor)
     (place / "ws/sub/.git").mkdir(parents=True)
     (place / "ws/sub/.git/config").write_text("[core]\n")
     (place / "ws/deep/er").mkdir(parents=True)
@@ -507,7 +505,7 @@ async def test_a_submodules_git_dir_is_read_only(place: Path) -> None:
 
 
 def test_file_tools_refuse_any_git_dir_in_the_workspace(place: Path) -> None:
-    # Only the workspace root's .git was refused to write_file / edit_file (issue 30)
+    # Every .git in the workspace, not only the root's, is refused to write_file / edit_file
     from crow_cli.errors import ToolError
     from crow_cli.tools.workspace import resolve_for_write
 
@@ -577,7 +575,7 @@ def test_guarded_paths_are_those_and_below_not_names_alike(tmp_path: Path, monke
     assert not is_guarded(home / ".ssh-notes")
 
 
-# issue 42 §2: the sandbox guards by what may be written (the workspace's project files, a temp dir of the
+# the sandbox guards by what may be written (the workspace's project files, a temp dir of the
 # run's own), not by a list of what may not.
 
 
@@ -601,8 +599,8 @@ def home_with_dot_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pa
 @needs_bwrap
 async def test_from_the_home_folder_only_project_files_are_writable(home_with_dot_folders: Path,
                                                                     place: Path) -> None:
-    # issue 42: `crow run --yes` in ~ let a confined command write ~/.local/bin/git (first on PATH: the user's
-    # next `git status` ran it unconfined), rewrite crow's per-user launcher, and leave systemd user units and
+    # `crow run --yes` in ~: a confined command cannot write ~/.local/bin/git (first on PATH: the user's
+    # next `git status` would run it unconfined), rewrite crow's per-user launcher, or leave systemd user units and
     # autostart entries. The home folder's dot-folders, PATH folders and crow's model cache stay read-only, and
     # nothing new is made at the home folder's top; the projects in it stay writable.
     home = home_with_dot_folders
@@ -625,7 +623,7 @@ async def test_from_the_home_folder_only_project_files_are_writable(home_with_do
 @needs_bwrap
 async def test_crows_own_install_in_the_workspace_stays_read_only(place: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    # issue 42: crow's own install (its virtual environment, where its launcher and code live) runs unconfined
+    # crow's own install (its virtual environment, where its launcher and code live) runs unconfined
     # at the next `crow`: a workspace holding it (crow developed with crow) cannot change it, and renaming a
     # folder above it does not put a new one in its place
     venv = place / "ws/tools/venv"
@@ -657,8 +655,8 @@ async def test_a_path_folder_in_the_workspace_cannot_be_moved_aside_and_replaced
 
 @needs_bwrap
 async def test_the_temp_dir_is_the_runs_own(place: Path) -> None:
-    # issue 42: the temp dir was writable whole: a confined `git -C $TMPDIR/scratch config core.fsmonitor …`
-    # planted a command the user's later `git status` there ran. Each run has a temp dir of its own at the
+    # the temp dir is not writable whole: a confined `git -C $TMPDIR/scratch config core.fsmonitor …`
+    # would plant a command the user's later `git status` there runs. Each run has a temp dir of its own at the
     # same path: what commands write there is seen by the run's later commands, never by the person's.
     _git(place / "tmp", "init", "-q", "scratch")
     config = (place / "tmp/scratch/.git/config").read_text()
@@ -674,8 +672,8 @@ async def test_the_temp_dir_is_the_runs_own(place: Path) -> None:
 
 @needs_bwrap
 async def test_no_git_repository_can_be_made_above_a_workspace_in_the_temp_dir(place: Path) -> None:
-    # issue 42: `git init ..` above a workspace under the temp dir made a repository whose config the user's
-    # later `git status` in the workspace read (core.fsmonitor ran unconfined)
+    # `git init ..` above a workspace under the temp dir makes no repository whose config the user's
+    # later `git status` in the workspace reads (core.fsmonitor would run unconfined)
     (place / "tmp/proj/ws").mkdir(parents=True)
     context = ToolContext(place / "tmp/proj/ws", sandbox=Sandbox("workspace-write", False, str(place / "tmp")))
     out = await _run(f"git init -q .. && git -C .. config core.fsmonitor 'touch {place}/outside/ran'; "
@@ -704,9 +702,9 @@ def _wait_for_go(folder: str = ".") -> str:
 @needs_bwrap
 async def test_what_the_person_makes_while_a_command_runs_is_left_alone(home_with_dot_folders: Path,
                                                                         place: Path) -> None:
-    # issue 42: while a confined `sleep 5` ran, the person's own new ~/.gitconfig, ~/.ssh and a cloned
-    # lib/.git were renamed *.crow-sandboxed, and the call was reported as stopped by the sandbox though sleep
-    # exited 0. What the command could not write is never put aside; the call's outcome is the command's.
+    # while a confined `sleep 5` runs, the person's own new ~/.gitconfig, ~/.ssh and a cloned lib/.git are
+    # never renamed *.crow-sandboxed, and the call is not reported as stopped by the sandbox when sleep exits 0.
+    # What the command could not write is never put aside; the call's outcome is the command's.
     import asyncio
 
     home = home_with_dot_folders

@@ -1,5 +1,5 @@
-"""The pure shell-rule module: how a command line is read, and what deny, allow and "always" match (issues 9,
-42); the break session's scripts also black-box, through `crow run` against the replay server."""
+"""The pure shell-rule module: how a command line is read, and what deny, allow and "always" match; the
+scripts that tried to get past the rules also run black-box, through `crow run` against the replay server."""
 
 from __future__ import annotations
 
@@ -39,9 +39,8 @@ def test_deny_and_allow_take_rule_words() -> None:
     assert not allow_matches("git status; rm x", [rule_words("git status")])
 
 
-# issue: a new user got past `rm -rf` deny rules with a glob or brace in the command word, a shell reading its
-# script from a redirect, and wrappers not on the list. A command word the matcher cannot read literally
-# matches every deny rule (fail closed).
+# deny rules hold against a glob or brace in the command word, a shell reading its script from a
+# redirect, and wrappers: a command word the matcher cannot read literally matches every deny rule (fail closed).
 @pytest.mark.parametrize("line", [
     "/bin/r? -rf x", "r[m] -rf x", "{rm,-rf,x}", "/usr/bin/r* -rf x", "cd x && {rm,-rf,y}",
     "sh < script.sh", "bash <script.sh", "< script.sh sh", "python3 < payload.py", "sh -s < script.sh",
@@ -49,8 +48,7 @@ def test_deny_and_allow_take_rule_words() -> None:
     "fakeroot rm -rf x", "unshare -r rm -rf x", "nsenter -t 1 -m rm -rf x", "gdb --args rm -rf x",
     "valgrind rm -rf x", "ssh host rm -rf x", "ssh -p 22 host 'rm -rf x'", "proot rm -rf x",
     "firejail rm -rf x", "systemd-run --user rm -rf x", "ltrace rm -rf x", "faketime now rm -rf x",
-    # found trying it as a new user (wave 3): sg runs its second argument as a command line, dbus-launch its
-    # arguments
+    # sg runs its second argument as a command line, dbus-launch its arguments
     "sg users 'rm -rf x'", "sg users -c 'rm -rf x'", "dbus-launch rm -rf x", "dbus-launch --exit-with-session rm -rf x",
 ])
 def test_deny_rules_fail_closed_on_what_they_cannot_read(line: str) -> None:
@@ -87,8 +85,8 @@ def test_a_line_the_grammar_cannot_read_matches_every_deny_rule_and_no_allow_rul
     assert not allow_matches(line, [["echo"]]) and command_prefixes(line) is None
 
 
-# issue 42 §1: the hand-written lexer was not sh's, so the command word it matched was not the one sh runs.
-# These are the break session's inputs, as the model sent them.
+# the command word matched is the one sh runs (a real shell grammar, not a hand-written lexer), for
+# inputs a model sent to get past deny rules
 @pytest.mark.parametrize("line", [
     "</dev/null rm -rf victim",  # a redirection before the command word hid it (the matcher saw /dev/null)
     "echo cleaning up # don't worry\nrm -rf victim",  # the quote in the comment swallowed the next line
@@ -177,7 +175,7 @@ def test_deny_looks_past_launchers(launcher: str) -> None:
     "echo rm -rf v | sh", "echo rm -rf v | bash -o errexit", "sh < script.sh", "bash <<EOF\nrm -rf v\nEOF",
     "sh <<< 'rm -rf v'", "sh -s < x", "sh <(echo rm -rf v)", "source <(echo rm -rf v)", "python3 < x.py",
     "alias x=rm\nx -rf v", "hash -p /bin/rm ls; ls -rf v", "ls <>f; rm -rf v", "<<x rm -rf v\nx",
-    # found trying it (differential runs against dash and bash): a trap's one-word command, backquotes in
+    # differential runs against dash and bash: a trap's one-word command, backquotes in
     # backquotes, a stream as a script, `-c` inside a cluster, words the grammar joins across a blank, and
     # bash evaluating a string's `$(…)` in arithmetic, `[[ -eq ]]`, `${x@P}`, and names it takes
     "trap rm\\ -rf\\ v EXIT", "echo `echo \\`rm -rf v\\``", "source /dev/stdin <<< 'rm -rf v'",
@@ -255,7 +253,7 @@ def _outcomes(ran_events: list[dict[str, object]]) -> dict[object, object]:
             for e in ran_events if e["type"] == "tool_result"}
 
 
-# issue 42 §1, as the break session ran it: `crow run --yes --deny run_shell:rm` and a model that deletes
+# `crow run --yes --deny run_shell:rm` and a model that deletes by every route: the victims are kept
 async def test_crow_run_yes_deny_rm_keeps_the_victims(tmp_path: Path) -> None:
     (tmp_path / "victim").write_text("keep me")
     (tmp_path / "victim2").write_text("keep me")
