@@ -277,7 +277,7 @@ def test_a_header_with_a_line_break_is_a_config_error(value):
 
 
 def test_adapt_requests_from_the_file_and_the_environment(tmp_path):
-    # issue: request adaptation (wire.adapt) must be easy to turn off
+    # request adaptation (wire.adapt) is easy to turn off
     assert load_settings({}, env={}).adapt_requests is True
     for word, value in (("0", False), ("off", False), ("FALSE", False), ("yes", True), ("1", True)):
         assert load_settings({}, env={"CROW_ADAPT_REQUESTS": word}).adapt_requests is value
@@ -292,7 +292,7 @@ def test_adapt_requests_from_the_file_and_the_environment(tmp_path):
         load_settings({}, env={}, config_path=str(path))
 
 
-# issue: run_shell commands are sandboxed by default; the mode is a setting (flag, env, file, profile)
+# run_shell commands are sandboxed by default; the mode is a setting (flag, env, file, profile)
 def test_sandbox_mode_and_network_settings(tmp_path: Path) -> None:
     assert (load_settings({}, env={}).sandbox, load_settings({}, env={}).sandbox_network) == ("workspace-write", False)
     config = tmp_path / "c.toml"
@@ -386,7 +386,7 @@ def test_a_fifo_as_the_config_file_is_refused_in_one_line(tmp_path: Path) -> Non
         load_settings({}, env={}, config_path=str(fifo))
 
 
-# issue: a config file saved as Latin-1 or UTF-16 was `crow: internal error: UnicodeDecodeError`
+# a config file saved as Latin-1 or UTF-16 is one line naming the file, not an internal error
 @pytest.mark.parametrize("encoding", ["latin-1", "utf-16"])
 def test_a_config_file_that_is_not_utf8_is_one_line_naming_it(encoding):
     path = default_config_path()
@@ -406,7 +406,7 @@ def test_a_utf8_config_file_with_a_byte_order_mark_is_read():
     assert load_settings({}, env={}).model == "café"
 
 
-# issue: an unknown CROW_PROFILE did not say where the name came from
+# an unknown CROW_PROFILE says where the name came from
 def test_an_unknown_profile_names_where_it_was_chosen():
     write_config('[profiles.fast]\nmodel = "quick"\n')
     with pytest.raises(ConfigError, match=r"unknown profile 'nope' \(from CROW_PROFILE;"):
