@@ -1,4 +1,4 @@
-"""The driver: one way to run the loop for every surface (issue 9): cancellation, persistence, exit status."""
+"""The driver: one way to run the loop for every surface: cancellation, persistence, exit status."""
 
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ class Unwritable:
                                                          (errno.ENOSPC, 1, False)])
 async def test_output_that_cannot_be_written_ends_the_run_with_its_errno(code: int, exit_code: int,
                                                                          gone: bool) -> None:
-    # The cause is typed (surfaces read output_errno / output_gone, never the error text) (issue 18)
+    # The cause is typed (surfaces read output_errno / output_gone, never the error text)
     history = [user_message("go")]
     finished = await driver(Stalling()).run(history, Unwritable(code))
     assert (finished.status, finished.exit_code, finished.output_errno, finished.output_gone) == (
@@ -157,7 +157,7 @@ async def test_a_store_that_fails_is_said_once_and_the_run_goes_on():
 
 
 async def test_a_cancel_before_the_loop_starts_still_ends_with_one_run_finished():
-    # found by an editor tester: session/cancel right after session/prompt hit an AssertionError ("Internal error")
+    # a cancel right after the prompt starts (ACP session/cancel after session/prompt) ends it cleanly
     d = driver(Answering())
     sink = Events()
     task = asyncio.ensure_future(d.run([user_message("go")], sink))
@@ -167,7 +167,7 @@ async def test_a_cancel_before_the_loop_starts_still_ends_with_one_run_finished(
     assert finished == RunFinished("cancelled", "", 0, "cancelled", 0) and sink.seen == [finished]
 
 
-# found trying it as a new user (fourth round): a full disk (ENOSPC) was read as a closed pipe (exit 141)
+# each output errno has its own cause and exit code (a full disk, ENOSPC, is not a closed pipe)
 @pytest.mark.parametrize(("errno_", "error", "code"), [
     (errno.EPIPE, "the output was closed", 141), (errno.EIO, "the terminal was closed", 129),
     (errno.ENOSPC, f"cannot write the output: {os.strerror(errno.ENOSPC)}", 1),

@@ -39,8 +39,7 @@ def test_exports(tmp_path: Path) -> None:
         export_session(info, msgs, "xml")
 
 
-# found adding Mistral's thinking chunks (wave 3): an assistant message whose content is parts was left out
-# of the Markdown export (only string content was written)
+# an assistant message whose content is parts (Mistral's thinking chunks) is in the Markdown export
 def test_markdown_export_writes_the_text_of_content_parts(tmp_path: Path) -> None:
     msgs: list[dict[str, Any]] = [{"role": "user", "content": "weather?"}, {"role": "assistant", "content": [
         {"type": "thinking", "thinking": [{"type": "text", "text": "hidden"}]}, {"type": "text", "text": "Sunny."}]}]
@@ -50,7 +49,7 @@ def test_markdown_export_writes_the_text_of_content_parts(tmp_path: Path) -> Non
     assert "## Assistant\n\nSunny.\n" in md and "hidden" not in md
 
 
-# Found trying it as a new user (a tool result holding a fence closed it early) (issue 11 item 7)
+# a tool result holding a fence does not close its turn early in the Markdown export
 def test_markdown_export_keeps_backticks_and_fences_inside_their_turn(tmp_path: Path) -> None:
     result = "README:\n```\n## You\nfake turn\n````\nend"
     msgs: list[dict[str, Any]] = [
@@ -70,7 +69,7 @@ def test_markdown_export_keeps_backticks_and_fences_inside_their_turn(tmp_path: 
     assert '``read_file({"path": "a`b"})``' in export_session(info, msgs, "md")
 
 
-# issue: every file holding conversation text is private, /export too; a FIFO target is refused, not waited on
+# every file holding conversation text is private, /export too; a FIFO target is refused, not waited on
 def test_write_export_is_private_atomic_and_refuses_a_fifo(tmp_path: Path) -> None:
     target = tmp_path / "new" / "chat.md"
     write_export(target, b"# chat\n", make_folder=True)  # crow's own exports folder
@@ -79,7 +78,7 @@ def test_write_export_is_private_atomic_and_refuses_a_fifo(tmp_path: Path) -> No
     old = tmp_path / "old.md"
     old.write_text("before")
     old.chmod(0o644)
-    # found by a new-user tester (wave 5): `/export /etc/passwd` replaced it; a named file is never overwritten
+    # a named file is never overwritten (`/export /etc/passwd`)
     with pytest.raises(ExportExists):
         write_export(old, b"after")
     assert old.read_text() == "before" and old.stat().st_mode & 0o777 == 0o644

@@ -60,7 +60,7 @@ def test_tool_calls_of_reads_an_assistant_message_and_nothing_else() -> None:
 
 
 def test_keys_a_server_attached_stay_on_the_message_and_are_reached_through_as_json() -> None:
-    # The messages are typed, yet what a server attached goes back unchanged (issue 18)
+    # The messages are typed, yet what a server attached goes back unchanged
     call = ToolCall("c1", "read_file", "{}", extra={"extra_content": {"google": {"thought_signature": "s"}}},
                     function_extra={"strict": True, "name": "not this"})
     message = AssistantTurn(None, tool_calls=[call], fields={"reasoning_content": "why", "content": "not this"},
@@ -77,16 +77,16 @@ def test_content_text_is_the_string_or_the_text_parts() -> None:
                          {"type": "text", "text": "b"}]) == "ab"
 
 
-# Text / thinking / text content showed a line break on resume, ACP replay and export that the live
-# view, which streams the parts one after the other, did not (issue 32)
+# Text / thinking / text content joins on resume, ACP replay and export as the live view streamed it (no
+# line break the live view did not show)
 def test_text_parts_around_thinking_join_as_they_streamed() -> None:
     parts = [{"type": "text", "text": "The answer "}, {"type": "thinking", "thinking": "check it"},
              {"type": "text", "text": "is 4."}]
     assert content_text(parts) == "The answer is 4."
 
 
-# found trying it as a new user (wave 3): a Mistral turn whose thinking came as content parts went back with
-# an invented `reasoning_content` beside the parts (a field Mistral never sent; its API refuses extra inputs)
+# a Mistral turn whose thinking came as content parts goes back without an invented `reasoning_content`
+# beside the parts (a field Mistral never sent; its API refuses extra inputs)
 def test_a_turn_whose_reasoning_is_in_its_content_parts_gets_no_reasoning_field() -> None:
     parts = [{"type": "thinking", "thinking": [{"type": "text", "text": "t"}]}, {"type": "text", "text": "a"}]
     message = as_json(AssistantTurn(content="a", reasoning="t", parts=parts).to_message())

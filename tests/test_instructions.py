@@ -1,4 +1,4 @@
-"""AGENTS.md files go into the system prompt, nearest last (issue 13: "a project's AGENTS.md is ignored")."""
+"""AGENTS.md files go into the system prompt, nearest last."""
 
 from __future__ import annotations
 
@@ -66,8 +66,8 @@ async def test_crow_run_sends_them_and_the_flag_turns_them_off(tmp_path: Path, _
     assert off.requests[0]["messages"] == [{"role": "user", "content": "hi"}]
 
 
-# issue: a new user's clone whose AGENTS.md is a symlink to /proc/self/environ put every API key of the
-# environment into the system prompt of `crow run "hi"`, with no tool call
+# an AGENTS.md that is a symlink to /proc/self/environ is skipped with one warning: the environment's keys
+# never reach the system prompt
 def test_a_link_to_proc_self_environ_is_skipped_with_one_warning(tmp_path: Path) -> None:
     (tmp_path / ".git").mkdir()
     (tmp_path / "AGENTS.md").symlink_to("/proc/self/environ")
@@ -113,7 +113,7 @@ def test_secrets_are_masked_as_in_tool_output(tmp_path: Path) -> None:
     assert item.text == "use key [REDACTED] for tests"
 
 
-# issue: 40 nested AGENTS.md gave a 1.3 MB system prompt on every request
+# many nested AGENTS.md files stay within a total budget (40 of them gave a 1.3 MB system prompt)
 def test_a_total_budget_keeps_the_nearest_files_and_says_what_was_left_out(tmp_path: Path) -> None:
     from crow_cli.instructions import MAX_TOTAL_BYTES
 
@@ -133,7 +133,7 @@ def test_a_total_budget_keeps_the_nearest_files_and_says_what_was_left_out(tmp_p
     assert len(warnings) == 38
 
 
-# issue: an AGENTS.md saved as UTF-16 (Windows editors) was read as UTF-8: NULs and garbage
+# an AGENTS.md saved as UTF-16 with a byte order mark (Windows editors) is decoded, not read as UTF-8
 def test_utf16_with_a_byte_order_mark_is_decoded(tmp_path: Path) -> None:
     (tmp_path / "AGENTS.md").write_bytes("Règles: tabs".encode("utf-16"))
     (item,) = find_instructions(tmp_path, None)
@@ -151,7 +151,7 @@ async def test_crow_run_skips_a_link_out_with_a_warning_and_sends_no_secret(tmp_
     assert ran.stderr.count("AGENTS.md leads to /proc/") == 1
 
 
-# issue 44 §5: a repository set up for Claude Code has CLAUDE.md and no AGENTS.md
+# a repository set up for Claude Code has CLAUDE.md and no AGENTS.md
 def test_claude_md_is_read_where_there_is_no_agents_md_with_one_line_saying_so(tmp_path: Path) -> None:
     repo, pkg, _ = _repo(tmp_path)
     (repo / "AGENTS.md").unlink()

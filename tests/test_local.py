@@ -139,7 +139,7 @@ def test_crow_run_local_answers_from_the_local_server(fake_engine: Path, tmp_pat
     assert not alive(log[0]["pid"])  # stopped when the run ended
 
 
-# issue: "--local-model FILE.gguf runs any GGUF the user has, with the chat template from the GGUF"
+# "--local-model FILE.gguf runs any GGUF the user has, with the chat template from the GGUF"
 def test_local_model_serves_the_users_gguf_with_its_own_template(fake_engine: Path, tmp_path: Path,
                                                                 capfd: pytest.CaptureFixture[str]) -> None:
     gguf = tmp_path / "Qwen2.5-0.5B-Instruct-Q4_K_M.gguf"
@@ -170,9 +170,8 @@ def test_a_missing_local_model_is_one_line(fake_engine: Path, tmp_path: Path,
     assert proc.stderr == f"crow: error: --local-model: no such file: {tmp_path / 'nope.gguf'}\n"
 
 
-# issue: a new user's --local-model pointing at a folder said "no such file", and at a file that is no model
-# (a download that saved an HTML page, an empty file) started llama.cpp, whose log line came back with its
-# timestamps ("0.00.006.238 E srv init: exiting due to model loading error"); the file's magic says it first.
+# --local-model pointing at a folder, or at a file that is no model (a download that saved an HTML page, an
+# empty file), is one clear line from the file's magic, before llama.cpp starts
 @pytest.mark.parametrize(("make", "said"), [
     (lambda p: p.mkdir(), "is a folder, not a GGUF model file"),
     (lambda p: p.write_bytes(b"<!DOCTYPE html><html>"), "is not a GGUF model file (it does not start with GGUF)"),
@@ -198,7 +197,7 @@ def test_a_server_that_fails_to_start_is_one_line(fake_engine: Path, tmp_path: P
     assert "Traceback" not in proc.stderr
 
 
-# issue: "the server runs in a child process crow starts and stops: it must die with crow, also on SIGKILL"
+# "the server runs in a child process crow starts and stops: it must die with crow, also on SIGKILL"
 def test_the_server_dies_with_crow_even_when_crow_is_killed(fake_engine: Path, tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_HANG", "1")  # the server holds the request: crow is mid-turn when killed
@@ -216,10 +215,10 @@ def test_the_server_dies_with_crow_even_when_crow_is_killed(fake_engine: Path, t
         crow.wait()
 
 
-# "with neither a key nor a base URL configured, crow's error message points to --local" (issue 14)
+# "with neither a key nor a base URL configured, crow's error message points to --local"
 def test_no_key_and_no_base_url_points_to_local(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     proc = crow_run(tmp_path, capfd, "hi")
-    assert proc.returncode == 2  # a configuration error (issue 11), checked before any request
+    assert proc.returncode == 2  # a configuration error, checked before any request
     assert "no API key for https://api.openai.com/v1" in proc.stderr and "--local" in proc.stderr
 
 
@@ -250,15 +249,15 @@ def test_the_generation_threads_come_from_crow_llama_threads(monkeypatch: pytest
     assert bundled_spec(local_paths()).threads == threads
 
 
-@pytest.mark.parametrize("value", ["0", "two", "-1", "1.5", "²"])  # "²": str.isdigit, not int (found by a new user)
+@pytest.mark.parametrize("value", ["0", "two", "-1", "1.5", "²"])  # "²": str.isdigit, not int
 def test_a_bad_thread_count_is_a_usage_error(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
     monkeypatch.setenv("CROW_LLAMA_THREADS", value)
     with pytest.raises(ConfigError, match="CROW_LLAMA_THREADS must be a whole number above 0"):
         bundled_spec(local_paths())
 
 
-# found trying CROW_LLAMA_THREADS as a new user: the other numbers `--local` reads from the environment were
-# "internal error: ValueError" when not a number (and a port above 65535 went to llama.cpp)
+# every number `--local` reads from the environment is a usage error when not a number (and a port above
+# 65535 is refused before llama.cpp sees it)
 @pytest.mark.parametrize(("name", "value"), [("CROW_LLAMA_PORT", "abc"), ("CROW_LLAMA_PORT", "70000"),
                                              ("CROW_LLAMA_PORT", "-1"), ("CROW_LLAMA_MAX_TOKENS", "lots"),
                                              ("CROW_LLAMA_MAX_TOKENS", "0"), ("CROW_LLAMA_CTX", "8k")])
@@ -274,7 +273,7 @@ def test_a_bad_number_for_the_local_server_is_a_usage_error(monkeypatch: pytest.
                    name.removeprefix("CROW_LLAMA_").lower()) == 4096
 
 
-# `python -m crow_cli.local serve` kept its own SIGTERM handler (exit 0) outside the one run scope (issue 32)
+# `python -m crow_cli.local serve` ends on SIGTERM inside the one run scope, as crow run does
 def test_serve_ends_on_sigterm_as_crow_run_does_and_stops_its_server(fake_engine: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "crow_cli.local", "serve"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -303,8 +302,8 @@ def _rendered_prompt(tools: list[dict[str, Any]]) -> str:
                                add_generation_prompt=True))
 
 
-# issue: the template's example calls carried values (`"pattern": "example"`, `"path": "."`) that SmolLM2-135M
-# copied into its own calls: `Please use search_files to find TODO.` searched for "example" in "example.txt".
+# the template's example calls carry no values a small model copies (SmolLM2-135M searched for "example" in
+# "example.txt" after `"pattern": "example"`, `"path": "."`)
 @pytest.mark.parametrize("source", ["crow", "probe"])
 def test_the_template_shows_no_argument_value_a_model_could_copy(source: str) -> None:
     from crow_cli.probe.checks import TOOLS as PROBE_TOOLS

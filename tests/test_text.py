@@ -49,7 +49,7 @@ def test_url_secrets_are_key_like_values_and_passwords_of_six_characters_or_more
     assert url_secrets("http://[broken/v1?key=sk-abcdef") == ()  # unparseable: nothing to find
 
 
-# issue: one redaction function and one secret list for errors, records, tool output and the store
+# one redaction function and one secret list for errors, records, tool output and the store
 def test_one_redaction_function() -> None:
     from crow_cli.text import SECRET_MASK, mask_secrets
 
@@ -59,8 +59,7 @@ def test_one_redaction_function() -> None:
     assert mask_secrets("x is x", ("x",)) == "x is x"  # a dummy key would match anywhere
 
 
-# noticed at the end of wave 3: two words for one mask: tool output said `[secret hidden]` while the error line
-# and the `--record` files said `[REDACTED]`
+# one word for the mask: tool output, the error line and the `--record` files all say `[REDACTED]`
 def test_tool_output_errors_and_records_mask_a_key_with_one_word(tmp_path: Path) -> None:
     from crow_cli.text import SECRET_MASK
 
@@ -100,8 +99,8 @@ def test_credential_headers_and_their_values(name: str, value: str, found: set[s
     assert set(header_secrets({name: value})) == found
 
 
-# found trying it as a new user (wave 3): the approval question showed `echo \x1b]0;T\x07 hi` as `echo ]0;T hi`:
-# controls were dropped, so the command approved read differently from the one that ran
+# control characters are shown as escapes, not dropped: the command approved reads as the one that runs
+# (`echo \x1b]0;T\x07 hi`, not `echo ]0;T hi`)
 def test_visible_shows_control_characters_as_escapes() -> None:
     from crow_cli.text import visible
 

@@ -24,8 +24,8 @@ def _history(rounds: int) -> list[dict]:
     return history
 
 
-# issue: start-up and per-turn cost: without a usage count from the server, every turn estimated the
-# whole history again.
+# without a usage count from the server, a turn estimates only the messages appended since the last
+# estimate, not the whole history again.
 def test_the_estimate_reads_only_the_messages_appended_since_the_last_one() -> None:
     history = [_Counted(m) for m in _history(20)]
     budget = Budget(window=100_000)
@@ -45,13 +45,13 @@ def test_the_estimate_starts_over_for_a_changed_history_and_adds_to_a_server_cou
     assert budget.prompt_tokens(history[:3]) == estimate_tokens(history[:3])
     budget.record_usage({"prompt_tokens": 500}, 3)
     assert budget.prompt_tokens(history) == 500 + estimate_tokens(history[3:])
-    # Llama.cpp's prompt_tokens leaves out the tokens it reused from its cache (timings.cache_n) (issue 34)
+    # Llama.cpp's prompt_tokens leaves out the tokens it reused from its cache (timings.cache_n)
     budget.record_usage({"prompt_tokens": 12}, 3, {"prompt_n": 12, "cache_n": 980})
     assert budget.prompt_tokens(history) == 992 + estimate_tokens(history[3:])
 
 
-# issue: start-up and per-turn cost: asking a server for its window cost two requests and a second
-# connection before a one-line prompt, which fits any window.
+# asking a server for its window costs requests and a connection: it is asked for only once the prompt is
+# big enough to need it.
 async def test_the_window_is_asked_for_only_once_the_prompt_is_big_enough() -> None:
     asked = []
 
@@ -67,9 +67,9 @@ async def test_the_window_is_asked_for_only_once_the_prompt_is_big_enough() -> N
     assert asked == [True]
 
 
-# found trying it as a new user (wave 3): the reasoning that goes back with each assistant message (a thinking
-# model's reasoning_content, LiteLLM's thinking_blocks, Mistral's thinking parts) was not counted, so a history of
-# long thinking filled the window with the estimate far below it, and compaction came only after a refusal
+# the reasoning that goes back with each assistant message (a thinking model's reasoning_content,
+# LiteLLM's thinking_blocks, Mistral's thinking parts) counts toward the window, so compaction comes before
+# a refusal
 def test_reasoning_that_goes_back_with_a_message_counts_toward_its_size() -> None:
     thought = "x" * 4000
     plain = estimate_tokens([assistant_message("ok")])

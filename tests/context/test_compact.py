@@ -1,6 +1,6 @@
-"""`crow run` compacts a session near its context window, against a scripted server (issue 13:
-"a conversation that outgrows the model's context gets a 400 and is stuck for good"). `crow run` runs in
-this process (`run_here`), `crow sessions show / export` as their command functions."""
+"""`crow run` compacts a session near its context window, against a scripted server, so a conversation
+that outgrows the model's context is never stuck on a 400. `crow run` runs in this process (`run_here`),
+`crow sessions show / export` as their command functions."""
 
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ async def test_an_overflow_refusal_compacts_and_the_retried_turn_succeeds(tmp_pa
 
 
 # When the newest exchange alone is past the target (a long signed thinking block), summarising the small
-# older part cannot make the prompt fit: no summary request is spent, and one line says why (issue 32)
+# older part cannot make the prompt fit: no summary request is spent, and one line says why
 async def test_no_summary_is_asked_for_when_the_newest_exchanges_alone_are_too_long(tmp_path: Path) -> None:
     with SessionStore() as store:
         info = store.create(model="test-model", cwd=str(Path.cwd()))
@@ -104,7 +104,7 @@ async def test_no_summary_is_asked_for_when_the_newest_exchanges_alone_are_too_l
 
 
 async def test_a_summary_keeps_the_todo_list_and_the_mode_the_model_was_told(tmp_path: Path) -> None:
-    # issue 43 §2: compaction keeps the list in what the model gets (and §1: the mode note it was last given)
+    # compaction keeps the todo list in what the model gets (and the mode note it was last given)
     from crow_cli.modes import mode_note
 
     sid = _stored_session()

@@ -1,8 +1,8 @@
-"""`normalise`: the history that is sent is valid whatever the stored one holds (issue 13, "a valid
-history is always sent": found trying long conversations on Mistral/Gemma chat templates).
+"""`normalise`: the history that is sent is valid whatever the stored one holds (Mistral/Gemma chat
+templates refuse anything else).
 
-Sessions left invalid by older versions or a killed crow load and send correctly (issue 13: "a turn
-that failed leaves its user message behind, so the next request carries two user messages in a row").
+Sessions left invalid by older versions or a killed crow load and send correctly (a turn that failed
+leaves no user message behind that would put two user messages in a row).
 `crow run` runs in this process (`run_here`).
 """
 
@@ -82,8 +82,8 @@ def test_a_valid_history_is_sent_unchanged() -> None:
     assert normalise(history) == history
 
 
-# issue: start-up and per-turn cost: every turn normalised the whole history again; a conversation
-# sends its history once per turn, so that work grew with the square of its length.
+# a turn normalises only what changed, not the whole history again: a conversation sends its history once
+# per turn, so that work would grow with the square of its length.
 class _Counted(dict):
     """A message that counts how often it is read."""
 

@@ -1,4 +1,4 @@
-"""The loop sends a valid history and compacts when the window is near or overflowed (issue 13)."""
+"""The loop sends a valid history and compacts when the window is near or overflowed."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def _long_history(exchanges: int, tool_chars: int = 1500) -> list[Message]:
 
 
 async def test_after_a_failed_turn_the_next_request_has_no_two_user_messages_in_a_row() -> None:
-    # A failed turn left its user message; Mistral/Gemma templates then refused every turn (issue 13)
+    # A failed turn leaves no stray user message (Mistral/Gemma templates refuse two in a row)
     history = [user_message("first")]
     client = Recording(["error", "text"])
     events = await _run(history, client)
@@ -141,7 +141,7 @@ async def test_a_failed_summary_is_a_warning_and_the_turn_goes_on() -> None:
 
 
 async def test_a_summary_names_the_images_it_leaves_out() -> None:
-    # A summary is text, so the images of the summarised messages were gone without a word (issue 33 §2)
+    # A summary is text: the images of the summarised messages are said to be gone
     from crow_cli.images import Image, image_part, tool_images_message
 
     png = Image(b"\x89PNG\r\n\x1a\n" + b"\0" * 24, name="shot.png")

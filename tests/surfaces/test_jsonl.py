@@ -149,7 +149,7 @@ def test_each_event_line_is_ascii_json_valid_against_the_schema(event: ev.Event)
 
 
 def test_the_schema_of_a_results_display_has_every_field_of_tool_display() -> None:
-    # What the person sees of a call rides on the result; the schema must follow its fields (issue 34)
+    # What the person sees of a call rides on the result; the schema must follow its fields
     result = event_schema()["$defs"]["tool_result"]["properties"]["result"]
     assert set(result["properties"]) == {f.name for f in dataclasses.fields(ToolResult)} == set(result["required"])
     assert set(result["properties"]["display"]["properties"]) == {f.name for f in dataclasses.fields(ToolDisplay)}
@@ -166,7 +166,7 @@ def test_schema_rejects_a_renamed_field() -> None:
 
 
 async def test_fragments_no_call_can_take_are_a_warning_event(tmp_path: Path) -> None:
-    # Two calls open (headers at index 1 and 2), arguments at index 0 that never opened a call (issue 10 item 1)
+    # Two calls open (headers at index 1 and 2), arguments at index 0 that never opened a call
     headers = [tool_delta(1, "call_f", "roll_dice", ""), tool_delta(2, "call_g", "roll_dice", "")]
     turn = sse(chunk({"tool_calls": headers}),
                chunk({"tool_calls": [tool_delta(0, arguments='{"sides": 6}')]}), chunk({}, "tool_calls"))
@@ -178,7 +178,7 @@ async def test_fragments_no_call_can_take_are_a_warning_event(tmp_path: Path) ->
     assert [c["id"] for c in ran.requests[1]["messages"][-3]["tool_calls"]] == ["call_f", "call_g"]
 
 
-# A usage error with --json prints no event and stores no session (found trying it as a new user)
+# A usage error with --json prints no event and stores no session
 def test_usage_errors_with_json_print_no_event_and_store_no_session(tmp_path: Path, _isolated_home: Path) -> None:
     for args in (["--approval", "bogus"], ["--workspace", str(tmp_path / "nope")]):
         proc = crow("run", "--json", "--base-url", "http://127.0.0.1:9/v1", *args, "hi")
@@ -188,7 +188,7 @@ def test_usage_errors_with_json_print_no_event_and_store_no_session(tmp_path: Pa
             assert conn.execute("SELECT id FROM sessions").fetchall() == []
 
 
-# --json on an unknown session still emits run_started and run_finished (found trying it as a new user)
+# --json on an unknown session still emits run_started and run_finished
 async def test_json_run_on_an_unknown_session_starts_and_finishes(tmp_path: Path) -> None:
     result = await run_here([], json=True, session_id="nope", cwd=tmp_path)  # `crow run --json --session nope hi`
     assert result.requests == []

@@ -119,7 +119,7 @@ async def test_streamable_http_server(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("table", [{}, {"command": "x", "url": "http://y"}, {"command": 3},
                                    {"url": "http://y", "headers": {}}, {"command": "x", "args": "a b"},
-                                   # issue: these were accepted and failed late (at start, or never)
+                                   # refused at load, not late (at start, or never)
                                    {"command": "x", "startup_timeout": -5}, {"command": "x", "startup_timeout": 0},
                                    {"command": "x", "startup_timeout": True}, {"url": "ftp://y/mcp"},
                                    {"url": "not a url"}, {"command": ""}, {"command": "x", "cwd": ""}])
@@ -198,7 +198,7 @@ async def test_without_a_terminal_only_the_read_only_mcp_tool_runs(tmp_path: Pat
         assert "needs approval and nobody can approve it" in m["content"]
 
 
-# SIGINT while an MCP server starts ends the run promptly (found trying it as a new user)
+# SIGINT while an MCP server starts ends the run promptly
 def test_sigint_while_an_mcp_server_starts_ends_the_run_promptly(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
     config.write_text(f'[mcp_servers.mute]\ncommand = "sh"\nargs = ["-c", "{MUTE}"]\nstartup_timeout = 3000\n')
@@ -239,7 +239,7 @@ def _command(pid: int) -> str:
         return ""
 
 
-# An MCP server's startup timeout is honoured (found trying it as a new user)
+# An MCP server's startup timeout is honoured
 def test_mcp_startup_timeout_is_honoured(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "c.toml"  # a server that never answers: the smallest timeout shows it is honoured
     config.write_text(f'[mcp_servers.mute]\ncommand = "sh"\nargs = ["-c", "{MUTE}"]\nstartup_timeout = 0.01\n')
@@ -248,7 +248,7 @@ def test_mcp_startup_timeout_is_honoured(tmp_path: Path, capfd: pytest.CaptureFi
     assert "did not start within 0.01 s" in stderr and "Traceback" not in stderr
 
 
-# found trying it as a new user (second round): past its startup timeout, crow waited 10 s more for a clean stop
+# a server past its startup timeout gets no clean stop (no 10 s more of waiting)
 async def test_a_server_past_its_startup_timeout_gets_no_clean_stop(monkeypatch: pytest.MonkeyPatch) -> None:
     from crow_cli.tools import mcp
 
@@ -260,8 +260,8 @@ async def test_a_server_past_its_startup_timeout_gets_no_clean_stop(monkeypatch:
     assert any("did not start within 0.01 s" in error for error in registry.errors), registry.errors
 
 
-# found trying it as a new user (wave 3): Ctrl-C while an MCP server was starting took 12 s to end the run: the
-# server that never answered `initialize` was still given its 10 s clean stop
+# Ctrl-C while an MCP server starts ends the run at once: a server that never answered `initialize` gets no
+# 10 s clean stop
 async def test_a_start_cut_short_gets_no_clean_stop(monkeypatch: pytest.MonkeyPatch) -> None:
     from crow_cli.tools import mcp
 
@@ -280,7 +280,7 @@ IMAGE_SERVER = str(Path(__file__).with_name("mcp_image_server.py"))
 
 
 async def test_an_image_block_is_kept_as_an_image() -> None:
-    # An MCP image used to be replaced by "[image content: image/png]" and never reached the model (issue 33 §2)
+    # An MCP image reaches the model as an image, not as "[image content: image/png]"
     registry = ToolRegistry()
     async with McpServers({"img": {"command": sys.executable, "args": [IMAGE_SERVER]}}) as servers:
         await servers.register_tools(registry)
@@ -390,8 +390,7 @@ async def test_an_invalid_tool_is_dropped_with_one_line_naming_it() -> None:
 
 
 async def test_a_tool_too_big_to_send_with_every_request_is_dropped_with_one_line() -> None:
-    # found trying it as a new user (wave 3): a server listing a tool with a 2 MB description had it sent with
-    # every request (half a million tokens each time)
+    # a tool's description is bounded: a 2 MB one would be sent with every request (half a million tokens)
     registry = ToolRegistry()
     async with McpServers({"f": fault("bloated")}) as servers:
         await servers.register_tools(registry)
@@ -430,7 +429,7 @@ def test_a_server_writing_non_json_to_stdout_gets_one_line_not_a_traceback(tmp_p
     assert proc.returncode == 0 and "echo" in proc.stdout, proc.stderr
     assert "Traceback" not in proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    # issue: a new user with several MCP servers could not tell which one wrote the bad line: the warning names it
+    # with several MCP servers, the warning names the one that wrote the bad line
     assert len(lines) == 1 and lines[0].startswith(
         "crow: warning: MCP server 'noisy': Failed to parse JSONRPC message"), lines
 
@@ -448,8 +447,7 @@ async def _absorbs_one_cancellation(waiting: asyncio.Event) -> str:
     return "listed"
 
 
-# issue: test_initialize_is_answered_while_the_configured_mcp_servers_start hung 1 run in 60 (CI dry run and a
-# stress run): the start task's tools/list absorbed the cancellation that ended the connection
+# a request that absorbs a cancellation (the start task's tools/list) still ends when its caller is cancelled
 async def test_a_request_that_absorbs_a_cancellation_still_ends_when_its_caller_is_cancelled() -> None:
     waiting = asyncio.Event()
     caller = asyncio.create_task(cancellable(_absorbs_one_cancellation(waiting)))
@@ -472,9 +470,8 @@ async def test_a_request_that_ends_gives_its_result_or_its_error() -> None:
         await cancellable(fails())
 
 
-# issue: a clean-clone CI dry run: `crow tools` stopped by SIGTERM while an MCP server's initialize was unanswered
-# waited forever: the connection's task absorbed its one cancellation (test_tools'
-# test_a_signal_while_mcp_servers_list_stops_them_and_exits_128_plus_n timed out)
+# a SIGTERM while an MCP server's initialize is unanswered ends the wait: the connection's task cannot absorb
+# its one cancellation
 async def test_a_task_that_absorbs_a_cancellation_is_ended() -> None:
     waiting = asyncio.Event()
     task = asyncio.create_task(_absorbs_one_cancellation(waiting))

@@ -69,8 +69,8 @@ def test_titles_arguments_and_locations(tmp_path: Path) -> None:
 
 
 def test_an_edit_diff_follows_the_builtin_edit_rules(tmp_path: Path) -> None:
-    # In editor-buffer mode the permission diff had rules of its own: an old_string occurring
-    # twice showed the first occurrence (then the edit failed), a CRLF buffer showed no diff at all (issue 18)
+    # In editor-buffer mode the permission diff follows the built-in edit's rules: an old_string occurring
+    # twice shows no diff of the first occurrence (the edit fails), a CRLF buffer shows its diff
     edit = TOOLS["edit_file"]
     file = tmp_path / "a.txt"
     args = {"path": "a.txt", "old_string": "x = 1\n", "new_string": "x = 2\n"}
@@ -110,8 +110,8 @@ def test_editor_mcp_servers() -> None:
                                    "web": {"url": "http://h/mcp"}}
 
 
-# issue: a request with no method got no answer, session/cancel sent as a request got -32601, and `jsonrpc: "1.0"`
-# or an object id were accepted; JSON-RPC 2.0 §4-5 says what each gets
+# JSON-RPC 2.0 §4-5: a request with no method, session/cancel sent as a request, `jsonrpc: "1.0"` and an object
+# id each get the answer the spec gives
 @pytest.mark.parametrize(("line", "answer"), [
     (b'{"jsonrpc": "2.0", "id": 7}', {"jsonrpc": "2.0", "id": 7, "error": {
         "code": -32600, "message": "Invalid Request: no method"}}),
@@ -147,9 +147,8 @@ def test_requests_notifications_and_the_editors_answers_pass_on_unchanged() -> N
 
 
 def test_a_lone_surrogate_escape_from_the_editor_becomes_u_fffd_and_a_pair_is_kept() -> None:
-    # issue: a new user's editor sent half of an emoji pair ("\ud83d" alone) in a prompt: the prompt failed with
-    # an internal error ("surrogates not allowed") instead of being sent; an answer of the editor's (a file it
-    # read) carries the same escapes
+    # half of an emoji pair ("\ud83d" alone) in a prompt is sent, not an internal error ("surrogates not
+    # allowed"); an answer of the editor's (a file it read) carries the same escapes
     for method in ('"method": "session/prompt", "id": 3, "params": {"prompt": [{"type": "text", "text": "%s"}]}',
                    '"id": 7, "result": {"content": "%s"}'):
         line = ('{"jsonrpc": "2.0", ' + method % r"a \ud83d b \ud83d\ude00 c \udc00") + "}"
@@ -159,8 +158,8 @@ def test_a_lone_surrogate_escape_from_the_editor_becomes_u_fffd_and_a_pair_is_ke
 
 
 def test_reasoning_kept_only_as_blocks_is_replayed_as_a_thought() -> None:
-    # issue: an editor that loaded a session from a gateway sending only reasoning_details blocks (no
-    # `reasoning` text beside them) saw no thought for the turns that had one
+    # a session from a gateway sending only reasoning_details blocks (no `reasoning` text beside them) is
+    # replayed with a thought for each turn that had one
     blocks = [{"type": "reasoning.text", "text": "Need it.", "index": 0, "signature": "S1+/="},
               {"type": "reasoning.encrypted", "data": "E1", "index": 0},
               {"type": "reasoning.summary", "summary": "Looked it up.", "index": 1}]
@@ -171,15 +170,15 @@ def test_reasoning_kept_only_as_blocks_is_replayed_as_a_thought() -> None:
     assert reasoning_text({"role": "assistant", "content": "hi"}) == ""
 
 
-# found trying it as a new user (wave 3): a session of Mistral's, whose thinking is kept as content parts (no
-# reasoning field), was replayed by session/load without its thoughts
+# a session of Mistral's, whose thinking is kept as content parts (no reasoning field), is replayed by
+# session/load with its thoughts
 def test_reasoning_kept_as_thinking_parts_of_the_content_is_replayed_as_a_thought() -> None:
     content = [{"type": "thinking", "thinking": [{"type": "text", "text": "Step one."}]}, {"type": "text", "text": "A"},
                {"type": "thinking", "thinking": "Step two."}, {"type": "thinking", "thinking": []}]
     assert reasoning_text({"role": "assistant", "content": content}) == "Step one.\n\nStep two."
 
 
-# ACP log lines doubled the `crow:` prefix and named flags an editor's user cannot set (issue 32)
+# ACP log lines carry no `crow:` prefix and name config keys, not flags an editor's user cannot set
 def test_messages_for_the_editor_name_config_keys_and_drop_the_prefix() -> None:
     from crow_cli.surfaces.acp.convert import for_editor
 
