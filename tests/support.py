@@ -456,7 +456,7 @@ def run_crow(script: list[dict[str, Any]], *args: str, cwd: Path, config: Path |
         proc = subprocess.run(argv(server.base_url, *args, config=config), capture_output=True, text=True,
                               cwd=cwd, timeout=timeout)
         ran = Ran(proc.returncode, proc.stdout, proc.stderr, list(server.requests), list(server.history_errors))
-    assert ran.history_errors == [], ran.history_errors  # issue 10: every request keeps the history contract
+    assert ran.history_errors == [], ran.history_errors  # every request keeps the history contract
     return ran
 
 

@@ -83,7 +83,7 @@ async def test_replay_through_client_and_loop(path: Path) -> None:
             await client.aclose()
     assert isinstance(events[-1], RunFinished) and events[-1].status == "completed", events[-1]
     assert route.call_count == len(case["responses"])
-    # Every request keeps the history contract ../shared/conformance/run.py checks (issue 10)
+    # Every request keeps the history contract ../shared/conformance/run.py checks
     assert [(n, v) for n, call in enumerate(route.calls, 1)
             for v in history_violations(json.loads(call.request.content))] == []
 

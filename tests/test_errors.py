@@ -18,9 +18,8 @@ def _subclasses(cls: type) -> set[type]:
 
 
 def test_the_docstring_tree_names_every_crow_error() -> None:
-    # SessionInUse, SessionStoreDamaged and LocalError were missing from the drawn tree.
-    # Every module is imported first: a subclass exists only once its module is (BodyTooLarge, in
-    # wire/body.py, passed alone and failed in the full suite, where the regex did not match its name). (issue 18)
+    # Every module is imported first: a subclass exists only once its module is, so the check does not
+    # depend on which tests ran before it.
     for module in pkgutil.walk_packages(crow_cli.__path__, "crow_cli."):
         if not module.name.endswith("__main__"):  # it runs the CLI
             importlib.import_module(module.name)

@@ -130,8 +130,7 @@ def test_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
         read_prompt(prompt)
 
 
-# found by a new-user tester (wave 5): `--prompt-file /tmp`, `--system-file /tmp` were "internal error:
-# IsADirectoryError"
+# `--prompt-file /tmp`, `--system-file /tmp` (a folder) are one clear line, not an internal error
 def test_a_folder_is_refused_in_one_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"^system prompt file 'x' is a folder$"):
         read_text_file(tmp_path, "system prompt file 'x'")

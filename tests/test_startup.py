@@ -33,8 +33,8 @@ finally:
 """
 
 
-# issue: start-up and per-turn cost: the collector walked the SDK's objects again and again while they
-# were created (about a fifth of a one-shot run's CPU), and once more at exit
+# the garbage collector does not walk the SDK's objects again and again while they are created (about a
+# fifth of a one-shot run's CPU), nor once more at exit
 def test_a_run_loads_without_collecting_then_collects_skipping_what_it_loaded(tmp_path):
     out = tmp_path / "gc.json"
     with ReplayServer([{"sse": text_sse("ok")}]) as server:

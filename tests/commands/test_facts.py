@@ -1,4 +1,4 @@
-"""`crow facts list | forget`: what crow learned about servers, shown and dropped (issue 29)."""
+"""`crow facts list | forget`: what crow learned about servers, shown and dropped."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def test_forget_by_model_then_everything(capsys: pytest.CaptureFixture[str]) -> 
     assert capsys.readouterr().out.endswith("nothing to forget\n")
 
 
-# found by a new-user tester (wave 4): a bare `crow facts forget` wiped what was learned of every server
+# a bare `crow facts forget` needs --all: it would wipe what was learned of every server
 def test_forget_without_a_filter_needs_all(capsys: pytest.CaptureFixture[str]) -> None:
     facts.learn("http://a.test/v1", "m", tool_calling=True)
     with pytest.raises(typer.BadParameter, match="--all to forget everything"):

@@ -14,9 +14,8 @@ from crow_cli.commands.options import RunFlags, with_run_flags
 from tests.support import crow_here
 
 
-# found trying 746a660 (an empty flag is a usage error) as a new user: `--tools-dir "$DIR"` with DIR unset
-# imported every .py file of the working directory as plugin tools, and `--config "$CFG"` read the user's own
-# config file, both without a word
+# an empty flag value is a usage error: `--tools-dir "$DIR"` with DIR unset would import every .py file of
+# the working directory as plugin tools, and `--config "$CFG"` read the user's own config file
 @pytest.mark.parametrize("command", [["run", "hi"], ["chat"], ["acp"], ["tools"]])
 @pytest.mark.parametrize("flag", ["--tools-dir", "--config"])
 def test_an_empty_tools_dir_or_config_is_refused_naming_it(tmp_path: Path, command: list[str], flag: str,

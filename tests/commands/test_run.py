@@ -11,8 +11,8 @@ from tests.replay_server import ReplayServer
 from tests.support import crow_here, png, run_args, text_sse
 
 
-# found trying it as a new user (wave 3): UTF-16 piped in (with its byte-order mark, as Windows tools write it)
-# reached the model as "\ufffd\ufffdc\x00a\x00…", and a UTF-8 mark as U+FEFF; -f and AGENTS.md decode them
+# UTF-16 piped in (with its byte-order mark, as Windows tools write it) and UTF-8 with a mark are decoded,
+# as -f and AGENTS.md decode them
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-8-sig"])
 def test_piped_text_is_decoded_by_its_byte_order_mark(encoding: str, tmp_path: Path) -> None:
     piped = tmp_path / "piped"
@@ -44,7 +44,7 @@ def test_a_sessions_title_is_the_typed_prompt_not_piped_input_or_files(tmp_path:
 PNG = png()
 
 
-# A screenshot piped in (`screencap | crow run "what is this?"`) was decoded as text (issue 33 §2)
+# A screenshot piped in (`screencap | crow run "what is this?"`) is attached as an image, not decoded as text
 def test_an_image_piped_on_stdin_is_attached_not_decoded(tmp_path: Path) -> None:
     piped = tmp_path / "shot"
     piped.write_bytes(PNG)
@@ -66,7 +66,7 @@ def test_an_image_on_stdin_cannot_be_the_prompt(tmp_path: Path, capsys: pytest.C
     assert "standard input is an image; pass the prompt as an argument" in capsys.readouterr().err
 
 
-# Codex's -i/--image flag (issue 33 §2)
+# Codex's -i/--image flag
 def test_dash_i_attaches_an_image_and_refuses_a_text_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)
@@ -95,7 +95,7 @@ def test_dash_i_refuses_a_truncated_image_in_one_line(tmp_path: Path, monkeypatc
         "crow: error: cannot attach cut.png: a truncated PNG: it is 30 bytes and ends before its IHDR header"]
 
 
-# found by a new-user tester: binary stdin that is no image went into the prompt, NULs and U+FFFD included
+# binary stdin that is no image is refused, never put into the prompt (NULs and U+FFFD included)
 def test_binary_stdin_that_is_no_image_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     piped = tmp_path / "blob"
     piped.write_bytes(b"\0\1\xff\xfe\x00binary")

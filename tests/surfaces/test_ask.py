@@ -21,7 +21,7 @@ def _question(preview: str = "$ x", outside: bool = False) -> Question:
 
 
 async def test_enter_asks_again_in_chat_as_in_run() -> None:
-    # Enter meant "no" in chat and asked again in run; now both ask again (issue 9)
+    # Enter alone asks again, in chat and in run
     screen = io.StringIO()
     with create_pipe_input() as pipe:
         pipe.send_text("\rmaybe\rA\r")
@@ -38,8 +38,7 @@ async def test_end_of_input_says_no() -> None:
 
 
 async def test_the_question_to_run_outside_the_sandbox_offers_no_always() -> None:
-    # issue: a new user was offered "[a]lways for run_shell" when asked to run a stopped command outside the
-    # sandbox, where any yes approves that one run only
+    # running a stopped command outside the sandbox offers no "[a]lways": any yes approves that one run only
     from crow_cli.tools.approval import UNCONFINED_MARK
 
     screen = io.StringIO()
@@ -53,9 +52,9 @@ async def test_the_question_to_run_outside_the_sandbox_offers_no_always() -> Non
 
 
 async def test_a_typed_escape_sequence_that_looks_like_a_mouse_event_is_no_internal_error() -> None:
-    # found trying it as a new user (wave 3): ESC [ 3 1 m typed (a colour code pasted where the terminal does not
-    # bracket pastes) reached prompt-toolkit's mouse handler, which printed a traceback ("Unhandled exception in
-    # event loop") and "Press ENTER to continue..." over the question
+    # ESC [ 3 1 m typed (a colour code pasted where the terminal does not bracket pastes) must not reach
+    # prompt-toolkit's mouse handler, which prints a traceback ("Unhandled exception in event loop") and
+    # "Press ENTER to continue..." over the question
     screen = io.StringIO()
     with create_pipe_input() as pipe:
         pipe.send_bytes(b"\x1b[31my\r")

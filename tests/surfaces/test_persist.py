@@ -1,7 +1,7 @@
 """Recording a history in the session store as it grows (closing a cancelled one: tests/test_loop.py).
 
-Session scope and hygiene (issue 13: "`crow run -c` continues the most recent session from any
-folder, often another project's or a one-message session left by a failed run"). `crow run` runs in this
+Session scope and hygiene: `crow run -c` continues this folder's most recent session, never another
+project's or a one-message session left by a failed run. `crow run` runs in this
 process (`run_here`); the CLI's own handling of `-c` / `--session` is covered by tests/test_sessions.py.
 """
 

@@ -1,5 +1,5 @@
 """Token use as the person reads it: cached prompt tokens counted in every server's shape, the cost from
-`[prices]`, chat's footer and `crow run`'s last line on a terminal (issue 34 section 2)."""
+`[prices]`, chat's footer and `crow run`'s last line on a terminal."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def llama_turn(text: str, prompt_n: int, cache_n: int) -> str:
     return sse(chunk({"role": "assistant", "content": text}), chunk({}, "stop", usage=usage, timings=timings))
 
 
-# Behind llama.cpp the footer read "992 in" on a later turn although the history grew (cache_n uncounted) (issue 34)
+# Behind llama.cpp the footer counts the tokens it reused from its cache (cache_n), so it grows with the history
 async def test_chat_footer_counts_llama_cpps_cached_tokens_and_the_cost(tmp_path: Path) -> None:
     settings = Settings(model="test-model", api_key="sk-test", prices={"test-model": {"input": 1.0, "output": 2.0}})
     turns = [{"sse": llama_turn("One.", 1000, 0)}, {"sse": llama_turn("Two.", 12, 1000)}]

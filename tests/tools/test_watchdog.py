@@ -9,7 +9,7 @@ from crow_cli.tools.tool import Tool
 from crow_cli.tools.watchdog import LoopWatchdog
 
 
-# issue: an async plugin tool calling time.sleep inside async def defeated the tool timeout and Ctrl-C, silently
+# an async plugin tool calling time.sleep inside async def (which defeats the tool timeout and Ctrl-C) is named
 async def test_an_async_tool_that_blocks_the_loop_is_named_while_it_blocks() -> None:
     said: list[str] = []
     heard = threading.Event()

@@ -58,8 +58,8 @@ def test_a_symlink_out_names_its_target(home: Path, ws: Path) -> None:
 
 
 def test_a_symlink_loop_is_one_line(ws: Path) -> None:
-    # issue: `ln -s loop loop`: a path through it ended in an internal error (Python 3.11's resolve() raises
-    # RuntimeError); `--workspace loop` too
+    # `ln -s loop loop`: a path through it is a clear error, not an internal one (Python 3.11's resolve()
+    # raises RuntimeError); `--workspace loop` too
     from crow_cli.errors import ConfigError, ToolError
     from crow_cli.tools.context import ToolContext
 
@@ -70,8 +70,8 @@ def test_a_symlink_loop_is_one_line(ws: Path) -> None:
         ToolContext.for_workspace(ws / "loop")
 
 
-# found trying it as a new user (wave 3): `crow run --yes` (commands sandboxed) let write_file put a hook in
-# .git/hooks/pre-commit and edit_file change .git/config (core.fsmonitor): code the next git command runs
+# under `crow run --yes`, write_file cannot put a hook in .git/hooks/pre-commit nor edit_file change
+# .git/config (core.fsmonitor): code the next git command runs
 # outside the sandbox, which keeps .git read-only for commands only
 @pytest.mark.parametrize("target", [".git/hooks/pre-commit", ".git/config", ".git", "hooks/pre-commit",
                                     "sub/../.git/info/attributes"])

@@ -145,7 +145,7 @@ def test_write_file_creates_parents_and_reports(linked_ws: Path) -> None:
     assert (linked_ws / "a/b/c.txt").read_text() == "one\n"
     overwrote = write_file(path="a/b/c.txt", content="two\n")
     assert overwrote.text.startswith("overwrote a/b/c.txt")
-    # the person is shown what changed (issue 34): the whole new file, then the diff against it
+    # the person is shown what changed: the whole new file, then the diff against it
     assert created.display is not None and created.display.diff is not None and "+one\n" in created.display.diff
     assert overwrote.display is not None and overwrote.display.diff is not None
     assert "-one\n+two\n" in overwrote.display.diff
@@ -236,7 +236,7 @@ def test_file_tools_schemas_are_as_documented() -> None:
         assert not by_name[name].needs_approval and by_name[name].parallel
 
 
-# edit_file on CRLF files (found by a fresh-user tester)
+# edit_file on CRLF files matches LF text and keeps CRLF
 def test_edit_file_matches_lf_text_in_a_crlf_file_and_keeps_crlf(linked_ws: Path) -> None:
     (linked_ws / "w.txt").write_bytes(b"a\r\nb\r\nc\r\n")
     out = edit_file(path="w.txt", old_string="a\nb", new_string="A\nB\nBB").text
@@ -264,7 +264,7 @@ def test_edit_file_lf_files_are_untouched_by_the_crlf_path(linked_ws: Path) -> N
         edit_file(path="u.txt", old_string="x\r\ny", new_string="z")
 
 
-# Found trying it as a new user: write_file to a FIFO hung until the tool timeout (issue 11 item 14)
+# every file tool refuses a file that is not regular (write_file to a FIFO would hang until the tool timeout)
 def test_non_regular_files_are_refused_by_every_file_tool(linked_ws: Path) -> None:
     os.mkfifo(linked_ws / "pipe")
     for call in (lambda: write_file(path="pipe", content="x"), lambda: read_file(path="pipe"),
@@ -278,7 +278,7 @@ def test_non_regular_files_are_refused_by_every_file_tool(linked_ws: Path) -> No
 
 
 async def test_writing_a_fifo_is_refused_before_anyone_is_asked(linked_ws: Path) -> None:
-    # issue 11 item 14 with item 2: the preview's pre-check answers the call, nobody is asked about it
+    # the preview's pre-check answers the call, nobody is asked about it
     from crow_cli.history import ToolCall
     from crow_cli.tools.approval import make_approver
 
@@ -334,7 +334,7 @@ async def test_edit_file_calls_utf16_text_what_it_is_not_binary(ws: Path) -> Non
         await edit_file.invoke({"path": "u16.txt", "old_string": "hé", "new_string": "ha"})
 
 
-# an executable, not a PNG: an image file is shown to the model since issue 33 (tests/test_loop.py)
+# an executable, not a PNG: an image file is shown to the model (tests/test_loop.py)
 @pytest.mark.parametrize("data", [b"\x7fELF\x02\x01\x01\0\0\0\0\0", b"x" * 10_000 + b"\0tail"])
 def test_a_file_with_nul_bytes_is_refused_as_binary(ws: Path, data: bytes) -> None:
     (ws / "blob.bin").write_bytes(data)
@@ -416,7 +416,7 @@ def test_an_end_line_past_the_end_is_clamped(ws: Path) -> None:
 
 
 def test_the_rest_of_a_long_line_is_reached_with_start_char(ws: Path) -> None:
-    # smaller: the rest of a line longer than one call returns could not be read at all (issue 11)
+    # the rest of a line longer than one call returns can be read with the next call
     line = "".join(f"{n:09d}," for n in range(12_000))  # 120 000 characters, one line
     (ws / "min.js").write_text(line + "\nnext\n")
     parts, start = [], 0
@@ -434,7 +434,7 @@ def test_the_rest_of_a_long_line_is_reached_with_start_char(ws: Path) -> None:
 
 
 def test_a_huge_single_line_is_not_read_whole_into_memory(ws: Path) -> None:
-    # smaller: read_file held the whole line (here 16 MB) in memory to return 40 000 characters (issue 11)
+    # read_file does not hold the whole line (here 16 MB) in memory to return 40 000 characters
     import tracemalloc
 
     with (ws / "huge.txt").open("w") as fh:
