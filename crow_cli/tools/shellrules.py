@@ -1,53 +1,9 @@
 """Matching shell command lines against `NAME:PREFIX` approval rules. Pure: no I/O, no tool names.
 
-**Reading.** A command line is read by one real shell grammar, tree-sitter-bash (the one Codex uses for the same
-decision), never by a lexer of our own: every simple command is found wherever it stands (after a redirection
-`</dev/null rm`, after a comment holding a quote, in a pipeline, a list, a subshell, `{ …; }`, `if`/`for`/
-`while`/`case`, a function body, a command or process substitution, a here-document's body) with its real
-command word. A backslash-newline is removed where sh removes it (outside single quotes, comments and
-here-document text) before the line is read, so `r\\⏎m` is `rm`. Each word is unquoted as sh unquotes it (`\\rm`,
-`'r'm`, `"rm"` are `rm`); a word that holds an expansion (`$X`, `$(…)`, `${…}`, a glob or brace pattern,
-`$'…'` with escapes) is *not a literal*: no rule can judge what it becomes.
-
-**Fail closed.** A line the grammar cannot read whole (an ERROR or MISSING node: `<<pytest touch x`, `<>f`; text it
-skips or joins across a blank; a redirection's descriptor it reads as a word (`sh 0< <(…)`); a substitution it
-leaves inside a word or a here-document), or a command whose word is not a literal (`$X -rf v`, `$(echo rm) v`,
-`"$RM"`, `/bin/r?`), a shell or interpreter whose code cannot be seen (`… | sh`, `sh -s < f`, `sh <(…)`, `source
-/dev/stdin`, `xargs sh -c`, `find -exec sh -c {}`), interpreter code that runs a command it builds (`os.system("r" +
-"m")`, `subprocess`, perl's backquotes, awk's pipes), an alias definition or `hash -p` (they rename commands), a
-string holding `$(…)` where bash evaluates strings (`$((x))`, `[[ -eq ]]`, `${x@P}`, `printf -v`), or nesting deeper
-than four scripts, matches every deny rule, no allow rule, and offers no scoped "always". Code a shell or
-interpreter reads from a here-document or here-string the line writes (`python3 - <<'EOF'`, `sh <<'EOF'`) is judged
-as if given with `-c`.
-
-**Deny** (`deny_matches`) leans towards matching. A rule matches any simple command of the line, looking past
-assignments (`a=b rm`), wrappers (`env`, `sudo`, `command`, `exec`, `nice`, `time`, `nohup`, `timeout`, `xargs`, …
-with their flags: after one, any later word may be the command), comparing the command word by basename (`/bin/rm`),
-and looking inside scripts given to a shell (`sh -c '…'`, `bash -lc`, `eval …`, read recursively by the same
-grammar), inside strings other commands evaluate (`trap '…' EXIT`, `su -c`, `env -S`, `find -exec … ;`, options
-whose value is a command line: `git -c core.pager=…`, `ssh -o ProxyCommand=…`, `tar --to-command`, `rsync -e`, `make
---eval`, `vim -c '!…'`; values of variables a shell or program runs: `PS4`, `PROMPT_COMMAND`, `BASH_ENV`, `PAGER`,
-`EDITOR`, `GIT_SSH_COMMAND`, …; the string literals of `perl -e` / `python -c` / `awk` code). When the command word
-matches and an argument is not a literal (`rm $FLAGS x`, `rm *`: a file may be named `-rf`), the rule matches: its
-options cannot be judged. After the command word, options are compared as flags: the rule's flags must be among the
-command's and its other words must appear in the command in order. Combined, split, reordered or trailing short
-flags (`rm -fr`, `rm -r -f`, `rm x -rf`) are the same flags; long options are matched by any prefix (GNU getopt
-accepts an unambiguous one: `rm --rec --for` is `rm -rf`), with or without a value (`--recursive=yes`); common long
-spellings are their short flags (`--recursive` and `--force` are `-r` and `-f`; `--recursive` is `-R` for
-`chmod`/`chown`/`chgrp`; `-R` is `-r` for `rm` and `cp`). Words after `--` are not options.
-
-**Allow** (`allow_matches`) is strict: every simple command (redirections left out: `</dev/null ls` is `ls`)
-must start, word for word, with one of the prefixes (no wrapper, assignment or `sh -c` unless the prefix says
-so; `ls -al` is not `ls -la`), and the line must have no command or process substitution, no redirection that
-writes a file (`2>&1` and `>/dev/null` write none) and nothing bash evaluates as code (arithmetic, `[[ … ]]`,
-`${x[…]}`, `${x@P}`, `${!x}`).
-
-**"Always"** (`command_prefixes`) is scoped to what each command runs: `pytest -k x` → `pytest`, `git status -s`
-→ `git status`, `python -m pytest`, `python build.py`; a launcher's scope includes what it launches (`uv run
-pytest -q` → `uv run pytest`, `npx jest`, `bundle exec rake`), and a launcher whose launched program is chosen
-by options or an image (`docker run`, `kubectl exec`, `cargo run`, `nix run`) has none: only the tool-wide
-"always" is offered, as for wrappers, shells, interpreter code, assignments and options where the subcommand
-would be (`git -C x push`).
+A command line is read by one real shell grammar, tree-sitter-bash (the one Codex uses for the same decision),
+never by a lexer of our own, so the command word judged is the one sh runs. What the grammar cannot read whole, or
+a word that is not a literal, fails closed: it matches every deny rule and no allow rule (`_judged`, `_read`).
+Deny rules lean towards matching, allow rules are strict, and "always" is scoped to what each command runs.
 
 Rules are guard rails, not a sandbox: they judge the line, not the files it runs. A script file (`sh x.sh`,
 `. ./x`), a program copied or linked under another name, a command given in a config file or an option not
@@ -851,7 +807,43 @@ def _launcher(words: Sequence[str]) -> tuple[str, ...] | None:
 def deny_matches(line: str, prefix: list[str], depth: int = 0) -> bool:
     """Whether the deny rule `prefix` (its words) matches any simple command in `line`; when unsure, it does.
 
-    See the module docstring for what "matches" covers. Never raises.
+    A line is read by one real shell grammar, tree-sitter-bash (the one Codex uses for the same
+    decision), never by a lexer of our own: every simple command is found wherever it stands (after a redirection
+    `</dev/null rm`, after a comment holding a quote, in a pipeline, a list, a subshell, `{ …; }`, `if`/`for`/
+    `while`/`case`, a function body, a command or process substitution, a here-document's body) with its real
+    command word. A backslash-newline is removed where sh removes it (outside single quotes, comments and
+    here-document text) before the line is read, so `r\\⏎m` is `rm`. Each word is unquoted as sh unquotes it (`\\rm`,
+    `'r'm`, `"rm"` are `rm`); a word that holds an expansion (`$X`, `$(…)`, `${…}`, a glob or brace pattern,
+    `$'…'` with escapes) is *not a literal*: no rule can judge what it becomes.
+
+    Failing closed: a line the grammar cannot read whole (an ERROR or MISSING node: `<<pytest touch x`, `<>f`; text it
+    skips or joins across a blank; a redirection's descriptor it reads as a word (`sh 0< <(…)`); a substitution it
+    leaves inside a word or a here-document), or a command whose word is not a literal (`$X -rf v`, `$(echo rm) v`,
+    `"$RM"`, `/bin/r?`), a shell or interpreter whose code cannot be seen (`… | sh`, `sh -s < f`, `sh <(…)`, `source
+    /dev/stdin`, `xargs sh -c`, `find -exec sh -c {}`), interpreter code that runs a command it builds (`os.system("r" +
+    "m")`, `subprocess`, perl's backquotes, awk's pipes), an alias definition or `hash -p` (they rename commands), a
+    string holding `$(…)` where bash evaluates strings (`$((x))`, `[[ -eq ]]`, `${x@P}`, `printf -v`), or nesting deeper
+    than four scripts, matches every deny rule, no allow rule, and offers no scoped "always". Code a shell or
+    interpreter reads from a here-document or here-string the line writes (`python3 - <<'EOF'`, `sh <<'EOF'`) is judged
+    as if given with `-c`.
+
+    Deny leans towards matching. A rule matches any simple command of the line, looking past
+    assignments (`a=b rm`), wrappers (`env`, `sudo`, `command`, `exec`, `nice`, `time`, `nohup`, `timeout`, `xargs`, …
+    with their flags: after one, any later word may be the command), comparing the command word by basename (`/bin/rm`),
+    and looking inside scripts given to a shell (`sh -c '…'`, `bash -lc`, `eval …`, read recursively by the same
+    grammar), inside strings other commands evaluate (`trap '…' EXIT`, `su -c`, `env -S`, `find -exec … ;`, options
+    whose value is a command line: `git -c core.pager=…`, `ssh -o ProxyCommand=…`, `tar --to-command`, `rsync -e`, `make
+    --eval`, `vim -c '!…'`; values of variables a shell or program runs: `PS4`, `PROMPT_COMMAND`, `BASH_ENV`, `PAGER`,
+    `EDITOR`, `GIT_SSH_COMMAND`, …; the string literals of `perl -e` / `python -c` / `awk` code). When the command word
+    matches and an argument is not a literal (`rm $FLAGS x`, `rm *`: a file may be named `-rf`), the rule matches: its
+    options cannot be judged. After the command word, options are compared as flags: the rule's flags must be among the
+    command's and its other words must appear in the command in order. Combined, split, reordered or trailing short
+    flags (`rm -fr`, `rm -r -f`, `rm x -rf`) are the same flags; long options are matched by any prefix (GNU getopt
+    accepts an unambiguous one: `rm --rec --for` is `rm -rf`), with or without a value (`--recursive=yes`); common long
+    spellings are their short flags (`--recursive` and `--force` are `-r` and `-f`; `--recursive` is `-R` for
+    `chmod`/`chown`/`chgrp`; `-R` is `-r` for `rm` and `cp`). Words after `--` are not options.
+
+    Never raises.
     """
     if not prefix:
         return False
@@ -913,6 +905,13 @@ def _judged(reading: _Reading) -> bool:
 def allow_matches(line: str, prefixes: list[list[str]]) -> bool:
     """Whether every simple command of `line` starts, word for word, with one of `prefixes`, and `line`
     has no command substitution, no redirection that writes a file and nothing bash evaluates as code.
+
+    Every simple command (redirections left out: `</dev/null ls` is `ls`)
+    must start, word for word, with one of the prefixes (no wrapper, assignment or `sh -c` unless the prefix says
+    so; `ls -al` is not `ls -la`), and the line must have no command or process substitution, no redirection that
+    writes a file (`2>&1` and `>/dev/null` write none) and nothing bash evaluates as code (arithmetic, `[[ … ]]`,
+    `${x[…]}`, `${x@P}`, `${!x}`).
+
     Never raises."""
     reading = _read(line)
     if not (prefixes and reading.commands and _judged(reading)):
@@ -984,6 +983,14 @@ def command_prefixes(line: str) -> list[list[str]] | None:
     (a substitution, a redirection that writes, what rules cannot judge), or a command is an assignment, a
     declaration, a test, a wrapper, a shell or interpreter code (`sudo`, `sh -c`, `python -c`), a launcher of
     what options choose (`docker run`), or has an option where its subcommand would be (`git -C x`).
+
+    "Always" is scoped to what each command runs: `pytest -k x` → `pytest`, `git status -s`
+    → `git status`, `python -m pytest`, `python build.py`; a launcher's scope includes what it launches (`uv run
+    pytest -q` → `uv run pytest`, `npx jest`, `bundle exec rake`), and a launcher whose launched program is chosen
+    by options or an image (`docker run`, `kubectl exec`, `cargo run`, `nix run`) has none: only the tool-wide
+    "always" is offered, as for wrappers, shells, interpreter code, assignments and options where the subcommand
+    would be (`git -C x push`).
+
     Never raises."""
     reading = _read(line)
     if not _judged(reading):
