@@ -1,26 +1,10 @@
 """Agent definitions: the subagents the built-in `task` tool can start, as Markdown files with front matter.
 
-An agent is a file `NAME.md` whose YAML front matter (`front_matter`) says what it is and whose body is its instructions
-(the child's system prompt after crow's own). Claude Code's `.claude/agents/` files are read as they are:
-
-    ---
-    name: explorer                      the name the model gives `task` (default: the file's stem)
-    description: Finds where things are  shown to the model in the `task` tool's description (required)
-    tools: Read, Grep, Glob             crow's tool names or Claude Code's (a list, or one line split on commas);
-                                        absent: every tool of the parent but `task`
-    model: qwen2.5-coder-7b             the child's model (absent or `inherit`: the parent's)
-    profile: local                      a `[profiles.NAME]` of crow's config: the child's server, key and model
-    ---
-    You find code. Answer with paths and line numbers.
-
-Where they are found, later folders overriding earlier ones by name: the user's `~/.claude/agents/`, crow's
-config folder `agents/`, then the project's `.claude/agents/` and `.crow/agents/` at its root (the repository
-root above the workspace). A project's agents come from someone else's repository: they are read only when the
-person trusts the folder (`trust.is_trusted`); otherwise each such folder is one warning line and is skipped.
-
-Files get the care prompt files get (`prompt_files.read_text_file`): regular files of at most `MAX_BYTES` in
-UTF-8; a project file must resolve (symlinks followed) inside the project. A file that cannot be read (bad front
-matter, no description, a bad name, too big) is one warning line and is skipped, never the end of a run.
+An agent is a file `NAME.md` (Claude Code's `.claude/agents/` files are read as they are) whose front matter says
+what it is (`name`, `description`, `tools`, `model`, `profile`) and whose body is its instructions (`parse_agent`).
+A project's agents come from someone else's repository: they are read only in a folder the person trusts
+(`trust.is_trusted`), and get the care prompt files get (`prompt_files`); a file that cannot be read is one warning
+and is skipped, never the end of a run. Where they are found and the format: docs/subagents.md.
 """
 
 from __future__ import annotations
@@ -156,7 +140,10 @@ def resolve_tools(agent: AgentDefinition, available: Iterable[str]) -> tuple[lis
 def find_agents(workspace: Path, config_dir: Path | None, *, trusted: bool,
                 warn: Callable[[str], None], secrets: Iterable[str | None] = (),
                 home: Path | None = None) -> dict[str, AgentDefinition]:
-    """Every agent definition that applies in `workspace`, by name (module docstring: folders and order).
+    """Every agent definition that applies in `workspace`, by name; later folders override earlier ones by name:
+    the user's `~/.claude/agents/`, crow's config folder `agents/`, then the project's `.claude/agents/` and
+    `.crow/agents/` at its root (the repository root above the workspace; only when `trusted`, else one warning
+    line per folder).
 
     Args:
         workspace: the run's folder; the project's folders are at its root.

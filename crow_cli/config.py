@@ -1,26 +1,9 @@
 """Settings from flags, environment, the TOML config file and defaults, in that order of precedence.
 
-Config file: `crow/config.toml` in the platformdirs user config dir (`~/.config/crow/config.toml` on
-Linux), or `--config PATH`. Every key is one row of `OPTIONS` (name, type, flag, environment
-variable, default, check) and is shown in `config.example.toml`. A profile's keys
-(`[profiles.NAME]`, chosen by `--profile`, `CROW_PROFILE` or top-level `profile`) override the
-top-level keys of the file; a table of them (`[params]`, `[headers]` …) replaces the top-level one, except
-`[provider]`, which is layered key by key (`Option.merge`: a profile's `[profiles.NAME.provider]` overrides the
-keys it names, its request rules join the top level's).
-
-Base URL: `--base-url` > `CROW_BASE_URL` > config `base_url` > `OPENAI_BASE_URL` > OpenAI.
-
-API keys go only to the server they were configured for (compared by scheme, host and port):
-- `--api-key KEY`: the server of this run, whatever it is.
-- `CROW_API_KEY`: the server crow is set up for outside the command line and the profiles:
-  `CROW_BASE_URL`, else the top-level `base_url`, else `OPENAI_BASE_URL`, else OpenAI.
-- `api_key_env = "NAME"` (top level or in a profile): the `base_url` of the same table (a profile
-  without one: the top-level one; none at all: `CROW_BASE_URL`, `OPENAI_BASE_URL` or OpenAI). When it
-  applies and NAME is unset or empty, that is a configuration error naming NAME (`require_api_key`).
-- `OPENAI_API_KEY`: OpenAI's own API (api.openai.com), or the `OPENAI_BASE_URL` set beside it.
-The first that applies, in this order, is the key. Credential headers in the file (`Authorization`,
-anything naming a key, token, cookie, secret or session) follow the same rule as `api_key_env`.
-API keys are never read from the file itself.
+Every key is one row of `OPTIONS` (name, type, flag, environment variable, default, check) and is shown in
+`config.example.toml`; a profile's keys (`[profiles.NAME]`) override the top-level ones (`Option.merge`). API keys
+go only to the server they were configured for (`key_server`: scheme, host and port) and are never read from the
+file itself; which key applies, in which order, is `_api_key` and docs/configuration.md.
 """
 
 from __future__ import annotations
@@ -577,7 +560,18 @@ class _UnsetKey(ConfigError):
 
 
 def _api_key(env: Mapping[str, str], layers: list[_Layer], base_url: str) -> str | None:
-    """The key from the environment that was configured for `base_url`'s server (module docstring)."""
+    """The key from the environment that was configured for `base_url`'s server, the first that applies of:
+
+    - `--api-key KEY` (handled by the caller): the server of this run, whatever it is;
+    - `CROW_API_KEY`: the server crow is set up for outside the command line and the profiles (`CROW_BASE_URL`,
+      else the top-level `base_url`, else `OPENAI_BASE_URL`, else OpenAI);
+    - `api_key_env = "NAME"` (top level or in a profile): the `base_url` of the same table (a profile without one:
+      the top-level one; none at all: `CROW_BASE_URL`, `OPENAI_BASE_URL` or OpenAI); NAME unset or empty when it
+      applies is a configuration error naming NAME (`_UnsetKey`, then `require_api_key`);
+    - `OPENAI_API_KEY`: OpenAI's own API (api.openai.com), or the `OPENAI_BASE_URL` set beside it.
+
+    Credential headers in the file follow the same rule as `api_key_env`.
+    """
     server = key_server(base_url)
     crow_home = (env.get("CROW_BASE_URL") or layers[0].values.get("base_url") or env.get("OPENAI_BASE_URL")
                  or DEFAULT_BASE_URL)

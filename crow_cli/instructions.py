@@ -1,24 +1,9 @@
 """Project instructions: `AGENTS.md` files (the agents.md convention) put into the system prompt.
 
-Read, in this order (nearest last, so the most specific instructions have the last word):
-
-1. the global one, `AGENTS.md` in crow's config folder (`~/.config/crow/AGENTS.md` on Linux);
-2. in the repository: from the repository root (the nearest folder up from the workspace that has a
-   `.git`) down to the workspace root, each folder's `AGENTS.md`. Outside a repository only the
-   workspace root's own `AGENTS.md` is read. A folder without `AGENTS.md` but with `CLAUDE.md` (Claude Code's
-   file) has that read instead, with one line saying so.
-
-crow reads them on its own, with no tool call and no approval, so they get the file tools' care: a
-project file must resolve (symlinks followed) inside the project (the repository root, or the
-workspace outside a repository) or crow's config folder, and every file must be a regular file on a
-real filesystem (not `/proc`, `/sys` or `/dev`: `/proc/self/environ` is a "regular" file holding
-every API key). A file that is not is skipped, with one warning naming it. The run's secrets are
-masked in their text as in tool output.
-
-Each file is decoded as UTF-8 (undecodable bytes replaced), or as UTF-16/32 when it starts with that
-byte-order mark, and cut at `MAX_BYTES` with a note. All of them together get `MAX_TOTAL_BYTES`,
-nearest first (the workspace's own file, then up to the repository root, then the global one); what
-does not fit is left out with a note naming it. Nothing is read until `find_instructions` is called.
+crow reads them on its own, with no tool call and no approval, so they get the file tools' care: a project file
+must resolve inside the project, every file must be a regular file on a real filesystem (`/proc/self/environ` is a
+"regular" file holding every API key), the run's secrets are masked, and each file and all of them together are
+bounded (`MAX_BYTES`, `MAX_TOTAL_BYTES`, nearest first). Which files, in which order: `find_instructions`.
 """
 
 from __future__ import annotations
@@ -144,7 +129,12 @@ def _within_budget(found: list[Instructions], budget: int) -> list[Instructions]
 
 def find_instructions(workspace: Path, config_dir: Path | None, *, secrets: Iterable[str | None] = (),
                       warn: Callable[[str], None] | None = None) -> list[Instructions]:
-    """The instructions files that apply to `workspace`, global first, nearest last.
+    """The instructions files that apply to `workspace`, global first, nearest last (the most specific has the
+    last word): `AGENTS.md` in crow's config folder, then each folder's `AGENTS.md` from the repository root (the
+    nearest folder up with a `.git`) down to the workspace root (outside a repository, the workspace root's
+    only); a folder without `AGENTS.md` but with Claude Code's `CLAUDE.md` has that read, with one line saying so.
+    Each file is UTF-8 (or UTF-16/32 after its byte-order mark), cut at `MAX_BYTES` with a note; together they get
+    `MAX_TOTAL_BYTES`, nearest first, and what does not fit is left out with a note naming it.
 
     Args:
         workspace: the resolved workspace root.

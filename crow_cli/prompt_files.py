@@ -1,22 +1,10 @@
 """Prompt files: custom slash commands, as Claude Code's `.claude/commands/NAME.md` convention.
 
-A prompt file is a Markdown file whose text is sent as the user's message: `/NAME rest of line` in
-`crow chat`, `crow run -p NAME "rest"` (or `--prompt-file FILE`). Where they are found:
-
-1. the project's, `.crow/prompts/NAME.md`: in the workspace root, or else in the nearest folder above it
-   up to the repository root that has a `.crow/prompts` folder;
-2. the user's, `prompts/NAME.md` in crow's config folder (`~/.config/crow/prompts/` on Linux).
-
-A project prompt shadows a user prompt of the same name (`PromptFile.shadows` says which). NAME is the
-file's stem, letters, digits, `_` and `-` only; other files there are not prompts. Every `$ARGUMENTS` in
-the text is replaced by the rest of the line; a text without it gets the rest after a blank line
-(`expand`). A leading `---` block (Claude Code's front matter) is not sent; its `description:` is the line
-listings show (`PromptText`).
-
-Files are read when used, so an edit takes effect at once. They get the care the AGENTS.md files get
-(`instructions`): a project file must resolve (symlinks followed) inside the project, so a repository
-cannot have `/review` send `~/.ssh/id_rsa`; every file must be a regular file (never a FIFO that would
-hang) of at most `MAX_BYTES`, in UTF-8.
+A prompt file is a Markdown file whose text is sent as the user's message (`/NAME rest` in chat, `crow run -p
+NAME`), found in the project's `.crow/prompts/` or the user's config folder (`PromptFolders`), `$ARGUMENTS`
+replaced (`expand`). Files are read when used and get the care AGENTS.md files get: a project file must resolve
+inside the project (a repository cannot have `/review` send `~/.ssh/id_rsa`), and every file is a regular UTF-8 file
+of at most `MAX_BYTES` (`read_text_file`, `resolve_inside`, shared with skills and agents).
 """
 
 from __future__ import annotations

@@ -1,24 +1,10 @@
 """Agent Skills: folders holding a `SKILL.md` (the open Agent Skills format; Claude Code's skills), found on disk.
 
-A skill is a folder: `SKILL.md` (YAML front matter `name`, `description`, optional `allowed-tools`; then its
-instructions, the body) and any other files it needs (references, scripts, templates). The model is told each
-skill's name and description (`Skills.listing`, bounded: `MAX_LISTED` skills, `MAX_DESCRIPTION_CHARS` each); it
-loads one with the built-in `skill` tool (`load_skill`: the body and the list of the folder's files), and reads
-those files with `read_file`. Where skills are found (the first found of a name wins; the others are said once,
-`Skills.shadowing`):
-
-1. the project's: `.crow/skills/`, `.agents/skills/` and `.claude/skills/` (read as they are), in each folder from
-   the workspace up to the repository root, nearest first; only when the person trusts the project
-   (`trust.is_trusted`): a repository's skills shape what the model is told, so an untrusted one's are skipped
-   with one note;
-2. the user's: `skills/` in crow's config folder (`~/.config/crow/skills/` on Linux), then `~/.agents/skills/`
-   and `~/.claude/skills/`.
-
-A skill file gets the care a prompt file gets (`prompt_files`): a project's must resolve (symlinks followed)
-inside the project, every one must be a regular file of at most `MAX_BYTES`, in UTF-8, with front matter that
-is valid YAML and names a description. A file that is not is one line in `Skills.problems` and is skipped;
-nothing here raises for a bad skill. `allowed-tools` is read and shown, never obeyed: approval stays the
-person's (unlike Claude Code, where it pre-approves those tools).
+The model is told each skill's name and description, bounded (`Skills.listing`), and loads one with the built-in
+`skill` tool (`load_skill`). A project's skills shape what the model is told, so they are read only in a folder
+the person trusts (`trust.is_trusted`), and every skill file gets the care a prompt file gets (`prompt_files`); a
+bad one is one line in `Skills.problems`, nothing here raises. `allowed-tools` is shown, never obeyed: approval
+stays the person's. Where skills are found and which wins: `find_skills` and docs/skills.md.
 """
 
 from __future__ import annotations
@@ -214,7 +200,10 @@ def _real(path: Path) -> Path:
 
 def find_skills(workspace: Path, config_dir: Path | None, home: Path | None = None, *, trusted: bool,
                 secrets: Iterable[str | None] = ()) -> Skills:
-    """The skills for a run in `workspace` (see the module for where they are found and in which order).
+    """The skills for a run in `workspace`; the first found of a name wins, the others are said once
+    (`Skills.shadowing`). Looked in: the project's `.crow/skills/`, `.agents/skills/` and `.claude/skills/` in each
+    folder from the workspace up to the repository root, nearest first (only when `trusted`); then the user's:
+    `skills/` in crow's config folder, `~/.agents/skills/` and `~/.claude/skills/`.
 
     Args:
         workspace: the resolved workspace root.
