@@ -2,23 +2,8 @@
 
 Chat templates that require alternating roles (Mistral, Gemma on vLLM) and strict servers (OpenAI)
 refuse a history that a failed turn, a killed process or an older crow left behind. Before every
-request the loop sends `normalise(history)`; the stored history is never changed by it.
-
-The rules, applied in one pass:
-
-* a tool result is sent only right after the assistant message holding its call (matched by
-  position, since ids may repeat or be `""`); a result without its call is dropped;
-* an assistant tool call without a result gets one saying it was interrupted (the same sentence
-  `history.repair_history` stores), so no call is ever sent unanswered;
-* an assistant message with neither content (nor refusal) nor tool calls is dropped;
-* two user messages in a row are **merged** into one, their texts joined by a blank line (content
-  parts lists are concatenated). A turn that failed left its user message behind without an
-  answer: merging sends it together with the next one, so nothing the user typed is lost, and the
-  model sees both as one request. (Dropping it would silently forget what the user asked.)
-
-A conversation sends its history again on every turn, each time a little longer: `Normaliser`
-keeps what it made of the messages it has seen, so each call works only on those appended since
-(the result is the same as `normalise`'s).
+request the loop sends `normalise(history)`; the stored history is never changed by it. `Normaliser`
+keeps what it made of the messages it has seen, so a growing conversation costs linear work.
 """
 
 from __future__ import annotations
@@ -35,7 +20,19 @@ INTERRUPTED_OUTPUT = "Error: the tool call was interrupted; no result."
 
 
 def normalise(history: list[Message]) -> list[Message]:
-    """A valid copy of `history` to send: see the module docstring for the rules.
+    """A valid copy of `history` to send.
+
+    The rules, applied in one pass:
+
+    * a tool result is sent only right after the assistant message holding its call (matched by
+      position, since ids may repeat or be `""`); a result without its call is dropped;
+    * an assistant tool call without a result gets one saying it was interrupted (the same sentence
+      `history.repair_history` stores), so no call is ever sent unanswered;
+    * an assistant message with neither content (nor refusal) nor tool calls is dropped;
+    * two user messages in a row are **merged** into one, their texts joined by a blank line (content
+      parts lists are concatenated). A turn that failed left its user message behind without an
+      answer: merging sends it together with the next one, so nothing the user typed is lost, and the
+      model sees both as one request. (Dropping it would silently forget what the user asked.)
 
     Messages are not copied unless changed (merged user messages are new dicts); `history` itself
     is never modified. Linear in the number of messages.

@@ -1,34 +1,9 @@
 """`crow run --json`: the loop's typed events as JSON Lines on stdout, for scripts and CI.
 
-Every stdout line is one JSON object, `dataclasses.asdict(event)`, with a `type`. The shapes are
-`crow_cli/schemas/events.schema.json` (JSON Schema 2020-12, `version` = `events.SCHEMA_VERSION`,
-also sent as `schema_version` in the first event). Fields are added, never renamed or removed,
-so consumers must ignore fields they do not know.
-
-    run_started  → (text | reasoning | tool_call_started | warning | notice)*  → turn_finished
-                 → (tool_call | tool_result)*  → … next turn …  → run_finished (always last)
-
-* `text` and `reasoning` are deltas (pieces in arrival order), not whole blocks; `run_finished.final_text`
-  is the whole answer of the last turn.
-* `notice` with `code: "turn_restarted"`: the turn's stream broke and is being asked for again;
-  drop the `text` / `reasoning` / `tool_call_started` events of that turn received so far.
-* `notice` with `code: "retrying"`: the request failed before its stream started (429, 5xx, a
-  connection error) and is sent again after `wait_s` seconds (`attempt`: its number, 2 = the first
-  retry; `status`: the HTTP status, null for a connection error). `request_adapted` and `reasoning_echo`
-  notices carry the refusal's HTTP `status` too. Other notices have these null.
-* `tool_call.call.id` and `tool_result.result.call_id` are the model's ids, unchanged (`""` when it
-  sent none; `index` then links a result to its call).
-* `tool_result.result.output` is what the model was sent: capped at `max_output_chars` with a
-  `[output truncated: …]` marker.
-* A `task` call's subagent (`docs/subagents.md`) reports between the call's `tool_call` and its `tool_result`:
-  `subagent_started`, its own `tool_call`, `tool_result`, `turn_finished` (its token use), `notice` and
-  `warning` events each wrapped in a `subagent_event`, then `subagent_finished`; all carry the parent call's
-  `call_id` and `index`. A `notice` with `code: "queued"` says a request waits for one of the server's
-  slots (`max_concurrent_requests`).
-
-Non-ASCII text is `\\u` escaped, so every line is plain ASCII whatever the locale. Raw tool-call
-deltas (`tool_call_delta`) are written only with `--debug`; `message` events are not written.
-Errors are also printed as one line on stderr.
+Every stdout line is one ASCII JSON object, `dataclasses.asdict(event)`, with a `type`; the shapes are
+`crow_cli/schemas/events.schema.json` (`version` = `events.SCHEMA_VERSION`, also `schema_version` in the first
+event), fields added, never renamed or removed. Raw tool-call deltas are written only with `--debug`; `message`
+events never. Errors are also printed as one line on stderr. The event order and what each means: docs/scripting.md.
 """
 
 from __future__ import annotations

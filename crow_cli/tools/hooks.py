@@ -1,37 +1,13 @@
 """Lifecycle hooks, Claude Code's protocol: a command per event, one JSON object on its stdin, its answer read
-from its exit code and (optionally) JSON on its stdout.
+from its exit code and (optionally) JSON on its stdout (`_answer`): exit 0 goes on, exit 2 blocks with stderr as
+the reason, JSON may end the run, block, decide a permission or change a call's input; anything else is one
+warning and the run goes on as if the hook had said nothing.
 
-    [[hooks.PreToolUse]]                      crow's config.toml, or a trusted project's .crow/settings.toml
-    matcher = "run_shell"                     a tool-name pattern ("" or "*": every tool; "a|b"; a regex)
-    command = "./check.sh"                    run with /bin/sh -c in the workspace, as the user, unconfined
-    timeout_s = 60                            killed (its process group) after this: a non-blocking error
-
-Events (`EVENTS`), each fired by its owner: `PreToolUse` and `PostToolUse` by `tools.orchestrator` (validate →
-hooks → approval → sandbox), `Notification` (an approval question is waiting) there too, `Stop` by the loop
-(`SubagentStop` in a subagent's), `UserPromptSubmit`, `SessionStart` and `SessionEnd` by the surfaces,
-`PreCompact` before a compaction. `Hooks.fire(event, fields, call_id=…)` runs every matching command at once and
-returns one `HookDecision`:
-
-- exit 0: go on; stdout that is a JSON object is read as the answer, other stdout is context for the model
-  (`UserPromptSubmit`, `SessionStart` only);
-- exit 2: block, with stderr as the reason (`PreToolUse`: the call is refused and the reason is its result;
-  `UserPromptSubmit`: the prompt is dropped; `Stop`/`SubagentStop`: the loop goes on once more with it;
-  `PostToolUse`: the model reads it beside the result);
-- JSON: `continue: false` (+ `stopReason`) ends the run; `decision: "block"` + `reason`;
-  `hookSpecificOutput.permissionDecision` `allow` | `deny` | `ask` (+ `permissionDecisionReason`),
-  `hookSpecificOutput.updatedInput` (`PreToolUse`), `hookSpecificOutput.additionalContext`;
-- anything else (another exit code, unreadable JSON, a timeout, a command that cannot start): one warning
-  line, and the run goes on as if the hook had said nothing.
-
-A subagent's loop (the `task` tool's child) runs with a copy of the parent's hooks less its `Stop` hooks: its
-tool calls meet the same `PreToolUse` and `PostToolUse` hooks, and its end fires `SubagentStop` once, with the
-agent's name, where the parent's fires `Stop` (`surfaces.task`, through `stop_continues("SubagentStop", …)`).
-
-Each run is reported as an `events.HookRan` (and a `WarningEvent` for what went wrong) to `Hooks.report`.
-Hooks run with the environment `run_shell` commands get (crow's API keys and every variable holding one of the
-run's secrets removed), plus `CROW_PROJECT_DIR` and `CLAUDE_PROJECT_DIR` (the workspace); their stdin is one
-JSON object with the run's secrets masked; their stdout and stderr are read up to `MAX_OUTPUT_BYTES` each.
-Which hooks load (a project's only in a trusted folder) is the surfaces' decision (`surfaces.hooks`).
+Each event is fired by its owner (`EVENTS`: `PreToolUse`/`PostToolUse` by `tools.orchestrator`, `Stop` by the
+loop, the session events by the surfaces) through `Hooks.fire`, which runs every matching command at once and
+returns one `HookDecision`. Hooks run with the run's secrets out of their environment and stdin, output bounded
+(`MAX_OUTPUT_BYTES`), killed with their process group at `timeout_s`. Which hooks load (a project's only in a
+trusted folder) is the surfaces' decision (`surfaces.hooks`). The protocol as a person reads it: docs/hooks.md.
 """
 
 from __future__ import annotations

@@ -1,41 +1,11 @@
 """The sandbox `run_shell` commands run in: the kernel's boundary, not string rules.
 
-Modes (setting `sandbox`, flag `--sandbox`; default `workspace-write`):
-
-- `workspace-write`: the whole filesystem readable (but /run: daemons would run what a command sends
-  them, unconfined); writable only what `plan` lays out, a list of what may be written, not of what may
-  not: the workspace, less what runs code later outside any sandbox (`protected_paths`: the PATH folders,
-  crow's own install, the per-user folders such as `~/.config` and `~/.cache`, crow's folders, the shell
-  start-up files, `~/.ssh`, git's global config), each pinned so that no folder above it can be renamed
-  and a new one made in its place; when the workspace is the home folder or holds it, the home folder
-  read-only but for its entries that are not dot-entries (no `~/.xxx` is writable or can be made, nor
-  anything new at its top; `home_notice` says so at start); and a temp dir of the run's own
-  (`private_temp`), mounted at the temp dir's path, so nothing a command leaves there (a repository with
-  `core.fsmonitor`, a socket) reaches the person's temp dir, and a workspace below the temp dir has no
-  folder above it on disk that a command could write (`git init ..`). Every `.git` in the workspace
-  (folder, or a submodule's or linked worktree's file) is read-only and bound in place, so it cannot be
-  moved aside or replaced either: its hooks, config (`core.fsmonitor`), `commondir` and submodule configs
-  all run code unconfined at the user's next git command (Codex protects `.git` the same way; `git
-  commit` then asks to run outside the sandbox), and one the command made where it could write is put
-  aside when it ends, also when it is cancelled (`put_aside_new_git`); no network unless `network`
-  (setting `sandbox_network`), and without it no Unix socket either (`socket_filter`: a seccomp filter on
-  the socket family, since the network namespace does not cover sockets that have a path: ssh
-  ControlMaster, `tmux -S`, docker.sock, gpg-agent); no new privileges (setuid programs do not gain
-  rights) and no capabilities, also as root.
-- `read-only`: as above, but nothing writable (a private, empty temp dir that is discarded; a workspace
-  below the temp dir stays visible, read-only).
-- `off`: the command runs with the user's full rights (an explicit choice).
-
-Linux: bubblewrap (`bwrap`, the Debian/Fedora package `bubblewrap`; what Codex runs): new user, pid,
-IPC, UTS, cgroup and (without network) network namespaces, `--die-with-parent` (the command and every
-process it started are killed when crow exits, also on `kill -9`), `--new-session` (no typing into the
-terminal). macOS: `sandbox-exec` with a profile made by `seatbelt_profile`. Where neither works
-(`backend()` is None: no bwrap, no user namespaces), approval asks about every command instead.
-
-A command the sandbox stopped (a read-only file system outside the workspace, no Unix socket, no
-network, a `.git` put aside) is recognised from its output (`blocked_reason`; a refused write or socket
-also when the command went on to exit 0) and what it left, so the model is told why and the user can
-be asked to run it once outside the sandbox.
+Modes (`Sandbox.mode`): `workspace-write` (default; writable only what `plan` lays out: the workspace less what
+runs code later outside any sandbox, and a temp dir of the run's own; no network nor Unix socket unless allowed),
+`read-only`, `off`. Linux: bubblewrap (what Codex runs), every process killed when crow exits, also on `kill -9`;
+macOS: `sandbox-exec` (`seatbelt_profile`). Where neither works (`backend()` is None), approval asks about every
+command instead. A command the sandbox stopped is recognised from its output (`blocked_reason`), so the model is
+told why and the person can be asked to run it once outside. The modes as a person reads them: docs/approvals.md.
 """
 
 from __future__ import annotations
@@ -88,7 +58,34 @@ _NET_SIGNS = ("Network is unreachable", "Connection refused", "Could not resolve
 
 @dataclass(frozen=True)
 class Sandbox:
-    """How `run_shell` confines a command (see the module docstring)."""
+    """How `run_shell` confines a command.
+
+    Modes (setting `sandbox`, flag `--sandbox`; default `workspace-write`):
+
+    - `workspace-write`: the whole filesystem readable (but /run: daemons would run what a command sends
+      them, unconfined); writable only what `plan` lays out, a list of what may be written, not of what may
+      not: the workspace, less what runs code later outside any sandbox (`protected_paths`: the PATH folders,
+      crow's own install, the per-user folders such as `~/.config` and `~/.cache`, crow's folders, the shell
+      start-up files, `~/.ssh`, git's global config), each pinned so that no folder above it can be renamed
+      and a new one made in its place; when the workspace is the home folder or holds it, the home folder
+      read-only but for its entries that are not dot-entries (no `~/.xxx` is writable or can be made, nor
+      anything new at its top; `home_notice` says so at start); and a temp dir of the run's own
+      (`private_temp`), mounted at the temp dir's path, so nothing a command leaves there (a repository with
+      `core.fsmonitor`, a socket) reaches the person's temp dir, and a workspace below the temp dir has no
+      folder above it on disk that a command could write (`git init ..`). Every `.git` in the workspace
+      (folder, or a submodule's or linked worktree's file) is read-only and bound in place, so it cannot be
+      moved aside or replaced either: its hooks, config (`core.fsmonitor`), `commondir` and submodule configs
+      all run code unconfined at the user's next git command (Codex protects `.git` the same way; `git
+      commit` then asks to run outside the sandbox), and one the command made where it could write is put
+      aside when it ends, also when it is cancelled (`put_aside_new_git`); no network unless `network`
+      (setting `sandbox_network`), and without it no Unix socket either (`socket_filter`: a seccomp filter on
+      the socket family, since the network namespace does not cover sockets that have a path: ssh
+      ControlMaster, `tmux -S`, docker.sock, gpg-agent); no new privileges (setuid programs do not gain
+      rights) and no capabilities, also as root.
+    - `read-only`: as above, but nothing writable (a private, empty temp dir that is discarded; a workspace
+      below the temp dir stays visible, read-only).
+    - `off`: the command runs with the user's full rights (an explicit choice).
+    """
 
     mode: Mode = "off"
     """`workspace-write`, `read-only` or `off`."""
