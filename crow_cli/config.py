@@ -212,6 +212,11 @@ def _web(value: dict[str, Any]) -> str | None:
     if not isinstance(hosts, list) or not all(isinstance(h, str) and h.strip() and not any(c.isspace() for c in h)
                                               for h in hosts):
         return "[web] allow_hosts must be a list of host names or addresses (\"localhost\", \"*.corp.example\")"
+    from .tools.web import allow_hosts_problem
+
+    problem = next((p for p in map(allow_hosts_problem, hosts) if p is not None), None)
+    if problem is not None:
+        return f"[web] allow_hosts: {problem}"
     search = value.get("search_url")
     if search is not None and (not isinstance(search, str) or _http_url(search) is not None):
         return "[web] search_url must be an http:// or https:// URL (a SearXNG instance)"

@@ -544,6 +544,9 @@ def test_the_web_table_and_the_background_limit_are_read_and_checked(tmp_path):
     assert load_settings({}, env={}).web == {} and load_settings({}, env={}).max_background_commands == 4
     for body, message in (('[web]\nallow = ["x"]\n', "[web] has no key 'allow'"),
                           ('[web]\nallow_hosts = ["two words"]\n', "[web] allow_hosts must be a list of host"),
+                          ('[web]\nallow_hosts = ["*"]\n', "[web] allow_hosts: '*' is not a host name"),
+                          ('[web]\nallow_hosts = ["10.0.0.0/33"]\n', "[web] allow_hosts: '10.0.0.0/33' is not"),
+                          ('[web]\nallow_hosts = ["https://x.example"]\n', "'https://x.example' is not a host"),
                           ('[web]\nsearch_url = "ftp://x"\n', "[web] search_url must be an http:// or https:// URL"),
                           ("max_background_commands = -1\n", "must be 0 or more")):
         path.write_text(body)

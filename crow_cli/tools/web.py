@@ -26,6 +26,7 @@ only when a page needs them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import re
 import socket
@@ -84,19 +85,57 @@ class Redirected:
     location: str
 
 
+class Unresolved(ToolError):
+    """A host DNS has no answer for (now): an error of the fetch, not a refusal of the address."""
+
+
 def _bare(host: str) -> str:
     return host.strip().strip("[]").rstrip(".").lower()
 
 
 def host_allowed(host: str, allow_hosts: tuple[str, ...]) -> bool:
     """Whether `allow_hosts` names `host`: the same name or address (case, brackets and a trailing dot
-    ignored), or `*.SUFFIX` for every name under SUFFIX (not SUFFIX itself)."""
+    ignored), `*.SUFFIX` for every name under SUFFIX (not SUFFIX itself), or a network (`192.168.1.0/24`,
+    `fd00::/64`) for every address in it."""
     host = _bare(host)
     for entry in allow_hosts:
         entry = _bare(entry)
         if entry == host or (entry.startswith("*.") and host.endswith(entry[1:])):
             return True
+        if "/" in entry and _in_network(host, entry):
+            return True
     return False
+
+
+def _in_network(host: str, network: str) -> bool:
+    try:
+        return ipaddress.ip_address(host) in ipaddress.ip_network(network, strict=False)
+    except ValueError:  # a name, not an address; or not a network (the config refuses those)
+        return False
+
+
+def allow_hosts_problem(entry: str) -> str | None:
+    """Why `entry` of `[web] allow_hosts` names no host (a bare `*`, a URL, a network that is none), or None."""
+    bare = _bare(entry)
+    if "/" in bare:
+        try:
+            ipaddress.ip_network(bare, strict=False)
+        except ValueError:
+            return f"{entry!r} is not a network (\"192.168.1.0/24\")" if "://" not in bare else (
+                f"{entry!r} is not a host name: give the host alone (\"x.example\")")
+        return None
+    name = bare[2:] if bare.startswith("*.") else bare
+    if not name or "*" in name or (":" in name and not _is_address(name)):
+        return f"{entry!r} is not a host name, an address, \"*.SUFFIX\" or a network"
+    return None
+
+
+def _is_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def check_url(url: str) -> tuple[str, str, int]:
@@ -160,7 +199,7 @@ async def _addresses(host: str, port: int) -> list[str]:
     try:
         infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError) as exc:
-        raise ToolError(f"cannot resolve the host {host!r}: {getattr(exc, 'strerror', None) or exc}") from None
+        raise Unresolved(f"cannot resolve the host {host!r}: {getattr(exc, 'strerror', None) or exc}") from None
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
@@ -272,14 +311,16 @@ async def _follow(url: str, access: WebAccess, headers: dict[str, str] | None) -
             _, next_host, _ = check_url(target)
             if next_host != first and not host_allowed(next_host, access.allow_hosts):
                 next_port = check_url(target)[2]
-                await _checked(next_host, next_port, access)  # a private target is refused, not offered
+                # a private target is refused, not offered; one DNS cannot resolve now is the model's new call's
+                with contextlib.suppress(Unresolved):
+                    await _checked(next_host, next_port, access)
                 return Redirected(url, target)
             url = target
             continue
         media, _, params = response.headers.get("content-type", "").partition(";")
         charset = re.search(r"charset\s*=\s*\"?([\w.:-]+)", params, re.IGNORECASE)
-        return Fetched(url, response.status_code, response.reason_phrase, media.strip().lower(),
-                       charset.group(1) if charset else None, body, truncated)
+        return Fetched(url, response.status_code, strip_controls(response.reason_phrase),
+                       strip_controls(media.strip().lower()), charset.group(1) if charset else None, body, truncated)
     raise ToolError(f"more than {MAX_REDIRECTS} redirects; stopped at {url}")
 
 

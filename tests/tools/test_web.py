@@ -17,6 +17,7 @@ import pytest
 from crow_cli.errors import ToolError
 from crow_cli.tools.web import (
     Fetched,
+    Redirected,
     WebAccess,
     address_problem,
     check_url,
@@ -108,10 +109,12 @@ def test_only_public_addresses_are_reached_on_their_own(address: str, problem: s
     assert address_problem(address) == problem
 
 
-def test_allow_hosts_names_hosts_exactly_or_by_a_wildcard_suffix() -> None:
-    allowed = ("LocalHost.", "10.0.0.7", "*.corp.example", "[::1]")
-    assert all(host_allowed(h, allowed) for h in ("localhost", "10.0.0.7", "wiki.corp.example", "::1"))
-    assert not any(host_allowed(h, allowed) for h in ("corp.example", "evilcorp.example", "10.0.0.8", "localhost2"))
+def test_allow_hosts_names_hosts_exactly_or_by_a_wildcard_suffix_or_a_network() -> None:
+    allowed = ("LocalHost.", "10.0.0.7", "*.corp.example", "[::1]", "192.168.1.0/24", "fd00:1::/64")
+    assert all(host_allowed(h, allowed) for h in ("localhost", "10.0.0.7", "wiki.corp.example", "::1",
+                                                  "192.168.1.200", "fd00:1::9"))
+    assert not any(host_allowed(h, allowed) for h in ("corp.example", "evilcorp.example", "10.0.0.8", "localhost2",
+                                                      "192.168.2.1", "fd00:2::1", "192.168.1.0.example"))
 
 
 @pytest.mark.parametrize("url", ["file:///etc/passwd", "ftp://example.com/", "gopher://x/", "http:///nohost",
@@ -172,6 +175,29 @@ async def test_a_redirect_to_what_is_no_fetchable_url_is_one_line(location: str)
     """A Location crow cannot fetch is a ToolError saying so, never an exception of the HTTP library."""
     with serving({"/": redirect(lambda: location)}) as (port, _asked), pytest.raises(ToolError):
         await fetch(f"http://127.0.0.1:{port}/", WebAccess(("127.0.0.1",)))
+
+
+async def test_a_redirect_to_a_host_that_does_not_resolve_is_handed_to_the_model() -> None:
+    """A redirect to another host is the model's to follow with a new call, also when that host does not resolve
+    now: the fetch answers with the new URL, not with a DNS error."""
+    with serving({"/": redirect(lambda: "https://no-such-host.invalid/page")}) as (port, _asked):
+        got = await fetch(f"http://127.0.0.1:{port}/", WebAccess(("127.0.0.1",)))
+    assert isinstance(got, Redirected) and got.location == "https://no-such-host.invalid/page"
+
+
+async def test_header_text_reaches_the_model_without_control_characters() -> None:
+    """The reason phrase and the content type come from the server: their control characters are removed."""
+    def respond(handler: Any) -> None:
+        handler.send_response(404, "Not\x1b[2J Found")
+        handler.send_header("content-type", "text/plain\x1b]0;T\x07")
+        handler.send_header("content-length", "2")
+        handler.end_headers()
+        handler.wfile.write(b"no")
+
+    with serving({"/": respond}) as (port, _asked):
+        got = await fetch(f"http://127.0.0.1:{port}/", WebAccess(("127.0.0.1",)))
+    assert isinstance(got, Fetched) and got.status == 404
+    assert "\x1b" not in got.reason and "\x07" not in got.content_type + got.reason
 
 
 async def test_a_response_larger_than_the_cap_is_cut(monkeypatch: pytest.MonkeyPatch) -> None:
