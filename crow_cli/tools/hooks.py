@@ -396,18 +396,27 @@ class Hooks:
                                                                 one.spec)
             if answer.updated_input is not None and updated is None:
                 updated = answer.updated_input
-            context += [self._masked(c[:MAX_CONTEXT_CHARS]) for c in answer.context]
+            context += [self._masked(strip_controls(c[:MAX_CONTEXT_CHARS])) for c in answer.context]
             if answer.stop is not None and stop is None:
                 stop = answer.stop
         if stop is not None:
+            stop = self._said(stop) if stop else stop
             self.stop_reason = stop
-        return HookDecision(self._masked(blocked) if blocked is not None else None, by or permission_by,
+        return HookDecision(self._said(blocked) if blocked is not None else None, by or permission_by,
                             cast(Literal["allow", "deny", "ask"] | None, permission),
-                            self._masked(permission_reason) if permission_reason else permission_reason,
+                            self._said(permission_reason) if permission_reason else permission_reason,
                             updated, tuple(context), stop)
 
     def _masked(self, text: str) -> str:
         return mask_secrets(clean_text(text), self.secrets)
+
+    def _said(self, text: str) -> str:
+        """A hook's reason as the model and the person read it: no control characters (JSON escapes can carry
+        them), secrets masked, at most `MAX_CONTEXT_CHARS` as context is."""
+        text = strip_controls(text)
+        if len(text) > MAX_CONTEXT_CHARS:
+            text = f"{text[:MAX_CONTEXT_CHARS]}… [the hook's reason was cut at {MAX_CONTEXT_CHARS} characters]"
+        return self._masked(text)
 
 
 def _answer(event: HookEvent, ran: _Ran) -> tuple[HookDecision, str | None]:

@@ -123,6 +123,23 @@ async def test_posttooluse_receives_the_tools_input_and_response(tmp_path: Path)
     assert "remember to run the tests" in result["content"]
 
 
+async def test_a_json_block_reason_reaches_the_model_without_controls_and_bounded(tmp_path: Path) -> None:
+    """A hook's reason is text from outside: JSON escapes cannot put control characters into what the model
+    reads, and a reason is held to MAX_CONTEXT_CHARS as context is."""
+    from crow_cli.tools.hooks import MAX_CONTEXT_CHARS
+
+    answer = json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
+                                                "permissionDecisionReason": "no\u001b[2J shell " + "x" * 40_000}})
+    (tmp_path / "answer.json").write_text(answer)
+    command = hook(tmp_path, "deny.sh", f"cat >/dev/null; cat {tmp_path}/answer.json")
+    ran = await run_here(script([SHELL]), "go", cwd=tmp_path, yes=True,
+                         config=config(tmp_path, ("PreToolUse", {"matcher": "run_shell", "command": command})))
+    assert ran.code == 0, ran.stderr
+    [result] = tool_messages(ran.requests[1])
+    assert "no[2J shell" in result["content"] and "\x1b" not in result["content"]
+    assert len(result["content"]) < MAX_CONTEXT_CHARS + 500 and not (tmp_path / "made.txt").exists()
+
+
 async def test_a_matcher_that_does_not_match_runs_nothing(tmp_path: Path) -> None:
     command = hook(tmp_path, "never.sh", f"touch {tmp_path}/ran; exit 2")
     await run_here(script([SHELL]), "go", cwd=tmp_path, yes=True,
