@@ -126,6 +126,7 @@ class PlainPrinter:
         self._pending: list[str] = []
         """Off a terminal: the text of the turn streaming, written once it ends (dropped if it is cut)."""
         self._refusals = Refusals()
+        self._turn_ended = False
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
@@ -161,6 +162,9 @@ class PlainPrinter:
             case TextDelta(text=text):  # first: one per chunk
                 if self.reasoning_open:
                     self._close_reasoning()
+                if self._turn_ended:  # a later turn's answer (a Stop hook's one more turn) starts on its own line
+                    self._turn_ended = False
+                    self._new_line()
                 if self.out_is_terminal:
                     self._write(strip_controls(text))
                 else:
@@ -174,6 +178,7 @@ class PlainPrinter:
             case TurnFinished(tool_calls=calls):
                 self.usage.add(event.usage, event.timings)  # llama.cpp's cached tokens are in its timings
                 self._write_pending()
+                self._turn_ended = True
                 if calls:
                     self._new_line()  # the next turn's text starts on its own line, in a pipe too
                 self._end_answer()

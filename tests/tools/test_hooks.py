@@ -176,6 +176,7 @@ async def test_a_stop_hooks_exit_2_makes_one_more_turn(tmp_path: Path) -> None:
     assert ran.requests[1]["messages"][-1] == {"role": "user", "content": "the tests were not run"}
     assert [s["stop_hook_active"] for s in sent(tmp_path)] == [False, True]
     assert ran.stdout.strip().endswith("Ran them: green.")
+    assert "Done.\nRan them: green." in ran.stdout  # two answers, each on its own line
     assert "goes on once" in ran.stderr
 
 
