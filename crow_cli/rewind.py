@@ -28,6 +28,7 @@ import shutil
 import stat
 import subprocess
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -56,8 +57,8 @@ MAX_FILES = 5000
 IGNORED_FOLDERS = frozenset({".git", ".hg", ".svn", "node_modules", ".venv", "venv", "__pycache__", ".mypy_cache",
                              ".pytest_cache", ".ruff_cache", ".tox"})
 """Folders never snapshotted, wherever they are in the workspace (git-ignored files are not either)."""
-BOUNDS_NOTE = (f"(not snapshotted: files over {MAX_FILE_BYTES // 1024} KiB, git-ignored files and folders such as "
-               f"node_modules, .venv and .git, and a workspace of more than {MAX_FILES} files)")
+BOUNDS_NOTE = (f"(never snapshotted: files over {MAX_FILE_BYTES // (1024 * 1024)} MiB, ignored folders and files: "
+               f"node_modules, .venv, .git, .gitignore's; a workspace of over {MAX_FILES} files)")
 """What rewind never restores, said once with each plan."""
 
 _Key = tuple[int, int, int, int]
@@ -81,12 +82,16 @@ class Scanner:
         root: the workspace folder (resolved).
         max_bytes: files over this many bytes are listed, not kept.
         max_files: a workspace of more files than this is not snapshotted.
+        exclude: files and folders never snapshotted (the session store's own, when it is in the workspace).
     """
 
-    def __init__(self, root: Path, *, max_bytes: int = MAX_FILE_BYTES, max_files: int = MAX_FILES) -> None:
+    def __init__(self, root: Path, *, max_bytes: int = MAX_FILE_BYTES, max_files: int = MAX_FILES,
+                 exclude: Iterable[Path] = ()) -> None:
         self.root = root
         self.max_bytes = max_bytes
         self.max_files = max_files
+        self._exclude = {p.relative_to(root).as_posix() for p in (_absolute(e) for e in exclude)
+                         if p.is_relative_to(root) and p != root}
         self._seen: dict[str, tuple[_Key, str]] = {}
         self._lock = threading.Lock()
 
@@ -143,7 +148,11 @@ class Scanner:
         names = self._git_listing()
         if names is None:
             names = self._walk()
-        return [n for n in names if n and not n.endswith("/") and not IGNORED_FOLDERS.intersection(n.split("/"))]
+        return [n for n in names if n and not n.endswith("/") and not IGNORED_FOLDERS.intersection(n.split("/"))
+                and not self._excluded(n)]
+
+    def _excluded(self, name: str) -> bool:
+        return any(name == e or name.startswith(e + "/") for e in self._exclude)
 
     def _git_listing(self) -> list[str] | None:
         git = shutil.which("git")
@@ -170,6 +179,14 @@ class Scanner:
             if len(names) > self.max_files * 2:  # enough to know it is over the bound
                 break
         return names
+
+
+def _absolute(path: Path) -> Path:
+    """`path` with its folder's links resolved (the file itself may not exist yet)."""
+    try:
+        return resolve_path(path.parent) / path.name
+    except OSError:
+        return path
 
 
 def _read(path: Path) -> bytes | None:

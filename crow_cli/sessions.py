@@ -377,6 +377,12 @@ class SessionStore:
                 migration(self._db)
                 self._db.execute("INSERT INTO _migrations VALUES (?, ?)", (name, time.time()))
 
+    def files(self) -> list[Path]:
+        """The files and folders the store keeps (the database, its side files, images, locks): a snapshot of a
+        workspace that holds them leaves them out (`rewind.Scanner`)."""
+        side = [self.path.with_name(self.path.name + s) for s in ("", "-wal", "-shm", "-journal", ".locks")]
+        return [*side, self.images_dir]
+
     def migrations(self) -> list[str]:
         """Names of the applied migrations, in the order they were applied."""
         return [r[0] for r in self._read("SELECT name FROM _migrations ORDER BY applied_at, name")]

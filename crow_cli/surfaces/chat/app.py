@@ -130,8 +130,7 @@ class ChatApp:
         self.root = Path.cwd()
         """The workspace root (set when the chat starts)."""
         self.recorder: SessionRecorder | None = None
-        self.scanner: Scanner | None = None
-        """Takes the workspace's snapshots for /rewind (made when the chat starts)."""
+        self._scanner: Scanner | None = None
         self.history: list[Message] = []
         self.usage = self.token_use()
         self.last_usage = self.token_use()
@@ -170,7 +169,6 @@ class ChatApp:
             self.mcp_joining = asyncio.create_task(self._join_mcp(runtime), name="crow-mcp-join")
         # files crow's tools change: /undo and /rewind restore them (the backup and the snapshots follow /new
         # and /resume)
-        self.scanner = Scanner(runtime.context.workspace)
         self.driver = runtime.new_driver(self.approver, context=replace(runtime.context, backup=self._backup,
                                                                         snapshot=self._snapshot,
                                                                         keep_transcript=self._keep_transcript),
@@ -851,9 +849,16 @@ class ChatApp:
         """An empty count, priced with the current model's `[prices]` (if the config gives them)."""
         return TokenUse(self.settings.prices.get(self.settings.model))
 
+    @property
+    def scanner(self) -> Scanner | None:
+        """Takes the workspace's snapshots for /rewind (None: the chat records nothing, or has not started)."""
+        if self._scanner is None and self.runtime is not None and self.recorder is not None:
+            self._scanner = Scanner(self.runtime.context.workspace, exclude=self.recorder.store.files())
+        return self._scanner
+
     async def _snapshot(self, kind: Literal["before", "after"]) -> None:
-        if self.recorder is not None and self.scanner is not None:  # the workspace's files, for /rewind
-            await self.recorder.snapshot(kind, self.scanner)
+        if self.recorder is not None and (scanner := self.scanner) is not None:  # the workspace's files, for /rewind
+            await self.recorder.snapshot(kind, scanner)
 
     def _backup(self, path: Path, content: bytes | None, written: str) -> None:
         if self.recorder is not None:
