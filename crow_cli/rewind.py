@@ -108,6 +108,8 @@ class Scanner:
         """
         with self._lock:
             names = self._listing()
+            if len(names) > self.max_files:  # told from the listing alone: no file of it is looked at
+                return Scan({"files": {}, "big": {}, "over": len(names)})
             files: dict[str, list[Any]] = {}
             big: dict[str, int] = {}
             contents: dict[str, bytes] = {}
@@ -122,8 +124,6 @@ class Scanner:
                 if info.st_size > self.max_bytes:
                     big[name] = info.st_size
                     continue
-                if len(files) + len(big) >= self.max_files:
-                    return Scan({"files": {}, "big": {}, "over": self._count(names)})
                 key = (info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
                 known = self._seen.get(name)
                 if known is not None and known[0] == key:
@@ -138,9 +138,6 @@ class Scanner:
                 seen[name] = (key, digest)
             self._seen = seen
             return Scan({"files": files, "big": big, "over": None}, contents)
-
-    def _count(self, names: list[str]) -> int:
-        return sum(1 for name in names if os.path.isfile(self.root / name))
 
     def _listing(self) -> list[str]:
         """The workspace's files, relative, as git lists them (tracked and untracked, not ignored), or a walk
@@ -176,7 +173,7 @@ class Scanner:
             dirs[:] = [d for d in dirs if d not in IGNORED_FOLDERS]
             relative = Path(folder).relative_to(self.root)
             names += [(relative / f).as_posix() for f in files]
-            if len(names) > self.max_files * 2:  # enough to know it is over the bound
+            if len(names) > self.max_files:  # enough to know it is over the bound
                 break
         return names
 
@@ -272,21 +269,22 @@ def plan_rewind(store: SessionStore, session_id: str, keep: int, now: Scan, root
     Raises:
         SessionError: the store cannot be read.
     """
-    chain = [s for s in store.snapshots(session_id, keep) if s.workspace == str(root)]
+    stored = store.snapshots(session_id, keep)
+    chain = [s for s in stored if s.workspace == str(root)]
     notes = []
-    others = sorted({s.workspace for s in store.snapshots(session_id, keep)} - {str(root)})
+    others = sorted({s.workspace for s in stored} - {str(root)})
     if others:
         notes.append(f"tool calls in another workspace are not rewound ({', '.join(others)})")
     if not chain:
         return RewindPlan(root, [], notes)
     then = chain[0].manifest
     if then.get("over"):
-        return RewindPlan(root, [], [*notes, f"not snapshotted: the workspace held {then['over']} files (more than "
-                                               f"{MAX_FILES}), so no file is restored"])
+        return RewindPlan(root, [], [*notes, f"not snapshotted: the workspace held more than {MAX_FILES} files "
+                                               f"({then['over']}), so no file is restored"])
     if now.manifest.get("over"):
-        return RewindPlan(root, [], [*notes, f"the workspace holds {now.manifest['over']} files now (more than "
-                                               f"{MAX_FILES}): rewind cannot tell what changed, so no file is "
-                                               "restored"])
+        return RewindPlan(root, [], [*notes, f"the workspace holds more than {MAX_FILES} files now "
+                                               f"({now.manifest['over']}): rewind cannot tell what changed, so no "
+                                               "file is restored"])
     changes = []
     paths = set(then["files"]) | set(then["big"]) | set(now.manifest["files"]) | set(now.manifest["big"])
     for path in sorted(paths):

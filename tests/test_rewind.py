@@ -110,7 +110,7 @@ def test_a_workspace_over_the_count_bound_is_not_snapshotted(store: SessionStore
     _keep(store, sid, scanner, "before")
     (root / "f0.txt").write_text("changed")
     plan = plan_rewind(store, sid, 0, scanner.scan(), root)
-    assert plan.changes == [] and "held 5 files (more than" in plan.notes[0]
+    assert plan.changes == [] and "held more than" in plan.notes[0]
 
 
 def test_ignored_folders_and_git_ignored_files_are_not_snapshotted(tmp_path: Path) -> None:
