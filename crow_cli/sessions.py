@@ -1,7 +1,7 @@
 """The session store: conversations kept in SQLite so they survive crashes and can be resumed.
 
 One file, `crow/sessions.db` in the platformdirs user data dir (`~/.local/share/crow/sessions.db` on
-Linux), opened in WAL mode. Four tables:
+Linux), opened in WAL mode. Its tables:
 
     sessions(id, title, created_at, updated_at, model, base_url, cwd, approval, sandbox)
     messages(session_id, position, message)     -- one wire message per row, as JSON
@@ -9,6 +9,14 @@ Linux), opened in WAL mode. Four tables:
                                                 -- compacted views; the messages stay complete
     file_backups(session_id, position, path, content, created_at)
                                                 -- files' contents before crow's file tools wrote them (undo)
+    snapshots(session_id, position, kind, workspace, manifest, created_at)
+                                                -- the workspace's files before and after a tool call that may
+                                                   write (`rewind`): a manifest, by its hash
+    snapshot_manifests(hash, manifest)          -- each manifest once: {"files": {PATH: [SHA256, MODE]}, …}
+    snapshot_blobs(hash, content)               -- each file content once, by its SHA-256, shared by sessions
+
+A manifest or a content no snapshot row references any more (after `truncate`, `delete`) is removed in the
+same transaction.
 
 An image (an `image_url` part with a `data:` URL: an attachment, a tool's image) is stored once, by
 reference: its bytes go to `images/SHA256.EXT` beside the database (0600, written once per content), the
@@ -37,6 +45,7 @@ Standard library only (plus platformdirs, imported when the default path is need
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import secrets
@@ -57,7 +66,7 @@ from .private import private_dir, private_file
 from .text import public_url
 
 __all__ = ["IMAGE_REF", "SessionDamaged", "SessionInUse", "SessionInfo", "SessionStore", "SessionStoreDamaged",
-           "StoredCheckpoint", "StoredSubagentRun", "by_reference", "default_db_path"]
+           "StoredCheckpoint", "StoredSnapshot", "StoredSubagentRun", "by_reference", "default_db_path"]
 
 IMAGE_REF = "crow-image:sha256:"
 """How a stored image part's URL starts; the hex SHA-256 of the image's bytes follows."""
@@ -177,6 +186,22 @@ class StoredCheckpoint:
     view: list[Message]
 
 
+@dataclass(frozen=True, slots=True)
+class StoredSnapshot:
+    """The workspace's files as a snapshot found them (`rewind`), before or after a tool call that may write."""
+
+    position: int
+    """The session's message count when it was taken (the call's assistant message is before it)."""
+    kind: str
+    """`before` (the files the call found) or `after` (the files it left)."""
+    workspace: str
+    """The workspace folder the paths are relative to."""
+    manifest: dict[str, Any]
+    """`files`: {relative path: [SHA-256 hex of its content, its permission bits]}; `big`: {relative path: size
+    in bytes} of files over the size bound (not kept); `over`: how many files the workspace held when more
+    than the count bound (then `files` is empty: nothing kept), else null."""
+
+
 def default_db_path() -> Path:
     """`crow/sessions.db` in the platformdirs user data dir."""
     import platformdirs
@@ -226,6 +251,15 @@ def _m6_session_modes(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE sessions ADD COLUMN sandbox TEXT")
 
 
+def _m7_workspace_snapshots(db: sqlite3.Connection) -> None:
+    db.execute("""CREATE TABLE snapshots (
+        session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE, position INTEGER NOT NULL,
+        kind TEXT NOT NULL, workspace TEXT NOT NULL, manifest TEXT NOT NULL, created_at REAL NOT NULL)""")
+    db.execute("CREATE INDEX snapshots_session ON snapshots(session_id, position)")
+    db.execute("CREATE TABLE snapshot_manifests (hash TEXT PRIMARY KEY, manifest TEXT NOT NULL)")
+    db.execute("CREATE TABLE snapshot_blobs (hash TEXT PRIMARY KEY, content BLOB NOT NULL)")
+
+
 _MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_initial", _m1_initial),
     ("m002_checkpoints", _m2_checkpoints),
@@ -233,6 +267,7 @@ _MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m004_file_written", _m4_file_written),
     ("m005_subagent_runs", _m5_subagent_runs),
     ("m006_session_modes", _m6_session_modes),
+    ("m007_workspace_snapshots", _m7_workspace_snapshots),
 ]
 """Applied in order, each once; append new ones, never edit or reorder applied ones."""
 
@@ -341,6 +376,12 @@ class SessionStore:
                     continue  # ... and then finds it done
                 migration(self._db)
                 self._db.execute("INSERT INTO _migrations VALUES (?, ?)", (name, time.time()))
+
+    def files(self) -> list[Path]:
+        """The files and folders the store keeps (the database, its side files, images, locks): a snapshot of a
+        workspace that holds them leaves them out (`rewind.Scanner`)."""
+        side = [self.path.with_name(self.path.name + s) for s in ("", "-wal", "-shm", "-journal", ".locks")]
+        return [*side, self.images_dir]
 
     def migrations(self) -> list[str]:
         """Names of the applied migrations, in the order they were applied."""
@@ -464,9 +505,9 @@ class SessionStore:
 
         Copied in one transaction: every message in order exactly as stored (its system prompt, its
         author records and image references, so images are shared, not copied), its compaction
-        checkpoints and its undo records (`file_backups`); model, server and folder too. The title is
-        the source's with " (fork)" after it; the fork counts as just updated, so `crow run -c` in its
-        folder continues it. The source is only read: it may be in use by another crow (its turn in
+        checkpoints and its undo and rewind records (`file_backups`, `snapshots`); model, server and
+        folder too. The title is the source's with " (fork)" after it; the fork counts as just updated, so
+        `crow run -c` in its folder continues it. The source is only read: it may be in use by another crow (its turn in
         flight, if any, is closed when the fork is loaded).
 
         Raises:
@@ -496,6 +537,9 @@ class SessionStore:
                 self._db.execute("INSERT INTO file_backups (session_id, position, path, content, created_at, "
                                  "written) SELECT ?, position, path, content, created_at, written FROM file_backups "
                                  "WHERE session_id = ? ORDER BY position, rowid", (sid, source.id))
+                self._db.execute("INSERT INTO snapshots (session_id, position, kind, workspace, manifest, created_at) "
+                                 "SELECT ?, position, kind, workspace, manifest, created_at FROM snapshots "
+                                 "WHERE session_id = ? ORDER BY position, rowid", (sid, source.id))
         except BaseException:
             if sid:
                 self.release(sid)  # no such session was made
@@ -516,7 +560,8 @@ class SessionStore:
                              (approval, sandbox, session_id))
 
     def delete(self, session_id: str) -> SessionInfo:
-        """Delete a session, its messages, checkpoints and file backups, and the image files no other session
+        """Delete a session, its messages, checkpoints, file backups and snapshots, and the image files and
+        snapshot contents no other session
         references (module docstring); returns what was deleted.
 
         Raises:
@@ -529,8 +574,9 @@ class SessionStore:
             with self._transaction():
                 files = self._image_files("m.session_id = :sid", "c.session_id = :sid", {"sid": info.id})
                 self._db.execute("DELETE FROM messages WHERE session_id = ?", (info.id,))
-                self._db.execute("DELETE FROM sessions WHERE id = ?", (info.id,))
+                self._db.execute("DELETE FROM sessions WHERE id = ?", (info.id,))  # its snapshots go with it
                 self._remove_unreferenced(files)
+                self._remove_unused_snapshots()
         finally:
             self.release(info.id)
         return info
@@ -595,8 +641,9 @@ class SessionStore:
         return history
 
     def truncate(self, session_id: str, keep: int) -> None:
-        """Drop every message from position `keep` on (used by `/retry`), and the checkpoints past it, and the
-        image files that no remaining row references (module docstring)."""
+        """Drop every message from position `keep` on (used by `/retry`), and the checkpoints, file backups and
+        snapshots past it, and the image files and snapshot contents that no remaining row references (module
+        docstring)."""
         with self._transaction():
             where = {"sid": session_id, "keep": keep}
             files = self._image_files("m.session_id = :sid AND m.position >= :keep",
@@ -605,7 +652,19 @@ class SessionStore:
             self._db.execute("DELETE FROM checkpoints WHERE session_id = ? AND position > ?", (session_id, keep))
             self._db.execute("DELETE FROM file_backups WHERE session_id = ? AND position >= ?", (session_id, keep))
             self._db.execute("DELETE FROM subagent_runs WHERE session_id = ? AND position >= ?", (session_id, keep))
+            if self._db.execute("DELETE FROM snapshots WHERE session_id = ? AND position >= ?",
+                                (session_id, keep)).rowcount:
+                self._remove_unused_snapshots()
             self._remove_unreferenced(files)
+
+    def clear_title_if_unprompted(self, session_id: str) -> bool:
+        """Give the session no title (`""`: its next user message gives it one) when no user message is left,
+        so the title never names a prompt undo or rewind removed; returns whether it did."""
+        with self._transaction():
+            return bool(self._db.execute(
+                "UPDATE sessions SET title = '' WHERE id = ? AND title != '' AND NOT EXISTS (SELECT 1 FROM messages "
+                "WHERE session_id = ? AND json_valid(message) AND json_extract(message, '$.role') = 'user')",
+                (session_id, session_id)).rowcount)
 
     # file backups for undo (`tools.backup`): a file's content before crow's file tools changed it
 
@@ -630,6 +689,53 @@ class SessionStore:
             first.setdefault(path, content)
             last[path] = written
         return [(path, content, last[path]) for path, content in first.items()]
+
+    # workspace snapshots for rewind (`rewind`): each manifest and each file content stored once
+
+    def add_snapshot(self, session_id: str, position: int, kind: str, workspace: str, manifest: dict[str, Any],
+                     contents: dict[str, bytes]) -> list[str]:
+        """Keep a snapshot of the workspace (`StoredSnapshot`) taken while the session held `position` messages;
+        `contents` maps the SHA-256 (hex) of file contents the store may not hold yet to the contents (one
+        already held is not written again). Returns the hashes of the manifest's contents the store holds
+        neither before nor in `contents`: then nothing is stored (the caller reads those files again)."""
+        data = json.dumps(manifest, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        digest = hashlib.sha256(data.encode("utf-8")).hexdigest()
+        with self._transaction():
+            self._db.executemany("INSERT OR IGNORE INTO snapshot_blobs VALUES (?, ?)", contents.items())
+            missing = [str(r[0]) for r in self._db.execute(
+                "SELECT DISTINCT json_extract(f.value, '$[0]') AS h FROM json_each(?, '$.files') f "
+                "WHERE NOT EXISTS (SELECT 1 FROM snapshot_blobs b WHERE b.hash = h)", (data,))]
+            if not missing:
+                self._db.execute("INSERT OR IGNORE INTO snapshot_manifests VALUES (?, ?)", (digest, data))
+                self._db.execute("INSERT INTO snapshots VALUES (?, ?, ?, ?, ?, ?)",
+                                 (session_id, position, kind, workspace, digest, time.time()))
+        return missing
+
+    def snapshots(self, session_id: str, since: int = 0) -> list[StoredSnapshot]:
+        """The session's snapshots taken at or after message `since`, in the order they were taken.
+
+        Raises:
+            SessionStoreDamaged: a manifest is not JSON.
+        """
+        rows = self._read("SELECT s.position, s.kind, s.workspace, m.manifest FROM snapshots s JOIN snapshot_manifests "
+                          "m ON m.hash = s.manifest WHERE s.session_id = ? AND s.position >= ? "
+                          "ORDER BY s.position, s.rowid", (session_id, since))
+        try:
+            return [StoredSnapshot(p, k, w, json.loads(m)) for p, k, w, m in rows]
+        except ValueError as exc:
+            raise SessionStoreDamaged(self.path, f"a snapshot of session {session_id} is not JSON") from exc
+
+    def snapshot_content(self, digest: str) -> bytes | None:
+        """The file content whose SHA-256 (hex) is `digest`, None when the store does not hold it."""
+        rows = self._read("SELECT content FROM snapshot_blobs WHERE hash = ?", (digest,))
+        return bytes(rows[0][0]) if rows else None
+
+    def _remove_unused_snapshots(self) -> None:
+        """Remove the manifests no snapshot row references, then the contents no manifest names (in the
+        caller's transaction)."""
+        self._db.execute("DELETE FROM snapshot_manifests WHERE hash NOT IN (SELECT manifest FROM snapshots)")
+        self._db.execute("DELETE FROM snapshot_blobs WHERE hash NOT IN (SELECT json_extract(f.value, '$[0]') "
+                         "FROM snapshot_manifests m, json_each(m.manifest, '$.files') f)")
 
     # subagents' transcripts (`surfaces.task`), linked to the parent's `task` call
 

@@ -156,7 +156,8 @@ def plan_undo(store: SessionStore, session_id: str, *, force: bool = False) -> U
 
 
 def apply_undo(store: SessionStore, session_id: str, plan: UndoPlan) -> list[str]:
-    """Restore the plan's files and remove the exchange's messages; returns problems (files that
+    """Restore the plan's files and remove the exchange's messages (the session's title too, when no prompt is
+    left); returns problems (files that
     could not be restored, or that changed after the plan was made: the plan names the others), each a
     line. The caller holds the session (`SessionStore.lock`).
 
@@ -179,4 +180,5 @@ def apply_undo(store: SessionStore, session_id: str, plan: UndoPlan) -> list[str
         except OSError as exc:
             problems.append(f"could not restore {item.path}: {exc.strerror or exc}; it is unchanged")
     store.truncate(session_id, plan.keep)
+    store.clear_title_if_unprompted(session_id)  # the title never names a prompt that is gone
     return problems

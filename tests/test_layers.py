@@ -48,13 +48,14 @@ ALLOWED = {
                         "crow_cli.prompt_files", "crow_cli.front_matter"},
     "crow_cli.attachments": LEAVES | {"crow_cli.tools"},
     "crow_cli.undo": LEAVES | {"crow_cli.sessions"},
+    "crow_cli.rewind": LEAVES | {"crow_cli.sessions"},
     "crow_cli.local": LEAVES | {"crow_cli.config", "crow_cli.signals"},  # `serve` ends by the run scope
     "crow_cli.probe": LEAVES | {"crow_cli.config", "crow_cli.probe", "crow_cli.wire"},
     "crow_cli.config": LEAVES | {"crow_cli.wire.profiles", "crow_cli.wire.profile"},  # provider data (pure)
     # no surface handles a signal itself: the driver does (its Interrupts policies)
     "crow_cli.surfaces": LEAVES | {"crow_cli.config", "crow_cli.driver", "crow_cli.loop", "crow_cli.sessions",
                                    "crow_cli.surfaces", "crow_cli.tools", "crow_cli.wire", "crow_cli.context",
-                                   "crow_cli.attachments", "crow_cli.instructions", "crow_cli.undo",
+                                   "crow_cli.attachments", "crow_cli.instructions", "crow_cli.undo", "crow_cli.rewind",
                                    "crow_cli.default_prompt", "crow_cli.export", "crow_cli.prompt_files",
                                    "crow_cli.trust", "crow_cli.skills",
                                    "crow_cli.agents"},
@@ -240,7 +241,7 @@ def test_the_layer_rules_catch_what_they_name(tmp_path):
 # outside the sandbox; the others take from `tools.approval` and `tools.sandbox` only what builds a run
 # (a policy, the sandbox's mode) and asks or shows a question. Module -> the names it may import from them.
 APPROVAL_USERS = {
-    "crow_cli.tools.orchestrator": {"Approvals"},
+    "crow_cli.tools.orchestrator": {"Approvals", "may_write"},
     "crow_cli.surfaces.run": {"Answer", "AskFn", "Choice", "Question", "make_approver"},
     "crow_cli.surfaces.chat.app": {"Answer", "PlanAnswer", "Question", "answer_hint", "approval_question",
                                    "make_approver", "parse_answer"},

@@ -244,13 +244,15 @@ def test_migrations_are_recorded_once_and_wal_is_on(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     with SessionStore(db) as store:
         assert store.migrations() == ["m001_initial", "m002_checkpoints", "m003_file_backups", "m004_file_written",
-                                      "m005_subagent_runs", "m006_session_modes"]
+                                      "m005_subagent_runs", "m006_session_modes",
+                                      "m007_workspace_snapshots"]
     with SessionStore(db) as store:  # reopening applies nothing twice
         assert store.migrations() == ["m001_initial", "m002_checkpoints", "m003_file_backups", "m004_file_written",
-                                      "m005_subagent_runs", "m006_session_modes"]
+                                      "m005_subagent_runs", "m006_session_modes",
+                                      "m007_workspace_snapshots"]
     con = sqlite3.connect(db)
     assert con.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-    assert con.execute("SELECT COUNT(*) FROM _migrations").fetchone() == (6,)
+    assert con.execute("SELECT COUNT(*) FROM _migrations").fetchone() == (7,)
 
 
 def test_a_session_keeps_the_modes_it_ran_under_and_an_older_one_has_none(tmp_path: Path) -> None:

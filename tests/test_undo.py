@@ -61,9 +61,13 @@ async def test_sessions_undo_restores_files_and_lists_shell_commands(tmp_path: P
         messages = store.messages(sid)
     assert len(messages) == before - 6 and authorless(messages[-1]) == {"role": "assistant", "content": "wrote a"}
 
+    with SessionStore() as store:
+        assert store.get(sid).title == "write a"  # its prompt is still there
     code, again, _ = _undo(capsys, sid)
     assert code == 0 and f"deletes {tmp_path / 'a.txt'}" not in again
     assert f"restores {tmp_path / 'a.txt'}" in again and (tmp_path / "a.txt").read_text() == "one two\n"
+    with SessionStore() as store:
+        assert store.get(sid).title == ""  # issue 44 §3: the title never names a prompt undo removed
     code, _, err = _undo(capsys, sid)
     assert code == 1 and "nothing to undo" in err
 

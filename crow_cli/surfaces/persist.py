@@ -11,6 +11,7 @@ session that ran read-only is never loosened by being continued from a looser co
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from ..default_prompt import retell_modes, without_default
 from ..errors import ConfigError, SessionError
 from ..history import Message, repair_history
 from ..instructions import system_prompt
+from ..rewind import Scanner
 from ..sessions import SessionInfo, SessionStore
 from ..tools.approval import Policy
 from ..tools.sandbox import Mode as SandboxMode
@@ -166,6 +168,25 @@ class SessionRecorder:
         loop's thread, when the tool's result is appended).
         """
         self._backups.append((self.stored, str(path), content, written))  # list.append is atomic
+
+    async def snapshot(self, kind: str, scanner: Scanner) -> None:
+        """Keep the workspace's files as `scanner` finds them now (`kind`: `before` or `after` a tool call that
+        may write), for rewind. The scan runs in a worker thread; a store that cannot be written, or a
+        workspace that cannot be listed, loses the snapshot only (never raises)."""
+        if self.info is None or self.broken:
+            return
+        for _ in range(2):  # a second time when the store lost contents the scanner took for stored
+            try:
+                scan = await asyncio.to_thread(scanner.scan)
+            except OSError:
+                return
+            try:
+                if not self.store.add_snapshot(self.info.id, self.stored, kind, str(scanner.root), scan.manifest,
+                                               scan.contents):
+                    return
+            except SessionError:
+                return
+            scanner.forget()
 
     def keep_transcript(self, call_id: str, call_index: int, agent: str, messages: list[Message]) -> None:
         """Keep a subagent's whole history with the session, linked to the parent's `task` call (`surfaces.task`);

@@ -78,6 +78,7 @@ __all__ = [
     "check_rule_names",
     "describe_call",
     "make_approver",
+    "may_write",
     "parse_answer",
     "read_only_command",
     "shown_scope",
@@ -354,6 +355,21 @@ def read_only_command(line: str | None, confined: bool = False) -> bool:
     if not allow_matches(line, prefixes):
         return False
     return not any(deny_matches(line, option) for option in _WRITING)
+
+
+def may_write(tool: Tool, arguments: dict[str, Any] | None, context: ToolContext) -> bool:
+    """Whether a call of `tool` with `arguments` may change files, so a snapshot is taken around it
+    (`crow_cli.rewind`): a `write` tool; a `shell` tool unless the sandbox is read-only or the command only
+    reads (`read_only_command`); an `other` tool that needs approval (an MCP tool not marked read-only, a
+    plugin's). Reads, searches, fetches and plans never write. Never raises."""
+    if tool.kind == "write":
+        return True
+    if tool.kind == "shell":
+        sandbox = context.sandbox
+        if sandbox.confines and sandbox.mode == "read-only":
+            return False
+        return not read_only_command(_subject(tool, arguments), sandbox.confines)
+    return tool.kind == "other" and tool.needs_approval
 
 
 def _auto_edit(tool: Tool) -> bool:

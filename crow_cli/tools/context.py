@@ -13,10 +13,10 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from ..errors import ConfigError
 from ..history import Message
@@ -28,7 +28,13 @@ if TYPE_CHECKING:
     from .hooks import Hooks
     from .jobs import BackgroundShells
 
-__all__ = ["ModeSwitch", "ToolContext", "WebAccess", "current_context", "using_context"]
+__all__ = ["ModeSwitch", "SnapshotHook", "ToolContext", "WebAccess", "current_context", "using_context"]
+
+
+SnapshotHook = Callable[[Literal["before", "after"]], Awaitable[None]]
+"""Awaited by the orchestrator before and after each tool call that may write (`approval.may_write`), on the
+loop's thread, so the surface keeps the workspace's files as the call found and left them (`crow_cli.rewind`);
+it never raises."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +75,9 @@ class ToolContext:
     """Called by crow's file tools before they write a file, with the file, its content (None: the file
     is new) and the SHA-256 (hex) of what they are about to write, so that `/undo` can restore it and
     tell whether it changed since (`tools.backup`); None keeps nothing."""
+    snapshot: SnapshotHook | None = None
+    """Takes a snapshot of the workspace before and after each tool call that may write, for `/rewind`
+    (`SnapshotHook`); None takes none."""
     skills: Skills | None = None
     """The run's skills (`crow_cli.skills`): what the `skill` tool loads. `read_file` and `list_directory` may read
     their folders outside the workspace too (never write them); None: no skills."""

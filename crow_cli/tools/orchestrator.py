@@ -6,7 +6,8 @@ central place for approvals, sandbox selection and retry"):
     validate the arguments (once; cut off, unknown, invalid: answered, never run)
       → `PreToolUse` hooks (`tools.hooks`): block (the reason is the result), deny, ask, allow, new arguments
       → approval (`approval.Approvals`: `decide`, and the surface's question when it asks)
-      → run under the run's sandbox (`ToolContext.sandbox`)
+      → run under the run's sandbox (`ToolContext.sandbox`), between two snapshots of the workspace when it
+        may write (`ToolContext.snapshot`, `approval.may_write`)
       → the sandbox refused it (`sandbox.SandboxBlocked`)? the escalation question: run once outside?
       → yes: run once unconfined; no: the refusal
       → the `ToolResult` and its outcome: ok | error | denied | timeout | cancelled | unknown_tool
@@ -34,7 +35,7 @@ from typing import Any
 from ..errors import ToolDenied, ToolError, ToolFailed
 from ..history import Outcome, ToolCall, ToolDisplay, ToolResult
 from ..text import clean_text, mask_secrets
-from .approval import Approvals
+from .approval import Approvals, may_write
 from .arguments import check_arguments
 from .context import ToolContext, using_context
 from .hooks import Hooks
@@ -249,8 +250,17 @@ class Orchestrator:
         """One run of the tool under `context`'s sandbox, in its turn and within its time limit (`clock`
         keeps when it started and its deadline, so a `TimeoutError` can be told apart from the tool's own)."""
         async with self.hold(not tool.parallel):
+            snapshot = context.snapshot if context.snapshot is not None and may_write(tool, arguments, context) \
+                else None
+            if snapshot is not None:  # the files as the call finds them, for /rewind (outside its time limit)
+                await snapshot("before")
             clock.started = time.perf_counter()
             clock.arguments = arguments
-            async with asyncio.timeout(tool.timeout_s or self.timeout_s) as clock.deadline:
-                with using_context(context):
-                    return await tool.run(arguments, context)
+            try:
+                async with asyncio.timeout(tool.timeout_s or self.timeout_s) as clock.deadline:
+                    with using_context(context):
+                        return await tool.run(arguments, context)
+            finally:
+                task = asyncio.current_task()
+                if snapshot is not None and (task is None or not task.cancelling()):
+                    await snapshot("after")  # ... and as it left them (a cancelled run takes none)

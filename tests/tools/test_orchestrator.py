@@ -56,3 +56,33 @@ async def test_exit_plan_mode_reaches_the_approvals_of_the_run() -> None:
     orchestrator = Orchestrator(registry, approvals, ToolContext(), _hold)
     result = await orchestrator.run(ToolCall("p", "exit_plan_mode", json.dumps({"plan": "# Plan"})))
     assert result.ok and approvals.take_plan() == "# Plan"
+
+
+async def test_a_call_that_may_write_runs_between_two_snapshots_and_a_read_takes_none() -> None:
+    # issue 44 §3: /rewind needs the workspace as each call that may write found and left it; reads stay cheap
+    taken: list[str] = []
+    seen: list[str] = []
+
+    async def snapshot(kind: str) -> None:
+        taken.append(f"{kind} ({len(seen)} run)")
+
+    @tool(kind="read")
+    def look(path: str) -> str:
+        """A read."""
+        return path
+
+    @tool(kind="other")
+    def note(text: str) -> str:
+        """An `other` tool that needs no approval (a todo list)."""
+        return text
+
+    registry = _shell_seeing(seen)
+    registry.register(look)
+    registry.register(note)
+    context = ToolContext(sandbox=Sandbox("off"), snapshot=snapshot)
+    orchestrator = Orchestrator(registry, make_approver("yolo"), context, _hold)
+    for call in (ToolCall("c1", "sh", json.dumps({"command": "sed -i s/a/b/ f"})),
+                 ToolCall("c2", "sh", json.dumps({"command": "ls -l"})), ToolCall("c3", "look", '{"path": "f"}'),
+                 ToolCall("c4", "note", '{"text": "t"}')):
+        assert (await orchestrator.run(call)).ok
+    assert taken == ["before (0 run)", "after (1 run)"]  # the `sed -i` only

@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ...attachments import load_attachment, mentioned_files, user_content
 from ...config import Settings, default_config_path
@@ -42,6 +42,7 @@ from ...events import (
 from ...history import Message, ToolCall, UserMessage, as_json, content_text, is_prompt, user_message
 from ...modes import APPROVAL_MODES, SENTENCES, ApprovalMode, is_mode_note, next_mode
 from ...prompt_files import ARGUMENTS, PromptFile, PromptFolders, expand, read_prompt, summary
+from ...rewind import Scanner
 from ...sessions import SessionStore
 from ...text import clean_text, strip_controls
 from ...todos import latest_todos
@@ -129,6 +130,7 @@ class ChatApp:
         self.root = Path.cwd()
         """The workspace root (set when the chat starts)."""
         self.recorder: SessionRecorder | None = None
+        self._scanner: Scanner | None = None
         self.history: list[Message] = []
         self.usage = self.token_use()
         self.last_usage = self.token_use()
@@ -165,8 +167,10 @@ class ChatApp:
             self.view.line(f"crow: starting MCP servers: {', '.join(names)} (their tools join when they are up)",
                            "dim")
             self.mcp_joining = asyncio.create_task(self._join_mcp(runtime), name="crow-mcp-join")
-        # files crow's tools change: /undo restores them (the backup follows /new and /resume)
+        # files crow's tools change: /undo and /rewind restore them (the backup and the snapshots follow /new
+        # and /resume)
         self.driver = runtime.new_driver(self.approver, context=replace(runtime.context, backup=self._backup,
+                                                                        snapshot=self._snapshot,
                                                                         keep_transcript=self._keep_transcript),
                                          interrupts=self.interrupts)
         if self.options.resume is not None:
@@ -339,7 +343,11 @@ class ChatApp:
         """Ask whether to chat with the home folder as the workspace (its warning was shown by `_start`): yes
         only for `y` / `yes`; Enter, anything else, Ctrl-C and the end of the input are no. Piped, the answer
         is the next line."""
-        question = "Go on with your home folder as the workspace? [y/N]: "
+        return await self.confirm("Go on with your home folder as the workspace? [y/N]: ")
+
+    async def confirm(self, question: str) -> bool:
+        """Ask `question`: yes only for `y` / `yes`; Enter, anything else, Ctrl-C and the end of the input are
+        no. Piped, the answer is the next line."""
         if self._piped():
             self.view.line(question)
             try:
@@ -763,6 +771,23 @@ class ChatApp:
         if not quiet:
             self.view.line(f"approval mode: {mode} ({SENTENCES[mode]})")
 
+    async def pick(self, message: str, options: list[tuple[str, str]], default: str | None = None) -> str | None:
+        """The value of the option the person picks from a list (prompt-toolkit's `choice`; `options`: value and
+        label); None when they leave it (Ctrl-C, Ctrl-D) or cannot pick (piped input)."""
+        if self._piped() or not options:
+            return None
+        from prompt_toolkit.application import create_app_session
+        from prompt_toolkit.shortcuts.choice_input import ChoiceInput
+
+        picker = ChoiceInput(message=message, options=options,
+                             default=default if default is not None else options[0][0])
+        try:
+            with create_app_session(input=self.pt_input, output=self.pt_output):
+                picked: str = await picker.prompt_async()
+        except (KeyboardInterrupt, EOFError):
+            return None
+        return picked
+
     async def pick_mode(self) -> ApprovalMode | None:
         """The approval mode the person picks from a list (prompt-toolkit's `choice`); None when they leave it
         (Ctrl-C, Ctrl-D) or cannot pick (piped input: the modes are listed instead)."""
@@ -823,6 +848,17 @@ class ChatApp:
     def token_use(self) -> TokenUse:
         """An empty count, priced with the current model's `[prices]` (if the config gives them)."""
         return TokenUse(self.settings.prices.get(self.settings.model))
+
+    @property
+    def scanner(self) -> Scanner | None:
+        """Takes the workspace's snapshots for /rewind (None: the chat records nothing, or has not started)."""
+        if self._scanner is None and self.runtime is not None and self.recorder is not None:
+            self._scanner = Scanner(self.runtime.context.workspace, exclude=self.recorder.store.files())
+        return self._scanner
+
+    async def _snapshot(self, kind: Literal["before", "after"]) -> None:
+        if self.recorder is not None and (scanner := self.scanner) is not None:  # the workspace's files, for /rewind
+            await self.recorder.snapshot(kind, scanner)
 
     def _backup(self, path: Path, content: bytes | None, written: str) -> None:
         if self.recorder is not None:

@@ -17,9 +17,11 @@ from typing import Protocol
 from ...config import Settings
 from ...context.compact import Checkpoint
 from ...driver import Driver, RunScope
+from ...errors import SessionError
 from ...export import EXPORT_FORMATS, ExportExists, export_session, exports_dir, write_export
-from ...history import Message
+from ...history import Message, content_text, is_prompt
 from ...modes import APPROVAL_MODES, ApprovalMode
+from ...rewind import BOUNDS_NOTE, Scanner, apply_rewind, plan_rewind
 from ...sessions import SessionInfo, SessionStore
 from ...text import public_url, strip_controls
 from ...tools.registry import ToolRegistry
@@ -28,7 +30,7 @@ from ..options import SurfaceOptions
 from ..persist import SessionRecorder
 from ..render import TurnView
 from ..runtime import Runtime
-from ..shell_escape import is_shell_note
+from ..shell_escape import NOTE_HEAD, is_shell_note
 from ..usage import TokenUse
 from .processes import ps
 from .sink import ChatSink
@@ -74,10 +76,15 @@ class App(Protocol):
     def interrupts(self) -> RunScope: ...
     @property
     def root(self) -> Path: ...
+    @property
+    def scanner(self) -> Scanner | None: ...
 
     def fresh(self) -> None: ...
     def set_mode(self, mode: ApprovalMode, *, quiet: bool = False) -> None: ...
     async def pick_mode(self) -> ApprovalMode | None: ...
+    async def pick(self, message: str, options: list[tuple[str, str]], default: str | None = None
+                   ) -> str | None: ...
+    async def confirm(self, question: str) -> bool: ...
     def new_compactor(self, checkpoint: Checkpoint | None = None) -> None: ...
     def open(self, session_id: str | None, *, latest: bool, system: str | None = None) -> None: ...
     def last_user(self) -> int | None: ...
@@ -275,7 +282,8 @@ async def _usage(app: App, arg: str) -> None:
 
 
 async def _undo(app: App, arg: str) -> None:
-
+    """`/undo [--force]`: remove the last exchange and restore the files crow's file tools changed in it
+    (`undo`). What the person ran since (`!COMMAND`: a note that waits for the next message) stays."""
     if app.recorder is None or app.recorder.info is None:
         why = "--no-session records nothing, so there is nothing to undo" if not app.options.session else \
             "nothing to undo (no exchange is recorded in this chat)"
@@ -285,15 +293,129 @@ async def _undo(app: App, arg: str) -> None:
         app.view.line("usage: /undo [--force]  (--force: restore files changed since crow wrote them too)",
                       "yellow")
         return
-    plan = plan_undo(app.store, app.recorder.info.id, force=arg.strip() in ("--force", "force"))
-    for line in plan.describe():
-        app.view.line(strip_controls(line))
-    for problem in apply_undo(app.store, app.recorder.info.id, plan):
-        app.view.line(f"crow: warning: {strip_controls(problem)}", "yellow")
-    app.recorder.truncate(app.history, plan.keep)
+    recorder, sid = app.recorder, app.recorder.info.id
+    note = app.history[-1] if app.history and is_shell_note(app.history[-1]) else None
+    if note is not None:  # not the exchange: kept, after it
+        recorder.truncate(app.history, len(app.history) - 1)
+    try:
+        plan = plan_undo(app.store, sid, force=arg.strip() in ("--force", "force"))
+        for line in plan.describe():
+            app.view.line(strip_controls(line))
+        for problem in apply_undo(app.store, sid, plan):
+            app.view.line(f"crow: warning: {strip_controls(problem)}", "yellow")
+        _cut(app, plan.keep)
+    finally:
+        if note is not None:
+            _put_note_back(app, note)
+    app.view.line("undone", "bold")
+
+
+def _cut(app: App, keep: int) -> None:
+    """Keep the first `keep` messages of the conversation (stored too); the session's title goes with its
+    prompt."""
+    assert app.recorder is not None and app.recorder.info is not None
+    app.recorder.truncate(app.history, keep)
+    app.store.clear_title_if_unprompted(app.recorder.info.id)
     app.recorder.reload_checkpoint()
     app.new_compactor()
-    app.view.line("undone", "bold")
+
+
+def _put_note_back(app: App, note: Message) -> None:
+    """Append the shell note `note` again (stored), titling a session it now starts by its command."""
+    assert app.recorder is not None
+    command = content_text(note.get("content")).removeprefix(NOTE_HEAD).split("\n", 1)[0]
+    app.recorder.title = f"!{command}"
+    app.history.append(note)
+    with contextlib.suppress(SessionError):  # said by the next sync
+        app.recorder.sync(app.history)
+
+
+REWIND_MODES = (("both", "code and conversation: the files and the conversation as they were before it"),
+                ("conversation", "conversation only: the files stay as they are"),
+                ("code", "code only: the files as they were before it; the conversation stays"))
+"""What /rewind puts back, as Claude Code's three choices (the value, the picker's line)."""
+_REWIND_USAGE = "usage: /rewind [N] [both|conversation|code]  (N: a prompt of the list /rewind shows)"
+
+
+def _prompts(history: list[Message]) -> list[tuple[int, str]]:
+    """The person's prompts of `history` (a command's note alone is none): position and text on one line."""
+    return [(i, " ".join(content_text(m.get("content")).split())) for i, m in enumerate(history)
+            if is_prompt(m) and not is_shell_note(m)]
+
+
+async def _rewind(app: App, arg: str) -> None:
+    """`/rewind [N] [both|conversation|code]`: go back to before the person's Nth prompt of this session (none:
+    pick it from a list): the files crow's tools changed since (`rewind`: `run_shell`'s too), the conversation
+    (cut before the prompt), or both (none: pick). A file changed outside crow since is named and restored
+    only when the person says yes."""
+    if app.recorder is None or app.recorder.info is None:
+        why = "--no-session records nothing, so there is nothing to rewind" if not app.options.session else \
+            "nothing to rewind (no prompt is recorded in this chat)"
+        app.view.line(why, "yellow")
+        return
+    prompts = _prompts(app.history)
+    words = arg.split()
+    mode = words.pop() if words and words[-1] in {m for m, _ in REWIND_MODES} else None
+    if len(words) > 1 or (words and not (words[0].isdigit() and 1 <= int(words[0]) <= len(prompts))):
+        app.view.line(_REWIND_USAGE, "yellow")
+        return
+    if not prompts:
+        app.view.line("nothing to rewind (no prompt in this session yet)", "yellow")
+        return
+    if words:
+        at = prompts[int(words[0]) - 1][0]
+    else:
+        options = [(str(i), strip_controls(f"{n}. {text[:70]}")) for n, (i, text) in enumerate(prompts, 1)]
+        picked = await app.pick("Rewind to before which prompt? (Enter picks, Ctrl-C leaves)", options,
+                                default=options[-1][0])
+        if picked is None:
+            for _, line in options:
+                app.view.line(line)
+            app.view.line(_REWIND_USAGE, "dim")
+            return
+        at = int(picked)
+    if mode is None:
+        mode = await app.pick("Rewind what? (Enter picks, Ctrl-C leaves)", list(REWIND_MODES), default="both")
+        if mode is None:
+            app.view.line(_REWIND_USAGE, "dim")
+            return
+    text = next(t for i, t in prompts if i == at)
+    app.view.line(strip_controls(f"rewind ({mode}) to before “{text[:60]}”"), "bold")
+    if mode in ("both", "code"):
+        await _rewind_code(app, at, record=mode == "code")
+    if mode in ("both", "conversation"):
+        _cut(app, at)
+        app.view.line(f"the conversation is as it was before that prompt ({len(app.history)} messages)")
+    app.view.line("rewound", "bold")
+
+
+async def _rewind_code(app: App, at: int, *, record: bool) -> None:
+    """Put the files back as they were before the prompt at `at` (`rewind`); `record`: keep the rewind as a
+    change crow made (the conversation stays), so a later rewind does not take it for someone else's."""
+    recorder, scanner = app.recorder, app.scanner
+    assert recorder is not None and recorder.info is not None
+    if scanner is None:
+        app.view.line("no snapshot of the workspace is kept in this chat", "yellow")
+        return
+    now = await asyncio.to_thread(scanner.scan)
+    plan = plan_rewind(app.store, recorder.info.id, at, now, scanner.root)
+    for line in plan.describe():
+        app.view.line(strip_controls(line))
+    app.view.line(BOUNDS_NOTE, "dim")
+    overwrite = False
+    if outside := plan.outside():
+        names = ", ".join(c.path for c in outside)
+        app.view.line(strip_controls(f"changed outside crow since: {names}"), "yellow")
+        overwrite = await app.confirm("Overwrite them with their earlier content too? (y/n): ")
+    if record and plan.changes:
+        await recorder.snapshot("before", scanner)
+    done, problems = apply_rewind(app.store, plan, overwrite=overwrite)
+    if record and plan.changes:
+        await recorder.snapshot("after", scanner)
+    for line in done:
+        app.view.line(strip_controls(line))
+    for problem in problems:
+        app.view.line(f"crow: warning: {strip_controls(problem)}", "yellow")
 
 
 async def _instructions(app: App, arg: str) -> None:
@@ -408,6 +530,9 @@ COMMANDS: tuple[SlashCommand, ...] = (
     SlashCommand("skills", "", "the skills the model may load, and where they came from", _skills),
     SlashCommand("undo", "[--force]",
                  "remove the last exchange and restore the files crow's file tools changed in it", _undo),
+    SlashCommand("rewind", "[N] [MODE]",
+                 "go back to before an earlier prompt: code, conversation or both (none: pick from a list)",
+                 _rewind),
     SlashCommand("approval", "[MODE]", "switch the approval mode (none: pick one; Shift+Tab cycles "
                  "ask, auto-edit, plan)", _approval),
     SlashCommand("reasoning", "", "show or hide the model's reasoning", _reasoning),

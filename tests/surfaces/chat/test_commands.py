@@ -570,3 +570,85 @@ async def test_approval_refuses_an_unknown_mode_and_keeps_the_one_in_force(store
     assert "unknown approval mode 'sometimes' (choose from ask, auto-edit, yolo, read-only, plan)" in text
     assert text.index("unknown approval mode") < text.index("approval mode: read-only")
     assert app.approver.policy.mode == "read-only" and server.requests == []
+
+
+# /rewind: the files crow's tools changed, `run_shell`'s too, and the conversation (issue 44 §3)
+
+def test_rewind_restores_what_a_command_changed_and_a_conversation_rewind_leaves_files(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("old line\n")
+    sed = {"command": "sed -i 's/old/new/' a.txt"}
+    script = [{"sse": tool_calls_sse(("c1", "run_shell", sed))}, {"sse": text_stream("edited once")},
+              {"sse": tool_calls_sse(("c2", "run_shell", sed))}, {"sse": text_stream("edited again")}]
+    with ReplayServer(script) as server:
+        args = ["--base-url", server.base_url, "--api-key", "sk-test", "--model", "test-model", "--yes",
+                "--sandbox", "off"]
+        with ChatTerminal(args, cwd=tmp_path) as term:
+            term.expect("›")
+            term.send("fix a.txt\r")
+            term.expect("edited once")
+            assert (tmp_path / "a.txt").read_text() == "new line\n"
+            term.expect("›")
+            term.send("/rewind\r")
+            term.expect("Rewind to before which prompt?")
+            term.send("\r")  # the last prompt, chosen
+            term.expect("Rewind what?")
+            term.send("\x1b[B")
+            term.send("\x1b[B")
+            term.send("\r")  # code only: the third choice
+            term.expect("rewound")
+            assert (tmp_path / "a.txt").read_text() == "old line\n"
+            term.expect("›")
+            term.send("fix it again\r")
+            term.expect("edited again")
+            assert (tmp_path / "a.txt").read_text() == "new line\n"
+            term.expect("›")
+            term.send("/rewind 2 conversation\r")
+            term.expect("rewound")
+            term.expect("›")  # the next prompt is up: a Ctrl-D sent before it can be lost
+            screen = term.screen()
+            term.send("\x04")
+            assert term.wait() == 0
+            err = term.stderr()
+    assert "Traceback" not in err, err
+    first = screen.split("rewound")[0]
+    assert "restored a.txt" in first and "rewind (code)" in first
+    assert (tmp_path / "a.txt").read_text() == "new line\n"  # a conversation rewind leaves the files as they are
+    with SessionStore() as store:
+        (info,) = store.recent()
+        assert [m["content"] for m in store.messages(info.id) if m["role"] == "user"] == ["fix a.txt"]
+        assert info.title == "fix a.txt"
+
+
+async def test_rewind_of_both_to_the_first_prompt_clears_the_title(store: SessionStore, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    script = [{"sse": tool_calls_sse(("c1", "run_shell", {"command": "echo made > made.txt"}))},
+              {"sse": text_stream("made it")}]
+    output, _, app = await chat(script, "make a file\r/rewind 1 both\r/exit\r", store,
+                                options=chat_options(yes=True))
+    assert "removed made.txt" in output and not (tmp_path / "made.txt").exists()
+    info = store.get(app.recorder.session_id)
+    assert store.messages(info.id) == [] and info.title == ""  # the prompt it came from is gone
+
+
+async def test_a_read_only_command_takes_no_snapshot(store: SessionStore, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    script = [{"sse": tool_calls_sse(("c1", "run_shell", {"command": "ls"}),
+                                     ("c2", "run_shell", {"command": "touch t.txt"}))},
+              {"sse": text_stream("done")}]
+    _, _, app = await chat(script, "look and touch\r/exit\r", store, options=chat_options(yes=True))
+    kinds = [s.kind for s in store.snapshots(app.recorder.session_id)]
+    assert kinds == ["before", "after"]  # the `touch` only
+
+
+# found reading issue 44: /undo after a `!COMMAND` removed the command's note, not the model's exchange
+async def test_undo_after_a_typed_command_removes_the_exchange_and_keeps_the_note(
+        store: SessionStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    output, _, app = await chat([{"sse": text_stream("Hello.")}], "hi\r!echo kept\r/undo\r/exit\r", store)
+    assert "undone" in output
+    info = store.get(app.recorder.session_id)
+    assert store.messages(info.id) == [{"role": "user", "content": "I ran a command in the shell:\n$ echo kept\n"
+                                                                   "[exit code 0]\nkept"}]
+    assert info.title == "!echo kept"  # not the prompt that is gone
