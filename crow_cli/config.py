@@ -8,6 +8,7 @@ file itself; which key applies, in which order, is `_api_key` and docs/configura
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import stat
@@ -203,6 +204,30 @@ def _hook_tables(value: dict[str, Any]) -> str | None:
     return None
 
 
+def _allow_hosts_problem(entry: str) -> str | None:
+    """Why `entry` of `[web] allow_hosts` names no host (a bare `*`, a URL, a network that is none), or None."""
+    bare = entry.strip().strip("[]").rstrip(".").lower()
+    if "/" in bare:
+        try:
+            ipaddress.ip_network(bare, strict=False)
+        except ValueError:
+            return f"{entry!r} is not a network (\"192.168.1.0/24\")" if "://" not in bare else (
+                f"{entry!r} is not a host name: give the host alone (\"x.example\")")
+        return None
+    name = bare[2:] if bare.startswith("*.") else bare
+    if not name or "*" in name or (":" in name and not _is_address(name)):
+        return f"{entry!r} is not a host name, an address, \"*.SUFFIX\" or a network"
+    return None
+
+
+def _is_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _web(value: dict[str, Any]) -> str | None:
     """`[web]`: `allow_hosts`, a list of host names or addresses; `search_url`, an http(s) URL."""
     unknown = sorted(set(value) - {"allow_hosts", "search_url"})
@@ -212,9 +237,7 @@ def _web(value: dict[str, Any]) -> str | None:
     if not isinstance(hosts, list) or not all(isinstance(h, str) and h.strip() and not any(c.isspace() for c in h)
                                               for h in hosts):
         return "[web] allow_hosts must be a list of host names or addresses (\"localhost\", \"*.corp.example\")"
-    from .tools.web import allow_hosts_problem
-
-    problem = next((p for p in map(allow_hosts_problem, hosts) if p is not None), None)
+    problem = next((p for p in map(_allow_hosts_problem, hosts) if p is not None), None)
     if problem is not None:
         return f"[web] allow_hosts: {problem}"
     search = value.get("search_url")

@@ -114,30 +114,6 @@ def _in_network(host: str, network: str) -> bool:
         return False
 
 
-def allow_hosts_problem(entry: str) -> str | None:
-    """Why `entry` of `[web] allow_hosts` names no host (a bare `*`, a URL, a network that is none), or None."""
-    bare = _bare(entry)
-    if "/" in bare:
-        try:
-            ipaddress.ip_network(bare, strict=False)
-        except ValueError:
-            return f"{entry!r} is not a network (\"192.168.1.0/24\")" if "://" not in bare else (
-                f"{entry!r} is not a host name: give the host alone (\"x.example\")")
-        return None
-    name = bare[2:] if bare.startswith("*.") else bare
-    if not name or "*" in name or (":" in name and not _is_address(name)):
-        return f"{entry!r} is not a host name, an address, \"*.SUFFIX\" or a network"
-    return None
-
-
-def _is_address(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
-
-
 def check_url(url: str) -> tuple[str, str, int]:
     """The scheme, host (lowercase, no brackets) and port of an http(s) URL crow may fetch.
 
