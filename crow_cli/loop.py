@@ -27,7 +27,7 @@ import asyncio
 import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 from .context.compact import Compactor
@@ -359,10 +359,8 @@ class _Closing:
 def _recovered(turn: AssistantTurn, registry: ToolRegistry) -> Recovered | None:
     """The calls `turn`'s text ends with, in a format known from open models (`wire.textcalls`), or None."""
     names = registry.names
-    found = recover_calls(turn.content, names.sent, lambda name: names.called(name)[0])
-    if found is not None and found.format == "json" and "template-tags-in-content" in turn.rules:
-        found = replace(found, format="hermes")  # the accumulator dropped the <tool_call> tags around them
-    return found
+    return recover_calls(turn.content, names.sent, lambda name: names.called(name)[0],
+                         tags_dropped="template-tags-in-content" in turn.rules)
 
 
 def _recovery_events(turn: AssistantTurn, found: Recovered, told: set[str]) -> list[Event]:
