@@ -167,8 +167,12 @@ async def react(
             assert turn is not None  # _stream_turn ends with its turn or raises
             recovered = _recovered(turn, registry) if recover and registry and not turn.tool_calls else None
             if recovered is not None:
+                # a client that remembers its server's facts learns the format (once per format per run)
+                learn = getattr(client, "text_calls_recovered", None) if recovered.format not in told else None
                 for event in _recovery_events(turn, recovered, told):
                     yield event
+                if learn is not None and (unwritten := learn(recovered.format)) is not None:
+                    yield unwritten
             for warning in names.clean(turn):
                 yield warning
             closing.turn_assembled(turn.tool_calls)
