@@ -13,7 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from jsonschema import Draft202012Validator
 
+from crow_cli.probe.report import probe_schema
 from tests.replay_server import ReplayServer, text_stream
 from tests.support import crow_here, tool_calls_sse
 
@@ -101,6 +103,7 @@ def test_the_outcomes_and_the_leaked_format_are_stored_and_shown(here: Any) -> N
         proc = here("probe", "--tools", "--base-url", server.base_url, "--model", "test-model", "--json")
         base = server.base_url
     doc = json.loads(proc.stdout)
+    Draft202012Validator(probe_schema()).validate(doc)  # the document --json promises
     assert doc["facts"]["tool_probe"] == {"one": "native", "typed": "recovered", "two": "none"}
     assert doc["facts"]["text_call_format"] == "hermes" and doc["exit_code"] == 0
     shown = here("probe", "--show", "--base-url", base, "--model", "test-model")
