@@ -133,7 +133,8 @@ class Notice:
     `"queued"`: the request waits for one of the server's request slots (`[provider] max_concurrent_requests`,
     shared by a run and its subagents: `wire.slots`).
     `"tool_calls_recovered"`: the model wrote tool calls as text the server did not read as calls; crow runs
-    them as calls (once per format per run, naming it: `wire.textcalls`)."""
+    them as calls (once per format per run, naming it: `wire.textcalls`; the format is remembered for the server
+    and model, `crow probe --show`)."""
     attempt: int | None = None
     """`retrying`: the number of the request about to be sent (2 = the first retry)."""
     wait_s: float | None = None

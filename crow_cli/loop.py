@@ -27,7 +27,7 @@ import asyncio
 import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 from .context.compact import Compactor
@@ -167,8 +167,12 @@ async def react(
             assert turn is not None  # _stream_turn ends with its turn or raises
             recovered = _recovered(turn, registry) if recover and registry and not turn.tool_calls else None
             if recovered is not None:
+                # a client that remembers its server's facts learns the format (once per format per run)
+                learn = getattr(client, "text_calls_recovered", None) if recovered.format not in told else None
                 for event in _recovery_events(turn, recovered, told):
                     yield event
+                if learn is not None and (unwritten := learn(recovered.format)) is not None:
+                    yield unwritten
             for warning in names.clean(turn):
                 yield warning
             closing.turn_assembled(turn.tool_calls)
@@ -359,10 +363,8 @@ class _Closing:
 def _recovered(turn: AssistantTurn, registry: ToolRegistry) -> Recovered | None:
     """The calls `turn`'s text ends with, in a format known from open models (`wire.textcalls`), or None."""
     names = registry.names
-    found = recover_calls(turn.content, names.sent, lambda name: names.called(name)[0])
-    if found is not None and found.format == "json" and "template-tags-in-content" in turn.rules:
-        found = replace(found, format="hermes")  # the accumulator dropped the <tool_call> tags around them
-    return found
+    return recover_calls(turn.content, names.sent, lambda name: names.called(name)[0],
+                         tags_dropped="template-tags-in-content" in turn.rules)
 
 
 def _recovery_events(turn: AssistantTurn, found: Recovered, told: set[str]) -> list[Event]:

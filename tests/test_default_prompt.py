@@ -62,7 +62,7 @@ def test_it_names_the_shell_that_runs_commands_not_the_login_shell(tmp_path: Pat
     assert real == "sh" or f"/bin/sh ({real}: POSIX sh" in text
     (shell,) = [t for t in BUILTIN_TOOLS if t.name == "run_shell"]
     told = shell.schema()["function"]["parameters"]["properties"]["command"]["description"]
-    assert "/bin/sh -c: POSIX sh" in told and "no bash" in told
+    assert "/bin/sh -c (POSIX sh" in told and "no bash" in told
 
 
 def test_only_the_hints_of_offered_tools_are_given(tmp_path: Path) -> None:

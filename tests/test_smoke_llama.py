@@ -150,3 +150,18 @@ def test_acp_prompt_makes_a_real_tool_call(llama_url: str, tmp_path: Path) -> No
     assert starts and starts[0].title.startswith("roll_dice") and starts[0].tool_call_id == "1-0"
     done = [u for u in updates if isinstance(u, ToolCallProgress) and u.tool_call_id == "1-0" and u.content]
     assert done and done[-1].status == "completed" and done[-1].content[0].content.text.startswith("rolls: [")
+
+
+def test_probe_tools_reports_each_point_against_llama_cpp(llama_url: str) -> None:
+    """`crow probe --tools` completes against a real llama.cpp server and reports each point with one of its four
+    outcomes (the tiny model may well make no call: the report is checked, not the model's skill)."""
+    import re
+
+    proc = subprocess.run([str(CROW), "probe", "--tools", "--base-url", llama_url, "--model", "smollm2",
+                           "--budget", "300"], capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert proc.returncode in (0, 1), f"crow exited {proc.returncode}:\n{proc.stderr}"
+    assert "Traceback" not in proc.stderr
+    said = dict(re.findall(r"^. (one call|typed argument|two calls): (native call|recovered call|no call|malformed)\b",
+                           proc.stdout, re.MULTILINE))
+    assert list(said) == ["one call", "typed argument", "two calls"], proc.stdout
+    assert proc.returncode == (0 if {"native call", "recovered call"} & set(said.values()) else 1), proc.stdout

@@ -49,6 +49,10 @@ def _fact(item: str, value: Any) -> str:
 
         rule = rule_from_json(value)
         return f"adapted requests: {rule.describe() if rule is not None else json.dumps(value)}"
+    if name == "tool_probe" and isinstance(value, dict):  # `crow probe --tools`, point by point
+        from ..wire.profile import tool_probe_words
+
+        return f"tool_probe: {tool_probe_words(value)}"
     return f"{name}: {value if isinstance(value, str) and item != name else json.dumps(value)}"
 
 

@@ -28,6 +28,10 @@ def probe(
     show: Annotated[bool, typer.Option("--show", help="Show what earlier probes and runs learned, per base URL "
                                        "and model, then the configured server's profile, each value with the "
                                        "layer it came from (built-in, config, learned), and exit.")] = False,
+    tools: Annotated[bool, typer.Option("--tools", help="Ask the model for tool calls instead: one call, a call "
+                                        "with an integer argument, two calls at once; each point is a native call, "
+                                        "a recovered call (written as text), no call or malformed. Remembered: "
+                                        "runs on a model that makes no call say so at start.")] = False,
     budget: Annotated[float, typer.Option("--budget", metavar="SECONDS", min=5.0, help="Stop probing after this "
                                           "long.")] = 50.0,
     debug: DebugOpt = False,
@@ -36,8 +40,8 @@ def probe(
 ) -> None:
     """Probe a server: reachability, streaming, tool calling, and the shape of its tool-call stream.
 
-    Exit status 0 when streamed tool calling works, 1 when it does not (or the server cannot be reached),
-    2 for a usage or configuration error.
+    Exit status 0 when streamed tool calling works (with --tools: when a call crow runs came back), 1 when it
+    does not (or the server cannot be reached), 2 for a usage or configuration error.
     """
     from ..wire import facts as learned
 
@@ -49,6 +53,7 @@ def probe(
     from ..config import load_settings
     from ..probe.checks import ProbeOptions, run_probe
     from ..probe.report import render_text, use_colour
+    from ..probe.tools import run_tool_probe
 
     try:
         settings = load_settings({"model": model, "base_url": base_url, "api_key": api_key,
@@ -65,18 +70,21 @@ def probe(
         options = ProbeOptions(budget_s=budget, request_timeout_s=max(25.0, budget / 2), record_dir=record)
         try:
             with local_session(settings, enabled=local or bool(local_model)) as settings:
-                report = asyncio.run(run_probe(settings, options, progress))
+                report = asyncio.run((run_tool_probe if tools else run_probe)(settings, options, progress))
         finally:
             if live:
                 print("\r\x1b[K", end="", file=sys.stderr, flush=True)
     except CrowError as exc:
         raise fail(exc, debug=debug) from None
     unsaved = None
-    if any(c.name == "tool calling" for c in report.checks):  # the server was reached: remember what it did
-        import time
+    import time
 
+    probed_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    if report.tool_probe:  # --tools: what each point answered
+        unsaved = learned.learn(settings.base_url, settings.model, **report.facts, probed_at=probed_at)
+    elif any(c.name == "tool calling" for c in report.checks):  # the server was reached: remember what it did
         unsaved = learned.learn(settings.base_url, settings.model, **report.facts, tool_calling=report.tool_calling,
-                                probed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+                                probed_at=probed_at)
     if unsaved is not None:
         print(f"crow: warning: what the probe found could not be remembered for later runs ({unsaved})",
               file=sys.stderr)

@@ -40,7 +40,7 @@ from .classify import Finding, RawStream, Shape, classify, parse_sse
 from .models import auth_headers, context_length
 from .report import Check, CheckLevel, Report, shown
 
-__all__ = ["Exchange", "ProbeOptions", "run_probe"]
+__all__ = ["TOOLS", "Exchange", "ProbeOptions", "Prober", "run_probe", "step"]
 
 def _city_tool(name: str, description: str) -> dict[str, Any]:
     return {"type": "function", "function": {
@@ -130,7 +130,9 @@ def _error_message(text: str) -> str:
     return shown(str(err))[:160]
 
 
-class _Prober:
+class Prober:
+    """The requests of one probe: its client, its settings and what is left of its time budget (`ProbeOptions`)."""
+
     def __init__(self, settings: Settings, options: ProbeOptions, client: httpx.AsyncClient) -> None:
         self.settings = settings
         self.options = options
@@ -272,7 +274,7 @@ async def run_probe(settings: Settings, options: ProbeOptions | None = None,
     proxy = proxy_for(settings.base_url) if transport is None else None
     async with httpx.AsyncClient(headers=headers, transport=transport, timeout=options.request_timeout_s,
                                  verify=ssl_context(), proxy=proxy, trust_env=False) as client:
-        prober = _Prober(settings, options, client)
+        prober = Prober(settings, options, client)
         report = Report(base_url=settings.base_url, model=settings.model)
         try:
             await _battery(prober, report, progress or (lambda _: None))
@@ -284,7 +286,7 @@ async def run_probe(settings: Settings, options: ProbeOptions | None = None,
     return report
 
 
-async def _battery(p: _Prober, report: Report, progress: Callable[[str], None]) -> None:
+async def _battery(p: Prober, report: Report, progress: Callable[[str], None]) -> None:
     add = report.checks.append
     facts = report.facts
 
@@ -362,7 +364,7 @@ async def _battery(p: _Prober, report: Report, progress: Callable[[str], None]) 
     shapes: list[Shape] = []
     progress("tool calling")
     tools_body = {"tools": TOOLS, "max_tokens": p.options.max_tokens}
-    one = await _step(p, report, "tool calling", {**tools_body, "messages": [{"role": "user", "content": ONE_CALL}]})
+    one = await step(p, report, "tool calling", {**tools_body, "messages": [{"role": "user", "content": ONE_CALL}]})
     if one is not None and one.ok and one.shape is not None:
         shapes.append(one.shape)
         if one.calls():
@@ -378,7 +380,7 @@ async def _battery(p: _Prober, report: Report, progress: Callable[[str], None]) 
         add(Check("tool calling", "fail", f"the request with tools: {_failed(one)}", "cannot run tools"))
 
     progress("parallel calls")
-    two = await _step(p, report, "parallel calls", {
+    two = await step(p, report, "parallel calls", {
         "tools": TOOLS, "parallel_tool_calls": True, "max_tokens": p.options.max_tokens,
         "messages": [{"role": "user", "content": TWO_CALLS}]})
     if two is not None:
@@ -393,7 +395,7 @@ async def _battery(p: _Prober, report: Report, progress: Callable[[str], None]) 
             add(Check("parallel calls", "warn", _failed(two), "never sends parallel_tool_calls"))
 
     progress("tool_choice")
-    required = await _step(p, report, "tool_choice required", {
+    required = await step(p, report, "tool_choice required", {
         **tools_body, "tool_choice": "required", "messages": [{"role": "user", "content": "Hello!"}]})
     if required is not None:
         if required.ok and required.shape is not None:
@@ -405,7 +407,7 @@ async def _battery(p: _Prober, report: Report, progress: Callable[[str], None]) 
                       "tool_choice"))
         else:
             add(Check("tool_choice required", "warn", _failed(required), "does not send tool_choice"))
-    none = await _step(p, report, "tool_choice none", {
+    none = await step(p, report, "tool_choice none", {
         **tools_body, "tool_choice": "none", "messages": [{"role": "user", "content": ONE_CALL}]})
     if none is not None:
         if none.ok and none.shape is not None:
@@ -439,7 +441,7 @@ async def _battery(p: _Prober, report: Report, progress: Callable[[str], None]) 
     assert source is not None and source.shape is not None
     assistant = assistant_message(None, calls)
     history: list[Message] = [user_message(ONE_CALL), assistant, *(tool_message(c.id, TOOL_RESULT) for c in calls)]
-    back = await _step(p, report, "round trip", {"tools": TOOLS, "messages": history,
+    back = await step(p, report, "round trip", {"tools": TOOLS, "messages": history,
                                                  "max_tokens": p.options.max_tokens})
     if back is None:
         return
@@ -450,7 +452,7 @@ async def _battery(p: _Prober, report: Report, progress: Callable[[str], None]) 
                   "tool result accepted (no text in the answer)"))
     elif reasoning and "reasoning" in (back.raw or "").lower():
         echoed = {**as_json(assistant), "reasoning_content": reasoning}
-        again = await _step(p, report, "reasoning echo", {"tools": TOOLS, "max_tokens": 32,
+        again = await step(p, report, "reasoning echo", {"tools": TOOLS, "max_tokens": 32,
                                                           "messages": [history[0], echoed, *history[2:]]})
         ok = again is not None and again.ok
         facts["reasoning_echo"] = "needed" if ok else None
@@ -466,7 +468,7 @@ async def _battery(p: _Prober, report: Report, progress: Callable[[str], None]) 
     if reasoning:
         progress("reasoning echo")
         echoed = {**as_json(assistant), "reasoning_content": reasoning}
-        again = await _step(p, report, "reasoning echo", {"tools": TOOLS, "max_tokens": 32,
+        again = await step(p, report, "reasoning echo", {"tools": TOOLS, "max_tokens": 32,
                                                           "messages": [history[0], echoed, *history[2:]]})
         if again is not None:
             facts["reasoning_echo"] = "accepted" if again.ok else "refused"
@@ -483,7 +485,7 @@ _PLAIN = {"arguments-whole", "arguments-fragmented", "finish-tool-calls", "finis
 """Findings that every well-behaved stream has: not named in the `stream shape` summary."""
 
 
-async def _step(p: _Prober, report: Report, name: str, body: dict[str, Any]) -> Exchange | None:
+async def step(p: Prober, report: Report, name: str, body: dict[str, Any]) -> Exchange | None:
     """One chat request, or None (with a `skip` check) when the time budget is spent."""
     if p.remaining() <= 1.0:
         report.checks.append(Check(name, "skip", f"time budget of {p.options.budget_s:.0f} s spent"))

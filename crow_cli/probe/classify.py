@@ -81,6 +81,8 @@ class Shape:
     usage: dict[str, Any] | None
     error: str | None
     """The message of an in-stream error object, when one came."""
+    rules: tuple[str, ...] = ()
+    """The accumulator rules that fired on the stream (`AssistantTurn.rules`)."""
 
     def codes(self) -> list[str]:
         """The finding codes, in report order."""
@@ -262,7 +264,7 @@ def classify(stream: RawStream) -> Shape:
         add("done-missing", "[DONE] missing", "warn" if reason else "fail", "the stream ended without data: [DONE]",
             "ends the turn at the end of the body; a cut call is not run (its result asks for it again)")
     return Shape(findings=out, calls=list(turn.tool_calls), content=turn.content, reasoning=turn.reasoning,
-                 finish_reason=reason, usage=turn.usage, error=error)
+                 finish_reason=reason, usage=turn.usage, error=error, rules=tuple(turn.rules))
 
 
 _TRAITS: dict[str, tuple[str, Level, str, str]] = {

@@ -54,10 +54,20 @@ class Report:
     elapsed_s: float = 0.0
     tool_calling: bool = False
     """True when at least one request produced a streamed tool call."""
+    tool_probe: dict[str, str] | None = None
+    """`crow probe --tools`: the outcome of each point answered (`wire.profile.TOOL_POINTS` key ->
+    `TOOL_OUTCOMES` code); None for the battery."""
+
+    def runs_tools(self) -> bool:
+        """Whether a call crow runs came back: a streamed one (the battery), or a point of `--tools` with a
+        native or a recovered call."""
+        if self.tool_probe is not None:
+            return any(v in ("native", "recovered") for v in self.tool_probe.values())
+        return self.tool_calling
 
     def exit_code(self) -> int:
-        """0 when streamed tool calling works at all, else 1."""
-        return 0 if self.tool_calling else 1
+        """0 when tool calling works at all (`runs_tools`), else 1."""
+        return 0 if self.runs_tools() else 1
 
     def to_json(self) -> dict[str, Any]:
         """The `--json` document (see `crow_cli/schemas/probe.schema.json`)."""
@@ -113,9 +123,15 @@ def render_text(report: Report, out: TextIO | None = None, *, remembered: bool =
                 print(_line(level, f.label, f.seen, f.crow, colour, indent="    "), file=out)
     learned = {k: v for k, v in report.facts.items() if k != "quirks" and v not in (None, [], False)}
     if learned:  # what later runs start with (`crow probe --show` lists it)
+        from ..wire.profile import tool_probe_words
+
         head = "remembered for later runs: " if remembered else "found, but not remembered: "
-        print(head + shown(", ".join(f"{k} {json.dumps(v)}" for k, v in learned.items())), file=out)
-    verdict = "streamed tool calling works" if report.tool_calling else "no streamed tool calling"
+        print(head + shown(", ".join(f"{k} ({tool_probe_words(v)})" if k == "tool_probe" else f"{k} {json.dumps(v)}"
+                                     for k, v in learned.items())), file=out)
+    if report.tool_probe is not None:
+        verdict = "tool calls crow can run" if report.runs_tools() else "no tool call crow can run"
+    else:
+        verdict = "streamed tool calling works" if report.tool_calling else "no streamed tool calling"
     print(f"{verdict} ({report.elapsed_s:.1f} s)", file=out)
 
 

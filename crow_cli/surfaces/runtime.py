@@ -43,6 +43,7 @@ from ..tools.registry import ToolRegistry
 from ..tools.sandbox import Sandbox, home_notice, startup_notice
 from ..trust import is_trusted
 from ..wire.client import ChatClient
+from ..wire.profile import tool_probe_words
 from .common import (
     build_client,
     build_compactor,
@@ -59,7 +60,19 @@ from .task import Subagents
 if TYPE_CHECKING:
     from .persist import SessionRecorder
 
-__all__ = ["Runtime", "assemble_driver", "list_mcp_tools"]
+__all__ = ["Runtime", "assemble_driver", "list_mcp_tools", "no_tool_call_line"]
+
+
+def no_tool_call_line(client: ChatClient) -> str | None:
+    """The line a run with tools starts with when the stored `crow probe --tools` of its server and model found no
+    call crow can run (`ServerProfile.runs_no_tool_call`): said once, before the first request, rather than a
+    run that fails at its first call; None otherwise."""
+    profile = client.profile
+    if not profile.runs_no_tool_call() or profile.tool_probe is None:
+        return None
+    return (f"crow probe --tools found that {client.settings.model} makes no tool call crow can run "
+            f"({tool_probe_words(profile.tool_probe)}): its tools will likely not run; `crow probe --tools` "
+            "probes it again")
 
 
 def assemble_driver(settings: Settings, client: ChatClient, registry: ToolRegistry | None, approve: Approver | None,
@@ -263,6 +276,8 @@ class Runtime:
             notice = startup_notice(self.context.sandbox, self.context.workspace)
             warnings += [notice] if notice else []
         self._client = build_client(self.settings, self.options.record_dir, trace=self.options.debug)
+        if self.registry is not None and (line := no_tool_call_line(self._client)) is not None:
+            warnings.append(line)
         return warnings
 
     async def mcp_ready(self) -> list[str]:

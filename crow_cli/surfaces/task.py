@@ -99,13 +99,11 @@ class Subagents:
         self.tool.description = self._description()
 
     def _description(self) -> str:
-        text = ("Start a subagent: a separate model run whose final answer is this call's result.\n"
-                "It has a fresh history (it sees none of this conversation) and works on `prompt` with its own "
-                "tools. Use it for self-contained work whose details need not stay in this conversation (a search "
-                "across many files, a review). Give the subagent everything it needs in `prompt`. Several task "
-                "calls in one turn run at the same time. Subagents cannot start subagents.")
+        text = ("Start a subagent: a separate model run with its own tools whose final answer is this call's result. "
+                "It sees none of this conversation: `prompt` must say everything it needs. Use it for "
+                "self-contained work (a search across many files, a review). Task calls of one turn run at once.")
         if not self.agents:
-            return text + f" `agent`: leave it out (only {GENERAL!r} exists here)."
+            return text + " Leave `agent` out."
         listed = "\n".join(f"- {a.name}: {_clip(a.description)}" for a in self.agents.values())
         return f"{text} `agent`: one of these (left out: {GENERAL!r}, with every tool):\n{listed}"
 
@@ -116,7 +114,7 @@ class Subagents:
             Args:
                 description: what the task is, in 3 to 5 words (shown to the person).
                 prompt: the task in full: everything the subagent needs to know, and what to answer with.
-                agent: the agent to run (see the list); left out: a general agent with every tool.
+                agent: one of the listed agents; left out: a general agent with every tool.
             """
             scope = current_call()
             if scope is None:

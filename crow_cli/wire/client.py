@@ -553,6 +553,19 @@ class ChatClient:
         return Notice(f"crow: warning: what this server refused could not be remembered for later runs ({failed});"
                       " this run goes on with the change, and the next one learns it again", "facts_unwritable")
 
+    def text_calls_recovered(self, fmt: str) -> Notice | None:
+        """The loop ran tool calls this model wrote as text in format `fmt` (`wire.textcalls`): remembered for this
+        base URL and model (`text_call_format`, shown by `crow probe --show`) when crow adapts requests. A notice
+        when the store cannot be written, the first time only; None otherwise (never raises)."""
+        if not self.settings.adapt_requests:
+            return None
+        failed = learn(self.settings.base_url, self.settings.model, text_call_format=fmt)  # no refusal: no why
+        if failed is None or self._unremembered:
+            return None
+        self._unremembered = True
+        return Notice(f"crow: warning: the format this model writes its tool calls in could not be remembered for "
+                      f"later runs ({failed}); the run goes on", "facts_unwritable")
+
     def _retry(self, exc: Exception, retries: int) -> tuple[float, Notice | None]:
         """The wait and notice for another try after `exc`, or `(0, None)` when it is final."""
         import openai

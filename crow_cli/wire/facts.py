@@ -6,6 +6,7 @@ mode 0600:
     {"http://127.0.0.1:8080/v1 smollm2": {
         "tool_calling": true, "quirks": ["index-always-0"],
         "request_rules": [{"op": "drop_param", "target": "seed", "value": null}],
+        "tool_probe": {"one": "native", "typed": "malformed", "two": "none"}, "text_call_format": "hermes",
         "learned_at": 1764750000.0,
         "provenance": {"request_rules drop_param seed": {"learned_at": 1764750000.0,
                                                          "why": "400: Extra inputs are not permitted"},
@@ -43,7 +44,7 @@ from ..atomic import NotRegularFile, write_atomic
 from ..private import private_dir
 from ..text import public_url
 from .adapt import SIZED_OPS, is_size
-from .profile import rules_problem
+from .profile import CALL_FORMATS, TOOL_OUTCOMES, TOOL_POINTS, rules_problem
 from .profiles import check_overrides
 
 __all__ = ["MAX_AGE", "MAX_WHY", "each_fact", "facts_path", "forget", "learn", "problems", "recall", "recall_all"]
@@ -180,6 +181,18 @@ def _checked(record: dict[str, Any], warn: _Warn) -> dict[str, Any]:
                 out[key] = dict(value)
             else:
                 warn(key, "not a table of chars and length")
+        elif key == "tool_probe":  # what `crow probe --tools` found: point -> outcome, both of fixed words
+            if isinstance(value, dict) and value and set(value) <= set(TOOL_POINTS) \
+                    and all(v in TOOL_OUTCOMES for v in value.values()):
+                out[key] = dict(value)
+            else:
+                warn(key, f"not a table of points ({', '.join(TOOL_POINTS)}) and outcomes "
+                     f"({', '.join(TOOL_OUTCOMES)})")
+        elif key == "text_call_format":
+            if value in CALL_FORMATS:
+                out[key] = value
+            else:
+                warn(key, f"{_said(value)} is not a format crow reads calls from ({', '.join(CALL_FORMATS)})")
         elif key == "provenance":
             out[key] = _provenance(value, warn)
         elif key not in _TYPES:

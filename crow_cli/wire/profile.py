@@ -45,13 +45,21 @@ from .adapt import (
 )
 from .profiles import FIELD_NAME, MESSAGE_FIELDS, OWNED_PARAMS, PROFILE_FIELDS, REASONING_FIELDS, profile_for
 
-__all__ = ["LAYERS", "Layer", "ServerProfile", "build_profile", "rule_key", "rule_keys", "rules_problem",
-           "unsent_set_param"]
+__all__ = ["CALL_FORMATS", "LAYERS", "TOOL_OUTCOMES", "TOOL_POINTS", "Layer", "ServerProfile", "build_profile",
+           "rule_key", "rule_keys", "rules_problem", "tool_probe_words", "unsent_set_param"]
 
 Layer = Literal["built-in", "config", "learned"]
 """Where a value of a profile came from."""
 LAYERS: tuple[Layer, ...] = ("built-in", "config", "learned")
 """The layers, earliest first: a later one overrides an earlier one key by key."""
+TOOL_POINTS: dict[str, str] = {"one": "one call", "typed": "typed argument", "two": "two calls"}
+"""The points of `crow probe --tools` (`probe.tools`), by the key their outcome is stored under, with their words."""
+TOOL_OUTCOMES: dict[str, str] = {"native": "native call", "recovered": "recovered call", "none": "no call",
+                                 "malformed": "malformed"}
+"""What a point of `crow probe --tools` found, by its stored code, with its words: a call streamed as a call, a
+call crow read from the text (`wire.textcalls`), no call, or a call whose arguments fail the tool's schema."""
+CALL_FORMATS = ("hermes", "mistral", "llama3", "harmony", "json")
+"""The text formats tool calls are recovered from (`wire.textcalls.Recovered.format`)."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,10 @@ class ServerProfile:
         request_rules: the rules applied to every request (`wire.adapt`), in order.
         recover_tool_calls: tool calls left in a turn's text are recovered (`wire.textcalls`).
         wire_api: the endpoint turns go to: `chat` or `responses` (`profiles.WIRE_APIS`).
+        tool_probe: what `crow probe --tools` found, per point (`TOOL_POINTS` key -> `TOOL_OUTCOMES` code), or
+            None: never probed. Learned only.
+        text_call_format: the text format (`CALL_FORMATS`) this model's tool calls were last recovered from
+            (`crow probe --tools`, or a run that recovered calls), or None: none recovered. Learned only.
         sources: the layer of each value, by key: a field name, or `rule_key(rule)` for a request rule.
         replaced: what each value replaced, by the same key: (layer, the earlier value or `Rule`) pairs, earliest
             first; a key whose value no later layer changed is absent.
@@ -85,12 +97,19 @@ class ServerProfile:
     request_rules: tuple[Rule, ...] = ()
     recover_tool_calls: bool = True
     wire_api: str = "chat"
+    tool_probe: Mapping[str, str] | None = None
+    text_call_format: str | None = None
     sources: Mapping[str, Layer] = field(default_factory=dict)
     replaced: Mapping[str, tuple[tuple[Layer, Any], ...]] = field(default_factory=dict)
 
     def source(self, key: str) -> Layer:
         """The layer the value of `key` (a field name or a `rule_key`) came from; "built-in" for a default."""
         return self.sources.get(key, "built-in")
+
+    def runs_no_tool_call(self) -> bool:
+        """Whether the stored tool probe says no call of this model would run: every point came back with no call
+        or a malformed one (False when never probed)."""
+        return bool(self.tool_probe) and all(v in ("none", "malformed") for v in (self.tool_probe or {}).values())
 
     def message_facts(self) -> dict[str, Any]:
         """The message policy, in `wire.outgoing.Outgoing(known=…)` form."""
@@ -137,10 +156,18 @@ def _shown(value: Any, layer: Layer) -> bool:
 
 def _value(value: Any) -> dict[str, Any]:
     """A field value or rule as `{"value": JSON, "text": words}`."""
+    if isinstance(value, Mapping) and value and set(value) <= set(TOOL_POINTS):  # a tool probe: in words
+        return {"value": dict(value), "text": tool_probe_words(value)}
     if isinstance(value, Rule):
         return {"value": value.to_json(), "text": f"{value.describe()} ({type(value).__name__})"}
     shown = list(value) if isinstance(value, tuple) else dict(value) if isinstance(value, Mapping) else value
     return {"value": shown, "text": json.dumps(shown)}
+
+
+def tool_probe_words(outcomes: Mapping[str, Any]) -> str:
+    """A stored tool probe in words, point by point: `one call: native call; typed argument: no call; …`."""
+    return "; ".join(f"{TOOL_POINTS[p]}: {TOOL_OUTCOMES.get(str(outcomes[p]), str(outcomes[p]))}"
+                     for p in TOOL_POINTS if p in outcomes)
 
 
 def rule_key(rule: Rule) -> str:
@@ -312,6 +339,10 @@ def _learned(facts: Mapping[str, Any]) -> dict[str, Any]:
         values["tool_message_name"] = facts["tool_message_name"]
     if isinstance(facts.get("tool_call_id_rule"), Mapping):
         values["tool_call_id_rule"] = dict(facts["tool_call_id_rule"])
+    if isinstance(facts.get("tool_probe"), Mapping) and facts["tool_probe"]:
+        values["tool_probe"] = dict(facts["tool_probe"])
+    if facts.get("text_call_format") in CALL_FORMATS:
+        values["text_call_format"] = facts["text_call_format"]
     rules = rules_from_json(facts.get("request_rules"))
     if facts.get("usage_option_refused") is True:  # what `crow probe` found: no stream_options to send
         rules.append(DropParam("stream_options"))

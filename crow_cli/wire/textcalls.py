@@ -59,7 +59,7 @@ class Recovered:
 
 
 def recover_calls(content: str | None, offered: Collection[str],
-                  name_of: Callable[[str], str] | None = None) -> Recovered | None:
+                  name_of: Callable[[str], str] | None = None, *, tags_dropped: bool = False) -> Recovered | None:
     """The tool calls complete blocks at the end of `content` stand for, or None (see the module).
 
     Args:
@@ -67,6 +67,8 @@ def recover_calls(content: str | None, offered: Collection[str],
         offered: the names of the tools offered in the request.
         name_of: maps a written name to the offered one it stands for (a leaked prefix, another case), or
             returns it unchanged; None: names must match exactly.
+        tags_dropped: the accumulator dropped template tags from the text (its `template-tags-in-content`
+            rule): bare JSON calls were Hermes blocks, and their format is named so.
     """
     if not content or not offered:
         return None
@@ -87,7 +89,8 @@ def recover_calls(content: str | None, offered: Collection[str],
                 return None
             calls.append(call)
         if calls:
-            return Recovered(lead_in, tuple(calls), fmt, text[start:])
+            return Recovered(lead_in, tuple(calls), "hermes" if fmt == "json" and tags_dropped else fmt,
+                             text[start:])
         return None
     return None
 

@@ -321,3 +321,20 @@ def test_a_rule_that_cannot_act_ends_each_command_in_one_line_exit_2(here: Any, 
     assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1, proc.stderr
     assert proc.stderr.startswith(f"crow: error: {config}: [provider] request_rules[1]: rename_param value must be "
                                   "a parameter name")
+
+
+# a run that recovered tool calls written as text remembers the format, which `crow probe --show` shows
+def test_show_names_the_text_format_a_run_recovered_calls_from(here: Any, tmp_path: Path) -> None:
+    from tests.support import crow as crow_process
+
+    (tmp_path / "a.txt").write_text("hello\n")
+    turn = text_stream('<tool_call>{"name": "read_file", "arguments": {"path": "a.txt"}}</tool_call>')
+    with ReplayServer([{"sse": turn}, {"sse": text_stream("It says hello.")}]) as server:
+        proc = crow_process("run", "--base-url", server.base_url, "--api-key", "sk-test", "--model", "test-model",
+                            "--yes", "read a.txt", cwd=tmp_path)
+        base = server.base_url
+    assert proc.returncode == 0, proc.stderr
+    assert "hermes format" in proc.stderr
+    shown = here("probe", "--show", "--base-url", base, "--model", "test-model").stdout
+    assert 'text_call_format: "hermes" (learned)' in shown, shown
+    assert '\n  text_call_format: "hermes"\n    learned ' in shown  # the record, with when it was learned

@@ -1095,3 +1095,27 @@ async def test_a_run_that_changed_something_is_not_said_to_have_refused_everythi
     assert ran.events()[-1]["changes_refused"] == 0
     assert (tmp_path / "a.txt").read_text() == "x"
     assert "nothing was changed" not in ran.stderr
+
+
+# `crow probe --tools` stored that the model makes no call crow can run: a run with tools says so in one line
+# before its first request, instead of failing at the first call; a probe that found a call says nothing
+@pytest.mark.parametrize(("outcomes", "said"), [
+    ({"one": "none", "typed": "malformed", "two": "none"}, True),
+    ({"one": "none", "typed": "native", "two": "recovered"}, False),
+])
+def test_a_run_on_a_model_probed_without_tool_calls_says_so_once_at_start(outcomes: dict[str, str],
+                                                                         said: bool) -> None:
+    from crow_cli.wire import facts
+
+    with ReplayServer([{"sse": text_stream("Hello.")}]) as server:
+        assert facts.learn(server.base_url, "m", tool_probe=outcomes) is None
+        proc = crow("run", "--base-url", server.base_url, "--api-key", "sk-test", "--model", "m", "hi")
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if "probe --tools" in line]
+    if not said:
+        assert lines == []
+        return
+    assert lines == ["crow: warning: crow probe --tools found that m makes no tool call crow can run (one call: no "
+                     "call; typed argument: malformed; two calls: no call): its tools will likely not run; "
+                     "`crow probe --tools` probes it again"], proc.stderr
+    assert proc.stdout.strip() == "Hello."

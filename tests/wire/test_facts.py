@@ -311,3 +311,20 @@ def test_a_record_written_before_facts_kept_their_own_provenance_still_reads() -
     facts.learn("http://h/v1", "m", tool_calling=True)
     record = facts.recall_all()["http://h/v1 m"]
     assert record["why"] == "400: seed" and list(record["provenance"]) == ["tool_calling"]  # no guessed why
+
+
+# `crow probe --tools`' outcomes and the format of recovered text calls are facts of fixed words: anything else is
+# no fact, with one warning naming it
+def test_a_tool_probe_and_a_call_format_are_kept_only_in_their_own_words() -> None:
+    good = {"one": "native", "typed": "malformed", "two": "none"}
+    assert facts.learn("http://h/v1", "m", tool_probe=good, text_call_format="harmony") is None
+    assert facts.recall("http://h/v1", "m") == {"tool_probe": good, "text_call_format": "harmony"}
+    path = facts.facts_path()
+    path.write_text(json.dumps({"http://h/v1 m": {"tool_probe": {"one": "native", "three": "none"},
+                                                  "text_call_format": "<tool_call>", "learned_at": time.time()},
+                                "http://h/v1 n": {"tool_probe": {"one": "works"}, "learned_at": time.time()}}))
+    assert facts.recall_all() == {"http://h/v1 m": {"learned_at": pytest.approx(time.time(), abs=60)},
+                                  "http://h/v1 n": {"learned_at": pytest.approx(time.time(), abs=60)}}
+    said = "\n".join(facts.problems())
+    assert said.count("tool_probe: not a table of points (one, typed, two) and outcomes") == 2
+    assert 'text_call_format: "<tool_call>" is not a format crow reads calls from' in said

@@ -198,8 +198,7 @@ def edit_file(path: str, old_string: str, new_string: str, replace_all: bool = F
     """Replace exact text in a file of the workspace; returns a unified diff of the change.
 
     `old_string` must occur exactly once (include surrounding lines to make it unique) unless
-    `replace_all` is true. Whitespace and indentation must match the file exactly. In a file with
-    CRLF line endings, line breaks in `old_string` and `new_string` match and are written as CRLF.
+    `replace_all` is true. Whitespace and indentation must match the file exactly.
 
     Args:
         path: file path, relative to the workspace root.

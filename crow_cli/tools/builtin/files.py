@@ -107,23 +107,15 @@ def read_file(path: str, start_line: int | None = None, end_line: int | None = N
               start_char: int = 0) -> str | Image:
     """Read a text file from the workspace, or a range of its lines; an image file (PNG, JPEG, GIF, WebP) is shown.
 
-    Text is decoded as UTF-8. A file with a UTF-16/32 byte-order mark is decoded as such; any other
-    file that is not valid UTF-8 (in its first 512 KiB) is decoded as cp1252 (latin-1 if cp1252
-    cannot) rather than shown with replacement characters, and the result then starts with one
-    `[read_file: … decoded as …]` line saying so. A file with NUL bytes is binary and not read.
-    Lines end at `\n`, `\r\n` or `\r`, and are returned with their line endings.
-
-    Any line of any size of file can be asked for; one call returns at most 40 000 characters of
-    text, in whole lines: when the range holds more, the result starts with a `[read_file: …]` line
-    giving the file's line count, the lines shown and the `start_line` to read on from. A single line
-    longer than that is returned in parts: the note gives the `start_char` to read on from.
+    One call returns at most 40 000 characters, in whole lines: a longer range starts with a `[read_file: …]`
+    note giving the `start_line` (in a longer line, the `start_char`) to read on from. A file that is not
+    UTF-8 is decoded as cp1252 and the result says so; a binary file is not read.
 
     Args:
         path: file path, relative to the workspace root.
-        start_line: first line to return (1-based, inclusive); default the first.
-        end_line: last line to return (1-based, inclusive; past the end means the end); default the last.
-        start_char: characters of the first line to skip (0-based offset into start_line), to read on in a
-            line longer than one call returns.
+        start_line: first line to return, 1-based.
+        end_line: last line to return, inclusive (past the end: the end).
+        start_char: characters of start_line to skip, to read on in a line longer than one call returns.
     """
     file = resolve_for_read(path)
     require_regular_file(file, path)

@@ -34,9 +34,8 @@ def _todo_write(todos: Any) -> ToolOutput:
 
 todo_write = Tool(
     TODO_TOOL,
-    "Write your todo list for this task: the whole list each time (it replaces the last one). Use it for tasks of "
-    "three steps or more: write the steps first, mark one in_progress before you start it and completed as soon "
-    "as it is done; at most one item is in_progress at a time.",
+    "Write your todo list for a task of three steps or more: the whole list each time (it replaces the last one). "
+    "Mark one step in_progress before you start it (one at a time) and completed as soon as it is done.",
     _todo_write,
     parameters={
         "type": "object",

@@ -183,13 +183,10 @@ def _stopped(pattern: str, where: str, *, backtracking: bool = True) -> str:
 
 @tool(kind="search")
 def search_files(pattern: str, path: str = ".") -> str:
-    """Search the workspace's text files for a regular expression (Python syntax); one `file:line: text` per match.
+    """Search the workspace's text files for a regular expression; one `file:line: text` per match, at most 200.
 
-    Files ignored by git (.gitignore) are skipped in a git repository; elsewhere .git, node_modules, .venv
-    and similar folders are; files over 1 MiB in a folder are listed as not searched (name one as `path` to
-    search it). Line numbers are those of read_file. At most 200 matches are shown. A search stops after
-    30 s of matching (a pattern that backtracks catastrophically): an error, or the matches found so far
-    under a note.
+    Files git ignores (elsewhere .git, node_modules, .venv …) are skipped; a file over 1 MiB in a folder is
+    listed as not searched (name it as `path` to search it).
 
     Args:
         pattern: a Python regular expression, matched against each line.

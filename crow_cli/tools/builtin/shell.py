@@ -276,17 +276,13 @@ async def run_shell(command: str, timeout_s: float | None = None, background: bo
                     context: ToolContext | None = None) -> ToolOutput:
     """Run a shell command in the workspace root and return its exit code and output (stdout and stderr merged).
 
-    The command gets no input (stdin is empty). It is over when the shell exits: background processes
-    it started are stopped then, and their later output is not returned. For a command that keeps running
-    (a dev server, a watcher), set background: the call returns at once with an id; shell_output reads its
-    output, shell_kill stops it, and it is stopped when the session ends.
+    stdin is empty; processes it leaves behind are stopped when it exits. For a command that keeps running
+    (a dev server, a watcher), set background: you get an id for shell_output and shell_kill.
 
     Args:
-        command: the command line, run with /bin/sh -c: POSIX sh (dash on Debian and Ubuntu), so no bash
-            extensions such as [[ ]], {1..3}, source or set -o pipefail; run bash -c '...' for those.
-        timeout_s: seconds before the command and everything it started are killed (default 120, more than 0,
-            at most 600); not used with background.
-        background: start it and return at once, leaving it running (default false).
+        command: run with /bin/sh -c (POSIX sh: no bash extensions; bash -c '...' for those).
+        timeout_s: seconds before it is killed (default 120, at most 600).
+        background: return at once, leaving it running.
     """
     if timeout_s is not None and not timeout_s > 0:  # NaN too
         raise ToolError(f"timeout_s must be more than 0 seconds (at most {MAX_TIMEOUT_S:g}); got {timeout_s}")
@@ -380,11 +376,10 @@ def _job_status(job: Job) -> str:
 
 @tool(kind="read")
 async def shell_output(id: str, context: ToolContext | None = None) -> ToolOutput:
-    """Read what a command run with run_shell background printed since the last read, whether it is still
-    running, and its exit status once it ended.
+    """Read what a background run_shell command printed since the last read, and whether it still runs.
 
     Args:
-        id: the command's id, as run_shell returned it (bg1, bg2 ...).
+        id: the id run_shell returned.
     """
     context = context or ToolContext.current()
     job = _shells(context).get(id)
@@ -398,11 +393,10 @@ async def shell_output(id: str, context: ToolContext | None = None) -> ToolOutpu
 
 @tool(kind="other")
 async def shell_kill(id: str, context: ToolContext | None = None) -> ToolOutput:
-    """Stop a command run with run_shell background (it and every process it started); its last output
-    stays readable with shell_output.
+    """Stop a background run_shell command and every process it started.
 
     Args:
-        id: the command's id, as run_shell returned it (bg1, bg2 ...).
+        id: the id run_shell returned.
     """
     shells = _shells(context)
     job = shells.get(id)

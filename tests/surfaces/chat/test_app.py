@@ -968,3 +968,23 @@ async def test_chat_sends_its_first_message_then_reads_the_prompt(store: Session
     assert app.recorder is not None and app.recorder.session_id is not None
     assert out.count("to continue this session: crow chat --resume") == 1
     assert out.rstrip().endswith(f"crow chat --resume {app.recorder.session_id}")
+
+
+# `crow probe --tools` stored that the model makes no call crow can run: the chat says so once, as it opens
+def test_a_chat_on_a_model_probed_without_tool_calls_says_so_once_at_start(tmp_path: Path) -> None:
+    from crow_cli.wire import facts
+
+    with ReplayServer([{"sse": text_stream("Hello there.")}]) as server:
+        assert facts.learn(server.base_url, "test-model",
+                           tool_probe={"one": "none", "typed": "none", "two": "none"}) is None
+        with ChatTerminal(["--base-url", server.base_url, "--api-key", "sk-test", "--model", "test-model"],
+                          cwd=tmp_path) as term:
+            term.expect("makes no tool call crow can run")
+            term.expect("›")
+            term.send("hi\r")
+            term.expect("Hello there.")
+            term.expect("›")
+            term.send("\x04")
+            assert term.wait() == 0
+            screen = term.screen()
+    assert screen.count("crow probe --tools found that test-model makes no tool call") == 1, screen

@@ -455,3 +455,15 @@ def test_a_negative_start_char_is_refused(ws: Path) -> None:
     (ws / "a.txt").write_text("one\n")
     with pytest.raises(ToolError, match="start_char must be 0 or more"):
         read_file(path="a.txt", start_char=-1)
+
+
+# what a model reads of each built-in tool: every parameter described, and no docstring indentation carried
+# into the description (read_file's docstring once held `\n` escapes that kept both from being parsed)
+def test_every_builtin_tool_describes_each_parameter_without_docstring_indentation() -> None:
+    from crow_cli.tools.builtin import BUILTIN_TOOLS
+
+    for builtin in BUILTIN_TOOLS:
+        function = builtin.schema()["function"]
+        assert not any(line.startswith(" ") for line in function["description"].splitlines()), function["name"]
+        for name, spec in function["parameters"]["properties"].items():
+            assert spec.get("description"), (function["name"], name)
