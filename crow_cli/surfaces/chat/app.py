@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import sys
 from collections.abc import Awaitable, Callable
@@ -71,6 +72,7 @@ from ..shell_escape import USAGE, is_shell_note, run_typed, shell_note, typed_co
 from ..shown import todo_lines
 from ..usage import TokenUse, footer
 from .commands import COMMANDS, ChatExit
+from .pick import session_options
 from .sink import ChatSink
 from .terminal import input_history, key_bindings, no_echo, read_piped_line
 
@@ -88,7 +90,8 @@ class ChatOptions:
     surface: SurfaceOptions = field(default_factory=SurfaceOptions)
     """The flags every surface shares (tools, `--yes`, `--debug`, `--record`, AGENTS.md)."""
     resume: str | None = None
-    """Continue this session id; `""` continues the most recent one; None starts a new session."""
+    """Continue this session id; `""`: the one the person picks from a list (this folder's first; with no
+    terminal, this folder's most recent); None starts a new session."""
     session: bool = True
     """Record the chat in the session store."""
     system: str | None = None
@@ -156,7 +159,9 @@ class ChatApp:
             self._store = SessionStore()
         return self._store
 
-    async def _start(self, runtime: Runtime) -> None:
+    async def _start(self, runtime: Runtime) -> bool:
+        """Start the chat's run parts and its session; False when `--resume` was given no id and the person
+        left the list of sessions without picking one (the chat ends)."""
         self.runtime, self.root, self.registry = runtime, runtime.workspace, runtime.registry
         self.settings = runtime.settings  # with the AGENTS.md files
         for problem in await runtime.start(wait_for_mcp=False):  # the prompt is up while MCP servers start
@@ -170,13 +175,17 @@ class ChatApp:
                                                                         keep_transcript=self._keep_transcript),
                                          interrupts=self.interrupts)
         if self.options.resume is not None:
-            self.open(self.options.resume or None, latest=not self.options.resume, system=self.options.system)
+            session_id = self.options.resume or await self.pick_session()
+            if session_id is None:
+                return False
+            self.open(session_id or None, latest=not session_id, system=self.options.system)
         else:
             self.fresh()
         if (hooks := runtime.context.hooks) is not None:
             hooks.report = self._hook_said
             hooks.session_id = self.recorder.session_id or "" if self.recorder is not None else ""
             await hooks.session_start("startup" if self.options.resume is None else "resume")
+        return True
 
     def _hook_said(self, event: Event) -> None:
         """What a hook run reports: its warnings are shown (the `hook` events are for --json)."""
@@ -321,7 +330,9 @@ class ChatApp:
         runtime.warn = lambda line: self.view.line(f"crow: {strip_controls(line)}", "dim")  # on the way out
         async with runtime:  # MCP servers stopped, the client closed
             try:
-                await self._start(runtime)
+                if not await self._start(runtime):
+                    self.view.line("no session picked (crow chat --resume ID continues one)", "yellow")
+                    return 0
                 if runtime.in_home is not None and not await self._go_on_in_home():
                     self.view.line("crow: not started in the home folder; start crow in a project folder", "yellow")
                     return 0
@@ -778,6 +789,29 @@ class ChatApp:
         try:
             with create_app_session(input=self.pt_input, output=self.pt_output):
                 picked: ApprovalMode = await picker.prompt_async()
+        except (KeyboardInterrupt, EOFError):
+            return None
+        return picked
+
+    async def pick_session(self) -> str | None:
+        """The id of the session the person picks from a list (`pick.session_options`: this folder's first, the
+        most recent of them chosen; not the session the chat is in); None when they leave it (Ctrl-C). `""` when
+        there is nothing to pick on (piped input) or from (no other session is stored): the caller continues this
+        folder's most recent session, as `--resume` without an id did before the list."""
+        if self._piped():
+            return ""
+        current = self.recorder.session_id if self.recorder is not None else None
+        options = session_options(self.store, os.getcwd(), leave_out=current)
+        if not options:
+            return ""
+        from prompt_toolkit.application import create_app_session
+        from prompt_toolkit.shortcuts.choice_input import ChoiceInput
+
+        picker = ChoiceInput(message="Resume which session? (this folder's first; Enter picks, Ctrl-C leaves)",
+                             options=options)
+        try:
+            with create_app_session(input=self.pt_input, output=self.pt_output):
+                picked: str = await picker.prompt_async()
         except (KeyboardInterrupt, EOFError):
             return None
         return picked

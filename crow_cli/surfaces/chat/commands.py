@@ -78,6 +78,7 @@ class App(Protocol):
     def fresh(self) -> None: ...
     def set_mode(self, mode: ApprovalMode, *, quiet: bool = False) -> None: ...
     async def pick_mode(self) -> ApprovalMode | None: ...
+    async def pick_session(self) -> str | None: ...
     def new_compactor(self, checkpoint: Checkpoint | None = None) -> None: ...
     def open(self, session_id: str | None, *, latest: bool, system: str | None = None) -> None: ...
     def last_user(self) -> int | None: ...
@@ -186,7 +187,12 @@ async def _sessions(app: App, arg: str) -> None:
 
 
 async def _resume(app: App, arg: str) -> None:
-    app.open(arg or None, latest=not arg)
+    """`/resume [ID]`: continue session ID; without one, the session the person picks from a list (this
+    folder's first: `App.pick_session`)."""
+    picked = arg or await app.pick_session()
+    if picked is None:  # left the list: the chat goes on in its session
+        return
+    app.open(picked or None, latest=not picked)
 
 
 async def _fork(app: App, arg: str) -> None:
@@ -395,7 +401,7 @@ COMMANDS: tuple[SlashCommand, ...] = (
     SlashCommand("model", "[NAME]", "show or switch the model", _model),
     SlashCommand("tools", "", "the tools the model is offered", _tools),
     SlashCommand("sessions", "", "recent sessions", _sessions),
-    SlashCommand("resume", "[ID]", "continue a session (the most recent when no id)", _resume),
+    SlashCommand("resume", "[ID]", "continue a session (none: pick one, this folder's first)", _resume),
     SlashCommand("fork", "", "copy this session into a new one and go on there (the original stays)", _fork),
     SlashCommand("export", "[FMT] [PATH]",
                  "write this conversation to PATH (md, json or jsonl; default: crow's data folder)", _export),
