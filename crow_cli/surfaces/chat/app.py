@@ -72,6 +72,7 @@ from ..shell_escape import USAGE, is_shell_note, run_typed, shell_note, typed_co
 from ..shown import todo_lines
 from ..usage import TokenUse, footer
 from .commands import COMMANDS, ChatExit
+from .complete import chat_completer
 from .pick import session_options
 from .sink import ChatSink
 from .terminal import input_history, key_bindings, no_echo, read_piped_line
@@ -424,9 +425,8 @@ class ChatApp:
         if self._piped():  # one message or command per line
             read = read_piped_line
         else:
-            from prompt_toolkit.completion import WordCompleter
-
-            commands = WordCompleter(self._completions, sentence=True)  # asked at each Tab: new prompt files too
+            # asked at each Tab: new prompt files and files too
+            completer = chat_completer(self._completions, lambda: self.root, self._secrets)
             bindings = key_bindings()
 
             def _cycle(event: Any) -> None:
@@ -437,8 +437,8 @@ class ChatApp:
 
             session: PromptSession[str] = PromptSession(
                 history=input_history(), input=self.pt_input, output=self.pt_output,
-                key_bindings=bindings, enable_history_search=False, completer=commands,
-                complete_while_typing=False,  # Tab completes the slash commands; typing stays quiet
+                key_bindings=bindings, enable_history_search=False, completer=completer,
+                complete_while_typing=False,  # Tab completes the slash commands and @paths; typing stays quiet
             )
 
             async def read() -> str:
