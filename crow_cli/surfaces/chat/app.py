@@ -44,7 +44,7 @@ from ...history import Message, ToolCall, UserMessage, as_json, content_text, is
 from ...modes import APPROVAL_MODES, SENTENCES, ApprovalMode, is_mode_note, next_mode
 from ...prompt_files import ARGUMENTS, PromptFile, PromptFolders, expand, read_prompt, summary
 from ...sessions import SessionStore
-from ...text import clean_text, strip_controls
+from ...text import clean_text, public_url, strip_controls
 from ...todos import latest_todos
 from ...tools.approval import (
     Answer,
@@ -73,7 +73,7 @@ from ..shown import todo_lines
 from ..usage import TokenUse, footer
 from .commands import COMMANDS, ChatExit
 from .complete import chat_completer
-from .pick import session_options
+from .pick import model_options, session_options
 from .sink import ChatSink
 from .terminal import input_history, key_bindings, no_echo, read_piped_line
 
@@ -82,6 +82,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ChatApp", "ChatOptions", "run_chat"]
 
+MODELS_TIMEOUT_S = 10.0
+"""How long `/model` waits for the server's model list (`GET /models`)."""
 _COMMAND = re.compile(r"^/([A-Za-z0-9_-]+)(?:\s+(.*))?$", re.DOTALL)
 """`/NAME rest`: a built-in command, or a prompt file's name (`prompt_files.NAME`)."""
 
@@ -149,6 +151,7 @@ class ChatApp:
             name: partial(command.run, self) for command in COMMANDS for name in (command.name, *command.aliases)}
         self._told: set[str] = set()  # the prompt files' notes said in this chat (each once)
         self.compacting: asyncio.Task[None] | None = None
+        self._served: tuple[str, list[str]] | None = None  # (base URL, its /models), asked once (`served_models`)
         self.mcp_joining: asyncio.Task[None] | None = None
         """Until it is awaited (`_mcp_ready`): the MCP servers' start, which says its problems when it ends."""
 
@@ -792,6 +795,65 @@ class ChatApp:
         except (KeyboardInterrupt, EOFError):
             return None
         return picked
+
+    async def served_models(self, *, say: bool = False) -> list[str] | None:
+        """The models the server lists (`GET /models`, in its order), asked once per chat and server (a failed
+        ask is asked again next time); None when the list cannot be read, or Ctrl-C stopped the wait (said in
+        one line when `say`). Stored as served: the caller strips a name before showing it."""
+        base_url = self.settings.base_url
+        if self._served is not None and self._served[0] == base_url:
+            return self._served[1]
+        from ...probe.models import fetch_models
+
+        task = asyncio.ensure_future(asyncio.to_thread(fetch_models, self.settings, MODELS_TIMEOUT_S))
+        try:
+            with self.interrupts.stopping(lambda _signum: task.cancel()):
+                found = await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():  # SIGTERM / SIGHUP: the chat ends
+                raise
+            if say:
+                self.view.line("interrupted: the server's model list was not read", "yellow")
+            return None
+        except CrowError as exc:
+            if say:
+                self.view.line(strip_controls(f"crow: warning: the server's model list could not be read ({exc})"),
+                               "yellow")
+            return None
+        self._served = (base_url, [m.id for m in found])
+        return self._served[1]
+
+    async def pick_model(self) -> str | None:
+        """`/model` without a name: the model in use, then the server's models (`served_models`) to pick one from
+        (prompt-toolkit's `ChoiceInput`, the one in use chosen); the name picked, None when it is the one in use,
+        the person leaves the list (Ctrl-C), the list cannot be read, or there is no terminal to pick on (piped
+        input: the models are listed)."""
+        current = self.settings.model
+        self.view.line(f"model: {strip_controls(current)} at {public_url(self.settings.base_url)}")
+        served = await self.served_models(say=True)
+        if served is None:
+            return None
+        options = model_options(served, current)
+        if not options:
+            self.view.line("the server lists no models; /model NAME switches to one it serves", "yellow")
+            return None
+        if self._piped():
+            self.view.line("the server's models (/model NAME switches to one):")
+            for _, label in options:
+                self.view.line(f"  {label}")
+            return None
+        from prompt_toolkit.application import create_app_session
+        from prompt_toolkit.shortcuts.choice_input import ChoiceInput
+
+        picker = ChoiceInput(message="Switch to which model? (Enter picks, Ctrl-C leaves)", options=options,
+                             default=current if current in served else None)
+        try:
+            with create_app_session(input=self.pt_input, output=self.pt_output):
+                picked: str = await picker.prompt_async()
+        except (KeyboardInterrupt, EOFError):
+            return None
+        return None if picked == current else picked
 
     async def pick_session(self) -> str | None:
         """The id of the session the person picks from a list (`pick.session_options`: this folder's first, the

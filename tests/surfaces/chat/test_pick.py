@@ -7,7 +7,9 @@ Properties guarded here:
   title), leave out the session the chat is in, and continue the one picked; stored titles reach the terminal
   without their control characters;
 - `/model` without a name lists the server's models (`/models`, asked once per chat) and switches to the one
-  picked; `/model NAME` of a model the server does not list says so in one line and switches anyway.
+  picked; `/model NAME` of a model the server does not list says so in one line and switches anyway;
+- with no terminal, `--resume` continues this folder's latest session (as before the list) and `/model` lists
+  the models.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from crow_cli.history import user_message
 from crow_cli.sessions import SessionStore
 from crow_cli.surfaces.chat.pick import age, model_options, session_options
 from tests.replay_server import ReplayServer, text_stream
-from tests.support import ChatTerminal
+from tests.support import ChatTerminal, crow
 
 
 def _stored(store: SessionStore, folder: Path, prompt: str, answer: str) -> str:
@@ -100,3 +102,53 @@ def test_session_rows_put_this_folder_first_and_say_folder_age_count_and_title(t
 
 def test_model_rows_mark_the_model_in_use_and_show_no_control_characters() -> None:
     assert model_options(["a", "b\x1b]0;x\x07"], "a") == [("a", "a  (in use)"), ("b\x1b]0;x\x07", "b]0;x")]
+
+
+def test_model_without_a_name_lists_the_servers_models_and_an_unlisted_name_is_warned_about(tmp_path: Path) -> None:
+    script = [{"sse": text_stream("Big answer.")}, {"sse": text_stream("Unlisted answer.")}]
+    models = ["test-model", "big-model", "odd\x07-model"]
+    with ReplayServer(script, models=models) as server, ChatTerminal(_args(server.base_url), cwd=tmp_path) as term:
+        term.expect("›")
+        term.send("/model\r")
+        term.expect("Switch to which model?")
+        term.expect("test-model  (in use)")
+        term.expect("big-model")
+        term.expect("odd-model")  # a served name reaches the terminal without its control characters
+        term.send("\x1b[B")  # Down: the one after the model in use
+        term.send("\r")
+        term.expect("model: big-model")
+        term.expect("›")
+        term.send("hello\r")
+        term.expect("Big answer.")
+        term.expect("›")
+        term.send("/model nosuch-model\r")
+        term.expect("crow: warning: the server does not list 'nosuch-model'; switching anyway (/model lists its "
+                    "models)")
+        term.expect("model: nosuch-model")
+        term.expect("›")
+        term.send("again\r")
+        term.expect("Unlisted answer.")
+        term.expect("›")
+        term.send("/model big-model\r")  # listed: no warning
+        term.expect("model: big-model")
+        term.expect("›")
+        screen = term.screen()
+        term.send("\x04")
+        assert term.wait() == 0
+    assert [r["model"] for r in server.requests] == ["big-model", "nosuch-model"]
+    assert "\x07" not in screen
+    assert screen.count("does not list") == 1
+
+
+def test_piped_resume_continues_this_folders_latest_and_piped_model_lists_the_models_once(tmp_path: Path) -> None:
+    with SessionStore() as store:
+        here = _stored(store, tmp_path.resolve(), "fix the parser", "Parser fixed.")
+        _stored(store, tmp_path.parent.resolve(), "elsewhere", "Not here.")  # newer, another folder
+    with ReplayServer([], models=["test-model", "big-model"]) as server:
+        ran = crow("chat", "--resume", *_args(server.base_url), input="/model\n/model\n/exit\n", cwd=tmp_path)
+        lists = server.model_lists
+    assert ran.returncode == 0, ran.stderr
+    assert f"resumed session {here}" in ran.stdout  # no terminal to pick on: this folder's latest, as before
+    assert ran.stdout.count("the server's models (/model NAME switches to one):\n  test-model  (in use)\n"
+                            "  big-model\n") == 2
+    assert lists == 1  # asked once per chat
