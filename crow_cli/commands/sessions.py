@@ -55,8 +55,8 @@ def _store() -> SessionStore:
                       short_help="Stored sessions, most recent first.")
 def list_sessions(
     limit: Annotated[int, typer.Option("--limit", "-n", metavar="N", help="Show at most this many (0: all).")] = 20,
-    here: Annotated[bool, typer.Option("--here", help="Only the sessions started in this folder (the ones "
-                                       "crow chat --resume and crow run -c continue).")] = False,
+    here: Annotated[bool, typer.Option("--here", help="Only the sessions started in this folder (crow run -c "
+                                       "continues the latest; crow chat --resume lists them first).")] = False,
 ) -> None:
     """Stored sessions, most recent first, under a header row: id, last update, messages, model, the folder each
     was started in (`~` for the home folder) and title."""
