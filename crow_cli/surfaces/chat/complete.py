@@ -10,9 +10,10 @@ folder at a time, as a shell does. Names a mention cannot carry (white space) or
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -73,20 +74,33 @@ def chat_completer(commands: Callable[[], list[str]], root: Callable[[], Path],
                    secrets: Callable[[], tuple[str, ...]]) -> Completer:
     """prompt-toolkit's completer for the chat's prompt: an `@path` at the cursor completes among the files of
     the workspace `root()` (listed with `secrets()` kept out of git's environment), anything else among the
-    `commands()` (`/help` …, matched against the whole line). Asked again at each Tab; the listing runs in a
+    `commands()` (`/help` …, matched against the whole line). Asked again at each Tab; the files are listed in a
     thread, so a slow git never freezes the prompt."""
-    from prompt_toolkit.completion import Completer, Completion, ThreadedCompleter, WordCompleter
+    from prompt_toolkit.completion import Completer, Completion, WordCompleter
 
     words = WordCompleter(commands, sentence=True)
+
+    def completions(typed: str, paths: list[str]) -> Iterator[Completion]:
+        for path in path_completions(typed, paths):
+            yield Completion(path, start_position=-len(typed), display=path[path.rstrip("/").rfind("/") + 1:])
 
     class ChatCompleter(Completer):
         def get_completions(self, document: Document, complete_event: CompleteEvent) -> Iterator[Completion]:
             mention = _MENTION.search(document.text_before_cursor)
             if mention is None:
                 yield from words.get_completions(document, complete_event)
-                return
-            typed = mention.group(1)
-            for path in path_completions(typed, workspace_paths(root(), secrets())):
-                yield Completion(path, start_position=-len(typed), display=path[path.rstrip("/").rfind("/") + 1:])
+            else:
+                yield from completions(mention.group(1), workspace_paths(root(), secrets()))
 
-    return ThreadedCompleter(ChatCompleter())
+        async def get_completions_async(self, document: Document,
+                                        complete_event: CompleteEvent) -> AsyncGenerator[Completion, None]:
+            mention = _MENTION.search(document.text_before_cursor)
+            if mention is None:  # at once, as before: nothing to wait for
+                for completion in words.get_completions(document, complete_event):
+                    yield completion
+                return
+            paths = await asyncio.to_thread(workspace_paths, root(), secrets())
+            for completion in completions(mention.group(1), paths):
+                yield completion
+
+    return ChatCompleter()
