@@ -235,7 +235,7 @@ class ChatApp:
         self.view.line(f"resumed session {info.id} “{strip_controls(info.title)}” ({len(history)} messages)", "bold")
         if recorder.previous_model:
             self.view.line(f"this session was using {strip_controls(recorder.previous_model)}; continuing with "
-                           f"{self.settings.model}", "yellow")
+                           f"{strip_controls(self.settings.model)}", "yellow")
         self._show_last_exchange()
         if (todos := latest_todos(self.history)) is not None:  # the model's todo list, as it last wrote it
             self.view.line("todo list:", "bold")
@@ -328,7 +328,8 @@ class ChatApp:
         runtime = Runtime(self.settings, self.options.surface, warn=early.append)
         if not runtime.mcp_server_names:  # every tool is known: a rule naming none is refused before the banner
             runtime.check_rules()
-        self.view.line(f"crow chat · {self.settings.model} · /help for commands · Ctrl-D to quit", "dim")
+        self.view.line(f"crow chat · {strip_controls(self.settings.model)} · /help for commands · Ctrl-D to quit",
+                       "dim")
         for line in early:
             self.view.line(f"crow: warning: {strip_controls(line)}", "yellow")
         runtime.warn = lambda line: self.view.line(f"crow: {strip_controls(line)}", "dim")  # on the way out
@@ -857,14 +858,18 @@ class ChatApp:
 
     async def pick_session(self) -> str | None:
         """The id of the session the person picks from a list (`pick.session_options`: this folder's first, the
-        most recent of them chosen; not the session the chat is in); None when they leave it (Ctrl-C). `""` when
-        there is nothing to pick on (piped input) or from (no other session is stored): the caller continues this
-        folder's most recent session, as `--resume` without an id did before the list."""
+        most recent of them chosen; not the session the chat is in); None when they leave it (Ctrl-C) or the chat's
+        session is the only one. `""` when there is nothing to pick on (piped input) or from (no session is
+        stored): the caller continues this folder's most recent session, as `--resume` without an id did before
+        the list (and says when there is none)."""
         if self._piped():
             return ""
         current = self.recorder.session_id if self.recorder is not None else None
         options = session_options(self.store, os.getcwd(), leave_out=current)
-        if not options:
+        if not options and current is not None:  # /resume in the only session stored
+            self.view.line("no other session to continue", "yellow")
+            return None
+        if not options:  # none stored: `open` says there is none to continue here
             return ""
         from prompt_toolkit.application import create_app_session
         from prompt_toolkit.shortcuts.choice_input import ChoiceInput
@@ -914,7 +919,7 @@ class ChatApp:
 
     def _footer(self) -> str:
         sid = self.recorder.session_id if self.recorder else None
-        return footer(self.last_usage, self.usage, self.settings.model, sid)
+        return footer(self.last_usage, self.usage, strip_controls(self.settings.model), sid)  # a served name
 
     def token_use(self) -> TokenUse:
         """An empty count, priced with the current model's `[prices]` (if the config gives them)."""

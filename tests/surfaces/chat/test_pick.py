@@ -4,10 +4,11 @@ pty) against a replay server, and the rows they are made of.
 Properties guarded here:
 
 - `crow chat --resume` and `/resume` without an id list this folder's sessions first (folder, age, message count,
-  title), leave out the session the chat is in, and continue the one picked; stored titles reach the terminal
-  without their control characters;
+  title), leave out the session the chat is in (the only one stored: said, nothing resumed), and continue the one
+  picked; stored titles reach the terminal without their control characters;
 - `/model` without a name lists the server's models (`/models`, asked once per chat) and switches to the one
-  picked; `/model NAME` of a model the server does not list says so in one line and switches anyway;
+  picked (its name shown without control characters, in the footer too); `/model NAME` of a model the server
+  does not list says so in one line and switches anyway;
 - with no terminal, `--resume` continues this folder's latest session (as before the list) and `/model` lists
   the models.
 """
@@ -20,7 +21,7 @@ from crow_cli.history import user_message
 from crow_cli.sessions import SessionStore
 from crow_cli.surfaces.chat.pick import age, model_options, session_options
 from tests.replay_server import ReplayServer, text_stream
-from tests.support import ChatTerminal, crow
+from tests.support import ChatTerminal, chat, crow
 
 
 def _stored(store: SessionStore, folder: Path, prompt: str, answer: str) -> str:
@@ -105,7 +106,8 @@ def test_model_rows_mark_the_model_in_use_and_show_no_control_characters() -> No
 
 
 def test_model_without_a_name_lists_the_servers_models_and_an_unlisted_name_is_warned_about(tmp_path: Path) -> None:
-    script = [{"sse": text_stream("Big answer.")}, {"sse": text_stream("Unlisted answer.")}]
+    script = [{"sse": text_stream("Big answer.")}, {"sse": text_stream("Unlisted answer.")},
+              {"sse": text_stream("Odd answer.")}]
     models = ["test-model", "big-model", "odd\x07-model"]
     with ReplayServer(script, models=models) as server, ChatTerminal(_args(server.base_url), cwd=tmp_path) as term:
         term.expect("›")
@@ -132,10 +134,20 @@ def test_model_without_a_name_lists_the_servers_models_and_an_unlisted_name_is_w
         term.send("/model big-model\r")  # listed: no warning
         term.expect("model: big-model")
         term.expect("›")
+        term.send("/model\r")
+        term.expect("2. big-model  (in use)")
+        term.send("\x1b[B")
+        term.send("\r")
+        term.expect("model: odd-model")
+        term.expect("›")
+        term.send("odd?\r")
+        term.expect("Odd answer.")
+        term.expect("· odd-model ·")  # the footer: the served name without its control characters
+        term.expect("›")
         screen = term.screen()
         term.send("\x04")
         assert term.wait() == 0
-    assert [r["model"] for r in server.requests] == ["big-model", "nosuch-model"]
+    assert [r["model"] for r in server.requests] == ["big-model", "nosuch-model", "odd\x07-model"]
     assert "\x07" not in screen
     assert screen.count("does not list") == 1
 
@@ -152,3 +164,9 @@ def test_piped_resume_continues_this_folders_latest_and_piped_model_lists_the_mo
     assert ran.stdout.count("the server's models (/model NAME switches to one):\n  test-model  (in use)\n"
                             "  big-model\n") == 2
     assert lists == 1  # asked once per chat
+
+
+async def test_resume_in_the_only_session_says_there_is_no_other(store: SessionStore) -> None:
+    output, _, app = await chat([{"sse": text_stream("Hi.")}], "hello\r/resume\r/exit\r", store)
+    assert "no other session to continue" in output and "resumed session" not in output
+    assert app.recorder is not None and len(store.recent()) == 1
