@@ -66,7 +66,8 @@ from .private import private_dir, private_file
 from .text import public_url
 
 __all__ = ["IMAGE_REF", "SessionDamaged", "SessionInUse", "SessionInfo", "SessionStore", "SessionStoreDamaged",
-           "StoredCheckpoint", "StoredSnapshot", "StoredSubagentRun", "by_reference", "default_db_path"]
+            "StoredCheckpoint", "StoredSnapshot", "StoredSubagentRun", "by_reference", "default_db_path",
+            "short_folder"]
 
 IMAGE_REF = "crow-image:sha256:"
 """How a stored image part's URL starts; the hex SHA-256 of the image's bytes follows."""
@@ -207,6 +208,17 @@ def default_db_path() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_data_dir("crow", appauthor=False)) / "sessions.db"
+
+
+def short_folder(cwd: str) -> str:
+    """A session's folder (`SessionInfo.cwd`) as lists show it: under the home folder as `~/…`; `-` when none
+    was recorded. Control characters are the caller's to remove (it is stored text)."""
+    if not cwd:
+        return "-"
+    home = str(Path.home())
+    if cwd == home:
+        return "~"
+    return "~/" + cwd[len(home):].lstrip("/") if cwd.startswith(home.rstrip("/") + "/") else cwd
 
 
 def _m1_initial(db: sqlite3.Connection) -> None:
@@ -468,19 +480,18 @@ class SessionStore:
             if self._db.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone() is None:
                 return sid
 
-    def recent(self, limit: int | None = None) -> list[SessionInfo]:
-        """Sessions, most recently updated first."""
-        sql = _SELECT + " ORDER BY s.updated_at DESC, s.rowid DESC"
-        rows = self._read(sql + (" LIMIT ?" if limit else ""), (limit,) if limit else ())
+    def recent(self, limit: int | None = None, *, cwd: str | None = None) -> list[SessionInfo]:
+        """Sessions, most recently updated first: at most `limit` (None or 0: all), only those started in the
+        folder `cwd` when given (the working directory recorded with each, `SessionInfo.cwd`)."""
+        where, args = (" WHERE s.cwd = ?", (cwd,)) if cwd is not None else ("", ())
+        sql = _SELECT + where + " ORDER BY s.updated_at DESC, s.rowid DESC"
+        rows = self._read(sql + (" LIMIT ?" if limit else ""), (*args, limit) if limit else args)
         return [SessionInfo(*row) for row in rows]
 
     def latest(self, cwd: str | None = None) -> SessionInfo | None:
         """The most recently updated session (of the folder `cwd` when given), or None when there is none."""
-        if cwd is None:
-            found = self.recent(limit=1)
-            return found[0] if found else None
-        rows = self._read(_SELECT + " WHERE s.cwd = ? ORDER BY s.updated_at DESC, s.rowid DESC LIMIT 1", (cwd,))
-        return SessionInfo(*rows[0]) if rows else None
+        found = self.recent(limit=1, cwd=cwd)
+        return found[0] if found else None
 
     def get(self, session_id: str) -> SessionInfo:
         """The session whose id is `session_id` or starts with it.

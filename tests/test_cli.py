@@ -209,8 +209,8 @@ def test_an_empty_session_id_is_refused(capsys: pytest.CaptureFixture[str]) -> N
     assert (code, capsys.readouterr().err.strip()) == (2, "crow: error: --session needs a session id (crow sessions "
                                                        "list shows them)")
     code = crow_here("chat", "--resume", "", "--base-url", "http://127.0.0.1:9/v1")
-    assert (code, capsys.readouterr().err.strip()) == (2, "crow: error: --resume needs a session id, or none for the "
-                                                       "most recent session")
+    assert (code, capsys.readouterr().err.strip()) == (2, "crow: error: --resume needs a session id, or none to pick a "
+                                                       "session")
 
 
 # A `while read` loop runs one prompt per line: crow run never reads the loop's remaining lines (issue 11)

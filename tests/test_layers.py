@@ -59,7 +59,8 @@ ALLOWED = {
                                    "crow_cli.attachments", "crow_cli.instructions", "crow_cli.undo", "crow_cli.rewind",
                                    "crow_cli.default_prompt", "crow_cli.export", "crow_cli.prompt_files",
                                    "crow_cli.trust", "crow_cli.skills",
-                                   "crow_cli.agents"},
+                                   "crow_cli.agents",
+                                   "crow_cli.probe.models"},  # chat's /model lists the server's models
     "crow_cli.commands": LEAVES | {"crow_cli.commands", "crow_cli.config", "crow_cli.sessions", "crow_cli.export",
                                    "crow_cli.surfaces",
                                    "crow_cli.tools", "crow_cli.wire", "crow_cli.undo", "crow_cli.local",

@@ -484,8 +484,8 @@ def test_sessions_commands(_isolated_home: Path, tmp_path: Path, capsys: pytest.
     code, listed, _ = here("list")
     assert code == 0
     header, row = listed.splitlines()
-    assert header.split() == ["ID", "UPDATED", "MESSAGES", "MODEL", "TITLE"]
-    assert row.startswith(info.id) and "2 messages  test-model  what is ZEBRA?" in row
+    assert header.split() == ["ID", "UPDATED", "MESSAGES", "MODEL", "FOLDER", "TITLE"]
+    assert row.startswith(info.id) and "2 messages  test-model  -       what is ZEBRA?" in row
     assert "## You\n\nwhat is ZEBRA?" in here("show", info.id[:3])[1]
     as_jsonl = here("export", info.id, "--format", "jsonl")[1]
     assert [json.loads(x)["role"] for x in as_jsonl.splitlines()] == ["user", "assistant"]

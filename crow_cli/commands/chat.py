@@ -29,7 +29,8 @@ def chat(
                                                      help="The first message to send; with --resume, the "
                                                      "session to continue.")] = None,
     resume: Annotated[bool, typer.Option("--resume", "-r", help="Continue a session: the one with id ID, or "
-                                         "the most recent one.")] = False,
+                                         "one picked from a list (this folder's first; with no terminal, this "
+                                         "folder's most recent).")] = False,
     flags: RunFlags,
     no_session: NoSessionOpt = False,
     local: LocalOpt = False,
@@ -47,7 +48,7 @@ def chat(
         if first is not None and not first.strip():
             raise ConfigError("the first message is empty; give a prompt, or none to start with the prompt line")
         if resume and session_id is not None and not session_id.strip():
-            raise ConfigError("--resume needs a session id, or none for the most recent session")
+            raise ConfigError("--resume needs a session id, or none to pick a session")
         settings = flags.settings(local_model)
         check_before_start(settings, yes=flags.yes, local=local or bool(local_model))
         ask_trust(settings)  # before anything of the project is read: its hooks, skills and agents go by it

@@ -50,33 +50,44 @@ def _store() -> SessionStore:
     return SessionStore()
 
 
-@sessions_app.command("list", epilog=examples("crow sessions list", "crow sessions list -n 0"),
+@sessions_app.command("list", epilog=examples("crow sessions list", "crow sessions list --here",
+                                              "crow sessions list -n 0"),
                       short_help="Stored sessions, most recent first.")
 def list_sessions(
     limit: Annotated[int, typer.Option("--limit", "-n", metavar="N", help="Show at most this many (0: all).")] = 20,
+    here: Annotated[bool, typer.Option("--here", help="Only the sessions started in this folder (crow run -c "
+                                       "continues the latest; crow chat --resume lists them first).")] = False,
 ) -> None:
-    """Stored sessions, most recent first, under a header row: id, last update, messages, model, title."""
+    """Stored sessions, most recent first, under a header row: id, last update, messages, model, the folder each
+    was started in (`~` for the home folder) and title."""
+    import os
+
+    from ..sessions import short_folder
+
     try:
         if limit < 0:
             raise ConfigError(f"--limit must be 0 (all) or more (got {limit})")
-        with _store() as store:
-            found = store.recent(limit + 1 if limit else None)  # one more: to tell that there are more
+        with _store() as store:  # one more than asked: to tell that there are more
+            found = store.recent(limit + 1 if limit else None, cwd=os.getcwd() if here else None)
     except CrowError as exc:
         raise fail(exc) from None
     if not found:
-        print("no sessions yet (crow chat or crow run start one)", file=sys.stderr)
+        print("no sessions in this folder (crow sessions list shows every session)" if here else
+              "no sessions yet (crow chat or crow run start one)", file=sys.stderr)
         return
     more = bool(limit) and len(found) > limit
     shown = found[:limit] if limit else found
+    tty = sys.stdout.isatty()
     rows = [(s.id, time.strftime("%Y-%m-%d %H:%M", time.localtime(s.updated_at)),
              f"{s.messages} message" + ("" if s.messages == 1 else "s"), s.model,
-             (visible(s.title) if sys.stdout.isatty() else s.title) or "(untitled)")  # U+202E reorders a line
+             visible(short_folder(s.cwd)) if tty else short_folder(s.cwd),  # U+202E reorders a line
+             (visible(s.title) if tty else s.title) or "(untitled)")
             for s in shown]
-    header = ("ID", "UPDATED", "MESSAGES", "MODEL", "TITLE")
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
+    header = ("ID", "UPDATED", "MESSAGES", "MODEL", "FOLDER", "TITLE")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(5)]
     for row in [header, *rows]:
         cells = [row[0].ljust(widths[0]), row[1].ljust(widths[1]), row[2].rjust(widths[2]) if row is not header
-                 else row[2].ljust(widths[2]), row[3].ljust(widths[3]), row[4]]
+                 else row[2].ljust(widths[2]), row[3].ljust(widths[3]), row[4].ljust(widths[4]), row[5]]
         print(_for_terminal("  ".join(cells)))
     if more:
         print(f"(the {limit} most recent; older ones with --limit 0)", file=sys.stderr)

@@ -56,3 +56,40 @@ def test_fork_of_an_unknown_or_ambiguous_id_is_one_line(capsys: pytest.CaptureFi
     assert len(err.splitlines()) == 1
     with SessionStore() as store:
         assert len(store.recent(0)) == 40  # nothing was made
+
+
+def _listed(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[list[str], str]:
+    capsys.readouterr()
+    assert crow_here("sessions", "list", *args) == 0
+    out, err = capsys.readouterr()
+    return out.splitlines(), err
+
+
+def test_list_shows_the_folder_each_session_was_started_in(capsys: pytest.CaptureFixture[str]) -> None:
+    home = Path.home()
+    with SessionStore() as store:
+        inside = store.create(model="m", cwd=str(home / "src" / "app")).id
+        outside = store.create(model="m", cwd="/srv/elsewhere").id
+    rows, _ = _listed(capsys)
+    assert rows[0].split() == ["ID", "UPDATED", "MESSAGES", "MODEL", "FOLDER", "TITLE"]
+    folder = {row.split()[0]: row.split()[6] for row in rows[1:]}  # UPDATED is two words
+    assert folder == {inside: "~/src/app", outside: "/srv/elsewhere"}  # the home folder as `~`
+    assert rows[0].index("FOLDER") == rows[1].index(folder[rows[1].split()[0]])  # under its header
+
+
+def test_list_here_shows_only_this_folders_sessions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with SessionStore() as store:
+        mine = [store.create(model="m", cwd=str(tmp_path / "a")).id for _ in range(2)]
+        store.create(model="m", cwd=str(tmp_path / "b"))
+    monkeypatch.chdir(tmp_path / "a")
+    rows, _ = _listed(capsys, "--here")
+    assert sorted(row.split()[0] for row in rows[1:]) == sorted(mine)
+    rows, err = _listed(capsys, "--here", "-n", "1")
+    assert len(rows) == 2 and "--limit 0" in err  # the header and the newest; more are said to be there
+    monkeypatch.chdir(tmp_path)
+    rows, err = _listed(capsys, "--here")
+    assert rows == [] and err == "no sessions in this folder (crow sessions list shows every session)\n"
+    assert len(_listed(capsys)[0]) == 1 + 3  # without --here: every folder's

@@ -11,8 +11,6 @@ import contextlib
 from pathlib import Path
 
 import pytest
-from prompt_toolkit.input import create_pipe_input
-from prompt_toolkit.output import DummyOutput
 
 from crow_cli.config import Settings
 from crow_cli.errors import SessionError
@@ -72,10 +70,10 @@ async def test_continue_with_no_session_in_this_folder_says_so_and_exits_1(tmp_p
         sid = store.latest().id
     ran = await run_here([{"sse": text_stream("reached")}], "from b", cwd=b, config=config, session_id=sid)
     assert ran.code == 0 and ran.requests[0]["messages"][0]["content"] == "question in a"
-    # `crow chat --resume` (no id: the latest here); a CrowError is its one error line and exit 1
-    with contextlib.chdir(tmp_path), create_pipe_input() as pipe, pytest.raises(SessionError) as refused:
-        await ChatApp(Settings(base_url="http://127.0.0.1:9/v1", model="m"), ChatOptions(resume=""),
-                      pt_input=pipe, pt_output=DummyOutput()).run()
+    # `crow chat --resume` with no terminal to pick on (no id: the latest here); a CrowError is its one error line
+    # and exit 1
+    with contextlib.chdir(tmp_path), pytest.raises(SessionError) as refused:
+        await ChatApp(Settings(base_url="http://127.0.0.1:9/v1", model="m"), ChatOptions(resume="")).run()
     assert f"no session to continue in {tmp_path}" in str(refused.value) and refused.value.exit_code == 1
 
 

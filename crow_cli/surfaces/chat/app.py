@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import sys
 from collections.abc import Awaitable, Callable
@@ -44,7 +45,7 @@ from ...modes import APPROVAL_MODES, SENTENCES, ApprovalMode, is_mode_note, next
 from ...prompt_files import ARGUMENTS, PromptFile, PromptFolders, expand, read_prompt, summary
 from ...rewind import Scanner
 from ...sessions import SessionStore
-from ...text import clean_text, strip_controls
+from ...text import clean_text, public_url, strip_controls
 from ...todos import latest_todos
 from ...tools.approval import (
     Answer,
@@ -72,6 +73,8 @@ from ..shell_escape import USAGE, is_shell_note, run_typed, shell_note, typed_co
 from ..shown import todo_lines
 from ..usage import TokenUse, footer
 from .commands import COMMANDS, ChatExit
+from .complete import chat_completer
+from .pick import model_options, session_options
 from .sink import ChatSink
 from .terminal import input_history, key_bindings, no_echo, read_piped_line
 
@@ -80,6 +83,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ChatApp", "ChatOptions", "run_chat"]
 
+MODELS_TIMEOUT_S = 10.0
+"""How long `/model` waits for the server's model list (`GET /models`)."""
 _COMMAND = re.compile(r"^/([A-Za-z0-9_-]+)(?:\s+(.*))?$", re.DOTALL)
 """`/NAME rest`: a built-in command, or a prompt file's name (`prompt_files.NAME`)."""
 
@@ -89,7 +94,8 @@ class ChatOptions:
     surface: SurfaceOptions = field(default_factory=SurfaceOptions)
     """The flags every surface shares (tools, `--yes`, `--debug`, `--record`, AGENTS.md)."""
     resume: str | None = None
-    """Continue this session id; `""` continues the most recent one; None starts a new session."""
+    """Continue this session id; `""`: the one the person picks from a list (this folder's first; with no
+    terminal, this folder's most recent); None starts a new session."""
     session: bool = True
     """Record the chat in the session store."""
     system: str | None = None
@@ -147,6 +153,7 @@ class ChatApp:
             name: partial(command.run, self) for command in COMMANDS for name in (command.name, *command.aliases)}
         self._told: set[str] = set()  # the prompt files' notes said in this chat (each once)
         self.compacting: asyncio.Task[None] | None = None
+        self._served: tuple[str, list[str]] | None = None  # (base URL, its /models), asked once (`served_models`)
         self.mcp_joining: asyncio.Task[None] | None = None
         """Until it is awaited (`_mcp_ready`): the MCP servers' start, which says its problems when it ends."""
 
@@ -158,7 +165,9 @@ class ChatApp:
             self._store = SessionStore()
         return self._store
 
-    async def _start(self, runtime: Runtime) -> None:
+    async def _start(self, runtime: Runtime) -> bool:
+        """Start the chat's run parts and its session; False when `--resume` was given no id and the person
+        left the list of sessions without picking one (the chat ends)."""
         self.runtime, self.root, self.registry = runtime, runtime.workspace, runtime.registry
         self.settings = runtime.settings  # with the AGENTS.md files
         for problem in await runtime.start(wait_for_mcp=False):  # the prompt is up while MCP servers start
@@ -174,13 +183,17 @@ class ChatApp:
                                                                         keep_transcript=self._keep_transcript),
                                          interrupts=self.interrupts)
         if self.options.resume is not None:
-            self.open(self.options.resume or None, latest=not self.options.resume, system=self.options.system)
+            session_id = self.options.resume or await self.pick_session()
+            if session_id is None:
+                return False
+            self.open(session_id or None, latest=not session_id, system=self.options.system)
         else:
             self.fresh()
         if (hooks := runtime.context.hooks) is not None:
             hooks.report = self._hook_said
             hooks.session_id = self.recorder.session_id or "" if self.recorder is not None else ""
             await hooks.session_start("startup" if self.options.resume is None else "resume")
+        return True
 
     def _hook_said(self, event: Event) -> None:
         """What a hook run reports: its warnings are shown (the `hook` events are for --json)."""
@@ -226,7 +239,7 @@ class ChatApp:
         self.view.line(f"resumed session {info.id} “{strip_controls(info.title)}” ({len(history)} messages)", "bold")
         if recorder.previous_model:
             self.view.line(f"this session was using {strip_controls(recorder.previous_model)}; continuing with "
-                           f"{self.settings.model}", "yellow")
+                           f"{strip_controls(self.settings.model)}", "yellow")
         self._show_last_exchange()
         if (todos := latest_todos(self.history)) is not None:  # the model's todo list, as it last wrote it
             self.view.line("todo list:", "bold")
@@ -319,13 +332,16 @@ class ChatApp:
         runtime = Runtime(self.settings, self.options.surface, warn=early.append)
         if not runtime.mcp_server_names:  # every tool is known: a rule naming none is refused before the banner
             runtime.check_rules()
-        self.view.line(f"crow chat · {self.settings.model} · /help for commands · Ctrl-D to quit", "dim")
+        self.view.line(f"crow chat · {strip_controls(self.settings.model)} · /help for commands · Ctrl-D to quit",
+                       "dim")
         for line in early:
             self.view.line(f"crow: warning: {strip_controls(line)}", "yellow")
         runtime.warn = lambda line: self.view.line(f"crow: {strip_controls(line)}", "dim")  # on the way out
         async with runtime:  # MCP servers stopped, the client closed
             try:
-                await self._start(runtime)
+                if not await self._start(runtime):
+                    self.view.line("no session picked (crow chat --resume ID continues one)", "yellow")
+                    return 0
                 if runtime.in_home is not None and not await self._go_on_in_home():
                     self.view.line("crow: not started in the home folder; start crow in a project folder", "yellow")
                     return 0
@@ -421,9 +437,8 @@ class ChatApp:
         if self._piped():  # one message or command per line
             read = read_piped_line
         else:
-            from prompt_toolkit.completion import WordCompleter
-
-            commands = WordCompleter(self._completions, sentence=True)  # asked at each Tab: new prompt files too
+            # asked at each Tab: new prompt files and files too
+            completer = chat_completer(self._completions, lambda: self.root, self._secrets)
             bindings = key_bindings()
 
             def _cycle(event: Any) -> None:
@@ -434,8 +449,8 @@ class ChatApp:
 
             session: PromptSession[str] = PromptSession(
                 history=input_history(), input=self.pt_input, output=self.pt_output,
-                key_bindings=bindings, enable_history_search=False, completer=commands,
-                complete_while_typing=False,  # Tab completes the slash commands; typing stays quiet
+                key_bindings=bindings, enable_history_search=False, completer=completer,
+                complete_while_typing=False,  # Tab completes the slash commands and @paths; typing stays quiet
             )
 
             async def read() -> str:
@@ -807,6 +822,92 @@ class ChatApp:
             return None
         return picked
 
+    async def served_models(self, *, say: bool = False) -> list[str] | None:
+        """The models the server lists (`GET /models`, in its order), asked once per chat and server (a failed
+        ask is asked again next time); None when the list cannot be read, or Ctrl-C stopped the wait (said in
+        one line when `say`). Stored as served: the caller strips a name before showing it."""
+        base_url = self.settings.base_url
+        if self._served is not None and self._served[0] == base_url:
+            return self._served[1]
+        from ...probe.models import fetch_models
+
+        task = asyncio.ensure_future(asyncio.to_thread(fetch_models, self.settings, MODELS_TIMEOUT_S))
+        try:
+            with self.interrupts.stopping(lambda _signum: task.cancel()):
+                found = await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():  # SIGTERM / SIGHUP: the chat ends
+                raise
+            if say:
+                self.view.line("interrupted: the server's model list was not read", "yellow")
+            return None
+        except CrowError as exc:
+            if say:
+                self.view.line(strip_controls(f"crow: warning: the server's model list could not be read ({exc})"),
+                               "yellow")
+            return None
+        self._served = (base_url, [m.id for m in found])
+        return self._served[1]
+
+    async def pick_model(self) -> str | None:
+        """`/model` without a name: the model in use, then the server's models (`served_models`) to pick one from
+        (prompt-toolkit's `ChoiceInput`, the one in use chosen); the name picked, None when it is the one in use,
+        the person leaves the list (Ctrl-C), the list cannot be read, or there is no terminal to pick on (piped
+        input: the models are listed)."""
+        current = self.settings.model
+        self.view.line(f"model: {strip_controls(current)} at {public_url(self.settings.base_url)}")
+        served = await self.served_models(say=True)
+        if served is None:
+            return None
+        options = model_options(served, current)
+        if not options:
+            self.view.line("the server lists no models; /model NAME switches to one it serves", "yellow")
+            return None
+        if self._piped():
+            self.view.line("the server's models (/model NAME switches to one):")
+            for _, label in options:
+                self.view.line(f"  {label}")
+            return None
+        from prompt_toolkit.application import create_app_session
+        from prompt_toolkit.shortcuts.choice_input import ChoiceInput
+
+        picker = ChoiceInput(message="Switch to which model? (Enter picks, Ctrl-C leaves)", options=options,
+                             default=current if current in served else None)
+        try:
+            with create_app_session(input=self.pt_input, output=self.pt_output):
+                picked: str = await picker.prompt_async()
+        except (KeyboardInterrupt, EOFError):
+            return None
+        return None if picked == current else picked
+
+    async def pick_session(self) -> str | None:
+        """The id of the session the person picks from a list (`pick.session_options`: this folder's first, the
+        most recent of them chosen; not the session the chat is in); None when they leave it (Ctrl-C) or the chat's
+        session is the only one. `""` when there is nothing to pick on (piped input) or from (no session is
+        stored): the caller continues this folder's most recent session, as `--resume` without an id did before
+        the list (and says when there is none)."""
+        if self._piped():
+            return ""
+        current = self.recorder.session_id if self.recorder is not None else None
+        options = session_options(self.store, os.getcwd(), leave_out=current)
+        if not options and current is not None:  # /resume in the only session stored
+            self.view.line("no other session to continue", "yellow")
+            return None
+        if not options:  # none stored: `open` says there is none to continue here
+            return ""
+        from prompt_toolkit.application import create_app_session
+        from prompt_toolkit.shortcuts.choice_input import ChoiceInput
+
+        picker = ChoiceInput(message="Resume which session? (this folder's first; Enter picks, Ctrl-C leaves)",
+                             options=options)
+        try:
+            with create_app_session(input=self.pt_input, output=self.pt_output):
+                picked: str = await picker.prompt_async()
+        except (KeyboardInterrupt, EOFError):
+            return None
+        return picked
+
     async def review_plan(self, plan: str) -> PlanAnswer:
         """Show the plan the model handed over (`exit_plan_mode`) and ask what to do with it: approve and go on
         in auto-edit, approve and go on asking, or keep planning with a note (`approve.parse_plan_answer`).
@@ -843,7 +944,7 @@ class ChatApp:
 
     def _footer(self) -> str:
         sid = self.recorder.session_id if self.recorder else None
-        return footer(self.last_usage, self.usage, self.settings.model, sid)
+        return footer(self.last_usage, self.usage, strip_controls(self.settings.model), sid)  # a served name
 
     def token_use(self) -> TokenUse:
         """An empty count, priced with the current model's `[prices]` (if the config gives them)."""

@@ -85,6 +85,9 @@ class App(Protocol):
     async def pick(self, message: str, options: list[tuple[str, str]], default: str | None = None
                    ) -> str | None: ...
     async def confirm(self, question: str) -> bool: ...
+    async def pick_session(self) -> str | None: ...
+    async def pick_model(self) -> str | None: ...
+    async def served_models(self, *, say: bool = False) -> list[str] | None: ...
     def new_compactor(self, checkpoint: Checkpoint | None = None) -> None: ...
     def open(self, session_id: str | None, *, latest: bool, system: str | None = None) -> None: ...
     def last_user(self) -> int | None: ...
@@ -153,9 +156,16 @@ async def _new(app: App, arg: str) -> None:
 
 
 async def _model(app: App, arg: str) -> None:
+    """`/model [NAME]`: switch to model NAME (one the server does not list: said in one line, switched all the
+    same: a server may serve more than it lists); without NAME, pick one of the server's (`App.pick_model`)."""
     if not arg:
-        app.view.line(f"model: {app.settings.model} at {public_url(app.settings.base_url)}")
-        return
+        picked = await app.pick_model()
+        if picked is None:
+            return
+        arg = picked
+    elif (served := await app.served_models()) is not None and arg not in served:
+        app.view.line(f"crow: warning: the server does not list {strip_controls(arg)!r}; switching anyway (/model "
+                      "lists its models)", "yellow")
     if app.runtime is not None:
         await app.runtime.switch_model(arg)  # its client and compactor follow
         app.settings = app.runtime.settings
@@ -163,7 +173,7 @@ async def _model(app: App, arg: str) -> None:
         app.settings = replace(app.settings, model=arg)
     if app.recorder is not None:
         app.recorder.set_model(app.settings)
-    app.view.line(f"model: {arg}")
+    app.view.line(f"model: {strip_controls(arg)}")
 
 
 async def _tools(app: App, arg: str) -> None:
@@ -193,7 +203,12 @@ async def _sessions(app: App, arg: str) -> None:
 
 
 async def _resume(app: App, arg: str) -> None:
-    app.open(arg or None, latest=not arg)
+    """`/resume [ID]`: continue session ID; without one, the session the person picks from a list (this
+    folder's first: `App.pick_session`)."""
+    picked = arg or await app.pick_session()
+    if picked is None:  # left the list: the chat goes on in its session
+        return
+    app.open(picked or None, latest=not picked)
 
 
 async def _fork(app: App, arg: str) -> None:
@@ -514,10 +529,10 @@ COMMANDS: tuple[SlashCommand, ...] = (
     SlashCommand("help", "", "this list", _help),
     SlashCommand("exit", "", "leave (Ctrl-D, or Ctrl-C twice, too)", _exit, aliases=("quit",)),
     SlashCommand("new", "", "start a new session", _new, aliases=("clear",)),
-    SlashCommand("model", "[NAME]", "show or switch the model", _model),
+    SlashCommand("model", "[NAME]", "switch the model (none: pick one of the server's)", _model),
     SlashCommand("tools", "", "the tools the model is offered", _tools),
     SlashCommand("sessions", "", "recent sessions", _sessions),
-    SlashCommand("resume", "[ID]", "continue a session (the most recent when no id)", _resume),
+    SlashCommand("resume", "[ID]", "continue a session (none: pick one, this folder's first)", _resume),
     SlashCommand("fork", "", "copy this session into a new one and go on there (the original stays)", _fork),
     SlashCommand("export", "[FMT] [PATH]",
                  "write this conversation to PATH (md, json or jsonl; default: crow's data folder)", _export),

@@ -29,7 +29,7 @@ from ..workspace import resolve_in_workspace, workspace_root
 from .files import file_type
 from .shell import scrubbed_environ
 
-__all__ = ["search_files", "whole_file_safe"]
+__all__ = ["SKIP_DIRS", "git_files", "search_files", "whole_file_safe"]
 
 MAX_MATCHES = 200
 MAX_LINE_CHARS = 300
@@ -47,22 +47,30 @@ SKIP_DIRS = frozenset({".git", ".hg", ".svn", "node_modules", ".venv", "venv", "
 _GIT_SAFE = ("-c", "core.fsmonitor=false", "-c", f"core.hooksPath={os.devnull}", "-c", "core.untrackedCache=false")
 
 
-def _git_files(base: Path, deadline: float) -> list[Path] | None:
-    """Tracked and untracked-but-not-ignored files under `base`, or None when git cannot say (in time)."""
+def git_files(base: Path, secrets: tuple[str, ...], timeout_s: float) -> list[str] | None:
+    """The files git shows under the folder `base` (tracked, and untracked but not ignored: .gitignore is
+    respected), as paths relative to `base` with `/`, in git's order; None when git cannot say (no git, not
+    a work tree, no answer within `timeout_s` seconds). Git runs with the repository's programs turned off
+    and an environment without `secrets` (the run's API keys)."""
     if shutil.which("git") is None:
         return None
-    env = scrubbed_environ(current_context().secrets)
+    env = scrubbed_environ(secrets)
     env.update(GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0")
     try:
         proc = subprocess.run(["git", *_GIT_SAFE, "ls-files", "-z", "--cached", "--others", "--exclude-standard",
-                               "--", "."], cwd=base, capture_output=True, timeout=_left(deadline),
+                               "--", "."], cwd=base, capture_output=True, timeout=timeout_s,
                               stdin=subprocess.DEVNULL, env=env)
     except (OSError, subprocess.TimeoutExpired):
         return None
     if proc.returncode != 0:
         return None  # not a git work tree
-    names = dict.fromkeys(n for n in proc.stdout.decode("utf-8", "surrogateescape").split("\0") if n)
-    return [base / n for n in names]
+    return list(dict.fromkeys(n for n in proc.stdout.decode("utf-8", "surrogateescape").split("\0") if n))
+
+
+def _git_files(base: Path, deadline: float) -> list[Path] | None:
+    """Tracked and untracked-but-not-ignored files under `base`, or None when git cannot say (in time)."""
+    names = git_files(base, current_context().secrets, _left(deadline))
+    return None if names is None else [base / n for n in names]
 
 
 def _walk(base: Path) -> Iterator[Path]:

@@ -152,7 +152,8 @@ async def test_resume_latest_repairs_a_crashed_turn(store: SessionStore) -> None
     store.append(info.id, {"role": "user", "content": "list files"})
     store.append(info.id, {"role": "assistant", "content": None, "tool_calls": [
         {"id": "call_1", "type": "function", "function": {"name": "list_directory", "arguments": "{}"}}]})
-    _, server, _ = await chat([{"sse": text_stream("Sorry, try again?")}], "go on\r/exit\r", store,
+    # Enter at the list of sessions picks the first: this folder's latest
+    _, server, _ = await chat([{"sse": text_stream("Sorry, try again?")}], "\rgo on\r/exit\r", store,
                               options=ChatOptions(resume=""))
     sent = server.requests[0]["messages"]
     assert_valid(sent)
@@ -894,7 +895,7 @@ async def test_todo_write_shows_a_checklist_and_a_resumed_chat_shows_the_list(st
     script = [{"sse": tool_calls_sse(("call_t", "todo_write", {"todos": TODOS}))}, {"sse": text_stream("On it.")}]
     output, _, _ = await chat(script, "fix it\r/exit\r", store)
     assert "[x] read the code\n    [~] fix the bug\n    [ ] run the tests" in output
-    output, _, _ = await chat([], "/exit\r", store, options=ChatOptions(resume=""))
+    output, _, _ = await chat([], "\r/exit\r", store, options=ChatOptions(resume=""))  # Enter: the latest
     shown = output.split("resumed session", 1)[1]
     assert "todo list:" in shown and "[~] fix the bug" in shown and "[ ] run the tests" in shown
 
