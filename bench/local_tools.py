@@ -3,8 +3,9 @@
 Twenty short prompts, each asking for one real task step in a scratch repository (list a folder, read a file,
 search, edit a named file, run a named command), go to a local llama.cpp server (`crow_cli.local`: the
 bundled SmolLM2-135M with crow's chat template, or `--model-path FILE.gguf` with the template the GGUF
-carries), one turn each (`crow run --max-turns 1 --yes --json`). A turn counts when it ends in at least one
-tool call and every call of it ran and returned a result that is not an error (`tool_result` with `ok`).
+carries, else llama.cpp's default), one turn each (`crow run --max-turns 1 --yes --json`). A turn counts
+when it ends in at least one tool call and every call of it ran and returned a result that is not an error
+(`tool_result` with `ok`).
 
 Each prompt is run twice, from a fresh copy of the scratch repository and a fresh crow home:
 
@@ -20,7 +21,8 @@ samples greedily, so the second generation would only cost CPU time.
 
     .venv/bin/python bench/local_tools.py [--model-path FILE.gguf] [--max-tokens 64] [--threads 1]
 
-Prints one line per prompt (what the model called, each setting's verdict) and the two rates side by side.
+Prints one line per prompt (what the model called, each setting's verdict, and for a turn that did not count
+the first line of its failing result or the start of its text) and the two rates side by side.
 The machine's load average is printed too: generation runs on the CPU.
 """
 
@@ -100,6 +102,8 @@ class Outcome:
     ok: list[bool]
     requests: list[str]
     """The chat request bodies sent, as recorded."""
+    why: str = ""
+    """Why the turn did not count: the first failing result's first line, or the start of the text."""
 
     @property
     def ran(self) -> bool:
@@ -115,6 +119,7 @@ def run_crow(prompt: str, base_url: str, model: str, work: Path, home: Path, rec
                           cwd=work, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     calls: list[str] = []
     ok: list[bool] = []
+    why: list[str] = []
     for line in proc.stdout.splitlines():
         try:
             event = json.loads(line)
@@ -125,9 +130,13 @@ def run_crow(prompt: str, base_url: str, model: str, work: Path, home: Path, rec
             calls.append(f"{call['name']} {' '.join(call['arguments'].split())}")
         elif event.get("type") == "tool_result":
             ok.append(bool(event["result"]["ok"]))
+            if not ok[-1]:
+                why.append((event["result"]["output"].strip().splitlines() or [""])[0])
+        elif event.get("type") == "turn_finished" and not event.get("tool_calls"):
+            why.append("text: " + " ".join((event.get("content") or "").split()))
     requests = [path.read_text() for path in sorted(record.glob("*-request.json"))
                 if json.loads((path.parent / path.name.replace("request", "meta")).read_text())["method"] == "POST"]
-    return Outcome(calls, ok, requests)
+    return Outcome(calls, ok, requests, why[0] if why else "")
 
 
 class Replay:
@@ -219,9 +228,11 @@ def main() -> None:
                     counts[repair] += outcomes[repair].ran
                 same = "" if outcomes[True].requests == outcomes[False].requests else "  ≠ requests differ"
                 called = "; ".join(outcomes[True].calls) or "(no call)"
+                why = "".join(f"\n     {'on' if repair else 'off'}: {outcomes[repair].why[:110]}"
+                              for repair in (True, False) if outcomes[repair].why and not outcomes[repair].ran)
                 print(f"{n:2d} {prompt:<66} on: {'ran' if outcomes[True].ran else '-':<3}  "
                       f"off: {'ran' if outcomes[False].ran else '-':<3}  {time.perf_counter() - start:5.1f} s  "
-                      f"{called[:90]}{same}", flush=True)
+                      f"{called[:90]}{same}{why}", flush=True)
         total = len(prompts)
         print(f"\nturns ending in a tool call that ran: repairs on {counts[True]}/{total} "
               f"({100 * counts[True] / total:.0f}%)  |  repairs off {counts[False]}/{total} "
