@@ -72,6 +72,10 @@ class Settings:
     """Whether a turn's reasoning goes back to the server: `auto`, `always` or `never` (`wire.client`)."""
     adapt_requests: bool = True
     """Change what a server refuses in a request, send it again and remember the change (`wire.adapt`)."""
+    repair_tool_calls: bool = True
+    """What crow does for a tool call a small model got wrong: arguments checked against the schema with its
+    coercions, a tool name in another case run as that tool, calls left in the text recovered, the repeat guard
+    (`CROW_REPAIR_TOOL_CALLS=0` turns all four off: `bench/local_tools.py` measures the difference)."""
     provider: dict[str, Any] = field(default_factory=dict)
     """The `[provider]` table: overrides of what crow knows of the server (`wire.profiles.Profile`)."""
     max_retries: int = 3
@@ -329,6 +333,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("reasoning_echo", str, env="CROW_REASONING_ECHO", default="auto", check=_one_of(REASONING_ECHO)),
     Option("context_window", int, check=_at_least(256)),
     Option("adapt_requests", bool, env="CROW_ADAPT_REQUESTS", default=True),
+    Option("repair_tool_calls", bool, env="CROW_REPAIR_TOOL_CALLS", default=True),
     Option("provider", dict, check=_check_provider, merge=_merge_provider),  # the config layer of wire.profile
     Option("local_model", str, flag="--local-model", env="CROW_LOCAL_MODEL", check=_non_empty),
     Option("prices", dict, check=_prices),  # [prices."MODEL"]: the cost beside token use
@@ -499,6 +504,7 @@ def load_settings(
         secrets=(*_secrets(flags, env, [*layers, *(_Layer(t, "") for t in profiles.values())]),
                  *url_secrets(base_url)),
         context_window=values["context_window"], adapt_requests=bool(values["adapt_requests"]),
+        repair_tool_calls=bool(values["repair_tool_calls"]),
         provider=dict(values["provider"] or {}), local_model=values["local_model"],
         prices={str(m): {k: float(v) for k, v in t.items()} for m, t in values["prices"].items()},
         hooks=dict(values["hooks"]),

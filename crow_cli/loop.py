@@ -110,6 +110,10 @@ class LoopSettings:
     max_repeats: int = 3
     """The turn in a row repeating the same calls whose calls are answered without running; one more ends the
     run (`tools.repeats.RepeatGuard`); 0: never."""
+    repair_calls: bool = True
+    """Check a call's arguments against its tool's schema, with the coercions it allows (`tools.arguments`), and
+    run a tool named in another case (`wire.names.clean_tool_name`); False: the tool's own validation only, and
+    a name must match but for leaked template tokens (config `repair_tool_calls`, for `bench/local_tools.py`)."""
 
 
 async def react(
@@ -137,7 +141,7 @@ async def react(
         asyncio.CancelledError: after closing the history and yielding `RunFinished("cancelled")`.
     """
     tools = registry.schemas() if registry else None
-    names = ToolNameCleaner(registry.names if registry else (), trace=settings.trace)
+    names = ToolNameCleaner(registry.names if registry else (), trace=settings.trace, by_case=settings.repair_calls)
     closing = _Closing(history)
     closing.images = settings.images
     repeats = RepeatGuard(settings.max_repeats)
@@ -284,7 +288,7 @@ async def _run_tools(calls: list[ToolCall], history: list[Message], registry: To
     # driver that stores each appended message loses no finished result if the process dies.
     async for event in dispatch(calls, registry or ToolRegistry(), approve=approve,
                                 timeout_s=settings.tool_timeout_s, max_output_chars=settings.max_output_chars,
-                                context=context, repeats=repeats):
+                                context=context, repeats=repeats, check_schema=settings.repair_calls):
         if isinstance(event, ToolRunStarted):
             closing.started[event.call.index] = time.monotonic()
         yield event

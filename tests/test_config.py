@@ -276,6 +276,21 @@ def test_a_header_with_a_line_break_is_a_config_error(value):
     assert caught.value.exit_code == 2 and "Evil" not in str(caught.value) and "tok" not in str(caught.value)
 
 
+def test_repair_tool_calls_off_turns_off_all_four_repairs_of_the_loop(tmp_path):
+    # issue 45 §4: one switch for the bench's baseline (coercions, names by case, recovery, repeat guard)
+    from crow_cli.surfaces.common import loop_settings
+
+    on = loop_settings(load_settings({}, env={}))
+    assert (on.repair_calls, on.recover_tool_calls, on.max_repeats) == (True, True, 3)
+    off = loop_settings(load_settings({}, env={"CROW_REPAIR_TOOL_CALLS": "0"}))
+    assert (off.repair_calls, off.recover_tool_calls, off.max_repeats) == (False, False, 0)
+    path = tmp_path / "config.toml"
+    path.write_text("repair_tool_calls = false\n")
+    assert load_settings({}, env={}, config_path=str(path)).repair_tool_calls is False
+    with pytest.raises(ConfigError, match=r"^repair_tool_calls is not true or false: .maybe. \(from CROW_REPAIR"):
+        load_settings({}, env={"CROW_REPAIR_TOOL_CALLS": "maybe"})
+
+
 def test_adapt_requests_from_the_file_and_the_environment(tmp_path):
     # request adaptation (wire.adapt) is easy to turn off
     assert load_settings({}, env={}).adapt_requests is True

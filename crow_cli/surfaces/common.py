@@ -58,8 +58,11 @@ def web_access(settings: Settings) -> WebAccess:
 
 
 def loop_settings(settings: Settings, *, trace: bool = False) -> LoopSettings:
-    return LoopSettings(max_turns=settings.max_turns, max_repeats=settings.max_repeats,
-                        tool_timeout_s=settings.tool_timeout_s,
+    """The loop's limits for `settings` (`repair_tool_calls = false`: no checks with coercions, no names by case,
+    no recovered calls, no repeat guard)."""
+    repair = settings.repair_tool_calls
+    return LoopSettings(max_turns=settings.max_turns, max_repeats=settings.max_repeats if repair else 0,
+                        repair_calls=repair, recover_tool_calls=repair, tool_timeout_s=settings.tool_timeout_s,
                         max_output_chars=settings.max_output_chars, trace=trace)
 
 

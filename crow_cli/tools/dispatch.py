@@ -66,6 +66,7 @@ async def dispatch(
     max_output_chars: int = 50_000,
     context: ToolContext | None = None,
     repeats: RepeatGuard | None = None,
+    check_schema: bool = True,
 ) -> AsyncIterator[Event]:
     """Run `calls` concurrently; yield `ToolRunStarted` and `ToolResultReady` as they happen.
 
@@ -81,11 +82,12 @@ async def dispatch(
         max_output_chars: a result's text is cut to this many characters, with a marker.
         context: the workspace and secrets of the run (None: the working directory, no secrets).
         repeats: the run's streak of identical turns: a call repeated too often is answered without running.
+        check_schema: check arguments against the tool's schema first (`Orchestrator.check_schema`).
     """
     queue: asyncio.Queue[Event] = asyncio.Queue()
     context = context if context is not None else ToolContext()
     not_run = repeats.admit(calls) if repeats is not None else {}
-    orchestrator = Orchestrator(registry, approve, context, _ReadWriteLock().hold, timeout_s, not_run)
+    orchestrator = Orchestrator(registry, approve, context, _ReadWriteLock().hold, timeout_s, not_run, check_schema)
 
     async def run(call: ToolCall) -> None:
         await queue.put(ToolRunStarted(call))

@@ -51,11 +51,13 @@ class ToolNameCleaner:
         names: the names offered to the model: a `ToolNames` (a call by a tool's own name, `my.tool`, is
             stored under the name sent, `my_tool`, silently), or the names sent (as `ToolNames(names)`).
         trace: warn on every cleaned name, not only the first of the run (for `--debug`).
+        by_case: a name that differs from one offered only in case is that tool (`clean_tool_name`).
     """
 
-    def __init__(self, names: ToolNames | Iterable[str], *, trace: bool = False) -> None:
+    def __init__(self, names: ToolNames | Iterable[str], *, trace: bool = False, by_case: bool = True) -> None:
         self._names = names if isinstance(names, ToolNames) else ToolNames(names)
         self._trace = trace
+        self._by_case = by_case
         self._warned = False
 
     def clean(self, turn: AssistantTurn) -> list[WarningEvent]:
@@ -63,7 +65,7 @@ class ToolNameCleaner:
         events: list[WarningEvent] = []
         calls = list(turn.tool_calls)
         for n, call in enumerate(calls):
-            clean, leaked = self._names.called(call.name)
+            clean, leaked = self._names.called(call.name, by_case=self._by_case)
             if clean == call.name:
                 continue
             calls[n] = replace(call, name=clean)

@@ -36,7 +36,7 @@ from ..errors import ToolDenied, ToolError, ToolFailed
 from ..history import Outcome, ToolCall, ToolDisplay, ToolResult
 from ..text import clean_text, mask_secrets
 from .approval import Approvals, may_write
-from .arguments import check_arguments
+from .arguments import Checked, check_arguments
 from .context import ToolContext, using_context
 from .hooks import Hooks
 from .names import similar_names
@@ -89,6 +89,9 @@ class Orchestrator:
     not_run: Mapping[int, str] = field(default_factory=dict)
     """By call index, the result text of calls the run's policy answers without running them (a call the model
     repeated: `repeats.RepeatGuard`)."""
+    check_schema: bool = True
+    """Check the arguments against the tool's JSON schema with the coercions it allows (`arguments`), and name
+    similar tools to an unknown name; False: the tool's own validation only (config `repair_tool_calls`)."""
 
     async def run(self, call: ToolCall) -> ToolResult:
         """The result of `call`, after hooks, approval and the sandbox had their say (see the module).
@@ -121,7 +124,7 @@ class Orchestrator:
         tool = self.registry.get(call.name)
         if tool is None:
             names = sorted(self.registry.wire_name(x.name) for x in self.registry)
-            similar = similar_names(call.name, names)
+            similar = similar_names(call.name, names) if self.check_schema else []
             hint = f"; tools with a similar name: {', '.join(similar)}" if similar else ""
             known = ", ".join(names) or "none"
             return fail(f"unknown tool {call.name!r}{hint}; available tools: {known}", "unknown_tool")
@@ -131,7 +134,9 @@ class Orchestrator:
         context = self._context()
         try:
             # the one validation of the call: the schema (with the coercions it allows, noted), then the tool's own
-            checked = check_arguments(tool.schema()["function"]["parameters"], json.loads(call.arguments), call.name)
+            parsed = json.loads(call.arguments)
+            checked = check_arguments(tool.schema()["function"]["parameters"], parsed, call.name) \
+                if self.check_schema else Checked(parsed)
             arguments = tool.validate(checked.arguments)
             permission = None
             if self.context.hooks is not None:

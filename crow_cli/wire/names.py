@@ -44,12 +44,13 @@ def wire_name(name: str, rule: re.Pattern[str] = WIRE_NAME) -> str:
     return base[:MAX_LENGTH]
 
 
-def clean_tool_name(name: str, known: Collection[str]) -> tuple[str, bool]:
+def clean_tool_name(name: str, known: Collection[str], *, by_case: bool = True) -> tuple[str, bool]:
     """The known tool a streamed function name stands for.
 
     Args:
         name: the function name as the stream assembled it.
         known: the tool names the model was offered.
+        by_case: also take the one known name that differs only in case (the last step below).
 
     Returns:
         `(name, False)` when `name` is known or no cleaning gives a known name; else `(clean, True)`:
@@ -65,11 +66,13 @@ def clean_tool_name(name: str, known: Collection[str]) -> tuple[str, bool]:
     for candidate in candidates:
         if candidate and candidate in known:
             return candidate, True
-    by_case: dict[str, list[str]] = {}
+    if not by_case:
+        return name, False
+    lowered: dict[str, list[str]] = {}
     for known_name in known:
-        by_case.setdefault(known_name.lower(), []).append(known_name)
+        lowered.setdefault(known_name.lower(), []).append(known_name)
     for candidate in candidates:  # `Read_File`: one offered name differs only in case
-        if len(same := by_case.get(candidate.lower(), [])) == 1:
+        if len(same := lowered.get(candidate.lower(), [])) == 1:
             return same[0], True
     return name, False
 
@@ -126,8 +129,9 @@ class ToolNames:
         """Name sent -> the tool's name, for the tools whose names differ (the reverse of `renamed`)."""
         return {wire: name for wire, name in self._own.items() if wire != name}
 
-    def called(self, name: str) -> tuple[str, bool]:
-        """The name sent that a model's tool call `name` stands for, and whether it was cleaned.
+    def called(self, name: str, *, by_case: bool = True) -> tuple[str, bool]:
+        """The name sent that a model's tool call `name` stands for, and whether it was cleaned (`by_case`: as
+        `clean_tool_name` takes it).
 
         A name sent is itself; a tool's own name is the name it is sent under (`(wire, False)`: the model
         used the name it knows the tool by); else `clean_tool_name` over the names sent (`(clean, True)`
@@ -137,4 +141,4 @@ class ToolNames:
             return name, False
         if name in self._wire:
             return self._wire[name], False
-        return clean_tool_name(name, self._own)
+        return clean_tool_name(name, self._own, by_case=by_case)

@@ -306,6 +306,26 @@ async def test_an_unknown_tool_gets_the_closest_names_offered() -> None:
     assert "unknown tool 'read'; tools with a similar name: read_file" in results["c"].output
 
 
+async def test_without_the_schema_check_a_call_meets_only_the_tools_own_validation() -> None:
+    """`check_schema=False` (`repair_tool_calls = false`, the bench's baseline): no coercion note, no similar
+    names; what the tool's own validation takes still runs."""
+    ran: list[int] = []
+
+    @tool
+    def count(n: int) -> str:
+        """Takes a number."""
+        ran.append(n)
+        return f"counted {n}"
+
+    registry = ToolRegistry()
+    registry.register(count)
+    calls = [ToolCall("c", "count", json.dumps({"n": "3"})), ToolCall("u", "Count", "{}", index=1)]
+    events = [e async for e in dispatch(calls, registry, check_schema=False)]
+    results = {e.result.call_id: e.result for e in events if isinstance(e, ToolResultReady)}
+    assert results["c"].output == "counted 3" and ran == [3]
+    assert results["u"].output == "Error: unknown tool 'Count'; available tools: count"
+
+
 async def test_a_custom_tool_call_is_answered_and_never_runs_a_tool_of_its_name() -> None:
     """crow offers no custom (freeform) tools: a custom call named like a crow tool still does not run it."""
     ran: list[str] = []

@@ -164,3 +164,6 @@ def test_a_name_differing_only_in_case_is_the_offered_tool() -> None:
     assert clean_tool_name("X", ["x", "X_"]) == ("x", True)
     assert clean_tool_name("a", ["A", "a_"]) == ("A", True)
     assert clean_tool_name("ab", ["AB", "Ab"]) == ("ab", False)  # two offered names differ only in case
+    # by_case=False (`repair_tool_calls = false`): another case is another name; leaked tokens are still cut
+    assert clean_tool_name("Read_File", ["read_file"], by_case=False) == ("Read_File", False)
+    assert clean_tool_name("functions.read_file", ["read_file"], by_case=False) == ("read_file", True)
