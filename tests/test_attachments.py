@@ -61,7 +61,7 @@ def test_refusals_are_one_line(tmp_path: Path, name: str, data: bytes | None, er
         load_attachment(name)
 
 
-# seen by a new-user tester: the first 30 bytes of a real PNG were attached (`-i`, `@path` in chat) and sent
+# A truncated image (a real PNG's first 30 bytes) is refused naming the file (`-i`, `@path` in chat)
 @pytest.mark.parametrize("image_only", [False, True])
 def test_a_truncated_image_is_refused_naming_the_file(tmp_path: Path, image_only: bool,
                                                       set_workspace: Callable[[Path], None]) -> None:

@@ -158,7 +158,7 @@ def test_show_lists_what_earlier_probes_learned(here: Any) -> None:
     assert f"{base} test-model" in text and "tool_calling: true" in text
 
 
-# a new-user tester of learned facts: with the facts store unwritable, `crow probe` still said what it found was
+# With the facts store unwritable, `crow probe` says in one line that its findings could not be remembered, never
 # "remembered for later runs"
 def test_a_probe_whose_findings_cannot_be_stored_says_so_in_one_line(here: Any, monkeypatch: pytest.MonkeyPatch,
                                                                     tmp_path: Path) -> None:
@@ -268,7 +268,7 @@ def _provider_config(tmp_path: Path, provider: str, top: str = "") -> Path:
     return config
 
 
-# a new-user tester of the layered profile: `probe --show --json` had the learned facts but not the profile
+# `probe --show --json` holds the profile the text shows, with its layers, beside the learned facts
 def test_show_json_holds_the_profile_the_text_shows_with_its_layers(here: Any, tmp_path: Path) -> None:
     from crow_cli.wire import facts
 
@@ -289,8 +289,7 @@ def test_show_json_holds_the_profile_the_text_shows_with_its_layers(here: Any, t
         "replaced": [{"layer": "config", "value": {"op": "cap_param", "target": "max_tokens", "value": 8192},
                       "text": "lowered parameter max_tokens to 8192 (CapParam)"}]}
     text = here("probe", "--show", "--config", str(config)).stdout
-    # a new-user tester of the layered profile: the text said neither the empty list nor what the learned rule
-    # replaced
+    # the text says an empty list as such, and what a learned rule replaced
     assert '  reasoning_fields: [] (config, replacing built-in: ["reasoning_content", "reasoning"])' in text
     assert ("  rule cap_param max_tokens: lowered parameter max_tokens to 4096 (CapParam) (learned, replacing "
             "config: lowered parameter max_tokens to 8192 (CapParam))") in text
@@ -298,7 +297,7 @@ def test_show_json_holds_the_profile_the_text_shows_with_its_layers(here: Any, t
         [v["key"] for v in profile["values"]]  # the same values, in the same order
 
 
-# a new-user tester of the layered profile: with `adapt_requests = false`, `probe --show` hid the configured rules
+# With `adapt_requests = false`, `probe --show` lists the configured rules (and no learned one)
 def test_show_lists_configured_rules_when_adapting_requests_is_off(here: Any, tmp_path: Path) -> None:
     from crow_cli.wire import facts
 
@@ -311,7 +310,7 @@ def test_show_lists_configured_rules_when_adapting_requests_is_off(here: Any, tm
     assert "top_k" not in profile and "adapt_requests = false" in profile
 
 
-# a new-user tester of the layered profile: a configured rule that cannot act was taken by every command
+# A configured rule that cannot act ends every command in one line, exit 2
 @pytest.mark.parametrize("command", [("run", "hi"), ("chat",), ("probe",), ("probe", "--show")])
 def test_a_rule_that_cannot_act_ends_each_command_in_one_line_exit_2(here: Any, tmp_path: Path,
                                                                     command: tuple[str, ...]) -> None:

@@ -94,7 +94,7 @@ async def test_a_command_exiting_non_zero_shows_as_failed_in_run_json_and_chat(t
         term.expect(" · exit code 3")
         term.expect("    nope")
         term.expect("Done.")
-        term.expect("›")  # the next prompt is up: a Ctrl-D sent before it can be lost (a CI dry run hung on it)
+        term.expect("›")  # the next prompt is up: a Ctrl-D sent before it can be lost
         term.send("\x04")
         assert term.wait() == 0
 
