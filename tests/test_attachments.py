@@ -1,4 +1,4 @@
-"""Attachments: `crow run -f FILE` and `@path` in chat (issue 13: "there is no way to attach a file")."""
+"""Attachments: `crow run -f FILE` and `@path` in chat."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def test_refusals_are_one_line(tmp_path: Path, name: str, data: bytes | None, er
         load_attachment(name)
 
 
-# seen by a new-user tester: the first 30 bytes of a real PNG were attached (`-i`, `@path` in chat) and sent
+# A truncated image (a real PNG's first 30 bytes) is refused naming the file (`-i`, `@path` in chat)
 @pytest.mark.parametrize("image_only", [False, True])
 def test_a_truncated_image_is_refused_naming_the_file(tmp_path: Path, image_only: bool,
                                                       set_workspace: Callable[[Path], None]) -> None:
@@ -108,8 +108,8 @@ async def test_crow_run_attaches_files(tmp_path: Path) -> None:
     assert refused.stderr.count("\n") == 1 and "cannot attach '../nope.txt'" in refused.stderr
 
 
-# issue: a new user's `crow run -f .env` sent the run's API key to the model and stored it in the session,
-# where `read_file .env` hides it: an attached file is masked as tool output and instruction files are.
+# `crow run -f .env` never sends the run's API key to the model nor stores it in the session: an attached file
+# is masked as tool output (`read_file .env`) and instruction files are.
 async def test_an_attached_file_never_carries_the_api_key(tmp_path: Path, _isolated_home: Path) -> None:
     key = "sk-live-attach-0123456789abcdef"
     (tmp_path / ".env").write_text(f"OPENAI_API_KEY={key}\n")
@@ -122,7 +122,7 @@ async def test_an_attached_file_never_carries_the_api_key(tmp_path: Path, _isola
     assert store and not any(key.encode() in f.read_bytes() for f in store)
 
 
-# issue: a new user's `-f` with a non-UTF-8 file name ended in an internal error and left an empty session
+# A file with a non-UTF-8 name is attached and stored (its name with U+FFFD)
 async def test_a_non_utf8_file_name_is_attached_and_stored(tmp_path: Path, _isolated_home: Path) -> None:
     import os
 
@@ -134,7 +134,7 @@ async def test_a_non_utf8_file_name_is_attached_and_stored(tmp_path: Path, _isol
     assert "[attached file: caf\ufffd.txt]" in ran.requests[0]["messages"][-1]["content"]
 
 
-# issue: `-f loop` (`ln -s loop loop`) ended in an internal error (Python 3.11's resolve() raises RuntimeError)
+# `-f loop` (`ln -s loop loop`) is a one-line error (Python 3.11's resolve() raises RuntimeError on a loop)
 def test_a_symlink_loop_is_one_line(tmp_path: Path, set_workspace: Callable[[Path], None]) -> None:
     set_workspace(tmp_path)
     (tmp_path / "loop").symlink_to("loop")
@@ -142,8 +142,8 @@ def test_a_symlink_loop_is_one_line(tmp_path: Path, set_workspace: Callable[[Pat
         load_attachment("loop")
 
 
-# found trying it as a new user (wave 3): `crow run -f notes.txt` refused a UTF-16 text file (with its
-# byte-order mark) as binary, which read_file and AGENTS.md decode, and a UTF-8 mark reached the model as U+FEFF
+# A text file with a byte-order mark (UTF-16, UTF-32, UTF-8) is attached as text, decoded as read_file and
+# AGENTS.md decode it, without the mark; a binary file is still refused
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-32", "utf-8-sig"])
 def test_a_text_file_with_a_byte_order_mark_is_attached_as_text(tmp_path: Path, encoding: str,
                                                                  set_workspace: Callable[[Path], None]) -> None:

@@ -96,7 +96,7 @@ def test_a_stored_prompt_is_compared_without_any_days_built_in_part(tmp_path: Pa
     assert without_default("Be terse.") == "Be terse."
 
 
-# Messages[0] was AGENTS.md alone or nothing; the model was not told where it works, on what, or when (issue 34)
+# Messages[0] tells the model where it works, on what system, and the date, then --system, then AGENTS.md
 async def test_the_request_carries_the_default_prompt_then_system_then_agents_md(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CROW_DEFAULT_PROMPT", raising=False)
@@ -151,8 +151,8 @@ def test_crow_prompt_prints_the_system_message(tmp_path: Path, capsys: pytest.Ca
     assert capsys.readouterr().out == ""
 
 
-# found by a new-user tester (wave 4): `crow prompt --tools-dir /nope` printed the prompt without a word about the
-# missing folder, and an empty --system-file was blamed on "--no-default-prompt or --system \"\""
+# `crow prompt --tools-dir /nope` is refused naming the missing folder, and an empty --system-file is named as
+# the reason there is no system prompt
 def test_crow_prompt_says_what_is_missing(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CROW_DEFAULT_PROMPT", raising=False)
@@ -165,7 +165,7 @@ def test_crow_prompt_says_what_is_missing(tmp_path: Path, capsys: pytest.Capture
     assert "the system prompt file 'empty.md' is empty" in err and "(no system prompt, and no AGENTS.md)" in err
 
 
-# found by a new-user tester: `--system-file /dev/zero` hung crow prompt and crow run; a 40 MB file was taken
+# A prompt file is a regular file (not /dev/zero, which would never end) of at most 64 KiB
 def test_a_prompt_file_must_be_a_small_regular_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="is not a regular file"):
         default_prompt(workspace=tmp_path, sandbox="off", file="/dev/zero")
@@ -174,8 +174,8 @@ def test_a_prompt_file_must_be_a_small_regular_file(tmp_path: Path) -> None:
         default_prompt(workspace=tmp_path, sandbox="off", file=str(tmp_path / "big.md"))
 
 
-# found by a new-user tester: `crow run -c --system-file F` and `-c --no-default-prompt` went on with the stored
-# prompt without a word, where `-c --system X` is refused
+# `crow run -c --system-file F` and `-c --no-default-prompt` are refused, as `-c --system X` is: a continued
+# session keeps its stored prompt
 @pytest.mark.parametrize("flags", [["--system-file", "x.md"], ["--no-default-prompt"]])
 def test_a_continued_session_refuses_a_flag_that_would_change_its_prompt(
         tmp_path: Path, flags: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:

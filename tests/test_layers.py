@@ -134,7 +134,7 @@ def test_imports_point_down_the_layers():
 
 
 def test_every_module_has_a_layer_rule():
-    # The layer test covers every package (surfaces and config included) (issue 9)
+    # The layer test covers every package (surfaces and config included)
     uncovered = [name for name, _ in modules() if name != "crow_cli" and rule_for(name, ALLOWED) is None]
     assert not uncovered, f"add a rule to ALLOWED for {uncovered}"
 
@@ -199,8 +199,8 @@ def test_a_module_imports_no_private_name_of_another():
     assert [hit for name, path in modules() for hit in private_imports(name, path)] == []
 
 
-# A run's tool context and driver are assembled in one place, `surfaces.runtime`: ACP's sessions built their own
-# beside it (issue 31). `crow mcp`'s calls, each with its own model and folder, still assemble theirs.
+# A run's tool context and driver are assembled in one place, `surfaces.runtime` (ACP's sessions included).
+# `crow mcp`'s calls, each with its own model and folder, assemble theirs.
 ASSEMBLERS = {"crow_cli.surfaces.runtime", "crow_cli.surfaces.mcp_server"}
 ASSEMBLY = {"Driver", "ToolContext", "ToolContext.for_workspace", "assemble_driver"}
 
@@ -309,8 +309,8 @@ def orchestration_offenders(name: str, path: Path, text: str | None = None) -> l
 
 
 def test_only_the_orchestrator_calls_the_approver_and_the_sandbox():
-    # one owner for a tool call's fate (issue 30): escalation sat in dispatch behind a getattr, an approver
-    # wrapper carried it, and the editor surface re-implemented read-only mode and its refusals
+    # one owner for a tool call's fate: only the orchestrator escalates, and a module takes from the approver or
+    # the sandbox only what its entry in ORCHESTRATED allows
     assert [hit for name, path in modules() for hit in orchestration_offenders(name, path)] == []
     listed = {name for users in ORCHESTRATED.values() for name in users}
     assert listed <= {name for name, _ in modules()}, "a listed module no longer exists"
@@ -347,7 +347,7 @@ def decided_by_name_or_text(name: str, path: Path, builtin: set[str], text: str 
 
 
 def test_no_surface_decides_by_a_tool_name_or_a_results_text():
-    # what happens to a call is the orchestrator's, and how it ended is the result's `outcome` (issue 30)
+    # what happens to a call is the orchestrator's, and how it ended is the result's `outcome`
     from crow_cli.tools.builtin import BUILTIN_TOOLS
 
     builtin = {t.name for t in BUILTIN_TOOLS}

@@ -18,7 +18,7 @@ A stored and resumed session (`crow run -c`, chat /resume, ACP session/load all 
 server attached to each assistant message, so the resumed requests send it back byte for byte.
 
 Images in the session store: stored once by content hash beside the database, not inline in every row and
-every export (issue 33 §2); rows an older crow stored inline still load. An image keeps its name in its
+every export; rows an older crow stored inline still load. An image keeps its name in its
 reference (a transcript says `[image: shot.png, 41 KB]`, not its type), and its file goes with the last row
 that references it.
 """
@@ -206,7 +206,7 @@ def test_fork_copies_everything_of_a_session_and_the_original_stays_as_it_was(tm
 
         fork = store.fork(info.id[:4])  # a prefix, as every sessions command takes
         assert fork.id != info.id and fork.title == "look (fork)" and fork.messages == 5
-        # found by a new-user tester (wave 5): a fork of a fork was "look (fork) (fork)"
+        # a fork of a fork is titled "look (fork)", not "look (fork) (fork)"
         second = store.fork(fork.id)
         assert second.title == "look (fork)"
         store.delete(second.id)
@@ -284,7 +284,7 @@ def test_load_repairs_a_turn_cut_mid_way_and_stores_the_repair(tmp_path: Path) -
         assert store.load(info.id) == history  # already valid: nothing more added
 
 
-# Found trying it as a new user (random bytes in sessions.db: "file is not a database") (issue 11 item 13)
+# A store that is not a database (random bytes in sessions.db) is one line saying what to do
 def test_a_store_that_is_not_a_database_says_what_to_do(tmp_path: Path) -> None:
     bad = tmp_path / "sessions.db"
     bad.write_bytes(bytes(range(256)) * 40)
@@ -303,7 +303,7 @@ def _damage_the_last_pages(path: Path, pages: int = 4) -> None:
     path.write_bytes(bytes(data))
 
 
-# A store damaged past its first pages opens, then fails on a read (issue 11 item 13)
+# A store damaged past its first pages opens, then fails on a read
 def test_a_damaged_store_fails_reads_with_the_same_error(tmp_path: Path) -> None:
     path = tmp_path / "sessions.db"
     with SessionStore(path) as store:
@@ -315,7 +315,7 @@ def test_a_damaged_store_fails_reads_with_the_same_error(tmp_path: Path) -> None
         store.messages(info.id)
 
 
-# `crow sessions` reports a damaged store like chat and run do: one line, exit 1 (issue 11 item 13)
+# `crow sessions` reports a damaged store like chat and run do: one line, exit 1
 @pytest.mark.parametrize("args", [["list"], ["show", "abc"], ["export", "abc", "--format", "json"]])
 def test_crow_sessions_reports_a_damaged_store_in_one_line(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     path = default_db_path()
@@ -329,7 +329,7 @@ def test_crow_sessions_reports_a_damaged_store_in_one_line(args: list[str], caps
                                         f"{str(path) + '.damaged'!r}), or use --no-session"]
 
 
-# smaller: found trying it as a new user; a negative limit listed nothing, silently (issue 11)
+# A negative limit is refused, not taken as a listing of nothing
 def test_sessions_list_refuses_a_negative_limit(capsys: pytest.CaptureFixture[str]) -> None:
     assert crow_here("sessions", "list", "--limit", "-1") == 2
     assert capsys.readouterr().err.strip() == "crow: error: --limit must be 0 (all) or more (got -1)"
@@ -530,8 +530,8 @@ async def test_run_started_names_the_session(_isolated_home: Path, tmp_path: Pat
 
 
 def test_stores_opened_at_once_on_a_new_file_do_not_collide(tmp_path: Path) -> None:
-    """Found in CI: `crow run` and a reader created the store together; one died on 'table sessions
-    already exists'. Threads (each its own connection) released by one barrier, many rounds."""
+    """Stores that create the same new file together (`crow run` and a reader) both open: none dies on 'table
+    sessions already exists'. Threads (each its own connection) released by one barrier, many rounds."""
     import threading
 
     errors: list[BaseException] = []
@@ -615,8 +615,9 @@ class _Holder:
         self.server.__exit__(None, None, None)
 
 
-# found trying it as a new user (third round). The holder is a `crow run` process; the crow refused is this
-# process (`crow run`, `crow chat`, `crow sessions` as what they run): the lock holds across processes
+# A session in use by another crow is refused to writers, readers still see it, and its history stays valid.
+# The holder is a `crow run` process; the crow refused is this process (`crow run`, `crow chat`, `crow sessions`
+# as what they run): the lock holds across processes
 async def test_a_session_in_use_is_refused_and_its_history_stays_valid(tmp_path: Path, _isolated_home: Path,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     holder = _Holder(tmp_path, "A")
@@ -650,7 +651,7 @@ async def test_a_session_in_use_is_refused_and_its_history_stays_valid(tmp_path:
     assert again.code == 0, again.stderr
 
 
-# The lock of a killed crow does not block the session (found trying it as a new user)
+# The lock of a killed crow does not block the session
 async def test_the_lock_of_a_killed_crow_does_not_block(tmp_path: Path, _isolated_home: Path) -> None:
     holder = _Holder(tmp_path, "A")
     try:
@@ -667,7 +668,7 @@ async def test_the_lock_of_a_killed_crow_does_not_block(tmp_path: Path, _isolate
     assert_contract(stored)
 
 
-# The store grants one writer per session (found trying it as a new user)
+# The store grants one writer per session
 def test_the_store_grants_one_writer_per_session(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     with SessionStore(db) as first, SessionStore(db) as second:
@@ -681,9 +682,8 @@ def test_the_store_grants_one_writer_per_session(tmp_path: Path) -> None:
         assert second.messages(info.id) == [] and first.recent()[0].id == info.id  # reading is never refused
 
 
-# issue: `run_prompt` (what `crow run` runs) kept its session locked and its store open after it returned, however
-# it ended: a caller in the same process (an editor through ACP, the tests) could not continue the session it had
-# just written ("in use by another crow"); only a process exit freed it
+# `run_prompt` (what `crow run` runs) frees its session's lock and closes its store when it returns, however it
+# ended: a caller in the same process (an editor through ACP, the tests) can continue the session it just wrote
 async def test_a_run_leaves_its_session_free_however_it_ends(tmp_path: Path) -> None:
     config = write_config(tmp_path, max_retries=0)
     first = await run_here([{"sse": text_stream("one")}], "first", cwd=tmp_path, config=config)
@@ -752,7 +752,7 @@ def _controls(text: str) -> set[str]:
     return {c for c in text if (ord(c) < 32 and c not in "\r\n\t") or 0x7F <= ord(c) <= 0x9F}
 
 
-# The sessions commands neutralise control characters on a terminal (found trying it as a new user)
+# The sessions commands neutralise control characters on a terminal
 def test_sessions_commands_neutralise_control_characters_on_a_terminal(_isolated_home: Path,
                                                                        capsys: pytest.CaptureFixture[str]) -> None:
     with SessionStore() as store:
@@ -782,7 +782,7 @@ def _mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
-# Session files are private; existing folders keep their mode (found trying it as a new user)
+# Session files are private; existing folders keep their mode
 async def test_session_files_are_private_and_existing_folders_keep_their_mode(_isolated_home: Path,
                                                                              tmp_path: Path) -> None:
     share = _isolated_home / ".local" / "share"
@@ -799,7 +799,7 @@ async def test_session_files_are_private_and_existing_folders_keep_their_mode(_i
                 assert _mode(path) == 0o600, path
 
 
-# An old world-readable store is made private (found trying it as a new user)
+# An old world-readable store is made private
 def test_an_old_world_readable_store_is_made_private(_isolated_home: Path) -> None:
     db = default_db_path()
     SessionStore().close()
@@ -808,7 +808,7 @@ def test_an_old_world_readable_store_is_made_private(_isolated_home: Path) -> No
     assert _mode(db) == 0o600
 
 
-# Credentials in the base URL are never stored (found trying it as a new user)
+# Credentials in the base URL are never stored
 async def test_credentials_in_the_base_url_are_never_stored(_isolated_home: Path, tmp_path: Path) -> None:
     assert public_url("http://user:sk-URLSECRET2@127.0.0.1:8080/v1?key=sk-Q") == "http://127.0.0.1:8080/v1"
     with ReplayServer([{"sse": text_stream("ok")}]) as srv, contextlib.chdir(tmp_path):  # `crow run` in process
@@ -822,7 +822,7 @@ async def test_credentials_in_the_base_url_are_never_stored(_isolated_home: Path
             assert b"sk-URLSECRET2" not in path.read_bytes(), path
 
 
-# The list has a header row and says "1 message", not "1 msgs" (issue 34)
+# The list has a header row and says "1 message", not "1 msgs"
 def test_sessions_list_has_a_header_and_says_1_message(_isolated_home: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     with SessionStore(default_db_path()) as store:
@@ -833,7 +833,7 @@ def test_sessions_list_has_a_header_and_says_1_message(_isolated_home: Path,
     assert " 1 message " in row and "msgs" not in row
 
 
-# `crow sessions` says when older sessions are not shown (found trying it as a new user)
+# `crow sessions` says when older sessions are not shown
 def test_sessions_list_says_when_older_sessions_are_not_shown(_isolated_home: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     with SessionStore(default_db_path()) as store:
@@ -847,8 +847,8 @@ def test_sessions_list_says_when_older_sessions_are_not_shown(_isolated_home: Pa
     assert len(out.splitlines()) == 1 + 3 and err == ""
 
 
-# issue: a stored row that is JSON but not a message crashed `sessions show/export`, `run --session` and ACP
-# session/load with an internal error, or was sent to the server as it was
+# A stored row that is JSON but not a message is a one-line error in `sessions show/export`, `run --session` and
+# ACP session/load: never an internal error, never sent to the server as it is
 DAMAGED_ROWS = {
     "a string": '"hello"',
     "tool_calls not a list": '{"role": "assistant", "content": null, "tool_calls": {"id": "c"}}',
@@ -881,8 +881,8 @@ def test_a_damaged_stored_message_is_reported_in_one_line(tmp_path: Path, row: s
     assert caught.value.exit_code == 1
 
 
-# issue: loading a damaged session took its lock and kept it: a chat, or an ACP connection, that had tried to
-# resume it held it until it ended (another crow was told it was "in use" rather than damaged)
+# A damaged session that fails to load is not left locked: after a chat or an ACP connection tried to resume it,
+# another crow is told it is damaged, not "in use"
 def test_a_damaged_session_that_fails_to_load_is_not_left_locked(tmp_path: Path) -> None:
     from crow_cli.sessions import SessionDamaged
 
@@ -914,7 +914,7 @@ async def test_commands_on_a_damaged_session_fail_in_one_line_and_send_nothing(
     assert "internal error" not in err and sent == []
 
 
-# `crow sessions delete` took a two-character prefix without asking (issue 32)
+# `crow sessions delete` by a prefix asks, or needs --yes where there is no terminal to ask on
 def test_delete_by_a_prefix_asks_or_needs_yes(_isolated_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with SessionStore() as store:
         info = store.create(model="m")
@@ -928,13 +928,13 @@ def test_delete_by_a_prefix_asks_or_needs_yes(_isolated_home: Path, capsys: pyte
     assert crow_here("sessions", "delete", info.id[:2], "--yes") == 0
     with SessionStore() as store, pytest.raises(SessionError):
         store.get(info.id)
-    # found by a new-user tester: the whole id in capitals, or with a space after it, was called a prefix
+    # the whole id, in capitals or with a space after it, is no prefix: deleted without asking
     with SessionStore() as store:
         other = store.create(model="m")
     assert crow_here("sessions", "delete", f"{other.id.upper()} ") == 0
 
 
-# A stored title's bidi override reached `crow sessions list` on a terminal and reordered its line (issue 32)
+# A stored title's bidi override is escaped in `crow sessions list` on a terminal, so it cannot reorder its line
 def test_a_titles_bidi_override_is_escaped_in_the_list(_isolated_home: Path) -> None:
     with SessionStore() as store:
         info = store.create(model="m")

@@ -93,8 +93,8 @@ def test_streamed_tool_call_round_trip(llama_url: str, tmp_path: Path) -> None:
     assert proc.returncode == 0, f"crow exited {proc.returncode}:\n{proc.stderr}"
     assert "Traceback" not in proc.stderr
 
-    # issue: a CI dry run found 0002 unanswered ("Server disconnected without sending a response": llama.cpp had
-    # closed the idle connection) and its retry 0003 answered; the turns are the answered exchanges
+    # The turns are the answered exchanges: a recording may hold a request left unanswered ("Server disconnected
+    # without sending a response": llama.cpp closed the idle connection) before its answered retry
     turn1, turn2 = _answered(rec)[:2]
     # Turn 1, as llama.cpp streamed it: a tool call assembled from deltas.
     first = (rec / f"{turn1}-response.sse").read_text()
@@ -123,7 +123,7 @@ def test_streamed_tool_call_round_trip(llama_url: str, tmp_path: Path) -> None:
 
 
 def test_acp_prompt_makes_a_real_tool_call(llama_url: str, tmp_path: Path) -> None:
-    """Issue 12: one ACP prompt (`crow acp` through the SDK's client side) producing a real tool call."""
+    """One ACP prompt (`crow acp` through the SDK's client side) produces a real tool call."""
     import asyncio
 
     from acp import PROTOCOL_VERSION, spawn_agent_process, text_block

@@ -1,4 +1,4 @@
-"""Undo the last exchange and restore the files crow's file tools changed (issue 13: "there is no /undo").
+"""Undo the last exchange and restore the files crow's file tools changed.
 
 `crow run` runs in this process (`run_here`), `crow sessions undo` as crow's typer app in this process
 (`_undo`); one `crow sessions undo --dry-run` runs as a `crow` process."""
@@ -67,13 +67,13 @@ async def test_sessions_undo_restores_files_and_lists_shell_commands(tmp_path: P
     assert code == 0 and f"deletes {tmp_path / 'a.txt'}" not in again
     assert f"restores {tmp_path / 'a.txt'}" in again and (tmp_path / "a.txt").read_text() == "one two\n"
     with SessionStore() as store:
-        assert store.get(sid).title == ""  # issue 44 §3: the title never names a prompt undo removed
+        assert store.get(sid).title == ""  # the title never names a prompt undo removed
     code, _, err = _undo(capsys, sid)
     assert code == 1 and "nothing to undo" in err
 
 
-# issue: a new user's `crow sessions undo` deleted notes.txt with the user's text in it, and rewrote main.py
-# without the line the user had added after crow's turn, asking nothing
+# A file the user changed after crow's turn (a line added to the notes.txt crow created, to the main.py crow
+# edited) is neither deleted nor rewritten by `crow sessions undo` unless --force
 async def test_files_changed_since_crow_wrote_them_are_not_restored_unless_forced(tmp_path: Path,
                                                                                  capsys: Capture) -> None:
     (tmp_path / "main.py").write_text("print(1)\n")
@@ -97,8 +97,8 @@ async def test_files_changed_since_crow_wrote_them_are_not_restored_unless_force
     assert (tmp_path / "main.py").read_text() == "print(2)\nprint('user')\n"
 
 
-# issue: a new user's /undo said "changed since, not restored: notes.txt (changed since)", then warned about the
-# same file again, and promised to delete a file crow had created that the user had deleted already
+# Undo names each file it holds back once, with no second warning, and a file crow created that is gone already
+# as gone, not as one it deletes
 async def test_undo_names_each_held_file_once_and_a_created_file_gone_already(tmp_path: Path, capsys: Capture) -> None:
     turn = tool_turn(("c1", "write_file", json.dumps({"path": "notes.txt", "content": "crow's notes\n"})),
                      ("c2", "write_file", json.dumps({"path": "scratch.txt", "content": "tmp\n"})))
@@ -136,7 +136,7 @@ async def test_force_restores_a_changed_file(tmp_path: Path, capsys: Capture) ->
     assert (tmp_path / "main.py").read_text() == "print(1)\n"
 
 
-# issue: a folder crow wrote into later became a symlink, and undo deleted a file outside the workspace
+# A path that now leads elsewhere (a folder crow wrote into, since made a symlink) is never touched, even forced
 async def test_a_path_that_now_leads_elsewhere_is_never_touched(tmp_path: Path, capsys: Capture) -> None:
     work = tmp_path / "work"
     (work / "sub").mkdir(parents=True)
@@ -159,7 +159,7 @@ async def test_a_path_that_now_leads_elsewhere_is_never_touched(tmp_path: Path, 
     assert (outside / "new.txt").read_text() == "x\n"
 
 
-# found by a new-user tester (wave 5): "removes the last exchange (1 messages)"
+# The plan counts one message in the singular: "(1 message)"
 def test_the_plan_counts_one_message_in_the_singular() -> None:
     from crow_cli.undo import UndoPlan
 

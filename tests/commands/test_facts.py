@@ -69,7 +69,7 @@ def test_facts_list_imports_neither_openai_nor_rich() -> None:
     assert result.stdout.strip().splitlines()[-1] == "[]", result.stderr
 
 
-# a new-user tester of learned facts: `crow facts forget --model ""` was not a usage error
+# `crow facts forget --model ""` (or a blank value) is a usage error and forgets nothing
 @pytest.mark.parametrize("flag", ["--model", "--base-url"])
 def test_forget_with_an_empty_value_is_a_usage_error_and_forgets_nothing(flag: str) -> None:
     facts.learn("http://a.test/v1", "m", tool_calling=True)
@@ -83,9 +83,8 @@ def test_forget_with_an_empty_value_is_a_usage_error_and_forgets_nothing(flag: s
     assert list(facts.recall_all()) == ["http://a.test/v1 m"]
 
 
-# a new-user tester of learned facts: one `why` per server and model, shown for every fact, and a date in UTC
-# seconds where `crow probe --show` printed a raw timestamp; each fact now says when and from which refusal,
-# in the local date and time to the minute, the same in both
+# Each fact says when it was learned and from which refusal, in the local date and time to the minute, the same
+# in `crow facts list` and `crow probe --show`
 def test_each_fact_is_listed_with_its_own_date_and_refusal(capsys: pytest.CaptureFixture[str]) -> None:
     from crow_cli.commands.facts import when
 

@@ -65,9 +65,9 @@ def check(doc: dict[str, Any], name: str) -> dict[str, Any]:
     return next(c for c in doc["checks"] if c["name"] == name)
 
 
-# "the probe against the scripted server for every corpus case (the quirk named)": every case runs
-# in process (tests/probe/test_checks.py, the same assertions); one goes through `crow probe --json` here (crow's
-# app in this process: `here`) (issue 14)
+# The probe against the scripted server of a corpus case names the case's quirk: every case runs in process
+# (tests/probe/test_checks.py, the same assertions); one goes through `crow probe --json` here (crow's app in this
+# process: `here`)
 @pytest.mark.parametrize(("case_id", "code"), [("ollama-index-always-zero", "index-always-0")])
 def test_probe_names_the_quirk_of_a_corpus_case(case_id: str, code: str, here: Any) -> None:
     stream = first_sse(json.loads((CASES_DIR / f"{case_id}.json").read_text()))
@@ -100,7 +100,7 @@ def test_the_report_has_one_line_per_check_and_no_escapes_when_piped() -> None:
     assert lines[-1].startswith("streamed tool calling works")
 
 
-# "against a server that ignores tools (✗ and exit non-zero)", as llama.cpp without a tool template (issue 14)
+# A server that ignores tools (llama.cpp without a tool template) fails the probe: ✗ and a non-zero exit
 def test_a_server_that_ignores_tools_fails_the_probe(here: Any) -> None:
     with ReplayServer([{"sse": text_stream("Hello, I cannot call tools but here is text.")}] * 7) as server:
         status, doc, _ = probe_json(here, server)
@@ -158,7 +158,7 @@ def test_show_lists_what_earlier_probes_learned(here: Any) -> None:
     assert f"{base} test-model" in text and "tool_calling: true" in text
 
 
-# a new-user tester of learned facts: with the facts store unwritable, `crow probe` still said what it found was
+# With the facts store unwritable, `crow probe` says in one line that its findings could not be remembered, never
 # "remembered for later runs"
 def test_a_probe_whose_findings_cannot_be_stored_says_so_in_one_line(here: Any, monkeypatch: pytest.MonkeyPatch,
                                                                     tmp_path: Path) -> None:
@@ -175,7 +175,7 @@ def test_a_probe_whose_findings_cannot_be_stored_says_so_in_one_line(here: Any, 
 
 
 def test_show_lists_the_request_changes_a_run_learned(here: Any) -> None:
-    # issue: a fix learned from a server's refusal is listed by `crow probe --show`
+    # A fix learned from a server's refusal is listed by `crow probe --show`
     from crow_cli.wire import facts
 
     facts.learn("http://127.0.0.1:9/v1", "m", request_rules=[
@@ -186,13 +186,13 @@ def test_show_lists_the_request_changes_a_run_learned(here: Any) -> None:
     assert "http://127.0.0.1:9/v1 m" in text
     assert "  adapted requests: dropped parameter seed\n" in text  # one line per fact, then when it was learned
     assert "  adapted requests: dropped the schema keyword default from tool parameters\n    learned 20" in text
-    # issue: a new user's `crow probe --show` listed "refused_fields: []" and "required_fields: []": nothing learned
+    # An empty list of refused or required fields (nothing learned) is not listed
     assert "[]" not in text and "refused_fields" not in text
     shown = json.loads(here("probe", "--show", "--json").stdout)["learned"]
     assert shown["http://127.0.0.1:9/v1 m"]["request_rules"][0]["target"] == "seed"
 
 
-# `crow probe --show` says which layer each value of the server's profile came from (issue 29 §1)
+# `crow probe --show` says which layer each value of the server's profile came from
 def test_show_names_the_layer_of_each_value_of_the_configured_servers_profile(here: Any, tmp_path: Path) -> None:
     from crow_cli.wire import facts
 
@@ -226,11 +226,11 @@ def test_models_on_an_unreachable_server_is_one_line(unused_port_url: str) -> No
     proc = crow("models", "--base-url", unused_port_url)
     assert proc.returncode == 1
     assert proc.stderr.startswith("crow: error: cannot reach") and len(proc.stderr.splitlines()) == 1
-    # tried as a new user: it said only "ConnectError", where crow run says why (refused, a certificate)
+    # It says why, as crow run does (refused, a certificate), not only "ConnectError"
     assert not proc.stderr.rstrip().endswith(": ConnectError"), proc.stderr
 
 
-# With no key set, crow models against the default (OpenAI) said "cannot reach ...: ConnectError" (issue 34)
+# With no key set, crow models against the default (OpenAI) says the key is missing, not "cannot reach"
 def test_models_without_a_key_says_so_in_one_line(here: Any) -> None:
     proc = here("models")
     assert proc.returncode == 2 and proc.stdout == ""
@@ -248,7 +248,7 @@ def unused_port_url() -> str:
     return f"http://127.0.0.1:{port}/v1"
 
 
-# A deeply nested facts.json was `internal error: RecursionError` in crow probe --show (issue 29)
+# A deeply nested facts.json is one warning in crow probe --show, and nothing is known from it
 def test_show_of_a_damaged_facts_file_is_one_warning_and_nothing_known(capsys) -> None:
     from crow_cli.wire import facts
     from tests.support import crow_here
@@ -268,7 +268,7 @@ def _provider_config(tmp_path: Path, provider: str, top: str = "") -> Path:
     return config
 
 
-# a new-user tester of the layered profile: `probe --show --json` had the learned facts but not the profile
+# `probe --show --json` holds the profile the text shows, with its layers, beside the learned facts
 def test_show_json_holds_the_profile_the_text_shows_with_its_layers(here: Any, tmp_path: Path) -> None:
     from crow_cli.wire import facts
 
@@ -289,8 +289,7 @@ def test_show_json_holds_the_profile_the_text_shows_with_its_layers(here: Any, t
         "replaced": [{"layer": "config", "value": {"op": "cap_param", "target": "max_tokens", "value": 8192},
                       "text": "lowered parameter max_tokens to 8192 (CapParam)"}]}
     text = here("probe", "--show", "--config", str(config)).stdout
-    # a new-user tester of the layered profile: the text said neither the empty list nor what the learned rule
-    # replaced
+    # the text says an empty list as such, and what a learned rule replaced
     assert '  reasoning_fields: [] (config, replacing built-in: ["reasoning_content", "reasoning"])' in text
     assert ("  rule cap_param max_tokens: lowered parameter max_tokens to 4096 (CapParam) (learned, replacing "
             "config: lowered parameter max_tokens to 8192 (CapParam))") in text
@@ -298,7 +297,7 @@ def test_show_json_holds_the_profile_the_text_shows_with_its_layers(here: Any, t
         [v["key"] for v in profile["values"]]  # the same values, in the same order
 
 
-# a new-user tester of the layered profile: with `adapt_requests = false`, `probe --show` hid the configured rules
+# With `adapt_requests = false`, `probe --show` lists the configured rules (and no learned one)
 def test_show_lists_configured_rules_when_adapting_requests_is_off(here: Any, tmp_path: Path) -> None:
     from crow_cli.wire import facts
 
@@ -311,7 +310,7 @@ def test_show_lists_configured_rules_when_adapting_requests_is_off(here: Any, tm
     assert "top_k" not in profile and "adapt_requests = false" in profile
 
 
-# a new-user tester of the layered profile: a configured rule that cannot act was taken by every command
+# A configured rule that cannot act ends every command in one line, exit 2
 @pytest.mark.parametrize("command", [("run", "hi"), ("chat",), ("probe",), ("probe", "--show")])
 def test_a_rule_that_cannot_act_ends_each_command_in_one_line_exit_2(here: Any, tmp_path: Path,
                                                                     command: tuple[str, ...]) -> None:

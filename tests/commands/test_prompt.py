@@ -9,8 +9,8 @@ import pytest
 from tests.support import crow_here
 
 
-# seen by a new-user tester: `crow prompt --no-default-prompt --system-file empty.md` blamed the empty file
-# on "--no-default-prompt or --system \"\"" (the file replaces the built-in prompt whatever that flag says)
+# An empty --system-file is named as the reason there is no system prompt, with or without --no-default-prompt
+# (the file replaces the built-in prompt whatever that flag says)
 @pytest.mark.parametrize("flags", [[], ["--no-default-prompt"]])
 def test_an_empty_system_file_is_named_as_the_reason(tmp_path: Path, flags: list[str],
                                                      capsys: pytest.CaptureFixture[str],

@@ -23,8 +23,8 @@ def test_piped_text_is_decoded_by_its_byte_order_mark(encoding: str, tmp_path: P
     assert server.requests[0]["messages"][-1]["content"] == "Review\n\ncafé\n"
 
 
-# the agent-experience issue (34 §3): `git diff | crow run "Review"` was titled "Review diff --git a/…", and a
-# `-f` file's text became the title of a short prompt; the title is the prompt as typed
+# A session's title is the prompt as typed: not the piped input (`git diff | crow run "Review"`), nor a `-f`
+# file's text after a short prompt
 def test_a_sessions_title_is_the_typed_prompt_not_piped_input_or_files(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     from crow_cli.sessions import SessionStore
@@ -83,7 +83,7 @@ def test_dash_i_attaches_an_image_and_refuses_a_text_file(tmp_path: Path, monkey
     assert len(server.requests) == 1
 
 
-# seen by a new-user tester: `crow run -i cut.png` (a real PNG's first 30 bytes) sent the image to the model
+# `crow run -i cut.png` (a real PNG's first 30 bytes) is refused in one line, and nothing is sent
 def test_dash_i_refuses_a_truncated_image_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)

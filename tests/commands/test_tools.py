@@ -57,7 +57,7 @@ def _plugins(tmp_path: Path) -> Path:
 
 def test_a_tool_crow_run_would_drop_is_listed_as_unusable_with_why(tmp_path: Path,
                                                                     capfd: pytest.CaptureFixture[str]) -> None:
-    # Found trying it as a new user: `crow tools` listed `bad`, `crow run` dropped it (issue 11 item 8)
+    # A tool `crow run` would drop (`bad`) is listed by `crow tools` as unusable, with why, never as usable
     stdout, stderr = crow_tools(capfd, tmp_path, "--tools-dir", str(_plugins(tmp_path)))
     usable, _, unusable = stdout.partition("unusable")
     assert "good" in usable and "bad" not in usable
@@ -66,7 +66,7 @@ def test_a_tool_crow_run_would_drop_is_listed_as_unusable_with_why(tmp_path: Pat
 
 
 def test_tools_json_describes_every_tool(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
-    # friction: `crow tools --json` (issue 11)
+    # `crow tools --json` gives each tool's source, kind, approval, parameters and, if unusable, the problem
     stdout, _ = crow_tools(capfd, tmp_path, "--json", "--tools-dir", str(_plugins(tmp_path)))
     tools = {t["name"]: t for t in json.loads(stdout)}
     assert tools["read_file"] | {"parameters": None, "description": None} == {
@@ -96,7 +96,7 @@ def noisy() -> str:
 
 
 def test_a_plugin_printing_at_import_never_reaches_stdout(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
-    # found trying it as a new user (fourth round): `crow tools --json` printed invalid JSON
+    # What a plugin prints at import goes to stderr, so `crow tools --json` stays valid JSON
     folder = tmp_path / "plugins"
     folder.mkdir()
     (folder / "noisy.py").write_text(NOISY)
@@ -111,7 +111,7 @@ def test_a_plugin_printing_at_import_never_reaches_stdout(tmp_path: Path, capfd:
 
 def test_outside_text_in_the_listing_loses_its_control_characters(tmp_path: Path,
                                                                   capfd: pytest.CaptureFixture[str]) -> None:
-    # found trying it as a new user (fourth round): a plugin's file name reached the terminal with its escapes
+    # A plugin's folder and file name reach the terminal without their escapes
     folder = tmp_path / "plug\x1b]0;pwned\x07ins"
     folder.mkdir()
     (folder / "evil\x1b[2Jname.py").write_text(PLUGIN)
@@ -121,8 +121,8 @@ def test_outside_text_in_the_listing_loses_its_control_characters(tmp_path: Path
     assert any("evil\x1b[2Jname.py" in row["source"] for row in rows)  # JSON stays exact
 
 
-# tester4 (this session's changes, as a new user): `crow tools` had no signal policy: SIGTERM while it listed the
-# MCP servers' tools killed it at once (exit -15), without the servers' stop; it now ends as crow run does
+# SIGTERM while `crow tools` lists the MCP servers' tools stops the servers and ends as crow run does (exit 143,
+# one line)
 def test_a_signal_while_mcp_servers_list_stops_them_and_exits_128_plus_n(tmp_path: Path) -> None:
     started = tmp_path / "pids"
     server = Path(__file__).parents[1] / "tools" / "mcp_fault_server.py"

@@ -88,7 +88,7 @@ async def test_a_stream_ignored_json_answer_is_a_failed_text_check() -> None:
     assert report.exit_code() == 1
 
 
-# "the probe against the scripted server for every corpus case (the quirk named)" (issue 14)
+# The probe against the scripted server of every corpus case names the case's quirk
 @pytest.mark.parametrize("case", [c for c in load_cases() if "sse" in c], ids=lambda c: c["id"])
 async def test_the_probe_names_every_corpus_cases_quirk(case: dict) -> None:
     with ReplayServer(script_for(case["sse"])) as server:
@@ -130,9 +130,8 @@ async def test_a_connection_closed_before_any_answer_is_tried_once_more() -> Non
     assert route.call_count >= 7  # the first request twice, then the battery
 
 
-# found trying it as a new user (wave 3): `crow probe` followed a redirect to another host with the config's
-# credential headers (an `X-Api-Key` header went to wherever the server pointed; only Authorization is
-# dropped by httpx); crow follows no redirect
+# `crow probe` follows no redirect, so the config's credential headers (an `X-Api-Key`, which httpx would
+# keep, where it drops only Authorization) never go to another host
 @respx.mock
 async def test_a_redirect_is_not_followed_with_the_credential_headers() -> None:
     respx.get(f"{BASE}/models").respond(307, headers={"location": "http://elsewhere.test/v1/models"})
@@ -143,8 +142,8 @@ async def test_a_redirect_is_not_followed_with_the_credential_headers() -> None:
     assert not elsewhere.called and not chat.called
 
 
-# found trying it as a new user (wave 3): `crow probe` printed the API key and a credential header when the
-# server echoed them in its error ("bad key Bearer sk-…"), where `crow run` masks them
+# The API key and credential headers a server echoes in its error ("bad key Bearer sk-…") are masked in the
+# probe's report, as `crow run` masks them
 @respx.mock
 async def test_a_key_the_server_echoes_is_masked_in_the_report() -> None:
     respx.get(f"{BASE}/models").respond(401, json={"error": {"message": "bad key Bearer sk-echoed-1234 / hdr-5678"}})

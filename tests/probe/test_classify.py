@@ -1,6 +1,6 @@
 """The probe's stream classifier on the conformance corpus: replaying a case's stream names its quirk.
 
-Issue 14: "Every classification is tested on the conformance corpus". Cases not (yet) copied into
+Every classification is tested on the conformance corpus. Cases not (yet) copied into
 tests/cases from ../shared/conformance/cases are skipped with the reason.
 """
 

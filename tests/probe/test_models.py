@@ -12,22 +12,22 @@ from crow_cli.probe.models import context_length, fetch_models
 from tests.support import gzip_bomb, raw_http_server, trickle
 
 
-# issue: a /models that trickled a byte every 5 s hung `crow models` (timeouts bounded each read, not the request)
+# A /models that trickles a byte every 5 s is given up on at a deadline for the whole request, not per read
 def test_a_trickling_server_is_given_up_on_at_the_deadline() -> None:
     with raw_http_server(trickle) as base_url, \
             pytest.raises(ProviderError, match=r"^no answer from .*/models within 1 s$"):
         fetch_models(load_settings({"base_url": base_url, "api_key": "k"}, env={}), timeout_s=1.0)
 
 
-# issue: ~300 KB of gzip became 1-1.6 GB in `crow models`
+# A body decoded past 16 MiB (~300 KB of gzip that inflates to over 1 GB) is not read further
 def test_a_gzip_bomb_is_a_one_line_error() -> None:
     with raw_http_server(gzip_bomb) as base_url, \
             pytest.raises(ProviderError, match=r"sent a body of over 16 MiB \(decoded\); not read further$"):
         fetch_models(load_settings({"base_url": base_url, "api_key": "k"}, env={}))
 
 
-# found trying it as a new user (wave 3): `crow models` followed a redirect to another host with the config's
-# credential headers (httpx drops only Authorization), and a listing nested 100,000 deep was an internal error
+# `crow models` follows no redirect, so the config's credential headers (httpx drops only Authorization) never go
+# to another host; the error names where the server pointed
 def test_a_redirect_is_an_error_naming_where_it_pointed_and_is_not_followed() -> None:
     seen: list[str | None] = []
 
@@ -61,8 +61,7 @@ def test_a_listing_nested_too_deep_is_no_model_list() -> None:
         fetch_models(load_settings({"base_url": base_url, "api_key": "k"}, env={}))
 
 
-# found trying it as a new user (wave 3): `crow models` showed `max_model_len: true` as "1 tokens" and
-# `meta.n_ctx_train: -1` as "-1 tokens"
+# A context length that is no count of tokens (`max_model_len: true`, `meta.n_ctx_train: -1`) is not given
 @pytest.mark.parametrize("entry", [{"id": "m", "max_model_len": True}, {"id": "m", "meta": {"n_ctx_train": -1}},
                                    {"id": "m", "context_length": "big", "meta": {"n_ctx_train": False}}])
 def test_a_context_length_that_is_no_count_of_tokens_is_not_given(entry: dict[str, Any]) -> None:

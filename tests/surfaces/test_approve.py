@@ -18,8 +18,8 @@ def guarded(text: str) -> str:
     return text
 
 
-# found trying it as a new user (wave 3): Ctrl-C at `crow run`'s question left it unended, and the next
-# stderr line ("→ run_shell(…)", "crow: interrupted") was printed on the question's line
+# A question cut by a signal (Ctrl-C at `crow run`'s question) ends its line, so the next stderr line
+# ("crow: interrupted") starts on a line of its own
 async def test_a_question_cut_by_a_signal_ends_its_line() -> None:
     from crow_cli.surfaces.approve import terminal_ask
 
@@ -64,7 +64,7 @@ async def test_the_terminal_question_offers_the_command_prefix_and_reads_a_reaso
             assert b"[a]lways for `pytest \xe2\x80\xa6`" in shown
             os.write(master, typed)
             answers.append(await asking)
-        # found by a new-user tester (wave 5): a reply that is no answer ("nope") asked again without a word
+        # a reply that is no answer ("nope") is asked again with a hint of the answers it takes
         asking = asyncio.ensure_future(ask(Question(call, shell, "$ pytest -k x", scope=("pytest",))))
         shown = b""
         for typed in (b"nope\n", b"y\n"):
@@ -81,8 +81,8 @@ async def test_the_terminal_question_offers_the_command_prefix_and_reads_a_reaso
 
 
 async def test_the_question_about_running_outside_the_sandbox_takes_yes_or_no_only() -> None:
-    # seen by a new-user tester (wave 6): `a` at "Run it outside the sandbox this once? [y]es / [n]o:" ran the
-    # command unconfined, and a reply that was no answer was told about "a (always)"
+    # `a` at "Run it outside the sandbox this once? [y]es / [n]o:" is no answer: the question is asked again, and
+    # only yes or no ends it
     from crow_cli.surfaces.approve import terminal_ask
     from crow_cli.tools.approval import OUTSIDE_CHOICES, Answer
 

@@ -229,7 +229,7 @@ def test_sigterm_stops_the_running_call_stores_it_and_exits_143_stdout_protocol_
 
 
 def test_a_client_gone_from_stdout_is_one_exit_not_a_traceback(tmp_path: Path) -> None:
-    # found by hand: `crow mcp | head -c 10` ended with "internal error: ExceptionGroup"
+    # a client gone from stdout (`crow mcp | head -c 10`) ends crow mcp with exit 1, no internal error
     proc = subprocess.Popen([CROW, "mcp", "--base-url", "http://127.0.0.1:9/v1", "--api-key", "sk-test", "--model",
                              "m", "--workspace", str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, cwd=tmp_path)
@@ -411,7 +411,7 @@ async def test_a_reply_to_a_session_whose_folder_is_gone_is_an_error_naming_it(t
 
 
 async def test_a_plan_call_refuses_writes_and_answers_with_the_plan(tmp_path: Path) -> None:
-    # issue 43 §1: `approval: plan` for a crow_run call; the plan exit_plan_mode hands over is its answer
+    # `approval: plan` for a crow_run call refuses writes; the plan exit_plan_mode hands over is its answer
     plan = "# Plan\n1. write new.txt"
     steps = [{"sse": tool_calls_sse(("call_w", "write_file", {"path": "new.txt", "content": "x"}))},
              {"sse": tool_calls_sse(("call_p", "exit_plan_mode", {"plan": plan}))}]

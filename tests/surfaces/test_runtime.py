@@ -38,7 +38,6 @@ async def test_the_parts_come_in_order_and_a_model_switch_goes_through_the_runti
 
 
 # An editor session's parts come from the runtime: its own folder and tools, the run's secrets, sandbox and client
-# (ACP's sessions built theirs beside it, issue 31)
 async def test_a_session_elsewhere_gets_the_runs_secrets_sandbox_and_client_with_its_own_tools(tmp_path: Path) -> None:
     folder = tmp_path / "other"
     folder.mkdir()
@@ -84,7 +83,7 @@ async def _until(predicate: Callable[[], bool]) -> None:
         await asyncio.sleep(0.01)
 
 
-# `crow run` starts its MCP servers while it reads its session and loads the SDK, not after (issue 34)
+# `crow run` starts its MCP servers while it reads its session and loads the SDK, not after
 async def test_begin_starts_the_mcp_servers_before_start_is_awaited(tmp_path: Path) -> None:
     gate, started = tmp_path / "gate", tmp_path / "started"
     settings = _settings(tmp_path, mcp_servers=_gated_mcp_server(tmp_path, gate, started))
@@ -98,7 +97,7 @@ async def test_begin_starts_the_mcp_servers_before_start_is_awaited(tmp_path: Pa
         assert runtime.mcp_pending == [] and runtime.registry is not None and runtime.registry.get("echo")
 
 
-# Chat's prompt is up while its MCP servers start; their tools join when `mcp_ready` is awaited (issue 34)
+# Chat's prompt is up while its MCP servers start; their tools join when `mcp_ready` is awaited
 async def test_start_without_waiting_for_mcp_leaves_their_tools_to_mcp_ready(tmp_path: Path) -> None:
     gate, started = tmp_path / "gate", tmp_path / "started"
     settings = _settings(tmp_path, mcp_servers=_gated_mcp_server(tmp_path, gate, started), deny=("echo",))
@@ -114,9 +113,8 @@ async def test_start_without_waiting_for_mcp_leaves_their_tools_to_mcp_ready(tmp
         assert await ready == [] and runtime.registry.get("echo") is not None
 
 
-# Leaving a runtime whose MCP servers are still starting stops them, the start cut short. Found writing
-# it: a stdio server that ignores the end of its stdin was never killed (end_task's repeated cancellation broke the
-# client's shielded shutdown) and `crow tools` stopped by SIGTERM waited forever (issue 34)
+# Leaving a runtime whose MCP servers are still starting stops them, the start cut short, and kills a stdio server
+# that ignores the end of its stdin (a repeated cancellation must not break the client's shielded shutdown)
 async def test_leaving_while_the_mcp_servers_start_stops_them(tmp_path: Path) -> None:
     gate, started = tmp_path / "gate", tmp_path / "started"
     settings = _settings(tmp_path, mcp_servers=_gated_mcp_server(tmp_path, gate, started))
@@ -129,7 +127,7 @@ async def test_leaving_while_the_mcp_servers_start_stops_them(tmp_path: Path) ->
 
 async def test_the_skill_tool_joins_only_when_there_are_skills_and_a_rule_may_name_it_anywhere(
         tmp_path: Path, _isolated_home: Path) -> None:
-    # skills (issue 41): the listing needs the built-in prompt; a `--deny skill` in a folder without skills is no typo
+    # the skills' listing needs the built-in prompt; a `--deny skill` in a folder without skills is no typo
     async with Runtime(_settings(tmp_path, default_prompt=True, deny=("skill",)), SurfaceOptions()) as runtime:
         assert runtime.registry is not None and "skill" not in [t.name for t in runtime.registry]
         assert not runtime.skills and runtime.context.skills is None

@@ -1,5 +1,5 @@
 """What the person is shown of a finished tool call: a command's first and last lines and exit code, an applied
-edit's diff, in `crow run` (stderr) and `crow chat`, in every approval mode (issue 34 section 2)."""
+edit's diff, in `crow run` (stderr) and `crow chat`, in every approval mode."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def test_a_diff_is_coloured_on_a_terminal_and_plain_on_a_pipe() -> None:
     assert piped.getvalue() == "  ok edit_file 0.00s\n" + "".join(f"    {line}\n" for line in diff.splitlines())
 
 
-# An approved command showed only `✓ run_shell(...) ok 0.17s`; the person did not see what it printed (issue 34)
+# After an approved command, `crow run` shows on stderr its first and last lines and its exit code
 async def test_crow_run_shows_a_commands_first_and_last_lines_and_exit_code_on_stderr(tmp_path: Path) -> None:
     turns = script([("c1", "run_shell", {"command": SEQ}), ("c2", "run_shell", {"command": "echo oops; exit 3"})])
     ran = await run_here(turns, "go", yes=True, session=False, cwd=tmp_path)
@@ -64,8 +64,8 @@ async def test_crow_run_shows_a_commands_first_and_last_lines_and_exit_code_on_s
     assert quiet.code == 0 and "oops" not in quiet.stderr and "36" not in quiet.stderr
 
 
-# found by a new-user tester: a command the sandbox refused showed one cut line ("✗ run_shell 0.02s: [exit code 5]
-# 1 2 3 … touch: cannot touch …") instead of its exit status and first and last lines
+# A command the sandbox refused shows its exit status, that the sandbox refused it, and its first and last lines,
+# not one cut line
 @needs_sandbox()
 async def test_a_command_the_sandbox_refused_shows_its_status_and_output(tmp_path: Path) -> None:
     turns = script([("c1", "run_shell", {"command": "seq 1 30; touch /var/tmp/crow-x; echo end; exit 5"})])
@@ -78,7 +78,7 @@ async def test_a_command_the_sandbox_refused_shows_its_status_and_output(tmp_pat
     assert "end" in lines
 
 
-# Under --yes and auto-edit nobody sees a preview, and the applied edit was not shown either (issue 34)
+# Under --yes and auto-edit, where nobody sees a preview, the applied edit's diff is shown
 async def test_crow_run_shows_an_applied_edits_diff_under_yes_and_auto_edit(tmp_path: Path) -> None:
     (tmp_path / "calc.py").write_text("def add(a, b):\n    return a - b\n")
     edit = {"path": "calc.py", "old_string": "a - b", "new_string": "a + b"}
@@ -129,7 +129,7 @@ def test_a_todo_list_is_a_checklist_below_its_call() -> None:
     assert display_lines(ToolDisplay(todos=())) == [("    (empty)", "dim")]
 
 
-# issue 44 §4: tool lines show arguments as a person reads them, not JSON with its whitespace collapsed
+# Tool lines show arguments as a person reads them, not JSON with its whitespace collapsed
 @pytest.mark.parametrize(("arguments", "shown"), [
     ('{"command": "pytest -q   tests/a.py"}', "pytest -q   tests/a.py"),  # the command's own spacing
     ('{"command": "cd src &&\\n  make"}', "cd src && ⏎   make"),

@@ -1,4 +1,4 @@
-"""Tool names with chat-template tokens leaked into them (issue 10 item 3: seen from served models)."""
+"""Tool names with chat-template tokens leaked into them, as served models send them."""
 
 from __future__ import annotations
 
@@ -119,9 +119,9 @@ async def test_a_name_that_cleans_to_no_tool_gets_the_unknown_tool_result():
     assert not [e for e in events if isinstance(e, WarningEvent)]
 
 
-# ---- wire names (issue: OpenAI, DeepSeek and Anthropic-compatible endpoints answer 400 "Invalid
-# 'tools[0].function.name': string does not match pattern '^[a-zA-Z0-9_-]+$'" for plugin and MCP names
-# such as `get_/whoami` (danishjsheikh/swagger-mcp#13) or `Sequential Thinking` (nanbingxyz/5ire#33))
+# ---- wire names: a tool goes on the wire under a name matching '^[a-zA-Z0-9_-]+$', since OpenAI, DeepSeek and
+# Anthropic-compatible endpoints answer 400 "Invalid 'tools[0].function.name': string does not match pattern" for
+# plugin and MCP names such as `get_/whoami` or `Sequential Thinking`
 
 @pytest.mark.parametrize(("name", "wire"), [
     ("read_file", "read_file"), ("get_/whoami", "get__whoami"), ("Sequential Thinking", "Sequential_Thinking"),

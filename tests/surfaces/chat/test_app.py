@@ -198,7 +198,7 @@ async def test_a_mode_changed_in_the_chat_is_recorded_and_told(store: SessionSto
     assert (info.approval, info.sandbox) == ("read-only", "read-only")
 
 
-# found by a new-user tester (wave 4): `crow chat --system-file /nope.md` printed the welcome banner, then the error
+# A system file that cannot be read (`crow chat --system-file /nope.md`) is the only line: no welcome banner first
 async def test_a_bad_system_file_is_the_only_line_before_the_chat_ends(store: SessionStore, tmp_path: Path) -> None:
     out = io.StringIO()
     app = ChatApp(Settings(model="test-model", api_key="sk-test", default_prompt=True,
@@ -246,7 +246,7 @@ async def test_a_path_is_a_message_not_a_command(store: SessionStore) -> None:
     assert server.requests[0]["messages"] == [{"role": "user", "content": "/etc/hosts is what?"}]
 
 
-# A chat locks only the session it is in, never the others in the store (found trying it as a new user)
+# A chat locks only the session it is in, never the others in the store
 async def test_chat_holds_only_the_session_it_is_in(tmp_path: Path) -> None:
 
     from prompt_toolkit.input import create_pipe_input
@@ -276,8 +276,8 @@ async def test_chat_holds_only_the_session_it_is_in(tmp_path: Path) -> None:
     store.close()
 
 
-# issue: as `crow run` did (run_prompt), a chat that had opened the session store itself (as `crow chat` does)
-# kept its session locked and the store open after it ended: a caller in the same process could not continue it
+# A chat that opened the session store itself (as `crow chat` does) frees its session and closes the store when it
+# ends, as `crow run` (run_prompt) does: a caller in the same process can continue it
 async def test_a_chat_that_opened_the_store_leaves_its_session_free_when_it_ends(tmp_path: Path) -> None:
     with ReplayServer([{"sse": text_stream("one")}]) as server, create_pipe_input() as pipe:
         pipe.send_text("hi\r/exit\r")
@@ -289,7 +289,7 @@ async def test_a_chat_that_opened_the_store_leaves_its_session_free_when_it_ends
         assert [m["content"] for m in store.load(app.recorder.session_id)] == ["hi", "one"]  # not "in use"
 
 
-# The state folders crow creates are readable by their owner only (found trying it as a new user)
+# The state folders crow creates are readable by their owner only
 def test_state_folders_crow_creates_are_private(_isolated_home: Path) -> None:
     from crow_cli.surfaces.chat.terminal import _history_path  # noqa: PLC2701  # where the input history lives
 
@@ -328,7 +328,7 @@ def test_tab_completes_a_prompt_files_name_and_an_edit_is_used_at_once(tmp_path:
     assert [r["messages"][-1]["content"] for r in server.requests] == ["Greet Ann.", "Welcome Bob."]
 
 
-# @path mentions attach files in chat (issue 13)
+# @path mentions attach files in chat
 async def test_at_mentions_attach_files(store: SessionStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "notes.txt").write_text("the milk")
     (tmp_path / "blob.bin").write_bytes(b"\0\1")
@@ -340,13 +340,13 @@ async def test_at_mentions_attach_files(store: SessionStore, tmp_path: Path, mon
     sent = server.requests[0]["messages"][-1]["content"]
     assert sent == "what about @notes.txt?\n\n[attached file: notes.txt]\n```\nthe milk\n```"
     assert "attached: notes.txt" in output
-    # the agent-experience issue (34 §3): the session was titled with the attached file's text after the prompt
+    # the session is titled with what was typed, not with the attached file's text after it
     assert [s.title for s in store.recent()] == ["what about @notes.txt?"]
 
 
 async def test_a_damaged_session_store_is_said_once_and_the_chat_goes_on(tmp_path: Path) -> None:
-    # issue 11 item 13 (found trying it as a new user): random bytes in sessions.db stopped `crow chat` with
-    # "file is not a database" while `crow run` carried on with a warning
+    # random bytes in sessions.db are said once ("this chat is not recorded") and the chat goes on, as `crow run`
+    # carries on with a warning
     from crow_cli.sessions import default_db_path
 
     db = default_db_path()
@@ -363,8 +363,7 @@ async def test_a_damaged_session_store_is_said_once_and_the_chat_goes_on(tmp_pat
 
 
 async def test_a_non_utf8_byte_typed_is_cleaned_and_the_chat_goes_on(store: SessionStore) -> None:
-    # issue: one non-UTF-8 byte typed into `crow chat` gave an internal error, and every later message failed the
-    # same way until restart (the bad message stayed in memory)
+    # a non-UTF-8 byte typed into `crow chat` is sent as U+FFFD, no internal error, and later messages go on
     script = [{"sse": text_stream("Got it.")}, {"sse": text_stream("Hello.")}]
     output, server, _ = await chat(script, b"caf\xe9 au lait\rhello\r/exit\r", store)
     assert "internal error" not in output and "Got it." in output and "Hello." in output
@@ -391,7 +390,7 @@ sys.meta_path.insert(0, _Gate())
 
 
 def test_the_prompt_shows_while_the_sdk_loads_and_the_first_turn_waits_for_it(tmp_path: Path) -> None:
-    # issue: start-up and per-turn cost: the SDK's import (~0.7 s) is paid while the user types
+    # the SDK's import (~0.7 s) is paid while the user types: the prompt is up before it ends
     hook = tmp_path / "hook"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(SDK_GATE)
@@ -412,16 +411,15 @@ def test_the_prompt_shows_while_the_sdk_loads_and_the_first_turn_waits_for_it(tm
 
 
 async def test_a_typed_escape_sequence_that_looks_like_a_mouse_event_is_no_internal_error(store: SessionStore) -> None:
-    # found trying it as a new user (wave 3): ESC [ 3 1 m typed at the prompt (a colour code pasted where the
-    # terminal does not bracket pastes) reached prompt-toolkit's mouse handler: a traceback, then "Press ENTER to
-    # continue..." ate the next line
+    # ESC [ 3 1 m typed at the prompt (a colour code pasted where the terminal does not bracket pastes) is no
+    # mouse event for prompt-toolkit's handler: no traceback, and the next line is the next message
     out, server, _app = await chat([{"sse": text_sse("Hello.")}], b"\x1b[31mhi\r/exit\r", store)
     assert [m["content"] for m in server.requests[0]["messages"] if m["role"] == "user"] == ["hi"]
     assert "Hello." in out
 
 
 # Chat's prompt is up at once while a slow MCP server starts; a message sent before it is up waits for it
-# (one line naming it) and then has its tools (issue 34)
+# (one line naming it) and then has its tools
 def _slow_mcp_config(tmp_path: Path, gate: Path, started: Path) -> Path:
     """A config whose one MCP server (the stdlib fault server) starts only once `gate` exists."""
     server_py = Path(__file__).resolve().parents[2] / "tools" / "mcp_fault_server.py"
@@ -451,7 +449,7 @@ def test_the_prompt_is_up_before_a_slow_mcp_server_has_started(tmp_path: Path) -
     assert [t["function"]["name"] for t in server.requests[0]["tools"] if t["function"]["name"] == "echo"] == ["echo"]
 
 
-# A server that comes up while the prompt waits says so above the prompt, and its tools are listed (issue 34)
+# A server that comes up while the prompt waits says so above the prompt, and its tools are listed
 def test_mcp_tools_join_while_the_prompt_waits(tmp_path: Path) -> None:
     gate, started = tmp_path / "gate", tmp_path / "started"
     config = _slow_mcp_config(tmp_path, gate, started)
@@ -517,8 +515,7 @@ async def test_a_bang_without_a_command_or_a_denied_one_adds_nothing(store: Sess
     usage = "usage: !COMMAND runs COMMAND in the workspace's shell; its output goes with your next message"
     assert output.count(usage) == 2 and usage + "\n" + usage + "\n" in output  # one line each
     assert "denied run_shell" in output and not (tmp_path / "made").exists()  # deny rules hold for the person too
-    # found by a new-user tester (wave 5): the person read the model's advice ("Do not retry it; find another way
-    # or ask the us…"); the status line says the refusal
+    # the status line says the refusal, not the advice meant for the model ("Do not retry it; …")
     assert "s · by the rule 'run_shell:touch'\n" in output and "Do not retry" not in output
     assert server.requests[0]["messages"] == [{"role": "user", "content": "hello"}]
 
@@ -647,8 +644,8 @@ def test_the_preview_cannot_drive_the_terminal() -> None:
     assert shown == "$ ls\\u001b[2J\\u001b]0;owned\\u0007 -l"  # shown as escapes: what runs, never a control
 
 
-# issue: a scripted model that tries to escape gets nothing out of `crow chat --yes` either: what the sandbox
-# stops is a question (answered no here), and a key in a file never reaches the model
+# A scripted model that tries to escape gets nothing out of `crow chat --yes`: what the sandbox stops is a
+# question (answered no here), and a key in a file never reaches the model
 @needs_sandbox()
 async def test_chat_yes_lets_no_escape_out(store: SessionStore, tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
@@ -809,8 +806,7 @@ def test_a_tool_line_does_not_join_the_approval_question_on_a_terminal(tmp_path:
 
 
 def test_closing_the_terminal_while_an_answer_streams_exits_129(tmp_path: Path, approval_tools: Path) -> None:
-    # issue 11 item 12 (found trying it as a new user): the live display's cleanup wrote to the dead terminal,
-    # "internal error: OSError: [Errno 5] Input/output error" and exit 1
+    # the live display's cleanup after the terminal closed is no internal error (OSError: [Errno 5]): exit 129
     # "Title" shows with the first event; the next comes a minute later: the answer is still streaming when
     # the terminal goes, whatever the load (it was 2 s between 5-character events, "Title" in the second)
     answer = sse(chunk({"content": "# Title\n\n"}), chunk({"content": "A long answer"}),
@@ -831,8 +827,8 @@ def test_closing_the_terminal_while_an_answer_streams_exits_129(tmp_path: Path, 
 
 
 def test_a_terminal_that_goes_away_without_sighup_ends_the_chat_with_129(tmp_path: Path, approval_tools: Path) -> None:
-    # found by a test that failed 1 in N under load: a write to the closed terminal (EIO) racing the SIGHUP
-    # ended the chat with exit 1; the first write that fails now ends the turn and the chat as a hang-up would
+    # the first write to the closed terminal that fails (EIO, with no SIGHUP or before it) ends the turn and the
+    # chat as a hang-up would: exit 129
     script = [{"sse": text_sse("# Title\n\nA long answer that keeps streaming"), "delay_ms": 300}]
     with ReplayServer(script) as server, ChatTerminal(chat_args(server.base_url, approval_tools), cwd=tmp_path) as term:
         term.expect("›")
@@ -867,8 +863,8 @@ def test_ctrl_c_stops_a_typed_shell_command_and_the_chat_goes_on(tmp_path: Path,
     assert server.requests[0]["messages"] == [{"role": "user", "content": "still there?"}]  # nothing was added
 
 
-# issue 42: `crow chat` in the home folder started without a word; a command there could write ~/.local/bin.
-# Now the chat says so and asks whether to go on: no (or Enter) ends it before anything is sent.
+# `crow chat` in the home folder (where a command could write ~/.local/bin) says so and asks whether to go on:
+# no (or Enter) ends it before anything is sent.
 @pytest.mark.parametrize("reply", ["n", "", "y"])
 async def test_a_chat_in_the_home_folder_asks_whether_to_go_on(store: SessionStore, _isolated_home: Path,
                                                                reply: str) -> None:
@@ -883,7 +879,7 @@ async def test_a_chat_in_the_home_folder_asks_whether_to_go_on(store: SessionSto
         assert "not started in the home folder" in output and server.requests == []
 
 
-# the todo list and plans in chat (issue 43 §1, §2)
+# the todo list and plans in chat
 
 TODOS = [{"content": "read the code", "status": "completed"}, {"content": "fix the bug", "status": "in_progress"},
          {"content": "run the tests", "status": "pending"}]
@@ -932,8 +928,8 @@ async def test_keep_planning_sends_the_note_and_stays_in_plan_mode(store: Sessio
     assert "the session is planning" in server.requests[2]["messages"][-1]["content"]  # the write, refused
 
 
-# issue 44 §1: start like the peers: `crow "PROMPT"` and `crow chat "PROMPT"` send PROMPT first; leaving says how
-# to come back
+# `crow "PROMPT"` and `crow chat "PROMPT"` on a terminal open a chat and send PROMPT first; leaving says how to
+# come back
 def test_crow_with_a_prompt_on_a_terminal_opens_chat_and_sends_it(tmp_path: Path) -> None:
     with ReplayServer([{"sse": text_stream("Fixed it.")}]) as server, ChatTerminal(
             ["--base-url", server.base_url, "--api-key", "sk-test", "--model", "test-model", "--no-tools"],

@@ -93,7 +93,7 @@ async def test_a_fork_of_a_compacted_session_starts_its_requests_from_the_checkp
 async def test_fork_with_nothing_stored_says_why_and_forks_nothing(store: SessionStore) -> None:
     output, _, app = await chat([], "/fork\r/fork now\r/exit\r", store)
     assert "nothing to fork yet (no message of this chat is stored)" in output
-    assert "crow: error: /fork takes no argument" in output  # found by a new-user tester (wave 5): it was ignored
+    assert "crow: error: /fork takes no argument" in output  # an argument is refused, not ignored
     assert store.recent() == [] and app.recorder.info is None  # no empty session left behind either
     output, _, _ = await chat([{"sse": text_stream("Hi.")}], "hello\r/fork\r/exit\r", store,
                               options=ChatOptions(session=False))
@@ -102,8 +102,8 @@ async def test_fork_with_nothing_stored_says_why_and_forks_nothing(store: Sessio
 
 
 async def test_resume_and_retry_show_the_text_of_a_message_with_an_image_not_its_parts(store: SessionStore) -> None:
-    # found typing the history: content may be a list of parts: resuming showed the parts' repr,
-    # the image's whole data: URL with it (issue 18)
+    # content may be a list of parts: resuming and retrying show its text and the image's name, never the parts'
+    # repr nor the image's data: URL
     old = store.create(model="test-model", cwd="/tmp")
     store.append(old.id, {"role": "user", "content": [
         {"type": "text", "text": "what is in it?\n\n[attached image: cat.png]"},
@@ -118,7 +118,7 @@ async def test_resume_and_retry_show_the_text_of_a_message_with_an_image_not_its
 
 
 async def test_resume_names_an_attached_image_by_its_file(store: SessionStore) -> None:
-    # the resumed last exchange said `[image: image/png, 8 B]`: the attached file's name was not kept
+    # the resumed last exchange names the attached file (`[image: cat.png, 8 B]`), not its type
     old = store.create(model="test-model", cwd="/tmp")
     part = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
     store.append(old.id, {"role": "user", "content": [{"type": "text", "text": "what is in it?"},
@@ -132,8 +132,8 @@ async def test_resume_names_an_attached_image_by_its_file(store: SessionStore) -
 
 
 async def test_resume_refuses_a_system_prompt_it_would_not_use(store: SessionStore) -> None:
-    # found trying `--system` on continued sessions as a new user: `crow run -c --system NEW` is refused, `crow chat
-    # --resume --system NEW` went on with the session's own system prompt without a word
+    # `crow chat --resume --system NEW` is refused, as `crow run -c --system NEW` is; the session's own prompt is
+    # taken
     old = store.create(model="test-model", cwd="/tmp")
     for m in ({"role": "system", "content": "OLD"}, {"role": "user", "content": "hi"},
               {"role": "assistant", "content": "Hello."}):
@@ -149,8 +149,8 @@ async def test_resume_refuses_a_system_prompt_it_would_not_use(store: SessionSto
 
 
 async def test_no_session_resume_reads_the_session_and_writes_nothing_to_it(store: SessionStore) -> None:
-    # `crow chat --no-session --resume ID` set the session's model and gave the compactor
-    # the session's recorder, so a compaction stored its checkpoint (issue 18)
+    # `crow chat --no-session --resume ID` leaves the session's model as it was and gives the compactor no
+    # recorder: a compaction stores no checkpoint
     old = store.create(model="old-model", base_url="http://x/v1", cwd="/tmp")
     for m in ({"role": "user", "content": "remember ZEBRA-42"}, {"role": "assistant", "content": "Noted: ZEBRA-42."}):
         store.append(old.id, m)
@@ -163,8 +163,8 @@ async def test_no_session_resume_reads_the_session_and_writes_nothing_to_it(stor
     assert len(store.messages(old.id)) == 2 and store.checkpoints(old.id) == []
 
 
-# With --no-session, /resume loaded a session but recorded nothing, and /undo then found nothing,
-# without a word why (issue 32)
+# With --no-session, a resumed session says nothing new is stored in it, and /undo says why there is nothing to
+# undo
 async def test_no_session_resume_says_nothing_new_is_stored_and_undo_says_why(store: SessionStore) -> None:
     old = store.create(model="m", base_url="http://x/v1", cwd="/tmp")
     for m in ({"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello."}):
@@ -175,7 +175,7 @@ async def test_no_session_resume_says_nothing_new_is_stored_and_undo_says_why(st
 
 
 async def test_no_session_resume_of_a_crashed_turn_closes_it_in_memory_only(store: SessionStore) -> None:
-    # `--no-session --resume ID` stored the "interrupted" results that close a cut turn (issue 18)
+    # `--no-session --resume ID` closes a cut turn with "interrupted" results in memory only, never stored
     old = store.create(model="test-model", cwd="/tmp")
     store.append(old.id, {"role": "user", "content": "list files"})
     store.append(old.id, {"role": "assistant", "content": None, "tool_calls": [
@@ -190,7 +190,7 @@ async def test_no_session_resume_of_a_crashed_turn_closes_it_in_memory_only(stor
 
 
 def test_help_is_made_from_the_command_table() -> None:
-    # The hand-kept help missed /quit; now /help and the dispatch come from one table (issue 18)
+    # /help and the dispatch come from one table, so no command (/quit) is missing from the help
     lines = help_text().splitlines()
     assert len(lines) == 2 + len(COMMANDS) and lines[0].startswith("Enter sends")
     for line, command in zip(lines[1:], COMMANDS, strict=False):
@@ -204,7 +204,7 @@ async def test_quit_leaves(store: SessionStore) -> None:
     assert "unknown command" not in output and server.requests == []
 
 
-# issue: a new user typed /clear (Claude Code's and goose's word for a fresh conversation) and got "unknown command"
+# /clear (Claude Code's and goose's word for a fresh conversation) starts a new session, as /new does
 async def test_clear_starts_a_new_session(store: SessionStore) -> None:
     script = [{"sse": text_stream("One.")}, {"sse": text_stream("Two.")}]
     output, server, _ = await chat(script, "hello\r/clear\rfresh start\r/exit\r", store)
@@ -229,8 +229,7 @@ async def test_slash_commands(store: SessionStore, tmp_path: Path, monkeypatch: 
     assert authorless(store.messages(first.id)) == [{"role": "user", "content": "hello"},
                                         {"role": "assistant", "content": "Retried."}]
     assert first.model == "other-model"
-    # the agent-experience issue (34 §3): /export wrote into the repository chat works in; it writes to the
-    # data folder and says where
+    # /export writes to the data folder, never into the repository chat works in, and says where
     exports = exports_dir()
     assert "Retried." in (exports / f"crow-session-{first.id}.md").read_text()
     assert json.loads((exports / f"crow-session-{first.id}.json").read_text())["session"]["id"] == first.id
@@ -239,7 +238,7 @@ async def test_slash_commands(store: SessionStore, tmp_path: Path, monkeypatch: 
     assert app.recorder.session_id != first.id
 
 
-# /compact and /usage with the context window in chat (issue 13)
+# /compact and /usage with the context window in chat
 async def test_compact_summarises_older_exchanges_and_later_requests_start_from_it(store: SessionStore) -> None:
     script = [{"sse": text_stream(f"answer {n}" + " and more" * 200 * (n == 0))} for n in range(3)]
     script += [{"sse": text_stream("SUMMARY: one, two")}, {"sse": text_stream("fine")}]
@@ -255,8 +254,7 @@ async def test_compact_summarises_older_exchanges_and_later_requests_start_from_
     assert sent[0]["content"].endswith("SUMMARY: one, two\n\ntwo") and "one\n" not in sent[0]["content"]
     assert [m["content"] for m in sent[1:]] == ["answer 1", "three", "answer 2", "four"]
     assert "compacted the conversation" in output
-    # issue: a new user's /compact was announced as "the conversation is near the model's context window" at
-    # a few tokens of 8,192: it is compacted because the user asked
+    # a /compact at a few tokens of 8,192 is announced as asked, not as "near the model's context window"
     assert "near the model's context window" not in output and "compacting as asked" in output
     assert "context: " in output and "/ 8,192 tokens" in output
     stored = store.messages(app.recorder.session_id)
@@ -265,7 +263,7 @@ async def test_compact_summarises_older_exchanges_and_later_requests_start_from_
 
 
 async def test_compact_that_would_make_the_conversation_longer_leaves_it(store: SessionStore) -> None:
-    # seen by a new-user tester (wave 6): /compact of one short exchange said "compacted … 333 → 356 tokens"
+    # a /compact whose summary is longer than what it replaces (one short exchange) leaves the conversation
     script = [{"sse": text_stream(f"answer {n}")} for n in range(3)]
     script += [{"sse": text_stream("SUMMARY: the user counted one and two, and was answered each time.")}]
     settings = Settings(model="test-model", api_key="sk-test", context_window=8192)
@@ -275,7 +273,7 @@ async def test_compact_that_would_make_the_conversation_longer_leaves_it(store: 
     assert store.checkpoints(app.recorder.session_id) == []
 
 
-# AGENTS.md in chat, and /instructions says where they came from (issue 13)
+# AGENTS.md in chat, and /instructions says where they came from
 async def test_instructions_are_loaded_and_shown(store: SessionStore, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / ".git").mkdir()
@@ -327,7 +325,7 @@ async def test_a_prompt_file_is_a_slash_command(store: SessionStore, tmp_path: P
     assert "uses $ARGUMENTS and none were given (/review TEXT); nothing was sent" in output
     assert output.count(f"/review: the project's {prompts / 'review.md'} is used, not your {mine / 'review.md'}") == 1
     assert output.count(f"{prompts / 'help.md'} is not used: /help is a built-in command") == 1
-    # found by a new-user tester (wave 5): a misnamed file was left out of /help without a word
+    # a misnamed file is said not to be used, with why
     assert f"{prompts / 'with space.md'} is not used: a prompt file's name is letters" in output
     lines = output.splitlines()
     assert any(line.startswith("/review TEXT") and line.endswith("Review \\u001b[2Jcarefully") for line in lines)
@@ -336,7 +334,7 @@ async def test_a_prompt_file_is_a_slash_command(store: SessionStore, tmp_path: P
     assert f"crow: error: prompt file {str(prompts / 'bad.md')!r} cannot be read: it is not UTF-8 text" in output
     assert "\x1b" not in output
     assert "unknown command /nope; /help lists the commands" in output
-    # found by a new-user tester (wave 5): the title was the file's text; it is what was typed
+    # the title is what was typed, not the file's text
     assert store.recent()[0].title == "/review src/app.py"
 
 
@@ -350,7 +348,7 @@ async def test_a_prompt_file_never_replaces_a_built_in_command(store: SessionSto
     assert output.count("new session started") == 2 and server.requests == []
 
 
-# /undo removes the last exchange and restores the files crow's file tools changed (issue 13)
+# /undo removes the last exchange and restores the files crow's file tools changed
 async def test_undo_restores_files_and_the_history(store: SessionStore, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "a.txt").write_text("before\n")
@@ -371,13 +369,13 @@ async def test_undo_restores_files_and_the_history(store: SessionStore, tmp_path
 
 async def test_export_works_without_a_session_and_to_a_chosen_path(store: SessionStore, tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    # issue 11 item 10 and friction (found trying it as a new user): `crow chat --no-session` then /export said
-    # "nothing to export yet" after several turns; /export could not write outside the current folder
+    # `crow chat --no-session` then /export writes the turns so far (nothing only before the first), and /export
+    # writes outside the current folder
     monkeypatch.chdir(tmp_path)
     elsewhere = tmp_path / "out" / "talk.json"
     elsewhere.parent.mkdir()
     (tmp_path / "afile").write_text("")
-    # found trying it as a new user (fourth round): `/export jsn` wrote `jsn`
+    # `/export jsn` is an unknown format, not a file named `jsn`
     keys = (f"/export\rhello\r/export\r/export {elsewhere}\r/export md {tmp_path / 'afile' / 'x.md'}\r"
             f"/export md {tmp_path / 'new' / 'sub' / 'x.md'}\r/export jsn\r/exit\r")
     output, _, _ = await chat([{"sse": text_stream("Hi.")}], keys, store, options=ChatOptions(session=False))
@@ -386,15 +384,14 @@ async def test_export_works_without_a_session_and_to_a_chosen_path(store: Sessio
     assert "Hi." in unsaved.read_text()
     assert authorless(json.loads(elsewhere.read_text())["messages"][-1]) == {"role": "assistant", "content": "Hi."}
     assert "crow: error: cannot write" in output and store.recent() == []
-    # seen by a new-user tester: a missing folder was made without a word; it is refused, as `cp` does
+    # a missing folder is refused, as `cp` does, not made
     assert f"crow: error: cannot write {tmp_path / 'new' / 'sub' / 'x.md'}: no such folder" in output
     assert not (tmp_path / "new").exists()
     assert "unknown format 'jsn'" in output and not (tmp_path / "jsn").exists()
 
 
-# found by a new-user tester (wave 5): `/export /etc/passwd` replaced the file (mode 0600) without a word;
-# `/export md json` wrote a file `json` into the repository; `/export DIR/` was "a directory"; the transcript
-# was titled "Untitled session" (the session as it was before its first message)
+# /export never overwrites a file (`/export /etc/passwd`); `/export md json` is one format too many, not a file
+# `json`; `/export DIR` writes into the folder; the transcript has the session's title as it is now
 async def test_export_never_overwrites_takes_a_folder_and_has_the_title(store: SessionStore, tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
@@ -412,8 +409,7 @@ async def test_export_never_overwrites_takes_a_folder_and_has_the_title(store: S
 
 async def test_export_to_a_path_with_spaces_when_quoted(store: SessionStore, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    # issue: a new user's `/export "my notes.md"` was refused as an unknown format '"my': no path with a space
-    # in it could be exported to
+    # `/export "my notes.md"` takes the quoted path with its space, not '"my' as a format
     monkeypatch.chdir(tmp_path)
     (tmp_path / "out dir").mkdir()
     keys = ("hello\r/export \"my notes.md\"\r/export json 'out dir/t.json'\r/export \"x.md\r"
@@ -426,7 +422,7 @@ async def test_export_to_a_path_with_spaces_when_quoted(store: SessionStore, tmp
 
 
 async def test_tools_are_listed_in_aligned_columns(store: SessionStore, tools_dir: Path) -> None:
-    # smaller items: /tools was not aligned (issue 11)
+    # /tools lists the tools in aligned columns
     output, _, _ = await chat([], "/tools\r/exit\r", store, options=chat_options(tools_dirs=(str(tools_dir),)))
     lines = [line for line in output.splitlines() if line.startswith(("read_file ", "run_shell ", "guarded "))]
     assert len(lines) == 3 and len({line.index(line.split()[1]) for line in lines}) == 1, lines
@@ -434,8 +430,8 @@ async def test_tools_are_listed_in_aligned_columns(store: SessionStore, tools_di
 
 async def test_export_to_a_fifo_is_refused_and_the_chat_goes_on(store: SessionStore, tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    # issue: a new user's `/export pipe` (a FIFO) blocked chat for good, deaf to Ctrl-C, SIGTERM and SIGHUP;
-    # the export is private (0600) as the session store is
+    # `/export pipe` (a FIFO) is refused, so it never blocks the chat; the export is private (0600) as the session
+    # store is
 
     monkeypatch.chdir(tmp_path)
     os.mkfifo(tmp_path / "pipe")
@@ -447,7 +443,7 @@ async def test_export_to_a_fifo_is_refused_and_the_chat_goes_on(store: SessionSt
 
 
 async def test_a_slash_alone_or_a_double_slash_is_not_sent(store: SessionStore) -> None:
-    # issue: `/` alone and `//x` went to the model as messages
+    # `/` alone and `//x` are unknown commands, never sent to the model as messages
     output, server, _ = await chat([{"sse": text_stream("Hi.")}], "/\r//x\rhello\r/exit\r", store)
     assert "unknown command /; /help lists the commands" in output
     assert "unknown command //x; /help lists the commands" in output
@@ -498,7 +494,7 @@ def test_compact_and_undo_on_a_terminal(tmp_path: Path) -> None:
         assert len(store.checkpoints(info.id)) == 1
 
 
-# /approval and Shift+Tab: the approval mode changes inside a chat (issue 43 §1)
+# /approval and Shift+Tab: the approval mode changes inside a chat
 
 def _write_turns(*names: str) -> list[dict]:
     script = []
@@ -572,7 +568,7 @@ async def test_approval_refuses_an_unknown_mode_and_keeps_the_one_in_force(store
     assert app.approver.policy.mode == "read-only" and server.requests == []
 
 
-# /rewind: the files crow's tools changed, `run_shell`'s too, and the conversation (issue 44 §3)
+# /rewind: the files crow's tools changed, `run_shell`'s too, and the conversation
 
 def test_rewind_restores_what_a_command_changed_and_a_conversation_rewind_leaves_files(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("old line\n")
@@ -642,7 +638,7 @@ async def test_a_read_only_command_takes_no_snapshot(store: SessionStore, tmp_pa
     assert kinds == ["before", "after"]  # the `touch` only
 
 
-# found reading issue 44: /undo after a `!COMMAND` removed the command's note, not the model's exchange
+# /undo after a `!COMMAND` removes the model's exchange and keeps the command's note
 async def test_undo_after_a_typed_command_removes_the_exchange_and_keeps_the_note(
         store: SessionStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)

@@ -34,7 +34,7 @@ async def test_alt_enter_inserts_a_newline_and_enter_sends(store: SessionStore) 
 
 
 def test_the_input_history_keeps_no_paste_and_is_cut_when_it_grows(tmp_path: Path) -> None:
-    # issue: the chat input history grew by every paste and was loaded whole at start
+    # the chat input history keeps no long paste, and is cut to MAX_HISTORY_BYTES when it grows past it
     from crow_cli.surfaces.chat.terminal import MAX_HISTORY_BYTES, _history_path, input_history  # noqa: PLC2701
 
     path = _history_path()
@@ -49,8 +49,8 @@ def test_the_input_history_keeps_no_paste_and_is_cut_when_it_grows(tmp_path: Pat
     assert "p" * 5000 not in path.read_text() and path.read_text().endswith("+short one\n")
 
 
-# found trying it as a new user (wave 3): a folder where the input history file goes (or a state folder that
-# is a file) ended `crow chat` at start with `crow: internal error: IsADirectoryError`
+# A folder where the input history file goes (or a state folder that is a file) leaves the chat without a kept
+# history (in memory only), never an internal error at start
 def test_an_input_history_that_cannot_be_used_leaves_the_chat_without_it(monkeypatch: pytest.MonkeyPatch,
                                                                           tmp_path: Path) -> None:
     from crow_cli.surfaces.chat.terminal import _history_path, input_history  # noqa: PLC2701
@@ -69,8 +69,8 @@ def test_an_input_history_that_cannot_be_used_leaves_the_chat_without_it(monkeyp
     assert list(in_memory.load_history_strings()) == ["kept for this chat"]
 
 
-# found in a CI dry run (wave 3): a Ctrl-D sent while a turn ended was lost and the chat waited forever. While a
-# turn runs the terminal was in canonical mode, where Ctrl-D is no key but an end-of-line the next read never sees
+# A Ctrl-D typed while a turn runs quits at the next prompt, never lost: in canonical mode Ctrl-D is no key but an
+# end-of-line the next read never sees
 def test_ctrl_d_typed_while_a_turn_runs_quits_at_the_next_prompt(tmp_path: Path) -> None:
     started, gate = tmp_path / "started", tmp_path / "gate"
     wait = f"touch {started}; while [ ! -f {gate} ]; do sleep 0.05; done; echo released"
@@ -88,9 +88,8 @@ def test_ctrl_d_typed_while_a_turn_runs_quits_at_the_next_prompt(tmp_path: Path)
 
 
 def test_a_piped_chat_reads_the_answer_to_an_approval_question_from_its_input(tmp_path: Path) -> None:
-    # found trying it as a new user (wave 3): `printf 'write it\ny\nthanks\n' | crow chat`: the question read the
-    # terminal's input through prompt-toolkit while the piped lines sat in crow's own buffer: it saw end of input
-    # (no), and the "y" went to the model as the next message
+    # `printf 'write it\ny\nthanks\n' | crow chat`: the question reads its answer ("y") from the piped lines in
+    # crow's own buffer, not from the terminal through prompt-toolkit, and "y" never goes to the model
     script = [{"sse": tool_calls_sse(("w1", "write_file", {"path": "new.txt", "content": "hi\n"}))},
               {"sse": text_sse("Written.")}, {"sse": text_sse("You're welcome.")}]
     with ReplayServer(script) as server:

@@ -49,7 +49,7 @@ with using_context(ToolContext.for_workspace(sys.argv[1])):
 """
 
 
-# issue: a new user's write_file on a full disk left a 450 KB file with 0 of its lines (truncate, then write)
+# A write that fails part way (a full disk) leaves the file whole: no truncate-then-write, no temporary file left
 def test_a_failed_write_leaves_the_file_whole(tmp_path: Path) -> None:
     original = "".join(f"line {i}\n" for i in range(9000))  # ~80 KB, under the limit
     (tmp_path / "big.txt").write_text(original)
@@ -87,7 +87,7 @@ def test_a_link_to_a_file_in_the_workspace_stays_a_link(ws: Path) -> None:
     assert (ws / "alias.txt").is_symlink() and (ws / "real.txt").read_text() == "b\n"
 
 
-# issue: edit_file read a 3 GB log whole (3.2 GB of memory, 12-20 s) before refusing it as too big
+# A file over edit_file's limit (a 3 GB log) is refused before it is read, not after reading it whole
 def test_a_huge_file_is_refused_before_it_is_read(ws: Path) -> None:
     log = ws / "huge.log"
     with log.open("wb") as fh:
@@ -96,7 +96,7 @@ def test_a_huge_file_is_refused_before_it_is_read(ws: Path) -> None:
         edit_file("huge.log", "a", "b")
 
 
-# issue: "    0,\n    0,\n" in three "    0," lines occurs twice, overlapping; the edit was made at the first
+# An old_string whose occurrences overlap ("    0,\n    0,\n" in three "    0," lines) occurs twice: not unique
 def test_an_overlapping_old_string_is_not_unique(ws: Path) -> None:
     (ws / "data.py").write_text("x = [\n    0,\n    0,\n    0,\n]\n")
     with pytest.raises(ToolError, match="occurs 2 times"):
@@ -248,7 +248,7 @@ def test_on_a_terminal_the_person_is_asked(repo: Path) -> None:
             _read_until(master, b"Allow edit_file? [y]es / [n]o [reason] / [a]lways for edit_file: ", seen)
             assert b"-    return a - b" in seen  # the prompt shows the diff it asks about
             os.write(master, b"y\n")
-            # without a sandbox the question is whether to run it outside one (issue 31: the suite passes there)
+            # without a sandbox the question is whether to run it outside one (the suite passes there too)
             _read_until(master, b"Allow run_shell?" if backend() else b"Run it outside the sandbox this once?", seen)
             assert f"$ {TEST_COMMAND}".encode() in seen
             os.write(master, b"n\n")

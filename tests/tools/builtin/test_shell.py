@@ -70,8 +70,8 @@ async def test_output_exit_code_and_cwd(ws: Path) -> None:
     assert failed.value.output.splitlines() == ["[exit code 3]", str(ws), "f.txt", "oops"]
 
 
-# noticed at the end of wave 3: a command exiting non-zero showed ✓ in `crow run` and `crow chat`, and its
-# `--json` tool_result said ok/"ok": the display must show it failed, with its exit status
+# A command exiting non-zero shows as failed, with its exit status, in `crow run`, its `--json` tool_result
+# (not ok, outcome "error") and `crow chat`: never ✓
 async def test_a_command_exiting_non_zero_shows_as_failed_in_run_json_and_chat(tmp_path: Path) -> None:
     failing = script([("c1", "run_shell", {"command": "echo nope; exit 3"})], final="Done.")
     for json_mode in (False, True):
@@ -82,7 +82,7 @@ async def test_a_command_exiting_non_zero_shows_as_failed_in_run_json_and_chat(t
             result = next(e["result"] for e in ran.events() if e["type"] == "tool_result")
             assert (result["ok"], result["outcome"], result["output"]) == (False, "error", "[exit code 3]\nnope\n")
         else:
-            # the exit status on the end line, the output below it (issue 34)
+            # the exit status on the end line, the output below it
             assert "  ✗ run_shell " in ran.stderr and "s · exit code 3\n    nope\n" in ran.stderr, ran.stderr
             assert "✓" not in ran.stderr
     # the chat's line for a finished call is drawn on a terminal (a pipe gets plain lines): a pty
@@ -94,7 +94,7 @@ async def test_a_command_exiting_non_zero_shows_as_failed_in_run_json_and_chat(t
         term.expect(" · exit code 3")
         term.expect("    nope")
         term.expect("Done.")
-        term.expect("›")  # the next prompt is up: a Ctrl-D sent before it can be lost (a CI dry run hung on it)
+        term.expect("›")  # the next prompt is up: a Ctrl-D sent before it can be lost
         term.send("\x04")
         assert term.wait() == 0
 
@@ -112,7 +112,7 @@ async def test_output_is_capped(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def test_capped_output_keeps_its_end(monkeypatch: pytest.MonkeyPatch) -> None:
-    # friction: the end of a test run holds its summary; the cut kept only the head (issue 11)
+    # the cut keeps the end as well as the head: the end of a test run holds its summary
     monkeypatch.setattr(shell, "MAX_OUTPUT_BYTES", 3000)
     out = await run_shell.invoke({"command": "seq 1 5000; echo '== 3 failed, 97 passed =='"})
     lines = out.splitlines()
@@ -122,8 +122,8 @@ async def test_capped_output_keeps_its_end(monkeypatch: pytest.MonkeyPatch) -> N
                for line in lines)
 
 
-# found by a new-user tester (wave 5): `!seq 1 200000` showed "… 5642 lines …" (the lines of the capped text, not
-# of the output), and the cut split lines in two ("42" then "572")
+# A capped output keeps whole lines (no line cut in two), and its display counts the lines of the whole output,
+# not of the capped text
 async def test_a_capped_output_keeps_whole_lines_and_counts_all_of_them(monkeypatch: pytest.MonkeyPatch) -> None:
     from crow_cli.surfaces.shown import display_lines
 
@@ -169,14 +169,14 @@ async def test_background_processes_do_not_outlive_the_command(ws: Path) -> None
 
 @pytest.mark.parametrize("timeout_s", [0, -5, float("nan")])
 async def test_a_timeout_of_zero_or_less_is_refused_not_clamped(timeout_s: float) -> None:
-    # smaller: timeout_s <= 0 was clamped to 0.1 s and the command killed at once (issue 11)
+    # timeout_s <= 0 is refused, not clamped to a tiny timeout that would kill the command at once
     from crow_cli.errors import ToolError
 
     with pytest.raises(ToolError, match="timeout_s must be more than 0 seconds"):
         await run_shell.invoke({"command": "echo hi", "timeout_s": timeout_s})
 
 def _hiding(ws: Path, *secrets: str | None) -> ToolContext:
-    """The context of a run whose secrets are `secrets` (issue 9: passed to dispatch, no module-level set)."""
+    """The context of a run whose secrets are `secrets` (passed to dispatch, no module-level set)."""
     return ToolContext.for_workspace(ws, secrets=secrets)
 
 
@@ -308,7 +308,7 @@ async def test_an_escapee_that_keeps_forking_leaves_no_process_behind() -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
-# A key in a custom variable never reaches the model through run_shell (found trying it as a new user)
+# A key in a custom variable never reaches the model through run_shell
 def test_a_key_from_a_custom_variable_never_reaches_the_model_through_run_shell(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
     config.write_text('api_key_env = "MY_LLM_KEY"\n')
@@ -324,7 +324,7 @@ def test_a_key_from_a_custom_variable_never_reaches_the_model_through_run_shell(
     assert "sk-CUSTOMVARSECRET" not in json.dumps(requests)
 
 
-# issue 43 §4: commands that keep running (`run_shell` with `background`, `shell_output`, `shell_kill`)
+# Commands that keep running (`run_shell` with `background`, `shell_output`, `shell_kill`)
 
 def _processes_with_args(*args: str) -> list[int]:
     """The pids whose command line is exactly `args` (a unique `sleep N` names the command under test)."""
