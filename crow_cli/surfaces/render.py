@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from ..history import ToolCall, ToolResult
 from ..text import strip_controls
 from .common import short_json
-from .shown import call_arguments, diff_style, display_lines, display_status
+from .shown import Indented, call_arguments, diff_style, display_lines, display_status
 
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderResult
@@ -128,16 +128,6 @@ class MarkdownBlocks:
         if at > 0:
             self._cut(at, blocks)
             self.continues = True
-
-
-def _styled(lines: list[tuple[str, str]]) -> Any:
-    """(text, style) lines as one rich `Text` (no markup read from them), each ending its line."""
-    from rich.text import Text
-
-    shown = Text()
-    for line, style in lines:
-        shown.append(line + "\n", style=style)
-    return shown
 
 
 def _links_match(tokens: Iterable[Any]) -> bool:
@@ -459,7 +449,7 @@ class TurnView:
             self.console.print(f"{mark} {name}{args} {status} {result.duration_s:.2f}s{detail}", style=style,
                                markup=False, highlight=False)
             if shown:
-                self.console.print(_styled(shown), end="", highlight=False)
+                self.console.print(Indented(shown), end="", highlight=False)
 
         self._show(draw)
         self._refresh()
@@ -490,8 +480,8 @@ class TurnView:
             return
         is_diff = preview.startswith("--- ")
         lines = preview.rstrip("\n").split("\n")
-        self.console.print(_styled([(line, diff_style(line) if is_diff and not line.startswith(("---", "+++"))
-                                     else "") for line in lines]), end="", highlight=False)
+        self.console.print(Indented([(line, diff_style(line) if is_diff and not line.startswith(("---", "+++"))
+                                      else "") for line in lines]), end="", highlight=False)
 
     def document(self, text: str) -> None:
         """A whole Markdown text drawn at once (a plan the model handed over), as answers are drawn; `text`
