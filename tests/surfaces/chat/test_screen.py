@@ -3,14 +3,18 @@ prompt, an answer streamed while the terminal is resized."""
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from tests.replay_server import ReplayServer, text_stream
-from tests.support import ChatTerminal, wait_for
+from tests.support import CROW, ChatTerminal, chunk, sse, wait_for
 
 ARGS = ["--api-key", "sk-test", "--model", "test-model", "--no-session"]
 
@@ -117,3 +121,60 @@ def test_status_line_false_hides_the_line(tmp_path: Path) -> None:
         term.send("\x15\x04")
         assert term.wait() == 0
     assert not any("test-model · ask" in row for row in shown), "\n".join(shown)
+
+
+class TmuxChat:
+    """`crow chat ARGS` in a tmux window `columns` x `rows` (a server of its own): a terminal that rewraps its rows
+    on a resize and keeps those pushed past the top in its scrollback, which `text()` includes."""
+
+    def __init__(self, args: list[str], *, cwd: Path, columns: int, rows: int) -> None:
+        self.socket = f"crow-test-{os.getpid()}-{id(self)}"
+        env = {k: v for k, v in os.environ.items() if k.startswith(("XDG_", "HOME", "PYTHON", "PATH", "CROW_"))}
+        command = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " + shlex.join([CROW, "chat", *args])
+        self._tmux("new-session", "-d", "-s", "chat", "-x", str(columns), "-y", str(rows), "-c", str(cwd),
+                   f"env -i TERM=xterm-256color {command}")
+
+    def _tmux(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.socket, "-f", os.devnull, *args], capture_output=True, text=True,
+                              check=True).stdout
+
+    def text(self) -> str:
+        """The window's rows and its scrollback, each row rewrapped by the terminal joined back into one line."""
+        return self._tmux("capture-pane", "-p", "-J", "-S", "-", "-t", "chat")
+
+    def expect(self, text: str) -> None:
+        wait_for(lambda: text in self.text())
+
+    def send(self, *keys: str) -> None:
+        self._tmux("send-keys", "-t", "chat", *keys)
+
+    def resize(self, columns: int, rows: int) -> None:
+        self._tmux("resize-window", "-t", "chat", "-x", str(columns), "-y", str(rows))
+
+    def __enter__(self) -> TmuxChat:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, check=False)
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+@pytest.mark.parametrize(("before", "after"), [(120, 60), (120, 80), (60, 120)])
+def test_a_terminal_resized_while_a_paragraph_streams_shows_it_once(tmp_path: Path, before: int, after: int) -> None:
+    words = [f"word{n:02d}" for n in range(77)]
+    paragraph = " ".join(words)
+    answer = sse(chunk({"role": "assistant", "content": "Intro line.\n\n" + paragraph}),
+                 chunk({"content": " and more.\n\nthe end."}), chunk({}, "stop"))
+    (tmp_path / "work").mkdir()
+    with ReplayServer([{"sse": answer, "hold_after_events": 1}]) as server, TmuxChat(
+            ["--base-url", server.base_url, *ARGS, "--no-tools"], cwd=tmp_path / "work", columns=before,
+            rows=40) as term:
+        term.expect("›")
+        term.send("go", "Enter")
+        term.expect(words[-1])  # the paragraph is on the screen, the stream held
+        term.resize(after, 40)
+        server.release()
+        term.expect("the end.")
+        shown = term.text()
+    assert {word: shown.count(word) for word in words} == dict.fromkeys(words, 1), shown
+    assert shown.count("Intro line.") == 1 and shown.count("and more.") == 1, shown
