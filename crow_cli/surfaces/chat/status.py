@@ -21,8 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import signal
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ...text import strip_controls
-from ...tools.hooks import PROJECT_SETTINGS
+from ...tools.hooks import PROJECT_SETTINGS, kill_group
 from ...trust import TrustStore, is_trusted, project_root
 
 __all__ = ["COMMAND_TIMEOUT_S", "StatusInfo", "StatusLine", "builtin_line", "status_setting"]
@@ -190,12 +188,12 @@ class StatusLine:
             async with asyncio.timeout(COMMAND_TIMEOUT_S):
                 out, _ = await proc.communicate(payload)
         except TimeoutError:
-            _kill(proc)
+            kill_group(proc.pid)
             await proc.wait()
             self._failed(f"it took longer than {COMMAND_TIMEOUT_S:g} s")
             return None
         except asyncio.CancelledError:
-            _kill(proc)
+            kill_group(proc.pid)
             raise
         if proc.returncode:
             self._failed(f"it ended with exit code {proc.returncode}")
@@ -207,9 +205,3 @@ class StatusLine:
         if not self._warned:
             self._warned = True
             self.warn(f"the status line command is not used: {why}; the built-in line is shown")
-
-
-def _kill(proc: asyncio.subprocess.Process) -> None:
-    """End the command and what it started (its own process group)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)

@@ -1,5 +1,5 @@
 """The status line's setting and built-in text (`surfaces.chat.status`); what the screen shows is in
-test_screen.py."""
+test_app_screen.py."""
 
 from __future__ import annotations
 
