@@ -117,6 +117,9 @@ class Settings:
     web: dict[str, Any] = field(default_factory=dict)
     """The `[web]` table: `allow_hosts` (hosts `web_fetch` fetches without asking, private addresses too) and
     `search_url` (a SearXNG instance for `web_search`; none: no such tool)."""
+    chat: dict[str, Any] = field(default_factory=dict)
+    """The `[chat]` table: `status_line` (true: the built-in line under chat's prompt, false or "": none, a
+    string: a shell command whose first line of output is the line; `surfaces.chat.status`)."""
     max_background_commands: int = 4
     """Commands `run_shell` keeps running in the background at once at most (0: none)."""
     model_named: bool = True
@@ -250,6 +253,15 @@ def _web(value: dict[str, Any]) -> str | None:
     return None
 
 
+def _chat(value: dict[str, Any]) -> str | None:
+    """`[chat]`: only `status_line`, true, false or a shell command."""
+    if unknown := sorted(set(value) - {"status_line"}):
+        return f"[chat] has no key {unknown[0]!r} (its keys: status_line)"
+    if not isinstance(value.get("status_line", True), bool | str):
+        return "[chat] status_line must be true, false or a shell command (a string)"
+    return None
+
+
 def _tables(value: dict[str, Any]) -> str | None:
     bad = [name for name, table in value.items() if not isinstance(table, dict)]
     return f"[mcp_servers.{bad[0]}] must be a table" if bad else None
@@ -340,6 +352,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("hooks", dict, check=_hook_tables),  # [[hooks.EVENT]]: lifecycle hooks (tools.hooks)
     Option("web", dict, check=_web),  # [web]: allow_hosts, search_url (web_fetch, web_search)
     Option("max_background_commands", int, default=4, check=_at_least(0)),  # run_shell background
+    Option("chat", dict, check=_chat),  # [chat]: status_line (surfaces.chat.status)
 )
 _BY_KEY = {o.key: o for o in OPTIONS}
 
@@ -508,7 +521,8 @@ def load_settings(
         provider=dict(values["provider"] or {}), local_model=values["local_model"],
         prices={str(m): {k: float(v) for k, v in t.items()} for m, t in values["prices"].items()},
         hooks=dict(values["hooks"]),
-        web=dict(values["web"] or {}), max_background_commands=int(values["max_background_commands"]),
+        web=dict(values["web"] or {}), chat=dict(values["chat"] or {}),
+        max_background_commands=int(values["max_background_commands"]),
         model_named=bool(flags.get("model") or env.get("CROW_MODEL") or any(layer.values.get("model")
                                                                            for layer in layers)),
     )

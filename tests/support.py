@@ -699,15 +699,18 @@ class ChatTerminal:
 
     The screen text is the child's output with escape sequences removed; `display()` is what a terminal shows
     in the end. stderr is a pipe of its own (`term.stderr()` once the process ended), so a traceback cannot hide
-    in the redrawn screen.
+    in the redrawn screen. `answer_cpr`: the terminal answers where its cursor is (`ESC[6n`), as real ones do,
+    so prompt-toolkit knows the rows below the prompt and draws its bottom toolbar (the status line).
     """
 
     def __init__(self, args: list[str], *, cwd: Path, env: dict[str, str] | None = None, command: str = "chat",
-                 stderr_on_terminal: bool = False, columns: int = 100, rows: int = 30) -> None:
+                 stderr_on_terminal: bool = False, columns: int = 100, rows: int = 30,
+                 answer_cpr: bool = False) -> None:
         master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
         self._sizes = [(0, columns, rows)]  # (output bytes read before the size was set, columns, rows)
-        environ = {**os.environ, "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1", **(env or {})}
+        environ = {**os.environ, "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "0" if answer_cpr else "1", **(env or {})}
+        self._answer_cpr = answer_cpr
         environ.pop("NO_COLOR", None)
         for name in ("COLUMNS", "LINES"):  # pytest-xdist's workers set 80x24, which rich takes over the pty's size
             if env is None or name not in env:
@@ -735,6 +738,11 @@ class ChatTerminal:
                 return
             with self._lock:
                 self._raw += data
+            if self._answer_cpr:
+                for _ in range(data.count(b"\x1b[6n")):
+                    cursor = self._emulated().cursor
+                    with contextlib.suppress(OSError):
+                        os.write(fd, f"\x1b[{cursor.y + 1};{cursor.x + 1}R".encode())
 
     def screen(self) -> str:
         """Everything shown so far, escape sequences removed."""
@@ -781,6 +789,10 @@ class ChatTerminal:
     def display(self) -> list[str]:
         """The rows a terminal that rewraps on resize (VTE, kitty, iTerm2 ...) shows after the output so far, trailing
         spaces removed: the output is played on a pyte screen, rewrapped at each `resize`."""
+        return [row.rstrip() for row in self._emulated().display]
+
+    def _emulated(self) -> Any:
+        """A pyte screen that was shown the output so far (`display`)."""
         import pyte
 
         with self._lock:
@@ -790,7 +802,7 @@ class ChatTerminal:
             screen = pyte.Screen(columns, rows) if screen is None else _rewrapped(screen, columns, rows)
             end = sizes[n + 1][0] if n + 1 < len(sizes) else len(raw)
             pyte.ByteStream(screen).feed(raw[start:end])
-        return [row.rstrip() for row in screen.display]
+        return screen
 
     def hang_up(self, closed_once_shown: str | None = None) -> None:
         """SIGHUP, as closing the terminal window sends, then close the terminal (the master side).

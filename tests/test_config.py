@@ -568,3 +568,16 @@ def test_the_web_table_and_the_background_limit_are_read_and_checked(tmp_path):
         with pytest.raises(ConfigError, match=re.escape(message)) as bad:
             load_settings({}, env={}, config_path=str(path))
         assert bad.value.exit_code == 2
+
+
+def test_the_chat_table_takes_a_status_line_of_true_false_or_a_command(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    for value, read in (("true", True), ("false", False), ('""', ""), ("'~/bin/status'", "~/bin/status")):
+        path.write_text(f"[chat]\nstatus_line = {value}\n")
+        assert load_settings({}, env={}, config_path=str(path)).chat == {"status_line": read}
+    assert load_settings({}, env={}).chat == {}
+    for body, message in (("[chat]\nstatus = true\n", "[chat] has no key 'status'"),
+                          ("[chat]\nstatus_line = 3\n", "[chat] status_line must be true, false or a shell command")):
+        path.write_text(body)
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            load_settings({}, env={}, config_path=str(path))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
@@ -32,8 +33,9 @@ PERMISSION_MODES = {"ask": "default", "auto-edit": "acceptEdits", "yolo": "bypas
 
 def project_brings(workspace: Path) -> list[str]:
     """What the repository around `workspace` brings that acts only when trusted, as the question names it:
-    `.crow/settings.toml (hooks)`, its skills folders (`.crow/skills`, `.agents/skills`, `.claude/skills`) and
-    agents folders (`.crow/agents`, `.claude/agents`), those present at its root."""
+    `.crow/settings.toml (hooks)` and its status line command, its skills folders (`.crow/skills`,
+    `.agents/skills`, `.claude/skills`) and agents folders (`.crow/agents`, `.claude/agents`), those present at
+    its root."""
     root = project_root(workspace)
     found = []
     settings = root / PROJECT_SETTINGS
@@ -42,11 +44,23 @@ def project_brings(workspace: Path) -> list[str]:
             found.append(f"{PROJECT_SETTINGS} (hooks: commands crow runs as you)")
     except ConfigError:
         found.append(f"{PROJECT_SETTINGS} (hooks, not readable)")
+    if _status_command(settings):
+        found.append(f"{PROJECT_SETTINGS} (a status line command crow chat runs as you)")
     for folder, what in ((".crow/skills", "skills"), (".agents/skills", "skills"), (".claude/skills", "skills"),
                          (".crow/agents", "agents"), (".claude/agents", "agents")):
         if (root / folder).is_dir():
             found.append(f"{folder} ({what})")
     return found
+
+
+def _status_command(settings: Path) -> bool:
+    """Whether the project settings file sets `[chat] status_line` to a command (`surfaces.chat.status`)."""
+    try:
+        chat = tomllib.loads(settings.read_bytes().decode("utf-8-sig")).get("chat")
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False
+    line = chat.get("status_line") if isinstance(chat, dict) else None
+    return isinstance(line, str) and bool(line.strip())
 
 
 def trust_question(workspace: Path, *, stdin: TextIO | None = None, err: TextIO | None = None,

@@ -20,7 +20,12 @@ from rich.segment import ControlType, Segment
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, ConsoleRenderable, RenderableType, RenderResult
 
-__all__ = ["LiveArea", "rows_taken"]
+__all__ = ["SCREEN_SHARE", "LiveArea", "rows_taken"]
+
+SCREEN_SHARE = 3
+"""The live area takes at most this share of the terminal's rows (1/3): a terminal made up to three times
+narrower rewraps it onto no more rows than the screen has. Rows pushed up past the screen's top go into the
+scrollback, where no redraw reaches them: they would stay as a copy above the redrawn area."""
 
 
 def rows_taken(widths: list[int], columns: int) -> int:
@@ -36,8 +41,8 @@ class LiveArea(RenderHook):
 
     Args:
         console: where to draw.
-        renderable: what the area shows, rendered anew at each redraw (at the console's current width;
-            cropped to the terminal's height, the last row then being "...").
+        renderable: what the area shows, rendered anew at each redraw (at the console's current width; at
+            most a third of the terminal's rows, `SCREEN_SHARE`: its last ones, below a "..." row).
     """
 
     def __init__(self, console: Console, renderable: RenderableType) -> None:
@@ -86,10 +91,10 @@ class LiveArea(RenderHook):
 
     def _render(self, options: ConsoleOptions) -> list[list[Segment]]:
         lines = self.console.render_lines(self.renderable, options, pad=False)
-        height = options.size.height
-        if len(lines) > height:  # a cursor cannot go up past the screen's top: what is above would stay
+        limit = max(options.size.height // SCREEN_SHARE, 1)
+        if len(lines) > limit:  # its newest rows, below a "..." row
             ellipsis = [Segment("...", self.console.get_style("live.ellipsis"))]
-            lines = [*lines[: max(height - 1, 0)], ellipsis]
+            lines = [ellipsis, *lines[len(lines) - limit + 1:]] if limit > 1 else lines[-1:]
         return lines
 
     def _erase(self) -> Control:

@@ -13,7 +13,9 @@ brings its own spacing, which a plain extra blank line would double).
 Soft line breaks are drawn as hard ones: the model's lines stay its lines (`honest_markdown`).
 
 `TurnView` draws one chat turn with rich: the Markdown tail and a spinner per running tool in one
-live area (`live.LiveArea`: redrawn at the terminal's current width, so a resize leaves no stale copy);
+live area (`live.LiveArea`: redrawn at the terminal's current width, so a resize leaves no stale copy); a
+streaming paragraph keeps only its last `LIVE_ROWS` rows live, the rows above them printed for good where
+they wrap (a terminal made narrower pushes rows of a tall area up into its scrollback, out of a redraw's reach);
 reasoning dimmed; a line per finished tool call (ok/error and duration) with what the call shows the person
 below it (`shown`: a command's first and last lines, an applied edit's diff); warnings that come while the
 answer streams after it. With `plain=True`
@@ -33,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from ..history import ToolCall, ToolResult
 from ..text import strip_controls
 from .common import short_json
-from .shown import call_arguments, diff_style, display_lines, display_status
+from .shown import Indented, call_arguments, diff_style, display_lines, display_status
 
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderResult
@@ -44,6 +46,11 @@ if TYPE_CHECKING:
 __all__ = ["MarkdownBlocks", "TurnView", "honest_markdown"]
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
+_NOT_A_PARAGRAPH = re.compile(r"^ {0,3}(?:[-*+>#|]|\d+[.)]|=|<)")
+"""How a block that is not a plain paragraph starts (a list, a quote, a heading, a table, HTML ...)."""
+LIVE_ROWS = 3
+"""A streaming paragraph keeps at most this many rows live; its rows above them are printed for good, so a resize
+rewraps only a few rows the live area redraws (the rows of a taller area may go up into the scrollback)."""
 _AFTER_BLOCK = "<!-- -->\n\n"  # renders as nothing; what follows is spaced as a block after a block
 WAIT_SECONDS_AFTER_S = 3.0
 """From this many seconds without a first token on, the waiting spinner counts the seconds."""
@@ -105,6 +112,20 @@ class MarkdownBlocks:
         self.continues = False
         return rest
 
+    @property
+    def in_fence(self) -> bool:
+        """Whether the tail is inside a code block."""
+        return self._fence is not None
+
+    def cut_at(self, at: int) -> str:
+        """Take `tail[:at]` out as a block cut for length (the tail then `continues` it): the rows of a paragraph
+        that are done, printed for good while its last rows stay live."""
+        block = self.tail[:at]
+        self.tail = self.tail[at:]
+        self._scan = max(self._scan - at, 0)
+        self.continues = True
+        return block
+
     def _cut(self, at: int, blocks: list[str]) -> None:
         block = self.tail[:at]
         if block.strip():
@@ -128,16 +149,6 @@ class MarkdownBlocks:
         if at > 0:
             self._cut(at, blocks)
             self.continues = True
-
-
-def _styled(lines: list[tuple[str, str]]) -> Any:
-    """(text, style) lines as one rich `Text` (no markup read from them), each ending its line."""
-    from rich.text import Text
-
-    shown = Text()
-    for line, style in lines:
-        shown.append(line + "\n", style=style)
-    return shown
 
 
 def _links_match(tokens: Iterable[Any]) -> bool:
@@ -360,7 +371,37 @@ class TurnView:
         for block in self.blocks.feed(delta):
             self._print_markdown(block, continues=continues)
             continues = False  # a block after the first in one feed starts a new block
+        self._print_done_rows()
         self._refresh()
+
+    def _print_done_rows(self) -> None:
+        """Print the rows of a streaming paragraph above its last `LIVE_ROWS` for good, cut where they wrap: the
+        words of those rows, checked to render as the same rows on their own (inline markup can move them)."""
+        tail = self.blocks.tail
+        if self._live is None or self.blocks.in_fence or "\n" in tail.strip("\n") or _NOT_A_PARAGRAPH.match(tail) \
+                or len(tail) < LIVE_ROWS * 8:
+            return
+        continues = self.blocks.continues
+        rows = self._rows(tail, continues)
+        if len(rows) <= LIVE_ROWS:
+            return
+        done = rows[: len(rows) - LIVE_ROWS]
+        while done and not done[0].strip():  # the blank row spacing it from the block before
+            done = done[1:]
+        words = sum(len(row.split()) for row in done)
+        found = list(re.finditer(r"\S+", tail))
+        if not words or words >= len(found):
+            return
+        at = found[words].start()
+        if self._rows(tail[:at], continues) != rows[: len(rows) - LIVE_ROWS]:
+            return
+        self._print_markdown(self.blocks.cut_at(at), continues=continues)
+
+    def _rows(self, source: str, continues: bool) -> list[str]:
+        """The rows `source` renders to at the console's width (their text, trailing spaces dropped)."""
+        lines = self.console.render_lines(honest_markdown(self.markdown_source(source, continues=continues),
+                                                          self.code_theme), pad=False)
+        return ["".join(segment.text for segment in line).rstrip() for line in lines]
 
     def end_answer(self) -> None:
         """The model turn ended: print what is left of the answer for good."""
@@ -459,7 +500,7 @@ class TurnView:
             self.console.print(f"{mark} {name}{args} {status} {result.duration_s:.2f}s{detail}", style=style,
                                markup=False, highlight=False)
             if shown:
-                self.console.print(_styled(shown), end="", highlight=False)
+                self.console.print(Indented(shown), end="", highlight=False)
 
         self._show(draw)
         self._refresh()
@@ -490,8 +531,8 @@ class TurnView:
             return
         is_diff = preview.startswith("--- ")
         lines = preview.rstrip("\n").split("\n")
-        self.console.print(_styled([(line, diff_style(line) if is_diff and not line.startswith(("---", "+++"))
-                                     else "") for line in lines]), end="", highlight=False)
+        self.console.print(Indented([(line, diff_style(line) if is_diff and not line.startswith(("---", "+++"))
+                                      else "") for line in lines]), end="", highlight=False)
 
     def document(self, text: str) -> None:
         """A whole Markdown text drawn at once (a plan the model handed over), as answers are drawn; `text`

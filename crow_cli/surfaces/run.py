@@ -56,7 +56,7 @@ from .options import SurfaceOptions
 from .persist import RunModes, open_session, settle_modes
 from .refusals import Refusals, refused_line
 from .runtime import Runtime
-from .shown import call_arguments, display_lines, display_status
+from .shown import Indented, call_arguments, display_lines, display_status
 from .usage import TokenUse, footer
 
 if TYPE_CHECKING:
@@ -115,7 +115,7 @@ class PlainPrinter:
         self.at_line_start = True
         self.reasoning_open = False
         self.out_is_terminal = out.isatty()  # model text reaching a terminal loses its control characters
-        self._held: list[tuple[str, str, str]] | None = None
+        self._held: list[tuple[str, str, str, bool]] | None = None
         self._answering = False  # answer text came and the turn has not ended: warnings wait for its end
         self._after_answer: list[str] = []
         self.usage = TokenUse(prices)
@@ -136,12 +136,17 @@ class PlainPrinter:
             yield
         finally:
             lines, self._held = self._held, None
-            for text, style, end in lines:
-                self._print(text, style, end)
+            for text, style, end, indented in lines:
+                self._print(text, style, end, indented=indented)
 
-    def _print(self, text: str, style: str = "", end: str = "\n") -> None:
+    def _print(self, text: str, style: str = "", end: str = "\n", *, indented: bool = False) -> None:
+        """A line on stderr (`end` after it); `indented`: a long line wraps onto rows that keep its indent
+        (`shown.Indented`, on a terminal) instead of the terminal's own wrap from the first column."""
         if self._held is not None:
-            self._held.append((text, style, end))
+            self._held.append((text, style, end, indented))
+            return
+        if indented and self.err.is_terminal:
+            self.err.print(Indented([(strip_controls(text), style)]), end="", soft_wrap=False)
             return
         self.err.print(strip_controls(text), style=style or None, end=end, markup=False)
 
@@ -195,7 +200,7 @@ class PlainPrinter:
                 detail = f" · {ended}" if ended else "" if r.ok else f": {short_json(r.output, 160)}"
                 self._print(f"  {mark} {r.name} {r.duration_s:.2f}s{detail}", style)
                 for line, line_style in display_lines(r.display):  # its output's first and last lines, a diff
-                    self._print(line, line_style)
+                    self._print(line, line_style, indented=True)
             case PlanReady(plan=plan):  # the run's answer: on stdout, as answer text is
                 self._close_reasoning()
                 self._new_line()

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..history import ToolDisplay
 from ..text import strip_controls, visible
 from ..todos import TodoItem, checklist
 
-__all__ = ["DIFF_LINES", "OUTPUT_LINES", "call_arguments", "diff_style", "display_lines", "display_status",
+if TYPE_CHECKING:
+    from rich.console import Console, ConsoleOptions, RenderResult
+
+__all__ = ["DIFF_LINES", "OUTPUT_LINES", "Indented", "call_arguments", "diff_style", "display_lines", "display_status",
            "todo_lines"]
 
 OUTPUT_LINES = (5, 5)
@@ -107,6 +110,34 @@ def todo_lines(todos: Sequence[TodoItem]) -> list[tuple[str, str]]:
     lines = checklist(todos).split("\n")
     return [(INDENT + _line(line), _TODO_STYLES[item.status] if todos else "dim")
             for line, item in zip(lines, todos or [TodoItem("")], strict=True)]
+
+
+class Indented:
+    """(text, style) lines as a rich renderable (no markup read from them), each ending its line; a line wider
+    than the terminal goes on over as many rows as it needs, each indented as its first row is, so a command's
+    output and a diff stay apart from the lines around them. Rendered at the console's width at print time.
+
+    Args:
+        lines: the lines (without line ends) and each one's rich style ("" for none).
+    """
+
+    def __init__(self, lines: Sequence[tuple[str, str]]) -> None:
+        self.lines = list(lines)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        from rich.text import Text
+
+        shown = Text(end="")
+        for line, style in self.lines:
+            body = line.lstrip(" ")
+            indent = len(line) - len(body)
+            if indent * 2 > options.max_width:  # a terminal too narrow for the indent: rows as wide as can be
+                indent = 0
+            rows = Text(body).wrap(console, max(options.max_width - indent, 1), overflow="fold")
+            for row in rows or [Text()]:
+                row.rstrip()  # the space a row was broken at
+                shown.append(" " * indent + row.plain + "\n", style=style)
+        yield shown
 
 
 def display_status(display: ToolDisplay | None) -> str | None:

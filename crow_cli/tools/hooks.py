@@ -31,7 +31,8 @@ from ..history import content_text
 from ..text import clean_text, mask_secrets, strip_controls
 
 __all__ = ["DEFAULT_TIMEOUT_S", "EVENTS", "MAX_CONTEXT_CHARS", "MAX_OUTPUT_BYTES", "PROJECT_SETTINGS",
-           "HookDecision", "HookEvent", "HookSpec", "Hooks", "add_context", "parse_hooks", "read_project_hooks"]
+           "HookDecision", "HookEvent", "HookSpec", "Hooks", "add_context", "kill_group", "parse_hooks",
+           "read_project_hooks"]
 
 HookEvent = Literal["PreToolUse", "PostToolUse", "UserPromptSubmit", "SessionStart", "SessionEnd", "Stop",
                     "SubagentStop", "PreCompact", "Notification"]
@@ -356,7 +357,7 @@ class Hooks:
                 waited_out, timed_out = True, proc.returncode is None
         finally:
             if waited_out or proc.returncode is None:  # cancelled, or out of time: it and all it started
-                _kill_group(proc.pid)
+                kill_group(proc.pid)
             for task in (*readers, writer):
                 task.cancel()
             if proc.returncode is None:
@@ -520,10 +521,12 @@ async def _feed(stdin: asyncio.StreamWriter, data: bytes) -> None:
 def _kill_started(start: asyncio.Future[asyncio.subprocess.Process]) -> None:
     """Kill the process group of a hook that started after its run was cancelled."""
     if not start.cancelled() and start.exception() is None:
-        _kill_group(start.result().pid)
+        kill_group(start.result().pid)
 
 
-def _kill_group(pgid: int) -> None:
+def kill_group(pgid: int) -> None:
+    """SIGKILL the process group `pgid` (a command started in a session of its own, and what it started); one
+    already gone is no error."""
     with contextlib.suppress(OSError):
         os.killpg(pgid, signal.SIGKILL)
 

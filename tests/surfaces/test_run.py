@@ -1119,3 +1119,25 @@ def test_a_run_on_a_model_probed_without_tool_calls_says_so_once_at_start(outcom
                      "call; typed argument: malformed; two calls: no call): its tools will likely not run; "
                      "`crow probe --tools` probes it again"], proc.stderr
     assert proc.stdout.strip() == "Hello."
+
+
+@pytest.mark.parametrize(("terminal", "rows"), [
+    (True, ["    w10 w11 w12 w13 w14 w15 w16 w17 w18", "    w19 w20 w21 w22 w23 w24"]),
+    (False, ["    w10 w11 w12 w13 w14 w15 w16 w17 w18 w19 w20 w21 w22 w23 w24"]),  # one line, for grep
+])
+def test_a_long_line_of_command_output_wraps_keeping_its_indent(terminal: bool, rows: list[str]) -> None:
+    from crow_cli.events import ToolResultReady
+    from crow_cli.history import ToolDisplay, ToolResult
+
+    class Err(io.StringIO):
+        def isatty(self) -> bool:
+            return terminal
+
+    err = Err()
+    printer = PlainPrinter(io.StringIO(), err, debug=False)
+    printer.err.width = 40
+    output = " ".join(f"w{n}" for n in range(10, 25)) + "\n"
+    printer.handle(ToolResultReady(ToolResult("c1", "run_shell", output,
+                                              display=ToolDisplay(output=output, exit_code=0, status="exit code 0"))))
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", err.getvalue()).splitlines()
+    assert shown[1:] == rows

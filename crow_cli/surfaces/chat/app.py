@@ -76,6 +76,7 @@ from .commands import COMMANDS, ChatExit
 from .complete import chat_completer
 from .pick import model_options, session_options
 from .sink import ChatSink
+from .status import StatusInfo, StatusLine, status_setting
 from .terminal import input_history, key_bindings, no_echo, read_piped_line
 
 if TYPE_CHECKING:
@@ -156,6 +157,10 @@ class ChatApp:
         self._served: tuple[str, list[str]] | None = None  # (base URL, its /models), asked once (`served_models`)
         self.mcp_joining: asyncio.Task[None] | None = None
         """Until it is awaited (`_mcp_ready`): the MCP servers' start, which says its problems when it ends."""
+        self.status: StatusLine | None = None
+        """The line under the prompt (`status`); made when the chat starts, None when the config hides it."""
+        self._context: tuple[int, int | None] = (0, None)  # (tokens, window) as of the last prompt
+        self._warnings: set[asyncio.Future[None]] = set()  # status line warnings on their way above the prompt
 
     # set-up
 
@@ -189,11 +194,37 @@ class ChatApp:
             self.open(session_id or None, latest=not session_id, system=self.options.system)
         else:
             self.fresh()
+        setting, _source = status_setting(self.settings.chat, self.settings.config_path, self.root,
+                                          warn=lambda line: self.view.line(f"crow: warning: {strip_controls(line)}",
+                                                                           "yellow"))
+        if setting is not False:
+            self.status = StatusLine(setting, self.status_info, self._status_warning, self.root)
         if (hooks := runtime.context.hooks) is not None:
             hooks.report = self._hook_said
             hooks.session_id = self.recorder.session_id or "" if self.recorder is not None else ""
             await hooks.session_start("startup" if self.options.resume is None else "resume")
         return True
+
+    def status_info(self) -> StatusInfo:
+        """What the status line tells now (the context's size as of the last prompt)."""
+        tokens, window = self._context
+        return StatusInfo(model=self.settings.model, mode=self.approver.policy.mode,
+                          session_id=self.recorder.session_id if self.recorder is not None else None,
+                          cwd=str(self.root), context_tokens=tokens, context_window=window,
+                          recorded=self.recorder is not None)
+
+    def _measure_context(self) -> None:
+        """Count the conversation's tokens for the status line (once per prompt, not at each keystroke)."""
+        compactor = self.driver.compactor if self.driver is not None else None
+        if compactor is not None:
+            self._context = (compactor.budget.prompt_tokens(compactor.outgoing(self.history)),
+                             compactor.budget.window)
+
+    def _status_warning(self, line: str) -> None:
+        """A status line command's failure, said above the prompt that is up."""
+        said = asyncio.ensure_future(self._show_above_prompt([(f"crow: warning: {strip_controls(line)}", "yellow")]))
+        self._warnings.add(said)
+        said.add_done_callback(self._warnings.discard)
 
     def _hook_said(self, event: Event) -> None:
         """What a hook run reports: its warnings are shown (the `hook` events are for --json)."""
@@ -444,6 +475,8 @@ class ChatApp:
             def _cycle(event: Any) -> None:
                 self.set_mode(next_mode(self.approver.policy.mode), quiet=True)
                 event.app.invalidate()
+                if self.status is not None:
+                    self.status.update(event.app.invalidate)
 
             bindings.add("s-tab")(_cycle)  # Shift+Tab: the next mode (`modes.CYCLE`), shown on the prompt line
 
@@ -451,9 +484,13 @@ class ChatApp:
                 history=input_history(), input=self.pt_input, output=self.pt_output,
                 key_bindings=bindings, enable_history_search=False, completer=completer,
                 complete_while_typing=False,  # Tab completes the slash commands and @paths; typing stays quiet
+                bottom_toolbar=self.status.text if self.status is not None else None,
             )
 
             async def read() -> str:
+                if self.status is not None:
+                    self._measure_context()
+                    self.status.update(_redraw)
                 text: str = await session.prompt_async(lambda: f"{self.approver.policy.mode} › ", handle_sigint=False)
                 return text
         if self.options.first is not None:  # typed on the command line: read first, as if typed at the prompt
@@ -508,6 +545,8 @@ class ChatApp:
             with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
                 self.view.stop()
             sdk.join()  # never leave while that thread holds an import lock (shutdown would wait on it)
+            if self.status is not None:
+                await self.status.close()
         return code
 
     async def _send(self, text: str, *, title: str | None = None) -> None:
@@ -970,6 +1009,14 @@ class ChatApp:
             self.recorder.keep_transcript(call_id, call_index, agent, messages)
 
 
+
+
+def _redraw() -> None:
+    """Draw the prompt that is up again (a status line command's new line)."""
+    from prompt_toolkit.application import get_app_or_none
+
+    if (app := get_app_or_none()) is not None:
+        app.invalidate()
 
 
 def _first_then(first: str, read: Callable[[], Awaitable[str]]) -> Callable[[], Awaitable[str]]:
