@@ -44,11 +44,11 @@ from ...events import (
     WarningEvent,
 )
 from ...history import Message, ToolCall, content_text, is_prompt, outcome_of, tool_calls_of, user_message
+from ...modes import SandboxMode
 from ...text import strip_controls
 from ...todos import TodoItem, latest_todos
 from ...tools.approval import Answer, Approvals, PlanAnswer, Policy, Question, make_approver, shown_scope
 from ...tools.registry import ToolRegistry
-from ...tools.sandbox import Mode as SandboxMode
 from ...tools.tool import Tool
 from ...tools.workspace import resolve_for_write
 from ..persist import RunModes, SessionRecorder, settle_modes, tell_modes
@@ -103,7 +103,7 @@ SANDBOX_MODES: dict[SandboxMode, tuple[str, str]] = {
     "read-only": ("Read-only", "Nothing is written: no command writes, no file is edited; no network"),
     "off": ("Off", "Commands run with your full rights"),
 }
-"""The session config option `sandbox`: `tools.sandbox.MODES` → (name, description)."""
+"""The session config option `sandbox`: `modes.SandboxMode` → (name, description)."""
 
 
 def plan_update(todos: Sequence[TodoItem]) -> Any:
