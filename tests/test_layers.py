@@ -241,20 +241,17 @@ def test_the_layer_rules_catch_what_they_name(tmp_path):
 # (a policy, the sandbox's mode) and asks or shows a question. Module -> the names it may import from them.
 APPROVAL_USERS = {
     "crow_cli.tools.orchestrator": {"Approvals"},
-    "crow_cli.surfaces.run": {"Answer", "AskFn", "Choice", "Question", "make_approver"},
+    "crow_cli.surfaces.run": {"Answer", "AskFn", "Choice", "Question"},
     "crow_cli.surfaces.chat.app": {"Answer", "PlanAnswer", "Question", "answer_hint", "approval_question",
-                                   "make_approver", "parse_answer"},
-    "crow_cli.surfaces.approve": {"Answer", "AskFn", "PlanAnswer", "Question", "answer_hint", "approval_question",
-                                  "parse_answer"},
+                                   "parse_answer"},
+    "crow_cli.surfaces.approve": {"Answer", "Approvals", "AskFn", "PlanAnswer", "Policy", "Question", "answer_hint",
+                                  "approval_question", "make_approver", "parse_answer", "start_policy"},
     "crow_cli.surfaces.ask": {"Answer", "Question", "answer_hint", "approval_question", "parse_answer"},
     "crow_cli.surfaces.shell_escape": {"Approvals"},
-    "crow_cli.surfaces.mcp_server": {"Choice", "Policy", "Question", "make_approver", "start_policy"},
-    "crow_cli.surfaces.runtime": {"check_rule_names", "start_policy"},
-    "crow_cli.surfaces.acp.session": {"Answer", "Approvals", "PlanAnswer", "Policy", "Question", "make_approver",
-                                      "shown_scope"},
+    "crow_cli.surfaces.mcp_server": {"Choice", "Policy", "Question"},
+    "crow_cli.surfaces.runtime": {"check_rule_names"},
+    "crow_cli.surfaces.acp.session": {"Answer", "Approvals", "PlanAnswer", "Policy", "Question", "shown_scope"},
     "crow_cli.surfaces.persist": {"Policy"},
-    "crow_cli.commands.options": {"make_approver"},
-    "crow_cli.commands.acp": {"make_approver"},
 }
 SANDBOX_USERS = {
     "crow_cli.tools.orchestrator": {"Sandbox", "SandboxBlocked"},
@@ -318,6 +315,7 @@ def test_the_orchestration_rule_catches_what_it_names():
               "async def f(a, c, t):\n    return await a.escalate(c, t, 'why')\n")
     assert orchestration_offenders("crow_cli.surfaces.run", PKG / "surfaces" / "run.py", source) == [
         "crow_cli.surfaces.run imports crow_cli.tools.approval.decide",
+        "crow_cli.surfaces.run imports crow_cli.tools.approval.make_approver",
         "crow_cli.surfaces.run imports crow_cli.tools.sandbox.*",
         "crow_cli.surfaces.run calls .escalate() (line 4)"]
 

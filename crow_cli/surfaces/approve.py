@@ -1,5 +1,6 @@
-"""Asking a person on the terminal whether a tool call may run (yes / no, maybe saying why / always, for
-the command's prefix or the tool), and what they answer about a plan the model handed over."""
+"""A surface's approver, built from its settings here alone, and asking a person on the terminal whether a
+tool call may run (yes / no, maybe saying why / always, for the command's prefix or the tool), and what they
+answer about a plan the model handed over."""
 
 from __future__ import annotations
 
@@ -7,11 +8,52 @@ import asyncio
 import os
 import re
 import sys
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from ..tools.approval import Answer, AskFn, PlanAnswer, Question, answer_hint, approval_question, parse_answer
+from ..tools.approval import (
+    Answer,
+    Approvals,
+    AskFn,
+    PlanAnswer,
+    Policy,
+    Question,
+    answer_hint,
+    approval_question,
+    make_approver,
+    parse_answer,
+    start_policy,
+)
 
-__all__ = ["PLAN_HINT", "PLAN_QUESTION", "parse_plan_answer", "terminal_ask"]
+if TYPE_CHECKING:
+    from ..config import Settings
+
+__all__ = ["PLAN_HINT", "PLAN_QUESTION", "approver_for", "parse_plan_answer", "start_mode", "terminal_ask"]
+
+
+def start_mode(settings: Settings, *, yes: bool) -> Policy:
+    """The approval policy a surface starts in: the configured one (`ask` when none), `yolo` with `--yes`.
+
+    Raises:
+        ConfigError: `yes` with the `read-only` or `plan` policy (`approval.start_policy`: never loosened).
+    """
+    return start_policy(settings.approval, yes=yes)
+
+
+def approver_for(settings: Settings, *, yes: bool = False, ask: AskFn | None = None,
+                 mode: Policy | None = None) -> Approvals:
+    """A surface's approver: the policy it starts in (`start_mode`), the settings' allow and deny rules, and
+    its question (`ask`; None: nobody can answer, a call that would ask is refused). Every surface builds
+    its approver here, and every command checks its options here before anything slow starts.
+
+    Args:
+        mode: the policy to start in instead of the settings' (a `crow mcp` call's own, already settled).
+
+    Raises:
+        ConfigError: an unknown policy or an empty or invalid rule; `yes` with the `read-only` or `plan`
+            policy.
+    """
+    return make_approver(settings.approval if mode is None else mode, allow=settings.allow, deny=settings.deny,
+                         ask=ask, yes=yes)
 
 PLAN_QUESTION = "Approve the plan? [a] yes, edits apply / [y] yes, ask first / [n NOTE] keep planning: "
 """What the chat asks about a plan the model handed over (`exit_plan_mode`)."""

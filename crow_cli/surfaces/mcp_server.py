@@ -56,10 +56,11 @@ from ..modes import APPROVAL_ORDER, SANDBOX_ORDER, ApprovalMode, SandboxMode
 from ..sessions import SessionStore
 from ..stdout import private_stdout
 from ..text import strip_controls
-from ..tools.approval import Choice, Policy, Question, make_approver, start_policy
+from ..tools.approval import Choice, Policy, Question
 from ..tools.context import ToolContext
 from ..tools.mcp import end_task
 from ..tools.sandbox import Sandbox
+from .approve import approver_for
 from .common import build_client, short_json
 from .options import SurfaceOptions
 from .persist import RunModes, SessionRecorder, open_session, settle_modes
@@ -245,7 +246,7 @@ class McpSurface:
         self.runtime = runtime
         self.options = options
         settings = runtime.settings
-        self.policy: Policy = start_policy(settings.approval, yes=options.yes)
+        self.policy: Policy = runtime.start_mode
         self.sandbox: SandboxMode = settings.sandbox
         self.starting: asyncio.Future[None] | None = None
         """The runtime's start (MCP servers, the client) while it may still run; calls wait for it."""
@@ -344,8 +345,7 @@ class McpSurface:
             caps = ctx.session.client_capabilities
             elicitation = caps.elicitation if caps is not None else None  # `{}` means form mode (the spec)
             can_ask = elicitation is not None and (elicitation.form is not None or elicitation.url is None)
-            approver = make_approver(modes.approval, allow=settings.allow, deny=settings.deny,
-                                     ask=run.ask if can_ask else None)
+            approver = approver_for(settings, mode=modes.approval, ask=run.ask if can_ask else None)
             context = replace(ToolContext.for_workspace(root, secrets=[settings.api_key, *settings.secrets],
                                                         sandbox=Sandbox(modes.sandbox, settings.sandbox_network)),
                               backup=recorder.backup, skills=self.runtime.context.skills,

@@ -33,7 +33,7 @@ from ..default_prompt import default_prompt
 from ..driver import Driver, Interrupts, run_interrupts
 from ..events import RunFinished
 from ..skills import Skills, skills_here
-from ..tools.approval import check_rule_names, start_policy
+from ..tools.approval import check_rule_names
 from ..tools.builtin.skill import skill as skill_tool
 from ..tools.context import ToolContext
 from ..tools.dispatch import Approver
@@ -43,6 +43,7 @@ from ..tools.registry import ToolRegistry
 from ..tools.sandbox import Sandbox, home_notice, startup_notice
 from ..trust import is_trusted
 from ..wire.client import ChatClient
+from .approve import start_mode
 from .common import (
     build_client,
     build_compactor,
@@ -91,12 +92,16 @@ class Runtime:
         warn: where a skipped AGENTS.md file is said (default: stderr).
 
     Raises:
-        ConfigError: the workspace is not a folder, or an MCP server table is invalid.
+        ConfigError: `--yes` with the `read-only` or `plan` policy, the workspace is not a folder, or an MCP
+            server table is invalid.
     """
 
     def __init__(self, settings: Settings, options: SurfaceOptions,
                  warn: Callable[[str], None] | None = None) -> None:
         self.options = options
+        self.start_mode = start_mode(settings, yes=options.yes)
+        """The approval policy the surface starts in (`--yes`: yolo), decided here once for every surface: the
+        built-in prompt tells it, `crow mcp` holds its calls to it, and no session finds it refused later."""
         self.context = replace(
             ToolContext.for_workspace(settings.workspace, secrets=[settings.api_key, *settings.secrets],
                                       sandbox=Sandbox(settings.sandbox, settings.sandbox_network)),
@@ -174,8 +179,7 @@ class Runtime:
             return None
         # the policy the run starts in (`--yes`: yolo), not the configured one: the model is told what is true
         return default_prompt(workspace=workspace, sandbox=settings.sandbox,
-                              network=settings.sandbox_network, approval=start_policy(settings.approval,
-                                                                                      yes=self.options.yes),
+                              network=settings.sandbox_network, approval=self.start_mode,
                               tools=[t.name for t in self.registry or ()] if tools is None else tools,
                               file=settings.system_prompt_file, skills=self.skills.listing())
 

@@ -51,13 +51,12 @@ from ...tools.approval import (
     Question,
     answer_hint,
     approval_question,
-    make_approver,
     parse_answer,
 )
 from ...tools.mcp import end_task
 from ...tools.registry import ToolRegistry
 from ...wire.client import import_in_background
-from ..approve import PLAN_HINT, PLAN_QUESTION, parse_plan_answer
+from ..approve import PLAN_HINT, PLAN_QUESTION, approver_for, parse_plan_answer
 from ..ask import ask_approval, typed_keys
 from ..common import (
     make_console,
@@ -132,8 +131,7 @@ class ChatApp:
         self.history: list[Message] = []
         self.usage = self.token_use()
         self.last_usage = self.token_use()
-        self.approver = make_approver(settings.approval, allow=settings.allow, deny=settings.deny,
-                                      yes=options.surface.yes, ask=self.ask)
+        self.approver = approver_for(settings, yes=options.surface.yes, ask=self.ask)
         """The approval policy (--approval, --allow, --deny, --yes); "always" answers last for this chat."""
         self.modes = RunModes(self.approver.policy.mode, settings.sandbox)
         """The chat's own modes: a new session's; a resumed one keeps its stricter ones (`_settle_modes`)."""
