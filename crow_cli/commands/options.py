@@ -299,9 +299,9 @@ def ask_trust(settings: Settings) -> None:
         ConfigError: the workspace is not a folder.
     """
     from ..surfaces.hooks import trust_question
-    from ..tools.context import ToolContext
+    from ..tools.context import resolve_workspace
 
-    trust_question(ToolContext.for_workspace(settings.workspace).workspace)
+    trust_question(resolve_workspace(settings.workspace))
 
 
 def served_model(settings: Settings) -> Settings:

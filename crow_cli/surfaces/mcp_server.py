@@ -57,9 +57,7 @@ from ..sessions import SessionStore
 from ..stdout import private_stdout
 from ..text import strip_controls
 from ..tools.approval import Choice, Policy, Question
-from ..tools.context import ToolContext
 from ..tools.mcp import end_task
-from ..tools.sandbox import Sandbox
 from .approve import approver_for
 from .common import build_client, short_json
 from .options import SurfaceOptions
@@ -346,13 +344,10 @@ class McpSurface:
             elicitation = caps.elicitation if caps is not None else None  # `{}` means form mode (the spec)
             can_ask = elicitation is not None and (elicitation.form is not None or elicitation.url is None)
             approver = approver_for(settings, mode=modes.approval, ask=run.ask if can_ask else None)
-            context = replace(ToolContext.for_workspace(root, secrets=[settings.api_key, *settings.secrets],
-                                                        sandbox=Sandbox(modes.sandbox, settings.sandbox_network)),
-                              backup=recorder.backup, skills=self.runtime.context.skills,
-                              keep_transcript=recorder.keep_transcript, web=self.runtime.context.web)
-            if (hooks := self.runtime.context.hooks) is not None:  # each call its own session and folder
-                context = replace(context, hooks=hooks.copy(cwd=context.workspace,
-                                                            session_id=recorder.session_id or ""))
+            # each call its own folder, sandbox mode and session (its hooks told of it); no background commands
+            context = replace(self.runtime.context_for(root, backup=recorder.backup, sandbox=modes.sandbox,
+                                                       session_id=recorder.session_id or "", background=False),
+                              keep_transcript=recorder.keep_transcript)
             if settings.model != self.runtime.settings.model:
                 client = build_client(settings, trace=self.options.debug)
             driver = assemble_driver(settings, client or self.runtime.client, self.runtime.registry, approver,

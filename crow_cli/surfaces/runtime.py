@@ -32,10 +32,11 @@ from ..context.compact import Checkpoint
 from ..default_prompt import default_prompt
 from ..driver import Driver, Interrupts, run_interrupts
 from ..events import RunFinished
+from ..modes import SandboxMode
 from ..skills import Skills, skills_here
 from ..tools.approval import check_rule_names
 from ..tools.builtin.skill import skill as skill_tool
-from ..tools.context import ToolContext
+from ..tools.context import ToolContext, resolve_workspace
 from ..tools.dispatch import Approver
 from ..tools.jobs import BackgroundShells
 from ..tools.mcp import McpServers, end_task
@@ -304,21 +305,31 @@ class Runtime:
             check_rule_names(self.settings.allow, self.settings.deny,
                              [*(t.name for t in self.registry), *self.registry.unusable, skill_tool.name])
 
-    def context_for(self, workspace: Path, *, backup: Callable[[Path, bytes | None, str], None] | None = None
-                    ) -> ToolContext:
-        """This runtime's tool context (its secrets and sandbox) on another folder: an editor session's.
+    def context_for(self, workspace: Path, *, backup: Callable[[Path, bytes | None, str], None] | None = None,
+                    sandbox: SandboxMode | None = None, session_id: str | None = None,
+                    background: bool = True) -> ToolContext:
+        """This runtime's tool context (its secrets, sandbox, skills, hooks, web access) on another folder: an
+        editor session's, a `crow mcp` call's. The runtime is the one builder of a run's tool context.
 
         Args:
             workspace: the folder the tools are confined to and commands run in.
             backup: keeps the files crow's tools change, for undo (`SessionRecorder.backup`).
+            sandbox: the sandbox mode of this context (None: the runtime's); its network stays the runtime's.
+            session_id: the session the hooks are told of (None: the runtime's hooks' own).
+            background: whether commands may keep running in the background (the runtime's, stopped when it
+                ends); False for a `crow mcp` call, which ends with its answer.
 
         Raises:
             ConfigError: `workspace` is not a folder.
         """
-        context = ToolContext.for_workspace(workspace, secrets=self.context.secrets, sandbox=self.context.sandbox)
-        hooks = self.context.hooks.copy(cwd=context.workspace) if self.context.hooks is not None else None
+        confined = self.context.sandbox if sandbox is None else replace(self.context.sandbox, mode=sandbox)
+        context = ToolContext.for_workspace(workspace, secrets=self.context.secrets, sandbox=confined)
+        hooks = None
+        if self.context.hooks is not None:
+            hooks = self.context.hooks.copy(cwd=context.workspace, **(
+                {} if session_id is None else {"session_id": session_id}))
         return replace(context, backup=backup, skills=self.context.skills, hooks=hooks, web=self.context.web,
-                       background=self.context.background)
+                       background=self.context.background if background else None)
 
     def new_driver(self, approve: Approver | None, *, recorder: SessionRecorder | None = None,
                    context: ToolContext | None = None, tools: ToolRegistry | None = None,
@@ -391,7 +402,7 @@ async def list_mcp_tools(settings: Settings, registry: ToolRegistry) -> RunFinis
     `registry`, stop them (`crow tools`). A signal (crow run's policy) stops the servers as leaving does, a
     server that ignores the end of its stdin too; the `RunFinished` returned then says which one came
     (`signal`, `exit_code`: 128 + n); None when none came."""
-    workspace = ToolContext.for_workspace(settings.workspace).workspace
+    workspace = resolve_workspace(settings.workspace)
     with run_interrupts() as scope:
         async with McpServers(settings.mcp_servers, workspace=workspace) as servers:
             await servers.register_tools(registry)
