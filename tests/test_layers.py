@@ -261,15 +261,14 @@ def test_the_layer_rules_catch_what_they_name(tmp_path):
 APPROVAL_USERS = {
     "crow_cli.tools.orchestrator": {"Approvals"},
     "crow_cli.surfaces.run": {"Answer", "AskFn", "Choice", "Question"},
-    "crow_cli.surfaces.chat.app": {"Answer", "PlanAnswer", "Question", "answer_hint", "approval_question",
-                                   "parse_answer"},
-    "crow_cli.surfaces.approve": {"Answer", "Approvals", "AskFn", "PlanAnswer", "Policy", "Question", "answer_hint",
-                                  "approval_question", "make_approver", "parse_answer", "start_policy"},
-    "crow_cli.surfaces.ask": {"Answer", "Question", "answer_hint", "approval_question", "parse_answer"},
+    "crow_cli.surfaces.chat.app": {"Answer", "PlanAnswer", "Question"},
+    "crow_cli.surfaces.approve": {"ASK_CHOICES", "Answer", "Approvals", "AskFn", "Choice", "PlanAnswer", "Policy",
+                                  "Question", "make_approver", "start_policy"},
+    "crow_cli.surfaces.ask": {"Answer", "Question"},
     "crow_cli.surfaces.shell_escape": {"Approvals"},
     "crow_cli.surfaces.mcp_server": {"Choice", "Policy", "Question"},
     "crow_cli.surfaces.runtime": {"check_rule_names"},
-    "crow_cli.surfaces.acp.session": {"Answer", "Approvals", "PlanAnswer", "Policy", "Question", "shown_scope"},
+    "crow_cli.surfaces.acp.session": {"Answer", "Approvals", "PlanAnswer", "Policy", "Question"},
     "crow_cli.surfaces.persist": {"Policy"},
 }
 SANDBOX_USERS = {

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import shlex
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -73,14 +72,10 @@ __all__ = [
     "Question",
     "ReviewFn",
     "always_scope",
-    "answer_hint",
-    "approval_question",
     "check_rule_names",
     "describe_call",
     "make_approver",
-    "parse_answer",
     "read_only_command",
-    "shown_scope",
     "start_policy",
 ]
 
@@ -162,61 +157,6 @@ HEAD_LINES = 40
 the preview (where the question is: a terminal scrolls the start away)."""
 REVIEW_CHARS = 40_000
 """Characters of a command shown at most (as for lines)."""
-
-_NO_BECAUSE = re.compile(r"(?is)no?(?:[\s,:;]+(.*))?")
-
-
-def parse_answer(reply: str, scope: tuple[str, ...] = (),
-                 choices: tuple[Choice, ...] = ASK_CHOICES) -> Answer | None:
-    """The answer a typed line means (any case, outer spaces ignored): `y`/`yes`; `a`/`always` (for the
-    command prefixes `scope` when the question offered them, else for the tool); `t`/`tool` (always, for
-    the tool); `n`/`no`, or `n REASON` / `no, REASON` (no, and the model reads REASON). An "always" the
-    question does not offer (`choices`: the question about running outside the sandbox offers yes and no
-    only) is no answer. None for anything else, an empty line (Enter) included: the question is asked
-    again. Every terminal surface uses it."""
-    text = reply.strip()
-    word = text.lower()
-    if word in ("y", "yes"):
-        return Answer("yes")
-    if word in ("a", "always", "t", "tool") and "always" not in choices:
-        return None
-    if word in ("a", "always"):
-        return Answer("always", scope)
-    if word in ("t", "tool"):
-        return Answer("always")
-    matched = _NO_BECAUSE.fullmatch(text)
-    if matched is not None:
-        return Answer("no", reason=" ".join((matched.group(1) or "").split()))
-    return None
-
-
-def answer_hint(scope: tuple[str, ...] = (), choices: tuple[Choice, ...] = ASK_CHOICES) -> str:
-    """The line said when a reply is no answer (`parse_answer` gave None), before the question again."""
-    if "always" not in choices:
-        return "(answer y or n)"
-    always = "a (always for this command), t (always for the tool)" if scope else "a (always)"
-    return f"(answer y, n or n REASON, {always})"
-
-
-def shown_scope(scope: tuple[str, ...]) -> str:
-    """`("pytest", "git status")` → `` `pytest …`, `git status …` ``, as every surface's question shows it."""
-    return ", ".join(f"`{visible(prefix)} …`" for prefix in scope)
-
-
-def approval_question(question: Question) -> str:
-    """What the terminal surfaces ask about `question`: `Allow NAME? [y]es / [n]o [reason] / [a]lways for
-    NAME: `, or, when its "always" is scoped to the call's command prefixes (`Question.scope`), `Allow
-    NAME? [y]es / [n]o [reason] / [a]lways for `pytest …` / always for the [t]ool: `. About running a call
-    outside the sandbox (`Question.outside`), which any yes approves only once, `Run it outside the
-    sandbox this once? [y]es / [n]o: `."""
-    name = question.tool.name
-    if question.outside:
-        return "Run it outside the sandbox this once? [y]es / [n]o: "
-    if question.scope:
-        shown = shown_scope(question.scope)
-        return f"Allow {name}? [y]es / [n]o [reason] / [a]lways for {shown} / always for the [t]ool: "
-    return f"Allow {name}? [y]es / [n]o [reason] / [a]lways for {name}: "
-
 
 def always_scope(call: ToolCall, tool: Tool, arguments: dict[str, Any] | None = None) -> tuple[str, ...]:
     """The command prefixes an "always" about `call` can be scoped to (`pytest -k x` → `("pytest",)`, see

@@ -47,11 +47,11 @@ from ...history import Message, ToolCall, content_text, is_prompt, outcome_of, t
 from ...modes import SandboxMode
 from ...text import strip_controls
 from ...todos import TodoItem, latest_todos
-from ...tools.approval import Answer, Approvals, PlanAnswer, Policy, Question, shown_scope
+from ...tools.approval import Answer, Approvals, PlanAnswer, Policy, Question
 from ...tools.registry import ToolRegistry
 from ...tools.tool import Tool
 from ...tools.workspace import resolve_for_write
-from ..approve import approver_for
+from ..approve import approver_for, shown_scope
 from ..persist import RunModes, SessionRecorder, settle_modes, tell_modes
 from ..runtime import Runtime
 from .convert import (
