@@ -259,7 +259,7 @@ def test_the_layer_rules_catch_what_they_name(tmp_path):
 # outside the sandbox; the others take from `tools.approval` and `tools.sandbox` only what builds a run
 # (a policy, the sandbox's mode) and asks or shows a question. Module -> the names it may import from them.
 APPROVAL_USERS = {
-    "crow_cli.tools.orchestrator": {"Approvals"},
+    "crow_cli.tools.orchestrator": {"Approvals", "Deny"},
     "crow_cli.surfaces.run": {"Answer", "AskFn", "Choice", "Question"},
     "crow_cli.surfaces.chat.app": {"Answer", "PlanAnswer", "Question"},
     "crow_cli.surfaces.approve": {"ASK_CHOICES", "Answer", "Approvals", "AskFn", "Choice", "PlanAnswer", "Policy",

@@ -26,7 +26,7 @@ command lines are matched by `tools.shellrules`. Only tools with `needs_approval
 
 `tools.orchestrator` is the one caller of `Approvals` (before a call runs, and `escalate` when the
 sandbox stopped one); surfaces only answer questions and report. A refused call is not run; the model
-gets a tool result saying why (the orchestrator turns `ToolDenied` into it, outcome `denied`); the text
+gets a tool result saying why (the orchestrator makes it of the `Deny` returned, outcome `denied`); the text
 names policies and rules, never a command-line flag. Rules are strings: a tool name (`"write_file"`,
 `"docs_search"`) or `NAME:PREFIX` for a tool with a subject (`"run_shell:git status"`), a command prefix
 compared as `shellrules` says.
@@ -62,11 +62,13 @@ __all__ = [
     "REVIEW_CHARS",
     "REVIEW_LINES",
     "UNCONFINED_MARK",
+    "Allow",
     "Answer",
     "ApprovalPolicy",
     "Approvals",
     "AskFn",
     "Choice",
+    "Deny",
     "PlanAnswer",
     "Policy",
     "Question",
@@ -409,10 +411,14 @@ class Ask:
 @dataclass(frozen=True, slots=True)
 class Deny:
     """Refuse the call; `reason` is what the model reads (no command-line flags: every surface shows it),
-    `shown` what the person reads of it (the refusal, without the advice to the model)."""
+    `shown` what the person reads of it (the refusal, without the advice to the model). False as a truth
+    value (an `Allow` is true): `if await approvals(call, tool)` reads "if it may run"."""
 
     reason: str
     shown: str = ""
+
+    def __bool__(self) -> bool:
+        return False
 
 
 Decision = Allow | Ask | Deny
@@ -586,9 +592,10 @@ class Approvals:
         plan, self.handed_plan = self.handed_plan, None
         return plan
 
-    async def __call__(self, call: ToolCall, tool: Tool, arguments: dict[str, Any] | None = None) -> bool:
-        """Whether `call` may run: True to run; raises `ToolDenied` (with the reason the model will read)
-        to refuse, or the tool's pre-check `ToolError`.
+    async def __call__(self, call: ToolCall, tool: Tool, arguments: dict[str, Any] | None = None) -> Allow | Deny:
+        """Whether `call` may run, as a value: `Allow`, or `Deny` with the reason the model will read (a "no",
+        a rule, the policy, nobody to ask, a question the surface failed to ask). Raises only the tool's
+        pre-check `ToolError` (`before`).
 
         A question waits for the one before it (one prompt at a time); what changed meanwhile (an answer
         of "always" or "never", a new policy) decides it without asking.
@@ -609,12 +616,15 @@ class Approvals:
                     outside = decision.unconfined is not None
                     question = Question(call, tool, decision.preview, OUTSIDE_CHOICES if outside else ASK_CHOICES,
                                         () if outside else always_scope(call, tool, arguments), outside)
-                    decision = self._answered(tool, _answer(await self.ask(question)))
-        if isinstance(decision, Deny):
-            raise ToolDenied(decision.reason, decision.shown)
-        if self.allowed is not None:
+                    try:
+                        reply = await self.ask(question)
+                    except ToolDenied as exc:  # the question failed (an editor's error): nobody said yes
+                        return Deny(str(exc), exc.shown)
+                    decision = self._answered(tool, _answer(reply))
+        assert not isinstance(decision, Ask)  # answered above
+        if isinstance(decision, Allow) and self.allowed is not None:
             self.allowed(call)
-        return True
+        return decision
 
     def _state(self) -> tuple[ApprovalPolicy, frozenset[str], frozenset[str]]:
         return self.policy, frozenset(self.always), frozenset(self.never)
