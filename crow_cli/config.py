@@ -16,11 +16,11 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any
 from urllib.parse import urlsplit
 
 from .errors import ConfigError
-from .modes import APPROVAL_MODES, ApprovalMode
+from .modes import APPROVAL_MODES, REASONING_ECHO, SANDBOX_MODES, ApprovalMode, ReasoningEcho, SandboxMode
 from .text import header_secrets, is_secret_name, proxy_secrets, public_url, strip_controls, url_secrets
 from .wire.profiles import KEYED_HOSTS, OWNED_PARAMS, check_overrides
 
@@ -29,13 +29,7 @@ __all__ = ["APPROVAL_MODES", "DEFAULT_BASE_URL", "DEFAULT_MODEL", "KEYED_HOSTS",
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_MODEL = "gpt-4o-mini"
-SandboxMode = Literal["workspace-write", "read-only", "off"]
-"""`sandbox`: how `run_shell` commands are confined (`tools.sandbox.MODES`)."""
-SANDBOX_MODES: tuple[SandboxMode, ...] = get_args(SandboxMode)
-ReasoningEcho = Literal["auto", "always", "never"]
-"""`reasoning_echo`: whether a turn's reasoning goes back to the server (`wire.client`)."""
-REASONING_ECHO: tuple[ReasoningEcho, ...] = get_args(ReasoningEcho)
-# `approval`: the approval policy, declared once in `modes` (`tools.approval.Policy` is the same)
+# `approval`, `sandbox`, `reasoning_echo`: their values are declared once, in `modes`
 _OPENAI_HOST = "api.openai.com"
 
 

@@ -1,7 +1,10 @@
-"""The approval modes, declared once: their names, what the model is told of each, the order Shift+Tab
-cycles through, and the note that tells the model of a change.
+"""The modes of a run, declared once: the approval modes (their names, from the strictest to the loosest,
+what the model is told of each, the order Shift+Tab cycles through, the note that tells the model of a
+change), the sandbox modes, and when a turn's reasoning goes back to the server (`ReasoningEcho`).
 
-Every surface, the config and the approval policy take their names from here (`ApprovalMode`). What the
+Every layer takes these names from here (a leaf): the config checks its values against them, `tools`
+(approval policy, sandbox), `wire` (reasoning echo) and the surfaces (`crow mcp`'s arguments, ACP's
+session modes, a continued session's stricter modes) type theirs with them. What the
 model reads of the mode in force is one sentence per mode (`SENTENCES`): the system prompt's `$approval`
 (`default_prompt`) at the start, and a short user note (`mode_note`) appended to the history when the
 mode changes later (`/approval`, Shift+Tab, an editor's mode switch, an approved plan). A note rather than
@@ -14,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, get_args
 
-__all__ = ["APPROVAL_MODES", "CYCLE", "MODE_NOTE_HEAD", "SENTENCES", "ApprovalMode", "is_mode_note", "mode_note",
+__all__ = ["APPROVAL_MODES", "APPROVAL_ORDER", "CYCLE", "MODE_NOTE_HEAD", "REASONING_ECHO", "SANDBOX_MODES",
+           "SANDBOX_ORDER", "SENTENCES", "ApprovalMode", "ReasoningEcho", "SandboxMode", "is_mode_note", "mode_note",
            "next_mode", "told_mode"]
 
 ApprovalMode = Literal["ask", "auto-edit", "yolo", "read-only", "plan"]
@@ -22,6 +26,21 @@ ApprovalMode = Literal["ask", "auto-edit", "yolo", "read-only", "plan"]
 `read-only` (every call that needs approval refused), `plan` (reads and read-only commands only, until the
 model hands over its plan with `exit_plan_mode`)."""
 APPROVAL_MODES: tuple[ApprovalMode, ...] = get_args(ApprovalMode)
+APPROVAL_ORDER: tuple[ApprovalMode, ...] = ("read-only", "plan", "ask", "auto-edit", "yolo")
+"""The approval modes from the strictest to the loosest: a continued session, or a `crow mcp` call, is never
+looser than what it may be."""
+
+SandboxMode = Literal["workspace-write", "read-only", "off"]
+"""How `run_shell` commands are confined (`tools.sandbox`): writes only in the workspace and the temp
+folder, nowhere, or not confined at all."""
+SANDBOX_MODES: tuple[SandboxMode, ...] = get_args(SandboxMode)
+SANDBOX_ORDER: tuple[SandboxMode, ...] = ("read-only", "workspace-write", "off")
+"""The sandbox modes from the strictest to the loosest (as `APPROVAL_ORDER`)."""
+
+ReasoningEcho = Literal["auto", "always", "never"]
+"""Whether a turn's reasoning goes back to the server (`wire.outgoing`): where the server needs it, always,
+or never."""
+REASONING_ECHO: tuple[ReasoningEcho, ...] = get_args(ReasoningEcho)
 
 SENTENCES: dict[ApprovalMode, str] = {
     "ask": "the user approves each file change and command before it runs",

@@ -382,7 +382,7 @@ def test_a_bad_value_of_a_literal_setting_is_one_line_naming_where_it_came_from(
 
 
 def test_the_settings_values_are_those_their_owners_take() -> None:
-    # config may not import tools or wire.outgoing (layers): its Literals repeat theirs, mypy checks the handover
+    # the values the config accepts are those the approval policy, the sandbox and the client take (`modes`)
     from crow_cli.config import APPROVAL_MODES, REASONING_ECHO, SANDBOX_MODES
     from crow_cli.tools.approval import POLICIES
     from crow_cli.tools.sandbox import MODES

@@ -199,40 +199,59 @@ def test_a_module_imports_no_private_name_of_another():
     assert [hit for name, path in modules() for hit in private_imports(name, path)] == []
 
 
-# A run's tool context and driver are assembled in one place, `surfaces.runtime` (ACP's sessions included).
-# `crow mcp`'s calls, each with its own model and folder, assemble theirs.
-ASSEMBLERS = {"crow_cli.surfaces.runtime", "crow_cli.surfaces.mcp_server"}
-ASSEMBLY = {"Driver", "ToolContext", "ToolContext.for_workspace", "assemble_driver"}
+# Who builds the parts of a run: one owner each. The approver from settings (`surfaces.approve`, over
+# `tools.approval`'s constructors), the tool context (`surfaces.runtime`, over `tools.context`; dispatch's default
+# is the working directory with no secrets), the driver (`surfaces.runtime`; `crow mcp`'s calls, each with its own
+# model, call its `assemble_driver`), and the stdio JSON-RPC transport of `crow acp` and `crow mcp`
+# (`surfaces.stdio`; `tools.mcp_transport` reads an MCP server's stderr through a pipe of its own).
+BUILDERS: dict[str, tuple[set[str], set[str]]] = {
+    "an approver": ({"make_approver", "Approvals", "ApprovalPolicy"},
+                    {"crow_cli.tools.approval", "crow_cli.surfaces.approve"}),
+    "a tool context": ({"ToolContext", "ToolContext.for_workspace"},
+                       {"crow_cli.tools.context", "crow_cli.tools.dispatch", "crow_cli.surfaces.runtime"}),
+    "a driver": ({"Driver", "assemble_driver"}, {"crow_cli.surfaces.runtime", "crow_cli.surfaces.mcp_server"}),
+    "a stdio transport": ({"connect_read_pipe", "connect_write_pipe", "ProtocolOutput"},
+                          {"crow_cli.surfaces.stdio", "crow_cli.tools.mcp_transport"}),
+}
 
 
-def assemblies(name: str, path: Path, text: str | None = None) -> list[str]:
-    """`name builds CALLED` for each driver or tool context `name` (at `path`) constructs itself (`ASSEMBLY`)."""
+def builds(name: str, path: Path, text: str | None = None) -> list[str]:
+    """`name builds WHAT (CALLED, line N)` for each part of a run (`BUILDERS`) that `name` (at `path`) constructs
+    and is not listed as an owner of."""
     found = []
     for node in ast.walk(ast.parse(path.read_text() if text is None else text)):
         if not isinstance(node, ast.Call):
             continue
         func = node.func
-        called = func.id if isinstance(func, ast.Name) else \
-            f"{func.value.id}.{func.attr}" if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) \
-            else ""
-        found += [f"{name} builds {called}"] if called in ASSEMBLY else []
+        called = {func.id} if isinstance(func, ast.Name) else {func.attr} | (
+            {f"{func.value.id}.{func.attr}"} if isinstance(func.value, ast.Name) else set()) \
+            if isinstance(func, ast.Attribute) else set()
+        for what, (constructors, owners) in BUILDERS.items():
+            found += [f"{name} builds {what} ({hit}, line {node.lineno})" for hit in sorted(called & constructors)
+                      if name not in owners]
     return found
 
 
-def test_surfaces_take_their_tool_context_and_driver_from_the_runtime():
-    found = [hit for name, path in modules() if name.startswith("crow_cli.surfaces.") and name not in ASSEMBLERS
-             for hit in assemblies(name, path)]
-    assert found == []
+def test_each_part_of_a_run_has_one_builder():
+    # six surfaces and commands built their approver from settings, `crow mcp` its own tool context, and
+    # `crow acp` and `crow mcp` each their stdio transport (issue 47)
+    assert [hit for name, path in modules() for hit in builds(name, path)] == []
+    listed = {owner for _, owners in BUILDERS.values() for owner in owners}
+    assert listed <= {name for name, _ in modules()}, "a listed builder no longer exists"
 
 
 def test_the_layer_rules_catch_what_they_name(tmp_path):
     source = "from .files import _BOMS, file_type\nfrom crow_cli.text import _CONTROL\nfrom . import files\n"
     assert private_imports("crow_cli.tools.x", PKG / "tools" / "x.py", source) == [
         "crow_cli.tools.x imports crow_cli.tools.files._BOMS", "crow_cli.tools.x imports crow_cli.text._CONTROL"]
-    built = "d = Driver(c)\nt = ToolContext.for_workspace(p)\nassemble_driver(s)\nruntime.new_driver(a)\n"
-    assert assemblies("crow_cli.surfaces.x", PKG / "surfaces" / "x.py", built) == [
-        "crow_cli.surfaces.x builds Driver", "crow_cli.surfaces.x builds ToolContext.for_workspace",
-        "crow_cli.surfaces.x builds assemble_driver"]
+    built = ("d = Driver(c)\nt = ToolContext.for_workspace(p)\nassemble_driver(s)\nruntime.new_driver(a)\n"
+             "a = make_approver('ask')\nruntime.context_for(p)\nawait loop.connect_write_pipe(ProtocolOutput, f)\n")
+    assert builds("crow_cli.surfaces.x", PKG / "surfaces" / "x.py", built) == [
+        "crow_cli.surfaces.x builds a driver (Driver, line 1)",
+        "crow_cli.surfaces.x builds a tool context (ToolContext.for_workspace, line 2)",
+        "crow_cli.surfaces.x builds a driver (assemble_driver, line 3)",
+        "crow_cli.surfaces.x builds an approver (make_approver, line 5)",
+        "crow_cli.surfaces.x builds a stdio transport (connect_write_pipe, line 7)"]
     fake = tmp_path / "fake.py"
     fake.write_text("from ..surfaces import chat\nimport rich\nfrom . import stream\n")
     assert offenders("crow_cli.wire.fake", fake) == ["crow_cli.wire.fake imports crow_cli.surfaces (up the layers)",
@@ -243,21 +262,17 @@ def test_the_layer_rules_catch_what_they_name(tmp_path):
 # outside the sandbox; the others take from `tools.approval` and `tools.sandbox` only what builds a run
 # (a policy, the sandbox's mode) and asks or shows a question. Module -> the names it may import from them.
 APPROVAL_USERS = {
-    "crow_cli.tools.orchestrator": {"Approvals", "may_write"},
-    "crow_cli.surfaces.run": {"Answer", "AskFn", "Choice", "Question", "make_approver"},
-    "crow_cli.surfaces.chat.app": {"Answer", "PlanAnswer", "Question", "answer_hint", "approval_question",
-                                   "make_approver", "parse_answer"},
-    "crow_cli.surfaces.approve": {"Answer", "AskFn", "PlanAnswer", "Question", "answer_hint", "approval_question",
-                                  "parse_answer"},
-    "crow_cli.surfaces.ask": {"Answer", "Question", "answer_hint", "approval_question", "parse_answer"},
+    "crow_cli.tools.orchestrator": {"Approvals", "Deny", "may_write"},
+    "crow_cli.surfaces.run": {"Answer", "AskFn", "Choice", "Question"},
+    "crow_cli.surfaces.chat.app": {"Answer", "PlanAnswer", "Question"},
+    "crow_cli.surfaces.approve": {"ASK_CHOICES", "Answer", "Approvals", "AskFn", "Choice", "PlanAnswer", "Policy",
+                                  "Question", "make_approver", "start_policy"},
+    "crow_cli.surfaces.ask": {"Answer", "Question"},
     "crow_cli.surfaces.shell_escape": {"Approvals"},
-    "crow_cli.surfaces.mcp_server": {"Choice", "Policy", "Question", "make_approver", "start_policy"},
-    "crow_cli.surfaces.runtime": {"check_rule_names", "start_policy"},
-    "crow_cli.surfaces.acp.session": {"Answer", "Approvals", "PlanAnswer", "Policy", "Question", "make_approver",
-                                      "shown_scope"},
+    "crow_cli.surfaces.mcp_server": {"Choice", "Policy", "Question"},
+    "crow_cli.surfaces.runtime": {"check_rule_names"},
+    "crow_cli.surfaces.acp.session": {"Answer", "Approvals", "PlanAnswer", "Policy", "Question"},
     "crow_cli.surfaces.persist": {"Policy"},
-    "crow_cli.commands.options": {"make_approver"},
-    "crow_cli.commands.acp": {"make_approver"},
 }
 SANDBOX_USERS = {
     "crow_cli.tools.orchestrator": {"Sandbox", "SandboxBlocked"},
@@ -321,6 +336,7 @@ def test_the_orchestration_rule_catches_what_it_names():
               "async def f(a, c, t):\n    return await a.escalate(c, t, 'why')\n")
     assert orchestration_offenders("crow_cli.surfaces.run", PKG / "surfaces" / "run.py", source) == [
         "crow_cli.surfaces.run imports crow_cli.tools.approval.decide",
+        "crow_cli.surfaces.run imports crow_cli.tools.approval.make_approver",
         "crow_cli.surfaces.run imports crow_cli.tools.sandbox.*",
         "crow_cli.surfaces.run calls .escalate() (line 4)"]
 

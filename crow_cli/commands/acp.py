@@ -20,10 +20,10 @@ def acp(*, flags: RunFlags) -> None:
 
     try:
         settings = flags.settings()
-        from ..tools.approval import make_approver
+        from ..surfaces.approve import approver_for
 
-        # checked now, as every session/new checks it (`approval.start_policy`): the policy with --yes, the rules
-        make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=flags.yes)
+        # checked before stdin is looked at: bad options are the error said, not the pipes
+        approver_for(settings, yes=flags.yes)
         options = flags.surface()
         import asyncio  # not at import time: `crow --version` does without it
 

@@ -29,13 +29,13 @@ def list_hooks(workspace: WorkspaceOpt = None, profile: ProfileOpt = None, confi
     """List the hooks that would run in this folder: event, matcher, command, timeout and the file."""
     from ..config import load_settings
     from ..surfaces.hooks import hook_specs
-    from ..tools.context import ToolContext
+    from ..tools.context import resolve_workspace
     from ..tools.hooks import PROJECT_SETTINGS, read_project_hooks
     from ..trust import is_trusted, project_root
 
     try:
         settings = load_settings({"workspace": workspace}, config_path=config, profile=profile)
-        root = ToolContext.for_workspace(settings.workspace).workspace
+        root = resolve_workspace(settings.workspace)
         running = hook_specs(settings, root)
         trusted = is_trusted(root)
         project = project_root(root) / PROJECT_SETTINGS

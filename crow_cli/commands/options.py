@@ -284,9 +284,9 @@ def check_before_start(settings: Settings, *, yes: bool, local: bool = False) ->
         ConfigError: an invalid policy or rule, or no key for a server that needs one (exit 2).
     """
     from ..config import require_api_key
-    from ..tools.approval import make_approver
+    from ..surfaces.approve import approver_for
 
-    make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=yes)
+    approver_for(settings, yes=yes)
     if not local:  # --local brings its own server, which needs no key
         require_api_key(settings)
 
@@ -299,9 +299,9 @@ def ask_trust(settings: Settings) -> None:
         ConfigError: the workspace is not a folder.
     """
     from ..surfaces.hooks import trust_question
-    from ..tools.context import ToolContext
+    from ..tools.context import resolve_workspace
 
-    trust_question(ToolContext.for_workspace(settings.workspace).workspace)
+    trust_question(resolve_workspace(settings.workspace))
 
 
 def served_model(settings: Settings) -> Settings:

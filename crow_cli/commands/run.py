@@ -145,14 +145,14 @@ def _prompt_file_text(settings: Settings, name: str | None, file: str | None, ar
     from ..config import default_config_path
     from ..prompt_files import PromptFile, PromptFolders, expand, read_prompt
     from ..surfaces.common import warning_to
-    from ..tools.context import ToolContext
+    from ..tools.context import resolve_workspace
 
     if file is not None:
         prompt = PromptFile(Path(file).stem, Path(file).expanduser(), "file")
         usage = f'crow run --prompt-file {file} "TEXT"'
     else:
         assert name is not None
-        folders = PromptFolders.for_workspace(ToolContext.for_workspace(settings.workspace).workspace,
+        folders = PromptFolders.for_workspace(resolve_workspace(settings.workspace),
                                               default_config_path().parent)
         found = folders.find(name)
         if found is None:

@@ -3,14 +3,15 @@ the command's prefix or the tool, this chat).
 
 `ask_approval(question)` prompts with prompt-toolkit; the caller shows the call's preview (the one
 `tools.approval.describe_call` makes, in the `Question` handed to the ask callback) above the question. The answer is
-read with `tools.approval.parse_answer`, as `crow run` reads it.
+read in the loop every terminal surface asks in (`approve.ask_until_answered`), as `crow run` reads it.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..tools.approval import Answer, Question, answer_hint, approval_question, parse_answer
+from ..tools.approval import Answer, Question
+from .approve import ask_until_answered
 
 if TYPE_CHECKING:
     from prompt_toolkit.key_binding import KeyBindings
@@ -20,7 +21,7 @@ __all__ = ["Answer", "ask_approval", "typed_keys"]
 
 async def ask_approval(question: Question, *, pt_input: Any = None, pt_output: Any = None) -> Answer:
     """Prompt `Allow NAME? [y]es / [n]o [reason] / [a]lways for NAME` (or for the command's prefix,
-    `tools.approval.approval_question`) until a valid answer; Enter asks again, Ctrl-D says no.
+    `approve.approval_question`) until a valid answer; Enter asks again, Ctrl-D says no.
 
     Args:
         question: what is asked (its preview is shown above by the caller).
@@ -32,18 +33,14 @@ async def ask_approval(question: Question, *, pt_input: Any = None, pt_output: A
     from prompt_toolkit import PromptSession
 
     session: PromptSession[str] = PromptSession(input=pt_input, output=pt_output, key_bindings=typed_keys())
-    scope = question.scope
-    asked = approval_question(question)
-    shown = asked
-    while True:
-        try:
-            reply = await session.prompt_async(shown, handle_sigint=False)
+
+    async def read_reply(text: str, hint: str | None) -> str | None:
+        try:  # no answer: the prompt says what is one, then asks again
+            return await session.prompt_async(f"{hint}\n{text}" if hint else text, handle_sigint=False)
         except EOFError:
-            return Answer("no")
-        answer = parse_answer(reply, scope, question.choices)
-        if answer is not None:
-            return answer
-        shown = f"{answer_hint(scope, question.choices)}\n{asked}"  # no answer: say what is one, then ask again
+            return None
+
+    return await ask_until_answered(question, read_reply)
 
 
 

@@ -37,7 +37,7 @@ import logging
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, TypeVar
 
 import anyio
 import mcp_types as types
@@ -52,21 +52,20 @@ from ..driver import Driver, editor_interrupts
 from ..errors import SessionError
 from ..events import Event, Notice, RunFinished, ToolResultReady, ToolRunStarted, TurnFinished, WarningEvent
 from ..history import Message, user_message
+from ..modes import APPROVAL_ORDER, SANDBOX_ORDER, ApprovalMode, SandboxMode
 from ..sessions import SessionStore
 from ..stdout import private_stdout
 from ..text import strip_controls
-from ..tools.approval import Choice, Policy, Question, make_approver, start_policy
-from ..tools.context import ToolContext
+from ..tools.approval import Choice, Policy, Question
 from ..tools.mcp import end_task
-from ..tools.sandbox import Mode as SandboxMode
-from ..tools.sandbox import Sandbox
+from .approve import approver_for
 from .common import build_client, short_json
 from .options import SurfaceOptions
-from .persist import POLICY_ORDER, SANDBOX_ORDER, RunModes, SessionRecorder, open_session, settle_modes
+from .persist import RunModes, SessionRecorder, open_session, settle_modes
 from .runtime import Runtime, assemble_driver
 from .stdio import LineTooLong, ProtocolOutput, log_handler, pipes, read_line, too_long_answer
 
-__all__ = ["POLICY_ORDER", "SANDBOX_ORDER", "McpSurface", "serve_mcp"]
+__all__ = ["McpSurface", "ReplyArgs", "RunArgs", "no_looser", "serve_mcp", "tool_list"]
 
 log = logging.getLogger("crow.mcp")
 
@@ -79,11 +78,11 @@ class RunArgs(BaseModel):
     cwd: str | None = Field(None, description="The session's workspace, an absolute path to a folder "
                             "(default: the server's workspace).")
     model: str | None = Field(None, description="The model (default: the server's).")
-    approval: Policy | None = Field(
+    approval: ApprovalMode | None = Field(
         None, description="Approval policy for tool calls: read-only (refuse every call that changes files or runs "
         "commands), plan (reads and read-only commands only; the answer is the plan the model hands over), ask "
         "(ask the client), auto-edit (file edits approved) or yolo; never looser than the server's.")
-    sandbox: Literal["read-only", "workspace-write", "off"] | None = Field(
+    sandbox: SandboxMode | None = Field(
         None, description="How commands are confined; never looser than the server's.")
 
 
@@ -93,10 +92,10 @@ class ReplyArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
     session_id: str = Field(min_length=1, description="The session_id a crow_run (or crow run) returned.")
     prompt: str = Field(min_length=1, description="The next user message.")
-    approval: Literal["read-only", "ask", "auto-edit", "yolo"] | None = Field(
+    approval: ApprovalMode | None = Field(
         None, description="Approval policy for this reply and the session from now on (default: the session's); "
         "never looser than the server's.")
-    sandbox: Literal["read-only", "workspace-write", "off"] | None = Field(
+    sandbox: SandboxMode | None = Field(
         None, description="How commands are confined for this reply and the session from now on (default: the "
         "session's); never looser than the server's.")
 
@@ -139,8 +138,12 @@ def tool_list() -> list[types.Tool]:
     ]
 
 
-def _stricter(asked: str | None, allowed: str, order: tuple[str, ...], what: str) -> str:
-    """`asked` when it is at most as loose as `allowed` in `order` (None: `allowed`).
+_Mode = TypeVar("_Mode", bound=str)
+
+
+def no_looser(asked: _Mode | None, allowed: _Mode, order: tuple[_Mode, ...], what: str) -> _Mode:
+    """`asked` when it is at most as loose as `allowed` in `order` (`modes.APPROVAL_ORDER`, `SANDBOX_ORDER`:
+    strictest first; None: `allowed`).
 
     Raises:
         MCPError: INVALID_PARAMS when `asked` is looser.
@@ -241,7 +244,7 @@ class McpSurface:
         self.runtime = runtime
         self.options = options
         settings = runtime.settings
-        self.policy: Policy = start_policy(settings.approval, yes=options.yes)
+        self.policy: Policy = runtime.start_mode
         self.sandbox: SandboxMode = settings.sandbox
         self.starting: asyncio.Future[None] | None = None
         """The runtime's start (MCP servers, the client) while it may still run; calls wait for it."""
@@ -281,8 +284,8 @@ class McpSurface:
         raise MCPError(types.INVALID_PARAMS, f"unknown tool {params.name!r} (tools: crow_run, crow_reply)")
 
     async def _run(self, ctx: ServerRequestContext[Any], args: RunArgs) -> types.CallToolResult:
-        policy = _stricter(args.approval, self.policy, POLICY_ORDER, "approval")
-        sandbox = _stricter(args.sandbox, self.sandbox, SANDBOX_ORDER, "sandbox")
+        policy = no_looser(args.approval, self.policy, APPROVAL_ORDER, "approval")
+        sandbox = no_looser(args.sandbox, self.sandbox, SANDBOX_ORDER, "sandbox")
         root = self.runtime.workspace if args.cwd is None else _folder(args.cwd)
         settings = self.runtime.settings
         if root != self.runtime.workspace:  # that folder's AGENTS.md files (read off the loop: files on disk)
@@ -302,7 +305,7 @@ class McpSurface:
         history: list[Message] = [{"role": "system", "content": settings.system}] if settings.system else []
         recorder = SessionRecorder(store, settings, info)
         # the call's modes, recorded with the session and told in its prompt (built with the server's)
-        modes = settle_modes(recorder, history, RunModes(_policy(policy), _sandbox(sandbox)),
+        modes = settle_modes(recorder, history, RunModes(policy, sandbox),
                              network=settings.sandbox_network)
         return await self._drive(ctx, settings, root, recorder, history, args.prompt, modes, new=True)
 
@@ -313,8 +316,8 @@ class McpSurface:
         except SessionError as exc:  # no such session, or one in use (a call still running it)
             raise MCPError(types.INVALID_PARAMS, str(exc)) from None
         try:
-            policy = _stricter(args.approval, self.policy, POLICY_ORDER, "approval")
-            sandbox = _stricter(args.sandbox, self.sandbox, SANDBOX_ORDER, "sandbox")
+            policy = no_looser(args.approval, self.policy, APPROVAL_ORDER, "approval")
+            sandbox = no_looser(args.sandbox, self.sandbox, SANDBOX_ORDER, "sandbox")
             info = recorder.info
             folder = Path(info.cwd) if info is not None and info.cwd else None
             if folder is not None and not (folder.is_absolute() and folder.is_dir()):
@@ -327,7 +330,7 @@ class McpSurface:
         root = folder if folder is not None else self.runtime.workspace
         # the session keeps the modes it ran under: a reply never loosens them unless it names them
         given = frozenset(name for name, asked in (("approval", args.approval), ("sandbox", args.sandbox)) if asked)
-        modes = settle_modes(recorder, history, RunModes(_policy(policy), _sandbox(sandbox)), given=given,
+        modes = settle_modes(recorder, history, RunModes(policy, sandbox), given=given,
                              network=settings.sandbox_network)
         return await self._drive(ctx, settings, root, recorder, history, args.prompt, modes)
 
@@ -340,15 +343,11 @@ class McpSurface:
             caps = ctx.session.client_capabilities
             elicitation = caps.elicitation if caps is not None else None  # `{}` means form mode (the spec)
             can_ask = elicitation is not None and (elicitation.form is not None or elicitation.url is None)
-            approver = make_approver(modes.approval, allow=settings.allow, deny=settings.deny,
-                                     ask=run.ask if can_ask else None)
-            context = replace(ToolContext.for_workspace(root, secrets=[settings.api_key, *settings.secrets],
-                                                        sandbox=Sandbox(modes.sandbox, settings.sandbox_network)),
-                              backup=recorder.backup, skills=self.runtime.context.skills,
-                              keep_transcript=recorder.keep_transcript, web=self.runtime.context.web)
-            if (hooks := self.runtime.context.hooks) is not None:  # each call its own session and folder
-                context = replace(context, hooks=hooks.copy(cwd=context.workspace,
-                                                            session_id=recorder.session_id or ""))
+            approver = approver_for(settings, mode=modes.approval, ask=run.ask if can_ask else None)
+            # each call its own folder, sandbox mode and session (its hooks told of it); no background commands
+            context = replace(self.runtime.context_for(root, backup=recorder.backup, sandbox=modes.sandbox,
+                                                       session_id=recorder.session_id or "", background=False),
+                              keep_transcript=recorder.keep_transcript)
             if settings.model != self.runtime.settings.model:
                 client = build_client(settings, trace=self.options.debug)
             driver = assemble_driver(settings, client or self.runtime.client, self.runtime.registry, approver,
@@ -402,14 +401,6 @@ async def _unless_cancelled(task: asyncio.Future[RunFinished], driver: Driver) -
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.shield(task)
         raise
-
-
-def _policy(name: str) -> Policy:
-    return next(p for p in POLICY_ORDER if p == name)
-
-
-def _sandbox(name: str) -> SandboxMode:
-    return next(m for m in SANDBOX_ORDER if m == name)
 
 
 def _folder(cwd: str) -> Path:

@@ -23,18 +23,14 @@ from ..default_prompt import retell_modes, without_default
 from ..errors import ConfigError, SessionError
 from ..history import Message, repair_history
 from ..instructions import system_prompt
+from ..modes import APPROVAL_ORDER, SANDBOX_ORDER, SandboxMode
 from ..rewind import Scanner
 from ..sessions import SessionInfo, SessionStore
 from ..tools.approval import Policy
-from ..tools.sandbox import Mode as SandboxMode
 
-__all__ = ["POLICY_ORDER", "SANDBOX_ORDER", "RunModes", "SessionRecorder", "kept_modes", "open_session",
+__all__ = ["RunModes", "SessionRecorder", "kept_modes", "open_session",
            "settle_modes", "tell_modes"]
 
-POLICY_ORDER: tuple[Policy, ...] = ("read-only", "plan", "ask", "auto-edit", "yolo")
-"""Approval policies from the strictest to the loosest."""
-SANDBOX_ORDER: tuple[SandboxMode, ...] = ("read-only", "workspace-write", "off")
-"""Sandbox modes from the strictest to the loosest (as `POLICY_ORDER`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +50,8 @@ def kept_modes(info: SessionInfo | None, current: RunModes, *, given: frozenset[
     if info is None:
         return current
     approval, sandbox = current.approval, current.sandbox
-    if "approval" not in given and info.approval in POLICY_ORDER:
-        approval = POLICY_ORDER[min(POLICY_ORDER.index(approval), POLICY_ORDER.index(info.approval))]
+    if "approval" not in given and info.approval in APPROVAL_ORDER:
+        approval = APPROVAL_ORDER[min(APPROVAL_ORDER.index(approval), APPROVAL_ORDER.index(info.approval))]
     if "sandbox" not in given and info.sandbox in SANDBOX_ORDER:
         sandbox = SANDBOX_ORDER[min(SANDBOX_ORDER.index(sandbox), SANDBOX_ORDER.index(info.sandbox))]
     return RunModes(approval, sandbox)

@@ -40,12 +40,12 @@ from ..events import (
 from ..history import Message, as_json, user_message
 from ..stdout import private_stdout
 from ..text import strip_controls
-from ..tools.approval import Answer, AskFn, Choice, Question, make_approver
+from ..tools.approval import Answer, AskFn, Choice, Question
 from ..tools.dispatch import Approver
 from ..tools.hooks import Hooks
 from ..wire.client import import_in_background
 from ..wire.vision import holds_images
-from .approve import terminal_ask
+from .approve import approver_for, terminal_ask
 from .common import (
     make_console,
     short_json,
@@ -396,8 +396,7 @@ async def _run_in(runtime: Runtime, options: RunOptions, out: TextIO, err: TextI
                                                              prices=settings.prices.get(settings.model),
                                                              all_prices=settings.prices))
     # with --yes too: the policy asks nothing then, but running a command outside the sandbox is a question
-    approve = make_approver(settings.approval, allow=settings.allow, deny=settings.deny, yes=options.surface.yes,
-                            ask=_held_ask(terminal_ask(), printer))
+    approve = approver_for(settings, yes=options.surface.yes, ask=_held_ask(terminal_ask(), printer))
     if not runtime.mcp_server_names:  # every tool is known already: a rule naming none is refused before any event
         runtime.check_rules()
     # the MCP servers start (and the SDK loads) while the session is read; the run waits for them in `_drive`

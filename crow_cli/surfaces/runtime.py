@@ -32,10 +32,11 @@ from ..context.compact import Checkpoint
 from ..default_prompt import default_prompt
 from ..driver import Driver, Interrupts, run_interrupts
 from ..events import RunFinished
+from ..modes import SandboxMode
 from ..skills import Skills, skills_here
-from ..tools.approval import check_rule_names, start_policy
+from ..tools.approval import check_rule_names
 from ..tools.builtin.skill import skill as skill_tool
-from ..tools.context import ToolContext
+from ..tools.context import ToolContext, resolve_workspace
 from ..tools.dispatch import Approver
 from ..tools.jobs import BackgroundShells
 from ..tools.mcp import McpServers, end_task
@@ -44,6 +45,7 @@ from ..tools.sandbox import Sandbox, home_notice, startup_notice
 from ..trust import is_trusted
 from ..wire.client import ChatClient
 from ..wire.profile import tool_probe_words
+from .approve import start_mode
 from .common import (
     build_client,
     build_compactor,
@@ -104,12 +106,16 @@ class Runtime:
         warn: where a skipped AGENTS.md file is said (default: stderr).
 
     Raises:
-        ConfigError: the workspace is not a folder, or an MCP server table is invalid.
+        ConfigError: `--yes` with the `read-only` or `plan` policy, the workspace is not a folder, or an MCP
+            server table is invalid.
     """
 
     def __init__(self, settings: Settings, options: SurfaceOptions,
                  warn: Callable[[str], None] | None = None) -> None:
         self.options = options
+        self.start_mode = start_mode(settings, yes=options.yes)
+        """The approval policy the surface starts in (`--yes`: yolo), decided here once for every surface: the
+        built-in prompt tells it, `crow mcp` holds its calls to it, and no session finds it refused later."""
         self.context = replace(
             ToolContext.for_workspace(settings.workspace, secrets=[settings.api_key, *settings.secrets],
                                       sandbox=Sandbox(settings.sandbox, settings.sandbox_network)),
@@ -187,8 +193,7 @@ class Runtime:
             return None
         # the policy the run starts in (`--yes`: yolo), not the configured one: the model is told what is true
         return default_prompt(workspace=workspace, sandbox=settings.sandbox,
-                              network=settings.sandbox_network, approval=start_policy(settings.approval,
-                                                                                      yes=self.options.yes),
+                              network=settings.sandbox_network, approval=self.start_mode,
                               tools=[t.name for t in self.registry or ()] if tools is None else tools,
                               file=settings.system_prompt_file, skills=self.skills.listing())
 
@@ -315,21 +320,31 @@ class Runtime:
             check_rule_names(self.settings.allow, self.settings.deny,
                              [*(t.name for t in self.registry), *self.registry.unusable, skill_tool.name])
 
-    def context_for(self, workspace: Path, *, backup: Callable[[Path, bytes | None, str], None] | None = None
-                    ) -> ToolContext:
-        """This runtime's tool context (its secrets and sandbox) on another folder: an editor session's.
+    def context_for(self, workspace: Path, *, backup: Callable[[Path, bytes | None, str], None] | None = None,
+                    sandbox: SandboxMode | None = None, session_id: str | None = None,
+                    background: bool = True) -> ToolContext:
+        """This runtime's tool context (its secrets, sandbox, skills, hooks, web access) on another folder: an
+        editor session's, a `crow mcp` call's. The runtime is the one builder of a run's tool context.
 
         Args:
             workspace: the folder the tools are confined to and commands run in.
             backup: keeps the files crow's tools change, for undo (`SessionRecorder.backup`).
+            sandbox: the sandbox mode of this context (None: the runtime's); its network stays the runtime's.
+            session_id: the session the hooks are told of (None: the runtime's hooks' own).
+            background: whether commands may keep running in the background (the runtime's, stopped when it
+                ends); False for a `crow mcp` call, which ends with its answer.
 
         Raises:
             ConfigError: `workspace` is not a folder.
         """
-        context = ToolContext.for_workspace(workspace, secrets=self.context.secrets, sandbox=self.context.sandbox)
-        hooks = self.context.hooks.copy(cwd=context.workspace) if self.context.hooks is not None else None
+        confined = self.context.sandbox if sandbox is None else replace(self.context.sandbox, mode=sandbox)
+        context = ToolContext.for_workspace(workspace, secrets=self.context.secrets, sandbox=confined)
+        hooks = None
+        if self.context.hooks is not None:
+            hooks = self.context.hooks.copy(cwd=context.workspace, **(
+                {} if session_id is None else {"session_id": session_id}))
         return replace(context, backup=backup, skills=self.context.skills, hooks=hooks, web=self.context.web,
-                       background=self.context.background)
+                       background=self.context.background if background else None)
 
     def new_driver(self, approve: Approver | None, *, recorder: SessionRecorder | None = None,
                    context: ToolContext | None = None, tools: ToolRegistry | None = None,
@@ -402,7 +417,7 @@ async def list_mcp_tools(settings: Settings, registry: ToolRegistry) -> RunFinis
     `registry`, stop them (`crow tools`). A signal (crow run's policy) stops the servers as leaving does, a
     server that ignores the end of its stdin too; the `RunFinished` returned then says which one came
     (`signal`, `exit_code`: 128 + n); None when none came."""
-    workspace = ToolContext.for_workspace(settings.workspace).workspace
+    workspace = resolve_workspace(settings.workspace)
     with run_interrupts() as scope:
         async with McpServers(settings.mcp_servers, workspace=workspace) as servers:
             await servers.register_tools(registry)

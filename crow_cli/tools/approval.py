@@ -26,7 +26,7 @@ command lines are matched by `tools.shellrules`. Only tools with `needs_approval
 
 `tools.orchestrator` is the one caller of `Approvals` (before a call runs, and `escalate` when the
 sandbox stopped one); surfaces only answer questions and report. A refused call is not run; the model
-gets a tool result saying why (the orchestrator turns `ToolDenied` into it, outcome `denied`); the text
+gets a tool result saying why (the orchestrator makes it of the `Deny` returned, outcome `denied`); the text
 names policies and rules, never a command-line flag. Rules are strings: a tool name (`"write_file"`,
 `"docs_search"`) or `NAME:PREFIX` for a tool with a subject (`"run_shell:git status"`), a command prefix
 compared as `shellrules` says.
@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import shlex
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -63,25 +62,23 @@ __all__ = [
     "REVIEW_CHARS",
     "REVIEW_LINES",
     "UNCONFINED_MARK",
+    "Allow",
     "Answer",
     "ApprovalPolicy",
     "Approvals",
     "AskFn",
     "Choice",
+    "Deny",
     "PlanAnswer",
     "Policy",
     "Question",
     "ReviewFn",
     "always_scope",
-    "answer_hint",
-    "approval_question",
     "check_rule_names",
     "describe_call",
     "make_approver",
     "may_write",
-    "parse_answer",
     "read_only_command",
-    "shown_scope",
     "start_policy",
 ]
 
@@ -163,61 +160,6 @@ HEAD_LINES = 40
 the preview (where the question is: a terminal scrolls the start away)."""
 REVIEW_CHARS = 40_000
 """Characters of a command shown at most (as for lines)."""
-
-_NO_BECAUSE = re.compile(r"(?is)no?(?:[\s,:;]+(.*))?")
-
-
-def parse_answer(reply: str, scope: tuple[str, ...] = (),
-                 choices: tuple[Choice, ...] = ASK_CHOICES) -> Answer | None:
-    """The answer a typed line means (any case, outer spaces ignored): `y`/`yes`; `a`/`always` (for the
-    command prefixes `scope` when the question offered them, else for the tool); `t`/`tool` (always, for
-    the tool); `n`/`no`, or `n REASON` / `no, REASON` (no, and the model reads REASON). An "always" the
-    question does not offer (`choices`: the question about running outside the sandbox offers yes and no
-    only) is no answer. None for anything else, an empty line (Enter) included: the question is asked
-    again. Every terminal surface uses it."""
-    text = reply.strip()
-    word = text.lower()
-    if word in ("y", "yes"):
-        return Answer("yes")
-    if word in ("a", "always", "t", "tool") and "always" not in choices:
-        return None
-    if word in ("a", "always"):
-        return Answer("always", scope)
-    if word in ("t", "tool"):
-        return Answer("always")
-    matched = _NO_BECAUSE.fullmatch(text)
-    if matched is not None:
-        return Answer("no", reason=" ".join((matched.group(1) or "").split()))
-    return None
-
-
-def answer_hint(scope: tuple[str, ...] = (), choices: tuple[Choice, ...] = ASK_CHOICES) -> str:
-    """The line said when a reply is no answer (`parse_answer` gave None), before the question again."""
-    if "always" not in choices:
-        return "(answer y or n)"
-    always = "a (always for this command), t (always for the tool)" if scope else "a (always)"
-    return f"(answer y, n or n REASON, {always})"
-
-
-def shown_scope(scope: tuple[str, ...]) -> str:
-    """`("pytest", "git status")` → `` `pytest …`, `git status …` ``, as every surface's question shows it."""
-    return ", ".join(f"`{visible(prefix)} …`" for prefix in scope)
-
-
-def approval_question(question: Question) -> str:
-    """What the terminal surfaces ask about `question`: `Allow NAME? [y]es / [n]o [reason] / [a]lways for
-    NAME: `, or, when its "always" is scoped to the call's command prefixes (`Question.scope`), `Allow
-    NAME? [y]es / [n]o [reason] / [a]lways for `pytest …` / always for the [t]ool: `. About running a call
-    outside the sandbox (`Question.outside`), which any yes approves only once, `Run it outside the
-    sandbox this once? [y]es / [n]o: `."""
-    name = question.tool.name
-    if question.outside:
-        return "Run it outside the sandbox this once? [y]es / [n]o: "
-    if question.scope:
-        shown = shown_scope(question.scope)
-        return f"Allow {name}? [y]es / [n]o [reason] / [a]lways for {shown} / always for the [t]ool: "
-    return f"Allow {name}? [y]es / [n]o [reason] / [a]lways for {name}: "
-
 
 def always_scope(call: ToolCall, tool: Tool, arguments: dict[str, Any] | None = None) -> tuple[str, ...]:
     """The command prefixes an "always" about `call` can be scoped to (`pytest -k x` → `("pytest",)`, see
@@ -485,10 +427,14 @@ class Ask:
 @dataclass(frozen=True, slots=True)
 class Deny:
     """Refuse the call; `reason` is what the model reads (no command-line flags: every surface shows it),
-    `shown` what the person reads of it (the refusal, without the advice to the model)."""
+    `shown` what the person reads of it (the refusal, without the advice to the model). False as a truth
+    value (an `Allow` is true): `if await approvals(call, tool)` reads "if it may run"."""
 
     reason: str
     shown: str = ""
+
+    def __bool__(self) -> bool:
+        return False
 
 
 Decision = Allow | Ask | Deny
@@ -662,9 +608,10 @@ class Approvals:
         plan, self.handed_plan = self.handed_plan, None
         return plan
 
-    async def __call__(self, call: ToolCall, tool: Tool, arguments: dict[str, Any] | None = None) -> bool:
-        """Whether `call` may run: True to run; raises `ToolDenied` (with the reason the model will read)
-        to refuse, or the tool's pre-check `ToolError`.
+    async def __call__(self, call: ToolCall, tool: Tool, arguments: dict[str, Any] | None = None) -> Allow | Deny:
+        """Whether `call` may run, as a value: `Allow`, or `Deny` with the reason the model will read (a "no",
+        a rule, the policy, nobody to ask, a question the surface failed to ask). Raises only the tool's
+        pre-check `ToolError` (`before`).
 
         A question waits for the one before it (one prompt at a time); what changed meanwhile (an answer
         of "always" or "never", a new policy) decides it without asking.
@@ -685,12 +632,15 @@ class Approvals:
                     outside = decision.unconfined is not None
                     question = Question(call, tool, decision.preview, OUTSIDE_CHOICES if outside else ASK_CHOICES,
                                         () if outside else always_scope(call, tool, arguments), outside)
-                    decision = self._answered(tool, _answer(await self.ask(question)))
-        if isinstance(decision, Deny):
-            raise ToolDenied(decision.reason, decision.shown)
-        if self.allowed is not None:
+                    try:
+                        reply = await self.ask(question)
+                    except ToolDenied as exc:  # the question failed (an editor's error): nobody said yes
+                        return Deny(str(exc), exc.shown)
+                    decision = self._answered(tool, _answer(reply))
+        assert not isinstance(decision, Ask)  # answered above
+        if isinstance(decision, Allow) and self.allowed is not None:
             self.allowed(call)
-        return True
+        return decision
 
     def _state(self) -> tuple[ApprovalPolicy, frozenset[str], frozenset[str]]:
         return self.policy, frozenset(self.always), frozenset(self.never)

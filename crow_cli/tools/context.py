@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from .hooks import Hooks
     from .jobs import BackgroundShells
 
-__all__ = ["ModeSwitch", "SnapshotHook", "ToolContext", "WebAccess", "current_context", "using_context"]
+__all__ = ["ModeSwitch", "SnapshotHook", "ToolContext", "WebAccess", "current_context", "resolve_workspace",
+           "using_context"]
 
 
 SnapshotHook = Callable[[Literal["before", "after"]], Awaitable[None]]
@@ -106,22 +107,31 @@ class ToolContext:
         Raises:
             ConfigError: `path` does not exist or is not a folder.
         """
-        if path is None:
-            root = Path.cwd().resolve()
-        else:
-            try:
-                root = resolve_path(Path(path).expanduser())
-            except OSError as exc:  # a symlink loop
-                raise ConfigError(f"workspace {os.fspath(path)!r} is {exc.strerror or exc}") from exc
-            if not root.is_dir():
-                raise ConfigError(f"workspace {os.fspath(path)!r} is not an existing folder")
         kept = tuple(dict.fromkeys(s for s in secrets if isinstance(s, str) and s.strip()))
-        return cls(root, kept, sandbox or Sandbox())
+        return cls(resolve_workspace(path), kept, sandbox or Sandbox())
 
     @staticmethod
     def current() -> ToolContext:
         """The context of the tool call running in this task or thread (see `current_context`)."""
         return current_context()
+
+
+def resolve_workspace(path: str | os.PathLike[str] | None = None) -> Path:
+    """The workspace folder `path` names (`~` expanded, symlinks resolved; None: the working directory), as a
+    run's tool context holds it: what a command needs of the workspace before any run is assembled.
+
+    Raises:
+        ConfigError: `path` does not exist or is not a folder.
+    """
+    if path is None:
+        return Path.cwd().resolve()
+    try:
+        root = resolve_path(Path(path).expanduser())
+    except OSError as exc:  # a symlink loop
+        raise ConfigError(f"workspace {os.fspath(path)!r} is {exc.strerror or exc}") from exc
+    if not root.is_dir():
+        raise ConfigError(f"workspace {os.fspath(path)!r} is not an existing folder")
+    return root
 
 
 _CURRENT: contextvars.ContextVar[ToolContext | None] = contextvars.ContextVar("crow_tool_context", default=None)

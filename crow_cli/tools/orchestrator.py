@@ -35,7 +35,7 @@ from typing import Any
 from ..errors import ToolDenied, ToolError, ToolFailed
 from ..history import Outcome, ToolCall, ToolDisplay, ToolResult
 from ..text import clean_text, mask_secrets
-from .approval import Approvals, may_write
+from .approval import Approvals, Deny, may_write
 from .arguments import Checked, check_arguments
 from .context import ToolContext, using_context
 from .hooks import Hooks
@@ -141,8 +141,9 @@ class Orchestrator:
             permission = None
             if self.context.hooks is not None:
                 arguments, permission = await self._pre_hooks(self.context.hooks, call, tool, arguments, clock)
-            if tool.needs_approval or permission == "ask":
-                await self._approve(call, tool, arguments, permission)
+            if (tool.needs_approval or permission == "ask") and \
+                    (denied := await self._approve(call, tool, arguments, permission)) is not None:
+                return fail(denied.reason, "denied", display=ToolDisplay(status=denied.shown or denied.reason))
             try:
                 output = await self._attempt(tool, arguments, context, clock)
             except SandboxBlocked as blocked:  # asked outside the hold and the call's time limit
@@ -222,14 +223,14 @@ class Orchestrator:
         return replace(context, modes=self.approvals)
 
     async def _approve(self, call: ToolCall, tool: Tool, arguments: dict[str, Any],
-                       permission: str | None = None) -> None:
-        """Return when the call may run; raise `ToolDenied` (or the tool's pre-check `ToolError`) when not.
+                       permission: str | None = None) -> Deny | None:
+        """None when the call may run, else the approver's `Deny` (raises only the tool's pre-check `ToolError`).
 
         `permission`: a `PreToolUse` hook's `allow` (approves as an allow rule of the tool would) or `ask` (asks
         whatever the policy and the rules approve; nobody to ask refuses)."""
         approvals = self.approvals
         if approvals is None:
-            raise ToolDenied(f"{call.name} needs approval and nobody could approve it here; it was not run")
+            return Deny(f"{call.name} needs approval and nobody could approve it here; it was not run")
         if permission == "allow":
             approvals = replace(approvals, policy=replace(approvals.policy, allow=(*approvals.policy.allow,
                                                                                     tool.name)))
@@ -247,8 +248,8 @@ class Orchestrator:
                 return await asking(question)
 
             approvals = replace(approvals, ask=ask)
-        if not await approvals(call, tool, arguments):
-            raise ToolDenied(f"the user denied {call.name}; do not retry it unchanged")
+        decision = await approvals(call, tool, arguments)
+        return decision if isinstance(decision, Deny) else None
 
     async def _attempt(self, tool: Tool, arguments: dict[str, Any], context: ToolContext,
                        clock: _Clock) -> ToolOutput:

@@ -1,5 +1,9 @@
 """The tool registry: tools by name, loaded from built-ins, entry points and folders.
 
+Every source of tools goes through one plugin hook: a module's `register_tools(register)` (or its `Tool`
+values), an entry point's object, a folder's files. crow's own tools are a plugin like any other, loaded
+first (`DEFAULT_PLUGINS`, after llm's `default_plugins`).
+
 Duplicate names get a `_2`, `_3` … suffix and every tool keeps its source (`builtin`, `entry point NAME`, a
 file path, `mcp:SERVER`), as `crow tools` shows. A name servers refuse (outside `^[a-zA-Z0-9_-]{1,64}$`) is
 offered to the model under a unique wire name (`names`, a `wire.names.ToolNames`), with one warning in
@@ -9,22 +13,23 @@ offered to the model under a unique wire name (`names`, a `wire.names.ToolNames`
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.util
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from ..paths import resolve_path
 from ..wire.names import ToolNames
-from .builtin import BUILTIN_TOOLS
 from .tool import Tool, tool
 
-__all__ = ["ENTRY_POINT_GROUP", "ToolRegistry", "default_registry"]
+__all__ = ["DEFAULT_PLUGINS", "ENTRY_POINT_GROUP", "ToolRegistry", "default_registry"]
 
 ENTRY_POINT_GROUP = "crow_cli.tools"
+DEFAULT_PLUGINS: tuple[str, ...] = ("crow_cli.tools.builtin",)
+"""The plugins crow brings (modules with a `register_tools(register)` hook), loaded as `builtin` before any other."""
 
 
 class ToolRegistry:
@@ -116,8 +121,9 @@ class ToolRegistry:
         return f"tool {name!r} from {t.source} dropped: {why}"
 
     def load_builtins(self) -> None:
-        for t in BUILTIN_TOOLS:
-            self.register(replace(t), source="builtin")
+        """Load crow's own tools: each of `DEFAULT_PLUGINS` through the plugin hook every plugin uses, as `builtin`."""
+        for name in DEFAULT_PLUGINS:
+            self._collect(importlib.import_module(name).register_tools, "builtin")
 
     def load_entry_points(self) -> None:
         """Load every `crow_cli.tools` entry point: a Tool, a module of Tools, or `register_tools(register)`."""

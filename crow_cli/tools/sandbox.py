@@ -25,9 +25,9 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, get_args
 
 from ..history import ToolDisplay
+from ..modes import SANDBOX_MODES, SandboxMode
 
 __all__ = ["DEFAULT_MODE", "MODES", "Layout", "Mode", "Sandbox", "SandboxBlocked", "backend", "blocked_reason",
            "bwrap_argv", "git_metadata", "git_snapshot", "guarded_paths", "home_contained", "home_notice",
@@ -35,8 +35,9 @@ __all__ = ["DEFAULT_MODE", "MODES", "Layout", "Mode", "Sandbox", "SandboxBlocked
            "protected_paths", "put_aside_new_git", "relative_path_notice", "sandbox_argv", "seatbelt_profile",
            "seccomp_fd", "socket_filter", "startup_notice", "unavailable_reason"]
 
-Mode = Literal["workspace-write", "read-only", "off"]
-MODES: tuple[Mode, ...] = get_args(Mode)
+Mode = SandboxMode
+"""`workspace-write`, `read-only` or `off` (`modes.SandboxMode`)."""
+MODES: tuple[Mode, ...] = SANDBOX_MODES
 DEFAULT_MODE: Mode = "workspace-write"
 _PROTECTED = ".git"  # inside the workspace, yet read-only: what it holds runs code later, unconfined
 # What a command's output says when the sandbox stopped it (errno texts of glibc, Python, curl, git).

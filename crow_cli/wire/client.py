@@ -48,6 +48,7 @@ from .. import startup
 from ..errors import AuthError, ContextOverflow, ProviderError, QuotaExceeded, RateLimited, ServerError, StreamCut
 from ..events import Notice, WarningEvent
 from ..history import Message
+from ..modes import REASONING_ECHO, ReasoningEcho
 from ..text import header_secrets, mask_secrets, public_url, short_text, url_secrets
 from .accumulate import stream_error
 from .adapt import (
@@ -63,7 +64,7 @@ from .adapt import (
     value_refused,
 )
 from .facts import facts_path, learn, problems, recall
-from .outgoing import REASONING_ECHO, Outgoing, ReasoningEcho
+from .outgoing import Outgoing
 from .profile import build_profile
 from .profiles import CONTEXT_OVERFLOW, OVERFLOW_NUMBERS, OVERFLOW_PROMPT, OVERFLOW_WINDOW
 from .proxy import proxy_for, through

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal, get_args
+from typing import Any
 
 from ..history import (
     AUTHOR_KEY,
@@ -62,6 +62,7 @@ from ..history import (
     tool_calls_of,
 )
 from ..images import sendable_content
+from ..modes import REASONING_ECHO, ReasoningEcho
 from .adapt import (
     CALL_CORE,
     FUNCTION_CORE,
@@ -81,9 +82,6 @@ __all__ = ["REASONING_ECHO", "Adaptation", "Outgoing", "ReasoningEcho"]
 
 _BLOCKS = frozenset(REASONING_BLOCK_FIELDS)
 
-ReasoningEcho = Literal["auto", "always", "never"]
-"""`reasoning_echo`: which assistant messages' reasoning goes back (module docstring)."""
-REASONING_ECHO: tuple[ReasoningEcho, ...] = get_args(ReasoningEcho)
 
 
 class Adaptation:

@@ -41,6 +41,7 @@ from acp.schema import (
 )
 
 from crow_cli.config import Settings, load_settings
+from crow_cli.errors import ConfigError
 from crow_cli.sessions import SessionStore
 from crow_cli.surfaces.acp import serve_streams
 from crow_cli.surfaces.acp.transport import STDIN_LIMIT
@@ -794,8 +795,10 @@ async def test_a_mode_change_reaches_a_call_already_waiting_in_the_same_batch(wo
     assert not (workspace / "one.txt").exists() and (workspace / "two.txt").read_text() == "2"
 
 
-@pytest.mark.parametrize("bad", [["--approval", "nonsense"], ["--allow", ""], ["--deny", "run_shell:"]])
+@pytest.mark.parametrize("bad", [["--approval", "nonsense"], ["--allow", ""], ["--deny", "run_shell:"],
+                                 ["--approval", "read-only", "--yes"], ["--approval", "plan", "-y"]])
 def test_bad_approval_options_are_refused_at_start(workspace, bad, capfd):
+    # `--yes` with a policy that never runs a change is refused as `crow run` refuses it, not loosened
     # found by an editor tester: accepted at start, then an unknown currentModeId or -32603 on every session/new
     # (crow's app in this process, stdin /dev/null: were the options not checked at start, the error would be
     # about stdin; a `crow acp` process's exit 2 and one line: test_stdin_from_dev_null_is_a_one_line_error)
@@ -804,6 +807,17 @@ def test_bad_approval_options_are_refused_at_start(workspace, bad, capfd):
     out, err = capfd.readouterr()
     assert code == 2 and out == ""
     assert err.startswith("crow: error: ") and err.count("\n") == 1 and "approval" in err, err
+
+
+@pytest.mark.parametrize("default_prompt", [True, False])
+async def test_yes_with_the_read_only_policy_ends_the_agent_at_start_not_each_session(workspace, default_prompt):
+    # whether `--yes` goes with the policy is decided when the agent starts, for every caller of serve_streams:
+    # with no built-in prompt to tell the policy in, it was left to each session/new, which failed (-32603)
+    settings = load_settings({"base_url": "http://127.0.0.1:9/v1", "api_key": "sk-test", "model": "test-model",
+                              "approval": "read-only", "default_prompt": default_prompt})
+    with pytest.raises(ConfigError, match="--yes conflicts with the approval policy 'read-only'"):
+        async with agent_pipes(settings, SurfaceOptions(yes=True), workspace):
+            pass  # leaving closes the agent's stdin: an agent that started ends with 0
 
 
 async def test_loading_an_open_session_with_another_cwd_moves_its_tools_there(workspace, tmp_path):

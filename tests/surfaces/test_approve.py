@@ -1,4 +1,5 @@
-"""`crow run`'s approval question on a terminal (`surfaces.approve.terminal_ask`)."""
+"""The approval question as the surfaces ask it and read its answer (`surfaces.approve`), and `crow run`'s on a
+terminal (`terminal_ask`)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,15 @@ import contextlib
 import os
 import pty
 
+import pytest
+
 from crow_cli.history import ToolCall
-from crow_cli.tools.approval import Question
+from crow_cli.surfaces.approve import answer_hint, approval_question, ask_until_answered, parse_answer
+from crow_cli.tools.approval import OUTSIDE_CHOICES, Answer, Question, always_scope
+from crow_cli.tools.builtin import BUILTIN_TOOLS
 from crow_cli.tools.tool import tool
+
+TOOLS = {t.name: t for t in BUILTIN_TOOLS}
 
 
 @tool(needs_approval=True)
@@ -114,3 +121,60 @@ def test_a_typed_answer_about_a_plan_approves_in_a_mode_or_keeps_planning_with_a
     assert parse_plan_answer("no, split  step 2") == parse_plan_answer("n split step 2") == PlanAnswer(
         "keep", "split step 2")
     assert parse_plan_answer("") is None and parse_plan_answer("maybe") is None
+
+
+@pytest.mark.parametrize(("reply", "answer"), [
+    ("y", "yes"), ("YES\n", "yes"), (" n ", "no"), ("No", "no"), ("a", "always"), ("always\n", "always"),
+    ("", None), ("\n", None), ("maybe", None), ("ye", None), ("nope", None), ("not now", None),
+])
+def test_one_answer_parser_and_enter_asks_again(reply: str, answer: str | None) -> None:
+    # Enter meant "no" in chat and asked again in run; both now ask again (issue 9)
+    parsed = parse_answer(reply)
+    assert (parsed.choice if parsed is not None else None) == answer
+    assert parsed is None or (parsed.scope, parsed.reason) == ((), "")
+
+
+@pytest.mark.parametrize(("reply", "answer"), [
+    ("a", Answer("always", ("pytest",))), ("ALWAYS", Answer("always", ("pytest",))), ("t", Answer("always")),
+    ("tool", Answer("always")), ("y", Answer("yes")), ("n", Answer("no")),
+    ("n run the tests first", Answer("no", reason="run the tests first")),
+    ("No, Run The Tests  first ", Answer("no", reason="Run The Tests first")),
+    ("no: use make", Answer("no", reason="use make")), ("n:", Answer("no")),
+])
+def test_answers_carry_a_scope_and_a_reason(reply: str, answer: Answer) -> None:
+    assert parse_answer(reply, ("pytest",)) == answer
+
+
+@pytest.mark.parametrize("reply", ["a", "always", "t", "tool"])
+def test_the_question_about_running_outside_offers_no_always(reply: str) -> None:
+    # seen by a new-user tester (wave 6): `a` at the question about running outside the sandbox ran it there
+    assert parse_answer(reply, (), OUTSIDE_CHOICES) is None
+    assert parse_answer("y", (), OUTSIDE_CHOICES) == Answer("yes")
+    assert answer_hint((), OUTSIDE_CHOICES) == "(answer y or n)"
+
+
+def test_the_question_offers_always_for_the_command_prefix() -> None:
+    shell = TOOLS["run_shell"]
+    call = ToolCall("c1", "run_shell", '{"command": "pytest -k x"}')
+    scope = always_scope(call, shell)
+    assert approval_question(Question(call, shell, "$ pytest -k x", scope=scope)) == (
+        "Allow run_shell? [y]es / [n]o [reason] / [a]lways for `pytest …` / always for the [t]ool: ")
+    assert approval_question(Question(ToolCall("c2", "write_file", "{}"), TOOLS["write_file"], "")) == (
+        "Allow write_file? [y]es / [n]o [reason] / [a]lways for write_file: ")
+
+
+async def test_every_surface_asks_until_a_reply_is_an_answer_and_the_end_of_input_is_a_no() -> None:
+    # run's terminal, chat's prompt and chat's piped input read replies in this one loop
+    question = Question(ToolCall("c1", "guarded", "{}"), guarded, "$ go")
+    replies = ["", "maybe", "n use make"]
+    shown: list[tuple[str, str | None]] = []
+
+    async def read(text: str, hint: str | None) -> str | None:
+        shown.append((text, hint))
+        return replies.pop(0) if replies else None
+
+    assert await ask_until_answered(question, read) == Answer("no", reason="use make")
+    asked = "Allow guarded? [y]es / [n]o [reason] / [a]lways for guarded: "
+    hint = "(answer y, n or n REASON, a (always))"
+    assert shown == [(asked, None), (asked, hint), (asked, hint)]
+    assert await ask_until_answered(question, read) == Answer("no")

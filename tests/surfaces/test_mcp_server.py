@@ -422,3 +422,26 @@ async def test_a_plan_call_refuses_writes_and_answers_with_the_plan(tmp_path: Pa
     assert result.structured_content is not None and result.structured_content["status"] == "completed"
     assert "the session is planning" in tool_messages(server.requests[1])[0]["content"]
     assert not (tmp_path / "new.txt").exists() and len(server.requests) == 2
+
+
+def test_both_tools_offer_every_mode_and_refuse_only_a_looser_one() -> None:
+    # crow_run and crow_reply take the modes' own names (`modes`), so a mode added there is offered by both,
+    # and a call may ask for a mode exactly as strict as the server's or stricter
+    from crow_cli.modes import APPROVAL_MODES, APPROVAL_ORDER, SANDBOX_MODES, SANDBOX_ORDER
+    from crow_cli.surfaces.mcp_server import no_looser, tool_list
+
+    def offered(schema: dict[str, Any], name: str) -> set[str]:
+        return {v for option in schema["properties"][name]["anyOf"] for v in option.get("enum", ())}
+
+    for tool in tool_list():
+        assert offered(tool.input_schema, "approval") == set(APPROVAL_MODES), tool.name
+        assert offered(tool.input_schema, "sandbox") == set(SANDBOX_MODES), tool.name
+    for order in (APPROVAL_ORDER, SANDBOX_ORDER):
+        for server in order:
+            assert no_looser(None, server, order, "mode") == server
+            for asked in order:
+                if order.index(asked) <= order.index(server):
+                    assert no_looser(asked, server, order, "mode") == asked
+                else:
+                    with pytest.raises(MCPError, match="looser than the server's"):
+                        no_looser(asked, server, order, "mode")

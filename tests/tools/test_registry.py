@@ -115,6 +115,29 @@ def test_register_tools_hook_in_a_module(tmp_path):
     assert registry.get("ping").description == "Answer pong."
 
 
+def test_crows_own_tools_come_through_the_plugin_hook_as_builtin(tmp_path, monkeypatch):
+    # the built-ins are a plugin as any other (llm's default_plugins): a module named in DEFAULT_PLUGINS is
+    # loaded by its register_tools hook, first, and each of crow's tools is registered as a copy of its own
+    from crow_cli.tools import registry as registry_module
+    from crow_cli.tools.builtin import BUILTIN_TOOLS
+
+    (tmp_path / "crow_test_own.py").write_text(textwrap.dedent('''
+        def ping() -> str:
+            """Answer pong."""
+            return "pong"
+
+        def register_tools(register):
+            register(ping)
+    '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(registry_module, "DEFAULT_PLUGINS", ("crow_cli.tools.builtin", "crow_test_own"))
+    registry = default_registry()
+    names = [t.name for t in registry]
+    assert names[: len(BUILTIN_TOOLS) + 1] == [*(t.name for t in BUILTIN_TOOLS), "ping"]
+    assert {t.source for t in list(registry)[: len(BUILTIN_TOOLS) + 1]} == {"builtin"}
+    assert all(registry.get(t.name) is not t for t in BUILTIN_TOOLS)
+
+
 def test_entry_point_plugins_load_from_an_installed_distribution(tmp_path, monkeypatch):
     pkg = tmp_path / "crow_demo_plugin.py"
     pkg.write_text(textwrap.dedent('''

@@ -29,9 +29,10 @@ from acp.schema import (
     ToolKind,
 )
 
-from ...config import APPROVAL_MODES, OPTIONS, SANDBOX_MODES
+from ...config import OPTIONS
 from ...errors import ToolError
 from ...history import AssistantMessage, ToolCall, as_json, thinking_of
+from ...modes import APPROVAL_MODES, SANDBOX_MODES
 from ...text import clean_text, has_surrogates, strip_controls
 from ...tools.builtin.edits import MAX_EDIT_BYTES, apply_edit, check_edit
 from ...tools.tool import Tool

@@ -44,13 +44,14 @@ from ...events import (
     WarningEvent,
 )
 from ...history import Message, ToolCall, content_text, is_prompt, outcome_of, tool_calls_of, user_message
+from ...modes import SandboxMode
 from ...text import strip_controls
 from ...todos import TodoItem, latest_todos
-from ...tools.approval import Answer, Approvals, PlanAnswer, Policy, Question, make_approver, shown_scope
+from ...tools.approval import Answer, Approvals, PlanAnswer, Policy, Question
 from ...tools.registry import ToolRegistry
-from ...tools.sandbox import Mode as SandboxMode
 from ...tools.tool import Tool
 from ...tools.workspace import resolve_for_write
+from ..approve import approver_for, shown_scope
 from ..persist import RunModes, SessionRecorder, settle_modes, tell_modes
 from ..runtime import Runtime
 from .convert import (
@@ -103,7 +104,7 @@ SANDBOX_MODES: dict[SandboxMode, tuple[str, str]] = {
     "read-only": ("Read-only", "Nothing is written: no command writes, no file is edited; no network"),
     "off": ("Off", "Commands run with your full rights"),
 }
-"""The session config option `sandbox`: `tools.sandbox.MODES` → (name, description)."""
+"""The session config option `sandbox`: `modes.SandboxMode` → (name, description)."""
 
 
 def plan_update(todos: Sequence[TodoItem]) -> Any:
@@ -127,8 +128,7 @@ class Session:
         self.recorder = recorder
         self.registry = registry
         settings = agent.settings
-        self.approvals: Approvals = make_approver(settings.approval, allow=settings.allow, deny=settings.deny,
-                                                  yes=agent.yes, ask=self.ask)
+        self.approvals: Approvals = approver_for(settings, yes=agent.yes, ask=self.ask)
         """The session's approval (its mode is the policy); the editor answers its questions (`ask`)."""
         fs = agent.capabilities.fs
         self.editor_reads = registry is not None and bool(fs and fs.read_text_file)

@@ -47,19 +47,11 @@ from ...rewind import Scanner
 from ...sessions import SessionStore
 from ...text import clean_text, public_url, strip_controls
 from ...todos import latest_todos
-from ...tools.approval import (
-    Answer,
-    PlanAnswer,
-    Question,
-    answer_hint,
-    approval_question,
-    make_approver,
-    parse_answer,
-)
+from ...tools.approval import Answer, PlanAnswer, Question
 from ...tools.mcp import end_task
 from ...tools.registry import ToolRegistry
 from ...wire.client import import_in_background
-from ..approve import PLAN_HINT, PLAN_QUESTION, parse_plan_answer
+from ..approve import PLAN_HINT, PLAN_QUESTION, approver_for, ask_until_answered, parse_plan_answer
 from ..ask import ask_approval, typed_keys
 from ..common import (
     make_console,
@@ -141,8 +133,7 @@ class ChatApp:
         self.history: list[Message] = []
         self.usage = self.token_use()
         self.last_usage = self.token_use()
-        self.approver = make_approver(settings.approval, allow=settings.allow, deny=settings.deny,
-                                      yes=options.surface.yes, ask=self.ask)
+        self.approver = approver_for(settings, yes=options.surface.yes, ask=self.ask)
         """The approval policy (--approval, --allow, --deny, --yes); "always" answers last for this chat."""
         self.modes = RunModes(self.approver.policy.mode, settings.sandbox)
         """The chat's own modes: a new session's; a resumed one keeps its stricter ones (`_settle_modes`)."""
@@ -786,6 +777,16 @@ class ChatApp:
         """Whether input is piped (not a terminal, no test input): read line by line (`read_piped_line`)."""
         return self.pt_input is None and not sys.stdin.isatty()
 
+    async def _read_piped_reply(self, text: str, hint: str | None) -> str | None:
+        """One reply to an approval question from piped input (None at its end), the hint dimmed before it."""
+        if hint is not None:
+            self.view.line(hint, "dim")
+        self.view.line(text)
+        try:
+            return await read_piped_line()
+        except EOFError:
+            return None
+
     async def ask(self, question: Question) -> Answer:
         """Ask the user about one call: the approval policy's ask callback (it asks one at a time).
 
@@ -797,16 +798,7 @@ class ChatApp:
         with self.view.suspended():
             self.view.call_preview(question.preview)
             if self._piped():  # the answer is the next piped line (prompt-toolkit would read past crow's buffer)
-                scope = question.scope
-                while True:
-                    self.view.line(approval_question(question))
-                    try:
-                        answer = parse_answer(await read_piped_line(), scope, question.choices)
-                    except EOFError:
-                        return Answer("no")
-                    if answer is not None:
-                        return answer
-                    self.view.line(answer_hint(scope, question.choices), "dim")
+                return await ask_until_answered(question, self._read_piped_reply)
             try:
                 return await ask_approval(question, pt_input=self.pt_input, pt_output=self.pt_output)
             except KeyboardInterrupt:
