@@ -51,30 +51,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ServerError
 from ..events import Event, Notice, ReasoningDelta, TextDelta, ToolCallDelta, ToolCallStarted, WarningEvent
 from ..history import AssistantTurn, ToolCall, thinking_of
 from ..text import clean_json, clean_text, has_surrogates
+from .errors import stream_error
 from .profiles import BLOCK_TEXT_FIELDS, REASONING_BLOCK_FIELDS, REASONING_FIELDS
 from .repair import repair_arguments
 
-__all__ = ["StreamAccumulator", "stream_error"]
+__all__ = ["StreamAccumulator"]
 
 _HIGH_SURROGATES = ("\ud800", "\udbff")
 _HIGH_HALVES = frozenset(map(chr, range(0xD800, 0xDC00)))
 _LOW_HALVES = frozenset(map(chr, range(0xDC00, 0xE000)))
-
-
-def stream_error(error: Any) -> ServerError:
-    """The `ServerError` for an `{"error": …}` object a server sent inside a stream (vLLM, LiteLLM)."""
-    if isinstance(error, Mapping):
-        message = str(error.get("message") or "the server reported an error in the stream")
-        code = error.get("code")
-    else:
-        message, code = str(error), None
-    status = code if isinstance(code, int) and 400 <= code < 600 else None
-    suffix = f" (code {code})" if code is not None else ""
-    return ServerError(f"server error: {message}{suffix}", status=status, code=code)
 
 
 @dataclass(slots=True)

@@ -8,8 +8,8 @@ into raw dicts, so provider quirks reach the accumulator untouched. The SDK stil
 no-key provider), the base URL and its default query, headers, timeouts, the transport and its error
 classes. The SDK's own retries are off (`max_retries=0`): crow's loop here retries
 408/409/429/5xx and connection errors before a stream starts (`wire.retries` has the policy) and yields
-each retry as a `Notice(code="retrying")` before its wait. Every SDK/httpx error is mapped here, once,
-to a `ProviderError` subclass.
+each retry as a `Notice(code="retrying")` before its wait. Every SDK/httpx error is mapped once, by
+`wire.errors`, to a `ProviderError` subclass.
 
 Per request, the client also adapts to what the server accepts. A 400/422 refusal is read once
 (`ChatClient._adapt`, through `wire.adapt.change_for`) into one `adapt.Change` of rule classes: message-field
@@ -35,21 +35,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
-import ssl
+import json
 import threading
 import time
-from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from contextlib import AsyncExitStack, aclosing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .. import startup
-from ..errors import AuthError, ContextOverflow, ProviderError, QuotaExceeded, RateLimited, ServerError, StreamCut
+from ..errors import AuthError, ProviderError
 from ..events import Notice, WarningEvent
 from ..history import Message
-from ..text import header_secrets, mask_secrets, public_url, short_text, url_secrets
-from .accumulate import stream_error
+from ..text import header_secrets, public_url, short_text, url_secrets
 from .adapt import (
     Change,
     DropParam,
@@ -62,22 +60,21 @@ from .adapt import (
     tool_names,
     value_refused,
 )
+from .errors import body_message, certificate_refused, error_text, map_error, out_of_quota
 from .facts import facts_path, learn, problems, recall
 from .outgoing import REASONING_ECHO, Outgoing, ReasoningEcho
 from .profile import build_profile
-from .profiles import CONTEXT_OVERFLOW, OVERFLOW_NUMBERS, OVERFLOW_PROMPT, OVERFLOW_WINDOW
-from .proxy import proxy_for, through
-from .refusal import reason as refusal_reason
-from .responses import ChunkTranslator, wire_hint
+from .proxy import proxy_for
+from .responses import ChunkTranslator
 from .responses import request_body as responses_body
-from .retries import MAX_RETRY_AFTER_S, retry_after_s, retry_notice, retry_wait_s, should_retry
+from .retries import retry_notice, retry_wait_s, should_retry
 from .slots import server_slots
 from .vision import ImagesRefused, holds_images, known_text_only, refuses_images
 
 if TYPE_CHECKING:
     from .stream import AfterDone
 
-__all__ = ["ChatClient", "ClientSettings", "ReasoningEcho", "context_overflow", "import_in_background", "map_error",
+__all__ = ["ChatClient", "ClientSettings", "ReasoningEcho", "import_in_background", "map_error",
            "split_base_url"]
 
 
@@ -434,7 +431,7 @@ class ChatClient:
         if not isinstance(exc, openai.APIStatusError) or not (exc.status_code in (400, 422) or exc.status_code >= 500) \
                 or len(done) >= _MAX_CHANGES:
             return None
-        status, text = exc.status_code, _error_text(exc)
+        status, text = exc.status_code, error_text(exc)
         adapting = self.settings.adapt_requests
         change = change_for(status, text, body, self._outgoing.policy() if adapting else None, adapting=adapting)
         if change is None:
@@ -497,16 +494,16 @@ class ChatClient:
 
 
         if not isinstance(exc, openai.APIStatusError) \
-                or not refuses_images(exc.status_code, _error_text(exc), body["messages"]):
+                or not refuses_images(exc.status_code, error_text(exc), body["messages"]):
             return None
         self.takes_images = False
         remembered = None
         if self.settings.adapt_requests and learn(self.settings.base_url, self.settings.model, images=False,
-                                                  why=_error_text(exc)) is None:
+                                                  why=error_text(exc)) is None:
             remembered = (f"remembered from {time.strftime('%Y-%m-%d %H:%M')} for {self._shown_url} (tools' images "
                           f"go to it as their names; crow facts forget --model {self.settings.model} forgets it, "
                           "and an image that is accepted clears it)")
-        said, _code = _body_message(exc.body, exc.message)
+        said, _code = body_message(exc.body, exc.message)
         return ImagesRefused(self.settings.model, said, status=exc.status_code, remembered=remembered)
 
     def _images_taken(self) -> None:
@@ -527,7 +524,7 @@ class ChatClient:
         why = "adapting requests is off (adapt_requests = false)" if not self.settings.adapt_requests \
             else "it names no part of the request that crow has not changed already"
         return Notice(f"crow: debug: the refusal ({exc.status_code}) is final: {why}: "
-                      f"{short_text(' '.join(_error_text(exc).split()), 200)}", "adapt_debug")
+                      f"{short_text(' '.join(error_text(exc).split()), 200)}", "adapt_debug")
 
     def _learned_now(self) -> dict[str, Any]:
         """What this client learned from the server's refusals (as `_remember` stores it)."""
@@ -568,7 +565,7 @@ class ChatClient:
             wait = retry_wait_s(retries, headers)
             return wait, retry_notice(retries + 2, attempts, wait, exc.status_code)
         if isinstance(exc, openai.APIConnectionError):  # refused, reset, DNS, or a timeout before the answer
-            if _certificate_refused(exc):  # the same certificate fails the same check again
+            if certificate_refused(exc):  # the same certificate fails the same check again
                 return 0.0, None
             wait = retry_wait_s(retries)
             timed_out = isinstance(exc, openai.APITimeoutError)
@@ -615,6 +612,10 @@ async def _no_key() -> str:
     return ""
 
 
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
 def import_in_background() -> threading.Thread:
     """Start importing what a request needs (the openai SDK, ~0.7 s of CPU, and the stream decoder) on
     a daemon thread, and return it: `crow chat` shows its prompt at once and the import runs while the
@@ -632,206 +633,3 @@ def import_in_background() -> threading.Thread:
     thread = threading.Thread(target=load, name="crow-import-sdk", daemon=True)
     thread.start()
     return thread
-
-
-def _error_text(exc: Any) -> str:
-    """The raw body of an SDK status error (already read), else its message."""
-    try:
-        return str(exc.response.text)
-    except Exception:
-        return str(exc.message)
-
-
-def _overflow_numbers(message: str) -> tuple[int | None, int | None]:
-    """The context window and the prompt size a provider's overflow message names (None: not said)."""
-
-    for pattern, window, size in OVERFLOW_NUMBERS:
-        if (found := pattern.search(message)) is not None:
-            return int(found.group(window)), int(found.group(size))
-    if (found := OVERFLOW_WINDOW.search(message)) is None:
-        return None, None
-    prompt = next((int(m.group(1)) for p in OVERFLOW_PROMPT if (m := p.search(message)) is not None), None)
-    return int(found.group(1)), prompt
-
-
-def context_overflow(message: str, detail: Any = None, *, status: int | None = None,
-                     code: str | int | None = None) -> ContextOverflow | None:
-    """The `ContextOverflow` for a provider's error `message` (and its error object `detail`, where
-    llama.cpp puts `n_ctx` / `n_prompt_tokens`), or None when it is some other refusal."""
-
-    fields = detail if isinstance(detail, Mapping) else {}
-    kind = " ".join(str(fields.get(k) or "") for k in ("type", "code"))
-
-    if not CONTEXT_OVERFLOW.search(f"{message} {kind}"):
-        return None
-    n_ctx, prompt = fields.get("n_ctx"), fields.get("n_prompt_tokens")
-    if not (isinstance(n_ctx, int) and isinstance(prompt, int)) or isinstance(n_ctx, bool):
-        n_ctx, prompt = _overflow_numbers(message)
-    numbers = f"{n_ctx} tokens" + (f", the request needs {prompt}" if prompt else "") if n_ctx else ""
-    return ContextOverflow(f"the conversation is too long for the model's context window"
-                           f"{f' ({numbers})' if numbers else ''}: {short_text(message)}",
-                           n_ctx=n_ctx, prompt_tokens=prompt, status=status, code=code)
-
-
-def _body_message(body: Any, fallback: str) -> tuple[str, Any]:
-
-    if isinstance(body, dict):
-        err = body.get("error", body)
-        if isinstance(err, dict):
-            # FastAPI/pydantic bodies (Mistral, vLLM's validators) say it in `detail`, not `message`
-            message = err.get("message") or (refusal_reason(_json(err["detail"])) if err.get("detail") else fallback)
-            return short_text(message if isinstance(message, str) else _json(message)), err.get("code")
-        if isinstance(err, str):
-            return short_text(err), None
-    if isinstance(body, str) and body.strip():
-        return short_text(body), None
-    return short_text(fallback), None
-
-
-def _full_message(body: Any) -> str:
-    """The error message of a status error's body, uncut."""
-    err = body.get("error", body) if isinstance(body, dict) else body
-    message = err.get("message") if isinstance(err, dict) else err
-    return message if isinstance(message, str) else ""
-
-
-def _json(value: Any) -> str:
-    import json
-
-    return json.dumps(value, ensure_ascii=False)
-
-
-def out_of_quota(status: int, body: Any) -> bool:
-    """Whether an error answer says the account has no credit or quota left: a 402 (DeepSeek's "Insufficient
-    Balance", OpenRouter), or a 429 whose error `code` or `type` is `insufficient_quota` (OpenAI; continue#10835:
-    retried four times as a rate limit). A billing state: waiting does not end it."""
-    if status == 402:
-        return True
-    err = body.get("error", body) if isinstance(body, dict) else None
-    return status == 429 and isinstance(err, dict) and "insufficient_quota" in (err.get("code"), err.get("type"))
-
-
-def _retry_after(headers: Any) -> float | None:
-
-    try:
-        return retry_after_s(headers)
-    except (TypeError, AttributeError):
-        return None
-
-
-def _certificate_refused(exc: BaseException) -> bool:
-    """Whether a failed connection was a server certificate that failed verification (the SDK's error, caused
-    by httpx's, by httpcore's, by the `ssl` module's)."""
-    seen: BaseException | None = exc
-    for _ in range(8):  # bounded: a __context__ may lead back into the chain
-        if seen is None:
-            return False
-        if isinstance(seen, ssl.SSLCertVerificationError):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
-
-
-def map_error(exc: BaseException, base_url: str, secret: str | Iterable[str | None] | None = None,
-              proxy: str | None = None) -> ProviderError | None:
-    """The `ProviderError` for an SDK or httpx exception, or None when `exc` is not one of theirs.
-
-    `base_url` is shown as given: pass it through `text.public_url` (no query, no credentials).
-    `secret` (the API key, or every secret: the key and those in the base URL's query, `text.url_secrets`)
-    is replaced by `[REDACTED]` (`text.mask_secrets`) in the message: providers echo a wrong key in their 401
-    bodies, and the message is printed, sent in `run_finished.error` and may be stored. `proxy`: the proxy
-    the requests went through (`wire.proxy`), named when it could not be reached.
-    """
-    mapped = _map_error(exc, base_url, proxy)
-    secrets = [secret] if secret is None or isinstance(secret, str) else list(secret)
-    if mapped is not None and mapped.args:
-        message = str(mapped.args[0])
-        clean = mask_secrets(message, secrets)
-        if clean != message:
-            mapped.args = (clean, *mapped.args[1:])
-    return mapped
-
-
-@dataclass(frozen=True, slots=True)
-class _Refused:
-    """What `_STATUS_ERRORS` makes an error of: an HTTP error answer, read."""
-
-    status: int
-    message: str
-    code: str | None
-    retry_after: float | None
-    base_url: str
-    location: str
-    """A redirect's target (credentials and query removed), or ""."""
-
-
-_STATUS_ERRORS: tuple[tuple[Callable[[int], bool], Callable[[_Refused], ProviderError]], ...] = (
-    (lambda status: status == 401, lambda r: AuthError(
-        f"authentication failed (401 unauthorized): {r.message}; check the API key (--api-key, CROW_API_KEY or "
-        "OPENAI_API_KEY)", status=r.status, code=r.code)),
-    (lambda status: status == 403, lambda r: AuthError(
-        f"authentication failed (403 forbidden): {r.message}; the API key has no access to this model or endpoint",
-        status=r.status, code=r.code)),
-    (lambda status: 300 <= status < 400, lambda r: ProviderError(
-        f"the server redirected the request ({r.status}) to {r.location or 'no address given'}; it was not followed "
-        "(crow sends its credentials only to the configured server): set --base-url to the address it should be",
-        status=r.status, code=r.code)),
-    (lambda status: status == 429, lambda r: RateLimited(
-        f"rate limited (429): {r.message}", status=r.status, code=r.code, retry_after=r.retry_after)),
-    (lambda status: status == 404, lambda r: ProviderError(
-        f"not found (404): {r.message}{wire_hint(r.message) or f'; check --base-url ({r.base_url}) and --model'}",
-        status=r.status, code=r.code)),
-    (lambda status: status >= 500, lambda r: ServerError(
-        f"server error ({r.status}): {r.message}", status=r.status, code=r.code, retry_after=r.retry_after)),
-    (lambda status: True, lambda r: ProviderError(
-        f"request rejected ({r.status}): {r.message}{wire_hint(r.message)}", status=r.status, code=r.code)),
-)
-"""An HTTP error status → crow's error, the first row that applies (as httpx's `HTTPCORE_EXC_MAP` maps
-httpcore's exceptions): what each says and whether it is retried follows from its class."""
-
-
-def _map_error(exc: BaseException, base_url: str, proxy: str | None = None) -> ProviderError | None:
-    import httpx
-    import openai
-
-
-    if isinstance(exc, ServerError) and exc.status in (None, 400):  # an in-stream error object
-        return context_overflow(str(exc), status=exc.status, code=exc.code) or exc
-    if isinstance(exc, ProviderError):
-        return exc
-    if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        message, code = _body_message(exc.body, exc.message)
-        detail = exc.body.get("error", exc.body) if isinstance(exc.body, dict) else None
-        if status in (400, 413, 422) and (overflow := context_overflow(
-                _full_message(exc.body) or message, detail, status=status, code=code)) is not None:
-            return overflow
-        retry_after = _retry_after(exc.response.headers)
-
-        if retry_after is not None and math.isfinite(retry_after) and retry_after > MAX_RETRY_AFTER_S \
-                and not 300 <= status < 400 and status not in (401, 403):
-            message += (f"; the server asks to wait {retry_after:,.0f} s before trying again (crow waits at most "
-                        f"{MAX_RETRY_AFTER_S:g} s: try later)")
-        if out_of_quota(status, exc.body):
-            said = f"{status} insufficient_quota" if status == 429 else str(status)
-            return QuotaExceeded(f"no credit or quota left ({said}): {message}; this is the account's plan or billing, "
-                                 "not a rate: add credit or pick another key or server (not retried)",
-                                 status=status, code=code)
-        refused = _Refused(status, message, code, retry_after, base_url,
-                           public_url(exc.response.headers.get("location", "")))
-        return next(make(refused) for applies, make in _STATUS_ERRORS if applies(status))
-    if isinstance(exc, openai.APITimeoutError):  # before the stream started: retried already
-        return ProviderError(f"no answer from {base_url} within the timeout (idle_timeout), after retries")
-    if isinstance(exc, openai.APIConnectionError):
-        cause = exc.__cause__ or exc
-        return ProviderError(f"cannot reach {base_url}{through(proxy)}: "
-                             f"{short_text(str(cause) or type(cause).__name__)}")
-    if isinstance(exc, openai.APIError):  # any other SDK error that carries a body
-
-        return stream_error(exc.body if exc.body is not None else exc.message)
-    if isinstance(exc, httpx.TimeoutException):
-        return StreamCut("the stream went idle past the timeout")
-    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.NetworkError)):
-        return StreamCut(f"the stream broke mid-way ({short_text(str(exc) or type(exc).__name__, 120)})")
-    return None
-

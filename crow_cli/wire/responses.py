@@ -36,7 +36,7 @@ from typing import Any
 
 from ..errors import StreamCut
 from ..history import REASONING_ITEMS_KEY, RESPONSE_ID_KEY, Message, author_of, content_text
-from .accumulate import stream_error
+from .errors import stream_error
 
 __all__ = ["ChunkTranslator", "request_body", "wire_hint"]
 
