@@ -50,15 +50,11 @@ from ..history import Message
 from ..text import header_secrets, public_url, short_text, url_secrets
 from .adapt import (
     Change,
-    DropParam,
     FieldRule,
     RenameTools,
-    Rule,
-    SetParam,
     apply_rules,
     change_for,
     tool_names,
-    value_refused,
 )
 from .errors import body_message, certificate_refused, error_text, map_error, out_of_quota
 from .facts import facts_path, learn, problems, recall
@@ -148,14 +144,6 @@ class ChatClient:
         self._shown_url = public_url(settings.base_url)
         # redacted from errors and records: the key, those in the URL, credential header values
         self._secrets = [settings.api_key, *url_secrets(settings.base_url), *header_secrets(settings.headers)]
-        self._rules: list[Rule] = []  # what the server refuses, changed in every request (`wire.adapt`)
-        self._once: list[Rule] = []  # changed in the request being sent only (the room its prompt leaves)
-        # a value the user configured, set to the one the server names: for this run only, never stored (a
-        # later run with another value asks the server again)
-        self._run_only: list[Rule] = []
-        self._known = 0  # how many of `_rules` were known in advance or recalled (not to be stored again)
-        self._unsaved = False  # a rule learned in this run, stored once a request with it is accepted
-        self._why = ""  # the last refusal that changed this client: stored as the facts' `why`
         self._unremembered = False  # the facts store could not be written: said once
         self._traced = False
         self._fields_traced = False
@@ -165,7 +153,8 @@ class ChatClient:
         self.profile = build_profile(settings.base_url, settings.model, settings.provider, known,
                                      rules=settings.adapt_requests)
         """What is known of this server (`wire.profile`): built-in knowledge, the config's `[provider]` table, then
-        what earlier runs learned (none, and no request rule, when `adapt_requests` is off)."""
+        what earlier runs learned (none, and no request rule, when `adapt_requests` is off), and what this run
+        learns (`ServerProfile.learn`)."""
 
         self.takes_images = not known_text_only(settings.model, known)
         """Whether the model may be sent images: False once known text-only (`wire.vision`): by its name, or
@@ -175,12 +164,10 @@ class ChatClient:
         # what goes back of what servers attached to messages, and the fields this one refused or demanded
         self._outgoing = Outgoing(settings.reasoning_echo, reasoning_fields=self.profile.reasoning_fields,
                                   known=self.profile.message_facts(), author=self.author)
-        # message-field rules among the request rules (built-in or configured: learned ones are stored as the
-        # message facts above) are the message policy's (`wire.outgoing`), applied and never stored as learned
+        # message-field rules among the request rules (built-in or configured: learned ones are the message facts
+        # above) are the message policy's (`wire.outgoing`)
         if fields := [r for r in self.profile.request_rules if isinstance(r, FieldRule)]:
             self._outgoing.add(fields, learned=False)
-        self._rules = [r for r in self.profile.request_rules if not isinstance(r, FieldRule)]
-        self._known = len(self._rules)
 
     def _client(self) -> Any:
         if self._sdk is None:
@@ -255,8 +242,8 @@ class ChatClient:
             body["tools"] = tools
         self._offered_tools = tools or []
         body["stream_options"] = {"include_usage": True}  # dropped by a rule where the server refuses it
-        if self._rules or self._once or self._run_only:
-            body = apply_rules(body, [*self._rules, *self._run_only, *self._once])
+        if rules := self.profile.rules:
+            body = apply_rules(body, rules)
         return body
 
     async def stream(
@@ -314,15 +301,14 @@ class ChatClient:
                          f"{self._outgoing.describe()}", "adapt_debug")
             yield Notice("crow: debug: server profile values (and the layer each came from): " + "; ".join(
                 f"{key} {value} ({layer})" for key, value, layer in self.profile.described()), "adapt_debug")
-        if self.settings.trace and self._rules and not self._traced:
+        if self.settings.trace and self.profile.every_request and not self._traced:
             self._traced = True
-
             yield Notice(f"crow: debug: adapting every request to this server as known or learned before: "
-                         f"{Change(tuple(self._rules), '').describe()}", "adapt_debug")
+                         f"{Change(tuple(self.profile.every_request), '').describe()}", "adapt_debug")
         try:
             async with AsyncExitStack() as stack:
                 retries, adapted = 0, set[str]()
-                self._once = []
+                self.profile.new_request()
                 responses = self.profile.wire_api == "responses"
                 while True:
                     body = self.request_body(messages, tools)
@@ -351,13 +337,13 @@ class ChatClient:
                         yield retry
                         retries += 1
                         await asyncio.sleep(wait)
-                if self._unsaved:  # the server took the changed request: remember the change
+                if self.profile.unsaved:  # the server took the changed request: remember the change
                     if (unsaved := self._remember()) is not None:
                         yield unsaved
                     if self.settings.trace:
-
                         yield Notice(f"crow: debug: remembered for {self._shown_url} {self.settings.model} in "
-                                     f"{facts_path()}: {_json(self._learned_now())}", "adapt_debug")
+                                     f"{facts_path()}: {_json({'request_rules': [r.to_json() for r in self.profile.learned()]})}",
+                                     "adapt_debug")
                 back = self._names_back(body)
                 items = iter_chunks(response.aiter_bytes(), response.headers.get("content-type", ""),
                                     self._after_done)
@@ -411,7 +397,7 @@ class ChatClient:
         """Tool name sent -> the tool's own name, for tools a `rename_tools` rule renamed in `body`."""
 
         back: dict[str, str] = {}
-        for rule in self._rules:
+        for rule in self.profile.every_request:
             if isinstance(rule, RenameTools):  # the body has the new names: map them from the names offered
                 offered = {**body, "tools": self._offered_tools}
                 back.update(tool_names(offered, rule).back)
@@ -434,35 +420,21 @@ class ChatClient:
         status, text = exc.status_code, error_text(exc)
         adapting = self.settings.adapt_requests
         change = change_for(status, text, body, self._outgoing.policy() if adapting else None, adapting=adapting)
-        if change is None:
+        key = _json([r.to_json() for r in change.rules]) if change is not None else ""
+        if change is None or key in done or (kept := self.profile.learn(
+                change, status=status, text=text, params=self.settings.params,
+                params_from=self.settings.params_from)) is None:
             return None
-        key = _json([r.to_json() for r in change.rules])
         if change.fields:
-            if key in done:
-                return None
             self._outgoing.add(r for r in change.rules if isinstance(r, FieldRule))
-            kept: list[Rule] | None = None
-        else:
-            self._refused_value(status, text, change)
-            configured = all(isinstance(r, SetParam) and r.target in self.settings.params for r in change.rules)
-            kept = self._once if change.once else self._run_only if configured or not change.learned \
-                else self._rules
-            if key in done or all(r in kept for r in change.rules):
-                return None
-            kept += [r for r in change.rules if r not in kept]
         done.add(key)
         if not change.learned:  # adapting is off: crow's own `stream_options` just goes unsent
             return []
-        self._why = f"{status}: {short_text(' '.join(text.split()), 200)}"  # stored with what it taught
-        if change.once:
-            then = ("for this request only, as the room a prompt leaves in the context window differs; "
-                    "adapt_requests = false turns this off")
-        elif kept is self._run_only:
-            then = "for this run only: the value is yours, so a later run asks the server again"
-        else:
-            self._unsaved = True
-            then = ("remembered for this server and model once it accepts the changed request; adapt_requests = "
-                    "false turns this off")
+        then = {"once": "for this request only, as the room a prompt leaves in the context window differs; "
+                        "adapt_requests = false turns this off",
+                "run": "for this run only: the value is yours, so a later run asks the server again",
+                "remembered": "remembered for this server and model once it accepts the changed request; "
+                              "adapt_requests = false turns this off"}[kept]
         first = change.rules[0]
         asked = first.asked() if isinstance(first, FieldRule) else "refused the request"
         notices = [Notice(f"crow: the server {asked} ({status}): {change.why}; {change.describe(body)} "
@@ -470,22 +442,10 @@ class ChatClient:
                           "reasoning_echo" if change.fields else "request_adapted", status=status)]
         if self.settings.trace:
             now = (f"messages now go as {self._outgoing.describe()}" if change.fields else
-                   f"rules now applied to every request: {_json([r.to_json() for r in self._rules])}")
+                   f"rules now applied to every request: {_json([r.to_json() for r in self.profile.every_request])}")
             notices.append(Notice(f"crow: debug: {change.describe(body)}: the server said "
                                   f"{short_text(' '.join(text.split()), 200)!r}; {now}", "adapt_debug"))
         return notices
-
-    def _refused_value(self, status: int, text: str, change: Change) -> None:
-        """Raise the one-line error for a change that would drop a value the user configured for its value (out
-        of range, a typo): theirs to fix, never dropped on a server's word."""
-        for rule in change.rules:
-            if isinstance(rule, DropParam) and rule.target in self.settings.params \
-                    and value_refused(text, rule.target, self.settings.params[rule.target]):
-                where = self.settings.params_from \
-                    or "[params] or [profiles.NAME.params] of your config, or the flag that sets it"
-                raise ProviderError(
-                    f"the server refused {rule.target} = {short_text(_json(self.settings.params[rule.target]), 40)}"
-                    f" ({status}): {change.why}; fix it in {where}", status=status)
 
     def _images_refused(self, exc: Exception, body: dict[str, Any]) -> ProviderError | None:
         """The `vision.ImagesRefused` for a refusal of the request's image parts (remembered for this base URL
@@ -526,24 +486,12 @@ class ChatClient:
         return Notice(f"crow: debug: the refusal ({exc.status_code}) is final: {why}: "
                       f"{short_text(' '.join(error_text(exc).split()), 200)}", "adapt_debug")
 
-    def _learned_now(self) -> dict[str, Any]:
-        """What this client learned from the server's refusals (as `_remember` stores it)."""
-        learned = dict(self._outgoing.learned())
-        if self._rules[self._known:]:
-            learned["request_rules"] = [r.to_json() for r in self._rules[self._known:]]
-        return learned
-
     def _remember(self) -> Notice | None:
-        """Store the rules learned in this run for this base URL + model, and the message fields refused or
-        demanded (`wire.outgoing`), in `wire.facts` (never raises). When the store cannot be written, a notice
-        saying so, the first time only: the run goes on, and the next run learns it again."""
-
-        self._unsaved = False
-        stored = recall(self.settings.base_url, self.settings.model).get("request_rules")
-        merged = list(stored) if isinstance(stored, list) else []
-        merged += [r.to_json() for r in self._rules[self._known:] if r.to_json() not in merged]
-        failed = learn(self.settings.base_url, self.settings.model, request_rules=merged, why=self._why,
-                       **self._outgoing.learned())
+        """Store what this run learned for this base URL + model in `wire.facts` (`ServerProfile.remembered`;
+        never raises). When the store cannot be written, a notice saying so, the first time only: the run goes
+        on, and the next run learns it again."""
+        facts = self.profile.remembered(recall(self.settings.base_url, self.settings.model))
+        failed = learn(self.settings.base_url, self.settings.model, why=self.profile.why, **facts)
         if failed is None or self._unremembered:
             return None
         self._unremembered = True
