@@ -1,34 +1,17 @@
 """The streaming Chat Completions client: history in, raw chunk dicts (and notices) out.
 
-Built on the openai SDK's public surface (imported lazily: it costs ~0.7 s): the client's `post()`
-(the SDK's documented way to call an endpoint without its resource classes) sends the body exactly as
-crow built it (JSON-ready dicts: no SDK transform walks the history, no `openai.resources` module is
-imported) and hands back the raw `httpx.Response`, whose bytes `wire.stream` decodes with `httpx-sse`
-into raw dicts, so provider quirks reach the accumulator untouched. The SDK still gives auth (and the
-no-key provider), the base URL and its default query, headers, timeouts, the transport and its error
-classes. The SDK's own retries are off (`max_retries=0`): crow's loop here retries
-408/409/429/5xx and connection errors before a stream starts (`wire.retries` has the policy) and yields
-each retry as a `Notice(code="retrying")` before its wait. Every SDK/httpx error is mapped once, by
-`wire.errors`, to a `ProviderError` subclass.
+Built on the openai SDK's public surface, imported lazily (~0.7 s): its `post()` sends the body exactly as crow
+built it and hands back the raw `httpx.Response`, whose bytes `wire.stream` decodes into raw dicts, so provider
+quirks reach the accumulator untouched; the SDK gives auth, the base URL and its query, headers, timeouts and
+the transport. Its own retries are off: crow retries 408/409/429/5xx and connection errors before a stream
+starts (`wire.retries`), each retry a `Notice(code="retrying")`. Errors are mapped by `wire.errors`.
 
-Per request, the client also adapts to what the server accepts. A 400/422 refusal is read once
-(`ChatClient._adapt`, through `wire.adapt.change_for`) into one `adapt.Change` of rule classes: message-field
-rules (`DropField`, `RequireField`, `ToolMessageName`, `MapToolCallIds`) shape the outgoing copy of the history
-(`wire.outgoing`: what the server attached goes back as `reasoning_echo` decides), the others (a tool-schema
-keyword, a tool name, a parameter such as `stream_options`, a message shape) the request body. Each change
-applies to the outgoing request only (the history keeps what really happened); the request is sent once more
-with everything else unchanged, a `Notice` names the rule classes and the server's reason, and a refusal that
-teaches nothing new ends the turn with the server's message. A change that fits one prompt only (`max_tokens`
-lowered to the room that prompt leaves in the context window: `adapt.Change.once`) holds for that request and
-is never remembered; a value the user configured that the server refuses for its value ends the run with one
-line. What is learned is remembered per base URL + model (`wire.facts`) and applied before the first request
-of later runs: the client starts from one `wire.profile.ServerProfile`, built once from the built-in,
-configured and learned layers; `adapt_requests=False` turns that mechanism off (a refused `stream_options` is
-then still dropped, by a `DropParam` rule for the client's life, never remembered).
-
-Imports: the SDK and the sibling modules that import httpx (`body`, `record`, `stream`, `tls`) are imported where
-they are used, so that a surface can import this module, start its MCP servers and read its session while
-`import_in_background` loads them off the main thread; everything else is imported at the top.
+A 400/422 refusal is read once (`_adapt`, through `wire.adapt.change_for`) into one `adapt.Change`; the
+client's `wire.profile.ServerProfile` learns it (`ServerProfile.learn`: for this request, this run, or
+remembered per base URL + model in `wire.facts` once a request with it is accepted) and the request is sent
+again with a `Notice`. Message-field rules shape the outgoing copy of the history (`wire.outgoing`), the others
+the request body; the history keeps what really happened. `adapt_requests=False` turns learning off.
+The SDK and the modules that import httpx are imported where used (`wire.preload` loads them early).
 """
 
 from __future__ import annotations
@@ -36,11 +19,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import threading
 import time
 from collections.abc import AsyncGenerator, Mapping
 from contextlib import AsyncExitStack, aclosing
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .. import startup
@@ -56,14 +37,15 @@ from .adapt import (
     change_for,
     tool_names,
 )
-from .errors import body_message, certificate_refused, error_text, map_error, out_of_quota
+from .errors import body_message, error_text, map_error, retry_after
 from .facts import facts_path, learn, problems, recall
 from .outgoing import REASONING_ECHO, Outgoing, ReasoningEcho
+from .preload import import_in_background
 from .profile import build_profile
 from .proxy import proxy_for
-from .responses import ChunkTranslator
+from .responses import as_chunks
 from .responses import request_body as responses_body
-from .retries import retry_notice, retry_wait_s, should_retry
+from .settings import ClientSettings, split_base_url
 from .slots import server_slots
 from .vision import ImagesRefused, holds_images, known_text_only, refuses_images
 
@@ -72,58 +54,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ChatClient", "ClientSettings", "ReasoningEcho", "import_in_background", "map_error",
            "split_base_url"]
-
-
-@dataclass(frozen=True)
-class ClientSettings:
-    """Where and how to reach the model."""
-
-    base_url: str
-    """May carry a query string (`?api-version=…`, Azure): it is sent with every request, never shown."""
-    model: str
-    api_key: str | None = field(default=None, repr=False)
-    """Secret: never printed, logged or stored; `repr` hides it."""
-    headers: dict[str, str] = field(default_factory=dict)
-    max_retries: int = 3
-    """Retries for 408/409/429/5xx and connection errors before any output."""
-    connect_timeout_s: float = 15.0
-    idle_timeout_s: float = 300.0
-    """Longest silence (seconds) between two reads of a response before the turn fails."""
-    first_byte_timeout_s: float = 60.0
-    """Longest wait (seconds) from sending a request to the start of its response (status and headers);
-    past it the turn fails at once, without retries (a server that accepted the connection and hangs)."""
-    params: dict[str, Any] = field(default_factory=dict)
-    """Extra request fields (temperature, max_tokens …) merged into every request body."""
-    record_dir: str | None = None
-    """When set, every request body and raw SSE response is written there (see `wire.record`)."""
-    reasoning_echo: ReasoningEcho = "auto"
-    """Whether a turn's reasoning goes back to the server (a `ReasoningEcho`: `auto`, `always` or `never`);
-    see `ChatClient.outgoing_messages`. Another value is a `ValueError` when the client is made."""
-    adapt_requests: bool = True
-    """Change what a server refuses and send the request again, remembering the change (`wire.adapt`);
-    False: a refusal ends the turn, and no learned or known rule is applied."""
-    trace: bool = False
-    """Report each adaptation decision as a `Notice(code="adapt_debug")` (for `--debug`)."""
-    provider: dict[str, Any] = field(default_factory=dict)
-    """Overrides of the server's `wire.profiles.Profile` (the config's `[provider]` table)."""
-    params_from: str | None = None
-    """Where `params` were set, as a refused value's error names it (`[profiles.fast.params] in FILE`); None:
-    not known (the error then points at the config and the flags)."""
-
-
-def split_base_url(base_url: str) -> tuple[str, dict[str, str | list[str]]]:
-    """`base_url` without its query string, and the query's parameters (a repeated name gives a list).
-
-    The SDK joins paths onto the base URL's text, so a query must travel as parameters instead.
-    """
-    from urllib.parse import parse_qsl, urlsplit, urlunsplit
-
-    parts = urlsplit(base_url)
-    query: dict[str, str | list[str]] = {}
-    for name, value in parse_qsl(parts.query, keep_blank_values=True):
-        old = query.get(name)
-        query[name] = value if old is None else [*([old] if isinstance(old, str) else old), value]
-    return urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")), query
 
 
 class ChatClient:
@@ -228,10 +158,8 @@ class ChatClient:
         return self.profile.reasoning_fields
 
     def outgoing_messages(self, messages: list[Message]) -> list[dict[str, Any]]:
-        """`messages` as they are sent (`wire.outgoing`): what the server attached to each assistant
-        message goes back under its own name; reasoning as `reasoning_echo` says (`auto`: every assistant
-        message of an exchange that used tools); fields the server refused are dropped and reasoning
-        fields it demanded are added. Copies where changed; the history is never changed."""
+        """`messages` as they are sent (`wire.outgoing`): what each server attached goes back, reasoning as
+        `reasoning_echo` says, minus what this server refused; copies where changed, the history never."""
         return self._outgoing.messages(messages)
 
     def request_body(self, messages: list[Message], tools: list[dict[str, Any]] | None) -> dict[str, Any]:
@@ -290,8 +218,7 @@ class ChatClient:
         if self._after_done is None:
             self._after_done = AfterDone()
 
-        # an image in the messages is one the person attached (the loop gives tools' images as their names to a
-        # model known text-only): it is sent whatever is known, and the server's answer is the news
+        # an image in the messages is one the person attached: sent whatever is known, the server's answer is news
         for warning in self._facts_problems:
             yield Notice(warning, "facts_damaged")
         self._facts_problems = []
@@ -319,7 +246,7 @@ class ChatClient:
                         else:
                             response = await self._send(stack, body)
                         if not self.takes_images and holds_images(body["messages"]):
-                            self._images_taken()  # what was known is stale: the model takes images now
+                            self._takes_images(True, "a request with images was accepted")  # what was known is stale
                         break
                     except Exception as exc:
                         if (refused := self._images_refused(exc, body)) is not None:
@@ -329,7 +256,7 @@ class ChatClient:
                             for notice in notices:
                                 yield notice
                             continue
-                        wait, retry = self._retry(exc, retries)
+                        wait, retry = retry_after(exc, retries, self.settings.max_retries)
                         if retry is None:
                             if (final := self._final_refusal(exc)) is not None:
                                 yield final
@@ -341,14 +268,14 @@ class ChatClient:
                     if (unsaved := self._remember()) is not None:
                         yield unsaved
                     if self.settings.trace:
+                        rules = _json([r.to_json() for r in self.profile.learned()])
                         yield Notice(f"crow: debug: remembered for {self._shown_url} {self.settings.model} in "
-                                     f"{facts_path()}: {_json({'request_rules': [r.to_json() for r in self.profile.learned()]})}",
-                                     "adapt_debug")
+                                     f"{facts_path()}: request_rules {rules}", "adapt_debug")
                 back = self._names_back(body)
                 items = iter_chunks(response.aiter_bytes(), response.headers.get("content-type", ""),
                                     self._after_done)
                 if responses:  # its events as chunks (`wire.responses`); the chat path pays nothing for it
-                    items = _translated(items, stored=self.settings.params.get("store") is True)
+                    items = as_chunks(items, stored=self.settings.params.get("store") is True)
                 async for item in items:
                     if back and isinstance(item, dict):
                         _rename_calls(item, back)
@@ -395,7 +322,6 @@ class ChatClient:
 
     def _names_back(self, body: dict[str, Any]) -> dict[str, str]:
         """Tool name sent -> the tool's own name, for tools a `rename_tools` rule renamed in `body`."""
-
         back: dict[str, str] = {}
         for rule in self.profile.every_request:
             if isinstance(rule, RenameTools):  # the body has the new names: map them from the names offered
@@ -404,14 +330,10 @@ class ChatClient:
         return back
 
     def _adapt(self, exc: Exception, body: dict[str, Any], done: set[str]) -> list[Notice] | None:
-        """The notices to send the request again with, once `exc` (a 400/422) was answered by a change to
-        this client's requests ([]: changed silently); None when the refusal asks for no change crow can make.
-
-        The refusal is read once (`wire.adapt.change_for`, against the message policy in force) into one
-        `Change`, whose rules apply from then on: message-field rules through `wire.outgoing` (the outgoing
-        copy of the history), the others to the request body. `done`, the changes made for this request,
-        holds each change once, at most `_MAX_CHANGES` of them: a refusal that teaches nothing new ends the
-        request with the server's message."""
+        """The notices to send the request again with, once `exc` (a 400/422) was answered by a change the
+        profile learned (`ServerProfile.learn`; []: changed silently); None when the refusal asks for no change
+        crow can make. `done`, the changes made for this request, holds each once, at most `_MAX_CHANGES`: a
+        refusal that teaches nothing new ends the request with the server's message."""
         import openai
 
         if not isinstance(exc, openai.APIStatusError) or not (exc.status_code in (400, 422) or exc.status_code >= 500) \
@@ -452,26 +374,23 @@ class ChatClient:
         and model, so the next request holding images fails before it is sent), or None for any other."""
         import openai
 
-
         if not isinstance(exc, openai.APIStatusError) \
                 or not refuses_images(exc.status_code, error_text(exc), body["messages"]):
             return None
-        self.takes_images = False
         remembered = None
-        if self.settings.adapt_requests and learn(self.settings.base_url, self.settings.model, images=False,
-                                                  why=error_text(exc)) is None:
+        if self._takes_images(False, error_text(exc)):
             remembered = (f"remembered from {time.strftime('%Y-%m-%d %H:%M')} for {self._shown_url} (tools' images "
                           f"go to it as their names; crow facts forget --model {self.settings.model} forgets it, "
                           "and an image that is accepted clears it)")
         said, _code = body_message(exc.body, exc.message)
         return ImagesRefused(self.settings.model, said, status=exc.status_code, remembered=remembered)
 
-    def _images_taken(self) -> None:
-        """A request holding images was accepted: the model takes images, whatever was known (a stored refusal,
-        its name), and that is remembered in place of a refusal."""
-        self.takes_images = True
-        if self.settings.adapt_requests:
-            learn(self.settings.base_url, self.settings.model, images=True, why="a request with images was accepted")
+    def _takes_images(self, taken: bool, why: str) -> bool:
+        """Whether the model takes images, as a refusal of image parts or an accepted request with images just
+        showed, whatever was known (a stored fact, its name): True when it is remembered for later runs."""
+        self.takes_images = taken
+        return self.settings.adapt_requests and learn(self.settings.base_url, self.settings.model, images=taken,
+                                                      why=why) is None
 
     def _final_refusal(self, exc: Exception) -> Notice | None:
         """Under --debug: why a 400/422 ends the request (`wire.adapt.change_for` had no change for it)."""
@@ -480,7 +399,6 @@ class ChatClient:
         if not self.settings.trace or not isinstance(exc, openai.APIStatusError) \
                 or exc.status_code not in (400, 422):
             return None
-
         why = "adapting requests is off (adapt_requests = false)" if not self.settings.adapt_requests \
             else "it names no part of the request that crow has not changed already"
         return Notice(f"crow: debug: the refusal ({exc.status_code}) is final: {why}: "
@@ -498,47 +416,10 @@ class ChatClient:
         return Notice(f"crow: warning: what this server refused could not be remembered for later runs ({failed});"
                       " this run goes on with the change, and the next one learns it again", "facts_unwritable")
 
-    def _retry(self, exc: Exception, retries: int) -> tuple[float, Notice | None]:
-        """The wait and notice for another try after `exc`, or `(0, None)` when it is final."""
-        import openai
-
-
-        if retries >= self.settings.max_retries:
-            return 0.0, None
-        attempts = self.settings.max_retries + 1
-        if isinstance(exc, openai.APIStatusError):
-            headers = exc.response.headers
-            if out_of_quota(exc.status_code, exc.body) or not should_retry(exc.status_code, headers):
-                return 0.0, None
-            wait = retry_wait_s(retries, headers)
-            return wait, retry_notice(retries + 2, attempts, wait, exc.status_code)
-        if isinstance(exc, openai.APIConnectionError):  # refused, reset, DNS, or a timeout before the answer
-            if certificate_refused(exc):  # the same certificate fails the same check again
-                return 0.0, None
-            wait = retry_wait_s(retries)
-            timed_out = isinstance(exc, openai.APITimeoutError)
-            return wait, retry_notice(retries + 2, attempts, wait, None, timed_out)
-        return 0.0, None
-
     async def aclose(self) -> None:
         """Close the connection pool (and a recording transport's files)."""
         if self._sdk is not None:
             await self._sdk.close()
-
-
-async def _translated(events: AsyncGenerator[dict[str, Any] | WarningEvent, None], *, stored: bool
-                      ) -> AsyncGenerator[dict[str, Any] | WarningEvent, None]:
-    """Responses API events as Chat Completions chunk dicts (`wire.responses.ChunkTranslator`; `stored`: the
-    request had `store: true`), warnings as they are; raises `StreamCut` when the events end before
-    `response.completed`."""
-    translator = ChunkTranslator(stored=stored)
-    async for event in events:
-        if isinstance(event, dict):
-            for chunk in translator.chunks(event):
-                yield chunk
-        else:
-            yield event
-    translator.end()
 
 
 def _rename_calls(chunk: dict[str, Any], back: Mapping[str, str]) -> None:
@@ -562,22 +443,3 @@ async def _no_key() -> str:
 
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
-
-
-def import_in_background() -> threading.Thread:
-    """Start importing what a request needs (the openai SDK, ~0.7 s of CPU, and the stream decoder) on
-    a daemon thread, and return it: `crow chat` shows its prompt at once and the import runs while the
-    user types. A request made before it ends waits for it (Python's per-module import lock), so the
-    first turn never fails for it. Join the thread before the process ends: a daemon thread stopped
-    inside an import would hold that module's lock during shutdown."""
-
-    def load() -> None:
-        with contextlib.suppress(Exception):  # a broken install fails the first request, as without this
-            import openai  # noqa: F401
-
-            from . import stream  # noqa: F401
-        startup.loaded()
-
-    thread = threading.Thread(target=load, name="crow-import-sdk", daemon=True)
-    thread.start()
-    return thread

@@ -2,8 +2,9 @@
 
 Two tables decide, as httpx's `_transports/default.py` maps httpcore's exceptions: `_STATUS_ERRORS` an HTTP
 error answer by its status, `_class_errors()` any other exception by its class (the most specific class
-first). Beside them, the readers of an error answer's body (`body_message`, `error_text`) and `stream_error`,
-the error for an `{"error": …}` object a server sends inside a stream. The SDK and httpx are imported where
+first). Beside them, the readers of an error answer's body (`body_message`, `error_text`), `stream_error`,
+the error for an `{"error": …}` object a server sends inside a stream, and `retry_after`: whether a foreign
+error before a stream started is tried again (`wire.retries` has the policy). The SDK and httpx are imported where
 they are used (a surface imports this module before either is loaded).
 """
 
@@ -18,14 +19,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import AuthError, ContextOverflow, ProviderError, QuotaExceeded, RateLimited, ServerError, StreamCut
+from ..events import Notice
 from ..text import mask_secrets, public_url, short_text
 from .profiles import CONTEXT_OVERFLOW, OVERFLOW_NUMBERS, OVERFLOW_PROMPT, OVERFLOW_WINDOW
 from .proxy import through
 from .refusal import reason as refusal_reason
-from .retries import MAX_RETRY_AFTER_S, retry_after_s
+from .retries import MAX_RETRY_AFTER_S, retry_after_s, retry_notice, retry_wait_s, should_retry
 
 __all__ = ["body_message", "certificate_refused", "context_overflow", "error_text", "map_error", "out_of_quota",
-           "stream_error"]
+           "retry_after", "stream_error"]
 
 
 def stream_error(error: Any) -> ServerError:
@@ -150,6 +152,30 @@ def map_error(exc: BaseException, base_url: str, secret: str | Iterable[str | No
         if clean != message:
             mapped.args = (clean, *mapped.args[1:])
     return mapped
+
+
+def retry_after(exc: BaseException, retries: int, max_retries: int) -> tuple[float, Notice | None]:
+    """The wait (seconds) and notice for another try after `exc`, failed before a stream started, when
+    `retries` were made of `max_retries`; `(0, None)` when it is final: an error answer `wire.retries` does not
+    retry, no quota left, a certificate that failed verification, or no retry left."""
+    import openai
+
+    if retries >= max_retries:
+        return 0.0, None
+    attempts = max_retries + 1
+    if isinstance(exc, openai.APIStatusError):
+        headers = exc.response.headers
+        if out_of_quota(exc.status_code, exc.body) or not should_retry(exc.status_code, headers):
+            return 0.0, None
+        wait = retry_wait_s(retries, headers)
+        return wait, retry_notice(retries + 2, attempts, wait, exc.status_code)
+    if isinstance(exc, openai.APIConnectionError):  # refused, reset, DNS, or a timeout before the answer
+        if certificate_refused(exc):  # the same certificate fails the same check again
+            return 0.0, None
+        wait = retry_wait_s(retries)
+        timed_out = isinstance(exc, openai.APITimeoutError)
+        return wait, retry_notice(retries + 2, attempts, wait, None, timed_out)
+    return 0.0, None
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,7 +56,7 @@ from ...tools.approval import (
 )
 from ...tools.mcp import end_task
 from ...tools.registry import ToolRegistry
-from ...wire.client import import_in_background
+from ...wire.preload import import_in_background
 from ..approve import PLAN_HINT, PLAN_QUESTION, parse_plan_answer
 from ..ask import ask_approval, typed_keys
 from ..common import (
