@@ -15,8 +15,9 @@ it decides (`rule_keys`): a learned `CapParam("max_tokens", 4096)` replaces a bu
 a learned `DropParam("seed")` joins the built-in rules; no two rules of a profile decide the same thing.
 `ServerProfile.sources` says which layer each value came from and `ServerProfile.replaced` what it replaced
 (`crow probe --show`, `--debug`). The configured rules are the user's: they apply whether or not crow adapts
-requests (`adapt_requests`). Pure: the caller reads the learned facts; no I/O here. Built once per client,
-never per request or chunk.
+requests (`adapt_requests`). A learned message-field rule becomes the profile's field it decides
+(`refused_fields` …). `ServerProfile.learn` keeps what a client learns in its run and `remembered` says what
+to store. Pure: the caller reads and writes the facts; no I/O here. Built once per client, never per request.
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ class ServerProfile:
 
     @property
     def every_request(self) -> list[Rule]:
-        """The request rules applied to every request: known before the run, then learned in it."""
+        """The request rules of every request: known before the run, then learned in it."""
         return list(self._run.rules)
 
     @property
@@ -130,9 +131,8 @@ class ServerProfile:
     def learn(self, change: Change, *, status: int, text: str, params: Mapping[str, Any],
               params_from: str | None = None) -> Kept | None:
         """Take `change`, read from a refusal (`status`, its body `text`) of a request sent with `params` (the
-        user's): how long it holds (a message-field change, a `learned` one: remembered once a request with it
-        is accepted; `once`: this request; a value the user configured, or a change never `learned`: this run),
-        or None when it teaches nothing new. A message-field change is the caller's to apply (`wire.outgoing`).
+        user's): how long it holds (`Kept`: a value the user configured, or a change never `learned`, this run
+        only), or None when it teaches nothing new. A message-field change is the caller's to apply.
 
         Raises:
             ProviderError: the change would drop a value the user configured, refused for its value (out of
