@@ -28,7 +28,7 @@ import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 from .context.compact import Compactor
 from .context.send import send
@@ -44,7 +44,6 @@ from .events import (
     ToolResultReady,
     ToolRunStarted,
     TurnFinished,
-    WarningEvent,
 )
 from .history import (
     AUTHOR_KEY,
@@ -64,7 +63,7 @@ from .tools.names import ToolNameCleaner
 from .tools.registry import ToolRegistry
 from .tools.repeats import RepeatGuard
 from .wire.accumulate import StreamAccumulator
-from .wire.profiles import REASONING_FIELDS
+from .wire.protocol import ChatStream
 from .wire.textcalls import Recovered, recover_calls
 
 __all__ = ["CANCELLED_OUTPUT", "ChatStream", "LoopSettings", "react"]
@@ -74,16 +73,6 @@ CANCELLED_OUTPUT = "Error: the tool call was cancelled by the user; no result."
 
 INTERRUPTED = "interrupted by the user"
 """The note a partial answer ends with when the canceller gave no reason (`Task.cancel(msg)` gives one)."""
-
-
-class ChatStream(Protocol):
-    """What the loop needs of a model client (`wire.client.ChatClient` is one)."""
-
-    def stream(self, messages: list[Message], tools: list[dict[str, Any]] | None = None
-               ) -> AsyncGenerator[dict[str, Any] | Notice | WarningEvent, None]:
-        """Chunk dicts of one turn; a `Notice` (a retry before the stream started, a resend with reasoning
-        dropped or added) or a `WarningEvent` (a damaged event skipped) is passed on as is."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -145,8 +134,8 @@ async def react(
     closing = _Closing(history)
     closing.images = settings.images
     repeats = RepeatGuard(settings.max_repeats)
-    # a client that knows its server's profile says whether calls left in text are recovered
-    recover = settings.recover_tool_calls and bool(tools) and getattr(client, "recover_tool_calls", True)
+    # the server's profile says whether calls left in text are recovered
+    recover = settings.recover_tool_calls and bool(tools) and client.recover_tool_calls
     told: set[str] = set()  # the formats recovered calls came in, said once per run
     hooks = context.hooks if context is not None else None
     if hooks is not None:
@@ -181,9 +170,7 @@ async def react(
                 yield warning
             closing.turn_assembled(turn.tool_calls)
             message = turn.to_message()
-            # who wrote it (`history.AUTHOR_KEY`): a client that knows its server and model says so
-            author = getattr(client, "author", None)
-            if isinstance(author, dict):
+            if (author := client.author) is not None:  # who wrote it (`history.AUTHOR_KEY`)
                 as_json(message)[AUTHOR_KEY] = dict(author)
             if recovered is not None:  # the text the calls came in: kept with the session, never sent back
                 as_json(message)[RECOVERED_KEY] = {"format": recovered.format, "text": recovered.raw}
@@ -241,10 +228,8 @@ async def _stream_turn(history: list[Message], client: ChatStream, tools: list[d
     attempt = 0
     while attempt < settings.stream_attempts:
         attempt += 1
-        # a client that knows its server's reasoning field names (`ChatClient.reasoning_fields`) says so
-        accumulator = StreamAccumulator(trace=settings.trace,
-                                        reasoning_fields=getattr(client, "reasoning_fields", REASONING_FIELDS),
-                                        choices=getattr(client, "choices", 1))
+        accumulator = StreamAccumulator(trace=settings.trace, reasoning_fields=client.reasoning_fields,
+                                        choices=client.choices)
         try:
             async with aclosing(send(history, client, tools, compactor)) as chunks:  # closes the response on cancel
                 async for chunk in chunks:

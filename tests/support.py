@@ -45,6 +45,7 @@ from crow_cli.errors import ServerError, StreamCut
 from crow_cli.history import Message
 from crow_cli.surfaces.options import SurfaceOptions
 from crow_cli.tools import tool
+from crow_cli.wire.protocol import ChatStream
 from tests.replay_server import (
     REQUEST_RULES,
     ReplayServer,
@@ -582,7 +583,7 @@ class UnexpectedModelCall(AssertionError):
     """The loop asked `ScriptedStream` for a turn its script does not have."""
 
 
-class ScriptedStream:
+class ScriptedStream(ChatStream):
     """A `loop.ChatStream` that plays one scripted step per request, and fails on a request beyond them.
 
     Steps: `("text",)` answers "done"; `("error",)` raises a `ServerError`; `("tools", [(id, name), ...])`

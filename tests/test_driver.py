@@ -18,10 +18,11 @@ from crow_cli.history import Message, user_message
 from crow_cli.loop import LoopSettings
 from crow_cli.sessions import SessionStore
 from crow_cli.surfaces.persist import SessionRecorder
+from crow_cli.wire.protocol import ChatStream
 from tests.support import chunk
 
 
-class Stalling:
+class Stalling(ChatStream):
     """A `ChatStream` that streams some text, then waits until cancelled."""
 
     async def stream(self, messages, tools=None):
@@ -29,7 +30,7 @@ class Stalling:
         await asyncio.Event().wait()
 
 
-class Answering:
+class Answering(ChatStream):
     async def stream(self, messages, tools=None):
         yield chunk({"content": "Hi"}, "stop")
 

@@ -57,6 +57,7 @@ from crow_cli.tools.approval import make_approver
 from crow_cli.tools.registry import ToolRegistry
 from crow_cli.tools.tool import tool
 from crow_cli.wire.client import ChatClient, ClientSettings
+from crow_cli.wire.protocol import ChatStream
 from tests.support import ScriptedStream, assert_contract, authorless, boom, chunk, ok, slow, sse, text_sse, tool_delta
 
 URL = "http://llm.test/v1/chat/completions"
@@ -306,7 +307,7 @@ async def test_no_tools_means_no_tools_field(n):
 # The loop owns its history to the end (issue 9): cancelled, it closes the history itself, reports how,
 # and re-raises. These replaced surfaces/persist.close_interrupted and the surfaces' own bookkeeping.
 
-class TurnStream:
+class TurnStream(ChatStream):
     """A `ChatStream` serving one list of chunks per turn; a turn may stall after its chunks."""
 
     def __init__(self, *turns: list[dict], stall: bool = False) -> None:

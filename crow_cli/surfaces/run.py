@@ -43,7 +43,7 @@ from ..text import strip_controls
 from ..tools.approval import Answer, AskFn, Choice, Question
 from ..tools.dispatch import Approver
 from ..tools.hooks import Hooks
-from ..wire.client import import_in_background
+from ..wire.preload import import_in_background
 from ..wire.vision import holds_images
 from .approve import approver_for, terminal_ask
 from .common import (

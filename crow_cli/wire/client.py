@@ -1,137 +1,60 @@
 """The streaming Chat Completions client: history in, raw chunk dicts (and notices) out.
 
-Built on the openai SDK's public surface (imported lazily: it costs ~0.7 s): the client's `post()`
-(the SDK's documented way to call an endpoint without its resource classes) sends the body exactly as
-crow built it (JSON-ready dicts: no SDK transform walks the history, no `openai.resources` module is
-imported) and hands back the raw `httpx.Response`, whose bytes `wire.stream` decodes with `httpx-sse`
-into raw dicts, so provider quirks reach the accumulator untouched. The SDK still gives auth (and the
-no-key provider), the base URL and its default query, headers, timeouts, the transport and its error
-classes. The SDK's own retries are off (`max_retries=0`): crow's loop here retries
-408/409/429/5xx and connection errors before a stream starts (`wire.retries` has the policy) and yields
-each retry as a `Notice(code="retrying")` before its wait. Every SDK/httpx error is mapped here, once,
-to a `ProviderError` subclass.
+Built on the openai SDK's public surface, imported lazily (~0.7 s): its `post()` sends the body exactly as crow
+built it and hands back the raw `httpx.Response`, whose bytes `wire.stream` decodes into raw dicts, so provider
+quirks reach the accumulator untouched; the SDK gives auth, the base URL and its query, headers, timeouts and
+the transport. Its own retries are off: crow retries 408/409/429/5xx and connection errors before a stream
+starts (`wire.retries`), each retry a `Notice(code="retrying")`. Errors are mapped by `wire.errors`.
 
-Per request, the client also adapts to what the server accepts. A 400/422 refusal is read once
-(`ChatClient._adapt`, through `wire.adapt.change_for`) into one `adapt.Change` of rule classes: message-field
-rules (`DropField`, `RequireField`, `ToolMessageName`, `MapToolCallIds`) shape the outgoing copy of the history
-(`wire.outgoing`: what the server attached goes back as `reasoning_echo` decides), the others (a tool-schema
-keyword, a tool name, a parameter such as `stream_options`, a message shape) the request body. Each change
-applies to the outgoing request only (the history keeps what really happened); the request is sent once more
-with everything else unchanged, a `Notice` names the rule classes and the server's reason, and a refusal that
-teaches nothing new ends the turn with the server's message. A change that fits one prompt only (`max_tokens`
-lowered to the room that prompt leaves in the context window: `adapt.Change.once`) holds for that request and
-is never remembered; a value the user configured that the server refuses for its value ends the run with one
-line. What is learned is remembered per base URL + model (`wire.facts`) and applied before the first request
-of later runs: the client starts from one `wire.profile.ServerProfile`, built once from the built-in,
-configured and learned layers; `adapt_requests=False` turns that mechanism off (a refused `stream_options` is
-then still dropped, by a `DropParam` rule for the client's life, never remembered).
-
-Imports: the SDK and the sibling modules that import httpx (`body`, `record`, `stream`, `tls`) are imported where
-they are used, so that a surface can import this module, start its MCP servers and read its session while
-`import_in_background` loads them off the main thread; everything else is imported at the top.
+A 400/422 refusal is read once (`_adapt`, through `wire.adapt.change_for`) into one `adapt.Change`; the
+client's `wire.profile.ServerProfile` learns it (`ServerProfile.learn`: for this request, this run, or
+remembered per base URL + model in `wire.facts` once a request with it is accepted) and the request is sent
+again with a `Notice`. Message-field rules shape the outgoing copy of the history (`wire.outgoing`), the others
+the request body; the history keeps what really happened. `adapt_requests=False` turns learning off.
+The SDK and the modules that import httpx are imported where used (`wire.preload` loads them early).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
-import ssl
-import threading
+import json
 import time
-from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from contextlib import AsyncExitStack, aclosing
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .. import startup
-from ..errors import AuthError, ContextOverflow, ProviderError, QuotaExceeded, RateLimited, ServerError, StreamCut
+from ..errors import AuthError, ProviderError
 from ..events import Notice, WarningEvent
 from ..history import Message
 from ..modes import REASONING_ECHO, ReasoningEcho
-from ..text import header_secrets, mask_secrets, public_url, short_text, url_secrets
-from .accumulate import stream_error
+from ..text import header_secrets, public_url, short_text, url_secrets
 from .adapt import (
     Change,
-    DropParam,
     FieldRule,
     RenameTools,
-    Rule,
-    SetParam,
     apply_rules,
     change_for,
     tool_names,
-    value_refused,
 )
+from .errors import body_message, error_text, map_error, retry_after
 from .facts import facts_path, learn, problems, recall
 from .outgoing import Outgoing
+from .preload import import_in_background
 from .profile import build_profile
-from .profiles import CONTEXT_OVERFLOW, OVERFLOW_NUMBERS, OVERFLOW_PROMPT, OVERFLOW_WINDOW
-from .proxy import proxy_for, through
-from .refusal import reason as refusal_reason
-from .responses import ChunkTranslator, wire_hint
+from .proxy import proxy_for
+from .responses import as_chunks
 from .responses import request_body as responses_body
-from .retries import MAX_RETRY_AFTER_S, retry_after_s, retry_notice, retry_wait_s, should_retry
+from .settings import ClientSettings, split_base_url
 from .slots import server_slots
 from .vision import ImagesRefused, holds_images, known_text_only, refuses_images
 
 if TYPE_CHECKING:
     from .stream import AfterDone
 
-__all__ = ["ChatClient", "ClientSettings", "ReasoningEcho", "context_overflow", "import_in_background", "map_error",
+__all__ = ["ChatClient", "ClientSettings", "ReasoningEcho", "import_in_background", "map_error",
            "split_base_url"]
-
-
-@dataclass(frozen=True)
-class ClientSettings:
-    """Where and how to reach the model."""
-
-    base_url: str
-    """May carry a query string (`?api-version=…`, Azure): it is sent with every request, never shown."""
-    model: str
-    api_key: str | None = field(default=None, repr=False)
-    """Secret: never printed, logged or stored; `repr` hides it."""
-    headers: dict[str, str] = field(default_factory=dict)
-    max_retries: int = 3
-    """Retries for 408/409/429/5xx and connection errors before any output."""
-    connect_timeout_s: float = 15.0
-    idle_timeout_s: float = 300.0
-    """Longest silence (seconds) between two reads of a response before the turn fails."""
-    first_byte_timeout_s: float = 60.0
-    """Longest wait (seconds) from sending a request to the start of its response (status and headers);
-    past it the turn fails at once, without retries (a server that accepted the connection and hangs)."""
-    params: dict[str, Any] = field(default_factory=dict)
-    """Extra request fields (temperature, max_tokens …) merged into every request body."""
-    record_dir: str | None = None
-    """When set, every request body and raw SSE response is written there (see `wire.record`)."""
-    reasoning_echo: ReasoningEcho = "auto"
-    """Whether a turn's reasoning goes back to the server (a `ReasoningEcho`: `auto`, `always` or `never`);
-    see `ChatClient.outgoing_messages`. Another value is a `ValueError` when the client is made."""
-    adapt_requests: bool = True
-    """Change what a server refuses and send the request again, remembering the change (`wire.adapt`);
-    False: a refusal ends the turn, and no learned or known rule is applied."""
-    trace: bool = False
-    """Report each adaptation decision as a `Notice(code="adapt_debug")` (for `--debug`)."""
-    provider: dict[str, Any] = field(default_factory=dict)
-    """Overrides of the server's `wire.profiles.Profile` (the config's `[provider]` table)."""
-    params_from: str | None = None
-    """Where `params` were set, as a refused value's error names it (`[profiles.fast.params] in FILE`); None:
-    not known (the error then points at the config and the flags)."""
-
-
-def split_base_url(base_url: str) -> tuple[str, dict[str, str | list[str]]]:
-    """`base_url` without its query string, and the query's parameters (a repeated name gives a list).
-
-    The SDK joins paths onto the base URL's text, so a query must travel as parameters instead.
-    """
-    from urllib.parse import parse_qsl, urlsplit, urlunsplit
-
-    parts = urlsplit(base_url)
-    query: dict[str, str | list[str]] = {}
-    for name, value in parse_qsl(parts.query, keep_blank_values=True):
-        old = query.get(name)
-        query[name] = value if old is None else [*([old] if isinstance(old, str) else old), value]
-    return urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")), query
 
 
 class ChatClient:
@@ -152,14 +75,6 @@ class ChatClient:
         self._shown_url = public_url(settings.base_url)
         # redacted from errors and records: the key, those in the URL, credential header values
         self._secrets = [settings.api_key, *url_secrets(settings.base_url), *header_secrets(settings.headers)]
-        self._rules: list[Rule] = []  # what the server refuses, changed in every request (`wire.adapt`)
-        self._once: list[Rule] = []  # changed in the request being sent only (the room its prompt leaves)
-        # a value the user configured, set to the one the server names: for this run only, never stored (a
-        # later run with another value asks the server again)
-        self._run_only: list[Rule] = []
-        self._known = 0  # how many of `_rules` were known in advance or recalled (not to be stored again)
-        self._unsaved = False  # a rule learned in this run, stored once a request with it is accepted
-        self._why = ""  # the last refusal that changed this client: stored as the facts' `why`
         self._unremembered = False  # the facts store could not be written: said once
         self._traced = False
         self._fields_traced = False
@@ -169,7 +84,8 @@ class ChatClient:
         self.profile = build_profile(settings.base_url, settings.model, settings.provider, known,
                                      rules=settings.adapt_requests)
         """What is known of this server (`wire.profile`): built-in knowledge, the config's `[provider]` table, then
-        what earlier runs learned (none, and no request rule, when `adapt_requests` is off)."""
+        what earlier runs learned (none, and no request rule, when `adapt_requests` is off), and what this run
+        learns (`ServerProfile.learn`)."""
 
         self.takes_images = not known_text_only(settings.model, known)
         """Whether the model may be sent images: False once known text-only (`wire.vision`): by its name, or
@@ -179,12 +95,10 @@ class ChatClient:
         # what goes back of what servers attached to messages, and the fields this one refused or demanded
         self._outgoing = Outgoing(settings.reasoning_echo, reasoning_fields=self.profile.reasoning_fields,
                                   known=self.profile.message_facts(), author=self.author)
-        # message-field rules among the request rules (built-in or configured: learned ones are stored as the
-        # message facts above) are the message policy's (`wire.outgoing`), applied and never stored as learned
+        # message-field rules among the request rules (built-in or configured: learned ones are the message facts
+        # above) are the message policy's (`wire.outgoing`)
         if fields := [r for r in self.profile.request_rules if isinstance(r, FieldRule)]:
             self._outgoing.add(fields, learned=False)
-        self._rules = [r for r in self.profile.request_rules if not isinstance(r, FieldRule)]
-        self._known = len(self._rules)
 
     def _client(self) -> Any:
         if self._sdk is None:
@@ -245,10 +159,8 @@ class ChatClient:
         return self.profile.reasoning_fields
 
     def outgoing_messages(self, messages: list[Message]) -> list[dict[str, Any]]:
-        """`messages` as they are sent (`wire.outgoing`): what the server attached to each assistant
-        message goes back under its own name; reasoning as `reasoning_echo` says (`auto`: every assistant
-        message of an exchange that used tools); fields the server refused are dropped and reasoning
-        fields it demanded are added. Copies where changed; the history is never changed."""
+        """`messages` as they are sent (`wire.outgoing`): what each server attached goes back, reasoning as
+        `reasoning_echo` says, minus what this server refused; copies where changed, the history never."""
         return self._outgoing.messages(messages)
 
     def request_body(self, messages: list[Message], tools: list[dict[str, Any]] | None) -> dict[str, Any]:
@@ -259,8 +171,8 @@ class ChatClient:
             body["tools"] = tools
         self._offered_tools = tools or []
         body["stream_options"] = {"include_usage": True}  # dropped by a rule where the server refuses it
-        if self._rules or self._once or self._run_only:
-            body = apply_rules(body, [*self._rules, *self._run_only, *self._once])
+        if rules := self.profile.rules:
+            body = apply_rules(body, rules)
         return body
 
     async def stream(
@@ -307,8 +219,7 @@ class ChatClient:
         if self._after_done is None:
             self._after_done = AfterDone()
 
-        # an image in the messages is one the person attached (the loop gives tools' images as their names to a
-        # model known text-only): it is sent whatever is known, and the server's answer is the news
+        # an image in the messages is one the person attached: sent whatever is known, the server's answer is news
         for warning in self._facts_problems:
             yield Notice(warning, "facts_damaged")
         self._facts_problems = []
@@ -318,15 +229,14 @@ class ChatClient:
                          f"{self._outgoing.describe()}", "adapt_debug")
             yield Notice("crow: debug: server profile values (and the layer each came from): " + "; ".join(
                 f"{key} {value} ({layer})" for key, value, layer in self.profile.described()), "adapt_debug")
-        if self.settings.trace and self._rules and not self._traced:
+        if self.settings.trace and self.profile.every_request and not self._traced:
             self._traced = True
-
             yield Notice(f"crow: debug: adapting every request to this server as known or learned before: "
-                         f"{Change(tuple(self._rules), '').describe()}", "adapt_debug")
+                         f"{Change(tuple(self.profile.every_request), '').describe()}", "adapt_debug")
         try:
             async with AsyncExitStack() as stack:
                 retries, adapted = 0, set[str]()
-                self._once = []
+                self.profile.new_request()
                 responses = self.profile.wire_api == "responses"
                 while True:
                     body = self.request_body(messages, tools)
@@ -337,7 +247,7 @@ class ChatClient:
                         else:
                             response = await self._send(stack, body)
                         if not self.takes_images and holds_images(body["messages"]):
-                            self._images_taken()  # what was known is stale: the model takes images now
+                            self._takes_images(True, "a request with images was accepted")  # what was known is stale
                         break
                     except Exception as exc:
                         if (refused := self._images_refused(exc, body)) is not None:
@@ -347,7 +257,7 @@ class ChatClient:
                             for notice in notices:
                                 yield notice
                             continue
-                        wait, retry = self._retry(exc, retries)
+                        wait, retry = retry_after(exc, retries, self.settings.max_retries)
                         if retry is None:
                             if (final := self._final_refusal(exc)) is not None:
                                 yield final
@@ -355,18 +265,18 @@ class ChatClient:
                         yield retry
                         retries += 1
                         await asyncio.sleep(wait)
-                if self._unsaved:  # the server took the changed request: remember the change
+                if self.profile.unsaved:  # the server took the changed request: remember the change
                     if (unsaved := self._remember()) is not None:
                         yield unsaved
                     if self.settings.trace:
-
+                        rules = _json([r.to_json() for r in self.profile.learned()])
                         yield Notice(f"crow: debug: remembered for {self._shown_url} {self.settings.model} in "
-                                     f"{facts_path()}: {_json(self._learned_now())}", "adapt_debug")
+                                     f"{facts_path()}: request_rules {rules}", "adapt_debug")
                 back = self._names_back(body)
                 items = iter_chunks(response.aiter_bytes(), response.headers.get("content-type", ""),
                                     self._after_done)
                 if responses:  # its events as chunks (`wire.responses`); the chat path pays nothing for it
-                    items = _translated(items, stored=self.settings.params.get("store") is True)
+                    items = as_chunks(items, stored=self.settings.params.get("store") is True)
                 async for item in items:
                     if back and isinstance(item, dict):
                         _rename_calls(item, back)
@@ -413,60 +323,41 @@ class ChatClient:
 
     def _names_back(self, body: dict[str, Any]) -> dict[str, str]:
         """Tool name sent -> the tool's own name, for tools a `rename_tools` rule renamed in `body`."""
-
         back: dict[str, str] = {}
-        for rule in self._rules:
+        for rule in self.profile.every_request:
             if isinstance(rule, RenameTools):  # the body has the new names: map them from the names offered
                 offered = {**body, "tools": self._offered_tools}
                 back.update(tool_names(offered, rule).back)
         return back
 
     def _adapt(self, exc: Exception, body: dict[str, Any], done: set[str]) -> list[Notice] | None:
-        """The notices to send the request again with, once `exc` (a 400/422) was answered by a change to
-        this client's requests ([]: changed silently); None when the refusal asks for no change crow can make.
-
-        The refusal is read once (`wire.adapt.change_for`, against the message policy in force) into one
-        `Change`, whose rules apply from then on: message-field rules through `wire.outgoing` (the outgoing
-        copy of the history), the others to the request body. `done`, the changes made for this request,
-        holds each change once, at most `_MAX_CHANGES` of them: a refusal that teaches nothing new ends the
-        request with the server's message."""
+        """The notices to send the request again with, once `exc` (a 400/422) was answered by a change the
+        profile learned (`ServerProfile.learn`; []: changed silently); None when the refusal asks for no change
+        crow can make. `done`, the changes made for this request, holds each once, at most `_MAX_CHANGES`: a
+        refusal that teaches nothing new ends the request with the server's message."""
         import openai
 
         if not isinstance(exc, openai.APIStatusError) or not (exc.status_code in (400, 422) or exc.status_code >= 500) \
                 or len(done) >= _MAX_CHANGES:
             return None
-        status, text = exc.status_code, _error_text(exc)
+        status, text = exc.status_code, error_text(exc)
         adapting = self.settings.adapt_requests
         change = change_for(status, text, body, self._outgoing.policy() if adapting else None, adapting=adapting)
-        if change is None:
+        key = _json([r.to_json() for r in change.rules]) if change is not None else ""
+        if change is None or key in done or (kept := self.profile.learn(
+                change, status=status, text=text, params=self.settings.params,
+                params_from=self.settings.params_from)) is None:
             return None
-        key = _json([r.to_json() for r in change.rules])
         if change.fields:
-            if key in done:
-                return None
             self._outgoing.add(r for r in change.rules if isinstance(r, FieldRule))
-            kept: list[Rule] | None = None
-        else:
-            self._refused_value(status, text, change)
-            configured = all(isinstance(r, SetParam) and r.target in self.settings.params for r in change.rules)
-            kept = self._once if change.once else self._run_only if configured or not change.learned \
-                else self._rules
-            if key in done or all(r in kept for r in change.rules):
-                return None
-            kept += [r for r in change.rules if r not in kept]
         done.add(key)
         if not change.learned:  # adapting is off: crow's own `stream_options` just goes unsent
             return []
-        self._why = f"{status}: {short_text(' '.join(text.split()), 200)}"  # stored with what it taught
-        if change.once:
-            then = ("for this request only, as the room a prompt leaves in the context window differs; "
-                    "adapt_requests = false turns this off")
-        elif kept is self._run_only:
-            then = "for this run only: the value is yours, so a later run asks the server again"
-        else:
-            self._unsaved = True
-            then = ("remembered for this server and model once it accepts the changed request; adapt_requests = "
-                    "false turns this off")
+        then = {"once": "for this request only, as the room a prompt leaves in the context window differs; "
+                        "adapt_requests = false turns this off",
+                "run": "for this run only: the value is yours, so a later run asks the server again",
+                "remembered": "remembered for this server and model once it accepts the changed request; "
+                              "adapt_requests = false turns this off"}[kept]
         first = change.rules[0]
         asked = first.asked() if isinstance(first, FieldRule) else "refused the request"
         notices = [Notice(f"crow: the server {asked} ({status}): {change.why}; {change.describe(body)} "
@@ -474,48 +365,33 @@ class ChatClient:
                           "reasoning_echo" if change.fields else "request_adapted", status=status)]
         if self.settings.trace:
             now = (f"messages now go as {self._outgoing.describe()}" if change.fields else
-                   f"rules now applied to every request: {_json([r.to_json() for r in self._rules])}")
+                   f"rules now applied to every request: {_json([r.to_json() for r in self.profile.every_request])}")
             notices.append(Notice(f"crow: debug: {change.describe(body)}: the server said "
                                   f"{short_text(' '.join(text.split()), 200)!r}; {now}", "adapt_debug"))
         return notices
-
-    def _refused_value(self, status: int, text: str, change: Change) -> None:
-        """Raise the one-line error for a change that would drop a value the user configured for its value (out
-        of range, a typo): theirs to fix, never dropped on a server's word."""
-        for rule in change.rules:
-            if isinstance(rule, DropParam) and rule.target in self.settings.params \
-                    and value_refused(text, rule.target, self.settings.params[rule.target]):
-                where = self.settings.params_from \
-                    or "[params] or [profiles.NAME.params] of your config, or the flag that sets it"
-                raise ProviderError(
-                    f"the server refused {rule.target} = {short_text(_json(self.settings.params[rule.target]), 40)}"
-                    f" ({status}): {change.why}; fix it in {where}", status=status)
 
     def _images_refused(self, exc: Exception, body: dict[str, Any]) -> ProviderError | None:
         """The `vision.ImagesRefused` for a refusal of the request's image parts (remembered for this base URL
         and model, so the next request holding images fails before it is sent), or None for any other."""
         import openai
 
-
         if not isinstance(exc, openai.APIStatusError) \
-                or not refuses_images(exc.status_code, _error_text(exc), body["messages"]):
+                or not refuses_images(exc.status_code, error_text(exc), body["messages"]):
             return None
-        self.takes_images = False
         remembered = None
-        if self.settings.adapt_requests and learn(self.settings.base_url, self.settings.model, images=False,
-                                                  why=_error_text(exc)) is None:
+        if self._takes_images(False, error_text(exc)):
             remembered = (f"remembered from {time.strftime('%Y-%m-%d %H:%M')} for {self._shown_url} (tools' images "
                           f"go to it as their names; crow facts forget --model {self.settings.model} forgets it, "
                           "and an image that is accepted clears it)")
-        said, _code = _body_message(exc.body, exc.message)
+        said, _code = body_message(exc.body, exc.message)
         return ImagesRefused(self.settings.model, said, status=exc.status_code, remembered=remembered)
 
-    def _images_taken(self) -> None:
-        """A request holding images was accepted: the model takes images, whatever was known (a stored refusal,
-        its name), and that is remembered in place of a refusal."""
-        self.takes_images = True
-        if self.settings.adapt_requests:
-            learn(self.settings.base_url, self.settings.model, images=True, why="a request with images was accepted")
+    def _takes_images(self, taken: bool, why: str) -> bool:
+        """Whether the model takes images, as a refusal of image parts or an accepted request with images just
+        showed, whatever was known (a stored fact, its name): True when it is remembered for later runs."""
+        self.takes_images = taken
+        return self.settings.adapt_requests and learn(self.settings.base_url, self.settings.model, images=taken,
+                                                      why=why) is None
 
     def _final_refusal(self, exc: Exception) -> Notice | None:
         """Under --debug: why a 400/422 ends the request (`wire.adapt.change_for` had no change for it)."""
@@ -524,30 +400,17 @@ class ChatClient:
         if not self.settings.trace or not isinstance(exc, openai.APIStatusError) \
                 or exc.status_code not in (400, 422):
             return None
-
         why = "adapting requests is off (adapt_requests = false)" if not self.settings.adapt_requests \
             else "it names no part of the request that crow has not changed already"
         return Notice(f"crow: debug: the refusal ({exc.status_code}) is final: {why}: "
-                      f"{short_text(' '.join(_error_text(exc).split()), 200)}", "adapt_debug")
-
-    def _learned_now(self) -> dict[str, Any]:
-        """What this client learned from the server's refusals (as `_remember` stores it)."""
-        learned = dict(self._outgoing.learned())
-        if self._rules[self._known:]:
-            learned["request_rules"] = [r.to_json() for r in self._rules[self._known:]]
-        return learned
+                      f"{short_text(' '.join(error_text(exc).split()), 200)}", "adapt_debug")
 
     def _remember(self) -> Notice | None:
-        """Store the rules learned in this run for this base URL + model, and the message fields refused or
-        demanded (`wire.outgoing`), in `wire.facts` (never raises). When the store cannot be written, a notice
-        saying so, the first time only: the run goes on, and the next run learns it again."""
-
-        self._unsaved = False
-        stored = recall(self.settings.base_url, self.settings.model).get("request_rules")
-        merged = list(stored) if isinstance(stored, list) else []
-        merged += [r.to_json() for r in self._rules[self._known:] if r.to_json() not in merged]
-        failed = learn(self.settings.base_url, self.settings.model, request_rules=merged, why=self._why,
-                       **self._outgoing.learned())
+        """Store what this run learned for this base URL + model in `wire.facts` (`ServerProfile.remembered`;
+        never raises). When the store cannot be written, a notice saying so, the first time only: the run goes
+        on, and the next run learns it again."""
+        facts = self.profile.remembered(recall(self.settings.base_url, self.settings.model))
+        failed = learn(self.settings.base_url, self.settings.model, why=self.profile.why, **facts)
         if failed is None or self._unremembered:
             return None
         self._unremembered = True
@@ -567,47 +430,10 @@ class ChatClient:
         return Notice(f"crow: warning: the format this model writes its tool calls in could not be remembered for "
                       f"later runs ({failed}); the run goes on", "facts_unwritable")
 
-    def _retry(self, exc: Exception, retries: int) -> tuple[float, Notice | None]:
-        """The wait and notice for another try after `exc`, or `(0, None)` when it is final."""
-        import openai
-
-
-        if retries >= self.settings.max_retries:
-            return 0.0, None
-        attempts = self.settings.max_retries + 1
-        if isinstance(exc, openai.APIStatusError):
-            headers = exc.response.headers
-            if out_of_quota(exc.status_code, exc.body) or not should_retry(exc.status_code, headers):
-                return 0.0, None
-            wait = retry_wait_s(retries, headers)
-            return wait, retry_notice(retries + 2, attempts, wait, exc.status_code)
-        if isinstance(exc, openai.APIConnectionError):  # refused, reset, DNS, or a timeout before the answer
-            if _certificate_refused(exc):  # the same certificate fails the same check again
-                return 0.0, None
-            wait = retry_wait_s(retries)
-            timed_out = isinstance(exc, openai.APITimeoutError)
-            return wait, retry_notice(retries + 2, attempts, wait, None, timed_out)
-        return 0.0, None
-
     async def aclose(self) -> None:
         """Close the connection pool (and a recording transport's files)."""
         if self._sdk is not None:
             await self._sdk.close()
-
-
-async def _translated(events: AsyncGenerator[dict[str, Any] | WarningEvent, None], *, stored: bool
-                      ) -> AsyncGenerator[dict[str, Any] | WarningEvent, None]:
-    """Responses API events as Chat Completions chunk dicts (`wire.responses.ChunkTranslator`; `stored`: the
-    request had `store: true`), warnings as they are; raises `StreamCut` when the events end before
-    `response.completed`."""
-    translator = ChunkTranslator(stored=stored)
-    async for event in events:
-        if isinstance(event, dict):
-            for chunk in translator.chunks(event):
-                yield chunk
-        else:
-            yield event
-    translator.end()
 
 
 def _rename_calls(chunk: dict[str, Any], back: Mapping[str, str]) -> None:
@@ -629,223 +455,5 @@ async def _no_key() -> str:
     return ""
 
 
-def import_in_background() -> threading.Thread:
-    """Start importing what a request needs (the openai SDK, ~0.7 s of CPU, and the stream decoder) on
-    a daemon thread, and return it: `crow chat` shows its prompt at once and the import runs while the
-    user types. A request made before it ends waits for it (Python's per-module import lock), so the
-    first turn never fails for it. Join the thread before the process ends: a daemon thread stopped
-    inside an import would hold that module's lock during shutdown."""
-
-    def load() -> None:
-        with contextlib.suppress(Exception):  # a broken install fails the first request, as without this
-            import openai  # noqa: F401
-
-            from . import stream  # noqa: F401
-        startup.loaded()
-
-    thread = threading.Thread(target=load, name="crow-import-sdk", daemon=True)
-    thread.start()
-    return thread
-
-
-def _error_text(exc: Any) -> str:
-    """The raw body of an SDK status error (already read), else its message."""
-    try:
-        return str(exc.response.text)
-    except Exception:
-        return str(exc.message)
-
-
-def _overflow_numbers(message: str) -> tuple[int | None, int | None]:
-    """The context window and the prompt size a provider's overflow message names (None: not said)."""
-
-    for pattern, window, size in OVERFLOW_NUMBERS:
-        if (found := pattern.search(message)) is not None:
-            return int(found.group(window)), int(found.group(size))
-    if (found := OVERFLOW_WINDOW.search(message)) is None:
-        return None, None
-    prompt = next((int(m.group(1)) for p in OVERFLOW_PROMPT if (m := p.search(message)) is not None), None)
-    return int(found.group(1)), prompt
-
-
-def context_overflow(message: str, detail: Any = None, *, status: int | None = None,
-                     code: str | int | None = None) -> ContextOverflow | None:
-    """The `ContextOverflow` for a provider's error `message` (and its error object `detail`, where
-    llama.cpp puts `n_ctx` / `n_prompt_tokens`), or None when it is some other refusal."""
-
-    fields = detail if isinstance(detail, Mapping) else {}
-    kind = " ".join(str(fields.get(k) or "") for k in ("type", "code"))
-
-    if not CONTEXT_OVERFLOW.search(f"{message} {kind}"):
-        return None
-    n_ctx, prompt = fields.get("n_ctx"), fields.get("n_prompt_tokens")
-    if not (isinstance(n_ctx, int) and isinstance(prompt, int)) or isinstance(n_ctx, bool):
-        n_ctx, prompt = _overflow_numbers(message)
-    numbers = f"{n_ctx} tokens" + (f", the request needs {prompt}" if prompt else "") if n_ctx else ""
-    return ContextOverflow(f"the conversation is too long for the model's context window"
-                           f"{f' ({numbers})' if numbers else ''}: {short_text(message)}",
-                           n_ctx=n_ctx, prompt_tokens=prompt, status=status, code=code)
-
-
-def _body_message(body: Any, fallback: str) -> tuple[str, Any]:
-
-    if isinstance(body, dict):
-        err = body.get("error", body)
-        if isinstance(err, dict):
-            # FastAPI/pydantic bodies (Mistral, vLLM's validators) say it in `detail`, not `message`
-            message = err.get("message") or (refusal_reason(_json(err["detail"])) if err.get("detail") else fallback)
-            return short_text(message if isinstance(message, str) else _json(message)), err.get("code")
-        if isinstance(err, str):
-            return short_text(err), None
-    if isinstance(body, str) and body.strip():
-        return short_text(body), None
-    return short_text(fallback), None
-
-
-def _full_message(body: Any) -> str:
-    """The error message of a status error's body, uncut."""
-    err = body.get("error", body) if isinstance(body, dict) else body
-    message = err.get("message") if isinstance(err, dict) else err
-    return message if isinstance(message, str) else ""
-
-
 def _json(value: Any) -> str:
-    import json
-
     return json.dumps(value, ensure_ascii=False)
-
-
-def out_of_quota(status: int, body: Any) -> bool:
-    """Whether an error answer says the account has no credit or quota left: a 402 (DeepSeek's "Insufficient
-    Balance", OpenRouter), or a 429 whose error `code` or `type` is `insufficient_quota` (OpenAI; continue#10835:
-    retried four times as a rate limit). A billing state: waiting does not end it."""
-    if status == 402:
-        return True
-    err = body.get("error", body) if isinstance(body, dict) else None
-    return status == 429 and isinstance(err, dict) and "insufficient_quota" in (err.get("code"), err.get("type"))
-
-
-def _retry_after(headers: Any) -> float | None:
-
-    try:
-        return retry_after_s(headers)
-    except (TypeError, AttributeError):
-        return None
-
-
-def _certificate_refused(exc: BaseException) -> bool:
-    """Whether a failed connection was a server certificate that failed verification (the SDK's error, caused
-    by httpx's, by httpcore's, by the `ssl` module's)."""
-    seen: BaseException | None = exc
-    for _ in range(8):  # bounded: a __context__ may lead back into the chain
-        if seen is None:
-            return False
-        if isinstance(seen, ssl.SSLCertVerificationError):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
-
-
-def map_error(exc: BaseException, base_url: str, secret: str | Iterable[str | None] | None = None,
-              proxy: str | None = None) -> ProviderError | None:
-    """The `ProviderError` for an SDK or httpx exception, or None when `exc` is not one of theirs.
-
-    `base_url` is shown as given: pass it through `text.public_url` (no query, no credentials).
-    `secret` (the API key, or every secret: the key and those in the base URL's query, `text.url_secrets`)
-    is replaced by `[REDACTED]` (`text.mask_secrets`) in the message: providers echo a wrong key in their 401
-    bodies, and the message is printed, sent in `run_finished.error` and may be stored. `proxy`: the proxy
-    the requests went through (`wire.proxy`), named when it could not be reached.
-    """
-    mapped = _map_error(exc, base_url, proxy)
-    secrets = [secret] if secret is None or isinstance(secret, str) else list(secret)
-    if mapped is not None and mapped.args:
-        message = str(mapped.args[0])
-        clean = mask_secrets(message, secrets)
-        if clean != message:
-            mapped.args = (clean, *mapped.args[1:])
-    return mapped
-
-
-@dataclass(frozen=True, slots=True)
-class _Refused:
-    """What `_STATUS_ERRORS` makes an error of: an HTTP error answer, read."""
-
-    status: int
-    message: str
-    code: str | None
-    retry_after: float | None
-    base_url: str
-    location: str
-    """A redirect's target (credentials and query removed), or ""."""
-
-
-_STATUS_ERRORS: tuple[tuple[Callable[[int], bool], Callable[[_Refused], ProviderError]], ...] = (
-    (lambda status: status == 401, lambda r: AuthError(
-        f"authentication failed (401 unauthorized): {r.message}; check the API key (--api-key, CROW_API_KEY or "
-        "OPENAI_API_KEY)", status=r.status, code=r.code)),
-    (lambda status: status == 403, lambda r: AuthError(
-        f"authentication failed (403 forbidden): {r.message}; the API key has no access to this model or endpoint",
-        status=r.status, code=r.code)),
-    (lambda status: 300 <= status < 400, lambda r: ProviderError(
-        f"the server redirected the request ({r.status}) to {r.location or 'no address given'}; it was not followed "
-        "(crow sends its credentials only to the configured server): set --base-url to the address it should be",
-        status=r.status, code=r.code)),
-    (lambda status: status == 429, lambda r: RateLimited(
-        f"rate limited (429): {r.message}", status=r.status, code=r.code, retry_after=r.retry_after)),
-    (lambda status: status == 404, lambda r: ProviderError(
-        f"not found (404): {r.message}{wire_hint(r.message) or f'; check --base-url ({r.base_url}) and --model'}",
-        status=r.status, code=r.code)),
-    (lambda status: status >= 500, lambda r: ServerError(
-        f"server error ({r.status}): {r.message}", status=r.status, code=r.code, retry_after=r.retry_after)),
-    (lambda status: True, lambda r: ProviderError(
-        f"request rejected ({r.status}): {r.message}{wire_hint(r.message)}", status=r.status, code=r.code)),
-)
-"""An HTTP error status → crow's error, the first row that applies (as httpx's `HTTPCORE_EXC_MAP` maps
-httpcore's exceptions): what each says and whether it is retried follows from its class."""
-
-
-def _map_error(exc: BaseException, base_url: str, proxy: str | None = None) -> ProviderError | None:
-    import httpx
-    import openai
-
-
-    if isinstance(exc, ServerError) and exc.status in (None, 400):  # an in-stream error object
-        return context_overflow(str(exc), status=exc.status, code=exc.code) or exc
-    if isinstance(exc, ProviderError):
-        return exc
-    if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        message, code = _body_message(exc.body, exc.message)
-        detail = exc.body.get("error", exc.body) if isinstance(exc.body, dict) else None
-        if status in (400, 413, 422) and (overflow := context_overflow(
-                _full_message(exc.body) or message, detail, status=status, code=code)) is not None:
-            return overflow
-        retry_after = _retry_after(exc.response.headers)
-
-        if retry_after is not None and math.isfinite(retry_after) and retry_after > MAX_RETRY_AFTER_S \
-                and not 300 <= status < 400 and status not in (401, 403):
-            message += (f"; the server asks to wait {retry_after:,.0f} s before trying again (crow waits at most "
-                        f"{MAX_RETRY_AFTER_S:g} s: try later)")
-        if out_of_quota(status, exc.body):
-            said = f"{status} insufficient_quota" if status == 429 else str(status)
-            return QuotaExceeded(f"no credit or quota left ({said}): {message}; this is the account's plan or billing, "
-                                 "not a rate: add credit or pick another key or server (not retried)",
-                                 status=status, code=code)
-        refused = _Refused(status, message, code, retry_after, base_url,
-                           public_url(exc.response.headers.get("location", "")))
-        return next(make(refused) for applies, make in _STATUS_ERRORS if applies(status))
-    if isinstance(exc, openai.APITimeoutError):  # before the stream started: retried already
-        return ProviderError(f"no answer from {base_url} within the timeout (idle_timeout), after retries")
-    if isinstance(exc, openai.APIConnectionError):
-        cause = exc.__cause__ or exc
-        return ProviderError(f"cannot reach {base_url}{through(proxy)}: "
-                             f"{short_text(str(cause) or type(cause).__name__)}")
-    if isinstance(exc, openai.APIError):  # any other SDK error that carries a body
-
-        return stream_error(exc.body if exc.body is not None else exc.message)
-    if isinstance(exc, httpx.TimeoutException):
-        return StreamCut("the stream went idle past the timeout")
-    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.NetworkError)):
-        return StreamCut(f"the stream broke mid-way ({short_text(str(exc) or type(exc).__name__, 120)})")
-    return None
-

@@ -12,8 +12,11 @@ mode 0600:
                                                          "why": "400: Extra inputs are not permitted"},
                        "tool_calling": {"learned_at": 1764700000.0}, ...}}}
 
-Written by `crow probe` and by the client when a server refuses a field and the resent request is
-accepted, so the next run does not pay the failed request again; shown by `crow facts list` and
+Every rule the client learned is one of `request_rules`, message-field rules too (`drop_field`,
+`require_field` …); a record of an older crow keeps those as `refused_fields`, `required_fields`,
+`tool_message_name` and `tool_call_id_rule`, still read (`profile.ServerProfile.remembered` turns them into
+rules on the next write). Written by `crow probe` and by the client when a server refuses a field and the
+resent request is accepted, so the next run does not pay the failed request again; shown by `crow facts list` and
 `crow probe --show`. Keys are `"PUBLIC_BASE_URL MODEL"`: the base URL without credentials or query string
 (`text.public_url`); no key is ever stored. A record's `learned_at` (Unix seconds) is its last write:
 records older than `MAX_AGE` count as not known. Each fact keeps when it was learned and from which refusal

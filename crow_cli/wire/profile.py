@@ -15,8 +15,9 @@ it decides (`rule_keys`): a learned `CapParam("max_tokens", 4096)` replaces a bu
 a learned `DropParam("seed")` joins the built-in rules; no two rules of a profile decide the same thing.
 `ServerProfile.sources` says which layer each value came from and `ServerProfile.replaced` what it replaced
 (`crow probe --show`, `--debug`). The configured rules are the user's: they apply whether or not crow adapts
-requests (`adapt_requests`). Pure: the caller reads the learned facts; no I/O here. Built once per client,
-never per request or chunk.
+requests (`adapt_requests`). A learned message-field rule becomes the profile's field it decides
+(`refused_fields` …). `ServerProfile.learn` keeps what a client learns in its run and `remembered` says what
+to store. Pure: the caller reads and writes the facts; no I/O here. Built once per client, never per request.
 """
 
 from __future__ import annotations
@@ -27,27 +28,36 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
+from ..errors import ProviderError
+from ..text import short_text
 from .adapt import (
     NAME_RULES,
     OUTPUT_CAPS,
     RULES,
     CapParam,
+    Change,
     DropField,
     DropParam,
+    FieldRule,
     RenameParam,
     RequireField,
     Rule,
     SetParam,
+    field_facts,
+    field_rules,
     is_size,
     known_rules,
     rule_from_json,
     rules_from_json,
+    value_refused,
 )
 from .profiles import FIELD_NAME, MESSAGE_FIELDS, OWNED_PARAMS, PROFILE_FIELDS, REASONING_FIELDS, profile_for
 
-__all__ = ["CALL_FORMATS", "LAYERS", "TOOL_OUTCOMES", "TOOL_POINTS", "Layer", "ServerProfile", "build_profile",
-           "rule_key", "rule_keys", "rules_problem", "tool_probe_words", "unsent_set_param"]
+__all__ = ["CALL_FORMATS", "LAYERS", "TOOL_OUTCOMES", "TOOL_POINTS", "Kept", "Layer", "ServerProfile",
+           "build_profile", "rule_key", "rule_keys", "rules_problem", "tool_probe_words", "unsent_set_param"]
 
+Kept = Literal["once", "run", "remembered"]
+"""How long a change `ServerProfile.learn` took holds: this request, this run, or remembered for later runs."""
 Layer = Literal["built-in", "config", "learned"]
 """Where a value of a profile came from."""
 LAYERS: tuple[Layer, ...] = ("built-in", "config", "learned")
@@ -101,6 +111,89 @@ class ServerProfile:
     text_call_format: str | None = None
     sources: Mapping[str, Layer] = field(default_factory=dict)
     replaced: Mapping[str, tuple[tuple[Layer, Any], ...]] = field(default_factory=dict)
+    _run: _Run = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_run", _Run([r for r in self.request_rules if not isinstance(r, FieldRule)]))
+
+    @property
+    def rules(self) -> list[Rule]:
+        """The request rules applied to the body of the request being sent, in order: those of every request
+        (known before the run, then learned in it), a configured value set for this run, this request's."""
+        run = self._run
+        return [*run.rules, *run.run_only, *run.once]
+
+    @property
+    def every_request(self) -> list[Rule]:
+        """The request rules of every request: known before the run, then learned in it."""
+        return list(self._run.rules)
+
+    @property
+    def unsaved(self) -> bool:
+        """Whether a change learned in this run is still to be remembered (once a request with it is accepted)."""
+        return self._run.unsaved
+
+    @property
+    def why(self) -> str:
+        """The last refusal that taught this profile something (stored as the facts' `why`)."""
+        return self._run.why
+
+    def new_request(self) -> None:
+        """Forget the changes that held for the last request only (`Change.once`)."""
+        self._run.once = []
+
+    def learn(self, change: Change, *, status: int, text: str, params: Mapping[str, Any],
+              params_from: str | None = None) -> Kept | None:
+        """Take `change`, read from a refusal (`status`, its body `text`) of a request sent with `params` (the
+        user's): how long it holds (`Kept`: a value the user configured, or a change never `learned`, this run
+        only), or None when it teaches nothing new. A message-field change is the caller's to apply.
+
+        Raises:
+            ProviderError: the change would drop a value the user configured, refused for its value (out of
+                range, a typo): theirs to fix (`params_from` names where it is set), never dropped on a
+                server's word.
+        """
+        run = self._run
+        if change.fields:
+            if change.learned:
+                new = [r for r in change.rules if isinstance(r, FieldRule)]
+                run.fields = [r for r in run.fields if r.slot not in {n.slot for n in new}] + new
+            kept: list[Rule] = []
+        else:
+            _refused_value(status, text, change, params, params_from)
+            configured = all(isinstance(r, SetParam) and r.target in params for r in change.rules)
+            kept = run.once if change.once else run.run_only if configured or not change.learned else run.rules
+            if all(r in kept for r in change.rules):
+                return None
+            kept += [r for r in change.rules if r not in kept]
+        if not change.learned:  # adapting is off: crow's own `stream_options` just goes unsent, never remembered
+            return "run"
+        run.why = f"{status}: {short_text(' '.join(text.split()), 200)}"
+        if change.once:
+            return "once"
+        if kept is run.run_only:
+            return "run"
+        run.unsaved = True
+        return "remembered"
+
+    def learned(self) -> list[Rule]:
+        """The rules learned in this run to remember, in order: request rules, then message-field rules."""
+        return [*self._run.rules[self._run.known:], *self._run.fields]
+
+    def remembered(self, stored: Mapping[str, Any]) -> dict[str, Any]:
+        """The facts to store (`wire.facts.learn`) for what this run learned, given the endpoint's `stored` facts
+        (`wire.facts.recall`): every rule as a request rule, message-field rules too; a stored rule deciding
+        what a new one decides is replaced; message facts of the old form (`refused_fields` …) become rules,
+        their lists emptied. Marks the profile saved."""
+        self._run.unsaved = False
+        new = self.learned()
+        decided = set().union(*(_decides(r) for r in new))
+        old = [*field_rules(stored), *rules_from_json(stored.get("request_rules"))]
+        rules = [r for r in old if not _decides(r) & decided] + new
+        out: dict[str, Any] = {"request_rules": [r.to_json() for i, r in enumerate(rules) if r not in rules[:i]]}
+        if stored.get("refused_fields") or stored.get("required_fields"):
+            out |= {"refused_fields": [], "required_fields": []}
+        return out
 
     def source(self, key: str) -> Layer:
         """The layer the value of `key` (a field name or a `rule_key`) came from; "built-in" for a default."""
@@ -129,7 +222,7 @@ class ServerProfile:
         one a layer set is shown, an empty list too."""
         out: list[dict[str, Any]] = []
         for f in fields(self):
-            if f.name not in ("request_rules", "sources", "replaced") and _shown(getattr(self, f.name),
+            if f.name not in ("request_rules", "sources", "replaced", "_run") and _shown(getattr(self, f.name),
                                                                                 self.source(f.name)):
                 out.append(self._entry(f.name, getattr(self, f.name)))
         out += [self._entry(rule_key(rule), rule) for rule in self.request_rules]
@@ -147,6 +240,44 @@ class ServerProfile:
             came = entry["layer"] + "".join(f", replacing {old['layer']}: {old['text']}" for old in entry["replaced"])
             out.append((entry["key"], entry["text"], came))
         return out
+
+
+@dataclass
+class _Run:
+    """What a client learned of its server in this run (`ServerProfile.learn`)."""
+
+    rules: list[Rule]
+    """The request rules of every request: known before the run (the first `known`), then learned."""
+    known: int = -1
+    run_only: list[Rule] = field(default_factory=list)
+    """A value the user configured, set to the one the server names: this run only, never stored."""
+    once: list[Rule] = field(default_factory=list)
+    """Changed in the request being sent only (the room its prompt leaves)."""
+    fields: list[FieldRule] = field(default_factory=list)
+    """Message-field rules learned in this run."""
+    unsaved: bool = False
+    why: str = ""
+
+    def __post_init__(self) -> None:
+        if self.known < 0:
+            self.known = len(self.rules)
+
+
+def _decides(rule: Rule) -> frozenset[str]:
+    """What a stored rule decides (`rule_keys`; a message-field rule's `slot` too): a newer one replaces it."""
+    return rule_keys(rule) | ({rule.slot} if isinstance(rule, FieldRule) else set())
+
+
+def _refused_value(status: int, text: str, change: Change, params: Mapping[str, Any], where: str | None) -> None:
+    """Raise the one-line error for a change that would drop a value the user configured for its value."""
+    for rule in change.rules:
+        if isinstance(rule, DropParam) and rule.target in params and value_refused(text, rule.target,
+                                                                                   params[rule.target]):
+            where = where or "[params] or [profiles.NAME.params] of your config, or the flag that sets it"
+            raise ProviderError(
+                f"the server refused {rule.target} = "
+                f"{short_text(json.dumps(params[rule.target], ensure_ascii=False), 40)} ({status}): {change.why}; "
+                f"fix it in {where}", status=status)
 
 
 def _shown(value: Any, layer: Layer) -> bool:
@@ -331,19 +462,24 @@ def unsent_set_param(items: Any, params: Collection[str]) -> str | None:
 def _learned(facts: Mapping[str, Any]) -> dict[str, Any]:
     """The profile's keys among learned facts (`wire.facts` form; already checked when read). An empty list
     learned nothing (every adapted run stores its lists): it never replaces a configured one."""
+    stored = rules_from_json(facts.get("request_rules"))
+    slots: dict[str, FieldRule] = {}  # the old form first, the rules after: a later rule of a slot wins
+    for rule in [*field_rules(facts), *(r for r in stored if isinstance(r, FieldRule))]:
+        slots.pop(rule.slot, None)
+        slots[rule.slot] = rule
+    fields_of = field_facts(slots.values())
     values: dict[str, Any] = {}
     for key in ("refused_fields", "required_fields"):
-        if isinstance(facts.get(key), list) and facts[key]:
-            values[key] = tuple(v for v in facts[key] if isinstance(v, str))
-    if isinstance(facts.get("tool_message_name"), bool):
-        values["tool_message_name"] = facts["tool_message_name"]
-    if isinstance(facts.get("tool_call_id_rule"), Mapping):
-        values["tool_call_id_rule"] = dict(facts["tool_call_id_rule"])
+        if fields_of[key]:
+            values[key] = tuple(fields_of[key])
+    for key in ("tool_message_name", "tool_call_id_rule"):
+        if key in fields_of:
+            values[key] = fields_of[key]
+    rules = [r for r in stored if not isinstance(r, FieldRule)]
     if isinstance(facts.get("tool_probe"), Mapping) and facts["tool_probe"]:
         values["tool_probe"] = dict(facts["tool_probe"])
     if facts.get("text_call_format") in CALL_FORMATS:
         values["text_call_format"] = facts["text_call_format"]
-    rules = rules_from_json(facts.get("request_rules"))
     if facts.get("usage_option_refused") is True:  # what `crow probe` found: no stream_options to send
         rules.append(DropParam("stream_options"))
     if rules:

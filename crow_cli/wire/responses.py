@@ -31,14 +31,15 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 from ..errors import StreamCut
+from ..events import WarningEvent
 from ..history import REASONING_ITEMS_KEY, RESPONSE_ID_KEY, Message, author_of, content_text
-from .accumulate import stream_error
+from .errors import stream_error
 
-__all__ = ["ChunkTranslator", "request_body", "wire_hint"]
+__all__ = ["ChunkTranslator", "as_chunks", "request_body", "wire_hint"]
 
 _PARAM_NAMES = {"max_tokens": "max_output_tokens", "max_completion_tokens": "max_output_tokens"}
 """Chat Completions parameters the Responses API takes under another name."""
@@ -353,3 +354,18 @@ class ChunkTranslator:
         """Raise `StreamCut` when the stream ended before `response.completed` (or `.incomplete`)."""
         if not self._finished:
             raise StreamCut("the stream ended before response.completed (the connection was cut mid-answer)")
+
+
+async def as_chunks(events: AsyncGenerator[dict[str, Any] | WarningEvent, None], *, stored: bool
+                    ) -> AsyncGenerator[dict[str, Any] | WarningEvent, None]:
+    """Responses API events as Chat Completions chunk dicts (`ChunkTranslator`; `stored`: the
+    request had `store: true`), warnings as they are; raises `StreamCut` when the events end before
+    `response.completed`."""
+    translator = ChunkTranslator(stored=stored)
+    async for event in events:
+        if isinstance(event, dict):
+            for chunk in translator.chunks(event):
+                yield chunk
+        else:
+            yield event
+    translator.end()

@@ -5,7 +5,7 @@ crow runs its own small retry loop (`wire.client.ChatClient.stream`; the SDK's o
 is the one the openai SDK documents for its clients, and that OpenAI-compatible servers expect:
 
 * retried: 408, 409, 429 and 5xx responses, and connection errors (refused, reset, DNS, connect timeout);
-  never a 429 that says the account has no quota left (`client.out_of_quota`: a billing state, not a rate);
+  never a 429 that says the account has no quota left (`errors.out_of_quota`: a billing state, not a rate);
   a server's `x-should-retry: true|false` header (OpenAI) overrides the status;
 * the wait is the server's `Retry-After-Ms` (milliseconds) or `Retry-After` (seconds or an HTTP date)
   when it lies in (0, 120] seconds; a longer `Retry-After` is not waited for (the error is final);

@@ -43,8 +43,8 @@ from httpx_sse import EventSource
 from ..errors import ServerError
 from ..events import WarningEvent
 from ..text import looks_like_html, short_text
-from .accumulate import stream_error
 from .body import capped_events, read_parts
+from .errors import stream_error
 from .shape import check_chunk, has_choice
 
 __all__ = ["DONE_GRACE_S", "AfterDone", "chunk_from_completion", "iter_chunks", "recover_frames"]

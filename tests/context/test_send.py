@@ -12,6 +12,7 @@ from crow_cli.errors import ContextOverflow, ServerError
 from crow_cli.events import Notice, RunFinished, WarningEvent
 from crow_cli.history import Message, ToolCall, assistant_message, tool_message, user_message
 from crow_cli.loop import LoopSettings, react
+from crow_cli.wire.protocol import ChatStream
 from tests.support import assert_contract
 
 
@@ -19,7 +20,7 @@ def _chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> di
     return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
 
 
-class Recording:
+class Recording(ChatStream):
     """A `ChatStream` that records every request and plays scripted steps: "text", "summary",
     "overflow" (a ContextOverflow refusal), "error" (a 500)."""
 

@@ -14,6 +14,7 @@ from crow_cli.tools.names import ToolNameCleaner
 from crow_cli.tools.registry import ToolRegistry
 from crow_cli.tools.tool import tool
 from crow_cli.wire.names import clean_tool_name
+from crow_cli.wire.protocol import ChatStream
 from tests.support import chunk, tool_delta
 
 KNOWN = {"read_file", "lookup_order", "run_shell"}
@@ -73,7 +74,7 @@ async def lookup_order(order_id: str) -> str:
     return f"order {order_id}: shipped"
 
 
-class _Scripted:
+class _Scripted(ChatStream):
     """A `loop.ChatStream` playing chunk lists, one per request; records the messages of each."""
 
     def __init__(self, *turns: list[dict[str, Any]]) -> None:

@@ -1,4 +1,5 @@
-"""The pure accumulator (`wire/accumulate`): every conformance case, then one test per rule.
+"""The pure accumulator (`wire/accumulate`): every conformance case, then one test per rule (the rules, and
+which server sends each shape: docs/streaming.md).
 
 Properties guarded here:
 
@@ -36,7 +37,8 @@ from hypothesis import strategies as st
 from crow_cli.errors import ServerError
 from crow_cli.events import Notice, ReasoningDelta, TextDelta, ToolCallDelta, ToolCallStarted, WarningEvent
 from crow_cli.tools.names import ToolNameCleaner
-from crow_cli.wire.accumulate import StreamAccumulator, _PartialCall  # noqa: PLC2701  # the per-call record
+from crow_cli.wire.accumulate import StreamAccumulator
+from crow_cli.wire.calls import PartialCall as _PartialCall  # the per-call record
 from crow_cli.wire.textcalls import recover_calls
 from tests.support import (
     assemble,
@@ -561,9 +563,9 @@ def test_an_unknown_text_key_streamed_in_pieces_is_joined():
 
 
 def test_an_unknown_text_key_is_cut_at_its_bound_and_debug_names_it_once(monkeypatch):
-    import crow_cli.wire.accumulate as accumulate
+    import crow_cli.wire.reasoning as reasoning
 
-    monkeypatch.setattr(accumulate, "_FIELD_TEXT_CHARS", 10)
+    monkeypatch.setattr(reasoning, "_FIELD_TEXT_CHARS", 10)
     acc = StreamAccumulator(trace=True)
     events = [e for n in range(5) for e in acc.feed(chunk({"thoughts": f"abc{n}"}))]
     turn, _ = acc.finish()

@@ -28,6 +28,7 @@ import socket
 import ssl
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -502,7 +503,7 @@ async def test_a_required_tool_message_name_is_added_once_announced_and_remember
                                              "name": "get_rate"}
     notices = [e for e in events if isinstance(e, Notice) and e.code == "reasoning_echo"]
     assert len(notices) == 1 and "function name on tool messages" in notices[0].message
-    assert facts.recall(BASE, "m")["tool_message_name"] is True
+    assert facts.recall(BASE, "m")["request_rules"] == [{"op": "tool_message_name", "target": "", "value": True}]
     assert "name" not in history[2]  # the stored history is as the loop made it
     history.append(user_message("and USD?"))  # a later run with a new client: no refused request
     later, _ = await run(history, [streamed(text_sse("1 USD."))])
@@ -517,7 +518,8 @@ async def test_a_refused_field_is_remembered_so_the_next_run_does_not_pay_the_fa
     assert "reasoning_details" in body(route, 1)["messages"][1]
     assert "reasoning_details" not in body(route, 2)["messages"][1]
     assert body(route, 1)["messages"][2:] == body(route, 2)["messages"][2:]
-    assert facts.recall(BASE, "m")["refused_fields"] == ["reasoning_details"]
+    assert facts.recall(BASE, "m")["request_rules"] == [{"op": "drop_field", "target": "reasoning_details",
+                                                         "value": None}]
     history.append(user_message("and USD?"))
     later, _ = await run(history, [streamed(text_sse("1 USD."))])
     assert later.call_count == 1 and "reasoning_details" not in body(later, 0)["messages"][1]
@@ -540,7 +542,7 @@ async def test_debug_traces_the_policy_each_field_change_and_why_and_the_fact_re
     assert any("server profile 'generic'" in m for m in debug)
     assert any("reasoning_details pieces of one block" in m for m in debug)  # a block merged
     assert any("dropped reasoning_details" in m and "extra_forbidden" in m for m in debug)  # and why
-    assert any("remembered for" in m and "refused_fields" in m for m in debug)
+    assert any("remembered for" in m and "drop_field" in m for m in debug)
 
 
 # Reasoning_content refused by server A at a URL and model made every later tool run against server B
@@ -554,7 +556,33 @@ async def test_a_demand_for_a_field_learned_as_refused_replaces_the_fact() -> No
     assert "reasoning_content" not in body(route, 1)["messages"][1]
     assert "reasoning_content" in body(route, 2)["messages"][1]  # sent once more with the fact undone
     known = facts.recall(BASE, "m")
-    assert known["required_fields"] == ["reasoning_content"] and "reasoning_content" not in known["refused_fields"]
+    assert known["request_rules"] == [{"op": "require_field", "target": "reasoning_content", "value": None}]
+    assert known["refused_fields"] == []  # the old form's fact, undone
+
+
+async def test_a_facts_file_of_the_old_form_still_reads_and_what_is_learned_next_is_stored_as_rules() -> None:
+    # the form earlier versions wrote: message facts as lists and flags, request rules apart
+    old = {f"{BASE.rstrip('/')} m": {"refused_fields": ["reasoning_details"], "required_fields": [],
+                                     "tool_message_name": True, "learned_at": time.time(),
+                                     "provenance": {"refused_fields reasoning_details": {"learned_at": time.time()}}}}
+    facts.facts_path().parent.mkdir(parents=True, exist_ok=True)
+    facts.facts_path().write_text(json.dumps(old))
+    demand = {"error": {"message": "The reasoning_content in the thinking mode must be passed back to the API.",
+                        "type": "invalid_request_error", "param": None, "code": "invalid_request_error"}}
+    history = [user_message("rate?")]
+    route, _ = await run(history, [tool_turn(), httpx.Response(400, json=demand), streamed(text_sse("160."))])
+    assert "reasoning_details" not in body(route, 1)["messages"][1]  # the old form's facts apply
+    assert body(route, 1)["messages"][2]["name"] == "get_rate"
+    assert "reasoning_content" in body(route, 2)["messages"][1]
+    known = facts.recall(BASE, "m")
+    assert known["request_rules"] == [{"op": "drop_field", "target": "reasoning_details", "value": None},
+                                      {"op": "tool_message_name", "target": "", "value": True},
+                                      {"op": "require_field", "target": "reasoning_content", "value": None}]
+    assert known["refused_fields"] == []
+    history.append(user_message("and USD?"))  # a later run reads the rules
+    later, _ = await run(history, [streamed(text_sse("1 USD."))])
+    sent = body(later, 0)["messages"]
+    assert "reasoning_details" not in sent[1] and "reasoning_content" in sent[1] and sent[2]["name"] == "get_rate"
 
 CASES = load_cases()
 
@@ -1248,7 +1276,9 @@ async def test_a_refused_message_field_is_one_change_whose_notice_names_its_rule
     assert "reasoning_content" in sent(route, 0)["messages"][1]
     assert "reasoning_content" not in sent(route, 1)["messages"][1]
     assert history[1]["reasoning_content"] == "why"  # the stored session keeps the original
-    assert facts.recall(BASE, "m")["refused_fields"] == ["reasoning_content"]  # stored as it always was
+    # stored as a rule like the others
+    assert facts.recall(BASE, "m")["request_rules"] == [{"op": "drop_field", "target": "reasoning_content",
+                                                         "value": None}]
 
 
 async def test_the_notice_is_one_plain_sentence_with_the_http_status() -> None:

@@ -256,3 +256,41 @@ def test_a_set_param_without_the_parameter_in_params_says_to_set_it_there() -> N
     assert unsent_set_param(rules, {}) == (
         "[provider] request_rules[1]: set_param changes temperature only where a request has it, and [params] "
         "sets no temperature: to send it, set it in [params] (temperature = 1)")
+
+
+def test_a_learned_change_holds_as_long_as_it_should_and_a_field_rule_is_remembered_as_a_rule() -> None:
+    from crow_cli.errors import ProviderError
+    from crow_cli.wire.adapt import Change, DropField, RequireField, SetParam
+
+    profile = build_profile(LOCAL, "m")
+    assert profile.learn(Change((DropParam("seed"),), "why"), status=400, text="no seed", params={}) == "remembered"
+    assert profile.learn(Change((DropParam("seed"),), "why"), status=400, text="no seed", params={}) is None
+    assert profile.learn(Change((SetParam("temperature", 1),), "why"), status=400, text="only 1",
+                         params={"temperature": 0.2}) == "run"  # the user's value: this run only
+    assert profile.learn(Change((CapParam("max_tokens", 900),), "why", once=True), status=400, text="room",
+                         params={}) == "once"
+    assert profile.rules == [DropParam("seed"), SetParam("temperature", 1), CapParam("max_tokens", 900)]
+    profile.new_request()
+    assert profile.rules == [DropParam("seed"), SetParam("temperature", 1)]
+    assert profile.learn(Change((RequireField("reasoning_content"),), "why"), status=400, text="demanded",
+                         params={}) == "remembered"
+    assert profile.unsaved and profile.why == "400: demanded"
+    stored = {"refused_fields": ["reasoning_content", "thinking"],  # the old form
+              "request_rules": [{"op": "drop_param", "target": "seed", "value": None}]}
+    assert profile.remembered(stored) == {
+        "request_rules": [DropField("thinking").to_json(), DropParam("seed").to_json(),
+                          RequireField("reasoning_content").to_json()],
+        "refused_fields": [], "required_fields": []}
+    assert not profile.unsaved
+    with pytest.raises(ProviderError, match="refused temperature = 7"):  # a configured value refused for its value
+        profile.learn(Change((DropParam("temperature"),), "temperature must be at most 2"), status=400,
+                      text="temperature: 7 is greater than the maximum of 2", params={"temperature": 7})
+
+
+def test_learned_field_rules_read_as_the_profile_fields_they_decide_the_newest_winning() -> None:
+    learned = {"refused_fields": ["reasoning_content", "x"], "tool_message_name": True,
+               "request_rules": [{"op": "require_field", "target": "reasoning_content", "value": None},
+                                 {"op": "tool_message_name", "target": "", "value": False}]}
+    profile = build_profile(LOCAL, "m", None, learned)
+    assert profile.refused_fields == ("x",) and profile.required_fields == ("reasoning_content",)
+    assert profile.tool_message_name is False and profile.request_rules == ()

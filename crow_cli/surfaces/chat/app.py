@@ -50,7 +50,7 @@ from ...todos import latest_todos
 from ...tools.approval import Answer, PlanAnswer, Question
 from ...tools.mcp import end_task
 from ...tools.registry import ToolRegistry
-from ...wire.client import import_in_background
+from ...wire.preload import import_in_background
 from ..approve import PLAN_HINT, PLAN_QUESTION, approver_for, ask_until_answered, parse_plan_answer
 from ..ask import ask_approval, typed_keys
 from ..common import (
