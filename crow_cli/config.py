@@ -87,7 +87,7 @@ class Settings:
     reasoning_echo: ReasoningEcho = "auto"
     """Whether a turn's reasoning goes back to the server: `auto`, `always` or `never` (`wire.client`)."""
     adapt_requests: bool = True
-    """Change what a server refuses in a request, send it again and remember the change (`wire.adapt`)."""
+    """Change what a server refuses in a request, send it again and remember the change (`wire.change`)."""
     provider: dict[str, Any] = field(default_factory=dict)
     """The `[provider]` table: overrides of what crow knows of the server (`wire.profiles.Profile`)."""
     max_retries: int = 3

@@ -50,29 +50,20 @@ from ..events import Notice, WarningEvent
 from ..history import Message
 from ..text import header_secrets, mask_secrets, public_url, short_text, url_secrets
 from .accumulate import stream_error
-from .adapt import (
-    Change,
-    DropParam,
-    FieldRule,
-    RenameTools,
-    Rule,
-    SetParam,
-    apply_rules,
-    change_for,
-    tool_names,
-    value_refused,
-)
+from .change import Change, change_for
 from .facts import facts_path, learn, problems, recall
 from .outgoing import REASONING_ECHO, Outgoing, ReasoningEcho
 from .profile import build_profile
-from .profiles import CONTEXT_OVERFLOW, OVERFLOW_NUMBERS, OVERFLOW_PROMPT, OVERFLOW_WINDOW
 from .proxy import proxy_for, through
 from .refusal import reason as refusal_reason
+from .refusal import value_refused
 from .responses import ChunkTranslator, wire_hint
 from .responses import request_body as responses_body
 from .retries import MAX_RETRY_AFTER_S, retry_after_s, retry_notice, retry_wait_s, should_retry
+from .rules import DropParam, FieldRule, RenameTools, Rule, SetParam, apply_rules, tool_names
 from .slots import server_slots
 from .vision import ImagesRefused, holds_images, known_text_only, refuses_images
+from .wording import CONTEXT_OVERFLOW, OVERFLOW_NUMBERS, OVERFLOW_PROMPT, OVERFLOW_WINDOW
 
 if TYPE_CHECKING:
     from .stream import AfterDone

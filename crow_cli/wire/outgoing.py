@@ -62,20 +62,19 @@ from ..history import (
     tool_calls_of,
 )
 from ..images import sendable_content
-from .adapt import (
+from .change import FieldPolicy, change_for
+from .profiles import REASONING_BLOCK_FIELDS, REASONING_FIELDS
+from .rules import (
     CALL_CORE,
     FUNCTION_CORE,
     DropField,
-    FieldPolicy,
     FieldRule,
     MapToolCallIds,
     RequireField,
     ToolMessageName,
-    change_for,
     field_facts,
     field_rules,
 )
-from .profiles import REASONING_BLOCK_FIELDS, REASONING_FIELDS
 
 __all__ = ["REASONING_ECHO", "Adaptation", "Outgoing", "ReasoningEcho"]
 
@@ -117,7 +116,7 @@ class Outgoing:
         self.reasoning = (*reasoning_fields, *REASONING_BLOCK_FIELDS)
         self._text_fields = reasoning_fields
         self.rules: list[FieldRule] = [r for r in field_rules(known or {}) if r.valid()]
-        """The message-field rules in force (`wire.adapt.FieldRule`): what the server refused or demanded."""
+        """The message-field rules in force (`wire.rules.FieldRule`): what the server refused or demanded."""
         self.dropped: list[str] = []
         """Fields refused by the server: sent on no message, tool call or function (`DropField`)."""
         self.required: list[str] = []
@@ -166,12 +165,12 @@ class Outgoing:
         self._version += 1
 
     def policy(self) -> FieldPolicy:
-        """The message policy a refusal is read against (`wire.adapt.change_for`)."""
+        """The message policy a refusal is read against (`wire.change.change_for`)."""
         return FieldPolicy(tuple(self.rules), self.reasoning, self._text_fields, self.echo == "auto",
                            self._foreign_ids if self.author is not None else None)
 
     def learned(self) -> dict[str, Any]:
-        """The policy as facts to remember (`wire.facts.learn`): `wire.adapt.field_facts` of its rules, those
+        """The policy as facts to remember (`wire.facts.learn`): `wire.rules.field_facts` of its rules, those
         added as not learned (`add(learned=False)`) left out."""
         return field_facts(r for r in self.rules if r not in self._given)
 
@@ -316,7 +315,7 @@ class Outgoing:
         return out
 
     def adapt(self, status: int, text: str, sent: list[dict[str, Any]]) -> Adaptation | None:
-        """The change to this policy a 400/422 body asks for (`wire.adapt.change_for`, read against `policy`),
+        """The change to this policy a 400/422 body asks for (`wire.change.change_for`, read against `policy`),
         applied (`add`); None when it names no field this policy can add or drop (or one it changed already).
 
         A field that was `sent` and is refused is dropped everywhere; a reasoning field (echo `auto`)

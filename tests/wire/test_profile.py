@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from crow_cli.wire.adapt import CapParam, DropParam, DropSchemaKeyword, RenameParam, rule_from_json
 from crow_cli.wire.profile import LAYERS, ServerProfile, build_profile, rule_key, rule_keys
+from crow_cli.wire.rules import CapParam, DropParam, DropSchemaKeyword, RenameParam, rule_from_json
 
 GEMINI = "https://generativelanguage.googleapis.com/v1beta/openai"
 OPENAI = "https://api.openai.com/v1"

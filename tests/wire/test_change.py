@@ -23,7 +23,8 @@ from typing import Any
 
 import pytest
 
-from crow_cli.wire.adapt import (
+from crow_cli.wire.change import FieldPolicy, change_for
+from crow_cli.wire.rules import (
     NO_OUTPUT,
     AssistantContentText,
     AssistantToolContent,
@@ -32,7 +33,6 @@ from crow_cli.wire.adapt import (
     DropField,
     DropParam,
     DropSchemaKeyword,
-    FieldPolicy,
     FoldRole,
     InlineSchemaRefs,
     MapToolCallIds,
@@ -47,7 +47,6 @@ from crow_cli.wire.adapt import (
     ToolMessageName,
     ToolResultPlaceholder,
     apply_rules,
-    change_for,
     field_facts,
     field_rules,
     known_rules,
@@ -581,7 +580,7 @@ def test_a_servers_name_pattern_is_never_compiled_only_a_known_rule_chosen() -> 
 
 
 def test_a_stored_pattern_of_an_earlier_version_is_read_as_a_known_rule_or_strict() -> None:
-    from crow_cli.wire.adapt import name_rule
+    from crow_cli.wire.rules import name_rule
 
     assert name_rule("[A-Za-z_][A-Za-z0-9_-]{0,63}") == "letter_first"
     assert name_rule("[a-zA-Z0-9_]+") == "word"
@@ -719,7 +718,7 @@ EVERY_RULE = [DropParam("seed"), SetParam("temperature", 1), RenameParam("max_to
 
 @pytest.mark.parametrize("rule", EVERY_RULE, ids=lambda r: type(r).__name__)
 def test_every_rule_class_applies_exactly_its_change_and_says_what_it_did(rule: Rule) -> None:
-    from crow_cli.wire.adapt import RULES, rule_from_json
+    from crow_cli.wire.rules import RULES, rule_from_json
 
     before = copy.deepcopy(_FULL)
     expected, words = _expect(rule)
@@ -732,13 +731,13 @@ def test_every_rule_class_applies_exactly_its_change_and_says_what_it_did(rule: 
 
 
 def test_every_rule_kind_is_covered_by_the_test_above() -> None:
-    from crow_cli.wire.adapt import RULES
+    from crow_cli.wire.rules import RULES
 
     assert {type(r) for r in EVERY_RULE} == set(RULES.values())
 
 
 def test_a_rule_is_a_value_of_its_class() -> None:
-    from crow_cli.wire.adapt import rule_from_json
+    from crow_cli.wire.rules import rule_from_json
 
     assert DropParam("seed") != DropSchemaKeyword("seed")  # same fields, another kind
     assert len({DropParam("seed"), DropParam("seed")}) == 1
@@ -798,7 +797,7 @@ def test_mapped_ids_are_derived_and_ids_that_fit_are_kept() -> None:
     {"op": "drop_field", "target": "", "value": None},
 ])
 def test_a_damaged_field_rule_is_left_out(item: dict) -> None:
-    from crow_cli.wire.adapt import rule_from_json
+    from crow_cli.wire.rules import rule_from_json
 
     assert rule_from_json(item) is None
 
