@@ -1,4 +1,4 @@
-"""The words of a refusal: what a 400/422 body says, read once, in one vocabulary (pure: no I/O, no state).
+"""The words of a refusal: what a 400/422 body says, read with the kinds of `wire.wording` (pure: no I/O, no state).
 
 The body's words (`words`: every string of its JSON, quote escaping undone), its `message` and `param`, the reason
 told in a notice (`reason`), whether it names a field or parameter (`names`, `mentions_field`) and what it says of
