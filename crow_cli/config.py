@@ -65,7 +65,7 @@ class Settings:
     reasoning_echo: ReasoningEcho = "auto"
     """Whether a turn's reasoning goes back to the server: `auto`, `always` or `never` (`wire.client`)."""
     adapt_requests: bool = True
-    """Change what a server refuses in a request, send it again and remember the change (`wire.adapt`)."""
+    """Change what a server refuses in a request, send it again and remember the change (`wire.change`)."""
     repair_tool_calls: bool = True
     """What crow does for a tool call a small model got wrong: arguments checked against the schema with its
     coercions, a tool name in another case run as that tool, calls left in the text recovered, the repeat guard

@@ -117,7 +117,7 @@ class Notice:
     with) them; nothing of the turn was streamed. `"request_adapted"`: the server refused a part of the
     request its message names (a tool-schema keyword, a parameter, a message shape); that part is changed
     in this and every later request (the history is not) and the request is sent again once
-    (`wire.adapt`). `"adapt_debug"` (`--debug` only): an adaptation decision, traced.
+    (`wire.change`). `"adapt_debug"` (`--debug` only): an adaptation decision, traced.
     `"facts_damaged"`: an entry of the learned facts is damaged and counts as not known (one per entry,
     before the first request). `"facts_unwritable"`: what the server taught could not be remembered for
     later runs (the path and the system's reason); the run goes on.

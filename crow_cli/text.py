@@ -214,7 +214,7 @@ def mask_secrets(text: str, secrets: Iterable[str | None]) -> str:
 def truncate_output(text: str, limit: int) -> str:
     """Cap `text` at `limit` characters, with a marker telling the model it was cut (the marker comes on top:
     at most 80 characters). The one marker a model sees for any cut output: a tool's, or a tool result cut to
-    fit a server's string limit (`wire.adapt`)."""
+    fit a server's string limit (`wire.rules.messages`)."""
     if len(text) <= limit:
         return text
     return text[:limit] + f"\n[output truncated: {len(text) - limit} of {len(text)} characters not shown]"

@@ -292,7 +292,7 @@ def test_repair_tool_calls_off_turns_off_all_four_repairs_of_the_loop(tmp_path):
 
 
 def test_adapt_requests_from_the_file_and_the_environment(tmp_path):
-    # request adaptation (wire.adapt) is easy to turn off
+    # request adaptation (wire.change) is easy to turn off
     assert load_settings({}, env={}).adapt_requests is True
     for word, value in (("0", False), ("off", False), ("FALSE", False), ("yes", True), ("1", True)):
         assert load_settings({}, env={"CROW_ADAPT_REQUESTS": word}).adapt_requests is value
@@ -514,8 +514,8 @@ def test_a_profiles_provider_table_is_layered_key_by_key_over_the_top_level_one(
                  'request_rules = [{op = "cap_param", target = "max_tokens", value = 200}]\n')
     provider = load_settings({}, env={}, profile="p").provider
     assert provider["needs_key"] is True and provider["refused_fields"] == ["y"]
-    from crow_cli.wire.adapt import CapParam, DropParam
     from crow_cli.wire.profile import build_profile
+    from crow_cli.wire.rules import CapParam, DropParam
 
     profile = build_profile("http://127.0.0.1:9/v1", "m", provider)
     assert profile.request_rules == (DropParam("seed"), CapParam("max_tokens", 200))  # the profile's cap wins

@@ -45,7 +45,7 @@ def _probed(stamp: str) -> str:
 def _fact(item: str, value: Any) -> str:
     name = item.split(" ", 1)[0]
     if name == "request_rules":
-        from ..wire.adapt import rule_from_json
+        from ..wire.rules import rule_from_json
 
         rule = rule_from_json(value)
         return f"adapted requests: {rule.describe() if rule is not None else json.dumps(value)}"

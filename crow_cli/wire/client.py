@@ -6,7 +6,7 @@ quirks reach the accumulator untouched; the SDK gives auth, the base URL and its
 the transport. Its own retries are off: crow retries 408/409/429/5xx and connection errors before a stream
 starts (`wire.retries`), each retry a `Notice(code="retrying")`. Errors are mapped by `wire.errors`.
 
-A 400/422 refusal is read once (`_adapt`, through `wire.adapt.change_for`) into one `adapt.Change`; the
+A 400/422 refusal is read once (`_adapt`, through `wire.change.change_for`) into one `change.Change`; the
 client's `wire.profile.ServerProfile` learns it (`ServerProfile.learn`: for this request, this run, or
 remembered per base URL + model in `wire.facts` once a request with it is accepted) and the request is sent
 again with a `Notice`. Message-field rules shape the outgoing copy of the history (`wire.outgoing`), the others
@@ -30,14 +30,7 @@ from ..events import Notice, WarningEvent
 from ..history import Message
 from ..modes import REASONING_ECHO, ReasoningEcho
 from ..text import header_secrets, public_url, short_text, url_secrets
-from .adapt import (
-    Change,
-    FieldRule,
-    RenameTools,
-    apply_rules,
-    change_for,
-    tool_names,
-)
+from .change import Change, change_for
 from .errors import body_message, error_text, map_error, retry_after
 from .facts import facts_path, learn, problems, recall
 from .outgoing import Outgoing
@@ -46,6 +39,7 @@ from .profile import build_profile
 from .proxy import proxy_for
 from .responses import as_chunks
 from .responses import request_body as responses_body
+from .rules import FieldRule, RenameTools, apply_rules, tool_names
 from .settings import ClientSettings, split_base_url
 from .slots import server_slots
 from .vision import ImagesRefused, holds_images, known_text_only, refuses_images
@@ -394,7 +388,7 @@ class ChatClient:
                                                       why=why) is None
 
     def _final_refusal(self, exc: Exception) -> Notice | None:
-        """Under --debug: why a 400/422 ends the request (`wire.adapt.change_for` had no change for it)."""
+        """Under --debug: why a 400/422 ends the request (`wire.change.change_for` had no change for it)."""
         import openai
 
         if not self.settings.trace or not isinstance(exc, openai.APIStatusError) \
@@ -448,7 +442,7 @@ def _rename_calls(chunk: dict[str, Any], back: Mapping[str, str]) -> None:
 
 
 _MAX_CHANGES = 8
-"""Changes `wire.adapt` may make to one request before its refusal is final (each one a different change)."""
+"""Changes `wire.change` may make to one request before its refusal is final (each one a different change)."""
 
 
 async def _no_key() -> str:

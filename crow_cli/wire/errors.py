@@ -21,10 +21,10 @@ from typing import Any
 from ..errors import AuthError, ContextOverflow, ProviderError, QuotaExceeded, RateLimited, ServerError, StreamCut
 from ..events import Notice
 from ..text import mask_secrets, public_url, short_text
-from .profiles import CONTEXT_OVERFLOW, OVERFLOW_NUMBERS, OVERFLOW_PROMPT, OVERFLOW_WINDOW
 from .proxy import through
 from .refusal import reason as refusal_reason
 from .retries import MAX_RETRY_AFTER_S, retry_after_s, retry_notice, retry_wait_s, should_retry
+from .wording import CONTEXT_OVERFLOW, OVERFLOW_NUMBERS, OVERFLOW_PROMPT, OVERFLOW_WINDOW
 
 __all__ = ["body_message", "certificate_refused", "context_overflow", "error_text", "map_error", "out_of_quota",
            "retry_after", "stream_error"]

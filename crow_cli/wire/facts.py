@@ -46,9 +46,9 @@ from typing import Any
 from ..atomic import NotRegularFile, write_atomic
 from ..private import private_dir
 from ..text import public_url
-from .adapt import SIZED_OPS, is_size
 from .profile import CALL_FORMATS, TOOL_OUTCOMES, TOOL_POINTS, rules_problem
 from .profiles import check_overrides
+from .rules import SIZED_OPS, is_size
 
 __all__ = ["MAX_AGE", "MAX_WHY", "each_fact", "facts_path", "forget", "learn", "problems", "recall", "recall_all"]
 

@@ -5,7 +5,7 @@ OpenAI, DeepSeek, Groq, Anthropic-compatible endpoints and most others refuse a 
 Gemini and Moonshot also want a letter or `_` first, and some servers refuse `-`. A tool whose name a
 server refuses is sent under the closest name it takes, unique among the names sent; the model calls it
 by that name, and the map gives the tool back. The tool registry names its tools so once (`WIRE_NAME`,
-for every server); a `rename_tools` rule of `wire.adapt` names the registry's names again for a server
+for every server); a `rename_tools` rule (`wire.rules.tools`) names the registry's names again for a server
 that refuses even those.
 
 Some served models leak control tokens of their chat template into the function name of a streamed
@@ -87,7 +87,7 @@ class ToolNames:
 
     Args:
         names: the tools' names, in the order they are offered (a repeated name counts once).
-        rule: the names the server takes (`WIRE_NAME`, or a known rule of `wire.adapt.NAME_RULES`).
+        rule: the names the server takes (`WIRE_NAME`, or a known rule of `wire.rules.NAME_RULES`).
     """
 
     def __init__(self, names: Iterable[str], rule: re.Pattern[str] = WIRE_NAME) -> None:

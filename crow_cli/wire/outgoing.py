@@ -1,45 +1,9 @@
 """The history as it goes on the wire: what the server attached comes back, minus what it refuses.
 
-The stored history keeps every assistant message with everything its server attached (reasoning text
-under the server's field name, `reasoning_details` blocks, per-call keys such as `extra_content`,
-any other key). `Outgoing.messages` makes the copy that is sent, one message at a time:
-
-* reasoning (`profiles.REASONING_FIELDS` and `REASONING_BLOCK_FIELDS`) follows `reasoning_echo`: `always`
-  sends it as kept, `never` sends none, `auto` sends every assistant message's reasoning for
-  exchanges (a user message and what answers it) that used tools, the final answer included, and
-  none for exchanges that did not;
-* a field the server refused (400/422 naming it as forbidden, unknown or extra) is dropped from every
-  message and tool call; a reasoning field it demanded is added to every assistant message (its text
-  under another reasoning name, else `""`); tool messages carry the function `name` when the server
-  demanded it (Gemini's OpenAI-compatible endpoint) and never when it refused it.
-
-Each assistant message records who wrote it (`history.AUTHOR_KEY`, never sent). A session moves between
-models and servers (`crow run -c --model B`, `/model`, a gateway routing elsewhere), so the reader of a
-request is not always the author of its messages. The model's own output is sacred in the stored history and
-for the model that produced it: its messages go back exactly as kept. Toward another reader (an author of
-another base URL or model), what is bound to its author is made fit in the outgoing copy only (the stored
-session keeps the originals, so switching back resends them):
-
-* signed and encrypted reasoning is dropped: `reasoning_details` / `thinking_blocks` blocks (signatures,
-  `reasoning.encrypted`, `redacted_thinking`), thinking content parts with a `signature`, and the keys a
-  server attached to a tool call or its function (Gemini's `extra_content` thought signature); their text
-  goes as plain reasoning only where the reader demands a reasoning field;
-* reasoning text fields follow the reader's profile: a field the reader does not read is sent under its
-  first reasoning field name;
-* tool-call ids of a shape the reader refuses (a refusal names its rule: Anthropic-compatible
-  `tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'`, Bedrock's `toolUseId` constraint, Mistral's
-  "a-z, A-Z, 0-9, with a length of 9") are mapped to ids of its shape, the same in the assistant message and
-  in the tool messages answering it. The mapped id is derived from a hash of the original (never random), so
-  every request sends the same one, and is used for nothing else: the stored history, events and the model
-  that wrote the id keep the original. The rule is taken from a fixed set of id shapes the refusal words
-  match; no pattern a server sends is compiled.
-A message without a recorded author (an older session) goes as kept. What crow keeps on an image part (its
-name, `images.IMAGE_KEY`) is never sent.
-
-What a refusal taught is applied for the client's life and returned by `Outgoing.learned` as facts
-(`wire.facts`), so later runs start with it. Each message's outgoing form depends only on the
-message, its exchange and the policy, so it is computed once and kept (per-turn work is proportional
-to what the turn added). Pure: no I/O.
+`Outgoing.messages` makes the copy of the stored history that is sent, message by message and once per message:
+reasoning as `reasoning_echo` says, the message-field rules a server taught or the config gives
+(`wire.rules.fields`), and messages another model wrote made fit for this reader (the stored session keeps the
+originals). Kept apart from the client because it is pure (no I/O) and per message (`Outgoing` says how).
 """
 
 from __future__ import annotations
@@ -63,40 +27,69 @@ from ..history import (
 )
 from ..images import sendable_content
 from ..modes import REASONING_ECHO, ReasoningEcho
-from .adapt import (
+from .change import FieldPolicy
+from .profiles import REASONING_BLOCK_FIELDS, REASONING_FIELDS
+from .rules import (
     CALL_CORE,
     FUNCTION_CORE,
     DropField,
-    FieldPolicy,
     FieldRule,
     MapToolCallIds,
     RequireField,
     ToolMessageName,
-    change_for,
     field_facts,
     field_rules,
 )
-from .profiles import REASONING_BLOCK_FIELDS, REASONING_FIELDS
 
-__all__ = ["REASONING_ECHO", "Adaptation", "Outgoing", "ReasoningEcho"]
+__all__ = ["REASONING_ECHO", "Outgoing", "ReasoningEcho"]
 
 _BLOCKS = frozenset(REASONING_BLOCK_FIELDS)
 
 
 
-class Adaptation:
-    """One change a refusal taught: what it is (for the notice), the fact it makes, and why (`--debug`)."""
-
-    __slots__ = ("fact", "notice", "why")
-
-    def __init__(self, notice: str, fact: dict[str, Any], why: str = "") -> None:
-        self.notice = notice
-        self.fact = fact
-        self.why = why
-
-
 class Outgoing:
-    """The outgoing form of a history under one server's policy (see the module docstring).
+    """The outgoing form of a history under one server's policy.
+
+    The stored history keeps every assistant message with everything its server attached (reasoning text
+    under the server's field name, `reasoning_details` blocks, per-call keys such as `extra_content`,
+    any other key). `Outgoing.messages` makes the copy that is sent, one message at a time:
+
+    * reasoning (`profiles.REASONING_FIELDS` and `REASONING_BLOCK_FIELDS`) follows `reasoning_echo`: `always`
+      sends it as kept, `never` sends none, `auto` sends every assistant message's reasoning for
+      exchanges (a user message and what answers it) that used tools, the final answer included, and
+      none for exchanges that did not;
+    * a field the server refused (400/422 naming it as forbidden, unknown or extra) is dropped from every
+      message and tool call; a reasoning field it demanded is added to every assistant message (its text
+      under another reasoning name, else `""`); tool messages carry the function `name` when the server
+      demanded it (Gemini's OpenAI-compatible endpoint) and never when it refused it.
+
+    Each assistant message records who wrote it (`history.AUTHOR_KEY`, never sent). A session moves between
+    models and servers (`crow run -c --model B`, `/model`, a gateway routing elsewhere), so the reader of a
+    request is not always the author of its messages. The model's own output is sacred in the stored history and
+    for the model that produced it: its messages go back exactly as kept. Toward another reader (an author of
+    another base URL or model), what is bound to its author is made fit in the outgoing copy only (the stored
+    session keeps the originals, so switching back resends them):
+
+    * signed and encrypted reasoning is dropped: `reasoning_details` / `thinking_blocks` blocks (signatures,
+      `reasoning.encrypted`, `redacted_thinking`), thinking content parts with a `signature`, and the keys a
+      server attached to a tool call or its function (Gemini's `extra_content` thought signature); their text
+      goes as plain reasoning only where the reader demands a reasoning field;
+    * reasoning text fields follow the reader's profile: a field the reader does not read is sent under its
+      first reasoning field name;
+    * tool-call ids of a shape the reader refuses (a refusal names its rule: Anthropic-compatible
+      `tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'`, Bedrock's `toolUseId` constraint, Mistral's
+      "a-z, A-Z, 0-9, with a length of 9") are mapped to ids of its shape, the same in the assistant message and
+      in the tool messages answering it. The mapped id is derived from a hash of the original (never random), so
+      every request sends the same one, and is used for nothing else: the stored history, events and the model
+      that wrote the id keep the original. The rule is taken from a fixed set of id shapes the refusal words
+      match; no pattern a server sends is compiled.
+    A message without a recorded author (an older session) goes as kept. What crow keeps on an image part (its
+    name, `images.IMAGE_KEY`) is never sent.
+
+    What a refusal taught is applied for the client's life and returned by `Outgoing.learned` as facts
+    (`wire.facts`), so later runs start with it. Each message's outgoing form depends only on the
+    message, its exchange and the policy, so it is computed once and kept (per-turn work is proportional
+    to what the turn added). Pure: no I/O.
 
     Args:
         echo: `reasoning_echo`: `auto`, `always` or `never`.
@@ -104,7 +97,7 @@ class Outgoing:
         known: facts remembered for this server (`wire.facts.recall`): `refused_fields`,
             `required_fields`, `tool_message_name`.
         author: the reader, `{"base_url": PUBLIC_URL, "model": M}` as `history.AUTHOR_KEY` records it;
-            messages another author wrote are made fit for it (module docstring). None: every message is
+            messages another author wrote are made fit for it (`Outgoing`). None: every message is
             the reader's own.
     """
 
@@ -115,7 +108,7 @@ class Outgoing:
         self.reasoning = (*reasoning_fields, *REASONING_BLOCK_FIELDS)
         self._text_fields = reasoning_fields
         self.rules: list[FieldRule] = [r for r in field_rules(known or {}) if r.valid()]
-        """The message-field rules in force (`wire.adapt.FieldRule`): what the server refused or demanded."""
+        """The message-field rules in force (`wire.rules.FieldRule`): what the server refused or demanded."""
         self.dropped: list[str] = []
         """Fields refused by the server: sent on no message, tool call or function (`DropField`)."""
         self.required: list[str] = []
@@ -164,12 +157,12 @@ class Outgoing:
         self._version += 1
 
     def policy(self) -> FieldPolicy:
-        """The message policy a refusal is read against (`wire.adapt.change_for`)."""
+        """The message policy a refusal is read against (`wire.change.change_for`)."""
         return FieldPolicy(tuple(self.rules), self.reasoning, self._text_fields, self.echo == "auto",
                            self._foreign_ids if self.author is not None else None)
 
     def learned(self) -> dict[str, Any]:
-        """The policy as facts to remember (`wire.facts.learn`): `wire.adapt.field_facts` of its rules, those
+        """The policy as facts to remember (`wire.facts.learn`): `wire.rules.field_facts` of its rules, those
         added as not learned (`add(learned=False)`) left out."""
         return field_facts(r for r in self.rules if r not in self._given)
 
@@ -269,7 +262,7 @@ class Outgoing:
 
     def _for_reader(self, message: Message) -> dict[str, Any]:
         """An assistant message with a recorded author, without that record, made fit for this reader when
-        another author wrote it (module docstring). A copy; the stored message is never changed."""
+        another author wrote it (`Outgoing`). A copy; the stored message is never changed."""
         out = {k: v for k, v in as_json(message).items() if k != AUTHOR_KEY}
         author = author_of(message)
         if author is None or self.author is None or author == self.author:
@@ -312,23 +305,6 @@ class Outgoing:
                 mapped.append(sent)
             out["tool_calls"] = mapped
         return out
-
-    def adapt(self, status: int, text: str, sent: list[dict[str, Any]]) -> Adaptation | None:
-        """The change to this policy a 400/422 body asks for (`wire.adapt.change_for`, read against `policy`),
-        applied (`add`); None when it names no field this policy can add or drop (or one it changed already).
-
-        A field that was `sent` and is refused is dropped everywhere; a reasoning field (echo `auto`)
-        or a tool message's `name` that some message lacks and that is demanded is added everywhere.
-        """
-        change = change_for(status, text, {"messages": sent}, self.policy())
-        if change is None or not change.fields:
-            return None
-        rules = [r for r in change.rules if isinstance(r, FieldRule)]
-        before = self.learned()
-        self.add(rules)
-        fact = {k: v for k, v in self.learned().items() if before.get(k) != v}
-        return Adaptation(f"the server {rules[0].asked()} ({status}): {change.why}; "
-                          f"{change.describe()} ({change.kinds()})", fact, change.describe())
 
     def _foreign_ids(self, rule: MapToolCallIds) -> bool:
         """Whether some call of a message another author wrote (in the last history) has an id `rule` refuses."""

@@ -30,12 +30,13 @@ from typing import Any, Literal
 
 from ..errors import ProviderError
 from ..text import short_text
-from .adapt import (
+from .change import Change
+from .profiles import FIELD_NAME, MESSAGE_FIELDS, OWNED_PARAMS, PROFILE_FIELDS, REASONING_FIELDS, profile_for
+from .refusal import value_refused
+from .rules import (
     NAME_RULES,
-    OUTPUT_CAPS,
     RULES,
     CapParam,
-    Change,
     DropField,
     DropParam,
     FieldRule,
@@ -49,9 +50,7 @@ from .adapt import (
     known_rules,
     rule_from_json,
     rules_from_json,
-    value_refused,
 )
-from .profiles import FIELD_NAME, MESSAGE_FIELDS, OWNED_PARAMS, PROFILE_FIELDS, REASONING_FIELDS, profile_for
 
 __all__ = ["CALL_FORMATS", "LAYERS", "TOOL_OUTCOMES", "TOOL_POINTS", "Kept", "Layer", "ServerProfile",
            "build_profile", "rule_key", "rule_keys", "rules_problem", "tool_probe_words", "unsent_set_param"]
@@ -85,7 +84,7 @@ class ServerProfile:
         required_fields: reasoning fields wanted on every assistant message.
         tool_call_id_rule: the tool-call id shape the server demands of ids other models wrote
             (`{"chars": …, "length": …}`, `wire.outgoing`), or None.
-        request_rules: the rules applied to every request (`wire.adapt`), in order.
+        request_rules: the rules applied to every request (`wire.rules`), in order.
         recover_tool_calls: tool calls left in a turn's text are recovered (`wire.textcalls`).
         wire_api: the endpoint turns go to: `chat` or `responses` (`profiles.WIRE_APIS`).
         tool_probe: what `crow probe --tools` found, per point (`TOOL_POINTS` key -> `TOOL_OUTCOMES` code), or
@@ -304,7 +303,7 @@ def tool_probe_words(outcomes: Mapping[str, Any]) -> str:
 def rule_key(rule: Rule) -> str:
     """The key of a request rule among a profile's values (`sources`, `replaced`): its kind and target
     (`rule drop_param seed`)."""
-    return f"rule {rule.op} {rule.target}".rstrip()
+    return rule.key
 
 
 def rule_keys(rule: Rule) -> frozenset[str]:
@@ -312,18 +311,9 @@ def rule_keys(rule: Rule) -> frozenset[str]:
     that no two rules of a profile contradict each other. A parameter's name (`name P`) is decided by dropping
     or renaming it (both names of a rename: `max_tokens` → `max_completion_tokens` and back are one
     decision), its value (`value P`) by dropping, setting or capping it, the reply cap under either name of
-    `adapt.OUTPUT_CAPS` being one value (`CapParam` caps both); any other rule decides its own `rule_key`."""
-    if isinstance(rule, DropParam):
-        return frozenset({f"name {rule.target}", f"value {rule.target}"})
-    if isinstance(rule, RenameParam):
-        return frozenset({f"name {rule.target}", f"name {rule.value}"})
-    if isinstance(rule, CapParam):
-        return frozenset({f"value {OUTPUT_CAPS[0] if rule.target in OUTPUT_CAPS else rule.target}"})
-    if isinstance(rule, SetParam):
-        return frozenset({f"value {rule.target}"})
-    if isinstance(rule, DropField | RequireField):  # a field is sent or not: dropping and requiring it contradict
-        return frozenset({f"field {rule.target}"})
-    return frozenset({rule_key(rule)})
+    `rules.OUTPUT_CAPS` being one value (`CapParam` caps both), a message field (`field F`) by dropping or
+    requiring it; any other rule decides its own `rule_key`. Each rule class says so itself (`Rule.decides`)."""
+    return rule.decides()
 
 
 def _builtin(base_url: str, model: str) -> dict[str, Any]:
@@ -377,7 +367,7 @@ def _is_json(value: Any) -> bool:
 
 def rules_problem(items: Any, table: Mapping[str, Any] | None = None) -> str | None:
     """What is wrong with the config's `[provider] request_rules` (one line naming the rule,
-    `[provider] request_rules[2]: …`), or None: each a table of `op` (a kind of `adapt.RULES`) and the
+    `[provider] request_rules[2]: …`), or None: each a table of `op` (a kind of `rules.RULES`) and the
     `target` and `value` that kind takes, no other; a target and value that rule can act on (a parameter
     name, never one crow sets itself; a schema keyword; a role crow folds: system, developer); no two rules
     deciding the same (`rule_keys`), also none deciding a field that `table`'s `refused_fields` or

@@ -1,7 +1,8 @@
-"""What crow knows about providers, as data: hosts, field names, policies and the wording of their errors.
+"""What crow knows about providers, as data: hosts, field names, policies and request rules known in advance.
 
 One place for provider knowledge (the way pydantic-ai keeps `profiles/`): the wire code, the config and
-the tool-name cleaner read these tables instead of naming providers themselves. A `Profile` says what
+the tool-name cleaner read these tables instead of naming providers themselves; the wording of their errors is
+the table of `wire.wording`. A `Profile` says what
 is known of a provider in advance (matched by the base URL's host), `KNOWN_REQUEST_RULES` the request
 rules known for a host and model family: together the built-in layer of a server's profile, which
 `wire.profile.build_profile` overlays with the config's `[provider]` table and what a server taught
@@ -17,18 +18,12 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from .refusal import field_demanded, field_refused, mentions_field  # the words of a refusal: `wire.refusal`
-
 __all__ = [
     "BLOCK_TEXT_FIELDS",
-    "CONTEXT_OVERFLOW",
     "FIELD_NAME",
     "KEYED_HOSTS",
     "KNOWN_REQUEST_RULES",
     "LEAKED_TOKEN",
-    "OVERFLOW_NUMBERS",
-    "OVERFLOW_PROMPT",
-    "OVERFLOW_WINDOW",
     "OWNED_PARAMS",
     "PROFILES",
     "PROFILE_FIELDS",
@@ -39,9 +34,6 @@ __all__ = [
     "WIRE_APIS",
     "Profile",
     "check_overrides",
-    "field_demanded",
-    "field_refused",
-    "mentions_field",
     "profile_for",
 ]
 
@@ -183,22 +175,6 @@ def profile_for(base_url: str) -> Profile:
     return next((p for p in PROFILES if host in p.hosts), Profile())
 
 
-# Context-window overflow, as each provider words it (the client maps it to `ContextOverflow`).
-CONTEXT_OVERFLOW = re.compile(r"context_length_exceeded|exceed_context_size|ContextWindowExceeded|maximum context "
-                              r"length|context window|context size|prompt is too long|longer than the maximum model "
-                              r"length|exceeds the maximum number of tokens", re.IGNORECASE)
-# (pattern, group of the window, group of the prompt size): what each provider's message says
-OVERFLOW_NUMBERS = (
-    (re.compile(r"prompt contains (\d+) tokens.*?(\d+) maximum context length", re.I | re.S), 2, 1),  # Mistral
-    (re.compile(r"prompt is too long: (\d+) tokens > (\d+)", re.I), 2, 1),  # Anthropic-compatible
-    (re.compile(r"prompt \(length (\d+)\) is longer than the maximum model length of (\d+)", re.I), 2, 1),  # vLLM
-    (re.compile(r"input token count \((\d+)\) exceeds the maximum number of tokens allowed \((\d+)\)", re.I), 2, 1),
-)
-OVERFLOW_WINDOW = re.compile(r"maximum context length is (\d+) tokens", re.I)
-"""OpenAI, vLLM, DeepSeek, OpenRouter, LiteLLM: the window, with the prompt size in `OVERFLOW_PROMPT`."""
-OVERFLOW_PROMPT = (re.compile(r"\((\d+) in the messages"), re.compile(r"resulted in (\d+) tokens"),
-                   re.compile(r"requested (?:about )?(\d+) tokens"))
-
 # Chat-template tokens served models leak into function names (`wire.names`): gpt-oss / Harmony
 # `<|channel|>`, `<|constrain|>`; the `functions.` namespace of Kimi K2 and Harmony.
 LEAKED_TOKEN = "<|"
@@ -226,5 +202,5 @@ KNOWN_REQUEST_RULES: tuple[tuple[str, str, tuple[dict[str, Any], ...]], ...] = (
     ("api.openai.com", "o4", _MAX_COMPLETION),
     ("api.openai.com", "gpt-5", _MAX_COMPLETION),
 )
-"""Request rules (`wire.adapt.Rule`, in `wire.facts` form) applied before the first request: (host, or
+"""Request rules (`wire.rules.Rule`, in `wire.facts` form) applied before the first request: (host, or
 `:PORT` for a local server's usual port; model-name prefix, "" for any; the rules)."""

@@ -7,7 +7,7 @@ names, never keywords, so a property called `default` survives dropping the `def
 
 Servers differ on what they take (Gemini's OpenAI-compatible endpoint: no `$schema`,
 `additionalProperties`, `exclusiveMinimum` …; Moonshot: no `$ref` beside other keywords, no `type`
-beside `anyOf`); `wire.adapt` decides what to change from the server's message, this module changes it.
+beside `anyOf`); `wire.change` decides what to change from the server's message, this module changes it.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ class ClientSettings:
     """Whether a turn's reasoning goes back to the server (a `ReasoningEcho`: `auto`, `always` or `never`);
     see `ChatClient.outgoing_messages`. Another value is a `ValueError` when the client is made."""
     adapt_requests: bool = True
-    """Change what a server refuses and send the request again, remembering the change (`wire.adapt`);
+    """Change what a server refuses and send the request again, remembering the change (`wire.change`);
     False: a refusal ends the turn, and no learned or known rule is applied."""
     trace: bool = False
     """Report each adaptation decision as a `Notice(code="adapt_debug")` (for `--debug`)."""

@@ -1,27 +1,13 @@
 """Whether a model takes images: a server's refusal of `image_url` parts, and models known to be text-only.
 
-A text-only model's server refuses a request holding an image part; what it says, by server:
-
-- OpenAI (gpt-3.5-turbo, gpt-4 via Azure, and gateways passing it on): 400 `Invalid content type. image_url is
-  only supported by certain models.`, param `messages.[1].content.[1].type` (browser-use/web-ui#274,
-  vllm-project/vllm#11629, danny-avila/LibreChat#6333);
-- vLLM serving a text-only model: 400 `facebook/opt-125m is not a multimodal model None` (studio-dots-ai/dots.ocr#61,
-  vllm-project/vllm#19144);
-- llama.cpp's llama-server without `--mmproj`: **500** `image input is not supported by this server`
-  (ggml-org/llama.cpp#13566); llama-cpp-python: `Image input detected, but the loaded model is not configured
-  with a mmproj module` (JamePeng/llama-cpp-python#165); llamafile: `The server was not compiled for multimodal
-  or the model projector can't be loaded` (mozilla-ai/llamafile#298);
-- Ollama: 400 `this model does not support image input` (ollama/ollama#17301), `This model does not support
-  images` (ollama/ollama#13099);
-- servers validating parts as text only (pydantic): `Input should be 'text'` at `content … type`
-  (thinking-machines-lab/tinker-feedback#83); DeepSeek's API: "unknown variant `image_url`, expected `text`".
-
-Such a refusal is final (`ImagesRefused`, saying it is remembered and how to forget it), never adapted or
-retried; the client remembers it for the base URL and model (`wire.facts`, `images: false`), and a model named
-in `TEXT_ONLY_MODELS` is known text-only in advance. What is known only decides what is offered: the images
-tools return go as their names. An image the person attaches is always sent (the server may have changed:
-llama-server restarted with `--mmproj`), and a request with images that is accepted makes the model one that
-takes images (`images: true`, which also outranks its name). Pure: no I/O.
+A text-only model's server refuses a request holding an image part, each in its words (`wire.wording`, kinds
+`images_refused` and `image_parts_unnamed`, with the servers that say them). Such a refusal is final
+(`ImagesRefused`, saying it is remembered and how to forget it), never adapted or retried; the client remembers it
+for the base URL and model (`wire.facts`, `images: false`), and a model named in `TEXT_ONLY_MODELS` is known
+text-only in advance. What is known only decides what is offered: the images tools return go as their names. An
+image the person attaches is always sent (the server may have changed: llama-server restarted with `--mmproj`),
+and a request with images that is accepted makes the model one that takes images (`images: true`, which also
+outranks its name). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -31,18 +17,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..errors import ProviderError
+from . import wording
 
-__all__ = ["IMAGE_REFUSAL", "TEXT_ONLY_MODELS", "ImagesRefused", "holds_images", "known_text_only",
+__all__ = ["TEXT_ONLY_MODELS", "ImagesRefused", "holds_images", "known_text_only",
            "refuses_images"]
-
-IMAGE_REFUSAL = re.compile(
-    r"image_url is only supported by certain models|is not a multimodal model|image input is not supported|"
-    r"(does not|doesn'?t) support (image|vision)|images? (are|is) not supported|not configured with a mmproj|"
-    r"not compiled for multimodal|unknown variant .?image_url|vision is not supported|"
-    r"(no|not a) vision model|multimodal (input )?is not supported", re.IGNORECASE)
-"""The words of a refusal of image parts (sources in the module docstring)."""
-_TEXT_PARTS_ONLY = re.compile(r"input should be 'text'|expected `text`|invalid content type", re.IGNORECASE)
-"""Refusals that name the part type without naming images: read as one only when the request held an image."""
 
 TEXT_ONLY_MODELS = re.compile(r"(^|/)(gpt-3\.5|o1-mini|o3-mini|deepseek-(chat|reasoner|coder)|smollm2?-)",
                               re.IGNORECASE)
@@ -76,8 +54,8 @@ def refuses_images(status: int, text: str, messages: Iterable[Any]) -> bool:
     """Whether a refusal (`status`, its body `text`) is one of the image parts of a request holding `messages`."""
     if status not in (400, 415, 422, 500) or not holds_images(messages):
         return False
-    return IMAGE_REFUSAL.search(text) is not None or (
-        _TEXT_PARTS_ONLY.search(text) is not None and "image" in text.lower())
+    return wording.said("images_refused", text) or (
+        wording.said("image_parts_unnamed", text) and "image" in text.lower())
 
 
 def known_text_only(model: str, facts: dict[str, Any]) -> bool:

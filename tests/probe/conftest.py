@@ -11,7 +11,7 @@ QUIRKS: dict[str, set[str]] = {
     "damaged-event-glued-to-next-frame": {"bad-event"},
     "deepseek-thinking-reasoning-echo-required": {"reasoning_content"},
     "deepseek-thinking-tool-turn-without-reasoning": set(),  # its quirk is in the request crow sends back
-    # refusals of a part of the request (wire.adapt): the quirk is in what crow sends, not in the stream
+    # refusals of a part of the request (wire.change): the quirk is in what crow sends, not in the stream
     "adapt-requests-off-ends-at-the-first-refusal": set(),
     "tool-image-follows-the-tool-results-and-a-text-only-model-refuses-it": set(),
     "anthropic-compat-blank-tool-result": set(),

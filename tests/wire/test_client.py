@@ -46,7 +46,7 @@ from crow_cli.tools.registry import ToolRegistry
 from crow_cli.tools.tool import Tool
 from crow_cli.wire import facts
 from crow_cli.wire.client import ChatClient, ClientSettings, map_error
-from crow_cli.wire.profiles import field_demanded, field_refused
+from crow_cli.wire.refusal import field_demanded, field_refused
 from tests.support import (
     CROW,
     FINAL_ANSWER,

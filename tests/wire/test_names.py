@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from crow_cli.wire.adapt import NAME_RULES
 from crow_cli.wire.names import MAX_LENGTH, WIRE_NAME, ToolNames, wire_name
+from crow_cli.wire.rules import NAME_RULES
 
 ODD = ["read_file", "fs.read", "fs_read", "fs/read", "Sequential Thinking", "x" * 70, "", "café", "21st-magic"]
 

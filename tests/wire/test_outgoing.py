@@ -23,7 +23,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from crow_cli.history import tool_message, user_message
+from crow_cli.wire.change import Change, change_for
 from crow_cli.wire.outgoing import Outgoing
+from crow_cli.wire.rules import FieldRule
 
 BLOCKS = [{"type": "reasoning.text", "text": "t", "signature": "S+/=", "index": 0},
           {"type": "reasoning.encrypted", "data": "E", "index": 0}]
@@ -42,6 +44,17 @@ def conversation() -> list[dict]:
         {"role": "assistant", "content": "hi", "reasoning_content": "r3"},
         user_message("bye"),
     ]
+
+
+def refused(out: Outgoing, status: int, text: str, sent: list[dict[str, Any]]) -> tuple[Change, dict[str, Any]] | None:
+    """What the client does with a refusal of message fields (`ChatClient._adapt`): the refusal read against the
+    policy in force (`change_for`), its field rules added; the change and the facts it changed, or None."""
+    change = change_for(status, text, {"model": "m", "messages": sent, "stream": True}, out.policy())
+    if change is None or not change.fields:
+        return None
+    before = out.learned()
+    out.add(r for r in change.rules if isinstance(r, FieldRule))
+    return change, {k: v for k, v in out.learned().items() if before.get(k) != v}
 
 
 def test_auto_sends_everything_attached_for_exchanges_that_used_tools_and_no_reasoning_otherwise():
@@ -66,21 +79,21 @@ def test_a_refused_field_is_dropped_from_every_message_and_call_and_remembered_a
     body = json.dumps({"detail": [{"type": "extra_forbidden", "loc": ["body", "messages", 1, "tool_calls", 0,
                                                                       "extra_content"],
                                    "msg": "Extra inputs are not permitted"}]})
-    change = out.adapt(422, body, out.messages(conversation()))
-    assert change is not None and "extra_content" in change.notice
+    found = refused(out, 422, body, out.messages(conversation()))
+    assert found is not None and "extra_content" in found[0].describe()
     sent = out.messages(conversation())
     assert sent[1]["tool_calls"] == [{k: v for k, v in CALL.items() if k != "extra_content"}]
     assert sent[1]["reasoning_details"] == BLOCKS
     assert out.learned()["refused_fields"] == ["extra_content"]
     assert Outgoing("auto", known=out.learned()).messages(conversation()) == sent  # the next run starts there
-    assert out.adapt(422, body, sent) is None  # nothing left to drop: the error is final
+    assert refused(out, 422, body, sent) is None  # nothing left to drop: the error is final
 
 
 def test_a_demanded_reasoning_field_is_added_to_every_assistant_message():
     out = Outgoing("auto")
     body = '{"error": {"message": "The reasoning_content in the thinking mode must be passed back to the API."}}'
     history = conversation()
-    assert out.adapt(400, body, out.messages(history)) is not None
+    assert refused(out, 400, body, out.messages(history)) is not None
     sent = out.messages(history)
     assert [m.get("reasoning_content") for m in sent if m["role"] == "assistant"] == ["r1", "r2", "r3"]
     assert out.learned()["required_fields"] == ["reasoning_content"]
@@ -91,11 +104,11 @@ def test_tool_messages_get_the_function_name_when_the_server_demands_it_and_lose
     out = Outgoing("auto")
     gemini = ('[{"error": {"code": 400, "message": "* GenerateContentRequest.contents[2].parts[0].function_response'
               '.name: Name cannot be empty.", "status": "INVALID_ARGUMENT"}}]')
-    change = out.adapt(400, gemini, out.messages(history))
-    assert change is not None and change.fact == {"tool_message_name": True}
+    found = refused(out, 400, gemini, out.messages(history))
+    assert found is not None and found[1] == {"tool_message_name": True}
     assert out.messages(history)[2] == {**history[2], "name": "get_rate"}
     refuse = '{"error": {"message": "messages[2]: unknown field \\"name\\""}}'
-    assert out.adapt(400, refuse, out.messages(history)) is not None
+    assert refused(out, 400, refuse, out.messages(history)) is not None
     assert "name" not in out.messages(history)[2] and out.learned()["tool_message_name"] is False
 
 
@@ -103,8 +116,7 @@ def test_an_unknown_name_error_about_another_field_is_not_about_name():
     # Gemini words every unknown field as `Unknown name "x"`: that names x, not a tool message's name
     out = Outgoing("auto")
     body = 'Invalid JSON payload received. Unknown name "x_vendor" at \'messages[1]\': Cannot find field.'
-    change = out.adapt(400, body, out.messages(conversation()))
-    assert change is not None and out.dropped == ["x_vendor"]
+    assert refused(out, 400, body, out.messages(conversation())) is not None and out.dropped == ["x_vendor"]
 
 
 def test_each_message_is_shaped_once_and_kept_while_the_policy_holds():
@@ -312,8 +324,8 @@ def test_ids_another_model_wrote_are_mapped_to_the_readers_shape_on_its_refusal(
     history = _kimi_history(_A)
     out = Outgoing(author=_B)
     sent = out.messages(history)
-    change = out.adapt(400, body, sent)
-    assert change is not None and "tool_call_id_rule" in change.fact
+    found = refused(out, 400, body, sent)
+    assert found is not None and "tool_call_id_rule" in found[1]
     again = out.messages(history)
     new_id = again[1]["tool_calls"][0]["id"]
     assert re.fullmatch(shape, new_id) and again[2]["tool_call_id"] == new_id
@@ -326,7 +338,7 @@ def test_ids_another_model_wrote_are_mapped_to_the_readers_shape_on_its_refusal(
 def test_the_authors_own_ids_are_never_mapped() -> None:
     out = Outgoing(author=_A)
     sent = out.messages(_kimi_history(_A))
-    assert out.adapt(400, _ANTHROPIC_ID, sent) is None  # nothing another model wrote: the refusal is final
+    assert refused(out, 400, _ANTHROPIC_ID, sent) is None  # nothing another model wrote: the refusal is final
     out = Outgoing(author=_A, known={"tool_call_id_rule": {"chars": "alnum_dash", "length": None}})
     assert out.messages(_kimi_history(_A))[1]["tool_calls"][0]["id"] == "functions.lookup_order:0"
 
@@ -382,11 +394,11 @@ def _refusal(field: str) -> str:
 # of this file
 def test_a_refusal_replaces_a_demand_and_a_demand_a_refusal():
     out = Outgoing("auto", known={"required_fields": ["reasoning_content"]})
-    assert out.adapt(422, _refusal("reasoning_content"), out.messages(conversation())) is not None
+    assert refused(out, 422, _refusal("reasoning_content"), out.messages(conversation())) is not None
     assert not any("reasoning_content" in m for m in out.messages(conversation()))
     assert out.learned() == {"refused_fields": ["reasoning_content"], "required_fields": []}
     demand = '{"error": {"message": "The reasoning_content in the thinking mode must be passed back to the API."}}'
-    assert out.adapt(400, demand, out.messages(conversation())) is not None
+    assert refused(out, 400, demand, out.messages(conversation())) is not None
     assert out.learned() == {"refused_fields": [], "required_fields": ["reasoning_content"]}
     assert [m.get("reasoning_content") for m in out.messages(conversation()) if m["role"] == "assistant"] == [
         "r1", "r2", "r3"]
@@ -395,7 +407,7 @@ def test_a_refusal_replaces_a_demand_and_a_demand_a_refusal():
 # message-field rules the config gives (`[provider] request_rules`, op drop_field) are the same classes as learned
 # ones, applied to the outgoing copy; only what a server taught is remembered (issue 29 §1)
 def test_field_rules_the_config_gives_apply_but_are_never_learned() -> None:
-    from crow_cli.wire.adapt import DropField, RequireField
+    from crow_cli.wire.rules import DropField, RequireField
 
     history = conversation()
     history[1]["x_vendor"] = 1

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from crow_cli.wire.adapt import CapParam, DropParam, DropSchemaKeyword, RenameParam, rule_from_json
 from crow_cli.wire.profile import LAYERS, ServerProfile, build_profile, rule_key, rule_keys
+from crow_cli.wire.rules import CapParam, DropParam, DropSchemaKeyword, RenameParam, rule_from_json
 
 GEMINI = "https://generativelanguage.googleapis.com/v1beta/openai"
 OPENAI = "https://api.openai.com/v1"
@@ -260,7 +260,8 @@ def test_a_set_param_without_the_parameter_in_params_says_to_set_it_there() -> N
 
 def test_a_learned_change_holds_as_long_as_it_should_and_a_field_rule_is_remembered_as_a_rule() -> None:
     from crow_cli.errors import ProviderError
-    from crow_cli.wire.adapt import Change, DropField, RequireField, SetParam
+    from crow_cli.wire.change import Change
+    from crow_cli.wire.rules import DropField, RequireField, SetParam
 
     profile = build_profile(LOCAL, "m")
     assert profile.learn(Change((DropParam("seed"),), "why"), status=400, text="no seed", params={}) == "remembered"

@@ -12,7 +12,8 @@ from crow_cli.config import load_settings, require_api_key
 from crow_cli.errors import ConfigError
 from crow_cli.history import AssistantTurn, ToolCall, tool_message, user_message
 from crow_cli.wire.client import ChatClient, ClientSettings
-from crow_cli.wire.profiles import KEYED_HOSTS, check_overrides, field_demanded, field_refused, profile_for
+from crow_cli.wire.profiles import KEYED_HOSTS, check_overrides, profile_for
+from crow_cli.wire.refusal import field_demanded, field_refused
 from tests.support import text_sse
 
 GEMINI = "https://generativelanguage.googleapis.com/v1beta/openai"
