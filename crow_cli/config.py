@@ -294,7 +294,7 @@ def _check_provider(table: Mapping[str, Any]) -> str | None:
     """`[provider]` as `wire.profiles.check_overrides` checks it, and its request rules as rules crow knows."""
     problem = check_overrides(table)
     if problem is None and "request_rules" in table:
-        from .wire.profile import rules_problem  # only for a config that sets rules: the rule classes load
+        from .wire.rules.check import rules_problem  # only for a config that sets rules: the rule classes load
 
         problem = rules_problem(table["request_rules"], table)
     return problem
@@ -582,7 +582,7 @@ def _check_set_params(layers: list[_Layer], params: Mapping[str, Any]) -> None:
     for layer in layers:
         provider = layer.values.get("provider")
         if isinstance(provider, dict) and provider.get("request_rules"):
-            from .wire.profile import unsent_set_param
+            from .wire.rules.check import unsent_set_param
 
             if problem := unsent_set_param(provider["request_rules"], params):
                 raise ConfigError(f"{layer.where}: {problem}")

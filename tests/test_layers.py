@@ -52,7 +52,8 @@ ALLOWED = {
     "crow_cli.local": LEAVES | {"crow_cli.config", "crow_cli.signals"},  # `serve` ends by the run scope
     # tools.arguments: `probe --tools` checks a call's arguments as a run would (pure: jsonschema, errors)
     "crow_cli.probe": LEAVES | {"crow_cli.config", "crow_cli.probe", "crow_cli.wire", "crow_cli.tools.arguments"},
-    "crow_cli.config": LEAVES | {"crow_cli.wire.profiles", "crow_cli.wire.profile"},  # provider data (pure)
+    # provider data and the check of configured request rules (pure)
+    "crow_cli.config": LEAVES | {"crow_cli.wire.profiles", "crow_cli.wire.profile", "crow_cli.wire.rules.check"},
     # no surface handles a signal itself: the driver does (its Interrupts policies)
     "crow_cli.surfaces": LEAVES | {"crow_cli.config", "crow_cli.driver", "crow_cli.loop", "crow_cli.sessions",
                                    "crow_cli.surfaces", "crow_cli.tools", "crow_cli.wire", "crow_cli.context",

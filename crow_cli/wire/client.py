@@ -6,12 +6,9 @@ quirks reach the accumulator untouched; the SDK gives auth, the base URL and its
 the transport. Its own retries are off: crow retries 408/409/429/5xx and connection errors before a stream
 starts (`wire.retries`), each retry a `Notice(code="retrying")`. Errors are mapped by `wire.errors`.
 
-A 400/422 refusal is read once (`_adapt`, through `wire.change.change_for`) into one `change.Change`; the
-client's `wire.profile.ServerProfile` learns it (`ServerProfile.learn`: for this request, this run, or
-remembered per base URL + model in `wire.facts` once a request with it is accepted) and the request is sent
-again with a `Notice`. Message-field rules shape the outgoing copy of the history (`wire.outgoing`), the others
-the request body; the history keeps what really happened. `adapt_requests=False` turns learning off.
-The SDK and the modules that import httpx are imported where used (`wire.preload` loads them early).
+A 400/422 refusal is read once (`_adapt`, `wire.change.change_for`) into a `Change` the client's
+`ServerProfile.learn`s (this request, this run, or remembered per base URL + model in `wire.facts`), and the
+request is sent again with a `Notice`; the history keeps what really happened (`wire.outgoing`).
 """
 
 from __future__ import annotations
@@ -412,9 +409,8 @@ class ChatClient:
                       " this run goes on with the change, and the next one learns it again", "facts_unwritable")
 
     def text_calls_recovered(self, fmt: str) -> Notice | None:
-        """The loop ran tool calls this model wrote as text in format `fmt` (`wire.textcalls`): remembered for this
-        base URL and model (`text_call_format`, shown by `crow probe --show`) when crow adapts requests. A notice
-        when the store cannot be written, the first time only; None otherwise (never raises)."""
+        """The loop ran tool calls this model wrote as text in format `fmt` (`wire.textcalls`): remembered as its
+        `text_call_format` when crow adapts requests; a notice the first time the store cannot be written."""
         if not self.settings.adapt_requests:
             return None
         failed = learn(self.settings.base_url, self.settings.model, text_call_format=fmt)  # no refusal: no why

@@ -46,9 +46,10 @@ from typing import Any
 from ..atomic import NotRegularFile, write_atomic
 from ..private import private_dir
 from ..text import public_url
-from .profile import CALL_FORMATS, TOOL_OUTCOMES, TOOL_POINTS, rules_problem
+from .profile import CALL_FORMATS, TOOL_OUTCOMES, TOOL_POINTS
 from .profiles import check_overrides
 from .rules import SIZED_OPS, is_size
+from .rules.check import rules_problem
 
 __all__ = ["MAX_AGE", "MAX_WHY", "each_fact", "facts_path", "forget", "learn", "problems", "recall", "recall_all"]
 

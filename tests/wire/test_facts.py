@@ -161,9 +161,9 @@ def test_a_stored_field_rule_on_a_field_of_the_message_itself_is_no_fact_with_a_
 
 
 def test_a_fact_the_config_would_refuse_is_no_fact_with_one_warning() -> None:
-    from crow_cli.wire.profile import rules_problem
     from crow_cli.wire.profiles import MESSAGE_FIELDS, check_overrides
     from crow_cli.wire.rules import RULES
+    from crow_cli.wire.rules.check import rules_problem
 
     bad = {"refused_fields": ["content", "reasoning_content"], "required_fields": ["role"],
            "request_rules": [{"op": "explode", "target": "seed", "value": None},

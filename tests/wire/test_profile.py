@@ -91,7 +91,7 @@ def test_configured_request_rules_are_the_same_classes_in_their_layer() -> None:
 
 
 def test_a_configured_rule_crow_cannot_read_is_one_line() -> None:
-    from crow_cli.wire.profile import rules_problem
+    from crow_cli.wire.rules.check import rules_problem
 
     assert rules_problem([{"op": "drop_param", "target": "seed"}]) is None
     assert rules_problem([{"op": "explode", "target": "x"}]).startswith(
@@ -202,14 +202,14 @@ def test_an_empty_list_a_layer_sets_is_shown_and_an_empty_learned_one_learned_no
     ({"op": ["drop_param"]}, "needs an op, the name of a rule"),
 ])
 def test_a_configured_rule_that_cannot_act_is_refused_naming_it(rule: dict[str, Any], problem: str) -> None:
-    from crow_cli.wire.profile import rules_problem
+    from crow_cli.wire.rules.check import rules_problem
 
     found = rules_problem([{"op": "drop_param", "target": "seed"}, rule]) or ""
     assert found.startswith("[provider] request_rules[1]: ") and problem in found, found
 
 
 def test_configured_rules_crow_can_act_on_are_taken() -> None:
-    from crow_cli.wire.profile import rules_problem
+    from crow_cli.wire.rules.check import rules_problem
 
     assert rules_problem([{"op": "drop_schema_keyword", "target": "$schema"},  # Gemini's, as built in
                           {"op": "drop_param", "target": "stream_options"},
@@ -222,7 +222,7 @@ def test_configured_rules_crow_can_act_on_are_taken() -> None:
 
 # a new-user tester of the layered profile: two rules of one table deciding the same were both kept
 def test_two_configured_rules_deciding_the_same_are_refused() -> None:
-    from crow_cli.wire.profile import rules_problem
+    from crow_cli.wire.rules.check import rules_problem
 
     assert rules_problem([{"op": "cap_param", "target": "max_tokens", "value": 100},
                           {"op": "cap_param", "target": "max_completion_tokens", "value": 200}]) == (
@@ -232,7 +232,7 @@ def test_two_configured_rules_deciding_the_same_are_refused() -> None:
 
 # a new-user tester of the message-field rules: dropping and requiring one field in one table were both taken
 def test_rules_contradicting_on_a_field_are_refused_also_against_the_tables_field_lists() -> None:
-    from crow_cli.wire.profile import rules_problem
+    from crow_cli.wire.rules.check import rules_problem
 
     drop = {"op": "drop_field", "target": "reasoning_content"}
     need = {"op": "require_field", "target": "reasoning_content"}
@@ -249,7 +249,7 @@ def test_rules_contradicting_on_a_field_are_refused_also_against_the_tables_fiel
 
 # a new-user tester of the layered profile: a set_param on a parameter no request has could never set anything
 def test_a_set_param_without_the_parameter_in_params_says_to_set_it_there() -> None:
-    from crow_cli.wire.profile import unsent_set_param
+    from crow_cli.wire.rules.check import unsent_set_param
 
     rules = [{"op": "drop_param", "target": "seed"}, {"op": "set_param", "target": "temperature", "value": 1}]
     assert unsent_set_param(rules, {"temperature"}) is None
