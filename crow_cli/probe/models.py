@@ -69,7 +69,8 @@ def auth_headers(settings: Settings) -> dict[str, str]:
 
 
 def fetch_models(settings: Settings, timeout_s: float = 15.0) -> list[ModelInfo]:
-    """`GET {base_url}/models`, each entry with its context length where the server gives it.
+    """`GET {base_url}/models`, each entry with its context length where the server gives it; an entry whose
+    `id` is no name (an object, a list, a boolean, blank) is left out, a number is kept as its text.
 
     `timeout_s` bounds the whole request (a server trickling a byte every few seconds included); the
     body is read up to `wire.body.MAX_BODY_BYTES` decoded.
@@ -114,8 +115,12 @@ def fetch_models(settings: Settings, timeout_s: float = 15.0) -> list[ModelInfo]
         raise ProviderError(f"{shown_url} gave no model list")
     out = []
     for entry in data:
-        if isinstance(entry, dict) and entry.get("id") is not None:
+        name = entry.get("id") if isinstance(entry, dict) else None
+        # a name, or a number (sent as its text); an object, list, boolean or blank is no model to pick
+        if isinstance(name, int) and not isinstance(name, bool):
+            name = str(name)
+        if isinstance(name, str) and name.strip() and isinstance(entry, dict):
             n_ctx, source = context_length(entry)
             owner = entry.get("owned_by")
-            out.append(ModelInfo(str(entry["id"]), str(owner) if owner is not None else None, n_ctx, source))
+            out.append(ModelInfo(name, str(owner) if owner is not None else None, n_ctx, source))
     return out
