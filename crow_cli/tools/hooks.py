@@ -168,6 +168,8 @@ class _Ran:
     problem: str | None = None
     """Why it counts as a non-blocking error (a timeout, a command that could not start), or None."""
     timed_out: bool = False
+    stdout_cut: bool = False
+    """Its stdout ran past `MAX_OUTPUT_BYTES`: only the first were kept."""
 
 
 def add_context(message: dict[str, Any], texts: Iterable[tuple[str, str]]) -> None:
@@ -365,7 +367,7 @@ class Hooks:
         duration = time.perf_counter() - started
         problem = f"ran past its timeout_s ({spec.timeout_s:g} s) and was killed" if timed_out else None
         return _Ran(spec, None if timed_out else proc.returncode, out.text(), err.text(), duration, problem,
-                    timed_out)
+                    timed_out, out.cut)
 
     def _decide(self, event: HookEvent, ran: list[_Ran], call_id: str | None) -> HookDecision:
         """One decision from every hook's answer, each reported (`HookRan`, a warning for a non-blocking error)."""
@@ -436,7 +438,11 @@ def _answer(event: HookEvent, ran: _Ran) -> tuple[HookDecision, str | None]:
     try:
         data = json.loads(text)
     except ValueError as exc:
-        return HookDecision(), f"answered with JSON crow cannot read ({exc})"
+        if ran.stdout_cut and event == "PreToolUse":  # perhaps a deny: the call is not run on a guess
+            return HookDecision(blocked=f"the hook's answer ran past {MAX_OUTPUT_BYTES // 1024} KiB and could not be "
+                                f"read whole, so the call was refused", by=ran.spec), None
+        cut = f"; its output was cut at {MAX_OUTPUT_BYTES // 1024} KiB" if ran.stdout_cut else ""
+        return HookDecision(), f"answered with JSON crow cannot read ({exc}{cut})"
     if not isinstance(data, dict):
         return HookDecision(), "answered with JSON that is not an object"
     return _json_answer(event, data, ran.spec)
@@ -497,10 +503,12 @@ class _Capped:
     def __init__(self, stream: asyncio.StreamReader) -> None:
         self.stream = stream
         self.kept = bytearray()
+        self.cut = False
 
     async def read(self) -> None:
         while chunk := await self.stream.read(65536):
             room = MAX_OUTPUT_BYTES - len(self.kept)
+            self.cut = self.cut or len(chunk) > room
             if room > 0:
                 self.kept += chunk[:room]
 

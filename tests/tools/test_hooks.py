@@ -344,3 +344,17 @@ async def test_a_subagent_fires_subagentstop_not_stop_and_its_calls_meet_pretool
     assert ran.code == 0, ran.stderr
     seen = [(s["hook_event_name"], s.get("tool_name")) for s in sent(tmp_path)]
     assert seen == [("PreToolUse", "task"), ("PreToolUse", "run_shell"), ("SubagentStop", None), ("Stop", None)]
+
+
+async def test_a_deny_too_long_to_read_whole_still_refuses_the_call(tmp_path: Path) -> None:
+    """A PreToolUse answer cut at MAX_OUTPUT_BYTES is a deny crow could not read: the call is refused, not run as
+    if the hook had said nothing (a deny quoting a long diff ran run_shell under --yes)."""
+    answer = json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
+                                                "permissionDecisionReason": "no shell " + "x" * 200_000}})
+    (tmp_path / "answer.json").write_text(answer)
+    command = hook(tmp_path, "deny.sh", f"cat >/dev/null; cat {tmp_path}/answer.json")
+    ran = await run_here(script([SHELL]), "go", cwd=tmp_path, yes=True,
+                         config=config(tmp_path, ("PreToolUse", {"matcher": "run_shell", "command": command})))
+    assert not (tmp_path / "made.txt").exists()
+    [result] = tool_messages(ran.requests[1])
+    assert result["tool_call_id"] == "c1" and "64 KiB" in result["content"], result["content"]
