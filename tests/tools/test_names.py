@@ -164,3 +164,18 @@ def test_a_name_differing_only_in_case_is_the_offered_tool() -> None:
     assert clean_tool_name("X", ["x", "X_"]) == ("x", True)
     assert clean_tool_name("a", ["A", "a_"]) == ("A", True)
     assert clean_tool_name("ab", ["AB", "Ab"]) == ("ab", False)  # two offered names differ only in case
+
+
+@pytest.mark.parametrize(("written", "why"), [
+    ("Read_File", "the model wrote it in another case"),
+    ("functions.read_file", "the functions. prefix"),
+    ("read_file<|constrain|>json", "template tokens"),
+    ("read_file ", "spaces"),
+])
+def test_the_warning_says_how_the_name_differed(written: str, why: str) -> None:
+    # found trying it as a user (issue 45): `Read_File` from a small model was said to be "template tokens or
+    # spaces the server leaked into the name", which sends a person to look at the server's parser
+    [warning] = ToolNameCleaner(KNOWN).clean(_turn(written))
+    assert why in warning.message and "ran 'read_file'" in warning.message, warning.message
+    if why in ("the model wrote it in another case", "the functions. prefix"):  # the model's doing, not the server's
+        assert "template tokens" not in warning.message
