@@ -21,7 +21,7 @@ from ..wire.body import BodyTooLarge, read_body_sync
 from ..wire.proxy import proxy_for, through
 from ..wire.tls import ssl_context
 
-__all__ = ["ModelInfo", "auth_headers", "context_length", "fetch_models"]
+__all__ = ["ModelInfo", "auth_headers", "context_length", "fetch_models", "model_id"]
 
 _CONTEXT_KEYS = ("context_length", "max_model_len", "context_window", "max_context_length")
 
@@ -58,6 +58,15 @@ def context_length(entry: dict[str, Any] | None, props: Any = None) -> tuple[int
         if isinstance(meta, dict) and _tokens(meta.get("n_ctx_train")):
             return int(meta["n_ctx_train"]), "/models meta.n_ctx_train (training context)"
     return None, ""
+
+
+def model_id(entry: Any) -> str | None:
+    """The model name one `/models` entry gives: its `id` when that is a non-blank string, or a number (as its
+    text); None for anything else (an object, a list, a boolean, null, blank: no model to pick or send)."""
+    name = entry.get("id") if isinstance(entry, dict) else None
+    if isinstance(name, int) and not isinstance(name, bool):
+        return str(name)
+    return name if isinstance(name, str) and name.strip() else None
 
 
 def auth_headers(settings: Settings) -> dict[str, str]:
@@ -115,11 +124,8 @@ def fetch_models(settings: Settings, timeout_s: float = 15.0) -> list[ModelInfo]
         raise ProviderError(f"{shown_url} gave no model list")
     out = []
     for entry in data:
-        name = entry.get("id") if isinstance(entry, dict) else None
-        # a name, or a number (sent as its text); an object, list, boolean or blank is no model to pick
-        if isinstance(name, int) and not isinstance(name, bool):
-            name = str(name)
-        if isinstance(name, str) and name.strip() and isinstance(entry, dict):
+        name = model_id(entry)
+        if name is not None and isinstance(entry, dict):
             n_ctx, source = context_length(entry)
             owner = entry.get("owned_by")
             out.append(ModelInfo(name, str(owner) if owner is not None else None, n_ctx, source))
