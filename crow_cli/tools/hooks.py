@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
 from ..errors import ConfigError
-from ..events import Event, HookRan, WarningEvent
+from ..events import Event, HookRan, Notice, WarningEvent
 from ..history import content_text
 from ..text import clean_text, mask_secrets, strip_controls
 
@@ -380,6 +380,7 @@ class Hooks:
         context: list[str] = []
         stop: str | None = None
         rank = {"deny": 3, "ask": 2, "allow": 1}
+        updated_by: HookSpec | None = None
         for one in ran:
             answer, problem = _answer(event, one)
             outcome: Literal["ok", "blocked", "error", "timeout"] = (
@@ -397,10 +398,15 @@ class Hooks:
                 permission, permission_reason, permission_by = (answer.permission, answer.permission_reason,
                                                                 one.spec)
             if answer.updated_input is not None and updated is None:
-                updated = answer.updated_input
+                updated, updated_by = answer.updated_input, one.spec
             context += [self._masked(strip_controls(c[:MAX_CONTEXT_CHARS])) for c in answer.context]
             if answer.stop is not None and stop is None:
                 stop = answer.stop
+        if updated is not None and updated_by is not None and blocked is None and permission != "deny":
+            # the tool line showed the model's arguments: the person reads the ones that run
+            shown = _one_line(json.dumps(updated, ensure_ascii=False))
+            self._say(Notice(f"crow: the {event} hook {_shown(updated_by, self.secrets)} changed the arguments of "
+                             f"call [{call_id or 'no id'}] to {self._masked(shown)}"))
         if stop is not None:
             stop = self._said(stop) if stop else stop
             self.stop_reason = stop
