@@ -14,8 +14,9 @@ instead of run (block/goose#3748, sst/opencode#1034). `recover_calls` reads the 
 
 Only a text that is nothing but an optional plain lead-in ("I'll check that order.") and then complete blocks
 naming offered tools, each with an object of arguments, is read as calls. A block followed by more text,
-inside a code fence, after a lead-in that quotes (backticks) or runs long, or naming a tool not offered is
-never run: it stays text.
+inside a code fence, after a lead-in that quotes (backticks) or runs long, bare JSON on a lead-in's line (prose
+quoting it), or naming a tool not offered is never run: it stays text. A marked block (hermes, mistral, llama3,
+harmony) may follow its lead-in on the same line.
 """
 
 from __future__ import annotations
@@ -79,9 +80,12 @@ def recover_calls(content: str | None, offered: Collection[str],
             continue
         start, fmt, entries = found
         lead_in = text[:start].strip()
-        indent = text[text.rfind("\n", 0, start) + 1:start]
-        if not _plain(lead_in) or (lead_in and ("\t" in indent or len(indent) >= 4)):
-            return None  # (an indented line after a lead-in is a Markdown code block: shown, not called)
+        line = text[text.rfind("\n", 0, start) + 1:start]  # the blocks' line, before them
+        indented = not line.strip() and ("\t" in line or len(line) >= 4)
+        if not _plain(lead_in) or (lead_in and indented) or (fmt == "json" and line.strip()):
+            # an indented line after a lead-in is a Markdown code block, bare JSON after words on its line is
+            # prose quoting it: shown, not called
+            return None
         calls = []
         for entry in entries:
             call = _call(entry, offered, name_of)
