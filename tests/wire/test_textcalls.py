@@ -54,6 +54,18 @@ def test_a_lead_in_on_the_blocks_line_is_a_lead_in_not_an_indent(text: str, lead
     assert found is not None and found.lead_in == lead_in and found.calls[0][0] == "read_file"
 
 
+@pytest.mark.parametrize("thinking", ["I should call it.", "Plan: read it, then run `ls` with {\"a\": 1}.",
+                                      "A long thought. " * 40])
+def test_reasoning_in_think_tags_before_the_blocks_is_set_aside(thinking: str) -> None:
+    # found trying it as a user (issue 45 wave): a server that leaves a Qwen3 / R1 model's <think> block in the
+    # content had it read as the lead-in, so reasoning with braces or backticks, or over MAX_LEAD_IN, kept the
+    # call as text
+    text = f"<think>\n{thinking}\n</think>\n\nI'll read it.\n<tool_call>{READ}</tool_call>"
+    found = recover_calls(text, OFFERED)
+    assert found is not None and found.calls[0][0] == "read_file"
+    assert found.lead_in == text[: text.index("<tool_call>")].strip()  # the content keeps its reasoning
+
+
 def test_the_lead_in_is_the_content_and_the_arguments_are_json_text() -> None:
     found = recover_calls(f"I'll check that order.\n<tool_call>\n{READ}\n</tool_call>\n", OFFERED)
     assert found is not None and found.lead_in == "I'll check that order."
