@@ -1119,3 +1119,19 @@ def test_a_run_on_a_model_probed_without_tool_calls_says_so_once_at_start(outcom
                      "call; typed argument: malformed; two calls: no call): its tools will likely not run; "
                      "`crow probe --tools` probes it again"], proc.stderr
     assert proc.stdout.strip() == "Hello."
+
+
+def test_the_no_tool_call_line_is_one_line_whatever_the_models_name() -> None:
+    # found trying it as a user (issue 45 wave): a model name holding a newline (a config typo, a served name
+    # picked in chat) split the warning into two lines, the second looking like a line of its own
+    from crow_cli.wire import facts
+
+    model = "qwen\nfake: all good"
+    with ReplayServer([{"sse": text_stream("Hello.")}]) as server:
+        assert facts.learn(server.base_url, model, tool_probe={"one": "none", "typed": "none", "two": "none"}) is None
+        proc = crow("run", "--base-url", server.base_url, "--api-key", "sk-test", "--model", model, "hi")
+    assert proc.returncode == 0, proc.stderr
+    assert [line for line in proc.stderr.splitlines() if "fake" in line] == [
+        "crow: warning: crow probe --tools found that qwen fake: all good makes no tool call crow can run (one "
+        "call: no call; typed argument: no call; two calls: no call): its tools will likely not run; "
+        "`crow probe --tools` probes it again"], proc.stderr
