@@ -57,7 +57,7 @@ class Settings:
     max_turns: int = 25
     max_repeats: int = 3
     """The turn in a row repeating the same tool calls that is answered without running them; one more ends the
-    run (`--max-repeats`; 0: never)."""
+    run (`--max-repeats`; 0: never; else at least 2: the first call always runs)."""
     tool_timeout_s: float = 120.0
     idle_timeout_s: float = 300.0
     first_byte_timeout_s: float = 60.0
@@ -124,6 +124,11 @@ class Settings:
 def _at_least(low: float) -> Callable[[Any], str | None]:
     wanted = "0 or more" if low == 0 else f"at least {low:g}"
     return lambda v: None if v >= low else f"must be {wanted} (got {v:g})"
+
+
+def _repeats(value: int) -> str | None:
+    """`max_repeats`: 0 turns the guard off; 1 would answer every first call as a repeat (nothing would run)."""
+    return None if value == 0 or value >= 2 else f"must be 0 (never) or at least 2 (got {value})"
 
 
 def _positive(value: float) -> str | None:
@@ -318,7 +323,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("default_prompt", bool, flag="--no-default-prompt", env="CROW_DEFAULT_PROMPT", default=True),
     Option("system_prompt_file", str, flag="--system-file", check=_non_empty),
     Option("max_turns", int, flag="--max-turns", default=25, check=_at_least(1)),
-    Option("max_repeats", int, flag="--max-repeats", default=3, check=_at_least(0)),
+    Option("max_repeats", int, flag="--max-repeats", default=3, check=_repeats),
     Option("tool_timeout", float, field="tool_timeout_s", default=120.0, check=_positive),
     Option("idle_timeout", float, field="idle_timeout_s", env="CROW_IDLE_TIMEOUT", default=300.0, check=_positive),
     Option("max_retries", int, default=3, check=_at_least(0)),

@@ -219,6 +219,8 @@ def test_key_with_trailing_newline_is_stripped_and_odd_keys_are_refused_unechoed
     ("[profiles]\nlocal = 5", "'profiles' must hold tables"),
     ("profiles = 5", "'profiles' must hold tables"),
     ('base_url = "localhost:9/v1"', "must start with http:// or https://"),
+    # found trying it as a user (issue 45 wave): 1 answered every first call "not run again", so nothing ran
+    ("max_repeats = 1", r"max_repeats must be 0 \(never\) or at least 2 \(got 1\)"),
 ])
 def test_bad_values_are_config_errors(tmp_path: Path, text: str, message: str) -> None:
     config = tmp_path / "c.toml"

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from ..errors import CrowError
-from ..text import strip_controls
+from ..text import strip_controls, visible
 from .options import ConfigOpt, ProfileOpt, WorkspaceOpt, examples, fail
 
 __all__ = ["hooks_app"]
@@ -55,7 +55,13 @@ def list_hooks(workspace: WorkspaceOpt = None, profile: ProfileOpt = None, confi
               f"{PROJECT_SETTINGS})")
         return
     for row in rows:
-        matcher = f" [{row['matcher']}]" if row["matcher"] else ""
+        matcher = f" [{_judged(row['matcher'])}]" if row["matcher"] else ""
         note = "" if row["runs"] else "  (not run: this folder is not trusted)"
-        print(strip_controls(f"{row['event']}{matcher}: {row['command']} (timeout {row['timeout_s']:g} s)\n"
-                             f"  from {row['source']}{note}"))
+        print(f"{row['event']}{matcher}: {_judged(row['command'])} (timeout {row['timeout_s']:g} s)\n"
+              f"  from {strip_controls(row['source'])}{note}")
+
+
+def _judged(text: str) -> str:
+    """A matcher or command as a person judges it (an untrusted repository's too): on one line, its control,
+    bidi and zero-width characters shown as escapes (`text.visible`), so it reads as what runs and matches."""
+    return visible(text).replace("\n", "\\n").replace("\t", "\\t")

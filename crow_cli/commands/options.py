@@ -110,7 +110,7 @@ MaxTurnsOpt = Annotated[int | None, typer.Option("--max-turns", metavar="N", hel
                                                  "[default: 25].")]
 MaxRepeatsOpt = Annotated[int | None, typer.Option("--max-repeats", metavar="N", help="The turn in a row making the "
                                                    "same tool calls that is answered without running them; one "
-                                                   "more ends the run (0: never) [default: 3].")]
+                                                   "more ends the run (0: never; else at least 2) [default: 3].")]
 NoToolsOpt = Annotated[bool, typer.Option("--no-tools", help="Offer the model no tools.")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Approve every tool call without asking "
                                       "(policy yolo; deny rules still apply).")]

@@ -37,7 +37,7 @@ from ..wire.body import BodyTooLarge, capped_events, read_body
 from ..wire.proxy import proxy_for
 from ..wire.tls import ssl_context
 from .classify import Finding, RawStream, Shape, classify, parse_sse
-from .models import auth_headers, context_length
+from .models import auth_headers, context_length, model_id
 from .report import Check, CheckLevel, Report, shown
 
 __all__ = ["TOOLS", "Exchange", "ProbeOptions", "Prober", "run_probe", "step"]
@@ -309,7 +309,7 @@ async def _battery(p: Prober, report: Report, progress: Callable[[str], None]) -
     data = models.body.get("data") if isinstance(models.body, dict) else None
     entry: dict[str, Any] | None = None
     if isinstance(data, list):
-        ids = [str(m.get("id")) for m in data if isinstance(m, dict)]
+        ids = [name for m in data if (name := model_id(m)) is not None]
         entry = next((m for m in data if isinstance(m, dict) and m.get("id") == p.settings.model), None)
         if entry is not None:
             add(Check("model listed", "ok", f"{p.settings.model} is among {len(ids)} model(s)"))

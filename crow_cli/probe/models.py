@@ -21,7 +21,7 @@ from ..wire.body import BodyTooLarge, read_body_sync
 from ..wire.proxy import proxy_for, through
 from ..wire.tls import ssl_context
 
-__all__ = ["ModelInfo", "auth_headers", "context_length", "fetch_models"]
+__all__ = ["ModelInfo", "auth_headers", "context_length", "fetch_models", "model_id"]
 
 _CONTEXT_KEYS = ("context_length", "max_model_len", "context_window", "max_context_length")
 
@@ -60,6 +60,15 @@ def context_length(entry: dict[str, Any] | None, props: Any = None) -> tuple[int
     return None, ""
 
 
+def model_id(entry: Any) -> str | None:
+    """The model name one `/models` entry gives: its `id` when that is a non-blank string, or a number (as its
+    text); None for anything else (an object, a list, a boolean, null, blank: no model to pick or send)."""
+    name = entry.get("id") if isinstance(entry, dict) else None
+    if isinstance(name, int) and not isinstance(name, bool):
+        return str(name)
+    return name if isinstance(name, str) and name.strip() else None
+
+
 def auth_headers(settings: Settings) -> dict[str, str]:
     """The config's headers plus `Authorization: Bearer KEY` when a key is set (the key wins)."""
     headers = {k: v for k, v in settings.headers.items() if not (settings.api_key and k.lower() == "authorization")}
@@ -69,7 +78,8 @@ def auth_headers(settings: Settings) -> dict[str, str]:
 
 
 def fetch_models(settings: Settings, timeout_s: float = 15.0) -> list[ModelInfo]:
-    """`GET {base_url}/models`, each entry with its context length where the server gives it.
+    """`GET {base_url}/models`, each entry with its context length where the server gives it; an entry whose
+    `id` is no name (an object, a list, a boolean, blank) is left out, a number is kept as its text.
 
     `timeout_s` bounds the whole request (a server trickling a byte every few seconds included); the
     body is read up to `wire.body.MAX_BODY_BYTES` decoded.
@@ -114,8 +124,9 @@ def fetch_models(settings: Settings, timeout_s: float = 15.0) -> list[ModelInfo]
         raise ProviderError(f"{shown_url} gave no model list")
     out = []
     for entry in data:
-        if isinstance(entry, dict) and entry.get("id") is not None:
+        name = model_id(entry)
+        if name is not None and isinstance(entry, dict):
             n_ctx, source = context_length(entry)
             owner = entry.get("owned_by")
-            out.append(ModelInfo(str(entry["id"]), str(owner) if owner is not None else None, n_ctx, source))
+            out.append(ModelInfo(name, str(owner) if owner is not None else None, n_ctx, source))
     return out

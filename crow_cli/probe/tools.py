@@ -10,7 +10,8 @@ Each point's outcome (`wire.profile.TOOL_OUTCOMES`) is one of: a native call (st
 arguments valid against the tool's schema), a recovered call (written as text in a format crow reads,
 `wire.textcalls`, and valid), no call, or malformed (a call naming no offered tool, or whose arguments are not
 a JSON object or fail the schema as `tools.arguments` checks it, the coercions a run makes included). A
-request the server refuses or never answers has no outcome: its line says why. The outcomes, and the text
+request the server refuses or never answers, or answers with an error in the stream or with no decodable chunk
+(an HTML page, garbage), has no outcome: its line says why. The outcomes, and the text
 format of recovered calls, are what `crow probe` stores for later runs (`wire.facts`).
 """
 
@@ -155,6 +156,10 @@ async def _points(p: Prober, report: Report, progress: Callable[[str], None]) ->
         ex = await step(p, report, name, body)
         if ex is None:
             continue
+        if ex.ok and ex.shape is not None and (ex.shape.error is not None or not ex.stream.chunks):
+            # says nothing of the model: an outcome would be stored and every later run warned of "no call"
+            ex.error = f"error in the stream ({_short(ex.shape.error, 120)})" if ex.shape.error is not None else \
+                f"no stream of chunks came back ({_short(ex.raw, 60) or 'an empty body'!r})"
         if not ex.ok or ex.shape is None:
             failed = f"refused ({ex.error})" if ex.status is not None and ex.status >= 400 else ex.error or "failed"
             report.checks.append(Check(name, "fail", f"the request: {failed}", "no outcome for this point"))

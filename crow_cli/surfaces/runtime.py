@@ -34,6 +34,7 @@ from ..driver import Driver, Interrupts, run_interrupts
 from ..events import RunFinished
 from ..modes import SandboxMode
 from ..skills import Skills, skills_here
+from ..text import strip_controls
 from ..tools.approval import check_rule_names
 from ..tools.builtin.skill import skill as skill_tool
 from ..tools.context import ToolContext, resolve_workspace
@@ -72,7 +73,8 @@ def no_tool_call_line(client: ChatClient) -> str | None:
     profile = client.profile
     if not profile.runs_no_tool_call() or profile.tool_probe is None:
         return None
-    return (f"crow probe --tools found that {client.settings.model} makes no tool call crow can run "
+    model = " ".join(strip_controls(client.settings.model).split())  # one line, whatever the name holds
+    return (f"crow probe --tools found that {model} makes no tool call crow can run "
             f"({tool_probe_words(profile.tool_probe)}): its tools will likely not run; `crow probe --tools` "
             "probes it again")
 

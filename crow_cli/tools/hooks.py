@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
 from ..errors import ConfigError
-from ..events import Event, HookRan, WarningEvent
+from ..events import Event, HookRan, Notice, WarningEvent
 from ..history import content_text
 from ..text import clean_text, mask_secrets, strip_controls
 
@@ -169,6 +169,8 @@ class _Ran:
     problem: str | None = None
     """Why it counts as a non-blocking error (a timeout, a command that could not start), or None."""
     timed_out: bool = False
+    stdout_cut: bool = False
+    """Its stdout ran past `MAX_OUTPUT_BYTES`: only the first were kept."""
 
 
 def add_context(message: dict[str, Any], texts: Iterable[tuple[str, str]]) -> None:
@@ -366,7 +368,7 @@ class Hooks:
         duration = time.perf_counter() - started
         problem = f"ran past its timeout_s ({spec.timeout_s:g} s) and was killed" if timed_out else None
         return _Ran(spec, None if timed_out else proc.returncode, out.text(), err.text(), duration, problem,
-                    timed_out)
+                    timed_out, out.cut)
 
     def _decide(self, event: HookEvent, ran: list[_Ran], call_id: str | None) -> HookDecision:
         """One decision from every hook's answer, each reported (`HookRan`, a warning for a non-blocking error)."""
@@ -379,6 +381,7 @@ class Hooks:
         context: list[str] = []
         stop: str | None = None
         rank = {"deny": 3, "ask": 2, "allow": 1}
+        updated_by: HookSpec | None = None
         for one in ran:
             answer, problem = _answer(event, one)
             outcome: Literal["ok", "blocked", "error", "timeout"] = (
@@ -396,10 +399,15 @@ class Hooks:
                 permission, permission_reason, permission_by = (answer.permission, answer.permission_reason,
                                                                 one.spec)
             if answer.updated_input is not None and updated is None:
-                updated = answer.updated_input
+                updated, updated_by = answer.updated_input, one.spec
             context += [self._masked(strip_controls(c[:MAX_CONTEXT_CHARS])) for c in answer.context]
             if answer.stop is not None and stop is None:
                 stop = answer.stop
+        if updated is not None and updated_by is not None and blocked is None and permission != "deny":
+            # the tool line showed the model's arguments: the person reads the ones that run
+            shown = _one_line(json.dumps(updated, ensure_ascii=False))
+            self._say(Notice(f"crow: the {event} hook {_shown(updated_by, self.secrets)} changed the arguments of "
+                             f"call [{call_id or 'no id'}] to {self._masked(shown)}"))
         if stop is not None:
             stop = self._said(stop) if stop else stop
             self.stop_reason = stop
@@ -437,7 +445,11 @@ def _answer(event: HookEvent, ran: _Ran) -> tuple[HookDecision, str | None]:
     try:
         data = json.loads(text)
     except ValueError as exc:
-        return HookDecision(), f"answered with JSON crow cannot read ({exc})"
+        if ran.stdout_cut and event == "PreToolUse":  # perhaps a deny: the call is not run on a guess
+            return HookDecision(blocked=f"the hook's answer ran past {MAX_OUTPUT_BYTES // 1024} KiB and could not be "
+                                f"read whole, so the call was refused", by=ran.spec), None
+        cut = f"; its output was cut at {MAX_OUTPUT_BYTES // 1024} KiB" if ran.stdout_cut else ""
+        return HookDecision(), f"answered with JSON crow cannot read ({exc}{cut})"
     if not isinstance(data, dict):
         return HookDecision(), "answered with JSON that is not an object"
     return _json_answer(event, data, ran.spec)
@@ -498,10 +510,12 @@ class _Capped:
     def __init__(self, stream: asyncio.StreamReader) -> None:
         self.stream = stream
         self.kept = bytearray()
+        self.cut = False
 
     async def read(self) -> None:
         while chunk := await self.stream.read(65536):
             room = MAX_OUTPUT_BYTES - len(self.kept)
+            self.cut = self.cut or len(chunk) > room
             if room > 0:
                 self.kept += chunk[:room]
 

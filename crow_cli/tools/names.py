@@ -22,6 +22,7 @@ from dataclasses import replace
 from ..events import WarningEvent
 from ..history import AssistantTurn
 from ..wire.names import ToolNames
+from ..wire.profiles import LEAKED_TOKEN, TOOL_NAMESPACE
 
 __all__ = ["ToolNameCleaner", "similar_names"]
 
@@ -41,6 +42,17 @@ def similar_names(name: str, names: Iterable[str], most: int = 3) -> list[str]:
     found += [by_plain[m] for m in difflib.get_close_matches(key, list(by_plain), n=most, cutoff=0.6)
               if by_plain[m] not in found]
     return found[:most]
+
+
+def _how(written: str, clean: str) -> str:
+    """How a cleaned name differed from the tool it ran, in words: a person told of leaked template tokens looks
+    at the server's parser, one told of a prefix or a case difference at the model."""
+    if LEAKED_TOKEN in written or written.strip() != written:
+        return "the server leaked template tokens or spaces into the name"
+    prefix = f" with the {TOOL_NAMESPACE} prefix" if written.startswith(TOOL_NAMESPACE) else ""
+    if written.removeprefix(TOOL_NAMESPACE) == clean:
+        return f"the model wrote it{prefix}"
+    return f"the model wrote it{prefix}{' and' if prefix else ''} in another case"
 
 
 class ToolNameCleaner:
@@ -72,8 +84,7 @@ class ToolNameCleaner:
             if leaked and (self._trace or not self._warned):
                 later = "" if self._trace else "; other such names in this run are cleaned without a warning"
                 events.append(WarningEvent(f"tool call [{call.id or 'no id'}]: the name {call.name!r} is not a tool; "
-                                           f"ran {clean!r} (the server leaked template tokens or spaces into the "
-                                           f"name){later}", call.id))
+                                           f"ran {clean!r} ({_how(call.name, clean)}){later}", call.id))
                 self._warned = True
         turn.tool_calls = calls
         return events

@@ -48,11 +48,13 @@ class RepeatGuard:
     _last: tuple[tuple[str, str], ...] | None = None
     _streak: int = 0
     _outputs: dict[tuple[str, str], str] = field(default_factory=dict)
+    _not_run: frozenset[int] = frozenset()
 
     def admit(self, calls: Iterable[ToolCall]) -> dict[int, str]:
         """Count one turn's calls; return, by call index, the result text of each call not to run (none when
         the streak is below the limit)."""
         calls = list(calls)
+        self._not_run = frozenset()
         signatures = tuple(dict.fromkeys(_signature(c) for c in calls))
         if not self.limit or not signatures:
             return {}
@@ -71,11 +73,13 @@ class RepeatGuard:
             verdicts[call.index] = (f"this is the {_ordinal(self._streak)} turn in a row calling {call.name} with "
                                     f"the same arguments, so it was not run again.{got}\nUse that result, change "
                                     "the arguments, or answer without this call.")
+        self._not_run = frozenset(verdicts)
         return verdicts
 
     def record(self, call: ToolCall, output: str) -> None:
-        """Keep what `call` returned, to quote it back when the call is repeated."""
-        if self.limit:
+        """Keep what `call` returned, to quote it back when the call is repeated. A call of this turn that
+        `admit` answered without running keeps the result it had when it last ran."""
+        if self.limit and call.index not in self._not_run:
             self._outputs[_signature(call)] = output
 
     def reason(self) -> str:

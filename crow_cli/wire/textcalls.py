@@ -12,10 +12,12 @@ instead of run (block/goose#3748, sst/opencode#1034). `recover_calls` reads the 
 - `json`: bare JSON objects `{"name": …, "arguments": {…}}` (or `"parameters"`), one after another, or a
   JSON array of them (Mistral Large answering with the list as text).
 
-Only a text that is nothing but an optional plain lead-in ("I'll check that order.") and then complete blocks
+Only a text that is nothing but an optional `<think>` block (a model's reasoning the server left in the text: set
+aside, kept in the lead-in), an optional plain lead-in ("I'll check that order.") and then complete blocks
 naming offered tools, each with an object of arguments, is read as calls. A block followed by more text,
-inside a code fence, after a lead-in that quotes (backticks) or runs long, or naming a tool not offered is
-never run: it stays text.
+inside a code fence, after a lead-in that quotes (backticks) or runs long, bare JSON on a lead-in's line (prose
+quoting it), or naming a tool not offered is never run: it stays text. A marked block (hermes, mistral, llama3,
+harmony) may follow its lead-in on the same line.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ _LLAMA_END = re.compile(r"\s*(<\|eom_id\|>|<\|eot_id\|>)?\s*$")
 _HARMONY = re.compile(r"(?:<\|start\|>assistant)?<\|channel\|>commentary\s+to=(?:functions\.)?([A-Za-z0-9_.:-]+)"
                       r"[^<]*(?:<\|constrain\|>\s*json\s*)?<\|message\|>", re.DOTALL)
 _HARMONY_END = re.compile(r"\s*(<\|call\|>|<\|end\|>)?")
+_THINK = re.compile(r"\s*<think>.*?</think>", re.DOTALL)
 _HARMONY_ANALYSIS = re.compile(r"^\s*(?:<\|start\|>assistant)?<\|channel\|>analysis<\|message\|>.*?(?:<\|end\|>)?"
                                r"(?=(?:<\|start\|>assistant)?<\|channel\|>commentary)", re.DOTALL)
 
@@ -79,9 +82,14 @@ def recover_calls(content: str | None, offered: Collection[str],
             continue
         start, fmt, entries = found
         lead_in = text[:start].strip()
-        indent = text[text.rfind("\n", 0, start) + 1:start]
-        if not _plain(lead_in) or (lead_in and ("\t" in indent or len(indent) >= 4)):
-            return None  # (an indented line after a lead-in is a Markdown code block: shown, not called)
+        thought = _THINK.match(text[:start])  # a model's <think> block the server left in the text: set aside
+        said = text[thought.end() if thought else 0:start].strip()
+        line = text[text.rfind("\n", 0, start) + 1:start]  # the blocks' line, before them
+        indented = not line.strip() and ("\t" in line or len(line) >= 4)
+        if not _plain(said) or (said and indented) or (fmt == "json" and line.strip()):
+            # an indented line after a lead-in is a Markdown code block, bare JSON after words on its line is
+            # prose quoting it: shown, not called
+            return None
         calls = []
         for entry in entries:
             call = _call(entry, offered, name_of)

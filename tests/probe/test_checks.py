@@ -151,3 +151,16 @@ async def test_a_key_the_server_echoes_is_masked_in_the_report() -> None:
                                       headers={"X-Api-Key": "hdr-5678"}, secrets=("hdr-5678",)))
     text = json.dumps(report.to_json())
     assert "sk-echoed-1234" not in text and "hdr-5678" not in text and "bad key Bearer [REDACTED] / [REDACTED]" in text
+
+
+@respx.mock
+async def test_a_model_list_of_junk_ids_names_only_the_names() -> None:
+    # found trying it as a user (issue 45 wave): ids that were objects, null or lists were listed as
+    # "{'a': 1}, None, ['l']", Python's spelling of junk, beside the real names
+    respx.get(f"{BASE}/models").respond(200, json={"data": [{"id": {"a": 1}}, {"id": None}, {"id": ["l"]},
+                                                            {"id": True}, {"id": "qwen3"}, {"id": 7}]})
+    respx.get("http://probe.test/props").respond(404)
+    respx.post(f"{BASE}/chat/completions").mock(return_value=sse_response(text_sse("hi")))
+    report = await run_probe(settings(), ProbeOptions(budget_s=10))
+    listed = next(c for c in report.checks if c.name == "model listed")
+    assert listed.seen == "m is not listed (qwen3, 7)", listed.seen

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -66,3 +67,20 @@ def test_a_listing_nested_too_deep_is_no_model_list() -> None:
                                    {"id": "m", "context_length": "big", "meta": {"n_ctx_train": False}}])
 def test_a_context_length_that_is_no_count_of_tokens_is_not_given(entry: dict[str, Any]) -> None:
     assert context_length(entry) == (None, "")
+
+
+# found trying it as a new user (issue 45 wave): a /models whose ids were objects, lists or booleans listed
+# `{'a': 1}`, `['l']` and `True` as model names, Python's spelling of junk no server takes as a model
+def test_an_entry_whose_id_is_no_name_is_not_listed() -> None:
+    data = [{"id": {"a": 1}}, {"id": ["l"]}, {"id": True}, {"id": ""}, {"id": "  "}, {"id": 7}, {"id": "qwen3"}]
+
+    def junk(handler: Any) -> None:
+        body = json.dumps({"object": "list", "data": data}).encode()
+        handler.send_response(200)
+        handler.send_header("content-length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+
+    with raw_http_server(junk) as base_url:
+        found = fetch_models(load_settings({"base_url": base_url, "api_key": "k"}, env={}))
+    assert [m.id for m in found] == ["7", "qwen3"]

@@ -127,3 +127,20 @@ def test_an_unreachable_server_has_no_outcome_and_stores_nothing(here: Any) -> N
     assert proc.returncode == 1
     assert proc.stdout.splitlines()[1].startswith("✗ one call: the request: cannot connect")
     assert "nothing probed yet" in here("probe", "--show").stdout
+
+
+@pytest.mark.parametrize("answer", [
+    {"sse": 'data: {"error": {"message": "model overloaded", "type": "server_error"}}\n\n'},
+    {"sse": "<html><body>Bad gateway</body></html>", "content_type": "text/html"},
+    {"sse": "data: {garbage\n\ndata: [DONE]\n\n"},
+], ids=["error in the stream", "an html page", "no decodable event"])
+def test_an_answer_that_is_no_stream_of_chunks_has_no_outcome_and_stores_nothing(answer: dict[str, Any],
+                                                                                  here: Any) -> None:
+    # a server failing this way says nothing of the model: stored as "no call", every later run would warn
+    with ReplayServer([answer] * 3) as server:
+        proc = here("probe", "--tools", "--base-url", server.base_url, "--model", "m")
+    lines = point_lines(proc.stdout)
+    assert list(lines) == list(POINTS), proc.stdout
+    assert all(said.startswith("the request: ") for said in lines.values()), proc.stdout
+    assert proc.returncode == 1 and "remembered" not in proc.stdout
+    assert "nothing probed yet" in here("probe", "--show").stdout

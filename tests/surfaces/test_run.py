@@ -1141,3 +1141,19 @@ def test_a_long_line_of_command_output_wraps_keeping_its_indent(terminal: bool, 
                                               display=ToolDisplay(output=output, exit_code=0, status="exit code 0"))))
     shown = re.sub(r"\x1b\[[0-9;]*m", "", err.getvalue()).splitlines()
     assert shown[1:] == rows
+
+
+def test_the_no_tool_call_line_is_one_line_whatever_the_models_name() -> None:
+    # a model name holding a newline (a config typo, a served name picked in chat) stays on the warning's one
+    # line, never a second line that looks like one of its own
+    from crow_cli.wire import facts
+
+    model = "qwen\nfake: all good"
+    with ReplayServer([{"sse": text_stream("Hello.")}]) as server:
+        assert facts.learn(server.base_url, model, tool_probe={"one": "none", "typed": "none", "two": "none"}) is None
+        proc = crow("run", "--base-url", server.base_url, "--api-key", "sk-test", "--model", model, "hi")
+    assert proc.returncode == 0, proc.stderr
+    assert [line for line in proc.stderr.splitlines() if "fake" in line] == [
+        "crow: warning: crow probe --tools found that qwen fake: all good makes no tool call crow can run (one "
+        "call: no call; typed argument: no call; two calls: no call): its tools will likely not run; "
+        "`crow probe --tools` probes it again"], proc.stderr

@@ -344,3 +344,30 @@ async def test_a_subagent_fires_subagentstop_not_stop_and_its_calls_meet_pretool
     assert ran.code == 0, ran.stderr
     seen = [(s["hook_event_name"], s.get("tool_name")) for s in sent(tmp_path)]
     assert seen == [("PreToolUse", "task"), ("PreToolUse", "run_shell"), ("SubagentStop", None), ("Stop", None)]
+
+
+async def test_a_deny_too_long_to_read_whole_still_refuses_the_call(tmp_path: Path) -> None:
+    """A PreToolUse answer cut at MAX_OUTPUT_BYTES is a deny crow could not read: the call is refused, not run as
+    if the hook had said nothing (a deny quoting a long diff ran run_shell under --yes)."""
+    answer = json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
+                                                "permissionDecisionReason": "no shell " + "x" * 200_000}})
+    (tmp_path / "answer.json").write_text(answer)
+    command = hook(tmp_path, "deny.sh", f"cat >/dev/null; cat {tmp_path}/answer.json")
+    ran = await run_here(script([SHELL]), "go", cwd=tmp_path, yes=True,
+                         config=config(tmp_path, ("PreToolUse", {"matcher": "run_shell", "command": command})))
+    assert not (tmp_path / "made.txt").exists()
+    [result] = tool_messages(ran.requests[1])
+    assert result["tool_call_id"] == "c1" and "64 KiB" in result["content"], result["content"]
+
+
+async def test_the_arguments_a_hook_gave_are_shown_to_the_person(tmp_path: Path) -> None:
+    # found trying it as a user (issue 45 wave): the tool line shows the model's arguments, so under --yes the
+    # person read `run_shell(echo ran > made.txt)` and never saw the command that ran
+    answer = {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "allow",
+                                     "updatedInput": {"command": "echo safer\u001b[2J > made.txt"}}}
+    command = hook(tmp_path, "rewrite.sh", f"cat >/dev/null; echo {shlex.quote(json.dumps(answer))}")
+    ran = await run_here(script([SHELL]), "go", cwd=tmp_path, yes=True,
+                         config=config(tmp_path, ("PreToolUse", {"command": command})))
+    said = [line for line in ran.stderr.splitlines() if "changed the arguments" in line]
+    assert len(said) == 1 and "[c1]" in said[0] and '"echo safer\\u001b[2J > made.txt"' in said[0], ran.stderr
+    assert "\x1b" not in ran.stderr

@@ -168,3 +168,18 @@ def test_a_name_differing_only_in_case_is_the_offered_tool() -> None:
     # by_case=False (`repair_tool_calls = false`): another case is another name; leaked tokens are still cut
     assert clean_tool_name("Read_File", ["read_file"], by_case=False) == ("Read_File", False)
     assert clean_tool_name("functions.read_file", ["read_file"], by_case=False) == ("read_file", True)
+
+
+@pytest.mark.parametrize(("written", "why"), [
+    ("Read_File", "the model wrote it in another case"),
+    ("functions.read_file", "the functions. prefix"),
+    ("read_file<|constrain|>json", "template tokens"),
+    ("read_file ", "spaces"),
+])
+def test_the_warning_says_how_the_name_differed(written: str, why: str) -> None:
+    # the warning names the model's slip (another case, the functions. prefix) as the model's, not as template
+    # tokens the server leaked, which would send a person to look at the server's parser
+    [warning] = ToolNameCleaner(KNOWN).clean(_turn(written))
+    assert why in warning.message and "ran 'read_file'" in warning.message, warning.message
+    if why in ("the model wrote it in another case", "the functions. prefix"):  # the model's doing, not the server's
+        assert "template tokens" not in warning.message

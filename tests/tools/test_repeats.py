@@ -42,3 +42,15 @@ def test_calls_that_differ_never_count_and_one_turns_twins_are_one_turn() -> Non
     assert set(turn(guard, *twins)) == {0, 1}  # the third such turn: both calls answered
     off = RepeatGuard(0)
     assert all(turn(off, ToolCall(str(n), "f", "{}")) == {} for n in range(5)) and not off.stopped
+
+
+def test_a_call_answered_without_running_keeps_the_last_real_result_quoted() -> None:
+    # the dispatcher records every call's result, those the guard answered too: the fourth turn's answer still
+    # quotes what the call returned when it last ran, not the third turn's "not run again"
+    guard = RepeatGuard(3)
+    for n, verdict_expected in enumerate((False, False, True, True)):
+        call = ToolCall(str(n), "read_file", '{"path": "x"}')
+        verdicts = guard.admit([call])
+        assert bool(verdicts) is verdict_expected
+        guard.record(call, verdicts.get(call.index, f"output of {n}"))
+    assert "returned:\noutput of 1\n" in verdicts[0] and verdicts[0].count("turn in a row") == 1, verdicts[0]

@@ -42,6 +42,30 @@ def test_each_known_format_is_read(text: str, fmt: str, names: list[str]) -> Non
     assert found.raw and found.raw in text and text.startswith(found.lead_in)
 
 
+@pytest.mark.parametrize(("text", "lead_in"), [
+    (f"I'll check that order. <tool_call>{READ}</tool_call>", "I'll check that order."),
+    (f"Let me read it: [TOOL_CALLS][{READ}]", "Let me read it:"),
+    ('Reading it now. <|python_tag|>{"name": "read_file", "parameters": {"path": "a.py"}}', "Reading it now."),
+])
+def test_a_lead_in_on_the_blocks_line_is_a_lead_in_not_an_indent(text: str, lead_in: str) -> None:
+    # found trying it as a user (issue 45 wave): a lead-in of four characters or more on the same line as the
+    # block was taken for the indent of a Markdown code block, so the call stayed text ("Ok <tool_call>" ran)
+    found = recover_calls(text, OFFERED)
+    assert found is not None and found.lead_in == lead_in and found.calls[0][0] == "read_file"
+
+
+@pytest.mark.parametrize("thinking", ["I should call it.", "Plan: read it, then run `ls` with {\"a\": 1}.",
+                                      "A long thought. " * 40])
+def test_reasoning_in_think_tags_before_the_blocks_is_set_aside(thinking: str) -> None:
+    # found trying it as a user (issue 45 wave): a server that leaves a Qwen3 / R1 model's <think> block in the
+    # content had it read as the lead-in, so reasoning with braces or backticks, or over MAX_LEAD_IN, kept the
+    # call as text
+    text = f"<think>\n{thinking}\n</think>\n\nI'll read it.\n<tool_call>{READ}</tool_call>"
+    found = recover_calls(text, OFFERED)
+    assert found is not None and found.calls[0][0] == "read_file"
+    assert found.lead_in == text[: text.index("<tool_call>")].strip()  # the content keeps its reasoning
+
+
 def test_the_lead_in_is_the_content_and_the_arguments_are_json_text() -> None:
     found = recover_calls(f"I'll check that order.\n<tool_call>\n{READ}\n</tool_call>\n", OFFERED)
     assert found is not None and found.lead_in == "I'll check that order."
