@@ -362,6 +362,20 @@ def test_without_a_model_a_custom_server_gets_the_first_of_its_models(tmp_path: 
         "another)"]
 
 
+def test_a_continued_session_keeps_its_model_unless_model_is_given(tmp_path: Path) -> None:
+    # found trying issue 44: `--session ID` without --model took the server's first model, not the session's
+    with ReplayServer([{"sse": text_sse("One.")}, {"sse": text_sse("Two.")}, {"sse": text_sse("Three.")}],
+                      models=["alpha", "beta"]) as server:
+        base = ["run", "--base-url", server.base_url, "--api-key", "sk-test", "--no-tools"]
+        first = crow(*base, "--model", "beta", "hi", cwd=tmp_path, env={"CROW_MODEL": ""})
+        sid = crow("sessions", "list", cwd=tmp_path).stdout.splitlines()[1].split()[0]
+        again = crow(*base, "--session", sid, "again", cwd=tmp_path, env={"CROW_MODEL": ""})
+        named = crow(*base, "--continue", "--model", "alpha", "once more", cwd=tmp_path, env={"CROW_MODEL": ""})
+    assert (first.returncode, again.returncode, named.returncode) == (0, 0, 0), again.stderr
+    assert [r["model"] for r in server.requests] == ["beta", "beta", "alpha"]
+    assert "crow: model:" not in again.stderr and "was using" not in again.stderr
+
+
 def test_a_named_model_is_used_without_asking_the_server(tmp_path: Path) -> None:
     with ReplayServer([{"sse": text_sse("Hi.")}]) as server:
         result = crow("run", "--base-url", server.base_url, "--api-key", "sk-test", "--no-tools", "--model", "mine",
