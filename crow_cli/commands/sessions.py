@@ -79,7 +79,7 @@ def list_sessions(
     shown = found[:limit] if limit else found
     tty = sys.stdout.isatty()
     rows = [(s.id, time.strftime("%Y-%m-%d %H:%M", time.localtime(s.updated_at)),
-             f"{s.messages} message" + ("" if s.messages == 1 else "s"), s.model,
+             f"{s.messages} message" + ("" if s.messages == 1 else "s"), visible(s.model) if tty else s.model,
              visible(short_folder(s.cwd)) if tty else short_folder(s.cwd),  # U+202E reorders a line
              (visible(s.title) if tty else s.title) or "(untitled)")
             for s in shown]
