@@ -56,7 +56,8 @@ def chat(
         if not (local or local_model):  # the resumed session's model, else for a server not OpenAI's one it serves
             settings = served_model(resumed_model(settings, flags.model, session_id if resume else None))
         options = ChatOptions(surface=flags.surface(), resume=(session_id or "") if resume else None,
-                              session=not no_session, system=flags.system, first=first)
+                              session=not no_session, system=flags.system, first=first,
+                              session_model=not flags.model)
         import asyncio  # not at import time: `crow tools` and `--help` do without it
 
         from ..local import local_session  # start, then stop, the local server

@@ -102,6 +102,9 @@ class ChatOptions:
     """The `--system` flag (None: not given): a resumed session whose system prompt it would change is refused."""
     first: str | None = None
     """Sent as the first message, as if typed at the prompt (`crow chat "PROMPT"`, `crow "PROMPT"`)."""
+    session_model: bool = False
+    """A resumed session continues with the model it last used when it ran on the same server (`--model` not
+    given); False: with the settings' model."""
 
 
 class ChatApp:
@@ -186,6 +189,8 @@ class ChatApp:
             session_id = self.options.resume or await self.pick_session()
             if session_id is None:
                 return False
+            if self.options.session_model:
+                await self._take_session_model(session_id)
             self.open(session_id or None, latest=not session_id, system=self.options.system)
         else:
             self.fresh()
@@ -194,6 +199,21 @@ class ChatApp:
             hooks.session_id = self.recorder.session_id or "" if self.recorder is not None else ""
             await hooks.session_start("startup" if self.options.resume is None else "resume")
         return True
+
+    async def _take_session_model(self, session_id: str) -> None:
+        """Switch to the model the session `session_id` (`""`: this folder's latest) last used, when it ran on
+        this server and is not the model in use, said in one line; a session not found is left to `open`."""
+        try:
+            info = self.store.get(session_id) if session_id else self.store.latest(cwd=os.getcwd())
+        except SessionError:
+            return
+        if (info is None or not info.model or info.model == self.settings.model or self.runtime is None
+                or (info.base_url and info.base_url != public_url(self.settings.base_url))):
+            return
+        await self.runtime.switch_model(info.model)
+        self.settings = self.runtime.settings
+        self.view.line(f"model: {strip_controls(info.model)}, the one this session used (--model NAME picks another)",
+                       "dim")
 
     def _hook_said(self, event: Event) -> None:
         """What a hook run reports: its warnings are shown (the `hook` events are for --json)."""

@@ -73,6 +73,29 @@ def test_resume_without_an_id_lists_this_folders_sessions_first_and_continues_th
     assert [m["content"] for m in second["messages"]] == ["tune\x07 the cache", "Cache tuned.", "and now?"]
 
 
+def test_a_picked_session_continues_with_its_model_unless_model_is_given(tmp_path: Path) -> None:
+    # found trying issue 44: without --model the picked session went on with the server's first model
+    with SessionStore() as store:
+        sid = _stored(store, tmp_path.resolve(), "fix the parser", "Parser fixed.")
+        store.set_model(sid, "gamma", "")
+    args = ["--base-url", "", "--api-key", "sk-test", "--no-tools", "--resume"]
+    with ReplayServer([{"sse": text_stream("Still fixed.")}, {"sse": text_stream("Named.")}],
+                      models=["alpha", "gamma"]) as server:
+        args[1] = server.base_url
+        for extra, prompt in (([], "again?"), (["--model", "alpha"], "and now?")):
+            with ChatTerminal([*args, *extra], cwd=tmp_path, env={"CROW_MODEL": ""}) as term:
+                term.expect("Resume which session?")
+                term.send("\r")
+                term.expect(f"resumed session {sid}")
+                term.expect("›")
+                term.send(f"{prompt}\r")
+                term.expect("Still fixed." if not extra else "Named.")
+                term.expect("›")
+                term.send("\x04")
+                assert term.wait() == 0
+    assert [r["model"] for r in server.requests] == ["gamma", "alpha"]
+
+
 def test_ctrl_c_at_the_list_of_sessions_starts_nothing(tmp_path: Path) -> None:
     with SessionStore() as store:
         _stored(store, tmp_path.resolve(), "fix the parser", "Parser fixed.")
