@@ -45,7 +45,7 @@ from ...modes import APPROVAL_MODES, SENTENCES, ApprovalMode, is_mode_note, next
 from ...prompt_files import ARGUMENTS, PromptFile, PromptFolders, expand, read_prompt, summary
 from ...rewind import Scanner
 from ...sessions import SessionStore
-from ...text import clean_text, public_url, strip_controls
+from ...text import clean_text, public_url, strip_controls, visible
 from ...todos import latest_todos
 from ...tools.approval import (
     Answer,
@@ -256,7 +256,8 @@ class ChatApp:
         self.usage, self.last_usage = self.token_use(), self.token_use()
         self.new_compactor(recorder.checkpoint)
         info = recorder.info
-        self.view.line(f"resumed session {info.id} “{strip_controls(info.title)}” ({len(history)} messages)", "bold")
+        title = visible(strip_controls(info.title))  # U+202E would reorder the line
+        self.view.line(f"resumed session {info.id} “{title}” ({len(history)} messages)", "bold")
         if recorder.previous_model:
             self.view.line(f"this session was using {strip_controls(recorder.previous_model)}; continuing with "
                            f"{strip_controls(self.settings.model)}", "yellow")

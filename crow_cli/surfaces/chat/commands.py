@@ -23,7 +23,7 @@ from ...history import Message, content_text, is_prompt
 from ...modes import APPROVAL_MODES, ApprovalMode
 from ...rewind import BOUNDS_NOTE, Scanner, apply_rewind, plan_rewind
 from ...sessions import SessionInfo, SessionStore
-from ...text import public_url, strip_controls
+from ...text import public_url, strip_controls, visible
 from ...tools.registry import ToolRegistry
 from ...undo import apply_undo, plan_undo
 from ..options import SurfaceOptions
@@ -199,7 +199,8 @@ async def _sessions(app: App, arg: str) -> None:
     for s in found:
         mark = "*" if s.id == current else " "
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.updated_at))
-        app.view.line(f"{mark} {s.id}  {when}  {s.messages:>3} msgs  {strip_controls(s.title) or '(untitled)'}")
+        title = visible(strip_controls(s.title)) or "(untitled)"
+        app.view.line(f"{mark} {s.id}  {when}  {s.messages:>3} msgs  {title}")
 
 
 async def _resume(app: App, arg: str) -> None:

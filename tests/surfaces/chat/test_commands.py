@@ -57,6 +57,17 @@ async def test_resume_continues_a_stored_session(store: SessionStore) -> None:
     assert len(store.messages(old.id)) == 4
 
 
+async def test_resume_and_sessions_show_a_stored_title_without_bidi_or_controls(store: SessionStore) -> None:
+    # found trying issue 44: U+202E in a title reached the terminal in the "resumed session" line and /sessions
+    old = store.create(model="test-model", cwd="/tmp")
+    store.append(old.id, {"role": "user", "content": "fix \u202e\x1b[2Jit"})
+    store.append(old.id, {"role": "assistant", "content": "Fixed."})
+    output, _, _ = await chat([], f"/resume {old.id}\r/sessions\r/exit\r", store)
+    assert "\x1b[2J" not in output
+    assert f"resumed session {old.id} “fix \\u202e[2Jit”" in output
+    assert "msgs  fix \\u202e[2Jit" in output
+
+
 async def test_fork_goes_on_in_a_copy_and_the_original_keeps_its_messages(store: SessionStore) -> None:
     script = [{"sse": text_stream("Noted: ZEBRA-42.")}, {"sse": text_stream("It was ZEBRA-42.")}]
     output, server, app = await chat(script, "remember ZEBRA-42\r/fork\rwhat was it?\r/exit\r", store)
