@@ -381,12 +381,12 @@ async def _rewind(app: App, arg: str) -> None:
     if words:
         at = prompts[int(words[0]) - 1][0]
     else:
-        options = [(str(i), strip_controls(f"{n}. {text[:70]}")) for n, (i, text) in enumerate(prompts, 1)]
+        options = [(str(i), strip_controls(text[:70])) for i, text in prompts]  # the picker numbers them
         picked = await app.pick("Rewind to before which prompt? (Enter picks, Ctrl-C leaves)", options,
                                 default=options[-1][0])
         if picked is None:
-            for _, line in options:
-                app.view.line(line)
+            for n, (_, line) in enumerate(options, 1):
+                app.view.line(f"{n}. {line}")
             app.view.line(_REWIND_USAGE, "dim")
             return
         at = int(picked)

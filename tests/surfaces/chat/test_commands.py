@@ -630,6 +630,28 @@ def test_rewind_restores_what_a_command_changed_and_a_conversation_rewind_leaves
         assert info.title == "fix a.txt"
 
 
+def test_rewind_numbers_each_prompt_once_in_the_list_and_after_ctrl_c(tmp_path: Path) -> None:
+    # found trying issue 44: the picker showed "1. 1. fix a.txt" (the picker's number and the label's)
+    with ReplayServer([{"sse": text_stream("done")}]) as server:
+        args = ["--base-url", server.base_url, "--api-key", "sk-test", "--model", "test-model", "--no-tools"]
+        with ChatTerminal(args, cwd=tmp_path) as term:
+            term.expect("›")
+            term.send("fix a.txt\r")
+            term.expect("done")
+            term.expect("›")
+            term.send("/rewind\r")
+            term.expect("Rewind to before which prompt?")
+            term.expect("1. fix a.txt")
+            listed = term.screen()
+            term.send("\x03")  # leaves the list: the prompts are listed with the numbers /rewind N takes
+            term.expect("usage: /rewind [N]")
+            after = term.screen()
+            term.send("\x04")
+            assert term.wait() == 0
+    assert "1. 1." not in listed
+    assert "\n1. fix a.txt" in after[after.rindex("Rewind to before"):]
+
+
 async def test_rewind_of_both_to_the_first_prompt_clears_the_title(store: SessionStore, tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
