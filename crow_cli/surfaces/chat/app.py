@@ -907,10 +907,15 @@ class ChatApp:
         most recent of them chosen; not the session the chat is in); None when they leave it (Ctrl-C) or the chat's
         session is the only one. `""` when there is nothing to pick on (piped input) or from (no session is
         stored): the caller continues this folder's most recent session, as `--resume` without an id did before
-        the list (and says when there is none)."""
-        if self._piped():
-            return ""
+        the list (and says when there is none); piped in a chat's session, this folder's most recent other one."""
         current = self.recorder.session_id if self.recorder is not None else None
+        if self._piped():
+            if current is None:
+                return ""
+            other = next((s.id for s in self.store.recent(2, cwd=os.getcwd()) if s.id != current), None)
+            if other is None:
+                self.view.line("no other session of this folder to continue (/resume ID continues any)", "yellow")
+            return other
         options = session_options(self.store, os.getcwd(), leave_out=current)
         if not options and current is not None:  # /resume in the only session stored
             self.view.line("no other session to continue", "yellow")

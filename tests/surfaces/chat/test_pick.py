@@ -189,6 +189,18 @@ def test_piped_resume_continues_this_folders_latest_and_piped_model_lists_the_mo
     assert lists == 1  # asked once per chat
 
 
+def test_piped_resume_in_a_chat_continues_another_session_not_its_own(tmp_path: Path) -> None:
+    # found trying issue 44 with piped input: `/resume` reopened the session the chat was in (this folder's latest)
+    with SessionStore() as store:
+        older = _stored(store, tmp_path.resolve(), "fix the parser", "Parser fixed.")
+    with ReplayServer([{"sse": text_stream("Hi.")}, {"sse": text_stream("Hi again.")}]) as server:
+        ran = crow("chat", *_args(server.base_url), input="hello\n/resume\n/resume\n", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    with SessionStore() as store:
+        own = next(s.id for s in store.recent() if s.id != older)
+    assert ran.stdout.count(f"resumed session {older}") == 1 and ran.stdout.count(f"resumed session {own}") == 1
+
+
 async def test_resume_in_the_only_session_says_there_is_no_other(store: SessionStore) -> None:
     output, _, app = await chat([{"sse": text_stream("Hi.")}], "hello\r/resume\r/exit\r", store)
     assert "no other session to continue" in output and "resumed session" not in output
