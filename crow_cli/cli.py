@@ -28,6 +28,7 @@ from .commands.run import run
 from .commands.sessions import sessions_app
 from .commands.skills import skills_app
 from .commands.tools import tools
+from .text import visible
 
 __all__ = ["app", "main"]
 
@@ -142,7 +143,7 @@ def _usage_error(exc: Any) -> NoReturn:
     if type(exc).__name__ == "NoArgsIsHelpError":
         exc.show()
         sys.exit(exc.exit_code)
-    message = " ".join(str(exc.format_message()).split()).rstrip(".")
+    message = visible(" ".join(str(exc.format_message()).split()).rstrip("."))  # it may echo any argument
     if message[:1].isupper() and message[1:2].islower():  # "No such option" -> "no such option"
         message = message[0].lower() + message[1:]
     path = getattr(getattr(exc, "ctx", None), "command_path", None)

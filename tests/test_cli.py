@@ -128,6 +128,9 @@ def test_version():
     (["sessions", "nosuch"], "no such command 'nosuch' (see crow sessions --help)"),  # `crow nosuch`: a chat
     (["run", "--bogus", "hi"], "no such option: --bogus (see crow run --help)"),
     (["sessions", "show"], "missing argument 'session_id' (see crow sessions show --help)"),
+    # found trying issue 44: an argument is echoed with its controls escaped, U+202E too
+    (["run", "hi", "evil\x1b[2J\u202e"],
+     "got unexpected extra argument(s) (evil\\x1b[2J\\u202e) (see crow run --help)"),
 ])
 def test_usage_errors_are_one_crow_line_exit_2(args, line):
     proc = crow(*args)
