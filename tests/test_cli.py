@@ -137,6 +137,18 @@ def test_usage_errors_are_one_crow_line_exit_2(args, line):
     assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"crow: error: {line}\n")
 
 
+# found trying issue 44 as a Codex user: `crow fix the test` unquoted, or a mistyped command, got
+# "unexpected extra argument(s) (the test) (see crow chat --help)"
+@pytest.mark.parametrize(("args", "line"), [
+    (["fix", "the", "test"], 'a prompt of several words goes in quotes: crow "fix the test"'),
+    (["sesions", "list"], "no command 'sesions' (did you mean crow sessions?); a prompt of several words goes in "
+                          'quotes: crow "sesions list"'),
+])
+def test_words_after_a_first_word_that_is_no_command_say_how_to_quote_a_prompt(args, line):
+    proc = crow(*args)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"crow: error: {line}\n")
+
+
 # `crow --install-completion` installs shell completion, and it completes (found trying it as a new user, issue 11)
 def test_shell_completion_installs_and_completes(tmp_path):
     def from_bash(command: str) -> subprocess.CompletedProcess:  # the shell is detected from the parent
