@@ -257,7 +257,8 @@ class ChatApp:
         self.new_compactor(recorder.checkpoint)
         info = recorder.info
         title = visible(strip_controls(info.title))  # U+202E would reorder the line
-        self.view.line(f"resumed session {info.id} “{title}” ({len(history)} messages)", "bold")
+        count = f"{len(history)} message" + ("" if len(history) == 1 else "s")
+        self.view.line(f"resumed session {info.id} “{title}” ({count})", "bold")
         if recorder.previous_model:
             self.view.line(f"this session was using {strip_controls(recorder.previous_model)}; continuing with "
                            f"{strip_controls(self.settings.model)}", "yellow")

@@ -401,7 +401,8 @@ async def _rewind(app: App, arg: str) -> None:
         await _rewind_code(app, at, record=mode == "code")
     if mode in ("both", "conversation"):
         _cut(app, at)
-        app.view.line(f"the conversation is as it was before that prompt ({len(app.history)} messages)")
+        count = len(app.history)
+        app.view.line(f"the conversation is as it was before that prompt ({count} message{'' if count == 1 else 's'})")
     app.view.line("rewound", "bold")
 
 

@@ -652,6 +652,18 @@ def test_rewind_numbers_each_prompt_once_in_the_list_and_after_ctrl_c(tmp_path: 
     assert "\n1. fix a.txt" in after[after.rindex("Rewind to before"):]
 
 
+async def test_rewind_and_resume_count_one_message_in_the_singular(store: SessionStore) -> None:
+    # found trying /rewind in tmux (issue 44): "the conversation is as it was before that prompt (1 messages)"
+    settings = Settings(model="test-model", api_key="sk-test", system="be brief",
+                        sandbox=os.environ.get("CROW_SANDBOX", "workspace-write"))  # type: ignore[arg-type]
+    output, _, app = await chat([{"sse": text_stream("Hi.")}], "hello\r/rewind 1 conversation\r/exit\r", store,
+                                settings=settings)
+    assert "before that prompt (1 message)" in output
+    assert app.recorder is not None and app.recorder.session_id is not None
+    output, _, _ = await chat([], f"/resume {app.recorder.session_id}\r/exit\r", store)
+    assert "” (1 message)" in output
+
+
 async def test_rewind_of_both_to_the_first_prompt_clears_the_title(store: SessionStore, tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
