@@ -74,7 +74,7 @@ from ..shown import todo_lines
 from ..usage import TokenUse, footer
 from .commands import COMMANDS, ChatExit
 from .complete import chat_completer
-from .pick import model_options, session_options
+from .pick import MAX_MODELS, model_options, session_options
 from .sink import ChatSink
 from .terminal import input_history, key_bindings, no_echo, read_piped_line
 
@@ -894,6 +894,9 @@ class ChatApp:
         from prompt_toolkit.application import create_app_session
         from prompt_toolkit.shortcuts.choice_input import ChoiceInput
 
+        options = model_options(served, current, MAX_MODELS)
+        if (more := len(set(served)) - len(options)) > 0:
+            self.view.line(f"the server lists {more} more models than shown here; /model NAME switches to any", "dim")
         picker = ChoiceInput(message="Switch to which model? (Enter picks, Ctrl-C leaves)", options=options,
                              default=current if current in served else None)
         try:

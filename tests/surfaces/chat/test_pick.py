@@ -128,6 +128,14 @@ def test_model_rows_mark_the_model_in_use_and_show_no_control_characters() -> No
     assert model_options(["a", "b\x1b]0;x\x07"], "a") == [("a", "a  (in use)"), ("b\x1b]0;x\x07", "b]0;x")]
 
 
+def test_model_rows_are_bounded_and_keep_the_model_in_use() -> None:
+    # found trying /model against a server listing 3000 models (issue 44): each key redrew the whole list slowly
+    served = [f"m{i}" for i in range(10)]
+    assert [name for name, _ in model_options(served, "m1", limit=3)] == ["m0", "m1", "m2"]
+    assert [name for name, _ in model_options(served, "m7", limit=3)] == ["m7", "m0", "m1"]
+    assert len(model_options(served, "x")) == 10
+
+
 def test_model_without_a_name_lists_the_servers_models_and_an_unlisted_name_is_warned_about(tmp_path: Path) -> None:
     script = [{"sse": text_stream("Big answer.")}, {"sse": text_stream("Unlisted answer.")},
               {"sse": text_stream("Odd answer.")}]
