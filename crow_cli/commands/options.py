@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
 import typer
 
 from ..errors import CrowError
-from ..text import public_url, strip_controls
+from ..text import public_url, strip_controls, visible
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -356,6 +356,6 @@ def served_model(settings: Settings) -> Settings:
         print(f"crow: warning: no model named and the server lists none; trying {settings.model} "
               "(--model NAME picks one)", file=sys.stderr)
         return settings
-    print(strip_controls(f"crow: model: {found[0].id} (the first of the server's /models; --model NAME or "
+    print(visible(f"crow: model: {strip_controls(found[0].id)} (the first of the server's /models; --model NAME or "
                          "`model` in the config picks another)"), file=sys.stderr)
     return replace(settings, model=found[0].id, model_named=True)

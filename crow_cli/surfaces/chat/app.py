@@ -74,7 +74,7 @@ from ..shown import todo_lines
 from ..usage import TokenUse, footer
 from .commands import COMMANDS, ChatExit
 from .complete import chat_completer
-from .pick import MAX_MODELS, model_options, session_options
+from .pick import MAX_MODELS, model_options, session_options, shown
 from .sink import ChatSink
 from .terminal import input_history, key_bindings, no_echo, read_piped_line
 
@@ -212,7 +212,7 @@ class ChatApp:
             return
         await self.runtime.switch_model(info.model)
         self.settings = self.runtime.settings
-        self.view.line(f"model: {strip_controls(info.model)}, the one this session used (--model NAME picks another)",
+        self.view.line(f"model: {shown(info.model)}, the one this session used (--model NAME picks another)",
                        "dim")
 
     def _hook_said(self, event: Event) -> None:
@@ -260,8 +260,8 @@ class ChatApp:
         count = f"{len(history)} message" + ("" if len(history) == 1 else "s")
         self.view.line(f"resumed session {info.id} “{title}” ({count})", "bold")
         if recorder.previous_model:
-            self.view.line(f"this session was using {strip_controls(recorder.previous_model)}; continuing with "
-                           f"{strip_controls(self.settings.model)}", "yellow")
+            self.view.line(f"this session was using {shown(recorder.previous_model)}; continuing with "
+                           f"{shown(self.settings.model)}", "yellow")
         self._show_last_exchange()
         if (todos := latest_todos(self.history)) is not None:  # the model's todo list, as it last wrote it
             self.view.line("todo list:", "bold")
@@ -354,7 +354,7 @@ class ChatApp:
         runtime = Runtime(self.settings, self.options.surface, warn=early.append)
         if not runtime.mcp_server_names:  # every tool is known: a rule naming none is refused before the banner
             runtime.check_rules()
-        self.view.line(f"crow chat · {strip_controls(self.settings.model)} · /help for commands · Ctrl-D to quit",
+        self.view.line(f"crow chat · {shown(self.settings.model)} · /help for commands · Ctrl-D to quit",
                        "dim")
         for line in early:
             self.view.line(f"crow: warning: {strip_controls(line)}", "yellow")
@@ -878,7 +878,7 @@ class ChatApp:
         the person leaves the list (Ctrl-C), the list cannot be read, or there is no terminal to pick on (piped
         input: the models are listed)."""
         current = self.settings.model
-        self.view.line(f"model: {strip_controls(current)} at {public_url(self.settings.base_url)}")
+        self.view.line(f"model: {shown(current)} at {public_url(self.settings.base_url)}")
         served = await self.served_models(say=True)
         if served is None:
             return None
@@ -974,7 +974,7 @@ class ChatApp:
 
     def _footer(self) -> str:
         sid = self.recorder.session_id if self.recorder else None
-        return footer(self.last_usage, self.usage, strip_controls(self.settings.model), sid)  # a served name
+        return footer(self.last_usage, self.usage, shown(self.settings.model), sid)  # a served name
 
     def token_use(self) -> TokenUse:
         """An empty count, priced with the current model's `[prices]` (if the config gives them)."""

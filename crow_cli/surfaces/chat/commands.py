@@ -32,6 +32,7 @@ from ..render import TurnView
 from ..runtime import Runtime
 from ..shell_escape import NOTE_HEAD, is_shell_note
 from ..usage import TokenUse
+from .pick import shown
 from .processes import ps
 from .sink import ChatSink
 
@@ -164,7 +165,7 @@ async def _model(app: App, arg: str) -> None:
             return
         arg = picked
     elif (served := await app.served_models()) is not None and arg not in served:
-        app.view.line(f"crow: warning: the server does not list {strip_controls(arg)!r}; switching anyway (/model "
+        app.view.line(f"crow: warning: the server does not list {shown(arg)!r}; switching anyway (/model "
                       "lists its models)", "yellow")
     if app.runtime is not None:
         await app.runtime.switch_model(arg)  # its client and compactor follow
@@ -173,7 +174,7 @@ async def _model(app: App, arg: str) -> None:
         app.settings = replace(app.settings, model=arg)
     if app.recorder is not None:
         app.recorder.set_model(app.settings)
-    app.view.line(f"model: {strip_controls(arg)}")
+    app.view.line(f"model: {shown(arg)}")
 
 
 async def _tools(app: App, arg: str) -> None:

@@ -136,6 +136,14 @@ def test_model_rows_are_bounded_and_keep_the_model_in_use() -> None:
     assert len(model_options(served, "x")) == 10
 
 
+async def test_a_model_name_reaches_the_terminal_with_bidi_characters_escaped(store: SessionStore) -> None:
+    # found trying /model with a served name holding U+202E (issue 44): "model: gamma‮" reordered the line
+    output, server, _ = await chat([{"sse": text_stream("Hi.")}], "/model gam\u202ema\rhello\r/exit\r", store)
+    assert server.requests[0]["model"] == "gam\u202ema"
+    assert "\u202e" not in output
+    assert "model: gam\\u202ema\n" in output and "· gam\\u202ema ·" in output  # the footer too
+
+
 def test_model_without_a_name_lists_the_servers_models_and_an_unlisted_name_is_warned_about(tmp_path: Path) -> None:
     script = [{"sse": text_stream("Big answer.")}, {"sse": text_stream("Unlisted answer.")},
               {"sse": text_stream("Odd answer.")}]
