@@ -347,9 +347,9 @@ def _put_note_back(app: App, note: Message) -> None:
         app.recorder.sync(app.history)
 
 
-REWIND_MODES = (("both", "code and conversation: the files and the conversation as they were before it"),
+REWIND_MODES = (("both", "code and conversation, as they were before it"),
                 ("conversation", "conversation only: the files stay as they are"),
-                ("code", "code only: the files as they were before it; the conversation stays"))
+                ("code", "code only: the files; the conversation stays"))
 """What /rewind puts back, as Claude Code's three choices (the value, the picker's line)."""
 _REWIND_USAGE = "usage: /rewind [N] [both|conversation|code]  (N: a prompt of the list /rewind shows)"
 

@@ -664,6 +664,14 @@ async def test_rewind_and_resume_count_one_message_in_the_singular(store: Sessio
     assert "” (1 message)" in output
 
 
+def test_rewind_choices_fit_a_60_column_terminal() -> None:
+    # found trying /rewind in tmux at 60 columns (issue 44): the picker cut "the files and the conversat"
+    from crow_cli.surfaces.chat.commands import REWIND_MODES
+
+    row = "   >  1. "  # prompt-toolkit's ChoiceInput before each label
+    assert all(len(row + label) <= 60 for _, label in REWIND_MODES), REWIND_MODES
+
+
 async def test_rewind_of_both_to_the_first_prompt_clears_the_title(store: SessionStore, tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
