@@ -28,6 +28,7 @@ from .commands.run import run
 from .commands.sessions import sessions_app
 from .commands.skills import skills_app
 from .commands.tools import tools
+from .text import visible
 
 __all__ = ["app", "main"]
 
@@ -135,20 +136,37 @@ def _is_usage_error(exc: Exception) -> bool:
     return isinstance(getattr(exc, "exit_code", None), int) and callable(getattr(exc, "format_message", None))
 
 
-def _usage_error(exc: Any) -> NoReturn:
+def _usage_error(exc: Any, prompt_words: list[str] | None = None) -> NoReturn:
     """A usage error found by typer (unknown option, missing argument, bad value) in crow's one-line
     `crow: error: …` form, pointing at the command's help; its exit code (2). `crow` or `crow sessions`
-    alone print their help, as before."""
+    alone print their help, as before. `prompt_words`: what was typed when it went to `crow chat` as a prompt
+    (`chat_by_default`): words beyond the first are said to go in quotes, and a mistyped command is named."""
     if type(exc).__name__ == "NoArgsIsHelpError":
         exc.show()
         sys.exit(exc.exit_code)
-    message = " ".join(str(exc.format_message()).split()).rstrip(".")
+    message = visible(" ".join(str(exc.format_message()).split()).rstrip("."))  # it may echo any argument
     if message[:1].isupper() and message[1:2].islower():  # "No such option" -> "no such option"
         message = message[0].lower() + message[1:]
+    if prompt_words and not prompt_words[0].startswith("-") and message.startswith("got unexpected extra argument"):
+        print(f"crow: error: {_quote_hint(prompt_words)}", file=sys.stderr)
+        sys.exit(exc.exit_code)
     path = getattr(getattr(exc, "ctx", None), "command_path", None)
     hint = f" (see {path} --help)" if path else ""
     print(f"crow: error: {message}{hint}", file=sys.stderr)
     sys.exit(exc.exit_code)
+
+
+def _quote_hint(typed: list[str]) -> str:
+    """What to say when `crow WORD WORD …` (WORD no command) left words over: the prompt in quotes, and the
+    command WORD was likely meant to be (`sesions` -> sessions)."""
+    import difflib
+    import shlex
+
+    prompt = " ".join(typed[: next((i for i, w in enumerate(typed) if w.startswith("-")), len(typed))])
+    quoted = f'"{prompt}"' if not set(prompt) & set('"$`\\!') else shlex.quote(prompt)
+    hint = f"a prompt of several words goes in quotes: crow {visible(quoted)}"
+    near = difflib.get_close_matches(typed[0], sorted(command_names()), n=1, cutoff=0.75)
+    return f"no command {visible(typed[0])!r} (did you mean crow {near[0]}?); {hint}" if near else hint
 
 
 def main() -> None:
@@ -159,7 +177,8 @@ def main() -> None:
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="replace")
     try:
-        args = chat_by_default(sys.argv[1:], terminal=sys.stdin.isatty() and sys.stdout.isatty())
+        typed = sys.argv[1:]
+        args = chat_by_default(typed, terminal=sys.stdin.isatty() and sys.stdout.isatty())
         code = app(args=args, standalone_mode=False)  # crow prints typer's usage errors itself (_usage_error)
     except (KeyboardInterrupt, typer.Abort):
         print("\ncrow: interrupted", file=sys.stderr)
@@ -169,7 +188,7 @@ def main() -> None:
         sys.exit(1)
     except Exception as exc:  # a usage error from typer, else a bug: one line, the traceback only with --debug
         if _is_usage_error(exc):
-            _usage_error(exc)
+            _usage_error(exc, typed if len(args) == len(typed) + 1 else None)  # a prompt, `crow "PROMPT"`
         if isinstance(exc, OSError) and exc.filename is None and exc.errno in _OUTPUT_ERRNOS:
             _output_failed(exc)  # stdout closed or full (`crow tools >/dev/full`): said as crow run says it
         print(f"crow: internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback; "

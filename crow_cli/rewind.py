@@ -21,6 +21,7 @@ call left and now) is marked: the surface names it and asks before it is overwri
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import os
@@ -69,7 +70,8 @@ class Scan:
     """One look at the workspace."""
 
     manifest: dict[str, Any]
-    """As `sessions.StoredSnapshot.manifest`: `files`, `big`, `over`."""
+    """As `sessions.StoredSnapshot.manifest`: `files`, `big`, `over`, and `links` (a symbolic link's path: its
+    target, so a link a command replaced by a file, as `sed -i` does, is linked again)."""
     contents: dict[str, bytes] = field(default_factory=dict, repr=False)
     """The contents read this time (files new or changed since the scanner last looked), by SHA-256 (hex)."""
 
@@ -112,12 +114,17 @@ class Scanner:
                 return Scan({"files": {}, "big": {}, "over": len(names)})
             files: dict[str, list[Any]] = {}
             big: dict[str, int] = {}
+            links: dict[str, str] = {}
             contents: dict[str, bytes] = {}
             seen: dict[str, tuple[_Key, str]] = {}
             for name in names:
                 try:
                     info = os.lstat(self.root / name)
                 except OSError:
+                    continue
+                if stat.S_ISLNK(info.st_mode):
+                    with contextlib.suppress(OSError):
+                        links[name] = os.readlink(self.root / name)
                     continue
                 if not stat.S_ISREG(info.st_mode):
                     continue
@@ -137,7 +144,7 @@ class Scanner:
                 files[name] = [digest, stat.S_IMODE(info.st_mode)]
                 seen[name] = (key, digest)
             self._seen = seen
-            return Scan({"files": files, "big": big, "over": None}, contents)
+            return Scan({"files": files, "big": big, "over": None, "links": links}, contents)
 
     def _listing(self) -> list[str]:
         """The workspace's files, relative, as git lists them (tracked and untracked, not ignored), or a walk
@@ -197,7 +204,7 @@ def _read(path: Path) -> bytes | None:
         return None
 
 
-Action = Literal["restore", "create", "remove"]
+Action = Literal["restore", "create", "remove", "link"]
 
 
 @dataclass(frozen=True)
@@ -207,13 +214,16 @@ class FileChange:
     path: str
     """Relative to the workspace, with `/`."""
     action: Action
-    """`restore` its content, `create` it again (deleted since), `remove` it (made since)."""
+    """`restore` its content, `create` it again (deleted since), `remove` it (made since), `link` it again to
+    `target` (a symbolic link then)."""
     digest: str | None = None
     """The SHA-256 (hex) of the content to put back (None for `remove`)."""
     mode: int = 0o644
     """Its permission bits then."""
     outside: bool = False
     """It changed outside crow since the snapshot: overwritten only when the person says so."""
+    target: str | None = None
+    """For `link`: what the link led to."""
 
 
 @dataclass(frozen=True)
@@ -239,12 +249,14 @@ class RewindPlan:
         return lines + [f"  {note}" for note in self.notes]
 
 
-_VERB = {"restore": "restores", "create": "creates", "remove": "removes"}
-_DONE = {"restore": "restored", "create": "created", "remove": "removed"}
+_VERB = {"restore": "restores", "create": "creates", "remove": "removes", "link": "restores the link"}
+_DONE = {"restore": "restored", "create": "created", "remove": "removed", "link": "restored the link"}
 
 
 def _state(manifest: dict[str, Any], path: str) -> tuple[Any, ...] | None:
-    """How `path` stands in `manifest`: (digest, mode), ("big", size), or None (no such file)."""
+    """How `path` stands in `manifest`: (digest, mode), ("big", size), ("link", target), or None (no such file)."""
+    if (target := manifest.get("links", {}).get(path)) is not None:
+        return ("link", target)
     if (entry := manifest.get("files", {}).get(path)) is not None:
         return (entry[0], entry[1])
     if (size := manifest.get("big", {}).get(path)) is not None:
@@ -286,7 +298,8 @@ def plan_rewind(store: SessionStore, session_id: str, keep: int, now: Scan, root
                                                f"({now.manifest['over']}): rewind cannot tell what changed, so no "
                                                "file is restored"])
     changes = []
-    paths = set(then["files"]) | set(then["big"]) | set(now.manifest["files"]) | set(now.manifest["big"])
+    paths = set(then["files"]) | set(then["big"]) | set(then.get("links", {})) | set(now.manifest["files"]) \
+        | set(now.manifest["big"])  # a link made since is left as it is
     for path in sorted(paths):
         was, is_now = _state(then, path), _state(now.manifest, path)
         if was == is_now:
@@ -295,7 +308,9 @@ def plan_rewind(store: SessionStore, session_id: str, keep: int, now: Scan, root
             notes.append(f"not restored: {path} (over {MAX_FILE_BYTES // 1024} KiB, not snapshotted)")
             continue
         outside = _changed_outside(chain, now.manifest, path)
-        if was is None:
+        if was is not None and was[0] == "link":
+            changes.append(FileChange(path, "link", outside=outside, target=was[1]))
+        elif was is None:
             changes.append(FileChange(path, "remove", outside=outside))
         else:
             changes.append(FileChange(path, "create" if is_now is None else "restore", was[0], was[1], outside))
@@ -315,7 +330,16 @@ def apply_rewind(store: SessionStore, plan: RewindPlan, *, overwrite: bool = Fal
             continue
         file = plan.root / change.path
         try:
-            if not resolve_path(file.parent).is_relative_to(plan.root) or os.path.islink(file):
+            if change.action == "link" and resolve_path(file.parent).is_relative_to(plan.root) \
+                    and not (file.is_dir() and not file.is_symlink()):
+                assert change.target is not None
+                file.unlink(missing_ok=True)  # the file or link in its place: the link is what was there
+                file.parent.mkdir(parents=True, exist_ok=True)
+                os.symlink(change.target, file)
+                done.append(f"{_DONE[change.action]} {change.path}")
+                continue
+            if change.action == "link" or not resolve_path(file.parent).is_relative_to(plan.root) \
+                    or os.path.islink(file):
                 problems.append(f"not restored: {change.path} (it now leads outside the workspace or is a link)")
                 continue
             if change.action == "remove":

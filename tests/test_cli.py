@@ -128,8 +128,23 @@ def test_version():
     (["sessions", "nosuch"], "no such command 'nosuch' (see crow sessions --help)"),  # `crow nosuch`: a chat
     (["run", "--bogus", "hi"], "no such option: --bogus (see crow run --help)"),
     (["sessions", "show"], "missing argument 'session_id' (see crow sessions show --help)"),
+    # found trying issue 44: an argument is echoed with its controls escaped, U+202E too
+    (["run", "hi", "evil\x1b[2J\u202e"],
+     "got unexpected extra argument(s) (evil\\x1b[2J\\u202e) (see crow run --help)"),
 ])
 def test_usage_errors_are_one_crow_line_exit_2(args, line):
+    proc = crow(*args)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"crow: error: {line}\n")
+
+
+# found trying issue 44 as a Codex user: `crow fix the test` unquoted, or a mistyped command, got
+# "unexpected extra argument(s) (the test) (see crow chat --help)"
+@pytest.mark.parametrize(("args", "line"), [
+    (["fix", "the", "test"], 'a prompt of several words goes in quotes: crow "fix the test"'),
+    (["sesions", "list"], "no command 'sesions' (did you mean crow sessions?); a prompt of several words goes in "
+                          'quotes: crow "sesions list"'),
+])
+def test_words_after_a_first_word_that_is_no_command_say_how_to_quote_a_prompt(args, line):
     proc = crow(*args)
     assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"crow: error: {line}\n")
 
@@ -360,6 +375,20 @@ def test_without_a_model_a_custom_server_gets_the_first_of_its_models(tmp_path: 
     assert [line for line in result.stderr.splitlines() if "model" in line] == [
         "crow: model: test-model (the first of the server's /models; --model NAME or `model` in the config picks "
         "another)"]
+
+
+def test_a_continued_session_keeps_its_model_unless_model_is_given(tmp_path: Path) -> None:
+    # found trying issue 44: `--session ID` without --model took the server's first model, not the session's
+    with ReplayServer([{"sse": text_sse("One.")}, {"sse": text_sse("Two.")}, {"sse": text_sse("Three.")}],
+                      models=["alpha", "beta"]) as server:
+        base = ["run", "--base-url", server.base_url, "--api-key", "sk-test", "--no-tools"]
+        first = crow(*base, "--model", "beta", "hi", cwd=tmp_path, env={"CROW_MODEL": ""})
+        sid = crow("sessions", "list", cwd=tmp_path).stdout.splitlines()[1].split()[0]
+        again = crow(*base, "--session", sid, "again", cwd=tmp_path, env={"CROW_MODEL": ""})
+        named = crow(*base, "--continue", "--model", "alpha", "once more", cwd=tmp_path, env={"CROW_MODEL": ""})
+    assert (first.returncode, again.returncode, named.returncode) == (0, 0, 0), again.stderr
+    assert [r["model"] for r in server.requests] == ["beta", "beta", "alpha"]
+    assert "crow: model:" not in again.stderr and "was using" not in again.stderr
 
 
 def test_a_named_model_is_used_without_asking_the_server(tmp_path: Path) -> None:

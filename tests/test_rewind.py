@@ -166,6 +166,27 @@ def test_a_rewind_never_writes_through_a_link(store: SessionStore, tmp_path: Pat
     assert done == [] and "is a link" in problems[0] and outside.read_text() == "mine"
 
 
+def test_a_link_replaced_by_a_file_is_linked_again_not_removed(store: SessionStore, tmp_path: Path) -> None:
+    # found trying /rewind after `sed -i` on a symbolic link (issue 44): sed leaves a file in its place, which
+    # the rewind took for a file made since and removed, losing the link
+    root = _workspace(tmp_path, {"real.txt": "old\n"})
+    os.symlink("real.txt", root / "link.txt")
+    sid = store.create().id
+    scanner = Scanner(root)
+    _keep(store, sid, scanner, "before")
+    subprocess.run(["sed", "-i", "s/old/new/", "link.txt"], cwd=root, check=True)
+    os.symlink("real.txt", root / "made-link.txt")  # a link made since is left as it is
+    _keep(store, sid, scanner, "after")
+    assert not (root / "link.txt").is_symlink()
+    plan = plan_rewind(store, sid, 0, scanner.scan(), root)
+    assert [(c.path, c.action) for c in plan.changes] == [("link.txt", "link")]
+    done, problems = apply_rewind(store, plan)
+    assert (done, problems) == (["restored the link link.txt"], [])
+    assert os.readlink(root / "link.txt") == "real.txt" and (root / "real.txt").read_text() == "old\n"
+    assert (root / "made-link.txt").is_symlink()
+    assert plan_rewind(store, sid, 0, scanner.scan(), root).changes == []
+
+
 def test_an_unchanged_workspace_is_scanned_without_reading_a_file(tmp_path: Path) -> None:
     root = _workspace(tmp_path, {"a.txt": "a1", "b.txt": "b1"})
     scanner = Scanner(root)

@@ -15,6 +15,7 @@ from .options import (
     ask_trust,
     check_before_start,
     fail,
+    resumed_model,
     served_model,
     with_run_flags,
 )
@@ -52,10 +53,11 @@ def chat(
         settings = flags.settings(local_model)
         check_before_start(settings, yes=flags.yes, local=local or bool(local_model))
         ask_trust(settings)  # before anything of the project is read: its hooks, skills and agents go by it
-        if not (local or local_model):  # no model named for a server not OpenAI's: one it serves
-            settings = served_model(settings)
+        if not (local or local_model):  # the resumed session's model, else for a server not OpenAI's one it serves
+            settings = served_model(resumed_model(settings, flags.model, session_id if resume else None))
         options = ChatOptions(surface=flags.surface(), resume=(session_id or "") if resume else None,
-                              session=not no_session, system=flags.system, first=first)
+                              session=not no_session, system=flags.system, first=first,
+                              session_model=not flags.model)
         import asyncio  # not at import time: `crow tools` and `--help` do without it
 
         from ..local import local_session  # start, then stop, the local server

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
 import typer
 
 from ..errors import CrowError
-from ..text import strip_controls
+from ..text import public_url, strip_controls, visible
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -49,6 +49,7 @@ __all__ = [
     "check_tools_dirs",
     "examples",
     "fail",
+    "resumed_model",
     "served_model",
     "surface_options",
     "with_run_flags",
@@ -304,6 +305,35 @@ def ask_trust(settings: Settings) -> None:
     trust_question(resolve_workspace(settings.workspace))
 
 
+def resumed_model(settings: Settings, model_flag: str | None, session_id: str | None, *,
+                  latest: bool = False) -> Settings:
+    """`settings` with the model the continued session last used (the session `session_id`, or with `latest` this
+    folder's most recent) when `--model` was not given (`model_flag` None) and the session was on the same server:
+    a continued session keeps its model over the config's and over `served_model`'s pick. No such session, or a
+    store that cannot be read, leave `settings` as they are (opening the session says why later)."""
+    import os
+    from dataclasses import replace
+
+    from ..errors import SessionError
+    from ..sessions import SessionStore
+
+    if model_flag or not (session_id or latest):
+        return settings
+    try:
+        store = SessionStore()
+    except SessionError:
+        return settings
+    try:
+        info = store.get(session_id) if session_id else store.latest(cwd=os.getcwd())
+    except SessionError:
+        return settings
+    finally:
+        store.close()
+    if info is None or not info.model or (info.base_url and info.base_url != public_url(settings.base_url)):
+        return settings
+    return replace(settings, model=info.model, model_named=True)
+
+
 def served_model(settings: Settings) -> Settings:
     """`settings` with a model the server serves when none was named (`Settings.model_named`) and the server is
     not OpenAI's: the first of its `GET /models` list, said in one line on stderr. OpenAI's API, a named
@@ -326,6 +356,6 @@ def served_model(settings: Settings) -> Settings:
         print(f"crow: warning: no model named and the server lists none; trying {settings.model} "
               "(--model NAME picks one)", file=sys.stderr)
         return settings
-    print(strip_controls(f"crow: model: {found[0].id} (the first of the server's /models; --model NAME or "
+    print(visible(f"crow: model: {strip_controls(found[0].id)} (the first of the server's /models; --model NAME or "
                          "`model` in the config picks another)"), file=sys.stderr)
     return replace(settings, model=found[0].id, model_named=True)

@@ -21,6 +21,7 @@ from .options import (
     ask_trust,
     check_before_start,
     fail,
+    resumed_model,
     served_model,
     with_run_flags,
 )
@@ -235,8 +236,8 @@ def run(
             prepare_record_dir(record)
         check_before_start(settings, yes=flags.yes, local=local or bool(local_model))
         ask_trust(settings)  # before anything of the project is read: its hooks, skills and agents go by it
-        if not (local or local_model):  # no model named for a server not OpenAI's: one it serves
-            settings = served_model(settings)
+        if not (local or local_model):  # the continued session's model, else for a server not OpenAI's one it serves
+            settings = served_model(resumed_model(settings, flags.model, session, latest=continue_last))
         if from_file:
             text = _prompt_file_text(settings, prompt_name, prompt_file, text)
         options = RunOptions(prompt=text, title=typed, surface=flags.surface(record), json=json_events, quiet=quiet,

@@ -44,6 +44,11 @@ def _for_terminal(text: str, fmt: str = "md") -> str:
     return strip_controls(text)
 
 
+def _one_line(text: str) -> str:
+    """`text` on one row of a table on a terminal: `text.visible`, a newline or tab as `\\n`, `\\t`."""
+    return visible(text).replace("\n", "\\n").replace("\t", "\\t")
+
+
 def _store() -> SessionStore:
     from ..sessions import SessionStore
 
@@ -79,9 +84,9 @@ def list_sessions(
     shown = found[:limit] if limit else found
     tty = sys.stdout.isatty()
     rows = [(s.id, time.strftime("%Y-%m-%d %H:%M", time.localtime(s.updated_at)),
-             f"{s.messages} message" + ("" if s.messages == 1 else "s"), s.model,
-             visible(short_folder(s.cwd)) if tty else short_folder(s.cwd),  # U+202E reorders a line
-             (visible(s.title) if tty else s.title) or "(untitled)")
+             f"{s.messages} message" + ("" if s.messages == 1 else "s"), _one_line(s.model) if tty else s.model,
+             _one_line(short_folder(s.cwd)) if tty else short_folder(s.cwd),  # U+202E reorders a line
+             (_one_line(s.title) if tty else s.title) or "(untitled)")
             for s in shown]
     header = ("ID", "UPDATED", "MESSAGES", "MODEL", "FOLDER", "TITLE")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(5)]

@@ -93,3 +93,28 @@ def test_list_here_shows_only_this_folders_sessions(tmp_path: Path, monkeypatch:
     rows, err = _listed(capsys, "--here")
     assert rows == [] and err == "no sessions in this folder (crow sessions list shows every session)\n"
     assert len(_listed(capsys)[0]) == 1 + 3  # without --here: every folder's
+
+
+def test_list_on_a_terminal_shows_a_served_model_name_without_its_controls(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # found trying issue 44: a model name the server served (picked with /model) reached the terminal with ESC
+    import sys
+
+    with SessionStore() as store:
+        sid = store.create(model="be\x1b[31mta\x07\u202e", cwd="/srv/x").id
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    rows, _ = _listed(capsys)
+    assert rows[1].split()[5] == "be\\u001b[31mta\\u0007\\u202e" and rows[1].startswith(sid)
+    assert rows[0].index("FOLDER") == rows[1].index("/srv/x")  # the column is as wide as what is shown
+
+
+def test_list_on_a_terminal_keeps_a_folder_with_a_newline_on_its_row(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # found trying issue 44's FOLDER column with odd folder names: a newline in one split its row in two
+    import sys
+
+    with SessionStore() as store:
+        sid = store.create(model="m", cwd="/srv/a\nb\tc").id
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    rows, _ = _listed(capsys)
+    assert len(rows) == 2 and rows[1].startswith(sid) and "/srv/a\\nb\\tc" in rows[1]

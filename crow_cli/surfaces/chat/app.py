@@ -45,7 +45,7 @@ from ...modes import APPROVAL_MODES, SENTENCES, ApprovalMode, is_mode_note, next
 from ...prompt_files import ARGUMENTS, PromptFile, PromptFolders, expand, read_prompt, summary
 from ...rewind import Scanner
 from ...sessions import SessionStore
-from ...text import clean_text, public_url, strip_controls
+from ...text import clean_text, public_url, strip_controls, visible
 from ...todos import latest_todos
 from ...tools.approval import Answer, PlanAnswer, Question
 from ...tools.mcp import end_task
@@ -66,7 +66,7 @@ from ..shown import todo_lines
 from ..usage import TokenUse, footer
 from .commands import COMMANDS, ChatExit
 from .complete import chat_completer
-from .pick import model_options, session_options
+from .pick import MAX_MODELS, model_options, session_options, shown
 from .sink import ChatSink
 from .status import StatusInfo, StatusLine, status_setting
 from .terminal import input_history, key_bindings, no_echo, read_piped_line
@@ -95,6 +95,9 @@ class ChatOptions:
     """The `--system` flag (None: not given): a resumed session whose system prompt it would change is refused."""
     first: str | None = None
     """Sent as the first message, as if typed at the prompt (`crow chat "PROMPT"`, `crow "PROMPT"`)."""
+    session_model: bool = False
+    """A resumed session continues with the model it last used when it ran on the same server (`--model` not
+    given); False: with the settings' model."""
 
 
 class ChatApp:
@@ -182,6 +185,8 @@ class ChatApp:
             session_id = self.options.resume or await self.pick_session()
             if session_id is None:
                 return False
+            if self.options.session_model:
+                await self._take_session_model(session_id)
             self.open(session_id or None, latest=not session_id, system=self.options.system)
         else:
             self.fresh()
@@ -216,6 +221,21 @@ class ChatApp:
         said = asyncio.ensure_future(self._show_above_prompt([(f"crow: warning: {strip_controls(line)}", "yellow")]))
         self._warnings.add(said)
         said.add_done_callback(self._warnings.discard)
+
+    async def _take_session_model(self, session_id: str) -> None:
+        """Switch to the model the session `session_id` (`""`: this folder's latest) last used, when it ran on
+        this server and is not the model in use, said in one line; a session not found is left to `open`."""
+        try:
+            info = self.store.get(session_id) if session_id else self.store.latest(cwd=os.getcwd())
+        except SessionError:
+            return
+        if (info is None or not info.model or info.model == self.settings.model or self.runtime is None
+                or (info.base_url and info.base_url != public_url(self.settings.base_url))):
+            return
+        await self.runtime.switch_model(info.model)
+        self.settings = self.runtime.settings
+        self.view.line(f"model: {shown(info.model)}, the one this session used (--model NAME picks another)",
+                       "dim")
 
     def _hook_said(self, event: Event) -> None:
         """What a hook run reports: its warnings are shown (the `hook` events are for --json)."""
@@ -258,10 +278,12 @@ class ChatApp:
         self.usage, self.last_usage = self.token_use(), self.token_use()
         self.new_compactor(recorder.checkpoint)
         info = recorder.info
-        self.view.line(f"resumed session {info.id} “{strip_controls(info.title)}” ({len(history)} messages)", "bold")
+        title = visible(strip_controls(info.title))  # U+202E would reorder the line
+        count = f"{len(history)} message" + ("" if len(history) == 1 else "s")
+        self.view.line(f"resumed session {info.id} “{title}” ({count})", "bold")
         if recorder.previous_model:
-            self.view.line(f"this session was using {strip_controls(recorder.previous_model)}; continuing with "
-                           f"{strip_controls(self.settings.model)}", "yellow")
+            self.view.line(f"this session was using {shown(recorder.previous_model)}; continuing with "
+                           f"{shown(self.settings.model)}", "yellow")
         self._show_last_exchange()
         if (todos := latest_todos(self.history)) is not None:  # the model's todo list, as it last wrote it
             self.view.line("todo list:", "bold")
@@ -354,7 +376,7 @@ class ChatApp:
         runtime = Runtime(self.settings, self.options.surface, warn=early.append)
         if not runtime.mcp_server_names:  # every tool is known: a rule naming none is refused before the banner
             runtime.check_rules()
-        self.view.line(f"crow chat · {strip_controls(self.settings.model)} · /help for commands · Ctrl-D to quit",
+        self.view.line(f"crow chat · {shown(self.settings.model)} · /help for commands · Ctrl-D to quit",
                        "dim")
         for line in early:
             self.view.line(f"crow: warning: {strip_controls(line)}", "yellow")
@@ -887,7 +909,7 @@ class ChatApp:
         the person leaves the list (Ctrl-C), the list cannot be read, or there is no terminal to pick on (piped
         input: the models are listed)."""
         current = self.settings.model
-        self.view.line(f"model: {strip_controls(current)} at {public_url(self.settings.base_url)}")
+        self.view.line(f"model: {shown(current)} at {public_url(self.settings.base_url)}")
         served = await self.served_models(say=True)
         if served is None:
             return None
@@ -903,6 +925,9 @@ class ChatApp:
         from prompt_toolkit.application import create_app_session
         from prompt_toolkit.shortcuts.choice_input import ChoiceInput
 
+        options = model_options(served, current, MAX_MODELS)
+        if (more := len(set(served)) - len(options)) > 0:
+            self.view.line(f"the server lists {more} more models than shown here; /model NAME switches to any", "dim")
         picker = ChoiceInput(message="Switch to which model? (Enter picks, Ctrl-C leaves)", options=options,
                              default=current if current in served else None)
         try:
@@ -917,10 +942,15 @@ class ChatApp:
         most recent of them chosen; not the session the chat is in); None when they leave it (Ctrl-C) or the chat's
         session is the only one. `""` when there is nothing to pick on (piped input) or from (no session is
         stored): the caller continues this folder's most recent session, as `--resume` without an id did before
-        the list (and says when there is none)."""
-        if self._piped():
-            return ""
+        the list (and says when there is none); piped in a chat's session, this folder's most recent other one."""
         current = self.recorder.session_id if self.recorder is not None else None
+        if self._piped():
+            if current is None:
+                return ""
+            other = next((s.id for s in self.store.recent(2, cwd=os.getcwd()) if s.id != current), None)
+            if other is None:
+                self.view.line("no other session of this folder to continue (/resume ID continues any)", "yellow")
+            return other
         options = session_options(self.store, os.getcwd(), leave_out=current)
         if not options and current is not None:  # /resume in the only session stored
             self.view.line("no other session to continue", "yellow")
@@ -975,7 +1005,7 @@ class ChatApp:
 
     def _footer(self) -> str:
         sid = self.recorder.session_id if self.recorder else None
-        return footer(self.last_usage, self.usage, strip_controls(self.settings.model), sid)  # a served name
+        return footer(self.last_usage, self.usage, shown(self.settings.model), sid)  # a served name
 
     def token_use(self) -> TokenUse:
         """An empty count, priced with the current model's `[prices]` (if the config gives them)."""

@@ -23,7 +23,7 @@ from ...history import Message, content_text, is_prompt
 from ...modes import APPROVAL_MODES, ApprovalMode
 from ...rewind import BOUNDS_NOTE, Scanner, apply_rewind, plan_rewind
 from ...sessions import SessionInfo, SessionStore
-from ...text import public_url, strip_controls
+from ...text import public_url, strip_controls, visible
 from ...tools.registry import ToolRegistry
 from ...undo import apply_undo, plan_undo
 from ..options import SurfaceOptions
@@ -32,6 +32,7 @@ from ..render import TurnView
 from ..runtime import Runtime
 from ..shell_escape import NOTE_HEAD, is_shell_note
 from ..usage import TokenUse
+from .pick import shown
 from .processes import ps
 from .sink import ChatSink
 
@@ -164,7 +165,7 @@ async def _model(app: App, arg: str) -> None:
             return
         arg = picked
     elif (served := await app.served_models()) is not None and arg not in served:
-        app.view.line(f"crow: warning: the server does not list {strip_controls(arg)!r}; switching anyway (/model "
+        app.view.line(f"crow: warning: the server does not list {shown(arg)!r}; switching anyway (/model "
                       "lists its models)", "yellow")
     if app.runtime is not None:
         await app.runtime.switch_model(arg)  # its client and compactor follow
@@ -173,7 +174,7 @@ async def _model(app: App, arg: str) -> None:
         app.settings = replace(app.settings, model=arg)
     if app.recorder is not None:
         app.recorder.set_model(app.settings)
-    app.view.line(f"model: {strip_controls(arg)}")
+    app.view.line(f"model: {shown(arg)}")
 
 
 async def _tools(app: App, arg: str) -> None:
@@ -199,7 +200,8 @@ async def _sessions(app: App, arg: str) -> None:
     for s in found:
         mark = "*" if s.id == current else " "
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.updated_at))
-        app.view.line(f"{mark} {s.id}  {when}  {s.messages:>3} msgs  {strip_controls(s.title) or '(untitled)'}")
+        title = visible(strip_controls(s.title)) or "(untitled)"
+        app.view.line(f"{mark} {s.id}  {when}  {s.messages:>3} msgs  {title}")
 
 
 async def _resume(app: App, arg: str) -> None:
@@ -345,9 +347,9 @@ def _put_note_back(app: App, note: Message) -> None:
         app.recorder.sync(app.history)
 
 
-REWIND_MODES = (("both", "code and conversation: the files and the conversation as they were before it"),
+REWIND_MODES = (("both", "code and conversation, as they were before it"),
                 ("conversation", "conversation only: the files stay as they are"),
-                ("code", "code only: the files as they were before it; the conversation stays"))
+                ("code", "code only: the files; the conversation stays"))
 """What /rewind puts back, as Claude Code's three choices (the value, the picker's line)."""
 _REWIND_USAGE = "usage: /rewind [N] [both|conversation|code]  (N: a prompt of the list /rewind shows)"
 
@@ -380,12 +382,12 @@ async def _rewind(app: App, arg: str) -> None:
     if words:
         at = prompts[int(words[0]) - 1][0]
     else:
-        options = [(str(i), strip_controls(f"{n}. {text[:70]}")) for n, (i, text) in enumerate(prompts, 1)]
+        options = [(str(i), strip_controls(text[:70])) for i, text in prompts]  # the picker numbers them
         picked = await app.pick("Rewind to before which prompt? (Enter picks, Ctrl-C leaves)", options,
                                 default=options[-1][0])
         if picked is None:
-            for _, line in options:
-                app.view.line(line)
+            for n, (_, line) in enumerate(options, 1):
+                app.view.line(f"{n}. {line}")
             app.view.line(_REWIND_USAGE, "dim")
             return
         at = int(picked)
@@ -400,7 +402,8 @@ async def _rewind(app: App, arg: str) -> None:
         await _rewind_code(app, at, record=mode == "code")
     if mode in ("both", "conversation"):
         _cut(app, at)
-        app.view.line(f"the conversation is as it was before that prompt ({len(app.history)} messages)")
+        count = len(app.history)
+        app.view.line(f"the conversation is as it was before that prompt ({count} message{'' if count == 1 else 's'})")
     app.view.line("rewound", "bold")
 
 

@@ -10,12 +10,15 @@ from collections.abc import Iterable
 from ...sessions import SessionStore, short_folder
 from ...text import strip_controls, visible
 
-__all__ = ["MAX_OTHER_SESSIONS", "MAX_SESSIONS_HERE", "age", "model_options", "session_options"]
+__all__ = ["MAX_MODELS", "MAX_OTHER_SESSIONS", "MAX_SESSIONS_HERE", "age", "model_options", "session_options", "shown"]
 
 MAX_SESSIONS_HERE = 15
 """The picker offers this folder's most recent sessions, up to this many, first."""
 MAX_OTHER_SESSIONS = 10
 """Then other folders' most recent sessions, up to this many."""
+MAX_MODELS = 200
+"""`/model` offers the server's first models, up to this many: a list of thousands redraws slowly at each key
+(`/model NAME` switches to any)."""
 
 
 def age(seconds: float) -> str:
@@ -49,20 +52,24 @@ def session_options(store: SessionStore, here: str, *, leave_out: str | None = N
               if s.cwd != here and s.id != leave_out][:MAX_OTHER_SESSIONS]
     found = [*mine, *others]
     cells = [(_when(s.updated_at, now), f"{s.messages} message" + ("" if s.messages == 1 else "s"),
-              _shown(s.title) or "(untitled)", _shown(short_folder(s.cwd))) for s in found]
+              shown(s.title) or "(untitled)", shown(short_folder(s.cwd))) for s in found]
     widths = [max((len(row[i]) for row in cells), default=0) for i in range(3)]
     return [(s.id, f"{when:<{widths[0]}}  {count:>{widths[1]}}  {title:<{widths[2]}}  {folder}")
             for s, (when, count, title, folder) in zip(found, cells, strict=True)]
 
 
-def model_options(models: Iterable[str], current: str) -> list[tuple[str, str]]:
-    """The server's models to pick from, `(id, label)` each in the server's order; the model in use is marked
-    `(in use)`. Labels without control characters (a name is the server's text)."""
-    return [(name, _shown(name) + ("  (in use)" if name == current else "")) for name in models]
+def model_options(models: Iterable[str], current: str, limit: int | None = None) -> list[tuple[str, str]]:
+    """The server's models to pick from, `(id, label)` each in the server's order, the first `limit` of them
+    (None: all; the model in use is offered first when it comes later); the model in use is marked `(in use)`.
+    Labels without control characters (a name is the server's text)."""
+    names = list(dict.fromkeys(models))
+    if limit is not None and len(names) > limit:
+        names = names[:limit] if current not in names[limit:] else [current, *names[:limit - 1]]
+    return [(name, shown(name) + ("  (in use)" if name == current else "")) for name in names]
 
 
-def _shown(text: str) -> str:
-    """Outside text on one line, as a terminal may show it: no controls, bidi or zero-width characters
-    as `\\uXXXX`."""
+def shown(text: str) -> str:
+    """Outside text (a stored title, a served model name) on one line, as a terminal may show it: no controls,
+    bidi or zero-width characters as `\\uXXXX`."""
     return visible(strip_controls(" ".join(text.split())))
 

@@ -57,6 +57,17 @@ async def test_resume_continues_a_stored_session(store: SessionStore) -> None:
     assert len(store.messages(old.id)) == 4
 
 
+async def test_resume_and_sessions_show_a_stored_title_without_bidi_or_controls(store: SessionStore) -> None:
+    # found trying issue 44: U+202E in a title reached the terminal in the "resumed session" line and /sessions
+    old = store.create(model="test-model", cwd="/tmp")
+    store.append(old.id, {"role": "user", "content": "fix \u202e\x1b[2Jit"})
+    store.append(old.id, {"role": "assistant", "content": "Fixed."})
+    output, _, _ = await chat([], f"/resume {old.id}\r/sessions\r/exit\r", store)
+    assert "\x1b[2J" not in output
+    assert f"resumed session {old.id} “fix \\u202e[2Jit”" in output
+    assert "msgs  fix \\u202e[2Jit" in output
+
+
 async def test_fork_goes_on_in_a_copy_and_the_original_keeps_its_messages(store: SessionStore) -> None:
     script = [{"sse": text_stream("Noted: ZEBRA-42.")}, {"sse": text_stream("It was ZEBRA-42.")}]
     output, server, app = await chat(script, "remember ZEBRA-42\r/fork\rwhat was it?\r/exit\r", store)
@@ -613,6 +624,48 @@ def test_rewind_restores_what_a_command_changed_and_a_conversation_rewind_leaves
         (info,) = store.recent()
         assert [m["content"] for m in store.messages(info.id) if m["role"] == "user"] == ["fix a.txt"]
         assert info.title == "fix a.txt"
+
+
+def test_rewind_numbers_each_prompt_once_in_the_list_and_after_ctrl_c(tmp_path: Path) -> None:
+    # found trying issue 44: the picker showed "1. 1. fix a.txt" (the picker's number and the label's)
+    with ReplayServer([{"sse": text_stream("done")}]) as server:
+        args = ["--base-url", server.base_url, "--api-key", "sk-test", "--model", "test-model", "--no-tools"]
+        with ChatTerminal(args, cwd=tmp_path) as term:
+            term.expect("›")
+            term.send("fix a.txt\r")
+            term.expect("done")
+            term.expect("›")
+            term.send("/rewind\r")
+            term.expect("Rewind to before which prompt?")
+            term.expect("1. fix a.txt")
+            listed = term.screen()
+            term.send("\x03")  # leaves the list: the prompts are listed with the numbers /rewind N takes
+            term.expect("usage: /rewind [N]")
+            after = term.screen()
+            term.send("\x04")
+            assert term.wait() == 0
+    assert "1. 1." not in listed
+    assert "\n1. fix a.txt" in after[after.rindex("Rewind to before"):]
+
+
+async def test_rewind_and_resume_count_one_message_in_the_singular(store: SessionStore) -> None:
+    # found trying /rewind in tmux (issue 44): "the conversation is as it was before that prompt (1 messages)"
+    settings = Settings(model="test-model", api_key="sk-test", system="be brief",
+                        sandbox=os.environ.get("CROW_SANDBOX", "workspace-write"))  # type: ignore[arg-type]
+    output, _, app = await chat([{"sse": text_stream("Hi.")}], "hello\r/rewind 1 conversation\r/exit\r", store,
+                                settings=settings)
+    assert "before that prompt (1 message)" in output
+    assert app.recorder is not None and app.recorder.session_id is not None
+    output, _, _ = await chat([], f"/resume {app.recorder.session_id}\r/exit\r", store)
+    assert "” (1 message)" in output
+
+
+def test_rewind_choices_fit_a_60_column_terminal() -> None:
+    # found trying /rewind in tmux at 60 columns (issue 44): the picker cut "the files and the conversat"
+    from crow_cli.surfaces.chat.commands import REWIND_MODES
+
+    row = "   >  1. "  # prompt-toolkit's ChoiceInput before each label
+    assert all(len(row + label) <= 60 for _, label in REWIND_MODES), REWIND_MODES
 
 
 async def test_rewind_of_both_to_the_first_prompt_clears_the_title(store: SessionStore, tmp_path: Path,

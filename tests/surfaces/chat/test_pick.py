@@ -73,6 +73,29 @@ def test_resume_without_an_id_lists_this_folders_sessions_first_and_continues_th
     assert [m["content"] for m in second["messages"]] == ["tune\x07 the cache", "Cache tuned.", "and now?"]
 
 
+def test_a_picked_session_continues_with_its_model_unless_model_is_given(tmp_path: Path) -> None:
+    # found trying issue 44: without --model the picked session went on with the server's first model
+    with SessionStore() as store:
+        sid = _stored(store, tmp_path.resolve(), "fix the parser", "Parser fixed.")
+        store.set_model(sid, "gamma", "")
+    args = ["--base-url", "", "--api-key", "sk-test", "--no-tools", "--resume"]
+    with ReplayServer([{"sse": text_stream("Still fixed.")}, {"sse": text_stream("Named.")}],
+                      models=["alpha", "gamma"]) as server:
+        args[1] = server.base_url
+        for extra, prompt in (([], "again?"), (["--model", "alpha"], "and now?")):
+            with ChatTerminal([*args, *extra], cwd=tmp_path, env={"CROW_MODEL": ""}) as term:
+                term.expect("Resume which session?")
+                term.send("\r")
+                term.expect(f"resumed session {sid}")
+                term.expect("›")
+                term.send(f"{prompt}\r")
+                term.expect("Still fixed." if not extra else "Named.")
+                term.expect("›")
+                term.send("\x04")
+                assert term.wait() == 0
+    assert [r["model"] for r in server.requests] == ["gamma", "alpha"]
+
+
 def test_ctrl_c_at_the_list_of_sessions_starts_nothing(tmp_path: Path) -> None:
     with SessionStore() as store:
         _stored(store, tmp_path.resolve(), "fix the parser", "Parser fixed.")
@@ -103,6 +126,22 @@ def test_session_rows_put_this_folder_first_and_say_folder_age_count_and_title(t
 
 def test_model_rows_mark_the_model_in_use_and_show_no_control_characters() -> None:
     assert model_options(["a", "b\x1b]0;x\x07"], "a") == [("a", "a  (in use)"), ("b\x1b]0;x\x07", "b]0;x")]
+
+
+def test_model_rows_are_bounded_and_keep_the_model_in_use() -> None:
+    # found trying /model against a server listing 3000 models (issue 44): each key redrew the whole list slowly
+    served = [f"m{i}" for i in range(10)]
+    assert [name for name, _ in model_options(served, "m1", limit=3)] == ["m0", "m1", "m2"]
+    assert [name for name, _ in model_options(served, "m7", limit=3)] == ["m7", "m0", "m1"]
+    assert len(model_options(served, "x")) == 10
+
+
+async def test_a_model_name_reaches_the_terminal_with_bidi_characters_escaped(store: SessionStore) -> None:
+    # found trying /model with a served name holding U+202E (issue 44): "model: gamma‮" reordered the line
+    output, server, _ = await chat([{"sse": text_stream("Hi.")}], "/model gam\u202ema\rhello\r/exit\r", store)
+    assert server.requests[0]["model"] == "gam\u202ema"
+    assert "\u202e" not in output
+    assert "model: gam\\u202ema\n" in output and "· gam\\u202ema ·" in output  # the footer too
 
 
 def test_model_without_a_name_lists_the_servers_models_and_an_unlisted_name_is_warned_about(tmp_path: Path) -> None:
@@ -164,6 +203,18 @@ def test_piped_resume_continues_this_folders_latest_and_piped_model_lists_the_mo
     assert ran.stdout.count("the server's models (/model NAME switches to one):\n  test-model  (in use)\n"
                             "  big-model\n") == 2
     assert lists == 1  # asked once per chat
+
+
+def test_piped_resume_in_a_chat_continues_another_session_not_its_own(tmp_path: Path) -> None:
+    # found trying issue 44 with piped input: `/resume` reopened the session the chat was in (this folder's latest)
+    with SessionStore() as store:
+        older = _stored(store, tmp_path.resolve(), "fix the parser", "Parser fixed.")
+    with ReplayServer([{"sse": text_stream("Hi.")}, {"sse": text_stream("Hi again.")}]) as server:
+        ran = crow("chat", *_args(server.base_url), input="hello\n/resume\n/resume\n", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    with SessionStore() as store:
+        own = next(s.id for s in store.recent() if s.id != older)
+    assert ran.stdout.count(f"resumed session {older}") == 1 and ran.stdout.count(f"resumed session {own}") == 1
 
 
 async def test_resume_in_the_only_session_says_there_is_no_other(store: SessionStore) -> None:
