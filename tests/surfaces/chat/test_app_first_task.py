@@ -1,6 +1,7 @@
 """docs/first-task.md's transcript is what crow shows: a scripted chat on a small repository, on a pseudo-terminal
 against the replay server (the model reads a file, edits it, answers), from the first prompt to an approved diff,
-`!python -m pytest`, `/undo` and a resumed session.
+`!python -m pytest`, `/undo`, `/rewind` to before the first prompt (code and conversation, picked from its
+lists) and a resumed session.
 
 The page holds the transcript between `<!-- generated: first-task -->` and `<!-- end generated -->`; this test
 fails when it is stale. `UPDATE_DOCS=1 pytest tests/surfaces/chat/test_app_first_task.py` writes it (as
@@ -55,7 +56,9 @@ def transcript(tmp_path: Path) -> str:
             {"sse": tool_calls_sse(("call_2", "edit_file", {"path": "calc.py", "old_string": "return a - b",
                                                             "new_string": "return a + b"}))},
             {"sse": text_sse("Fixed: `add` subtracted; it now returns `a + b`.")}]
-    turns = [*task, *task]  # asked twice: once undone, once kept
+    question = [{"sse": tool_calls_sse(("call_3", "read_file", {"path": "calc.py"}))},
+                {"sse": text_sse("`add(a, b)` returns `a - b`: it subtracts, so `test_add` fails.")}]
+    turns = [*task, *task, *question]  # the fix asked twice (once undone, once kept), then a question
     args = ["--api-key", "sk-test", "--model", "qwen3"]
     # the pytest typed in the chat: no plugin of the outer run's (pytest-xdist makes pytest-benchmark warn)
     env = {"CROW_SANDBOX": "off", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
@@ -76,8 +79,17 @@ def transcript(tmp_path: Path) -> str:
         term.send("!python -m pytest -q\r")
         term.expect("(the command and its output")
         term.expect("›")
-        # /rewind goes here (another change adds it; docs/first-task.md marks its spot): send it and wait for
-        # its line before the chat is left
+        term.send("/rewind\r")
+        term.expect("Rewind to before which prompt?")
+        term.send("\r")
+        term.expect("Rewind what?")
+        term.send("\r")
+        term.expect("rewound")
+        term.expect("›")
+        assert (repo / "calc.py").read_text() == CALC  # what `!python -m pytest` ran is restored too
+        term.send("What does add in calc.py do?\r")
+        term.expect("it subtracts")
+        term.expect("›")
         term.send("\x04")
         term.expect("to continue this session: crow chat --resume ")
         assert term.wait() == 0
