@@ -85,7 +85,7 @@ class Redirected:
     location: str
 
 
-class Unresolved(ToolError):
+class _Unresolved(ToolError):
     """A host DNS has no answer for (now): an error of the fetch, not a refusal of the address."""
 
 
@@ -175,7 +175,7 @@ async def _addresses(host: str, port: int) -> list[str]:
     try:
         infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError) as exc:
-        raise Unresolved(f"cannot resolve the host {host!r}: {getattr(exc, 'strerror', None) or exc}") from None
+        raise _Unresolved(f"cannot resolve the host {host!r}: {getattr(exc, 'strerror', None) or exc}") from None
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
@@ -288,7 +288,7 @@ async def _follow(url: str, access: WebAccess, headers: dict[str, str] | None) -
             if next_host != first and not host_allowed(next_host, access.allow_hosts):
                 next_port = check_url(target)[2]
                 # a private target is refused, not offered; one DNS cannot resolve now is the model's new call's
-                with contextlib.suppress(Unresolved):
+                with contextlib.suppress(_Unresolved):
                     await _checked(next_host, next_port, access)
                 return Redirected(url, target)
             url = target

@@ -1239,7 +1239,11 @@ async def test_an_editors_cancel_stops_a_subagent_and_its_call_gets_one_result(w
         (run,) = store.subagent_runs(sid)
     assert [(m["role"], m.get("tool_call_id")) for m in messages[-2:]] == [("assistant", None), ("tool", "t1")]
     assert "cancelled" in messages[-1]["content"]
-    assert run.call_id == "t1" and run.messages[-1]["content"].startswith("Thinking")  # the child's partial answer
+    assert run.call_id == "t1"
+    # the child's partial answer is kept when it had arrived before the cancel (the held stream's first chunk may
+    # still be in flight when the editor cancels: then the child's history ends at its prompt)
+    last = run.messages[-1]
+    assert (last["role"], last["content"]) == ("user", "Take your time.") or last["content"].startswith("Thinking")
 
 
 # plan mode, mode notes and the todo list over ACP (issue 43 §1, §2)

@@ -863,17 +863,9 @@ class ChatApp:
         if self._piped():
             self.view.line(f"approval mode: {current}; /approval MODE switches to one of {', '.join(APPROVAL_MODES)}")
             return None
-        from prompt_toolkit.application import create_app_session
-        from prompt_toolkit.shortcuts.choice_input import ChoiceInput
-
-        picker = ChoiceInput(message="Approval mode (Enter picks, Ctrl-C leaves):", default=current,
-                             options=[(mode, f"{mode}: {SENTENCES[mode]}") for mode in APPROVAL_MODES])
-        try:
-            with create_app_session(input=self.pt_input, output=self.pt_output):
-                picked: ApprovalMode = await picker.prompt_async()
-        except (KeyboardInterrupt, EOFError):
-            return None
-        return picked
+        picked = await self.pick("Approval mode (Enter picks, Ctrl-C leaves):",
+                                 [(mode, f"{mode}: {SENTENCES[mode]}") for mode in APPROVAL_MODES], current)
+        return next((mode for mode in APPROVAL_MODES if mode == picked), None)
 
     async def served_models(self, *, say: bool = False) -> list[str] | None:
         """The models the server lists (`GET /models`, in its order), asked once per chat and server (a failed
