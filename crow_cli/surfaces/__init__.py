@@ -1,1 +1,2 @@
-"""Surfaces: the ways a person or a script drives the loop (run, chat, JSONL). Each only reads events."""
+"""Surfaces: the ways a person, a script, an editor or another agent drives the loop (run, chat, JSONL, ACP,
+MCP). Each only reads events."""

@@ -10,8 +10,8 @@
         await runtime.switch_model("other")      the client and compactor follow; never assigned by a surface
         runtime.use_session(recorder)            the compactor of another session
 
-`crow run`, `crow chat` and `crow acp` build their runs here; a surface only adds what it shows and
-how it asks (its sink and its approval question).
+`crow run`, `crow chat` and `crow acp` build their runs here, and `crow mcp` its calls' tool contexts; a surface
+only adds what it shows and how it asks (its sink and its approval question).
 """
 
 from __future__ import annotations
