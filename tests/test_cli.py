@@ -377,6 +377,17 @@ def test_without_a_model_a_custom_server_gets_the_first_of_its_models(tmp_path: 
         "another)"]
 
 
+@pytest.mark.parametrize("command", ["acp", "mcp"])
+def test_an_editor_or_agent_surface_without_a_model_takes_the_first_of_the_servers_models(
+        tmp_path: Path, command: str) -> None:
+    # `crow acp` and `crow mcp` pick the model as run and chat do: a custom server's own /models, not OpenAI's name
+    with ReplayServer([]) as server:
+        result = crow(command, "--base-url", server.base_url, "--api-key", "sk-test", cwd=tmp_path,
+                      env={"CROW_MODEL": ""}, input="")
+    assert result.returncode == 0, result.stderr
+    assert "crow: model: test-model (the first of the server's /models" in result.stderr
+
+
 def test_a_continued_session_keeps_its_model_unless_model_is_given(tmp_path: Path) -> None:
     # found trying issue 44: `--session ID` without --model took the server's first model, not the session's
     with ReplayServer([{"sse": text_sse("One.")}, {"sse": text_sse("Two.")}, {"sse": text_sse("Three.")}],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from ..errors import CrowError
-from .options import RunFlags, fail, with_run_flags
+from .options import RunFlags, fail, served_model, with_run_flags
 
 __all__ = ["acp"]
 
@@ -19,7 +19,7 @@ def acp(*, flags: RunFlags) -> None:
     from ..surfaces.acp import serve_acp
 
     try:
-        settings = flags.settings()
+        settings = served_model(flags.settings())  # a custom server's own model when none is named
         from ..surfaces.approve import approver_for
 
         # checked before stdin is looked at: bad options are the error said, not the pipes

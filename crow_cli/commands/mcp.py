@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from ..errors import CrowError
-from .options import RunFlags, check_before_start, fail, with_run_flags
+from .options import RunFlags, check_before_start, fail, served_model, with_run_flags
 
 __all__ = ["mcp"]
 
@@ -21,7 +21,7 @@ def mcp(*, flags: RunFlags) -> None:
     from ..surfaces.mcp_server import serve_mcp
 
     try:
-        settings = flags.settings()
+        settings = served_model(flags.settings())  # a custom server's own model when none is named
         check_before_start(settings, yes=flags.yes)
         options = flags.surface()
         import asyncio  # not at import time: `crow --version` does without it
