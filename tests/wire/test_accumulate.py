@@ -1087,7 +1087,7 @@ async def test_cli_warns_about_an_empty_answer(tmp_path):
 
 
 def test_an_empty_text_turn_is_stored_with_empty_content_not_null() -> None:
-    # Tester: an empty answer was stored and sent back as {"role": "assistant", "content": null}, which
+    # An empty answer is stored and sent back with content "", not null, which
     # servers reject (content is required without tool_calls) on every later turn of the session.
     from crow_cli.history import AssistantTurn, ToolCall, assistant_message
 
