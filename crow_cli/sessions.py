@@ -298,13 +298,6 @@ def _inline_image(part: Any) -> Image | None:
 class SessionStore:
     """Sessions and their messages in one SQLite file.
 
-    Args:
-        path: the database file (created 0600 with its missing folders 0700); default `default_db_path()`.
-
-    Raises:
-        SessionStoreDamaged: the file is not a SQLite database, or a damaged one (also from any later call).
-        SessionError: the file cannot be opened, or a migration fails.
-
     Its tables:
 
         sessions(id, title, created_at, updated_at, model, base_url, cwd, approval, sandbox)
@@ -337,6 +330,13 @@ class SessionStore:
     `lockfile.FileLock` in `sessions.db.locks/`, dropped by the kernel if the process dies) and keep it
     until `release` or `close`; a second process gets `SessionInUse`. Reading (`get`, `recent`,
     `messages`) never needs the lock. The folder crow creates is 0700, the database 0600 (`private`).
+
+    Args:
+        path: the database file (created 0600 with its missing folders 0700); default `default_db_path()`.
+
+    Raises:
+        SessionStoreDamaged: the file is not a SQLite database, or a damaged one (also from any later call).
+        SessionError: the file cannot be opened, or a migration fails.
     """
 
     def __init__(self, path: str | Path | None = None) -> None:

@@ -435,12 +435,6 @@ def decide(call: ToolCall, tool: Tool, policy: ApprovalPolicy, *, arguments: dic
     or "always"); an allow rule, the policy or "always" approves; otherwise the preview is made and the user
     asked, or, when nobody can answer (`can_ask` False), the call is refused.
 
-    Args:
-        arguments: the call's validated arguments (the orchestrator validates once); None: validated here.
-
-    Raises:
-        ToolError: the tool's pre-check found the call cannot work (its message answers the call).
-
     From the call, the policy, the rules, the earlier "always" answers and the run's sandbox, in this order:
 
     1. a **deny** rule that matches refuses it (whatever the policy, even `yolo`); what the configuration
@@ -458,6 +452,12 @@ def decide(call: ToolCall, tool: Tool, policy: ApprovalPolicy, *, arguments: dic
 
     A refused call is not run; the model gets a tool result saying why (the orchestrator makes it of the `Deny`
     returned, outcome `denied`); the text names policies and rules, never a command-line flag.
+
+    Args:
+        arguments: the call's validated arguments (the orchestrator validates once); None: validated here.
+
+    Raises:
+        ToolError: the tool's pre-check found the call cannot work (its message answers the call).
     """
     context = context if context is not None else current_context()
     arguments = arguments if arguments is not None else _arguments(call, tool)

@@ -98,17 +98,6 @@ def request_body(chat: Mapping[str, Any], history: list[Message], author: Mappin
                  ) -> dict[str, Any]:
     """The Responses body for the Chat Completions body `chat` (as `ChatClient.request_body` built it).
 
-    Args:
-        chat: `{"model", "messages", "stream", "tools"?, params…}`; `messages` as sent (one per history message).
-        history: the stored messages `chat["messages"]` were made from: the source of kept reasoning items.
-        author: who this client's turns are written by (`history.AUTHOR_KEY` form): reasoning items go back
-            only to it.
-
-    Returns:
-        `{"model", "input", "stream": true, "store": false, "include": [...], "instructions"?, "tools"?, …}`. With
-        `store: true` (from the params), and the last assistant message a response of `author`'s the server
-        stored: `previous_response_id` and the input items after that message only.
-
     Leading system messages become `instructions`, later ones developer messages; user and assistant text become
     message items; each assistant tool call becomes a `function_call` item whose `call_id` is the tool call's id
     unchanged, and each tool message a `function_call_output` item with the same `call_id`, in history order (one
@@ -119,6 +108,17 @@ def request_body(chat: Mapping[str, Any], history: list[Message], author: Mappin
     to that same author (base URL and model) only. With `store: true` in the params, a response's id is kept
     (`history.RESPONSE_ID_KEY`) and the next request to the same author sends `previous_response_id` and only the
     items after that response (the instructions again).
+
+    Args:
+        chat: `{"model", "messages", "stream", "tools"?, params…}`; `messages` as sent (one per history message).
+        history: the stored messages `chat["messages"]` were made from: the source of kept reasoning items.
+        author: who this client's turns are written by (`history.AUTHOR_KEY` form): reasoning items go back
+            only to it.
+
+    Returns:
+        `{"model", "input", "stream": true, "store": false, "include": [...], "instructions"?, "tools"?, …}`. With
+        `store: true` (from the params), and the last assistant message a response of `author`'s the server
+        stored: `previous_response_id` and the input items after that message only.
     """
     body: dict[str, Any] = {}
     for key, value in chat.items():

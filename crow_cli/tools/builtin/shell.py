@@ -251,11 +251,6 @@ async def run_shell(command: str, timeout_s: float | None = None, background: bo
     stdin is empty; processes it leaves behind are stopped when it exits. For a command that keeps running
     (a dev server, a watcher), set background: you get an id for shell_output and shell_kill.
 
-    Args:
-        command: run with /bin/sh -c (POSIX sh: no bash extensions; bash -c '...' for those).
-        timeout_s: seconds before it is killed (default 120, at most 600).
-        background: return at once, leaving it running.
-
     The command runs under `/bin/sh -c` with the workspace root as working directory, stdin from /dev/null
     and stdout+stderr merged into one pipe that this module reads itself. It gets its own session
     (`start_new_session`), so on timeout, on cancellation (Ctrl-C, the run's own timeout) and as soon as
@@ -287,6 +282,11 @@ async def run_shell(command: str, timeout_s: float | None = None, background: bo
     or times out raises `ToolFailed` with that same result text: the model reads it unchanged, and the call's
     outcome is `error`. Either way the person is shown the output and the exit code too (`history.ToolDisplay`,
     carried on the result).
+
+    Args:
+        command: run with /bin/sh -c (POSIX sh: no bash extensions; bash -c '...' for those).
+        timeout_s: seconds before it is killed (default 120, at most 600).
+        background: return at once, leaving it running.
     """
     if timeout_s is not None and not timeout_s > 0:  # NaN too
         raise ToolError(f"timeout_s must be more than 0 seconds (at most {MAX_TIMEOUT_S:g}); got {timeout_s}")
