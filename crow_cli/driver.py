@@ -4,19 +4,10 @@
                   │ signals / cancel() → cancellation          │ MessageAppended → recorder.sync
                   └────────────── RunFinished (status, exit code) ◄┘
 
-The driver adds what every surface needs and none should repeat: a signal (through the surface's
-`RunScope`, whose policies are here: `run_interrupts`, `chat_interrupts`, `editor_interrupts`) or
-`cancel()` cancels the loop, which closes its own history; each appended message is stored as it is
-appended; output that cannot be written stops the run (`output_lost`); the run ends with one
-`RunFinished` whose cause is typed (`status`, `signal`, `output_errno`) and whose `exit_code` is the
-process's (130 / 143 / 129 after a signal, 141 / 129 when the pipe or terminal went away).
-Surfaces are sinks: they show events and never repair, count or store the history, install a signal
-handler, take a cancellation back or read an errno. A surface enters its `RunScope` once around all it
-does (set-up, MCP servers starting, every run) and reads how a signal ended it from `RunScope.finished`:
-
-    with run_interrupts(grace) as scope:                 set-up, then driver.run(...) (interrupts=scope)
-        ...
-    scope.finished                                       RunFinished(signal=n, exit_code=128 + n), or None
+The driver adds what every surface needs and none should repeat (cancellation, storing, lost output, the exit
+code: `Driver` tells each); the signal policies are here too (`RunScope`). Surfaces are sinks: they show
+events and never repair, count or store the history, install a signal handler, take a cancellation back or
+read an errno.
 """
 
 from __future__ import annotations
@@ -60,6 +51,13 @@ class RunScope(Interrupts):
     way out. A signal while a run lasts stops that run (`RunFinished.signal`); an `end` signal with
     nothing to stop cancels the surface's task, and leaving the scope takes that cancellation back, so
     the code after the `with` block runs and reads `finished`. Any other cancellation passes through.
+
+    A surface enters its `RunScope` once around all it does (set-up, MCP servers starting, every run) and reads
+    how a signal ended it from `RunScope.finished`:
+
+        with run_interrupts(grace) as scope:                 set-up, then driver.run(...) (interrupts=scope)
+            ...
+        scope.finished                                       RunFinished(signal=n, exit_code=128 + n), or None
     """
 
     _entered: asyncio.Task[Any] | None = None
@@ -136,6 +134,12 @@ class Recorder(Protocol):
 
 class Driver:
     """Runs `react` for a surface; one run at a time.
+
+    A signal (through the surface's `RunScope`) or `cancel()` cancels the loop, which closes its own history;
+    each appended message is stored as it is appended; output that cannot be written stops the run
+    (`output_lost`); the run ends with one `RunFinished` whose cause is typed (`status`, `signal`,
+    `output_errno`) and whose `exit_code` is the process's (130 / 143 / 129 after a signal, 141 / 129 when the
+    pipe or terminal went away).
 
     Args:
         client: streams the model's turns.

@@ -14,18 +14,15 @@
     │  └─ ImagesRefused    the model takes no images: refused image parts, or known text-only (`crow_cli.wire.vision`)
     ├─ MaxTurnsExceeded    the loop hit --max-turns (exit 1)
     ├─ ToolError           raised by tools; dispatch turns it into a tool result
-    │  └─ ToolDenied  OutsideWorkspace  ToolFailed (.output: it ran and failed, e.g. exit code 3)
+    │  └─ ToolDenied  OutsideWorkspace  ToolFailed (.output: it ran and failed, e.g. exit code 3)  Unresolved
     ├─ SessionError        the session store could not be read or written
     │  ├─ SessionInUse         another crow process has the session open (`crow_cli.sessions`)
     │  ├─ SessionStoreDamaged  sessions.db is not a usable database (`crow_cli.sessions`)
     │  └─ SessionDamaged       a stored session's rows are not valid messages (`crow_cli.sessions`)
     └─ LocalError          `--local`: the llama.cpp server could not be prepared or started (`crow_cli.local`)
 
-The ones naming a module live beside what raises them (the store, the local server, the body reader)
-and are `CrowError`s all the same: `cli.py` prints any of them as one line and exits with its `exit_code`.
-`tests/test_errors.py` fails when a public `CrowError` is missing from this tree.
-
-Foreign exceptions (openai, httpx) are mapped once, in `crow_cli.wire.client`.
+Those naming a module live beside what raises them; `cli.py` prints any `CrowError` as one line and exits
+with its `exit_code`. Foreign exceptions (openai, httpx) are mapped once, in `crow_cli.wire.client`.
 """
 
 from __future__ import annotations

@@ -6,16 +6,10 @@ what is sent:
     [system?, user, assistant(tool_calls), tool × N (call order), user(tool images)?, assistant, user, …]
 
 Chat Completions tool messages carry text only: the images a turn's tools returned follow all N tool
-messages in one user message (`images.tool_images_message`; `is_prompt` tells it from a prompt).
-
-Tool-call ids are carried exactly as the model sent them (`""` when it sent none): see
-`../shared/reference/streaming-tool-calls.md` §0 and §3.
-
-The `TypedDict`s name the keys crow reads and writes (OpenAI Chat Completions, `messages[]`). Servers
-attach more under their own names (`reasoning_content`, `reasoning`, `reasoning_details` on assistant
-messages, `extra_content` on a tool call …) and get them back unchanged, so a message may hold keys its
-type does not list. They are reached through one door, `as_json`, and nowhere else (PEP 728's
-`extra_items=Any` would say so in the types; mypy does not support it yet).
+messages in one user message (`images.tool_images_message`; `is_prompt` tells it from a prompt). Tool-call ids
+are carried exactly as the model sent them (`""` when it sent none): see
+`../shared/reference/streaming-tool-calls.md` §0 and §3. Keys servers attach beyond the types are kept and
+reached through `as_json` alone.
 """
 
 from __future__ import annotations
@@ -124,6 +118,12 @@ def as_json(item: Message | WireToolCall | FunctionCall) -> dict[str, Any]:
     its type (`reasoning_content`, `extra_content` …) and to handle messages key by key (`wire.outgoing`).
 
     A change made through it is a change of `item`; the typed keys keep their types only if it keeps them.
+
+    The `TypedDict`s name the keys crow reads and writes (OpenAI Chat Completions, `messages[]`). Servers
+    attach more under their own names (`reasoning_content`, `reasoning`, `reasoning_details` on assistant
+    messages, `extra_content` on a tool call …) and get them back unchanged, so a message may hold keys its
+    type does not list; this is the one door to them (PEP 728's `extra_items=Any` would say so in the types;
+    mypy does not support it yet).
     """
     return cast(dict[str, Any], item)
 

@@ -4,21 +4,10 @@
                     │
                     └─► tool calls ──► dispatch (concurrent) ──► tool results ──► next turn
 
-The loop appends to the caller's history list in place and reports everything as typed events;
-its last event is always `RunFinished`. Each tool result is appended (`MessageAppended`) as soon as
-every call before it has one, so a driver that stores appended messages keeps finished results. When
-the turn's tools returned images, one user message holding them follows the last tool message (tool
-messages carry text only); `LoopSettings.images` False (a model known text-only) leaves it out.
-A turn whose stream breaks or goes idle mid-way is asked for once more from the same history (no
-tool of it has run yet). Before each request, a change of the approval mode since the model was last
-told is noted in the history (`Approvals.mode_note`); a plan `exit_plan_mode` handed over with nobody
-to review it ends the run as its answer (`PlanReady`, then `RunFinished`).
-
-The loop owns its history to the end. Cancelled, it closes the history (`_Closing`): finished calls
-keep their results, every other call of the turn gets a "cancelled by the user" result, a call that
-never finished streaming is dropped, a partial answer is kept with a note (the message the task was
-cancelled with, `Task.cancel(msg)`, or "interrupted by the user"); it yields those results and appended
-messages and a `RunFinished("cancelled")`, then re-raises the `CancelledError`.
+The loop appends to the caller's history list in place and reports everything as typed events; its last
+event is always `RunFinished`. It owns its history to the end: stopped at any point, it leaves the history
+valid (every call answered) before it re-raises, so no surface has bookkeeping of its own. `react` tells the
+turns, images, retries and mode notes; `_Closing` how a cancelled run closes its history.
 """
 
 from __future__ import annotations
@@ -115,6 +104,14 @@ async def react(
     compactor: Compactor | None = None,
 ) -> AsyncGenerator[Event, None]:
     """Run turns until the model answers without tool calls; yield events as they happen.
+
+    Each tool result is appended (`MessageAppended`) as soon as every call before it has one, so a driver that
+    stores appended messages keeps finished results. When the turn's tools returned images, one user message
+    holding them follows the last tool message (tool messages carry text only); `LoopSettings.images` False (a
+    model known text-only) leaves it out. A turn whose stream breaks or goes idle mid-way is asked for once more
+    from the same history (no tool of it has run yet). Before each request, a change of the approval mode since
+    the model was last told is noted in the history (`Approvals.mode_note`); a plan `exit_plan_mode` handed over
+    with nobody to review it ends the run as its answer (`PlanReady`, then `RunFinished`).
 
     Args:
         history: the messages so far (ends with the user's message); appended to in place.
@@ -288,7 +285,14 @@ async def _run_tools(calls: list[ToolCall], history: list[Message], registry: To
 
 
 class _Closing:
-    """What the loop must know to close its history when it is stopped mid-turn."""
+    """What the loop must know to close its history when it is stopped mid-turn.
+
+    Cancelled, the loop closes the history: finished calls keep their results, every other call of the turn
+    gets a "cancelled by the user" result, a call that never finished streaming is dropped, a partial answer is
+    kept with a note (the message the task was cancelled with, `Task.cancel(msg)`, or "interrupted by the
+    user"); it yields those results and appended messages and a `RunFinished("cancelled")`, then re-raises the
+    `CancelledError`.
+    """
 
     def __init__(self, history: list[Message]) -> None:
         self.history = history

@@ -1,22 +1,9 @@
 """Rewind the workspace: put its files back as they were before a prompt's tool calls, `run_shell` included.
 
-Before and after each tool call that may write (`tools.approval.may_write`: not a read, not a command the
-shell rules find read-only), the surface takes a snapshot of the workspace (`Scanner.scan`) and stores it
-with the session (`SessionStore.add_snapshot`): a manifest of every file git would show (tracked and
-untracked, not ignored; without git, every file outside `IGNORED_FOLDERS`), each by the SHA-256 of its
-content, each content stored once. A `Scanner` remembers what it hashed by the file's size, times and inode,
-so a snapshot of an unchanged workspace reads no file: a tool call costs a listing and a `stat` per file.
-
-Bounded: a file over `MAX_FILE_BYTES` is listed (its size) but not kept, so it is never restored; a
-workspace of more than `MAX_FILES` files is not snapshotted at all (the manifest says how many it held);
-ignored folders (`node_modules`, `.venv`, `.git` …) and git-ignored files are never looked at. The plan
-(`plan_rewind`) names what it cannot restore for these reasons.
-
-Rewinding to a prompt compares the first snapshot taken at or after it with the workspace now: each file
-that differs is restored, created again (deleted since) or removed (made since). A file changed outside
-crow since (its state differs between what one call left and what the next found, or between what the last
-call left and now) is marked: the surface names it and asks before it is overwritten. A restore is atomic
-(`atomic.write_atomic`) and never writes through a link or outside the workspace.
+Before and after each tool call that may write, the surface takes a snapshot of the workspace and stores it
+with the session; rewinding to a prompt puts back each file that differs, asking first about files changed
+outside crow. Snapshots are bounded and cheap (`Scanner`); `plan_rewind` tells what a rewind restores and
+what it cannot; `apply_rewind` writes atomically, never through a link or outside the workspace.
 """
 
 from __future__ import annotations
@@ -79,6 +66,17 @@ class Scan:
 class Scanner:
     """Takes snapshots of one workspace folder, hashing only the files whose size, times or inode changed since
     it last looked. Thread-safe (a scan runs in a worker thread).
+
+    A snapshot (`Scanner.scan`, stored by `SessionStore.add_snapshot`) is taken around each call that may write
+    (`tools.approval.may_write`: not a read, not a command the shell rules find read-only): a manifest of every
+    file git would show (tracked and untracked, not ignored; without git, every file outside `IGNORED_FOLDERS`),
+    each by the SHA-256 of its content, each content stored once. What was hashed is remembered by the file's
+    size, times and inode, so a snapshot of an unchanged workspace reads no file: a tool call costs a listing and
+    a `stat` per file.
+
+    Bounded: a file over `MAX_FILE_BYTES` is listed (its size) but not kept, so it is never restored; a
+    workspace of more than `MAX_FILES` files is not snapshotted at all (the manifest says how many it held);
+    ignored folders (`node_modules`, `.venv`, `.git` …) and git-ignored files are never looked at.
 
     Args:
         root: the workspace folder (resolved).
@@ -277,6 +275,13 @@ def _changed_outside(chain: list[StoredSnapshot], now: dict[str, Any], path: str
 def plan_rewind(store: SessionStore, session_id: str, keep: int, now: Scan, root: Path) -> RewindPlan:
     """What putting the workspace `root` back as it was when the session held `keep` messages does, `now`
     being the workspace as it is (nothing is changed).
+
+    It compares the first snapshot taken at or after the prompt with the workspace now: each file that differs
+    is restored, created again (deleted since) or removed (made since). A file changed outside crow since (its
+    state differs between what one call left and what the next found, or between what the last call left and
+    now) is marked: the surface names it and asks before it is overwritten. The plan names what it cannot
+    restore (a file too large, a workspace too large, an ignored file). A restore is atomic
+    (`atomic.write_atomic`) and never writes through a link or outside the workspace.
 
     Raises:
         SessionError: the store cannot be read.

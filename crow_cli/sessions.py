@@ -1,46 +1,11 @@
 """The session store: conversations kept in SQLite so they survive crashes and can be resumed.
 
 One file, `crow/sessions.db` in the platformdirs user data dir (`~/.local/share/crow/sessions.db` on
-Linux), opened in WAL mode. Its tables:
-
-    sessions(id, title, created_at, updated_at, model, base_url, cwd, approval, sandbox)
-    messages(session_id, position, message)     -- one wire message per row, as JSON
-    checkpoints(session_id, position, created_at, tokens_before, tokens_after, summary, view)
-                                                -- compacted views; the messages stay complete
-    file_backups(session_id, position, path, content, created_at)
-                                                -- files' contents before crow's file tools wrote them (undo)
-    snapshots(session_id, position, kind, workspace, manifest, created_at)
-                                                -- the workspace's files before and after a tool call that may
-                                                   write (`rewind`): a manifest, by its hash
-    snapshot_manifests(hash, manifest)          -- each manifest once: {"files": {PATH: [SHA256, MODE]}, …}
-    snapshot_blobs(hash, content)               -- each file content once, by its SHA-256, shared by sessions
-
-A manifest or a content no snapshot row references any more (after `truncate`, `delete`) is removed in the
-same transaction.
-
-An image (an `image_url` part with a `data:` URL: an attachment, a tool's image) is stored once, by
-reference: its bytes go to `images/SHA256.EXT` beside the database (0600, written once per content), the
-row holds `{"type": "image_url", "image_url": {"url": "crow-image:sha256:HEX"}, "crow_image": {"file",
-"mime_type", "bytes", "name"}}` (`name`: what the image was called, `images.IMAGE_KEY`, when known), and
-reading a session puts the data URL back, with its name (`messages`, `load`, `checkpoints`); rows an older
-crow stored with the image inline load as they are. Exports (`export`) carry the reference too, and the Markdown
-transcript shows `[image: NAME, SIZE]` (an image stored without a name: its FILE).
-
-An image file belongs to every row that references it: deleting a session (`delete`) or the end of one
-(`truncate`) removes, in the same transaction, the image files no remaining row of any session references
-(a query over the stored references, so rows copied from another session count as references too).
-
-Each message is committed as it is appended, so a crash loses at most the turn in flight; `load`
-closes a history cut mid-turn (tool calls without results) with "interrupted" results, and stores
-them, before anyone sends it anywhere. API keys are never stored: nothing here accepts one.
-
-A session is written by one process at a time: `create` and `load` take the session's lock (a
-`lockfile.FileLock` in `sessions.db.locks/`, dropped by the kernel if the process dies) and keep it
-until `release` or `close`; a second process gets `SessionInUse`. Reading (`get`, `recent`,
-`messages`) never needs the lock. The folder crow creates is 0700, the database 0600 (`private`).
-
-Schema changes are numbered migrations, each applied once and recorded in `_migrations`.
-Standard library only (plus platformdirs, imported when the default path is needed).
+Linux), opened in WAL mode; its tables, images and locks are told at `SessionStore`. Each message is committed as
+it is appended, so a crash loses at most the turn in flight; `load` closes a history cut mid-turn before anyone
+sends it anywhere. API keys are never stored: nothing here accepts one. Schema changes are numbered migrations,
+each applied once and recorded in `_migrations`. Standard library only (plus platformdirs, imported when the
+default path is needed).
 """
 
 from __future__ import annotations
@@ -332,6 +297,39 @@ def _inline_image(part: Any) -> Image | None:
 
 class SessionStore:
     """Sessions and their messages in one SQLite file.
+
+    Its tables:
+
+        sessions(id, title, created_at, updated_at, model, base_url, cwd, approval, sandbox)
+        messages(session_id, position, message)     -- one wire message per row, as JSON
+        checkpoints(session_id, position, created_at, tokens_before, tokens_after, summary, view)
+                                                    -- compacted views; the messages stay complete
+        file_backups(session_id, position, path, content, created_at)
+                                                    -- files' contents before crow's file tools wrote them (undo)
+        snapshots(session_id, position, kind, workspace, manifest, created_at)
+                                                    -- the workspace's files before and after a tool call that may
+                                                       write (`rewind`): a manifest, by its hash
+        snapshot_manifests(hash, manifest)          -- each manifest once: {"files": {PATH: [SHA256, MODE]}, …}
+        snapshot_blobs(hash, content)               -- each file content once, by its SHA-256, shared by sessions
+
+    A manifest or a content no snapshot row references any more (after `truncate`, `delete`) is removed in the
+    same transaction.
+
+    An image (an `image_url` part with a `data:` URL: an attachment, a tool's image) is stored once, by
+    reference: its bytes go to `images/SHA256.EXT` beside the database (0600, written once per content), the
+    row holds `{"type": "image_url", "image_url": {"url": "crow-image:sha256:HEX"}, "crow_image": {"file",
+    "mime_type", "bytes", "name"}}` (`name`: what the image was called, `images.IMAGE_KEY`, when known), and
+    reading a session puts the data URL back, with its name (`messages`, `load`, `checkpoints`); rows an older
+    crow stored with the image inline load as they are. Exports (`export`) carry the reference too, and the
+    Markdown transcript shows `[image: NAME, SIZE]` (an image stored without a name: its FILE). An image file
+    belongs to every row that references it: deleting a session (`delete`) or the end of one (`truncate`)
+    removes, in the same transaction, the image files no remaining row of any session references (a query over
+    the stored references, so rows copied from another session count as references too).
+
+    A session is written by one process at a time: `create` and `load` take the session's lock (a
+    `lockfile.FileLock` in `sessions.db.locks/`, dropped by the kernel if the process dies) and keep it
+    until `release` or `close`; a second process gets `SessionInUse`. Reading (`get`, `recent`,
+    `messages`) never needs the lock. The folder crow creates is 0700, the database 0600 (`private`).
 
     Args:
         path: the database file (created 0600 with its missing folders 0700); default `default_db_path()`.

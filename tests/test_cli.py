@@ -121,14 +121,14 @@ def test_version():
     assert proc.returncode == 0 and proc.stdout.strip() == f"crow {__version__}"
 
 
-# smaller: found trying it as a new user; typer's own errors came as a usage box ending in "Error: …" (issue 11)
+# smaller: a usage error is one crow line and exit 2, never typer's usage box ending in "Error: …"
 @pytest.mark.parametrize(("args", "line"), [
     (["run", "--max-turns", "x", "hi"],
      "invalid value for '--max-turns': 'x' is not a valid int (see crow run --help)"),
     (["sessions", "nosuch"], "no such command 'nosuch' (see crow sessions --help)"),  # `crow nosuch`: a chat
     (["run", "--bogus", "hi"], "no such option: --bogus (see crow run --help)"),
     (["sessions", "show"], "missing argument 'session_id' (see crow sessions show --help)"),
-    # found trying issue 44: an argument is echoed with its controls escaped, U+202E too
+    # an argument is echoed with its controls escaped, U+202E too
     (["run", "hi", "evil\x1b[2J\u202e"],
      "got unexpected extra argument(s) (evil\\x1b[2J\\u202e) (see crow run --help)"),
 ])
@@ -137,8 +137,8 @@ def test_usage_errors_are_one_crow_line_exit_2(args, line):
     assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"crow: error: {line}\n")
 
 
-# found trying issue 44 as a Codex user: `crow fix the test` unquoted, or a mistyped command, got
-# "unexpected extra argument(s) (the test) (see crow chat --help)"
+# `crow fix the test` unquoted, or a mistyped command, says how to quote a prompt (and names the command
+# meant), not "unexpected extra argument(s) (the test) (see crow chat --help)"
 @pytest.mark.parametrize(("args", "line"), [
     (["fix", "the", "test"], 'a prompt of several words goes in quotes: crow "fix the test"'),
     (["sesions", "list"], "no command 'sesions' (did you mean crow sessions?); a prompt of several words goes in "
@@ -149,7 +149,7 @@ def test_words_after_a_first_word_that_is_no_command_say_how_to_quote_a_prompt(a
     assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"crow: error: {line}\n")
 
 
-# `crow --install-completion` installs shell completion, and it completes (found trying it as a new user, issue 11)
+# `crow --install-completion` installs shell completion, and it completes
 def test_shell_completion_installs_and_completes(tmp_path):
     def from_bash(command: str) -> subprocess.CompletedProcess:  # the shell is detected from the parent
         return subprocess.run(["bash", "-c", f"'{CROW}' {command}; exit $?"], capture_output=True, text=True,
@@ -174,7 +174,7 @@ def test_output_piped_into_a_reader_that_leaves_early(tmp_path):
     assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
 
 
-# Piped stdin goes after the prompt (found trying it as a new user)
+# Piped stdin goes after the prompt
 def test_piped_stdin_goes_after_the_prompt() -> None:
     with ReplayServer([{"sse": text_sse("ok")}]) as srv:
         proc = subprocess.run(f"printf 'diff --git a b\\n' | '{CROW}' run --base-url {srv.base_url} --no-tools "
@@ -184,14 +184,14 @@ def test_piped_stdin_goes_after_the_prompt() -> None:
     assert body["messages"][-1]["content"] == "Review this diff\n\ndiff --git a b\n"
 
 
-# `python -m crow_cli` runs, without a traceback (found trying it as a new user)
+# `python -m crow_cli` runs, without a traceback
 def test_no_traceback_from_python_m() -> None:
     proc = subprocess.run([sys.executable, "-m", "crow_cli", "--version"], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0 and proc.stdout.startswith("crow ")
 
 
-# Found trying it as a new user (an OpenAI key went to the profile's server) (issue 11 item 1)
+# A profile whose key variable is unset stops before sending any key (an OpenAI key never goes to its server)
 def test_a_profile_whose_key_variable_is_unset_stops_before_sending_any_key(tmp_path, monkeypatch):
     with ReplayServer([{"sse": text_sse("hi")}]) as srv:
         cfg = _config(tmp_path, f'[profiles.other]\nbase_url = "{srv.base_url}"\napi_key_env = "OTHER_KEY"')
@@ -207,7 +207,7 @@ def test_a_profile_whose_key_variable_is_unset_stops_before_sending_any_key(tmp_
         assert SECRET not in json.dumps(sent)
 
 
-# smaller: found trying it as a new user; the missing key was only noticed at request time (issue 11)
+# smaller: a missing key is exit 2 once the options are checked, before any request
 def test_a_hosted_api_without_a_key_is_exit_2_after_the_options_are_checked(capsys: pytest.CaptureFixture[str]
                                                                            ) -> None:
     assert crow_here("run", "--no-tools", "hi") == 2  # no OPENAI_API_KEY or CROW_API_KEY (conftest drops them)
@@ -218,7 +218,7 @@ def test_a_hosted_api_without_a_key_is_exit_2_after_the_options_are_checked(caps
     assert "--approval must be one of ask, auto-edit, yolo, read-only, plan (got 'sometimes')" in said
 
 
-# smaller: found trying it as a new user; `--session ""` continued nothing in particular (issue 11)
+# smaller: `--session ""` is refused, not a continuation of nothing in particular
 def test_an_empty_session_id_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     code = crow_here("run", "--session", "", "--base-url", "http://127.0.0.1:9/v1", "hi")
     assert (code, capsys.readouterr().err.strip()) == (2, "crow: error: --session needs a session id (crow sessions "
@@ -228,7 +228,7 @@ def test_an_empty_session_id_is_refused(capsys: pytest.CaptureFixture[str]) -> N
                                                        "session")
 
 
-# A `while read` loop runs one prompt per line: crow run never reads the loop's remaining lines (issue 11)
+# A `while read` loop runs one prompt per line: crow run never reads the loop's remaining lines
 def test_a_while_read_loop_runs_one_prompt_per_line():
     with ReplayServer([{"sse": text_sse("one")}, {"sse": text_sse("two")}]) as srv:
         shell = (f"printf 'a\\nb\\n' | while read l; do '{CROW}' run --base-url {srv.base_url} --model m "
@@ -286,7 +286,7 @@ def loaded(modules: set, prefix: str) -> list[str]:
 
 
 def test_a_plain_run_imports_no_sdk_resources_renderer_editor_mcp_or_acp(tmp_path):
-    # issue: start-up cost: `crow run` is called from scripts many times in a row; each of these costs
+    # Start-up cost: `crow run` is called from scripts many times in a row; each of these costs
     # start-up time and a plain turn needs none (the SDK's resource modules alone were ~0.4 s)
     with ReplayServer([{"sse": text_sse("ok")}]) as server:
         proc, modules = imported_by(tmp_path, "run", "--base-url", server.base_url, "--api-key", "sk-test",
@@ -297,7 +297,7 @@ def test_a_plain_run_imports_no_sdk_resources_renderer_editor_mcp_or_acp(tmp_pat
 
 
 def test_acp_answers_initialize_without_importing_openai(tmp_path):
-    # issue: start-up cost: an editor starts `crow acp` and waits for `initialize` before anything else
+    # Start-up cost: an editor starts `crow acp` and waits for `initialize` before anything else
     hello = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}})
     proc, modules = imported_by(tmp_path, "acp", "--model", "m", "--base-url", "http://127.0.0.1:9/v1",
                                 input=hello + "\n")
@@ -310,8 +310,8 @@ def test_acp_answers_initialize_without_importing_openai(tmp_path):
 @pytest.mark.parametrize("stdout", ["closed", "/dev/full"])
 def test_output_that_cannot_be_written_fails_in_one_line(args: list[str], stdout: str,
                                                          _isolated_home: Path) -> None:
-    # issue: with stdout closed (`>&-`) the output was lost and crow exited 0; `crow tools >/dev/full` too, and
-    # `crow --version >/dev/full` was an internal error
+    # With stdout closed (`>&-`) or full (`>/dev/full`) crow says in one line it cannot write the output and
+    # exits 1, never exit 0 with the output lost nor an internal error
     if stdout == "/dev/full" and not os.path.exists("/dev/full"):
         pytest.skip("no /dev/full here")
     with open(os.devnull if stdout == "closed" else stdout, "w") as sink:
@@ -321,8 +321,8 @@ def test_output_that_cannot_be_written_fails_in_one_line(args: list[str], stdout
     assert ran.stderr.startswith("crow: error: cannot write the output: ") and ran.stderr.count("\n") == 1
 
 
-# Click cut `crow --help`'s command summaries at 45 characters ("Run one prompt: stream the answer to stdout,
-# tool activity to...") (issue 34)
+# `crow --help`'s command summaries are whole, not cut by Click at 45 characters ("Run one prompt: stream the
+# answer to stdout, tool activity to...")
 @pytest.mark.parametrize("group", [[], ["sessions"]])
 def test_help_summaries_are_not_cut_mid_sentence(group: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     crow_here(*group, "--help")
@@ -332,7 +332,7 @@ def test_help_summaries_are_not_cut_mid_sentence(group: list[str], capsys: pytes
         assert line.endswith(".") and not line.endswith("..."), line
 
 
-# issue 44 §1: start like Codex and Claude Code
+# crow starts as Codex and Claude Code do
 @pytest.mark.parametrize(("args", "terminal", "expected"), [
     ([], True, ["chat"]),  # `crow` on a terminal: a chat
     ([], False, []),  # ... help when stdin or stdout is not one
@@ -366,7 +366,7 @@ def test_bare_crow_off_a_terminal_prints_help(tmp_path: Path) -> None:
 
 
 def test_without_a_model_a_custom_server_gets_the_first_of_its_models(tmp_path: Path) -> None:
-    # issue 44 §1: not OpenAI's default name, which a local server does not serve
+    # not OpenAI's default name, which a local server does not serve
     with ReplayServer([{"sse": text_sse("Hi.")}]) as server:
         result = crow("run", "--base-url", server.base_url, "--api-key", "sk-test", "--no-tools", "hi", cwd=tmp_path,
                       env={"CROW_MODEL": ""})
@@ -389,7 +389,7 @@ def test_an_editor_or_agent_surface_without_a_model_takes_the_first_of_the_serve
 
 
 def test_a_continued_session_keeps_its_model_unless_model_is_given(tmp_path: Path) -> None:
-    # found trying issue 44: `--session ID` without --model took the server's first model, not the session's
+    # `--session ID` without --model goes on with the session's model, not the server's first
     with ReplayServer([{"sse": text_sse("One.")}, {"sse": text_sse("Two.")}, {"sse": text_sse("Three.")}],
                       models=["alpha", "beta"]) as server:
         base = ["run", "--base-url", server.base_url, "--api-key", "sk-test", "--no-tools"]
@@ -412,7 +412,7 @@ def test_a_named_model_is_used_without_asking_the_server(tmp_path: Path) -> None
 
 
 def test_help_names_the_installed_manual_that_exists(capsys: pytest.CaptureFixture[str]) -> None:
-    # issue 44 §5: `crow --help` names where the manual is, a path that exists
+    # `crow --help` names where the manual is, a path that exists
     crow_here("--help")
     text = " ".join(capsys.readouterr().out.split())
     assert f"Manual: {ROOT / 'docs'} (" in text

@@ -219,7 +219,7 @@ def test_key_with_trailing_newline_is_stripped_and_odd_keys_are_refused_unechoed
     ("[profiles]\nlocal = 5", "'profiles' must hold tables"),
     ("profiles = 5", "'profiles' must hold tables"),
     ('base_url = "localhost:9/v1"', "must start with http:// or https://"),
-    # found trying it as a user (issue 45 wave): 1 answered every first call "not run again", so nothing ran
+    # 1 would answer every first call "not run again", so nothing would run
     ("max_repeats = 1", r"max_repeats must be 0 \(never\) or at least 2 \(got 1\)"),
 ])
 def test_bad_values_are_config_errors(tmp_path: Path, text: str, message: str) -> None:
@@ -279,7 +279,7 @@ def test_a_header_with_a_line_break_is_a_config_error(value):
 
 
 def test_repair_tool_calls_off_turns_off_all_four_repairs_of_the_loop(tmp_path):
-    # issue 45 §4: one switch for the bench's baseline (coercions, names by case, recovery, repeat guard)
+    # one switch for the bench's baseline (coercions, names by case, recovery, repeat guard)
     from crow_cli.surfaces.common import loop_settings
 
     on = loop_settings(load_settings({}, env={}))
@@ -507,7 +507,7 @@ def test_a_bad_price_is_a_one_line_config_error(text, said):
     assert said in str(caught.value) and "\n" not in str(caught.value)
 
 
-# a new-user tester of the layered profile: `[profiles.NAME.provider]` replaced the whole `[provider]` table
+# `[profiles.NAME.provider]` is layered key by key over the `[provider]` table, not replacing it whole
 def test_a_profiles_provider_table_is_layered_key_by_key_over_the_top_level_one():
     write_config('[provider]\nneeds_key = true\nrefused_fields = ["x"]\n'
                  'request_rules = [{op = "drop_param", target = "seed"}, {op = "cap_param", target = "max_tokens", '
@@ -524,7 +524,7 @@ def test_a_profiles_provider_table_is_layered_key_by_key_over_the_top_level_one(
     assert load_settings({}, env={}).provider["request_rules"][1]["value"] == 100
 
 
-# a new-user tester of the layered profile: malformed rules were taken; each is one line naming where it is
+# Malformed rules are refused, each in one line naming where it is
 @pytest.mark.parametrize(("text", "message"), [
     ('[provider]\nrequest_rules = [{op = "drop_param", target = "seed"}, {op = "fold_role", target = "bogus"}]\n',
      r"^/.*/config\.toml: \[provider\] request_rules\[1\]: fold_role target must be system or developer"),

@@ -89,8 +89,7 @@ def test_write_export_is_private_atomic_and_refuses_a_fifo(tmp_path: Path) -> No
         write_export(tmp_path / "pipe", b"x")
 
 
-# seen by a new-user tester: `/export nwe/sub/chat.md` (a typo) made both folders without a word; like `cp`, a
-# path the person gives needs its folder
+# `/export nwe/sub/chat.md` (a typo) makes no folder: like `cp`, a path the person gives needs its folder
 def test_write_export_makes_no_folder_for_a_path_given(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="no such folder"):
         write_export(tmp_path / "nwe" / "sub" / "chat.md", b"# chat\n")
@@ -99,8 +98,8 @@ def test_write_export_makes_no_folder_for_a_path_given(tmp_path: Path) -> None:
     assert (tmp_path / "chat.md").read_bytes() == b"# chat\n"
 
 
-# seen by a new-user tester: an attached image was in the transcript twice, the prompt's `[attached image: NAME]`
-# line and the image part's `[image: NAME, SIZE]` after it
+# An attached image is in the transcript once, not both as the prompt's `[attached image: NAME]` line and the
+# image part's `[image: NAME, SIZE]` after it
 def test_an_attached_image_is_shown_once(tmp_path: Path) -> None:
     from crow_cli.attachments import Attachment, user_content
     from crow_cli.images import Image

@@ -19,7 +19,7 @@ def test_whole_images_and_other_files_have_no_problem(data: bytes) -> None:
     assert image_problem(data) is None
 
 
-# seen by a new-user tester: the first 30 bytes of a real PNG were attached with -i and sent to the model
+# A truncated image (the first 30 bytes of a real PNG) is named as such, never attached with -i and sent
 @pytest.mark.parametrize(("data", "problem"), [
     (png()[:30], "a truncated PNG: it is 30 bytes and ends before its IHDR header"),
     (png()[:-12], "a truncated PNG: it is 55 bytes and has no IEND chunk"),

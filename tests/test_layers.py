@@ -234,8 +234,8 @@ def builds(name: str, path: Path, text: str | None = None) -> list[str]:
 
 
 def test_each_part_of_a_run_has_one_builder():
-    # six surfaces and commands built their approver from settings, `crow mcp` its own tool context, and
-    # `crow acp` and `crow mcp` each their stdio transport (issue 47)
+    # one builder each for the approver, the tool context and the stdio transport: no surface or command builds
+    # its own
     assert [hit for name, path in modules() for hit in builds(name, path)] == []
     listed = {owner for _, owners in BUILDERS.values() for owner in owners}
     assert listed <= {name for name, _ in modules()}, "a listed builder no longer exists"

@@ -304,8 +304,8 @@ async def test_no_tools_means_no_tools_field(n):
     assert "tools" not in json.loads(route.calls[0].request.content) and events[-1].final_text == "hi"
 
 
-# The loop owns its history to the end (issue 9): cancelled, it closes the history itself, reports how,
-# and re-raises. These replaced surfaces/persist.close_interrupted and the surfaces' own bookkeeping.
+# The loop owns its history to the end: cancelled, it closes the history itself, reports how,
+# and re-raises; no surface keeps its own bookkeeping of it.
 
 class TurnStream(ChatStream):
     """A `ChatStream` serving one list of chunks per turn; a turn may stall after its chunks."""
@@ -376,11 +376,11 @@ async def test_cancelled_during_tools_keeps_finished_results_and_cancels_the_res
     assert [type(e).__name__ for e in closing] == ["ToolResultReady", "MessageAppended", "MessageAppended",
                                                    "RunFinished"]
     assert closing[-1].status == "cancelled" and closing[-1].turns == 1 and closing[-1].final_text == ""
-    assert closing[0].result.outcome == "cancelled"  # issue: the outcome is a field, never matched in the text
+    assert closing[0].result.outcome == "cancelled"  # the outcome is a field, never matched in the text
 
 
 async def test_a_cancelled_call_s_duration_is_how_long_it_ran_until_the_cancel():
-    # a cancelled MCP call's progress line read `0.00s` after the command ran ~2 s
+    # a cancelled call's duration is how long it ran (an MCP call's progress line: ~2 s, not `0.00s`)
     import time
 
     registry = ToolRegistry()
@@ -432,8 +432,8 @@ async def test_cancelled_before_any_text_appends_nothing():
     assert history == [user_message("go")] and events[-1].status == "cancelled"
 
 
-# The history did not know who wrote it, so a session moved to another model sent model A's
-# signed output to B as if it were B's own (issue 29 §3)
+# Each assistant message records who wrote it, so a session moved to another model never sends model A's
+# signed output to B as if it were B's own
 async def test_each_assistant_message_records_its_author_and_the_wire_never_sees_it():
     registry = ToolRegistry()
     registry.register(nap)
@@ -444,7 +444,7 @@ async def test_each_assistant_message_records_its_author_and_the_wire_never_sees
 
 
 # Groq answers a tool call its parser could not read with code tool_use_failed and the text in
-# failed_generation, as a 400 or as an error event inside a 200 stream; the same request usually succeeds (issue 29 §4)
+# failed_generation, as a 400 or as an error event inside a 200 stream; the same request usually succeeds
 _FAILED = {"error": {"message": "Failed to call a function. Please adjust your prompt. See 'failed_generation' for "
                      "more details.", "type": "invalid_request_error", "code": "tool_use_failed",
                      "failed_generation": "<function=nap>{\"seconds\": 0</function>"}}
@@ -716,7 +716,7 @@ async def test_a_cancelled_turn_still_shows_the_images_of_its_finished_calls() -
 
 
 async def test_read_file_shows_an_image_file(tmp_path, monkeypatch) -> None:
-    # A screenshot in the workspace was "a binary file; not read" (issue 33 §2)
+    # A screenshot in the workspace is shown as an image, not "a binary file; not read"
     from crow_cli.tools.builtin.files import read_file
 
     monkeypatch.chdir(tmp_path)
@@ -807,8 +807,8 @@ async def _play(plan: list[tuple[list[tuple[Any, ...]], int | None]]) -> list[Me
         task = asyncio.create_task(consume())
         with contextlib.suppress(asyncio.CancelledError):  # cancelled mid-run, or just after its last event
             await task
-        # the loop closed its own history: valid as it stands (issue 18: it was repaired before this check,
-        # which hid a `_Closing.close()` that left a call unanswered)
+        # the loop closed its own history: valid as it stands, checked before any repair (a repair first would
+        # hide a close that left a call unanswered)
         assert_contract(history, dup_ids)
         assert pending_tool_calls(history) == []
         assert repair_history(history, "cancelled") == []

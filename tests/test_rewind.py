@@ -167,8 +167,8 @@ def test_a_rewind_never_writes_through_a_link(store: SessionStore, tmp_path: Pat
 
 
 def test_a_link_replaced_by_a_file_is_linked_again_not_removed(store: SessionStore, tmp_path: Path) -> None:
-    # found trying /rewind after `sed -i` on a symbolic link (issue 44): sed leaves a file in its place, which
-    # the rewind took for a file made since and removed, losing the link
+    # `sed -i` on a symbolic link leaves a file in its place; the rewind links it again, never taking it for a
+    # file made since and removing it
     root = _workspace(tmp_path, {"real.txt": "old\n"})
     os.symlink("real.txt", root / "link.txt")
     sid = store.create().id

@@ -6,13 +6,9 @@
                                          │    the model (a separate request) │
     compacted view   ──► system prompt │ user: "[summary …]"               │ last exchanges
 
-A summary keeps what the model must not lose and the recent exchanges may not hold: its todo list as it
-last wrote it and the approval mode it was last told of (both read from the stored history).
-
-The history is cut only before a user message (or, when one exchange is all there is, before an
-assistant message), so an assistant tool call always stays together with its results. The stored
-session is never changed: the compacted view is a `Checkpoint` that stands for the first
-`position` messages of the history, and later requests send `view + history[position:]`.
+The stored session is never changed: the compacted view is a `Checkpoint` that stands for the first
+`position` messages of the history, and later requests send `view + history[position:]`. Where the history
+is cut is told at `_cut`, what a summary must keep at `_kept_state`.
 """
 
 from __future__ import annotations
@@ -103,7 +99,11 @@ def shorten_tool_outputs(messages: list[Message], limit: int = TOOL_OUTPUT_LIMIT
 
 def _cut(body: list[Message], keep: int) -> int:
     """Where the verbatim part of `body` starts: before the `keep`-th last user message, else before
-    the last assistant message (never before a tool result); 0 when nothing can be cut."""
+    the last assistant message (never before a tool result); 0 when nothing can be cut.
+
+    The history is cut only before a user message (or, when one exchange is all there is, before an assistant
+    message), so an assistant tool call always stays together with its results.
+    """
     users = [i for i, m in enumerate(body) if is_prompt(m)]  # a turn's tool images stay with their results
     if len(users) > keep:
         return users[-keep]
@@ -277,7 +277,11 @@ class Compactor:
 
 def _kept_state(history: list[Message], recent: list[Message]) -> str:
     """What a summary must not lose that the recent messages do not hold: the model's todo list as it last wrote
-    it (`todos.latest_todos`) and the approval mode it was last told of (`modes.told_mode`), as notes."""
+    it (`todos.latest_todos`) and the approval mode it was last told of (`modes.told_mode`), as notes.
+
+    A summary keeps what the model must not lose and the recent exchanges may not hold: its todo list as it
+    last wrote it and the approval mode it was last told of (both read from the stored history).
+    """
     kept = ""
     if latest_todos(recent) is None and (todos := latest_todos(history)) is not None:
         kept += f"\n\n[crow: your todo list (todo_write) so far:\n{checklist(todos)}]"

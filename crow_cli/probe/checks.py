@@ -1,21 +1,9 @@
 """The probe's battery: a fixed series of small requests to one server, each capped in tokens and time.
 
-Requests, in this order (tests script the replay server by it):
-
-    GET  {base}/models                      reachable, auth, model listed, context length
-    GET  {root}/props                       llama.cpp's n_ctx (404 elsewhere; not counted as a failure)
-    POST chat/completions  text             time to first token, tokens/s, [DONE], comments, usage
-         (again without stream_options when the server refused include_usage)
-    POST  tools, one call                   tools honoured at all; the stream's shape
-    POST  tools, two parallel calls         parallel_tool_calls
-    POST  tool_choice "required"
-    POST  tool_choice "none"
-    POST  the tool result sent back         round trip accepted
-         (again with reasoning_content echoed when the call turn carried reasoning)
-
-Requests go out with httpx directly (public API; no SDK retries, so what the server did is what is
-reported) and the raw body is kept, so that `classify` sees every byte. Each request has
-`max_tokens` set and its own timeout; the whole battery stops at `budget_s`.
+The series and its order are told at `_battery` (tests script the replay server by it). Requests go out with
+httpx directly (public API; no SDK retries, so what the server did is what is reported) and the raw body is
+kept, so that `classify` sees every byte. Each request has `max_tokens` set and its own timeout; the whole
+battery stops at `budget_s`.
 """
 
 from __future__ import annotations
@@ -287,6 +275,19 @@ async def run_probe(settings: Settings, options: ProbeOptions | None = None,
 
 
 async def _battery(p: Prober, report: Report, progress: Callable[[str], None]) -> None:
+    """Requests, in this order (tests script the replay server by it):
+
+        GET  {base}/models                      reachable, auth, model listed, context length
+        GET  {root}/props                       llama.cpp's n_ctx (404 elsewhere; not counted as a failure)
+        POST chat/completions  text             time to first token, tokens/s, [DONE], comments, usage
+             (again without stream_options when the server refused include_usage)
+        POST  tools, one call                   tools honoured at all; the stream's shape
+        POST  tools, two parallel calls         parallel_tool_calls
+        POST  tool_choice "required"
+        POST  tool_choice "none"
+        POST  the tool result sent back         round trip accepted
+             (again with reasoning_content echoed when the call turn carried reasoning)
+    """
     add = report.checks.append
     facts = report.facts
 

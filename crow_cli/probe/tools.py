@@ -6,13 +6,8 @@ Requests, in this order (tests script the replay server by it), each offering th
     POST  typed argument   "use get_forecast for Paris, 3 days ahead" (`days` is an integer)
     POST  two calls        "get_weather for Paris and get_time for Tokyo, both at once"
 
-Each point's outcome (`wire.profile.TOOL_OUTCOMES`) is one of: a native call (streamed as a tool call, its
-arguments valid against the tool's schema), a recovered call (written as text in a format crow reads,
-`wire.textcalls`, and valid), no call, or malformed (a call naming no offered tool, or whose arguments are not
-a JSON object or fail the schema as `tools.arguments` checks it, the coercions a run makes included). A
-request the server refuses or never answers, or answers with an error in the stream or with no decodable chunk
-(an HTML page, garbage), has no outcome: its line says why. The outcomes, and the text
-format of recovered calls, are what `crow probe` stores for later runs (`wire.facts`).
+Each point's outcome (`wire.profile.TOOL_OUTCOMES`, told at `outcome_of`) and the text format of recovered
+calls are what `crow probe` stores for later runs (`wire.facts`).
 """
 
 from __future__ import annotations
@@ -76,7 +71,15 @@ def _invalid(name: str, arguments: str) -> str | None:
 
 def outcome_of(key: str, ex: Exchange) -> tuple[str, Check, str | None]:
     """The outcome code of point `key` from its answered exchange, its report line and the text format of
-    recovered calls (None when none were recovered)."""
+    recovered calls (None when none were recovered).
+
+    One of: a native call (streamed as a tool call, its arguments valid against the tool's schema), a recovered
+    call (written as text in a format crow reads, `wire.textcalls`, and valid), no call, or malformed (a call
+    naming no offered tool, or whose arguments are not a JSON object or fail the schema as `tools.arguments`
+    checks it, the coercions a run makes included). A request the server refuses or never answers, or answers
+    with an error in the stream or with no decodable chunk (an HTML page, garbage), has no outcome: its line
+    says why.
+    """
     name = TOOL_POINTS[key]
     native: list[ToolCall] = ex.calls()
     calls = [(c.name, c.arguments, c.cut_off) for c in native]

@@ -6,23 +6,7 @@
 
 Two tools, named and shaped as Codex's `codex` / `codex-reply` (`codex mcp-server`) so a client that
 knows one knows the other: `crow_run` runs a new session to its end, `crow_reply` continues one (the
-session store `crow run -c` uses). The result is the final answer as text content, with
-`structuredContent` `{session_id, status, turns, usage}`.
-
-- Each call is its own crow run, in its own session and driver, so several calls run concurrently.
-- While a call runs, each tool call and its outcome is a `notifications/progress` with the client's
-  progress token (none is sent when the client gave none: the SDK's `report_progress`).
-- `notifications/cancelled` cancels the handler (the SDK's interrupt mode); the run is then stopped as
-  Ctrl-C stops `crow run` (`Driver.cancel`): running tools are cancelled, the history is closed and
-  stored, and, as the spec says, the cancelled request gets no answer.
-- A call that needs approval is asked of the client through `elicitation/create` where the client
-  declared the elicitation capability; otherwise nobody can answer and it is denied, as in `crow run`
-  without a terminal. A call's `approval` and `sandbox` may only be stricter than the server's; they are
-  stored with the session, and a reply keeps them (`persist.settle_modes`) unless it names its own.
-- A reply runs in its session's folder; a folder that is gone is an error naming it.
-- stdout carries only the protocol (`stdout.private_stdout`); logs go to stderr. Signals follow
-  `driver.editor_interrupts`: running calls are stopped and stored, then the server ends (128 + n).
-
+session store `crow run -c` uses). How a call runs, reports, is cancelled and asks is told at `McpSurface`.
 Protocol: https://modelcontextprotocol.io/specification/2025-11-25 (tools, progress, cancellation,
 elicitation); the SDK opens the era the client asks for.
 """
@@ -234,6 +218,22 @@ class Run:
 
 class McpSurface:
     """The MCP server's handlers: list the tools, run one call to its end.
+
+    The result is the final answer as text content, with `structuredContent` `{session_id, status, turns, usage}`.
+
+    - Each call is its own crow run, in its own session and driver, so several calls run concurrently.
+    - While a call runs, each tool call and its outcome is a `notifications/progress` with the client's
+      progress token (none is sent when the client gave none: the SDK's `report_progress`).
+    - `notifications/cancelled` cancels the handler (the SDK's interrupt mode); the run is then stopped as
+      Ctrl-C stops `crow run` (`Driver.cancel`): running tools are cancelled, the history is closed and
+      stored, and, as the spec says, the cancelled request gets no answer.
+    - A call that needs approval is asked of the client through `elicitation/create` where the client
+      declared the elicitation capability; otherwise nobody can answer and it is denied, as in `crow run`
+      without a terminal. A call's `approval` and `sandbox` may only be stricter than the server's; they are
+      stored with the session, and a reply keeps them (`persist.settle_modes`) unless it names its own.
+    - A reply runs in its session's folder; a folder that is gone is an error naming it.
+    - stdout carries only the protocol (`stdout.private_stdout`); logs go to stderr. Signals follow
+      `driver.editor_interrupts`: running calls are stopped and stored, then the server ends (128 + n).
 
     Args:
         runtime: the started runtime (tools, MCP servers, client) every call shares.

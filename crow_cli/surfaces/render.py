@@ -1,27 +1,9 @@
 """Rendering a streamed answer in the terminal at a cost linear in its length.
 
-`MarkdownBlocks` splits streamed Markdown into finished blocks (frozen: rendered once, printed
-above the live area, never touched again) and a small live tail (re-rendered as it grows). A block
-ends at a blank line outside a code fence, or at a fence's closing line; a tail that grows past
-`max_tail` characters without ending (a long code block, a huge paragraph) is cut at a line end,
-re-opening the fence in the tail. So each refresh costs O(max_tail), not O(answer).
-Blocks are rendered one by one, yet spaced as the answer rendered whole would be: a block that
-follows another one is rendered after an empty HTML comment (`_AFTER_BLOCK`), which draws nothing
-but makes rich put its usual blank line between two top-level blocks (a list or a code block
-brings its own spacing, which a plain extra blank line would double).
-
-Soft line breaks are drawn as hard ones: the model's lines stay its lines (`honest_markdown`).
-
-`TurnView` draws one chat turn with rich: the Markdown tail and a spinner per running tool in one
-live area (`live.LiveArea`: redrawn at the terminal's current width, so a resize leaves no stale copy); a
-streaming paragraph keeps only its last `LIVE_ROWS` rows live, the rows above them printed for good where
-they wrap (a terminal made narrower pushes rows of a tall area up into its scrollback, out of a redraw's reach);
-reasoning dimmed; a line per finished tool call (ok/error and duration) with what the call shows the person
-below it (`shown`: a command's first and last lines, an applied edit's diff); warnings that come while the
-answer streams after it. With `plain=True`
-(NO_COLOR, a dumb terminal, not a terminal) text is written as it arrives, without Markdown,
-colour or cursor movement. While the user is asked something (`suspended`), lines are held back
-and shown once the question is answered, so none lands on the question's line.
+`MarkdownBlocks` splits streamed Markdown into finished blocks, rendered once, and a small live tail, so each
+refresh costs O(max_tail), not O(answer). `TurnView` draws one chat turn with rich around it: the live area,
+tool lines, reasoning, warnings, or plain text where there is no terminal. Soft line breaks are drawn as hard
+ones: the model's lines stay its lines (`honest_markdown`).
 """
 
 from __future__ import annotations
@@ -58,6 +40,14 @@ WAIT_SECONDS_AFTER_S = 3.0
 
 class MarkdownBlocks:
     """Streamed Markdown in, finished blocks out; the unfinished rest stays in `tail`.
+
+    Finished blocks are frozen: rendered once, printed above the live area, never touched again; the tail is
+    re-rendered as it grows. A block ends at a blank line outside a code fence, or at a fence's closing line; a
+    tail that grows past `max_tail` characters without ending (a long code block, a huge paragraph) is cut at a
+    line end, re-opening the fence in the tail. Blocks are rendered one by one, yet spaced as the answer rendered
+    whole would be: a block that follows another one is rendered after an empty HTML comment (`_AFTER_BLOCK`),
+    which draws nothing but makes rich put its usual blank line between two top-level blocks (a list or a code
+    block brings its own spacing, which a plain extra blank line would double).
 
     Args:
         max_tail: the live tail is cut at a line end once it is longer than this (characters).
@@ -241,6 +231,16 @@ class TurnView:
     All drawing happens on the caller's thread (no refresh thread: a redraw racing a print leaves
     stray lines): deltas redraw at most every `min_interval_s`, and the owner calls `tick()`
     periodically so spinners move and throttled text shows.
+
+    The Markdown tail and a spinner per running tool share one live area (`live.LiveArea`: redrawn at the
+    terminal's current width, so a resize leaves no stale copy); a streaming paragraph keeps only its last
+    `LIVE_ROWS` rows live, the rows above them printed for good where they wrap (a terminal made narrower pushes
+    rows of a tall area up into its scrollback, out of a redraw's reach); reasoning is dimmed; a line per
+    finished tool call (ok/error and duration) has what the call shows the person below it (`shown`: a command's
+    first and last lines, an applied edit's diff); warnings that come while the answer streams come after it.
+    With `plain=True` (NO_COLOR, a dumb terminal, not a terminal) text is written as it arrives, without
+    Markdown, colour or cursor movement. While the user is asked something (`suspended`), lines are held back
+    and shown once the question is answered, so none lands on the question's line.
 
     Args:
         console: where to draw.

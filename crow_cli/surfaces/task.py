@@ -7,17 +7,8 @@
                        child client: the agent's model and profile (its own server and key)
                     ◄── the child's final answer: the call's one result, under the call's own id
 
-The child runs through the same loop, dispatch and orchestrator as its parent: its calls are approved by the
-parent's approvals (the same policy, deny rules and remembered answers; the question labelled with the agent's
-name), run in the parent's tool context (workspace, sandbox, secrets), and a call the child makes to `task`
-is an unknown tool (one level of subagents). Several `task` calls of a turn run concurrently, as parallel-safe
-tool calls do; requests to a server with `max_concurrent_requests` wait for a slot (`wire.slots`).
-
-What the child does reaches the parent's event stream (`dispatch.CallScope.emit`) as `SubagentStarted`, its
-tool calls, results, turns, notices and warnings wrapped in `SubagentEvent`, then `SubagentFinished`, all with the
-parent call's id. Cancelling the parent's call (Ctrl-C, an editor's cancel, the call's time limit) cancels the
-child, which closes its own history (every child call gets its one result) before the parent's call is answered.
-The child's transcript is kept with the parent's session (`ToolContext.keep_transcript`).
+The child runs through the same loop, dispatch and orchestrator as its parent, so it is approved, confined
+and cancelled as the parent's own calls are; `Subagents` tells how. docs/subagents.md tells it to users.
 """
 
 from __future__ import annotations
@@ -69,6 +60,18 @@ _NOT_FORWARDED = frozenset({"prompt_progress"})
 
 class Subagents:
     """The `task` tool of a runtime and the child runs it starts.
+
+    Its calls are approved by the parent's approvals (the same policy, deny rules and remembered answers; the
+    question labelled with the agent's name), run in the parent's tool context (workspace, sandbox, secrets),
+    and a call the child makes to `task` is an unknown tool (one level of subagents). Several `task` calls of a
+    turn run concurrently, as parallel-safe tool calls do; requests to a server with `max_concurrent_requests`
+    wait for a slot (`wire.slots`).
+
+    What the child does reaches the parent's event stream (`dispatch.CallScope.emit`) as `SubagentStarted`, its
+    tool calls, results, turns, notices and warnings wrapped in `SubagentEvent`, then `SubagentFinished`, all
+    with the parent call's id. Cancelling the parent's call (Ctrl-C, an editor's cancel, the call's time limit)
+    cancels the child, which closes its own history (every child call gets its one result) before the parent's
+    call is answered. The child's transcript is kept with the parent's session (`ToolContext.keep_transcript`).
 
     Args:
         settings: the parent's settings as they are at call time (a model switch is followed).

@@ -3,33 +3,11 @@
 Policy only: what a tool is (`Tool.kind`), what its approval question shows (`Tool.preview`) and what
 command line a rule matches (`Tool.subject`) come from the tool; no built-in tool is named here, and
 command lines are matched by `tools.shellrules`. Only tools with `needs_approval` are checked
-(dispatch runs the others straight away). `decide` turns a call, the policy, the rules, the earlier
-"always" answers and the run's sandbox into `Allow | Ask(preview) | Deny(reason)`:
-
-1. a **deny** rule that matches refuses it (whatever the policy, even `yolo`); what the configuration
-   approves by itself (`Tool.preapproved`: `web_fetch` of a host `[web] allow_hosts` names) runs; `read-only`
-   and an earlier "never" answer about the tool (an editor's "reject always") refuse it, and `plan` every call
-   but a command that only reads (`read_only_command`), saying the session is planning;
-2. a command that would run unconfined although a sandbox was asked for (none on this machine) is
-   always asked about;
-3. an **allow** rule that matches, an earlier "always" answer (for the tool, or for command prefixes
-   the call's every command starts with), the `yolo` policy, or the `auto-edit` policy for a built-in
-   tool of kind `write` (`write_file`, `edit_file`) approves it;
-4. otherwise the tool's preview is made; a preview that finds the call cannot work (an `edit_file`
-   whose `old_string` is not in the file) answers it with that error, nobody is asked;
-5. `Approvals` hands the surface's `ask` a `Question` (the preview, the choices it offers, the command
-   prefixes an "always" is scoped to, whether it asks to run outside the sandbox) and awaits an `Answer`
-   (one prompt at a time): yes; always, for the tool or for the command prefixes of the call
-   (`always_scope`: `run_shell:pytest`, remembered as allow rules are written); never (the tool, for the
-   rest of the session); no, with what the user tells the model instead, if anything. With no `ask`
-   (nobody can answer: `crow run` without a terminal) it is denied.
-
-`tools.orchestrator` is the one caller of `Approvals` (before a call runs, and `escalate` when the
-sandbox stopped one); surfaces only answer questions and report. A refused call is not run; the model
-gets a tool result saying why (the orchestrator makes it of the `Deny` returned, outcome `denied`); the text
-names policies and rules, never a command-line flag. Rules are strings: a tool name (`"write_file"`,
+(dispatch runs the others straight away). `decide` turns a call into `Allow | Ask(preview) | Deny(reason)`
+(its docstring gives the order); `Approvals` asks the person. `tools.orchestrator` is the one caller of
+`Approvals`; surfaces only answer questions and report. Rules are strings: a tool name (`"write_file"`,
 `"docs_search"`) or `NAME:PREFIX` for a tool with a subject (`"run_shell:git status"`), a command prefix
-compared as `shellrules` says.
+compared as `shellrules` says. docs/approvals.md tells the policies to users.
 """
 
 from __future__ import annotations
@@ -457,6 +435,24 @@ def decide(call: ToolCall, tool: Tool, policy: ApprovalPolicy, *, arguments: dic
     or "always"); an allow rule, the policy or "always" approves; otherwise the preview is made and the user
     asked, or, when nobody can answer (`can_ask` False), the call is refused.
 
+    From the call, the policy, the rules, the earlier "always" answers and the run's sandbox, in this order:
+
+    1. a **deny** rule that matches refuses it (whatever the policy, even `yolo`); what the configuration
+       approves by itself (`Tool.preapproved`: `web_fetch` of a host `[web] allow_hosts` names) runs; `read-only`
+       and an earlier "never" answer about the tool (an editor's "reject always") refuse it, and `plan` every call
+       but a command that only reads (`read_only_command`), saying the session is planning;
+    2. a command that would run unconfined although a sandbox was asked for (none on this machine) is
+       always asked about;
+    3. an **allow** rule that matches, an earlier "always" answer (for the tool, or for command prefixes
+       the call's every command starts with), the `yolo` policy, or the `auto-edit` policy for a built-in
+       tool of kind `write` (`write_file`, `edit_file`) approves it;
+    4. otherwise the tool's preview is made; a preview that finds the call cannot work (an `edit_file`
+       whose `old_string` is not in the file) answers it with that error, nobody is asked;
+    5. `Approvals` asks (see there).
+
+    A refused call is not run; the model gets a tool result saying why (the orchestrator makes it of the `Deny`
+    returned, outcome `denied`); the text names policies and rules, never a command-line flag.
+
     Args:
         arguments: the call's validated arguments (the orchestrator validates once); None: validated here.
 
@@ -525,6 +521,13 @@ class Approvals:
     questions. Answers of "always" are remembered for this object's life as allow rules (the tool's name,
     or `NAME:PREFIX` for each prefix it was scoped to), answers of "never" as the tool's refusal. A "no"
     with a reason is refused with a result that gives the model the user's words.
+
+    It hands the surface's `ask` a `Question` (the preview, the choices it offers, the command prefixes an
+    "always" is scoped to, whether it asks to run outside the sandbox) and awaits an `Answer` (one prompt at a
+    time): yes; always, for the tool or for the command prefixes of the call (`always_scope`: `run_shell:pytest`,
+    remembered as allow rules are written); never (the tool, for the rest of the session); no, with what the user
+    tells the model instead, if anything. With no `ask` (nobody can answer: `crow run` without a terminal) it is
+    denied. The orchestrator calls it before a call runs, and `escalate` when the sandbox stopped one.
     """
 
     policy: ApprovalPolicy = field(default_factory=ApprovalPolicy)

@@ -3,16 +3,8 @@
 Small and quantized models get a call's shape right and a type wrong: `"line": "3"`, `"recursive": "true"`, an
 object sent as a string of JSON, one path where a list of paths is asked. `check_arguments` reads the arguments
 the way the schema says (jsonschema, the reference validator) and applies only the coercions the schema makes
-unambiguous, each noted so the model learns of it (`Checked.notes`, added to the call's result):
-
-- a string holding a number or a boolean where the schema asks for `integer`, `number` or `boolean` (and
-  allows no string there);
-- a string holding a JSON object or array where the schema asks for an object or array;
-- a single value where the schema asks for an array whose items that value satisfies.
-
-Everything else fails, with every problem named by its path and what was expected (`'path' is required`,
-`'line': expected integer, got "3.5"`), never a Python error text. A schema jsonschema cannot read (a
-server's own dialect) is not held against the call: the tool's own validation still runs.
+unambiguous, each noted so the model learns of it (`Checked.notes`, added to the call's result); everything
+else fails with every problem named, never a Python error text.
 """
 
 from __future__ import annotations
@@ -45,6 +37,17 @@ class Checked:
 
 def check_arguments(schema: dict[str, Any] | None, arguments: Any, tool: str) -> Checked:
     """`arguments` checked against `schema` (a tool's `parameters`), coerced where the schema allows it.
+
+    The coercions:
+
+    - a string holding a number or a boolean where the schema asks for `integer`, `number` or `boolean` (and
+      allows no string there);
+    - a string holding a JSON object or array where the schema asks for an object or array;
+    - a single value where the schema asks for an array whose items that value satisfies.
+
+    Everything else fails, with every problem named by its path and what was expected (`'path' is required`,
+    `'line': expected integer, got "3.5"`). A schema jsonschema cannot read (a server's own dialect) is not held
+    against the call: the tool's own validation still runs.
 
     Args:
         schema: the JSON schema of the arguments (`type: object`); None: only "an object" is checked.

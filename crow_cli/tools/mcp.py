@@ -1,21 +1,10 @@
 """MCP servers as a plugin source, through the official `mcp` package (imported only when used).
 
-Config: `[mcp_servers.NAME]` tables with `command`, `args`, `env`, `cwd` (stdio: the server is started
-as a subprocess, in the workspace root unless `cwd` says otherwise) or `url` (streamable HTTP), plus
-an optional `startup_timeout` (seconds, default 30). Their tools join the registry with
-`source="mcp:NAME"`; a tool whose name is taken is registered as `NAME_tool`, with a warning. Arguments
-are checked by the server. Tools the server marks read-only (`readOnlyHint`) run in parallel without
-approval; the others need approval and run exclusively.
-
-Lifecycle: `McpServers` is an async context owned by a surface. Nothing starts on construction;
-`register_tools` starts the servers concurrently (listing needs them). Starting and listing are each
-bounded by `startup_timeout`. A tool call restarts a server whose connection has closed (it exited
-between turns, or mid-call); whether it closed is read from the transport (`mcp_transport`), never from
-an error code: -32000 is also what servers answer for an ordinary tool failure, which leaves the server
-running. Each connection lives in one task of its own, entered and exited there (anyio cancel scopes
-require it); leaving the context stops every server. Every problem (a server that fails to start or to
-list, an invalid tool, a renamed tool, a listing cut at 100 pages, more than 128 tools) is one line in
-`registry.errors` and the other servers and tools keep working.
+Config: `[mcp_servers.NAME]` tables (`parse_mcp_servers`; docs/mcp.md tells them to users). Their tools join
+the registry with `source="mcp:NAME"`; a tool whose name is taken is registered as `NAME_tool`, with a
+warning. Arguments are checked by the server. Tools the server marks read-only (`readOnlyHint`) run in
+parallel without approval; the others need approval and run exclusively. `McpServers` owns the servers'
+lifecycle; every problem is one line in `registry.errors` and the other servers and tools keep working.
 """
 
 from __future__ import annotations
@@ -74,6 +63,10 @@ class McpServerConfig:
 
 def parse_mcp_servers(tables: Mapping[str, Mapping[str, Any]]) -> list[McpServerConfig]:
     """Check `[mcp_servers.*]` tables.
+
+    A table has `command`, `args`, `env`, `cwd` (stdio: the server is started as a subprocess, in the workspace
+    root unless `cwd` says otherwise) or `url` (streamable HTTP), plus an optional `startup_timeout` (seconds,
+    default 30).
 
     Raises:
         ConfigError: a table with neither or both of `command` and `url`, an unknown key, a wrong type, an
@@ -384,6 +377,15 @@ def _image_of(block: Any) -> Image | None:
 
 class McpServers:
     """The MCP servers of a run or chat: `async with McpServers(settings.mcp_servers) as servers:`.
+
+    An async context owned by a surface. Nothing starts on construction; `register_tools` starts the servers
+    concurrently (listing needs them). Starting and listing are each bounded by `startup_timeout`. A tool call
+    restarts a server whose connection has closed (it exited between turns, or mid-call); whether it closed is
+    read from the transport (`mcp_transport`), never from an error code: -32000 is also what servers answer for
+    an ordinary tool failure, which leaves the server running. Each connection lives in one task of its own,
+    entered and exited there (anyio cancel scopes require it); leaving the context stops every server. Every
+    problem (a server that fails to start or to list, an invalid tool, a renamed tool, a listing cut at 100
+    pages, more than 128 tools) is one line in `registry.errors`.
 
     Args:
         tables: `Settings.mcp_servers` (checked here; see `parse_mcp_servers`).

@@ -1,25 +1,10 @@
 """The one owner of a tool call's fate: approval, the sandbox chosen, the escalation, the outcome.
 
 Each call goes one way, and every step's answer is a value (after Codex's `tools/orchestrator.rs`, "the
-central place for approvals, sandbox selection and retry"):
-
-    validate the arguments (once; cut off, unknown, invalid: answered, never run)
-      → `PreToolUse` hooks (`tools.hooks`): block (the reason is the result), deny, ask, allow, new arguments
-      → approval (`approval.Approvals`: `decide`, and the surface's question when it asks)
-      → run under the run's sandbox (`ToolContext.sandbox`), between two snapshots of the workspace when it
-        may write (`ToolContext.snapshot`, `approval.may_write`)
-      → the sandbox refused it (`sandbox.SandboxBlocked`)? the escalation question: run once outside?
-      → yes: run once unconfined; no: the refusal
-      → the `ToolResult` and its outcome: ok | error | denied | timeout | cancelled | unknown_tool
-      → `PostToolUse` hooks when the tool ran (what they say for the model follows the result)
-
-A hook's `allow` approves as an allow rule does (never past a deny rule, the read-only policy or a sandbox
-question); its `deny` refuses whatever the policy (`--yes` too); its `ask` asks even under `yolo`.
-
-No other module of crow calls the approver or chooses a sandbox (`tests/test_layers.py` lists who may
-import `tools.approval` and `tools.sandbox`); a surface supplies an `Approvals` with its question
-(`ask`) and shows what happens. `dispatch` runs calls concurrently through here and masks and caps
-what they return.
+central place for approvals, sandbox selection and retry"); `Orchestrator` draws the way. No other module of
+crow calls the approver or chooses a sandbox (`tests/test_layers.py` lists who may import `tools.approval`
+and `tools.sandbox`); a surface supplies an `Approvals` with its question (`ask`) and shows what happens.
+`dispatch` runs calls concurrently through here and masks and caps what they return.
 """
 
 from __future__ import annotations
@@ -73,6 +58,19 @@ class Orchestrator:
     Nothing escapes as an exception but the cancellation of the run itself: unknown tools, cut-off or
     invalid arguments, refusals, a tool's exceptions and timeouts are results whose text tells the model
     what went wrong, with their `outcome`.
+
+        validate the arguments (once; cut off, unknown, invalid: answered, never run)
+          → `PreToolUse` hooks (`tools.hooks`): block (the reason is the result), deny, ask, allow, new arguments
+          → approval (`approval.Approvals`: `decide`, and the surface's question when it asks)
+          → run under the run's sandbox (`ToolContext.sandbox`), between two snapshots of the workspace when it
+            may write (`ToolContext.snapshot`, `approval.may_write`)
+          → the sandbox refused it (`sandbox.SandboxBlocked`)? the escalation question: run once outside?
+          → yes: run once unconfined; no: the refusal
+          → the `ToolResult` and its outcome: ok | error | denied | timeout | cancelled | unknown_tool
+          → `PostToolUse` hooks when the tool ran (what they say for the model follows the result)
+
+    A hook's `allow` approves as an allow rule does (never past a deny rule, the read-only policy or a sandbox
+    question); its `deny` refuses whatever the policy (`--yes` too); its `ask` asks even under `yolo`.
     """
 
     registry: ToolRegistry

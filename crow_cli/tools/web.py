@@ -1,26 +1,10 @@
 """Reaching the web for `web_fetch` and `web_search`: which addresses may be reached, the request pinned to
 the address checked, and what comes back turned into text.
 
-Every hop (the URL asked for and each redirect) is checked the same way before anything is sent:
-
-1. http or https only, with a host name (no user:password@ part: credentials in a URL are not sent);
-2. the host's addresses (the literal, or every answer of DNS) are each public: loopback, private,
-   link-local (the cloud metadata address 169.254.169.254 among them), shared, multicast, reserved and
-   unspecified addresses are refused, an IPv4 address inside IPv6 (`::ffff:127.0.0.1`) as the IPv4 one,
-   unless `[web] allow_hosts` names the host (`WebAccess.allow_hosts`: `localhost`, `10.0.0.7`,
-   `*.corp.example`);
-3. the connection goes to the address that was checked: the URL's host is put back in the `Host` header
-   and in TLS's SNI and certificate check, so a second DNS answer (DNS rebinding) cannot point it
-   elsewhere. Through a proxy (HTTPS_PROXY …, read by `wire.proxy`) the proxy resolves the name: crow
-   checks its own answer but cannot pin the proxy's.
-
-A redirect to the same host is followed (up to `MAX_REDIRECTS`); one to a host `allow_hosts` names too;
-one to any other host ends the fetch with a `Redirected` (the model fetches that URL with a new call, which
-is approved as any other). TLS uses crow's one context (`wire.tls`, SSL_CERT_FILE and SSL_CERT_DIR).
-
-HTML becomes Markdown (markdownify over BeautifulSoup, scripts, styles, navigation and forms dropped), a
-PDF its text (pypdf), text stays text; anything else is refused in one line. Both libraries are imported
-only when a page needs them.
+Every hop (the URL asked for and each redirect) is checked the same way before anything is sent, so neither
+the model nor a redirect reaches a private address (the cloud metadata address among them) unless `[web]
+allow_hosts` names it: `fetch` tells the checks and the redirects followed, `page_text` what the model reads.
+TLS uses crow's one context (`wire.tls`, SSL_CERT_FILE and SSL_CERT_DIR).
 """
 
 from __future__ import annotations
@@ -256,8 +240,23 @@ async def _get(url: str, host: str, addresses: list[str], *, headers: dict[str, 
 
 
 async def fetch(url: str, access: WebAccess, *, headers: dict[str, str] | None = None) -> Fetched | Redirected:
-    """GET `url` under the checks of the module (every hop), following redirects to the same host or to hosts
+    """GET `url` under the checks below (every hop), following redirects to the same host or to hosts
     `access.allow_hosts` names.
+
+    1. http or https only, with a host name (no user:password@ part: credentials in a URL are not sent);
+    2. the host's addresses (the literal, or every answer of DNS) are each public: loopback, private,
+       link-local (the cloud metadata address 169.254.169.254 among them), shared, multicast, reserved and
+       unspecified addresses are refused, an IPv4 address inside IPv6 (`::ffff:127.0.0.1`) as the IPv4 one,
+       unless `[web] allow_hosts` names the host (`WebAccess.allow_hosts`: `localhost`, `10.0.0.7`,
+       `*.corp.example`);
+    3. the connection goes to the address that was checked: the URL's host is put back in the `Host` header
+       and in TLS's SNI and certificate check, so a second DNS answer (DNS rebinding) cannot point it
+       elsewhere. Through a proxy (HTTPS_PROXY …, read by `wire.proxy`) the proxy resolves the name: crow
+       checks its own answer but cannot pin the proxy's.
+
+    A redirect to the same host is followed (up to `MAX_REDIRECTS`); one to a host `allow_hosts` names too;
+    one to any other host ends the fetch with a `Redirected` (the model fetches that URL with a new call, which
+    is approved as any other).
 
     Returns:
         The response read (any status), or `Redirected` at a redirect to another host.
@@ -303,6 +302,10 @@ async def _follow(url: str, access: WebAccess, headers: dict[str, str] | None) -
 def page_text(fetched: Fetched) -> tuple[str, str]:
     """What the model reads of a response: (the kind shown, "HTML" / "PDF" / "text"; the text), HTML as
     Markdown without its scripts, styles and navigation, control characters removed.
+
+    HTML becomes Markdown (markdownify over BeautifulSoup, scripts, styles, navigation and forms dropped), a
+    PDF its text (pypdf), text stays text; anything else is refused in one line. Both libraries are imported
+    only when a page needs them.
 
     Raises:
         ToolError: binary content (an image, an archive …), or a PDF whose text cannot be read.

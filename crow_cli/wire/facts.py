@@ -1,35 +1,11 @@
 """Facts learned about an endpoint, remembered per base URL and model, read by later runs.
 
-A small JSON file, `facts.json` in the platformdirs user state dir (`~/.local/state/crow/` on Linux),
-mode 0600:
-
-    {"http://127.0.0.1:8080/v1 smollm2": {
-        "tool_calling": true, "quirks": ["index-always-0"],
-        "request_rules": [{"op": "drop_param", "target": "seed", "value": null}],
-        "tool_probe": {"one": "native", "typed": "malformed", "two": "none"}, "text_call_format": "hermes",
-        "learned_at": 1764750000.0,
-        "provenance": {"request_rules drop_param seed": {"learned_at": 1764750000.0,
-                                                         "why": "400: Extra inputs are not permitted"},
-                       "tool_calling": {"learned_at": 1764700000.0}, ...}}}
-
-Every rule the client learned is one of `request_rules`, message-field rules too (`drop_field`,
-`require_field` …); a record of an older crow keeps those as `refused_fields`, `required_fields`,
-`tool_message_name` and `tool_call_id_rule`, still read (`profile.ServerProfile.remembered` turns them into
-rules on the next write). Written by `crow probe` and by the client when a server refuses a field and the
-resent request is accepted, so the next run does not pay the failed request again; shown by `crow facts list` and
-`crow probe --show`. Keys are `"PUBLIC_BASE_URL MODEL"`: the base URL without credentials or query string
-(`text.public_url`); no key is ever stored. A record's `learned_at` (Unix seconds) is its last write:
-records older than `MAX_AGE` count as not known. Each fact keeps when it was learned and from which refusal
-in `provenance`; a record written before facts kept their own has one `why` (its last refusal) instead.
-
-Learned facts come from servers, so nothing in them is trusted: a fixed schema (`_NAMES`, `_TYPES`,
-`request_rules` of bounded names and scalar values), bounded lengths and counts, and the checks of the
-config's `[provider]` table for the facts it may set too: a fact the config would refuse is no fact. Each
-damaged entry counts as not known, with one warning naming the server and model, the key and what is wrong
-(`problems()`); a file larger than `MAX_FILE`, not JSON or nested too deep counts as empty, and either is
-replaced on the next write. Writers hold an exclusive lock on the directory for their read-merge-write, so
-runs learning at once keep every fact. A write that fails returns why (facts are an optimisation, never a
-reason to fail a run).
+A small JSON file, `facts.json` in the platformdirs user state dir (`~/.local/state/crow/` on Linux), mode
+0600, written by `crow probe` and by the client when a server refuses a field and the resent request is
+accepted, so the next run does not pay the failed request again; shown by `crow facts list` and
+`crow probe --show`. Keys are `"PUBLIC_BASE_URL MODEL"` (`endpoint_key`); no key is ever stored. Learned facts
+come from servers, so nothing in them is trusted (`_checked`), and a write that fails returns why: facts are an
+optimisation, never a reason to fail a run. The record's shape is told at `_read`.
 """
 
 from __future__ import annotations
@@ -162,7 +138,13 @@ def _names_problem(key: str, name: Any) -> str | None:
 
 def _checked(record: dict[str, Any], warn: _Warn) -> dict[str, Any]:
     """`record` as crow reads it: known keys of the right type and bounded size only; `warn(key, what)` is
-    called once for each key or item left out (`warn(key, what, done)`: what is done instead)."""
+    called once for each key or item left out (`warn(key, what, done)`: what is done instead).
+
+    Nothing from a server is trusted: a fixed schema (`_NAMES`, `_TYPES`, `request_rules` of bounded names and
+    scalar values), bounded lengths and counts, and the checks of the config's `[provider]` table for the facts
+    it may set too: a fact the config would refuse is no fact. Each damaged entry counts as not known, with one
+    warning naming the server and model, the key and what is wrong (`problems()`).
+    """
     out: dict[str, Any] = {}
     for key, value in record.items():
         if key in _NAMES or key == "request_rules":
@@ -246,7 +228,31 @@ def each_fact(record: Mapping[str, Any]) -> dict[str, Any]:
 
 def _read() -> dict[str, dict[str, Any]]:
     """The file's records, checked, expired ones left out; {} when it is damaged; `problems()` says what was
-    damaged."""
+    damaged.
+
+    A record:
+
+        {"http://127.0.0.1:8080/v1 smollm2": {
+            "tool_calling": true, "quirks": ["index-always-0"],
+            "request_rules": [{"op": "drop_param", "target": "seed", "value": null}],
+            "tool_probe": {"one": "native", "typed": "malformed", "two": "none"}, "text_call_format": "hermes",
+            "learned_at": 1764750000.0,
+            "provenance": {"request_rules drop_param seed": {"learned_at": 1764750000.0,
+                                                             "why": "400: Extra inputs are not permitted"},
+                           "tool_calling": {"learned_at": 1764700000.0}, ...}}}
+
+    Every rule the client learned is one of `request_rules`, message-field rules too (`drop_field`,
+    `require_field` …); a record of an older crow keeps those as `refused_fields`, `required_fields`,
+    `tool_message_name` and `tool_call_id_rule`, still read (`profile.ServerProfile.remembered` turns them into
+    rules on the next write). Keys hold the base URL without credentials or query string (`text.public_url`).
+    A record's `learned_at` (Unix seconds) is its last write: records older than `MAX_AGE` count as not known.
+    Each fact keeps when it was learned and from which refusal in `provenance`; a record written before facts
+    kept their own has one `why` (its last refusal) instead.
+
+    A file larger than `MAX_FILE`, not JSON or nested too deep counts as empty, and is replaced on the next
+    write. Writers hold an exclusive lock on the directory for their read-merge-write (`_locked`), so runs
+    learning at once keep every fact.
+    """
     path = facts_path()
     found: list[str] = []
     _problems[:] = []

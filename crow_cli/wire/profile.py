@@ -1,23 +1,10 @@
 """One server's profile: what crow knows of a base URL + model, built from layers, each value with its layer.
 
-`build_profile` is the one place a `ServerProfile` is made. Its layers, later ones overriding earlier ones key
-by key:
-
-1. `built-in`: provider knowledge kept as data: `profiles.PROFILES` (by the base URL's host) and
-   `profiles.KNOWN_REQUEST_RULES` (by host, or `:PORT`, and model-name prefix);
-2. `config`: the config's `[provider]` table, request rules included (checked when the config is read:
-   `profiles.check_overrides`, `rules_problem`);
-3. `learned`: what the server taught earlier runs and `crow probe` (`wire.facts.recall`).
-
-A key is a field of `ServerProfile` (`refused_fields`, `tool_message_name` …) or one request rule, keyed by what
-it decides (`rule_keys`): a learned `CapParam("max_tokens", 4096)` replaces a built-in or configured reply cap
-(under either name), a configured `DropParam("max_tokens")` replaces a built-in `RenameParam("max_tokens", …)`,
-a learned `DropParam("seed")` joins the built-in rules; no two rules of a profile decide the same thing.
-`ServerProfile.sources` says which layer each value came from and `ServerProfile.replaced` what it replaced
-(`crow probe --show`, `--debug`). The configured rules are the user's: they apply whether or not crow adapts
-requests (`adapt_requests`). A learned message-field rule becomes the profile's field it decides
-(`refused_fields` …). `ServerProfile.learn` keeps what a client learns in its run and `remembered` says what
-to store. Pure: the caller reads and writes the facts; no I/O here. Built once per client, never per request.
+`build_profile` is the one place a `ServerProfile` is made, from three layers, later ones overriding earlier
+ones key by key: `built-in` (provider knowledge kept as data), `config` (the `[provider]` table) and `learned`
+(what the server taught earlier runs). Each value says which layer it came from and what it replaced
+(`crow probe --show`, `--debug`). Pure: the caller reads and writes the facts; no I/O here. Built once per
+client, never per request.
 """
 
 from __future__ import annotations
@@ -355,7 +342,26 @@ def build_profile(base_url: str, model: str, provider: Mapping[str, Any] | None 
     (`provider`), then the `learned` facts (`wire.facts.recall`), later layers overriding earlier ones key by
     key (module docstring; a request rule replaces the earlier ones that decide the same, `rule_keys`, in the
     place of the first). `rules=False` (`adapt_requests = false`): no built-in or learned request rule; the
-    configured ones are the user's and always apply."""
+    configured ones are the user's and always apply.
+
+    The layers:
+
+    1. `built-in`: `profiles.PROFILES` (by the base URL's host) and `profiles.KNOWN_REQUEST_RULES` (by host, or
+       `:PORT`, and model-name prefix);
+    2. `config`: the config's `[provider]` table, request rules included (checked when the config is read:
+       `profiles.check_overrides`, `rules_problem`);
+    3. `learned`: what the server taught earlier runs and `crow probe` (`wire.facts.recall`).
+
+    A key is a field of `ServerProfile` (`refused_fields`, `tool_message_name` …) or one request rule, keyed by
+    what it decides (`rule_keys`): a learned `CapParam("max_tokens", 4096)` replaces a built-in or configured
+    reply cap (under either name), a configured `DropParam("max_tokens")` replaces a built-in
+    `RenameParam("max_tokens", …)`, a learned `DropParam("seed")` joins the built-in rules; no two rules of a
+    profile decide the same thing. `ServerProfile.sources` says which layer each value came from and
+    `ServerProfile.replaced` what it replaced. The configured rules are the user's: they apply whether or not
+    crow adapts requests (`adapt_requests`). A learned message-field rule becomes the profile's field it decides
+    (`refused_fields` …). `ServerProfile.learn` keeps what a client learns in its run and `remembered` says what
+    to store.
+    """
     values: dict[str, Any] = {}
     sources: dict[str, Layer] = {}
     replaced: dict[str, tuple[tuple[Layer, Any], ...]] = {}

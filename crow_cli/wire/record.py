@@ -1,24 +1,8 @@
 """Raw stream recording (`crow run --record DIR`): what was sent and what came back, byte for byte.
 
-An `httpx.AsyncClient` whose transport wraps `httpx.AsyncHTTPTransport` and tees every exchange into
-numbered files in DIR (numbering continues after the highest number already there, so runs never
-overwrite each other; a retry is an exchange of its own):
-
-    0001-request.json   the request body (JSON, indented; the raw text when it is not JSON)
-    0001-response.sse   the response body exactly as streamed (`.json`/`.txt` for other content types),
-                        written chunk by chunk as it arrives, so a cut or interrupted stream stays on disk
-    0001-meta.json      method, URL (without its query string: Azure-style `?key=…` stays out),
-                        status, request and response headers, the response file's name, and `error`
-                        when the transport failed
-
-Secrets never reach the files: credential headers (`text.SECRET_NAME`: auth, key, token, cookie, pass,
-credential, signature …) are dropped, and their values (the bare token of `Bearer …`, each cookie's
-value: `text.header_secrets`) plus any secret handed in are replaced by `[REDACTED]` (`text.mask_secrets`)
-wherever they appear in the URL, the request body or the response. This is what users attach to
-bug reports, and what the llama.cpp smoke test reads.
-
-Because the wrapped transport is the stock `AsyncHTTPTransport` (httpcore underneath), respx still
-intercepts recorded clients in tests.
+This is what users attach to bug reports, and what the llama.cpp smoke test reads, so secrets never reach the
+files. `RecordingTransport` tells the files written and what is redacted. Because the wrapped transport is
+the stock `AsyncHTTPTransport` (httpcore underneath), respx still intercepts recorded clients in tests.
 """
 
 from __future__ import annotations
@@ -65,6 +49,22 @@ def prepare_record_dir(path: str | Path) -> Path:
 
 class RecordingTransport(httpx.AsyncBaseTransport):
     """An `httpx.AsyncBaseTransport` that records every exchange it forwards to `inner` (see module doc).
+
+    It wraps `httpx.AsyncHTTPTransport` and tees every exchange into numbered files in DIR (numbering continues
+    after the highest number already there, so runs never overwrite each other; a retry is an exchange of its
+    own):
+
+        0001-request.json   the request body (JSON, indented; the raw text when it is not JSON)
+        0001-response.sse   the response body exactly as streamed (`.json`/`.txt` for other content types),
+                            written chunk by chunk as it arrives, so a cut or interrupted stream stays on disk
+        0001-meta.json      method, URL (without its query string: Azure-style `?key=…` stays out),
+                            status, request and response headers, the response file's name, and `error`
+                            when the transport failed
+
+    Credential headers (`text.SECRET_NAME`: auth, key, token, cookie, pass, credential, signature …) are
+    dropped, and their values (the bare token of `Bearer …`, each cookie's value: `text.header_secrets`) plus
+    any secret handed in are replaced by `[REDACTED]` (`text.mask_secrets`) wherever they appear in the URL, the
+    request body or the response.
 
     Args:
         folder: an existing, writable directory (see `prepare_record_dir`).

@@ -4,29 +4,7 @@ A provider whose `[provider] wire_api` is `responses` (Codex's key and values) g
 {base_url}/responses` with `stream: true`, sent and read by the same client (`wire.client`: TLS, proxy, retries,
 error mapping). Sessions stay in crow's own message form (Chat Completions messages), so a session moves between
 a chat server and a Responses server as it moves between models; this module converts at the edge, both ways:
-
-* `request_body`: the Chat Completions body crow built (messages as `wire.outgoing` shaped them, tools, params)
-  becomes a Responses body. Leading system messages become `instructions`, later ones developer messages;
-  user and assistant text become message items; each assistant tool call becomes a `function_call` item whose
-  `call_id` is the tool call's id unchanged, and each tool message a `function_call_output` item with the
-  same `call_id`, in history order (one per call, as the history holds them). Tools take the Responses
-  function shape with `strict: false` (Responses defaults to strict, which refuses crow's schemas). `store:
-  false` unless the params say otherwise, so the reasoning items of the model's own turns go back with their
-  `encrypted_content` (`include: ["reasoning.encrypted_content"]`), kept on the assistant message under
-  `history.REASONING_ITEMS_KEY` and sent to that same author (base URL and model) only. With `store: true` in
-  the params, a response's id is kept (`history.RESPONSE_ID_KEY`) and the next request to the same author
-  sends `previous_response_id` and only the items after that response (the instructions again).
-* `ChunkTranslator`: each streamed Responses event becomes zero or more Chat Completions chunk dicts, so the one
-  pure accumulator (`wire.accumulate`) and the loop run unchanged: output text as `content`, a refusal as
-  `refusal`, reasoning summaries (and raw reasoning text) as `reasoning`, their parts a paragraph apart, each
-  `function_call` output item as a tool call whose `index` is its position among the turn's function calls
-  (arguments in their fragments; a `.done` or `output_item.done` whose arguments no delta carried sends them
-  whole), the reasoning items as one private delta field at the end, and `response.completed` as the finish
-  chunk with its usage in Chat Completions names (cached and reasoning tokens included). `response.failed`
-  and an `error` event raise the `ServerError` an error inside a chat stream raises; a stream that ends
-  without `response.completed` (or `response.incomplete`) is a `StreamCut`.
-
-Pure: no I/O.
+`request_body` out, `ChunkTranslator` in (so the one accumulator and the loop run unchanged). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -119,6 +97,17 @@ def _reasoning_items(history: list[Message], author: Mapping[str, str] | None) -
 def request_body(chat: Mapping[str, Any], history: list[Message], author: Mapping[str, str] | None
                  ) -> dict[str, Any]:
     """The Responses body for the Chat Completions body `chat` (as `ChatClient.request_body` built it).
+
+    Leading system messages become `instructions`, later ones developer messages; user and assistant text become
+    message items; each assistant tool call becomes a `function_call` item whose `call_id` is the tool call's id
+    unchanged, and each tool message a `function_call_output` item with the same `call_id`, in history order (one
+    per call, as the history holds them). Tools take the Responses function shape with `strict: false` (Responses
+    defaults to strict, which refuses crow's schemas). `store: false` unless the params say otherwise, so the
+    reasoning items of the model's own turns go back with their `encrypted_content` (`include:
+    ["reasoning.encrypted_content"]`), kept on the assistant message under `history.REASONING_ITEMS_KEY` and sent
+    to that same author (base URL and model) only. With `store: true` in the params, a response's id is kept
+    (`history.RESPONSE_ID_KEY`) and the next request to the same author sends `previous_response_id` and only the
+    items after that response (the instructions again).
 
     Args:
         chat: `{"model", "messages", "stream", "tools"?, params…}`; `messages` as sent (one per history message).
@@ -218,6 +207,14 @@ class ChunkTranslator:
     """Streamed Responses events (dicts, in order) → Chat Completions chunk dicts (module docstring).
 
     One per request. `chunks(event)` for each event, then `end()` once the stream ends.
+
+    Output text becomes `content`, a refusal `refusal`, reasoning summaries (and raw reasoning text) `reasoning`,
+    their parts a paragraph apart; each `function_call` output item a tool call whose `index` is its position
+    among the turn's function calls (arguments in their fragments; a `.done` or `output_item.done` whose
+    arguments no delta carried sends them whole); the reasoning items one private delta field at the end; and
+    `response.completed` the finish chunk with its usage in Chat Completions names (cached and reasoning tokens
+    included). `response.failed` and an `error` event raise the `ServerError` an error inside a chat stream
+    raises; a stream that ends without `response.completed` (or `response.incomplete`) is a `StreamCut`.
     """
 
     def __init__(self, *, stored: bool = False) -> None:

@@ -1,27 +1,11 @@
 """The shape of a Chat Completions chunk, checked once at the wire's edge (before the accumulator).
 
 A chunk is the JSON object of one SSE `data:` event (OpenAI `chat.completion.chunk`). The fields crow
-reads must have the types the OpenAI API reference gives them; a field of another type (a string
-where an object belongs, `"choices": -1`, an index that is a list) is removed from the chunk and
-named, so that nothing after this point meets a type it does not expect. Fields crow does not read
-(`id`, `model`, `logprobs`, reasoning fields, extensions) are not checked here.
-
-    choices            list of objects (null: none)
-      index            integer (null: absent)
-      delta            object (null: absent)
-        content        string, or list of objects whose `text` is a string (content parts)
-        refusal        string
-        tool_calls     list of objects, or one object sent bare (Azure, some proxies)
-          index        integer (absent: Gemini)
-          id, type     string
-          function     object
-            name       string
-            arguments  string, or an object (MiniMax sends the parsed arguments)
-      finish_reason    string
-    usage              object; its `prompt_tokens`, `completion_tokens`, `total_tokens` integers
-    error              a non-empty value is an in-band error (`wire.stream`); an empty one is removed
-
-Null is accepted for every field (servers send `"content": null`, `"usage": null`): it means absent.
+reads must have the types the OpenAI API reference gives them (the table is at `_Checker`); a field of
+another type (a string where an object belongs, `"choices": -1`, an index that is a list) is removed from the
+chunk and named, so that nothing after this point meets a type it does not expect. Fields crow does not read
+(`id`, `model`, `logprobs`, reasoning fields, extensions) are not checked here. Null is accepted for every
+field (servers send `"content": null`, `"usage": null`): it means absent.
 """
 
 from __future__ import annotations
@@ -68,7 +52,25 @@ def _is_arguments(value: Any) -> bool:
 
 
 class _Checker:
-    """Removes wrong-typed fields from one chunk (in place) and collects one problem per removal."""
+    """Removes wrong-typed fields from one chunk (in place) and collects one problem per removal.
+
+    The fields checked:
+
+        choices            list of objects (null: none)
+          index            integer (null: absent)
+          delta            object (null: absent)
+            content        string, or list of objects whose `text` is a string (content parts)
+            refusal        string
+            tool_calls     list of objects, or one object sent bare (Azure, some proxies)
+              index        integer (absent: Gemini)
+              id, type     string
+              function     object
+                name       string
+                arguments  string, or an object (MiniMax sends the parsed arguments)
+          finish_reason    string
+        usage              object; its `prompt_tokens`, `completion_tokens`, `total_tokens` integers
+        error              a non-empty value is an in-band error (`wire.stream`); an empty one is removed
+    """
 
     def __init__(self) -> None:
         self.problems: list[str] = []

@@ -1,30 +1,8 @@
 """From the bytes of a 200 response to chunk dicts: SSE decoded by `httpx-sse`, plus the shapes servers really send.
 
-Imported only once a request is made (it imports httpx). Rules:
-
-* An event without data (`event: ping`, `data:` alone, `retry: 1000`, `: comment`) is skipped, as the
-  SSE spec says it is not dispatched; `[DONE]` is recognised with stray spaces around it. What follows
-  `[DONE]` (normally only the body's end) is read and ignored, for up to `DONE_GRACE_S`: a body read to its
-  end lets httpx put the connection back in its pool, so the next turn reuses it; a server whose body is
-  still open then has it closed at once after `[DONE]` on its later turns (`AfterDone`). The body is
-  decoded as SSE whatever its content type says when that is `text/event-stream`, `text/plain` or absent.
-* Errors inside the stream come in three shapes: `{"error": {…}}` (OpenAI, vLLM via LiteLLM), a
-  top-level `{"object": "error", "message": …}` (older vLLM) and an `event: error` whose data is
-  the error itself. Each fails the turn with the server's message.
-* A damaged event: data that is not JSON. Every complete JSON frame that follows an embedded `data:`
-  marker or a line break inside it is recovered (a provider sent a chunk cut mid-JSON and the next
-  `data: {…}` frame on the same line); what cannot be parsed is skipped with one `WarningEvent` that
-  says how much was skipped and how many frames were recovered. A damaged event that nothing valid
-  follows (the body ends after it) is a cut stream: `ServerError` ("not JSON").
-* An event whose data is JSON but not an object (`[1,2]`, `"hi"`, `5`, `null`) is skipped with one
-  `WarningEvent`; it never reaches the loop.
-* Every chunk's shape is checked (`wire.shape`): a field of the wrong type is removed, with one
-  `WarningEvent` per distinct problem in a stream. A stream in which such a problem was found and
-  no chunk kept a choice with a delta or a finish_reason can be trusted in nothing: `ServerError`.
-* A server that ignores `stream: true` and answers `application/json` has its completion turned into
-  one equivalent chunk; a JSON error body is an error. An HTML page (a login or proxy page), an empty
-  body, any other content type, or a stream that ends without a single chunk is named as such in a
-  `ServerError` rather than read as an empty answer.
+Imported only once a request is made (it imports httpx). Servers send pings, errors in three shapes, damaged
+and wrong-typed events, bodies that stay open after `[DONE]`, and JSON or HTML where a stream was asked for;
+each is read as `iter_chunks` tells, so the loop sees valid chunks, warnings, or one `ServerError`.
 """
 
 from __future__ import annotations
@@ -162,7 +140,31 @@ def _no_stream_error(head: bytes, content_type: str) -> ServerError:
 
 async def iter_chunks(parts: AsyncIterator[bytes], content_type: str, after_done: AfterDone | None = None
                       ) -> AsyncGenerator[dict[str, Any] | WarningEvent, None]:
-    """Decode one streamed turn: each chunk as the dict of its `data:` JSON, in order (see the module docstring).
+    """Decode one streamed turn: each chunk as the dict of its `data:` JSON, in order, by the rules below.
+
+    * An event without data (`event: ping`, `data:` alone, `retry: 1000`, `: comment`) is skipped, as the
+      SSE spec says it is not dispatched; `[DONE]` is recognised with stray spaces around it. What follows
+      `[DONE]` (normally only the body's end) is read and ignored, for up to `DONE_GRACE_S`: a body read to its
+      end lets httpx put the connection back in its pool, so the next turn reuses it; a server whose body is
+      still open then has it closed at once after `[DONE]` on its later turns (`AfterDone`). The body is
+      decoded as SSE whatever its content type says when that is `text/event-stream`, `text/plain` or absent.
+    * Errors inside the stream come in three shapes: `{"error": {…}}` (OpenAI, vLLM via LiteLLM), a
+      top-level `{"object": "error", "message": …}` (older vLLM) and an `event: error` whose data is
+      the error itself. Each fails the turn with the server's message.
+    * A damaged event: data that is not JSON. Every complete JSON frame that follows an embedded `data:`
+      marker or a line break inside it is recovered (a provider sent a chunk cut mid-JSON and the next
+      `data: {…}` frame on the same line); what cannot be parsed is skipped with one `WarningEvent` that
+      says how much was skipped and how many frames were recovered. A damaged event that nothing valid
+      follows (the body ends after it) is a cut stream: `ServerError` ("not JSON").
+    * An event whose data is JSON but not an object (`[1,2]`, `"hi"`, `5`, `null`) is skipped with one
+      `WarningEvent`; it never reaches the loop.
+    * Every chunk's shape is checked (`wire.shape`): a field of the wrong type is removed, with one
+      `WarningEvent` per distinct problem in a stream. A stream in which such a problem was found and
+      no chunk kept a choice with a delta or a finish_reason can be trusted in nothing: `ServerError`.
+    * A server that ignores `stream: true` and answers `application/json` has its completion turned into
+      one equivalent chunk; a JSON error body is an error. An HTML page (a login or proxy page), an empty
+      body, any other content type, or a stream that ends without a single chunk is named as such in a
+      `ServerError` rather than read as an empty answer.
 
     Args:
         parts: the response body, content-decoded (gzip undone), in pieces as they arrive.

@@ -2,22 +2,9 @@
 
 Open models write their tool calls in their chat template's own markup, and a server whose parser does not
 know it (or a template that does not match the model) passes it on as text: Qwen's `<tool_call>` printed
-instead of run (block/goose#3748, sst/opencode#1034). `recover_calls` reads the formats known from open models:
-
-- `hermes`: Hermes / Qwen `<tool_call>{"name": …, "arguments": {…}}</tool_call>`, one or more;
-- `mistral`: `[TOOL_CALLS][{"name": …, "arguments": {…}}, …]`, or the newer `[TOOL_CALLS]name[ARGS]{…}`;
-- `llama3`: `<|python_tag|>{"name": …, "parameters": {…}}` (several joined by `;`), an end token after it;
-- `harmony`: gpt-oss's channel leak, `<|channel|>commentary to=functions.NAME … <|message|>{…}<|call|>`, after
-  an `analysis` channel (its reasoning, set aside) or not, `json` glued to the name or not;
-- `json`: bare JSON objects `{"name": …, "arguments": {…}}` (or `"parameters"`), one after another, or a
-  JSON array of them (Mistral Large answering with the list as text).
-
-Only a text that is nothing but an optional `<think>` block (a model's reasoning the server left in the text: set
-aside, kept in the lead-in), an optional plain lead-in ("I'll check that order.") and then complete blocks
-naming offered tools, each with an object of arguments, is read as calls. A block followed by more text,
-inside a code fence, after a lead-in that quotes (backticks) or runs long, bare JSON on a lead-in's line (prose
-quoting it), or naming a tool not offered is never run: it stays text. A marked block (hermes, mistral, llama3,
-harmony) may follow its lead-in on the same line.
+instead of run (block/goose#3748, sst/opencode#1034). `recover_calls` reads the formats known from open models
+(hermes, mistral, llama3, harmony, bare json), and only from a text that is nothing but calls after a short
+lead-in: anything that could be prose quoting a call stays text, never run.
 """
 
 from __future__ import annotations
@@ -64,6 +51,23 @@ class Recovered:
 def recover_calls(content: str | None, offered: Collection[str],
                   name_of: Callable[[str], str] | None = None, *, tags_dropped: bool = False) -> Recovered | None:
     """The tool calls complete blocks at the end of `content` stand for, or None (see the module).
+
+    The formats:
+
+    - `hermes`: Hermes / Qwen `<tool_call>{"name": …, "arguments": {…}}</tool_call>`, one or more;
+    - `mistral`: `[TOOL_CALLS][{"name": …, "arguments": {…}}, …]`, or the newer `[TOOL_CALLS]name[ARGS]{…}`;
+    - `llama3`: `<|python_tag|>{"name": …, "parameters": {…}}` (several joined by `;`), an end token after it;
+    - `harmony`: gpt-oss's channel leak, `<|channel|>commentary to=functions.NAME … <|message|>{…}<|call|>`,
+      after an `analysis` channel (its reasoning, set aside) or not, `json` glued to the name or not;
+    - `json`: bare JSON objects `{"name": …, "arguments": {…}}` (or `"parameters"`), one after another, or a
+      JSON array of them (Mistral Large answering with the list as text).
+
+    Only a text that is nothing but an optional `<think>` block (a model's reasoning the server left in the text:
+    set aside, kept in the lead-in), an optional plain lead-in ("I'll check that order.") and then complete
+    blocks naming offered tools, each with an object of arguments, is read as calls. A block followed by more
+    text, inside a code fence, after a lead-in that quotes (backticks) or runs long, bare JSON on a lead-in's
+    line (prose quoting it), or naming a tool not offered is never run: it stays text. A marked block (hermes,
+    mistral, llama3, harmony) may follow its lead-in on the same line.
 
     Args:
         content: the turn's text, its reasoning set aside.

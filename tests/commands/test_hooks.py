@@ -32,9 +32,9 @@ def test_hooks_list_names_each_hooks_file_and_whether_it_runs(tmp_path: Path, ca
 
 
 def test_a_hooks_hidden_characters_are_shown_as_escapes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # found trying it as a user (issue 45 wave): the list is where a person judges an untrusted repository's
-    # hooks, and it dropped an ESC (the matcher `run_<ESC>shell` read as `run_shell`, which it never matches),
-    # let U+202E reorder a command and a newline start what looked like a line of its own
+    # the list is where a person judges an untrusted repository's hooks: it shows escapes, so an ESC is never
+    # dropped (the matcher `run_<ESC>shell` read as `run_shell`, which it never matches), U+202E never
+    # reorders a command and a newline never starts what looks like a line of its own
     project = tmp_path / "repo"
     (project / ".crow").mkdir(parents=True)
     (project / ".crow" / "settings.toml").write_text(

@@ -97,7 +97,7 @@ def test_list_here_shows_only_this_folders_sessions(tmp_path: Path, monkeypatch:
 
 def test_list_on_a_terminal_shows_a_served_model_name_without_its_controls(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    # found trying issue 44: a model name the server served (picked with /model) reached the terminal with ESC
+    # a model name the server served (picked with /model) reaches the terminal without its ESC and controls
     import sys
 
     with SessionStore() as store:
@@ -110,7 +110,7 @@ def test_list_on_a_terminal_shows_a_served_model_name_without_its_controls(
 
 def test_list_on_a_terminal_keeps_a_folder_with_a_newline_on_its_row(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    # found trying issue 44's FOLDER column with odd folder names: a newline in one split its row in two
+    # a newline in a folder name keeps the FOLDER column on its row, not splitting it in two
     import sys
 
     with SessionStore() as store:

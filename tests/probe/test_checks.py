@@ -155,8 +155,8 @@ async def test_a_key_the_server_echoes_is_masked_in_the_report() -> None:
 
 @respx.mock
 async def test_a_model_list_of_junk_ids_names_only_the_names() -> None:
-    # found trying it as a user (issue 45 wave): ids that were objects, null or lists were listed as
-    # "{'a': 1}, None, ['l']", Python's spelling of junk, beside the real names
+    # ids that are objects, null or lists are not listed as "{'a': 1}, None, ['l']", Python's spelling of junk,
+    # beside the real names
     respx.get(f"{BASE}/models").respond(200, json={"data": [{"id": {"a": 1}}, {"id": None}, {"id": ["l"]},
                                                             {"id": True}, {"id": "qwen3"}, {"id": 7}]})
     respx.get("http://probe.test/props").respond(404)

@@ -69,8 +69,8 @@ def test_a_context_length_that_is_no_count_of_tokens_is_not_given(entry: dict[st
     assert context_length(entry) == (None, "")
 
 
-# found trying it as a new user (issue 45 wave): a /models whose ids were objects, lists or booleans listed
-# `{'a': 1}`, `['l']` and `True` as model names, Python's spelling of junk no server takes as a model
+# A /models entry whose id is an object, a list, a boolean or blank is not listed: `{'a': 1}`, `['l']` and `True`
+# are Python's spelling of junk no server takes as a model
 def test_an_entry_whose_id_is_no_name_is_not_listed() -> None:
     data = [{"id": {"a": 1}}, {"id": ["l"]}, {"id": True}, {"id": ""}, {"id": "  "}, {"id": 7}, {"id": "qwen3"}]
 

@@ -128,7 +128,7 @@ def test_a_typed_answer_about_a_plan_approves_in_a_mode_or_keeps_planning_with_a
     ("", None), ("\n", None), ("maybe", None), ("ye", None), ("nope", None), ("not now", None),
 ])
 def test_one_answer_parser_and_enter_asks_again(reply: str, answer: str | None) -> None:
-    # Enter meant "no" in chat and asked again in run; both now ask again (issue 9)
+    # one answer parser: Enter asks again, in chat as in run
     parsed = parse_answer(reply)
     assert (parsed.choice if parsed is not None else None) == answer
     assert parsed is None or (parsed.scope, parsed.reason) == ((), "")
@@ -147,7 +147,7 @@ def test_answers_carry_a_scope_and_a_reason(reply: str, answer: Answer) -> None:
 
 @pytest.mark.parametrize("reply", ["a", "always", "t", "tool"])
 def test_the_question_about_running_outside_offers_no_always(reply: str) -> None:
-    # seen by a new-user tester (wave 6): `a` at the question about running outside the sandbox ran it there
+    # the question about running outside the sandbox offers no always: `a` is no answer to it
     assert parse_answer(reply, (), OUTSIDE_CHOICES) is None
     assert parse_answer("y", (), OUTSIDE_CHOICES) == Answer("yes")
     assert answer_hint((), OUTSIDE_CHOICES) == "(answer y or n)"

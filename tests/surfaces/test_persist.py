@@ -64,7 +64,7 @@ async def test_continue_with_no_session_in_this_folder_says_so_and_exits_1(tmp_p
     ran = await run_here([], "more", cwd=b, config=config, continue_last=True)
     assert ran.code == 1 and ran.requests == []
     assert f"no session to continue in {b}" in ran.stderr
-    # seen by a new-user tester: this line suggested `--resume`, which crow run does not have
+    # the line names `--session ID`, not `--resume`, which crow run does not have
     assert "crow run --session ID" in ran.stderr and "crow run --resume" not in ran.stderr
     with SessionStore() as store:
         sid = store.latest().id

@@ -105,7 +105,7 @@ def test_view_renders_a_turn(plain: bool) -> None:
     assert "thinking it over" in text
     if plain:
         assert "The **answer** is 42." in text  # no Markdown, exactly as streamed
-        assert "→ read_file(README.md)" in text  # a path as a path (issue 44 §4)
+        assert "→ read_file(README.md)" in text  # a path as a path
         assert "  ok read_file 0.25s" in text and "  error shell 1.50s: Error: exit 1" in text
         assert "\x1b" not in text
     else:
@@ -157,7 +157,7 @@ def test_two_paragraphs_stay_apart() -> None:
     assert [line.rstrip() for line in shown.splitlines()] == ["First paragraph.", "", "Second paragraph."]
 
 
-# A listing or a poem streamed line by line was shown as one paragraph (soft breaks joined it) (issue 34)
+# A listing or a poem streamed line by line keeps its lines (soft breaks do not join them into a paragraph)
 @given(st.lists(st.integers(min_value=1, max_value=7), max_size=20))
 def test_lines_streamed_as_separate_lines_stay_separate_lines(sizes: list[int]) -> None:
     shown = render_streamed("Roses are red,\nviolets are blue.\n", sizes)
@@ -186,8 +186,7 @@ def test_the_live_tail_starts_where_its_frozen_block_will_be() -> None:
 
 
 def test_a_tool_name_from_the_model_cannot_drive_the_terminal() -> None:
-    # found trying it as a new user (fourth round): `crow chat` drew an unknown tool's name raw
-    # (`evil\x1b]0;PWNED\x1b[2J`) while `crow run` filtered it
+    # an unknown tool's name (`evil\x1b]0;PWNED\x1b[2J`) is filtered in `crow chat` as in `crow run`
 
     for plain in (True, False):
         out = io.StringIO()
@@ -199,8 +198,8 @@ def test_a_tool_name_from_the_model_cannot_drive_the_terminal() -> None:
         assert "\x1b]0" not in out.getvalue() and "\x07" not in out.getvalue() and "evil" in out.getvalue()
 
 
-# issue: a new user's chat answer `[https://github.com/acme/repo](https://evil.example/x)` became a terminal
-# hyperlink showing one URL and opening the other
+# A chat answer `[https://github.com/acme/repo](https://evil.example/x)` never becomes a terminal hyperlink
+# showing one URL and opening the other
 def _hyperlinked(text: str) -> str:
     out = io.StringIO()
     view = TurnView(Console(file=out, width=100, force_terminal=True, color_system="truecolor"), plain=False,
@@ -224,9 +223,9 @@ def test_a_link_that_shows_its_target_stays_a_hyperlink(answer: str) -> None:
 
 
 def test_the_live_area_is_not_padded_to_the_terminal_width() -> None:
-    # issue: resizing the terminal during a streamed answer left stale partial lines: every row of the live
-    # area was padded to the full width, so a narrower terminal rewrapped each into two and the redraw, which
-    # moves up as many rows as it drew, left the rest on the screen
+    # Resizing the terminal during a streamed answer leaves no stale partial lines: were the live area's rows
+    # padded to the full width, a narrower terminal would rewrap each into two and the redraw, which moves up
+    # as many rows as it drew, would leave the rest on the screen
     from crow_cli.surfaces.render import _LiveArea  # noqa: PLC2701  # the live area
 
     view, _frozen = capture(plain=False)
@@ -239,7 +238,7 @@ def test_the_live_area_is_not_padded_to_the_terminal_width() -> None:
     assert all(line == line.rstrip(" ") for line in lines)
 
 
-# Tried beside Codex, a poem streamed line by line showed as one paragraph in a terminal chat (issue 34)
+# A poem streamed line by line shows as its lines in a terminal chat, not one paragraph
 def test_a_chat_on_a_terminal_shows_two_streamed_lines_as_two_lines(tmp_path: Path) -> None:
     with ReplayServer([{"sse": text_stream("Roses are red,\nviolets are blue.\n")}]) as server, ChatTerminal(
             ["--base-url", server.base_url, "--api-key", "sk-test", "--model", "test-model", "--no-tools",
@@ -255,8 +254,8 @@ def test_a_chat_on_a_terminal_shows_two_streamed_lines_as_two_lines(tmp_path: Pa
     assert "Roses are red, violets" not in screen, screen
 
 
-# The token-cap warning comes as the stream ends, before the answer's last block is drawn: it showed
-# inside the answer (issue 34)
+# The token-cap warning comes as the stream ends, before the answer's last block is drawn: it is shown after
+# the answer, not inside it
 @pytest.mark.parametrize("plain", [True, False])
 def test_a_warning_that_comes_while_the_answer_streams_is_shown_after_it(plain: bool) -> None:
     out = io.StringIO()  # not a terminal: the frozen output only, no live frames
@@ -271,7 +270,8 @@ def test_a_warning_that_comes_while_the_answer_streams_is_shown_after_it(plain: 
     assert out.getvalue().rstrip().endswith("between turns")
 
 
-# A local model processing a long prompt on the CPU left "waiting for the model…" for minutes (issue 34)
+# The wait for a first token says what is happening (a local model processing a long prompt on the CPU),
+# not only "waiting for the model…" for minutes
 def test_the_wait_for_a_first_token_says_what_is_happening() -> None:
     from crow_cli.surfaces.render import WAIT_SECONDS_AFTER_S, _LiveArea  # noqa: PLC2701  # the live area
 

@@ -913,8 +913,8 @@ def test_sigint_after_one_tool_finished_keeps_its_result_and_answers_each_call_o
 
 
 def test_sigkill_keeps_the_results_of_tools_that_had_finished(tmp_path: Path) -> None:
-    # The results of a turn used to be stored only when its whole batch had finished: after SIGKILL a
-    # finished call was stored as "interrupted". Now each result is stored once the calls before it are.
+    # Each result is stored once the calls before it are, not when the whole batch has finished: after SIGKILL
+    # a finished call keeps its result, never stored as "interrupted".
     import contextlib
     import sqlite3
 

@@ -12,7 +12,7 @@ from crow_cli.tools.approval import Approvals
 from crow_cli.tools.context import ToolContext
 
 
-# seen by a new-user tester: `!ls` was shown as run_shell({"command": "ls", "timeout_s": 600.0}), an argument
+# `!ls` is shown with its command only, not as run_shell({"command": "ls", "timeout_s": 600.0}), an argument
 # the person never typed
 async def test_a_typed_command_is_shown_with_its_command_only(tmp_path: Path) -> None:
     events: list[Event] = []

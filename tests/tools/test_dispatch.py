@@ -40,7 +40,7 @@ async def results_of(registry: ToolRegistry, *calls: ToolCall, timeout_s: float 
     return {e.result.call_id: e.result for e in events if e.type == "tool_result"}
 
 
-# A tool raising CancelledError gets a result instead of hanging the run (found trying it as a new user)
+# A tool raising CancelledError gets a result instead of hanging the run
 async def test_tool_raising_cancelled_error_gets_a_result_instead_of_hanging() -> None:
     @tool
     async def cancel_tool() -> str:
@@ -53,7 +53,7 @@ async def test_tool_raising_cancelled_error_gets_a_result_instead_of_hanging() -
     assert results["c"].output == "Error: cancel_tool raised CancelledError"
 
 
-# A tool raising SystemExit or KeyboardInterrupt gets a result (found trying it as a new user)
+# A tool raising SystemExit or KeyboardInterrupt gets a result
 @pytest.mark.parametrize("exc", [SystemExit(3), KeyboardInterrupt()])
 async def test_tool_raising_base_exceptions_gets_a_result(exc: BaseException) -> None:
     def bad() -> str:
@@ -66,7 +66,7 @@ async def test_tool_raising_base_exceptions_gets_a_result(exc: BaseException) ->
     assert results["c"].output.startswith(f"Error: bad raised {type(exc).__name__}")
 
 
-# A tool's own TimeoutError is not reported as crow's timeout (found trying it as a new user)
+# A tool's own TimeoutError is not reported as crow's timeout
 async def test_a_tools_own_timeout_error_is_not_reported_as_ours() -> None:
     @tool
     async def own_timeout() -> str:
@@ -79,7 +79,7 @@ async def test_a_tools_own_timeout_error_is_not_reported_as_ours() -> None:
     assert results["c"].output == "Error: own_timeout raised TimeoutError: upstream socket timed out"
 
 
-# Undecodable text in a tool's output is made sendable (found trying it as a new user)
+# Undecodable text in a tool's output is made sendable
 async def test_undecodable_text_in_tool_output_is_made_sendable() -> None:
     @tool
     def listing() -> str:
@@ -93,7 +93,7 @@ async def test_undecodable_text_in_tool_output_is_made_sendable() -> None:
     results["c"].output.encode("utf-8")
 
 
-# A sync tool past its timeout does not keep crow alive (found trying it as a new user)
+# A sync tool past its timeout does not keep crow alive
 def test_sync_tool_past_its_timeout_does_not_keep_crow_alive(tmp_path: Path) -> None:
     plugins = tmp_path / "plugins"
     plugins.mkdir()
@@ -117,7 +117,7 @@ def test_sync_tool_past_its_timeout_does_not_keep_crow_alive(tmp_path: Path) -> 
     assert "timed out after 1 s" in requests[1]["messages"][2]["content"]
 
 
-# issue: a command the sandbox stopped is reported to the model with the reason, and the user may run it
+# A command the sandbox stopped is reported to the model with the reason, and the user may run it
 # once outside the sandbox (an escalation question); where nobody can answer, that is a denial
 @needs_sandbox()
 @pytest.mark.parametrize("answer", ["yes", "no", None])
@@ -154,14 +154,14 @@ async def test_a_command_the_sandbox_stopped_runs_outside_it_only_with_a_yes(tmp
                                       "install, a home folder's dot-folders): read-only file system. It was not "
                                       "run outside the sandbox. Do not retry it unchanged; work inside the "
                                       "workspace]")
-        # seen by a new-user tester (wave 6): the person read only "✗ run_shell · exit code 1", not why
+        # the person reads why, not only "✗ run_shell · exit code 1"
         assert result.display is not None and result.display.status is not None
         assert "the sandbox (workspace-write) refused a write" in result.display.status
         assert result.display.status.endswith("not run outside it")
     assert len(asked) == (0 if answer is None else 1)
 
 
-# issue: a tool result records how it ended as a field, so no surface matches result strings
+# A tool result records how it ended as a field, so no surface matches result strings
 async def test_every_result_records_its_outcome() -> None:
     from crow_cli.errors import ToolDenied, ToolError, ToolFailed
 
@@ -193,7 +193,7 @@ async def test_every_result_records_its_outcome() -> None:
 
     @tool
     def exits() -> str:
-        """Ran and failed (noticed at the end of wave 3: run_shell exiting non-zero was shown ✓)."""
+        """Ran and failed, as run_shell exiting non-zero: an error outcome, not ok."""
         raise ToolFailed("exit code 3", "[exit code 3]\nnope\n")
 
     registry = ToolRegistry()
@@ -210,8 +210,8 @@ async def test_every_result_records_its_outcome() -> None:
     assert results["exits"].output == "[exit code 3]\nnope\n"  # the model reads it as it is, no "Error:"
 
 
-# issue: run_shell masked known secrets, but read_file, search_files, MCP and plugin results did not: a .env
-# holding the OpenAI key, read while talking to another server, sent the key to it
+# Every tool's output is masked in one place, not only run_shell's: a .env holding the OpenAI key, read with
+# read_file, search_files, MCP or a plugin while talking to another server, never sends the key to it
 async def test_every_tools_output_is_masked_in_one_place(tmp_path: Path) -> None:
     from crow_cli.tools.builtin import BUILTIN_TOOLS
     from crow_cli.tools.context import ToolContext

@@ -361,8 +361,8 @@ async def test_a_deny_too_long_to_read_whole_still_refuses_the_call(tmp_path: Pa
 
 
 async def test_the_arguments_a_hook_gave_are_shown_to_the_person(tmp_path: Path) -> None:
-    # found trying it as a user (issue 45 wave): the tool line shows the model's arguments, so under --yes the
-    # person read `run_shell(echo ran > made.txt)` and never saw the command that ran
+    # the tool line shows the arguments a hook gave, escaped, so under --yes the person sees the command that
+    # runs, not the model's `run_shell(echo ran > made.txt)`
     answer = {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "allow",
                                      "updatedInput": {"command": "echo safer\u001b[2J > made.txt"}}}
     command = hook(tmp_path, "rewrite.sh", f"cat >/dev/null; echo {shlex.quote(json.dumps(answer))}")

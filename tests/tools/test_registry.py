@@ -179,7 +179,7 @@ async def test_sync_tools_run_in_a_worker_thread_and_async_on_the_loop():
     assert await tool(lambda: {"a": 1}, name="obj").invoke({}) == '{"a": 1}'
 
 
-# A plugin exiting at import is a load error, not crow's exit (found trying it as a new user)
+# A plugin exiting at import is a load error, not crow's exit
 def test_plugin_exiting_at_import_is_a_load_error(tmp_path: Path) -> None:
     (tmp_path / "exits.py").write_text("import sys\nsys.exit(5)\n")
     registry = ToolRegistry()
@@ -191,7 +191,7 @@ class Weird:
     """An arbitrary class: pydantic has no schema for it."""
 
 
-# A tool with a type no schema can describe is dropped with a reason (found trying it as a new user)
+# A tool with a type no schema can describe is dropped with a reason
 def test_tool_with_an_undescribable_type_is_dropped_with_a_reason() -> None:
     def weird(w: Weird) -> str:
         """Takes something pydantic cannot describe."""
@@ -203,7 +203,7 @@ def test_tool_with_an_undescribable_type_is_dropped_with_a_reason() -> None:
     assert "weird" in registry.errors[0] and "dropped" in registry.errors[0]
 
 
-# The same tools folder given twice loads once (found trying it as a new user)
+# The same tools folder given twice loads once
 def test_same_folder_twice_loads_once() -> None:
     registry = ToolRegistry()
     registry.load_folder(TOOLS)
@@ -212,7 +212,7 @@ def test_same_folder_twice_loads_once() -> None:
 
 
 def test_plugin_names_servers_refuse_get_unique_wire_names_warned_once_each(tmp_path: Path) -> None:
-    # issue: one naming rule for every source of tools; OpenAI answers 400 for `tools[1].function.name`
+    # One naming rule for every source of tools; OpenAI answers 400 for `tools[1].function.name`
     # outside ^[a-zA-Z0-9_-]+$ (hackers365/xiaozhi-esp32-server-golang#268)
     (tmp_path / "odd.py").write_text(textwrap.dedent('''
         from crow_cli.tools.tool import Tool
@@ -239,7 +239,7 @@ def test_plugin_names_servers_refuse_get_unique_wire_names_warned_once_each(tmp_
 
 
 def test_a_tools_dir_that_is_a_symlink_loop_is_reported(tmp_path):
-    # issue: `--tools-dir loop` (`ln -s loop loop`) was ignored silently
+    # `--tools-dir loop` (`ln -s loop loop`) is reported, not ignored silently
     (tmp_path / "loop").symlink_to("loop")
     registry = ToolRegistry()
     registry.load_folder(tmp_path / "loop")
@@ -308,8 +308,8 @@ def test_crow_tools_lists_entry_point_tools(site: Path, tmp_path: Path) -> None:
     assert "crow: warning: tool 'read_file' from entry point reverse is named 'read_file_2'" in proc.stderr
 
 def test_the_exported_names_are_the_plugin_api() -> None:
-    # A declared plugin API, guarded (as httpx's test_exported_members guards its exports); (issue 9)
-    # Compared with what the module really holds, so a name added or dropped without `__all__` fails (issue 18)
+    # A declared plugin API, guarded (as httpx's test_exported_members guards its exports);
+    # Compared with what the module really holds, so a name added or dropped without `__all__` fails
     public = {name for name, value in vars(crow_cli.tools).items()
               if not name.startswith("_") and not isinstance(value, types.ModuleType)}
     assert sorted(crow_cli.tools.__all__) == sorted(public) == [
@@ -342,7 +342,7 @@ async def _run(registry: ToolRegistry, call: ToolCall, context: ToolContext | No
 
 
 async def test_dispatch_hands_the_run_context_to_a_tool_that_declares_it(tmp_path: Path) -> None:
-    # The workspace and secrets travel in an explicit context passed to dispatch (issue 9)
+    # The workspace and secrets travel in an explicit context passed to dispatch
     registry = ToolRegistry()
     registry.register(where)
     registry.register(where_async)
@@ -383,8 +383,8 @@ def lint(path: str) -> str:
     raise ToolFailed("2 problems", f"{path}:1: unused import\n{path}:3: line too long")
 
 
-# noticed in issue 20's work: run_shell could say "it ran and failed" (ToolFailed), a plugin could not: its only
-# way was ToolError, whose result the model reads as "Error: ..." instead of the tool's own output
+# A plugin can say "it ran and failed" (ToolFailed) as run_shell does: the model reads the tool's own output,
+# not the "Error: ..." of a ToolError
 async def test_a_plugin_tool_that_ran_and_failed_gives_its_output_as_a_failed_call() -> None:
     registry = ToolRegistry()
     registry.register(lint)
@@ -406,8 +406,8 @@ async def lint_later(path: str) -> str:
     raise ToolFailed("1 problem", {"file": path, "line": 2})  # type: ignore[arg-type]
 
 
-# found trying ToolFailed as a new plugin author: output that was not text (rows, as a tool may return them)
-# ended the whole run with "internal error: ExceptionGroup" and no result for any call of the turn
+# A ToolFailed whose output is not text (rows, as a tool may return them) gives it as JSON: every call of the
+# turn gets its result, no "internal error: ExceptionGroup"
 async def test_a_failed_call_whose_output_is_not_text_gives_it_as_json() -> None:
     registry = ToolRegistry()
     registry.register(lint_rows)
@@ -426,8 +426,8 @@ def check() -> str:
     raise ToolFailed("3 tests failed")
 
 
-# tester4 (this session's changes, as a new user): ToolFailed("msg") without an output gave the model
-# "TypeError: ... missing 1 required positional argument: 'output'"
+# ToolFailed("msg") without an output gives the model its message, not "TypeError: ... missing 1 required
+# positional argument: 'output'"
 async def test_a_tool_failed_without_an_output_gives_its_message() -> None:
     registry = ToolRegistry()
     registry.register(check)

@@ -408,7 +408,7 @@ def test_repeated_names_without_ids_stay_linear():
     assert joins <= 2  # was one join per delta (50,000 here) before
     assert acc.finish()[0].tool_calls[0].arguments == payload
 
-# Argument fragments at an index that never opened a call (issue 10 item 1: seen from a server this year).
+# Argument fragments at an index that never opened a call.
 # One server gave a call's header (id, name) the index of the tool in the request's `tools` list and its
 # argument deltas the index of the call in the response. Rule: fragments at an index that never got an
 # id or a name belong to the one call whose own arguments are still empty or incomplete; with none or
@@ -521,9 +521,8 @@ def test_many_interleaved_runs_merge_in_arrival_order():
     assert turn.tool_calls[0].arguments == payload and warnings(events) == []
 
 
-# found trying it as a new user (wave 3): a tool call id holding a lone surrogate half ("c\ud83e", a gateway cut
-# an emoji apart) ended the run with `crow: internal error: UnicodeEncodeError` when the turn was stored; it can
-# be neither stored nor sent, so the half becomes U+FFFD as in text, in the id, the name and what was attached
+# A lone surrogate half outside text ("c\ud83e" in a tool call id, a gateway cut an emoji apart) can be
+# neither stored nor sent: it becomes U+FFFD as in text, in the id, the name and what was attached
 def test_lone_surrogates_outside_text_become_replacement_characters() -> None:
     turn, _ = assemble(
         chunk({"reasoning_details": [{"type": "reasoning.text", "index": 0, "text": "a", "signature": "s\ud83e"}],
@@ -538,7 +537,7 @@ def test_lone_surrogates_outside_text_become_replacement_characters() -> None:
     json.dumps(turn.to_message(), ensure_ascii=False).encode("utf-8")  # storable and sendable
 
 
-# Llama.cpp streams `prompt_progress` (with return_progress) before the first token; crow showed nothing (issue 34)
+# Llama.cpp streams `prompt_progress` (with return_progress) before the first token: a notice
 def test_llama_cpps_prompt_progress_is_a_notice_and_timings_are_kept() -> None:
     from crow_cli.events import Notice
 
@@ -554,8 +553,8 @@ def test_llama_cpps_prompt_progress_is_a_notice_and_timings_are_kept() -> None:
     assert turn.content == "Hi" and turn.timings == {"prompt_n": 12, "cache_n": 7988}
 
 
-# A text-valued delta key crow does not know, streamed in pieces (reasoning under a new name), kept
-# only its first piece; a value sent whole on every delta is kept once, and the join is bounded (issue 32)
+# A text-valued delta key crow does not know, streamed in pieces (reasoning under a new name), is joined;
+# a value sent whole on every delta is kept once, and the join is bounded
 def test_an_unknown_text_key_streamed_in_pieces_is_joined():
     turn, _ = assemble(chunk({"thoughts": "Let me "}), chunk({"thoughts": "check."}),
                        chunk({"content": "4", "provider": "acme"}), chunk({"provider": "acme"}, "stop"))
@@ -575,8 +574,8 @@ def test_an_unknown_text_key_is_cut_at_its_bound_and_debug_names_it_once(monkeyp
     assert sum("'thoughts' is over 10 characters" in n for n in notes) == 1
 
 
-# With n > 1 a server streams each choice in its own chunks; choice 1 after choice 0 finished was
-# assembled into the turn as if a counting runtime had numbered its one choice (issue 29 §4)
+# With n > 1 a server streams each choice in its own chunks; choice 1 after choice 0 finished is not
+# assembled into the turn as if a counting runtime had numbered its one choice
 def _choice(index, delta, finish=None):
     return {"choices": [{"index": index, "delta": delta, "finish_reason": finish}]}
 
@@ -603,8 +602,8 @@ def test_n_above_one_ignores_interleaved_choices():
     assert acc.finish()[0].content == "ab"
 
 
-# SmolLM2 under crow's Hermes-style template (llama.cpp) answered "The result is 4.\n</tool_response>":
-# the template's tags leaked into the answer text, shown and stored (issue 34 §5)
+# A template's tags in the answer (SmolLM2 under crow's Hermes-style template in llama.cpp: "The result is
+# 4.\n</tool_response>") are neither shown nor stored
 @pytest.mark.parametrize("pieces", [
     ["The result is 4.", "\n</tool_", "response>"],
     ["</tool_response>\n", "The result is 4.\n"],
@@ -820,9 +819,9 @@ def thinking(*blocks, reasoning=None):
     return chunk({**delta, "thinking_blocks": list(blocks)})
 
 
-# found reading LiteLLM's Anthropic stream parser (wave 3): each delta carries one `thinking_blocks` piece
-# with no index and a signature-only piece ends the block; kept as "first non-empty value", only the first
-# piece went back (text cut, signature lost) and Anthropic refuses such a turn
+# LiteLLM's Anthropic stream: each delta carries one `thinking_blocks` piece with no index and a signature-only
+# piece ends the block; the pieces merge into one signed block (the first piece alone, text cut and signature
+# lost, is a turn Anthropic refuses)
 def test_litellm_thinking_blocks_merge_into_one_signed_block_and_a_text_after_a_signature_starts_another():
     turn, events = assemble(
         thinking({"type": "thinking", "thinking": "Need the", "signature": None}, reasoning="Need the"),
@@ -843,8 +842,8 @@ def test_litellm_thinking_blocks_merge_into_one_signed_block_and_a_text_after_a_
     assert turn.to_message()["thinking_blocks"] == turn.fields["thinking_blocks"]
 
 
-# found trying it as a new user (wave 3): two redacted_thinking blocks in a row (LiteLLM sends each whole, no
-# index) merged into one and the second's `data` was dropped: Anthropic refuses a turn whose blocks differ
+# Two redacted_thinking blocks in a row (LiteLLM sends each whole, no index) stay two, each with its `data`:
+# Anthropic refuses a turn whose blocks differ
 def test_an_unindexed_piece_that_would_overwrite_a_kept_field_starts_a_new_block():
     turn, _ = assemble(
         thinking({"type": "redacted_thinking", "data": "R-1"}),
@@ -867,9 +866,8 @@ def test_an_unindexed_piece_that_would_overwrite_a_kept_field_starts_a_new_block
     assert indexed.fields["reasoning_details"] == [{"type": "reasoning.encrypted", "data": "E", "index": 0}]
 
 
-# found trying it as a new user (wave 3): LiteLLM repeats each thinking piece in
-# `provider_specific_fields.thinking_blocks`; kept as "first non-empty value", the first piece (text cut, no
-# signature) went back on every later request beside the merged blocks
+# LiteLLM repeats each thinking piece in `provider_specific_fields.thinking_blocks`; those merge as the
+# top-level ones, so no first piece alone (text cut, no signature) goes back beside the merged blocks
 def test_blocks_inside_another_attached_field_are_merged_as_the_top_level_ones():
     def litellm(piece, reasoning=None):
         return chunk({**({"reasoning_content": reasoning} if reasoning else {}), "thinking_blocks": [piece],
@@ -889,8 +887,7 @@ def test_blocks_inside_another_attached_field_are_merged_as_the_top_level_ones()
     assert other.fields["x_vendor"] == {"a": 1}  # any other attached object: its first value, as before
 
 
-# found trying it as a new user (wave 3): a text part before the first thinking part of the same delta was
-# shown and kept in the text, but missing from the parts that go back
+# A text part before the first thinking part of the same delta keeps its place in the parts that go back
 def test_a_text_part_before_the_first_thinking_part_of_its_delta_keeps_its_place():
     turn, _ = assemble(mistral({"type": "text", "text": "A"}, {"type": "thinking", "thinking": [{"type": "text",
                                                                                                  "text": "T"}]}),
@@ -901,8 +898,8 @@ def test_a_text_part_before_the_first_thinking_part_of_its_delta_keeps_its_place
                                             {"type": "text", "text": "B"}]
 
 
-# found trying it as a new user (wave 3): a thinking chunk with no text chunks (`"thinking": []`) went back as
-# `[{"type": "text", "text": ""}]`, not as sent
+# A thinking chunk with no text chunks (`"thinking": []`) goes back as sent, not as
+# `[{"type": "text", "text": ""}]`
 def test_a_thinking_part_without_text_goes_back_as_it_came():
     turn, events = assemble(mistral({"type": "thinking", "thinking": []}), chunk({"content": "ok"}, "stop"))
     assert turn.to_message()["content"] == [{"type": "thinking", "thinking": []}, {"type": "text", "text": "ok"}]
@@ -913,9 +910,8 @@ def mistral(*parts):
     return chunk({"content": list(parts)})
 
 
-# found reading Mistral's reasoning docs and clients that had to fix it (wave 3): Magistral / reasoning_effort
-# models stream their thinking as typed content chunks; crow kept only text parts, so the thinking was neither
-# shown nor sent back (Mistral's clients send the parts back as they came)
+# Magistral / reasoning_effort models stream their thinking as typed content chunks: the thinking is shown and
+# the parts go back as they came, as Mistral's clients send them
 def test_mistral_thinking_chunks_are_shown_and_the_content_goes_back_as_the_parts_sent():
     turn, events = assemble(
         mistral({"type": "thinking", "thinking": [{"type": "text", "text": "The user wants"}]}),
@@ -1091,7 +1087,7 @@ async def test_cli_warns_about_an_empty_answer(tmp_path):
 
 
 def test_an_empty_text_turn_is_stored_with_empty_content_not_null() -> None:
-    # Tester: an empty answer was stored and sent back as {"role": "assistant", "content": null}, which
+    # An empty answer is stored and sent back with content "", not null, which
     # servers reject (content is required without tool_calls) on every later turn of the session.
     from crow_cli.history import AssistantTurn, ToolCall, assistant_message
 

@@ -1,4 +1,4 @@
-"""Decoded bytes per SSE event and per body are bounded (issue: gzip bodies of ~300 KB became 1.6 GB)."""
+"""Decoded bytes per SSE event and per body are bounded (gzip bodies of ~300 KB can decode to 1.6 GB)."""
 
 from __future__ import annotations
 
@@ -89,8 +89,8 @@ async def test_the_whole_stream_and_a_body_are_capped() -> None:
     assert await read_parts(_parts(b"x" * 500), 500) == b"x" * 500
 
 
-# noticed at the end of wave 3: the openai SDK read the body of a non-2xx answer whole, before crow saw it (a
-# 400 with a 1 GB body would be read into memory); it goes through the same cap as every other body
+# The body of a non-2xx answer goes through the same cap as every other body, never read whole before crow
+# sees it (a 400 with a 1 GB body would be read into memory)
 def test_a_huge_error_body_is_capped_not_read_whole(tmp_path: Path) -> None:
     sent = [0]
 
@@ -143,7 +143,7 @@ class _ErrorBody(httpx.AsyncBaseTransport):
         return httpx.Response(400, stream=Body())
 
 
-# A slowly sent error body had only the per-read timeout and no total deadline (issue 32)
+# A slowly sent error body has a total deadline, not only the per-read timeout
 async def test_a_trickled_error_body_ends_at_its_deadline_with_what_came() -> None:
     transport = CappedErrorBodies(_ErrorBody([b'{"error": {"message": "bad temperature"'], hang=True),
                                   deadline_s=0.05)
@@ -151,7 +151,7 @@ async def test_a_trickled_error_body_ends_at_its_deadline_with_what_came() -> No
     assert response.status_code == 400 and response.content == b'{"error": {"message": "bad temperature"'
 
 
-# A 12 MB error body cost 15 s of event-loop time when parsed: only its head is kept (issue 32)
+# Only the head of a large error body is kept (a 12 MB one would cost 15 s of event-loop time to parse)
 async def test_only_the_head_of_a_large_error_body_is_kept() -> None:
     body = b'{"error": {"message": "too long"}, "detail": "' + b"x" * (12 << 20)
     transport = CappedErrorBodies(_ErrorBody([body[at:at + 65536] for at in range(0, len(body), 65536)]))

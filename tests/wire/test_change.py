@@ -132,7 +132,7 @@ def test_a_named_schema_keyword_is_dropped_from_every_tool_schema(text: str, key
 
 
 def test_a_path_ending_in_a_keyword_names_it_and_a_property_named_like_one_is_kept() -> None:
-    # issue 24's illustration: a path into the schema whose last step is the keyword
+    # a path into the schema whose last step is the keyword
     text = err("Invalid value at 'tools[0].function.parameters.properties.when.const': unsupported keyword")
     sent = apply_rules(body(), rules(400, text, body()))
     props = sent["tools"][0]["function"]["parameters"]["properties"]
@@ -393,9 +393,8 @@ def test_a_blank_tool_result_gets_a_placeholder_and_empty_content_becomes_null()
     assert apply_rules(other, found)["messages"][3]["content"] == "ok"  # only blank results change
 
 
-# found trying it as a new user (wave 3): content sent as Mistral thinking parts (no text) beside tool calls
-# counted as blank, so a server's "content must not be null" rule (Ollama's, known by its port) replaced the
-# thinking the model must get back with ""
+# Content sent as Mistral thinking parts (no text) beside tool calls is not blank, so a server's "content must
+# not be null" rule (Ollama's, known by its port) never replaces the thinking the model must get back with ""
 def test_content_parts_other_than_text_are_not_blank() -> None:
     thought = [{"type": "thinking", "thinking": [{"type": "text", "text": "t"}]}]
     request = body()
@@ -416,9 +415,8 @@ OPENAI_PARTS = err("Invalid value: 'thinking'. Supported values are: 'text' and 
                    param="messages[1].content[0].type", code="invalid_value")
 
 
-# found trying it as a new user (wave 3): a session whose assistant content kept Mistral's thinking parts,
-# continued on a server that takes text parts only (`crow run -c --base-url …`), was refused on every request
-# and nothing adapted: the session could not go on
+# A session whose assistant content keeps Mistral's thinking parts, continued on a server that takes text parts
+# only (`crow run -c --base-url …`), goes on: the refused parts go as the text of the content
 @pytest.mark.parametrize("text", [err(VLLM_PARTS), OPENAI_PARTS,
                                   err("messages[1].content: assistant content must be a string")])
 def test_refused_thinking_parts_go_as_the_text_of_the_content(text: str) -> None:
@@ -528,15 +526,15 @@ def test_an_anthropic_compatible_name_pattern_renames_what_fails_it() -> None:
     assert apply_rules(request, found)["tools"][1]["function"]["name"] == "josef_prochazka--webpage-singer"
 
 
-# found trying it as a new user (wave 3): a 400 whose body nests 100,000 deep ended the run with
-# `crow: internal error: RecursionError` instead of the server's refusal
+# A 400 whose body nests 100,000 deep names no change (the server's refusal stands), never
+# `crow: internal error: RecursionError`
 def test_a_refusal_nested_deeper_than_the_parser_goes_names_nothing() -> None:
     deep = '{"error": {"message": "x", "param": ' + "[" * 100_000 + "]" * 100_000 + "}}"
     assert change_for(400, deep, {"model": "m", "messages": []}) is None
 
 
-# A refusal's quoted "pattern '…'" was compiled and run unbounded on the event loop and stored; a
-# catastrophic one (here nested quantifiers against a long name) never finished (issue 29)
+# A refusal's quoted "pattern '…'" is never compiled nor run on the event loop nor stored, only a known rule
+# chosen: a catastrophic one (here nested quantifiers against a long name) would never finish
 def test_a_servers_name_pattern_is_never_compiled_only_a_known_rule_chosen() -> None:
     hostile = "(a+)+" * 2000 + "b"
     text = err(f"Invalid 'tools[1].function.name': Expected a string that matches the pattern '^{hostile}$'.")

@@ -107,7 +107,7 @@ async def test_a_named_parameter_is_dropped_the_request_sent_once_more_and_the_c
     notices = [i for i in items if isinstance(i, Notice)]
     assert [n.code for n in notices] == ["request_adapted"]
     assert "dropped parameter seed" in notices[0].message and "(400" in notices[0].message
-    assert "(DropParam)" in notices[0].message  # the notice names the rule class (issue 29)
+    assert "(DropParam)" in notices[0].message  # the notice names the rule class
     first, second = sent(route, 0), sent(route, 1)
     assert first["seed"] == 7 and "seed" not in second
     assert {k: v for k, v in first.items() if k != "seed"} == second  # everything else unchanged
@@ -144,8 +144,8 @@ async def test_a_refusal_that_teaches_nothing_new_ends_the_request_with_the_serv
 
 
 async def test_the_notice_promises_remembering_only_once_the_changed_request_is_accepted() -> None:
-    # a new user's run: the notice said "remembered for this server and model" and the server then refused
-    # the changed request too, so nothing was stored
+    # When the server refuses the changed request too, nothing is stored and no notice says "remembered for
+    # this server and model"
     with respx.mock(assert_all_called=True) as mock:
         mock.post(URL).mock(side_effect=[httpx.Response(400, json=VLLM_SEED)] * 2)
         notices: list[Notice] = []
@@ -209,8 +209,8 @@ async def test_a_renamed_tool_is_called_by_its_own_name_and_the_history_keeps_it
     assert names == ["21st_magic"]  # the loop runs the tool by its own name
 
 
-# `temperature = 5` (a typo in the config) refused for its value was learned as "drop temperature"; fixed
-# to 0.2, crow then silently sent no temperature at all (issue 29)
+# A configured value refused for its value (`temperature = 5`, a typo) is a one-line error naming the config
+# key, never learned as "drop temperature" (which would silently drop the fixed 0.2 later)
 @pytest.mark.parametrize("refusal", [
     # OpenAI (the platform's answer for a temperature above 2)
     {"error": {"message": "Invalid 'temperature': decimal above maximum value. Expected a value <= 2, but got 5 "
@@ -234,8 +234,8 @@ async def test_a_refused_value_the_user_configured_ends_the_run_naming_it_and_is
 
 
 async def test_a_configured_value_set_to_the_one_the_server_names_holds_for_this_run_only() -> None:
-    # seen by a new-user tester (wave 6): temperature 0.3 refused ("Only the default (1) value is supported")
-    # was learned as "set temperature to 1", and a later run configured with 0.7 silently sent 1
+    # A configured temperature refused ("Only the default (1) value is supported") is set to 1 for this run
+    # only: not learned, so a later run configured with 0.7 sends 0.7
     refusal = {"error": {"message": "Unsupported value: 'temperature' does not support 0.3 with this model. Only "
                                     "the default (1) value is supported.", "type": "invalid_request_error",
                          "param": "temperature", "code": "unsupported_value"}}
@@ -257,7 +257,7 @@ async def test_a_configured_value_set_to_the_one_the_server_names_holds_for_this
 
 
 async def test_a_recalled_usage_option_refusal_sends_no_stream_options() -> None:
-    # Crow probe said "remembered for later runs: usage_option_refused" but no run read it (issue 29)
+    # A usage_option_refused fact (as crow probe remembers it) is read by the next run
     facts.learn(BASE, "m", usage_option_refused=True)
     with respx.mock(assert_all_called=True) as mock:
         route = mock.post(URL).mock(side_effect=[ok()])
@@ -364,7 +364,7 @@ async def test_a_relay_that_names_only_the_parameter_gets_it_dropped() -> None:
     assert "max_tokens" not in sent(route, 1)
 
 
-# --debug says which layer each value of the server's profile came from (issue 29 §1)
+# --debug says which layer each value of the server's profile came from
 async def test_debug_names_the_layer_of_each_profile_value() -> None:
     facts.learn(BASE, "m", request_rules=[{"op": "drop_param", "target": "seed", "value": None}])
     with respx.mock(assert_all_called=True) as mock:
@@ -377,7 +377,7 @@ async def test_debug_names_the_layer_of_each_profile_value() -> None:
     assert "seed" not in sent(route, 0)
 
 
-# a new-user tester of the layered profile: a learned rule replaced a configured one and --debug did not say so
+# --debug says when a learned rule replaces a configured one
 async def test_debug_says_what_a_learned_rule_replaced_of_the_config() -> None:
     facts.learn(BASE, "m", request_rules=[{"op": "cap_param", "target": "max_tokens", "value": 4096}])
     with respx.mock(assert_all_called=True) as mock:
@@ -389,7 +389,7 @@ async def test_debug_says_what_a_learned_rule_replaced_of_the_config() -> None:
             "lowered parameter max_completion_tokens to 8192 (CapParam))") in debug
 
 
-# a new-user tester of the layered profile: `adapt_requests = false` dropped the rules the user configured
+# `adapt_requests = false` keeps the rules the user configured
 async def test_a_configured_rule_applies_when_adapting_requests_is_off() -> None:
     with respx.mock(assert_all_called=True) as mock:
         route = mock.post(URL).mock(side_effect=[ok()])
@@ -398,7 +398,7 @@ async def test_a_configured_rule_applies_when_adapting_requests_is_off() -> None
     assert "seed" not in sent(route, 0)
 
 
-# A request rule in the config's [provider] table applies from the first request and is not learned (issue 29 §1)
+# A request rule in the config's [provider] table applies from the first request and is not learned
 async def test_a_configured_rule_applies_from_the_first_request() -> None:
     with respx.mock(assert_all_called=True) as mock:
         route = mock.post(URL).mock(side_effect=[ok()])
@@ -407,8 +407,8 @@ async def test_a_configured_rule_applies_from_the_first_request() -> None:
     assert "request_rules" not in facts.recall(BASE, "m")
 
 
-# a new-user tester of learned facts: with the facts store unwritable, the notice still said the change was
-# "remembered for this server and model" and nothing said it was not
+# With the facts store unwritable, the notice never says the change was "remembered for this server and
+# model", and one line says it was not
 async def test_a_change_that_cannot_be_remembered_says_so_once_in_one_line(monkeypatch: pytest.MonkeyPatch,
                                                                              tmp_path) -> None:
     blocker = tmp_path / "state"
@@ -545,8 +545,8 @@ async def test_debug_traces_the_policy_each_field_change_and_why_and_the_fact_re
     assert any("remembered for" in m and "drop_field" in m for m in debug)
 
 
-# Reasoning_content refused by server A at a URL and model made every later tool run against server B
-# at the same URL and model fail for good, though B demands the field (DeepSeek thinking mode's 400) (issue 29)
+# A demand for a field learned as refused (server A refused reasoning_content; server B at the same URL and model
+# demands it, DeepSeek thinking mode's 400) replaces the fact, so B's later tool runs go on
 async def test_a_demand_for_a_field_learned_as_refused_replaces_the_fact() -> None:
     facts.learn(BASE, "m", refused_fields=["reasoning_content"])
     demand = {"error": {"message": "The reasoning_content in the thinking mode must be passed back to the API.",
@@ -620,7 +620,7 @@ async def run_case(case: dict, history: list | None = None):
 async def test_case_round_trip_keeps_ids_results_and_the_history_contract(case, respx_mock):
     if (why := needs_the_cli(case)) is not None:
         pytest.skip(f"runs through the CLI only: {why}")
-    # Every request is checked against the history contract, as ../shared/conformance/run.py does (issue 10)
+    # Every request is checked against the history contract, as ../shared/conformance/run.py does
     replay = CaseReplay(case)
     respx_mock.post(URL).mock(side_effect=replay)
     history, events = await run_case(case)
@@ -671,8 +671,7 @@ async def test_401_is_final_without_retry(respx_mock):
     assert events[-1].status == "error" and "401" in events[-1].error and "Incorrect API key" in events[-1].error
 
 
-# tried as a new user: a self-signed certificate was retried three times as "cannot connect" (~3 s), then
-# failed with the same certificate error
+# A certificate that fails verification is final: no retries as "cannot connect" before the same error
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="no openssl here to make a certificate")
 async def test_a_certificate_that_fails_verification_is_final(tmp_path: Path) -> None:
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
@@ -748,7 +747,7 @@ async def test_request_body_and_no_auth_header_without_key(respx_mock):
 
 @respx.mock
 async def test_the_body_goes_out_as_built(respx_mock):
-    # issue: start-up cost: the body is crow's own JSON-ready dict, sent without an SDK transform of
+    # Start-up cost: the body is crow's own JSON-ready dict, sent without an SDK transform of
     # the history: fields the SDK's types do not know (a server's extension) arrive unchanged.
     route = respx_mock.post(URL).mock(return_value=httpx.Response(200, content=text_sse("ok").encode(),
                                                                  headers={"content-type": "text/event-stream"}))
@@ -775,7 +774,7 @@ async def test_server_rejecting_stream_options_is_retried_without_it(respx_mock)
 
 @respx.mock
 async def test_openai_without_a_key_fails_at_once_without_a_request(respx_mock):
-    # A new user with no key used to wait ~5 s for "cannot reach api.openai.com" (or a bare 401).
+    # No key for api.openai.com is an error at once, no ~5 s wait for "cannot reach" or a bare 401
     route = respx_mock.post("https://api.openai.com/v1/chat/completions").mock(
         return_value=httpx.Response(401, json={"error": {"message": "no key"}}))
     c = ChatClient(ClientSettings(base_url="https://api.openai.com/v1", model="m"))
@@ -870,8 +869,8 @@ def test_map_error_replaces_the_key_in_the_message():
     assert KEY not in str(mapped) and "Incorrect API key provided: [REDACTED]." in str(mapped)
 
 
-# a new-user tester of the message-field rules: a final Mistral 422 said "request rejected (422): Error code: 422 -
-# {'detail': [...]}", the SDK's dump of the body with the status twice
+# A final refusal with a `detail` list (Mistral's 422) is one plain line, not "request rejected (422): Error code:
+# 422 - {'detail': [...]}", the SDK's dump of the body with the status twice
 def test_a_refusal_saying_it_in_detail_is_one_plain_line():
     body = {"detail": [{"type": "extra_forbidden", "loc": ["body", "messages", 1, "reasoning_content"],
                         "msg": "Extra inputs are not permitted", "input": "why"}]}
@@ -905,7 +904,7 @@ async def test_cli_error_line_and_json_event_carry_no_key(tmp_path):
             assert finished["type"] == "run_finished" and "[REDACTED]" in finished["error"]
 
 
-# found trying it as a new user (fourth round): a key in the base URL's query was quoted back unredacted
+# A key in the base URL's query is redacted from errors
 # (through the client in-process: the replay server, a verbatim copy of the shared one, answers 404 to a
 # path with a query)
 async def test_a_key_in_the_base_url_query_is_redacted_from_errors():
@@ -930,8 +929,8 @@ def test_map_error_redacts_every_secret_given():
     assert str(mapped) == "bad [REDACTED] and [REDACTED]"
 
 
-# issue: credentials followed a redirect to another host (api-key, X-Api-Key, cookies; only Authorization
-# was dropped). crow follows no redirect and says so.
+# No credential (api-key, X-Api-Key, cookies, Authorization) follows a redirect to another host: crow follows
+# no redirect and says so.
 async def test_a_redirect_is_not_followed_and_no_credential_goes_elsewhere() -> None:
     import pytest
     import respx
@@ -1201,8 +1200,8 @@ def test_reasoning_echo_comes_from_the_config_file_and_its_profiles(tmp_path) ->
     with pytest.raises(ConfigError, match="reasoning_echo must be one of auto, always, never"):
         load_settings({}, env={}, config_path=str(config))
 
-# Found trying it as a new user: `?api-version=…&key=…` became `/v1?…/chat/completions`,
-# and the query (with the key in it) was written to --record's metadata. (issue 11 item 5)
+# A base URL's query (`?api-version=…&key=…`) goes after the path of every request, never before it, and is
+# never written to --record's files or shown in errors
 AZURE_BASE = "http://llm.test/openai/deployments/gpt?api-version=2024-10-21&key=QUERY-SECRET-77"
 AZURE_URL = "http://llm.test/openai/deployments/gpt/chat/completions"
 
@@ -1249,8 +1248,8 @@ async def test_errors_show_the_url_without_its_query(failure) -> None:
 
 
 
-# The client had three adapters (message fields, request rules, the usage option), each with its own notice; one
-# reading of the refusal now gives one change of rule classes, and every notice names them (issue 29 §1)
+# One reading of a refusal gives one change of rule classes (message fields, request rules, the usage option),
+# and every notice names them
 MISTRAL_FIELD = {"detail": [{"type": "extra_forbidden", "loc": ["body", "messages", 1, "reasoning_content"],
                              "msg": "Extra inputs are not permitted", "input": "why"}]}
 

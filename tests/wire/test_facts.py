@@ -60,14 +60,14 @@ def test_an_unwritable_state_dir_is_ignored(monkeypatch: pytest.MonkeyPatch, tmp
     monkeypatch.setattr(facts, "facts_path", lambda: blocker / "crow" / "facts.json")
     reason = facts.learn("http://h/v1", "m", tool_calling=True)
     assert facts.recall("http://h/v1", "m") == {}
-    # a new-user tester of learned facts: a store that could not be written was silent; now learn says why
+    # learn says in one plain line why a store cannot be written
     assert reason is not None and str(blocker) in reason and "File exists" in reason
     assert "\n" not in reason and "Error" not in reason
     assert facts.learn("http://h/v1", "m") is None  # nothing to remember: nothing to report
 
 
-# found trying it as a new user (wave 3): a facts file edited by hand or by another version, holding
-# `"required_fields": 7`, made every run against that server `crow: internal error: TypeError`
+# A value of the wrong type in a facts file edited by hand or by another version (`"required_fields": 7`)
+# counts as not known, never `crow: internal error: TypeError` in every run against that server
 def test_a_value_of_the_wrong_type_counts_as_not_known() -> None:
     from crow_cli.wire.outgoing import Outgoing
 
@@ -78,7 +78,7 @@ def test_a_value_of_the_wrong_type_counts_as_not_known() -> None:
         "tool_message_name": "yes", "quirks": [1, "index-always-0"], "tool_calling": True, "future_key": {"a": 1}}}))
     known = facts.recall("http://h/v1", "m")
     assert known == {"quirks": ["index-always-0"], "tool_calling": True}  # a key of no known schema too
-    # a new-user tester of learned facts: some of these were dropped silently; each is one plain warning now
+    # each damaged value is one plain warning, none dropped silently
     warnings = facts.problems()
     assert len(warnings) == 7 and all(w.startswith("crow: warning: learned facts for http://h/v1 m, ")
                                       for w in warnings)
@@ -88,7 +88,7 @@ def test_a_value_of_the_wrong_type_counts_as_not_known() -> None:
     assert Outgoing(known=known).learned() == {"refused_fields": [], "required_fields": []}
 
 
-# A deeply nested facts.json was `internal error: RecursionError` in crow run and crow probe --show (issue 29)
+# A deeply nested facts.json counts as empty with one warning, in crow run and crow probe --show alike
 def test_a_file_nested_too_deep_counts_as_empty_with_one_warning() -> None:
     path = facts.facts_path()
     path.parent.mkdir(parents=True)
@@ -96,13 +96,13 @@ def test_a_file_nested_too_deep_counts_as_empty_with_one_warning() -> None:
     assert facts.recall("http://h/v1", "m") == {}
     [warning] = facts.problems()
     assert "nested too deep" in warning and str(path) in warning and "\n" not in warning
-    assert "Error" not in warning  # a new-user tester of learned facts: it named Python's RecursionError
+    assert "Error" not in warning  # Python's RecursionError is not named
     facts.learn("http://h/v1", "m", tool_calling=True)  # replaced on the next write
     assert facts.recall("http://h/v1", "m") == {"tool_calling": True} and facts.problems() == []
 
 
-# a new-user tester of learned facts: warnings named JSONDecodeError, RecursionError, TypeError; each damaged
-# entry is one plain line (the file, or which server and model, which key, what is wrong)
+# Each damaged entry is one plain line naming no Python exception (JSONDecodeError, RecursionError, TypeError)
+# (the file, or which server and model, which key, what is wrong)
 @pytest.mark.parametrize(("content", "words"), [
     ("{not json", "not JSON (Expecting property name enclosed in double quotes at line 1 column 2)"),
     (b"{\xff}", "not UTF-8 text"), ("[1]", "a list, not a table of servers and models")])
@@ -145,10 +145,9 @@ def test_each_damaged_entry_is_one_warning_and_the_rest_is_used() -> None:
     assert facts.problems()[-1] == f"crow: warning: 2 more damaged entries in {path}, not used"
 
 
-# a new-user tester of learned facts: a fact was checked more loosely than the same value in the config
-# (`refused_fields = ["content"]` would drop every message's text); one set of checks for both
-# a new-user tester of the message-field rules: a stored require_field of tool_calls was an internal
-# AssertionError in every run and in `crow facts list`; a stored drop_field of content was taken silently
+# A fact is checked as the same value in the config is (`refused_fields = ["content"]` would drop every
+# message's text); one set of checks for both. A stored require_field of tool_calls or drop_field of content
+# is no fact, with a warning, in every run and in `crow facts list`
 def test_a_stored_field_rule_on_a_field_of_the_message_itself_is_no_fact_with_a_warning() -> None:
     path = facts.facts_path()
     path.parent.mkdir(parents=True)
@@ -200,7 +199,8 @@ def test_a_facts_file_that_cannot_be_read_is_one_warning() -> None:
                                 "directory); none are used"]
 
 
-# Four 1 MB parameter names gave 2 MB notice lines, a 7 MB facts.json and a 1 MB key in later requests (issue 29)
+# Names and lists are bounded when learned and when read: 1 MB parameter names give no 2 MB notice lines, no
+# 7 MB facts.json, no 1 MB key in later requests
 def test_names_and_lists_are_bounded_when_learned_and_when_read() -> None:
     huge = "p" * 1_000_000
     facts.learn("http://h/v1", "m", refused_fields=[huge, "reasoning_content", *[f"f{i}" for i in range(100)]],
@@ -242,7 +242,7 @@ def test_a_record_older_than_max_age_is_not_known_and_is_learned_again() -> None
     assert facts.recall("http://h/v1", "m") == {"tool_calling": False}
 
 
-# found by a new-user tester: a record dated in the year 2286 was trusted and so never reached its expiry
+# A record dated in the future (2286) is not known, so no record escapes its expiry
 def test_a_record_dated_in_the_future_is_not_known() -> None:
     path = facts.facts_path()
     path.parent.mkdir(parents=True)
@@ -267,7 +267,7 @@ facts.learn("http://h/v1", "m" + sys.argv[1], tool_calling=True)
 """
 
 
-# Four runs learning at once kept 1 of 4 facts (no lock) (issue 29)
+# Four runs learning at once keep all 4 facts (a lock)
 def test_concurrent_writers_keep_every_fact() -> None:
     import os
 
@@ -277,8 +277,7 @@ def test_concurrent_writers_keep_every_fact() -> None:
     assert sorted(facts.recall_all()) == sorted(f"http://h/v1 m{i}" for i in range(8))
 
 
-# a new-user tester of learned facts: a record had one `why` per server and model, so every fact seemed learned
-# from the last refusal; each fact keeps its own refusal and date, and records written before still read
+# Each fact keeps its own refusal and date, and records written before still read
 def test_each_fact_keeps_its_own_refusal_and_date() -> None:
     rule = {"op": "drop_param", "target": "seed", "value": None}
     other = {"op": "drop_schema_keyword", "target": "default", "value": None}

@@ -1,7 +1,7 @@
 """ToolNames: each tool's name and the name it is sent under, both ways, made unique once.
 
-Provenance: the registry, `adapt.tool_renames`, the client's names back and the name cleaner each renamed
-tools on their own, the uniquifier copied word for word between two of them (issue 30); these guard the one map.
+One map, so no part (the registry, the client's names back, the name cleaner) renames tools on its own;
+these guard it.
 """
 
 from __future__ import annotations

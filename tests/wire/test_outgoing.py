@@ -129,8 +129,8 @@ def test_each_message_is_shaped_once_and_kept_while_the_policy_holds():
     assert second[-1] == {"role": "assistant", "content": "ciao"}
 
 
-# issue: start-up and per-turn cost: every turn walked the whole history again (a quarter of a
-# 400-round run's CPU); only what a turn appended is shaped, and the open exchange once more when it
+# Start-up and per-turn cost: no turn walks the whole history again (that was a quarter of a 400-round run's
+# CPU); only what a turn appended is shaped, and the open exchange once more when it
 # has just used tools.
 _POOL = [
     {"role": "system", "content": "sys"},
@@ -202,8 +202,8 @@ def test_an_exchange_that_turns_to_tools_is_shaped_again_from_its_start():
         assert out.messages(history) == Outgoing("auto", known=policy).messages(history)
 
 
-# found trying it as a new user (wave 3): with reasoning_echo "never" (and "auto" for an exchange without
-# tools) a Mistral message's thinking parts still went back inside its content
+# A Mistral message's thinking parts inside its content follow reasoning_echo as reasoning fields do: "never"
+# (and "auto" for an exchange without tools) sends them not
 def test_thinking_parts_of_the_content_follow_reasoning_echo_as_reasoning_fields_do():
     thought = {"type": "thinking", "thinking": [{"type": "text", "text": "t"}]}
     history = [
@@ -225,8 +225,8 @@ def test_thinking_parts_of_the_content_follow_reasoning_echo_as_reasoning_fields
     assert history[1]["content"] == [thought]  # the history is never changed
 
 
-# found trying it as a new user (wave 3): LiteLLM repeats its thinking blocks inside provider_specific_fields;
-# with reasoning_echo "never" (and "auto" for an exchange without tools) those still went back
+# LiteLLM repeats its thinking blocks inside provider_specific_fields; with reasoning_echo "never" (and "auto"
+# for an exchange without tools) those do not go back either
 def test_reasoning_blocks_inside_another_attached_field_follow_reasoning_echo():
     block = {"type": "thinking", "thinking": "t", "signature": "S"}
     history = [user_message("hello"),
@@ -240,8 +240,8 @@ def test_reasoning_blocks_inside_another_attached_field_follow_reasoning_echo():
     assert Outgoing("never").messages(only)[1] == {"role": "assistant", "content": "hi"}
 
 
-# A session moved to another model (`crow run -c --model B`) sent model A's signed thinking and
-# Gemini thought signatures to B, which refuses them ("Invalid `signature` in `thinking` block") (issue 29 §3)
+# A session moved to another model (`crow run -c --model B`) sends no model A's signed thinking nor Gemini
+# thought signatures to B, which refuses them ("Invalid `signature` in `thinking` block")
 _A = {"base_url": "http://a.example/v1", "model": "A"}
 _B = {"base_url": "http://a.example/v1", "model": "B"}
 
@@ -299,9 +299,8 @@ def test_a_message_without_an_author_goes_as_kept() -> None:
     assert sent[1]["thinking_blocks"][0]["signature"] == "sig-A"
 
 
-# Kimi's ids (`functions.lookup_order:0`) sent on to an Anthropic-compatible reader were refused:
+# Kimi's ids (`functions.lookup_order:0`) sent on to an Anthropic-compatible reader are refused:
 # 'messages.1.content.0.tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'' (and Mistral's 9-character rule)
-# (issue 29 §3)
 _ANTHROPIC_ID = ('{"type":"error","error":{"type":"invalid_request_error","message":"messages.1.content.0.tool_use.id: '
                  "String should match pattern '^[a-zA-Z0-9_-]+$'\"}}")
 _MISTRAL_ID = ('{"object":"error","message":"Tool call id was functions.lookup_order:0 but must be a-z, A-Z, 0-9, with '
@@ -405,7 +404,7 @@ def test_a_refusal_replaces_a_demand_and_a_demand_a_refusal():
 
 
 # message-field rules the config gives (`[provider] request_rules`, op drop_field) are the same classes as learned
-# ones, applied to the outgoing copy; only what a server taught is remembered (issue 29 §1)
+# ones, applied to the outgoing copy; only what a server taught is remembered
 def test_field_rules_the_config_gives_apply_but_are_never_learned() -> None:
     from crow_cli.wire.rules import DropField, RequireField
 

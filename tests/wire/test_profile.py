@@ -1,8 +1,6 @@
 """One server profile, built by one function from layers: built-in, config, learned; key by key, each value with
-the layer it came from.
-
-(issue 29 §1: what crow knew about a server lived in four places, each spelled in its own words, and nothing said
-where a value came from.)"""
+the layer it came from: what crow knows about a server lives in one place, and says where each value came
+from."""
 
 from __future__ import annotations
 
@@ -104,7 +102,7 @@ def test_a_configured_rule_crow_cannot_read_is_one_line() -> None:
         "[provider] request_rules[0] may hold op, target and value only"
 
 
-# a new-user tester of the layered profile: `adapt_requests = false` also dropped the rules the user configured
+# `adapt_requests = false` keeps the rules the user configured and drops only the others
 def test_configured_rules_apply_when_adapting_requests_is_off_and_the_others_do_not() -> None:
     config = {"request_rules": [{"op": "drop_param", "target": "seed"}]}
     learned = {"request_rules": [{"op": "drop_param", "target": "top_k", "value": None}]}
@@ -114,8 +112,8 @@ def test_configured_rules_apply_when_adapting_requests_is_off_and_the_others_do_
         ("rule drop_param seed", "config")]
 
 
-# a new-user tester of the layered profile: a rule of another spelling of a built-in one's target (the reply cap
-# under its other name, a rename back, a drop of the renamed parameter) was kept beside it, both applied
+# A later layer's rule replaces every earlier one deciding the same, however its target is spelt (the reply cap
+# under its other name, a rename back, a drop of the renamed parameter): never both applied
 @pytest.mark.parametrize(("earlier", "later"), [
     ({"op": "cap_param", "target": "max_completion_tokens", "value": 8192},
      {"op": "cap_param", "target": "max_tokens", "value": 4096}),
@@ -143,7 +141,7 @@ def test_a_configured_rule_replaces_the_built_in_one_deciding_the_same_in_its_pl
         ("built-in", RenameParam("max_tokens", "max_completion_tokens")),)}
 
 
-# a new-user tester of the layered profile: a learned rule replaced a configured one without a word
+# What a later layer replaced is said, with its layer
 def test_what_a_later_layer_replaced_is_said_with_its_layer() -> None:
     config = {"request_rules": [{"op": "cap_param", "target": "max_tokens", "value": 8192}],
               "refused_fields": ["thinking"]}
@@ -156,7 +154,7 @@ def test_what_a_later_layer_replaced_is_said_with_its_layer() -> None:
     assert described["needs_key"] == "built-in"
 
 
-# a new-user tester of the layered profile: `reasoning_fields = []` was not shown (an empty list is a value)
+# `reasoning_fields = []` is shown (an empty list is a value)
 def test_an_empty_list_a_layer_sets_is_shown_and_an_empty_learned_one_learned_nothing() -> None:
     profile = build_profile(LOCAL, "m", {"reasoning_fields": [], "refused_fields": ["x"]},
                             {"refused_fields": [], "required_fields": []})
@@ -166,8 +164,8 @@ def test_an_empty_list_a_layer_sets_is_shown_and_an_empty_learned_one_learned_no
     assert "required_fields" not in described  # empty, and set by no layer
 
 
-# a new-user tester of the layered profile: config rules that could never do anything, or malformed ones, were
-# accepted (or refused as "needs a value" without saying what value)
+# Config rules that could never do anything, or malformed ones, are refused in one line saying what is wrong
+# (and, for a missing value, what value)
 @pytest.mark.parametrize(("rule", "problem"), [
     ({"op": "drop_param", "target": "messages"}, "drop_param cannot change 'messages': crow sets model, messages, "
                                                  "stream, stream_options, tools itself"),
@@ -192,8 +190,8 @@ def test_an_empty_list_a_layer_sets_is_shown_and_an_empty_learned_one_learned_no
     ({"op": "tool_result_placeholder", "value": " "}, "tool_result_placeholder value must be a string that is not"),
     ({"op": "assistant_tool_content", "value": 0}, "assistant_tool_content value must be a string"),
     ({"op": "drop_schema_keyword", "target": "a b"}, "is not a schema keyword"),
-    # a new-user tester of the message-field rules: require_field tool_calls was an internal AssertionError in
-    # every command (and from facts.json), drop_field content was shown as applied and did nothing
+    # a field of the message itself: require_field tool_calls and drop_field content are refused, never an
+    # internal AssertionError nor shown as applied while doing nothing
     ({"op": "require_field", "target": "tool_calls"}, "require_field target 'tool_calls' is not a field crow may"),
     ({"op": "drop_field", "target": "content"}, "drop_field target 'content' is not a field crow may drop"),
     ({"op": "drop_field", "target": "role"}, "never a field of the message itself"),
@@ -220,7 +218,7 @@ def test_configured_rules_crow_can_act_on_are_taken() -> None:
                           {"op": "cap_param", "target": "max_completion_tokens", "value": 4096}]) is None
 
 
-# a new-user tester of the layered profile: two rules of one table deciding the same were both kept
+# Two rules of one table deciding the same are refused
 def test_two_configured_rules_deciding_the_same_are_refused() -> None:
     from crow_cli.wire.rules.check import rules_problem
 
@@ -230,7 +228,7 @@ def test_two_configured_rules_deciding_the_same_are_refused() -> None:
         "request_rules[0] does (lowered parameter max_tokens to 100): keep one")
 
 
-# a new-user tester of the message-field rules: dropping and requiring one field in one table were both taken
+# Dropping and requiring one field in one table is refused
 def test_rules_contradicting_on_a_field_are_refused_also_against_the_tables_field_lists() -> None:
     from crow_cli.wire.rules.check import rules_problem
 
@@ -247,7 +245,7 @@ def test_rules_contradicting_on_a_field_are_refused_also_against_the_tables_fiel
     assert rules_problem([need, {"op": "drop_field", "target": "x_vendor"}]) is None
 
 
-# a new-user tester of the layered profile: a set_param on a parameter no request has could never set anything
+# A set_param on a parameter no request has says to set it in [params]
 def test_a_set_param_without_the_parameter_in_params_says_to_set_it_there() -> None:
     from crow_cli.wire.rules.check import unsent_set_param
 

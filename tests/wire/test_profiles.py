@@ -35,10 +35,10 @@ def test_a_profile_is_found_by_host_and_overridden_by_the_config_table():
     ({"nope": 1}, "[provider] has no key 'nope'"),
     ({"refused_fields": "reasoning"}, "must be a list of names"),
     ({"tool_message_name": "yes"}, "must be true or false"),
-    # request rules in the config are the same rules as built-in and learned ones (issue 29 §1)
+    # request rules in the config are the same rules as built-in and learned ones
     ({"request_rules": ["drop seed"]}, "[provider] request_rules must be a list of tables (op, target, value)"),
     ({"request_rules": [{"op": "drop_param", "target": "x" * 65}]}, "[provider] request_rules[0]: 'xxxx"),
-    # Reasoning_fields = ["content"] sent [{"role": "user"}] without the prompt and exited 0 (issue 29)
+    # reasoning_fields = ["content"] is refused (it would send [{"role": "user"}] without the prompt)
     ({"reasoning_fields": ["content"]}, "[provider] reasoning_fields may not name 'content'"),
     ({"refused_fields": ["tool_calls"]}, "[provider] refused_fields may not name 'tool_calls'"),
     ({"required_fields": ["role"]}, "[provider] required_fields may not name 'role'"),
@@ -63,7 +63,7 @@ def test_provider_table_in_the_config_file_reaches_the_settings(tmp_path):
     config.write_text('[provider]\nrefused_fields = "x"\n')
     with pytest.raises(ConfigError, match="must be a list of names"):
         load_settings({}, env={}, config_path=str(config))
-    # request rules in the config are read as rules when the config is read (issue 29 §1)
+    # request rules in the config are read as rules when the config is read
     config.write_text('[provider]\nrequest_rules = [{op = "drop_param", target = "seed"}]\n')
     assert load_settings({}, env={}, config_path=str(config)).provider["request_rules"] == [
         {"op": "drop_param", "target": "seed"}]
@@ -115,7 +115,8 @@ def test_ways_servers_say_a_tool_message_needs_its_name(text):
     assert field_demanded(400, text, ["name"]) == "name"
 
 
-# `[provider] reasoning_fields = ["content"]` sent [{"role": "user"}] without the prompt and exited 0 (issue 29)
+# `[provider] reasoning_fields = ["content"]` ends crow run in one line, exit 2, never sending
+# [{"role": "user"}] without the prompt
 def test_a_message_field_named_in_the_provider_table_ends_crow_run_in_one_line_exit_2(tmp_path) -> None:
     from tests.support import crow
 

@@ -56,8 +56,8 @@ def test_a_url_gets_its_schemes_proxy_unless_no_proxy_names_its_host(monkeypatch
 ])
 def test_a_proxy_that_cannot_be_used_is_one_line_without_its_credentials(proxy: str, said: str,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    # seen adding proxy support, and tried as a new user: httpx raised ValueError or ImportError (crow's internal
-    # error) or a port out of range was "unhandled errors in a TaskGroup"; a malformed one blamed the server
+    # one config line naming the proxy (credentials left out): never httpx's ValueError or ImportError as an
+    # internal error, "unhandled errors in a TaskGroup" for a port out of range, or blame on the server
     if "SOCKS" in said and importlib.util.find_spec("socksio") is not None:
         pytest.skip("socksio is installed here: a SOCKS proxy can be used")
     monkeypatch.setenv("HTTPS_PROXY", proxy)
@@ -66,8 +66,8 @@ def test_a_proxy_that_cannot_be_used_is_one_line_without_its_credentials(proxy: 
     assert said in str(raised.value) and "someone" not in str(raised.value) and "hunter2" not in str(raised.value)
 
 
-# tried as a new user: with HTTPS_PROXY set, `crow models`, the probe and the context-window lookup went
-# through the proxy, the chat request did not (httpx reads no proxy variable for a client given a transport)
+# The chat request goes through the proxy the environment names, as `crow models`, the probe and the
+# context-window lookup do (httpx reads no proxy variable for a client given a transport)
 async def test_the_chat_request_goes_through_the_proxy_the_environment_names(monkeypatch: pytest.MonkeyPatch) -> None:
     with ReplayServer([{"sse": text_sse("hello")}]) as proxy:  # it answers what a proxy forwards to it
         monkeypatch.setenv("HTTP_PROXY", proxy.base_url.removesuffix("/v1"))
@@ -89,7 +89,7 @@ def test_crow_models_goes_through_the_same_proxy(monkeypatch: pytest.MonkeyPatch
 
 
 async def test_a_proxy_that_cannot_be_reached_is_named_in_the_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    # tried as a new user: "cannot reach http://host/v1: All connection attempts failed" blamed the server
+    # the error names the proxy, not "cannot reach http://host/v1: All connection attempts failed"
     with ReplayServer([]) as closed:
         address = closed.base_url.removesuffix("/v1")
     monkeypatch.setenv("HTTP_PROXY", address)  # nothing listens there any more

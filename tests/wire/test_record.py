@@ -143,7 +143,7 @@ def test_crow_run_record_writes_both_turns(tmp_path: Path) -> None:
     assert second["messages"][-1]["role"] == "tool" and second["messages"][-1]["tool_call_id"] == "call_7"
     assert (rec / "0002-response.sse").read_text() == text_sse("You rolled.")
     assert KEY not in _all_text(rec)
-    # issue: a new user's --record files were 0644 in a 0755 folder while the session store is 0600
+    # --record's files are 0600 in a 0700 folder, as the session store is
     assert rec.stat().st_mode & 0o777 == 0o700
     assert {f.stat().st_mode & 0o777 for f in rec.iterdir()} == {0o600}
 
@@ -156,8 +156,8 @@ def test_crow_run_record_into_a_file_fails_cleanly(tmp_path: Path) -> None:
     assert proc.stderr.startswith("crow: error: cannot record into") and "Traceback" not in proc.stderr
 
 
-# issue: --record kept a cookie value whole (`sid=VALUE` is never split) and headers named …-Pass, Password,
-# Credential, Signature in clear
+# --record redacts each cookie value (`sid=VALUE` included) and headers named …-Pass, Password, Credential,
+# Signature
 async def test_cookie_values_and_password_like_headers_are_redacted(tmp_path: Path) -> None:
     headers = {"Cookie": "sid=cookie-value-123; theme=dark", "X-Api-Pass": "pass-value-123",
                "Password": "password-value-123", "X-Credential": "credential-value-123",
@@ -177,8 +177,8 @@ async def test_cookie_values_and_password_like_headers_are_redacted(tmp_path: Pa
     assert not {"cookie", "x-api-pass", "password", "x-credential", "x-amz-signature"} & set(meta["request_headers"])
 
 
-# found trying it as a new user (wave 3): `crow run --record "$DIR" …` with DIR unset recorded nothing and said
-# nothing (exit 0): the empty name is the working directory to Path, and no folder to the client
+# `crow run --record "$DIR" …` with DIR unset is a usage error, not a silent run recording nothing: the empty
+# name is the working directory to Path, and no folder to the client
 @pytest.mark.parametrize("name", ["", "  "])
 def test_an_empty_record_folder_name_is_a_usage_error(name: str) -> None:
     with pytest.raises(ConfigError, match="--record needs a folder") as caught:
@@ -186,8 +186,8 @@ def test_an_empty_record_folder_name_is_a_usage_error(name: str) -> None:
     assert caught.value.exit_code == 2
 
 
-# --record decoded gzip parts with no size limit (the live path is capped): a compression bomb filled the
-# recording's memory and disk (issue 32)
+# --record decodes gzip parts within the stream's cap, as the live path does: a compression bomb cannot fill
+# the recording's memory and disk
 async def test_a_recorded_gzip_body_is_decoded_within_the_streams_cap(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     from crow_cli.wire import record

@@ -129,14 +129,14 @@ def test_cli_keeps_the_old_file_when_write_file_arguments_were_cut(tmp_path):
     ('{"path": "a.txt", "content": "li', "cut off"),
 ])
 def test_the_warning_says_cut_off_only_when_the_text_ends_mid_value(raw, says):
-    # Tester: a stray closing brace was reported as "cut off mid-value (truncated JSON)".
+    # only text ending mid-value is "cut off"; a stray closing brace is not "cut off mid-value (truncated JSON)"
     repaired = repair_arguments(raw)
     assert repaired.cut_off and says in repaired.problem
     assert ("cut off" in repaired.problem) == (says == "cut off")
 
 
-# found trying it as a new user (wave 3): a model that sent 100,000 `[` as a call's arguments (valid JSON
-# closed or not) ended the run with `crow: internal error: RecursionError`
+# Arguments nested 100,000 `[` deep (valid JSON closed or not) are not run, never
+# `crow: internal error: RecursionError`
 @pytest.mark.parametrize("raw", ["[" * 100_000, '{"path": ' + "[" * 100_000 + "]" * 100_000 + "}",
                                  '{"a": ' + "[" * 100_000])
 def test_arguments_nested_deeper_than_the_parser_goes_are_not_run(raw: str) -> None:

@@ -102,8 +102,8 @@ async def test_no_retry_no_notice(respx_mock) -> None:
     assert not any(isinstance(i, Notice) for i in await collect(client()))
 
 
-# The retry loop is crow's own now (the SDK's private hooks are gone); its policy is the one
-# the SDK documents: 408/409/429/5xx and connection errors, Retry-After(-Ms) up to 120 s, backoff with jitter. (issue 9)
+# The retry loop is crow's own (no private hooks of the SDK); its policy is the one the SDK documents:
+# 408/409/429/5xx and connection errors, Retry-After(-Ms) up to 120 s, backoff with jitter.
 @pytest.mark.parametrize(("status", "retried"), [(408, True), (409, True), (429, True), (500, True), (529, True),
                                                  (400, False), (404, False), (422, False)])
 def test_which_statuses_are_retried(status: int, retried: bool) -> None:
@@ -141,8 +141,8 @@ async def test_a_timeout_before_the_answer_is_retried_and_named(respx_mock) -> N
     assert rest and all(isinstance(i, dict) for i in rest)
 
 
-# found trying it as a new user (wave 3): a 429 with `Retry-After: 99999` ended the run with "rate limited (429):
-# Error code: 429 - {}", never saying that the server asked for a wait crow does not make
+# A 429 with `Retry-After: 99999` ends the run saying the server asks for a wait crow does not make, not
+# "rate limited (429): Error code: 429 - {}"
 @respx.mock(assert_all_called=True, assert_all_mocked=True)
 async def test_a_wait_not_made_is_named_in_the_error(respx_mock) -> None:
     respx_mock.post(URL).mock(side_effect=[limited(**{"retry-after": "99999"})])

@@ -68,7 +68,7 @@ def test_rules_known_in_advance_by_host_and_model_family() -> None:
     assert known_rules("https://evil-generativelanguage.googleapis.com.example/v1", "m") == []
 
 
-# Every request rule is one small class with apply and describe (issue 29 §1): each kind, on a request it
+# Every request rule is one small class with apply and describe: each kind, on a request it
 # changes (the change exactly) and on one it leaves alone (the same object back), with its words and stored form
 def _tool(name: str, parameters: dict) -> dict:
     return {"type": "function", "function": {"name": name, "parameters": parameters}}
@@ -196,7 +196,7 @@ def test_a_rule_is_a_value_of_its_class() -> None:
     assert len({DropParam("seed"), DropParam("seed")}) == 1
     assert rule_from_json({"op": "cap_param", "target": "max_tokens", "value": True}) is None  # no size
     assert rule_from_json({"op": "drop_param", "target": 3}) is None
-    # a new-user tester of the message-field rules: an op that is a list was a TypeError, not a damaged entry
+    # an op that is a list is a damaged entry (None), not a TypeError
     assert rule_from_json({"op": ["drop_param"], "target": "seed"}) is None
     assert rule_from_json({"op": "schema_empty_object", "target": "", "value": "drop"}) == \
         SchemaEmptyObject("drop")
@@ -205,8 +205,8 @@ def test_a_rule_is_a_value_of_its_class() -> None:
     assert SchemaEmptyObject("drop").describe() == "dropped empty properties of object schemas"
 
 
-# The message-field rules are of the same family as the request rules (issue 29 §1: the adapters of wire/client.py
-# go; the notice names the rule class): each applies to a request on its own, and its stored form is the facts
+# The message-field rules are of the same family as the request rules (the notice names the rule class): each
+# applies to a request on its own, and its stored form is the facts
 # earlier versions wrote (`refused_fields`, `required_fields`, `tool_message_name`, `tool_call_id_rule`)
 def test_a_dropped_field_goes_from_messages_calls_and_functions_but_never_a_core_key() -> None:
     call = {"id": "c1", "type": "function", "x": 1, "function": {"name": "f", "arguments": "{}", "x": 2}}

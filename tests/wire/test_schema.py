@@ -14,7 +14,7 @@ from crow_cli.wire.schema import (
     type_into_branches,
 )
 
-# the shape zod-to-json-schema and pydantic give MCP tools (issue: MCP schemas refused by Gemini/Moonshot)
+# the shape zod-to-json-schema and pydantic give MCP tools (which Gemini and Moonshot refuse)
 ZOD = {
     "$schema": "http://json-schema.org/draft-07/schema#",
     "type": "object",

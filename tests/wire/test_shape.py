@@ -37,8 +37,8 @@ def fn(**fields: Any) -> dict[str, Any]:
                                                                           **fields}}]})
 
 
-# issue: a mutation run over the conformance corpus (wrong-typed fields) ended in `crow: internal error:
-# AttributeError/TypeError`; each of these is skipped with a warning, and the rest of the turn is kept
+# Wrong-typed fields (as a mutation run over the conformance corpus makes them) are each skipped with a warning,
+# and the rest of the turn is kept: never `crow: internal error: AttributeError/TypeError`
 WRONG_TYPED = {
     "error is an empty string": {"error": ""},
     "choices is a number": {"choices": -1},

@@ -62,8 +62,8 @@ from tests.support import (
 )
 
 
-# noticed at the end of wave 3: every request opened a new connection: the stream stopped at `data: [DONE]`
-# before the body's end, so the connection was closed instead of going back to the pool
+# A tool turn and its answer share one connection: the stream reads on past `data: [DONE]` to the body's end,
+# so the connection goes back to the pool instead of being closed
 def test_a_tool_turn_and_its_answer_share_one_connection(tmp_path: Path) -> None:
     with ReplayServer(script([("l1", "list_directory", {})], final="Done.")) as server:
         peers: list[Any] = []
@@ -103,8 +103,8 @@ def test_a_body_held_open_after_done_does_not_hold_up_the_turn(tmp_path: Path) -
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "Hi there.\n", "")
 
 
-# A body kept open after [DONE] added up to 0.5 s to every turn: once one was still open after the
-# grace, later turns of the same client close it at once (and a server that ends its bodies keeps the reuse) (issue 32)
+# A body kept open after [DONE] costs at most one grace (0.5 s): once one was still open after the grace,
+# later turns of the same client close it at once (and a server that ends its bodies keeps the reuse)
 async def test_a_body_left_open_after_done_is_closed_at_once_on_later_turns() -> None:
     import asyncio
 
@@ -596,7 +596,7 @@ async def test_non_streamed_json_completion_is_used_as_one_chunk():
 
 @pytest.mark.parametrize(("response", "message"), [
     (httpx.Response(200, json={"error": {"message": "model 'foo' not found"}}), "model 'foo' not found"),
-    # A login or proxy page, or nothing at all, is named as such (issue 10 item 2)
+    # A login or proxy page, or nothing at all, is named as such
     (httpx.Response(200, html="<html><title>Please log in</title></html>"), "HTML page .*Please log in"),
     (event_stream("<!DOCTYPE html><html><head><title>Sign in</title></head></html>\n"), "HTML page .*Sign in"),
     (httpx.Response(200, content=b"", headers={"content-type": "text/event-stream"}), "empty body"),
@@ -631,8 +631,8 @@ def turn_of(items: list):
     return acc.finish()[0]
 
 
-# A provider sent one `data:` line holding a chunk cut mid-JSON and, on the same line,
-# the next `data: {…}` frame; crow stopped the run ("not JSON"). Every complete frame is recovered. (issue 10 item 2)
+# One `data:` line holding a chunk cut mid-JSON and, on the same line, the next `data: {…}` frame does not stop
+# the run ("not JSON"): every complete frame is recovered.
 @pytest.mark.parametrize("glue", ["", " ", "\n"])
 async def test_a_damaged_event_keeps_the_frames_after_an_embedded_data_marker(glue):
     cut = json.dumps(chunk({"content": " wor"}))[:25]
@@ -695,7 +695,7 @@ async def test_tool_calls_in_one_chunk_with_the_finish():
     assert json.loads(turn.tool_calls[0].arguments) == {}
 
 
-# found trying it as a new user (fourth round): valid JSON that is not an object reached the loop as an event
+# Valid JSON that is not an object is skipped with one warning, never reaching the loop as an event
 @pytest.mark.parametrize("data", ["[1, 2]", '"hi"', "5", "null", "true"])
 async def test_a_chunk_that_is_not_an_object_is_skipped_with_one_warning(data):
     body = sse(chunk({"content": "Hel"}), done=False) + f"data: {data}\n\n" + sse(chunk({"content": "lo"}),
@@ -707,7 +707,7 @@ async def test_a_chunk_that_is_not_an_object_is_skipped_with_one_warning(data):
     assert turn_of(items).content == "Hello"
 
 
-# issue: ~300 KB of gzip on the wire became 1-1.6 GB in one SSE event; decoded bytes per event are capped
+# Decoded bytes per SSE event are capped: ~300 KB of gzip on the wire cannot become 1-1.6 GB in one event
 async def test_a_gzip_bomb_in_one_event_is_a_one_line_error():
     import gzip
 
@@ -734,8 +734,8 @@ async def test_a_huge_non_streamed_completion_is_a_one_line_error():
         await assemble(response)
 
 
-# found by the mutation property test: a body starting with a UTF-8 byte order mark lost its first chunk
-# silently (the first line's field name became "\ufeffdata"); the SSE spec's UTF-8 decode strips it
+# A UTF-8 byte order mark before the first event is stripped, as the SSE spec's UTF-8 decode does: the first
+# chunk is kept (its field name never becomes "\ufeffdata")
 @pytest.mark.parametrize("split", [0, 1, 2, 3])
 async def test_a_byte_order_mark_before_the_first_event_is_not_part_of_it(split):
     body = b"\xef\xbb\xbf" + text_sse("hello world").encode()
@@ -750,8 +750,8 @@ async def test_a_byte_order_mark_before_the_first_event_is_not_part_of_it(split)
     assert turn_of(items).content == "hello world"
 
 
-# found trying it as a new user (wave 3): one event nested 100,000 deep (`"x": [[[…]]]`) ended the run with
-# `crow: internal error: RecursionError`; it is a damaged event like any other
+# One event nested 100,000 deep (`"x": [[[…]]]`) is a damaged event like any other, skipped with a warning,
+# never `crow: internal error: RecursionError`
 async def test_an_event_nested_deeper_than_the_parser_goes_is_skipped_with_a_warning():
     deep = "[" * 100_000 + "]" * 100_000
     body = f'data: {{"choices": [], "x": {deep}}}\n\n' + sse(chunk({"content": "lo"}), chunk({}, "stop"))

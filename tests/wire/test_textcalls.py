@@ -48,8 +48,8 @@ def test_each_known_format_is_read(text: str, fmt: str, names: list[str]) -> Non
     ('Reading it now. <|python_tag|>{"name": "read_file", "parameters": {"path": "a.py"}}', "Reading it now."),
 ])
 def test_a_lead_in_on_the_blocks_line_is_a_lead_in_not_an_indent(text: str, lead_in: str) -> None:
-    # found trying it as a user (issue 45 wave): a lead-in of four characters or more on the same line as the
-    # block was taken for the indent of a Markdown code block, so the call stayed text ("Ok <tool_call>" ran)
+    # a lead-in of four characters or more on the same line as the block is a lead-in, not the indent of a
+    # Markdown code block, so the call is recovered ("Ok <tool_call>" runs)
     found = recover_calls(text, OFFERED)
     assert found is not None and found.lead_in == lead_in and found.calls[0][0] == "read_file"
 
@@ -57,9 +57,8 @@ def test_a_lead_in_on_the_blocks_line_is_a_lead_in_not_an_indent(text: str, lead
 @pytest.mark.parametrize("thinking", ["I should call it.", "Plan: read it, then run `ls` with {\"a\": 1}.",
                                       "A long thought. " * 40])
 def test_reasoning_in_think_tags_before_the_blocks_is_set_aside(thinking: str) -> None:
-    # found trying it as a user (issue 45 wave): a server that leaves a Qwen3 / R1 model's <think> block in the
-    # content had it read as the lead-in, so reasoning with braces or backticks, or over MAX_LEAD_IN, kept the
-    # call as text
+    # a Qwen3 / R1 model's <think> block left in the content is set aside, not read as the lead-in: reasoning
+    # with braces or backticks, or over MAX_LEAD_IN, does not keep the call as text
     text = f"<think>\n{thinking}\n</think>\n\nI'll read it.\n<tool_call>{READ}</tool_call>"
     found = recover_calls(text, OFFERED)
     assert found is not None and found.calls[0][0] == "read_file"

@@ -58,8 +58,8 @@ async def test_clients_one_after_another_load_the_roots_once(monkeypatch: pytest
     assert len(loads) == 1
 
 
-# tried as a new user: a missing SSL_CERT_FILE said "cannot write the output: No such file or directory" (crow
-# run, also against a plain-HTTP server) or "internal error: FileNotFoundError" (crow models, crow probe)
+# A missing or unreadable SSL_CERT_FILE is one config error naming the variable, in crow run (also against a
+# plain-HTTP server), crow models and crow probe: never "cannot write the output" or an internal error
 @pytest.mark.parametrize("content", [None, "not a certificate\n"])
 async def test_roots_that_cannot_be_loaded_are_one_config_error_naming_the_variable(
         content: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -80,14 +80,14 @@ async def test_roots_that_cannot_be_loaded_are_one_config_error_naming_the_varia
 
 
 def test_a_cert_folder_that_does_not_exist_is_one_config_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # tried as a new user: a missing SSL_CERT_DIR went unnoticed, then failed every https handshake, retried
+    # a missing SSL_CERT_DIR is one config error at once, not a failed, retried https handshake
     monkeypatch.delenv("SSL_CERT_FILE", raising=False)
     monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path / "none"))
     ssl_context.cache_clear()
     try:
         with pytest.raises(ConfigError, match=f"SSL_CERT_DIR={tmp_path / 'none'}: it names no folder"):
             ssl_context()
-        # OpenSSL's list of folders: one that exists is enough (tried as a new user: a list was refused)
+        # OpenSSL's list of folders: one that exists is enough
         monkeypatch.setenv("SSL_CERT_DIR", f"{tmp_path / 'none'}{os.pathsep}{tmp_path}")
         assert ssl_context().verify_mode is ssl.CERT_REQUIRED
     finally:

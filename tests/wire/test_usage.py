@@ -1,4 +1,4 @@
-"""Token counts out of each server's usage shape (issue 34: cached prompt tokens behind llama.cpp)."""
+"""Token counts out of each server's usage shape (llama.cpp's cached prompt tokens included)."""
 
 from __future__ import annotations
 

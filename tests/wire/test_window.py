@@ -6,7 +6,7 @@ from crow_cli.wire.window import discover_context_window
 from tests.support import gzip_bomb, raw_http_server, trickle
 
 
-# issue: a /models that trickled a byte every 5 s kept `crow run` from ever sending its first request
+# A /models that trickles a byte every 5 s gives an unknown window at the deadline: `crow run` still sends
 async def test_a_trickling_server_gives_unknown_at_the_deadline() -> None:
     with raw_http_server(trickle) as base_url:
         assert await discover_context_window(base_url, "m", "k", timeout_s=1.0) is None

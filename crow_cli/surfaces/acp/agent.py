@@ -56,6 +56,20 @@ _LIST_PAGE = 100
 class CrowAgent:
     """The ACP agent: sessions, prompts, modes and cancellation over one client connection.
 
+    - stdout is the protocol's alone (`stdout.private_stdout`): the real descriptor 1 is kept for it and
+      descriptor 1 points at stderr, so whatever a tool, plugin, subprocess or library prints lands on
+      stderr. Logs go to stderr.
+    - ACP sessions are crow sessions (the SQLite store): `crow sessions list` shows them and `crow chat
+      --resume ID` continues one; `session/load` replays a stored history as `session/update` notifications.
+      A session created but never prompted is deleted when the process ends.
+    - ACP tool-call ids are crow's own, `"{turn}-{index}"` with a turn counter per session (unique within the
+      session, also across prompts and after a load); the model's ids go into the history unchanged
+      (`../shared/reference/streaming-tool-calls.md` §7).
+    - When the editor offers `fs/read_text_file` and `fs/write_text_file`, the file tools use them
+      (`editor_files`): unsaved buffers are read, edits show in the editor.
+    - Session modes are approval policies: `ask`, `auto-edit`, `yolo` (crow's own) and `read-only` (every
+      tool that needs approval is refused). "Allow always" / "reject always" hold for the session.
+
     Args:
         settings: the connection, model, approval policy and rules.
         options: tool loading and the start mode (`yes`: sessions start in the `yolo` mode).

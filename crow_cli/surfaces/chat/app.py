@@ -1,19 +1,9 @@
 """`crow chat`'s app: the REPL over the react loop, recorded in the session store.
 
-Input is a prompt-toolkit prompt (history file in the user state dir, `terminal.input_history`; Enter sends,
-Alt-Enter (or Esc Enter) inserts a newline; pasted text keeps its newlines). Output is drawn by
-`render.TurnView`, from the driver's events (`sink.ChatSink`). Every message the loop appends is committed to
-the session as it arrives.
-
-Ctrl-C during a turn, at a tool approval question too, cancels the stream and the running tools; the
-partial answer is kept and every tool call of the turn without a result gets a "cancelled by the
-user" one, so the history stays valid. At the prompt, a second Ctrl-C in a row (or Ctrl-D, or /exit)
-leaves. SIGTERM and SIGHUP end the chat the same way: the turn is cancelled, the session closed and
-stored, and the exit code is 143 / 129. Besides the built-in commands (`commands.COMMANDS`), `/NAME`
-sends a prompt file (`prompt_files`: `.crow/prompts/NAME.md`) as the message, and a line starting with `!`
-runs a shell command the way the model's `run_shell` calls run (`shell_escape`). The driver
-(`driver.Driver`) runs each turn and stores each message; the loop closes a cancelled turn's history;
-this package only draws events.
+Input is a prompt-toolkit prompt (history file in the user state dir, `terminal.input_history`); output is
+drawn by `render.TurnView`, from the driver's events (`sink.ChatSink`). The driver (`driver.Driver`) runs each
+turn and stores each message as it arrives; the loop closes a cancelled turn's history; this package only
+draws events. Keys, signals and commands: `ChatApp`, and docs/chat.md for users.
 """
 
 from __future__ import annotations
@@ -102,6 +92,15 @@ class ChatOptions:
 
 class ChatApp:
     """The chat REPL. Construct it, then `await run()`.
+
+    Enter sends, Alt-Enter (or Esc Enter) inserts a newline; pasted text keeps its newlines. Ctrl-C during a
+    turn, at a tool approval question too, cancels the stream and the running tools; the partial answer is kept
+    and every tool call of the turn without a result gets a "cancelled by the user" one, so the history stays
+    valid. At the prompt, a second Ctrl-C in a row (or Ctrl-D, or /exit) leaves. SIGTERM and SIGHUP end the
+    chat the same way: the turn is cancelled, the session closed and stored, and the exit code is 143 / 129.
+    Besides the built-in commands (`commands.COMMANDS`), `/NAME` sends a prompt file (`prompt_files`:
+    `.crow/prompts/NAME.md`) as the message, and a line starting with `!` runs a shell command the way the
+    model's `run_shell` calls run (`shell_escape`).
 
     Args:
         settings: connection and loop settings (the model can change with /model).

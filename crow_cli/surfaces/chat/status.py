@@ -1,19 +1,9 @@
 """The chat's status line: one line under the prompt (prompt-toolkit's bottom toolbar).
 
-Built in it reads `model · mode · context · session`: the model, the approval mode (`plan` while planning),
-how much of the context window the conversation takes (a share of the window when it is known, else its size
-in tokens) and the session's id. `[chat] status_line` in the config says what it is:
-
-    true (the default)  the built-in line
-    false or ""         no status line
-    "COMMAND"           a shell command whose first line of stdout is the line (as Claude Code's
-                        `statusLine` command): it is given `StatusInfo.as_json()` on stdin, runs in the
-                        workspace, at most `COMMAND_TIMEOUT_S`; its output loses its control characters
-
-A command runs only when it comes from the person's own config file or from the `.crow/settings.toml` of a
-folder they trust (`trust.is_trusted`): a cloned repository's settings run nothing on their own. A trusted
-project's `[chat] status_line` replaces the config file's. While a command has not answered yet, or when it
-fails or times out (said once in the chat), the built-in line is shown.
+Built in it reads `model · mode · context · session` (`builtin_line`); `[chat] status_line` in the config
+may turn it off or name a command whose output is the line (`status_setting`). A command runs only when it
+comes from the person's own config file or from the `.crow/settings.toml` of a folder they trust
+(`trust.is_trusted`): a cloned repository's settings run nothing on their own.
 """
 
 from __future__ import annotations
@@ -70,7 +60,11 @@ def _tokens(count: int) -> str:
 
 def builtin_line(info: StatusInfo) -> str:
     """`model · mode · 12% of 128k context · session ID` (`3.4k tokens of context` when the window is unknown;
-    `new session` before anything is stored, `not recorded` under --no-session); without control characters."""
+    `new session` before anything is stored, `not recorded` under --no-session); without control characters.
+
+    The model, the approval mode (`plan` while planning), how much of the context window the conversation takes
+    (a share of the window when it is known, else its size in tokens) and the session's id.
+    """
     if info.context_window:
         context = f"{100 * info.context_tokens // info.context_window}% of {_tokens(info.context_window)} context"
     else:
@@ -84,6 +78,17 @@ def status_setting(chat: dict[str, Any], config_path: str | None, workspace: Pat
                    warn: Callable[[str], None] | None = None) -> tuple[bool | str, str]:
     """The `[chat] status_line` in force and where it was set: a trusted project's `.crow/settings.toml`,
     else the config file's `[chat]` (`chat`), else True (the built-in line).
+
+    The values:
+
+        true (the default)  the built-in line
+        false or ""         no status line
+        "COMMAND"           a shell command whose first line of stdout is the line (as Claude Code's
+                            `statusLine` command): it is given `StatusInfo.as_json()` on stdin, runs in the
+                            workspace, at most `COMMAND_TIMEOUT_S`; its output loses its control characters
+
+    A trusted project's `[chat] status_line` replaces the config file's. While a command has not answered yet,
+    or when it fails or times out (said once in the chat), the built-in line is shown (`StatusLine`).
 
     Returns:
         (True: the built-in line, False: none, a string: a command), and the file it came from ("" for the

@@ -1,37 +1,9 @@
 """`run_shell`: a shell command in the workspace, in its own process group.
 
-The command runs under `/bin/sh -c` with the workspace root as working directory, stdin from /dev/null
-and stdout+stderr merged into one pipe that this module reads itself. It gets its own session
-(`start_new_session`), so on timeout, on cancellation (Ctrl-C, the run's own timeout) and as soon as
-the shell itself exits, the whole process group is killed. The call returns when the shell exits, even
-if a background process still holds the output open (its output after that is not read).
-
-Confined (`ToolContext.sandbox`, see `tools.sandbox`), the shell runs inside bubblewrap (Linux) or
-`sandbox-exec` (macOS): writes outside the workspace and the run's own temp dir fail (`sandbox.plan`),
-the network is off unless allowed, and on Linux every process of the command lives in a pid namespace
-that dies with the call and with crow (`--die-with-parent`, also on `kill -9`). A confined command that
-failed because of the sandbox raises `SandboxBlocked` with the reason and its output: dispatch reports
-it to the model, or runs it once more outside the sandbox when the user approves. So does one that made
-git metadata (a `.git`) where it could write in the workspace, which is put aside as it ends or is
-cancelled (`sandbox.put_aside_new_git`).
-
-Unconfined (`off`, or no sandbox on this machine after the user approved the command), a process that
-leaves the group (`setsid`, a double-forking daemon) is found on Linux by a marker variable in its
-environment (`CROW_SHELL_RUN`) and killed too; one that also clears its environment (`env -i`) on a
-system without `/proc` can outlive the call.
-
-Secrets: the API key variables (`CROW_API_KEY`, `OPENAI_API_KEY`) and every variable whose value
-contains one of the run's secrets (`ToolContext.secrets`, the configured API key) are removed from the
-command's environment, and a secret that still shows up in the output is replaced by `[REDACTED]`.
-Values shorter than 6 characters (dummy keys such as `"x"`) hide only variables whose whole value
-equals them.
-
-Output beyond `MAX_OUTPUT_BYTES` keeps its head and its tail (the end of a test run holds the summary)
-around a line saying how many bytes were not shown.
-
-A command that exits non-zero, is killed by a signal or times out raises `ToolFailed` with that same
-result text: the model reads it unchanged, and the call's outcome is `error`. Either way the person is
-shown the output and the exit code too (`history.ToolDisplay`, carried on the result).
+Its own process group, so that on timeout, on cancellation and when the shell exits nothing it started lives
+on; confined by the run's sandbox when there is one; with the run's secrets kept out of its environment and its
+output. `_start` tells the process, the sandbox and the secrets in full, `_PipeReader` the output and the
+result; `shell_output` and `shell_kill` serve commands started in the background.
 """
 
 from __future__ import annotations
@@ -123,7 +95,14 @@ def _kill_marked(token: str) -> None:
 
 class _PipeReader:
     """Reads the command's output pipe on the event loop (no transport left behind), keeping the first
-    two thirds of `MAX_OUTPUT_BYTES` and the last third."""
+    two thirds of `MAX_OUTPUT_BYTES` and the last third.
+
+    Output beyond `MAX_OUTPUT_BYTES` keeps its head and its tail (the end of a test run holds the summary)
+    around a line saying how many bytes were not shown. A command that exits non-zero, is killed by a signal
+    or times out raises `ToolFailed` with that same result text: the model reads it unchanged, and the call's
+    outcome is `error`. Either way the person is shown the output and the exit code too (`history.ToolDisplay`,
+    carried on the result).
+    """
 
     def __init__(self, fd: int) -> None:
         import asyncio
@@ -205,7 +184,34 @@ class _Started:
 
 
 async def _start(command: str, token: str, context: ToolContext) -> _Started:
-    """Start `command` as `run_shell` runs it (the module says how), its output on a pipe."""
+    """Start `command` as `run_shell` runs it, its output on a pipe.
+
+    The command runs under `/bin/sh -c` with the workspace root as working directory, stdin from /dev/null
+    and stdout+stderr merged into one pipe that this module reads itself. It gets its own session
+    (`start_new_session`), so on timeout, on cancellation (Ctrl-C, the run's own timeout) and as soon as
+    the shell itself exits, the whole process group is killed. The call returns when the shell exits, even
+    if a background process still holds the output open (its output after that is not read).
+
+    Confined (`ToolContext.sandbox`, see `tools.sandbox`), the shell runs inside bubblewrap (Linux) or
+    `sandbox-exec` (macOS): writes outside the workspace and the run's own temp dir fail (`sandbox.plan`),
+    the network is off unless allowed, and on Linux every process of the command lives in a pid namespace
+    that dies with the call and with crow (`--die-with-parent`, also on `kill -9`). A confined command that
+    failed because of the sandbox raises `SandboxBlocked` with the reason and its output: dispatch reports
+    it to the model, or runs it once more outside the sandbox when the user approves. So does one that made
+    git metadata (a `.git`) where it could write in the workspace, which is put aside as it ends or is
+    cancelled (`sandbox.put_aside_new_git`).
+
+    Unconfined (`off`, or no sandbox on this machine after the user approved the command), a process that
+    leaves the group (`setsid`, a double-forking daemon) is found on Linux by a marker variable in its
+    environment (`CROW_SHELL_RUN`) and killed too; one that also clears its environment (`env -i`) on a
+    system without `/proc` can outlive the call.
+
+    Secrets: the API key variables (`CROW_API_KEY`, `OPENAI_API_KEY`) and every variable whose value
+    contains one of the run's secrets (`ToolContext.secrets`, the configured API key) are removed from the
+    command's environment, and a secret that still shows up in the output is replaced by `[REDACTED]`.
+    Values shorter than 6 characters (dummy keys such as `"x"`) hide only variables whose whole value
+    equals them.
+    """
     # what a confined command may write (`plan`); the git metadata there is bound read-only, and checked
     # afterwards (off the event loop: the walk reads every folder a command can write)
     watch_git = context.sandbox.mode == "workspace-write" and backend() is not None

@@ -58,7 +58,7 @@ async def test_resume_continues_a_stored_session(store: SessionStore) -> None:
 
 
 async def test_resume_and_sessions_show_a_stored_title_without_bidi_or_controls(store: SessionStore) -> None:
-    # found trying issue 44: U+202E in a title reached the terminal in the "resumed session" line and /sessions
+    # U+202E and controls in a title are escaped in the "resumed session" line and /sessions
     old = store.create(model="test-model", cwd="/tmp")
     store.append(old.id, {"role": "user", "content": "fix \u202e\x1b[2Jit"})
     store.append(old.id, {"role": "assistant", "content": "Fixed."})
@@ -627,7 +627,7 @@ def test_rewind_restores_what_a_command_changed_and_a_conversation_rewind_leaves
 
 
 def test_rewind_numbers_each_prompt_once_in_the_list_and_after_ctrl_c(tmp_path: Path) -> None:
-    # found trying issue 44: the picker showed "1. 1. fix a.txt" (the picker's number and the label's)
+    # each prompt is numbered once ("1. fix a.txt", not the picker's number and the label's)
     with ReplayServer([{"sse": text_stream("done")}]) as server:
         args = ["--base-url", server.base_url, "--api-key", "sk-test", "--model", "test-model", "--no-tools"]
         with ChatTerminal(args, cwd=tmp_path) as term:
@@ -649,7 +649,7 @@ def test_rewind_numbers_each_prompt_once_in_the_list_and_after_ctrl_c(tmp_path: 
 
 
 async def test_rewind_and_resume_count_one_message_in_the_singular(store: SessionStore) -> None:
-    # found trying /rewind in tmux (issue 44): "the conversation is as it was before that prompt (1 messages)"
+    # one message is singular: never "the conversation is as it was before that prompt (1 messages)"
     settings = Settings(model="test-model", api_key="sk-test", system="be brief",
                         sandbox=os.environ.get("CROW_SANDBOX", "workspace-write"))  # type: ignore[arg-type]
     output, _, app = await chat([{"sse": text_stream("Hi.")}], "hello\r/rewind 1 conversation\r/exit\r", store,
@@ -661,7 +661,7 @@ async def test_rewind_and_resume_count_one_message_in_the_singular(store: Sessio
 
 
 def test_rewind_choices_fit_a_60_column_terminal() -> None:
-    # found trying /rewind in tmux at 60 columns (issue 44): the picker cut "the files and the conversat"
+    # each choice fits 60 columns, none cut as "the files and the conversat"
     from crow_cli.surfaces.chat.commands import REWIND_MODES
 
     row = "   >  1. "  # prompt-toolkit's ChoiceInput before each label

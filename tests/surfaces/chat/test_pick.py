@@ -74,7 +74,7 @@ def test_resume_without_an_id_lists_this_folders_sessions_first_and_continues_th
 
 
 def test_a_picked_session_continues_with_its_model_unless_model_is_given(tmp_path: Path) -> None:
-    # found trying issue 44: without --model the picked session went on with the server's first model
+    # without --model the picked session goes on with its own model, not the server's first
     with SessionStore() as store:
         sid = _stored(store, tmp_path.resolve(), "fix the parser", "Parser fixed.")
         store.set_model(sid, "gamma", "")
@@ -129,7 +129,7 @@ def test_model_rows_mark_the_model_in_use_and_show_no_control_characters() -> No
 
 
 def test_model_rows_are_bounded_and_keep_the_model_in_use() -> None:
-    # found trying /model against a server listing 3000 models (issue 44): each key redrew the whole list slowly
+    # the rows are bounded, so a server listing 3000 models does not make each key redraw the whole list
     served = [f"m{i}" for i in range(10)]
     assert [name for name, _ in model_options(served, "m1", limit=3)] == ["m0", "m1", "m2"]
     assert [name for name, _ in model_options(served, "m7", limit=3)] == ["m7", "m0", "m1"]
@@ -137,7 +137,7 @@ def test_model_rows_are_bounded_and_keep_the_model_in_use() -> None:
 
 
 async def test_a_model_name_reaches_the_terminal_with_bidi_characters_escaped(store: SessionStore) -> None:
-    # found trying /model with a served name holding U+202E (issue 44): "model: gamma‮" reordered the line
+    # a served name holding U+202E is escaped, so it cannot reorder the "model: …" line
     output, server, _ = await chat([{"sse": text_stream("Hi.")}], "/model gam\u202ema\rhello\r/exit\r", store)
     assert server.requests[0]["model"] == "gam\u202ema"
     assert "\u202e" not in output
@@ -206,7 +206,7 @@ def test_piped_resume_continues_this_folders_latest_and_piped_model_lists_the_mo
 
 
 def test_piped_resume_in_a_chat_continues_another_session_not_its_own(tmp_path: Path) -> None:
-    # found trying issue 44 with piped input: `/resume` reopened the session the chat was in (this folder's latest)
+    # with piped input, `/resume` continues another session, not the one the chat is in (this folder's latest)
     with SessionStore() as store:
         older = _stored(store, tmp_path.resolve(), "fix the parser", "Parser fixed.")
     with ReplayServer([{"sse": text_stream("Hi.")}, {"sse": text_stream("Hi again.")}]) as server:

@@ -326,7 +326,7 @@ def test_utf16_with_a_byte_order_mark_is_text(ws: Path) -> None:
 
 
 async def test_edit_file_calls_utf16_text_what_it_is_not_binary(ws: Path) -> None:
-    # Tester: read_file said "UTF-16 … edit_file refuses it: it only edits UTF-8", edit_file said "binary".
+    # edit_file calls UTF-16 text what read_file calls it, not "binary"
     from crow_cli.tools.builtin.edits import edit_file
 
     (ws / "u16.txt").write_bytes("hé\nwörld\n".encode("utf-16"))

@@ -27,7 +27,7 @@ from crow_cli.tools.context import ToolContext, using_context
 from tests.replay_server import ReplayServer
 from tests.support import Ran, argv, run_crow, run_here, text_sse, tool_turn, wait_for, write_config
 
-NESTED = "^(a+)+$"  # the tester's pattern: exponential in `re`, linear in `regex`
+NESTED = "^(a+)+$"  # exponential in `re`, linear in `regex`
 SLOW = "^(a|aa)+$"  # exponential in both: only a budget or a timeout stops it
 CRASH_LINE = "a" * 60 + "b\n"
 
@@ -163,8 +163,8 @@ def test_lines_bound_constructs_skip_the_whole_file_search() -> None:
 
 
 async def test_line_numbers_agree_with_read_file(evil_ws: Path) -> None:
-    # Tester: str.splitlines() also broke at \f, U+0085, U+2028…, so search said line 3 where
-    # read_file (and grep) have line 2.
+    # Lines break at \n only, as read_file and grep count them: str.splitlines() also breaks at \f, U+0085,
+    # U+2028…, which would say line 3 where they have line 2.
     from crow_cli.tools.builtin.files import read_file
 
     (evil_ws / "ff.txt").write_bytes(b"alpha\x0cbeta\nfoo one\nx\xc2\x85y\nfoo two\r\nz\rfoo three\n")
@@ -180,7 +180,7 @@ async def test_a_reverse_search_flag_finds_every_line(evil_ws: Path) -> None:
 
 
 async def test_files_over_the_size_limit_are_named_not_passed_over(evil_ws: Path) -> None:
-    # Tester: a 30 MB file was skipped silently: "no matches" although it held the needle.
+    # A file over the size limit is named, not skipped silently with "no matches" though it holds the needle.
     big = evil_ws / "big"
     big.mkdir()
     (big / "huge.txt").write_text(("x" * 99 + "\n") * 12_000 + "needle here\n")
