@@ -14,7 +14,7 @@
     │  └─ ImagesRefused    the model takes no images: refused image parts, or known text-only (`crow_cli.wire.vision`)
     ├─ MaxTurnsExceeded    the loop hit --max-turns (exit 1)
     ├─ ToolError           raised by tools; dispatch turns it into a tool result
-    │  └─ ToolDenied  OutsideWorkspace  ToolFailed (.output: it ran and failed, e.g. exit code 3)  Unresolved
+    │  └─ ToolDenied  OutsideWorkspace  ToolFailed (.output: it ran and failed, e.g. exit code 3)
     ├─ SessionError        the session store could not be read or written
     │  ├─ SessionInUse         another crow process has the session open (`crow_cli.sessions`)
     │  ├─ SessionStoreDamaged  sessions.db is not a usable database (`crow_cli.sessions`)
