@@ -691,6 +691,42 @@ async def test_a_read_only_command_takes_no_snapshot(store: SessionStore, tmp_pa
     assert kinds == ["before", "after"]  # the `touch` only
 
 
+# /undo is a rewind of the last exchange, code and conversation: what `run_shell` changed (`sed -i`) is restored
+# from the workspace's snapshots, not listed as "not undoable"
+def test_undo_restores_what_a_command_changed_and_removes_the_exchange(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("old line\n")
+    script = [{"sse": text_stream("hello")},
+              {"sse": tool_calls_sse(("c1", "run_shell", {"command": "sed -i 's/old/new/' a.txt"}))},
+              {"sse": text_stream("edited")}]
+    with ReplayServer(script) as server:
+        args = ["--base-url", server.base_url, "--api-key", "sk-test", "--model", "test-model", "--yes",
+                "--sandbox", "off"]
+        with ChatTerminal(args, cwd=tmp_path) as term:
+            term.expect("›")
+            term.send("hi\r")
+            term.expect("hello")
+            term.expect("›")
+            term.send("fix a.txt\r")
+            term.expect("edited")
+            assert (tmp_path / "a.txt").read_text() == "new line\n"
+            term.expect("›")
+            term.send("/undo\r")
+            term.expect("undone")
+            term.expect("›")  # the next prompt is up: a Ctrl-D sent before it can be lost
+            screen = term.screen()
+            term.send("\x04")
+            assert term.wait() == 0
+            err = term.stderr()
+    assert "Traceback" not in err, err
+    said = screen[screen.index("/undo"):]
+    assert f"restores {tmp_path / 'a.txt'}" in said and said.index("restores") < said.index("undone")
+    assert "not undoable" not in said
+    assert (tmp_path / "a.txt").read_text() == "old line\n"
+    with SessionStore() as store:
+        (info,) = store.recent()
+        assert [m["content"] for m in store.messages(info.id)] == ["hi", "hello"]
+
+
 # /undo after a `!COMMAND` removes the model's exchange and keeps the command's note
 async def test_undo_after_a_typed_command_removes_the_exchange_and_keeps_the_note(
         store: SessionStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
