@@ -237,3 +237,23 @@ def test_sessions_undo_dry_run_lists_a_file_a_command_changed(tmp_path: Path, ca
     assert (root / "a.txt").read_text() == "old line\n"
     with SessionStore() as store:
         assert store.messages(sid) == []
+
+
+# A file changed outside crow after an exchange with snapshots is named and held back by `crow sessions undo`;
+# --force puts it back all the same
+def test_sessions_undo_holds_a_file_changed_outside_crow_unless_forced(tmp_path: Path, capsys: Capture) -> None:
+    root = tmp_path.resolve()
+    (root / "a.txt").write_text("old line\n")
+    with SessionStore() as store:
+        sid = store.create(cwd=str(root)).id
+        _sed_exchange(store, sid, root, "a.txt")
+    (root / "a.txt").write_text("the user's line\n")
+    code, out, err = _undo(capsys, sid, "--dry-run")
+    assert code == 0, err
+    assert out.splitlines()[1:] == [
+        f"  changed outside crow since, not restored: {root / 'a.txt'}",
+        "  (--force restores files that changed since all the same; their changes are lost)"]
+    code, out, err = _undo(capsys, sid, "--force")
+    assert code == 0, err
+    assert out.splitlines()[1:] == [f"  restores {root / 'a.txt'}"]
+    assert (root / "a.txt").read_text() == "old line\n"
