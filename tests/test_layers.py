@@ -47,7 +47,7 @@ ALLOWED = {
     "crow_cli.agents": {"crow_cli.errors", "crow_cli.text", "crow_cli.paths", "crow_cli.instructions",
                         "crow_cli.prompt_files", "crow_cli.front_matter"},
     "crow_cli.attachments": LEAVES | {"crow_cli.tools"},
-    "crow_cli.undo": LEAVES | {"crow_cli.sessions"},
+    "crow_cli.undo": LEAVES | {"crow_cli.sessions", "crow_cli.rewind"},  # an exchange with snapshots: a rewind
     "crow_cli.rewind": LEAVES | {"crow_cli.sessions"},
     "crow_cli.local": LEAVES | {"crow_cli.config", "crow_cli.signals"},  # `serve` ends by the run scope
     # tools.arguments: `probe --tools` checks a call's arguments as a run would (pure: jsonschema, errors)

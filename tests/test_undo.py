@@ -1,17 +1,21 @@
-"""Undo the last exchange and restore the files crow's file tools changed.
+"""Undo the last exchange: a rewind of it through the workspace's snapshots when it has them (what `run_shell`
+changed too), else a restore of the files crow's file tools changed, from their backups.
 
 `crow run` runs in this process (`run_here`), `crow sessions undo` as crow's typer app in this process
 (`_undo`); one `crow sessions undo --dry-run` runs as a `crow` process."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from crow_cli.rewind import Scanner
 from crow_cli.sessions import SessionStore
+from crow_cli.undo import apply_undo, plan_undo, snapshot_workspace
 from tests.replay_server import text_stream
 from tests.support import CROW, authorless, crow_here, run_here, tool_turn, write_config
 
@@ -165,3 +169,91 @@ def test_the_plan_counts_one_message_in_the_singular() -> None:
 
     assert UndoPlan(keep=0, removed=1, prompt="hi").describe()[0] == \
         "undo: removes the last exchange (1 message), starting with “hi”"
+
+
+def _exchange(store: SessionStore, sid: str, prompt: str, tool: str, arguments: dict[str, str]) -> int:
+    """Store one exchange of a tool call (its result, the answer); returns the message count during the call."""
+    store.append(sid, {"role": "user", "content": prompt})
+    store.append(sid, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": f"{prompt}-1", "type": "function", "function": {"name": tool, "arguments": json.dumps(arguments)}}]})
+    during = len(store.messages(sid))
+    store.append(sid, {"role": "tool", "tool_call_id": f"{prompt}-1", "content": "ok"})
+    store.append(sid, {"role": "assistant", "content": "done"})
+    return during
+
+
+def _sed_exchange(store: SessionStore, sid: str, root: Path, name: str) -> None:
+    """An exchange whose `run_shell` `sed -i` changed `name`, with the snapshots chat takes around the call."""
+    scanner = Scanner(root, exclude=store.files())
+    during = _exchange(store, sid, f"fix {name}", "run_shell", {"command": f"sed -i 's/old/new/' {name}"})
+    for kind in ("before", "after"):
+        if kind == "after":
+            (root / name).write_text("new line\n")
+        scan = scanner.scan()
+        assert store.add_snapshot(sid, during, kind, str(root), scan.manifest, scan.contents) == []
+
+
+# An exchange without snapshots (`crow run`, an older crow) is undone from crow's file tools' backups, as before
+# snapshots were taken; an earlier exchange's snapshots are not used for it
+def test_an_exchange_without_snapshots_is_undone_from_the_backups(tmp_path: Path) -> None:
+    root = tmp_path.resolve()
+    (root / "a.txt").write_text("old line\n")
+    (root / "b.txt").write_text("ONE\n")
+    with SessionStore() as store:
+        sid = store.create(cwd=str(root)).id
+        _sed_exchange(store, sid, root, "a.txt")  # a chat exchange: snapshots
+        during = _exchange(store, sid, "edit b", "edit_file", {"path": "b.txt", "old_string": "one",
+                                                               "new_string": "ONE"})  # `crow run`: a backup only
+        store.add_file_backup(sid, during, str(root / "b.txt"), b"one\n", hashlib.sha256(b"ONE\n").hexdigest())
+        assert snapshot_workspace(store, sid) is None
+        plan = plan_undo(store, sid, workspace=root, now=Scanner(root, exclude=store.files()).scan())
+        assert plan.rewind is None
+        assert plan.describe() == ["undo: removes the last exchange (4 messages), starting with “edit b”",
+                                   f"  restores {root / 'b.txt'}"]
+        assert apply_undo(store, sid, plan) == []
+        assert len(store.messages(sid)) == 4
+    assert (root / "b.txt").read_text() == "one\n"
+    assert (root / "a.txt").read_text() == "new line\n"  # the earlier exchange's change stays
+
+
+# `crow sessions undo` of an exchange with snapshots restores what its `run_shell` changed; --dry-run lists it and
+# changes nothing
+def test_sessions_undo_dry_run_lists_a_file_a_command_changed(tmp_path: Path, capsys: Capture) -> None:
+    root = tmp_path.resolve()
+    (root / "a.txt").write_text("old line\n")
+    with SessionStore() as store:
+        sid = store.create(cwd=str(root)).id
+        _sed_exchange(store, sid, root, "a.txt")
+    code, out, err = _undo(capsys, sid, "--dry-run")
+    assert code == 0, err
+    assert out.splitlines() == ["undo: removes the last exchange (4 messages), starting with “fix a.txt”",
+                                f"  restores {root / 'a.txt'}"]
+    assert (root / "a.txt").read_text() == "new line\n"
+    with SessionStore() as store:
+        assert len(store.messages(sid)) == 4
+    code, out, err = _undo(capsys, sid)
+    assert code == 0, err
+    assert f"  restores {root / 'a.txt'}" in out and "not undoable" not in out
+    assert (root / "a.txt").read_text() == "old line\n"
+    with SessionStore() as store:
+        assert store.messages(sid) == []
+
+
+# A file changed outside crow after an exchange with snapshots is named and held back by `crow sessions undo`;
+# --force puts it back all the same
+def test_sessions_undo_holds_a_file_changed_outside_crow_unless_forced(tmp_path: Path, capsys: Capture) -> None:
+    root = tmp_path.resolve()
+    (root / "a.txt").write_text("old line\n")
+    with SessionStore() as store:
+        sid = store.create(cwd=str(root)).id
+        _sed_exchange(store, sid, root, "a.txt")
+    (root / "a.txt").write_text("the user's line\n")
+    code, out, err = _undo(capsys, sid, "--dry-run")
+    assert code == 0, err
+    assert out.splitlines()[1:] == [
+        f"  changed outside crow since, not restored: {root / 'a.txt'}",
+        "  (--force restores files that changed since all the same; their changes are lost)"]
+    code, out, err = _undo(capsys, sid, "--force")
+    assert code == 0, err
+    assert out.splitlines()[1:] == [f"  restores {root / 'a.txt'}"]
+    assert (root / "a.txt").read_text() == "old line\n"

@@ -165,26 +165,31 @@ def fork(session_id: IdArg) -> None:
 
 
 @sessions_app.command("undo", epilog=examples("crow sessions undo k3fq7x --dry-run", "crow sessions undo k3fq7x"),
-                      short_help="Undo a session's last exchange and its file edits.")
+                      short_help="Undo a session's last exchange and the files it changed.")
 def undo(
     session_id: IdArg,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only show what would be undone.")] = False,
-    force: Annotated[bool, typer.Option("--force", help="Restore files changed since crow wrote them too "
+    force: Annotated[bool, typer.Option("--force", help="Restore files changed since crow's turn too "
                                                          "(their changes are lost).")] = False,
 ) -> None:
-    """Remove a session's last exchange and restore the files crow's file tools changed in it."""
-    from ..undo import apply_undo, plan_undo
+    """Remove a session's last exchange and put back the files it changed: with chat's snapshots of the
+    workspace, every file its tool calls changed (run_shell's too); without (crow run), the files crow's file
+    tools changed."""
+    from ..undo import apply_undo, plan_undo, scan_workspace, snapshot_workspace
 
     try:
         with _store() as store:
             info = store.get(session_id)
             store.lock(info.id)  # not while a crow is running in it
-            plan = plan_undo(store, info.id, force=force)
+            workspace = snapshot_workspace(store, info.id)
+            now = scan_workspace(workspace, store) if workspace is not None else None
+            plan = plan_undo(store, info.id, force=force, workspace=workspace, now=now)
             print(_for_terminal("\n".join(plan.describe())))
             if dry_run:
                 return
             for problem in apply_undo(store, info.id, plan):
-                print(f"crow: warning: {problem}", file=sys.stderr)
+                shown = strip_controls(problem) if sys.stderr.isatty() else problem
+                print(f"crow: warning: {shown}", file=sys.stderr)
     except CrowError as exc:
         raise fail(exc) from None
     print(f"undone: session {info.id} now has {plan.keep} messages", file=sys.stderr)

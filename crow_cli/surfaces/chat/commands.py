@@ -25,7 +25,7 @@ from ...rewind import BOUNDS_NOTE, Scanner, apply_rewind, plan_rewind
 from ...sessions import SessionInfo, SessionStore
 from ...text import public_url, strip_controls, visible
 from ...tools.registry import ToolRegistry
-from ...undo import apply_undo, plan_undo
+from ...undo import apply_undo, plan_undo, scan_workspace, snapshot_workspace
 from ..options import SurfaceOptions
 from ..persist import SessionRecorder
 from ..render import TurnView
@@ -299,8 +299,11 @@ async def _usage(app: App, arg: str) -> None:
 
 
 async def _undo(app: App, arg: str) -> None:
-    """`/undo [--force]`: remove the last exchange and restore the files crow's file tools changed in it
-    (`undo`). What the person ran since (`!COMMAND`: a note that waits for the next message) stays."""
+    """`/undo [--force]`: rewind the last exchange, code and conversation (`undo`): the files its tool calls
+    changed, `run_shell`'s too, as its first snapshot found them (without snapshots: the files crow's file tools
+    changed, from their backups). Files changed since are named; with snapshots they are restored when the person
+    says yes (or `--force`), without them only with `--force`. What the person ran since (`!COMMAND`: a note that
+    waits for the next message) stays."""
     if app.recorder is None or app.recorder.info is None:
         why = "--no-session records nothing, so there is nothing to undo" if not app.options.session else \
             "nothing to undo (no exchange is recorded in this chat)"
@@ -315,9 +318,19 @@ async def _undo(app: App, arg: str) -> None:
     if note is not None:  # not the exchange: kept, after it
         recorder.truncate(app.history, len(app.history) - 1)
     try:
-        plan = plan_undo(app.store, sid, force=arg.strip() in ("--force", "force"))
-        for line in plan.describe():
+        workspace = snapshot_workspace(app.store, sid)
+        now = await asyncio.to_thread(scan_workspace, workspace, app.store, app.scanner) \
+            if workspace is not None else None
+        plan = plan_undo(app.store, sid, force=arg.strip() in ("--force", "force"), workspace=workspace, now=now)
+        asks = plan.rewind is not None  # as /rewind does; the backups alone hold them back unless --force
+        for line in plan.describe(asks=asks):
             app.view.line(strip_controls(line))
+        if asks and (held := plan.held()):
+            app.view.line(strip_controls(f"changed since crow's turn: {', '.join(held)}"), "yellow")
+            if await app.confirm("Overwrite them with their earlier content too? (y/n): "):
+                plan = replace(plan, force=True)
+            else:
+                app.view.line("kept as they are", "yellow")
         for problem in apply_undo(app.store, sid, plan):
             app.view.line(f"crow: warning: {strip_controls(problem)}", "yellow")
         _cut(app, plan.keep)
@@ -547,7 +560,8 @@ COMMANDS: tuple[SlashCommand, ...] = (
                  _instructions),
     SlashCommand("skills", "", "the skills the model may load, and where they came from", _skills),
     SlashCommand("undo", "[--force]",
-                 "remove the last exchange and restore the files crow's file tools changed in it", _undo),
+                 "rewind the last exchange, code and conversation (--force: overwrite files changed since)",
+                 _undo),
     SlashCommand("rewind", "[N] [MODE]",
                  "go back to before an earlier prompt: code, conversation or both (none: pick from a list)",
                  _rewind),

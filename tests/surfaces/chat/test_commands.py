@@ -6,7 +6,8 @@ Properties guarded here:
 - /resume and /fork continue a stored session (or a copy of it), show a message's text, not its parts,
   refuse a system prompt they would not use, and with `--no-session` read but never write the store;
 - /compact summarises older exchanges (and leaves a conversation it would make longer); /undo removes the
-  last exchange and restores the files crow's tools changed (in-process and on a pty);
+  last exchange and restores the files crow's tools changed, `run_shell`'s too, asking before it overwrites a
+  file changed outside crow (in-process and on a pty);
 - /export never overwrites, takes a folder, a quoted path with spaces, refuses a FIFO;
 - /instructions, /tools, /skills, prompt files as slash commands that never replace a built-in.
 """
@@ -689,6 +690,69 @@ async def test_a_read_only_command_takes_no_snapshot(store: SessionStore, tmp_pa
     _, _, app = await chat(script, "look and touch\r/exit\r", store, options=chat_options(yes=True))
     kinds = [s.kind for s in store.snapshots(app.recorder.session_id)]
     assert kinds == ["before", "after"]  # the `touch` only
+
+
+# /undo is a rewind of the last exchange, code and conversation: what `run_shell` changed (`sed -i`) is restored
+# from the workspace's snapshots, not listed as "not undoable"
+def test_undo_restores_what_a_command_changed_and_removes_the_exchange(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("old line\n")
+    script = [{"sse": text_stream("hello")},
+              {"sse": tool_calls_sse(("c1", "run_shell", {"command": "sed -i 's/old/new/' a.txt"}))},
+              {"sse": text_stream("edited")}]
+    with ReplayServer(script) as server:
+        args = ["--base-url", server.base_url, "--api-key", "sk-test", "--model", "test-model", "--yes",
+                "--sandbox", "off"]
+        with ChatTerminal(args, cwd=tmp_path) as term:
+            term.expect("›")
+            term.send("hi\r")
+            term.expect("hello")
+            term.expect("›")
+            term.send("fix a.txt\r")
+            term.expect("edited")
+            assert (tmp_path / "a.txt").read_text() == "new line\n"
+            term.expect("›")
+            term.send("/undo\r")
+            term.expect("undone")
+            term.expect("›")  # the next prompt is up: a Ctrl-D sent before it can be lost
+            screen = term.screen()
+            term.send("\x04")
+            assert term.wait() == 0
+            err = term.stderr()
+    assert "Traceback" not in err, err
+    said = "".join(screen[screen.index("/undo"):].split())  # a long path wraps at the terminal's width
+    assert f"restores{tmp_path / 'a.txt'}" in said and said.index("restores") < said.index("undone")
+    assert "not undoable" not in said
+    assert (tmp_path / "a.txt").read_text() == "old line\n"
+    with SessionStore() as store:
+        (info,) = store.recent()
+        assert [m["content"] for m in store.messages(info.id)] == ["hi", "hello"]
+
+
+# /undo names a file changed outside crow since the exchange and overwrites it only when the person says yes
+def test_undo_asks_before_it_overwrites_a_file_changed_outside_crow(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("old line\n")
+    script = [{"sse": tool_calls_sse(("c1", "run_shell", {"command": "sed -i 's/old/new/' a.txt"}))},
+              {"sse": text_stream("edited")}]
+    with ReplayServer(script) as server:
+        args = ["--base-url", server.base_url, "--api-key", "sk-test", "--model", "test-model", "--yes",
+                "--sandbox", "off"]
+        with ChatTerminal(args, cwd=tmp_path) as term:
+            term.expect("›")
+            term.send("fix a.txt\r")
+            term.expect("edited")
+            term.expect("›")
+            (tmp_path / "a.txt").write_text("the user's line\n")
+            term.send("/undo\r")
+            term.expect("Overwrite them with their earlier content too?")
+            term.send("y\r")
+            term.expect("undone")
+            term.expect("›")
+            screen = term.screen()
+            term.send("\x04")
+            assert term.wait() == 0
+    said = "".join(screen[screen.index("/undo"):].split())  # a long path wraps at the terminal's width
+    assert f"changedoutsidecrowsince:{tmp_path / 'a.txt'}" in said
+    assert (tmp_path / "a.txt").read_text() == "old line\n"
 
 
 # /undo after a `!COMMAND` removes the model's exchange and keeps the command's note
