@@ -46,6 +46,7 @@ from .history import (
     user_message,
 )
 from .images import tool_images_message
+from .modes import PERMISSION_MODES
 from .tools.context import ToolContext
 from .tools.dispatch import Approver, dispatch
 from .tools.names import ToolNameCleaner
@@ -142,6 +143,8 @@ async def react(
         for closing.turn in range(1, settings.max_turns + 1):
             if approve is not None and (note := approve.mode_note(history)) is not None:
                 yield _append(history, note)  # the approval mode changed since the model was last told
+            if approve is not None and hooks is not None:  # and the hooks of this turn's calls are told it too
+                hooks.permission_mode = PERMISSION_MODES[approve.policy.mode]
             turn: AssistantTurn | None = None
             try:
                 async with aclosing(_stream_turn(history, client, tools, settings, compactor)) as items:

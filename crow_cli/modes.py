@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, get_args
 
-__all__ = ["APPROVAL_MODES", "APPROVAL_ORDER", "CYCLE", "MODE_NOTE_HEAD", "REASONING_ECHO", "SANDBOX_MODES",
-           "SANDBOX_ORDER", "SENTENCES", "ApprovalMode", "ReasoningEcho", "SandboxMode", "is_mode_note", "mode_note",
-           "next_mode", "told_mode"]
+__all__ = ["APPROVAL_MODES", "APPROVAL_ORDER", "CYCLE", "MODE_NOTE_HEAD", "PERMISSION_MODES", "REASONING_ECHO",
+           "SANDBOX_MODES", "SANDBOX_ORDER", "SENTENCES", "ApprovalMode", "ReasoningEcho", "SandboxMode",
+           "is_mode_note", "mode_note", "next_mode", "told_mode"]
 
 ApprovalMode = Literal["ask", "auto-edit", "yolo", "read-only", "plan"]
 """The approval policy: `ask` the user, `auto-edit` (built-in file edits approved), `yolo` (all approved),
@@ -51,6 +51,11 @@ SENTENCES: dict[ApprovalMode, str] = {
             "plan is ready, call exit_plan_mode with it in Markdown for the user to review",
 }
 """What the model is told of each mode (the system prompt's mode sentence, and every later note)."""
+
+PERMISSION_MODES: dict[ApprovalMode, str] = {"ask": "default", "auto-edit": "acceptEdits", "yolo": "bypassPermissions",
+                                             "read-only": "plan", "plan": "plan"}
+"""Each approval mode by the `permission_mode` name Claude Code's hooks are sent (`read-only` as its nearest,
+`plan`): what crow's hooks are told of the mode in force."""
 
 CYCLE: tuple[ApprovalMode, ...] = ("ask", "auto-edit", "plan")
 """The modes Shift+Tab cycles through in chat (`yolo` and `read-only` are chosen by name: `/approval`)."""

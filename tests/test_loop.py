@@ -822,3 +822,29 @@ def test_history_contract_holds_after_faults_and_cancellations(plan: list[tuple[
     history = asyncio.run(_play(plan))
     assert_contract(history, _repeated_ids(plan))
     assert [m["content"] for m in history if m["role"] == "user"] == [f"request {n}" for n in range(len(plan))]
+
+
+# hooks are told the approval mode in force at each turn, after a switch too, not the one the run started with
+async def test_hooks_are_told_the_approval_mode_in_force_after_a_switch(tmp_path):
+    """A mode switched after the run's hooks were made (Shift+Tab, an editor's switch, an approved plan) is the
+    `permission_mode` the next tool call's hooks are sent."""
+    from dataclasses import replace
+
+    from crow_cli.tools.context import ToolContext
+    from crow_cli.tools.hooks import Hooks, parse_hooks
+
+    seen = tmp_path / "seen.json"
+    hooks = Hooks(parse_hooks({"PreToolUse": [{"command": f"cat > '{seen}'"}]}, "crow.toml"), cwd=tmp_path,
+                  permission_mode="default")
+    approve = make_approver("ask")
+    approve.policy = replace(approve.policy, mode="yolo")  # as ACP's set_mode and chat's Shift+Tab switch it
+    registry = ToolRegistry()
+    registry.register(nap)
+    c = ChatClient(ClientSettings(base_url="http://llm.test/v1", model="m", api_key="k", max_retries=0))
+    with respx.mock() as mock:
+        mock.post(URL).mock(side_effect=[stream(calls_sse(("n1", "nap", {"seconds": 0}))), stream(text_sse("ok"))])
+        async for _ in react([user_message("go")], c, registry, approve=approve,
+                             context=replace(ToolContext.for_workspace(tmp_path), hooks=hooks)):
+            pass
+    await c.aclose()
+    assert json.loads(seen.read_text())["permission_mode"] == "bypassPermissions"

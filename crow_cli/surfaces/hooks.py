@@ -21,14 +21,13 @@ from typing import TextIO
 
 from ..config import Settings
 from ..errors import ConfigError
+from ..modes import PERMISSION_MODES
 from ..text import strip_controls
 from ..tools.hooks import PROJECT_SETTINGS, Hooks, HookSpec, parse_hooks, read_project_hooks
 from ..trust import TrustStore, is_trusted, project_root
 
 __all__ = ["PERMISSION_MODES", "hook_specs", "load_hooks", "project_brings", "trust_question"]
 
-PERMISSION_MODES = {"ask": "default", "auto-edit": "acceptEdits", "yolo": "bypassPermissions", "read-only": "plan"}
-"""crow's approval policies by the `permission_mode` names Claude Code's hooks are sent."""
 
 
 def project_brings(workspace: Path) -> list[str]:

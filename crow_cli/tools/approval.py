@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shlex
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -165,11 +166,27 @@ def check_rule_names(allow: Iterable[str], deny: Iterable[str], names: Iterable[
             name = _split_rule(rule)[0].strip()
             if name in known:
                 continue
+            # `NAME(PREFIX)` (`Bash(git status:*)` elsewhere) means crow's `NAME:PREFIX`: the hint keeps the prefix,
+            # never the bare name, which would allow (or deny) every call of the tool
+            matched = _PARENTHESISED.fullmatch(rule.strip())
+            if matched is not None:
+                name, prefix = matched.group(1).strip(), _STAR_END.sub("", matched.group(2)).strip()
+            else:
+                name, _, prefix = rule.partition(":")
+                name = name.strip()
             lowered = {n.lower().replace("-", "_"): n for n in known}
             close = lowered.get(name.lower().replace("-", "_")) or next(
                 iter(difflib.get_close_matches(name, sorted(known), n=1)), None)
+            if close and prefix:
+                close = f"{close}:{prefix}"
             hint = f"; did you mean {close!r}?" if close else " (crow tools lists them)"
             raise ConfigError(f"the {kind} rule {strip_controls(rule)!r} names no tool of this run{hint}")
+
+
+_PARENTHESISED = re.compile(r"([^():]+)\((.*)\)", re.DOTALL)
+"""A rule written `NAME(PREFIX)`, as other agents write theirs."""
+_STAR_END = re.compile(r"\s*:?\s*\*\s*$")
+"""The `*`, ` *` or `:*` a prefix ends with in such a rule (crow's prefix needs none)."""
 
 
 def _split_rule(rule: str) -> tuple[str, list[str] | None]:

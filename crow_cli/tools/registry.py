@@ -46,10 +46,19 @@ class ToolRegistry:
         self._renamed: set[str] = set()
 
     def register(self, item: Tool | Callable[..., Any], *, source: str | None = None) -> Tool:
-        """Add a `Tool` (or a plain function, wrapped with `tool`); a taken name gets a `_2` … suffix."""
+        """Add a `Tool` (or a plain function, wrapped with `tool`); a taken name gets a `_2` … suffix. A built-in
+        keeps its name whenever it comes (`task` and `skill` come after the plugins): a plugin's tool holding it
+        moves to a suffix, as it would had the built-in come first."""
         t = item if isinstance(item, Tool) else tool(item)
         if source is not None:
             t.source = source
+        held = self._tools.get(t.name)
+        if t.source == "builtin" and held is not None and held.source != "builtin":
+            del self._tools[t.name]
+            self._tools[t.name] = t
+            self._stale = True
+            self.register(held)
+            return t
         base, n = t.name, 1
         while t.name in self._tools:
             n += 1

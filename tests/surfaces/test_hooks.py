@@ -6,7 +6,10 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from crow_cli.surfaces.hooks import trust_question
+import pytest
+
+from crow_cli.config import Settings
+from crow_cli.surfaces.hooks import load_hooks, trust_question
 from crow_cli.trust import TrustStore, is_trusted
 
 
@@ -50,3 +53,13 @@ def test_no_is_remembered_and_nothing_is_asked_without_a_terminal(tmp_path: Path
 def test_a_folder_that_brings_nothing_is_not_asked_about(tmp_path: Path) -> None:
     err = Terminal()
     assert trust_question(tmp_path, stdin=Terminal("y\n"), err=err) is None and err.getvalue() == ""
+
+
+# `--approval plan` is told to hooks as `permission_mode` `plan`, never as `default` (Claude Code's ask)
+@pytest.mark.parametrize(("approval", "told"), [("ask", "default"), ("auto-edit", "acceptEdits"),
+                                                ("yolo", "bypassPermissions"), ("plan", "plan"), ("read-only", "plan")])
+def test_hooks_are_told_the_approval_mode_by_claude_codes_name(tmp_path: Path, approval: str, told: str) -> None:
+    settings = Settings(model="m", api_key="k", approval=approval,  # type: ignore[arg-type]
+                        hooks={"PreToolUse": [{"command": "true"}]})
+    hooks = load_hooks(settings, tmp_path, store=TrustStore(tmp_path / "trust.json"))
+    assert hooks is not None and hooks.permission_mode == told

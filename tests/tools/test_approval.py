@@ -336,8 +336,9 @@ async def test_a_plugin_shell_tool_gets_command_rules_through_its_subject() -> N
 
 
 # A rule naming an unknown tool is a config error (with a hint), so a misspelt deny never fails open
-@pytest.mark.parametrize(("rule", "hint"), [("run_shel:rm -rf", "run_shell"), ("Run_Shell:rm", "run_shell"),
-                                            ("run-shell:rm", "run_shell"), ("nosuchtool", None)])
+@pytest.mark.parametrize(("rule", "hint"), [("run_shel:rm -rf", "run_shell:rm -rf"), ("Run_Shell:rm", "run_shell:rm"),
+                                            ("run-shell:rm", "run_shell:rm"), ("write_fle", "write_file"),
+                                            ("nosuchtool", None)])
 def test_a_rule_naming_an_unknown_tool_is_a_config_error(rule: str, hint: str | None) -> None:
     names = ["run_shell", "write_file", "docs_search"]
     with pytest.raises(ConfigError, match="no tool") as caught:
@@ -347,6 +348,19 @@ def test_a_rule_naming_an_unknown_tool_is_a_config_error(rule: str, hint: str | 
     with pytest.raises(ConfigError):
         check_rule_names([rule], [], names)
     check_rule_names(["write_file", "docs_search"], ["run_shell:rm -rf"], names)  # known names pass
+
+
+# A rule in Claude Code's parentheses (`run_shell(echo *)`) is answered with crow's prefix rule, never with the bare
+# tool name, which would approve every command where one command's prefix was meant
+@pytest.mark.parametrize(("rule", "hint"), [("run_shell(echo *)", "run_shell:echo"),
+                                            ("run_shell(git status:*)", "run_shell:git status"),
+                                            ("Run_Shell(npm run test)", "run_shell:npm run test"),
+                                            ("write_file()", "write_file")])
+def test_a_rule_in_parentheses_is_refused_with_the_same_prefix_as_a_crow_rule(rule: str, hint: str) -> None:
+    for allow, deny in (([rule], []), ([], [rule])):
+        with pytest.raises(ConfigError) as caught:
+            check_rule_names(allow, deny, ["run_shell", "write_file"])
+        assert str(caught.value).endswith(f"did you mean {hint!r}?"), caught.value
 
 
 # Where no sandbox can be had, commands fall back to asking: never silently unconfined (yolo, an allow

@@ -85,6 +85,27 @@ def test_duplicate_names_get_a_suffix_and_keep_their_source(tmp_path):
     assert registry.get("read_file_2").source == str(tmp_path / "mine.py")
 
 
+def test_a_builtin_registered_after_the_plugins_keeps_its_name(tmp_path):
+    """The built-ins a run adds after the plugins (`task`, `skill`) keep their names: a plugin tool that took
+    one moves to a suffix, as it would had the built-in come first, and it is said."""
+    from crow_cli.surfaces.task import Subagents
+
+    (tmp_path / "mine.py").write_text(textwrap.dedent('''
+        from crow_cli.tools import tool
+
+        @tool
+        def task(prompt: str) -> str:
+            """My own task."""
+            return prompt
+    '''))
+    registry = default_registry([str(tmp_path)])
+    registry.register(Subagents(lambda: None).tool, source="builtin")  # as the runtime adds it
+    assert registry.get("task").source == "builtin"
+    assert registry.get("task").description.startswith("Start a subagent")
+    assert registry.get("task_2").source == str(tmp_path / "mine.py")
+    assert registry.errors == [f"tool 'task' from {tmp_path / 'mine.py'} is named 'task_2': 'task' is taken (builtin)"]
+
+
 def test_example_tools_folder_loads_and_runs():
     registry = default_registry([str(ROOT / "tools")], builtins=False)
     assert {t.name for t in registry} == {"roll_dice", "current_time"}

@@ -967,6 +967,7 @@ class ChatApp:
         await asyncio.sleep(0)  # the turn first draws what is already queued
         with self.view.suspended():
             self.view.document(f"**The plan:**\n\n{strip_controls(plan)}")  # now, above the question
+            hint: str | None = None
             while True:
                 if self._piped():
                     self.view.line(PLAN_QUESTION)
@@ -980,7 +981,9 @@ class ChatApp:
                     session: PromptSession[str] = PromptSession(input=self.pt_input, output=self.pt_output,
                                                                 key_bindings=typed_keys())
                     try:
-                        reply = await session.prompt_async(PLAN_QUESTION, handle_sigint=False)
+                        # the hint is part of the prompt: a line printed now would be held until the answer
+                        reply = await session.prompt_async(f"{hint}\n{PLAN_QUESTION}" if hint else PLAN_QUESTION,
+                                                           handle_sigint=False)
                     except EOFError:
                         return PlanAnswer("keep")
                     except KeyboardInterrupt:
@@ -990,7 +993,9 @@ class ChatApp:
                 answer = parse_plan_answer(reply)
                 if answer is not None:
                     return answer
-                self.view.line(PLAN_HINT, "dim")
+                hint = PLAN_HINT
+                if self._piped():
+                    self.view.line(PLAN_HINT, "dim")
         await asyncio.Event().wait()  # cancelled with the turn
         return PlanAnswer("keep")  # not reached
 

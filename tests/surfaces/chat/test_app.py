@@ -928,6 +928,28 @@ async def test_keep_planning_sends_the_note_and_stays_in_plan_mode(store: Sessio
     assert "the session is planning" in server.requests[2]["messages"][-1]["content"]  # the write, refused
 
 
+def test_a_reply_to_the_plan_that_is_no_answer_is_said_before_the_question_again(tmp_path: Path) -> None:
+    """The hint follows the reply it is about and comes before the question is asked again (as an approval
+    question's does), not held back until the plan is answered."""
+    from crow_cli.surfaces.approve import PLAN_HINT
+
+    with ReplayServer(_plan_then_write()) as server, ChatTerminal(
+            ["--base-url", server.base_url, "--api-key", "sk-test", "--model", "test-model", "--approval", "plan",
+             "--sandbox", "off"], cwd=tmp_path) as term:
+        term.expect("›")
+        term.send("plan a file\r")
+        term.expect("Approve the plan?")
+        term.send("maybe\r")
+        term.expect(PLAN_HINT)  # before any answer: it was held back until the plan was answered
+        term.expect("Approve the plan?")  # asked again
+        term.send("a\r")
+        term.expect("Wrote it.")
+        term.expect("›")
+        term.send("\x04")
+        assert term.wait() == 0
+    assert (tmp_path / "a.txt").read_text() == "done"
+
+
 # `crow "PROMPT"` and `crow chat "PROMPT"` on a terminal open a chat and send PROMPT first; leaving says how to
 # come back
 def test_crow_with_a_prompt_on_a_terminal_opens_chat_and_sends_it(tmp_path: Path) -> None:
