@@ -244,6 +244,19 @@ def each_fact(record: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+_OLD_FORM = {"drop_field": "refused_fields {}", "require_field": "required_fields {}",
+             "tool_message_name": "tool_message_name", "map_tool_call_ids": "tool_call_id_rule"}
+"""Rule op -> the name (`each_fact`) of the message fact of the form before message-field rules were request
+rules, which `profile.ServerProfile.remembered` turns into that rule."""
+
+
+def _old_form(item: str, value: Any) -> str | None:
+    """The name of the old-form fact a request rule fact (`each_fact`) stands for; None for any other fact."""
+    if not item.startswith("request_rules ") or not isinstance(value, Mapping) or value.get("op") not in _OLD_FORM:
+        return None
+    return _OLD_FORM[value["op"]].format(value.get("target"))
+
+
 def _read() -> dict[str, dict[str, Any]]:
     """The file's records, checked, expired ones left out; {} when it is damaged; `problems()` says what was
     damaged."""
@@ -355,8 +368,14 @@ def learn(base_url: str, model: str, *, why: str = "", **facts: Any) -> str | No
             stamp = {"learned_at": now, "why": why[:MAX_WHY]} if why else {"learned_at": now}
             provenance = dict(record.get("provenance") or {})
             items = each_fact(record)
-            provenance.update((item, stamp) for item, value in items.items()
-                              if item not in before or before[item] != value)
+            for item, value in items.items():
+                if item in before and before[item] == value:
+                    continue
+                if (was := _old_form(item, value)) in before:  # the same fact, now a rule: its own refusal
+                    if was in provenance:
+                        provenance[item] = provenance[was]
+                    continue
+                provenance[item] = stamp
             record["provenance"] = {item: p for item, p in provenance.items() if item in items}
             data.pop(key, None)
             data[key] = record
