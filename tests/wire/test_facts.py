@@ -346,3 +346,11 @@ def test_message_facts_of_the_old_form_keep_their_refusal_when_they_become_rules
     assert provenance["request_rules drop_field reasoning_content"] == first["refused_fields reasoning_content"]
     assert provenance["request_rules require_field reasoning"] == first["required_fields reasoning"]
     assert provenance["request_rules rename_param max_tokens"]["why"] == "400: Use 'max_completion_tokens' instead"
+
+
+# `crow probe` gives reasoning_echo None when it could not tell: that forgets nothing learned before
+def test_a_fact_given_as_none_is_left_out_and_the_stored_one_kept() -> None:
+    facts.learn("http://h/v1", "m", reasoning_echo="needed", tool_message_name=True)
+    facts.learn("http://h/v1", "m", reasoning_echo=None, context_window=8192)
+    assert facts.recall("http://h/v1", "m") == {"reasoning_echo": "needed", "tool_message_name": True,
+                                                "context_window": 8192}
