@@ -226,6 +226,24 @@ def each_fact(record: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+_OLD_FORM = {"drop_field": "refused_fields {}", "require_field": "required_fields {}",
+             "tool_message_name": "tool_message_name", "map_tool_call_ids": "tool_call_id_rule"}
+"""Rule op -> the name (`each_fact`) of the message fact of the form before message-field rules were request
+rules, which `profile.ServerProfile.remembered` turns into that rule."""
+
+
+_RULES_NOW = ("tool_message_name", "tool_call_id_rule")
+"""Old-form keys `learn` removes when given None: `profile.ServerProfile.remembered` stored them as rules (any
+other fact given as None is left out, as `crow probe` gives one it could not tell)."""
+
+
+def _old_form(item: str, value: Any) -> str | None:
+    """The name of the old-form fact a request rule fact (`each_fact`) stands for; None for any other fact."""
+    if not item.startswith("request_rules ") or not isinstance(value, Mapping) or value.get("op") not in _OLD_FORM:
+        return None
+    return _OLD_FORM[value["op"]].format(value.get("target"))
+
+
 def _read() -> dict[str, dict[str, Any]]:
     """The file's records, checked, expired ones left out; {} when it is damaged; `problems()` says what was
     damaged.
@@ -334,7 +352,8 @@ def learn(base_url: str, model: str, *, why: str = "", **facts: Any) -> str | No
     record and write the file atomically (0600) under an exclusive lock of its directory, so concurrent runs
     each add theirs. The record is stamped `learned_at` now; each fact that is new or changed (each name of a
     list, each request rule) is stamped in `provenance` with now and `why` (the refusal it was learned from,
-    cut to `MAX_WHY`; "" for what `crow probe` saw), and the others keep their own.
+    cut to `MAX_WHY`; "" for what `crow probe` saw), and the others keep their own. `tool_message_name` or
+    `tool_call_id_rule` given as None is removed (`_RULES_NOW`); any other None is left out.
 
     Returns:
         None when the facts are stored (or there is nothing new to store); else why they could not be, in one
@@ -342,8 +361,9 @@ def learn(base_url: str, model: str, *, why: str = "", **facts: Any) -> str | No
         Never raises for the file system (read-only home, full disk): facts are an optimisation, and the
         caller says once that they were not kept.
     """
-    facts = _checked({k: v for k, v in facts.items() if k not in _META}, lambda *said: None)
-    if not facts:
+    gone = [k for k, v in facts.items() if v is None and k in _RULES_NOW]
+    facts = _checked({k: v for k, v in facts.items() if k not in _META and v is not None}, lambda *said: None)
+    if not facts and not gone:
         return None
     try:
         path = facts_path()
@@ -352,17 +372,25 @@ def learn(base_url: str, model: str, *, why: str = "", **facts: Any) -> str | No
             data = _read()
             key = endpoint_key(base_url, model)
             record = dict(data.get(key) or {})
-            if all(k in record and record[k] == v for k, v in facts.items()) and \
+            if all(k in record and record[k] == v for k, v in facts.items()) and not set(gone) & set(record) and \
                     time.time() - record.get("learned_at", 0) < MAX_AGE / 2:
                 return None  # nothing new: no write
             now = round(time.time(), 3)
             before = each_fact(record)
             record.update(facts, learned_at=now)
+            for fact in gone:
+                record.pop(fact, None)
             stamp = {"learned_at": now, "why": why[:MAX_WHY]} if why else {"learned_at": now}
             provenance = dict(record.get("provenance") or {})
             items = each_fact(record)
-            provenance.update((item, stamp) for item, value in items.items()
-                              if item not in before or before[item] != value)
+            for item, value in items.items():
+                if item in before and before[item] == value:
+                    continue
+                if (was := _old_form(item, value)) in before:  # the same fact, now a rule: its own refusal
+                    if was in provenance:
+                        provenance[item] = provenance[was]
+                    continue
+                provenance[item] = stamp
             record["provenance"] = {item: p for item, p in provenance.items() if item in items}
             data.pop(key, None)
             data[key] = record

@@ -161,7 +161,7 @@ class ServerProfile:
         """The facts to store (`wire.facts.learn`) for what this run learned, given the endpoint's `stored` facts
         (`wire.facts.recall`): every rule as a request rule, message-field rules too; a stored rule deciding
         what a new one decides is replaced; message facts of the old form (`refused_fields` …) become rules,
-        their lists emptied. Marks the profile saved."""
+        their lists emptied, their other keys None (`wire.facts.learn` removes them). Marks the profile saved."""
         self._run.unsaved = False
         new = self.learned()
         decided = set().union(*(_decides(r) for r in new))
@@ -170,6 +170,7 @@ class ServerProfile:
         out: dict[str, Any] = {"request_rules": [r.to_json() for i, r in enumerate(rules) if r not in rules[:i]]}
         if stored.get("refused_fields") or stored.get("required_fields"):
             out |= {"refused_fields": [], "required_fields": []}
+        out |= {key: None for key in ("tool_message_name", "tool_call_id_rule") if key in stored}  # now rules
         return out
 
     def source(self, key: str) -> Layer:

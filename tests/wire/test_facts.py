@@ -327,3 +327,29 @@ def test_a_tool_probe_and_a_call_format_are_kept_only_in_their_own_words() -> No
     said = "\n".join(facts.problems())
     assert said.count("tool_probe: not a table of points (one, typed, two) and outcomes") == 2
     assert 'text_call_format: "<tool_call>" is not a format crow reads calls from' in said
+
+
+# a new-user tester of the restructured wire layer: a facts file of the old form (`refused_fields`,
+# `tool_call_id_rule` …) had its message facts turned into request rules on the next write, and `crow facts
+# list` then said they were learned from that write's refusal (a `max_tokens` 400), not from their own
+def test_message_facts_of_the_old_form_keep_their_refusal_when_they_become_rules() -> None:
+    facts.learn("http://h/v1", "m", refused_fields=["reasoning_content"], required_fields=["reasoning"],
+                why="422: reasoning_content extra_forbidden")
+    first = facts.recall_all()["http://h/v1 m"]["provenance"]
+    drop = {"op": "drop_field", "target": "reasoning_content", "value": None}
+    need = {"op": "require_field", "target": "reasoning", "value": None}
+    rename = {"op": "rename_param", "target": "max_tokens", "value": "max_completion_tokens"}
+    facts.learn("http://h/v1", "m", request_rules=[drop, need, rename], refused_fields=[], required_fields=[],
+                why="400: Use 'max_completion_tokens' instead")
+    provenance = facts.recall_all()["http://h/v1 m"]["provenance"]
+    assert provenance["request_rules drop_field reasoning_content"] == first["refused_fields reasoning_content"]
+    assert provenance["request_rules require_field reasoning"] == first["required_fields reasoning"]
+    assert provenance["request_rules rename_param max_tokens"]["why"] == "400: Use 'max_completion_tokens' instead"
+
+
+# `crow probe` gives reasoning_echo None when it could not tell: that forgets nothing learned before
+def test_a_fact_given_as_none_is_left_out_and_the_stored_one_kept() -> None:
+    facts.learn("http://h/v1", "m", reasoning_echo="needed", tool_message_name=True)
+    facts.learn("http://h/v1", "m", reasoning_echo=None, context_window=8192)
+    assert facts.recall("http://h/v1", "m") == {"reasoning_echo": "needed", "tool_message_name": True,
+                                                "context_window": 8192}

@@ -293,3 +293,28 @@ def test_learned_field_rules_read_as_the_profile_fields_they_decide_the_newest_w
     profile = build_profile(LOCAL, "m", None, learned)
     assert profile.refused_fields == ("x",) and profile.required_fields == ("reasoning_content",)
     assert profile.tool_message_name is False and profile.request_rules == ()
+
+
+# a new-user tester of the restructured wire layer: an old facts file's `tool_message_name = true` became a
+# request rule on the next write but stayed beside it, so `crow facts list` said it twice, and once a server
+# asked for the reverse, said both (`true`, and "never sent the function name")
+def test_message_facts_of_the_old_form_are_stored_once_as_rules_after_the_next_write() -> None:
+    from crow_cli.wire import facts
+    from crow_cli.wire.change import Change
+    from crow_cli.wire.rules import ToolMessageName
+
+    facts.learn(LOCAL, "m", refused_fields=["reasoning_content"], tool_message_name=True,
+                tool_call_id_rule={"chars": "alnum", "length": 9}, why="422: old")
+    stored = facts.recall(LOCAL, "m")
+    profile = build_profile(LOCAL, "m", learned=stored)
+    assert profile.learn(Change((DropParam("seed"),), "why"), status=400, text="no seed", params={}) == "remembered"
+    assert facts.learn(LOCAL, "m", why=profile.why, **profile.remembered(stored)) is None
+    now = facts.recall(LOCAL, "m")
+    assert "tool_message_name" not in now and "tool_call_id_rule" not in now
+    assert {"op": "tool_message_name", "target": "", "value": True} in now["request_rules"]
+    again = build_profile(LOCAL, "m", learned=now)
+    assert again.tool_message_name is True and again.tool_call_id_rule == {"chars": "alnum", "length": 9}
+    assert again.refused_fields == ("reasoning_content",)
+    assert profile.learn(Change((ToolMessageName(False),), "why"), status=400, text="no name", params={})
+    assert facts.learn(LOCAL, "m", why=profile.why, **profile.remembered(now)) is None
+    assert build_profile(LOCAL, "m", learned=facts.recall(LOCAL, "m")).tool_message_name is False
