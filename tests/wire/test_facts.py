@@ -329,9 +329,8 @@ def test_a_tool_probe_and_a_call_format_are_kept_only_in_their_own_words() -> No
     assert 'text_call_format: "<tool_call>" is not a format crow reads calls from' in said
 
 
-# a new-user tester of the restructured wire layer: a facts file of the old form (`refused_fields`,
-# `tool_call_id_rule` …) had its message facts turned into request rules on the next write, and `crow facts
-# list` then said they were learned from that write's refusal (a `max_tokens` 400), not from their own
+# message facts of the old form (`refused_fields`, `tool_call_id_rule` …) keep their own refusal and date when the
+# next write turns them into request rules, never the refusal of that write (a `max_tokens` 400)
 def test_message_facts_of_the_old_form_keep_their_refusal_when_they_become_rules() -> None:
     facts.learn("http://h/v1", "m", refused_fields=["reasoning_content"], required_fields=["reasoning"],
                 why="422: reasoning_content extra_forbidden")

@@ -295,9 +295,8 @@ def test_learned_field_rules_read_as_the_profile_fields_they_decide_the_newest_w
     assert profile.tool_message_name is False and profile.request_rules == ()
 
 
-# a new-user tester of the restructured wire layer: an old facts file's `tool_message_name = true` became a
-# request rule on the next write but stayed beside it, so `crow facts list` said it twice, and once a server
-# asked for the reverse, said both (`true`, and "never sent the function name")
+# an old facts file's `tool_message_name = true` is stored once, as its request rule, after the next write: never
+# beside the rule (said twice by `crow facts list`), nor both ways once a server asks for the reverse
 def test_message_facts_of_the_old_form_are_stored_once_as_rules_after_the_next_write() -> None:
     from crow_cli.wire import facts
     from crow_cli.wire.change import Change
