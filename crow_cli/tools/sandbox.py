@@ -428,6 +428,7 @@ def plan(sandbox: Sandbox, workspace: Path) -> Layout:
     - the temp dir (`Sandbox.temp_dir`) is the run's own (`private_temp`), unless it is the workspace
       itself; a workspace below it is bound back over it, so folders between the two are the run's own
       too and a `git init ..` there reaches nobody.
+      crow's install and the PATH folders below it are bound back read-only, so their programs still run.
 
     Makes folders (crow's, missing PATH folders, the run's temp dir); reads the home folder's top."""
     if sandbox.mode != "workspace-write":
@@ -461,6 +462,11 @@ def plan(sandbox: Sandbox, workspace: Path) -> Layout:
         layout = Layout(layout.mounts + pins + ((path, False, path),))
     if temp_mount and not _within(root, (temp,)):
         layout = Layout(layout.mounts + temp_mount)
+    if temp_mount:  # crow's install and PATH folders in the temp dir (a CI checkout's .venv): seen, read-only
+        shown = [path for path in dict.fromkeys([*install_paths(), *path_folders()])
+                 if _within(path, (temp,)) and path != temp and not _within(path, (root,))
+                 and not _within(root, (path,)) and os.path.isdir(path)]
+        layout = Layout(layout.mounts + tuple((path, False, path) for path in shown))
     return layout
 
 

@@ -640,6 +640,25 @@ async def test_crows_own_install_in_the_workspace_stays_read_only(place: Path,
 
 
 @needs_bwrap
+async def test_crows_install_and_path_folders_in_the_temp_dir_stay_visible_read_only(
+        place: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a run's temp dir is its own, yet crow's install (a CI checkout's .venv under /tmp) and the PATH folders
+    # there are bound back read-only: the commands they hold still run, and cannot be changed
+    venv = place / "tmp/ci/.venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin/tool").write_text("#!/bin/sh\necho TOOL-RAN\n")
+    (venv / "bin/tool").chmod(0o755)
+    (place / "tmp/other").mkdir()
+    (place / "tmp/other/secret").write_text("x\n")
+    monkeypatch.setattr(sys, "prefix", str(venv))
+    monkeypatch.setenv("PATH", f"{venv}/bin{os.pathsep}{os.environ['PATH']}")
+    out = await _run(f"{venv}/bin/tool; tool; echo evil > {venv}/bin/tool; ls {place}/tmp/other", _context(place))
+    assert out.count("TOOL-RAN") == 2, out
+    assert (venv / "bin/tool").read_text() == "#!/bin/sh\necho TOOL-RAN\n"
+    assert "secret" not in out  # the rest of the temp dir is still the run's own
+
+
+@needs_bwrap
 async def test_a_path_folder_in_the_workspace_cannot_be_moved_aside_and_replaced(
         place: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # a read-only folder is a mount point, but the folder above it can be renamed: then a new `bin` in its
