@@ -240,7 +240,7 @@ async def test_a_rule_naming_an_unknown_tool_stops_the_run(tmp_path: Path) -> No
     # a rule naming no tool (`run_shel:rm -rf`) is refused at start, before any request
     ran = await run_here([{"sse": text_sse("Hi.")}], flags={"deny": ["run_shel:rm -rf"]}, cwd=tmp_path)
     assert ran.code == 2 and ran.requests == []
-    assert ran.stderr.strip().count("\n") == 0 and "did you mean 'run_shell'" in ran.stderr
+    assert ran.stderr.strip().count("\n") == 0 and "did you mean 'run_shell:rm -rf'" in ran.stderr
     assert (await run_here([{"sse": text_sse("Hi.")}], flags={"deny": ["run_shell:rm -rf"]}, cwd=tmp_path)).code == 0
 
 
