@@ -948,17 +948,7 @@ class ChatApp:
             return None
         if not options:  # none stored: `open` says there is none to continue here
             return ""
-        from prompt_toolkit.application import create_app_session
-        from prompt_toolkit.shortcuts.choice_input import ChoiceInput
-
-        picker = ChoiceInput(message="Resume which session? (this folder's first; Enter picks, Ctrl-C leaves)",
-                             options=options)
-        try:
-            with create_app_session(input=self.pt_input, output=self.pt_output):
-                picked: str = await picker.prompt_async()
-        except (KeyboardInterrupt, EOFError):
-            return None
-        return picked
+        return await self.pick("Resume which session? (this folder's first; Enter picks, Ctrl-C leaves)", options)
 
     async def review_plan(self, plan: str) -> PlanAnswer:
         """Show the plan the model handed over (`exit_plan_mode`) and ask what to do with it: approve and go on
